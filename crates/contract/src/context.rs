@@ -1,0 +1,153 @@
+use std::{collections::BTreeSet, fmt, sync::Arc, time::Instant};
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Envelope, ErrKind};
+
+/// What a caller may do and what its model can do by itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// Tool-name patterns the caller may call (`*` suffix for a prefix); `None` allows all.
+    pub allowed_tools: Option<Vec<String>>,
+    /// Capabilities switched on for the model (for example `web_search`).
+    pub model: BTreeSet<String>,
+    /// Capabilities the provider can actually deliver.
+    pub provider: BTreeSet<String>,
+}
+
+impl Capabilities {
+    /// Everything allowed, no model capabilities.
+    pub fn all() -> Self {
+        Self::default()
+    }
+
+    /// Restricts the caller to these tool-name patterns.
+    pub fn with_allowed_tools(mut self, patterns: Vec<String>) -> Self {
+        self.allowed_tools = Some(patterns);
+        self
+    }
+
+    /// Whether the caller may call `tool`.
+    pub fn allows(&self, tool: &str) -> bool {
+        match &self.allowed_tools {
+            None => true,
+            Some(patterns) => patterns.iter().any(|p| pattern_matches(p, tool)),
+        }
+    }
+
+    /// Whether a model capability is both switched on and deliverable: the double guard that
+    /// lets the surface drop a resident tool the model can do without.
+    pub fn replaces(&self, capability: &str) -> bool {
+        self.model.contains(capability) && self.provider.contains(capability)
+    }
+}
+
+/// Matches a tool-name pattern: exact, `*` for all, or a `prefix*`.
+pub fn pattern_matches(pattern: &str, name: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => pattern == name,
+    }
+}
+
+/// A handle through which a running tool calls other tools; the call goes through the same
+/// dispatch pipeline as any other.
+#[async_trait]
+pub trait ToolInvoker: Send + Sync {
+    /// Calls `name` with `input` on behalf of `parent`.
+    async fn invoke(&self, name: &str, input: Value, parent: &CallContext) -> Envelope;
+}
+
+/// Everything a tool knows about the call it is serving.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct CallContext {
+    /// The conversation (working-set key), if any.
+    pub session: Option<Arc<str>>,
+    /// The tenant, if any.
+    pub tenant: Option<Arc<str>>,
+    /// A unique id for this call.
+    pub call_id: Option<Arc<str>>,
+    /// What the caller may do.
+    pub capabilities: Arc<Capabilities>,
+    /// Cancelled when the caller gives up; tools that run long should watch it.
+    pub cancel: CancellationToken,
+    /// The model's stripped narration (`reasoning` and friends), if it gave one.
+    pub reasoning: Option<String>,
+    /// The handle for calling other tools.
+    pub invoker: Option<Arc<dyn ToolInvoker>>,
+    /// The moment the call must be over by, if the caller set one.
+    pub deadline: Option<Instant>,
+    /// How deep in tool-calls-tool composition this call is (0 for a top-level call).
+    pub depth: u32,
+}
+
+impl fmt::Debug for CallContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CallContext")
+            .field("session", &self.session)
+            .field("tenant", &self.tenant)
+            .field("call_id", &self.call_id)
+            .field("capabilities", &self.capabilities)
+            .field("cancelled", &self.cancel.is_cancelled())
+            .field("reasoning", &self.reasoning)
+            .field("deadline", &self.deadline)
+            .field("depth", &self.depth)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CallContext {
+    /// A context for a session.
+    pub fn for_session(session: impl Into<Arc<str>>) -> Self {
+        CallContext {
+            session: Some(session.into()),
+            ..Default::default()
+        }
+    }
+
+    /// Sets the tenant.
+    pub fn with_tenant(mut self, tenant: impl Into<Arc<str>>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// Sets the capabilities.
+    pub fn with_capabilities(mut self, caps: Capabilities) -> Self {
+        self.capabilities = Arc::new(caps);
+        self
+    }
+
+    /// Sets the cancellation token.
+    pub fn with_cancel(mut self, cancel: CancellationToken) -> Self {
+        self.cancel = cancel;
+        self
+    }
+
+    /// Sets the deadline.
+    pub fn with_deadline(mut self, deadline: Instant) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// Sets the call id.
+    pub fn with_call_id(mut self, id: impl Into<Arc<str>>) -> Self {
+        self.call_id = Some(id.into());
+        self
+    }
+
+    /// Calls another tool through the dispatcher, as part of this call: the same session,
+    /// tenant and capabilities, a child cancellation token, and the same deadline.
+    pub async fn call_tool(&self, name: &str, input: Value) -> Envelope {
+        match &self.invoker {
+            Some(invoker) => invoker.invoke(name, input, self).await,
+            None => Envelope::err(
+                ErrKind::Internal,
+                format!("cannot call `{name}`: this context has no tool invoker"),
+            ),
+        }
+    }
+}

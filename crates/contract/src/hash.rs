@@ -1,0 +1,78 @@
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// Serializes a JSON value with object keys sorted at every depth, so equal arguments hash
+/// equally whatever order the model wrote them in.
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort_unstable();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[key], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// A stable 16-hex-character fingerprint of a call: SHA-256 over the tool name and the
+/// canonical (sorted-key) JSON of its arguments. Used for repeat and loop detection.
+pub fn args_hash(name: &str, args: &Value) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(name.as_bytes());
+    hasher.update([0u8]);
+    hasher.update(canonical_json(args).as_bytes());
+    let digest = hasher.finalize();
+    let mut hex = String::with_capacity(16);
+    for byte in &digest[..8] {
+        hex.push_str(&format!("{byte:02x}"));
+    }
+    hex
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn key_order_does_not_change_the_hash() {
+        let a = json!({"b": 1, "a": {"y": [1, {"q": 2, "p": 1}], "x": null}});
+        let b = json!({"a": {"x": null, "y": [1, {"p": 1, "q": 2}]}, "b": 1});
+        assert_eq!(args_hash("t", &a), args_hash("t", &b));
+        assert_eq!(args_hash("t", &a).len(), 16);
+        assert_ne!(args_hash("t", &a), args_hash("u", &a));
+        assert_ne!(
+            args_hash("t", &json!({"b": 2})),
+            args_hash("t", &json!({"b": 1}))
+        );
+        assert_eq!(
+            canonical_json(&json!({"b": "x", "a": 1})),
+            r#"{"a":1,"b":"x"}"#
+        );
+    }
+}

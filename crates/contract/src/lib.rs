@@ -1,0 +1,41 @@
+//! The vocabulary every Quiver crate speaks: tool names and their rules, [`ToolSpec`], the
+//! [`Envelope`] result contract (Ok / Hint / Err) with its model-facing renders, the call
+//! context, and the [`Tool`] trait. No I/O and no engine lives here; adapters convert their
+//! engines' types to and from these at their edges.
+
+mod context;
+mod envelope;
+mod error;
+mod hash;
+mod legacy;
+mod names;
+mod render;
+mod spec;
+mod tool;
+mod typed;
+
+pub use context::{CallContext, Capabilities, ToolInvoker, pattern_matches};
+pub use envelope::{
+    Alternative, ColumnSpec, DtypeProvenance, Effects, Envelope, ErrKind, HintKind, Part, Warning,
+};
+pub use error::ContractError;
+pub use hash::{args_hash, canonical_json};
+pub use legacy::coerce_legacy;
+pub use names::{
+    MAX_NAME_BYTES, NameKind, mcp_tool_name, split_mcp_name, validate_server_name,
+    validate_tool_name,
+};
+pub use render::{RenderOptions, render, strip_status_line};
+pub use spec::{Annotations, Category, Lifecycle, Mode, ToolSpec};
+pub use tool::{Tool, ToolError, ToolResult};
+pub use typed::{TypedTool, typed_tool};
+
+/// The narration keys a model sometimes adds to tool arguments. The dispatcher strips them
+/// before validation and hands the first non-empty one to the tool as `reasoning`.
+pub const NARRATION_KEYS: [&str; 5] = [
+    "reasoning",
+    "explanation",
+    "thought",
+    "rationale",
+    "justification",
+];

@@ -1,0 +1,232 @@
+//! Tool-name rules. A bad name is rejected with a reason, never silently rewritten.
+
+use crate::ContractError;
+
+/// The longest a full tool name may be, in bytes (MCP-derived names included).
+pub const MAX_NAME_BYTES: usize = 256;
+
+/// What family a valid name belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NameKind {
+    /// A native tool: lowercase snake_case, optionally dotted (`fs.read_file`).
+    Native,
+    /// A tool from an MCP upstream: `mcp__<server>__<tool>`.
+    Mcp,
+}
+
+fn invalid(what: &'static str, name: &str, reason: impl Into<String>) -> ContractError {
+    ContractError::InvalidName {
+        what,
+        name: name.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// Checks a full tool name and says which family it is.
+///
+/// Native names are lowercase snake_case segments joined by dots, each segment starting with
+/// a letter. Names beginning `mcp__` must be well-formed MCP names (see [`mcp_tool_name`]).
+pub fn validate_tool_name(name: &str) -> Result<NameKind, ContractError> {
+    if name.is_empty() {
+        return Err(invalid("tool", name, "it is empty"));
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(invalid(
+            "tool",
+            name,
+            format!(
+                "it is {} bytes long; the limit is {MAX_NAME_BYTES}",
+                name.len()
+            ),
+        ));
+    }
+    if let Some(rest) = name.strip_prefix("mcp__") {
+        let Some((server, tool)) = rest.split_once("__") else {
+            return Err(invalid(
+                "MCP tool",
+                name,
+                "expected `mcp__<server>__<tool>`",
+            ));
+        };
+        validate_server_name(server)?;
+        check_upstream_tool(name, tool)?;
+        return Ok(NameKind::Mcp);
+    }
+    for segment in name.split('.') {
+        let mut chars = segment.chars();
+        match chars.next() {
+            None => return Err(invalid("tool", name, "it has an empty dotted segment")),
+            Some(c) if !c.is_ascii_lowercase() => {
+                return Err(invalid(
+                    "tool",
+                    name,
+                    "each segment must start with a lowercase ASCII letter",
+                ));
+            }
+            Some(_) => {}
+        }
+        if let Some(bad) =
+            chars.find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_'))
+        {
+            return Err(invalid(
+                "tool",
+                name,
+                format!(
+                    "character {bad:?} is not allowed; native names are lowercase snake_case, optionally dotted"
+                ),
+            ));
+        }
+    }
+    Ok(NameKind::Native)
+}
+
+/// Checks an MCP server name: `[A-Za-z0-9_]+` without `__`.
+pub fn validate_server_name(server: &str) -> Result<(), ContractError> {
+    if server.is_empty() {
+        return Err(invalid("server", server, "it is empty"));
+    }
+    if let Some(bad) = server
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_'))
+    {
+        return Err(invalid(
+            "server",
+            server,
+            format!("character {bad:?} is not in [A-Za-z0-9_]"),
+        ));
+    }
+    if server.contains("__") {
+        return Err(invalid(
+            "server",
+            server,
+            "it contains `__`, the name separator",
+        ));
+    }
+    Ok(())
+}
+
+fn check_upstream_tool(full: &str, tool: &str) -> Result<(), ContractError> {
+    if tool.is_empty() {
+        return Err(invalid("MCP tool", full, "the upstream tool name is empty"));
+    }
+    if let Some(bad) = tool.chars().find(|c| c.is_control()) {
+        return Err(invalid(
+            "MCP tool",
+            full,
+            format!("it contains the control character {bad:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Builds `mcp__<server>__<tool>` from an upstream tool name given as raw bytes (the wire may
+/// carry anything). Rejects invalid UTF-8, control characters, empty names and full names
+/// over [`MAX_NAME_BYTES`].
+pub fn mcp_tool_name(server: &str, tool: &[u8]) -> Result<String, ContractError> {
+    validate_server_name(server)?;
+    let tool = std::str::from_utf8(tool).map_err(|e| {
+        invalid(
+            "MCP tool",
+            &String::from_utf8_lossy(tool),
+            format!("it is not valid UTF-8 ({e})"),
+        )
+    })?;
+    let full = format!("mcp__{server}__{tool}");
+    check_upstream_tool(&full, tool)?;
+    if full.len() > MAX_NAME_BYTES {
+        return Err(invalid(
+            "MCP tool",
+            &full,
+            format!(
+                "the full name is {} bytes; the limit is {MAX_NAME_BYTES}",
+                full.len()
+            ),
+        ));
+    }
+    Ok(full)
+}
+
+/// Splits `mcp__<server>__<tool>` into `(server, tool)`; `None` for a non-MCP name.
+pub fn split_mcp_name(name: &str) -> Option<(&str, &str)> {
+    name.strip_prefix("mcp__")?.split_once("__")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(name: &str, expect: Result<NameKind, &str>) {
+        match (validate_tool_name(name), expect) {
+            (Ok(kind), Ok(want)) => assert_eq!(kind, want, "{name}"),
+            (Err(e), Err(fragment)) => {
+                assert!(
+                    e.to_string().contains(fragment),
+                    "{name}: `{e}` lacks `{fragment}`"
+                )
+            }
+            (got, want) => panic!("{name}: got {got:?}, want {want:?}"),
+        }
+    }
+
+    #[test]
+    fn native_and_mcp_names() {
+        check("read_file", Ok(NameKind::Native));
+        check("fs.read_file", Ok(NameKind::Native));
+        check("tool_search", Ok(NameKind::Native));
+        check("v2.a1_b", Ok(NameKind::Native));
+        check("mcp__git__git_status", Ok(NameKind::Mcp));
+        check("mcp__My_Server__get-thing", Ok(NameKind::Mcp));
+        check("", Err("empty"));
+        check("ReadFile", Err("lowercase"));
+        check("read-file", Err("'-'"));
+        check("fs..read", Err("empty dotted segment"));
+        check("1tool", Err("lowercase"));
+        check("mcp__git", Err("expected `mcp__<server>__<tool>`"));
+        check("mcp__bad-server__x", Err("[A-Za-z0-9_]"));
+        check("mcp__git__", Err("upstream tool name is empty"));
+        check("mcp__git__a\u{7}b", Err("control character"));
+        check(&"a".repeat(257), Err("257 bytes"));
+    }
+
+    #[test]
+    fn mcp_names_are_built_or_rejected_never_rewritten() {
+        assert_eq!(
+            mcp_tool_name("time", b"get_current_time").unwrap(),
+            "mcp__time__get_current_time"
+        );
+        assert!(
+            mcp_tool_name("time", b"")
+                .unwrap_err()
+                .to_string()
+                .contains("empty")
+        );
+        assert!(
+            mcp_tool_name("time", b"\xff\xfe")
+                .unwrap_err()
+                .to_string()
+                .contains("UTF-8")
+        );
+        assert!(
+            mcp_tool_name("time", b"a\nb")
+                .unwrap_err()
+                .to_string()
+                .contains("control")
+        );
+        let long = vec![b'x'; 250];
+        assert!(
+            mcp_tool_name("time", &long)
+                .unwrap_err()
+                .to_string()
+                .contains("limit is 256")
+        );
+        assert!(
+            mcp_tool_name("a__b", b"t")
+                .unwrap_err()
+                .to_string()
+                .contains("__")
+        );
+        assert_eq!(split_mcp_name("mcp__time__now"), Some(("time", "now")));
+        assert_eq!(split_mcp_name("now"), None);
+    }
+}

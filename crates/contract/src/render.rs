@@ -1,0 +1,262 @@
+//! The model-facing renders. The text produced here IS the contract the model reads; it is
+//! locked by snapshot tests.
+
+use std::fmt::Write;
+
+use serde_json::Value;
+
+use crate::{Alternative, ColumnSpec, Envelope, HintKind};
+
+/// Bounds of the Ok preview.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RenderOptions {
+    /// Rows shown of a table before the rest is elided.
+    pub preview_rows: usize,
+    /// Lines of JSON or text shown before the rest is elided.
+    pub preview_lines: usize,
+    /// Characters shown of one table cell.
+    pub max_cell_chars: usize,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        RenderOptions {
+            preview_rows: 20,
+            preview_lines: 200,
+            max_cell_chars: 80,
+        }
+    }
+}
+
+const OK_PREFIX: &str = "✓ ok.";
+
+/// Renders an envelope to the text the model reads.
+pub fn render(envelope: &Envelope, opts: &RenderOptions) -> String {
+    let mut out = String::new();
+    match envelope {
+        Envelope::Ok {
+            rows,
+            schema,
+            data,
+            warnings,
+            parts,
+            ..
+        } => {
+            render_ok(&mut out, *rows, schema, data, opts);
+            for w in warnings {
+                let _ = write!(out, "\n⚠ {}: {}", w.kind, w.message);
+            }
+            for p in parts {
+                let _ = write!(out, "\n{}", p.describe());
+            }
+        }
+        Envelope::Hint {
+            hint_kind,
+            message,
+            alternatives,
+        } => {
+            render_hint(&mut out, *hint_kind, message, alternatives);
+        }
+        Envelope::Err { message, err_kind } => {
+            let _ = write!(out, "✗ error ({}): {message}", err_kind.as_str());
+        }
+    }
+    out
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 { "row" } else { "rows" }
+}
+
+fn render_ok(
+    out: &mut String,
+    rows: u64,
+    schema: &[ColumnSpec],
+    data: &Value,
+    opts: &RenderOptions,
+) {
+    match data {
+        Value::String(text) => {
+            out.push_str(OK_PREFIX);
+            if !text.is_empty() {
+                out.push('\n');
+                push_bounded_lines(out, text, opts.preview_lines);
+            }
+        }
+        Value::Null => {
+            let _ = write!(out, "{OK_PREFIX} 0 rows.");
+        }
+        Value::Array(items) if !schema.is_empty() => {
+            let _ = write!(out, "{OK_PREFIX} {rows} {}.", plural(rows));
+            push_schema_line(out, schema);
+            push_table(out, schema, items, rows, opts);
+        }
+        other => {
+            let _ = write!(out, "{OK_PREFIX} {rows} {}.", plural(rows));
+            push_schema_line(out, schema);
+            out.push('\n');
+            let pretty = serde_json::to_string_pretty(other).unwrap_or_default();
+            if let Value::Array(items) = other {
+                // A list without columns: bound by items, and say how many are elided.
+                let shown = items.len().min(opts.preview_rows);
+                let head = serde_json::to_string_pretty(&Value::Array(items[..shown].to_vec()))
+                    .unwrap_or_default();
+                if shown < items.len() {
+                    out.push_str(head.trim_end_matches(']').trim_end());
+                    let _ = write!(
+                        out,
+                        "\n  ... ({} more rows) ...\n]",
+                        rows.saturating_sub(shown as u64)
+                    );
+                } else {
+                    out.push_str(&head);
+                }
+            } else {
+                push_bounded_lines(out, &pretty, opts.preview_lines);
+            }
+        }
+    }
+}
+
+fn push_schema_line(out: &mut String, schema: &[ColumnSpec]) {
+    if schema.is_empty() {
+        return;
+    }
+    out.push_str("\nschema: ");
+    for (i, col) in schema.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let _ = write!(out, "{} {}", col.name, col.dtype);
+        match col.null_count {
+            Some(n) if n > 0 => {
+                let _ = write!(out, " ({n} null)");
+            }
+            _ => {}
+        }
+    }
+}
+
+fn cell(v: Option<&Value>, max: usize) -> String {
+    let s = match v {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    };
+    let s = s.replace(['\n', '\r'], " ").replace('|', "\\|");
+    if s.chars().count() > max {
+        let cut: String = s.chars().take(max.saturating_sub(1)).collect();
+        format!("{cut}…")
+    } else {
+        s
+    }
+}
+
+fn push_table(
+    out: &mut String,
+    schema: &[ColumnSpec],
+    items: &[Value],
+    rows: u64,
+    opts: &RenderOptions,
+) {
+    out.push_str("\n|");
+    for col in schema {
+        let _ = write!(out, " {} |", col.name);
+    }
+    out.push_str("\n|");
+    for _ in schema {
+        out.push_str("---|");
+    }
+    let shown = items.len().min(opts.preview_rows);
+    for row in &items[..shown] {
+        out.push_str("\n|");
+        for col in schema {
+            let _ = write!(out, " {} |", cell(row.get(&col.name), opts.max_cell_chars));
+        }
+    }
+    let elided = rows.saturating_sub(shown as u64);
+    if elided > 0 {
+        let _ = write!(out, "\n... ({elided} more {}) ...", plural(elided));
+    }
+}
+
+fn push_bounded_lines(out: &mut String, text: &str, max_lines: usize) {
+    let total = text.lines().count();
+    if total <= max_lines {
+        out.push_str(text);
+        return;
+    }
+    for (i, line) in text.lines().take(max_lines).enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(line);
+    }
+    let _ = write!(out, "\n... ({} more lines) ...", total - max_lines);
+}
+
+fn score(a: &Alternative) -> String {
+    format!("{:.2}", a.score)
+}
+
+fn render_hint(out: &mut String, kind: HintKind, message: &str, alternatives: &[Alternative]) {
+    match kind {
+        HintKind::Schema => {
+            let _ = write!(out, "⚠ schema hint: {message}");
+            if !alternatives.is_empty() {
+                out.push_str("\ndid you mean: ");
+                for (i, a) in alternatives.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    let _ = write!(out, "`{}` ({})", a.label, score(a));
+                    if let Some(d) = &a.detail {
+                        let _ = write!(out, " {d}");
+                    }
+                }
+                out.push('?');
+            }
+        }
+        HintKind::Fetch => {
+            let _ = write!(out, "⚠ fetch hint: {message}");
+            for action in ["add", "narrow"] {
+                let items: Vec<String> = alternatives
+                    .iter()
+                    .filter(|a| a.action.as_deref().unwrap_or("add") == action)
+                    .map(|a| match &a.detail {
+                        Some(d) => format!("{} ({d})", a.label),
+                        None => a.label.clone(),
+                    })
+                    .collect();
+                if !items.is_empty() {
+                    let _ = write!(out, "\n{action}: {}", items.join(", "));
+                }
+            }
+        }
+        HintKind::Ambiguous => {
+            let _ = write!(out, "⚠ ambiguous: {message}");
+            if !alternatives.is_empty() {
+                out.push_str("\npick one:");
+                for (i, a) in alternatives.iter().enumerate() {
+                    let _ = write!(out, "\n  {}. {} ({})", i + 1, a.label, score(a));
+                    if let Some(d) = &a.detail {
+                        let _ = write!(out, " {d}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Strips the leading `✓ ok.` status line when a tool reads another tool's output as data.
+/// Hint and error texts are returned unchanged, so a failure can never pass for content.
+pub fn strip_status_line(rendered: &str) -> &str {
+    if !rendered.starts_with(OK_PREFIX) {
+        return rendered;
+    }
+    match rendered.split_once('\n') {
+        Some((_, rest)) => rest,
+        None => "",
+    }
+}

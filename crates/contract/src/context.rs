@@ -71,6 +71,8 @@ pub struct CallContext {
     pub tenant: Option<Arc<str>>,
     /// A unique id for this call.
     pub call_id: Option<Arc<str>>,
+    /// The authenticated caller (an inbound token's name), if any.
+    pub principal: Option<Arc<str>>,
     /// What the caller may do.
     pub capabilities: Arc<Capabilities>,
     /// Cancelled when the caller gives up; tools that run long should watch it.
@@ -91,6 +93,7 @@ impl fmt::Debug for CallContext {
             .field("session", &self.session)
             .field("tenant", &self.tenant)
             .field("call_id", &self.call_id)
+            .field("principal", &self.principal)
             .field("capabilities", &self.capabilities)
             .field("cancelled", &self.cancel.is_cancelled())
             .field("reasoning", &self.reasoning)
@@ -112,6 +115,12 @@ impl CallContext {
     /// Sets the tenant.
     pub fn with_tenant(mut self, tenant: impl Into<Arc<str>>) -> Self {
         self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// Sets the principal.
+    pub fn with_principal(mut self, principal: impl Into<Arc<str>>) -> Self {
+        self.principal = Some(principal.into());
         self
     }
 

@@ -10,7 +10,6 @@ use crate::hash::canonical_json;
 /// The one shape every tool result takes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-#[non_exhaustive]
 pub enum Envelope {
     /// Success, with data measured rather than declared.
     Ok {

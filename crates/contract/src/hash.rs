@@ -42,10 +42,15 @@ fn write_canonical(value: &Value, out: &mut String) {
 /// A stable 16-hex-character fingerprint of a call: SHA-256 over the tool name and the
 /// canonical (sorted-key) JSON of its arguments. Used for repeat and loop detection.
 pub fn args_hash(name: &str, args: &Value) -> String {
+    args_hash_canonical(name, &canonical_json(args))
+}
+
+/// [`args_hash`] over arguments already in canonical form (see [`canonical_json`]).
+pub fn args_hash_canonical(name: &str, canonical_args: &str) -> String {
     let mut hasher = Sha256::new();
     hasher.update(name.as_bytes());
     hasher.update([0u8]);
-    hasher.update(canonical_json(args).as_bytes());
+    hasher.update(canonical_args.as_bytes());
     let digest = hasher.finalize();
     let mut hex = String::with_capacity(16);
     for byte in &digest[..8] {

@@ -19,7 +19,7 @@ pub use envelope::{
     Alternative, ColumnSpec, DtypeProvenance, Effects, Envelope, ErrKind, HintKind, Part, Warning,
 };
 pub use error::ContractError;
-pub use hash::{args_hash, canonical_json};
+pub use hash::{args_hash, args_hash_canonical, canonical_json};
 pub use legacy::coerce_legacy;
 pub use names::{
     MAX_NAME_BYTES, NameKind, mcp_tool_name, split_mcp_name, validate_server_name,

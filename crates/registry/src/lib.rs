@@ -1,1 +1,32 @@
-//! placeholder
+//! The registry is the one place tools live and the one path every call takes. [`Catalog`]
+//! holds the registered tools (first registration wins; every skipped name is reported);
+//! [`Dispatcher`] runs each call through lookup, narration stripping, schema validation,
+//! policy, the loop guard, the tower middleware stack (recover, timeout, concurrency, result
+//! limit, telemetry) and the recorder. The ports it consumes ([`ToolCallRecorder`],
+//! [`PolicyCheck`]) are defined here, in its own vocabulary, with in-memory implementations.
+
+mod catalog;
+mod dispatch;
+mod error;
+pub mod layers;
+mod policy;
+mod ports;
+mod state;
+mod suggest;
+mod validate;
+
+pub use catalog::{
+    AdvertiseOptions, Catalog, CatalogEvent, Entry, Family, RegisterReport, Skipped, order_families,
+};
+pub use dispatch::{BatchCall, DispatchConfig, Dispatcher, DispatcherBuilder};
+pub use error::RegistryError;
+pub use layers::telemetry::{Metrics, ToolCounters};
+pub use policy::{PolicyAction, PolicyRule, RulePolicy};
+pub use ports::{
+    CallObserver, CallRecord, MemoryRecorder, NoPolicy, NullRecorder, PolicyCheck, PolicyRequest,
+    PolicyVerdict, ToolCallRecorder,
+};
+pub use suggest::did_you_mean;
+
+#[cfg(feature = "mock")]
+pub use ports::{MockPolicyCheck, MockToolCallRecorder};

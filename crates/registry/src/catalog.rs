@@ -1,0 +1,509 @@
+//! The catalog: every registered tool, its compiled validator, and change events.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+    sync::{
+        Arc, RwLock,
+        atomic::{AtomicU64, Ordering},
+    },
+};
+
+use quiver_contract::{Mode, NARRATION_KEYS, Tool, ToolSpec};
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+use crate::RegistryError;
+
+/// One registered tool.
+pub struct Entry {
+    /// The tool.
+    pub tool: Arc<dyn Tool>,
+    /// Its spec, as registered.
+    pub spec: ToolSpec,
+    /// The family it was registered by (`core`, `mcp:<server>`, `custom`, ...).
+    pub family: Arc<str>,
+    pub(crate) validator: jsonschema::Validator,
+    /// Narration keys the schema itself declares; those are real arguments, not narration.
+    pub(crate) declared_narration: Vec<&'static str>,
+    /// Property names, for did-you-mean on unknown arguments.
+    pub(crate) properties: Vec<String>,
+}
+
+impl fmt::Debug for Entry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Entry")
+            .field("name", &self.spec.name)
+            .field("family", &self.family)
+            .finish()
+    }
+}
+
+impl Entry {
+    fn new(family: &str, tool: Arc<dyn Tool>) -> Result<Entry, RegistryError> {
+        let spec = tool.spec().clone();
+        spec.validate()?;
+        let validator = jsonschema::validator_for(&spec.input_schema).map_err(|e| {
+            RegistryError::InvalidSchema {
+                name: spec.name.clone(),
+                reason: e.to_string(),
+            }
+        })?;
+        let props = spec
+            .input_schema
+            .get("properties")
+            .and_then(Value::as_object);
+        let properties: Vec<String> = props
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default();
+        let declared_narration = NARRATION_KEYS
+            .into_iter()
+            .filter(|k| properties.iter().any(|p| p == k))
+            .collect();
+        Ok(Entry {
+            tool,
+            spec,
+            family: family.into(),
+            validator,
+            declared_narration,
+            properties,
+        })
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+}
+
+/// A change to the catalog, broadcast to subscribers (the search index, MCP servers that
+/// must send `list_changed`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CatalogEvent {
+    /// A tool was added (or replaced).
+    Added(String),
+    /// A tool was removed.
+    Removed(String),
+}
+
+/// A name a registration skipped, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Skipped {
+    /// The family that tried to register it.
+    pub family: String,
+    /// The tool name.
+    pub name: String,
+    /// Why it was skipped.
+    pub reason: String,
+}
+
+/// What a bulk registration did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RegisterReport {
+    /// Names registered, in order.
+    pub registered: Vec<String>,
+    /// Names skipped (duplicates: first registration wins; invalid specs).
+    pub skipped: Vec<Skipped>,
+}
+
+impl RegisterReport {
+    /// One warning line per family and reason class, e.g.
+    /// `server-global MCP: skipped duplicate tool name(s) (2): a, b`.
+    pub fn warning_lines(&self) -> Vec<String> {
+        let mut groups: BTreeMap<(&str, bool), Vec<&Skipped>> = BTreeMap::new();
+        for s in &self.skipped {
+            let dup = s.reason == DUPLICATE;
+            groups.entry((s.family.as_str(), dup)).or_default().push(s);
+        }
+        groups
+            .into_iter()
+            .map(|((family, dup), items)| {
+                if dup {
+                    let names: Vec<&str> = items.iter().map(|s| s.name.as_str()).collect();
+                    format!(
+                        "{family}: skipped duplicate tool name(s) ({}): {}",
+                        names.len(),
+                        names.join(", ")
+                    )
+                } else {
+                    let parts: Vec<String> = items
+                        .iter()
+                        .map(|s| format!("{} ({})", s.name, s.reason))
+                        .collect();
+                    format!(
+                        "{family}: skipped invalid tool(s) ({}): {}",
+                        parts.len(),
+                        parts.join("; ")
+                    )
+                }
+            })
+            .collect()
+    }
+
+    /// Appends another report.
+    pub fn extend(&mut self, other: RegisterReport) {
+        self.registered.extend(other.registered);
+        self.skipped.extend(other.skipped);
+    }
+}
+
+const DUPLICATE: &str = "duplicate name";
+
+/// A family of tools for ordered assembly.
+pub struct Family {
+    /// Its name, as it appears in the declared order and in warnings.
+    pub name: String,
+    /// Its tools, in registration order.
+    pub tools: Vec<Arc<dyn Tool>>,
+}
+
+impl fmt::Debug for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Family")
+            .field("name", &self.name)
+            .field("tools", &self.tools.len())
+            .finish()
+    }
+}
+
+impl Family {
+    /// A family.
+    pub fn new(name: impl Into<String>, tools: Vec<Arc<dyn Tool>>) -> Self {
+        Family {
+            name: name.into(),
+            tools,
+        }
+    }
+}
+
+/// Puts `families` in the declared `order`. Fails on a name in the order that no family has,
+/// on a family whose name is not in the order, and on a family given twice.
+pub fn order_families(order: &[&str], families: Vec<Family>) -> Result<Vec<Family>, RegistryError> {
+    let mut by_name: BTreeMap<String, Family> = BTreeMap::new();
+    for fam in families {
+        if !order.contains(&fam.name.as_str()) {
+            return Err(RegistryError::Assembly(format!(
+                "family `{}` is not in the declared order [{}]",
+                fam.name,
+                order.join(", ")
+            )));
+        }
+        if by_name.contains_key(&fam.name) {
+            return Err(RegistryError::Assembly(format!(
+                "family `{}` is given twice",
+                fam.name
+            )));
+        }
+        by_name.insert(fam.name.clone(), fam);
+    }
+    order
+        .iter()
+        .map(|name| {
+            by_name.remove(*name).ok_or_else(|| {
+                RegistryError::Assembly(format!(
+                    "family `{name}` is in the declared order but no family provides it"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// How [`Catalog::advertised_specs`] shapes what the model sees.
+#[non_exhaustive]
+pub struct AdvertiseOptions<'a> {
+    /// Inject an optional `reasoning` property into every advertised schema.
+    pub inject_reasoning: bool,
+    /// Tools that get no injected `reasoning` property.
+    pub reasoning_exempt: &'a [String],
+    /// Whether a progressive tool has been loaded by the session (then its full spec shows).
+    pub loaded: &'a (dyn Fn(&str) -> bool + Sync),
+}
+
+impl fmt::Debug for AdvertiseOptions<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdvertiseOptions")
+            .field("inject_reasoning", &self.inject_reasoning)
+            .field("reasoning_exempt", &self.reasoning_exempt)
+            .finish_non_exhaustive()
+    }
+}
+
+fn nothing_loaded(_: &str) -> bool {
+    false
+}
+
+impl Default for AdvertiseOptions<'_> {
+    fn default() -> Self {
+        static EXEMPT: std::sync::LazyLock<Vec<String>> =
+            std::sync::LazyLock::new(|| vec!["plan".to_owned()]);
+        AdvertiseOptions {
+            inject_reasoning: true,
+            reasoning_exempt: &EXEMPT,
+            loaded: &nothing_loaded,
+        }
+    }
+}
+
+impl<'a> AdvertiseOptions<'a> {
+    /// Sets the loaded-check for progressive tools.
+    pub fn with_loaded(mut self, loaded: &'a (dyn Fn(&str) -> bool + Sync)) -> Self {
+        self.loaded = loaded;
+        self
+    }
+
+    /// Turns reasoning injection on or off.
+    pub fn with_reasoning(mut self, inject: bool) -> Self {
+        self.inject_reasoning = inject;
+        self
+    }
+
+    /// Sets the exempt list.
+    pub fn with_exempt(mut self, exempt: &'a [String]) -> Self {
+        self.reasoning_exempt = exempt;
+        self
+    }
+}
+
+/// The description of the injected `reasoning` property.
+pub(crate) const REASONING_DESCRIPTION: &str = "Why you chose this tool and these arguments (optional; recorded for audit, never passed to the tool).";
+
+/// Every registered tool, shared and thread-safe.
+pub struct Catalog {
+    tools: RwLock<BTreeMap<String, Arc<Entry>>>,
+    events: broadcast::Sender<CatalogEvent>,
+    version: AtomicU64,
+}
+
+impl fmt::Debug for Catalog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Catalog").field("len", &self.len()).finish()
+    }
+}
+
+impl Default for Catalog {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Catalog {
+    /// An empty catalog.
+    pub fn new() -> Self {
+        let (events, _) = broadcast::channel(4096);
+        Catalog {
+            tools: RwLock::new(BTreeMap::new()),
+            events,
+            version: AtomicU64::new(0),
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<Entry>>> {
+        self.tools.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Arc<Entry>>> {
+        self.tools.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn changed(&self, event: CatalogEvent) {
+        self.version.fetch_add(1, Ordering::Release);
+        let _ = self.events.send(event);
+    }
+
+    /// Subscribes to changes. A lagging subscriber should resync from [`Catalog::tools`].
+    pub fn subscribe(&self) -> broadcast::Receiver<CatalogEvent> {
+        self.events.subscribe()
+    }
+
+    /// A counter bumped by every change.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// Registers a tool in the `core` family; a taken name is a [`RegistryError::Conflict`].
+    pub fn register(&self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
+        self.register_in("core", tool)
+    }
+
+    /// Registers a tool in a family; a taken name is a [`RegistryError::Conflict`].
+    pub fn register_in(&self, family: &str, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
+        let entry = Arc::new(Entry::new(family, tool)?);
+        let name = entry.spec.name.clone();
+        {
+            let mut tools = self.write();
+            if tools.contains_key(&name) {
+                return Err(RegistryError::Conflict { name });
+            }
+            tools.insert(name.clone(), entry);
+        }
+        self.changed(CatalogEvent::Added(name));
+        Ok(())
+    }
+
+    /// Registers a tool at start-up; panics on any error (a programming mistake).
+    pub fn must_register(&self, tool: Arc<dyn Tool>) {
+        if let Err(e) = self.register(tool) {
+            panic!("must_register: {e}");
+        }
+    }
+
+    /// Registers many tools first-wins, skipping and continuing past duplicates and invalid
+    /// specs; the report names every skipped tool.
+    pub fn register_all(&self, family: &str, tools: Vec<Arc<dyn Tool>>) -> RegisterReport {
+        let mut report = RegisterReport::default();
+        for tool in tools {
+            let name = tool.spec().name.clone();
+            match self.register_in(family, tool) {
+                Ok(()) => report.registered.push(name),
+                Err(RegistryError::Conflict { name }) => report.skipped.push(Skipped {
+                    family: family.to_owned(),
+                    name,
+                    reason: DUPLICATE.to_owned(),
+                }),
+                Err(e) => report.skipped.push(Skipped {
+                    family: family.to_owned(),
+                    name,
+                    reason: e.to_string(),
+                }),
+            }
+        }
+        report
+    }
+
+    /// Registers families in the given order (see [`order_families`]), first-wins.
+    pub fn register_families(&self, families: Vec<Family>) -> RegisterReport {
+        let mut report = RegisterReport::default();
+        for fam in families {
+            report.extend(self.register_all(&fam.name, fam.tools));
+        }
+        report
+    }
+
+    /// Replaces (or adds) a tool in place: for a source whose tool changed its definition.
+    pub fn upsert_in(&self, family: &str, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
+        let entry = Arc::new(Entry::new(family, tool)?);
+        let name = entry.spec.name.clone();
+        let new_tool = entry.tool.clone();
+        let old = self.write().insert(name.clone(), entry);
+        if let Some(old) = old {
+            if !Arc::ptr_eq(&old.tool, &new_tool) {
+                old.tool.release();
+            }
+        }
+        self.changed(CatalogEvent::Added(name));
+        Ok(())
+    }
+
+    /// Removes a tool and releases its resources.
+    pub fn remove(&self, name: &str) -> Option<Arc<Entry>> {
+        let removed = self.write().remove(name);
+        if let Some(entry) = &removed {
+            entry.tool.release();
+            self.changed(CatalogEvent::Removed(name.to_owned()));
+        }
+        removed
+    }
+
+    /// Removes every tool of a family; returns their names.
+    pub fn remove_family(&self, family: &str) -> Vec<String> {
+        let names: Vec<String> = self
+            .read()
+            .values()
+            .filter(|e| &*e.family == family)
+            .map(|e| e.spec.name.clone())
+            .collect();
+        for name in &names {
+            self.remove(name);
+        }
+        names
+    }
+
+    /// Looks a tool up by exact name, whatever its visibility.
+    pub fn lookup(&self, name: &str) -> Option<Arc<Entry>> {
+        self.read().get(name).cloned()
+    }
+
+    /// Whether a name is registered.
+    pub fn contains(&self, name: &str) -> bool {
+        self.read().contains_key(name)
+    }
+
+    /// How many tools are registered.
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    /// Whether no tool is registered.
+    pub fn is_empty(&self) -> bool {
+        self.read().is_empty()
+    }
+
+    /// Every registered tool, sorted by name.
+    pub fn tools(&self) -> Vec<Arc<Entry>> {
+        self.read().values().cloned().collect()
+    }
+
+    /// Every registered name, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.read().keys().cloned().collect()
+    }
+
+    /// The names of one family, sorted.
+    pub fn family_names(&self, family: &str) -> BTreeSet<String> {
+        self.read()
+            .values()
+            .filter(|e| &*e.family == family)
+            .map(|e| e.spec.name.clone())
+            .collect()
+    }
+
+    /// The tools listed in `mode`: live, not internal, passing plan-mode rules; by name.
+    pub fn available(&self, mode: Mode) -> Vec<Arc<Entry>> {
+        self.read()
+            .values()
+            .filter(|e| e.spec.listed_in(mode))
+            .cloned()
+            .collect()
+    }
+
+    /// The specs listed in `mode`, by name.
+    pub fn specs(&self, mode: Mode) -> Vec<ToolSpec> {
+        self.read()
+            .values()
+            .filter(|e| e.spec.listed_in(mode))
+            .map(|e| e.spec.clone())
+            .collect()
+    }
+
+    /// The specs listed in `mode` as the model should see them: lightweight specs for
+    /// progressive tools not yet loaded, and the injected `reasoning` property.
+    pub fn advertised_specs(&self, mode: Mode, opts: &AdvertiseOptions<'_>) -> Vec<ToolSpec> {
+        self.specs(mode)
+            .into_iter()
+            .map(|spec| advertise(spec, opts))
+            .collect()
+    }
+}
+
+/// Shapes one spec for the model (see [`Catalog::advertised_specs`]).
+pub(crate) fn advertise(spec: ToolSpec, opts: &AdvertiseOptions<'_>) -> ToolSpec {
+    let mut spec = if spec.progressive && !(opts.loaded)(&spec.name) {
+        spec.lightweight()
+    } else {
+        spec
+    };
+    if opts.inject_reasoning && !opts.reasoning_exempt.iter().any(|n| n == &spec.name) {
+        if let Some(obj) = spec.input_schema.as_object_mut() {
+            let props = obj.entry("properties").or_insert_with(|| json!({}));
+            if let Some(props) = props.as_object_mut() {
+                props.entry("reasoning").or_insert_with(
+                    || json!({"type": "string", "description": REASONING_DESCRIPTION}),
+                );
+            }
+        }
+    }
+    spec
+}

@@ -1,0 +1,712 @@
+//! The dispatcher: the one pipeline every call takes.
+
+use std::{
+    convert::Infallible,
+    sync::{
+        Arc, OnceLock, Weak,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant, SystemTime},
+};
+
+use async_trait::async_trait;
+use futures::future::join_all;
+use quiver_contract::{
+    Alternative, CallContext, Envelope, ErrKind, HintKind, NARRATION_KEYS, ToolInvoker, Warning,
+    args_hash_canonical, canonical_json,
+};
+use serde_json::{Map, Value};
+use tower::{ServiceBuilder, ServiceExt, util::BoxCloneSyncService};
+
+use crate::{
+    CallObserver, CallRecord, Catalog, Entry, Metrics, NoPolicy, NullRecorder, PolicyAction,
+    PolicyCheck, PolicyRequest, ToolCallRecorder,
+    layers::{
+        Call, ToolService,
+        concurrency::{ConcurrencyConfig, ConcurrencyLayer},
+        recover::RecoverLayer,
+        result_limit::{ResultLimitConfig, ResultLimitLayer},
+        telemetry::TelemetryLayer,
+        timeout::{TimeoutConfig, TimeoutLayer},
+    },
+    state::Sessions,
+    suggest::did_you_mean,
+    validate,
+};
+
+/// Dispatcher configuration. Every field has a default.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct DispatchConfig {
+    /// Timeouts.
+    pub timeout: TimeoutConfig,
+    /// Concurrency limits.
+    pub concurrency: ConcurrencyConfig,
+    /// Result limits.
+    pub result_limit: ResultLimitConfig,
+    /// The Nth consecutive identical call in a session is refused (default 4).
+    pub loop_guard_threshold: u32,
+    /// After this many failures of the same call, results carry a "try a different approach"
+    /// hint (default 3).
+    pub repeat_failure_threshold: u32,
+    /// Largest accepted arguments, in bytes of JSON (default 1 MiB).
+    pub max_input_bytes: usize,
+    /// Deepest tool-calls-tool nesting (default 8).
+    pub max_depth: u32,
+    /// Sessions whose state is kept (least recently used are forgotten first).
+    pub max_sessions: usize,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        DispatchConfig {
+            timeout: TimeoutConfig::default(),
+            concurrency: ConcurrencyConfig::default(),
+            result_limit: ResultLimitConfig::default(),
+            loop_guard_threshold: 4,
+            repeat_failure_threshold: 3,
+            max_input_bytes: 1 << 20,
+            max_depth: 8,
+            max_sessions: 100_000,
+        }
+    }
+}
+
+impl DispatchConfig {
+    /// Sets the timeouts.
+    pub fn with_timeout(mut self, t: TimeoutConfig) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    /// Sets the concurrency limits.
+    pub fn with_concurrency(mut self, c: ConcurrencyConfig) -> Self {
+        self.concurrency = c;
+        self
+    }
+
+    /// Sets the result limits.
+    pub fn with_result_limit(mut self, r: ResultLimitConfig) -> Self {
+        self.result_limit = r;
+        self
+    }
+
+    /// Sets the input size limit.
+    pub fn with_max_input_bytes(mut self, n: usize) -> Self {
+        self.max_input_bytes = n;
+        self
+    }
+}
+
+/// One call of a batch.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct BatchCall {
+    /// The tool name.
+    pub name: String,
+    /// The arguments.
+    pub input: Value,
+}
+
+impl BatchCall {
+    /// A batch call.
+    pub fn new(name: impl Into<String>, input: Value) -> Self {
+        BatchCall {
+            name: name.into(),
+            input,
+        }
+    }
+}
+
+type Stack = BoxCloneSyncService<Call, Envelope, Infallible>;
+
+struct Inner {
+    catalog: Arc<Catalog>,
+    config: DispatchConfig,
+    stack: Stack,
+    recorder: Arc<dyn ToolCallRecorder>,
+    policy: Arc<dyn PolicyCheck>,
+    observers: Vec<Arc<dyn CallObserver>>,
+    metrics: Arc<Metrics>,
+    sessions: Sessions,
+    invoker: Arc<dyn ToolInvoker>,
+    next_id: AtomicU64,
+    id_prefix: String,
+}
+
+/// The one dispatch pipeline. Cheap to clone.
+#[derive(Clone)]
+pub struct Dispatcher {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Invoker(Weak<Inner>);
+
+#[async_trait]
+impl ToolInvoker for Invoker {
+    async fn invoke(&self, name: &str, input: Value, parent: &CallContext) -> Envelope {
+        let Some(inner) = self.0.upgrade() else {
+            return Envelope::err(ErrKind::NotAvailable, "the dispatcher has shut down");
+        };
+        let mut ctx = parent.clone();
+        ctx.cancel = parent.cancel.child_token();
+        ctx.reasoning = None;
+        ctx.call_id = None;
+        ctx.depth = parent.depth + 1;
+        Dispatcher { inner }.call(name, input, ctx).await
+    }
+}
+
+/// Builder for a [`Dispatcher`].
+pub struct DispatcherBuilder {
+    catalog: Arc<Catalog>,
+    config: DispatchConfig,
+    recorder: Arc<dyn ToolCallRecorder>,
+    policy: Arc<dyn PolicyCheck>,
+    observers: Vec<Arc<dyn CallObserver>>,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for DispatcherBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DispatcherBuilder").finish_non_exhaustive()
+    }
+}
+
+impl DispatcherBuilder {
+    /// Sets the configuration.
+    pub fn config(mut self, config: DispatchConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Sets the recorder.
+    pub fn recorder(mut self, recorder: Arc<dyn ToolCallRecorder>) -> Self {
+        self.recorder = recorder;
+        self
+    }
+
+    /// Sets the policy check.
+    pub fn policy(mut self, policy: Arc<dyn PolicyCheck>) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Adds a call observer.
+    pub fn observer(mut self, observer: Arc<dyn CallObserver>) -> Self {
+        self.observers.push(observer);
+        self
+    }
+
+    /// Shares a metrics registry.
+    pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Builds the dispatcher; the middleware stack is assembled here, outermost first.
+    pub fn build(self) -> Dispatcher {
+        let stack = ServiceBuilder::new()
+            .layer(TelemetryLayer::new(self.metrics.clone()))
+            .layer(RecoverLayer)
+            .layer(TimeoutLayer::new(self.config.timeout.clone()))
+            .layer(ConcurrencyLayer::new(self.config.concurrency.clone()))
+            .layer(ResultLimitLayer::new(self.config.result_limit))
+            .service(ToolService);
+        let stack = BoxCloneSyncService::new(stack);
+        let id_prefix = format!(
+            "{:x}",
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_micros())
+                .unwrap_or(0)
+        );
+        let inner = Arc::new_cyclic(|weak: &Weak<Inner>| Inner {
+            catalog: self.catalog,
+            sessions: Sessions::new(self.config.max_sessions),
+            config: self.config,
+            stack,
+            recorder: self.recorder,
+            policy: self.policy,
+            observers: self.observers,
+            metrics: self.metrics,
+            invoker: Arc::new(Invoker(weak.clone())),
+            next_id: AtomicU64::new(1),
+            id_prefix,
+        });
+        Dispatcher { inner }
+    }
+}
+
+/// Where a call ended before reaching the tool, or the prepared call.
+enum Prepared {
+    Done(Envelope),
+    Run(Arc<Entry>, Vec<Warning>),
+}
+
+fn emphatic(count: u32, rule: &str, message: &str) -> String {
+    match count {
+        1 => format!("{message} (policy `{rule}`)"),
+        2 => format!("Second time this session: {message} (policy `{rule}`). Please follow it."),
+        n => format!("STOP. You have skipped policy `{rule}` {n} times this session: {message}"),
+    }
+}
+
+impl Dispatcher {
+    /// Starts building a dispatcher over `catalog`, with defaults: no policy, no recorder.
+    pub fn builder(catalog: Arc<Catalog>) -> DispatcherBuilder {
+        DispatcherBuilder {
+            catalog,
+            config: DispatchConfig::default(),
+            recorder: Arc::new(NullRecorder),
+            policy: Arc::new(NoPolicy),
+            observers: Vec::new(),
+            metrics: Arc::new(Metrics::new()),
+        }
+    }
+
+    /// A dispatcher with defaults over `catalog`.
+    pub fn new(catalog: Arc<Catalog>) -> Dispatcher {
+        Self::builder(catalog).build()
+    }
+
+    /// The catalog it dispatches into.
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.inner.catalog
+    }
+
+    /// The counters.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.inner.metrics
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DispatchConfig {
+        &self.inner.config
+    }
+
+    /// The recorder.
+    pub fn recorder(&self) -> &Arc<dyn ToolCallRecorder> {
+        &self.inner.recorder
+    }
+
+    /// Forgets a session's dispatch state (loop guard, failures, policy counts).
+    pub fn end_session(&self, session: &str) {
+        self.inner.sessions.end(session);
+    }
+
+    /// Calls a tool with arguments given as raw JSON text; malformed JSON is a schema hint.
+    pub async fn call_json(&self, name: &str, raw: &str, ctx: CallContext) -> Envelope {
+        let input = if raw.trim().is_empty() {
+            Value::Object(Map::new())
+        } else {
+            match serde_json::from_str::<Value>(raw) {
+                Ok(v) => v,
+                Err(e) => {
+                    let envelope = Envelope::hint(
+                        HintKind::Schema,
+                        format!(
+                            "the arguments to `{name}` are not valid JSON ({e}). Send one JSON object, e.g. {{\"key\": \"value\"}}."
+                        ),
+                        Vec::new(),
+                    );
+                    return self
+                        .finish_early(
+                            name,
+                            Value::String(raw.to_owned()),
+                            None,
+                            envelope,
+                            ctx,
+                            Instant::now(),
+                        )
+                        .await;
+                }
+            }
+        };
+        self.call(name, input, ctx).await
+    }
+
+    /// Runs one call through the whole pipeline and returns its envelope. Never panics on
+    /// bad input; every call is recorded.
+    pub async fn call(&self, name: &str, input: Value, mut ctx: CallContext) -> Envelope {
+        let t0 = Instant::now();
+        let inner = &*self.inner;
+        if ctx.call_id.is_none() {
+            let n = inner.next_id.fetch_add(1, Ordering::Relaxed);
+            ctx.call_id = Some(format!("{}-{n}", inner.id_prefix).into());
+        }
+        let (input, canonical) = match self.normalize(name, input, &mut ctx) {
+            Ok(v) => v,
+            Err((input, envelope)) => {
+                return self
+                    .finish_early(name, input, None, envelope, ctx, t0)
+                    .await;
+            }
+        };
+        let hash = args_hash_canonical(name, &canonical);
+        let (entry, mut warnings) = match self.prepare(name, &input, &canonical, &hash, &ctx) {
+            Prepared::Done(envelope) => {
+                return self
+                    .finish_early(name, input, Some(hash), envelope, ctx, t0)
+                    .await;
+            }
+            Prepared::Run(entry, warnings) => (entry, warnings),
+        };
+        ctx.invoker = Some(inner.invoker.clone());
+        let started = Arc::new(OnceLock::new());
+        let call = Call {
+            entry: entry.clone(),
+            input: input.clone(),
+            ctx: ctx.clone(),
+            started: started.clone(),
+        };
+        let cancel = ctx.cancel.clone();
+        let run = inner.stack.clone().oneshot(call);
+        let mut envelope = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Envelope::err(
+                ErrKind::Cancelled,
+                format!("the call to `{name}` was cancelled by the caller"),
+            ),
+            out = run => match out { Ok(e) => e, Err(never) => match never {} },
+        };
+        let queued = started
+            .get()
+            .map(|s| s.saturating_duration_since(t0))
+            .unwrap_or_else(|| t0.elapsed());
+        if entry.spec.tabular {
+            if let Envelope::Ok { schema, .. } = &envelope {
+                if schema.is_empty() {
+                    warnings.push(Warning::new(
+                        "validator",
+                        "a tabular tool returned no columns; the result may be empty or malformed",
+                    ));
+                }
+            }
+        }
+        self.after(name, &hash, &mut envelope, warnings, &ctx);
+        self.record(name, input, hash, &envelope, &ctx, queued, t0)
+            .await;
+        envelope
+    }
+
+    /// Checks the shape and size of the input and strips narration into the context.
+    fn normalize(
+        &self,
+        name: &str,
+        input: Value,
+        ctx: &mut CallContext,
+    ) -> Result<(Value, String), (Value, Envelope)> {
+        let mut map = match input {
+            Value::Object(map) => map,
+            Value::Null => Map::new(),
+            other => {
+                let kind = match &other {
+                    Value::Array(_) => "an array",
+                    Value::String(_) => "a string",
+                    Value::Number(_) => "a number",
+                    _ => "a boolean",
+                };
+                let envelope = Envelope::hint(
+                    HintKind::Schema,
+                    format!("the arguments to `{name}` must be a JSON object, not {kind}"),
+                    Vec::new(),
+                );
+                return Err((other, envelope));
+            }
+        };
+        let declared: &[&str] = &self
+            .inner
+            .catalog
+            .lookup(name)
+            .map(|e| e.declared_narration.clone())
+            .unwrap_or_default();
+        for key in NARRATION_KEYS {
+            if declared.contains(&key) {
+                continue;
+            }
+            if let Some(v) = map.remove(key) {
+                if ctx.reasoning.is_none() {
+                    if let Value::String(s) = v {
+                        if !s.trim().is_empty() {
+                            ctx.reasoning = Some(s);
+                        }
+                    }
+                }
+            }
+        }
+        let input = Value::Object(map);
+        let canonical = canonical_json(&input);
+        if canonical.len() > self.inner.config.max_input_bytes {
+            let envelope = Envelope::err(
+                ErrKind::Other("input_too_large".into()),
+                format!(
+                    "the arguments to `{name}` are {} bytes; the limit is {} bytes. Send less data per call (split it, or pass a reference instead of the content).",
+                    canonical.len(),
+                    self.inner.config.max_input_bytes
+                ),
+            );
+            return Err((
+                Value::String(format!("<{} bytes elided>", canonical.len())),
+                envelope,
+            ));
+        }
+        Ok((input, canonical))
+    }
+
+    fn prepare(
+        &self,
+        name: &str,
+        input: &Value,
+        _canonical: &str,
+        hash: &str,
+        ctx: &CallContext,
+    ) -> Prepared {
+        let inner = &*self.inner;
+        if ctx.depth > inner.config.max_depth {
+            return Prepared::Done(Envelope::err(
+                ErrKind::Other("too_deep".into()),
+                format!(
+                    "`{name}` was called {} levels deep; the limit is {}",
+                    ctx.depth, inner.config.max_depth
+                ),
+            ));
+        }
+        let entry = match inner.catalog.lookup(name) {
+            Some(e) if e.spec.is_live() => e,
+            _ => return Prepared::Done(self.undefined(name, ctx)),
+        };
+        if !ctx.capabilities.allows(name) {
+            return Prepared::Done(Envelope::err(
+                ErrKind::Forbidden,
+                format!(
+                    "you may not call `{name}` with these credentials. Call tool_search to find a tool you may use."
+                ),
+            ));
+        }
+        if let Some(hint) = validate::check(&entry, input) {
+            return Prepared::Done(hint);
+        }
+        let mut warnings = Vec::new();
+        let session = ctx.session.clone();
+        let verdicts = {
+            let called = |tool: &str| match &session {
+                Some(s) => inner.sessions.with(s, |st| st.called(tool)),
+                None => false,
+            };
+            inner.policy.check(&PolicyRequest {
+                spec: &entry.spec,
+                input,
+                ctx,
+                called_before: &called,
+            })
+        };
+        for verdict in verdicts {
+            inner.metrics.count_violation(name);
+            tracing::info!(tool = name, rule = %verdict.rule, action = ?verdict.action, "policy violation");
+            let count = match &session {
+                Some(s) => inner
+                    .sessions
+                    .with(s, |st| st.record_violation(&verdict.rule)),
+                None => 1,
+            };
+            match verdict.action {
+                PolicyAction::Deny => {
+                    return Prepared::Done(Envelope::err(
+                        ErrKind::PolicyDenied,
+                        format!(
+                            "`{name}` was refused by policy `{}`: {}",
+                            verdict.rule, verdict.message
+                        ),
+                    ));
+                }
+                PolicyAction::Warn => {
+                    warnings.push(Warning::new(
+                        "policy",
+                        emphatic(count, &verdict.rule, &verdict.message),
+                    ));
+                }
+            }
+        }
+        if let Some(s) = &session {
+            let streak = inner.sessions.with(s, |st| st.bump_streak(hash));
+            if streak >= inner.config.loop_guard_threshold {
+                return Prepared::Done(Envelope::err(
+                    ErrKind::LoopGuard,
+                    format!(
+                        "refused: this is call {streak} in a row of `{name}` with the same arguments, and repeating it will not change the result. Change the arguments, use another tool, or tell the user what is blocking you."
+                    ),
+                ));
+            }
+        }
+        Prepared::Run(entry, warnings)
+    }
+
+    fn undefined(&self, name: &str, ctx: &CallContext) -> Envelope {
+        let names = self.inner.catalog.names();
+        let visible = names.iter().filter(|n| {
+            ctx.capabilities.allows(n)
+                && self
+                    .inner
+                    .catalog
+                    .lookup(n)
+                    .is_some_and(|e| e.spec.is_live() && !e.spec.category.is_internal())
+        });
+        let alternatives: Vec<Alternative> = did_you_mean(name, visible.map(String::as_str), 3)
+            .into_iter()
+            .map(|(label, score)| Alternative::new(label, score))
+            .collect();
+        let mut message = format!("there is no tool named `{name}` in your tool list.");
+        if !alternatives.is_empty() {
+            let list: Vec<String> = alternatives
+                .iter()
+                .map(|a| format!("`{}`", a.label))
+                .collect();
+            message.push_str(&format!(" Did you mean {}?", list.join(", ")));
+        }
+        message.push_str(
+            " Call tool_search with a short description of what you need to load more tools.",
+        );
+        Envelope::err(ErrKind::UndefinedTool, message)
+    }
+
+    /// Post-call bookkeeping: warnings, repeat-failure hint, session state, observers.
+    fn after(
+        &self,
+        name: &str,
+        hash: &str,
+        envelope: &mut Envelope,
+        warnings: Vec<Warning>,
+        ctx: &CallContext,
+    ) {
+        let inner = &*self.inner;
+        for w in warnings {
+            envelope.push_warning(w);
+        }
+        if let Some(s) = &ctx.session {
+            let failed = !envelope.is_ok();
+            let failures = inner.sessions.with(s, |st| {
+                st.mark_called(name);
+                if failed { st.record_failure(hash) } else { 0 }
+            });
+            if failures >= inner.config.repeat_failure_threshold {
+                envelope.push_warning(Warning::new(
+                    "repeat_failure",
+                    format!(
+                        "`{name}` has now failed {failures} times with these same arguments. Try a different approach instead of repeating it."
+                    ),
+                ));
+            }
+        }
+        for o in &inner.observers {
+            o.call_finished(ctx.session.as_deref(), name, envelope);
+        }
+    }
+
+    async fn finish_early(
+        &self,
+        name: &str,
+        input: Value,
+        hash: Option<String>,
+        mut envelope: Envelope,
+        ctx: CallContext,
+        t0: Instant,
+    ) -> Envelope {
+        let hash = hash.unwrap_or_else(|| args_hash_canonical(name, &canonical_json(&input)));
+        self.inner.metrics.count(name, &envelope);
+        if let Some(s) = &ctx.session {
+            if !envelope.is_ok() && envelope.err_kind() != Some(&ErrKind::LoopGuard) {
+                let failures = self.inner.sessions.with(s, |st| st.record_failure(&hash));
+                if failures >= self.inner.config.repeat_failure_threshold {
+                    envelope.push_warning(Warning::new(
+                        "repeat_failure",
+                        format!("this same call has now failed {failures} times. Try a different approach instead of repeating it."),
+                    ));
+                }
+            }
+        }
+        self.record(name, input, hash, &envelope, &ctx, Duration::ZERO, t0)
+            .await;
+        envelope
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn record(
+        &self,
+        name: &str,
+        input: Value,
+        args_hash: String,
+        envelope: &Envelope,
+        ctx: &CallContext,
+        queued: Duration,
+        t0: Instant,
+    ) {
+        let took = t0.elapsed();
+        let at = SystemTime::now() - took;
+        self.inner
+            .recorder
+            .record(CallRecord {
+                tool_name: name.to_owned(),
+                session: ctx.session.clone(),
+                tenant: ctx.tenant.clone(),
+                call_id: ctx.call_id.clone().unwrap_or_else(|| Arc::from("")),
+                input,
+                reasoning: ctx.reasoning.clone(),
+                args_hash,
+                envelope: envelope.clone(),
+                queued,
+                took,
+                at,
+            })
+            .await;
+    }
+
+    /// Runs a batch. Consecutive read-only calls run concurrently; a mutating call, or a call
+    /// to an unknown tool, runs alone after the calls before it finish. Results come back in
+    /// input order.
+    pub async fn call_batch(&self, calls: Vec<BatchCall>, ctx: CallContext) -> Vec<Envelope> {
+        let mut out: Vec<Envelope> = Vec::with_capacity(calls.len());
+        let mut group: Vec<BatchCall> = Vec::new();
+        for call in calls {
+            let read_only = self
+                .inner
+                .catalog
+                .lookup(&call.name)
+                .is_some_and(|e| e.spec.is_live() && e.tool.read_only());
+            if read_only {
+                group.push(call);
+                continue;
+            }
+            out.extend(self.run_group(std::mem::take(&mut group), &ctx).await);
+            out.push(
+                self.call(&call.name, call.input, self.child_ctx(&ctx))
+                    .await,
+            );
+        }
+        out.extend(self.run_group(group, &ctx).await);
+        out
+    }
+
+    fn child_ctx(&self, ctx: &CallContext) -> CallContext {
+        let mut c = ctx.clone();
+        c.call_id = None;
+        c.reasoning = None;
+        c
+    }
+
+    async fn run_group(&self, group: Vec<BatchCall>, ctx: &CallContext) -> Vec<Envelope> {
+        join_all(group.into_iter().map(|c| {
+            let ctx = self.child_ctx(ctx);
+            async move { self.call(&c.name, c.input, ctx).await }
+        }))
+        .await
+    }
+}

@@ -1,0 +1,139 @@
+//! Timeout: every call has a deadline (default 30 s, per-tool overrides); a call that already
+//! carries a shorter deadline keeps it.
+
+use std::{
+    collections::HashMap,
+    convert::Infallible,
+    sync::Arc,
+    task::{Context, Poll},
+    time::{Duration, Instant},
+};
+
+use quiver_contract::{Envelope, ErrKind};
+use tower::{Layer, Service};
+
+use super::{Call, CallFuture};
+
+/// Timeout configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TimeoutConfig {
+    /// Applied to every tool without an override.
+    pub default: Duration,
+    /// Per-tool overrides.
+    pub per_tool: HashMap<String, Duration>,
+}
+
+impl Default for TimeoutConfig {
+    fn default() -> Self {
+        TimeoutConfig {
+            default: Duration::from_secs(30),
+            per_tool: HashMap::new(),
+        }
+    }
+}
+
+impl TimeoutConfig {
+    /// Sets the default.
+    pub fn with_default(mut self, d: Duration) -> Self {
+        self.default = d;
+        self
+    }
+
+    /// Adds an override.
+    pub fn with_tool(mut self, tool: impl Into<String>, d: Duration) -> Self {
+        self.per_tool.insert(tool.into(), d);
+        self
+    }
+}
+
+/// Applies [`TimeoutConfig`].
+#[derive(Debug, Clone)]
+pub struct TimeoutLayer {
+    config: Arc<TimeoutConfig>,
+}
+
+impl TimeoutLayer {
+    /// A layer with this configuration.
+    pub fn new(config: TimeoutConfig) -> Self {
+        TimeoutLayer {
+            config: Arc::new(config),
+        }
+    }
+}
+
+impl<S> Layer<S> for TimeoutLayer {
+    type Service = Timeout<S>;
+
+    fn layer(&self, inner: S) -> Timeout<S> {
+        Timeout {
+            inner,
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// The timeout service.
+#[derive(Debug, Clone)]
+pub struct Timeout<S> {
+    inner: S,
+    config: Arc<TimeoutConfig>,
+}
+
+fn secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s >= 1.0 {
+        format!("{s:.0} s")
+    } else {
+        format!("{:.0} ms", s * 1000.0)
+    }
+}
+
+impl<S> Service<Call> for Timeout<S>
+where
+    S: Service<Call, Response = Envelope, Error = Infallible, Future = CallFuture>,
+{
+    type Response = Envelope;
+    type Error = Infallible;
+    type Future = CallFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut call: Call) -> CallFuture {
+        let now = Instant::now();
+        let limit = self
+            .config
+            .per_tool
+            .get(&call.entry.spec.name)
+            .copied()
+            .unwrap_or(self.config.default);
+        let own = now + limit;
+        let (deadline, inherited) = match call.ctx.deadline {
+            Some(d) if d < own => (d, true),
+            _ => (own, false),
+        };
+        call.ctx.deadline = Some(deadline);
+        let tool = call.entry.spec.name.clone();
+        let fut = self.inner.call(call);
+        Box::pin(async move {
+            match tokio::time::timeout_at(deadline.into(), fut).await {
+                Ok(result) => result,
+                Err(_) => {
+                    let waited = secs(deadline.saturating_duration_since(now));
+                    let message = if inherited {
+                        format!(
+                            "`{tool}` did not finish within the {waited} left of the caller's deadline; the call was abandoned."
+                        )
+                    } else {
+                        format!(
+                            "`{tool}` did not finish within its {waited} limit; the call was abandoned. Try a smaller request, or another tool."
+                        )
+                    };
+                    Ok(Envelope::err(ErrKind::Timeout, message))
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,117 @@
+//! Rule-based policy: deny or warn per tool-name pattern, optionally per tenant or
+//! principal, or when a required earlier tool has not been called in the session.
+
+use quiver_contract::pattern_matches;
+use serde::{Deserialize, Serialize};
+
+use crate::{PolicyCheck, PolicyRequest, PolicyVerdict};
+
+/// What a triggered rule does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyAction {
+    /// Refuse the call; the result says why.
+    Deny,
+    /// Run the call; the result carries a warning, more emphatic on repeats.
+    Warn,
+}
+
+/// One policy rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct PolicyRule {
+    /// A stable id, used to count repeats.
+    pub id: String,
+    /// Tool-name pattern: exact, `*`, or `prefix*`.
+    pub tool: String,
+    /// Deny or warn.
+    pub action: PolicyAction,
+    /// What the model is told.
+    pub message: String,
+    /// Only for this tenant.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// Only for this principal (inbound token name).
+    #[serde(default)]
+    pub principal: Option<String>,
+    /// Triggers only when this tool has NOT been called earlier in the session.
+    #[serde(default)]
+    pub requires_prior: Option<String>,
+}
+
+impl PolicyRule {
+    /// A rule for a tool pattern.
+    pub fn new(
+        id: impl Into<String>,
+        tool: impl Into<String>,
+        action: PolicyAction,
+        message: impl Into<String>,
+    ) -> Self {
+        PolicyRule {
+            id: id.into(),
+            tool: tool.into(),
+            action,
+            message: message.into(),
+            tenant: None,
+            principal: None,
+            requires_prior: None,
+        }
+    }
+
+    /// Restricts the rule to a tenant.
+    pub fn for_tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// Restricts the rule to a principal.
+    pub fn for_principal(mut self, principal: impl Into<String>) -> Self {
+        self.principal = Some(principal.into());
+        self
+    }
+
+    /// Triggers only when `tool` has not been called earlier in the session.
+    pub fn requires_prior(mut self, tool: impl Into<String>) -> Self {
+        self.requires_prior = Some(tool.into());
+        self
+    }
+}
+
+/// A [`PolicyCheck`] over a list of rules.
+#[derive(Debug, Clone, Default)]
+pub struct RulePolicy {
+    rules: Vec<PolicyRule>,
+}
+
+impl RulePolicy {
+    /// A policy of these rules.
+    pub fn new(rules: Vec<PolicyRule>) -> Self {
+        RulePolicy { rules }
+    }
+}
+
+impl PolicyCheck for RulePolicy {
+    fn check<'a>(&self, req: &PolicyRequest<'a>) -> Vec<PolicyVerdict> {
+        self.rules
+            .iter()
+            .filter(|r| pattern_matches(&r.tool, &req.spec.name))
+            .filter(|r| {
+                r.tenant
+                    .as_deref()
+                    .is_none_or(|t| req.ctx.tenant.as_deref() == Some(t))
+            })
+            .filter(|r| {
+                r.principal
+                    .as_deref()
+                    .is_none_or(|p| req.ctx.principal.as_deref() == Some(p))
+            })
+            .filter(|r| {
+                r.requires_prior
+                    .as_deref()
+                    .is_none_or(|prior| !(req.called_before)(prior))
+            })
+            .map(|r| PolicyVerdict::new(r.id.clone(), r.action, r.message.clone()))
+            .collect()
+    }
+}

@@ -1,0 +1,172 @@
+//! The ports the dispatcher consumes, with in-memory implementations.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, SystemTime},
+};
+
+use async_trait::async_trait;
+use quiver_contract::{CallContext, Envelope, ToolSpec};
+use serde_json::Value;
+
+/// One finished call, as the recorder receives it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct CallRecord {
+    /// The tool name as called (it may be unknown to the catalog).
+    pub tool_name: String,
+    /// The session (conversation) key.
+    pub session: Option<Arc<str>>,
+    /// The tenant.
+    pub tenant: Option<Arc<str>>,
+    /// The call's unique id.
+    pub call_id: Arc<str>,
+    /// The arguments as given (narration stripped).
+    pub input: Value,
+    /// The stripped narration.
+    pub reasoning: Option<String>,
+    /// [`quiver_contract::args_hash`] of the call.
+    pub args_hash: String,
+    /// The outcome.
+    pub envelope: Envelope,
+    /// Time waited before execution began (queueing for a concurrency permit).
+    pub queued: Duration,
+    /// Time from dispatch to result.
+    pub took: Duration,
+    /// When the call was dispatched.
+    pub at: SystemTime,
+}
+
+/// Receives one record per call, after the call returns. Implementations must not lose a
+/// record: when they buffer, `record` waits for room rather than dropping.
+#[cfg_attr(feature = "mock", mockall::automock)]
+#[async_trait]
+pub trait ToolCallRecorder: Send + Sync {
+    /// Records one finished call.
+    async fn record(&self, record: CallRecord);
+
+    /// Waits until every record handed over so far is durable.
+    async fn flush(&self) {}
+}
+
+/// A recorder that forgets everything.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NullRecorder;
+
+#[async_trait]
+impl ToolCallRecorder for NullRecorder {
+    async fn record(&self, _record: CallRecord) {}
+}
+
+/// A recorder that keeps every record in memory, for tests and embedding.
+#[derive(Debug, Default)]
+pub struct MemoryRecorder {
+    records: Mutex<Vec<CallRecord>>,
+}
+
+impl MemoryRecorder {
+    /// An empty recorder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A copy of every record so far.
+    pub fn records(&self) -> Vec<CallRecord> {
+        self.records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// How many records there are.
+    pub fn len(&self) -> usize {
+        self.records.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[async_trait]
+impl ToolCallRecorder for MemoryRecorder {
+    async fn record(&self, record: CallRecord) {
+        self.records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(record);
+    }
+}
+
+/// What a policy check sees of a call.
+#[non_exhaustive]
+pub struct PolicyRequest<'a> {
+    /// The tool's spec.
+    pub spec: &'a ToolSpec,
+    /// The arguments.
+    pub input: &'a Value,
+    /// The call's context (session, tenant, principal).
+    pub ctx: &'a CallContext,
+    /// Whether a tool has been called earlier in this session.
+    pub called_before: &'a (dyn Fn(&str) -> bool + Sync),
+}
+
+impl std::fmt::Debug for PolicyRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyRequest")
+            .field("tool", &self.spec.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A triggered policy rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PolicyVerdict {
+    /// The rule's id (repeat counting is per rule and session).
+    pub rule: String,
+    /// Deny or warn.
+    pub action: crate::PolicyAction,
+    /// Why, for the model.
+    pub message: String,
+}
+
+impl PolicyVerdict {
+    /// A verdict.
+    pub fn new(
+        rule: impl Into<String>,
+        action: crate::PolicyAction,
+        message: impl Into<String>,
+    ) -> Self {
+        PolicyVerdict {
+            rule: rule.into(),
+            action,
+            message: message.into(),
+        }
+    }
+}
+
+/// Consulted before every execution. Returns the rules the call triggers (none to allow).
+#[cfg_attr(feature = "mock", mockall::automock)]
+pub trait PolicyCheck: Send + Sync {
+    /// Checks one call.
+    fn check<'a>(&self, request: &PolicyRequest<'a>) -> Vec<PolicyVerdict>;
+}
+
+/// A policy that allows everything.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoPolicy;
+
+impl PolicyCheck for NoPolicy {
+    fn check<'a>(&self, _request: &PolicyRequest<'a>) -> Vec<PolicyVerdict> {
+        Vec::new()
+    }
+}
+
+/// Told about every finished call (for example so the surface refreshes a used tool in the
+/// session's working set). Must be quick: it runs on the call path.
+pub trait CallObserver: Send + Sync {
+    /// A call to `tool` in `session` finished with `envelope`.
+    fn call_finished(&self, session: Option<&str>, tool: &str, envelope: &Envelope);
+}

@@ -1,0 +1,106 @@
+//! Per-session dispatch state: the loop guard's streak, repeat failures, policy violation
+//! counts and the tools already called. Sharded so concurrent sessions rarely contend.
+
+use std::{
+    collections::{HashMap, HashSet},
+    hash::{BuildHasher, RandomState},
+    sync::{Arc, Mutex},
+};
+
+#[derive(Debug, Default)]
+pub(crate) struct SessionState {
+    last_hash: Option<String>,
+    streak: u32,
+    failures: HashMap<String, u32>,
+    violations: HashMap<String, u32>,
+    called: HashSet<String>,
+    touched: u64,
+}
+
+impl SessionState {
+    /// Counts this call in the consecutive-identical streak and returns the streak length.
+    pub(crate) fn bump_streak(&mut self, hash: &str) -> u32 {
+        if self.last_hash.as_deref() == Some(hash) {
+            self.streak += 1;
+        } else {
+            self.last_hash = Some(hash.to_owned());
+            self.streak = 1;
+        }
+        self.streak
+    }
+
+    /// Records a failure of this call and returns how many times it has failed.
+    pub(crate) fn record_failure(&mut self, hash: &str) -> u32 {
+        let n = self.failures.entry(hash.to_owned()).or_insert(0);
+        *n += 1;
+        *n
+    }
+
+    /// Counts a violation of `rule` and returns how many there have been.
+    pub(crate) fn record_violation(&mut self, rule: &str) -> u32 {
+        let n = self.violations.entry(rule.to_owned()).or_insert(0);
+        *n += 1;
+        *n
+    }
+
+    pub(crate) fn called(&self, tool: &str) -> bool {
+        self.called.contains(tool)
+    }
+
+    pub(crate) fn mark_called(&mut self, tool: &str) {
+        if !self.called.contains(tool) {
+            self.called.insert(tool.to_owned());
+        }
+    }
+}
+
+const SHARDS: usize = 16;
+
+pub(crate) struct Sessions {
+    shards: Vec<Mutex<HashMap<Arc<str>, SessionState>>>,
+    hasher: RandomState,
+    clock: std::sync::atomic::AtomicU64,
+    max_per_shard: usize,
+}
+
+impl Sessions {
+    pub(crate) fn new(max_sessions: usize) -> Self {
+        Sessions {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: RandomState::new(),
+            clock: std::sync::atomic::AtomicU64::new(0),
+            max_per_shard: (max_sessions / SHARDS).max(1),
+        }
+    }
+
+    /// Runs `f` on the session's state, creating it if needed (evicting the least recently
+    /// touched session of the shard when the shard is full).
+    pub(crate) fn with<R>(&self, session: &Arc<str>, f: impl FnOnce(&mut SessionState) -> R) -> R {
+        let idx = (self.hasher.hash_one(&**session) as usize) % SHARDS;
+        let mut shard = self.shards[idx].lock().unwrap_or_else(|p| p.into_inner());
+        let now = self
+            .clock
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if !shard.contains_key(session) && shard.len() >= self.max_per_shard {
+            if let Some(oldest) = shard
+                .iter()
+                .min_by_key(|(_, s)| s.touched)
+                .map(|(k, _)| k.clone())
+            {
+                shard.remove(&oldest);
+            }
+        }
+        let state = shard.entry(session.clone()).or_default();
+        state.touched = now;
+        f(state)
+    }
+
+    /// Forgets a session.
+    pub(crate) fn end(&self, session: &str) {
+        let idx = (self.hasher.hash_one(session) as usize) % SHARDS;
+        self.shards[idx]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(session);
+    }
+}

@@ -1,0 +1,48 @@
+/// Ranks `candidates` by similarity to `wanted` and returns up to `limit` of them with a score
+/// in 0..=1, best first, ties by name. Used for every "did you mean".
+pub fn did_you_mean<'a>(
+    wanted: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+    limit: usize,
+) -> Vec<(String, f64)> {
+    let wanted_l = wanted.to_lowercase();
+    let mut scored: Vec<(String, f64)> = candidates
+        .into_iter()
+        .filter_map(|c| {
+            let cl = c.to_lowercase();
+            let mut score = strsim::jaro_winkler(&wanted_l, &cl);
+            // A name that contains the wanted text, or the tail of an MCP name that equals
+            // it, is a strong candidate even when the edit distance is large.
+            let tail = cl.rsplit("__").next().unwrap_or(&cl);
+            if tail == wanted_l {
+                score = score.max(0.95);
+            } else if wanted_l.len() >= 3 && (cl.contains(&wanted_l) || wanted_l.contains(tail)) {
+                score = score.max(0.85);
+            }
+            (score >= 0.75).then(|| (c.to_owned(), (score * 100.0).round() / 100.0))
+        })
+        .collect();
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    scored.truncate(limit);
+    scored
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_close_names_first() {
+        let names = [
+            "read_file",
+            "write_file",
+            "list_dir",
+            "mcp__fs__read_file",
+            "search",
+        ];
+        let got = did_you_mean("read_fil", names, 3);
+        assert_eq!(got[0].0, "read_file");
+        assert!(got.iter().any(|(n, _)| n == "mcp__fs__read_file"));
+        assert!(did_you_mean("zzzz", names, 3).is_empty());
+    }
+}

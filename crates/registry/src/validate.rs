@@ -1,0 +1,106 @@
+//! Turns schema-validation failures into a Hint(schema) the model can act on.
+
+use jsonschema::error::ValidationErrorKind;
+use quiver_contract::{Alternative, Envelope, HintKind};
+use serde_json::Value;
+
+use crate::{catalog::Entry, suggest::did_you_mean};
+
+const MAX_REPORTED: usize = 5;
+
+/// Validates `input` against the entry's compiled schema; `None` when it fits.
+pub(crate) fn check(entry: &Entry, input: &Value) -> Option<Envelope> {
+    if entry.validator.is_valid(input) {
+        return None;
+    }
+    let mut problems = Vec::new();
+    let mut alternatives = Vec::new();
+    for err in entry.validator.iter_errors(input).take(MAX_REPORTED) {
+        let path = err.instance_path().as_str().to_owned();
+        let at = if path.is_empty() {
+            "the arguments".to_owned()
+        } else {
+            format!("`{path}`")
+        };
+        match err.kind() {
+            ValidationErrorKind::Required { property } => {
+                let prop = property
+                    .as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| property.to_string());
+                if path.is_empty() {
+                    problems.push(format!("missing required argument `{prop}`"));
+                } else {
+                    problems.push(format!("{at}: missing required field `{prop}`"));
+                }
+            }
+            ValidationErrorKind::AdditionalProperties { unexpected } => {
+                for name in unexpected {
+                    problems.push(format!("{at}: unknown argument `{name}`"));
+                    for (label, score) in
+                        did_you_mean(name, entry.properties.iter().map(String::as_str), 3)
+                    {
+                        alternatives.push(
+                            Alternative::new(label, score)
+                                .with_detail(format!("instead of `{name}`")),
+                        );
+                    }
+                }
+            }
+            _ => problems.push(format!("{at}: {err}")),
+        }
+    }
+    let mut message = format!(
+        "the arguments to `{}` do not fit its schema: {}",
+        entry.spec.name,
+        problems.join("; ")
+    );
+    let signature = signature(&entry.spec.input_schema);
+    if !signature.is_empty() {
+        message.push_str(&format!(". Expected {{{signature}}}"));
+    }
+    Some(Envelope::hint(HintKind::Schema, message, alternatives))
+}
+
+/// A compact signature of an object schema: `a: integer (required), b: string`.
+pub(crate) fn signature(schema: &Value) -> String {
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return String::new();
+    };
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    props
+        .iter()
+        .map(|(name, p)| {
+            let ty = match p.get("type") {
+                Some(Value::String(t)) => t.clone(),
+                Some(Value::Array(ts)) => ts
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join("|"),
+                _ if p.get("enum").is_some() => "enum".to_owned(),
+                _ => "any".to_owned(),
+            };
+            let ty = match p.get("enum").and_then(Value::as_array) {
+                Some(vals) if vals.len() <= 8 => format!(
+                    "{ty} one of {}",
+                    vals.iter()
+                        .map(Value::to_string)
+                        .collect::<Vec<_>>()
+                        .join("|")
+                ),
+                _ => ty,
+            };
+            if required.contains(&name.as_str()) {
+                format!("{name}: {ty} (required)")
+            } else {
+                format!("{name}: {ty}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,1 +1,4 @@
+//! Quiver's end-to-end suite: architecture rules and, as the product grows, runs against real
+//! peers.
 
+mod architecture;

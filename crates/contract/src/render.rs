@@ -96,23 +96,22 @@ fn render_ok(
             let _ = write!(out, "{OK_PREFIX} {rows} {}.", plural(rows));
             push_schema_line(out, schema);
             out.push('\n');
-            let pretty = serde_json::to_string_pretty(other).unwrap_or_default();
             if let Value::Array(items) = other {
-                // A list without columns: bound by items, and say how many are elided.
+                // A list without columns: one compact item per line, bounded, with the
+                // number of elided items stated.
                 let shown = items.len().min(opts.preview_rows);
-                let head = serde_json::to_string_pretty(&Value::Array(items[..shown].to_vec()))
-                    .unwrap_or_default();
-                if shown < items.len() {
-                    out.push_str(head.trim_end_matches(']').trim_end());
-                    let _ = write!(
-                        out,
-                        "\n  ... ({} more rows) ...\n]",
-                        rows.saturating_sub(shown as u64)
-                    );
-                } else {
-                    out.push_str(&head);
+                for (i, item) in items[..shown].iter().enumerate() {
+                    if i > 0 {
+                        out.push('\n');
+                    }
+                    let _ = write!(out, "- {item}");
+                }
+                let elided = rows.saturating_sub(shown as u64);
+                if elided > 0 {
+                    let _ = write!(out, "\n... ({elided} more {}) ...", plural(elided));
                 }
             } else {
+                let pretty = serde_json::to_string_pretty(other).unwrap_or_default();
                 push_bounded_lines(out, &pretty, opts.preview_lines);
             }
         }

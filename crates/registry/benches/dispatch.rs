@@ -1,1 +1,90 @@
-fn main() {}
+//! The dispatch pipeline's own cost: a no-op tool through validation, every layer and an
+//! in-memory recorder; and a batch of 100 read-only calls that each sleep 10 ms.
+
+use std::{hint::black_box, sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use criterion::{Criterion, criterion_group, criterion_main};
+use quiver_contract::{CallContext, Envelope, Tool, ToolResult, ToolSpec};
+use quiver_registry::{BatchCall, Catalog, Dispatcher, MemoryRecorder};
+use serde_json::{Value, json};
+
+struct Noop(ToolSpec);
+
+#[async_trait]
+impl Tool for Noop {
+    fn spec(&self) -> &ToolSpec {
+        &self.0
+    }
+    async fn call(&self, _input: Value, _ctx: &CallContext) -> ToolResult {
+        Ok(Envelope::ok(Value::Null))
+    }
+}
+
+struct Nap(ToolSpec);
+
+#[async_trait]
+impl Tool for Nap {
+    fn spec(&self) -> &ToolSpec {
+        &self.0
+    }
+    async fn call(&self, _input: Value, _ctx: &CallContext) -> ToolResult {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        Ok(Envelope::ok(Value::Null))
+    }
+}
+
+fn noop_spec() -> ToolSpec {
+    ToolSpec::new("noop", "Does nothing.").read_only().with_schema(json!({
+        "type": "object",
+        "properties": {"n": {"type": "integer", "description": "Any number."}},
+        "required": ["n"]
+    }))
+}
+
+/// A recorder that keeps a bounded buffer, like a real one that hands rows to a writer.
+#[derive(Default)]
+struct Bounded(std::sync::Mutex<Vec<quiver_registry::CallRecord>>);
+
+#[async_trait]
+impl quiver_registry::ToolCallRecorder for Bounded {
+    async fn record(&self, record: quiver_registry::CallRecord) {
+        let mut v = self.0.lock().unwrap();
+        if v.len() >= 4096 {
+            v.clear();
+        }
+        v.push(record);
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let catalog = Arc::new(Catalog::new());
+    catalog.must_register(Arc::new(Noop(noop_spec())));
+    catalog.must_register(Arc::new(Nap(ToolSpec::new("nap", "Sleeps 10 ms.").read_only())));
+    let _ = MemoryRecorder::new();
+    let d = Dispatcher::builder(catalog).recorder(Arc::new(Bounded::default())).build();
+    let mut n = 0i64;
+    c.bench_function("dispatch_noop_full_pipeline", |b| {
+        b.to_async(&rt).iter(|| {
+            n += 1;
+            // Distinct arguments every time so the loop guard never trips.
+            let input = json!({"n": n});
+            let d = d.clone();
+            async move { black_box(d.call("noop", input, CallContext::for_session("bench")).await) }
+        })
+    });
+    let mut g = c.benchmark_group("batch");
+    g.sample_size(20);
+    g.bench_function("batch_100_reads_sleeping_10ms", |b| {
+        b.to_async(&rt).iter(|| {
+            let calls: Vec<_> = (0..100).map(|i| BatchCall::new("nap", json!({"i": i}))).collect();
+            let d = d.clone();
+            async move { black_box(d.call_batch(calls, CallContext::for_session("batch")).await) }
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -116,11 +116,12 @@ impl RegisterReport {
         let mut groups: BTreeMap<(&str, bool), Vec<&Skipped>> = BTreeMap::new();
         for s in &self.skipped {
             let dup = s.reason == DUPLICATE;
-            groups.entry((s.family.as_str(), dup)).or_default().push(s);
+            groups.entry((s.family.as_str(), !dup)).or_default().push(s);
         }
         groups
             .into_iter()
-            .map(|((family, dup), items)| {
+            .map(|((family, not_dup), items)| {
+                let dup = !not_dup;
                 if dup {
                     let names: Vec<&str> = items.iter().map(|s| s.name.as_str()).collect();
                     format!(

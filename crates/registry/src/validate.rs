@@ -36,7 +36,11 @@ pub(crate) fn check(entry: &Entry, input: &Value) -> Option<Envelope> {
             }
             ValidationErrorKind::AdditionalProperties { unexpected } => {
                 for name in unexpected {
-                    problems.push(format!("{at}: unknown argument `{name}`"));
+                    if path.is_empty() {
+                        problems.push(format!("unknown argument `{name}`"));
+                    } else {
+                        problems.push(format!("{at}: unknown field `{name}`"));
+                    }
                     for (label, score) in
                         did_you_mean(name, entry.properties.iter().map(String::as_str), 3)
                     {

@@ -1,0 +1,3 @@
+//! The model-facing renders, locked by snapshots: one case per template.
+
+mod render;

@@ -1,0 +1,134 @@
+use quiver_contract::{
+    Alternative, Effects, Envelope, ErrKind, HintKind, Part, RenderOptions, Warning, coerce_legacy,
+    render, strip_status_line,
+};
+use serde_json::json;
+
+fn check(name: &str, envelope: &Envelope) {
+    let text = render(envelope, &RenderOptions::default());
+    insta::assert_snapshot!(name, text);
+}
+
+#[test]
+fn ok_table_states_the_true_row_count_and_marks_elided_rows() {
+    let rows: Vec<_> = (1..=25)
+        .map(|i| json!({"id": i, "city": if i % 5 == 0 { json!(null) } else { json!(format!("city {i}")) }, "score": i as f64 / 4.0}))
+        .collect();
+    check("ok_table", &Envelope::ok(json!(rows)));
+}
+
+#[test]
+fn ok_single_row_table() {
+    check("ok_one_row", &Envelope::ok(json!([{"name": "quiver", "stars": 5}])));
+}
+
+#[test]
+fn ok_object_has_an_inferred_schema_line() {
+    check("ok_object", &Envelope::ok(json!({"temperature": 21.5, "unit": "C", "station": null})));
+}
+
+#[test]
+fn ok_text() {
+    check("ok_text", &Envelope::text("The current time in Tokyo is 09:14."));
+}
+
+#[test]
+fn ok_long_text_is_bounded_and_says_so() {
+    let text: String = (1..=205).map(|i| format!("line {i}\n")).collect();
+    check("ok_long_text", &Envelope::text(text.trim_end()));
+}
+
+#[test]
+fn ok_empty() {
+    check("ok_null", &Envelope::ok(json!(null)));
+}
+
+#[test]
+fn ok_list_without_columns_is_bounded() {
+    let items: Vec<_> = (0..30).collect();
+    check("ok_list", &Envelope::ok(json!(items)));
+}
+
+#[test]
+fn warnings_render_inline() {
+    let e = Envelope::ok(json!([{"a": 1}, {"a": 2}]))
+        .with_warning(Warning::new("no_match", "2 of 5 ids were not found"))
+        .with_warning(Warning::new("policy", "call `preview_data` before `export`"));
+    check("ok_warnings", &e);
+}
+
+#[test]
+fn parts_are_described_not_inlined() {
+    let e = Envelope::text("Here is the chart.")
+        .with_part(Part::Image { mime_type: "image/png".into(), data: "iVBORw0KGgo=".into() })
+        .with_part(Part::ResourceLink { uri: "file:///tmp/r.csv".into(), name: "r.csv".into(), mime_type: None });
+    check("ok_parts", &e);
+}
+
+#[test]
+fn schema_hint_ranks_alternatives() {
+    let e = Envelope::hint(
+        HintKind::Schema,
+        "there is no column `nmae` in table `users`",
+        vec![Alternative::new("name", 0.93), Alternative::new("email", 0.41)],
+    );
+    check("hint_schema", &e);
+}
+
+#[test]
+fn fetch_hint_has_add_and_narrow_lines() {
+    let e = Envelope::hint(
+        HintKind::Fetch,
+        "this source returns 2.3M rows without a filter",
+        vec![
+            Alternative::new("date >= ...", 0.9).with_action("add").with_detail("the table is partitioned by date"),
+            Alternative::new("limit", 0.5).with_action("add"),
+            Alternative::new("columns", 0.4).with_action("narrow"),
+        ],
+    );
+    check("hint_fetch", &e);
+}
+
+#[test]
+fn ambiguous_lists_candidates() {
+    let e = Envelope::hint(
+        HintKind::Ambiguous,
+        "`Springfield` matches 2 places",
+        vec![
+            Alternative::new("Springfield, IL", 0.51).with_detail("pop. 114k"),
+            Alternative::new("Springfield, MO", 0.49).with_detail("pop. 169k"),
+        ],
+    );
+    check("hint_ambiguous", &e);
+}
+
+#[test]
+fn error_names_its_kind() {
+    check("err_timeout", &Envelope::err(ErrKind::Timeout, "`slow_tool` did not finish within its 30 s limit"));
+    check("err_legacy", &coerce_legacy("connection refused", true));
+}
+
+#[test]
+fn strip_status_line_only_strips_ok() {
+    let ok = render(&Envelope::ok(json!({"a": 1})), &RenderOptions::default());
+    assert!(ok.starts_with("✓ ok. 1 row."));
+    let stripped = strip_status_line(&ok);
+    assert!(!stripped.contains("✓ ok"));
+    assert!(stripped.contains("\"a\": 1"));
+    let text = render(&Envelope::text("payload"), &RenderOptions::default());
+    assert_eq!(strip_status_line(&text), "payload");
+    let err = render(&Envelope::err(ErrKind::Legacy, "boom"), &RenderOptions::default());
+    assert_eq!(strip_status_line(&err), err);
+    let hint = render(&Envelope::hint(HintKind::Fetch, "narrow it", vec![]), &RenderOptions::default());
+    assert_eq!(strip_status_line(&hint), hint);
+}
+
+#[test]
+fn effects_do_not_leak_into_the_render() {
+    let mut effects = Effects::default();
+    effects.cost_usd = 0.02;
+    effects.cards.push(json!({"type": "chart"}));
+    let e = Envelope::text("done").with_effects(effects);
+    assert_eq!(render(&e, &RenderOptions::default()), "✓ ok.\ndone");
+    assert_eq!(e.cost_usd(), 0.02);
+}

@@ -1,0 +1,132 @@
+//! The dependency graph is the architecture: this reads `cargo metadata` and fails on a
+//! forbidden edge.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    process::Command,
+};
+
+use serde_json::Value;
+
+const CORE: [&str; 3] = ["quiver-contract", "quiver-registry", "quiver-surface"];
+const ADAPTERS: [&str; 3] = ["quiver-sandbox", "quiver-mcp-adapter", "quiver-store-sqlite"];
+/// Engines that only adapters may name, directly or through any dependency.
+const ENGINES: [&str; 6] = ["rusqlite", "rmcp", "rquickjs", "axum", "reqwest", "libsqlite3-sys"];
+
+struct Graph {
+    /// package name -> names of its normal (non-dev, non-build) dependencies in the resolve.
+    normal: BTreeMap<String, BTreeSet<String>>,
+}
+
+fn graph() -> Graph {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--locked"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+    let meta: Value = serde_json::from_slice(&out.stdout).expect("metadata is JSON");
+    let names: BTreeMap<&str, &str> = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap(), p["name"].as_str().unwrap()))
+        .collect();
+    let mut normal = BTreeMap::new();
+    for node in meta["resolve"]["nodes"].as_array().unwrap() {
+        let name = names[node["id"].as_str().unwrap()].to_owned();
+        let deps: BTreeSet<String> = node["deps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["dep_kinds"].as_array().unwrap().iter().any(|k| k["kind"].is_null()))
+            .map(|d| names[d["pkg"].as_str().unwrap()].to_owned())
+            .collect();
+        normal.insert(name, deps);
+    }
+    Graph { normal }
+}
+
+impl Graph {
+    fn direct(&self, pkg: &str) -> &BTreeSet<String> {
+        &self.normal[pkg]
+    }
+
+    fn transitive(&self, pkg: &str) -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![pkg.to_owned()];
+        while let Some(p) = stack.pop() {
+            for d in self.normal.get(&p).into_iter().flatten() {
+                if seen.insert(d.clone()) {
+                    stack.push(d.clone());
+                }
+            }
+        }
+        seen
+    }
+}
+
+/// Which workspace crates each crate may depend on.
+fn allowed(pkg: &str) -> &'static [&'static str] {
+    match pkg {
+        "quiver-contract" => &[],
+        "quiver-registry" => &["quiver-contract"],
+        "quiver-surface" => &["quiver-contract", "quiver-registry"],
+        p if ADAPTERS.contains(&p) => &CORE,
+        "quiver-host" | "quiver-tests" => &[
+            "quiver-contract",
+            "quiver-registry",
+            "quiver-surface",
+            "quiver-sandbox",
+            "quiver-mcp-adapter",
+            "quiver-store-sqlite",
+            "quiver-host",
+        ],
+        other => panic!("unknown workspace crate {other}: add it to the architecture rules"),
+    }
+}
+
+fn violations(g: &Graph) -> Vec<String> {
+    let mut out = Vec::new();
+    for pkg in g.normal.keys().filter(|p| p.starts_with("quiver-")) {
+        for dep in g.direct(pkg).iter().filter(|d| d.starts_with("quiver-")) {
+            if !allowed(pkg).contains(&dep.as_str()) {
+                out.push(format!("{pkg} -> {dep}: not an allowed edge"));
+            }
+        }
+    }
+    for core in CORE {
+        let reach = g.transitive(core);
+        for engine in ENGINES {
+            if reach.contains(engine) {
+                out.push(format!("{core} reaches {engine}: a core crate never names an engine"));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_dependency_graph_has_no_forbidden_edge() {
+    let g = graph();
+    for pkg in CORE.iter().chain(ADAPTERS.iter()).chain(["quiver-host"].iter()) {
+        assert!(g.normal.contains_key(*pkg), "{pkg} is missing from the workspace");
+    }
+    let v = violations(&g);
+    assert!(v.is_empty(), "forbidden edges:\n{}", v.join("\n"));
+}
+
+#[test]
+fn the_check_catches_a_forbidden_edge() {
+    // The rule must be able to fail: graft rusqlite under the registry and an adapter under
+    // another, and both are reported.
+    let mut g = graph();
+    g.normal.get_mut("quiver-registry").unwrap().insert("rusqlite".into());
+    g.normal.insert("rusqlite".into(), BTreeSet::new());
+    g.normal.get_mut("quiver-sandbox").unwrap().insert("quiver-store-sqlite".into());
+    let v = violations(&g);
+    assert!(v.iter().any(|l| l == "quiver-registry reaches rusqlite: a core crate never names an engine"), "{v:?}");
+    assert!(v.iter().any(|l| l == "quiver-sandbox -> quiver-store-sqlite: not an allowed edge"), "{v:?}");
+    assert!(v.iter().any(|l| l.starts_with("quiver-surface reaches rusqlite")), "transitive: {v:?}");
+}

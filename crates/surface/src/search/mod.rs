@@ -25,7 +25,7 @@ use quiver_contract::{ToolSpec, split_mcp_name};
 use serde_json::Value;
 
 pub use eval::{EvalReport, evaluate};
-use tokenize::{TokenOpts, tokenize};
+use tokenize::{TokenOpts, expand_query, tokenize};
 
 /// One search result: a tool name and its score, normalised to `0.0..=1.0` (1.0 would be a
 /// tool matching every query term as strongly as the index allows).
@@ -37,12 +37,12 @@ pub struct SearchHit {
     pub score: f64,
 }
 
-/// The indexed fields of a tool.
+/// The indexed fields of a tool. The server part of an MCP name is scored separately, over
+/// servers, so that a server's name does not make its words common among tools.
 const NAME: usize = 0;
-const SERVER: usize = 1;
-const DESC: usize = 2;
-const PARAMS: usize = 3;
-const FIELDS: usize = 4;
+const DESC: usize = 1;
+const PARAMS: usize = 2;
+const FIELDS: usize = 3;
 
 /// Ranking constants. Generic values, not fitted to single queries.
 #[derive(Debug, Clone)]
@@ -56,21 +56,31 @@ pub(crate) struct Params {
     pub(crate) prefix_min_len: usize,
     /// Most indexed terms one query term expands to.
     pub(crate) prefix_max_terms: usize,
-    /// Bonus, in units of an average term's full score, for the share of a tool's name terms
-    /// that the query contains.
+    /// Bonus, in units of an average term's full score, for the idf-weighted share of a
+    /// tool's name terms that the query contains.
     pub(crate) coverage: f64,
+    /// The weight of related-vocabulary query expansions.
+    pub(crate) related_weight: f64,
+    /// The weight of a query term found in the tool's server name (idf over servers).
+    pub(crate) server_name: f64,
+    /// Share of the best score of a tool's server added to every tool of that server (tools
+    /// needed together tend to come from one server).
+    pub(crate) server_context: f64,
 }
 
 impl Default for Params {
     fn default() -> Self {
         Params {
             k1: 1.2,
-            weight: [3.0, 1.0, 1.0, 0.4],
-            b: [0.5, 0.5, 0.75, 0.75],
+            weight: [3.0, 1.0, 0.4],
+            b: [0.5, 0.75, 0.75],
             prefix_weight: 0.4,
             prefix_min_len: 3,
             prefix_max_terms: 32,
             coverage: 1.0,
+            related_weight: 0.5,
+            server_name: 1.0,
+            server_context: 0.3,
         }
     }
 }
@@ -89,6 +99,14 @@ struct Doc {
     terms: Vec<Box<str>>,
     /// The distinct terms of the tool's own name, for the coverage bonus.
     name_terms: Vec<Box<str>>,
+    /// The server part of the name; empty for native tools.
+    server: Box<str>,
+}
+
+#[derive(Debug, Default)]
+struct Server {
+    members: Vec<u32>,
+    terms: Vec<Box<str>>,
 }
 
 /// An incremental inverted index over tool specs. See the module docs for the ranking.
@@ -101,6 +119,10 @@ pub struct SearchIndex {
     free: Vec<u32>,
     by_name: HashMap<String, u32>,
     total_len: [u64; FIELDS],
+    /// Server -> its tools and name terms.
+    servers: HashMap<Box<str>, Server>,
+    /// Term -> the servers whose names contain it.
+    server_postings: HashMap<Box<str>, Vec<Box<str>>>,
 }
 
 impl SearchIndex {
@@ -127,9 +149,11 @@ impl SearchIndex {
         self.by_name.is_empty()
     }
 
-    /// Adds a tool, or replaces the tool of the same name. Touches only that tool's postings.
+    /// Adds a tool, or replaces the tool of the same name. Touches only that tool's postings
+    /// (and its server's, when it is the server's first tool).
     pub fn upsert(&mut self, spec: &ToolSpec) {
         self.remove(&spec.name);
+        let (server, _) = split_name(&spec.name);
         let fields = field_terms(spec);
         let mut counts: BTreeMap<&str, [u16; FIELDS]> = BTreeMap::new();
         let mut len = [0u32; FIELDS];
@@ -161,11 +185,29 @@ impl SearchIndex {
         for f in 0..FIELDS {
             self.total_len[f] += u64::from(len[f]);
         }
+        if !server.is_empty() {
+            let entry = self.servers.entry(server.into()).or_default();
+            if entry.members.is_empty() {
+                let mut sterms = Vec::new();
+                tokenize(server, TokenOpts { joins: false }, &mut sterms);
+                sterms.sort();
+                sterms.dedup();
+                for t in &sterms {
+                    self.server_postings
+                        .entry(t.as_str().into())
+                        .or_default()
+                        .push(server.into());
+                }
+                entry.terms = sterms.into_iter().map(String::into_boxed_str).collect();
+            }
+            entry.members.push(id);
+        }
         self.docs[id as usize] = Some(Doc {
             name: spec.name.clone(),
             len,
             terms,
             name_terms,
+            server: server.into(),
         });
         self.by_name.insert(spec.name.clone(), id);
     }
@@ -191,6 +233,20 @@ impl SearchIndex {
         for f in 0..FIELDS {
             self.total_len[f] -= u64::from(doc.len[f]);
         }
+        if let Some(entry) = self.servers.get_mut(&doc.server) {
+            entry.members.retain(|&m| m != id);
+            if entry.members.is_empty() {
+                for t in &entry.terms {
+                    if let Some(list) = self.server_postings.get_mut(t) {
+                        list.retain(|s| *s != doc.server);
+                        if list.is_empty() {
+                            self.server_postings.remove(t);
+                        }
+                    }
+                }
+                self.servers.remove(&doc.server);
+            }
+        }
         self.free.push(id);
         true
     }
@@ -215,6 +271,7 @@ impl SearchIndex {
         for (f, a) in avg.iter_mut().enumerate() {
             *a = (self.total_len[f] as f64 / n).max(1.0);
         }
+        let idf = |df: usize, n: f64| (1.0 + (n - df as f64 + 0.5) / (df as f64 + 0.5)).ln();
         let mut total = vec![0.0f64; self.docs.len()];
         let mut best = vec![0.0f64; self.docs.len()];
         let mut touched: Vec<u32> = Vec::new();
@@ -222,11 +279,18 @@ impl SearchIndex {
         let mut bound = 0.0;
         let mut idf_sum = 0.0;
         let mut idf_count = 0usize;
+        // The query terms with their idf, for the coverage bonus.
+        let mut term_idf: HashMap<&str, f64> = HashMap::new();
+        let mut server_score: HashMap<&str, f64> = HashMap::new();
+        let mut server_bound: f64 = 0.0;
+        let n_servers = self.servers.len() as f64;
 
-        for q in &terms {
-            let mut expansions: Vec<(&str, &Vec<Posting>, f64)> = Vec::new();
-            if let Some((t, list)) = self.postings.get_key_value(q.as_str()) {
-                expansions.push((t, list, 1.0));
+        let weighted = expand_query(query, &terms, p.related_weight);
+        for (q, q_weight) in &weighted {
+            let mut expansions: Vec<(&Vec<Posting>, f64)> = Vec::new();
+            if let Some(list) = self.postings.get(q.as_str()) {
+                expansions.push((list, 1.0));
+                term_idf.insert(q, q_weight * idf(list.len(), n));
             }
             if q.chars().count() >= p.prefix_min_len {
                 let range = self
@@ -237,14 +301,13 @@ impl SearchIndex {
                 for (t, list) in range {
                     // A closer completion counts more: `webf` -> `webfetch` over `webfetcher`.
                     let closeness = q.len() as f64 / t.len() as f64;
-                    expansions.push((t, list, p.prefix_weight * closeness.sqrt()));
+                    expansions.push((list, p.prefix_weight * closeness.sqrt()));
                 }
             }
             let mut q_max_idf: f64 = 0.0;
-            for (_, list, weight) in &expansions {
-                let df = list.len() as f64;
-                let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
-                q_max_idf = q_max_idf.max(idf * weight);
+            for (list, weight) in &expansions {
+                let idf = idf(list.len(), n);
+                q_max_idf = q_max_idf.max(q_weight * idf * weight);
                 for posting in list.iter() {
                     let doc = self.docs[posting.doc as usize]
                         .as_ref()
@@ -256,7 +319,7 @@ impl SearchIndex {
                             tf += p.weight[f] * f64::from(posting.tf[f]) / norm;
                         }
                     }
-                    let s = weight * idf * tf * (p.k1 + 1.0) / (p.k1 + tf);
+                    let s = q_weight * weight * idf * tf * (p.k1 + 1.0) / (p.k1 + tf);
                     let slot = &mut best[posting.doc as usize];
                     if *slot == 0.0 {
                         term_touched.push(posting.doc);
@@ -281,12 +344,19 @@ impl SearchIndex {
                 idf_sum += q_max_idf;
                 idf_count += 1;
             }
-        }
-        if touched.is_empty() {
-            return Vec::new();
+            // The term in server names, idf over servers.
+            if p.server_name > 0.0
+                && let Some(servers) = self.server_postings.get(q.as_str())
+            {
+                let s = p.server_name * q_weight * idf(servers.len(), n_servers);
+                for server in servers {
+                    *server_score.entry(server).or_default() += s;
+                }
+                server_bound += s;
+            }
         }
 
-        // Name coverage: the share of the tool's own name terms found in the query.
+        // Name coverage: the idf-weighted share of the tool's own name terms in the query.
         let unit = if idf_count > 0 {
             p.coverage * idf_sum / idf_count as f64 * (p.k1 + 1.0)
         } else {
@@ -294,20 +364,56 @@ impl SearchIndex {
         };
         bound += unit;
         if unit > 0.0 {
-            let query_set: std::collections::HashSet<&str> =
-                terms.iter().map(String::as_str).collect();
             for &d in &touched {
                 let doc = self.docs[d as usize].as_ref().expect("live doc");
-                if doc.name_terms.is_empty() {
-                    continue;
+                let (mut covered, mut all) = (0.0, 0.0);
+                for t in &doc.name_terms {
+                    let full = self.postings.get(t).map_or(0.0, |l| idf(l.len(), n));
+                    all += full;
+                    if let Some(&qi) = term_idf.get(&**t) {
+                        covered += qi;
+                    }
                 }
-                let covered = doc
-                    .name_terms
-                    .iter()
-                    .filter(|t| query_set.contains(&***t))
-                    .count();
-                total[d as usize] += unit * covered as f64 / doc.name_terms.len() as f64;
+                if all > 0.0 {
+                    total[d as usize] += unit * covered / all;
+                }
             }
+        }
+
+        // Server name matches reach every tool of the server.
+        for (server, s) in &server_score {
+            for &m in &self.servers[*server].members {
+                if total[m as usize] == 0.0 {
+                    touched.push(m);
+                }
+                total[m as usize] += s;
+            }
+        }
+        bound += server_bound;
+
+        // Server context: every tool of a server gets a share of its best tool's score.
+        if p.server_context > 0.0 {
+            let mut server_best: HashMap<&str, f64> = HashMap::new();
+            for &d in &touched {
+                let doc = self.docs[d as usize].as_ref().expect("live doc");
+                if !doc.server.is_empty() {
+                    let best = server_best.entry(&doc.server).or_default();
+                    *best = best.max(total[d as usize]);
+                }
+            }
+            let base = total.clone();
+            for (server, best) in server_best {
+                for &m in &self.servers[server].members {
+                    if base[m as usize] == 0.0 {
+                        touched.push(m);
+                    }
+                    total[m as usize] += p.server_context * best;
+                }
+            }
+            bound *= 1.0 + p.server_context;
+        }
+        if touched.is_empty() {
+            return Vec::new();
         }
 
         let mut hits: Vec<(f64, &str)> = touched
@@ -338,12 +444,26 @@ impl SearchIndex {
 /// punctuation and single letters dropped, identifiers split, English words stemmed, CJK runs
 /// as unigrams and bigrams. Empty for a blank, stop-word-only or punctuation-only query.
 pub fn query_terms(query: &str) -> Vec<String> {
+    // Blobs pasted into a query (base64, minified data) are not search words.
+    let text: Vec<&str> = query
+        .split_whitespace()
+        .filter(|w| w.len() <= MAX_QUERY_WORD)
+        .collect();
     let mut terms = Vec::new();
-    tokenize(query, TokenOpts { joins: false }, &mut terms);
+    tokenize(&text.join(" "), TokenOpts { joins: false }, &mut terms);
+    terms.retain(|t| t.len() <= MAX_TERM_LEN);
     let mut seen = std::collections::HashSet::new();
     terms.retain(|t| seen.insert(t.clone()));
+    terms.truncate(MAX_QUERY_TERMS);
     terms
 }
+
+/// Longer whitespace-separated words of a query are skipped as data, not words.
+const MAX_QUERY_WORD: usize = 200;
+/// Longer query terms are skipped.
+const MAX_TERM_LEN: usize = 40;
+/// At most this many distinct terms of a query are used.
+const MAX_QUERY_TERMS: usize = 64;
 
 /// Whether `query` has at least one search term (see [`query_terms`]).
 pub fn is_meaningful_query(query: &str) -> bool {
@@ -364,10 +484,9 @@ fn split_name(name: &str) -> (&str, &str) {
 
 /// The terms of each field of a tool.
 fn field_terms(spec: &ToolSpec) -> [Vec<String>; FIELDS] {
-    let (server, tool) = split_name(&spec.name);
+    let (_, tool) = split_name(&spec.name);
     let mut fields: [Vec<String>; FIELDS] = Default::default();
     tokenize(tool, TokenOpts { joins: true }, &mut fields[NAME]);
-    tokenize(server, TokenOpts { joins: false }, &mut fields[SERVER]);
     tokenize(
         &spec.description,
         TokenOpts { joins: false },
@@ -379,7 +498,7 @@ fn field_terms(spec: &ToolSpec) -> [Vec<String>; FIELDS] {
     fields
 }
 
-/// Collects property names and descriptions (and enum values) of a JSON schema, nested
+/// Collects property names and descriptions of a JSON schema, nested
 /// schemas included, up to a modest depth.
 fn schema_text(schema: &Value, depth: usize, out: &mut String) {
     if depth > 4 {
@@ -392,12 +511,6 @@ fn schema_text(schema: &Value, depth: usize, out: &mut String) {
         for key in ["title", "description"] {
             if let Some(Value::String(s)) = obj.get(key) {
                 out.push_str(s);
-                out.push('\n');
-            }
-        }
-        if let Some(Value::Array(values)) = obj.get("enum") {
-            for v in values.iter().filter_map(Value::as_str) {
-                out.push_str(v);
                 out.push('\n');
             }
         }

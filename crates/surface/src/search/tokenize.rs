@@ -50,10 +50,11 @@ pub(crate) fn tokenize(text: &str, opts: TokenOpts, out: &mut Vec<String>) {
     let mut cjk = Vec::new();
     // The lower-cased parts of the current identifier-like chunk, for joins.
     let mut parts: Vec<String> = Vec::new();
+    let mut whole: Vec<String> = Vec::new();
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
         if is_cjk(c) {
-            flush_word(&mut word, &mut parts);
+            flush_word(&mut word, &mut parts, &mut whole);
             cjk.push(c);
             continue;
         }
@@ -62,21 +63,21 @@ pub(crate) fn tokenize(text: &str, opts: TokenOpts, out: &mut Vec<String>) {
             word.push(c);
             continue;
         }
-        flush_word(&mut word, &mut parts);
+        flush_word(&mut word, &mut parts, &mut whole);
         // `_`, `-`, `.` and `/` join the parts of one identifier; anything else ends it.
         let joiner = matches!(c, '_' | '-' | '.' | '/' | ':')
             && chars.peek().is_some_and(|n| n.is_alphanumeric() || *n == c);
         if !joiner {
-            emit_parts(&mut parts, opts, out);
+            emit_parts(&mut parts, &mut whole, opts, out);
         }
     }
-    flush_word(&mut word, &mut parts);
-    emit_parts(&mut parts, opts, out);
+    flush_word(&mut word, &mut parts, &mut whole);
+    emit_parts(&mut parts, &mut whole, opts, out);
     flush_cjk(&mut cjk, out);
 }
 
 /// Splits one alphanumeric run on camelCase boundaries into lower-cased parts.
-fn flush_word(word: &mut String, parts: &mut Vec<String>) {
+fn flush_word(word: &mut String, parts: &mut Vec<String>, whole: &mut Vec<String>) {
     if word.is_empty() {
         return;
     }
@@ -96,13 +97,23 @@ fn flush_word(word: &mut String, parts: &mut Vec<String>) {
         }
     }
     parts.push(chars[start..].iter().collect::<String>().to_lowercase());
+    // A word that was split is also kept whole (`arXiv` -> `ar`, `xiv`, `arxiv`).
+    if start > 0 {
+        whole.push(word.to_lowercase());
+    }
     word.clear();
 }
 
-fn emit_parts(parts: &mut Vec<String>, opts: TokenOpts, out: &mut Vec<String>) {
-    for part in parts.iter() {
+fn emit_parts(
+    parts: &mut Vec<String>,
+    whole: &mut Vec<String>,
+    opts: TokenOpts,
+    out: &mut Vec<String>,
+) {
+    for part in parts.iter().chain(whole.iter()) {
         push_term(part, out);
     }
+    whole.clear();
     if opts.joins && parts.len() > 1 {
         for pair in parts.windows(2) {
             let joined = format!("{}{}", pair[0], pair[1]);
@@ -193,6 +204,113 @@ pub(crate) fn stem(word: &str) -> String {
     w
 }
 
+/// Generic tool vocabulary: a query term on the left also looks for the terms on the right
+/// (at a lower weight). Verbs tools are commonly named with, and file-format abbreviations.
+const RELATED: &[(&str, &[&str])] = &[
+    ("save", &["write"]),
+    ("store", &["write", "save"]),
+    ("write", &["save"]),
+    ("find", &["search"]),
+    ("search", &["find"]),
+    ("lookup", &["search", "find"]),
+    ("fetch", &["get", "retrieve"]),
+    ("retrieve", &["get", "fetch"]),
+    ("get", &["fetch"]),
+    ("delete", &["remove"]),
+    ("remove", &["delete"]),
+    ("make", &["create"]),
+    ("create", &["new"]),
+    ("show", &["display", "list", "view"]),
+    ("display", &["show", "view"]),
+    ("run", &["execute"]),
+    ("execute", &["run"]),
+    ("edit", &["modify", "update"]),
+    ("modify", &["edit", "update"]),
+    ("update", &["edit", "modify"]),
+    ("picture", &["image"]),
+    ("photo", &["image"]),
+    ("image", &["picture"]),
+    ("img", &["image"]),
+    ("repo", &["repository"]),
+    ("repository", &["repo"]),
+    ("md", &["markdown"]),
+    ("ppt", &["powerpoint", "presentation"]),
+    ("pptx", &["powerpoint", "presentation"]),
+    ("slides", &["presentation"]),
+    ("doc", &["document", "word"]),
+    ("docx", &["document", "word"]),
+    ("xls", &["excel", "spreadsheet"]),
+    ("xlsx", &["excel", "spreadsheet"]),
+    ("spreadsheet", &["excel"]),
+    ("csv", &["table"]),
+    ("website", &["web", "page"]),
+    ("webpage", &["web", "page"]),
+    ("url", &["web", "page"]),
+];
+
+fn related() -> &'static std::collections::HashMap<String, Vec<String>> {
+    static MAP: std::sync::OnceLock<std::collections::HashMap<String, Vec<String>>> =
+        std::sync::OnceLock::new();
+    MAP.get_or_init(|| {
+        RELATED
+            .iter()
+            .map(|(from, to)| (stem(from), to.iter().map(|t| stem(t)).collect()))
+            .collect()
+    })
+}
+
+/// Extra query terms at weight `weight`: related tool vocabulary for the query's terms, and
+/// `file` when the query names a file path or a file with an extension.
+pub(crate) fn expand_query(query: &str, terms: &[String], weight: f64) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = terms.iter().map(|t| (t.clone(), 1.0)).collect();
+    let add = |t: &str, out: &mut Vec<(String, f64)>| {
+        if !out.iter().any(|(have, _)| have == t) {
+            out.push((t.to_owned(), weight));
+        }
+    };
+    for t in terms {
+        if let Some(more) = related().get(t) {
+            for m in more {
+                add(m, &mut out);
+            }
+        }
+    }
+    if query.split_whitespace().any(looks_like_path) {
+        add(&stem("file"), &mut out);
+    }
+    out
+}
+
+/// `/root/x`, `./a/b`, `C:\dir`, `report.md`, `data.xlsx` (not `e.g.` or a version number).
+fn looks_like_path(word: &str) -> bool {
+    let w = word.trim_matches(|c: char| matches!(c, ',' | ';' | ')' | '(' | '"' | '\'' | '`'));
+    let w = w.strip_suffix('.').unwrap_or(w);
+    if w.contains("://") {
+        return false;
+    }
+    if (w.starts_with('/') || w.starts_with("./") || w.starts_with("~/")) && w.len() > 1 {
+        return true;
+    }
+    if w.len() > 3 && w.as_bytes()[1] == b':' && w.as_bytes()[2] == b'\\' {
+        return true;
+    }
+    match w.rsplit_once('.') {
+        Some((stem, ext)) => {
+            !stem.is_empty()
+                && stem.chars().any(char::is_alphanumeric)
+                && (2..=5).contains(&ext.len())
+                && ext.chars().all(|c| c.is_ascii_alphanumeric())
+                && ext.chars().any(|c| c.is_ascii_alphabetic())
+                && !stem.contains('.')
+                && !matches!(
+                    ext,
+                    "com" | "org" | "net" | "io" | "cn" | "dev" | "ai" | "gov"
+                )
+        }
+        None => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,7 +334,7 @@ mod tests {
         );
         assert_eq!(toks("read_file"), ["read", "fil"]);
         assert_eq!(toks("fs.list-dir"), ["fs", "list", "dir"]);
-        assert_eq!(toks("HTMLParser"), ["html", "parser"]);
+        assert_eq!(toks("HTMLParser"), ["html", "parser", "htmlparser"]);
         assert_eq!(
             toks("mcp__git__git_status"),
             ["mcp", "git", "git", "status"]
@@ -241,6 +359,30 @@ mod tests {
         assert_eq!(stem("string"), "string");
         assert_eq!(stem("status"), "status");
         assert_eq!(stem("news"), "news");
+    }
+
+    #[test]
+    fn paths_are_recognised() {
+        for w in [
+            "/root/pdf",
+            "report.md",
+            "(data.xlsx)",
+            "./a/b",
+            "~/notes",
+            "C:\\x\\y",
+        ] {
+            assert!(looks_like_path(w), "{w}");
+        }
+        for w in [
+            "e.g.",
+            "v1.2",
+            "www.baidu.com",
+            "https://x.org/a",
+            "end.",
+            "/",
+        ] {
+            assert!(!looks_like_path(w), "{w}");
+        }
     }
 
     #[test]

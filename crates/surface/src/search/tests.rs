@@ -1,0 +1,311 @@
+use std::path::PathBuf;
+
+use quiver_contract::ToolSpec;
+use serde_json::json;
+
+use super::eval::{baseline, evaluate_ranker, parse_tools};
+use super::*;
+
+fn index(specs: &[ToolSpec]) -> SearchIndex {
+    let mut ix = SearchIndex::new();
+    for s in specs {
+        ix.upsert(s);
+    }
+    ix
+}
+
+fn names(hits: &[SearchHit]) -> Vec<&str> {
+    hits.iter().map(|h| h.name.as_str()).collect()
+}
+
+fn all(_: &str) -> bool {
+    true
+}
+
+#[test]
+fn a_query_prefix_finds_the_tool() {
+    let ix = index(&[
+        ToolSpec::new("webfetch", "Downloads a page."),
+        ToolSpec::new("websearch_x", "Queries an engine."),
+        ToolSpec::new("read_file", "Reads a file."),
+    ]);
+    let hits = ix.search("webf", 5, &all);
+    assert_eq!(names(&hits), ["webfetch"]);
+    // An exact term outranks a prefix match.
+    let ix = index(&[
+        ToolSpec::new("get_stock", "Stock quotes."),
+        ToolSpec::new("get_stockpile", "Inventory."),
+    ]);
+    assert_eq!(names(&ix.search("stock", 5, &all))[0], "get_stock");
+}
+
+#[test]
+fn identifiers_are_split_and_names_outrank_descriptions() {
+    let ix = index(&[
+        ToolSpec::new("getStockPrice", "Quotes for a ticker."),
+        ToolSpec::new("list_orders", "Lists orders, with their stock and price."),
+        ToolSpec::new("mcp__files__read-file.v2", "Opens documents."),
+    ]);
+    assert_eq!(
+        names(&ix.search("stock price", 5, &all))[0],
+        "getStockPrice"
+    );
+    assert_eq!(
+        names(&ix.search("read file", 5, &all))[0],
+        "mcp__files__read-file.v2"
+    );
+    // The server of an MCP name counts.
+    assert_eq!(
+        names(&ix.search("files", 5, &all)),
+        ["mcp__files__read-file.v2"]
+    );
+}
+
+#[test]
+fn stop_words_and_punctuation_are_not_meaningful() {
+    for q in ["", "   ", "the of and to", "?!... --", "what is it?"] {
+        assert!(!is_meaningful_query(q), "{q:?}");
+        assert!(query_terms(q).is_empty());
+    }
+    assert!(is_meaningful_query("the weather"));
+    assert_eq!(query_terms("Searching the searches"), ["search"]);
+    let ix = index(&[ToolSpec::new("the_tool", "It is the one.")]);
+    assert!(ix.search("the of", 5, &all).is_empty());
+}
+
+#[test]
+fn cjk_text_is_searchable() {
+    let ix = index(&[
+        ToolSpec::new(
+            "bing_search",
+            "使用必应搜索指定的关键词，并返回搜索结果列表",
+        ),
+        ToolSpec::new("fetch_webpage", "根据提供的ID获取对应网页的内容"),
+        ToolSpec::new("weather", "Current weather for a city."),
+    ]);
+    assert_eq!(names(&ix.search("搜索关键词", 5, &all))[0], "bing_search");
+    assert_eq!(
+        names(&ix.search("获取网页内容", 5, &all))[0],
+        "fetch_webpage"
+    );
+}
+
+#[test]
+fn ties_break_by_name() {
+    let ix = index(&[
+        ToolSpec::new("zeta", "Converts units."),
+        ToolSpec::new("alpha", "Converts units."),
+        ToolSpec::new("mid", "Converts units."),
+    ]);
+    let hits = ix.search("converts units", 5, &all);
+    assert_eq!(names(&hits), ["alpha", "mid", "zeta"]);
+    assert!(hits.windows(2).all(|w| w[0].score == w[1].score));
+    assert!(hits.iter().all(|h| h.score > 0.0 && h.score <= 1.0));
+}
+
+#[test]
+fn the_filter_applies_before_the_limit() {
+    let specs: Vec<ToolSpec> = (0..20)
+        .map(|i| ToolSpec::new(format!("report_{i:02}"), "Builds a report."))
+        .collect();
+    let ix = index(&specs);
+    let hits = ix.search("report", 3, &|n: &str| n.ends_with('7') || n.ends_with('9'));
+    assert_eq!(names(&hits), ["report_07", "report_09", "report_17"]);
+    assert!(ix.search("report", 3, &|_: &str| false).is_empty());
+}
+
+#[test]
+fn remove_and_upsert_keep_the_index_consistent() {
+    let mut ix = index(&[
+        ToolSpec::new("geocode", "Turns an address into coordinates."),
+        ToolSpec::new("route", "Directions between two places."),
+    ]);
+    assert_eq!(ix.len(), 2);
+    assert!(ix.remove("geocode"));
+    assert!(!ix.remove("geocode"));
+    assert_eq!(ix.len(), 1);
+    assert!(ix.search("address coordinates", 5, &all).is_empty());
+
+    // Replacing a tool drops its old terms.
+    ix.upsert(&ToolSpec::new("route", "Driving directions."));
+    ix.upsert(&ToolSpec::new("route", "Sails a boat."));
+    assert_eq!(ix.len(), 1);
+    assert!(ix.search("driving", 5, &all).is_empty());
+    assert_eq!(names(&ix.search("boat", 5, &all)), ["route"]);
+    // Freed slots are reused and the statistics stay right.
+    ix.upsert(&ToolSpec::new(
+        "geocode",
+        "Turns an address into coordinates.",
+    ));
+    assert_eq!(names(&ix.search("address", 5, &all)), ["geocode"]);
+    assert!(ix.remove("route") && ix.remove("geocode"));
+    assert!(ix.is_empty() && ix.postings.is_empty() && ix.total_len == [0; FIELDS]);
+}
+
+#[test]
+fn schema_properties_count() {
+    let ix = index(&[
+        ToolSpec::new("lookup", "Looks things up.").with_schema(json!({
+            "type": "object",
+            "properties": {"ticker_symbol": {"type": "string", "description": "Exchange code"}}
+        })),
+        ToolSpec::new("other", "Something else."),
+    ]);
+    assert_eq!(names(&ix.search("ticker", 5, &all)), ["lookup"]);
+    assert_eq!(names(&ix.search("exchange", 5, &all)), ["lookup"]);
+}
+
+/// The shared benchmark directory, beside the clone. Its absence is a failure, not a skip.
+fn bench_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/bench/toolsearch/livemcpbench");
+    assert!(
+        dir.join("tools.jsonl").is_file() && dir.join("queries.jsonl").is_file(),
+        "benchmark set missing at {}",
+        dir.display()
+    );
+    dir
+}
+
+fn bench_files() -> (String, String) {
+    let dir = bench_dir();
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).expect("readable bench file");
+    (read("tools.jsonl"), read("queries.jsonl"))
+}
+
+#[test]
+fn plain_bm25_reproduces_the_published_baseline() {
+    let (tools, queries) = bench_files();
+    let bm25 = baseline::Bm25::new(&parse_tools(&tools).unwrap());
+    let report = evaluate_ranker(&queries, |q| bm25.rank(q)).unwrap();
+    println!("plain BM25: {}", serde_json::to_string(&report).unwrap());
+    assert_eq!(report.queries, 94);
+}
+
+#[test]
+fn livemcpbench_quality() {
+    let (tools, queries) = bench_files();
+    let report = evaluate(&tools, &queries).unwrap();
+    println!("index: {}", serde_json::to_string(&report).unwrap());
+    assert_eq!(report.queries, 94);
+    assert!(report.hit_at_1 > 35.1, "{report:?}");
+    assert!(report.recall_at_5 > 37.6, "{report:?}");
+    assert!(report.recall_at_10 > 44.3, "{report:?}");
+    assert!(report.ndcg_at_10 > 36.9, "{report:?}");
+}
+
+/// By hand: `cargo test -p quiver-surface -- --ignored --nocapture diagnose`.
+#[test]
+#[ignore = "prints per-query rankings for tuning"]
+fn diagnose() {
+    let (tools, queries) = bench_files();
+    let ix = index(&parse_tools(&tools).unwrap());
+    for line in queries.lines() {
+        let q: serde_json::Value = serde_json::from_str(line).unwrap();
+        let gold: Vec<Vec<String>> = serde_json::from_value(q["gold"].clone()).unwrap();
+        let hits = ix.search(q["query"].as_str().unwrap(), 10, &all);
+        println!("Q {}", q["query"].as_str().unwrap());
+        println!("  terms {:?}", query_terms(q["query"].as_str().unwrap()));
+        for (i, h) in hits.iter().enumerate() {
+            let mark = if gold.iter().any(|g| g.contains(&h.name)) {
+                "*"
+            } else {
+                " "
+            };
+            println!("  {mark}{i} {:.3} {}", h.score, h.name);
+        }
+        for g in &gold {
+            if !hits.iter().any(|h| g.contains(&h.name)) {
+                println!("  MISS {}", g[0]);
+            }
+        }
+    }
+}
+
+/// By hand: `cargo test -p quiver-surface -- --ignored --nocapture tune`. One-at-a-time
+/// sweeps of the ranking constants around the defaults.
+#[test]
+#[ignore = "prints metric sweeps for tuning"]
+fn tune() {
+    let (tools, queries) = bench_files();
+    let specs = parse_tools(&tools).unwrap();
+    let run = |label: &str, p: Params| {
+        let mut ix = SearchIndex::with_params(p);
+        for s in &specs {
+            ix.upsert(s);
+        }
+        let r = evaluate_ranker(&queries, |q| {
+            ix.search(q, 10, &all).into_iter().map(|h| h.name).collect()
+        })
+        .unwrap();
+        println!(
+            "{label:24} {:5.1} {:5.1} {:5.1} {:5.1}",
+            r.hit_at_1, r.recall_at_5, r.recall_at_10, r.ndcg_at_10
+        );
+    };
+    let d = Params::default;
+    run("default", d());
+    for k1 in [0.8, 1.5, 2.0] {
+        run(&format!("k1 {k1}"), Params { k1, ..d() });
+    }
+    for w in [1.5, 2.0, 5.0, 8.0] {
+        let mut p = d();
+        p.weight[NAME] = w;
+        run(&format!("name w {w}"), p);
+    }
+    for w in [0.0, 0.5, 2.0, 3.0] {
+        let mut p = d();
+        p.server_name = w;
+        run(&format!("server w {w}"), p);
+    }
+    for w in [0.5, 2.0] {
+        let mut p = d();
+        p.weight[DESC] = w;
+        run(&format!("desc w {w}"), p);
+    }
+    for w in [0.0, 0.2, 0.7, 1.0] {
+        let mut p = d();
+        p.weight[PARAMS] = w;
+        run(&format!("params w {w}"), p);
+    }
+    for b in [0.25, 0.75, 1.0] {
+        let mut p = d();
+        p.b[NAME] = b;
+        run(&format!("name b {b}"), p);
+    }
+    for b in [0.5, 0.9] {
+        let mut p = d();
+        p.b[DESC] = b;
+        run(&format!("desc b {b}"), p);
+    }
+    for v in [0.0, 0.2, 0.7] {
+        run(
+            &format!("prefix {v}"),
+            Params {
+                prefix_weight: v,
+                ..d()
+            },
+        );
+    }
+    for v in [0.0, 0.5, 2.0, 3.0] {
+        run(&format!("coverage {v}"), Params { coverage: v, ..d() });
+    }
+    for v in [0.0, 0.3, 0.8] {
+        run(
+            &format!("related {v}"),
+            Params {
+                related_weight: v,
+                ..d()
+            },
+        );
+    }
+    for v in [0.0, 0.15, 0.5, 0.8] {
+        run(
+            &format!("server ctx {v}"),
+            Params {
+                server_context: v,
+                ..d()
+            },
+        );
+    }
+}

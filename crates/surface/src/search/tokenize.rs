@@ -1,0 +1,396 @@
+//! Text to index terms: identifier splitting, lower-casing, stop words, a light English
+//! stemmer, and character uni- and bigrams for CJK runs.
+
+/// Function words that say nothing about which tool is wanted.
+const STOP_WORDS: &[&str] = &[
+    "a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any",
+    "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both",
+    "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "else",
+    "etc", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here",
+    "hers", "him", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just",
+    "let", "me", "might", "more", "most", "must", "my", "myself", "no", "nor", "not", "now", "of",
+    "off", "on", "once", "only", "or", "other", "our", "ours", "out", "over", "own", "please",
+    "same", "shall", "she", "should", "so", "some", "such", "than", "that", "the", "their",
+    "theirs", "them", "then", "there", "these", "they", "this", "those", "through", "to", "too",
+    "under", "until", "up", "us", "very", "via", "was", "we", "were", "what", "when", "where",
+    "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your", "yours",
+];
+
+pub(crate) fn is_stop_word(word: &str) -> bool {
+    STOP_WORDS.binary_search(&word).is_ok()
+}
+
+/// Han, Kana, Hangul and CJK punctuation-free ideographs: scripts written without spaces.
+fn is_cjk(c: char) -> bool {
+    matches!(c as u32,
+        0x3040..=0x30FF      // Hiragana, Katakana
+        | 0x3100..=0x312F    // Bopomofo
+        | 0x31F0..=0x31FF    // Katakana extensions
+        | 0x3400..=0x4DBF    // CJK extension A
+        | 0x4E00..=0x9FFF    // CJK unified ideographs
+        | 0xAC00..=0xD7AF    // Hangul syllables
+        | 0x1100..=0x11FF    // Hangul jamo
+        | 0x3130..=0x318F    // Hangul compatibility jamo
+        | 0xF900..=0xFAFF    // CJK compatibility ideographs
+        | 0xFF66..=0xFF9F    // half-width Katakana
+        | 0x20000..=0x2FA1F) // supplementary ideographs
+}
+
+/// Options for [`tokenize`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TokenOpts {
+    /// Also emit the concatenation of adjacent word parts (`web_fetch` -> `webfetch`), so a
+    /// query written as one word still meets a split identifier.
+    pub(crate) joins: bool,
+}
+
+/// Appends the index terms of `text` to `out` (duplicates kept; callers count them).
+pub(crate) fn tokenize(text: &str, opts: TokenOpts, out: &mut Vec<String>) {
+    let mut word = String::new();
+    let mut cjk = Vec::new();
+    // The lower-cased parts of the current identifier-like chunk, for joins.
+    let mut parts: Vec<String> = Vec::new();
+    let mut whole: Vec<String> = Vec::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if is_cjk(c) {
+            flush_word(&mut word, &mut parts, &mut whole);
+            cjk.push(c);
+            continue;
+        }
+        flush_cjk(&mut cjk, out);
+        if c.is_alphanumeric() {
+            word.push(c);
+            continue;
+        }
+        flush_word(&mut word, &mut parts, &mut whole);
+        // `_`, `-`, `.` and `/` join the parts of one identifier; anything else ends it.
+        let joiner = matches!(c, '_' | '-' | '.' | '/' | ':')
+            && chars.peek().is_some_and(|n| n.is_alphanumeric() || *n == c);
+        if !joiner {
+            emit_parts(&mut parts, &mut whole, opts, out);
+        }
+    }
+    flush_word(&mut word, &mut parts, &mut whole);
+    emit_parts(&mut parts, &mut whole, opts, out);
+    flush_cjk(&mut cjk, out);
+}
+
+/// Splits one alphanumeric run on camelCase boundaries into lower-cased parts.
+fn flush_word(word: &mut String, parts: &mut Vec<String>, whole: &mut Vec<String>) {
+    if word.is_empty() {
+        return;
+    }
+    let chars: Vec<char> = word.chars().collect();
+    let mut start = 0;
+    for i in 1..chars.len() {
+        let (prev, cur) = (chars[i - 1], chars[i]);
+        let next_lower = chars.get(i + 1).is_some_and(|n| n.is_lowercase());
+        // fooBar | HTMLParser (split before the last capital of a run followed by lower case)
+        let boundary = cur.is_uppercase()
+            && (prev.is_lowercase()
+                || prev.is_ascii_digit()
+                || (prev.is_uppercase() && next_lower));
+        if boundary {
+            parts.push(chars[start..i].iter().collect::<String>().to_lowercase());
+            start = i;
+        }
+    }
+    parts.push(chars[start..].iter().collect::<String>().to_lowercase());
+    // A word that was split is also kept whole (`arXiv` -> `ar`, `xiv`, `arxiv`).
+    if start > 0 {
+        whole.push(word.to_lowercase());
+    }
+    word.clear();
+}
+
+fn emit_parts(
+    parts: &mut Vec<String>,
+    whole: &mut Vec<String>,
+    opts: TokenOpts,
+    out: &mut Vec<String>,
+) {
+    for part in parts.iter().chain(whole.iter()) {
+        push_term(part, out);
+    }
+    whole.clear();
+    if opts.joins && parts.len() > 1 {
+        for pair in parts.windows(2) {
+            let joined = format!("{}{}", pair[0], pair[1]);
+            push_term(&joined, out);
+        }
+    }
+    parts.clear();
+}
+
+fn push_term(part: &str, out: &mut Vec<String>) {
+    // Single Latin letters carry nothing (`s` of "what's", `a`); single digits are kept.
+    let mut chars = part.chars();
+    if let (Some(c), None) = (chars.next(), chars.next())
+        && c.is_ascii_alphabetic()
+    {
+        return;
+    }
+    if is_stop_word(part) {
+        return;
+    }
+    out.push(stem(part));
+}
+
+fn flush_cjk(run: &mut Vec<char>, out: &mut Vec<String>) {
+    for c in run.iter() {
+        out.push(c.to_string());
+    }
+    for pair in run.windows(2) {
+        out.push(pair.iter().collect());
+    }
+    run.clear();
+}
+
+fn has_vowel(s: &str) -> bool {
+    s.bytes()
+        .any(|b| matches!(b, b'a' | b'e' | b'i' | b'o' | b'u' | b'y'))
+}
+
+/// A light English suffix stemmer: plurals, `-ing`, `-ed`, `-ation`, and a final `e`, so that
+/// "create", "creates", "created", "creating" and "creation" all meet. Not Porter: it only
+/// has to map related forms to one key, never to produce a word.
+pub(crate) fn stem(word: &str) -> String {
+    if word.len() <= 3 || !word.is_ascii() || word.bytes().any(|b| b.is_ascii_digit()) {
+        return word.to_owned();
+    }
+    if matches!(word, "news" | "series" | "species" | "always" | "during") {
+        return word.to_owned();
+    }
+    let mut w = word.to_owned();
+    // Plurals.
+    if let Some(base) = w.strip_suffix("ies").filter(|b| b.len() >= 2) {
+        w = format!("{base}y");
+    } else if w.ends_with("sses") {
+        w.truncate(w.len() - 2);
+    } else if w.ends_with('s') && !w.ends_with("ss") && !w.ends_with("us") && !w.ends_with("is") {
+        w.truncate(w.len() - 1);
+    }
+    // Verb endings.
+    let mut stripped = false;
+    for suffix in ["ing", "ed"] {
+        if let Some(base) = w.strip_suffix(suffix)
+            && base.len() >= 3
+            && has_vowel(base)
+            && !w.ends_with("eed")
+        {
+            w = base.to_owned();
+            stripped = true;
+            break;
+        }
+    }
+    if stripped {
+        // running -> runn -> run (but keep install, process, buzz).
+        let b = w.as_bytes();
+        let n = b.len();
+        if n >= 3 && b[n - 1] == b[n - 2] && !matches!(b[n - 1], b'l' | b's' | b'z') {
+            w.truncate(n - 1);
+        }
+    }
+    // Nominalisations: creation -> creat(e), visualization -> visualiz(e).
+    if let Some(base) = w.strip_suffix("ization").filter(|b| b.len() >= 3) {
+        w = format!("{base}iz");
+    } else if let Some(base) = w.strip_suffix("ation").filter(|b| b.len() >= 3) {
+        w = format!("{base}at");
+    }
+    if w.len() > 3 && w.ends_with('e') && !w.ends_with("ee") {
+        w.truncate(w.len() - 1);
+    }
+    w
+}
+
+/// Generic tool vocabulary: a query term on the left also looks for the terms on the right
+/// (at a lower weight). Verbs tools are commonly named with, and file-format abbreviations.
+const RELATED: &[(&str, &[&str])] = &[
+    ("save", &["write"]),
+    ("store", &["write", "save"]),
+    ("write", &["save"]),
+    ("find", &["search"]),
+    ("search", &["find"]),
+    ("lookup", &["search", "find"]),
+    ("fetch", &["get", "retrieve"]),
+    ("retrieve", &["get", "fetch"]),
+    ("get", &["fetch"]),
+    ("delete", &["remove"]),
+    ("remove", &["delete"]),
+    ("make", &["create"]),
+    ("create", &["new"]),
+    ("show", &["display", "list", "view"]),
+    ("display", &["show", "view"]),
+    ("run", &["execute"]),
+    ("execute", &["run"]),
+    ("edit", &["modify", "update"]),
+    ("modify", &["edit", "update"]),
+    ("update", &["edit", "modify"]),
+    ("picture", &["image"]),
+    ("photo", &["image"]),
+    ("image", &["picture"]),
+    ("img", &["image"]),
+    ("repo", &["repository"]),
+    ("repository", &["repo"]),
+    ("md", &["markdown"]),
+    ("ppt", &["powerpoint", "presentation"]),
+    ("pptx", &["powerpoint", "presentation"]),
+    ("slides", &["presentation"]),
+    ("doc", &["document", "word"]),
+    ("docx", &["document", "word"]),
+    ("xls", &["excel", "spreadsheet"]),
+    ("xlsx", &["excel", "spreadsheet"]),
+    ("spreadsheet", &["excel"]),
+    ("csv", &["table"]),
+    ("website", &["web", "page"]),
+    ("webpage", &["web", "page"]),
+    ("url", &["web", "page"]),
+];
+
+fn related() -> &'static std::collections::HashMap<String, Vec<String>> {
+    static MAP: std::sync::OnceLock<std::collections::HashMap<String, Vec<String>>> =
+        std::sync::OnceLock::new();
+    MAP.get_or_init(|| {
+        RELATED
+            .iter()
+            .map(|(from, to)| (stem(from), to.iter().map(|t| stem(t)).collect()))
+            .collect()
+    })
+}
+
+/// Extra query terms at weight `weight`: related tool vocabulary for the query's terms, and
+/// `file` when the query names a file path or a file with an extension.
+pub(crate) fn expand_query(query: &str, terms: &[String], weight: f64) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = terms.iter().map(|t| (t.clone(), 1.0)).collect();
+    let add = |t: &str, out: &mut Vec<(String, f64)>| {
+        if !out.iter().any(|(have, _)| have == t) {
+            out.push((t.to_owned(), weight));
+        }
+    };
+    for t in terms {
+        if let Some(more) = related().get(t) {
+            for m in more {
+                add(m, &mut out);
+            }
+        }
+    }
+    if query.split_whitespace().any(looks_like_path) {
+        add(&stem("file"), &mut out);
+    }
+    out
+}
+
+/// `/root/x`, `./a/b`, `C:\dir`, `report.md`, `data.xlsx` (not `e.g.` or a version number).
+fn looks_like_path(word: &str) -> bool {
+    let w = word.trim_matches(|c: char| matches!(c, ',' | ';' | ')' | '(' | '"' | '\'' | '`'));
+    let w = w.strip_suffix('.').unwrap_or(w);
+    if w.contains("://") {
+        return false;
+    }
+    if (w.starts_with('/') || w.starts_with("./") || w.starts_with("~/")) && w.len() > 1 {
+        return true;
+    }
+    if w.len() > 3 && w.as_bytes()[1] == b':' && w.as_bytes()[2] == b'\\' {
+        return true;
+    }
+    match w.rsplit_once('.') {
+        Some((stem, ext)) => {
+            !stem.is_empty()
+                && stem.chars().any(char::is_alphanumeric)
+                && (2..=5).contains(&ext.len())
+                && ext.chars().all(|c| c.is_ascii_alphanumeric())
+                && ext.chars().any(|c| c.is_ascii_alphabetic())
+                && !stem.contains('.')
+                && !matches!(
+                    ext,
+                    "com" | "org" | "net" | "io" | "cn" | "dev" | "ai" | "gov"
+                )
+        }
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toks(s: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        tokenize(s, TokenOpts { joins: false }, &mut out);
+        out
+    }
+
+    #[test]
+    fn stop_word_list_is_sorted_for_binary_search() {
+        assert!(STOP_WORDS.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn identifiers_split() {
+        assert_eq!(
+            toks("getCurrentStockPrice"),
+            ["get", "current", "stock", "pric"]
+        );
+        assert_eq!(toks("read_file"), ["read", "fil"]);
+        assert_eq!(toks("fs.list-dir"), ["fs", "list", "dir"]);
+        assert_eq!(toks("HTMLParser"), ["html", "parser", "htmlparser"]);
+        assert_eq!(
+            toks("mcp__git__git_status"),
+            ["mcp", "git", "git", "status"]
+        );
+    }
+
+    #[test]
+    fn stemmer_meets_related_forms() {
+        for group in [
+            &["create", "creates", "created", "creating", "creation"][..],
+            &["search", "searches", "searching", "searched"],
+            &["company", "companies"],
+            &["run", "running"],
+            &["install", "installing"],
+            &["visualize", "visualization"],
+        ] {
+            let first = stem(group[0]);
+            for w in group {
+                assert_eq!(stem(w), first, "{w}");
+            }
+        }
+        assert_eq!(stem("string"), "string");
+        assert_eq!(stem("status"), "status");
+        assert_eq!(stem("news"), "news");
+    }
+
+    #[test]
+    fn paths_are_recognised() {
+        for w in [
+            "/root/pdf",
+            "report.md",
+            "(data.xlsx)",
+            "./a/b",
+            "~/notes",
+            "C:\\x\\y",
+        ] {
+            assert!(looks_like_path(w), "{w}");
+        }
+        for w in [
+            "e.g.",
+            "v1.2",
+            "www.baidu.com",
+            "https://x.org/a",
+            "end.",
+            "/",
+        ] {
+            assert!(!looks_like_path(w), "{w}");
+        }
+    }
+
+    #[test]
+    fn cjk_runs_become_unigrams_and_bigrams() {
+        assert_eq!(
+            toks("搜索网页"),
+            ["搜", "索", "网", "页", "搜索", "索网", "网页"]
+        );
+        assert_eq!(toks("bing搜索"), ["bing", "搜", "索", "搜索"]);
+    }
+}

@@ -9,9 +9,20 @@ use std::{
 use serde_json::Value;
 
 const CORE: [&str; 3] = ["quiver-contract", "quiver-registry", "quiver-surface"];
-const ADAPTERS: [&str; 3] = ["quiver-sandbox", "quiver-mcp-adapter", "quiver-store-sqlite"];
+const ADAPTERS: [&str; 3] = [
+    "quiver-sandbox",
+    "quiver-mcp-adapter",
+    "quiver-store-sqlite",
+];
 /// Engines that only adapters may name, directly or through any dependency.
-const ENGINES: [&str; 6] = ["rusqlite", "rmcp", "rquickjs", "axum", "reqwest", "libsqlite3-sys"];
+const ENGINES: [&str; 6] = [
+    "rusqlite",
+    "rmcp",
+    "rquickjs",
+    "axum",
+    "reqwest",
+    "libsqlite3-sys",
+];
 
 struct Graph {
     /// package name -> names of its normal (non-dev, non-build) dependencies in the resolve.
@@ -25,7 +36,11 @@ fn graph() -> Graph {
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo metadata runs");
-    assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let meta: Value = serde_json::from_slice(&out.stdout).expect("metadata is JSON");
     let names: BTreeMap<&str, &str> = meta["packages"]
         .as_array()
@@ -40,7 +55,13 @@ fn graph() -> Graph {
             .as_array()
             .unwrap()
             .iter()
-            .filter(|d| d["dep_kinds"].as_array().unwrap().iter().any(|k| k["kind"].is_null()))
+            .filter(|d| {
+                d["dep_kinds"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|k| k["kind"].is_null())
+            })
             .map(|d| names[d["pkg"].as_str().unwrap()].to_owned())
             .collect();
         normal.insert(name, deps);
@@ -100,7 +121,9 @@ fn violations(g: &Graph) -> Vec<String> {
         let reach = g.transitive(core);
         for engine in ENGINES {
             if reach.contains(engine) {
-                out.push(format!("{core} reaches {engine}: a core crate never names an engine"));
+                out.push(format!(
+                    "{core} reaches {engine}: a core crate never names an engine"
+                ));
             }
         }
     }
@@ -110,8 +133,15 @@ fn violations(g: &Graph) -> Vec<String> {
 #[test]
 fn the_dependency_graph_has_no_forbidden_edge() {
     let g = graph();
-    for pkg in CORE.iter().chain(ADAPTERS.iter()).chain(["quiver-host"].iter()) {
-        assert!(g.normal.contains_key(*pkg), "{pkg} is missing from the workspace");
+    for pkg in CORE
+        .iter()
+        .chain(ADAPTERS.iter())
+        .chain(["quiver-host"].iter())
+    {
+        assert!(
+            g.normal.contains_key(*pkg),
+            "{pkg} is missing from the workspace"
+        );
     }
     let v = violations(&g);
     assert!(v.is_empty(), "forbidden edges:\n{}", v.join("\n"));
@@ -122,11 +152,29 @@ fn the_check_catches_a_forbidden_edge() {
     // The rule must be able to fail: graft rusqlite under the registry and an adapter under
     // another, and both are reported.
     let mut g = graph();
-    g.normal.get_mut("quiver-registry").unwrap().insert("rusqlite".into());
+    g.normal
+        .get_mut("quiver-registry")
+        .unwrap()
+        .insert("rusqlite".into());
     g.normal.insert("rusqlite".into(), BTreeSet::new());
-    g.normal.get_mut("quiver-sandbox").unwrap().insert("quiver-store-sqlite".into());
+    g.normal
+        .get_mut("quiver-sandbox")
+        .unwrap()
+        .insert("quiver-store-sqlite".into());
     let v = violations(&g);
-    assert!(v.iter().any(|l| l == "quiver-registry reaches rusqlite: a core crate never names an engine"), "{v:?}");
-    assert!(v.iter().any(|l| l == "quiver-sandbox -> quiver-store-sqlite: not an allowed edge"), "{v:?}");
-    assert!(v.iter().any(|l| l.starts_with("quiver-surface reaches rusqlite")), "transitive: {v:?}");
+    assert!(
+        v.iter()
+            .any(|l| l == "quiver-registry reaches rusqlite: a core crate never names an engine"),
+        "{v:?}"
+    );
+    assert!(
+        v.iter()
+            .any(|l| l == "quiver-sandbox -> quiver-store-sqlite: not an allowed edge"),
+        "{v:?}"
+    );
+    assert!(
+        v.iter()
+            .any(|l| l.starts_with("quiver-surface reaches rusqlite")),
+        "transitive: {v:?}"
+    );
 }

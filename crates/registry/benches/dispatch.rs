@@ -35,11 +35,13 @@ impl Tool for Nap {
 }
 
 fn noop_spec() -> ToolSpec {
-    ToolSpec::new("noop", "Does nothing.").read_only().with_schema(json!({
-        "type": "object",
-        "properties": {"n": {"type": "integer", "description": "Any number."}},
-        "required": ["n"]
-    }))
+    ToolSpec::new("noop", "Does nothing.")
+        .read_only()
+        .with_schema(json!({
+            "type": "object",
+            "properties": {"n": {"type": "integer", "description": "Any number."}},
+            "required": ["n"]
+        }))
 }
 
 /// A recorder that keeps a bounded buffer, like a real one that hands rows to a writer.
@@ -58,12 +60,20 @@ impl quiver_registry::ToolCallRecorder for Bounded {
 }
 
 fn bench(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let catalog = Arc::new(Catalog::new());
     catalog.must_register(Arc::new(Noop(noop_spec())));
-    catalog.must_register(Arc::new(Nap(ToolSpec::new("nap", "Sleeps 10 ms.").read_only())));
+    catalog.must_register(Arc::new(Nap(
+        ToolSpec::new("nap", "Sleeps 10 ms.").read_only()
+    )));
     let _ = MemoryRecorder::new();
-    let d = Dispatcher::builder(catalog).recorder(Arc::new(Bounded::default())).build();
+    let d = Dispatcher::builder(catalog)
+        .recorder(Arc::new(Bounded::default()))
+        .build();
     let mut n = 0i64;
     c.bench_function("dispatch_noop_full_pipeline", |b| {
         b.to_async(&rt).iter(|| {
@@ -71,14 +81,21 @@ fn bench(c: &mut Criterion) {
             // Distinct arguments every time so the loop guard never trips.
             let input = json!({"n": n});
             let d = d.clone();
-            async move { black_box(d.call("noop", input, CallContext::for_session("bench")).await) }
+            async move {
+                black_box(
+                    d.call("noop", input, CallContext::for_session("bench"))
+                        .await,
+                )
+            }
         })
     });
     let mut g = c.benchmark_group("batch");
     g.sample_size(20);
     g.bench_function("batch_100_reads_sleeping_10ms", |b| {
         b.to_async(&rt).iter(|| {
-            let calls: Vec<_> = (0..100).map(|i| BatchCall::new("nap", json!({"i": i}))).collect();
+            let calls: Vec<_> = (0..100)
+                .map(|i| BatchCall::new("nap", json!({"i": i})))
+                .collect();
             let d = d.clone();
             async move { black_box(d.call_batch(calls, CallContext::for_session("batch")).await) }
         })

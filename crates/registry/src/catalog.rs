@@ -389,10 +389,10 @@ impl Catalog {
         let name = entry.spec.name.clone();
         let new_tool = entry.tool.clone();
         let old = self.write().insert(name.clone(), entry);
-        if let Some(old) = old {
-            if !Arc::ptr_eq(&old.tool, &new_tool) {
-                old.tool.release();
-            }
+        if let Some(old) = old
+            && !Arc::ptr_eq(&old.tool, &new_tool)
+        {
+            old.tool.release();
         }
         self.changed(CatalogEvent::Added(name));
         Ok(())
@@ -496,14 +496,15 @@ pub(crate) fn advertise(spec: ToolSpec, opts: &AdvertiseOptions<'_>) -> ToolSpec
     } else {
         spec
     };
-    if opts.inject_reasoning && !opts.reasoning_exempt.iter().any(|n| n == &spec.name) {
-        if let Some(obj) = spec.input_schema.as_object_mut() {
-            let props = obj.entry("properties").or_insert_with(|| json!({}));
-            if let Some(props) = props.as_object_mut() {
-                props.entry("reasoning").or_insert_with(
-                    || json!({"type": "string", "description": REASONING_DESCRIPTION}),
-                );
-            }
+    if opts.inject_reasoning
+        && !opts.reasoning_exempt.iter().any(|n| n == &spec.name)
+        && let Some(obj) = spec.input_schema.as_object_mut()
+    {
+        let props = obj.entry("properties").or_insert_with(|| json!({}));
+        if let Some(props) = props.as_object_mut() {
+            props
+                .entry("reasoning")
+                .or_insert_with(|| json!({"type": "string", "description": REASONING_DESCRIPTION}));
         }
     }
     spec

@@ -343,16 +343,18 @@ impl Dispatcher {
             let n = inner.next_id.fetch_add(1, Ordering::Relaxed);
             ctx.call_id = Some(format!("{}-{n}", inner.id_prefix).into());
         }
-        let (input, canonical) = match self.normalize(name, input, &mut ctx) {
+        let found = inner.catalog.lookup(name);
+        let (input, canonical) = match self.normalize(name, found.as_ref(), input, &mut ctx) {
             Ok(v) => v,
-            Err((input, envelope)) => {
+            Err(early) => {
+                let (input, envelope) = *early;
                 return self
                     .finish_early(name, input, None, envelope, ctx, t0)
                     .await;
             }
         };
         let hash = args_hash_canonical(name, &canonical);
-        let (entry, mut warnings) = match self.prepare(name, &input, &canonical, &hash, &ctx) {
+        let (entry, mut warnings) = match self.prepare(name, found, &input, &hash, &ctx) {
             Prepared::Done(envelope) => {
                 return self
                     .finish_early(name, input, Some(hash), envelope, ctx, t0)
@@ -382,15 +384,14 @@ impl Dispatcher {
             .get()
             .map(|s| s.saturating_duration_since(t0))
             .unwrap_or_else(|| t0.elapsed());
-        if entry.spec.tabular {
-            if let Envelope::Ok { schema, .. } = &envelope {
-                if schema.is_empty() {
-                    warnings.push(Warning::new(
-                        "validator",
-                        "a tabular tool returned no columns; the result may be empty or malformed",
-                    ));
-                }
-            }
+        if entry.spec.tabular
+            && let Envelope::Ok { schema, .. } = &envelope
+            && schema.is_empty()
+        {
+            warnings.push(Warning::new(
+                "validator",
+                "a tabular tool returned no columns; the result may be empty or malformed",
+            ));
         }
         self.after(name, &hash, &mut envelope, warnings, &ctx);
         self.record(name, input, hash, &envelope, &ctx, queued, t0)
@@ -402,9 +403,10 @@ impl Dispatcher {
     fn normalize(
         &self,
         name: &str,
+        entry: Option<&Arc<Entry>>,
         input: Value,
         ctx: &mut CallContext,
-    ) -> Result<(Value, String), (Value, Envelope)> {
+    ) -> Result<(Value, String), Box<(Value, Envelope)>> {
         let mut map = match input {
             Value::Object(map) => map,
             Value::Null => Map::new(),
@@ -420,27 +422,22 @@ impl Dispatcher {
                     format!("the arguments to `{name}` must be a JSON object, not {kind}"),
                     Vec::new(),
                 );
-                return Err((other, envelope));
+                return Err(Box::new((other, envelope)));
             }
         };
-        let declared: &[&str] = &self
-            .inner
-            .catalog
-            .lookup(name)
-            .map(|e| e.declared_narration.clone())
+        let declared: &[&str] = entry
+            .map(|e| e.declared_narration.as_slice())
             .unwrap_or_default();
         for key in NARRATION_KEYS {
             if declared.contains(&key) {
                 continue;
             }
-            if let Some(v) = map.remove(key) {
-                if ctx.reasoning.is_none() {
-                    if let Value::String(s) = v {
-                        if !s.trim().is_empty() {
-                            ctx.reasoning = Some(s);
-                        }
-                    }
-                }
+            if let Some(v) = map.remove(key)
+                && ctx.reasoning.is_none()
+                && let Value::String(s) = v
+                && !s.trim().is_empty()
+            {
+                ctx.reasoning = Some(s);
             }
         }
         let input = Value::Object(map);
@@ -454,10 +451,10 @@ impl Dispatcher {
                     self.inner.config.max_input_bytes
                 ),
             );
-            return Err((
+            return Err(Box::new((
                 Value::String(format!("<{} bytes elided>", canonical.len())),
                 envelope,
-            ));
+            )));
         }
         Ok((input, canonical))
     }
@@ -465,8 +462,8 @@ impl Dispatcher {
     fn prepare(
         &self,
         name: &str,
+        found: Option<Arc<Entry>>,
         input: &Value,
-        _canonical: &str,
         hash: &str,
         ctx: &CallContext,
     ) -> Prepared {
@@ -480,7 +477,7 @@ impl Dispatcher {
                 ),
             ));
         }
-        let entry = match inner.catalog.lookup(name) {
+        let entry = match found {
             Some(e) if e.spec.is_live() => e,
             _ => return Prepared::Done(self.undefined(name, ctx)),
         };
@@ -622,15 +619,16 @@ impl Dispatcher {
     ) -> Envelope {
         let hash = hash.unwrap_or_else(|| args_hash_canonical(name, &canonical_json(&input)));
         self.inner.metrics.count(name, &envelope);
-        if let Some(s) = &ctx.session {
-            if !envelope.is_ok() && envelope.err_kind() != Some(&ErrKind::LoopGuard) {
-                let failures = self.inner.sessions.with(s, |st| st.record_failure(&hash));
-                if failures >= self.inner.config.repeat_failure_threshold {
-                    envelope.push_warning(Warning::new(
+        if let Some(s) = &ctx.session
+            && !envelope.is_ok()
+            && envelope.err_kind() != Some(&ErrKind::LoopGuard)
+        {
+            let failures = self.inner.sessions.with(s, |st| st.record_failure(&hash));
+            if failures >= self.inner.config.repeat_failure_threshold {
+                envelope.push_warning(Warning::new(
                         "repeat_failure",
                         format!("this same call has now failed {failures} times. Try a different approach instead of repeating it."),
                     ));
-                }
             }
         }
         self.record(name, input, hash, &envelope, &ctx, Duration::ZERO, t0)

@@ -81,14 +81,14 @@ impl Sessions {
         let now = self
             .clock
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if !shard.contains_key(session) && shard.len() >= self.max_per_shard {
-            if let Some(oldest) = shard
+        if !shard.contains_key(session)
+            && shard.len() >= self.max_per_shard
+            && let Some(oldest) = shard
                 .iter()
                 .min_by_key(|(_, s)| s.touched)
                 .map(|(k, _)| k.clone())
-            {
-                shard.remove(&oldest);
-            }
+        {
+            shard.remove(&oldest);
         }
         let state = shard.entry(session.clone()).or_default();
         state.touched = now;

@@ -19,17 +19,26 @@ fn ok_table_states_the_true_row_count_and_marks_elided_rows() {
 
 #[test]
 fn ok_single_row_table() {
-    check("ok_one_row", &Envelope::ok(json!([{"name": "quiver", "stars": 5}])));
+    check(
+        "ok_one_row",
+        &Envelope::ok(json!([{"name": "quiver", "stars": 5}])),
+    );
 }
 
 #[test]
 fn ok_object_has_an_inferred_schema_line() {
-    check("ok_object", &Envelope::ok(json!({"temperature": 21.5, "unit": "C", "station": null})));
+    check(
+        "ok_object",
+        &Envelope::ok(json!({"temperature": 21.5, "unit": "C", "station": null})),
+    );
 }
 
 #[test]
 fn ok_text() {
-    check("ok_text", &Envelope::text("The current time in Tokyo is 09:14."));
+    check(
+        "ok_text",
+        &Envelope::text("The current time in Tokyo is 09:14."),
+    );
 }
 
 #[test]
@@ -53,15 +62,25 @@ fn ok_list_without_columns_is_bounded() {
 fn warnings_render_inline() {
     let e = Envelope::ok(json!([{"a": 1}, {"a": 2}]))
         .with_warning(Warning::new("no_match", "2 of 5 ids were not found"))
-        .with_warning(Warning::new("policy", "call `preview_data` before `export`"));
+        .with_warning(Warning::new(
+            "policy",
+            "call `preview_data` before `export`",
+        ));
     check("ok_warnings", &e);
 }
 
 #[test]
 fn parts_are_described_not_inlined() {
     let e = Envelope::text("Here is the chart.")
-        .with_part(Part::Image { mime_type: "image/png".into(), data: "iVBORw0KGgo=".into() })
-        .with_part(Part::ResourceLink { uri: "file:///tmp/r.csv".into(), name: "r.csv".into(), mime_type: None });
+        .with_part(Part::Image {
+            mime_type: "image/png".into(),
+            data: "iVBORw0KGgo=".into(),
+        })
+        .with_part(Part::ResourceLink {
+            uri: "file:///tmp/r.csv".into(),
+            name: "r.csv".into(),
+            mime_type: None,
+        });
     check("ok_parts", &e);
 }
 
@@ -70,7 +89,10 @@ fn schema_hint_ranks_alternatives() {
     let e = Envelope::hint(
         HintKind::Schema,
         "there is no column `nmae` in table `users`",
-        vec![Alternative::new("name", 0.93), Alternative::new("email", 0.41)],
+        vec![
+            Alternative::new("name", 0.93),
+            Alternative::new("email", 0.41),
+        ],
     );
     check("hint_schema", &e);
 }
@@ -81,7 +103,9 @@ fn fetch_hint_has_add_and_narrow_lines() {
         HintKind::Fetch,
         "this source returns 2.3M rows without a filter",
         vec![
-            Alternative::new("date >= ...", 0.9).with_action("add").with_detail("the table is partitioned by date"),
+            Alternative::new("date >= ...", 0.9)
+                .with_action("add")
+                .with_detail("the table is partitioned by date"),
             Alternative::new("limit", 0.5).with_action("add"),
             Alternative::new("columns", 0.4).with_action("narrow"),
         ],
@@ -104,7 +128,13 @@ fn ambiguous_lists_candidates() {
 
 #[test]
 fn error_names_its_kind() {
-    check("err_timeout", &Envelope::err(ErrKind::Timeout, "`slow_tool` did not finish within its 30 s limit"));
+    check(
+        "err_timeout",
+        &Envelope::err(
+            ErrKind::Timeout,
+            "`slow_tool` did not finish within its 30 s limit",
+        ),
+    );
     check("err_legacy", &coerce_legacy("connection refused", true));
 }
 
@@ -117,9 +147,15 @@ fn strip_status_line_only_strips_ok() {
     assert!(stripped.contains("\"a\": 1"));
     let text = render(&Envelope::text("payload"), &RenderOptions::default());
     assert_eq!(strip_status_line(&text), "payload");
-    let err = render(&Envelope::err(ErrKind::Legacy, "boom"), &RenderOptions::default());
+    let err = render(
+        &Envelope::err(ErrKind::Legacy, "boom"),
+        &RenderOptions::default(),
+    );
     assert_eq!(strip_status_line(&err), err);
-    let hint = render(&Envelope::hint(HintKind::Fetch, "narrow it", vec![]), &RenderOptions::default());
+    let hint = render(
+        &Envelope::hint(HintKind::Fetch, "narrow it", vec![]),
+        &RenderOptions::default(),
+    );
     assert_eq!(strip_status_line(&hint), hint);
 }
 

@@ -5,27 +5,47 @@ use std::sync::{
 
 use async_trait::async_trait;
 use quiver_contract::{CallContext, Envelope, Lifecycle, Mode, Tool, ToolResult, ToolSpec};
-use quiver_registry::{AdvertiseOptions, Catalog, CatalogEvent, Family, RegistryError, order_families};
+use quiver_registry::{
+    AdvertiseOptions, Catalog, CatalogEvent, Family, RegistryError, order_families,
+};
 use serde_json::json;
 
 use crate::support::{add, echo, tool};
 
 fn named(name: &str) -> Arc<dyn Tool> {
-    tool(ToolSpec::new(name, format!("The {name} tool.")), |_, _| async { Ok(Envelope::text("x")) })
+    tool(
+        ToolSpec::new(name, format!("The {name} tool.")),
+        |_, _| async { Ok(Envelope::text("x")) },
+    )
 }
 
 fn read_only(name: &str) -> Arc<dyn Tool> {
-    tool(ToolSpec::new(name, format!("The {name} tool.")).read_only(), |_, _| async { Ok(Envelope::text("x")) })
+    tool(
+        ToolSpec::new(name, format!("The {name} tool.")).read_only(),
+        |_, _| async { Ok(Envelope::text("x")) },
+    )
 }
 
 #[test]
 fn register_rejects_duplicates_and_register_all_is_first_wins() {
     let catalog = Catalog::new();
     catalog.register(echo()).unwrap();
-    assert_eq!(catalog.register(echo()), Err(RegistryError::Conflict { name: "echo".into() }));
-    let first = tool(ToolSpec::new("b", "first b"), |_, _| async { Ok(Envelope::text("first")) });
-    let second = tool(ToolSpec::new("b", "second b"), |_, _| async { Ok(Envelope::text("second")) });
-    let report = catalog.register_all("server-global MCP", vec![named("a"), first, second, named("echo"), named("Bad-Name")]);
+    assert_eq!(
+        catalog.register(echo()),
+        Err(RegistryError::Conflict {
+            name: "echo".into()
+        })
+    );
+    let first = tool(ToolSpec::new("b", "first b"), |_, _| async {
+        Ok(Envelope::text("first"))
+    });
+    let second = tool(ToolSpec::new("b", "second b"), |_, _| async {
+        Ok(Envelope::text("second"))
+    });
+    let report = catalog.register_all(
+        "server-global MCP",
+        vec![named("a"), first, second, named("echo"), named("Bad-Name")],
+    );
     assert_eq!(report.registered, vec!["a", "b"]);
     let skipped: Vec<_> = report.skipped.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(skipped, vec!["b", "echo", "Bad-Name"]);
@@ -44,16 +64,20 @@ fn register_rejects_duplicates_and_register_all_is_first_wins() {
 fn must_register_panics_on_a_duplicate() {
     let catalog = Catalog::new();
     catalog.must_register(echo());
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| catalog.must_register(echo())));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        catalog.must_register(echo())
+    }));
     assert!(result.is_err());
 }
 
 #[test]
 fn invalid_schemas_are_rejected_at_registration() {
     let catalog = Catalog::new();
-    let bad = tool(ToolSpec::new("bad", "x").with_schema(json!({"type": "object", "properties": {"a": {"type": 12}}})), |_, _| async {
-        Ok(Envelope::text("x"))
-    });
+    let bad = tool(
+        ToolSpec::new("bad", "x")
+            .with_schema(json!({"type": "object", "properties": {"a": {"type": 12}}})),
+        |_, _| async { Ok(Envelope::text("x")) },
+    );
     let err = catalog.register(bad).unwrap_err();
     assert!(matches!(err, RegistryError::InvalidSchema { .. }), "{err}");
 }
@@ -63,20 +87,43 @@ fn lists_are_sorted_and_respect_mode_visibility() {
     let catalog = Catalog::new();
     catalog.register(named("zeta")).unwrap();
     catalog.register(read_only("alpha")).unwrap();
-    catalog.register(tool(ToolSpec::new("plan", "Plans.").plan_only(), |_, _| async { Ok(Envelope::text("x")) })).unwrap();
     catalog
-        .register(tool(ToolSpec::new("hidden", "Internal.").read_only().with_category("internal"), |_, _| async {
-            Ok(Envelope::text("x"))
-        }))
+        .register(tool(
+            ToolSpec::new("plan", "Plans.").plan_only(),
+            |_, _| async { Ok(Envelope::text("x")) },
+        ))
         .unwrap();
     catalog
-        .register(tool(ToolSpec::new("draft", "Draft.").with_lifecycle(Lifecycle::Draft), |_, _| async { Ok(Envelope::text("x")) }))
+        .register(tool(
+            ToolSpec::new("hidden", "Internal.")
+                .read_only()
+                .with_category("internal"),
+            |_, _| async { Ok(Envelope::text("x")) },
+        ))
         .unwrap();
     catalog
-        .register(tool(ToolSpec::new("off", "Off.").with_enabled(false), |_, _| async { Ok(Envelope::text("x")) }))
+        .register(tool(
+            ToolSpec::new("draft", "Draft.").with_lifecycle(Lifecycle::Draft),
+            |_, _| async { Ok(Envelope::text("x")) },
+        ))
         .unwrap();
-    let names = |mode| catalog.specs(mode).into_iter().map(|s| s.name).collect::<Vec<_>>();
-    assert_eq!(catalog.names(), vec!["alpha", "draft", "hidden", "off", "plan", "zeta"]);
+    catalog
+        .register(tool(
+            ToolSpec::new("off", "Off.").with_enabled(false),
+            |_, _| async { Ok(Envelope::text("x")) },
+        ))
+        .unwrap();
+    let names = |mode| {
+        catalog
+            .specs(mode)
+            .into_iter()
+            .map(|s| s.name)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        catalog.names(),
+        vec!["alpha", "draft", "hidden", "off", "plan", "zeta"]
+    );
     assert_eq!(names(Mode::Chat), vec!["alpha", "zeta"]);
     assert_eq!(names(Mode::Plan), vec!["alpha", "plan"]);
     assert_eq!(catalog.available(Mode::Agentic).len(), 2);
@@ -88,27 +135,56 @@ fn advertised_specs_inject_reasoning_and_use_lightweight_specs() {
     catalog.register(add()).unwrap();
     catalog
         .register(tool(
-            ToolSpec::new("big", "Does a big thing. With many details that cost tokens.").progressive().with_schema(json!({
+            ToolSpec::new(
+                "big",
+                "Does a big thing. With many details that cost tokens.",
+            )
+            .progressive()
+            .with_schema(json!({
                 "type": "object", "properties": {"q": {"type": "string", "description": "Query."}}
             })),
             |_, _| async { Ok(Envelope::text("x")) },
         ))
         .unwrap();
-    catalog.register(tool(ToolSpec::new("plan", "Plans.").plan_only().read_only(), |_, _| async { Ok(Envelope::text("x")) })).unwrap();
+    catalog
+        .register(tool(
+            ToolSpec::new("plan", "Plans.").plan_only().read_only(),
+            |_, _| async { Ok(Envelope::text("x")) },
+        ))
+        .unwrap();
     let specs = catalog.advertised_specs(Mode::Chat, &AdvertiseOptions::default());
     let add = specs.iter().find(|s| s.name == "add").unwrap();
-    assert_eq!(add.input_schema["properties"]["reasoning"]["type"], "string");
-    assert!(add.input_schema["required"].as_array().unwrap().iter().all(|r| r != "reasoning"));
+    assert_eq!(
+        add.input_schema["properties"]["reasoning"]["type"],
+        "string"
+    );
+    assert!(
+        add.input_schema["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r != "reasoning")
+    );
     let big = specs.iter().find(|s| s.name == "big").unwrap();
-    assert!(big.description.contains("call describe_tool"), "{}", big.description);
+    assert!(
+        big.description.contains("call describe_tool"),
+        "{}",
+        big.description
+    );
     assert!(big.input_schema["properties"].get("q").is_none());
     let loaded = |n: &str| n == "big";
-    let specs = catalog.advertised_specs(Mode::Chat, &AdvertiseOptions::default().with_loaded(&loaded));
+    let specs = catalog.advertised_specs(
+        Mode::Chat,
+        &AdvertiseOptions::default().with_loaded(&loaded),
+    );
     let big = specs.iter().find(|s| s.name == "big").unwrap();
     assert_eq!(big.input_schema["properties"]["q"]["type"], "string");
     let plan_specs = catalog.advertised_specs(Mode::Plan, &AdvertiseOptions::default());
     let plan = plan_specs.iter().find(|s| s.name == "plan").unwrap();
-    assert!(plan.input_schema.get("properties").is_none(), "plan is exempt by default");
+    assert!(
+        plan.input_schema.get("properties").is_none(),
+        "plan is exempt by default"
+    );
     insta::assert_json_snapshot!("advertised_add", add);
 }
 
@@ -132,12 +208,21 @@ async fn runtime_add_and_remove_emit_events_and_release() {
     let catalog = Arc::new(Catalog::new());
     let mut events = catalog.subscribe();
     let released = Arc::new(AtomicUsize::new(0));
-    let t: Arc<dyn Tool> = Arc::new(Releasing(ToolSpec::new("temp", "Temporary."), released.clone()));
+    let t: Arc<dyn Tool> = Arc::new(Releasing(
+        ToolSpec::new("temp", "Temporary."),
+        released.clone(),
+    ));
     catalog.register_in("mcp:x", t).unwrap();
-    assert_eq!(events.recv().await.unwrap(), CatalogEvent::Added("temp".into()));
+    assert_eq!(
+        events.recv().await.unwrap(),
+        CatalogEvent::Added("temp".into())
+    );
     let v = catalog.version();
     assert!(catalog.remove("temp").is_some());
-    assert_eq!(events.recv().await.unwrap(), CatalogEvent::Removed("temp".into()));
+    assert_eq!(
+        events.recv().await.unwrap(),
+        CatalogEvent::Removed("temp".into())
+    );
     assert_eq!(released.load(Ordering::SeqCst), 1);
     assert!(catalog.version() > v);
     assert!(catalog.remove("temp").is_none());
@@ -172,11 +257,27 @@ fn ordered_assembly_checks_the_declared_order() {
         ]
     };
     let ordered = order_families(&order, fams()).unwrap();
-    assert_eq!(ordered.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(), order);
-    let missing = order_families(&order, fams().into_iter().filter(|f| f.name != "custom").collect()).unwrap_err();
-    assert!(missing.to_string().contains("`custom` is in the declared order but no family provides it"), "{missing}");
+    assert_eq!(
+        ordered.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(),
+        order
+    );
+    let missing = order_families(
+        &order,
+        fams().into_iter().filter(|f| f.name != "custom").collect(),
+    )
+    .unwrap_err();
+    assert!(
+        missing
+            .to_string()
+            .contains("`custom` is in the declared order but no family provides it"),
+        "{missing}"
+    );
     let mut extra = fams();
     extra.push(Family::new("plugins", vec![]));
     let err = order_families(&order, extra).unwrap_err();
-    assert!(err.to_string().contains("`plugins` is not in the declared order"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("`plugins` is not in the declared order"),
+        "{err}"
+    );
 }

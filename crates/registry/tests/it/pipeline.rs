@@ -7,11 +7,12 @@ use std::{
 };
 
 use quiver_contract::{
-    CallContext, Capabilities, Envelope, ErrKind, HintKind, Part, RenderOptions, ToolError, ToolSpec, render,
+    CallContext, Capabilities, Envelope, ErrKind, HintKind, Part, RenderOptions, ToolError,
+    ToolSpec, render,
 };
 use quiver_registry::{
-    Catalog, DispatchConfig, Dispatcher, MemoryRecorder, MockToolCallRecorder, PolicyAction, PolicyRule,
-    RulePolicy,
+    Catalog, DispatchConfig, Dispatcher, MemoryRecorder, MockToolCallRecorder, PolicyAction,
+    PolicyRule, RulePolicy,
     layers::{
         concurrency::ConcurrencyConfig,
         result_limit::{ResultLimitConfig, TRUNCATION_MARKER},
@@ -73,8 +74,13 @@ async fn oversized_input_is_refused_with_the_limit() {
     let d = Dispatcher::builder(catalog_with(vec![echo()]))
         .config(DispatchConfig::default().with_max_input_bytes(1000))
         .build();
-    let e = d.call("echo", json!({"text": "x".repeat(2000)}), ctx()).await;
-    assert_eq!(e.err_kind(), Some(&ErrKind::Other("input_too_large".into())));
+    let e = d
+        .call("echo", json!({"text": "x".repeat(2000)}), ctx())
+        .await;
+    assert_eq!(
+        e.err_kind(),
+        Some(&ErrKind::Other("input_too_large".into()))
+    );
     assert!(text(&e).contains("the limit is 1000 bytes"), "{}", text(&e));
 }
 
@@ -95,9 +101,15 @@ async fn narration_is_stripped_into_the_context_and_recorded() {
         },
     );
     let recorder = Arc::new(MemoryRecorder::new());
-    let d = Dispatcher::builder(catalog_with(vec![t])).recorder(recorder.clone()).build();
+    let d = Dispatcher::builder(catalog_with(vec![t]))
+        .recorder(recorder.clone())
+        .build();
     let e = d
-        .call("look", json!({"q": "x", "reasoning": "need x", "thought": "hmm", "explanation": 3}), ctx())
+        .call(
+            "look",
+            json!({"q": "x", "reasoning": "need x", "thought": "hmm", "explanation": 3}),
+            ctx(),
+        )
         .await;
     assert!(e.is_ok(), "{}", text(&e));
     let (input, reasoning) = seen.lock().unwrap().clone().unwrap();
@@ -106,7 +118,10 @@ async fn narration_is_stripped_into_the_context_and_recorded() {
     let rec = &recorder.records()[0];
     assert_eq!(rec.reasoning.as_deref(), Some("need x"));
     assert_eq!(rec.input, json!({"q": "x"}));
-    assert_eq!(rec.args_hash, quiver_contract::args_hash("look", &json!({"q": "x"})));
+    assert_eq!(
+        rec.args_hash,
+        quiver_contract::args_hash("look", &json!({"q": "x"}))
+    );
 }
 
 #[tokio::test]
@@ -124,28 +139,41 @@ async fn a_declared_reasoning_argument_is_not_stripped() {
 
 #[tokio::test]
 async fn a_panicking_tool_becomes_an_err_naming_the_tool() {
-    let t = tool(ToolSpec::new("boom", "Crashes."), |_, _| async { panic!("index out of range") });
+    let t = tool(ToolSpec::new("boom", "Crashes."), |_, _| async {
+        panic!("index out of range")
+    });
     let d = dispatcher(vec![t, echo()]);
     let e = d.call("boom", json!({}), ctx()).await;
     assert_eq!(e.err_kind(), Some(&ErrKind::Panic));
     insta::assert_snapshot!("panic", text(&e));
     // The dispatcher keeps working.
-    assert!(d.call("echo", json!({"text": "still here"}), ctx()).await.is_ok());
+    assert!(
+        d.call("echo", json!({"text": "still here"}), ctx())
+            .await
+            .is_ok()
+    );
 }
 
 fn hanging(name: &str) -> Arc<dyn quiver_contract::Tool> {
-    tool(ToolSpec::new(name, "Never finishes.").read_only(), |_, _| async {
-        std::future::pending::<()>().await;
-        Ok(Envelope::text("unreachable"))
-    })
+    tool(
+        ToolSpec::new(name, "Never finishes.").read_only(),
+        |_, _| async {
+            std::future::pending::<()>().await;
+            Ok(Envelope::text("unreachable"))
+        },
+    )
 }
 
 #[tokio::test]
 async fn timeouts_use_the_default_the_override_and_a_shorter_caller_deadline() {
     let cfg = DispatchConfig::default().with_timeout(
-        TimeoutConfig::default().with_default(Duration::from_millis(50)).with_tool("slow", Duration::from_millis(80)),
+        TimeoutConfig::default()
+            .with_default(Duration::from_millis(50))
+            .with_tool("slow", Duration::from_millis(80)),
     );
-    let d = Dispatcher::builder(catalog_with(vec![hanging("hang"), hanging("slow")])).config(cfg).build();
+    let d = Dispatcher::builder(catalog_with(vec![hanging("hang"), hanging("slow")]))
+        .config(cfg)
+        .build();
     let e = d.call("hang", json!({}), ctx()).await;
     assert_eq!(e.err_kind(), Some(&ErrKind::Timeout));
     assert!(text(&e).contains("within its 50 ms limit"), "{}", text(&e));
@@ -153,7 +181,11 @@ async fn timeouts_use_the_default_the_override_and_a_shorter_caller_deadline() {
     assert!(text(&e).contains("within its 80 ms limit"), "{}", text(&e));
     let short = ctx().with_deadline(Instant::now() + Duration::from_millis(20));
     let e = d.call("slow", json!({}), short).await;
-    assert!(text(&e).contains("of the caller's deadline"), "{}", text(&e));
+    assert!(
+        text(&e).contains("of the caller's deadline"),
+        "{}",
+        text(&e)
+    );
 }
 
 #[tokio::test]
@@ -174,14 +206,24 @@ async fn concurrency_limits_queue_and_waiting_respects_cancellation() {
             Ok(Envelope::text("done"))
         }
     });
-    let cfg = DispatchConfig::default().with_concurrency(ConcurrencyConfig::default().with_tool("gate", 1));
+    let cfg = DispatchConfig::default()
+        .with_concurrency(ConcurrencyConfig::default().with_tool("gate", 1));
     let recorder = Arc::new(MemoryRecorder::new());
-    let d = Dispatcher::builder(catalog_with(vec![t])).config(cfg).recorder(recorder.clone()).build();
+    let d = Dispatcher::builder(catalog_with(vec![t]))
+        .config(cfg)
+        .recorder(recorder.clone())
+        .build();
     let first = tokio::spawn({
         let d = d.clone();
-        async move { d.call("gate", json!({}), CallContext::for_session("a")).await }
+        async move {
+            d.call("gate", json!({}), CallContext::for_session("a"))
+                .await
+        }
     });
-    tokio::time::timeout(WAIT, started_rx).await.unwrap().unwrap();
+    tokio::time::timeout(WAIT, started_rx)
+        .await
+        .unwrap()
+        .unwrap();
     let cancel = CancellationToken::new();
     let second = tokio::spawn({
         let d = d.clone();
@@ -192,27 +234,61 @@ async fn concurrency_limits_queue_and_waiting_respects_cancellation() {
     cancel.cancel();
     let e = tokio::time::timeout(WAIT, second).await.unwrap().unwrap();
     assert_eq!(e.err_kind(), Some(&ErrKind::Cancelled));
-    assert_eq!(running.load(Ordering::SeqCst), 1, "the queued call never ran");
+    assert_eq!(
+        running.load(Ordering::SeqCst),
+        1,
+        "the queued call never ran"
+    );
     release.notify_one();
-    assert!(tokio::time::timeout(WAIT, first).await.unwrap().unwrap().is_ok());
+    assert!(
+        tokio::time::timeout(WAIT, first)
+            .await
+            .unwrap()
+            .unwrap()
+            .is_ok()
+    );
     assert_eq!(recorder.len(), 2);
 }
 
 #[tokio::test]
 async fn results_are_limited_in_characters_and_parts_in_bytes() {
-    let t = tool(ToolSpec::new("big", "Big output.").read_only(), |_, _| async {
-        Ok(Envelope::text("ж".repeat(500))
-            .with_part(Part::Image { mime_type: "image/png".into(), data: "a".repeat(60) })
-            .with_part(Part::Image { mime_type: "image/png".into(), data: "b".repeat(60) }))
-    });
+    let t = tool(
+        ToolSpec::new("big", "Big output.").read_only(),
+        |_, _| async {
+            Ok(Envelope::text("ж".repeat(500))
+                .with_part(Part::Image {
+                    mime_type: "image/png".into(),
+                    data: "a".repeat(60),
+                })
+                .with_part(Part::Image {
+                    mime_type: "image/png".into(),
+                    data: "b".repeat(60),
+                }))
+        },
+    );
     let rows = tool(ToolSpec::new("rows", "Rows.").read_only(), |_, _| async {
-        Ok(Envelope::ok(json!((0..100).map(|i| json!({"i": i})).collect::<Vec<_>>())))
+        Ok(Envelope::ok(json!(
+            (0..100).map(|i| json!({"i": i})).collect::<Vec<_>>()
+        )))
     });
-    let cfg = DispatchConfig::default()
-        .with_result_limit(ResultLimitConfig::default().with_max_chars(100).with_max_part_bytes(100));
-    let d = Dispatcher::builder(catalog_with(vec![t, rows])).config(cfg).build();
+    let cfg = DispatchConfig::default().with_result_limit(
+        ResultLimitConfig::default()
+            .with_max_chars(100)
+            .with_max_part_bytes(100),
+    );
+    let d = Dispatcher::builder(catalog_with(vec![t, rows]))
+        .config(cfg)
+        .build();
     let e = d.call("big", json!({}), ctx()).await;
-    let Envelope::Ok { data, warnings, parts, .. } = &e else { panic!("{e:?}") };
+    let Envelope::Ok {
+        data,
+        warnings,
+        parts,
+        ..
+    } = &e
+    else {
+        panic!("{e:?}")
+    };
     let s = data.as_str().unwrap();
     assert_eq!(s.chars().count(), 100);
     assert!(s.ends_with(TRUNCATION_MARKER));
@@ -221,7 +297,9 @@ async fn results_are_limited_in_characters_and_parts_in_bytes() {
     assert_eq!(kinds, vec!["truncated", "parts_dropped"]);
     insta::assert_snapshot!("truncated", text(&e));
     let e = d.call("rows", json!({}), ctx()).await;
-    let Envelope::Ok { rows, data, .. } = &e else { panic!() };
+    let Envelope::Ok { rows, data, .. } = &e else {
+        panic!()
+    };
     assert_eq!(*rows, 100, "the true row count survives truncation");
     assert!(data.as_str().unwrap().ends_with(TRUNCATION_MARKER));
 }
@@ -236,17 +314,40 @@ async fn telemetry_counts_outcomes_per_tool() {
     let echo = d.metrics().tool("echo");
     assert_eq!((echo.ok, echo.hint, echo.err), (2, 1, 0));
     assert_eq!(echo.hint_kinds.get("schema"), Some(&1));
-    assert_eq!(d.metrics().tool("nope").err_kinds.get("undefined_tool"), Some(&1));
+    assert_eq!(
+        d.metrics().tool("nope").err_kinds.get("undefined_tool"),
+        Some(&1)
+    );
 }
 
 #[tokio::test]
 async fn policy_denies_or_warns_with_growing_emphasis() {
     let policy = RulePolicy::new(vec![
-        PolicyRule::new("no-add-for-guests", "add", PolicyAction::Deny, "guests may not add").for_tenant("guest"),
-        PolicyRule::new("preview-first", "add", PolicyAction::Warn, "call `echo` before `add`").requires_prior("echo"),
+        PolicyRule::new(
+            "no-add-for-guests",
+            "add",
+            PolicyAction::Deny,
+            "guests may not add",
+        )
+        .for_tenant("guest"),
+        PolicyRule::new(
+            "preview-first",
+            "add",
+            PolicyAction::Warn,
+            "call `echo` before `add`",
+        )
+        .requires_prior("echo"),
     ]);
-    let d = Dispatcher::builder(catalog_with(vec![echo(), add()])).policy(Arc::new(policy)).build();
-    let denied = d.call("add", json!({"a": 1, "b": 1}), CallContext::for_session("g").with_tenant("guest")).await;
+    let d = Dispatcher::builder(catalog_with(vec![echo(), add()]))
+        .policy(Arc::new(policy))
+        .build();
+    let denied = d
+        .call(
+            "add",
+            json!({"a": 1, "b": 1}),
+            CallContext::for_session("g").with_tenant("guest"),
+        )
+        .await;
     assert_eq!(denied.err_kind(), Some(&ErrKind::PolicyDenied));
     insta::assert_snapshot!("policy_denied", text(&denied));
     let mut warnings = Vec::new();
@@ -259,30 +360,52 @@ async fn policy_denies_or_warns_with_growing_emphasis() {
     assert_eq!(d.metrics().tool("add").policy_violations, 4);
     d.call("echo", json!({"text": "now"}), ctx()).await;
     let after = d.call("add", json!({"a": 9, "b": 1}), ctx()).await;
-    assert!(after.warnings().is_empty(), "the prior tool was called: {}", text(&after));
+    assert!(
+        after.warnings().is_empty(),
+        "the prior tool was called: {}",
+        text(&after)
+    );
 }
 
 #[tokio::test]
 async fn the_fourth_identical_call_in_a_row_is_refused_ignoring_narration() {
     let d = dispatcher(vec![echo()]);
     for reason in ["a", "b", "c"] {
-        let e = d.call("echo", json!({"text": "same", "reasoning": reason}), ctx()).await;
+        let e = d
+            .call("echo", json!({"text": "same", "reasoning": reason}), ctx())
+            .await;
         assert!(e.is_ok());
     }
-    let e = d.call("echo", json!({"text": "same", "reasoning": "d"}), ctx()).await;
+    let e = d
+        .call("echo", json!({"text": "same", "reasoning": "d"}), ctx())
+        .await;
     assert_eq!(e.err_kind(), Some(&ErrKind::LoopGuard));
     insta::assert_snapshot!("loop_guard", text(&e));
     // Another session is unaffected; a different call breaks the streak.
-    assert!(d.call("echo", json!({"text": "same"}), CallContext::for_session("other")).await.is_ok());
-    assert!(d.call("echo", json!({"text": "different"}), ctx()).await.is_ok());
+    assert!(
+        d.call(
+            "echo",
+            json!({"text": "same"}),
+            CallContext::for_session("other")
+        )
+        .await
+        .is_ok()
+    );
+    assert!(
+        d.call("echo", json!({"text": "different"}), ctx())
+            .await
+            .is_ok()
+    );
     assert!(d.call("echo", json!({"text": "same"}), ctx()).await.is_ok());
 }
 
 #[tokio::test]
 async fn repeated_failures_carry_a_try_something_else_hint() {
-    let t = tool(ToolSpec::new("flaky", "Fails.").with_schema(json!({"type": "object", "properties": {"n": {"type": "integer"}}})), |_, _| async {
-        Err(ToolError::failed("upstream said no"))
-    });
+    let t = tool(
+        ToolSpec::new("flaky", "Fails.")
+            .with_schema(json!({"type": "object", "properties": {"n": {"type": "integer"}}})),
+        |_, _| async { Err(ToolError::failed("upstream said no")) },
+    );
     let d = dispatcher(vec![t]);
     let mut texts = Vec::new();
     for n in [1, 1, 2, 1] {
@@ -300,9 +423,14 @@ async fn every_call_is_recorded_exactly_once_even_early_exits() {
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen2 = seen.clone();
     mock.expect_record().times(5).returning(move |r| {
-        seen2.lock().unwrap().push((r.tool_name.clone(), r.envelope.kind_str()));
+        seen2
+            .lock()
+            .unwrap()
+            .push((r.tool_name.clone(), r.envelope.kind_str()));
     });
-    let d = Dispatcher::builder(catalog_with(vec![echo()])).recorder(Arc::new(mock)).build();
+    let d = Dispatcher::builder(catalog_with(vec![echo()]))
+        .recorder(Arc::new(mock))
+        .build();
     d.call("echo", json!({"text": "ok"}), ctx()).await;
     d.call("echo", json!({}), ctx()).await;
     d.call("missing", json!({}), ctx()).await;
@@ -310,7 +438,13 @@ async fn every_call_is_recorded_exactly_once_even_early_exits() {
     d.call("echo", json!(7), ctx()).await;
     assert_eq!(
         *seen.lock().unwrap(),
-        vec![("echo".into(), "ok"), ("echo".into(), "hint"), ("missing".into(), "err"), ("echo".into(), "hint"), ("echo".into(), "hint")]
+        vec![
+            ("echo".into(), "ok"),
+            ("echo".into(), "hint"),
+            ("missing".into(), "err"),
+            ("echo".into(), "hint"),
+            ("echo".into(), "hint")
+        ]
     );
 }
 
@@ -319,27 +453,30 @@ async fn cancelling_releases_the_caller_at_once_and_the_tool_sees_its_token() {
     let (saw_tx, saw_rx) = oneshot::channel::<()>();
     let (started_tx, started_rx) = oneshot::channel::<()>();
     let slots = Arc::new(std::sync::Mutex::new((Some(saw_tx), Some(started_tx))));
-    let t = tool(ToolSpec::new("long", "Long.").read_only(), move |_, ctx: CallContext| {
-        let slots = slots.clone();
-        async move {
-            let (saw, started) = {
-                let mut s = slots.lock().unwrap();
-                (s.0.take(), s.1.take())
-            };
-            let token = ctx.cancel.clone();
-            tokio::spawn(async move {
-                token.cancelled().await;
-                if let Some(tx) = saw {
+    let t = tool(
+        ToolSpec::new("long", "Long.").read_only(),
+        move |_, ctx: CallContext| {
+            let slots = slots.clone();
+            async move {
+                let (saw, started) = {
+                    let mut s = slots.lock().unwrap();
+                    (s.0.take(), s.1.take())
+                };
+                let token = ctx.cancel.clone();
+                tokio::spawn(async move {
+                    token.cancelled().await;
+                    if let Some(tx) = saw {
+                        let _ = tx.send(());
+                    }
+                });
+                if let Some(tx) = started {
                     let _ = tx.send(());
                 }
-            });
-            if let Some(tx) = started {
-                let _ = tx.send(());
+                std::future::pending::<()>().await;
+                Ok(Envelope::text("never"))
             }
-            std::future::pending::<()>().await;
-            Ok(Envelope::text("never"))
-        }
-    });
+        },
+    );
     let d = dispatcher(vec![t]);
     let cancel = CancellationToken::new();
     let call = tokio::spawn({
@@ -347,7 +484,10 @@ async fn cancelling_releases_the_caller_at_once_and_the_tool_sees_its_token() {
         let ctx = ctx().with_cancel(cancel.clone());
         async move { d.call("long", json!({}), ctx).await }
     });
-    tokio::time::timeout(WAIT, started_rx).await.unwrap().unwrap();
+    tokio::time::timeout(WAIT, started_rx)
+        .await
+        .unwrap()
+        .unwrap();
     cancel.cancel();
     let e = tokio::time::timeout(WAIT, call).await.unwrap().unwrap();
     assert_eq!(e.err_kind(), Some(&ErrKind::Cancelled));
@@ -356,19 +496,35 @@ async fn cancelling_releases_the_caller_at_once_and_the_tool_sees_its_token() {
 
 #[tokio::test]
 async fn a_tool_calls_another_tool_through_the_same_pipeline() {
-    let outer = tool(ToolSpec::new("twice", "Echoes twice.").read_only(), |input, ctx: CallContext| async move {
-        let first = ctx.call_tool("echo", json!({"text": input["text"].clone()})).await;
-        let bad = ctx.call_tool("echo", json!({"wrong": 1})).await;
-        let Some(serde_json::Value::String(s)) = first.data().cloned() else {
-            return Err(ToolError::failed("inner call failed"));
-        };
-        Ok(Envelope::ok(json!({"twice": format!("{s}{s}"), "bad_kind": bad.kind_str()})))
-    });
+    let outer = tool(
+        ToolSpec::new("twice", "Echoes twice.").read_only(),
+        |input, ctx: CallContext| async move {
+            let first = ctx
+                .call_tool("echo", json!({"text": input["text"].clone()}))
+                .await;
+            let bad = ctx.call_tool("echo", json!({"wrong": 1})).await;
+            let Some(serde_json::Value::String(s)) = first.data().cloned() else {
+                return Err(ToolError::failed("inner call failed"));
+            };
+            Ok(Envelope::ok(
+                json!({"twice": format!("{s}{s}"), "bad_kind": bad.kind_str()}),
+            ))
+        },
+    );
     let recorder = Arc::new(MemoryRecorder::new());
-    let d = Dispatcher::builder(catalog_with(vec![outer, echo()])).recorder(recorder.clone()).build();
+    let d = Dispatcher::builder(catalog_with(vec![outer, echo()]))
+        .recorder(recorder.clone())
+        .build();
     let e = d.call("twice", json!({"text": "ab"}), ctx()).await;
-    assert_eq!(e.data().unwrap(), &json!({"twice": "abab", "bad_kind": "hint"}));
-    let names: Vec<_> = recorder.records().iter().map(|r| r.tool_name.clone()).collect();
+    assert_eq!(
+        e.data().unwrap(),
+        &json!({"twice": "abab", "bad_kind": "hint"})
+    );
+    let names: Vec<_> = recorder
+        .records()
+        .iter()
+        .map(|r| r.tool_name.clone())
+        .collect();
     assert_eq!(names, vec!["echo", "echo", "twice"]);
 }
 
@@ -376,7 +532,13 @@ async fn a_tool_calls_another_tool_through_the_same_pipeline() {
 async fn a_caller_without_permission_is_refused_and_not_told_of_hidden_tools() {
     let d = dispatcher(vec![echo(), add()]);
     let caps = Capabilities::all().with_allowed_tools(vec!["echo".into()]);
-    let e = d.call("add", json!({"a": 1, "b": 2}), ctx().with_capabilities(caps.clone())).await;
+    let e = d
+        .call(
+            "add",
+            json!({"a": 1, "b": 2}),
+            ctx().with_capabilities(caps.clone()),
+        )
+        .await;
     assert_eq!(e.err_kind(), Some(&ErrKind::Forbidden));
     let e = d.call("ad", json!({}), ctx().with_capabilities(caps)).await;
     assert!(!text(&e).contains("`add`"), "{}", text(&e));
@@ -384,7 +546,10 @@ async fn a_caller_without_permission_is_refused_and_not_told_of_hidden_tools() {
 
 #[tokio::test]
 async fn a_tabular_tool_with_no_columns_draws_a_validator_warning() {
-    let t = tool(ToolSpec::new("table", "Rows.").read_only().tabular(), |_, _| async { Ok(Envelope::ok(json!([]))) });
+    let t = tool(
+        ToolSpec::new("table", "Rows.").read_only().tabular(),
+        |_, _| async { Ok(Envelope::ok(json!([]))) },
+    );
     let d = dispatcher(vec![t]);
     let e = d.call("table", json!({}), ctx()).await;
     assert_eq!(e.warnings()[0].kind, "validator");
@@ -405,11 +570,21 @@ async fn many_sessions_and_calls_never_panic_the_dispatcher() {
         json!({"text": "\u{0}\u{7}\u{1F600}"}),
     ];
     for (i, input) in inputs.iter().enumerate() {
-        let e = d.call("echo", input.clone(), CallContext::for_session(format!("s{i}"))).await;
+        let e = d
+            .call(
+                "echo",
+                input.clone(),
+                CallContext::for_session(format!("s{i}")),
+            )
+            .await;
         assert!(!text(&e).is_empty());
     }
     for raw in ["", "   ", "[", "{\"text\":", "null", "\"x\""] {
         let e = d.call_json("echo", raw, ctx()).await;
-        assert!(!e.is_ok() || raw.trim().is_empty() || raw == "null", "{raw}: {}", text(&e));
+        assert!(
+            !e.is_ok() || raw.trim().is_empty() || raw == "null",
+            "{raw}: {}",
+            text(&e)
+        );
     }
 }

@@ -7,7 +7,8 @@ use quiver_contract::{CallContext, Tool, ToolResult, ToolSpec};
 use quiver_registry::{Catalog, Dispatcher};
 use serde_json::{Value, json};
 
-type Handler = dyn Fn(Value, CallContext) -> Pin<Box<dyn Future<Output = ToolResult> + Send>> + Send + Sync;
+type Handler =
+    dyn Fn(Value, CallContext) -> Pin<Box<dyn Future<Output = ToolResult> + Send>> + Send + Sync;
 
 /// A tool made of a spec and a closure.
 pub(crate) struct FnTool {
@@ -31,19 +32,28 @@ where
     F: Fn(Value, CallContext) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ToolResult> + Send + 'static,
 {
-    Arc::new(FnTool { spec, handler: Box::new(move |v, c| Box::pin(f(v, c))) })
+    Arc::new(FnTool {
+        spec,
+        handler: Box::new(move |v, c| Box::pin(f(v, c))),
+    })
 }
 
 /// `echo`: read-only, returns its `text` argument.
 pub(crate) fn echo() -> Arc<dyn Tool> {
     tool(
-        ToolSpec::new("echo", "Echoes text back. Use it to test the pipeline.").read_only().with_schema(json!({
-            "type": "object",
-            "properties": {"text": {"type": "string", "description": "What to echo."}},
-            "required": ["text"],
-            "additionalProperties": false
-        })),
-        |input, _| async move { Ok(quiver_contract::Envelope::text(input["text"].as_str().unwrap_or_default())) },
+        ToolSpec::new("echo", "Echoes text back. Use it to test the pipeline.")
+            .read_only()
+            .with_schema(json!({
+                "type": "object",
+                "properties": {"text": {"type": "string", "description": "What to echo."}},
+                "required": ["text"],
+                "additionalProperties": false
+            })),
+        |input, _| async move {
+            Ok(quiver_contract::Envelope::text(
+                input["text"].as_str().unwrap_or_default(),
+            ))
+        },
     )
 }
 
@@ -58,7 +68,11 @@ pub(crate) fn add() -> Arc<dyn Tool> {
             },
             "required": ["a", "b"]
         })),
-        |input, _| async move { Ok(quiver_contract::Envelope::ok(json!({"sum": input["a"].as_i64().unwrap_or(0) + input["b"].as_i64().unwrap_or(0)}))) },
+        |input, _| async move {
+            Ok(quiver_contract::Envelope::ok(
+                json!({"sum": input["a"].as_i64().unwrap_or(0) + input["b"].as_i64().unwrap_or(0)}),
+            ))
+        },
     )
 }
 

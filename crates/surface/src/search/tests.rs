@@ -139,7 +139,7 @@ fn remove_and_upsert_keep_the_index_consistent() {
     ));
     assert_eq!(names(&ix.search("address", 5, &all)), ["geocode"]);
     assert!(ix.remove("route") && ix.remove("geocode"));
-    assert!(ix.is_empty() && ix.postings.is_empty() && ix.total_len == [0; FIELDS]);
+    assert!(ix.is_empty() && ix.dict.is_empty() && ix.total_len == [0; FIELDS]);
 }
 
 #[test]
@@ -307,5 +307,21 @@ fn tune() {
                 ..d()
             },
         );
+    }
+    let combo = |name: f64, desc: f64, params: f64, related: f64| {
+        let mut p = d();
+        p.weight = [name, desc, params];
+        p.related_weight = related;
+        p
+    };
+    for (n, de, pa, r) in [
+        (5.0, 1.0, 0.7, 0.8),
+        (5.0, 0.7, 0.7, 0.8),
+        (4.0, 0.7, 0.5, 0.8),
+        (5.0, 1.0, 0.4, 0.8),
+        (3.0, 0.7, 0.7, 0.8),
+        (8.0, 1.0, 1.0, 0.8),
+    ] {
+        run(&format!("n{n} d{de} p{pa} r{r}"), combo(n, de, pa, r));
     }
 }

@@ -19,7 +19,7 @@
 //! lengths) up to date, and a search reads only the postings of its terms (prefixes are a
 //! range of the sorted term dictionary).
 
-mod eval;
+pub(crate) mod eval;
 mod tokenize;
 
 #[cfg(test)]
@@ -152,7 +152,9 @@ impl SearchIndex {
         Self::default()
     }
 
-    #[cfg(test)]
+    /// An empty index with other ranking constants. Unused by the library itself: for
+    /// `examples/search_tune.rs`, which compiles this module into itself.
+    #[allow(dead_code)]
     pub(crate) fn with_params(params: Params) -> Self {
         SearchIndex {
             params,

@@ -1,18 +1,25 @@
 //! The lexical tool-search index behind `tool_search`.
 //!
-//! Ranking is BM25F over four fields of a tool: the tool's own name (highest weight), the
-//! server part of an MCP name, the description, and the input schema's property names and
-//! descriptions (lowest weight). Text is split into terms by [`query_terms`]'s rules:
-//! snake_case, camelCase, kebab-case, dotted and `__` identifiers are split, stop words
+//! Ranking is BM25F over three fields of a tool: its own name (highest weight), its
+//! description, and its input schema's property names and descriptions (lowest weight).
+//! Text is split into terms by [`query_terms`]'s rules: snake_case, camelCase, kebab-case,
+//! dotted and `__` identifiers are split (a split word is also kept whole), stop words
 //! dropped, English suffixes lightly stemmed, and CJK runs indexed as character unigrams and
-//! bigrams. A query term also meets the indexed terms it is a prefix of, at a lower weight,
-//! and a tool whose name is largely covered by the query gets a bonus.
+//! bigrams. On top of that:
+//! - a query term also meets the indexed terms it is a prefix of, at a lower weight;
+//! - a few generic related words (save/write, ppt/presentation, ...) and `file` for a query
+//!   naming a path are added to the query at a lower weight;
+//! - a tool whose name terms the query largely covers (idf-weighted) gets a bonus;
+//! - the server part of an MCP name (`mcp__<server>__<tool>`, or `<server>__<tool>`) is
+//!   scored with an idf over servers and reaches every tool of the server, and every tool
+//!   gets a share of its server's best score.
 //!
 //! The index is incremental: [`SearchIndex::upsert`] and [`SearchIndex::remove`] touch only
 //! the postings of one tool and keep the collection statistics (document frequencies, field
-//! lengths) up to date, and a search reads only the postings of its terms.
+//! lengths) up to date, and a search reads only the postings of its terms (prefixes are a
+//! range of the sorted term dictionary).
 
-mod eval;
+pub(crate) mod eval;
 mod tokenize;
 
 #[cfg(test)]
@@ -72,13 +79,13 @@ impl Default for Params {
     fn default() -> Self {
         Params {
             k1: 1.2,
-            weight: [3.0, 1.0, 0.4],
+            weight: [5.0, 0.7, 0.7],
             b: [0.5, 0.75, 0.75],
             prefix_weight: 0.4,
             prefix_min_len: 3,
             prefix_max_terms: 32,
             coverage: 1.0,
-            related_weight: 0.5,
+            related_weight: 0.8,
             server_name: 1.0,
             server_context: 0.3,
         }
@@ -95,12 +102,12 @@ struct Posting {
 struct Doc {
     name: String,
     len: [u32; FIELDS],
-    /// The distinct terms of the document, to undo its postings on removal.
-    terms: Vec<Box<str>>,
-    /// The distinct terms of the tool's own name, for the coverage bonus.
-    name_terms: Vec<Box<str>>,
-    /// The server part of the name; empty for native tools.
-    server: Box<str>,
+    /// The distinct term ids of the document, to undo its postings on removal.
+    terms: Vec<u32>,
+    /// The distinct term ids of the tool's own name, for the coverage bonus.
+    name_terms: Vec<u32>,
+    /// The id of the server part of the name; `None` for native tools.
+    server: Option<u32>,
 }
 
 #[derive(Debug, Default)]
@@ -113,16 +120,30 @@ struct Server {
 #[derive(Debug, Default)]
 pub struct SearchIndex {
     params: Params,
-    /// Term -> postings sorted by document id. Sorted by term, so prefixes are a range.
-    postings: BTreeMap<Box<str>, Vec<Posting>>,
+    /// Term -> term id. Sorted, so the terms a prefix completes are a range.
+    dict: BTreeMap<Box<str>, u32>,
+    /// Term id -> postings sorted by document id (the length is the document frequency).
+    lists: Vec<Vec<Posting>>,
+    /// Term id -> the term, to drop it from `dict` when its last posting goes.
+    texts: Vec<Box<str>>,
+    free_terms: Vec<u32>,
+    /// Document id -> field lengths (beside `docs`, for a compact scoring loop).
+    lens: Vec<[u32; FIELDS]>,
+    /// Document id -> server id (beside `docs`).
+    doc_server: Vec<Option<u32>>,
     docs: Vec<Option<Doc>>,
     free: Vec<u32>,
     by_name: HashMap<String, u32>,
     total_len: [u64; FIELDS],
     /// Server -> its tools and name terms.
-    servers: HashMap<Box<str>, Server>,
+    servers: Vec<Server>,
+    /// Server name -> server id. Ids are kept for the index's life (an emptied server has
+    /// no members and no name terms), so a re-added server reuses its id.
+    server_ids: HashMap<Box<str>, u32>,
+    /// Servers with at least one tool.
+    live_servers: usize,
     /// Term -> the servers whose names contain it.
-    server_postings: HashMap<Box<str>, Vec<Box<str>>>,
+    server_postings: HashMap<Box<str>, Vec<u32>>,
 }
 
 impl SearchIndex {
@@ -131,7 +152,9 @@ impl SearchIndex {
         Self::default()
     }
 
-    #[cfg(test)]
+    /// An empty index with other ranking constants. Unused by the library itself: for
+    /// `examples/search_tune.rs`, which compiles this module into itself.
+    #[allow(dead_code)]
     pub(crate) fn with_params(params: Params) -> Self {
         SearchIndex {
             params,
@@ -172,22 +195,31 @@ impl SearchIndex {
             }
         };
         let mut terms = Vec::with_capacity(counts.len());
+        let mut name_terms = Vec::new();
         for (term, tf) in counts {
-            let list = self.postings.entry(term.into()).or_default();
+            let tid = self.term_id(term);
+            let list = &mut self.lists[tid as usize];
             let at = list.partition_point(|p| p.doc < id);
             list.insert(at, Posting { doc: id, tf });
-            terms.push(term.into());
+            terms.push(tid);
+            if tf[NAME] > 0 {
+                name_terms.push(tid);
+            }
         }
-        let mut name_terms: Vec<Box<str>> =
-            fields[NAME].iter().map(|t| t.as_str().into()).collect();
-        name_terms.sort();
-        name_terms.dedup();
-        for f in 0..FIELDS {
-            self.total_len[f] += u64::from(len[f]);
+        if self.lens.len() < self.docs.len() {
+            self.lens.resize(self.docs.len(), [0; FIELDS]);
+            self.doc_server.resize(self.docs.len(), None);
         }
-        if !server.is_empty() {
-            let entry = self.servers.entry(server.into()).or_default();
+        self.lens[id as usize] = len;
+        for (total, l) in self.total_len.iter_mut().zip(len) {
+            *total += u64::from(l);
+        }
+        let server_id = (!server.is_empty()).then(|| self.server_id(server));
+        self.doc_server[id as usize] = server_id;
+        if let Some(sid) = server_id {
+            let entry = &mut self.servers[sid as usize];
             if entry.members.is_empty() {
+                self.live_servers += 1;
                 let mut sterms = Vec::new();
                 tokenize(server, TokenOpts { joins: false }, &mut sterms);
                 sterms.sort();
@@ -196,7 +228,7 @@ impl SearchIndex {
                     self.server_postings
                         .entry(t.as_str().into())
                         .or_default()
-                        .push(server.into());
+                        .push(sid);
                 }
                 entry.terms = sterms.into_iter().map(String::into_boxed_str).collect();
             }
@@ -207,9 +239,40 @@ impl SearchIndex {
             len,
             terms,
             name_terms,
-            server: server.into(),
+            server: server_id,
         });
         self.by_name.insert(spec.name.clone(), id);
+    }
+
+    /// The id of a server name, allocated on first use.
+    fn server_id(&mut self, server: &str) -> u32 {
+        if let Some(&sid) = self.server_ids.get(server) {
+            return sid;
+        }
+        self.servers.push(Server::default());
+        let sid = u32::try_from(self.servers.len() - 1).expect("fewer than 2^32 servers");
+        self.server_ids.insert(server.into(), sid);
+        sid
+    }
+
+    /// The id of `term`, allocated on first use.
+    fn term_id(&mut self, term: &str) -> u32 {
+        if let Some(&tid) = self.dict.get(term) {
+            return tid;
+        }
+        let tid = match self.free_terms.pop() {
+            Some(tid) => {
+                self.texts[tid as usize] = term.into();
+                tid
+            }
+            None => {
+                self.lists.push(Vec::new());
+                self.texts.push(term.into());
+                u32::try_from(self.lists.len() - 1).expect("fewer than 2^32 terms")
+            }
+        };
+        self.dict.insert(term.into(), tid);
+        tid
     }
 
     /// Removes the tool `name`; false when it was not indexed.
@@ -220,31 +283,35 @@ impl SearchIndex {
         let doc = self.docs[id as usize]
             .take()
             .expect("by_name points at a live doc");
-        for term in &doc.terms {
-            if let Some(list) = self.postings.get_mut(term) {
-                if let Ok(at) = list.binary_search_by_key(&id, |p| p.doc) {
-                    list.remove(at);
-                }
-                if list.is_empty() {
-                    self.postings.remove(term);
-                }
+        for &tid in &doc.terms {
+            let list = &mut self.lists[tid as usize];
+            if let Ok(at) = list.binary_search_by_key(&id, |p| p.doc) {
+                list.remove(at);
+            }
+            if list.is_empty() {
+                let text = std::mem::take(&mut self.texts[tid as usize]);
+                self.dict.remove(&text);
+                self.free_terms.push(tid);
             }
         }
-        for f in 0..FIELDS {
-            self.total_len[f] -= u64::from(doc.len[f]);
+        self.lens[id as usize] = [0; FIELDS];
+        self.doc_server[id as usize] = None;
+        for (total, l) in self.total_len.iter_mut().zip(doc.len) {
+            *total -= u64::from(l);
         }
-        if let Some(entry) = self.servers.get_mut(&doc.server) {
+        if let Some(sid) = doc.server {
+            let entry = &mut self.servers[sid as usize];
             entry.members.retain(|&m| m != id);
             if entry.members.is_empty() {
-                for t in &entry.terms {
-                    if let Some(list) = self.server_postings.get_mut(t) {
-                        list.retain(|s| *s != doc.server);
+                self.live_servers -= 1;
+                for t in std::mem::take(&mut entry.terms) {
+                    if let Some(list) = self.server_postings.get_mut(&t) {
+                        list.retain(|&s| s != sid);
                         if list.is_empty() {
-                            self.server_postings.remove(t);
+                            self.server_postings.remove(&t);
                         }
                     }
                 }
-                self.servers.remove(&doc.server);
             }
         }
         self.free.push(id);
@@ -275,47 +342,51 @@ impl SearchIndex {
         let mut total = vec![0.0f64; self.docs.len()];
         let mut best = vec![0.0f64; self.docs.len()];
         let mut touched: Vec<u32> = Vec::new();
+        // Tools with a query term in their name: the only ones the coverage bonus reaches.
+        let mut name_flag = vec![false; self.docs.len()];
+        let mut name_matched: Vec<u32> = Vec::new();
         let mut term_touched: Vec<u32> = Vec::new();
         let mut bound = 0.0;
         let mut idf_sum = 0.0;
         let mut idf_count = 0usize;
-        // The query terms with their idf, for the coverage bonus.
-        let mut term_idf: HashMap<&str, f64> = HashMap::new();
-        let mut server_score: HashMap<&str, f64> = HashMap::new();
+        // The query's term ids with their weighted idf, for the coverage bonus.
+        let mut term_idf: Vec<(u32, f64)> = Vec::new();
+        let mut server_score: HashMap<u32, f64> = HashMap::new();
         let mut server_bound: f64 = 0.0;
-        let n_servers = self.servers.len() as f64;
+        let n_servers = self.live_servers as f64;
 
         let weighted = expand_query(query, &terms, p.related_weight);
         for (q, q_weight) in &weighted {
-            let mut expansions: Vec<(&Vec<Posting>, f64)> = Vec::new();
-            if let Some(list) = self.postings.get(q.as_str()) {
-                expansions.push((list, 1.0));
-                term_idf.insert(q, q_weight * idf(list.len(), n));
+            // (postings, weight, exact)
+            let mut expansions: Vec<(&Vec<Posting>, f64, bool)> = Vec::new();
+            if let Some(&tid) = self.dict.get(q.as_str()) {
+                let list = &self.lists[tid as usize];
+                expansions.push((list, 1.0, true));
+                term_idf.push((tid, q_weight * idf(list.len(), n)));
             }
             if q.chars().count() >= p.prefix_min_len {
                 let range = self
-                    .postings
+                    .dict
                     .range::<str, _>((Bound::Excluded(q.as_str()), Bound::Unbounded))
                     .take_while(|(t, _)| t.starts_with(q.as_str()))
                     .take(p.prefix_max_terms);
-                for (t, list) in range {
+                for (t, &tid) in range {
+                    let list = &self.lists[tid as usize];
                     // A closer completion counts more: `webf` -> `webfetch` over `webfetcher`.
                     let closeness = q.len() as f64 / t.len() as f64;
-                    expansions.push((list, p.prefix_weight * closeness.sqrt()));
+                    expansions.push((list, p.prefix_weight * closeness.sqrt(), false));
                 }
             }
             let mut q_max_idf: f64 = 0.0;
-            for (list, weight) in &expansions {
+            for &(list, weight, exact) in &expansions {
                 let idf = idf(list.len(), n);
                 q_max_idf = q_max_idf.max(q_weight * idf * weight);
                 for posting in list.iter() {
-                    let doc = self.docs[posting.doc as usize]
-                        .as_ref()
-                        .expect("postings point at live docs");
+                    let doc_len = &self.lens[posting.doc as usize];
                     let mut tf = 0.0;
-                    for f in 0..FIELDS {
+                    for (f, &field_avg) in avg.iter().enumerate() {
                         if posting.tf[f] > 0 {
-                            let norm = 1.0 - p.b[f] + p.b[f] * f64::from(doc.len[f]) / avg[f];
+                            let norm = 1.0 - p.b[f] + p.b[f] * f64::from(doc_len[f]) / field_avg;
                             tf += p.weight[f] * f64::from(posting.tf[f]) / norm;
                         }
                     }
@@ -323,6 +394,10 @@ impl SearchIndex {
                     let slot = &mut best[posting.doc as usize];
                     if *slot == 0.0 {
                         term_touched.push(posting.doc);
+                    }
+                    if exact && posting.tf[NAME] > 0 && !name_flag[posting.doc as usize] {
+                        name_flag[posting.doc as usize] = true;
+                        name_matched.push(posting.doc);
                     }
                     if s > *slot {
                         *slot = s;
@@ -349,8 +424,8 @@ impl SearchIndex {
                 && let Some(servers) = self.server_postings.get(q.as_str())
             {
                 let s = p.server_name * q_weight * idf(servers.len(), n_servers);
-                for server in servers {
-                    *server_score.entry(server).or_default() += s;
+                for &sid in servers {
+                    *server_score.entry(sid).or_default() += s;
                 }
                 server_bound += s;
             }
@@ -363,15 +438,15 @@ impl SearchIndex {
             0.0
         };
         bound += unit;
+        term_idf.sort_unstable_by_key(|t| t.0);
         if unit > 0.0 {
-            for &d in &touched {
+            for &d in &name_matched {
                 let doc = self.docs[d as usize].as_ref().expect("live doc");
                 let (mut covered, mut all) = (0.0, 0.0);
                 for t in &doc.name_terms {
-                    let full = self.postings.get(t).map_or(0.0, |l| idf(l.len(), n));
-                    all += full;
-                    if let Some(&qi) = term_idf.get(&**t) {
-                        covered += qi;
+                    all += idf(self.lists[*t as usize].len(), n);
+                    if let Ok(at) = term_idf.binary_search_by_key(t, |q| q.0) {
+                        covered += term_idf[at].1;
                     }
                 }
                 if all > 0.0 {
@@ -381,8 +456,8 @@ impl SearchIndex {
         }
 
         // Server name matches reach every tool of the server.
-        for (server, s) in &server_score {
-            for &m in &self.servers[*server].members {
+        for (&sid, s) in &server_score {
+            for &m in &self.servers[sid as usize].members {
                 if total[m as usize] == 0.0 {
                     touched.push(m);
                 }
@@ -393,17 +468,21 @@ impl SearchIndex {
 
         // Server context: every tool of a server gets a share of its best tool's score.
         if p.server_context > 0.0 {
-            let mut server_best: HashMap<&str, f64> = HashMap::new();
+            let mut server_best = vec![0.0f64; self.servers.len()];
+            let mut hit_servers = Vec::new();
             for &d in &touched {
-                let doc = self.docs[d as usize].as_ref().expect("live doc");
-                if !doc.server.is_empty() {
-                    let best = server_best.entry(&doc.server).or_default();
+                if let Some(sid) = self.doc_server[d as usize] {
+                    let best = &mut server_best[sid as usize];
+                    if *best == 0.0 {
+                        hit_servers.push(sid);
+                    }
                     *best = best.max(total[d as usize]);
                 }
             }
             let base = total.clone();
-            for (server, best) in server_best {
-                for &m in &self.servers[server].members {
+            for sid in hit_servers {
+                let best = server_best[sid as usize];
+                for &m in &self.servers[sid as usize].members {
                     if base[m as usize] == 0.0 {
                         touched.push(m);
                     }

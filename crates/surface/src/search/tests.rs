@@ -139,7 +139,7 @@ fn remove_and_upsert_keep_the_index_consistent() {
     ));
     assert_eq!(names(&ix.search("address", 5, &all)), ["geocode"]);
     assert!(ix.remove("route") && ix.remove("geocode"));
-    assert!(ix.is_empty() && ix.postings.is_empty() && ix.total_len == [0; FIELDS]);
+    assert!(ix.is_empty() && ix.dict.is_empty() && ix.total_len == [0; FIELDS]);
 }
 
 #[test]
@@ -192,120 +192,4 @@ fn livemcpbench_quality() {
     assert!(report.recall_at_5 > 37.6, "{report:?}");
     assert!(report.recall_at_10 > 44.3, "{report:?}");
     assert!(report.ndcg_at_10 > 36.9, "{report:?}");
-}
-
-/// By hand: `cargo test -p quiver-surface -- --ignored --nocapture diagnose`.
-#[test]
-#[ignore = "prints per-query rankings for tuning"]
-fn diagnose() {
-    let (tools, queries) = bench_files();
-    let ix = index(&parse_tools(&tools).unwrap());
-    for line in queries.lines() {
-        let q: serde_json::Value = serde_json::from_str(line).unwrap();
-        let gold: Vec<Vec<String>> = serde_json::from_value(q["gold"].clone()).unwrap();
-        let hits = ix.search(q["query"].as_str().unwrap(), 10, &all);
-        println!("Q {}", q["query"].as_str().unwrap());
-        println!("  terms {:?}", query_terms(q["query"].as_str().unwrap()));
-        for (i, h) in hits.iter().enumerate() {
-            let mark = if gold.iter().any(|g| g.contains(&h.name)) {
-                "*"
-            } else {
-                " "
-            };
-            println!("  {mark}{i} {:.3} {}", h.score, h.name);
-        }
-        for g in &gold {
-            if !hits.iter().any(|h| g.contains(&h.name)) {
-                println!("  MISS {}", g[0]);
-            }
-        }
-    }
-}
-
-/// By hand: `cargo test -p quiver-surface -- --ignored --nocapture tune`. One-at-a-time
-/// sweeps of the ranking constants around the defaults.
-#[test]
-#[ignore = "prints metric sweeps for tuning"]
-fn tune() {
-    let (tools, queries) = bench_files();
-    let specs = parse_tools(&tools).unwrap();
-    let run = |label: &str, p: Params| {
-        let mut ix = SearchIndex::with_params(p);
-        for s in &specs {
-            ix.upsert(s);
-        }
-        let r = evaluate_ranker(&queries, |q| {
-            ix.search(q, 10, &all).into_iter().map(|h| h.name).collect()
-        })
-        .unwrap();
-        println!(
-            "{label:24} {:5.1} {:5.1} {:5.1} {:5.1}",
-            r.hit_at_1, r.recall_at_5, r.recall_at_10, r.ndcg_at_10
-        );
-    };
-    let d = Params::default;
-    run("default", d());
-    for k1 in [0.8, 1.5, 2.0] {
-        run(&format!("k1 {k1}"), Params { k1, ..d() });
-    }
-    for w in [1.5, 2.0, 5.0, 8.0] {
-        let mut p = d();
-        p.weight[NAME] = w;
-        run(&format!("name w {w}"), p);
-    }
-    for w in [0.0, 0.5, 2.0, 3.0] {
-        let mut p = d();
-        p.server_name = w;
-        run(&format!("server w {w}"), p);
-    }
-    for w in [0.5, 2.0] {
-        let mut p = d();
-        p.weight[DESC] = w;
-        run(&format!("desc w {w}"), p);
-    }
-    for w in [0.0, 0.2, 0.7, 1.0] {
-        let mut p = d();
-        p.weight[PARAMS] = w;
-        run(&format!("params w {w}"), p);
-    }
-    for b in [0.25, 0.75, 1.0] {
-        let mut p = d();
-        p.b[NAME] = b;
-        run(&format!("name b {b}"), p);
-    }
-    for b in [0.5, 0.9] {
-        let mut p = d();
-        p.b[DESC] = b;
-        run(&format!("desc b {b}"), p);
-    }
-    for v in [0.0, 0.2, 0.7] {
-        run(
-            &format!("prefix {v}"),
-            Params {
-                prefix_weight: v,
-                ..d()
-            },
-        );
-    }
-    for v in [0.0, 0.5, 2.0, 3.0] {
-        run(&format!("coverage {v}"), Params { coverage: v, ..d() });
-    }
-    for v in [0.0, 0.3, 0.8] {
-        run(
-            &format!("related {v}"),
-            Params {
-                related_weight: v,
-                ..d()
-            },
-        );
-    }
-    for v in [0.0, 0.15, 0.5, 0.8] {
-        run(
-            &format!("server ctx {v}"),
-            Params {
-                server_context: v,
-                ..d()
-            },
-        );
-    }
 }

@@ -330,7 +330,7 @@ mod tests {
     fn identifiers_split() {
         assert_eq!(
             toks("getCurrentStockPrice"),
-            ["get", "current", "stock", "pric"]
+            ["get", "current", "stock", "pric", "getcurrentstockpric"]
         );
         assert_eq!(toks("read_file"), ["read", "fil"]);
         assert_eq!(toks("fs.list-dir"), ["fs", "list", "dir"]);

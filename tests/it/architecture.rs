@@ -153,7 +153,7 @@ fn the_check_catches_a_forbidden_edge() {
     // another, and both are reported.
     let mut g = graph();
     g.normal
-        .get_mut("quiver-registry")
+        .get_mut("quiver-contract")
         .unwrap()
         .insert("rusqlite".into());
     g.normal.insert("rusqlite".into(), BTreeSet::new());

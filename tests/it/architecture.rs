@@ -149,8 +149,8 @@ fn the_dependency_graph_has_no_forbidden_edge() {
 
 #[test]
 fn the_check_catches_a_forbidden_edge() {
-    // The rule must be able to fail: graft rusqlite under the registry and an adapter under
-    // another, and both are reported.
+    // The rule must be able to fail: graft rusqlite under the contract crate (so every core
+    // crate reaches it transitively) and an adapter under another; all are reported.
     let mut g = graph();
     g.normal
         .get_mut("quiver-contract")
@@ -164,7 +164,7 @@ fn the_check_catches_a_forbidden_edge() {
     let v = violations(&g);
     assert!(
         v.iter()
-            .any(|l| l == "quiver-registry reaches rusqlite: a core crate never names an engine"),
+            .any(|l| l == "quiver-contract reaches rusqlite: a core crate never names an engine"),
         "{v:?}"
     );
     assert!(

@@ -89,6 +89,38 @@ fn bench(c: &mut Criterion) {
             }
         })
     });
+    let mut g = c.benchmark_group("throughput");
+    const TASKS: u64 = 8;
+    const PER_TASK: u64 = 2_000;
+    g.throughput(criterion::Throughput::Elements(TASKS * PER_TASK));
+    g.sample_size(20);
+    g.bench_function("noop_8_tasks_x_2000_calls", |b| {
+        b.to_async(&rt).iter_custom(|iters| {
+            let d = d.clone();
+            async move {
+                let start = std::time::Instant::now();
+                for _ in 0..iters {
+                    let handles: Vec<_> = (0..TASKS)
+                        .map(|t| {
+                            let d = d.clone();
+                            tokio::spawn(async move {
+                                let session = format!("t{t}");
+                                for i in 0..PER_TASK {
+                                    let ctx = CallContext::for_session(session.as_str());
+                                    black_box(d.call("noop", json!({"n": i}), ctx).await);
+                                }
+                            })
+                        })
+                        .collect();
+                    for h in handles {
+                        h.await.unwrap();
+                    }
+                }
+                start.elapsed()
+            }
+        })
+    });
+    g.finish();
     let mut g = c.benchmark_group("batch");
     g.sample_size(20);
     g.bench_function("batch_100_reads_sleeping_10ms", |b| {

@@ -654,7 +654,8 @@ impl Surface {
             .is_some_and(|e| e.spec.listed_in(mode) && capabilities.allows(name))
     }
 
-    /// The best `limit` visible tools for `query` (no working-set change).
+    /// The best `limit` visible tools for `query`, system tools aside (no working-set
+    /// change).
     pub fn search(
         &self,
         query: &str,
@@ -662,7 +663,9 @@ impl Surface {
         mode: Mode,
         capabilities: &Capabilities,
     ) -> Vec<SearchHit> {
-        let filter = |n: &str| self.visible(n, mode, capabilities);
+        // The system tools are always resident; finding them would waste a slot.
+        let filter =
+            |n: &str| !self.system.iter().any(|s| s == n) && self.visible(n, mode, capabilities);
         self.index
             .read()
             .unwrap_or_else(|p| p.into_inner())

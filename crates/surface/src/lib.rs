@@ -1,5 +1,27 @@
 //! The per-session tool surface: the crate composes which tools a session's model sees and
-//! how they are found. Its [`search`] module is the lexical search index behind
-//! `tool_search`.
+//! how they are found. [`Surface`] holds the resident floor (anchors, then the tools used
+//! most), each session's working set (tools the model paged in with `tool_search` or
+//! `describe_tool`), and the per-round budgets; [`core_tools`] are those two built-in tools.
+//! Its [`search`] module is the lexical search index behind `tool_search`.
 
+mod config;
+mod error;
+mod floor;
+// The search module predates this toolchain's `needless_range_loop`; it is owned elsewhere.
+#[allow(clippy::needless_range_loop)]
 pub mod search;
+mod surface;
+mod tools;
+mod working_set;
+
+pub use config::{MAX_SEARCH_LIMIT, RoundBudget, SurfaceConfig, WorkingSetConfig};
+pub use error::SurfaceError;
+pub use floor::{
+    Floor, FloorEntry, FloorSource, MemoryUsage, USAGE_WEIGHTS, UsageScores, usage_score,
+};
+pub use surface::{
+    ComposedSurface, DEFAULT_SESSION, DESCRIBE_TOOL, DropReason, DroppedTool, FailReason,
+    FailedTool, FoundTool, Reason, SearchOutcome, Surface, SurfaceTool, TOOL_SEARCH,
+};
+pub use tools::{BLANK_QUERY_HINT, core_tools};
+pub use working_set::PageIn;

@@ -1,0 +1,882 @@
+//! [`Surface`]: composes the tools a session's model sees, per round, from the system set, the
+//! resident floor and the session's working set, within budgets, and keeps the search index
+//! in step with the catalog.
+
+use std::{
+    collections::{HashMap, HashSet},
+    fmt,
+    fmt::Write as _,
+    sync::{Arc, Mutex, RwLock, Weak},
+};
+
+use quiver_contract::{Capabilities, Mode, ToolSpec, pattern_matches};
+use quiver_registry::{AdvertiseOptions, CallObserver, Catalog, CatalogEvent};
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, watch};
+
+use crate::{
+    Floor, FloorSource, SurfaceConfig, SurfaceError, UsageScores,
+    floor::FloorState,
+    search::{SearchHit, SearchIndex},
+    working_set::{PageIn, Session},
+};
+
+/// The name of the search tool.
+pub const TOOL_SEARCH: &str = "tool_search";
+/// The name of the describe tool.
+pub const DESCRIBE_TOOL: &str = "describe_tool";
+/// The session key used when a call carries no session.
+pub const DEFAULT_SESSION: &str = "default";
+
+/// The description of the injected `reasoning` property; the same text as the registry's
+/// `advertised_specs` (a test keeps them equal).
+const REASONING_DESCRIPTION: &str = "Why you chose this tool and these arguments (optional; recorded for audit, never passed to the tool).";
+
+/// Why a tool is on the surface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Reason {
+    /// Always resident (`tool_search`, `describe_tool`, configured system tools).
+    System,
+    /// A configured anchor.
+    Anchor,
+    /// In the usage-derived floor.
+    Floor,
+    /// In the static fallback floor.
+    Fallback,
+    /// On the agentic allow-list.
+    AgenticAllow,
+    /// Paged in by the model.
+    WorkingSet,
+}
+
+impl Reason {
+    /// The lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::System => "system",
+            Reason::Anchor => "anchor",
+            Reason::Floor => "floor",
+            Reason::Fallback => "fallback",
+            Reason::AgenticAllow => "agentic_allow",
+            Reason::WorkingSet => "working_set",
+        }
+    }
+
+    /// Whether the surface put the tool there (rather than the model paging it in).
+    pub fn is_resident(self) -> bool {
+        !matches!(self, Reason::WorkingSet)
+    }
+}
+
+/// Why a candidate was left off the surface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum DropReason {
+    /// Not (or no longer) in the catalog.
+    Stale,
+    /// Not listed in this mode (disabled, unapproved, internal, plan rules).
+    NotListed,
+    /// The caller may not call it.
+    NotAllowed,
+    /// Excluded by the mode's lists (agentic-only, delegate-excluded).
+    ModeExcluded,
+    /// A resident tool the model's own capability replaces.
+    ReplacedByModel,
+    /// The round's definition count was spent.
+    OverCount,
+    /// It did not fit in the round's byte budget.
+    OverBytes,
+}
+
+impl DropReason {
+    /// The lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::Stale => "stale",
+            DropReason::NotListed => "not_listed",
+            DropReason::NotAllowed => "not_allowed",
+            DropReason::ModeExcluded => "mode_excluded",
+            DropReason::ReplacedByModel => "replaced_by_model",
+            DropReason::OverCount => "over_count",
+            DropReason::OverBytes => "over_bytes",
+        }
+    }
+}
+
+/// One advertised tool.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct SurfaceTool {
+    /// The spec as the model sees it (lightweight when progressive and not loaded; with the
+    /// injected `reasoning` property).
+    pub spec: ToolSpec,
+    /// Why it is there.
+    pub reason: Reason,
+    /// Its definition bytes, as budgeted.
+    pub bytes: usize,
+}
+
+/// One candidate left off.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DroppedTool {
+    /// The tool.
+    pub name: String,
+    /// Why it was a candidate.
+    pub reason: Reason,
+    /// Why it was dropped.
+    pub why: DropReason,
+}
+
+/// The tools of one round, in rank order, with what was left off and why.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ComposedSurface {
+    /// The session.
+    pub session: String,
+    /// The mode.
+    pub mode: Mode,
+    /// The session's round.
+    pub round: u64,
+    /// The advertised tools, in rank order.
+    pub tools: Vec<SurfaceTool>,
+    /// The candidates left off.
+    pub dropped: Vec<DroppedTool>,
+    /// The total definition bytes of `tools`.
+    pub bytes: usize,
+}
+
+impl ComposedSurface {
+    /// The advertised names, in order.
+    pub fn names(&self) -> Vec<&str> {
+        self.tools.iter().map(|t| t.spec.name.as_str()).collect()
+    }
+
+    /// The advertised specs, in order.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools.iter().map(|t| t.spec.clone()).collect()
+    }
+
+    /// The reason a tool is on the surface, if it is.
+    pub fn reason_of(&self, name: &str) -> Option<Reason> {
+        self.tools
+            .iter()
+            .find(|t| t.spec.name == name)
+            .map(|t| t.reason)
+    }
+
+    /// Why a candidate was dropped, if it was.
+    pub fn dropped_why(&self, name: &str) -> Option<DropReason> {
+        self.dropped.iter().find(|d| d.name == name).map(|d| d.why)
+    }
+
+    /// A plain-text table: one line per tool (name, reason, bytes), then the dropped ones.
+    pub fn summary(&self) -> String {
+        let mut out = format!(
+            "session {} mode {} round {}: {} tools, {} bytes\n",
+            self.session,
+            self.mode.as_str(),
+            self.round,
+            self.tools.len(),
+            self.bytes
+        );
+        for t in &self.tools {
+            let _ = writeln!(out, "  {:<24} {}", t.spec.name, t.reason.as_str());
+        }
+        for d in &self.dropped {
+            let _ = writeln!(
+                out,
+                "  - {:<22} {} ({})",
+                d.name,
+                d.why.as_str(),
+                d.reason.as_str()
+            );
+        }
+        out
+    }
+}
+
+/// Why a search hit could not be paged in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FailReason {
+    /// The working set cannot hold it.
+    OverBudget,
+    /// The session's mode does not list it.
+    NotDiscoverable,
+    /// It left the catalog before it could be loaded.
+    LoadFailed,
+}
+
+/// One hit of [`Surface::tool_search`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct FoundTool {
+    /// The tool.
+    pub name: String,
+    /// Its description, cut to a line.
+    pub description: String,
+    /// Relevance in 0..=1, two decimals.
+    pub score: f64,
+}
+
+/// A hit that was not paged in.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct FailedTool {
+    /// The tool.
+    pub name: String,
+    /// Why.
+    pub reason: FailReason,
+}
+
+/// What [`Surface::tool_search`] found and did to the working set.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct SearchOutcome {
+    /// The hits, best first.
+    pub hits: Vec<FoundTool>,
+    /// The hits now in the working set (callable next turn).
+    pub exposed: Vec<String>,
+    /// The hits that were not paged in.
+    pub failed: Vec<FailedTool>,
+    /// Tools evicted from the working set to make room.
+    pub evicted: Vec<String>,
+}
+
+/// The shared per-session tool surface. Build it with [`Surface::new`]; hand it to the
+/// dispatcher as a [`CallObserver`] so calls refresh the working set.
+pub struct Surface {
+    catalog: Arc<Catalog>,
+    config: SurfaceConfig,
+    usage: Arc<dyn UsageScores>,
+    system: Vec<String>,
+    index: RwLock<SearchIndex>,
+    index_updates: watch::Sender<u64>,
+    sessions: Mutex<HashMap<Arc<str>, Session>>,
+    floor: Mutex<FloorState>,
+    changes: broadcast::Sender<Arc<str>>,
+}
+
+impl fmt::Debug for Surface {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Surface")
+            .field("catalog", &self.catalog)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+fn indexable(spec: &ToolSpec) -> bool {
+    spec.is_live() && !spec.category.is_internal()
+}
+
+fn any_match(patterns: &[String], name: &str) -> bool {
+    patterns.iter().any(|p| pattern_matches(p, name))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Shapes one spec for the model as the registry's `advertised_specs` does: lightweight
+/// while progressive and not loaded, and the optional `reasoning` property.
+fn advertise(spec: &ToolSpec, opts: &AdvertiseOptions<'_>) -> ToolSpec {
+    let mut spec = if spec.progressive && !(opts.loaded)(&spec.name) {
+        spec.lightweight()
+    } else {
+        spec.clone()
+    };
+    if opts.inject_reasoning
+        && !opts.reasoning_exempt.iter().any(|n| n == &spec.name)
+        && let Some(obj) = spec.input_schema.as_object_mut()
+        && let Some(props) = obj
+            .entry("properties")
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+    {
+        props
+            .entry("reasoning")
+            .or_insert_with(|| json!({"type": "string", "description": REASONING_DESCRIPTION}));
+    }
+    spec
+}
+
+/// The bytes a tool takes in a working set: its advertised form without narration.
+fn paged_bytes(spec: &ToolSpec, loaded: bool) -> usize {
+    if spec.progressive && !loaded {
+        spec.lightweight().definition_bytes()
+    } else {
+        spec.definition_bytes()
+    }
+}
+
+fn cut_description(text: &str) -> String {
+    let line = text.trim().lines().next().unwrap_or_default();
+    const MAX: usize = 160;
+    if line.len() <= MAX {
+        return line.to_owned();
+    }
+    let mut end = MAX;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", line[..end].trim_end())
+}
+
+impl Surface {
+    /// Builds the surface over `catalog`: indexes every live, listed tool, and (inside a
+    /// tokio runtime) spawns the task that keeps the index in step with catalog events.
+    /// Without a runtime, call [`Surface::resync_index`] after catalog changes.
+    pub fn new(
+        catalog: Arc<Catalog>,
+        config: SurfaceConfig,
+        usage: Arc<dyn UsageScores>,
+    ) -> Result<Arc<Surface>, SurfaceError> {
+        config.validate()?;
+        let events = catalog.subscribe();
+        let mut system = vec![TOOL_SEARCH.to_owned(), DESCRIBE_TOOL.to_owned()];
+        for s in &config.system {
+            if !system.contains(s) {
+                system.push(s.clone());
+            }
+        }
+        let (changes, _) = broadcast::channel(1024);
+        let (index_updates, _) = watch::channel(0);
+        let surface = Arc::new(Surface {
+            index: RwLock::new(build_index(&catalog)),
+            catalog,
+            config,
+            usage,
+            system,
+            index_updates,
+            sessions: Mutex::new(HashMap::new()),
+            floor: Mutex::new(FloorState::default()),
+            changes,
+        });
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(sync_index(Arc::downgrade(&surface), events));
+        }
+        Ok(surface)
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SurfaceConfig {
+        &self.config
+    }
+
+    /// The always-resident system tools, in order.
+    pub fn system_tools(&self) -> &[String] {
+        &self.system
+    }
+
+    /// Receives a session id whenever that session's working set (or loaded set) changes, so
+    /// an MCP server can send `notifications/tools/list_changed`.
+    pub fn subscribe_changes(&self) -> broadcast::Receiver<Arc<str>> {
+        self.changes.subscribe()
+    }
+
+    /// A counter bumped after every catalog event applied to the search index (and after a
+    /// resync), to wait on.
+    pub fn index_updates(&self) -> watch::Receiver<u64> {
+        self.index_updates.subscribe()
+    }
+
+    /// The number of indexed tools.
+    pub fn index_len(&self) -> usize {
+        self.index.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Rebuilds the search index from the catalog.
+    pub fn resync_index(&self) {
+        let fresh = build_index(&self.catalog);
+        *self.index.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+        self.index_updates.send_modify(|n| *n += 1);
+    }
+
+    /// Applies one catalog event to the search index.
+    fn apply(&self, event: CatalogEvent) {
+        match event {
+            CatalogEvent::Added(name) => {
+                let entry = self.catalog.lookup(&name);
+                let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+                match entry {
+                    Some(e) if indexable(&e.spec) => index.upsert(&e.spec),
+                    _ => {
+                        index.remove(&name);
+                    }
+                }
+            }
+            CatalogEvent::Removed(name) => {
+                self.index
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&name);
+            }
+            _ => {
+                self.resync_index();
+                return;
+            }
+        }
+        self.index_updates.send_modify(|n| *n += 1);
+    }
+
+    /// The floor in use: cached for `floor_cache_ttl_secs`, re-derived when older than
+    /// `floor_max_age_secs`, the static fallback when usage names no live tool.
+    pub fn floor(&self) -> Arc<Floor> {
+        lock(&self.floor).read(&self.config, &self.catalog, &*self.usage)
+    }
+
+    /// Derives the floor again from usage now.
+    pub fn rederive_floor(&self) -> Arc<Floor> {
+        lock(&self.floor).rederive(&self.config, &self.catalog, &*self.usage)
+    }
+
+    fn notify(&self, session: &str) {
+        let _ = self.changes.send(session.into());
+    }
+
+    fn with_session<R>(&self, session: &str, f: impl FnOnce(&mut Session) -> R) -> R {
+        let mut sessions = lock(&self.sessions);
+        if !sessions.contains_key(session) {
+            sessions.insert(session.into(), Session::default());
+        }
+        f(sessions.get_mut(session).expect("inserted above"))
+    }
+
+    /// Starts a new round for the session and evicts its idle working-set tools; returns the
+    /// evicted names. [`Surface::assemble_tools`] calls this.
+    pub fn next_round(&self, session: &str) -> Vec<String> {
+        let idle = self.config.idle_rounds;
+        let evicted = self.with_session(session, |s| s.next_round(idle));
+        if !evicted.is_empty() {
+            tracing::debug!(session, ?evicted, "evicted idle working-set tools");
+            self.notify(session);
+        }
+        evicted
+    }
+
+    /// One round: [`Surface::next_round`], then [`Surface::compose`].
+    pub fn assemble_tools(
+        &self,
+        session: &str,
+        mode: Mode,
+        capabilities: &Capabilities,
+    ) -> Result<ComposedSurface, SurfaceError> {
+        self.next_round(session);
+        self.compose(session, mode, capabilities)
+    }
+
+    /// The session's tools for `mode` now, without starting a round (for `quiver tools`).
+    pub fn compose(
+        &self,
+        session: &str,
+        mode: Mode,
+        capabilities: &Capabilities,
+    ) -> Result<ComposedSurface, SurfaceError> {
+        let floor = match mode {
+            Mode::Agentic => None,
+            _ => Some(self.floor()),
+        };
+        let agentic = match mode {
+            Mode::Agentic => self.agentic_allowed(),
+            _ => Vec::new(),
+        };
+        let mut sessions = lock(&self.sessions);
+        if !sessions.contains_key(session) {
+            sessions.insert(session.into(), Session::default());
+        }
+        let sess = sessions.get_mut(session).expect("inserted above");
+        sess.mode = mode;
+        let sess = &*sess;
+
+        let mut seen: HashSet<&str> = HashSet::new();
+        let mut candidates: Vec<(&str, Reason)> = Vec::new();
+        for s in &self.system {
+            if seen.insert(s) {
+                candidates.push((s, Reason::System));
+            }
+        }
+        for a in &agentic {
+            if seen.insert(a) {
+                candidates.push((a, Reason::AgenticAllow));
+            }
+        }
+        if let Some(floor) = &floor {
+            for e in &floor.entries {
+                let reason = if e.anchor {
+                    Reason::Anchor
+                } else if floor.source == FloorSource::Fallback {
+                    Reason::Fallback
+                } else {
+                    Reason::Floor
+                };
+                if seen.insert(&e.name) {
+                    candidates.push((&e.name, reason));
+                }
+            }
+        }
+        for n in sess.by_recency() {
+            if seen.insert(n) {
+                candidates.push((n, Reason::WorkingSet));
+            }
+        }
+
+        let loaded = |n: &str| sess.loaded.contains(n);
+        let opts = AdvertiseOptions::default().with_loaded(&loaded);
+        let budget = self.config.round;
+        let mut tools: Vec<SurfaceTool> = Vec::new();
+        let mut dropped: Vec<DroppedTool> = Vec::new();
+        let mut used = 0usize;
+        for (name, reason) in candidates {
+            let drop = |why| DroppedTool {
+                name: name.to_owned(),
+                reason,
+                why,
+            };
+            let Some(entry) = self.catalog.lookup(name) else {
+                tracing::debug!(
+                    tool = name,
+                    reason = reason.as_str(),
+                    "stale surface name skipped"
+                );
+                dropped.push(drop(DropReason::Stale));
+                continue;
+            };
+            let spec = &entry.spec;
+            if !spec.listed_in(mode) {
+                dropped.push(drop(DropReason::NotListed));
+                continue;
+            }
+            if !capabilities.allows(name) {
+                dropped.push(drop(DropReason::NotAllowed));
+                continue;
+            }
+            if self.mode_excluded(mode, name) {
+                dropped.push(drop(DropReason::ModeExcluded));
+                continue;
+            }
+            if reason.is_resident()
+                && !sess.contains(name)
+                && spec
+                    .replaced_by_model_capability
+                    .as_deref()
+                    .is_some_and(|c| capabilities.replaces(c))
+            {
+                dropped.push(drop(DropReason::ReplacedByModel));
+                continue;
+            }
+            let advertised = advertise(spec, &opts);
+            let bytes = advertised.definition_bytes();
+            let essential = name == TOOL_SEARCH;
+            if !essential && tools.len() >= budget.max_definitions {
+                dropped.push(drop(DropReason::OverCount));
+                continue;
+            }
+            if !essential && used + bytes > budget.max_bytes {
+                dropped.push(drop(DropReason::OverBytes));
+                continue;
+            }
+            used += bytes;
+            tools.push(SurfaceTool {
+                spec: advertised,
+                reason,
+                bytes,
+            });
+        }
+        if tools.len() > self.config.max_surface {
+            return Err(SurfaceError::TooLarge {
+                session: session.to_owned(),
+                count: tools.len(),
+                max: self.config.max_surface,
+            });
+        }
+        Ok(ComposedSurface {
+            session: session.to_owned(),
+            mode,
+            round: sess.round,
+            tools,
+            dropped,
+            bytes: used,
+        })
+    }
+
+    /// The agentic allow-list, patterns expanded over the catalog, in list order.
+    fn agentic_allowed(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut names: Option<Vec<String>> = None;
+        for p in &self.config.agentic_allow {
+            if p.ends_with('*') {
+                let all = names.get_or_insert_with(|| self.catalog.names());
+                out.extend(all.iter().filter(|n| pattern_matches(p, n)).cloned());
+            } else {
+                out.push(p.clone());
+            }
+        }
+        out
+    }
+
+    /// Whether the mode's lists keep `name` off.
+    fn mode_excluded(&self, mode: Mode, name: &str) -> bool {
+        match mode {
+            Mode::Agentic => false,
+            Mode::Delegate => {
+                any_match(&self.config.agentic_only, name)
+                    || any_match(&self.config.delegate_excluded, name)
+            }
+            _ => any_match(&self.config.agentic_only, name),
+        }
+    }
+
+    /// The mode of the session's latest composition (chat before the first).
+    pub fn session_mode(&self, session: &str) -> Mode {
+        lock(&self.sessions)
+            .get(session)
+            .map(|s| s.mode)
+            .unwrap_or_default()
+    }
+
+    /// Whether the model of `mode` with `capabilities` may find `name` at all: live, listed
+    /// in the mode, allowed to the caller.
+    pub fn visible(&self, name: &str, mode: Mode, capabilities: &Capabilities) -> bool {
+        self.catalog
+            .lookup(name)
+            .is_some_and(|e| e.spec.listed_in(mode) && capabilities.allows(name))
+    }
+
+    /// The best `limit` visible tools for `query`, system tools aside (no working-set
+    /// change).
+    pub fn search(
+        &self,
+        query: &str,
+        limit: usize,
+        mode: Mode,
+        capabilities: &Capabilities,
+    ) -> Vec<SearchHit> {
+        // The system tools are always resident; finding them would waste a slot.
+        let filter =
+            |n: &str| !self.system.iter().any(|s| s == n) && self.visible(n, mode, capabilities);
+        self.index
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .search(query, limit, &filter)
+    }
+
+    /// What `tool_search` does: searches in the session's mode and pages the hits into its
+    /// working set at once. `limit` defaults to `search_default_limit` and is capped by the
+    /// working set's `max_tools`.
+    pub fn tool_search(
+        &self,
+        session: &str,
+        query: &str,
+        limit: Option<usize>,
+        capabilities: &Capabilities,
+    ) -> SearchOutcome {
+        let mode = self.session_mode(session);
+        let limit = limit
+            .unwrap_or(self.config.search_default_limit)
+            .min(crate::config::MAX_SEARCH_LIMIT)
+            .min(self.config.working_set.max_tools.max(1))
+            .max(1);
+        let hits = self.search(query, limit, mode, capabilities);
+        let mut out = SearchOutcome::default();
+        let mut page: Vec<(String, usize)> = Vec::new();
+        let loaded: HashSet<String> = lock(&self.sessions)
+            .get(session)
+            .map(|s| s.loaded.clone())
+            .unwrap_or_default();
+        for hit in hits {
+            let Some(entry) = self.catalog.lookup(&hit.name) else {
+                out.failed.push(FailedTool {
+                    name: hit.name.clone(),
+                    reason: FailReason::LoadFailed,
+                });
+                continue;
+            };
+            out.hits.push(FoundTool {
+                name: hit.name.clone(),
+                description: cut_description(&entry.spec.description),
+                score: (hit.score * 100.0).round() / 100.0,
+            });
+            if self.mode_excluded(mode, &hit.name) {
+                out.failed.push(FailedTool {
+                    name: hit.name,
+                    reason: FailReason::NotDiscoverable,
+                });
+                continue;
+            }
+            let bytes = paged_bytes(&entry.spec, loaded.contains(&hit.name));
+            page.push((hit.name, bytes));
+        }
+        let paged = self.page_in_sized(session, &page, false);
+        out.exposed = paged.exposed;
+        out.failed
+            .extend(paged.over_budget.into_iter().map(|name| FailedTool {
+                name,
+                reason: FailReason::OverBudget,
+            }));
+        out.evicted = paged.evicted;
+        out
+    }
+
+    /// Pages tools into the session's working set (for example when restoring a session);
+    /// unknown names are skipped.
+    pub fn page_in(&self, session: &str, names: &[&str]) -> PageIn {
+        let loaded: HashSet<String> = lock(&self.sessions)
+            .get(session)
+            .map(|s| s.loaded.clone())
+            .unwrap_or_default();
+        let sized: Vec<(String, usize)> = names
+            .iter()
+            .filter_map(|n| {
+                let e = self.catalog.lookup(n)?;
+                Some(((*n).to_owned(), paged_bytes(&e.spec, loaded.contains(*n))))
+            })
+            .collect();
+        self.page_in_sized(session, &sized, false)
+    }
+
+    fn page_in_sized(&self, session: &str, tools: &[(String, usize)], load: bool) -> PageIn {
+        let caps = self.config.working_set;
+        let (paged, changed) = self.with_session(session, |s| {
+            let before = s.members();
+            let paged = s.page_in(tools, &caps);
+            let mut changed = paged.changed_membership(&before);
+            if load {
+                for n in &paged.exposed {
+                    changed |= s.loaded.insert(n.clone());
+                }
+            }
+            (paged, changed)
+        });
+        if changed {
+            self.notify(session);
+        }
+        paged
+    }
+
+    /// What `describe_tool` does: the full spec of a visible tool, paged into the working
+    /// set and marked loaded (its full spec is advertised from now on). `None` when the
+    /// tool is not visible to this caller in the session's mode.
+    pub fn describe(
+        &self,
+        session: &str,
+        name: &str,
+        capabilities: &Capabilities,
+    ) -> Option<(ToolSpec, PageIn)> {
+        let mode = self.session_mode(session);
+        let entry = self.catalog.lookup(name)?;
+        if !entry.spec.listed_in(mode) || !capabilities.allows(name) {
+            return None;
+        }
+        let paged = self.page_in_sized(
+            session,
+            &[(name.to_owned(), entry.spec.definition_bytes())],
+            true,
+        );
+        Some((entry.spec.clone(), paged))
+    }
+
+    /// Visible names for a did-you-mean.
+    pub(crate) fn visible_names(&self, mode: Mode, capabilities: &Capabilities) -> Vec<String> {
+        self.catalog
+            .available(mode)
+            .into_iter()
+            .filter(|e| capabilities.allows(e.name()))
+            .map(|e| e.spec.name.clone())
+            .collect()
+    }
+
+    /// The session's working set, most recently used first.
+    pub fn working_set(&self, session: &str) -> Vec<String> {
+        lock(&self.sessions)
+            .get(session)
+            .map(|s| s.by_recency().into_iter().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether the session loaded a progressive tool's full spec.
+    pub fn is_loaded(&self, session: &str, name: &str) -> bool {
+        lock(&self.sessions)
+            .get(session)
+            .is_some_and(|s| s.loaded.contains(name))
+    }
+
+    /// Forgets a session.
+    pub fn end_session(&self, session: &str) {
+        lock(&self.sessions).remove(session);
+    }
+
+    /// Refreshes a used tool in the session's working set.
+    pub fn touch(&self, session: &str, tool: &str) {
+        if let Some(s) = lock(&self.sessions).get_mut(session) {
+            s.touch(tool);
+        }
+    }
+}
+
+impl CallObserver for Surface {
+    fn call_finished(
+        &self,
+        session: Option<&str>,
+        tool: &str,
+        _envelope: &quiver_contract::Envelope,
+    ) {
+        self.touch(session.unwrap_or(DEFAULT_SESSION), tool);
+    }
+}
+
+fn build_index(catalog: &Catalog) -> SearchIndex {
+    let mut index = SearchIndex::new();
+    for e in catalog.tools() {
+        if indexable(&e.spec) {
+            index.upsert(&e.spec);
+        }
+    }
+    index
+}
+
+async fn sync_index(surface: Weak<Surface>, mut events: broadcast::Receiver<CatalogEvent>) {
+    use broadcast::error::RecvError;
+    loop {
+        let event = events.recv().await;
+        let Some(surface) = surface.upgrade() else {
+            return;
+        };
+        match event {
+            Ok(event) => surface.apply(event),
+            Err(RecvError::Lagged(n)) => {
+                tracing::warn!(
+                    skipped = n,
+                    "search index lagged behind the catalog; resyncing"
+                );
+                surface.resync_index();
+            }
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
+/// The JSON of a spec for `describe_tool`.
+pub(crate) fn spec_json(spec: &ToolSpec) -> Value {
+    let mut v = json!({
+        "name": spec.name,
+        "description": spec.description,
+        "input_schema": spec.input_schema,
+        "read_only": spec.is_read_only(),
+    });
+    if let Some(out) = &spec.output_schema {
+        v["output_schema"] = out.clone();
+    }
+    v
+}

@@ -1,0 +1,182 @@
+//! The built-in tools of the surface: `tool_search` and `describe_tool`.
+
+use std::sync::{Arc, Weak};
+
+use async_trait::async_trait;
+use quiver_contract::{
+    Alternative, CallContext, Envelope, ErrKind, Tool, ToolError, ToolResult, ToolSpec,
+};
+use quiver_registry::did_you_mean;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::{
+    DEFAULT_SESSION, DESCRIBE_TOOL, Surface, TOOL_SEARCH, config::MAX_SEARCH_LIMIT,
+    search::is_meaningful_query, surface::spec_json,
+};
+
+/// The hint for a query without search words.
+pub const BLANK_QUERY_HINT: &str = "the query has no search words: it is blank, or only stop words or punctuation. Describe the capability you need in a few keywords, e.g. {\"query\": \"read csv file\"} or {\"query\": \"send slack message\"}.";
+
+/// `tool_search` and `describe_tool`, bound to `surface`. Register them in the catalog (for
+/// example in the `core` family); they hold the surface weakly.
+pub fn core_tools(surface: &Arc<Surface>) -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(ToolSearch {
+            spec: tool_search_spec(),
+            surface: Arc::downgrade(surface),
+        }),
+        Arc::new(DescribeTool {
+            spec: describe_tool_spec(),
+            surface: Arc::downgrade(surface),
+        }),
+    ]
+}
+
+fn tool_search_spec() -> ToolSpec {
+    ToolSpec::new(
+        TOOL_SEARCH,
+        "Finds tools by what they do and loads them so you can call them next turn. Use it when none of your tools fits the task; describe the capability in a few keywords.",
+    )
+    .read_only()
+    .with_schema(json!({
+        "type": "object",
+        "properties": {
+            "query": {
+                "type": "string",
+                "description": "What you need, in a few keywords (e.g. \"read csv file\")."
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_SEARCH_LIMIT,
+                "description": "How many tools to return (default 8)."
+            }
+        },
+        "required": ["query"],
+        "additionalProperties": false
+    }))
+}
+
+fn describe_tool_spec() -> ToolSpec {
+    ToolSpec::new(
+        DESCRIBE_TOOL,
+        "Returns the full definition of a tool (description and argument schema) and loads it so you can call it. Use it for tools listed with a summary only.",
+    )
+    .read_only()
+    .with_schema(json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "The tool's exact name."}
+        },
+        "required": ["name"],
+        "additionalProperties": false
+    }))
+}
+
+fn session_of(ctx: &CallContext) -> &str {
+    ctx.session.as_deref().unwrap_or(DEFAULT_SESSION)
+}
+
+fn upgrade(surface: &Weak<Surface>) -> Result<Arc<Surface>, ToolError> {
+    surface
+        .upgrade()
+        .ok_or_else(|| ToolError::err(ErrKind::Internal, "the tool surface has shut down"))
+}
+
+fn args<T: for<'de> Deserialize<'de>>(tool: &str, input: Value) -> Result<T, ToolError> {
+    serde_json::from_value(input).map_err(|e| {
+        ToolError::schema_hint(
+            format!("the arguments do not fit `{tool}`: {e}"),
+            Vec::new(),
+        )
+    })
+}
+
+struct ToolSearch {
+    spec: ToolSpec,
+    surface: Weak<Surface>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SearchArgs {
+    query: String,
+    limit: Option<usize>,
+}
+
+#[async_trait]
+impl Tool for ToolSearch {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, input: Value, ctx: &CallContext) -> ToolResult {
+        let a: SearchArgs = args(TOOL_SEARCH, input)?;
+        if a.limit.is_some_and(|l| l == 0 || l > MAX_SEARCH_LIMIT) {
+            return Err(ToolError::schema_hint(
+                format!("`limit` must be between 1 and {MAX_SEARCH_LIMIT}"),
+                Vec::new(),
+            ));
+        }
+        if !is_meaningful_query(&a.query) {
+            return Err(ToolError::fetch_hint(BLANK_QUERY_HINT, Vec::new()));
+        }
+        let surface = upgrade(&self.surface)?;
+        let outcome = surface.tool_search(session_of(ctx), &a.query, a.limit, &ctx.capabilities);
+        let data = serde_json::to_value(&outcome).map_err(|e| {
+            ToolError::err(ErrKind::Internal, format!("cannot encode the result: {e}"))
+        })?;
+        Ok(Envelope::ok(data))
+    }
+}
+
+struct DescribeTool {
+    spec: ToolSpec,
+    surface: Weak<Surface>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DescribeArgs {
+    name: String,
+}
+
+#[async_trait]
+impl Tool for DescribeTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, input: Value, ctx: &CallContext) -> ToolResult {
+        let a: DescribeArgs = args(DESCRIBE_TOOL, input)?;
+        let surface = upgrade(&self.surface)?;
+        let session = session_of(ctx);
+        match surface.describe(session, &a.name, &ctx.capabilities) {
+            Some((spec, paged)) => {
+                let mut data = spec_json(&spec);
+                data["loaded"] = json!(paged.exposed.contains(&spec.name));
+                if !paged.evicted.is_empty() {
+                    data["evicted"] = json!(paged.evicted);
+                }
+                Ok(Envelope::ok(data))
+            }
+            None => {
+                let mode = surface.session_mode(session);
+                let names = surface.visible_names(mode, &ctx.capabilities);
+                let alternatives: Vec<Alternative> =
+                    did_you_mean(&a.name, names.iter().map(String::as_str), 3)
+                        .into_iter()
+                        .map(|(label, score)| Alternative::new(label, score))
+                        .collect();
+                Err(ToolError::schema_hint(
+                    format!(
+                        "no tool named `{}` is available to you. Call tool_search with a few keywords to find tools.",
+                        a.name
+                    ),
+                    alternatives,
+                ))
+            }
+        }
+    }
+}

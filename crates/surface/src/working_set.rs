@@ -1,0 +1,175 @@
+//! A session's working set: the tools the model paged in with `tool_search` or
+//! `describe_tool`. They stay while used; idle ones go after `idle_rounds`; the set is capped
+//! by count and by definition bytes, the least recently used going first.
+
+use std::collections::{HashMap, HashSet};
+
+use quiver_contract::Mode;
+
+use crate::WorkingSetConfig;
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    /// The round the tool was last paged in or called.
+    last_round: u64,
+    /// A strictly increasing stamp: recency within a round.
+    stamp: u64,
+    /// Its definition bytes when paged in.
+    bytes: usize,
+}
+
+/// What a page-in did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PageIn {
+    /// Tools now in the set (new or refreshed).
+    pub exposed: Vec<String>,
+    /// Tools that could not fit.
+    pub over_budget: Vec<String>,
+    /// Tools evicted to make room.
+    pub evicted: Vec<String>,
+}
+
+impl PageIn {
+    /// Whether the set's membership changed.
+    pub(crate) fn changed_membership(&self, before: &HashSet<String>) -> bool {
+        !self.evicted.is_empty() || self.exposed.iter().any(|n| !before.contains(n))
+    }
+}
+
+/// One session's state.
+#[derive(Debug, Default)]
+pub(crate) struct Session {
+    /// The mode of its latest composition.
+    pub(crate) mode: Mode,
+    /// Rounds so far (one per composition).
+    pub(crate) round: u64,
+    slots: HashMap<String, Slot>,
+    bytes: usize,
+    stamp: u64,
+    /// Progressive tools the session loaded with `describe_tool`.
+    pub(crate) loaded: HashSet<String>,
+}
+
+impl Session {
+    fn next_stamp(&mut self) -> u64 {
+        self.stamp += 1;
+        self.stamp
+    }
+
+    /// Whether `name` is in the set.
+    pub(crate) fn contains(&self, name: &str) -> bool {
+        self.slots.contains_key(name)
+    }
+
+    /// The names, most recent first.
+    pub(crate) fn by_recency(&self) -> Vec<&str> {
+        let mut v: Vec<(&str, u64)> = self
+            .slots
+            .iter()
+            .map(|(n, s)| (n.as_str(), s.stamp))
+            .collect();
+        v.sort_by_key(|&(_, stamp)| std::cmp::Reverse(stamp));
+        v.into_iter().map(|(n, _)| n).collect()
+    }
+
+    /// The member names.
+    pub(crate) fn members(&self) -> HashSet<String> {
+        self.slots.keys().cloned().collect()
+    }
+
+    /// Starts a new round and evicts the tools idle for more than `idle_rounds`.
+    pub(crate) fn next_round(&mut self, idle_rounds: u64) -> Vec<String> {
+        self.round += 1;
+        let round = self.round;
+        let mut idle: Vec<(String, u64)> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| round.saturating_sub(s.last_round) > idle_rounds)
+            .map(|(n, s)| (n.clone(), s.stamp))
+            .collect();
+        idle.sort_by_key(|(_, stamp)| *stamp);
+        for (n, _) in &idle {
+            self.evict(n);
+        }
+        idle.into_iter().map(|(n, _)| n).collect()
+    }
+
+    fn evict(&mut self, name: &str) {
+        if let Some(s) = self.slots.remove(name) {
+            self.bytes -= s.bytes;
+        }
+    }
+
+    /// Refreshes a tool that was used; false when it is not in the set.
+    pub(crate) fn touch(&mut self, name: &str) -> bool {
+        let stamp = self.next_stamp();
+        let round = self.round;
+        match self.slots.get_mut(name) {
+            Some(s) => {
+                s.last_round = round;
+                s.stamp = stamp;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Pages tools in (name, definition bytes), in order; makes room by evicting the least
+    /// recently used tools that are not part of this page-in.
+    pub(crate) fn page_in(&mut self, tools: &[(String, usize)], caps: &WorkingSetConfig) -> PageIn {
+        let mut out = PageIn::default();
+        let batch: HashSet<&str> = tools.iter().map(|(n, _)| n.as_str()).collect();
+        for (name, bytes) in tools {
+            if self.touch(name) {
+                out.exposed.push(name.clone());
+                continue;
+            }
+            if *bytes > caps.max_bytes || caps.max_tools == 0 {
+                out.over_budget.push(name.clone());
+                continue;
+            }
+            // Evict the oldest outsiders until the newcomer fits.
+            let mut victims: Vec<(&String, u64)> = self
+                .slots
+                .iter()
+                .filter(|(n, _)| !batch.contains(n.as_str()))
+                .map(|(n, s)| (n, s.stamp))
+                .collect();
+            victims.sort_by_key(|(_, stamp)| *stamp);
+            let mut count = self.slots.len();
+            let mut used = self.bytes;
+            let mut take = 0;
+            for (_, _) in &victims {
+                if count < caps.max_tools && used + bytes <= caps.max_bytes {
+                    break;
+                }
+                let (n, _) = victims[take];
+                count -= 1;
+                used -= self.slots[n].bytes;
+                take += 1;
+            }
+            if count >= caps.max_tools || used + bytes > caps.max_bytes {
+                out.over_budget.push(name.clone());
+                continue;
+            }
+            let gone: Vec<String> = victims[..take].iter().map(|(n, _)| (*n).clone()).collect();
+            for n in &gone {
+                self.evict(n);
+            }
+            out.evicted.extend(gone);
+            let stamp = self.next_stamp();
+            self.slots.insert(
+                name.clone(),
+                Slot {
+                    last_round: self.round,
+                    stamp,
+                    bytes: *bytes,
+                },
+            );
+            self.bytes += bytes;
+            out.exposed.push(name.clone());
+        }
+        out
+    }
+}

@@ -1,0 +1,255 @@
+//! Composition per mode, capability filtering, budgets, the hard cap, advertising.
+
+use quiver_contract::{Capabilities, Mode, ToolSpec};
+use quiver_registry::AdvertiseOptions;
+use quiver_surface::{DropReason, Reason, SurfaceConfig, SurfaceError};
+use serde_json::json;
+
+use crate::support::{Fixture, line, many, ro, rw};
+
+fn modes_fixture() -> Fixture {
+    let config = SurfaceConfig::default()
+        .with_anchors(&["read_file"])
+        .with_floor(10, 0, 100)
+        .with_agentic_allow(&["read_file", "run_*"])
+        .with_agentic_only(&["run_shell"])
+        .with_delegate_excluded(&["send_mail"]);
+    let specs = vec![
+        ro("read_file", "Reads a file."),
+        rw("write_file", "Writes a file."),
+        rw("run_shell", "Runs a shell command."),
+        rw("run_tests", "Runs the tests."),
+        rw("send_mail", "Sends an email."),
+        ro("grep", "Searches text."),
+        ro("plan", "Writes the plan.").plan_only(),
+        ro("paged", "A tool the model pages in."),
+    ];
+    let usage = [
+        ("write_file", [5, 0, 0]),
+        ("run_shell", [4, 0, 0]),
+        ("send_mail", [3, 0, 0]),
+        ("grep", [2, 0, 0]),
+        ("plan", [1, 0, 0]),
+    ];
+    Fixture::new(config, specs, &usage)
+}
+
+/// Composes `mode` for a session that paged in `paged`, and compares the names.
+fn check(mode: Mode, expect: &str) {
+    let fx = modes_fixture();
+    fx.surface.page_in("s", &["paged"]);
+    let got = fx.names("s", mode);
+    assert_eq!(line(&got), expect, "mode {}", mode.as_str());
+}
+
+#[test]
+fn each_mode_composes_its_own_list() {
+    // chat: floor ∪ working set, minus agentic-only (and plan-only is never listed outside plan).
+    check(
+        Mode::Chat,
+        "tool_search describe_tool read_file write_file send_mail grep paged",
+    );
+    // agentic: allow-list ∪ working set, not intersected with the floor.
+    check(
+        Mode::Agentic,
+        "tool_search describe_tool read_file run_shell run_tests paged",
+    );
+    // delegate: chat minus delegate-excluded.
+    check(
+        Mode::Delegate,
+        "tool_search describe_tool read_file write_file grep paged",
+    );
+    // plan: read-only (and plan-only) tools only.
+    check(
+        Mode::Plan,
+        "tool_search describe_tool read_file grep plan paged",
+    );
+}
+
+#[test]
+fn reasons_and_drops_are_reported() {
+    let fx = modes_fixture();
+    fx.surface.page_in("s", &["paged"]);
+    let composed = fx.assemble("s", Mode::Chat);
+    assert_eq!(composed.reason_of("tool_search"), Some(Reason::System));
+    assert_eq!(composed.reason_of("read_file"), Some(Reason::Anchor));
+    assert_eq!(composed.reason_of("grep"), Some(Reason::Floor));
+    assert_eq!(composed.reason_of("paged"), Some(Reason::WorkingSet));
+    assert_eq!(
+        composed.dropped_why("run_shell"),
+        Some(DropReason::ModeExcluded)
+    );
+    assert_eq!(composed.dropped_why("plan"), Some(DropReason::NotListed));
+    insta::assert_snapshot!("composed_chat", composed.summary());
+}
+
+#[test]
+fn disallowed_tools_are_dropped() {
+    let fx = modes_fixture();
+    let caps = Capabilities::all().with_allowed_tools(vec!["tool_search".into(), "read_*".into()]);
+    let composed = fx.surface.assemble_tools("s", Mode::Chat, &caps).unwrap();
+    assert_eq!(line(&composed.names()), "tool_search read_file");
+    assert_eq!(composed.dropped_why("grep"), Some(DropReason::NotAllowed));
+}
+
+fn caps(model: &[&str], provider: &[&str]) -> Capabilities {
+    let mut c = Capabilities::all();
+    c.model = model.iter().map(|s| (*s).to_owned()).collect();
+    c.provider = provider.iter().map(|s| (*s).to_owned()).collect();
+    c
+}
+
+#[test]
+fn capability_double_guard() {
+    let config = SurfaceConfig::default()
+        .with_anchors(&["web_search", "other"])
+        .with_floor(5, 0, 100);
+    let specs = vec![
+        ro("web_search", "Searches the web.").replaced_by("web_search"),
+        ro("other", "Something else."),
+    ];
+    let fx = Fixture::new(config, specs, &[]);
+    let check = |session: &str, c: Capabilities, kept: bool| {
+        let composed = fx.surface.assemble_tools(session, Mode::Chat, &c).unwrap();
+        assert_eq!(composed.names().contains(&"web_search"), kept, "{c:?}");
+        if !kept {
+            assert_eq!(
+                composed.dropped_why("web_search"),
+                Some(DropReason::ReplacedByModel)
+            );
+        }
+    };
+    // On for the model but not deliverable: kept.
+    check("a", caps(&["web_search"], &[]), true);
+    // Deliverable but not on: kept.
+    check("a", caps(&[], &["web_search"]), true);
+    // Both: a resident tool is dropped.
+    check("a", caps(&["web_search"], &["web_search"]), false);
+    // Paged in by the model itself: kept.
+    fx.surface.page_in("b", &["web_search"]);
+    check("b", caps(&["web_search"], &["web_search"]), true);
+}
+
+#[test]
+fn count_budget_keeps_rank_then_recency() {
+    let config = SurfaceConfig::default()
+        .with_anchors(&["t00"])
+        .with_floor(3, 0, 100)
+        .with_round_budget(6, 1 << 20);
+    let fx = Fixture::new(config, many(10), &[("t01", [2, 0, 0]), ("t02", [1, 0, 0])]);
+    fx.surface.page_in("s", &["t07"]);
+    fx.surface.page_in("s", &["t05"]);
+    fx.surface.page_in("s", &["t06"]);
+    let composed = fx.assemble("s", Mode::Chat);
+    // system, anchor, floor by score, then the working set most recent first.
+    assert_eq!(
+        line(&composed.names()),
+        "tool_search describe_tool t00 t01 t02 t06"
+    );
+    assert_eq!(composed.dropped_why("t05"), Some(DropReason::OverCount));
+    assert_eq!(composed.dropped_why("t07"), Some(DropReason::OverCount));
+}
+
+#[test]
+fn oversized_entry_is_skipped_without_stopping_the_walk() {
+    let big = ro("big", &"A very long description. ".repeat(120));
+    let mut specs = many(4);
+    specs.push(big);
+    let config = SurfaceConfig::default()
+        .with_anchors(&["t00", "big", "t01"])
+        .with_floor(5, 0, 100)
+        .with_round_budget(32, 2500);
+    let fx = Fixture::new(config, specs, &[]);
+    fx.surface.page_in("s", &["t02"]);
+    let composed = fx.assemble("s", Mode::Chat);
+    assert_eq!(
+        line(&composed.names()),
+        "tool_search describe_tool t00 t01 t02"
+    );
+    assert_eq!(composed.dropped_why("big"), Some(DropReason::OverBytes));
+    assert!(composed.bytes <= 2500, "{}", composed.bytes);
+}
+
+#[test]
+fn tool_search_always_survives_the_budgets() {
+    let config = SurfaceConfig::default()
+        .with_anchors(&["t00"])
+        .with_round_budget(0, 0);
+    let fx = Fixture::new(config, many(3), &[]);
+    let composed = fx.assemble("s", Mode::Chat);
+    assert_eq!(line(&composed.names()), "tool_search");
+    assert_eq!(
+        composed.dropped_why("describe_tool"),
+        Some(DropReason::OverCount)
+    );
+}
+
+#[test]
+fn exceeding_max_surface_is_an_error() {
+    let config = SurfaceConfig::default()
+        .with_anchors(&["t00", "t01", "t02"])
+        .with_round_budget(100, 1 << 20)
+        .with_max_surface(4);
+    let fx = Fixture::new(config, many(3), &[]);
+    let err = fx
+        .surface
+        .assemble_tools("s", Mode::Chat, &Capabilities::all())
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SurfaceError::TooLarge {
+                count: 5,
+                max: 4,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn advertised_specs_match_the_registry() {
+    let config = SurfaceConfig::default().with_anchors(&["echo", "slow"]);
+    let echo = ro("echo", "Echoes.").with_schema(json!({
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"]
+    }));
+    let slow = ro("slow", "Slow tool. Takes long.").progressive();
+    let fx = Fixture::new(config, vec![echo, slow], &[]);
+    let composed = fx.assemble("s", Mode::Chat);
+    let registry: Vec<ToolSpec> = fx
+        .catalog
+        .advertised_specs(Mode::Chat, &AdvertiseOptions::default());
+    for tool in &composed.tools {
+        let want = registry.iter().find(|s| s.name == tool.spec.name).unwrap();
+        assert_eq!(&tool.spec, want);
+    }
+    let slow = composed
+        .tools
+        .iter()
+        .find(|t| t.spec.name == "slow")
+        .unwrap();
+    assert!(
+        slow.spec.description.contains("Summary only"),
+        "{}",
+        slow.spec.description
+    );
+}
+
+#[test]
+fn config_deserializes_with_defaults_and_rejects_unknown_fields() {
+    let config: SurfaceConfig = serde_json::from_value(json!({
+        "anchors": ["a"],
+        "working_set": {"max_tools": 5}
+    }))
+    .unwrap();
+    assert_eq!(config.working_set.max_tools, 5);
+    assert_eq!(config.working_set.max_bytes, 64 * 1024);
+    assert_eq!(config.target_floor, 30);
+    assert_eq!(config.round.max_definitions, 32);
+    assert_eq!(config.max_surface, 120);
+    let err = serde_json::from_value::<SurfaceConfig>(json!({"anchor": ["a"]})).unwrap_err();
+    assert!(err.to_string().contains("unknown field"), "{err}");
+}

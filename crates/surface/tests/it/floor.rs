@@ -1,0 +1,112 @@
+//! The resident floor: anchors, then usage; the cache TTL, re-derivation and the fallback.
+
+use quiver_contract::Mode;
+use quiver_surface::{DropReason, FloorSource, SurfaceConfig, usage_score};
+use tokio::time::{Duration, advance};
+
+use crate::support::{Fixture, line, many};
+
+/// Builds a floor from `anchors` and `usage` over tools t00..t19 with `target`, and compares
+/// its names with `expect`.
+fn check(anchors: &[&str], usage: &[(&str, [u64; 3])], target: usize, expect: &str) {
+    let config = SurfaceConfig::default()
+        .with_anchors(anchors)
+        .with_floor(target, 0, 100);
+    let fx = Fixture::new(config, many(20), usage);
+    let floor = fx.surface.floor();
+    assert_eq!(
+        line(&floor.names()),
+        expect,
+        "anchors {anchors:?} usage {usage:?}"
+    );
+}
+
+#[test]
+fn floor_fills_from_anchors_then_usage() {
+    // Anchors first, in order, even without usage.
+    check(&["t05", "t01"], &[], 4, "t05 t01");
+    // Usage by weighted score: recent 3.0, middle 1.0, old 0.2.
+    check(
+        &[],
+        &[("t01", [0, 0, 5]), ("t02", [1, 0, 0]), ("t03", [0, 2, 0])],
+        10,
+        "t02 t03 t01",
+    );
+    // Anchors count towards the target; an anchor's usage does not repeat it.
+    check(
+        &["t09"],
+        &[("t09", [9, 0, 0]), ("t01", [1, 0, 0]), ("t02", [2, 0, 0])],
+        2,
+        "t09 t02",
+    );
+    // Ties by name; unused tools never enter; unknown names are skipped, the walk goes on.
+    check(
+        &[],
+        &[
+            ("t04", [1, 0, 0]),
+            ("t03", [1, 0, 0]),
+            ("t07", [0, 0, 0]),
+            ("gone", [50, 0, 0]),
+        ],
+        5,
+        "t03 t04",
+    );
+}
+
+#[test]
+fn usage_weights() {
+    assert_eq!(usage_score([1, 1, 1]), 4.2);
+    assert_eq!(usage_score([0, 0, 5]), 1.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn floor_is_cached_then_rederived_and_falls_back_without_usage() {
+    let config = SurfaceConfig::default()
+        .with_anchors(&["t00"])
+        .with_fallback(&["t10", "t11"])
+        .with_floor(5, 0, 100)
+        .with_floor_times(60, 3600);
+    let fx = Fixture::new(config, many(20), &[]);
+    // No usage: the static fallback after the anchors.
+    let floor = fx.surface.floor();
+    assert_eq!(floor.source, FloorSource::Fallback);
+    assert_eq!(line(&floor.names()), "t00 t10 t11");
+    let composed = fx.assemble("s", Mode::Chat);
+    assert_eq!(
+        composed.reason_of("t10").map(|r| r.as_str()),
+        Some("fallback")
+    );
+
+    // Usage arrives; reads stay cached for the TTL, and the derived floor stands while young.
+    fx.usage.set("t03", [4, 0, 0]);
+    advance(Duration::from_secs(30)).await;
+    assert_eq!(line(&fx.surface.floor().names()), "t00 t10 t11");
+    advance(Duration::from_secs(40)).await;
+    assert_eq!(line(&fx.surface.floor().names()), "t00 t10 t11");
+
+    // Re-derived on command.
+    let floor = fx.surface.rederive_floor();
+    assert_eq!(floor.source, FloorSource::Derived);
+    assert_eq!(line(&floor.names()), "t00 t03");
+    assert_eq!(line(&fx.surface.floor().names()), "t00 t03");
+
+    // Re-derived by age.
+    fx.usage.set("t04", [9, 0, 0]);
+    advance(Duration::from_secs(3601)).await;
+    assert_eq!(line(&fx.surface.floor().names()), "t00 t04 t03");
+}
+
+#[test]
+fn stale_floor_names_are_skipped_never_emitted() {
+    let config = SurfaceConfig::default()
+        .with_anchors(&["gone_anchor", "t00"])
+        .with_floor(5, 0, 100);
+    let fx = Fixture::new(config, many(5), &[("t01", [3, 0, 0]), ("t02", [2, 0, 0])]);
+    assert_eq!(line(&fx.surface.floor().names()), "gone_anchor t00 t01 t02");
+    // A floor tool removed after the floor was derived.
+    fx.catalog.remove("t01");
+    let composed = fx.assemble("s", Mode::Chat);
+    assert_eq!(line(&composed.names()), "tool_search describe_tool t00 t02");
+    assert_eq!(composed.dropped_why("gone_anchor"), Some(DropReason::Stale));
+    assert_eq!(composed.dropped_why("t01"), Some(DropReason::Stale));
+}

@@ -1,0 +1,8 @@
+//! Integration tests of the surface: floor, composition per mode, working sets, budgets and
+//! the built-in tools, through a real catalog and dispatcher.
+
+mod compose;
+mod floor;
+mod support;
+mod tools;
+mod working_set;

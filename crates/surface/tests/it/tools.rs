@@ -1,0 +1,234 @@
+//! tool_search and describe_tool, called through the dispatcher.
+
+use std::time::Duration;
+
+use quiver_contract::{CallContext, Capabilities, Envelope, HintKind, Lifecycle, Mode};
+use quiver_surface::SurfaceConfig;
+use serde_json::{Value, json};
+
+use crate::support::{Fixture, line, ro, rw, stub, text};
+
+fn search_fixture() -> Fixture {
+    let specs = vec![
+        ro("read_csv", "Reads a CSV file into rows."),
+        ro("write_csv", "Writes rows to a CSV file.").with_annotations(Default::default()),
+        ro("csv_stats", "Computes statistics over a CSV file."),
+        ro("secret_csv", "Reads an internal CSV file.").with_category("internal"),
+        ro("draft_csv", "Reads a draft CSV file.").with_lifecycle(Lifecycle::Draft),
+        ro("admin_csv", "Deletes CSV files as admin."),
+        rw("send_mail", "Sends an email message."),
+    ];
+    Fixture::new(SurfaceConfig::default(), specs, &[])
+}
+
+fn data(e: &Envelope) -> &Value {
+    e.data().unwrap_or_else(|| panic!("not ok: {}", text(e)))
+}
+
+/// The hit names, sorted (the ranking itself is the search index's business).
+fn hit_names(e: &Envelope) -> String {
+    let hits = data(e)["hits"].as_array().unwrap();
+    let mut names: Vec<String> = hits
+        .iter()
+        .map(|h| h["name"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    line(&names)
+}
+
+#[tokio::test]
+async fn hidden_internal_disallowed_and_plan_excluded_tools_are_never_found() {
+    let fx = search_fixture();
+    let e = fx
+        .call("s", "tool_search", json!({"query": "csv file"}))
+        .await;
+    assert_eq!(hit_names(&e), "admin_csv csv_stats read_csv write_csv");
+
+    let caps = Capabilities::all().with_allowed_tools(vec![
+        "tool_search".into(),
+        "*_csv".into(),
+        "read_*".into(),
+    ]);
+    let ctx = CallContext::for_session("caps").with_capabilities(caps.clone());
+    let e = fx
+        .call_with(ctx, "tool_search", json!({"query": "csv file"}))
+        .await;
+    let names = hit_names(&e);
+    assert!(!names.contains("csv_stats"), "{names}");
+
+    // In plan mode mutating tools are not found.
+    fx.surface
+        .assemble_tools("plan", Mode::Plan, &Capabilities::all())
+        .unwrap();
+    let e = fx
+        .call("plan", "tool_search", json!({"query": "csv file"}))
+        .await;
+    let names = hit_names(&e);
+    assert!(!names.contains("write_csv"), "{names}");
+    assert!(names.contains("read_csv"), "{names}");
+}
+
+#[tokio::test]
+async fn matches_join_the_working_set_at_once() {
+    let fx = search_fixture();
+    let e = fx
+        .call("s", "tool_search", json!({"query": "email", "limit": 3}))
+        .await;
+    assert_eq!(data(&e)["exposed"], json!(["send_mail"]));
+    assert_eq!(line(&fx.surface.working_set("s")), "send_mail");
+    let composed = fx.assemble("s", Mode::Chat);
+    assert_eq!(
+        composed.reason_of("send_mail").map(|r| r.as_str()),
+        Some("working_set")
+    );
+}
+
+#[tokio::test]
+async fn tool_search_result_shape() {
+    let config = SurfaceConfig::default()
+        .with_working_set(3, 1 << 20)
+        .with_agentic_only(&["write_csv"]);
+    let specs = vec![
+        ro("read_csv", "Reads a CSV file into rows."),
+        ro("csv_stats", "Computes statistics over a CSV file."),
+        ro("write_csv", "Writes rows to a CSV file."),
+        ro("csv_to_json", "Converts a CSV file to JSON."),
+        ro("old_tool", "Something paged in earlier."),
+        ro("older_tool", "Something paged in even earlier."),
+    ];
+    let fx = Fixture::new(config, specs, &[]);
+    fx.surface.page_in("s", &["older_tool"]);
+    fx.surface.page_in("s", &["old_tool"]);
+    let e = fx
+        .call(
+            "s",
+            "tool_search",
+            json!({"query": "csv file", "limit": 10}),
+        )
+        .await;
+    // The limit is capped by the working set (3); write_csv is agentic-only, so not
+    // discoverable in chat; the oldest working-set tools are evicted to make room.
+    insta::assert_json_snapshot!("tool_search_data", data(&e));
+    insta::assert_snapshot!("tool_search_render", text(&e));
+}
+
+#[tokio::test]
+async fn blank_queries_get_a_hint() {
+    let fx = search_fixture();
+    for q in ["", "   ", "the of and", "?!...", "--"] {
+        let e = fx.call("s", "tool_search", json!({"query": q})).await;
+        assert_eq!(e.hint_kind(), Some(HintKind::Fetch), "{q:?}: {}", text(&e));
+    }
+    let e = fx.call("s", "tool_search", json!({"query": "the"})).await;
+    insta::assert_snapshot!("blank_query_hint", text(&e));
+}
+
+#[tokio::test]
+async fn bad_arguments_get_a_schema_hint() {
+    let fx = search_fixture();
+    for args in [
+        json!({}),
+        json!({"query": 3}),
+        json!({"query": "csv", "extra": 1}),
+        json!({"query": "csv", "limit": 0}),
+        json!({"query": "csv", "limit": 51}),
+        json!({"query": "csv", "limit": "5"}),
+    ] {
+        let e = fx.call("s", "tool_search", args.clone()).await;
+        assert_eq!(
+            e.hint_kind(),
+            Some(HintKind::Schema),
+            "{args}: {}",
+            text(&e)
+        );
+    }
+}
+
+#[tokio::test]
+async fn describe_tool_loads_a_progressive_spec() {
+    let config = SurfaceConfig::default().with_anchors(&["fetch_page"]);
+    let specs = vec![
+        ro("fetch_page", "Fetches a web page. Long details follow.")
+            .with_schema(json!({
+                "type": "object",
+                "properties": {"url": {"type": "string", "description": "The page."}},
+                "required": ["url"]
+            }))
+            .progressive(),
+    ];
+    let fx = Fixture::new(config, specs, &[]);
+    let mut changes = fx.surface.subscribe_changes();
+    let before = fx.assemble("s", Mode::Chat);
+    let light = &before
+        .tools
+        .iter()
+        .find(|t| t.spec.name == "fetch_page")
+        .unwrap()
+        .spec;
+    assert!(
+        light.description.contains("describe_tool"),
+        "{}",
+        light.description
+    );
+    assert!(light.input_schema["properties"].get("url").is_none());
+
+    let e = fx
+        .call("s", "describe_tool", json!({"name": "fetch_page"}))
+        .await;
+    assert_eq!(data(&e)["input_schema"]["required"], json!(["url"]));
+    assert!(fx.surface.is_loaded("s", "fetch_page"));
+    let got = tokio::time::timeout(Duration::from_secs(5), changes.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&*got, "s");
+
+    let after = fx.assemble("s", Mode::Chat);
+    let full = &after
+        .tools
+        .iter()
+        .find(|t| t.spec.name == "fetch_page")
+        .unwrap()
+        .spec;
+    assert_eq!(full.description, "Fetches a web page. Long details follow.");
+    assert!(full.input_schema["properties"].get("url").is_some());
+    assert!(full.input_schema["properties"].get("reasoning").is_some());
+}
+
+#[tokio::test]
+async fn describe_tool_of_an_unknown_or_hidden_tool_is_a_schema_hint() {
+    let fx = search_fixture();
+    let e = fx
+        .call("s", "describe_tool", json!({"name": "read_cvs"}))
+        .await;
+    assert_eq!(e.hint_kind(), Some(HintKind::Schema));
+    insta::assert_snapshot!("describe_unknown_hint", text(&e));
+    let e = fx
+        .call("s", "describe_tool", json!({"name": "secret_csv"}))
+        .await;
+    assert_eq!(e.hint_kind(), Some(HintKind::Schema));
+}
+
+#[tokio::test]
+async fn the_index_follows_the_catalog() {
+    let fx = search_fixture();
+    let mut updates = fx.surface.index_updates();
+    updates.borrow_and_update();
+    fx.catalog
+        .register_in("test", stub(ro("parse_yaml", "Parses a YAML document.")))
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), updates.changed())
+        .await
+        .unwrap()
+        .unwrap();
+    let e = fx.call("s", "tool_search", json!({"query": "yaml"})).await;
+    assert_eq!(hit_names(&e), "parse_yaml");
+
+    fx.catalog.remove("parse_yaml");
+    tokio::time::timeout(Duration::from_secs(5), updates.changed())
+        .await
+        .unwrap()
+        .unwrap();
+    let e = fx.call("s", "tool_search", json!({"query": "yaml"})).await;
+    assert_eq!(hit_names(&e), "");
+}

@@ -1,0 +1,97 @@
+//! Working sets: LRU caps, idle eviction, refresh on use, change notifications.
+
+use std::time::Duration;
+
+use quiver_contract::Mode;
+use quiver_surface::SurfaceConfig;
+use serde_json::json;
+
+use crate::support::{Fixture, line, many};
+
+#[test]
+fn count_cap_evicts_the_least_recently_used() {
+    let fx = Fixture::new(
+        SurfaceConfig::default().with_working_set(3, 1 << 20),
+        many(6),
+        &[],
+    );
+    for n in ["t00", "t01", "t02"] {
+        fx.surface.page_in("s", &[n]);
+    }
+    fx.surface.touch("s", "t00");
+    let paged = fx.surface.page_in("s", &["t03"]);
+    assert_eq!(paged.evicted, vec!["t01".to_owned()]);
+    assert_eq!(line(&fx.surface.working_set("s")), "t03 t00 t02");
+    // A batch never evicts its own members: the overflow is reported instead.
+    let paged = fx.surface.page_in("s", &["t04", "t05", "t01", "t02"]);
+    assert_eq!(line(&paged.exposed), "t04 t05 t02");
+    assert_eq!(line(&paged.over_budget), "t01");
+    assert_eq!(line(&fx.surface.working_set("s")), "t02 t05 t04");
+}
+
+#[test]
+fn byte_cap_evicts_the_least_recently_used() {
+    let one = quiver_contract::ToolSpec::new("t00", "Tool number 0.")
+        .read_only()
+        .definition_bytes();
+    let fx = Fixture::new(
+        SurfaceConfig::default().with_working_set(100, 2 * one),
+        many(6),
+        &[],
+    );
+    fx.surface.page_in("s", &["t00", "t01"]);
+    let paged = fx.surface.page_in("s", &["t02"]);
+    assert_eq!(paged.evicted, vec!["t00".to_owned()]);
+    assert_eq!(line(&fx.surface.working_set("s")), "t02 t01");
+}
+
+#[test]
+fn idle_tools_are_evicted_after_idle_rounds() {
+    let fx = Fixture::new(SurfaceConfig::default().with_idle_rounds(2), many(4), &[]);
+    fx.assemble("s", Mode::Chat);
+    fx.surface.page_in("s", &["t00", "t01"]);
+    // Two rounds idle: kept.
+    fx.assemble("s", Mode::Chat);
+    fx.surface.touch("s", "t01");
+    assert_eq!(
+        fx.assemble("s", Mode::Chat)
+            .reason_of("t00")
+            .map(|r| r.as_str()),
+        Some("working_set")
+    );
+    // The third idle round evicts t00; t01 was used a round later.
+    let composed = fx.assemble("s", Mode::Chat);
+    assert_eq!(line(&composed.names()), "tool_search describe_tool t01");
+    assert_eq!(line(&fx.surface.working_set("s")), "t01");
+}
+
+#[tokio::test]
+async fn calling_a_tool_refreshes_it_through_the_dispatcher() {
+    let fx = Fixture::new(
+        SurfaceConfig::default().with_working_set(3, 1 << 20),
+        many(5),
+        &[],
+    );
+    for n in ["t00", "t01", "t02"] {
+        fx.surface.page_in("s", &[n]);
+    }
+    let e = fx.call("s", "t00", json!({})).await;
+    assert!(e.is_ok(), "{e:?}");
+    fx.surface.page_in("s", &["t03"]);
+    assert_eq!(line(&fx.surface.working_set("s")), "t03 t00 t02");
+}
+
+#[tokio::test]
+async fn working_set_changes_are_announced() {
+    let fx = Fixture::new(SurfaceConfig::default(), many(3), &[]);
+    let mut changes = fx.surface.subscribe_changes();
+    fx.surface.page_in("s", &["t00"]);
+    let got = tokio::time::timeout(Duration::from_secs(5), changes.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&*got, "s");
+    // A refresh is no change.
+    fx.surface.page_in("s", &["t00"]);
+    assert!(changes.try_recv().is_err());
+}

@@ -4,9 +4,11 @@ use std::{process::ExitCode, sync::Arc};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use quiver_contract::Capabilities;
 use quiver_contract::{CallContext, Mode, RenderOptions, render};
 use quiver_host::{Families, ToolFormat, assemble_catalog, format_tools};
-use quiver_registry::{AdvertiseOptions, Catalog, Dispatcher};
+use quiver_registry::{Catalog, Dispatcher};
+use quiver_surface::{MemoryUsage, Surface, SurfaceConfig, core_tools};
 
 /// Quiver: one catalog, one dispatch pipeline, every tool an agent can call.
 ///
@@ -20,16 +22,42 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// List the tools a session would see (the built-in catalog for now).
+    /// List the tools a session sees: its composed surface (resident floor, system tools,
+    /// working set), as the model receives it.
     ///
     /// Example: `quiver tools --format openai` prints the `tools` array for the OpenAI API.
     Tools {
         /// The session mode: chat, agentic, delegate or plan.
         #[arg(long, default_value = "chat", value_parser = parse_mode)]
         mode: Mode,
+        /// The session (conversation) key.
+        #[arg(long, default_value = "cli")]
+        session: String,
         /// Output format.
         #[arg(long, value_enum, default_value = "table")]
         format: ToolFormat,
+    },
+    /// Search the catalog the way the model does, through the `tool_search` tool.
+    ///
+    /// Example: `quiver search "current time in a timezone" --limit 5`.
+    Search {
+        /// What you need, in words.
+        query: String,
+        /// How many tools to return.
+        #[arg(long, default_value_t = 8)]
+        limit: u32,
+    },
+    /// Measure tool-search quality on a benchmark set and print
+    /// `{queries, hit@1, recall@5, recall@10, ndcg@10}` in percent.
+    ///
+    /// The file format is described in the benchmark set's README (one JSON object a line).
+    BenchSearch {
+        /// Tools, one `{"name", "description", "input_schema"}` a line.
+        #[arg(long)]
+        tools: std::path::PathBuf,
+        /// Queries, one `{"id", "query", "gold"}` a line.
+        #[arg(long)]
+        queries: std::path::PathBuf,
     },
     /// Call one tool through the full pipeline and print the rendered result.
     ///
@@ -51,31 +79,70 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
 }
 
 struct App {
-    catalog: Arc<Catalog>,
+    surface: Arc<Surface>,
     dispatcher: Dispatcher,
 }
 
 fn build() -> anyhow::Result<App> {
     let catalog = Arc::new(Catalog::new());
-    let families = Families::default();
+    let surface = Surface::new(
+        catalog.clone(),
+        SurfaceConfig::default(),
+        Arc::new(MemoryUsage::new([])),
+    )
+    .context("building the tool surface")?;
+    let mut families = Families::default();
+    families.core = core_tools(&surface);
     assemble_catalog(&catalog, families).context("assembling the catalog")?;
-    let dispatcher = Dispatcher::new(catalog.clone());
+    surface.resync_index();
+    let dispatcher = Dispatcher::builder(catalog)
+        .observer(surface.clone())
+        .build();
     Ok(App {
-        catalog,
+        surface,
         dispatcher,
     })
 }
 
+fn exit_for(envelope: &quiver_contract::Envelope) -> ExitCode {
+    if envelope.is_err() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Command::BenchSearch { tools, queries } = &cli.command {
+        let read = |p: &std::path::Path| {
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+        };
+        let report = quiver_surface::search::evaluate(&read(tools)?, &read(queries)?)
+            .map_err(|e| anyhow::anyhow!("bench-search: {e}"))?;
+        println!("{}", serde_json::to_string(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     let app = build()?;
     match cli.command {
-        Command::Tools { mode, format } => {
-            let specs = app
-                .catalog
-                .advertised_specs(mode, &AdvertiseOptions::default());
-            print!("{}", format_tools(&specs, format));
+        Command::Tools {
+            mode,
+            session,
+            format,
+        } => {
+            let composed = app.surface.compose(&session, mode, &Capabilities::all())?;
+            print!("{}", format_tools(&composed.specs(), format));
             Ok(ExitCode::SUCCESS)
         }
+        Command::Search { query, limit } => {
+            let input = serde_json::json!({"query": query, "limit": limit});
+            let envelope = app
+                .dispatcher
+                .call("tool_search", input, CallContext::for_session("cli"))
+                .await;
+            println!("{}", render(&envelope, &RenderOptions::default()));
+            Ok(exit_for(&envelope))
+        }
+        Command::BenchSearch { .. } => unreachable!("handled before the catalog is built"),
         Command::Call {
             name,
             json,

@@ -4,7 +4,9 @@
 //! live in the core crates.
 
 mod assemble;
+mod config;
 mod formats;
 
 pub use assemble::{FAMILY_ORDER, Families, assemble_catalog};
+pub use config::{Config, LimitsConfig, PolicyConfig, StoreConfig};
 pub use formats::{ToolFormat, format_tools};

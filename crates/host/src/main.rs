@@ -5,10 +5,11 @@ use std::{process::ExitCode, sync::Arc};
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use quiver_contract::Capabilities;
+use quiver_contract::lint_spec;
 use quiver_contract::{CallContext, Mode, RenderOptions, render};
-use quiver_host::{Families, ToolFormat, assemble_catalog, format_tools};
-use quiver_registry::{Catalog, Dispatcher};
-use quiver_surface::{MemoryUsage, Surface, SurfaceConfig, core_tools};
+use quiver_host::{Config, Families, ToolFormat, assemble_catalog, format_tools};
+use quiver_registry::{Catalog, Dispatcher, RulePolicy};
+use quiver_surface::{MemoryUsage, Surface, core_tools};
 
 /// Quiver: one catalog, one dispatch pipeline, every tool an agent can call.
 ///
@@ -16,6 +17,9 @@ use quiver_surface::{MemoryUsage, Surface, SurfaceConfig, core_tools};
 #[derive(Debug, Parser)]
 #[command(name = "quiver", version, about, long_about = None)]
 struct Cli {
+    /// The configuration file (default: ./quiver.toml when it exists, else built-in defaults).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -47,6 +51,10 @@ enum Command {
         #[arg(long, default_value_t = 8)]
         limit: u32,
     },
+    /// Validate the configuration and lint every tool definition (September guide rules:
+    /// typed and described properties, enums for closed sets, required fields listed, a
+    /// description that says when to use the tool). Exits 1 when anything is found.
+    Check,
     /// Measure tool-search quality on a benchmark set and print
     /// `{queries, hit@1, recall@5, recall@10, ndcg@10}` in percent.
     ///
@@ -83,11 +91,11 @@ struct App {
     dispatcher: Dispatcher,
 }
 
-fn build() -> anyhow::Result<App> {
+fn build(config: &Config) -> anyhow::Result<App> {
     let catalog = Arc::new(Catalog::new());
     let surface = Surface::new(
         catalog.clone(),
-        SurfaceConfig::default(),
+        config.surface.clone(),
         Arc::new(MemoryUsage::new([])),
     )
     .context("building the tool surface")?;
@@ -96,6 +104,8 @@ fn build() -> anyhow::Result<App> {
     assemble_catalog(&catalog, families).context("assembling the catalog")?;
     surface.resync_index();
     let dispatcher = Dispatcher::builder(catalog)
+        .config(config.limits.dispatch_config()?)
+        .policy(Arc::new(RulePolicy::new(config.policy.rules.clone())))
         .observer(surface.clone())
         .build();
     Ok(App {
@@ -122,8 +132,33 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let app = build()?;
+    let (config, _source) = Config::load(cli.config.as_deref())?;
+    let app = build(&config)?;
     match cli.command {
+        Command::Check => {
+            let mut findings = Vec::new();
+            for entry in app.dispatcher.catalog().tools() {
+                findings.extend(lint_spec(&entry.spec));
+            }
+            for f in &findings {
+                let at = if f.path.is_empty() {
+                    String::new()
+                } else {
+                    format!(" at {}", f.path)
+                };
+                println!("{}{at}: [{}] {}", f.tool, f.rule, f.message);
+            }
+            let n = app.dispatcher.catalog().len();
+            println!(
+                "config ok; {n} tool definition(s) linted, {} finding(s)",
+                findings.len()
+            );
+            Ok(if findings.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
         Command::Tools {
             mode,
             session,

@@ -1,0 +1,3 @@
+//! The `quiver` binary as a user runs it.
+
+mod cli;

@@ -628,6 +628,25 @@ pub struct ToolJob {
     pub updated_at: SystemTime,
 }
 
+impl ToolJob {
+    /// The job `job` creates: `queued`, 0 %, no result, created and updated `now`.
+    pub fn queued(job: NewJob, now: SystemTime) -> Self {
+        ToolJob {
+            id: job.id,
+            tool_name: job.tool_name,
+            job_type: job.job_type,
+            status: JobStatus::Queued,
+            spec: job.spec,
+            result: None,
+            progress_pct: 0,
+            tenant: job.tenant,
+            conversation: job.conversation,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+}
+
 /// Custom-tool jobs. Status changes follow [`JobStatus::TRANSITIONS`]; an illegal jump is
 /// [`StoreError::InvalidTransition`] and writes nothing.
 #[cfg_attr(feature = "mock", mockall::automock)]
@@ -940,21 +959,8 @@ impl JobStore for MemoryJobStore {
         if jobs.contains_key(&job.id) {
             return Err(StoreError::conflict(format!("job `{}` exists", job.id)));
         }
-        let now = SystemTime::now();
-        let stored = ToolJob {
-            id: job.id.clone(),
-            tool_name: job.tool_name,
-            job_type: job.job_type,
-            status: JobStatus::Queued,
-            spec: job.spec,
-            result: None,
-            progress_pct: 0,
-            tenant: job.tenant,
-            conversation: job.conversation,
-            created_at: now,
-            updated_at: now,
-        };
-        jobs.insert(job.id, stored.clone());
+        let stored = ToolJob::queued(job, SystemTime::now());
+        jobs.insert(stored.id.clone(), stored.clone());
         Ok(stored)
     }
 

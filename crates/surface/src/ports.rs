@@ -54,6 +54,25 @@ pub struct FailedApproach {
     pub last_at: SystemTime,
 }
 
+impl FailedApproach {
+    /// A failed approach.
+    pub fn new(
+        args_hash: impl Into<String>,
+        tool: impl Into<String>,
+        error: impl Into<String>,
+        count: u32,
+        last_at: SystemTime,
+    ) -> Self {
+        FailedApproach {
+            args_hash: args_hash.into(),
+            tool: tool.into(),
+            error: error.into(),
+            count,
+            last_at,
+        }
+    }
+}
+
 /// A stored surface-state value.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -62,6 +81,13 @@ pub struct SurfaceState {
     pub value: Value,
     /// When it was written.
     pub written_at: SystemTime,
+}
+
+impl SurfaceState {
+    /// A value written at `written_at`.
+    pub fn new(value: Value, written_at: SystemTime) -> Self {
+        SurfaceState { value, written_at }
+    }
 }
 
 /// Per-session surface state that outlives a restart.
@@ -122,6 +148,16 @@ pub struct ToolUsage {
 }
 
 impl ToolUsage {
+    /// Counts for one tool.
+    pub fn new(tool: impl Into<String>, last_30_days: u64, last_90_days: u64, older: u64) -> Self {
+        ToolUsage {
+            tool: tool.into(),
+            last_30_days,
+            last_90_days,
+            older,
+        }
+    }
+
     /// Ages at which the buckets change.
     pub const BUCKETS: [Duration; 2] = [
         Duration::from_secs(30 * 86_400),

@@ -23,6 +23,10 @@ use crate::{
 pub(crate) type Op = Box<dyn FnOnce(&mut Connection) + Send>;
 
 /// What the writer thread is asked to do.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "nearly every message is a Record; boxing it would add an allocation per call"
+)]
 pub(crate) enum Msg {
     /// Log one call (batched).
     Record(CallRecord),

@@ -29,6 +29,8 @@ impl Tool for Noop {
 
 const ROWS: u64 = 10_000;
 
+type MakeRecorder<'a> = &'a dyn Fn() -> Arc<dyn ToolCallRecorder>;
+
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -113,7 +115,7 @@ fn bench(c: &mut Criterion) {
     // A fresh in-memory recorder per sample, so its ever-growing Vec does not tax the baseline.
     let fresh_memory = || -> Arc<dyn ToolCallRecorder> { Arc::new(MemoryRecorder::new()) };
     let same_sqlite = || -> Arc<dyn ToolCallRecorder> { Arc::new(sqlite.clone()) };
-    let makers: [(&str, &dyn Fn() -> Arc<dyn ToolCallRecorder>); 2] = [
+    let makers: [(&str, MakeRecorder<'_>); 2] = [
         ("memory_recorder", &fresh_memory),
         ("sqlite_recorder", &same_sqlite),
     ];

@@ -32,7 +32,7 @@ use quiver_contract::{ToolSpec, split_mcp_name};
 use serde_json::Value;
 
 pub use eval::{EvalReport, evaluate};
-use tokenize::{TokenOpts, expand_query, tokenize};
+use tokenize::{TokenOpts, expand_query, is_filler, path_only_terms, tokenize};
 
 /// One search result: a tool name and its score, normalised to `0.0..=1.0` (1.0 would be a
 /// tool matching every query term as strongly as the index allows).
@@ -73,6 +73,23 @@ pub(crate) struct Params {
     /// Share of the best score of a tool's server added to every tool of that server (tools
     /// needed together tend to come from one server).
     pub(crate) server_context: f64,
+    /// The share of query-term coverage in the order of the head of the ranking (see
+    /// `SearchIndex::diversify`; 0 keeps the score order).
+    pub(crate) diversity: f64,
+    /// How many of the best tools diversification reorders.
+    pub(crate) diversify_depth: usize,
+    /// The weight of a query term found only inside file paths.
+    pub(crate) path_weight: f64,
+    /// The weight of a conversational filler word ("help", "give", "want").
+    pub(crate) filler_weight: f64,
+    /// Pseudo-relevance feedback: the top `fb_docs` tools of the query...
+    pub(crate) fb_docs: usize,
+    /// ... give their `fb_terms` best terms (idf-weighted, by the tools' scores) ...
+    pub(crate) fb_terms: usize,
+    /// ... added to the query at this weight (for the best of them; 0 turns feedback off).
+    pub(crate) fb_weight: f64,
+    /// Feedback terms from the tools' names only (else from all their fields).
+    pub(crate) fb_names_only: bool,
 }
 
 impl Default for Params {
@@ -88,6 +105,14 @@ impl Default for Params {
             related_weight: 0.8,
             server_name: 1.0,
             server_context: 0.3,
+            diversity: 0.3,
+            diversify_depth: 20,
+            path_weight: 0.4,
+            filler_weight: 0.3,
+            fb_docs: 3,
+            fb_terms: 8,
+            fb_weight: 0.3,
+            fb_names_only: false,
         }
     }
 }
@@ -144,6 +169,18 @@ pub struct SearchIndex {
     live_servers: usize,
     /// Term -> the servers whose names contain it.
     server_postings: HashMap<Box<str>, Vec<u32>>,
+    /// Document id -> per field, the field weight over its BM25 length normalisation.
+    /// Computed by the first search after a change (it depends on the average lengths).
+    norms: std::sync::OnceLock<Stats>,
+}
+
+/// Per-document values that depend on collection statistics, computed once per change.
+#[derive(Debug)]
+struct Stats {
+    /// Per field: the field weight over its BM25 length normalisation.
+    norms: Vec<[f32; FIELDS]>,
+    /// The idf sum of the tool's name terms, for the coverage bonus.
+    name_idf: Vec<f64>,
 }
 
 impl SearchIndex {
@@ -176,6 +213,7 @@ impl SearchIndex {
     /// (and its server's, when it is the server's first tool).
     pub fn upsert(&mut self, spec: &ToolSpec) {
         self.remove(&spec.name);
+        self.norms = std::sync::OnceLock::new();
         let (server, _) = split_name(&spec.name);
         let fields = field_terms(spec);
         let mut counts: BTreeMap<&str, [u16; FIELDS]> = BTreeMap::new();
@@ -280,6 +318,7 @@ impl SearchIndex {
         let Some(id) = self.by_name.remove(name) else {
             return false;
         };
+        self.norms = std::sync::OnceLock::new();
         let doc = self.docs[id as usize]
             .take()
             .expect("by_name points at a live doc");
@@ -333,19 +372,335 @@ impl SearchIndex {
             return Vec::new();
         }
         let p = &self.params;
-        let n = self.len() as f64;
-        let mut avg = [1.0; FIELDS];
-        for (f, a) in avg.iter_mut().enumerate() {
-            *a = (self.total_len[f] as f64 / n).max(1.0);
+        let whole = self.weigh(query, &terms);
+        let mut cache: HashMap<&str, TermData> = HashMap::new();
+        let mut scratch = vec![0.0f64; self.docs.len()];
+        for (q, _) in &whole {
+            if !cache.contains_key(q.as_str()) {
+                let data = self.term_data(q, true, &mut scratch);
+                cache.insert(q.as_str(), data);
+            }
         }
-        let idf = |df: usize, n: f64| (1.0 + (n - df as f64 + 0.5) / (df as f64 + 0.5)).ln();
+        let (mut total, mut touched, mut bound) = self.combine(&whole, &cache);
+        if touched.is_empty() {
+            return Vec::new();
+        }
+        if p.fb_weight > 0.0 && p.fb_docs > 0 && p.fb_terms > 0 {
+            let feedback = self.feedback(&whole, &total, &touched);
+            if !feedback.is_empty() {
+                for (t, _) in &feedback {
+                    if !cache.contains_key(t) {
+                        // A feedback term is an indexed term: no prefix completions.
+                        let data = self.term_data(t, false, &mut scratch);
+                        cache.insert(t, data);
+                    }
+                }
+                let mut expanded = whole.clone();
+                expanded.extend(feedback.iter().map(|&(t, w)| (t.to_owned(), w)));
+                (total, touched, bound) = self.combine(&expanded, &cache);
+            }
+        }
+        let bound = if bound > 0.0 { bound } else { 1.0 };
+        let name = |d: u32| {
+            self.docs[d as usize]
+                .as_ref()
+                .expect("live doc")
+                .name
+                .as_str()
+        };
+        let mut best: Vec<(f64, u32)> = touched
+            .iter()
+            .filter(|&&d| filter(name(d)))
+            .map(|&d| (total[d as usize], d))
+            .collect();
+        let depth = limit.max(p.diversify_depth);
+        if best.len() > depth {
+            // The cut by score alone (cheap), keeping every tool tied with the last one.
+            let (_, last, _) = best.select_nth_unstable_by(depth - 1, |a, b| b.0.total_cmp(&a.0));
+            let last = last.0;
+            best.retain(|b| b.0 >= last);
+        }
+        let mut hits: Vec<(f64, &str, u32)> =
+            best.into_iter().map(|(s, d)| (s, name(d), d)).collect();
+        hits.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+        hits.truncate(depth);
+        if p.diversity > 0.0 && hits.len() > 2 {
+            self.diversify(&mut hits, &whole, &cache, &mut scratch);
+        }
+        hits.truncate(limit);
+        // Scores never rise down the list (diversification may move a tool up).
+        let mut cap = f64::INFINITY;
+        hits.into_iter()
+            .map(|(s, name, _)| {
+                cap = cap.min(s);
+                SearchHit {
+                    name: name.to_owned(),
+                    score: (cap / bound).clamp(0.0, 1.0),
+                }
+            })
+            .collect()
+    }
+
+    /// Reorders a ranking, best first, so that its head covers the query's terms: the
+    /// query terms are aspects weighted by their weight and idf, a tool meets an aspect as
+    /// strongly as its score for the term over the best tool's, and the next tool is the one
+    /// with the best mix of its own score (share `1 - diversity`) and the aspect weight it
+    /// meets that the tools above it do not yet (share `diversity`; xQuAD, Santos et al.,
+    /// 2010). Equal values keep the name order. `scratch` is all zeros and is left so.
+    fn diversify(
+        &self,
+        hits: &mut [(f64, &str, u32)],
+        weighted: &[(String, f64)],
+        cache: &HashMap<&str, TermData>,
+        scratch: &mut [f64],
+    ) {
+        let p = &self.params;
+        let m = hits.len();
+        // Candidate position + 1 by document id, in `scratch` (as f64, to reuse it).
+        for (i, h) in hits.iter().enumerate() {
+            scratch[h.2 as usize] = (i + 1) as f64;
+        }
+        let mut aspects: Vec<(f64, Vec<f64>)> = Vec::new();
+        for (q, w) in weighted {
+            let Some(data) = cache.get(q.as_str()) else {
+                continue;
+            };
+            let mut meets = vec![0.0; m];
+            let mut max: f64 = 0.0;
+            for &(d, s) in &data.docs {
+                let at = scratch[d as usize];
+                if at > 0.0 {
+                    meets[at as usize - 1] = s;
+                    max = max.max(s);
+                }
+            }
+            if max > 0.0 {
+                meets.iter_mut().for_each(|x| *x /= max);
+                aspects.push((w * data.max, meets));
+            }
+        }
+        for h in hits.iter() {
+            scratch[h.2 as usize] = 0.0;
+        }
+        let weight_sum: f64 = aspects.iter().map(|a| a.0).sum();
+        if aspects.len() < 2 || weight_sum <= 0.0 {
+            return;
+        }
+        let top = hits[0].0;
+        if top <= 0.0 {
+            return;
+        }
+        // Per aspect: the probability that no tool picked so far meets it.
+        let mut open = vec![1.0; aspects.len()];
+        let mut index: Vec<usize> = (0..m).collect();
+        for slot in 0..m {
+            let value = |i: usize| {
+                let novelty: f64 = aspects
+                    .iter()
+                    .zip(&open)
+                    .map(|((w, meets), o)| w / weight_sum * meets[i] * o)
+                    .sum();
+                (1.0 - p.diversity) * hits[i].0 / top + p.diversity * novelty
+            };
+            let mut best = slot;
+            let mut best_value = value(index[slot]);
+            for (k, &i) in index.iter().enumerate().skip(slot + 1) {
+                let v = value(i);
+                // `index` stays in the original order past `slot`, so ties keep it.
+                if v > best_value {
+                    best = k;
+                    best_value = v;
+                }
+            }
+            let chosen = index.remove(best);
+            index.insert(slot, chosen);
+            for ((_, meets), o) in aspects.iter().zip(open.iter_mut()) {
+                *o *= 1.0 - meets[chosen];
+            }
+        }
+        let reordered: Vec<(f64, &str, u32)> = index.iter().map(|&i| hits[i]).collect();
+        hits.copy_from_slice(&reordered);
+    }
+
+    /// The weighted terms of a query: its terms, related vocabulary, and lower weights for
+    /// terms found only in file paths and for conversational filler words.
+    fn weigh(&self, query: &str, terms: &[String]) -> Vec<(String, f64)> {
+        let p = &self.params;
+        let mut weighted = expand_query(query, terms, p.related_weight);
+        let in_paths = path_only_terms(query);
+        for (t, w) in &mut weighted {
+            if in_paths.contains(t) {
+                *w *= p.path_weight;
+            }
+            if is_filler(t) {
+                *w *= p.filler_weight;
+            }
+        }
+        weighted
+    }
+
+    /// Pseudo-relevance feedback terms: the best terms of the top tools of a first ranking
+    /// that the query does not have, each weighted by the idf of the term times the
+    /// normalised score of the tools that have it, scaled to at most `fb_weight`.
+    fn feedback<'a>(
+        &'a self,
+        weighted: &[(String, f64)],
+        total: &[f64],
+        touched: &[u32],
+    ) -> Vec<(&'a str, f64)> {
+        let p = &self.params;
+        let n = self.len() as f64;
+        let mut top: Vec<(f64, u32)> = touched.iter().map(|&d| (total[d as usize], d)).collect();
+        let k = p.fb_docs.min(top.len());
+        let order = |a: &(f64, u32), b: &(f64, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+        if top.len() > k {
+            top.select_nth_unstable_by(k - 1, order);
+            top.truncate(k);
+        }
+        let Some(first) = top.iter().map(|t| t.0).reduce(f64::max) else {
+            return Vec::new();
+        };
+        let mut scores: HashMap<u32, f64> = HashMap::new();
+        for &(s, d) in &top {
+            let doc = self.docs[d as usize].as_ref().expect("live doc");
+            let terms = if p.fb_names_only {
+                &doc.name_terms
+            } else {
+                &doc.terms
+            };
+            for &tid in terms {
+                *scores.entry(tid).or_default() +=
+                    s / first * idf(self.lists[tid as usize].len(), n);
+            }
+        }
+        let mut best: Vec<(f64, &str)> = scores
+            .into_iter()
+            .map(|(tid, s)| (s, &*self.texts[tid as usize]))
+            .filter(|(_, t)| !weighted.iter().any(|(q, _)| q == t))
+            .collect();
+        best.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+        best.truncate(p.fb_terms);
+        let max = best.first().map_or(1.0, |b| b.0);
+        best.into_iter()
+            .map(|(s, t)| (t, p.fb_weight * s / max))
+            .collect()
+    }
+
+    /// Per-document values that depend on collection statistics (see [`Stats`]).
+    fn stats(&self) -> &Stats {
+        self.norms.get_or_init(|| {
+            let p = &self.params;
+            let n = self.len().max(1) as f64;
+            let mut avg = [1.0; FIELDS];
+            for (f, a) in avg.iter_mut().enumerate() {
+                *a = (self.total_len[f] as f64 / n).max(1.0);
+            }
+            let norms = self
+                .lens
+                .iter()
+                .map(|len| {
+                    let mut out = [0.0f32; FIELDS];
+                    for f in 0..FIELDS {
+                        let norm = 1.0 - p.b[f] + p.b[f] * f64::from(len[f]) / avg[f];
+                        out[f] = (p.weight[f] / norm) as f32;
+                    }
+                    out
+                })
+                .collect();
+            let name_idf = self
+                .docs
+                .iter()
+                .map(|doc| {
+                    doc.as_ref().map_or(0.0, |doc| {
+                        doc.name_terms
+                            .iter()
+                            .map(|&t| idf(self.lists[t as usize].len(), n))
+                            .sum()
+                    })
+                })
+                .collect();
+            Stats { norms, name_idf }
+        })
+    }
+
+    /// The scores one query term (at query weight 1) gives the tools, through its best exact
+    /// or (with `prefixes`) prefix match, and the servers whose names contain it. `best` is all zeros, as long
+    /// as the document table, and is left so.
+    fn term_data(&self, q: &str, prefixes: bool, best: &mut [f64]) -> TermData {
+        let p = &self.params;
+        let n = self.len() as f64;
+        let norms = &self.stats().norms;
+        let mut data = TermData::default();
+        // (postings, weight, exact)
+        let mut expansions: Vec<(&Vec<Posting>, f64, bool)> = Vec::new();
+        if let Some(&tid) = self.dict.get(q) {
+            let list = &self.lists[tid as usize];
+            expansions.push((list, 1.0, true));
+            data.exact = Some((tid, idf(list.len(), n)));
+        }
+        if prefixes && q.chars().count() >= p.prefix_min_len {
+            let range = self
+                .dict
+                .range::<str, _>((Bound::Excluded(q), Bound::Unbounded))
+                .take_while(|(t, _)| t.starts_with(q))
+                .take(p.prefix_max_terms);
+            for (t, &tid) in range {
+                let list = &self.lists[tid as usize];
+                // A closer completion counts more: `webf` -> `webfetch` over `webfetcher`.
+                let closeness = q.len() as f64 / t.len() as f64;
+                expansions.push((list, p.prefix_weight * closeness.sqrt(), false));
+            }
+        }
+        let mut touched: Vec<u32> = Vec::new();
+        for &(list, weight, exact) in &expansions {
+            let idf = idf(list.len(), n);
+            data.max = data.max.max(idf * weight);
+            for posting in list.iter() {
+                let norm = &norms[posting.doc as usize];
+                let mut tf = 0.0f64;
+                for f in 0..FIELDS {
+                    tf += f64::from(norm[f]) * f64::from(posting.tf[f]);
+                }
+                let s = weight * idf * tf * (p.k1 + 1.0) / (p.k1 + tf);
+                let slot = &mut best[posting.doc as usize];
+                if *slot == 0.0 {
+                    touched.push(posting.doc);
+                }
+                if exact && posting.tf[NAME] > 0 {
+                    data.name_docs.push(posting.doc);
+                }
+                if s > *slot {
+                    *slot = s;
+                }
+            }
+        }
+        data.docs = touched
+            .into_iter()
+            .map(|d| (d, std::mem::take(&mut best[d as usize])))
+            .collect();
+        if p.server_name > 0.0
+            && let Some(servers) = self.server_postings.get(q)
+        {
+            data.server = p.server_name * idf(servers.len(), self.live_servers as f64);
+            data.servers.clone_from(servers);
+        }
+        data
+    }
+
+    /// The scores of the tools for one weighted term list: the terms' scores, the name
+    /// coverage bonus, server-name matches and server context. Returns the score by document
+    /// id, the scored documents, and the score bound for normalisation.
+    fn combine(
+        &self,
+        weighted: &[(String, f64)],
+        cache: &HashMap<&str, TermData>,
+    ) -> (Vec<f64>, Vec<u32>, f64) {
+        let p = &self.params;
         let mut total = vec![0.0f64; self.docs.len()];
-        let mut best = vec![0.0f64; self.docs.len()];
         let mut touched: Vec<u32> = Vec::new();
         // Tools with a query term in their name: the only ones the coverage bonus reaches.
         let mut name_flag = vec![false; self.docs.len()];
         let mut name_matched: Vec<u32> = Vec::new();
-        let mut term_touched: Vec<u32> = Vec::new();
         let mut bound = 0.0;
         let mut idf_sum = 0.0;
         let mut idf_count = 0usize;
@@ -353,78 +708,34 @@ impl SearchIndex {
         let mut term_idf: Vec<(u32, f64)> = Vec::new();
         let mut server_score: HashMap<u32, f64> = HashMap::new();
         let mut server_bound: f64 = 0.0;
-        let n_servers = self.live_servers as f64;
-
-        let weighted = expand_query(query, &terms, p.related_weight);
-        for (q, q_weight) in &weighted {
-            // (postings, weight, exact)
-            let mut expansions: Vec<(&Vec<Posting>, f64, bool)> = Vec::new();
-            if let Some(&tid) = self.dict.get(q.as_str()) {
-                let list = &self.lists[tid as usize];
-                expansions.push((list, 1.0, true));
-                term_idf.push((tid, q_weight * idf(list.len(), n)));
-            }
-            if q.chars().count() >= p.prefix_min_len {
-                let range = self
-                    .dict
-                    .range::<str, _>((Bound::Excluded(q.as_str()), Bound::Unbounded))
-                    .take_while(|(t, _)| t.starts_with(q.as_str()))
-                    .take(p.prefix_max_terms);
-                for (t, &tid) in range {
-                    let list = &self.lists[tid as usize];
-                    // A closer completion counts more: `webf` -> `webfetch` over `webfetcher`.
-                    let closeness = q.len() as f64 / t.len() as f64;
-                    expansions.push((list, p.prefix_weight * closeness.sqrt(), false));
-                }
-            }
-            let mut q_max_idf: f64 = 0.0;
-            for &(list, weight, exact) in &expansions {
-                let idf = idf(list.len(), n);
-                q_max_idf = q_max_idf.max(q_weight * idf * weight);
-                for posting in list.iter() {
-                    let doc_len = &self.lens[posting.doc as usize];
-                    let mut tf = 0.0;
-                    for (f, &field_avg) in avg.iter().enumerate() {
-                        if posting.tf[f] > 0 {
-                            let norm = 1.0 - p.b[f] + p.b[f] * f64::from(doc_len[f]) / field_avg;
-                            tf += p.weight[f] * f64::from(posting.tf[f]) / norm;
-                        }
-                    }
-                    let s = q_weight * weight * idf * tf * (p.k1 + 1.0) / (p.k1 + tf);
-                    let slot = &mut best[posting.doc as usize];
-                    if *slot == 0.0 {
-                        term_touched.push(posting.doc);
-                    }
-                    if exact && posting.tf[NAME] > 0 && !name_flag[posting.doc as usize] {
-                        name_flag[posting.doc as usize] = true;
-                        name_matched.push(posting.doc);
-                    }
-                    if s > *slot {
-                        *slot = s;
-                    }
-                }
-            }
-            // One query term scores a tool once, through its best exact or prefix match.
-            for &d in &term_touched {
+        for (q, w) in weighted {
+            let Some(data) = cache.get(q.as_str()) else {
+                continue;
+            };
+            for &(d, s) in &data.docs {
                 let slot = &mut total[d as usize];
                 if *slot == 0.0 {
                     touched.push(d);
                 }
-                *slot += best[d as usize];
-                best[d as usize] = 0.0;
+                *slot += w * s;
             }
-            term_touched.clear();
-            if q_max_idf > 0.0 {
-                bound += q_max_idf * (p.k1 + 1.0);
-                idf_sum += q_max_idf;
+            for &d in &data.name_docs {
+                if !name_flag[d as usize] {
+                    name_flag[d as usize] = true;
+                    name_matched.push(d);
+                }
+            }
+            if let Some((tid, idf)) = data.exact {
+                term_idf.push((tid, w * idf));
+            }
+            if data.max > 0.0 {
+                bound += w * data.max * (p.k1 + 1.0);
+                idf_sum += w * data.max;
                 idf_count += 1;
             }
-            // The term in server names, idf over servers.
-            if p.server_name > 0.0
-                && let Some(servers) = self.server_postings.get(q.as_str())
-            {
-                let s = p.server_name * q_weight * idf(servers.len(), n_servers);
-                for &sid in servers {
+            if data.server > 0.0 {
+                let s = w * data.server;
+                for &sid in &data.servers {
                     *server_score.entry(sid).or_default() += s;
                 }
                 server_bound += s;
@@ -440,11 +751,12 @@ impl SearchIndex {
         bound += unit;
         term_idf.sort_unstable_by_key(|t| t.0);
         if unit > 0.0 {
+            let name_idf = &self.stats().name_idf;
             for &d in &name_matched {
                 let doc = self.docs[d as usize].as_ref().expect("live doc");
-                let (mut covered, mut all) = (0.0, 0.0);
+                let all = name_idf[d as usize];
+                let mut covered = 0.0;
                 for t in &doc.name_terms {
-                    all += idf(self.lists[*t as usize].len(), n);
                     if let Ok(at) = term_idf.binary_search_by_key(t, |q| q.0) {
                         covered += term_idf[at].1;
                     }
@@ -479,44 +791,44 @@ impl SearchIndex {
                     *best = best.max(total[d as usize]);
                 }
             }
-            let base = total.clone();
-            for sid in hit_servers {
-                let best = server_best[sid as usize];
+            // Tools not scored so far join `touched` (their total is still 0 here).
+            let mut add = vec![0.0f64; hit_servers.len()];
+            for (i, &sid) in hit_servers.iter().enumerate() {
+                add[i] = p.server_context * server_best[sid as usize];
+            }
+            for (&sid, &a) in hit_servers.iter().zip(&add) {
                 for &m in &self.servers[sid as usize].members {
-                    if base[m as usize] == 0.0 {
+                    if total[m as usize] == 0.0 && a > 0.0 {
                         touched.push(m);
                     }
-                    total[m as usize] += p.server_context * best;
+                    total[m as usize] += a;
                 }
             }
             bound *= 1.0 + p.server_context;
         }
-        if touched.is_empty() {
-            return Vec::new();
-        }
-
-        let mut hits: Vec<(f64, &str)> = touched
-            .iter()
-            .map(|&d| {
-                let doc = self.docs[d as usize].as_ref().expect("live doc");
-                (total[d as usize], doc.name.as_str())
-            })
-            .filter(|(_, name)| filter(name))
-            .collect();
-        let order = |a: &(f64, &str), b: &(f64, &str)| b.0.total_cmp(&a.0).then(a.1.cmp(b.1));
-        if hits.len() > limit {
-            hits.select_nth_unstable_by(limit - 1, order);
-            hits.truncate(limit);
-        }
-        hits.sort_unstable_by(order);
-        let bound = if bound > 0.0 { bound } else { 1.0 };
-        hits.into_iter()
-            .map(|(s, name)| SearchHit {
-                name: name.to_owned(),
-                score: (s / bound).clamp(0.0, 1.0),
-            })
-            .collect()
+        (total, touched, bound)
     }
+}
+
+/// BM25's idf of a term in `df` of `n` documents.
+fn idf(df: usize, n: f64) -> f64 {
+    (1.0 + (n - df as f64 + 0.5) / (df as f64 + 0.5)).ln()
+}
+
+/// What one query term contributes, at query weight 1 (every part scales with the weight).
+#[derive(Debug, Default)]
+struct TermData {
+    /// (document, score) for the tools the term or a completion of it meets.
+    docs: Vec<(u32, f64)>,
+    /// Tools with the exact term in their name (may repeat).
+    name_docs: Vec<u32>,
+    /// The exact term's id and idf.
+    exact: Option<(u32, f64)>,
+    /// The most the term can give one tool (before the `k1` factor).
+    max: f64,
+    /// The servers whose names contain the term, and the score they get.
+    servers: Vec<u32>,
+    server: f64,
 }
 
 /// The distinct search terms of a query, in order of first appearance: stop words,

@@ -657,10 +657,11 @@ impl SearchIndex {
             data.max = data.max.max(idf * weight);
             for posting in list.iter() {
                 let norm = &norms[posting.doc as usize];
-                let mut tf = 0.0f64;
-                for f in 0..FIELDS {
-                    tf += f64::from(norm[f]) * f64::from(posting.tf[f]);
-                }
+                let tf: f64 = norm
+                    .iter()
+                    .zip(posting.tf.iter())
+                    .map(|(n, t)| f64::from(*n) * f64::from(*t))
+                    .sum();
                 let s = weight * idf * tf * (p.k1 + 1.0) / (p.k1 + tf);
                 let slot = &mut best[posting.doc as usize];
                 if *slot == 0.0 {

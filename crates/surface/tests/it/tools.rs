@@ -232,3 +232,18 @@ async fn the_index_follows_the_catalog() {
     let e = fx.call("s", "tool_search", json!({"query": "yaml"})).await;
     assert_eq!(hit_names(&e), "");
 }
+
+#[tokio::test]
+async fn a_search_finds_allowed_tools_behind_many_disallowed_ones() {
+    let mut specs: Vec<_> = (0..40)
+        .map(|i| ro(&format!("csv_tool_{i:02}"), "Reads a CSV file."))
+        .collect();
+    specs.push(ro("only_csv", "Reads a CSV file, rarely."));
+    let fx = Fixture::new(SurfaceConfig::default(), specs, &[]);
+    let caps = Capabilities::all().with_allowed_tools(vec!["tool_search".into(), "only_*".into()]);
+    let ctx = CallContext::for_session("s").with_capabilities(caps);
+    let e = fx
+        .call_with(ctx, "tool_search", json!({"query": "csv file", "limit": 2}))
+        .await;
+    assert_eq!(hit_names(&e), "only_csv");
+}

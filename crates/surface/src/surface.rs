@@ -819,7 +819,8 @@ impl Surface {
 
     /// What `describe_tool` does: the full spec of a visible tool, paged into the working
     /// set and marked loaded (its full spec is advertised from now on). `None` when the
-    /// tool is not visible to this caller in the session's mode.
+    /// tool is not visible to this caller in the session's mode (including the mode's
+    /// exclusion lists).
     pub fn describe(
         &self,
         session: &str,
@@ -828,7 +829,10 @@ impl Surface {
     ) -> Option<(ToolSpec, PageIn)> {
         let mode = self.session_mode(session);
         let entry = self.catalog.lookup(name)?;
-        if !entry.spec.listed_in(mode) || !capabilities.allows(name) {
+        if !entry.spec.listed_in(mode)
+            || !capabilities.allows(name)
+            || self.mode_excluded(mode, name)
+        {
             return None;
         }
         let paged = self.page_in_sized(
@@ -844,7 +848,7 @@ impl Surface {
         self.catalog
             .available(mode)
             .into_iter()
-            .filter(|e| capabilities.allows(e.name()))
+            .filter(|e| capabilities.allows(e.name()) && !self.mode_excluded(mode, e.name()))
             .map(|e| e.spec.name.clone())
             .collect()
     }

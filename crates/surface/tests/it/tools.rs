@@ -247,3 +247,20 @@ async fn a_search_finds_allowed_tools_behind_many_disallowed_ones() {
         .await;
     assert_eq!(hit_names(&e), "only_csv");
 }
+
+#[tokio::test]
+async fn describe_tool_respects_the_modes_lists() {
+    let config = SurfaceConfig::default().with_agentic_only(&["run_shell"]);
+    let fx = Fixture::new(config, vec![rw("run_shell", "Runs a shell command.")], &[]);
+    let e = fx
+        .call("s", "describe_tool", json!({"name": "run_shell"}))
+        .await;
+    assert_eq!(e.hint_kind(), Some(HintKind::Schema), "{}", text(&e));
+    fx.surface
+        .assemble_tools("s", Mode::Agentic, &Capabilities::all())
+        .unwrap();
+    let e = fx
+        .call("s", "describe_tool", json!({"name": "run_shell"}))
+        .await;
+    assert!(e.is_ok(), "{}", text(&e));
+}

@@ -103,7 +103,7 @@ async fn tool_search_result_shape() {
         .call(
             "s",
             "tool_search",
-            json!({"query": "csv file", "limit": 10}),
+            json!({"query": "write csv rows", "limit": 10}),
         )
         .await;
     // The limit is capped by the working set (3); write_csv is agentic-only, so not

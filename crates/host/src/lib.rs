@@ -3,10 +3,12 @@
 //! formats of the CLI. The host decides order and wiring, never behaviour: business rules
 //! live in the core crates.
 
+mod app;
 mod assemble;
 mod config;
 mod formats;
 
+pub use app::App;
 pub use assemble::{FAMILY_ORDER, Families, assemble_catalog};
 pub use config::{Config, LimitsConfig, PolicyConfig, StoreConfig};
 pub use formats::{ToolFormat, format_tools};

@@ -1,15 +1,16 @@
 //! `quiver`: the tool runtime's command line.
 
-use std::{process::ExitCode, sync::Arc};
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use quiver_contract::Capabilities;
-use quiver_contract::lint_spec;
-use quiver_contract::{CallContext, Mode, RenderOptions, render};
-use quiver_host::{Config, Families, ToolFormat, assemble_catalog, format_tools};
-use quiver_registry::{Catalog, Dispatcher, RulePolicy};
-use quiver_surface::{MemoryUsage, Surface, core_tools};
+use quiver_contract::{
+    CallContext, Capabilities, Envelope, Mode, RenderOptions, breaking_changes_between, lint_spec,
+    render,
+};
+use quiver_host::{App, Config, ToolFormat, format_tools};
+use quiver_registry::{CallFilter, DefinitionStore};
+use quiver_store_sqlite::SqliteStore;
 
 /// Quiver: one catalog, one dispatch pipeline, every tool an agent can call.
 ///
@@ -54,7 +55,33 @@ enum Command {
     /// Validate the configuration and lint every tool definition (September guide rules:
     /// typed and described properties, enums for closed sets, required fields listed, a
     /// description that says when to use the tool). Exits 1 when anything is found.
-    Check,
+    Check {
+        /// Also report breaking schema changes against the definitions stored in this
+        /// database: removed fields, renamed or removed tools, type changes, new required
+        /// fields without a default.
+        #[arg(long, value_name = "DB")]
+        against: Option<std::path::PathBuf>,
+    },
+    /// Show recent tool calls from the execution log, newest first.
+    ///
+    /// Example: `quiver log --outcome err --limit 20`.
+    Log {
+        /// Only calls to this tool.
+        #[arg(long)]
+        tool: Option<String>,
+        /// Only calls in this session.
+        #[arg(long)]
+        session: Option<String>,
+        /// Only calls with this outcome.
+        #[arg(long, value_parser = ["ok", "hint", "err"])]
+        outcome: Option<String>,
+        /// How many calls to show.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// One JSON object per call instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Measure tool-search quality on a benchmark set and print
     /// `{queries, hit@1, recall@5, recall@10, ndcg@10}` in percent.
     ///
@@ -86,40 +113,16 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
     Mode::parse(s).ok_or_else(|| format!("unknown mode `{s}`: use chat, agentic, delegate or plan"))
 }
 
-struct App {
-    surface: Arc<Surface>,
-    dispatcher: Dispatcher,
-}
-
-fn build(config: &Config) -> anyhow::Result<App> {
-    let catalog = Arc::new(Catalog::new());
-    let surface = Surface::new(
-        catalog.clone(),
-        config.surface.clone(),
-        Arc::new(MemoryUsage::new([])),
-    )
-    .context("building the tool surface")?;
-    let mut families = Families::default();
-    families.core = core_tools(&surface);
-    assemble_catalog(&catalog, families).context("assembling the catalog")?;
-    surface.resync_index();
-    let dispatcher = Dispatcher::builder(catalog)
-        .config(config.limits.dispatch_config()?)
-        .policy(Arc::new(RulePolicy::new(config.policy.rules.clone())))
-        .observer(surface.clone())
-        .build();
-    Ok(App {
-        surface,
-        dispatcher,
-    })
-}
-
-fn exit_for(envelope: &quiver_contract::Envelope) -> ExitCode {
+fn exit_for(envelope: &Envelope) -> ExitCode {
     if envelope.is_err() {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     }
+}
+
+fn ms(d: std::time::Duration) -> String {
+    format!("{:.1}", d.as_secs_f64() * 1000.0)
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -133,11 +136,21 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let (config, _source) = Config::load(cli.config.as_deref())?;
-    let app = build(&config)?;
-    match cli.command {
-        Command::Check => {
+    let app = App::build(&config).await?;
+    let code = command(&app, &config.store.path, cli.command).await;
+    app.shutdown().await?;
+    code
+}
+
+async fn command(
+    app: &App,
+    config_store: &std::path::Path,
+    command: Command,
+) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Check { against } => {
             let mut findings = Vec::new();
-            for entry in app.dispatcher.catalog().tools() {
+            for entry in app.catalog.tools() {
                 findings.extend(lint_spec(&entry.spec));
             }
             for f in &findings {
@@ -148,16 +161,107 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 };
                 println!("{}{at}: [{}] {}", f.tool, f.rule, f.message);
             }
-            let n = app.dispatcher.catalog().len();
+            let mut breaking = Vec::new();
+            if let Some(db) = against {
+                let same = matches!(
+                    (db.canonicalize(), config_store.canonicalize()),
+                    (Ok(x), Ok(y)) if x == y
+                );
+                let other;
+                let stored: &SqliteStore = if same {
+                    &app.store
+                } else {
+                    other = SqliteStore::open(&db)
+                        .with_context(|| format!("opening {}", db.display()))?;
+                    &other
+                };
+                let defs = stored
+                    .all_definitions()
+                    .await
+                    .with_context(|| format!("reading definitions from {}", db.display()))?;
+                let stored_specs: Vec<_> = defs
+                    .iter()
+                    .filter(|d| d.deleted_at.is_none())
+                    .map(|d| d.to_spec())
+                    .collect();
+                let current: Vec<_> = app.catalog.tools().iter().map(|e| e.spec.clone()).collect();
+                breaking = breaking_changes_between(&stored_specs, &current);
+                for b in &breaking {
+                    println!("{}: [breaking: {}] {}", b.tool, b.kind, b.message);
+                }
+            }
             println!(
-                "config ok; {n} tool definition(s) linted, {} finding(s)",
-                findings.len()
+                "config ok; {} tool definition(s) linted, {} finding(s), {} breaking change(s)",
+                app.catalog.len(),
+                findings.len(),
+                breaking.len()
             );
-            Ok(if findings.is_empty() {
+            Ok(if findings.is_empty() && breaking.is_empty() {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)
             })
+        }
+        Command::Log {
+            tool,
+            session,
+            outcome,
+            limit,
+            json,
+        } => {
+            let mut filter = CallFilter::recent(limit);
+            if let Some(t) = tool {
+                filter = filter.tool(t);
+            }
+            if let Some(s) = session {
+                filter = filter.session(s);
+            }
+            if let Some(o) = outcome {
+                filter = filter.kind(o);
+            }
+            let calls = app
+                .call_log()
+                .recent_calls(filter)
+                .await
+                .context("reading the execution log")?;
+            if json {
+                for c in &calls {
+                    let row = serde_json::json!({
+                        "call_id": c.call_id, "tool": c.tool_name, "session": c.session, "tenant": c.tenant,
+                        "outcome": c.kind, "hint_kind": c.hint_kind, "err_kind": c.err_kind,
+                        "input": c.input, "reasoning": c.reasoning, "args_hash": c.args_hash,
+                        "summary": c.output_summary, "queued_ms": c.queued.as_secs_f64() * 1000.0,
+                        "took_ms": c.took.as_secs_f64() * 1000.0,
+                        "at": c.at.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+                    });
+                    println!("{row}");
+                }
+            } else {
+                println!(
+                    "{:<24} {:<7} {:<14} {:>9}  SUMMARY",
+                    "TOOL", "OUTCOME", "SESSION", "TOOK_MS"
+                );
+                for c in &calls {
+                    let summary: String = c
+                        .output_summary
+                        .lines()
+                        .next()
+                        .unwrap_or("")
+                        .chars()
+                        .take(60)
+                        .collect();
+                    println!(
+                        "{:<24} {:<7} {:<14} {:>9}  {}",
+                        c.tool_name,
+                        c.kind,
+                        c.session.as_deref().unwrap_or("-"),
+                        ms(c.took),
+                        summary
+                    );
+                }
+                println!("{} call(s)", calls.len());
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::Tools {
             mode,

@@ -1,11 +1,26 @@
 use std::process::{Command, Output};
 
-fn quiver(args: &[&str]) -> Output {
-    let dir = std::env::temp_dir().join(format!("quiver-cli-{}", std::process::id()));
+fn workdir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("quiver-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn quiver(args: &[&str]) -> Output {
+    let name = args
+        .join("_")
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(40)
+        .collect::<String>();
+    quiver_in(&workdir(&name), args)
+}
+
+fn quiver_in(dir: &std::path::Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_quiver"))
         .args(args)
-        .current_dir(&dir)
+        .current_dir(dir)
         .env("QUIVER_LOG", "error")
         .output()
         .expect("quiver runs")
@@ -93,4 +108,98 @@ fn bench_search_prints_the_metrics() {
     for key in ["hit@1", "recall@5", "recall@10", "ndcg@10"] {
         assert!(v[key].as_f64().is_some(), "{key} in {v}");
     }
+}
+
+#[test]
+fn every_call_lands_in_the_log_and_log_filters_it() {
+    let dir = workdir("log");
+    quiver_in(
+        &dir,
+        &[
+            "call",
+            "tool_search",
+            r#"{"query": "describe tools"}"#,
+            "--session",
+            "a",
+        ],
+    );
+    quiver_in(&dir, &["call", "missing_tool", "{}", "--session", "b"]);
+    quiver_in(
+        &dir,
+        &["call", "tool_search", r#"{"query": 5}"#, "--session", "a"],
+    );
+    let all = quiver_in(&dir, &["log"]);
+    assert!(
+        all.status.success(),
+        "{}",
+        String::from_utf8_lossy(&all.stderr)
+    );
+    assert!(stdout(&all).contains("3 call(s)"), "{}", stdout(&all));
+    let errs = quiver_in(&dir, &["log", "--outcome", "err", "--json"]);
+    let rows: Vec<serde_json::Value> = stdout(&errs)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["tool"], "missing_tool");
+    assert_eq!(rows[0]["err_kind"], "undefined_tool");
+    let session_a = quiver_in(&dir, &["log", "--session", "a", "--json"]);
+    let kinds: Vec<String> = stdout(&session_a)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["outcome"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(kinds, vec!["hint", "ok"], "newest first");
+}
+
+#[tokio::test]
+async fn check_against_a_database_reports_breaking_changes() {
+    use quiver_registry::{DefinitionStore, ToolDefinition, ToolType};
+    let dir = workdir("against");
+    let db = dir.join("old.db");
+    {
+        let store = quiver_store_sqlite::SqliteStore::open(&db).unwrap();
+        // An older tool_search that took a `scope` argument, and a tool that is gone now.
+        let old =
+            quiver_contract::ToolSpec::new("tool_search", "Finds tools. Use it to find tools.")
+                .with_schema(serde_json::json!({
+                    "type": "object",
+                    "properties": {"query": {"type": "string"}, "scope": {"type": "string"}},
+                    "required": ["query"]
+                }));
+        store
+            .put_definition(ToolDefinition::from_spec(
+                &old,
+                ToolType::System,
+                "system:tool_search",
+            ))
+            .await
+            .unwrap();
+        let gone = quiver_contract::ToolSpec::new("list_everything", "Lists. Use it rarely.");
+        store
+            .put_definition(ToolDefinition::from_spec(
+                &gone,
+                ToolType::System,
+                "system:list_everything",
+            ))
+            .await
+            .unwrap();
+        store.close().await.unwrap();
+    }
+    let out = quiver_in(&dir, &["check", "--against", db.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("tool_search: [breaking: removed_field] field `scope` was removed"),
+        "{text}"
+    );
+    assert!(
+        text.contains("list_everything: [breaking: removed_tool]"),
+        "{text}"
+    );
+    assert!(text.contains("2 breaking change(s)"), "{text}");
 }

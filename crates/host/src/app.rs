@@ -57,8 +57,10 @@ impl App {
         let catalog = Arc::new(Catalog::new());
         let surface = Surface::new(catalog.clone(), config.surface.clone(), Arc::new(usage))
             .context("building the tool surface")?;
-        let mut families = Families::default();
-        families.core = core_tools(&surface);
+        let families = Families {
+            core: core_tools(&surface),
+            ..Default::default()
+        };
         let report = assemble_catalog(&catalog, families).context("assembling the catalog")?;
         surface.resync_index();
         let dispatcher = Dispatcher::builder(catalog.clone())

@@ -107,6 +107,24 @@ impl App {
         Ok(())
     }
 
+    /// Brings a session's stored working set back (tools it paged in before a restart).
+    pub async fn open_session(&self, session: &str) -> anyhow::Result<()> {
+        self.surface
+            .restore_session(session, &*self.store)
+            .await
+            .with_context(|| format!("restoring the working set of session {session}"))?;
+        Ok(())
+    }
+
+    /// Writes a session's working set to the store now.
+    pub async fn save_session(&self, session: &str) -> anyhow::Result<()> {
+        self.surface
+            .persist_session(session, &*self.store)
+            .await
+            .with_context(|| format!("saving the working set of session {session}"))?;
+        Ok(())
+    }
+
     /// The call log.
     pub fn call_log(&self) -> &dyn CallLog {
         &*self.store

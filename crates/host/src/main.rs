@@ -268,16 +268,19 @@ async fn command(
             session,
             format,
         } => {
+            app.open_session(&session).await?;
             let composed = app.surface.compose(&session, mode, &Capabilities::all())?;
             print!("{}", format_tools(&composed.specs(), format));
             Ok(ExitCode::SUCCESS)
         }
         Command::Search { query, limit } => {
+            app.open_session("cli").await?;
             let input = serde_json::json!({"query": query, "limit": limit});
             let envelope = app
                 .dispatcher
                 .call("tool_search", input, CallContext::for_session("cli"))
                 .await;
+            app.save_session("cli").await?;
             println!("{}", render(&envelope, &RenderOptions::default()));
             Ok(exit_for(&envelope))
         }
@@ -287,16 +290,14 @@ async fn command(
             json,
             session,
         } => {
+            app.open_session(&session).await?;
             let envelope = app
                 .dispatcher
-                .call_json(&name, &json, CallContext::for_session(session))
+                .call_json(&name, &json, CallContext::for_session(session.as_str()))
                 .await;
+            app.save_session(&session).await?;
             println!("{}", render(&envelope, &RenderOptions::default()));
-            Ok(if envelope.is_err() {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            })
+            Ok(exit_for(&envelope))
         }
     }
 }

@@ -9,6 +9,7 @@
 mod config;
 mod error;
 mod floor;
+mod persist;
 pub mod ports;
 pub mod search;
 mod surface;

@@ -12,6 +12,7 @@
 mod child;
 mod classify;
 mod config;
+mod delivery;
 mod http;
 mod meta;
 mod to_contract;

@@ -20,7 +20,8 @@ use rmcp::{
     },
     service::{NotificationContext, Peer, PeerRequestOptions, ServiceError},
     transport::{
-        StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig,
+        StreamableHttpClientTransport, async_rw::AsyncRwTransport,
+        streamable_http_client::StreamableHttpClientTransportConfig,
     },
 };
 use serde_json::Value;
@@ -32,6 +33,7 @@ use super::{
     child::{self, ChildGuard},
     classify::{Class, classify_init, classify_service},
     config::{Endpoint, Liveness, ResolvedServer},
+    delivery::{Tracked, Written},
     http,
     to_contract::{self, UpstreamTool},
     tool::McpTool,
@@ -105,6 +107,8 @@ pub(crate) struct Conn {
     watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
     pub(crate) has_resources: bool,
     pub(crate) has_prompts: bool,
+    /// Stdio only: which requests were written to the child.
+    written: Option<Written>,
 }
 
 #[derive(Clone)]
@@ -413,6 +417,7 @@ impl Upstream {
             generation,
         };
         let mut child_guard: Option<ChildGuard> = None;
+        let written = Written::default();
         let connect = async {
             match &self.cfg.endpoint {
                 Endpoint::Stdio {
@@ -427,8 +432,12 @@ impl Upstream {
                                 DialError::Transient(format!("cannot start `{command}`: {e}"))
                             })?;
                     child_guard = Some(guard);
+                    let transport = Tracked {
+                        inner: AsyncRwTransport::new_client(stdout, stdin),
+                        written: written.clone(),
+                    };
                     handler
-                        .serve_with_ct((stdout, stdin), cancel.clone())
+                        .serve_with_ct(transport, cancel.clone())
                         .await
                         .map_err(|e| classify_init(&e))
                 }
@@ -528,6 +537,7 @@ impl Upstream {
             watcher: Mutex::new(None),
             has_resources: has_resources && self.cfg.resources,
             has_prompts: has_prompts && self.cfg.prompts,
+            written: matches!(self.cfg.endpoint, Endpoint::Stdio { .. }).then_some(written),
         });
         // The watcher owns the service and the child: when the connection ends for any
         // reason it reaps the child and reports the drop.
@@ -887,6 +897,9 @@ impl Upstream {
             }
         };
         let id = handle.id.clone();
+        // Whether the request surely never left Quiver (stdio: its write never completed).
+        let unsent =
+            |id: &rmcp::model::RequestId| conn.written.as_ref().is_some_and(|w| !w.take(id));
         let result = tokio::select! {
             r = handle.await_response() => r,
             _ = ctx.cancel.cancelled() => {
@@ -895,6 +908,11 @@ impl Upstream {
                 return Attempt::Done(Envelope::err(ErrKind::Cancelled, "the call was cancelled"));
             }
         };
+        if result.is_ok()
+            && let Some(w) = &conn.written
+        {
+            w.take(&id);
+        }
         match result {
             Ok(ServerResult::CallToolResult(r)) => {
                 let wire = serde_json::to_value(&r).unwrap_or(Value::Null);
@@ -926,6 +944,7 @@ impl Upstream {
                         ),
                     )),
                     Class::Refused => Attempt::NotDelivered,
+                    Class::Drop if unsent(&id) => Attempt::NotDelivered,
                     Class::Drop => Attempt::Unknown,
                     Class::Other => Attempt::Done(Envelope::err(
                         ErrKind::ToolFailed,

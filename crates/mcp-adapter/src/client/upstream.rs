@@ -104,7 +104,6 @@ pub(crate) struct Conn {
     pub(crate) peer: Peer<RoleClient>,
     generation: u64,
     cancel: CancellationToken,
-    watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
     pub(crate) has_resources: bool,
     pub(crate) has_prompts: bool,
     /// Stdio only: which requests were written to the child.
@@ -163,6 +162,7 @@ pub(crate) struct Upstream {
     last_report: Mutex<RegisterReport>,
     pids: Arc<Mutex<Vec<u32>>>,
     supervising: AtomicBool,
+    watchers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     me: Weak<Upstream>,
     /// Called when the server's capabilities change what the client offers (resources).
     pub(crate) on_connected: Box<dyn Fn() + Send + Sync>,
@@ -203,6 +203,7 @@ impl Upstream {
             last_report: Mutex::new(RegisterReport::default()),
             pids: Arc::new(Mutex::new(Vec::new())),
             supervising: AtomicBool::new(false),
+            watchers: Mutex::new(Vec::new()),
             me: me.clone(),
             on_connected,
         })
@@ -534,7 +535,6 @@ impl Upstream {
             peer,
             generation,
             cancel: cancel.clone(),
-            watcher: Mutex::new(None),
             has_resources: has_resources && self.cfg.resources,
             has_prompts: has_prompts && self.cfg.prompts,
             written: matches!(self.cfg.endpoint, Endpoint::Stdio { .. }).then_some(written),
@@ -551,7 +551,11 @@ impl Upstream {
                 up.lost(generation);
             }
         });
-        *conn.watcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(watcher);
+        {
+            let mut watchers = self.watchers.lock().unwrap_or_else(|p| p.into_inner());
+            watchers.retain(|w| !w.is_finished());
+            watchers.push(watcher);
+        }
         self.counters.connects.fetch_add(1, Ordering::Relaxed);
         self.diag(format!(
             "connected (protocol {protocol}, {} tool(s))",
@@ -580,12 +584,16 @@ impl Upstream {
                     _ = cancel.cancelled() => return,
                 }
                 let ping = peer.send_request(ClientRequest::PingRequest(Default::default()));
-                let dead =
-                    match tokio::time::timeout(interval.max(Duration::from_secs(5)), ping).await {
-                        Ok(Ok(_)) => false,
-                        Ok(Err(e)) => matches!(classify_service(&e), Class::Drop),
-                        Err(_) => true,
-                    };
+                let dead = match tokio::time::timeout(
+                    interval.clamp(Duration::from_secs(1), Duration::from_secs(10)),
+                    ping,
+                )
+                .await
+                {
+                    Ok(Ok(_)) => false,
+                    Ok(Err(e)) => matches!(classify_service(&e), Class::Drop),
+                    Err(_) => true,
+                };
                 if dead {
                     if let Some(up) = me.upgrade() {
                         up.diag("liveness ping failed");
@@ -741,14 +749,12 @@ impl Upstream {
         });
         if let State::Up(conn) = old.state {
             conn.cancel.cancel();
-            let watcher = conn
-                .watcher
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take();
-            if let Some(w) = watcher {
-                let _ = w.await;
-            }
+        }
+        // Every connection's watcher kills and reaps its child; wait for all of them.
+        let watchers =
+            std::mem::take(&mut *self.watchers.lock().unwrap_or_else(|p| p.into_inner()));
+        for w in watchers {
+            let _ = w.await;
         }
         let family = self.cfg.family();
         for name in self.published_names() {
@@ -929,7 +935,7 @@ impl Upstream {
                 ))
             }
             Err(e) => {
-                tracing::debug!(server = %self.cfg.name, error = %e, "call failed");
+                tracing::debug!(server = %self.cfg.name, error = ?e, "call failed");
                 match classify_service(&e) {
                     Class::Peer => Attempt::Done(Envelope::err(
                         ErrKind::ToolFailed,

@@ -26,6 +26,10 @@ impl HttpEverything {
             .local_addr()
             .unwrap()
             .port();
+        HttpEverything::spawn_on(port)
+    }
+
+    pub(crate) fn spawn_on(port: u16) -> HttpEverything {
         let child = Command::new("node")
             .arg(everything_js())
             .arg("streamableHttp")
@@ -172,4 +176,126 @@ async fn streamable_http_list_and_call() {
     assert_eq!(env.err_kind(), Some(&ErrKind::NotAvailable));
     assert!(env.message().unwrap().contains("closed"), "{env:?}");
     assert_eq!(client.server_status("web").unwrap().counters.dials, dials);
+}
+
+/// A fixture server over streamable HTTP; killed and reaped on drop.
+struct HttpFixture(Child);
+
+impl HttpFixture {
+    fn spawn_on(port: u16) -> HttpFixture {
+        HttpFixture(
+            Command::new(crate::python())
+                .args([crate::fixture(), "--http".into(), port.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("python runs"),
+        )
+    }
+}
+
+impl Drop for HttpFixture {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn listening(port: u16) {
+    wait_for("the server to listen", Duration::from_secs(30), || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_http_session_reinitializes_transparently() {
+    // The Python SDK answers an unknown session with HTTP 404, as the spec says.
+    let port = free_port();
+    let server = HttpFixture::spawn_on(port);
+    listening(port).await;
+    let (catalog, client) = start(
+        &[ServerConfig::http("pyweb", format!("http://127.0.0.1:{port}/mcp")).required()],
+        Default::default(),
+    );
+    within(
+        Duration::from_secs(60),
+        client.wait_ready(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    let env = call(&catalog, "mcp__pyweb__echo", json!({"text": "one"})).await;
+    assert!(text_of(&env).contains("one"), "{env:?}");
+    drop(server);
+    let server = HttpFixture::spawn_on(port);
+    listening(port).await;
+    let env = within(
+        Duration::from_secs(30),
+        call(&catalog, "mcp__pyweb__echo", json!({"text": "two"})),
+    )
+    .await;
+    assert!(text_of(&env).contains("two"), "{env:?}");
+    let st = client.server_status("pyweb").unwrap();
+    assert_eq!(
+        (st.counters.dials, st.counters.drops),
+        (1, 0),
+        "rmcp re-initialized in place: {st:?}"
+    );
+    close_and_check(&client).await;
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_server_restart_every_call_answered() {
+    // server-everything answers an unknown session with HTTP 400 and an id-less JSON-RPC
+    // error, which rmcp cannot route to the request; the liveness ping notices and the
+    // client re-dials.
+    let port = free_port();
+    let server = HttpEverything::spawn_on(port);
+    server.ready().await;
+    let (catalog, client) = start(
+        &[ServerConfig::http("web", server.url.clone())
+            .with_liveness(quiver_mcp_adapter::Liveness::Every(Duration::from_millis(
+                300,
+            )))
+            .required()],
+        Default::default(),
+    );
+    within(
+        Duration::from_secs(60),
+        client.wait_ready(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    let env = call(&catalog, "mcp__web__echo", json!({"message": "one"})).await;
+    assert!(text_of(&env).contains("one"), "{env:?}");
+    drop(server);
+    let server = HttpEverything::spawn_on(port);
+    server.ready().await;
+    let env = within(
+        Duration::from_secs(30),
+        call(&catalog, "mcp__web__echo", json!({"message": "two"})),
+    )
+    .await;
+    assert!(
+        text_of(&env).contains("two") || env.err_kind() == Some(&ErrKind::NotAvailable),
+        "{env:?}"
+    );
+    wait_for("a fresh session", Duration::from_secs(30), || {
+        let s = client.server_status("web").unwrap();
+        s.state == ServerState::Connected && s.counters.connects >= 2
+    })
+    .await;
+    let env = call(&catalog, "mcp__web__echo", json!({"message": "three"})).await;
+    assert!(text_of(&env).contains("three"), "{env:?}");
+    close_and_check(&client).await;
+    drop(server);
 }

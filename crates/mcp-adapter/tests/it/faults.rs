@@ -331,3 +331,67 @@ async fn down_server_tools_stay_and_fail_at_once() {
     assert_eq!(env.message(), Some("MCP server \"fx\" is not connected"));
     close_and_check(&client).await;
 }
+
+const HELPER: &str = "QUIVER_MCP_HOST_HELPER";
+
+/// Not a test on its own: when `QUIVER_MCP_HOST_HELPER` is set it plays a Quiver host that
+/// gets SIGKILLed by `children_die_with_a_killed_host`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_helper() {
+    if std::env::var_os(HELPER).is_none() {
+        return;
+    }
+    let (_catalog, client) = start(&[fixture_server("fx", "normal").required()], fast_options());
+    client.wait_ready(Duration::from_secs(30)).await.unwrap();
+    let pid = client.server_status("fx").unwrap().child_pids[0];
+    println!("CHILD {pid}");
+    std::future::pending::<()>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_die_with_a_killed_host() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    if std::env::var_os(HELPER).is_some() {
+        return;
+    }
+    let mut host = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "faults::host_helper",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(HELPER, "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(host.stdout.take().unwrap()).lines();
+    let child = within(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some((_, pid)) = line.split_once("CHILD ") {
+                return pid.trim().parse::<u32>().unwrap();
+            }
+        }
+        panic!("the helper host exited without reporting its child");
+    })
+    .await;
+    assert!(std::path::Path::new(&format!("/proc/{child}")).exists());
+    host.kill().await.unwrap();
+    // PR_SET_PDEATHSIG: the kernel kills the upstream with its host. It is then init's to
+    // reap (a container's init may leave it a zombie, which runs nothing).
+    wait_for(
+        "the orphaned upstream to die",
+        Duration::from_secs(10),
+        || match std::fs::read_to_string(format!("/proc/{child}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .is_some_and(|state| state == "Z" || state == "X"),
+        },
+    )
+    .await;
+}

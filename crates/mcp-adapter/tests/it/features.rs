@@ -95,6 +95,82 @@ async fn resources_and_prompts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_also_cancels_upstream() {
+    let (catalog, client) = start(
+        &[fixture_server("fx", "normal")
+            .with_call_timeout(Duration::from_millis(300))
+            .required()],
+        fast_options(),
+    );
+    within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    let marker = std::env::temp_dir().join(format!("quiver-mcp-timeout-{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    let env = call(
+        &catalog,
+        "mcp__fx__sleep",
+        json!({"seconds": 30, "marker": marker.display().to_string()}),
+    )
+    .await;
+    assert_eq!(env.err_kind(), Some(&ErrKind::Timeout), "{env:?}");
+    wait_for(
+        "the upstream to see the cancellation",
+        Duration::from_secs(10),
+        || marker.exists(),
+    )
+    .await;
+    let _ = std::fs::remove_file(&marker);
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_ping_notices_a_frozen_server() {
+    let (catalog, client) = start(
+        &[fixture_server("fx", "normal")
+            .with_liveness(quiver_mcp_adapter::Liveness::Every(Duration::from_millis(
+                300,
+            )))
+            .required()],
+        fast_options(),
+    );
+    within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    let pid = text_of(&call(&catalog, "mcp__fx__pid", json!({})).await);
+    let pid = pid.trim_matches(|c: char| !c.is_ascii_digit()).to_owned();
+    // Freeze it: the pipe stays open, only the ping can tell.
+    let st = std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    wait_for(
+        "the ping to fail and the server to come back",
+        Duration::from_secs(30),
+        || {
+            let s = client.server_status("fx").unwrap();
+            s.counters.connects == 2 && s.state == ServerState::Connected
+        },
+    )
+    .await;
+    let st = client.server_status("fx").unwrap();
+    assert!(
+        st.diagnostics.iter().any(|l| l == "liveness ping failed"),
+        "{st:?}"
+    );
+    let env = call(&catalog, "mcp__fx__echo", json!({"text": "thawed"})).await;
+    assert!(text_of(&env).contains("thawed"));
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancellation_answers_and_keeps_the_connection() {
     let (catalog, client) = start(&[fixture_server("fx", "normal").required()], fast_options());
     within(
@@ -107,7 +183,10 @@ async fn cancellation_answers_and_keeps_the_connection() {
     let cancel = CancellationToken::new();
     let ctx = CallContext::default().with_cancel(cancel.clone());
     let base = client.server_status("fx").unwrap().counters.calls;
-    let task = tokio::spawn(async move { entry.tool.call(json!({"seconds": 30}), &ctx).await });
+    let marker = std::env::temp_dir().join(format!("quiver-mcp-cancel-{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    let input = json!({"seconds": 30, "marker": marker.display().to_string()});
+    let task = tokio::spawn(async move { entry.tool.call(input, &ctx).await });
     wait_for("the call in flight", Duration::from_secs(10), || {
         client.server_status("fx").unwrap().counters.calls == base + 1
     })
@@ -115,6 +194,14 @@ async fn cancellation_answers_and_keeps_the_connection() {
     cancel.cancel();
     let env = within(Duration::from_secs(5), task).await.unwrap().unwrap();
     assert_eq!(env.err_kind(), Some(&ErrKind::Cancelled), "{env:?}");
+    // The upstream got notifications/cancelled and stopped the work.
+    wait_for(
+        "the upstream to see the cancellation",
+        Duration::from_secs(10),
+        || marker.exists(),
+    )
+    .await;
+    let _ = std::fs::remove_file(&marker);
     let env = call(&catalog, "mcp__fx__echo", json!({"text": "still here"})).await;
     assert!(text_of(&env).contains("still here"));
     assert_eq!(client.server_status("fx").unwrap().counters.drops, 0);

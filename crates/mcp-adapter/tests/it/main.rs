@@ -70,6 +70,11 @@ pub(crate) fn fast_options() -> ClientOptions {
 }
 
 pub(crate) fn start(servers: &[ServerConfig], opts: ClientOptions) -> (Arc<Catalog>, McpClient) {
+    // `RUST_LOG=quiver_mcp_adapter=debug` shows the adapter's operator log.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let catalog = Arc::new(Catalog::new());
     let client = McpClient::start(catalog.clone(), resolve(servers), opts);
     (catalog, client)

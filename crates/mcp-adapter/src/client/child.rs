@@ -8,6 +8,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
+use super::config::Secret;
 use tokio::{
     io::{AsyncBufReadExt, BufReader},
     process::{Child, ChildStdin, ChildStdout, Command},
@@ -97,13 +98,13 @@ pub(crate) fn spawn(
     server: &str,
     command: &str,
     args: &[String],
-    env: &BTreeMap<String, String>,
+    env: &BTreeMap<String, Secret>,
     cwd: Option<&PathBuf>,
     pids: &Arc<Mutex<Vec<u32>>>,
 ) -> std::io::Result<(ChildGuard, ChildStdout, ChildStdin)> {
     let mut cmd = Command::new(command);
     cmd.args(args)
-        .envs(env)
+        .envs(env.iter().map(|(k, v)| (k, &v.0)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -292,7 +292,7 @@ pub(crate) enum Endpoint {
     Stdio {
         command: String,
         args: Vec<String>,
-        env: BTreeMap<String, String>,
+        env: BTreeMap<String, Secret>,
         cwd: Option<PathBuf>,
     },
     Http {
@@ -468,7 +468,7 @@ fn resolve(
                 .map(|(k, v)| {
                     Ok((
                         k.clone(),
-                        interpolate(&s.name, &format!("env.{k}"), v, env)?,
+                        Secret(interpolate(&s.name, &format!("env.{k}"), v, env)?),
                     ))
                 })
                 .collect::<Result<_, McpError>>()?;

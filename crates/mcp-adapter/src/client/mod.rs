@@ -231,9 +231,10 @@ impl McpClient {
             if !up.cfg.required {
                 continue;
             }
+            // Subscribed before each look at the state, so no change is missed.
+            let mut rx = up.state_changes();
             loop {
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                match up.settled(left).await {
+                match up.state() {
                     ServerState::Connected => break,
                     ServerState::Rejected(reason) => {
                         return Err(McpError::Rejected {
@@ -247,11 +248,12 @@ impl McpClient {
                             let last = up.diagnostics().pop().unwrap_or_default();
                             return Err(McpError::NotReady {
                                 server: up.name().to_owned(),
-                                reason: format!("{other:?} after {} s; {last}", timeout.as_secs()),
+                                reason: format!(
+                                    "{other:?} after {} s; {last}",
+                                    timeout.as_secs_f32()
+                                ),
                             });
                         }
-                        // Down between retries: wait for the next state change.
-                        let mut rx = up.state_changes();
                         let _ = tokio::time::timeout_at(deadline, rx.changed()).await;
                     }
                 }

@@ -717,27 +717,6 @@ impl Upstream {
         }
     }
 
-    /// Waits until the state is no longer `Connecting`/`Reconnecting` or `timeout` passes;
-    /// returns the state then.
-    pub(crate) async fn settled(&self, timeout: Duration) -> ServerState {
-        let mut rx = self.state.subscribe();
-        let _ = tokio::time::timeout(timeout, async {
-            loop {
-                if !matches!(
-                    rx.borrow_and_update().state,
-                    State::Connecting | State::Reconnecting
-                ) {
-                    return;
-                }
-                if rx.changed().await.is_err() {
-                    return;
-                }
-            }
-        })
-        .await;
-        self.state()
-    }
-
     /// Closes for good: later calls get "closed" without dialling; the child is killed and
     /// reaped before this returns.
     pub(crate) async fn close(&self) {

@@ -395,3 +395,69 @@ async fn children_die_with_a_killed_host() {
     )
     .await;
 }
+
+fn raw(name: &str, extra: &[&str]) -> ServerConfig {
+    let mut args = vec![fixture(), "raw".to_owned()];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    ServerConfig::stdio(name, python(), args).required()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protocol_versions() {
+    // Upstreams on 2025-06-18 and 2025-11-25 work; an unknown version is a rejection.
+    let (catalog, client) = start(
+        &[
+            raw("june", &["--protocol", "2025-06-18"]),
+            raw("nov", &["--protocol", "2025-11-25"]),
+        ],
+        fast_options(),
+    );
+    within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    for name in ["mcp__june__echo", "mcp__nov__echo"] {
+        let env = call(&catalog, name, json!({"k": "v"})).await;
+        assert!(text_of(&env).contains("\"k\""), "{name}: {env:?}");
+    }
+    close_and_check(&client).await;
+
+    let (_catalog, client) = start(
+        &[raw("future", &["--protocol", "2099-01-01"])],
+        fast_options(),
+    );
+    let err = within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("unsupported protocol version"),
+        "{err}"
+    );
+    assert_eq!(client.server_status("future").unwrap().counters.dials, 1);
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_tool_fails_the_connection_clearly() {
+    let (catalog, client) = start(&[raw("bad", &["--bad-tool"])], fast_options());
+    let err = within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("\"bad\"")
+            && text.contains("malformed tool")
+            && text.contains("control character"),
+        "{text}"
+    );
+    assert!(catalog.is_empty());
+    close_and_check(&client).await;
+}

@@ -298,3 +298,55 @@ async fn redirects_never_carry_headers_to_another_origin() {
     close_and_check(&client).await;
     redirector.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthorized_is_a_rejection_and_the_token_is_a_bearer() {
+    // A server that records the first request and answers 401.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let server = tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let mut buf = vec![0u8; 16384];
+            let n = s.read(&mut buf).await.unwrap_or(0);
+            let _ = seen_tx.send(String::from_utf8_lossy(&buf[..n]).into_owned());
+            let _ = s
+                .write_all(b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"mcp\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                .await;
+        }
+    });
+    let servers = quiver_mcp_adapter::validate_all(
+        &[ServerConfig::http("locked", format!("http://{addr}/mcp"))
+            .with_header("X-Team", "blue")
+            .required()],
+        &|k| (k == "MCP_LOCKED_TOKEN").then(|| "tok-123".to_owned()),
+    )
+    .unwrap();
+    let client = McpClient::start(Arc::new(Catalog::new()), servers, fast_options());
+    let err = within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("unauthorized"), "{err}");
+    assert_eq!(
+        client.server_status("locked").unwrap().counters.dials,
+        1,
+        "a rejection stops retries"
+    );
+    let request = within(Duration::from_secs(5), seen_rx.recv())
+        .await
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(
+        request.contains("authorization: bearer tok-123"),
+        "{request}"
+    );
+    assert!(request.contains("x-team: blue"), "{request}");
+    close_and_check(&client).await;
+    server.abort();
+}

@@ -562,11 +562,11 @@ impl Upstream {
             tools.len()
         ));
         self.publish(tools);
-        self.start_liveness(&conn, protocol);
+        self.start_liveness(&conn);
         Ok(conn)
     }
 
-    fn start_liveness(self: &Arc<Self>, conn: &Arc<Conn>, _protocol: String) {
+    fn start_liveness(self: &Arc<Self>, conn: &Arc<Conn>) {
         let interval = match self.cfg.liveness.unwrap_or(self.opts.liveness) {
             Liveness::Every(d) if !d.is_zero() => d,
             _ => return,

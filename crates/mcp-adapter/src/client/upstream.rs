@@ -344,12 +344,18 @@ impl Upstream {
         }
         let result = self.dial().await;
         match result {
-            Ok(conn) => {
+            Ok((conn, tools)) => {
+                // The tools appear and the state turns Up as one step: publishing runs
+                // under the state's write lock, so whoever sees either sees both.
+                let mut tools = Some(tools);
                 self.state.send_modify(|s| {
                     if !matches!(s.state, State::Closed) {
                         s.generation = conn.generation;
                         s.failed_generation = None;
                         s.state = State::Up(conn.clone());
+                        if let Some(tools) = tools.take() {
+                            self.publish(tools);
+                        }
                     }
                 });
                 if self.closed.is_cancelled() {
@@ -400,7 +406,7 @@ impl Upstream {
 
     /// One connection attempt: spawn or open the transport, handshake, check the protocol,
     /// list and publish the tools.
-    async fn dial(self: &Arc<Self>) -> Result<Arc<Conn>, DialError> {
+    async fn dial(self: &Arc<Self>) -> Result<(Arc<Conn>, Vec<UpstreamTool>), DialError> {
         let _permit = self
             .dial_permits
             .clone()
@@ -561,9 +567,8 @@ impl Upstream {
             "connected (protocol {protocol}, {} tool(s))",
             tools.len()
         ));
-        self.publish(tools);
         self.start_liveness(&conn);
-        Ok(conn)
+        Ok((conn, tools))
     }
 
     fn start_liveness(self: &Arc<Self>, conn: &Arc<Conn>) {

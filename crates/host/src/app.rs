@@ -3,6 +3,7 @@
 use std::{sync::Arc, time::SystemTime};
 
 use anyhow::Context;
+use quiver_mcp_adapter::{ClientOptions, McpClient, ServerState};
 use quiver_registry::{
     CallLog, Catalog, DefinitionStore, Dispatcher, RegisterReport, RulePolicy, ToolDefinition,
     ToolType,
@@ -25,6 +26,8 @@ pub struct App {
     pub store: Arc<SqliteStore>,
     /// What catalog assembly registered and skipped.
     pub report: RegisterReport,
+    /// The server-global MCP client (owned here: closing a session never closes it).
+    pub mcp: McpClient,
 }
 
 impl std::fmt::Debug for App {
@@ -39,7 +42,7 @@ impl App {
     /// Opens the store, derives usage for the resident floor, assembles the catalog in family
     /// order, and builds the dispatcher with the store as
     /// its recorder and the surface as a call observer.
-    pub async fn build(config: &Config) -> anyhow::Result<App> {
+    pub async fn build(config: &Config, mcp_files: &[std::path::PathBuf]) -> anyhow::Result<App> {
         let path = &config.store.path;
         let store = Arc::new(
             SqliteStore::open(path)
@@ -62,6 +65,17 @@ impl App {
             ..Default::default()
         };
         let report = assemble_catalog(&catalog, families).context("assembling the catalog")?;
+        // Server-global MCP comes after the core family, so it can never shadow a core tool:
+        // its tools register first-wins as each server connects.
+        let mut mcp_config = config.mcp.clone();
+        for file in mcp_files {
+            mcp_config.servers.extend(crate::read_mcp_servers(file)?);
+        }
+        let env = |k: &str| std::env::var(k).ok();
+        let servers = mcp_config
+            .finalize(&env)
+            .context("MCP server configuration")?;
+        let mcp = McpClient::start(catalog.clone(), servers, ClientOptions::default());
         surface.resync_index();
         let dispatcher = Dispatcher::builder(catalog.clone())
             .config(config.limits.dispatch_config()?)
@@ -75,6 +89,7 @@ impl App {
             dispatcher,
             store,
             report,
+            mcp,
         })
     }
 
@@ -130,8 +145,34 @@ impl App {
         &*self.store
     }
 
-    /// Flushes the execution log and closes the store.
+    /// Waits until `required` MCP servers are ready (an error names the last rejection),
+    /// and until every other server has finished its first connection attempt or `timeout`
+    /// passes, so a one-shot command sees the upstream tools that can be had.
+    pub async fn wait_for_upstreams(&self, timeout: std::time::Duration) -> anyhow::Result<()> {
+        self.mcp
+            .wait_ready(timeout)
+            .await
+            .context("a required MCP server is not ready")?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self
+            .mcp
+            .status()
+            .iter()
+            .any(|s| matches!(s.state, ServerState::Connecting))
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        for line in self.mcp.register_report().warning_lines() {
+            tracing::warn!("server-global MCP: {line}");
+        }
+        Ok(())
+    }
+
+    /// Closes the MCP client (terminating stdio children), flushes the execution log and
+    /// closes the store.
     pub async fn shutdown(&self) -> anyhow::Result<()> {
+        self.mcp.close().await;
         self.store
             .close()
             .await

@@ -30,6 +30,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Policy rules fed to the dispatcher's policy check.
     pub policy: PolicyConfig,
+    /// Upstream MCP servers (`[[mcp.servers]]`) and the `insecure_http` opt-in list.
+    pub mcp: quiver_mcp_adapter::McpClientConfig,
 }
 
 /// `[store]`.

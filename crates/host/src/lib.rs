@@ -7,8 +7,10 @@ mod app;
 mod assemble;
 mod config;
 mod formats;
+mod mcp_json;
 
 pub use app::App;
 pub use assemble::{FAMILY_ORDER, Families, assemble_catalog};
 pub use config::{Config, LimitsConfig, PolicyConfig, StoreConfig};
 pub use formats::{ToolFormat, format_tools};
+pub use mcp_json::{parse_mcp_servers, read_mcp_servers};

@@ -21,6 +21,10 @@ struct Cli {
     /// The configuration file (default: ./quiver.toml when it exists, else built-in defaults).
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<std::path::PathBuf>,
+    /// An `mcpServers` JSON file as Claude Desktop, Cursor or VS Code use it; its servers
+    /// join those of the config. Repeatable.
+    #[arg(long = "mcp-config", global = true, value_name = "FILE")]
+    mcp_config: Vec<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -62,6 +66,9 @@ enum Command {
         #[arg(long, value_name = "DB")]
         against: Option<std::path::PathBuf>,
     },
+    /// Show the upstream MCP servers (connected, retrying, failed with the reason), their
+    /// tool counts, and the store.
+    Status,
     /// Show recent tool calls from the execution log, newest first.
     ///
     /// Example: `quiver log --outcome err --limit 20`.
@@ -136,7 +143,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let (config, _source) = Config::load(cli.config.as_deref())?;
-    let app = App::build(&config).await?;
+    let app = App::build(&config, &cli.mcp_config).await?;
+    if !matches!(cli.command, Command::Log { .. }) {
+        app.wait_for_upstreams(std::time::Duration::from_secs(30))
+            .await?;
+    }
     let code = command(&app, &config.store.path, cli.command).await;
     app.shutdown().await?;
     code
@@ -148,6 +159,28 @@ async fn command(
     command: Command,
 ) -> anyhow::Result<ExitCode> {
     match command {
+        Command::Status => {
+            println!("store: {}", config_store.display());
+            println!("catalog: {} tool(s)", app.catalog.len());
+            let servers = app.mcp.status();
+            if servers.is_empty() {
+                println!("no upstream MCP servers configured");
+            }
+            for s in servers {
+                let state = match &s.state {
+                    quiver_mcp_adapter::ServerState::Rejected(why) => format!("failed: {why}"),
+                    other => format!("{other:?}").to_lowercase(),
+                };
+                let last = s.diagnostics.last().map(String::as_str).unwrap_or("");
+                println!(
+                    "{:<20} {:<12} {:>4} tool(s)  {last}",
+                    s.name,
+                    state,
+                    s.tools.len()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Check { against } => {
             let mut findings = Vec::new();
             for entry in app.catalog.tools() {

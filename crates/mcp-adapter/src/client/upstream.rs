@@ -141,7 +141,7 @@ pub(crate) enum DialError {
 
 /// What one attempt to send a call gave.
 enum Attempt {
-    Done(Envelope),
+    Done(Box<Envelope>),
     /// Never reached the upstream: safe to send again on a new connection.
     NotDelivered,
     /// May have reached the upstream: never replayed.
@@ -811,7 +811,7 @@ impl Upstream {
         let mut reconnected = false;
         loop {
             match self.attempt(&conn, tool, args.clone(), ctx).await {
-                Attempt::Done(env) => return env,
+                Attempt::Done(env) => return *env,
                 Attempt::Unknown => {
                     self.lost(conn.generation);
                     return Envelope::err(
@@ -895,7 +895,7 @@ impl Upstream {
             _ = ctx.cancel.cancelled() => {
                 let p = CancelledNotificationParam::new(Some(id), Some("cancelled by the caller".into()));
                 let _ = conn.peer.notify_cancelled(p).await;
-                return Attempt::Done(Envelope::err(ErrKind::Cancelled, "the call was cancelled"));
+                return done(Envelope::err(ErrKind::Cancelled, "the call was cancelled"));
             }
         };
         if result.is_ok()
@@ -906,11 +906,11 @@ impl Upstream {
         match result {
             Ok(ServerResult::CallToolResult(r)) => {
                 let wire = serde_json::to_value(&r).unwrap_or(Value::Null);
-                Attempt::Done(to_contract::call_result(&wire))
+                done(to_contract::call_result(&wire))
             }
             Ok(other) => {
                 tracing::warn!(server = %self.cfg.name, ?other, "unexpected reply to tools/call");
-                Attempt::Done(Envelope::err(
+                done(Envelope::err(
                     ErrKind::ToolFailed,
                     format!(
                         "mcp call failed: MCP server \"{}\" sent an unexpected reply",
@@ -921,11 +921,11 @@ impl Upstream {
             Err(e) => {
                 tracing::debug!(server = %self.cfg.name, error = ?e, "call failed");
                 match classify_service(&e) {
-                    Class::Peer => Attempt::Done(Envelope::err(
+                    Class::Peer => done(Envelope::err(
                         ErrKind::ToolFailed,
                         format!("mcp call failed: {}", peer_message(&e)),
                     )),
-                    Class::Timeout => Attempt::Done(Envelope::err(
+                    Class::Timeout => done(Envelope::err(
                         ErrKind::Timeout,
                         format!(
                             "MCP server \"{}\" did not answer `{tool}` within {} s; the call was cancelled upstream",
@@ -936,7 +936,7 @@ impl Upstream {
                     Class::Refused => Attempt::NotDelivered,
                     Class::Drop if unsent(&id) => Attempt::NotDelivered,
                     Class::Drop => Attempt::Unknown,
-                    Class::Other => Attempt::Done(Envelope::err(
+                    Class::Other => done(Envelope::err(
                         ErrKind::ToolFailed,
                         format!(
                             "mcp call failed: MCP server \"{}\" could not complete the request",
@@ -977,4 +977,8 @@ impl ClientHandler for Handler {
         )
         .with_protocol_version(ProtocolVersion::V_2025_11_25)
     }
+}
+
+fn done(envelope: Envelope) -> Attempt {
+    Attempt::Done(Box::new(envelope))
 }

@@ -27,14 +27,13 @@ fn marked_processes(marker: &str) -> Vec<String> {
         if !pid.chars().all(|c| c.is_ascii_digit()) {
             continue;
         }
-        if let Ok(env) = std::fs::read(entry.path().join("environ")) {
-            if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
+        if let Ok(env) = std::fs::read(entry.path().join("environ"))
+            && env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
                 let cmd = std::fs::read_to_string(entry.path().join("cmdline"))
                     .unwrap_or_default()
                     .replace('\0', " ");
                 found.push(format!("{pid}: {cmd}"));
             }
-        }
     }
     found
 }

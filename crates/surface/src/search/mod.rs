@@ -239,8 +239,10 @@ thread_local! {
 /// invalidates nothing.
 #[derive(Debug, Clone, Copy)]
 struct FieldNorm {
-    b: [f64; FIELDS],
-    avg: [f64; FIELDS],
+    /// Per field, `b / avg`.
+    slope: [f64; FIELDS],
+    /// Per field, `1 - b`.
+    base: [f64; FIELDS],
     weight: [f64; FIELDS],
 }
 
@@ -251,7 +253,7 @@ impl FieldNorm {
         let mut sum = 0.0;
         for f in 0..FIELDS {
             if tf[f] > 0 {
-                let norm = 1.0 - self.b[f] + self.b[f] * f64::from(len[f]) / self.avg[f];
+                let norm = self.base[f] + self.slope[f] * f64::from(len[f]);
                 // Rounded through f32 as the per-document table this replaced was.
                 sum += f64::from((self.weight[f] / norm) as f32) * f64::from(tf[f]);
             }
@@ -751,9 +753,16 @@ impl SearchIndex {
         for (f, a) in avg.iter_mut().enumerate() {
             *a = (self.total_len[f] as f64 / n).max(1.0);
         }
+        // One division per posting field.
+        let mut c0 = [0.0; FIELDS];
+        let mut c1 = [0.0; FIELDS];
+        for f in 0..FIELDS {
+            c0[f] = 1.0 - p.b[f];
+            c1[f] = p.b[f] / avg[f];
+        }
         FieldNorm {
-            b: p.b,
-            avg,
+            slope: c1,
+            base: c0,
             weight: p.weight,
         }
     }

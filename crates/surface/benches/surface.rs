@@ -1,5 +1,5 @@
-//! The surface over a 10k-tool catalog: one round's composition, one tool_search, and one
-//! tool's incremental index update.
+//! The surface over a 10k-tool catalog: one round's composition, one tool_search, one
+//! tool's incremental index update, and an update followed by the first search.
 
 use std::{hint::black_box, sync::Arc};
 
@@ -139,6 +139,19 @@ fn bench(c: &mut Criterion) {
         })
     });
 
+    // An upsert invalidates nothing a search has to rebuild: the first search after it
+    // costs what any search does.
+    let mut n = 0usize;
+    let mut q = 0usize;
+    c.bench_function("index_upsert_then_first_search_10k", |b| {
+        b.iter(|| {
+            n = (n + 1) % 10_000;
+            q = (q + 1) % queries.len();
+            index.upsert(black_box(&spec(n)));
+            black_box(index.search(queries[q], 8, &|_| true))
+        })
+    });
+
     let mut m = 0usize;
     c.bench_function("catalog_upsert_to_index_10k", |b| {
         b.to_async(&rt).iter(|| {
@@ -242,6 +255,38 @@ fn bench_real(c: &mut Criterion) {
     c.bench_function("index_search_unfiltered_livemcpbench_x19", |b| {
         b.iter(|| {
             q = (q + 1) % queries.len();
+            black_box(raw.search(&queries[q], 8, &|_| true))
+        })
+    });
+    let specs: Vec<ToolSpec> = (0..raw.len())
+        .step_by(37)
+        .filter_map(|i| {
+            let k = i / base.len();
+            let spec = base.get(i % base.len())?;
+            let (server, tool) = spec.name.split_once("__").unwrap_or(("x", &spec.name));
+            let server: String = server
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect();
+            let mut spec = spec.clone();
+            spec.name = format!("mcp__c{k}_{server}__{tool}");
+            Some(spec)
+        })
+        .collect();
+    let mut n = 0usize;
+    c.bench_function("index_upsert_one_livemcpbench_x19", |b| {
+        b.iter(|| {
+            n = (n + 1) % specs.len();
+            raw.upsert(black_box(&specs[n]));
+        })
+    });
+    let mut n = 0usize;
+    let mut q = 0usize;
+    c.bench_function("index_upsert_then_first_search_livemcpbench_x19", |b| {
+        b.iter(|| {
+            n = (n + 1) % specs.len();
+            q = (q + 1) % queries.len();
+            raw.upsert(black_box(&specs[n]));
             black_box(raw.search(&queries[q], 8, &|_| true))
         })
     });

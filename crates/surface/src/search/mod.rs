@@ -156,6 +156,9 @@ pub struct SearchIndex {
     lens: Vec<[u32; FIELDS]>,
     /// Document id -> server id (beside `docs`).
     doc_server: Vec<Option<u32>>,
+    /// Document id -> its name terms inline when they are few (beside `docs`, so the
+    /// coverage bonus of many tools does not chase a pointer per tool).
+    name_ids: Vec<NameIds>,
     docs: Vec<Option<Doc>>,
     free: Vec<u32>,
     by_name: HashMap<String, u32>,
@@ -169,18 +172,94 @@ pub struct SearchIndex {
     live_servers: usize,
     /// Term -> the servers whose names contain it.
     server_postings: HashMap<Box<str>, Vec<u32>>,
-    /// Document id -> per field, the field weight over its BM25 length normalisation.
-    /// Computed by the first search after a change (it depends on the average lengths).
-    norms: std::sync::OnceLock<Stats>,
 }
 
-/// Per-document values that depend on collection statistics, computed once per change.
-#[derive(Debug)]
-struct Stats {
-    /// Per field: the field weight over its BM25 length normalisation.
-    norms: Vec<[f32; FIELDS]>,
-    /// The idf sum of the tool's name terms, for the coverage bonus.
-    name_idf: Vec<f64>,
+/// Per-search working arrays, kept per thread so that a search allocates nothing in
+/// proportion to the catalog. Every array is all zeros (or `false`) between searches;
+/// `dirty` marks one that a search left midway (a panicking filter), cleared in full on
+/// next use.
+#[derive(Debug, Default)]
+struct Scratch {
+    dirty: bool,
+    /// Document id -> one term's best score (`term_data`).
+    best: Vec<f64>,
+    /// Document id -> the combined score (`combine`).
+    total: Vec<f64>,
+    /// Document id -> whether a query term is in its name (`combine`).
+    flag: Vec<bool>,
+    /// Term id -> its idf, once computed in this search (0 = not yet).
+    idf: Vec<f64>,
+    /// The term ids set in `idf`.
+    idf_set: Vec<u32>,
+    /// Server id -> its server-name score, then its best tool's score (`combine`).
+    server: Vec<f64>,
+}
+
+impl Scratch {
+    /// Readies the arrays for an index of these sizes.
+    fn prepare(&mut self, docs: usize, terms: usize, servers: usize) {
+        if self.dirty {
+            self.best.fill(0.0);
+            self.total.fill(0.0);
+            self.flag.fill(false);
+            self.idf.fill(0.0);
+            self.idf_set.clear();
+            self.server.fill(0.0);
+        }
+        if self.best.len() < docs {
+            self.best.resize(docs, 0.0);
+            self.total.resize(docs, 0.0);
+            self.flag.resize(docs, false);
+        }
+        if self.idf.len() < terms {
+            self.idf.resize(terms, 0.0);
+        }
+        if self.server.len() < servers {
+            self.server.resize(servers, 0.0);
+        }
+        self.dirty = true;
+    }
+
+    /// Marks the arrays clean again (the caller has reset what it set).
+    fn finish(&mut self) {
+        for t in self.idf_set.drain(..) {
+            self.idf[t as usize] = 0.0;
+        }
+        self.dirty = false;
+    }
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
+}
+
+/// Per field, the two halves of BM25's length normalisation, `1 - b` and `b / avg`, and the
+/// field weight: a tool's field of length `len` scores `weight / (1 - b + b * len / avg)`
+/// per occurrence. Computed per search from the running totals, so a change to the index
+/// invalidates nothing.
+#[derive(Debug, Clone, Copy)]
+struct FieldNorm {
+    /// Per field, `b / avg`.
+    slope: [f64; FIELDS],
+    /// Per field, `1 - b`.
+    base: [f64; FIELDS],
+    weight: [f64; FIELDS],
+}
+
+impl FieldNorm {
+    /// The weighted, length-normalised term frequency of one posting.
+    #[inline]
+    fn tf(&self, len: &[u32; FIELDS], tf: &[u16; FIELDS]) -> f64 {
+        let mut sum = 0.0;
+        for f in 0..FIELDS {
+            if tf[f] > 0 {
+                let norm = self.base[f] + self.slope[f] * f64::from(len[f]);
+                // Rounded through f32 as the per-document table this replaced was.
+                sum += f64::from((self.weight[f] / norm) as f32) * f64::from(tf[f]);
+            }
+        }
+        sum
+    }
 }
 
 impl SearchIndex {
@@ -213,7 +292,6 @@ impl SearchIndex {
     /// (and its server's, when it is the server's first tool).
     pub fn upsert(&mut self, spec: &ToolSpec) {
         self.remove(&spec.name);
-        self.norms = std::sync::OnceLock::new();
         let (server, _) = split_name(&spec.name);
         let fields = field_terms(spec);
         let mut counts: BTreeMap<&str, [u16; FIELDS]> = BTreeMap::new();
@@ -247,6 +325,7 @@ impl SearchIndex {
         if self.lens.len() < self.docs.len() {
             self.lens.resize(self.docs.len(), [0; FIELDS]);
             self.doc_server.resize(self.docs.len(), None);
+            self.name_ids.resize(self.docs.len(), NameIds::default());
         }
         self.lens[id as usize] = len;
         for (total, l) in self.total_len.iter_mut().zip(len) {
@@ -254,6 +333,7 @@ impl SearchIndex {
         }
         let server_id = (!server.is_empty()).then(|| self.server_id(server));
         self.doc_server[id as usize] = server_id;
+        self.name_ids[id as usize] = NameIds::new(&name_terms);
         if let Some(sid) = server_id {
             let entry = &mut self.servers[sid as usize];
             if entry.members.is_empty() {
@@ -318,7 +398,6 @@ impl SearchIndex {
         let Some(id) = self.by_name.remove(name) else {
             return false;
         };
-        self.norms = std::sync::OnceLock::new();
         let doc = self.docs[id as usize]
             .take()
             .expect("by_name points at a live doc");
@@ -335,6 +414,7 @@ impl SearchIndex {
         }
         self.lens[id as usize] = [0; FIELDS];
         self.doc_server[id as usize] = None;
+        self.name_ids[id as usize] = NameIds::default();
         for (total, l) in self.total_len.iter_mut().zip(doc.len) {
             *total -= u64::from(l);
         }
@@ -371,61 +451,92 @@ impl SearchIndex {
         if terms.is_empty() || limit == 0 || self.is_empty() {
             return Vec::new();
         }
+        SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut s) => self.search_in(query, &terms, limit, filter, &mut s),
+            // A search from inside a filter: its own arrays.
+            Err(_) => self.search_in(query, &terms, limit, filter, &mut Scratch::default()),
+        })
+    }
+
+    fn search_in(
+        &self,
+        query: &str,
+        terms: &[String],
+        limit: usize,
+        filter: &dyn Fn(&str) -> bool,
+        s: &mut Scratch,
+    ) -> Vec<SearchHit> {
+        s.prepare(self.docs.len(), self.lists.len(), self.servers.len());
+        let hits = self.rank(query, terms, limit, filter, s);
+        s.finish();
+        hits
+    }
+
+    fn rank(
+        &self,
+        query: &str,
+        terms: &[String],
+        limit: usize,
+        filter: &dyn Fn(&str) -> bool,
+        s: &mut Scratch,
+    ) -> Vec<SearchHit> {
         let p = &self.params;
-        let whole = self.weigh(query, &terms);
-        let mut cache: HashMap<&str, TermData> = HashMap::new();
-        let mut scratch = vec![0.0f64; self.docs.len()];
+        let norm = self.field_norm();
+        let whole = self.weigh(query, terms);
+        let mut cache: HashMap<&str, TermData> = HashMap::with_capacity(whole.len() + p.fb_terms);
         for (q, _) in &whole {
             if !cache.contains_key(q.as_str()) {
-                let data = self.term_data(q, true, &mut scratch);
+                let data = self.term_data(q, true, &norm, &mut s.best);
                 cache.insert(q.as_str(), data);
             }
         }
-        let (mut total, mut touched, mut bound) = self.combine(&whole, &cache);
+        let mut acc = Acc::default();
+        self.accumulate(&whole, &cache, s, &mut acc);
+        let feedback_on = p.fb_weight > 0.0 && p.fb_docs > 0 && p.fb_terms > 0;
+        // The term sums before the non-linear parts, for the feedback pass to go on from.
+        let linear: Vec<f64> = if feedback_on {
+            acc.touched.iter().map(|&d| s.total[d as usize]).collect()
+        } else {
+            Vec::new()
+        };
+        let (mut touched, mut bound) = self.finish(&acc, s);
         if touched.is_empty() {
             return Vec::new();
         }
-        if p.fb_weight > 0.0 && p.fb_docs > 0 && p.fb_terms > 0 {
-            let feedback = self.feedback(&whole, &total, &touched);
+        if feedback_on {
+            let feedback = self.feedback(&whole, &s.total, &touched);
             if !feedback.is_empty() {
-                for (t, _) in &feedback {
+                let mut more: Vec<(String, f64)> = Vec::with_capacity(feedback.len());
+                for &(t, w) in &feedback {
                     if !cache.contains_key(t) {
                         // A feedback term is an indexed term: no prefix completions.
-                        let data = self.term_data(t, false, &mut scratch);
+                        let data = self.term_data(t, false, &norm, &mut s.best);
                         cache.insert(t, data);
                     }
+                    more.push((t.to_owned(), w));
                 }
-                let mut expanded = whole.clone();
-                expanded.extend(feedback.iter().map(|&(t, w)| (t.to_owned(), w)));
-                (total, touched, bound) = self.combine(&expanded, &cache);
+                // The query's terms followed by the feedback terms, as one term list: the
+                // feedback terms' sums go on from the query's.
+                for &d in &touched {
+                    s.total[d as usize] = 0.0;
+                }
+                for (&d, &v) in acc.touched.iter().zip(&linear) {
+                    s.total[d as usize] = v;
+                }
+                self.accumulate(&more, &cache, s, &mut acc);
+                (touched, bound) = self.finish(&acc, s);
             }
         }
         let bound = if bound > 0.0 { bound } else { 1.0 };
-        let name = |d: u32| {
-            self.docs[d as usize]
-                .as_ref()
-                .expect("live doc")
-                .name
-                .as_str()
-        };
-        let mut best: Vec<(f64, u32)> = touched
-            .iter()
-            .filter(|&&d| filter(name(d)))
-            .map(|&d| (total[d as usize], d))
-            .collect();
-        let depth = limit.max(p.diversify_depth);
-        if best.len() > depth {
-            // The cut by score alone (cheap), keeping every tool tied with the last one.
-            let (_, last, _) = best.select_nth_unstable_by(depth - 1, |a, b| b.0.total_cmp(&a.0));
-            let last = last.0;
-            best.retain(|b| b.0 >= last);
+        let mut cands: Vec<(f64, u32)> =
+            touched.iter().map(|&d| (s.total[d as usize], d)).collect();
+        for &d in &touched {
+            s.total[d as usize] = 0.0;
         }
-        let mut hits: Vec<(f64, &str, u32)> =
-            best.into_iter().map(|(s, d)| (s, name(d), d)).collect();
-        hits.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
-        hits.truncate(depth);
+        let depth = limit.max(p.diversify_depth);
+        let mut hits = self.best_filtered(&mut cands, depth, filter);
         if p.diversity > 0.0 && hits.len() > 2 {
-            self.diversify(&mut hits, &whole, &cache, &mut scratch);
+            self.diversify(&mut hits, &whole, &cache, &mut s.best);
         }
         hits.truncate(limit);
         // Scores never rise down the list (diversification may move a tool up).
@@ -439,6 +550,54 @@ impl SearchIndex {
                 }
             })
             .collect()
+    }
+
+    /// The name of a live document.
+    fn name_of(&self, d: u32) -> &str {
+        self.docs[d as usize]
+            .as_ref()
+            .expect("live doc")
+            .name
+            .as_str()
+    }
+
+    /// The best `depth` of the scored tools `cands` that pass `filter`, by score and then
+    /// name. The filter runs on the best-scored tools only, in growing windows, until the
+    /// window holds `depth` passing tools scored above its edge (every tool outside it
+    /// scores at most the edge, so none of them can be among the best).
+    fn best_filtered(
+        &self,
+        cands: &mut [(f64, u32)],
+        depth: usize,
+        filter: &dyn Fn(&str) -> bool,
+    ) -> Vec<(f64, &str, u32)> {
+        let order =
+            |a: &(f64, &str, u32), b: &(f64, &str, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(b.1));
+        let mut window = depth.saturating_mul(2).max(32);
+        while window < cands.len() {
+            cands.select_nth_unstable_by(window - 1, |a, b| b.0.total_cmp(&a.0));
+            let edge = cands[window - 1].0;
+            let mut hits: Vec<(f64, &str, u32)> = cands[..window]
+                .iter()
+                .filter(|c| c.0 > edge)
+                .map(|&(s, d)| (s, self.name_of(d), d))
+                .filter(|h| filter(h.1))
+                .collect();
+            if hits.len() >= depth {
+                hits.sort_unstable_by(order);
+                hits.truncate(depth);
+                return hits;
+            }
+            window = window.saturating_mul(4);
+        }
+        let mut hits: Vec<(f64, &str, u32)> = cands
+            .iter()
+            .map(|&(s, d)| (s, self.name_of(d), d))
+            .filter(|h| filter(h.1))
+            .collect();
+        hits.sort_unstable_by(order);
+        hits.truncate(depth);
+        hits
     }
 
     /// Reorders a ranking, best first, so that its head covers the query's terms: the
@@ -586,50 +745,44 @@ impl SearchIndex {
             .collect()
     }
 
-    /// Per-document values that depend on collection statistics (see [`Stats`]).
-    fn stats(&self) -> &Stats {
-        self.norms.get_or_init(|| {
-            let p = &self.params;
-            let n = self.len().max(1) as f64;
-            let mut avg = [1.0; FIELDS];
-            for (f, a) in avg.iter_mut().enumerate() {
-                *a = (self.total_len[f] as f64 / n).max(1.0);
-            }
-            let norms = self
-                .lens
-                .iter()
-                .map(|len| {
-                    let mut out = [0.0f32; FIELDS];
-                    for f in 0..FIELDS {
-                        let norm = 1.0 - p.b[f] + p.b[f] * f64::from(len[f]) / avg[f];
-                        out[f] = (p.weight[f] / norm) as f32;
-                    }
-                    out
-                })
-                .collect();
-            let name_idf = self
-                .docs
-                .iter()
-                .map(|doc| {
-                    doc.as_ref().map_or(0.0, |doc| {
-                        doc.name_terms
-                            .iter()
-                            .map(|&t| idf(self.lists[t as usize].len(), n))
-                            .sum()
-                    })
-                })
-                .collect();
-            Stats { norms, name_idf }
-        })
+    /// The BM25F length normalisation for the index as it is now (see [`FieldNorm`]).
+    fn field_norm(&self) -> FieldNorm {
+        let p = &self.params;
+        let n = self.len().max(1) as f64;
+        let mut avg = [1.0; FIELDS];
+        for (f, a) in avg.iter_mut().enumerate() {
+            *a = (self.total_len[f] as f64 / n).max(1.0);
+        }
+        // One division per posting field.
+        let mut c0 = [0.0; FIELDS];
+        let mut c1 = [0.0; FIELDS];
+        for f in 0..FIELDS {
+            c0[f] = 1.0 - p.b[f];
+            c1[f] = p.b[f] / avg[f];
+        }
+        FieldNorm {
+            slope: c1,
+            base: c0,
+            weight: p.weight,
+        }
+    }
+
+    /// The idf of an indexed term, memoised for the rest of the search in `s.idf`.
+    fn term_idf(&self, tid: u32, n: f64, s: &mut Scratch) -> f64 {
+        let slot = &mut s.idf[tid as usize];
+        if *slot == 0.0 {
+            *slot = idf(self.lists[tid as usize].len(), n);
+            s.idf_set.push(tid);
+        }
+        *slot
     }
 
     /// The scores one query term (at query weight 1) gives the tools, through its best exact
-    /// or (with `prefixes`) prefix match, and the servers whose names contain it. `best` is all zeros, as long
-    /// as the document table, and is left so.
-    fn term_data(&self, q: &str, prefixes: bool, best: &mut [f64]) -> TermData {
+    /// or (with `prefixes`) prefix match, and the servers whose names contain it. `best` is
+    /// all zeros, at least as long as the document table, and is left so.
+    fn term_data(&self, q: &str, prefixes: bool, norm: &FieldNorm, best: &mut [f64]) -> TermData {
         let p = &self.params;
         let n = self.len() as f64;
-        let norms = &self.stats().norms;
         let mut data = TermData::default();
         // (postings, weight, exact)
         let mut expansions: Vec<(&Vec<Posting>, f64, bool)> = Vec::new();
@@ -652,17 +805,13 @@ impl SearchIndex {
             }
         }
         let mut touched: Vec<u32> = Vec::new();
+        let k1 = p.k1;
         for &(list, weight, exact) in &expansions {
             let idf = idf(list.len(), n);
             data.max = data.max.max(idf * weight);
             for posting in list.iter() {
-                let norm = &norms[posting.doc as usize];
-                let tf: f64 = norm
-                    .iter()
-                    .zip(posting.tf.iter())
-                    .map(|(n, t)| f64::from(*n) * f64::from(*t))
-                    .sum();
-                let s = weight * idf * tf * (p.k1 + 1.0) / (p.k1 + tf);
+                let tf = norm.tf(&self.lens[posting.doc as usize], &posting.tf);
+                let s = weight * idf * tf * (k1 + 1.0) / (k1 + tf);
                 let slot = &mut best[posting.doc as usize];
                 if *slot == 0.0 {
                     touched.push(posting.doc);
@@ -688,59 +837,77 @@ impl SearchIndex {
         data
     }
 
-    /// The scores of the tools for one weighted term list: the terms' scores, the name
-    /// coverage bonus, server-name matches and server context. Returns the score by document
-    /// id, the scored documents, and the score bound for normalisation.
-    fn combine(
+    /// Adds the scores of a weighted term list to `s.total` and `acc` (the part of the
+    /// scoring that is a sum over terms, so a term list can be scored in parts).
+    fn accumulate(
         &self,
         weighted: &[(String, f64)],
         cache: &HashMap<&str, TermData>,
-    ) -> (Vec<f64>, Vec<u32>, f64) {
+        s: &mut Scratch,
+        acc: &mut Acc,
+    ) {
         let p = &self.params;
-        let mut total = vec![0.0f64; self.docs.len()];
-        let mut touched: Vec<u32> = Vec::new();
-        // Tools with a query term in their name: the only ones the coverage bonus reaches.
-        let mut name_flag = vec![false; self.docs.len()];
-        let mut name_matched: Vec<u32> = Vec::new();
-        let mut bound = 0.0;
-        let mut idf_sum = 0.0;
-        let mut idf_count = 0usize;
-        // The query's term ids with their weighted idf, for the coverage bonus.
-        let mut term_idf: Vec<(u32, f64)> = Vec::new();
-        let mut server_score: HashMap<u32, f64> = HashMap::new();
-        let mut server_bound: f64 = 0.0;
+        for &d in &acc.name_matched {
+            s.flag[d as usize] = true;
+        }
         for (q, w) in weighted {
             let Some(data) = cache.get(q.as_str()) else {
                 continue;
             };
-            for &(d, s) in &data.docs {
+            let total = &mut s.total;
+            for &(d, sc) in &data.docs {
                 let slot = &mut total[d as usize];
                 if *slot == 0.0 {
-                    touched.push(d);
+                    acc.touched.push(d);
                 }
-                *slot += w * s;
+                *slot += w * sc;
             }
             for &d in &data.name_docs {
-                if !name_flag[d as usize] {
-                    name_flag[d as usize] = true;
-                    name_matched.push(d);
+                if !s.flag[d as usize] {
+                    s.flag[d as usize] = true;
+                    acc.name_matched.push(d);
                 }
             }
             if let Some((tid, idf)) = data.exact {
-                term_idf.push((tid, w * idf));
+                acc.term_idf.push((tid, w * idf));
             }
             if data.max > 0.0 {
-                bound += w * data.max * (p.k1 + 1.0);
-                idf_sum += w * data.max;
-                idf_count += 1;
+                acc.bound += w * data.max * (p.k1 + 1.0);
+                acc.idf_sum += w * data.max;
+                acc.idf_count += 1;
             }
             if data.server > 0.0 {
-                let s = w * data.server;
+                let sc = w * data.server;
                 for &sid in &data.servers {
-                    *server_score.entry(sid).or_default() += s;
+                    acc.servers.push((sid, sc));
                 }
-                server_bound += s;
+                acc.server_bound += sc;
             }
+        }
+        for &d in &acc.name_matched {
+            s.flag[d as usize] = false;
+        }
+    }
+
+    /// The scores of the tools from the term sums in `s.total` and `acc`: adds the name
+    /// coverage bonus, server-name matches and server context to `s.total` (the caller
+    /// zeroes it again for the returned documents), and returns the scored documents and the
+    /// score bound for normalisation.
+    fn finish(&self, acc: &Acc, s: &mut Scratch) -> (Vec<u32>, f64) {
+        let p = &self.params;
+        let mut touched = acc.touched.clone();
+        let name_matched = &acc.name_matched;
+        let mut bound = acc.bound;
+        let (idf_sum, idf_count) = (acc.idf_sum, acc.idf_count);
+        let mut term_idf = acc.term_idf.clone();
+        let server_bound = acc.server_bound;
+        let mut hit_servers: Vec<u32> = Vec::new();
+        for &(sid, sc) in &acc.servers {
+            let slot = &mut s.server[sid as usize];
+            if *slot == 0.0 {
+                hit_servers.push(sid);
+            }
+            *slot += sc;
         }
 
         // Name coverage: the idf-weighted share of the tool's own name terms in the query.
@@ -752,36 +919,43 @@ impl SearchIndex {
         bound += unit;
         term_idf.sort_unstable_by_key(|t| t.0);
         if unit > 0.0 {
-            let name_idf = &self.stats().name_idf;
-            for &d in &name_matched {
-                let doc = self.docs[d as usize].as_ref().expect("live doc");
-                let all = name_idf[d as usize];
+            let n = self.len() as f64;
+            for &d in name_matched {
+                let inline = &self.name_ids[d as usize];
+                let terms = match inline.get() {
+                    Some(terms) => terms,
+                    None => &self.docs[d as usize].as_ref().expect("live doc").name_terms,
+                };
+                let mut all = 0.0;
                 let mut covered = 0.0;
-                for t in &doc.name_terms {
-                    if let Ok(at) = term_idf.binary_search_by_key(t, |q| q.0) {
+                for &t in terms {
+                    all += self.term_idf(t, n, s);
+                    if let Ok(at) = term_idf.binary_search_by_key(&t, |q| q.0) {
                         covered += term_idf[at].1;
                     }
                 }
                 if all > 0.0 {
-                    total[d as usize] += unit * covered / all;
+                    s.total[d as usize] += unit * covered / all;
                 }
             }
         }
 
         // Server name matches reach every tool of the server.
-        for (&sid, s) in &server_score {
+        let total = &mut s.total;
+        for &sid in &hit_servers {
+            let sc = std::mem::take(&mut s.server[sid as usize]);
             for &m in &self.servers[sid as usize].members {
                 if total[m as usize] == 0.0 {
                     touched.push(m);
                 }
-                total[m as usize] += s;
+                total[m as usize] += sc;
             }
         }
         bound += server_bound;
 
         // Server context: every tool of a server gets a share of its best tool's score.
         if p.server_context > 0.0 {
-            let mut server_best = vec![0.0f64; self.servers.len()];
+            let server_best = &mut s.server;
             let mut hit_servers = Vec::new();
             for &d in &touched {
                 if let Some(sid) = self.doc_server[d as usize] {
@@ -793,11 +967,8 @@ impl SearchIndex {
                 }
             }
             // Tools not scored so far join `touched` (their total is still 0 here).
-            let mut add = vec![0.0f64; hit_servers.len()];
-            for (i, &sid) in hit_servers.iter().enumerate() {
-                add[i] = p.server_context * server_best[sid as usize];
-            }
-            for (&sid, &a) in hit_servers.iter().zip(&add) {
+            for &sid in &hit_servers {
+                let a = p.server_context * std::mem::take(&mut server_best[sid as usize]);
                 for &m in &self.servers[sid as usize].members {
                     if total[m as usize] == 0.0 && a > 0.0 {
                         touched.push(m);
@@ -807,13 +978,58 @@ impl SearchIndex {
             }
             bound *= 1.0 + p.server_context;
         }
-        (total, touched, bound)
+        (touched, bound)
     }
 }
 
 /// BM25's idf of a term in `df` of `n` documents.
 fn idf(df: usize, n: f64) -> f64 {
     (1.0 + (n - df as f64 + 0.5) / (df as f64 + 0.5)).ln()
+}
+
+/// A tool's name term ids, inline when there are at most `NameIds::CAP` of them.
+#[derive(Debug, Clone, Copy, Default)]
+struct NameIds {
+    /// How many; more than `CAP` means "see `Doc::name_terms`".
+    n: u32,
+    ids: [u32; NameIds::CAP],
+}
+
+impl NameIds {
+    const CAP: usize = 7;
+
+    fn new(terms: &[u32]) -> Self {
+        let mut out = NameIds {
+            n: u32::try_from(terms.len()).unwrap_or(u32::MAX),
+            ids: [0; Self::CAP],
+        };
+        if terms.len() <= Self::CAP {
+            out.ids[..terms.len()].copy_from_slice(terms);
+        }
+        out
+    }
+
+    fn get(&self) -> Option<&[u32]> {
+        let n = self.n as usize;
+        (n <= Self::CAP).then(|| &self.ids[..n])
+    }
+}
+
+/// The sums over the terms of a query (see `SearchIndex::accumulate`).
+#[derive(Debug, Default)]
+struct Acc {
+    /// The documents with a score in `Scratch::total`.
+    touched: Vec<u32>,
+    /// Tools with a query term in their name: the only ones the coverage bonus reaches.
+    name_matched: Vec<u32>,
+    bound: f64,
+    idf_sum: f64,
+    idf_count: usize,
+    /// The query's term ids with their weighted idf, for the coverage bonus.
+    term_idf: Vec<(u32, f64)>,
+    /// (server, score) for the query terms in server names.
+    servers: Vec<(u32, f64)>,
+    server_bound: f64,
 }
 
 /// What one query term contributes, at query weight 1 (every part scales with the weight).

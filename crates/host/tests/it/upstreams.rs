@@ -28,12 +28,13 @@ fn marked_processes(marker: &str) -> Vec<String> {
             continue;
         }
         if let Ok(env) = std::fs::read(entry.path().join("environ"))
-            && env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
-                let cmd = std::fs::read_to_string(entry.path().join("cmdline"))
-                    .unwrap_or_default()
-                    .replace('\0', " ");
-                found.push(format!("{pid}: {cmd}"));
-            }
+            && env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes())
+        {
+            let cmd = std::fs::read_to_string(entry.path().join("cmdline"))
+                .unwrap_or_default()
+                .replace('\0', " ");
+            found.push(format!("{pid}: {cmd}"));
+        }
     }
     found
 }

@@ -48,6 +48,17 @@ impl App {
             SqliteStore::open(path)
                 .with_context(|| format!("opening the store {}", path.display()))?,
         );
+        if let Some(days) = config.store.retention_days {
+            let cutoff =
+                SystemTime::now() - std::time::Duration::from_secs(u64::from(days) * 86_400);
+            let purged = store
+                .purge_calls_before(cutoff)
+                .await
+                .context("applying log retention")?;
+            if purged > 0 {
+                tracing::info!(purged, days, "deleted execution-log rows past retention");
+            }
+        }
         let usage = store
             .usage(SystemTime::now())
             .await

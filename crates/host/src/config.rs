@@ -41,12 +41,16 @@ pub struct Config {
 pub struct StoreConfig {
     /// The SQLite file (default `./quiver.db`).
     pub path: PathBuf,
+    /// Execution-log rows older than this many days are deleted at start-up (in batches,
+    /// without blocking writers). Unset keeps everything.
+    pub retention_days: Option<u32>,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
             path: PathBuf::from("./quiver.db"),
+            retention_days: None,
         }
     }
 }
@@ -284,6 +288,8 @@ mod tests {
             "[limits]\ntimeout_secs = -1",
             Err("must be a positive number of seconds"),
         );
+        check("[store]\nretention_days = 30", Ok("./quiver.db"));
+        check("[store]\nretention_days = -3", Err("retention_days"));
         check("[store\n", Err("quiver.toml"));
         check(
             "[[policy.rules]]\nid = \"r\"\ntool = \"add\"\naction = \"deny\"\nmessage = \"no\"\n",

@@ -371,14 +371,23 @@ impl Dispatcher {
             started: started.clone(),
         };
         let cancel = ctx.cancel.clone();
-        let run = inner.stack.clone().oneshot(call);
-        let mut envelope = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => Envelope::err(
+        let cancelled = || {
+            Envelope::err(
                 ErrKind::Cancelled,
                 format!("the call to `{name}` was cancelled by the caller"),
-            ),
-            out = run => match out { Ok(e) => e, Err(never) => match never {} },
+            )
+        };
+        let mut envelope = if cancel.is_cancelled() {
+            cancelled()
+        } else {
+            let run = inner.stack.clone().oneshot(call);
+            // The call is polled first: a tool that finishes at once never registers with the
+            // cancellation token (a lock per registration); a pending one is raced against it.
+            tokio::select! {
+                biased;
+                out = run => match out { Ok(e) => e, Err(never) => match never {} },
+                _ = cancel.cancelled() => cancelled(),
+            }
         };
         let queued = started
             .get()

@@ -1,0 +1,212 @@
+//! `quiver serve` against the official Python MCP client (PyPI `mcp`, installed into
+//! `.peers/venv` by `.ci/setup-peers`): both protocol eras, list_changed after tool_search,
+//! progress, cancellation, bearer tokens, Host/Origin guards, and shutdown on SIGTERM.
+//!
+//! The real `quiver` binary is built with `cargo build -p quiver-host` (the test crate cannot
+//! name another package's binary); the fixture server (`quiver-fixture-server`, this crate's
+//! binary) adds a searchable tool and a slow one.
+
+use std::{
+    path::PathBuf,
+    process::{ExitStatus, Stdio},
+    sync::OnceLock,
+    time::Duration,
+};
+
+use tokio::{
+    io::{AsyncBufReadExt, BufReader},
+    process::{Child, Command},
+};
+
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate lives in the repository")
+        .to_path_buf()
+}
+
+fn python() -> PathBuf {
+    let peers = std::env::var_os("QUIVER_PEERS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".peers"));
+    let py = peers.join("venv/bin/python");
+    assert!(
+        py.exists(),
+        "{} is missing: run `bash .ci/setup-peers` to install the Python MCP client",
+        py.display()
+    );
+    py
+}
+
+/// The `quiver` binary, built once per test run through cargo (same profile and target dir).
+fn quiver_binary() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = std::process::Command::new(cargo)
+            .args([
+                "build",
+                "-p",
+                "quiver-host",
+                "--bin",
+                "quiver",
+                "--message-format=json-render-diagnostics",
+            ])
+            .current_dir(repo_root())
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("cargo runs");
+        assert!(out.status.success(), "building quiver failed");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "quiver")
+            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+            .expect("cargo reports the quiver executable")
+    })
+    .clone()
+}
+
+fn fixture_binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_quiver-fixture-server"))
+}
+
+/// A running server; killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    async fn start(program: PathBuf, args: &[&str]) -> Server {
+        let mut child = Command::new(&program)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", program.display()));
+        let stdout = child.stdout.take().expect("piped");
+        let mut lines = BufReader::new(stdout).lines();
+        let url = tokio::time::timeout(START_TIMEOUT, lines.next_line())
+            .await
+            .expect("the server prints its URL in time")
+            .expect("stdout is readable")
+            .expect("the server prints its URL");
+        assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"), "{url}");
+        Server { child, url }
+    }
+
+    /// Sends SIGTERM and waits for the exit.
+    async fn terminate(mut self) -> ExitStatus {
+        let pid = self.child.id().expect("running").to_string();
+        let killed = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .await
+            .expect("kill runs");
+        assert!(killed.success());
+        tokio::time::timeout(Duration::from_secs(15), self.child.wait())
+            .await
+            .expect("the server exits within 15 s of SIGTERM")
+            .expect("wait works")
+    }
+}
+
+/// Runs a fixture script with the venv's Python; a failing script fails the test.
+async fn run_script(script: &str, args: &[&str]) {
+    let path = repo_root().join("tests/fixtures/mcp_server").join(script);
+    let child = Command::new(python())
+        .arg(&path)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python starts");
+    let out = tokio::time::timeout(SCRIPT_TIMEOUT, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{script} did not finish in {SCRIPT_TIMEOUT:?}"))
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "{script} {args:?} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+}
+
+#[tokio::test]
+async fn the_python_client_drives_quiver_serve_on_the_session_era() {
+    let server = Server::start(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"]).await;
+    run_script(
+        "client_flow.py",
+        &[&server.url, "--mode", "legacy", "--expect-version", "2025-11-25"],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_python_client_drives_quiver_serve_on_its_default_era() {
+    let server = Server::start(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"]).await;
+    run_script(
+        "client_flow.py",
+        &[&server.url, "--mode", "auto", "--expect-version", "2026-07-28"],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_found_tool_appears_after_list_changed_on_the_session_era() {
+    let server = Server::start(fixture_binary(), &["--progress-ms", "100"]).await;
+    run_script(
+        "client_flow.py",
+        &[
+            &server.url,
+            "--mode",
+            "legacy",
+            "--expect-version",
+            "2025-11-25",
+            "--fixture",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_found_tool_appears_after_a_listen_event_on_the_stateless_era() {
+    let server = Server::start(fixture_binary(), &["--progress-ms", "100"]).await;
+    run_script(
+        "client_flow.py",
+        &[
+            &server.url,
+            "--mode",
+            "auto",
+            "--expect-version",
+            "2026-07-28",
+            "--fixture",
+            "--conversation",
+            "e2e-stateless",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn tokens_and_host_origin_guards_hold() {
+    let auth = r#"{"tokens": [{"name": "e2e", "token": "e2e-secret", "allowed_tools": ["tool_search", "describe_tool", "slow_*"]}]}"#;
+    let server = Server::start(fixture_binary(), &["--auth", auth]).await;
+    run_script("guards.py", &[&server.url, "e2e-secret"]).await;
+}
+
+#[tokio::test]
+async fn sigterm_stops_quiver_serve_cleanly() {
+    let server = Server::start(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"]).await;
+    let status = server.terminate().await;
+    assert!(status.success(), "quiver serve exited with {status} on SIGTERM");
+}

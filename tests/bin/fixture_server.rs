@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::Context;
 use async_trait::async_trait;
-use quiver_contract::{CallContext, Envelope, Tool, ToolError, ToolResult, ToolSpec};
+use quiver_contract::{CallContext, Envelope, Part, Tool, ToolError, ToolResult, ToolSpec};
 use quiver_host::{Families, assemble_catalog, serve};
 use quiver_mcp_adapter::{InboundAuth, ServerOptions};
 use quiver_registry::{Catalog, Dispatcher};
@@ -44,12 +44,31 @@ impl Tool for SlowCount {
     }
     async fn call(&self, input: Value, ctx: &CallContext) -> ToolResult {
         let ms = input["ms"].as_u64().unwrap_or(1000);
+        // Counts the call as cancelled if it does not run to the end: either it sees its
+        // token fire, or the dispatcher drops it on cancellation.
+        let guard = CountOnDrop(Some(self.cancelled.clone()));
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(ms)) => Ok(Envelope::ok(json!(format!("counted for {ms} ms")))),
-            _ = ctx.cancel.cancelled() => {
-                self.cancelled.send_modify(|n| *n += 1);
-                Err(ToolError::failed("cancelled"))
+            _ = tokio::time::sleep(Duration::from_millis(ms)) => {
+                guard.disarm();
+                Ok(Envelope::ok(json!(format!("counted for {ms} ms"))))
             }
+            _ = ctx.cancel.cancelled() => Err(ToolError::failed("cancelled")),
+        }
+    }
+}
+
+struct CountOnDrop(Option<watch::Sender<u64>>);
+
+impl CountOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CountOnDrop {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            tx.send_modify(|n| *n += 1);
         }
     }
 }
@@ -74,6 +93,85 @@ impl Tool for CancelledCalls {
             Err(_) => Err(ToolError::failed(format!("only {n} calls were cancelled after 10 s"))),
         }
     }
+}
+
+/// A tool that waits `delay` (watching cancellation), then returns `make()`: the tools the
+/// MCP conformance suite's server scenarios call.
+struct Fixed {
+    spec: ToolSpec,
+    delay: Duration,
+    make: fn() -> ToolResult,
+}
+
+#[async_trait]
+impl Tool for Fixed {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    async fn call(&self, _input: Value, ctx: &CallContext) -> ToolResult {
+        tokio::select! {
+            _ = tokio::time::sleep(self.delay) => (self.make)(),
+            _ = ctx.cancel.cancelled() => Err(ToolError::failed("cancelled")),
+        }
+    }
+}
+
+// A 1x1 PNG and a tiny WAV, base64.
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+const WAV: &str = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQAAAAA=";
+
+fn image() -> Part {
+    Part::Image {
+        mime_type: "image/png".into(),
+        data: PNG.into(),
+    }
+}
+
+fn resource() -> Part {
+    Part::Resource {
+        uri: "test://embedded-resource".into(),
+        mime_type: Some("text/plain".into()),
+        text: Some("This is an embedded resource content.".into()),
+        blob: None,
+    }
+}
+
+fn conformance_tools() -> Vec<Arc<dyn Tool>> {
+    let fixed = |name: &str, description: &str, delay_ms: u64, make: fn() -> ToolResult| {
+        Arc::new(Fixed {
+            spec: ToolSpec::new(name, description)
+                .read_only()
+                .with_schema(json!({"type": "object", "properties": {}})),
+            delay: Duration::from_millis(delay_ms),
+            make,
+        }) as Arc<dyn Tool>
+    };
+    vec![
+        fixed("test_simple_text", "Conformance: returns simple text.", 0, || {
+            Ok(Envelope::ok(json!("This is a simple text response for testing.")))
+        }),
+        fixed("test_image_content", "Conformance: returns an image.", 0, || {
+            Ok(Envelope::ok(json!("an image")).with_part(image()))
+        }),
+        fixed("test_audio_content", "Conformance: returns audio.", 0, || {
+            Ok(Envelope::ok(json!("a sound")).with_part(Part::Audio {
+                mime_type: "audio/wav".into(),
+                data: WAV.into(),
+            }))
+        }),
+        fixed("test_embedded_resource", "Conformance: returns an embedded resource.", 0, || {
+            Ok(Envelope::ok(json!("a resource")).with_part(resource()))
+        }),
+        fixed("test_multiple_content_types", "Conformance: returns text, an image and a resource.", 0, || {
+            Ok(Envelope::ok(json!("Multiple content types test:")).with_part(image()).with_part(resource()))
+        }),
+        fixed("test_error_handling", "Conformance: always fails.", 0, || {
+            Err(ToolError::failed("This tool intentionally returns an error for testing"))
+        }),
+        fixed("test_tool_with_progress", "Conformance: runs long enough to report progress.", 500, || {
+            Ok(Envelope::ok(json!("Progress test completed")))
+        }),
+    ]
 }
 
 fn fixture_tools() -> Vec<Arc<dyn Tool>> {
@@ -147,6 +245,7 @@ async fn main() -> anyhow::Result<()> {
     let mut families = Families::default();
     families.core = core_tools(&surface);
     families.custom = fixture_tools();
+    families.custom.extend(conformance_tools());
     assemble_catalog(&catalog, families)?;
     surface.resync_index();
     let dispatcher = Dispatcher::builder(catalog).observer(surface.clone()).build();

@@ -210,3 +210,51 @@ async fn sigterm_stops_quiver_serve_cleanly() {
     let status = server.terminate().await;
     assert!(status.success(), "quiver serve exited with {status} on SIGTERM");
 }
+
+fn conformance_cli() -> PathBuf {
+    let peers = std::env::var_os("QUIVER_PEERS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".peers"));
+    let cli = peers.join("npm/node_modules/.bin/conformance");
+    assert!(
+        cli.exists(),
+        "{} is missing: run `bash .ci/setup-peers` to install the MCP conformance suite",
+        cli.display()
+    );
+    cli
+}
+
+/// The official MCP conformance suite's server scenarios against the fixture server (the
+/// built-ins plus the suite's fixture tools), checked against a baseline of the scenarios
+/// Quiver does not serve (resources, prompts, completions, sampling, elicitation, logging).
+#[tokio::test]
+async fn the_conformance_suite_passes_outside_its_baseline() {
+    let server = Server::start(fixture_binary(), &["--progress-ms", "100"]).await;
+    let out_dir = std::env::temp_dir().join(format!("quiver-conformance-{}", std::process::id()));
+    let baseline = repo_root().join("tests/fixtures/conformance/server-expected-failures.yml");
+    let child = Command::new(conformance_cli())
+        .args(["server", "--url", &server.url, "--expected-failures"])
+        .arg(&baseline)
+        .arg("-o")
+        .arg(&out_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the conformance CLI starts");
+    let out = tokio::time::timeout(Duration::from_secs(300), child.wait_with_output())
+        .await
+        .expect("the conformance suite finishes in 300 s")
+        .expect("the conformance CLI runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary = stdout
+        .split("=== SUMMARY ===")
+        .nth(1)
+        .unwrap_or(&stdout);
+    println!("{summary}");
+    assert!(
+        out.status.success(),
+        "conformance failures outside the baseline:\n{summary}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -50,6 +50,11 @@ pub(crate) fn call_result(envelope: &Envelope, opts: &RenderOptions) -> CallTool
                 Part::Audio { mime_type, data } => {
                     content.push(Content::audio(data.clone(), mime_type.clone()))
                 }
+                Part::Resource {
+                    uri,
+                    text: Some(text),
+                    ..
+                } => content.push(Content::embedded_text(uri.clone(), text.clone())),
                 _ => {}
             }
         }

@@ -4,10 +4,7 @@
 //!
 //! Usage: `quiver-fixture-server [--auth JSON] [--progress-ms N]`; prints the URL on stdout.
 
-use std::{
-    sync::Arc,
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use anyhow::Context;
 use async_trait::async_trait;
@@ -28,7 +25,9 @@ impl Tool for Weather {
     }
     async fn call(&self, input: Value, _ctx: &CallContext) -> ToolResult {
         let city = input["city"].as_str().unwrap_or_default().to_owned();
-        Ok(Envelope::ok(json!({"city": city, "forecast": "sunny", "high_c": 21})))
+        Ok(Envelope::ok(
+            json!({"city": city, "forecast": "sunny", "high_c": 21}),
+        ))
     }
 }
 
@@ -86,11 +85,14 @@ impl Tool for CancelledCalls {
     async fn call(&self, input: Value, _ctx: &CallContext) -> ToolResult {
         let at_least = input["at_least"].as_u64().unwrap_or(0);
         let mut rx = self.cancelled.clone();
-        let waited = tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|n| *n >= at_least)).await;
+        let waited =
+            tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|n| *n >= at_least)).await;
         let n = *self.cancelled.borrow();
         match waited {
             Ok(_) => Ok(Envelope::ok(json!({"cancelled": n}))),
-            Err(_) => Err(ToolError::failed(format!("only {n} calls were cancelled after 10 s"))),
+            Err(_) => Err(ToolError::failed(format!(
+                "only {n} calls were cancelled after 10 s"
+            ))),
         }
     }
 }
@@ -147,30 +149,65 @@ fn conformance_tools() -> Vec<Arc<dyn Tool>> {
         }) as Arc<dyn Tool>
     };
     vec![
-        fixed("test_simple_text", "Conformance: returns simple text.", 0, || {
-            Ok(Envelope::ok(json!("This is a simple text response for testing.")))
-        }),
-        fixed("test_image_content", "Conformance: returns an image.", 0, || {
-            Ok(Envelope::ok(json!("an image")).with_part(image()))
-        }),
-        fixed("test_audio_content", "Conformance: returns audio.", 0, || {
-            Ok(Envelope::ok(json!("a sound")).with_part(Part::Audio {
-                mime_type: "audio/wav".into(),
-                data: WAV.into(),
-            }))
-        }),
-        fixed("test_embedded_resource", "Conformance: returns an embedded resource.", 0, || {
-            Ok(Envelope::ok(json!("a resource")).with_part(resource()))
-        }),
-        fixed("test_multiple_content_types", "Conformance: returns text, an image and a resource.", 0, || {
-            Ok(Envelope::ok(json!("Multiple content types test:")).with_part(image()).with_part(resource()))
-        }),
-        fixed("test_error_handling", "Conformance: always fails.", 0, || {
-            Err(ToolError::failed("This tool intentionally returns an error for testing"))
-        }),
-        fixed("test_tool_with_progress", "Conformance: runs long enough to report progress.", 500, || {
-            Ok(Envelope::ok(json!("Progress test completed")))
-        }),
+        fixed(
+            "test_simple_text",
+            "Conformance: returns simple text.",
+            0,
+            || {
+                Ok(Envelope::ok(json!(
+                    "This is a simple text response for testing."
+                )))
+            },
+        ),
+        fixed(
+            "test_image_content",
+            "Conformance: returns an image.",
+            0,
+            || Ok(Envelope::ok(json!("an image")).with_part(image())),
+        ),
+        fixed(
+            "test_audio_content",
+            "Conformance: returns audio.",
+            0,
+            || {
+                Ok(Envelope::ok(json!("a sound")).with_part(Part::Audio {
+                    mime_type: "audio/wav".into(),
+                    data: WAV.into(),
+                }))
+            },
+        ),
+        fixed(
+            "test_embedded_resource",
+            "Conformance: returns an embedded resource.",
+            0,
+            || Ok(Envelope::ok(json!("a resource")).with_part(resource())),
+        ),
+        fixed(
+            "test_multiple_content_types",
+            "Conformance: returns text, an image and a resource.",
+            0,
+            || {
+                Ok(Envelope::ok(json!("Multiple content types test:"))
+                    .with_part(image())
+                    .with_part(resource()))
+            },
+        ),
+        fixed(
+            "test_error_handling",
+            "Conformance: always fails.",
+            0,
+            || {
+                Err(ToolError::failed(
+                    "This tool intentionally returns an error for testing",
+                ))
+            },
+        ),
+        fixed(
+            "test_tool_with_progress",
+            "Conformance: runs long enough to report progress.",
+            500,
+            || Ok(Envelope::ok(json!("Progress test completed"))),
+        ),
     ]
 }
 
@@ -191,13 +228,16 @@ fn fixture_tools() -> Vec<Arc<dyn Tool>> {
             })),
         )),
         Arc::new(SlowCount {
-            spec: ToolSpec::new("slow_count", "Counts slowly for a number of milliseconds; a test fixture.")
-                .read_only()
-                .with_schema(json!({
-                    "type": "object",
-                    "properties": {"ms": {"type": "integer", "minimum": 0}},
-                    "additionalProperties": false
-                })),
+            spec: ToolSpec::new(
+                "slow_count",
+                "Counts slowly for a number of milliseconds; a test fixture.",
+            )
+            .read_only()
+            .with_schema(json!({
+                "type": "object",
+                "properties": {"ms": {"type": "integer", "minimum": 0}},
+                "additionalProperties": false
+            })),
             cancelled: tx,
         }),
         Arc::new(CancelledCalls {
@@ -228,7 +268,9 @@ async fn main() -> anyhow::Result<()> {
     let mut options = ServerOptions::default();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        let value = args.next().with_context(|| format!("{arg} needs a value"))?;
+        let value = args
+            .next()
+            .with_context(|| format!("{arg} needs a value"))?;
         match arg.as_str() {
             "--auth" => {
                 let auth: InboundAuth = serde_json::from_str(&value).context("parsing --auth")?;
@@ -241,14 +283,20 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     let catalog = Arc::new(Catalog::new());
-    let surface = Surface::new(catalog.clone(), SurfaceConfig::default(), Arc::new(MemoryUsage::new([])))?;
+    let surface = Surface::new(
+        catalog.clone(),
+        SurfaceConfig::default(),
+        Arc::new(MemoryUsage::new([])),
+    )?;
     let mut families = Families::default();
     families.core = core_tools(&surface);
     families.custom = fixture_tools();
     families.custom.extend(conformance_tools());
     assemble_catalog(&catalog, families)?;
     surface.resync_index();
-    let dispatcher = Dispatcher::builder(catalog).observer(surface.clone()).build();
+    let dispatcher = Dispatcher::builder(catalog)
+        .observer(surface.clone())
+        .build();
     let listen = "127.0.0.1:0".parse()?;
     serve::serve(surface, dispatcher, serve::Transport::Http(listen), options).await
 }

@@ -96,7 +96,10 @@ impl Server {
             .expect("the server prints its URL in time")
             .expect("stdout is readable")
             .expect("the server prints its URL");
-        assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"), "{url}");
+        assert!(
+            url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"),
+            "{url}"
+        );
         Server { child, url }
     }
 
@@ -146,7 +149,13 @@ async fn the_python_client_drives_quiver_serve_on_the_session_era() {
     let server = Server::start(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"]).await;
     run_script(
         "client_flow.py",
-        &[&server.url, "--mode", "legacy", "--expect-version", "2025-11-25"],
+        &[
+            &server.url,
+            "--mode",
+            "legacy",
+            "--expect-version",
+            "2025-11-25",
+        ],
     )
     .await;
 }
@@ -156,7 +165,13 @@ async fn the_python_client_drives_quiver_serve_on_its_default_era() {
     let server = Server::start(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"]).await;
     run_script(
         "client_flow.py",
-        &[&server.url, "--mode", "auto", "--expect-version", "2026-07-28"],
+        &[
+            &server.url,
+            "--mode",
+            "auto",
+            "--expect-version",
+            "2026-07-28",
+        ],
     )
     .await;
 }
@@ -208,7 +223,10 @@ async fn tokens_and_host_origin_guards_hold() {
 async fn sigterm_stops_quiver_serve_cleanly() {
     let server = Server::start(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"]).await;
     let status = server.terminate().await;
-    assert!(status.success(), "quiver serve exited with {status} on SIGTERM");
+    assert!(
+        status.success(),
+        "quiver serve exited with {status} on SIGTERM"
+    );
 }
 
 fn conformance_cli() -> PathBuf {
@@ -247,10 +265,7 @@ async fn the_conformance_suite_passes_outside_its_baseline() {
         .expect("the conformance suite finishes in 300 s")
         .expect("the conformance CLI runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let summary = stdout
-        .split("=== SUMMARY ===")
-        .nth(1)
-        .unwrap_or(&stdout);
+    let summary = stdout.split("=== SUMMARY ===").nth(1).unwrap_or(&stdout);
     println!("{summary}");
     assert!(
         out.status.success(),

@@ -50,10 +50,7 @@ pub async fn serve(
         }
     });
     let result = match transport {
-        Transport::Stdio => server
-            .serve_stdio()
-            .await
-            .context("serving MCP on stdio"),
+        Transport::Stdio => server.serve_stdio().await.context("serving MCP on stdio"),
         Transport::Http(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await

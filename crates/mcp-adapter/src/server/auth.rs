@@ -223,7 +223,10 @@ mod tests {
             r#"{"tokens":[{"name":"ci","token":"x","scopes":[]}]}"#,
         );
         assert!(bad.is_err());
-        let dup = InboundAuth::new(vec![InboundToken::new("a", "1"), InboundToken::new("a", "2")]);
+        let dup = InboundAuth::new(vec![
+            InboundToken::new("a", "1"),
+            InboundToken::new("a", "2"),
+        ]);
         assert!(dup.validate().is_err());
     }
 

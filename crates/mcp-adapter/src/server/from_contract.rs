@@ -24,8 +24,12 @@ pub(crate) fn tool(spec: &ToolSpec) -> Tool {
         Some(a.idempotent),
         Some(a.open_world),
     );
-    let mut tool = Tool::new(spec.name.clone(), spec.description.clone(), Arc::new(schema))
-        .with_annotations(annotations);
+    let mut tool = Tool::new(
+        spec.name.clone(),
+        spec.description.clone(),
+        Arc::new(schema),
+    )
+    .with_annotations(annotations);
     if let Some(Value::Object(out)) = &spec.output_schema {
         tool = tool.with_raw_output_schema(Arc::new(out.clone()));
     }

@@ -10,7 +10,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use quiver_contract::{CallContext, Capabilities, ErrKind, Envelope, Mode};
+use quiver_contract::{CallContext, Capabilities, Envelope, ErrKind, Mode};
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
@@ -253,7 +253,15 @@ impl ServerHandler for Handler {
                 }
             }
         };
-        if cancelled && !matches!(&envelope, Envelope::Err { err_kind: ErrKind::Cancelled, .. }) {
+        if cancelled
+            && !matches!(
+                &envelope,
+                Envelope::Err {
+                    err_kind: ErrKind::Cancelled,
+                    ..
+                }
+            )
+        {
             tracing::debug!(tool = %name, "the call finished as the client cancelled it");
         }
         Ok(from_contract::call_result(&envelope, &self.shared.options.render).into())

@@ -56,7 +56,10 @@ impl McpServer {
         let tokens = Arc::new(auth::Tokens::new(&self.shared.options.auth));
         Router::new()
             .route_service(MCP_PATH, service)
-            .layer(axum::middleware::from_fn_with_state(tokens, auth::require_token))
+            .layer(axum::middleware::from_fn_with_state(
+                tokens,
+                auth::require_token,
+            ))
     }
 
     /// Serves the MCP endpoint on `listener` until the shutdown token is cancelled, then

@@ -69,7 +69,9 @@ mod tests {
     use super::*;
 
     fn key(src: KeySources<'_>) -> String {
-        working_set_key(&src).map(|k| k.to_string()).unwrap_or_else(|e| format!("error: {}", e.message))
+        working_set_key(&src)
+            .map(|k| k.to_string())
+            .unwrap_or_else(|e| format!("error: {}", e.message))
     }
 
     #[test]
@@ -105,9 +107,27 @@ mod tests {
     #[test]
     fn a_malformed_conversation_key_is_an_error() {
         let num = json!(3);
-        assert!(key(KeySources { meta_conversation: Some(&num), ..Default::default() }).starts_with("error"));
-        assert!(key(KeySources { header_conversation: Some(""), ..Default::default() }).starts_with("error"));
+        assert!(
+            key(KeySources {
+                meta_conversation: Some(&num),
+                ..Default::default()
+            })
+            .starts_with("error")
+        );
+        assert!(
+            key(KeySources {
+                header_conversation: Some(""),
+                ..Default::default()
+            })
+            .starts_with("error")
+        );
         let long = "x".repeat(300);
-        assert!(key(KeySources { header_conversation: Some(&long), ..Default::default() }).starts_with("error"));
+        assert!(
+            key(KeySources {
+                header_conversation: Some(&long),
+                ..Default::default()
+            })
+            .starts_with("error")
+        );
     }
 }

@@ -45,7 +45,13 @@ impl Changes {
     }
 
     fn drain(&mut self) {
-        while !matches!(self.sessions.try_recv(), Err(TryRecvError::Empty | TryRecvError::Closed)) {}
-        while !matches!(self.catalog.try_recv(), Err(TryRecvError::Empty | TryRecvError::Closed)) {}
+        while !matches!(
+            self.sessions.try_recv(),
+            Err(TryRecvError::Empty | TryRecvError::Closed)
+        ) {}
+        while !matches!(
+            self.catalog.try_recv(),
+            Err(TryRecvError::Empty | TryRecvError::Closed)
+        ) {}
     }
 }

@@ -68,6 +68,8 @@ impl Drop for CountOnDrop {
     fn drop(&mut self) {
         if let Some(tx) = self.0.take() {
             tx.send_modify(|n| *n += 1);
+            // The e2e suite reads this line after the URL to see a call was cancelled.
+            println!("slow_count cancelled");
         }
     }
 }

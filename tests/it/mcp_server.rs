@@ -78,6 +78,8 @@ fn fixture_binary() -> PathBuf {
 struct Server {
     child: Child,
     url: String,
+    /// The server's stdout after the URL line.
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
 }
 
 impl Server {
@@ -100,11 +102,19 @@ impl Server {
             url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"),
             "{url}"
         );
-        Server { child, url }
+        Server { child, url, lines }
+    }
+
+    /// The next line the server prints on stdout.
+    async fn next_line(&mut self) -> Option<String> {
+        tokio::time::timeout(Duration::from_secs(20), self.lines.next_line())
+            .await
+            .expect("the server prints a line in time")
+            .expect("stdout is readable")
     }
 
     /// Sends SIGTERM and waits for the exit.
-    async fn terminate(mut self) -> ExitStatus {
+    async fn terminate(&mut self) -> ExitStatus {
         let pid = self.child.id().expect("running").to_string();
         let killed = Command::new("kill")
             .args(["-TERM", &pid])
@@ -221,7 +231,7 @@ async fn tokens_and_host_origin_guards_hold() {
 
 #[tokio::test]
 async fn sigterm_stops_quiver_serve_cleanly() {
-    let server = Server::start(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"]).await;
+    let mut server = Server::start(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"]).await;
     let status = server.terminate().await;
     assert!(
         status.success(),
@@ -272,4 +282,65 @@ async fn the_conformance_suite_passes_outside_its_baseline() {
         "conformance failures outside the baseline:\n{summary}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// SIGTERM with a call in flight: the call is cancelled (the tool sees it), the client's
+/// call ends, and the server exits cleanly.
+#[tokio::test]
+async fn sigterm_cancels_in_flight_calls() {
+    let mut server = Server::start(fixture_binary(), &["--progress-ms", "100"]).await;
+    let script = repo_root().join("tests/fixtures/mcp_server/hold_call.py");
+    let mut client = Command::new(python())
+        .arg(&script)
+        .arg(&server.url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python starts");
+    let mut out = BufReader::new(client.stdout.take().expect("piped")).lines();
+    let first = tokio::time::timeout(SCRIPT_TIMEOUT, out.next_line())
+        .await
+        .expect("the call starts in time")
+        .expect("readable");
+    assert_eq!(first.as_deref(), Some("running"));
+    let status = server.terminate().await;
+    assert!(status.success(), "the server exited with {status}");
+    assert_eq!(
+        server.next_line().await.as_deref(),
+        Some("slow_count cancelled"),
+        "the in-flight call was cancelled"
+    );
+    let ended = tokio::time::timeout(SCRIPT_TIMEOUT, out.next_line())
+        .await
+        .expect("the client's call ends in time")
+        .expect("readable")
+        .unwrap_or_default();
+    assert!(ended.starts_with("ended:"), "{ended}");
+    let code = tokio::time::timeout(SCRIPT_TIMEOUT, client.wait())
+        .await
+        .expect("the client exits in time")
+        .expect("wait works");
+    assert!(
+        code.success(),
+        "the call ran to the end instead of being cancelled: {ended}"
+    );
+}
+
+/// `quiver serve --stdio` with the Python client launching it as a subprocess.
+#[tokio::test]
+async fn the_python_client_drives_quiver_serve_over_stdio() {
+    let bin = quiver_binary();
+    run_script(
+        "client_flow.py",
+        &[
+            bin.to_str().expect("utf-8 path"),
+            "--stdio",
+            "--mode",
+            "legacy",
+            "--expect-version",
+            "2025-11-25",
+        ],
+    )
+    .await;
 }

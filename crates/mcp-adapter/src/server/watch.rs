@@ -55,3 +55,78 @@ impl Changes {
         ) {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use quiver_contract::{CallContext, Envelope, Tool, ToolResult, ToolSpec};
+    use quiver_registry::{Catalog, Dispatcher};
+    use quiver_surface::{MemoryUsage, Surface, SurfaceConfig};
+    use serde_json::Value;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::server::ServerOptions;
+
+    struct Noop(ToolSpec);
+
+    #[async_trait]
+    impl Tool for Noop {
+        fn spec(&self) -> &ToolSpec {
+            &self.0
+        }
+        async fn call(&self, _input: Value, _ctx: &CallContext) -> ToolResult {
+            Ok(Envelope::ok(Value::Null))
+        }
+    }
+
+    fn shared() -> Shared {
+        let catalog = Arc::new(Catalog::new());
+        let surface = Surface::new(
+            catalog.clone(),
+            SurfaceConfig::default(),
+            Arc::new(MemoryUsage::new([])),
+        )
+        .unwrap();
+        Shared {
+            surface,
+            dispatcher: Dispatcher::new(catalog),
+            options: ServerOptions::default(),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    async fn next_within(changes: &mut Changes, relevant: impl Fn(&str) -> bool) -> Option<()> {
+        tokio::time::timeout(Duration::from_secs(5), changes.next(relevant))
+            .await
+            .expect("a change arrives in time")
+    }
+
+    #[tokio::test]
+    async fn a_catalog_change_concerns_every_session() {
+        let shared = shared();
+        let mut changes = Changes::subscribe(&shared);
+        shared
+            .surface
+            .catalog()
+            .register(Arc::new(Noop(ToolSpec::new("added_tool", "Added."))))
+            .unwrap();
+        assert_eq!(next_within(&mut changes, |_| false).await, Some(()));
+    }
+
+    #[tokio::test]
+    async fn a_working_set_change_concerns_its_key() {
+        let shared = shared();
+        shared
+            .surface
+            .catalog()
+            .register(Arc::new(Noop(ToolSpec::new("paged_tool", "Paged."))))
+            .unwrap();
+        let mut changes = Changes::subscribe(&shared);
+        shared.surface.page_in("other", &["paged_tool"]);
+        shared.surface.page_in("mine", &["paged_tool"]);
+        assert_eq!(next_within(&mut changes, |k| k == "mine").await, Some(()));
+    }
+}

@@ -73,6 +73,10 @@ enum Command {
         /// The session mode of clients whose token names none.
         #[arg(long, default_value = "chat", value_parser = parse_mode)]
         mode: Mode,
+        /// Also accept this `Host` (`name` or `name:port`), e.g. the public name of a
+        /// non-loopback listener. The listen address itself is always accepted.
+        #[arg(long = "allow-host", value_name = "HOST")]
+        allow_hosts: Vec<String>,
     },
     /// Call one tool through the full pipeline and print the rendered result.
     ///
@@ -161,13 +165,17 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             listen,
             stdio,
             mode,
+            allow_hosts,
         } => {
             let transport = if stdio {
                 quiver_host::serve::Transport::Stdio
             } else {
                 quiver_host::serve::Transport::Http(listen)
             };
-            let options = quiver_mcp_adapter::ServerOptions::default().with_default_mode(mode);
+            let mut options = quiver_mcp_adapter::ServerOptions::default().with_default_mode(mode);
+            for host in allow_hosts {
+                options = options.with_allowed_host(host);
+            }
             quiver_host::serve::serve(app.surface, app.dispatcher, transport, options).await?;
             Ok(ExitCode::SUCCESS)
         }

@@ -213,6 +213,48 @@ fn conformance_tools() -> Vec<Arc<dyn Tool>> {
     ]
 }
 
+/// Registers a new tool in the catalog at run time (a catalog change every session sees).
+struct RegisterTool {
+    spec: ToolSpec,
+    catalog: std::sync::Weak<Catalog>,
+}
+
+#[async_trait]
+impl Tool for RegisterTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    async fn call(&self, input: Value, _ctx: &CallContext) -> ToolResult {
+        let name = input["name"].as_str().unwrap_or_default().to_owned();
+        let catalog = self
+            .catalog
+            .upgrade()
+            .ok_or_else(|| ToolError::failed("the catalog is gone"))?;
+        let description = format!("Converts an amount between two currencies ({name}).");
+        let tool = Weather(ToolSpec::new(name.clone(), description).read_only());
+        catalog
+            .register_in("custom tools", Arc::new(tool))
+            .map_err(|e| ToolError::failed(e.to_string()))?;
+        Ok(Envelope::ok(json!(format!("registered {name}"))))
+    }
+}
+
+fn register_tool(catalog: &Arc<Catalog>) -> Arc<dyn Tool> {
+    Arc::new(RegisterTool {
+        spec: ToolSpec::new(
+            "register_tool",
+            "Adds a tool to the catalog; a test fixture.",
+        )
+        .with_schema(json!({
+            "type": "object",
+            "properties": {"name": {"type": "string"}},
+            "required": ["name"],
+            "additionalProperties": false
+        })),
+        catalog: Arc::downgrade(catalog),
+    })
+}
+
 fn fixture_tools() -> Vec<Arc<dyn Tool>> {
     let (tx, rx) = watch::channel(0);
     vec![
@@ -294,6 +336,7 @@ async fn main() -> anyhow::Result<()> {
     families.core = core_tools(&surface);
     families.custom = fixture_tools();
     families.custom.extend(conformance_tools());
+    families.custom.push(register_tool(&catalog));
     assemble_catalog(&catalog, families)?;
     surface.resync_index();
     let dispatcher = Dispatcher::builder(catalog)

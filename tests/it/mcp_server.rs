@@ -224,9 +224,9 @@ async fn a_found_tool_appears_after_a_listen_event_on_the_stateless_era() {
 
 #[tokio::test]
 async fn tokens_and_host_origin_guards_hold() {
-    let auth = r#"{"tokens": [{"name": "e2e", "token": "e2e-secret", "allowed_tools": ["tool_search", "describe_tool", "slow_*"]}]}"#;
+    let auth = r#"{"tokens": [{"name": "e2e", "token": "e2e-secret", "allowed_tools": ["tool_search", "describe_tool", "slow_*"]}, {"name": "planner", "token": "plan-secret", "mode": "plan"}]}"#;
     let server = Server::start(fixture_binary(), &["--auth", auth]).await;
-    run_script("guards.py", &[&server.url, "e2e-secret"]).await;
+    run_script("guards.py", &[&server.url, "e2e-secret", "plan-secret"]).await;
 }
 
 #[tokio::test]

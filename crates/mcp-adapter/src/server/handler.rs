@@ -228,6 +228,23 @@ impl ServerHandler for Handler {
         }
         let input = request.arguments.map(Value::Object).unwrap_or(Value::Null);
         let name = request.name;
+        // The surface decides what this session may see: a tool its mode does not list
+        // (plan mode and a mutating tool, an internal tool) is refused here. Unknown and
+        // capability-forbidden tools are the dispatcher's to answer.
+        let surface = &self.shared.surface;
+        if surface.catalog().contains(&name)
+            && scope.capabilities.allows(&name)
+            && !surface.visible(&name, scope.mode, &scope.capabilities)
+        {
+            let envelope = Envelope::err(
+                ErrKind::Forbidden,
+                format!(
+                    "`{name}` is not available in {} mode. Call tool_search to find a tool you can use.",
+                    scope.mode.as_str()
+                ),
+            );
+            return Ok(from_contract::call_result(&envelope, &self.shared.options.render).into());
+        }
         let progress = context.meta.get_progress_token();
         let every = self.shared.options.progress_interval;
         let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
@@ -253,16 +270,8 @@ impl ServerHandler for Handler {
                 }
             }
         };
-        if cancelled
-            && !matches!(
-                &envelope,
-                Envelope::Err {
-                    err_kind: ErrKind::Cancelled,
-                    ..
-                }
-            )
-        {
-            tracing::debug!(tool = %name, "the call finished as the client cancelled it");
+        if cancelled {
+            tracing::debug!(tool = %name, "the client cancelled the call");
         }
         Ok(from_contract::call_result(&envelope, &self.shared.options.render).into())
     }

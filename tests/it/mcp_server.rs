@@ -70,6 +70,16 @@ fn quiver_binary() -> PathBuf {
     .clone()
 }
 
+/// A new empty directory for one server run: `quiver` keeps its store (`./quiver.db`) in
+/// the working directory, and concurrent tests must not share one.
+fn fresh_dir() -> PathBuf {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("quiver-e2e-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    dir
+}
+
 fn fixture_binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_quiver-fixture-server"))
 }
@@ -86,6 +96,7 @@ impl Server {
     async fn start(program: PathBuf, args: &[&str]) -> Server {
         let mut child = Command::new(&program)
             .args(args)
+            .current_dir(fresh_dir())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
@@ -135,6 +146,7 @@ async fn run_script(script: &str, args: &[&str]) {
     let child = Command::new(python())
         .arg(&path)
         .args(args)
+        .current_dir(fresh_dir())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)

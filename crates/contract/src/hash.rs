@@ -52,9 +52,11 @@ pub fn args_hash_canonical(name: &str, canonical_args: &str) -> String {
     hasher.update([0u8]);
     hasher.update(canonical_args.as_bytes());
     let digest = hasher.finalize();
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut hex = String::with_capacity(16);
     for byte in &digest[..8] {
-        hex.push_str(&format!("{byte:02x}"));
+        hex.push(HEX[(byte >> 4) as usize] as char);
+        hex.push(HEX[(byte & 0xf) as usize] as char);
     }
     hex
 }
@@ -70,6 +72,8 @@ mod tests {
         let b = json!({"a": {"x": null, "y": [1, {"p": 1, "q": 2}]}, "b": 1});
         assert_eq!(args_hash("t", &a), args_hash("t", &b));
         assert_eq!(args_hash("t", &a).len(), 16);
+        // SHA-256 over `t`, a NUL, and the canonical JSON, as 16 lower-case hex characters.
+        assert_eq!(args_hash("t", &json!({"a": 1})), "916fd2169e5f45d0");
         assert_ne!(args_hash("t", &a), args_hash("u", &a));
         assert_ne!(
             args_hash("t", &json!({"b": 2})),

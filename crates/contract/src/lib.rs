@@ -8,6 +8,7 @@ mod envelope;
 mod error;
 mod hash;
 mod legacy;
+mod lint;
 mod names;
 mod render;
 mod spec;
@@ -21,6 +22,9 @@ pub use envelope::{
 pub use error::ContractError;
 pub use hash::{args_hash, args_hash_canonical, canonical_json};
 pub use legacy::coerce_legacy;
+pub use lint::{
+    BreakingChange, LintFinding, breaking_changes, breaking_changes_between, lint_spec,
+};
 pub use names::{
     MAX_NAME_BYTES, NameKind, mcp_tool_name, split_mcp_name, validate_server_name,
     validate_tool_name,

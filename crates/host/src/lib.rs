@@ -3,9 +3,15 @@
 //! formats of the CLI, and [`serve`] (the MCP server's process lifecycle). The host decides
 //! order and wiring, never behaviour: business rules live in the core crates.
 
+mod app;
 mod assemble;
+mod config;
 mod formats;
+mod mcp_json;
 pub mod serve;
 
+pub use app::App;
 pub use assemble::{FAMILY_ORDER, Families, assemble_catalog};
+pub use config::{Config, LimitsConfig, PolicyConfig, StoreConfig};
 pub use formats::{ToolFormat, format_tools};
+pub use mcp_json::{parse_mcp_servers, read_mcp_servers};

@@ -1,14 +1,16 @@
 //! `quiver`: the tool runtime's command line.
 
-use std::{process::ExitCode, sync::Arc};
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use quiver_contract::Capabilities;
-use quiver_contract::{CallContext, Mode, RenderOptions, render};
-use quiver_host::{Families, ToolFormat, assemble_catalog, format_tools};
-use quiver_registry::{Catalog, Dispatcher};
-use quiver_surface::{MemoryUsage, Surface, SurfaceConfig, core_tools};
+use quiver_contract::{
+    CallContext, Capabilities, Envelope, Mode, RenderOptions, breaking_changes_between, lint_spec,
+    render,
+};
+use quiver_host::{App, Config, ToolFormat, format_tools};
+use quiver_registry::{CallFilter, DefinitionStore};
+use quiver_store_sqlite::SqliteStore;
 
 /// Quiver: one catalog, one dispatch pipeline, every tool an agent can call.
 ///
@@ -16,6 +18,13 @@ use quiver_surface::{MemoryUsage, Surface, SurfaceConfig, core_tools};
 #[derive(Debug, Parser)]
 #[command(name = "quiver", version, about, long_about = None)]
 struct Cli {
+    /// The configuration file (default: ./quiver.toml when it exists, else built-in defaults).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// An `mcpServers` JSON file as Claude Desktop, Cursor or VS Code use it; its servers
+    /// join those of the config. Repeatable.
+    #[arg(long = "mcp-config", global = true, value_name = "FILE")]
+    mcp_config: Vec<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -46,6 +55,39 @@ enum Command {
         /// How many tools to return.
         #[arg(long, default_value_t = 8)]
         limit: u32,
+    },
+    /// Validate the configuration and lint every tool definition (September guide rules:
+    /// typed and described properties, enums for closed sets, required fields listed, a
+    /// description that says when to use the tool). Exits 1 when anything is found.
+    Check {
+        /// Also report breaking schema changes against the definitions stored in this
+        /// database: removed fields, renamed or removed tools, type changes, new required
+        /// fields without a default.
+        #[arg(long, value_name = "DB")]
+        against: Option<std::path::PathBuf>,
+    },
+    /// Show the upstream MCP servers (connected, retrying, failed with the reason), their
+    /// tool counts, and the store.
+    Status,
+    /// Show recent tool calls from the execution log, newest first.
+    ///
+    /// Example: `quiver log --outcome err --limit 20`.
+    Log {
+        /// Only calls to this tool.
+        #[arg(long)]
+        tool: Option<String>,
+        /// Only calls in this session.
+        #[arg(long)]
+        session: Option<String>,
+        /// Only calls with this outcome.
+        #[arg(long, value_parser = ["ok", "hint", "err"])]
+        outcome: Option<String>,
+        /// How many calls to show.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// One JSON object per call instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Measure tool-search quality on a benchmark set and print
     /// `{queries, hit@1, recall@5, recall@10, ndcg@10}` in percent.
@@ -97,38 +139,16 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
     Mode::parse(s).ok_or_else(|| format!("unknown mode `{s}`: use chat, agentic, delegate or plan"))
 }
 
-struct App {
-    surface: Arc<Surface>,
-    dispatcher: Dispatcher,
-}
-
-fn build() -> anyhow::Result<App> {
-    let catalog = Arc::new(Catalog::new());
-    let surface = Surface::new(
-        catalog.clone(),
-        SurfaceConfig::default(),
-        Arc::new(MemoryUsage::new([])),
-    )
-    .context("building the tool surface")?;
-    let mut families = Families::default();
-    families.core = core_tools(&surface);
-    assemble_catalog(&catalog, families).context("assembling the catalog")?;
-    surface.resync_index();
-    let dispatcher = Dispatcher::builder(catalog)
-        .observer(surface.clone())
-        .build();
-    Ok(App {
-        surface,
-        dispatcher,
-    })
-}
-
-fn exit_for(envelope: &quiver_contract::Envelope) -> ExitCode {
+fn exit_for(envelope: &Envelope) -> ExitCode {
     if envelope.is_err() {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     }
+}
+
+fn ms(d: std::time::Duration) -> String {
+    format!("{:.1}", d.as_secs_f64() * 1000.0)
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -141,23 +161,178 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let app = build()?;
-    match cli.command {
+    let (config, _source) = Config::load(cli.config.as_deref())?;
+    let app = App::build(&config, &cli.mcp_config).await?;
+    if !matches!(cli.command, Command::Log { .. }) {
+        app.wait_for_upstreams(std::time::Duration::from_secs(30))
+            .await?;
+    }
+    let code = command(&app, &config.store.path, cli.command).await;
+    app.shutdown().await?;
+    code
+}
+
+async fn command(
+    app: &App,
+    config_store: &std::path::Path,
+    command: Command,
+) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Status => {
+            println!("store: {}", config_store.display());
+            println!("catalog: {} tool(s)", app.catalog.len());
+            let servers = app.mcp.status();
+            if servers.is_empty() {
+                println!("no upstream MCP servers configured");
+            }
+            for s in servers {
+                let state = match &s.state {
+                    quiver_mcp_adapter::ServerState::Rejected(why) => format!("failed: {why}"),
+                    other => format!("{other:?}").to_lowercase(),
+                };
+                let last = s.diagnostics.last().map(String::as_str).unwrap_or("");
+                println!(
+                    "{:<20} {:<12} {:>4} tool(s)  {last}",
+                    s.name,
+                    state,
+                    s.tools.len()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check { against } => {
+            let mut findings = Vec::new();
+            for entry in app.catalog.tools() {
+                findings.extend(lint_spec(&entry.spec));
+            }
+            for f in &findings {
+                let at = if f.path.is_empty() {
+                    String::new()
+                } else {
+                    format!(" at {}", f.path)
+                };
+                println!("{}{at}: [{}] {}", f.tool, f.rule, f.message);
+            }
+            let mut breaking = Vec::new();
+            if let Some(db) = against {
+                let same = matches!(
+                    (db.canonicalize(), config_store.canonicalize()),
+                    (Ok(x), Ok(y)) if x == y
+                );
+                let other;
+                let stored: &SqliteStore = if same {
+                    &app.store
+                } else {
+                    other = SqliteStore::open(&db)
+                        .with_context(|| format!("opening {}", db.display()))?;
+                    &other
+                };
+                let defs = stored
+                    .all_definitions()
+                    .await
+                    .with_context(|| format!("reading definitions from {}", db.display()))?;
+                let stored_specs: Vec<_> = defs
+                    .iter()
+                    .filter(|d| d.deleted_at.is_none())
+                    .map(|d| d.to_spec())
+                    .collect();
+                let current: Vec<_> = app.catalog.tools().iter().map(|e| e.spec.clone()).collect();
+                breaking = breaking_changes_between(&stored_specs, &current);
+                for b in &breaking {
+                    println!("{}: [breaking: {}] {}", b.tool, b.kind, b.message);
+                }
+            }
+            println!(
+                "config ok; {} tool definition(s) linted, {} finding(s), {} breaking change(s)",
+                app.catalog.len(),
+                findings.len(),
+                breaking.len()
+            );
+            Ok(if findings.is_empty() && breaking.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Command::Log {
+            tool,
+            session,
+            outcome,
+            limit,
+            json,
+        } => {
+            let mut filter = CallFilter::recent(limit);
+            if let Some(t) = tool {
+                filter = filter.tool(t);
+            }
+            if let Some(s) = session {
+                filter = filter.session(s);
+            }
+            if let Some(o) = outcome {
+                filter = filter.kind(o);
+            }
+            let calls = app
+                .call_log()
+                .recent_calls(filter)
+                .await
+                .context("reading the execution log")?;
+            if json {
+                for c in &calls {
+                    let row = serde_json::json!({
+                        "call_id": c.call_id, "tool": c.tool_name, "session": c.session, "tenant": c.tenant,
+                        "outcome": c.kind, "hint_kind": c.hint_kind, "err_kind": c.err_kind,
+                        "input": c.input, "reasoning": c.reasoning, "args_hash": c.args_hash,
+                        "summary": c.output_summary, "queued_ms": c.queued.as_secs_f64() * 1000.0,
+                        "took_ms": c.took.as_secs_f64() * 1000.0,
+                        "at": c.at.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+                    });
+                    println!("{row}");
+                }
+            } else {
+                println!(
+                    "{:<24} {:<7} {:<14} {:>9}  SUMMARY",
+                    "TOOL", "OUTCOME", "SESSION", "TOOK_MS"
+                );
+                for c in &calls {
+                    let summary: String = c
+                        .output_summary
+                        .lines()
+                        .next()
+                        .unwrap_or("")
+                        .chars()
+                        .take(60)
+                        .collect();
+                    println!(
+                        "{:<24} {:<7} {:<14} {:>9}  {}",
+                        c.tool_name,
+                        c.kind,
+                        c.session.as_deref().unwrap_or("-"),
+                        ms(c.took),
+                        summary
+                    );
+                }
+                println!("{} call(s)", calls.len());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Tools {
             mode,
             session,
             format,
         } => {
+            app.open_session(&session).await?;
             let composed = app.surface.compose(&session, mode, &Capabilities::all())?;
             print!("{}", format_tools(&composed.specs(), format));
             Ok(ExitCode::SUCCESS)
         }
         Command::Search { query, limit } => {
+            app.open_session("cli").await?;
             let input = serde_json::json!({"query": query, "limit": limit});
             let envelope = app
                 .dispatcher
                 .call("tool_search", input, CallContext::for_session("cli"))
                 .await;
+            app.save_session("cli").await?;
             println!("{}", render(&envelope, &RenderOptions::default()));
             Ok(exit_for(&envelope))
         }
@@ -176,7 +351,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             for host in allow_hosts {
                 options = options.with_allowed_host(host);
             }
-            quiver_host::serve::serve(app.surface, app.dispatcher, transport, options).await?;
+            quiver_host::serve::serve(
+                app.surface.clone(),
+                app.dispatcher.clone(),
+                transport,
+                options,
+            )
+            .await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::BenchSearch { .. } => unreachable!("handled before the catalog is built"),
@@ -185,16 +366,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
             session,
         } => {
+            app.open_session(&session).await?;
             let envelope = app
                 .dispatcher
-                .call_json(&name, &json, CallContext::for_session(session))
+                .call_json(&name, &json, CallContext::for_session(session.as_str()))
                 .await;
+            app.save_session(&session).await?;
             println!("{}", render(&envelope, &RenderOptions::default()));
-            Ok(if envelope.is_err() {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            })
+            Ok(exit_for(&envelope))
         }
     }
 }

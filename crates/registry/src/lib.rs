@@ -12,6 +12,7 @@ pub mod layers;
 mod policy;
 mod ports;
 mod state;
+mod store;
 mod suggest;
 mod validate;
 
@@ -26,7 +27,15 @@ pub use ports::{
     CallObserver, CallRecord, MemoryRecorder, NoPolicy, NullRecorder, PolicyCheck, PolicyRequest,
     PolicyVerdict, ToolCallRecorder,
 };
+pub use store::{
+    ALL_TENANTS, CallFilter, CallLog, DefinitionStore, JobStatus, JobStore, JobType, LoggedCall,
+    MemoryCallLog, MemoryDefinitionStore, MemoryJobStore, NewJob, OUTPUT_SUMMARY_CHARS, SeedPlan,
+    SeedReport, StoreError, ToolDefinition, ToolJob, ToolType, output_summary, parse_lifecycle,
+    plan_seed,
+};
 pub use suggest::did_you_mean;
 
 #[cfg(feature = "mock")]
 pub use ports::{MockPolicyCheck, MockToolCallRecorder};
+#[cfg(feature = "mock")]
+pub use store::{MockCallLog, MockDefinitionStore, MockJobStore};

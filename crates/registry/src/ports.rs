@@ -37,6 +37,64 @@ pub struct CallRecord {
     pub at: SystemTime,
 }
 
+impl CallRecord {
+    /// A record of a call to `tool_name` that ended in `envelope`: no session or tenant, no
+    /// narration, the arguments' [`quiver_contract::args_hash`], zero timings, dispatched now.
+    pub fn new(
+        tool_name: impl Into<String>,
+        call_id: impl Into<Arc<str>>,
+        input: Value,
+        envelope: Envelope,
+    ) -> Self {
+        let tool_name = tool_name.into();
+        let args_hash = quiver_contract::args_hash(&tool_name, &input);
+        CallRecord {
+            tool_name,
+            session: None,
+            tenant: None,
+            call_id: call_id.into(),
+            input,
+            reasoning: None,
+            args_hash,
+            envelope,
+            queued: Duration::ZERO,
+            took: Duration::ZERO,
+            at: SystemTime::now(),
+        }
+    }
+
+    /// Sets the session.
+    pub fn with_session(mut self, session: impl Into<Arc<str>>) -> Self {
+        self.session = Some(session.into());
+        self
+    }
+
+    /// Sets the tenant.
+    pub fn with_tenant(mut self, tenant: impl Into<Arc<str>>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// Sets the narration.
+    pub fn with_reasoning(mut self, reasoning: impl Into<String>) -> Self {
+        self.reasoning = Some(reasoning.into());
+        self
+    }
+
+    /// Sets the timings.
+    pub fn with_timings(mut self, queued: Duration, took: Duration) -> Self {
+        self.queued = queued;
+        self.took = took;
+        self
+    }
+
+    /// Sets when the call was dispatched.
+    pub fn with_at(mut self, at: SystemTime) -> Self {
+        self.at = at;
+        self
+    }
+}
+
 /// Receives one record per call, after the call returns. Implementations must not lose a
 /// record: when they buffer, `record` waits for room rather than dropping.
 #[cfg_attr(feature = "mock", mockall::automock)]

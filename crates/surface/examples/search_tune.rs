@@ -70,7 +70,8 @@ fn diagnose(tools: &str, queries: &str) {
         let q: serde_json::Value = serde_json::from_str(line).expect("query line");
         let text = q["query"].as_str().unwrap_or_default();
         let gold: Vec<Vec<String>> = serde_json::from_value(q["gold"].clone()).unwrap_or_default();
-        let hits = ix.search(text, 10, &all);
+        let deep = ix.search(text, 500, &all);
+        let hits = &deep[..deep.len().min(10)];
         println!("Q {text}");
         println!("  terms {:?}", query_terms(text));
         for (i, h) in hits.iter().enumerate() {
@@ -83,7 +84,10 @@ fn diagnose(tools: &str, queries: &str) {
         }
         for g in &gold {
             if !hits.iter().any(|h| g.contains(&h.name)) {
-                println!("  MISS {}", g[0]);
+                match deep.iter().position(|h| g.contains(&h.name)) {
+                    Some(r) => println!("  MISS {} (rank {})", g[0], r + 1),
+                    None => println!("  MISS {} (not found)", g[0]),
+                }
             }
         }
     }
@@ -97,6 +101,76 @@ fn tune(tools: &str, queries: &str) {
         "", "h@1", "r@5", "r@10", "ndcg"
     );
     run("default", d());
+    for v in [0.0, 0.1, 0.2, 0.4, 0.5, 0.7] {
+        run(
+            &format!("diversity {v}"),
+            Params {
+                diversity: v,
+                ..d()
+            },
+        );
+    }
+    for v in [10, 30, 50] {
+        run(
+            &format!("diversify depth {v}"),
+            Params {
+                diversify_depth: v,
+                ..d()
+            },
+        );
+    }
+    if std::env::var_os("TUNE_DIV").is_some() {
+        return;
+    }
+    for v in [0.0, 0.2, 0.6, 1.0] {
+        run(
+            &format!("path w {v}"),
+            Params {
+                path_weight: v,
+                ..d()
+            },
+        );
+    }
+    for v in [0.0, 0.6, 1.0] {
+        run(
+            &format!("filler w {v}"),
+            Params {
+                filler_weight: v,
+                ..d()
+            },
+        );
+    }
+    for v in [0.0, 0.1, 0.2, 0.5, 0.8] {
+        run(
+            &format!("fb w {v}"),
+            Params {
+                fb_weight: v,
+                ..d()
+            },
+        );
+    }
+    for v in [1, 2, 5, 10] {
+        run(&format!("fb docs {v}"), Params { fb_docs: v, ..d() });
+    }
+    for v in [3, 5, 12, 20] {
+        run(&format!("fb terms {v}"), Params { fb_terms: v, ..d() });
+    }
+    for v in [0.1, 0.2, 0.3, 0.5] {
+        run(
+            &format!("fb all fields w {v}"),
+            Params {
+                fb_names_only: false,
+                fb_weight: v,
+                ..d()
+            },
+        );
+    }
+    if std::env::var_os("TUNE_FB").is_some() {
+        return;
+    }
+    if std::env::var_os("TUNE_SHORT").is_some() {
+        return;
+    }
     for k1 in [0.8, 1.5, 2.0] {
         run(&format!("k1 {k1}"), Params { k1, ..d() });
     }

@@ -2,13 +2,15 @@
 //! how they are found. [`Surface`] holds the resident floor (anchors, then the tools used
 //! most), each session's working set (tools the model paged in with `tool_search` or
 //! `describe_tool`), and the per-round budgets; [`core_tools`] are those two built-in tools.
-//! Its [`search`] module is the lexical search index behind `tool_search`.
+//! Its [`search`] module is the lexical search index behind `tool_search`; [`ports`] holds
+//! the persistence ports it consumes ([`ports::SessionStore`], [`ports::UsageSource`]), in
+//! its own vocabulary, with in-memory implementations.
 
 mod config;
 mod error;
 mod floor;
-// The search module predates this toolchain's `needless_range_loop`; it is owned elsewhere.
-#[allow(clippy::needless_range_loop)]
+mod persist;
+pub mod ports;
 pub mod search;
 mod surface;
 mod tools;

@@ -256,7 +256,7 @@ pub struct Surface {
     config: SurfaceConfig,
     usage: Arc<dyn UsageScores>,
     system: Vec<String>,
-    index: RwLock<SearchIndex>,
+    index: RwLock<Indexed>,
     index_updates: watch::Sender<u64>,
     sessions: Mutex<HashMap<Arc<str>, Session>>,
     floor: Mutex<FloorState>,
@@ -274,6 +274,44 @@ impl fmt::Debug for Surface {
 
 fn indexable(spec: &ToolSpec) -> bool {
     spec.is_live() && !spec.category.is_internal()
+}
+
+/// The search index and, per indexed tool, the modes it is listed in: the search filter
+/// runs for every scored tool, so it reads this map rather than the catalog.
+#[derive(Debug, Default)]
+struct Indexed {
+    index: SearchIndex,
+    listed: HashMap<Box<str>, u8>,
+}
+
+fn mode_bit(mode: Mode) -> u8 {
+    match mode {
+        Mode::Chat => 1,
+        Mode::Agentic => 2,
+        Mode::Delegate => 4,
+        Mode::Plan => 8,
+        _ => 16,
+    }
+}
+
+fn listed_mask(spec: &ToolSpec) -> u8 {
+    Mode::ALL
+        .into_iter()
+        .filter(|m| spec.listed_in(*m))
+        .fold(0, |acc, m| acc | mode_bit(m))
+}
+
+impl Indexed {
+    fn upsert(&mut self, spec: &ToolSpec) {
+        self.index.upsert(spec);
+        self.listed
+            .insert(spec.name.as_str().into(), listed_mask(spec));
+    }
+
+    fn remove(&mut self, name: &str) {
+        self.index.remove(name);
+        self.listed.remove(name);
+    }
 }
 
 fn any_match(patterns: &[String], name: &str) -> bool {
@@ -394,7 +432,11 @@ impl Surface {
 
     /// The number of indexed tools.
     pub fn index_len(&self) -> usize {
-        self.index.read().unwrap_or_else(|p| p.into_inner()).len()
+        self.index
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .index
+            .len()
     }
 
     /// Rebuilds the search index from the catalog.
@@ -412,9 +454,7 @@ impl Surface {
                 let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
                 match entry {
                     Some(e) if indexable(&e.spec) => index.upsert(&e.spec),
-                    _ => {
-                        index.remove(&name);
-                    }
+                    _ => index.remove(&name),
                 }
             }
             CatalogEvent::Removed(name) => {
@@ -663,13 +703,25 @@ impl Surface {
         mode: Mode,
         capabilities: &Capabilities,
     ) -> Vec<SearchHit> {
+        let bit = mode_bit(mode);
+        let indexed = self.index.read().unwrap_or_else(|p| p.into_inner());
         // The system tools are always resident; finding them would waste a slot.
-        let filter =
-            |n: &str| !self.system.iter().any(|s| s == n) && self.visible(n, mode, capabilities);
-        self.index
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .search(query, limit, &filter)
+        let filter = |n: &str| {
+            indexed.listed.get(n).is_some_and(|m| m & bit != 0)
+                && capabilities.allows(n)
+                && !self.system.iter().any(|s| s == n)
+        };
+        // Most tools pass the filter, and it would run for every scored tool: fetch a few
+        // more than asked unfiltered, filter those, and search filtered only when too few pass.
+        let over = limit.saturating_mul(2).saturating_add(8);
+        let mut hits = indexed.index.search(query, over, &|_| true);
+        let fetched = hits.len();
+        hits.retain(|h| filter(&h.name));
+        if hits.len() >= limit || fetched < over {
+            hits.truncate(limit);
+            return hits;
+        }
+        indexed.index.search(query, limit, &filter)
     }
 
     /// What `tool_search` does: searches in the session's mode and pages the hits into its
@@ -767,7 +819,8 @@ impl Surface {
 
     /// What `describe_tool` does: the full spec of a visible tool, paged into the working
     /// set and marked loaded (its full spec is advertised from now on). `None` when the
-    /// tool is not visible to this caller in the session's mode.
+    /// tool is not visible to this caller in the session's mode (including the mode's
+    /// exclusion lists).
     pub fn describe(
         &self,
         session: &str,
@@ -776,7 +829,10 @@ impl Surface {
     ) -> Option<(ToolSpec, PageIn)> {
         let mode = self.session_mode(session);
         let entry = self.catalog.lookup(name)?;
-        if !entry.spec.listed_in(mode) || !capabilities.allows(name) {
+        if !entry.spec.listed_in(mode)
+            || !capabilities.allows(name)
+            || self.mode_excluded(mode, name)
+        {
             return None;
         }
         let paged = self.page_in_sized(
@@ -792,7 +848,7 @@ impl Surface {
         self.catalog
             .available(mode)
             .into_iter()
-            .filter(|e| capabilities.allows(e.name()))
+            .filter(|e| capabilities.allows(e.name()) && !self.mode_excluded(mode, e.name()))
             .map(|e| e.spec.name.clone())
             .collect()
     }
@@ -836,8 +892,8 @@ impl CallObserver for Surface {
     }
 }
 
-fn build_index(catalog: &Catalog) -> SearchIndex {
-    let mut index = SearchIndex::new();
+fn build_index(catalog: &Catalog) -> Indexed {
+    let mut index = Indexed::default();
     for e in catalog.tools() {
         if indexable(&e.spec) {
             index.upsert(&e.spec);

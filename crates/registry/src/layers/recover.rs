@@ -69,15 +69,17 @@ where
     }
 
     fn call(&mut self, call: Call) -> CallFuture {
-        let tool = call.entry.spec.name.clone();
+        let entry = call.entry.clone();
         let fut = match std::panic::catch_unwind(AssertUnwindSafe(|| self.inner.call(call))) {
             Ok(fut) => fut,
-            Err(payload) => return Box::pin(async move { Ok(panic_envelope(&tool, &*payload)) }),
+            Err(payload) => {
+                return Box::pin(async move { Ok(panic_envelope(&entry.spec.name, &*payload)) });
+            }
         };
         Box::pin(async move {
             match AssertUnwindSafe(fut).catch_unwind().await {
                 Ok(result) => result,
-                Err(payload) => Ok(panic_envelope(&tool, &*payload)),
+                Err(payload) => Ok(panic_envelope(&entry.spec.name, &*payload)),
             }
         })
     }

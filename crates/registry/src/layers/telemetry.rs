@@ -144,13 +144,13 @@ where
             outcome = tracing::field::Empty,
         );
         let metrics = self.metrics.clone();
-        let tool = call.entry.spec.name.clone();
+        let entry = call.entry.clone();
         let fut = self.inner.call(call);
         let span2 = span.clone();
         Box::pin(
             async move {
                 let envelope = fut.await?;
-                metrics.count(&tool, &envelope);
+                metrics.count(&entry.spec.name, &envelope);
                 span2.record("outcome", envelope.kind_str());
                 Ok(envelope)
             }

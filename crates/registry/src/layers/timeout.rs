@@ -115,13 +115,14 @@ where
             _ => (own, false),
         };
         call.ctx.deadline = Some(deadline);
-        let tool = call.entry.spec.name.clone();
+        let entry = call.entry.clone();
         let fut = self.inner.call(call);
         Box::pin(async move {
             match tokio::time::timeout_at(deadline.into(), fut).await {
                 Ok(result) => result,
                 Err(_) => {
                     let waited = secs(deadline.saturating_duration_since(now));
+                    let tool = &entry.spec.name;
                     let message = if inherited {
                         format!(
                             "`{tool}` did not finish within the {waited} left of the caller's deadline; the call was abandoned."

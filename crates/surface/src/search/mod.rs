@@ -32,7 +32,7 @@ use quiver_contract::{ToolSpec, split_mcp_name};
 use serde_json::Value;
 
 pub use eval::{EvalReport, evaluate};
-use tokenize::{TokenOpts, expand_query, tokenize};
+use tokenize::{TokenOpts, expand_query, is_filler, path_only_terms, tokenize};
 
 /// One search result: a tool name and its score, normalised to `0.0..=1.0` (1.0 would be a
 /// tool matching every query term as strongly as the index allows).
@@ -73,6 +73,23 @@ pub(crate) struct Params {
     /// Share of the best score of a tool's server added to every tool of that server (tools
     /// needed together tend to come from one server).
     pub(crate) server_context: f64,
+    /// The share of query-term coverage in the order of the head of the ranking (see
+    /// `SearchIndex::diversify`; 0 keeps the score order).
+    pub(crate) diversity: f64,
+    /// How many of the best tools diversification reorders.
+    pub(crate) diversify_depth: usize,
+    /// The weight of a query term found only inside file paths.
+    pub(crate) path_weight: f64,
+    /// The weight of a conversational filler word ("help", "give", "want").
+    pub(crate) filler_weight: f64,
+    /// Pseudo-relevance feedback: the top `fb_docs` tools of the query...
+    pub(crate) fb_docs: usize,
+    /// ... give their `fb_terms` best terms (idf-weighted, by the tools' scores) ...
+    pub(crate) fb_terms: usize,
+    /// ... added to the query at this weight (for the best of them; 0 turns feedback off).
+    pub(crate) fb_weight: f64,
+    /// Feedback terms from the tools' names only (else from all their fields).
+    pub(crate) fb_names_only: bool,
 }
 
 impl Default for Params {
@@ -88,6 +105,14 @@ impl Default for Params {
             related_weight: 0.8,
             server_name: 1.0,
             server_context: 0.3,
+            diversity: 0.3,
+            diversify_depth: 20,
+            path_weight: 0.4,
+            filler_weight: 0.3,
+            fb_docs: 3,
+            fb_terms: 8,
+            fb_weight: 0.3,
+            fb_names_only: false,
         }
     }
 }
@@ -131,6 +156,9 @@ pub struct SearchIndex {
     lens: Vec<[u32; FIELDS]>,
     /// Document id -> server id (beside `docs`).
     doc_server: Vec<Option<u32>>,
+    /// Document id -> its name terms inline when they are few (beside `docs`, so the
+    /// coverage bonus of many tools does not chase a pointer per tool).
+    name_ids: Vec<NameIds>,
     docs: Vec<Option<Doc>>,
     free: Vec<u32>,
     by_name: HashMap<String, u32>,
@@ -144,6 +172,94 @@ pub struct SearchIndex {
     live_servers: usize,
     /// Term -> the servers whose names contain it.
     server_postings: HashMap<Box<str>, Vec<u32>>,
+}
+
+/// Per-search working arrays, kept per thread so that a search allocates nothing in
+/// proportion to the catalog. Every array is all zeros (or `false`) between searches;
+/// `dirty` marks one that a search left midway (a panicking filter), cleared in full on
+/// next use.
+#[derive(Debug, Default)]
+struct Scratch {
+    dirty: bool,
+    /// Document id -> one term's best score (`term_data`).
+    best: Vec<f64>,
+    /// Document id -> the combined score (`combine`).
+    total: Vec<f64>,
+    /// Document id -> whether a query term is in its name (`combine`).
+    flag: Vec<bool>,
+    /// Term id -> its idf, once computed in this search (0 = not yet).
+    idf: Vec<f64>,
+    /// The term ids set in `idf`.
+    idf_set: Vec<u32>,
+    /// Server id -> its server-name score, then its best tool's score (`combine`).
+    server: Vec<f64>,
+}
+
+impl Scratch {
+    /// Readies the arrays for an index of these sizes.
+    fn prepare(&mut self, docs: usize, terms: usize, servers: usize) {
+        if self.dirty {
+            self.best.fill(0.0);
+            self.total.fill(0.0);
+            self.flag.fill(false);
+            self.idf.fill(0.0);
+            self.idf_set.clear();
+            self.server.fill(0.0);
+        }
+        if self.best.len() < docs {
+            self.best.resize(docs, 0.0);
+            self.total.resize(docs, 0.0);
+            self.flag.resize(docs, false);
+        }
+        if self.idf.len() < terms {
+            self.idf.resize(terms, 0.0);
+        }
+        if self.server.len() < servers {
+            self.server.resize(servers, 0.0);
+        }
+        self.dirty = true;
+    }
+
+    /// Marks the arrays clean again (the caller has reset what it set).
+    fn finish(&mut self) {
+        for t in self.idf_set.drain(..) {
+            self.idf[t as usize] = 0.0;
+        }
+        self.dirty = false;
+    }
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::default();
+}
+
+/// Per field, the two halves of BM25's length normalisation, `1 - b` and `b / avg`, and the
+/// field weight: a tool's field of length `len` scores `weight / (1 - b + b * len / avg)`
+/// per occurrence. Computed per search from the running totals, so a change to the index
+/// invalidates nothing.
+#[derive(Debug, Clone, Copy)]
+struct FieldNorm {
+    /// Per field, `b / avg`.
+    slope: [f64; FIELDS],
+    /// Per field, `1 - b`.
+    base: [f64; FIELDS],
+    weight: [f64; FIELDS],
+}
+
+impl FieldNorm {
+    /// The weighted, length-normalised term frequency of one posting.
+    #[inline]
+    fn tf(&self, len: &[u32; FIELDS], tf: &[u16; FIELDS]) -> f64 {
+        let mut sum = 0.0;
+        for f in 0..FIELDS {
+            if tf[f] > 0 {
+                let norm = self.base[f] + self.slope[f] * f64::from(len[f]);
+                // Rounded through f32 as the per-document table this replaced was.
+                sum += f64::from((self.weight[f] / norm) as f32) * f64::from(tf[f]);
+            }
+        }
+        sum
+    }
 }
 
 impl SearchIndex {
@@ -209,6 +325,7 @@ impl SearchIndex {
         if self.lens.len() < self.docs.len() {
             self.lens.resize(self.docs.len(), [0; FIELDS]);
             self.doc_server.resize(self.docs.len(), None);
+            self.name_ids.resize(self.docs.len(), NameIds::default());
         }
         self.lens[id as usize] = len;
         for (total, l) in self.total_len.iter_mut().zip(len) {
@@ -216,6 +333,7 @@ impl SearchIndex {
         }
         let server_id = (!server.is_empty()).then(|| self.server_id(server));
         self.doc_server[id as usize] = server_id;
+        self.name_ids[id as usize] = NameIds::new(&name_terms);
         if let Some(sid) = server_id {
             let entry = &mut self.servers[sid as usize];
             if entry.members.is_empty() {
@@ -296,6 +414,7 @@ impl SearchIndex {
         }
         self.lens[id as usize] = [0; FIELDS];
         self.doc_server[id as usize] = None;
+        self.name_ids[id as usize] = NameIds::default();
         for (total, l) in self.total_len.iter_mut().zip(doc.len) {
             *total -= u64::from(l);
         }
@@ -332,103 +451,463 @@ impl SearchIndex {
         if terms.is_empty() || limit == 0 || self.is_empty() {
             return Vec::new();
         }
+        SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut s) => self.search_in(query, &terms, limit, filter, &mut s),
+            // A search from inside a filter: its own arrays.
+            Err(_) => self.search_in(query, &terms, limit, filter, &mut Scratch::default()),
+        })
+    }
+
+    fn search_in(
+        &self,
+        query: &str,
+        terms: &[String],
+        limit: usize,
+        filter: &dyn Fn(&str) -> bool,
+        s: &mut Scratch,
+    ) -> Vec<SearchHit> {
+        s.prepare(self.docs.len(), self.lists.len(), self.servers.len());
+        let hits = self.rank(query, terms, limit, filter, s);
+        s.finish();
+        hits
+    }
+
+    fn rank(
+        &self,
+        query: &str,
+        terms: &[String],
+        limit: usize,
+        filter: &dyn Fn(&str) -> bool,
+        s: &mut Scratch,
+    ) -> Vec<SearchHit> {
+        let p = &self.params;
+        let norm = self.field_norm();
+        let whole = self.weigh(query, terms);
+        let mut cache: HashMap<&str, TermData> = HashMap::with_capacity(whole.len() + p.fb_terms);
+        for (q, _) in &whole {
+            if !cache.contains_key(q.as_str()) {
+                let data = self.term_data(q, true, &norm, &mut s.best);
+                cache.insert(q.as_str(), data);
+            }
+        }
+        let mut acc = Acc::default();
+        self.accumulate(&whole, &cache, s, &mut acc);
+        let feedback_on = p.fb_weight > 0.0 && p.fb_docs > 0 && p.fb_terms > 0;
+        // The term sums before the non-linear parts, for the feedback pass to go on from.
+        let linear: Vec<f64> = if feedback_on {
+            acc.touched.iter().map(|&d| s.total[d as usize]).collect()
+        } else {
+            Vec::new()
+        };
+        let (mut touched, mut bound) = self.finish(&acc, s);
+        if touched.is_empty() {
+            return Vec::new();
+        }
+        if feedback_on {
+            let feedback = self.feedback(&whole, &s.total, &touched);
+            if !feedback.is_empty() {
+                let mut more: Vec<(String, f64)> = Vec::with_capacity(feedback.len());
+                for &(t, w) in &feedback {
+                    if !cache.contains_key(t) {
+                        // A feedback term is an indexed term: no prefix completions.
+                        let data = self.term_data(t, false, &norm, &mut s.best);
+                        cache.insert(t, data);
+                    }
+                    more.push((t.to_owned(), w));
+                }
+                // The query's terms followed by the feedback terms, as one term list: the
+                // feedback terms' sums go on from the query's.
+                for &d in &touched {
+                    s.total[d as usize] = 0.0;
+                }
+                for (&d, &v) in acc.touched.iter().zip(&linear) {
+                    s.total[d as usize] = v;
+                }
+                self.accumulate(&more, &cache, s, &mut acc);
+                (touched, bound) = self.finish(&acc, s);
+            }
+        }
+        let bound = if bound > 0.0 { bound } else { 1.0 };
+        let mut cands: Vec<(f64, u32)> =
+            touched.iter().map(|&d| (s.total[d as usize], d)).collect();
+        for &d in &touched {
+            s.total[d as usize] = 0.0;
+        }
+        let depth = limit.max(p.diversify_depth);
+        let mut hits = self.best_filtered(&mut cands, depth, filter);
+        if p.diversity > 0.0 && hits.len() > 2 {
+            self.diversify(&mut hits, &whole, &cache, &mut s.best);
+        }
+        hits.truncate(limit);
+        // Scores never rise down the list (diversification may move a tool up).
+        let mut cap = f64::INFINITY;
+        hits.into_iter()
+            .map(|(s, name, _)| {
+                cap = cap.min(s);
+                SearchHit {
+                    name: name.to_owned(),
+                    score: (cap / bound).clamp(0.0, 1.0),
+                }
+            })
+            .collect()
+    }
+
+    /// The name of a live document.
+    fn name_of(&self, d: u32) -> &str {
+        self.docs[d as usize]
+            .as_ref()
+            .expect("live doc")
+            .name
+            .as_str()
+    }
+
+    /// The best `depth` of the scored tools `cands` that pass `filter`, by score and then
+    /// name. The filter runs on the best-scored tools only, in growing windows, until the
+    /// window holds `depth` passing tools scored above its edge (every tool outside it
+    /// scores at most the edge, so none of them can be among the best).
+    fn best_filtered(
+        &self,
+        cands: &mut [(f64, u32)],
+        depth: usize,
+        filter: &dyn Fn(&str) -> bool,
+    ) -> Vec<(f64, &str, u32)> {
+        let order =
+            |a: &(f64, &str, u32), b: &(f64, &str, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(b.1));
+        let mut window = depth.saturating_mul(2).max(32);
+        while window < cands.len() {
+            cands.select_nth_unstable_by(window - 1, |a, b| b.0.total_cmp(&a.0));
+            let edge = cands[window - 1].0;
+            let mut hits: Vec<(f64, &str, u32)> = cands[..window]
+                .iter()
+                .filter(|c| c.0 > edge)
+                .map(|&(s, d)| (s, self.name_of(d), d))
+                .filter(|h| filter(h.1))
+                .collect();
+            if hits.len() >= depth {
+                hits.sort_unstable_by(order);
+                hits.truncate(depth);
+                return hits;
+            }
+            window = window.saturating_mul(4);
+        }
+        let mut hits: Vec<(f64, &str, u32)> = cands
+            .iter()
+            .map(|&(s, d)| (s, self.name_of(d), d))
+            .filter(|h| filter(h.1))
+            .collect();
+        hits.sort_unstable_by(order);
+        hits.truncate(depth);
+        hits
+    }
+
+    /// Reorders a ranking, best first, so that its head covers the query's terms: the
+    /// query terms are aspects weighted by their weight and idf, a tool meets an aspect as
+    /// strongly as its score for the term over the best tool's, and the next tool is the one
+    /// with the best mix of its own score (share `1 - diversity`) and the aspect weight it
+    /// meets that the tools above it do not yet (share `diversity`; xQuAD, Santos et al.,
+    /// 2010). Equal values keep the name order. `scratch` is all zeros and is left so.
+    fn diversify(
+        &self,
+        hits: &mut [(f64, &str, u32)],
+        weighted: &[(String, f64)],
+        cache: &HashMap<&str, TermData>,
+        scratch: &mut [f64],
+    ) {
+        let p = &self.params;
+        let m = hits.len();
+        // Candidate position + 1 by document id, in `scratch` (as f64, to reuse it).
+        for (i, h) in hits.iter().enumerate() {
+            scratch[h.2 as usize] = (i + 1) as f64;
+        }
+        let mut aspects: Vec<(f64, Vec<f64>)> = Vec::new();
+        for (q, w) in weighted {
+            let Some(data) = cache.get(q.as_str()) else {
+                continue;
+            };
+            let mut meets = vec![0.0; m];
+            let mut max: f64 = 0.0;
+            for &(d, s) in &data.docs {
+                let at = scratch[d as usize];
+                if at > 0.0 {
+                    meets[at as usize - 1] = s;
+                    max = max.max(s);
+                }
+            }
+            if max > 0.0 {
+                meets.iter_mut().for_each(|x| *x /= max);
+                aspects.push((w * data.max, meets));
+            }
+        }
+        for h in hits.iter() {
+            scratch[h.2 as usize] = 0.0;
+        }
+        let weight_sum: f64 = aspects.iter().map(|a| a.0).sum();
+        if aspects.len() < 2 || weight_sum <= 0.0 {
+            return;
+        }
+        let top = hits[0].0;
+        if top <= 0.0 {
+            return;
+        }
+        // Per aspect: the probability that no tool picked so far meets it.
+        let mut open = vec![1.0; aspects.len()];
+        let mut index: Vec<usize> = (0..m).collect();
+        for slot in 0..m {
+            let value = |i: usize| {
+                let novelty: f64 = aspects
+                    .iter()
+                    .zip(&open)
+                    .map(|((w, meets), o)| w / weight_sum * meets[i] * o)
+                    .sum();
+                (1.0 - p.diversity) * hits[i].0 / top + p.diversity * novelty
+            };
+            let mut best = slot;
+            let mut best_value = value(index[slot]);
+            for (k, &i) in index.iter().enumerate().skip(slot + 1) {
+                let v = value(i);
+                // `index` stays in the original order past `slot`, so ties keep it.
+                if v > best_value {
+                    best = k;
+                    best_value = v;
+                }
+            }
+            let chosen = index.remove(best);
+            index.insert(slot, chosen);
+            for ((_, meets), o) in aspects.iter().zip(open.iter_mut()) {
+                *o *= 1.0 - meets[chosen];
+            }
+        }
+        let reordered: Vec<(f64, &str, u32)> = index.iter().map(|&i| hits[i]).collect();
+        hits.copy_from_slice(&reordered);
+    }
+
+    /// The weighted terms of a query: its terms, related vocabulary, and lower weights for
+    /// terms found only in file paths and for conversational filler words.
+    fn weigh(&self, query: &str, terms: &[String]) -> Vec<(String, f64)> {
+        let p = &self.params;
+        let mut weighted = expand_query(query, terms, p.related_weight);
+        let in_paths = path_only_terms(query);
+        for (t, w) in &mut weighted {
+            if in_paths.contains(t) {
+                *w *= p.path_weight;
+            }
+            if is_filler(t) {
+                *w *= p.filler_weight;
+            }
+        }
+        weighted
+    }
+
+    /// Pseudo-relevance feedback terms: the best terms of the top tools of a first ranking
+    /// that the query does not have, each weighted by the idf of the term times the
+    /// normalised score of the tools that have it, scaled to at most `fb_weight`.
+    fn feedback<'a>(
+        &'a self,
+        weighted: &[(String, f64)],
+        total: &[f64],
+        touched: &[u32],
+    ) -> Vec<(&'a str, f64)> {
         let p = &self.params;
         let n = self.len() as f64;
+        let mut top: Vec<(f64, u32)> = touched.iter().map(|&d| (total[d as usize], d)).collect();
+        let k = p.fb_docs.min(top.len());
+        let order = |a: &(f64, u32), b: &(f64, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+        if top.len() > k {
+            top.select_nth_unstable_by(k - 1, order);
+            top.truncate(k);
+        }
+        let Some(first) = top.iter().map(|t| t.0).reduce(f64::max) else {
+            return Vec::new();
+        };
+        let mut scores: HashMap<u32, f64> = HashMap::new();
+        for &(s, d) in &top {
+            let doc = self.docs[d as usize].as_ref().expect("live doc");
+            let terms = if p.fb_names_only {
+                &doc.name_terms
+            } else {
+                &doc.terms
+            };
+            for &tid in terms {
+                *scores.entry(tid).or_default() +=
+                    s / first * idf(self.lists[tid as usize].len(), n);
+            }
+        }
+        let mut best: Vec<(f64, &str)> = scores
+            .into_iter()
+            .map(|(tid, s)| (s, &*self.texts[tid as usize]))
+            .filter(|(_, t)| !weighted.iter().any(|(q, _)| q == t))
+            .collect();
+        best.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+        best.truncate(p.fb_terms);
+        let max = best.first().map_or(1.0, |b| b.0);
+        best.into_iter()
+            .map(|(s, t)| (t, p.fb_weight * s / max))
+            .collect()
+    }
+
+    /// The BM25F length normalisation for the index as it is now (see [`FieldNorm`]).
+    fn field_norm(&self) -> FieldNorm {
+        let p = &self.params;
+        let n = self.len().max(1) as f64;
         let mut avg = [1.0; FIELDS];
         for (f, a) in avg.iter_mut().enumerate() {
             *a = (self.total_len[f] as f64 / n).max(1.0);
         }
-        let idf = |df: usize, n: f64| (1.0 + (n - df as f64 + 0.5) / (df as f64 + 0.5)).ln();
-        let mut total = vec![0.0f64; self.docs.len()];
-        let mut best = vec![0.0f64; self.docs.len()];
-        let mut touched: Vec<u32> = Vec::new();
-        // Tools with a query term in their name: the only ones the coverage bonus reaches.
-        let mut name_flag = vec![false; self.docs.len()];
-        let mut name_matched: Vec<u32> = Vec::new();
-        let mut term_touched: Vec<u32> = Vec::new();
-        let mut bound = 0.0;
-        let mut idf_sum = 0.0;
-        let mut idf_count = 0usize;
-        // The query's term ids with their weighted idf, for the coverage bonus.
-        let mut term_idf: Vec<(u32, f64)> = Vec::new();
-        let mut server_score: HashMap<u32, f64> = HashMap::new();
-        let mut server_bound: f64 = 0.0;
-        let n_servers = self.live_servers as f64;
+        // One division per posting field.
+        let mut c0 = [0.0; FIELDS];
+        let mut c1 = [0.0; FIELDS];
+        for f in 0..FIELDS {
+            c0[f] = 1.0 - p.b[f];
+            c1[f] = p.b[f] / avg[f];
+        }
+        FieldNorm {
+            slope: c1,
+            base: c0,
+            weight: p.weight,
+        }
+    }
 
-        let weighted = expand_query(query, &terms, p.related_weight);
-        for (q, q_weight) in &weighted {
-            // (postings, weight, exact)
-            let mut expansions: Vec<(&Vec<Posting>, f64, bool)> = Vec::new();
-            if let Some(&tid) = self.dict.get(q.as_str()) {
+    /// The idf of an indexed term, memoised for the rest of the search in `s.idf`.
+    fn term_idf(&self, tid: u32, n: f64, s: &mut Scratch) -> f64 {
+        let slot = &mut s.idf[tid as usize];
+        if *slot == 0.0 {
+            *slot = idf(self.lists[tid as usize].len(), n);
+            s.idf_set.push(tid);
+        }
+        *slot
+    }
+
+    /// The scores one query term (at query weight 1) gives the tools, through its best exact
+    /// or (with `prefixes`) prefix match, and the servers whose names contain it. `best` is
+    /// all zeros, at least as long as the document table, and is left so.
+    fn term_data(&self, q: &str, prefixes: bool, norm: &FieldNorm, best: &mut [f64]) -> TermData {
+        let p = &self.params;
+        let n = self.len() as f64;
+        let mut data = TermData::default();
+        // (postings, weight, exact)
+        let mut expansions: Vec<(&Vec<Posting>, f64, bool)> = Vec::new();
+        if let Some(&tid) = self.dict.get(q) {
+            let list = &self.lists[tid as usize];
+            expansions.push((list, 1.0, true));
+            data.exact = Some((tid, idf(list.len(), n)));
+        }
+        if prefixes && q.chars().count() >= p.prefix_min_len {
+            let range = self
+                .dict
+                .range::<str, _>((Bound::Excluded(q), Bound::Unbounded))
+                .take_while(|(t, _)| t.starts_with(q))
+                .take(p.prefix_max_terms);
+            for (t, &tid) in range {
                 let list = &self.lists[tid as usize];
-                expansions.push((list, 1.0, true));
-                term_idf.push((tid, q_weight * idf(list.len(), n)));
+                // A closer completion counts more: `webf` -> `webfetch` over `webfetcher`.
+                let closeness = q.len() as f64 / t.len() as f64;
+                expansions.push((list, p.prefix_weight * closeness.sqrt(), false));
             }
-            if q.chars().count() >= p.prefix_min_len {
-                let range = self
-                    .dict
-                    .range::<str, _>((Bound::Excluded(q.as_str()), Bound::Unbounded))
-                    .take_while(|(t, _)| t.starts_with(q.as_str()))
-                    .take(p.prefix_max_terms);
-                for (t, &tid) in range {
-                    let list = &self.lists[tid as usize];
-                    // A closer completion counts more: `webf` -> `webfetch` over `webfetcher`.
-                    let closeness = q.len() as f64 / t.len() as f64;
-                    expansions.push((list, p.prefix_weight * closeness.sqrt(), false));
+        }
+        let mut touched: Vec<u32> = Vec::new();
+        let k1 = p.k1;
+        for &(list, weight, exact) in &expansions {
+            let idf = idf(list.len(), n);
+            data.max = data.max.max(idf * weight);
+            for posting in list.iter() {
+                let tf = norm.tf(&self.lens[posting.doc as usize], &posting.tf);
+                let s = weight * idf * tf * (k1 + 1.0) / (k1 + tf);
+                let slot = &mut best[posting.doc as usize];
+                if *slot == 0.0 {
+                    touched.push(posting.doc);
+                }
+                if exact && posting.tf[NAME] > 0 {
+                    data.name_docs.push(posting.doc);
+                }
+                if s > *slot {
+                    *slot = s;
                 }
             }
-            let mut q_max_idf: f64 = 0.0;
-            for &(list, weight, exact) in &expansions {
-                let idf = idf(list.len(), n);
-                q_max_idf = q_max_idf.max(q_weight * idf * weight);
-                for posting in list.iter() {
-                    let doc_len = &self.lens[posting.doc as usize];
-                    let mut tf = 0.0;
-                    for (f, &field_avg) in avg.iter().enumerate() {
-                        if posting.tf[f] > 0 {
-                            let norm = 1.0 - p.b[f] + p.b[f] * f64::from(doc_len[f]) / field_avg;
-                            tf += p.weight[f] * f64::from(posting.tf[f]) / norm;
-                        }
-                    }
-                    let s = q_weight * weight * idf * tf * (p.k1 + 1.0) / (p.k1 + tf);
-                    let slot = &mut best[posting.doc as usize];
-                    if *slot == 0.0 {
-                        term_touched.push(posting.doc);
-                    }
-                    if exact && posting.tf[NAME] > 0 && !name_flag[posting.doc as usize] {
-                        name_flag[posting.doc as usize] = true;
-                        name_matched.push(posting.doc);
-                    }
-                    if s > *slot {
-                        *slot = s;
-                    }
-                }
-            }
-            // One query term scores a tool once, through its best exact or prefix match.
-            for &d in &term_touched {
+        }
+        data.docs = touched
+            .into_iter()
+            .map(|d| (d, std::mem::take(&mut best[d as usize])))
+            .collect();
+        if p.server_name > 0.0
+            && let Some(servers) = self.server_postings.get(q)
+        {
+            data.server = p.server_name * idf(servers.len(), self.live_servers as f64);
+            data.servers.clone_from(servers);
+        }
+        data
+    }
+
+    /// Adds the scores of a weighted term list to `s.total` and `acc` (the part of the
+    /// scoring that is a sum over terms, so a term list can be scored in parts).
+    fn accumulate(
+        &self,
+        weighted: &[(String, f64)],
+        cache: &HashMap<&str, TermData>,
+        s: &mut Scratch,
+        acc: &mut Acc,
+    ) {
+        let p = &self.params;
+        for &d in &acc.name_matched {
+            s.flag[d as usize] = true;
+        }
+        for (q, w) in weighted {
+            let Some(data) = cache.get(q.as_str()) else {
+                continue;
+            };
+            let total = &mut s.total;
+            for &(d, sc) in &data.docs {
                 let slot = &mut total[d as usize];
                 if *slot == 0.0 {
-                    touched.push(d);
+                    acc.touched.push(d);
                 }
-                *slot += best[d as usize];
-                best[d as usize] = 0.0;
+                *slot += w * sc;
             }
-            term_touched.clear();
-            if q_max_idf > 0.0 {
-                bound += q_max_idf * (p.k1 + 1.0);
-                idf_sum += q_max_idf;
-                idf_count += 1;
-            }
-            // The term in server names, idf over servers.
-            if p.server_name > 0.0
-                && let Some(servers) = self.server_postings.get(q.as_str())
-            {
-                let s = p.server_name * q_weight * idf(servers.len(), n_servers);
-                for &sid in servers {
-                    *server_score.entry(sid).or_default() += s;
+            for &d in &data.name_docs {
+                if !s.flag[d as usize] {
+                    s.flag[d as usize] = true;
+                    acc.name_matched.push(d);
                 }
-                server_bound += s;
             }
+            if let Some((tid, idf)) = data.exact {
+                acc.term_idf.push((tid, w * idf));
+            }
+            if data.max > 0.0 {
+                acc.bound += w * data.max * (p.k1 + 1.0);
+                acc.idf_sum += w * data.max;
+                acc.idf_count += 1;
+            }
+            if data.server > 0.0 {
+                let sc = w * data.server;
+                for &sid in &data.servers {
+                    acc.servers.push((sid, sc));
+                }
+                acc.server_bound += sc;
+            }
+        }
+        for &d in &acc.name_matched {
+            s.flag[d as usize] = false;
+        }
+    }
+
+    /// The scores of the tools from the term sums in `s.total` and `acc`: adds the name
+    /// coverage bonus, server-name matches and server context to `s.total` (the caller
+    /// zeroes it again for the returned documents), and returns the scored documents and the
+    /// score bound for normalisation.
+    fn finish(&self, acc: &Acc, s: &mut Scratch) -> (Vec<u32>, f64) {
+        let p = &self.params;
+        let mut touched = acc.touched.clone();
+        let name_matched = &acc.name_matched;
+        let mut bound = acc.bound;
+        let (idf_sum, idf_count) = (acc.idf_sum, acc.idf_count);
+        let mut term_idf = acc.term_idf.clone();
+        let server_bound = acc.server_bound;
+        let mut hit_servers: Vec<u32> = Vec::new();
+        for &(sid, sc) in &acc.servers {
+            let slot = &mut s.server[sid as usize];
+            if *slot == 0.0 {
+                hit_servers.push(sid);
+            }
+            *slot += sc;
         }
 
         // Name coverage: the idf-weighted share of the tool's own name terms in the query.
@@ -440,35 +919,43 @@ impl SearchIndex {
         bound += unit;
         term_idf.sort_unstable_by_key(|t| t.0);
         if unit > 0.0 {
-            for &d in &name_matched {
-                let doc = self.docs[d as usize].as_ref().expect("live doc");
-                let (mut covered, mut all) = (0.0, 0.0);
-                for t in &doc.name_terms {
-                    all += idf(self.lists[*t as usize].len(), n);
-                    if let Ok(at) = term_idf.binary_search_by_key(t, |q| q.0) {
+            let n = self.len() as f64;
+            for &d in name_matched {
+                let inline = &self.name_ids[d as usize];
+                let terms = match inline.get() {
+                    Some(terms) => terms,
+                    None => &self.docs[d as usize].as_ref().expect("live doc").name_terms,
+                };
+                let mut all = 0.0;
+                let mut covered = 0.0;
+                for &t in terms {
+                    all += self.term_idf(t, n, s);
+                    if let Ok(at) = term_idf.binary_search_by_key(&t, |q| q.0) {
                         covered += term_idf[at].1;
                     }
                 }
                 if all > 0.0 {
-                    total[d as usize] += unit * covered / all;
+                    s.total[d as usize] += unit * covered / all;
                 }
             }
         }
 
         // Server name matches reach every tool of the server.
-        for (&sid, s) in &server_score {
+        let total = &mut s.total;
+        for &sid in &hit_servers {
+            let sc = std::mem::take(&mut s.server[sid as usize]);
             for &m in &self.servers[sid as usize].members {
                 if total[m as usize] == 0.0 {
                     touched.push(m);
                 }
-                total[m as usize] += s;
+                total[m as usize] += sc;
             }
         }
         bound += server_bound;
 
         // Server context: every tool of a server gets a share of its best tool's score.
         if p.server_context > 0.0 {
-            let mut server_best = vec![0.0f64; self.servers.len()];
+            let server_best = &mut s.server;
             let mut hit_servers = Vec::new();
             for &d in &touched {
                 if let Some(sid) = self.doc_server[d as usize] {
@@ -479,44 +966,86 @@ impl SearchIndex {
                     *best = best.max(total[d as usize]);
                 }
             }
-            let base = total.clone();
-            for sid in hit_servers {
-                let best = server_best[sid as usize];
+            // Tools not scored so far join `touched` (their total is still 0 here).
+            for &sid in &hit_servers {
+                let a = p.server_context * std::mem::take(&mut server_best[sid as usize]);
                 for &m in &self.servers[sid as usize].members {
-                    if base[m as usize] == 0.0 {
+                    if total[m as usize] == 0.0 && a > 0.0 {
                         touched.push(m);
                     }
-                    total[m as usize] += p.server_context * best;
+                    total[m as usize] += a;
                 }
             }
             bound *= 1.0 + p.server_context;
         }
-        if touched.is_empty() {
-            return Vec::new();
-        }
-
-        let mut hits: Vec<(f64, &str)> = touched
-            .iter()
-            .map(|&d| {
-                let doc = self.docs[d as usize].as_ref().expect("live doc");
-                (total[d as usize], doc.name.as_str())
-            })
-            .filter(|(_, name)| filter(name))
-            .collect();
-        let order = |a: &(f64, &str), b: &(f64, &str)| b.0.total_cmp(&a.0).then(a.1.cmp(b.1));
-        if hits.len() > limit {
-            hits.select_nth_unstable_by(limit - 1, order);
-            hits.truncate(limit);
-        }
-        hits.sort_unstable_by(order);
-        let bound = if bound > 0.0 { bound } else { 1.0 };
-        hits.into_iter()
-            .map(|(s, name)| SearchHit {
-                name: name.to_owned(),
-                score: (s / bound).clamp(0.0, 1.0),
-            })
-            .collect()
+        (touched, bound)
     }
+}
+
+/// BM25's idf of a term in `df` of `n` documents.
+fn idf(df: usize, n: f64) -> f64 {
+    (1.0 + (n - df as f64 + 0.5) / (df as f64 + 0.5)).ln()
+}
+
+/// A tool's name term ids, inline when there are at most `NameIds::CAP` of them.
+#[derive(Debug, Clone, Copy, Default)]
+struct NameIds {
+    /// How many; more than `CAP` means "see `Doc::name_terms`".
+    n: u32,
+    ids: [u32; NameIds::CAP],
+}
+
+impl NameIds {
+    const CAP: usize = 7;
+
+    fn new(terms: &[u32]) -> Self {
+        let mut out = NameIds {
+            n: u32::try_from(terms.len()).unwrap_or(u32::MAX),
+            ids: [0; Self::CAP],
+        };
+        if terms.len() <= Self::CAP {
+            out.ids[..terms.len()].copy_from_slice(terms);
+        }
+        out
+    }
+
+    fn get(&self) -> Option<&[u32]> {
+        let n = self.n as usize;
+        (n <= Self::CAP).then(|| &self.ids[..n])
+    }
+}
+
+/// The sums over the terms of a query (see `SearchIndex::accumulate`).
+#[derive(Debug, Default)]
+struct Acc {
+    /// The documents with a score in `Scratch::total`.
+    touched: Vec<u32>,
+    /// Tools with a query term in their name: the only ones the coverage bonus reaches.
+    name_matched: Vec<u32>,
+    bound: f64,
+    idf_sum: f64,
+    idf_count: usize,
+    /// The query's term ids with their weighted idf, for the coverage bonus.
+    term_idf: Vec<(u32, f64)>,
+    /// (server, score) for the query terms in server names.
+    servers: Vec<(u32, f64)>,
+    server_bound: f64,
+}
+
+/// What one query term contributes, at query weight 1 (every part scales with the weight).
+#[derive(Debug, Default)]
+struct TermData {
+    /// (document, score) for the tools the term or a completion of it meets.
+    docs: Vec<(u32, f64)>,
+    /// Tools with the exact term in their name (may repeat).
+    name_docs: Vec<u32>,
+    /// The exact term's id and idf.
+    exact: Option<(u32, f64)>,
+    /// The most the term can give one tool (before the `k1` factor).
+    max: f64,
+    /// The servers whose names contain the term, and the score they get.
+    servers: Vec<u32>,
+    server: f64,
 }
 
 /// The distinct search terms of a query, in order of first appearance: stop words,

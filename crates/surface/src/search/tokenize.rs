@@ -281,6 +281,45 @@ pub(crate) fn expand_query(query: &str, terms: &[String], weight: f64) -> Vec<(S
     out
 }
 
+/// The terms of `query` that occur only inside file paths (`/root/markdown/report.md` ->
+/// `root`, `markdown`, `report`, `md`): a path names where data goes or comes from, its
+/// folder and file names mostly echo the request, so they weigh less than the words around
+/// them. The file extension is kept at full weight (it names the format).
+pub(crate) fn path_only_terms(query: &str) -> Vec<String> {
+    let (mut in_paths, mut in_text) = (Vec::new(), Vec::new());
+    for word in query.split_whitespace() {
+        if looks_like_path(word) {
+            let w = word.trim_matches(|c: char| !c.is_alphanumeric());
+            let (body, ext) = match w.rsplit_once('.') {
+                Some((b, e)) if !e.contains('/') => (b, Some(e)),
+                _ => (w, None),
+            };
+            tokenize(body, TokenOpts { joins: false }, &mut in_paths);
+            if let Some(e) = ext {
+                tokenize(e, TokenOpts { joins: false }, &mut in_text);
+            }
+        } else {
+            tokenize(word, TokenOpts { joins: false }, &mut in_text);
+        }
+    }
+    in_paths.retain(|t| !in_text.contains(t));
+    in_paths
+}
+
+/// Conversational words of a request that rarely name what a tool does ("help me", "give
+/// me", "I want", "tell me"); a query weighs them less.
+const FILLER: &[&str] = &[
+    "give", "help", "kindly", "know", "like", "need", "tell", "thank", "thanks", "want",
+];
+
+pub(crate) fn is_filler(term: &str) -> bool {
+    static STEMMED: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    STEMMED
+        .get_or_init(|| FILLER.iter().map(|f| stem(f)).collect())
+        .iter()
+        .any(|f| f == term)
+}
+
 /// `/root/x`, `./a/b`, `C:\dir`, `report.md`, `data.xlsx` (not `e.g.` or a version number).
 fn looks_like_path(word: &str) -> bool {
     let w = word.trim_matches(|c: char| matches!(c, ',' | ';' | ')' | '(' | '"' | '\'' | '`'));

@@ -110,3 +110,57 @@ fn stale_floor_names_are_skipped_never_emitted() {
     assert_eq!(composed.dropped_why("gone_anchor"), Some(DropReason::Stale));
     assert_eq!(composed.dropped_why("t01"), Some(DropReason::Stale));
 }
+
+/// Captures what `tracing` writes while `f` runs.
+fn logs(f: impl FnOnce()) -> String {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    String::from_utf8(buf.0.lock().unwrap().clone()).unwrap()
+}
+
+#[test]
+fn a_floor_outside_its_band_is_a_warning() {
+    let config = SurfaceConfig::default()
+        .with_anchors(&["t00"])
+        .with_floor(30, 2, 3);
+    let small = Fixture::new(config.clone(), many(10), &[]);
+    let out = logs(|| {
+        small.surface.rederive_floor();
+    });
+    assert!(
+        out.contains("outside its configured band") && out.contains("size=1"),
+        "{out}"
+    );
+    let usage: Vec<(String, [u64; 3])> = (1..10).map(|i| (format!("t{i:02}"), [1, 0, 0])).collect();
+    let rows: Vec<(&str, [u64; 3])> = usage.iter().map(|(n, b)| (n.as_str(), *b)).collect();
+    let large = Fixture::new(config.clone(), many(10), &rows);
+    let out = logs(|| {
+        large.surface.rederive_floor();
+    });
+    assert!(out.contains("size=10"), "{out}");
+    let fine = Fixture::new(config.with_floor(3, 2, 3), many(10), &rows);
+    assert_eq!(
+        logs(|| {
+            fine.surface.rederive_floor();
+        }),
+        ""
+    );
+}

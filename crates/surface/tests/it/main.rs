@@ -3,6 +3,7 @@
 
 mod compose;
 mod floor;
+mod persist;
 mod support;
 mod tools;
 mod working_set;

@@ -103,7 +103,7 @@ async fn tool_search_result_shape() {
         .call(
             "s",
             "tool_search",
-            json!({"query": "csv file", "limit": 10}),
+            json!({"query": "write csv rows", "limit": 10}),
         )
         .await;
     // The limit is capped by the working set (3); write_csv is agentic-only, so not
@@ -231,4 +231,36 @@ async fn the_index_follows_the_catalog() {
         .unwrap();
     let e = fx.call("s", "tool_search", json!({"query": "yaml"})).await;
     assert_eq!(hit_names(&e), "");
+}
+
+#[tokio::test]
+async fn a_search_finds_allowed_tools_behind_many_disallowed_ones() {
+    let mut specs: Vec<_> = (0..40)
+        .map(|i| ro(&format!("csv_tool_{i:02}"), "Reads a CSV file."))
+        .collect();
+    specs.push(ro("only_csv", "Reads a CSV file, rarely."));
+    let fx = Fixture::new(SurfaceConfig::default(), specs, &[]);
+    let caps = Capabilities::all().with_allowed_tools(vec!["tool_search".into(), "only_*".into()]);
+    let ctx = CallContext::for_session("s").with_capabilities(caps);
+    let e = fx
+        .call_with(ctx, "tool_search", json!({"query": "csv file", "limit": 2}))
+        .await;
+    assert_eq!(hit_names(&e), "only_csv");
+}
+
+#[tokio::test]
+async fn describe_tool_respects_the_modes_lists() {
+    let config = SurfaceConfig::default().with_agentic_only(&["run_shell"]);
+    let fx = Fixture::new(config, vec![rw("run_shell", "Runs a shell command.")], &[]);
+    let e = fx
+        .call("s", "describe_tool", json!({"name": "run_shell"}))
+        .await;
+    assert_eq!(e.hint_kind(), Some(HintKind::Schema), "{}", text(&e));
+    fx.surface
+        .assemble_tools("s", Mode::Agentic, &Capabilities::all())
+        .unwrap();
+    let e = fx
+        .call("s", "describe_tool", json!({"name": "run_shell"}))
+        .await;
+    assert!(e.is_ok(), "{}", text(&e));
 }

@@ -1,0 +1,182 @@
+//! The assembled runtime every command shares: store, catalog, surface, dispatcher.
+
+use std::{sync::Arc, time::SystemTime};
+
+use anyhow::Context;
+use quiver_mcp_adapter::{ClientOptions, McpClient, ServerState};
+use quiver_registry::{
+    CallLog, Catalog, DefinitionStore, Dispatcher, RegisterReport, RulePolicy, ToolDefinition,
+    ToolType,
+};
+use quiver_store_sqlite::SqliteStore;
+use quiver_surface::{MemoryUsage, Surface, core_tools, ports::UsageSource};
+
+use crate::{Config, Families, assemble_catalog};
+
+/// Everything a command needs, built once by [`App::build`].
+#[non_exhaustive]
+pub struct App {
+    /// The shared catalog.
+    pub catalog: Arc<Catalog>,
+    /// The per-session surface.
+    pub surface: Arc<Surface>,
+    /// The one dispatch pipeline.
+    pub dispatcher: Dispatcher,
+    /// The embedded store (definitions, execution log, session state).
+    pub store: Arc<SqliteStore>,
+    /// What catalog assembly registered and skipped.
+    pub report: RegisterReport,
+    /// The server-global MCP client (owned here: closing a session never closes it).
+    pub mcp: McpClient,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("tools", &self.catalog.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl App {
+    /// Opens the store, derives usage for the resident floor, assembles the catalog in family
+    /// order, and builds the dispatcher with the store as
+    /// its recorder and the surface as a call observer.
+    pub async fn build(config: &Config, mcp_files: &[std::path::PathBuf]) -> anyhow::Result<App> {
+        let path = &config.store.path;
+        let store = Arc::new(
+            SqliteStore::open(path)
+                .with_context(|| format!("opening the store {}", path.display()))?,
+        );
+        let usage = store
+            .usage(SystemTime::now())
+            .await
+            .context("reading tool usage from the store")?;
+        let usage = MemoryUsage::new(
+            usage
+                .into_iter()
+                .map(|u| (u.tool, [u.last_30_days, u.last_90_days, u.older])),
+        );
+        let catalog = Arc::new(Catalog::new());
+        let surface = Surface::new(catalog.clone(), config.surface.clone(), Arc::new(usage))
+            .context("building the tool surface")?;
+        let families = Families {
+            core: core_tools(&surface),
+            ..Default::default()
+        };
+        let report = assemble_catalog(&catalog, families).context("assembling the catalog")?;
+        // Server-global MCP comes after the core family, so it can never shadow a core tool:
+        // its tools register first-wins as each server connects.
+        let mut mcp_config = config.mcp.clone();
+        for file in mcp_files {
+            mcp_config.servers.extend(crate::read_mcp_servers(file)?);
+        }
+        let env = |k: &str| std::env::var(k).ok();
+        let servers = mcp_config
+            .finalize(&env)
+            .context("MCP server configuration")?;
+        let mcp = McpClient::start(catalog.clone(), servers, ClientOptions::default());
+        surface.resync_index();
+        let dispatcher = Dispatcher::builder(catalog.clone())
+            .config(config.limits.dispatch_config()?)
+            .policy(Arc::new(RulePolicy::new(config.policy.rules.clone())))
+            .recorder(store.clone())
+            .observer(surface.clone())
+            .build();
+        Ok(App {
+            catalog,
+            surface,
+            dispatcher,
+            store,
+            report,
+            mcp,
+        })
+    }
+
+    /// Records the running code's system tools (the `core` family) in the store's
+    /// definitions table, refreshing their text and schema; stored rows this build does not
+    /// know are left alone and logged. `serve` does this at start-up; `check --against` reads
+    /// the stored definitions before anything is seeded.
+    pub async fn seed(&self) -> anyhow::Result<()> {
+        let system: Vec<ToolDefinition> = self
+            .catalog
+            .tools()
+            .iter()
+            .filter(|e| &*e.family == "core")
+            .map(|e| {
+                ToolDefinition::from_spec(
+                    &e.spec,
+                    ToolType::System,
+                    format!("system:{}", e.spec.name),
+                )
+            })
+            .collect();
+        let seeded = self
+            .store
+            .seed_system_tools(system, Vec::new())
+            .await
+            .context("seeding system tool definitions")?;
+        if !seeded.unknown.is_empty() {
+            tracing::info!(unknown = ?seeded.unknown, "stored system tools this build does not know (left alone)");
+        }
+        Ok(())
+    }
+
+    /// Brings a session's stored working set back (tools it paged in before a restart).
+    pub async fn open_session(&self, session: &str) -> anyhow::Result<()> {
+        self.surface
+            .restore_session(session, &*self.store)
+            .await
+            .with_context(|| format!("restoring the working set of session {session}"))?;
+        Ok(())
+    }
+
+    /// Writes a session's working set to the store now.
+    pub async fn save_session(&self, session: &str) -> anyhow::Result<()> {
+        self.surface
+            .persist_session(session, &*self.store)
+            .await
+            .with_context(|| format!("saving the working set of session {session}"))?;
+        Ok(())
+    }
+
+    /// The call log.
+    pub fn call_log(&self) -> &dyn CallLog {
+        &*self.store
+    }
+
+    /// Waits until `required` MCP servers are ready (an error names the last rejection),
+    /// and until every other server has finished its first connection attempt or `timeout`
+    /// passes, so a one-shot command sees the upstream tools that can be had.
+    pub async fn wait_for_upstreams(&self, timeout: std::time::Duration) -> anyhow::Result<()> {
+        self.mcp
+            .wait_ready(timeout)
+            .await
+            .context("a required MCP server is not ready")?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self
+            .mcp
+            .status()
+            .iter()
+            .any(|s| matches!(s.state, ServerState::Connecting))
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        for line in self.mcp.register_report().warning_lines() {
+            tracing::warn!("server-global MCP: {line}");
+        }
+        Ok(())
+    }
+
+    /// Closes the MCP client (terminating stdio children), flushes the execution log and
+    /// closes the store.
+    pub async fn shutdown(&self) -> anyhow::Result<()> {
+        self.mcp.close().await;
+        self.store
+            .close()
+            .await
+            .context("flushing the execution log")?;
+        Ok(())
+    }
+}

@@ -1,0 +1,297 @@
+//! `quiver.toml`: every key has a default; unknown keys are errors that name the key and the
+//! file, with a did-you-mean; `${env:VAR}` is interpolated in strings.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::{Context, bail};
+use quiver_registry::{
+    DispatchConfig, PolicyRule, did_you_mean,
+    layers::{
+        concurrency::ConcurrencyConfig, result_limit::ResultLimitConfig, timeout::TimeoutConfig,
+    },
+};
+use quiver_surface::SurfaceConfig;
+use serde::Deserialize;
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Config {
+    /// Where Quiver keeps its state.
+    pub store: StoreConfig,
+    /// What each session sees.
+    pub surface: SurfaceConfig,
+    /// Dispatch limits.
+    pub limits: LimitsConfig,
+    /// Policy rules fed to the dispatcher's policy check.
+    pub policy: PolicyConfig,
+    /// Upstream MCP servers (`[[mcp.servers]]`) and the `insecure_http` opt-in list.
+    pub mcp: quiver_mcp_adapter::McpClientConfig,
+}
+
+/// `[store]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct StoreConfig {
+    /// The SQLite file (default `./quiver.db`).
+    pub path: PathBuf,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            path: PathBuf::from("./quiver.db"),
+        }
+    }
+}
+
+/// `[limits]`: the dispatcher's middleware limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct LimitsConfig {
+    /// Default per-call timeout, seconds (30).
+    pub timeout_secs: f64,
+    /// Per-tool timeouts, seconds.
+    pub tool_timeouts: BTreeMap<String, f64>,
+    /// Calls in flight across all tools (1024).
+    pub max_concurrent: usize,
+    /// Calls in flight per tool.
+    pub tool_concurrency: BTreeMap<String, usize>,
+    /// Characters a result may carry (100000).
+    pub max_result_chars: usize,
+    /// Bytes of non-text parts a result may carry (1 MiB).
+    pub max_part_bytes: usize,
+    /// Largest accepted arguments in bytes (1 MiB).
+    pub max_input_bytes: usize,
+    /// The Nth identical call in a row is refused (4).
+    pub loop_guard: u32,
+    /// Failures of the same call before the "different approach" hint (3).
+    pub repeat_failure: u32,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        let d = DispatchConfig::default();
+        LimitsConfig {
+            timeout_secs: d.timeout.default.as_secs_f64(),
+            tool_timeouts: BTreeMap::new(),
+            max_concurrent: d.concurrency.global,
+            tool_concurrency: BTreeMap::new(),
+            max_result_chars: d.result_limit.max_chars,
+            max_part_bytes: d.result_limit.max_part_bytes,
+            max_input_bytes: d.max_input_bytes,
+            loop_guard: d.loop_guard_threshold,
+            repeat_failure: d.repeat_failure_threshold,
+        }
+    }
+}
+
+/// `[policy]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct PolicyConfig {
+    /// The rules, checked in order.
+    pub rules: Vec<PolicyRule>,
+}
+
+fn secs(s: f64, key: &str) -> anyhow::Result<Duration> {
+    if !(s.is_finite() && s > 0.0) {
+        bail!("limits.{key} must be a positive number of seconds, not {s}");
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+impl LimitsConfig {
+    /// The dispatcher configuration these limits describe.
+    pub fn dispatch_config(&self) -> anyhow::Result<DispatchConfig> {
+        let mut timeout =
+            TimeoutConfig::default().with_default(secs(self.timeout_secs, "timeout_secs")?);
+        for (tool, s) in &self.tool_timeouts {
+            timeout = timeout.with_tool(tool, secs(*s, &format!("tool_timeouts.{tool}"))?);
+        }
+        let mut concurrency = ConcurrencyConfig::default().with_global(self.max_concurrent.max(1));
+        for (tool, n) in &self.tool_concurrency {
+            concurrency = concurrency.with_tool(tool, (*n).max(1));
+        }
+        let mut cfg = DispatchConfig::default()
+            .with_timeout(timeout)
+            .with_concurrency(concurrency)
+            .with_result_limit(
+                ResultLimitConfig::default()
+                    .with_max_chars(self.max_result_chars)
+                    .with_max_part_bytes(self.max_part_bytes),
+            )
+            .with_max_input_bytes(self.max_input_bytes);
+        cfg.loop_guard_threshold = self.loop_guard.max(2);
+        cfg.repeat_failure_threshold = self.repeat_failure.max(1);
+        Ok(cfg)
+    }
+}
+
+/// Adds a did-you-mean to serde's "unknown field `x`, expected one of `a`, `b`" errors.
+fn explain(message: &str) -> String {
+    let Some(start) = message.find("unknown field `") else {
+        return message.to_owned();
+    };
+    let rest = &message[start + "unknown field `".len()..];
+    let Some(end) = rest.find('`') else {
+        return message.to_owned();
+    };
+    let unknown = &rest[..end];
+    let expected: Vec<&str> = rest[end + 1..].split('`').skip(1).step_by(2).collect();
+    match did_you_mean(unknown, expected.iter().copied(), 1).first() {
+        Some((best, _)) => format!("{}\ndid you mean `{best}`?", message.trim_end()),
+        None => message.to_owned(),
+    }
+}
+
+/// Replaces `${env:VAR}` in every string; a missing variable is an error naming the key.
+fn interpolate(
+    value: &mut toml::Value,
+    path: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> anyhow::Result<()> {
+    match value {
+        toml::Value::String(s) => {
+            let mut out = String::new();
+            let mut rest = s.as_str();
+            while let Some(i) = rest.find("${env:") {
+                out.push_str(&rest[..i]);
+                let after = &rest[i + 6..];
+                let Some(end) = after.find('}') else {
+                    bail!("{path}: `${{env:` is not closed with `}}`");
+                };
+                let var = &after[..end];
+                let Some(val) = env(var) else {
+                    bail!(
+                        "{path}: environment variable {var} is not set (referenced as `${{env:{var}}}`)"
+                    );
+                };
+                out.push_str(&val);
+                rest = &after[end + 1..];
+            }
+            out.push_str(rest);
+            *s = out;
+        }
+        toml::Value::Array(items) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                interpolate(item, &format!("{path}[{i}]"), env)?;
+            }
+        }
+        toml::Value::Table(t) => {
+            for (k, v) in t.iter_mut() {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                interpolate(v, &p, env)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Parses TOML text; `origin` names the file in errors.
+    pub fn parse(
+        text: &str,
+        origin: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<Config> {
+        // First pass on the text itself, for errors with line and column.
+        if let Err(e) = toml::from_str::<Config>(text) {
+            bail!("{origin}: {}", explain(&e.to_string()));
+        }
+        let mut value: toml::Value =
+            toml::from_str(text).with_context(|| format!("{origin}: invalid TOML"))?;
+        interpolate(&mut value, "", env).with_context(|| format!("{origin}: interpolation"))?;
+        let config: Config = value.try_into().map_err(|e: toml::de::Error| {
+            anyhow::anyhow!("{origin}: {}", explain(&e.to_string()))
+        })?;
+        config
+            .limits
+            .dispatch_config()
+            .with_context(|| format!("{origin}: [limits]"))?;
+        Ok(config)
+    }
+
+    /// Loads `path`, or `./quiver.toml` when it exists, or the defaults.
+    pub fn load(path: Option<&Path>) -> anyhow::Result<(Config, Option<PathBuf>)> {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let path = match path {
+            Some(p) => Some(p.to_path_buf()),
+            None => Some(PathBuf::from("quiver.toml")).filter(|p| p.exists()),
+        };
+        match path {
+            None => Ok((Config::default(), None)),
+            Some(p) => {
+                let text = std::fs::read_to_string(&p)
+                    .with_context(|| format!("cannot read config {}", p.display()))?;
+                let config = Config::parse(&text, &p.display().to_string(), &env)?;
+                Ok((config, Some(p)))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(k: &str) -> Option<String> {
+        (k == "HOME_DIR").then(|| "/srv/q".to_owned())
+    }
+
+    fn check(text: &str, expect: Result<&str, &str>) {
+        match (Config::parse(text, "quiver.toml", &env), expect) {
+            (Ok(c), Ok(want)) => assert_eq!(format!("{}", c.store.path.display()), want),
+            (Err(e), Err(fragment)) => {
+                let msg = format!("{e:#}");
+                assert!(msg.contains(fragment), "`{msg}` lacks `{fragment}`");
+            }
+            (got, want) => panic!("got {got:?}, want {want:?}"),
+        }
+    }
+
+    #[test]
+    fn config_cases() {
+        check("", Ok("./quiver.db"));
+        check(
+            "[store]\npath = \"${env:HOME_DIR}/quiver.db\"",
+            Ok("/srv/q/quiver.db"),
+        );
+        check(
+            "[store]\npath = \"${env:NOPE}\"",
+            Err("store.path: environment variable NOPE is not set"),
+        );
+        check(
+            "[limits]\ntimout_secs = 3",
+            Err("did you mean `timeout_secs`?"),
+        );
+        check("[limits]\ntimout_secs = 3", Err("quiver.toml"));
+        check("[stor]\npath = \"x\"", Err("did you mean `store`?"));
+        check(
+            "[limits]\ntimeout_secs = -1",
+            Err("must be a positive number of seconds"),
+        );
+        check("[store\n", Err("quiver.toml"));
+        check(
+            "[[policy.rules]]\nid = \"r\"\ntool = \"add\"\naction = \"deny\"\nmessage = \"no\"\n",
+            Ok("./quiver.db"),
+        );
+        check(
+            "[[policy.rules]]\nid = \"r\"\ntool = \"add\"\naction = \"block\"\nmessage = \"no\"\n",
+            Err("unknown variant `block`"),
+        );
+    }
+}

@@ -1,0 +1,147 @@
+//! The `mcpServers` JSON that Claude Desktop, Cursor and VS Code use, read as Quiver MCP
+//! server configuration.
+
+use std::{collections::BTreeMap, path::Path};
+
+use anyhow::{Context, bail};
+use quiver_mcp_adapter::ServerConfig;
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+struct File {
+    #[serde(rename = "mcpServers", alias = "servers")]
+    servers: Option<BTreeMap<String, Entry>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    command: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    cwd: Option<String>,
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    /// Claude Desktop and Cursor accept it; Quiver honours it by not starting the server.
+    #[serde(default)]
+    disabled: bool,
+}
+
+/// Parses an `mcpServers` file's text; `origin` names it in errors.
+pub fn parse_mcp_servers(text: &str, origin: &str) -> anyhow::Result<Vec<ServerConfig>> {
+    let file: File = serde_json::from_str(text)
+        .with_context(|| format!("{origin}: not an mcpServers JSON file"))?;
+    let Some(servers) = file.servers else {
+        bail!(
+            "{origin}: no \"mcpServers\" object (expected {{\"mcpServers\": {{\"name\": {{\"command\": ...}}}}}})"
+        );
+    };
+    let mut out = Vec::new();
+    for (name, e) in servers {
+        if e.disabled {
+            continue;
+        }
+        if let Err(err) = quiver_contract::validate_server_name(&name) {
+            let suggestion: String = name
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect();
+            bail!(
+                "{origin}: server {name:?}: {err}. Quiver never renames a server (its name is part of every tool name, mcp__<server>__<tool>); rename it in the file, e.g. to {suggestion:?}"
+            );
+        }
+        let server = match (e.command, e.url) {
+            (Some(command), None) => {
+                let mut s = ServerConfig::stdio(name.clone(), command, e.args);
+                for (k, v) in e.env {
+                    s = s.with_env(k, v);
+                }
+                if let Some(cwd) = e.cwd {
+                    s = s.with_cwd(cwd);
+                }
+                s
+            }
+            (None, Some(url)) => {
+                if matches!(e.kind.as_deref(), Some("sse")) {
+                    bail!(
+                        "{origin}: server {name:?} uses the legacy SSE transport, which Quiver does not speak; use its streamable HTTP endpoint"
+                    );
+                }
+                let mut s = ServerConfig::http(name.clone(), url);
+                for (k, v) in e.headers {
+                    s = s.with_header(k, v);
+                }
+                s
+            }
+            (Some(_), Some(_)) => {
+                bail!("{origin}: server {name:?} has both \"command\" and \"url\"; give one")
+            }
+            (None, None) => bail!(
+                "{origin}: server {name:?} has neither \"command\" (stdio) nor \"url\" (http)"
+            ),
+        };
+        out.push(server);
+    }
+    Ok(out)
+}
+
+/// Reads and parses an `mcpServers` file.
+pub fn read_mcp_servers(path: &Path) -> anyhow::Result<Vec<ServerConfig>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    parse_mcp_servers(&text, &path.display().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_desktop_clients_format() {
+        let text = r#"{"mcpServers": {
+            "everything": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"], "env": {"A": "1"}},
+            "remote": {"type": "http", "url": "https://mcp.example.com/mcp", "headers": {"X-Key": "k"}},
+            "off": {"command": "x", "disabled": true}
+        }}"#;
+        let servers = parse_mcp_servers(text, "c.json").unwrap();
+        assert_eq!(servers.len(), 2);
+        assert_eq!(servers[0].name, "everything");
+        assert_eq!(servers[0].command.as_deref(), Some("npx"));
+        assert_eq!(servers[0].env.get("A").map(String::as_str), Some("1"));
+        assert_eq!(
+            servers[1].url.as_deref(),
+            Some("https://mcp.example.com/mcp")
+        );
+        assert_eq!(
+            servers[1].headers.get("X-Key").map(String::as_str),
+            Some("k")
+        );
+    }
+
+    #[test]
+    fn bad_entries_are_clear_errors() {
+        let err = |t: &str| format!("{:#}", parse_mcp_servers(t, "c.json").unwrap_err());
+        assert!(
+            err(r#"{"mcpServers": {"server-git": {"command": "x"}}}"#)
+                .contains("rename it in the file, e.g. to \"server_git\"")
+        );
+        assert!(err(r#"{"mcpServers": {"a": {}}}"#).contains("neither \"command\""));
+        assert!(
+            err(r#"{"mcpServers": {"a": {"command": "x", "url": "http://h"}}}"#).contains("both")
+        );
+        assert!(
+            err(r#"{"mcpServers": {"a": {"url": "http://h", "type": "sse"}}}"#).contains("SSE")
+        );
+        assert!(err(r#"{"mcpServers": {"a": {"comand": "x"}}}"#).contains("c.json"));
+        assert!(err(r#"{"other": 1}"#).contains("no \"mcpServers\""));
+        assert!(err("[1,").contains("not an mcpServers JSON file"));
+    }
+}

@@ -1,0 +1,205 @@
+use std::process::{Command, Output};
+
+fn workdir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("quiver-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn quiver(args: &[&str]) -> Output {
+    let name = args
+        .join("_")
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(40)
+        .collect::<String>();
+    quiver_in(&workdir(&name), args)
+}
+
+fn quiver_in(dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(args)
+        .current_dir(dir)
+        .env("QUIVER_LOG", "error")
+        .output()
+        .expect("quiver runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn tools_lists_the_built_in_surface_in_every_format() {
+    let table = quiver(&["tools"]);
+    assert!(table.status.success());
+    insta::assert_snapshot!("tools_table", stdout(&table));
+    let openai = quiver(&["tools", "--format", "openai"]);
+    insta::assert_snapshot!("tools_openai", stdout(&openai));
+    let anthropic: serde_json::Value =
+        serde_json::from_slice(&quiver(&["tools", "--format", "anthropic"]).stdout).unwrap();
+    assert_eq!(anthropic[0]["name"], "tool_search");
+    assert!(anthropic[0]["input_schema"]["properties"]["query"].is_object());
+    let bad = quiver(&["tools", "--mode", "party"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("use chat, agentic, delegate or plan"));
+}
+
+#[test]
+fn call_exits_by_envelope_kind() {
+    let ok = quiver(&["call", "tool_search", r#"{"query": "describe a tool"}"#]);
+    assert_eq!(ok.status.code(), Some(0), "{}", stdout(&ok));
+    assert!(stdout(&ok).starts_with("✓ ok."));
+    let hint = quiver(&["call", "tool_search", r#"{"query": "the of and"}"#]);
+    assert_eq!(hint.status.code(), Some(0));
+    assert!(stdout(&hint).starts_with("⚠"), "{}", stdout(&hint));
+    let err = quiver(&["call", "no_such_tool", "{}"]);
+    assert_eq!(err.status.code(), Some(1));
+    assert!(stdout(&err).contains("undefined_tool"));
+    let malformed = quiver(&["call", "tool_search", "{nope"]);
+    assert_eq!(malformed.status.code(), Some(0));
+    assert!(stdout(&malformed).contains("not valid JSON"));
+}
+
+#[test]
+fn check_lints_and_rejects_a_broken_config() {
+    let ok = quiver(&["check"]);
+    assert_eq!(ok.status.code(), Some(0), "{}", stdout(&ok));
+    assert!(stdout(&ok).contains("0 finding(s)"));
+    let dir = std::env::temp_dir().join(format!("quiver-cli-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("quiver.toml");
+    std::fs::write(&cfg, "[surface]\ntarget_flor = 3\n").unwrap();
+    let bad = quiver(&["--config", cfg.to_str().unwrap(), "check"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("quiver.toml") && err.contains("did you mean `target_floor`?"),
+        "{err}"
+    );
+    let missing = quiver(&["--config", "/nonexistent/q.toml", "tools"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("cannot read config /nonexistent/q.toml")
+    );
+}
+
+#[test]
+fn bench_search_prints_the_metrics() {
+    let root = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/bench/toolsearch/livemcpbench"
+    );
+    let out = quiver(&[
+        "bench-search",
+        "--tools",
+        &format!("{root}/tools.jsonl"),
+        "--queries",
+        &format!("{root}/queries.jsonl"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["queries"], 94);
+    for key in ["hit@1", "recall@5", "recall@10", "ndcg@10"] {
+        assert!(v[key].as_f64().is_some(), "{key} in {v}");
+    }
+}
+
+#[test]
+fn every_call_lands_in_the_log_and_log_filters_it() {
+    let dir = workdir("log");
+    quiver_in(
+        &dir,
+        &[
+            "call",
+            "tool_search",
+            r#"{"query": "describe tools"}"#,
+            "--session",
+            "a",
+        ],
+    );
+    quiver_in(&dir, &["call", "missing_tool", "{}", "--session", "b"]);
+    quiver_in(
+        &dir,
+        &["call", "tool_search", r#"{"query": 5}"#, "--session", "a"],
+    );
+    let all = quiver_in(&dir, &["log"]);
+    assert!(
+        all.status.success(),
+        "{}",
+        String::from_utf8_lossy(&all.stderr)
+    );
+    assert!(stdout(&all).contains("3 call(s)"), "{}", stdout(&all));
+    let errs = quiver_in(&dir, &["log", "--outcome", "err", "--json"]);
+    let rows: Vec<serde_json::Value> = stdout(&errs)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["tool"], "missing_tool");
+    assert_eq!(rows[0]["err_kind"], "undefined_tool");
+    let session_a = quiver_in(&dir, &["log", "--session", "a", "--json"]);
+    let kinds: Vec<String> = stdout(&session_a)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["outcome"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(kinds, vec!["hint", "ok"], "newest first");
+}
+
+#[tokio::test]
+async fn check_against_a_database_reports_breaking_changes() {
+    use quiver_registry::{DefinitionStore, ToolDefinition, ToolType};
+    let dir = workdir("against");
+    let db = dir.join("old.db");
+    {
+        let store = quiver_store_sqlite::SqliteStore::open(&db).unwrap();
+        // An older tool_search that took a `scope` argument, and a tool that is gone now.
+        let old =
+            quiver_contract::ToolSpec::new("tool_search", "Finds tools. Use it to find tools.")
+                .with_schema(serde_json::json!({
+                    "type": "object",
+                    "properties": {"query": {"type": "string"}, "scope": {"type": "string"}},
+                    "required": ["query"]
+                }));
+        store
+            .put_definition(ToolDefinition::from_spec(
+                &old,
+                ToolType::System,
+                "system:tool_search",
+            ))
+            .await
+            .unwrap();
+        let gone = quiver_contract::ToolSpec::new("list_everything", "Lists. Use it rarely.");
+        store
+            .put_definition(ToolDefinition::from_spec(
+                &gone,
+                ToolType::System,
+                "system:list_everything",
+            ))
+            .await
+            .unwrap();
+        store.close().await.unwrap();
+    }
+    let out = quiver_in(&dir, &["check", "--against", db.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("tool_search: [breaking: removed_field] field `scope` was removed"),
+        "{text}"
+    );
+    assert!(
+        text.contains("list_everything: [breaking: removed_tool]"),
+        "{text}"
+    );
+    assert!(text.contains("2 breaking change(s)"), "{text}");
+}

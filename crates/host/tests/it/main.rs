@@ -1,0 +1,4 @@
+//! The `quiver` binary as a user runs it.
+
+mod cli;
+mod upstreams;

@@ -1,0 +1,125 @@
+//! `quiver` with a real `mcpServers` file naming server-everything (npm) and mcp-server-time
+//! (PyPI), installed by `.ci/setup-peers`.
+
+use std::{path::PathBuf, process::Command};
+
+fn peers() -> PathBuf {
+    let root = std::env::var_os("QUIVER_PEERS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../.peers")));
+    assert!(
+        root.join("npm/node_modules/.bin/mcp-server-everything")
+            .exists()
+            && root.join("venv/bin/mcp-server-time").exists(),
+        "MCP peers missing in {}: run .ci/setup-peers",
+        root.display()
+    );
+    root
+}
+
+/// Every process started with this marker in its environment (Quiver and the children it
+/// spawns inherit it).
+fn marked_processes(marker: &str) -> Vec<String> {
+    let needle = format!("QUIVER_TEST_MARKER={marker}");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(env) = std::fs::read(entry.path().join("environ"))
+            && env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes())
+        {
+            let cmd = std::fs::read_to_string(entry.path().join("cmdline"))
+                .unwrap_or_default()
+                .replace('\0', " ");
+            found.push(format!("{pid}: {cmd}"));
+        }
+    }
+    found
+}
+
+#[test]
+fn a_real_mcp_servers_file_aggregates_upstreams_behind_one_catalog() {
+    let peers = peers();
+    let dir = std::env::temp_dir().join(format!("quiver-upstreams-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("claude_desktop_config.json");
+    std::fs::write(
+        &config,
+        serde_json::json!({"mcpServers": {
+            "everything": {"command": peers.join("npm/node_modules/.bin/mcp-server-everything")},
+            "time": {"command": peers.join("venv/bin/mcp-server-time"), "args": ["--local-timezone", "UTC"]}
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let marker = format!("{}-{}", std::process::id(), line!());
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_quiver"))
+            .arg("--mcp-config")
+            .arg(&config)
+            .args(args)
+            .current_dir(&dir)
+            .env("QUIVER_LOG", "error")
+            .env("QUIVER_TEST_MARKER", &marker)
+            .output()
+            .expect("quiver runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+
+    let (code, status, err) = run(&["status"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("everything") && l.contains("connected")),
+        "{status}"
+    );
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("time") && l.contains("connected")),
+        "{status}"
+    );
+
+    // The model's path: search, then the found tools are on the next tool list, then a call.
+    let (code, found, err) = run(&["search", "current time in a timezone", "--limit", "3"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        found.contains("\"name\": \"mcp__time__get_current_time\""),
+        "{found}"
+    );
+    let (_, tools, _) = run(&["tools"]);
+    assert!(
+        tools.contains("mcp__time__get_current_time"),
+        "the paged-in tool survives the restart: {tools}"
+    );
+    let (code, now, err) = run(&[
+        "call",
+        "mcp__time__get_current_time",
+        r#"{"timezone": "UTC"}"#,
+    ]);
+    assert_eq!(code, Some(0), "{now}{err}");
+    assert!(
+        now.starts_with("✓ ok.") && now.contains("\"timezone\": \"UTC\""),
+        "{now}"
+    );
+    let (code, echo, _) = run(&["call", "mcp__everything__echo", r#"{"message": "hi"}"#]);
+    assert_eq!(code, Some(0), "{echo}");
+    assert!(echo.contains("Echo: hi"), "{echo}");
+    let (code, bad, _) = run(&["call", "mcp__everything__echo", r#"{"message": 5}"#]);
+    assert_eq!(code, Some(0), "a hint is not an error: {bad}");
+    assert!(bad.starts_with("⚠ schema hint"), "{bad}");
+    let (_, log, _) = run(&["log", "--tool", "mcp__everything__echo", "--json"]);
+    assert_eq!(log.lines().count(), 2, "{log}");
+
+    // No child outlived the quiver processes.
+    let left = marked_processes(&marker);
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+}

@@ -1,0 +1,118 @@
+//! Classifies rmcp failures precisely. EOF, refused or reset connections, broken pipes,
+//! "session not found" (HTTP 404 on a streamable-HTTP session) and a child's exit are
+//! drops; a JSON-RPC error from the peer never is.
+
+use std::error::Error as StdError;
+
+use rmcp::{
+    service::{ClientInitializeError, ServiceError},
+    transport::streamable_http_client::StreamableHttpError,
+};
+
+use super::upstream::DialError;
+
+/// What a failed request means for the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Class {
+    /// The peer answered with a JSON-RPC error: the connection is fine.
+    Peer,
+    /// The request timed out (rmcp already sent `notifications/cancelled`).
+    Timeout,
+    /// The connection is gone and the request surely did not go out (refused, a write into
+    /// a closed pipe): safe to send again on a new connection.
+    Refused,
+    /// The connection is gone; the request may or may not have been processed.
+    Drop,
+    /// Anything else: the request failed, the connection is not known to be gone.
+    Other,
+}
+
+fn chain<'a>(
+    e: &'a (dyn StdError + 'static),
+) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
+    std::iter::successors(Some(e), |e: &&'a (dyn StdError + 'static)| (*e).source())
+}
+
+fn classify_transport(e: &(dyn StdError + 'static)) -> Class {
+    for cause in chain(e) {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind as K;
+            match io.kind() {
+                K::ConnectionRefused | K::BrokenPipe | K::NotConnected => return Class::Refused,
+                K::ConnectionReset | K::ConnectionAborted | K::UnexpectedEof => {
+                    return Class::Drop;
+                }
+                _ => {}
+            }
+        }
+        if let Some(r) = cause.downcast_ref::<reqwest::Error>() {
+            if r.is_connect() {
+                return Class::Refused;
+            }
+            if r.is_request() || r.is_body() {
+                return Class::Drop;
+            }
+        }
+        if let Some(
+            StreamableHttpError::SessionExpired
+            | StreamableHttpError::TransportChannelClosed
+            | StreamableHttpError::UnexpectedEndOfStream
+            | StreamableHttpError::SessionRecoveryTimeout,
+        ) = cause.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+        {
+            return Class::Drop;
+        }
+        let text = cause.to_string().to_ascii_lowercase();
+        if text.contains("session not found") || text.contains("session expired") {
+            return Class::Drop;
+        }
+        if text.contains("connection refused") || text.contains("broken pipe") {
+            return Class::Refused;
+        }
+        if text.contains("connection reset") || text.contains("end of file") {
+            return Class::Drop;
+        }
+    }
+    Class::Other
+}
+
+/// Classifies a failed request.
+pub(crate) fn classify_service(e: &ServiceError) -> Class {
+    match e {
+        ServiceError::McpError(_) => Class::Peer,
+        ServiceError::Timeout { .. } => Class::Timeout,
+        ServiceError::TransportClosed | ServiceError::Cancelled { .. } => Class::Drop,
+        ServiceError::TransportSend(t) => match classify_transport(t.error.as_ref()) {
+            Class::Other => Class::Drop,
+            c => c,
+        },
+        _ => Class::Other,
+    }
+}
+
+/// Classifies a failed handshake: a refusal by the peer is final, everything else is worth
+/// retrying. The text is for the operator, never the model.
+pub(crate) fn classify_init(e: &ClientInitializeError) -> DialError {
+    match e {
+        ClientInitializeError::JsonRpcError(d) => {
+            DialError::Rejected(format!("initialize refused: {}", d.message))
+        }
+        ClientInitializeError::NoCompatibleProtocolVersion { .. } => {
+            DialError::Rejected(format!("unsupported protocol: {e}"))
+        }
+        e if e.is_authorization_required() => {
+            DialError::Rejected("unauthorized (HTTP 401/403): check MCP_<NAME>_TOKEN".into())
+        }
+        ClientInitializeError::TransportError { error, .. } => {
+            for cause in chain(error.error.as_ref()) {
+                if let Some(StreamableHttpError::<reqwest::Error>::AuthRequired(_)) =
+                    cause.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+                {
+                    return DialError::Rejected("unauthorized (HTTP 401)".into());
+                }
+            }
+            DialError::Transient(e.to_string())
+        }
+        _ => DialError::Transient(e.to_string()),
+    }
+}

@@ -1,0 +1,587 @@
+//! Upstream server configuration: what the host reads from TOML, and its validation into
+//! [`ResolvedServer`]s (interpolated, with tokens and the https rule checked).
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+    net::IpAddr,
+    path::PathBuf,
+    time::Duration,
+};
+
+use quiver_contract::validate_server_name;
+use reqwest::{
+    Url,
+    header::{AUTHORIZATION, HeaderName, HeaderValue},
+};
+use serde::{Deserialize, Deserializer};
+
+use crate::McpError;
+
+/// How Quiver talks to an upstream server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum TransportKind {
+    /// A child process speaking JSON-RPC over stdin/stdout.
+    Stdio,
+    /// Streamable HTTP.
+    Http,
+}
+
+/// How often to ping a connected server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Liveness {
+    /// Ping at this interval.
+    Every(Duration),
+    /// Never ping; a dead connection is noticed when it closes or a call fails.
+    Off,
+}
+
+impl<'de> Deserialize<'de> for Liveness {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = DurationOrWord::deserialize(d)?;
+        match raw {
+            DurationOrWord::Word(w) if w.eq_ignore_ascii_case("off") => Ok(Liveness::Off),
+            DurationOrWord::Word(w) => parse_duration(&w)
+                .map(Liveness::Every)
+                .map_err(serde::de::Error::custom),
+            DurationOrWord::Secs(s) => Ok(Liveness::Every(Duration::from_secs(s))),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum DurationOrWord {
+    Secs(u64),
+    Word(String),
+}
+
+fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    match Option::<DurationOrWord>::deserialize(d)? {
+        None => Ok(None),
+        Some(DurationOrWord::Secs(s)) => Ok(Some(Duration::from_secs(s))),
+        Some(DurationOrWord::Word(w)) => parse_duration(&w)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+    }
+}
+
+/// Parses `250ms`, `30s`, `2m`, `1h` or a bare number of seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?}: expected e.g. `30s`, `500ms` or `off`"))?;
+    match unit.trim() {
+        "ms" => Ok(Duration::from_millis(n)),
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        other => Err(format!("invalid duration unit {other:?} in {s:?}")),
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One upstream MCP server as configured (for example a `[[mcp.servers]]` TOML table).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct ServerConfig {
+    /// `[A-Za-z0-9_]+`, no `__`, unique ignoring case; it names the tools and the token
+    /// variable `MCP_<NAME>_TOKEN`.
+    pub name: String,
+    /// `stdio` or `http`; inferred from `url` / `command` when absent.
+    #[serde(default)]
+    pub transport: Option<TransportKind>,
+    /// The program to run (stdio).
+    #[serde(default)]
+    pub command: Option<String>,
+    /// Its arguments (stdio).
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Extra environment for the child (stdio); values may use `${env:VAR}`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// The child's working directory (stdio).
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// The endpoint (http).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Extra request headers (http), sent only to the configured origin; values may use
+    /// `${env:VAR}`.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The HTTP request timeout (http).
+    #[serde(default, deserialize_with = "de_duration")]
+    pub http_timeout: Option<Duration>,
+    /// The `<server>` segment of tool names, when it should differ from `name`.
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// The host cannot start without this server (see `McpClient::wait_ready`).
+    #[serde(default)]
+    pub required: bool,
+    /// Ping interval, or `off`; the client default (15 s) when absent.
+    #[serde(default)]
+    pub liveness: Option<Liveness>,
+    /// Per-call timeout; the client default (120 s) when absent.
+    #[serde(default, deserialize_with = "de_duration")]
+    pub call_timeout: Option<Duration>,
+    /// Bridge the server's resources through `list_mcp_resources` / `read_mcp_resource`.
+    #[serde(default = "yes")]
+    pub resources: bool,
+    /// Offer the server's prompts as `/mcp__<server>__<prompt>` expansions.
+    #[serde(default = "yes")]
+    pub prompts: bool,
+    /// Upstream tool names to publish (all when absent).
+    #[serde(default)]
+    pub allow_tools: Option<Vec<String>>,
+    /// Upstream tool names never to publish.
+    #[serde(default)]
+    pub deny_tools: Vec<String>,
+    /// Allows a bearer token over plain http to a non-loopback host for this server.
+    #[serde(default)]
+    pub insecure_http: bool,
+}
+
+impl ServerConfig {
+    /// A stdio server.
+    pub fn stdio(name: impl Into<String>, command: impl Into<String>, args: Vec<String>) -> Self {
+        ServerConfig {
+            transport: Some(TransportKind::Stdio),
+            command: Some(command.into()),
+            args,
+            ..ServerConfig::named(name)
+        }
+    }
+
+    /// A streamable-HTTP server.
+    pub fn http(name: impl Into<String>, url: impl Into<String>) -> Self {
+        ServerConfig {
+            transport: Some(TransportKind::Http),
+            url: Some(url.into()),
+            ..ServerConfig::named(name)
+        }
+    }
+
+    fn named(name: impl Into<String>) -> Self {
+        ServerConfig {
+            name: name.into(),
+            transport: None,
+            command: None,
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: None,
+            url: None,
+            headers: BTreeMap::new(),
+            http_timeout: None,
+            prefix: None,
+            required: false,
+            liveness: None,
+            call_timeout: None,
+            resources: true,
+            prompts: true,
+            allow_tools: None,
+            deny_tools: Vec::new(),
+            insecure_http: false,
+        }
+    }
+
+    /// Sets an environment variable for the child.
+    pub fn with_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Sets a header.
+    pub fn with_header(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.insert(key.into(), value.into());
+        self
+    }
+
+    /// Marks the server required.
+    pub fn required(mut self) -> Self {
+        self.required = true;
+        self
+    }
+
+    /// Sets the liveness interval.
+    pub fn with_liveness(mut self, liveness: Liveness) -> Self {
+        self.liveness = Some(liveness);
+        self
+    }
+
+    /// Sets the per-call timeout.
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = Some(timeout);
+        self
+    }
+
+    /// Sets the working directory.
+    pub fn with_cwd(mut self, cwd: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(cwd.into());
+        self
+    }
+
+    /// Opts this server into bearer tokens over plain http.
+    pub fn insecure_http(mut self) -> Self {
+        self.insecure_http = true;
+        self
+    }
+
+    /// The token variable this server's name derives: `MCP_<NAME>_TOKEN`, uppercased.
+    pub fn token_var(&self) -> String {
+        format!("MCP_{}_TOKEN", self.name.to_ascii_uppercase())
+    }
+}
+
+/// The whole client configuration as a host may read it: the servers, and optionally the
+/// opt-in list form of `insecure_http` (server names).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct McpClientConfig {
+    /// The servers.
+    #[serde(default)]
+    pub servers: Vec<ServerConfig>,
+    /// Servers allowed a bearer token over plain http (same as their `insecure_http = true`).
+    #[serde(default)]
+    pub insecure_http: Vec<String>,
+}
+
+impl McpClientConfig {
+    /// Applies the opt-in list (every name must be a configured server) and validates.
+    pub fn finalize(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Vec<ResolvedServer>, McpError> {
+        let mut servers = self.servers.clone();
+        for name in &self.insecure_http {
+            let Some(s) = servers.iter_mut().find(|s| &s.name == name) else {
+                return Err(McpError::Config(format!(
+                    "insecure_http names {name:?}, which is not a configured MCP server"
+                )));
+            };
+            s.insecure_http = true;
+        }
+        validate_all(&servers, env)
+    }
+}
+
+/// A secret that never prints.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Secret(pub(crate) String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// How to reach a validated server.
+#[derive(Debug, Clone)]
+pub(crate) enum Endpoint {
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, Secret>,
+        cwd: Option<PathBuf>,
+    },
+    Http {
+        url: Url,
+        headers: Vec<(HeaderName, HeaderValue)>,
+        token: Option<Secret>,
+        timeout: Option<Duration>,
+    },
+}
+
+/// A validated server, ready to connect: names checked, `${env:VAR}` interpolated, the token
+/// read and the https rule enforced.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ResolvedServer {
+    /// The configured name.
+    pub name: String,
+    /// The `<server>` segment of its tool names.
+    pub prefix: String,
+    /// Required by the host.
+    pub required: bool,
+    /// Ping interval override.
+    pub liveness: Option<Liveness>,
+    /// Per-call timeout override.
+    pub call_timeout: Option<Duration>,
+    /// Bridge resources.
+    pub resources: bool,
+    /// Offer prompts.
+    pub prompts: bool,
+    pub(crate) allow_tools: Option<BTreeSet<String>>,
+    pub(crate) deny_tools: BTreeSet<String>,
+    pub(crate) endpoint: Endpoint,
+}
+
+impl ResolvedServer {
+    /// The catalog family of its tools: `mcp:<name>`.
+    pub fn family(&self) -> String {
+        format!("mcp:{}", self.name)
+    }
+
+    /// Whether the allow/deny lists let an upstream tool through.
+    pub(crate) fn admits(&self, tool: &str) -> bool {
+        !self.deny_tools.contains(tool)
+            && self.allow_tools.as_ref().is_none_or(|a| a.contains(tool))
+    }
+
+    /// The transport kind.
+    pub fn transport(&self) -> TransportKind {
+        match self.endpoint {
+            Endpoint::Stdio { .. } => TransportKind::Stdio,
+            Endpoint::Http { .. } => TransportKind::Http,
+        }
+    }
+}
+
+fn cfg_err(server: &str, msg: impl fmt::Display) -> McpError {
+    McpError::Config(format!("MCP server \"{server}\": {msg}"))
+}
+
+/// Replaces every `${env:VAR}` in `value`; an unset variable is an error naming it.
+fn interpolate(
+    server: &str,
+    what: &str,
+    value: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, McpError> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${env:") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 6..];
+        let Some(end) = after.find('}') else {
+            return Err(cfg_err(server, format!("{what}: unterminated `${{env:`")));
+        };
+        let var = &after[..end];
+        let Some(v) = env(var) else {
+            return Err(cfg_err(
+                server,
+                format!("{what}: environment variable {var} is not set"),
+            ));
+        };
+        out.push_str(&v);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Whether a URL's host is loopback: `localhost`, `127.0.0.0/8` or `[::1]`.
+pub(crate) fn is_loopback(url: &Url) -> bool {
+    match url.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip).is_loopback(),
+        Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip).is_loopback(),
+        None => false,
+    }
+}
+
+/// Validates the whole configuration at once (so the result never depends on order) and
+/// resolves each server: names (`[A-Za-z0-9_]+`, no `__`, unique ignoring case), transport
+/// fields, `${env:VAR}` interpolation, the token `MCP_<NAME>_TOKEN` from `env` (empty counts
+/// as none), and the https rule: with a credential (a token or a configured `Authorization`
+/// header) the URL must be https or http to loopback unless the server sets
+/// `insecure_http = true`; that opt-in is itself an error on a server that does not need it.
+pub fn validate_all(
+    servers: &[ServerConfig],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<ResolvedServer>, McpError> {
+    let mut seen: BTreeMap<String, &str> = BTreeMap::new();
+    let mut prefixes: BTreeMap<String, &str> = BTreeMap::new();
+    let mut out = Vec::with_capacity(servers.len());
+    for s in servers {
+        validate_server_name(&s.name).map_err(|e| McpError::Config(e.to_string()))?;
+        if let Some(other) = seen.insert(s.name.to_ascii_lowercase(), &s.name) {
+            return Err(McpError::Config(format!(
+                "MCP server names \"{other}\" and \"{}\" differ only in case; names must be unique ignoring case (each derives the variable {})",
+                s.name,
+                s.token_var()
+            )));
+        }
+        let prefix = s.prefix.clone().unwrap_or_else(|| s.name.clone());
+        validate_server_name(&prefix).map_err(|e| cfg_err(&s.name, format!("prefix: {e}")))?;
+        if let Some(other) = prefixes.insert(prefix.to_ascii_lowercase(), &s.name) {
+            return Err(cfg_err(
+                &s.name,
+                format!("its tool prefix {prefix:?} is also used by server \"{other}\""),
+            ));
+        }
+        out.push(resolve(s, prefix, env)?);
+    }
+    Ok(out)
+}
+
+fn resolve(
+    s: &ServerConfig,
+    prefix: String,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<ResolvedServer, McpError> {
+    let kind = match (s.transport, &s.command, &s.url) {
+        (Some(k), _, _) => k,
+        (None, Some(_), None) => TransportKind::Stdio,
+        (None, None, Some(_)) => TransportKind::Http,
+        (None, Some(_), Some(_)) => {
+            return Err(cfg_err(
+                &s.name,
+                "both `command` and `url` are set; say `transport = \"stdio\"` or `\"http\"`",
+            ));
+        }
+        (None, None, None) => {
+            return Err(cfg_err(&s.name, "set `command` (stdio) or `url` (http)"));
+        }
+    };
+    let endpoint = match kind {
+        TransportKind::Stdio => {
+            let Some(command) = s.command.clone() else {
+                return Err(cfg_err(&s.name, "a stdio server needs `command`"));
+            };
+            if s.url.is_some() || !s.headers.is_empty() || s.http_timeout.is_some() {
+                return Err(cfg_err(
+                    &s.name,
+                    "`url`, `headers` and `http_timeout` apply to http servers only",
+                ));
+            }
+            if s.insecure_http {
+                return Err(cfg_err(
+                    &s.name,
+                    "`insecure_http = true` applies to http servers only; remove it",
+                ));
+            }
+            let env_vars = s
+                .env
+                .iter()
+                .map(|(k, v)| {
+                    Ok((
+                        k.clone(),
+                        Secret(interpolate(&s.name, &format!("env.{k}"), v, env)?),
+                    ))
+                })
+                .collect::<Result<_, McpError>>()?;
+            Endpoint::Stdio {
+                command,
+                args: s.args.clone(),
+                env: env_vars,
+                cwd: s.cwd.clone(),
+            }
+        }
+        TransportKind::Http => {
+            let Some(raw) = &s.url else {
+                return Err(cfg_err(&s.name, "an http server needs `url`"));
+            };
+            if s.command.is_some() || !s.args.is_empty() || !s.env.is_empty() || s.cwd.is_some() {
+                return Err(cfg_err(
+                    &s.name,
+                    "`command`, `args`, `env` and `cwd` apply to stdio servers only",
+                ));
+            }
+            let url = Url::parse(raw).map_err(|e| cfg_err(&s.name, format!("url {raw:?}: {e}")))?;
+            let https = match url.scheme() {
+                "https" => true,
+                "http" => false,
+                other => {
+                    return Err(cfg_err(
+                        &s.name,
+                        format!("url scheme {other:?} is not http or https"),
+                    ));
+                }
+            };
+            let mut headers = Vec::with_capacity(s.headers.len());
+            let mut has_auth_header = false;
+            for (k, v) in &s.headers {
+                let v = interpolate(&s.name, &format!("headers.{k}"), v, env)?;
+                let name = HeaderName::try_from(k.as_str())
+                    .map_err(|e| cfg_err(&s.name, format!("header {k:?}: {e}")))?;
+                let mut value = HeaderValue::try_from(v)
+                    .map_err(|e| cfg_err(&s.name, format!("header {k:?}: {e}")))?;
+                if name == AUTHORIZATION {
+                    has_auth_header = true;
+                }
+                value.set_sensitive(true);
+                headers.push((name, value));
+            }
+            let token = env(&s.token_var())
+                .filter(|t| !t.trim().is_empty())
+                .map(Secret);
+            let loopback = is_loopback(&url);
+            let credential = token.is_some() || has_auth_header;
+            if credential && !https && !loopback && !s.insecure_http {
+                return Err(cfg_err(
+                    &s.name,
+                    format!(
+                        "a bearer token would travel in cleartext to {raw}; use https, or http to a loopback host, or opt this server in with `insecure_http = true`"
+                    ),
+                ));
+            }
+            if s.insecure_http && (https || loopback) {
+                return Err(cfg_err(
+                    &s.name,
+                    format!(
+                        "`insecure_http = true` is set but {raw} is already {}; remove the opt-in",
+                        if https { "https" } else { "a loopback address" }
+                    ),
+                ));
+            }
+            Endpoint::Http {
+                url,
+                headers,
+                token,
+                timeout: s.http_timeout,
+            }
+        }
+    };
+    Ok(ResolvedServer {
+        name: s.name.clone(),
+        prefix,
+        required: s.required,
+        liveness: s.liveness,
+        call_timeout: s.call_timeout,
+        resources: s.resources,
+        prompts: s.prompts,
+        allow_tools: s.allow_tools.as_ref().map(|a| a.iter().cloned().collect()),
+        deny_tools: s.deny_tools.iter().cloned().collect(),
+        endpoint,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("fast").is_err());
+    }
+
+    #[test]
+    fn interpolation() {
+        let env = |k: &str| (k == "A").then(|| "x".to_owned());
+        assert_eq!(
+            interpolate("s", "v", "a${env:A}b${env:A}", &env).unwrap(),
+            "axbx"
+        );
+        assert!(
+            interpolate("s", "v", "${env:B}", &env)
+                .unwrap_err()
+                .to_string()
+                .contains("B is not set")
+        );
+    }
+}

@@ -1,0 +1,346 @@
+//! Served over all servers: the resource meta-tools (`list_mcp_resources`,
+//! `read_mcp_resource`) and prompt expansion (`/mcp__<server>__<prompt> key=value`).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use quiver_contract::{CallContext, Envelope, ErrKind, Part, Tool, ToolResult, ToolSpec};
+use rmcp::model::{GetPromptRequestParams, PaginatedRequestParams, ReadResourceRequestParams};
+use serde_json::{Map, Value, json};
+
+use super::{Shared, upstream::Upstream};
+use crate::McpError;
+
+const FAMILY: &str = "mcp:resources";
+const LIST: &str = "list_mcp_resources";
+const READ: &str = "read_mcp_resource";
+
+/// Registers the two meta-tools the first time a server with resources connects.
+pub(super) fn ensure_registered(shared: &Arc<Shared>) {
+    let any = shared
+        .servers()
+        .iter()
+        .any(|u| u.conn().is_some_and(|c| c.has_resources));
+    if !any {
+        return;
+    }
+    let mut done = shared
+        .meta_registered
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if *done {
+        return;
+    }
+    *done = true;
+    let weak = Arc::downgrade(shared);
+    let list = ToolSpec::new(
+        LIST,
+        "List the resources (documents addressable by URI) that connected MCP servers expose. Optionally filter to one server.",
+    )
+    .with_schema(json!({
+        "type": "object",
+        "properties": {"server": {"type": "string", "description": "Only this MCP server."}},
+        "additionalProperties": false
+    }))
+    .read_only();
+    let read = ToolSpec::new(READ, "Read one MCP resource by its URI.")
+        .with_schema(json!({
+            "type": "object",
+            "properties": {
+                "uri": {"type": "string", "description": "The resource URI, as listed by list_mcp_resources."},
+                "server": {"type": "string", "description": "The MCP server that lists it (optional)."}
+            },
+            "required": ["uri"],
+            "additionalProperties": false
+        }))
+        .read_only();
+    let report = shared.catalog.register_all(
+        FAMILY,
+        vec![
+            Arc::new(MetaTool {
+                spec: list,
+                shared: weak.clone(),
+            }),
+            Arc::new(MetaTool {
+                spec: read,
+                shared: weak,
+            }),
+        ],
+    );
+    for line in report.warning_lines() {
+        tracing::warn!("{line}");
+    }
+}
+
+pub(super) fn unregister(shared: &Shared) {
+    shared.catalog.remove_family(FAMILY);
+}
+
+struct MetaTool {
+    spec: ToolSpec,
+    shared: std::sync::Weak<Shared>,
+}
+
+fn resource_servers(shared: &Shared, only: Option<&str>) -> Vec<Arc<Upstream>> {
+    shared
+        .servers()
+        .into_iter()
+        .filter(|u| u.cfg.resources && only.is_none_or(|o| o == u.name()))
+        .collect()
+}
+
+async fn list_resources(up: &Upstream, cap: usize) -> Result<Vec<Value>, String> {
+    let conn = up
+        .conn()
+        .filter(|c| c.has_resources)
+        .ok_or_else(|| format!("MCP server \"{}\" is not connected", up.name()))?;
+    let mut out = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = conn
+            .peer
+            .list_resources(Some(PaginatedRequestParams::default().with_cursor(cursor)))
+            .await
+            .map_err(|_| format!("MCP server \"{}\" could not list its resources", up.name()))?;
+        for r in &page.resources {
+            if out.len() >= cap {
+                return Ok(out);
+            }
+            let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
+            if let Value::Object(m) = &mut v {
+                m.insert("server".into(), Value::String(up.name().to_owned()));
+            }
+            out.push(v);
+        }
+        match page.next_cursor {
+            Some(c) if !c.is_empty() => cursor = Some(c),
+            _ => return Ok(out),
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for MetaTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, input: Value, _ctx: &CallContext) -> ToolResult {
+        let Some(shared) = self.shared.upgrade() else {
+            return Ok(Envelope::err(
+                ErrKind::NotAvailable,
+                "the MCP client is closed",
+            ));
+        };
+        let server = input.get("server").and_then(Value::as_str);
+        if let Some(s) = server
+            && shared.server(s).is_none()
+        {
+            return Ok(Envelope::err(
+                ErrKind::ToolFailed,
+                format!("no MCP server named \"{s}\""),
+            ));
+        }
+        let cap = shared.opts.list_cap;
+        if self.spec.name == LIST {
+            let mut all = Vec::new();
+            let mut notes = Vec::new();
+            for up in resource_servers(&shared, server) {
+                match list_resources(&up, cap.saturating_sub(all.len())).await {
+                    Ok(items) => all.extend(items),
+                    Err(e) if server.is_some() => {
+                        return Ok(Envelope::err(ErrKind::NotAvailable, e));
+                    }
+                    Err(e) => notes.push(e),
+                }
+            }
+            let mut env = Envelope::ok(Value::Array(all));
+            for n in notes {
+                env.push_warning(quiver_contract::Warning::new("unavailable", n));
+            }
+            return Ok(env);
+        }
+        let Some(uri) = input.get("uri").and_then(Value::as_str) else {
+            return Ok(Envelope::hint(
+                quiver_contract::HintKind::Schema,
+                "`uri` is required",
+                vec![],
+            ));
+        };
+        // The server that lists the URI, else the only candidate.
+        let mut candidates = resource_servers(&shared, server);
+        if candidates.len() > 1 {
+            let mut owner = None;
+            for up in &candidates {
+                if let Ok(items) = list_resources(up, cap).await
+                    && items
+                        .iter()
+                        .any(|r| r.get("uri").and_then(Value::as_str) == Some(uri))
+                {
+                    owner = Some(up.clone());
+                    break;
+                }
+            }
+            candidates = owner.into_iter().collect();
+        }
+        let [up] = candidates.as_slice() else {
+            return Ok(Envelope::err(
+                ErrKind::ToolFailed,
+                format!(
+                    "no connected MCP server lists the resource {uri}; pass `server` or call list_mcp_resources"
+                ),
+            ));
+        };
+        let Some(conn) = up.conn() else {
+            return Ok(Envelope::err(
+                ErrKind::NotAvailable,
+                format!("MCP server \"{}\" is not connected", up.name()),
+            ));
+        };
+        let result = match conn
+            .peer
+            .read_resource(ReadResourceRequestParams::new(uri.to_owned()))
+            .await
+        {
+            Ok(r) => r,
+            Err(rmcp::service::ServiceError::McpError(e)) => {
+                return Ok(Envelope::err(
+                    ErrKind::ToolFailed,
+                    format!("read_mcp_resource failed: {}", e.message),
+                ));
+            }
+            Err(_) => {
+                return Ok(Envelope::err(
+                    ErrKind::NotAvailable,
+                    format!("MCP server \"{}\" could not read {uri}", up.name()),
+                ));
+            }
+        };
+        let wire = serde_json::to_value(&result).unwrap_or(Value::Null);
+        let mut texts = Vec::new();
+        let mut parts = Vec::new();
+        for c in wire
+            .get("contents")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let s = |k: &str| c.get(k).and_then(Value::as_str).map(str::to_owned);
+            match (s("text"), s("blob")) {
+                (Some(t), _) => texts.push(t),
+                (None, Some(b)) => parts.push(Part::Resource {
+                    uri: s("uri").unwrap_or_default(),
+                    mime_type: s("mimeType"),
+                    text: None,
+                    blob: Some(b),
+                }),
+                _ => {}
+            }
+        }
+        let mut env = Envelope::text(texts.join("\n"));
+        for p in parts {
+            env = env.with_part(p);
+        }
+        Ok(env)
+    }
+}
+
+/// Splits `key=value key2="two words"` into a JSON object of strings.
+fn parse_args(s: &str) -> Result<Map<String, Value>, String> {
+    let mut out = Map::new();
+    let mut rest = s.trim_start();
+    while !rest.is_empty() {
+        let Some(eq) = rest.find('=') else {
+            return Err(format!("expected key=value, found {rest:?}"));
+        };
+        let key = rest[..eq].trim();
+        if key.is_empty() || key.contains(char::is_whitespace) {
+            return Err(format!("bad argument name {key:?}"));
+        }
+        let after = &rest[eq + 1..];
+        let (value, next) = if let Some(q) = after.strip_prefix('"') {
+            let end = q
+                .find('"')
+                .ok_or_else(|| format!("unterminated quote for {key}"))?;
+            (&q[..end], &q[end + 1..])
+        } else {
+            let end = after.find(char::is_whitespace).unwrap_or(after.len());
+            (&after[..end], &after[end..])
+        };
+        out.insert(key.to_owned(), Value::String(value.to_owned()));
+        rest = next.trim_start();
+    }
+    Ok(out)
+}
+
+pub(super) async fn expand_prompt(
+    shared: &Shared,
+    input: &str,
+) -> Result<Option<String>, McpError> {
+    let Some(cmd) = input.trim_start().strip_prefix('/') else {
+        return Ok(None);
+    };
+    let (head, args) = cmd.split_once(char::is_whitespace).unwrap_or((cmd, ""));
+    let Some((prefix, prompt)) = quiver_contract::split_mcp_name(head) else {
+        return Ok(None);
+    };
+    let Some(up) = shared
+        .servers()
+        .into_iter()
+        .find(|u| u.cfg.prefix == prefix && u.cfg.prompts)
+    else {
+        return Ok(None);
+    };
+    let upstream_err = |reason: String| McpError::Upstream {
+        server: up.name().to_owned(),
+        reason,
+    };
+    let args = parse_args(args).map_err(upstream_err)?;
+    let conn = up
+        .conn()
+        .filter(|c| c.has_prompts)
+        .ok_or_else(|| upstream_err("not connected, or it offers no prompts".into()))?;
+    let mut params = GetPromptRequestParams::default();
+    params.name = prompt.to_owned();
+    params.arguments = (!args.is_empty()).then_some(args);
+    let result = conn.peer.get_prompt(params).await.map_err(|e| match e {
+        rmcp::service::ServiceError::McpError(d) => {
+            upstream_err(format!("prompt {prompt:?}: {}", d.message))
+        }
+        _ => upstream_err(format!("prompt {prompt:?} could not be fetched")),
+    })?;
+    let wire = serde_json::to_value(&result).unwrap_or(Value::Null);
+    let texts: Vec<String> = wire
+        .get("messages")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| {
+            let c = m.get("content")?;
+            match c.get("type").and_then(Value::as_str) {
+                Some("text") => c.get("text").and_then(Value::as_str).map(str::to_owned),
+                Some("resource") => c
+                    .get("resource")
+                    .and_then(|r| r.get("text"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                _ => None,
+            }
+        })
+        .collect();
+    Ok(Some(texts.join("\n\n")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompt_args_parse() {
+        let a = parse_args(r#"number=42 title="two words" x="#).unwrap();
+        assert_eq!(a["number"], "42");
+        assert_eq!(a["title"], "two words");
+        assert_eq!(a["x"], "");
+        assert!(parse_args("novalue").is_err());
+    }
+}

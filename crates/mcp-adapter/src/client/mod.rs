@@ -1,0 +1,313 @@
+//! The MCP client: connects to upstream servers and publishes their tools into the catalog.
+//!
+//! [`McpClient::start`] returns at once; each server connects in the background (at most 16
+//! dials at a time, each bounded by the connect timeout), is retried with exponential backoff
+//! while unreachable (at once, then 1 s doubling to 30 s), and publishes its tools the moment
+//! it connects. Calls to a server that is down fail at once with `NotAvailable`; a dropped
+//! connection is re-dialled once, shared by every call that saw it drop.
+//!
+//! Protocol versions: the handshake offers 2025-11-25 and accepts an upstream on 2024-11-05,
+//! 2025-03-26, 2025-06-18 or 2025-11-25; any other answer is a rejection.
+
+mod child;
+mod classify;
+mod config;
+mod delivery;
+mod http;
+mod meta;
+mod to_contract;
+mod tool;
+mod upstream;
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use quiver_registry::{Catalog, RegisterReport};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+pub use config::{
+    Liveness, McpClientConfig, ResolvedServer, ServerConfig, TransportKind, validate_all,
+};
+pub use upstream::{ServerCounters, ServerState};
+
+use crate::McpError;
+use upstream::Upstream;
+
+/// Client-wide settings; the defaults are the documented ones.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ClientOptions {
+    /// Bound on one connection attempt (spawn or HTTP handshake, initialize, tools/list).
+    pub connect_timeout: Duration,
+    /// Default per-call timeout.
+    pub call_timeout: Duration,
+    /// Default liveness interval.
+    pub liveness: Liveness,
+    /// First retry delay after a failed attempt (the very first retry is immediate).
+    pub backoff_initial: Duration,
+    /// Retry delay cap.
+    pub backoff_max: Duration,
+    /// Dials in flight at once.
+    pub max_concurrent_dials: usize,
+    /// Cap on entries taken from any list (tools, resources).
+    pub list_cap: usize,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            connect_timeout: Duration::from_secs(30),
+            call_timeout: Duration::from_secs(120),
+            liveness: Liveness::Every(Duration::from_secs(15)),
+            backoff_initial: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(30),
+            max_concurrent_dials: 16,
+            list_cap: 10_000,
+        }
+    }
+}
+
+impl ClientOptions {
+    /// Sets the connect timeout.
+    pub fn with_connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// Sets the default call timeout.
+    pub fn with_call_timeout(mut self, d: Duration) -> Self {
+        self.call_timeout = d;
+        self
+    }
+
+    /// Sets the default liveness.
+    pub fn with_liveness(mut self, l: Liveness) -> Self {
+        self.liveness = l;
+        self
+    }
+
+    /// Sets the backoff (first delay, cap).
+    pub fn with_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.backoff_initial = initial;
+        self.backoff_max = max;
+        self
+    }
+}
+
+/// One server as the operator sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerStatus {
+    /// Its name.
+    pub name: String,
+    /// Its state.
+    pub state: ServerState,
+    /// Its counters.
+    pub counters: ServerCounters,
+    /// Its tools now in the catalog.
+    pub tools: Vec<String>,
+    /// Operator-facing lines (connects, drops, "reconnecting", rejections), oldest first.
+    pub diagnostics: Vec<String>,
+    /// Every stdio child it has spawned.
+    pub child_pids: Vec<u32>,
+}
+
+pub(crate) struct Shared {
+    catalog: Arc<Catalog>,
+    opts: Arc<ClientOptions>,
+    dial_permits: Arc<Semaphore>,
+    closed: CancellationToken,
+    servers: Mutex<BTreeMap<String, Arc<Upstream>>>,
+    meta_registered: Mutex<bool>,
+}
+
+impl Shared {
+    fn servers(&self) -> Vec<Arc<Upstream>> {
+        self.servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    fn server(&self, name: &str) -> Option<Arc<Upstream>> {
+        self.servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+}
+
+/// The client side of Quiver's MCP adapter: owns every upstream connection and the tools
+/// they publish. Cheap to clone.
+#[derive(Clone)]
+pub struct McpClient {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for McpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpClient")
+            .field("servers", &self.shared.servers().len())
+            .finish()
+    }
+}
+
+impl McpClient {
+    /// A client publishing into `catalog`, with no servers yet.
+    pub fn new(catalog: Arc<Catalog>, opts: ClientOptions) -> Self {
+        let permits = opts.max_concurrent_dials.max(1);
+        McpClient {
+            shared: Arc::new(Shared {
+                catalog,
+                opts: Arc::new(opts),
+                dial_permits: Arc::new(Semaphore::new(permits)),
+                closed: CancellationToken::new(),
+                servers: Mutex::new(BTreeMap::new()),
+                meta_registered: Mutex::new(false),
+            }),
+        }
+    }
+
+    /// A client with `servers` added (see [`McpClient::add_server`]); returns at once.
+    /// Must be called inside a tokio runtime.
+    pub fn start(catalog: Arc<Catalog>, servers: Vec<ResolvedServer>, opts: ClientOptions) -> Self {
+        let client = McpClient::new(catalog, opts);
+        for s in servers {
+            // Names were checked unique by `validate_all`.
+            let _ = client.add_server(s);
+        }
+        client
+    }
+
+    /// Adds a server and starts connecting it in the background; returns at once. Its
+    /// tools are registered first-wins under family `mcp:<name>` when it connects.
+    pub fn add_server(&self, server: ResolvedServer) -> Result<(), McpError> {
+        if self.shared.closed.is_cancelled() {
+            return Err(McpError::Closed);
+        }
+        let mut servers = self
+            .shared
+            .servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if servers.keys().any(|n| n.eq_ignore_ascii_case(&server.name)) {
+            return Err(McpError::Config(format!(
+                "an MCP server named \"{}\" (ignoring case) is already added",
+                server.name
+            )));
+        }
+        let weak = Arc::downgrade(&self.shared);
+        let up = Upstream::new(
+            server,
+            self.shared.opts.clone(),
+            self.shared.catalog.clone(),
+            self.shared.dial_permits.clone(),
+            self.shared.closed.child_token(),
+            Box::new(move || {
+                if let Some(shared) = weak.upgrade() {
+                    meta::ensure_registered(&shared);
+                }
+            }),
+        );
+        servers.insert(up.name().to_owned(), up.clone());
+        drop(servers);
+        up.start_supervisor();
+        Ok(())
+    }
+
+    /// Waits until every `required` server has connected, or `timeout` passes. A required
+    /// server's rejection (unauthorized, unsupported protocol, a malformed tool) stops its
+    /// retries and is returned as [`McpError::Rejected`].
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<(), McpError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        for up in self.shared.servers() {
+            if !up.cfg.required {
+                continue;
+            }
+            // Subscribed before each look at the state, so no change is missed.
+            let mut rx = up.state_changes();
+            loop {
+                match up.state() {
+                    ServerState::Connected => break,
+                    ServerState::Rejected(reason) => {
+                        return Err(McpError::Rejected {
+                            server: up.name().to_owned(),
+                            reason,
+                        });
+                    }
+                    ServerState::Closed => return Err(McpError::Closed),
+                    other => {
+                        if tokio::time::Instant::now() >= deadline {
+                            let last = up.diagnostics().pop().unwrap_or_default();
+                            return Err(McpError::NotReady {
+                                server: up.name().to_owned(),
+                                reason: format!(
+                                    "{other:?} after {} s; {last}",
+                                    timeout.as_secs_f32()
+                                ),
+                            });
+                        }
+                        let _ = tokio::time::timeout_at(deadline, rx.changed()).await;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The latest registration report of every server (first-wins: names another family
+    /// already holds are skipped and named), merged; its `warning_lines` are what the host
+    /// logs, e.g. `mcp:github: skipped duplicate tool name(s) (2): a, b`.
+    pub fn register_report(&self) -> RegisterReport {
+        let mut report = RegisterReport::default();
+        for up in self.shared.servers() {
+            report.extend(up.last_report());
+        }
+        report
+    }
+
+    /// Every server's status.
+    pub fn status(&self) -> Vec<ServerStatus> {
+        self.shared
+            .servers()
+            .iter()
+            .map(|up| ServerStatus {
+                name: up.name().to_owned(),
+                state: up.state(),
+                counters: up.counters(),
+                tools: up.published_names().into_iter().collect(),
+                diagnostics: up.diagnostics(),
+                child_pids: up.child_pids(),
+            })
+            .collect()
+    }
+
+    /// One server's status.
+    pub fn server_status(&self, name: &str) -> Option<ServerStatus> {
+        self.status().into_iter().find(|s| s.name == name)
+    }
+
+    /// Expands `/mcp__<server>__<prompt> key=value ...` through the server's prompt and
+    /// returns the rendered text (messages joined by blank lines). `Ok(None)` when `input`
+    /// is not such a command or names no known server. Values may be double-quoted.
+    pub async fn expand_prompt(&self, input: &str) -> Result<Option<String>, McpError> {
+        meta::expand_prompt(&self.shared, input).await
+    }
+
+    /// Closes every server for good: children killed (whole process group) and reaped,
+    /// tools removed; later calls answer "closed" without dialling.
+    pub async fn close(&self) {
+        self.shared.closed.cancel();
+        for up in self.shared.servers() {
+            up.close().await;
+        }
+        meta::unregister(&self.shared);
+    }
+}

@@ -1,0 +1,185 @@
+//! The one place rmcp's types become Quiver's: upstream tools into [`ToolSpec`]s, call
+//! results into [`Envelope`]s. Both go through the wire JSON, so they follow the protocol
+//! rather than rmcp's internal type layout.
+
+use quiver_contract::{Annotations, Envelope, Part, ToolSpec, coerce_legacy, mcp_tool_name};
+use serde_json::{Value, json};
+
+/// An upstream tool as published: its catalog spec and its upstream name.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct UpstreamTool {
+    pub(crate) upstream: String,
+    pub(crate) spec: ToolSpec,
+}
+
+/// Turns one upstream tool (wire JSON) into a spec: name `mcp__<prefix>__<tool>` (never
+/// rewritten), description prefixed `[MCP: <server>]`, `{"type":"object"}` when the input
+/// schema is missing, output schema and annotations kept; read-only only when
+/// `annotations.readOnlyHint` is exactly `true`.
+pub(crate) fn tool_spec(server: &str, prefix: &str, tool: &Value) -> Result<UpstreamTool, String> {
+    let upstream = tool
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| "a tool has no string `name`".to_owned())?;
+    let name = mcp_tool_name(prefix, upstream.as_bytes()).map_err(|e| e.to_string())?;
+    let description = match tool.get("description").and_then(Value::as_str) {
+        Some(d) if !d.trim().is_empty() => format!("[MCP: {server}] {d}"),
+        _ => format!("[MCP: {server}] {upstream}"),
+    };
+    let input_schema = match tool.get("inputSchema") {
+        None | Some(Value::Null) => json!({"type": "object"}),
+        Some(Value::Object(o)) if o.is_empty() => json!({"type": "object"}),
+        Some(s @ Value::Object(_)) => s.clone(),
+        Some(other) => {
+            return Err(format!(
+                "tool {upstream:?} has an input schema that is not an object: {other}"
+            ));
+        }
+    };
+    let ann = tool.get("annotations");
+    let flag = |key: &str| {
+        ann.and_then(|a| a.get(key))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    };
+    let annotations = Annotations::default()
+        .destructive(flag("destructiveHint"))
+        .idempotent(flag("idempotentHint"))
+        .open_world(flag("openWorldHint"));
+    let mut annotations = annotations;
+    annotations.read_only = flag("readOnlyHint");
+    let mut spec = ToolSpec::new(name, description)
+        .with_schema(input_schema)
+        .with_annotations(annotations);
+    if let Some(out @ Value::Object(_)) = tool.get("outputSchema") {
+        spec = spec.with_output_schema(out.clone());
+    }
+    if let Some(title) = ann.and_then(|a| a.get("title")).and_then(Value::as_str) {
+        spec = spec.with_status_message(title);
+    }
+    spec.validate().map_err(|e| e.to_string())?;
+    Ok(UpstreamTool {
+        upstream: upstream.to_owned(),
+        spec,
+    })
+}
+
+/// Maps a `tools/call` result (wire JSON) to an envelope. Text blocks join into the Ok's
+/// text, or `structuredContent` is the data when present; images, audio, embedded resources
+/// and resource links become [`Part`]s. `isError: true` becomes an Err, or a Hint when the
+/// text begins `schema hint:` / `fetch hint:` (see [`coerce_legacy`]). Cost is always 0.
+pub(crate) fn call_result(result: &Value) -> Envelope {
+    let is_error = result
+        .get("isError")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let mut texts: Vec<&str> = Vec::new();
+    let mut parts: Vec<Part> = Vec::new();
+    let blocks = result
+        .get("content")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for block in blocks {
+        let s = |k: &str| block.get(k).and_then(Value::as_str);
+        let owned = |k: &str| s(k).map(str::to_owned);
+        match s("type") {
+            Some("text") => texts.push(s("text").unwrap_or_default()),
+            Some("image") => parts.push(Part::Image {
+                mime_type: owned("mimeType").unwrap_or_default(),
+                data: owned("data").unwrap_or_default(),
+            }),
+            Some("audio") => parts.push(Part::Audio {
+                mime_type: owned("mimeType").unwrap_or_default(),
+                data: owned("data").unwrap_or_default(),
+            }),
+            Some("resource_link") => parts.push(Part::ResourceLink {
+                uri: owned("uri").unwrap_or_default(),
+                name: owned("name").unwrap_or_default(),
+                mime_type: owned("mimeType"),
+            }),
+            Some("resource") => {
+                let r = block.get("resource").cloned().unwrap_or_default();
+                let rs = |k: &str| r.get(k).and_then(Value::as_str).map(str::to_owned);
+                parts.push(Part::Resource {
+                    uri: rs("uri").unwrap_or_default(),
+                    mime_type: rs("mimeType"),
+                    text: rs("text"),
+                    blob: rs("blob"),
+                });
+            }
+            _ => {}
+        }
+    }
+    let text = texts.join("\n");
+    if is_error {
+        return coerce_legacy(&text, true);
+    }
+    let mut env = match result.get("structuredContent") {
+        Some(sc) if !sc.is_null() => Envelope::ok(sc.clone()),
+        _ => Envelope::text(text),
+    };
+    for p in parts {
+        env = env.with_part(p);
+    }
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quiver_contract::{ErrKind, HintKind};
+
+    #[test]
+    fn specs_keep_what_upstream_said() {
+        let t = tool_spec(
+            "time",
+            "time",
+            &json!({"name": "now", "description": "Now.", "annotations": {"readOnlyHint": true}}),
+        )
+        .unwrap();
+        assert_eq!(t.spec.name, "mcp__time__now");
+        assert_eq!(t.spec.description, "[MCP: time] Now.");
+        assert_eq!(t.spec.input_schema, json!({"type": "object"}));
+        assert!(t.spec.is_read_only());
+        let t = tool_spec(
+            "s",
+            "s",
+            &json!({"name": "w", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": "yes"}}),
+        )
+        .unwrap();
+        assert!(!t.spec.is_read_only());
+        assert!(
+            tool_spec("s", "s", &json!({"name": "a\nb"}))
+                .unwrap_err()
+                .contains("control")
+        );
+        assert!(
+            tool_spec("s", "s", &json!({"name": ""}))
+                .unwrap_err()
+                .contains("empty")
+        );
+    }
+
+    #[test]
+    fn results_map_to_envelopes() {
+        let ok = call_result(&json!({"content": [{"type": "text", "text": "hi"}]}));
+        assert_eq!(ok, Envelope::text("hi"));
+        let sc = call_result(
+            &json!({"content": [{"type": "text", "text": "{}"}], "structuredContent": {"a": 1}}),
+        );
+        assert_eq!(sc.data(), Some(&json!({"a": 1})));
+        let img = call_result(
+            &json!({"content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}]}),
+        );
+        assert!(matches!(img, Envelope::Ok { ref parts, .. } if parts.len() == 1));
+        let err =
+            call_result(&json!({"isError": true, "content": [{"type": "text", "text": "boom"}]}));
+        assert_eq!(err.err_kind(), Some(&ErrKind::Legacy));
+        let hint = call_result(
+            &json!({"isError": true, "content": [{"type": "text", "text": "schema hint: no col"}]}),
+        );
+        assert_eq!(hint.hint_kind(), Some(HintKind::Schema));
+        assert_eq!(ok.cost_usd(), 0.0);
+    }
+}

@@ -1,0 +1,984 @@
+//! One upstream server: its connection state machine (connect, drop, shared reconnect,
+//! background retry with backoff, rejection, close), its published tools, and the call path.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::{
+        Arc, Mutex, Weak,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use quiver_contract::{CallContext, Envelope, ErrKind, Tool};
+use quiver_registry::{Catalog, RegisterReport};
+use rmcp::{
+    ClientHandler, RoleClient, ServiceExt,
+    model::{
+        CallToolRequest, CancelledNotificationParam, ClientCapabilities, ClientConfig,
+        ClientRequest, Implementation, PaginatedRequestParams, ProtocolVersion, ServerResult,
+    },
+    service::{NotificationContext, Peer, PeerRequestOptions, ServiceError},
+    transport::{
+        StreamableHttpClientTransport, async_rw::AsyncRwTransport,
+        streamable_http_client::StreamableHttpClientTransportConfig,
+    },
+};
+use serde_json::Value;
+use tokio::sync::{Semaphore, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    ClientOptions,
+    child::{self, ChildGuard},
+    classify::{Class, classify_init, classify_service},
+    config::{Endpoint, Liveness, ResolvedServer},
+    delivery::{Tracked, Written},
+    http,
+    to_contract::{self, UpstreamTool},
+    tool::McpTool,
+};
+
+/// The protocol versions this client speaks with an upstream. The handshake offers the newest
+/// and accepts any of these; a server that answers with another version is rejected.
+pub(crate) const SUPPORTED_PROTOCOLS: [&str; 4] =
+    ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// Where a server's connection stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ServerState {
+    /// The first connection attempt has not finished.
+    Connecting,
+    /// Connected; calls go through.
+    Connected,
+    /// A dropped connection is being re-dialled; calls wait for the outcome.
+    Reconnecting,
+    /// Down; retried in the background; calls fail at once.
+    Down,
+    /// The server refused us for good; no more retries.
+    Rejected(String),
+    /// Closed for good.
+    Closed,
+}
+
+/// Counters of one server, for diagnostics and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerCounters {
+    /// Connection attempts (every spawn or HTTP handshake).
+    pub dials: u64,
+    /// Successful connections.
+    pub connects: u64,
+    /// Connections lost after being up.
+    pub drops: u64,
+    /// Tool calls sent upstream.
+    pub calls: u64,
+    /// Re-lists after `notifications/tools/list_changed`.
+    pub relists: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    dials: AtomicU64,
+    connects: AtomicU64,
+    drops: AtomicU64,
+    calls: AtomicU64,
+    relists: AtomicU64,
+}
+
+impl Counters {
+    fn snapshot(&self) -> ServerCounters {
+        ServerCounters {
+            dials: self.dials.load(Ordering::Relaxed),
+            connects: self.connects.load(Ordering::Relaxed),
+            drops: self.drops.load(Ordering::Relaxed),
+            calls: self.calls.load(Ordering::Relaxed),
+            relists: self.relists.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A live connection.
+pub(crate) struct Conn {
+    pub(crate) peer: Peer<RoleClient>,
+    generation: u64,
+    cancel: CancellationToken,
+    pub(crate) has_resources: bool,
+    pub(crate) has_prompts: bool,
+    /// Stdio only: which requests were written to the child.
+    written: Option<Written>,
+}
+
+#[derive(Clone)]
+enum State {
+    Connecting,
+    Up(Arc<Conn>),
+    Reconnecting,
+    Down,
+    Rejected(String),
+    Closed,
+}
+
+#[derive(Clone)]
+pub(crate) struct Snapshot {
+    state: State,
+    /// Bumped by every successful dial.
+    generation: u64,
+    /// A shared reconnect for this generation failed; later callers do not dial again.
+    failed_generation: Option<u64>,
+}
+
+/// Why a dial failed.
+pub(crate) enum DialError {
+    /// Worth retrying (unreachable, hung, crashed).
+    Transient(String),
+    /// Not worth retrying (unauthorized, unsupported protocol, malformed tools).
+    Rejected(String),
+    /// The server was closed.
+    Closed,
+}
+
+/// What one attempt to send a call gave.
+enum Attempt {
+    Done(Box<Envelope>),
+    /// Never reached the upstream: safe to send again on a new connection.
+    NotDelivered,
+    /// May have reached the upstream: never replayed.
+    Unknown,
+}
+
+pub(crate) struct Upstream {
+    pub(crate) cfg: ResolvedServer,
+    opts: Arc<ClientOptions>,
+    catalog: Arc<Catalog>,
+    dial_permits: Arc<Semaphore>,
+    state: watch::Sender<Snapshot>,
+    dial_lock: tokio::sync::Mutex<()>,
+    closed: CancellationToken,
+    counters: Counters,
+    diagnostics: Mutex<Vec<String>>,
+    published: Mutex<BTreeMap<String, UpstreamTool>>,
+    last_report: Mutex<RegisterReport>,
+    pids: Arc<Mutex<Vec<u32>>>,
+    supervising: AtomicBool,
+    watchers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    me: Weak<Upstream>,
+    /// Called when the server's capabilities change what the client offers (resources).
+    pub(crate) on_connected: Box<dyn Fn() + Send + Sync>,
+}
+
+fn not_connected(server: &str) -> Envelope {
+    Envelope::err(
+        ErrKind::NotAvailable,
+        format!("MCP server \"{server}\" is not connected"),
+    )
+}
+
+impl Upstream {
+    pub(crate) fn new(
+        cfg: ResolvedServer,
+        opts: Arc<ClientOptions>,
+        catalog: Arc<Catalog>,
+        dial_permits: Arc<Semaphore>,
+        closed: CancellationToken,
+        on_connected: Box<dyn Fn() + Send + Sync>,
+    ) -> Arc<Upstream> {
+        let (state, _) = watch::channel(Snapshot {
+            state: State::Connecting,
+            generation: 0,
+            failed_generation: None,
+        });
+        Arc::new_cyclic(|me| Upstream {
+            cfg,
+            opts,
+            catalog,
+            dial_permits,
+            state,
+            dial_lock: tokio::sync::Mutex::new(()),
+            closed,
+            counters: Counters::default(),
+            diagnostics: Mutex::new(Vec::new()),
+            published: Mutex::new(BTreeMap::new()),
+            last_report: Mutex::new(RegisterReport::default()),
+            pids: Arc::new(Mutex::new(Vec::new())),
+            supervising: AtomicBool::new(false),
+            watchers: Mutex::new(Vec::new()),
+            me: me.clone(),
+            on_connected,
+        })
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    fn diag(&self, line: impl Into<String>) {
+        let line = line.into();
+        tracing::info!(server = %self.cfg.name, "{line}");
+        self.diagnostics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(line);
+    }
+
+    pub(crate) fn diagnostics(&self) -> Vec<String> {
+        self.diagnostics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn counters(&self) -> ServerCounters {
+        self.counters.snapshot()
+    }
+
+    pub(crate) fn child_pids(&self) -> Vec<u32> {
+        self.pids.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(crate) fn last_report(&self) -> RegisterReport {
+        self.last_report
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn state(&self) -> ServerState {
+        match &self.state.borrow().state {
+            State::Connecting => ServerState::Connecting,
+            State::Up(_) => ServerState::Connected,
+            State::Reconnecting => ServerState::Reconnecting,
+            State::Down => ServerState::Down,
+            State::Rejected(r) => ServerState::Rejected(r.clone()),
+            State::Closed => ServerState::Closed,
+        }
+    }
+
+    pub(crate) fn state_changes(&self) -> watch::Receiver<Snapshot> {
+        self.state.subscribe()
+    }
+
+    pub(crate) fn conn(&self) -> Option<Arc<Conn>> {
+        match &self.state.borrow().state {
+            State::Up(c) => Some(c.clone()),
+            _ => None,
+        }
+    }
+
+    /// The names of the tools currently published.
+    pub(crate) fn published_names(&self) -> BTreeSet<String> {
+        self.published
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    // ---- connection lifecycle -------------------------------------------------------------
+
+    /// Starts the background connect loop (first attempt at once, then backoff), unless one
+    /// is running.
+    pub(crate) fn start_supervisor(self: &Arc<Self>) {
+        if self.closed.is_cancelled() || self.supervising.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = self.clone();
+        tokio::spawn(async move {
+            me.supervise().await;
+            me.supervising.store(false, Ordering::Release);
+            // A drop that raced the end of the loop restarts it.
+            if matches!(me.state.borrow().state, State::Reconnecting) {
+                me.start_supervisor();
+            }
+        });
+    }
+
+    async fn supervise(self: &Arc<Self>) {
+        let seen = self.state.borrow().generation;
+        let mut delay: Option<Duration> = None;
+        loop {
+            if let Some(d) = delay {
+                tokio::select! {
+                    _ = tokio::time::sleep(d) => {}
+                    _ = self.closed.cancelled() => return,
+                }
+            }
+            match self.dial_shared(seen, delay.is_some()).await {
+                Ok(_) | Err(DialError::Closed) => return,
+                Err(DialError::Rejected(_)) => return,
+                Err(DialError::Transient(_)) => {
+                    delay = Some(match delay {
+                        None => self.opts.backoff_initial,
+                        Some(d) => (d * 2).min(self.opts.backoff_max),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Dials once on behalf of everyone who saw generation `seen` fail: if someone already
+    /// reconnected, their connection is returned; if a shared dial for `seen` already failed
+    /// (and `force` is off), that failure is returned without dialling again.
+    async fn dial_shared(self: &Arc<Self>, seen: u64, force: bool) -> Result<Arc<Conn>, DialError> {
+        let _guard = self.dial_lock.lock().await;
+        {
+            let snap = self.state.borrow();
+            match &snap.state {
+                State::Closed => return Err(DialError::Closed),
+                State::Rejected(r) => return Err(DialError::Rejected(r.clone())),
+                State::Up(c) if snap.generation > seen || c.generation > seen => {
+                    return Ok(c.clone());
+                }
+                State::Up(c) if !c.cancel.is_cancelled() => return Ok(c.clone()),
+                _ => {}
+            }
+            if !force && snap.failed_generation == Some(seen) {
+                return Err(DialError::Transient("the last reconnect failed".into()));
+            }
+        }
+        let was_connected = self.state.borrow().generation > 0;
+        if was_connected {
+            self.diag("reconnecting");
+        }
+        let result = self.dial().await;
+        match result {
+            Ok((conn, tools)) => {
+                // The tools appear and the state turns Up as one step: publishing runs
+                // under the state's write lock, so whoever sees either sees both.
+                let mut tools = Some(tools);
+                self.state.send_modify(|s| {
+                    if !matches!(s.state, State::Closed) {
+                        s.generation = conn.generation;
+                        s.failed_generation = None;
+                        s.state = State::Up(conn.clone());
+                        if let Some(tools) = tools.take() {
+                            self.publish(tools);
+                        }
+                    }
+                });
+                if self.closed.is_cancelled() {
+                    conn.cancel.cancel();
+                    return Err(DialError::Closed);
+                }
+                (self.on_connected)();
+                Ok(conn)
+            }
+            Err(e) => {
+                self.state.send_modify(|s| {
+                    s.failed_generation = Some(seen);
+                    match (&e, &s.state) {
+                        (_, State::Closed) => {}
+                        (DialError::Rejected(r), _) => s.state = State::Rejected(r.clone()),
+                        _ => s.state = State::Down,
+                    }
+                });
+                match &e {
+                    DialError::Rejected(r) => self.diag(format!("rejected: {r}")),
+                    DialError::Transient(r) => self.diag(format!("connect failed: {r}")),
+                    DialError::Closed => {}
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Marks the connection of generation `generation` as lost (once) and starts the
+    /// background reconnect.
+    fn lost(self: &Arc<Self>, generation: u64) {
+        let mut changed = false;
+        self.state.send_if_modified(|s| match &s.state {
+            State::Up(c) if c.generation == generation => {
+                c.cancel.cancel();
+                s.state = State::Reconnecting;
+                changed = true;
+                true
+            }
+            _ => false,
+        });
+        if changed {
+            self.counters.drops.fetch_add(1, Ordering::Relaxed);
+            self.diag("connection lost");
+            self.start_supervisor();
+        }
+    }
+
+    /// One connection attempt: spawn or open the transport, handshake, check the protocol,
+    /// list and publish the tools.
+    async fn dial(self: &Arc<Self>) -> Result<(Arc<Conn>, Vec<UpstreamTool>), DialError> {
+        let _permit = self
+            .dial_permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| DialError::Closed)?;
+        if self.closed.is_cancelled() {
+            return Err(DialError::Closed);
+        }
+        self.counters.dials.fetch_add(1, Ordering::Relaxed);
+        let generation = self.state.borrow().generation + 1;
+        let cancel = self.closed.child_token();
+        let handler = Handler {
+            up: self.me.clone(),
+            generation,
+        };
+        let mut child_guard: Option<ChildGuard> = None;
+        let written = Written::default();
+        let connect = async {
+            match &self.cfg.endpoint {
+                Endpoint::Stdio {
+                    command,
+                    args,
+                    env,
+                    cwd,
+                } => {
+                    let (guard, stdout, stdin) =
+                        child::spawn(&self.cfg.name, command, args, env, cwd.as_ref(), &self.pids)
+                            .map_err(|e| {
+                                DialError::Transient(format!("cannot start `{command}`: {e}"))
+                            })?;
+                    child_guard = Some(guard);
+                    let transport = Tracked {
+                        inner: AsyncRwTransport::new_client(stdout, stdin),
+                        written: written.clone(),
+                    };
+                    handler
+                        .serve_with_ct(transport, cancel.clone())
+                        .await
+                        .map_err(|e| classify_init(&e))
+                }
+                Endpoint::Http {
+                    url,
+                    headers,
+                    token,
+                    timeout,
+                } => {
+                    let client = http::client(url, *timeout)
+                        .map_err(|e| DialError::Transient(format!("http client: {e}")))?;
+                    let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                        .reinit_on_expired_session(true)
+                        .custom_headers(headers.iter().cloned().collect());
+                    if let Some(t) = token {
+                        config = config.auth_header(t.0.clone());
+                    }
+                    let transport = StreamableHttpClientTransport::with_client(client, config);
+                    handler
+                        .serve_with_ct(transport, cancel.clone())
+                        .await
+                        .map_err(|e| classify_init(&e))
+                }
+            }
+        };
+        let outcome = tokio::select! {
+            r = tokio::time::timeout(self.opts.connect_timeout, connect) => match r {
+                Ok(r) => r,
+                Err(_) => Err(DialError::Transient(format!(
+                    "no answer to initialize within {} s", self.opts.connect_timeout.as_secs_f32()
+                ))),
+            },
+            _ = self.closed.cancelled() => Err(DialError::Closed),
+        };
+        let running = match outcome {
+            Ok(r) => r,
+            Err(e) => {
+                cancel.cancel();
+                if let Some(mut g) = child_guard {
+                    g.shutdown().await;
+                }
+                return Err(e);
+            }
+        };
+        let peer = running.peer().clone();
+        let info = peer.peer_info();
+        let (protocol, has_tools_cap, has_resources, has_prompts) = match &info {
+            Some(i) => (
+                i.protocol_version.to_string(),
+                i.capabilities.tools.is_some(),
+                i.capabilities.resources.is_some(),
+                i.capabilities.prompts.is_some(),
+            ),
+            None => (String::new(), true, false, false),
+        };
+        let fail = async |e: DialError,
+                          running: rmcp::service::RunningService<RoleClient, Handler>,
+                          child_guard: Option<ChildGuard>| {
+            cancel.cancel();
+            let _ = running.cancel().await;
+            if let Some(mut g) = child_guard {
+                g.shutdown().await;
+            }
+            Err(e)
+        };
+        if !SUPPORTED_PROTOCOLS.contains(&protocol.as_str()) {
+            return fail(
+                DialError::Rejected(format!(
+                    "unsupported protocol version {protocol:?} (supported: {})",
+                    SUPPORTED_PROTOCOLS.join(", ")
+                )),
+                running,
+                child_guard,
+            )
+            .await;
+        }
+        let tools = if has_tools_cap {
+            match tokio::time::timeout(self.opts.connect_timeout, self.list_tools(&peer)).await {
+                Ok(Ok(t)) => t,
+                Ok(Err(e)) => return fail(e, running, child_guard).await,
+                Err(_) => {
+                    return fail(
+                        DialError::Transient("no answer to tools/list".into()),
+                        running,
+                        child_guard,
+                    )
+                    .await;
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        let conn = Arc::new(Conn {
+            peer,
+            generation,
+            cancel: cancel.clone(),
+            has_resources: has_resources && self.cfg.resources,
+            has_prompts: has_prompts && self.cfg.prompts,
+            written: matches!(self.cfg.endpoint, Endpoint::Stdio { .. }).then_some(written),
+        });
+        // The watcher owns the service and the child: when the connection ends for any
+        // reason it reaps the child and reports the drop.
+        let me = self.me.clone();
+        let watcher = tokio::spawn(async move {
+            let _ = running.waiting().await;
+            if let Some(mut g) = child_guard {
+                g.shutdown().await;
+            }
+            if let Some(up) = me.upgrade() {
+                up.lost(generation);
+            }
+        });
+        {
+            let mut watchers = self.watchers.lock().unwrap_or_else(|p| p.into_inner());
+            watchers.retain(|w| !w.is_finished());
+            watchers.push(watcher);
+        }
+        self.counters.connects.fetch_add(1, Ordering::Relaxed);
+        self.diag(format!(
+            "connected (protocol {protocol}, {} tool(s))",
+            tools.len()
+        ));
+        self.start_liveness(&conn);
+        Ok((conn, tools))
+    }
+
+    fn start_liveness(self: &Arc<Self>, conn: &Arc<Conn>) {
+        let interval = match self.cfg.liveness.unwrap_or(self.opts.liveness) {
+            Liveness::Every(d) if !d.is_zero() => d,
+            _ => return,
+        };
+        let me = self.me.clone();
+        let peer = conn.peer.clone();
+        let cancel = conn.cancel.clone();
+        let generation = conn.generation;
+        tokio::spawn(async move {
+            let mut tick =
+                tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = cancel.cancelled() => return,
+                }
+                let ping = peer.send_request(ClientRequest::PingRequest(Default::default()));
+                let dead = match tokio::time::timeout(
+                    interval.clamp(Duration::from_secs(1), Duration::from_secs(10)),
+                    ping,
+                )
+                .await
+                {
+                    Ok(Ok(_)) => false,
+                    Ok(Err(e)) => matches!(classify_service(&e), Class::Drop),
+                    Err(_) => true,
+                };
+                if dead {
+                    if let Some(up) = me.upgrade() {
+                        up.diag("liveness ping failed");
+                        up.lost(generation);
+                    }
+                    return;
+                }
+            }
+        });
+    }
+
+    async fn list_tools(&self, peer: &Peer<RoleClient>) -> Result<Vec<UpstreamTool>, DialError> {
+        let mut out = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = peer
+                .list_tools(Some(
+                    PaginatedRequestParams::default().with_cursor(cursor.take()),
+                ))
+                .await
+                .map_err(|e| match classify_service(&e) {
+                    Class::Peer => DialError::Rejected(format!("tools/list failed: {e}")),
+                    _ => DialError::Transient(format!("tools/list failed: {e}")),
+                })?;
+            for tool in &page.tools {
+                let wire = serde_json::to_value(tool).unwrap_or(Value::Null);
+                let name = wire.get("name").and_then(Value::as_str).unwrap_or_default();
+                if !self.cfg.admits(name) {
+                    continue;
+                }
+                if out.len() >= self.opts.list_cap {
+                    self.diag(format!(
+                        "tools/list returned more than {} tools; the rest are ignored",
+                        self.opts.list_cap
+                    ));
+                    return Ok(out);
+                }
+                let t = to_contract::tool_spec(&self.cfg.name, &self.cfg.prefix, &wire)
+                    .map_err(|e| DialError::Rejected(format!("malformed tool: {e}")))?;
+                out.push(t);
+            }
+            match page.next_cursor {
+                Some(c) if !c.is_empty() => cursor = Some(c),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    /// Publishes `tools` into the catalog under this server's family: new names are
+    /// registered first-wins, changed ones replaced, vanished ones removed.
+    fn publish(self: &Arc<Self>, tools: Vec<UpstreamTool>) -> RegisterReport {
+        let family = self.cfg.family();
+        let mut published = self.published.lock().unwrap_or_else(|p| p.into_inner());
+        let wanted: BTreeSet<&str> = tools.iter().map(|t| t.spec.name.as_str()).collect();
+        let gone: Vec<String> = published
+            .keys()
+            .filter(|n| !wanted.contains(n.as_str()))
+            .cloned()
+            .collect();
+        for name in gone {
+            if self
+                .catalog
+                .lookup(&name)
+                .is_some_and(|e| *e.family == *family)
+            {
+                self.catalog.remove(&name);
+            }
+            published.remove(&name);
+        }
+        let mut fresh: Vec<Arc<dyn Tool>> = Vec::new();
+        let mut fresh_specs = BTreeMap::new();
+        for t in tools {
+            let tool: Arc<dyn Tool> = Arc::new(McpTool::new(self.clone(), t.clone()));
+            match self.catalog.lookup(&t.spec.name) {
+                Some(e) if *e.family == *family => {
+                    if e.spec != t.spec
+                        && let Err(err) = self.catalog.upsert_in(&family, tool)
+                    {
+                        self.diag(format!("cannot update {}: {err}", t.spec.name));
+                        continue;
+                    }
+                    published.insert(t.spec.name.clone(), t);
+                }
+                _ => {
+                    fresh_specs.insert(t.spec.name.clone(), t);
+                    fresh.push(tool);
+                }
+            }
+        }
+        let report = self.catalog.register_all(&family, fresh);
+        for name in &report.registered {
+            if let Some(t) = fresh_specs.remove(name) {
+                published.insert(name.clone(), t);
+            }
+        }
+        for line in report.warning_lines() {
+            tracing::warn!("{line}");
+            self.diag(line);
+        }
+        *self.last_report.lock().unwrap_or_else(|p| p.into_inner()) = report.clone();
+        report
+    }
+
+    /// Re-lists after `notifications/tools/list_changed` on connection `generation`.
+    async fn relist(self: Arc<Self>, generation: u64) {
+        let Some(conn) = self.conn().filter(|c| c.generation == generation) else {
+            return;
+        };
+        self.counters.relists.fetch_add(1, Ordering::Relaxed);
+        match tokio::time::timeout(self.opts.connect_timeout, self.list_tools(&conn.peer)).await {
+            Ok(Ok(tools)) => {
+                let n = tools.len();
+                self.publish(tools);
+                self.diag(format!("tools changed upstream; {n} tool(s) published"));
+            }
+            Ok(Err(DialError::Rejected(r) | DialError::Transient(r))) => {
+                self.diag(format!("re-list after list_changed failed: {r}"));
+            }
+            Ok(Err(DialError::Closed)) => {}
+            Err(_) => self.diag("re-list after list_changed timed out"),
+        }
+    }
+
+    /// Closes for good: later calls get "closed" without dialling; the child is killed and
+    /// reaped before this returns.
+    pub(crate) async fn close(&self) {
+        let _guard = self.dial_lock.lock().await;
+        let old = self.state.send_replace(Snapshot {
+            state: State::Closed,
+            generation: u64::MAX,
+            failed_generation: None,
+        });
+        if let State::Up(conn) = old.state {
+            conn.cancel.cancel();
+        }
+        // Every connection's watcher kills and reaps its child; wait for all of them.
+        let watchers =
+            std::mem::take(&mut *self.watchers.lock().unwrap_or_else(|p| p.into_inner()));
+        for w in watchers {
+            let _ = w.await;
+        }
+        let family = self.cfg.family();
+        for name in self.published_names() {
+            if self
+                .catalog
+                .lookup(&name)
+                .is_some_and(|e| *e.family == *family)
+            {
+                self.catalog.remove(&name);
+            }
+        }
+        self.published
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
+    // ---- calls ------------------------------------------------------------------------------
+
+    /// A connection to send on, waiting for a reconnect already under way; `Err` is the
+    /// envelope to answer with at once.
+    async fn ready_conn(&self) -> Result<Arc<Conn>, Envelope> {
+        let mut rx = self.state.subscribe();
+        let deadline = tokio::time::Instant::now() + self.opts.connect_timeout;
+        loop {
+            let state = rx.borrow_and_update().state.clone();
+            match state {
+                State::Up(c) => return Ok(c),
+                State::Closed => {
+                    return Err(Envelope::err(
+                        ErrKind::NotAvailable,
+                        format!("MCP server \"{}\" is closed", self.cfg.name),
+                    ));
+                }
+                State::Reconnecting => {
+                    match tokio::time::timeout_at(deadline, rx.changed()).await {
+                        Ok(Ok(())) => continue,
+                        _ => return Err(not_connected(&self.cfg.name)),
+                    }
+                }
+                State::Connecting | State::Down | State::Rejected(_) => {
+                    return Err(not_connected(&self.cfg.name));
+                }
+            }
+        }
+    }
+
+    /// Calls an upstream tool. At most one reconnect per call; a call whose delivery is
+    /// unknown is never replayed; the model never sees raw transport text.
+    pub(crate) async fn call(
+        self: &Arc<Self>,
+        tool: &str,
+        input: Value,
+        ctx: &CallContext,
+    ) -> Envelope {
+        let mut conn = match self.ready_conn().await {
+            Ok(c) => c,
+            Err(env) => return env,
+        };
+        let args = match input {
+            Value::Object(m) => Some(m),
+            Value::Null => None,
+            _ => {
+                return Envelope::err(
+                    ErrKind::ToolFailed,
+                    "mcp call failed: the arguments must be a JSON object",
+                );
+            }
+        };
+        let mut reconnected = false;
+        loop {
+            match self.attempt(&conn, tool, args.clone(), ctx).await {
+                Attempt::Done(env) => return *env,
+                Attempt::Unknown => {
+                    self.lost(conn.generation);
+                    return Envelope::err(
+                        ErrKind::NotAvailable,
+                        format!(
+                            "MCP server \"{}\" unavailable; request outcome is unknown",
+                            self.cfg.name
+                        ),
+                    );
+                }
+                Attempt::NotDelivered if !reconnected => {
+                    reconnected = true;
+                    self.lost(conn.generation);
+                    match self.dial_shared(conn.generation, false).await {
+                        Ok(c) => conn = c,
+                        Err(DialError::Closed) => {
+                            return Envelope::err(
+                                ErrKind::NotAvailable,
+                                format!("MCP server \"{}\" is closed", self.cfg.name),
+                            );
+                        }
+                        Err(_) => {
+                            // The supervisor may have dialled for us; wait for its outcome.
+                            match self.ready_conn().await {
+                                Ok(c) if c.generation > conn.generation => conn = c,
+                                _ => return self.unavailable_after_reconnect(),
+                            }
+                        }
+                    }
+                }
+                Attempt::NotDelivered => return self.unavailable_after_reconnect(),
+            }
+        }
+    }
+
+    fn unavailable_after_reconnect(&self) -> Envelope {
+        Envelope::err(
+            ErrKind::NotAvailable,
+            format!(
+                "mcp call failed: MCP server \"{}\" unavailable after reconnect",
+                self.cfg.name
+            ),
+        )
+    }
+
+    async fn attempt(
+        &self,
+        conn: &Conn,
+        tool: &str,
+        args: Option<serde_json::Map<String, Value>>,
+        ctx: &CallContext,
+    ) -> Attempt {
+        if conn.cancel.is_cancelled() {
+            return Attempt::NotDelivered;
+        }
+        let mut timeout = self.cfg.call_timeout.unwrap_or(self.opts.call_timeout);
+        if let Some(deadline) = ctx.deadline {
+            timeout = timeout.min(deadline.saturating_duration_since(Instant::now()));
+        }
+        let mut params = rmcp::model::CallToolRequestParams::new(tool.to_owned());
+        params.arguments = args;
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        self.counters.calls.fetch_add(1, Ordering::Relaxed);
+        let handle = match conn
+            .peer
+            .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
+            .await
+        {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::debug!(server = %self.cfg.name, error = %e, "call not sent");
+                return Attempt::NotDelivered;
+            }
+        };
+        let id = handle.id.clone();
+        // Whether the request surely never left Quiver (stdio: its write never completed).
+        let unsent =
+            |id: &rmcp::model::RequestId| conn.written.as_ref().is_some_and(|w| !w.take(id));
+        let result = tokio::select! {
+            r = handle.await_response() => r,
+            _ = ctx.cancel.cancelled() => {
+                let p = CancelledNotificationParam::new(Some(id), Some("cancelled by the caller".into()));
+                let _ = conn.peer.notify_cancelled(p).await;
+                return done(Envelope::err(ErrKind::Cancelled, "the call was cancelled"));
+            }
+        };
+        if result.is_ok()
+            && let Some(w) = &conn.written
+        {
+            w.take(&id);
+        }
+        match result {
+            Ok(ServerResult::CallToolResult(r)) => {
+                let wire = serde_json::to_value(&r).unwrap_or(Value::Null);
+                done(to_contract::call_result(&wire))
+            }
+            Ok(other) => {
+                tracing::warn!(server = %self.cfg.name, ?other, "unexpected reply to tools/call");
+                done(Envelope::err(
+                    ErrKind::ToolFailed,
+                    format!(
+                        "mcp call failed: MCP server \"{}\" sent an unexpected reply",
+                        self.cfg.name
+                    ),
+                ))
+            }
+            Err(e) => {
+                tracing::debug!(server = %self.cfg.name, error = ?e, "call failed");
+                match classify_service(&e) {
+                    Class::Peer => done(Envelope::err(
+                        ErrKind::ToolFailed,
+                        format!("mcp call failed: {}", peer_message(&e)),
+                    )),
+                    Class::Timeout => done(Envelope::err(
+                        ErrKind::Timeout,
+                        format!(
+                            "MCP server \"{}\" did not answer `{tool}` within {} s; the call was cancelled upstream",
+                            self.cfg.name,
+                            timeout.as_secs_f32()
+                        ),
+                    )),
+                    Class::Refused => Attempt::NotDelivered,
+                    Class::Drop if unsent(&id) => Attempt::NotDelivered,
+                    Class::Drop => Attempt::Unknown,
+                    Class::Other => done(Envelope::err(
+                        ErrKind::ToolFailed,
+                        format!(
+                            "mcp call failed: MCP server \"{}\" could not complete the request",
+                            self.cfg.name
+                        ),
+                    )),
+                }
+            }
+        }
+    }
+}
+
+/// The text of a JSON-RPC error from the peer (its own words, not transport text).
+fn peer_message(e: &ServiceError) -> String {
+    match e {
+        ServiceError::McpError(d) => d.message.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// Our rmcp client handler: identifies Quiver and re-lists on `tools/list_changed`.
+pub(crate) struct Handler {
+    up: Weak<Upstream>,
+    generation: u64,
+}
+
+impl ClientHandler for Handler {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        if let Some(up) = self.up.upgrade() {
+            tokio::spawn(up.relist(self.generation));
+        }
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("quiver", env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(ProtocolVersion::V_2025_11_25)
+    }
+}
+
+fn done(envelope: Envelope) -> Attempt {
+    Attempt::Done(Box::new(envelope))
+}

@@ -1,0 +1,301 @@
+//! `@modelcontextprotocol/server-everything` over stdio and streamable HTTP.
+
+use std::{
+    net::TcpStream,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use quiver_contract::{Envelope, ErrKind};
+use quiver_mcp_adapter::{McpClient, ServerConfig, ServerState};
+use quiver_registry::Catalog;
+use serde_json::json;
+
+use crate::{call, close_and_check, everything_js, start, text_of, wait_for, within};
+
+/// A server-everything HTTP process on a free loopback port; killed and reaped on drop.
+pub(crate) struct HttpEverything {
+    child: Child,
+    pub(crate) url: String,
+}
+
+impl HttpEverything {
+    pub(crate) fn spawn() -> HttpEverything {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        HttpEverything::spawn_on(port)
+    }
+
+    pub(crate) fn spawn_on(port: u16) -> HttpEverything {
+        let child = Command::new("node")
+            .arg(everything_js())
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("node runs");
+        HttpEverything {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        }
+    }
+
+    pub(crate) async fn ready(&self) {
+        let addr = self
+            .url
+            .trim_start_matches("http://")
+            .trim_end_matches("/mcp")
+            .to_owned();
+        wait_for(
+            "server-everything to listen",
+            Duration::from_secs(30),
+            || TcpStream::connect(&addr).is_ok(),
+        )
+        .await;
+    }
+}
+
+impl Drop for HttpEverything {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn exercise(catalog: &Catalog, client: &McpClient, server: &str) {
+    within(
+        Duration::from_secs(60),
+        client.wait_ready(Duration::from_secs(60)),
+    )
+    .await
+    .expect("server-everything connects");
+    let echo = format!("mcp__{server}__echo");
+    let sum = format!("mcp__{server}__get-sum");
+    let names = catalog.names();
+    assert!(names.contains(&echo), "{names:?}");
+    assert!(names.contains(&sum), "{names:?}");
+
+    let entry = catalog.lookup(&echo).unwrap();
+    assert!(
+        entry
+            .spec
+            .description
+            .starts_with(&format!("[MCP: {server}] "))
+    );
+    assert_eq!(&*entry.family, format!("mcp:{server}"));
+    assert!(entry.tool.read_only(), "echo says readOnlyHint: true");
+    let toggle = catalog
+        .lookup(&format!("mcp__{server}__toggle-simulated-logging"))
+        .unwrap();
+    assert!(
+        !toggle.tool.read_only(),
+        "readOnlyHint: false stays mutating"
+    );
+
+    let env = call(catalog, &echo, json!({"message": "hello"})).await;
+    assert!(env.is_ok(), "{env:?}");
+    assert!(text_of(&env).contains("hello"), "{env:?}");
+    assert_eq!(env.cost_usd(), 0.0);
+
+    let env = call(catalog, &sum, json!({"a": 2, "b": 40})).await;
+    assert!(text_of(&env).contains("42"), "{env:?}");
+
+    let img = call(
+        catalog,
+        &format!("mcp__{server}__get-tiny-image"),
+        json!({}),
+    )
+    .await;
+    assert!(
+        matches!(&img, Envelope::Ok { parts, .. } if !parts.is_empty()),
+        "binary content becomes parts: {img:?}"
+    );
+
+    // A JSON-RPC error from the peer is an Err, never a drop.
+    let bad = call(catalog, &sum, json!({"a": "x"})).await;
+    assert!(!bad.is_ok(), "{bad:?}");
+    assert_eq!(client.server_status(server).unwrap().counters.drops, 0);
+    assert_eq!(
+        client.server_status(server).unwrap().state,
+        ServerState::Connected
+    );
+
+    // Resources come through the meta-tools.
+    wait_for("resource meta-tools", Duration::from_secs(10), || {
+        catalog.contains("list_mcp_resources")
+    })
+    .await;
+    let list = call(catalog, "list_mcp_resources", json!({"server": server})).await;
+    assert!(
+        matches!(list.data(), Some(serde_json::Value::Array(a)) if !a.is_empty()),
+        "{list:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_list_call_and_annotations() {
+    let (catalog, client) = start(
+        &[
+            ServerConfig::stdio("everything", "node", vec![everything_js(), "stdio".into()])
+                .required(),
+        ],
+        Default::default(),
+    );
+    exercise(&catalog, &client, "everything").await;
+    close_and_check(&client).await;
+    assert!(catalog.family_names("mcp:everything").is_empty());
+    assert!(!catalog.contains("list_mcp_resources"));
+    assert_eq!(
+        client.server_status("everything").unwrap().state,
+        ServerState::Closed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamable_http_list_and_call() {
+    let server = HttpEverything::spawn();
+    server.ready().await;
+    let (catalog, client) = start(
+        &[ServerConfig::http("web", server.url.clone()).required()],
+        Default::default(),
+    );
+    exercise(&catalog, &client, "web").await;
+    // Keep a handle to a tool, close, and call it: "closed" at once, no dial.
+    let echo = catalog.lookup("mcp__web__echo").unwrap();
+    let dials = client.server_status("web").unwrap().counters.dials;
+    close_and_check(&client).await;
+    let env = echo
+        .tool
+        .call(json!({"message": "x"}), &Default::default())
+        .await
+        .unwrap();
+    assert_eq!(env.err_kind(), Some(&ErrKind::NotAvailable));
+    assert!(env.message().unwrap().contains("closed"), "{env:?}");
+    assert_eq!(client.server_status("web").unwrap().counters.dials, dials);
+}
+
+/// A fixture server over streamable HTTP; killed and reaped on drop.
+struct HttpFixture(Child);
+
+impl HttpFixture {
+    fn spawn_on(port: u16) -> HttpFixture {
+        HttpFixture(
+            Command::new(crate::python())
+                .args([crate::fixture(), "--http".into(), port.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("python runs"),
+        )
+    }
+}
+
+impl Drop for HttpFixture {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn listening(port: u16) {
+    wait_for("the server to listen", Duration::from_secs(30), || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_http_session_reinitializes_transparently() {
+    // The Python SDK answers an unknown session with HTTP 404, as the spec says.
+    let port = free_port();
+    let server = HttpFixture::spawn_on(port);
+    listening(port).await;
+    let (catalog, client) = start(
+        &[ServerConfig::http("pyweb", format!("http://127.0.0.1:{port}/mcp")).required()],
+        Default::default(),
+    );
+    within(
+        Duration::from_secs(60),
+        client.wait_ready(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    let env = call(&catalog, "mcp__pyweb__echo", json!({"text": "one"})).await;
+    assert!(text_of(&env).contains("one"), "{env:?}");
+    drop(server);
+    let server = HttpFixture::spawn_on(port);
+    listening(port).await;
+    let env = within(
+        Duration::from_secs(30),
+        call(&catalog, "mcp__pyweb__echo", json!({"text": "two"})),
+    )
+    .await;
+    assert!(text_of(&env).contains("two"), "{env:?}");
+    let st = client.server_status("pyweb").unwrap();
+    assert_eq!(
+        (st.counters.dials, st.counters.drops),
+        (1, 0),
+        "rmcp re-initialized in place: {st:?}"
+    );
+    close_and_check(&client).await;
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_server_restart_every_call_answered() {
+    // server-everything answers an unknown session with HTTP 400 and an id-less JSON-RPC
+    // error, which rmcp cannot route to the request; the liveness ping notices and the
+    // client re-dials.
+    let port = free_port();
+    let server = HttpEverything::spawn_on(port);
+    server.ready().await;
+    let (catalog, client) = start(
+        &[ServerConfig::http("web", server.url.clone())
+            .with_liveness(quiver_mcp_adapter::Liveness::Every(Duration::from_millis(
+                300,
+            )))
+            .required()],
+        Default::default(),
+    );
+    within(
+        Duration::from_secs(60),
+        client.wait_ready(Duration::from_secs(60)),
+    )
+    .await
+    .unwrap();
+    let env = call(&catalog, "mcp__web__echo", json!({"message": "one"})).await;
+    assert!(text_of(&env).contains("one"), "{env:?}");
+    drop(server);
+    let server = HttpEverything::spawn_on(port);
+    server.ready().await;
+    let env = within(
+        Duration::from_secs(30),
+        call(&catalog, "mcp__web__echo", json!({"message": "two"})),
+    )
+    .await;
+    assert!(
+        text_of(&env).contains("two") || env.err_kind() == Some(&ErrKind::NotAvailable),
+        "{env:?}"
+    );
+    wait_for("a fresh session", Duration::from_secs(30), || {
+        let s = client.server_status("web").unwrap();
+        s.state == ServerState::Connected && s.counters.connects >= 2
+    })
+    .await;
+    let env = call(&catalog, "mcp__web__echo", json!({"message": "three"})).await;
+    assert!(text_of(&env).contains("three"), "{env:?}");
+    close_and_check(&client).await;
+    drop(server);
+}

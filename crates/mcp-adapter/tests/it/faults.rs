@@ -1,0 +1,463 @@
+//! Fault cases against the fixture server. Every call is answered, nothing panics, every
+//! child is reaped.
+
+use std::time::Duration;
+
+use quiver_contract::ErrKind;
+use quiver_mcp_adapter::{McpError, ServerConfig, ServerState};
+use serde_json::json;
+
+use crate::{
+    call, close_and_check, fast_options, fixture, fixture_server, python, start, text_of, wait_for,
+    within,
+};
+
+fn reconnecting_lines(client: &quiver_mcp_adapter::McpClient, name: &str) -> usize {
+    client
+        .server_status(name)
+        .unwrap()
+        .diagnostics
+        .iter()
+        .filter(|l| l.as_str() == "reconnecting")
+        .count()
+}
+
+fn kill9(pid: &str) {
+    let st = std::process::Command::new("kill")
+        .args(["-9", pid])
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_call_is_never_replayed() {
+    let (catalog, client) = start(&[fixture_server("fx", "normal").required()], fast_options());
+    within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    let env = within(
+        Duration::from_secs(30),
+        call(&catalog, "mcp__fx__die", json!({})),
+    )
+    .await;
+    assert_eq!(env.err_kind(), Some(&ErrKind::NotAvailable), "{env:?}");
+    assert_eq!(
+        env.message().unwrap(),
+        "MCP server \"fx\" unavailable; request outcome is unknown"
+    );
+    wait_for("reconnect", Duration::from_secs(30), || {
+        client.server_status("fx").unwrap().counters.connects == 2
+    })
+    .await;
+    let env = call(&catalog, "mcp__fx__echo", json!({"text": "again"})).await;
+    assert!(text_of(&env).contains("again"), "{env:?}");
+    assert_eq!(reconnecting_lines(&client, "fx"), 1);
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_server_reconnects_once() {
+    let (catalog, client) = start(&[fixture_server("fx", "normal").required()], fast_options());
+    within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    let pid = text_of(&call(&catalog, "mcp__fx__pid", json!({})).await);
+    let pid = pid.trim_matches(|c: char| !c.is_ascii_digit()).to_owned();
+    kill9(&pid);
+    // The restart is observed (the child's stdout closes) before the next call is made; a
+    // call racing the kill itself may have been written to the dying child and is then
+    // answered "outcome is unknown" (see killed_mid_call_is_never_replayed).
+    wait_for("the drop to be seen", Duration::from_secs(10), || {
+        client.server_status("fx").unwrap().counters.drops == 1
+    })
+    .await;
+    let env = within(
+        Duration::from_secs(30),
+        call(&catalog, "mcp__fx__echo", json!({"text": "back"})),
+    )
+    .await;
+    // Either this call shared the reconnect, or it found the server already back.
+    assert!(text_of(&env).contains("back"), "{env:?}");
+    let st = client.server_status("fx").unwrap();
+    assert_eq!(st.counters.dials, 2, "{st:?}");
+    assert_eq!(reconnecting_lines(&client, "fx"), 1, "{:?}", st.diagnostics);
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hung_call_times_out_clearly() {
+    let (catalog, client) = start(
+        &[fixture_server("fx", "normal")
+            .with_call_timeout(Duration::from_millis(500))
+            .required()],
+        fast_options(),
+    );
+    within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    let env = within(
+        Duration::from_secs(10),
+        call(&catalog, "mcp__fx__sleep", json!({"seconds": 30})),
+    )
+    .await;
+    assert_eq!(env.err_kind(), Some(&ErrKind::Timeout), "{env:?}");
+    assert!(
+        env.message().unwrap().contains("did not answer `sleep`"),
+        "{env:?}"
+    );
+    // A timeout is not a drop: the connection keeps serving.
+    let env = call(&catalog, "mcp__fx__echo", json!({"text": "alive"})).await;
+    assert!(text_of(&env).contains("alive"), "{env:?}");
+    assert_eq!(client.server_status("fx").unwrap().counters.drops, 0);
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_servers_never_block_and_are_reaped() {
+    let mut opts = fast_options();
+    opts = opts.with_connect_timeout(Duration::from_secs(2));
+    let (catalog, client) = start(
+        &[
+            fixture_server("crash", "crash"),
+            fixture_server("garbage", "garbage"),
+            fixture_server("noinit", "noinit"),
+        ],
+        opts,
+    );
+    // Adding returned at once; every server is retried in the background.
+    wait_for("retries", Duration::from_secs(30), || {
+        client.status().iter().all(|s| s.counters.dials >= 2)
+    })
+    .await;
+    for s in client.status() {
+        assert!(
+            matches!(
+                s.state,
+                ServerState::Down | ServerState::Connecting | ServerState::Reconnecting
+            ),
+            "{s:?}"
+        );
+        assert!(s.tools.is_empty());
+        assert_eq!(s.counters.connects, 0, "{s:?}");
+    }
+    assert!(catalog.is_empty());
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn required_server_rejection_stops_retries() {
+    let (_catalog, client) = start(
+        &[fixture_server("rej", "reject").required()],
+        fast_options(),
+    );
+    let err = within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, McpError::Rejected { server, reason } if server == "rej" && reason.contains("Unsupported protocol")),
+        "{err}"
+    );
+    assert_eq!(client.server_status("rej").unwrap().counters.dials, 1);
+    close_and_check(&client).await;
+
+    // A required server that never answers is reported, not waited on forever.
+    let (_catalog, client) = start(
+        &[fixture_server("mute", "noinit").required()],
+        fast_options().with_connect_timeout(Duration::from_secs(1)),
+    );
+    let err = within(
+        Duration::from_secs(10),
+        client.wait_ready(Duration::from_secs(3)),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, McpError::NotReady { .. }), "{err}");
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_across_a_drop_share_one_dial() {
+    let (catalog, client) = start(&[fixture_server("fx", "normal").required()], fast_options());
+    within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    let pid = text_of(&call(&catalog, "mcp__fx__pid", json!({})).await);
+    let pid = pid.trim_matches(|c: char| !c.is_ascii_digit()).to_owned();
+    let base = client.server_status("fx").unwrap().counters.calls;
+    let mut calls = Vec::new();
+    for _ in 0..8 {
+        let catalog = catalog.clone();
+        calls.push(tokio::spawn(async move {
+            call(&catalog, "mcp__fx__sleep", json!({"seconds": 30})).await
+        }));
+    }
+    wait_for("8 calls in flight", Duration::from_secs(10), || {
+        client.server_status("fx").unwrap().counters.calls == base + 8
+    })
+    .await;
+    kill9(&pid);
+    for c in calls {
+        let env = within(Duration::from_secs(20), c).await.unwrap();
+        assert_eq!(
+            env.message(),
+            Some("MCP server \"fx\" unavailable; request outcome is unknown"),
+            "{env:?}"
+        );
+    }
+    wait_for("reconnect", Duration::from_secs(30), || {
+        client.server_status("fx").unwrap().state == ServerState::Connected
+            && client.server_status("fx").unwrap().counters.connects == 2
+    })
+    .await;
+    // 8 more at once right after a second kill: they share one dial too.
+    let pid = text_of(&call(&catalog, "mcp__fx__pid", json!({})).await);
+    kill9(pid.trim_matches(|c: char| !c.is_ascii_digit()));
+    let mut calls = Vec::new();
+    for i in 0..8 {
+        let catalog = catalog.clone();
+        calls.push(tokio::spawn(async move {
+            call(&catalog, "mcp__fx__echo", json!({"text": format!("n{i}")})).await
+        }));
+    }
+    for c in calls {
+        let env = within(Duration::from_secs(30), c).await.unwrap();
+        // Each is answered: through the shared reconnect, or at once if it arrived first.
+        assert!(
+            env.is_ok() || env.err_kind() == Some(&ErrKind::NotAvailable),
+            "{env:?}"
+        );
+    }
+    wait_for("second reconnect", Duration::from_secs(30), || {
+        client.server_status("fx").unwrap().counters.connects == 3
+    })
+    .await;
+    let st = client.server_status("fx").unwrap();
+    assert_eq!(st.counters.dials, 3, "one dial per drop: {st:?}");
+    assert_eq!(reconnecting_lines(&client, "fx"), 2, "{:?}", st.diagnostics);
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn down_at_start_comes_up_later() {
+    let dir = std::env::temp_dir().join(format!("quiver-mcp-up-{}", std::process::id()));
+    let _ = std::fs::remove_file(&dir);
+    let (catalog, client) = start(
+        &[ServerConfig::stdio(
+            "late",
+            python(),
+            vec![
+                fixture(),
+                "--require-file".into(),
+                dir.display().to_string(),
+            ],
+        )],
+        fast_options(),
+    );
+    wait_for("a failed attempt", Duration::from_secs(20), || {
+        client.server_status("late").unwrap().state == ServerState::Down
+    })
+    .await;
+    let env = call_missing(&client).await;
+    assert_eq!(env, "not in catalog");
+    std::fs::write(&dir, b"up").unwrap();
+    wait_for("tools to appear", Duration::from_secs(30), || {
+        catalog.contains("mcp__late__echo")
+    })
+    .await;
+    let env = call(&catalog, "mcp__late__echo", json!({"text": "hi"})).await;
+    assert!(text_of(&env).contains("hi"));
+    let _ = std::fs::remove_file(&dir);
+    close_and_check(&client).await;
+}
+
+async fn call_missing(client: &quiver_mcp_adapter::McpClient) -> &'static str {
+    if client.server_status("late").unwrap().tools.is_empty() {
+        "not in catalog"
+    } else {
+        "present"
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn down_server_tools_stay_and_fail_at_once() {
+    // Connect, then make every respawn fail: the tools stay, calls fail NotAvailable at once.
+    let flag = std::env::temp_dir().join(format!("quiver-mcp-down-{}", std::process::id()));
+    std::fs::write(&flag, b"up").unwrap();
+    let (catalog, client) = start(
+        &[ServerConfig::stdio(
+            "fx",
+            python(),
+            vec![
+                fixture(),
+                "--require-file".into(),
+                flag.display().to_string(),
+            ],
+        )
+        .required()],
+        fast_options(),
+    );
+    within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    std::fs::remove_file(&flag).unwrap();
+    let pid = text_of(&call(&catalog, "mcp__fx__pid", json!({})).await);
+    kill9(pid.trim_matches(|c: char| !c.is_ascii_digit()));
+    wait_for("down", Duration::from_secs(20), || {
+        client.server_status("fx").unwrap().state == ServerState::Down
+    })
+    .await;
+    assert!(catalog.contains("mcp__fx__echo"));
+    let env = call(&catalog, "mcp__fx__echo", json!({"text": "x"})).await;
+    assert_eq!(env.err_kind(), Some(&ErrKind::NotAvailable));
+    assert_eq!(env.message(), Some("MCP server \"fx\" is not connected"));
+    close_and_check(&client).await;
+}
+
+const HELPER: &str = "QUIVER_MCP_HOST_HELPER";
+
+/// Not a test on its own: when `QUIVER_MCP_HOST_HELPER` is set it plays a Quiver host that
+/// gets SIGKILLed by `children_die_with_a_killed_host`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_helper() {
+    if std::env::var_os(HELPER).is_none() {
+        return;
+    }
+    let (_catalog, client) = start(&[fixture_server("fx", "normal").required()], fast_options());
+    client.wait_ready(Duration::from_secs(30)).await.unwrap();
+    let pid = client.server_status("fx").unwrap().child_pids[0];
+    println!("CHILD {pid}");
+    std::future::pending::<()>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_die_with_a_killed_host() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    if std::env::var_os(HELPER).is_some() {
+        return;
+    }
+    let mut host = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "faults::host_helper",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(HELPER, "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(host.stdout.take().unwrap()).lines();
+    let child = within(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some((_, pid)) = line.split_once("CHILD ") {
+                return pid.trim().parse::<u32>().unwrap();
+            }
+        }
+        panic!("the helper host exited without reporting its child");
+    })
+    .await;
+    assert!(std::path::Path::new(&format!("/proc/{child}")).exists());
+    host.kill().await.unwrap();
+    // PR_SET_PDEATHSIG: the kernel kills the upstream with its host. It is then init's to
+    // reap (a container's init may leave it a zombie, which runs nothing).
+    wait_for(
+        "the orphaned upstream to die",
+        Duration::from_secs(10),
+        || match std::fs::read_to_string(format!("/proc/{child}/stat")) {
+            Err(_) => true,
+            Ok(stat) => stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .is_some_and(|state| state == "Z" || state == "X"),
+        },
+    )
+    .await;
+}
+
+fn raw(name: &str, extra: &[&str]) -> ServerConfig {
+    let mut args = vec![fixture(), "raw".to_owned()];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    ServerConfig::stdio(name, python(), args).required()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protocol_versions() {
+    // Upstreams on 2025-06-18 and 2025-11-25 work; an unknown version is a rejection.
+    let (catalog, client) = start(
+        &[
+            raw("june", &["--protocol", "2025-06-18"]),
+            raw("nov", &["--protocol", "2025-11-25"]),
+        ],
+        fast_options(),
+    );
+    within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    for name in ["mcp__june__echo", "mcp__nov__echo"] {
+        let env = call(&catalog, name, json!({"k": "v"})).await;
+        assert!(text_of(&env).contains("\"k\""), "{name}: {env:?}");
+    }
+    close_and_check(&client).await;
+
+    let (_catalog, client) = start(
+        &[raw("future", &["--protocol", "2099-01-01"])],
+        fast_options(),
+    );
+    let err = within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("unsupported protocol version"),
+        "{err}"
+    );
+    assert_eq!(client.server_status("future").unwrap().counters.dials, 1);
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_tool_fails_the_connection_clearly() {
+    let (catalog, client) = start(&[raw("bad", &["--bad-tool"])], fast_options());
+    let err = within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("\"bad\"")
+            && text.contains("malformed tool")
+            && text.contains("control character"),
+        "{text}"
+    );
+    assert!(catalog.is_empty());
+    close_and_check(&client).await;
+}

@@ -1,0 +1,352 @@
+//! list_changed, resources, prompts, hints, cancellation, first-wins registration, and the
+//! cross-origin redirect rule.
+
+use std::{sync::Arc, time::Duration};
+
+use async_trait::async_trait;
+use quiver_contract::{CallContext, ErrKind, HintKind, Tool, ToolResult, ToolSpec};
+use quiver_mcp_adapter::{McpClient, ServerConfig, ServerState};
+use quiver_registry::Catalog;
+use serde_json::{Value, json};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpListener,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    call, close_and_check, fast_options, fixture_server, resolve, start, text_of, wait_for, within,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_changed_updates_the_catalog() {
+    let (catalog, client) = start(&[fixture_server("fx", "normal").required()], fast_options());
+    within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    assert!(catalog.contains("mcp__fx__hinted"));
+    assert!(!catalog.contains("mcp__fx__extra"));
+
+    let hint = call(&catalog, "mcp__fx__hinted", json!({})).await;
+    assert_eq!(hint.hint_kind(), Some(HintKind::Schema), "{hint:?}");
+
+    let env = call(&catalog, "mcp__fx__grow", json!({})).await;
+    assert!(env.is_ok(), "{env:?}");
+    wait_for(
+        "the catalog to follow list_changed",
+        Duration::from_secs(20),
+        || catalog.contains("mcp__fx__extra") && !catalog.contains("mcp__fx__hinted"),
+    )
+    .await;
+    let env = call(&catalog, "mcp__fx__extra", json!({"x": 7})).await;
+    assert!(text_of(&env).contains("extra 7"), "{env:?}");
+    assert!(client.server_status("fx").unwrap().counters.relists >= 1);
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resources_and_prompts() {
+    let (catalog, client) = start(&[fixture_server("fx", "normal").required()], fast_options());
+    within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    wait_for("meta-tools", Duration::from_secs(10), || {
+        catalog.contains("list_mcp_resources") && catalog.contains("read_mcp_resource")
+    })
+    .await;
+    let list = catalog.lookup("list_mcp_resources").unwrap();
+    assert!(list.tool.read_only());
+    let env = call(&catalog, "list_mcp_resources", json!({})).await;
+    let items = env
+        .data()
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        items
+            .iter()
+            .any(|r| r["uri"] == "fixture://hello" && r["server"] == "fx"),
+        "{env:?}"
+    );
+    let env = call(
+        &catalog,
+        "read_mcp_resource",
+        json!({"uri": "fixture://hello"}),
+    )
+    .await;
+    assert_eq!(text_of(&env), "hello from the fixture");
+    let env = call(&catalog, "list_mcp_resources", json!({"server": "nope"})).await;
+    assert!(env.is_err());
+
+    let text = client
+        .expand_prompt("/mcp__fx__greet name=\"Ada Lovelace\"")
+        .await
+        .unwrap();
+    assert_eq!(text.as_deref(), Some("Please greet Ada Lovelace warmly."));
+    assert_eq!(client.expand_prompt("/not_mcp x=1").await.unwrap(), None);
+    assert!(client.expand_prompt("/mcp__fx__nosuch").await.is_err());
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_also_cancels_upstream() {
+    let (catalog, client) = start(
+        &[fixture_server("fx", "normal")
+            .with_call_timeout(Duration::from_millis(300))
+            .required()],
+        fast_options(),
+    );
+    within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    let marker = std::env::temp_dir().join(format!("quiver-mcp-timeout-{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    let env = call(
+        &catalog,
+        "mcp__fx__sleep",
+        json!({"seconds": 30, "marker": marker.display().to_string()}),
+    )
+    .await;
+    assert_eq!(env.err_kind(), Some(&ErrKind::Timeout), "{env:?}");
+    wait_for(
+        "the upstream to see the cancellation",
+        Duration::from_secs(10),
+        || marker.exists(),
+    )
+    .await;
+    let _ = std::fs::remove_file(&marker);
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_ping_notices_a_frozen_server() {
+    let (catalog, client) = start(
+        &[fixture_server("fx", "normal")
+            .with_liveness(quiver_mcp_adapter::Liveness::Every(Duration::from_millis(
+                300,
+            )))
+            .required()],
+        fast_options(),
+    );
+    within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    let pid = text_of(&call(&catalog, "mcp__fx__pid", json!({})).await);
+    let pid = pid.trim_matches(|c: char| !c.is_ascii_digit()).to_owned();
+    // Freeze it: the pipe stays open, only the ping can tell.
+    let st = std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    wait_for(
+        "the ping to fail and the server to come back",
+        Duration::from_secs(30),
+        || {
+            let s = client.server_status("fx").unwrap();
+            s.counters.connects == 2 && s.state == ServerState::Connected
+        },
+    )
+    .await;
+    let st = client.server_status("fx").unwrap();
+    assert!(
+        st.diagnostics.iter().any(|l| l == "liveness ping failed"),
+        "{st:?}"
+    );
+    let env = call(&catalog, "mcp__fx__echo", json!({"text": "thawed"})).await;
+    assert!(text_of(&env).contains("thawed"));
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancellation_answers_and_keeps_the_connection() {
+    let (catalog, client) = start(&[fixture_server("fx", "normal").required()], fast_options());
+    within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    let entry = catalog.lookup("mcp__fx__sleep").unwrap();
+    let cancel = CancellationToken::new();
+    let ctx = CallContext::default().with_cancel(cancel.clone());
+    let base = client.server_status("fx").unwrap().counters.calls;
+    let marker = std::env::temp_dir().join(format!("quiver-mcp-cancel-{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    let input = json!({"seconds": 30, "marker": marker.display().to_string()});
+    let task = tokio::spawn(async move { entry.tool.call(input, &ctx).await });
+    wait_for("the call in flight", Duration::from_secs(10), || {
+        client.server_status("fx").unwrap().counters.calls == base + 1
+    })
+    .await;
+    cancel.cancel();
+    let env = within(Duration::from_secs(5), task).await.unwrap().unwrap();
+    assert_eq!(env.err_kind(), Some(&ErrKind::Cancelled), "{env:?}");
+    // The upstream got notifications/cancelled and stopped the work.
+    wait_for(
+        "the upstream to see the cancellation",
+        Duration::from_secs(10),
+        || marker.exists(),
+    )
+    .await;
+    let _ = std::fs::remove_file(&marker);
+    let env = call(&catalog, "mcp__fx__echo", json!({"text": "still here"})).await;
+    assert!(text_of(&env).contains("still here"));
+    assert_eq!(client.server_status("fx").unwrap().counters.drops, 0);
+    close_and_check(&client).await;
+}
+
+struct Native(ToolSpec);
+
+#[async_trait]
+impl Tool for Native {
+    fn spec(&self) -> &ToolSpec {
+        &self.0
+    }
+    async fn call(&self, _input: Value, _ctx: &CallContext) -> ToolResult {
+        Ok(quiver_contract::Envelope::text("native"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registration_is_first_wins_and_reported() {
+    let catalog = Arc::new(Catalog::new());
+    catalog
+        .register_in(
+            "core",
+            Arc::new(Native(ToolSpec::new("mcp__fx__echo", "Taken."))),
+        )
+        .unwrap();
+    let client = McpClient::start(
+        catalog.clone(),
+        resolve(&[fixture_server("fx", "normal").required()]),
+        fast_options(),
+    );
+    within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    let report = client.register_report();
+    assert_eq!(
+        report.warning_lines(),
+        vec!["mcp:fx: skipped duplicate tool name(s) (1): mcp__fx__echo".to_owned()]
+    );
+    assert_eq!(&*catalog.lookup("mcp__fx__echo").unwrap().family, "core");
+    close_and_check(&client).await;
+    assert!(
+        catalog.contains("mcp__fx__echo"),
+        "close leaves other families alone"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_never_carry_headers_to_another_origin() {
+    // B records whether anything reaches it; A redirects every request to B.
+    let b = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let b_addr = b.local_addr().unwrap();
+    let a = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let a_addr = a.local_addr().unwrap();
+    let redirector = tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = a.accept().await else {
+                return;
+            };
+            let mut buf = vec![0u8; 8192];
+            let _ = s.read(&mut buf).await;
+            let resp = format!(
+                "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://{b_addr}/mcp\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            let _ = s.write_all(resp.as_bytes()).await;
+        }
+    });
+    let server = ServerConfig::http("redir", format!("http://{a_addr}/mcp"))
+        .with_header("X-Api-Key", "configured-secret");
+    let servers = quiver_mcp_adapter::validate_all(&[server], &|k| {
+        (k == "MCP_REDIR_TOKEN").then(|| "bearer-secret".to_owned())
+    })
+    .unwrap();
+    let catalog = Arc::new(Catalog::new());
+    let client = McpClient::start(catalog, servers, fast_options());
+    wait_for("a refused attempt", Duration::from_secs(20), || {
+        client.server_status("redir").unwrap().counters.dials >= 2
+    })
+    .await;
+    assert_ne!(
+        client.server_status("redir").unwrap().state,
+        ServerState::Connected
+    );
+    // Nothing ever connected to B.
+    let reached_b = tokio::time::timeout(Duration::from_millis(1), b.accept()).await;
+    assert!(
+        reached_b.is_err(),
+        "a request followed the redirect to another origin"
+    );
+    close_and_check(&client).await;
+    redirector.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthorized_is_a_rejection_and_the_token_is_a_bearer() {
+    // A server that records the first request and answers 401.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let server = tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let mut buf = vec![0u8; 16384];
+            let n = s.read(&mut buf).await.unwrap_or(0);
+            let _ = seen_tx.send(String::from_utf8_lossy(&buf[..n]).into_owned());
+            let _ = s
+                .write_all(b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"mcp\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                .await;
+        }
+    });
+    let servers = quiver_mcp_adapter::validate_all(
+        &[ServerConfig::http("locked", format!("http://{addr}/mcp"))
+            .with_header("X-Team", "blue")
+            .required()],
+        &|k| (k == "MCP_LOCKED_TOKEN").then(|| "tok-123".to_owned()),
+    )
+    .unwrap();
+    let client = McpClient::start(Arc::new(Catalog::new()), servers, fast_options());
+    let err = within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("unauthorized"), "{err}");
+    assert_eq!(
+        client.server_status("locked").unwrap().counters.dials,
+        1,
+        "a rejection stops retries"
+    );
+    let request = within(Duration::from_secs(5), seen_rx.recv())
+        .await
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(
+        request.contains("authorization: bearer tok-123"),
+        "{request}"
+    );
+    assert!(request.contains("x-team: blue"), "{request}");
+    close_and_check(&client).await;
+    server.abort();
+}

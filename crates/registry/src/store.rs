@@ -1,0 +1,1119 @@
+//! The store ports the registry consumes: [`DefinitionStore`] (which tools exist and in what
+//! state, and the seeding of system tools), [`JobStore`] (custom-tool build jobs and their
+//! transition table) and [`CallLog`] (the execution log behind the recorder), with their types,
+//! their one error enum [`StoreError`], and in-memory implementations. They speak only
+//! `contract` types: an adapter (SQLite, Postgres, ...) converts at its edge.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+    sync::Mutex,
+    time::{Duration, SystemTime},
+};
+
+use async_trait::async_trait;
+use quiver_contract::{
+    Category, Envelope, ErrKind, HintKind, Lifecycle, RenderOptions, ToolSpec, render,
+};
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::{CallRecord, ToolCallRecorder};
+
+/// Faults of a store. Every variant classifies, so callers never look inside the text.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The named thing does not exist.
+    #[error("not found: {what}")]
+    NotFound {
+        /// What was looked for.
+        what: String,
+    },
+    /// The write clashes with what is stored (a duplicate key, contradicting input).
+    #[error("conflict: {what}")]
+    Conflict {
+        /// What clashed.
+        what: String,
+    },
+    /// A job status change the transition table forbids.
+    #[error("job `{job}` cannot go from {} to {}", from.as_str(), to.as_str())]
+    InvalidTransition {
+        /// The job id.
+        job: String,
+        /// Its current status.
+        from: JobStatus,
+        /// The refused status.
+        to: JobStatus,
+    },
+    /// The store cannot be used right now or here: locked, read-only, out of space, closed.
+    #[error("store at {location} is unavailable: {cause}")]
+    Unavailable {
+        /// The database path or address.
+        location: String,
+        /// Why, for the operator.
+        cause: String,
+    },
+    /// The stored data is damaged or is not a store at all.
+    #[error("store at {location} is corrupt: {cause}")]
+    Corrupt {
+        /// The database path or address.
+        location: String,
+        /// What is wrong.
+        cause: String,
+    },
+    /// The stored schema is newer than this binary understands.
+    #[error(
+        "store at {location} has schema version {found}; this binary knows up to {supported}: upgrade Quiver"
+    )]
+    TooNew {
+        /// The database path or address.
+        location: String,
+        /// The stored schema version.
+        found: u32,
+        /// The newest version this binary knows.
+        supported: u32,
+    },
+    /// A stored value this binary cannot read back (for example an unknown status name).
+    #[error("invalid stored data: {what}")]
+    InvalidData {
+        /// What is wrong.
+        what: String,
+    },
+    /// Any other fault of the engine.
+    #[error("store at {location} failed: {cause}")]
+    Backend {
+        /// The database path or address.
+        location: String,
+        /// The engine's complaint.
+        cause: String,
+    },
+}
+
+impl StoreError {
+    /// A [`StoreError::NotFound`].
+    pub fn not_found(what: impl Into<String>) -> Self {
+        StoreError::NotFound { what: what.into() }
+    }
+
+    /// A [`StoreError::Conflict`].
+    pub fn conflict(what: impl Into<String>) -> Self {
+        StoreError::Conflict { what: what.into() }
+    }
+
+    /// A [`StoreError::InvalidData`].
+    pub fn invalid_data(what: impl Into<String>) -> Self {
+        StoreError::InvalidData { what: what.into() }
+    }
+}
+
+/// Where a tool comes from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum ToolType {
+    /// Built into Quiver (`system:<name>`).
+    #[default]
+    System,
+    /// Written at run time and run in the sandbox.
+    Custom,
+    /// Proxied to an MCP upstream (`mcp:<conn>:<tool>`).
+    Mcp,
+}
+
+impl ToolType {
+    /// The lower-case name used in storage.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolType::System => "system",
+            ToolType::Custom => "custom",
+            ToolType::Mcp => "mcp",
+        }
+    }
+
+    /// Parses a name produced by [`ToolType::as_str`].
+    pub fn parse(s: &str) -> Option<ToolType> {
+        [ToolType::System, ToolType::Custom, ToolType::Mcp]
+            .into_iter()
+            .find(|t| t.as_str() == s)
+    }
+}
+
+/// Parses a name produced by [`Lifecycle::as_str`].
+pub fn parse_lifecycle(s: &str) -> Option<Lifecycle> {
+    [
+        Lifecycle::Draft,
+        Lifecycle::Testing,
+        Lifecycle::Approved,
+        Lifecycle::Rejected,
+    ]
+    .into_iter()
+    .find(|l| l.as_str() == s)
+}
+
+/// The tenant value that makes a definition visible to every tenant.
+pub const ALL_TENANTS: &str = "*";
+
+/// One stored tool definition.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ToolDefinition {
+    /// The unique name.
+    pub name: String,
+    /// What the tool does.
+    pub description: String,
+    /// The JSON Schema of the arguments.
+    pub input_schema: Value,
+    /// Custom source, `system:<name>` or `mcp:<conn>:<tool>`.
+    pub implementation: String,
+    /// Where the tool comes from; seeding never changes it.
+    pub tool_type: ToolType,
+    /// Review status; seeding never changes it.
+    pub status: Lifecycle,
+    /// Disabled tools are neither listed nor callable.
+    pub enabled: bool,
+    /// The category (`internal` is callable, never listed).
+    pub category: Category,
+    /// A free-form domain (for example `finance`).
+    pub domain: Option<String>,
+    /// A model capability that makes this tool redundant.
+    pub replaced_by_model_capability: Option<String>,
+    /// A short line a UI may show while the tool runs.
+    pub status_message: Option<String>,
+    /// The tool can return large outputs.
+    pub large_output: bool,
+    /// The tool this one was derived from.
+    pub parent_tool: Option<String>,
+    /// Tools this one calls.
+    pub dependencies: Vec<String>,
+    /// Bumped by each rebuild.
+    pub version: u32,
+    /// The tenant the tool belongs to, [`ALL_TENANTS`] for everyone.
+    pub tenant_id: String,
+    /// Who created it.
+    pub created_by: Option<String>,
+    /// Why review turned it down.
+    pub rejection_reason: Option<String>,
+    /// The last test run's results.
+    pub test_results: Option<Value>,
+    /// When it was soft-deleted; deleted rows are kept but never visible.
+    pub deleted_at: Option<SystemTime>,
+    /// The stored embedding of the description; a changed description clears it.
+    pub embedding: Option<Vec<f32>>,
+}
+
+impl ToolDefinition {
+    /// A definition taken from a spec: the spec's text, category, hints and lifecycle; tenant
+    /// `*`, version 1, no lineage.
+    pub fn from_spec(
+        spec: &ToolSpec,
+        tool_type: ToolType,
+        implementation: impl Into<String>,
+    ) -> Self {
+        ToolDefinition {
+            name: spec.name.clone(),
+            description: spec.description.clone(),
+            input_schema: spec.input_schema.clone(),
+            implementation: implementation.into(),
+            tool_type,
+            status: spec.lifecycle,
+            enabled: spec.enabled,
+            category: spec.category.clone(),
+            domain: None,
+            replaced_by_model_capability: spec.replaced_by_model_capability.clone(),
+            status_message: spec.status_message.clone(),
+            large_output: spec.large_output,
+            parent_tool: None,
+            dependencies: Vec::new(),
+            version: 1,
+            tenant_id: ALL_TENANTS.to_owned(),
+            created_by: None,
+            rejection_reason: None,
+            test_results: None,
+            deleted_at: None,
+            embedding: None,
+        }
+    }
+
+    /// A built-in tool's definition: type system, handler `system:<name>`.
+    pub fn system(spec: &ToolSpec) -> Self {
+        Self::from_spec(spec, ToolType::System, format!("system:{}", spec.name))
+    }
+
+    /// Sets the tenant.
+    pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant_id = tenant.into();
+        self
+    }
+
+    /// Sets the status.
+    pub fn with_status(mut self, status: Lifecycle) -> Self {
+        self.status = status;
+        self
+    }
+
+    /// The spec the catalog and the surface use.
+    pub fn to_spec(&self) -> ToolSpec {
+        let mut spec = ToolSpec::new(self.name.clone(), self.description.clone())
+            .with_schema(self.input_schema.clone())
+            .with_category(self.category.0.clone())
+            .with_lifecycle(self.status)
+            .with_enabled(self.enabled)
+            .with_large_output(self.large_output);
+        if let Some(m) = &self.status_message {
+            spec = spec.with_status_message(m.clone());
+        }
+        if let Some(c) = &self.replaced_by_model_capability {
+            spec = spec.replaced_by(c.clone());
+        }
+        spec
+    }
+
+    /// Whether `tenant` may see this definition: approved, enabled, not internal, not
+    /// deleted, and owned by `tenant` or by everyone.
+    pub fn visible_to(&self, tenant: &str) -> bool {
+        self.status == Lifecycle::Approved
+            && self.enabled
+            && !self.category.is_internal()
+            && self.deleted_at.is_none()
+            && (self.tenant_id == tenant || self.tenant_id == ALL_TENANTS)
+    }
+}
+
+/// What seeding did, name by name (each list sorted).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SeedReport {
+    /// New rows.
+    pub inserted: Vec<String>,
+    /// Rows whose refreshed fields changed (or that were revived from a soft delete).
+    pub updated: Vec<String>,
+    /// Rows already up to date.
+    pub unchanged: Vec<String>,
+    /// Rows soft-deleted because their names were retired.
+    pub retired: Vec<String>,
+    /// Live system rows the running code does not know; left alone.
+    pub unknown: Vec<String>,
+}
+
+/// The writes seeding decided on, for an adapter to apply in one transaction.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct SeedPlan {
+    /// Rows to insert.
+    pub inserts: Vec<ToolDefinition>,
+    /// Whole rows to write back over the stored ones.
+    pub updates: Vec<ToolDefinition>,
+    /// Names to soft-delete.
+    pub retire: Vec<String>,
+    /// The report to hand back.
+    pub report: SeedReport,
+}
+
+/// Decides what [`DefinitionStore::seed_system_tools`] writes, given every stored row
+/// (deleted ones included). Shared by every adapter so the semantics are one:
+///
+/// - a new name is inserted as given;
+/// - a stored name gets description, input schema, category, implementation, status message
+///   and large-output refreshed (and is revived if soft-deleted); its tool type and status are
+///   never overwritten; a changed description clears the stored embedding;
+/// - only the names in `retired` are soft-deleted;
+/// - a live system row named in neither list is reported as unknown and left alone.
+///
+/// A name both seeded and retired is a [`StoreError::Conflict`].
+pub fn plan_seed(
+    stored: &[ToolDefinition],
+    tools: &[ToolDefinition],
+    retired: &[String],
+) -> Result<SeedPlan, StoreError> {
+    let stored: BTreeMap<&str, &ToolDefinition> =
+        stored.iter().map(|d| (d.name.as_str(), d)).collect();
+    let seeded: BTreeSet<&str> = tools.iter().map(|d| d.name.as_str()).collect();
+    if seeded.len() != tools.len() {
+        return Err(StoreError::conflict("a tool name is seeded twice"));
+    }
+    let retired_set: BTreeSet<&str> = retired.iter().map(String::as_str).collect();
+    if let Some(both) = seeded.intersection(&retired_set).next() {
+        return Err(StoreError::conflict(format!(
+            "`{both}` is both seeded and retired"
+        )));
+    }
+    let mut plan = SeedPlan::default();
+    for tool in tools {
+        match stored.get(tool.name.as_str()) {
+            None => {
+                plan.report.inserted.push(tool.name.clone());
+                plan.inserts.push(tool.clone());
+            }
+            Some(old) => {
+                let mut new = (*old).clone();
+                if new.description != tool.description {
+                    new.embedding = None;
+                }
+                new.description = tool.description.clone();
+                new.input_schema = tool.input_schema.clone();
+                new.category = tool.category.clone();
+                new.implementation = tool.implementation.clone();
+                new.status_message = tool.status_message.clone();
+                new.large_output = tool.large_output;
+                new.deleted_at = None;
+                if &new == *old {
+                    plan.report.unchanged.push(tool.name.clone());
+                } else {
+                    plan.report.updated.push(tool.name.clone());
+                    plan.updates.push(new);
+                }
+            }
+        }
+    }
+    for name in &retired_set {
+        if stored.get(name).is_some_and(|d| d.deleted_at.is_none()) {
+            plan.retire.push((*name).to_owned());
+            plan.report.retired.push((*name).to_owned());
+        }
+    }
+    for (name, def) in &stored {
+        if def.tool_type == ToolType::System
+            && def.deleted_at.is_none()
+            && !seeded.contains(name)
+            && !retired_set.contains(name)
+        {
+            plan.report.unknown.push((*name).to_owned());
+        }
+    }
+    let r = &mut plan.report;
+    for list in [
+        &mut r.inserted,
+        &mut r.updated,
+        &mut r.unchanged,
+        &mut r.retired,
+        &mut r.unknown,
+    ] {
+        list.sort();
+    }
+    Ok(plan)
+}
+
+/// Which tools exist and in what state.
+#[cfg_attr(feature = "mock", mockall::automock)]
+#[async_trait]
+pub trait DefinitionStore: Send + Sync {
+    /// Upserts the running code's system tools and soft-deletes the `retired` names, in one
+    /// transaction, with the semantics of [`plan_seed`].
+    async fn seed_system_tools(
+        &self,
+        tools: Vec<ToolDefinition>,
+        retired: Vec<String>,
+    ) -> Result<SeedReport, StoreError>;
+
+    /// Inserts a definition, or replaces the stored one of that name (reviving it if it was
+    /// deleted). A changed description clears the stored embedding.
+    async fn put_definition(&self, def: ToolDefinition) -> Result<(), StoreError>;
+
+    /// One definition by name, deleted or not.
+    async fn definition(&self, name: &str) -> Result<Option<ToolDefinition>, StoreError>;
+
+    /// Every definition, deleted ones included, by name.
+    async fn all_definitions(&self) -> Result<Vec<ToolDefinition>, StoreError>;
+
+    /// What `tenant` may see: approved, enabled, not internal, not deleted, tenant in
+    /// (`tenant`, `*`); by name.
+    async fn visible_definitions(&self, tenant: &str) -> Result<Vec<ToolDefinition>, StoreError>;
+
+    /// Sets the review status (and the rejection reason, cleared when `None`).
+    async fn set_status(
+        &self,
+        name: &str,
+        status: Lifecycle,
+        rejection_reason: Option<String>,
+    ) -> Result<(), StoreError>;
+
+    /// Enables or disables a tool.
+    async fn set_enabled(&self, name: &str, enabled: bool) -> Result<(), StoreError>;
+
+    /// Stores the embedding of the current description.
+    async fn set_embedding(&self, name: &str, embedding: Vec<f32>) -> Result<(), StoreError>;
+
+    /// Soft-deletes a tool; the row stays, never visible.
+    async fn soft_delete(&self, name: &str) -> Result<(), StoreError>;
+}
+
+/// What a custom-tool job does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum JobType {
+    /// Write a new tool.
+    Build,
+    /// Review an existing tool.
+    Audit,
+    /// Rewrite an existing tool.
+    Rebuild,
+}
+
+impl JobType {
+    /// The lower-case name used in storage.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobType::Build => "build",
+            JobType::Audit => "audit",
+            JobType::Rebuild => "rebuild",
+        }
+    }
+
+    /// Parses a name produced by [`JobType::as_str`].
+    pub fn parse(s: &str) -> Option<JobType> {
+        [JobType::Build, JobType::Audit, JobType::Rebuild]
+            .into_iter()
+            .find(|t| t.as_str() == s)
+    }
+}
+
+/// Where a job is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum JobStatus {
+    /// Waiting for a worker.
+    Queued,
+    /// Code is being written.
+    Building,
+    /// Tests are running.
+    Testing,
+    /// Done; the tool went live (terminal).
+    Approved,
+    /// Done; review turned it down (terminal).
+    Rejected,
+    /// Done; something broke (terminal).
+    Failed,
+}
+
+impl JobStatus {
+    /// Every status.
+    pub const ALL: [JobStatus; 6] = [
+        JobStatus::Queued,
+        JobStatus::Building,
+        JobStatus::Testing,
+        JobStatus::Approved,
+        JobStatus::Rejected,
+        JobStatus::Failed,
+    ];
+
+    /// The transition table: every allowed `(from, to)`. A failed test run goes back to
+    /// building; the three outcomes are terminal.
+    pub const TRANSITIONS: [(JobStatus, JobStatus); 9] = [
+        (JobStatus::Queued, JobStatus::Building),
+        (JobStatus::Queued, JobStatus::Failed),
+        (JobStatus::Building, JobStatus::Testing),
+        (JobStatus::Building, JobStatus::Failed),
+        (JobStatus::Testing, JobStatus::Building),
+        (JobStatus::Testing, JobStatus::Approved),
+        (JobStatus::Testing, JobStatus::Rejected),
+        (JobStatus::Testing, JobStatus::Failed),
+        (JobStatus::Queued, JobStatus::Rejected),
+    ];
+
+    /// Whether the table allows going from `self` to `next`.
+    pub fn can_become(self, next: JobStatus) -> bool {
+        Self::TRANSITIONS.contains(&(self, next))
+    }
+
+    /// Whether no transition leaves this status.
+    pub fn is_terminal(self) -> bool {
+        !Self::TRANSITIONS.iter().any(|(from, _)| *from == self)
+    }
+
+    /// The lower-case name used in storage.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "queued",
+            JobStatus::Building => "building",
+            JobStatus::Testing => "testing",
+            JobStatus::Approved => "approved",
+            JobStatus::Rejected => "rejected",
+            JobStatus::Failed => "failed",
+        }
+    }
+
+    /// Parses a name produced by [`JobStatus::as_str`].
+    pub fn parse(s: &str) -> Option<JobStatus> {
+        Self::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+
+    /// Checks a transition of job `job`, as every store must before writing it.
+    pub fn check(self, next: JobStatus, job: &str) -> Result<(), StoreError> {
+        if self.can_become(next) {
+            Ok(())
+        } else {
+            Err(StoreError::InvalidTransition {
+                job: job.to_owned(),
+                from: self,
+                to: next,
+            })
+        }
+    }
+}
+
+/// A job to create; it starts `queued` at 0 %.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct NewJob {
+    /// The caller-chosen unique id.
+    pub id: String,
+    /// The tool the job is about.
+    pub tool_name: String,
+    /// What it does.
+    pub job_type: JobType,
+    /// What to build (free-form).
+    pub spec: Value,
+    /// The tenant.
+    pub tenant: Option<String>,
+    /// The conversation that asked for it.
+    pub conversation: Option<String>,
+}
+
+impl NewJob {
+    /// A job with no tenant or conversation.
+    pub fn new(
+        id: impl Into<String>,
+        tool_name: impl Into<String>,
+        job_type: JobType,
+        spec: Value,
+    ) -> Self {
+        NewJob {
+            id: id.into(),
+            tool_name: tool_name.into(),
+            job_type,
+            spec,
+            tenant: None,
+            conversation: None,
+        }
+    }
+
+    /// Sets the tenant.
+    pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// Sets the conversation.
+    pub fn with_conversation(mut self, conversation: impl Into<String>) -> Self {
+        self.conversation = Some(conversation.into());
+        self
+    }
+}
+
+/// A stored job.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ToolJob {
+    /// The unique id.
+    pub id: String,
+    /// The tool the job is about.
+    pub tool_name: String,
+    /// What it does.
+    pub job_type: JobType,
+    /// Where it is.
+    pub status: JobStatus,
+    /// What to build.
+    pub spec: Value,
+    /// What came out, once there is something.
+    pub result: Option<Value>,
+    /// Progress, 0..=100.
+    pub progress_pct: u8,
+    /// The tenant.
+    pub tenant: Option<String>,
+    /// The conversation that asked for it.
+    pub conversation: Option<String>,
+    /// When it was created.
+    pub created_at: SystemTime,
+    /// When it last changed.
+    pub updated_at: SystemTime,
+}
+
+impl ToolJob {
+    /// The job `job` creates: `queued`, 0 %, no result, created and updated `now`.
+    pub fn queued(job: NewJob, now: SystemTime) -> Self {
+        ToolJob {
+            id: job.id,
+            tool_name: job.tool_name,
+            job_type: job.job_type,
+            status: JobStatus::Queued,
+            spec: job.spec,
+            result: None,
+            progress_pct: 0,
+            tenant: job.tenant,
+            conversation: job.conversation,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+}
+
+/// Custom-tool jobs. Status changes follow [`JobStatus::TRANSITIONS`]; an illegal jump is
+/// [`StoreError::InvalidTransition`] and writes nothing.
+#[cfg_attr(feature = "mock", mockall::automock)]
+#[async_trait]
+pub trait JobStore: Send + Sync {
+    /// Creates a job (`queued`, 0 %); a taken id is a [`StoreError::Conflict`].
+    async fn create_job(&self, job: NewJob) -> Result<ToolJob, StoreError>;
+
+    /// One job by id.
+    async fn job(&self, id: &str) -> Result<Option<ToolJob>, StoreError>;
+
+    /// Moves a job to `to`, setting its result when one is given; returns the job as stored.
+    async fn transition_job(
+        &self,
+        id: &str,
+        to: JobStatus,
+        result: Option<Value>,
+    ) -> Result<ToolJob, StoreError>;
+
+    /// Sets a job's progress (clamped to 100).
+    async fn set_job_progress(&self, id: &str, pct: u8) -> Result<(), StoreError>;
+
+    /// Jobs, newest first, optionally only those about one tool.
+    async fn jobs(&self, tool_name: Option<String>) -> Result<Vec<ToolJob>, StoreError>;
+}
+
+/// Characters of the rendered envelope kept in [`LoggedCall::output_summary`].
+pub const OUTPUT_SUMMARY_CHARS: usize = 500;
+
+/// One row of the execution log.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LoggedCall {
+    /// The tool name as called.
+    pub tool_name: String,
+    /// The tenant.
+    pub tenant: Option<String>,
+    /// The session.
+    pub session: Option<String>,
+    /// The call id.
+    pub call_id: String,
+    /// The arguments.
+    pub input: Value,
+    /// The stripped narration.
+    pub reasoning: Option<String>,
+    /// The call's args hash.
+    pub args_hash: String,
+    /// `ok`, `hint` or `err`.
+    pub kind: String,
+    /// The hint kind of a Hint.
+    pub hint_kind: Option<HintKind>,
+    /// The error kind of an Err.
+    pub err_kind: Option<ErrKind>,
+    /// Whether the call ended Ok.
+    pub success: bool,
+    /// The message of a Hint or an Err.
+    pub error: Option<String>,
+    /// The first [`OUTPUT_SUMMARY_CHARS`] characters of the default render.
+    pub output_summary: String,
+    /// The full envelope, when asked for (see [`CallFilter::with_output`]).
+    pub output: Option<Envelope>,
+    /// Time waited before execution.
+    pub queued: Duration,
+    /// Time from dispatch to result.
+    pub took: Duration,
+    /// When the call was dispatched.
+    pub at: SystemTime,
+}
+
+impl LoggedCall {
+    /// The log row of a record (the full output included).
+    pub fn from_record(record: &CallRecord) -> Self {
+        let env = &record.envelope;
+        LoggedCall {
+            tool_name: record.tool_name.clone(),
+            tenant: record.tenant.as_deref().map(str::to_owned),
+            session: record.session.as_deref().map(str::to_owned),
+            call_id: record.call_id.to_string(),
+            input: record.input.clone(),
+            reasoning: record.reasoning.clone(),
+            args_hash: record.args_hash.clone(),
+            kind: env.kind_str().to_owned(),
+            hint_kind: env.hint_kind(),
+            err_kind: env.err_kind().cloned(),
+            success: env.is_ok(),
+            error: env.message().map(str::to_owned),
+            output_summary: output_summary(env),
+            output: Some(env.clone()),
+            queued: record.queued,
+            took: record.took,
+            at: record.at,
+        }
+    }
+}
+
+/// The first [`OUTPUT_SUMMARY_CHARS`] characters of an envelope's default render.
+pub fn output_summary(envelope: &Envelope) -> String {
+    let mut text = render(envelope, &RenderOptions::default());
+    if let Some((cut, _)) = text.char_indices().nth(OUTPUT_SUMMARY_CHARS) {
+        text.truncate(cut);
+    }
+    text
+}
+
+/// Which log rows [`CallLog::recent_calls`] returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CallFilter {
+    /// Only calls to this tool.
+    pub tool: Option<String>,
+    /// Only calls in this session.
+    pub session: Option<String>,
+    /// Only calls of this outcome: `ok`, `hint` or `err`.
+    pub kind: Option<String>,
+    /// At most this many rows, newest first.
+    pub limit: usize,
+    /// Whether to load each row's full output.
+    pub with_output: bool,
+}
+
+impl Default for CallFilter {
+    fn default() -> Self {
+        CallFilter {
+            tool: None,
+            session: None,
+            kind: None,
+            limit: 50,
+            with_output: false,
+        }
+    }
+}
+
+impl CallFilter {
+    /// The newest `limit` calls.
+    pub fn recent(limit: usize) -> Self {
+        CallFilter {
+            limit,
+            ..Default::default()
+        }
+    }
+
+    /// Only calls to `tool`.
+    pub fn tool(mut self, tool: impl Into<String>) -> Self {
+        self.tool = Some(tool.into());
+        self
+    }
+
+    /// Only calls in `session`.
+    pub fn session(mut self, session: impl Into<String>) -> Self {
+        self.session = Some(session.into());
+        self
+    }
+
+    /// Only calls whose envelope kind is `kind` (`ok`, `hint`, `err`).
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
+    /// Loads the full outputs too.
+    pub fn with_output(mut self) -> Self {
+        self.with_output = true;
+        self
+    }
+
+    /// Whether a row passes the filter (the limit aside).
+    pub fn matches(&self, call: &LoggedCall) -> bool {
+        self.tool.as_ref().is_none_or(|t| *t == call.tool_name)
+            && self
+                .session
+                .as_ref()
+                .is_none_or(|s| Some(s) == call.session.as_ref())
+            && self.kind.as_ref().is_none_or(|k| *k == call.kind)
+    }
+}
+
+/// The execution log read back (for `quiver log`) and trimmed.
+#[cfg_attr(feature = "mock", mockall::automock)]
+#[async_trait]
+pub trait CallLog: Send + Sync {
+    /// The newest calls passing `filter`, newest first.
+    async fn recent_calls(&self, filter: CallFilter) -> Result<Vec<LoggedCall>, StoreError>;
+
+    /// Deletes the calls dispatched before `cutoff` (in small batches, so writers are never
+    /// held up long); returns how many were deleted.
+    async fn purge_calls_before(&self, cutoff: SystemTime) -> Result<u64, StoreError>;
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// An in-memory [`DefinitionStore`].
+#[derive(Debug, Default)]
+pub struct MemoryDefinitionStore {
+    defs: Mutex<BTreeMap<String, ToolDefinition>>,
+}
+
+impl MemoryDefinitionStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn update(&self, name: &str, f: impl FnOnce(&mut ToolDefinition)) -> Result<(), StoreError> {
+        let mut defs = lock(&self.defs);
+        let def = defs
+            .get_mut(name)
+            .ok_or_else(|| StoreError::not_found(format!("tool `{name}`")))?;
+        f(def);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl DefinitionStore for MemoryDefinitionStore {
+    async fn seed_system_tools(
+        &self,
+        tools: Vec<ToolDefinition>,
+        retired: Vec<String>,
+    ) -> Result<SeedReport, StoreError> {
+        let mut defs = lock(&self.defs);
+        let stored: Vec<ToolDefinition> = defs.values().cloned().collect();
+        let plan = plan_seed(&stored, &tools, &retired)?;
+        for def in plan.inserts.into_iter().chain(plan.updates) {
+            defs.insert(def.name.clone(), def);
+        }
+        let now = SystemTime::now();
+        for name in &plan.retire {
+            if let Some(def) = defs.get_mut(name) {
+                def.deleted_at = Some(now);
+            }
+        }
+        Ok(plan.report)
+    }
+
+    async fn put_definition(&self, mut def: ToolDefinition) -> Result<(), StoreError> {
+        let mut defs = lock(&self.defs);
+        if let Some(old) = defs.get(&def.name)
+            && old.description != def.description
+        {
+            def.embedding = None;
+        }
+        def.deleted_at = None;
+        defs.insert(def.name.clone(), def);
+        Ok(())
+    }
+
+    async fn definition(&self, name: &str) -> Result<Option<ToolDefinition>, StoreError> {
+        Ok(lock(&self.defs).get(name).cloned())
+    }
+
+    async fn all_definitions(&self) -> Result<Vec<ToolDefinition>, StoreError> {
+        Ok(lock(&self.defs).values().cloned().collect())
+    }
+
+    async fn visible_definitions(&self, tenant: &str) -> Result<Vec<ToolDefinition>, StoreError> {
+        Ok(lock(&self.defs)
+            .values()
+            .filter(|d| d.visible_to(tenant))
+            .cloned()
+            .collect())
+    }
+
+    async fn set_status(
+        &self,
+        name: &str,
+        status: Lifecycle,
+        rejection_reason: Option<String>,
+    ) -> Result<(), StoreError> {
+        self.update(name, |d| {
+            d.status = status;
+            d.rejection_reason = rejection_reason;
+        })
+    }
+
+    async fn set_enabled(&self, name: &str, enabled: bool) -> Result<(), StoreError> {
+        self.update(name, |d| d.enabled = enabled)
+    }
+
+    async fn set_embedding(&self, name: &str, embedding: Vec<f32>) -> Result<(), StoreError> {
+        self.update(name, |d| d.embedding = Some(embedding))
+    }
+
+    async fn soft_delete(&self, name: &str) -> Result<(), StoreError> {
+        let now = SystemTime::now();
+        self.update(name, |d| {
+            d.deleted_at.get_or_insert(now);
+        })
+    }
+}
+
+/// An in-memory [`JobStore`].
+#[derive(Debug, Default)]
+pub struct MemoryJobStore {
+    jobs: Mutex<BTreeMap<String, ToolJob>>,
+}
+
+impl MemoryJobStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+#[async_trait]
+impl JobStore for MemoryJobStore {
+    async fn create_job(&self, job: NewJob) -> Result<ToolJob, StoreError> {
+        let mut jobs = lock(&self.jobs);
+        if jobs.contains_key(&job.id) {
+            return Err(StoreError::conflict(format!("job `{}` exists", job.id)));
+        }
+        let stored = ToolJob::queued(job, SystemTime::now());
+        jobs.insert(stored.id.clone(), stored.clone());
+        Ok(stored)
+    }
+
+    async fn job(&self, id: &str) -> Result<Option<ToolJob>, StoreError> {
+        Ok(lock(&self.jobs).get(id).cloned())
+    }
+
+    async fn transition_job(
+        &self,
+        id: &str,
+        to: JobStatus,
+        result: Option<Value>,
+    ) -> Result<ToolJob, StoreError> {
+        let mut jobs = lock(&self.jobs);
+        let job = jobs
+            .get_mut(id)
+            .ok_or_else(|| StoreError::not_found(format!("job `{id}`")))?;
+        job.status.check(to, id)?;
+        job.status = to;
+        if result.is_some() {
+            job.result = result;
+        }
+        job.updated_at = SystemTime::now();
+        Ok(job.clone())
+    }
+
+    async fn set_job_progress(&self, id: &str, pct: u8) -> Result<(), StoreError> {
+        let mut jobs = lock(&self.jobs);
+        let job = jobs
+            .get_mut(id)
+            .ok_or_else(|| StoreError::not_found(format!("job `{id}`")))?;
+        job.progress_pct = pct.min(100);
+        job.updated_at = SystemTime::now();
+        Ok(())
+    }
+
+    async fn jobs(&self, tool_name: Option<String>) -> Result<Vec<ToolJob>, StoreError> {
+        let mut out: Vec<ToolJob> = lock(&self.jobs)
+            .values()
+            .filter(|j| tool_name.as_ref().is_none_or(|t| *t == j.tool_name))
+            .cloned()
+            .collect();
+        out.sort_by_key(|j| std::cmp::Reverse(j.created_at));
+        Ok(out)
+    }
+}
+
+/// An in-memory execution log: a [`ToolCallRecorder`] whose rows a [`CallLog`] reads back.
+#[derive(Default)]
+pub struct MemoryCallLog {
+    calls: Mutex<Vec<LoggedCall>>,
+}
+
+impl fmt::Debug for MemoryCallLog {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryCallLog")
+            .field("calls", &lock(&self.calls).len())
+            .finish()
+    }
+}
+
+impl MemoryCallLog {
+    /// An empty log.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+#[async_trait]
+impl ToolCallRecorder for MemoryCallLog {
+    async fn record(&self, record: CallRecord) {
+        lock(&self.calls).push(LoggedCall::from_record(&record));
+    }
+}
+
+#[async_trait]
+impl CallLog for MemoryCallLog {
+    async fn recent_calls(&self, filter: CallFilter) -> Result<Vec<LoggedCall>, StoreError> {
+        let calls = lock(&self.calls);
+        let mut out: Vec<LoggedCall> = calls
+            .iter()
+            .rev()
+            .filter(|c| filter.matches(c))
+            .take(filter.limit)
+            .cloned()
+            .collect();
+        if !filter.with_output {
+            for c in &mut out {
+                c.output = None;
+            }
+        }
+        Ok(out)
+    }
+
+    async fn purge_calls_before(&self, cutoff: SystemTime) -> Result<u64, StoreError> {
+        let mut calls = lock(&self.calls);
+        let before = calls.len();
+        calls.retain(|c| c.at >= cutoff);
+        Ok((before - calls.len()) as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn def(name: &str, desc: &str) -> ToolDefinition {
+        ToolDefinition::system(&ToolSpec::new(name, desc))
+    }
+
+    #[test]
+    fn seeding_keeps_status_and_reports_unknown() {
+        let mut old = def("a", "old").with_status(Lifecycle::Rejected);
+        old.embedding = Some(vec![1.0]);
+        let stored = vec![old, def("b", "b"), def("gone", "g"), def("stray", "s")];
+        let plan = plan_seed(
+            &stored,
+            &[def("a", "new"), def("b", "b"), def("c", "c")],
+            &["gone".to_owned(), "never".to_owned()],
+        )
+        .expect("plan");
+        assert_eq!(plan.report.inserted, ["c"]);
+        assert_eq!(plan.report.updated, ["a"]);
+        assert_eq!(plan.report.unchanged, ["b"]);
+        assert_eq!(plan.report.retired, ["gone"]);
+        assert_eq!(plan.report.unknown, ["stray"]);
+        assert_eq!(plan.updates[0].status, Lifecycle::Rejected);
+        assert_eq!(plan.updates[0].embedding, None);
+        assert!(matches!(
+            plan_seed(&stored, &[def("a", "x")], &["a".to_owned()]),
+            Err(StoreError::Conflict { .. })
+        ));
+    }
+
+    #[test]
+    fn transition_table() {
+        use JobStatus::*;
+        assert!(Queued.can_become(Building));
+        assert!(Testing.can_become(Building));
+        assert!(!Queued.can_become(Approved));
+        assert!(!Approved.can_become(Queued));
+        for s in [Approved, Rejected, Failed] {
+            assert!(s.is_terminal());
+        }
+        assert!(matches!(
+            Building.check(Approved, "j"),
+            Err(StoreError::InvalidTransition { .. })
+        ));
+    }
+
+    #[test]
+    fn summary_is_cut_at_500_chars() {
+        let env = Envelope::text("é".repeat(2000));
+        assert_eq!(output_summary(&env).chars().count(), OUTPUT_SUMMARY_CHARS);
+    }
+}

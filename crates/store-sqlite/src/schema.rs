@@ -1,0 +1,258 @@
+//! The versioned schema, the connection setup and the open-time checks (schema version, crash
+//! check).
+
+use std::{path::Path, time::Duration};
+
+use quiver_registry::StoreError;
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
+
+use crate::error::ResultExt;
+
+/// The migrations, in order; migration `i` brings the schema to version `i + 1`. Never edit
+/// one that has shipped: append a new one.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE quiver_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE tool_definitions (
+    name                         TEXT PRIMARY KEY,
+    description                  TEXT NOT NULL,
+    input_schema                 TEXT NOT NULL,
+    implementation               TEXT NOT NULL,
+    tool_type                    TEXT NOT NULL CHECK (tool_type IN ('system', 'custom', 'mcp')),
+    status                       TEXT NOT NULL
+                                 CHECK (status IN ('draft', 'testing', 'approved', 'rejected')),
+    enabled                      INTEGER NOT NULL,
+    category                     TEXT NOT NULL,
+    domain                       TEXT,
+    replaced_by_model_capability TEXT,
+    status_message               TEXT,
+    large_output                 INTEGER NOT NULL,
+    parent_tool                  TEXT,
+    dependencies                 TEXT NOT NULL,
+    version                      INTEGER NOT NULL,
+    tenant_id                    TEXT NOT NULL,
+    created_by                   TEXT,
+    rejection_reason             TEXT,
+    test_results                 TEXT,
+    deleted_at                   INTEGER,
+    embedding                    BLOB,
+    created_at                   INTEGER NOT NULL,
+    updated_at                   INTEGER NOT NULL
+);
+CREATE INDEX tool_definitions_visible ON tool_definitions (status, enabled, deleted_at, tenant_id);
+
+CREATE TABLE execution_log (
+    id             INTEGER PRIMARY KEY,
+    tool_name      TEXT NOT NULL,
+    tenant         TEXT,
+    session        TEXT,
+    call_id        TEXT NOT NULL,
+    input_data     TEXT NOT NULL,
+    reasoning      TEXT,
+    args_hash      TEXT NOT NULL,
+    kind           TEXT NOT NULL CHECK (kind IN ('ok', 'hint', 'err')),
+    hint_kind      TEXT,
+    err_kind       TEXT,
+    success        INTEGER NOT NULL,
+    error          TEXT,
+    output_summary TEXT NOT NULL,
+    queued_us      INTEGER NOT NULL,
+    took_us        INTEGER NOT NULL,
+    created_at     INTEGER NOT NULL
+);
+CREATE INDEX execution_log_created ON execution_log (created_at);
+CREATE INDEX execution_log_tool ON execution_log (tool_name, created_at);
+CREATE INDEX execution_log_session ON execution_log (session, created_at);
+
+CREATE TABLE execution_output (
+    log_id INTEGER PRIMARY KEY,
+    output TEXT NOT NULL
+);
+
+CREATE TABLE tool_jobs (
+    id           TEXT PRIMARY KEY,
+    tool_name    TEXT NOT NULL,
+    job_type     TEXT NOT NULL CHECK (job_type IN ('build', 'audit', 'rebuild')),
+    status       TEXT NOT NULL CHECK (status IN
+                     ('queued', 'building', 'testing', 'approved', 'rejected', 'failed')),
+    spec         TEXT NOT NULL,
+    result       TEXT,
+    progress_pct INTEGER NOT NULL,
+    tenant       TEXT,
+    conversation TEXT,
+    created_at   INTEGER NOT NULL,
+    updated_at   INTEGER NOT NULL
+);
+CREATE INDEX tool_jobs_tool ON tool_jobs (tool_name, created_at);
+
+CREATE TABLE session_tools (
+    session   TEXT NOT NULL,
+    tool      TEXT NOT NULL,
+    last_used INTEGER NOT NULL,
+    round     INTEGER NOT NULL,
+    PRIMARY KEY (session, tool)
+) WITHOUT ROWID;
+
+CREATE TABLE session_failures (
+    session   TEXT NOT NULL,
+    args_hash TEXT NOT NULL,
+    tool      TEXT NOT NULL,
+    error     TEXT NOT NULL,
+    count     INTEGER NOT NULL,
+    last_at   INTEGER NOT NULL,
+    PRIMARY KEY (session, args_hash)
+) WITHOUT ROWID;
+
+CREATE TABLE surface_state (
+    key        TEXT PRIMARY KEY,
+    value      TEXT NOT NULL,
+    written_at INTEGER NOT NULL
+) WITHOUT ROWID;
+"#];
+
+/// The newest schema version this binary knows.
+pub(crate) const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+/// The `quiver_meta` key set by a clean shutdown and cleared by open.
+pub(crate) const CLEAN_SHUTDOWN: &str = "clean_shutdown";
+
+/// What the open-time crash check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CrashCheck {
+    /// A new database: nothing to check.
+    NewDatabase,
+    /// The last shutdown was clean: no check needed.
+    CleanShutdown,
+    /// The last shutdown was not clean; `PRAGMA integrity_check` ran and passed.
+    Passed,
+}
+
+/// What opening the store found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OpenReport {
+    /// The schema version found on disk (0 for a new database).
+    pub found_version: u32,
+    /// The schema version now.
+    pub schema_version: u32,
+    /// The crash check.
+    pub crash_check: CrashCheck,
+}
+
+/// Opens one connection and sets it up: busy timeout, WAL, `synchronous = NORMAL`.
+pub(crate) fn connect(
+    path: &Path,
+    location: &str,
+    busy_timeout: Duration,
+    read_only: bool,
+) -> Result<Connection, StoreError> {
+    let mut flags = OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
+    flags |= if read_only {
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
+    };
+    let conn = Connection::open_with_flags(path, flags).at(location)?;
+    conn.busy_timeout(busy_timeout).at(location)?;
+    if read_only {
+        conn.pragma_update(None, "query_only", true).at(location)?;
+    } else {
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+            .at(location)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Unavailable {
+                location: location.to_owned(),
+                cause: format!("cannot switch the database to WAL mode (it stays in `{mode}`)"),
+            });
+        }
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .at(location)?;
+    }
+    Ok(conn)
+}
+
+/// Runs the crash check and the migrations on the writer connection, then clears the clean
+/// shutdown marker.
+pub(crate) fn prepare(conn: &mut Connection, location: &str) -> Result<OpenReport, StoreError> {
+    let found: u32 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .at(location)?;
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::TooNew {
+            location: location.to_owned(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    let crash_check = if found == 0 {
+        CrashCheck::NewDatabase
+    } else {
+        let clean: Option<String> = conn
+            .query_row(
+                "SELECT value FROM quiver_meta WHERE key = ?1",
+                [CLEAN_SHUTDOWN],
+                |r| r.get(0),
+            )
+            .optional()
+            .at(location)?;
+        if clean.is_some() {
+            CrashCheck::CleanShutdown
+        } else {
+            tracing::warn!(%location, "the last shutdown was not clean: checking integrity");
+            integrity_check(conn, location)?;
+            CrashCheck::Passed
+        }
+    };
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .at(location)?;
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        tx.execute_batch(sql).map_err(|e| StoreError::Backend {
+            location: location.to_owned(),
+            cause: format!("schema migration {} failed: {e}", i + 1),
+        })?;
+    }
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+        .at(location)?;
+    tx.execute("DELETE FROM quiver_meta WHERE key = ?1", [CLEAN_SHUTDOWN])
+        .at(location)?;
+    tx.commit().at(location)?;
+    Ok(OpenReport {
+        found_version: found,
+        schema_version: SCHEMA_VERSION,
+        crash_check,
+    })
+}
+
+fn integrity_check(conn: &Connection, location: &str) -> Result<(), StoreError> {
+    let mut stmt = conn.prepare("PRAGMA integrity_check").at(location)?;
+    let problems: Vec<String> = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .at(location)?
+        .collect::<Result<_, _>>()
+        .at(location)?;
+    if problems.len() == 1 && problems[0] == "ok" {
+        Ok(())
+    } else {
+        Err(StoreError::Corrupt {
+            location: location.to_owned(),
+            cause: format!("integrity check failed: {}", problems.join("; ")),
+        })
+    }
+}
+
+/// Sets the clean shutdown marker (the writer's last act).
+pub(crate) fn mark_clean(conn: &Connection, location: &str, now_us: i64) -> Result<(), StoreError> {
+    conn.execute(
+        "INSERT INTO quiver_meta (key, value) VALUES (?1, ?2)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        rusqlite::params![CLEAN_SHUTDOWN, now_us.to_string()],
+    )
+    .at(location)?;
+    Ok(())
+}

@@ -1,0 +1,926 @@
+//! [`SqliteStore`]: the handle, its reader pool, and the port implementations.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex, atomic::Ordering},
+    thread::JoinHandle,
+    time::{Duration, SystemTime},
+};
+
+use async_trait::async_trait;
+use quiver_contract::Lifecycle;
+use quiver_registry::{
+    CallFilter, CallLog, CallRecord, DefinitionStore, JobStatus, JobStore, LoggedCall, NewJob,
+    SeedReport, StoreError, ToolCallRecorder, ToolDefinition, ToolJob, plan_seed,
+};
+use quiver_surface::ports::{
+    FailedApproach, SessionStore, SurfaceState, ToolUsage, UsageSource, WorkingSetEntry,
+};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{
+    convert::{self, DEF_COLUMNS, JOB_COLUMNS, LOG_COLUMNS, micros, time},
+    error::ResultExt,
+    schema::{self, OpenReport},
+    writer::{self, Msg, Stats},
+};
+
+/// How the store runs. Every field has a default.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct StoreOptions {
+    /// Messages the writer's channel holds before `record` waits (default 16 384).
+    pub channel_capacity: usize,
+    /// Most call records committed in one transaction (default 4 096).
+    pub batch_max: usize,
+    /// How long a connection waits on a lock before giving up (default 5 s).
+    pub busy_timeout: Duration,
+    /// Tries of a failing log write before its rows are counted as lost (default 5).
+    pub max_write_attempts: u32,
+    /// Pause before the first retry, growing linearly (default 20 ms).
+    pub retry_backoff: Duration,
+    /// Idle reader connections kept (default 4).
+    pub readers: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            channel_capacity: 16_384,
+            batch_max: 4_096,
+            busy_timeout: Duration::from_secs(5),
+            max_write_attempts: 5,
+            retry_backoff: Duration::from_millis(20),
+            readers: 4,
+        }
+    }
+}
+
+impl StoreOptions {
+    /// Sets the busy timeout.
+    pub fn with_busy_timeout(mut self, t: Duration) -> Self {
+        self.busy_timeout = t;
+        self
+    }
+
+    /// Sets the channel capacity.
+    pub fn with_channel_capacity(mut self, n: usize) -> Self {
+        self.channel_capacity = n.max(1);
+        self
+    }
+
+    /// Sets the largest batch.
+    pub fn with_batch_max(mut self, n: usize) -> Self {
+        self.batch_max = n.max(1);
+        self
+    }
+}
+
+/// The writer's counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WriterStats {
+    /// Execution-log rows committed.
+    pub rows_written: u64,
+    /// Execution-log rows that could not be written after every retry (each also logged with
+    /// `tracing::error!`).
+    pub rows_failed: u64,
+    /// Retried batch writes.
+    pub write_retries: u64,
+    /// The last write error, if any.
+    pub last_error: Option<StoreError>,
+}
+
+struct Readers {
+    path: PathBuf,
+    location: String,
+    busy_timeout: Duration,
+    keep: usize,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl Readers {
+    fn with<R>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<R, StoreError>,
+    ) -> Result<R, StoreError> {
+        let conn = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let conn = match conn {
+            Some(c) => c,
+            None => schema::connect(&self.path, &self.location, self.busy_timeout, true)?,
+        };
+        let out = f(&conn);
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < self.keep {
+            idle.push(conn);
+        }
+        out
+    }
+}
+
+struct Writer(Mutex<Option<JoinHandle<()>>>);
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let handle = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = handle
+            && h.join().is_err()
+        {
+            tracing::error!("the store's writer thread panicked");
+        }
+    }
+}
+
+// Field order matters: dropping `tx` first ends the writer's loop, then `writer` joins it.
+struct Inner {
+    tx: mpsc::Sender<Msg>,
+    readers: Arc<Readers>,
+    stats: Arc<Stats>,
+    location: String,
+    report: OpenReport,
+    writer: Writer,
+}
+
+/// The embedded store: one SQLite file in WAL mode, one writer thread fed by a bounded
+/// channel, and a small pool of reader connections. Implements [`DefinitionStore`],
+/// [`JobStore`], [`CallLog`], [`ToolCallRecorder`], [`SessionStore`] and [`UsageSource`].
+/// Cheap to clone; the last clone dropped (or [`SqliteStore::close`]) flushes the log, marks a
+/// clean shutdown and joins the writer.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("location", &self.inner.location)
+            .field("report", &self.inner.report)
+            .finish_non_exhaustive()
+    }
+}
+
+const PURGE_BATCH: i64 = 1_000;
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store at `path` with default options. See
+    /// [`SqliteStore::open_with`].
+    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        Self::open_with(path, StoreOptions::default())
+    }
+
+    /// Opens (creating if needed) the store at `path`: switches to WAL, runs the crash check
+    /// if the last shutdown was not clean (`PRAGMA integrity_check`), applies the schema
+    /// migrations, and starts the writer thread. A newer schema, a damaged or non-SQLite
+    /// file, a read-only place, or a lock held too long is an error naming the path. Blocking:
+    /// call it from `spawn_blocking` (or before the runtime) when in async code.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        opts: StoreOptions,
+    ) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let location = path.display().to_string();
+        let mut conn = schema::connect(&path, &location, opts.busy_timeout, false)?;
+        let report = schema::prepare(&mut conn, &location)?;
+        let (tx, rx) = mpsc::channel(opts.channel_capacity.max(1));
+        let stats = Arc::new(Stats::default());
+        let cfg = writer::Config {
+            location: location.clone(),
+            batch_max: opts.batch_max.max(1),
+            max_attempts: opts.max_write_attempts.max(1),
+            retry_backoff: opts.retry_backoff,
+        };
+        let thread_stats = stats.clone();
+        let handle = std::thread::Builder::new()
+            .name("quiver-store-writer".into())
+            .spawn(move || writer::run(conn, rx, thread_stats, cfg))
+            .map_err(|e| StoreError::Unavailable {
+                location: location.clone(),
+                cause: format!("cannot start the writer thread: {e}"),
+            })?;
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                tx,
+                readers: Arc::new(Readers {
+                    path,
+                    location: location.clone(),
+                    busy_timeout: opts.busy_timeout,
+                    keep: opts.readers,
+                    idle: Mutex::new(Vec::new()),
+                }),
+                stats,
+                location,
+                report,
+                writer: Writer(Mutex::new(Some(handle))),
+            }),
+        })
+    }
+
+    /// What opening found and did (schema versions, the crash check).
+    pub fn open_report(&self) -> &OpenReport {
+        &self.inner.report
+    }
+
+    /// The database path, as errors name it.
+    pub fn location(&self) -> &str {
+        &self.inner.location
+    }
+
+    /// The writer's counters.
+    pub fn writer_stats(&self) -> WriterStats {
+        let s = &self.inner.stats;
+        WriterStats {
+            rows_written: s.rows_written.load(Ordering::Relaxed),
+            rows_failed: s.rows_failed.load(Ordering::Relaxed),
+            write_retries: s.write_retries.load(Ordering::Relaxed),
+            last_error: s
+                .last_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        }
+    }
+
+    /// Commits everything queued, marks a clean shutdown and stops the writer (joining its
+    /// thread). Later writes fail with [`StoreError::Unavailable`]; later records are counted
+    /// as failed. Closing twice is harmless.
+    pub async fn close(&self) -> Result<(), StoreError> {
+        let (reply, done) = oneshot::channel();
+        let result = if self.inner.tx.send(Msg::Close(reply)).await.is_ok() {
+            done.await.unwrap_or(Ok(()))
+        } else {
+            Ok(())
+        };
+        let handle = self
+            .inner
+            .writer
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(h) = handle {
+            let joined = tokio::task::spawn_blocking(move || h.join()).await;
+            if !matches!(joined, Ok(Ok(()))) {
+                tracing::error!(location = %self.inner.location, "the store's writer thread panicked");
+            }
+        }
+        result
+    }
+
+    fn closed(&self) -> StoreError {
+        StoreError::Unavailable {
+            location: self.inner.location.clone(),
+            cause: "the store is closed".into(),
+        }
+    }
+
+    /// Runs `f` on a reader connection, off the async runtime.
+    async fn read<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection, &str) -> Result<R, StoreError> + Send + 'static,
+    ) -> Result<R, StoreError> {
+        let readers = self.inner.readers.clone();
+        tokio::task::spawn_blocking(move || readers.with(|c| f(c, &readers.location)))
+            .await
+            .map_err(|e| StoreError::Backend {
+                location: self.inner.location.clone(),
+                cause: format!("a read task failed: {e}"),
+            })?
+    }
+
+    /// Runs `f` on the writer connection, in its own immediate transaction, in order with the
+    /// log writes.
+    async fn write<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>, &str) -> Result<R, StoreError> + Send + 'static,
+    ) -> Result<R, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        let location = self.inner.location.clone();
+        let op: writer::Op = Box::new(move |conn: &mut Connection| {
+            let result = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .at(&location)
+                .and_then(|tx| {
+                    let out = f(&tx, &location)?;
+                    tx.commit().at(&location)?;
+                    Ok(out)
+                });
+            let _ = reply.send(result);
+        });
+        self.inner
+            .tx
+            .send(Msg::Op(op))
+            .await
+            .map_err(|_| self.closed())?;
+        rx.await.map_err(|_| self.closed())?
+    }
+}
+
+fn all_definitions(conn: &Connection, location: &str) -> Result<Vec<ToolDefinition>, StoreError> {
+    query(
+        conn,
+        location,
+        &format!("SELECT {DEF_COLUMNS} FROM tool_definitions ORDER BY name"),
+        [],
+        convert::definition,
+    )
+}
+
+fn query<P: rusqlite::Params, T>(
+    conn: &Connection,
+    location: &str,
+    sql: &str,
+    params: P,
+    f: impl Fn(&rusqlite::Row<'_>) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    let mut stmt = conn.prepare_cached(sql).at(location)?;
+    let mut rows = stmt.query(params).at(location)?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().at(location)? {
+        out.push(f(row)?);
+    }
+    Ok(out)
+}
+
+fn one<P: rusqlite::Params, T>(
+    conn: &Connection,
+    location: &str,
+    sql: &str,
+    params: P,
+    f: impl Fn(&rusqlite::Row<'_>) -> Result<T, StoreError>,
+) -> Result<Option<T>, StoreError> {
+    Ok(query(conn, location, sql, params, f)?.into_iter().next())
+}
+
+fn definition(
+    conn: &Connection,
+    location: &str,
+    name: &str,
+) -> Result<Option<ToolDefinition>, StoreError> {
+    one(
+        conn,
+        location,
+        &format!("SELECT {DEF_COLUMNS} FROM tool_definitions WHERE name = ?1"),
+        [name],
+        convert::definition,
+    )
+}
+
+fn require_changed(n: usize, what: impl FnOnce() -> String) -> Result<(), StoreError> {
+    if n == 0 {
+        Err(StoreError::not_found(what()))
+    } else {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl DefinitionStore for SqliteStore {
+    async fn seed_system_tools(
+        &self,
+        tools: Vec<ToolDefinition>,
+        retired: Vec<String>,
+    ) -> Result<SeedReport, StoreError> {
+        self.write(move |tx, loc| {
+            let stored = all_definitions(tx, loc)?;
+            let plan = plan_seed(&stored, &tools, &retired)?;
+            let now = SystemTime::now();
+            for def in plan.inserts.iter().chain(&plan.updates) {
+                convert::write_definition(tx, def, now).at(loc)?;
+            }
+            for name in &plan.retire {
+                tx.execute(
+                    "UPDATE tool_definitions SET deleted_at = ?2, updated_at = ?2 WHERE name = ?1",
+                    params![name, micros(now)],
+                )
+                .at(loc)?;
+            }
+            Ok(plan.report)
+        })
+        .await
+    }
+
+    async fn put_definition(&self, mut def: ToolDefinition) -> Result<(), StoreError> {
+        self.write(move |tx, loc| {
+            if let Some(old) = definition(tx, loc, &def.name)?
+                && old.description != def.description
+            {
+                def.embedding = None;
+            }
+            def.deleted_at = None;
+            convert::write_definition(tx, &def, SystemTime::now()).at(loc)
+        })
+        .await
+    }
+
+    async fn definition(&self, name: &str) -> Result<Option<ToolDefinition>, StoreError> {
+        let name = name.to_owned();
+        self.read(move |c, loc| definition(c, loc, &name)).await
+    }
+
+    async fn all_definitions(&self) -> Result<Vec<ToolDefinition>, StoreError> {
+        self.read(all_definitions).await
+    }
+
+    async fn visible_definitions(&self, tenant: &str) -> Result<Vec<ToolDefinition>, StoreError> {
+        let tenant = tenant.to_owned();
+        self.read(move |c, loc| {
+            query(
+                c,
+                loc,
+                &format!(
+                    "SELECT {DEF_COLUMNS} FROM tool_definitions
+                     WHERE status = 'approved' AND enabled = 1 AND category <> 'internal'
+                       AND deleted_at IS NULL AND tenant_id IN (?1, '*')
+                     ORDER BY name"
+                ),
+                [tenant],
+                convert::definition,
+            )
+        })
+        .await
+    }
+
+    async fn set_status(
+        &self,
+        name: &str,
+        status: Lifecycle,
+        rejection_reason: Option<String>,
+    ) -> Result<(), StoreError> {
+        let name = name.to_owned();
+        self.write(move |tx, loc| {
+            let n = tx
+                .execute(
+                    "UPDATE tool_definitions SET status = ?2, rejection_reason = ?3, updated_at = ?4
+                     WHERE name = ?1",
+                    params![name, status.as_str(), rejection_reason, micros(SystemTime::now())],
+                )
+                .at(loc)?;
+            require_changed(n, || format!("tool `{name}`"))
+        })
+        .await
+    }
+
+    async fn set_enabled(&self, name: &str, enabled: bool) -> Result<(), StoreError> {
+        let name = name.to_owned();
+        self.write(move |tx, loc| {
+            let n = tx
+                .execute(
+                    "UPDATE tool_definitions SET enabled = ?2, updated_at = ?3 WHERE name = ?1",
+                    params![name, enabled, micros(SystemTime::now())],
+                )
+                .at(loc)?;
+            require_changed(n, || format!("tool `{name}`"))
+        })
+        .await
+    }
+
+    async fn set_embedding(&self, name: &str, embedding: Vec<f32>) -> Result<(), StoreError> {
+        let name = name.to_owned();
+        self.write(move |tx, loc| {
+            let blob: Vec<u8> = embedding.iter().flat_map(|f| f.to_le_bytes()).collect();
+            let n = tx
+                .execute(
+                    "UPDATE tool_definitions SET embedding = ?2 WHERE name = ?1",
+                    params![name, blob],
+                )
+                .at(loc)?;
+            require_changed(n, || format!("tool `{name}`"))
+        })
+        .await
+    }
+
+    async fn soft_delete(&self, name: &str) -> Result<(), StoreError> {
+        let name = name.to_owned();
+        self.write(move |tx, loc| {
+            let now = micros(SystemTime::now());
+            let n = tx
+                .execute(
+                    "UPDATE tool_definitions SET deleted_at = COALESCE(deleted_at, ?2),
+                        updated_at = ?2 WHERE name = ?1",
+                    params![name, now],
+                )
+                .at(loc)?;
+            require_changed(n, || format!("tool `{name}`"))
+        })
+        .await
+    }
+}
+
+fn job(conn: &Connection, location: &str, id: &str) -> Result<Option<ToolJob>, StoreError> {
+    one(
+        conn,
+        location,
+        &format!("SELECT {JOB_COLUMNS} FROM tool_jobs WHERE id = ?1"),
+        [id],
+        convert::job,
+    )
+}
+
+#[async_trait]
+impl JobStore for SqliteStore {
+    async fn create_job(&self, new: NewJob) -> Result<ToolJob, StoreError> {
+        self.write(move |tx, loc| {
+            if job(tx, loc, &new.id)?.is_some() {
+                return Err(StoreError::conflict(format!("job `{}` exists", new.id)));
+            }
+            let j = ToolJob::queued(new, SystemTime::now());
+            tx.execute(
+                "INSERT INTO tool_jobs (id, tool_name, job_type, status, spec, result,
+                    progress_pct, tenant, conversation, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, NULL, 0, ?6, ?7, ?8, ?8)",
+                params![
+                    j.id,
+                    j.tool_name,
+                    j.job_type.as_str(),
+                    j.status.as_str(),
+                    j.spec.to_string(),
+                    j.tenant,
+                    j.conversation,
+                    micros(j.created_at)
+                ],
+            )
+            .at(loc)?;
+            Ok(j)
+        })
+        .await
+    }
+
+    async fn job(&self, id: &str) -> Result<Option<ToolJob>, StoreError> {
+        let id = id.to_owned();
+        self.read(move |c, loc| job(c, loc, &id)).await
+    }
+
+    async fn transition_job(
+        &self,
+        id: &str,
+        to: JobStatus,
+        result: Option<Value>,
+    ) -> Result<ToolJob, StoreError> {
+        let id = id.to_owned();
+        self.write(move |tx, loc| {
+            let current =
+                job(tx, loc, &id)?.ok_or_else(|| StoreError::not_found(format!("job `{id}`")))?;
+            current.status.check(to, &id)?;
+            tx.execute(
+                "UPDATE tool_jobs SET status = ?2, result = COALESCE(?3, result), updated_at = ?4
+                 WHERE id = ?1",
+                params![
+                    id,
+                    to.as_str(),
+                    result.as_ref().map(Value::to_string),
+                    micros(SystemTime::now())
+                ],
+            )
+            .at(loc)?;
+            job(tx, loc, &id)?.ok_or_else(|| StoreError::not_found(format!("job `{id}`")))
+        })
+        .await
+    }
+
+    async fn set_job_progress(&self, id: &str, pct: u8) -> Result<(), StoreError> {
+        let id = id.to_owned();
+        self.write(move |tx, loc| {
+            let n = tx
+                .execute(
+                    "UPDATE tool_jobs SET progress_pct = ?2, updated_at = ?3 WHERE id = ?1",
+                    params![id, pct.min(100), micros(SystemTime::now())],
+                )
+                .at(loc)?;
+            require_changed(n, || format!("job `{id}`"))
+        })
+        .await
+    }
+
+    async fn jobs(&self, tool_name: Option<String>) -> Result<Vec<ToolJob>, StoreError> {
+        self.read(move |c, loc| {
+            query(
+                c,
+                loc,
+                &format!(
+                    "SELECT {JOB_COLUMNS} FROM tool_jobs WHERE (?1 IS NULL OR tool_name = ?1)
+                     ORDER BY created_at DESC, id DESC"
+                ),
+                [tool_name],
+                convert::job,
+            )
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl ToolCallRecorder for SqliteStore {
+    async fn record(&self, record: CallRecord) {
+        if self.inner.tx.send(Msg::Record(record)).await.is_err() {
+            tracing::error!(location = %self.inner.location, "a call record arrived after the store closed; it is lost");
+            self.inner.stats.failed(1, self.closed());
+        }
+    }
+
+    async fn flush(&self) {
+        let (reply, done) = oneshot::channel();
+        if self.inner.tx.send(Msg::Flush(reply)).await.is_ok() {
+            let _ = done.await;
+        }
+    }
+}
+
+#[async_trait]
+impl CallLog for SqliteStore {
+    async fn recent_calls(&self, filter: CallFilter) -> Result<Vec<LoggedCall>, StoreError> {
+        self.read(move |c, loc| {
+            let output = if filter.with_output {
+                "o.output FROM execution_log l LEFT JOIN execution_output o ON o.log_id = l.id"
+            } else {
+                "NULL FROM execution_log l"
+            };
+            query(
+                c,
+                loc,
+                &format!(
+                    "SELECT {LOG_COLUMNS}, {output}
+                     WHERE (?1 IS NULL OR l.tool_name = ?1) AND (?2 IS NULL OR l.session = ?2)
+                       AND (?3 IS NULL OR l.kind = ?3)
+                     ORDER BY l.created_at DESC, l.id DESC LIMIT ?4"
+                ),
+                params![
+                    filter.tool,
+                    filter.session,
+                    filter.kind,
+                    i64::try_from(filter.limit).unwrap_or(i64::MAX)
+                ],
+                convert::logged_call,
+            )
+        })
+        .await
+    }
+
+    async fn purge_calls_before(&self, cutoff: SystemTime) -> Result<u64, StoreError> {
+        let cutoff = micros(cutoff);
+        let mut total = 0u64;
+        loop {
+            // One small transaction per batch, queued behind (and ahead of) log writes, so
+            // the writer is never held for long.
+            let n = self
+                .write(move |tx, loc| {
+                    let ids = query(
+                        tx,
+                        loc,
+                        "SELECT id FROM execution_log WHERE created_at < ?1
+                         ORDER BY created_at LIMIT ?2",
+                        params![cutoff, PURGE_BATCH],
+                        |r| {
+                            r.get::<_, i64>(0)
+                                .map_err(|e| StoreError::invalid_data(e.to_string()))
+                        },
+                    )?;
+                    let mut del_log = tx
+                        .prepare_cached("DELETE FROM execution_log WHERE id = ?1")
+                        .at(loc)?;
+                    let mut del_out = tx
+                        .prepare_cached("DELETE FROM execution_output WHERE log_id = ?1")
+                        .at(loc)?;
+                    for id in &ids {
+                        del_log.execute([id]).at(loc)?;
+                        del_out.execute([id]).at(loc)?;
+                    }
+                    Ok(ids.len() as u64)
+                })
+                .await?;
+            total += n;
+            if n < PURGE_BATCH as u64 {
+                return Ok(total);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl SessionStore for SqliteStore {
+    async fn working_set(&self, session: &str) -> Result<Vec<WorkingSetEntry>, StoreError> {
+        let session = session.to_owned();
+        self.read(move |c, loc| {
+            query(
+                c,
+                loc,
+                "SELECT tool, last_used, round FROM session_tools WHERE session = ?1 ORDER BY tool",
+                [session],
+                |r| {
+                    let get = |i| r.get::<_, rusqlite::types::Value>(i);
+                    match (get(0), get(1), get(2)) {
+                        (
+                            Ok(rusqlite::types::Value::Text(tool)),
+                            Ok(rusqlite::types::Value::Integer(at)),
+                            Ok(rusqlite::types::Value::Integer(round)),
+                        ) => Ok(WorkingSetEntry::new(
+                            tool,
+                            time(at),
+                            u64::try_from(round).unwrap_or(0),
+                        )),
+                        _ => Err(StoreError::invalid_data("a session_tools row")),
+                    }
+                },
+            )
+        })
+        .await
+    }
+
+    async fn upsert_working_set(
+        &self,
+        session: &str,
+        entries: Vec<WorkingSetEntry>,
+    ) -> Result<(), StoreError> {
+        let session = session.to_owned();
+        self.write(move |tx, loc| {
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT INTO session_tools (session, tool, last_used, round)
+                     VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (session, tool) DO UPDATE
+                     SET last_used = excluded.last_used, round = excluded.round",
+                )
+                .at(loc)?;
+            for e in &entries {
+                stmt.execute(params![
+                    session,
+                    e.tool,
+                    micros(e.last_used),
+                    i64::try_from(e.round).unwrap_or(i64::MAX)
+                ])
+                .at(loc)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn remove_from_working_set(
+        &self,
+        session: &str,
+        tools: Vec<String>,
+    ) -> Result<(), StoreError> {
+        let session = session.to_owned();
+        self.write(move |tx, loc| {
+            let mut stmt = tx
+                .prepare_cached("DELETE FROM session_tools WHERE session = ?1 AND tool = ?2")
+                .at(loc)?;
+            for t in &tools {
+                stmt.execute(params![session, t]).at(loc)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn record_failed_approach(
+        &self,
+        session: &str,
+        args_hash: &str,
+        tool: &str,
+        error: &str,
+    ) -> Result<u32, StoreError> {
+        let (session, args_hash, tool, error) = (
+            session.to_owned(),
+            args_hash.to_owned(),
+            tool.to_owned(),
+            error.to_owned(),
+        );
+        self.write(move |tx, loc| {
+            tx.query_row(
+                "INSERT INTO session_failures (session, args_hash, tool, error, count, last_at)
+                 VALUES (?1, ?2, ?3, ?4, 1, ?5)
+                 ON CONFLICT (session, args_hash) DO UPDATE
+                 SET count = count + 1, tool = excluded.tool, error = excluded.error,
+                     last_at = excluded.last_at
+                 RETURNING count",
+                params![session, args_hash, tool, error, micros(SystemTime::now())],
+                |r| r.get::<_, u32>(0),
+            )
+            .at(loc)
+        })
+        .await
+    }
+
+    async fn failed_approaches(&self, session: &str) -> Result<Vec<FailedApproach>, StoreError> {
+        let session = session.to_owned();
+        self.read(move |c, loc| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT args_hash, tool, error, count, last_at FROM session_failures
+                     WHERE session = ?1 ORDER BY args_hash",
+                )
+                .at(loc)?;
+            let rows = stmt
+                .query_map([session], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, u32>(3)?,
+                        r.get::<_, i64>(4)?,
+                    ))
+                })
+                .at(loc)?
+                .collect::<Result<Vec<_>, _>>()
+                .at(loc)?;
+            Ok(rows
+                .into_iter()
+                .map(|(args_hash, tool, error, count, last_at)| {
+                    FailedApproach::new(args_hash, tool, error, count, time(last_at))
+                })
+                .collect())
+        })
+        .await
+    }
+
+    async fn end_session(&self, session: &str) -> Result<(), StoreError> {
+        let session = session.to_owned();
+        self.write(move |tx, loc| {
+            tx.execute("DELETE FROM session_tools WHERE session = ?1", [&session])
+                .at(loc)?;
+            tx.execute(
+                "DELETE FROM session_failures WHERE session = ?1",
+                [&session],
+            )
+            .at(loc)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn state(&self, key: &str) -> Result<Option<SurfaceState>, StoreError> {
+        let key = key.to_owned();
+        self.read(move |c, loc| {
+            let row = c
+                .query_row(
+                    "SELECT value, written_at FROM surface_state WHERE key = ?1",
+                    [key],
+                    |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)),
+                )
+                .optional()
+                .at(loc)?;
+            row.map(|(value, at)| {
+                let value = serde_json::from_str(&value).map_err(|e| {
+                    StoreError::invalid_data(format!("surface state is not JSON: {e}"))
+                })?;
+                Ok(SurfaceState::new(value, time(at)))
+            })
+            .transpose()
+        })
+        .await
+    }
+
+    async fn put_state(&self, key: &str, value: Value) -> Result<(), StoreError> {
+        let key = key.to_owned();
+        self.write(move |tx, loc| {
+            tx.execute(
+                "INSERT INTO surface_state (key, value, written_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (key) DO UPDATE
+                 SET value = excluded.value, written_at = excluded.written_at",
+                params![key, value.to_string(), micros(SystemTime::now())],
+            )
+            .at(loc)?;
+            Ok(())
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl UsageSource for SqliteStore {
+    async fn usage(&self, now: SystemTime) -> Result<Vec<ToolUsage>, StoreError> {
+        let [b30, b90] = ToolUsage::BUCKETS
+            .map(|age| micros(now.checked_sub(age).unwrap_or(std::time::UNIX_EPOCH)));
+        self.read(move |c, loc| {
+            let mut stmt = c
+                .prepare_cached(
+                    "SELECT tool_name,
+                        SUM(created_at >= ?1),
+                        SUM(created_at < ?1 AND created_at >= ?2),
+                        SUM(created_at < ?2)
+                     FROM execution_log GROUP BY tool_name ORDER BY tool_name",
+                )
+                .at(loc)?;
+            let rows = stmt
+                .query_map(params![b30, b90], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, u64>(1)?,
+                        r.get::<_, u64>(2)?,
+                        r.get::<_, u64>(3)?,
+                    ))
+                })
+                .at(loc)?
+                .collect::<Result<Vec<_>, _>>()
+                .at(loc)?;
+            Ok(rows
+                .into_iter()
+                .map(|(tool, a, b, c)| ToolUsage::new(tool, a, b, c))
+                .collect())
+        })
+        .await
+    }
+}

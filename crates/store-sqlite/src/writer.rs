@@ -1,0 +1,167 @@
+//! The one writer: a dedicated thread that owns the read-write connection, takes messages from
+//! a bounded channel, commits call records in batched transactions, and runs every other
+//! write as its own transaction, in arrival order.
+
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, SystemTime},
+};
+
+use quiver_registry::{CallRecord, StoreError};
+use rusqlite::Connection;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{
+    convert::{INSERT_LOG, INSERT_OUTPUT, insert_call, micros},
+    schema::mark_clean,
+};
+
+/// A write to run on the writer connection.
+pub(crate) type Op = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// What the writer thread is asked to do.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "nearly every message is a Record; boxing it would add an allocation per call"
+)]
+pub(crate) enum Msg {
+    /// Log one call (batched).
+    Record(CallRecord),
+    /// Reply once everything sent before is committed.
+    Flush(oneshot::Sender<()>),
+    /// Run one write.
+    Op(Op),
+    /// Commit everything queued, mark a clean shutdown, reply, and stop.
+    Close(oneshot::Sender<Result<(), StoreError>>),
+}
+
+/// Counters readable from the store.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub(crate) rows_written: AtomicU64,
+    pub(crate) rows_failed: AtomicU64,
+    pub(crate) write_retries: AtomicU64,
+    pub(crate) last_error: Mutex<Option<StoreError>>,
+}
+
+impl Stats {
+    pub(crate) fn failed(&self, rows: u64, error: StoreError) {
+        self.rows_failed.fetch_add(rows, Ordering::Relaxed);
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error);
+    }
+}
+
+/// The writer's settings.
+pub(crate) struct Config {
+    pub(crate) location: String,
+    pub(crate) batch_max: usize,
+    pub(crate) max_attempts: u32,
+    pub(crate) retry_backoff: Duration,
+}
+
+/// The writer thread's body.
+pub(crate) fn run(
+    mut conn: Connection,
+    mut rx: mpsc::Receiver<Msg>,
+    stats: Arc<Stats>,
+    cfg: Config,
+) {
+    let mut pending: Vec<CallRecord> = Vec::with_capacity(cfg.batch_max);
+    let mut closing: Option<oneshot::Sender<Result<(), StoreError>>> = None;
+    while let Some(first) = rx.blocking_recv() {
+        let mut next = Some(first);
+        while let Some(msg) = next {
+            match msg {
+                Msg::Record(r) => {
+                    pending.push(r);
+                    if pending.len() >= cfg.batch_max {
+                        commit(&mut conn, &mut pending, &stats, &cfg);
+                    }
+                }
+                Msg::Flush(reply) => {
+                    commit(&mut conn, &mut pending, &stats, &cfg);
+                    let _ = reply.send(());
+                }
+                Msg::Op(op) => {
+                    commit(&mut conn, &mut pending, &stats, &cfg);
+                    op(&mut conn);
+                }
+                Msg::Close(reply) => {
+                    // Refuse new messages; those already queued are still drained below.
+                    rx.close();
+                    closing = Some(reply);
+                }
+            }
+            next = rx.try_recv().ok();
+        }
+        commit(&mut conn, &mut pending, &stats, &cfg);
+        if closing.is_some() && rx.is_empty() {
+            break;
+        }
+    }
+    commit(&mut conn, &mut pending, &stats, &cfg);
+    let result = mark_clean(&conn, &cfg.location, micros(SystemTime::now()));
+    if let Err(e) = &result {
+        tracing::error!(location = %cfg.location, error = %e, "could not mark a clean shutdown");
+    }
+    if let Some(reply) = closing {
+        let _ = reply.send(result);
+    }
+    if let Err((_, e)) = conn.close() {
+        tracing::error!(location = %cfg.location, error = %e, "closing the writer connection");
+    }
+}
+
+/// Commits the pending records in one transaction, retrying a bounded number of times; rows
+/// that still cannot be written are counted and logged, never dropped in silence.
+fn commit(conn: &mut Connection, pending: &mut Vec<CallRecord>, stats: &Stats, cfg: &Config) {
+    if pending.is_empty() {
+        return;
+    }
+    let mut attempt = 1;
+    loop {
+        match insert_batch(conn, pending) {
+            Ok(()) => {
+                stats
+                    .rows_written
+                    .fetch_add(pending.len() as u64, Ordering::Relaxed);
+                pending.clear();
+                return;
+            }
+            Err(e) => {
+                let err = crate::error::classify(&cfg.location, &e);
+                if attempt >= cfg.max_attempts {
+                    tracing::error!(
+                        location = %cfg.location,
+                        rows = pending.len(),
+                        attempts = attempt,
+                        error = %err,
+                        "execution-log rows could not be written and are lost"
+                    );
+                    stats.failed(pending.len() as u64, err);
+                    pending.clear();
+                    return;
+                }
+                tracing::warn!(location = %cfg.location, attempt, error = %err, "execution-log write failed; retrying");
+                stats.write_retries.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(cfg.retry_backoff * attempt);
+                attempt += 1;
+            }
+        }
+    }
+}
+
+fn insert_batch(conn: &mut Connection, rows: &[CallRecord]) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    {
+        let mut log = tx.prepare_cached(INSERT_LOG)?;
+        let mut output = tx.prepare_cached(INSERT_OUTPUT)?;
+        for r in rows {
+            insert_call(&mut log, &mut output, &tx, r)?;
+        }
+    }
+    tx.commit()
+}

@@ -1,0 +1,177 @@
+use std::time::{Duration, SystemTime};
+
+use quiver_contract::{Envelope, ErrKind, HintKind, RenderOptions, render};
+use quiver_registry::{CallFilter, CallLog, CallRecord, ToolCallRecorder};
+use quiver_surface::ports::{ToolUsage, UsageSource};
+use serde_json::json;
+
+use crate::support::{call, store};
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+#[tokio::test]
+async fn recorded_calls_read_back_filtered_with_summary_and_full_output() {
+    let (_dir, _path, store) = store();
+    let long = Envelope::text("x".repeat(2_000));
+    store
+        .record(
+            CallRecord::new("read", "c1", json!({"path": "/a"}), long.clone())
+                .with_session("s1")
+                .with_tenant("t")
+                .with_reasoning("looking")
+                .with_timings(Duration::from_micros(7), Duration::from_micros(42)),
+        )
+        .await;
+    store
+        .record(call("read", "c2", "hint").with_session("s2"))
+        .await;
+    store
+        .record(call("write", "c3", "err").with_session("s1"))
+        .await;
+    store.flush().await;
+
+    let all = store
+        .recent_calls(CallFilter::recent(10))
+        .await
+        .expect("all");
+    assert_eq!(all.len(), 3);
+    let c1 = all.iter().find(|c| c.call_id == "c1").expect("c1");
+    assert_eq!(c1.output_summary.chars().count(), 500);
+    assert!(render(&long, &RenderOptions::default()).starts_with(&c1.output_summary));
+    assert_eq!(c1.output, None, "full output only when asked");
+    assert_eq!(c1.input, json!({"path": "/a"}));
+    assert_eq!(
+        (c1.session.as_deref(), c1.tenant.as_deref()),
+        (Some("s1"), Some("t"))
+    );
+    assert_eq!(c1.reasoning.as_deref(), Some("looking"));
+    assert_eq!(
+        (c1.queued, c1.took),
+        (Duration::from_micros(7), Duration::from_micros(42))
+    );
+    assert!(c1.success);
+
+    let ids = |f: CallFilter| {
+        let store = store.clone();
+        async move {
+            let mut v: Vec<String> = store
+                .recent_calls(f)
+                .await
+                .expect("query")
+                .into_iter()
+                .map(|c| c.call_id)
+                .collect();
+            v.sort();
+            v
+        }
+    };
+    assert_eq!(ids(CallFilter::recent(10).tool("read")).await, ["c1", "c2"]);
+    assert_eq!(
+        ids(CallFilter::recent(10).session("s1")).await,
+        ["c1", "c3"]
+    );
+    assert_eq!(ids(CallFilter::recent(10).kind("hint")).await, ["c2"]);
+    assert_eq!(ids(CallFilter::recent(1)).await.len(), 1);
+
+    let errs = store
+        .recent_calls(CallFilter::recent(10).kind("err").with_output())
+        .await
+        .expect("errs");
+    assert_eq!(errs[0].err_kind, Some(ErrKind::ToolFailed));
+    assert_eq!(errs[0].error.as_deref(), Some("boom"));
+    assert!(!errs[0].success);
+    assert_eq!(
+        errs[0].output,
+        Some(Envelope::err(ErrKind::ToolFailed, "boom"))
+    );
+    let hint = store
+        .recent_calls(CallFilter::recent(10).kind("hint"))
+        .await
+        .expect("hints");
+    assert_eq!(hint[0].hint_kind, Some(HintKind::Schema));
+    assert_eq!(store.writer_stats().rows_written, 3);
+}
+
+#[tokio::test]
+async fn usage_is_bucketed_by_age_and_retention_purges_old_rows() {
+    let (_dir, _path, store) = store();
+    let now = SystemTime::now();
+    let ages = [0, 1, 29, 31, 89, 91, 400];
+    for (i, days) in ages.iter().enumerate() {
+        store
+            .record(call("a", &format!("a{i}"), "ok").with_at(now - DAY * *days))
+            .await;
+    }
+    store
+        .record(call("b", "b0", "ok").with_at(now - DAY * 100))
+        .await;
+    store.flush().await;
+    assert_eq!(
+        store.usage(now).await.expect("usage"),
+        [ToolUsage::new("a", 3, 2, 2), ToolUsage::new("b", 0, 0, 1)]
+    );
+
+    // Enough old rows to take several purge batches.
+    for i in 0..2_500 {
+        store
+            .record(call("c", &format!("old{i}"), "ok").with_at(now - DAY * 200))
+            .await;
+    }
+    store.flush().await;
+    let purged = store
+        .purge_calls_before(now - DAY * 90)
+        .await
+        .expect("purge");
+    assert_eq!(purged, 2_500 + 3);
+    assert_eq!(
+        store.usage(now).await.expect("usage"),
+        [ToolUsage::new("a", 3, 2, 0)]
+    );
+    assert_eq!(
+        store
+            .recent_calls(CallFilter::recent(100))
+            .await
+            .expect("rest")
+            .len(),
+        5
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_tasks_times_ten_thousand_records_give_eighty_thousand_rows() {
+    let (_dir, _path, store) = store();
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for i in 0..10_000 {
+                    store.record(call("t", &format!("{t}-{i}"), "ok")).await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    store.flush().await;
+    let stats = store.writer_stats();
+    assert_eq!((stats.rows_written, stats.rows_failed), (80_000, 0));
+    let rows = store
+        .recent_calls(CallFilter::recent(100_000))
+        .await
+        .expect("rows");
+    assert_eq!(rows.len(), 80_000);
+    let distinct: std::collections::HashSet<_> = rows.iter().map(|r| &r.call_id).collect();
+    assert_eq!(distinct.len(), 80_000);
+}
+
+#[tokio::test]
+async fn records_after_close_are_counted_not_lost_in_silence() {
+    let (_dir, _path, store) = store();
+    store.record(call("a", "1", "ok")).await;
+    store.close().await.expect("close");
+    store.record(call("a", "2", "ok")).await;
+    let stats = store.writer_stats();
+    assert_eq!((stats.rows_written, stats.rows_failed), (1, 1));
+    assert!(stats.last_error.is_some());
+}

@@ -1,0 +1,103 @@
+use std::time::Duration;
+
+use quiver_registry::StoreError;
+use quiver_store_sqlite::{CrashCheck, SqliteStore, StoreOptions};
+
+#[test]
+fn open_close_reopen_is_clean_and_a_new_database_needs_no_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("q.db");
+    let store = SqliteStore::open(&path).expect("open");
+    assert_eq!(store.open_report().crash_check, CrashCheck::NewDatabase);
+    assert_eq!(store.open_report().found_version, 0);
+    drop(store); // Drop flushes, marks a clean shutdown and joins the writer.
+    let store = SqliteStore::open(&path).expect("reopen");
+    assert_eq!(store.open_report().crash_check, CrashCheck::CleanShutdown);
+    assert_eq!(
+        store.open_report().found_version,
+        store.open_report().schema_version
+    );
+    let mode: String = rusqlite::Connection::open(&path)
+        .expect("peek")
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .expect("mode");
+    assert_eq!(mode, "wal");
+}
+
+fn assert_names_path(err: &StoreError, path: &std::path::Path) {
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "error does not name the path: {err}"
+    );
+}
+
+#[test]
+fn a_non_sqlite_file_is_a_corrupt_error_naming_the_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("notes.txt");
+    std::fs::write(
+        &path,
+        "this is not a database, just some text that is long enough ".repeat(100),
+    )
+    .expect("write");
+    let err = SqliteStore::open(&path).expect_err("not sqlite");
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+    assert_names_path(&err, &path);
+}
+
+#[test]
+fn a_missing_or_read_only_directory_is_unavailable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("no/such/dir/q.db");
+    let err = SqliteStore::open(&path).expect_err("missing dir");
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+    assert_names_path(&err, &path);
+
+    use std::os::unix::fs::PermissionsExt;
+    let ro = dir.path().join("ro");
+    std::fs::create_dir(&ro).expect("mkdir");
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).expect("chmod");
+    let path = ro.join("q.db");
+    let result = SqliteStore::open(&path);
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).expect("chmod back");
+    // Root ignores directory permissions; only assert when the OS enforced them.
+    if std::fs::metadata(&path).is_err() {
+        let err = result.expect_err("read-only dir");
+        assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+        assert_names_path(&err, &path);
+    }
+}
+
+#[test]
+fn a_locked_database_is_unavailable_after_the_busy_timeout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("q.db");
+    drop(SqliteStore::open(&path).expect("create"));
+    let holder = rusqlite::Connection::open(&path).expect("holder");
+    holder.execute_batch("BEGIN EXCLUSIVE").expect("lock");
+    let err = SqliteStore::open_with(
+        &path,
+        StoreOptions::default().with_busy_timeout(Duration::from_millis(50)),
+    )
+    .expect_err("locked");
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+    assert!(err.to_string().contains("locked"), "{err}");
+    assert_names_path(&err, &path);
+}
+
+#[test]
+fn a_newer_schema_is_refused_with_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("q.db");
+    drop(SqliteStore::open(&path).expect("create"));
+    rusqlite::Connection::open(&path)
+        .expect("peek")
+        .pragma_update(None, "user_version", 999)
+        .expect("bump");
+    let err = SqliteStore::open(&path).expect_err("too new");
+    assert!(
+        matches!(err, StoreError::TooNew { found: 999, .. }),
+        "{err}"
+    );
+    assert_names_path(&err, &path);
+}

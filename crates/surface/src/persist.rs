@@ -1,0 +1,116 @@
+//! Working sets that survive a restart: every change to a session's working set is mirrored
+//! into a [`SessionStore`], and a session's stored set can be paged back in.
+
+use std::{sync::Arc, time::SystemTime};
+
+use quiver_registry::StoreError;
+use tokio::sync::{broadcast::error::RecvError, watch};
+
+use crate::{
+    Surface,
+    ports::{SessionStore, WorkingSetEntry},
+};
+
+impl Surface {
+    /// Spawns the task that mirrors working-set changes into `store`. The returned counter
+    /// goes up after each session is written (tests and shutdown can wait on it). Needs a
+    /// tokio runtime.
+    pub fn spawn_persistence(
+        self: &Arc<Self>,
+        store: Arc<dyn SessionStore>,
+    ) -> watch::Receiver<u64> {
+        let mut changes = self.subscribe_changes();
+        let weak = Arc::downgrade(self);
+        let (done_tx, done_rx) = watch::channel(0u64);
+        tokio::spawn(async move {
+            loop {
+                let session = match changes.recv().await {
+                    Ok(s) => s,
+                    Err(RecvError::Lagged(n)) => {
+                        tracing::warn!(
+                            missed = n,
+                            "working-set persistence fell behind; some changes are written with the next change of their session"
+                        );
+                        continue;
+                    }
+                    Err(RecvError::Closed) => break,
+                };
+                let Some(surface) = weak.upgrade() else { break };
+                let current = surface.working_set(&session);
+                drop(surface);
+                if let Err(e) = sync(&*store, &session, current).await {
+                    tracing::error!(session = %session, error = %e, "could not persist the working set");
+                }
+                done_tx.send_modify(|n| *n += 1);
+            }
+        });
+        done_rx
+    }
+
+    /// Writes the session's working set to `store` now (for a short-lived process that exits
+    /// before the background mirror would run).
+    pub async fn persist_session(
+        &self,
+        session: &str,
+        store: &dyn SessionStore,
+    ) -> Result<(), StoreError> {
+        sync(store, session, self.working_set(session)).await
+    }
+
+    /// Pages the session's stored working set back in (oldest first, so recency is kept).
+    /// Returns the names restored; names no longer in the catalog are skipped.
+    pub async fn restore_session(
+        &self,
+        session: &str,
+        store: &dyn SessionStore,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut stored = store.working_set(session).await?;
+        stored.sort_by(|a, b| {
+            a.last_used
+                .cmp(&b.last_used)
+                .then_with(|| a.tool.cmp(&b.tool))
+        });
+        let names: Vec<&str> = stored
+            .iter()
+            .map(|e| e.tool.as_str())
+            .filter(|n| self.catalog().contains(n))
+            .collect();
+        if !names.is_empty() {
+            self.page_in(session, &names);
+        }
+        Ok(names.into_iter().map(str::to_owned).collect())
+    }
+}
+
+async fn sync(
+    store: &dyn SessionStore,
+    session: &str,
+    current: Vec<String>,
+) -> Result<(), StoreError> {
+    let stored = store.working_set(session).await?;
+    let gone: Vec<String> = stored
+        .iter()
+        .filter(|e| !current.contains(&e.tool))
+        .map(|e| e.tool.clone())
+        .collect();
+    if !gone.is_empty() {
+        store.remove_from_working_set(session, gone).await?;
+    }
+    // `current` is most recent first; stamp it so that order survives a restore.
+    let now = SystemTime::now();
+    let entries: Vec<WorkingSetEntry> = current
+        .iter()
+        .enumerate()
+        .map(|(i, tool)| {
+            WorkingSetEntry::new(
+                tool.clone(),
+                now - std::time::Duration::from_micros(i as u64),
+                0,
+            )
+        })
+        .collect();
+    if !entries.is_empty() {
+        store.upsert_working_set(session, entries).await?;
+    }
+    Ok(())
+}

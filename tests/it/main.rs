@@ -2,3 +2,4 @@
 //! peers.
 
 mod architecture;
+mod mcp_server;

@@ -1,13 +1,14 @@
 //! The `quiver` binary's library half: configuration, [`assemble_catalog`] (tool families in
-//! their fixed order, first registration wins, every skipped name reported), and the output
-//! formats of the CLI. The host decides order and wiring, never behaviour: business rules
-//! live in the core crates.
+//! their fixed order, first registration wins, every skipped name reported), the output
+//! formats of the CLI, and [`serve`] (the MCP server's process lifecycle). The host decides
+//! order and wiring, never behaviour: business rules live in the core crates.
 
 mod app;
 mod assemble;
 mod config;
 mod formats;
 mod mcp_json;
+pub mod serve;
 
 pub use app::App;
 pub use assemble::{FAMILY_ORDER, Families, assemble_catalog};

@@ -101,6 +101,25 @@ enum Command {
         #[arg(long)]
         queries: std::path::PathBuf,
     },
+    /// Serve MCP: streamable HTTP on 127.0.0.1:7345 (the URL is printed on stdout), or
+    /// stdio for desktop clients.
+    ///
+    /// Example: `quiver serve --listen 127.0.0.1:0` picks a free port.
+    Serve {
+        /// The address to listen on.
+        #[arg(long, default_value = quiver_host::serve::DEFAULT_LISTEN)]
+        listen: std::net::SocketAddr,
+        /// Serve on stdin and stdout instead of HTTP.
+        #[arg(long, conflicts_with = "listen")]
+        stdio: bool,
+        /// The session mode of clients whose token names none.
+        #[arg(long, default_value = "chat", value_parser = parse_mode)]
+        mode: Mode,
+        /// Also accept this `Host` (`name` or `name:port`), e.g. the public name of a
+        /// non-loopback listener. The listen address itself is always accepted.
+        #[arg(long = "allow-host", value_name = "HOST")]
+        allow_hosts: Vec<String>,
+    },
     /// Call one tool through the full pipeline and print the rendered result.
     ///
     /// Exits 0 for an Ok or a Hint, 1 for an Err. Example: `quiver call tool_search '{"query": "time"}'`.
@@ -316,6 +335,30 @@ async fn command(
             app.save_session("cli").await?;
             println!("{}", render(&envelope, &RenderOptions::default()));
             Ok(exit_for(&envelope))
+        }
+        Command::Serve {
+            listen,
+            stdio,
+            mode,
+            allow_hosts,
+        } => {
+            let transport = if stdio {
+                quiver_host::serve::Transport::Stdio
+            } else {
+                quiver_host::serve::Transport::Http(listen)
+            };
+            let mut options = quiver_mcp_adapter::ServerOptions::default().with_default_mode(mode);
+            for host in allow_hosts {
+                options = options.with_allowed_host(host);
+            }
+            quiver_host::serve::serve(
+                app.surface.clone(),
+                app.dispatcher.clone(),
+                transport,
+                options,
+            )
+            .await?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::BenchSearch { .. } => unreachable!("handled before the catalog is built"),
         Command::Call {

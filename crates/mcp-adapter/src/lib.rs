@@ -1,14 +1,21 @@
 //! Quiver's MCP adapter. The client side (this module tree under [`client`]) connects Quiver to
 //! upstream MCP servers with rmcp and publishes their tools into the registry's catalog as
 //! ordinary tools named `mcp__<server>__<tool>`; it owns every rmcp type it touches and turns
-//! them into `quiver-contract` types at its edge (`client::to_contract`). The server side (the
-//! MCP endpoint that serves a session's surface) will live beside it.
+//! them into `quiver-contract` types at its edge (`client::to_contract`). The server side
+//! ([`server`]) serves a session's composed tool surface over MCP (streamable HTTP in axum,
+//! and stdio): `tools/list` is the session's surface, `tools/call` goes through the
+//! registry's dispatcher, and working-set or catalog changes go out as
+//! `notifications/tools/list_changed`. rmcp and axum types appear only in this crate.
 
 pub mod client;
 mod error;
+pub mod server;
 
 pub use client::{
     ClientOptions, Liveness, McpClient, McpClientConfig, ResolvedServer, ServerConfig,
     ServerCounters, ServerState, ServerStatus, TransportKind, validate_all,
 };
 pub use error::McpError;
+pub use server::{
+    AuthError, InboundAuth, InboundToken, McpServer, ServeError, ServerOptions, allowed_authorities,
+};

@@ -1,0 +1,99 @@
+//! `quiver serve`: the process lifecycle around the MCP server. Binds, prints the URL,
+//! serves until SIGINT or SIGTERM, then stops accepting, cancels in-flight calls and
+//! returns so the caller can flush.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use quiver_mcp_adapter::{McpServer, ServerOptions};
+use quiver_registry::Dispatcher;
+use quiver_surface::Surface;
+use tokio::io::AsyncWriteExt;
+
+/// The address `quiver serve` listens on by default.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7345";
+
+/// How long open connections get to finish after a shutdown signal.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// Where and how to serve.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Transport {
+    /// Streamable HTTP on this address (port 0 picks a free port).
+    Http(SocketAddr),
+    /// MCP over stdin and stdout, for desktop clients.
+    Stdio,
+}
+
+/// Serves MCP until a shutdown signal (or, on stdio, until the client closes the pipe).
+/// For HTTP, prints `http://ADDR/mcp` on stdout once the listener is bound.
+pub async fn serve(
+    surface: Arc<Surface>,
+    dispatcher: Dispatcher,
+    transport: Transport,
+    options: ServerOptions,
+) -> anyhow::Result<()> {
+    options
+        .auth
+        .validate()
+        .context("checking the inbound tokens")?;
+    let server = McpServer::new(surface, dispatcher, options);
+    let shutdown = server.shutdown_token();
+    let signal = shutdown_signal()?;
+    let signal = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            signal.await;
+            tracing::info!("shutdown signal: stopping the MCP server");
+            shutdown.cancel();
+        }
+    });
+    let result = match transport {
+        Transport::Stdio => server.serve_stdio().await.context("serving MCP on stdio"),
+        Transport::Http(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding {addr}"))?;
+            let bound = listener.local_addr()?;
+            let mut out = tokio::io::stdout();
+            out.write_all(format!("http://{bound}/mcp\n").as_bytes())
+                .await?;
+            out.flush().await?;
+            let serving = server.serve_http(listener);
+            tokio::pin!(serving);
+            tokio::select! {
+                r = &mut serving => r.context("serving MCP over HTTP"),
+                _ = async { shutdown.cancelled().await; tokio::time::sleep(DRAIN).await } => {
+                    tracing::warn!("connections still open {DRAIN:?} after shutdown; closing them");
+                    Ok(())
+                }
+            }
+        }
+    };
+    signal.abort();
+    result
+}
+
+/// Registers the SIGINT and SIGTERM handlers now (before the URL is printed, so a signal
+/// sent right after never hits the default handler) and returns the future that waits.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut int = signal(SignalKind::interrupt()).context("watching SIGINT")?;
+        let mut term = signal(SignalKind::terminate()).context("watching SIGTERM")?;
+        Ok(async move {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+    }
+}

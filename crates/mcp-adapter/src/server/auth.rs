@@ -1,0 +1,240 @@
+//! Inbound bearer tokens: the config the host feeds, and the check every HTTP request passes
+//! before it reaches the MCP service.
+
+use std::sync::Arc;
+
+use axum::{
+    extract::{Request, State},
+    http::{StatusCode, header},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use quiver_contract::{Capabilities, Mode};
+use serde::Deserialize;
+
+/// The inbound bearer tokens. Empty: every request is anonymous and allowed.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct InboundAuth {
+    /// The accepted tokens.
+    #[serde(default)]
+    pub tokens: Vec<InboundToken>,
+}
+
+impl InboundAuth {
+    /// Accepts these tokens.
+    pub fn new(tokens: Vec<InboundToken>) -> Self {
+        InboundAuth { tokens }
+    }
+
+    /// Checks the token names: non-empty and unique, and every secret non-empty.
+    pub fn validate(&self) -> Result<(), AuthError> {
+        let mut seen = std::collections::HashSet::new();
+        for t in &self.tokens {
+            if t.name.is_empty() || t.token.is_empty() {
+                return Err(AuthError::Invalid(
+                    "every inbound token needs a non-empty `name` and `token`".into(),
+                ));
+            }
+            if !seen.insert(t.name.as_str()) {
+                return Err(AuthError::Invalid(format!(
+                    "the inbound token name `{}` is used twice",
+                    t.name
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One inbound token: who it is, and what it may do.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct InboundToken {
+    /// The principal's name (logged, recorded, and the fallback working-set key).
+    pub name: String,
+    /// The bearer secret.
+    pub token: String,
+    /// Tool-name patterns the token may call and find (`prefix*` allowed); `None`: all.
+    #[serde(default)]
+    pub allowed_tools: Option<Vec<String>>,
+    /// The session mode for this token's requests; the server default when absent.
+    #[serde(default)]
+    pub mode: Option<Mode>,
+    /// The tenant the token's calls run for.
+    #[serde(default)]
+    pub tenant: Option<String>,
+}
+
+impl InboundToken {
+    /// A token with no restriction.
+    pub fn new(name: impl Into<String>, token: impl Into<String>) -> Self {
+        InboundToken {
+            name: name.into(),
+            token: token.into(),
+            allowed_tools: None,
+            mode: None,
+            tenant: None,
+        }
+    }
+
+    /// Restricts the token to these tool-name patterns.
+    pub fn with_allowed_tools(mut self, patterns: Vec<String>) -> Self {
+        self.allowed_tools = Some(patterns);
+        self
+    }
+
+    /// Sets the token's mode.
+    pub fn with_mode(mut self, mode: Mode) -> Self {
+        self.mode = Some(mode);
+        self
+    }
+}
+
+impl std::fmt::Debug for InboundToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InboundToken")
+            .field("name", &self.name)
+            .field("token", &"<redacted>")
+            .field("allowed_tools", &self.allowed_tools)
+            .field("mode", &self.mode)
+            .field("tenant", &self.tenant)
+            .finish()
+    }
+}
+
+/// A configuration fault of the inbound tokens.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuthError {
+    /// The token list is not usable.
+    #[error("invalid inbound auth: {0}")]
+    Invalid(String),
+}
+
+/// The authenticated caller of one request, put in the request's extensions.
+#[derive(Debug, Clone)]
+pub(crate) struct Principal {
+    pub(crate) name: Arc<str>,
+    pub(crate) capabilities: Arc<Capabilities>,
+    pub(crate) mode: Option<Mode>,
+    pub(crate) tenant: Option<Arc<str>>,
+}
+
+pub(crate) struct Tokens {
+    entries: Vec<(Vec<u8>, Principal)>,
+}
+
+impl Tokens {
+    pub(crate) fn new(auth: &InboundAuth) -> Self {
+        let entries = auth
+            .tokens
+            .iter()
+            .map(|t| {
+                let caps = match &t.allowed_tools {
+                    Some(p) => Capabilities::all().with_allowed_tools(p.clone()),
+                    None => Capabilities::all(),
+                };
+                (
+                    t.token.as_bytes().to_vec(),
+                    Principal {
+                        name: t.name.as_str().into(),
+                        capabilities: Arc::new(caps),
+                        mode: t.mode,
+                        tenant: t.tenant.as_deref().map(Into::into),
+                    },
+                )
+            })
+            .collect();
+        Tokens { entries }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The principal of a bearer secret; compares every token in constant time.
+    fn find(&self, presented: &[u8]) -> Option<&Principal> {
+        let mut found = None;
+        for (secret, principal) in &self.entries {
+            if constant_time_eq(secret, presented) {
+                found = Some(principal);
+            }
+        }
+        found
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The axum middleware: 401 without a valid bearer token when tokens are configured.
+pub(crate) async fn require_token(
+    State(tokens): State<Arc<Tokens>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    if tokens.is_empty() {
+        return next.run(request).await;
+    }
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, rest) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        });
+    match presented.and_then(|p| tokens.find(p.as_bytes())) {
+        Some(principal) => {
+            request.extensions_mut().insert(principal.clone());
+            next.run(request).await
+        }
+        None => (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "Unauthorized: send `Authorization: Bearer <token>` with a configured inbound token",
+        )
+            .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_config_rejects_unknown_fields_and_parses_modes() {
+        let ok: InboundAuth = serde_json::from_str(
+            r#"{"tokens":[{"name":"ci","token":"s3cret","allowed_tools":["tool_*"],"mode":"agentic","tenant":"acme"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(ok.tokens[0].mode, Some(Mode::Agentic));
+        assert!(ok.validate().is_ok());
+        assert!(format!("{ok:?}").contains("<redacted>"));
+        assert!(!format!("{ok:?}").contains("s3cret"));
+        let bad = serde_json::from_str::<InboundAuth>(
+            r#"{"tokens":[{"name":"ci","token":"x","scopes":[]}]}"#,
+        );
+        assert!(bad.is_err());
+        let dup = InboundAuth::new(vec![
+            InboundToken::new("a", "1"),
+            InboundToken::new("a", "2"),
+        ]);
+        assert!(dup.validate().is_err());
+    }
+
+    #[test]
+    fn tokens_match_exactly() {
+        let tokens = Tokens::new(&InboundAuth::new(vec![InboundToken::new("a", "abc")]));
+        assert!(tokens.find(b"abc").is_some());
+        assert!(tokens.find(b"abd").is_none());
+        assert!(tokens.find(b"ab").is_none());
+    }
+}

@@ -1,0 +1,139 @@
+//! The MCP server: one [`McpServer`] per process, serving the surface of whichever working
+//! set each request names (see [`key`] for how a request picks its working-set key).
+
+mod auth;
+mod from_contract;
+mod handler;
+mod http;
+mod key;
+mod watch;
+
+use std::{sync::Arc, time::Duration};
+
+use quiver_contract::{Mode, RenderOptions};
+use quiver_registry::Dispatcher;
+use quiver_surface::Surface;
+use tokio_util::sync::CancellationToken;
+
+pub use auth::{AuthError, InboundAuth, InboundToken};
+pub use http::allowed_authorities;
+pub use key::{CONVERSATION_HEADER, CONVERSATION_META};
+
+/// How the server behaves; the host fills it from its configuration.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ServerOptions {
+    /// The mode of a session whose token names none.
+    pub default_mode: Mode,
+    /// Bounds of the rendered text content.
+    pub render: RenderOptions,
+    /// How often a running call reports progress to a client that sent a progress token.
+    pub progress_interval: Duration,
+    /// Inbound bearer tokens (HTTP only); empty means no authentication.
+    pub auth: InboundAuth,
+    /// Extra `Host` authorities accepted besides the listen address (for a public name).
+    pub extra_allowed_hosts: Vec<String>,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            default_mode: Mode::Chat,
+            render: RenderOptions::default(),
+            progress_interval: Duration::from_secs(1),
+            auth: InboundAuth::default(),
+            extra_allowed_hosts: Vec::new(),
+        }
+    }
+}
+
+impl ServerOptions {
+    /// Sets the default mode.
+    pub fn with_default_mode(mut self, mode: Mode) -> Self {
+        self.default_mode = mode;
+        self
+    }
+
+    /// Sets the inbound tokens.
+    pub fn with_auth(mut self, auth: InboundAuth) -> Self {
+        self.auth = auth;
+        self
+    }
+
+    /// Sets the progress interval.
+    pub fn with_progress_interval(mut self, every: Duration) -> Self {
+        self.progress_interval = every;
+        self
+    }
+
+    /// Accepts another `Host` authority (`name` or `name:port`).
+    pub fn with_allowed_host(mut self, authority: impl Into<String>) -> Self {
+        self.extra_allowed_hosts.push(authority.into());
+        self
+    }
+}
+
+/// A harness fault of the server (never a tool's failure, which is a result).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The listener or the connection failed.
+    #[error("the MCP transport failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// The MCP session could not start (stdio).
+    #[error("the MCP session could not start: {0}")]
+    Initialize(String),
+}
+
+pub(crate) struct Shared {
+    pub(crate) surface: Arc<Surface>,
+    pub(crate) dispatcher: Dispatcher,
+    pub(crate) options: ServerOptions,
+    pub(crate) shutdown: CancellationToken,
+}
+
+/// The MCP server over a surface and a dispatcher. Cheap to clone.
+#[derive(Clone)]
+pub struct McpServer {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServer")
+            .field("options", &self.shared.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpServer {
+    /// A server for the sessions of `surface`, calling through `dispatcher`.
+    pub fn new(surface: Arc<Surface>, dispatcher: Dispatcher, options: ServerOptions) -> Self {
+        McpServer {
+            shared: Arc::new(Shared {
+                surface,
+                dispatcher,
+                options,
+                shutdown: CancellationToken::new(),
+            }),
+        }
+    }
+
+    /// Cancelling this token stops the server: no new requests, in-flight calls cancelled,
+    /// open streams closed; `serve_http` and `serve_stdio` then return.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shared.shutdown.clone()
+    }
+
+    /// Serves MCP over stdin and stdout until the client closes them or shutdown.
+    pub async fn serve_stdio(&self) -> Result<(), ServeError> {
+        use rmcp::ServiceExt;
+        let handler = handler::Handler::new(self.shared.clone(), Some("stdio".into()));
+        let running = handler
+            .serve_with_ct(rmcp::transport::stdio(), self.shared.shutdown.child_token())
+            .await
+            .map_err(|e| ServeError::Initialize(e.to_string()))?;
+        let _ = running.waiting().await;
+        Ok(())
+    }
+}

@@ -1,0 +1,132 @@
+//! Which changes concern whom: a session's working set changing (the surface names the key)
+//! or the catalog changing (every session's surface may differ).
+
+use std::sync::Arc;
+
+use quiver_registry::CatalogEvent;
+use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
+
+use super::Shared;
+
+pub(crate) struct Changes {
+    sessions: broadcast::Receiver<Arc<str>>,
+    catalog: broadcast::Receiver<CatalogEvent>,
+}
+
+impl Changes {
+    pub(crate) fn subscribe(shared: &Shared) -> Self {
+        Changes {
+            sessions: shared.surface.subscribe_changes(),
+            catalog: shared.surface.catalog().subscribe(),
+        }
+    }
+
+    /// Waits for the next change that concerns a key `relevant` accepts (a lag counts as a
+    /// change), then swallows the changes already queued so one burst makes one
+    /// notification. `None` when the surface or the catalog is gone.
+    pub(crate) async fn next(&mut self, relevant: impl Fn(&str) -> bool) -> Option<()> {
+        loop {
+            let hit = tokio::select! {
+                r = self.sessions.recv() => match r {
+                    Ok(key) => relevant(&key),
+                    Err(RecvError::Lagged(_)) => true,
+                    Err(RecvError::Closed) => return None,
+                },
+                r = self.catalog.recv() => match r {
+                    Ok(_) | Err(RecvError::Lagged(_)) => true,
+                    Err(RecvError::Closed) => return None,
+                },
+            };
+            if hit {
+                self.drain();
+                return Some(());
+            }
+        }
+    }
+
+    fn drain(&mut self) {
+        while !matches!(
+            self.sessions.try_recv(),
+            Err(TryRecvError::Empty | TryRecvError::Closed)
+        ) {}
+        while !matches!(
+            self.catalog.try_recv(),
+            Err(TryRecvError::Empty | TryRecvError::Closed)
+        ) {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use quiver_contract::{CallContext, Envelope, Tool, ToolResult, ToolSpec};
+    use quiver_registry::{Catalog, Dispatcher};
+    use quiver_surface::{MemoryUsage, Surface, SurfaceConfig};
+    use serde_json::Value;
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::server::ServerOptions;
+
+    struct Noop(ToolSpec);
+
+    #[async_trait]
+    impl Tool for Noop {
+        fn spec(&self) -> &ToolSpec {
+            &self.0
+        }
+        async fn call(&self, _input: Value, _ctx: &CallContext) -> ToolResult {
+            Ok(Envelope::ok(Value::Null))
+        }
+    }
+
+    fn shared() -> Shared {
+        let catalog = Arc::new(Catalog::new());
+        let surface = Surface::new(
+            catalog.clone(),
+            SurfaceConfig::default(),
+            Arc::new(MemoryUsage::new([])),
+        )
+        .unwrap();
+        Shared {
+            surface,
+            dispatcher: Dispatcher::new(catalog),
+            options: ServerOptions::default(),
+            shutdown: CancellationToken::new(),
+        }
+    }
+
+    async fn next_within(changes: &mut Changes, relevant: impl Fn(&str) -> bool) -> Option<()> {
+        tokio::time::timeout(Duration::from_secs(5), changes.next(relevant))
+            .await
+            .expect("a change arrives in time")
+    }
+
+    #[tokio::test]
+    async fn a_catalog_change_concerns_every_session() {
+        let shared = shared();
+        let mut changes = Changes::subscribe(&shared);
+        shared
+            .surface
+            .catalog()
+            .register(Arc::new(Noop(ToolSpec::new("added_tool", "Added."))))
+            .unwrap();
+        assert_eq!(next_within(&mut changes, |_| false).await, Some(()));
+    }
+
+    #[tokio::test]
+    async fn a_working_set_change_concerns_its_key() {
+        let shared = shared();
+        shared
+            .surface
+            .catalog()
+            .register(Arc::new(Noop(ToolSpec::new("paged_tool", "Paged."))))
+            .unwrap();
+        let mut changes = Changes::subscribe(&shared);
+        shared.surface.page_in("other", &["paged_tool"]);
+        shared.surface.page_in("mine", &["paged_tool"]);
+        assert_eq!(next_within(&mut changes, |k| k == "mine").await, Some(()));
+    }
+}

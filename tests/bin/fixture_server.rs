@@ -1,0 +1,347 @@
+//! `quiver serve` over the built-in tools plus three fixture tools, for the e2e suite:
+//! `weather_forecast` (found by `tool_search`), `slow_count` (runs until its time is up or
+//! it is cancelled) and `cancelled_calls` (waits until that many calls were cancelled).
+//!
+//! Usage: `quiver-fixture-server [--auth JSON] [--progress-ms N]`; prints the URL on stdout.
+
+use std::{sync::Arc, time::Duration};
+
+use anyhow::Context;
+use async_trait::async_trait;
+use quiver_contract::{CallContext, Envelope, Part, Tool, ToolError, ToolResult, ToolSpec};
+use quiver_host::{Families, assemble_catalog, serve};
+use quiver_mcp_adapter::{InboundAuth, ServerOptions};
+use quiver_registry::{Catalog, Dispatcher};
+use quiver_surface::{MemoryUsage, Surface, SurfaceConfig, core_tools};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+struct Weather(ToolSpec);
+
+#[async_trait]
+impl Tool for Weather {
+    fn spec(&self) -> &ToolSpec {
+        &self.0
+    }
+    async fn call(&self, input: Value, _ctx: &CallContext) -> ToolResult {
+        let city = input["city"].as_str().unwrap_or_default().to_owned();
+        Ok(Envelope::ok(
+            json!({"city": city, "forecast": "sunny", "high_c": 21}),
+        ))
+    }
+}
+
+struct SlowCount {
+    spec: ToolSpec,
+    cancelled: watch::Sender<u64>,
+}
+
+#[async_trait]
+impl Tool for SlowCount {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    async fn call(&self, input: Value, ctx: &CallContext) -> ToolResult {
+        let ms = input["ms"].as_u64().unwrap_or(1000);
+        // Counts the call as cancelled if it does not run to the end: either it sees its
+        // token fire, or the dispatcher drops it on cancellation.
+        let guard = CountOnDrop(Some(self.cancelled.clone()));
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(ms)) => {
+                guard.disarm();
+                Ok(Envelope::ok(json!(format!("counted for {ms} ms"))))
+            }
+            _ = ctx.cancel.cancelled() => Err(ToolError::failed("cancelled")),
+        }
+    }
+}
+
+struct CountOnDrop(Option<watch::Sender<u64>>);
+
+impl CountOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CountOnDrop {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            tx.send_modify(|n| *n += 1);
+            // The e2e suite reads this line after the URL to see a call was cancelled.
+            println!("slow_count cancelled");
+        }
+    }
+}
+
+struct CancelledCalls {
+    spec: ToolSpec,
+    cancelled: watch::Receiver<u64>,
+}
+
+#[async_trait]
+impl Tool for CancelledCalls {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    async fn call(&self, input: Value, _ctx: &CallContext) -> ToolResult {
+        let at_least = input["at_least"].as_u64().unwrap_or(0);
+        let mut rx = self.cancelled.clone();
+        let waited =
+            tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|n| *n >= at_least)).await;
+        let n = *self.cancelled.borrow();
+        match waited {
+            Ok(_) => Ok(Envelope::ok(json!({"cancelled": n}))),
+            Err(_) => Err(ToolError::failed(format!(
+                "only {n} calls were cancelled after 10 s"
+            ))),
+        }
+    }
+}
+
+/// A tool that waits `delay` (watching cancellation), then returns `make()`: the tools the
+/// MCP conformance suite's server scenarios call.
+struct Fixed {
+    spec: ToolSpec,
+    delay: Duration,
+    make: fn() -> ToolResult,
+}
+
+#[async_trait]
+impl Tool for Fixed {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    async fn call(&self, _input: Value, ctx: &CallContext) -> ToolResult {
+        tokio::select! {
+            _ = tokio::time::sleep(self.delay) => (self.make)(),
+            _ = ctx.cancel.cancelled() => Err(ToolError::failed("cancelled")),
+        }
+    }
+}
+
+// A 1x1 PNG and a tiny WAV, base64.
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+const WAV: &str = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQAAAAA=";
+
+fn image() -> Part {
+    Part::Image {
+        mime_type: "image/png".into(),
+        data: PNG.into(),
+    }
+}
+
+fn resource() -> Part {
+    Part::Resource {
+        uri: "test://embedded-resource".into(),
+        mime_type: Some("text/plain".into()),
+        text: Some("This is an embedded resource content.".into()),
+        blob: None,
+    }
+}
+
+fn conformance_tools() -> Vec<Arc<dyn Tool>> {
+    let fixed = |name: &str, description: &str, delay_ms: u64, make: fn() -> ToolResult| {
+        Arc::new(Fixed {
+            spec: ToolSpec::new(name, description)
+                .read_only()
+                .with_schema(json!({"type": "object", "properties": {}})),
+            delay: Duration::from_millis(delay_ms),
+            make,
+        }) as Arc<dyn Tool>
+    };
+    vec![
+        fixed(
+            "test_simple_text",
+            "Conformance: returns simple text.",
+            0,
+            || {
+                Ok(Envelope::ok(json!(
+                    "This is a simple text response for testing."
+                )))
+            },
+        ),
+        fixed(
+            "test_image_content",
+            "Conformance: returns an image.",
+            0,
+            || Ok(Envelope::ok(json!("an image")).with_part(image())),
+        ),
+        fixed(
+            "test_audio_content",
+            "Conformance: returns audio.",
+            0,
+            || {
+                Ok(Envelope::ok(json!("a sound")).with_part(Part::Audio {
+                    mime_type: "audio/wav".into(),
+                    data: WAV.into(),
+                }))
+            },
+        ),
+        fixed(
+            "test_embedded_resource",
+            "Conformance: returns an embedded resource.",
+            0,
+            || Ok(Envelope::ok(json!("a resource")).with_part(resource())),
+        ),
+        fixed(
+            "test_multiple_content_types",
+            "Conformance: returns text, an image and a resource.",
+            0,
+            || {
+                Ok(Envelope::ok(json!("Multiple content types test:"))
+                    .with_part(image())
+                    .with_part(resource()))
+            },
+        ),
+        fixed(
+            "test_error_handling",
+            "Conformance: always fails.",
+            0,
+            || {
+                Err(ToolError::failed(
+                    "This tool intentionally returns an error for testing",
+                ))
+            },
+        ),
+        fixed(
+            "test_tool_with_progress",
+            "Conformance: runs long enough to report progress.",
+            500,
+            || Ok(Envelope::ok(json!("Progress test completed"))),
+        ),
+    ]
+}
+
+/// Registers a new tool in the catalog at run time (a catalog change every session sees).
+struct RegisterTool {
+    spec: ToolSpec,
+    catalog: std::sync::Weak<Catalog>,
+}
+
+#[async_trait]
+impl Tool for RegisterTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    async fn call(&self, input: Value, _ctx: &CallContext) -> ToolResult {
+        let name = input["name"].as_str().unwrap_or_default().to_owned();
+        let catalog = self
+            .catalog
+            .upgrade()
+            .ok_or_else(|| ToolError::failed("the catalog is gone"))?;
+        let description = format!("Converts an amount between two currencies ({name}).");
+        let tool = Weather(ToolSpec::new(name.clone(), description).read_only());
+        catalog
+            .register_in("custom tools", Arc::new(tool))
+            .map_err(|e| ToolError::failed(e.to_string()))?;
+        Ok(Envelope::ok(json!(format!("registered {name}"))))
+    }
+}
+
+fn register_tool(catalog: &Arc<Catalog>) -> Arc<dyn Tool> {
+    Arc::new(RegisterTool {
+        spec: ToolSpec::new(
+            "register_tool",
+            "Adds a tool to the catalog; a test fixture.",
+        )
+        .with_schema(json!({
+            "type": "object",
+            "properties": {"name": {"type": "string"}},
+            "required": ["name"],
+            "additionalProperties": false
+        })),
+        catalog: Arc::downgrade(catalog),
+    })
+}
+
+fn fixture_tools() -> Vec<Arc<dyn Tool>> {
+    let (tx, rx) = watch::channel(0);
+    vec![
+        Arc::new(Weather(
+            ToolSpec::new(
+                "weather_forecast",
+                "Returns the weather forecast (sky, high temperature) for a city.",
+            )
+            .read_only()
+            .with_schema(json!({
+                "type": "object",
+                "properties": {"city": {"type": "string", "description": "The city name."}},
+                "required": ["city"],
+                "additionalProperties": false
+            })),
+        )),
+        Arc::new(SlowCount {
+            spec: ToolSpec::new(
+                "slow_count",
+                "Counts slowly for a number of milliseconds; a test fixture.",
+            )
+            .read_only()
+            .with_schema(json!({
+                "type": "object",
+                "properties": {"ms": {"type": "integer", "minimum": 0}},
+                "additionalProperties": false
+            })),
+            cancelled: tx,
+        }),
+        Arc::new(CancelledCalls {
+            spec: ToolSpec::new(
+                "cancelled_calls",
+                "Waits until at least `at_least` slow_count calls were cancelled; a test fixture.",
+            )
+            .read_only()
+            .with_schema(json!({
+                "type": "object",
+                "properties": {"at_least": {"type": "integer", "minimum": 0}},
+                "additionalProperties": false
+            })),
+            cancelled: rx,
+        }),
+    ]
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("QUIVER_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let mut options = ServerOptions::default();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let value = args
+            .next()
+            .with_context(|| format!("{arg} needs a value"))?;
+        match arg.as_str() {
+            "--auth" => {
+                let auth: InboundAuth = serde_json::from_str(&value).context("parsing --auth")?;
+                options = options.with_auth(auth);
+            }
+            "--progress-ms" => {
+                options = options.with_progress_interval(Duration::from_millis(value.parse()?));
+            }
+            other => anyhow::bail!("unknown argument {other}"),
+        }
+    }
+    let catalog = Arc::new(Catalog::new());
+    let surface = Surface::new(
+        catalog.clone(),
+        SurfaceConfig::default(),
+        Arc::new(MemoryUsage::new([])),
+    )?;
+    let mut families = Families::default();
+    families.core = core_tools(&surface);
+    families.custom = fixture_tools();
+    families.custom.extend(conformance_tools());
+    families.custom.push(register_tool(&catalog));
+    assemble_catalog(&catalog, families)?;
+    surface.resync_index();
+    let dispatcher = Dispatcher::builder(catalog)
+        .observer(surface.clone())
+        .build();
+    let listen = "127.0.0.1:0".parse()?;
+    serve::serve(surface, dispatcher, serve::Transport::Http(listen), options).await
+}

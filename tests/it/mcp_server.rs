@@ -1,0 +1,358 @@
+//! `quiver serve` against the official Python MCP client (PyPI `mcp`, installed into
+//! `.peers/venv` by `.ci/setup-peers`): both protocol eras, list_changed after tool_search,
+//! progress, cancellation, bearer tokens, Host/Origin guards, and shutdown on SIGTERM.
+//!
+//! The real `quiver` binary is built with `cargo build -p quiver-host` (the test crate cannot
+//! name another package's binary); the fixture server (`quiver-fixture-server`, this crate's
+//! binary) adds a searchable tool and a slow one.
+
+use std::{
+    path::PathBuf,
+    process::{ExitStatus, Stdio},
+    sync::OnceLock,
+    time::Duration,
+};
+
+use tokio::{
+    io::{AsyncBufReadExt, BufReader},
+    process::{Child, Command},
+};
+
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests crate lives in the repository")
+        .to_path_buf()
+}
+
+fn python() -> PathBuf {
+    let peers = std::env::var_os("QUIVER_PEERS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".peers"));
+    let py = peers.join("venv/bin/python");
+    assert!(
+        py.exists(),
+        "{} is missing: run `bash .ci/setup-peers` to install the Python MCP client",
+        py.display()
+    );
+    py
+}
+
+/// The `quiver` binary, built once per test run through cargo (same profile and target dir).
+fn quiver_binary() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = std::process::Command::new(cargo)
+            .args([
+                "build",
+                "-p",
+                "quiver-host",
+                "--bin",
+                "quiver",
+                "--message-format=json-render-diagnostics",
+            ])
+            .current_dir(repo_root())
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("cargo runs");
+        assert!(out.status.success(), "building quiver failed");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "quiver")
+            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+            .expect("cargo reports the quiver executable")
+    })
+    .clone()
+}
+
+/// A new empty directory for one server run: `quiver` keeps its store (`./quiver.db`) in
+/// the working directory, and concurrent tests must not share one.
+fn fresh_dir() -> PathBuf {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("quiver-e2e-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    dir
+}
+
+fn fixture_binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_quiver-fixture-server"))
+}
+
+/// A running server; killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+    /// The server's stdout after the URL line.
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Server {
+    async fn start(program: PathBuf, args: &[&str]) -> Server {
+        let mut child = Command::new(&program)
+            .args(args)
+            .current_dir(fresh_dir())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", program.display()));
+        let stdout = child.stdout.take().expect("piped");
+        let mut lines = BufReader::new(stdout).lines();
+        let url = tokio::time::timeout(START_TIMEOUT, lines.next_line())
+            .await
+            .expect("the server prints its URL in time")
+            .expect("stdout is readable")
+            .expect("the server prints its URL");
+        assert!(
+            url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"),
+            "{url}"
+        );
+        Server { child, url, lines }
+    }
+
+    /// The next line the server prints on stdout.
+    async fn next_line(&mut self) -> Option<String> {
+        tokio::time::timeout(Duration::from_secs(20), self.lines.next_line())
+            .await
+            .expect("the server prints a line in time")
+            .expect("stdout is readable")
+    }
+
+    /// Sends SIGTERM and waits for the exit.
+    async fn terminate(&mut self) -> ExitStatus {
+        let pid = self.child.id().expect("running").to_string();
+        let killed = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .await
+            .expect("kill runs");
+        assert!(killed.success());
+        tokio::time::timeout(Duration::from_secs(15), self.child.wait())
+            .await
+            .expect("the server exits within 15 s of SIGTERM")
+            .expect("wait works")
+    }
+}
+
+/// Runs a fixture script with the venv's Python; a failing script fails the test.
+async fn run_script(script: &str, args: &[&str]) {
+    let path = repo_root().join("tests/fixtures/mcp_server").join(script);
+    let child = Command::new(python())
+        .arg(&path)
+        .args(args)
+        .current_dir(fresh_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python starts");
+    let out = tokio::time::timeout(SCRIPT_TIMEOUT, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{script} did not finish in {SCRIPT_TIMEOUT:?}"))
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "{script} {args:?} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+}
+
+#[tokio::test]
+async fn the_python_client_drives_quiver_serve_on_the_session_era() {
+    let server = Server::start(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"]).await;
+    run_script(
+        "client_flow.py",
+        &[
+            &server.url,
+            "--mode",
+            "legacy",
+            "--expect-version",
+            "2025-11-25",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_python_client_drives_quiver_serve_on_its_default_era() {
+    let server = Server::start(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"]).await;
+    run_script(
+        "client_flow.py",
+        &[
+            &server.url,
+            "--mode",
+            "auto",
+            "--expect-version",
+            "2026-07-28",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_found_tool_appears_after_list_changed_on_the_session_era() {
+    let server = Server::start(fixture_binary(), &["--progress-ms", "100"]).await;
+    run_script(
+        "client_flow.py",
+        &[
+            &server.url,
+            "--mode",
+            "legacy",
+            "--expect-version",
+            "2025-11-25",
+            "--fixture",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_found_tool_appears_after_a_listen_event_on_the_stateless_era() {
+    let server = Server::start(fixture_binary(), &["--progress-ms", "100"]).await;
+    run_script(
+        "client_flow.py",
+        &[
+            &server.url,
+            "--mode",
+            "auto",
+            "--expect-version",
+            "2026-07-28",
+            "--fixture",
+            "--conversation",
+            "e2e-stateless",
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn tokens_and_host_origin_guards_hold() {
+    let auth = r#"{"tokens": [{"name": "e2e", "token": "e2e-secret", "allowed_tools": ["tool_search", "describe_tool", "slow_*"]}, {"name": "planner", "token": "plan-secret", "mode": "plan"}]}"#;
+    let server = Server::start(fixture_binary(), &["--auth", auth]).await;
+    run_script("guards.py", &[&server.url, "e2e-secret", "plan-secret"]).await;
+}
+
+#[tokio::test]
+async fn sigterm_stops_quiver_serve_cleanly() {
+    let mut server = Server::start(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"]).await;
+    let status = server.terminate().await;
+    assert!(
+        status.success(),
+        "quiver serve exited with {status} on SIGTERM"
+    );
+}
+
+fn conformance_cli() -> PathBuf {
+    let peers = std::env::var_os("QUIVER_PEERS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".peers"));
+    let cli = peers.join("npm/node_modules/.bin/conformance");
+    assert!(
+        cli.exists(),
+        "{} is missing: run `bash .ci/setup-peers` to install the MCP conformance suite",
+        cli.display()
+    );
+    cli
+}
+
+/// The official MCP conformance suite's server scenarios against the fixture server (the
+/// built-ins plus the suite's fixture tools), checked against a baseline of the scenarios
+/// Quiver does not serve (resources, prompts, completions, sampling, elicitation, logging).
+#[tokio::test]
+async fn the_conformance_suite_passes_outside_its_baseline() {
+    let server = Server::start(fixture_binary(), &["--progress-ms", "100"]).await;
+    let out_dir = std::env::temp_dir().join(format!("quiver-conformance-{}", std::process::id()));
+    let baseline = repo_root().join("tests/fixtures/conformance/server-expected-failures.yml");
+    let child = Command::new(conformance_cli())
+        .args(["server", "--url", &server.url, "--expected-failures"])
+        .arg(&baseline)
+        .arg("-o")
+        .arg(&out_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the conformance CLI starts");
+    let out = tokio::time::timeout(Duration::from_secs(300), child.wait_with_output())
+        .await
+        .expect("the conformance suite finishes in 300 s")
+        .expect("the conformance CLI runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary = stdout.split("=== SUMMARY ===").nth(1).unwrap_or(&stdout);
+    println!("{summary}");
+    assert!(
+        out.status.success(),
+        "conformance failures outside the baseline:\n{summary}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// SIGTERM with a call in flight: the call is cancelled (the tool sees it), the client's
+/// call ends, and the server exits cleanly.
+#[tokio::test]
+async fn sigterm_cancels_in_flight_calls() {
+    let mut server = Server::start(fixture_binary(), &["--progress-ms", "100"]).await;
+    let script = repo_root().join("tests/fixtures/mcp_server/hold_call.py");
+    let mut client = Command::new(python())
+        .arg(&script)
+        .arg(&server.url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python starts");
+    let mut out = BufReader::new(client.stdout.take().expect("piped")).lines();
+    let first = tokio::time::timeout(SCRIPT_TIMEOUT, out.next_line())
+        .await
+        .expect("the call starts in time")
+        .expect("readable");
+    assert_eq!(first.as_deref(), Some("running"));
+    let status = server.terminate().await;
+    assert!(status.success(), "the server exited with {status}");
+    assert_eq!(
+        server.next_line().await.as_deref(),
+        Some("slow_count cancelled"),
+        "the in-flight call was cancelled"
+    );
+    let ended = tokio::time::timeout(SCRIPT_TIMEOUT, out.next_line())
+        .await
+        .expect("the client's call ends in time")
+        .expect("readable")
+        .unwrap_or_default();
+    assert!(ended.starts_with("ended:"), "{ended}");
+    let code = tokio::time::timeout(SCRIPT_TIMEOUT, client.wait())
+        .await
+        .expect("the client exits in time")
+        .expect("wait works");
+    assert!(
+        code.success(),
+        "the call ran to the end instead of being cancelled: {ended}"
+    );
+}
+
+/// `quiver serve --stdio` with the Python client launching it as a subprocess.
+#[tokio::test]
+async fn the_python_client_drives_quiver_serve_over_stdio() {
+    let bin = quiver_binary();
+    run_script(
+        "client_flow.py",
+        &[
+            bin.to_str().expect("utf-8 path"),
+            "--stdio",
+            "--mode",
+            "legacy",
+            "--expect-version",
+            "2025-11-25",
+        ],
+    )
+    .await;
+}

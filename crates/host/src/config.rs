@@ -32,6 +32,9 @@ pub struct Config {
     pub policy: PolicyConfig,
     /// Upstream MCP servers (`[[mcp.servers]]`) and the `insecure_http` opt-in list.
     pub mcp: quiver_mcp_adapter::McpClientConfig,
+    /// Inbound bearer tokens for `quiver serve` (`[[auth.tokens]]`: name, token, optional
+    /// allowed_tools, mode, tenant). With none configured, no token is asked for.
+    pub auth: quiver_mcp_adapter::InboundAuth,
 }
 
 /// `[store]`.

@@ -167,16 +167,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         app.wait_for_upstreams(std::time::Duration::from_secs(30))
             .await?;
     }
-    let code = command(&app, &config.store.path, cli.command).await;
+    let code = command(&app, &config, cli.command).await;
     app.shutdown().await?;
     code
 }
 
-async fn command(
-    app: &App,
-    config_store: &std::path::Path,
-    command: Command,
-) -> anyhow::Result<ExitCode> {
+async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result<ExitCode> {
+    let config_store = config.store.path.as_path();
     match command {
         Command::Status => {
             println!("store: {}", config_store.display());
@@ -347,7 +344,10 @@ async fn command(
             } else {
                 quiver_host::serve::Transport::Http(listen)
             };
-            let mut options = quiver_mcp_adapter::ServerOptions::default().with_default_mode(mode);
+            app.seed().await?;
+            let mut options = quiver_mcp_adapter::ServerOptions::default()
+                .with_default_mode(mode)
+                .with_auth(config.auth.clone());
             for host in allow_hosts {
                 options = options.with_allowed_host(host);
             }

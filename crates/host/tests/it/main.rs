@@ -1,4 +1,5 @@
 //! The `quiver` binary as a user runs it.
 
 mod cli;
+mod serve;
 mod upstreams;

@@ -70,3 +70,98 @@ pub fn assemble_catalog(
     }
     Ok(report)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use async_trait::async_trait;
+    use quiver_contract::{CallContext, Envelope, ToolResult, ToolSpec};
+
+    use super::*;
+
+    struct Named(ToolSpec);
+
+    #[async_trait]
+    impl Tool for Named {
+        fn spec(&self) -> &ToolSpec {
+            &self.0
+        }
+        async fn call(&self, _: serde_json::Value, _: &CallContext) -> ToolResult {
+            Ok(Envelope::text(self.0.name.clone()))
+        }
+    }
+
+    fn tools(names: &[&str]) -> Vec<Arc<dyn Tool>> {
+        names
+            .iter()
+            .map(|n| Arc::new(Named(ToolSpec::new(*n, format!("{n}.")))) as Arc<dyn Tool>)
+            .collect()
+    }
+
+    fn families(client: &[&str]) -> Families {
+        Families {
+            core: tools(&["tool_search", "describe_tool"]),
+            server_mcp: tools(&["mcp__time__now", "tool_search"]),
+            client_mcp: tools(client),
+            custom: tools(&["custom_report", "mcp__time__now"]),
+            skills: tools(&["skill"]),
+        }
+    }
+
+    #[test]
+    fn the_family_order_is_pinned() {
+        assert_eq!(
+            FAMILY_ORDER,
+            [
+                "core",
+                "server-global MCP",
+                "client MCP",
+                "custom tools",
+                "skills"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_session_catalog_differs_from_the_shared_one_only_by_client_mcp() {
+        let shared = Catalog::new();
+        let shared_report = assemble_catalog(&shared, families(&[])).unwrap();
+        let session = Catalog::new();
+        assemble_catalog(&session, families(&["mcp__mine__do"])).unwrap();
+        let client: BTreeSet<String> = session.family_names("client MCP");
+        assert_eq!(client, BTreeSet::from(["mcp__mine__do".to_owned()]));
+        let session_without_client: BTreeSet<String> = session
+            .names()
+            .into_iter()
+            .filter(|n| !client.contains(n))
+            .collect();
+        let shared_names: BTreeSet<String> = shared.names().into_iter().collect();
+        assert_eq!(session_without_client, shared_names);
+        // Every family is present, and earlier families win.
+        for family in ["core", "server-global MCP", "custom tools", "skills"] {
+            assert!(!shared.family_names(family).is_empty(), "{family} missing");
+        }
+        assert_eq!(
+            shared.lookup("tool_search").unwrap().family.as_ref(),
+            "core"
+        );
+        assert_eq!(
+            shared.lookup("mcp__time__now").unwrap().family.as_ref(),
+            "server-global MCP"
+        );
+        let lines = shared_report.warning_lines();
+        assert!(
+            lines.contains(
+                &"server-global MCP: skipped duplicate tool name(s) (1): tool_search".to_owned()
+            ),
+            "{lines:?}"
+        );
+        assert!(
+            lines.contains(
+                &"custom tools: skipped duplicate tool name(s) (1): mcp__time__now".to_owned()
+            ),
+            "{lines:?}"
+        );
+    }
+}

@@ -35,15 +35,19 @@ pub(super) fn ensure_registered(shared: &Arc<Shared>) {
     let weak = Arc::downgrade(shared);
     let list = ToolSpec::new(
         LIST,
-        "List the resources (documents addressable by URI) that connected MCP servers expose. Optionally filter to one server.",
+        "List the resources (documents addressable by URI) that connected MCP servers expose. Use it when you need a document or data an MCP server offers but no tool returns; optionally filter to one server.",
     )
     .with_schema(json!({
         "type": "object",
         "properties": {"server": {"type": "string", "description": "Only this MCP server."}},
+        "required": [],
         "additionalProperties": false
     }))
     .read_only();
-    let read = ToolSpec::new(READ, "Read one MCP resource by its URI.")
+    let read = ToolSpec::new(
+        READ,
+        "Read one MCP resource by its URI. Use it after list_mcp_resources, when you need the resource's content.",
+    )
         .with_schema(json!({
             "type": "object",
             "properties": {

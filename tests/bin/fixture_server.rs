@@ -343,5 +343,12 @@ async fn main() -> anyhow::Result<()> {
         .observer(surface.clone())
         .build();
     let listen = "127.0.0.1:0".parse()?;
-    serve::serve(surface, dispatcher, serve::Transport::Http(listen), options).await
+    serve::serve(
+        surface,
+        dispatcher,
+        serve::Transport::Http(listen),
+        options,
+        None,
+    )
+    .await
 }

@@ -180,10 +180,14 @@ impl App {
         Ok(())
     }
 
-    /// Closes the MCP client (terminating stdio children), flushes the execution log and
-    /// closes the store.
+    /// Closes the MCP client (terminating stdio children), writes every session's working
+    /// set, flushes the execution log and closes the store.
     pub async fn shutdown(&self) -> anyhow::Result<()> {
         self.mcp.close().await;
+        // The background mirror may not have written the last changes yet.
+        for session in self.surface.session_keys() {
+            self.save_session(&session).await?;
+        }
         self.store
             .close()
             .await

@@ -356,6 +356,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                 app.dispatcher.clone(),
                 transport,
                 options,
+                Some(app.store.clone()),
             )
             .await?;
             Ok(ExitCode::SUCCESS)

@@ -33,12 +33,16 @@ pub async fn serve(
     dispatcher: Dispatcher,
     transport: Transport,
     options: ServerOptions,
+    sessions: Option<Arc<dyn quiver_surface::ports::SessionStore>>,
 ) -> anyhow::Result<()> {
     options
         .auth
         .validate()
         .context("checking the inbound tokens")?;
-    let server = McpServer::new(surface, dispatcher, options);
+    let mut server = McpServer::new(surface, dispatcher, options);
+    if let Some(store) = sessions {
+        server = server.with_session_store(store);
+    }
     let shutdown = server.shutdown_token();
     let signal = shutdown_signal()?;
     let signal = tokio::spawn({

@@ -868,6 +868,11 @@ impl Surface {
             .is_some_and(|s| s.loaded.contains(name))
     }
 
+    /// The keys of every session the surface holds state for.
+    pub fn session_keys(&self) -> Vec<String> {
+        lock(&self.sessions).keys().map(|k| k.to_string()).collect()
+    }
+
     /// Forgets a session.
     pub fn end_session(&self, session: &str) {
         lock(&self.sessions).remove(session);

@@ -8,6 +8,149 @@ use std::{
     time::Duration,
 };
 
+/// One JSON-RPC POST; returns the raw HTTP response.
+fn rpc(addr: &str, headers: &[(&str, &str)], body: &str) -> String {
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Protocol-Version: 2025-11-25\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+fn header<'a>(response: &'a str, name: &str) -> Option<&'a str> {
+    response
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .find_map(|l| {
+            l.split_once(':')
+                .filter(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.trim())
+        })
+}
+
+/// Starts `quiver serve` in `dir` with `args`; returns the child and `host:port`.
+fn start(dir: &std::path::Path, args: &[&str]) -> (std::process::Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(args)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .current_dir(dir)
+        .env("QUIVER_LOG", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let url = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("quiver serve prints its URL");
+    let addr = url
+        .trim()
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    (child, addr)
+}
+
+fn stop(mut child: std::process::Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    assert!(child.wait().unwrap().success());
+}
+
+/// initialize + initialized; returns the session id.
+fn open(addr: &str, conversation: &str) -> String {
+    let init = rpc(
+        addr,
+        &[("Quiver-Conversation", conversation)],
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+    );
+    let sid = header(&init, "mcp-session-id")
+        .expect("a session id")
+        .to_owned();
+    rpc(
+        addr,
+        &[
+            ("Mcp-Session-Id", &sid),
+            ("Quiver-Conversation", conversation),
+        ],
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    sid
+}
+
+#[test]
+fn a_conversation_keeps_its_working_set_across_a_restart() {
+    let peers = std::env::var_os("QUIVER_PEERS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../.peers"))
+        });
+    let time = peers.join("venv/bin/mcp-server-time");
+    assert!(time.exists(), "run .ci/setup-peers");
+    let dir = std::env::temp_dir().join(format!("quiver-serve-restore-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("mcp.json");
+    std::fs::write(
+        &cfg,
+        serde_json::json!({"mcpServers": {"time": {"command": time}}}).to_string(),
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap().to_owned();
+
+    let (child, addr) = start(&dir, &["--mcp-config", &cfg]);
+    let sid = open(&addr, "trip-42");
+    let found = rpc(
+        &addr,
+        &[("Mcp-Session-Id", &sid), ("Quiver-Conversation", "trip-42")],
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"tool_search","arguments":{"query":"current time in a timezone"}}}"#,
+    );
+    assert!(found.contains("mcp__time__get_current_time"), "{found}");
+    stop(child);
+
+    let (child, addr) = start(&dir, &["--mcp-config", &cfg]);
+    let sid = open(&addr, "trip-42");
+    let listed = rpc(
+        &addr,
+        &[("Mcp-Session-Id", &sid), ("Quiver-Conversation", "trip-42")],
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#,
+    );
+    let other_sid = open(&addr, "another");
+    let other = rpc(
+        &addr,
+        &[
+            ("Mcp-Session-Id", &other_sid),
+            ("Quiver-Conversation", "another"),
+        ],
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#,
+    );
+    stop(child);
+    assert!(
+        listed.contains("mcp__time__get_current_time"),
+        "restored after the restart: {listed}"
+    );
+    assert!(
+        !other.contains("mcp__time__get_current_time"),
+        "another conversation has its own set: {other}"
+    );
+}
+
 fn post(addr: &str, token: Option<&str>) -> String {
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
     let auth = token

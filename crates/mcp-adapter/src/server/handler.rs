@@ -200,6 +200,7 @@ impl ServerHandler for Handler {
     ) -> Result<ListToolsResult, McpError> {
         let scope = self.scope(&context.meta, &context.extensions)?;
         self.track(&scope, &context.extensions, &context.peer);
+        self.shared.restore_once(&scope.key).await;
         let composed = self
             .shared
             .surface
@@ -216,6 +217,7 @@ impl ServerHandler for Handler {
     ) -> Result<CallToolResponse, McpError> {
         let scope = self.scope(&context.meta, &context.extensions)?;
         self.track(&scope, &context.extensions, &context.peer);
+        self.shared.restore_once(&scope.key).await;
         let cancel = self.shared.shutdown.child_token();
         let mut ctx = CallContext::for_session(scope.key.clone())
             .with_capabilities((*scope.capabilities).clone())

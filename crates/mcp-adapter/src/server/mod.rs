@@ -90,6 +90,25 @@ pub(crate) struct Shared {
     pub(crate) dispatcher: Dispatcher,
     pub(crate) options: ServerOptions,
     pub(crate) shutdown: CancellationToken,
+    /// Where working sets persist; a key seen for the first time is restored from it.
+    pub(crate) sessions: Option<Arc<dyn quiver_surface::ports::SessionStore>>,
+    pub(crate) restored: std::sync::Mutex<std::collections::HashSet<Arc<str>>>,
+}
+
+impl Shared {
+    /// Restores the working set of a key seen for the first time (once per key per process).
+    pub(crate) async fn restore_once(&self, key: &Arc<str>) {
+        let Some(store) = &self.sessions else { return };
+        {
+            let mut seen = self.restored.lock().unwrap_or_else(|p| p.into_inner());
+            if !seen.insert(key.clone()) {
+                return;
+            }
+        }
+        if let Err(e) = self.surface.restore_session(key, &**store).await {
+            tracing::warn!(session = %key, error = %e, "could not restore the working set");
+        }
+    }
 }
 
 /// The MCP server over a surface and a dispatcher. Cheap to clone.
@@ -115,8 +134,22 @@ impl McpServer {
                 dispatcher,
                 options,
                 shutdown: CancellationToken::new(),
+                sessions: None,
+                restored: std::sync::Mutex::new(std::collections::HashSet::new()),
             }),
         }
+    }
+
+    /// Restores each session's working set from `store` the first time its key is seen
+    /// (the surface mirrors changes into the same store).
+    pub fn with_session_store(
+        mut self,
+        store: Arc<dyn quiver_surface::ports::SessionStore>,
+    ) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.sessions = Some(store);
+        }
+        self
     }
 
     /// Cancelling this token stops the server: no new requests, in-flight calls cancelled,

@@ -95,6 +95,8 @@ mod tests {
             dispatcher: Dispatcher::new(catalog),
             options: ServerOptions::default(),
             shutdown: CancellationToken::new(),
+            sessions: None,
+            restored: std::sync::Mutex::new(std::collections::HashSet::new()),
         }
     }
 

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Bench of `quiver serve` (streamable HTTP) with tests/bin/serve_bench.rs as the client.
+# Not a test: prints numbers, asserts nothing.
+#
+#   CARGO_TARGET_DIR=/work/target-bench cargo build --release -p quiver-host -p quiver-tests
+#   tests/bench/serve.sh            # 1-4: in-process tool, upstream echo, throughput, RSS
+#   STDIO_BRIDGES=1 SUPERGATEWAY=.../supergateway MCP_PROXY=.../mcp-proxy tests/bench/serve.sh
+#     also 5: stdio server-everything bridged by quiver, supergateway (npm), mcp-proxy (PyPI)
+#
+# Env: TARGET (default /work/target-bench/release), N (1000), CLIENTS (64), SECS (5).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+TARGET=${TARGET:-/work/target-bench/release}
+QUIVER=$TARGET/quiver
+BENCH=$TARGET/quiver-serve-bench
+PEERS=${PEERS:-$ROOT/.peers}
+[ -d "$PEERS" ] || PEERS=/work/main/.peers
+EVERYTHING=$PEERS/npm/node_modules/.bin/mcp-server-everything
+N=${N:-1000}
+CLIENTS=${CLIENTS:-64}
+SECS=${SECS:-5}
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+rss_kb() { awk '/^VmRSS/{print $2}' "/proc/$1/status"; }
+wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; return 1; }
+
+# start_quiver NAME [ARGS...]: runs `quiver serve` in a fresh dir; sets QPID and QURL.
+start_quiver() {
+  local dir=$WORK/$1; shift
+  mkdir -p "$dir"
+  (cd "$dir" && exec "$QUIVER" "$@" serve --listen 127.0.0.1:0 >"$dir/out" 2>"$dir/err") &
+  QPID=$!; PIDS+=("$QPID")
+  for _ in $(seq 400); do [ -s "$dir/out" ] && break; sleep 0.05; done
+  QURL=$(head -n1 "$dir/out")
+  [ -n "$QURL" ] || { cat "$dir/err" >&2; return 1; }
+}
+
+echo "# machine: $(nproc) cpu(s); $(uptime)"
+
+echo "## 1. in-process tool (describe_tool) through quiver serve, no config"
+start_quiver plain
+sleep 1
+echo "rss_after_startup_kb=$(rss_kb "$QPID")"
+"$BENCH" latency "$QURL" describe_tool describe "$N"
+"$BENCH" latency "$QURL" describe_tool describe "$N"
+echo "## 3. throughput: $CLIENTS clients x ${SECS}s, describe_tool"
+"$BENCH" throughput "$QURL" describe_tool describe "$CLIENTS" "$SECS"
+echo "## 4. RSS"
+echo "rss_after_runs_kb=$(rss_kb "$QPID")"
+sleep 2
+echo "rss_after_runs_plus_2s_kb=$(rss_kb "$QPID")"
+"$BENCH" latency "$QURL" describe_tool describe "$N" | sed "s/^/after_throughput: /"
+echo "# $(uptime)"
+kill "$QPID"
+
+echo "## 2. server-everything echo: direct vs as an upstream of quiver serve"
+PORT=$(free_port)
+PORT=$PORT "$EVERYTHING" streamableHttp >"$WORK/everything.out" 2>&1 &
+PIDS+=("$!")
+wait_port "$PORT"
+EURL=http://127.0.0.1:$PORT/mcp
+echo "{\"mcpServers\": {\"everything\": {\"url\": \"$EURL\"}}}" >"$WORK/http.json"
+"$BENCH" latency "$EURL" echo echo "$N" | sed 's/^/direct: /'
+start_quiver upstream --mcp-config "$WORK/http.json"
+"$BENCH" latency "$QURL" mcp__everything__echo echo "$N" | sed 's/^/via_quiver: /'
+"$BENCH" latency "$EURL" echo echo "$N" | sed 's/^/direct: /'
+"$BENCH" latency "$QURL" mcp__everything__echo echo "$N" | sed 's/^/via_quiver: /'
+echo "# $(uptime)"
+kill "$QPID"
+
+if [ -n "${STDIO_BRIDGES:-}" ]; then
+  echo "## 5. stdio server-everything bridged to streamable HTTP"
+  echo "{\"mcpServers\": {\"everything\": {\"command\": \"$EVERYTHING\", \"args\": [\"stdio\"]}}}" >"$WORK/stdio.json"
+  start_quiver stdio --mcp-config "$WORK/stdio.json"
+  "$BENCH" latency "$QURL" mcp__everything__echo echo "$N" | sed 's/^/quiver: /'
+  kill "$QPID"
+  if [ -n "${SUPERGATEWAY:-}" ]; then
+    P=$(free_port)
+    "$SUPERGATEWAY" --stdio "$EVERYTHING stdio" --outputTransport streamableHttp --stateful --port "$P" \
+      >"$WORK/sg.out" 2>&1 &
+    SG=$!; PIDS+=("$SG")
+    wait_port "$P"
+    "$BENCH" latency "http://127.0.0.1:$P/mcp" echo echo "$N" | sed 's/^/supergateway: /'
+    kill "$SG"
+  fi
+  if [ -n "${MCP_PROXY:-}" ]; then
+    P=$(free_port)
+    "$MCP_PROXY" --port "$P" -- "$EVERYTHING" stdio >"$WORK/mp.out" 2>&1 &
+    MP=$!; PIDS+=("$MP")
+    wait_port "$P"
+    "$BENCH" latency "http://127.0.0.1:$P/mcp" echo echo "$N" | sed 's/^/mcp-proxy: /'
+    kill "$MP"
+  fi
+  echo "# $(uptime)"
+fi

@@ -1,0 +1,416 @@
+//! A bench client (not a test: nothing is asserted) for an MCP server over streamable HTTP:
+//! a lean hand-written HTTP/1.1 client over one keep-alive `TcpStream` with `TCP_NODELAY`,
+//! the MCP handshake, then sequential `tools/call` with latency percentiles, or many
+//! concurrent clients (each its own connection and session) for throughput.
+//!
+//! Usage:
+//! - `quiver-serve-bench latency URL TOOL ARGS [N] [WARMUP]`: N (1000) sequential calls after
+//!   WARMUP (100) unmeasured ones; prints min/p50/p90/p99/max in µs.
+//! - `quiver-serve-bench throughput URL TOOL ARGS CLIENTS SECS`: CLIENTS concurrent
+//!   sessions calling for SECS seconds; prints calls/s.
+//!
+//! ARGS is `describe` (alternates `{"name": "tool_search"}` and `{"name": "describe_tool"}`,
+//! so the loop guard never sees identical consecutive calls) or `echo`
+//! (`{"message": "ping N"}` with a counter).
+//!
+//! Output is one JSON object per run on stdout.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+
+struct Target {
+    host_port: String,
+    path: String,
+}
+
+impl Target {
+    fn parse(url: &str) -> Result<Self> {
+        let rest = url
+            .strip_prefix("http://")
+            .context("only http:// URLs are supported")?;
+        let (host_port, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        Ok(Self {
+            host_port: host_port.to_owned(),
+            path: path.to_owned(),
+        })
+    }
+}
+
+struct Response {
+    status: u16,
+    session: Option<String>,
+    body: Vec<u8>,
+    event_stream: bool,
+}
+
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    host_port: String,
+    path: String,
+    session: Option<String>,
+    protocol: Option<String>,
+    next_id: u64,
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+impl Conn {
+    async fn connect(target: &Target) -> Result<Self> {
+        let stream = TcpStream::connect(&target.host_port)
+            .await
+            .with_context(|| format!("connecting to {}", target.host_port))?;
+        stream.set_nodelay(true)?;
+        Ok(Self {
+            stream,
+            buf: Vec::with_capacity(16 * 1024),
+            host_port: target.host_port.clone(),
+            path: target.path.clone(),
+            session: None,
+            protocol: None,
+            next_id: 1,
+        })
+    }
+
+    async fn fill(&mut self) -> Result<()> {
+        let mut chunk = [0u8; 16 * 1024];
+        let n = self.stream.read(&mut chunk).await?;
+        if n == 0 {
+            bail!("connection closed by the server");
+        }
+        self.buf.extend_from_slice(&chunk[..n]);
+        Ok(())
+    }
+
+    async fn read_until(&mut self, needle: &[u8]) -> Result<usize> {
+        let mut from = 0;
+        loop {
+            if let Some(i) = find(&self.buf[from..], needle) {
+                return Ok(from + i);
+            }
+            from = self.buf.len().saturating_sub(needle.len());
+            self.fill().await?;
+        }
+    }
+
+    async fn take(&mut self, n: usize) -> Result<Vec<u8>> {
+        while self.buf.len() < n {
+            self.fill().await?;
+        }
+        Ok(self.buf.drain(..n).collect())
+    }
+
+    async fn post(&mut self, body: &[u8]) -> Result<Response> {
+        let mut req = format!(
+            "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
+            self.path,
+            self.host_port,
+            body.len()
+        );
+        if let Some(s) = &self.session {
+            req.push_str("Mcp-Session-Id: ");
+            req.push_str(s);
+            req.push_str("\r\n");
+        }
+        if let Some(p) = &self.protocol {
+            req.push_str("Mcp-Protocol-Version: ");
+            req.push_str(p);
+            req.push_str("\r\n");
+        }
+        req.push_str("\r\n");
+        let mut bytes = req.into_bytes();
+        bytes.extend_from_slice(body);
+        self.stream.write_all(&bytes).await?;
+
+        let end = self.read_until(b"\r\n\r\n").await?;
+        let head = String::from_utf8_lossy(&self.buf[..end]).into_owned();
+        self.buf.drain(..end + 4);
+        let mut lines = head.split("\r\n");
+        let status_line = lines.next().unwrap_or_default();
+        let status: u16 = status_line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .with_context(|| format!("bad status line {status_line:?}"))?;
+        let (mut length, mut chunked, mut session, mut event_stream) = (None, false, None, false);
+        for line in lines {
+            let Some((name, value)) = line.split_once(':') else {
+                continue;
+            };
+            let value = value.trim();
+            match name.trim().to_ascii_lowercase().as_str() {
+                "content-length" => length = value.parse::<usize>().ok(),
+                "transfer-encoding" => chunked = value.eq_ignore_ascii_case("chunked"),
+                "mcp-session-id" => session = Some(value.to_owned()),
+                "content-type" => event_stream = value.starts_with("text/event-stream"),
+                _ => {}
+            }
+        }
+        let body = if chunked {
+            let mut body = Vec::new();
+            loop {
+                let eol = self.read_until(b"\r\n").await?;
+                let size_line = String::from_utf8_lossy(&self.buf[..eol]).into_owned();
+                self.buf.drain(..eol + 2);
+                let size_hex = size_line.split(';').next().unwrap_or_default().trim();
+                let size = usize::from_str_radix(size_hex, 16)
+                    .with_context(|| format!("bad chunk size {size_line:?}"))?;
+                if size == 0 {
+                    // No trailers expected: the terminating CRLF.
+                    let eol = self.read_until(b"\r\n").await?;
+                    self.buf.drain(..eol + 2);
+                    break;
+                }
+                let data = self.take(size + 2).await?;
+                body.extend_from_slice(&data[..size]);
+            }
+            body
+        } else {
+            self.take(length.unwrap_or(0)).await?
+        };
+        Ok(Response {
+            status,
+            session,
+            body,
+            event_stream,
+        })
+    }
+
+    /// Sends a JSON-RPC request and returns its response's `result`.
+    async fn request(&mut self, method: &str, params: Value) -> Result<Value> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let body = serde_json::to_vec(&json!({
+            "jsonrpc": "2.0", "id": id, "method": method, "params": params
+        }))?;
+        let resp = self.post(&body).await?;
+        if resp.status != 200 {
+            bail!(
+                "{method}: HTTP {}: {}",
+                resp.status,
+                String::from_utf8_lossy(&resp.body)
+            );
+        }
+        if let Some(s) = resp.session {
+            self.session = Some(s);
+        }
+        let message = if resp.event_stream {
+            let text = String::from_utf8_lossy(&resp.body);
+            let mut found = None;
+            for line in text.lines() {
+                let Some(data) = line.strip_prefix("data:") else {
+                    continue;
+                };
+                let Ok(v) = serde_json::from_str::<Value>(data.trim()) else {
+                    continue;
+                };
+                if v["id"] == json!(id) {
+                    found = Some(v);
+                    break;
+                }
+            }
+            found.with_context(|| format!("{method}: no response with id {id} in {text:?}"))?
+        } else {
+            serde_json::from_slice(&resp.body)?
+        };
+        if let Some(err) = message.get("error") {
+            bail!("{method}: error {err}");
+        }
+        Ok(message["result"].clone())
+    }
+
+    async fn notify(&mut self, method: &str) -> Result<()> {
+        let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "method": method}))?;
+        let resp = self.post(&body).await?;
+        if !(200..300).contains(&resp.status) {
+            bail!("{method}: HTTP {}", resp.status);
+        }
+        Ok(())
+    }
+
+    async fn handshake(&mut self) -> Result<()> {
+        let result = self
+            .request(
+                "initialize",
+                json!({
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "quiver-serve-bench", "version": "0"}
+                }),
+            )
+            .await?;
+        self.protocol = result["protocolVersion"].as_str().map(str::to_owned);
+        self.notify("notifications/initialized").await
+    }
+
+    /// Ends the session (HTTP DELETE), so that the server can free it.
+    async fn close(&mut self) -> Result<String> {
+        let Some(session) = self.session.take() else {
+            return Ok(String::new());
+        };
+        let req = format!(
+            "DELETE {} HTTP/1.1\r\nHost: {}\r\nMcp-Session-Id: {session}\r\nConnection: close\r\n\r\n",
+            self.path, self.host_port
+        );
+        self.stream.write_all(req.as_bytes()).await?;
+        // The status line is enough; the server closes the connection.
+        let eol = self.read_until(b"\r\n").await?;
+        let status = String::from_utf8_lossy(&self.buf[..eol]).into_owned();
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            let mut rest = Vec::new();
+            self.stream.read_to_end(&mut rest).await
+        })
+        .await;
+        Ok(status)
+    }
+
+    async fn call(&mut self, tool: &str, arguments: Value) -> Result<()> {
+        let result = self
+            .request("tools/call", json!({"name": tool, "arguments": arguments}))
+            .await?;
+        if result["isError"] == json!(true) {
+            bail!("tools/call {tool}: tool error {result}");
+        }
+        Ok(())
+    }
+}
+
+fn arguments(kind: &str, i: u64) -> Result<Value> {
+    Ok(match kind {
+        "describe" => {
+            let name = if i.is_multiple_of(2) {
+                "tool_search"
+            } else {
+                "describe_tool"
+            };
+            json!({"name": name})
+        }
+        "echo" => json!({"message": format!("ping {i}")}),
+        other => bail!("unknown ARGS {other:?}: use describe or echo"),
+    })
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+async fn latency(target: Target, tool: &str, kind: &str, n: u64, warmup: u64) -> Result<()> {
+    let mut conn = Conn::connect(&target).await?;
+    conn.handshake().await?;
+    for i in 0..warmup {
+        conn.call(tool, arguments(kind, i)?).await?;
+    }
+    let mut micros = Vec::with_capacity(n as usize);
+    for i in warmup..warmup + n {
+        let args = arguments(kind, i)?;
+        let start = Instant::now();
+        conn.call(tool, args).await?;
+        micros.push(start.elapsed().as_micros() as u64);
+    }
+    let delete_status = conn.close().await?;
+    micros.sort_unstable();
+    let mean = micros.iter().sum::<u64>() as f64 / micros.len() as f64;
+    println!(
+        "{}",
+        json!({
+            "mode": "latency", "tool": tool, "calls": n, "warmup": warmup,
+            "min_us": micros[0],
+            "p50_us": percentile(&micros, 50.0),
+            "p90_us": percentile(&micros, 90.0),
+            "p99_us": percentile(&micros, 99.0),
+            "max_us": micros[micros.len() - 1],
+            "mean_us": mean.round(),
+            "delete": delete_status,
+        })
+    );
+    Ok(())
+}
+
+async fn throughput(target: Target, tool: &str, kind: &str, clients: u64, secs: f64) -> Result<()> {
+    let target = std::sync::Arc::new(target);
+    // Connect and handshake every client first, then start them together.
+    let mut conns = Vec::new();
+    for _ in 0..clients {
+        let mut conn = Conn::connect(&target).await?;
+        conn.handshake().await?;
+        conns.push(conn);
+    }
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(secs);
+    let mut tasks = Vec::new();
+    for mut conn in conns {
+        let tool = tool.to_owned();
+        let kind = kind.to_owned();
+        tasks.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            while Instant::now() < deadline {
+                conn.call(&tool, arguments(&kind, i)?).await?;
+                i += 1;
+            }
+            let done = Instant::now();
+            conn.close().await?;
+            anyhow::Ok((i, done))
+        }));
+    }
+    let mut total = 0;
+    let mut last = start;
+    for t in tasks {
+        // Until each client's last call returned: closing its session is not counted.
+        let (calls, done) = t.await??;
+        total += calls;
+        last = last.max(done);
+    }
+    let elapsed = (last - start).as_secs_f64();
+    println!(
+        "{}",
+        json!({
+            "mode": "throughput", "tool": tool, "clients": clients,
+            "seconds": (elapsed * 1000.0).round() / 1000.0, "calls": total,
+            "calls_per_s": (total as f64 / elapsed).round(),
+        })
+    );
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: quiver-serve-bench latency URL TOOL ARGS [N] [WARMUP] | \
+                 throughput URL TOOL ARGS CLIENTS SECS";
+    let get = |i: usize| args.get(i).map(String::as_str).context(usage);
+    let mode = get(0)?;
+    let target = Target::parse(get(1)?)?;
+    let tool = get(2)?.to_owned();
+    let kind = get(3)?.to_owned();
+    match mode {
+        "latency" => {
+            let n = args.get(4).map_or(Ok(1000), |s| s.parse())?;
+            let warmup = args.get(5).map_or(Ok(100), |s| s.parse())?;
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(latency(target, &tool, &kind, n, warmup))
+        }
+        "throughput" => {
+            let clients = get(4)?.parse()?;
+            let secs = get(5)?.parse()?;
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?
+                .block_on(throughput(target, &tool, &kind, clients, secs))
+        }
+        _ => bail!("{usage}"),
+    }
+}

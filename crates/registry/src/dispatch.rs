@@ -246,6 +246,26 @@ impl DispatcherBuilder {
     }
 }
 
+/// What post-call bookkeeping and the recorder need of a call's context (so the context
+/// itself can move into the middleware without a clone).
+struct Who {
+    session: Option<Arc<str>>,
+    tenant: Option<Arc<str>>,
+    call_id: Option<Arc<str>>,
+    reasoning: Option<String>,
+}
+
+impl Who {
+    fn of(ctx: &CallContext) -> Who {
+        Who {
+            session: ctx.session.clone(),
+            tenant: ctx.tenant.clone(),
+            call_id: ctx.call_id.clone(),
+            reasoning: ctx.reasoning.clone(),
+        }
+    }
+}
+
 /// Where a call ended before reaching the tool, or the prepared call.
 enum Prepared {
     Done(Envelope),
@@ -363,14 +383,15 @@ impl Dispatcher {
             Prepared::Run(entry, warnings) => (entry, warnings),
         };
         ctx.invoker = Some(inner.invoker.clone());
+        let who = Who::of(&ctx);
+        let cancel = ctx.cancel.clone();
         let started = Arc::new(OnceLock::new());
         let call = Call {
             entry: entry.clone(),
             input: input.clone(),
-            ctx: ctx.clone(),
+            ctx,
             started: started.clone(),
         };
-        let cancel = ctx.cancel.clone();
         let cancelled = || {
             Envelope::err(
                 ErrKind::Cancelled,
@@ -402,8 +423,8 @@ impl Dispatcher {
                 "a tabular tool returned no columns; the result may be empty or malformed",
             ));
         }
-        self.after(name, &hash, &mut envelope, warnings, &ctx);
-        self.record(name, input, hash, &envelope, &ctx, queued, t0)
+        self.after(name, &hash, &mut envelope, warnings, &who);
+        self.record(name, input, hash, &envelope, &who, queued, t0)
             .await;
         envelope
     }
@@ -591,7 +612,7 @@ impl Dispatcher {
         hash: &str,
         envelope: &mut Envelope,
         warnings: Vec<Warning>,
-        ctx: &CallContext,
+        ctx: &Who,
     ) {
         let inner = &*self.inner;
         for w in warnings {
@@ -640,8 +661,16 @@ impl Dispatcher {
                     ));
             }
         }
-        self.record(name, input, hash, &envelope, &ctx, Duration::ZERO, t0)
-            .await;
+        self.record(
+            name,
+            input,
+            hash,
+            &envelope,
+            &Who::of(&ctx),
+            Duration::ZERO,
+            t0,
+        )
+        .await;
         envelope
     }
 
@@ -652,7 +681,7 @@ impl Dispatcher {
         input: Value,
         args_hash: String,
         envelope: &Envelope,
-        ctx: &CallContext,
+        ctx: &Who,
         queued: Duration,
         t0: Instant,
     ) {

@@ -2,10 +2,15 @@
 //! counts and the tools already called. Sharded so concurrent sessions rarely contend.
 
 use std::{
-    collections::{HashMap, HashSet},
-    hash::{BuildHasher, RandomState},
+    hash::BuildHasher,
     sync::{Arc, Mutex},
 };
+
+// A fast seeded hasher: session keys come from clients, so it is randomly seeded per process.
+use foldhash::fast::RandomState;
+
+type HashMap<K, V> = std::collections::HashMap<K, V, RandomState>;
+type HashSet<K> = std::collections::HashSet<K, RandomState>;
 
 #[derive(Debug, Default)]
 pub(crate) struct SessionState {
@@ -66,8 +71,10 @@ pub(crate) struct Sessions {
 impl Sessions {
     pub(crate) fn new(max_sessions: usize) -> Self {
         Sessions {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: RandomState::new(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(HashMap::default()))
+                .collect(),
+            hasher: RandomState::default(),
             clock: std::sync::atomic::AtomicU64::new(0),
             max_per_shard: (max_sessions / SHARDS).max(1),
         }

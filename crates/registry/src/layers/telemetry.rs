@@ -35,7 +35,7 @@ pub struct ToolCounters {
 /// Per-tool counters, shared by the dispatcher and the telemetry layer.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    tools: Mutex<HashMap<String, ToolCounters>>,
+    tools: Mutex<HashMap<String, ToolCounters, foldhash::fast::RandomState>>,
 }
 
 impl Metrics {

@@ -38,11 +38,16 @@ fn header<'a>(response: &'a str, name: &str) -> Option<&'a str> {
 }
 
 /// Starts `quiver serve` in `dir` with `args`; returns the child and `host:port`.
-fn start(dir: &std::path::Path, args: &[&str]) -> (std::process::Child, String) {
+fn start(
+    dir: &std::path::Path,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> (std::process::Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
         .args(args)
         .args(["serve", "--listen", "127.0.0.1:0"])
         .current_dir(dir)
+        .envs(envs.iter().copied())
         .env("QUIVER_LOG", "error")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -70,7 +75,11 @@ fn stop(mut child: std::process::Child) {
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
-    assert!(child.wait().unwrap().success());
+    let status = child.wait().unwrap();
+    assert!(
+        status.success(),
+        "quiver serve exits cleanly on SIGTERM: {status}"
+    );
 }
 
 /// initialize + initialized; returns the session id.
@@ -114,7 +123,7 @@ fn a_conversation_keeps_its_working_set_across_a_restart() {
     .unwrap();
     let cfg = cfg.to_str().unwrap().to_owned();
 
-    let (child, addr) = start(&dir, &["--mcp-config", &cfg]);
+    let (child, addr) = start(&dir, &["--mcp-config", &cfg], &[]);
     let sid = open(&addr, "trip-42");
     let found = rpc(
         &addr,
@@ -124,7 +133,7 @@ fn a_conversation_keeps_its_working_set_across_a_restart() {
     assert!(found.contains("mcp__time__get_current_time"), "{found}");
     stop(child);
 
-    let (child, addr) = start(&dir, &["--mcp-config", &cfg]);
+    let (child, addr) = start(&dir, &["--mcp-config", &cfg], &[]);
     let sid = open(&addr, "trip-42");
     let listed = rpc(
         &addr,
@@ -152,20 +161,13 @@ fn a_conversation_keeps_its_working_set_across_a_restart() {
 }
 
 fn post(addr: &str, token: Option<&str>) -> String {
-    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    let req = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(req.as_bytes()).unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
+    rpc(
+        addr,
+        &headers,
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+    )
 }
 
 #[test]
@@ -178,43 +180,13 @@ fn configured_tokens_guard_the_endpoint() {
         "[[auth.tokens]]\nname = \"ci\"\ntoken = \"${env:QUIVER_TEST_TOKEN}\"\nmode = \"plan\"\n",
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .current_dir(&dir)
-        .env("QUIVER_TEST_TOKEN", "s3cret-token-value")
-        .env("QUIVER_LOG", "error")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let url = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("quiver serve prints its URL");
-    let addr = url
-        .trim()
-        .trim_start_matches("http://")
-        .trim_end_matches("/mcp")
-        .to_owned();
+    let (child, addr) = start(&dir, &[], &[("QUIVER_TEST_TOKEN", "s3cret-token-value")]);
     let without = post(&addr, None);
     let wrong = post(&addr, Some("nope"));
     let right = post(&addr, Some("s3cret-token-value"));
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let status = child.wait().unwrap();
+    stop(child);
     assert!(without.starts_with("HTTP/1.1 401"), "{without}");
     assert!(wrong.starts_with("HTTP/1.1 401"), "{wrong}");
     assert!(right.starts_with("HTTP/1.1 200"), "{right}");
     assert!(right.contains("\"protocolVersion\""), "{right}");
-    assert!(
-        status.success(),
-        "quiver serve exits cleanly on SIGTERM: {status}"
-    );
 }

@@ -489,8 +489,9 @@ impl Catalog {
     }
 }
 
-/// Shapes one spec for the model (see [`Catalog::advertised_specs`]).
-pub(crate) fn advertise(spec: ToolSpec, opts: &AdvertiseOptions<'_>) -> ToolSpec {
+/// Shapes one spec for the model, as [`Catalog::advertised_specs`] does: the lightweight spec
+/// of a progressive tool not yet loaded, and the optional injected `reasoning` property.
+pub fn advertise(spec: ToolSpec, opts: &AdvertiseOptions<'_>) -> ToolSpec {
     let mut spec = if spec.progressive && !(opts.loaded)(&spec.name) {
         spec.lightweight()
     } else {

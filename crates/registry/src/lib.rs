@@ -17,7 +17,8 @@ mod suggest;
 mod validate;
 
 pub use catalog::{
-    AdvertiseOptions, Catalog, CatalogEvent, Entry, Family, RegisterReport, Skipped, order_families,
+    AdvertiseOptions, Catalog, CatalogEvent, Entry, Family, RegisterReport, Skipped, advertise,
+    order_families,
 };
 pub use dispatch::{BatchCall, DispatchConfig, Dispatcher, DispatcherBuilder};
 pub use error::RegistryError;

@@ -29,10 +29,6 @@ pub const DESCRIBE_TOOL: &str = "describe_tool";
 /// The session key used when a call carries no session.
 pub const DEFAULT_SESSION: &str = "default";
 
-/// The description of the injected `reasoning` property; the same text as the registry's
-/// `advertised_specs` (a test keeps them equal).
-const REASONING_DESCRIPTION: &str = "Why you chose this tool and these arguments (optional; recorded for audit, never passed to the tool).";
-
 /// Why a tool is on the surface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -322,29 +318,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Shapes one spec for the model as the registry's `advertised_specs` does: lightweight
-/// while progressive and not loaded, and the optional `reasoning` property.
-fn advertise(spec: &ToolSpec, opts: &AdvertiseOptions<'_>) -> ToolSpec {
-    let mut spec = if spec.progressive && !(opts.loaded)(&spec.name) {
-        spec.lightweight()
-    } else {
-        spec.clone()
-    };
-    if opts.inject_reasoning
-        && !opts.reasoning_exempt.iter().any(|n| n == &spec.name)
-        && let Some(obj) = spec.input_schema.as_object_mut()
-        && let Some(props) = obj
-            .entry("properties")
-            .or_insert_with(|| json!({}))
-            .as_object_mut()
-    {
-        props
-            .entry("reasoning")
-            .or_insert_with(|| json!({"type": "string", "description": REASONING_DESCRIPTION}));
-    }
-    spec
-}
-
 /// The bytes a tool takes in a working set: its advertised form without narration.
 fn paged_bytes(spec: &ToolSpec, loaded: bool) -> usize {
     if spec.progressive && !loaded {
@@ -616,7 +589,7 @@ impl Surface {
                 dropped.push(drop(DropReason::ReplacedByModel));
                 continue;
             }
-            let advertised = advertise(spec, &opts);
+            let advertised = quiver_registry::advertise(spec.clone(), &opts);
             let bytes = advertised.definition_bytes();
             let essential = name == TOOL_SEARCH;
             if !essential && tools.len() >= budget.max_definitions {

@@ -8,8 +8,8 @@ use quiver_mcp_adapter::{McpError, ServerConfig, ServerState};
 use serde_json::json;
 
 use crate::{
-    call, close_and_check, fast_options, fixture, fixture_server, python, start, text_of, wait_for,
-    within,
+    call, close_and_check, fast_options, fixture, fixture_server, python, ready, start, text_of,
+    wait_for, within,
 };
 
 fn reconnecting_lines(client: &quiver_mcp_adapter::McpClient, name: &str) -> usize {
@@ -33,12 +33,7 @@ fn kill9(pid: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_mid_call_is_never_replayed() {
     let (catalog, client) = start(&[fixture_server("fx", "normal").required()], fast_options());
-    within(
-        Duration::from_secs(30),
-        client.wait_ready(Duration::from_secs(30)),
-    )
-    .await
-    .unwrap();
+    ready(&client).await;
     let env = within(
         Duration::from_secs(30),
         call(&catalog, "mcp__fx__die", json!({})),
@@ -62,12 +57,7 @@ async fn killed_mid_call_is_never_replayed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_server_reconnects_once() {
     let (catalog, client) = start(&[fixture_server("fx", "normal").required()], fast_options());
-    within(
-        Duration::from_secs(30),
-        client.wait_ready(Duration::from_secs(30)),
-    )
-    .await
-    .unwrap();
+    ready(&client).await;
     let pid = text_of(&call(&catalog, "mcp__fx__pid", json!({})).await);
     let pid = pid.trim_matches(|c: char| !c.is_ascii_digit()).to_owned();
     kill9(&pid);
@@ -99,12 +89,7 @@ async fn hung_call_times_out_clearly() {
             .required()],
         fast_options(),
     );
-    within(
-        Duration::from_secs(30),
-        client.wait_ready(Duration::from_secs(30)),
-    )
-    .await
-    .unwrap();
+    ready(&client).await;
     let env = within(
         Duration::from_secs(10),
         call(&catalog, "mcp__fx__sleep", json!({"seconds": 30})),
@@ -191,12 +176,7 @@ async fn required_server_rejection_stops_retries() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_calls_across_a_drop_share_one_dial() {
     let (catalog, client) = start(&[fixture_server("fx", "normal").required()], fast_options());
-    within(
-        Duration::from_secs(30),
-        client.wait_ready(Duration::from_secs(30)),
-    )
-    .await
-    .unwrap();
+    ready(&client).await;
     let pid = text_of(&call(&catalog, "mcp__fx__pid", json!({})).await);
     let pid = pid.trim_matches(|c: char| !c.is_ascii_digit()).to_owned();
     let base = client.server_status("fx").unwrap().counters.calls;
@@ -312,12 +292,7 @@ async fn down_server_tools_stay_and_fail_at_once() {
         .required()],
         fast_options(),
     );
-    within(
-        Duration::from_secs(30),
-        client.wait_ready(Duration::from_secs(30)),
-    )
-    .await
-    .unwrap();
+    ready(&client).await;
     std::fs::remove_file(&flag).unwrap();
     let pid = text_of(&call(&catalog, "mcp__fx__pid", json!({})).await);
     kill9(pid.trim_matches(|c: char| !c.is_ascii_digit()));
@@ -412,12 +387,7 @@ async fn protocol_versions() {
         ],
         fast_options(),
     );
-    within(
-        Duration::from_secs(30),
-        client.wait_ready(Duration::from_secs(30)),
-    )
-    .await
-    .unwrap();
+    ready(&client).await;
     for name in ["mcp__june__echo", "mcp__nov__echo"] {
         let env = call(&catalog, name, json!({"k": "v"})).await;
         assert!(text_of(&env).contains("\"k\""), "{name}: {env:?}");

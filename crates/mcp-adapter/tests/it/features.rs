@@ -15,18 +15,14 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    call, close_and_check, fast_options, fixture_server, resolve, start, text_of, wait_for, within,
+    call, close_and_check, fast_options, fixture_server, ready, resolve, start, text_of, wait_for,
+    within,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_changed_updates_the_catalog() {
     let (catalog, client) = start(&[fixture_server("fx", "normal").required()], fast_options());
-    within(
-        Duration::from_secs(30),
-        client.wait_ready(Duration::from_secs(30)),
-    )
-    .await
-    .unwrap();
+    ready(&client).await;
     assert!(catalog.contains("mcp__fx__hinted"));
     assert!(!catalog.contains("mcp__fx__extra"));
 
@@ -50,12 +46,7 @@ async fn list_changed_updates_the_catalog() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resources_and_prompts() {
     let (catalog, client) = start(&[fixture_server("fx", "normal").required()], fast_options());
-    within(
-        Duration::from_secs(30),
-        client.wait_ready(Duration::from_secs(30)),
-    )
-    .await
-    .unwrap();
+    ready(&client).await;
     wait_for("meta-tools", Duration::from_secs(10), || {
         catalog.contains("list_mcp_resources") && catalog.contains("read_mcp_resource")
     })
@@ -102,12 +93,7 @@ async fn timeout_also_cancels_upstream() {
             .required()],
         fast_options(),
     );
-    within(
-        Duration::from_secs(30),
-        client.wait_ready(Duration::from_secs(30)),
-    )
-    .await
-    .unwrap();
+    ready(&client).await;
     let marker = std::env::temp_dir().join(format!("quiver-mcp-timeout-{}", std::process::id()));
     let _ = std::fs::remove_file(&marker);
     let env = call(
@@ -137,12 +123,7 @@ async fn liveness_ping_notices_a_frozen_server() {
             .required()],
         fast_options(),
     );
-    within(
-        Duration::from_secs(30),
-        client.wait_ready(Duration::from_secs(30)),
-    )
-    .await
-    .unwrap();
+    ready(&client).await;
     let pid = text_of(&call(&catalog, "mcp__fx__pid", json!({})).await);
     let pid = pid.trim_matches(|c: char| !c.is_ascii_digit()).to_owned();
     // Freeze it: the pipe stays open, only the ping can tell.
@@ -173,12 +154,7 @@ async fn liveness_ping_notices_a_frozen_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancellation_answers_and_keeps_the_connection() {
     let (catalog, client) = start(&[fixture_server("fx", "normal").required()], fast_options());
-    within(
-        Duration::from_secs(30),
-        client.wait_ready(Duration::from_secs(30)),
-    )
-    .await
-    .unwrap();
+    ready(&client).await;
     let entry = catalog.lookup("mcp__fx__sleep").unwrap();
     let cancel = CancellationToken::new();
     let ctx = CallContext::default().with_cancel(cancel.clone());
@@ -234,12 +210,7 @@ async fn registration_is_first_wins_and_reported() {
         resolve(&[fixture_server("fx", "normal").required()]),
         fast_options(),
     );
-    within(
-        Duration::from_secs(30),
-        client.wait_ready(Duration::from_secs(30)),
-    )
-    .await
-    .unwrap();
+    ready(&client).await;
     let report = client.register_report();
     assert_eq!(
         report.warning_lines(),

@@ -127,6 +127,16 @@ pub(crate) fn assert_reaped(pids: &[u32]) {
 }
 
 /// Closes the client and checks every child it spawned was reaped.
+/// Waits (at most 30 s) until the client's required servers are ready.
+pub(crate) async fn ready(client: &McpClient) {
+    within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+}
+
 pub(crate) async fn close_and_check(client: &McpClient) {
     within(Duration::from_secs(20), client.close()).await;
     let pids: Vec<u32> = client

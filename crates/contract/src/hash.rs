@@ -4,39 +4,53 @@ use sha2::{Digest, Sha256};
 /// Serializes a JSON value with object keys sorted at every depth, so equal arguments hash
 /// equally whatever order the model wrote them in.
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
+    let mut out = Vec::with_capacity(64);
     write_canonical(value, &mut out);
-    out
+    // serde_json writes UTF-8 and the punctuation added here is ASCII.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort_unstable();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
+            out.push(b'{');
+            if map.len() == 1 {
+                if let Some((key, item)) = map.iter().next() {
+                    write_entry(key, item, out);
                 }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                write_canonical(&map[key], out);
+            } else {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                for (i, (key, item)) in entries.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    write_entry(key, item, out);
+                }
             }
-            out.push('}');
+            out.push(b'}');
         }
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write_canonical(item, out);
             }
-            out.push(']');
+            out.push(b']');
         }
-        scalar => out.push_str(&scalar.to_string()),
+        // Writing into a Vec cannot fail, and scalars always serialize.
+        scalar => {
+            let _ = serde_json::to_writer(&mut *out, scalar);
+        }
     }
+}
+
+fn write_entry(key: &str, item: &Value, out: &mut Vec<u8>) {
+    let _ = serde_json::to_writer(&mut *out, key);
+    out.push(b':');
+    write_canonical(item, out);
 }
 
 /// A stable 16-hex-character fingerprint of a call: SHA-256 over the tool name and the
@@ -82,6 +96,11 @@ mod tests {
         assert_eq!(
             canonical_json(&json!({"b": "x", "a": 1})),
             r#"{"a":1,"b":"x"}"#
+        );
+        // Escapes and numbers are written exactly as serde_json writes them.
+        assert_eq!(
+            canonical_json(&json!({"q\"é\n": [1.5, -0.0, null, true], "": {}})),
+            r#"{"":{},"q\"é\n":[1.5,-0.0,null,true]}"#
         );
     }
 }

@@ -1,7 +1,6 @@
 //! The dispatcher: the one pipeline every call takes.
 
 use std::{
-    convert::Infallible,
     sync::{
         Arc, OnceLock, Weak,
         atomic::{AtomicU64, Ordering},
@@ -16,18 +15,18 @@ use quiver_contract::{
     args_hash_canonical, canonical_json,
 };
 use serde_json::{Map, Value};
-use tower::{ServiceBuilder, ServiceExt, util::BoxCloneSyncService};
+use tower::{ServiceBuilder, ServiceExt};
 
 use crate::{
     CallObserver, CallRecord, Catalog, Entry, Metrics, NoPolicy, NullRecorder, PolicyAction,
     PolicyCheck, PolicyRequest, ToolCallRecorder,
     layers::{
         Call, ToolService,
-        concurrency::{ConcurrencyConfig, ConcurrencyLayer},
-        recover::RecoverLayer,
-        result_limit::{ResultLimitConfig, ResultLimitLayer},
-        telemetry::TelemetryLayer,
-        timeout::{TimeoutConfig, TimeoutLayer},
+        concurrency::{Concurrency, ConcurrencyConfig, ConcurrencyLayer},
+        recover::{Recover, RecoverLayer},
+        result_limit::{ResultLimit, ResultLimitConfig, ResultLimitLayer},
+        telemetry::{Telemetry, TelemetryLayer},
+        timeout::{Timeout, TimeoutConfig, TimeoutLayer},
     },
     state::Sessions,
     suggest::did_you_mean,
@@ -118,7 +117,10 @@ impl BatchCall {
     }
 }
 
-type Stack = BoxCloneSyncService<Call, Envelope, Infallible>;
+/// The middleware stack as one concrete type: cloning it per call is a handful of reference
+/// counts, where a boxed service would cost an allocation for the clone and another for the
+/// future.
+type Stack = Telemetry<Recover<Timeout<Concurrency<ResultLimit<ToolService>>>>>;
 
 struct Inner {
     catalog: Arc<Catalog>,
@@ -221,7 +223,6 @@ impl DispatcherBuilder {
             .layer(ConcurrencyLayer::new(self.config.concurrency.clone()))
             .layer(ResultLimitLayer::new(self.config.result_limit))
             .service(ToolService);
-        let stack = BoxCloneSyncService::new(stack);
         let id_prefix = format!(
             "{:x}",
             SystemTime::now()
@@ -270,6 +271,33 @@ impl Who {
 enum Prepared {
     Done(Envelope),
     Run(Arc<Entry>, Vec<Warning>),
+}
+
+/// `<prefix>-<n>` as an `Arc<str>`, with one allocation and no formatting machinery.
+fn call_id(prefix: &str, mut n: u64) -> Arc<str> {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let digits = &digits[at..];
+    let mut buf = [0u8; 64];
+    let len = prefix.len() + 1 + digits.len();
+    if len <= buf.len() {
+        buf[..prefix.len()].copy_from_slice(prefix.as_bytes());
+        buf[prefix.len()] = b'-';
+        buf[prefix.len() + 1..len].copy_from_slice(digits);
+        if let Ok(id) = std::str::from_utf8(&buf[..len]) {
+            return Arc::from(id);
+        }
+    }
+    let digits = std::str::from_utf8(digits).unwrap_or("0");
+    Arc::from(format!("{prefix}-{digits}"))
 }
 
 fn emphatic(count: u32, rule: &str, message: &str) -> String {
@@ -361,7 +389,7 @@ impl Dispatcher {
         let inner = &*self.inner;
         if ctx.call_id.is_none() {
             let n = inner.next_id.fetch_add(1, Ordering::Relaxed);
-            ctx.call_id = Some(format!("{}-{n}", inner.id_prefix).into());
+            ctx.call_id = Some(call_id(&inner.id_prefix, n));
         }
         let found = inner.catalog.lookup(name);
         let (input, canonical) = match self.normalize(name, found.as_ref(), input, &mut ctx) {
@@ -564,7 +592,17 @@ impl Dispatcher {
             }
         }
         if let Some(s) = &session {
-            let streak = inner.sessions.with(s, |st| st.bump_streak(hash));
+            // One lock for the loop guard and the called-tools set: a call that passes the
+            // guard counts as called from here on (failed calls count too), so a concurrent
+            // call needing it as a prior tool may already proceed.
+            let threshold = inner.config.loop_guard_threshold;
+            let streak = inner.sessions.with(s, |st| {
+                let streak = st.bump_streak(hash);
+                if streak < threshold {
+                    st.mark_called(name);
+                }
+                streak
+            });
             if streak >= inner.config.loop_guard_threshold {
                 return Prepared::Done(Envelope::err(
                     ErrKind::LoopGuard,
@@ -618,12 +656,10 @@ impl Dispatcher {
         for w in warnings {
             envelope.push_warning(w);
         }
-        if let Some(s) = &ctx.session {
-            let failed = !envelope.is_ok();
-            let failures = inner.sessions.with(s, |st| {
-                st.mark_called(name);
-                if failed { st.record_failure(hash) } else { 0 }
-            });
+        if let Some(s) = &ctx.session
+            && !envelope.is_ok()
+        {
+            let failures = inner.sessions.with(s, |st| st.record_failure(hash));
             if failures >= inner.config.repeat_failure_threshold {
                 envelope.push_warning(Warning::new(
                     "repeat_failure",
@@ -744,5 +780,19 @@ impl Dispatcher {
             async move { self.call(&c.name, c.input, ctx).await }
         }))
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::call_id;
+
+    #[test]
+    fn call_ids_are_prefix_dash_number() {
+        assert_eq!(&*call_id("19a2f", 0), "19a2f-0");
+        assert_eq!(&*call_id("19a2f", 42), "19a2f-42");
+        assert_eq!(&*call_id("p", u64::MAX), "p-18446744073709551615");
+        let long = "x".repeat(60);
+        assert_eq!(&*call_id(&long, 7), format!("{long}-7"));
     }
 }

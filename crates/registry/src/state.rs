@@ -28,7 +28,14 @@ impl SessionState {
         if self.last_hash.as_deref() == Some(hash) {
             self.streak += 1;
         } else {
-            self.last_hash = Some(hash.to_owned());
+            // Reuse the buffer: a new hash on every call is the common case.
+            match &mut self.last_hash {
+                Some(last) => {
+                    last.clear();
+                    last.push_str(hash);
+                }
+                None => self.last_hash = Some(hash.to_owned()),
+            }
             self.streak = 1;
         }
         self.streak

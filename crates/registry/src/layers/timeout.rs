@@ -118,6 +118,11 @@ where
         let entry = call.entry.clone();
         let fut = self.inner.call(call);
         Box::pin(async move {
+            let mut fut = fut;
+            // A call that finishes on its first poll never needs a timer.
+            if let std::task::Poll::Ready(out) = futures::poll!(&mut fut) {
+                return out;
+            }
             match tokio::time::timeout_at(deadline.into(), fut).await {
                 Ok(result) => result,
                 Err(_) => {

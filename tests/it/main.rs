@@ -2,4 +2,5 @@
 //! peers.
 
 mod architecture;
+mod conformance_client;
 mod mcp_server;

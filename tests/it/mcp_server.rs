@@ -21,7 +21,7 @@ use tokio::{
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
-fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("the tests crate lives in the repository")
@@ -251,7 +251,7 @@ async fn sigterm_stops_quiver_serve_cleanly() {
     );
 }
 
-fn conformance_cli() -> PathBuf {
+pub(crate) fn conformance_cli() -> PathBuf {
     let peers = std::env::var_os("QUIVER_PEERS")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join(".peers"));

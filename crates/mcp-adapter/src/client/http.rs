@@ -1,10 +1,31 @@
 //! The HTTP client for streamable-HTTP upstreams: rustls with ring, and a redirect policy
 //! that never leaves the configured origin, so configured headers and the bearer token are
 //! sent to that origin only.
+//!
+//! It wraps rmcp's reqwest client for one case rmcp leaves hanging: a server that rejects a
+//! request at the HTTP level with a JSON-RPC error that has no id (server-everything answers
+//! an unknown session with HTTP 400 and such an error). rmcp cannot route an id-less error
+//! to the request, so the call would wait for its timeout. Here such an answer to a request
+//! becomes a transport error: "session expired" when a session was attached and the error
+//! is about the session (rmcp then re-initializes, as for the spec's HTTP 404), otherwise a
+//! failed request naming the server's message.
 
-use std::time::Duration;
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use reqwest::{Url, redirect};
+use futures::stream::BoxStream;
+use reqwest::{
+    Url,
+    header::{HeaderName, HeaderValue},
+    redirect,
+};
+use rmcp::{
+    model::{ClientJsonRpcMessage, JsonRpcMessage},
+    transport::streamable_http_client::{
+        StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+        StreamableHttpResponseLimits,
+    },
+};
+use sse_stream::{Error as SseError, Sse};
 
 /// Whether two URLs share scheme, host and port.
 pub(crate) fn same_origin(a: &Url, b: &Url) -> bool {
@@ -27,7 +48,7 @@ pub(crate) fn redirect_policy(origin: Url) -> redirect::Policy {
 
 /// A reqwest client for one upstream; `timeout` bounds connecting (a streamable-HTTP GET
 /// stream may stay open indefinitely, so there is no whole-request timeout).
-pub(crate) fn client(url: &Url, timeout: Option<Duration>) -> reqwest::Result<reqwest::Client> {
+pub(crate) fn client(url: &Url, timeout: Option<Duration>) -> reqwest::Result<UpstreamHttp> {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Loses the race harmlessly if another thread installs one first.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -36,12 +57,195 @@ pub(crate) fn client(url: &Url, timeout: Option<Duration>) -> reqwest::Result<re
     if let Some(t) = timeout {
         b = b.connect_timeout(t);
     }
-    b.build()
+    b.build().map(UpstreamHttp)
+}
+
+/// rmcp's reqwest client, with id-less JSON-RPC errors to a request turned into errors.
+#[derive(Clone, Debug)]
+pub(crate) struct UpstreamHttp(reqwest::Client);
+
+type HttpError = StreamableHttpError<reqwest::Error>;
+
+/// What an id-less error answering a request means, if it is one.
+fn rejection(
+    sent_request: bool,
+    session_attached: bool,
+    response: &StreamableHttpPostResponse,
+) -> Option<HttpError> {
+    let StreamableHttpPostResponse::Json(JsonRpcMessage::Error(e), _) = response else {
+        return None;
+    };
+    if !sent_request || e.id.is_some() {
+        return None;
+    }
+    let message = e.error.message.to_string();
+    if session_attached && message.to_ascii_lowercase().contains("session") {
+        return Some(StreamableHttpError::SessionExpired);
+    }
+    Some(StreamableHttpError::UnexpectedServerResponse(
+        format!(
+            "the server rejected the request without naming it: {message} (JSON-RPC error {})",
+            e.error.code.0
+        )
+        .into(),
+    ))
+}
+
+impl StreamableHttpClient for UpstreamHttp {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<StreamableHttpPostResponse, HttpError> {
+        self.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            StreamableHttpResponseLimits::default(),
+        )
+        .await
+    }
+
+    async fn post_message_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<StreamableHttpPostResponse, HttpError> {
+        let mut limits = StreamableHttpResponseLimits::default();
+        limits.max_sse_event_size = max_sse_event_size;
+        self.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            limits,
+        )
+        .await
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> Result<StreamableHttpPostResponse, HttpError> {
+        let sent_request = matches!(message, JsonRpcMessage::Request(_));
+        let session_attached = session_id.is_some();
+        let response = self
+            .0
+            .post_message_with_response_limits(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                custom_headers,
+                limits,
+            )
+            .await?;
+        match rejection(sent_request, session_attached, &response) {
+            Some(e) => Err(e),
+            None => Ok(response),
+        }
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<(), HttpError> {
+        self.0
+            .delete_session(uri, session_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError> {
+        self.0
+            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError> {
+        self.0
+            .get_stream_with_max_sse_event_size(
+                uri,
+                session_id,
+                last_event_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn error_reply(id: Option<i64>, message: &str) -> StreamableHttpPostResponse {
+        let mut v =
+            serde_json::json!({"jsonrpc": "2.0", "error": {"code": -32000, "message": message}});
+        if let Some(id) = id {
+            v["id"] = id.into();
+        }
+        StreamableHttpPostResponse::Json(serde_json::from_value(v).expect("a JSON-RPC error"), None)
+    }
+
+    #[test]
+    fn id_less_errors_to_requests_are_rejections() {
+        let bad_session = error_reply(None, "Bad Request: No valid session ID provided");
+        assert!(matches!(
+            rejection(true, true, &bad_session),
+            Some(StreamableHttpError::SessionExpired)
+        ));
+        // Without a session attached it cannot be an expired session.
+        match rejection(true, false, &bad_session) {
+            Some(StreamableHttpError::UnexpectedServerResponse(m)) => {
+                assert!(m.contains("No valid session ID"), "{m}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            rejection(true, true, &error_reply(None, "Parse error")),
+            Some(StreamableHttpError::UnexpectedServerResponse(_))
+        ));
+        // An error with an id is the peer's answer to that request: rmcp routes it.
+        assert!(rejection(true, true, &error_reply(Some(3), "no such session")).is_none());
+        // A notification awaits no answer.
+        assert!(rejection(false, true, &bad_session).is_none());
+    }
 
     #[test]
     fn origins() {

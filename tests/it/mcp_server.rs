@@ -299,6 +299,14 @@ async fn sampling_is_refused_for_a_client_that_did_not_declare_it() {
     run_script("relay.py", &[&server.url, "--without-capabilities"]).await;
 }
 
+/// A 2026-07-28 client cannot be sent server-to-client requests; the tool gets a refusal that
+/// says so instead of a hung call.
+#[tokio::test]
+async fn sampling_is_refused_in_words_on_the_stateless_era() {
+    let server = Server::start(fixture_binary(), &[]).await;
+    run_script("relay.py", &[&server.url, "--stateless-fixture"]).await;
+}
+
 fn conformance_cli() -> PathBuf {
     let peers = std::env::var_os("QUIVER_PEERS")
         .map(PathBuf::from)

@@ -1029,7 +1029,8 @@ impl Handler {
             Route::To(e) => e,
             refused => {
                 let why = refused.refusal(method);
-                up.diag(format!("refused {method}: {refused:?}"));
+                // The operator log only: a server could send these without end.
+                tracing::info!(server = %up.cfg.name, route = ?refused, "refused {method}: {why}");
                 return Err(McpError::invalid_request(why, None));
             }
         };

@@ -1,6 +1,8 @@
-//! `quiver serve` over the built-in tools plus three fixture tools, for the e2e suite:
+//! `quiver serve` over the built-in tools plus fixture tools, for the e2e suite:
 //! `weather_forecast` (found by `tool_search`), `slow_count` (runs until its time is up or
-//! it is cancelled) and `cancelled_calls` (waits until that many calls were cancelled).
+//! it is cancelled), `cancelled_calls` (waits until that many calls were cancelled), and the
+//! conformance suite's tools, including those that log, sample and elicit through the call's
+//! client channel.
 //!
 //! Usage: `quiver-fixture-server [--auth JSON] [--progress-ms N]`; prints the URL on stdout.
 
@@ -8,7 +10,9 @@ use std::{sync::Arc, time::Duration};
 
 use anyhow::Context;
 use async_trait::async_trait;
-use quiver_contract::{CallContext, Envelope, Part, Tool, ToolError, ToolResult, ToolSpec};
+use quiver_contract::{
+    CallContext, ChannelError, Envelope, LogLevel, Part, Tool, ToolError, ToolResult, ToolSpec,
+};
 use quiver_host::{Families, assemble_catalog, serve};
 use quiver_mcp_adapter::{InboundAuth, ServerOptions};
 use quiver_registry::{Catalog, Dispatcher};
@@ -213,6 +217,183 @@ fn conformance_tools() -> Vec<Arc<dyn Tool>> {
     ]
 }
 
+/// A conformance tool that talks back to the client through the call's channel.
+struct Talkback {
+    spec: ToolSpec,
+    run: Talk,
+}
+
+#[derive(Clone, Copy)]
+enum Talk {
+    Logging,
+    Sampling,
+    Elicitation,
+    ElicitationDefaults,
+    ElicitationEnums,
+}
+
+fn channel_failed(e: ChannelError) -> ToolError {
+    ToolError::failed(e.to_string())
+}
+
+fn elicitation_text(result: &Value) -> String {
+    format!(
+        "Elicitation completed: action={}, content={}",
+        result["action"].as_str().unwrap_or("unknown"),
+        result.get("content").cloned().unwrap_or(json!({}))
+    )
+}
+
+#[async_trait]
+impl Tool for Talkback {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    async fn call(&self, input: Value, ctx: &CallContext) -> ToolResult {
+        match self.run {
+            Talk::Logging => {
+                let steps = [
+                    "Tool execution started",
+                    "Tool processing data",
+                    "Tool execution completed",
+                ];
+                for (i, step) in steps.into_iter().enumerate() {
+                    if i > 0 {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    ctx.log(LogLevel::Info, Some("fixture"), json!(step)).await;
+                }
+                Ok(Envelope::ok(json!("Logging test completed")))
+            }
+            Talk::Sampling => {
+                let prompt = input["prompt"].as_str().unwrap_or_default();
+                let result = ctx
+                    .create_message(json!({
+                        "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
+                        "maxTokens": 100
+                    }))
+                    .await
+                    .map_err(channel_failed)?;
+                let text = result["content"]["text"].as_str().unwrap_or_default();
+                Ok(Envelope::ok(json!(format!("LLM response: {text}"))))
+            }
+            Talk::Elicitation => {
+                let message = input["message"].as_str().unwrap_or_default();
+                let result = ctx
+                    .elicit(json!({
+                        "message": message,
+                        "requestedSchema": {
+                            "type": "object",
+                            "properties": {
+                                "username": {"type": "string", "description": "User's response"},
+                                "email": {"type": "string", "description": "User's email address"}
+                            },
+                            "required": ["username", "email"]
+                        }
+                    }))
+                    .await
+                    .map_err(channel_failed)?;
+                Ok(Envelope::ok(json!(format!(
+                    "User response: action={}, content={}",
+                    result["action"].as_str().unwrap_or("unknown"),
+                    result.get("content").cloned().unwrap_or(json!({}))
+                ))))
+            }
+            Talk::ElicitationDefaults => {
+                let result = ctx
+                    .elicit(json!({
+                        "message": "Please review and update the form fields with defaults",
+                        "requestedSchema": {
+                            "type": "object",
+                            "properties": {
+                                "name": {"type": "string", "description": "User name", "default": "John Doe"},
+                                "age": {"type": "integer", "description": "User age", "default": 30},
+                                "score": {"type": "number", "description": "User score", "default": 95.5},
+                                "status": {"type": "string", "description": "User status", "enum": ["active", "inactive", "pending"], "default": "active"},
+                                "verified": {"type": "boolean", "description": "Verification status", "default": true}
+                            }
+                        }
+                    }))
+                    .await
+                    .map_err(channel_failed)?;
+                Ok(Envelope::ok(json!(elicitation_text(&result))))
+            }
+            Talk::ElicitationEnums => {
+                let result = ctx
+                    .elicit(json!({
+                        "message": "Please select options from the enum fields",
+                        "requestedSchema": {
+                            "type": "object",
+                            "properties": {
+                                "untitledSingle": {"type": "string", "description": "Untitled single-select", "enum": ["option1", "option2", "option3"]},
+                                "titledSingle": {"type": "string", "description": "Titled single-select", "oneOf": [
+                                    {"const": "value1", "title": "First Option"},
+                                    {"const": "value2", "title": "Second Option"},
+                                    {"const": "value3", "title": "Third Option"}
+                                ]},
+                                "legacyEnum": {"type": "string", "description": "Legacy titled enum", "enum": ["opt1", "opt2", "opt3"], "enumNames": ["Option One", "Option Two", "Option Three"]},
+                                "untitledMulti": {"type": "array", "description": "Untitled multi-select", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+                                "titledMulti": {"type": "array", "description": "Titled multi-select", "items": {"anyOf": [
+                                    {"const": "value1", "title": "First Choice"},
+                                    {"const": "value2", "title": "Second Choice"},
+                                    {"const": "value3", "title": "Third Choice"}
+                                ]}}
+                            }
+                        }
+                    }))
+                    .await
+                    .map_err(channel_failed)?;
+                Ok(Envelope::ok(json!(elicitation_text(&result))))
+            }
+        }
+    }
+}
+
+fn talkback_tools() -> Vec<Arc<dyn Tool>> {
+    let tool = |name: &str, description: &str, schema: Value, run: Talk| {
+        Arc::new(Talkback {
+            spec: ToolSpec::new(name, description)
+                .read_only()
+                .with_schema(schema),
+            run,
+        }) as Arc<dyn Tool>
+    };
+    let none = || json!({"type": "object", "properties": {}});
+    let one = |field: &str| json!({"type": "object", "properties": {field: {"type": "string"}}, "required": [field]});
+    vec![
+        tool(
+            "test_tool_with_logging",
+            "Conformance: sends three log messages while it runs.",
+            none(),
+            Talk::Logging,
+        ),
+        tool(
+            "test_sampling",
+            "Conformance: asks the client for an LLM completion of `prompt`.",
+            one("prompt"),
+            Talk::Sampling,
+        ),
+        tool(
+            "test_elicitation",
+            "Conformance: asks the client's user for a username and an email.",
+            one("message"),
+            Talk::Elicitation,
+        ),
+        tool(
+            "test_elicitation_sep1034_defaults",
+            "Conformance: elicitation with default values (SEP-1034).",
+            none(),
+            Talk::ElicitationDefaults,
+        ),
+        tool(
+            "test_elicitation_sep1330_enums",
+            "Conformance: elicitation with the five enum schema variants (SEP-1330).",
+            none(),
+            Talk::ElicitationEnums,
+        ),
+    ]
+}
+
 /// Registers a new tool in the catalog at run time (a catalog change every session sees).
 struct RegisterTool {
     spec: ToolSpec,
@@ -336,6 +517,7 @@ async fn main() -> anyhow::Result<()> {
     families.core = core_tools(&surface);
     families.custom = fixture_tools();
     families.custom.extend(conformance_tools());
+    families.custom.extend(talkback_tools());
     families.custom.push(register_tool(&catalog));
     assemble_catalog(&catalog, families)?;
     surface.resync_index();

@@ -251,6 +251,62 @@ async fn sigterm_stops_quiver_serve_cleanly() {
     );
 }
 
+/// An `mcpServers` file naming server-everything (npm) over stdio as `everything`.
+fn everything_config() -> PathBuf {
+    let peers = std::env::var_os("QUIVER_PEERS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".peers"));
+    let everything = peers.join("npm/node_modules/.bin/mcp-server-everything");
+    assert!(
+        everything.exists(),
+        "{} is missing: run `bash .ci/setup-peers`",
+        everything.display()
+    );
+    let path = fresh_dir().join("mcp.json");
+    std::fs::write(
+        &path,
+        serde_json::json!({"mcpServers": {"everything": {"command": everything}}}).to_string(),
+    )
+    .expect("the config is written");
+    path
+}
+
+/// server-everything registers its sampling, elicitation and roots tools only for a client
+/// that declares those capabilities; Quiver declares them upstream, and relays the requests
+/// to the downstream client whose call caused them (HTTP session -> stdio upstream).
+#[tokio::test]
+async fn server_requests_reach_the_calling_client_through_quiver() {
+    let config = everything_config();
+    let config = config.to_str().expect("utf-8 path");
+    let server = Server::start(
+        quiver_binary(),
+        &["--mcp-config", config, "serve", "--listen", "127.0.0.1:0"],
+    )
+    .await;
+    run_script("relay.py", &[&server.url, "--with-capabilities"]).await;
+}
+
+/// A client that declared no sampling gets a clear refusal through the upstream tool's error.
+#[tokio::test]
+async fn sampling_is_refused_for_a_client_that_did_not_declare_it() {
+    let config = everything_config();
+    let config = config.to_str().expect("utf-8 path");
+    let server = Server::start(
+        quiver_binary(),
+        &["--mcp-config", config, "serve", "--listen", "127.0.0.1:0"],
+    )
+    .await;
+    run_script("relay.py", &[&server.url, "--without-capabilities"]).await;
+}
+
+/// A 2026-07-28 client cannot be sent server-to-client requests; the tool gets a refusal that
+/// says so instead of a hung call.
+#[tokio::test]
+async fn sampling_is_refused_in_words_on_the_stateless_era() {
+    let server = Server::start(fixture_binary(), &[]).await;
+    run_script("relay.py", &[&server.url, "--stateless-fixture"]).await;
+}
+
 pub(crate) fn conformance_cli() -> PathBuf {
     let peers = std::env::var_os("QUIVER_PEERS")
         .map(PathBuf::from)
@@ -265,8 +321,9 @@ pub(crate) fn conformance_cli() -> PathBuf {
 }
 
 /// The official MCP conformance suite's server scenarios against the fixture server (the
-/// built-ins plus the suite's fixture tools), checked against a baseline of the scenarios
-/// Quiver does not serve (resources, prompts, completions, sampling, elicitation, logging).
+/// built-ins plus the suite's fixture tools, including those that log, sample and elicit),
+/// checked against a baseline of the scenarios Quiver does not serve (resources, prompts,
+/// completions).
 #[tokio::test]
 async fn the_conformance_suite_passes_outside_its_baseline() {
     let server = Server::start(fixture_binary(), &["--progress-ms", "100"]).await;

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Envelope, ErrKind};
+use crate::{ChannelError, ClientChannel, ClientFeatures, Envelope, ErrKind, LogLevel};
 
 /// What a caller may do and what its model can do by itself.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -85,6 +85,9 @@ pub struct CallContext {
     pub deadline: Option<Instant>,
     /// How deep in tool-calls-tool composition this call is (0 for a top-level call).
     pub depth: u32,
+    /// The way back to the client that made the call (sampling, elicitation, roots, log
+    /// messages, progress), if it came over MCP.
+    pub client: Option<Arc<dyn ClientChannel>>,
 }
 
 impl fmt::Debug for CallContext {
@@ -99,6 +102,7 @@ impl fmt::Debug for CallContext {
             .field("reasoning", &self.reasoning)
             .field("deadline", &self.deadline)
             .field("depth", &self.depth)
+            .field("client", &self.client.as_ref().map(|c| c.features()))
             .finish_non_exhaustive()
     }
 }
@@ -146,6 +150,59 @@ impl CallContext {
     pub fn with_call_id(mut self, id: impl Into<Arc<str>>) -> Self {
         self.call_id = Some(id.into());
         self
+    }
+
+    /// Sets the channel back to the calling client.
+    pub fn with_client(mut self, client: Arc<dyn ClientChannel>) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    /// What the calling client declared; all off when no client is attached.
+    pub fn client_features(&self) -> ClientFeatures {
+        self.client
+            .as_ref()
+            .map(|c| c.features())
+            .unwrap_or_default()
+    }
+
+    fn channel(&self, what: &str) -> Result<&Arc<dyn ClientChannel>, ChannelError> {
+        self.client.as_ref().ok_or_else(|| {
+            ChannelError::Unsupported(format!(
+                "cannot send {what}: this call has no MCP client attached to ask (only calls made through `quiver serve` by an MCP client have one)"
+            ))
+        })
+    }
+
+    /// Asks the calling client for an LLM completion (`sampling/createMessage`).
+    pub async fn create_message(&self, params: Value) -> Result<Value, ChannelError> {
+        self.channel("sampling/createMessage")?
+            .create_message(params)
+            .await
+    }
+
+    /// Asks the calling client's user for input (`elicitation/create`).
+    pub async fn elicit(&self, params: Value) -> Result<Value, ChannelError> {
+        self.channel("elicitation/create")?.elicit(params).await
+    }
+
+    /// Asks the calling client for its roots (`roots/list`).
+    pub async fn list_roots(&self) -> Result<Value, ChannelError> {
+        self.channel("roots/list")?.list_roots().await
+    }
+
+    /// Sends a log message to the calling client; does nothing without one.
+    pub async fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
+        if let Some(c) = &self.client {
+            c.log(level, logger, data).await;
+        }
+    }
+
+    /// Reports progress to the calling client; does nothing without one.
+    pub async fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
+        if let Some(c) = &self.client {
+            c.progress(progress, total, message).await;
+        }
     }
 
     /// Calls another tool through the dispatcher, as part of this call: the same session,

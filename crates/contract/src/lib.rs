@@ -3,6 +3,7 @@
 //! context, and the [`Tool`] trait. No I/O and no engine lives here; adapters convert their
 //! engines' types to and from these at their edges.
 
+mod channel;
 mod context;
 mod envelope;
 mod error;
@@ -15,6 +16,7 @@ mod spec;
 mod tool;
 mod typed;
 
+pub use channel::{ChannelError, ClientChannel, ClientFeatures, LogLevel};
 pub use context::{CallContext, Capabilities, ToolInvoker, pattern_matches};
 pub use envelope::{
     Alternative, ColumnSpec, DtypeProvenance, Effects, Envelope, ErrKind, HintKind, Part, Warning,

@@ -15,6 +15,7 @@ mod config;
 mod delivery;
 mod http;
 mod meta;
+mod route;
 mod to_contract;
 mod tool;
 mod upstream;

@@ -1,6 +1,9 @@
 //! One upstream server: its connection state machine (connect, drop, shared reconnect,
 //! background retry with backoff, rejection, close), its published tools, and the call path.
 
+// Sampling, roots and logging are deprecated by SEP-2577; 2025-era servers still use them.
+#![allow(deprecated)]
+
 use std::{
     collections::{BTreeMap, BTreeSet},
     sync::{
@@ -10,15 +13,17 @@ use std::{
     time::{Duration, Instant},
 };
 
-use quiver_contract::{CallContext, Envelope, ErrKind, Tool};
+use quiver_contract::{CallContext, ChannelError, ClientChannel, Envelope, ErrKind, Tool};
 use quiver_registry::{Catalog, RegisterReport};
 use rmcp::{
-    ClientHandler, RoleClient, ServiceExt,
+    ClientHandler, ErrorData as McpError, RoleClient, ServiceExt,
     model::{
         CallToolRequest, CancelledNotificationParam, ClientCapabilities, ClientConfig,
-        ClientRequest, Implementation, PaginatedRequestParams, ProtocolVersion, ServerResult,
+        ClientRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
+        ElicitResult, Implementation, ListRootsResult, LoggingMessageNotificationParam,
+        PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ServerResult,
     },
-    service::{NotificationContext, Peer, PeerRequestOptions, ServiceError},
+    service::{NotificationContext, Peer, PeerRequestOptions, RequestContext, ServiceError},
     transport::{
         StreamableHttpClientTransport, async_rw::AsyncRwTransport,
         streamable_http_client::StreamableHttpClientTransportConfig,
@@ -35,6 +40,7 @@ use super::{
     config::{Endpoint, Liveness, ResolvedServer},
     delivery::{Tracked, Written},
     http,
+    route::{Calls, Origin, Route},
     to_contract::{self, UpstreamTool},
     tool::McpTool,
 };
@@ -166,6 +172,8 @@ pub(crate) struct Upstream {
     me: Weak<Upstream>,
     /// Called when the server's capabilities change what the client offers (resources).
     pub(crate) on_connected: Box<dyn Fn() + Send + Sync>,
+    /// The calls in flight, for routing the server's own requests and notifications.
+    calls: Calls,
 }
 
 fn not_connected(server: &str) -> Envelope {
@@ -206,6 +214,7 @@ impl Upstream {
             watchers: Mutex::new(Vec::new()),
             me: me.clone(),
             on_connected,
+            calls: Calls::default(),
         })
     }
 
@@ -875,6 +884,8 @@ impl Upstream {
         params.arguments = args;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
+        // Registered before sending, so a server request the call causes finds it.
+        let registration = self.calls.begin(tool, ctx);
         let handle = match conn
             .peer
             .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
@@ -887,6 +898,7 @@ impl Upstream {
             }
         };
         let id = handle.id.clone();
+        registration.sent(id.clone(), handle.progress_token.clone());
         // Whether the request surely never left Quiver (stdio: its write never completed).
         let unsent =
             |id: &rmcp::model::RequestId| conn.written.as_ref().is_some_and(|w| !w.take(id));
@@ -957,10 +969,95 @@ fn peer_message(e: &ServiceError) -> String {
     }
 }
 
-/// Our rmcp client handler: identifies Quiver and re-lists on `tools/list_changed`.
+/// Our rmcp client handler: identifies Quiver (declaring sampling, elicitation and roots,
+/// which it relays to the downstream client of the call that asked), re-lists on
+/// `tools/list_changed`, and forwards a call's log messages and progress.
 pub(crate) struct Handler {
     up: Weak<Upstream>,
     generation: u64,
+}
+
+/// The capabilities Quiver declares to every upstream: it can relay sampling, elicitation
+/// and roots requests. The connection is shared by all sessions, so the per-call check of
+/// what the calling client declared happens when a request arrives.
+fn relayed_capabilities() -> ClientCapabilities {
+    serde_json::from_value(serde_json::json!({
+        "sampling": {},
+        "elicitation": {"form": {}, "url": {}},
+        "roots": {},
+    }))
+    .unwrap_or_default()
+}
+
+/// The JSON-RPC error an upstream gets when Quiver cannot relay its request.
+fn relay_error(e: ChannelError, method: &str, tool: &str) -> McpError {
+    match e {
+        ChannelError::Client { code, message } => McpError::new(
+            rmcp::model::ErrorCode(i32::try_from(code).unwrap_or(-32603)),
+            message,
+            None,
+        ),
+        ChannelError::Invalid(m) => McpError::invalid_params(m, None),
+        ChannelError::Cancelled => McpError::internal_error(
+            format!("{method} was abandoned: the call to `{tool}` ended or was cancelled"),
+            None,
+        ),
+        ChannelError::Unsupported(m) | ChannelError::Transport(m) => McpError::invalid_request(
+            format!("Quiver could not relay {method} for the call to `{tool}`: {m}"),
+            None,
+        ),
+        other => McpError::internal_error(other.to_string(), None),
+    }
+}
+
+impl Handler {
+    /// Relays a server request to the client of the call it belongs to.
+    async fn relay<F, Fut>(
+        &self,
+        method: &str,
+        context: &RequestContext<RoleClient>,
+        send: F,
+    ) -> Result<Value, McpError>
+    where
+        F: FnOnce(Arc<dyn ClientChannel>) -> Fut,
+        Fut: std::future::Future<Output = Result<Value, ChannelError>>,
+    {
+        let Some(up) = self.up.upgrade() else {
+            return Err(McpError::internal_error("Quiver is shutting down", None));
+        };
+        let entry = match up.calls.route(&Origin::of(&context.extensions)).await {
+            Route::To(e) => e,
+            refused => {
+                let why = refused.refusal(method);
+                // The operator log only: a server could send these without end.
+                tracing::info!(server = %up.cfg.name, route = ?refused, "refused {method}: {why}");
+                return Err(McpError::invalid_request(why, None));
+            }
+        };
+        let Some(channel) = entry.channel.clone() else {
+            return Err(McpError::invalid_request(
+                format!(
+                    "Quiver could not relay {method} for the call to `{}`: the call did not come from an MCP client, so there is nobody to ask",
+                    entry.tool
+                ),
+                None,
+            ));
+        };
+        tokio::select! {
+            r = send(channel) => r.map_err(|e| relay_error(e, method, &entry.tool)),
+            _ = entry.done.cancelled() => Err(relay_error(ChannelError::Cancelled, method, &entry.tool)),
+            _ = context.ct.cancelled() => Err(McpError::internal_error(format!("{method} was cancelled by the server"), None)),
+        }
+    }
+}
+
+fn parse_result<T: serde::de::DeserializeOwned>(method: &str, v: Value) -> Result<T, McpError> {
+    serde_json::from_value(v).map_err(|e| {
+        McpError::internal_error(
+            format!("the client's answer to {method} is not a valid result: {e}"),
+            None,
+        )
+    })
 }
 
 impl ClientHandler for Handler {
@@ -970,9 +1067,94 @@ impl ClientHandler for Handler {
         }
     }
 
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, McpError> {
+        let method = "sampling/createMessage";
+        let params = serde_json::to_value(&params).unwrap_or(Value::Null);
+        let v = self
+            .relay(method, &context, |c| async move {
+                c.create_message(params).await
+            })
+            .await?;
+        parse_result(method, v)
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, McpError> {
+        let method = "elicitation/create";
+        let params = serde_json::to_value(&params).unwrap_or(Value::Null);
+        let v = self
+            .relay(method, &context, |c| async move { c.elicit(params).await })
+            .await?;
+        parse_result(method, v)
+    }
+
+    async fn list_roots(
+        &self,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, McpError> {
+        let method = "roots/list";
+        let v = self
+            .relay(method, &context, |c| async move { c.list_roots().await })
+            .await?;
+        parse_result(method, v)
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let Some(up) = self.up.upgrade() else { return };
+        if let Some(channel) = up
+            .calls
+            .by_progress(&params.progress_token)
+            .and_then(|e| e.channel.clone())
+        {
+            channel
+                .progress(params.progress, params.total, params.message)
+                .await;
+        }
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let Some(up) = self.up.upgrade() else { return };
+        // A notification names no request: it goes to the single call in flight, if any;
+        // otherwise only the operator log sees it.
+        match up.calls.route(&Origin::Unknown).await {
+            Route::To(entry) if entry.channel.is_some() => {
+                if let Some(c) = &entry.channel {
+                    c.log(
+                        crate::server::from_mcp_level(params.level),
+                        params.logger.as_deref(),
+                        params.data,
+                    )
+                    .await;
+                }
+            }
+            _ => tracing::info!(
+                server = %up.cfg.name,
+                level = ?params.level,
+                logger = params.logger.as_deref().unwrap_or(""),
+                "upstream log: {}",
+                params.data
+            ),
+        }
+    }
+
     fn get_info(&self) -> ClientConfig {
         ClientConfig::new(
-            ClientCapabilities::default(),
+            relayed_capabilities(),
             Implementation::new("quiver", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(ProtocolVersion::V_2025_11_25)

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::{
     Shared,
     auth::Principal,
+    channel::{self, PeerChannel, ProgressState},
     from_contract,
     key::{CONVERSATION_HEADER, CONVERSATION_META, KeySources, working_set_key},
     watch::Changes,
@@ -228,6 +229,29 @@ impl ServerHandler for Handler {
         if let Some(t) = &scope.tenant {
             ctx = ctx.with_tenant(t.clone());
         }
+        let progress = context.meta.get_progress_token();
+        let progress_state = Arc::new(ProgressState::default());
+        let protocol = context.protocol_version();
+        let meta_level = context.meta.log_level();
+        let modern = protocol
+            .as_ref()
+            .is_some_and(|v| *v >= rmcp::model::ProtocolVersion::V_2026_07_28);
+        let conn = self.conn.clone();
+        let log_level: Arc<dyn Fn() -> Option<LoggingLevel> + Send + Sync> = match meta_level {
+            Some(l) => Arc::new(move || Some(l)),
+            None => Arc::new(move || *lock(&conn.log_level)),
+        };
+        ctx = ctx.with_client(Arc::new(PeerChannel {
+            peer: context.peer.clone(),
+            request_id: context.id.clone(),
+            progress_token: progress.clone(),
+            progress: progress_state.clone(),
+            features: channel::features(context.client_capabilities().as_ref()),
+            protocol,
+            log_level,
+            // A 2026-07-28 request gets log messages only when it opts in (SEP-2575).
+            logs_allowed: !modern || meta_level.is_some(),
+        }));
         let input = request.arguments.map(Value::Object).unwrap_or(Value::Null);
         let name = request.name;
         // The surface decides what this session may see: a tool its mode does not list
@@ -247,7 +271,6 @@ impl ServerHandler for Handler {
             );
             return Ok(from_contract::call_result(&envelope, &self.shared.options.render).into());
         }
-        let progress = context.meta.get_progress_token();
         let every = self.shared.options.progress_interval;
         let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         let mut ticks = 0u32;
@@ -263,8 +286,14 @@ impl ServerHandler for Handler {
                     cancel.cancel();
                 }
                 _ = ticker.tick(), if progress.is_some() => {
+                    // The heartbeat stops once the tool reports its own progress.
+                    if progress_state.reported.load(std::sync::atomic::Ordering::Acquire) {
+                        continue;
+                    }
                     ticks += 1;
-                    if let Some(token) = &progress {
+                    if let Some(token) = &progress
+                        && progress_state.advance(f64::from(ticks))
+                    {
                         let mut p = ProgressNotificationParam::new(token.clone(), f64::from(ticks));
                         p.message = Some(format!("`{name}` is running ({:.1}s)", (every * ticks).as_secs_f64()));
                         let _ = context.peer.notify_progress(p).await;

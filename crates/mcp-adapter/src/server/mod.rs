@@ -2,6 +2,8 @@
 //! set each request names (see [`key`] for how a request picks its working-set key).
 
 mod auth;
+mod channel;
+pub(crate) use channel::from_mcp_level;
 mod from_contract;
 mod handler;
 mod http;

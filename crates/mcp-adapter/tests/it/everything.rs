@@ -179,10 +179,10 @@ async fn streamable_http_list_and_call() {
 }
 
 /// A fixture server over streamable HTTP; killed and reaped on drop.
-struct HttpFixture(Child);
+pub(crate) struct HttpFixture(Child);
 
 impl HttpFixture {
-    fn spawn_on(port: u16) -> HttpFixture {
+    pub(crate) fn spawn_on(port: u16) -> HttpFixture {
         HttpFixture(
             Command::new(crate::python())
                 .args([crate::fixture(), "--http".into(), port.to_string()])
@@ -201,7 +201,7 @@ impl Drop for HttpFixture {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -209,7 +209,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-async fn listening(port: u16) {
+pub(crate) async fn listening(port: u16) {
     wait_for("the server to listen", Duration::from_secs(30), || {
         TcpStream::connect(("127.0.0.1", port)).is_ok()
     })

@@ -6,6 +6,7 @@ mod everything;
 mod faults;
 mod features;
 mod python_servers;
+mod relay;
 
 use std::{
     future::Future,

@@ -588,3 +588,94 @@ async fn many_sessions_and_calls_never_panic_the_dispatcher() {
         );
     }
 }
+
+/// A client channel that answers sampling with a fixed text and records log messages.
+struct FakeClient {
+    logs: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl quiver_contract::ClientChannel for FakeClient {
+    fn features(&self) -> quiver_contract::ClientFeatures {
+        quiver_contract::ClientFeatures::new(true, false, false)
+    }
+    async fn create_message(
+        &self,
+        params: serde_json::Value,
+    ) -> Result<serde_json::Value, quiver_contract::ChannelError> {
+        Ok(
+            json!({"role": "assistant", "content": {"type": "text", "text": format!("answer to {}", params["q"])}}),
+        )
+    }
+    async fn elicit(
+        &self,
+        _params: serde_json::Value,
+    ) -> Result<serde_json::Value, quiver_contract::ChannelError> {
+        Err(quiver_contract::ChannelError::Unsupported(
+            "no elicitation".into(),
+        ))
+    }
+    async fn list_roots(&self) -> Result<serde_json::Value, quiver_contract::ChannelError> {
+        Err(quiver_contract::ChannelError::Unsupported(
+            "no roots".into(),
+        ))
+    }
+    async fn log(
+        &self,
+        level: quiver_contract::LogLevel,
+        _logger: Option<&str>,
+        data: serde_json::Value,
+    ) {
+        self.logs
+            .lock()
+            .unwrap()
+            .push(format!("{}: {data}", level.as_str()));
+    }
+    async fn progress(&self, _progress: f64, _total: Option<f64>, _message: Option<String>) {}
+}
+
+fn asks_the_client() -> Arc<dyn quiver_contract::Tool> {
+    tool(
+        ToolSpec::new("ask", "Asks the calling client's model.").read_only(),
+        |_, ctx: CallContext| async move {
+            ctx.log(quiver_contract::LogLevel::Info, None, json!("asking"))
+                .await;
+            match ctx.create_message(json!({"q": "why"})).await {
+                Ok(r) => Ok(Envelope::ok(r["content"]["text"].clone())),
+                Err(e) => Err(ToolError::failed(e.to_string())),
+            }
+        },
+    )
+}
+
+#[tokio::test]
+async fn a_composed_call_keeps_the_channel_to_the_calling_client() {
+    let outer = tool(
+        ToolSpec::new("relay", "Calls ask.").read_only(),
+        |_, ctx: CallContext| async move {
+            let inner = ctx.call_tool("ask", json!({})).await;
+            Ok(Envelope::ok(inner.data().cloned().unwrap_or_default()))
+        },
+    );
+    let d = dispatcher(vec![outer, asks_the_client()]);
+    let client = Arc::new(FakeClient {
+        logs: std::sync::Mutex::new(Vec::new()),
+    });
+    let e = d
+        .call("relay", json!({}), ctx().with_client(client.clone()))
+        .await;
+    assert_eq!(e.data().unwrap(), &json!("answer to \"why\""));
+    assert_eq!(*client.logs.lock().unwrap(), vec!["info: \"asking\""]);
+}
+
+#[tokio::test]
+async fn a_call_without_a_client_is_refused_sampling_in_words() {
+    let d = dispatcher(vec![asks_the_client()]);
+    let e = d.call("ask", json!({}), ctx()).await;
+    assert_eq!(e.err_kind(), Some(&ErrKind::ToolFailed));
+    assert!(
+        text(&e).contains("cannot send sampling/createMessage: this call has no MCP client"),
+        "{}",
+        text(&e)
+    );
+}

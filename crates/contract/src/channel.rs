@@ -1,0 +1,138 @@
+//! The port through which a running tool reaches the client that called it: sampling,
+//! elicitation, roots, log messages and progress (MCP's server-to-client traffic). The MCP
+//! server adapter implements it for each `tools/call`; a call that did not come over MCP has
+//! none, and [`CallContext`](crate::CallContext)'s helpers then refuse with a clear error.
+//!
+//! Requests and results are JSON in MCP's wire shape (`sampling/createMessage` params, an
+//! `elicitation/create` params object, ...), so an adapter can forward them verbatim.
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+/// What the calling client declared it can answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientFeatures {
+    /// `sampling/createMessage`.
+    pub sampling: bool,
+    /// `elicitation/create`.
+    pub elicitation: bool,
+    /// `roots/list`.
+    pub roots: bool,
+}
+
+impl ClientFeatures {
+    /// Features with each of the three switched on or off.
+    pub fn new(sampling: bool, elicitation: bool, roots: bool) -> Self {
+        ClientFeatures {
+            sampling,
+            elicitation,
+            roots,
+        }
+    }
+}
+
+/// A log message's severity (RFC 5424, as MCP uses it), least severe first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum LogLevel {
+    /// Debugging detail.
+    Debug,
+    /// Informational.
+    Info,
+    /// Normal but significant.
+    Notice,
+    /// A warning.
+    Warning,
+    /// An error.
+    Error,
+    /// A critical condition.
+    Critical,
+    /// Action must be taken at once.
+    Alert,
+    /// The system is unusable.
+    Emergency,
+}
+
+impl LogLevel {
+    /// The MCP wire name (`debug`, `info`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Notice => "notice",
+            LogLevel::Warning => "warning",
+            LogLevel::Error => "error",
+            LogLevel::Critical => "critical",
+            LogLevel::Alert => "alert",
+            LogLevel::Emergency => "emergency",
+        }
+    }
+
+    /// Parses an MCP wire name.
+    pub fn parse(s: &str) -> Option<LogLevel> {
+        Some(match s {
+            "debug" => LogLevel::Debug,
+            "info" => LogLevel::Info,
+            "notice" => LogLevel::Notice,
+            "warning" => LogLevel::Warning,
+            "error" => LogLevel::Error,
+            "critical" => LogLevel::Critical,
+            "alert" => LogLevel::Alert,
+            "emergency" => LogLevel::Emergency,
+            _ => return None,
+        })
+    }
+}
+
+/// Why a request to the client did not give a result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChannelError {
+    /// The client cannot be asked (no client attached, the capability was not declared, or
+    /// the protocol forbids it); the text says which and what to do.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The request was malformed (its params do not fit the MCP schema).
+    #[error("{0}")]
+    Invalid(String),
+    /// The client answered with a JSON-RPC error.
+    #[error("the client refused the request: {message}")]
+    Client {
+        /// The JSON-RPC error code.
+        code: i64,
+        /// The client's message.
+        message: String,
+    },
+    /// The connection to the client failed or closed before it answered.
+    #[error("{0}")]
+    Transport(String),
+    /// The call was cancelled while waiting for the client.
+    #[error("cancelled while waiting for the client")]
+    Cancelled,
+}
+
+/// A tool's way back to the client that called it. Implemented by the MCP server adapter per
+/// `tools/call`; carried untouched through composition (`CallContext::call_tool`).
+#[async_trait]
+pub trait ClientChannel: Send + Sync {
+    /// What the client declared.
+    fn features(&self) -> ClientFeatures;
+
+    /// `sampling/createMessage`: `params` and the result in MCP's wire shape.
+    async fn create_message(&self, params: Value) -> Result<Value, ChannelError>;
+
+    /// `elicitation/create`: `params` and the result in MCP's wire shape.
+    async fn elicit(&self, params: Value) -> Result<Value, ChannelError>;
+
+    /// `roots/list`: the result (`{"roots": [...]}`).
+    async fn list_roots(&self) -> Result<Value, ChannelError>;
+
+    /// Sends a log message (`notifications/message`) if the client's level admits it.
+    /// Best effort: a message the client cannot take is dropped.
+    async fn log(&self, level: LogLevel, logger: Option<&str>, data: Value);
+
+    /// Reports the call's progress (`notifications/progress`) if the client asked for it.
+    /// Values must increase; best effort.
+    async fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>);
+}

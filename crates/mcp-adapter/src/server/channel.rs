@@ -1,0 +1,314 @@
+//! The [`ClientChannel`] of one `tools/call`: server-to-client requests and notifications
+//! through the session's rmcp peer, tied to the call (its request id, its progress token).
+
+// Sampling, roots and logging are deprecated by SEP-2577; 2025-era clients still use them.
+#![allow(deprecated)]
+
+use std::sync::{
+    Arc, Mutex,
+    atomic::{AtomicBool, Ordering},
+};
+
+use async_trait::async_trait;
+use quiver_contract::{ChannelError, ClientChannel, ClientFeatures, LogLevel};
+use rmcp::{
+    RoleServer,
+    model::{
+        ClientCapabilities, ClientResult, CreateMessageRequest, CreateMessageRequestParams,
+        ElicitRequest, ElicitRequestParams, GetExtensions, ListRootsRequest, LoggingLevel,
+        LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+        RequestId, ServerRequest,
+    },
+    service::{OriginatingRequestId, Peer, PeerRequestOptions, ServiceError},
+};
+use serde_json::Value;
+
+/// The declared features of a client's capabilities.
+pub(crate) fn features(caps: Option<&ClientCapabilities>) -> ClientFeatures {
+    match caps {
+        Some(c) => ClientFeatures::new(
+            c.sampling.is_some(),
+            c.elicitation.is_some(),
+            c.roots.is_some(),
+        ),
+        None => ClientFeatures::default(),
+    }
+}
+
+pub(crate) fn to_mcp_level(level: LogLevel) -> LoggingLevel {
+    match level {
+        LogLevel::Debug => LoggingLevel::Debug,
+        LogLevel::Info => LoggingLevel::Info,
+        LogLevel::Notice => LoggingLevel::Notice,
+        LogLevel::Warning => LoggingLevel::Warning,
+        LogLevel::Error => LoggingLevel::Error,
+        LogLevel::Critical => LoggingLevel::Critical,
+        LogLevel::Alert => LoggingLevel::Alert,
+        _ => LoggingLevel::Emergency,
+    }
+}
+
+pub(crate) fn from_mcp_level(level: LoggingLevel) -> LogLevel {
+    match level {
+        LoggingLevel::Debug => LogLevel::Debug,
+        LoggingLevel::Info => LogLevel::Info,
+        LoggingLevel::Notice => LogLevel::Notice,
+        LoggingLevel::Warning => LogLevel::Warning,
+        LoggingLevel::Error => LogLevel::Error,
+        LoggingLevel::Critical => LogLevel::Critical,
+        LoggingLevel::Alert => LogLevel::Alert,
+        LoggingLevel::Emergency => LogLevel::Emergency,
+    }
+}
+
+/// Progress of one call: the heartbeat and a tool's own reports share the token, and
+/// values must only grow.
+#[derive(Default)]
+pub(crate) struct ProgressState {
+    /// Set by the first progress a tool reports; the heartbeat stops then.
+    pub(crate) reported: AtomicBool,
+    /// The last value sent.
+    pub(crate) last: Mutex<f64>,
+}
+
+impl ProgressState {
+    /// Claims `value` as the next progress value; false if it does not grow.
+    pub(crate) fn advance(&self, value: f64) -> bool {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if value > *last {
+            *last = value;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The channel of one call.
+pub(crate) struct PeerChannel {
+    pub(crate) peer: Peer<RoleServer>,
+    /// The `tools/call` request id: server requests ride its response stream (SEP-2260).
+    pub(crate) request_id: RequestId,
+    pub(crate) progress_token: Option<ProgressToken>,
+    pub(crate) progress: Arc<ProgressState>,
+    pub(crate) features: ClientFeatures,
+    /// The call's protocol version, if known.
+    pub(crate) protocol: Option<ProtocolVersion>,
+    /// The minimum level the client asked for; `None` means it never set one.
+    pub(crate) log_level: Arc<dyn Fn() -> Option<LoggingLevel> + Send + Sync>,
+    /// Whether log messages may be sent at all (a 2026-07-28 request that did not opt in
+    /// with `io.modelcontextprotocol/logLevel` gets none).
+    pub(crate) logs_allowed: bool,
+}
+
+impl PeerChannel {
+    fn modern(&self) -> bool {
+        self.protocol
+            .as_ref()
+            .is_some_and(|v| *v >= ProtocolVersion::V_2026_07_28)
+    }
+
+    fn check(&self, method: &str, declared: bool, capability: &str) -> Result<(), ChannelError> {
+        if self.modern() {
+            return Err(ChannelError::Unsupported(format!(
+                "cannot send {method}: the client speaks MCP 2026-07-28, which forbids server-to-client requests, and Quiver does not relay them as InputRequiredResult yet; connect with a 2025-era protocol (2025-11-25) to use {capability}"
+            )));
+        }
+        if !declared {
+            return Err(ChannelError::Unsupported(format!(
+                "cannot send {method}: the MCP client did not declare the `{capability}` capability"
+            )));
+        }
+        Ok(())
+    }
+
+    async fn send(&self, mut request: ServerRequest) -> Result<Value, ChannelError> {
+        request
+            .extensions_mut()
+            .insert(OriginatingRequestId(self.request_id.clone()));
+        // rmcp stamps a request sent from inside a request handler with that handler's
+        // request id, over ours; a relayed request runs inside the *upstream's* handler, in
+        // another id space. Task-locals do not cross a spawn, so ours survives there.
+        let peer = self.peer.clone();
+        let queued = tokio::spawn(async move {
+            peer.send_request_with_option(request, PeerRequestOptions::no_options())
+                .await
+        })
+        .await
+        .map_err(|e| ChannelError::Transport(format!("the request was not queued: {e}")))?;
+        let outcome = match queued {
+            Ok(handle) => handle.await_response().await,
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(ClientResult::EmptyResult(_)) => Err(ChannelError::Transport(
+                "the client answered with an empty result".into(),
+            )),
+            Ok(result) => serde_json::to_value(&result)
+                .map_err(|e| ChannelError::Transport(format!("unreadable client result: {e}"))),
+            Err(ServiceError::McpError(e)) => Err(ChannelError::Client {
+                code: i64::from(e.code.0),
+                message: e.message.to_string(),
+            }),
+            Err(ServiceError::Cancelled { .. }) => Err(ChannelError::Cancelled),
+            Err(e) => Err(ChannelError::Transport(format!(
+                "the request to the client failed: {e}"
+            ))),
+        }
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(method: &str, params: Value) -> Result<T, ChannelError> {
+    serde_json::from_value(params)
+        .map_err(|e| ChannelError::Invalid(format!("invalid {method} params: {e}")))
+}
+
+#[async_trait]
+impl ClientChannel for PeerChannel {
+    fn features(&self) -> ClientFeatures {
+        if self.modern() {
+            ClientFeatures::default()
+        } else {
+            self.features
+        }
+    }
+
+    async fn create_message(&self, params: Value) -> Result<Value, ChannelError> {
+        let method = "sampling/createMessage";
+        self.check(method, self.features.sampling, "sampling")?;
+        let params: CreateMessageRequestParams = parse(method, params)?;
+        self.send(ServerRequest::CreateMessageRequest(
+            CreateMessageRequest::new(params),
+        ))
+        .await
+    }
+
+    async fn elicit(&self, params: Value) -> Result<Value, ChannelError> {
+        let method = "elicitation/create";
+        self.check(method, self.features.elicitation, "elicitation")?;
+        let params: ElicitRequestParams = parse(method, params)?;
+        self.send(ServerRequest::ElicitRequest(ElicitRequest::new(params)))
+            .await
+    }
+
+    async fn list_roots(&self) -> Result<Value, ChannelError> {
+        self.check("roots/list", self.features.roots, "roots")?;
+        self.send(ServerRequest::ListRootsRequest(ListRootsRequest {
+            method: Default::default(),
+            extensions: Default::default(),
+        }))
+        .await
+    }
+
+    async fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
+        if !self.logs_allowed {
+            return;
+        }
+        let level = to_mcp_level(level);
+        if let Some(min) = (self.log_level)()
+            && level_rank(level) < level_rank(min)
+        {
+            return;
+        }
+        let mut p = LoggingMessageNotificationParam::new(level, data);
+        if let Some(l) = logger {
+            p = p.with_logger(l);
+        }
+        if let Err(e) = self.peer.notify_logging_message(p).await {
+            tracing::debug!(error = %e, "a log message was not delivered");
+        }
+    }
+
+    async fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
+        let Some(token) = &self.progress_token else {
+            return;
+        };
+        self.progress.reported.store(true, Ordering::Release);
+        if !self.progress.advance(progress) {
+            return;
+        }
+        let mut p = ProgressNotificationParam::new(token.clone(), progress);
+        p.total = total;
+        p.message = message;
+        if let Err(e) = self.peer.notify_progress(p).await {
+            tracing::debug!(error = %e, "a progress notification was not delivered");
+        }
+    }
+}
+
+/// Orders levels by severity (rmcp's enum is in that order, but says nothing about it).
+pub(crate) fn level_rank(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_only_grows() {
+        let p = ProgressState::default();
+        assert!(p.advance(1.0));
+        assert!(!p.advance(1.0));
+        assert!(!p.advance(0.5));
+        assert!(p.advance(2.5));
+    }
+
+    #[test]
+    fn levels_order_by_severity() {
+        assert!(level_rank(LoggingLevel::Debug) < level_rank(LoggingLevel::Info));
+        assert!(level_rank(LoggingLevel::Warning) < level_rank(LoggingLevel::Emergency));
+        for l in [
+            LogLevel::Debug,
+            LogLevel::Notice,
+            LogLevel::Critical,
+            LogLevel::Emergency,
+        ] {
+            assert_eq!(from_mcp_level(to_mcp_level(l)), l);
+        }
+    }
+
+    /// The elicitation schemas of the conformance suite survive rmcp's typed params intact,
+    /// so a request forwarded through Quiver reaches the client as the tool wrote it.
+    #[test]
+    fn elicitation_schemas_round_trip() {
+        for params in [
+            serde_json::json!({
+                "message": "defaults",
+                "requestedSchema": {"type": "object", "properties": {
+                    "name": {"type": "string", "default": "John Doe"},
+                    "age": {"type": "integer", "default": 30},
+                    "score": {"type": "number", "default": 95.5},
+                    "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
+                    "verified": {"type": "boolean", "default": true}
+                }}
+            }),
+            serde_json::json!({
+                "message": "enums",
+                "requestedSchema": {"type": "object", "properties": {
+                    "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+                    "titledSingle": {"type": "string", "oneOf": [{"const": "value1", "title": "First Option"}, {"const": "value2", "title": "Second Option"}]},
+                    "legacyEnum": {"type": "string", "enum": ["opt1", "opt2", "opt3"], "enumNames": ["Option One", "Option Two", "Option Three"]},
+                    "untitledMulti": {"type": "array", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+                    "titledMulti": {"type": "array", "items": {"anyOf": [{"const": "value1", "title": "First Choice"}, {"const": "value2", "title": "Second Choice"}]}}
+                }}
+            }),
+        ] {
+            let typed: ElicitRequestParams = parse("elicitation/create", params.clone()).unwrap();
+            let back = serde_json::to_value(&typed).unwrap();
+            assert_eq!(
+                back["requestedSchema"]["properties"], params["requestedSchema"]["properties"],
+                "{params}"
+            );
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! Server-to-client traffic of an upstream (the Python fixture's `talkback`: a log message,
+//! a sampling request, progress) relayed to the calling client's channel, over stdio (no
+//! association on the wire: the single call in flight) and streamable HTTP (the request
+//! rides the call's SSE stream).
+
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use quiver_contract::{
+    CallContext, ChannelError, ClientChannel, ClientFeatures, Envelope, LogLevel,
+};
+use quiver_mcp_adapter::ServerConfig;
+use quiver_registry::Catalog;
+use serde_json::{Value, json};
+
+use crate::{
+    close_and_check,
+    everything::{HttpFixture, free_port, listening},
+    fixture_server, ready, start, text_of, within,
+};
+
+/// The downstream client as the upstream sees it through Quiver: answers sampling when it
+/// declared it, and records what reached it.
+struct Recorder {
+    sampling: bool,
+    seen: Mutex<Vec<String>>,
+}
+
+impl Recorder {
+    fn new(sampling: bool) -> Arc<Recorder> {
+        Arc::new(Recorder {
+            sampling,
+            seen: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+#[async_trait]
+impl ClientChannel for Recorder {
+    fn features(&self) -> ClientFeatures {
+        ClientFeatures::new(self.sampling, false, false)
+    }
+    async fn create_message(&self, params: Value) -> Result<Value, ChannelError> {
+        if !self.sampling {
+            return Err(ChannelError::Unsupported(
+                "the MCP client did not declare the `sampling` capability".into(),
+            ));
+        }
+        let question = params["messages"][0]["content"]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        self.seen
+            .lock()
+            .unwrap()
+            .push(format!("sampling: {question}"));
+        Ok(json!({
+            "role": "assistant",
+            "content": {"type": "text", "text": format!("42, about {question}")},
+            "model": "recorder"
+        }))
+    }
+    async fn elicit(&self, _params: Value) -> Result<Value, ChannelError> {
+        Err(ChannelError::Unsupported("no elicitation here".into()))
+    }
+    async fn list_roots(&self) -> Result<Value, ChannelError> {
+        Err(ChannelError::Unsupported("no roots here".into()))
+    }
+    async fn log(&self, level: LogLevel, _logger: Option<&str>, data: Value) {
+        self.seen
+            .lock()
+            .unwrap()
+            .push(format!("log {}: {}", level.as_str(), data));
+    }
+    async fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
+        self.seen.lock().unwrap().push(format!(
+            "progress {progress}/{total:?}: {}",
+            message.unwrap_or_default()
+        ));
+    }
+}
+
+async fn talkback(catalog: &Catalog, name: &str, client: Arc<Recorder>) -> Envelope {
+    let entry = catalog
+        .lookup(name)
+        .unwrap_or_else(|| panic!("{name} is not in the catalog: {:?}", catalog.names()));
+    let ctx = CallContext::for_session("relay-test").with_client(client);
+    let call = entry.tool.call(json!({"question": "life"}), &ctx);
+    match within(Duration::from_secs(30), call).await {
+        Ok(env) => env,
+        Err(e) => Envelope::from(e),
+    }
+}
+
+async fn relays_to_the_calling_client(catalog: &Catalog, name: &str) {
+    let client = Recorder::new(true);
+    let env = talkback(catalog, name, client.clone()).await;
+    assert!(
+        text_of(&env).contains("the client said: 42, about life"),
+        "{env:?}"
+    );
+    let seen = client.seen();
+    assert!(seen.contains(&"sampling: life".to_owned()), "{seen:?}");
+    assert!(
+        seen.iter().any(|s| s.starts_with("progress 1/Some(2.0)")),
+        "{seen:?}"
+    );
+    // The log message went out before the sampling request, on the same connection; it
+    // reached this call's client (the only call in flight), not the operator log.
+    assert!(
+        seen.contains(&"log info: \"asking: life\"".to_owned()),
+        "{seen:?}"
+    );
+
+    let refusing = Recorder::new(false);
+    let env = talkback(catalog, name, refusing.clone()).await;
+    assert!(
+        env.is_err() && text_of(&env).contains("did not declare the `sampling` capability"),
+        "{env:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_upstream_requests_reach_the_calling_client() {
+    let (catalog, client) = start(
+        &[fixture_server("fx", "normal").required()],
+        Default::default(),
+    );
+    ready(&client).await;
+    relays_to_the_calling_client(&catalog, "mcp__fx__talkback").await;
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_upstream_requests_reach_the_calling_client() {
+    let port = free_port();
+    let server = HttpFixture::spawn_on(port);
+    listening(port).await;
+    let (catalog, client) = start(
+        &[ServerConfig::http("pyweb", format!("http://127.0.0.1:{port}/mcp")).required()],
+        Default::default(),
+    );
+    ready(&client).await;
+    relays_to_the_calling_client(&catalog, "mcp__pyweb__talkback").await;
+    close_and_check(&client).await;
+    drop(server);
+}

@@ -5,18 +5,59 @@
 //! through Quiver's dispatcher, with arguments made from each tool's input schema.
 //!
 //! Nothing here depends on the scenario's name: what a scenario checks (the handshake, a tool
-//! call, SSE reconnection) is what the client does for any server. Each call's rendered
-//! envelope goes to stdout; the exit code is 1 when the server could not be reached or a call
-//! ended in an error envelope.
+//! call, SSE reconnection, elicitation defaults) is what the client does for any server. The
+//! calls carry a client channel standing in for a downstream MCP client whose user accepts
+//! every elicitation without typing anything (so Quiver must apply the schema's defaults,
+//! SEP-1034) and that offers no sampling or roots. Each call's rendered envelope goes to
+//! stdout; the exit code is 1 when the server could not be reached or a call ended in an error
+//! envelope.
 
 use std::{process::ExitCode, sync::Arc, time::Duration};
 
-use quiver_contract::{CallContext, RenderOptions, render};
+use async_trait::async_trait;
+use quiver_contract::{
+    CallContext, ChannelError, ClientChannel, ClientFeatures, LogLevel, RenderOptions, render,
+};
 use quiver_mcp_adapter::{ClientOptions, Liveness, McpClient, ServerConfig, validate_all};
 use quiver_registry::{Catalog, Dispatcher};
 use serde_json::{Map, Value, json};
 
 const SERVER: &str = "conformance";
+
+/// The stand-in downstream client: accepts elicitations as they come, nothing else.
+struct AcceptingClient;
+
+#[async_trait]
+impl ClientChannel for AcceptingClient {
+    fn features(&self) -> ClientFeatures {
+        ClientFeatures::new(false, true, false)
+    }
+
+    async fn create_message(&self, _params: Value) -> Result<Value, ChannelError> {
+        Err(ChannelError::Unsupported(
+            "this client offers no sampling".into(),
+        ))
+    }
+
+    async fn elicit(&self, params: Value) -> Result<Value, ChannelError> {
+        eprintln!("elicitation: {params}");
+        Ok(json!({"action": "accept", "content": {}}))
+    }
+
+    async fn list_roots(&self) -> Result<Value, ChannelError> {
+        Err(ChannelError::Unsupported(
+            "this client offers no roots".into(),
+        ))
+    }
+
+    async fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
+        eprintln!("log {} {}: {data}", level.as_str(), logger.unwrap_or("-"));
+    }
+
+    async fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
+        eprintln!("progress {progress}/{total:?} {message:?}");
+    }
+}
 
 /// A value for one property of an input schema: its default, else its first enum member,
 /// else a plain value of its type.
@@ -90,6 +131,7 @@ async fn main() -> ExitCode {
     }
     let dispatcher = Dispatcher::new(catalog.clone());
     let prefix = format!("mcp__{SERVER}__");
+    let channel: Arc<dyn ClientChannel> = Arc::new(AcceptingClient);
     let mut failed = false;
     for entry in catalog.tools() {
         let name = entry.spec.name.clone();
@@ -98,7 +140,11 @@ async fn main() -> ExitCode {
         }
         let args = arguments(&entry.spec.input_schema);
         let envelope = dispatcher
-            .call(&name, args.clone(), CallContext::for_session("conformance"))
+            .call(
+                &name,
+                args.clone(),
+                CallContext::for_session("conformance").with_client(channel.clone()),
+            )
             .await;
         println!(
             "{name} {args}\n{}",

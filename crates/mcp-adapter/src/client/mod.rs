@@ -13,6 +13,7 @@ mod child;
 mod classify;
 mod config;
 mod delivery;
+mod elicit;
 mod http;
 mod meta;
 mod route;

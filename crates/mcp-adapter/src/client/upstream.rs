@@ -1089,9 +1089,11 @@ impl ClientHandler for Handler {
     ) -> Result<ElicitResult, McpError> {
         let method = "elicitation/create";
         let params = serde_json::to_value(&params).unwrap_or(Value::Null);
-        let v = self
+        let asked = params.clone();
+        let mut v = self
             .relay(method, &context, |c| async move { c.elicit(params).await })
             .await?;
+        super::elicit::apply_defaults(&asked, &mut v);
         parse_result(method, v)
     }
 

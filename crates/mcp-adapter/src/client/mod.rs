@@ -15,6 +15,7 @@ mod config;
 mod delivery;
 mod http;
 mod meta;
+mod passthrough;
 mod to_contract;
 mod tool;
 mod upstream;
@@ -123,6 +124,8 @@ pub(crate) struct Shared {
     closed: CancellationToken,
     servers: Mutex<BTreeMap<String, Arc<Upstream>>>,
     meta_registered: Mutex<bool>,
+    /// What `quiver serve` passes through: routing indexes and subscription counts.
+    passthrough: passthrough::State,
 }
 
 impl Shared {
@@ -171,6 +174,7 @@ impl McpClient {
                 closed: CancellationToken::new(),
                 servers: Mutex::new(BTreeMap::new()),
                 meta_registered: Mutex::new(false),
+                passthrough: passthrough::State::default(),
             }),
         }
     }
@@ -204,6 +208,7 @@ impl McpClient {
             )));
         }
         let weak = Arc::downgrade(&self.shared);
+        let name = server.name.clone();
         let up = Upstream::new(
             server,
             self.shared.opts.clone(),
@@ -213,8 +218,10 @@ impl McpClient {
             Box::new(move || {
                 if let Some(shared) = weak.upgrade() {
                     meta::ensure_registered(&shared);
+                    passthrough::resubscribe(&shared, &name);
                 }
             }),
+            self.shared.passthrough.updates.clone(),
         );
         servers.insert(up.name().to_owned(), up.clone());
         drop(servers);

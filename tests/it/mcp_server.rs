@@ -259,24 +259,35 @@ async fn sigterm_stops_quiver_serve_cleanly() {
     );
 }
 
-fn conformance_cli() -> PathBuf {
-    let cli = peers().join("npm/node_modules/.bin/conformance");
-    assert!(
-        cli.exists(),
-        "{} is missing: run `bash .ci/setup-peers` to install the MCP conformance suite",
-        cli.display()
-    );
-    cli
+/// The conformance suite's prefix (`.ci/setup-peers` installs the suite and the Node it
+/// needs, npm's `node@22`, there).
+fn conformance_prefix() -> PathBuf {
+    let prefix = peers().join("conformance/node_modules/.bin");
+    for bin in ["conformance", "node"] {
+        assert!(
+            prefix.join(bin).exists(),
+            "{} is missing: run `bash .ci/setup-peers` to install the MCP conformance suite and Node 22",
+            prefix.join(bin).display()
+        );
+    }
+    prefix
 }
 
-/// Runs the official MCP conformance suite's server scenarios against `url`, checked
+/// Runs the official MCP conformance suite (0.1.16) server scenarios against `url`, checked
 /// against the baseline of scenarios Quiver does not serve yet (sampling, elicitation and
 /// logging from inside a tool call); returns the summary.
 async fn conformance(url: &str, run: &str) -> String {
     let out_dir =
         std::env::temp_dir().join(format!("quiver-conformance-{}-{run}", std::process::id()));
     let baseline = repo_root().join("tests/fixtures/conformance/server-expected-failures.yml");
-    let child = Command::new(conformance_cli())
+    let bin = conformance_prefix();
+    // The suite's `#!/usr/bin/env node` must find Node 22, not an older system Node.
+    let path = std::env::join_paths(std::iter::once(bin.clone()).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .expect("a valid PATH");
+    let child = Command::new(bin.join("conformance"))
+        .env("PATH", path)
         .args(["server", "--url", url, "--expected-failures"])
         .arg(&baseline)
         .arg("-o")

@@ -313,7 +313,12 @@ impl McpClient {
                 .await
             })
             .await?;
+        // The index is rebuilt from this listing; a server that did not answer keeps its
+        // earlier entries, so the index stays bounded by the list cap per server.
         let mut owners = lock(&self.shared.passthrough.owners);
+        let listed: std::collections::HashSet<String> =
+            lists.iter().map(|(up, _)| up.name().to_owned()).collect();
+        owners.retain(|_, server| !listed.contains(server.as_str()));
         let mut out = Vec::new();
         for (up, items) in lists {
             for item in items {

@@ -4,7 +4,20 @@
 //! conformance suite's tools, including those that log, sample and elicit through the call's
 //! client channel.
 //!
-//! Usage: `quiver-fixture-server [--auth JSON] [--progress-ms N]`; prints the URL on stdout.
+//! Usage: `quiver-fixture-server [--auth JSON] [--progress-ms N] [--upstream stdio|http]
+//! [--upstream quiver-stdio --quiver BIN]`; prints the URL on stdout. With `--upstream`, the
+//! conformance suite's resources, prompts and completions come from a second fixture
+//! process, an upstream MCP server reached over that transport through Quiver's MCP client
+//! (prompts configured `bare_prompts`), and pass through to this server's clients. With
+//! `quiver-stdio`, that upstream is `BIN serve --stdio` (the real `quiver`), itself
+//! configured with the content fixture as its upstream: the content passes through two
+//! Quiver servers, one of them on stdio.
+//!
+//! `quiver-fixture-server --content-upstream stdio|http` is that upstream: a Quiver MCP
+//! server (core tools only) serving the conformance content itself (`fixture_content.rs`).
+
+#[path = "fixture_content.rs"]
+mod content;
 
 use std::{sync::Arc, time::Duration};
 
@@ -14,11 +27,16 @@ use quiver_contract::{
     CallContext, ChannelError, Envelope, LogLevel, Part, Tool, ToolError, ToolResult, ToolSpec,
 };
 use quiver_host::{Families, assemble_catalog, serve};
-use quiver_mcp_adapter::{InboundAuth, ServerOptions};
+use quiver_mcp_adapter::{
+    ClientOptions, ContentSource, InboundAuth, McpClient, ServerConfig, ServerOptions, validate_all,
+};
 use quiver_registry::{Catalog, Dispatcher};
 use quiver_surface::{MemoryUsage, Surface, SurfaceConfig, core_tools};
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use tokio::{
+    io::{AsyncBufReadExt, BufReader},
+    sync::watch,
+};
 
 struct Weather(ToolSpec);
 
@@ -124,8 +142,9 @@ impl Tool for Fixed {
     }
 }
 
-// A 1x1 PNG and a tiny WAV, base64.
-const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+use content::PNG;
+
+// A tiny WAV, base64.
 const WAV: &str = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQAAAAA=";
 
 fn image() -> Part {
@@ -481,6 +500,88 @@ fn fixture_tools() -> Vec<Arc<dyn Tool>> {
     ]
 }
 
+/// The conformance content served by a second fixture process, reached over `kind`
+/// (`stdio` or `http`) through Quiver's MCP client; returns the client and, for http, the
+/// child to keep alive.
+async fn content_upstream(
+    catalog: &Arc<Catalog>,
+    kind: &str,
+    quiver: Option<&str>,
+) -> anyhow::Result<(McpClient, Option<tokio::process::Child>)> {
+    let exe = std::env::current_exe().context("locating the fixture binary")?;
+    let mut child = None;
+    let mut config = match kind {
+        "quiver-stdio" => {
+            let quiver = quiver.context("--upstream quiver-stdio needs --quiver BIN")?;
+            let dir = std::env::temp_dir().join(format!("quiver-fixture-{}", std::process::id()));
+            std::fs::create_dir_all(&dir)?;
+            let toml = format!(
+                "[store]\npath = {db:?}\n\n[[mcp.servers]]\nname = \"conformance\"\ncommand = {exe:?}\nargs = [\"--content-upstream\", \"stdio\"]\nbare_prompts = true\nrequired = true\n",
+                db = dir.join("quiver.db").to_string_lossy(),
+                exe = exe.to_string_lossy(),
+            );
+            let path = dir.join("quiver.toml");
+            std::fs::write(&path, toml)?;
+            ServerConfig::stdio(
+                "quiver",
+                quiver,
+                vec![
+                    "--config".into(),
+                    path.to_string_lossy().into_owned(),
+                    "serve".into(),
+                    "--stdio".into(),
+                ],
+            )
+            .with_cwd(dir)
+        }
+        "stdio" => ServerConfig::stdio(
+            "conformance",
+            exe.to_string_lossy(),
+            vec!["--content-upstream".into(), "stdio".into()],
+        ),
+        "http" => {
+            // Its stdin stays open while this process lives: it exits when the pipe closes,
+            // even if this process is killed without running any destructor.
+            let mut c = tokio::process::Command::new(&exe)
+                .args(["--content-upstream", "http"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::inherit())
+                .kill_on_drop(true)
+                .spawn()
+                .context("starting the content upstream")?;
+            let stdout = c.stdout.take().context("its stdout")?;
+            let url = tokio::time::timeout(
+                Duration::from_secs(30),
+                BufReader::new(stdout).lines().next_line(),
+            )
+            .await
+            .context("the content upstream did not print its URL in 30 s")??
+            .context("the content upstream exited before printing its URL")?;
+            child = Some(c);
+            ServerConfig::http("conformance", url)
+        }
+        other => anyhow::bail!("--upstream takes stdio, http or quiver-stdio, not {other}"),
+    };
+    config.bare_prompts = true;
+    config.allow_tools = Some(Vec::new());
+    config.required = true;
+    let servers = validate_all(&[config], &|_| None)?;
+    let client = McpClient::start(catalog.clone(), servers, ClientOptions::default());
+    client.wait_ready(Duration::from_secs(30)).await?;
+    Ok((client, child))
+}
+
+fn catalog_and_surface() -> anyhow::Result<(Arc<Catalog>, Arc<Surface>)> {
+    let catalog = Arc::new(Catalog::new());
+    let surface = Surface::new(
+        catalog.clone(),
+        SurfaceConfig::default(),
+        Arc::new(MemoryUsage::new([])),
+    )?;
+    Ok((catalog, surface))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -491,6 +592,9 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let mut options = ServerOptions::default();
+    let mut upstream = None;
+    let mut quiver = None;
+    let mut content_mode = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let value = args
@@ -504,15 +608,39 @@ async fn main() -> anyhow::Result<()> {
             "--progress-ms" => {
                 options = options.with_progress_interval(Duration::from_millis(value.parse()?));
             }
+            "--upstream" => upstream = Some(value),
+            "--quiver" => quiver = Some(value),
+            "--content-upstream" => content_mode = Some(value),
             other => anyhow::bail!("unknown argument {other}"),
         }
     }
-    let catalog = Arc::new(Catalog::new());
-    let surface = Surface::new(
-        catalog.clone(),
-        SurfaceConfig::default(),
-        Arc::new(MemoryUsage::new([])),
-    )?;
+    let listen = "127.0.0.1:0".parse()?;
+    if let Some(mode) = content_mode {
+        let (catalog, surface) = catalog_and_surface()?;
+        let mut families = Families::default();
+        families.core = core_tools(&surface);
+        assemble_catalog(&catalog, families)?;
+        surface.resync_index();
+        let dispatcher = Dispatcher::builder(catalog)
+            .observer(surface.clone())
+            .build();
+        let transport = match mode.as_str() {
+            "stdio" => serve::Transport::Stdio,
+            "http" => {
+                // Started by a fixture server that holds our stdin: its end is our end.
+                tokio::spawn(async {
+                    let mut sink = tokio::io::sink();
+                    let _ = tokio::io::copy(&mut tokio::io::stdin(), &mut sink).await;
+                    std::process::exit(0);
+                });
+                serve::Transport::Http(listen)
+            }
+            other => anyhow::bail!("--content-upstream takes stdio or http, not {other}"),
+        };
+        let content: Arc<dyn ContentSource> = content::FixtureContent::start();
+        return serve::serve(surface, dispatcher, transport, options, None, Some(content)).await;
+    }
+    let (catalog, surface) = catalog_and_surface()?;
     let mut families = Families::default();
     families.core = core_tools(&surface);
     families.custom = fixture_tools();
@@ -520,17 +648,31 @@ async fn main() -> anyhow::Result<()> {
     families.custom.extend(talkback_tools());
     families.custom.push(register_tool(&catalog));
     assemble_catalog(&catalog, families)?;
+    let (client, _child) = match &upstream {
+        Some(kind) => {
+            let (client, child) = content_upstream(&catalog, kind, quiver.as_deref()).await?;
+            (Some(client), child)
+        }
+        None => (None, None),
+    };
     surface.resync_index();
     let dispatcher = Dispatcher::builder(catalog)
         .observer(surface.clone())
         .build();
-    let listen = "127.0.0.1:0".parse()?;
-    serve::serve(
+    let content = client
+        .clone()
+        .map(|c| Arc::new(c) as Arc<dyn ContentSource>);
+    let served = serve::serve(
         surface,
         dispatcher,
         serve::Transport::Http(listen),
         options,
         None,
+        content,
     )
-    .await
+    .await;
+    if let Some(client) = client {
+        client.close().await;
+    }
+    served
 }

@@ -4,9 +4,7 @@
 
 use std::{path::PathBuf, process::Stdio, time::Duration};
 
-use tokio::process::Command;
-
-use crate::mcp_server::{conformance_cli, repo_root};
+use crate::mcp_server::{conformance_command, repo_root};
 
 /// The client scenarios issue 6 names.
 const SCENARIOS: [&str; 4] = [
@@ -23,7 +21,7 @@ async fn run(scenario: &str) -> (bool, String) {
         "quiver-conformance-client-{}-{scenario}",
         std::process::id()
     ));
-    let child = Command::new(conformance_cli())
+    let child = conformance_command()
         .arg("client")
         .arg("--command")
         .arg(&wrapper)

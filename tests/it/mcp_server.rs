@@ -28,11 +28,14 @@ pub(crate) fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-fn python() -> PathBuf {
-    let peers = std::env::var_os("QUIVER_PEERS")
+fn peers() -> PathBuf {
+    std::env::var_os("QUIVER_PEERS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".peers"));
-    let py = peers.join("venv/bin/python");
+        .unwrap_or_else(|| repo_root().join(".peers"))
+}
+
+fn python() -> PathBuf {
+    let py = peers().join("venv/bin/python");
     assert!(
         py.exists(),
         "{} is missing: run `bash .ci/setup-peers` to install the Python MCP client",
@@ -142,10 +145,15 @@ impl Server {
 
 /// Runs a fixture script with the venv's Python; a failing script fails the test.
 async fn run_script(script: &str, args: &[&str]) {
+    run_script_with_env(script, args, &[]).await;
+}
+
+async fn run_script_with_env(script: &str, args: &[&str], env: &[(&str, &str)]) {
     let path = repo_root().join("tests/fixtures/mcp_server").join(script);
     let child = Command::new(python())
         .arg(&path)
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(fresh_dir())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -252,11 +260,8 @@ async fn sigterm_stops_quiver_serve_cleanly() {
 }
 
 /// An `mcpServers` file naming server-everything (npm) over stdio as `everything`.
-fn everything_config() -> PathBuf {
-    let peers = std::env::var_os("QUIVER_PEERS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".peers"));
-    let everything = peers.join("npm/node_modules/.bin/mcp-server-everything");
+fn everything_mcp_json() -> PathBuf {
+    let everything = peers().join("npm/node_modules/.bin/mcp-server-everything");
     assert!(
         everything.exists(),
         "{} is missing: run `bash .ci/setup-peers`",
@@ -276,7 +281,7 @@ fn everything_config() -> PathBuf {
 /// to the downstream client whose call caused them (HTTP session -> stdio upstream).
 #[tokio::test]
 async fn server_requests_reach_the_calling_client_through_quiver() {
-    let config = everything_config();
+    let config = everything_mcp_json();
     let config = config.to_str().expect("utf-8 path");
     let server = Server::start(
         quiver_binary(),
@@ -289,7 +294,7 @@ async fn server_requests_reach_the_calling_client_through_quiver() {
 /// A client that declared no sampling gets a clear refusal through the upstream tool's error.
 #[tokio::test]
 async fn sampling_is_refused_for_a_client_that_did_not_declare_it() {
-    let config = everything_config();
+    let config = everything_mcp_json();
     let config = config.to_str().expect("utf-8 path");
     let server = Server::start(
         quiver_binary(),
@@ -307,30 +312,42 @@ async fn sampling_is_refused_in_words_on_the_stateless_era() {
     run_script("relay.py", &[&server.url, "--stateless-fixture"]).await;
 }
 
-pub(crate) fn conformance_cli() -> PathBuf {
-    let peers = std::env::var_os("QUIVER_PEERS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".peers"));
-    let cli = peers.join("npm/node_modules/.bin/conformance");
-    assert!(
-        cli.exists(),
-        "{} is missing: run `bash .ci/setup-peers` to install the MCP conformance suite",
-        cli.display()
-    );
-    cli
+/// The conformance suite's prefix (`.ci/setup-peers` installs the suite and the Node it
+/// needs, npm's `node@22`, there).
+fn conformance_prefix() -> PathBuf {
+    let prefix = peers().join("conformance/node_modules/.bin");
+    for bin in ["conformance", "node"] {
+        assert!(
+            prefix.join(bin).exists(),
+            "{} is missing: run `bash .ci/setup-peers` to install the MCP conformance suite and Node 22",
+            prefix.join(bin).display()
+        );
+    }
+    prefix
 }
 
-/// The official MCP conformance suite's server scenarios against the fixture server (the
-/// built-ins plus the suite's fixture tools, including those that log, sample and elicit),
-/// checked against a baseline of the scenarios Quiver does not serve (resources, prompts,
-/// completions).
-#[tokio::test]
-async fn the_conformance_suite_passes_outside_its_baseline() {
-    let server = Server::start(fixture_binary(), &["--progress-ms", "100"]).await;
-    let out_dir = std::env::temp_dir().join(format!("quiver-conformance-{}", std::process::id()));
+/// The conformance CLI, with Node 22 first on its PATH (the suite's `#!/usr/bin/env node`
+/// must not find an older system Node).
+pub(crate) fn conformance_command() -> Command {
+    let bin = conformance_prefix();
+    let path = std::env::join_paths(std::iter::once(bin.clone()).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .expect("a valid PATH");
+    let mut cmd = Command::new(bin.join("conformance"));
+    cmd.env("PATH", path);
+    cmd
+}
+
+/// Runs the official MCP conformance suite (0.1.16) server scenarios against `url`, checked
+/// against the baseline of scenarios Quiver does not serve yet (sampling, elicitation and
+/// logging from inside a tool call); returns the summary.
+async fn conformance(url: &str, run: &str) -> String {
+    let out_dir =
+        std::env::temp_dir().join(format!("quiver-conformance-{}-{run}", std::process::id()));
     let baseline = repo_root().join("tests/fixtures/conformance/server-expected-failures.yml");
-    let child = Command::new(conformance_cli())
-        .args(["server", "--url", &server.url, "--expected-failures"])
+    let child = conformance_command()
+        .args(["server", "--url", url, "--expected-failures"])
         .arg(&baseline)
         .arg("-o")
         .arg(&out_dir)
@@ -344,12 +361,75 @@ async fn the_conformance_suite_passes_outside_its_baseline() {
         .expect("the conformance suite finishes in 300 s")
         .expect("the conformance CLI runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let summary = stdout.split("=== SUMMARY ===").nth(1).unwrap_or(&stdout);
-    println!("{summary}");
+    let summary = stdout
+        .split("=== SUMMARY ===")
+        .nth(1)
+        .unwrap_or(&stdout)
+        .to_owned();
+    println!("{run}:{summary}");
     assert!(
         out.status.success(),
-        "conformance failures outside the baseline:\n{summary}\n{}",
+        "conformance failures outside the baseline ({run}):\n{summary}\n{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    summary
+}
+
+/// The suite over streamable HTTP against the fixture server, whose resources, prompts and
+/// completions come from an upstream fixture connected over stdio and pass through
+/// Quiver's MCP client.
+#[tokio::test]
+async fn the_conformance_suite_passes_with_a_stdio_upstream() {
+    let server = Server::start(
+        fixture_binary(),
+        &["--progress-ms", "100", "--upstream", "stdio"],
+    )
+    .await;
+    let summary = conformance(&server.url, "stdio-upstream").await;
+    assert!(
+        summary.contains("resources-read-binary: 1 passed"),
+        "{summary}"
+    );
+}
+
+/// The same with the upstream fixture connected over streamable HTTP.
+#[tokio::test]
+async fn the_conformance_suite_passes_with_an_http_upstream() {
+    let server = Server::start(
+        fixture_binary(),
+        &["--progress-ms", "100", "--upstream", "http"],
+    )
+    .await;
+    let summary = conformance(&server.url, "http-upstream").await;
+    assert!(
+        summary.contains("prompts-get-with-image: 1 passed"),
+        "{summary}"
+    );
+}
+
+/// `quiver serve --stdio` in the path: the suite drives the fixture server over HTTP (it
+/// takes only a URL), whose content upstream is the real `quiver serve --stdio`, whose own
+/// upstream is the content fixture over stdio. Every resource, prompt, completion and
+/// subscription crosses the stdio server in both directions.
+#[tokio::test]
+async fn the_conformance_suite_passes_through_quiver_serve_over_stdio() {
+    let quiver = quiver_binary();
+    let server = Server::start(
+        fixture_binary(),
+        &[
+            "--progress-ms",
+            "100",
+            "--upstream",
+            "quiver-stdio",
+            "--quiver",
+            quiver.to_str().expect("utf-8 path"),
+        ],
+    )
+    .await;
+    let summary = conformance(&server.url, "quiver-stdio").await;
+    assert!(
+        summary.contains("resources-subscribe: 1 passed"),
+        "{summary}"
     );
 }
 
@@ -410,6 +490,107 @@ async fn the_python_client_drives_quiver_serve_over_stdio() {
             "--expect-version",
             "2025-11-25",
         ],
+    )
+    .await;
+}
+
+/// A `quiver.toml` with server-everything (npm) as "everything" and a server whose command
+/// does not exist as "down"; returns its path.
+fn everything_config() -> PathBuf {
+    let everything = peers().join("npm/node_modules/.bin/mcp-server-everything");
+    assert!(
+        everything.exists(),
+        "{} is missing: run `bash .ci/setup-peers`",
+        everything.display()
+    );
+    let dir = fresh_dir();
+    let path = dir.join("quiver.toml");
+    let toml = format!(
+        "[store]\npath = {db:?}\n\n[[mcp.servers]]\nname = \"everything\"\ncommand = {everything:?}\n\n[[mcp.servers]]\nname = \"down\"\ncommand = {down:?}\n",
+        db = dir.join("quiver.db").to_string_lossy(),
+        everything = everything.to_string_lossy(),
+        down = dir.join("no-such-server").to_string_lossy(),
+    );
+    std::fs::write(&path, toml).expect("the config is written");
+    path
+}
+
+/// server-everything's resources, templates, prompts and completions through `quiver
+/// serve` over HTTP on the session era; an unknown URI, an unknown prompt and a server
+/// that is down are clear errors.
+#[tokio::test]
+async fn upstream_resources_and_prompts_pass_through_on_the_session_era() {
+    let config = everything_config();
+    let server = Server::start(
+        quiver_binary(),
+        &[
+            "--config",
+            config.to_str().expect("utf-8 path"),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    )
+    .await;
+    run_script(
+        "passthrough.py",
+        &[&server.url, "--kind", "everything", "--mode", "legacy"],
+    )
+    .await;
+}
+
+/// The same on the stateless 2026-07-28 era (results of the 2025-era upstream are marked
+/// `resultType: complete`).
+#[tokio::test]
+async fn upstream_resources_and_prompts_pass_through_on_the_stateless_era() {
+    let config = everything_config();
+    let server = Server::start(
+        quiver_binary(),
+        &[
+            "--config",
+            config.to_str().expect("utf-8 path"),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    )
+    .await;
+    run_script(
+        "passthrough.py",
+        &[&server.url, "--kind", "everything", "--mode", "auto"],
+    )
+    .await;
+}
+
+/// The same through `quiver serve --stdio`, launched by the Python client.
+#[tokio::test]
+async fn upstream_resources_and_prompts_pass_through_quiver_serve_over_stdio() {
+    let config = everything_config();
+    let quiver_args = serde_json::json!(["--config", config]).to_string();
+    let bin = quiver_binary();
+    run_script_with_env(
+        "passthrough.py",
+        &[
+            bin.to_str().expect("utf-8 path"),
+            "--stdio",
+            "--kind",
+            "everything",
+            "--mode",
+            "legacy",
+        ],
+        &[("QUIVER_ARGS", &quiver_args)],
+    )
+    .await;
+}
+
+/// A subscription made through Quiver reaches the upstream, and the upstream's
+/// `notifications/resources/updated` come back to the subscribed session.
+#[tokio::test]
+async fn resource_updates_are_relayed_to_the_subscribed_session() {
+    let server = Server::start(fixture_binary(), &["--upstream", "stdio"]).await;
+    run_script(
+        "passthrough.py",
+        &[&server.url, "--kind", "fixture", "--mode", "legacy"],
     )
     .await;
 }

@@ -5,7 +5,7 @@
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
-use quiver_mcp_adapter::{McpServer, ServerOptions};
+use quiver_mcp_adapter::{ContentSource, McpServer, ServerOptions};
 use quiver_registry::Dispatcher;
 use quiver_surface::Surface;
 use tokio::io::AsyncWriteExt;
@@ -27,13 +27,16 @@ pub enum Transport {
 }
 
 /// Serves MCP until a shutdown signal (or, on stdio, until the client closes the pipe).
-/// For HTTP, prints `http://ADDR/mcp` on stdout once the listener is bound.
+/// For HTTP, prints `http://ADDR/mcp` on stdout once the listener is bound. `content`
+/// serves resources, prompts and completions (`quiver serve` passes its MCP client: the
+/// upstreams' ones go through).
 pub async fn serve(
     surface: Arc<Surface>,
     dispatcher: Dispatcher,
     transport: Transport,
     options: ServerOptions,
     sessions: Option<Arc<dyn quiver_surface::ports::SessionStore>>,
+    content: Option<Arc<dyn ContentSource>>,
 ) -> anyhow::Result<()> {
     options
         .auth
@@ -42,6 +45,9 @@ pub async fn serve(
     let mut server = McpServer::new(surface, dispatcher, options);
     if let Some(store) = sessions {
         server = server.with_session_store(store);
+    }
+    if let Some(content) = content {
+        server = server.with_content(content);
     }
     let shutdown = server.shutdown_token();
     let signal = shutdown_signal()?;

@@ -17,5 +17,6 @@ pub use client::{
 };
 pub use error::McpError;
 pub use server::{
-    AuthError, InboundAuth, InboundToken, McpServer, ServeError, ServerOptions, allowed_authorities,
+    AuthError, ContentError, ContentOffer, ContentSource, InboundAuth, InboundToken, McpServer,
+    ServeError, ServerOptions, allowed_authorities,
 };

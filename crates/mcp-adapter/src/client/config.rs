@@ -138,9 +138,14 @@ pub struct ServerConfig {
     /// Bridge the server's resources through `list_mcp_resources` / `read_mcp_resource`.
     #[serde(default = "yes")]
     pub resources: bool,
-    /// Offer the server's prompts as `/mcp__<server>__<prompt>` expansions.
+    /// Offer the server's prompts as `/mcp__<server>__<prompt>` expansions, and serve
+    /// them from `quiver serve` as `mcp__<prefix>__<prompt>`.
     #[serde(default = "yes")]
     pub prompts: bool,
+    /// Serve this server's prompts from `quiver serve` under their upstream names (no
+    /// `mcp__<prefix>__`); a name another bare server already lists is skipped.
+    #[serde(default)]
+    pub bare_prompts: bool,
     /// Upstream tool names to publish (all when absent).
     #[serde(default)]
     pub allow_tools: Option<Vec<String>>,
@@ -189,6 +194,7 @@ impl ServerConfig {
             call_timeout: None,
             resources: true,
             prompts: true,
+            bare_prompts: false,
             allow_tools: None,
             deny_tools: Vec::new(),
             insecure_http: false,
@@ -322,6 +328,8 @@ pub struct ResolvedServer {
     pub resources: bool,
     /// Offer prompts.
     pub prompts: bool,
+    /// Serve prompts under their upstream names.
+    pub bare_prompts: bool,
     pub(crate) allow_tools: Option<BTreeSet<String>>,
     pub(crate) deny_tools: BTreeSet<String>,
     pub(crate) endpoint: Endpoint,
@@ -552,6 +560,7 @@ fn resolve(
         call_timeout: s.call_timeout,
         resources: s.resources,
         prompts: s.prompts,
+        bare_prompts: s.bare_prompts,
         allow_tools: s.allow_tools.as_ref().map(|a| a.iter().cloned().collect()),
         deny_tools: s.deny_tools.iter().cloned().collect(),
         endpoint,

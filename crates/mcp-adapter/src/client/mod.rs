@@ -16,6 +16,7 @@ mod delivery;
 mod elicit;
 mod http;
 mod meta;
+mod passthrough;
 mod route;
 mod to_contract;
 mod tool;
@@ -125,6 +126,8 @@ pub(crate) struct Shared {
     closed: CancellationToken,
     servers: Mutex<BTreeMap<String, Arc<Upstream>>>,
     meta_registered: Mutex<bool>,
+    /// What `quiver serve` passes through: routing indexes and subscription counts.
+    passthrough: passthrough::State,
 }
 
 impl Shared {
@@ -173,6 +176,7 @@ impl McpClient {
                 closed: CancellationToken::new(),
                 servers: Mutex::new(BTreeMap::new()),
                 meta_registered: Mutex::new(false),
+                passthrough: passthrough::State::default(),
             }),
         }
     }
@@ -206,6 +210,7 @@ impl McpClient {
             )));
         }
         let weak = Arc::downgrade(&self.shared);
+        let name = server.name.clone();
         let up = Upstream::new(
             server,
             self.shared.opts.clone(),
@@ -215,8 +220,10 @@ impl McpClient {
             Box::new(move || {
                 if let Some(shared) = weak.upgrade() {
                     meta::ensure_registered(&shared);
+                    passthrough::resubscribe(&shared, &name);
                 }
             }),
+            self.shared.passthrough.updates.clone(),
         );
         servers.insert(up.name().to_owned(), up.clone());
         drop(servers);

@@ -112,6 +112,10 @@ pub(crate) struct Conn {
     cancel: CancellationToken,
     pub(crate) has_resources: bool,
     pub(crate) has_prompts: bool,
+    /// The server answers `completion/complete`.
+    pub(crate) has_completions: bool,
+    /// The server accepts `resources/subscribe`.
+    pub(crate) has_subscribe: bool,
     /// Stdio only: which requests were written to the child.
     written: Option<Written>,
 }
@@ -174,6 +178,8 @@ pub(crate) struct Upstream {
     pub(crate) on_connected: Box<dyn Fn() + Send + Sync>,
     /// The calls in flight, for routing the server's own requests and notifications.
     calls: Calls,
+    /// Where `notifications/resources/updated` from this server go (the URI).
+    resource_updates: tokio::sync::broadcast::Sender<String>,
 }
 
 fn not_connected(server: &str) -> Envelope {
@@ -191,6 +197,7 @@ impl Upstream {
         dial_permits: Arc<Semaphore>,
         closed: CancellationToken,
         on_connected: Box<dyn Fn() + Send + Sync>,
+        resource_updates: tokio::sync::broadcast::Sender<String>,
     ) -> Arc<Upstream> {
         let (state, _) = watch::channel(Snapshot {
             state: State::Connecting,
@@ -215,6 +222,7 @@ impl Upstream {
             me: me.clone(),
             on_connected,
             calls: Calls::default(),
+            resource_updates,
         })
     }
 
@@ -509,6 +517,15 @@ impl Upstream {
             ),
             None => (String::new(), true, false, false),
         };
+        let has_completions = info
+            .as_ref()
+            .is_some_and(|i| i.capabilities.completions.is_some());
+        let has_subscribe = info.as_ref().is_some_and(|i| {
+            i.capabilities
+                .resources
+                .as_ref()
+                .is_some_and(|r| r.subscribe == Some(true))
+        });
         let fail = async |e: DialError,
                           running: rmcp::service::RunningService<RoleClient, Handler>,
                           child_guard: Option<ChildGuard>| {
@@ -552,6 +569,8 @@ impl Upstream {
             cancel: cancel.clone(),
             has_resources: has_resources && self.cfg.resources,
             has_prompts: has_prompts && self.cfg.prompts,
+            has_completions,
+            has_subscribe: has_subscribe && has_resources && self.cfg.resources,
             written: matches!(self.cfg.endpoint, Endpoint::Stdio { .. }).then_some(written),
         });
         // The watcher owns the service and the child: when the connection ends for any
@@ -1061,6 +1080,17 @@ fn parse_result<T: serde::de::DeserializeOwned>(method: &str, v: Value) -> Resul
 }
 
 impl ClientHandler for Handler {
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if let Some(up) = self.up.upgrade() {
+            // No receiver (no downstream session subscribed) is not an error.
+            let _ = up.resource_updates.send(params.uri);
+        }
+    }
+
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         if let Some(up) = self.up.upgrade() {
             tokio::spawn(up.relist(self.generation));

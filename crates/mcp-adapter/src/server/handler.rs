@@ -14,9 +14,13 @@ use quiver_contract::{CallContext, Capabilities, Envelope, ErrKind, Mode};
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, Extensions, Implementation, ListToolsResult,
-        LoggingLevel, PaginatedRequestParams, ProgressNotificationParam, RequestMetaObject,
-        ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscriptionFilter,
+        CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, Extensions,
+        GetPromptRequestParams, GetPromptResponse, GetPromptResult, Implementation,
+        ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+        LoggingLevel, PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
+        ReadResourceResponse, ReadResourceResult, RequestMetaObject,
+        ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+        SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
     },
     service::{Peer, RequestContext, SubscriptionContext},
 };
@@ -27,6 +31,7 @@ use super::{
     Shared,
     auth::Principal,
     channel::{self, PeerChannel, ProgressState},
+    content::{ContentError, ContentOffer, ContentSource},
     from_contract,
     key::{CONVERSATION_HEADER, CONVERSATION_META, KeySources, working_set_key},
     watch::Changes,
@@ -60,6 +65,10 @@ struct Connection {
     closed: CancellationToken,
     /// The level the client set with `logging/setLevel`.
     log_level: Mutex<Option<LoggingLevel>>,
+    /// The resource URIs this session subscribed to.
+    subscriptions: Mutex<HashSet<String>>,
+    /// Set once the resource-update relay runs.
+    relaying: std::sync::atomic::AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -83,6 +92,8 @@ impl Handler {
                 watching: std::sync::atomic::AtomicBool::new(false),
                 closed: CancellationToken::new(),
                 log_level: Mutex::new(None),
+                subscriptions: Mutex::new(HashSet::new()),
+                relaying: std::sync::atomic::AtomicBool::new(false),
             }),
             fixed_session,
         }
@@ -117,6 +128,70 @@ impl Handler {
             tenant: principal.and_then(|p| p.tenant.clone()),
             session_bound,
         })
+    }
+
+    fn offer(&self) -> ContentOffer {
+        self.shared
+            .content
+            .as_ref()
+            .map(|c| c.offer())
+            .unwrap_or_default()
+    }
+
+    /// The content source, if it offers what `wanted` picks.
+    fn source(
+        &self,
+        wanted: impl Fn(&ContentOffer) -> bool,
+        what: &str,
+    ) -> Result<&Arc<dyn ContentSource>, McpError> {
+        match &self.shared.content {
+            Some(c) if wanted(&c.offer()) => Ok(c),
+            _ => Err(McpError::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                format!("this server has no {what} (no upstream MCP server offers them)"),
+                None,
+            )),
+        }
+    }
+
+    /// Relays `notifications/resources/updated` for this session's subscriptions through
+    /// `peer` (started by the first subscription, ended with the session).
+    fn relay_updates(&self, source: &Arc<dyn ContentSource>, peer: &Peer<RoleServer>) {
+        if self
+            .conn
+            .relaying
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return;
+        }
+        let mut updates = source.resource_updates();
+        let conn = self.conn.clone();
+        let shutdown = self.shared.shutdown.clone();
+        let peer = peer.clone();
+        tokio::spawn(async move {
+            loop {
+                let uri = tokio::select! {
+                    _ = conn.closed.cancelled() => return,
+                    _ = shutdown.cancelled() => return,
+                    u = updates.recv() => match u {
+                        Ok(uri) => uri,
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                            tracing::warn!(missed = n, "resource updates dropped for a slow session");
+                            continue;
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    },
+                };
+                if !lock(&conn.subscriptions).contains(&uri) {
+                    continue;
+                }
+                let p = ResourceUpdatedNotificationParam::new(uri);
+                if let Err(e) = peer.notify_resource_updated(p).await {
+                    tracing::debug!(error = %e, "resource update not delivered; the session is gone");
+                    return;
+                }
+            }
+        });
     }
 
     /// Remembers the key, and on a session (not a stateless request) starts the task that
@@ -173,6 +248,18 @@ async fn watch_session(
 impl Drop for Handler {
     fn drop(&mut self) {
         self.conn.closed.cancel();
+        let uris: Vec<String> = lock(&self.conn.subscriptions).drain().collect();
+        if let (Some(source), false, Ok(rt)) = (
+            self.shared.content.clone(),
+            uris.is_empty(),
+            tokio::runtime::Handle::try_current(),
+        ) {
+            rt.spawn(async move {
+                for uri in uris {
+                    let _ = source.unsubscribe(&uri).await;
+                }
+            });
+        }
         for key in lock(&self.conn.session_keys).drain() {
             self.shared.surface.end_session(&key);
             self.shared.dispatcher.end_session(&key);
@@ -182,12 +269,24 @@ impl Drop for Handler {
 
 impl ServerHandler for Handler {
     fn get_info(&self) -> ServerConfig {
+        let offer = self.offer();
         #[allow(deprecated)]
-        let capabilities = ServerCapabilities::builder()
+        let mut capabilities = ServerCapabilities::builder()
             .enable_logging()
             .enable_tools()
             .enable_tool_list_changed()
             .build();
+        if offer.resources {
+            let mut resources = rmcp::model::ResourcesCapability::default();
+            resources.subscribe = offer.subscribe.then_some(true);
+            capabilities.resources = Some(resources);
+        }
+        if offer.prompts {
+            capabilities.prompts = Some(rmcp::model::PromptsCapability::default());
+        }
+        if offer.completions {
+            capabilities.completions = Some(Default::default());
+        }
         let mut info = ServerConfig::new(capabilities);
         info.server_info = Implementation::new("quiver", env!("CARGO_PKG_VERSION"));
         info.instructions = Some(INSTRUCTIONS.into());
@@ -347,5 +446,188 @@ impl ServerHandler for Handler {
                 }
             }
         }
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let source = self.source(|o| o.resources, "resources")?;
+        let all = source
+            .list_resources()
+            .await
+            .map_err(|e| content_error(e, true))?;
+        paged("resources", all, request)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let source = self.source(|o| o.resources, "resources")?;
+        let all = source
+            .list_resource_templates()
+            .await
+            .map_err(|e| content_error(e, true))?;
+        paged("resourceTemplates", all, request)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let source = self.source(|o| o.resources, "resources")?;
+        let wire = source
+            .read_resource(&request.uri)
+            .await
+            .map_err(|e| content_error(e, true))?;
+        let result: ReadResourceResult = typed(wire, "resources/read")?;
+        Ok(result.into())
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let source = self.source(|o| o.subscribe, "resource subscriptions")?;
+        if lock(&self.conn.subscriptions).contains(&request.uri) {
+            return Ok(());
+        }
+        source
+            .subscribe(&request.uri)
+            .await
+            .map_err(|e| content_error(e, true))?;
+        let fresh = lock(&self.conn.subscriptions).insert(request.uri.clone());
+        if !fresh {
+            // A concurrent subscribe of the same URI won; give back the extra count.
+            let _ = source.unsubscribe(&request.uri).await;
+        }
+        self.relay_updates(source, &context.peer);
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let source = self.source(|o| o.subscribe, "resource subscriptions")?;
+        if lock(&self.conn.subscriptions).remove(&request.uri) {
+            source
+                .unsubscribe(&request.uri)
+                .await
+                .map_err(|e| content_error(e, true))?;
+        }
+        Ok(())
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        let source = self.source(|o| o.prompts, "prompts")?;
+        let all = source
+            .list_prompts()
+            .await
+            .map_err(|e| content_error(e, false))?;
+        paged("prompts", all, request)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        let source = self.source(|o| o.prompts, "prompts")?;
+        let wire = source
+            .get_prompt(&request.name, request.arguments)
+            .await
+            .map_err(|e| content_error(e, false))?;
+        let result: GetPromptResult = typed(wire, "prompts/get")?;
+        Ok(result.into())
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        let source = self.source(|o| o.completions, "completions")?;
+        let mut wire = serde_json::to_value(&request)
+            .map_err(|e| McpError::invalid_params(format!("completion request: {e}"), None))?;
+        if let Value::Object(m) = &mut wire {
+            m.remove("_meta");
+        }
+        let wire = source
+            .complete(wire)
+            .await
+            .map_err(|e| content_error(e, false))?;
+        typed(wire, "completion/complete")
+    }
+}
+
+/// Entries per page of `resources/list`, `resources/templates/list` and `prompts/list`.
+const PAGE: usize = 1000;
+
+/// One page of an aggregated list; the cursor is the offset of the next page.
+fn paged<T: serde::de::DeserializeOwned>(
+    field: &str,
+    all: Vec<Value>,
+    request: Option<PaginatedRequestParams>,
+) -> Result<T, McpError> {
+    let start = match request.and_then(|r| r.cursor) {
+        None => 0,
+        Some(c) => c.parse::<usize>().map_err(|_| {
+            McpError::invalid_params(
+                format!("invalid cursor {c:?}: pass the nextCursor of the previous page"),
+                None,
+            )
+        })?,
+    };
+    let total = all.len();
+    let page: Vec<Value> = all.into_iter().skip(start).take(PAGE).collect();
+    let mut out = serde_json::Map::new();
+    out.insert(field.to_owned(), Value::Array(page));
+    if start + PAGE < total {
+        out.insert(
+            "nextCursor".into(),
+            Value::String((start + PAGE).to_string()),
+        );
+    }
+    typed(Value::Object(out), field)
+}
+
+/// Parses the wire JSON a source returned into rmcp's type, marked `resultType: complete`
+/// when it has no type (a 2025-era upstream's answer; a 2026-07-28 client requires the
+/// field, and rmcp drops it again for older clients).
+fn typed<T: serde::de::DeserializeOwned>(mut wire: Value, what: &str) -> Result<T, McpError> {
+    if let Value::Object(m) = &mut wire {
+        m.entry("resultType")
+            .or_insert_with(|| Value::String("complete".into()));
+    }
+    serde_json::from_value(wire).map_err(|e| {
+        tracing::warn!(error = %e, "{what}: the content source returned a malformed result");
+        McpError::internal_error(
+            format!("{what}: the upstream answer is malformed ({e})"),
+            None,
+        )
+    })
+}
+
+fn content_error(e: ContentError, resource: bool) -> McpError {
+    match e {
+        ContentError::NotFound(m) if resource => McpError::resource_not_found(m, None),
+        ContentError::NotFound(m) | ContentError::InvalidParams(m) => {
+            McpError::invalid_params(m, None)
+        }
+        ContentError::Upstream { code, message } => {
+            McpError::new(rmcp::model::ErrorCode(code), message, None)
+        }
+        ContentError::Unavailable(m) => McpError::internal_error(m, None),
     }
 }

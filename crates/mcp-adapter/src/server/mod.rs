@@ -4,6 +4,7 @@
 mod auth;
 mod channel;
 pub(crate) use channel::from_mcp_level;
+mod content;
 mod from_contract;
 mod handler;
 mod http;
@@ -18,6 +19,7 @@ use quiver_surface::Surface;
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{AuthError, InboundAuth, InboundToken};
+pub use content::{ContentError, ContentOffer, ContentSource};
 pub use http::allowed_authorities;
 pub use key::{CONVERSATION_HEADER, CONVERSATION_META};
 
@@ -95,6 +97,8 @@ pub(crate) struct Shared {
     /// Where working sets persist; a key seen for the first time is restored from it.
     pub(crate) sessions: Option<Arc<dyn quiver_surface::ports::SessionStore>>,
     pub(crate) restored: std::sync::Mutex<std::collections::HashSet<Arc<str>>>,
+    /// Where resources, prompts and completions come from (none: tools only).
+    pub(crate) content: Option<Arc<dyn ContentSource>>,
 }
 
 impl Shared {
@@ -138,6 +142,7 @@ impl McpServer {
                 shutdown: CancellationToken::new(),
                 sessions: None,
                 restored: std::sync::Mutex::new(std::collections::HashSet::new()),
+                content: None,
             }),
         }
     }
@@ -150,6 +155,15 @@ impl McpServer {
     ) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.sessions = Some(store);
+        }
+        self
+    }
+
+    /// Serves resources, prompts and completions from `source` (for `quiver serve`, the
+    /// MCP client passing its upstreams through), advertising what it offers.
+    pub fn with_content(mut self, source: Arc<dyn ContentSource>) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.content = Some(source);
         }
         self
     }

@@ -321,3 +321,86 @@ async fn unauthorized_is_a_rejection_and_the_token_is_a_bearer() {
     close_and_check(&client).await;
     server.abort();
 }
+
+/// What `quiver serve` passes through (the `ContentSource` side of the client) follows each
+/// server's `resources` / `prompts` switches, prefixes prompts unless `bare_prompts`, and
+/// routes a read or a prompt to the server that owns it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passthrough_follows_the_resources_and_prompts_switches() {
+    use quiver_mcp_adapter::{ContentError, ContentSource};
+
+    let everything = |name: &str| {
+        ServerConfig::stdio(name, "node", vec![crate::everything_js(), "stdio".into()]).required()
+    };
+    let mut docs = everything("docs");
+    docs.prompts = false;
+    let mut chat = everything("chat");
+    chat.resources = false;
+    chat.bare_prompts = true;
+    let (_catalog, client) = start(&[docs, chat], fast_options());
+    ready(&client).await;
+
+    let offer = client.offer();
+    assert!(offer.resources && offer.subscribe && offer.prompts && offer.completions);
+
+    let resources = within(Duration::from_secs(30), client.list_resources())
+        .await
+        .unwrap();
+    let uris: Vec<&str> = resources.iter().filter_map(|r| r["uri"].as_str()).collect();
+    let unique: std::collections::BTreeSet<&str> = uris.iter().copied().collect();
+    assert!(!uris.is_empty(), "{resources:?}");
+    assert_eq!(
+        uris.len(),
+        unique.len(),
+        "only docs lists resources: {uris:?}"
+    );
+    let read = within(Duration::from_secs(30), client.read_resource(uris[0]))
+        .await
+        .unwrap();
+    assert_eq!(read["contents"][0]["uri"], uris[0], "{read}");
+
+    let prompts = within(Duration::from_secs(30), client.list_prompts())
+        .await
+        .unwrap();
+    let names: Vec<&str> = prompts.iter().filter_map(|p| p["name"].as_str()).collect();
+    assert!(
+        names.contains(&"simple-prompt"),
+        "chat's prompts are bare: {names:?}"
+    );
+    assert!(
+        !names.iter().any(|n| n.starts_with("mcp__")),
+        "docs offers no prompts: {names:?}"
+    );
+    let got = within(
+        Duration::from_secs(30),
+        client.get_prompt("simple-prompt", None),
+    )
+    .await
+    .unwrap();
+    assert!(got["messages"][0]["content"]["text"].is_string(), "{got}");
+    let refused = within(
+        Duration::from_secs(30),
+        client.get_prompt("mcp__docs__simple-prompt", None),
+    )
+    .await;
+    assert!(
+        matches!(&refused, Err(ContentError::NotFound(m)) if m.contains("unknown prompt")),
+        "{refused:?}"
+    );
+    close_and_check(&client).await;
+
+    let mut quiet = everything("quiet");
+    quiet.resources = false;
+    quiet.prompts = false;
+    let (_catalog, client) = start(&[quiet], fast_options());
+    ready(&client).await;
+    assert!(!client.offer().any(), "nothing to pass through");
+    let read = client
+        .read_resource("demo://resource/static/document/features.md")
+        .await;
+    assert!(
+        matches!(&read, Err(ContentError::NotFound(m)) if m.contains("no upstream MCP server shares resources")),
+        "{read:?}"
+    );
+    close_and_check(&client).await;
+}

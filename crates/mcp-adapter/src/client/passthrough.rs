@@ -1,0 +1,655 @@
+//! The upstreams' resources, prompts and completions, served downstream by `quiver serve`:
+//! the client's side of the server's [`ContentSource`] port.
+//!
+//! Naming: resource URIs pass through unchanged and are routed back by an index (URI ->
+//! server) built from every `resources/list`, then by the servers' URI templates, then, with
+//! a single resource server, to it. Prompts are named `mcp__<prefix>__<prompt>` (the tools'
+//! prefix), or under their upstream names for a server with `bare_prompts = true`.
+//! Subscriptions are counted per URI: the first downstream subscriber subscribes upstream,
+//! the last one to leave unsubscribes, and a reconnected server is subscribed again.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use rmcp::{
+    model::{
+        CompleteRequestParams, GetPromptRequestParams, PaginatedRequestParams,
+        ReadResourceRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+    },
+    service::ServiceError,
+};
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast;
+
+use super::{
+    McpClient, Shared,
+    upstream::{Conn, Upstream},
+};
+use crate::server::{ContentError, ContentOffer, ContentSource};
+
+/// Pages asked of one upstream for one list, at most (a server that keeps sending cursors).
+const MAX_PAGES: usize = 1000;
+
+pub(crate) struct State {
+    /// `notifications/resources/updated` from every upstream (the URI).
+    pub(crate) updates: broadcast::Sender<String>,
+    /// URI -> the server that listed it last.
+    owners: Mutex<HashMap<String, String>>,
+    /// Server -> its URI templates.
+    templates: Mutex<BTreeMap<String, Vec<String>>>,
+    /// Bare prompt name -> its server.
+    bare_prompts: Mutex<HashMap<String, String>>,
+    /// URI -> (its server, downstream sessions subscribed).
+    subscriptions: tokio::sync::Mutex<HashMap<String, (String, usize)>>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            updates: broadcast::channel(256).0,
+            owners: Mutex::new(HashMap::new()),
+            templates: Mutex::new(BTreeMap::new()),
+            bare_prompts: Mutex::new(HashMap::new()),
+            subscriptions: tokio::sync::Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn timeout(shared: &Shared, up: &Upstream) -> Duration {
+    up.cfg.call_timeout.unwrap_or(shared.opts.call_timeout)
+}
+
+/// The live connection of `up`, if it offers what `has` checks.
+fn connected(
+    up: &Upstream,
+    has: impl Fn(&Conn) -> bool,
+    what: &str,
+) -> Result<Arc<Conn>, ContentError> {
+    match up.conn() {
+        None => Err(ContentError::Unavailable(format!(
+            "MCP server \"{}\" is not connected ({:?}); it is retried in the background, try again shortly",
+            up.name(),
+            up.state()
+        ))),
+        Some(c) if !has(&c) => Err(ContentError::NotFound(format!(
+            "MCP server \"{}\" offers no {what}",
+            up.name()
+        ))),
+        Some(c) => Ok(c),
+    }
+}
+
+/// One request upstream, bounded by the call timeout; its failure in words the client can
+/// act on (an upstream JSON-RPC error keeps its code; transport text never leaks).
+async fn ask<T>(
+    up: &Upstream,
+    limit: Duration,
+    what: &str,
+    request: impl Future<Output = Result<T, ServiceError>>,
+) -> Result<T, ContentError> {
+    match tokio::time::timeout(limit, request).await {
+        Err(_) => Err(ContentError::Unavailable(format!(
+            "MCP server \"{}\" did not answer {what} within {} s",
+            up.name(),
+            limit.as_secs_f32()
+        ))),
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(ServiceError::McpError(d))) => Err(ContentError::Upstream {
+            code: d.code.0,
+            message: format!("MCP server \"{}\": {}", up.name(), d.message),
+        }),
+        Ok(Err(e)) => {
+            tracing::debug!(server = %up.name(), error = %e, "{what} failed");
+            Err(ContentError::Unavailable(format!(
+                "MCP server \"{}\" could not answer {what}; the connection is re-established in the background",
+                up.name()
+            )))
+        }
+    }
+}
+
+fn wire<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+/// Every page of one list from one server, at most `cap` entries.
+async fn pages<F, Fut>(
+    up: &Upstream,
+    limit: Duration,
+    what: &str,
+    cap: usize,
+    mut fetch: F,
+) -> Result<Vec<Value>, ContentError>
+where
+    F: FnMut(Option<String>) -> Fut,
+    Fut: Future<Output = Result<(Vec<Value>, Option<String>), ServiceError>>,
+{
+    let mut out = Vec::new();
+    let mut cursor = None;
+    for _ in 0..MAX_PAGES {
+        let (items, next) = ask(up, limit, what, fetch(cursor.take())).await?;
+        for item in items {
+            if out.len() >= cap {
+                return Ok(out);
+            }
+            out.push(item);
+        }
+        match next {
+            Some(c) if !c.is_empty() => cursor = Some(c),
+            _ => return Ok(out),
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `uri` is an expansion of the RFC 6570 `template`: each `{var}` matches one or
+/// more characters other than `/` (`{+var}` and `{#var}` any), `{?..}` and `{&..}` the rest.
+pub(crate) fn template_matches(template: &str, uri: &str) -> bool {
+    enum Piece<'a> {
+        Lit(&'a str),
+        Var { slash: bool, rest: bool },
+    }
+    let mut pieces = Vec::new();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        if open > 0 {
+            pieces.push(Piece::Lit(&rest[..open]));
+        }
+        let Some(close) = rest[open..].find('}') else {
+            return false;
+        };
+        let expr = &rest[open + 1..open + close];
+        let op = expr.chars().next().unwrap_or(' ');
+        pieces.push(Piece::Var {
+            slash: matches!(op, '+' | '#'),
+            rest: matches!(op, '?' | '&'),
+        });
+        rest = &rest[open + close + 1..];
+    }
+    if !rest.is_empty() {
+        pieces.push(Piece::Lit(rest));
+    }
+    fn go(pieces: &[Piece<'_>], s: &str) -> bool {
+        match pieces.split_first() {
+            None => s.is_empty(),
+            Some((Piece::Lit(l), more)) => s.strip_prefix(l).is_some_and(|r| go(more, r)),
+            Some((Piece::Var { rest: true, .. }, more)) => more.is_empty(),
+            Some((Piece::Var { slash, .. }, more)) => {
+                let limit = if *slash {
+                    s.len()
+                } else {
+                    s.find('/').unwrap_or(s.len())
+                };
+                (1..=limit)
+                    .rev()
+                    .filter(|&n| s.is_char_boundary(n))
+                    .any(|n| go(more, &s[n..]))
+            }
+        }
+    }
+    go(&pieces, uri)
+}
+
+impl McpClient {
+    fn resource_servers(&self) -> Vec<Arc<Upstream>> {
+        self.shared
+            .servers()
+            .into_iter()
+            .filter(|u| u.cfg.resources)
+            .collect()
+    }
+
+    fn prompt_servers(&self) -> Vec<Arc<Upstream>> {
+        self.shared
+            .servers()
+            .into_iter()
+            .filter(|u| u.cfg.prompts)
+            .collect()
+    }
+
+    /// The server that serves `uri`: the one that listed it, else one with a matching
+    /// template, else the only resource server; lists again once before giving up.
+    async fn owner_of(&self, uri: &str) -> Result<Arc<Upstream>, ContentError> {
+        let servers = self.resource_servers();
+        if servers.is_empty() {
+            return Err(ContentError::NotFound(
+                "no upstream MCP server shares resources".into(),
+            ));
+        }
+        let find = |servers: &[Arc<Upstream>]| {
+            let state = &self.shared.passthrough;
+            let owner = lock(&state.owners).get(uri).cloned();
+            if let Some(up) = owner.and_then(|o| servers.iter().find(|u| u.name() == o)) {
+                return Some(up.clone());
+            }
+            let templates = lock(&state.templates);
+            servers
+                .iter()
+                .find(|u| {
+                    templates
+                        .get(u.name())
+                        .is_some_and(|ts| ts.iter().any(|t| t == uri || template_matches(t, uri)))
+                })
+                .cloned()
+        };
+        if let Some(up) = find(&servers) {
+            return Ok(up);
+        }
+        if let [only] = servers.as_slice() {
+            return Ok(only.clone());
+        }
+        let _ = self.all_resources().await;
+        let _ = self.all_templates().await;
+        find(&servers).ok_or_else(|| {
+            ContentError::NotFound(format!(
+                "no upstream MCP server lists the resource {uri}; call resources/list or resources/templates/list for the URIs that can be read"
+            ))
+        })
+    }
+
+    /// Runs `list` on every resource server, collecting what the reachable ones return; an
+    /// error only when every one failed.
+    async fn across<F, Fut>(
+        &self,
+        servers: Vec<Arc<Upstream>>,
+        list: F,
+    ) -> Result<Vec<(Arc<Upstream>, Vec<Value>)>, ContentError>
+    where
+        F: Fn(Arc<Upstream>, usize) -> Fut,
+        Fut: Future<Output = Result<Vec<Value>, ContentError>>,
+    {
+        let mut out = Vec::new();
+        let mut first_err = None;
+        let mut total = 0;
+        let cap = self.shared.opts.list_cap;
+        for up in servers {
+            if total >= cap {
+                break;
+            }
+            match list(up.clone(), cap - total).await {
+                Ok(items) => {
+                    total += items.len();
+                    out.push((up, items));
+                }
+                // A server offering none of them is simply absent from the list.
+                Err(ContentError::NotFound(_)) => {}
+                Err(e) => {
+                    tracing::warn!(server = %up.name(), error = %e, "left out of the passed-through list");
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        match first_err {
+            Some(e) if out.is_empty() => Err(e),
+            _ => Ok(out),
+        }
+    }
+
+    async fn all_resources(&self) -> Result<Vec<Value>, ContentError> {
+        let shared = &self.shared;
+        let lists = self
+            .across(self.resource_servers(), |up, cap| async move {
+                let conn = connected(&up, |c| c.has_resources, "resources")?;
+                let limit = timeout(shared, &up);
+                pages(&up, limit, "resources/list", cap, |cursor| {
+                    let peer = conn.peer.clone();
+                    async move {
+                        let page = peer
+                            .list_resources(Some(
+                                PaginatedRequestParams::default().with_cursor(cursor),
+                            ))
+                            .await?;
+                        Ok((page.resources.iter().map(wire).collect(), page.next_cursor))
+                    }
+                })
+                .await
+            })
+            .await?;
+        // The index is rebuilt from this listing; a server that did not answer keeps its
+        // earlier entries, so the index stays bounded by the list cap per server.
+        let mut owners = lock(&self.shared.passthrough.owners);
+        let listed: std::collections::HashSet<String> =
+            lists.iter().map(|(up, _)| up.name().to_owned()).collect();
+        owners.retain(|_, server| !listed.contains(server.as_str()));
+        let mut out = Vec::new();
+        for (up, items) in lists {
+            for item in items {
+                if let Some(uri) = item.get("uri").and_then(Value::as_str) {
+                    owners.insert(uri.to_owned(), up.name().to_owned());
+                }
+                out.push(item);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn all_templates(&self) -> Result<Vec<Value>, ContentError> {
+        let shared = &self.shared;
+        let lists = self
+            .across(self.resource_servers(), |up, cap| async move {
+                let conn = connected(&up, |c| c.has_resources, "resources")?;
+                let limit = timeout(shared, &up);
+                pages(&up, limit, "resources/templates/list", cap, |cursor| {
+                    let peer = conn.peer.clone();
+                    async move {
+                        let page = peer
+                            .list_resource_templates(Some(
+                                PaginatedRequestParams::default().with_cursor(cursor),
+                            ))
+                            .await?;
+                        Ok((
+                            page.resource_templates.iter().map(wire).collect(),
+                            page.next_cursor,
+                        ))
+                    }
+                })
+                .await
+            })
+            .await?;
+        let mut templates = lock(&self.shared.passthrough.templates);
+        let mut out = Vec::new();
+        for (up, items) in lists {
+            let uris = items
+                .iter()
+                .filter_map(|t| t.get("uriTemplate").and_then(Value::as_str))
+                .map(str::to_owned)
+                .collect();
+            templates.insert(up.name().to_owned(), uris);
+            out.extend(items);
+        }
+        Ok(out)
+    }
+
+    async fn all_prompts(&self) -> Result<Vec<Value>, ContentError> {
+        let shared = &self.shared;
+        let lists = self
+            .across(self.prompt_servers(), |up, cap| async move {
+                let conn = connected(&up, |c| c.has_prompts, "prompts")?;
+                let limit = timeout(shared, &up);
+                pages(&up, limit, "prompts/list", cap, |cursor| {
+                    let peer = conn.peer.clone();
+                    async move {
+                        let page = peer
+                            .list_prompts(Some(
+                                PaginatedRequestParams::default().with_cursor(cursor),
+                            ))
+                            .await?;
+                        Ok((page.prompts.iter().map(wire).collect(), page.next_cursor))
+                    }
+                })
+                .await
+            })
+            .await?;
+        let mut bare = HashMap::new();
+        let mut out = Vec::new();
+        for (up, items) in lists {
+            for mut item in items {
+                let Some(name) = item.get("name").and_then(Value::as_str).map(str::to_owned) else {
+                    continue;
+                };
+                let exposed = if up.cfg.bare_prompts {
+                    if bare.contains_key(&name) {
+                        tracing::warn!(server = %up.name(), prompt = %name, "a bare prompt of that name is already served; skipped");
+                        continue;
+                    }
+                    bare.insert(name.clone(), up.name().to_owned());
+                    name
+                } else {
+                    format!("mcp__{}__{name}", up.cfg.prefix)
+                };
+                item["name"] = Value::String(exposed);
+                out.push(item);
+            }
+        }
+        *lock(&self.shared.passthrough.bare_prompts) = bare;
+        Ok(out)
+    }
+
+    /// The server and upstream name of a prompt as served downstream.
+    async fn prompt_owner(&self, name: &str) -> Result<(Arc<Upstream>, String), ContentError> {
+        let servers = self.prompt_servers();
+        if let Some((prefix, prompt)) = quiver_contract::split_mcp_name(name)
+            && let Some(up) = servers
+                .iter()
+                .find(|u| !u.cfg.bare_prompts && u.cfg.prefix.eq_ignore_ascii_case(prefix))
+        {
+            return Ok((up.clone(), prompt.to_owned()));
+        }
+        let bare = |servers: &[Arc<Upstream>]| {
+            let owner = lock(&self.shared.passthrough.bare_prompts)
+                .get(name)
+                .cloned()?;
+            servers.iter().find(|u| u.name() == owner).cloned()
+        };
+        if let Some(up) = bare(&servers) {
+            return Ok((up, name.to_owned()));
+        }
+        if servers.iter().any(|u| u.cfg.bare_prompts) {
+            let _ = self.all_prompts().await;
+            if let Some(up) = bare(&servers) {
+                return Ok((up, name.to_owned()));
+            }
+        }
+        Err(ContentError::NotFound(format!(
+            "unknown prompt {name:?}; call prompts/list for the prompts that exist"
+        )))
+    }
+}
+
+/// Subscribes a reconnected server again to the URIs downstream sessions still watch.
+pub(super) fn resubscribe(shared: &Arc<Shared>, server: &str) {
+    let Some(up) = shared.server(server) else {
+        return;
+    };
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        let uris: Vec<String> = shared
+            .passthrough
+            .subscriptions
+            .lock()
+            .await
+            .iter()
+            .filter(|(_, (s, _))| s == up.name())
+            .map(|(uri, _)| uri.clone())
+            .collect();
+        let Some(conn) = up.conn().filter(|c| c.has_subscribe) else {
+            return;
+        };
+        let limit = timeout(&shared, &up);
+        for uri in uris {
+            #[allow(deprecated)]
+            let request = conn
+                .peer
+                .subscribe(SubscribeRequestParams::new(uri.clone()));
+            if let Err(e) = ask(&up, limit, "resources/subscribe", request).await {
+                tracing::warn!(server = %up.name(), %uri, error = %e, "could not subscribe again after reconnecting");
+            }
+        }
+    });
+}
+
+#[async_trait]
+impl ContentSource for McpClient {
+    fn offer(&self) -> ContentOffer {
+        let servers = self.shared.servers();
+        let resources = servers.iter().any(|u| u.cfg.resources);
+        let prompts = servers.iter().any(|u| u.cfg.prompts);
+        ContentOffer {
+            resources,
+            subscribe: resources,
+            prompts,
+            completions: resources || prompts,
+        }
+    }
+
+    async fn list_resources(&self) -> Result<Vec<Value>, ContentError> {
+        self.all_resources().await
+    }
+
+    async fn list_resource_templates(&self) -> Result<Vec<Value>, ContentError> {
+        self.all_templates().await
+    }
+
+    async fn read_resource(&self, uri: &str) -> Result<Value, ContentError> {
+        let up = self.owner_of(uri).await?;
+        let conn = connected(&up, |c| c.has_resources, "resources")?;
+        let limit = timeout(&self.shared, &up);
+        let request = conn
+            .peer
+            .read_resource(ReadResourceRequestParams::new(uri.to_owned()));
+        let result = ask(&up, limit, "resources/read", request).await?;
+        Ok(wire(&result))
+    }
+
+    async fn subscribe(&self, uri: &str) -> Result<(), ContentError> {
+        let up = self.owner_of(uri).await?;
+        let mut subs = self.shared.passthrough.subscriptions.lock().await;
+        if let Some((_, n)) = subs.get_mut(uri) {
+            *n += 1;
+            return Ok(());
+        }
+        let conn = connected(&up, |c| c.has_resources, "resources")?;
+        if !conn.has_subscribe {
+            return Err(ContentError::InvalidParams(format!(
+                "MCP server \"{}\" does not support resource subscriptions; read {uri} again to see changes",
+                up.name()
+            )));
+        }
+        let limit = timeout(&self.shared, &up);
+        #[allow(deprecated)]
+        let request = conn
+            .peer
+            .subscribe(SubscribeRequestParams::new(uri.to_owned()));
+        ask(&up, limit, "resources/subscribe", request).await?;
+        subs.insert(uri.to_owned(), (up.name().to_owned(), 1));
+        Ok(())
+    }
+
+    async fn unsubscribe(&self, uri: &str) -> Result<(), ContentError> {
+        let mut subs = self.shared.passthrough.subscriptions.lock().await;
+        let Some((server, n)) = subs.get_mut(uri) else {
+            return Ok(());
+        };
+        *n -= 1;
+        if *n > 0 {
+            return Ok(());
+        }
+        let server = server.clone();
+        subs.remove(uri);
+        drop(subs);
+        let Some(up) = self.shared.server(&server) else {
+            return Ok(());
+        };
+        // A server that is down has forgotten the subscription with its session.
+        let Some(conn) = up.conn().filter(|c| c.has_subscribe) else {
+            return Ok(());
+        };
+        let limit = timeout(&self.shared, &up);
+        #[allow(deprecated)]
+        let request = conn
+            .peer
+            .unsubscribe(UnsubscribeRequestParams::new(uri.to_owned()));
+        ask(&up, limit, "resources/unsubscribe", request).await
+    }
+
+    fn resource_updates(&self) -> broadcast::Receiver<String> {
+        self.shared.passthrough.updates.subscribe()
+    }
+
+    async fn list_prompts(&self) -> Result<Vec<Value>, ContentError> {
+        self.all_prompts().await
+    }
+
+    async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: Option<Map<String, Value>>,
+    ) -> Result<Value, ContentError> {
+        let (up, prompt) = self.prompt_owner(name).await?;
+        let conn = connected(&up, |c| c.has_prompts, "prompts")?;
+        let mut params = GetPromptRequestParams::default();
+        params.name = prompt;
+        params.arguments = arguments;
+        let limit = timeout(&self.shared, &up);
+        let result = ask(&up, limit, "prompts/get", conn.peer.get_prompt(params)).await?;
+        Ok(wire(&result))
+    }
+
+    async fn complete(&self, mut request: Value) -> Result<Value, ContentError> {
+        let reference = request.get("ref").cloned().unwrap_or(Value::Null);
+        let field = |k: &str| reference.get(k).and_then(Value::as_str).map(str::to_owned);
+        let up = match field("type").as_deref() {
+            Some("ref/prompt") => {
+                let name = field("name").ok_or_else(|| {
+                    ContentError::InvalidParams("ref/prompt needs a `name`".into())
+                })?;
+                let (up, prompt) = self.prompt_owner(&name).await?;
+                request["ref"]["name"] = Value::String(prompt);
+                up
+            }
+            Some("ref/resource") => {
+                let uri = field("uri").ok_or_else(|| {
+                    ContentError::InvalidParams("ref/resource needs a `uri`".into())
+                })?;
+                self.owner_of(&uri).await?
+            }
+            other => {
+                return Err(ContentError::InvalidParams(format!(
+                    "unknown completion reference type {other:?}: use ref/prompt or ref/resource"
+                )));
+            }
+        };
+        let conn = connected(&up, |_| true, "completions")?;
+        if !conn.has_completions {
+            // The upstream offers no completions: there is nothing to suggest.
+            return Ok(json!({"completion": {"values": [], "hasMore": false}}));
+        }
+        let params: CompleteRequestParams = serde_json::from_value(request)
+            .map_err(|e| ContentError::InvalidParams(format!("completion request: {e}")))?;
+        let limit = timeout(&self.shared, &up);
+        let result = ask(
+            &up,
+            limit,
+            "completion/complete",
+            conn.peer.complete(params),
+        )
+        .await?;
+        Ok(wire(&result))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::template_matches;
+
+    #[test]
+    fn templates_match_their_expansions_only() {
+        assert!(template_matches(
+            "test://template/{id}/data",
+            "test://template/123/data"
+        ));
+        assert!(!template_matches(
+            "test://template/{id}/data",
+            "test://template/1/2/data"
+        ));
+        assert!(!template_matches(
+            "test://template/{id}/data",
+            "test://template//data"
+        ));
+        assert!(template_matches("file:///{+path}", "file:///a/b/c.txt"));
+        assert!(template_matches(
+            "db://{table}{?limit}",
+            "db://users?limit=5"
+        ));
+        assert!(!template_matches("db://{table}", "other://users"));
+        assert!(template_matches("x://fixed", "x://fixed"));
+    }
+}

@@ -1,0 +1,103 @@
+//! The port through which the server serves resources, prompts and completions: whatever
+//! implements [`ContentSource`] (the MCP client, passing its upstreams through; a fixture
+//! serving its own). Everything crosses it as MCP wire JSON, so an implementation needs no
+//! rmcp types; the handler turns it into rmcp's typed results (and rejects what does not
+//! parse as such).
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+use tokio::sync::broadcast;
+
+/// What a source offers; the server advertises exactly this in its capabilities.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ContentOffer {
+    /// `resources/list`, `resources/templates/list`, `resources/read`.
+    pub resources: bool,
+    /// `resources/subscribe` and `notifications/resources/updated`.
+    pub subscribe: bool,
+    /// `prompts/list`, `prompts/get`.
+    pub prompts: bool,
+    /// `completion/complete`.
+    pub completions: bool,
+}
+
+impl ContentOffer {
+    /// Resources (with subscriptions), prompts and completions.
+    pub fn all() -> Self {
+        ContentOffer {
+            resources: true,
+            subscribe: true,
+            prompts: true,
+            completions: true,
+        }
+    }
+
+    /// Whether anything is offered.
+    pub fn any(&self) -> bool {
+        self.resources || self.prompts || self.completions
+    }
+}
+
+/// Why a content request failed; each maps to one JSON-RPC error the client sees.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ContentError {
+    /// No such resource (-32002) or prompt (-32602); the message says what to call instead.
+    #[error("{0}")]
+    NotFound(String),
+    /// The request is malformed (-32602).
+    #[error("{0}")]
+    InvalidParams(String),
+    /// The upstream that owns it answered with this JSON-RPC error; passed through with
+    /// its code, the message naming the server.
+    #[error("{message}")]
+    Upstream {
+        /// The upstream's error code.
+        code: i32,
+        /// The message.
+        message: String,
+    },
+    /// The owner is down, did not answer in time, or sent something unusable (-32603).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// A source of resources, prompts and completions for the MCP server.
+#[async_trait]
+pub trait ContentSource: Send + Sync {
+    /// What it offers (asked once per session, at `initialize`).
+    fn offer(&self) -> ContentOffer;
+
+    /// Every resource (wire `Resource` objects), at most 10,000.
+    async fn list_resources(&self) -> Result<Vec<Value>, ContentError>;
+
+    /// Every resource template (wire `ResourceTemplate` objects), at most 10,000.
+    async fn list_resource_templates(&self) -> Result<Vec<Value>, ContentError>;
+
+    /// Reads one resource: a wire `ReadResourceResult`.
+    async fn read_resource(&self, uri: &str) -> Result<Value, ContentError>;
+
+    /// Starts updates for `uri` (called once per URI per session; a source counts them).
+    async fn subscribe(&self, uri: &str) -> Result<(), ContentError>;
+
+    /// Ends one session's interest in `uri`.
+    async fn unsubscribe(&self, uri: &str) -> Result<(), ContentError>;
+
+    /// The URIs of updated resources, as they happen; the server relays each to the
+    /// sessions subscribed to it.
+    fn resource_updates(&self) -> broadcast::Receiver<String>;
+
+    /// Every prompt (wire `Prompt` objects, names as the client must send them back).
+    async fn list_prompts(&self) -> Result<Vec<Value>, ContentError>;
+
+    /// Renders one prompt: a wire `GetPromptResult`.
+    async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: Option<Map<String, Value>>,
+    ) -> Result<Value, ContentError>;
+
+    /// Answers a `completion/complete` request (wire params in, wire `CompleteResult` out).
+    async fn complete(&self, request: Value) -> Result<Value, ContentError>;
+}

@@ -1,0 +1,219 @@
+//! The resources, prompts and completions the MCP conformance suite's server scenarios ask
+//! for, as a [`ContentSource`]: the fixture serves them as an upstream MCP server, and the
+//! fixture in front passes them through its MCP client.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use quiver_mcp_adapter::{ContentError, ContentOffer, ContentSource};
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast;
+
+/// A 1x1 PNG, base64.
+pub(crate) const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+
+const WATCHED: &str = "test://watched-resource";
+
+/// How often a subscribed resource reports an update.
+const UPDATE_EVERY: Duration = Duration::from_millis(200);
+
+pub(crate) struct FixtureContent {
+    updates: broadcast::Sender<String>,
+    subscribed: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl FixtureContent {
+    /// The content, with a task that reports every subscribed URI as updated every 200 ms.
+    pub(crate) fn start() -> Arc<Self> {
+        let (updates, _) = broadcast::channel(64);
+        let subscribed: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let me = Arc::new(FixtureContent {
+            updates: updates.clone(),
+            subscribed: subscribed.clone(),
+        });
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(UPDATE_EVERY);
+            loop {
+                tick.tick().await;
+                let uris: Vec<String> = subscribed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .keys()
+                    .cloned()
+                    .collect();
+                for uri in uris {
+                    let _ = updates.send(uri);
+                }
+            }
+        });
+        me
+    }
+}
+
+fn resources() -> Vec<Value> {
+    vec![
+        json!({"uri": "test://static-text", "name": "static-text", "description": "A static text resource.", "mimeType": "text/plain"}),
+        json!({"uri": "test://static-binary", "name": "static-binary", "description": "A static binary resource (a PNG).", "mimeType": "image/png"}),
+        json!({"uri": WATCHED, "name": "watched-resource", "description": "A resource that reports updates to subscribers.", "mimeType": "text/plain"}),
+    ]
+}
+
+fn prompts() -> Vec<Value> {
+    vec![
+        json!({"name": "test_simple_prompt", "description": "A simple prompt without arguments."}),
+        json!({"name": "test_prompt_with_arguments", "description": "A prompt with two required arguments.",
+        "arguments": [
+            {"name": "arg1", "description": "The first argument.", "required": true},
+            {"name": "arg2", "description": "The second argument.", "required": true}
+        ]}),
+        json!({"name": "test_prompt_with_embedded_resource", "description": "A prompt that embeds a resource.",
+               "arguments": [{"name": "resourceUri", "description": "The URI of the resource to embed.", "required": true}]}),
+        json!({"name": "test_prompt_with_image", "description": "A prompt with an image."}),
+    ]
+}
+
+fn text_message(text: &str) -> Value {
+    json!({"role": "user", "content": {"type": "text", "text": text}})
+}
+
+fn arg<'a>(args: &'a Option<Map<String, Value>>, name: &str) -> Result<&'a str, ContentError> {
+    args.as_ref()
+        .and_then(|a| a.get(name))
+        .and_then(Value::as_str)
+        .ok_or_else(|| ContentError::InvalidParams(format!("missing required argument `{name}`")))
+}
+
+/// The id of a `test://template/{id}/data` URI.
+fn template_id(uri: &str) -> Option<&str> {
+    let id = uri
+        .strip_prefix("test://template/")?
+        .strip_suffix("/data")?;
+    (!id.is_empty() && !id.contains('/')).then_some(id)
+}
+
+#[async_trait]
+impl ContentSource for FixtureContent {
+    fn offer(&self) -> ContentOffer {
+        ContentOffer::all()
+    }
+
+    async fn list_resources(&self) -> Result<Vec<Value>, ContentError> {
+        Ok(resources())
+    }
+
+    async fn list_resource_templates(&self) -> Result<Vec<Value>, ContentError> {
+        Ok(vec![json!({
+            "uriTemplate": "test://template/{id}/data",
+            "name": "template-data",
+            "description": "Data for one id.",
+            "mimeType": "application/json"
+        })])
+    }
+
+    async fn read_resource(&self, uri: &str) -> Result<Value, ContentError> {
+        let content = match uri {
+            "test://static-text" => {
+                json!({"uri": uri, "mimeType": "text/plain", "text": "This is the content of the static text resource."})
+            }
+            "test://static-binary" => json!({"uri": uri, "mimeType": "image/png", "blob": PNG}),
+            WATCHED => {
+                json!({"uri": uri, "mimeType": "text/plain", "text": "Watched resource content."})
+            }
+            _ => match template_id(uri) {
+                Some(id) => json!({
+                    "uri": uri,
+                    "mimeType": "application/json",
+                    "text": json!({"id": id, "templateTest": true, "data": format!("Data for ID: {id}")}).to_string()
+                }),
+                None => return Err(ContentError::NotFound(format!("Resource not found: {uri}"))),
+            },
+        };
+        Ok(json!({"contents": [content]}))
+    }
+
+    async fn subscribe(&self, uri: &str) -> Result<(), ContentError> {
+        *self
+            .subscribed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(uri.to_owned())
+            .or_default() += 1;
+        Ok(())
+    }
+
+    async fn unsubscribe(&self, uri: &str) -> Result<(), ContentError> {
+        let mut subs = self.subscribed.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = subs.get_mut(uri) {
+            *n -= 1;
+            if *n == 0 {
+                subs.remove(uri);
+            }
+        }
+        Ok(())
+    }
+
+    fn resource_updates(&self) -> broadcast::Receiver<String> {
+        self.updates.subscribe()
+    }
+
+    async fn list_prompts(&self) -> Result<Vec<Value>, ContentError> {
+        Ok(prompts())
+    }
+
+    async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: Option<Map<String, Value>>,
+    ) -> Result<Value, ContentError> {
+        let messages = match name {
+            "test_simple_prompt" => vec![text_message("This is a simple prompt for testing.")],
+            "test_prompt_with_arguments" => {
+                let (a1, a2) = (arg(&arguments, "arg1")?, arg(&arguments, "arg2")?);
+                vec![text_message(&format!(
+                    "Prompt with arguments: arg1='{a1}', arg2='{a2}'"
+                ))]
+            }
+            "test_prompt_with_embedded_resource" => {
+                let uri = arg(&arguments, "resourceUri")?;
+                vec![
+                    json!({"role": "user", "content": {"type": "resource", "resource": {
+                        "uri": uri, "mimeType": "text/plain", "text": "Embedded resource content for testing."
+                    }}}),
+                    text_message("Please process the embedded resource above."),
+                ]
+            }
+            "test_prompt_with_image" => vec![
+                json!({"role": "user", "content": {"type": "image", "data": PNG, "mimeType": "image/png"}}),
+                text_message("Please analyze the image above."),
+            ],
+            other => {
+                return Err(ContentError::NotFound(format!("unknown prompt {other:?}")));
+            }
+        };
+        Ok(json!({"messages": messages}))
+    }
+
+    async fn complete(&self, request: Value) -> Result<Value, ContentError> {
+        let value = request["argument"]["value"].as_str().unwrap_or_default();
+        let candidates: &[&str] = match (
+            request["ref"]["type"].as_str(),
+            request["argument"]["name"].as_str(),
+        ) {
+            (Some("ref/prompt"), Some("arg1" | "arg2")) => {
+                &["test", "testValue1", "testValue2", "other"]
+            }
+            (Some("ref/resource"), Some("id")) => &["1", "123", "42"],
+            _ => &[],
+        };
+        let values: Vec<&str> = candidates
+            .iter()
+            .copied()
+            .filter(|c| c.starts_with(value))
+            .collect();
+        Ok(json!({"completion": {"values": values, "total": values.len(), "hasMore": false}}))
+    }
+}

@@ -2,6 +2,7 @@
 //! set each request names (see [`key`] for how a request picks its working-set key).
 
 mod auth;
+mod direct;
 mod from_contract;
 mod handler;
 mod http;
@@ -93,6 +94,8 @@ pub(crate) struct Shared {
     /// Where working sets persist; a key seen for the first time is restored from it.
     pub(crate) sessions: Option<Arc<dyn quiver_surface::ports::SessionStore>>,
     pub(crate) restored: std::sync::Mutex<std::collections::HashSet<Arc<str>>>,
+    /// The HTTP sessions the direct path may answer.
+    pub(crate) direct: direct::DirectSessions,
 }
 
 impl Shared {
@@ -136,6 +139,7 @@ impl McpServer {
                 shutdown: CancellationToken::new(),
                 sessions: None,
                 restored: std::sync::Mutex::new(std::collections::HashSet::new()),
+                direct: direct::DirectSessions::default(),
             }),
         }
     }

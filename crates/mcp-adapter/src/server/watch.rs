@@ -97,6 +97,7 @@ mod tests {
             shutdown: CancellationToken::new(),
             sessions: None,
             restored: std::sync::Mutex::new(std::collections::HashSet::new()),
+            direct: crate::server::direct::DirectSessions::default(),
         }
     }
 

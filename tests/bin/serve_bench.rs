@@ -14,8 +14,9 @@
 //!   (what B adds, robust against load that drifts during the run).
 //!
 //! ARGS is `describe` (alternates `{"name": "tool_search"}` and `{"name": "describe_tool"}`,
-//! so the loop guard never sees identical consecutive calls) or `echo`
-//! (`{"message": "ping N"}` with a counter).
+//! so the loop guard never sees identical consecutive calls), `echo`
+//! (`{"message": "ping N"}` with a counter) or `city` (`{"city": "Paris N"}`, for the
+//! fixture server's `weather_forecast`).
 //!
 //! Output is one JSON object per run on stdout.
 
@@ -302,7 +303,8 @@ fn arguments(kind: &str, i: u64) -> Result<Value> {
             json!({"name": name})
         }
         "echo" => json!({"message": format!("ping {i}")}),
-        other => bail!("unknown ARGS {other:?}: use describe or echo"),
+        "city" => json!({"city": format!("Paris {i}")}),
+        other => bail!("unknown ARGS {other:?}: use describe, echo or city"),
     })
 }
 

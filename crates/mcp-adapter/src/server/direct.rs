@@ -7,6 +7,7 @@
 //! for a request; a call that asks for progress still gets its SSE stream from rmcp.
 //!
 //! The direct path answers only when all of these hold, else rmcp does:
+//! - the server is not shutting down;
 //! - `POST` with `Content-Type: application/json`, an `Accept` naming both
 //!   `application/json` and `text/event-stream` (no weights), a known body length of at most
 //!   [`MAX_DIRECT_BODY`], a `Host` the server accepts and no `Origin` or an accepted one;
@@ -110,6 +111,10 @@ pub(crate) struct Direct {
 
 /// The `/mcp` endpoint: the direct path when it applies, rmcp otherwise.
 pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> Response {
+    // Shutting down: rmcp answers as it does while it stops.
+    if direct.shared.shutdown.is_cancelled() {
+        return forward(&direct, request).await;
+    }
     let length = axum::body::HttpBody::size_hint(request.body()).upper();
     let Some(sid) = candidate(&direct, request.method(), request.headers(), length) else {
         return forward(&direct, request).await;

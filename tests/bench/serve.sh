@@ -4,6 +4,7 @@
 #
 #   CARGO_TARGET_DIR=/work/target-bench cargo build --release -p quiver-host -p quiver-tests
 #   tests/bench/serve.sh            # 1-4: in-process tool, upstream echo, throughput, RSS
+#     (2 interleaves direct and through-quiver calls: `quiver-serve-bench compare`)
 #   STDIO_BRIDGES=1 SUPERGATEWAY=.../supergateway MCP_PROXY=.../mcp-proxy tests/bench/serve.sh
 #     also 5: stdio server-everything bridged by quiver, supergateway (npm), mcp-proxy (PyPI)
 #
@@ -68,11 +69,11 @@ PIDS+=("$!")
 wait_port "$PORT"
 EURL=http://127.0.0.1:$PORT/mcp
 echo "{\"mcpServers\": {\"everything\": {\"url\": \"$EURL\"}}}" >"$WORK/http.json"
-"$BENCH" latency "$EURL" echo echo "$N" | sed 's/^/direct: /'
 start_quiver upstream --mcp-config "$WORK/http.json"
-"$BENCH" latency "$QURL" mcp__everything__echo echo "$N" | sed 's/^/via_quiver: /'
-"$BENCH" latency "$EURL" echo echo "$N" | sed 's/^/direct: /'
-"$BENCH" latency "$QURL" mcp__everything__echo echo "$N" | sed 's/^/via_quiver: /'
+# Interleaved: a = direct, b = through quiver; "added" is b - a under the same load.
+for _ in 1 2 3; do
+  "$BENCH" compare "$EURL" echo "$QURL" mcp__everything__echo echo "$N"
+done
 echo "# $(uptime)"
 kill "$QPID"
 

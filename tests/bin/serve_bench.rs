@@ -8,10 +8,15 @@
 //!   WARMUP (100) unmeasured ones; prints min/p50/p90/p99/max in µs.
 //! - `quiver-serve-bench throughput URL TOOL ARGS CLIENTS SECS`: CLIENTS concurrent
 //!   sessions calling for SECS seconds; prints calls/s.
+//! - `quiver-serve-bench compare URL_A TOOL_A URL_B TOOL_B ARGS [N] [WARMUP]`: one session
+//!   on each server, calls interleaved (A then B, then B then A, ...), so both series see
+//!   the same load; prints both series and the median of the paired differences B - A
+//!   (what B adds, robust against load that drifts during the run).
 //!
 //! ARGS is `describe` (alternates `{"name": "tool_search"}` and `{"name": "describe_tool"}`,
-//! so the loop guard never sees identical consecutive calls) or `echo`
-//! (`{"message": "ping N"}` with a counter).
+//! so the loop guard never sees identical consecutive calls), `echo`
+//! (`{"message": "ping N"}` with a counter) or `city` (`{"city": "Paris N"}`, for the
+//! fixture server's `weather_forecast`).
 //!
 //! Output is one JSON object per run on stdout.
 
@@ -298,13 +303,27 @@ fn arguments(kind: &str, i: u64) -> Result<Value> {
             json!({"name": name})
         }
         "echo" => json!({"message": format!("ping {i}")}),
-        other => bail!("unknown ARGS {other:?}: use describe or echo"),
+        "city" => json!({"city": format!("Paris {i}")}),
+        other => bail!("unknown ARGS {other:?}: use describe, echo or city"),
     })
 }
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn stats(micros: &mut [u64]) -> Value {
+    micros.sort_unstable();
+    let mean = micros.iter().sum::<u64>() as f64 / micros.len() as f64;
+    json!({
+        "min_us": micros[0],
+        "p50_us": percentile(micros, 50.0),
+        "p90_us": percentile(micros, 90.0),
+        "p99_us": percentile(micros, 99.0),
+        "max_us": micros[micros.len() - 1],
+        "mean_us": mean.round(),
+    })
 }
 
 async fn latency(target: Target, tool: &str, kind: &str, n: u64, warmup: u64) -> Result<()> {
@@ -321,19 +340,63 @@ async fn latency(target: Target, tool: &str, kind: &str, n: u64, warmup: u64) ->
         micros.push(start.elapsed().as_micros() as u64);
     }
     let delete_status = conn.close().await?;
-    micros.sort_unstable();
-    let mean = micros.iter().sum::<u64>() as f64 / micros.len() as f64;
+    let mut out = json!({"mode": "latency", "tool": tool, "calls": n, "warmup": warmup});
+    out.as_object_mut()
+        .expect("an object")
+        .extend(stats(&mut micros).as_object().expect("an object").clone());
+    out["delete"] = json!(delete_status);
+    println!("{out}");
+    Ok(())
+}
+
+async fn timed(conn: &mut Conn, tool: &str, args: Value) -> Result<u64> {
+    let start = Instant::now();
+    conn.call(tool, args).await?;
+    Ok(start.elapsed().as_micros() as u64)
+}
+
+async fn compare(
+    a: (Target, String),
+    b: (Target, String),
+    kind: &str,
+    n: u64,
+    warmup: u64,
+) -> Result<()> {
+    let mut ca = Conn::connect(&a.0).await?;
+    ca.handshake().await?;
+    let mut cb = Conn::connect(&b.0).await?;
+    cb.handshake().await?;
+    for i in 0..warmup {
+        ca.call(&a.1, arguments(kind, i)?).await?;
+        cb.call(&b.1, arguments(kind, i)?).await?;
+    }
+    let (mut ta, mut tb, mut diff) = (Vec::new(), Vec::new(), Vec::new());
+    for i in warmup..warmup + n {
+        let (x, y) = if i.is_multiple_of(2) {
+            let x = timed(&mut ca, &a.1, arguments(kind, i)?).await?;
+            (x, timed(&mut cb, &b.1, arguments(kind, i)?).await?)
+        } else {
+            let y = timed(&mut cb, &b.1, arguments(kind, i)?).await?;
+            (timed(&mut ca, &a.1, arguments(kind, i)?).await?, y)
+        };
+        ta.push(x);
+        tb.push(y);
+        diff.push(y as i64 - x as i64);
+    }
+    ca.close().await?;
+    cb.close().await?;
+    diff.sort_unstable();
+    let median_diff = diff[diff.len() / 2];
+    let (sa, sb) = (stats(&mut ta), stats(&mut tb));
+    let added_p50 = sb["p50_us"].as_i64().unwrap_or(0) - sa["p50_us"].as_i64().unwrap_or(0);
     println!(
         "{}",
         json!({
-            "mode": "latency", "tool": tool, "calls": n, "warmup": warmup,
-            "min_us": micros[0],
-            "p50_us": percentile(&micros, 50.0),
-            "p90_us": percentile(&micros, 90.0),
-            "p99_us": percentile(&micros, 99.0),
-            "max_us": micros[micros.len() - 1],
-            "mean_us": mean.round(),
-            "delete": delete_status,
+            "mode": "compare", "calls": n, "warmup": warmup,
+            "a": {"tool": a.1, "latency": sa},
+            "b": {"tool": b.1, "latency": sb},
+            "added_p50_us": added_p50,
+            "median_paired_diff_us": median_diff,
         })
     );
     Ok(())
@@ -388,9 +451,21 @@ async fn throughput(target: Target, tool: &str, kind: &str, clients: u64, secs: 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = "usage: quiver-serve-bench latency URL TOOL ARGS [N] [WARMUP] | \
-                 throughput URL TOOL ARGS CLIENTS SECS";
+                 throughput URL TOOL ARGS CLIENTS SECS | \
+                 compare URL_A TOOL_A URL_B TOOL_B ARGS [N] [WARMUP]";
     let get = |i: usize| args.get(i).map(String::as_str).context(usage);
     let mode = get(0)?;
+    if mode == "compare" {
+        let a = (Target::parse(get(1)?)?, get(2)?.to_owned());
+        let b = (Target::parse(get(3)?)?, get(4)?.to_owned());
+        let kind = get(5)?.to_owned();
+        let n = args.get(6).map_or(Ok(1000), |s| s.parse())?;
+        let warmup = args.get(7).map_or(Ok(100), |s| s.parse())?;
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(compare(a, b, &kind, n, warmup));
+    }
     let target = Target::parse(get(1)?)?;
     let tool = get(2)?.to_owned();
     let kind = get(3)?.to_owned();

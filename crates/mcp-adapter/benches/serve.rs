@@ -1,7 +1,8 @@
 //! What the MCP server adds to a call: a no-op tool through `Dispatcher::call` directly, and
 //! the same call as an MCP `tools/call` POST on an initialized 2025-11-25 session, through
-//! the axum router, the bearer check, rmcp's streamable-HTTP service and session, the
-//! handler and the render (in process: no socket, no HTTP parsing).
+//! the axum router, the bearer check, the direct path (JSON response) and the render; and
+//! once more with a progress token, which goes through rmcp's streamable-HTTP service and
+//! session (SSE response). In process: no socket, no HTTP parsing.
 
 use std::{hint::black_box, sync::Arc};
 
@@ -107,6 +108,17 @@ fn bench(c: &mut Criterion) {
     group.bench_function("mcp_tools_call", |b| {
         b.to_async(&rt).iter(|| async {
             let (_, body) = send(&router, post(&call, Some(&session))).await;
+            assert!(body.contains("\"result\""), "{body}");
+            black_box(body)
+        })
+    });
+    // A progress token sends the call through rmcp's session (an SSE response stream)
+    // instead of the direct path.
+    let sse_call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "noop", "arguments": {}, "_meta": {"progressToken": "p"}}});
+    group.bench_function("mcp_tools_call_sse", |b| {
+        b.to_async(&rt).iter(|| async {
+            let (_, body) = send(&router, post(&sse_call, Some(&session))).await;
             assert!(body.contains("\"result\""), "{body}");
             black_box(body)
         })

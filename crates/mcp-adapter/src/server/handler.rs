@@ -14,15 +14,16 @@ use quiver_contract::{CallContext, Capabilities, Envelope, ErrKind, Mode};
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, Extensions,
-        GetPromptRequestParams, GetPromptResponse, GetPromptResult, Implementation,
-        ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-        LoggingLevel, PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
-        ReadResourceResponse, ReadResourceResult, RequestMetaObject,
-        ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, SetLevelRequestParams,
-        SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+        CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams,
+        CompleteResult, Extensions, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
+        Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+        ListToolsResult, LoggingLevel, PaginatedRequestParams, ProgressNotificationParam,
+        ProgressToken, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+        RequestMetaObject, ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig,
+        SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
+        UnsubscribeRequestParams,
     },
-    service::{Peer, RequestContext, SubscriptionContext},
+    service::{NotificationContext, Peer, RequestContext, SubscriptionContext},
 };
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -43,8 +44,8 @@ const INSTRUCTIONS: &str = "Quiver serves a working set of tools that grows as y
 
 /// What one request may see and do.
 #[derive(Debug, Clone)]
-struct Scope {
-    key: Arc<str>,
+pub(crate) struct Scope {
+    pub(crate) key: Arc<str>,
     capabilities: Arc<Capabilities>,
     mode: Mode,
     principal: Option<Arc<str>>,
@@ -54,7 +55,7 @@ struct Scope {
 }
 
 /// The state of one handler instance (a session, or a single stateless request).
-struct Connection {
+pub(crate) struct Connection {
     /// The working-set keys this connection's requests used; their changes are its changes.
     keys: Mutex<HashSet<Arc<str>>>,
     /// Keys derived from the session id, ended with the session.
@@ -64,15 +65,57 @@ struct Connection {
     /// Cancelled when the handler is dropped (the session ended).
     closed: CancellationToken,
     /// The level the client set with `logging/setLevel`.
-    log_level: Mutex<Option<LoggingLevel>>,
+    pub(crate) log_level: Mutex<Option<LoggingLevel>>,
     /// The resource URIs this session subscribed to.
     subscriptions: Mutex<HashSet<String>>,
     /// Set once the resource-update relay runs.
     relaying: std::sync::atomic::AtomicBool,
+    /// The HTTP session id once a request named it (the direct path finds the session by it).
+    session_id: std::sync::OnceLock<Arc<str>>,
+    /// Calls answered on the direct path, by JSON-RPC id, so `notifications/cancelled`
+    /// reaches them.
+    pub(crate) in_flight:
+        Mutex<std::collections::HashMap<rmcp::model::RequestId, CancellationToken>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The scope of one request from its HTTP head (absent on stdio) and its `_meta`.
+pub(crate) fn scope(
+    shared: &Shared,
+    parts: Option<&axum::http::request::Parts>,
+    meta: &RequestMetaObject,
+    fixed_session: Option<&str>,
+) -> Result<Scope, McpError> {
+    let principal = parts.and_then(|p| p.extensions.get::<Principal>());
+    let header = |name: &str| {
+        parts
+            .and_then(|p| p.headers.get(name))
+            .and_then(|v| v.to_str().ok())
+    };
+    let session_id = header(SESSION_HEADER).or(fixed_session);
+    let sources = KeySources {
+        meta_conversation: meta.0.0.get(CONVERSATION_META),
+        header_conversation: header(CONVERSATION_HEADER),
+        session_id,
+        principal: principal.map(|p| &*p.name),
+    };
+    let key = working_set_key(&sources)?;
+    let session_bound = session_id.is_some_and(|sid| key.strip_prefix("mcp:") == Some(sid));
+    Ok(Scope {
+        key,
+        capabilities: principal
+            .map(|p| p.capabilities.clone())
+            .unwrap_or_else(|| Arc::new(Capabilities::all())),
+        mode: principal
+            .and_then(|p| p.mode)
+            .unwrap_or(shared.options.default_mode),
+        principal: principal.map(|p| p.name.clone()),
+        tenant: principal.and_then(|p| p.tenant.clone()),
+        session_bound,
+    })
 }
 
 pub(crate) struct Handler {
@@ -94,40 +137,20 @@ impl Handler {
                 log_level: Mutex::new(None),
                 subscriptions: Mutex::new(HashSet::new()),
                 relaying: std::sync::atomic::AtomicBool::new(false),
+                session_id: std::sync::OnceLock::new(),
+                in_flight: Mutex::new(std::collections::HashMap::new()),
             }),
             fixed_session,
         }
     }
 
     fn scope(&self, meta: &RequestMetaObject, extensions: &Extensions) -> Result<Scope, McpError> {
-        let parts = extensions.get::<axum::http::request::Parts>();
-        let principal = parts.and_then(|p| p.extensions.get::<Principal>());
-        let header = |name: &str| {
-            parts
-                .and_then(|p| p.headers.get(name))
-                .and_then(|v| v.to_str().ok())
-        };
-        let session_id = header(SESSION_HEADER).or(self.fixed_session.as_deref());
-        let sources = KeySources {
-            meta_conversation: meta.0.0.get(CONVERSATION_META),
-            header_conversation: header(CONVERSATION_HEADER),
-            session_id,
-            principal: principal.map(|p| &*p.name),
-        };
-        let key = working_set_key(&sources)?;
-        let session_bound = session_id.is_some_and(|sid| *key == *format!("mcp:{sid}"));
-        Ok(Scope {
-            key,
-            capabilities: principal
-                .map(|p| p.capabilities.clone())
-                .unwrap_or_else(|| Arc::new(Capabilities::all())),
-            mode: principal
-                .and_then(|p| p.mode)
-                .unwrap_or(self.shared.options.default_mode),
-            principal: principal.map(|p| p.name.clone()),
-            tenant: principal.and_then(|p| p.tenant.clone()),
-            session_bound,
-        })
+        scope(
+            &self.shared,
+            extensions.get::<axum::http::request::Parts>(),
+            meta,
+            self.fixed_session.as_deref(),
+        )
     }
 
     fn offer(&self) -> ContentOffer {
@@ -195,30 +218,147 @@ impl Handler {
     }
 
     /// Remembers the key, and on a session (not a stateless request) starts the task that
-    /// sends `list_changed` through the session's peer.
+    /// sends `list_changed` through the session's peer; a session is also registered for
+    /// the direct path.
     fn track(&self, scope: &Scope, extensions: &Extensions, peer: &Peer<RoleServer>) {
-        lock(&self.conn.keys).insert(scope.key.clone());
-        if scope.session_bound {
-            lock(&self.conn.session_keys).insert(scope.key.clone());
-        }
-        let has_session = self.fixed_session.is_some()
-            || extensions
+        let session = self.fixed_session.clone().or_else(|| {
+            extensions
                 .get::<axum::http::request::Parts>()
-                .is_some_and(|p| p.headers.contains_key(SESSION_HEADER));
-        if !has_session
-            || self
-                .conn
-                .watching
-                .swap(true, std::sync::atomic::Ordering::AcqRel)
+                .and_then(|p| p.headers.get(SESSION_HEADER))
+                .and_then(|v| v.to_str().ok())
+                .map(Arc::from)
+        });
+        if self.fixed_session.is_none()
+            && let Some(sid) = &session
         {
-            return;
+            self.register(sid, peer);
         }
-        let changes = Changes::subscribe(&self.shared);
-        let conn = self.conn.clone();
-        let shutdown = self.shared.shutdown.clone();
-        let peer = peer.clone();
-        tokio::spawn(watch_session(changes, conn, shutdown, peer));
+        track(&self.shared, &self.conn, scope, session.is_some(), peer);
     }
+
+    /// Makes this session reachable by the direct path (HTTP sessions only).
+    fn register(&self, sid: &Arc<str>, peer: &Peer<RoleServer>) {
+        if self.conn.session_id.set(sid.clone()).is_ok() {
+            self.shared
+                .direct
+                .insert(sid.clone(), self.conn.clone(), peer.clone());
+        }
+    }
+}
+
+/// Remembers the key of a request of `conn`; on a session, starts its change watcher once.
+pub(crate) fn track(
+    shared: &Arc<Shared>,
+    conn: &Arc<Connection>,
+    scope: &Scope,
+    has_session: bool,
+    peer: &Peer<RoleServer>,
+) {
+    lock(&conn.keys).insert(scope.key.clone());
+    if scope.session_bound {
+        lock(&conn.session_keys).insert(scope.key.clone());
+    }
+    if !has_session
+        || conn
+            .watching
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+    {
+        return;
+    }
+    let changes = Changes::subscribe(shared);
+    tokio::spawn(watch_session(
+        changes,
+        conn.clone(),
+        shared.shutdown.clone(),
+        peer.clone(),
+    ));
+}
+
+/// Runs one `tools/call` of a request in `scope`. `client` is cancelled when the client
+/// cancels the request (`notifications/cancelled`, or its stream is gone); with a progress
+/// token, `notifications/progress` goes to `peer` every `progress_interval`.
+pub(crate) async fn call(
+    shared: &Shared,
+    scope: &Scope,
+    name: &str,
+    input: Value,
+    client: &CancellationToken,
+    progress: Option<(ProgressToken, &Peer<RoleServer>)>,
+    channel: Option<(Arc<dyn quiver_contract::ClientChannel>, Arc<ProgressState>)>,
+) -> CallToolResult {
+    // The surface decides what this session may see: a tool its mode does not list
+    // (plan mode and a mutating tool, an internal tool) is refused here. Unknown and
+    // capability-forbidden tools are the dispatcher's to answer.
+    let surface = &shared.surface;
+    if surface.catalog().contains(name)
+        && scope.capabilities.allows(name)
+        && !surface.visible(name, scope.mode, &scope.capabilities)
+    {
+        let envelope = Envelope::err(
+            ErrKind::Forbidden,
+            format!(
+                "`{name}` is not available in {} mode. Call tool_search to find a tool you can use.",
+                scope.mode.as_str()
+            ),
+        );
+        return from_contract::call_result(&envelope, &shared.options.render);
+    }
+    let cancel = shared.shutdown.child_token();
+    let mut ctx = CallContext::for_session(scope.key.clone())
+        .with_capabilities((*scope.capabilities).clone())
+        .with_cancel(cancel.clone());
+    if let Some(p) = &scope.principal {
+        ctx = ctx.with_principal(p.clone());
+    }
+    if let Some(t) = &scope.tenant {
+        ctx = ctx.with_tenant(t.clone());
+    }
+    if let Some((c, _)) = &channel {
+        ctx = ctx.with_client(c.clone());
+    }
+    let progress_state = channel.map(|(_, state)| state);
+    let every = shared.options.progress_interval;
+    // Only a call with a progress token needs the timer.
+    let mut ticker = progress
+        .as_ref()
+        .map(|_| tokio::time::interval_at(tokio::time::Instant::now() + every, every));
+    let mut ticks = 0u32;
+    let call = shared.dispatcher.call(name, input, ctx);
+    tokio::pin!(call);
+    let mut cancelled = false;
+    let envelope = loop {
+        tokio::select! {
+            envelope = &mut call => break envelope,
+            _ = client.cancelled(), if !cancelled => {
+                // notifications/cancelled, or the client dropped the stream.
+                cancelled = true;
+                cancel.cancel();
+            }
+            _ = async { ticker.as_mut().expect("guarded").tick().await }, if ticker.is_some() => {
+                // The heartbeat stops once the tool reports its own progress.
+                if progress_state
+                    .as_ref()
+                    .is_some_and(|st| st.reported.load(std::sync::atomic::Ordering::Acquire))
+                {
+                    continue;
+                }
+                ticks += 1;
+                if let Some((token, peer)) = &progress
+                    && progress_state
+                        .as_ref()
+                        .is_none_or(|st| st.advance(f64::from(ticks)))
+                {
+                    let mut p = ProgressNotificationParam::new(token.clone(), f64::from(ticks));
+                    p.message = Some(format!("`{name}` is running ({:.1}s)", (every * ticks).as_secs_f64()));
+                    let _ = peer.notify_progress(p).await;
+                }
+            }
+        }
+    };
+    if cancelled {
+        tracing::debug!(tool = %name, "the client cancelled the call");
+    }
+    from_contract::call_result(&envelope, &shared.options.render)
 }
 
 async fn watch_session(
@@ -260,14 +400,33 @@ impl Drop for Handler {
                 }
             });
         }
+        if let Some(sid) = self.conn.session_id.get() {
+            self.shared.direct.remove(sid);
+        }
         for key in lock(&self.conn.session_keys).drain() {
             self.shared.surface.end_session(&key);
             self.shared.dispatcher.end_session(&key);
+            // A session id never comes back; without this the set grew by one key per
+            // session for the life of the process.
+            lock(&self.shared.restored).remove(&key);
         }
     }
 }
 
 impl ServerHandler for Handler {
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        // From here on the session's plain calls can take the direct path.
+        if self.fixed_session.is_none()
+            && let Some(sid) = context
+                .extensions
+                .get::<axum::http::request::Parts>()
+                .and_then(|p| p.headers.get(SESSION_HEADER))
+                .and_then(|v| v.to_str().ok())
+        {
+            self.register(&Arc::from(sid), &context.peer);
+        }
+    }
+
     fn get_info(&self) -> ServerConfig {
         let offer = self.offer();
         #[allow(deprecated)]
@@ -318,16 +477,6 @@ impl ServerHandler for Handler {
         let scope = self.scope(&context.meta, &context.extensions)?;
         self.track(&scope, &context.extensions, &context.peer);
         self.shared.restore_once(&scope.key).await;
-        let cancel = self.shared.shutdown.child_token();
-        let mut ctx = CallContext::for_session(scope.key.clone())
-            .with_capabilities((*scope.capabilities).clone())
-            .with_cancel(cancel.clone());
-        if let Some(p) = &scope.principal {
-            ctx = ctx.with_principal(p.clone());
-        }
-        if let Some(t) = &scope.tenant {
-            ctx = ctx.with_tenant(t.clone());
-        }
         let progress = context.meta.get_progress_token();
         let progress_state = Arc::new(ProgressState::default());
         let protocol = context.protocol_version();
@@ -340,7 +489,7 @@ impl ServerHandler for Handler {
             Some(l) => Arc::new(move || Some(l)),
             None => Arc::new(move || *lock(&conn.log_level)),
         };
-        ctx = ctx.with_client(Arc::new(PeerChannel {
+        let channel: Arc<dyn quiver_contract::ClientChannel> = Arc::new(PeerChannel {
             peer: context.peer.clone(),
             request_id: context.id.clone(),
             progress_token: progress.clone(),
@@ -350,60 +499,20 @@ impl ServerHandler for Handler {
             log_level,
             // A 2026-07-28 request gets log messages only when it opts in (SEP-2575).
             logs_allowed: !modern || meta_level.is_some(),
-        }));
-        let input = request.arguments.map(Value::Object).unwrap_or(Value::Null);
+        });
         let name = request.name;
-        // The surface decides what this session may see: a tool its mode does not list
-        // (plan mode and a mutating tool, an internal tool) is refused here. Unknown and
-        // capability-forbidden tools are the dispatcher's to answer.
-        let surface = &self.shared.surface;
-        if surface.catalog().contains(&name)
-            && scope.capabilities.allows(&name)
-            && !surface.visible(&name, scope.mode, &scope.capabilities)
-        {
-            let envelope = Envelope::err(
-                ErrKind::Forbidden,
-                format!(
-                    "`{name}` is not available in {} mode. Call tool_search to find a tool you can use.",
-                    scope.mode.as_str()
-                ),
-            );
-            return Ok(from_contract::call_result(&envelope, &self.shared.options.render).into());
-        }
-        let every = self.shared.options.progress_interval;
-        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-        let mut ticks = 0u32;
-        let call = self.shared.dispatcher.call(&name, input, ctx);
-        tokio::pin!(call);
-        let mut cancelled = false;
-        let envelope = loop {
-            tokio::select! {
-                envelope = &mut call => break envelope,
-                _ = context.ct.cancelled(), if !cancelled => {
-                    // notifications/cancelled, or the client dropped the stream.
-                    cancelled = true;
-                    cancel.cancel();
-                }
-                _ = ticker.tick(), if progress.is_some() => {
-                    // The heartbeat stops once the tool reports its own progress.
-                    if progress_state.reported.load(std::sync::atomic::Ordering::Acquire) {
-                        continue;
-                    }
-                    ticks += 1;
-                    if let Some(token) = &progress
-                        && progress_state.advance(f64::from(ticks))
-                    {
-                        let mut p = ProgressNotificationParam::new(token.clone(), f64::from(ticks));
-                        p.message = Some(format!("`{name}` is running ({:.1}s)", (every * ticks).as_secs_f64()));
-                        let _ = context.peer.notify_progress(p).await;
-                    }
-                }
-            }
-        };
-        if cancelled {
-            tracing::debug!(tool = %name, "the client cancelled the call");
-        }
-        Ok(from_contract::call_result(&envelope, &self.shared.options.render).into())
+        let input = request.arguments.map(Value::Object).unwrap_or(Value::Null);
+        Ok(call(
+            &self.shared,
+            &scope,
+            &name,
+            input,
+            &context.ct,
+            progress.map(|token| (token, &context.peer)),
+            Some((channel, progress_state)),
+        )
+        .await
+        .into())
     }
 
     async fn set_level(

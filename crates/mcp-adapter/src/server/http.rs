@@ -1,18 +1,21 @@
 //! Streamable HTTP: rmcp's tower service inside axum, behind the bearer check, with
 //! `Host`/`Origin` validation against the listen address.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use axum::{Router, serve::ListenerExt};
+use axum::{Router, routing::any, serve::ListenerExt};
 use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
 use tokio::net::TcpListener;
 
-use super::{McpServer, ServeError, auth, handler::Handler};
+use super::{McpServer, ServeError, auth, direct, handler::Handler};
 
 /// The path the MCP endpoint is served on.
 pub(crate) const MCP_PATH: &str = "/mcp";
+
+/// How long rmcp keeps a completed request stream's replies for a resumption.
+const COMPLETED_STREAM_TTL: Duration = Duration::from_secs(10);
 
 /// The `Host` authorities a server listening on `addr` accepts: the address itself and, for
 /// a loopback or unspecified address, the loopback names, each with the port.
@@ -43,19 +46,34 @@ impl McpServer {
             .flat_map(|h| [format!("http://{h}"), format!("https://{h}")])
             .collect();
         let config = StreamableHttpServerConfig::default()
-            .with_allowed_hosts(hosts)
-            .with_allowed_origins(origins)
+            .with_allowed_hosts(hosts.clone())
+            .with_allowed_origins(origins.clone())
             .enforce_origin_validation()
             .with_cancellation_token(self.shared.shutdown.child_token());
+        let mut sessions = LocalSessionManager::default();
+        // rmcp keeps each completed request stream's replies for a late resumption and scans
+        // them on every session event; 60 s of them (its default) made a busy session slower
+        // with every call and held their memory. 10 s still covers a client reconnecting
+        // after the 3 s retry hint.
+        sessions.session_config.completed_cache_ttl = COMPLETED_STREAM_TTL;
+        let sessions = Arc::new(sessions);
         let shared = self.shared.clone();
         let service = StreamableHttpService::new(
             move || Ok(Handler::new(shared.clone(), None)),
-            Arc::new(LocalSessionManager::default()),
+            sessions.clone(),
             config,
         );
+        let direct = direct::Direct {
+            shared: self.shared.clone(),
+            rmcp: service,
+            sessions,
+            hosts: hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
+            origins: origins.iter().map(|o| o.to_ascii_lowercase()).collect(),
+        };
         let tokens = Arc::new(auth::Tokens::new(&self.shared.options.auth));
         Router::new()
-            .route_service(MCP_PATH, service)
+            .route(MCP_PATH, any(direct::endpoint))
+            .with_state(direct)
             .layer(axum::middleware::from_fn_with_state(
                 tokens,
                 auth::require_token,

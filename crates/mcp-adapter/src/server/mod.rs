@@ -5,6 +5,7 @@ mod auth;
 mod channel;
 pub(crate) use channel::from_mcp_level;
 mod content;
+mod direct;
 mod from_contract;
 mod handler;
 mod http;
@@ -99,6 +100,8 @@ pub(crate) struct Shared {
     pub(crate) restored: std::sync::Mutex<std::collections::HashSet<Arc<str>>>,
     /// Where resources, prompts and completions come from (none: tools only).
     pub(crate) content: Option<Arc<dyn ContentSource>>,
+    /// The HTTP sessions the direct path may answer.
+    pub(crate) direct: direct::DirectSessions,
 }
 
 impl Shared {
@@ -143,6 +146,7 @@ impl McpServer {
                 sessions: None,
                 restored: std::sync::Mutex::new(std::collections::HashSet::new()),
                 content: None,
+                direct: direct::DirectSessions::default(),
             }),
         }
     }

@@ -98,6 +98,7 @@ mod tests {
             sessions: None,
             restored: std::sync::Mutex::new(std::collections::HashSet::new()),
             content: None,
+            direct: crate::server::direct::DirectSessions::default(),
         }
     }
 

@@ -1,0 +1,735 @@
+//! The direct path: a plain `tools/call` on an established session-era (2025) HTTP session
+//! is answered here with one `application/json` response, without rmcp's session machinery
+//! (a request-wise channel through the session worker, the service loop, an SSE stream and
+//! a reply cache kept for resumption). Everything else, and any request this path is not
+//! sure about, goes to rmcp's streamable-HTTP service unchanged, which answers it (or its
+//! error) as before. A JSON response is one of the two answers the 2025 transports allow
+//! for a request; a call that asks for progress still gets its SSE stream from rmcp.
+//!
+//! The direct path answers only when all of these hold, else rmcp does:
+//! - the server is not shutting down;
+//! - `POST` with `Content-Type: application/json`, an `Accept` naming both
+//!   `application/json` and `text/event-stream` (no weights), a known body length of at most
+//!   [`MAX_DIRECT_BODY`], a `Host` the server accepts and no `Origin` or an accepted one;
+//! - an `Mcp-Session-Id` of a live session whose handler has registered it, and no
+//!   `Mcp-Protocol-Version` or a 2025-era one;
+//! - the session's client declared no sampling, elicitation or roots and set no log level
+//!   (a call's relayed server-to-client traffic needs rmcp's per-call stream);
+//! - the body is one JSON-RPC request `tools/call` with only `name`, `arguments` and
+//!   `_meta` params, and `_meta` has no `progressToken` and no `io.modelcontextprotocol/`
+//!   key (those select rmcp's per-request protocol handling).
+//!
+//! `notifications/cancelled` for a call in flight here cancels it (and still reaches rmcp).
+//! A session used only through this path stays alive: every minute of use touches rmcp's
+//! idle timer (a request-wise channel opened and closed at once).
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use axum::{
+    body::{Body, Bytes},
+    extract::{Request, State},
+    http::{HeaderMap, Method, StatusCode, header, request::Parts},
+    response::{IntoResponse, Response},
+};
+use rmcp::{
+    RoleServer,
+    model::{CallToolRequestParams, JsonRpcResponse, JsonRpcVersion2_0, RequestId, ServerResult},
+    service::Peer,
+    transport::streamable_http_server::{
+        StreamableHttpService,
+        session::{SessionManager, local::LocalSessionManager},
+    },
+};
+use serde_json::Value;
+
+use super::{
+    Shared,
+    channel::{self, PeerChannel, ProgressState},
+    handler::{self, Connection, Handler, lock},
+};
+
+/// Bodies larger than this always go to rmcp.
+pub(crate) const MAX_DIRECT_BODY: u64 = 256 * 1024;
+
+/// How often a session used on the direct path touches rmcp's idle timer.
+const TOUCH_EVERY: Duration = Duration::from_secs(60);
+
+/// The 2025-era protocol versions, whose sessions this path serves.
+const SESSION_ERA: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const PROTOCOL_HEADER: &str = "mcp-protocol-version";
+
+struct Entry {
+    conn: Arc<Connection>,
+    peer: Peer<RoleServer>,
+    touched: Mutex<Instant>,
+}
+
+/// The HTTP sessions whose handler registered them, by session id.
+#[derive(Default)]
+pub(crate) struct DirectSessions {
+    map: Mutex<HashMap<Arc<str>, Arc<Entry>>>,
+}
+
+impl DirectSessions {
+    pub(crate) fn insert(&self, sid: Arc<str>, conn: Arc<Connection>, peer: Peer<RoleServer>) {
+        let entry = Arc::new(Entry {
+            conn,
+            peer,
+            touched: Mutex::new(Instant::now()),
+        });
+        lock(&self.map).insert(sid, entry);
+    }
+
+    pub(crate) fn remove(&self, sid: &str) {
+        lock(&self.map).remove(sid);
+    }
+
+    fn get(&self, sid: &str) -> Option<Arc<Entry>> {
+        lock(&self.map).get(sid).cloned()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.map).len()
+    }
+}
+
+/// What the direct path needs besides the shared server state.
+#[derive(Clone)]
+pub(crate) struct Direct {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) rmcp: StreamableHttpService<Handler, LocalSessionManager>,
+    pub(crate) sessions: Arc<LocalSessionManager>,
+    /// Accepted `Host` authorities, lowercase.
+    pub(crate) hosts: Arc<[String]>,
+    /// Accepted `Origin` values, lowercase.
+    pub(crate) origins: Arc<[String]>,
+}
+
+/// The `/mcp` endpoint: the direct path when it applies, rmcp otherwise.
+pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> Response {
+    // Shutting down: rmcp answers as it does while it stops.
+    if direct.shared.shutdown.is_cancelled() {
+        return forward(&direct, request).await;
+    }
+    let length = axum::body::HttpBody::size_hint(request.body()).upper();
+    let Some(sid) = candidate(&direct, request.method(), request.headers(), length) else {
+        return forward(&direct, request).await;
+    };
+    let Some(entry) = direct.shared.direct.get(&sid) else {
+        return forward(&direct, request).await;
+    };
+    let (parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, MAX_DIRECT_BODY as usize).await {
+        Ok(b) => b,
+        // The length was checked; a body that still fails to arrive has no answer to get.
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("Bad Request: {e}")).into_response(),
+    };
+    match classify(&bytes) {
+        Message::Call { id, params } => {
+            // A session that has ended (DELETE, idle timeout) is rmcp's to answer (404). So
+            // is a call from a client that takes server-to-client traffic (it declared
+            // sampling, elicitation or roots, or set a log level): only rmcp's per-call stream
+            // carries the call's relayed requests and log messages.
+            if takes_client_traffic(&entry)
+                || !direct.sessions.has_session(&sid).await.unwrap_or(false)
+            {
+                return forward_parts(&direct, parts, bytes).await;
+            }
+            let meta = params.meta.clone().unwrap_or_default();
+            // A malformed conversation key is rmcp's to answer (the same error, from the
+            // handler).
+            let Ok(scope) = handler::scope(&direct.shared, Some(&parts), &meta, None) else {
+                return forward_parts(&direct, parts, bytes).await;
+            };
+            touch(&direct, &sid, &entry);
+            serve_call(&direct.shared, &entry, scope, id, *params).await
+        }
+        Message::Cancelled(id) => {
+            if let Some(token) = lock(&entry.conn.in_flight).get(&id) {
+                token.cancel();
+            }
+            forward_parts(&direct, parts, bytes).await
+        }
+        Message::Other => forward_parts(&direct, parts, bytes).await,
+    }
+}
+
+/// Whether the session's client can be sent requests or log messages during a call, which
+/// the direct path's single JSON answer cannot carry.
+fn takes_client_traffic(entry: &Entry) -> bool {
+    if lock(&entry.conn.log_level).is_some() {
+        return true;
+    }
+    entry.peer.peer_info().is_none_or(|info| {
+        let caps = &info.capabilities;
+        caps.sampling.is_some() || caps.elicitation.is_some() || caps.roots.is_some()
+    })
+}
+
+/// The session id of a request the direct path may take, from its head alone.
+fn candidate(
+    direct: &Direct,
+    method: &Method,
+    headers: &HeaderMap,
+    length: Option<u64>,
+) -> Option<Arc<str>> {
+    // A body of unknown length (chunked) is left to rmcp, which bounds it while reading.
+    if method != Method::POST || length? > MAX_DIRECT_BODY {
+        return None;
+    }
+    let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    let content_type = text(header::CONTENT_TYPE.as_str())?;
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    if !essence.eq_ignore_ascii_case("application/json") || !accepts_both(headers) {
+        return None;
+    }
+    if let Some(v) = headers.get(PROTOCOL_HEADER)
+        && !SESSION_ERA.iter().any(|e| v.as_bytes() == e.as_bytes())
+    {
+        return None;
+    }
+    let host = text(header::HOST.as_str())?;
+    if !direct.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
+        return None;
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().ok()?;
+        if !direct
+            .origins
+            .iter()
+            .any(|o| o.eq_ignore_ascii_case(origin))
+        {
+            return None;
+        }
+    }
+    let mut sids = headers.get_all(SESSION_HEADER).iter();
+    let sid = sids.next()?.to_str().ok()?;
+    if sids.next().is_some() || sid.is_empty() {
+        return None;
+    }
+    Some(Arc::from(sid))
+}
+
+/// Whether `Accept` names both JSON and SSE, with no weight on any entry (a weighted entry
+/// is rmcp's to judge).
+fn accepts_both(headers: &HeaderMap) -> bool {
+    let (mut json, mut sse) = (false, false);
+    for value in headers.get_all(header::ACCEPT) {
+        let Ok(value) = value.to_str() else {
+            return false;
+        };
+        for entry in value.split(',') {
+            if entry.contains(';') || entry.contains('"') {
+                return false;
+            }
+            let essence = entry.trim();
+            json |= essence.eq_ignore_ascii_case("application/json");
+            sse |= essence.eq_ignore_ascii_case("text/event-stream");
+        }
+    }
+    json && sse
+}
+
+enum Message {
+    Call {
+        id: RequestId,
+        params: Box<CallToolRequestParams>,
+    },
+    Cancelled(RequestId),
+    Other,
+}
+
+/// What a body is, as far as the direct path is concerned.
+fn classify(bytes: &Bytes) -> Message {
+    let Ok(Value::Object(mut msg)) = serde_json::from_slice::<Value>(bytes) else {
+        return Message::Other;
+    };
+    if msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Message::Other;
+    }
+    let method = msg.get("method").and_then(Value::as_str).unwrap_or("");
+    match (method, msg.contains_key("id")) {
+        ("tools/call", true) => {}
+        ("notifications/cancelled", false) => {
+            let id = msg
+                .get("params")
+                .and_then(|p| p.get("requestId"))
+                .cloned()
+                .and_then(|v| serde_json::from_value(v).ok());
+            return id.map_or(Message::Other, Message::Cancelled);
+        }
+        _ => return Message::Other,
+    }
+    if msg
+        .keys()
+        .any(|k| !matches!(k.as_str(), "jsonrpc" | "id" | "method" | "params"))
+    {
+        return Message::Other;
+    }
+    let Some(Value::Object(params)) = msg.remove("params") else {
+        return Message::Other;
+    };
+    if params
+        .keys()
+        .any(|k| !matches!(k.as_str(), "name" | "arguments" | "_meta"))
+    {
+        return Message::Other;
+    }
+    if let Some(meta) = params.get("_meta") {
+        let Value::Object(meta) = meta else {
+            return Message::Other;
+        };
+        if meta
+            .keys()
+            .any(|k| k == "progressToken" || k.starts_with("io.modelcontextprotocol/"))
+        {
+            return Message::Other;
+        }
+    }
+    let Some(id) = msg
+        .remove("id")
+        .and_then(|v| serde_json::from_value::<RequestId>(v).ok())
+    else {
+        return Message::Other;
+    };
+    match serde_json::from_value::<CallToolRequestParams>(Value::Object(params)) {
+        Ok(params) => Message::Call {
+            id,
+            params: Box::new(params),
+        },
+        Err(_) => Message::Other,
+    }
+}
+
+/// Answers one `tools/call` as rmcp's session would, as a JSON response.
+async fn serve_call(
+    shared: &Arc<Shared>,
+    entry: &Entry,
+    scope: handler::Scope,
+    id: RequestId,
+    params: CallToolRequestParams,
+) -> Response {
+    handler::track(shared, &entry.conn, &scope, true, &entry.peer);
+    shared.restore_once(&scope.key).await;
+    let input = params.arguments.map(Value::Object).unwrap_or(Value::Null);
+    let client = tokio_util::sync::CancellationToken::new();
+    lock(&entry.conn.in_flight).insert(id.clone(), client.clone());
+    // Removes the id when the call ends or the client goes away (this future dropped);
+    // dropping also cancels the call's token, as a stream the client dropped does.
+    let _in_flight = InFlight {
+        conn: &entry.conn,
+        id: &id,
+        token: client.clone(),
+    };
+    // The same channel an rmcp-served call gets; this client declared no sampling,
+    // elicitation or roots (else rmcp serves it), so those are refused in the same words, and
+    // log messages go out through the session.
+    let progress = Arc::new(ProgressState::default());
+    let conn = entry.conn.clone();
+    let info = entry.peer.peer_info();
+    let channel: Arc<dyn quiver_contract::ClientChannel> = Arc::new(PeerChannel {
+        peer: entry.peer.clone(),
+        request_id: id.clone(),
+        progress_token: None,
+        progress: progress.clone(),
+        features: channel::features(info.as_ref().map(|i| &i.capabilities)),
+        protocol: info.as_ref().map(|i| i.protocol_version.clone()),
+        log_level: Arc::new(move || *lock(&conn.log_level)),
+        logs_allowed: true,
+    });
+    let result = handler::call(
+        shared,
+        &scope,
+        &params.name,
+        input,
+        &client,
+        None,
+        Some((channel, progress)),
+    )
+    .await;
+    if client.is_cancelled() {
+        // `notifications/cancelled`: no response for the cancelled request, as rmcp's
+        // session does (its stream ends without one).
+        return (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/event-stream")],
+            Body::empty(),
+        )
+            .into_response();
+    }
+    let mut result = ServerResult::CallToolResult(result);
+    // The session era predates `resultType` and non-object structured output.
+    result.strip_result_type_for_legacy_peer();
+    result.strip_non_object_output_for_legacy_peer();
+    json_response(&JsonRpcResponse {
+        jsonrpc: JsonRpcVersion2_0,
+        id: id.clone(),
+        result,
+    })
+}
+
+struct InFlight<'a> {
+    conn: &'a Connection,
+    id: &'a RequestId,
+    token: tokio_util::sync::CancellationToken,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        lock(&self.conn.in_flight).remove(self.id);
+        self.token.cancel();
+    }
+}
+
+fn json_response(message: &impl serde::Serialize) -> Response {
+    match serde_json::to_vec(message) {
+        Ok(body) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("Internal Server Error: the response could not be encoded: {e}"),
+        )
+            .into_response(),
+    }
+}
+
+/// Keeps rmcp's idle timer of a session used only here from closing it.
+fn touch(direct: &Direct, sid: &Arc<str>, entry: &Entry) {
+    {
+        let mut touched = lock(&entry.touched);
+        if touched.elapsed() < TOUCH_EVERY {
+            return;
+        }
+        *touched = Instant::now();
+    }
+    let sessions = direct.sessions.clone();
+    let sid = sid.clone();
+    tokio::spawn(async move {
+        let handle = sessions.sessions.read().await.get(&*sid).cloned();
+        if let Some(handle) = handle
+            && let Ok(channel) = handle.establish_request_wise_channel().await
+            && let Some(id) = channel.http_request_id
+        {
+            let _ = handle.close_request_wise_channel(id).await;
+        }
+    });
+}
+
+async fn forward(direct: &Direct, request: Request) -> Response {
+    direct.rmcp.handle(request).await.map(Body::new)
+}
+
+async fn forward_parts(direct: &Direct, parts: Parts, bytes: Bytes) -> Response {
+    forward(direct, Request::from_parts(parts, Body::from(bytes))).await
+}
+
+#[cfg(test)]
+mod tests {
+    use async_trait::async_trait;
+    use axum::Router;
+    use quiver_contract::{CallContext, Envelope, Tool, ToolResult, ToolSpec};
+    use quiver_registry::{Catalog, Dispatcher};
+    use quiver_surface::{MemoryUsage, Surface, SurfaceConfig};
+    use serde_json::json;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::server::{McpServer, ServerOptions};
+
+    struct Echo(ToolSpec);
+
+    #[async_trait]
+    impl Tool for Echo {
+        fn spec(&self) -> &ToolSpec {
+            &self.0
+        }
+        async fn call(&self, input: Value, _ctx: &CallContext) -> ToolResult {
+            Ok(Envelope::ok(input))
+        }
+    }
+
+    /// Holds until cancelled: says when it started, and whether its call was dropped.
+    struct Hold {
+        spec: ToolSpec,
+        started: Arc<tokio::sync::Notify>,
+        dropped: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    struct SetOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+    impl Drop for SetOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[async_trait]
+    impl Tool for Hold {
+        fn spec(&self) -> &ToolSpec {
+            &self.spec
+        }
+        async fn call(&self, _input: Value, ctx: &CallContext) -> ToolResult {
+            let _guard = SetOnDrop(self.dropped.clone());
+            self.started.notify_one();
+            ctx.cancel.cancelled().await;
+            Ok(Envelope::ok(json!("cancelled")))
+        }
+    }
+
+    fn server() -> McpServer {
+        server_with(None)
+    }
+
+    fn server_with(hold: Option<Hold>) -> McpServer {
+        let catalog = Arc::new(Catalog::new());
+        if let Some(hold) = hold {
+            catalog.register(Arc::new(hold)).unwrap();
+        }
+        catalog
+            .register(Arc::new(Echo(
+                ToolSpec::new("echo", "Echoes its arguments.")
+                    .read_only()
+                    .with_schema(json!({"type": "object"})),
+            )))
+            .unwrap();
+        let surface = Surface::new(
+            catalog.clone(),
+            SurfaceConfig::default(),
+            Arc::new(MemoryUsage::new([])),
+        )
+        .unwrap();
+        McpServer::new(surface, Dispatcher::new(catalog), ServerOptions::default())
+    }
+
+    struct Reply {
+        status: StatusCode,
+        content_type: String,
+        session: Option<String>,
+        body: String,
+    }
+
+    async fn send(router: &Router, method: Method, session: Option<&str>, body: Value) -> Reply {
+        let mut req = Request::builder()
+            .method(method)
+            .uri("/mcp")
+            .header("host", "127.0.0.1:7345")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25");
+        if let Some(s) = session {
+            req = req.header("mcp-session-id", s);
+        }
+        let req = req.body(Body::from(body.to_string())).unwrap();
+        let resp = router.clone().oneshot(req).await.unwrap();
+        let (content_type, session) = {
+            let text = |name: &str| {
+                resp.headers()
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            };
+            (
+                text("content-type").unwrap_or_default(),
+                text("mcp-session-id"),
+            )
+        };
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        Reply {
+            status,
+            content_type,
+            session,
+            body: String::from_utf8_lossy(&bytes).into_owned(),
+        }
+    }
+
+    fn call(id: u64, meta: Value) -> Value {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"x": id}, "_meta": meta}})
+    }
+
+    #[tokio::test]
+    async fn a_plain_session_call_is_answered_directly_and_the_rest_by_rmcp() {
+        let server = server();
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        let r = send(&router, Method::POST, None, init).await;
+        let sid = r.session.expect("a session id");
+        assert_eq!(
+            server.shared.direct.len(),
+            0,
+            "not registered before initialized"
+        );
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let r = send(&router, Method::POST, Some(&sid), initialized).await;
+        assert_eq!(r.status, StatusCode::ACCEPTED);
+        // The notification is handled after its 202; a request's answer comes after its
+        // handler ran, so after tools/list (rmcp's SSE stream) the session is registered.
+        let list = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"});
+        let r = send(&router, Method::POST, Some(&sid), list.clone()).await;
+        assert_eq!(r.content_type, "text/event-stream", "{}", r.body);
+        assert_eq!(server.shared.direct.len(), 1, "registered");
+
+        // A plain call: one JSON response carrying the result.
+        let r = send(&router, Method::POST, Some(&sid), call(1, json!({}))).await;
+        assert_eq!(
+            (r.status, r.content_type.as_str()),
+            (StatusCode::OK, "application/json")
+        );
+        let v: Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(v["id"], json!(1), "{v}");
+        assert_eq!(v["result"]["structuredContent"], json!({"x": 1}), "{v}");
+        assert_ne!(v["result"]["isError"], json!(true), "{v}");
+        assert!(
+            v["result"].get("resultType").is_none(),
+            "pre-2026 shape: {v}"
+        );
+
+        // A call asking for progress, and tools/list: rmcp's SSE streams.
+        let r = send(
+            &router,
+            Method::POST,
+            Some(&sid),
+            call(2, json!({"progressToken": "p"})),
+        )
+        .await;
+        assert_eq!(r.content_type, "text/event-stream", "{}", r.body);
+        assert!(
+            r.body.contains(r#""structuredContent":{"x":2}"#),
+            "{}",
+            r.body
+        );
+        let r = send(&router, Method::POST, Some(&sid), list).await;
+        assert_eq!(r.content_type, "text/event-stream", "{}", r.body);
+
+        // An unknown session, and the session once deleted: rmcp's 404.
+        let r = send(
+            &router,
+            Method::POST,
+            Some("no-such-session"),
+            call(4, json!({})),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND);
+        let r = send(&router, Method::DELETE, Some(&sid), Value::Null).await;
+        assert_eq!(r.status, StatusCode::ACCEPTED);
+        let r = send(&router, Method::POST, Some(&sid), call(5, json!({}))).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    }
+
+    fn call_body(extra_params: &str) -> Bytes {
+        Bytes::from(format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"t","arguments":{{"a":1}}{extra_params}}}}}"#
+        ))
+    }
+
+    #[test]
+    fn a_plain_call_is_taken_and_anything_else_is_left_to_rmcp() {
+        assert!(matches!(classify(&call_body("")), Message::Call { .. }));
+        assert!(matches!(
+            classify(&call_body(r#","_meta":{"quiver/conversation":"c"}"#)),
+            Message::Call { .. }
+        ));
+        for other in [
+            r#","_meta":{"progressToken":1}"#,
+            r#","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}"#,
+            r#","task":{}"#,
+        ] {
+            assert!(
+                matches!(classify(&call_body(other)), Message::Other),
+                "{other}"
+            );
+        }
+        let list = Bytes::from(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+        assert!(matches!(classify(&list), Message::Other));
+        let batch = Bytes::from(r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call"}]"#);
+        assert!(matches!(classify(&batch), Message::Other));
+        let cancel = Bytes::from(
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"x"}}"#,
+        );
+        assert!(matches!(classify(&cancel), Message::Cancelled(_)));
+    }
+
+    #[test]
+    fn weighted_or_partial_accept_headers_are_left_to_rmcp() {
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::ACCEPT, v.parse().unwrap());
+            accepts_both(&h)
+        };
+        assert!(with("application/json, text/event-stream"));
+        assert!(!with("application/json"));
+        assert!(!with("application/json, text/event-stream;q=0"));
+    }
+
+    #[tokio::test]
+    async fn notifications_cancelled_cancels_a_direct_call() {
+        let started = Arc::new(tokio::sync::Notify::new());
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let server = server_with(Some(Hold {
+            spec: ToolSpec::new("hold", "Holds until cancelled.")
+                .read_only()
+                .with_schema(json!({"type": "object"})),
+            started: started.clone(),
+            dropped: dropped.clone(),
+        }));
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        let sid = send(&router, Method::POST, None, init)
+            .await
+            .session
+            .expect("a session id");
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        send(&router, Method::POST, Some(&sid), initialized).await;
+        let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+        send(&router, Method::POST, Some(&sid), list).await;
+        assert_eq!(server.shared.direct.len(), 1, "registered");
+        let held = json!({"jsonrpc": "2.0", "id": "h1", "method": "tools/call",
+            "params": {"name": "hold", "arguments": {}}});
+        let call = tokio::spawn({
+            let (router, sid) = (router.clone(), sid.clone());
+            async move { send(&router, Method::POST, Some(&sid), held).await }
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(10), started.notified())
+            .await
+            .expect("the call starts");
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": "h1", "reason": "test"}});
+        let r = send(&router, Method::POST, Some(&sid), cancel).await;
+        assert_eq!(
+            r.status,
+            StatusCode::ACCEPTED,
+            "rmcp still takes the notification"
+        );
+        let r = tokio::time::timeout(std::time::Duration::from_secs(10), call)
+            .await
+            .expect("the cancelled call ends")
+            .unwrap();
+        assert_eq!(
+            (r.status, r.content_type.as_str(), r.body.as_str()),
+            (StatusCode::OK, "text/event-stream", ""),
+            "no response for a cancelled request"
+        );
+        assert!(
+            dropped.load(std::sync::atomic::Ordering::SeqCst),
+            "the tool's call ended"
+        );
+    }
+}

@@ -556,16 +556,8 @@ impl SearchIndex {
                     (sim > 0.0).then_some((sim, d as u32))
                 })
                 .collect();
-            sims.sort_unstable_by(|a, b| {
-                b.0.total_cmp(&a.0)
-                    .then_with(|| self.name_of(a.1).cmp(self.name_of(b.1)))
-            });
-            let ranked = sims
-                .iter()
-                .map(|&(_, d)| self.name_of(d))
-                .filter(|n| filter(n))
-                .take(depth);
-            for (r, name) in ranked.enumerate() {
+            let ranked = self.top_filtered(&mut sims, depth, filter);
+            for (r, name) in ranked.into_iter().enumerate() {
                 *fused.entry(name).or_default() += c.vector_weight / (c.rrf_k + r as f64 + 1.0);
             }
         }
@@ -677,6 +669,39 @@ impl SearchIndex {
                 }
             })
             .collect()
+    }
+
+    /// The names of the best `depth` of `cands` (score, document) that pass `filter`, by
+    /// score and then name: sorts only a window of the best, grown until `depth` tools in
+    /// it pass and score above its edge.
+    fn top_filtered(
+        &self,
+        cands: &mut [(f64, u32)],
+        depth: usize,
+        filter: &dyn Fn(&str) -> bool,
+    ) -> Vec<&str> {
+        let order = |a: &(f64, &str), b: &(f64, &str)| b.0.total_cmp(&a.0).then(a.1.cmp(b.1));
+        let mut window = depth.saturating_mul(2).max(32);
+        loop {
+            let all = window >= cands.len();
+            let edge = if all {
+                f64::NEG_INFINITY
+            } else {
+                cands.select_nth_unstable_by(window - 1, |a, b| b.0.total_cmp(&a.0));
+                cands[window - 1].0
+            };
+            let mut hits: Vec<(f64, &str)> = cands[..window.min(cands.len())]
+                .iter()
+                .filter(|c| c.0 > edge)
+                .map(|&(s, d)| (s, self.name_of(d)))
+                .filter(|h| filter(h.1))
+                .collect();
+            if all || hits.len() >= depth {
+                hits.sort_unstable_by(order);
+                return hits.into_iter().take(depth).map(|h| h.1).collect();
+            }
+            window = window.saturating_mul(4);
+        }
     }
 
     /// The name of a live document.

@@ -56,6 +56,20 @@ impl Default for HybridConfig {
     }
 }
 
+impl HybridConfig {
+    /// Weights and `k` that are not finite or are negative become 0, a zero depth 1, so
+    /// fusion never divides by zero or inverts a ranking.
+    pub(crate) fn sanitised(self) -> Self {
+        let clean = |x: f64| if x.is_finite() && x > 0.0 { x } else { 0.0 };
+        HybridConfig {
+            lexical_weight: clean(self.lexical_weight),
+            vector_weight: clean(self.vector_weight),
+            rrf_k: clean(self.rrf_k),
+            depth: self.depth.max(1),
+        }
+    }
+}
+
 /// A deterministic embedder that needs no model: the character trigrams of each lower-cased
 /// word (padded with a boundary mark) are hashed into `dims` signed buckets. Similar
 /// spellings get similar vectors ("geocoding"/"geocoder", a typo), meanings do not. Useful

@@ -292,6 +292,7 @@ impl SearchIndex {
     /// ranking into the lexical one as `config` says (weighted reciprocal-rank fusion, see
     /// [`HybridConfig`]). A failing embedder degrades to the lexical ranking, with a warning.
     pub fn with_embedder(embedder: Arc<dyn Embedder>, config: HybridConfig) -> Self {
+        let config = config.sanitised();
         SearchIndex {
             vectors: Some(Vectors {
                 embedder,
@@ -540,28 +541,37 @@ impl SearchIndex {
     ) -> Vec<SearchHit> {
         let c = &v.config;
         let depth = c.depth.max(limit);
-        let lexical = self.search_lexical(query, terms, depth, filter);
+        // Without a query vector (the embedder failed) the ranking is the lexical one.
+        let Some(q) = v.embed(&[query]).pop().flatten() else {
+            return self.search_lexical(query, terms, limit, filter);
+        };
+        let lexical = if c.lexical_weight > 0.0 {
+            self.search_lexical(query, terms, depth, filter)
+        } else {
+            Vec::new()
+        };
         let mut fused: HashMap<&str, f64> = HashMap::new();
         for (r, h) in lexical.iter().enumerate() {
             *fused.entry(h.name.as_str()).or_default() +=
                 c.lexical_weight / (c.rrf_k + r as f64 + 1.0);
         }
-        if let Some(q) = v.embed(&[query]).pop().flatten() {
-            let mut sims: Vec<(f64, u32)> = v
-                .by_doc
-                .iter()
-                .enumerate()
-                .filter_map(|(d, vec)| {
-                    let sim = cosine(&q, vec.as_deref()?);
-                    (sim > 0.0).then_some((sim, d as u32))
-                })
-                .collect();
-            let ranked = self.top_filtered(&mut sims, depth, filter);
-            for (r, name) in ranked.into_iter().enumerate() {
-                *fused.entry(name).or_default() += c.vector_weight / (c.rrf_k + r as f64 + 1.0);
-            }
+        let mut sims: Vec<(f64, u32)> = v
+            .by_doc
+            .iter()
+            .enumerate()
+            .filter_map(|(d, vec)| {
+                let sim = cosine(&q, vec.as_deref()?);
+                (sim > 0.0).then_some((sim, d as u32))
+            })
+            .collect();
+        for (r, name) in self
+            .top_filtered(&mut sims, depth, filter)
+            .into_iter()
+            .enumerate()
+        {
+            *fused.entry(name).or_default() += c.vector_weight / (c.rrf_k + r as f64 + 1.0);
         }
-        let best = (c.lexical_weight.max(0.0) + c.vector_weight.max(0.0)) / (c.rrf_k + 1.0);
+        let best = (c.lexical_weight + c.vector_weight) / (c.rrf_k + 1.0);
         let mut hits: Vec<(f64, &str)> = fused.into_iter().map(|(n, s)| (s, n)).collect();
         hits.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
         hits.truncate(limit);

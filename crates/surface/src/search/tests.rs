@@ -303,3 +303,26 @@ fn a_failing_embedder_degrades_to_the_lexical_ranking() {
     ix.upsert(&specs[0]);
     assert_eq!(names(&ix.search("geocod", 5, &all))[0], "geocode");
 }
+
+#[test]
+fn nonsense_blend_settings_are_made_safe() {
+    let specs = [
+        ToolSpec::new("thermometer_read", "Reads the room thermometer."),
+        ToolSpec::new("weather_now", "Current weather for a city."),
+    ];
+    let ix = hybrid(
+        &specs,
+        HybridConfig {
+            lexical_weight: f64::NAN,
+            vector_weight: 1.0,
+            rrf_k: -1.0,
+            depth: 0,
+        },
+    );
+    let hits = ix.search("thermomiter", 5, &all);
+    assert_eq!(names(&hits)[0], "thermometer_read");
+    assert!(
+        hits.iter()
+            .all(|h| h.score.is_finite() && (0.0..=1.0).contains(&h.score))
+    );
+}

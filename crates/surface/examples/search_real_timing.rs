@@ -4,6 +4,9 @@
 //! upsert followed by the first search (which pays for any state the upsert invalidated).
 //!
 //! `cargo run --release -p quiver-surface --example search_real_timing -- [DIR] [ROUNDS]`
+//!
+//! With `HYBRID=1` it also times the index with the model-free `HashedNgrams` embedder
+//! blended in (the optional embedding port): a brute-force cosine scan over every tool.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,7 +14,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use quiver_contract::{CallContext, Capabilities, Envelope, Tool, ToolResult, ToolSpec};
 use quiver_registry::Catalog;
-use quiver_surface::{MemoryUsage, Surface, SurfaceConfig, core_tools, search::SearchIndex};
+use quiver_surface::search::{HashedNgrams, HybridConfig, SearchIndex};
+use quiver_surface::{MemoryUsage, Surface, SurfaceConfig, core_tools};
 use serde_json::{Value, json};
 
 struct Stub(ToolSpec);
@@ -130,6 +134,36 @@ fn main() {
     report("first search after that upsert", &mut first);
     let mut both: Vec<Duration> = times.iter().zip(&first).map(|(a, b)| *a + *b).collect();
     report("upsert + first search", &mut both);
+
+    if std::env::var_os("HYBRID").is_some() {
+        let started = Instant::now();
+        let mut hybrid =
+            SearchIndex::with_embedder(Arc::new(HashedNgrams::default()), HybridConfig::default());
+        let refs: Vec<&ToolSpec> = specs.iter().collect();
+        hybrid.upsert_all(&refs);
+        println!(
+            "hybrid: built {} tools in {:?}",
+            hybrid.len(),
+            started.elapsed()
+        );
+        let mut times = Vec::new();
+        for _ in 0..rounds {
+            for q in &queries {
+                let t = Instant::now();
+                std::hint::black_box(hybrid.search(q, 18, &|_| true));
+                times.push(t.elapsed());
+            }
+        }
+        report("hybrid index search (limit 18)", &mut times);
+        let mut times = Vec::new();
+        for i in 0..300 {
+            let spec = specs[(i * 37) % specs.len()].clone();
+            let t = Instant::now();
+            hybrid.upsert(&spec);
+            times.push(t.elapsed());
+        }
+        report("hybrid upsert of one tool", &mut times);
+    }
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

@@ -15,7 +15,7 @@ mod search;
 use std::path::PathBuf;
 
 use search::eval::{evaluate_ranker, parse_tools};
-use search::{Params, SearchIndex, query_terms};
+use search::{HashedNgrams, HybridConfig, Params, SearchIndex, query_terms};
 
 fn all(_: &str) -> bool {
     true
@@ -38,6 +38,7 @@ fn main() {
     let (tools, queries) = (read("tools.jsonl"), read("queries.jsonl"));
     match mode {
         "eval" => run(&tools, &queries, "default", Params::default()),
+        "hybrid" => hybrid(&tools, &queries),
         "diagnose" => diagnose(&tools, &queries),
         "tune" => tune(&tools, &queries),
         other => panic!("unknown mode {other:?}: eval, diagnose or tune"),
@@ -52,16 +53,45 @@ fn build(tools: &str, p: Params) -> SearchIndex {
     ix
 }
 
+/// The query lines at even (0, 2, ...) or odd positions of the file: two halves, one to
+/// tune on and one held out.
+fn half(queries: &str, odd: bool) -> String {
+    queries
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .filter(|(i, _)| (i % 2 == 1) == odd)
+        .map(|(_, l)| format!("{l}\n"))
+        .collect()
+}
+
+/// Prints the metrics on all queries, then on the odd half (tuned on) and the even half
+/// (held out).
 fn run(tools: &str, queries: &str, label: &str, p: Params) {
-    let ix = build(tools, p);
-    let r = evaluate_ranker(queries, |q| {
-        ix.search(q, 10, &all).into_iter().map(|h| h.name).collect()
-    })
-    .expect("queries parse");
-    println!(
-        "{label:28} {:5.1} {:5.1} {:5.1} {:5.1}",
-        r.hit_at_1, r.recall_at_5, r.recall_at_10, r.ndcg_at_10
-    );
+    score_index(queries, label, &build(tools, p));
+}
+
+/// Prints an index's metrics on all queries, the odd half and the even half.
+fn score_index(queries: &str, label: &str, ix: &SearchIndex) {
+    let score = |qs: &str| {
+        evaluate_ranker(qs, |q| {
+            ix.search(q, 10, &all).into_iter().map(|h| h.name).collect()
+        })
+        .expect("queries parse")
+    };
+    let mut line = format!("{label:28}");
+    for qs in [
+        queries.to_owned(),
+        half(queries, true),
+        half(queries, false),
+    ] {
+        let r = score(&qs);
+        line.push_str(&format!(
+            " | {:5.1} {:5.1} {:5.1} {:5.1}",
+            r.hit_at_1, r.recall_at_5, r.recall_at_10, r.ndcg_at_10
+        ));
+    }
+    println!("{line}");
 }
 
 fn diagnose(tools: &str, queries: &str) {
@@ -97,8 +127,8 @@ fn tune(tools: &str, queries: &str) {
     let run = |label: &str, p: Params| run(tools, queries, label, p);
     let d = Params::default;
     println!(
-        "{:28} {:>5} {:>5} {:>5} {:>5}",
-        "", "h@1", "r@5", "r@10", "ndcg"
+        "{:28} | {:>23} | {:>23} | {:>23}",
+        "", "all: h@1 r@5 r@10 ndcg", "odd (tuned on)", "even (held out)"
     );
     run("default", d());
     for v in [0.0, 0.1, 0.2, 0.4, 0.5, 0.7] {
@@ -224,5 +254,33 @@ fn tune(tools: &str, queries: &str) {
                 ..d()
             },
         );
+    }
+}
+
+/// The lexical ranking blended with the model-free hashed character-trigram embedder, at a
+/// few vector weights (reciprocal-rank fusion, see `search::HybridConfig`).
+fn hybrid(tools: &str, queries: &str) {
+    let specs = parse_tools(tools).expect("tools parse");
+    let refs: Vec<&quiver_contract::ToolSpec> = specs.iter().collect();
+    run(tools, queries, "lexical only", Params::default());
+    for (w, k) in [
+        (0.02, 60.0),
+        (0.05, 60.0),
+        (0.1, 60.0),
+        (0.25, 60.0),
+        (1.0, 60.0),
+        (0.1, 10.0),
+        (0.25, 10.0),
+        (1.0, 10.0),
+    ] {
+        let config = HybridConfig {
+            vector_weight: w,
+            rrf_k: k,
+            ..HybridConfig::default()
+        };
+        let mut ix =
+            SearchIndex::with_embedder(std::sync::Arc::new(HashedNgrams::default()), config);
+        ix.upsert_all(&refs);
+        score_index(queries, &format!("hashed 3-grams w {w} k {k}"), &ix);
     }
 }

@@ -2,7 +2,8 @@
 //! how they are found. [`Surface`] holds the resident floor (anchors, then the tools used
 //! most), each session's working set (tools the model paged in with `tool_search` or
 //! `describe_tool`), and the per-round budgets; [`core_tools`] are those two built-in tools.
-//! Its [`search`] module is the lexical search index behind `tool_search`; [`ports`] holds
+//! Its [`search`] module is the lexical search index behind `tool_search`, with an optional
+//! embedding port ([`search::Embedder`], off by default) to blend in a vector retriever; [`ports`] holds
 //! the persistence ports it consumes ([`ports::SessionStore`], [`ports::UsageSource`]), in
 //! its own vocabulary, with in-memory implementations.
 

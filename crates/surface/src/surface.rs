@@ -18,7 +18,7 @@ use tokio::sync::{broadcast, watch};
 use crate::{
     Floor, FloorSource, SurfaceConfig, SurfaceError, UsageScores,
     floor::FloorState,
-    search::{SearchHit, SearchIndex},
+    search::{Embedder, HybridConfig, SearchHit, SearchIndex},
     working_set::{PageIn, Session},
 };
 
@@ -253,6 +253,8 @@ pub struct Surface {
     usage: Arc<dyn UsageScores>,
     system: Vec<String>,
     index: RwLock<Indexed>,
+    /// The vector retriever blended into `tool_search`, if a deployment set one.
+    retriever: Mutex<Option<Retriever>>,
     index_updates: watch::Sender<u64>,
     sessions: Mutex<HashMap<Arc<str>, Session>>,
     floor: Mutex<FloorState>,
@@ -271,6 +273,9 @@ impl fmt::Debug for Surface {
 fn indexable(spec: &ToolSpec) -> bool {
     spec.is_live() && !spec.category.is_internal()
 }
+
+/// An embedder and how its ranking is blended in (see [`Surface::set_vector_retriever`]).
+type Retriever = (Arc<dyn Embedder>, HybridConfig);
 
 /// The search index and, per indexed tool, the modes it is listed in: the search filter
 /// runs for every scored tool, so it reads this map rather than the catalog.
@@ -360,7 +365,8 @@ impl Surface {
         let (changes, _) = broadcast::channel(1024);
         let (index_updates, _) = watch::channel(0);
         let surface = Arc::new(Surface {
-            index: RwLock::new(build_index(&catalog)),
+            index: RwLock::new(build_index(&catalog, None)),
+            retriever: Mutex::new(None),
             catalog,
             config,
             usage,
@@ -412,9 +418,19 @@ impl Surface {
             .len()
     }
 
+    /// Blends a vector retriever into `tool_search` (the optional embedding port: see
+    /// [`Embedder`] and [`HybridConfig`]), or with `None` goes back to the lexical ranking
+    /// alone (the default). Rebuilds the index, embedding every indexed tool in one batch;
+    /// later catalog changes embed just the changed tool.
+    pub fn set_vector_retriever(&self, retriever: Option<(Arc<dyn Embedder>, HybridConfig)>) {
+        *lock(&self.retriever) = retriever;
+        self.resync_index();
+    }
+
     /// Rebuilds the search index from the catalog.
     pub fn resync_index(&self) {
-        let fresh = build_index(&self.catalog);
+        let retriever = lock(&self.retriever).clone();
+        let fresh = build_index(&self.catalog, retriever);
         *self.index.write().unwrap_or_else(|p| p.into_inner()) = fresh;
         self.index_updates.send_modify(|n| *n += 1);
     }
@@ -870,12 +886,25 @@ impl CallObserver for Surface {
     }
 }
 
-fn build_index(catalog: &Catalog) -> Indexed {
-    let mut index = Indexed::default();
-    for e in catalog.tools() {
-        if indexable(&e.spec) {
-            index.upsert(&e.spec);
-        }
+fn build_index(catalog: &Catalog, retriever: Option<Retriever>) -> Indexed {
+    let mut index = Indexed {
+        index: match retriever {
+            Some((embedder, config)) => SearchIndex::with_embedder(embedder, config),
+            None => SearchIndex::new(),
+        },
+        listed: HashMap::new(),
+    };
+    let tools = catalog.tools();
+    let specs: Vec<&ToolSpec> = tools
+        .iter()
+        .map(|e| &e.spec)
+        .filter(|s| indexable(s))
+        .collect();
+    index.index.upsert_all(&specs);
+    for spec in specs {
+        index
+            .listed
+            .insert(spec.name.as_str().into(), listed_mask(spec));
     }
     index
 }

@@ -18,7 +18,12 @@
 //! the postings of one tool and keep the collection statistics (document frequencies, field
 //! lengths) up to date, and a search reads only the postings of its terms (prefixes are a
 //! range of the sorted term dictionary).
+//!
+//! Optionally ([`SearchIndex::with_embedder`]) the index also keeps a vector per tool from a
+//! deployment's [`Embedder`] and fuses the vector ranking with the lexical one by weighted
+//! reciprocal-rank fusion ([`HybridConfig`]). Off by default; the default build needs no model.
 
+mod embed;
 pub(crate) mod eval;
 mod tokenize;
 
@@ -27,10 +32,13 @@ mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
+use std::sync::Arc;
 
 use quiver_contract::{ToolSpec, split_mcp_name};
 use serde_json::Value;
 
+pub use embed::{EmbedError, Embedder, HashedNgrams, HybridConfig};
+use embed::{Vectors, cosine};
 pub use eval::{EvalReport, evaluate};
 use tokenize::{TokenOpts, expand_query, is_filler, path_only_terms, tokenize};
 
@@ -172,6 +180,8 @@ pub struct SearchIndex {
     live_servers: usize,
     /// Term -> the servers whose names contain it.
     server_postings: HashMap<Box<str>, Vec<u32>>,
+    /// The optional vector retriever (see the `embed` module): `None` by default.
+    vectors: Option<Vectors>,
 }
 
 /// Per-search working arrays, kept per thread so that a search allocates nothing in
@@ -278,6 +288,38 @@ impl SearchIndex {
         }
     }
 
+    /// An empty index that also keeps a vector per tool from `embedder` and blends a vector
+    /// ranking into the lexical one as `config` says (weighted reciprocal-rank fusion, see
+    /// [`HybridConfig`]). A failing embedder degrades to the lexical ranking, with a warning.
+    pub fn with_embedder(embedder: Arc<dyn Embedder>, config: HybridConfig) -> Self {
+        let config = config.sanitised();
+        SearchIndex {
+            vectors: Some(Vectors {
+                embedder,
+                config,
+                by_doc: Vec::new(),
+            }),
+            ..Self::default()
+        }
+    }
+
+    /// Whether a vector retriever is blended in.
+    pub fn has_embedder(&self) -> bool {
+        self.vectors.is_some()
+    }
+
+    /// Adds or replaces many tools; with an embedder, embeds them in one batch.
+    pub fn upsert_all(&mut self, specs: &[&ToolSpec]) {
+        let ids: Vec<u32> = specs.iter().map(|s| self.upsert_lexical(s)).collect();
+        if let Some(v) = &mut self.vectors {
+            let texts: Vec<String> = specs.iter().map(|s| embed_text(s)).collect();
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            for (id, vec) in ids.into_iter().zip(v.embed(&refs)) {
+                v.set(id, vec);
+            }
+        }
+    }
+
     /// The number of indexed tools.
     pub fn len(&self) -> usize {
         self.by_name.len()
@@ -291,6 +333,15 @@ impl SearchIndex {
     /// Adds a tool, or replaces the tool of the same name. Touches only that tool's postings
     /// (and its server's, when it is the server's first tool).
     pub fn upsert(&mut self, spec: &ToolSpec) {
+        let id = self.upsert_lexical(spec);
+        if let Some(v) = &mut self.vectors {
+            let vec = v.embed(&[&embed_text(spec)]).pop().flatten();
+            v.set(id, vec);
+        }
+    }
+
+    /// [`SearchIndex::upsert`] without the vector; returns the tool's document id.
+    fn upsert_lexical(&mut self, spec: &ToolSpec) -> u32 {
         self.remove(&spec.name);
         let (server, _) = split_name(&spec.name);
         let fields = field_terms(spec);
@@ -360,6 +411,7 @@ impl SearchIndex {
             server: server_id,
         });
         self.by_name.insert(spec.name.clone(), id);
+        id
     }
 
     /// The id of a server name, allocated on first use.
@@ -412,6 +464,9 @@ impl SearchIndex {
                 self.free_terms.push(tid);
             }
         }
+        if let Some(v) = &mut self.vectors {
+            v.set(id, None);
+        }
         self.lens[id as usize] = [0; FIELDS];
         self.doc_server[id as usize] = None;
         self.name_ids[id as usize] = NameIds::default();
@@ -451,11 +506,85 @@ impl SearchIndex {
         if terms.is_empty() || limit == 0 || self.is_empty() {
             return Vec::new();
         }
+        if let Some(v) = &self.vectors
+            && v.config.vector_weight > 0.0
+        {
+            return self.search_hybrid(query, &terms, limit, filter, v);
+        }
+        self.search_lexical(query, &terms, limit, filter)
+    }
+
+    fn search_lexical(
+        &self,
+        query: &str,
+        terms: &[String],
+        limit: usize,
+        filter: &dyn Fn(&str) -> bool,
+    ) -> Vec<SearchHit> {
         SCRATCH.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut s) => self.search_in(query, &terms, limit, filter, &mut s),
+            Ok(mut s) => self.search_in(query, terms, limit, filter, &mut s),
             // A search from inside a filter: its own arrays.
-            Err(_) => self.search_in(query, &terms, limit, filter, &mut Scratch::default()),
+            Err(_) => self.search_in(query, terms, limit, filter, &mut Scratch::default()),
         })
+    }
+
+    /// The lexical ranking and the vector ranking, fused (see the `embed` module): each
+    /// gives a tool `weight / (k + rank)` over its top `depth`; scores are the sums over the
+    /// most a tool can get (first in both), ties by name.
+    fn search_hybrid(
+        &self,
+        query: &str,
+        terms: &[String],
+        limit: usize,
+        filter: &dyn Fn(&str) -> bool,
+        v: &Vectors,
+    ) -> Vec<SearchHit> {
+        let c = &v.config;
+        let depth = c.depth.max(limit);
+        // Without a query vector (the embedder failed) the ranking is the lexical one.
+        let Some(q) = v.embed(&[query]).pop().flatten() else {
+            return self.search_lexical(query, terms, limit, filter);
+        };
+        let lexical = if c.lexical_weight > 0.0 {
+            self.search_lexical(query, terms, depth, filter)
+        } else {
+            Vec::new()
+        };
+        let mut fused: HashMap<&str, f64> = HashMap::new();
+        for (r, h) in lexical.iter().enumerate() {
+            *fused.entry(h.name.as_str()).or_default() +=
+                c.lexical_weight / (c.rrf_k + r as f64 + 1.0);
+        }
+        let mut sims: Vec<(f64, u32)> = v
+            .by_doc
+            .iter()
+            .enumerate()
+            .filter_map(|(d, vec)| {
+                let sim = cosine(&q, vec.as_deref()?);
+                (sim > 0.0).then_some((sim, d as u32))
+            })
+            .collect();
+        for (r, name) in self
+            .top_filtered(&mut sims, depth, filter)
+            .into_iter()
+            .enumerate()
+        {
+            *fused.entry(name).or_default() += c.vector_weight / (c.rrf_k + r as f64 + 1.0);
+        }
+        let best = (c.lexical_weight + c.vector_weight) / (c.rrf_k + 1.0);
+        let mut hits: Vec<(f64, &str)> = fused.into_iter().map(|(n, s)| (s, n)).collect();
+        hits.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+        hits.truncate(limit);
+        hits.into_iter()
+            .map(|(s, name)| SearchHit {
+                name: name.to_owned(),
+                score: if best > 0.0 {
+                    (s / best).clamp(0.0, 1.0)
+                } else {
+                    0.0
+                },
+            })
+            .collect()
     }
 
     fn search_in(
@@ -550,6 +679,39 @@ impl SearchIndex {
                 }
             })
             .collect()
+    }
+
+    /// The names of the best `depth` of `cands` (score, document) that pass `filter`, by
+    /// score and then name: sorts only a window of the best, grown until `depth` tools in
+    /// it pass and score above its edge.
+    fn top_filtered(
+        &self,
+        cands: &mut [(f64, u32)],
+        depth: usize,
+        filter: &dyn Fn(&str) -> bool,
+    ) -> Vec<&str> {
+        let order = |a: &(f64, &str), b: &(f64, &str)| b.0.total_cmp(&a.0).then(a.1.cmp(b.1));
+        let mut window = depth.saturating_mul(2).max(32);
+        loop {
+            let all = window >= cands.len();
+            let edge = if all {
+                f64::NEG_INFINITY
+            } else {
+                cands.select_nth_unstable_by(window - 1, |a, b| b.0.total_cmp(&a.0));
+                cands[window - 1].0
+            };
+            let mut hits: Vec<(f64, &str)> = cands[..window.min(cands.len())]
+                .iter()
+                .filter(|c| c.0 > edge)
+                .map(|&(s, d)| (s, self.name_of(d)))
+                .filter(|h| filter(h.1))
+                .collect();
+            if all || hits.len() >= depth {
+                hits.sort_unstable_by(order);
+                return hits.into_iter().take(depth).map(|h| h.1).collect();
+            }
+            window = window.saturating_mul(4);
+        }
     }
 
     /// The name of a live document.
@@ -1088,6 +1250,21 @@ fn split_name(name: &str) -> (&str, &str) {
         Some(at) if at > 0 && at + 2 < name.len() => (&name[..at], &name[at + 2..]),
         _ => ("", name),
     }
+}
+
+/// The text a tool is embedded from: its name (the tool part, separators as spaces), its
+/// description and its schema's property names and descriptions.
+fn embed_text(spec: &ToolSpec) -> String {
+    let (_, tool) = split_name(&spec.name);
+    let mut text: String = tool
+        .chars()
+        .map(|c| if c.is_alphanumeric() { c } else { ' ' })
+        .collect();
+    text.push('\n');
+    text.push_str(&spec.description);
+    text.push('\n');
+    schema_text(&spec.input_schema, 0, &mut text);
+    text
 }
 
 /// The terms of each field of a tool.

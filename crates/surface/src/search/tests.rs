@@ -1,4 +1,5 @@
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use quiver_contract::ToolSpec;
 use serde_json::json;
@@ -192,4 +193,136 @@ fn livemcpbench_quality() {
     assert!(report.recall_at_5 > 37.6, "{report:?}");
     assert!(report.recall_at_10 > 44.3, "{report:?}");
     assert!(report.ndcg_at_10 > 36.9, "{report:?}");
+}
+
+fn hybrid(specs: &[ToolSpec], config: HybridConfig) -> SearchIndex {
+    let mut ix = SearchIndex::with_embedder(Arc::new(HashedNgrams::default()), config);
+    let refs: Vec<&ToolSpec> = specs.iter().collect();
+    ix.upsert_all(&refs);
+    ix
+}
+
+#[test]
+fn hashed_ngrams_are_deterministic_and_follow_spelling() {
+    let e = HashedNgrams::default();
+    let v = e
+        .embed(&["geocoding", "geocoding", "geocoder", "weather"])
+        .unwrap();
+    assert_eq!(v[0], v[1]);
+    assert_eq!(v[0].len(), 256);
+    let unit = |x: &[f32]| embed::normalised(x).unwrap();
+    let (a, b, c) = (unit(&v[0]), unit(&v[2]), unit(&v[3]));
+    assert!(embed::cosine(&a, &b) > 0.5, "{}", embed::cosine(&a, &b));
+    assert!(embed::cosine(&a, &b) > embed::cosine(&a, &c) + 0.3);
+    assert!(e.embed(&[""]).unwrap()[0].iter().all(|x| *x == 0.0));
+}
+
+#[test]
+fn a_vector_retriever_finds_a_misspelt_tool_the_lexical_index_misses() {
+    let specs = [
+        ToolSpec::new("thermometer_read", "Reads the room thermometer."),
+        ToolSpec::new("weather_now", "Current weather for a city."),
+        ToolSpec::new("stock_quote", "Latest stock quote."),
+    ];
+    assert!(index(&specs).search("thermomiter", 5, &all).is_empty());
+    let ix = hybrid(&specs, HybridConfig::default());
+    assert!(ix.has_embedder() && !index(&specs).has_embedder());
+    let hits = ix.search("thermomiter", 5, &all);
+    assert_eq!(names(&hits)[0], "thermometer_read");
+    assert!(hits.iter().all(|h| h.score > 0.0 && h.score <= 1.0));
+    // The filter applies to the vector ranking too.
+    let hits = ix.search("thermomiter", 5, &|n: &str| n != "thermometer_read");
+    assert!(!names(&hits).contains(&"thermometer_read"));
+    // A meaningless query is still empty (tool_search answers it with a hint).
+    assert!(ix.search("the of", 5, &all).is_empty());
+}
+
+#[test]
+fn the_vector_weight_moves_the_spelling_neighbour_up() {
+    let specs = [
+        ToolSpec::new(
+            "daily_digest",
+            "A long digest of news, sports, markets, culture and the weather, with an outlook \
+             for the week and a forecast of events.",
+        ),
+        ToolSpec::new("weatherforecaster", "Predicts tomorrow's conditions."),
+        ToolSpec::new("stock_quote", "Latest stock quote."),
+    ];
+    let q = "weather forecast";
+    let lexical = names(&index(&specs).search(q, 5, &all)).join(",");
+    assert!(lexical.starts_with("daily_digest,"), "{lexical}");
+    // Weight 0 is the lexical ranking.
+    let off = hybrid(
+        &specs,
+        HybridConfig {
+            vector_weight: 0.0,
+            ..HybridConfig::default()
+        },
+    );
+    assert_eq!(names(&off.search(q, 5, &all)).join(","), lexical);
+    // A heavy vector weight puts the tool whose name spells the query first.
+    let heavy = hybrid(
+        &specs,
+        HybridConfig {
+            vector_weight: 3.0,
+            rrf_k: 1.0,
+            ..HybridConfig::default()
+        },
+    );
+    assert_eq!(names(&heavy.search(q, 5, &all))[0], "weatherforecaster");
+}
+
+/// An embedder that always fails: the index must fall back to the lexical ranking.
+#[derive(Debug)]
+struct Broken;
+
+impl Embedder for Broken {
+    fn embed(&self, _: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Err(EmbedError("model not loaded".into()))
+    }
+}
+
+#[test]
+fn a_failing_embedder_degrades_to_the_lexical_ranking() {
+    let specs = [
+        ToolSpec::new("geocode", "Turns an address into coordinates."),
+        ToolSpec::new("route", "Directions between two places."),
+    ];
+    let mut ix = SearchIndex::with_embedder(Arc::new(Broken), HybridConfig::default());
+    for s in &specs {
+        ix.upsert(s);
+    }
+    assert_eq!(
+        names(&ix.search("address coordinates", 5, &all)),
+        names(&index(&specs).search("address coordinates", 5, &all))
+    );
+    // Removing and re-adding keeps the vectors in step with the documents.
+    let mut ix = hybrid(&specs, HybridConfig::default());
+    assert!(ix.remove("geocode"));
+    assert!(!names(&ix.search("geocod", 5, &all)).contains(&"geocode"));
+    ix.upsert(&specs[0]);
+    assert_eq!(names(&ix.search("geocod", 5, &all))[0], "geocode");
+}
+
+#[test]
+fn nonsense_blend_settings_are_made_safe() {
+    let specs = [
+        ToolSpec::new("thermometer_read", "Reads the room thermometer."),
+        ToolSpec::new("weather_now", "Current weather for a city."),
+    ];
+    let ix = hybrid(
+        &specs,
+        HybridConfig {
+            lexical_weight: f64::NAN,
+            vector_weight: 1.0,
+            rrf_k: -1.0,
+            depth: 0,
+        },
+    );
+    let hits = ix.search("thermomiter", 5, &all);
+    assert_eq!(names(&hits)[0], "thermometer_read");
+    assert!(
+        hits.iter()
+            .all(|h| h.score.is_finite() && (0.0..=1.0).contains(&h.score))
+    );
 }

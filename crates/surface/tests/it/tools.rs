@@ -1,9 +1,11 @@
 //! tool_search and describe_tool, called through the dispatcher.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use quiver_contract::{CallContext, Capabilities, Envelope, HintKind, Lifecycle, Mode};
 use quiver_surface::SurfaceConfig;
+use quiver_surface::search::{HashedNgrams, HybridConfig};
 use serde_json::{Value, json};
 
 use crate::support::{Fixture, line, ro, rw, stub, text};
@@ -263,4 +265,47 @@ async fn describe_tool_respects_the_modes_lists() {
         .call("s", "describe_tool", json!({"name": "run_shell"}))
         .await;
     assert!(e.is_ok(), "{}", text(&e));
+}
+
+#[tokio::test]
+async fn a_vector_retriever_blends_into_tool_search_and_can_be_removed() {
+    let fx = search_fixture();
+    // "statistcs" (a typo) meets no indexed term, so the lexical index finds nothing.
+    let q = json!({"query": "statistcs"});
+    assert_eq!(hit_names(&fx.call("s", "tool_search", q.clone()).await), "");
+
+    fx.surface.set_vector_retriever(Some((
+        Arc::new(HashedNgrams::default()),
+        HybridConfig::default(),
+    )));
+    let e = fx.call("s", "tool_search", q.clone()).await;
+    let hits = data(&e)["hits"].as_array().unwrap().clone();
+    assert_eq!(hits[0]["name"], "csv_stats", "{hits:?}");
+    // The vector ranking obeys the same visibility rules: internal, draft and system tools
+    // never come back.
+    for h in &hits {
+        let n = h["name"].as_str().unwrap();
+        assert!(
+            !["secret_csv", "draft_csv", "tool_search", "describe_tool"].contains(&n),
+            "{n}"
+        );
+    }
+
+    // A tool added later is embedded on its own.
+    let mut updates = fx.surface.index_updates();
+    updates.borrow_and_update();
+    fx.catalog
+        .register_in("test", stub(ro("yaml_validator", "Checks a document.")))
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), updates.changed())
+        .await
+        .unwrap()
+        .unwrap();
+    let e = fx
+        .call("s", "tool_search", json!({"query": "validatr"}))
+        .await;
+    assert_eq!(data(&e)["hits"][0]["name"], "yaml_validator");
+
+    fx.surface.set_vector_retriever(None);
+    assert_eq!(hit_names(&fx.call("s", "tool_search", q).await), "");
 }

@@ -1,5 +1,7 @@
 //! `quiver`: the tool runtime's command line.
 
+mod startup;
+
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -164,8 +166,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let (config, _source) = Config::load(cli.config.as_deref())?;
     let app = App::build(&config, &cli.mcp_config).await?;
     if !matches!(cli.command, Command::Log { .. }) {
-        app.wait_for_upstreams(std::time::Duration::from_secs(30))
-            .await?;
+        startup::wait_for_upstreams(&app).await?;
     }
     let code = command(&app, &config, cli.command).await;
     app.shutdown().await?;

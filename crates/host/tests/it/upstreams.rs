@@ -75,6 +75,16 @@ fn a_real_mcp_servers_file_aggregates_upstreams_behind_one_catalog() {
 
     let (code, status, err) = run(&["status"]);
     assert_eq!(code, Some(0), "{err}");
+    // Start-up progress, not on a terminal: one plain line per server as it settles.
+    for name in ["everything", "time"] {
+        assert!(
+            err.lines().any(
+                |l| l.starts_with(&format!("upstream MCP server {name}: connected, "))
+                    && l.ends_with("tool(s)")
+            ),
+            "{err}"
+        );
+    }
     assert!(
         status
             .lines()

@@ -1,0 +1,90 @@
+//! Start-up progress while upstream MCP servers connect: a spinner naming the servers still
+//! connecting when stderr is a terminal, plain log lines (one per server state change)
+//! otherwise.
+
+use std::{collections::HashMap, io::IsTerminal, time::Duration};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use quiver_host::App;
+use quiver_mcp_adapter::{ServerState, ServerStatus};
+
+/// How long a one-shot command or `serve` waits for upstreams before going on without them.
+const WAIT: Duration = Duration::from_secs(30);
+
+fn state_text(s: &ServerStatus) -> String {
+    match &s.state {
+        ServerState::Connected => format!("connected, {} tool(s)", s.tools.len()),
+        ServerState::Rejected(why) => format!("failed: {why}"),
+        ServerState::Down => match s.diagnostics.last() {
+            Some(last) => format!("down, retrying in the background ({last})"),
+            None => "down, retrying in the background".to_owned(),
+        },
+        other => format!("{other:?}").to_lowercase(),
+    }
+}
+
+/// What the spinner says: how many servers are settled, and which are still connecting.
+fn summary(servers: &[ServerStatus]) -> String {
+    let waiting: Vec<&str> = servers
+        .iter()
+        .filter(|s| matches!(s.state, ServerState::Connecting))
+        .map(|s| s.name.as_str())
+        .collect();
+    if waiting.is_empty() {
+        return format!("upstream MCP servers: all {} settled", servers.len());
+    }
+    format!(
+        "connecting upstream MCP servers: {}/{} settled; waiting for {}",
+        servers.len() - waiting.len(),
+        servers.len(),
+        waiting.join(", ")
+    )
+}
+
+/// Waits for the upstreams as [`App::wait_for_upstreams`] does, showing progress.
+pub(crate) async fn wait_for_upstreams(app: &App) -> anyhow::Result<()> {
+    if app.mcp.status().is_empty() {
+        return app.wait_for_upstreams(WAIT).await;
+    }
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = ProgressBar::new_spinner();
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        bar.enable_steady_tick(Duration::from_millis(100));
+        bar
+    });
+    let mut said: HashMap<String, String> = HashMap::new();
+    let mut report = |servers: Vec<ServerStatus>| {
+        for s in &servers {
+            let text = state_text(s);
+            if said.get(&s.name) != Some(&text) {
+                let line = format!("upstream MCP server {}: {text}", s.name);
+                match &bar {
+                    Some(bar) => bar.println(line),
+                    None if !matches!(s.state, ServerState::Connecting) => eprintln!("{line}"),
+                    None => {}
+                }
+                said.insert(s.name.clone(), text);
+            }
+        }
+        if let Some(bar) = &bar {
+            bar.set_message(summary(&servers));
+        }
+    };
+    let wait = app.wait_for_upstreams(WAIT);
+    tokio::pin!(wait);
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let result = loop {
+        tokio::select! {
+            r = &mut wait => break r,
+            _ = tick.tick() => report(app.mcp.status()),
+        }
+    };
+    report(app.mcp.status());
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    result
+}

@@ -2,9 +2,9 @@
 //! the suite starts a test server per scenario and runs `quiver-conformance-client` (see
 //! `tests/bin/conformance_client.rs`) against it.
 
-use std::{path::PathBuf, process::Stdio, time::Duration};
+use std::path::PathBuf;
 
-use crate::mcp_server::{conformance_command, repo_root};
+use crate::mcp_server::run_conformance;
 
 /// The client scenarios issue 6 names.
 const SCENARIOS: [&str; 4] = [
@@ -16,28 +16,13 @@ const SCENARIOS: [&str; 4] = [
 
 async fn run(scenario: &str) -> (bool, String) {
     let wrapper = PathBuf::from(env!("CARGO_BIN_EXE_quiver-conformance-client"));
-    let baseline = repo_root().join("tests/fixtures/conformance/client-expected-failures.yml");
-    let out_dir = std::env::temp_dir().join(format!(
-        "quiver-conformance-client-{}-{scenario}",
-        std::process::id()
-    ));
-    let child = conformance_command()
-        .arg("client")
-        .arg("--command")
-        .arg(&wrapper)
-        .args(["--scenario", scenario, "--expected-failures"])
-        .arg(&baseline)
-        .arg("-o")
-        .arg(&out_dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the conformance CLI starts");
-    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
-        .await
-        .expect("a client scenario finishes in 120 s")
-        .expect("the conformance CLI runs");
+    let wrapper = wrapper.to_str().expect("a UTF-8 path");
+    let out = run_conformance(
+        &["client", "--command", wrapper, "--scenario", scenario],
+        "client",
+        scenario,
+    )
+    .await;
     let text = format!(
         "{}\n{}",
         String::from_utf8_lossy(&out.stdout),

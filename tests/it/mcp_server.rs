@@ -328,7 +328,7 @@ fn conformance_prefix() -> PathBuf {
 
 /// The conformance CLI, with Node 22 first on its PATH (the suite's `#!/usr/bin/env node`
 /// must not find an older system Node).
-pub(crate) fn conformance_command() -> Command {
+fn conformance_command() -> Command {
     let bin = conformance_prefix();
     let path = std::env::join_paths(std::iter::once(bin.clone()).chain(std::env::split_paths(
         &std::env::var_os("PATH").unwrap_or_default(),
@@ -339,15 +339,17 @@ pub(crate) fn conformance_command() -> Command {
     cmd
 }
 
-/// Runs the official MCP conformance suite (0.1.16) server scenarios against `url`, checked
-/// against the baseline of scenarios Quiver does not serve yet (sampling, elicitation and
-/// logging from inside a tool call); returns the summary.
-async fn conformance(url: &str, run: &str) -> String {
+/// Runs the conformance CLI with `args`, its baseline `tests/fixtures/conformance/
+/// {side}-expected-failures.yml` and a fresh output folder named after `run`; at most 300 s.
+pub(crate) async fn run_conformance(args: &[&str], side: &str, run: &str) -> std::process::Output {
     let out_dir =
         std::env::temp_dir().join(format!("quiver-conformance-{}-{run}", std::process::id()));
-    let baseline = repo_root().join("tests/fixtures/conformance/server-expected-failures.yml");
+    let baseline = repo_root().join(format!(
+        "tests/fixtures/conformance/{side}-expected-failures.yml"
+    ));
     let child = conformance_command()
-        .args(["server", "--url", url, "--expected-failures"])
+        .args(args)
+        .arg("--expected-failures")
         .arg(&baseline)
         .arg("-o")
         .arg(&out_dir)
@@ -356,10 +358,17 @@ async fn conformance(url: &str, run: &str) -> String {
         .kill_on_drop(true)
         .spawn()
         .expect("the conformance CLI starts");
-    let out = tokio::time::timeout(Duration::from_secs(300), child.wait_with_output())
+    tokio::time::timeout(Duration::from_secs(300), child.wait_with_output())
         .await
         .expect("the conformance suite finishes in 300 s")
-        .expect("the conformance CLI runs");
+        .expect("the conformance CLI runs")
+}
+
+/// Runs the official MCP conformance suite (0.1.16) server scenarios against `url`, checked
+/// against the baseline of scenarios Quiver does not serve yet (sampling, elicitation and
+/// logging from inside a tool call); returns the summary.
+async fn conformance(url: &str, run: &str) -> String {
+    let out = run_conformance(&["server", "--url", url], "server", run).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let summary = stdout
         .split("=== SUMMARY ===")
@@ -520,6 +529,12 @@ fn everything_config() -> PathBuf {
 /// that is down are clear errors.
 #[tokio::test]
 async fn upstream_resources_and_prompts_pass_through_on_the_session_era() {
+    passthrough_over_http("legacy").await;
+}
+
+/// `passthrough.py` against `quiver serve` over HTTP (server-everything and a down server
+/// upstream), with the Python client in `mode`.
+async fn passthrough_over_http(mode: &str) {
     let config = everything_config();
     let server = Server::start(
         quiver_binary(),
@@ -534,7 +549,7 @@ async fn upstream_resources_and_prompts_pass_through_on_the_session_era() {
     .await;
     run_script(
         "passthrough.py",
-        &[&server.url, "--kind", "everything", "--mode", "legacy"],
+        &[&server.url, "--kind", "everything", "--mode", mode],
     )
     .await;
 }
@@ -543,23 +558,7 @@ async fn upstream_resources_and_prompts_pass_through_on_the_session_era() {
 /// `resultType: complete`).
 #[tokio::test]
 async fn upstream_resources_and_prompts_pass_through_on_the_stateless_era() {
-    let config = everything_config();
-    let server = Server::start(
-        quiver_binary(),
-        &[
-            "--config",
-            config.to_str().expect("utf-8 path"),
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-        ],
-    )
-    .await;
-    run_script(
-        "passthrough.py",
-        &[&server.url, "--kind", "everything", "--mode", "auto"],
-    )
-    .await;
+    passthrough_over_http("auto").await;
 }
 
 /// The same through `quiver serve --stdio`, launched by the Python client.

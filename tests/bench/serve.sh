@@ -5,8 +5,10 @@
 #   CARGO_TARGET_DIR=/work/target-bench cargo build --release -p quiver-host -p quiver-tests
 #   tests/bench/serve.sh            # 1-4: in-process tool, upstream echo, throughput, RSS
 #     (2 interleaves direct and through-quiver calls: `quiver-serve-bench compare`)
-#   STDIO_BRIDGES=1 SUPERGATEWAY=.../supergateway MCP_PROXY=.../mcp-proxy tests/bench/serve.sh
-#     also 5: stdio server-everything bridged by quiver, supergateway (npm), mcp-proxy (PyPI)
+#   STDIO_BRIDGES=1 tests/bench/serve.sh
+#     also 5: stdio server-everything bridged by quiver, supergateway (npm), mcp-proxy (PyPI),
+#     and the same calls straight to the stdio server (tests/bench/stdio_direct.py); the two
+#     peers are installed into $PEERS/bridges unless SUPERGATEWAY / MCP_PROXY name them
 #
 # Env: TARGET (default /work/target-bench/release), N (1000), CLIENTS (64), SECS (5).
 set -euo pipefail
@@ -78,7 +80,23 @@ echo "# $(uptime)"
 kill "$QPID"
 
 if [ -n "${STDIO_BRIDGES:-}" ]; then
+  # The two peers are installed here unless given: npm supergateway, PyPI mcp-proxy.
+  BRIDGES=$PEERS/bridges
+  if [ -z "${SUPERGATEWAY:-}" ]; then
+    [ -x "$BRIDGES/npm/node_modules/.bin/supergateway" ] ||
+      npm install --no-audit --no-fund --prefix "$BRIDGES/npm" supergateway >&2
+    SUPERGATEWAY=$BRIDGES/npm/node_modules/.bin/supergateway
+  fi
+  if [ -z "${MCP_PROXY:-}" ]; then
+    [ -x "$BRIDGES/venv/bin/mcp-proxy" ] || {
+      python3 -m venv "$BRIDGES/venv" &&
+        "$BRIDGES/venv/bin/pip" install --quiet --disable-pip-version-check mcp-proxy >&2
+    }
+    MCP_PROXY=$BRIDGES/venv/bin/mcp-proxy
+  fi
   echo "## 5. stdio server-everything bridged to streamable HTTP"
+  # The upstream's own time: a raw stdio client straight to the server, same calls.
+  python3 "$ROOT/tests/bench/stdio_direct.py" "$EVERYTHING" "$N" | sed 's/^/direct stdio: /'
   echo "{\"mcpServers\": {\"everything\": {\"command\": \"$EVERYTHING\", \"args\": [\"stdio\"]}}}" >"$WORK/stdio.json"
   start_quiver stdio --mcp-config "$WORK/stdio.json"
   "$BENCH" latency "$QURL" mcp__everything__echo echo "$N" | sed 's/^/quiver: /'

@@ -9,17 +9,8 @@ use quiver_contract::{CallContext, Envelope, Tool, ToolResult, ToolSpec};
 use quiver_registry::{BatchCall, Catalog, Dispatcher, MemoryRecorder};
 use serde_json::{Value, json};
 
-struct Noop(ToolSpec);
-
-#[async_trait]
-impl Tool for Noop {
-    fn spec(&self) -> &ToolSpec {
-        &self.0
-    }
-    async fn call(&self, _input: Value, _ctx: &CallContext) -> ToolResult {
-        Ok(Envelope::ok(Value::Null))
-    }
-}
+mod common;
+use common::{Bounded, Noop, noop_spec};
 
 struct Nap(ToolSpec);
 
@@ -31,31 +22,6 @@ impl Tool for Nap {
     async fn call(&self, _input: Value, _ctx: &CallContext) -> ToolResult {
         tokio::time::sleep(Duration::from_millis(10)).await;
         Ok(Envelope::ok(Value::Null))
-    }
-}
-
-fn noop_spec() -> ToolSpec {
-    ToolSpec::new("noop", "Does nothing.")
-        .read_only()
-        .with_schema(json!({
-            "type": "object",
-            "properties": {"n": {"type": "integer", "description": "Any number."}},
-            "required": ["n"]
-        }))
-}
-
-/// A recorder that keeps a bounded buffer, like a real one that hands rows to a writer.
-#[derive(Default)]
-struct Bounded(std::sync::Mutex<Vec<quiver_registry::CallRecord>>);
-
-#[async_trait]
-impl quiver_registry::ToolCallRecorder for Bounded {
-    async fn record(&self, record: quiver_registry::CallRecord) {
-        let mut v = self.0.lock().unwrap();
-        if v.len() >= 4096 {
-            v.clear();
-        }
-        v.push(record);
     }
 }
 

@@ -6,37 +6,13 @@
 
 use std::{hint::black_box, sync::Arc, time::Instant};
 
-use async_trait::async_trait;
-use quiver_contract::{CallContext, Envelope, Tool, ToolResult, ToolSpec};
+use quiver_contract::CallContext;
 use quiver_registry::{Catalog, Dispatcher};
-use serde_json::{Value, json};
+use serde_json::json;
 
-struct Noop(ToolSpec);
-
-#[async_trait]
-impl Tool for Noop {
-    fn spec(&self) -> &ToolSpec {
-        &self.0
-    }
-    async fn call(&self, _input: Value, _ctx: &CallContext) -> ToolResult {
-        Ok(Envelope::ok(Value::Null))
-    }
-}
-
-/// Keeps a bounded buffer of records, like a recorder handing rows to a writer.
-#[derive(Default)]
-struct Bounded(std::sync::Mutex<Vec<quiver_registry::CallRecord>>);
-
-#[async_trait]
-impl quiver_registry::ToolCallRecorder for Bounded {
-    async fn record(&self, record: quiver_registry::CallRecord) {
-        let mut v = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if v.len() >= 4096 {
-            v.clear();
-        }
-        v.push(record);
-    }
-}
+#[path = "../benches/common/mod.rs"]
+mod common;
+use common::{Bounded, Noop, noop_spec};
 
 fn main() {
     let n: u64 = std::env::args()
@@ -49,15 +25,7 @@ fn main() {
         .build()
         .expect("a tokio runtime");
     let catalog = Arc::new(Catalog::new());
-    catalog.must_register(Arc::new(Noop(
-        ToolSpec::new("noop", "Does nothing.")
-            .read_only()
-            .with_schema(json!({
-                "type": "object",
-                "properties": {"n": {"type": "integer", "description": "Any number."}},
-                "required": ["n"]
-            })),
-    )));
+    catalog.must_register(Arc::new(Noop(noop_spec())));
     let d = Dispatcher::builder(catalog)
         .recorder(Arc::new(Bounded::default()))
         .build();

@@ -384,36 +384,31 @@ async fn conformance(url: &str, run: &str) -> String {
     summary
 }
 
+/// The suite against the fixture server started with `--upstream <upstream>` (and `extra`);
+/// `scenario` must be among the passed ones (the run did reach the passthrough).
+async fn conformance_through(upstream: &str, extra: &[&str], scenario: &str) {
+    let mut args = vec!["--progress-ms", "100", "--upstream", upstream];
+    args.extend_from_slice(extra);
+    let server = Server::start(fixture_binary(), &args).await;
+    let summary = conformance(&server.url, upstream).await;
+    assert!(
+        summary.contains(&format!("{scenario}: 1 passed")),
+        "{summary}"
+    );
+}
+
 /// The suite over streamable HTTP against the fixture server, whose resources, prompts and
 /// completions come from an upstream fixture connected over stdio and pass through
 /// Quiver's MCP client.
 #[tokio::test]
 async fn the_conformance_suite_passes_with_a_stdio_upstream() {
-    let server = Server::start(
-        fixture_binary(),
-        &["--progress-ms", "100", "--upstream", "stdio"],
-    )
-    .await;
-    let summary = conformance(&server.url, "stdio-upstream").await;
-    assert!(
-        summary.contains("resources-read-binary: 1 passed"),
-        "{summary}"
-    );
+    conformance_through("stdio", &[], "resources-read-binary").await;
 }
 
 /// The same with the upstream fixture connected over streamable HTTP.
 #[tokio::test]
 async fn the_conformance_suite_passes_with_an_http_upstream() {
-    let server = Server::start(
-        fixture_binary(),
-        &["--progress-ms", "100", "--upstream", "http"],
-    )
-    .await;
-    let summary = conformance(&server.url, "http-upstream").await;
-    assert!(
-        summary.contains("prompts-get-with-image: 1 passed"),
-        "{summary}"
-    );
+    conformance_through("http", &[], "prompts-get-with-image").await;
 }
 
 /// `quiver serve --stdio` in the path: the suite drives the fixture server over HTTP (it
@@ -423,23 +418,8 @@ async fn the_conformance_suite_passes_with_an_http_upstream() {
 #[tokio::test]
 async fn the_conformance_suite_passes_through_quiver_serve_over_stdio() {
     let quiver = quiver_binary();
-    let server = Server::start(
-        fixture_binary(),
-        &[
-            "--progress-ms",
-            "100",
-            "--upstream",
-            "quiver-stdio",
-            "--quiver",
-            quiver.to_str().expect("utf-8 path"),
-        ],
-    )
-    .await;
-    let summary = conformance(&server.url, "quiver-stdio").await;
-    assert!(
-        summary.contains("resources-subscribe: 1 passed"),
-        "{summary}"
-    );
+    let quiver = quiver.to_str().expect("utf-8 path");
+    conformance_through("quiver-stdio", &["--quiver", quiver], "resources-subscribe").await;
 }
 
 /// SIGTERM with a call in flight: the call is cancelled (the tool sees it), the client's

@@ -23,6 +23,8 @@ use rmcp::{
 };
 use serde_json::Value;
 
+use super::handler::{Connection, lock};
+
 /// The declared features of a client's capabilities.
 pub(crate) fn features(caps: Option<&ClientCapabilities>) -> ClientFeatures {
     match caps {
@@ -94,8 +96,10 @@ pub(crate) struct PeerChannel {
     pub(crate) features: ClientFeatures,
     /// The call's protocol version, if known.
     pub(crate) protocol: Option<ProtocolVersion>,
-    /// The minimum level the client asked for; `None` means it never set one.
-    pub(crate) log_level: Arc<dyn Fn() -> Option<LoggingLevel> + Send + Sync>,
+    /// The level this request asked for in its `_meta` (2026-07-28, SEP-2575), if any.
+    pub(crate) meta_level: Option<LoggingLevel>,
+    /// The connection, whose `logging/setLevel` applies when the request named no level.
+    pub(crate) conn: Arc<Connection>,
     /// Whether log messages may be sent at all (a 2026-07-28 request that did not opt in
     /// with `io.modelcontextprotocol/logLevel` gets none).
     pub(crate) logs_allowed: bool,
@@ -205,7 +209,8 @@ impl ClientChannel for PeerChannel {
             return;
         }
         let level = to_mcp_level(level);
-        if let Some(min) = (self.log_level)()
+        let min = self.meta_level.or_else(|| *lock(&self.conn.log_level));
+        if let Some(min) = min
             && level_rank(level) < level_rank(min)
         {
             return;

@@ -332,7 +332,6 @@ async fn serve_call(
     // elicitation or roots (else rmcp serves it), so those are refused in the same words, and
     // log messages go out through the session.
     let progress = Arc::new(ProgressState::default());
-    let conn = entry.conn.clone();
     let info = entry.peer.peer_info();
     let channel: Arc<dyn quiver_contract::ClientChannel> = Arc::new(PeerChannel {
         peer: entry.peer.clone(),
@@ -341,7 +340,8 @@ async fn serve_call(
         progress: progress.clone(),
         features: channel::features(info.as_ref().map(|i| &i.capabilities)),
         protocol: info.as_ref().map(|i| i.protocol_version.clone()),
-        log_level: Arc::new(move || *lock(&conn.log_level)),
+        meta_level: None,
+        conn: entry.conn.clone(),
         logs_allowed: true,
     });
     let result = handler::call(

@@ -484,11 +484,6 @@ impl ServerHandler for Handler {
         let modern = protocol
             .as_ref()
             .is_some_and(|v| *v >= rmcp::model::ProtocolVersion::V_2026_07_28);
-        let conn = self.conn.clone();
-        let log_level: Arc<dyn Fn() -> Option<LoggingLevel> + Send + Sync> = match meta_level {
-            Some(l) => Arc::new(move || Some(l)),
-            None => Arc::new(move || *lock(&conn.log_level)),
-        };
         let channel: Arc<dyn quiver_contract::ClientChannel> = Arc::new(PeerChannel {
             peer: context.peer.clone(),
             request_id: context.id.clone(),
@@ -496,7 +491,8 @@ impl ServerHandler for Handler {
             progress: progress_state.clone(),
             features: channel::features(context.client_capabilities().as_ref()),
             protocol,
-            log_level,
+            meta_level,
+            conn: self.conn.clone(),
             // A 2026-07-28 request gets log messages only when it opts in (SEP-2575).
             logs_allowed: !modern || meta_level.is_some(),
         });

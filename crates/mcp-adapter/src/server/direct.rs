@@ -561,6 +561,48 @@ mod tests {
             "params": {"name": "echo", "arguments": {"x": id}, "_meta": meta}})
     }
 
+    /// Opens a session whose client declares `capabilities`; returns its id once the direct
+    /// path knows it.
+    async fn open(server: &McpServer, router: &Router, capabilities: Value) -> String {
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": capabilities,
+            "clientInfo": {"name": "t", "version": "1"}}});
+        let sid = send(router, Method::POST, None, init)
+            .await
+            .session
+            .expect("a session id");
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        send(router, Method::POST, Some(&sid), initialized).await;
+        let list = json!({"jsonrpc": "2.0", "id": 1000, "method": "tools/list"});
+        send(router, Method::POST, Some(&sid), list).await;
+        assert!(server.shared.direct.get(&sid).is_some(), "registered");
+        sid
+    }
+
+    #[tokio::test]
+    async fn a_client_that_takes_server_to_client_traffic_stays_on_rmcp() {
+        let server = server();
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        // Declared sampling: its calls may carry relayed requests on their own stream.
+        let sid = open(&server, &router, json!({"sampling": {}})).await;
+        let r = send(&router, Method::POST, Some(&sid), call(1, json!({}))).await;
+        assert_eq!(r.content_type, "text/event-stream", "{}", r.body);
+        assert!(
+            r.body.contains(r#""structuredContent":{"x":1}"#),
+            "{}",
+            r.body
+        );
+        // Declared nothing: direct, until it sets a log level.
+        let sid = open(&server, &router, json!({})).await;
+        let r = send(&router, Method::POST, Some(&sid), call(2, json!({}))).await;
+        assert_eq!(r.content_type, "application/json", "{}", r.body);
+        let level = json!({"jsonrpc": "2.0", "id": 3, "method": "logging/setLevel",
+            "params": {"level": "info"}});
+        send(&router, Method::POST, Some(&sid), level).await;
+        let r = send(&router, Method::POST, Some(&sid), call(4, json!({}))).await;
+        assert_eq!(r.content_type, "text/event-stream", "{}", r.body);
+    }
+
     #[tokio::test]
     async fn a_plain_session_call_is_answered_directly_and_the_rest_by_rmcp() {
         let server = server();

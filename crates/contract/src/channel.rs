@@ -135,4 +135,10 @@ pub trait ClientChannel: Send + Sync {
     /// Reports the call's progress (`notifications/progress`) if the client asked for it.
     /// Values must increase; best effort.
     async fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>);
+
+    /// Whether the client asked for this call's progress; a tool that forwards the call
+    /// elsewhere asks for progress only then. Defaults to yes.
+    fn wants_progress(&self) -> bool {
+        true
+    }
 }

@@ -10,7 +10,11 @@
 //! is about the session (rmcp then re-initializes, as for the spec's HTTP 404), otherwise a
 //! failed request naming the server's message.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use futures::stream::BoxStream;
 use reqwest::{
@@ -57,12 +61,45 @@ pub(crate) fn client(url: &Url, timeout: Option<Duration>) -> reqwest::Result<Up
     if let Some(t) = timeout {
         b = b.connect_timeout(t);
     }
-    b.build().map(UpstreamHttp)
+    b.build().map(|c| UpstreamHttp(c, SessionSlot::default()))
 }
 
-/// rmcp's reqwest client, with id-less JSON-RPC errors to a request turned into errors.
+/// The session id rmcp last sent to the server, for the call path that bypasses rmcp's
+/// transport (`fast.rs`). rmcp keeps its session to itself; every request it sends names it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SessionSlot(Arc<Mutex<Option<Arc<str>>>>);
+
+impl SessionSlot {
+    /// The session id, if the server issued one.
+    pub(crate) fn get(&self) -> Option<Arc<str>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn saw(&self, id: Option<&Arc<str>>) {
+        let Some(id) = id else { return };
+        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.as_ref() != Some(id) {
+            *slot = Some(id.clone());
+        }
+    }
+}
+
+/// rmcp's reqwest client, with id-less JSON-RPC errors to a request turned into errors, and
+/// the session id each request names kept in a [`SessionSlot`].
 #[derive(Clone, Debug)]
-pub(crate) struct UpstreamHttp(reqwest::Client);
+pub(crate) struct UpstreamHttp(reqwest::Client, SessionSlot);
+
+impl UpstreamHttp {
+    /// The underlying client (its connection pool is shared with every clone).
+    pub(crate) fn reqwest(&self) -> &reqwest::Client {
+        &self.0
+    }
+
+    /// Where the session id rmcp uses is kept.
+    pub(crate) fn session(&self) -> &SessionSlot {
+        &self.1
+    }
+}
 
 type HttpError = StreamableHttpError<reqwest::Error>;
 
@@ -146,6 +183,7 @@ impl StreamableHttpClient for UpstreamHttp {
     ) -> Result<StreamableHttpPostResponse, HttpError> {
         let sent_request = matches!(message, JsonRpcMessage::Request(_));
         let session_attached = session_id.is_some();
+        self.1.saw(session_id.as_ref());
         let response = self
             .0
             .post_message_with_response_limits(
@@ -183,6 +221,7 @@ impl StreamableHttpClient for UpstreamHttp {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError> {
+        self.1.saw(session_id.as_ref());
         self.0
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
             .await
@@ -197,6 +236,7 @@ impl StreamableHttpClient for UpstreamHttp {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError> {
+        self.1.saw(session_id.as_ref());
         self.0
             .get_stream_with_max_sse_event_size(
                 uri,

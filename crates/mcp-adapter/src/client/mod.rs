@@ -58,6 +58,9 @@ pub struct ClientOptions {
     pub max_concurrent_dials: usize,
     /// Cap on entries taken from any list (tools, resources).
     pub list_cap: usize,
+    /// Streamable-HTTP upstreams: `tools/call` is posted by the calling task instead of
+    /// through rmcp's transport worker (see `client/fast.rs`); on by default.
+    pub http_fast_lane: bool,
 }
 
 impl Default for ClientOptions {
@@ -70,6 +73,7 @@ impl Default for ClientOptions {
             backoff_max: Duration::from_secs(30),
             max_concurrent_dials: 16,
             list_cap: 10_000,
+            http_fast_lane: true,
         }
     }
 }
@@ -90,6 +94,12 @@ impl ClientOptions {
     /// Sets the default liveness.
     pub fn with_liveness(mut self, l: Liveness) -> Self {
         self.liveness = l;
+        self
+    }
+
+    /// Turns the lean `tools/call` path for streamable-HTTP upstreams on or off.
+    pub fn with_http_fast_lane(mut self, on: bool) -> Self {
+        self.http_fast_lane = on;
         self
     }
 

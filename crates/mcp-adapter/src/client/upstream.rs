@@ -45,6 +45,9 @@ use super::{
     tool::McpTool,
 };
 
+#[path = "fast.rs"]
+mod fast;
+
 /// The protocol versions this client speaks with an upstream. The handshake offers the newest
 /// and accepts any of these; a server that answers with another version is rejected.
 pub(crate) const SUPPORTED_PROTOCOLS: [&str; 4] =
@@ -82,6 +85,10 @@ pub struct ServerCounters {
     pub calls: u64,
     /// Re-lists after `notifications/tools/list_changed`.
     pub relists: u64,
+    /// Tool calls that took the lean streamable-HTTP path (`client/fast.rs`).
+    pub lean_calls: u64,
+    /// Of those, calls the server rejected unrun and rmcp sent instead (an expired session).
+    pub lean_handoffs: u64,
 }
 
 #[derive(Default)]
@@ -91,6 +98,8 @@ struct Counters {
     drops: AtomicU64,
     calls: AtomicU64,
     relists: AtomicU64,
+    lean_calls: AtomicU64,
+    lean_handoffs: AtomicU64,
 }
 
 impl Counters {
@@ -101,6 +110,8 @@ impl Counters {
             drops: self.drops.load(Ordering::Relaxed),
             calls: self.calls.load(Ordering::Relaxed),
             relists: self.relists.load(Ordering::Relaxed),
+            lean_calls: self.lean_calls.load(Ordering::Relaxed),
+            lean_handoffs: self.lean_handoffs.load(Ordering::Relaxed),
         }
     }
 }
@@ -118,6 +129,8 @@ pub(crate) struct Conn {
     pub(crate) has_subscribe: bool,
     /// Stdio only: which requests were written to the child.
     written: Option<Written>,
+    /// Streamable HTTP: the lean path for `tools/call` (`fast.rs`).
+    fast: Option<Arc<fast::Lane>>,
 }
 
 #[derive(Clone)]
@@ -441,6 +454,7 @@ impl Upstream {
             generation,
         };
         let mut child_guard: Option<ChildGuard> = None;
+        let mut http_parts: Option<(reqwest::Client, http::SessionSlot)> = None;
         let written = Written::default();
         let connect = async {
             match &self.cfg.endpoint {
@@ -473,6 +487,7 @@ impl Upstream {
                 } => {
                     let client = http::client(url, *timeout)
                         .map_err(|e| DialError::Transient(format!("http client: {e}")))?;
+                    http_parts = Some((client.reqwest().clone(), client.session().clone()));
                     let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                         .reinit_on_expired_session(true)
                         .custom_headers(headers.iter().cloned().collect());
@@ -563,7 +578,29 @@ impl Upstream {
         } else {
             Vec::new()
         };
+        let fast = match (&self.cfg.endpoint, http_parts) {
+            (
+                Endpoint::Http {
+                    url,
+                    headers,
+                    token,
+                    ..
+                },
+                Some((client, session)),
+            ) if self.opts.http_fast_lane => fast::Lane::new(
+                client,
+                url.clone(),
+                headers,
+                token.as_ref().map(|t| t.0.as_str()),
+                &protocol,
+                session,
+                generation,
+            )
+            .map(Arc::new),
+            _ => None,
+        };
         let conn = Arc::new(Conn {
+            fast,
             peer,
             generation,
             cancel: cancel.clone(),
@@ -899,10 +936,17 @@ impl Upstream {
         if let Some(deadline) = ctx.deadline {
             timeout = timeout.min(deadline.saturating_duration_since(Instant::now()));
         }
+        self.counters.calls.fetch_add(1, Ordering::Relaxed);
+        if let Some(lane) = &conn.fast
+            && let Some(a) = self
+                .fast_call(lane, tool, args.as_ref(), ctx, timeout)
+                .await
+        {
+            return a;
+        }
         let mut params = rmcp::model::CallToolRequestParams::new(tool.to_owned());
         params.arguments = args;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        self.counters.calls.fetch_add(1, Ordering::Relaxed);
         // Registered before sending, so a server request the call causes finds it.
         let registration = self.calls.begin(tool, ctx);
         let handle = match conn

@@ -224,6 +224,10 @@ impl ClientChannel for PeerChannel {
         }
     }
 
+    fn wants_progress(&self) -> bool {
+        self.progress_token.is_some()
+    }
+
     async fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
         let Some(token) = &self.progress_token else {
             return;

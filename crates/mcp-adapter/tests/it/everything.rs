@@ -164,6 +164,10 @@ async fn streamable_http_list_and_call() {
         Default::default(),
     );
     exercise(&catalog, &client, "web").await;
+    // Every call took the lean HTTP path and none was handed back to rmcp.
+    let st = client.server_status("web").unwrap().counters;
+    assert!(st.calls > 0 && st.lean_calls == st.calls, "{st:?}");
+    assert_eq!(st.lean_handoffs, 0, "{st:?}");
     // Keep a handle to a tool, close, and call it: "closed" at once, no dial.
     let echo = catalog.lookup("mcp__web__echo").unwrap();
     let dials = client.server_status("web").unwrap().counters.dials;
@@ -243,11 +247,20 @@ async fn expired_http_session_reinitializes_transparently() {
     )
     .await;
     assert!(text_of(&env).contains("two"), "{env:?}");
+    let env = call(&catalog, "mcp__pyweb__echo", json!({"text": "three"})).await;
+    assert!(text_of(&env).contains("three"), "{env:?}");
     let st = client.server_status("pyweb").unwrap();
     assert_eq!(
         (st.counters.dials, st.counters.drops),
         (1, 0),
         "rmcp re-initialized in place: {st:?}"
+    );
+    // The call after the restart was rejected on the lean path (404), sent by rmcp, which
+    // re-initialized; the next call took the lean path again, on the new session.
+    assert_eq!(
+        (st.counters.lean_calls, st.counters.lean_handoffs),
+        (3, 1),
+        "{st:?}"
     );
     close_and_check(&client).await;
     drop(server);
@@ -292,6 +305,13 @@ async fn http_server_restart_reinitializes_transparently() {
         (st.counters.dials, st.counters.drops),
         (1, 0),
         "rmcp re-initialized in place: {st:?}"
+    );
+    // "two" met the old session on the lean path (HTTP 400) and went to rmcp, which
+    // re-initialized; "three" took the lean path on the new session.
+    assert_eq!(
+        (st.counters.lean_calls, st.counters.lean_handoffs),
+        (3, 1),
+        "{st:?}"
     );
     close_and_check(&client).await;
     drop(server);

@@ -15,8 +15,9 @@ use tokio::{
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    call, close_and_check, fast_options, fixture_server, ready, resolve, start, text_of, wait_for,
-    within,
+    call, close_and_check,
+    everything::{HttpFixture, free_port, listening},
+    fast_options, fixture_server, ready, resolve, start, text_of, wait_for, within,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,16 +86,31 @@ async fn resources_and_prompts() {
     close_and_check(&client).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn timeout_also_cancels_upstream() {
+/// The fault fixture over stdio, or over streamable HTTP (then with its process guard).
+async fn fixture_over(http: bool) -> (ServerConfig, Option<HttpFixture>) {
+    if !http {
+        return (fixture_server("fx", "normal"), None);
+    }
+    let port = free_port();
+    let server = HttpFixture::spawn_on(port);
+    listening(port).await;
+    (
+        ServerConfig::http("fx", format!("http://127.0.0.1:{port}/mcp")),
+        Some(server),
+    )
+}
+
+async fn timeout_also_cancels_upstream(http: bool) {
+    let (server, _guard) = fixture_over(http).await;
     let (catalog, client) = start(
-        &[fixture_server("fx", "normal")
+        &[server
             .with_call_timeout(Duration::from_millis(300))
             .required()],
         fast_options(),
     );
     ready(&client).await;
-    let marker = std::env::temp_dir().join(format!("quiver-mcp-timeout-{}", std::process::id()));
+    let marker =
+        std::env::temp_dir().join(format!("quiver-mcp-timeout-{}-{http}", std::process::id()));
     let _ = std::fs::remove_file(&marker);
     let env = call(
         &catalog,
@@ -111,6 +127,16 @@ async fn timeout_also_cancels_upstream() {
     .await;
     let _ = std::fs::remove_file(&marker);
     close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_also_cancels_upstream_stdio() {
+    timeout_also_cancels_upstream(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_also_cancels_upstream_http() {
+    timeout_also_cancels_upstream(true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -151,15 +177,16 @@ async fn liveness_ping_notices_a_frozen_server() {
     close_and_check(&client).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancellation_answers_and_keeps_the_connection() {
-    let (catalog, client) = start(&[fixture_server("fx", "normal").required()], fast_options());
+async fn cancellation_answers_and_keeps_the_connection(http: bool) {
+    let (server, _guard) = fixture_over(http).await;
+    let (catalog, client) = start(&[server.required()], fast_options());
     ready(&client).await;
     let entry = catalog.lookup("mcp__fx__sleep").unwrap();
     let cancel = CancellationToken::new();
     let ctx = CallContext::default().with_cancel(cancel.clone());
     let base = client.server_status("fx").unwrap().counters.calls;
-    let marker = std::env::temp_dir().join(format!("quiver-mcp-cancel-{}", std::process::id()));
+    let marker =
+        std::env::temp_dir().join(format!("quiver-mcp-cancel-{}-{http}", std::process::id()));
     let _ = std::fs::remove_file(&marker);
     let input = json!({"seconds": 30, "marker": marker.display().to_string()});
     let task = tokio::spawn(async move { entry.tool.call(input, &ctx).await });
@@ -182,6 +209,16 @@ async fn cancellation_answers_and_keeps_the_connection() {
     assert!(text_of(&env).contains("still here"));
     assert_eq!(client.server_status("fx").unwrap().counters.drops, 0);
     close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancellation_answers_and_keeps_the_connection_stdio() {
+    cancellation_answers_and_keeps_the_connection(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancellation_answers_and_keeps_the_connection_http() {
+    cancellation_answers_and_keeps_the_connection(true).await;
 }
 
 struct Native(ToolSpec);

@@ -1,0 +1,733 @@
+//! The lean path for `tools/call` to a streamable-HTTP upstream.
+//!
+//! rmcp's streamable-HTTP client hands a request through about nine tasks on its way out and
+//! back (the peer's service loop, a send task, the transport worker, a task per SSE response
+//! stream, hyper's connection task, and back), and on a small machine each hand-over costs a
+//! wake-up of another thread: about 170 µs of a call to a fast upstream. Here the calling task
+//! posts the request itself, on the same connection pool and session rmcp set up, and reads
+//! the answer (a JSON body or an SSE stream) in place. Everything on the call's response
+//! stream belongs to that call, so a server request (sampling, elicitation, roots) or a
+//! log message found there goes to the call's own client channel, answered on the same
+//! session: no guessing which call it was.
+//!
+//! rmcp still owns the session: the handshake, the standalone GET stream, liveness pings,
+//! lists, resources and prompts, and every recovery. A call this path cannot complete
+//! without rmcp's state machine goes to rmcp unsent (the server rejected it with a 4xx, so it
+//! never ran, for example an expired session, which rmcp then re-initializes). A response
+//! stream that closes before the answer is resumed with `Last-Event-ID` (SEP-1699), as rmcp
+//! would.
+//!
+//! Used for the session-era protocols (up to 2025-11-25, the version Quiver asks for); a
+//! later protocol's per-request headers are rmcp's to build.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use futures::{StreamExt, stream::FuturesUnordered};
+use quiver_contract::{CallContext, ChannelError, ClientChannel, Envelope, ErrKind};
+use reqwest::{
+    StatusCode,
+    header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue},
+};
+use rmcp::{
+    ErrorData as McpError,
+    model::{
+        CallToolResult, CreateMessageResult, ElicitResult, ListRootsResult,
+        LoggingMessageNotificationParam, NumberOrString, ProgressNotificationParam, ProgressToken,
+        RequestId,
+    },
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use sse_stream::SseStream;
+
+use super::{Attempt, Upstream, done, http::SessionSlot, relay_error, to_contract};
+
+/// The protocols this path speaks (no per-request `Mcp-*` headers).
+const PROTOCOLS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// How many times in a row a response stream is resumed without an event in between.
+const MAX_RESUMES: u32 = 5;
+
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// One HTTP connection's lean call path: rmcp's HTTP client (and connection pool), the
+/// headers rmcp sends on every request, and the session rmcp uses.
+pub(crate) struct Lane {
+    http: reqwest::Client,
+    url: reqwest::Url,
+    headers: HeaderMap,
+    session: SessionSlot,
+    next: AtomicU64,
+    /// The connection's generation (for a re-list its `list_changed` asks for).
+    generation: u64,
+}
+
+impl Lane {
+    /// The lane for a connection that negotiated `protocol`, if this path speaks it.
+    pub(crate) fn new(
+        http: reqwest::Client,
+        url: reqwest::Url,
+        configured: &[(HeaderName, HeaderValue)],
+        token: Option<&str>,
+        protocol: &str,
+        session: SessionSlot,
+        generation: u64,
+    ) -> Option<Lane> {
+        if !PROTOCOLS.contains(&protocol) {
+            return None;
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            ACCEPT,
+            HeaderValue::from_static("text/event-stream, application/json"),
+        );
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        for (k, v) in configured {
+            headers.insert(k.clone(), v.clone());
+        }
+        if let Some(t) = token {
+            let v = HeaderValue::from_str(&format!("Bearer {t}")).ok()?;
+            headers.insert(reqwest::header::AUTHORIZATION, v);
+        }
+        headers.insert(
+            HeaderName::from_static("mcp-protocol-version"),
+            HeaderValue::from_str(protocol).ok()?,
+        );
+        Some(Lane {
+            http,
+            url,
+            headers,
+            session,
+            next: AtomicU64::new(0),
+            generation,
+        })
+    }
+
+    fn post(&self, session: Option<&str>, body: Vec<u8>) -> reqwest::RequestBuilder {
+        let mut req = self
+            .http
+            .post(self.url.clone())
+            .headers(self.headers.clone())
+            .body(body);
+        if let Some(s) = session {
+            req = req.header(SESSION_HEADER, s);
+        }
+        req
+    }
+
+    /// Sends one message that awaits no answer (a response, an error, a notification).
+    async fn send(&self, session: Option<&str>, message: &Value) {
+        let body = serde_json::to_vec(message).unwrap_or_default();
+        match self.post(session, body).send().await {
+            Ok(r) if r.status().is_success() => {}
+            Ok(r) => tracing::debug!(status = %r.status(), "upstream refused a message"),
+            Err(e) => tracing::debug!(error = %e, "message to upstream not sent"),
+        }
+    }
+}
+
+/// Sends `notifications/cancelled` for a call whose caller gave up (also when its future is
+/// dropped, e.g. by the dispatcher's timeout), unless disarmed.
+struct CancelOnDrop {
+    lane: Arc<Lane>,
+    session: Option<Arc<str>>,
+    id: Arc<str>,
+    reason: &'static str,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let lane = self.lane.clone();
+        let session = self.session.clone();
+        let message = json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": &*self.id, "reason": self.reason},
+        });
+        rt.spawn(async move { lane.send(session.as_deref(), &message).await });
+    }
+}
+
+#[derive(Serialize)]
+struct CallRequest<'a> {
+    jsonrpc: &'static str,
+    id: &'a str,
+    method: &'static str,
+    params: CallParams<'a>,
+}
+
+#[derive(Serialize)]
+struct CallParams<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    arguments: Option<&'a Map<String, Value>>,
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    meta: Option<ProgressMeta<'a>>,
+}
+
+#[derive(Serialize)]
+struct ProgressMeta<'a> {
+    #[serde(rename = "progressToken")]
+    progress_token: &'a str,
+}
+
+/// Any JSON-RPC message from the server.
+#[derive(Deserialize)]
+struct Incoming {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    params: Option<Value>,
+    #[serde(default)]
+    result: Option<Value>,
+    #[serde(default)]
+    error: Option<RpcError>,
+}
+
+#[derive(Deserialize)]
+struct RpcError {
+    #[serde(default)]
+    message: String,
+}
+
+/// How the exchange ended.
+enum Exchange {
+    /// The `result` of our request.
+    Result(Value),
+    /// A JSON-RPC error answering our request: the server's words.
+    PeerError(String),
+    /// Rejected before it ran; rmcp should send it (and recover the session).
+    Fallback,
+    /// Never reached the server.
+    NotDelivered,
+    /// May have reached the server; the answer is lost.
+    Unknown(String),
+    /// The server answered with something that is not an answer.
+    Failed(String),
+}
+
+/// What one message on our stream was.
+enum Seen {
+    Answer(Exchange),
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+    },
+    Other,
+}
+
+fn is_ours(id: Option<&Value>, ours: &str) -> bool {
+    id.and_then(Value::as_str) == Some(ours)
+}
+
+fn classify(message: Incoming, ours: &str) -> Seen {
+    match (message.method, message.id) {
+        (Some(method), Some(id)) => Seen::Request {
+            id,
+            method,
+            params: message.params.unwrap_or(Value::Null),
+        },
+        (Some(_), None) => Seen::Other,
+        (None, id) if is_ours(id.as_ref(), ours) => {
+            Seen::Answer(match (message.result, message.error) {
+                (Some(r), _) => Exchange::Result(r),
+                (None, Some(e)) => Exchange::PeerError(e.message),
+                (None, None) => Exchange::Failed("answered without a result or an error".into()),
+            })
+        }
+        _ => Seen::Other,
+    }
+}
+
+/// The answer to a server request made during a call, from the call's own client.
+async fn ask(
+    channel: Option<&Arc<dyn ClientChannel>>,
+    method: &str,
+    tool: &str,
+    params: Value,
+) -> Result<Value, McpError> {
+    if method == "ping" {
+        return Ok(json!({}));
+    }
+    let Some(channel) = channel else {
+        return Err(McpError::invalid_request(
+            format!(
+                "Quiver could not relay {method} for the call to `{tool}`: the call did not come from an MCP client, so there is nobody to ask"
+            ),
+            None,
+        ));
+    };
+    let relay = |e: ChannelError| relay_error(e, method, tool);
+    match method {
+        "sampling/createMessage" => {
+            let v = channel.create_message(params).await.map_err(relay)?;
+            valid::<CreateMessageResult>(method, v)
+        }
+        "elicitation/create" => {
+            let asked = params.clone();
+            let mut v = channel.elicit(params).await.map_err(relay)?;
+            super::super::elicit::apply_defaults(&asked, &mut v);
+            valid::<ElicitResult>(method, v)
+        }
+        "roots/list" => {
+            let v = channel.list_roots().await.map_err(relay)?;
+            valid::<ListRootsResult>(method, v)
+        }
+        other => Err(McpError::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            format!("Quiver does not answer {other}"),
+            None,
+        )),
+    }
+}
+
+/// Reads a response stream to its end after the answer, so its connection goes back to the
+/// pool (hyper closes a connection whose response body was dropped unread; a new connection
+/// per call costs more than the call). The end is usually already here; otherwise a task
+/// waits for it, for at most a few seconds.
+fn finish<S>(mut events: S)
+where
+    S: futures::Stream + Unpin + Send + 'static,
+{
+    use futures::FutureExt;
+    loop {
+        match events.next().now_or_never() {
+            Some(Some(_)) => continue,
+            Some(None) => return,
+            None => break,
+        }
+    }
+    tokio::spawn(async move {
+        let drain = async { while events.next().await.is_some() {} };
+        let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
+    });
+}
+
+/// `v` if it is a valid `T`, else the error the upstream gets.
+fn valid<T: serde::de::DeserializeOwned>(method: &str, v: Value) -> Result<Value, McpError> {
+    match T::deserialize(&v) {
+        Ok(_) => Ok(v),
+        Err(e) => Err(McpError::internal_error(
+            format!("the client's answer to {method} is not a valid result: {e}"),
+            None,
+        )),
+    }
+}
+
+impl Upstream {
+    /// Calls `tool` over the lean path; `None` when the call must go through rmcp instead
+    /// (nothing was executed upstream).
+    pub(super) async fn fast_call(
+        &self,
+        lane: &Arc<Lane>,
+        tool: &str,
+        args: Option<&Map<String, Value>>,
+        ctx: &CallContext,
+        timeout: Duration,
+    ) -> Option<Attempt> {
+        self.counters.lean_calls.fetch_add(1, Ordering::Relaxed);
+        let id: Arc<str> = format!("quiver-{}", lane.next.fetch_add(1, Ordering::Relaxed)).into();
+        let session = lane.session.get();
+        let body = serde_json::to_vec(&CallRequest {
+            jsonrpc: "2.0",
+            id: &id,
+            method: "tools/call",
+            params: CallParams {
+                name: tool,
+                arguments: args,
+                // Only a caller that wants progress asks for it: a server may answer a call
+                // without a progress token more cheaply (Quiver's own direct path does).
+                meta: ctx
+                    .client
+                    .as_ref()
+                    .is_some_and(|c| c.wants_progress())
+                    .then_some(ProgressMeta {
+                        progress_token: &id,
+                    }),
+            },
+        })
+        .unwrap_or_default();
+        // Registered before sending, so a server request on the standalone stream finds it.
+        let registration = self.calls.begin(tool, ctx);
+        registration.sent(
+            RequestId::String(id.clone()),
+            ProgressToken(NumberOrString::String(id.clone())),
+        );
+        let mut guard = CancelOnDrop {
+            lane: lane.clone(),
+            session: session.clone(),
+            id: id.clone(),
+            reason: "the caller gave up",
+            armed: true,
+        };
+        let exchange = self.exchange(lane, &id, body, session.as_deref(), ctx, tool);
+        let outcome = tokio::select! {
+            r = tokio::time::timeout(timeout, exchange) => match r {
+                Ok(e) => e,
+                Err(_) => {
+                    guard.reason = "timed out";
+                    return Some(done(Envelope::err(
+                        ErrKind::Timeout,
+                        format!(
+                            "MCP server \"{}\" did not answer `{tool}` within {} s; the call was cancelled upstream",
+                            self.cfg.name,
+                            timeout.as_secs_f32()
+                        ),
+                    )));
+                }
+            },
+            _ = ctx.cancel.cancelled() => {
+                guard.reason = "cancelled by the caller";
+                return Some(done(Envelope::err(ErrKind::Cancelled, "the call was cancelled")));
+            }
+        };
+        guard.armed = false;
+        match outcome {
+            Exchange::Result(v) => Some(done(match CallToolResult::deserialize(&v) {
+                Ok(_) => to_contract::call_result(&v),
+                Err(e) => Envelope::err(
+                    ErrKind::ToolFailed,
+                    format!(
+                        "mcp call failed: MCP server \"{}\" sent a malformed result: {e}",
+                        self.cfg.name
+                    ),
+                ),
+            })),
+            Exchange::PeerError(m) => Some(done(Envelope::err(
+                ErrKind::ToolFailed,
+                format!("mcp call failed: {m}"),
+            ))),
+            Exchange::Failed(why) => {
+                tracing::warn!(server = %self.cfg.name, "tools/call: {why}");
+                Some(done(Envelope::err(
+                    ErrKind::ToolFailed,
+                    format!(
+                        "mcp call failed: MCP server \"{}\" could not complete the request",
+                        self.cfg.name
+                    ),
+                )))
+            }
+            Exchange::Fallback => {
+                self.counters.lean_handoffs.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Exchange::NotDelivered => Some(Attempt::NotDelivered),
+            Exchange::Unknown(why) => {
+                tracing::debug!(server = %self.cfg.name, "tools/call outcome unknown: {why}");
+                Some(Attempt::Unknown)
+            }
+        }
+    }
+
+    /// Posts the request and reads its answer.
+    async fn exchange(
+        &self,
+        lane: &Lane,
+        id: &str,
+        body: Vec<u8>,
+        session: Option<&str>,
+        ctx: &CallContext,
+        tool: &str,
+    ) -> Exchange {
+        let response = match lane.post(session, body).send().await {
+            Ok(r) => r,
+            Err(e) if e.is_connect() => return Exchange::NotDelivered,
+            Err(e) => return Exchange::Unknown(e.to_string()),
+        };
+        let status = response.status();
+        if status.is_client_error() {
+            // Rejected, not run (an expired session is a 404, or server-everything's 400):
+            // rmcp sends it again and recovers or reports exactly as it would have.
+            tracing::debug!(server = %self.cfg.name, %status, "tools/call rejected; handing it to rmcp");
+            return Exchange::Fallback;
+        }
+        let content_type = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        if content_type.starts_with("text/event-stream") && status == StatusCode::OK {
+            return self
+                .read_stream(lane, id, response, session, ctx, tool)
+                .await;
+        }
+        let body = match response.bytes().await {
+            Ok(b) => b,
+            Err(e) => return Exchange::Unknown(e.to_string()),
+        };
+        let parsed = content_type
+            .starts_with("application/json")
+            .then(|| serde_json::from_slice::<Incoming>(&body).ok())
+            .flatten();
+        match parsed.map(|m| classify(m, id)) {
+            Some(Seen::Answer(a)) => a,
+            _ if !status.is_success() => Exchange::Failed(format!("HTTP {status}")),
+            _ => Exchange::Failed(format!(
+                "no answer to the call (HTTP {status}, {content_type})"
+            )),
+        }
+    }
+
+    /// Reads an SSE response stream until the answer, resuming it when it closes early.
+    async fn read_stream(
+        &self,
+        lane: &Lane,
+        id: &str,
+        response: reqwest::Response,
+        session: Option<&str>,
+        ctx: &CallContext,
+        tool: &str,
+    ) -> Exchange {
+        let mut events = SseStream::from_bytes_stream(response.bytes_stream()).boxed();
+        let mut last_event: Option<String> = None;
+        let mut retry = Duration::ZERO;
+        let mut resumes = 0;
+        let mut answering = FuturesUnordered::new();
+        loop {
+            tokio::select! {
+                event = events.next() => match event {
+                    Some(Ok(sse)) => {
+                        if let Some(e) = sse.id {
+                            last_event = Some(e);
+                        }
+                        if let Some(ms) = sse.retry {
+                            retry = Duration::from_millis(ms);
+                        }
+                        let Some(data) = sse.data.filter(|d| !d.trim().is_empty()) else {
+                            continue;
+                        };
+                        resumes = 0;
+                        let Ok(message) = serde_json::from_str::<Incoming>(&data) else {
+                            tracing::debug!(server = %self.cfg.name, "not a JSON-RPC message on the call's stream");
+                            continue;
+                        };
+                        let method = message.method.clone();
+                        let params = message.params.clone();
+                        match classify(message, id) {
+                            Seen::Answer(a) => {
+                                finish(events);
+                                return a;
+                            }
+                            Seen::Request { id, method, params } => {
+                                answering.push(self.answer(lane, session, id, method, params, ctx, tool));
+                            }
+                            Seen::Other => {
+                                if let (Some(m), Some(p)) = (method, params) {
+                                    self.notified(lane, &m, p, ctx).await;
+                                }
+                            }
+                        }
+                    }
+                    end => {
+                        if let Some(Err(e)) = end {
+                            tracing::debug!(server = %self.cfg.name, error = %e, "call's stream broke");
+                        }
+                        let Some(from) = last_event.as_deref() else {
+                            return Exchange::Unknown("the response stream ended without the answer".into());
+                        };
+                        if resumes >= MAX_RESUMES {
+                            return Exchange::Unknown(format!("the response stream ended {resumes} times without the answer"));
+                        }
+                        resumes += 1;
+                        tokio::time::sleep(retry).await;
+                        match self.resume(lane, session, from).await {
+                            Ok(r) => events = SseStream::from_bytes_stream(r.bytes_stream()).boxed(),
+                            Err(why) => return Exchange::Unknown(why),
+                        }
+                    }
+                },
+                Some(()) = answering.next(), if !answering.is_empty() => {}
+            }
+        }
+    }
+
+    /// Re-opens the stream after `last_event` with a GET (SEP-1699).
+    async fn resume(
+        &self,
+        lane: &Lane,
+        session: Option<&str>,
+        last_event: &str,
+    ) -> Result<reqwest::Response, String> {
+        let mut req = lane
+            .http
+            .get(lane.url.clone())
+            .headers(lane.headers.clone())
+            .header(ACCEPT, "text/event-stream")
+            .header("last-event-id", last_event);
+        if let Some(s) = session {
+            req = req.header(SESSION_HEADER, s);
+        }
+        match req.send().await {
+            Ok(r) if r.status() == StatusCode::OK => Ok(r),
+            Ok(r) => Err(format!("resuming the response stream: HTTP {}", r.status())),
+            Err(e) => Err(format!("resuming the response stream: {e}")),
+        }
+    }
+
+    /// Answers a server request that arrived on the call's stream, from the call's client.
+    #[allow(clippy::too_many_arguments)]
+    async fn answer(
+        &self,
+        lane: &Lane,
+        session: Option<&str>,
+        id: Value,
+        method: String,
+        params: Value,
+        ctx: &CallContext,
+        tool: &str,
+    ) {
+        let message = match ask(ctx.client.as_ref(), &method, tool, params).await {
+            Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+            Err(e) => {
+                tracing::info!(server = %self.cfg.name, "refused {method}: {}", e.message);
+                json!({"jsonrpc": "2.0", "id": id, "error": e})
+            }
+        };
+        lane.send(session, &message).await;
+    }
+
+    /// A notification on the call's stream: the call's progress and log messages go to its
+    /// client; list changes and resource updates are the connection's.
+    async fn notified(&self, lane: &Lane, method: &str, params: Value, ctx: &CallContext) {
+        match method {
+            "notifications/progress" => {
+                let Ok(p) = ProgressNotificationParam::deserialize(&params) else {
+                    return;
+                };
+                if let Some(channel) = self
+                    .calls
+                    .by_progress(&p.progress_token)
+                    .and_then(|e| e.channel.clone())
+                {
+                    channel.progress(p.progress, p.total, p.message).await;
+                }
+            }
+            "notifications/message" => {
+                let Ok(p) = LoggingMessageNotificationParam::deserialize(&params) else {
+                    return;
+                };
+                match &ctx.client {
+                    Some(c) => {
+                        c.log(
+                            crate::server::from_mcp_level(p.level),
+                            p.logger.as_deref(),
+                            p.data,
+                        )
+                        .await;
+                    }
+                    None => tracing::info!(
+                        server = %self.cfg.name,
+                        level = ?p.level,
+                        logger = p.logger.as_deref().unwrap_or(""),
+                        "upstream log: {}",
+                        p.data
+                    ),
+                }
+            }
+            "notifications/tools/list_changed" => {
+                if let Some(up) = self.me.upgrade() {
+                    tokio::spawn(up.relist(lane.generation));
+                }
+            }
+            "notifications/resources/updated" => {
+                if let Some(uri) = params.get("uri").and_then(Value::as_str) {
+                    let _ = self.resource_updates.send(uri.to_owned());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn incoming(v: Value) -> Incoming {
+        serde_json::from_value(v).expect("a JSON-RPC message")
+    }
+
+    #[test]
+    fn only_our_answer_ends_the_exchange() {
+        let ours = "quiver-7";
+        let answer =
+            incoming(json!({"jsonrpc": "2.0", "id": "quiver-7", "result": {"content": []}}));
+        assert!(matches!(
+            classify(answer, ours),
+            Seen::Answer(Exchange::Result(_))
+        ));
+        let error = incoming(
+            json!({"jsonrpc": "2.0", "id": "quiver-7", "error": {"code": -32602, "message": "bad"}}),
+        );
+        assert!(
+            matches!(classify(error, ours), Seen::Answer(Exchange::PeerError(m)) if m == "bad")
+        );
+        // Another request's answer, a numeric id equal in digits, and an id-less error are not ours.
+        for other in [
+            json!({"jsonrpc": "2.0", "id": "quiver-8", "result": {}}),
+            json!({"jsonrpc": "2.0", "id": 7, "result": {}}),
+            json!({"jsonrpc": "2.0", "error": {"code": -32000, "message": "x"}}),
+            json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}),
+        ] {
+            assert!(matches!(classify(incoming(other), ours), Seen::Other));
+        }
+        let request = incoming(json!({"jsonrpc": "2.0", "id": 3, "method": "roots/list"}));
+        assert!(
+            matches!(classify(request, ours), Seen::Request { method, .. } if method == "roots/list")
+        );
+    }
+
+    #[test]
+    fn the_lane_speaks_only_session_era_protocols() {
+        let url = reqwest::Url::parse("http://127.0.0.1:1/mcp").unwrap();
+        let lane = |p: &str| {
+            Lane::new(
+                super::super::http::client(&url, None)
+                    .unwrap()
+                    .reqwest()
+                    .clone(),
+                url.clone(),
+                &[],
+                Some("t0k"),
+                p,
+                SessionSlot::default(),
+                1,
+            )
+        };
+        assert!(lane("2024-11-05").is_none());
+        assert!(lane("2026-07-28").is_none());
+        let l = lane("2025-11-25").expect("a lane");
+        assert_eq!(l.headers["mcp-protocol-version"], "2025-11-25");
+        assert_eq!(l.headers["authorization"], "Bearer t0k");
+        assert_eq!(l.headers["accept"], "text/event-stream, application/json");
+    }
+
+    #[tokio::test]
+    async fn requests_without_a_client_are_refused_and_pings_answered() {
+        assert_eq!(
+            ask(None, "ping", "t", Value::Null).await.unwrap(),
+            json!({})
+        );
+        let e = ask(None, "sampling/createMessage", "t", Value::Null)
+            .await
+            .unwrap_err();
+        assert!(e.message.contains("nobody to ask"), "{}", e.message);
+    }
+}

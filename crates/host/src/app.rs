@@ -8,7 +8,7 @@ use quiver_registry::{
     CallLog, Catalog, DefinitionStore, Dispatcher, RegisterReport, RulePolicy, ToolDefinition,
     ToolType,
 };
-use quiver_store_sqlite::SqliteStore;
+use quiver_store_sqlite::{SqliteStore, StoreOptions};
 use quiver_surface::{MemoryUsage, Surface, core_tools, ports::UsageSource};
 
 use crate::{Config, Families, assemble_catalog};
@@ -45,8 +45,13 @@ impl App {
     pub async fn build(config: &Config, mcp_files: &[std::path::PathBuf]) -> anyhow::Result<App> {
         let path = &config.store.path;
         let store = Arc::new(
-            SqliteStore::open(path)
-                .with_context(|| format!("opening the store {}", path.display()))?,
+            SqliteStore::open_with(
+                path,
+                StoreOptions::default().with_linger(std::time::Duration::from_millis(u64::from(
+                    config.store.log_linger_ms,
+                ))),
+            )
+            .with_context(|| format!("opening the store {}", path.display()))?,
         );
         if let Some(days) = config.store.retention_days {
             let cutoff =

@@ -47,6 +47,11 @@ pub struct StoreConfig {
     /// Execution-log rows older than this many days are deleted at start-up (in batches,
     /// without blocking writers). Unset keeps everything.
     pub retention_days: Option<u32>,
+    /// How long the execution-log writer waits for more rows before a commit, in
+    /// milliseconds (default 2; 0 commits every call at once). Sequential calls then share a
+    /// commit; a row reaches the file at most this much later, and a clean shutdown writes
+    /// everything.
+    pub log_linger_ms: u32,
 }
 
 impl Default for StoreConfig {
@@ -54,6 +59,7 @@ impl Default for StoreConfig {
         StoreConfig {
             path: PathBuf::from("./quiver.db"),
             retention_days: None,
+            log_linger_ms: 2,
         }
     }
 }
@@ -293,6 +299,8 @@ mod tests {
         );
         check("[store]\nretention_days = 30", Ok("./quiver.db"));
         check("[store]\nretention_days = -3", Err("retention_days"));
+        check("[store]\nlog_linger_ms = 0", Ok("./quiver.db"));
+        check("[store]\nlog_linger_ms = \"soon\"", Err("log_linger_ms"));
         check("[store\n", Err("quiver.toml"));
         check(
             "[[policy.rules]]\nid = \"r\"\ntool = \"add\"\naction = \"deny\"\nmessage = \"no\"\n",

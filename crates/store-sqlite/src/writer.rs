@@ -58,6 +58,7 @@ impl Stats {
 pub(crate) struct Config {
     pub(crate) location: String,
     pub(crate) batch_max: usize,
+    pub(crate) linger: Duration,
     pub(crate) max_attempts: u32,
     pub(crate) retry_backoff: Duration,
 }
@@ -73,28 +74,38 @@ pub(crate) fn run(
     let mut closing: Option<oneshot::Sender<Result<(), StoreError>>> = None;
     while let Some(first) = rx.blocking_recv() {
         let mut next = Some(first);
-        while let Some(msg) = next {
-            match msg {
-                Msg::Record(r) => {
-                    pending.push(r);
-                    if pending.len() >= cfg.batch_max {
+        let mut lingered = false;
+        loop {
+            while let Some(msg) = next {
+                match msg {
+                    Msg::Record(r) => {
+                        pending.push(r);
+                        if pending.len() >= cfg.batch_max {
+                            commit(&mut conn, &mut pending, &stats, &cfg);
+                        }
+                    }
+                    Msg::Flush(reply) => {
                         commit(&mut conn, &mut pending, &stats, &cfg);
+                        let _ = reply.send(());
+                    }
+                    Msg::Op(op) => {
+                        commit(&mut conn, &mut pending, &stats, &cfg);
+                        op(&mut conn);
+                    }
+                    Msg::Close(reply) => {
+                        // Refuse new messages; those already queued are still drained below.
+                        rx.close();
+                        closing = Some(reply);
                     }
                 }
-                Msg::Flush(reply) => {
-                    commit(&mut conn, &mut pending, &stats, &cfg);
-                    let _ = reply.send(());
-                }
-                Msg::Op(op) => {
-                    commit(&mut conn, &mut pending, &stats, &cfg);
-                    op(&mut conn);
-                }
-                Msg::Close(reply) => {
-                    // Refuse new messages; those already queued are still drained below.
-                    rx.close();
-                    closing = Some(reply);
-                }
+                next = rx.try_recv().ok();
             }
+            // Records waiting: give the calls behind them a moment to join the commit.
+            if lingered || pending.is_empty() || closing.is_some() || cfg.linger.is_zero() {
+                break;
+            }
+            lingered = true;
+            std::thread::sleep(cfg.linger);
             next = rx.try_recv().ok();
         }
         commit(&mut conn, &mut pending, &stats, &cfg);

@@ -175,3 +175,38 @@ async fn records_after_close_are_counted_not_lost_in_silence() {
     assert_eq!((stats.rows_written, stats.rows_failed), (1, 1));
     assert!(stats.last_error.is_some());
 }
+
+/// Rows committed so far, read by another connection (what a crash would leave).
+fn committed_rows(path: &std::path::Path) -> i64 {
+    let conn = rusqlite::Connection::open(path).expect("open");
+    conn.query_row("SELECT count(*) FROM execution_log", [], |r| r.get(0))
+        .expect("count")
+}
+
+#[tokio::test]
+async fn lingering_rows_are_committed_together_and_without_a_flush() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("quiver.db");
+    let store = quiver_store_sqlite::SqliteStore::open_with(
+        &path,
+        quiver_store_sqlite::StoreOptions::default().with_linger(Duration::from_secs(3)),
+    )
+    .expect("open");
+    store.record(call("read", "c1", "ok")).await;
+    store.record(call("read", "c2", "ok")).await;
+    // Within the (long) linger nothing is committed yet; both rows then go in one commit.
+    assert_eq!(committed_rows(&path), 0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while committed_rows(&path) < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rows never committed without a flush"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A flush commits at once, whatever the linger.
+    store.record(call("read", "c3", "ok")).await;
+    store.flush().await;
+    assert_eq!(committed_rows(&path), 3);
+    assert_eq!(store.writer_stats().rows_written, 3);
+}

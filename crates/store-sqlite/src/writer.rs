@@ -74,9 +74,10 @@ pub(crate) fn run(
     let mut closing: Option<oneshot::Sender<Result<(), StoreError>>> = None;
     while let Some(first) = rx.blocking_recv() {
         let mut next = Some(first);
-        let mut lingered = false;
         loop {
+            let mut arrived = false;
             while let Some(msg) = next {
+                arrived = true;
                 match msg {
                     Msg::Record(r) => {
                         pending.push(r);
@@ -100,12 +101,14 @@ pub(crate) fn run(
                 }
                 next = rx.try_recv().ok();
             }
-            // Records waiting: give the calls behind them a moment to join the commit.
-            if lingered || pending.is_empty() || closing.is_some() || cfg.linger.is_zero() {
+            if !arrived || closing.is_some() || cfg.linger.is_zero() {
                 break;
             }
-            lingered = true;
+            // Messages keep coming: wait a little, let more queue up without each one
+            // waking this thread, commit, and look again. The thread parks on the channel
+            // only after a whole `linger` with nothing new.
             std::thread::sleep(cfg.linger);
+            commit(&mut conn, &mut pending, &stats, &cfg);
             next = rx.try_recv().ok();
         }
         commit(&mut conn, &mut pending, &stats, &cfg);

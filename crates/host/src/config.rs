@@ -48,7 +48,7 @@ pub struct StoreConfig {
     /// without blocking writers). Unset keeps everything.
     pub retention_days: Option<u32>,
     /// How long the execution-log writer waits for more rows before a commit, in
-    /// milliseconds (default 20; 0 commits every call at once). Sequential calls then share a
+    /// milliseconds (default 2; 0 commits every call at once). Sequential calls then share a
     /// commit; a row reaches the file at most this much later, and a clean shutdown writes
     /// everything.
     pub log_linger_ms: u32,
@@ -59,7 +59,7 @@ impl Default for StoreConfig {
         StoreConfig {
             path: PathBuf::from("./quiver.db"),
             retention_days: None,
-            log_linger_ms: 20,
+            log_linger_ms: 2,
         }
     }
 }

@@ -36,7 +36,7 @@ pub struct StoreOptions {
     /// Most call records committed in one transaction (default 4 096).
     pub batch_max: usize,
     /// How long the writer waits for more call records before committing the ones it has
-    /// (default 20 ms; zero commits at once). A transaction per call, and a wake-up of the
+    /// (default 2 ms; zero commits at once). A transaction per call, and a wake-up of the
     /// writer thread per call, cost more CPU than a fast call itself on a small machine;
     /// with a linger, calls share a commit, and while records keep coming the writer is not
     /// woken for each (it polls every `linger`, and parks only after a quiet one). A record
@@ -59,7 +59,7 @@ impl Default for StoreOptions {
         StoreOptions {
             channel_capacity: 16_384,
             batch_max: 4_096,
-            linger: Duration::from_millis(20),
+            linger: Duration::from_millis(2),
             busy_timeout: Duration::from_secs(5),
             max_write_attempts: 5,
             retry_backoff: Duration::from_millis(20),

@@ -28,7 +28,8 @@ use std::{
     time::Duration,
 };
 
-use futures::{StreamExt, stream::FuturesUnordered};
+use futures::{StreamExt, TryStreamExt, stream::FuturesUnordered};
+use hyper::body::Bytes;
 use quiver_contract::{CallContext, ChannelError, ClientChannel, Envelope, ErrKind};
 use reqwest::{
     StatusCode,
@@ -46,7 +47,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sse_stream::SseStream;
 
-use super::{Attempt, Upstream, done, http::SessionSlot, relay_error, to_contract};
+use super::{
+    Attempt, Upstream, done,
+    h1::{self, Pool},
+    http::SessionSlot,
+    relay_error, to_contract,
+};
 
 /// The protocols this path speaks (no per-request `Mcp-*` headers).
 const PROTOCOLS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
@@ -66,10 +72,81 @@ pub(crate) struct Lane {
     next: AtomicU64,
     /// The connection's generation (for a re-list its `list_changed` asks for).
     generation: u64,
+    /// Plain `http`: connections the calling task drives itself (`h1.rs`).
+    pool: Option<Arc<Pool>>,
+}
+
+/// A response body, as bytes.
+type BodyStream = futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>>;
+
+/// The largest JSON response body read.
+const MAX_JSON_BODY: usize = 64 << 20;
+
+/// A whole body; `None` when it is over [`MAX_JSON_BODY`].
+async fn collect(mut body: BodyStream) -> Result<Option<Vec<u8>>, std::io::Error> {
+    let mut out = Vec::new();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk?;
+        if out.len() + chunk.len() > MAX_JSON_BODY {
+            return Ok(None);
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(Some(out))
+}
+
+/// The largest SSE event read (bytes between blank lines).
+const MAX_SSE_EVENT: usize = 16 << 20;
+
+/// `body`, failing once an event grows past `max` bytes (an upstream that never ends an
+/// event cannot make Quiver buffer without bound).
+fn limit_events(body: BodyStream, max: usize) -> BodyStream {
+    // (bytes since the last blank line, the previous byte was a line feed)
+    body.scan((0usize, false), move |(run, after_lf), chunk| {
+        let item = chunk.and_then(|c| {
+            for &b in c.iter() {
+                if b == b'\n' {
+                    if *after_lf {
+                        *run = 0;
+                    }
+                    *after_lf = true;
+                } else if b != b'\r' {
+                    *after_lf = false;
+                }
+                *run += 1;
+            }
+            if *run > max {
+                Err(std::io::Error::other(format!(
+                    "an SSE event over {} MiB",
+                    max >> 20
+                )))
+            } else {
+                Ok(c)
+            }
+        });
+        futures::future::ready(Some(item))
+    })
+    .boxed()
+}
+
+fn reqwest_body(r: reqwest::Response) -> BodyStream {
+    r.bytes_stream().map_err(std::io::Error::other).boxed()
+}
+
+/// Why a request has no response.
+enum Sent {
+    /// It never left (no connection).
+    Not(String),
+    /// It may have reached the server.
+    Maybe(String),
 }
 
 impl Lane {
     /// The lane for a connection that negotiated `protocol`, if this path speaks it.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one call site, which reads the connection's pieces out of its dial"
+    )]
     pub(crate) fn new(
         http: reqwest::Client,
         url: reqwest::Url,
@@ -78,6 +155,7 @@ impl Lane {
         protocol: &str,
         session: SessionSlot,
         generation: u64,
+        connect_timeout: Duration,
     ) -> Option<Lane> {
         if !PROTOCOLS.contains(&protocol) {
             return None;
@@ -101,12 +179,44 @@ impl Lane {
         );
         Some(Lane {
             http,
+            pool: Pool::for_url(&url, connect_timeout),
             url,
             headers,
             session,
             next: AtomicU64::new(0),
             generation,
         })
+    }
+
+    /// POSTs a request: status, content type (lower case) and the body to read.
+    async fn request(
+        &self,
+        session: Option<&str>,
+        body: Vec<u8>,
+    ) -> Result<(StatusCode, String, BodyStream), Sent> {
+        let content_type = |h: &HeaderMap| {
+            h.get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_ascii_lowercase()
+        };
+        let Some(pool) = &self.pool else {
+            return match self.post(session, body).send().await {
+                Ok(r) => Ok((r.status(), content_type(r.headers()), reqwest_body(r))),
+                Err(e) if e.is_connect() => Err(Sent::Not(e.to_string())),
+                Err(e) => Err(Sent::Maybe(e.to_string())),
+            };
+        };
+        let mut headers = self.headers.clone();
+        if let Some(s) = session {
+            let v = HeaderValue::from_str(s).map_err(|e| Sent::Not(e.to_string()))?;
+            headers.insert(SESSION_HEADER, v);
+        }
+        match pool.post(&headers, body).await {
+            Ok((head, reply)) => Ok((head.status(), content_type(head.headers()), reply.boxed())),
+            Err(e @ h1::Error::Connect(_)) => Err(Sent::Not(e.to_string())),
+            Err(e) => Err(Sent::Maybe(e.to_string())),
+        }
     }
 
     fn post(&self, session: Option<&str>, body: Vec<u8>) -> reqwest::RequestBuilder {
@@ -445,31 +555,31 @@ impl Upstream {
         ctx: &CallContext,
         tool: &str,
     ) -> Exchange {
-        let response = match lane.post(session, body).send().await {
+        let (status, content_type, reply) = match lane.request(session, body).await {
             Ok(r) => r,
-            Err(e) if e.is_connect() => return Exchange::NotDelivered,
-            Err(e) => return Exchange::Unknown(e.to_string()),
+            Err(Sent::Not(why)) => {
+                tracing::debug!(server = %self.cfg.name, "tools/call not sent: {why}");
+                return Exchange::NotDelivered;
+            }
+            Err(Sent::Maybe(why)) => return Exchange::Unknown(why),
         };
-        let status = response.status();
-        if status.is_client_error() {
-            // Rejected, not run (an expired session is a 404, or server-everything's 400):
-            // rmcp sends it again and recovers or reports exactly as it would have.
+        if status.is_client_error() || status.is_redirection() {
+            // Rejected, not run (an expired session is a 404, or server-everything's 400;
+            // a redirect): rmcp sends it again and recovers or reports exactly as it would.
             tracing::debug!(server = %self.cfg.name, %status, "tools/call rejected; handing it to rmcp");
             return Exchange::Fallback;
         }
-        let content_type = response
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_ascii_lowercase();
         if content_type.starts_with("text/event-stream") && status == StatusCode::OK {
-            return self
-                .read_stream(lane, id, response, session, ctx, tool)
-                .await;
+            return self.read_stream(lane, id, reply, session, ctx, tool).await;
         }
-        let body = match response.bytes().await {
-            Ok(b) => b,
+        let body = match collect(reply).await {
+            Ok(Some(b)) => b,
+            Ok(None) => {
+                return Exchange::Failed(format!(
+                    "a response body over {} MiB",
+                    MAX_JSON_BODY >> 20
+                ));
+            }
             Err(e) => return Exchange::Unknown(e.to_string()),
         };
         let parsed = content_type
@@ -490,12 +600,12 @@ impl Upstream {
         &self,
         lane: &Lane,
         id: &str,
-        response: reqwest::Response,
+        reply: BodyStream,
         session: Option<&str>,
         ctx: &CallContext,
         tool: &str,
     ) -> Exchange {
-        let mut events = SseStream::from_bytes_stream(response.bytes_stream()).boxed();
+        let mut events = SseStream::from_bytes_stream(limit_events(reply, MAX_SSE_EVENT)).boxed();
         let mut last_event: Option<String> = None;
         let mut retry = Duration::ZERO;
         let mut resumes = 0;
@@ -548,7 +658,13 @@ impl Upstream {
                         resumes += 1;
                         tokio::time::sleep(retry).await;
                         match self.resume(lane, session, from).await {
-                            Ok(r) => events = SseStream::from_bytes_stream(r.bytes_stream()).boxed(),
+                            Ok(r) => {
+                                events = SseStream::from_bytes_stream(limit_events(
+                                    reqwest_body(r),
+                                    MAX_SSE_EVENT,
+                                ))
+                                .boxed();
+                            }
                             Err(why) => return Exchange::Unknown(why),
                         }
                     }
@@ -709,6 +825,7 @@ mod tests {
                 p,
                 SessionSlot::default(),
                 1,
+                Duration::from_secs(1),
             )
         };
         assert!(lane("2024-11-05").is_none());
@@ -717,6 +834,29 @@ mod tests {
         assert_eq!(l.headers["mcp-protocol-version"], "2025-11-25");
         assert_eq!(l.headers["authorization"], "Bearer t0k");
         assert_eq!(l.headers["accept"], "text/event-stream, application/json");
+        assert!(
+            l.pool.is_some(),
+            "a plain-http upstream gets in-task connections"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_endless_sse_event_is_cut_off() {
+        let chunks = |v: Vec<&'static str>| -> BodyStream {
+            futures::stream::iter(v.into_iter().map(|c| Ok(Bytes::from(c)))).boxed()
+        };
+        // Events under the limit pass, however many; the blank line may span chunks.
+        let ok: Vec<_> = limit_events(
+            chunks(vec!["data: 12345\n", "\n", "data: 12345\r\n\r\n"]),
+            16,
+        )
+        .collect()
+        .await;
+        assert!(ok.iter().all(Result::is_ok), "{ok:?}");
+        let cut: Vec<_> = limit_events(chunks(vec!["data: 1234567", "890123456789"]), 16)
+            .collect()
+            .await;
+        assert!(cut[0].is_ok() && cut[1].is_err(), "{cut:?}");
     }
 
     #[tokio::test]

@@ -14,6 +14,7 @@ mod classify;
 mod config;
 mod delivery;
 mod elicit;
+mod h1;
 mod http;
 mod meta;
 mod passthrough;

@@ -39,7 +39,7 @@ use super::{
     classify::{Class, classify_init, classify_service},
     config::{Endpoint, Liveness, ResolvedServer},
     delivery::{Tracked, Written},
-    http,
+    h1, http,
     route::{Calls, Origin, Route},
     to_contract::{self, UpstreamTool},
     tool::McpTool,
@@ -595,6 +595,7 @@ impl Upstream {
                 &protocol,
                 session,
                 generation,
+                self.opts.connect_timeout,
             )
             .map(Arc::new),
             _ => None,

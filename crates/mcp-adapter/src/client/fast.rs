@@ -409,9 +409,10 @@ async fn ask(
 
 /// Reads a response stream to its end after the answer, so its connection goes back to the
 /// pool (hyper closes a connection whose response body was dropped unread; a new connection
-/// per call costs more than the call). The end is usually already here; otherwise a task
-/// waits for it, for at most a few seconds.
-fn finish<S>(mut events: S)
+/// per call costs more than the call). The end is usually already here; otherwise, on an
+/// in-task connection (`pooled`) the pool reads the rest at its next checkout, and on
+/// reqwest's a task waits for it, for at most a few seconds.
+fn finish<S>(mut events: S, pooled: bool)
 where
     S: futures::Stream + Unpin + Send + 'static,
 {
@@ -422,6 +423,9 @@ where
             Some(None) => return,
             None => break,
         }
+    }
+    if pooled {
+        return;
     }
     tokio::spawn(async move {
         let drain = async { while events.next().await.is_some() {} };
@@ -609,6 +613,8 @@ impl Upstream {
         let mut last_event: Option<String> = None;
         let mut retry = Duration::ZERO;
         let mut resumes = 0;
+        // Whether `events` reads an in-task connection (a resumed stream is reqwest's).
+        let mut pooled = lane.pool.is_some();
         let mut answering = FuturesUnordered::new();
         loop {
             tokio::select! {
@@ -632,7 +638,7 @@ impl Upstream {
                         let params = message.params.clone();
                         match classify(message, id) {
                             Seen::Answer(a) => {
-                                finish(events);
+                                finish(events, pooled);
                                 return a;
                             }
                             Seen::Request { id, method, params } => {
@@ -659,6 +665,7 @@ impl Upstream {
                         tokio::time::sleep(retry).await;
                         match self.resume(lane, session, from).await {
                             Ok(r) => {
+                                pooled = false;
                                 events = SseStream::from_bytes_stream(limit_events(
                                     reqwest_body(r),
                                     MAX_SSE_EVENT,

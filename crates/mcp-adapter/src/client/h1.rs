@@ -71,6 +71,9 @@ pub(crate) struct Pool {
     target: hyper::Uri,
     connect_timeout: Duration,
     idle: Mutex<Vec<H1>>,
+    /// Connections whose response body was dropped before its end (the caller had its
+    /// answer): the rest of the body is read at the next checkout, without a task.
+    draining: Mutex<Vec<(H1, Incoming)>>,
 }
 
 /// Whether an HTTP proxy is configured in the environment (reqwest would use it).
@@ -106,10 +109,12 @@ impl Pool {
             authority,
             connect_timeout,
             idle: Mutex::new(Vec::new()),
+            draining: Mutex::new(Vec::new()),
         }))
     }
 
     fn checkout(&self) -> Option<H1> {
+        self.drain();
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         while let Some(mut h1) = idle.pop() {
             if h1.alive() {
@@ -117,6 +122,41 @@ impl Pool {
             }
         }
         None
+    }
+
+    /// Reads what has arrived of the parked bodies: a body that ended frees its connection,
+    /// one that broke closes it, the rest wait for the next checkout.
+    fn drain(&self) {
+        let parked = std::mem::take(&mut *self.draining.lock().unwrap_or_else(|p| p.into_inner()));
+        if parked.is_empty() {
+            return;
+        }
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let mut still = Vec::new();
+        for (mut h1, mut body) in parked {
+            loop {
+                let closed = h1.poll_conn(&mut cx);
+                match Pin::new(&mut body).poll_frame(&mut cx) {
+                    Poll::Ready(Some(Ok(_))) => continue,
+                    Poll::Ready(None) if !closed => {
+                        self.checkin(h1);
+                        break;
+                    }
+                    Poll::Ready(_) => break,
+                    Poll::Pending if closed => break,
+                    Poll::Pending => {
+                        still.push((h1, body));
+                        break;
+                    }
+                }
+            }
+        }
+        let mut draining = self.draining.lock().unwrap_or_else(|p| p.into_inner());
+        draining.extend(still);
+        // A server that never ends its streams must not pile up connections.
+        let excess = draining.len().saturating_sub(MAX_IDLE);
+        draining.drain(..excess);
     }
 
     fn checkin(&self, h1: H1) {
@@ -188,7 +228,7 @@ impl Pool {
             Response::from_parts(parts, ()),
             PooledBody {
                 h1: Some(h1),
-                body,
+                body: Some(body),
                 pool: self.clone(),
             },
         ))
@@ -238,11 +278,26 @@ where
 }
 
 /// A response body read by the caller's task, which also drives its connection; the
-/// connection goes back to the pool when the body ends.
+/// connection goes back to the pool when the body ends, or is parked there to finish the body
+/// when this is dropped first.
 pub(crate) struct PooledBody {
     h1: Option<H1>,
-    body: Incoming,
+    body: Option<Incoming>,
     pool: Arc<Pool>,
+}
+
+impl Drop for PooledBody {
+    fn drop(&mut self) {
+        if let (Some(h1), Some(body)) = (self.h1.take(), self.body.take())
+            && !h1.done
+        {
+            self.pool
+                .draining
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((h1, body));
+        }
+    }
 }
 
 impl Stream for PooledBody {
@@ -251,8 +306,11 @@ impl Stream for PooledBody {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
         let closed = this.h1.as_mut().is_some_and(|h1| h1.poll_conn(cx));
+        let Some(body) = this.body.as_mut() else {
+            return Poll::Ready(None);
+        };
         loop {
-            match Pin::new(&mut this.body).poll_frame(cx) {
+            match Pin::new(&mut *body).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) => return Poll::Ready(Some(Ok(data))),
                     Err(_) => continue, // trailers
@@ -262,6 +320,7 @@ impl Stream for PooledBody {
                     return Poll::Ready(Some(Err(io::Error::other(e))));
                 }
                 Poll::Ready(None) => {
+                    this.body = None;
                     if let Some(h1) = this.h1.take()
                         && !closed
                     {
@@ -284,7 +343,108 @@ impl Stream for PooledBody {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures::StreamExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
     use super::*;
+
+    /// A raw HTTP/1.1 server answering every POST with a chunked SSE body whose last chunk
+    /// comes `end_after` after the first; counts the connections it accepted.
+    async fn sse_server(end_after: Duration) -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut tcp, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        // One request: headers, then a body of content-length bytes.
+                        let (head_end, len) = loop {
+                            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                                let head = String::from_utf8_lossy(&buf[..i]).to_ascii_lowercase();
+                                let len = head
+                                    .lines()
+                                    .find_map(|l| l.strip_prefix("content-length: "))
+                                    .and_then(|v| v.trim().parse::<usize>().ok())
+                                    .unwrap_or(0);
+                                break (i + 4, len);
+                            }
+                            match tcp.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        };
+                        while buf.len() < head_end + len {
+                            match tcp.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        buf.drain(..head_end + len);
+                        let event = "data: {\"ok\":true}\n\n";
+                        let head = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{event}\r\n",
+                            event.len()
+                        );
+                        if tcp.write_all(head.as_bytes()).await.is_err() {
+                            return;
+                        }
+                        tokio::time::sleep(end_after).await;
+                        if tcp.write_all(b"0\r\n\r\n").await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (url, accepted)
+    }
+
+    #[tokio::test]
+    async fn connections_are_reused_after_a_whole_body_and_after_a_parked_one() {
+        let (url, accepted) = sse_server(Duration::from_millis(20)).await;
+        let pool = Pool::for_url(&reqwest::Url::parse(&url).unwrap(), Duration::from_secs(5))
+            .expect("a pool");
+        let headers = HeaderMap::new();
+        // Read to the end: the connection goes straight back.
+        for _ in 0..3 {
+            let (head, body) = pool.post(&headers, b"{}".to_vec()).await.expect("answered");
+            assert_eq!(head.status(), 200);
+            let chunks: Vec<_> = body.collect().await;
+            assert!(chunks.iter().all(Result::is_ok) && !chunks.is_empty());
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        // Dropped after the first event (the caller had its answer): parked, and reused once
+        // the rest of the body has arrived.
+        let (_, mut body) = pool.post(&headers, b"{}".to_vec()).await.expect("answered");
+        assert!(body.next().await.expect("an event").is_ok());
+        drop(body);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            pool.drain();
+            if !pool.idle.lock().unwrap().is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the parked body never ended"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let (_, body) = pool.post(&headers, b"{}".to_vec()).await.expect("answered");
+        let _: Vec<_> = body.collect().await;
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            1,
+            "the parked connection was reused"
+        );
+    }
 
     #[test]
     fn only_plain_http_urls_get_a_pool() {

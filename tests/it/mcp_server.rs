@@ -573,3 +573,36 @@ async fn resource_updates_are_relayed_to_the_subscribed_session() {
     )
     .await;
 }
+
+/// The upstream's resource and prompt list changes reach the session: `quiver serve` over
+/// HTTP with the adapter's Python fault fixture (stdio) as "fx", whose `grow_content` adds a
+/// resource and a prompt and says so.
+#[tokio::test]
+async fn upstream_list_changes_reach_the_session() {
+    let fixture = repo_root().join("crates/mcp-adapter/tests/fixtures/fault_server.py");
+    let dir = fresh_dir();
+    let config = dir.join("quiver.toml");
+    let toml = format!(
+        "[store]\npath = {db:?}\n\n[[mcp.servers]]\nname = \"fx\"\ncommand = {python:?}\nargs = [{fixture:?}]\n",
+        db = dir.join("quiver.db").to_string_lossy(),
+        python = python().to_string_lossy(),
+        fixture = fixture.to_string_lossy(),
+    );
+    std::fs::write(&config, toml).expect("the config is written");
+    let server = Server::start(
+        quiver_binary(),
+        &[
+            "--config",
+            config.to_str().expect("utf-8 path"),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    )
+    .await;
+    run_script(
+        "passthrough.py",
+        &[&server.url, "--kind", "grow", "--mode", "legacy"],
+    )
+    .await;
+}

@@ -17,6 +17,6 @@ pub use client::{
 };
 pub use error::McpError;
 pub use server::{
-    AuthError, ContentError, ContentOffer, ContentSource, InboundAuth, InboundToken, McpServer,
-    ServeError, ServerOptions, allowed_authorities,
+    AuthError, ContentError, ContentOffer, ContentSource, InboundAuth, InboundToken, ListChange,
+    McpServer, ServeError, ServerOptions, allowed_authorities,
 };

@@ -769,12 +769,9 @@ impl Upstream {
                     tokio::spawn(up.relist(lane.generation));
                 }
             }
-            "notifications/resources/updated" => {
-                if let Some(uri) = params.get("uri").and_then(Value::as_str) {
-                    let _ = self.resource_updates.send(uri.to_owned());
-                }
+            other => {
+                self.relays.relay(other, Some(&params));
             }
-            _ => {}
         }
     }
 }

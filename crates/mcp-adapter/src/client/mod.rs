@@ -222,6 +222,12 @@ impl McpClient {
         }
         let weak = Arc::downgrade(&self.shared);
         let name = server.name.clone();
+        let relays = upstream::Relays {
+            updates: self.shared.passthrough.updates.clone(),
+            lists: self.shared.passthrough.lists.clone(),
+        };
+        let (has_resources, has_prompts) = (server.resources, server.prompts);
+        let lists = relays.lists.clone();
         let up = Upstream::new(
             server,
             self.shared.opts.clone(),
@@ -233,8 +239,15 @@ impl McpClient {
                     meta::ensure_registered(&shared);
                     passthrough::resubscribe(&shared, &name);
                 }
+                // A server coming (back) changes what the merged lists hold.
+                if has_resources {
+                    let _ = lists.send(crate::server::ListChange::Resources);
+                }
+                if has_prompts {
+                    let _ = lists.send(crate::server::ListChange::Prompts);
+                }
             }),
-            self.shared.passthrough.updates.clone(),
+            relays,
         );
         servers.insert(up.name().to_owned(), up.clone());
         drop(servers);

@@ -29,7 +29,7 @@ use super::{
     McpClient, Shared,
     upstream::{Conn, Upstream},
 };
-use crate::server::{ContentError, ContentOffer, ContentSource};
+use crate::server::{ContentError, ContentOffer, ContentSource, ListChange};
 
 /// Pages asked of one upstream for one list, at most (a server that keeps sending cursors).
 const MAX_PAGES: usize = 1000;
@@ -37,6 +37,8 @@ const MAX_PAGES: usize = 1000;
 pub(crate) struct State {
     /// `notifications/resources/updated` from every upstream (the URI).
     pub(crate) updates: broadcast::Sender<String>,
+    /// Resource and prompt list changes of every upstream (and upstreams connecting).
+    pub(crate) lists: broadcast::Sender<ListChange>,
     /// URI -> the server that listed it last.
     owners: Mutex<HashMap<String, String>>,
     /// Server -> its URI templates.
@@ -51,6 +53,7 @@ impl Default for State {
     fn default() -> Self {
         State {
             updates: broadcast::channel(256).0,
+            lists: broadcast::channel(64).0,
             owners: Mutex::new(HashMap::new()),
             templates: Mutex::new(BTreeMap::new()),
             bare_prompts: Mutex::new(HashMap::new()),
@@ -487,6 +490,7 @@ impl ContentSource for McpClient {
             subscribe: resources,
             prompts,
             completions: resources || prompts,
+            list_changed: resources || prompts,
         }
     }
 
@@ -562,6 +566,10 @@ impl ContentSource for McpClient {
 
     fn resource_updates(&self) -> broadcast::Receiver<String> {
         self.shared.passthrough.updates.subscribe()
+    }
+
+    fn list_changes(&self) -> broadcast::Receiver<ListChange> {
+        self.shared.passthrough.lists.subscribe()
     }
 
     async fn list_prompts(&self) -> Result<Vec<Value>, ContentError> {

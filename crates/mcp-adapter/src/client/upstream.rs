@@ -15,6 +15,8 @@ use std::{
 
 use quiver_contract::{CallContext, ChannelError, ClientChannel, Envelope, ErrKind, Tool};
 use quiver_registry::{Catalog, RegisterReport};
+
+use crate::server::ListChange;
 use rmcp::{
     ClientHandler, ErrorData as McpError, RoleClient, ServiceExt,
     model::{
@@ -191,8 +193,39 @@ pub(crate) struct Upstream {
     pub(crate) on_connected: Box<dyn Fn() + Send + Sync>,
     /// The calls in flight, for routing the server's own requests and notifications.
     calls: Calls,
-    /// Where `notifications/resources/updated` from this server go (the URI).
-    resource_updates: tokio::sync::broadcast::Sender<String>,
+    /// Where this server's resource updates and list changes go (to `quiver serve`).
+    relays: Relays,
+}
+
+/// The broadcast channels an upstream's content notifications go out on.
+#[derive(Clone)]
+pub(crate) struct Relays {
+    /// `notifications/resources/updated` (the URI).
+    pub(crate) updates: tokio::sync::broadcast::Sender<String>,
+    /// `notifications/resources/list_changed` and `notifications/prompts/list_changed`.
+    pub(crate) lists: tokio::sync::broadcast::Sender<ListChange>,
+}
+
+impl Relays {
+    /// Passes a content notification on; `false` when `method` is not one.
+    pub(crate) fn relay(&self, method: &str, params: Option<&Value>) -> bool {
+        // No receiver (no downstream session listening) is not an error.
+        match method {
+            "notifications/resources/updated" => {
+                if let Some(uri) = params.and_then(|p| p.get("uri")).and_then(Value::as_str) {
+                    let _ = self.updates.send(uri.to_owned());
+                }
+            }
+            "notifications/resources/list_changed" => {
+                let _ = self.lists.send(ListChange::Resources);
+            }
+            "notifications/prompts/list_changed" => {
+                let _ = self.lists.send(ListChange::Prompts);
+            }
+            _ => return false,
+        }
+        true
+    }
 }
 
 fn not_connected(server: &str) -> Envelope {
@@ -210,7 +243,7 @@ impl Upstream {
         dial_permits: Arc<Semaphore>,
         closed: CancellationToken,
         on_connected: Box<dyn Fn() + Send + Sync>,
-        resource_updates: tokio::sync::broadcast::Sender<String>,
+        relays: Relays,
     ) -> Arc<Upstream> {
         let (state, _) = watch::channel(Snapshot {
             state: State::Connecting,
@@ -235,7 +268,7 @@ impl Upstream {
             me: me.clone(),
             on_connected,
             calls: Calls::default(),
-            resource_updates,
+            relays,
         })
     }
 
@@ -1132,7 +1165,20 @@ impl ClientHandler for Handler {
     ) {
         if let Some(up) = self.up.upgrade() {
             // No receiver (no downstream session subscribed) is not an error.
-            let _ = up.resource_updates.send(params.uri);
+            let _ = up.relays.updates.send(params.uri);
+        }
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        if let Some(up) = self.up.upgrade() {
+            up.relays
+                .relay("notifications/resources/list_changed", None);
+        }
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        if let Some(up) = self.up.upgrade() {
+            up.relays.relay("notifications/prompts/list_changed", None);
         }
     }
 

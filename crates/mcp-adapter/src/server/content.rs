@@ -20,6 +20,19 @@ pub struct ContentOffer {
     pub prompts: bool,
     /// `completion/complete`.
     pub completions: bool,
+    /// `notifications/resources/list_changed` and `notifications/prompts/list_changed` (see
+    /// [`ContentSource::list_changes`]).
+    pub list_changed: bool,
+}
+
+/// Which list changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ListChange {
+    /// `resources/list` (and the templates) would answer differently now.
+    Resources,
+    /// `prompts/list` would answer differently now.
+    Prompts,
 }
 
 impl ContentOffer {
@@ -30,6 +43,7 @@ impl ContentOffer {
             subscribe: true,
             prompts: true,
             completions: true,
+            list_changed: true,
         }
     }
 
@@ -87,6 +101,13 @@ pub trait ContentSource: Send + Sync {
     /// The URIs of updated resources, as they happen; the server relays each to the
     /// sessions subscribed to it.
     fn resource_updates(&self) -> broadcast::Receiver<String>;
+
+    /// Changes of the resource and prompt lists, as they happen; the server sends each
+    /// session `notifications/resources/list_changed` or `notifications/prompts/list_changed`
+    /// (advertised when the offer has `list_changed`). By default nothing ever changes.
+    fn list_changes(&self) -> broadcast::Receiver<ListChange> {
+        broadcast::channel(1).1
+    }
 
     /// Every prompt (wire `Prompt` objects, names as the client must send them back).
     async fn list_prompts(&self) -> Result<Vec<Value>, ContentError>;

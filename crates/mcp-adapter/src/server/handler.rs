@@ -32,7 +32,7 @@ use super::{
     Shared,
     auth::Principal,
     channel::{self, PeerChannel, ProgressState},
-    content::{ContentError, ContentOffer, ContentSource},
+    content::{ContentError, ContentOffer, ContentSource, ListChange},
     from_contract,
     key::{CONVERSATION_HEADER, CONVERSATION_META, KeySources, working_set_key},
     watch::Changes,
@@ -266,8 +266,14 @@ pub(crate) fn track(
         return;
     }
     let changes = Changes::subscribe(shared);
+    let lists = shared
+        .content
+        .as_ref()
+        .filter(|c| c.offer().list_changed)
+        .map(|c| c.list_changes());
     tokio::spawn(watch_session(
         changes,
+        lists,
         conn.clone(),
         shared.shutdown.clone(),
         peer.clone(),
@@ -361,26 +367,51 @@ pub(crate) async fn call(
     from_contract::call_result(&envelope, &shared.options.render)
 }
 
+/// Sends a session `list_changed` for its tools (when its surface changed) and for
+/// resources and prompts (when the content source's lists changed), until it ends.
 async fn watch_session(
     mut changes: Changes,
+    mut lists: Option<tokio::sync::broadcast::Receiver<ListChange>>,
     conn: Arc<Connection>,
     shutdown: CancellationToken,
     peer: Peer<RoleServer>,
 ) {
+    use tokio::sync::broadcast::error::RecvError;
     loop {
         let relevant = |k: &str| lock(&conn.keys).contains(k);
-        tokio::select! {
+        let sent = tokio::select! {
             _ = conn.closed.cancelled() => return,
             _ = shutdown.cancelled() => return,
             change = changes.next(relevant) => {
                 if change.is_none() {
                     return;
                 }
-                if let Err(e) = peer.notify_tool_list_changed().await {
-                    tracing::debug!(error = %e, "list_changed not delivered; the session is gone");
-                    return;
-                }
+                peer.notify_tool_list_changed().await
             }
+            change = async {
+                match lists.as_mut() {
+                    Some(l) => l.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => match change {
+                Ok(ListChange::Resources) => peer.notify_resource_list_changed().await,
+                Ok(ListChange::Prompts) => peer.notify_prompt_list_changed().await,
+                Err(RecvError::Lagged(_)) => {
+                    // Missed some: say both lists changed.
+                    match peer.notify_resource_list_changed().await {
+                        Ok(()) => peer.notify_prompt_list_changed().await,
+                        e => e,
+                    }
+                }
+                Err(RecvError::Closed) => {
+                    lists = None;
+                    continue;
+                }
+            },
+        };
+        if let Err(e) = sent {
+            tracing::debug!(error = %e, "list_changed not delivered; the session is gone");
+            return;
         }
     }
 }
@@ -438,10 +469,13 @@ impl ServerHandler for Handler {
         if offer.resources {
             let mut resources = rmcp::model::ResourcesCapability::default();
             resources.subscribe = offer.subscribe.then_some(true);
+            resources.list_changed = offer.list_changed.then_some(true);
             capabilities.resources = Some(resources);
         }
         if offer.prompts {
-            capabilities.prompts = Some(rmcp::model::PromptsCapability::default());
+            let mut prompts = rmcp::model::PromptsCapability::default();
+            prompts.list_changed = offer.list_changed.then_some(true);
+            capabilities.prompts = Some(prompts);
         }
         if offer.completions {
             capabilities.completions = Some(Default::default());

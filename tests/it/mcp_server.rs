@@ -515,7 +515,11 @@ async fn upstream_resources_and_prompts_pass_through_on_the_session_era() {
 /// `passthrough.py` against `quiver serve` over HTTP (server-everything and a down server
 /// upstream), with the Python client in `mode`.
 async fn passthrough_over_http(mode: &str) {
-    let config = everything_config();
+    passthrough_through(&everything_config(), "everything", mode).await;
+}
+
+/// `passthrough.py --kind KIND --mode MODE` against `quiver serve --config CONFIG` over HTTP.
+async fn passthrough_through(config: &std::path::Path, kind: &str, mode: &str) {
     let server = Server::start(
         quiver_binary(),
         &[
@@ -529,7 +533,7 @@ async fn passthrough_over_http(mode: &str) {
     .await;
     run_script(
         "passthrough.py",
-        &[&server.url, "--kind", "everything", "--mode", mode],
+        &[&server.url, "--kind", kind, "--mode", mode],
     )
     .await;
 }
@@ -589,20 +593,5 @@ async fn upstream_list_changes_reach_the_session() {
         fixture = fixture.to_string_lossy(),
     );
     std::fs::write(&config, toml).expect("the config is written");
-    let server = Server::start(
-        quiver_binary(),
-        &[
-            "--config",
-            config.to_str().expect("utf-8 path"),
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-        ],
-    )
-    .await;
-    run_script(
-        "passthrough.py",
-        &[&server.url, "--kind", "grow", "--mode", "legacy"],
-    )
-    .await;
+    passthrough_through(&config, "grow", "legacy").await;
 }

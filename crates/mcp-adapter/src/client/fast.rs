@@ -743,25 +743,8 @@ impl Upstream {
                 }
             }
             "notifications/message" => {
-                let Ok(p) = LoggingMessageNotificationParam::deserialize(&params) else {
-                    return;
-                };
-                match &ctx.client {
-                    Some(c) => {
-                        c.log(
-                            crate::server::from_mcp_level(p.level),
-                            p.logger.as_deref(),
-                            p.data,
-                        )
-                        .await;
-                    }
-                    None => tracing::info!(
-                        server = %self.cfg.name,
-                        level = ?p.level,
-                        logger = p.logger.as_deref().unwrap_or(""),
-                        "upstream log: {}",
-                        p.data
-                    ),
+                if let Ok(p) = LoggingMessageNotificationParam::deserialize(&params) {
+                    super::deliver_log(ctx.client.as_ref(), &self.cfg.name, p).await;
                 }
             }
             "notifications/tools/list_changed" => {

@@ -1254,25 +1254,16 @@ impl ClientHandler for Handler {
         let Some(up) = self.up.upgrade() else { return };
         // A notification names no request: it goes to the single call in flight, if any;
         // otherwise only the operator log sees it.
-        match up.calls.route(&Origin::Unknown).await {
-            Route::To(entry) if entry.channel.is_some() => {
-                if let Some(c) = &entry.channel {
-                    c.log(
-                        crate::server::from_mcp_level(params.level),
-                        params.logger.as_deref(),
-                        params.data,
-                    )
-                    .await;
-                }
-            }
-            _ => tracing::info!(
-                server = %up.cfg.name,
-                level = ?params.level,
-                logger = params.logger.as_deref().unwrap_or(""),
-                "upstream log: {}",
-                params.data
-            ),
-        }
+        let entry = match up.calls.route(&Origin::Unknown).await {
+            Route::To(entry) => Some(entry),
+            _ => None,
+        };
+        deliver_log(
+            entry.as_ref().and_then(|e| e.channel.as_ref()),
+            &up.cfg.name,
+            params,
+        )
+        .await;
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -1281,6 +1272,31 @@ impl ClientHandler for Handler {
             Implementation::new("quiver", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(ProtocolVersion::V_2025_11_25)
+    }
+}
+
+/// An upstream log message to the calling client, or, without one, to the operator log.
+async fn deliver_log(
+    channel: Option<&Arc<dyn ClientChannel>>,
+    server: &str,
+    params: LoggingMessageNotificationParam,
+) {
+    match channel {
+        Some(c) => {
+            c.log(
+                crate::server::from_mcp_level(params.level),
+                params.logger.as_deref(),
+                params.data,
+            )
+            .await;
+        }
+        None => tracing::info!(
+            server = %server,
+            level = ?params.level,
+            logger = params.logger.as_deref().unwrap_or(""),
+            "upstream log: {}",
+            params.data
+        ),
     }
 }
 

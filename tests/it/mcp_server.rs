@@ -583,6 +583,28 @@ async fn resource_updates_are_relayed_to_the_subscribed_session() {
 /// resource and a prompt and says so.
 #[tokio::test]
 async fn upstream_list_changes_reach_the_session() {
+    list_changes_through_quiver("legacy").await;
+}
+
+/// The same on the stateless 2026-07-28 era, through a `subscriptions/listen` stream.
+#[tokio::test]
+async fn upstream_list_changes_reach_a_listen_stream() {
+    list_changes_through_quiver("auto").await;
+}
+
+/// A resource subscription made in a `subscriptions/listen` stream (2026-07-28) reaches the
+/// upstream, and its `notifications/resources/updated` come back on that stream.
+#[tokio::test]
+async fn resource_updates_reach_a_listen_stream() {
+    let server = Server::start(fixture_binary(), &["--upstream", "stdio"]).await;
+    run_script(
+        "passthrough.py",
+        &[&server.url, "--kind", "fixture", "--mode", "auto"],
+    )
+    .await;
+}
+
+async fn list_changes_through_quiver(mode: &str) {
     let fixture = repo_root().join("crates/mcp-adapter/tests/fixtures/fault_server.py");
     let dir = fresh_dir();
     let config = dir.join("quiver.toml");
@@ -593,5 +615,5 @@ async fn upstream_list_changes_reach_the_session() {
         fixture = fixture.to_string_lossy(),
     );
     std::fs::write(&config, toml).expect("the config is written");
-    passthrough_through(&config, "grow", "legacy").await;
+    passthrough_through(&config, "grow", mode).await;
 }

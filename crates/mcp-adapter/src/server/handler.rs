@@ -416,6 +416,25 @@ async fn watch_session(
     }
 }
 
+/// Ends a `listen` stream's upstream resource subscriptions when the stream ends.
+struct Unsubscribe {
+    source: Arc<dyn ContentSource>,
+    uris: Vec<String>,
+}
+
+impl Drop for Unsubscribe {
+    fn drop(&mut self) {
+        let (source, uris) = (self.source.clone(), std::mem::take(&mut self.uris));
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                for uri in uris {
+                    let _ = source.unsubscribe(&uri).await;
+                }
+            });
+        }
+    }
+}
+
 impl Drop for Handler {
     fn drop(&mut self) {
         self.conn.closed.cancel();
@@ -556,33 +575,125 @@ impl ServerHandler for Handler {
 
     fn accepted_subscription_filter(
         &self,
-        _requested: &SubscriptionFilter,
+        requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
+        // rmcp intersects this with what was requested and what get_info advertises.
+        let offer = self.offer();
         let mut accepted = SubscriptionFilter::new();
         accepted.tools_list_changed = Some(true);
+        if offer.list_changed {
+            accepted.resources_list_changed = offer.resources.then_some(true);
+            accepted.prompts_list_changed = offer.prompts.then_some(true);
+        }
+        if offer.subscribe {
+            accepted.resource_subscriptions = requested.resource_subscriptions.clone();
+        }
         Some(accepted)
     }
 
     async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
+        use tokio::sync::broadcast::error::RecvError;
         let request = subscription.request_context();
         let scope = self.scope(&request.meta, &request.extensions)?;
         lock(&self.conn.keys).insert(scope.key.clone());
         let sink = subscription.sink().clone();
+        let accepted = subscription.accepted().clone();
+        let wants = |f: Option<bool>| f == Some(true);
+        let (tools, resources, prompts) = (
+            wants(accepted.tools_list_changed),
+            wants(accepted.resources_list_changed),
+            wants(accepted.prompts_list_changed),
+        );
+        let source = self.shared.content.clone();
+        let mut lists = source
+            .as_ref()
+            .filter(|_| resources || prompts)
+            .map(|s| s.list_changes());
+        // Resource subscriptions of this stream: subscribed upstream for as long as it lasts.
+        let uris: std::collections::BTreeSet<String> = accepted
+            .resource_subscriptions
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let mut updates = source
+            .as_ref()
+            .filter(|_| !uris.is_empty())
+            .map(|s| s.resource_updates());
+        let _unsubscribe = match &source {
+            Some(s) if !uris.is_empty() => {
+                for uri in &uris {
+                    if let Err(e) = s.subscribe(uri).await {
+                        tracing::info!(uri = %uri, error = %e, "listen: the upstream refused a resource subscription");
+                    }
+                }
+                Some(Unsubscribe {
+                    source: s.clone(),
+                    uris: uris.iter().cloned().collect(),
+                })
+            }
+            _ => None,
+        };
         let mut changes = Changes::subscribe(&self.shared);
         let key = scope.key.clone();
         loop {
-            tokio::select! {
+            let sent = tokio::select! {
                 _ = subscription.cancelled() => return Ok(()),
                 _ = self.shared.shutdown.cancelled() => return Ok(()),
                 change = changes.next(|k| *k == *key) => {
                     if change.is_none() {
                         return Ok(());
                     }
-                    if let Err(e) = sink.notify_tool_list_changed().await {
-                        tracing::debug!(error = %e, "the subscription is gone");
-                        return Ok(());
+                    if !tools {
+                        continue;
                     }
+                    sink.notify_tool_list_changed().await
                 }
+                change = async {
+                    match lists.as_mut() {
+                        Some(l) => l.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => match change {
+                    Ok(ListChange::Resources) if resources => sink.notify_resource_list_changed().await,
+                    Ok(ListChange::Prompts) if prompts => sink.notify_prompt_list_changed().await,
+                    Ok(_) => continue,
+                    Err(RecvError::Lagged(_)) => {
+                        let mut r = Ok(());
+                        if resources {
+                            r = sink.notify_resource_list_changed().await;
+                        }
+                        if prompts && r.is_ok() {
+                            r = sink.notify_prompt_list_changed().await;
+                        }
+                        r
+                    }
+                    Err(RecvError::Closed) => {
+                        lists = None;
+                        continue;
+                    }
+                },
+                update = async {
+                    match updates.as_mut() {
+                        Some(u) => u.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => match update {
+                    Ok(uri) if uris.contains(&uri) => sink.notify_resource_updated(uri).await,
+                    Ok(_) => continue,
+                    Err(RecvError::Lagged(n)) => {
+                        tracing::warn!(missed = n, "resource updates dropped for a slow subscription");
+                        continue;
+                    }
+                    Err(RecvError::Closed) => {
+                        updates = None;
+                        continue;
+                    }
+                },
+            };
+            if let Err(e) = sent {
+                tracing::debug!(error = %e, "the subscription is gone");
+                return Ok(());
             }
         }
     }

@@ -570,10 +570,15 @@ async fn upstream_resources_and_prompts_pass_through_quiver_serve_over_stdio() {
 /// `notifications/resources/updated` come back to the subscribed session.
 #[tokio::test]
 async fn resource_updates_are_relayed_to_the_subscribed_session() {
+    resource_updates_through_the_fixture("legacy").await;
+}
+
+/// `passthrough.py --kind fixture` against the fixture server with a stdio content upstream.
+async fn resource_updates_through_the_fixture(mode: &str) {
     let server = Server::start(fixture_binary(), &["--upstream", "stdio"]).await;
     run_script(
         "passthrough.py",
-        &[&server.url, "--kind", "fixture", "--mode", "legacy"],
+        &[&server.url, "--kind", "fixture", "--mode", mode],
     )
     .await;
 }
@@ -596,12 +601,7 @@ async fn upstream_list_changes_reach_a_listen_stream() {
 /// upstream, and its `notifications/resources/updated` come back on that stream.
 #[tokio::test]
 async fn resource_updates_reach_a_listen_stream() {
-    let server = Server::start(fixture_binary(), &["--upstream", "stdio"]).await;
-    run_script(
-        "passthrough.py",
-        &[&server.url, "--kind", "fixture", "--mode", "auto"],
-    )
-    .await;
+    resource_updates_through_the_fixture("auto").await;
 }
 
 async fn list_changes_through_quiver(mode: &str) {

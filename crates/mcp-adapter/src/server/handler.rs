@@ -388,12 +388,7 @@ async fn watch_session(
                 }
                 peer.notify_tool_list_changed().await
             }
-            change = async {
-                match lists.as_mut() {
-                    Some(l) => l.recv().await,
-                    None => std::future::pending().await,
-                }
-            } => match change {
+            change = recv_some(&mut lists) => match change {
                 Ok(ListChange::Resources) => peer.notify_resource_list_changed().await,
                 Ok(ListChange::Prompts) => peer.notify_prompt_list_changed().await,
                 Err(RecvError::Lagged(_)) => {
@@ -413,6 +408,16 @@ async fn watch_session(
             tracing::debug!(error = %e, "list_changed not delivered; the session is gone");
             return;
         }
+    }
+}
+
+/// The next message of `rx`; never, without a receiver.
+async fn recv_some<T: Clone>(
+    rx: &mut Option<tokio::sync::broadcast::Receiver<T>>,
+) -> Result<T, tokio::sync::broadcast::error::RecvError> {
+    match rx.as_mut() {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -649,12 +654,7 @@ impl ServerHandler for Handler {
                     }
                     sink.notify_tool_list_changed().await
                 }
-                change = async {
-                    match lists.as_mut() {
-                        Some(l) => l.recv().await,
-                        None => std::future::pending().await,
-                    }
-                } => match change {
+                change = recv_some(&mut lists) => match change {
                     Ok(ListChange::Resources) if resources => sink.notify_resource_list_changed().await,
                     Ok(ListChange::Prompts) if prompts => sink.notify_prompt_list_changed().await,
                     Ok(_) => continue,
@@ -673,12 +673,7 @@ impl ServerHandler for Handler {
                         continue;
                     }
                 },
-                update = async {
-                    match updates.as_mut() {
-                        Some(u) => u.recv().await,
-                        None => std::future::pending().await,
-                    }
-                } => match update {
+                update = recv_some(&mut updates) => match update {
                     Ok(uri) if uris.contains(&uri) => sink.notify_resource_updated(uri).await,
                     Ok(_) => continue,
                     Err(RecvError::Lagged(n)) => {

@@ -112,9 +112,8 @@ pub(crate) fn run(
             next = rx.try_recv().ok();
         }
         commit(&mut conn, &mut pending, &stats, &cfg);
-        if closing.is_some() && rx.is_empty() {
-            break;
-        }
+        // After Close the channel refuses new messages; `blocking_recv` still returns every
+        // one already sent (also by a sender that had reserved its slot) and then `None`.
     }
     commit(&mut conn, &mut pending, &stats, &cfg);
     let result = mark_clean(&conn, &cfg.location, micros(SystemTime::now()));

@@ -62,6 +62,9 @@ const MAX_RESUMES: u32 = 5;
 
 const SESSION_HEADER: &str = "mcp-session-id";
 
+/// The longest `retry` a server may ask for before a stream is resumed.
+const MAX_RETRY: Duration = Duration::from_secs(30);
+
 /// One HTTP connection's lean call path: rmcp's HTTP client (and connection pool), the
 /// headers rmcp sends on every request, and the session rmcp uses.
 pub(crate) struct Lane {
@@ -306,13 +309,16 @@ struct Incoming {
     #[serde(default)]
     result: Option<Value>,
     #[serde(default)]
-    error: Option<RpcError>,
+    error: Option<Value>,
 }
 
-#[derive(Deserialize)]
-struct RpcError {
-    #[serde(default)]
-    message: String,
+/// The `error` member's message, however the server shaped it.
+fn error_message(error: &Value) -> String {
+    match error.get("message") {
+        Some(Value::String(m)) => m.clone(),
+        Some(other) => other.to_string(),
+        None => error.to_string(),
+    }
 }
 
 /// How the exchange ended.
@@ -357,7 +363,7 @@ fn classify(message: Incoming, ours: &str) -> Seen {
         (None, id) if is_ours(id.as_ref(), ours) => {
             Seen::Answer(match (message.result, message.error) {
                 (Some(r), _) => Exchange::Result(r),
-                (None, Some(e)) => Exchange::PeerError(e.message),
+                (None, Some(e)) => Exchange::PeerError(error_message(&e)),
                 (None, None) => Exchange::Failed("answered without a result or an error".into()),
             })
         }
@@ -542,9 +548,17 @@ impl Upstream {
                 None
             }
             Exchange::NotDelivered => Some(Attempt::NotDelivered),
+            // rmcp's session is independent of this call's HTTP exchange: a broken exchange
+            // fails this call (never sent again) and leaves the connection to the others.
             Exchange::Unknown(why) => {
-                tracing::debug!(server = %self.cfg.name, "tools/call outcome unknown: {why}");
-                Some(Attempt::Unknown)
+                tracing::info!(server = %self.cfg.name, "tools/call outcome unknown: {why}");
+                Some(done(Envelope::err(
+                    ErrKind::NotAvailable,
+                    format!(
+                        "MCP server \"{}\" did not complete its answer to `{tool}`; the outcome is unknown, so the call was not sent again",
+                        self.cfg.name
+                    ),
+                )))
             }
         }
     }
@@ -624,7 +638,7 @@ impl Upstream {
                             last_event = Some(e);
                         }
                         if let Some(ms) = sse.retry {
-                            retry = Duration::from_millis(ms);
+                            retry = Duration::from_millis(ms).min(MAX_RETRY);
                         }
                         let Some(data) = sse.data.filter(|d| !d.trim().is_empty()) else {
                             continue;
@@ -645,8 +659,9 @@ impl Upstream {
                                 answering.push(self.answer(lane, session, id, method, params, ctx, tool));
                             }
                             Seen::Other => {
-                                if let (Some(m), Some(p)) = (method, params) {
-                                    self.notified(lane, &m, p, ctx).await;
+                                if let Some(m) = method {
+                                    self.notified(lane, &m, params.unwrap_or(Value::Null), ctx)
+                                        .await;
                                 }
                             }
                         }
@@ -688,11 +703,13 @@ impl Upstream {
         session: Option<&str>,
         last_event: &str,
     ) -> Result<reqwest::Response, String> {
+        let mut headers = lane.headers.clone();
+        headers.remove(CONTENT_TYPE);
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
         let mut req = lane
             .http
             .get(lane.url.clone())
-            .headers(lane.headers.clone())
-            .header(ACCEPT, "text/event-stream")
+            .headers(headers)
             .header("last-event-id", last_event);
         if let Some(s) = session {
             req = req.header(SESSION_HEADER, s);
@@ -791,6 +808,11 @@ mod tests {
         ] {
             assert!(matches!(classify(incoming(other), ours), Seen::Other));
         }
+        // A malformed error member still answers the call, in the server's words.
+        let odd = incoming(
+            json!({"jsonrpc": "2.0", "id": "quiver-7", "error": {"code": 1, "message": 42}}),
+        );
+        assert!(matches!(classify(odd, ours), Seen::Answer(Exchange::PeerError(m)) if m == "42"));
         let request = incoming(json!({"jsonrpc": "2.0", "id": 3, "method": "roots/list"}));
         assert!(
             matches!(classify(request, ours), Seen::Request { method, .. } if method == "roots/list")

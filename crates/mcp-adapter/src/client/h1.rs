@@ -190,38 +190,48 @@ impl Pool {
         body: Vec<u8>,
     ) -> Result<(Response<()>, PooledBody), Error> {
         let body = Bytes::from(body);
-        let (mut h1, mut reused) = match self.checkout() {
-            Some(h1) => (h1, true),
-            None => (self.connect().await?, false),
-        };
-        let response = loop {
+        let mut idle = self.checkout();
+        let (h1, response) = loop {
+            let reused = idle.is_some();
+            let mut h1 = match idle.take() {
+                Some(h1) => h1,
+                None => self.connect().await?,
+            };
             let mut request = Request::post(self.target.clone())
                 .body(Full::new(body.clone()))
                 .map_err(|e| Error::Request(io::Error::other(e)))?;
             *request.headers_mut() = headers.clone();
             request.headers_mut().insert(HOST, self.host.clone());
-            let sent = std::pin::pin!(h1.sender.send_request(request));
-            match (Drive {
+            let mut sent = std::pin::pin!(h1.sender.send_request(request));
+            let error = match (Drive {
                 h1: &mut h1,
-                fut: sent,
+                fut: sent.as_mut(),
             })
             .await
             {
-                Ok(r) => break r,
-                // An idle connection the server closed as the request went out: the request
-                // was never sent, so it goes again on a new connection (once).
-                Err(Some(e)) if reused && e.is_canceled() => {
-                    h1 = self.connect().await?;
-                    reused = false;
-                }
-                Err(Some(e)) => return Err(Error::Request(io::Error::other(e))),
+                Ok(r) => break (h1, r),
+                Err(Some(e)) => e,
                 Err(None) => {
-                    return Err(Error::Request(io::Error::new(
-                        io::ErrorKind::ConnectionAborted,
-                        "the connection closed before the response",
-                    )));
+                    // The connection ended with the request still queued or in flight:
+                    // dropping it settles which (queued: canceled, never sent).
+                    drop(h1);
+                    match futures::FutureExt::now_or_never(sent.as_mut()) {
+                        Some(Err(e)) => e,
+                        _ => {
+                            return Err(Error::Request(io::Error::new(
+                                io::ErrorKind::ConnectionAborted,
+                                "the connection closed before the response",
+                            )));
+                        }
+                    }
                 }
+            };
+            // An idle connection the server closed as the request went out: the request
+            // was never sent, so it goes again on a new connection (once).
+            if reused && error.is_canceled() {
+                continue;
             }
+            return Err(Error::Request(io::Error::other(error)));
         };
         let (parts, body) = response.into_parts();
         Ok((

@@ -971,12 +971,17 @@ impl Upstream {
             timeout = timeout.min(deadline.saturating_duration_since(Instant::now()));
         }
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
-        if let Some(lane) = &conn.fast
-            && let Some(a) = self
+        if let Some(lane) = &conn.fast {
+            if let Some(a) = self
                 .fast_call(lane, tool, args.as_ref(), ctx, timeout)
                 .await
-        {
-            return a;
+            {
+                return a;
+            }
+            // Handed back unrun: what is left of the caller's deadline.
+            if let Some(deadline) = ctx.deadline {
+                timeout = timeout.min(deadline.saturating_duration_since(Instant::now()));
+            }
         }
         let mut params = rmcp::model::CallToolRequestParams::new(tool.to_owned());
         params.arguments = args;

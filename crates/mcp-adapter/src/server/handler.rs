@@ -625,20 +625,23 @@ impl ServerHandler for Handler {
             .as_ref()
             .filter(|_| !uris.is_empty())
             .map(|s| s.resource_updates());
-        let _unsubscribe = match &source {
-            Some(s) if !uris.is_empty() => {
-                for uri in &uris {
-                    if let Err(e) = s.subscribe(uri).await {
+        // Only what was subscribed is unsubscribed when the stream ends (the source counts
+        // subscriptions across sessions).
+        let mut _unsubscribe = None;
+        if let Some(s) = source.as_ref().filter(|_| !uris.is_empty()) {
+            let guard = _unsubscribe.insert(Unsubscribe {
+                source: s.clone(),
+                uris: Vec::new(),
+            });
+            for uri in &uris {
+                match s.subscribe(uri).await {
+                    Ok(()) => guard.uris.push(uri.clone()),
+                    Err(e) => {
                         tracing::info!(uri = %uri, error = %e, "listen: the upstream refused a resource subscription");
                     }
                 }
-                Some(Unsubscribe {
-                    source: s.clone(),
-                    uris: uris.iter().cloned().collect(),
-                })
             }
-            _ => None,
-        };
+        }
         let mut changes = Changes::subscribe(&self.shared);
         let key = scope.key.clone();
         loop {
@@ -677,8 +680,16 @@ impl ServerHandler for Handler {
                     Ok(uri) if uris.contains(&uri) => sink.notify_resource_updated(uri).await,
                     Ok(_) => continue,
                     Err(RecvError::Lagged(n)) => {
+                        // Missed some: each subscribed resource may have changed.
                         tracing::warn!(missed = n, "resource updates dropped for a slow subscription");
-                        continue;
+                        let mut r = Ok(());
+                        for uri in &uris {
+                            r = sink.notify_resource_updated(uri.clone()).await;
+                            if r.is_err() {
+                                break;
+                            }
+                        }
+                        r
                     }
                     Err(RecvError::Closed) => {
                         updates = None;

@@ -5,6 +5,7 @@ mod config;
 mod everything;
 mod faults;
 mod features;
+mod lean;
 mod python_servers;
 mod relay;
 

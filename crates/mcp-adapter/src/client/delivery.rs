@@ -53,13 +53,28 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tracked<T> {
             JsonRpcMessage::Request(r) => Some(r.id.clone()),
             _ => None,
         };
-        let sent = self.inner.send(item);
         let written = self.written.clone();
-        async move {
-            let result = sent.await;
-            if let (Ok(()), Some(id)) = (&result, id) {
-                written.insert(id);
+        let record = move |result: &Result<(), T::Error>| {
+            if let (Ok(()), Some(id)) = (result, &id) {
+                written.insert(id.clone());
             }
+        };
+        // rmcp's service loop spawns a task for each send; polling the write once here, in
+        // the loop's own task, puts an uncontended message on the pipe at once instead of
+        // one task hand-over later (on a small machine a wake-up of the other worker).
+        // Whatever does not finish now finishes in rmcp's task (a well-behaved future takes
+        // the new waker on its next poll).
+        let mut sent = Box::pin(self.inner.send(item));
+        let waker = futures::task::noop_waker();
+        let first = sent
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(&waker));
+        async move {
+            let result = match first {
+                std::task::Poll::Ready(r) => r,
+                std::task::Poll::Pending => sent.await,
+            };
+            record(&result);
             result
         }
     }

@@ -30,7 +30,7 @@ use std::{
 
 use futures::{StreamExt, TryStreamExt, stream::FuturesUnordered};
 use hyper::body::Bytes;
-use quiver_contract::{CallContext, ChannelError, ClientChannel, Envelope, ErrKind};
+use quiver_contract::{CallContext, ClientChannel, Envelope, ErrKind};
 use reqwest::{
     StatusCode,
     header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue},
@@ -48,10 +48,10 @@ use serde_json::{Map, Value, json};
 use sse_stream::SseStream;
 
 use super::{
-    Attempt, Upstream, done,
+    Attempt, Upstream, ask_channel, done,
     h1::{self, Pool},
     http::SessionSlot,
-    relay_error, to_contract,
+    nobody_to_ask, relay_error, to_contract,
 };
 
 /// The protocols this path speaks (no per-request `Mcp-*` headers).
@@ -382,35 +382,24 @@ async fn ask(
         return Ok(json!({}));
     }
     let Some(channel) = channel else {
-        return Err(McpError::invalid_request(
-            format!(
-                "Quiver could not relay {method} for the call to `{tool}`: the call did not come from an MCP client, so there is nobody to ask"
-            ),
-            None,
-        ));
+        return Err(nobody_to_ask(method, tool));
     };
-    let relay = |e: ChannelError| relay_error(e, method, tool);
-    match method {
-        "sampling/createMessage" => {
-            let v = channel.create_message(params).await.map_err(relay)?;
-            valid::<CreateMessageResult>(method, v)
+    let validate = match method {
+        "sampling/createMessage" => valid::<CreateMessageResult>,
+        "elicitation/create" => valid::<ElicitResult>,
+        "roots/list" => valid::<ListRootsResult>,
+        other => {
+            return Err(McpError::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                format!("Quiver does not answer {other}"),
+                None,
+            ));
         }
-        "elicitation/create" => {
-            let asked = params.clone();
-            let mut v = channel.elicit(params).await.map_err(relay)?;
-            super::super::elicit::apply_defaults(&asked, &mut v);
-            valid::<ElicitResult>(method, v)
-        }
-        "roots/list" => {
-            let v = channel.list_roots().await.map_err(relay)?;
-            valid::<ListRootsResult>(method, v)
-        }
-        other => Err(McpError::new(
-            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-            format!("Quiver does not answer {other}"),
-            None,
-        )),
-    }
+    };
+    let answer = ask_channel(channel, method, params)
+        .await
+        .map_err(|e| relay_error(e, method, tool))?;
+    validate(method, answer)
 }
 
 /// Reads a response stream to its end after the answer, so its connection goes back to the

@@ -1112,6 +1112,37 @@ fn relay_error(e: ChannelError, method: &str, tool: &str) -> McpError {
     }
 }
 
+/// The refusal of a server request made during a call that has no client to ask.
+fn nobody_to_ask(method: &str, tool: &str) -> McpError {
+    McpError::invalid_request(
+        format!(
+            "Quiver could not relay {method} for the call to `{tool}`: the call did not come from an MCP client, so there is nobody to ask"
+        ),
+        None,
+    )
+}
+
+/// Asks a call's client to answer the server request `method` (MCP wire JSON in and out);
+/// an accepted elicitation gets the requested schema's defaults (SEP-1034). Shared by rmcp's
+/// handler and the lean path.
+async fn ask_channel(
+    channel: &Arc<dyn ClientChannel>,
+    method: &str,
+    params: Value,
+) -> Result<Value, ChannelError> {
+    match method {
+        "sampling/createMessage" => channel.create_message(params).await,
+        "elicitation/create" => {
+            let asked = params.clone();
+            let mut answer = channel.elicit(params).await?;
+            super::elicit::apply_defaults(&asked, &mut answer);
+            Ok(answer)
+        }
+        "roots/list" => channel.list_roots().await,
+        other => Err(ChannelError::Unsupported(format!("{other} is not relayed"))),
+    }
+}
+
 impl Handler {
     /// Relays a server request to the client of the call it belongs to.
     async fn relay<F, Fut>(
@@ -1137,13 +1168,7 @@ impl Handler {
             }
         };
         let Some(channel) = entry.channel.clone() else {
-            return Err(McpError::invalid_request(
-                format!(
-                    "Quiver could not relay {method} for the call to `{}`: the call did not come from an MCP client, so there is nobody to ask",
-                    entry.tool
-                ),
-                None,
-            ));
+            return Err(nobody_to_ask(method, &entry.tool));
         };
         tokio::select! {
             r = send(channel) => r.map_err(|e| relay_error(e, method, &entry.tool)),
@@ -1202,7 +1227,7 @@ impl ClientHandler for Handler {
         let params = serde_json::to_value(&params).unwrap_or(Value::Null);
         let v = self
             .relay(method, &context, |c| async move {
-                c.create_message(params).await
+                ask_channel(&c, method, params).await
             })
             .await?;
         parse_result(method, v)
@@ -1215,11 +1240,11 @@ impl ClientHandler for Handler {
     ) -> Result<ElicitResult, McpError> {
         let method = "elicitation/create";
         let params = serde_json::to_value(&params).unwrap_or(Value::Null);
-        let asked = params.clone();
-        let mut v = self
-            .relay(method, &context, |c| async move { c.elicit(params).await })
+        let v = self
+            .relay(method, &context, |c| async move {
+                ask_channel(&c, method, params).await
+            })
             .await?;
-        super::elicit::apply_defaults(&asked, &mut v);
         parse_result(method, v)
     }
 
@@ -1229,7 +1254,9 @@ impl ClientHandler for Handler {
     ) -> Result<ListRootsResult, McpError> {
         let method = "roots/list";
         let v = self
-            .relay(method, &context, |c| async move { c.list_roots().await })
+            .relay(method, &context, |c| async move {
+                ask_channel(&c, method, Value::Null).await
+            })
             .await?;
         parse_result(method, v)
     }

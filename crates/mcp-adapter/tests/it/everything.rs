@@ -186,6 +186,14 @@ async fn streamable_http_list_and_call() {
 pub(crate) struct HttpFixture(Child);
 
 impl HttpFixture {
+    /// A fixture listening on `port`, and the config of a server `name` pointing at it.
+    pub(crate) async fn serve(name: &str, port: u16) -> (HttpFixture, ServerConfig) {
+        let server = HttpFixture::spawn_on(port);
+        listening(port).await;
+        let config = ServerConfig::http(name, format!("http://127.0.0.1:{port}/mcp"));
+        (server, config)
+    }
+
     pub(crate) fn spawn_on(port: u16) -> HttpFixture {
         HttpFixture(
             Command::new(crate::python())
@@ -224,46 +232,60 @@ pub(crate) async fn listening(port: u16) {
 async fn expired_http_session_reinitializes_transparently() {
     // The Python SDK answers an unknown session with HTTP 404, as the spec says.
     let port = free_port();
-    let server = HttpFixture::spawn_on(port);
-    listening(port).await;
-    let (catalog, client) = start(
-        &[ServerConfig::http("pyweb", format!("http://127.0.0.1:{port}/mcp")).required()],
-        Default::default(),
-    );
+    let (server, config) = HttpFixture::serve("pyweb", port).await;
+    let (catalog, client) = start(&[config.required()], Default::default());
+    // The call after the restart is rejected on the lean path (404), sent by rmcp, which
+    // re-initializes; the next call takes the lean path again, on the new session.
+    let server = echo_across_a_restart(&catalog, &client, "pyweb", "text", async move || {
+        drop(server);
+        HttpFixture::serve("pyweb", port).await.0
+    })
+    .await;
+    close_and_check(&client).await;
+    drop(server);
+}
+
+/// Waits for `server`, calls its `echo` (argument `key`) once, lets `restart` replace the
+/// upstream, then calls twice more: both answered, with no new dial and no drop (rmcp
+/// re-initialized in place), the first of them handed from the lean path to rmcp and the
+/// second back on the lean path. Returns what `restart` made.
+async fn echo_across_a_restart<S>(
+    catalog: &Catalog,
+    client: &McpClient,
+    server: &str,
+    key: &str,
+    restart: impl AsyncFnOnce() -> S,
+) -> S {
     within(
         Duration::from_secs(60),
         client.wait_ready(Duration::from_secs(60)),
     )
     .await
     .unwrap();
-    let env = call(&catalog, "mcp__pyweb__echo", json!({"text": "one"})).await;
+    let tool = format!("mcp__{server}__echo");
+    let env = call(catalog, &tool, json!({ key: "one" })).await;
     assert!(text_of(&env).contains("one"), "{env:?}");
-    drop(server);
-    let server = HttpFixture::spawn_on(port);
-    listening(port).await;
+    let restarted = restart().await;
     let env = within(
         Duration::from_secs(30),
-        call(&catalog, "mcp__pyweb__echo", json!({"text": "two"})),
+        call(catalog, &tool, json!({ key: "two" })),
     )
     .await;
     assert!(text_of(&env).contains("two"), "{env:?}");
-    let env = call(&catalog, "mcp__pyweb__echo", json!({"text": "three"})).await;
+    let env = call(catalog, &tool, json!({ key: "three" })).await;
     assert!(text_of(&env).contains("three"), "{env:?}");
-    let st = client.server_status("pyweb").unwrap();
+    let st = client.server_status(server).unwrap();
     assert_eq!(
         (st.counters.dials, st.counters.drops),
         (1, 0),
         "rmcp re-initialized in place: {st:?}"
     );
-    // The call after the restart was rejected on the lean path (404), sent by rmcp, which
-    // re-initialized; the next call took the lean path again, on the new session.
     assert_eq!(
         (st.counters.lean_calls, st.counters.lean_handoffs),
         (3, 1),
         "{st:?}"
     );
-    close_and_check(&client).await;
-    drop(server);
+    restarted
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -281,38 +303,14 @@ async fn http_server_restart_reinitializes_transparently() {
             .required()],
         Default::default(),
     );
-    within(
-        Duration::from_secs(60),
-        client.wait_ready(Duration::from_secs(60)),
-    )
-    .await
-    .unwrap();
-    let env = call(&catalog, "mcp__web__echo", json!({"message": "one"})).await;
-    assert!(text_of(&env).contains("one"), "{env:?}");
-    drop(server);
-    let server = HttpEverything::spawn_on(port);
-    server.ready().await;
-    let env = within(
-        Duration::from_secs(30),
-        call(&catalog, "mcp__web__echo", json!({"message": "two"})),
-    )
+    // "two" meets the old session on the lean path (HTTP 400) and goes to rmcp.
+    let server = echo_across_a_restart(&catalog, &client, "web", "message", async move || {
+        drop(server);
+        let server = HttpEverything::spawn_on(port);
+        server.ready().await;
+        server
+    })
     .await;
-    assert!(text_of(&env).contains("two"), "{env:?}");
-    let env = call(&catalog, "mcp__web__echo", json!({"message": "three"})).await;
-    assert!(text_of(&env).contains("three"), "{env:?}");
-    let st = client.server_status("web").unwrap();
-    assert_eq!(
-        (st.counters.dials, st.counters.drops),
-        (1, 0),
-        "rmcp re-initialized in place: {st:?}"
-    );
-    // "two" met the old session on the lean path (HTTP 400) and went to rmcp, which
-    // re-initialized; "three" took the lean path on the new session.
-    assert_eq!(
-        (st.counters.lean_calls, st.counters.lean_handoffs),
-        (3, 1),
-        "{st:?}"
-    );
     close_and_check(&client).await;
     drop(server);
 }

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     call, close_and_check,
-    everything::{HttpFixture, free_port, listening},
+    everything::{HttpFixture, free_port},
     fast_options, fixture_server, ready, resolve, start, text_of, wait_for, within,
 };
 
@@ -91,13 +91,8 @@ async fn fixture_over(http: bool) -> (ServerConfig, Option<HttpFixture>) {
     if !http {
         return (fixture_server("fx", "normal"), None);
     }
-    let port = free_port();
-    let server = HttpFixture::spawn_on(port);
-    listening(port).await;
-    (
-        ServerConfig::http("fx", format!("http://127.0.0.1:{port}/mcp")),
-        Some(server),
-    )
+    let (server, config) = HttpFixture::serve("fx", free_port()).await;
+    (config, Some(server))
 }
 
 async fn timeout_also_cancels_upstream(http: bool) {

@@ -12,13 +12,12 @@ use async_trait::async_trait;
 use quiver_contract::{
     CallContext, ChannelError, ClientChannel, ClientFeatures, Envelope, LogLevel,
 };
-use quiver_mcp_adapter::ServerConfig;
 use quiver_registry::Catalog;
 use serde_json::{Value, json};
 
 use crate::{
     close_and_check,
-    everything::{HttpFixture, free_port, listening},
+    everything::{HttpFixture, free_port},
     fixture_server, ready, start, text_of, within,
 };
 
@@ -140,13 +139,8 @@ async fn stdio_upstream_requests_reach_the_calling_client() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_upstream_requests_reach_the_calling_client() {
-    let port = free_port();
-    let server = HttpFixture::spawn_on(port);
-    listening(port).await;
-    let (catalog, client) = start(
-        &[ServerConfig::http("pyweb", format!("http://127.0.0.1:{port}/mcp")).required()],
-        Default::default(),
-    );
+    let (server, config) = HttpFixture::serve("pyweb", free_port()).await;
+    let (catalog, client) = start(&[config.required()], Default::default());
     ready(&client).await;
     relays_to_the_calling_client(&catalog, "mcp__pyweb__talkback").await;
     close_and_check(&client).await;

@@ -249,6 +249,9 @@ enum Talk {
     Elicitation,
     ElicitationDefaults,
     ElicitationEnums,
+    /// Asks twice in turn (an elicitation, then a sampling request naming the answer): two
+    /// round trips on the stateless protocol.
+    AskTwice,
 }
 
 fn channel_failed(e: ChannelError) -> ToolError {
@@ -364,6 +367,32 @@ impl Tool for Talkback {
                     .map_err(channel_failed)?;
                 Ok(Envelope::ok(json!(elicitation_text(&result))))
             }
+            Talk::AskTwice => {
+                let answer = ctx
+                    .elicit(json!({
+                        "message": "Who is asking?",
+                        "requestedSchema": {"type": "object", "properties": {
+                            "name": {"type": "string", "description": "Your name"}
+                        }}
+                    }))
+                    .await
+                    .map_err(channel_failed)?;
+                let name = answer["content"]["name"]
+                    .as_str()
+                    .unwrap_or("nobody")
+                    .to_owned();
+                let result = ctx
+                    .create_message(json!({
+                        "messages": [{"role": "user", "content": {"type": "text", "text": format!("greet {name}")}}],
+                        "maxTokens": 100
+                    }))
+                    .await
+                    .map_err(channel_failed)?;
+                let text = result["content"]["text"].as_str().unwrap_or_default();
+                Ok(Envelope::ok(json!(format!(
+                    "asked {name}, then sampled: {text}"
+                ))))
+            }
         }
     }
 }
@@ -409,6 +438,12 @@ fn talkback_tools() -> Vec<Arc<dyn Tool>> {
             "Conformance: elicitation with the five enum schema variants (SEP-1330).",
             none(),
             Talk::ElicitationEnums,
+        ),
+        tool(
+            "ask_twice",
+            "Fixture: asks the client's user for a name, then the client's LLM to greet it.",
+            none(),
+            Talk::AskTwice,
         ),
     ]
 }

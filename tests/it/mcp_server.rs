@@ -304,12 +304,27 @@ async fn sampling_is_refused_for_a_client_that_did_not_declare_it() {
     run_script("relay.py", &[&server.url, "--without-capabilities"]).await;
 }
 
-/// A 2026-07-28 client cannot be sent server-to-client requests; the tool gets a refusal that
-/// says so instead of a hung call.
+/// A 2026-07-28 client cannot be sent server-to-client requests: a tool's sampling and
+/// elicitation reach it as InputRequiredResult rounds (SEP-2322) the official SDK drives, the
+/// call waiting in Quiver between them; forged, reused and unanswered rounds fail in words.
 #[tokio::test]
-async fn sampling_is_refused_in_words_on_the_stateless_era() {
+async fn server_requests_reach_a_stateless_client_as_input_rounds() {
     let server = Server::start(fixture_binary(), &[]).await;
     run_script("relay.py", &[&server.url, "--stateless-fixture"]).await;
+}
+
+/// The same rounds carry an upstream's own requests (server-everything over stdio, through
+/// `quiver serve`) to a 2026-07-28 client while the upstream's call waits for the answer.
+#[tokio::test]
+async fn upstream_requests_reach_a_stateless_client_through_quiver() {
+    let config = everything_mcp_json();
+    let config = config.to_str().expect("utf-8 path");
+    let server = Server::start(
+        quiver_binary(),
+        &["--mcp-config", config, "serve", "--listen", "127.0.0.1:0"],
+    )
+    .await;
+    run_script("relay.py", &[&server.url, "--stateless-upstream"]).await;
 }
 
 /// The conformance suite's prefix (`.ci/setup-peers` installs the suite and the Node it

@@ -87,6 +87,10 @@ pub struct LimitsConfig {
     pub loop_guard: u32,
     /// Failures of the same call before the "different approach" hint (3).
     pub repeat_failure: u32,
+    /// How long a call that asked a 2026-07-28 client for input (sampling, elicitation,
+    /// roots as an `InputRequiredResult`) waits for the client's retry before it is
+    /// cancelled, seconds (600). The call's timeout still applies while it waits.
+    pub input_wait_secs: f64,
 }
 
 impl Default for LimitsConfig {
@@ -102,6 +106,7 @@ impl Default for LimitsConfig {
             max_input_bytes: d.max_input_bytes,
             loop_guard: d.loop_guard_threshold,
             repeat_failure: d.repeat_failure_threshold,
+            input_wait_secs: 600.0,
         }
     }
 }
@@ -123,6 +128,11 @@ fn secs(s: f64, key: &str) -> anyhow::Result<Duration> {
 }
 
 impl LimitsConfig {
+    /// How long a call waiting for its client's input is kept (`input_wait_secs`).
+    pub fn input_wait(&self) -> anyhow::Result<Duration> {
+        secs(self.input_wait_secs, "input_wait_secs")
+    }
+
     /// The dispatcher configuration these limits describe.
     pub fn dispatch_config(&self) -> anyhow::Result<DispatchConfig> {
         let mut timeout =
@@ -234,6 +244,7 @@ impl Config {
         config
             .limits
             .dispatch_config()
+            .and(config.limits.input_wait())
             .with_context(|| format!("{origin}: [limits]"))?;
         Ok(config)
     }
@@ -297,6 +308,11 @@ mod tests {
             "[limits]\ntimeout_secs = -1",
             Err("must be a positive number of seconds"),
         );
+        check(
+            "[limits]\ninput_wait_secs = 0",
+            Err("limits.input_wait_secs must be a positive number of seconds"),
+        );
+        check("[limits]\ninput_wait_secs = 120", Ok("./quiver.db"));
         check("[store]\nretention_days = 30", Ok("./quiver.db"));
         check("[store]\nretention_days = -3", Err("retention_days"));
         check("[store]\nlog_linger_ms = 0", Ok("./quiver.db"));

@@ -348,7 +348,8 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
             app.seed().await?;
             let mut options = quiver_mcp_adapter::ServerOptions::default()
                 .with_default_mode(mode)
-                .with_auth(config.auth.clone());
+                .with_auth(config.auth.clone())
+                .with_input_wait(config.limits.input_wait()?);
             for host in allow_hosts {
                 options = options.with_allowed_host(host);
             }

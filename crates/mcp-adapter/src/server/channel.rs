@@ -16,8 +16,8 @@ use rmcp::{
     model::{
         ClientCapabilities, ClientResult, CreateMessageRequest, CreateMessageRequestParams,
         ElicitRequest, ElicitRequestParams, GetExtensions, ListRootsRequest, LoggingLevel,
-        LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, ProtocolVersion,
-        RequestId, ServerRequest,
+        LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, RequestId,
+        ServerRequest,
     },
     service::{OriginatingRequestId, Peer, PeerRequestOptions, ServiceError},
 };
@@ -94,8 +94,6 @@ pub(crate) struct PeerChannel {
     pub(crate) progress_token: Option<ProgressToken>,
     pub(crate) progress: Arc<ProgressState>,
     pub(crate) features: ClientFeatures,
-    /// The call's protocol version, if known.
-    pub(crate) protocol: Option<ProtocolVersion>,
     /// The level this request asked for in its `_meta` (2026-07-28, SEP-2575), if any.
     pub(crate) meta_level: Option<LoggingLevel>,
     /// The connection, whose `logging/setLevel` applies when the request named no level.
@@ -106,18 +104,7 @@ pub(crate) struct PeerChannel {
 }
 
 impl PeerChannel {
-    fn modern(&self) -> bool {
-        self.protocol
-            .as_ref()
-            .is_some_and(|v| *v >= ProtocolVersion::V_2026_07_28)
-    }
-
     fn check(&self, method: &str, declared: bool, capability: &str) -> Result<(), ChannelError> {
-        if self.modern() {
-            return Err(ChannelError::Unsupported(format!(
-                "cannot send {method}: the client speaks MCP 2026-07-28, which forbids server-to-client requests, and Quiver does not relay them as InputRequiredResult yet; connect with a 2025-era protocol (2025-11-25) to use {capability}"
-            )));
-        }
         if !declared {
             return Err(ChannelError::Unsupported(format!(
                 "cannot send {method}: the MCP client did not declare the `{capability}` capability"
@@ -170,11 +157,7 @@ fn parse<T: serde::de::DeserializeOwned>(method: &str, params: Value) -> Result<
 #[async_trait]
 impl ClientChannel for PeerChannel {
     fn features(&self) -> ClientFeatures {
-        if self.modern() {
-            ClientFeatures::default()
-        } else {
-            self.features
-        }
+        self.features
     }
 
     async fn create_message(&self, params: Value) -> Result<Value, ChannelError> {

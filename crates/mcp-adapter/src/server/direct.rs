@@ -339,7 +339,6 @@ async fn serve_call(
         progress_token: None,
         progress: progress.clone(),
         features: channel::features(info.as_ref().map(|i| &i.capabilities)),
-        protocol: info.as_ref().map(|i| i.protocol_version.clone()),
         meta_level: None,
         conn: entry.conn.clone(),
         logs_allowed: true,

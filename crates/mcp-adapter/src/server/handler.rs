@@ -35,6 +35,7 @@ use super::{
     content::{ContentError, ContentOffer, ContentSource, ListChange},
     from_contract,
     key::{CONVERSATION_HEADER, CONVERSATION_META, KeySources, working_set_key},
+    rounds::Rounds,
     watch::Changes,
 };
 
@@ -542,20 +543,59 @@ impl ServerHandler for Handler {
         let modern = protocol
             .as_ref()
             .is_some_and(|v| *v >= rmcp::model::ProtocolVersion::V_2026_07_28);
-        let channel: Arc<dyn quiver_contract::ClientChannel> = Arc::new(PeerChannel {
+        let features = channel::features(context.client_capabilities().as_ref());
+        let peer_channel = PeerChannel {
             peer: context.peer.clone(),
             request_id: context.id.clone(),
             progress_token: progress.clone(),
             progress: progress_state.clone(),
-            features: channel::features(context.client_capabilities().as_ref()),
-            protocol,
+            features,
             meta_level,
             conn: self.conn.clone(),
             // A 2026-07-28 request gets log messages only when it opts in (SEP-2575).
             logs_allowed: !modern || meta_level.is_some(),
-        });
+        };
         let name = request.name;
         let input = request.arguments.map(Value::Object).unwrap_or(Value::Null);
+        if modern {
+            // Server-to-client requests travel as InputRequiredResult rounds (SEP-2322).
+            let rounds = &self.shared.rounds;
+            if let Some(state) = request.request_state.as_deref() {
+                let run = rounds.resume(
+                    state,
+                    &name,
+                    &scope.key,
+                    request.input_responses,
+                    Arc::new(peer_channel),
+                )?;
+                return rounds.drive(run, &context.ct).await;
+            }
+            if features.sampling || features.elicitation || features.roots {
+                let (shared, scope) = (self.shared.clone(), scope.clone());
+                let tool = name.to_string();
+                let heartbeat = progress.map(|token| (token, context.peer.clone()));
+                let run = Rounds::start(
+                    &name,
+                    scope.key.clone(),
+                    features,
+                    Arc::new(peer_channel),
+                    move |channel, cancel| async move {
+                        call(
+                            &shared,
+                            &scope,
+                            &tool,
+                            input,
+                            &cancel,
+                            heartbeat.as_ref().map(|(t, p)| (t.clone(), p)),
+                            Some((channel, progress_state)),
+                        )
+                        .await
+                    },
+                );
+                return rounds.drive(run, &context.ct).await;
+            }
+        }
+        let channel: Arc<dyn quiver_contract::ClientChannel> = Arc::new(peer_channel);
         Ok(call(
             &self.shared,
             &scope,

@@ -10,6 +10,7 @@ mod from_contract;
 mod handler;
 mod http;
 mod key;
+mod rounds;
 mod watch;
 
 use std::{sync::Arc, time::Duration};
@@ -38,6 +39,9 @@ pub struct ServerOptions {
     pub auth: InboundAuth,
     /// Extra `Host` authorities accepted besides the listen address (for a public name).
     pub extra_allowed_hosts: Vec<String>,
+    /// How long a 2026-07-28 call that asked its client for input (an `InputRequiredResult`)
+    /// waits for the client's next round before it is cancelled.
+    pub input_wait: Duration,
 }
 
 impl Default for ServerOptions {
@@ -48,6 +52,7 @@ impl Default for ServerOptions {
             progress_interval: Duration::from_secs(1),
             auth: InboundAuth::default(),
             extra_allowed_hosts: Vec::new(),
+            input_wait: Duration::from_secs(600),
         }
     }
 }
@@ -68,6 +73,12 @@ impl ServerOptions {
     /// Sets the progress interval.
     pub fn with_progress_interval(mut self, every: Duration) -> Self {
         self.progress_interval = every;
+        self
+    }
+
+    /// Sets how long a call waiting for its client's input (2026-07-28 rounds) is kept.
+    pub fn with_input_wait(mut self, wait: Duration) -> Self {
+        self.input_wait = wait;
         self
     }
 
@@ -102,6 +113,8 @@ pub(crate) struct Shared {
     pub(crate) content: Option<Arc<dyn ContentSource>>,
     /// The HTTP sessions the direct path may answer.
     pub(crate) direct: direct::DirectSessions,
+    /// 2026-07-28 calls waiting for their client's input.
+    pub(crate) rounds: Arc<rounds::Rounds>,
 }
 
 impl Shared {
@@ -137,6 +150,7 @@ impl std::fmt::Debug for McpServer {
 impl McpServer {
     /// A server for the sessions of `surface`, calling through `dispatcher`.
     pub fn new(surface: Arc<Surface>, dispatcher: Dispatcher, options: ServerOptions) -> Self {
+        let input_wait = options.input_wait;
         McpServer {
             shared: Arc::new(Shared {
                 surface,
@@ -147,6 +161,7 @@ impl McpServer {
                 restored: std::sync::Mutex::new(std::collections::HashSet::new()),
                 content: None,
                 direct: direct::DirectSessions::default(),
+                rounds: Arc::new(rounds::Rounds::new(input_wait)),
             }),
         }
     }

@@ -99,6 +99,7 @@ mod tests {
             restored: std::sync::Mutex::new(std::collections::HashSet::new()),
             content: None,
             direct: crate::server::direct::DirectSessions::default(),
+            rounds: Arc::new(crate::server::rounds::Rounds::new(Duration::from_secs(60))),
         }
     }
 

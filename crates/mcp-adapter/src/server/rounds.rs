@@ -1,0 +1,568 @@
+//! Server-to-client requests on the stateless 2026-07-28 protocol: multi round-trip
+//! requests (SEP-2322).
+//!
+//! That protocol forbids a server to send requests to the client. A `tools/call` whose tool
+//! (or the upstream behind it) needs sampling, elicitation or roots instead answers with an
+//! `InputRequiredResult`: the requests the client must fulfil and an opaque `requestState`.
+//! The client runs them through its own callbacks and sends the same `tools/call` again with
+//! `inputResponses` and the `requestState`; that answer is the call's result, or another
+//! round.
+//!
+//! Quiver keeps the call running between the rounds instead of re-running it (a tool, or an
+//! upstream server waiting for its elicitation answer, cannot be replayed): the call runs in
+//! its own task, each request it sends to the client is parked, and `requestState` is only
+//! the handle of the waiting call (a random id, never data the server trusts). A retry must
+//! name the same tool under the same working-set key (the same client); its `arguments` are
+//! ignored, the call already has them. A parked call the client never comes back for is
+//! cancelled after [`ServerOptions::input_wait`](super::ServerOptions) (the audit log then
+//! records it as cancelled); at most [`MAX_PARKED`] calls wait at once, beyond that a tool's
+//! request is refused in words. Log and progress notifications of such a call go to the
+//! request of the current round.
+
+// Sampling and roots are deprecated by SEP-2577; 2026-era clients may still offer them.
+#![allow(deprecated)]
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, Weak},
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use quiver_contract::{ChannelError, ClientChannel, ClientFeatures, LogLevel};
+use rmcp::{
+    ErrorData as McpError,
+    model::{
+        CallToolResponse, CallToolResult, CreateMessageRequestParams, ElicitRequestParams,
+        InputRequest, InputRequests, InputRequiredResult, InputResponses,
+    },
+};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::handler::lock;
+
+/// Most calls that may wait for client input at once.
+pub(crate) const MAX_PARKED: usize = 1024;
+
+type Reply = oneshot::Sender<Result<Value, ChannelError>>;
+
+/// One request of a running call to its client.
+struct Ask {
+    method: &'static str,
+    params: Option<Value>,
+    reply: Reply,
+}
+
+/// The calls waiting for their client's next round.
+pub(crate) struct Rounds {
+    parked: Mutex<HashMap<String, Parked>>,
+    wait: Duration,
+}
+
+struct Parked {
+    run: Running,
+    /// Cancels the call when the client does not come back in time.
+    expiry: tokio::task::JoinHandle<()>,
+}
+
+/// A call in its own task, with the requests it sent to the client.
+pub(crate) struct Running {
+    task: tokio::task::JoinHandle<CallToolResult>,
+    asks: mpsc::UnboundedReceiver<Ask>,
+    /// Requests sent to the client in the last round, by their `inputRequests` key.
+    waiting: Vec<(String, Reply)>,
+    /// The call's own cancellation (the client's `notifications/cancelled` of any round).
+    cancel: CancellationToken,
+    tool: String,
+    key: Arc<str>,
+    /// Where log and progress notifications go: the request of the current round.
+    current: Arc<Mutex<Arc<dyn ClientChannel>>>,
+    asked: u64,
+}
+
+impl Rounds {
+    pub(crate) fn new(wait: Duration) -> Self {
+        Rounds {
+            parked: Mutex::new(HashMap::new()),
+            wait,
+        }
+    }
+
+    /// How many calls wait for their client.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.parked).len()
+    }
+
+    /// Starts `call` in its own task, handing it a [`RoundChannel`] as its client channel and
+    /// its cancellation token. `notify` (the request's own channel) takes the call's log and
+    /// progress notifications until the next round.
+    pub(crate) fn start<F, Fut>(
+        tool: &str,
+        key: Arc<str>,
+        features: ClientFeatures,
+        notify: Arc<dyn ClientChannel>,
+        call: F,
+    ) -> Running
+    where
+        F: FnOnce(Arc<dyn ClientChannel>, CancellationToken) -> Fut,
+        Fut: std::future::Future<Output = CallToolResult> + Send + 'static,
+    {
+        let (tx, asks) = mpsc::unbounded_channel();
+        let current = Arc::new(Mutex::new(notify));
+        let channel: Arc<dyn ClientChannel> = Arc::new(RoundChannel {
+            asks: tx,
+            current: current.clone(),
+            features,
+        });
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(call(channel, cancel.clone()));
+        Running {
+            task,
+            asks,
+            waiting: Vec::new(),
+            cancel,
+            tool: tool.to_owned(),
+            key,
+            current,
+            asked: 0,
+        }
+    }
+
+    /// Takes the call `state` names back for its next round, hands it the client's answers
+    /// and points its notifications at this round's request.
+    pub(crate) fn resume(
+        &self,
+        state: &str,
+        tool: &str,
+        key: &Arc<str>,
+        responses: Option<InputResponses>,
+        notify: Arc<dyn ClientChannel>,
+    ) -> Result<Running, McpError> {
+        let mut parked = lock(&self.parked);
+        let Some(p) = parked.get(state) else {
+            return Err(McpError::invalid_params(
+                format!(
+                    "requestState is unknown or expired: the call it belonged to ended or was cancelled after waiting {}s for input. Call `{tool}` again without requestState and inputResponses.",
+                    self.wait.as_secs()
+                ),
+                None,
+            ));
+        };
+        if p.run.tool != tool || p.run.key != *key {
+            return Err(McpError::invalid_params(
+                "requestState belongs to another call: retry the same tool with the requestState it returned, unchanged",
+                None,
+            ));
+        }
+        let Parked { mut run, expiry } = parked.remove(state).expect("present");
+        drop(parked);
+        expiry.abort();
+        let mut responses = responses.unwrap_or_default();
+        for (k, reply) in run.waiting.drain(..) {
+            let answer = responses.remove(&k).ok_or_else(|| ChannelError::Client {
+                code: i64::from(rmcp::model::ErrorCode::INVALID_PARAMS.0),
+                message: format!("the client sent no response for input request `{k}`"),
+            });
+            let _ = reply.send(answer);
+        }
+        *lock(&run.current) = notify;
+        Ok(run)
+    }
+
+    /// Waits for the call to finish (its result) or to ask its client something (an
+    /// `InputRequiredResult`, the call parked). `ct` is this round's request cancellation.
+    pub(crate) async fn drive(
+        self: &Arc<Self>,
+        mut run: Running,
+        ct: &CancellationToken,
+    ) -> Result<CallToolResponse, McpError> {
+        let mut cancelled = false;
+        loop {
+            tokio::select! {
+                done = &mut run.task => {
+                    return done.map(CallToolResponse::from).map_err(|e| {
+                        McpError::internal_error(format!("the call's task failed: {e}"), None)
+                    });
+                }
+                Some(ask) = run.asks.recv(), if !cancelled => {
+                    let mut requests = InputRequests::new();
+                    let mut next = Some(ask);
+                    while let Some(ask) = next.take().or_else(|| run.asks.try_recv().ok()) {
+                        run.asked += 1;
+                        let key = format!("{}-{}", ask.method.replace('/', "-"), run.asked);
+                        let wire = match ask.params {
+                            Some(p) => json!({"method": ask.method, "params": p}),
+                            None => json!({"method": ask.method}),
+                        };
+                        match serde_json::from_value::<InputRequest>(wire) {
+                            Ok(request) => {
+                                requests.insert(key.clone(), request);
+                                run.waiting.push((key, ask.reply));
+                            }
+                            Err(e) => {
+                                let _ = ask.reply.send(Err(ChannelError::Invalid(format!(
+                                    "invalid {} params: {e}",
+                                    ask.method
+                                ))));
+                            }
+                        }
+                    }
+                    if requests.is_empty() {
+                        continue;
+                    }
+                    if lock(&self.parked).len() >= MAX_PARKED {
+                        for (_, reply) in run.waiting.drain(..) {
+                            let _ = reply.send(Err(ChannelError::Unsupported(format!(
+                                "cannot ask the client now: {MAX_PARKED} calls already wait for their clients' input; try again later"
+                            ))));
+                        }
+                        continue;
+                    }
+                    let state = self.park(run);
+                    return Ok(InputRequiredResult::new(Some(requests), Some(state)).into());
+                }
+                _ = ct.cancelled(), if !cancelled => {
+                    // notifications/cancelled for this round: the call ends as cancelled.
+                    cancelled = true;
+                    run.cancel.cancel();
+                }
+            }
+        }
+    }
+
+    fn park(self: &Arc<Self>, run: Running) -> String {
+        let state = uuid::Uuid::new_v4().simple().to_string();
+        let weak: Weak<Rounds> = Arc::downgrade(self);
+        let (wait, named) = (self.wait, state.clone());
+        let expiry = tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let Some(rounds) = weak.upgrade() else { return };
+            let Some(p) = lock(&rounds.parked).remove(&named) else {
+                return;
+            };
+            tracing::info!(
+                tool = %p.run.tool,
+                waited_s = wait.as_secs(),
+                "the client did not answer the call's input requests in time: cancelling the call"
+            );
+            p.run.cancel.cancel();
+            // Dropping the replies tells the waiting requests the call was abandoned.
+        });
+        lock(&self.parked).insert(state.clone(), Parked { run, expiry });
+        state
+    }
+}
+
+/// The client channel of a 2026-07-28 call whose client declared some of sampling,
+/// elicitation and roots: requests become the next `InputRequiredResult`'s input requests.
+struct RoundChannel {
+    asks: mpsc::UnboundedSender<Ask>,
+    current: Arc<Mutex<Arc<dyn ClientChannel>>>,
+    features: ClientFeatures,
+}
+
+impl RoundChannel {
+    fn declared(&self, method: &str, declared: bool, capability: &str) -> Result<(), ChannelError> {
+        if declared {
+            Ok(())
+        } else {
+            Err(ChannelError::Unsupported(format!(
+                "cannot send {method}: the MCP client did not declare the `{capability}` capability"
+            )))
+        }
+    }
+
+    async fn ask(
+        &self,
+        method: &'static str,
+        params: Option<Value>,
+    ) -> Result<Value, ChannelError> {
+        let (reply, answer) = oneshot::channel();
+        self.asks
+            .send(Ask {
+                method,
+                params,
+                reply,
+            })
+            .map_err(|_| ChannelError::Cancelled)?;
+        // A dropped reply: the call was cancelled or its client never came back.
+        answer.await.unwrap_or(Err(ChannelError::Cancelled))
+    }
+
+    fn current(&self) -> Arc<dyn ClientChannel> {
+        lock(&self.current).clone()
+    }
+}
+
+fn check<T: serde::de::DeserializeOwned>(method: &str, params: &Value) -> Result<(), ChannelError> {
+    T::deserialize(params)
+        .map(|_| ())
+        .map_err(|e| ChannelError::Invalid(format!("invalid {method} params: {e}")))
+}
+
+#[async_trait]
+impl ClientChannel for RoundChannel {
+    fn features(&self) -> ClientFeatures {
+        self.features
+    }
+
+    async fn create_message(&self, params: Value) -> Result<Value, ChannelError> {
+        let method = "sampling/createMessage";
+        self.declared(method, self.features.sampling, "sampling")?;
+        check::<CreateMessageRequestParams>(method, &params)?;
+        self.ask(method, Some(params)).await
+    }
+
+    async fn elicit(&self, params: Value) -> Result<Value, ChannelError> {
+        let method = "elicitation/create";
+        self.declared(method, self.features.elicitation, "elicitation")?;
+        check::<ElicitRequestParams>(method, &params)?;
+        self.ask(method, Some(params)).await
+    }
+
+    async fn list_roots(&self) -> Result<Value, ChannelError> {
+        self.declared("roots/list", self.features.roots, "roots")?;
+        self.ask("roots/list", None).await
+    }
+
+    async fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
+        self.current().log(level, logger, data).await;
+    }
+
+    fn wants_progress(&self) -> bool {
+        self.current().wants_progress()
+    }
+
+    async fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
+        self.current().progress(progress, total, message).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::ContentBlock as Content;
+
+    /// The notification target of a round: counts log messages.
+    #[derive(Default)]
+    struct Notes(std::sync::atomic::AtomicUsize);
+
+    #[async_trait]
+    impl ClientChannel for Notes {
+        fn features(&self) -> ClientFeatures {
+            ClientFeatures::default()
+        }
+        async fn create_message(&self, _: Value) -> Result<Value, ChannelError> {
+            unreachable!("requests go through the rounds")
+        }
+        async fn elicit(&self, _: Value) -> Result<Value, ChannelError> {
+            unreachable!("requests go through the rounds")
+        }
+        async fn list_roots(&self) -> Result<Value, ChannelError> {
+            unreachable!("requests go through the rounds")
+        }
+        async fn log(&self, _: LogLevel, _: Option<&str>, _: Value) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        async fn progress(&self, _: f64, _: Option<f64>, _: Option<String>) {}
+    }
+
+    fn text(result: &CallToolResult) -> String {
+        serde_json::to_string(&result.content).unwrap()
+    }
+
+    /// A call that elicits a name (and logs once before and after), or reports the
+    /// channel's refusal as its text.
+    fn eliciting(
+        features: ClientFeatures,
+        notes: Arc<Notes>,
+    ) -> (Running, oneshot::Receiver<Option<ChannelError>>) {
+        let (seen, seen_rx) = oneshot::channel();
+        let run = Rounds::start(
+            "greet",
+            Arc::from("key-a"),
+            features,
+            notes,
+            move |channel, cancel| async move {
+                channel.log(LogLevel::Info, None, json!("asking")).await;
+                let asked = channel.elicit(json!({
+                    "message": "name?",
+                    "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}
+                }));
+                let answer = tokio::select! {
+                    a = asked => a,
+                    _ = cancel.cancelled() => Err(ChannelError::Cancelled),
+                };
+                channel.log(LogLevel::Info, None, json!("answered")).await;
+                let _ = seen.send(answer.as_ref().err().cloned());
+                match answer {
+                    Ok(v) => CallToolResult::success(vec![Content::text(format!(
+                        "hello {}",
+                        v["content"]["name"]
+                    ))]),
+                    Err(e) => CallToolResult::error(vec![Content::text(e.to_string())]),
+                }
+            },
+        );
+        (run, seen_rx)
+    }
+
+    fn elicit_only() -> ClientFeatures {
+        ClientFeatures::new(false, true, false)
+    }
+
+    #[tokio::test]
+    async fn a_call_that_asks_is_parked_and_resumed_with_the_answer() {
+        let rounds = Arc::new(Rounds::new(Duration::from_secs(60)));
+        let (first, second) = (Arc::new(Notes::default()), Arc::new(Notes::default()));
+        let (run, _) = eliciting(elicit_only(), first.clone());
+        let ct = CancellationToken::new();
+        let CallToolResponse::InputRequired(asked) = rounds.drive(run, &ct).await.unwrap() else {
+            panic!("the call asks its client first");
+        };
+        let requests = asked.input_requests.expect("input requests");
+        assert_eq!(
+            requests.keys().collect::<Vec<_>>(),
+            ["elicitation-create-1"]
+        );
+        let wire = serde_json::to_value(&requests["elicitation-create-1"]).unwrap();
+        assert_eq!(wire["method"], "elicitation/create");
+        assert_eq!(wire["params"]["message"], "name?");
+        assert_eq!(rounds.len(), 1);
+        let state = asked.request_state.expect("a request state");
+        let answers = InputResponses::from([(
+            "elicitation-create-1".to_owned(),
+            json!({"action": "accept", "content": {"name": "Ada"}}),
+        )]);
+        let run = rounds
+            .resume(
+                &state,
+                "greet",
+                &Arc::from("key-a"),
+                Some(answers),
+                second.clone(),
+            )
+            .unwrap();
+        let CallToolResponse::Complete(done) = rounds.drive(run, &ct).await.unwrap() else {
+            panic!("the answer completes the call");
+        };
+        assert!(text(&done).contains("hello \\\"Ada\\\""), "{}", text(&done));
+        assert_eq!(rounds.len(), 0);
+        // Notifications follow the rounds: the first log went to the first request, the
+        // second to the retry.
+        assert_eq!(first.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(second.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // The handle is spent.
+        let err = rounds
+            .resume(&state, "greet", &Arc::from("key-a"), None, second)
+            .err()
+            .expect("a spent state is refused");
+        assert!(
+            err.message.contains("unknown or expired"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[tokio::test]
+    async fn a_retry_for_another_tool_or_key_is_refused_and_the_call_kept() {
+        let rounds = Arc::new(Rounds::new(Duration::from_secs(60)));
+        let notes = Arc::new(Notes::default());
+        let (run, _) = eliciting(elicit_only(), notes.clone());
+        let ct = CancellationToken::new();
+        let CallToolResponse::InputRequired(asked) = rounds.drive(run, &ct).await.unwrap() else {
+            panic!("the call asks its client first");
+        };
+        let state = asked.request_state.unwrap();
+        for (tool, key) in [("other", "key-a"), ("greet", "key-b")] {
+            let err = rounds
+                .resume(&state, tool, &Arc::from(key), None, notes.clone())
+                .err()
+                .expect("refused");
+            assert!(err.message.contains("another call"), "{}", err.message);
+        }
+        assert_eq!(rounds.len(), 1, "a wrong retry does not end the call");
+        // A retry without the answer: the tool's request fails in words, the call ends.
+        let run = rounds
+            .resume(&state, "greet", &Arc::from("key-a"), None, notes)
+            .unwrap();
+        let CallToolResponse::Complete(done) = rounds.drive(run, &ct).await.unwrap() else {
+            panic!("the call ends");
+        };
+        assert_eq!(done.is_error, Some(true));
+        assert!(
+            text(&done).contains("no response for input request `elicitation-create-1`"),
+            "{}",
+            text(&done)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_whose_client_never_comes_back_is_cancelled() {
+        let rounds = Arc::new(Rounds::new(Duration::from_secs(30)));
+        let (run, seen) = eliciting(elicit_only(), Arc::new(Notes::default()));
+        let ct = CancellationToken::new();
+        assert!(matches!(
+            rounds.drive(run, &ct).await.unwrap(),
+            CallToolResponse::InputRequired(_)
+        ));
+        tokio::time::sleep(Duration::from_secs(31)).await;
+        assert_eq!(rounds.len(), 0, "the parked call is dropped");
+        assert_eq!(
+            seen.await.expect("the call ended"),
+            Some(ChannelError::Cancelled),
+            "the tool saw its request cancelled"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_undeclared_capability_is_refused_without_a_round() {
+        let rounds = Arc::new(Rounds::new(Duration::from_secs(60)));
+        let (run, _) = eliciting(
+            ClientFeatures::new(true, false, true),
+            Arc::new(Notes::default()),
+        );
+        let CallToolResponse::Complete(done) =
+            rounds.drive(run, &CancellationToken::new()).await.unwrap()
+        else {
+            panic!("no round without the capability");
+        };
+        assert!(
+            text(&done).contains("did not declare the `elicitation` capability"),
+            "{}",
+            text(&done)
+        );
+        assert_eq!(rounds.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn cancelling_a_round_cancels_the_call() {
+        let rounds = Arc::new(Rounds::new(Duration::from_secs(60)));
+        let (started_tx, started) = oneshot::channel::<()>();
+        let run = Rounds::start(
+            "slow",
+            Arc::from("key-a"),
+            elicit_only(),
+            Arc::new(Notes::default()),
+            move |_channel, cancel| async move {
+                let _ = started_tx.send(());
+                cancel.cancelled().await;
+                CallToolResult::error(vec![Content::text("cancelled")])
+            },
+        );
+        let ct = CancellationToken::new();
+        let driving = {
+            let (rounds, ct) = (rounds.clone(), ct.clone());
+            tokio::spawn(async move { rounds.drive(run, &ct).await })
+        };
+        started.await.unwrap();
+        ct.cancel();
+        let CallToolResponse::Complete(done) = driving.await.unwrap().unwrap() else {
+            panic!("the call ends");
+        };
+        assert!(text(&done).contains("cancelled"));
+    }
+}

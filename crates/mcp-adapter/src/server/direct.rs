@@ -673,6 +673,58 @@ mod tests {
         assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
     }
 
+    /// A 2026-07-28 request is stateless: an `Mcp-Session-Id` it carries (another client's)
+    /// neither takes over that session's direct-path entry nor ends its working set when
+    /// the request's handler goes away.
+    #[tokio::test]
+    async fn a_stateless_request_naming_a_session_does_not_touch_it() {
+        let server = server();
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let sid = open(&server, &router, json!({})).await;
+        let before = server.shared.direct.get(&sid).expect("registered");
+        let key: Arc<str> = Arc::from(format!("mcp:{sid}"));
+        let stateless = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "tool_search", "arguments": {"query": "echo"},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}
+        }}});
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri("/mcp")
+            .header("host", "127.0.0.1:7345")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "tool_search")
+            .header("mcp-session-id", &sid)
+            .body(Body::from(stateless.to_string()))
+            .unwrap();
+        let resp = router.clone().oneshot(req).await.unwrap();
+        let status = resp.status();
+        let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let body = String::from_utf8_lossy(&body);
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert!(body.contains(r#""id":9"#), "answered: {body}");
+        // The stateless request's handler is gone by now (its response was read).
+        tokio::task::yield_now().await;
+        let after = server.shared.direct.get(&sid).expect("still registered");
+        assert!(
+            Arc::ptr_eq(&before, &after),
+            "the session's entry is its own"
+        );
+        assert!(
+            server.shared.surface.working_set(&key).is_empty(),
+            "the stateless search did not page tools into the session's working set"
+        );
+        let r = send(&router, Method::POST, Some(&sid), call(10, json!({}))).await;
+        assert_eq!(r.content_type, "application/json", "{}", r.body);
+    }
+
     fn call_body(extra_params: &str) -> Bytes {
         Bytes::from(format!(
             r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"t","arguments":{{"a":1}}{extra_params}}}}}"#

@@ -35,7 +35,7 @@ use super::{
     content::{ContentError, ContentOffer, ContentSource, ListChange},
     from_contract,
     key::{CONVERSATION_HEADER, CONVERSATION_META, KeySources, working_set_key},
-    rounds::Rounds,
+    rounds::{Owner, Rounds},
     watch::Changes,
 };
 
@@ -53,6 +53,10 @@ pub(crate) struct Scope {
     tenant: Option<Arc<str>>,
     /// Whether the key came from the MCP session id (forgotten when the session ends).
     session_bound: bool,
+    /// The MCP session the request belongs to: its `Mcp-Session-Id`, or the stdio
+    /// connection's; none for a 2026-07-28 request, which has no session whatever headers
+    /// it sends.
+    session: Option<Arc<str>>,
 }
 
 /// The state of one handler instance (a session, or a single stateless request).
@@ -96,7 +100,16 @@ pub(crate) fn scope(
             .and_then(|p| p.headers.get(name))
             .and_then(|v| v.to_str().ok())
     };
-    let session_id = header(SESSION_HEADER).or(fixed_session);
+    // A 2026-07-28 request is stateless: an `Mcp-Session-Id` it carries names no session of
+    // its own (rmcp does not check it), so it must not reach another session's working set.
+    let stateless = meta
+        .protocol_version()
+        .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
+    let session_id = if stateless {
+        fixed_session
+    } else {
+        header(SESSION_HEADER).or(fixed_session)
+    };
     let sources = KeySources {
         meta_conversation: meta.0.0.get(CONVERSATION_META),
         header_conversation: header(CONVERSATION_HEADER),
@@ -116,6 +129,7 @@ pub(crate) fn scope(
         principal: principal.map(|p| p.name.clone()),
         tenant: principal.and_then(|p| p.tenant.clone()),
         session_bound,
+        session: session_id.map(Arc::from),
     })
 }
 
@@ -221,14 +235,8 @@ impl Handler {
     /// Remembers the key, and on a session (not a stateless request) starts the task that
     /// sends `list_changed` through the session's peer; a session is also registered for
     /// the direct path.
-    fn track(&self, scope: &Scope, extensions: &Extensions, peer: &Peer<RoleServer>) {
-        let session = self.fixed_session.clone().or_else(|| {
-            extensions
-                .get::<axum::http::request::Parts>()
-                .and_then(|p| p.headers.get(SESSION_HEADER))
-                .and_then(|v| v.to_str().ok())
-                .map(Arc::from)
-        });
+    fn track(&self, scope: &Scope, peer: &Peer<RoleServer>) {
+        let session = scope.session.clone();
         if self.fixed_session.is_none()
             && let Some(sid) = &session
         {
@@ -326,10 +334,8 @@ pub(crate) async fn call(
     let progress_state = channel.map(|(_, state)| state);
     let every = shared.options.progress_interval;
     // Only a call with a progress token needs the timer.
-    let mut ticker = progress
-        .as_ref()
-        .map(|_| tokio::time::interval_at(tokio::time::Instant::now() + every, every));
-    let mut ticks = 0u32;
+    let mut heartbeat =
+        progress.map(|(token, peer)| Heartbeat::new(token, peer.clone(), progress_state, every));
     let call = shared.dispatcher.call(name, input, ctx);
     tokio::pin!(call);
     let mut cancelled = false;
@@ -341,31 +347,64 @@ pub(crate) async fn call(
                 cancelled = true;
                 cancel.cancel();
             }
-            _ = async { ticker.as_mut().expect("guarded").tick().await }, if ticker.is_some() => {
-                // The heartbeat stops once the tool reports its own progress.
-                if progress_state
-                    .as_ref()
-                    .is_some_and(|st| st.reported.load(std::sync::atomic::Ordering::Acquire))
-                {
-                    continue;
-                }
-                ticks += 1;
-                if let Some((token, peer)) = &progress
-                    && progress_state
-                        .as_ref()
-                        .is_none_or(|st| st.advance(f64::from(ticks)))
-                {
-                    let mut p = ProgressNotificationParam::new(token.clone(), f64::from(ticks));
-                    p.message = Some(format!("`{name}` is running ({:.1}s)", (every * ticks).as_secs_f64()));
-                    let _ = peer.notify_progress(p).await;
-                }
-            }
+            _ = async { heartbeat.as_mut().expect("guarded").beat(name).await }, if heartbeat.is_some() => {}
         }
     };
     if cancelled {
         tracing::debug!(tool = %name, "the client cancelled the call");
     }
     from_contract::call_result(&envelope, &shared.options.render)
+}
+
+/// The progress heartbeat of a call whose request carried a progress token: a
+/// `notifications/progress` every interval, until the tool reports progress of its own.
+pub(crate) struct Heartbeat {
+    token: ProgressToken,
+    peer: Peer<RoleServer>,
+    state: Option<Arc<ProgressState>>,
+    every: std::time::Duration,
+    ticker: tokio::time::Interval,
+    ticks: u32,
+}
+
+impl Heartbeat {
+    pub(crate) fn new(
+        token: ProgressToken,
+        peer: Peer<RoleServer>,
+        state: Option<Arc<ProgressState>>,
+        every: std::time::Duration,
+    ) -> Self {
+        Heartbeat {
+            token,
+            peer,
+            state,
+            every,
+            ticker: tokio::time::interval_at(tokio::time::Instant::now() + every, every),
+            ticks: 0,
+        }
+    }
+
+    /// Waits for the next tick and sends it (unless the tool reported progress itself).
+    pub(crate) async fn beat(&mut self, name: &str) {
+        self.ticker.tick().await;
+        if self
+            .state
+            .as_ref()
+            .is_some_and(|st| st.reported.load(std::sync::atomic::Ordering::Acquire))
+        {
+            return;
+        }
+        self.ticks += 1;
+        let value = f64::from(self.ticks);
+        if self.state.as_ref().is_none_or(|st| st.advance(value)) {
+            let mut p = ProgressNotificationParam::new(self.token.clone(), value);
+            p.message = Some(format!(
+                "`{name}` is running ({:.1}s)",
+                (self.every * self.ticks).as_secs_f64()
+            ));
+            let _ = self.peer.notify_progress(p).await;
+        }
+    }
 }
 
 /// Sends a session `list_changed` for its tools (when its surface changed) and for
@@ -517,7 +556,7 @@ impl ServerHandler for Handler {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let scope = self.scope(&context.meta, &context.extensions)?;
-        self.track(&scope, &context.extensions, &context.peer);
+        self.track(&scope, &context.peer);
         self.shared.restore_once(&scope.key).await;
         let composed = self
             .shared
@@ -534,7 +573,7 @@ impl ServerHandler for Handler {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let scope = self.scope(&context.meta, &context.extensions)?;
-        self.track(&scope, &context.extensions, &context.peer);
+        self.track(&scope, &context.peer);
         self.shared.restore_once(&scope.key).await;
         let progress = context.meta.get_progress_token();
         let progress_state = Arc::new(ProgressState::default());
@@ -560,23 +599,37 @@ impl ServerHandler for Handler {
         if modern {
             // Server-to-client requests travel as InputRequiredResult rounds (SEP-2322).
             let rounds = &self.shared.rounds;
+            let owner = Owner {
+                key: scope.key.clone(),
+                principal: scope.principal.clone(),
+                tenant: scope.tenant.clone(),
+            };
+            // This round's heartbeat (the call's own would go to the first request only).
+            let every = self.shared.options.progress_interval;
+            let heartbeat = progress.clone().map(|token| {
+                Heartbeat::new(
+                    token,
+                    context.peer.clone(),
+                    Some(progress_state.clone()),
+                    every,
+                )
+            });
             if let Some(state) = request.request_state.as_deref() {
                 let run = rounds.resume(
                     state,
                     &name,
-                    &scope.key,
+                    &owner,
                     request.input_responses,
                     Arc::new(peer_channel),
                 )?;
-                return rounds.drive(run, &context.ct).await;
+                return rounds.drive(run, &context.ct, heartbeat).await;
             }
             if features.sampling || features.elicitation || features.roots {
                 let (shared, scope) = (self.shared.clone(), scope.clone());
                 let tool = name.to_string();
-                let heartbeat = progress.map(|token| (token, context.peer.clone()));
                 let run = Rounds::start(
                     &name,
-                    scope.key.clone(),
+                    owner,
                     features,
                     Arc::new(peer_channel),
                     move |channel, cancel| async move {
@@ -586,13 +639,13 @@ impl ServerHandler for Handler {
                             &tool,
                             input,
                             &cancel,
-                            heartbeat.as_ref().map(|(t, p)| (t.clone(), p)),
+                            None,
                             Some((channel, progress_state)),
                         )
                         .await
                     },
                 );
-                return rounds.drive(run, &context.ct).await;
+                return rounds.drive(run, &context.ct, heartbeat).await;
             }
         }
         let channel: Arc<dyn quiver_contract::ClientChannel> = Arc::new(peer_channel);

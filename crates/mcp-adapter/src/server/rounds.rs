@@ -12,12 +12,15 @@
 //! upstream server waiting for its elicitation answer, cannot be replayed): the call runs in
 //! its own task, each request it sends to the client is parked, and `requestState` is only
 //! the handle of the waiting call (a random id, never data the server trusts). A retry must
-//! name the same tool under the same working-set key (the same client); its `arguments` are
-//! ignored, the call already has them. A parked call the client never comes back for is
-//! cancelled after [`ServerOptions::input_wait`](super::ServerOptions) (the audit log then
-//! records it as cancelled); at most [`MAX_PARKED`] calls wait at once, beyond that a tool's
-//! request is refused in words. Log and progress notifications of such a call go to the
-//! request of the current round.
+//! name the same tool for the same [`Owner`] (working-set key, principal and tenant); its
+//! `arguments` are ignored, the call already has them. The client's answers are checked
+//! against the result type of each request before the tool sees them. A parked call the
+//! client never comes back for is cancelled after
+//! [`ServerOptions::input_wait`](super::ServerOptions); the call's own timeout keeps running
+//! while it waits, so the shorter of the two ends it. At most [`MAX_PARKED`] calls wait at
+//! once, [`MAX_PARKED_PER_OWNER`] per owner; beyond that a tool's request is refused in
+//! words. Log and progress notifications of such a call go to the request of the current
+//! round, which also carries its own progress heartbeat.
 
 // Sampling and roots are deprecated by SEP-2577; 2026-era clients may still offer them.
 #![allow(deprecated)]
@@ -33,18 +36,34 @@ use quiver_contract::{ChannelError, ClientChannel, ClientFeatures, LogLevel};
 use rmcp::{
     ErrorData as McpError,
     model::{
-        CallToolResponse, CallToolResult, CreateMessageRequestParams, ElicitRequestParams,
-        InputRequest, InputRequests, InputRequiredResult, InputResponses,
+        CallToolResponse, CallToolResult, CreateMessageRequestParams, CreateMessageResult,
+        ElicitRequestParams, ElicitResult, InputRequest, InputRequests, InputRequiredResult,
+        InputResponses, ListRootsResult,
     },
 };
+use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::handler::lock;
+use super::handler::{Heartbeat, lock};
 
 /// Most calls that may wait for client input at once.
 pub(crate) const MAX_PARKED: usize = 1024;
+
+/// Most calls of one [`Owner`] that may wait for client input at once.
+pub(crate) const MAX_PARKED_PER_OWNER: usize = 32;
+
+/// Whose call it is: a retry must come from the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Owner {
+    /// The working-set key.
+    pub(crate) key: Arc<str>,
+    /// The authenticated token's name, if any.
+    pub(crate) principal: Option<Arc<str>>,
+    /// The token's tenant, if any.
+    pub(crate) tenant: Option<Arc<str>>,
+}
 
 type Reply = oneshot::Sender<Result<Value, ChannelError>>;
 
@@ -71,15 +90,22 @@ struct Parked {
 pub(crate) struct Running {
     task: tokio::task::JoinHandle<CallToolResult>,
     asks: mpsc::UnboundedReceiver<Ask>,
-    /// Requests sent to the client in the last round, by their `inputRequests` key.
-    waiting: Vec<(String, Reply)>,
+    /// Requests sent to the client in the last round: their `inputRequests` key and method.
+    waiting: Vec<(String, &'static str, Reply)>,
     /// The call's own cancellation (the client's `notifications/cancelled` of any round).
     cancel: CancellationToken,
     tool: String,
-    key: Arc<str>,
+    owner: Owner,
     /// Where log and progress notifications go: the request of the current round.
     current: Arc<Mutex<Arc<dyn ClientChannel>>>,
     asked: u64,
+}
+
+impl Drop for Running {
+    /// A call nobody drives or keeps any more (its request went away while it ran) ends.
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
 }
 
 impl Rounds {
@@ -101,7 +127,7 @@ impl Rounds {
     /// progress notifications until the next round.
     pub(crate) fn start<F, Fut>(
         tool: &str,
-        key: Arc<str>,
+        owner: Owner,
         features: ClientFeatures,
         notify: Arc<dyn ClientChannel>,
         call: F,
@@ -125,19 +151,19 @@ impl Rounds {
             waiting: Vec::new(),
             cancel,
             tool: tool.to_owned(),
-            key,
+            owner,
             current,
             asked: 0,
         }
     }
 
-    /// Takes the call `state` names back for its next round, hands it the client's answers
-    /// and points its notifications at this round's request.
+    /// Takes the call `state` names back for its next round, points its notifications at
+    /// this round's request and hands it the client's answers.
     pub(crate) fn resume(
         &self,
         state: &str,
         tool: &str,
-        key: &Arc<str>,
+        owner: &Owner,
         responses: Option<InputResponses>,
         notify: Arc<dyn ClientChannel>,
     ) -> Result<Running, McpError> {
@@ -145,98 +171,113 @@ impl Rounds {
         let Some(p) = parked.get(state) else {
             return Err(McpError::invalid_params(
                 format!(
-                    "requestState is unknown or expired: the call it belonged to ended or was cancelled after waiting {}s for input. Call `{tool}` again without requestState and inputResponses.",
-                    self.wait.as_secs()
+                    "requestState does not name a call waiting on this server: it finished and its result was already returned, it waited longer than {}s for input and was cancelled, it was never issued here, or the server restarted. Call `{tool}` again without requestState and inputResponses.",
+                    self.wait.as_secs_f64()
                 ),
                 None,
             ));
         };
-        if p.run.tool != tool || p.run.key != *key {
+        if p.run.tool != tool || p.run.owner != *owner {
             return Err(McpError::invalid_params(
-                "requestState belongs to another call: retry the same tool with the requestState it returned, unchanged",
+                format!(
+                    "requestState belongs to another call: retry `{}` with the same conversation key, session and token as the request that returned it, and the requestState unchanged",
+                    p.run.tool
+                ),
                 None,
             ));
         }
         let Parked { mut run, expiry } = parked.remove(state).expect("present");
         drop(parked);
         expiry.abort();
+        *lock(&run.current) = notify;
         let mut responses = responses.unwrap_or_default();
-        for (k, reply) in run.waiting.drain(..) {
-            let answer = responses.remove(&k).ok_or_else(|| ChannelError::Client {
-                code: i64::from(rmcp::model::ErrorCode::INVALID_PARAMS.0),
-                message: format!("the client sent no response for input request `{k}`"),
-            });
+        for (k, method, reply) in run.waiting.drain(..) {
+            let answer = match responses.remove(&k) {
+                Some(v) => checked_answer(&k, method, v),
+                None => Err(ChannelError::Client {
+                    code: i64::from(rmcp::model::ErrorCode::INVALID_PARAMS.0),
+                    message: format!("the client sent no response for input request `{k}`"),
+                }),
+            };
             let _ = reply.send(answer);
         }
-        *lock(&run.current) = notify;
         Ok(run)
     }
 
     /// Waits for the call to finish (its result) or to ask its client something (an
-    /// `InputRequiredResult`, the call parked). `ct` is this round's request cancellation.
+    /// `InputRequiredResult`, the call parked). `ct` is this round's request cancellation;
+    /// `heartbeat` this round's progress heartbeat, if it asked for progress.
     pub(crate) async fn drive(
         self: &Arc<Self>,
         mut run: Running,
         ct: &CancellationToken,
+        mut heartbeat: Option<Heartbeat>,
     ) -> Result<CallToolResponse, McpError> {
         let mut cancelled = false;
         loop {
             tokio::select! {
+                biased;
+                _ = ct.cancelled(), if !cancelled => {
+                    // notifications/cancelled for this round: the call ends as cancelled,
+                    // and what it asks from now on is refused.
+                    cancelled = true;
+                    run.cancel.cancel();
+                }
                 done = &mut run.task => {
                     return done.map(CallToolResponse::from).map_err(|e| {
                         McpError::internal_error(format!("the call's task failed: {e}"), None)
                     });
                 }
-                Some(ask) = run.asks.recv(), if !cancelled => {
-                    let mut requests = InputRequests::new();
-                    let mut next = Some(ask);
-                    while let Some(ask) = next.take().or_else(|| run.asks.try_recv().ok()) {
-                        run.asked += 1;
-                        let key = format!("{}-{}", ask.method.replace('/', "-"), run.asked);
-                        let wire = match ask.params {
-                            Some(p) => json!({"method": ask.method, "params": p}),
-                            None => json!({"method": ask.method}),
-                        };
-                        match serde_json::from_value::<InputRequest>(wire) {
-                            Ok(request) => {
-                                requests.insert(key.clone(), request);
-                                run.waiting.push((key, ask.reply));
-                            }
-                            Err(e) => {
-                                let _ = ask.reply.send(Err(ChannelError::Invalid(format!(
-                                    "invalid {} params: {e}",
-                                    ask.method
-                                ))));
-                            }
-                        }
+                Some(ask) = run.asks.recv() => {
+                    if cancelled {
+                        let _ = ask.reply.send(Err(ChannelError::Cancelled));
+                        continue;
                     }
+                    let requests = run.take_asks(ask);
                     if requests.is_empty() {
                         continue;
                     }
-                    if lock(&self.parked).len() >= MAX_PARKED {
-                        for (_, reply) in run.waiting.drain(..) {
-                            let _ = reply.send(Err(ChannelError::Unsupported(format!(
-                                "cannot ask the client now: {MAX_PARKED} calls already wait for their clients' input; try again later"
-                            ))));
+                    match self.park(run) {
+                        Ok(state) => {
+                            return Ok(InputRequiredResult::new(Some(requests), Some(state)).into());
                         }
-                        continue;
+                        Err(back) => run = *back,
                     }
-                    let state = self.park(run);
-                    return Ok(InputRequiredResult::new(Some(requests), Some(state)).into());
                 }
-                _ = ct.cancelled(), if !cancelled => {
-                    // notifications/cancelled for this round: the call ends as cancelled.
-                    cancelled = true;
-                    run.cancel.cancel();
-                }
+                _ = async { heartbeat.as_mut().expect("guarded").beat(&run.tool).await }, if heartbeat.is_some() => {}
             }
         }
     }
 
-    fn park(self: &Arc<Self>, run: Running) -> String {
+    /// Parks `run` and returns its handle, or gives it back with its requests refused when
+    /// too many calls wait already.
+    fn park(self: &Arc<Self>, mut run: Running) -> Result<String, Box<Running>> {
+        let mut parked = lock(&self.parked);
+        let mine = parked.values().filter(|p| p.run.owner == run.owner).count();
+        let full = if parked.len() >= MAX_PARKED {
+            Some(format!(
+                "{MAX_PARKED} calls already wait for their clients' input"
+            ))
+        } else if mine >= MAX_PARKED_PER_OWNER {
+            Some(format!(
+                "{MAX_PARKED_PER_OWNER} of this client's calls already wait for its input; answer or cancel those first"
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = full {
+            drop(parked);
+            for (_, _, reply) in run.waiting.drain(..) {
+                let _ = reply.send(Err(ChannelError::Unsupported(format!(
+                    "cannot ask the client now: {why}"
+                ))));
+            }
+            return Err(Box::new(run));
+        }
         let state = uuid::Uuid::new_v4().simple().to_string();
         let weak: Weak<Rounds> = Arc::downgrade(self);
         let (wait, named) = (self.wait, state.clone());
+        // Spawned under the lock, so it cannot look for the entry before it is there.
         let expiry = tokio::spawn(async move {
             tokio::time::sleep(wait).await;
             let Some(rounds) = weak.upgrade() else { return };
@@ -245,14 +286,58 @@ impl Rounds {
             };
             tracing::info!(
                 tool = %p.run.tool,
-                waited_s = wait.as_secs(),
+                waited_s = wait.as_secs_f64(),
                 "the client did not answer the call's input requests in time: cancelling the call"
             );
-            p.run.cancel.cancel();
-            // Dropping the replies tells the waiting requests the call was abandoned.
+            // Dropping the call cancels it; its waiting requests see `Cancelled`.
         });
-        lock(&self.parked).insert(state.clone(), Parked { run, expiry });
-        state
+        parked.insert(state.clone(), Parked { run, expiry });
+        Ok(state)
+    }
+}
+
+impl Running {
+    /// `first` and every request queued behind it, as the next round's input requests (a
+    /// request whose params do not fit the MCP schema is refused on the spot).
+    fn take_asks(&mut self, first: Ask) -> InputRequests {
+        let mut requests = InputRequests::new();
+        let mut next = Some(first);
+        while let Some(ask) = next.take().or_else(|| self.asks.try_recv().ok()) {
+            self.asked += 1;
+            let key = format!("{}-{}", ask.method.replace('/', "-"), self.asked);
+            let wire = match ask.params {
+                Some(p) => json!({"method": ask.method, "params": p}),
+                None => json!({"method": ask.method}),
+            };
+            match serde_json::from_value::<InputRequest>(wire) {
+                Ok(request) => {
+                    requests.insert(key.clone(), request);
+                    self.waiting.push((key, ask.method, ask.reply));
+                }
+                Err(e) => {
+                    let _ = ask.reply.send(Err(ChannelError::Invalid(format!(
+                        "invalid {} params: {e}",
+                        ask.method
+                    ))));
+                }
+            }
+        }
+        requests
+    }
+}
+
+/// The client's answer to input request `key` if it is a result of `method`'s type.
+fn checked_answer(key: &str, method: &str, answer: Value) -> Result<Value, ChannelError> {
+    let fits = match method {
+        "sampling/createMessage" => CreateMessageResult::deserialize(&answer).err(),
+        "elicitation/create" => ElicitResult::deserialize(&answer).err(),
+        _ => ListRootsResult::deserialize(&answer).err(),
+    };
+    match fits {
+        None => Ok(answer),
+        Some(e) => Err(ChannelError::Invalid(format!(
+            "the client's response to input request `{key}` is not a {method} result: {e}"
+        ))),
     }
 }
 
@@ -383,7 +468,7 @@ mod tests {
         let (seen, seen_rx) = oneshot::channel();
         let run = Rounds::start(
             "greet",
-            Arc::from("key-a"),
+            owner("key-a"),
             features,
             notes,
             move |channel, cancel| async move {
@@ -410,6 +495,14 @@ mod tests {
         (run, seen_rx)
     }
 
+    fn owner(key: &str) -> Owner {
+        Owner {
+            key: Arc::from(key),
+            principal: None,
+            tenant: None,
+        }
+    }
+
     fn elicit_only() -> ClientFeatures {
         ClientFeatures::new(false, true, false)
     }
@@ -420,7 +513,8 @@ mod tests {
         let (first, second) = (Arc::new(Notes::default()), Arc::new(Notes::default()));
         let (run, _) = eliciting(elicit_only(), first.clone());
         let ct = CancellationToken::new();
-        let CallToolResponse::InputRequired(asked) = rounds.drive(run, &ct).await.unwrap() else {
+        let CallToolResponse::InputRequired(asked) = rounds.drive(run, &ct, None).await.unwrap()
+        else {
             panic!("the call asks its client first");
         };
         let requests = asked.input_requests.expect("input requests");
@@ -441,12 +535,12 @@ mod tests {
             .resume(
                 &state,
                 "greet",
-                &Arc::from("key-a"),
+                &owner("key-a"),
                 Some(answers),
                 second.clone(),
             )
             .unwrap();
-        let CallToolResponse::Complete(done) = rounds.drive(run, &ct).await.unwrap() else {
+        let CallToolResponse::Complete(done) = rounds.drive(run, &ct, None).await.unwrap() else {
             panic!("the answer completes the call");
         };
         assert!(text(&done).contains("hello \\\"Ada\\\""), "{}", text(&done));
@@ -457,11 +551,12 @@ mod tests {
         assert_eq!(second.0.load(std::sync::atomic::Ordering::SeqCst), 1);
         // The handle is spent.
         let err = rounds
-            .resume(&state, "greet", &Arc::from("key-a"), None, second)
+            .resume(&state, "greet", &owner("key-a"), None, second)
             .err()
             .expect("a spent state is refused");
         assert!(
-            err.message.contains("unknown or expired"),
+            err.message
+                .contains("does not name a call waiting on this server"),
             "{}",
             err.message
         );
@@ -473,13 +568,20 @@ mod tests {
         let notes = Arc::new(Notes::default());
         let (run, _) = eliciting(elicit_only(), notes.clone());
         let ct = CancellationToken::new();
-        let CallToolResponse::InputRequired(asked) = rounds.drive(run, &ct).await.unwrap() else {
+        let CallToolResponse::InputRequired(asked) = rounds.drive(run, &ct, None).await.unwrap()
+        else {
             panic!("the call asks its client first");
         };
         let state = asked.request_state.unwrap();
-        for (tool, key) in [("other", "key-a"), ("greet", "key-b")] {
+        let mut tenant = owner("key-a");
+        tenant.tenant = Some(Arc::from("other-tenant"));
+        for (tool, who) in [
+            ("other", owner("key-a")),
+            ("greet", owner("key-b")),
+            ("greet", tenant),
+        ] {
             let err = rounds
-                .resume(&state, tool, &Arc::from(key), None, notes.clone())
+                .resume(&state, tool, &who, None, notes.clone())
                 .err()
                 .expect("refused");
             assert!(err.message.contains("another call"), "{}", err.message);
@@ -487,9 +589,9 @@ mod tests {
         assert_eq!(rounds.len(), 1, "a wrong retry does not end the call");
         // A retry without the answer: the tool's request fails in words, the call ends.
         let run = rounds
-            .resume(&state, "greet", &Arc::from("key-a"), None, notes)
+            .resume(&state, "greet", &owner("key-a"), None, notes)
             .unwrap();
-        let CallToolResponse::Complete(done) = rounds.drive(run, &ct).await.unwrap() else {
+        let CallToolResponse::Complete(done) = rounds.drive(run, &ct, None).await.unwrap() else {
             panic!("the call ends");
         };
         assert_eq!(done.is_error, Some(true));
@@ -500,22 +602,114 @@ mod tests {
         );
     }
 
+    /// A tool that asks (without waiting for the answer) and then waits only for its
+    /// cancellation: it ends only if the call is cancelled.
+    fn asks_then_waits(who: Owner) -> (Running, oneshot::Receiver<&'static str>) {
+        let (ended, ended_rx) = oneshot::channel();
+        let run = Rounds::start(
+            "wait",
+            who,
+            elicit_only(),
+            Arc::new(Notes::default()),
+            move |channel, cancel| async move {
+                tokio::spawn(async move {
+                    let _ = channel
+                        .elicit(json!({"message": "x", "requestedSchema": {"type": "object", "properties": {}}}))
+                        .await;
+                });
+                cancel.cancelled().await;
+                let _ = ended.send("cancelled");
+                CallToolResult::error(vec![Content::text("cancelled")])
+            },
+        );
+        (run, ended_rx)
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_call_whose_client_never_comes_back_is_cancelled() {
         let rounds = Arc::new(Rounds::new(Duration::from_secs(30)));
-        let (run, seen) = eliciting(elicit_only(), Arc::new(Notes::default()));
+        let (run, ended) = asks_then_waits(owner("key-a"));
         let ct = CancellationToken::new();
         assert!(matches!(
-            rounds.drive(run, &ct).await.unwrap(),
+            rounds.drive(run, &ct, None).await.unwrap(),
             CallToolResponse::InputRequired(_)
         ));
-        tokio::time::sleep(Duration::from_secs(31)).await;
+        tokio::time::sleep(Duration::from_secs(29)).await;
+        assert_eq!(rounds.len(), 1, "still waiting before the deadline");
+        tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(rounds.len(), 0, "the parked call is dropped");
         assert_eq!(
-            seen.await.expect("the call ended"),
-            Some(ChannelError::Cancelled),
-            "the tool saw its request cancelled"
+            ended.await,
+            Ok("cancelled"),
+            "the call's token was cancelled"
         );
+    }
+
+    #[tokio::test]
+    async fn one_owner_cannot_park_more_than_its_share() {
+        let rounds = Arc::new(Rounds::new(Duration::from_secs(60)));
+        let ct = CancellationToken::new();
+        for _ in 0..MAX_PARKED_PER_OWNER {
+            let (run, _) = asks_then_waits(owner("greedy"));
+            assert!(matches!(
+                rounds.drive(run, &ct, None).await.unwrap(),
+                CallToolResponse::InputRequired(_)
+            ));
+        }
+        // The next call of the same owner has its request refused in words (and runs on).
+        let (run, seen) = eliciting(elicit_only(), Arc::new(Notes::default()));
+        let mut run = run;
+        run.owner = owner("greedy");
+        let CallToolResponse::Complete(done) = rounds.drive(run, &ct, None).await.unwrap() else {
+            panic!("not parked");
+        };
+        assert!(
+            text(&done).contains("of this client's calls already wait for its input"),
+            "{}",
+            text(&done)
+        );
+        assert!(matches!(seen.await, Ok(Some(ChannelError::Unsupported(_)))));
+        // Another owner still can.
+        let (run, _) = eliciting(elicit_only(), Arc::new(Notes::default()));
+        assert!(matches!(
+            rounds.drive(run, &ct, None).await.unwrap(),
+            CallToolResponse::InputRequired(_)
+        ));
+        assert_eq!(rounds.len(), MAX_PARKED_PER_OWNER + 1);
+    }
+
+    #[tokio::test]
+    async fn an_answer_of_the_wrong_shape_is_refused_before_the_tool_sees_it() {
+        let rounds = Arc::new(Rounds::new(Duration::from_secs(60)));
+        let notes = Arc::new(Notes::default());
+        let (run, seen) = eliciting(elicit_only(), notes.clone());
+        let ct = CancellationToken::new();
+        let CallToolResponse::InputRequired(asked) = rounds.drive(run, &ct, None).await.unwrap()
+        else {
+            panic!("the call asks first");
+        };
+        let answers = InputResponses::from([(
+            "elicitation-create-1".to_owned(),
+            json!({"action": "maybe"}),
+        )]);
+        let run = rounds
+            .resume(
+                &asked.request_state.unwrap(),
+                "greet",
+                &owner("key-a"),
+                Some(answers),
+                notes,
+            )
+            .unwrap();
+        let CallToolResponse::Complete(done) = rounds.drive(run, &ct, None).await.unwrap() else {
+            panic!("the call ends");
+        };
+        assert!(
+            text(&done).contains("is not a elicitation/create result"),
+            "{}",
+            text(&done)
+        );
+        assert!(matches!(seen.await, Ok(Some(ChannelError::Invalid(_)))));
     }
 
     #[tokio::test]
@@ -525,8 +719,10 @@ mod tests {
             ClientFeatures::new(true, false, true),
             Arc::new(Notes::default()),
         );
-        let CallToolResponse::Complete(done) =
-            rounds.drive(run, &CancellationToken::new()).await.unwrap()
+        let CallToolResponse::Complete(done) = rounds
+            .drive(run, &CancellationToken::new(), None)
+            .await
+            .unwrap()
         else {
             panic!("no round without the capability");
         };
@@ -544,7 +740,7 @@ mod tests {
         let (started_tx, started) = oneshot::channel::<()>();
         let run = Rounds::start(
             "slow",
-            Arc::from("key-a"),
+            owner("key-a"),
             elicit_only(),
             Arc::new(Notes::default()),
             move |_channel, cancel| async move {
@@ -556,7 +752,7 @@ mod tests {
         let ct = CancellationToken::new();
         let driving = {
             let (rounds, ct) = (rounds.clone(), ct.clone());
-            tokio::spawn(async move { rounds.drive(run, &ct).await })
+            tokio::spawn(async move { rounds.drive(run, &ct, None).await })
         };
         started.await.unwrap();
         ct.cancel();

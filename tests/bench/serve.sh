@@ -8,7 +8,9 @@
 #   STDIO_BRIDGES=1 tests/bench/serve.sh
 #     also 5: stdio server-everything bridged by quiver, supergateway (npm), mcp-proxy (PyPI),
 #     and the same calls straight to the stdio server (tests/bench/stdio_direct.py); the two
-#     peers are installed into $PEERS/bridges unless SUPERGATEWAY / MCP_PROXY name them
+#     peers are installed into $PEERS/bridges unless SUPERGATEWAY / MCP_PROXY name them;
+#     5b runs the three side by side (`quiver-serve-bench bridges`: one call to each and
+#     one straight to the stdio server per round, twice)
 #
 # Env: TARGET (default /work/target-bench/release), N (1000), CLIENTS (64), SECS (5).
 set -euo pipefail
@@ -118,5 +120,26 @@ if [ -n "${STDIO_BRIDGES:-}" ]; then
     "$BENCH" latency "http://127.0.0.1:$P/mcp" echo echo "$N" | sed 's/^/mcp-proxy: /'
     kill "$MP"
   fi
+  echo "# $(uptime)"
+  echo "## 5b. the same, side by side: all three bridges up at once, every round one call"
+  echo "##     straight to the stdio server (a Rust raw client) and one through each bridge"
+  start_quiver stdio2 --mcp-config "$WORK/stdio.json"
+  QP=$QPID
+  P1=$(free_port)
+  "$SUPERGATEWAY" --stdio "$EVERYTHING stdio" --outputTransport streamableHttp --stateful --port "$P1" \
+    >"$WORK/sg2.out" 2>&1 &
+  SG=$!; PIDS+=("$SG")
+  P2=$(free_port)
+  "$MCP_PROXY" --port "$P2" -- "$EVERYTHING" stdio >"$WORK/mp2.out" 2>&1 &
+  MP=$!; PIDS+=("$MP")
+  wait_port "$P1"
+  wait_port "$P2"
+  for _ in 1 2; do
+    "$BENCH" bridges echo "$N" 100 "$EVERYTHING stdio" echo \
+      quiver "$QURL" mcp__everything__echo \
+      supergateway "http://127.0.0.1:$P1/mcp" echo \
+      mcp-proxy "http://127.0.0.1:$P2/mcp" echo
+  done
+  kill "$QP" "$SG" "$MP"
   echo "# $(uptime)"
 fi

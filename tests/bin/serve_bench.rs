@@ -12,6 +12,14 @@
 //!   on each server, calls interleaved (A then B, then B then A, ...), so both series see
 //!   the same load; prints both series and the median of the paired differences B - A
 //!   (what B adds, robust against load that drifts during the run).
+//! - `quiver-serve-bench bridges ARGS N WARMUP "CMD [CMD_ARGS]" NAME URL TOOL [NAME URL TOOL
+//!   ...]`: the bridges of one stdio server side by side. CMD is the stdio server itself,
+//!   called straight over its stdin/stdout (newline-delimited JSON-RPC, the upstream's own
+//!   time); each NAME is a streamable-HTTP endpoint in front of its own copy of that server.
+//!   Every round calls each of them once, the order rotating per round, so all series see
+//!   the same load; prints each series, its added p50 over the direct one, the median of its
+//!   paired differences, and, when one is named `quiver`, the ratio of the slowest other's
+//!   added p50 to Quiver's.
 //!
 //! ARGS is `describe` (alternates `{"name": "tool_search"}` and `{"name": "describe_tool"}`,
 //! so the loop guard never sees identical consecutive calls), `echo`
@@ -25,8 +33,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
+    io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     net::TcpStream,
+    process::{Child, ChildStdin, ChildStdout, Command},
 };
 
 struct Target {
@@ -402,6 +411,168 @@ async fn compare(
     Ok(())
 }
 
+/// A raw client on a stdio MCP server: one JSON-RPC message per line.
+struct Stdio {
+    child: Child,
+    stdin: ChildStdin,
+    out: BufReader<ChildStdout>,
+    next_id: u64,
+    line: String,
+}
+
+impl Stdio {
+    async fn spawn(cmd: &str) -> Result<Self> {
+        let mut parts = cmd.split_whitespace();
+        let program = parts.next().context("an empty stdio command")?;
+        let mut child = Command::new(program)
+            .args(parts)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {cmd}"))?;
+        let stdin = child.stdin.take().context("stdin")?;
+        let out = BufReader::new(child.stdout.take().context("stdout")?);
+        let mut s = Stdio {
+            child,
+            stdin,
+            out,
+            next_id: 0,
+            line: String::new(),
+        };
+        s.request(
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "quiver-serve-bench", "version": "1"}}),
+        )
+        .await?;
+        s.stdin
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
+            .await?;
+        Ok(s)
+    }
+
+    async fn request(&mut self, method: &str, params: Value) -> Result<Value> {
+        self.next_id += 1;
+        let mut msg = serde_json::to_vec(
+            &json!({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}),
+        )?;
+        msg.push(b'\n');
+        self.stdin.write_all(&msg).await?;
+        loop {
+            self.line.clear();
+            if self.out.read_line(&mut self.line).await? == 0 {
+                bail!("the stdio server closed its stdout");
+            }
+            let reply: Value = serde_json::from_str(&self.line)?;
+            if reply["id"] == json!(self.next_id) {
+                if let Some(e) = reply.get("error") {
+                    bail!("{method}: {e}");
+                }
+                return Ok(reply["result"].clone());
+            }
+        }
+    }
+
+    async fn call(&mut self, tool: &str, arguments: Value) -> Result<()> {
+        let result = self
+            .request("tools/call", json!({"name": tool, "arguments": arguments}))
+            .await?;
+        if result["isError"] == json!(true) {
+            bail!("tools/call {tool}: tool error {result}");
+        }
+        Ok(())
+    }
+}
+
+async fn bridges(
+    kind: &str,
+    n: u64,
+    warmup: u64,
+    direct_cmd: &str,
+    direct_tool: &str,
+    targets: Vec<(String, Target, String)>,
+) -> Result<()> {
+    let mut direct = Stdio::spawn(direct_cmd).await?;
+    let mut conns = Vec::new();
+    for (name, target, _) in &targets {
+        let mut c = Conn::connect(target)
+            .await
+            .with_context(|| format!("connecting to {name}"))?;
+        c.handshake().await?;
+        conns.push(c);
+    }
+    let sides = targets.len() + 1;
+    let mut times: Vec<Vec<u64>> = vec![Vec::with_capacity(n as usize); sides];
+    for i in 0..warmup + n {
+        let mut round = vec![0u64; sides];
+        for k in 0..sides {
+            let side = (i as usize + k) % sides;
+            let args = arguments(kind, i)?;
+            let start = Instant::now();
+            if side == 0 {
+                direct.call(direct_tool, args).await?;
+            } else {
+                conns[side - 1].call(&targets[side - 1].2, args).await?;
+            }
+            round[side] = start.elapsed().as_micros() as u64;
+        }
+        if i >= warmup {
+            for (t, r) in times.iter_mut().zip(round) {
+                t.push(r);
+            }
+        }
+    }
+    for c in &mut conns {
+        c.close().await?;
+    }
+    let _ = direct.child.start_kill();
+    let paired: Vec<i64> = (1..sides)
+        .map(|side| {
+            let mut d: Vec<i64> = times[side]
+                .iter()
+                .zip(&times[0])
+                .map(|(b, a)| *b as i64 - *a as i64)
+                .collect();
+            d.sort_unstable();
+            d[d.len() / 2]
+        })
+        .collect();
+    let stats: Vec<Value> = times.iter_mut().map(|t| stats(t)).collect();
+    let p50 = |v: &Value| v["p50_us"].as_i64().unwrap_or(0);
+    let direct_p50 = p50(&stats[0]);
+    let mut out_targets = Vec::new();
+    let mut added = Vec::new();
+    for (side, (name, _, tool)) in targets.iter().enumerate() {
+        let a = p50(&stats[side + 1]) - direct_p50;
+        added.push((name.clone(), a));
+        out_targets.push(json!({
+            "name": name, "tool": tool, "latency": stats[side + 1],
+            "added_p50_us": a, "median_paired_added_us": paired[side],
+        }));
+    }
+    let mut out = json!({
+        "mode": "bridges", "calls": n, "warmup": warmup,
+        "direct": {"command": direct_cmd, "latency": stats[0]},
+        "targets": out_targets,
+    });
+    if let Some((_, q)) = added.iter().find(|(name, _)| name == "quiver")
+        && let Some((slowest, worst)) = added
+            .iter()
+            .filter(|(name, _)| name != "quiver")
+            .max_by_key(|(_, a)| *a)
+        && *q > 0
+    {
+        out["ratio_slowest_peer_over_quiver"] = json!({
+            "peer": slowest,
+            "ratio": ((*worst as f64 / *q as f64) * 10.0).round() / 10.0,
+        });
+    }
+    println!("{out}");
+    Ok(())
+}
+
 async fn throughput(target: Target, tool: &str, kind: &str, clients: u64, secs: f64) -> Result<()> {
     let target = std::sync::Arc::new(target);
     // Connect and handshake every client first, then start them together.
@@ -452,7 +623,8 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = "usage: quiver-serve-bench latency URL TOOL ARGS [N] [WARMUP] | \
                  throughput URL TOOL ARGS CLIENTS SECS | \
-                 compare URL_A TOOL_A URL_B TOOL_B ARGS [N] [WARMUP]";
+                 compare URL_A TOOL_A URL_B TOOL_B ARGS [N] [WARMUP] | \
+                 bridges ARGS N WARMUP \"CMD [CMD_ARGS]\" DIRECT_TOOL NAME URL TOOL [...]";
     let get = |i: usize| args.get(i).map(String::as_str).context(usage);
     let mode = get(0)?;
     if mode == "compare" {
@@ -465,6 +637,24 @@ fn main() -> Result<()> {
             .enable_all()
             .build()?
             .block_on(compare(a, b, &kind, n, warmup));
+    }
+    if mode == "bridges" {
+        let kind = get(1)?.to_owned();
+        let n = get(2)?.parse()?;
+        let warmup = get(3)?.parse()?;
+        let (cmd, direct_tool) = (get(4)?.to_owned(), get(5)?.to_owned());
+        let rest = &args[6..];
+        if rest.is_empty() || !rest.len().is_multiple_of(3) {
+            bail!("{usage}");
+        }
+        let targets = rest
+            .chunks(3)
+            .map(|c| Ok((c[0].clone(), Target::parse(&c[1])?, c[2].clone())))
+            .collect::<Result<Vec<_>>>()?;
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(bridges(&kind, n, warmup, &cmd, &direct_tool, targets));
     }
     let target = Target::parse(get(1)?)?;
     let tool = get(2)?.to_owned();

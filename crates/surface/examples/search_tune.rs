@@ -1,10 +1,12 @@
 //! By-hand diagnosis and tuning of the search index on a benchmark set (no asserts).
 //!
-//! `cargo run --release -p quiver-surface --example search_tune -- [eval|diagnose|tune] [DIR]`
+//! `cargo run --release -p quiver-surface --example search_tune -- [eval|diagnose|tune|random|hybrid] [DIR]`
 //!
 //! `DIR` defaults to the shared `livemcpbench` set beside the clone. `eval` prints the
 //! metrics, `diagnose` the top 10 of every query with the needed tools marked, `tune`
-//! one-at-a-time sweeps of the ranking constants around the defaults. The search module is
+//! one-at-a-time sweeps of the ranking constants around the defaults, `random` a
+//! cross-validated random search over all of them (`RANDOM_N` samples), `hybrid` the blend
+//! with the model-free hashed embedder. The search module is
 //! compiled into this binary (`#[path]`), so the sweeps reach its crate-internal constants
 //! without widening the library's public API.
 
@@ -15,7 +17,7 @@ mod search;
 use std::path::PathBuf;
 
 use search::eval::{evaluate_ranker, parse_tools};
-use search::{HashedNgrams, HybridConfig, Params, SearchIndex, query_terms};
+use search::{EvalReport, HashedNgrams, HybridConfig, Params, SearchIndex, query_terms};
 
 fn all(_: &str) -> bool {
     true
@@ -41,6 +43,7 @@ fn main() {
         "hybrid" => hybrid(&tools, &queries),
         "diagnose" => diagnose(&tools, &queries),
         "tune" => tune(&tools, &queries),
+        "random" => random(&tools, &queries),
         other => panic!("unknown mode {other:?}: eval, diagnose or tune"),
     }
 }
@@ -282,5 +285,120 @@ fn hybrid(tools: &str, queries: &str) {
             SearchIndex::with_embedder(std::sync::Arc::new(HashedNgrams::default()), config);
         ix.upsert_all(&refs);
         score_index(queries, &format!("hashed 3-grams w {w} k {k}"), &ix);
+    }
+}
+
+/// A small xorshift generator (no dependency for a by-hand tool).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+    /// `x` scaled by a factor between 1/(1+s) and 1+s, log-uniform.
+    fn jitter(&mut self, x: f64, s: f64) -> f64 {
+        let l = (1.0 + s).ln();
+        x * ((self.next() * 2.0 - 1.0) * l).exp()
+    }
+    fn pick(&mut self, lo: usize, hi: usize) -> usize {
+        lo + (self.next() * (hi - lo + 1) as f64) as usize % (hi - lo + 1)
+    }
+}
+
+/// Random search around the defaults, cross-validated: configurations are chosen on one
+/// half of the queries and judged on the other (`RANDOM_N` samples, default 600).
+fn random(tools: &str, queries: &str) {
+    let n: usize = std::env::var("RANDOM_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(600);
+    let (odd, even) = (half(queries, true), half(queries, false));
+    let eval = |p: &Params, qs: &str| {
+        let ix = build(tools, p.clone());
+        evaluate_ranker(qs, |q| {
+            ix.search(q, 10, &all).into_iter().map(|h| h.name).collect()
+        })
+        .expect("queries parse")
+    };
+    let d = Params::default();
+    let (d_odd, d_even) = (eval(&d, &odd), eval(&d, &even));
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rows = Vec::new();
+    for _ in 0..n {
+        let mut p = d.clone();
+        p.k1 = rng.jitter(d.k1, 0.5);
+        for f in 0..3 {
+            p.weight[f] = rng.jitter(d.weight[f], 0.6);
+            p.b[f] = rng.jitter(d.b[f], 0.4).min(1.0);
+        }
+        p.prefix_weight = rng.jitter(d.prefix_weight, 0.6);
+        p.coverage = rng.jitter(d.coverage, 0.8);
+        p.related_weight = rng.jitter(d.related_weight, 0.5);
+        p.server_name = rng.jitter(d.server_name, 0.8);
+        p.server_context = rng.jitter(d.server_context, 0.8);
+        p.diversity = rng.jitter(d.diversity, 0.8).min(0.9);
+        p.diversify_depth = rng.pick(10, 40);
+        p.path_weight = rng.jitter(d.path_weight, 0.8);
+        p.filler_weight = rng.jitter(d.filler_weight, 0.8);
+        p.fb_docs = rng.pick(1, 6);
+        p.fb_terms = rng.pick(3, 16);
+        p.fb_weight = rng.jitter(d.fb_weight, 0.8);
+        let (o, e) = (eval(&p, &odd), eval(&p, &even));
+        rows.push((p, o, e));
+    }
+    let gain = |r: &EvalReport, base: &EvalReport| {
+        (r.recall_at_5 - base.recall_at_5) + (r.ndcg_at_10 - base.ndcg_at_10)
+    };
+    for (train, name) in [(true, "odd"), (false, "even")] {
+        let mut idx: Vec<usize> = (0..rows.len()).collect();
+        let key = |i: usize| {
+            let (_, o, e) = &rows[i];
+            if train {
+                gain(o, &d_odd)
+            } else {
+                gain(e, &d_even)
+            }
+        };
+        idx.sort_by(|a, b| key(*b).total_cmp(&key(*a)));
+        println!(
+            "chosen on the {name} half (r@5 + ndcg gain over the default), judged on the other:"
+        );
+        for &i in idx.iter().take(8) {
+            let (p, o, e) = &rows[i];
+            let (tr, te, tb, eb) = if train {
+                (o, e, &d_odd, &d_even)
+            } else {
+                (e, o, &d_even, &d_odd)
+            };
+            println!(
+                "  train {:+5.1} r@5 {:+5.1} ndcg | held out {:+5.1} h@1 {:+5.1} r@5 {:+5.1} ndcg | {:?}",
+                tr.recall_at_5 - tb.recall_at_5,
+                tr.ndcg_at_10 - tb.ndcg_at_10,
+                te.hit_at_1 - eb.hit_at_1,
+                te.recall_at_5 - eb.recall_at_5,
+                te.ndcg_at_10 - eb.ndcg_at_10,
+                p
+            );
+        }
+    }
+    let mut both: Vec<usize> = (0..rows.len()).collect();
+    let worst = |i: usize| gain(&rows[i].1, &d_odd).min(gain(&rows[i].2, &d_even));
+    both.sort_by(|a, b| worst(*b).total_cmp(&worst(*a)));
+    println!("best on both halves at once (the smaller of the two gains):");
+    for &i in both.iter().take(5) {
+        let (p, o, e) = &rows[i];
+        println!(
+            "  odd {:+5.1} h@1 {:+5.1} r@5 {:+5.1} ndcg | even {:+5.1} h@1 {:+5.1} r@5 {:+5.1} ndcg | {:?}",
+            o.hit_at_1 - d_odd.hit_at_1,
+            o.recall_at_5 - d_odd.recall_at_5,
+            o.ndcg_at_10 - d_odd.ndcg_at_10,
+            e.hit_at_1 - d_even.hit_at_1,
+            e.recall_at_5 - d_even.recall_at_5,
+            e.ndcg_at_10 - d_even.ndcg_at_10,
+            p
+        );
     }
 }

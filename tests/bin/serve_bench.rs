@@ -294,11 +294,16 @@ impl Conn {
         let result = self
             .request("tools/call", json!({"name": tool, "arguments": arguments}))
             .await?;
-        if result["isError"] == json!(true) {
-            bail!("tools/call {tool}: tool error {result}");
-        }
-        Ok(())
+        succeeded(tool, &result)
     }
+}
+
+/// A `tools/call` result that is not a tool error.
+fn succeeded(tool: &str, result: &Value) -> Result<()> {
+    if result["isError"] == json!(true) {
+        bail!("tools/call {tool}: tool error {result}");
+    }
+    Ok(())
 }
 
 fn arguments(kind: &str, i: u64) -> Result<Value> {
@@ -479,10 +484,7 @@ impl Stdio {
         let result = self
             .request("tools/call", json!({"name": tool, "arguments": arguments}))
             .await?;
-        if result["isError"] == json!(true) {
-            bail!("tools/call {tool}: tool error {result}");
-        }
-        Ok(())
+        succeeded(tool, &result)
     }
 }
 

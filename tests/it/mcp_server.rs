@@ -276,32 +276,30 @@ fn everything_mcp_json() -> PathBuf {
     path
 }
 
+/// `relay.py MODE` against `quiver serve` with server-everything (stdio) as its upstream.
+async fn relay_through_quiver(mode: &str) {
+    let config = everything_mcp_json();
+    let config = config.to_str().expect("utf-8 path");
+    let server = Server::start(
+        quiver_binary(),
+        &["--mcp-config", config, "serve", "--listen", "127.0.0.1:0"],
+    )
+    .await;
+    run_script("relay.py", &[&server.url, mode]).await;
+}
+
 /// server-everything registers its sampling, elicitation and roots tools only for a client
 /// that declares those capabilities; Quiver declares them upstream, and relays the requests
 /// to the downstream client whose call caused them (HTTP session -> stdio upstream).
 #[tokio::test]
 async fn server_requests_reach_the_calling_client_through_quiver() {
-    let config = everything_mcp_json();
-    let config = config.to_str().expect("utf-8 path");
-    let server = Server::start(
-        quiver_binary(),
-        &["--mcp-config", config, "serve", "--listen", "127.0.0.1:0"],
-    )
-    .await;
-    run_script("relay.py", &[&server.url, "--with-capabilities"]).await;
+    relay_through_quiver("--with-capabilities").await;
 }
 
 /// A client that declared no sampling gets a clear refusal through the upstream tool's error.
 #[tokio::test]
 async fn sampling_is_refused_for_a_client_that_did_not_declare_it() {
-    let config = everything_mcp_json();
-    let config = config.to_str().expect("utf-8 path");
-    let server = Server::start(
-        quiver_binary(),
-        &["--mcp-config", config, "serve", "--listen", "127.0.0.1:0"],
-    )
-    .await;
-    run_script("relay.py", &[&server.url, "--without-capabilities"]).await;
+    relay_through_quiver("--without-capabilities").await;
 }
 
 /// A 2026-07-28 client cannot be sent server-to-client requests: a tool's sampling and
@@ -317,14 +315,7 @@ async fn server_requests_reach_a_stateless_client_as_input_rounds() {
 /// `quiver serve`) to a 2026-07-28 client while the upstream's call waits for the answer.
 #[tokio::test]
 async fn upstream_requests_reach_a_stateless_client_through_quiver() {
-    let config = everything_mcp_json();
-    let config = config.to_str().expect("utf-8 path");
-    let server = Server::start(
-        quiver_binary(),
-        &["--mcp-config", config, "serve", "--listen", "127.0.0.1:0"],
-    )
-    .await;
-    run_script("relay.py", &[&server.url, "--stateless-upstream"]).await;
+    relay_through_quiver("--stateless-upstream").await;
 }
 
 /// The conformance suite's prefix (`.ci/setup-peers` installs the suite and the Node it

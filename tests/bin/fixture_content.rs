@@ -4,12 +4,15 @@
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 
 use async_trait::async_trait;
-use quiver_mcp_adapter::{ContentError, ContentOffer, ContentSource};
+use quiver_mcp_adapter::{ContentError, ContentOffer, ContentSource, ListChange};
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
@@ -24,6 +27,9 @@ const UPDATE_EVERY: Duration = Duration::from_millis(200);
 pub(crate) struct FixtureContent {
     updates: broadcast::Sender<String>,
     subscribed: Arc<Mutex<HashMap<String, usize>>>,
+    lists: broadcast::Sender<ListChange>,
+    /// Prompts added at run time (`add_prompt`).
+    added: AtomicUsize,
 }
 
 impl FixtureContent {
@@ -34,6 +40,8 @@ impl FixtureContent {
         let me = Arc::new(FixtureContent {
             updates: updates.clone(),
             subscribed: subscribed.clone(),
+            lists: broadcast::channel(16).0,
+            added: AtomicUsize::new(0),
         });
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(UPDATE_EVERY);
@@ -51,6 +59,13 @@ impl FixtureContent {
             }
         });
         me
+    }
+
+    /// Adds a prompt (`test_added_prompt_N`) and announces the changed prompt list.
+    pub(crate) fn add_prompt(&self) -> usize {
+        let n = self.added.fetch_add(1, Ordering::SeqCst) + 1;
+        let _ = self.lists.send(ListChange::Prompts);
+        n
     }
 }
 
@@ -161,7 +176,15 @@ impl ContentSource for FixtureContent {
     }
 
     async fn list_prompts(&self) -> Result<Vec<Value>, ContentError> {
-        Ok(prompts())
+        let mut all = prompts();
+        for n in 1..=self.added.load(Ordering::SeqCst) {
+            all.push(json!({"name": format!("test_added_prompt_{n}"), "description": "A prompt added at run time."}));
+        }
+        Ok(all)
+    }
+
+    fn list_changes(&self) -> broadcast::Receiver<ListChange> {
+        self.lists.subscribe()
     }
 
     async fn get_prompt(

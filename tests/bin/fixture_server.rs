@@ -448,6 +448,337 @@ fn talkback_tools() -> Vec<Arc<dyn Tool>> {
     ]
 }
 
+/// The fixtures of the conformance suite's `input-required-result-*` scenarios (SEP-2322,
+/// 2026-07-28): each asks the client through its call's channel under the names the suite
+/// expects; on the stateless protocol Quiver turns the requests into `InputRequiredResult`
+/// rounds and keeps the call waiting between them (it is not re-run per round).
+struct InputRound {
+    spec: ToolSpec,
+    run: Round,
+}
+
+#[derive(Clone, Copy)]
+enum Round {
+    Elicitation,
+    Sampling,
+    ListRoots,
+    RequestState,
+    MultipleInputs,
+    Rounds,
+    TamperedState,
+    Capabilities,
+    /// Needs sampling and fails without it: on 2026-07-28 the call is the -32021 error.
+    MissingCapability,
+}
+
+fn ask_name(message: &str, field: &str) -> Value {
+    json!({
+        "message": message,
+        "requestedSchema": {
+            "type": "object",
+            "properties": {field: {"type": "string"}},
+            "required": [field]
+        }
+    })
+}
+
+fn ask_llm(text: &str, max_tokens: u32) -> Value {
+    json!({
+        "messages": [{"role": "user", "content": {"type": "text", "text": text}}],
+        "maxTokens": max_tokens
+    })
+}
+
+#[async_trait]
+impl Tool for InputRound {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    async fn call(&self, _input: Value, ctx: &CallContext) -> ToolResult {
+        const ELICIT: &str = "elicitation/create";
+        const SAMPLE: &str = "sampling/createMessage";
+        const ROOTS: &str = "roots/list";
+        let text = match self.run {
+            Round::Elicitation => {
+                let a = ctx
+                    .request_named("user_name", ELICIT, ask_name("What is your name?", "name"))
+                    .await
+                    .map_err(channel_failed)?;
+                format!(
+                    "Hello, {}!",
+                    a["content"]["name"].as_str().unwrap_or("stranger")
+                )
+            }
+            Round::Sampling => {
+                let a = ctx
+                    .request_named(
+                        "capital_question",
+                        SAMPLE,
+                        ask_llm("What is the capital of France?", 100),
+                    )
+                    .await
+                    .map_err(channel_failed)?;
+                format!(
+                    "The model said: {}",
+                    a["content"]["text"].as_str().unwrap_or_default()
+                )
+            }
+            Round::ListRoots => {
+                let a = ctx
+                    .request_named("client_roots", ROOTS, json!({}))
+                    .await
+                    .map_err(channel_failed)?;
+                format!("The client's roots: {}", a["roots"])
+            }
+            Round::RequestState | Round::TamperedState => {
+                let schema = json!({
+                    "message": "Please confirm",
+                    "requestedSchema": {
+                        "type": "object",
+                        "properties": {"ok": {"type": "boolean"}},
+                        "required": ["ok"]
+                    }
+                });
+                let a = ctx
+                    .request_named("confirm", ELICIT, schema)
+                    .await
+                    .map_err(channel_failed)?;
+                // Quiver checked the echoed requestState before the answer got here.
+                format!("state-ok: confirmed={}", a["content"]["ok"])
+            }
+            Round::MultipleInputs => {
+                let (name, greeting, roots) = tokio::join!(
+                    ctx.request_named("user_name", ELICIT, ask_name("What is your name?", "name")),
+                    ctx.request_named("greeting", SAMPLE, ask_llm("Generate a greeting", 50)),
+                    ctx.request_named("client_roots", ROOTS, json!({})),
+                );
+                let (name, greeting, roots) = (
+                    name.map_err(channel_failed)?,
+                    greeting.map_err(channel_failed)?,
+                    roots.map_err(channel_failed)?,
+                );
+                format!(
+                    "{} to {}, with {} root(s)",
+                    greeting["content"]["text"].as_str().unwrap_or_default(),
+                    name["content"]["name"].as_str().unwrap_or("stranger"),
+                    roots["roots"].as_array().map_or(0, Vec::len)
+                )
+            }
+            Round::Rounds => {
+                let a = ctx
+                    .request_named(
+                        "step1",
+                        ELICIT,
+                        ask_name("Step 1: What is your name?", "name"),
+                    )
+                    .await
+                    .map_err(channel_failed)?;
+                let b = ctx
+                    .request_named(
+                        "step2",
+                        ELICIT,
+                        ask_name("Step 2: What is your favorite color?", "color"),
+                    )
+                    .await
+                    .map_err(channel_failed)?;
+                format!(
+                    "{} likes {}",
+                    a["content"]["name"].as_str().unwrap_or("stranger"),
+                    b["content"]["color"].as_str().unwrap_or("no color")
+                )
+            }
+            Round::Capabilities => {
+                // Asks only for what the client declared: an undeclared request is refused
+                // on the spot and never becomes an input request.
+                let f = ctx.client_features();
+                let mut parts = Vec::new();
+                if f.elicitation {
+                    let a = ctx
+                        .request_named("user_name", ELICIT, ask_name("What is your name?", "name"))
+                        .await
+                        .map_err(channel_failed)?;
+                    parts.push(format!("name {}", a["content"]["name"]));
+                }
+                if f.sampling {
+                    let a = ctx
+                        .request_named("greeting", SAMPLE, ask_llm("Generate a greeting", 50))
+                        .await
+                        .map_err(channel_failed)?;
+                    parts.push(format!("greeting {}", a["content"]["text"]));
+                }
+                format!("asked for: {}", parts.join(", "))
+            }
+            Round::MissingCapability => {
+                let a = ctx
+                    .create_message(ask_llm("Say hello", 20))
+                    .await
+                    .map_err(channel_failed)?;
+                format!("sampled: {}", a["content"]["text"])
+            }
+        };
+        Ok(Envelope::ok(json!(text)))
+    }
+}
+
+/// The conformance suite's `json_schema_2020_12_tool`: its input schema uses JSON Schema
+/// 2020-12 (`$schema`, `$defs` with an `$anchor`, `$ref`, `allOf`/`anyOf`, `if`/`then`/`else`,
+/// `additionalProperties: false`), which tools/list must carry unchanged.
+fn json_schema_tool() -> Arc<dyn Tool> {
+    Arc::new(Fixed {
+        spec: ToolSpec::new(
+            "json_schema_2020_12_tool",
+            "Tool with JSON Schema 2020-12 features",
+        )
+        .read_only()
+        .with_schema(json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "$defs": {"address": {"$anchor": "addressDef", "type": "object",
+                "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
+            "properties": {
+                "name": {"type": "string"},
+                "address": {"$ref": "#/$defs/address"},
+                "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+                "phone": {"type": "string"},
+                "email": {"type": "string"}
+            },
+            "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+            "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+            "then": {"required": ["phone"]},
+            "else": {"required": ["email"]},
+            "additionalProperties": false
+        })),
+        delay: Duration::ZERO,
+        make: || Ok(Envelope::ok(json!("ok"))),
+    })
+}
+
+/// A tool with a parameter mirrored into an HTTP header (SEP-2243 `x-mcp-header`): a
+/// 2026-07-28 call must send `Mcp-Param-Region` matching the argument (rmcp checks it
+/// against the definition Quiver gives it).
+fn header_tool() -> Arc<dyn Tool> {
+    Arc::new(Fixed {
+        spec: ToolSpec::new(
+            "test_custom_header",
+            "Fixture: a parameter sent as a header too.",
+        )
+        .read_only()
+        .with_schema(json!({
+            "type": "object",
+            "properties": {"region": {
+                "type": "string",
+                "description": "The region, also sent as the Mcp-Param-Region header.",
+                "x-mcp-header": "Region"
+            }},
+            "required": ["region"]
+        })),
+        delay: Duration::ZERO,
+        make: || Ok(Envelope::ok(json!("ok"))),
+    })
+}
+
+/// Fixtures the 2026-07-28 conformance scenarios look for in tools/list (a stateless
+/// client's surface is the resident floor: these are anchors).
+const LISTED: [&str; 3] = [
+    "json_schema_2020_12_tool",
+    "test_missing_capability",
+    "test_custom_header",
+];
+
+fn input_round_tools() -> Vec<Arc<dyn Tool>> {
+    [
+        ("test_input_required_result_elicitation", Round::Elicitation),
+        ("test_input_required_result_sampling", Round::Sampling),
+        ("test_input_required_result_list_roots", Round::ListRoots),
+        ("test_input_required_result_request_state", Round::RequestState),
+        ("test_input_required_result_multiple_inputs", Round::MultipleInputs),
+        ("test_input_required_result_multi_round", Round::Rounds),
+        ("test_input_required_result_tampered_state", Round::TamperedState),
+        ("test_input_required_result_capabilities", Round::Capabilities),
+        ("test_missing_capability", Round::MissingCapability),
+    ]
+    .into_iter()
+    .map(|(name, run)| {
+        Arc::new(InputRound {
+            spec: ToolSpec::new(
+                name,
+                "Conformance (SEP-2322): asks the client for input through InputRequiredResult rounds.",
+            )
+            .read_only()
+            .with_schema(json!({"type": "object", "properties": {}})),
+            run,
+        }) as Arc<dyn Tool>
+    })
+    .collect()
+}
+
+/// The content upstream's hook: adds a prompt to its list (a prompts `list_changed`).
+struct ChangePrompts {
+    spec: ToolSpec,
+    content: Arc<content::FixtureContent>,
+}
+
+#[async_trait]
+impl Tool for ChangePrompts {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    async fn call(&self, _input: Value, _ctx: &CallContext) -> ToolResult {
+        let n = self.content.add_prompt();
+        Ok(Envelope::ok(json!(format!("added test_added_prompt_{n}"))))
+    }
+}
+
+/// The conformance suite's list-change hooks (2026-07-28 `subscriptions/listen`):
+/// `test_trigger_tool_change` registers a new tool in the catalog;
+/// `test_trigger_prompt_change` calls the content upstream's `change_prompts` through the
+/// dispatcher, whose prompt list change Quiver relays.
+struct TriggerChange {
+    spec: ToolSpec,
+    catalog: std::sync::Weak<Catalog>,
+    count: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl Tool for TriggerChange {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    async fn call(&self, _input: Value, ctx: &CallContext) -> ToolResult {
+        if self.spec.name == "test_trigger_prompt_change" {
+            let envelope = ctx
+                .call_tool("mcp__conformance__change_prompts", json!({}))
+                .await;
+            return Ok(envelope);
+        }
+        let catalog = self
+            .catalog
+            .upgrade()
+            .ok_or_else(|| ToolError::failed("the catalog is gone"))?;
+        let n = self.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        let name = format!("test_added_tool_{n}");
+        let tool = Weather(ToolSpec::new(name.clone(), "A tool added at run time.").read_only());
+        catalog
+            .register_in("custom tools", Arc::new(tool))
+            .map_err(|e| ToolError::failed(e.to_string()))?;
+        Ok(Envelope::ok(json!(format!("registered {name}"))))
+    }
+}
+
+fn trigger_tools(catalog: &Arc<Catalog>) -> Vec<Arc<dyn Tool>> {
+    ["test_trigger_tool_change", "test_trigger_prompt_change"]
+        .into_iter()
+        .map(|name| {
+            Arc::new(TriggerChange {
+                spec: ToolSpec::new(name, "Conformance: changes the tool or prompt list.")
+                    .with_schema(json!({"type": "object", "properties": {}})),
+                catalog: Arc::downgrade(catalog),
+                count: std::sync::atomic::AtomicUsize::new(0),
+            }) as Arc<dyn Tool>
+        })
+        .collect()
+}
+
 /// Registers a new tool in the catalog at run time (a catalog change every session sees).
 struct RegisterTool {
     spec: ToolSpec,
@@ -599,7 +930,9 @@ async fn content_upstream(
         other => anyhow::bail!("--upstream takes stdio, http or quiver-stdio, not {other}"),
     };
     config.bare_prompts = true;
-    config.allow_tools = Some(Vec::new());
+    // The content upstream's only tool, the hook that changes its prompt list (the real
+    // `quiver` in between, with `quiver-stdio`, names it differently: nothing then).
+    config.allow_tools = Some(vec!["change_prompts".into()]);
     config.required = true;
     let servers = validate_all(&[config], &|_| None)?;
     let client = McpClient::start(catalog.clone(), servers, ClientOptions::default());
@@ -607,13 +940,12 @@ async fn content_upstream(
     Ok((client, child))
 }
 
-fn catalog_and_surface() -> anyhow::Result<(Arc<Catalog>, Arc<Surface>)> {
+/// The catalog, and a surface whose resident floor also holds `anchors`.
+fn catalog_and_surface(anchors: &[&str]) -> anyhow::Result<(Arc<Catalog>, Arc<Surface>)> {
     let catalog = Arc::new(Catalog::new());
-    let surface = Surface::new(
-        catalog.clone(),
-        SurfaceConfig::default(),
-        Arc::new(MemoryUsage::new([])),
-    )?;
+    let mut config = SurfaceConfig::default();
+    config.anchors.extend(anchors.iter().map(|a| a.to_string()));
+    let surface = Surface::new(catalog.clone(), config, Arc::new(MemoryUsage::new([])))?;
     Ok((catalog, surface))
 }
 
@@ -651,9 +983,19 @@ async fn main() -> anyhow::Result<()> {
     }
     let listen = "127.0.0.1:0".parse()?;
     if let Some(mode) = content_mode {
-        let (catalog, surface) = catalog_and_surface()?;
+        // Its client lists its tools: the hook must be on the surface it serves.
+        let (catalog, surface) = catalog_and_surface(&["change_prompts"])?;
+        let content = content::FixtureContent::start();
         let mut families = Families::default();
         families.core = core_tools(&surface);
+        families.custom.push(Arc::new(ChangePrompts {
+            spec: ToolSpec::new(
+                "change_prompts",
+                "Fixture: adds a prompt, so the prompt list changes.",
+            )
+            .with_schema(json!({"type": "object", "properties": {}})),
+            content: content.clone(),
+        }));
         assemble_catalog(&catalog, families)?;
         surface.resync_index();
         let dispatcher = Dispatcher::builder(catalog)
@@ -672,16 +1014,20 @@ async fn main() -> anyhow::Result<()> {
             }
             other => anyhow::bail!("--content-upstream takes stdio or http, not {other}"),
         };
-        let content: Arc<dyn ContentSource> = content::FixtureContent::start();
+        let content: Arc<dyn ContentSource> = content;
         return serve::serve(surface, dispatcher, transport, options, None, Some(content)).await;
     }
-    let (catalog, surface) = catalog_and_surface()?;
+    let (catalog, surface) = catalog_and_surface(&LISTED)?;
     let mut families = Families::default();
     families.core = core_tools(&surface);
     families.custom = fixture_tools();
     families.custom.extend(conformance_tools());
     families.custom.extend(talkback_tools());
+    families.custom.extend(input_round_tools());
+    families.custom.push(json_schema_tool());
+    families.custom.push(header_tool());
     families.custom.push(register_tool(&catalog));
+    families.custom.extend(trigger_tools(&catalog));
     assemble_catalog(&catalog, families)?;
     let (client, _child) = match &upstream {
         Some(kind) => {

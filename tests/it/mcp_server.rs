@@ -7,7 +7,7 @@
 //! binary) adds a searchable tool and a slow one.
 
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{ExitStatus, Stdio},
     sync::OnceLock,
     time::Duration,
@@ -335,10 +335,16 @@ fn conformance_prefix() -> PathBuf {
 /// The conformance CLI, with Node 22 first on its PATH (the suite's `#!/usr/bin/env node`
 /// must not find an older system Node).
 fn conformance_command() -> Command {
-    let bin = conformance_prefix();
-    let path = std::env::join_paths(std::iter::once(bin.clone()).chain(std::env::split_paths(
-        &std::env::var_os("PATH").unwrap_or_default(),
-    )))
+    conformance_command_from(&conformance_prefix())
+}
+
+/// The conformance CLI installed in the `.bin` folder `bin`, run with the Node 22 of the
+/// 0.1.16 suite's prefix.
+fn conformance_command_from(bin: &Path) -> Command {
+    let node = conformance_prefix();
+    let path = std::env::join_paths([bin.to_path_buf(), node].into_iter().chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
     .expect("a valid PATH");
     let mut cmd = Command::new(bin.join("conformance"));
     cmd.env("PATH", path);
@@ -348,12 +354,21 @@ fn conformance_command() -> Command {
 /// Runs the conformance CLI with `args`, its baseline `tests/fixtures/conformance/
 /// {side}-expected-failures.yml` and a fresh output folder named after `run`; at most 300 s.
 pub(crate) async fn run_conformance(args: &[&str], side: &str, run: &str) -> std::process::Output {
+    run_conformance_with(conformance_command(), args, side, run).await
+}
+
+async fn run_conformance_with(
+    mut cli: Command,
+    args: &[&str],
+    side: &str,
+    run: &str,
+) -> std::process::Output {
     let out_dir =
         std::env::temp_dir().join(format!("quiver-conformance-{}-{run}", std::process::id()));
     let baseline = repo_root().join(format!(
         "tests/fixtures/conformance/{side}-expected-failures.yml"
     ));
-    let child = conformance_command()
+    let child = cli
         .args(args)
         .arg("--expected-failures")
         .arg(&baseline)
@@ -368,6 +383,61 @@ pub(crate) async fn run_conformance(args: &[&str], side: &str, run: &str) -> std
         .await
         .expect("the conformance suite finishes in 300 s")
         .expect("the conformance CLI runs")
+}
+
+/// The 2026-07-28 server scenarios of the conformance suite's 0.2.0 pre-release (every
+/// suite: stateless requests, `server/discover`, InputRequiredResult rounds, caching hints,
+/// SEP-2243 headers, plus the scenarios shared with 2025) against the fixture server, its
+/// resources and prompts from an upstream fixture over stdio. The baseline
+/// (`server-2026-expected-failures.yml`) names what Quiver does not serve, and why.
+#[tokio::test]
+async fn the_2026_conformance_scenarios_pass() {
+    let bin = peers().join("conformance-next/node_modules/.bin");
+    assert!(
+        bin.join("conformance").exists(),
+        "{} is missing: run `bash .ci/setup-peers`",
+        bin.display()
+    );
+    let server = Server::start(
+        fixture_binary(),
+        &["--progress-ms", "100", "--upstream", "stdio"],
+    )
+    .await;
+    let out = run_conformance_with(
+        conformance_command_from(&bin),
+        &[
+            "server",
+            "--url",
+            &server.url,
+            "--spec-version",
+            "2026-07-28",
+            "--suite",
+            "all",
+        ],
+        "server-2026",
+        "2026",
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary = stdout.split("=== SUMMARY ===").nth(1).unwrap_or(&stdout);
+    println!("2026:{summary}");
+    assert!(
+        out.status.success(),
+        "conformance failures outside the baseline (2026):\n{summary}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for scenario in [
+        "server-stateless",
+        "input-required-result-multi-round",
+        "input-required-result-multiple-input-requests",
+        "input-required-result-tampered-state",
+        "http-custom-header-server-validation",
+    ] {
+        assert!(
+            summary.contains(&format!("✓ {scenario}: ")),
+            "{scenario} did not pass:\n{summary}"
+        );
+    }
 }
 
 /// Runs the official MCP conformance suite (0.1.16) server scenarios against `url`, checked

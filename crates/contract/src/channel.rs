@@ -128,6 +128,28 @@ pub trait ClientChannel: Send + Sync {
     /// `roots/list`: the result (`{"roots": [...]}`).
     async fn list_roots(&self) -> Result<Value, ChannelError>;
 
+    /// One of the three requests above by its MCP method, named `key`. Where the protocol
+    /// carries requests to the client in a keyed map (2026-07-28: the `inputRequests` of an
+    /// `InputRequiredResult`), the request goes under that key, so a client (or a test) can
+    /// rely on the name; elsewhere the key is unused. Two requests of one round with the
+    /// same key: the second gets a generated name.
+    async fn request_named(
+        &self,
+        key: &str,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, ChannelError> {
+        let _ = key;
+        match method {
+            "sampling/createMessage" => self.create_message(params).await,
+            "elicitation/create" => self.elicit(params).await,
+            "roots/list" => self.list_roots().await,
+            other => Err(ChannelError::Invalid(format!(
+                "`{other}` is not a request a server may send its client: use sampling/createMessage, elicitation/create or roots/list"
+            ))),
+        }
+    }
+
     /// Sends a log message (`notifications/message`) if the client's level admits it.
     /// Best effort: a message the client cannot take is dropped.
     async fn log(&self, level: LogLevel, logger: Option<&str>, data: Value);

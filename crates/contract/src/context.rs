@@ -191,6 +191,19 @@ impl CallContext {
         self.channel("roots/list")?.list_roots().await
     }
 
+    /// Sends `method` (`sampling/createMessage`, `elicitation/create` or `roots/list`) to
+    /// the calling client under the name `key` (see [`ClientChannel::request_named`]).
+    pub async fn request_named(
+        &self,
+        key: &str,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, ChannelError> {
+        self.channel(method)?
+            .request_named(key, method, params)
+            .await
+    }
+
     /// Sends a log message to the calling client; does nothing without one.
     pub async fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
         if let Some(c) = &self.client {

@@ -86,6 +86,48 @@ impl ProgressState {
     }
 }
 
+/// The client capabilities a 2026-07-28 call asked for and the client had not declared. A
+/// call that then fails is answered with `-32021` (Missing Required Client Capability,
+/// SEP-2575) naming them, instead of a tool error.
+#[derive(Default)]
+pub(crate) struct Missing(Mutex<Vec<&'static str>>);
+
+impl Missing {
+    pub(crate) fn note(&self, capability: &'static str) {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if !m.contains(&capability) {
+            m.push(capability);
+        }
+    }
+
+    /// `result` as the call's answer: a failed call that asked for an undeclared capability
+    /// becomes the `-32021` error.
+    pub(crate) fn answer(
+        &self,
+        result: rmcp::model::CallToolResult,
+    ) -> Result<rmcp::model::CallToolResult, rmcp::ErrorData> {
+        let missing = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if result.is_error != Some(true) || missing.is_empty() {
+            return Ok(result);
+        }
+        let mut caps = ClientCapabilities::default();
+        for c in &missing {
+            match *c {
+                "sampling" => caps.sampling = Some(Default::default()),
+                "elicitation" => caps.elicitation = Some(Default::default()),
+                _ => caps.roots = Some(Default::default()),
+            }
+        }
+        let mut error = rmcp::ErrorData::missing_required_client_capability(caps);
+        error.message = format!(
+            "the tool needs the client capabilities {} that the request's `_meta` did not declare; declare them (and handle the requests in InputRequiredResult rounds) to use it",
+            missing.join(", ")
+        )
+        .into();
+        Err(error)
+    }
+}
+
 /// The channel of one call.
 pub(crate) struct PeerChannel {
     pub(crate) peer: Peer<RoleServer>,
@@ -101,11 +143,21 @@ pub(crate) struct PeerChannel {
     /// Whether log messages may be sent at all (a 2026-07-28 request that did not opt in
     /// with `io.modelcontextprotocol/logLevel` gets none).
     pub(crate) logs_allowed: bool,
+    /// On a 2026-07-28 call: where refusals for undeclared capabilities are noted.
+    pub(crate) missing: Option<Arc<Missing>>,
 }
 
 impl PeerChannel {
-    fn check(&self, method: &str, declared: bool, capability: &str) -> Result<(), ChannelError> {
+    fn check(
+        &self,
+        method: &str,
+        declared: bool,
+        capability: &'static str,
+    ) -> Result<(), ChannelError> {
         if !declared {
+            if let Some(m) = &self.missing {
+                m.note(capability);
+            }
             return Err(ChannelError::Unsupported(format!(
                 "cannot send {method}: the MCP client did not declare the `{capability}` capability"
             )));

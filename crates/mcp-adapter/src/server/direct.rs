@@ -342,6 +342,7 @@ async fn serve_call(
         meta_level: None,
         conn: entry.conn.clone(),
         logs_allowed: true,
+        missing: None,
     });
     let result = handler::call(
         shared,

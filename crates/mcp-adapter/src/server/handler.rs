@@ -31,11 +31,11 @@ use tokio_util::sync::CancellationToken;
 use super::{
     Shared,
     auth::Principal,
-    channel::{self, PeerChannel, ProgressState},
+    channel::{self, Missing, PeerChannel, ProgressState},
     content::{ContentError, ContentOffer, ContentSource, ListChange},
     from_contract,
     key::{CONVERSATION_HEADER, CONVERSATION_META, KeySources, working_set_key},
-    rounds::{Owner, Rounds},
+    rounds::{self, Owner, Rounds},
     watch::Changes,
 };
 
@@ -522,6 +522,16 @@ impl ServerHandler for Handler {
         }
     }
 
+    /// A tool's definition for rmcp's SEP-2243 checks of a 2026-07-28 `tools/call`'s
+    /// headers (`Mcp-Name`, and `Mcp-Param-*` for parameters annotated `x-mcp-header`).
+    fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
+        self.shared
+            .surface
+            .catalog()
+            .lookup(name)
+            .map(|entry| from_contract::tool(&entry.spec))
+    }
+
     fn get_info(&self) -> ServerConfig {
         let offer = self.offer();
         #[allow(deprecated)]
@@ -583,6 +593,7 @@ impl ServerHandler for Handler {
             .as_ref()
             .is_some_and(|v| *v >= rmcp::model::ProtocolVersion::V_2026_07_28);
         let features = channel::features(context.client_capabilities().as_ref());
+        let missing = Arc::new(Missing::default());
         let peer_channel = PeerChannel {
             peer: context.peer.clone(),
             request_id: context.id.clone(),
@@ -593,12 +604,14 @@ impl ServerHandler for Handler {
             conn: self.conn.clone(),
             // A 2026-07-28 request gets log messages only when it opts in (SEP-2575).
             logs_allowed: !modern || meta_level.is_some(),
+            missing: modern.then(|| missing.clone()),
         };
         let name = request.name;
         let input = request.arguments.map(Value::Object).unwrap_or(Value::Null);
         if modern {
             // Server-to-client requests travel as InputRequiredResult rounds (SEP-2322).
             let rounds = &self.shared.rounds;
+            rounds::check_responses(request.input_responses.as_ref())?;
             let owner = Owner {
                 key: scope.key.clone(),
                 principal: scope.principal.clone(),
@@ -631,6 +644,8 @@ impl ServerHandler for Handler {
                     &name,
                     owner,
                     features,
+                    missing,
+                    request.input_responses,
                     Arc::new(peer_channel),
                     move |channel, cancel| async move {
                         call(
@@ -649,7 +664,7 @@ impl ServerHandler for Handler {
             }
         }
         let channel: Arc<dyn quiver_contract::ClientChannel> = Arc::new(peer_channel);
-        Ok(call(
+        let result = call(
             &self.shared,
             &scope,
             &name,
@@ -658,8 +673,10 @@ impl ServerHandler for Handler {
             progress.map(|token| (token, &context.peer)),
             Some((channel, progress_state)),
         )
-        .await
-        .into())
+        .await;
+        // On 2026-07-28 a call that failed for want of a capability the client did not
+        // declare is a -32021 error (SEP-2575).
+        Ok(missing.answer(result)?.into())
     }
 
     async fn set_level(
@@ -806,7 +823,7 @@ impl ServerHandler for Handler {
         let all = source
             .list_resources()
             .await
-            .map_err(|e| content_error(e, true))?;
+            .map_err(|e| content_error(e, Some(None)))?;
         paged("resources", all, request)
     }
 
@@ -819,7 +836,7 @@ impl ServerHandler for Handler {
         let all = source
             .list_resource_templates()
             .await
-            .map_err(|e| content_error(e, true))?;
+            .map_err(|e| content_error(e, Some(None)))?;
         paged("resourceTemplates", all, request)
     }
 
@@ -832,7 +849,7 @@ impl ServerHandler for Handler {
         let wire = source
             .read_resource(&request.uri)
             .await
-            .map_err(|e| content_error(e, true))?;
+            .map_err(|e| content_error(e, Some(Some(&request.uri))))?;
         let result: ReadResourceResult = typed(wire, "resources/read")?;
         Ok(result.into())
     }
@@ -849,7 +866,7 @@ impl ServerHandler for Handler {
         source
             .subscribe(&request.uri)
             .await
-            .map_err(|e| content_error(e, true))?;
+            .map_err(|e| content_error(e, Some(Some(&request.uri))))?;
         let fresh = lock(&self.conn.subscriptions).insert(request.uri.clone());
         if !fresh {
             // A concurrent subscribe of the same URI won; give back the extra count.
@@ -869,7 +886,7 @@ impl ServerHandler for Handler {
             source
                 .unsubscribe(&request.uri)
                 .await
-                .map_err(|e| content_error(e, true))?;
+                .map_err(|e| content_error(e, Some(Some(&request.uri))))?;
         }
         Ok(())
     }
@@ -883,7 +900,7 @@ impl ServerHandler for Handler {
         let all = source
             .list_prompts()
             .await
-            .map_err(|e| content_error(e, false))?;
+            .map_err(|e| content_error(e, None))?;
         paged("prompts", all, request)
     }
 
@@ -896,7 +913,7 @@ impl ServerHandler for Handler {
         let wire = source
             .get_prompt(&request.name, request.arguments)
             .await
-            .map_err(|e| content_error(e, false))?;
+            .map_err(|e| content_error(e, None))?;
         let result: GetPromptResult = typed(wire, "prompts/get")?;
         Ok(result.into())
     }
@@ -915,7 +932,7 @@ impl ServerHandler for Handler {
         let wire = source
             .complete(wire)
             .await
-            .map_err(|e| content_error(e, false))?;
+            .map_err(|e| content_error(e, None))?;
         typed(wire, "completion/complete")
     }
 }
@@ -968,7 +985,21 @@ fn typed<T: serde::de::DeserializeOwned>(mut wire: Value, what: &str) -> Result<
     })
 }
 
-fn content_error(e: ContentError, resource: bool) -> McpError {
+/// `e` as the JSON-RPC error; `resource` says the request was about resources, and names the
+/// URI it was about, if one (SEP-2164: a resource not found carries `data.uri`).
+fn content_error(e: ContentError, resource: Option<Option<&str>>) -> McpError {
+    let mut error = content_error_of(e, resource.is_some());
+    // An upstream's own "not found" gets the URI too.
+    if let Some(uri) = resource.flatten()
+        && error.code == rmcp::model::ErrorCode::RESOURCE_NOT_FOUND
+        && error.data.is_none()
+    {
+        error.data = Some(serde_json::json!({"uri": uri}));
+    }
+    error
+}
+
+fn content_error_of(e: ContentError, resource: bool) -> McpError {
     match e {
         ContentError::NotFound(m) if resource => McpError::resource_not_found(m, None),
         ContentError::NotFound(m) | ContentError::InvalidParams(m) => {

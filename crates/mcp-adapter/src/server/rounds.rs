@@ -21,6 +21,15 @@
 //! once, [`MAX_PARKED_PER_OWNER`] per owner; beyond that a tool's request is refused in
 //! words. Log and progress notifications of such a call go to the request of the current
 //! round, which also carries its own progress heartbeat.
+//!
+//! A round collects every request the call sends within [`SETTLE`] of its first (a tool that
+//! asks for several things at once gets them in one round), each under the name the tool gave
+//! it (`ClientChannel::request_named`) or a generated one. Answers the client sends before they
+//! are asked for (a first call carrying `inputResponses`, the ephemeral style, or extra keys on
+//! a retry) serve the requests named with their keys without a round; `inputResponses` values
+//! that are not objects are refused as invalid params. A call that fails after asking for a
+//! capability the client did not declare is answered with `-32021` (Missing Required Client
+//! Capability, SEP-2575) naming it, instead of the tool error.
 
 // Sampling and roots are deprecated by SEP-2577; 2026-era clients may still offer them.
 #![allow(deprecated)]
@@ -46,6 +55,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use super::channel::Missing;
 use super::handler::{Heartbeat, lock};
 
 /// Most calls that may wait for client input at once.
@@ -70,9 +80,15 @@ type Reply = oneshot::Sender<Result<Value, ChannelError>>;
 /// One request of a running call to its client.
 struct Ask {
     method: &'static str,
+    /// The name the tool gave it (`ClientChannel::request_named`).
+    key: Option<String>,
     params: Option<Value>,
     reply: Reply,
 }
+
+/// How long a round waits, after a call's first request, for more requests the call sends
+/// at once (a tool that asks for several things concurrently gets them in one round).
+const SETTLE: Duration = Duration::from_millis(5);
 
 /// The calls waiting for their client's next round.
 pub(crate) struct Rounds {
@@ -98,6 +114,12 @@ pub(crate) struct Running {
     owner: Owner,
     /// Where log and progress notifications go: the request of the current round.
     current: Arc<Mutex<Arc<dyn ClientChannel>>>,
+    /// Capabilities the call asked for that the client had not declared.
+    missing: Arc<Missing>,
+    /// Answers the client sent before they were asked for (a first call with
+    /// `inputResponses`, the ephemeral style of SEP-2322, or extra keys of a retry): a
+    /// request named with one of these keys takes it instead of a round.
+    preset: InputResponses,
     asked: u64,
 }
 
@@ -129,6 +151,8 @@ impl Rounds {
         tool: &str,
         owner: Owner,
         features: ClientFeatures,
+        missing: Arc<Missing>,
+        preset: Option<InputResponses>,
         notify: Arc<dyn ClientChannel>,
         call: F,
     ) -> Running
@@ -142,6 +166,7 @@ impl Rounds {
             asks: tx,
             current: current.clone(),
             features,
+            missing: missing.clone(),
         });
         let cancel = CancellationToken::new();
         let task = tokio::spawn(call(channel, cancel.clone()));
@@ -153,6 +178,8 @@ impl Rounds {
             tool: tool.to_owned(),
             owner,
             current,
+            missing,
+            preset: preset.unwrap_or_default(),
             asked: 0,
         }
     }
@@ -201,6 +228,8 @@ impl Rounds {
             };
             let _ = reply.send(answer);
         }
+        // Answers to requests not made yet are kept for when they are.
+        run.preset.extend(responses);
         Ok(run)
     }
 
@@ -224,16 +253,21 @@ impl Rounds {
                     run.cancel.cancel();
                 }
                 done = &mut run.task => {
-                    return done.map(CallToolResponse::from).map_err(|e| {
+                    let result = done.map_err(|e| {
                         McpError::internal_error(format!("the call's task failed: {e}"), None)
-                    });
+                    })?;
+                    return Ok(run.missing.answer(result)?.into());
                 }
                 Some(ask) = run.asks.recv() => {
                     if cancelled {
                         let _ = ask.reply.send(Err(ChannelError::Cancelled));
                         continue;
                     }
-                    let requests = run.take_asks(ask);
+                    let mut asks = vec![ask];
+                    while let Ok(Some(more)) = tokio::time::timeout(SETTLE, run.asks.recv()).await {
+                        asks.push(more);
+                    }
+                    let requests = run.take_asks(asks);
                     if requests.is_empty() {
                         continue;
                     }
@@ -297,17 +331,25 @@ impl Rounds {
 }
 
 impl Running {
-    /// `first` and every request queued behind it, as the next round's input requests (a
+    /// `asks` and every request queued behind them, as the next round's input requests (a
     /// request whose params do not fit the MCP schema is refused on the spot).
-    fn take_asks(&mut self, first: Ask) -> InputRequests {
+    fn take_asks(&mut self, asks: Vec<Ask>) -> InputRequests {
         let mut requests = InputRequests::new();
-        let mut next = Some(first);
-        while let Some(ask) = next.take().or_else(|| self.asks.try_recv().ok()) {
+        let queued = std::iter::from_fn(|| self.asks.try_recv().ok()).collect::<Vec<_>>();
+        for ask in asks.into_iter().chain(queued) {
+            if let Some(answer) = ask.key.as_ref().and_then(|k| self.preset.remove(k)) {
+                let key = ask.key.as_deref().unwrap_or_default();
+                let _ = ask.reply.send(checked_answer(key, ask.method, answer));
+                continue;
+            }
             self.asked += 1;
-            let key = format!("{}-{}", ask.method.replace('/', "-"), self.asked);
+            let key = match ask.key {
+                Some(k) if !k.is_empty() && !requests.contains_key(&k) => k,
+                _ => format!("{}-{}", ask.method.replace('/', "-"), self.asked),
+            };
             let wire = match ask.params {
                 Some(p) => json!({"method": ask.method, "params": p}),
-                None => json!({"method": ask.method}),
+                None => json!({"method": ask.method, "params": {}}),
             };
             match serde_json::from_value::<InputRequest>(wire) {
                 Ok(request) => {
@@ -324,6 +366,22 @@ impl Running {
         }
         requests
     }
+}
+
+/// Refuses `inputResponses` whose values are not objects (each is the client's result for
+/// one input request): a protocol error, before any call sees them (SEP-2322).
+pub(crate) fn check_responses(responses: Option<&InputResponses>) -> Result<(), McpError> {
+    for (key, value) in responses.into_iter().flatten() {
+        if !value.is_object() {
+            return Err(McpError::invalid_params(
+                format!(
+                    "inputResponses.{key} must be an object: the client's result for the input request `{key}` (an ElicitResult, CreateMessageResult or ListRootsResult), not {value}"
+                ),
+                None,
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The client's answer to input request `key` if it is a result of `method`'s type.
@@ -347,13 +405,20 @@ struct RoundChannel {
     asks: mpsc::UnboundedSender<Ask>,
     current: Arc<Mutex<Arc<dyn ClientChannel>>>,
     features: ClientFeatures,
+    missing: Arc<Missing>,
 }
 
 impl RoundChannel {
-    fn declared(&self, method: &str, declared: bool, capability: &str) -> Result<(), ChannelError> {
+    fn declared(
+        &self,
+        method: &str,
+        declared: bool,
+        capability: &'static str,
+    ) -> Result<(), ChannelError> {
         if declared {
             Ok(())
         } else {
+            self.missing.note(capability);
             Err(ChannelError::Unsupported(format!(
                 "cannot send {method}: the MCP client did not declare the `{capability}` capability"
             )))
@@ -363,18 +428,49 @@ impl RoundChannel {
     async fn ask(
         &self,
         method: &'static str,
+        key: Option<&str>,
         params: Option<Value>,
     ) -> Result<Value, ChannelError> {
         let (reply, answer) = oneshot::channel();
         self.asks
             .send(Ask {
                 method,
+                key: key.map(str::to_owned),
                 params,
                 reply,
             })
             .map_err(|_| ChannelError::Cancelled)?;
         // A dropped reply: the call was cancelled or its client never came back.
         answer.await.unwrap_or(Err(ChannelError::Cancelled))
+    }
+
+    /// Checks the capability and the params, then asks.
+    async fn send(
+        &self,
+        key: Option<&str>,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<Value, ChannelError> {
+        let f = self.features;
+        let (method, declared, capability): (&'static str, bool, &'static str) = match method {
+            "sampling/createMessage" => ("sampling/createMessage", f.sampling, "sampling"),
+            "elicitation/create" => ("elicitation/create", f.elicitation, "elicitation"),
+            "roots/list" => ("roots/list", f.roots, "roots"),
+            other => {
+                return Err(ChannelError::Invalid(format!(
+                    "`{other}` is not a request a server may send its client: use sampling/createMessage, elicitation/create or roots/list"
+                )));
+            }
+        };
+        self.declared(method, declared, capability)?;
+        match (method, &params) {
+            ("sampling/createMessage", Some(p)) => check::<CreateMessageRequestParams>(method, p)?,
+            ("elicitation/create", Some(p)) => check::<ElicitRequestParams>(method, p)?,
+            _ => {}
+        }
+        // roots/list takes no params.
+        let params = if method == "roots/list" { None } else { params };
+        self.ask(method, key, params).await
     }
 
     fn current(&self) -> Arc<dyn ClientChannel> {
@@ -395,22 +491,25 @@ impl ClientChannel for RoundChannel {
     }
 
     async fn create_message(&self, params: Value) -> Result<Value, ChannelError> {
-        let method = "sampling/createMessage";
-        self.declared(method, self.features.sampling, "sampling")?;
-        check::<CreateMessageRequestParams>(method, &params)?;
-        self.ask(method, Some(params)).await
+        self.send(None, "sampling/createMessage", Some(params))
+            .await
     }
 
     async fn elicit(&self, params: Value) -> Result<Value, ChannelError> {
-        let method = "elicitation/create";
-        self.declared(method, self.features.elicitation, "elicitation")?;
-        check::<ElicitRequestParams>(method, &params)?;
-        self.ask(method, Some(params)).await
+        self.send(None, "elicitation/create", Some(params)).await
     }
 
     async fn list_roots(&self) -> Result<Value, ChannelError> {
-        self.declared("roots/list", self.features.roots, "roots")?;
-        self.ask("roots/list", None).await
+        self.send(None, "roots/list", None).await
+    }
+
+    async fn request_named(
+        &self,
+        key: &str,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, ChannelError> {
+        self.send(Some(key), method, Some(params)).await
     }
 
     async fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
@@ -470,6 +569,8 @@ mod tests {
             "greet",
             owner("key-a"),
             features,
+            Arc::new(Missing::default()),
+            None,
             notes,
             move |channel, cancel| async move {
                 channel.log(LogLevel::Info, None, json!("asking")).await;
@@ -610,6 +711,8 @@ mod tests {
             "wait",
             who,
             elicit_only(),
+            Arc::new(Missing::default()),
+            None,
             Arc::new(Notes::default()),
             move |channel, cancel| async move {
                 tokio::spawn(async move {
@@ -715,22 +818,163 @@ mod tests {
     #[tokio::test]
     async fn an_undeclared_capability_is_refused_without_a_round() {
         let rounds = Arc::new(Rounds::new(Duration::from_secs(60)));
-        let (run, _) = eliciting(
+        let (run, seen) = eliciting(
             ClientFeatures::new(true, false, true),
             Arc::new(Notes::default()),
+        );
+        // The tool's request is refused at once; the call, failed for want of it, is the
+        // -32021 error naming the capability (SEP-2575).
+        let err = rounds
+            .drive(run, &CancellationToken::new(), None)
+            .await
+            .expect_err("a protocol error");
+        assert_eq!(
+            err.code,
+            rmcp::model::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+        );
+        assert!(err.message.contains("elicitation"), "{}", err.message);
+        assert!(
+            serde_json::to_string(&err.data)
+                .unwrap()
+                .contains("elicitation"),
+            "{:?}",
+            err.data
+        );
+        assert!(matches!(seen.await, Ok(Some(ChannelError::Unsupported(_)))));
+        assert_eq!(rounds.len(), 0);
+    }
+
+    /// Requests a tool sends at once share one round, under the names it gave them; a
+    /// `roots/list` request carries empty params.
+    #[tokio::test]
+    async fn concurrent_named_requests_share_one_round() {
+        let rounds = Arc::new(Rounds::new(Duration::from_secs(60)));
+        let run = Rounds::start(
+            "three",
+            owner("key-a"),
+            ClientFeatures::new(true, true, true),
+            Arc::new(Missing::default()),
+            None,
+            Arc::new(Notes::default()),
+            move |channel, _cancel| async move {
+                let (a, b, c) = tokio::join!(
+                    channel.request_named(
+                        "user_name",
+                        "elicitation/create",
+                        json!({"message": "name?", "requestedSchema": {"type": "object", "properties": {}}})
+                    ),
+                    channel.request_named(
+                        "greeting",
+                        "sampling/createMessage",
+                        json!({"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}], "maxTokens": 5})
+                    ),
+                    channel.request_named("client_roots", "roots/list", json!({})),
+                );
+                let text = format!(
+                    "{} {} {}",
+                    a.unwrap()["content"]["name"],
+                    b.unwrap()["content"]["text"],
+                    c.unwrap()["roots"][0]["uri"]
+                );
+                CallToolResult::success(vec![Content::text(text)])
+            },
+        );
+        let ct = CancellationToken::new();
+        let CallToolResponse::InputRequired(asked) = rounds.drive(run, &ct, None).await.unwrap()
+        else {
+            panic!("one round");
+        };
+        let requests = asked.input_requests.unwrap();
+        assert_eq!(
+            requests.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["client_roots", "greeting", "user_name"]
+        );
+        let roots = serde_json::to_value(&requests["client_roots"]).unwrap();
+        assert_eq!(roots["method"], "roots/list");
+        let answers = InputResponses::from([
+            (
+                "user_name".to_owned(),
+                json!({"action": "accept", "content": {"name": "Ada"}}),
+            ),
+            (
+                "greeting".to_owned(),
+                json!({"role": "assistant", "content": {"type": "text", "text": "hello"}, "model": "m"}),
+            ),
+            (
+                "client_roots".to_owned(),
+                json!({"roots": [{"uri": "file:///r"}]}),
+            ),
+        ]);
+        let run = rounds
+            .resume(
+                &asked.request_state.unwrap(),
+                "three",
+                &owner("key-a"),
+                Some(answers),
+                Arc::new(Notes::default()),
+            )
+            .unwrap();
+        let CallToolResponse::Complete(done) = rounds.drive(run, &ct, None).await.unwrap() else {
+            panic!("done");
+        };
+        assert!(
+            text(&done).contains(r#"\"Ada\" \"hello\" \"file:///r\""#),
+            "{}",
+            text(&done)
+        );
+    }
+
+    /// Answers sent with the first call (the ephemeral style) serve the requests named with
+    /// their keys without a round; values that are not objects are refused up front.
+    #[tokio::test]
+    async fn answers_sent_up_front_need_no_round() {
+        let rounds = Arc::new(Rounds::new(Duration::from_secs(60)));
+        let preset = InputResponses::from([
+            (
+                "user_name".to_owned(),
+                json!({"action": "accept", "content": {"name": "Ada"}}),
+            ),
+            ("unrelated".to_owned(), json!({"ignored": true})),
+        ]);
+        assert!(check_responses(Some(&preset)).is_ok());
+        let bad = InputResponses::from([("user_name".to_owned(), json!(12345))]);
+        let err = check_responses(Some(&bad)).expect_err("refused");
+        assert!(
+            err.message
+                .contains("inputResponses.user_name must be an object"),
+            "{}",
+            err.message
+        );
+        let run = Rounds::start(
+            "named",
+            owner("key-a"),
+            elicit_only(),
+            Arc::new(Missing::default()),
+            Some(preset),
+            Arc::new(Notes::default()),
+            move |channel, _cancel| async move {
+                let a = channel
+                    .request_named(
+                        "user_name",
+                        "elicitation/create",
+                        json!({"message": "name?", "requestedSchema": {"type": "object", "properties": {}}}),
+                    )
+                    .await
+                    .unwrap();
+                CallToolResult::success(vec![Content::text(format!(
+                    "hello {}",
+                    a["content"]["name"]
+                ))])
+            },
         );
         let CallToolResponse::Complete(done) = rounds
             .drive(run, &CancellationToken::new(), None)
             .await
             .unwrap()
         else {
-            panic!("no round without the capability");
+            panic!("no round needed");
         };
-        assert!(
-            text(&done).contains("did not declare the `elicitation` capability"),
-            "{}",
-            text(&done)
-        );
+        assert!(text(&done).contains("hello \\\"Ada\\\""), "{}", text(&done));
         assert_eq!(rounds.len(), 0);
     }
 
@@ -742,6 +986,8 @@ mod tests {
             "slow",
             owner("key-a"),
             elicit_only(),
+            Arc::new(Missing::default()),
+            None,
             Arc::new(Notes::default()),
             move |_channel, cancel| async move {
                 let _ = started_tx.send(());

@@ -86,28 +86,48 @@ impl ProgressState {
     }
 }
 
-/// The client capabilities a 2026-07-28 call asked for and the client had not declared. A
-/// call that then fails is answered with `-32021` (Missing Required Client Capability,
-/// SEP-2575) naming them, instead of a tool error.
+/// The client capabilities a 2026-07-28 call asked for that the client had not declared,
+/// with the refusal each request got. A call whose failure *is* such a refusal (its error
+/// text carries it, as a tool that propagates the channel's error does) is answered with
+/// `-32021` (Missing Required Client Capability, SEP-2575) naming the capabilities, instead
+/// of a tool error; a call that failed for another reason keeps its own error.
 #[derive(Default)]
-pub(crate) struct Missing(Mutex<Vec<&'static str>>);
+pub(crate) struct Missing(Mutex<Vec<(&'static str, String)>>);
 
 impl Missing {
-    pub(crate) fn note(&self, capability: &'static str) {
+    pub(crate) fn note(&self, capability: &'static str, refusal: &str) {
         let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if !m.contains(&capability) {
-            m.push(capability);
+        if !m.iter().any(|(c, r)| *c == capability && r == refusal) {
+            m.push((capability, refusal.to_owned()));
         }
     }
 
-    /// `result` as the call's answer: a failed call that asked for an undeclared capability
-    /// becomes the `-32021` error.
+    /// `result` as the call's answer: a call that failed with one of the noted refusals
+    /// becomes the `-32021` error (the tool's own text kept in `data.toolError`).
     pub(crate) fn answer(
         &self,
         result: rmcp::model::CallToolResult,
     ) -> Result<rmcp::model::CallToolResult, rmcp::ErrorData> {
-        let missing = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if result.is_error != Some(true) || missing.is_empty() {
+        if result.is_error != Some(true) {
+            return Ok(result);
+        }
+        let text: String = result
+            .content
+            .iter()
+            .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let missing: Vec<&'static str> = {
+            let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            let mut caps: Vec<&'static str> = m
+                .iter()
+                .filter(|(_, refusal)| text.contains(refusal.as_str()))
+                .map(|(c, _)| *c)
+                .collect();
+            caps.dedup();
+            caps
+        };
+        if missing.is_empty() {
             return Ok(result);
         }
         let mut caps = ClientCapabilities::default();
@@ -120,10 +140,13 @@ impl Missing {
         }
         let mut error = rmcp::ErrorData::missing_required_client_capability(caps);
         error.message = format!(
-            "the tool needs the client capabilities {} that the request's `_meta` did not declare; declare them (and handle the requests in InputRequiredResult rounds) to use it",
+            "the tool needs the client capabilities {} that the request's `_meta` did not declare; declare them (and answer its requests in InputRequiredResult rounds) to use it",
             missing.join(", ")
         )
         .into();
+        if let Some(serde_json::Value::Object(data)) = error.data.as_mut() {
+            data.insert("toolError".into(), serde_json::Value::String(text));
+        }
         Err(error)
     }
 }
@@ -155,12 +178,13 @@ impl PeerChannel {
         capability: &'static str,
     ) -> Result<(), ChannelError> {
         if !declared {
-            if let Some(m) = &self.missing {
-                m.note(capability);
-            }
-            return Err(ChannelError::Unsupported(format!(
+            let refusal = format!(
                 "cannot send {method}: the MCP client did not declare the `{capability}` capability"
-            )));
+            );
+            if let Some(m) = &self.missing {
+                m.note(capability, &refusal);
+            }
+            return Err(ChannelError::Unsupported(refusal));
         }
         Ok(())
     }

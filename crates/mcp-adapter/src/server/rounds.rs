@@ -27,9 +27,9 @@
 //! it (`ClientChannel::request_named`) or a generated one. Answers the client sends before they
 //! are asked for (a first call carrying `inputResponses`, the ephemeral style, or extra keys on
 //! a retry) serve the requests named with their keys without a round; `inputResponses` values
-//! that are not objects are refused as invalid params. A call that fails after asking for a
-//! capability the client did not declare is answered with `-32021` (Missing Required Client
-//! Capability, SEP-2575) naming it, instead of the tool error.
+//! that are not objects are refused as invalid params. A call whose failure is the refusal
+//! of a capability the client did not declare is answered with `-32021` (Missing Required
+//! Client Capability, SEP-2575) naming it, instead of the tool error.
 
 // Sampling and roots are deprecated by SEP-2577; 2026-era clients may still offer them.
 #![allow(deprecated)]
@@ -243,16 +243,24 @@ impl Rounds {
         mut heartbeat: Option<Heartbeat>,
     ) -> Result<CallToolResponse, McpError> {
         let mut cancelled = false;
+        // Requests of the round being gathered, and when the gathering ends.
+        let mut pending: Vec<Ask> = Vec::new();
+        let mut until: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 biased;
                 _ = ct.cancelled(), if !cancelled => {
                     // notifications/cancelled for this round: the call ends as cancelled,
-                    // and what it asks from now on is refused.
+                    // and what it asked or asks from now on is refused.
                     cancelled = true;
                     run.cancel.cancel();
+                    for ask in pending.drain(..) {
+                        let _ = ask.reply.send(Err(ChannelError::Cancelled));
+                    }
+                    until = None;
                 }
                 done = &mut run.task => {
+                    // Requests still gathered are moot: their replies are dropped.
                     let result = done.map_err(|e| {
                         McpError::internal_error(format!("the call's task failed: {e}"), None)
                     })?;
@@ -263,11 +271,17 @@ impl Rounds {
                         let _ = ask.reply.send(Err(ChannelError::Cancelled));
                         continue;
                     }
-                    let mut asks = vec![ask];
-                    while let Ok(Some(more)) = tokio::time::timeout(SETTLE, run.asks.recv()).await {
-                        asks.push(more);
+                    // An answer the client sent ahead serves the request at once.
+                    if let Some(ask) = run.serve_preset(ask) {
+                        pending.push(ask);
+                        until.get_or_insert_with(|| tokio::time::Instant::now() + SETTLE);
                     }
-                    let requests = run.take_asks(asks);
+                }
+                _ = async { tokio::time::sleep_until(until.expect("guarded")).await }, if until.is_some() => {
+                    until = None;
+                    // A request whose caller gave up (a tool that stopped waiting) is dropped.
+                    pending.retain(|a| !a.reply.is_closed());
+                    let requests = run.take_asks(std::mem::take(&mut pending));
                     if requests.is_empty() {
                         continue;
                     }
@@ -331,21 +345,37 @@ impl Rounds {
 }
 
 impl Running {
-    /// `asks` and every request queued behind them, as the next round's input requests (a
-    /// request whose params do not fit the MCP schema is refused on the spot).
-    fn take_asks(&mut self, asks: Vec<Ask>) -> InputRequests {
-        let mut requests = InputRequests::new();
-        let queued = std::iter::from_fn(|| self.asks.try_recv().ok()).collect::<Vec<_>>();
-        for ask in asks.into_iter().chain(queued) {
-            if let Some(answer) = ask.key.as_ref().and_then(|k| self.preset.remove(k)) {
+    /// Answers `ask` from the answers the client sent ahead, if one has its name; else gives
+    /// it back.
+    fn serve_preset(&mut self, ask: Ask) -> Option<Ask> {
+        match ask.key.as_ref().and_then(|k| self.preset.remove(k)) {
+            Some(answer) => {
                 let key = ask.key.as_deref().unwrap_or_default();
                 let _ = ask.reply.send(checked_answer(key, ask.method, answer));
-                continue;
+                None
             }
+            None => Some(ask),
+        }
+    }
+
+    /// `asks` as the next round's input requests, under the names their tools gave them or
+    /// fresh ones, never two under one key (a request whose params do not fit the MCP schema
+    /// is refused on the spot).
+    fn take_asks(&mut self, asks: Vec<Ask>) -> InputRequests {
+        let mut requests = InputRequests::new();
+        let named: std::collections::HashSet<String> =
+            asks.iter().filter_map(|a| a.key.clone()).collect();
+        for ask in asks {
             self.asked += 1;
             let key = match ask.key {
                 Some(k) if !k.is_empty() && !requests.contains_key(&k) => k,
-                _ => format!("{}-{}", ask.method.replace('/', "-"), self.asked),
+                _ => loop {
+                    let k = format!("{}-{}", ask.method.replace('/', "-"), self.asked);
+                    if !requests.contains_key(&k) && !named.contains(&k) {
+                        break k;
+                    }
+                    self.asked += 1;
+                },
             };
             let wire = match ask.params {
                 Some(p) => json!({"method": ask.method, "params": p}),
@@ -418,10 +448,11 @@ impl RoundChannel {
         if declared {
             Ok(())
         } else {
-            self.missing.note(capability);
-            Err(ChannelError::Unsupported(format!(
+            let refusal = format!(
                 "cannot send {method}: the MCP client did not declare the `{capability}` capability"
-            )))
+            );
+            self.missing.note(capability, &refusal);
+            Err(ChannelError::Unsupported(refusal))
         }
     }
 
@@ -842,6 +873,35 @@ mod tests {
         );
         assert!(matches!(seen.await, Ok(Some(ChannelError::Unsupported(_)))));
         assert_eq!(rounds.len(), 0);
+    }
+
+    /// A tool refused a capability that then fails for another reason keeps its own error.
+    #[tokio::test]
+    async fn an_unrelated_failure_is_not_a_missing_capability() {
+        let rounds = Arc::new(Rounds::new(Duration::from_secs(60)));
+        let run = Rounds::start(
+            "fallback",
+            owner("key-a"),
+            ClientFeatures::new(false, true, false),
+            Arc::new(Missing::default()),
+            None,
+            Arc::new(Notes::default()),
+            move |channel, _cancel| async move {
+                let refused = channel
+                    .create_message(json!({"messages": [], "maxTokens": 1}))
+                    .await;
+                assert!(matches!(refused, Err(ChannelError::Unsupported(_))));
+                CallToolResult::error(vec![Content::text("the disk is full")])
+            },
+        );
+        let CallToolResponse::Complete(done) = rounds
+            .drive(run, &CancellationToken::new(), None)
+            .await
+            .unwrap()
+        else {
+            panic!("the tool's own error");
+        };
+        assert!(text(&done).contains("the disk is full"), "{}", text(&done));
     }
 
     /// Requests a tool sends at once share one round, under the names it gave them; a

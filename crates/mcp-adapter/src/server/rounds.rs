@@ -100,7 +100,12 @@ struct Parked {
     run: Running,
     /// Cancels the call when the client does not come back in time.
     expiry: tokio::task::JoinHandle<()>,
+    since: tokio::time::Instant,
 }
+
+/// How long a parked call that has ended anyway (its own timeout, say) keeps its result for a
+/// late retry once the table is under pressure.
+const ENDED_GRACE: Duration = Duration::from_secs(60);
 
 /// A call in its own task, with the requests it sent to the client.
 pub(crate) struct Running {
@@ -213,7 +218,9 @@ impl Rounds {
                 None,
             ));
         }
-        let Parked { mut run, expiry } = parked.remove(state).expect("present");
+        let Parked {
+            mut run, expiry, ..
+        } = parked.remove(state).expect("present");
         drop(parked);
         expiry.abort();
         *lock(&run.current) = notify;
@@ -301,6 +308,20 @@ impl Rounds {
     /// too many calls wait already.
     fn park(self: &Arc<Self>, mut run: Running) -> Result<String, Box<Running>> {
         let mut parked = lock(&self.parked);
+        let owner_full =
+            || parked.values().filter(|p| p.run.owner == run.owner).count() >= MAX_PARKED_PER_OWNER;
+        if parked.len() >= MAX_PARKED || owner_full() {
+            // Calls that ended while their client stayed away (their own timeout, say) make
+            // room once they have kept their result for a while.
+            let now = tokio::time::Instant::now();
+            parked.retain(|_, p| {
+                let keep = !p.run.task.is_finished() || now - p.since < ENDED_GRACE;
+                if !keep {
+                    p.expiry.abort();
+                }
+                keep
+            });
+        }
         let mine = parked.values().filter(|p| p.run.owner == run.owner).count();
         let full = if parked.len() >= MAX_PARKED {
             Some(format!(
@@ -339,7 +360,14 @@ impl Rounds {
             );
             // Dropping the call cancels it; its waiting requests see `Cancelled`.
         });
-        parked.insert(state.clone(), Parked { run, expiry });
+        parked.insert(
+            state.clone(),
+            Parked {
+                run,
+                expiry,
+                since: tokio::time::Instant::now(),
+            },
+        );
         Ok(state)
     }
 }
@@ -810,6 +838,55 @@ mod tests {
             CallToolResponse::InputRequired(_)
         ));
         assert_eq!(rounds.len(), MAX_PARKED_PER_OWNER + 1);
+    }
+
+    /// Calls that ended while parked (their own timeout, say) make room for new ones once
+    /// they kept their result for a minute.
+    #[tokio::test(start_paused = true)]
+    async fn ended_parked_calls_make_room() {
+        let rounds = Arc::new(Rounds::new(Duration::from_secs(600)));
+        let ct = CancellationToken::new();
+        let ends_soon = || {
+            Rounds::start(
+                "soon",
+                owner("busy"),
+                elicit_only(),
+                Arc::new(Missing::default()),
+                None,
+                Arc::new(Notes::default()),
+                move |channel, _cancel| async move {
+                    tokio::spawn(async move {
+                        let _ = channel
+                            .elicit(json!({"message": "x", "requestedSchema": {"type": "object", "properties": {}}}))
+                            .await;
+                    });
+                    tokio::time::sleep(Duration::from_secs(10)).await;
+                    CallToolResult::error(vec![Content::text("timed out")])
+                },
+            )
+        };
+        for _ in 0..MAX_PARKED_PER_OWNER {
+            assert!(matches!(
+                rounds.drive(ends_soon(), &ct, None).await.unwrap(),
+                CallToolResponse::InputRequired(_)
+            ));
+        }
+        // Full, and the calls still run: the next one's request is refused.
+        let CallToolResponse::Complete(_) = rounds.drive(ends_soon(), &ct, None).await.unwrap()
+        else {
+            panic!("refused while the others run");
+        };
+        tokio::time::sleep(Duration::from_secs(75)).await;
+        assert_eq!(
+            rounds.len(),
+            MAX_PARKED_PER_OWNER,
+            "nothing is dropped before it is needed"
+        );
+        assert!(matches!(
+            rounds.drive(ends_soon(), &ct, None).await.unwrap(),
+            CallToolResponse::InputRequired(_)
+        ));
+        assert_eq!(rounds.len(), 1, "the ended ones made room");
     }
 
     #[tokio::test]

@@ -318,6 +318,22 @@ async fn upstream_requests_reach_a_stateless_client_through_quiver() {
     relay_through_quiver("--stateless-upstream").await;
 }
 
+/// The same over stdio: a 2026-07-28 client launches `quiver serve --stdio`, whose upstream
+/// server-everything asks for sampling, elicitation and roots during its calls.
+#[tokio::test]
+async fn upstream_requests_reach_a_stateless_client_over_stdio() {
+    let config = everything_mcp_json();
+    let quiver_args =
+        serde_json::json!(["--mcp-config", config.to_str().expect("utf-8 path")]).to_string();
+    let bin = quiver_binary();
+    run_script_with_env(
+        "relay.py",
+        &[bin.to_str().expect("utf-8 path"), "--stateless-stdio"],
+        &[("QUIVER_ARGS", &quiver_args)],
+    )
+    .await;
+}
+
 /// The conformance suite's prefix (`.ci/setup-peers` installs the suite and the Node it
 /// needs, npm's `node@22`, there).
 fn conformance_prefix() -> PathBuf {

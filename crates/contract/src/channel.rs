@@ -112,6 +112,68 @@ pub enum ChannelError {
     Cancelled,
 }
 
+/// The three requests a server may send its client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ClientRequest {
+    /// `sampling/createMessage`.
+    CreateMessage,
+    /// `elicitation/create`.
+    Elicit,
+    /// `roots/list`.
+    ListRoots,
+}
+
+impl ClientRequest {
+    /// The request named by its MCP method; any other method is refused in words.
+    pub fn parse(method: &str) -> Result<Self, ChannelError> {
+        match method {
+            "sampling/createMessage" => Ok(ClientRequest::CreateMessage),
+            "elicitation/create" => Ok(ClientRequest::Elicit),
+            "roots/list" => Ok(ClientRequest::ListRoots),
+            other => Err(ChannelError::Invalid(format!(
+                "`{other}` is not a request a server may send its client: use sampling/createMessage, elicitation/create or roots/list"
+            ))),
+        }
+    }
+
+    /// The MCP method.
+    pub fn method(self) -> &'static str {
+        match self {
+            ClientRequest::CreateMessage => "sampling/createMessage",
+            ClientRequest::Elicit => "elicitation/create",
+            ClientRequest::ListRoots => "roots/list",
+        }
+    }
+
+    /// The client capability it needs (`sampling`, `elicitation`, `roots`).
+    pub fn capability(self) -> &'static str {
+        match self {
+            ClientRequest::CreateMessage => "sampling",
+            ClientRequest::Elicit => "elicitation",
+            ClientRequest::ListRoots => "roots",
+        }
+    }
+
+    /// Whether `features` declare that capability.
+    pub fn declared(self, features: ClientFeatures) -> bool {
+        match self {
+            ClientRequest::CreateMessage => features.sampling,
+            ClientRequest::Elicit => features.elicitation,
+            ClientRequest::ListRoots => features.roots,
+        }
+    }
+
+    /// The refusal for a client that did not declare the capability.
+    pub fn undeclared(self) -> ChannelError {
+        ChannelError::Unsupported(format!(
+            "cannot send {}: the MCP client did not declare the `{}` capability",
+            self.method(),
+            self.capability()
+        ))
+    }
+}
+
 /// A tool's way back to the client that called it. Implemented by the MCP server adapter per
 /// `tools/call`; carried untouched through composition (`CallContext::call_tool`).
 #[async_trait]
@@ -140,13 +202,10 @@ pub trait ClientChannel: Send + Sync {
         params: Value,
     ) -> Result<Value, ChannelError> {
         let _ = key;
-        match method {
-            "sampling/createMessage" => self.create_message(params).await,
-            "elicitation/create" => self.elicit(params).await,
-            "roots/list" => self.list_roots().await,
-            other => Err(ChannelError::Invalid(format!(
-                "`{other}` is not a request a server may send its client: use sampling/createMessage, elicitation/create or roots/list"
-            ))),
+        match ClientRequest::parse(method)? {
+            ClientRequest::CreateMessage => self.create_message(params).await,
+            ClientRequest::Elicit => self.elicit(params).await,
+            ClientRequest::ListRoots => self.list_roots().await,
         }
     }
 

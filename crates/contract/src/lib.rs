@@ -16,7 +16,7 @@ mod spec;
 mod tool;
 mod typed;
 
-pub use channel::{ChannelError, ClientChannel, ClientFeatures, LogLevel};
+pub use channel::{ChannelError, ClientChannel, ClientFeatures, ClientRequest, LogLevel};
 pub use context::{CallContext, Capabilities, ToolInvoker, pattern_matches};
 pub use envelope::{
     Alternative, ColumnSpec, DtypeProvenance, Effects, Envelope, ErrKind, HintKind, Part, Warning,

@@ -10,7 +10,7 @@ use std::sync::{
 };
 
 use async_trait::async_trait;
-use quiver_contract::{ChannelError, ClientChannel, ClientFeatures, LogLevel};
+use quiver_contract::{ChannelError, ClientChannel, ClientFeatures, ClientRequest, LogLevel};
 use rmcp::{
     RoleServer,
     model::{
@@ -92,14 +92,17 @@ impl ProgressState {
 /// `-32021` (Missing Required Client Capability, SEP-2575) naming the capabilities, instead
 /// of a tool error; a call that failed for another reason keeps its own error.
 #[derive(Default)]
-pub(crate) struct Missing(Mutex<Vec<(&'static str, String)>>);
+pub(crate) struct Missing(Mutex<Vec<(ClientRequest, String)>>);
 
 impl Missing {
-    pub(crate) fn note(&self, capability: &'static str, refusal: &str) {
+    /// The refusal of `request` for want of its capability, noted.
+    pub(crate) fn refuse(&self, request: ClientRequest) -> ChannelError {
+        let refusal = request.undeclared();
         let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if !m.iter().any(|(c, r)| *c == capability && r == refusal) {
-            m.push((capability, refusal.to_owned()));
+        if !m.iter().any(|(r, _)| *r == request) {
+            m.push((request, refusal.to_string()));
         }
+        refusal
     }
 
     /// `result` as the call's answer: a call that failed with one of the noted refusals
@@ -117,31 +120,33 @@ impl Missing {
             .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
             .collect::<Vec<_>>()
             .join("\n");
-        let missing: Vec<&'static str> = {
-            let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            let mut caps: Vec<&'static str> = m
-                .iter()
-                .filter(|(_, refusal)| text.contains(refusal.as_str()))
-                .map(|(c, _)| *c)
-                .collect();
-            caps.dedup();
-            caps
-        };
+        let missing: Vec<ClientRequest> = self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, refusal)| text.contains(refusal.as_str()))
+            .map(|(r, _)| *r)
+            .collect();
         if missing.is_empty() {
             return Ok(result);
         }
         let mut caps = ClientCapabilities::default();
-        for c in &missing {
-            match *c {
-                "sampling" => caps.sampling = Some(Default::default()),
-                "elicitation" => caps.elicitation = Some(Default::default()),
+        for r in &missing {
+            match r {
+                ClientRequest::CreateMessage => caps.sampling = Some(Default::default()),
+                ClientRequest::Elicit => caps.elicitation = Some(Default::default()),
                 _ => caps.roots = Some(Default::default()),
             }
         }
         let mut error = rmcp::ErrorData::missing_required_client_capability(caps);
         error.message = format!(
             "the tool needs the client capabilities {} that the request's `_meta` did not declare; declare them (and answer its requests in InputRequiredResult rounds) to use it",
-            missing.join(", ")
+            missing
+                .iter()
+                .map(|r| r.capability())
+                .collect::<Vec<_>>()
+                .join(", ")
         )
         .into();
         if let Some(serde_json::Value::Object(data)) = error.data.as_mut() {
@@ -171,22 +176,15 @@ pub(crate) struct PeerChannel {
 }
 
 impl PeerChannel {
-    fn check(
-        &self,
-        method: &str,
-        declared: bool,
-        capability: &'static str,
-    ) -> Result<(), ChannelError> {
-        if !declared {
-            let refusal = format!(
-                "cannot send {method}: the MCP client did not declare the `{capability}` capability"
-            );
-            if let Some(m) = &self.missing {
-                m.note(capability, &refusal);
-            }
-            return Err(ChannelError::Unsupported(refusal));
+    /// Refuses `request` when the client did not declare its capability.
+    fn check(&self, request: ClientRequest) -> Result<(), ChannelError> {
+        if request.declared(self.features) {
+            return Ok(());
         }
-        Ok(())
+        Err(match &self.missing {
+            Some(m) => m.refuse(request),
+            None => request.undeclared(),
+        })
     }
 
     async fn send(&self, mut request: ServerRequest) -> Result<Value, ChannelError> {
@@ -225,8 +223,12 @@ impl PeerChannel {
     }
 }
 
-fn parse<T: serde::de::DeserializeOwned>(method: &str, params: Value) -> Result<T, ChannelError> {
-    serde_json::from_value(params)
+/// `params` as the typed params of `method`, or why not.
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(
+    method: &str,
+    params: &Value,
+) -> Result<T, ChannelError> {
+    T::deserialize(params)
         .map_err(|e| ChannelError::Invalid(format!("invalid {method} params: {e}")))
 }
 
@@ -237,9 +239,8 @@ impl ClientChannel for PeerChannel {
     }
 
     async fn create_message(&self, params: Value) -> Result<Value, ChannelError> {
-        let method = "sampling/createMessage";
-        self.check(method, self.features.sampling, "sampling")?;
-        let params: CreateMessageRequestParams = parse(method, params)?;
+        self.check(ClientRequest::CreateMessage)?;
+        let params: CreateMessageRequestParams = parse("sampling/createMessage", &params)?;
         self.send(ServerRequest::CreateMessageRequest(
             CreateMessageRequest::new(params),
         ))
@@ -247,15 +248,14 @@ impl ClientChannel for PeerChannel {
     }
 
     async fn elicit(&self, params: Value) -> Result<Value, ChannelError> {
-        let method = "elicitation/create";
-        self.check(method, self.features.elicitation, "elicitation")?;
-        let params: ElicitRequestParams = parse(method, params)?;
+        self.check(ClientRequest::Elicit)?;
+        let params: ElicitRequestParams = parse("elicitation/create", &params)?;
         self.send(ServerRequest::ElicitRequest(ElicitRequest::new(params)))
             .await
     }
 
     async fn list_roots(&self) -> Result<Value, ChannelError> {
-        self.check("roots/list", self.features.roots, "roots")?;
+        self.check(ClientRequest::ListRoots)?;
         self.send(ServerRequest::ListRootsRequest(ListRootsRequest {
             method: Default::default(),
             extensions: Default::default(),
@@ -371,7 +371,7 @@ mod tests {
                 }}
             }),
         ] {
-            let typed: ElicitRequestParams = parse("elicitation/create", params.clone()).unwrap();
+            let typed: ElicitRequestParams = parse("elicitation/create", &params).unwrap();
             let back = serde_json::to_value(&typed).unwrap();
             assert_eq!(
                 back["requestedSchema"]["properties"], params["requestedSchema"]["properties"],

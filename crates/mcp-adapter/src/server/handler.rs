@@ -593,7 +593,8 @@ impl ServerHandler for Handler {
             .as_ref()
             .is_some_and(|v| *v >= rmcp::model::ProtocolVersion::V_2026_07_28);
         let features = channel::features(context.client_capabilities().as_ref());
-        let missing = Arc::new(Missing::default());
+        // Only a 2026-07-28 call turns a capability refusal into -32021.
+        let missing = modern.then(|| Arc::new(Missing::default()));
         let peer_channel = PeerChannel {
             peer: context.peer.clone(),
             request_id: context.id.clone(),
@@ -604,7 +605,7 @@ impl ServerHandler for Handler {
             conn: self.conn.clone(),
             // A 2026-07-28 request gets log messages only when it opts in (SEP-2575).
             logs_allowed: !modern || meta_level.is_some(),
-            missing: modern.then(|| missing.clone()),
+            missing: missing.clone(),
         };
         let name = request.name;
         let input = request.arguments.map(Value::Object).unwrap_or(Value::Null);
@@ -644,7 +645,7 @@ impl ServerHandler for Handler {
                     &name,
                     owner,
                     features,
-                    missing,
+                    missing.unwrap_or_default(),
                     request.input_responses,
                     Arc::new(peer_channel),
                     move |channel, cancel| async move {
@@ -676,7 +677,10 @@ impl ServerHandler for Handler {
         .await;
         // On 2026-07-28 a call that failed for want of a capability the client did not
         // declare is a -32021 error (SEP-2575).
-        Ok(missing.answer(result)?.into())
+        match missing {
+            Some(m) => Ok(m.answer(result)?.into()),
+            None => Ok(result.into()),
+        }
     }
 
     async fn set_level(

@@ -41,7 +41,7 @@ use std::{
 };
 
 use async_trait::async_trait;
-use quiver_contract::{ChannelError, ClientChannel, ClientFeatures, LogLevel};
+use quiver_contract::{ChannelError, ClientChannel, ClientFeatures, ClientRequest, LogLevel};
 use rmcp::{
     ErrorData as McpError,
     model::{
@@ -55,7 +55,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::channel::Missing;
+use super::channel::{Missing, parse};
 use super::handler::{Heartbeat, lock};
 
 /// Most calls that may wait for client input at once.
@@ -467,23 +467,6 @@ struct RoundChannel {
 }
 
 impl RoundChannel {
-    fn declared(
-        &self,
-        method: &str,
-        declared: bool,
-        capability: &'static str,
-    ) -> Result<(), ChannelError> {
-        if declared {
-            Ok(())
-        } else {
-            let refusal = format!(
-                "cannot send {method}: the MCP client did not declare the `{capability}` capability"
-            );
-            self.missing.note(capability, &refusal);
-            Err(ChannelError::Unsupported(refusal))
-        }
-    }
-
     async fn ask(
         &self,
         method: &'static str,
@@ -510,37 +493,29 @@ impl RoundChannel {
         method: &str,
         params: Option<Value>,
     ) -> Result<Value, ChannelError> {
-        let f = self.features;
-        let (method, declared, capability): (&'static str, bool, &'static str) = match method {
-            "sampling/createMessage" => ("sampling/createMessage", f.sampling, "sampling"),
-            "elicitation/create" => ("elicitation/create", f.elicitation, "elicitation"),
-            "roots/list" => ("roots/list", f.roots, "roots"),
-            other => {
-                return Err(ChannelError::Invalid(format!(
-                    "`{other}` is not a request a server may send its client: use sampling/createMessage, elicitation/create or roots/list"
-                )));
-            }
-        };
-        self.declared(method, declared, capability)?;
-        match (method, &params) {
-            ("sampling/createMessage", Some(p)) => check::<CreateMessageRequestParams>(method, p)?,
-            ("elicitation/create", Some(p)) => check::<ElicitRequestParams>(method, p)?,
-            _ => {}
+        let request = ClientRequest::parse(method)?;
+        if !request.declared(self.features) {
+            return Err(self.missing.refuse(request));
         }
-        // roots/list takes no params.
-        let params = if method == "roots/list" { None } else { params };
-        self.ask(method, key, params).await
+        let params = match (request, params) {
+            (ClientRequest::CreateMessage, Some(p)) => {
+                parse::<CreateMessageRequestParams>(request.method(), &p)?;
+                Some(p)
+            }
+            (ClientRequest::Elicit, Some(p)) => {
+                parse::<ElicitRequestParams>(request.method(), &p)?;
+                Some(p)
+            }
+            // roots/list takes no params.
+            (ClientRequest::ListRoots, _) => None,
+            (_, p) => p,
+        };
+        self.ask(request.method(), key, params).await
     }
 
     fn current(&self) -> Arc<dyn ClientChannel> {
         lock(&self.current).clone()
     }
-}
-
-fn check<T: serde::de::DeserializeOwned>(method: &str, params: &Value) -> Result<(), ChannelError> {
-    T::deserialize(params)
-        .map(|_| ())
-        .map_err(|e| ChannelError::Invalid(format!("invalid {method} params: {e}")))
 }
 
 #[async_trait]

@@ -100,6 +100,8 @@ impl StoreOptions {
 pub struct WriterStats {
     /// Execution-log rows committed.
     pub rows_written: u64,
+    /// Commits of execution-log rows (several rows share one while calls keep coming).
+    pub batches_written: u64,
     /// Execution-log rows that could not be written after every retry (each also logged with
     /// `tracing::error!`).
     pub rows_failed: u64,
@@ -250,6 +252,7 @@ impl SqliteStore {
         let s = &self.inner.stats;
         WriterStats {
             rows_written: s.rows_written.load(Ordering::Relaxed),
+            batches_written: s.batches_written.load(Ordering::Relaxed),
             rows_failed: s.rows_failed.load(Ordering::Relaxed),
             write_retries: s.write_retries.load(Ordering::Relaxed),
             last_error: s

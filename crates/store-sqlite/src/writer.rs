@@ -42,6 +42,7 @@ pub(crate) enum Msg {
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
     pub(crate) rows_written: AtomicU64,
+    pub(crate) batches_written: AtomicU64,
     pub(crate) rows_failed: AtomicU64,
     pub(crate) write_retries: AtomicU64,
     pub(crate) last_error: Mutex<Option<StoreError>>,
@@ -63,6 +64,40 @@ pub(crate) struct Config {
     pub(crate) retry_backoff: Duration,
 }
 
+/// Takes one message: a row joins the pending batch (committed at `batch_max`); a flush, an
+/// operation or a close commits what is pending first.
+fn handle(
+    msg: Msg,
+    conn: &mut Connection,
+    pending: &mut Vec<CallRecord>,
+    stats: &Stats,
+    cfg: &Config,
+    rx: &mut mpsc::Receiver<Msg>,
+    closing: &mut Option<oneshot::Sender<Result<(), StoreError>>>,
+) {
+    match msg {
+        Msg::Record(r) => {
+            pending.push(r);
+            if pending.len() >= cfg.batch_max {
+                commit(conn, pending, stats, cfg);
+            }
+        }
+        Msg::Flush(reply) => {
+            commit(conn, pending, stats, cfg);
+            let _ = reply.send(());
+        }
+        Msg::Op(op) => {
+            commit(conn, pending, stats, cfg);
+            op(conn);
+        }
+        Msg::Close(reply) => {
+            // Refuse new messages; those already queued are still drained.
+            rx.close();
+            *closing = Some(reply);
+        }
+    }
+}
+
 /// The writer thread's body.
 pub(crate) fn run(
     mut conn: Connection,
@@ -75,41 +110,42 @@ pub(crate) fn run(
     while let Some(first) = rx.blocking_recv() {
         let mut next = Some(first);
         loop {
-            let mut arrived = false;
             while let Some(msg) = next {
-                arrived = true;
-                match msg {
-                    Msg::Record(r) => {
-                        pending.push(r);
-                        if pending.len() >= cfg.batch_max {
-                            commit(&mut conn, &mut pending, &stats, &cfg);
-                        }
-                    }
-                    Msg::Flush(reply) => {
-                        commit(&mut conn, &mut pending, &stats, &cfg);
-                        let _ = reply.send(());
-                    }
-                    Msg::Op(op) => {
-                        commit(&mut conn, &mut pending, &stats, &cfg);
-                        op(&mut conn);
-                    }
-                    Msg::Close(reply) => {
-                        // Refuse new messages; those already queued are still drained below.
-                        rx.close();
-                        closing = Some(reply);
-                    }
-                }
+                handle(
+                    msg,
+                    &mut conn,
+                    &mut pending,
+                    &stats,
+                    &cfg,
+                    &mut rx,
+                    &mut closing,
+                );
                 next = rx.try_recv().ok();
             }
-            if !arrived || closing.is_some() || cfg.linger.is_zero() {
+            if pending.is_empty() || closing.is_some() || cfg.linger.is_zero() {
                 break;
             }
-            // Messages keep coming: wait a little, let more queue up without each one
-            // waking this thread, commit, and look again. The thread parks on the channel
-            // only after a whole `linger` with nothing new.
+            // Rows are waiting: let more queue up for a linger without each one waking this
+            // thread; those that came meanwhile join the same commit. The thread parks on the
+            // channel again only when nothing is queued after a commit.
             std::thread::sleep(cfg.linger);
-            commit(&mut conn, &mut pending, &stats, &cfg);
             next = rx.try_recv().ok();
+            if next.is_none() {
+                break;
+            }
+            while let Some(msg) = next {
+                handle(
+                    msg,
+                    &mut conn,
+                    &mut pending,
+                    &stats,
+                    &cfg,
+                    &mut rx,
+                    &mut closing,
+                );
+                next = rx.try_recv().ok();
+            }
+            commit(&mut conn, &mut pending, &stats, &cfg);
         }
         commit(&mut conn, &mut pending, &stats, &cfg);
         // After Close the channel refuses new messages; `blocking_recv` still returns every
@@ -141,6 +177,7 @@ fn commit(conn: &mut Connection, pending: &mut Vec<CallRecord>, stats: &Stats, c
                 stats
                     .rows_written
                     .fetch_add(pending.len() as u64, Ordering::Relaxed);
+                stats.batches_written.fetch_add(1, Ordering::Relaxed);
                 pending.clear();
                 return;
             }

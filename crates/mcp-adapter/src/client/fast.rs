@@ -215,7 +215,7 @@ impl Lane {
             let v = HeaderValue::from_str(s).map_err(|e| Sent::Not(e.to_string()))?;
             headers.insert(SESSION_HEADER, v);
         }
-        match pool.post(&headers, body).await {
+        match pool.post(headers, body).await {
             Ok((head, reply)) => Ok((head.status(), content_type(head.headers()), reply.boxed())),
             Err(e @ h1::Error::Connect(_)) => Err(Sent::Not(e.to_string())),
             Err(e) => Err(Sent::Maybe(e.to_string())),
@@ -345,6 +345,10 @@ enum Seen {
         method: String,
         params: Value,
     },
+    Notification {
+        method: String,
+        params: Value,
+    },
     Other,
 }
 
@@ -359,7 +363,10 @@ fn classify(message: Incoming, ours: &str) -> Seen {
             method,
             params: message.params.unwrap_or(Value::Null),
         },
-        (Some(_), None) => Seen::Other,
+        (Some(method), None) => Seen::Notification {
+            method,
+            params: message.params.unwrap_or(Value::Null),
+        },
         (None, id) if is_ours(id.as_ref(), ours) => {
             Seen::Answer(match (message.result, message.error) {
                 (Some(r), _) => Exchange::Result(r),
@@ -491,19 +498,12 @@ impl Upstream {
                 Ok(e) => e,
                 Err(_) => {
                     guard.reason = "timed out";
-                    return Some(done(Envelope::err(
-                        ErrKind::Timeout,
-                        format!(
-                            "MCP server \"{}\" did not answer `{tool}` within {} s; the call was cancelled upstream",
-                            self.cfg.name,
-                            timeout.as_secs_f32()
-                        ),
-                    )));
+                    return Some(done(self.timed_out(tool, timeout)));
                 }
             },
             _ = ctx.cancel.cancelled() => {
                 guard.reason = "cancelled by the caller";
-                return Some(done(Envelope::err(ErrKind::Cancelled, "the call was cancelled")));
+                return Some(done(Self::call_cancelled()));
             }
         };
         guard.armed = false;
@@ -518,19 +518,10 @@ impl Upstream {
                     ),
                 ),
             })),
-            Exchange::PeerError(m) => Some(done(Envelope::err(
-                ErrKind::ToolFailed,
-                format!("mcp call failed: {m}"),
-            ))),
+            Exchange::PeerError(m) => Some(done(Self::peer_failed(&m))),
             Exchange::Failed(why) => {
                 tracing::warn!(server = %self.cfg.name, "tools/call: {why}");
-                Some(done(Envelope::err(
-                    ErrKind::ToolFailed,
-                    format!(
-                        "mcp call failed: MCP server \"{}\" could not complete the request",
-                        self.cfg.name
-                    ),
-                )))
+                Some(done(self.incomplete()))
             }
             Exchange::Fallback => {
                 self.counters.lean_handoffs.fetch_add(1, Ordering::Relaxed);
@@ -637,8 +628,6 @@ impl Upstream {
                             tracing::debug!(server = %self.cfg.name, "not a JSON-RPC message on the call's stream");
                             continue;
                         };
-                        let method = message.method.clone();
-                        let params = message.params.clone();
                         match classify(message, id) {
                             Seen::Answer(a) => {
                                 finish(events, pooled);
@@ -647,12 +636,10 @@ impl Upstream {
                             Seen::Request { id, method, params } => {
                                 answering.push(self.answer(lane, session, id, method, params, ctx, tool));
                             }
-                            Seen::Other => {
-                                if let Some(m) = method {
-                                    self.notified(lane, &m, params.unwrap_or(Value::Null), ctx)
-                                        .await;
-                                }
+                            Seen::Notification { method, params } => {
+                                self.notified(lane, &method, params, ctx).await;
                             }
+                            Seen::Other => {}
                         }
                     }
                     end => {
@@ -793,10 +780,14 @@ mod tests {
             json!({"jsonrpc": "2.0", "id": "quiver-8", "result": {}}),
             json!({"jsonrpc": "2.0", "id": 7, "result": {}}),
             json!({"jsonrpc": "2.0", "error": {"code": -32000, "message": "x"}}),
-            json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}),
         ] {
             assert!(matches!(classify(incoming(other), ours), Seen::Other));
         }
+        let note =
+            incoming(json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}));
+        assert!(
+            matches!(classify(note, ours), Seen::Notification { method, .. } if method == "notifications/progress")
+        );
         // A malformed error member still answers the call, in the server's words.
         let odd = incoming(
             json!({"jsonrpc": "2.0", "id": "quiver-7", "error": {"code": 1, "message": 42}}),

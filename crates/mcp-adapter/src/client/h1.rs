@@ -182,14 +182,17 @@ impl Pool {
         })
     }
 
-    /// POSTs `body` with `headers`; the response's body is read through the returned stream,
-    /// which returns the connection to the pool when the body ends.
+    /// POSTs `body` with `headers` (and the pool's `Host`); the response's body is read
+    /// through the returned stream, which returns the connection to the pool when the body
+    /// ends.
     pub(crate) async fn post(
         self: &Arc<Self>,
-        headers: &HeaderMap,
+        mut headers: HeaderMap,
         body: Vec<u8>,
     ) -> Result<(Response<()>, PooledBody), Error> {
         let body = Bytes::from(body);
+        headers.insert(HOST, self.host.clone());
+        let mut headers = Some(headers);
         let mut idle = self.checkout();
         let (h1, response) = loop {
             let reused = idle.is_some();
@@ -200,8 +203,15 @@ impl Pool {
             let mut request = Request::post(self.target.clone())
                 .body(Full::new(body.clone()))
                 .map_err(|e| Error::Request(io::Error::other(e)))?;
-            *request.headers_mut() = headers.clone();
-            request.headers_mut().insert(HOST, self.host.clone());
+            // Copied only for the one resend below; the first send takes them.
+            *request.headers_mut() = match (reused, headers.take()) {
+                (true, Some(h)) => {
+                    headers = Some(h.clone());
+                    h
+                }
+                (_, Some(h)) => h,
+                (_, None) => HeaderMap::new(),
+            };
             let mut sent = std::pin::pin!(h1.sender.send_request(request));
             let error = match (Drive {
                 h1: &mut h1,
@@ -424,7 +434,10 @@ mod tests {
         let headers = HeaderMap::new();
         // Read to the end: the connection goes straight back.
         for _ in 0..3 {
-            let (head, body) = pool.post(&headers, b"{}".to_vec()).await.expect("answered");
+            let (head, body) = pool
+                .post(headers.clone(), b"{}".to_vec())
+                .await
+                .expect("answered");
             assert_eq!(head.status(), 200);
             let chunks: Vec<_> = body.collect().await;
             assert!(chunks.iter().all(Result::is_ok) && !chunks.is_empty());
@@ -432,7 +445,10 @@ mod tests {
         assert_eq!(accepted.load(Ordering::SeqCst), 1);
         // Dropped after the first event (the caller had its answer): parked, and reused once
         // the rest of the body has arrived.
-        let (_, mut body) = pool.post(&headers, b"{}".to_vec()).await.expect("answered");
+        let (_, mut body) = pool
+            .post(headers.clone(), b"{}".to_vec())
+            .await
+            .expect("answered");
         assert!(body.next().await.expect("an event").is_ok());
         drop(body);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -447,7 +463,10 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let (_, body) = pool.post(&headers, b"{}".to_vec()).await.expect("answered");
+        let (_, body) = pool
+            .post(headers.clone(), b"{}".to_vec())
+            .await
+            .expect("answered");
         let _: Vec<_> = body.collect().await;
         assert_eq!(
             accepted.load(Ordering::SeqCst),

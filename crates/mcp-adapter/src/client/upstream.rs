@@ -235,6 +235,39 @@ fn not_connected(server: &str) -> Envelope {
     )
 }
 
+/// The envelopes of a failed upstream call, one wording for both call paths (rmcp's and
+/// the lean one).
+impl Upstream {
+    fn timed_out(&self, tool: &str, timeout: Duration) -> Envelope {
+        Envelope::err(
+            ErrKind::Timeout,
+            format!(
+                "MCP server \"{}\" did not answer `{tool}` within {} s; the call was cancelled upstream",
+                self.cfg.name,
+                timeout.as_secs_f32()
+            ),
+        )
+    }
+
+    fn incomplete(&self) -> Envelope {
+        Envelope::err(
+            ErrKind::ToolFailed,
+            format!(
+                "mcp call failed: MCP server \"{}\" could not complete the request",
+                self.cfg.name
+            ),
+        )
+    }
+
+    fn peer_failed(message: &str) -> Envelope {
+        Envelope::err(ErrKind::ToolFailed, format!("mcp call failed: {message}"))
+    }
+
+    fn call_cancelled() -> Envelope {
+        Envelope::err(ErrKind::Cancelled, "the call was cancelled")
+    }
+}
+
 impl Upstream {
     pub(crate) fn new(
         cfg: ResolvedServer,
@@ -1009,7 +1042,7 @@ impl Upstream {
             _ = ctx.cancel.cancelled() => {
                 let p = CancelledNotificationParam::new(Some(id), Some("cancelled by the caller".into()));
                 let _ = conn.peer.notify_cancelled(p).await;
-                return done(Envelope::err(ErrKind::Cancelled, "the call was cancelled"));
+                return done(Self::call_cancelled());
             }
         };
         if result.is_ok()
@@ -1035,28 +1068,12 @@ impl Upstream {
             Err(e) => {
                 tracing::debug!(server = %self.cfg.name, error = ?e, "call failed");
                 match classify_service(&e) {
-                    Class::Peer => done(Envelope::err(
-                        ErrKind::ToolFailed,
-                        format!("mcp call failed: {}", peer_message(&e)),
-                    )),
-                    Class::Timeout => done(Envelope::err(
-                        ErrKind::Timeout,
-                        format!(
-                            "MCP server \"{}\" did not answer `{tool}` within {} s; the call was cancelled upstream",
-                            self.cfg.name,
-                            timeout.as_secs_f32()
-                        ),
-                    )),
+                    Class::Peer => done(Self::peer_failed(&peer_message(&e))),
+                    Class::Timeout => done(self.timed_out(tool, timeout)),
                     Class::Refused => Attempt::NotDelivered,
                     Class::Drop if unsent(&id) => Attempt::NotDelivered,
                     Class::Drop => Attempt::Unknown,
-                    Class::Other => done(Envelope::err(
-                        ErrKind::ToolFailed,
-                        format!(
-                            "mcp call failed: MCP server \"{}\" could not complete the request",
-                            self.cfg.name
-                        ),
-                    )),
+                    Class::Other => done(self.incomplete()),
                 }
             }
         }

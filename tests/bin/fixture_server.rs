@@ -163,15 +163,32 @@ fn resource() -> Part {
     }
 }
 
+/// A read-only fixture tool whose answer is fixed, after `delay_ms`.
+fn fixed_with(
+    name: &str,
+    description: &str,
+    schema: Value,
+    delay_ms: u64,
+    make: fn() -> ToolResult,
+) -> Arc<dyn Tool> {
+    Arc::new(Fixed {
+        spec: ToolSpec::new(name, description)
+            .read_only()
+            .with_schema(schema),
+        delay: Duration::from_millis(delay_ms),
+        make,
+    })
+}
+
 fn conformance_tools() -> Vec<Arc<dyn Tool>> {
     let fixed = |name: &str, description: &str, delay_ms: u64, make: fn() -> ToolResult| {
-        Arc::new(Fixed {
-            spec: ToolSpec::new(name, description)
-                .read_only()
-                .with_schema(json!({"type": "object", "properties": {}})),
-            delay: Duration::from_millis(delay_ms),
+        fixed_with(
+            name,
+            description,
+            json!({"type": "object", "properties": {}}),
+            delay_ms,
             make,
-        }) as Arc<dyn Tool>
+        )
     };
     vec![
         fixed(
@@ -290,10 +307,7 @@ impl Tool for Talkback {
             Talk::Sampling => {
                 let prompt = input["prompt"].as_str().unwrap_or_default();
                 let result = ctx
-                    .create_message(json!({
-                        "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
-                        "maxTokens": 100
-                    }))
+                    .create_message(ask_llm(prompt, 100))
                     .await
                     .map_err(channel_failed)?;
                 let text = result["content"]["text"].as_str().unwrap_or_default();
@@ -382,10 +396,7 @@ impl Tool for Talkback {
                     .unwrap_or("nobody")
                     .to_owned();
                 let result = ctx
-                    .create_message(json!({
-                        "messages": [{"role": "user", "content": {"type": "text", "text": format!("greet {name}")}}],
-                        "maxTokens": 100
-                    }))
+                    .create_message(ask_llm(&format!("greet {name}"), 100))
                     .await
                     .map_err(channel_failed)?;
                 let text = result["content"]["text"].as_str().unwrap_or_default();
@@ -624,13 +635,10 @@ impl Tool for InputRound {
 /// 2020-12 (`$schema`, `$defs` with an `$anchor`, `$ref`, `allOf`/`anyOf`, `if`/`then`/`else`,
 /// `additionalProperties: false`), which tools/list must carry unchanged.
 fn json_schema_tool() -> Arc<dyn Tool> {
-    Arc::new(Fixed {
-        spec: ToolSpec::new(
-            "json_schema_2020_12_tool",
-            "Tool with JSON Schema 2020-12 features",
-        )
-        .read_only()
-        .with_schema(json!({
+    fixed_with(
+        "json_schema_2020_12_tool",
+        "Tool with JSON Schema 2020-12 features",
+        json!({
             "$schema": "https://json-schema.org/draft/2020-12/schema",
             "type": "object",
             "$defs": {"address": {"$anchor": "addressDef", "type": "object",
@@ -647,23 +655,20 @@ fn json_schema_tool() -> Arc<dyn Tool> {
             "then": {"required": ["phone"]},
             "else": {"required": ["email"]},
             "additionalProperties": false
-        })),
-        delay: Duration::ZERO,
-        make: || Ok(Envelope::ok(json!("ok"))),
-    })
+        }),
+        0,
+        || Ok(Envelope::ok(json!("ok"))),
+    )
 }
 
 /// A tool with a parameter mirrored into an HTTP header (SEP-2243 `x-mcp-header`): a
 /// 2026-07-28 call must send `Mcp-Param-Region` matching the argument (rmcp checks it
 /// against the definition Quiver gives it).
 fn header_tool() -> Arc<dyn Tool> {
-    Arc::new(Fixed {
-        spec: ToolSpec::new(
-            "test_custom_header",
-            "Fixture: a parameter sent as a header too.",
-        )
-        .read_only()
-        .with_schema(json!({
+    fixed_with(
+        "test_custom_header",
+        "Fixture: a parameter sent as a header too.",
+        json!({
             "type": "object",
             "properties": {"region": {
                 "type": "string",
@@ -671,10 +676,10 @@ fn header_tool() -> Arc<dyn Tool> {
                 "x-mcp-header": "Region"
             }},
             "required": ["region"]
-        })),
-        delay: Duration::ZERO,
-        make: || Ok(Envelope::ok(json!("ok"))),
-    })
+        }),
+        0,
+        || Ok(Envelope::ok(json!("ok"))),
+    )
 }
 
 /// Fixtures the 2026-07-28 conformance scenarios look for in tools/list (a stateless
@@ -729,14 +734,21 @@ impl Tool for ChangePrompts {
     }
 }
 
-/// The conformance suite's list-change hooks (2026-07-28 `subscriptions/listen`):
-/// `test_trigger_tool_change` registers a new tool in the catalog;
-/// `test_trigger_prompt_change` calls the content upstream's `change_prompts` through the
-/// dispatcher, whose prompt list change Quiver relays.
+/// The conformance suite's list-change hooks (2026-07-28 `subscriptions/listen`).
 struct TriggerChange {
     spec: ToolSpec,
-    catalog: std::sync::Weak<Catalog>,
-    count: std::sync::atomic::AtomicUsize,
+    change: Change,
+}
+
+enum Change {
+    /// `test_trigger_tool_change`: registers a new tool in the catalog.
+    Tools {
+        catalog: std::sync::Weak<Catalog>,
+        count: std::sync::atomic::AtomicUsize,
+    },
+    /// `test_trigger_prompt_change`: calls the content upstream's `change_prompts` through
+    /// the dispatcher; Quiver relays the upstream's prompt list change.
+    Prompts,
 }
 
 #[async_trait]
@@ -745,38 +757,49 @@ impl Tool for TriggerChange {
         &self.spec
     }
     async fn call(&self, _input: Value, ctx: &CallContext) -> ToolResult {
-        if self.spec.name == "test_trigger_prompt_change" {
-            let envelope = ctx
+        match &self.change {
+            Change::Prompts => Ok(ctx
                 .call_tool("mcp__conformance__change_prompts", json!({}))
-                .await;
-            return Ok(envelope);
+                .await),
+            Change::Tools { catalog, count } => {
+                let n = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                add_tool(catalog, format!("test_added_tool_{n}"))
+            }
         }
-        let catalog = self
-            .catalog
-            .upgrade()
-            .ok_or_else(|| ToolError::failed("the catalog is gone"))?;
-        let n = self.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        let name = format!("test_added_tool_{n}");
-        let tool = Weather(ToolSpec::new(name.clone(), "A tool added at run time.").read_only());
-        catalog
-            .register_in("custom tools", Arc::new(tool))
-            .map_err(|e| ToolError::failed(e.to_string()))?;
-        Ok(Envelope::ok(json!(format!("registered {name}"))))
     }
 }
 
 fn trigger_tools(catalog: &Arc<Catalog>) -> Vec<Arc<dyn Tool>> {
-    ["test_trigger_tool_change", "test_trigger_prompt_change"]
-        .into_iter()
-        .map(|name| {
-            Arc::new(TriggerChange {
-                spec: ToolSpec::new(name, "Conformance: changes the tool or prompt list.")
-                    .with_schema(json!({"type": "object", "properties": {}})),
+    let spec = |name: &str| {
+        ToolSpec::new(name, "Conformance: changes the tool or prompt list.")
+            .with_schema(json!({"type": "object", "properties": {}}))
+    };
+    vec![
+        Arc::new(TriggerChange {
+            spec: spec("test_trigger_tool_change"),
+            change: Change::Tools {
                 catalog: Arc::downgrade(catalog),
                 count: std::sync::atomic::AtomicUsize::new(0),
-            }) as Arc<dyn Tool>
-        })
-        .collect()
+            },
+        }),
+        Arc::new(TriggerChange {
+            spec: spec("test_trigger_prompt_change"),
+            change: Change::Prompts,
+        }),
+    ]
+}
+
+/// Registers the tool `name` in the catalog: a catalog change every session sees.
+fn add_tool(catalog: &std::sync::Weak<Catalog>, name: String) -> ToolResult {
+    let catalog = catalog
+        .upgrade()
+        .ok_or_else(|| ToolError::failed("the catalog is gone"))?;
+    let description = format!("Converts an amount between two currencies ({name}).");
+    let tool = Weather(ToolSpec::new(name.clone(), description).read_only());
+    catalog
+        .register_in("custom tools", Arc::new(tool))
+        .map_err(|e| ToolError::failed(e.to_string()))?;
+    Ok(Envelope::ok(json!(format!("registered {name}"))))
 }
 
 /// Registers a new tool in the catalog at run time (a catalog change every session sees).
@@ -791,17 +814,10 @@ impl Tool for RegisterTool {
         &self.spec
     }
     async fn call(&self, input: Value, _ctx: &CallContext) -> ToolResult {
-        let name = input["name"].as_str().unwrap_or_default().to_owned();
-        let catalog = self
-            .catalog
-            .upgrade()
-            .ok_or_else(|| ToolError::failed("the catalog is gone"))?;
-        let description = format!("Converts an amount between two currencies ({name}).");
-        let tool = Weather(ToolSpec::new(name.clone(), description).read_only());
-        catalog
-            .register_in("custom tools", Arc::new(tool))
-            .map_err(|e| ToolError::failed(e.to_string()))?;
-        Ok(Envelope::ok(json!(format!("registered {name}"))))
+        add_tool(
+            &self.catalog,
+            input["name"].as_str().unwrap_or_default().to_owned(),
+        )
     }
 }
 

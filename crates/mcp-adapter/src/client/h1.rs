@@ -89,12 +89,8 @@ impl Pool {
         if url.scheme() != "http" || proxy_configured() {
             return None;
         }
-        let host = url.host_str()?;
-        let port = url.port_or_known_default()?;
-        let authority = match url.host()? {
-            url::Host::Ipv6(_) => format!("[{}]:{port}", host.trim_matches(['[', ']'])),
-            _ => format!("{host}:{port}"),
-        };
+        // `host_str` keeps an IPv6 address's brackets, as an authority needs them.
+        let authority = format!("{}:{}", url.host_str()?, url.port_or_known_default()?);
         let host_header = match url.port() {
             Some(_) => authority.clone(),
             None => url.host_str()?.to_owned(),

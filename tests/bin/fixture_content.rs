@@ -12,6 +12,7 @@ use std::{
 };
 
 use async_trait::async_trait;
+use quiver_contract::CallContext;
 use quiver_mcp_adapter::{ContentError, ContentOffer, ContentSource, ListChange};
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
@@ -88,7 +89,37 @@ fn prompts() -> Vec<Value> {
         json!({"name": "test_prompt_with_embedded_resource", "description": "A prompt that embeds a resource.",
                "arguments": [{"name": "resourceUri", "description": "The URI of the resource to embed.", "required": true}]}),
         json!({"name": "test_prompt_with_image", "description": "A prompt with an image."}),
+        json!({"name": INPUT_PROMPT, "description": "A prompt that asks the client for its context (elicitation) before it renders."}),
     ]
+}
+
+/// Conformance (2026-07-28): `prompts/get` of this prompt elicits its context first; through
+/// Quiver that is an `InputRequiredResult` round.
+const INPUT_PROMPT: &str = "test_input_required_result_prompt";
+
+/// The context the client gives [`INPUT_PROMPT`], asked through the request's client channel.
+async fn ask_context(ctx: &CallContext) -> Result<String, ContentError> {
+    let client = ctx.client.as_ref().ok_or_else(|| {
+        ContentError::InvalidParams(format!("{INPUT_PROMPT} needs a client to ask"))
+    })?;
+    let params = json!({
+        "message": "What context should the prompt use?",
+        "requestedSchema": {
+            "type": "object",
+            "properties": {"context": {"type": "string"}},
+            "required": ["context"]
+        }
+    });
+    let answer = client
+        .request_named("user_context", "elicitation/create", params)
+        .await
+        .map_err(|e| ContentError::InvalidParams(format!("{INPUT_PROMPT}: {e}")))?;
+    match answer["content"]["context"].as_str() {
+        Some(c) if answer["action"] == "accept" => Ok(c.to_owned()),
+        _ => Err(ContentError::InvalidParams(format!(
+            "{INPUT_PROMPT}: the client did not give a context ({answer})"
+        ))),
+    }
 }
 
 fn text_message(text: &str) -> Value {
@@ -129,7 +160,7 @@ impl ContentSource for FixtureContent {
         })])
     }
 
-    async fn read_resource(&self, uri: &str) -> Result<Value, ContentError> {
+    async fn read_resource(&self, uri: &str, _ctx: &CallContext) -> Result<Value, ContentError> {
         let content = match uri {
             "test://static-text" => {
                 json!({"uri": uri, "mimeType": "text/plain", "text": "This is the content of the static text resource."})
@@ -191,8 +222,13 @@ impl ContentSource for FixtureContent {
         &self,
         name: &str,
         arguments: Option<Map<String, Value>>,
+        ctx: &CallContext,
     ) -> Result<Value, ContentError> {
         let messages = match name {
+            INPUT_PROMPT => {
+                let context = ask_context(ctx).await?;
+                vec![text_message(&format!("Prompt with context: {context}"))]
+            }
             "test_simple_prompt" => vec![text_message("This is a simple prompt for testing.")],
             "test_prompt_with_arguments" => {
                 let (a1, a2) = (arg(&arguments, "arg1")?, arg(&arguments, "arg2")?);

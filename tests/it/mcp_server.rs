@@ -311,6 +311,16 @@ async fn server_requests_reach_a_stateless_client_as_input_rounds() {
     run_script("relay.py", &[&server.url, "--stateless-fixture"]).await;
 }
 
+/// An upstream's elicitation while it renders a prompt (the content fixture behind Quiver's
+/// MCP client over streamable HTTP) reaches a 2026-07-28 client as an InputRequiredResult
+/// round of `prompts/get`, a 2025-11-25 session as a request, and a client without the
+/// callback as -32021.
+#[tokio::test]
+async fn an_upstreams_requests_during_prompts_get_reach_the_client() {
+    let server = Server::start(fixture_binary(), &["--upstream", "http"]).await;
+    run_script("relay.py", &[&server.url, "--prompt-rounds"]).await;
+}
+
 /// The same rounds carry an upstream's own requests (server-everything over stdio, through
 /// `quiver serve`) to a 2026-07-28 client while the upstream's call waits for the answer.
 #[tokio::test]
@@ -405,7 +415,8 @@ async fn run_conformance_with(
 /// suite: stateless requests, `server/discover`, InputRequiredResult rounds, caching hints,
 /// SEP-2243 headers, plus the scenarios shared with 2025) against the fixture server, its
 /// resources and prompts from an upstream fixture over stdio. The baseline
-/// (`server-2026-expected-failures.yml`) names what Quiver does not serve, and why.
+/// (`server-2026-expected-failures.yml`) would name what Quiver does not serve, and why; it
+/// is empty.
 #[tokio::test]
 async fn the_2026_conformance_scenarios_pass() {
     let bin = peers().join("conformance-next/node_modules/.bin");
@@ -452,6 +463,8 @@ async fn the_2026_conformance_scenarios_pass() {
         ("input-required-result-capability-check", 2),
         ("http-custom-header-server-validation", 10),
         ("sep-2164-resource-not-found", 4),
+        // prompts/get in rounds: the upstream fixture elicits while rendering the prompt.
+        ("input-required-result-non-tool-request", 3),
     ] {
         let line = summary
             .lines()

@@ -5,7 +5,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use quiver_contract::{CallContext, Envelope, ErrKind, Part, Tool, ToolResult, ToolSpec};
-use rmcp::model::{GetPromptRequestParams, PaginatedRequestParams, ReadResourceRequestParams};
+use rmcp::model::{
+    ClientRequest, GetPromptRequestParams, PaginatedRequestParams, ReadResourceRequest,
+    ReadResourceRequestParams, ServerResult,
+};
 use serde_json::{Map, Value, json};
 
 use super::{Shared, upstream::Upstream};
@@ -129,7 +132,7 @@ impl Tool for MetaTool {
         &self.spec
     }
 
-    async fn call(&self, input: Value, _ctx: &CallContext) -> ToolResult {
+    async fn call(&self, input: Value, ctx: &CallContext) -> ToolResult {
         let Some(shared) = self.shared.upgrade() else {
             return Ok(Envelope::err(
                 ErrKind::NotAvailable,
@@ -201,17 +204,45 @@ impl Tool for MetaTool {
                 format!("MCP server \"{}\" is not connected", up.name()),
             ));
         };
-        let result = match conn
-            .peer
-            .read_resource(ReadResourceRequestParams::new(uri.to_owned()))
-            .await
-        {
-            Ok(r) => r,
+        // Like a tool call upstream: bounded by the call timeout, cancelled with the call, and
+        // what the server asks the client meanwhile goes to this call's client.
+        let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(
+            ReadResourceRequestParams::new(uri.to_owned()),
+        ));
+        let mut limit = up.cfg.call_timeout.unwrap_or(shared.opts.call_timeout);
+        if let Some(deadline) = ctx.deadline {
+            limit = limit.min(deadline.saturating_duration_since(std::time::Instant::now()));
+        }
+        let label = format!("{READ} {uri}");
+        let result = match up.request_for(&conn, &label, request, limit, ctx).await {
+            Ok(ServerResult::ReadResourceResult(r)) => r,
+            Ok(_) => {
+                return Ok(Envelope::err(
+                    ErrKind::ToolFailed,
+                    format!(
+                        "MCP server \"{}\" answered resources/read with something else",
+                        up.name()
+                    ),
+                ));
+            }
             Err(rmcp::service::ServiceError::McpError(e)) => {
                 return Ok(Envelope::err(
                     ErrKind::ToolFailed,
                     format!("read_mcp_resource failed: {}", e.message),
                 ));
+            }
+            Err(rmcp::service::ServiceError::Timeout { .. }) => {
+                return Ok(Envelope::err(
+                    ErrKind::Timeout,
+                    format!(
+                        "MCP server \"{}\" did not answer resources/read within {} s",
+                        up.name(),
+                        limit.as_secs_f32()
+                    ),
+                ));
+            }
+            Err(rmcp::service::ServiceError::Cancelled { .. }) => {
+                return Ok(Envelope::err(ErrKind::Cancelled, "the call was cancelled"));
             }
             Err(_) => {
                 return Ok(Envelope::err(

@@ -15,10 +15,12 @@ use std::{
 };
 
 use async_trait::async_trait;
+use quiver_contract::CallContext;
 use rmcp::{
     model::{
-        CompleteRequestParams, GetPromptRequestParams, PaginatedRequestParams,
-        ReadResourceRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+        ClientRequest, CompleteRequestParams, GetPromptRequest, GetPromptRequestParams,
+        PaginatedRequestParams, ReadResourceRequest, ReadResourceRequestParams, ServerResult,
+        SubscribeRequestParams, UnsubscribeRequestParams,
     },
     service::ServiceError,
 };
@@ -105,6 +107,15 @@ async fn ask<T>(
             limit.as_secs_f32()
         ))),
         Ok(Ok(v)) => Ok(v),
+        Ok(Err(ServiceError::Timeout { .. })) => Err(ContentError::Unavailable(format!(
+            "MCP server \"{}\" did not answer {what} within {} s",
+            up.name(),
+            limit.as_secs_f32()
+        ))),
+        Ok(Err(ServiceError::Cancelled { .. })) => Err(ContentError::Unavailable(format!(
+            "{what} was cancelled before MCP server \"{}\" answered",
+            up.name()
+        ))),
         Ok(Err(ServiceError::McpError(d))) => Err(ContentError::Upstream {
             code: d.code.0,
             message: format!("MCP server \"{}\": {}", up.name(), d.message),
@@ -117,6 +128,15 @@ async fn ask<T>(
             )))
         }
     }
+}
+
+/// An answer of the wrong type (a server that answered `prompts/get` with something else).
+fn unexpected(up: &Upstream, what: &str, got: &ServerResult) -> ContentError {
+    tracing::warn!(server = %up.name(), ?got, "unexpected reply to {what}");
+    ContentError::Unavailable(format!(
+        "MCP server \"{}\" answered {what} with something else than its result",
+        up.name()
+    ))
 }
 
 fn wire<T: serde::Serialize>(v: &T) -> Value {
@@ -502,15 +522,19 @@ impl ContentSource for McpClient {
         self.all_templates().await
     }
 
-    async fn read_resource(&self, uri: &str) -> Result<Value, ContentError> {
+    async fn read_resource(&self, uri: &str, ctx: &CallContext) -> Result<Value, ContentError> {
         let up = self.owner_of(uri).await?;
         let conn = connected(&up, |c| c.has_resources, "resources")?;
         let limit = timeout(&self.shared, &up);
-        let request = conn
-            .peer
-            .read_resource(ReadResourceRequestParams::new(uri.to_owned()));
-        let result = ask(&up, limit, "resources/read", request).await?;
-        Ok(wire(&result))
+        let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(
+            ReadResourceRequestParams::new(uri.to_owned()),
+        ));
+        let label = format!("resources/read {uri}");
+        let asked = up.request_for(&conn, &label, request, limit, ctx);
+        match ask(&up, limit, "resources/read", asked).await? {
+            ServerResult::ReadResourceResult(r) => Ok(wire(&r)),
+            other => Err(unexpected(&up, "resources/read", &other)),
+        }
     }
 
     async fn subscribe(&self, uri: &str) -> Result<(), ContentError> {
@@ -580,15 +604,21 @@ impl ContentSource for McpClient {
         &self,
         name: &str,
         arguments: Option<Map<String, Value>>,
+        ctx: &CallContext,
     ) -> Result<Value, ContentError> {
         let (up, prompt) = self.prompt_owner(name).await?;
         let conn = connected(&up, |c| c.has_prompts, "prompts")?;
+        let label = format!("prompts/get {prompt}");
         let mut params = GetPromptRequestParams::default();
         params.name = prompt;
         params.arguments = arguments;
         let limit = timeout(&self.shared, &up);
-        let result = ask(&up, limit, "prompts/get", conn.peer.get_prompt(params)).await?;
-        Ok(wire(&result))
+        let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
+        let asked = up.request_for(&conn, &label, request, limit, ctx);
+        match ask(&up, limit, "prompts/get", asked).await? {
+            ServerResult::GetPromptResult(r) => Ok(wire(&r)),
+            other => Err(unexpected(&up, "prompts/get", &other)),
+        }
     }
 
     async fn complete(&self, mut request: Value) -> Result<Value, ContentError> {

@@ -1080,6 +1080,38 @@ impl Upstream {
     }
 }
 
+impl Upstream {
+    /// Sends `request` (a `prompts/get` or `resources/read`) on `conn` on behalf of the
+    /// downstream request `ctx` describes: registered as a call in flight under `label`, so a
+    /// server request it causes (an elicitation while rendering a prompt) is relayed to
+    /// `ctx.client` like a tool call's; `ctx.cancel` cancels it upstream. Bounded by `limit`.
+    pub(crate) async fn request_for(
+        &self,
+        conn: &Conn,
+        label: &str,
+        request: ClientRequest,
+        limit: Duration,
+        ctx: &CallContext,
+    ) -> Result<ServerResult, ServiceError> {
+        let registration = self.calls.begin(label, ctx);
+        let handle = conn
+            .peer
+            .send_request_with_option(request, PeerRequestOptions::with_timeout(limit))
+            .await?;
+        let id = handle.id.clone();
+        registration.sent(id.clone(), handle.progress_token.clone());
+        tokio::select! {
+            r = handle.await_response() => r,
+            _ = ctx.cancel.cancelled() => {
+                let reason = "cancelled by the client".to_owned();
+                let p = CancelledNotificationParam::new(Some(id), Some(reason.clone()));
+                let _ = conn.peer.notify_cancelled(p).await;
+                Err(ServiceError::Cancelled { reason: Some(reason) })
+            }
+        }
+    }
+}
+
 /// The text of a JSON-RPC error from the peer (its own words, not transport text).
 fn peer_message(e: &ServiceError) -> String {
     match e {

@@ -120,6 +120,22 @@ impl Missing {
             .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
             .collect::<Vec<_>>()
             .join("\n");
+        match self.required("tool", "toolError", &text) {
+            Some(error) => Err(error),
+            None => Ok(result),
+        }
+    }
+
+    /// `error`, the failure of a `prompts/get` or `resources/read` (`what`: "prompt",
+    /// "resource"), as the request's answer: the `-32021` error when it is one of the noted
+    /// refusals (the original message kept in `data.error`), else itself.
+    pub(crate) fn error(&self, what: &str, error: rmcp::ErrorData) -> rmcp::ErrorData {
+        self.required(what, "error", &error.message)
+            .unwrap_or(error)
+    }
+
+    /// The `-32021` error for a failure whose `text` carries noted refusals, if it does.
+    fn required(&self, what: &str, field: &str, text: &str) -> Option<rmcp::ErrorData> {
         let missing: Vec<ClientRequest> = self
             .0
             .lock()
@@ -129,7 +145,7 @@ impl Missing {
             .map(|(r, _)| *r)
             .collect();
         if missing.is_empty() {
-            return Ok(result);
+            return None;
         }
         let mut caps = ClientCapabilities::default();
         for r in &missing {
@@ -141,7 +157,7 @@ impl Missing {
         }
         let mut error = rmcp::ErrorData::missing_required_client_capability(caps);
         error.message = format!(
-            "the tool needs the client capabilities {} that the request's `_meta` did not declare; declare them (and answer its requests in InputRequiredResult rounds) to use it",
+            "the {what} needs the client capabilities {} that the request's `_meta` did not declare; declare them (and answer its requests in InputRequiredResult rounds) to use it",
             missing
                 .iter()
                 .map(|r| r.capability())
@@ -150,9 +166,9 @@ impl Missing {
         )
         .into();
         if let Some(serde_json::Value::Object(data)) = error.data.as_mut() {
-            data.insert("toolError".into(), serde_json::Value::String(text));
+            data.insert(field.into(), serde_json::Value::String(text.to_owned()));
         }
-        Err(error)
+        Some(error)
     }
 }
 

@@ -3,8 +3,14 @@
 //! serving its own). Everything crosses it as MCP wire JSON, so an implementation needs no
 //! rmcp types; the handler turns it into rmcp's typed results (and rejects what does not
 //! parse as such).
+//!
+//! `resources/read` and `prompts/get` take the request's [`CallContext`]: its client channel
+//! carries what the source asks the client while it answers (an upstream's elicitation
+//! during its `prompts/get`, say; on the 2026-07-28 protocol these become
+//! `InputRequiredResult` rounds), and its cancellation token fires when the client cancels.
 
 use async_trait::async_trait;
+use quiver_contract::CallContext;
 use serde_json::{Map, Value};
 use tokio::sync::broadcast;
 
@@ -89,8 +95,9 @@ pub trait ContentSource: Send + Sync {
     /// Every resource template (wire `ResourceTemplate` objects), at most 10,000.
     async fn list_resource_templates(&self) -> Result<Vec<Value>, ContentError>;
 
-    /// Reads one resource: a wire `ReadResourceResult`.
-    async fn read_resource(&self, uri: &str) -> Result<Value, ContentError>;
+    /// Reads one resource: a wire `ReadResourceResult`. `ctx` is the request's (see the
+    /// module docs).
+    async fn read_resource(&self, uri: &str, ctx: &CallContext) -> Result<Value, ContentError>;
 
     /// Starts updates for `uri` (called once per URI per session; a source counts them).
     async fn subscribe(&self, uri: &str) -> Result<(), ContentError>;
@@ -112,11 +119,13 @@ pub trait ContentSource: Send + Sync {
     /// Every prompt (wire `Prompt` objects, names as the client must send them back).
     async fn list_prompts(&self) -> Result<Vec<Value>, ContentError>;
 
-    /// Renders one prompt: a wire `GetPromptResult`.
+    /// Renders one prompt: a wire `GetPromptResult`. `ctx` is the request's (see the
+    /// module docs).
     async fn get_prompt(
         &self,
         name: &str,
         arguments: Option<Map<String, Value>>,
+        ctx: &CallContext,
     ) -> Result<Value, ContentError>;
 
     /// Answers a `completion/complete` request (wire params in, wire `CompleteResult` out).

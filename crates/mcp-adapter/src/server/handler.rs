@@ -16,12 +16,12 @@ use rmcp::{
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams,
         CompleteResult, Extensions, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
-        Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-        ListToolsResult, LoggingLevel, PaginatedRequestParams, ProgressNotificationParam,
-        ProgressToken, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-        RequestMetaObject, ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig,
-        SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
-        UnsubscribeRequestParams,
+        Implementation, InputResponses, ListPromptsResult, ListResourceTemplatesResult,
+        ListResourcesResult, ListToolsResult, LoggingLevel, PaginatedRequestParams,
+        ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
+        ReadResourceResult, RequestMetaObject, ResourceUpdatedNotificationParam,
+        ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams,
+        SubscriptionFilter, UnsubscribeRequestParams,
     },
     service::{NotificationContext, Peer, RequestContext, SubscriptionContext},
 };
@@ -35,7 +35,7 @@ use super::{
     content::{ContentError, ContentOffer, ContentSource, ListChange},
     from_contract,
     key::{CONVERSATION_HEADER, CONVERSATION_META, KeySources, working_set_key},
-    rounds::{self, Owner, Rounds},
+    rounds::{self, Done, Owner, RoundResponse, Rounds, Target},
     watch::Changes,
 };
 
@@ -57,6 +57,42 @@ pub(crate) struct Scope {
     /// connection's; none for a 2026-07-28 request, which has no session whatever headers
     /// it sends.
     session: Option<Arc<str>>,
+}
+
+impl Scope {
+    /// Whose call it is, for the input rounds.
+    fn owner(&self) -> Owner {
+        Owner {
+            key: self.key.clone(),
+            principal: self.principal.clone(),
+            tenant: self.tenant.clone(),
+        }
+    }
+
+    /// The call context of a request in this scope.
+    fn context(&self, cancel: CancellationToken) -> CallContext {
+        let mut ctx = CallContext::for_session(self.key.clone())
+            .with_capabilities((*self.capabilities).clone())
+            .with_cancel(cancel);
+        if let Some(p) = &self.principal {
+            ctx = ctx.with_principal(p.clone());
+        }
+        if let Some(t) = &self.tenant {
+            ctx = ctx.with_tenant(t.clone());
+        }
+        ctx
+    }
+}
+
+/// A request's client channel and what it declared ([`Handler::prepare`]).
+struct Prepared {
+    peer_channel: PeerChannel,
+    progress_state: Arc<ProgressState>,
+    features: quiver_contract::ClientFeatures,
+    /// A 2026-07-28 request.
+    modern: bool,
+    /// Where a 2026-07-28 request notes the capabilities it was refused.
+    missing: Option<Arc<Missing>>,
 }
 
 /// The state of one handler instance (a session, or a single stateless request).
@@ -166,6 +202,118 @@ impl Handler {
             meta,
             self.fixed_session.as_deref(),
         )
+    }
+
+    /// The client channel of one request (sampling, elicitation, roots, log and progress go
+    /// back over the request's own stream), with what the request declared.
+    fn prepare(&self, context: &RequestContext<RoleServer>) -> Prepared {
+        let progress_state = Arc::new(ProgressState::default());
+        let meta_level = context.meta.log_level();
+        let modern = context
+            .protocol_version()
+            .as_ref()
+            .is_some_and(|v| *v >= rmcp::model::ProtocolVersion::V_2026_07_28);
+        let features = channel::features(context.client_capabilities().as_ref());
+        // Only a 2026-07-28 request turns a capability refusal into -32021.
+        let missing = modern.then(|| Arc::new(Missing::default()));
+        let peer_channel = PeerChannel {
+            peer: context.peer.clone(),
+            request_id: context.id.clone(),
+            progress_token: context.meta.get_progress_token(),
+            progress: progress_state.clone(),
+            features,
+            meta_level,
+            conn: self.conn.clone(),
+            // A 2026-07-28 request gets log messages only when it opts in (SEP-2575).
+            logs_allowed: !modern || meta_level.is_some(),
+            missing: missing.clone(),
+        };
+        Prepared {
+            peer_channel,
+            progress_state,
+            features,
+            modern,
+            missing,
+        }
+    }
+
+    /// The progress heartbeat of one round of a 2026-07-28 request that asked for progress
+    /// (the call's own would go to the first request only).
+    fn heartbeat(
+        &self,
+        context: &RequestContext<RoleServer>,
+        progress_state: &Arc<ProgressState>,
+    ) -> Option<Heartbeat> {
+        let every = self.shared.options.progress_interval;
+        context.meta.get_progress_token().map(|token| {
+            Heartbeat::new(
+                token,
+                context.peer.clone(),
+                Some(progress_state.clone()),
+                every,
+            )
+        })
+    }
+
+    /// Runs a `prompts/get` or `resources/read` (`fetch`, given the request's call context):
+    /// with the request's client channel, cancelled with the request, and on 2026-07-28 in
+    /// InputRequiredResult rounds when the client declared what the source may ask for, like
+    /// a tool call.
+    async fn content<R, F, Fut, T>(
+        &self,
+        target: Target,
+        context: &RequestContext<RoleServer>,
+        (responses, state): (Option<InputResponses>, Option<String>),
+        fetch: F,
+    ) -> Result<R, McpError>
+    where
+        R: RoundResponse,
+        F: FnOnce(CallContext) -> Fut,
+        Fut: std::future::Future<Output = T> + Send + 'static,
+        T: Into<Done>,
+    {
+        let scope = self.scope(&context.meta, &context.extensions)?;
+        let Prepared {
+            peer_channel,
+            progress_state,
+            features,
+            modern,
+            missing,
+        } = self.prepare(context);
+        let ctx = |channel, cancel| scope.context(cancel).with_client(channel);
+        if modern {
+            let rounds = &self.shared.rounds;
+            rounds::check_responses(responses.as_ref())?;
+            let heartbeat = self.heartbeat(context, &progress_state);
+            let run = match state {
+                Some(state) => rounds.resume(
+                    &state,
+                    target,
+                    &scope.owner(),
+                    responses,
+                    Arc::new(peer_channel),
+                )?,
+                None if features.sampling || features.elicitation || features.roots => {
+                    Rounds::start(
+                        target,
+                        scope.owner(),
+                        features,
+                        missing.unwrap_or_default(),
+                        responses,
+                        Arc::new(peer_channel),
+                        move |channel, cancel| fetch(ctx(channel, cancel)),
+                    )
+                }
+                None => {
+                    let done = fetch(ctx(Arc::new(peer_channel), context.ct.child_token()));
+                    let done = done.await.into();
+                    return R::complete(done, &missing.unwrap_or_default());
+                }
+            };
+            return rounds.drive(run, &context.ct, heartbeat).await;
+        }
+        let done = fetch(ctx(Arc::new(peer_channel), context.ct.child_token()));
+        R::complete(done.await.into(), &Missing::default())
     }
 
     fn offer(&self) -> ContentOffer {
@@ -319,15 +467,7 @@ pub(crate) async fn call(
         return from_contract::call_result(&envelope, &shared.options.render);
     }
     let cancel = shared.shutdown.child_token();
-    let mut ctx = CallContext::for_session(scope.key.clone())
-        .with_capabilities((*scope.capabilities).clone())
-        .with_cancel(cancel.clone());
-    if let Some(p) = &scope.principal {
-        ctx = ctx.with_principal(p.clone());
-    }
-    if let Some(t) = &scope.tenant {
-        ctx = ctx.with_tenant(t.clone());
-    }
+    let mut ctx = scope.context(cancel.clone());
     if let Some((c, _)) = &channel {
         ctx = ctx.with_client(c.clone());
     }
@@ -586,52 +726,25 @@ impl ServerHandler for Handler {
         self.track(&scope, &context.peer);
         self.shared.restore_once(&scope.key).await;
         let progress = context.meta.get_progress_token();
-        let progress_state = Arc::new(ProgressState::default());
-        let protocol = context.protocol_version();
-        let meta_level = context.meta.log_level();
-        let modern = protocol
-            .as_ref()
-            .is_some_and(|v| *v >= rmcp::model::ProtocolVersion::V_2026_07_28);
-        let features = channel::features(context.client_capabilities().as_ref());
-        // Only a 2026-07-28 call turns a capability refusal into -32021.
-        let missing = modern.then(|| Arc::new(Missing::default()));
-        let peer_channel = PeerChannel {
-            peer: context.peer.clone(),
-            request_id: context.id.clone(),
-            progress_token: progress.clone(),
-            progress: progress_state.clone(),
+        let Prepared {
+            peer_channel,
+            progress_state,
             features,
-            meta_level,
-            conn: self.conn.clone(),
-            // A 2026-07-28 request gets log messages only when it opts in (SEP-2575).
-            logs_allowed: !modern || meta_level.is_some(),
-            missing: missing.clone(),
-        };
+            modern,
+            missing,
+        } = self.prepare(&context);
         let name = request.name;
         let input = request.arguments.map(Value::Object).unwrap_or(Value::Null);
         if modern {
             // Server-to-client requests travel as InputRequiredResult rounds (SEP-2322).
             let rounds = &self.shared.rounds;
             rounds::check_responses(request.input_responses.as_ref())?;
-            let owner = Owner {
-                key: scope.key.clone(),
-                principal: scope.principal.clone(),
-                tenant: scope.tenant.clone(),
-            };
-            // This round's heartbeat (the call's own would go to the first request only).
-            let every = self.shared.options.progress_interval;
-            let heartbeat = progress.clone().map(|token| {
-                Heartbeat::new(
-                    token,
-                    context.peer.clone(),
-                    Some(progress_state.clone()),
-                    every,
-                )
-            });
+            let owner = scope.owner();
+            let heartbeat = self.heartbeat(&context, &progress_state);
             if let Some(state) = request.request_state.as_deref() {
                 let run = rounds.resume(
                     state,
-                    &name,
+                    Target::tool(&name),
                     &owner,
                     request.input_responses,
                     Arc::new(peer_channel),
@@ -642,7 +755,7 @@ impl ServerHandler for Handler {
                 let (shared, scope) = (self.shared.clone(), scope.clone());
                 let tool = name.to_string();
                 let run = Rounds::start(
-                    &name,
+                    Target::tool(&name),
                     owner,
                     features,
                     missing.unwrap_or_default(),
@@ -847,15 +960,20 @@ impl ServerHandler for Handler {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let source = self.source(|o| o.resources, "resources")?;
-        let wire = source
-            .read_resource(&request.uri)
-            .await
-            .map_err(|e| content_error(e, Some(Some(&request.uri))))?;
-        let result: ReadResourceResult = typed(wire, "resources/read")?;
-        Ok(result.into())
+        let source = self.source(|o| o.resources, "resources")?.clone();
+        let uri = request.uri;
+        let target = Target::resource(&uri);
+        let input = (request.input_responses, request.request_state);
+        self.content(target, &context, input, move |ctx| async move {
+            let wire = source
+                .read_resource(&uri, &ctx)
+                .await
+                .map_err(|e| content_error(e, Some(Some(&uri))))?;
+            typed::<ReadResourceResult>(wire, "resources/read")
+        })
+        .await
     }
 
     async fn subscribe(
@@ -911,15 +1029,20 @@ impl ServerHandler for Handler {
     async fn get_prompt(
         &self,
         request: GetPromptRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        let source = self.source(|o| o.prompts, "prompts")?;
-        let wire = source
-            .get_prompt(&request.name, request.arguments)
-            .await
-            .map_err(|e| content_error(e, None))?;
-        let result: GetPromptResult = typed(wire, "prompts/get")?;
-        Ok(result.into())
+        let source = self.source(|o| o.prompts, "prompts")?.clone();
+        let (name, arguments) = (request.name, request.arguments);
+        let target = Target::prompt(&name);
+        let input = (request.input_responses, request.request_state);
+        self.content(target, &context, input, move |ctx| async move {
+            let wire = source
+                .get_prompt(&name, arguments, &ctx)
+                .await
+                .map_err(|e| content_error(e, None))?;
+            typed::<GetPromptResult>(wire, "prompts/get")
+        })
+        .await
     }
 
     async fn complete(

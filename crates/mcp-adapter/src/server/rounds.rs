@@ -6,13 +6,15 @@
 //! `InputRequiredResult`: the requests the client must fulfil and an opaque `requestState`.
 //! The client runs them through its own callbacks and sends the same `tools/call` again with
 //! `inputResponses` and the `requestState`; that answer is the call's result, or another
-//! round.
+//! round. `prompts/get` and `resources/read` work the same way (an upstream server that
+//! elicits while it renders a prompt): each is a call here, its [`Target`] the method and
+//! the prompt's name or the resource's URI.
 //!
 //! Quiver keeps the call running between the rounds instead of re-running it (a tool, or an
 //! upstream server waiting for its elicitation answer, cannot be replayed): the call runs in
 //! its own task, each request it sends to the client is parked, and `requestState` is only
 //! the handle of the waiting call (a random id, never data the server trusts). A retry must
-//! name the same tool for the same [`Owner`] (working-set key, principal and tenant); its
+//! name the same target for the same [`Owner`] (working-set key, principal and tenant); its
 //! `arguments` are ignored, the call already has them. The client's answers are checked
 //! against the result type of each request before the tool sees them. A parked call the
 //! client never comes back for is cancelled after
@@ -46,8 +48,9 @@ use rmcp::{
     ErrorData as McpError,
     model::{
         CallToolResponse, CallToolResult, CreateMessageRequestParams, CreateMessageResult,
-        ElicitRequestParams, ElicitResult, InputRequest, InputRequests, InputRequiredResult,
-        InputResponses, ListRootsResult,
+        ElicitRequestParams, ElicitResult, GetPromptResponse, GetPromptResult, InputRequest,
+        InputRequests, InputRequiredResult, InputResponses, ListRootsResult, ReadResourceResponse,
+        ReadResourceResult,
     },
 };
 use serde::Deserialize;
@@ -73,6 +76,120 @@ pub(crate) struct Owner {
     pub(crate) principal: Option<Arc<str>>,
     /// The token's tenant, if any.
     pub(crate) tenant: Option<Arc<str>>,
+}
+
+/// What a call in rounds answers: a retry must name the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    method: &'static str,
+    /// The tool's or prompt's name, or the resource's URI.
+    name: String,
+}
+
+impl Target {
+    pub(crate) fn tool(name: &str) -> Self {
+        Target {
+            method: "tools/call",
+            name: name.to_owned(),
+        }
+    }
+
+    pub(crate) fn prompt(name: &str) -> Self {
+        Target {
+            method: "prompts/get",
+            name: name.to_owned(),
+        }
+    }
+
+    pub(crate) fn resource(uri: &str) -> Self {
+        Target {
+            method: "resources/read",
+            name: uri.to_owned(),
+        }
+    }
+
+    /// What the client should do to start over.
+    fn again(&self) -> String {
+        match self.method {
+            "tools/call" => format!("Call `{}` again", self.name),
+            m => format!("Send {m} for `{}` again", self.name),
+        }
+    }
+}
+
+/// A tool call.
+impl From<&str> for Target {
+    fn from(tool: &str) -> Self {
+        Target::tool(tool)
+    }
+}
+
+/// How a call in rounds ended.
+pub(crate) enum Done {
+    Tool(CallToolResult),
+    Prompt(Result<GetPromptResult, McpError>),
+    Resource(Result<ReadResourceResult, McpError>),
+}
+
+impl From<CallToolResult> for Done {
+    fn from(r: CallToolResult) -> Self {
+        Done::Tool(r)
+    }
+}
+
+impl From<Result<GetPromptResult, McpError>> for Done {
+    fn from(r: Result<GetPromptResult, McpError>) -> Self {
+        Done::Prompt(r)
+    }
+}
+
+impl From<Result<ReadResourceResult, McpError>> for Done {
+    fn from(r: Result<ReadResourceResult, McpError>) -> Self {
+        Done::Resource(r)
+    }
+}
+
+/// The answer of a request that may take rounds: its complete result, or the next round.
+pub(crate) trait RoundResponse: From<InputRequiredResult> + Sized {
+    /// The request's answer once its call has ended; a failure that is the refusal of an
+    /// undeclared capability becomes `-32021`.
+    fn complete(done: Done, missing: &Missing) -> Result<Self, McpError>;
+}
+
+/// A round's end that is not its request's kind; [`Rounds::resume`] checks the target, so
+/// this is a bug, reported rather than panicking.
+fn mismatch(method: &str) -> McpError {
+    McpError::internal_error(
+        format!("a {method} call ended with another request's result"),
+        None,
+    )
+}
+
+impl RoundResponse for CallToolResponse {
+    fn complete(done: Done, missing: &Missing) -> Result<Self, McpError> {
+        match done {
+            Done::Tool(r) => Ok(missing.answer(r)?.into()),
+            _ => Err(mismatch("tools/call")),
+        }
+    }
+}
+
+impl RoundResponse for GetPromptResponse {
+    fn complete(done: Done, missing: &Missing) -> Result<Self, McpError> {
+        match done {
+            Done::Prompt(r) => Ok(r.map_err(|e| missing.error("prompt", e))?.into()),
+            _ => Err(mismatch("prompts/get")),
+        }
+    }
+}
+
+impl RoundResponse for ReadResourceResponse {
+    fn complete(done: Done, missing: &Missing) -> Result<Self, McpError> {
+        match done {
+            Done::Resource(r) => Ok(r.map_err(|e| missing.error("resource", e))?.into()),
+            _ => Err(mismatch("resources/read")),
+        }
+    }
 }
 
 type Reply = oneshot::Sender<Result<Value, ChannelError>>;
@@ -109,13 +226,13 @@ const ENDED_GRACE: Duration = Duration::from_secs(60);
 
 /// A call in its own task, with the requests it sent to the client.
 pub(crate) struct Running {
-    task: tokio::task::JoinHandle<CallToolResult>,
+    task: tokio::task::JoinHandle<Done>,
     asks: mpsc::UnboundedReceiver<Ask>,
     /// Requests sent to the client in the last round: their `inputRequests` key and method.
     waiting: Vec<(String, &'static str, Reply)>,
     /// The call's own cancellation (the client's `notifications/cancelled` of any round).
     cancel: CancellationToken,
-    tool: String,
+    target: Target,
     owner: Owner,
     /// Where log and progress notifications go: the request of the current round.
     current: Arc<Mutex<Arc<dyn ClientChannel>>>,
@@ -152,8 +269,8 @@ impl Rounds {
     /// Starts `call` in its own task, handing it a [`RoundChannel`] as its client channel and
     /// its cancellation token. `notify` (the request's own channel) takes the call's log and
     /// progress notifications until the next round.
-    pub(crate) fn start<F, Fut>(
-        tool: &str,
+    pub(crate) fn start<F, Fut, T>(
+        target: impl Into<Target>,
         owner: Owner,
         features: ClientFeatures,
         missing: Arc<Missing>,
@@ -163,7 +280,8 @@ impl Rounds {
     ) -> Running
     where
         F: FnOnce(Arc<dyn ClientChannel>, CancellationToken) -> Fut,
-        Fut: std::future::Future<Output = CallToolResult> + Send + 'static,
+        Fut: std::future::Future<Output = T> + Send + 'static,
+        T: Into<Done>,
     {
         let (tx, asks) = mpsc::unbounded_channel();
         let current = Arc::new(Mutex::new(notify));
@@ -174,13 +292,14 @@ impl Rounds {
             missing: missing.clone(),
         });
         let cancel = CancellationToken::new();
-        let task = tokio::spawn(call(channel, cancel.clone()));
+        let call = call(channel, cancel.clone());
+        let task = tokio::spawn(async move { call.await.into() });
         Running {
             task,
             asks,
             waiting: Vec::new(),
             cancel,
-            tool: tool.to_owned(),
+            target: target.into(),
             owner,
             current,
             missing,
@@ -194,26 +313,28 @@ impl Rounds {
     pub(crate) fn resume(
         &self,
         state: &str,
-        tool: &str,
+        target: impl Into<Target>,
         owner: &Owner,
         responses: Option<InputResponses>,
         notify: Arc<dyn ClientChannel>,
     ) -> Result<Running, McpError> {
+        let target = target.into();
         let mut parked = lock(&self.parked);
         let Some(p) = parked.get(state) else {
             return Err(McpError::invalid_params(
                 format!(
-                    "requestState does not name a call waiting on this server: it finished and its result was already returned, it waited longer than {}s for input and was cancelled, it was never issued here, or the server restarted. Call `{tool}` again without requestState and inputResponses.",
-                    self.wait.as_secs_f64()
+                    "requestState does not name a call waiting on this server: it finished and its result was already returned, it waited longer than {}s for input and was cancelled, it was never issued here, or the server restarted. {} without requestState and inputResponses.",
+                    self.wait.as_secs_f64(),
+                    target.again()
                 ),
                 None,
             ));
         };
-        if p.run.tool != tool || p.run.owner != *owner {
+        if p.run.target != target || p.run.owner != *owner {
             return Err(McpError::invalid_params(
                 format!(
-                    "requestState belongs to another call: retry `{}` with the same conversation key, session and token as the request that returned it, and the requestState unchanged",
-                    p.run.tool
+                    "requestState belongs to another call: retry {} `{}` with the same conversation key, session and token as the request that returned it, and the requestState unchanged",
+                    p.run.target.method, p.run.target.name
                 ),
                 None,
             ));
@@ -243,12 +364,12 @@ impl Rounds {
     /// Waits for the call to finish (its result) or to ask its client something (an
     /// `InputRequiredResult`, the call parked). `ct` is this round's request cancellation;
     /// `heartbeat` this round's progress heartbeat, if it asked for progress.
-    pub(crate) async fn drive(
+    pub(crate) async fn drive<R: RoundResponse>(
         self: &Arc<Self>,
         mut run: Running,
         ct: &CancellationToken,
         mut heartbeat: Option<Heartbeat>,
-    ) -> Result<CallToolResponse, McpError> {
+    ) -> Result<R, McpError> {
         let mut cancelled = false;
         // Requests of the round being gathered, and when the gathering ends.
         let mut pending: Vec<Ask> = Vec::new();
@@ -271,7 +392,7 @@ impl Rounds {
                     let result = done.map_err(|e| {
                         McpError::internal_error(format!("the call's task failed: {e}"), None)
                     })?;
-                    return Ok(run.missing.answer(result)?.into());
+                    return R::complete(result, &run.missing);
                 }
                 Some(ask) = run.asks.recv() => {
                     if cancelled {
@@ -299,7 +420,7 @@ impl Rounds {
                         Err(back) => run = *back,
                     }
                 }
-                _ = async { heartbeat.as_mut().expect("guarded").beat(&run.tool).await }, if heartbeat.is_some() => {}
+                _ = async { heartbeat.as_mut().expect("guarded").beat(&run.target.name).await }, if heartbeat.is_some() => {}
             }
         }
     }
@@ -354,7 +475,8 @@ impl Rounds {
                 return;
             };
             tracing::info!(
-                tool = %p.run.tool,
+                method = p.run.target.method,
+                target = %p.run.target.name,
                 waited_s = wait.as_secs_f64(),
                 "the client did not answer the call's input requests in time: cancelling the call"
             );
@@ -908,7 +1030,7 @@ mod tests {
         // The tool's request is refused at once; the call, failed for want of it, is the
         // -32021 error naming the capability (SEP-2575).
         let err = rounds
-            .drive(run, &CancellationToken::new(), None)
+            .drive::<CallToolResponse>(run, &CancellationToken::new(), None)
             .await
             .expect_err("a protocol error");
         assert_eq!(
@@ -1118,5 +1240,140 @@ mod tests {
             panic!("the call ends");
         };
         assert!(text(&done).contains("cancelled"));
+    }
+
+    /// A `prompts/get` that elicits its context, as the passthrough runs it: the source's
+    /// answer, or its failure as the source reports it (the refusal text inside).
+    fn eliciting_prompt(features: ClientFeatures) -> Running {
+        Rounds::start(
+            Target::prompt("with_context"),
+            owner("key-a"),
+            features,
+            Arc::new(Missing::default()),
+            None,
+            Arc::new(Notes::default()),
+            move |channel, _cancel| async move {
+                let asked = channel
+                    .elicit(json!({
+                        "message": "context?",
+                        "requestedSchema": {"type": "object", "properties": {"context": {"type": "string"}}}
+                    }))
+                    .await;
+                match asked {
+                    Ok(v) => Ok(GetPromptResult::new(vec![
+                        rmcp::model::PromptMessage::new_text(
+                            rmcp::model::Role::User,
+                            format!("context: {}", v["content"]["context"]),
+                        ),
+                    ])),
+                    Err(e) => Err(McpError::invalid_params(
+                        format!("MCP server \"docs\": {e}"),
+                        None,
+                    )),
+                }
+            },
+        )
+    }
+
+    #[tokio::test]
+    async fn a_prompt_takes_rounds_like_a_tool_and_its_state_is_its_own() {
+        let rounds = Arc::new(Rounds::new(Duration::from_secs(60)));
+        let ct = CancellationToken::new();
+        let GetPromptResponse::InputRequired(asked) = rounds
+            .drive(eliciting_prompt(elicit_only()), &ct, None)
+            .await
+            .unwrap()
+        else {
+            panic!("the prompt asks its client first");
+        };
+        let state = asked.request_state.expect("a request state");
+        let key = asked
+            .input_requests
+            .expect("input requests")
+            .into_keys()
+            .next()
+            .expect("one");
+        let notes: Arc<dyn ClientChannel> = Arc::new(Notes::default());
+        // The handle is a prompt's: a tool call of the same name, or another prompt, is refused
+        // and the prompt keeps waiting.
+        for other in [Target::tool("with_context"), Target::prompt("other")] {
+            let err = rounds
+                .resume(&state, other, &owner("key-a"), None, notes.clone())
+                .err()
+                .expect("refused");
+            assert!(
+                err.message.contains("prompts/get `with_context`"),
+                "{}",
+                err.message
+            );
+        }
+        assert_eq!(rounds.len(), 1);
+        let answers = InputResponses::from([(
+            key,
+            json!({"action": "accept", "content": {"context": "tests"}}),
+        )]);
+        let run = rounds
+            .resume(
+                &state,
+                Target::prompt("with_context"),
+                &owner("key-a"),
+                Some(answers),
+                notes,
+            )
+            .unwrap();
+        let GetPromptResponse::Complete(done) = rounds.drive(run, &ct, None).await.unwrap() else {
+            panic!("the answer completes the prompt");
+        };
+        let wire = serde_json::to_value(&done).unwrap();
+        assert_eq!(
+            wire["messages"][0]["content"]["text"], "context: \"tests\"",
+            "{wire}"
+        );
+        assert_eq!(rounds.len(), 0);
+        // A spent handle names what to send again.
+        let err = rounds
+            .resume(
+                &state,
+                Target::prompt("with_context"),
+                &owner("key-a"),
+                None,
+                Arc::new(Notes::default()),
+            )
+            .err()
+            .expect("spent");
+        assert!(
+            err.message
+                .contains("Send prompts/get for `with_context` again"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[tokio::test]
+    async fn a_prompt_refused_an_undeclared_capability_is_the_missing_capability_error() {
+        let rounds = Arc::new(Rounds::new(Duration::from_secs(60)));
+        let err = rounds
+            .drive::<GetPromptResponse>(
+                eliciting_prompt(ClientFeatures::new(true, false, false)),
+                &CancellationToken::new(),
+                None,
+            )
+            .await
+            .expect_err("a protocol error");
+        assert_eq!(
+            err.code,
+            rmcp::model::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+        );
+        assert!(
+            err.message.starts_with("the prompt needs"),
+            "{}",
+            err.message
+        );
+        let data = serde_json::to_string(&err.data).unwrap();
+        assert!(
+            data.contains("elicitation") && data.contains("MCP server \\\"docs\\\""),
+            "{data}"
+        );
+        assert_eq!(rounds.len(), 0);
     }
 }

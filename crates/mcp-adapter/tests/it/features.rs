@@ -386,9 +386,12 @@ async fn passthrough_follows_the_resources_and_prompts_switches() {
         unique.len(),
         "only docs lists resources: {uris:?}"
     );
-    let read = within(Duration::from_secs(30), client.read_resource(uris[0]))
-        .await
-        .unwrap();
+    let read = within(
+        Duration::from_secs(30),
+        client.read_resource(uris[0], &CallContext::default()),
+    )
+    .await
+    .unwrap();
     assert_eq!(read["contents"][0]["uri"], uris[0], "{read}");
 
     let prompts = within(Duration::from_secs(30), client.list_prompts())
@@ -405,14 +408,14 @@ async fn passthrough_follows_the_resources_and_prompts_switches() {
     );
     let got = within(
         Duration::from_secs(30),
-        client.get_prompt("simple-prompt", None),
+        client.get_prompt("simple-prompt", None, &CallContext::default()),
     )
     .await
     .unwrap();
     assert!(got["messages"][0]["content"]["text"].is_string(), "{got}");
     let refused = within(
         Duration::from_secs(30),
-        client.get_prompt("mcp__docs__simple-prompt", None),
+        client.get_prompt("mcp__docs__simple-prompt", None, &CallContext::default()),
     )
     .await;
     assert!(
@@ -428,7 +431,10 @@ async fn passthrough_follows_the_resources_and_prompts_switches() {
     ready(&client).await;
     assert!(!client.offer().any(), "nothing to pass through");
     let read = client
-        .read_resource("demo://resource/static/document/features.md")
+        .read_resource(
+            "demo://resource/static/document/features.md",
+            &CallContext::default(),
+        )
         .await;
     assert!(
         matches!(&read, Err(ContentError::NotFound(m)) if m.contains("no upstream MCP server shares resources")),

@@ -31,6 +31,8 @@ pub(crate) struct FixtureContent {
     lists: broadcast::Sender<ListChange>,
     /// Prompts added at run time (`add_prompt`).
     added: AtomicUsize,
+    /// [`SLOW_PROMPT`] renderings started, and those cancelled by their client.
+    slow: [AtomicUsize; 2],
 }
 
 impl FixtureContent {
@@ -43,6 +45,7 @@ impl FixtureContent {
             subscribed: subscribed.clone(),
             lists: broadcast::channel(16).0,
             added: AtomicUsize::new(0),
+            slow: [AtomicUsize::new(0), AtomicUsize::new(0)],
         });
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(UPDATE_EVERY);
@@ -90,12 +93,19 @@ fn prompts() -> Vec<Value> {
                "arguments": [{"name": "resourceUri", "description": "The URI of the resource to embed.", "required": true}]}),
         json!({"name": "test_prompt_with_image", "description": "A prompt with an image."}),
         json!({"name": INPUT_PROMPT, "description": "A prompt that asks the client for its context (elicitation) before it renders."}),
+        json!({"name": SLOW_PROMPT, "description": "Renders only after a minute, unless cancelled first."}),
+        json!({"name": SLOW_PROMPTS, "description": "How many test_slow_prompt renderings started, and how many were cancelled (JSON)."}),
     ]
 }
 
 /// Conformance (2026-07-28): `prompts/get` of this prompt elicits its context first; through
 /// Quiver that is an `InputRequiredResult` round.
 const INPUT_PROMPT: &str = "test_input_required_result_prompt";
+
+/// Waits a minute unless cancelled; [`SLOW_PROMPTS`] tells how many renderings started and
+/// how many saw their cancellation.
+const SLOW_PROMPT: &str = "test_slow_prompt";
+const SLOW_PROMPTS: &str = "test_slow_prompts";
 
 /// The context the client gives [`INPUT_PROMPT`], asked through the request's client channel.
 async fn ask_context(ctx: &CallContext) -> Result<String, ContentError> {
@@ -228,6 +238,28 @@ impl ContentSource for FixtureContent {
             INPUT_PROMPT => {
                 let context = ask_context(ctx).await?;
                 vec![text_message(&format!("Prompt with context: {context}"))]
+            }
+            SLOW_PROMPT => {
+                self.slow[0].fetch_add(1, Ordering::SeqCst);
+                tokio::select! {
+                    _ = ctx.cancel.cancelled() => {
+                        self.slow[1].fetch_add(1, Ordering::SeqCst);
+                        return Err(ContentError::Unavailable("cancelled".into()));
+                    }
+                    _ = tokio::time::sleep(Duration::from_secs(60)) => {
+                        vec![text_message("not cancelled")]
+                    }
+                }
+            }
+            SLOW_PROMPTS => {
+                let [started, cancelled] = &self.slow;
+                vec![text_message(
+                    &json!({
+                        "started": started.load(Ordering::SeqCst),
+                        "cancelled": cancelled.load(Ordering::SeqCst)
+                    })
+                    .to_string(),
+                )]
             }
             "test_simple_prompt" => vec![text_message("This is a simple prompt for testing.")],
             "test_prompt_with_arguments" => {

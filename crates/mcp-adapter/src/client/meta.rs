@@ -6,8 +6,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use quiver_contract::{CallContext, Envelope, ErrKind, Part, Tool, ToolResult, ToolSpec};
 use rmcp::model::{
-    ClientRequest, GetPromptRequestParams, PaginatedRequestParams, ReadResourceRequest,
-    ReadResourceRequestParams, ServerResult,
+    ClientRequest, GetPromptRequest, GetPromptRequestParams, PaginatedRequestParams,
+    ReadResourceRequest, ReadResourceRequestParams, ServerResult,
 };
 use serde_json::{Map, Value, json};
 
@@ -338,12 +338,36 @@ pub(super) async fn expand_prompt(
     let mut params = GetPromptRequestParams::default();
     params.name = prompt.to_owned();
     params.arguments = (!args.is_empty()).then_some(args);
-    let result = conn.peer.get_prompt(params).await.map_err(|e| match e {
-        rmcp::service::ServiceError::McpError(d) => {
-            upstream_err(format!("prompt {prompt:?}: {}", d.message))
+    // Registered like any request in flight (nobody to relay the server's own requests to:
+    // they are refused, never routed to another caller), bounded by the call timeout.
+    let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
+    let limit = up.cfg.call_timeout.unwrap_or(shared.opts.call_timeout);
+    let label = format!("prompts/get {prompt}");
+    let result = match up
+        .request_for(&conn, &label, request, limit, &CallContext::default())
+        .await
+    {
+        Ok(ServerResult::GetPromptResult(r)) => r,
+        Ok(_) => {
+            return Err(upstream_err(format!(
+                "prompt {prompt:?}: answered with something else than a prompt"
+            )));
         }
-        _ => upstream_err(format!("prompt {prompt:?} could not be fetched")),
-    })?;
+        Err(rmcp::service::ServiceError::McpError(d)) => {
+            return Err(upstream_err(format!("prompt {prompt:?}: {}", d.message)));
+        }
+        Err(rmcp::service::ServiceError::Timeout { .. }) => {
+            return Err(upstream_err(format!(
+                "prompt {prompt:?}: no answer within {} s",
+                limit.as_secs_f32()
+            )));
+        }
+        Err(_) => {
+            return Err(upstream_err(format!(
+                "prompt {prompt:?} could not be fetched"
+            )));
+        }
+    };
     let wire = serde_json::to_value(&result).unwrap_or(Value::Null);
     let texts: Vec<String> = wire
         .get("messages")

@@ -100,27 +100,36 @@ async fn ask<T>(
     what: &str,
     request: impl Future<Output = Result<T, ServiceError>>,
 ) -> Result<T, ContentError> {
-    match tokio::time::timeout(limit, request).await {
-        Err(_) => Err(ContentError::Unavailable(format!(
+    let outcome = tokio::time::timeout(limit, request)
+        .await
+        .unwrap_or(Err(ServiceError::Timeout { timeout: limit }));
+    answer(up, limit, what, outcome)
+}
+
+/// The outcome of one request upstream (`limit` its timeout, rmcp's own for a request sent by
+/// [`Upstream::request_for`], which also cancels it upstream), in the words of [`ask`].
+fn answer<T>(
+    up: &Upstream,
+    limit: Duration,
+    what: &str,
+    outcome: Result<T, ServiceError>,
+) -> Result<T, ContentError> {
+    match outcome {
+        Ok(v) => Ok(v),
+        Err(ServiceError::Timeout { .. }) => Err(ContentError::Unavailable(format!(
             "MCP server \"{}\" did not answer {what} within {} s",
             up.name(),
             limit.as_secs_f32()
         ))),
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(ServiceError::Timeout { .. })) => Err(ContentError::Unavailable(format!(
-            "MCP server \"{}\" did not answer {what} within {} s",
-            up.name(),
-            limit.as_secs_f32()
-        ))),
-        Ok(Err(ServiceError::Cancelled { .. })) => Err(ContentError::Unavailable(format!(
+        Err(ServiceError::Cancelled { .. }) => Err(ContentError::Unavailable(format!(
             "{what} was cancelled before MCP server \"{}\" answered",
             up.name()
         ))),
-        Ok(Err(ServiceError::McpError(d))) => Err(ContentError::Upstream {
+        Err(ServiceError::McpError(d)) => Err(ContentError::Upstream {
             code: d.code.0,
             message: format!("MCP server \"{}\": {}", up.name(), d.message),
         }),
-        Ok(Err(e)) => {
+        Err(e) => {
             tracing::debug!(server = %up.name(), error = %e, "{what} failed");
             Err(ContentError::Unavailable(format!(
                 "MCP server \"{}\" could not answer {what}; the connection is re-established in the background",
@@ -530,8 +539,8 @@ impl ContentSource for McpClient {
             ReadResourceRequestParams::new(uri.to_owned()),
         ));
         let label = format!("resources/read {uri}");
-        let asked = up.request_for(&conn, &label, request, limit, ctx);
-        match ask(&up, limit, "resources/read", asked).await? {
+        let outcome = up.request_for(&conn, &label, request, limit, ctx).await;
+        match answer(&up, limit, "resources/read", outcome)? {
             ServerResult::ReadResourceResult(r) => Ok(wire(&r)),
             other => Err(unexpected(&up, "resources/read", &other)),
         }
@@ -614,8 +623,8 @@ impl ContentSource for McpClient {
         params.arguments = arguments;
         let limit = timeout(&self.shared, &up);
         let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
-        let asked = up.request_for(&conn, &label, request, limit, ctx);
-        match ask(&up, limit, "prompts/get", asked).await? {
+        let outcome = up.request_for(&conn, &label, request, limit, ctx).await;
+        match answer(&up, limit, "prompts/get", outcome)? {
             ServerResult::GetPromptResult(r) => Ok(wire(&r)),
             other => Err(unexpected(&up, "prompts/get", &other)),
         }

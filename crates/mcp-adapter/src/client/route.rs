@@ -1,4 +1,5 @@
-//! Which downstream call an upstream server's own request or notification belongs to.
+//! Which downstream call an upstream server's own request or notification belongs to (a
+//! call: a `tools/call`, or a `prompts/get` or `resources/read` passed through).
 //!
 //! An upstream connection is shared by every session of the process, so a server-initiated
 //! request (`sampling/createMessage`, `elicitation/create`, `roots/list`) or a log message
@@ -102,16 +103,16 @@ impl Route {
         match self {
             Route::To(_) => String::new(),
             Route::Idle => format!(
-                "Quiver relays {method} to its client only during a tools/call; no call to this server is in flight"
+                "Quiver relays {method} to its client only during a request it forwards (tools/call, prompts/get, resources/read); none to this server is in flight"
             ),
             Route::Ambiguous(n) => format!(
-                "Quiver cannot tell which of its {n} tools/call requests in flight to this server sent {method}, so it refuses it (send it on the tools/call's response stream, or let one call run at a time)"
+                "Quiver cannot tell which of its {n} requests in flight to this server (tools/call, prompts/get, resources/read) caused {method}, so it refuses it (send it on the request's response stream, or let one request run at a time)"
             ),
             Route::Unrelated(id) => format!(
-                "{method} arrived on the stream of request {id}, which is not a tools/call Quiver has in flight"
+                "{method} arrived on the stream of request {id}, which is not a request Quiver has in flight for a client"
             ),
             Route::Pending => format!(
-                "{method} names a request Quiver has not registered as a tools/call in flight"
+                "{method} names a request Quiver has not registered as in flight for a client"
             ),
         }
     }

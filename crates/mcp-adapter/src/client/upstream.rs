@@ -1093,6 +1093,12 @@ impl Upstream {
         limit: Duration,
         ctx: &CallContext,
     ) -> Result<ServerResult, ServiceError> {
+        let cancelled = || ServiceError::Cancelled {
+            reason: Some("cancelled by the client".into()),
+        };
+        if ctx.cancel.is_cancelled() {
+            return Err(cancelled());
+        }
         let registration = self.calls.begin(label, ctx);
         let handle = conn
             .peer
@@ -1103,10 +1109,9 @@ impl Upstream {
         tokio::select! {
             r = handle.await_response() => r,
             _ = ctx.cancel.cancelled() => {
-                let reason = "cancelled by the client".to_owned();
-                let p = CancelledNotificationParam::new(Some(id), Some(reason.clone()));
+                let p = CancelledNotificationParam::new(Some(id), Some("cancelled by the client".into()));
                 let _ = conn.peer.notify_cancelled(p).await;
-                Err(ServiceError::Cancelled { reason: Some(reason) })
+                Err(cancelled())
             }
         }
     }

@@ -270,7 +270,7 @@ impl Handler {
         R: RoundResponse,
         F: FnOnce(CallContext) -> Fut,
         Fut: std::future::Future<Output = T> + Send + 'static,
-        T: Into<Done>,
+        T: Into<Done> + Send,
     {
         let scope = self.scope(&context.meta, &context.extensions)?;
         let Prepared {
@@ -280,40 +280,55 @@ impl Handler {
             modern,
             missing,
         } = self.prepare(context);
-        let ctx = |channel, cancel| scope.context(cancel).with_client(channel);
+        // The source's cancellation fires when the request's does, or at shutdown.
+        let shutdown = &self.shared.shutdown;
+        let run = |channel, cancel: CancellationToken| {
+            let token = shutdown.child_token();
+            let fetched = fetch(scope.context(token.clone()).with_client(channel));
+            async move {
+                tokio::pin!(fetched);
+                tokio::select! {
+                    done = &mut fetched => done,
+                    _ = cancel.cancelled() => {
+                        token.cancel();
+                        fetched.await
+                    }
+                }
+            }
+        };
+        let missing = missing.unwrap_or_default();
+        let rounds = &self.shared.rounds;
         if modern {
-            let rounds = &self.shared.rounds;
             rounds::check_responses(responses.as_ref())?;
-            let heartbeat = self.heartbeat(context, &progress_state);
-            let run = match state {
-                Some(state) => rounds.resume(
-                    &state,
+        }
+        let run = match state {
+            Some(state) if modern => rounds.resume(
+                &state,
+                target,
+                &scope.owner(),
+                responses,
+                Arc::new(peer_channel),
+            )?,
+            None if modern && (features.sampling || features.elicitation || features.roots) => {
+                Rounds::start(
                     target,
-                    &scope.owner(),
+                    scope.owner(),
+                    features,
+                    missing,
                     responses,
                     Arc::new(peer_channel),
-                )?,
-                None if features.sampling || features.elicitation || features.roots => {
-                    Rounds::start(
-                        target,
-                        scope.owner(),
-                        features,
-                        missing.unwrap_or_default(),
-                        responses,
-                        Arc::new(peer_channel),
-                        move |channel, cancel| fetch(ctx(channel, cancel)),
-                    )
-                }
-                None => {
-                    let done = fetch(ctx(Arc::new(peer_channel), context.ct.child_token()));
-                    let done = done.await.into();
-                    return R::complete(done, &missing.unwrap_or_default());
-                }
-            };
-            return rounds.drive(run, &context.ct, heartbeat).await;
-        }
-        let done = fetch(ctx(Arc::new(peer_channel), context.ct.child_token()));
-        R::complete(done.await.into(), &Missing::default())
+                    run,
+                )
+            }
+            // Inline: a 2025-era request (the channel sends over its session; a stray
+            // requestState is ignored) or a 2026-07-28 one that declared nothing to ask.
+            _ => {
+                let done = run(Arc::new(peer_channel), context.ct.clone()).await;
+                return R::complete(done.into(), &missing);
+            }
+        };
+        let heartbeat = self.heartbeat(context, &progress_state);
+        rounds.drive(run, &context.ct, heartbeat).await
     }
 
     fn offer(&self) -> ContentOffer {

@@ -78,6 +78,7 @@ fn resources() -> Vec<Value> {
         json!({"uri": "test://static-text", "name": "static-text", "description": "A static text resource.", "mimeType": "text/plain"}),
         json!({"uri": "test://static-binary", "name": "static-binary", "description": "A static binary resource (a PNG).", "mimeType": "image/png"}),
         json!({"uri": WATCHED, "name": "watched-resource", "description": "A resource that reports updates to subscribers.", "mimeType": "text/plain"}),
+        json!({"uri": INPUT_RESOURCE, "name": "input-required", "description": "A resource that asks the client for its context (elicitation) before it is read.", "mimeType": "text/plain"}),
     ]
 }
 
@@ -102,18 +103,23 @@ fn prompts() -> Vec<Value> {
 /// Quiver that is an `InputRequiredResult` round.
 const INPUT_PROMPT: &str = "test_input_required_result_prompt";
 
+/// Like [`INPUT_PROMPT`], for `resources/read`.
+const INPUT_RESOURCE: &str = "test://input-required";
+
 /// Waits a minute unless cancelled; [`SLOW_PROMPTS`] tells how many renderings started and
 /// how many saw their cancellation.
 const SLOW_PROMPT: &str = "test_slow_prompt";
 const SLOW_PROMPTS: &str = "test_slow_prompts";
 
-/// The context the client gives [`INPUT_PROMPT`], asked through the request's client channel.
-async fn ask_context(ctx: &CallContext) -> Result<String, ContentError> {
-    let client = ctx.client.as_ref().ok_or_else(|| {
-        ContentError::InvalidParams(format!("{INPUT_PROMPT} needs a client to ask"))
-    })?;
+/// The context the client gives `what` ([`INPUT_PROMPT`], [`INPUT_RESOURCE`]), asked through
+/// the request's client channel.
+async fn ask_context(ctx: &CallContext, what: &str, noun: &str) -> Result<String, ContentError> {
+    let client = ctx
+        .client
+        .as_ref()
+        .ok_or_else(|| ContentError::InvalidParams(format!("{what} needs a client to ask")))?;
     let params = json!({
-        "message": "What context should the prompt use?",
+        "message": format!("What context should the {noun} use?"),
         "requestedSchema": {
             "type": "object",
             "properties": {"context": {"type": "string"}},
@@ -123,11 +129,11 @@ async fn ask_context(ctx: &CallContext) -> Result<String, ContentError> {
     let answer = client
         .request_named("user_context", "elicitation/create", params)
         .await
-        .map_err(|e| ContentError::InvalidParams(format!("{INPUT_PROMPT}: {e}")))?;
+        .map_err(|e| ContentError::InvalidParams(format!("{what}: {e}")))?;
     match answer["content"]["context"].as_str() {
         Some(c) if answer["action"] == "accept" => Ok(c.to_owned()),
         _ => Err(ContentError::InvalidParams(format!(
-            "{INPUT_PROMPT}: the client did not give a context ({answer})"
+            "{what}: the client did not give a context ({answer})"
         ))),
     }
 }
@@ -170,8 +176,12 @@ impl ContentSource for FixtureContent {
         })])
     }
 
-    async fn read_resource(&self, uri: &str, _ctx: &CallContext) -> Result<Value, ContentError> {
+    async fn read_resource(&self, uri: &str, ctx: &CallContext) -> Result<Value, ContentError> {
         let content = match uri {
+            INPUT_RESOURCE => {
+                let context = ask_context(ctx, INPUT_RESOURCE, "resource").await?;
+                json!({"uri": uri, "mimeType": "text/plain", "text": format!("Resource with context: {context}")})
+            }
             "test://static-text" => {
                 json!({"uri": uri, "mimeType": "text/plain", "text": "This is the content of the static text resource."})
             }
@@ -236,7 +246,7 @@ impl ContentSource for FixtureContent {
     ) -> Result<Value, ContentError> {
         let messages = match name {
             INPUT_PROMPT => {
-                let context = ask_context(ctx).await?;
+                let context = ask_context(ctx, INPUT_PROMPT, "prompt").await?;
                 vec![text_message(&format!("Prompt with context: {context}"))]
             }
             SLOW_PROMPT => {

@@ -311,10 +311,11 @@ async fn server_requests_reach_a_stateless_client_as_input_rounds() {
     run_script("relay.py", &[&server.url, "--stateless-fixture"]).await;
 }
 
-/// An upstream's elicitation while it renders a prompt (the content fixture behind Quiver's
-/// MCP client over streamable HTTP) reaches a 2026-07-28 client as an InputRequiredResult
-/// round of `prompts/get`, a 2025-11-25 session as a request, and a client without the
-/// callback as -32021.
+/// An upstream's elicitation while it renders a prompt or reads a resource (the content
+/// fixture behind Quiver's MCP client over streamable HTTP) reaches a 2026-07-28 client as an
+/// InputRequiredResult round of `prompts/get` / `resources/read`, a 2025-11-25 session as a
+/// request, and a client without the callback as -32021; cancelling a `prompts/get` cancels
+/// the upstream's rendering.
 #[tokio::test]
 async fn an_upstreams_requests_during_prompts_get_reach_the_client() {
     let server = Server::start(fixture_binary(), &["--upstream", "http"]).await;

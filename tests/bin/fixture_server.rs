@@ -1031,7 +1031,16 @@ async fn main() -> anyhow::Result<()> {
             other => anyhow::bail!("--content-upstream takes stdio or http, not {other}"),
         };
         let content: Arc<dyn ContentSource> = content;
-        return serve::serve(surface, dispatcher, transport, options, None, Some(content)).await;
+        return serve::serve(
+            surface,
+            dispatcher,
+            transport,
+            options,
+            None,
+            Some(content),
+            None,
+        )
+        .await;
     }
     let (catalog, surface) = catalog_and_surface(&LISTED)?;
     let mut families = Families::default();
@@ -1059,6 +1068,9 @@ async fn main() -> anyhow::Result<()> {
     let content = client
         .clone()
         .map(|c| Arc::new(c) as Arc<dyn ContentSource>);
+    let readiness = client
+        .clone()
+        .map(|c| Arc::new(c) as Arc<dyn quiver_mcp_adapter::Readiness>);
     let served = serve::serve(
         surface,
         dispatcher,
@@ -1066,6 +1078,7 @@ async fn main() -> anyhow::Result<()> {
         options,
         None,
         content,
+        readiness,
     )
     .await;
     if let Some(client) = client {

@@ -606,6 +606,11 @@ async fn the_python_client_drives_quiver_serve_over_stdio() {
 /// A `quiver.toml` with server-everything (npm) as "everything" and a server whose command
 /// does not exist as "down"; returns its path.
 fn everything_config() -> PathBuf {
+    everything_config_with("")
+}
+
+/// [`everything_config`] with `extra` (TOML keys) in the "everything" server's table.
+fn everything_config_with(extra: &str) -> PathBuf {
     let everything = peers().join("npm/node_modules/.bin/mcp-server-everything");
     assert!(
         everything.exists(),
@@ -615,7 +620,7 @@ fn everything_config() -> PathBuf {
     let dir = fresh_dir();
     let path = dir.join("quiver.toml");
     let toml = format!(
-        "[store]\npath = {db:?}\n\n[[mcp.servers]]\nname = \"everything\"\ncommand = {everything:?}\n\n[[mcp.servers]]\nname = \"down\"\ncommand = {down:?}\n",
+        "[store]\npath = {db:?}\n\n[[mcp.servers]]\nname = \"everything\"\ncommand = {everything:?}\n{extra}\n[[mcp.servers]]\nname = \"down\"\ncommand = {down:?}\n",
         db = dir.join("quiver.db").to_string_lossy(),
         everything = everything.to_string_lossy(),
         down = dir.join("no-such-server").to_string_lossy(),
@@ -736,4 +741,116 @@ async fn list_changes_through_quiver(mode: &str) {
     );
     std::fs::write(&config, toml).expect("the config is written");
     passthrough_through(&config, "grow", mode).await;
+}
+
+/// `GET path` on the server at `url` (its `/mcp` URL) with a raw HTTP/1.1 request: the status
+/// and the body.
+async fn probe(url: &str, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let authority = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let mut tcp = tokio::net::TcpStream::connect(&authority)
+        .await
+        .expect("the server accepts");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
+    tcp.write_all(request.as_bytes()).await.expect("sent");
+    let mut raw = String::new();
+    tokio::time::timeout(Duration::from_secs(10), tcp.read_to_string(&mut raw))
+        .await
+        .expect("the probe answers in time")
+        .expect("readable");
+    let status = raw
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("an HTTP status line: {raw:?}"));
+    let body = raw.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
+    (status, body)
+}
+
+/// The processes `pid` started (Linux: every thread's `children`).
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc is readable") {
+        let path = task.expect("a task").path().join("children");
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        out.extend(
+            text.split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok()),
+        );
+    }
+    out
+}
+
+/// Polls `/readyz` until `want(status, body)` holds; the last answer.
+async fn readyz_until(url: &str, want: impl Fn(u16, &str) -> bool) -> (u16, String) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = probe(url, "/readyz").await;
+        if want(status, &body) || tokio::time::Instant::now() >= deadline {
+            return (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The operator probes of a real `quiver serve`: `/healthz` answers while it serves;
+/// `/readyz` is ready while the required upstream (server-everything) is connected, not while
+/// it is down after its process died, and ready again once Quiver has restarted it. An
+/// optional server that is down never makes it unready.
+#[tokio::test]
+async fn readiness_follows_the_required_upstreams() {
+    let config = everything_config_with("required = true\n");
+    let config = config.to_str().expect("utf-8 path");
+    let server = Server::start(
+        quiver_binary(),
+        &["--config", config, "serve", "--listen", "127.0.0.1:0"],
+    )
+    .await;
+    assert_eq!(
+        probe(&server.url, "/healthz").await,
+        (200, r#"{"status":"ok"}"#.to_owned())
+    );
+    let ready = |status: u16, _: &str| status == 200;
+    let (status, body) = readyz_until(&server.url, ready).await;
+    assert_eq!((status, body.as_str()), (200, r#"{"status":"ready"}"#));
+
+    // Kill the upstream's process: not ready (naming it) until Quiver has started it again.
+    let pid = server.child.id().expect("quiver runs");
+    let upstream = children_of(pid);
+    assert_eq!(upstream.len(), 1, "one stdio child: {upstream:?}");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &upstream[0].to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let (status, body) = readyz_until(&server.url, |s, _| s == 503).await;
+    assert_eq!(
+        status, 503,
+        "not ready while the required upstream is down: {body}"
+    );
+    let body: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(body["status"], "not ready");
+    let reasons = body["reasons"].as_array().expect("reasons");
+    assert!(
+        reasons.len() == 1
+            && reasons[0]
+                .as_str()
+                .is_some_and(|r| r.contains("required MCP server \"everything\"")),
+        "only the required server is named: {body}"
+    );
+    assert_eq!(probe(&server.url, "/healthz").await.0, 200, "still alive");
+    let (status, body) = readyz_until(&server.url, ready).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (200, r#"{"status":"ready"}"#),
+        "ready again after the restart"
+    );
+    let restarted = children_of(pid);
+    assert!(
+        restarted.len() == 1 && restarted != upstream,
+        "a new upstream process: {restarted:?} (was {upstream:?})"
+    );
 }

@@ -360,6 +360,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                 options,
                 Some(app.store.clone()),
                 Some(std::sync::Arc::new(app.mcp.clone())),
+                Some(std::sync::Arc::new(app.mcp.clone())),
             )
             .await?;
             Ok(ExitCode::SUCCESS)

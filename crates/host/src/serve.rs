@@ -5,7 +5,7 @@
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context;
-use quiver_mcp_adapter::{ContentSource, McpServer, ServerOptions};
+use quiver_mcp_adapter::{ContentSource, McpServer, Readiness, ServerOptions};
 use quiver_registry::Dispatcher;
 use quiver_surface::Surface;
 use tokio::io::AsyncWriteExt;
@@ -29,7 +29,8 @@ pub enum Transport {
 /// Serves MCP until a shutdown signal (or, on stdio, until the client closes the pipe).
 /// For HTTP, prints `http://ADDR/mcp` on stdout once the listener is bound. `content`
 /// serves resources, prompts and completions (`quiver serve` passes its MCP client: the
-/// upstreams' ones go through).
+/// upstreams' ones go through); `readiness` is what `GET /readyz` checks (`quiver serve`
+/// passes its MCP client too: ready when the required upstreams are connected).
 pub async fn serve(
     surface: Arc<Surface>,
     dispatcher: Dispatcher,
@@ -37,6 +38,7 @@ pub async fn serve(
     options: ServerOptions,
     sessions: Option<Arc<dyn quiver_surface::ports::SessionStore>>,
     content: Option<Arc<dyn ContentSource>>,
+    readiness: Option<Arc<dyn Readiness>>,
 ) -> anyhow::Result<()> {
     options
         .auth
@@ -48,6 +50,9 @@ pub async fn serve(
     }
     if let Some(content) = content {
         server = server.with_content(content);
+    }
+    if let Some(readiness) = readiness {
+        server = server.with_readiness(readiness);
     }
     let shutdown = server.shutdown_token();
     let signal = shutdown_signal()?;

@@ -18,5 +18,5 @@ pub use client::{
 pub use error::McpError;
 pub use server::{
     AuthError, ContentError, ContentOffer, ContentSource, InboundAuth, InboundToken, ListChange,
-    McpServer, ServeError, ServerOptions, allowed_authorities,
+    McpServer, Readiness, ServeError, ServerOptions, allowed_authorities,
 };

@@ -322,6 +322,28 @@ impl McpClient {
             .collect()
     }
 
+    /// Why the required servers cannot serve calls now: one line per required server that is
+    /// not connected (the others, optional, never make the process unready).
+    pub fn required_not_ready(&self) -> Vec<String> {
+        self.shared
+            .servers()
+            .iter()
+            .filter(|up| up.cfg.required)
+            .filter_map(|up| match up.state() {
+                ServerState::Connected => None,
+                ServerState::Rejected(reason) => Some(format!(
+                    "required MCP server \"{}\" rejected the connection: {reason}",
+                    up.name()
+                )),
+                other => Some(format!(
+                    "required MCP server \"{}\" is {}",
+                    up.name(),
+                    format!("{other:?}").to_lowercase()
+                )),
+            })
+            .collect()
+    }
+
     /// One server's status.
     pub fn server_status(&self, name: &str) -> Option<ServerStatus> {
         self.status().into_iter().find(|s| s.name == name)
@@ -342,5 +364,12 @@ impl McpClient {
             up.close().await;
         }
         meta::unregister(&self.shared);
+    }
+}
+
+/// `GET /readyz`: ready when every required server is connected.
+impl crate::server::Readiness for McpClient {
+    fn not_ready(&self) -> Vec<String> {
+        self.required_not_ready()
     }
 }

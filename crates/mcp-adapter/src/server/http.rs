@@ -1,5 +1,6 @@
 //! Streamable HTTP: rmcp's tower service inside axum, behind the bearer check, with
-//! `Host`/`Origin` validation against the listen address.
+//! `Host`/`Origin` validation against the listen address; beside it the operator probes
+//! (`/healthz`, `/readyz`, see [`health`]).
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -9,7 +10,7 @@ use rmcp::transport::streamable_http_server::{
 };
 use tokio::net::TcpListener;
 
-use super::{McpServer, ServeError, auth, direct, handler::Handler};
+use super::{McpServer, ServeError, auth, direct, handler::Handler, health};
 
 /// The path the MCP endpoint is served on.
 pub(crate) const MCP_PATH: &str = "/mcp";
@@ -78,6 +79,8 @@ impl McpServer {
                 tokens,
                 auth::require_token,
             ))
+            // The probes, after the token layer: they need none.
+            .merge(health::router(self.shared.clone()))
     }
 
     /// Serves the MCP endpoint on `listener` until the shutdown token is cancelled, then

@@ -8,6 +8,7 @@ mod content;
 mod direct;
 mod from_contract;
 mod handler;
+mod health;
 mod http;
 mod key;
 mod rounds;
@@ -22,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use auth::{AuthError, InboundAuth, InboundToken};
 pub use content::{ContentError, ContentOffer, ContentSource, ListChange};
+pub use health::Readiness;
 pub use http::allowed_authorities;
 pub use key::{CONVERSATION_HEADER, CONVERSATION_META};
 
@@ -115,6 +117,8 @@ pub(crate) struct Shared {
     pub(crate) direct: direct::DirectSessions,
     /// 2026-07-28 calls waiting for their client's input.
     pub(crate) rounds: Arc<rounds::Rounds>,
+    /// What `GET /readyz` checks besides shutdown (none: ready while serving).
+    pub(crate) readiness: Option<Arc<dyn Readiness>>,
 }
 
 impl Shared {
@@ -162,6 +166,7 @@ impl McpServer {
                 content: None,
                 direct: direct::DirectSessions::default(),
                 rounds: Arc::new(rounds::Rounds::new(input_wait)),
+                readiness: None,
             }),
         }
     }
@@ -183,6 +188,15 @@ impl McpServer {
     pub fn with_content(mut self, source: Arc<dyn ContentSource>) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.content = Some(source);
+        }
+        self
+    }
+
+    /// What `GET /readyz` checks (see [`Readiness`]); without it the server is ready while it
+    /// serves.
+    pub fn with_readiness(mut self, readiness: Arc<dyn Readiness>) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.readiness = Some(readiness);
         }
         self
     }

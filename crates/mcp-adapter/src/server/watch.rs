@@ -100,6 +100,7 @@ mod tests {
             content: None,
             direct: crate::server::direct::DirectSessions::default(),
             rounds: Arc::new(crate::server::rounds::Rounds::new(Duration::from_secs(60))),
+            readiness: None,
         }
     }
 

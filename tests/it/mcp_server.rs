@@ -770,15 +770,20 @@ async fn probe(url: &str, path: &str) -> (u16, String) {
     (status, body)
 }
 
-/// The processes `pid` started (Linux: every thread's `children`).
-fn children_of(pid: u32) -> Vec<u32> {
+/// The processes `pid` started whose command line mentions `needle` (Linux: every thread's
+/// `children`; a child that is only being spawned, or failing to, does not count).
+fn children_of(pid: u32, needle: &str) -> Vec<u32> {
     let mut out = Vec::new();
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc is readable") {
         let path = task.expect("a task").path().join("children");
         let text = std::fs::read_to_string(path).unwrap_or_default();
         out.extend(
             text.split_whitespace()
-                .filter_map(|p| p.parse::<u32>().ok()),
+                .filter_map(|p| p.parse::<u32>().ok())
+                .filter(|child| {
+                    std::fs::read(format!("/proc/{child}/cmdline"))
+                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+                }),
         );
     }
     out
@@ -819,8 +824,12 @@ async fn readiness_follows_the_required_upstreams() {
 
     // Kill the upstream's process: not ready (naming it) until Quiver has started it again.
     let pid = server.child.id().expect("quiver runs");
-    let upstream = children_of(pid);
-    assert_eq!(upstream.len(), 1, "one stdio child: {upstream:?}");
+    let upstream = children_of(pid, "everything");
+    assert_eq!(
+        upstream.len(),
+        1,
+        "one server-everything child: {upstream:?}"
+    );
     let killed = std::process::Command::new("kill")
         .args(["-9", &upstream[0].to_string()])
         .status()
@@ -848,7 +857,7 @@ async fn readiness_follows_the_required_upstreams() {
         (200, r#"{"status":"ready"}"#),
         "ready again after the restart"
     );
-    let restarted = children_of(pid);
+    let restarted = children_of(pid, "everything");
     assert!(
         restarted.len() == 1 && restarted != upstream,
         "a new upstream process: {restarted:?} (was {upstream:?})"

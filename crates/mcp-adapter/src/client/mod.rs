@@ -329,17 +329,18 @@ impl McpClient {
             .servers()
             .iter()
             .filter(|up| up.cfg.required)
-            .filter_map(|up| match up.state() {
-                ServerState::Connected => None,
-                ServerState::Rejected(reason) => Some(format!(
-                    "required MCP server \"{}\" rejected the connection: {reason}",
-                    up.name()
-                )),
-                other => Some(format!(
-                    "required MCP server \"{}\" is {}",
-                    up.name(),
-                    format!("{other:?}").to_lowercase()
-                )),
+            .filter_map(|up| {
+                // Words only: a rejection's reason is the upstream's text, for the operator's
+                // `quiver status` and log, not for an unauthenticated probe.
+                let state = match up.state() {
+                    ServerState::Connected => return None,
+                    ServerState::Connecting => "connecting",
+                    ServerState::Reconnecting => "reconnecting",
+                    ServerState::Down => "down",
+                    ServerState::Rejected(_) => "rejected (see `quiver status`)",
+                    ServerState::Closed => "closed",
+                };
+                Some(format!("required MCP server \"{}\" is {state}", up.name()))
             })
             .collect()
     }

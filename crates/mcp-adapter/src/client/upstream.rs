@@ -1100,10 +1100,14 @@ impl Upstream {
             return Err(cancelled());
         }
         let registration = self.calls.begin(label, ctx);
-        let handle = conn
+        // rmcp's timeout covers the wait for the answer; this one the sending (a stdio child
+        // that stops reading its stdin).
+        let sent = conn
             .peer
-            .send_request_with_option(request, PeerRequestOptions::with_timeout(limit))
-            .await?;
+            .send_request_with_option(request, PeerRequestOptions::with_timeout(limit));
+        let handle = tokio::time::timeout(limit, sent)
+            .await
+            .map_err(|_| ServiceError::Timeout { timeout: limit })??;
         let id = handle.id.clone();
         registration.sent(id.clone(), handle.progress_token.clone());
         tokio::select! {

@@ -3,7 +3,8 @@
 //! `GET /readyz` answers 200 when it can serve calls now and 503 with the reasons when not
 //! (readiness: the host's [`Readiness`] checks, e.g. required upstream servers connected, and
 //! not shutting down). Both are plain JSON, need no token and are not subject to the `Host`
-//! check (a probe names the pod's address), and say nothing beyond server names and states.
+//! check (a probe names the pod's address), and say nothing beyond server names and state
+//! words (never an upstream's own error text).
 
 use std::sync::Arc;
 
@@ -124,8 +125,10 @@ mod tests {
         let readiness = Arc::new(Switch::default());
         let server = server(readiness.clone());
         // The MCP endpoint wants the token; the probes do not, whatever the Host.
-        let (mcp, _) = get(&server, super::super::http::MCP_PATH, "127.0.0.1:7345").await;
-        assert_eq!(mcp, StatusCode::UNAUTHORIZED);
+        for path in [super::super::http::MCP_PATH, "/no-such-path"] {
+            let (status, _) = get(&server, path, "127.0.0.1:7345").await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
+        }
         for host in ["127.0.0.1:7345", "10.1.2.3:7345"] {
             let (status, body) = get(&server, HEALTH_PATH, host).await;
             assert_eq!(

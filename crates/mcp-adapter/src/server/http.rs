@@ -74,6 +74,8 @@ impl McpServer {
         let tokens = Arc::new(auth::Tokens::new(&self.shared.options.auth));
         Router::new()
             .route(MCP_PATH, any(direct::endpoint))
+            // Unknown paths answer behind the token check too (401 before 404).
+            .fallback(|| async { axum::http::StatusCode::NOT_FOUND })
             .with_state(direct)
             .layer(axum::middleware::from_fn_with_state(
                 tokens,

@@ -47,9 +47,13 @@ impl App {
         let store = Arc::new(
             SqliteStore::open_with(
                 path,
-                StoreOptions::default().with_linger(std::time::Duration::from_millis(u64::from(
-                    config.store.log_linger_ms,
-                ))),
+                StoreOptions::default()
+                    .with_linger(std::time::Duration::from_millis(u64::from(
+                        config.store.log_linger_ms,
+                    )))
+                    .with_busy_timeout(std::time::Duration::from_millis(u64::from(
+                        config.store.busy_timeout_ms,
+                    ))),
             )
             .with_context(|| format!("opening the store {}", path.display()))?,
         );
@@ -198,5 +202,38 @@ impl App {
             .await
             .context("flushing the execution log")?;
         Ok(())
+    }
+}
+
+/// What `GET /readyz` checks for `quiver serve`: the required upstream MCP servers are
+/// connected and the execution log is being written (a failing log would leave calls
+/// unaudited, so a load balancer should send them elsewhere).
+#[derive(Clone)]
+pub struct Ready {
+    mcp: McpClient,
+    store: Arc<SqliteStore>,
+}
+
+impl Ready {
+    /// The checks of `app`.
+    pub fn of(app: &App) -> Self {
+        Ready {
+            mcp: app.mcp.clone(),
+            store: app.store.clone(),
+        }
+    }
+}
+
+impl quiver_mcp_adapter::Readiness for Ready {
+    fn not_ready(&self) -> Vec<String> {
+        let mut reasons = self.mcp.required_not_ready();
+        if self.store.writer_stats().failing {
+            // Words only: the error names the file; the operator's log has it.
+            reasons.push(
+                "the execution log cannot be written (calls would go unaudited; the server log has the error)"
+                    .to_owned(),
+            );
+        }
+        reasons
     }
 }

@@ -52,6 +52,10 @@ pub struct StoreConfig {
     /// commit; a row reaches the file at most this much later, and a clean shutdown writes
     /// everything.
     pub log_linger_ms: u32,
+    /// How long a store connection waits for a lock held elsewhere before the write fails,
+    /// in milliseconds (default 5000). A failing execution log makes `GET /readyz` answer
+    /// 503 until a batch is written again.
+    pub busy_timeout_ms: u32,
 }
 
 impl Default for StoreConfig {
@@ -60,6 +64,7 @@ impl Default for StoreConfig {
             path: PathBuf::from("./quiver.db"),
             retention_days: None,
             log_linger_ms: 2,
+            busy_timeout_ms: 5000,
         }
     }
 }

@@ -10,7 +10,7 @@ mod formats;
 mod mcp_json;
 pub mod serve;
 
-pub use app::App;
+pub use app::{App, Ready};
 pub use assemble::{FAMILY_ORDER, Families, assemble_catalog};
 pub use config::{Config, LimitsConfig, PolicyConfig, StoreConfig};
 pub use formats::{ToolFormat, format_tools};

@@ -360,7 +360,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                 options,
                 Some(app.store.clone()),
                 Some(std::sync::Arc::new(app.mcp.clone())),
-                Some(std::sync::Arc::new(app.mcp.clone())),
+                Some(std::sync::Arc::new(quiver_host::Ready::of(app))),
             )
             .await?;
             Ok(ExitCode::SUCCESS)

@@ -109,6 +109,9 @@ pub struct WriterStats {
     pub write_retries: u64,
     /// The last write error, if any.
     pub last_error: Option<StoreError>,
+    /// Whether the execution log is failing now: its last batch could not be written after
+    /// every retry, and none has been written since (a full disk, a lock held elsewhere).
+    pub failing: bool,
 }
 
 struct Readers {
@@ -260,6 +263,7 @@ impl SqliteStore {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
+            failing: s.failing.load(Ordering::Relaxed),
         }
     }
 

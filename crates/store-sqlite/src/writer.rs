@@ -5,7 +5,7 @@
 use std::{
     sync::{
         Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::{Duration, SystemTime},
 };
@@ -46,12 +46,15 @@ pub(crate) struct Stats {
     pub(crate) rows_failed: AtomicU64,
     pub(crate) write_retries: AtomicU64,
     pub(crate) last_error: Mutex<Option<StoreError>>,
+    /// The last batch could not be written (cleared by the next one that is).
+    pub(crate) failing: AtomicBool,
 }
 
 impl Stats {
     pub(crate) fn failed(&self, rows: u64, error: StoreError) {
         self.rows_failed.fetch_add(rows, Ordering::Relaxed);
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error);
+        self.failing.store(true, Ordering::Relaxed);
     }
 }
 
@@ -178,6 +181,7 @@ fn commit(conn: &mut Connection, pending: &mut Vec<CallRecord>, stats: &Stats, c
                     .rows_written
                     .fetch_add(pending.len() as u64, Ordering::Relaxed);
                 stats.batches_written.fetch_add(1, Ordering::Relaxed);
+                stats.failing.store(false, Ordering::Relaxed);
                 pending.clear();
                 return;
             }

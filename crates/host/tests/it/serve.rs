@@ -190,3 +190,97 @@ fn configured_tokens_guard_the_endpoint() {
     assert!(right.starts_with("HTTP/1.1 200"), "{right}");
     assert!(right.contains("\"protocolVersion\""), "{right}");
 }
+
+/// `GET path` on `addr`: the status and the body.
+fn probe(addr: &str, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let status = out
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
+    (status, body)
+}
+
+/// While the execution log cannot be written (another process holds the database's write
+/// lock: the writer's batches fail after their retries), `/readyz` answers 503 saying so,
+/// without the file's path; once a batch is written again it is ready.
+#[test]
+fn readiness_reports_a_failing_execution_log() {
+    let dir = std::env::temp_dir().join(format!("quiver-serve-ready-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[store]\nbusy_timeout_ms = 50\nlog_linger_ms = 0\n",
+    )
+    .unwrap();
+    let (child, addr) = start(&dir, &[], &[]);
+    assert_eq!(
+        probe(&addr, "/readyz"),
+        (200, r#"{"status":"ready"}"#.to_owned())
+    );
+    let call = |id: u32| {
+        let sid = open(&addr, "ready");
+        rpc(
+            &addr,
+            &[("Mcp-Session-Id", &sid), ("Quiver-Conversation", "ready")],
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"tool_search","arguments":{{"query":"read file"}}}}}}"#
+            ),
+        )
+    };
+    // Another process takes the write lock and keeps it until told on stdin.
+    let mut blocker = Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1], isolation_level=None)\nc.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\nsys.stdin.readline()\nc.execute('COMMIT')\n",
+            dir.join("quiver.db").to_str().unwrap(),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut locked = String::new();
+    BufReader::new(blocker.stdout.take().unwrap())
+        .read_line(&mut locked)
+        .unwrap();
+    assert_eq!(locked.trim(), "locked");
+    assert!(
+        call(2).contains("\"result\""),
+        "the call itself goes through"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let (status, body) = loop {
+        let (status, body) = probe(&addr, "/readyz");
+        if status == 503 || std::time::Instant::now() >= deadline {
+            break (status, body);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("the execution log cannot be written") && !body.contains("quiver.db"),
+        "{body}"
+    );
+    // Released: the next call's row is written, and the server is ready again.
+    blocker.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    assert!(blocker.wait().unwrap().success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let ready = loop {
+        call(3);
+        let answer = probe(&addr, "/readyz");
+        if answer.0 == 200 || std::time::Instant::now() >= deadline {
+            break answer;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    stop(child);
+    assert_eq!(ready, (200, r#"{"status":"ready"}"#.to_owned()));
+}

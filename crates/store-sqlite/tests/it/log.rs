@@ -214,3 +214,47 @@ async fn lingering_rows_are_committed_together_and_without_a_flush() {
     assert_eq!(committed_rows(&path), 3);
     assert_eq!(store.writer_stats().rows_written, 3);
 }
+
+/// While another connection holds the write lock, the log's batches fail after their
+/// retries and the store says it is failing (what `/readyz` reports); the next batch written
+/// clears it.
+#[tokio::test]
+async fn a_failing_log_says_so_until_a_batch_is_written_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("quiver.db");
+    let store = quiver_store_sqlite::SqliteStore::open_with(
+        &path,
+        quiver_store_sqlite::StoreOptions::default()
+            .with_busy_timeout(Duration::from_millis(50))
+            .with_linger(Duration::ZERO),
+    )
+    .expect("open");
+    store.record(call("read", "c1", "ok")).await;
+    store.flush().await;
+    assert!(!store.writer_stats().failing);
+
+    let blocker = rusqlite::Connection::open(&path).expect("open");
+    blocker
+        .execute_batch("BEGIN EXCLUSIVE")
+        .expect("the write lock");
+    store.record(call("read", "c2", "ok")).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !store.writer_stats().failing {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the log never reported failing: {:?}",
+            store.writer_stats()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stats = store.writer_stats();
+    assert_eq!((stats.rows_written, stats.rows_failed), (1, 1));
+    assert!(stats.last_error.is_some());
+
+    blocker.execute_batch("COMMIT").expect("released");
+    store.record(call("read", "c3", "ok")).await;
+    store.flush().await;
+    let stats = store.writer_stats();
+    assert!(!stats.failing, "{stats:?}");
+    assert_eq!((stats.rows_written, stats.rows_failed), (2, 1));
+}

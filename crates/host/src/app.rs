@@ -227,7 +227,7 @@ impl Ready {
 impl quiver_mcp_adapter::Readiness for Ready {
     fn not_ready(&self) -> Vec<String> {
         let mut reasons = self.mcp.required_not_ready();
-        if self.store.writer_stats().failing {
+        if self.store.log_failing() {
             // Words only: the error names the file; the operator's log has it.
             reasons.push(
                 "the execution log cannot be written (calls would go unaudited; the server log has the error)"

@@ -267,6 +267,24 @@ impl SqliteStore {
         }
     }
 
+    /// Whether the execution log is failing now ([`WriterStats::failing`]). While it is, this
+    /// also asks the writer (one request at a time) to try the database with a one-row
+    /// write, which clears it when the write succeeds: a readiness probe that polls this sees
+    /// the recovery even when no calls come meanwhile.
+    pub fn log_failing(&self) -> bool {
+        let s = &self.inner.stats;
+        if !s.failing.load(Ordering::Relaxed) {
+            return false;
+        }
+        if !s.probe_queued.swap(true, Ordering::Relaxed)
+            && self.inner.tx.try_send(Msg::Probe).is_err()
+        {
+            // Full or closed: the next call asks again.
+            s.probe_queued.store(false, Ordering::Relaxed);
+        }
+        true
+    }
+
     /// Commits everything queued, marks a clean shutdown and stops the writer (joining its
     /// thread). Later writes fail with [`StoreError::Unavailable`]; later records are counted
     /// as failed. Closing twice is harmless.

@@ -32,6 +32,9 @@ pub(crate) enum Msg {
     Record(CallRecord),
     /// Reply once everything sent before is committed.
     Flush(oneshot::Sender<()>),
+    /// While the log is failing: try the database with a one-row write, which clears
+    /// [`Stats::failing`] when it succeeds.
+    Probe,
     /// Run one write.
     Op(Op),
     /// Commit everything queued, mark a clean shutdown, reply, and stop.
@@ -46,8 +49,10 @@ pub(crate) struct Stats {
     pub(crate) rows_failed: AtomicU64,
     pub(crate) write_retries: AtomicU64,
     pub(crate) last_error: Mutex<Option<StoreError>>,
-    /// The last batch could not be written (cleared by the next one that is).
+    /// The last batch could not be written (cleared by the next one that is, or a probe).
     pub(crate) failing: AtomicBool,
+    /// A [`Msg::Probe`] is queued.
+    pub(crate) probe_queued: AtomicBool,
 }
 
 impl Stats {
@@ -88,6 +93,23 @@ fn handle(
         Msg::Flush(reply) => {
             commit(conn, pending, stats, cfg);
             let _ = reply.send(());
+        }
+        Msg::Probe => {
+            stats.probe_queued.store(false, Ordering::Relaxed);
+            commit(conn, pending, stats, cfg);
+            if stats.failing.load(Ordering::Relaxed) {
+                // A real commit (not just a lock): a full disk shows only when pages are
+                // written.
+                match mark_probe(conn, micros(SystemTime::now())) {
+                    Ok(()) => {
+                        stats.failing.store(false, Ordering::Relaxed);
+                        tracing::info!(location = %cfg.location, "the execution log takes writes again");
+                    }
+                    Err(e) => {
+                        tracing::debug!(location = %cfg.location, error = %e, "the execution log still cannot be written");
+                    }
+                }
+            }
         }
         Msg::Op(op) => {
             commit(conn, pending, stats, cfg);
@@ -206,6 +228,16 @@ fn commit(conn: &mut Connection, pending: &mut Vec<CallRecord>, stats: &Stats, c
             }
         }
     }
+}
+
+/// The writer's probe: one row of `quiver_meta` written.
+fn mark_probe(conn: &Connection, now_us: i64) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT INTO quiver_meta (key, value) VALUES ('writer_probe', ?1)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        rusqlite::params![now_us.to_string()],
+    )
+    .map(|_| ())
 }
 
 fn insert_batch(conn: &mut Connection, rows: &[CallRecord]) -> rusqlite::Result<()> {

@@ -216,8 +216,8 @@ async fn lingering_rows_are_committed_together_and_without_a_flush() {
 }
 
 /// While another connection holds the write lock, the log's batches fail after their
-/// retries and the store says it is failing (what `/readyz` reports); the next batch written
-/// clears it.
+/// retries and the store says it is failing (what `/readyz` reports); once the lock is gone,
+/// asking again clears it without any new call (the writer's probe), and rows are written.
 #[tokio::test]
 async fn a_failing_log_says_so_until_a_batch_is_written_again() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -251,7 +251,26 @@ async fn a_failing_log_says_so_until_a_batch_is_written_again() {
     assert_eq!((stats.rows_written, stats.rows_failed), (1, 1));
     assert!(stats.last_error.is_some());
 
+    // Still locked: asking probes, and the probe fails too.
+    assert!(store.log_failing());
+    store.flush().await;
+    assert!(store.log_failing(), "{:?}", store.writer_stats());
+
     blocker.execute_batch("COMMIT").expect("released");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while store.log_failing() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the probe never cleared the failure: {:?}",
+            store.writer_stats()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        store.writer_stats().rows_written,
+        1,
+        "no new row was needed"
+    );
     store.record(call("read", "c3", "ok")).await;
     store.flush().await;
     let stats = store.writer_stats();

@@ -84,17 +84,6 @@ impl Scope {
     }
 }
 
-/// A request's client channel and what it declared ([`Handler::prepare`]).
-struct Prepared {
-    peer_channel: PeerChannel,
-    progress_state: Arc<ProgressState>,
-    features: quiver_contract::ClientFeatures,
-    /// A 2026-07-28 request.
-    modern: bool,
-    /// Where a 2026-07-28 request notes the capabilities it was refused.
-    missing: Option<Arc<Missing>>,
-}
-
 /// The state of one handler instance (a session, or a single stateless request).
 pub(crate) struct Connection {
     /// The working-set keys this connection's requests used; their changes are its changes.
@@ -204,9 +193,32 @@ impl Handler {
         )
     }
 
-    /// The client channel of one request (sampling, elicitation, roots, log and progress go
-    /// back over the request's own stream), with what the request declared.
-    fn prepare(&self, context: &RequestContext<RoleServer>) -> Prepared {
+    /// Runs one request that may take input rounds (`tools/call`, `prompts/get`,
+    /// `resources/read`; SEP-2322). On 2026-07-28 a retry naming its `requestState` resumes
+    /// the waiting call, and a request whose client declared something it could be asked
+    /// starts one in its own task; otherwise the request runs in place, with its own channel
+    /// (a 2025-era session's requests go over the session) and cancellation. `start` makes the
+    /// call's future from its client channel, cancellation and progress state. Either way a
+    /// progress token gets a heartbeat, and on 2026-07-28 a failure that is the refusal of an
+    /// undeclared capability becomes `-32021`.
+    async fn run_request<R, F, Fut, T>(
+        &self,
+        target: Target,
+        scope: &Scope,
+        context: &RequestContext<RoleServer>,
+        (responses, state): (Option<InputResponses>, Option<String>),
+        start: F,
+    ) -> Result<R, McpError>
+    where
+        R: RoundResponse,
+        F: FnOnce(
+            Arc<dyn quiver_contract::ClientChannel>,
+            CancellationToken,
+            Arc<ProgressState>,
+        ) -> Fut,
+        Fut: std::future::Future<Output = T> + Send + 'static,
+        T: Into<Done> + Send,
+    {
         let progress_state = Arc::new(ProgressState::default());
         let meta_level = context.meta.log_level();
         let modern = context
@@ -215,55 +227,67 @@ impl Handler {
             .is_some_and(|v| *v >= rmcp::model::ProtocolVersion::V_2026_07_28);
         let features = channel::features(context.client_capabilities().as_ref());
         // Only a 2026-07-28 request turns a capability refusal into -32021.
-        let missing = modern.then(|| Arc::new(Missing::default()));
-        let peer_channel = PeerChannel {
+        let missing = Arc::new(Missing::default());
+        let progress_token = context.meta.get_progress_token();
+        let peer_channel = Arc::new(PeerChannel {
             peer: context.peer.clone(),
             request_id: context.id.clone(),
-            progress_token: context.meta.get_progress_token(),
+            progress_token: progress_token.clone(),
             progress: progress_state.clone(),
             features,
             meta_level,
             conn: self.conn.clone(),
             // A 2026-07-28 request gets log messages only when it opts in (SEP-2575).
             logs_allowed: !modern || meta_level.is_some(),
-            missing: missing.clone(),
-        };
-        Prepared {
-            peer_channel,
-            progress_state,
-            features,
-            modern,
-            missing,
-        }
-    }
-
-    /// The progress heartbeat of one round of a 2026-07-28 request that asked for progress
-    /// (the call's own would go to the first request only).
-    fn heartbeat(
-        &self,
-        context: &RequestContext<RoleServer>,
-        progress_state: &Arc<ProgressState>,
-    ) -> Option<Heartbeat> {
+            missing: modern.then(|| missing.clone()),
+        });
+        // This round's heartbeat (a call's own would go to its first request only).
         let every = self.shared.options.progress_interval;
-        context.meta.get_progress_token().map(|token| {
+        let heartbeat = progress_token.map(|token| {
             Heartbeat::new(
                 token,
                 context.peer.clone(),
                 Some(progress_state.clone()),
                 every,
             )
-        })
+        });
+        if modern {
+            rounds::check_responses(responses.as_ref())?;
+        }
+        let rounds = &self.shared.rounds;
+        let run = match state {
+            Some(state) if modern => {
+                rounds.resume(&state, target, &scope.owner(), responses, peer_channel)?
+            }
+            None if modern && (features.sampling || features.elicitation || features.roots) => {
+                Rounds::start(
+                    target,
+                    scope.owner(),
+                    features,
+                    missing,
+                    responses,
+                    peer_channel,
+                    move |channel, cancel| start(channel, cancel, progress_state),
+                )
+            }
+            // In place: a 2025-era request (a stray requestState is ignored), or a 2026-07-28
+            // one that declared nothing it could be asked.
+            _ => {
+                let done = start(peer_channel, context.ct.clone(), progress_state);
+                let done = with_heartbeat(done, heartbeat, target.name()).await;
+                return R::complete(done.into(), &missing);
+            }
+        };
+        rounds.drive(run, &context.ct, heartbeat).await
     }
 
-    /// Runs a `prompts/get` or `resources/read` (`fetch`, given the request's call context):
-    /// with the request's client channel, cancelled with the request, and on 2026-07-28 in
-    /// InputRequiredResult rounds when the client declared what the source may ask for, like
-    /// a tool call.
+    /// Runs a `prompts/get` or `resources/read` (`fetch`, given the request's call context)
+    /// through [`Self::run_request`]; the source's cancellation also fires at shutdown.
     async fn content<R, F, Fut, T>(
         &self,
         target: Target,
         context: &RequestContext<RoleServer>,
-        (responses, state): (Option<InputResponses>, Option<String>),
+        input: (Option<InputResponses>, Option<String>),
         fetch: F,
     ) -> Result<R, McpError>
     where
@@ -273,16 +297,8 @@ impl Handler {
         T: Into<Done> + Send,
     {
         let scope = self.scope(&context.meta, &context.extensions)?;
-        let Prepared {
-            peer_channel,
-            progress_state,
-            features,
-            modern,
-            missing,
-        } = self.prepare(context);
-        // The source's cancellation fires when the request's does, or at shutdown.
         let shutdown = &self.shared.shutdown;
-        let run = |channel, cancel: CancellationToken| {
+        let start = |channel, cancel: CancellationToken, _| {
             let token = shutdown.child_token();
             let fetched = fetch(scope.context(token.clone()).with_client(channel));
             async move {
@@ -296,39 +312,8 @@ impl Handler {
                 }
             }
         };
-        let missing = missing.unwrap_or_default();
-        let rounds = &self.shared.rounds;
-        if modern {
-            rounds::check_responses(responses.as_ref())?;
-        }
-        let run = match state {
-            Some(state) if modern => rounds.resume(
-                &state,
-                target,
-                &scope.owner(),
-                responses,
-                Arc::new(peer_channel),
-            )?,
-            None if modern && (features.sampling || features.elicitation || features.roots) => {
-                Rounds::start(
-                    target,
-                    scope.owner(),
-                    features,
-                    missing,
-                    responses,
-                    Arc::new(peer_channel),
-                    run,
-                )
-            }
-            // Inline: a 2025-era request (the channel sends over its session; a stray
-            // requestState is ignored) or a 2026-07-28 one that declared nothing to ask.
-            _ => {
-                let done = run(Arc::new(peer_channel), context.ct.clone()).await;
-                return R::complete(done.into(), &missing);
-            }
-        };
-        let heartbeat = self.heartbeat(context, &progress_state);
-        rounds.drive(run, &context.ct, heartbeat).await
+        self.run_request(target, &scope, context, input, start)
+            .await
     }
 
     fn offer(&self) -> ContentOffer {
@@ -562,6 +547,24 @@ impl Heartbeat {
     }
 }
 
+/// `fut`, with `heartbeat` beating (for `name`) while it runs.
+async fn with_heartbeat<O>(
+    fut: impl std::future::Future<Output = O>,
+    heartbeat: Option<Heartbeat>,
+    name: &str,
+) -> O {
+    let Some(mut heartbeat) = heartbeat else {
+        return fut.await;
+    };
+    tokio::pin!(fut);
+    loop {
+        tokio::select! {
+            done = &mut fut => return done,
+            _ = heartbeat.beat(name) => {}
+        }
+    }
+}
+
 /// Sends a session `list_changed` for its tools (when its surface changed) and for
 /// resources and prompts (when the content source's lists changed), until it ends.
 async fn watch_session(
@@ -740,75 +743,25 @@ impl ServerHandler for Handler {
         let scope = self.scope(&context.meta, &context.extensions)?;
         self.track(&scope, &context.peer);
         self.shared.restore_once(&scope.key).await;
-        let progress = context.meta.get_progress_token();
-        let Prepared {
-            peer_channel,
-            progress_state,
-            features,
-            modern,
-            missing,
-        } = self.prepare(&context);
         let name = request.name;
         let input = request.arguments.map(Value::Object).unwrap_or(Value::Null);
-        if modern {
-            // Server-to-client requests travel as InputRequiredResult rounds (SEP-2322).
-            let rounds = &self.shared.rounds;
-            rounds::check_responses(request.input_responses.as_ref())?;
-            let owner = scope.owner();
-            let heartbeat = self.heartbeat(&context, &progress_state);
-            if let Some(state) = request.request_state.as_deref() {
-                let run = rounds.resume(
-                    state,
-                    Target::tool(&name),
-                    &owner,
-                    request.input_responses,
-                    Arc::new(peer_channel),
-                )?;
-                return rounds.drive(run, &context.ct, heartbeat).await;
-            }
-            if features.sampling || features.elicitation || features.roots {
-                let (shared, scope) = (self.shared.clone(), scope.clone());
-                let tool = name.to_string();
-                let run = Rounds::start(
-                    Target::tool(&name),
-                    owner,
-                    features,
-                    missing.unwrap_or_default(),
-                    request.input_responses,
-                    Arc::new(peer_channel),
-                    move |channel, cancel| async move {
-                        call(
-                            &shared,
-                            &scope,
-                            &tool,
-                            input,
-                            &cancel,
-                            None,
-                            Some((channel, progress_state)),
-                        )
-                        .await
-                    },
-                );
-                return rounds.drive(run, &context.ct, heartbeat).await;
-            }
-        }
-        let channel: Arc<dyn quiver_contract::ClientChannel> = Arc::new(peer_channel);
-        let result = call(
-            &self.shared,
-            &scope,
-            &name,
-            input,
-            &context.ct,
-            progress.map(|token| (token, &context.peer)),
-            Some((channel, progress_state)),
-        )
-        .await;
-        // On 2026-07-28 a call that failed for want of a capability the client did not
-        // declare is a -32021 error (SEP-2575).
-        match missing {
-            Some(m) => Ok(m.answer(result)?.into()),
-            None => Ok(result.into()),
-        }
+        let (shared, call_scope, tool) = (self.shared.clone(), scope.clone(), name.to_string());
+        let start = move |channel, cancel: CancellationToken, progress_state| async move {
+            // The heartbeat is the caller's (one per round).
+            call(
+                &shared,
+                &call_scope,
+                &tool,
+                input,
+                &cancel,
+                None,
+                Some((channel, progress_state)),
+            )
+            .await
+        };
+        let input = (request.input_responses, request.request_state);
+        self.run_request(Target::tool(&name), &scope, &context, input, start)
+            .await
     }
 
     async fn set_level(

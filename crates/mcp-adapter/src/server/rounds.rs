@@ -108,6 +108,11 @@ impl Target {
         }
     }
 
+    /// The tool's or prompt's name, or the resource's URI.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
     /// What the client should do to start over.
     fn again(&self) -> String {
         match self.method {

@@ -123,6 +123,23 @@ fn handle(
     }
 }
 
+/// Handles `first` and every message queued behind it.
+fn drain(
+    first: Msg,
+    conn: &mut Connection,
+    pending: &mut Vec<CallRecord>,
+    stats: &Stats,
+    cfg: &Config,
+    rx: &mut mpsc::Receiver<Msg>,
+    closing: &mut Option<oneshot::Sender<Result<(), StoreError>>>,
+) {
+    let mut next = Some(first);
+    while let Some(msg) = next {
+        handle(msg, conn, pending, stats, cfg, rx, closing);
+        next = rx.try_recv().ok();
+    }
+}
+
 /// The writer thread's body.
 pub(crate) fn run(
     mut conn: Connection,
@@ -133,43 +150,30 @@ pub(crate) fn run(
     let mut pending: Vec<CallRecord> = Vec::with_capacity(cfg.batch_max);
     let mut closing: Option<oneshot::Sender<Result<(), StoreError>>> = None;
     while let Some(first) = rx.blocking_recv() {
-        let mut next = Some(first);
-        loop {
-            while let Some(msg) = next {
-                handle(
-                    msg,
-                    &mut conn,
-                    &mut pending,
-                    &stats,
-                    &cfg,
-                    &mut rx,
-                    &mut closing,
-                );
-                next = rx.try_recv().ok();
-            }
-            if pending.is_empty() || closing.is_some() || cfg.linger.is_zero() {
-                break;
-            }
+        drain(
+            first,
+            &mut conn,
+            &mut pending,
+            &stats,
+            &cfg,
+            &mut rx,
+            &mut closing,
+        );
+        while !pending.is_empty() && closing.is_none() && !cfg.linger.is_zero() {
             // Rows are waiting: let more queue up for a linger without each one waking this
             // thread; those that came meanwhile join the same commit. The thread parks on the
             // channel again only when nothing is queued after a commit.
             std::thread::sleep(cfg.linger);
-            next = rx.try_recv().ok();
-            if next.is_none() {
-                break;
-            }
-            while let Some(msg) = next {
-                handle(
-                    msg,
-                    &mut conn,
-                    &mut pending,
-                    &stats,
-                    &cfg,
-                    &mut rx,
-                    &mut closing,
-                );
-                next = rx.try_recv().ok();
-            }
+            let Ok(next) = rx.try_recv() else { break };
+            drain(
+                next,
+                &mut conn,
+                &mut pending,
+                &stats,
+                &cfg,
+                &mut rx,
+                &mut closing,
+            );
             commit(&mut conn, &mut pending, &stats, &cfg);
         }
         commit(&mut conn, &mut pending, &stats, &cfg);

@@ -439,8 +439,7 @@ mod tests {
     use async_trait::async_trait;
     use axum::Router;
     use quiver_contract::{CallContext, Envelope, Tool, ToolResult, ToolSpec};
-    use quiver_registry::{Catalog, Dispatcher};
-    use quiver_surface::{MemoryUsage, Surface, SurfaceConfig};
+    use quiver_registry::Catalog;
     use serde_json::json;
     use tower::ServiceExt;
 
@@ -503,13 +502,7 @@ mod tests {
                     .with_schema(json!({"type": "object"})),
             )))
             .unwrap();
-        let surface = Surface::new(
-            catalog.clone(),
-            SurfaceConfig::default(),
-            Arc::new(MemoryUsage::new([])),
-        )
-        .unwrap();
-        McpServer::new(surface, Dispatcher::new(catalog), ServerOptions::default())
+        crate::server::test_server(catalog, ServerOptions::default())
     }
 
     struct Reply {

@@ -78,8 +78,7 @@ mod tests {
 
     use axum::body::Body;
     use http_body_util::BodyExt;
-    use quiver_registry::{Catalog, Dispatcher};
-    use quiver_surface::{MemoryUsage, Surface, SurfaceConfig};
+    use quiver_registry::Catalog;
     use tower::ServiceExt;
 
     use super::*;
@@ -96,16 +95,9 @@ mod tests {
     }
 
     fn server(readiness: Arc<Switch>) -> McpServer {
-        let catalog = Arc::new(Catalog::new());
-        let surface = Surface::new(
-            catalog.clone(),
-            SurfaceConfig::default(),
-            Arc::new(MemoryUsage::new([])),
-        )
-        .unwrap();
         let auth = InboundAuth::new(vec![InboundToken::new("ops", "secret-token")]);
         let options = ServerOptions::default().with_auth(auth);
-        McpServer::new(surface, Dispatcher::new(catalog), options).with_readiness(readiness)
+        crate::server::test_server(Arc::new(Catalog::new()), options).with_readiness(readiness)
     }
 
     async fn get(server: &McpServer, path: &str, host: &str) -> (StatusCode, String) {

@@ -137,6 +137,21 @@ impl Shared {
     }
 }
 
+/// A server over `catalog` with the default surface, for this module's tests.
+#[cfg(test)]
+pub(crate) fn test_server(
+    catalog: Arc<quiver_registry::Catalog>,
+    options: ServerOptions,
+) -> McpServer {
+    let surface = Surface::new(
+        catalog.clone(),
+        quiver_surface::SurfaceConfig::default(),
+        Arc::new(quiver_surface::MemoryUsage::new([])),
+    )
+    .expect("the default surface config is valid");
+    McpServer::new(surface, Dispatcher::new(catalog), options)
+}
+
 /// The MCP server over a surface and a dispatcher. Cheap to clone.
 #[derive(Clone)]
 pub struct McpServer {

@@ -62,10 +62,8 @@ mod tests {
 
     use async_trait::async_trait;
     use quiver_contract::{CallContext, Envelope, Tool, ToolResult, ToolSpec};
-    use quiver_registry::{Catalog, Dispatcher};
-    use quiver_surface::{MemoryUsage, Surface, SurfaceConfig};
+    use quiver_registry::Catalog;
     use serde_json::Value;
-    use tokio_util::sync::CancellationToken;
 
     use super::*;
     use crate::server::ServerOptions;
@@ -82,26 +80,8 @@ mod tests {
         }
     }
 
-    fn shared() -> Shared {
-        let catalog = Arc::new(Catalog::new());
-        let surface = Surface::new(
-            catalog.clone(),
-            SurfaceConfig::default(),
-            Arc::new(MemoryUsage::new([])),
-        )
-        .unwrap();
-        Shared {
-            surface,
-            dispatcher: Dispatcher::new(catalog),
-            options: ServerOptions::default(),
-            shutdown: CancellationToken::new(),
-            sessions: None,
-            restored: std::sync::Mutex::new(std::collections::HashSet::new()),
-            content: None,
-            direct: crate::server::direct::DirectSessions::default(),
-            rounds: Arc::new(crate::server::rounds::Rounds::new(Duration::from_secs(60))),
-            readiness: None,
-        }
+    fn shared() -> Arc<Shared> {
+        crate::server::test_server(Arc::new(Catalog::new()), ServerOptions::default()).shared
     }
 
     async fn next_within(changes: &mut Changes, relevant: impl Fn(&str) -> bool) -> Option<()> {

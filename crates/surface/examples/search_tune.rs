@@ -374,13 +374,9 @@ fn random(tools: &str, queries: &str) {
                 (e, o, &d_even, &d_odd)
             };
             println!(
-                "  train {:+5.1} r@5 {:+5.1} ndcg | held out {:+5.1} h@1 {:+5.1} r@5 {:+5.1} ndcg | {:?}",
-                tr.recall_at_5 - tb.recall_at_5,
-                tr.ndcg_at_10 - tb.ndcg_at_10,
-                te.hit_at_1 - eb.hit_at_1,
-                te.recall_at_5 - eb.recall_at_5,
-                te.ndcg_at_10 - eb.ndcg_at_10,
-                p
+                "  train {} | held out {} | {p:?}",
+                deltas(tr, tb),
+                deltas(te, eb)
             );
         }
     }
@@ -391,14 +387,19 @@ fn random(tools: &str, queries: &str) {
     for &i in both.iter().take(5) {
         let (p, o, e) = &rows[i];
         println!(
-            "  odd {:+5.1} h@1 {:+5.1} r@5 {:+5.1} ndcg | even {:+5.1} h@1 {:+5.1} r@5 {:+5.1} ndcg | {:?}",
-            o.hit_at_1 - d_odd.hit_at_1,
-            o.recall_at_5 - d_odd.recall_at_5,
-            o.ndcg_at_10 - d_odd.ndcg_at_10,
-            e.hit_at_1 - d_even.hit_at_1,
-            e.recall_at_5 - d_even.recall_at_5,
-            e.ndcg_at_10 - d_even.ndcg_at_10,
-            p
+            "  odd {} | even {} | {p:?}",
+            deltas(o, &d_odd),
+            deltas(e, &d_even)
         );
     }
+}
+
+/// `a` against `b`: hit@1, recall@5 and nDCG@10 differences.
+fn deltas(a: &EvalReport, b: &EvalReport) -> String {
+    format!(
+        "{:+5.1} h@1 {:+5.1} r@5 {:+5.1} ndcg",
+        a.hit_at_1 - b.hit_at_1,
+        a.recall_at_5 - b.recall_at_5,
+        a.ndcg_at_10 - b.ndcg_at_10
+    )
 }

@@ -322,6 +322,15 @@ mod tests {
         check("[store]\nretention_days = -3", Err("retention_days"));
         check("[store]\nlog_linger_ms = 0", Ok("./quiver.db"));
         check("[store]\nlog_linger_ms = \"soon\"", Err("log_linger_ms"));
+        check("[store]\nbusy_timeout_ms = -5", Err("busy_timeout_ms"));
+        let busy = |text: &str| {
+            Config::parse(text, "quiver.toml", &env)
+                .unwrap()
+                .store
+                .busy_timeout_ms
+        };
+        assert_eq!(busy(""), 5000);
+        assert_eq!(busy("[store]\nbusy_timeout_ms = 50"), 50);
         check("[store\n", Err("quiver.toml"));
         check(
             "[[policy.rules]]\nid = \"r\"\ntool = \"add\"\naction = \"deny\"\nmessage = \"no\"\n",

@@ -97,9 +97,14 @@ struct Server {
 
 impl Server {
     async fn start(program: PathBuf, args: &[&str]) -> Server {
+        Server::start_in(program, args, &fresh_dir()).await
+    }
+
+    /// Starts the server in `dir` (where `quiver` keeps its `./quiver.db`).
+    async fn start_in(program: PathBuf, args: &[&str], dir: &Path) -> Server {
         let mut child = Command::new(&program)
             .args(args)
-            .current_dir(fresh_dir())
+            .current_dir(dir)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
@@ -274,6 +279,48 @@ fn everything_mcp_json() -> PathBuf {
     )
     .expect("the config is written");
     path
+}
+
+/// A conversation's working set is written to the store while `quiver serve` runs, so a
+/// server restarted on the same database after a crash (SIGKILL: no shutdown save) gives
+/// the same conversation key its tools back.
+#[tokio::test]
+async fn a_conversations_working_set_survives_a_crash() {
+    let config = everything_mcp_json();
+    let config = config.to_str().expect("utf-8 path");
+    let dir = fresh_dir();
+    let args = ["--mcp-config", config, "serve", "--listen", "127.0.0.1:0"];
+    let tool = "mcp__everything__echo";
+    let mut first = Server::start_in(quiver_binary(), &args, &dir).await;
+    let db = dir.join("quiver.db");
+    let db = db.to_str().expect("utf-8 path");
+    run_script(
+        "restore.py",
+        &[
+            &first.url,
+            tool,
+            "--conversation",
+            "restore-e2e",
+            "--search",
+            "echo back a message",
+            "--db",
+            db,
+        ],
+    )
+    .await;
+    first.child.kill().await.expect("SIGKILL");
+    let second = Server::start_in(quiver_binary(), &args, &dir).await;
+    run_script(
+        "restore.py",
+        &[
+            &second.url,
+            tool,
+            "--conversation",
+            "restore-e2e",
+            "--expect",
+        ],
+    )
+    .await;
 }
 
 /// `relay.py MODE` against `quiver serve` with server-everything (stdio) as its upstream.

@@ -247,6 +247,62 @@ impl DispatcherBuilder {
     }
 }
 
+/// A running call's record, written from `Drop` when the call's future is dropped before
+/// it finished (the caller went away): every call is recorded, whatever its outcome.
+struct Unfinished<'a> {
+    dispatcher: &'a Dispatcher,
+    parts: Option<Running>,
+}
+
+/// What a running call's record needs.
+struct Running {
+    name: String,
+    input: Value,
+    hash: String,
+    who: Who,
+    t0: Instant,
+    started: Arc<OnceLock<Instant>>,
+}
+
+impl Unfinished<'_> {
+    fn input(&self) -> &Value {
+        &self.parts.as_ref().expect("set until the end").input
+    }
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        let Some(Running {
+            name,
+            input,
+            hash,
+            who,
+            t0,
+            started,
+        }) = self.parts.take()
+        else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(tool = %name, "a dropped call could not be recorded: no runtime");
+            return;
+        };
+        let dispatcher = self.dispatcher.clone();
+        rt.spawn(async move {
+            let envelope = Envelope::err(
+                ErrKind::Cancelled,
+                format!("the call to `{name}` was dropped: its caller went away"),
+            );
+            let queued = started
+                .get()
+                .map_or_else(|| t0.elapsed(), |s| s.saturating_duration_since(t0));
+            dispatcher
+                .record(&name, input, hash, &envelope, &who, queued, t0)
+                .await;
+        });
+    }
+}
+
 /// What post-call bookkeeping and the recorder need of a call's context (so the context
 /// itself can move into the middleware without a clone).
 struct Who {
@@ -411,12 +467,24 @@ impl Dispatcher {
             Prepared::Run(entry, warnings) => (entry, warnings),
         };
         ctx.invoker = Some(inner.invoker.clone());
-        let who = Who::of(&ctx);
-        let cancel = ctx.cancel.clone();
+        // Until the record is written, a dropped call (an HTTP client that went away while
+        // its request was answered in the request's own task) is still recorded.
         let started = Arc::new(OnceLock::new());
+        let mut unfinished = Unfinished {
+            dispatcher: self,
+            parts: Some(Running {
+                name: name.to_owned(),
+                input,
+                hash,
+                who: Who::of(&ctx),
+                t0,
+                started: started.clone(),
+            }),
+        };
+        let cancel = ctx.cancel.clone();
         let call = Call {
             entry: entry.clone(),
-            input: input.clone(),
+            input: unfinished.input().clone(),
             ctx,
             started: started.clone(),
         };
@@ -451,6 +519,9 @@ impl Dispatcher {
                 "a tabular tool returned no columns; the result may be empty or malformed",
             ));
         }
+        let Running {
+            input, hash, who, ..
+        } = unfinished.parts.take().expect("taken once");
         self.after(name, &hash, &mut envelope, warnings, &who);
         self.record(name, input, hash, &envelope, &who, queued, t0)
             .await;

@@ -36,7 +36,7 @@ impl Surface {
                     Err(RecvError::Closed) => break,
                 };
                 let Some(surface) = weak.upgrade() else { break };
-                let current = surface.working_set(&session);
+                let current = surface.persisted_set(&session);
                 drop(surface);
                 if let Err(e) = sync(&*store, &session, current).await {
                     tracing::error!(session = %session, error = %e, "could not persist the working set");
@@ -54,11 +54,13 @@ impl Surface {
         session: &str,
         store: &dyn SessionStore,
     ) -> Result<(), StoreError> {
-        sync(store, session, self.working_set(session)).await
+        sync(store, session, self.persisted_set(session)).await
     }
 
     /// Pages the session's stored working set back in (oldest first, so recency is kept).
-    /// Returns the names restored; names no longer in the catalog are skipped.
+    /// Returns the names restored. A name not in the catalog yet (its upstream may still be
+    /// connecting) is held and paged in when its tool registers; until then it stays in
+    /// the persisted set, so the store keeps it.
     pub async fn restore_session(
         &self,
         session: &str,
@@ -70,14 +72,16 @@ impl Surface {
                 .cmp(&b.last_used)
                 .then_with(|| a.tool.cmp(&b.tool))
         });
-        let names: Vec<&str> = stored
+        let (names, later): (Vec<&str>, Vec<&str>) = stored
             .iter()
             .map(|e| e.tool.as_str())
-            .filter(|n| self.catalog().contains(n))
-            .collect();
+            .partition(|n| self.catalog().contains(n));
+        self.hold_pending(session, later.into_iter().map(str::to_owned).collect());
         if !names.is_empty() {
             self.page_in(session, &names);
         }
+        // A tool that registered between the split and the hold.
+        self.adopt_pending();
         Ok(names.into_iter().map(str::to_owned).collect())
     }
 }

@@ -257,6 +257,10 @@ pub struct Surface {
     retriever: Mutex<Option<Retriever>>,
     index_updates: watch::Sender<u64>,
     sessions: Mutex<HashMap<Arc<str>, Session>>,
+    /// Restored working-set names whose tools were not in the catalog yet (an upstream
+    /// still connecting after a restart): paged in when they register, and kept in the
+    /// persisted set meanwhile so the store does not lose them.
+    pending: Mutex<HashMap<Arc<str>, Vec<String>>>,
     floor: Mutex<FloorState>,
     changes: broadcast::Sender<Arc<str>>,
 }
@@ -373,6 +377,7 @@ impl Surface {
             system,
             index_updates,
             sessions: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
             floor: Mutex::new(FloorState::default()),
             changes,
         });
@@ -452,12 +457,65 @@ impl Surface {
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&name);
             }
-            _ => {
-                self.resync_index();
+            _ => self.resync_index(),
+        }
+        self.adopt_pending();
+        self.index_updates.send_modify(|n| *n += 1);
+    }
+
+    /// Pages in the restored names whose tools have registered since.
+    pub(crate) fn adopt_pending(&self) {
+        let ready: Vec<(Arc<str>, Vec<String>)> = {
+            let mut pending = lock(&self.pending);
+            if pending.is_empty() {
                 return;
             }
+            let mut ready = Vec::new();
+            for (session, names) in pending.iter_mut() {
+                let (now, later): (Vec<String>, Vec<String>) = std::mem::take(names)
+                    .into_iter()
+                    .partition(|n| self.catalog.contains(n));
+                *names = later;
+                if !now.is_empty() {
+                    ready.push((session.clone(), now));
+                }
+            }
+            pending.retain(|_, names| !names.is_empty());
+            ready
+        };
+        for (session, names) in ready {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            self.page_in(&session, &names);
         }
-        self.index_updates.send_modify(|n| *n += 1);
+    }
+
+    /// Holds restored names whose tools are not in the catalog yet (see `pending`).
+    pub(crate) fn hold_pending(&self, session: &str, names: Vec<String>) {
+        if names.is_empty() {
+            return;
+        }
+        let mut pending = lock(&self.pending);
+        let held = pending.entry(session.into()).or_default();
+        for n in names {
+            if !held.contains(&n) {
+                held.push(n);
+            }
+        }
+    }
+
+    /// What persists for the session: its working set (most recent first), then the
+    /// restored names still waiting for their tools.
+    pub fn persisted_set(&self, session: &str) -> Vec<String> {
+        let mut out = self.working_set(session);
+        if let Some(held) = lock(&self.pending).get(session) {
+            out.extend(
+                held.iter()
+                    .filter(|n| !out.contains(n))
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            );
+        }
+        out
     }
 
     /// The floor in use: cached for `floor_cache_ttl_secs`, re-derived when older than
@@ -667,7 +725,21 @@ impl Surface {
         }
     }
 
-    /// The mode of the session's latest composition (chat before the first).
+    /// Sets the session's mode ahead of its first composition: `tool_search` and
+    /// `describe_tool` filter by it, so a plan-mode caller that searches before it lists
+    /// never finds a tool its mode hides.
+    pub fn set_session_mode(&self, session: &str, mode: Mode) {
+        let mut sessions = lock(&self.sessions);
+        if let Some(s) = sessions.get_mut(session) {
+            s.mode = mode;
+        } else if mode != Mode::default() {
+            let mut s = Session::default();
+            s.mode = mode;
+            sessions.insert(session.into(), s);
+        }
+    }
+
+    /// The mode of the session's latest composition or call (chat before the first).
     pub fn session_mode(&self, session: &str) -> Mode {
         lock(&self.sessions)
             .get(session)
@@ -865,6 +937,7 @@ impl Surface {
     /// Forgets a session.
     pub fn end_session(&self, session: &str) {
         lock(&self.sessions).remove(session);
+        lock(&self.pending).remove(session);
     }
 
     /// Refreshes a used tool in the session's working set.

@@ -250,6 +250,56 @@ async fn concurrency_limits_queue_and_waiting_respects_cancellation() {
     assert_eq!(recorder.len(), 2);
 }
 
+/// A call whose future is dropped mid-run (an HTTP client that went away while the call
+/// ran in its request's task) is still recorded, as cancelled.
+#[tokio::test]
+async fn a_dropped_call_is_still_recorded() {
+    let (started_tx, started_rx) = oneshot::channel::<()>();
+    let started_tx = Arc::new(std::sync::Mutex::new(Some(started_tx)));
+    let t = tool(
+        ToolSpec::new("hang", "Never ends.").read_only(),
+        move |_, _| {
+            let started = started_tx.clone();
+            async move {
+                if let Some(tx) = started.lock().unwrap().take() {
+                    let _ = tx.send(());
+                }
+                std::future::pending::<()>().await;
+                Ok(Envelope::text("never"))
+            }
+        },
+    );
+    let recorder = Arc::new(MemoryRecorder::new());
+    let d = Dispatcher::builder(catalog_with(vec![t]))
+        .recorder(recorder.clone())
+        .build();
+    let call = tokio::spawn({
+        let d = d.clone();
+        async move { d.call("hang", json!({"x": 1}), ctx()).await }
+    });
+    tokio::time::timeout(WAIT, started_rx)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(recorder.len(), 0);
+    call.abort();
+    assert!(call.await.unwrap_err().is_cancelled());
+    tokio::time::timeout(WAIT, async {
+        while recorder.is_empty() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the dropped call is recorded");
+    let records = recorder.records();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].tool_name, "hang");
+    assert_eq!(records[0].input, json!({"x": 1}));
+    assert_eq!(records[0].session.as_deref(), Some("s1"));
+    assert_eq!(records[0].envelope.err_kind(), Some(&ErrKind::Cancelled));
+    assert!(text(&records[0].envelope).contains("caller went away"));
+}
+
 #[tokio::test]
 async fn results_are_limited_in_characters_and_parts_in_bytes() {
     let t = tool(

@@ -48,3 +48,57 @@ async fn working_sets_are_mirrored_to_the_store_and_restored() {
             .is_empty()
     );
 }
+
+/// After a restart, clients come back before every upstream has connected: a stored name
+/// whose tool is not registered yet is held (and stays in the store), then paged in when
+/// the tool registers.
+#[tokio::test]
+async fn a_restored_name_waits_for_its_tool_to_register() {
+    use crate::support::stub;
+    let store = Arc::new(MemorySessionStore::default());
+    let before = Fixture::new(
+        SurfaceConfig::default(),
+        vec![
+            ro("alpha", "A."),
+            ro("late", "Registers after the restart."),
+        ],
+        &[],
+    );
+    before.surface.page_in("s", &["alpha", "late"]);
+    before.surface.persist_session("s", &*store).await.unwrap();
+
+    let fx = Fixture::new(SurfaceConfig::default(), vec![ro("alpha", "A.")], &[]);
+    let mut written = fx.surface.spawn_persistence(store.clone());
+    let restored = fx.surface.restore_session("s", &*store).await.unwrap();
+    assert_eq!(restored, vec!["alpha"]);
+    assert_eq!(fx.surface.working_set("s"), vec!["alpha"]);
+    // The mirror writes the session (the restore changed it) without dropping `late`.
+    tokio::time::timeout(Duration::from_secs(10), written.wait_for(|n| *n >= 1))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut stored: Vec<String> = store
+        .working_set("s")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.tool)
+        .collect();
+    stored.sort();
+    assert_eq!(stored, vec!["alpha", "late"]);
+
+    let mut updates = fx.surface.index_updates();
+    fx.catalog
+        .register(stub(ro("late", "Registers after the restart.")))
+        .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        updates.wait_for(|_| fx.surface.working_set("s").contains(&"late".to_owned())),
+    )
+    .await
+    .expect("the held name is paged in once its tool registers")
+    .unwrap();
+    // Ending the session forgets what it still held.
+    fx.surface.end_session("s");
+    assert!(fx.surface.persisted_set("s").is_empty());
+}

@@ -129,6 +129,9 @@ pub enum CrashCheck {
     CleanShutdown,
     /// The last shutdown was not clean; `PRAGMA integrity_check` ran and passed.
     Passed,
+    /// Another process has the database open: the check was its to run when it opened,
+    /// and the clean-shutdown marker is the last process's to set.
+    Shared,
 }
 
 /// What opening the store found and did.
@@ -177,9 +180,19 @@ pub(crate) fn connect(
 }
 
 /// Runs the crash check and the migrations on the writer connection, then clears the clean
-/// shutdown marker.
-pub(crate) fn prepare(conn: &mut Connection, location: &str) -> Result<OpenReport, StoreError> {
-    let found: u32 = conn
+/// shutdown marker. `alone`: no other process has the database open (see [`Holders`]);
+/// otherwise the crash check is skipped (the first process ran it).
+pub(crate) fn prepare(
+    conn: &mut Connection,
+    location: &str,
+    alone: bool,
+) -> Result<OpenReport, StoreError> {
+    // The version is read inside the write transaction: two processes opening a new
+    // database at once would otherwise both see version 0 and both run migration 1.
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .at(location)?;
+    let found: u32 = tx
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .at(location)?;
     if found > SCHEMA_VERSION {
@@ -191,8 +204,10 @@ pub(crate) fn prepare(conn: &mut Connection, location: &str) -> Result<OpenRepor
     }
     let crash_check = if found == 0 {
         CrashCheck::NewDatabase
+    } else if !alone {
+        CrashCheck::Shared
     } else {
-        let clean: Option<String> = conn
+        let clean: Option<String> = tx
             .query_row(
                 "SELECT value FROM quiver_meta WHERE key = ?1",
                 [CLEAN_SHUTDOWN],
@@ -204,13 +219,10 @@ pub(crate) fn prepare(conn: &mut Connection, location: &str) -> Result<OpenRepor
             CrashCheck::CleanShutdown
         } else {
             tracing::warn!(%location, "the last shutdown was not clean: checking integrity");
-            integrity_check(conn, location)?;
+            integrity_check(&tx, location)?;
             CrashCheck::Passed
         }
     };
-    let tx = conn
-        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-        .at(location)?;
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
         tx.execute_batch(sql).map_err(|e| StoreError::Backend {
             location: location.to_owned(),
@@ -255,4 +267,49 @@ pub(crate) fn mark_clean(conn: &Connection, location: &str, now_us: i64) -> Resu
     )
     .at(location)?;
     Ok(())
+}
+
+/// Which processes have the database open, through advisory locks on a file beside it
+/// (`<db>-lock`): each process holds a shared lock for as long as its store is open, and
+/// the kernel drops it when the process dies. The first process in (the only holder) runs
+/// the crash check; the last one out (again the only holder) sets the clean-shutdown
+/// marker. So a CLI command beside a running `quiver serve` neither re-checks the
+/// database nor marks it clean while the server still has it open.
+#[derive(Debug)]
+pub(crate) struct Holders {
+    file: Option<std::fs::File>,
+}
+
+impl Holders {
+    /// Joins the holders of the database at `path`; `alone` tells whether no other process
+    /// holds it. In-memory and URI databases have no holders file (always alone).
+    pub(crate) fn join(path: &Path, location: &str) -> Result<(Holders, bool), StoreError> {
+        let name = path.as_os_str().to_string_lossy();
+        if name.is_empty() || name == ":memory:" || name.starts_with("file:") {
+            return Ok((Holders { file: None }, true));
+        }
+        let mut lock_path = path.as_os_str().to_owned();
+        lock_path.push("-lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| StoreError::Unavailable {
+                location: location.to_owned(),
+                cause: format!("cannot open {}: {e}", Path::new(&lock_path).display()),
+            })?;
+        let alone = file.try_lock().is_ok();
+        // Exclusive (alone) or not, everyone then holds it shared.
+        file.lock_shared().map_err(|e| StoreError::Unavailable {
+            location: location.to_owned(),
+            cause: format!("cannot lock {}: {e}", Path::new(&lock_path).display()),
+        })?;
+        Ok((Holders { file: Some(file) }, alone))
+    }
+
+    /// Whether this process is the last holder (no other process has the database open).
+    pub(crate) fn last(&self) -> bool {
+        self.file.as_ref().is_none_or(|f| f.try_lock().is_ok())
+    }
 }

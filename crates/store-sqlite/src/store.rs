@@ -204,7 +204,8 @@ impl SqliteStore {
         let path = path.as_ref().to_path_buf();
         let location = path.display().to_string();
         let mut conn = schema::connect(&path, &location, opts.busy_timeout, false)?;
-        let report = schema::prepare(&mut conn, &location)?;
+        let (holders, alone) = schema::Holders::join(&path, &location)?;
+        let report = schema::prepare(&mut conn, &location, alone)?;
         let (tx, rx) = mpsc::channel(opts.channel_capacity.max(1));
         let stats = Arc::new(Stats::default());
         let cfg = writer::Config {
@@ -217,7 +218,7 @@ impl SqliteStore {
         let thread_stats = stats.clone();
         let handle = std::thread::Builder::new()
             .name("quiver-store-writer".into())
-            .spawn(move || writer::run(conn, rx, thread_stats, cfg))
+            .spawn(move || writer::run(conn, rx, thread_stats, cfg, holders))
             .map_err(|e| StoreError::Unavailable {
                 location: location.clone(),
                 cause: format!("cannot start the writer thread: {e}"),

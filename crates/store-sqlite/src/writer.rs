@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::{
     convert::{INSERT_LOG, INSERT_OUTPUT, insert_call, micros},
-    schema::mark_clean,
+    schema::{Holders, mark_clean},
 };
 
 /// A write to run on the writer connection.
@@ -146,6 +146,7 @@ pub(crate) fn run(
     mut rx: mpsc::Receiver<Msg>,
     stats: Arc<Stats>,
     cfg: Config,
+    holders: Holders,
 ) {
     let mut pending: Vec<CallRecord> = Vec::with_capacity(cfg.batch_max);
     let mut closing: Option<oneshot::Sender<Result<(), StoreError>>> = None;
@@ -181,7 +182,12 @@ pub(crate) fn run(
         // one already sent (also by a sender that had reserved its slot) and then `None`.
     }
     commit(&mut conn, &mut pending, &stats, &cfg);
-    let result = mark_clean(&conn, &cfg.location, micros(SystemTime::now()));
+    // Only the last process out marks the database clean (see `Holders`).
+    let result = if holders.last() {
+        mark_clean(&conn, &cfg.location, micros(SystemTime::now()))
+    } else {
+        Ok(())
+    };
     if let Err(e) = &result {
         tracing::error!(location = %cfg.location, error = %e, "could not mark a clean shutdown");
     }

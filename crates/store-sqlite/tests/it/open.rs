@@ -24,6 +24,75 @@ fn open_close_reopen_is_clean_and_a_new_database_needs_no_check() {
     assert_eq!(mode, "wal");
 }
 
+/// Several processes (here: stores, each with its own connections) opening one new
+/// database at once: every one of them opens it, and the schema is applied once.
+#[test]
+fn a_new_database_opened_by_many_at_once_is_migrated_once() {
+    for _ in 0..5 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("race.db");
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(4));
+        let opened: Vec<_> = (0..4)
+            .map(|_| {
+                let (path, barrier) = (path.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    SqliteStore::open(&path).map(|s| s.open_report().clone())
+                })
+            })
+            .collect();
+        let found: Vec<u32> = opened
+            .into_iter()
+            .map(|t| {
+                let report = t.join().expect("no panic").expect("every opener succeeds");
+                assert!(report.found_version == 0 || report.found_version == report.schema_version);
+                report.found_version
+            })
+            .collect();
+        assert_eq!(
+            found.iter().filter(|v| **v == 0).count(),
+            1,
+            "one opener created the schema, the others found it: {found:?}"
+        );
+    }
+}
+
+fn clean_marker(path: &std::path::Path) -> bool {
+    rusqlite::Connection::open(path)
+        .expect("peek")
+        .query_row(
+            "SELECT count(*) FROM quiver_meta WHERE key = 'clean_shutdown'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .expect("count")
+        == 1
+}
+
+/// A second process opening the database while the first has it open (a CLI command
+/// beside `quiver serve`) neither runs the crash check again nor, when it closes, marks the
+/// database clean while the first still has it open; the last one out does.
+#[test]
+fn only_the_last_process_out_marks_the_database_clean() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("q.db");
+    drop(SqliteStore::open(&path).expect("create"));
+    let first = SqliteStore::open(&path).expect("first");
+    assert_eq!(first.open_report().crash_check, CrashCheck::CleanShutdown);
+    assert!(!clean_marker(&path), "open clears the marker");
+    let second = SqliteStore::open(&path).expect("second");
+    assert_eq!(second.open_report().crash_check, CrashCheck::Shared);
+    drop(second);
+    assert!(
+        !clean_marker(&path),
+        "the first store still has it open: not clean yet"
+    );
+    drop(first);
+    assert!(clean_marker(&path), "the last one out marks it clean");
+    let again = SqliteStore::open(&path).expect("again");
+    assert_eq!(again.open_report().crash_check, CrashCheck::CleanShutdown);
+}
+
 fn assert_names_path(err: &StoreError, path: &std::path::Path) {
     assert!(
         err.to_string().contains(&path.display().to_string()),

@@ -125,11 +125,27 @@ pub struct PolicyConfig {
     pub rules: Vec<PolicyRule>,
 }
 
+/// The longest limit in seconds: a year (a longer one overflows a call's deadline).
+const MAX_SECS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// The most calls a concurrency limit admits at once.
+const MAX_CONCURRENT: usize = 1_000_000;
+
 fn secs(s: f64, key: &str) -> anyhow::Result<Duration> {
     if !(s.is_finite() && s > 0.0) {
         bail!("limits.{key} must be a positive number of seconds, not {s}");
     }
+    if s > MAX_SECS {
+        bail!("limits.{key} must be at most {MAX_SECS} seconds (a year), not {s}");
+    }
     Ok(Duration::from_secs_f64(s))
+}
+
+fn concurrent(n: usize, key: &str) -> anyhow::Result<usize> {
+    if n > MAX_CONCURRENT {
+        bail!("limits.{key} must be at most {MAX_CONCURRENT}, not {n}");
+    }
+    Ok(n.max(1))
 }
 
 impl LimitsConfig {
@@ -145,9 +161,11 @@ impl LimitsConfig {
         for (tool, s) in &self.tool_timeouts {
             timeout = timeout.with_tool(tool, secs(*s, &format!("tool_timeouts.{tool}"))?);
         }
-        let mut concurrency = ConcurrencyConfig::default().with_global(self.max_concurrent.max(1));
+        let mut concurrency = ConcurrencyConfig::default()
+            .with_global(concurrent(self.max_concurrent, "max_concurrent")?);
         for (tool, n) in &self.tool_concurrency {
-            concurrency = concurrency.with_tool(tool, (*n).max(1));
+            concurrency =
+                concurrency.with_tool(tool, concurrent(*n, &format!("tool_concurrency.{tool}"))?);
         }
         let mut cfg = DispatchConfig::default()
             .with_timeout(timeout)
@@ -318,6 +336,23 @@ mod tests {
             Err("limits.input_wait_secs must be a positive number of seconds"),
         );
         check("[limits]\ninput_wait_secs = 120", Ok("./quiver.db"));
+        // Limits too large to be a deadline or a semaphore are refused, not a panic.
+        for text in [
+            "[limits]\ntimeout_secs = 1e20",
+            "[limits]\ninput_wait_secs = 1.8e19",
+            "[limits.tool_timeouts]\nx = 1e300",
+        ] {
+            check(text, Err("must be at most 31536000 seconds (a year)"));
+        }
+        check(
+            "[limits]\nmax_concurrent = 4000000000000000000",
+            Err("limits.max_concurrent must be at most 1000000"),
+        );
+        check(
+            "[limits.tool_concurrency]\nx = 4000000000000000000",
+            Err("limits.tool_concurrency.x must be at most 1000000"),
+        );
+        check("[limits]\ntimeout_secs = 31536000", Ok("./quiver.db"));
         check("[store]\nretention_days = 30", Ok("./quiver.db"));
         check("[store]\nretention_days = -3", Err("retention_days"));
         check("[store]\nlog_linger_ms = 0", Ok("./quiver.db"));

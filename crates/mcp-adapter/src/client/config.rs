@@ -47,7 +47,9 @@ impl<'de> Deserialize<'de> for Liveness {
             DurationOrWord::Word(w) => parse_duration(&w)
                 .map(Liveness::Every)
                 .map_err(serde::de::Error::custom),
-            DurationOrWord::Secs(s) => Ok(Liveness::Every(Duration::from_secs(s))),
+            DurationOrWord::Secs(s) => bounded(Duration::from_secs(s), &s.to_string())
+                .map(Liveness::Every)
+                .map_err(serde::de::Error::custom),
         }
     }
 }
@@ -62,7 +64,9 @@ enum DurationOrWord {
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     match Option::<DurationOrWord>::deserialize(d)? {
         None => Ok(None),
-        Some(DurationOrWord::Secs(s)) => Ok(Some(Duration::from_secs(s))),
+        Some(DurationOrWord::Secs(s)) => bounded(Duration::from_secs(s), &s.to_string())
+            .map(Some)
+            .map_err(serde::de::Error::custom),
         Some(DurationOrWord::Word(w)) => parse_duration(&w)
             .map(Some)
             .map_err(serde::de::Error::custom),
@@ -77,12 +81,29 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     let n: u64 = num
         .parse()
         .map_err(|_| format!("invalid duration {s:?}: expected e.g. `30s`, `500ms` or `off`"))?;
-    match unit.trim() {
-        "ms" => Ok(Duration::from_millis(n)),
-        "" | "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
-        other => Err(format!("invalid duration unit {other:?} in {s:?}")),
+    let d = match unit.trim() {
+        "ms" => Duration::from_millis(n),
+        "" | "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        other => return Err(format!("invalid duration unit {other:?} in {s:?}")),
+    };
+    bounded(d, s)
+}
+
+/// The longest duration a setting takes: a year (longer ones overflow deadlines).
+const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// A configured duration: more than zero, at most [`MAX_DURATION`].
+fn bounded(d: Duration, as_written: &str) -> Result<Duration, String> {
+    if d.is_zero() {
+        Err(format!(
+            "duration {as_written:?} must be more than 0 (`liveness` also takes `off`)"
+        ))
+    } else if d > MAX_DURATION {
+        Err(format!("duration {as_written:?} is longer than a year"))
+    } else {
+        Ok(d)
     }
 }
 
@@ -573,6 +594,13 @@ mod tests {
 
     #[test]
     fn durations_parse() {
+        assert!(parse_duration("0s").unwrap_err().contains("more than 0"));
+        assert!(
+            parse_duration("99999999999999999h")
+                .unwrap_err()
+                .contains("longer than a year")
+        );
+        assert_eq!(parse_duration("8760h").unwrap(), MAX_DURATION);
         assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));

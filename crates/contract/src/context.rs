@@ -45,12 +45,34 @@ impl Capabilities {
     }
 }
 
-/// Matches a tool-name pattern: exact, `*` for all, or a `prefix*`.
+/// Matches a tool-name pattern: `*` stands for any run of characters (none included)
+/// anywhere in it, so `*` is every tool, `mcp__github__*` a server's tools,
+/// `*export*` any name containing `export` and `mcp__*__delete_*` one tool across servers;
+/// anything else matches itself exactly.
 pub fn pattern_matches(pattern: &str, name: &str) -> bool {
-    match pattern.strip_suffix('*') {
-        Some(prefix) => name.starts_with(prefix),
-        None => pattern == name,
+    let (p, n) = (pattern.as_bytes(), name.as_bytes());
+    if !p.contains(&b'*') {
+        return p == n;
     }
+    // Greedy with one backtrack point (the last `*`): linear in practice, never exponential.
+    let (mut i, mut j) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while j < n.len() {
+        if i < p.len() && p[i] == b'*' {
+            star = Some((i, j));
+            i += 1;
+        } else if i < p.len() && p[i] == n[j] {
+            i += 1;
+            j += 1;
+        } else if let Some((si, sj)) = star {
+            i = si + 1;
+            j = sj + 1;
+            star = Some((si, sj + 1));
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|c| *c == b'*')
 }
 
 /// A handle through which a running tool calls other tools; the call goes through the same
@@ -228,5 +250,40 @@ impl CallContext {
                 format!("cannot call `{name}`: this context has no tool invoker"),
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pattern_matches;
+
+    #[test]
+    fn patterns_match_with_a_star_anywhere() {
+        let cases = [
+            ("*", "anything", true),
+            ("*", "", true),
+            ("add", "add", true),
+            ("add", "add2", false),
+            ("mcp__github__*", "mcp__github__create_issue", true),
+            ("mcp__github__*", "mcp__gitlab__create_issue", false),
+            ("*export*", "mcp__up__export_data", true),
+            ("*export*", "export", true),
+            ("*export*", "mcp__up__import_data", false),
+            ("mcp__*__export_data", "mcp__up__export_data", true),
+            ("mcp__*__export_data", "mcp__a__b__export_data", true),
+            ("mcp__*__export_data", "mcp__up__export_data2", false),
+            ("*_delete", "files_delete", true),
+            ("*_delete", "files_delete_all", false),
+            ("a*b*c", "abc", true),
+            ("a*b*c", "aXbYbZc", true),
+            ("a*b*c", "aXbYc_", false),
+            ("**", "x", true),
+        ];
+        for (pattern, name, want) in cases {
+            assert_eq!(pattern_matches(pattern, name), want, "{pattern} vs {name}");
+        }
+        // No exponential backtracking on adversarial patterns.
+        let name = "a".repeat(5000);
+        assert!(!pattern_matches(&format!("{}b", "*a".repeat(50)), &name));
     }
 }

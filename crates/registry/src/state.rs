@@ -55,8 +55,15 @@ impl SessionState {
         *n
     }
 
-    pub(crate) fn called(&self, tool: &str) -> bool {
-        self.called.contains(tool)
+    /// Whether a tool matching `pattern` (see `pattern_matches`) was called.
+    pub(crate) fn called(&self, pattern: &str) -> bool {
+        if pattern.contains('*') {
+            self.called
+                .iter()
+                .any(|t| quiver_contract::pattern_matches(pattern, t))
+        } else {
+            self.called.contains(pattern)
+        }
     }
 
     pub(crate) fn mark_called(&mut self, tool: &str) {

@@ -417,6 +417,35 @@ async fn policy_denies_or_warns_with_growing_emphasis() {
     );
 }
 
+/// A rule's tool pattern and its required earlier tool take `*` anywhere in the name.
+#[tokio::test]
+async fn policy_patterns_take_a_star_anywhere() {
+    let policy = RulePolicy::new(vec![
+        PolicyRule::new("no-dd", "*d*", PolicyAction::Deny, "nothing with a d")
+            .for_tenant("strict"),
+        PolicyRule::new(
+            "look-first",
+            "a*d",
+            PolicyAction::Deny,
+            "echo something first",
+        )
+        .requires_prior("e*o"),
+    ]);
+    let d = Dispatcher::builder(catalog_with(vec![echo(), add()]))
+        .policy(Arc::new(policy))
+        .build();
+    let strict = CallContext::for_session("s").with_tenant("strict");
+    let e = d.call("add", json!({"a": 1, "b": 1}), strict).await;
+    assert_eq!(e.err_kind(), Some(&ErrKind::PolicyDenied));
+    assert!(text(&e).contains("nothing with a d"), "{}", text(&e));
+    let e = d.call("add", json!({"a": 1, "b": 1}), ctx()).await;
+    assert_eq!(e.err_kind(), Some(&ErrKind::PolicyDenied));
+    assert!(text(&e).contains("echo something first"), "{}", text(&e));
+    assert!(d.call("echo", json!({"text": "hi"}), ctx()).await.is_ok());
+    let e = d.call("add", json!({"a": 1, "b": 1}), ctx()).await;
+    assert!(e.is_ok(), "a tool matching `e*o` was called: {}", text(&e));
+}
+
 #[tokio::test]
 async fn the_fourth_identical_call_in_a_row_is_refused_ignoring_narration() {
     let d = dispatcher(vec![echo()]);

@@ -211,8 +211,33 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                 };
                 println!("{}{at}: [{}] {}", f.tool, f.rule, f.message);
             }
+            // A definition the catalog refused (a schema that does not compile, a bad name)
+            // is a finding too: that tool is missing from every surface.
+            let mut refused = app.report.clone();
+            refused.extend(app.mcp.register_report());
+            let mut not_registered = 0;
+            for s in &refused.skipped {
+                if s.is_duplicate() {
+                    println!(
+                        "{}: [note] skipped in family {}: {}",
+                        s.name, s.family, s.reason
+                    );
+                } else {
+                    not_registered += 1;
+                    println!(
+                        "{}: [not registered] {} (family {})",
+                        s.name, s.reason, s.family
+                    );
+                }
+            }
             let mut breaking = Vec::new();
             if let Some(db) = against {
+                if !db.exists() {
+                    anyhow::bail!(
+                        "{}: no such database (`--against` names an existing Quiver store)",
+                        db.display()
+                    );
+                }
                 let same = matches!(
                     (db.canonicalize(), config_store.canonicalize()),
                     (Ok(x), Ok(y)) if x == y
@@ -241,16 +266,19 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                 }
             }
             println!(
-                "config ok; {} tool definition(s) linted, {} finding(s), {} breaking change(s)",
+                "config ok; {} tool definition(s) linted, {} finding(s), {} not registered, {} breaking change(s)",
                 app.catalog.len(),
                 findings.len(),
+                not_registered,
                 breaking.len()
             );
-            Ok(if findings.is_empty() && breaking.is_empty() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
+            Ok(
+                if findings.is_empty() && not_registered == 0 && breaking.is_empty() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(1)
+                },
+            )
         }
         Command::Log {
             tool,

@@ -99,6 +99,14 @@ pub struct Skipped {
     pub reason: String,
 }
 
+impl Skipped {
+    /// Skipped because an earlier registration took the name (first wins), not because the
+    /// definition is invalid.
+    pub fn is_duplicate(&self) -> bool {
+        self.reason == DUPLICATE
+    }
+}
+
 /// What a bulk registration did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]

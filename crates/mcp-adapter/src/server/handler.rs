@@ -1043,24 +1043,27 @@ fn paged<T: serde::de::DeserializeOwned>(
     all: Vec<Value>,
     request: Option<PaginatedRequestParams>,
 ) -> Result<T, McpError> {
+    let total = all.len();
     let start = match request.and_then(|r| r.cursor) {
         None => 0,
-        Some(c) => c.parse::<usize>().map_err(|_| {
-            McpError::invalid_params(
-                format!("invalid cursor {c:?}: pass the nextCursor of the previous page"),
-                None,
-            )
-        })?,
+        // A cursor this server never gave (beyond the list, or not a number) is invalid.
+        Some(c) => c
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n <= total)
+            .ok_or_else(|| {
+                McpError::invalid_params(
+                    format!("invalid cursor {c:?}: pass the nextCursor of the previous page"),
+                    None,
+                )
+            })?,
     };
-    let total = all.len();
     let page: Vec<Value> = all.into_iter().skip(start).take(PAGE).collect();
     let mut out = serde_json::Map::new();
     out.insert(field.to_owned(), Value::Array(page));
-    if start + PAGE < total {
-        out.insert(
-            "nextCursor".into(),
-            Value::String((start + PAGE).to_string()),
-        );
+    let next = start + PAGE;
+    if next < total {
+        out.insert("nextCursor".into(), Value::String(next.to_string()));
     }
     typed(Value::Object(out), field)
 }
@@ -1106,5 +1109,31 @@ fn content_error_of(e: ContentError, resource: bool) -> McpError {
             McpError::new(rmcp::model::ErrorCode(code), message, None)
         }
         ContentError::Unavailable(m) => McpError::internal_error(m, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(cursor: Option<&str>) -> Result<Value, McpError> {
+        let all: Vec<Value> = (0..PAGE + 5).map(|i| serde_json::json!({"n": i})).collect();
+        let request =
+            cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c.to_owned())));
+        paged("prompts", all, request)
+    }
+
+    #[test]
+    fn list_pages_follow_their_cursors_and_refuse_others() {
+        let first = page(None).unwrap();
+        assert_eq!(first["prompts"].as_array().unwrap().len(), PAGE);
+        let next = first["nextCursor"].as_str().unwrap().to_owned();
+        let second = page(Some(&next)).unwrap();
+        assert_eq!(second["prompts"].as_array().unwrap().len(), 5);
+        assert!(second.get("nextCursor").is_none());
+        for bad in ["18446744073709551615", "-1", "x", &(PAGE + 6).to_string()] {
+            let e = page(Some(bad)).unwrap_err();
+            assert!(e.message.contains("invalid cursor"), "{bad}: {}", e.message);
+        }
     }
 }

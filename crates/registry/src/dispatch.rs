@@ -247,6 +247,9 @@ impl DispatcherBuilder {
     }
 }
 
+/// The metrics label of calls to names that are not in the catalog.
+pub const UNDEFINED_TOOLS: &str = "(undefined)";
+
 /// A running call's record, written from `Drop` when the call's future is dropped before
 /// it finished (the caller went away): every call is recorded, whatever its outcome.
 struct Unfinished<'a> {
@@ -755,7 +758,14 @@ impl Dispatcher {
         t0: Instant,
     ) -> Envelope {
         let hash = hash.unwrap_or_else(|| args_hash_canonical(name, &canonical_json(&input)));
-        self.inner.metrics.count(name, &envelope);
+        // Names the caller made up share one counter (the execution log keeps each name):
+        // one per distinct name would grow without bound in a long-running server.
+        let counted = if self.inner.catalog.contains(name) {
+            name
+        } else {
+            UNDEFINED_TOOLS
+        };
+        self.inner.metrics.count(counted, &envelope);
         if let Some(s) = &ctx.session
             && !envelope.is_ok()
             && envelope.err_kind() != Some(&ErrKind::LoopGuard)

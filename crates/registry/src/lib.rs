@@ -20,7 +20,7 @@ pub use catalog::{
     AdvertiseOptions, Catalog, CatalogEvent, Entry, Family, RegisterReport, Skipped, advertise,
     order_families,
 };
-pub use dispatch::{BatchCall, DispatchConfig, Dispatcher, DispatcherBuilder};
+pub use dispatch::{BatchCall, DispatchConfig, Dispatcher, DispatcherBuilder, UNDEFINED_TOOLS};
 pub use error::RegistryError;
 pub use layers::telemetry::{Metrics, ToolCounters};
 pub use policy::{PolicyAction, PolicyRule, RulePolicy};

@@ -37,6 +37,14 @@ impl InboundAuth {
                     "every inbound token needs a non-empty `name` and `token`".into(),
                 ));
             }
+            // The name is part of working-set keys (`conv:<name>:<value>`): a `:` in it
+            // would let two tokens' keys meet.
+            if t.name.contains(':') || t.name.chars().any(char::is_control) {
+                return Err(AuthError::Invalid(format!(
+                    "the inbound token name `{}` may not contain `:` or control characters",
+                    t.name.escape_debug()
+                )));
+            }
             if !seen.insert(t.name.as_str()) {
                 return Err(AuthError::Invalid(format!(
                     "the inbound token name `{}` is used twice",
@@ -57,7 +65,7 @@ pub struct InboundToken {
     pub name: String,
     /// The bearer secret.
     pub token: String,
-    /// Tool-name patterns the token may call and find (`prefix*` allowed); `None`: all.
+    /// Tool-name patterns the token may call and find (`*` anywhere); `None`: all.
     #[serde(default)]
     pub allowed_tools: Option<Vec<String>>,
     /// The session mode for this token's requests; the server default when absent.
@@ -228,6 +236,9 @@ mod tests {
             InboundToken::new("a", "2"),
         ]);
         assert!(dup.validate().is_err());
+        let colon = InboundAuth::new(vec![InboundToken::new("ci:x", "1")]);
+        let e = colon.validate().unwrap_err().to_string();
+        assert!(e.contains("`ci:x` may not contain `:`"), "{e}");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use quiver_contract::{
 };
 use quiver_registry::{
     Catalog, DispatchConfig, Dispatcher, MemoryRecorder, MockToolCallRecorder, PolicyAction,
-    PolicyRule, RulePolicy,
+    PolicyRule, RulePolicy, UNDEFINED_TOOLS,
     layers::{
         concurrency::ConcurrencyConfig,
         result_limit::{ResultLimitConfig, TRUNCATION_MARKER},
@@ -365,9 +365,14 @@ async fn telemetry_counts_outcomes_per_tool() {
     assert_eq!((echo.ok, echo.hint, echo.err), (2, 1, 0));
     assert_eq!(echo.hint_kinds.get("schema"), Some(&1));
     assert_eq!(
-        d.metrics().tool("nope").err_kinds.get("undefined_tool"),
-        Some(&1)
+        d.metrics()
+            .tool(UNDEFINED_TOOLS)
+            .err_kinds
+            .get("undefined_tool"),
+        Some(&1),
+        "made-up names share one counter"
     );
+    assert_eq!(d.metrics().tool("nope").err, 0);
 }
 
 #[tokio::test]

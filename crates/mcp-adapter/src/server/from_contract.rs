@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use quiver_contract::{Envelope, Part, RenderOptions, ToolSpec, render};
-use rmcp::model::{CallToolResult, ContentBlock as Content, Tool, ToolAnnotations};
+use rmcp::model::{
+    CallToolResult, ContentBlock as Content, Resource, ResourceContents, Tool, ToolAnnotations,
+};
 use serde_json::{Map, Value};
 
 /// A tool definition as MCP lists it.
@@ -56,9 +58,40 @@ pub(crate) fn call_result(envelope: &Envelope, opts: &RenderOptions) -> CallTool
                 }
                 Part::Resource {
                     uri,
-                    text: Some(text),
-                    ..
-                } => content.push(Content::embedded_text(uri.clone(), text.clone())),
+                    mime_type,
+                    text,
+                    blob,
+                } => {
+                    let resource = match (text, blob) {
+                        (Some(text), _) => ResourceContents::TextResourceContents {
+                            uri: uri.clone(),
+                            mime_type: mime_type.clone(),
+                            text: text.clone(),
+                            meta: None,
+                        },
+                        (None, Some(blob)) => ResourceContents::BlobResourceContents {
+                            uri: uri.clone(),
+                            mime_type: mime_type.clone(),
+                            blob: blob.clone(),
+                            meta: None,
+                        },
+                        // Neither: the rendered text already names it.
+                        (None, None) => continue,
+                    };
+                    content.push(Content::resource(resource));
+                }
+                Part::ResourceLink {
+                    uri,
+                    name,
+                    mime_type,
+                } => {
+                    let mut link = Resource::new(uri.clone(), name.clone());
+                    link.mime_type = mime_type.clone();
+                    content.push(Content::resource_link(link));
+                }
+                // `Part` grows with the protocol: a kind this edge does not know yet is
+                // still described in the rendered text.
+                #[allow(unreachable_patterns)]
                 _ => {}
             }
         }
@@ -93,6 +126,39 @@ mod tests {
         assert_eq!(err.is_error, Some(true));
         let v = serde_json::to_value(&err).unwrap();
         assert!(v["content"][0]["text"].as_str().unwrap().contains("boom"));
+    }
+
+    #[test]
+    fn resources_and_links_keep_their_content() {
+        let e = Envelope::ok(json!("three parts"))
+            .with_part(Part::Resource {
+                uri: "demo://blob/1".into(),
+                mime_type: Some("application/octet-stream".into()),
+                text: None,
+                blob: Some("AAEC".into()),
+            })
+            .with_part(Part::Resource {
+                uri: "demo://text/1".into(),
+                mime_type: Some("text/markdown".into()),
+                text: Some("# hi".into()),
+                blob: None,
+            })
+            .with_part(Part::ResourceLink {
+                uri: "demo://text/2".into(),
+                name: "second".into(),
+                mime_type: Some("text/plain".into()),
+            });
+        let v = serde_json::to_value(call_result(&e, &RenderOptions::default())).unwrap();
+        let c = &v["content"];
+        assert_eq!(c[1]["type"], "resource");
+        assert_eq!(c[1]["resource"]["blob"], "AAEC");
+        assert_eq!(c[1]["resource"]["mimeType"], "application/octet-stream");
+        assert_eq!(c[2]["resource"]["text"], "# hi");
+        assert_eq!(c[2]["resource"]["mimeType"], "text/markdown");
+        assert_eq!(c[3]["type"], "resource_link");
+        assert_eq!(c[3]["uri"], "demo://text/2");
+        assert_eq!(c[3]["name"], "second");
+        assert_eq!(c.as_array().unwrap().len(), 4);
     }
 
     #[test]

@@ -118,6 +118,9 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
     if direct.shared.shutdown.is_cancelled() {
         return forward(&direct, request).await;
     }
+    if request.method() == Method::DELETE {
+        return end_session(&direct, request).await;
+    }
     let length = axum::body::HttpBody::size_hint(request.body()).upper();
     let Some(sid) = candidate(&direct, request.method(), request.headers(), length) else {
         return forward(&direct, request).await;
@@ -159,6 +162,24 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
         }
         Message::Other => forward_parts(&direct, parts, bytes).await,
     }
+}
+
+/// `DELETE`: rmcp ends the session (after its Host, Origin and session checks); once it
+/// has, the session's calls still running are cancelled (upstream too), instead of running
+/// on for a client that has left.
+async fn end_session(direct: &Direct, request: Request) -> Response {
+    let sid = request
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let response = forward(direct, request).await;
+    if response.status().is_success()
+        && let Some(entry) = sid.and_then(|sid| direct.shared.direct.get(&sid))
+    {
+        entry.conn.closed.cancel();
+    }
+    response
 }
 
 /// Whether the session's client can be sent requests or log messages during a call, which
@@ -319,7 +340,8 @@ async fn serve_call(
     handler::track(shared, &entry.conn, &scope, true, &entry.peer);
     shared.restore_once(&scope.key).await;
     let input = params.arguments.map(Value::Object).unwrap_or(Value::Null);
-    let client = tokio_util::sync::CancellationToken::new();
+    // Cancelled by the client's notifications/cancelled, or when its session ends.
+    let client = entry.conn.closed.child_token();
     lock(&entry.conn.in_flight).insert(id.clone(), client.clone());
     // Removes the id when the call ends or the client goes away (this future dropped);
     // dropping also cancels the call's token, as a stream the client dropped does.
@@ -463,6 +485,8 @@ mod tests {
         spec: ToolSpec,
         started: Arc<tokio::sync::Notify>,
         dropped: Arc<std::sync::atomic::AtomicBool>,
+        /// Calls that saw their cancellation.
+        cancelled: Arc<std::sync::atomic::AtomicUsize>,
     }
 
     struct SetOnDrop(Arc<std::sync::atomic::AtomicBool>);
@@ -482,6 +506,8 @@ mod tests {
             let _guard = SetOnDrop(self.dropped.clone());
             self.started.notify_one();
             ctx.cancel.cancelled().await;
+            self.cancelled
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             Ok(Envelope::ok(json!("cancelled")))
         }
     }
@@ -774,6 +800,7 @@ mod tests {
                 .with_schema(json!({"type": "object"})),
             started: started.clone(),
             dropped: dropped.clone(),
+            cancelled: Arc::default(),
         }));
         let router = server.router("127.0.0.1:7345".parse().unwrap());
         let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
@@ -818,5 +845,53 @@ mod tests {
             dropped.load(std::sync::atomic::Ordering::SeqCst),
             "the tool's call ended"
         );
+    }
+
+    /// Ending a session (`DELETE`) cancels its calls still running, on the direct path and
+    /// on rmcp's (a call with a progress token), instead of letting them run for nobody.
+    #[tokio::test]
+    async fn ending_a_session_cancels_its_running_calls() {
+        let started = Arc::new(tokio::sync::Notify::new());
+        let cancelled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let server = server_with(Some(Hold {
+            spec: ToolSpec::new("hold", "Holds until cancelled.")
+                .read_only()
+                .with_schema(json!({"type": "object"})),
+            started: started.clone(),
+            dropped: Arc::default(),
+            cancelled: cancelled.clone(),
+        }));
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let sid = open(&server, &router, json!({})).await;
+        let direct = json!({"jsonrpc": "2.0", "id": "d", "method": "tools/call",
+            "params": {"name": "hold", "arguments": {}}});
+        let via_rmcp = json!({"jsonrpc": "2.0", "id": "r", "method": "tools/call",
+            "params": {"name": "hold", "arguments": {}, "_meta": {"progressToken": 7}}});
+        let mut calls = Vec::new();
+        for body in [direct, via_rmcp] {
+            calls.push(tokio::spawn({
+                let (router, sid) = (router.clone(), sid.clone());
+                async move { send(&router, Method::POST, Some(&sid), body).await }
+            }));
+            tokio::time::timeout(std::time::Duration::from_secs(10), started.notified())
+                .await
+                .expect("the call starts");
+        }
+        assert_eq!(cancelled.load(std::sync::atomic::Ordering::SeqCst), 0);
+        let r = send(&router, Method::DELETE, Some(&sid), json!({})).await;
+        assert!(r.status.is_success(), "{} {}", r.status, r.body);
+        tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while cancelled.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("both calls see their cancellation");
+        for call in calls {
+            tokio::time::timeout(std::time::Duration::from_secs(10), call)
+                .await
+                .expect("the call ends")
+                .unwrap();
+        }
     }
 }

@@ -91,7 +91,6 @@ pub(crate) fn call_result(envelope: &Envelope, opts: &RenderOptions) -> CallTool
                 }
                 // `Part` grows with the protocol: a kind this edge does not know yet is
                 // still described in the rendered text.
-                #[allow(unreachable_patterns)]
                 _ => {}
             }
         }

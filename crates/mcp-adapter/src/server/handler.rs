@@ -93,7 +93,7 @@ pub(crate) struct Connection {
     /// Set once the change watcher runs.
     watching: std::sync::atomic::AtomicBool,
     /// Cancelled when the handler is dropped (the session ended).
-    closed: CancellationToken,
+    pub(crate) closed: CancellationToken,
     /// The level the client set with `logging/setLevel`.
     pub(crate) log_level: Mutex<Option<LoggingLevel>>,
     /// The resource URIs this session subscribed to.
@@ -273,7 +273,22 @@ impl Handler {
             // In place: a 2025-era request (a stray requestState is ignored), or a 2026-07-28
             // one that declared nothing it could be asked.
             _ => {
-                let done = start(peer_channel, context.ct.clone(), progress_state);
+                // Cancelled by the client (`notifications/cancelled`, its stream gone) or
+                // when its session ends (`DELETE`).
+                let cancel = self.conn.closed.child_token();
+                let done = start(peer_channel, cancel.clone(), progress_state);
+                let client = context.ct.clone();
+                let done = async move {
+                    tokio::pin!(done);
+                    tokio::select! {
+                        biased;
+                        out = &mut done => out,
+                        _ = client.cancelled() => {
+                            cancel.cancel();
+                            done.await
+                        }
+                    }
+                };
                 let done = with_heartbeat(done, heartbeat, target.name()).await;
                 return R::complete(done.into(), &missing);
             }

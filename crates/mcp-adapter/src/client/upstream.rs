@@ -712,6 +712,7 @@ impl Upstream {
         let peer = conn.peer.clone();
         let cancel = conn.cancel.clone();
         let generation = conn.generation;
+        let wait = interval.clamp(Duration::from_secs(1), Duration::from_secs(10));
         tokio::spawn(async move {
             let mut tick =
                 tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
@@ -720,16 +721,31 @@ impl Upstream {
                     _ = tick.tick() => {}
                     _ = cancel.cancelled() => return,
                 }
+                // A server that handles one request at a time answers the ping only after
+                // the calls before it: while calls are in flight (or ended during the wait)
+                // an unanswered ping proves nothing, and the calls' own timeouts cover a
+                // hung server. A closed pipe or dead process is seen by the watcher at once.
                 let ping = peer.send_request(ClientRequest::PingRequest(Default::default()));
-                let dead = match tokio::time::timeout(
-                    interval.clamp(Duration::from_secs(1), Duration::from_secs(10)),
-                    ping,
-                )
-                .await
-                {
-                    Ok(Ok(_)) => false,
-                    Ok(Err(e)) => matches!(classify_service(&e), Class::Drop),
-                    Err(_) => true,
+                tokio::pin!(ping);
+                let dead = loop {
+                    let Some(before) = me.upgrade().map(|up| up.calls.activity().1) else {
+                        return;
+                    };
+                    let answer = tokio::select! {
+                        r = tokio::time::timeout(wait, &mut ping) => r,
+                        _ = cancel.cancelled() => return,
+                    };
+                    match answer {
+                        Ok(Ok(_)) => break false,
+                        Ok(Err(e)) => break matches!(classify_service(&e), Class::Drop),
+                        Err(_) => {
+                            let Some(up) = me.upgrade() else { return };
+                            let (in_flight, ended) = up.calls.activity();
+                            if in_flight == 0 && ended == before {
+                                break true;
+                            }
+                        }
+                    }
                 };
                 if dead {
                     if let Some(up) = me.upgrade() {

@@ -431,3 +431,32 @@ async fn a_malformed_tool_fails_the_connection_clearly() {
     assert!(catalog.is_empty());
     close_and_check(&client).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_server_is_not_killed_by_the_liveness_ping() {
+    // The raw fixture handles one request at a time: while `sleep` runs, the ping waits
+    // unanswered for longer than the ping's timeout (1 s here). The call must still finish.
+    let (catalog, client) = start(
+        &[
+            raw("busy", &[]).with_liveness(quiver_mcp_adapter::Liveness::Every(
+                Duration::from_millis(200),
+            )),
+        ],
+        fast_options(),
+    );
+    ready(&client).await;
+    let env = within(
+        Duration::from_secs(60),
+        call(&catalog, "mcp__busy__sleep", json!({"seconds": 4})),
+    )
+    .await;
+    assert!(env.is_ok(), "{env:?}");
+    assert!(text_of(&env).contains("\"seconds\""), "{env:?}");
+    let st = client.server_status("busy").unwrap();
+    assert_eq!(st.counters.drops, 0, "{st:?}");
+    assert!(
+        !st.diagnostics.iter().any(|l| l == "liveness ping failed"),
+        "{st:?}"
+    );
+    close_and_check(&client).await;
+}

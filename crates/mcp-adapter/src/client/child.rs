@@ -58,10 +58,12 @@ fn kill_group(pgid: u32) {
 }
 
 /// A running stdio child. Dropping it kills the group (tokio's `kill_on_drop` kills and
-/// reaps the leader in the background); [`ChildGuard::shutdown`] kills and reaps it now.
+/// reaps the leader in the background); [`ChildGuard::shutdown`] kills and reaps it now, and
+/// takes its pid off the server's list.
 pub(crate) struct ChildGuard {
     child: Option<Child>,
     pid: Option<u32>,
+    pids: Arc<Mutex<Vec<u32>>>,
 }
 
 impl std::fmt::Debug for ChildGuard {
@@ -75,11 +77,19 @@ impl std::fmt::Debug for ChildGuard {
 impl ChildGuard {
     /// Kills the child's process group and waits for the leader to be reaped.
     pub(crate) async fn shutdown(&mut self) {
-        if let Some(pid) = self.pid.take() {
+        let pid = self.pid.take();
+        if let Some(pid) = pid {
             kill_group(pid);
         }
         if let Some(mut child) = self.child.take() {
+            // Kills the leader if needed and waits for it: reaped once this returns.
             let _ = child.kill().await;
+            if let Some(pid) = pid {
+                self.pids
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .retain(|p| *p != pid);
+            }
         }
     }
 }
@@ -140,6 +150,7 @@ pub(crate) fn spawn(
         ChildGuard {
             child: Some(child),
             pid,
+            pids: pids.clone(),
         },
         stdout,
         stdin,

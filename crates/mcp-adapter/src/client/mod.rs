@@ -124,9 +124,10 @@ pub struct ServerStatus {
     pub counters: ServerCounters,
     /// Its tools now in the catalog.
     pub tools: Vec<String>,
-    /// Operator-facing lines (connects, drops, "reconnecting", rejections), oldest first.
+    /// Operator-facing lines (connects, drops, "reconnecting", rejections), oldest first;
+    /// the last 100.
     pub diagnostics: Vec<String>,
-    /// Every stdio child it has spawned.
+    /// The stdio children it has spawned and not yet reaped.
     pub child_pids: Vec<u32>,
 }
 

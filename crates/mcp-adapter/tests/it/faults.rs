@@ -460,3 +460,54 @@ async fn a_busy_server_is_not_killed_by_the_liveness_ping() {
     );
     close_and_check(&client).await;
 }
+
+/// The delays of the "reconnecting in X s" lines a server's short-lived connections left.
+fn redial_delays(client: &quiver_mcp_adapter::McpClient, name: &str) -> Vec<f64> {
+    client
+        .server_status(name)
+        .unwrap()
+        .diagnostics
+        .iter()
+        .filter_map(|l| l.split_once("reconnecting in ")?.1.strip_suffix(" s"))
+        .map(|d| d.parse().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_dies_after_connecting_is_redialled_with_backoff() {
+    // Each connection succeeds (initialize, tools/list) and is lost at once: the redials
+    // follow the backoff schedule of failed dials instead of respawning in a loop.
+    let (_catalog, client) = start(
+        &[raw("flap", &["--exit-after-list"])],
+        fast_options().with_backoff(Duration::from_millis(100), Duration::from_millis(800)),
+    );
+    wait_for("five connections", Duration::from_secs(60), || {
+        client.server_status("flap").unwrap().counters.connects >= 5
+    })
+    .await;
+    let delays = redial_delays(&client, "flap");
+    assert!(delays.len() >= 4, "{delays:?}");
+    assert_eq!(delays[..4], [0.1, 0.2, 0.4, 0.8], "{delays:?}");
+    assert!(delays[4..].iter().all(|d| *d == 0.8), "{delays:?}");
+    // Reaped children are off the list: at most the one running now is on it.
+    let st = client.server_status("flap").unwrap();
+    assert!(st.child_pids.len() <= 1, "{st:?}");
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flapping_server_keeps_bounded_diagnostics_and_pids() {
+    let (_catalog, client) = start(
+        &[raw("flap", &["--exit-after-list"])],
+        fast_options().with_backoff(Duration::from_millis(1), Duration::from_millis(1)),
+    );
+    // Four lines per cycle: 40 cycles would be 160 lines.
+    wait_for("forty connections", Duration::from_secs(120), || {
+        client.server_status("flap").unwrap().counters.connects >= 40
+    })
+    .await;
+    let st = client.server_status("flap").unwrap();
+    assert_eq!(st.diagnostics.len(), 100, "{st:?}");
+    assert!(st.child_pids.len() <= 1, "{st:?}");
+    close_and_check(&client).await;
+}

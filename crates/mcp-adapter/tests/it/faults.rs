@@ -511,3 +511,22 @@ async fn a_flapping_server_keeps_bounded_diagnostics_and_pids() {
     assert!(st.child_pids.len() <= 1, "{st:?}");
     close_and_check(&client).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stderr_that_is_not_utf8_does_not_kill_the_server() {
+    // The fixture writes invalid UTF-8 to stderr at start and on every call: its stderr
+    // must stay open, or the write fails and the server dies mid-call.
+    let (catalog, client) = start(&[raw("noisy", &["--stderr-noise"])], fast_options());
+    ready(&client).await;
+    for i in 0..5 {
+        let env = within(
+            Duration::from_secs(30),
+            call(&catalog, "mcp__noisy__echo", json!({"n": i})),
+        )
+        .await;
+        assert!(text_of(&env).contains(&format!("\"n\": {i}")), "{env:?}");
+    }
+    let st = client.server_status("noisy").unwrap();
+    assert_eq!(st.counters.drops, 0, "{st:?}");
+    close_and_check(&client).await;
+}

@@ -167,7 +167,7 @@ pub(crate) struct Snapshot {
 pub(crate) enum DialError {
     /// Worth retrying (unreachable, hung, crashed).
     Transient(String),
-    /// Not worth retrying (unauthorized, unsupported protocol, malformed tools).
+    /// Not worth retrying (unauthorized, unsupported protocol).
     Rejected(String),
     /// The server was closed.
     Closed,
@@ -818,10 +818,9 @@ impl Upstream {
                     PaginatedRequestParams::default().with_cursor(cursor.take()),
                 ))
                 .await
-                .map_err(|e| match classify_service(&e) {
-                    Class::Peer => DialError::Rejected(format!("tools/list failed: {e}")),
-                    _ => DialError::Transient(format!("tools/list failed: {e}")),
-                })?;
+                // A JSON-RPC error too: a server still starting may refuse the list for a
+                // while; only what retrying cannot change (the protocol version) rejects.
+                .map_err(|e| DialError::Transient(format!("tools/list failed: {e}")))?;
             for tool in &page.tools {
                 let wire = serde_json::to_value(tool).unwrap_or(Value::Null);
                 let name = wire.get("name").and_then(Value::as_str).unwrap_or_default();
@@ -835,9 +834,15 @@ impl Upstream {
                     ));
                     return Ok(out);
                 }
-                let t = to_contract::tool_spec(&self.cfg.name, &self.cfg.prefix, &wire)
-                    .map_err(|e| DialError::Rejected(format!("malformed tool: {e}")))?;
-                out.push(t);
+                // One malformed tool costs only itself: the rest are served.
+                match to_contract::tool_spec(&self.cfg.name, &self.cfg.prefix, &wire) {
+                    Ok(t) => out.push(t),
+                    Err(e) => {
+                        let line = format!("skipped malformed tool {name:?}: {e}");
+                        tracing::warn!(server = %self.cfg.name, "{line}");
+                        self.diag(line);
+                    }
+                }
             }
             match page.next_cursor {
                 Some(c) if !c.is_empty() => cursor = Some(c),

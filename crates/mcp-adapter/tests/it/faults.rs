@@ -413,22 +413,86 @@ async fn protocol_versions() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_malformed_tool_fails_the_connection_clearly() {
-    let (catalog, client) = start(&[raw("bad", &["--bad-tool"])], fast_options());
-    let err = within(
-        Duration::from_secs(30),
-        client.wait_ready(Duration::from_secs(30)),
-    )
-    .await
-    .unwrap_err();
-    let text = err.to_string();
+async fn malformed_tools_are_skipped_and_the_rest_served() {
+    let (catalog, client) = start(&[raw("bad", &["--bad-tools"])], fast_options());
+    ready(&client).await;
+    let env = call(&catalog, "mcp__bad__echo", json!({"k": "v"})).await;
+    assert!(text_of(&env).contains("\"k\""), "{env:?}");
+    let st = client.server_status("bad").unwrap();
+    assert_eq!(st.tools, ["mcp__bad__echo", "mcp__bad__sleep"], "{st:?}");
+    let skipped: Vec<&String> = st
+        .diagnostics
+        .iter()
+        .filter(|l| l.starts_with("skipped malformed tool"))
+        .collect();
+    assert_eq!(skipped.len(), 3, "{st:?}");
     assert!(
-        text.contains("\"bad\"")
-            && text.contains("malformed tool")
-            && text.contains("control character"),
-        "{text}"
+        skipped[0].contains("\"bad\\u{7}tool\"") && skipped[0].contains("control character"),
+        "{skipped:?}"
     );
-    assert!(catalog.is_empty());
+    assert!(skipped[1].contains("\"longxxx"), "{skipped:?}");
+    assert!(skipped[2].contains("\"stringly\""), "{skipped:?}");
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_tools_on_a_relist_are_skipped() {
+    let (catalog, client) = start(&[raw("later", &["--bad-tools-later"])], fast_options());
+    ready(&client).await;
+    let env = call(&catalog, "mcp__later__grow", json!({})).await;
+    assert!(env.is_ok(), "{env:?}");
+    wait_for("the re-list", Duration::from_secs(30), || {
+        catalog.contains("mcp__later__extra")
+    })
+    .await;
+    let st = client.server_status("later").unwrap();
+    assert_eq!(
+        st.tools,
+        ["mcp__later__echo", "mcp__later__extra", "mcp__later__sleep"],
+        "{st:?}"
+    );
+    let skipped = st
+        .diagnostics
+        .iter()
+        .filter(|l| l.starts_with("skipped malformed tool"))
+        .count();
+    assert_eq!(skipped, 3, "{st:?}");
+    assert_eq!(st.state, ServerState::Connected);
+    let env = call(&catalog, "mcp__later__echo", json!({"k": "v"})).await;
+    assert!(text_of(&env).contains("\"k\""), "{env:?}");
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tools_list_error_is_retried() {
+    let gate = std::env::temp_dir().join(format!("quiver-mcp-list-{}", std::process::id()));
+    let _ = std::fs::remove_file(&gate);
+    let (catalog, client) = start(
+        &[raw(
+            "slow",
+            &["--list-fail-unless", &gate.display().to_string()],
+        )],
+        fast_options(),
+    );
+    wait_for(
+        "a retry after the refused list",
+        Duration::from_secs(30),
+        || client.server_status("slow").unwrap().counters.dials >= 2,
+    )
+    .await;
+    let st = client.server_status("slow").unwrap();
+    assert!(
+        !matches!(st.state, ServerState::Rejected(_)) && st.counters.connects == 0,
+        "{st:?}"
+    );
+    std::fs::write(&gate, b"up").unwrap();
+    wait_for("tools to appear", Duration::from_secs(30), || {
+        catalog.contains("mcp__slow__echo")
+    })
+    .await;
+    let env = call(&catalog, "mcp__slow__echo", json!({"k": "v"})).await;
+    assert!(text_of(&env).contains("\"k\""), "{env:?}");
+    let _ = std::fs::remove_file(&gate);
     close_and_check(&client).await;
 }
 

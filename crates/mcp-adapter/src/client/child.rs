@@ -10,9 +10,77 @@ use std::{
 
 use super::config::Secret;
 use tokio::{
-    io::{AsyncBufReadExt, BufReader},
+    io::{AsyncRead, AsyncReadExt},
     process::{Child, ChildStdin, ChildStdout, Command},
 };
+
+/// The longest stderr line logged; the rest of a longer line is dropped.
+const MAX_STDERR_LINE: usize = 8 * 1024;
+
+/// Appended to a stderr line that was cut.
+const CUT_MARKER: &str = " [line cut at 8 KiB]";
+
+/// Reads a child's stderr to its end and hands over each line (lossily decoded, cut at
+/// [`MAX_STDERR_LINE`] bytes). Never stops before EOF on bad input: a reader that gave up
+/// would close the pipe, and the child's next write to stderr would kill it (SIGPIPE).
+async fn drain_lines(mut stderr: impl AsyncRead + Unpin, mut line_out: impl FnMut(String)) {
+    let mut chunk = vec![0u8; 8 * 1024];
+    let mut line: Vec<u8> = Vec::new();
+    // The current line was cut and handed over: skip to its newline.
+    let mut skipping = false;
+    let mut emit = |line: &mut Vec<u8>, cut: bool| {
+        if line.last() == Some(&b'\r') && !cut {
+            line.pop();
+        }
+        let mut text = String::from_utf8_lossy(line).into_owned();
+        if cut {
+            text.push_str(CUT_MARKER);
+        }
+        line.clear();
+        line_out(text);
+    };
+    loop {
+        let n = match stderr.read(&mut chunk).await {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot read a child's stderr");
+                break;
+            }
+        };
+        let mut rest = &chunk[..n];
+        while !rest.is_empty() {
+            let (part, newline) = match rest.iter().position(|b| *b == b'\n') {
+                Some(i) => (&rest[..i], Some(i)),
+                None => (rest, None),
+            };
+            if !skipping {
+                let room = MAX_STDERR_LINE - line.len();
+                if part.len() > room {
+                    line.extend_from_slice(&part[..room]);
+                    emit(&mut line, true);
+                    skipping = true;
+                } else {
+                    line.extend_from_slice(part);
+                }
+            }
+            match newline {
+                Some(i) => {
+                    if !skipping {
+                        emit(&mut line, false);
+                    }
+                    skipping = false;
+                    rest = &rest[i + 1..];
+                }
+                None => rest = &[],
+            }
+        }
+    }
+    if !line.is_empty() {
+        emit(&mut line, false);
+    }
+}
 
 /// Sets `PR_SET_PDEATHSIG` in the child before `exec`, so the kernel kills it when the
 /// spawning thread's process dies, even by SIGKILL.
@@ -58,10 +126,12 @@ fn kill_group(pgid: u32) {
 }
 
 /// A running stdio child. Dropping it kills the group (tokio's `kill_on_drop` kills and
-/// reaps the leader in the background); [`ChildGuard::shutdown`] kills and reaps it now.
+/// reaps the leader in the background); [`ChildGuard::shutdown`] kills and reaps it now, and
+/// takes its pid off the server's list.
 pub(crate) struct ChildGuard {
     child: Option<Child>,
     pid: Option<u32>,
+    pids: Arc<Mutex<Vec<u32>>>,
 }
 
 impl std::fmt::Debug for ChildGuard {
@@ -75,11 +145,19 @@ impl std::fmt::Debug for ChildGuard {
 impl ChildGuard {
     /// Kills the child's process group and waits for the leader to be reaped.
     pub(crate) async fn shutdown(&mut self) {
-        if let Some(pid) = self.pid.take() {
+        let pid = self.pid.take();
+        if let Some(pid) = pid {
             kill_group(pid);
         }
         if let Some(mut child) = self.child.take() {
+            // Kills the leader if needed and waits for it: reaped once this returns.
             let _ = child.kill().await;
+            if let Some(pid) = pid {
+                self.pids
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .retain(|p| *p != pid);
+            }
         }
     }
 }
@@ -129,19 +207,52 @@ pub(crate) fn spawn(
         .ok_or_else(|| std::io::Error::other("no stdin"))?;
     if let Some(stderr) = child.stderr.take() {
         let server = server.to_owned();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::debug!(target: "quiver_mcp_adapter::stderr", server = %server, "{line}");
-            }
-        });
+        tokio::spawn(drain_lines(stderr, move |line| {
+            tracing::debug!(target: "quiver_mcp_adapter::stderr", server = %server, "{line}");
+        }));
     }
     Ok((
         ChildGuard {
             child: Some(child),
             pid,
+            pids: pids.clone(),
         },
         stdout,
         stdin,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn lines_of(input: &[u8]) -> Vec<String> {
+        let mut out = Vec::new();
+        drain_lines(input, |l| out.push(l)).await;
+        out
+    }
+
+    #[tokio::test]
+    async fn stderr_lines_survive_bad_bytes_and_long_lines() {
+        let long = vec![b'x'; 3 * MAX_STDERR_LINE + 10];
+        let mut input = b"ok\r\n\xff\xfebad\nafter\n".to_vec();
+        input.extend_from_slice(&long);
+        input.extend_from_slice(b"\n");
+        input.extend_from_slice(&vec![b'y'; MAX_STDERR_LINE]);
+        input.extend_from_slice(b"\nlast without newline");
+        let lines = lines_of(&input).await;
+        let cut = format!("{}{CUT_MARKER}", "x".repeat(MAX_STDERR_LINE));
+        let exact = "y".repeat(MAX_STDERR_LINE);
+        assert_eq!(
+            lines,
+            [
+                "ok",
+                "\u{fffd}\u{fffd}bad",
+                "after",
+                cut.as_str(),
+                exact.as_str(),
+                "last without newline"
+            ]
+        );
+    }
 }

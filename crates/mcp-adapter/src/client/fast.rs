@@ -65,6 +65,10 @@ const SESSION_HEADER: &str = "mcp-session-id";
 /// The longest `retry` a server may ask for before a stream is resumed.
 const MAX_RETRY: Duration = Duration::from_secs(30);
 
+/// How long sending a message that awaits no answer (a cancellation, the answer to a server
+/// request) may take: a hung upstream must not hold a socket and a task per call for ever.
+const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// One HTTP connection's lean call path: rmcp's HTTP client (and connection pool), the
 /// headers rmcp sends on every request, and the session rmcp uses.
 pub(crate) struct Lane {
@@ -234,13 +238,27 @@ impl Lane {
         req
     }
 
-    /// Sends one message that awaits no answer (a response, an error, a notification).
-    async fn send(&self, session: Option<&str>, message: &Value) {
+    /// Sends one message that awaits no answer (a response, an error, a notification),
+    /// giving up after [`SEND_TIMEOUT`]; whether the server accepted it.
+    async fn send(&self, session: Option<&str>, message: &Value) -> bool {
         let body = serde_json::to_vec(message).unwrap_or_default();
-        match self.post(session, body).send().await {
-            Ok(r) if r.status().is_success() => {}
-            Ok(r) => tracing::debug!(status = %r.status(), "upstream refused a message"),
-            Err(e) => tracing::debug!(error = %e, "message to upstream not sent"),
+        match tokio::time::timeout(SEND_TIMEOUT, self.post(session, body).send()).await {
+            Ok(Ok(r)) if r.status().is_success() => true,
+            Ok(Ok(r)) => {
+                tracing::debug!(status = %r.status(), "upstream refused a message");
+                false
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "message to upstream not sent");
+                false
+            }
+            Err(_) => {
+                tracing::debug!(
+                    "upstream did not take a message within {} s; given up",
+                    SEND_TIMEOUT.as_secs()
+                );
+                false
+            }
         }
     }
 }
@@ -270,7 +288,9 @@ impl Drop for CancelOnDrop {
             "method": "notifications/cancelled",
             "params": {"requestId": &*self.id, "reason": self.reason},
         });
-        rt.spawn(async move { lane.send(session.as_deref(), &message).await });
+        rt.spawn(async move {
+            lane.send(session.as_deref(), &message).await;
+        });
     }
 }
 
@@ -846,6 +866,43 @@ mod tests {
             .collect()
             .await;
         assert!(cut[0].is_ok() && cut[1].is_err(), "{cut:?}");
+    }
+
+    /// A message to an upstream that accepts the connection and never answers is given up
+    /// (the clock is paused: the test waits no real time).
+    #[tokio::test(start_paused = true)]
+    async fn a_message_to_a_hung_upstream_is_given_up() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url =
+            reqwest::Url::parse(&format!("http://{}/mcp", listener.local_addr().unwrap())).unwrap();
+        let hold = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        let lane = Lane::new(
+            super::super::http::client(&url, None)
+                .unwrap()
+                .reqwest()
+                .clone(),
+            url.clone(),
+            &[],
+            None,
+            "2025-11-25",
+            SessionSlot::default(),
+            1,
+            Duration::from_secs(1),
+        )
+        .expect("a lane");
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                            "params": {"requestId": "quiver-1"}});
+        // The hang guard is far beyond the send's own limit.
+        let sent = tokio::time::timeout(Duration::from_secs(3600), lane.send(None, &cancel))
+            .await
+            .expect("the send gave up on its own");
+        assert!(!sent);
+        hold.abort();
     }
 
     #[tokio::test]

@@ -4,7 +4,8 @@
 //! dials at a time, each bounded by the connect timeout), is retried with exponential backoff
 //! while unreachable (at once, then 1 s doubling to 30 s), and publishes its tools the moment
 //! it connects. Calls to a server that is down fail at once with `NotAvailable`; a dropped
-//! connection is re-dialled once, shared by every call that saw it drop.
+//! connection is re-dialled once, shared by every call that saw it drop (after the next
+//! backoff step when it was lost within 30 s of coming up).
 //!
 //! Protocol versions: the handshake offers 2025-11-25 and accepts an upstream on 2024-11-05,
 //! 2025-03-26, 2025-06-18 or 2025-11-25; any other answer is a rejection.
@@ -124,9 +125,10 @@ pub struct ServerStatus {
     pub counters: ServerCounters,
     /// Its tools now in the catalog.
     pub tools: Vec<String>,
-    /// Operator-facing lines (connects, drops, "reconnecting", rejections), oldest first.
+    /// Operator-facing lines (connects, drops, "reconnecting", rejections), oldest first;
+    /// the last 100.
     pub diagnostics: Vec<String>,
-    /// Every stdio child it has spawned.
+    /// The stdio children it has spawned and not yet reaped.
     pub child_pids: Vec<u32>,
 }
 
@@ -256,7 +258,7 @@ impl McpClient {
     }
 
     /// Waits until every `required` server has connected, or `timeout` passes. A required
-    /// server's rejection (unauthorized, unsupported protocol, a malformed tool) stops its
+    /// server's rejection (unauthorized, unsupported protocol) stops its
     /// retries and is returned as [`McpError::Rejected`].
     pub async fn wait_ready(&self, timeout: Duration) -> Result<(), McpError> {
         let deadline = tokio::time::Instant::now() + timeout;

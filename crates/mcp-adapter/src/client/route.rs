@@ -143,6 +143,9 @@ pub(crate) fn pick(calls: &[Arc<Entry>], origin: &Origin) -> Route {
 pub(crate) struct Calls {
     entries: Mutex<Vec<Arc<Entry>>>,
     next: AtomicU64,
+    /// How many calls have ended (for the liveness check: a server that finished a call
+    /// was busy, not hung).
+    ended: AtomicU64,
     sent: Notify,
 }
 
@@ -168,6 +171,7 @@ impl Drop for Registration<'_> {
     fn drop(&mut self) {
         self.entry.done.cancel();
         lock(&self.calls.entries).retain(|e| e.seq != self.entry.seq);
+        self.calls.ended.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -183,6 +187,13 @@ impl Calls {
         });
         lock(&self.entries).push(entry.clone());
         Registration { calls: self, entry }
+    }
+
+    /// How many calls are in flight, and how many have ended so far: the connection was
+    /// busy over a span when calls were in flight at its end or the ended count moved.
+    pub(crate) fn activity(&self) -> (usize, u64) {
+        let in_flight = lock(&self.entries).len();
+        (in_flight, self.ended.load(Ordering::Relaxed))
     }
 
     fn snapshot(&self) -> Vec<Arc<Entry>> {

@@ -5,7 +5,7 @@
 #![allow(deprecated)]
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, VecDeque},
     sync::{
         Arc, Mutex, Weak,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -54,6 +54,13 @@ mod fast;
 /// and accepts any of these; a server that answers with another version is rejected.
 pub(crate) const SUPPORTED_PROTOCOLS: [&str; 4] =
     ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// A connection lost sooner than this after it came up counts as a failed dial: the
+/// reconnect waits and the backoff keeps growing. One that lived longer redials at once.
+const STABLE_AFTER: Duration = Duration::from_secs(30);
+
+/// How many diagnostic lines a server keeps (the newest).
+const MAX_DIAGNOSTICS: usize = 100;
 
 /// Where a server's connection stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,6 +129,8 @@ impl Counters {
 pub(crate) struct Conn {
     pub(crate) peer: Peer<RoleClient>,
     generation: u64,
+    /// When the connection came up.
+    since: Instant,
     cancel: CancellationToken,
     pub(crate) has_resources: bool,
     pub(crate) has_prompts: bool,
@@ -158,7 +167,7 @@ pub(crate) struct Snapshot {
 pub(crate) enum DialError {
     /// Worth retrying (unreachable, hung, crashed).
     Transient(String),
-    /// Not worth retrying (unauthorized, unsupported protocol, malformed tools).
+    /// Not worth retrying (unauthorized, unsupported protocol).
     Rejected(String),
     /// The server was closed.
     Closed,
@@ -182,7 +191,10 @@ pub(crate) struct Upstream {
     dial_lock: tokio::sync::Mutex<()>,
     closed: CancellationToken,
     counters: Counters,
-    diagnostics: Mutex<Vec<String>>,
+    diagnostics: Mutex<VecDeque<String>>,
+    /// The backoff delay reached by failed dials and short-lived connections; `None` after a
+    /// connection that lived [`STABLE_AFTER`].
+    backoff: Mutex<Option<Duration>>,
     published: Mutex<BTreeMap<String, UpstreamTool>>,
     last_report: Mutex<RegisterReport>,
     pids: Arc<Mutex<Vec<u32>>>,
@@ -292,7 +304,8 @@ impl Upstream {
             dial_lock: tokio::sync::Mutex::new(()),
             closed,
             counters: Counters::default(),
-            diagnostics: Mutex::new(Vec::new()),
+            diagnostics: Mutex::new(VecDeque::new()),
+            backoff: Mutex::new(None),
             published: Mutex::new(BTreeMap::new()),
             last_report: Mutex::new(RegisterReport::default()),
             pids: Arc::new(Mutex::new(Vec::new())),
@@ -312,17 +325,28 @@ impl Upstream {
     fn diag(&self, line: impl Into<String>) {
         let line = line.into();
         tracing::info!(server = %self.cfg.name, "{line}");
-        self.diagnostics
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(line);
+        let mut lines = self.diagnostics.lock().unwrap_or_else(|p| p.into_inner());
+        if lines.len() >= MAX_DIAGNOSTICS {
+            lines.pop_front();
+        }
+        lines.push_back(line);
     }
 
     pub(crate) fn diagnostics(&self) -> Vec<String> {
         self.diagnostics
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// The backoff step after `delay` (the first step without one).
+    fn next_backoff(&self, delay: Option<Duration>) -> Duration {
+        match delay {
+            None => self.opts.backoff_initial,
+            Some(d) => (d * 2).min(self.opts.backoff_max),
+        }
     }
 
     pub(crate) fn counters(&self) -> ServerCounters {
@@ -391,9 +415,22 @@ impl Upstream {
         });
     }
 
+    /// Dials until connected, rejected or closed. A connection lost soon after it came up
+    /// left a backoff delay (see [`Upstream::lost`]): the first dial waits it, so a server
+    /// that connects and dies is not respawned in a tight loop.
     async fn supervise(self: &Arc<Self>) {
         let seen = self.state.borrow().generation;
-        let mut delay: Option<Duration> = None;
+        let mut delay: Option<Duration> = *self.backoff.lock().unwrap_or_else(|p| p.into_inner());
+        if delay.is_some_and(|d| d >= self.opts.connect_timeout) {
+            // Calls would wait for this redial longer than they wait for any: fail them now.
+            self.state.send_if_modified(|s| {
+                let waiting = matches!(s.state, State::Reconnecting);
+                if waiting {
+                    s.state = State::Down;
+                }
+                waiting
+            });
+        }
         loop {
             if let Some(d) = delay {
                 tokio::select! {
@@ -405,10 +442,9 @@ impl Upstream {
                 Ok(_) | Err(DialError::Closed) => return,
                 Err(DialError::Rejected(_)) => return,
                 Err(DialError::Transient(_)) => {
-                    delay = Some(match delay {
-                        None => self.opts.backoff_initial,
-                        Some(d) => (d * 2).min(self.opts.backoff_max),
-                    });
+                    let next = self.next_backoff(delay);
+                    delay = Some(next);
+                    *self.backoff.lock().unwrap_or_else(|p| p.into_inner()) = Some(next);
                 }
             }
         }
@@ -483,21 +519,35 @@ impl Upstream {
     /// Marks the connection of generation `generation` as lost (once) and starts the
     /// background reconnect.
     fn lost(self: &Arc<Self>, generation: u64) {
-        let mut changed = false;
+        let mut lived = None;
         self.state.send_if_modified(|s| match &s.state {
             State::Up(c) if c.generation == generation => {
                 c.cancel.cancel();
+                lived = Some(c.since.elapsed());
                 s.state = State::Reconnecting;
-                changed = true;
                 true
             }
             _ => false,
         });
-        if changed {
-            self.counters.drops.fetch_add(1, Ordering::Relaxed);
-            self.diag("connection lost");
-            self.start_supervisor();
+        let Some(lived) = lived else { return };
+        self.counters.drops.fetch_add(1, Ordering::Relaxed);
+        self.diag("connection lost");
+        {
+            let mut backoff = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
+            if lived < STABLE_AFTER {
+                let next = self.next_backoff(*backoff);
+                *backoff = Some(next);
+                drop(backoff);
+                self.diag(format!(
+                    "lost {:.1} s after connecting; reconnecting in {:.2} s",
+                    lived.as_secs_f64(),
+                    next.as_secs_f64()
+                ));
+            } else {
+                *backoff = None;
+            }
         }
+        self.start_supervisor();
     }
 
     /// One connection attempt: spawn or open the transport, handshake, check the protocol,
@@ -670,6 +720,7 @@ impl Upstream {
             fast,
             peer,
             generation,
+            since: Instant::now(),
             cancel: cancel.clone(),
             has_resources: has_resources && self.cfg.resources,
             has_prompts: has_prompts && self.cfg.prompts,
@@ -712,6 +763,7 @@ impl Upstream {
         let peer = conn.peer.clone();
         let cancel = conn.cancel.clone();
         let generation = conn.generation;
+        let wait = interval.clamp(Duration::from_secs(1), Duration::from_secs(10));
         tokio::spawn(async move {
             let mut tick =
                 tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
@@ -720,16 +772,31 @@ impl Upstream {
                     _ = tick.tick() => {}
                     _ = cancel.cancelled() => return,
                 }
+                // A server that handles one request at a time answers the ping only after
+                // the calls before it: while calls are in flight (or ended during the wait)
+                // an unanswered ping proves nothing, and the calls' own timeouts cover a
+                // hung server. A closed pipe or dead process is seen by the watcher at once.
                 let ping = peer.send_request(ClientRequest::PingRequest(Default::default()));
-                let dead = match tokio::time::timeout(
-                    interval.clamp(Duration::from_secs(1), Duration::from_secs(10)),
-                    ping,
-                )
-                .await
-                {
-                    Ok(Ok(_)) => false,
-                    Ok(Err(e)) => matches!(classify_service(&e), Class::Drop),
-                    Err(_) => true,
+                tokio::pin!(ping);
+                let dead = loop {
+                    let Some(before) = me.upgrade().map(|up| up.calls.activity().1) else {
+                        return;
+                    };
+                    let answer = tokio::select! {
+                        r = tokio::time::timeout(wait, &mut ping) => r,
+                        _ = cancel.cancelled() => return,
+                    };
+                    match answer {
+                        Ok(Ok(_)) => break false,
+                        Ok(Err(e)) => break matches!(classify_service(&e), Class::Drop),
+                        Err(_) => {
+                            let Some(up) = me.upgrade() else { return };
+                            let (in_flight, ended) = up.calls.activity();
+                            if in_flight == 0 && ended == before {
+                                break true;
+                            }
+                        }
+                    }
                 };
                 if dead {
                     if let Some(up) = me.upgrade() {
@@ -751,10 +818,9 @@ impl Upstream {
                     PaginatedRequestParams::default().with_cursor(cursor.take()),
                 ))
                 .await
-                .map_err(|e| match classify_service(&e) {
-                    Class::Peer => DialError::Rejected(format!("tools/list failed: {e}")),
-                    _ => DialError::Transient(format!("tools/list failed: {e}")),
-                })?;
+                // A JSON-RPC error too: a server still starting may refuse the list for a
+                // while; only what retrying cannot change (the protocol version) rejects.
+                .map_err(|e| DialError::Transient(format!("tools/list failed: {e}")))?;
             for tool in &page.tools {
                 let wire = serde_json::to_value(tool).unwrap_or(Value::Null);
                 let name = wire.get("name").and_then(Value::as_str).unwrap_or_default();
@@ -768,9 +834,15 @@ impl Upstream {
                     ));
                     return Ok(out);
                 }
-                let t = to_contract::tool_spec(&self.cfg.name, &self.cfg.prefix, &wire)
-                    .map_err(|e| DialError::Rejected(format!("malformed tool: {e}")))?;
-                out.push(t);
+                // One malformed tool costs only itself: the rest are served.
+                match to_contract::tool_spec(&self.cfg.name, &self.cfg.prefix, &wire) {
+                    Ok(t) => out.push(t),
+                    Err(e) => {
+                        let line = format!("skipped malformed tool {name:?}: {e}");
+                        tracing::warn!(server = %self.cfg.name, "{line}");
+                        self.diag(line);
+                    }
+                }
             }
             match page.next_cursor {
                 Some(c) if !c.is_empty() => cursor = Some(c),

@@ -413,21 +413,184 @@ async fn protocol_versions() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_malformed_tool_fails_the_connection_clearly() {
-    let (catalog, client) = start(&[raw("bad", &["--bad-tool"])], fast_options());
-    let err = within(
-        Duration::from_secs(30),
-        client.wait_ready(Duration::from_secs(30)),
-    )
-    .await
-    .unwrap_err();
-    let text = err.to_string();
+async fn malformed_tools_are_skipped_and_the_rest_served() {
+    let (catalog, client) = start(&[raw("bad", &["--bad-tools"])], fast_options());
+    ready(&client).await;
+    let env = call(&catalog, "mcp__bad__echo", json!({"k": "v"})).await;
+    assert!(text_of(&env).contains("\"k\""), "{env:?}");
+    let st = client.server_status("bad").unwrap();
+    assert_eq!(st.tools, ["mcp__bad__echo", "mcp__bad__sleep"], "{st:?}");
+    let skipped: Vec<&String> = st
+        .diagnostics
+        .iter()
+        .filter(|l| l.starts_with("skipped malformed tool"))
+        .collect();
+    assert_eq!(skipped.len(), 3, "{st:?}");
     assert!(
-        text.contains("\"bad\"")
-            && text.contains("malformed tool")
-            && text.contains("control character"),
-        "{text}"
+        skipped[0].contains("\"bad\\u{7}tool\"") && skipped[0].contains("control character"),
+        "{skipped:?}"
     );
-    assert!(catalog.is_empty());
+    assert!(skipped[1].contains("\"longxxx"), "{skipped:?}");
+    assert!(skipped[2].contains("\"stringly\""), "{skipped:?}");
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_tools_on_a_relist_are_skipped() {
+    let (catalog, client) = start(&[raw("later", &["--bad-tools-later"])], fast_options());
+    ready(&client).await;
+    let env = call(&catalog, "mcp__later__grow", json!({})).await;
+    assert!(env.is_ok(), "{env:?}");
+    wait_for("the re-list", Duration::from_secs(30), || {
+        catalog.contains("mcp__later__extra")
+    })
+    .await;
+    let st = client.server_status("later").unwrap();
+    assert_eq!(
+        st.tools,
+        ["mcp__later__echo", "mcp__later__extra", "mcp__later__sleep"],
+        "{st:?}"
+    );
+    let skipped = st
+        .diagnostics
+        .iter()
+        .filter(|l| l.starts_with("skipped malformed tool"))
+        .count();
+    assert_eq!(skipped, 3, "{st:?}");
+    assert_eq!(st.state, ServerState::Connected);
+    let env = call(&catalog, "mcp__later__echo", json!({"k": "v"})).await;
+    assert!(text_of(&env).contains("\"k\""), "{env:?}");
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tools_list_error_is_retried() {
+    let gate = std::env::temp_dir().join(format!("quiver-mcp-list-{}", std::process::id()));
+    let _ = std::fs::remove_file(&gate);
+    let (catalog, client) = start(
+        &[raw(
+            "slow",
+            &["--list-fail-unless", &gate.display().to_string()],
+        )],
+        fast_options(),
+    );
+    wait_for(
+        "a retry after the refused list",
+        Duration::from_secs(30),
+        || client.server_status("slow").unwrap().counters.dials >= 2,
+    )
+    .await;
+    let st = client.server_status("slow").unwrap();
+    assert!(
+        !matches!(st.state, ServerState::Rejected(_)) && st.counters.connects == 0,
+        "{st:?}"
+    );
+    std::fs::write(&gate, b"up").unwrap();
+    wait_for("tools to appear", Duration::from_secs(30), || {
+        catalog.contains("mcp__slow__echo")
+    })
+    .await;
+    let env = call(&catalog, "mcp__slow__echo", json!({"k": "v"})).await;
+    assert!(text_of(&env).contains("\"k\""), "{env:?}");
+    let _ = std::fs::remove_file(&gate);
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_server_is_not_killed_by_the_liveness_ping() {
+    // The raw fixture handles one request at a time: while `sleep` runs, the ping waits
+    // unanswered for longer than the ping's timeout (1 s here). The call must still finish.
+    let (catalog, client) = start(
+        &[
+            raw("busy", &[]).with_liveness(quiver_mcp_adapter::Liveness::Every(
+                Duration::from_millis(200),
+            )),
+        ],
+        fast_options(),
+    );
+    ready(&client).await;
+    let env = within(
+        Duration::from_secs(60),
+        call(&catalog, "mcp__busy__sleep", json!({"seconds": 4})),
+    )
+    .await;
+    assert!(env.is_ok(), "{env:?}");
+    assert!(text_of(&env).contains("\"seconds\""), "{env:?}");
+    let st = client.server_status("busy").unwrap();
+    assert_eq!(st.counters.drops, 0, "{st:?}");
+    assert!(
+        !st.diagnostics.iter().any(|l| l == "liveness ping failed"),
+        "{st:?}"
+    );
+    close_and_check(&client).await;
+}
+
+/// The delays of the "reconnecting in X s" lines a server's short-lived connections left.
+fn redial_delays(client: &quiver_mcp_adapter::McpClient, name: &str) -> Vec<f64> {
+    client
+        .server_status(name)
+        .unwrap()
+        .diagnostics
+        .iter()
+        .filter_map(|l| l.split_once("reconnecting in ")?.1.strip_suffix(" s"))
+        .map(|d| d.parse().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_dies_after_connecting_is_redialled_with_backoff() {
+    // Each connection succeeds (initialize, tools/list) and is lost at once: the redials
+    // follow the backoff schedule of failed dials instead of respawning in a loop.
+    let (_catalog, client) = start(
+        &[raw("flap", &["--exit-after-list"])],
+        fast_options().with_backoff(Duration::from_millis(100), Duration::from_millis(800)),
+    );
+    wait_for("five connections", Duration::from_secs(60), || {
+        client.server_status("flap").unwrap().counters.connects >= 5
+    })
+    .await;
+    let delays = redial_delays(&client, "flap");
+    assert!(delays.len() >= 4, "{delays:?}");
+    assert_eq!(delays[..4], [0.1, 0.2, 0.4, 0.8], "{delays:?}");
+    assert!(delays[4..].iter().all(|d| *d == 0.8), "{delays:?}");
+    // Reaped children are off the list: at most the one running now is on it.
+    let st = client.server_status("flap").unwrap();
+    assert!(st.child_pids.len() <= 1, "{st:?}");
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flapping_server_keeps_bounded_diagnostics_and_pids() {
+    let (_catalog, client) = start(
+        &[raw("flap", &["--exit-after-list"])],
+        fast_options().with_backoff(Duration::from_millis(1), Duration::from_millis(1)),
+    );
+    // Four lines per cycle: 40 cycles would be 160 lines.
+    wait_for("forty connections", Duration::from_secs(120), || {
+        client.server_status("flap").unwrap().counters.connects >= 40
+    })
+    .await;
+    let st = client.server_status("flap").unwrap();
+    assert_eq!(st.diagnostics.len(), 100, "{st:?}");
+    assert!(st.child_pids.len() <= 1, "{st:?}");
+    close_and_check(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stderr_that_is_not_utf8_does_not_kill_the_server() {
+    // The fixture writes invalid UTF-8 to stderr at start and on every call: its stderr
+    // must stay open, or the write fails and the server dies mid-call.
+    let (catalog, client) = start(&[raw("noisy", &["--stderr-noise"])], fast_options());
+    ready(&client).await;
+    for i in 0..5 {
+        let env = within(
+            Duration::from_secs(30),
+            call(&catalog, "mcp__noisy__echo", json!({"n": i})),
+        )
+        .await;
+        assert!(text_of(&env).contains(&format!("\"n\": {i}")), "{env:?}");
+    }
+    let st = client.server_status("noisy").unwrap();
+    assert_eq!(st.counters.drops, 0, "{st:?}");
     close_and_check(&client).await;
 }

@@ -140,12 +140,17 @@ pub(crate) async fn ready(client: &McpClient) {
 }
 
 pub(crate) async fn close_and_check(client: &McpClient) {
+    let child_pids = || -> Vec<u32> {
+        client
+            .status()
+            .iter()
+            .flat_map(|s| s.child_pids.clone())
+            .collect()
+    };
+    // The children not reaped yet; each is taken off the list once it is.
+    let pids = child_pids();
     within(Duration::from_secs(20), client.close()).await;
-    let pids: Vec<u32> = client
-        .status()
-        .iter()
-        .flat_map(|s| s.child_pids.clone())
-        .collect();
+    assert_eq!(child_pids(), Vec::<u32>::new(), "children left after close");
     // Children killed before close (crashes, drops) are reaped by their watchers.
     wait_for("children reaped", Duration::from_secs(10), || {
         pids.iter().all(|pid| {

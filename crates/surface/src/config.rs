@@ -42,6 +42,9 @@ pub struct SurfaceConfig {
     pub delegate_excluded: Vec<String>,
     /// How many hits `tool_search` returns when the model gives no limit.
     pub search_default_limit: usize,
+    /// How many working sets stay in memory; beyond it the least recently used are
+    /// dropped (a store keeps them: a returning key is restored from it).
+    pub max_sessions: usize,
 }
 
 /// Caps of one session's working set.
@@ -103,6 +106,7 @@ impl Default for SurfaceConfig {
             agentic_only: Vec::new(),
             delegate_excluded: Vec::new(),
             search_default_limit: 8,
+            max_sessions: 10_000,
         }
     }
 }
@@ -120,6 +124,9 @@ impl SurfaceConfig {
         if self.max_surface == 0 {
             return bad("max_surface must be at least 1".into());
         }
+        if self.max_sessions == 0 {
+            return bad("max_sessions must be at least 1".into());
+        }
         if self.search_default_limit == 0 || self.search_default_limit > MAX_SEARCH_LIMIT {
             return bad(format!(
                 "search_default_limit must be in 1..={MAX_SEARCH_LIMIT}, not {}",
@@ -127,6 +134,12 @@ impl SurfaceConfig {
             ));
         }
         Ok(())
+    }
+
+    /// Sets how many working sets stay in memory.
+    pub fn with_max_sessions(mut self, max: usize) -> Self {
+        self.max_sessions = max;
+        self
     }
 
     /// Sets the anchors.

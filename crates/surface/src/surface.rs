@@ -261,6 +261,10 @@ pub struct Surface {
     /// still connecting after a restart): paged in when they register, and kept in the
     /// persisted set meanwhile so the store does not lose them.
     pending: Mutex<HashMap<Arc<str>, Vec<String>>>,
+    /// Keys already restored from a store (see [`Surface::restore_once`]).
+    restored: Mutex<HashSet<Arc<str>>>,
+    /// The clock of `Session::last_used`.
+    clock: std::sync::atomic::AtomicU64,
     floor: Mutex<FloorState>,
     changes: broadcast::Sender<Arc<str>>,
 }
@@ -378,6 +382,8 @@ impl Surface {
             index_updates,
             sessions: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
+            restored: Mutex::new(HashSet::new()),
+            clock: std::sync::atomic::AtomicU64::new(0),
             floor: Mutex::new(FloorState::default()),
             changes,
         });
@@ -535,10 +541,53 @@ impl Surface {
 
     fn with_session<R>(&self, session: &str, f: impl FnOnce(&mut Session) -> R) -> R {
         let mut sessions = lock(&self.sessions);
+        let sess = self.entry(&mut sessions, session);
+        f(sess)
+    }
+
+    /// The session's state, created if new (dropping the least recently used sessions
+    /// beyond `max_sessions` first), and marked used now.
+    fn entry<'a>(
+        &self,
+        sessions: &'a mut HashMap<Arc<str>, Session>,
+        session: &str,
+    ) -> &'a mut Session {
+        let now = self
+            .clock
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if !sessions.contains_key(session) {
+            if sessions.len() >= self.config.max_sessions {
+                self.drop_least_used(sessions);
+            }
             sessions.insert(session.into(), Session::default());
         }
-        f(sessions.get_mut(session).expect("inserted above"))
+        let sess = sessions.get_mut(session).expect("inserted above");
+        sess.last_used = now;
+        sess
+    }
+
+    /// Drops the least recently used tenth of the sessions (at least one), with what the
+    /// surface holds for them besides; their working sets stay in the store, so a key that
+    /// comes back is restored again.
+    fn drop_least_used(&self, sessions: &mut HashMap<Arc<str>, Session>) {
+        let mut by_use: Vec<(u64, Arc<str>)> = sessions
+            .iter()
+            .map(|(k, s)| (s.last_used, k.clone()))
+            .collect();
+        by_use.sort_unstable();
+        let n = (sessions.len() / 10).max(1);
+        let mut pending = lock(&self.pending);
+        let mut restored = lock(&self.restored);
+        for (_, key) in by_use.into_iter().take(n) {
+            sessions.remove(&key);
+            pending.remove(&key);
+            restored.remove(&key);
+        }
+        tracing::debug!(
+            dropped = n,
+            kept = sessions.len(),
+            "dropped the least recently used working sets from memory"
+        );
     }
 
     /// Starts a new round for the session and evicts its idle working-set tools; returns the
@@ -580,10 +629,7 @@ impl Surface {
             _ => Vec::new(),
         };
         let mut sessions = lock(&self.sessions);
-        if !sessions.contains_key(session) {
-            sessions.insert(session.into(), Session::default());
-        }
-        let sess = sessions.get_mut(session).expect("inserted above");
+        let sess = self.entry(&mut sessions, session);
         sess.mode = mode;
         let sess = &*sess;
 
@@ -733,9 +779,7 @@ impl Surface {
         if let Some(s) = sessions.get_mut(session) {
             s.mode = mode;
         } else if mode != Mode::default() {
-            let mut s = Session::default();
-            s.mode = mode;
-            sessions.insert(session.into(), s);
+            self.entry(&mut sessions, session).mode = mode;
         }
     }
 
@@ -934,10 +978,32 @@ impl Surface {
         lock(&self.sessions).keys().map(|k| k.to_string()).collect()
     }
 
+    /// Restores the session from `store` the first time the key is seen (again after the
+    /// surface dropped it from memory, see `max_sessions`). A failure is logged; the
+    /// session then starts empty.
+    pub async fn restore_once(&self, session: &str, store: &dyn crate::ports::SessionStore) {
+        {
+            let mut restored = lock(&self.restored);
+            if restored.contains(session) {
+                return;
+            }
+            // Keys restored with nothing stored hold no session: bound them too.
+            if restored.len() >= 2 * self.config.max_sessions {
+                let sessions = lock(&self.sessions);
+                restored.retain(|k| sessions.contains_key(k));
+            }
+            restored.insert(session.into());
+        }
+        if let Err(e) = self.restore_session(session, store).await {
+            tracing::warn!(session = %session, error = %e, "could not restore the working set");
+        }
+    }
+
     /// Forgets a session.
     pub fn end_session(&self, session: &str) {
         lock(&self.sessions).remove(session);
         lock(&self.pending).remove(session);
+        lock(&self.restored).remove(session);
     }
 
     /// Refreshes a used tool in the session's working set.

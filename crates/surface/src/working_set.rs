@@ -49,6 +49,9 @@ pub(crate) struct Session {
     stamp: u64,
     /// Progressive tools the session loaded with `describe_tool`.
     pub(crate) loaded: HashSet<String>,
+    /// When the surface last used it (its own clock), for dropping the least recently
+    /// used sessions beyond `max_sessions`.
+    pub(crate) last_used: u64,
 }
 
 impl Session {

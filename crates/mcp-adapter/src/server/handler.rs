@@ -676,9 +676,6 @@ impl Drop for Handler {
         for key in lock(&self.conn.session_keys).drain() {
             self.shared.surface.end_session(&key);
             self.shared.dispatcher.end_session(&key);
-            // A session id never comes back; without this the set grew by one key per
-            // session for the life of the process.
-            lock(&self.shared.restored).remove(&key);
         }
     }
 }

@@ -110,7 +110,6 @@ pub(crate) struct Shared {
     pub(crate) shutdown: CancellationToken,
     /// Where working sets persist; a key seen for the first time is restored from it.
     pub(crate) sessions: Option<Arc<dyn quiver_surface::ports::SessionStore>>,
-    pub(crate) restored: std::sync::Mutex<std::collections::HashSet<Arc<str>>>,
     /// Where resources, prompts and completions come from (none: tools only).
     pub(crate) content: Option<Arc<dyn ContentSource>>,
     /// The HTTP sessions the direct path may answer.
@@ -125,15 +124,7 @@ impl Shared {
     /// Restores the working set of a key seen for the first time (once per key per process).
     pub(crate) async fn restore_once(&self, key: &Arc<str>) {
         let Some(store) = &self.sessions else { return };
-        {
-            let mut seen = self.restored.lock().unwrap_or_else(|p| p.into_inner());
-            if !seen.insert(key.clone()) {
-                return;
-            }
-        }
-        if let Err(e) = self.surface.restore_session(key, &**store).await {
-            tracing::warn!(session = %key, error = %e, "could not restore the working set");
-        }
+        self.surface.restore_once(key, &**store).await;
     }
 }
 
@@ -177,7 +168,6 @@ impl McpServer {
                 options,
                 shutdown: CancellationToken::new(),
                 sessions: None,
-                restored: std::sync::Mutex::new(std::collections::HashSet::new()),
                 content: None,
                 direct: direct::DirectSessions::default(),
                 rounds: Arc::new(rounds::Rounds::new(input_wait)),

@@ -102,3 +102,32 @@ async fn a_restored_name_waits_for_its_tool_to_register() {
     fx.surface.end_session("s");
     assert!(fx.surface.persisted_set("s").is_empty());
 }
+
+/// Beyond `max_sessions` the least recently used working sets leave memory (each key
+/// costs memory, and keys are client-chosen); a dropped key that comes back is restored
+/// from the store.
+#[tokio::test]
+async fn the_least_used_working_sets_leave_memory_and_come_back_from_the_store() {
+    let config = SurfaceConfig::default().with_max_sessions(3);
+    let fx = Fixture::new(config, vec![ro("alpha", "A."), ro("beta", "B.")], &[]);
+    let store = Arc::new(MemorySessionStore::default());
+    for s in ["s1", "s2", "s3"] {
+        fx.surface.restore_once(s, &*store).await;
+        fx.surface.page_in(s, &["alpha"]);
+        fx.surface.persist_session(s, &*store).await.unwrap();
+    }
+    fx.surface.page_in("s1", &["beta"]); // s1 used again: s2 is now the least used
+    fx.surface.persist_session("s1", &*store).await.unwrap();
+    fx.surface.page_in("s4", &["beta"]);
+    let mut held = fx.surface.session_keys();
+    held.sort();
+    assert_eq!(held, vec!["s1", "s3", "s4"]);
+    assert!(fx.surface.working_set("s2").is_empty());
+    fx.surface.restore_once("s2", &*store).await;
+    assert_eq!(
+        fx.surface.working_set("s2"),
+        vec!["alpha"],
+        "restored again"
+    );
+    assert_eq!(fx.surface.session_keys().len(), 3, "still at most three");
+}

@@ -39,6 +39,24 @@ impl fmt::Debug for Entry {
     }
 }
 
+/// Whether `schema` declares or requires a property named `key` anywhere in it.
+fn names_property(schema: &Value, key: &str) -> bool {
+    match schema {
+        Value::Object(map) => {
+            map.get("properties")
+                .and_then(Value::as_object)
+                .is_some_and(|p| p.contains_key(key))
+                || map
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .is_some_and(|r| r.iter().any(|v| v.as_str() == Some(key)))
+                || map.values().any(|v| names_property(v, key))
+        }
+        Value::Array(items) => items.iter().any(|v| names_property(v, key)),
+        _ => false,
+    }
+}
+
 impl Entry {
     fn new(family: &str, tool: Arc<dyn Tool>) -> Result<Entry, RegistryError> {
         let spec = tool.spec().clone();
@@ -56,9 +74,11 @@ impl Entry {
         let properties: Vec<String> = props
             .map(|p| p.keys().cloned().collect())
             .unwrap_or_default();
+        // A narration key the schema names anywhere (top-level `properties`, or through
+        // `$defs`/`$ref`, `allOf` and the like) is a real argument and is never stripped.
         let declared_narration = NARRATION_KEYS
             .into_iter()
-            .filter(|k| properties.iter().any(|p| p == k))
+            .filter(|k| names_property(&spec.input_schema, k))
             .collect();
         Ok(Entry {
             tool,

@@ -137,6 +137,28 @@ async fn a_declared_reasoning_argument_is_not_stripped() {
     assert_eq!(text(&e), "✓ ok.\nstep 1");
 }
 
+/// A narration-named argument declared through `$ref` / `allOf` is a real argument too.
+#[tokio::test]
+async fn a_narration_argument_declared_through_a_ref_is_not_stripped() {
+    let t = tool(
+        ToolSpec::new("why", "Explains.").with_schema(json!({
+            "allOf": [{"$ref": "#/$defs/A"}],
+            "$defs": {"A": {"type": "object", "required": ["explanation"],
+                            "properties": {"explanation": {"type": "string"}}}}
+        })),
+        |input, _| async move {
+            Ok(Envelope::text(
+                input["explanation"].as_str().unwrap_or("none").to_owned(),
+            ))
+        },
+    );
+    let d = dispatcher(vec![t]);
+    let e = d
+        .call("why", json!({"explanation": "because"}), ctx())
+        .await;
+    assert_eq!(text(&e), "✓ ok.\nbecause");
+}
+
 #[tokio::test]
 async fn a_panicking_tool_becomes_an_err_naming_the_tool() {
     let t = tool(ToolSpec::new("boom", "Crashes."), |_, _| async {

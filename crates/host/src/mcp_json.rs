@@ -13,8 +13,10 @@ struct File {
     servers: Option<BTreeMap<String, Entry>>,
 }
 
+/// One server. Keys other clients add for themselves (`alwaysAllow`, `autoApprove`,
+/// `timeout`, `description`, ...) are ignored with a warning, so a user can point Quiver at
+/// the file they already have.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct Entry {
     #[serde(default, rename = "type")]
     kind: Option<String>,
@@ -33,7 +35,31 @@ struct Entry {
     /// Claude Desktop and Cursor accept it; Quiver honours it by not starting the server.
     #[serde(default)]
     disabled: bool,
+    #[serde(flatten)]
+    other: BTreeMap<String, serde_json::Value>,
 }
+
+/// The keys of an entry Quiver reads.
+const KEYS: [&str; 8] = [
+    "type", "command", "args", "env", "cwd", "url", "headers", "disabled",
+];
+
+/// Keys other clients put in their entries (VS Code, Cursor, Cline, Roo, Claude, Gemini
+/// CLI), ignored even when they look like one of [`KEYS`].
+const FOREIGN: [&str; 12] = [
+    "envFile",
+    "alwaysAllow",
+    "autoApprove",
+    "timeout",
+    "description",
+    "transportType",
+    "disabledTools",
+    "trust",
+    "includeTools",
+    "excludeTools",
+    "oauth",
+    "dev",
+];
 
 /// Parses an `mcpServers` file's text; `origin` names it in errors.
 pub fn parse_mcp_servers(text: &str, origin: &str) -> anyhow::Result<Vec<ServerConfig>> {
@@ -48,6 +74,20 @@ pub fn parse_mcp_servers(text: &str, origin: &str) -> anyhow::Result<Vec<ServerC
     for (name, e) in servers {
         if e.disabled {
             continue;
+        }
+        for key in e.other.keys() {
+            // A near miss of a key Quiver reads is a typo, unless another client uses it.
+            if !FOREIGN.contains(&key.as_str())
+                && let Some((known, _)) = quiver_registry::did_you_mean(key, KEYS, 1).first()
+            {
+                bail!("{origin}: server {name:?}: unknown key {key:?}; did you mean {known:?}?");
+            }
+            let why = if key == "envFile" {
+                "Quiver does not read env files; put the variables under \"env\""
+            } else {
+                "Quiver does not use it"
+            };
+            tracing::warn!("{origin}: server {name:?}: ignoring \"{key}\" ({why})");
         }
         if let Err(err) = quiver_contract::validate_server_name(&name) {
             let suggestion: String = name
@@ -127,6 +167,17 @@ mod tests {
     }
 
     #[test]
+    fn other_clients_keys_are_ignored() {
+        let text = r#"{"mcpServers": {
+            "fs": {"command": "x", "alwaysAllow": ["read"], "autoApprove": [], "timeout": 60,
+                   "envFile": "${workspaceFolder}/.env", "description": "files"}
+        }}"#;
+        let servers = parse_mcp_servers(text, "c.json").unwrap();
+        assert_eq!(servers.len(), 1);
+        assert_eq!(servers[0].command.as_deref(), Some("x"));
+    }
+
+    #[test]
     fn bad_entries_are_clear_errors() {
         let err = |t: &str| format!("{:#}", parse_mcp_servers(t, "c.json").unwrap_err());
         assert!(
@@ -140,7 +191,11 @@ mod tests {
         assert!(
             err(r#"{"mcpServers": {"a": {"url": "http://h", "type": "sse"}}}"#).contains("SSE")
         );
-        assert!(err(r#"{"mcpServers": {"a": {"comand": "x"}}}"#).contains("c.json"));
+        assert!(
+            err(r#"{"mcpServers": {"a": {"comand": "x"}}}"#).contains(
+                "c.json: server \"a\": unknown key \"comand\"; did you mean \"command\"?"
+            )
+        );
         assert!(err(r#"{"other": 1}"#).contains("no \"mcpServers\""));
         assert!(err("[1,").contains("not an mcpServers JSON file"));
     }

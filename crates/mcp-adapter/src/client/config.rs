@@ -436,11 +436,17 @@ pub fn validate_all(
     for s in servers {
         validate_server_name(&s.name).map_err(|e| McpError::Config(e.to_string()))?;
         if let Some(other) = seen.insert(s.name.to_ascii_lowercase(), &s.name) {
-            return Err(McpError::Config(format!(
-                "MCP server names \"{other}\" and \"{}\" differ only in case; names must be unique ignoring case (each derives the variable {})",
-                s.name,
-                s.token_var()
-            )));
+            return Err(McpError::Config(if other == s.name {
+                format!(
+                    "the MCP server name \"{other}\" is configured twice (in quiver.toml and an --mcp-config file, or in two files); rename one"
+                )
+            } else {
+                format!(
+                    "MCP server names \"{other}\" and \"{}\" differ only in case; names must be unique ignoring case (each derives the variable {})",
+                    s.name,
+                    s.token_var()
+                )
+            }));
         }
         let prefix = s.prefix.clone().unwrap_or_else(|| s.name.clone());
         validate_server_name(&prefix).map_err(|e| cfg_err(&s.name, format!("prefix: {e}")))?;

@@ -67,6 +67,13 @@ impl App {
             if purged > 0 {
                 tracing::info!(purged, days, "deleted execution-log rows past retention");
             }
+            let sessions = store
+                .purge_sessions_idle_since(cutoff)
+                .await
+                .context("applying retention to stored sessions")?;
+            if sessions > 0 {
+                tracing::info!(sessions, days, "deleted session state idle past retention");
+            }
         }
         let usage = store
             .usage(SystemTime::now())

@@ -286,6 +286,36 @@ impl SqliteStore {
         true
     }
 
+    /// Deletes the stored working sets and repeat-failure counts of sessions not used since
+    /// `cutoff` (log retention applies to session state too); returns how many sessions.
+    pub async fn purge_sessions_idle_since(&self, cutoff: SystemTime) -> Result<u64, StoreError> {
+        let cutoff = micros(cutoff);
+        self.write(move |tx, loc| {
+            let idle = "SELECT session FROM (
+                    SELECT session, max(last_used) AS at FROM session_tools GROUP BY session
+                    UNION ALL
+                    SELECT session, max(last_at) AS at FROM session_failures GROUP BY session)
+                 GROUP BY session HAVING max(at) < ?1";
+            let n = tx
+                .query_row(&format!("SELECT count(*) FROM ({idle})"), [cutoff], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .at(loc)?;
+            tx.execute(
+                &format!("DELETE FROM session_tools WHERE session IN ({idle})"),
+                [cutoff],
+            )
+            .at(loc)?;
+            tx.execute(
+                &format!("DELETE FROM session_failures WHERE session IN ({idle})"),
+                [cutoff],
+            )
+            .at(loc)?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        })
+        .await
+    }
+
     /// Commits everything queued, marks a clean shutdown and stops the writer (joining its
     /// thread). Later writes fail with [`StoreError::Unavailable`]; later records are counted
     /// as failed. Closing twice is harmless.

@@ -13,6 +13,9 @@ use quiver_surface::{MemoryUsage, Surface, core_tools, ports::UsageSource};
 
 use crate::{Config, Families, assemble_catalog};
 
+/// How many of a session's newest calls say which tools it has called.
+const RESTORED_CALLS: usize = 1000;
+
 /// Everything a command needs, built once by [`App::build`].
 #[non_exhaustive]
 pub struct App {
@@ -149,12 +152,17 @@ impl App {
         Ok(())
     }
 
-    /// Brings a session's stored working set back (tools it paged in before a restart).
+    /// Brings a session's stored working set back (tools it paged in before a restart),
+    /// and which tools it called (for `requires_prior` policy rules).
     pub async fn open_session(&self, session: &str) -> anyhow::Result<()> {
         self.surface
             .restore_session(session, &*self.store)
             .await
             .with_context(|| format!("restoring the working set of session {session}"))?;
+        self.dispatcher
+            .restore_called(session, &*self.store, RESTORED_CALLS)
+            .await
+            .with_context(|| format!("reading the calls of session {session}"))?;
         Ok(())
     }
 

@@ -405,6 +405,44 @@ impl Dispatcher {
         &self.inner.recorder
     }
 
+    /// Brings back which tools a session has called (what `requires_prior` policy rules
+    /// check) from the execution log, for a session that continues in a new process: a
+    /// restarted server, or each `quiver call --session S`. Reads the session's newest
+    /// `limit` calls; calls refused before they ran (unknown tool, forbidden, denied by
+    /// policy, loop guard, bad arguments) do not count.
+    pub async fn restore_called(
+        &self,
+        session: &str,
+        log: &dyn crate::CallLog,
+        limit: usize,
+    ) -> Result<usize, crate::StoreError> {
+        let mut filter = crate::CallFilter::recent(limit);
+        filter.session = Some(session.to_owned());
+        let calls = log.recent_calls(filter).await?;
+        let ran: Vec<&str> = calls
+            .iter()
+            .filter(|c| match (&c.err_kind, &c.hint_kind) {
+                (Some(k), _) => !matches!(
+                    k,
+                    ErrKind::UndefinedTool
+                        | ErrKind::Forbidden
+                        | ErrKind::PolicyDenied
+                        | ErrKind::LoopGuard
+                        | ErrKind::NotAvailable
+                ),
+                (None, Some(h)) => *h != HintKind::Schema,
+                (None, None) => true,
+            })
+            .map(|c| c.tool_name.as_str())
+            .collect();
+        self.inner.sessions.with(&Arc::from(session), |st| {
+            for tool in &ran {
+                st.mark_called(tool);
+            }
+        });
+        Ok(ran.len())
+    }
+
     /// Forgets a session's dispatch state (loop guard, failures, policy counts).
     pub fn end_session(&self, session: &str) {
         self.inner.sessions.end(session);

@@ -252,3 +252,49 @@ fn check_counts_a_refused_definition_and_needs_an_existing_database() {
     );
     assert!(!dir.join("no-such.db").exists(), "nothing was created");
 }
+
+/// `requires_prior` holds across processes: each `quiver call --session S` is a new
+/// process, and the session's earlier calls come back from the execution log.
+#[test]
+fn a_required_earlier_call_counts_across_cli_processes() {
+    let dir = workdir("prior");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[[policy.rules]]\nid = \"search-first\"\ntool = \"describe_tool\"\naction = \"deny\"\nmessage = \"search first\"\nrequires_prior = \"tool_search\"\n",
+    )
+    .unwrap();
+    let describe = |session: &str| {
+        quiver_in(
+            &dir,
+            &[
+                "call",
+                "describe_tool",
+                r#"{"name": "tool_search"}"#,
+                "--session",
+                session,
+            ],
+        )
+    };
+    let denied = describe("s1");
+    assert_eq!(denied.status.code(), Some(1), "{}", stdout(&denied));
+    assert!(
+        stdout(&denied).contains("search first"),
+        "{}",
+        stdout(&denied)
+    );
+    let search = quiver_in(
+        &dir,
+        &[
+            "call",
+            "tool_search",
+            r#"{"query": "describe a tool"}"#,
+            "--session",
+            "s1",
+        ],
+    );
+    assert_eq!(search.status.code(), Some(0), "{}", stdout(&search));
+    let allowed = describe("s1");
+    assert_eq!(allowed.status.code(), Some(0), "{}", stdout(&allowed));
+    // Another session has not searched.
+    assert_eq!(describe("s2").status.code(), Some(1));
+}

@@ -254,15 +254,28 @@ impl Config {
         origin: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> anyhow::Result<Config> {
-        // First pass on the text itself, for errors with line and column.
-        if let Err(e) = toml::from_str::<Config>(text) {
-            bail!("{origin}: {}", explain(&e.to_string()));
-        }
-        let mut value: toml::Value =
-            toml::from_str(text).with_context(|| format!("{origin}: invalid TOML"))?;
+        // The text itself, for errors with line and column; a `${env:VAR}` where a word
+        // of a closed set goes (`transport`, `action`) only fits after interpolation, so
+        // this error counts only if the interpolated config fails too.
+        let direct = toml::from_str::<Config>(text).err();
+        let failed = |e: String| {
+            let at = direct.as_ref().map_or(e, ToString::to_string);
+            anyhow::anyhow!("{origin}: {}", explain(&at))
+        };
+        let raw: toml::Value = toml::from_str(text).map_err(|e| failed(e.to_string()))?;
+        let mut value = raw.clone();
         interpolate(&mut value, "", env).with_context(|| format!("{origin}: interpolation"))?;
+        let substituted = value != raw;
         let config: Config = value.try_into().map_err(|e: toml::de::Error| {
-            anyhow::anyhow!("{origin}: {}", explain(&e.to_string()))
+            if substituted {
+                // The error is in what a variable put there: name it as it now reads.
+                anyhow::anyhow!(
+                    "{origin} (after ${{env:...}} interpolation): {}",
+                    explain(&e.to_string())
+                )
+            } else {
+                failed(e.to_string())
+            }
         })?;
         config
             .limits
@@ -375,5 +388,19 @@ mod tests {
             "[[policy.rules]]\nid = \"r\"\ntool = \"add\"\naction = \"block\"\nmessage = \"no\"\n",
             Err("unknown variant `block`"),
         );
+        // A closed-set word can come from the environment.
+        let env_action = |k: &str| (k == "ACT").then(|| "deny".to_owned());
+        let rule = "[[policy.rules]]\nid = \"r\"\ntool = \"add\"\naction = \"${env:ACT}\"\nmessage = \"no\"\n";
+        let parsed = Config::parse(rule, "quiver.toml", &env_action).unwrap();
+        assert_eq!(
+            parsed.policy.rules[0].action,
+            quiver_registry::PolicyAction::Deny
+        );
+        let wrong = |k: &str| (k == "ACT").then(|| "block".to_owned());
+        let e = format!(
+            "{:#}",
+            Config::parse(rule, "quiver.toml", &wrong).unwrap_err()
+        );
+        assert!(e.contains("quiver.toml") && e.contains("block"), "{e}");
     }
 }

@@ -12,7 +12,6 @@ use quiver_contract::{
 };
 use quiver_host::{App, Config, ToolFormat, format_tools};
 use quiver_registry::{CallFilter, DefinitionStore};
-use quiver_store_sqlite::SqliteStore;
 
 /// Quiver: one catalog, one dispatch pipeline, every tool an agent can call.
 ///
@@ -242,18 +241,16 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                     (db.canonicalize(), config_store.canonicalize()),
                     (Ok(x), Ok(y)) if x == y
                 );
-                let other;
-                let stored: &SqliteStore = if same {
-                    &app.store
+                // Another database is only read: no migration, no marker, nothing written.
+                let defs = if same {
+                    app.store.all_definitions().await
                 } else {
-                    other = SqliteStore::open(&db)
-                        .with_context(|| format!("opening {}", db.display()))?;
-                    &other
-                };
-                let defs = stored
-                    .all_definitions()
-                    .await
-                    .with_context(|| format!("reading definitions from {}", db.display()))?;
+                    let path = db.clone();
+                    tokio::task::spawn_blocking(move || quiver_store_sqlite::read_definitions(path))
+                        .await
+                        .context("reading definitions")?
+                }
+                .with_context(|| format!("reading definitions from {}", db.display()))?;
                 let stored_specs: Vec<_> = defs
                     .iter()
                     .filter(|d| d.deleted_at.is_none())

@@ -185,6 +185,39 @@ impl std::fmt::Debug for SqliteStore {
 
 const PURGE_BATCH: i64 = 1_000;
 
+/// Reads the tool definitions of the store at `path` without changing it: no migration,
+/// no crash-check marker, no writer (what `quiver check --against` compares with). A file
+/// that is missing, not a Quiver store, or of a newer schema is an error naming it.
+/// Blocking.
+pub fn read_definitions(path: impl AsRef<Path>) -> Result<Vec<ToolDefinition>, StoreError> {
+    let path = path.as_ref();
+    let location = path.display().to_string();
+    if !path.exists() {
+        return Err(StoreError::Unavailable {
+            location,
+            cause: "no such database".into(),
+        });
+    }
+    let conn = schema::connect(path, &location, Duration::from_secs(5), true)?;
+    let found: u32 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .at(&location)?;
+    if found == 0 {
+        return Err(StoreError::Unavailable {
+            location,
+            cause: "not a Quiver store (no schema)".into(),
+        });
+    }
+    if found > schema::SCHEMA_VERSION {
+        return Err(StoreError::TooNew {
+            location,
+            found,
+            supported: schema::SCHEMA_VERSION,
+        });
+    }
+    all_definitions(&conn, &location)
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the store at `path` with default options. See
     /// [`SqliteStore::open_with`].

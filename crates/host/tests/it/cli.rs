@@ -190,8 +190,13 @@ async fn check_against_a_database_reports_breaking_changes() {
             .unwrap();
         store.close().await.unwrap();
     }
+    let before = std::fs::read(&db).unwrap();
     let out = quiver_in(&dir, &["check", "--against", db.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        std::fs::read(&db).unwrap() == before,
+        "the database compared with is only read"
+    );
     let text = stdout(&out);
     assert!(
         text.contains("tool_search: [breaking: removed_field] field `scope` was removed"),

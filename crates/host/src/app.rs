@@ -13,6 +13,13 @@ use quiver_surface::{MemoryUsage, Surface, core_tools, ports::UsageSource};
 
 use crate::{Config, Families, assemble_catalog};
 
+async fn put(store: &SqliteStore, def: ToolDefinition) {
+    let name = def.name.clone();
+    if let Err(e) = store.put_definition(def).await {
+        tracing::warn!(tool = %name, error = %e, "could not record the tool definition");
+    }
+}
+
 /// How many of a session's newest calls say which tools it has called.
 const RESTORED_CALLS: usize = 1000;
 
@@ -150,6 +157,51 @@ impl App {
             tracing::info!(unknown = ?seeded.unknown, "stored system tools this build does not know (left alone)");
         }
         Ok(())
+    }
+
+    /// Keeps the store's definitions of upstream MCP tools current while serving: each
+    /// one as it registers (now and whenever an upstream connects or changes its list), so
+    /// `quiver check --against` can report a breaking change in an upstream's tools too.
+    /// A tool that goes away keeps its stored definition (that is what a later check
+    /// compares with).
+    pub fn spawn_definition_recorder(&self) -> tokio::task::JoinHandle<()> {
+        let mut events = self.catalog.subscribe();
+        let (catalog, store) = (self.catalog.clone(), self.store.clone());
+        let record = move |name: &str| {
+            let entry = catalog.lookup(name)?;
+            let server = entry.family.strip_prefix("mcp:")?;
+            let upstream_name = name.rsplit("__").next().unwrap_or(name);
+            Some(ToolDefinition::from_spec(
+                &entry.spec,
+                ToolType::Mcp,
+                format!("mcp:{server}:{upstream_name}"),
+            ))
+        };
+        let now: Vec<ToolDefinition> = self
+            .catalog
+            .tools()
+            .iter()
+            .filter_map(|e| record(&e.spec.name))
+            .collect();
+        tokio::spawn(async move {
+            for def in now {
+                put(&*store, def).await;
+            }
+            loop {
+                match events.recv().await {
+                    Ok(quiver_registry::CatalogEvent::Added(name)) => {
+                        if let Some(def) = record(&name) {
+                            put(&*store, def).await;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!(missed = n, "definition recorder fell behind the catalog");
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        })
     }
 
     /// Brings a session's stored working set back (tools it paged in before a restart),

@@ -374,6 +374,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
             // Working sets go to the store as they change, so a restarted server (or
             // another replica) gives a returning conversation its tools back.
             let _mirror = app.surface.spawn_persistence(app.store.clone());
+            let _definitions = app.spawn_definition_recorder();
             let mut options = quiver_mcp_adapter::ServerOptions::default()
                 .with_default_mode(mode)
                 .with_auth(config.auth.clone())

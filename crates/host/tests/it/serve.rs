@@ -285,3 +285,80 @@ fn readiness_reports_a_failing_execution_log() {
     stop(child);
     assert_eq!(ready, (200, r#"{"status":"ready"}"#.to_owned()));
 }
+
+/// A minimal stdio MCP server with one tool `t` whose one property is named by `FIELD`.
+const FIELD_SERVER: &str = r#"
+import json, os, sys
+field = os.environ["FIELD"]
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method = msg.get("method")
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "fake", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "t", "description": "Takes one field. Use it in tests.",
+                             "inputSchema": {"type": "object", "required": [field],
+                                             "properties": {field: {"type": "string", "description": "f"}}}}]}
+    else:
+        result = {}
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+"#;
+
+/// `quiver serve` records its upstreams' tool definitions, so `quiver check --against`
+/// reports a breaking change in an upstream's tool (here a renamed required field).
+#[test]
+fn serve_records_upstream_definitions_for_check_against() {
+    let dir = std::env::temp_dir().join(format!("quiver-serve-defs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("fake.py"), FIELD_SERVER).unwrap();
+    let config = |field: &str| {
+        serde_json::json!({"mcpServers": {"fake": {"command": "python3",
+            "args": [dir.join("fake.py")], "env": {"FIELD": field}}}})
+        .to_string()
+    };
+    std::fs::write(dir.join("mcp.json"), config("city")).unwrap();
+    let (mut child, _addr) = start(&dir, &["--mcp-config", "mcp.json"], &[]);
+    // Wait until the running server has stored the upstream tool's definition.
+    let poll = "import sqlite3, sys, time\n\
+        for _ in range(600):\n\
+        \x20   db = sqlite3.connect(sys.argv[1], timeout=5)\n\
+        \x20   if db.execute(\"SELECT count(*) FROM tool_definitions WHERE name = 'mcp__fake__t'\").fetchone()[0]:\n\
+        \x20       sys.exit(0)\n\
+        \x20   db.close(); time.sleep(0.05)\n\
+        sys.exit(1)\n";
+    let stored = Command::new("python3")
+        .args(["-c", poll, dir.join("quiver.db").to_str().unwrap()])
+        .status()
+        .unwrap();
+    if !stored.success() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the definition of mcp__fake__t was never stored");
+    }
+    stop(child);
+
+    std::fs::write(dir.join("mcp.json"), config("town")).unwrap();
+    std::fs::copy(dir.join("quiver.db"), dir.join("before.db")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args([
+            "--mcp-config",
+            "mcp.json",
+            "check",
+            "--against",
+            "before.db",
+        ])
+        .current_dir(&dir)
+        .env("QUIVER_LOG", "error")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("mcp__fake__t: [breaking: removed_field] field `city` was removed"),
+        "{text}"
+    );
+}

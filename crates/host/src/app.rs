@@ -185,13 +185,13 @@ impl App {
             .collect();
         tokio::spawn(async move {
             for def in now {
-                put(&*store, def).await;
+                put(&store, def).await;
             }
             loop {
                 match events.recv().await {
                     Ok(quiver_registry::CatalogEvent::Added(name)) => {
                         if let Some(def) = record(&name) {
-                            put(&*store, def).await;
+                            put(&store, def).await;
                         }
                     }
                     Ok(_) => {}

@@ -16,7 +16,7 @@ pub(crate) fn classify(location: &str, e: &rusqlite::Error) -> StoreError {
     match code {
         ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => StoreError::Unavailable {
             location,
-            cause: format!("the database is locked by another connection or process ({e})"),
+            cause: format!("{LOCKED} ({e})"),
         },
         ErrorCode::ReadOnly => StoreError::Unavailable {
             location,
@@ -65,3 +65,6 @@ impl<T> ResultExt<T> for Result<T, rusqlite::Error> {
         self.map_err(|e| classify(location, &e))
     }
 }
+
+/// How the cause of a busy or locked database begins.
+pub(crate) const LOCKED: &str = "the database is locked by another connection or process";

@@ -218,6 +218,36 @@ pub fn read_definitions(path: impl AsRef<Path>) -> Result<Vec<ToolDefinition>, S
     all_definitions(&conn, &location)
 }
 
+/// Opens the writer connection and prepares the database. While another process sets up
+/// the same new file, some steps (switching to WAL, its recovery) answer "locked" at once
+/// instead of waiting in the busy handler: those are retried until `busy_timeout`.
+fn open_writer(
+    path: &Path,
+    location: &str,
+    busy_timeout: Duration,
+) -> Result<(rusqlite::Connection, schema::Holders, schema::OpenReport), StoreError> {
+    let deadline = std::time::Instant::now() + busy_timeout;
+    let mut pause = Duration::from_millis(5);
+    loop {
+        let attempt = (|| {
+            let mut conn = schema::connect(path, location, busy_timeout, false)?;
+            let (holders, alone) = schema::Holders::join(path, location)?;
+            let report = schema::prepare(&mut conn, location, alone)?;
+            Ok((conn, holders, report))
+        })();
+        match attempt {
+            Err(StoreError::Unavailable { cause, .. })
+                if cause.starts_with(crate::error::LOCKED)
+                    && std::time::Instant::now() + pause < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+            other => return other,
+        }
+    }
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the store at `path` with default options. See
     /// [`SqliteStore::open_with`].
@@ -236,9 +266,7 @@ impl SqliteStore {
     ) -> Result<SqliteStore, StoreError> {
         let path = path.as_ref().to_path_buf();
         let location = path.display().to_string();
-        let mut conn = schema::connect(&path, &location, opts.busy_timeout, false)?;
-        let (holders, alone) = schema::Holders::join(&path, &location)?;
-        let report = schema::prepare(&mut conn, &location, alone)?;
+        let (conn, holders, report) = open_writer(&path, &location, opts.busy_timeout)?;
         let (tx, rx) = mpsc::channel(opts.channel_capacity.max(1));
         let stats = Arc::new(Stats::default());
         let cfg = writer::Config {

@@ -387,7 +387,10 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                 app.dispatcher.clone(),
                 transport,
                 options,
-                Some(app.store.clone()),
+                Some(quiver_host::serve::Stores {
+                    sessions: app.store.clone(),
+                    calls: app.store.clone(),
+                }),
                 Some(std::sync::Arc::new(app.mcp.clone())),
                 Some(std::sync::Arc::new(quiver_host::Ready::of(app))),
             )

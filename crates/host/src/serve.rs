@@ -16,6 +16,22 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7345";
 /// How long open connections get to finish after a shutdown signal.
 const DRAIN: Duration = Duration::from_secs(5);
 
+/// What `serve` keeps per key across restarts: working sets, and (from the execution log)
+/// which tools a key has called.
+#[derive(Clone)]
+pub struct Stores {
+    /// Where working sets persist.
+    pub sessions: Arc<dyn quiver_surface::ports::SessionStore>,
+    /// The execution log.
+    pub calls: Arc<dyn quiver_registry::CallLog>,
+}
+
+impl std::fmt::Debug for Stores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stores").finish_non_exhaustive()
+    }
+}
+
 /// Where and how to serve.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -36,7 +52,7 @@ pub async fn serve(
     dispatcher: Dispatcher,
     transport: Transport,
     options: ServerOptions,
-    sessions: Option<Arc<dyn quiver_surface::ports::SessionStore>>,
+    stores: Option<Stores>,
     content: Option<Arc<dyn ContentSource>>,
     readiness: Option<Arc<dyn Readiness>>,
 ) -> anyhow::Result<()> {
@@ -45,8 +61,10 @@ pub async fn serve(
         .validate()
         .context("checking the inbound tokens")?;
     let mut server = McpServer::new(surface, dispatcher, options);
-    if let Some(store) = sessions {
-        server = server.with_session_store(store);
+    if let Some(stores) = stores {
+        server = server
+            .with_session_store(stores.sessions)
+            .with_call_log(stores.calls);
     }
     if let Some(content) = content {
         server = server.with_content(content);

@@ -981,11 +981,16 @@ impl Surface {
     /// Restores the session from `store` the first time the key is seen (again after the
     /// surface dropped it from memory, see `max_sessions`). A failure is logged; the
     /// session then starts empty.
-    pub async fn restore_once(&self, session: &str, store: &dyn crate::ports::SessionStore) {
+    /// Returns whether it restored now (false: it had already).
+    pub async fn restore_once(
+        &self,
+        session: &str,
+        store: &dyn crate::ports::SessionStore,
+    ) -> bool {
         {
             let mut restored = lock(&self.restored);
             if restored.contains(session) {
-                return;
+                return false;
             }
             // Keys restored with nothing stored hold no session: bound them too.
             if restored.len() >= 2 * self.config.max_sessions {
@@ -997,6 +1002,7 @@ impl Surface {
         if let Err(e) = self.restore_session(session, store).await {
             tracing::warn!(session = %session, error = %e, "could not restore the working set");
         }
+        true
     }
 
     /// Forgets a session.

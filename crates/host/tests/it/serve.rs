@@ -362,3 +362,46 @@ fn serve_records_upstream_definitions_for_check_against() {
         "{text}"
     );
 }
+
+/// A `requires_prior` rule holds across a restart: the key's earlier calls come back from
+/// the execution log the first time the restarted server sees it.
+#[test]
+fn a_required_earlier_call_counts_after_a_restart() {
+    let dir = std::env::temp_dir().join(format!("quiver-serve-prior-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[[policy.rules]]\nid = \"search-first\"\ntool = \"describe_tool\"\naction = \"deny\"\nmessage = \"search first\"\nrequires_prior = \"tool_search\"\n",
+    )
+    .unwrap();
+    let describe = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"describe_tool","arguments":{"name":"tool_search"}}}"#;
+    let call = |addr: &str, key: &str, body: &str| {
+        let sid = open(addr, key);
+        rpc(
+            addr,
+            &[("Mcp-Session-Id", &sid), ("Quiver-Conversation", key)],
+            body,
+        )
+    };
+    let (child, addr) = start(&dir, &[], &[]);
+    let denied = call(&addr, "k1", describe);
+    assert!(denied.contains("search first"), "{denied}");
+    let searched = call(
+        &addr,
+        "k1",
+        r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"tool_search","arguments":{"query":"describe a tool"}}}"#,
+    );
+    assert!(!searched.contains("search first"), "{searched}");
+    stop(child);
+
+    let (child, addr) = start(&dir, &[], &[]);
+    let allowed = call(&addr, "k1", describe);
+    let other = call(&addr, "k2", describe);
+    stop(child);
+    assert!(
+        !allowed.contains("search first") && allowed.contains("input_schema"),
+        "the restarted server knows k1 searched: {allowed}"
+    );
+    assert!(other.contains("search first"), "k2 never searched: {other}");
+}

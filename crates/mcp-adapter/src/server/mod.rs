@@ -103,6 +103,9 @@ pub enum ServeError {
     Initialize(String),
 }
 
+/// How many of a key's newest calls say which tools it has called.
+const RESTORED_CALLS: usize = 1000;
+
 pub(crate) struct Shared {
     pub(crate) surface: Arc<Surface>,
     pub(crate) dispatcher: Dispatcher,
@@ -110,6 +113,8 @@ pub(crate) struct Shared {
     pub(crate) shutdown: CancellationToken,
     /// Where working sets persist; a key seen for the first time is restored from it.
     pub(crate) sessions: Option<Arc<dyn quiver_surface::ports::SessionStore>>,
+    /// The execution log: which tools a restored key has called (`requires_prior`).
+    pub(crate) calls: Option<Arc<dyn quiver_registry::CallLog>>,
     /// Where resources, prompts and completions come from (none: tools only).
     pub(crate) content: Option<Arc<dyn ContentSource>>,
     /// The HTTP sessions the direct path may answer.
@@ -124,7 +129,17 @@ impl Shared {
     /// Restores the working set of a key seen for the first time (once per key per process).
     pub(crate) async fn restore_once(&self, key: &Arc<str>) {
         let Some(store) = &self.sessions else { return };
-        self.surface.restore_once(key, &**store).await;
+        if !self.surface.restore_once(key, &**store).await {
+            return;
+        }
+        if let Some(log) = &self.calls
+            && let Err(e) = self
+                .dispatcher
+                .restore_called(key, &**log, RESTORED_CALLS)
+                .await
+        {
+            tracing::warn!(session = %key, error = %e, "could not read the key's earlier calls");
+        }
     }
 }
 
@@ -168,6 +183,7 @@ impl McpServer {
                 options,
                 shutdown: CancellationToken::new(),
                 sessions: None,
+                calls: None,
                 content: None,
                 direct: direct::DirectSessions::default(),
                 rounds: Arc::new(rounds::Rounds::new(input_wait)),
@@ -184,6 +200,15 @@ impl McpServer {
     ) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.sessions = Some(store);
+        }
+        self
+    }
+
+    /// Reads which tools a key has called from `log` when the key is first seen (after a
+    /// restart), so `requires_prior` policy rules hold across restarts.
+    pub fn with_call_log(mut self, log: Arc<dyn quiver_registry::CallLog>) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.calls = Some(log);
         }
         self
     }

@@ -1093,9 +1093,11 @@ impl Upstream {
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         // Registered before sending, so a server request the call causes finds it.
         let registration = self.calls.begin(tool, ctx);
+        // No rmcp timeout: `wait` keeps the time, so that the cancellation goes out exactly
+        // once, whoever ends the wait (see `CancelOnDrop`).
         let handle = match conn
             .peer
-            .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
+            .send_request_with_option(request, PeerRequestOptions::no_options())
             .await
         {
             Ok(h) => h,
@@ -1109,13 +1111,18 @@ impl Upstream {
         // Whether the request surely never left Quiver (stdio: its write never completed).
         let unsent =
             |id: &rmcp::model::RequestId| conn.written.as_ref().is_some_and(|w| !w.take(id));
-        let result = tokio::select! {
-            r = handle.await_response() => r,
-            _ = ctx.cancel.cancelled() => {
-                let p = CancelledNotificationParam::new(Some(id), Some("cancelled by the caller".into()));
-                let _ = conn.peer.notify_cancelled(p).await;
-                return done(Self::call_cancelled());
-            }
+        let result = match wait(
+            &conn.peer,
+            handle,
+            timeout,
+            &ctx.cancel,
+            "cancelled by the caller",
+        )
+        .await
+        {
+            Waited::Answer(r) => *r,
+            Waited::TimedOut => return done(self.timed_out(tool, timeout)),
+            Waited::Cancelled => return done(Self::call_cancelled()),
         };
         if result.is_ok()
             && let Some(w) = &conn.written
@@ -1172,24 +1179,116 @@ impl Upstream {
             return Err(cancelled());
         }
         let registration = self.calls.begin(label, ctx);
-        // rmcp's timeout covers the wait for the answer; this one the sending (a stdio child
-        // that stops reading its stdin).
+        // This timeout covers the sending (a stdio child that stops reading its stdin);
+        // `wait` the answer.
         let sent = conn
             .peer
-            .send_request_with_option(request, PeerRequestOptions::with_timeout(limit));
+            .send_request_with_option(request, PeerRequestOptions::no_options());
         let handle = tokio::time::timeout(limit, sent)
             .await
             .map_err(|_| ServiceError::Timeout { timeout: limit })??;
-        let id = handle.id.clone();
-        registration.sent(id.clone(), handle.progress_token.clone());
-        tokio::select! {
-            r = handle.await_response() => r,
-            _ = ctx.cancel.cancelled() => {
-                let p = CancelledNotificationParam::new(Some(id), Some("cancelled by the client".into()));
-                let _ = conn.peer.notify_cancelled(p).await;
-                Err(cancelled())
-            }
+        registration.sent(handle.id.clone(), handle.progress_token.clone());
+        match wait(
+            &conn.peer,
+            handle,
+            limit,
+            &ctx.cancel,
+            "cancelled by the client",
+        )
+        .await
+        {
+            Waited::Answer(r) => *r,
+            Waited::TimedOut => Err(ServiceError::Timeout { timeout: limit }),
+            Waited::Cancelled => Err(cancelled()),
         }
+    }
+}
+
+/// How waiting for the answer to a request rmcp sent ended.
+enum Waited {
+    /// rmcp finished the request: an answer, an error, or a closed transport.
+    Answer(Box<Result<ServerResult, ServiceError>>),
+    /// No answer within the limit; the upstream was told.
+    TimedOut,
+    /// The caller cancelled; the upstream was told.
+    Cancelled,
+}
+
+/// Waits for the answer to `handle`'s request, at most `limit`, or until `cancel`. The
+/// upstream gets `notifications/cancelled` for the request exactly once if it is not
+/// answered: on the timeout, on `cancel`, and when this future is dropped (the dispatcher's
+/// own timeout, shorter than the call timeout, or a caller gone).
+async fn wait(
+    peer: &Peer<RoleClient>,
+    handle: rmcp::service::RequestHandle<RoleClient>,
+    limit: Duration,
+    cancel: &CancellationToken,
+    cancel_reason: &'static str,
+) -> Waited {
+    let mut guard = CancelOnDrop {
+        peer: peer.clone(),
+        id: Some(handle.id.clone()),
+        reason: "the caller gave up",
+    };
+    tokio::select! {
+        r = tokio::time::timeout(limit, handle.await_response()) => match r {
+            Ok(answer) => {
+                guard.id = None;
+                Waited::Answer(Box::new(answer))
+            }
+            Err(_) => {
+                guard.reason = "timed out";
+                guard.send().await;
+                Waited::TimedOut
+            }
+        },
+        _ = cancel.cancelled() => {
+            guard.reason = cancel_reason;
+            guard.send().await;
+            Waited::Cancelled
+        }
+    }
+}
+
+/// How long sending a cancellation may take before it is given up (a child that stopped
+/// reading its stdin must not hold a task for ever).
+const CANCEL_SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Sends `notifications/cancelled` for a request rmcp sent and nobody waits for any more,
+/// unless disarmed (`id` taken): the rmcp counterpart of the lean path's guard.
+struct CancelOnDrop {
+    peer: Peer<RoleClient>,
+    id: Option<rmcp::model::RequestId>,
+    reason: &'static str,
+}
+
+impl CancelOnDrop {
+    fn message(&mut self) -> Option<CancelledNotificationParam> {
+        let id = self.id.take()?;
+        Some(CancelledNotificationParam::new(
+            Some(id),
+            Some(self.reason.into()),
+        ))
+    }
+
+    /// Sends it now (and disarms).
+    async fn send(&mut self) {
+        if let Some(p) = self.message() {
+            let _ = tokio::time::timeout(CANCEL_SEND_TIMEOUT, self.peer.notify_cancelled(p)).await;
+        }
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(p) = self.message() else { return };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        rt.spawn(async move {
+            let _ = tokio::time::timeout(CANCEL_SEND_TIMEOUT, peer.notify_cancelled(p)).await;
+        });
     }
 }
 

@@ -21,10 +21,7 @@
 //! later protocol's per-request headers are rmcp's to build.
 
 use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::{Arc, atomic::Ordering},
     time::Duration,
 };
 
@@ -76,7 +73,6 @@ pub(crate) struct Lane {
     url: reqwest::Url,
     headers: HeaderMap,
     session: SessionSlot,
-    next: AtomicU64,
     /// The connection's generation (for a re-list its `list_changed` asks for).
     generation: u64,
     /// Plain `http`: connections the calling task drives itself (`h1.rs`).
@@ -190,7 +186,6 @@ impl Lane {
             url,
             headers,
             session,
-            next: AtomicU64::new(0),
             generation,
         })
     }
@@ -478,7 +473,10 @@ impl Upstream {
         timeout: Duration,
     ) -> Option<Attempt> {
         self.counters.lean_calls.fetch_add(1, Ordering::Relaxed);
-        let id: Arc<str> = format!("quiver-{}", lane.next.fetch_add(1, Ordering::Relaxed)).into();
+        // Unique per upstream, across its connections: a call on an old connection's lane may
+        // still be in flight when a new lane starts.
+        let id: Arc<str> =
+            format!("quiver-{}", self.lean_ids.fetch_add(1, Ordering::Relaxed)).into();
         let session = lane.session.get();
         let body = serde_json::to_vec(&CallRequest {
             jsonrpc: "2.0",
@@ -740,18 +738,15 @@ impl Upstream {
     }
 
     /// A notification on the call's stream: the call's progress and log messages go to its
-    /// client; list changes and resource updates are the connection's.
+    /// client (the stream says whose they are; no token is looked up); list changes and
+    /// resource updates are the connection's.
     async fn notified(&self, lane: &Lane, method: &str, params: Value, ctx: &CallContext) {
         match method {
             "notifications/progress" => {
                 let Ok(p) = ProgressNotificationParam::deserialize(&params) else {
                     return;
                 };
-                if let Some(channel) = self
-                    .calls
-                    .by_progress(&p.progress_token)
-                    .and_then(|e| e.channel.clone())
-                {
+                if let Some(channel) = &ctx.client {
                     channel.progress(p.progress, p.total, p.message).await;
                 }
             }

@@ -205,6 +205,9 @@ pub(crate) struct Upstream {
     pub(crate) on_connected: Box<dyn Fn() + Send + Sync>,
     /// The calls in flight, for routing the server's own requests and notifications.
     calls: Calls,
+    /// The next id (and progress token) of a lean-path call, `quiver-N`: one sequence for
+    /// all of this server's connections.
+    lean_ids: AtomicU64,
     /// Where this server's resource updates and list changes go (to `quiver serve`).
     relays: Relays,
 }
@@ -314,6 +317,7 @@ impl Upstream {
             me: me.clone(),
             on_connected,
             calls: Calls::default(),
+            lean_ids: AtomicU64::new(0),
             relays,
         })
     }

@@ -208,6 +208,9 @@ pub(crate) struct Upstream {
     /// The next id (and progress token) of a lean-path call, `quiver-N`: one sequence for
     /// all of this server's connections.
     lean_ids: AtomicU64,
+    /// A `tools/list_changed` that came while the connection of this generation was still
+    /// connecting: re-listed once it is up.
+    relist_pending: Mutex<Option<u64>>,
     /// Where this server's resource updates and list changes go (to `quiver serve`).
     relays: Relays,
 }
@@ -318,6 +321,7 @@ impl Upstream {
             on_connected,
             calls: Calls::default(),
             lean_ids: AtomicU64::new(0),
+            relist_pending: Mutex::new(None),
             relays,
         })
     }
@@ -497,6 +501,14 @@ impl Upstream {
                 if self.closed.is_cancelled() {
                     conn.cancel.cancel();
                     return Err(DialError::Closed);
+                }
+                let pending = self
+                    .relist_pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take_if(|g| *g == conn.generation);
+                if pending.is_some() {
+                    tokio::spawn(self.clone().relist(conn.generation));
                 }
                 (self.on_connected)();
                 Ok(conn)
@@ -910,10 +922,25 @@ impl Upstream {
         report
     }
 
-    /// Re-lists after `notifications/tools/list_changed` on connection `generation`.
+    /// Re-lists after `notifications/tools/list_changed` on connection `generation`; if that
+    /// connection is still connecting (the tools changed while it listed them), once it is up.
     async fn relist(self: Arc<Self>, generation: u64) {
-        let Some(conn) = self.conn().filter(|c| c.generation == generation) else {
-            return;
+        let conn = {
+            // Held while the state is read, so `dial_shared`, which looks here after turning
+            // the state Up, either sees the mark or this sees the connection.
+            let mut pending = self
+                .relist_pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            match self.conn().filter(|c| c.generation == generation) {
+                Some(c) => c,
+                None => {
+                    if self.state.borrow().generation < generation {
+                        *pending = Some(generation);
+                    }
+                    return;
+                }
+            }
         };
         self.counters.relists.fetch_add(1, Ordering::Relaxed);
         match tokio::time::timeout(self.opts.connect_timeout, self.list_tools(&conn.peer)).await {

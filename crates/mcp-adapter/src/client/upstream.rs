@@ -1155,11 +1155,6 @@ impl Upstream {
             Waited::TimedOut => return done(self.timed_out(tool, timeout)),
             Waited::Cancelled => return done(Self::call_cancelled()),
         };
-        if result.is_ok()
-            && let Some(w) = &conn.written
-        {
-            w.take(&id);
-        }
         match result {
             Ok(ServerResult::CallToolResult(r)) => {
                 let wire = serde_json::to_value(&r).unwrap_or(Value::Null);

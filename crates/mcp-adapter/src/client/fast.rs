@@ -42,7 +42,6 @@ use rmcp::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use sse_stream::SseStream;
 
 use super::{
     Attempt, Upstream, ask_channel, done,
@@ -50,6 +49,7 @@ use super::{
     http::SessionSlot,
     nobody_to_ask, relay_error, to_contract,
 };
+use crate::client::sse;
 
 /// The protocols this path speaks (no per-request `Mcp-*` headers).
 const PROTOCOLS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
@@ -621,7 +621,7 @@ impl Upstream {
         ctx: &CallContext,
         tool: &str,
     ) -> Exchange {
-        let mut events = SseStream::from_bytes_stream(limit_events(reply, MAX_SSE_EVENT)).boxed();
+        let mut events = sse::events(limit_events(reply, MAX_SSE_EVENT));
         let mut last_event: Option<String> = None;
         let mut retry = Duration::ZERO;
         let mut resumes = 0;
@@ -638,9 +638,10 @@ impl Upstream {
                         if let Some(ms) = sse.retry {
                             retry = Duration::from_millis(ms).min(MAX_RETRY);
                         }
-                        let Some(data) = sse.data.filter(|d| !d.trim().is_empty()) else {
+                        let data = sse.data;
+                        if data.trim().is_empty() {
                             continue;
-                        };
+                        }
                         resumes = 0;
                         let Ok(message) = serde_json::from_str::<Incoming>(&data) else {
                             tracing::debug!(server = %self.cfg.name, "not a JSON-RPC message on the call's stream");
@@ -675,11 +676,7 @@ impl Upstream {
                         match self.resume(lane, session, from).await {
                             Ok(r) => {
                                 pooled = false;
-                                events = SseStream::from_bytes_stream(limit_events(
-                                    reqwest_body(r),
-                                    MAX_SSE_EVENT,
-                                ))
-                                .boxed();
+                                events = sse::events(limit_events(reqwest_body(r), MAX_SSE_EVENT));
                             }
                             Err(why) => return Exchange::Unknown(why),
                         }

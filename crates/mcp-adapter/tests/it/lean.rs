@@ -39,8 +39,10 @@ fn json_reply(id: &Value, result: Value) -> Response {
         .into_response()
 }
 
-/// A minimal session-era MCP server: tools `ok` (answers) and `cut` (its SSE stream carries
-/// a log message and ends without the answer, with no event id to resume from).
+/// A minimal session-era MCP server: tools `ok` (answers), `cut` (its SSE stream carries
+/// a log message and ends without the answer, with no event id to resume from) and `odd`
+/// (its SSE stream has lines the SSE standard says to ignore or read leniently, then the
+/// answer).
 async fn scripted(_headers: HeaderMap, body: String) -> Response {
     let msg: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
@@ -58,8 +60,24 @@ async fn scripted(_headers: HeaderMap, body: String) -> Response {
             json!({"tools": [
                 {"name": "ok", "description": "Answers.", "inputSchema": {"type": "object"}},
                 {"name": "cut", "description": "Never answers.", "inputSchema": {"type": "object"}},
+                {"name": "odd", "description": "Answers oddly.", "inputSchema": {"type": "object"}},
             ]}),
         ),
+        "tools/call" if msg["params"]["name"] == "odd" => {
+            let answer = json!({"jsonrpc": "2.0", "id": id,
+                "result": {"content": [{"type": "text", "text": "odd but fine"}]}});
+            // An unknown field, a field name without a colon, a repeated id, a retry that
+            // is not a number: each ignored or read leniently by the standard.
+            let body = format!(
+                "foo: bar\ndata\nid: 1\nid: 2\nretry: soon\n\n: comment\nid: 3\ndata: {answer}\n\n"
+            );
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "text/event-stream")],
+                Body::from(body),
+            )
+                .into_response()
+        }
         "tools/call" if msg["params"]["name"] == "ok" => {
             json_reply(&id, json!({"content": [{"type": "text", "text": "fine"}]}))
         }
@@ -81,13 +99,7 @@ async fn scripted(_headers: HeaderMap, body: String) -> Response {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_that_ends_without_the_answer_fails_only_that_call() {
-    let app = Router::new().route(
-        "/mcp",
-        post(scripted).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = scripted_server().await;
     let (catalog, client) = start(
         &[ServerConfig::http("sx", url)
             .with_liveness(Liveness::Off)
@@ -116,6 +128,38 @@ async fn a_stream_that_ends_without_the_answer_fails_only_that_call() {
     assert_eq!(text_of(&env), "fine", "{env:?}");
     let st = client.server_status("sx").unwrap().counters;
     assert_eq!((st.dials, st.drops, st.lean_calls), (1, 0, 2), "{st:?}");
+    close_and_check(&client).await;
+}
+
+async fn scripted_server() -> String {
+    let app = Router::new().route(
+        "/mcp",
+        post(scripted).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unusual_sse_lines_do_not_fail_a_finished_call() {
+    let url = scripted_server().await;
+    let (catalog, client) = start(
+        &[ServerConfig::http("sx", url)
+            .with_liveness(Liveness::Off)
+            .required()],
+        fast_options(),
+    );
+    ready(&client).await;
+    let env = within(
+        Duration::from_secs(30),
+        call(&catalog, "mcp__sx__odd", json!({})),
+    )
+    .await;
+    assert_eq!(text_of(&env), "odd but fine", "{env:?}");
+    let st = client.server_status("sx").unwrap().counters;
+    assert_eq!((st.lean_calls, st.lean_handoffs), (1, 0), "{st:?}");
     close_and_check(&client).await;
 }
 

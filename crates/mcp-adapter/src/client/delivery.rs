@@ -2,7 +2,9 @@
 //! request pending the same way whether or not the request was ever written, so the stdio
 //! transport is wrapped to record each request id whose write completed. A request that was
 //! never written is safe to send again; one that was written may have run and is never
-//! replayed.
+//! replayed. An id is kept only while its request is open: its answer (a result or an error)
+//! or our `notifications/cancelled` for it ends it, whichever request it was (a ping, a list,
+//! a call), so a long-lived connection holds no ids of requests long done.
 
 use std::{
     borrow::Cow,
@@ -12,23 +14,59 @@ use std::{
 
 use rmcp::{
     RoleClient,
-    model::{JsonRpcMessage, RequestId},
+    model::{ClientNotification, JsonRpcMessage, RequestId},
     service::{RxJsonRpcMessage, TxJsonRpcMessage},
     transport::Transport,
 };
 
-/// The ids of requests whose write completed.
+/// The ids of open requests whose write completed.
 #[derive(Clone, Default)]
-pub(crate) struct Written(Arc<Mutex<HashSet<RequestId>>>);
+pub(crate) struct Written(Arc<Mutex<Ids>>);
+
+#[derive(Default)]
+struct Ids {
+    /// Being written (an answer may overtake the completion of its write).
+    sending: HashSet<RequestId>,
+    /// Written and not yet ended.
+    written: HashSet<RequestId>,
+}
 
 impl Written {
-    fn insert(&self, id: RequestId) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).insert(id);
+    fn ids(&self) -> std::sync::MutexGuard<'_, Ids> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn sending(&self, id: RequestId) {
+        self.ids().sending.insert(id);
+    }
+
+    /// The write finished; recorded if it succeeded and the request has not ended meanwhile.
+    fn sent(&self, id: &RequestId, ok: bool) {
+        let mut ids = self.ids();
+        if ids.sending.remove(id) && ok {
+            ids.written.insert(id.clone());
+        }
+    }
+
+    /// The request ended (answered, or cancelled by us): forgotten.
+    fn ended(&self, id: &RequestId) {
+        let mut ids = self.ids();
+        ids.sending.remove(id);
+        ids.written.remove(id);
     }
 
     /// Whether the request was written, forgetting it.
     pub(crate) fn take(&self, id: &RequestId) -> bool {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(id)
+        let mut ids = self.ids();
+        ids.sending.remove(id);
+        ids.written.remove(id)
+    }
+
+    /// How many ids are kept.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        let ids = self.ids();
+        ids.sending.len() + ids.written.len()
     }
 }
 
@@ -51,12 +89,24 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tracked<T> {
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         let id = match &item {
             JsonRpcMessage::Request(r) => Some(r.id.clone()),
+            JsonRpcMessage::Notification(n) => {
+                // Our cancellation ends the request: the server will not answer it.
+                if let ClientNotification::CancelledNotification(c) = &n.notification
+                    && let Some(cancelled) = &c.params.request_id
+                {
+                    self.written.ended(cancelled);
+                }
+                None
+            }
             _ => None,
         };
+        if let Some(id) = &id {
+            self.written.sending(id.clone());
+        }
         let written = self.written.clone();
         let record = move |result: &Result<(), T::Error>| {
-            if let (Ok(()), Some(id)) = (result, &id) {
-                written.insert(id.clone());
+            if let Some(id) = &id {
+                written.sent(id, result.is_ok());
             }
         };
         // rmcp's service loop spawns a task for each send; polling the write once here, in
@@ -80,10 +130,92 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tracked<T> {
     }
 
     fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
-        self.inner.receive()
+        let written = self.written.clone();
+        let next = self.inner.receive();
+        async move {
+            let message = next.await;
+            // An answer ends its request.
+            match &message {
+                Some(JsonRpcMessage::Response(r)) => written.ended(&r.id),
+                Some(JsonRpcMessage::Error(e)) => {
+                    if let Some(id) = &e.id {
+                        written.ended(id);
+                    }
+                }
+                _ => {}
+            }
+            message
+        }
     }
 
     fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
         self.inner.close()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::transport::async_rw::AsyncRwTransport;
+    use serde_json::{Value, json};
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    use super::*;
+
+    fn message(v: Value) -> TxJsonRpcMessage<RoleClient> {
+        serde_json::from_value(v).expect("a client message")
+    }
+
+    /// Every request's id is forgotten when the request ends, whatever it was and however it
+    /// ended; only an open, written request's id is kept.
+    #[tokio::test]
+    async fn an_id_is_kept_only_while_its_request_is_open() {
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let (read, write) = tokio::io::split(ours);
+        let written = Written::default();
+        let mut transport = Tracked {
+            inner: AsyncRwTransport::new_client(read, write),
+            written: written.clone(),
+        };
+        let (server_read, mut server_write) = tokio::io::split(theirs);
+        let mut server = BufReader::new(server_read).lines();
+        let request = |id: i64, method: &str| {
+            message(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {}}))
+        };
+        let mut answer = async |line: Value| {
+            let text = format!("{line}\n");
+            server_write.write_all(text.as_bytes()).await.unwrap();
+        };
+
+        // A ping answered with a result, a list answered with an error.
+        for (id, method) in [(1, "ping"), (2, "tools/list")] {
+            transport.send(request(id, method)).await.unwrap();
+            server.next_line().await.unwrap().expect("the request");
+            assert_eq!(written.len(), 1);
+            answer(if id == 1 {
+                json!({"jsonrpc": "2.0", "id": id, "result": {}})
+            } else {
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "no"}})
+            })
+            .await;
+            transport.receive().await.expect("the answer");
+            assert_eq!(written.len(), 0, "request {id} is still kept");
+        }
+
+        // A call we cancel: the server will not answer it.
+        transport.send(request(3, "tools/call")).await.unwrap();
+        assert_eq!(written.len(), 1);
+        transport
+            .send(message(
+                json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                 "params": {"requestId": 3, "reason": "timed out"}}),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(written.len(), 0);
+
+        // An open request is kept and known to be written.
+        transport.send(request(4, "tools/call")).await.unwrap();
+        assert!(written.take(&RequestId::Number(4)));
+        assert!(!written.take(&RequestId::Number(4)));
     }
 }

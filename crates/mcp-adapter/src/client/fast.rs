@@ -21,10 +21,7 @@
 //! later protocol's per-request headers are rmcp's to build.
 
 use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::{Arc, atomic::Ordering},
     time::Duration,
 };
 
@@ -45,7 +42,6 @@ use rmcp::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
-use sse_stream::SseStream;
 
 use super::{
     Attempt, Upstream, ask_channel, done,
@@ -53,6 +49,7 @@ use super::{
     http::SessionSlot,
     nobody_to_ask, relay_error, to_contract,
 };
+use crate::client::sse;
 
 /// The protocols this path speaks (no per-request `Mcp-*` headers).
 const PROTOCOLS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
@@ -76,7 +73,6 @@ pub(crate) struct Lane {
     url: reqwest::Url,
     headers: HeaderMap,
     session: SessionSlot,
-    next: AtomicU64,
     /// The connection's generation (for a re-list its `list_changed` asks for).
     generation: u64,
     /// Plain `http`: connections the calling task drives itself (`h1.rs`).
@@ -190,7 +186,6 @@ impl Lane {
             url,
             headers,
             session,
-            next: AtomicU64::new(0),
             generation,
         })
     }
@@ -478,7 +473,10 @@ impl Upstream {
         timeout: Duration,
     ) -> Option<Attempt> {
         self.counters.lean_calls.fetch_add(1, Ordering::Relaxed);
-        let id: Arc<str> = format!("quiver-{}", lane.next.fetch_add(1, Ordering::Relaxed)).into();
+        // Unique per upstream, across its connections: a call on an old connection's lane may
+        // still be in flight when a new lane starts.
+        let id: Arc<str> =
+            format!("quiver-{}", self.lean_ids.fetch_add(1, Ordering::Relaxed)).into();
         let session = lane.session.get();
         let body = serde_json::to_vec(&CallRequest {
             jsonrpc: "2.0",
@@ -623,7 +621,7 @@ impl Upstream {
         ctx: &CallContext,
         tool: &str,
     ) -> Exchange {
-        let mut events = SseStream::from_bytes_stream(limit_events(reply, MAX_SSE_EVENT)).boxed();
+        let mut events = sse::events(limit_events(reply, MAX_SSE_EVENT));
         let mut last_event: Option<String> = None;
         let mut retry = Duration::ZERO;
         let mut resumes = 0;
@@ -640,9 +638,10 @@ impl Upstream {
                         if let Some(ms) = sse.retry {
                             retry = Duration::from_millis(ms).min(MAX_RETRY);
                         }
-                        let Some(data) = sse.data.filter(|d| !d.trim().is_empty()) else {
+                        let data = sse.data;
+                        if data.trim().is_empty() {
                             continue;
-                        };
+                        }
                         resumes = 0;
                         let Ok(message) = serde_json::from_str::<Incoming>(&data) else {
                             tracing::debug!(server = %self.cfg.name, "not a JSON-RPC message on the call's stream");
@@ -677,11 +676,7 @@ impl Upstream {
                         match self.resume(lane, session, from).await {
                             Ok(r) => {
                                 pooled = false;
-                                events = SseStream::from_bytes_stream(limit_events(
-                                    reqwest_body(r),
-                                    MAX_SSE_EVENT,
-                                ))
-                                .boxed();
+                                events = sse::events(limit_events(reqwest_body(r), MAX_SSE_EVENT));
                             }
                             Err(why) => return Exchange::Unknown(why),
                         }
@@ -740,18 +735,15 @@ impl Upstream {
     }
 
     /// A notification on the call's stream: the call's progress and log messages go to its
-    /// client; list changes and resource updates are the connection's.
+    /// client (the stream says whose they are; no token is looked up); list changes and
+    /// resource updates are the connection's.
     async fn notified(&self, lane: &Lane, method: &str, params: Value, ctx: &CallContext) {
         match method {
             "notifications/progress" => {
                 let Ok(p) = ProgressNotificationParam::deserialize(&params) else {
                     return;
                 };
-                if let Some(channel) = self
-                    .calls
-                    .by_progress(&p.progress_token)
-                    .and_then(|e| e.channel.clone())
-                {
+                if let Some(channel) = &ctx.client {
                     channel.progress(p.progress, p.total, p.message).await;
                 }
             }

@@ -20,6 +20,7 @@ mod http;
 mod meta;
 mod passthrough;
 mod route;
+mod sse;
 mod to_contract;
 mod tool;
 mod upstream;

@@ -221,11 +221,17 @@ impl Calls {
         }
     }
 
-    /// The call a progress token belongs to.
+    /// The call a progress token belongs to; none when more than one call carries it (never
+    /// guessed onto one of them).
     pub(crate) fn by_progress(&self, token: &ProgressToken) -> Option<Arc<Entry>> {
-        self.snapshot()
+        let mut found = self
+            .snapshot()
             .into_iter()
-            .find(|e| e.token().as_ref() == Some(token))
+            .filter(|e| e.token().as_ref() == Some(token));
+        match (found.next(), found.next()) {
+            (Some(one), None) => Some(one),
+            _ => None,
+        }
     }
 }
 
@@ -323,6 +329,9 @@ mod tests {
         drop(a);
         assert!(first.done.is_cancelled());
         assert!(calls.by_progress(&token(101)).is_none());
+        // Two calls with one token (connections that each count from 0): neither gets it.
+        let _c = entry(&calls, 2);
+        assert!(calls.by_progress(&token(102)).is_none());
     }
 
     #[tokio::test]

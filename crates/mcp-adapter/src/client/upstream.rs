@@ -205,6 +205,12 @@ pub(crate) struct Upstream {
     pub(crate) on_connected: Box<dyn Fn() + Send + Sync>,
     /// The calls in flight, for routing the server's own requests and notifications.
     calls: Calls,
+    /// The next id (and progress token) of a lean-path call, `quiver-N`: one sequence for
+    /// all of this server's connections.
+    lean_ids: AtomicU64,
+    /// A `tools/list_changed` that came while the connection of this generation was still
+    /// connecting: re-listed once it is up.
+    relist_pending: Mutex<Option<u64>>,
     /// Where this server's resource updates and list changes go (to `quiver serve`).
     relays: Relays,
 }
@@ -314,6 +320,8 @@ impl Upstream {
             me: me.clone(),
             on_connected,
             calls: Calls::default(),
+            lean_ids: AtomicU64::new(0),
+            relist_pending: Mutex::new(None),
             relays,
         })
     }
@@ -493,6 +501,14 @@ impl Upstream {
                 if self.closed.is_cancelled() {
                     conn.cancel.cancel();
                     return Err(DialError::Closed);
+                }
+                let pending = self
+                    .relist_pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take_if(|g| *g == conn.generation);
+                if pending.is_some() {
+                    tokio::spawn(self.clone().relist(conn.generation));
                 }
                 (self.on_connected)();
                 Ok(conn)
@@ -906,10 +922,25 @@ impl Upstream {
         report
     }
 
-    /// Re-lists after `notifications/tools/list_changed` on connection `generation`.
+    /// Re-lists after `notifications/tools/list_changed` on connection `generation`; if that
+    /// connection is still connecting (the tools changed while it listed them), once it is up.
     async fn relist(self: Arc<Self>, generation: u64) {
-        let Some(conn) = self.conn().filter(|c| c.generation == generation) else {
-            return;
+        let conn = {
+            // Held while the state is read, so `dial_shared`, which looks here after turning
+            // the state Up, either sees the mark or this sees the connection.
+            let mut pending = self
+                .relist_pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            match self.conn().filter(|c| c.generation == generation) {
+                Some(c) => c,
+                None => {
+                    if self.state.borrow().generation < generation {
+                        *pending = Some(generation);
+                    }
+                    return;
+                }
+            }
         };
         self.counters.relists.fetch_add(1, Ordering::Relaxed);
         match tokio::time::timeout(self.opts.connect_timeout, self.list_tools(&conn.peer)).await {
@@ -1093,9 +1124,11 @@ impl Upstream {
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         // Registered before sending, so a server request the call causes finds it.
         let registration = self.calls.begin(tool, ctx);
+        // No rmcp timeout: `wait` keeps the time, so that the cancellation goes out exactly
+        // once, whoever ends the wait (see `CancelOnDrop`).
         let handle = match conn
             .peer
-            .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
+            .send_request_with_option(request, PeerRequestOptions::no_options())
             .await
         {
             Ok(h) => h,
@@ -1109,19 +1142,19 @@ impl Upstream {
         // Whether the request surely never left Quiver (stdio: its write never completed).
         let unsent =
             |id: &rmcp::model::RequestId| conn.written.as_ref().is_some_and(|w| !w.take(id));
-        let result = tokio::select! {
-            r = handle.await_response() => r,
-            _ = ctx.cancel.cancelled() => {
-                let p = CancelledNotificationParam::new(Some(id), Some("cancelled by the caller".into()));
-                let _ = conn.peer.notify_cancelled(p).await;
-                return done(Self::call_cancelled());
-            }
-        };
-        if result.is_ok()
-            && let Some(w) = &conn.written
+        let result = match wait(
+            &conn.peer,
+            handle,
+            timeout,
+            &ctx.cancel,
+            "cancelled by the caller",
+        )
+        .await
         {
-            w.take(&id);
-        }
+            Waited::Answer(r) => *r,
+            Waited::TimedOut => return done(self.timed_out(tool, timeout)),
+            Waited::Cancelled => return done(Self::call_cancelled()),
+        };
         match result {
             Ok(ServerResult::CallToolResult(r)) => {
                 let wire = serde_json::to_value(&r).unwrap_or(Value::Null);
@@ -1172,24 +1205,116 @@ impl Upstream {
             return Err(cancelled());
         }
         let registration = self.calls.begin(label, ctx);
-        // rmcp's timeout covers the wait for the answer; this one the sending (a stdio child
-        // that stops reading its stdin).
+        // This timeout covers the sending (a stdio child that stops reading its stdin);
+        // `wait` the answer.
         let sent = conn
             .peer
-            .send_request_with_option(request, PeerRequestOptions::with_timeout(limit));
+            .send_request_with_option(request, PeerRequestOptions::no_options());
         let handle = tokio::time::timeout(limit, sent)
             .await
             .map_err(|_| ServiceError::Timeout { timeout: limit })??;
-        let id = handle.id.clone();
-        registration.sent(id.clone(), handle.progress_token.clone());
-        tokio::select! {
-            r = handle.await_response() => r,
-            _ = ctx.cancel.cancelled() => {
-                let p = CancelledNotificationParam::new(Some(id), Some("cancelled by the client".into()));
-                let _ = conn.peer.notify_cancelled(p).await;
-                Err(cancelled())
-            }
+        registration.sent(handle.id.clone(), handle.progress_token.clone());
+        match wait(
+            &conn.peer,
+            handle,
+            limit,
+            &ctx.cancel,
+            "cancelled by the client",
+        )
+        .await
+        {
+            Waited::Answer(r) => *r,
+            Waited::TimedOut => Err(ServiceError::Timeout { timeout: limit }),
+            Waited::Cancelled => Err(cancelled()),
         }
+    }
+}
+
+/// How waiting for the answer to a request rmcp sent ended.
+enum Waited {
+    /// rmcp finished the request: an answer, an error, or a closed transport.
+    Answer(Box<Result<ServerResult, ServiceError>>),
+    /// No answer within the limit; the upstream was told.
+    TimedOut,
+    /// The caller cancelled; the upstream was told.
+    Cancelled,
+}
+
+/// Waits for the answer to `handle`'s request, at most `limit`, or until `cancel`. The
+/// upstream gets `notifications/cancelled` for the request exactly once if it is not
+/// answered: on the timeout, on `cancel`, and when this future is dropped (the dispatcher's
+/// own timeout, shorter than the call timeout, or a caller gone).
+async fn wait(
+    peer: &Peer<RoleClient>,
+    handle: rmcp::service::RequestHandle<RoleClient>,
+    limit: Duration,
+    cancel: &CancellationToken,
+    cancel_reason: &'static str,
+) -> Waited {
+    let mut guard = CancelOnDrop {
+        peer: peer.clone(),
+        id: Some(handle.id.clone()),
+        reason: "the caller gave up",
+    };
+    tokio::select! {
+        r = tokio::time::timeout(limit, handle.await_response()) => match r {
+            Ok(answer) => {
+                guard.id = None;
+                Waited::Answer(Box::new(answer))
+            }
+            Err(_) => {
+                guard.reason = "timed out";
+                guard.send().await;
+                Waited::TimedOut
+            }
+        },
+        _ = cancel.cancelled() => {
+            guard.reason = cancel_reason;
+            guard.send().await;
+            Waited::Cancelled
+        }
+    }
+}
+
+/// How long sending a cancellation may take before it is given up (a child that stopped
+/// reading its stdin must not hold a task for ever).
+const CANCEL_SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Sends `notifications/cancelled` for a request rmcp sent and nobody waits for any more,
+/// unless disarmed (`id` taken): the rmcp counterpart of the lean path's guard.
+struct CancelOnDrop {
+    peer: Peer<RoleClient>,
+    id: Option<rmcp::model::RequestId>,
+    reason: &'static str,
+}
+
+impl CancelOnDrop {
+    fn message(&mut self) -> Option<CancelledNotificationParam> {
+        let id = self.id.take()?;
+        Some(CancelledNotificationParam::new(
+            Some(id),
+            Some(self.reason.into()),
+        ))
+    }
+
+    /// Sends it now (and disarms).
+    async fn send(&mut self) {
+        if let Some(p) = self.message() {
+            let _ = tokio::time::timeout(CANCEL_SEND_TIMEOUT, self.peer.notify_cancelled(p)).await;
+        }
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(p) = self.message() else { return };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        rt.spawn(async move {
+            let _ = tokio::time::timeout(CANCEL_SEND_TIMEOUT, peer.notify_cancelled(p)).await;
+        });
     }
 }
 

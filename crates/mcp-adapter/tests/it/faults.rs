@@ -463,6 +463,26 @@ async fn malformed_tools_on_a_relist_are_skipped() {
     close_and_check(&client).await;
 }
 
+/// `tools/list_changed` sent right after the first tools/list answer, while the client is
+/// still connecting, is not lost: the tools are listed again once the connection is up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_change_during_connect_is_relisted() {
+    let (catalog, client) = start(&[raw("early", &["--changed-at-connect"])], fast_options());
+    ready(&client).await;
+    wait_for("the re-list", Duration::from_secs(30), || {
+        catalog.contains("mcp__early__extra")
+    })
+    .await;
+    let st = client.server_status("early").unwrap();
+    assert_eq!(
+        st.tools,
+        ["mcp__early__echo", "mcp__early__extra", "mcp__early__sleep"],
+        "{st:?}"
+    );
+    assert_eq!(st.counters.connects, 1, "{st:?}");
+    close_and_check(&client).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tools_list_error_is_retried() {
     let gate = std::env::temp_dir().join(format!("quiver-mcp-list-{}", std::process::id()));

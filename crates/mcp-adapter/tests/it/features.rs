@@ -216,6 +216,66 @@ async fn cancellation_answers_and_keeps_the_connection_http() {
     cancellation_answers_and_keeps_the_connection(true).await;
 }
 
+/// A caller that stops waiting before the call timeout (the dispatcher's 30 s against the
+/// client's 120 s) drops the call's future: the upstream is told all the same, for a tool
+/// call and for a prompt being rendered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_stdio_request_is_cancelled_upstream() {
+    let (catalog, client) = start(&[fixture_server("fx", "normal").required()], fast_options());
+    ready(&client).await;
+    let entry = catalog.lookup("mcp__fx__sleep").unwrap();
+    let marker = |what: &str| {
+        let m = std::env::temp_dir().join(format!("quiver-mcp-drop-{what}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&m);
+        m
+    };
+    let tool_marker = marker("tool");
+    let input = json!({"seconds": 30, "marker": tool_marker.display().to_string()});
+    let ctx = CallContext::default();
+    let mut running = Box::pin(entry.tool.call(input, &ctx));
+    // Polled until the upstream runs it, then dropped unanswered.
+    let tool_started = tool_marker.with_extension("started");
+    tokio::select! {
+        _ = &mut running => panic!("the sleep answered"),
+        _ = wait_for("the call to run", Duration::from_secs(10), || tool_started.exists()) => {}
+    }
+    drop(running);
+    wait_for(
+        "the upstream to see the tool call cancelled",
+        Duration::from_secs(20),
+        || tool_marker.exists(),
+    )
+    .await;
+
+    let prompt_marker = marker("prompt");
+    let command = format!(
+        "/mcp__fx__slow_greet seconds=30 marker={}",
+        prompt_marker.display()
+    );
+    let started = prompt_marker.with_extension("started");
+    let _ = std::fs::remove_file(&started);
+    let mut expansion = Box::pin(client.expand_prompt(&command));
+    // Polled until the upstream is rendering the prompt, then dropped unanswered.
+    tokio::select! {
+        r = &mut expansion => panic!("the prompt answered: {r:?}"),
+        _ = wait_for("the prompt being rendered", Duration::from_secs(10), || started.exists()) => {}
+    }
+    drop(expansion);
+    wait_for(
+        "the upstream to see the prompts/get cancelled",
+        Duration::from_secs(20),
+        || prompt_marker.exists(),
+    )
+    .await;
+    let _ = std::fs::remove_file(&tool_marker);
+    let _ = std::fs::remove_file(&prompt_marker);
+    let _ = std::fs::remove_file(&started);
+    let _ = std::fs::remove_file(&tool_started);
+    let env = call(&catalog, "mcp__fx__echo", json!({"text": "still here"})).await;
+    assert!(text_of(&env).contains("still here"), "{env:?}");
+    close_and_check(&client).await;
+}
+
 struct Native(ToolSpec);
 
 #[async_trait]

@@ -1,20 +1,30 @@
-//! The lean streamable-HTTP call path against a scripted server (axum): a response stream
-//! that ends without the answer fails that call alone, and the connection stays up.
+//! The lean streamable-HTTP call path against scripted servers (axum): a response stream
+//! that ends without the answer fails that call alone, and the connection stays up; progress
+//! after a reconnect reaches only its own call.
 
-use std::time::Duration;
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::Duration,
+};
 
 use axum::{
     Router,
     body::Body,
+    extract::State,
     http::{HeaderMap, StatusCode, header},
     response::{IntoResponse, Response},
     routing::post,
 };
-use quiver_contract::ErrKind;
-use quiver_mcp_adapter::{Liveness, ServerConfig};
+use quiver_contract::{CallContext, ErrKind};
+use quiver_mcp_adapter::{Liveness, ServerConfig, ServerState};
 use serde_json::{Value, json};
 
-use crate::{call, close_and_check, fast_options, ready, start, text_of, within};
+use crate::{
+    call, close_and_check, fast_options, ready, relay::Recorder, start, text_of, wait_for, within,
+};
 
 fn json_reply(id: &Value, result: Value) -> Response {
     let body = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
@@ -29,8 +39,10 @@ fn json_reply(id: &Value, result: Value) -> Response {
         .into_response()
 }
 
-/// A minimal session-era MCP server: tools `ok` (answers) and `cut` (its SSE stream carries
-/// a log message and ends without the answer, with no event id to resume from).
+/// A minimal session-era MCP server: tools `ok` (answers), `cut` (its SSE stream carries
+/// a log message and ends without the answer, with no event id to resume from) and `odd`
+/// (its SSE stream has lines the SSE standard says to ignore or read leniently, then the
+/// answer).
 async fn scripted(_headers: HeaderMap, body: String) -> Response {
     let msg: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
@@ -48,8 +60,24 @@ async fn scripted(_headers: HeaderMap, body: String) -> Response {
             json!({"tools": [
                 {"name": "ok", "description": "Answers.", "inputSchema": {"type": "object"}},
                 {"name": "cut", "description": "Never answers.", "inputSchema": {"type": "object"}},
+                {"name": "odd", "description": "Answers oddly.", "inputSchema": {"type": "object"}},
             ]}),
         ),
+        "tools/call" if msg["params"]["name"] == "odd" => {
+            let answer = json!({"jsonrpc": "2.0", "id": id,
+                "result": {"content": [{"type": "text", "text": "odd but fine"}]}});
+            // An unknown field, a field name without a colon, a repeated id, a retry that
+            // is not a number: each ignored or read leniently by the standard.
+            let body = format!(
+                "foo: bar\ndata\nid: 1\nid: 2\nretry: soon\n\n: comment\nid: 3\ndata: {answer}\n\n"
+            );
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "text/event-stream")],
+                Body::from(body),
+            )
+                .into_response()
+        }
         "tools/call" if msg["params"]["name"] == "ok" => {
             json_reply(&id, json!({"content": [{"type": "text", "text": "fine"}]}))
         }
@@ -71,13 +99,7 @@ async fn scripted(_headers: HeaderMap, body: String) -> Response {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_that_ends_without_the_answer_fails_only_that_call() {
-    let app = Router::new().route(
-        "/mcp",
-        post(scripted).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = scripted_server().await;
     let (catalog, client) = start(
         &[ServerConfig::http("sx", url)
             .with_liveness(Liveness::Off)
@@ -106,5 +128,188 @@ async fn a_stream_that_ends_without_the_answer_fails_only_that_call() {
     assert_eq!(text_of(&env), "fine", "{env:?}");
     let st = client.server_status("sx").unwrap().counters;
     assert_eq!((st.dials, st.drops, st.lean_calls), (1, 0, 2), "{st:?}");
+    close_and_check(&client).await;
+}
+
+async fn scripted_server() -> String {
+    let app = Router::new().route(
+        "/mcp",
+        post(scripted).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unusual_sse_lines_do_not_fail_a_finished_call() {
+    let url = scripted_server().await;
+    let (catalog, client) = start(
+        &[ServerConfig::http("sx", url)
+            .with_liveness(Liveness::Off)
+            .required()],
+        fast_options(),
+    );
+    ready(&client).await;
+    let env = within(
+        Duration::from_secs(30),
+        call(&catalog, "mcp__sx__odd", json!({})),
+    )
+    .await;
+    assert_eq!(text_of(&env), "odd but fine", "{env:?}");
+    let st = client.server_status("sx").unwrap().counters;
+    assert_eq!((st.lean_calls, st.lean_handoffs), (1, 0), "{st:?}");
+    close_and_check(&client).await;
+}
+
+/// A session-era server whose session the test can expire with its re-initialization
+/// refused, so that Quiver's client loses the connection and dials a new one. Tools: `hold`
+/// (an SSE stream that stays open without an answer), `tick` (progress for the call's token
+/// on its stream, then the answer) and `ok`.
+#[derive(Default)]
+struct Expiring {
+    /// Sessions handed out so far (`s1`, `s2`, ...).
+    handed: AtomicU64,
+    /// The session requests must carry (0: none is valid).
+    valid: AtomicU64,
+    refuse_init: AtomicBool,
+    /// Set once a `hold` call is being served.
+    held: AtomicBool,
+}
+
+async fn expiring(
+    State(server): State<Arc<Expiring>>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let msg: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let id = msg.get("id").cloned().unwrap_or(Value::Null);
+    let method = msg["method"].as_str().unwrap_or("");
+    if method == "initialize" {
+        if server.refuse_init.load(Ordering::SeqCst) {
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        }
+        let n = server.handed.fetch_add(1, Ordering::SeqCst) + 1;
+        server.valid.store(n, Ordering::SeqCst);
+        let mut reply = json_reply(
+            &id,
+            json!({
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "expiring", "version": "1"},
+            }),
+        );
+        reply.headers_mut().insert(
+            "mcp-session-id",
+            header::HeaderValue::from_str(&format!("s{n}")).unwrap(),
+        );
+        return reply;
+    }
+    let valid = format!("s{}", server.valid.load(Ordering::SeqCst));
+    if headers.get("mcp-session-id").and_then(|v| v.to_str().ok()) != Some(valid.as_str()) {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    let sse = |body: Body| {
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/event-stream")],
+            body,
+        )
+            .into_response()
+    };
+    match method {
+        "tools/list" => json_reply(
+            &id,
+            json!({"tools": (["hold", "tick", "ok"]
+                .map(|n| json!({"name": n, "inputSchema": {"type": "object"}})))}),
+        ),
+        "tools/call" if msg["params"]["name"] == "hold" => {
+            server.held.store(true, Ordering::SeqCst);
+            sse(Body::from_stream(futures::stream::pending::<
+                Result<String, std::io::Error>,
+            >()))
+        }
+        "tools/call" if msg["params"]["name"] == "tick" => {
+            let token = msg["params"]["_meta"]["progressToken"].clone();
+            let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                "params": {"progressToken": token, "progress": 1, "total": 2, "message": "tick"}});
+            let answer = json!({"jsonrpc": "2.0", "id": id,
+                "result": {"content": [{"type": "text", "text": "ticked"}]}});
+            sse(Body::from(format!(
+                "data: {progress}\n\ndata: {answer}\n\n"
+            )))
+        }
+        "tools/call" | "ping" => {
+            json_reply(&id, json!({"content": [{"type": "text", "text": "fine"}]}))
+        }
+        _ if id.is_null() => StatusCode::ACCEPTED.into_response(),
+        _ => json_reply(&id, json!({})),
+    }
+}
+
+/// A call on the old connection is still in flight (its stream is open) when the client has
+/// reconnected: a call on the new connection gets its own request id and progress token, and
+/// progress on its stream reaches its client, not the old call's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_after_a_reconnect_reaches_only_its_own_call() {
+    let server = Arc::new(Expiring::default());
+    let app = Router::new()
+        .route(
+            "/mcp",
+            post(expiring)
+                .get(|| async { StatusCode::METHOD_NOT_ALLOWED })
+                .delete(|| async { StatusCode::OK }),
+        )
+        .with_state(server.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (catalog, client) = start(
+        &[ServerConfig::http("ex", url)
+            .with_liveness(Liveness::Off)
+            .required()],
+        fast_options(),
+    );
+    ready(&client).await;
+    let call_with = |name: &'static str, channel: Arc<Recorder>| {
+        let entry = catalog.lookup(name).unwrap();
+        async move {
+            let ctx = CallContext::for_session(format!("session-{name}")).with_client(channel);
+            entry.tool.call(json!({}), &ctx).await.unwrap()
+        }
+    };
+    let old_client = Recorder::new(false);
+    let old_call = tokio::spawn(call_with("mcp__ex__hold", old_client.clone()));
+    wait_for("the old call in flight", Duration::from_secs(10), || {
+        server.held.load(Ordering::SeqCst)
+    })
+    .await;
+    // The session expires and cannot be re-initialized: the next call loses the connection.
+    server.refuse_init.store(true, Ordering::SeqCst);
+    server.valid.store(0, Ordering::SeqCst);
+    let env = within(
+        Duration::from_secs(30),
+        call(&catalog, "mcp__ex__ok", json!({})),
+    )
+    .await;
+    assert!(!env.is_ok(), "{env:?}");
+    server.refuse_init.store(false, Ordering::SeqCst);
+    wait_for("the reconnect", Duration::from_secs(30), || {
+        let st = client.server_status("ex").unwrap();
+        st.counters.connects == 2 && st.state == ServerState::Connected
+    })
+    .await;
+    assert!(!old_call.is_finished(), "the old call still waits");
+    let new_client = Recorder::new(false);
+    let env = within(
+        Duration::from_secs(30),
+        call_with("mcp__ex__tick", new_client.clone()),
+    )
+    .await;
+    assert_eq!(text_of(&env), "ticked", "{env:?}");
+    assert_eq!(new_client.seen(), ["progress 1/Some(2.0): tick"]);
+    assert_eq!(old_client.seen(), Vec::<String>::new());
+    old_call.abort();
     close_and_check(&client).await;
 }

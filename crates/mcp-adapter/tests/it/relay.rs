@@ -23,20 +23,20 @@ use crate::{
 
 /// The downstream client as the upstream sees it through Quiver: answers sampling when it
 /// declared it, and records what reached it.
-struct Recorder {
+pub(crate) struct Recorder {
     sampling: bool,
     seen: Mutex<Vec<String>>,
 }
 
 impl Recorder {
-    fn new(sampling: bool) -> Arc<Recorder> {
+    pub(crate) fn new(sampling: bool) -> Arc<Recorder> {
         Arc::new(Recorder {
             sampling,
             seen: Mutex::new(Vec::new()),
         })
     }
 
-    fn seen(&self) -> Vec<String> {
+    pub(crate) fn seen(&self) -> Vec<String> {
         self.seen.lock().unwrap().clone()
     }
 }

@@ -266,8 +266,13 @@ impl Config {
         let mut value = raw.clone();
         interpolate(&mut value, "", env).with_context(|| format!("{origin}: interpolation"))?;
         let substituted = value != raw;
+        // The text's own error keeps its line and column, unless it is about a placeholder
+        // (then the interpolated value is what failed).
+        let about_placeholder = direct
+            .as_ref()
+            .is_some_and(|d| d.to_string().contains("${env:"));
         let config: Config = value.try_into().map_err(|e: toml::de::Error| {
-            if substituted {
+            if substituted && (direct.is_none() || about_placeholder) {
                 // The error is in what a variable put there: name it as it now reads.
                 anyhow::anyhow!(
                     "{origin} (after ${{env:...}} interpolation): {}",
@@ -387,6 +392,11 @@ mod tests {
         check(
             "[[policy.rules]]\nid = \"r\"\ntool = \"add\"\naction = \"block\"\nmessage = \"no\"\n",
             Err("unknown variant `block`"),
+        );
+        // An error away from any placeholder keeps its line, interpolation or not.
+        check(
+            "[store]\npath = \"${env:HOME_DIR}/q.db\"\nretention_days = -3",
+            Err("line 3"),
         );
         // A closed-set word can come from the environment.
         let env_action = |k: &str| (k == "ACT").then(|| "deny".to_owned());

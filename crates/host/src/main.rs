@@ -251,9 +251,39 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                         .context("reading definitions")?
                 }
                 .with_context(|| format!("reading definitions from {}", db.display()))?;
+                // The tools of a configured upstream that is not connected now cannot be
+                // compared: they are left out (and said so), not reported as removed.
+                let down: Vec<(String, String)> = app
+                    .mcp
+                    .status()
+                    .into_iter()
+                    .filter(|s| !matches!(s.state, quiver_mcp_adapter::ServerState::Connected))
+                    .map(|s| (s.name.clone(), format!("{:?}", s.state).to_lowercase()))
+                    .collect();
+                let unchecked = |d: &quiver_registry::ToolDefinition| {
+                    d.tool_type == quiver_registry::ToolType::Mcp
+                        && down
+                            .iter()
+                            .any(|(name, _)| d.implementation.starts_with(&format!("mcp:{name}:")))
+                };
+                for (name, state) in &down {
+                    let n = defs
+                        .iter()
+                        .filter(|d| {
+                            d.deleted_at.is_none()
+                                && unchecked(d)
+                                && d.implementation.starts_with(&format!("mcp:{name}:"))
+                        })
+                        .count();
+                    if n > 0 {
+                        println!(
+                            "{name}: [note] {n} stored tool(s) not checked: the server is {state}"
+                        );
+                    }
+                }
                 let stored_specs: Vec<_> = defs
                     .iter()
-                    .filter(|d| d.deleted_at.is_none())
+                    .filter(|d| d.deleted_at.is_none() && !unchecked(d))
                     .map(|d| d.to_spec())
                     .collect();
                 let current: Vec<_> = app.catalog.tools().iter().map(|e| e.spec.clone()).collect();

@@ -78,7 +78,9 @@ pub fn parse_mcp_servers(text: &str, origin: &str) -> anyhow::Result<Vec<ServerC
         for key in e.other.keys() {
             // A near miss of a key Quiver reads is a typo, unless another client uses it.
             if !FOREIGN.contains(&key.as_str())
-                && let Some((known, _)) = quiver_registry::did_you_mean(key, KEYS, 1).first()
+                && let Some(known) = KEYS
+                    .iter()
+                    .find(|k| key.len() >= 3 && strsim::damerau_levenshtein(key, k) <= 1)
             {
                 bail!("{origin}: server {name:?}: unknown key {key:?}; did you mean {known:?}?");
             }
@@ -170,7 +172,8 @@ mod tests {
     fn other_clients_keys_are_ignored() {
         let text = r#"{"mcpServers": {
             "fs": {"command": "x", "alwaysAllow": ["read"], "autoApprove": [], "timeout": 60,
-                   "envFile": "${workspaceFolder}/.env", "description": "files"}
+                   "envFile": "${workspaceFolder}/.env", "description": "files",
+                   "comment": "mine", "enabled": true, "headersHelper": "h", "serverUrl": "u"}
         }}"#;
         let servers = parse_mcp_servers(text, "c.json").unwrap();
         assert_eq!(servers.len(), 1);

@@ -422,6 +422,8 @@ impl Dispatcher {
         let ran: Vec<&str> = calls
             .iter()
             .filter(|c| match (&c.err_kind, &c.hint_kind) {
+                // Refused before running: unknown, forbidden, denied, looping, too large or
+                // too deep (the `Other` kinds are the dispatcher's own refusals).
                 (Some(k), _) => !matches!(
                     k,
                     ErrKind::UndefinedTool
@@ -429,6 +431,7 @@ impl Dispatcher {
                         | ErrKind::PolicyDenied
                         | ErrKind::LoopGuard
                         | ErrKind::NotAvailable
+                        | ErrKind::Other(_)
                 ),
                 (None, Some(h)) => *h != HintKind::Schema,
                 (None, None) => true,

@@ -187,8 +187,41 @@ pub(crate) fn prepare(
     location: &str,
     alone: bool,
 ) -> Result<OpenReport, StoreError> {
-    // The version is read inside the write transaction: two processes opening a new
-    // database at once would otherwise both see version 0 and both run migration 1.
+    // The crash check reads outside the write transaction (a long integrity check must not
+    // hold other openers' writes); the version that decides the migrations is read again
+    // inside it: two processes opening a new database at once would otherwise both see
+    // version 0 and both run migration 1.
+    let before: u32 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .at(location)?;
+    if before > SCHEMA_VERSION {
+        return Err(StoreError::TooNew {
+            location: location.to_owned(),
+            found: before,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    let crash_check = if before == 0 {
+        CrashCheck::NewDatabase
+    } else if !alone {
+        CrashCheck::Shared
+    } else {
+        let clean: Option<String> = conn
+            .query_row(
+                "SELECT value FROM quiver_meta WHERE key = ?1",
+                [CLEAN_SHUTDOWN],
+                |r| r.get(0),
+            )
+            .optional()
+            .at(location)?;
+        if clean.is_some() {
+            CrashCheck::CleanShutdown
+        } else {
+            tracing::warn!(%location, "the last shutdown was not clean: checking integrity");
+            integrity_check(conn, location)?;
+            CrashCheck::Passed
+        }
+    };
     let tx = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
         .at(location)?;
@@ -202,27 +235,6 @@ pub(crate) fn prepare(
             supported: SCHEMA_VERSION,
         });
     }
-    let crash_check = if found == 0 {
-        CrashCheck::NewDatabase
-    } else if !alone {
-        CrashCheck::Shared
-    } else {
-        let clean: Option<String> = tx
-            .query_row(
-                "SELECT value FROM quiver_meta WHERE key = ?1",
-                [CLEAN_SHUTDOWN],
-                |r| r.get(0),
-            )
-            .optional()
-            .at(location)?;
-        if clean.is_some() {
-            CrashCheck::CleanShutdown
-        } else {
-            tracing::warn!(%location, "the last shutdown was not clean: checking integrity");
-            integrity_check(&tx, location)?;
-            CrashCheck::Passed
-        }
-    };
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
         tx.execute_batch(sql).map_err(|e| StoreError::Backend {
             location: location.to_owned(),
@@ -290,21 +302,28 @@ impl Holders {
         }
         let mut lock_path = path.as_os_str().to_owned();
         lock_path.push("-lock");
-        let file = std::fs::OpenOptions::new()
+        // A lock needs only a descriptor: read-only when the file is someone else's. If it
+        // cannot be had at all (no such file system support), the database still opens,
+        // as the only holder, as it did before there was a lock.
+        let opened = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&lock_path)
-            .map_err(|e| StoreError::Unavailable {
-                location: location.to_owned(),
-                cause: format!("cannot open {}: {e}", Path::new(&lock_path).display()),
-            })?;
+            .or_else(|_| std::fs::File::open(&lock_path));
+        let file = match opened {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(%location, error = %e, "no holders lock file: the crash check cannot tell other processes apart");
+                return Ok((Holders { file: None }, true));
+            }
+        };
         let alone = file.try_lock().is_ok();
         // Exclusive (alone) or not, everyone then holds it shared.
-        file.lock_shared().map_err(|e| StoreError::Unavailable {
-            location: location.to_owned(),
-            cause: format!("cannot lock {}: {e}", Path::new(&lock_path).display()),
-        })?;
+        if let Err(e) = file.lock_shared() {
+            tracing::warn!(%location, error = %e, "cannot lock the holders file: the crash check cannot tell other processes apart");
+            return Ok((Holders { file: None }, true));
+        }
         Ok((Holders { file: Some(file) }, alone))
     }
 

@@ -36,6 +36,11 @@ impl Surface {
                     Err(RecvError::Closed) => break,
                 };
                 let Some(surface) = weak.upgrade() else { break };
+                // A session dropped from memory since (or ended) keeps what the store has:
+                // its last change was written when it happened.
+                if !surface.holds(&session) {
+                    continue;
+                }
                 let current = surface.persisted_set(&session);
                 drop(surface);
                 if let Err(e) = sync(&*store, &session, current).await {

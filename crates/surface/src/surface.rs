@@ -500,6 +500,9 @@ impl Surface {
         if names.is_empty() {
             return;
         }
+        // The session exists from here on, so dropping it (see `max_sessions`) drops what
+        // it holds too.
+        self.with_session(session, |_| ());
         let mut pending = lock(&self.pending);
         let held = pending.entry(session.into()).or_default();
         for n in names {
@@ -507,6 +510,12 @@ impl Surface {
                 held.push(n);
             }
         }
+    }
+
+    /// Whether the surface holds the session in memory (it may have dropped it, see
+    /// `max_sessions`: its stored set is then left as it is).
+    pub fn holds(&self, session: &str) -> bool {
+        lock(&self.sessions).contains_key(session)
     }
 
     /// What persists for the session: its working set (most recent first), then the
@@ -749,7 +758,7 @@ impl Surface {
         let mut out: Vec<String> = Vec::new();
         let mut names: Option<Vec<String>> = None;
         for p in &self.config.agentic_allow {
-            if p.ends_with('*') {
+            if p.contains('*') {
                 let all = names.get_or_insert_with(|| self.catalog.names());
                 out.extend(all.iter().filter(|n| pattern_matches(p, n)).cloned());
             } else {
@@ -988,13 +997,14 @@ impl Surface {
         store: &dyn crate::ports::SessionStore,
     ) -> bool {
         {
+            // Lock order everywhere: sessions, pending, restored.
+            let sessions = lock(&self.sessions);
             let mut restored = lock(&self.restored);
             if restored.contains(session) {
                 return false;
             }
             // Keys restored with nothing stored hold no session: bound them too.
             if restored.len() >= 2 * self.config.max_sessions {
-                let sessions = lock(&self.sessions);
                 restored.retain(|k| sessions.contains_key(k));
             }
             restored.insert(session.into());

@@ -361,6 +361,33 @@ fn serve_records_upstream_definitions_for_check_against() {
         text.contains("mcp__fake__t: [breaking: removed_field] field `city` was removed"),
         "{text}"
     );
+
+    // The upstream cannot start now: its stored tools are not checked, not "removed".
+    std::fs::write(
+        dir.join("mcp.json"),
+        serde_json::json!({"mcpServers": {"fake": {"command": "python3", "args": ["-c", "raise SystemExit(3)"]}}})
+            .to_string(),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args([
+            "--mcp-config",
+            "mcp.json",
+            "check",
+            "--against",
+            "before.db",
+        ])
+        .current_dir(&dir)
+        .env("QUIVER_LOG", "error")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("fake: [note] 1 stored tool(s) not checked"),
+        "{text}"
+    );
+    assert!(!text.contains("removed_tool"), "{text}");
+    assert!(text.contains("0 breaking change(s)"), "{text}");
 }
 
 /// A `requires_prior` rule holds across a restart: the key's earlier calls come back from

@@ -177,7 +177,7 @@ async fn end_session(direct: &Direct, request: Request) -> Response {
     if response.status().is_success()
         && let Some(entry) = sid.and_then(|sid| direct.shared.direct.get(&sid))
     {
-        entry.conn.closed.cancel();
+        entry.conn.deleted.cancel();
     }
     response
 }
@@ -341,7 +341,7 @@ async fn serve_call(
     shared.restore_once(&scope.key).await;
     let input = params.arguments.map(Value::Object).unwrap_or(Value::Null);
     // Cancelled by the client's notifications/cancelled, or when its session ends.
-    let client = entry.conn.closed.child_token();
+    let client = entry.conn.deleted.child_token();
     lock(&entry.conn.in_flight).insert(id.clone(), client.clone());
     // Removes the id when the call ends or the client goes away (this future dropped);
     // dropping also cancels the call's token, as a stream the client dropped does.

@@ -94,6 +94,10 @@ pub(crate) struct Connection {
     watching: std::sync::atomic::AtomicBool,
     /// Cancelled when the handler is dropped (the session ended).
     pub(crate) closed: CancellationToken,
+    /// Cancelled when the client ends the session (`DELETE`): its calls still running are
+    /// cancelled then. Not on rmcp's idle timeout, which can drop the handler while a long
+    /// direct-path call (which rmcp does not see) still runs for a connected client.
+    pub(crate) deleted: CancellationToken,
     /// The level the client set with `logging/setLevel`.
     pub(crate) log_level: Mutex<Option<LoggingLevel>>,
     /// The resource URIs this session subscribed to.
@@ -174,6 +178,7 @@ impl Handler {
                 session_keys: Mutex::new(HashSet::new()),
                 watching: std::sync::atomic::AtomicBool::new(false),
                 closed: CancellationToken::new(),
+                deleted: CancellationToken::new(),
                 log_level: Mutex::new(None),
                 subscriptions: Mutex::new(HashSet::new()),
                 relaying: std::sync::atomic::AtomicBool::new(false),
@@ -275,7 +280,7 @@ impl Handler {
             _ => {
                 // Cancelled by the client (`notifications/cancelled`, its stream gone) or
                 // when its session ends (`DELETE`).
-                let cancel = self.conn.closed.child_token();
+                let cancel = self.conn.deleted.child_token();
                 let done = start(peer_channel, cancel.clone(), progress_state);
                 let client = context.ct.clone();
                 let done = async move {

@@ -42,6 +42,23 @@ fn check(mode: Mode, expect: &str) {
     assert_eq!(line(&got), expect, "mode {}", mode.as_str());
 }
 
+/// The agentic allow-list takes `*` anywhere in a pattern, not only at the end.
+#[test]
+fn the_agentic_allow_list_takes_a_star_anywhere() {
+    let config = SurfaceConfig::default().with_agentic_allow(&["*_file", "s*l"]);
+    let specs = vec![
+        ro("read_file", "Reads a file."),
+        rw("write_file", "Writes a file."),
+        rw("send_mail", "Sends an email."),
+        ro("grep", "Searches text."),
+    ];
+    let fx = Fixture::new(config, specs, &[]);
+    assert_eq!(
+        line(&fx.names("s", Mode::Agentic)),
+        "tool_search describe_tool read_file write_file send_mail"
+    );
+}
+
 #[test]
 fn each_mode_composes_its_own_list() {
     // chat: floor ∪ working set, minus agentic-only (and plan-only is never listed outside plan).

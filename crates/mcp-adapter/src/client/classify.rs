@@ -16,7 +16,8 @@ use super::upstream::DialError;
 pub(crate) enum Class {
     /// The peer answered with a JSON-RPC error: the connection is fine.
     Peer,
-    /// The request timed out (rmcp already sent `notifications/cancelled`).
+    /// The request timed out (`ServiceError::Timeout`: a send that did not complete in time;
+    /// an unanswered call is told `notifications/cancelled` where it waits, `upstream::wait`).
     Timeout,
     /// The connection is gone and the request surely did not go out (refused, a write into
     /// a closed pipe): safe to send again on a new connection.

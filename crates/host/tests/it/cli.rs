@@ -209,43 +209,25 @@ async fn check_against_a_database_reports_breaking_changes() {
     assert!(text.contains("2 breaking change(s)"), "{text}");
 }
 
-/// A minimal stdio MCP server (newline-delimited JSON-RPC) whose one tool has a schema that
-/// does not compile (`"type": "strin"`).
-const BROKEN_SCHEMA_SERVER: &str = r#"
-import json, sys
-for line in sys.stdin:
-    msg = json.loads(line)
-    if "id" not in msg:
-        continue
-    method = msg.get("method")
-    if method == "initialize":
-        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                  "serverInfo": {"name": "broken", "version": "1"}}
-    elif method == "tools/list":
-        result = {"tools": [{"name": "typo", "description": "Has a typo in its schema. Use it never.",
-                             "inputSchema": {"type": "object", "properties": {"x": {"type": "strin", "description": "x"}}}}]}
-    else:
-        result = {}
-    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
-"#;
-
 #[test]
 fn check_counts_a_refused_definition_and_needs_an_existing_database() {
     let dir = workdir("refused");
-    std::fs::write(dir.join("broken.py"), BROKEN_SCHEMA_SERVER).unwrap();
+    // Its one tool's schema does not compile (`"type": "strin"`).
+    let server = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/one_tool_server.py"
+    );
     std::fs::write(
         dir.join("mcp.json"),
-        serde_json::json!({"mcpServers": {"broken": {"command": "python3", "args": [dir.join("broken.py")]}}})
-            .to_string(),
+        serde_json::json!({"mcpServers": {"broken": {"command": "python3", "args": [server],
+            "env": {"TYPE": "strin"}}}})
+        .to_string(),
     )
     .unwrap();
     let out = quiver_in(&dir, &["--mcp-config", "mcp.json", "check"]);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{text}");
-    assert!(
-        text.contains("mcp__broken__typo: [not registered]"),
-        "{text}"
-    );
+    assert!(text.contains("mcp__broken__t: [not registered]"), "{text}");
     assert!(text.contains("1 not registered"), "{text}");
 
     let missing = quiver_in(&dir, &["check", "--against", "no-such.db"]);

@@ -286,26 +286,25 @@ fn readiness_reports_a_failing_execution_log() {
     assert_eq!(ready, (200, r#"{"status":"ready"}"#.to_owned()));
 }
 
-/// A minimal stdio MCP server with one tool `t` whose one property is named by `FIELD`.
-const FIELD_SERVER: &str = r#"
-import json, os, sys
-field = os.environ["FIELD"]
-for line in sys.stdin:
-    msg = json.loads(line)
-    if "id" not in msg:
-        continue
-    method = msg.get("method")
-    if method == "initialize":
-        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
-                  "serverInfo": {"name": "fake", "version": "1"}}
-    elif method == "tools/list":
-        result = {"tools": [{"name": "t", "description": "Takes one field. Use it in tests.",
-                             "inputSchema": {"type": "object", "required": [field],
-                                             "properties": {field: {"type": "string", "description": "f"}}}}]}
-    else:
-        result = {}
-    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
-"#;
+/// `quiver --mcp-config mcp.json check --against before.db` in `dir`: exit code, stdout.
+fn check_against(dir: &std::path::Path) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args([
+            "--mcp-config",
+            "mcp.json",
+            "check",
+            "--against",
+            "before.db",
+        ])
+        .current_dir(dir)
+        .env("QUIVER_LOG", "error")
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
 
 /// `quiver serve` records its upstreams' tool definitions, so `quiver check --against`
 /// reports a breaking change in an upstream's tool (here a renamed required field).
@@ -314,10 +313,13 @@ fn serve_records_upstream_definitions_for_check_against() {
     let dir = std::env::temp_dir().join(format!("quiver-serve-defs-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("fake.py"), FIELD_SERVER).unwrap();
+    let server = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/one_tool_server.py"
+    );
     let config = |field: &str| {
         serde_json::json!({"mcpServers": {"fake": {"command": "python3",
-            "args": [dir.join("fake.py")], "env": {"FIELD": field}}}})
+            "args": [server], "env": {"FIELD": field}}}})
         .to_string()
     };
     std::fs::write(dir.join("mcp.json"), config("city")).unwrap();
@@ -343,20 +345,8 @@ fn serve_records_upstream_definitions_for_check_against() {
 
     std::fs::write(dir.join("mcp.json"), config("town")).unwrap();
     std::fs::copy(dir.join("quiver.db"), dir.join("before.db")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_quiver"))
-        .args([
-            "--mcp-config",
-            "mcp.json",
-            "check",
-            "--against",
-            "before.db",
-        ])
-        .current_dir(&dir)
-        .env("QUIVER_LOG", "error")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    let (code, text) = check_against(&dir);
+    assert_eq!(code, Some(1), "{text}");
     assert!(
         text.contains("mcp__fake__t: [breaking: removed_field] field `city` was removed"),
         "{text}"
@@ -369,25 +359,14 @@ fn serve_records_upstream_definitions_for_check_against() {
             .to_string(),
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_quiver"))
-        .args([
-            "--mcp-config",
-            "mcp.json",
-            "check",
-            "--against",
-            "before.db",
-        ])
-        .current_dir(&dir)
-        .env("QUIVER_LOG", "error")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (code, text) = check_against(&dir);
     assert!(
         text.contains("fake: [note] 1 stored tool(s) not checked"),
         "{text}"
     );
     assert!(!text.contains("removed_tool"), "{text}");
     assert!(text.contains("0 breaking change(s)"), "{text}");
+    assert_eq!(code, Some(0), "{text}");
 }
 
 /// A `requires_prior` rule holds across a restart: the key's earlier calls come back from

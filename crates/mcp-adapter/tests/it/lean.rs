@@ -99,14 +99,7 @@ async fn scripted(_headers: HeaderMap, body: String) -> Response {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_that_ends_without_the_answer_fails_only_that_call() {
-    let url = scripted_server().await;
-    let (catalog, client) = start(
-        &[ServerConfig::http("sx", url)
-            .with_liveness(Liveness::Off)
-            .required()],
-        fast_options(),
-    );
-    ready(&client).await;
+    let (catalog, client) = scripted_client().await;
     let env = within(
         Duration::from_secs(30),
         call(&catalog, "mcp__sx__cut", json!({})),
@@ -131,6 +124,22 @@ async fn a_stream_that_ends_without_the_answer_fails_only_that_call() {
     close_and_check(&client).await;
 }
 
+/// A client with the scripted server as its one upstream `sx`, connected.
+async fn scripted_client() -> (
+    std::sync::Arc<quiver_registry::Catalog>,
+    quiver_mcp_adapter::McpClient,
+) {
+    let url = scripted_server().await;
+    let (catalog, client) = start(
+        &[ServerConfig::http("sx", url)
+            .with_liveness(Liveness::Off)
+            .required()],
+        fast_options(),
+    );
+    ready(&client).await;
+    (catalog, client)
+}
+
 async fn scripted_server() -> String {
     let app = Router::new().route(
         "/mcp",
@@ -144,14 +153,7 @@ async fn scripted_server() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unusual_sse_lines_do_not_fail_a_finished_call() {
-    let url = scripted_server().await;
-    let (catalog, client) = start(
-        &[ServerConfig::http("sx", url)
-            .with_liveness(Liveness::Off)
-            .required()],
-        fast_options(),
-    );
-    ready(&client).await;
+    let (catalog, client) = scripted_client().await;
     let env = within(
         Duration::from_secs(30),
         call(&catalog, "mcp__sx__odd", json!({})),

@@ -7,6 +7,19 @@ use quiver_surface::{
 
 use crate::support::{Fixture, ro};
 
+/// The names `store` holds for `session`, sorted.
+async fn stored(store: &dyn SessionStore, session: &str) -> Vec<String> {
+    let mut names: Vec<String> = store
+        .working_set(session)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.tool)
+        .collect();
+    names.sort();
+    names
+}
+
 #[tokio::test]
 async fn working_sets_are_mirrored_to_the_store_and_restored() {
     let specs = vec![ro("alpha", "A."), ro("beta", "B."), ro("gamma", "C.")];
@@ -20,15 +33,7 @@ async fn working_sets_are_mirrored_to_the_store_and_restored() {
         .await
         .unwrap()
         .unwrap();
-    let mut stored: Vec<String> = store
-        .working_set("s")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.tool)
-        .collect();
-    stored.sort();
-    assert_eq!(stored, vec!["alpha", "beta"]);
+    assert_eq!(stored(&*store, "s").await, vec!["alpha", "beta"]);
 
     // A new process: a fresh surface over the same store gets the session back, recency kept.
     let fx2 = Fixture::new(SurfaceConfig::default(), specs, &[]);
@@ -77,15 +82,7 @@ async fn a_restored_name_waits_for_its_tool_to_register() {
         .await
         .unwrap()
         .unwrap();
-    let mut stored: Vec<String> = store
-        .working_set("s")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|e| e.tool)
-        .collect();
-    stored.sort();
-    assert_eq!(stored, vec!["alpha", "late"]);
+    assert_eq!(stored(&*store, "s").await, vec!["alpha", "late"]);
 
     let mut updates = fx.surface.index_updates();
     fx.catalog

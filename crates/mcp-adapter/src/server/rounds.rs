@@ -20,7 +20,8 @@
 //! client never comes back for is cancelled after
 //! [`ServerOptions::input_wait`](super::ServerOptions); the call's own timeout keeps running
 //! while it waits, so the shorter of the two ends it. At most [`MAX_PARKED`] calls wait at
-//! once, [`MAX_PARKED_PER_OWNER`] per owner; beyond that a tool's request is refused in
+//! once, [`MAX_PARKED_PER_OWNER`] per owner and [`MAX_PARKED_PER_TOKEN`] per token over all
+//! its working-set keys; beyond that a tool's request is refused in
 //! words. Log and progress notifications of such a call go to the request of the current
 //! round, which also carries its own progress heartbeat.
 //!
@@ -66,6 +67,9 @@ pub(crate) const MAX_PARKED: usize = 1024;
 
 /// Most calls of one [`Owner`] that may wait for client input at once.
 pub(crate) const MAX_PARKED_PER_OWNER: usize = 32;
+
+/// Most calls of one token (over all its working-set keys) that may wait at once.
+pub(crate) const MAX_PARKED_PER_TOKEN: usize = 256;
 
 /// Whose call it is: a retry must come from the same.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -434,9 +438,16 @@ impl Rounds {
     /// too many calls wait already.
     fn park(self: &Arc<Self>, mut run: Running) -> Result<String, Box<Running>> {
         let mut parked = lock(&self.parked);
-        let owner_full =
-            || parked.values().filter(|p| p.run.owner == run.owner).count() >= MAX_PARKED_PER_OWNER;
-        if parked.len() >= MAX_PARKED || owner_full() {
+        // Per key, and per token across its keys (keys are client-chosen: one token must not
+        // fill the table by varying them).
+        let same_token = |p: &Parked| {
+            run.owner.principal.is_some() && p.run.owner.principal == run.owner.principal
+        };
+        let owner_full = |parked: &HashMap<String, Parked>| {
+            parked.values().filter(|p| p.run.owner == run.owner).count() >= MAX_PARKED_PER_OWNER
+                || parked.values().filter(|p| same_token(p)).count() >= MAX_PARKED_PER_TOKEN
+        };
+        if parked.len() >= MAX_PARKED || owner_full(&parked) {
             // Calls that ended while their client stayed away (their own timeout, say) make
             // room once they have kept their result for a while.
             let now = tokio::time::Instant::now();
@@ -449,9 +460,14 @@ impl Rounds {
             });
         }
         let mine = parked.values().filter(|p| p.run.owner == run.owner).count();
+        let token = parked.values().filter(|p| same_token(p)).count();
         let full = if parked.len() >= MAX_PARKED {
             Some(format!(
                 "{MAX_PARKED} calls already wait for their clients' input"
+            ))
+        } else if token >= MAX_PARKED_PER_TOKEN {
+            Some(format!(
+                "{MAX_PARKED_PER_TOKEN} calls of this token already wait for input; answer or cancel those first"
             ))
         } else if mine >= MAX_PARKED_PER_OWNER {
             Some(format!(
@@ -940,6 +956,42 @@ mod tests {
             CallToolResponse::InputRequired(_)
         ));
         assert_eq!(rounds.len(), MAX_PARKED_PER_OWNER + 1);
+    }
+
+    /// A token that varies its working-set key (client-chosen) still has one share.
+    #[tokio::test]
+    async fn one_token_cannot_park_more_than_its_share_by_varying_keys() {
+        let rounds = Arc::new(Rounds::new(Duration::from_secs(60)));
+        let ct = CancellationToken::new();
+        let of = |token: &str, key: String| Owner {
+            key: Arc::from(key),
+            principal: Some(Arc::from(token)),
+            tenant: None,
+        };
+        for i in 0..MAX_PARKED_PER_TOKEN {
+            let (run, _) = asks_then_waits(of("greedy", format!("k{i}")));
+            assert!(matches!(
+                rounds.drive(run, &ct, None).await.unwrap(),
+                CallToolResponse::InputRequired(_)
+            ));
+        }
+        let (mut run, seen) = eliciting(elicit_only(), Arc::new(Notes::default()));
+        run.owner = of("greedy", "a-new-key".into());
+        let CallToolResponse::Complete(done) = rounds.drive(run, &ct, None).await.unwrap() else {
+            panic!("not parked");
+        };
+        assert!(
+            text(&done).contains("calls of this token already wait for input"),
+            "{}",
+            text(&done)
+        );
+        assert!(matches!(seen.await, Ok(Some(ChannelError::Unsupported(_)))));
+        // Another token still can.
+        let (run, _) = asks_then_waits(of("modest", "k0".into()));
+        assert!(matches!(
+            rounds.drive(run, &ct, None).await.unwrap(),
+            CallToolResponse::InputRequired(_)
+        ));
     }
 
     /// Calls that ended while parked (their own timeout, say) make room for new ones once

@@ -182,13 +182,24 @@ async fn cancellation_answers_and_keeps_the_connection(http: bool) {
     let base = client.server_status("fx").unwrap().counters.calls;
     let marker =
         std::env::temp_dir().join(format!("quiver-mcp-cancel-{}-{http}", std::process::id()));
+    let started = marker.with_extension("started");
     let _ = std::fs::remove_file(&marker);
+    let _ = std::fs::remove_file(&started);
     let input = json!({"seconds": 30, "marker": marker.display().to_string()});
     let task = tokio::spawn(async move { entry.tool.call(input, &ctx).await });
     wait_for("the call in flight", Duration::from_secs(10), || {
         client.server_status("fx").unwrap().counters.calls == base + 1
     })
     .await;
+    // The upstream's handler runs (the Python SDK ignores a cancellation that arrives before
+    // the handler has started).
+    wait_for(
+        "the upstream to run the call",
+        Duration::from_secs(10),
+        || started.exists(),
+    )
+    .await;
+    let _ = std::fs::remove_file(&started);
     cancel.cancel();
     let env = within(Duration::from_secs(5), task).await.unwrap().unwrap();
     assert_eq!(env.err_kind(), Some(&ErrKind::Cancelled), "{env:?}");

@@ -128,3 +128,29 @@ async fn the_least_used_working_sets_leave_memory_and_come_back_from_the_store()
     );
     assert_eq!(fx.surface.session_keys().len(), 3, "still at most three");
 }
+
+/// A session dropped from memory (beyond `max_sessions`) before the mirror got to its last
+/// change keeps what the store has: the mirror does not write it as empty.
+#[tokio::test]
+async fn a_session_dropped_from_memory_is_not_written_empty() {
+    let config = SurfaceConfig::default().with_max_sessions(1);
+    let fx = Fixture::new(config, vec![ro("alpha", "A."), ro("beta", "B.")], &[]);
+    let store = Arc::new(MemorySessionStore::default());
+    let mut written = fx.surface.spawn_persistence(store.clone());
+    fx.surface.page_in("a", &["alpha"]);
+    tokio::time::timeout(Duration::from_secs(10), written.wait_for(|n| *n >= 1))
+        .await
+        .unwrap()
+        .unwrap();
+    // On this (current-thread) runtime the mirror runs only at the next await: `a` changes
+    // and is dropped (for `b`) before the mirror sees its change.
+    fx.surface.page_in("a", &["beta"]);
+    fx.surface.page_in("b", &["alpha"]);
+    assert!(!fx.surface.holds("a"));
+    tokio::time::timeout(Duration::from_secs(10), written.wait_for(|n| *n >= 2))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored(&*store, "b").await, vec!["alpha"]);
+    assert_eq!(stored(&*store, "a").await, vec!["alpha"], "not wiped");
+}

@@ -72,116 +72,112 @@ pub(crate) struct Config {
     pub(crate) retry_backoff: Duration,
 }
 
-/// Takes one message: a row joins the pending batch (committed at `batch_max`); a flush, an
-/// operation or a close commits what is pending first.
-fn handle(
-    msg: Msg,
-    conn: &mut Connection,
-    pending: &mut Vec<CallRecord>,
-    stats: &Stats,
-    cfg: &Config,
-    rx: &mut mpsc::Receiver<Msg>,
-    closing: &mut Option<oneshot::Sender<Result<(), StoreError>>>,
-) {
-    match msg {
-        Msg::Record(r) => {
-            pending.push(r);
-            if pending.len() >= cfg.batch_max {
-                commit(conn, pending, stats, cfg);
+/// The writer thread's state: its connection and channel, and what it holds between
+/// messages.
+struct Writer {
+    conn: Connection,
+    rx: mpsc::Receiver<Msg>,
+    stats: Arc<Stats>,
+    cfg: Config,
+    /// Rows waiting for their commit.
+    pending: Vec<CallRecord>,
+    /// Set by `Close`: where to answer once everything queued is written.
+    closing: Option<oneshot::Sender<Result<(), StoreError>>>,
+}
+
+impl Writer {
+    fn commit(&mut self) {
+        commit(&mut self.conn, &mut self.pending, &self.stats, &self.cfg);
+    }
+
+    /// Takes one message: a row joins the pending batch (committed at `batch_max`); a
+    /// flush, an operation or a close commits what is pending first.
+    fn handle(&mut self, msg: Msg) {
+        match msg {
+            Msg::Record(r) => {
+                self.pending.push(r);
+                if self.pending.len() >= self.cfg.batch_max {
+                    self.commit();
+                }
             }
-        }
-        Msg::Flush(reply) => {
-            commit(conn, pending, stats, cfg);
-            let _ = reply.send(());
-        }
-        Msg::Probe => {
-            stats.probe_queued.store(false, Ordering::Relaxed);
-            commit(conn, pending, stats, cfg);
-            if stats.failing.load(Ordering::Relaxed) {
-                // A real commit (not just a lock): a full disk shows only when pages are
-                // written.
-                match mark_probe(conn, micros(SystemTime::now())) {
-                    Ok(()) => {
-                        stats.failing.store(false, Ordering::Relaxed);
-                        tracing::info!(location = %cfg.location, "the execution log takes writes again");
-                    }
-                    Err(e) => {
-                        tracing::debug!(location = %cfg.location, error = %e, "the execution log still cannot be written");
+            Msg::Flush(reply) => {
+                self.commit();
+                let _ = reply.send(());
+            }
+            Msg::Probe => {
+                self.stats.probe_queued.store(false, Ordering::Relaxed);
+                self.commit();
+                if self.stats.failing.load(Ordering::Relaxed) {
+                    // A real commit (not just a lock): a full disk shows only when pages are
+                    // written.
+                    match mark_probe(&self.conn, micros(SystemTime::now())) {
+                        Ok(()) => {
+                            self.stats.failing.store(false, Ordering::Relaxed);
+                            tracing::info!(location = %self.cfg.location, "the execution log takes writes again");
+                        }
+                        Err(e) => {
+                            tracing::debug!(location = %self.cfg.location, error = %e, "the execution log still cannot be written");
+                        }
                     }
                 }
             }
-        }
-        Msg::Op(op) => {
-            commit(conn, pending, stats, cfg);
-            op(conn);
-        }
-        Msg::Close(reply) => {
-            // Refuse new messages; those already queued are still drained.
-            rx.close();
-            *closing = Some(reply);
+            Msg::Op(op) => {
+                self.commit();
+                op(&mut self.conn);
+            }
+            Msg::Close(reply) => {
+                // Refuse new messages; those already queued are still drained.
+                self.rx.close();
+                self.closing = Some(reply);
+            }
         }
     }
-}
 
-/// Handles `first` and every message queued behind it.
-fn drain(
-    first: Msg,
-    conn: &mut Connection,
-    pending: &mut Vec<CallRecord>,
-    stats: &Stats,
-    cfg: &Config,
-    rx: &mut mpsc::Receiver<Msg>,
-    closing: &mut Option<oneshot::Sender<Result<(), StoreError>>>,
-) {
-    let mut next = Some(first);
-    while let Some(msg) = next {
-        handle(msg, conn, pending, stats, cfg, rx, closing);
-        next = rx.try_recv().ok();
+    /// Handles `first` and every message queued behind it.
+    fn drain(&mut self, first: Msg) {
+        let mut next = Some(first);
+        while let Some(msg) = next {
+            self.handle(msg);
+            next = self.rx.try_recv().ok();
+        }
     }
 }
 
 /// The writer thread's body.
 pub(crate) fn run(
-    mut conn: Connection,
-    mut rx: mpsc::Receiver<Msg>,
+    conn: Connection,
+    rx: mpsc::Receiver<Msg>,
     stats: Arc<Stats>,
     cfg: Config,
     holders: Holders,
 ) {
-    let mut pending: Vec<CallRecord> = Vec::with_capacity(cfg.batch_max);
-    let mut closing: Option<oneshot::Sender<Result<(), StoreError>>> = None;
-    while let Some(first) = rx.blocking_recv() {
-        drain(
-            first,
-            &mut conn,
-            &mut pending,
-            &stats,
-            &cfg,
-            &mut rx,
-            &mut closing,
-        );
-        while !pending.is_empty() && closing.is_none() && !cfg.linger.is_zero() {
+    let mut w = Writer {
+        pending: Vec::with_capacity(cfg.batch_max),
+        conn,
+        rx,
+        stats,
+        cfg,
+        closing: None,
+    };
+    while let Some(first) = w.rx.blocking_recv() {
+        w.drain(first);
+        while !w.pending.is_empty() && w.closing.is_none() && !w.cfg.linger.is_zero() {
             // Rows are waiting: let more queue up for a linger without each one waking this
             // thread; those that came meanwhile join the same commit. The thread parks on the
             // channel again only when nothing is queued after a commit.
-            std::thread::sleep(cfg.linger);
-            let Ok(next) = rx.try_recv() else { break };
-            drain(
-                next,
-                &mut conn,
-                &mut pending,
-                &stats,
-                &cfg,
-                &mut rx,
-                &mut closing,
-            );
-            commit(&mut conn, &mut pending, &stats, &cfg);
+            std::thread::sleep(w.cfg.linger);
+            let Ok(next) = w.rx.try_recv() else { break };
+            w.drain(next);
+            w.commit();
         }
-        commit(&mut conn, &mut pending, &stats, &cfg);
+        w.commit();
         // After Close the channel refuses new messages; `blocking_recv` still returns every
         // one already sent (also by a sender that had reserved its slot) and then `None`.
     }
-    commit(&mut conn, &mut pending, &stats, &cfg);
+    w.commit();
+    let Writer {
+        conn, cfg, closing, ..
+    } = w;
     // Only the last process out marks the database clean (see `Holders`).
     let result = if holders.last() {
         mark_clean(&conn, &cfg.location, micros(SystemTime::now()))

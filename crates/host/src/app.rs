@@ -20,9 +20,6 @@ async fn put(store: &SqliteStore, def: ToolDefinition) {
     }
 }
 
-/// How many of a session's newest calls say which tools it has called.
-const RESTORED_CALLS: usize = 1000;
-
 /// Everything a command needs, built once by [`App::build`].
 #[non_exhaustive]
 pub struct App {
@@ -170,7 +167,8 @@ impl App {
         let record = move |name: &str| {
             let entry = catalog.lookup(name)?;
             let server = entry.family.strip_prefix("mcp:")?;
-            let upstream_name = name.rsplit("__").next().unwrap_or(name);
+            // `mcp__<prefix>__<tool>`: the tool's own name may contain `__` too.
+            let upstream_name = name.splitn(3, "__").nth(2).unwrap_or(name);
             Some(ToolDefinition::from_spec(
                 &entry.spec,
                 ToolType::Mcp,
@@ -212,7 +210,7 @@ impl App {
             .await
             .with_context(|| format!("restoring the working set of session {session}"))?;
         self.dispatcher
-            .restore_called(session, &*self.store, RESTORED_CALLS)
+            .restore_called(session, &*self.store)
             .await
             .with_context(|| format!("reading the calls of session {session}"))?;
         Ok(())

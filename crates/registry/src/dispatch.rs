@@ -247,6 +247,9 @@ impl DispatcherBuilder {
     }
 }
 
+/// How many of a session's newest logged calls [`Dispatcher::restore_called`] reads.
+const RESTORED_CALLS: usize = 1000;
+
 /// The metrics label of calls to names that are not in the catalog.
 pub const UNDEFINED_TOOLS: &str = "(undefined)";
 
@@ -259,7 +262,8 @@ struct Unfinished<'a> {
 
 /// What a running call's record needs.
 struct Running {
-    name: String,
+    /// The tool (its name, without a copy per call).
+    entry: Arc<Entry>,
     input: Value,
     hash: String,
     who: Who,
@@ -276,7 +280,7 @@ impl Unfinished<'_> {
 impl Drop for Unfinished<'_> {
     fn drop(&mut self) {
         let Some(Running {
-            name,
+            entry,
             input,
             hash,
             who,
@@ -287,11 +291,12 @@ impl Drop for Unfinished<'_> {
             return;
         };
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(tool = %name, "a dropped call could not be recorded: no runtime");
+            tracing::warn!(tool = %entry.spec.name, "a dropped call could not be recorded: no runtime");
             return;
         };
         let dispatcher = self.dispatcher.clone();
         rt.spawn(async move {
+            let name = entry.spec.name.as_str();
             let envelope = Envelope::err(
                 ErrKind::Cancelled,
                 format!("the call to `{name}` was dropped: its caller went away"),
@@ -300,7 +305,7 @@ impl Drop for Unfinished<'_> {
                 .get()
                 .map_or_else(|| t0.elapsed(), |s| s.saturating_duration_since(t0));
             dispatcher
-                .record(&name, input, hash, &envelope, &who, queued, t0)
+                .record(name, input, hash, &envelope, &who, queued, t0)
                 .await;
         });
     }
@@ -408,15 +413,14 @@ impl Dispatcher {
     /// Brings back which tools a session has called (what `requires_prior` policy rules
     /// check) from the execution log, for a session that continues in a new process: a
     /// restarted server, or each `quiver call --session S`. Reads the session's newest
-    /// `limit` calls; calls refused before they ran (unknown tool, forbidden, denied by
-    /// policy, loop guard, bad arguments) do not count.
+    /// [`RESTORED_CALLS`] calls; calls refused before they ran (unknown tool, forbidden,
+    /// denied by policy, loop guard, bad arguments) do not count.
     pub async fn restore_called(
         &self,
         session: &str,
         log: &dyn crate::CallLog,
-        limit: usize,
     ) -> Result<usize, crate::StoreError> {
-        let mut filter = crate::CallFilter::recent(limit);
+        let mut filter = crate::CallFilter::recent(RESTORED_CALLS);
         filter.session = Some(session.to_owned());
         let calls = log.recent_calls(filter).await?;
         let ran: Vec<&str> = calls
@@ -517,7 +521,7 @@ impl Dispatcher {
         let mut unfinished = Unfinished {
             dispatcher: self,
             parts: Some(Running {
-                name: name.to_owned(),
+                entry: entry.clone(),
                 input,
                 hash,
                 who: Who::of(&ctx),

@@ -103,9 +103,6 @@ pub enum ServeError {
     Initialize(String),
 }
 
-/// How many of a key's newest calls say which tools it has called.
-const RESTORED_CALLS: usize = 1000;
-
 pub(crate) struct Shared {
     pub(crate) surface: Arc<Surface>,
     pub(crate) dispatcher: Dispatcher,
@@ -133,10 +130,7 @@ impl Shared {
             return;
         }
         if let Some(log) = &self.calls
-            && let Err(e) = self
-                .dispatcher
-                .restore_called(key, &**log, RESTORED_CALLS)
-                .await
+            && let Err(e) = self.dispatcher.restore_called(key, &**log).await
         {
             tracing::warn!(session = %key, error = %e, "could not read the key's earlier calls");
         }

@@ -119,6 +119,10 @@ pub(crate) const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 /// The `quiver_meta` key set by a clean shutdown and cleared by open.
 pub(crate) const CLEAN_SHUTDOWN: &str = "clean_shutdown";
 
+/// The key prefix of the rows in which each process that has the database open announces
+/// itself (see [`Holders`]).
+const HOLDER_PREFIX: &str = "holder:";
+
 /// What the open-time crash check found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -179,12 +183,14 @@ pub(crate) fn connect(
     Ok(conn)
 }
 
-/// Runs the crash check and the migrations on the writer connection, then clears the clean
-/// shutdown marker. `alone`: no other process has the database open (see [`Holders`]);
-/// otherwise the crash check is skipped (the first process ran it).
+/// Runs the crash check and the migrations on the writer connection, clears the clean
+/// shutdown marker and announces this process as a holder. `alone`: no other process has
+/// the database open (see [`Holders`]); otherwise the crash check is skipped (the first
+/// process ran it).
 pub(crate) fn prepare(
     conn: &mut Connection,
     location: &str,
+    holders: &Holders,
     alone: bool,
 ) -> Result<OpenReport, StoreError> {
     // The crash check reads outside the write transaction (a long integrity check must not
@@ -245,6 +251,20 @@ pub(crate) fn prepare(
         .at(location)?;
     tx.execute("DELETE FROM quiver_meta WHERE key = ?1", [CLEAN_SHUTDOWN])
         .at(location)?;
+    if alone {
+        // Rows of holders that died with the database open: the crash check above has
+        // just dealt with what they left.
+        tx.execute(
+            "DELETE FROM quiver_meta WHERE substr(key, 1, ?2) = ?1",
+            rusqlite::params![HOLDER_PREFIX, HOLDER_PREFIX.len()],
+        )
+        .at(location)?;
+    }
+    tx.execute(
+        "INSERT OR REPLACE INTO quiver_meta (key, value) VALUES (?1, ?2)",
+        rusqlite::params![holders.key, std::process::id().to_string()],
+    )
+    .at(location)?;
     tx.commit().at(location)?;
     Ok(OpenReport {
         found_version: found,
@@ -270,8 +290,40 @@ fn integrity_check(conn: &Connection, location: &str) -> Result<(), StoreError> 
     }
 }
 
-/// Sets the clean shutdown marker (the writer's last act).
-pub(crate) fn mark_clean(conn: &Connection, location: &str, now_us: i64) -> Result<(), StoreError> {
+/// The writer's last act: withdraws this process's holder row and, when it is the last
+/// holder out, sets the clean shutdown marker, unless a holder row of another process is
+/// left: that process died with the database open, so the next opener must run the crash
+/// check.
+pub(crate) fn leave(
+    conn: &Connection,
+    location: &str,
+    holders: &Holders,
+    now_us: i64,
+) -> Result<(), StoreError> {
+    conn.execute("DELETE FROM quiver_meta WHERE key = ?1", [&holders.key])
+        .at(location)?;
+    if !holders.last() {
+        return Ok(());
+    }
+    let dead: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM quiver_meta WHERE substr(key, 1, ?2) = ?1",
+            rusqlite::params![HOLDER_PREFIX, HOLDER_PREFIX.len()],
+            |r| r.get(0),
+        )
+        .at(location)?;
+    if dead > 0 {
+        tracing::warn!(
+            %location,
+            "another process died with the database open: not marking it clean, so the next open checks its integrity"
+        );
+        return Ok(());
+    }
+    mark_clean(conn, location, now_us)
+}
+
+/// Sets the clean shutdown marker.
+fn mark_clean(conn: &Connection, location: &str, now_us: i64) -> Result<(), StoreError> {
     conn.execute(
         "INSERT INTO quiver_meta (key, value) VALUES (?1, ?2)
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -286,10 +338,15 @@ pub(crate) fn mark_clean(conn: &Connection, location: &str, now_us: i64) -> Resu
 /// the kernel drops it when the process dies. The first process in (the only holder) runs
 /// the crash check; the last one out (again the only holder) sets the clean-shutdown
 /// marker. So a CLI command beside a running `quiver serve` neither re-checks the
-/// database nor marks it clean while the server still has it open.
+/// database nor marks it clean while the server still has it open. Each holder also keeps
+/// a row in `quiver_meta` while it has the database open: a row left by a process that
+/// died keeps the last one out from marking the database clean (a server killed while a
+/// CLI command ran beside it is still checked at the next open).
 #[derive(Debug)]
 pub(crate) struct Holders {
     file: Option<std::fs::File>,
+    /// This process's holder row (unique per open store).
+    key: String,
 }
 
 impl Holders {
@@ -297,8 +354,17 @@ impl Holders {
     /// holds it. In-memory and URI databases have no holders file (always alone).
     pub(crate) fn join(path: &Path, location: &str) -> Result<(Holders, bool), StoreError> {
         let name = path.as_os_str().to_string_lossy();
+        static OPENED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let key = format!(
+            "{HOLDER_PREFIX}{}:{}:{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros()),
+            OPENED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         if name.is_empty() || name == ":memory:" || name.starts_with("file:") {
-            return Ok((Holders { file: None }, true));
+            return Ok((Holders { file: None, key }, true));
         }
         let mut lock_path = path.as_os_str().to_owned();
         lock_path.push("-lock");
@@ -315,16 +381,22 @@ impl Holders {
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!(%location, error = %e, "no holders lock file: the crash check cannot tell other processes apart");
-                return Ok((Holders { file: None }, true));
+                return Ok((Holders { file: None, key }, true));
             }
         };
         let alone = file.try_lock().is_ok();
         // Exclusive (alone) or not, everyone then holds it shared.
         if let Err(e) = file.lock_shared() {
             tracing::warn!(%location, error = %e, "cannot lock the holders file: the crash check cannot tell other processes apart");
-            return Ok((Holders { file: None }, true));
+            return Ok((Holders { file: None, key }, true));
         }
-        Ok((Holders { file: Some(file) }, alone))
+        Ok((
+            Holders {
+                file: Some(file),
+                key,
+            },
+            alone,
+        ))
     }
 
     /// Whether this process is the last holder (no other process has the database open).

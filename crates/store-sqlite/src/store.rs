@@ -232,7 +232,7 @@ fn open_writer(
         let attempt = (|| {
             let mut conn = schema::connect(path, location, busy_timeout, false)?;
             let (holders, alone) = schema::Holders::join(path, location)?;
-            let report = schema::prepare(&mut conn, location, alone)?;
+            let report = schema::prepare(&mut conn, location, &holders, alone)?;
             Ok((conn, holders, report))
         })();
         match attempt {

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::{
     convert::{INSERT_LOG, INSERT_OUTPUT, insert_call, micros},
-    schema::{Holders, mark_clean},
+    schema::{Holders, leave},
 };
 
 /// A write to run on the writer connection.
@@ -179,11 +179,7 @@ pub(crate) fn run(
         conn, cfg, closing, ..
     } = w;
     // Only the last process out marks the database clean (see `Holders`).
-    let result = if holders.last() {
-        mark_clean(&conn, &cfg.location, micros(SystemTime::now()))
-    } else {
-        Ok(())
-    };
+    let result = leave(&conn, &cfg.location, &holders, micros(SystemTime::now()));
     if let Err(e) = &result {
         tracing::error!(location = %cfg.location, error = %e, "could not mark a clean shutdown");
     }

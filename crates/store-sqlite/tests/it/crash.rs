@@ -108,3 +108,68 @@ async fn rows_flushed_before_a_sigkill_survive_and_the_crash_check_runs() {
         &missing[..missing.len().min(5)]
     );
 }
+
+const HOLDER_ENV: &str = "QUIVER_STORE_HOLDER_CHILD";
+
+/// Child mode for the next test: opens the store, says so, and holds it until killed
+/// (bounded, so an orphaned child ends by itself).
+#[test]
+fn holder_child() {
+    let Some(path) = std::env::var_os(HOLDER_ENV) else {
+        return;
+    };
+    let store = SqliteStore::open(&path).expect("child open");
+    // On a line of its own: the test harness may have begun one ("test ... ").
+    println!("\nHOLDER OPEN");
+    std::io::stdout().flush().expect("stdout");
+    std::thread::sleep(Duration::from_secs(120));
+    drop(store);
+}
+
+/// A server killed while a CLI command has the same database open: the CLI, last out, must
+/// not mark the database clean, so the next open still runs the crash check.
+#[test]
+fn a_holder_that_died_keeps_the_last_one_out_from_marking_clean() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("held.db");
+    drop(SqliteStore::open(&path).expect("create"));
+    let mut child = Command::new(std::env::current_exe().expect("exe"))
+        .args([
+            "crash::holder_child",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HOLDER_ENV, &path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn child");
+    let stdout = child.stdout.take().expect("stdout");
+    let opened = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l.trim() == "HOLDER OPEN");
+    if !opened {
+        let _ = child.kill();
+        panic!("the child never opened the store");
+    }
+    let beside = SqliteStore::open(&path).expect("open beside the child");
+    assert_eq!(beside.open_report().crash_check, CrashCheck::Shared);
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+    drop(beside);
+    let after = SqliteStore::open(&path).expect("reopen");
+    assert_eq!(
+        after.open_report().crash_check,
+        CrashCheck::Passed,
+        "the dead holder's open must still be checked"
+    );
+    drop(after);
+    let again = SqliteStore::open(&path).expect("open once more");
+    assert_eq!(
+        again.open_report().crash_check,
+        CrashCheck::CleanShutdown,
+        "the check cleared the dead holder's row"
+    );
+}

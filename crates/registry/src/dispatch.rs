@@ -849,22 +849,38 @@ impl Dispatcher {
     ) {
         let took = t0.elapsed();
         let at = SystemTime::now() - took;
-        self.inner
-            .recorder
-            .record(CallRecord {
-                tool_name: name.to_owned(),
-                session: ctx.session.clone(),
-                tenant: ctx.tenant.clone(),
-                call_id: ctx.call_id.clone().unwrap_or_else(|| Arc::from("")),
-                input,
-                reasoning: ctx.reasoning.clone(),
-                args_hash,
-                envelope: envelope.clone(),
-                queued,
-                took,
-                at,
-            })
-            .await;
+        let recorder = self.inner.recorder.clone();
+        let record = CallRecord {
+            tool_name: name.to_owned(),
+            session: ctx.session.clone(),
+            tenant: ctx.tenant.clone(),
+            call_id: ctx.call_id.clone().unwrap_or_else(|| Arc::from("")),
+            input,
+            reasoning: ctx.reasoning.clone(),
+            args_hash,
+            envelope: envelope.clone(),
+            queued,
+            took,
+            at,
+        };
+        let mut handing = Box::pin(async move { recorder.record(record).await });
+        // A recorder that buffers hands the record over at once; one whose buffer is full
+        // makes it wait. A caller that goes away meanwhile (its future dropped) must not take
+        // the record with it: the rest of the hand-over then runs in a task of its own.
+        let waiting = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(handing.as_mut().poll(cx).is_pending())
+        })
+        .await;
+        if waiting {
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    if let Err(e) = rt.spawn(handing).await {
+                        tracing::error!(tool = %name, error = %e, "handing a call record over failed");
+                    }
+                }
+                Err(_) => handing.await,
+            }
+        }
     }
 
     /// Runs a batch. Consecutive read-only calls run concurrently; a mutating call, or a call

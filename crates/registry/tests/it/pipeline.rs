@@ -322,6 +322,58 @@ async fn a_dropped_call_is_still_recorded() {
     assert!(text(&records[0].envelope).contains("caller went away"));
 }
 
+/// A recorder whose buffer is full until `room` is notified (the store's channel under
+/// load).
+struct FullRecorder {
+    room: Notify,
+    waiting: Notify,
+    inner: MemoryRecorder,
+}
+
+#[async_trait::async_trait]
+impl quiver_registry::ToolCallRecorder for FullRecorder {
+    async fn record(&self, record: quiver_registry::CallRecord) {
+        self.waiting.notify_one();
+        self.room.notified().await;
+        self.inner.record(record).await;
+    }
+}
+
+/// A caller that goes away while its finished call's record waits for room in the
+/// recorder does not take the record with it.
+#[tokio::test]
+async fn a_record_waiting_for_room_survives_its_caller() {
+    let recorder = Arc::new(FullRecorder {
+        room: Notify::new(),
+        waiting: Notify::new(),
+        inner: MemoryRecorder::new(),
+    });
+    let d = Dispatcher::builder(catalog_with(vec![echo()]))
+        .recorder(recorder.clone())
+        .build();
+    let call = tokio::spawn({
+        let d = d.clone();
+        async move { d.call("echo", json!({"text": "hi"}), ctx()).await }
+    });
+    tokio::time::timeout(WAIT, recorder.waiting.notified())
+        .await
+        .expect("the record reached the recorder");
+    call.abort();
+    let _ = call.await;
+    recorder.room.notify_one();
+    tokio::time::timeout(WAIT, async {
+        while recorder.inner.is_empty() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the record is handed over after its caller went away");
+    let records = recorder.inner.records();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].tool_name, "echo");
+    assert!(records[0].envelope.is_ok());
+}
+
 #[tokio::test]
 async fn results_are_limited_in_characters_and_parts_in_bytes() {
     let t = tool(

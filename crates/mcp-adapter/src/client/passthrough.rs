@@ -47,8 +47,65 @@ pub(crate) struct State {
     templates: Mutex<BTreeMap<String, Vec<String>>>,
     /// Bare prompt name -> its server.
     bare_prompts: Mutex<HashMap<String, String>>,
-    /// URI -> (its server, downstream sessions subscribed).
-    subscriptions: tokio::sync::Mutex<HashMap<String, (String, usize)>>,
+    /// URI -> its subscription. The map's lock is held only to find or drop an entry; each
+    /// entry's own lock orders the upstream requests for that URI, so one slow upstream holds
+    /// up no other URI.
+    subscriptions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Watch>>>>,
+}
+
+/// One resource URI that downstream sessions subscribed to.
+#[derive(Debug, Default)]
+struct Watch {
+    /// The server subscribed upstream.
+    server: String,
+    /// How many downstream sessions are subscribed (0: not subscribed upstream).
+    sessions: usize,
+}
+
+/// A handle on one URI's [`Watch`]; dropping it removes an entry nobody is subscribed to
+/// and nobody else is using.
+struct WatchSlot<'a> {
+    state: &'a State,
+    uri: String,
+    watch: Arc<tokio::sync::Mutex<Watch>>,
+}
+
+impl State {
+    /// The URI's watch, made if there is none.
+    fn watch(&self, uri: &str) -> WatchSlot<'_> {
+        let watch = lock(&self.subscriptions)
+            .entry(uri.to_owned())
+            .or_default()
+            .clone();
+        self.slot(uri, watch)
+    }
+
+    /// The URI's watch, if there is one.
+    fn watching(&self, uri: &str) -> Option<WatchSlot<'_>> {
+        let watch = lock(&self.subscriptions).get(uri)?.clone();
+        Some(self.slot(uri, watch))
+    }
+
+    fn slot(&self, uri: &str, watch: Arc<tokio::sync::Mutex<Watch>>) -> WatchSlot<'_> {
+        WatchSlot {
+            state: self,
+            uri: uri.to_owned(),
+            watch,
+        }
+    }
+}
+
+impl Drop for WatchSlot<'_> {
+    fn drop(&mut self) {
+        let mut subs = lock(&self.state.subscriptions);
+        // Handles are made only under the map's lock: two references (the map's and this
+        // one) mean no one else holds or waits for this watch.
+        let unused = Arc::strong_count(&self.watch) == 2
+            && self.watch.try_lock().is_ok_and(|w| w.sessions == 0);
+        if unused {
+            subs.remove(&self.uri);
+        }
+    }
 }
 
 impl Default for State {
@@ -59,7 +116,7 @@ impl Default for State {
             owners: Mutex::new(HashMap::new()),
             templates: Mutex::new(BTreeMap::new()),
             bare_prompts: Mutex::new(HashMap::new()),
-            subscriptions: tokio::sync::Mutex::new(HashMap::new()),
+            subscriptions: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -509,20 +566,21 @@ pub(super) fn resubscribe(shared: &Arc<Shared>, server: &str) {
     };
     let shared = shared.clone();
     tokio::spawn(async move {
-        let uris: Vec<String> = shared
-            .passthrough
-            .subscriptions
-            .lock()
-            .await
-            .iter()
-            .filter(|(_, (s, _))| s == up.name())
-            .map(|(uri, _)| uri.clone())
-            .collect();
+        let watches: Vec<(String, Arc<tokio::sync::Mutex<Watch>>)> =
+            lock(&shared.passthrough.subscriptions)
+                .iter()
+                .map(|(uri, w)| (uri.clone(), w.clone()))
+                .collect();
         let Some(conn) = up.conn().filter(|c| c.has_subscribe) else {
             return;
         };
         let limit = timeout(&shared, &up);
-        for uri in uris {
+        for (uri, watch) in watches {
+            // Under the URI's lock, so an unsubscribe meanwhile is sent after this.
+            let watch = watch.lock().await;
+            if watch.sessions == 0 || watch.server != up.name() {
+                continue;
+            }
             #[allow(deprecated)]
             let request = conn
                 .peer
@@ -574,9 +632,10 @@ impl ContentSource for McpClient {
 
     async fn subscribe(&self, uri: &str) -> Result<(), ContentError> {
         let up = self.owner_of(uri).await?;
-        let mut subs = self.shared.passthrough.subscriptions.lock().await;
-        if let Some((_, n)) = subs.get_mut(uri) {
-            *n += 1;
+        let slot = self.shared.passthrough.watch(uri);
+        let mut watch = slot.watch.lock().await;
+        if watch.sessions > 0 {
+            watch.sessions += 1;
             return Ok(());
         }
         let conn = connected(&up, |c| c.has_resources, "resources")?;
@@ -592,23 +651,26 @@ impl ContentSource for McpClient {
             .peer
             .subscribe(SubscribeRequestParams::new(uri.to_owned()));
         ask(&up, limit, "resources/subscribe", request).await?;
-        subs.insert(uri.to_owned(), (up.name().to_owned(), 1));
+        *watch = Watch {
+            server: up.name().to_owned(),
+            sessions: 1,
+        };
         Ok(())
     }
 
     async fn unsubscribe(&self, uri: &str) -> Result<(), ContentError> {
-        let mut subs = self.shared.passthrough.subscriptions.lock().await;
-        let Some((server, n)) = subs.get_mut(uri) else {
+        let Some(slot) = self.shared.passthrough.watching(uri) else {
             return Ok(());
         };
-        *n -= 1;
-        if *n > 0 {
+        let mut watch = slot.watch.lock().await;
+        if watch.sessions == 0 {
             return Ok(());
         }
-        let server = server.clone();
-        subs.remove(uri);
-        drop(subs);
-        let Some(up) = self.shared.server(&server) else {
+        watch.sessions -= 1;
+        if watch.sessions > 0 {
+            return Ok(());
+        }
+        let Some(up) = self.shared.server(&watch.server) else {
             return Ok(());
         };
         // A server that is down has forgotten the subscription with its session.
@@ -620,6 +682,7 @@ impl ContentSource for McpClient {
         let request = conn
             .peer
             .unsubscribe(UnsubscribeRequestParams::new(uri.to_owned()));
+        // Still under the URI's lock: a subscribe that comes meanwhile is sent after this.
         ask(&up, limit, "resources/unsubscribe", request).await
     }
 

@@ -614,3 +614,54 @@ async fn stderr_that_is_not_utf8_does_not_kill_the_server() {
     assert_eq!(st.counters.drops, 0, "{st:?}");
     close_and_check(&client).await;
 }
+
+/// One upstream slow to answer `resources/subscribe` holds up subscriptions to its own
+/// resources only: another upstream's resource is subscribed (and unsubscribed) meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_subscribe_holds_up_no_other_upstream() {
+    use quiver_mcp_adapter::ContentSource;
+
+    let marker = std::env::temp_dir().join(format!("quiver-mcp-sub-{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    let marker_arg = marker.to_str().unwrap().to_owned();
+    let mut slow = raw(
+        "slow",
+        &["--resources", "slow", "--slow-subscribe", &marker_arg],
+    );
+    slow.resources = true;
+    let mut quick = raw("quick", &["--resources", "quick"]);
+    quick.resources = true;
+    let (_catalog, client) = start(&[slow, quick], fast_options());
+    ready(&client).await;
+    let listed = within(Duration::from_secs(30), client.list_resources())
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    let client = std::sync::Arc::new(client);
+    let pending = tokio::spawn({
+        let client = client.clone();
+        async move { client.subscribe("raw://slow/doc").await }
+    });
+    wait_for(
+        "the slow upstream got the subscribe",
+        Duration::from_secs(30),
+        || marker.exists(),
+    )
+    .await;
+    within(Duration::from_secs(10), client.subscribe("raw://quick/doc"))
+        .await
+        .expect("subscribed beside the slow one");
+    within(
+        Duration::from_secs(10),
+        client.unsubscribe("raw://quick/doc"),
+    )
+    .await
+    .expect("unsubscribed beside the slow one");
+    assert!(
+        !pending.is_finished(),
+        "the slow upstream is still answering"
+    );
+    pending.abort();
+    close_and_check(&client).await;
+    let _ = std::fs::remove_file(&marker);
+}

@@ -211,8 +211,34 @@ pub(crate) struct Upstream {
     /// A `tools/list_changed` that came while the connection of this generation was still
     /// connecting: re-listed once it is up.
     relist_pending: Mutex<Option<u64>>,
+    /// Re-lists after `tools/list_changed` run one at a time; a burst of notifications
+    /// during one makes one more (a list published late never overwrites a newer one).
+    relisting: Mutex<Relisting>,
     /// Where this server's resource updates and list changes go (to `quiver serve`).
     relays: Relays,
+}
+
+/// The single re-list of an upstream (see `Upstream::relist`).
+#[derive(Debug, Default)]
+struct Relisting {
+    /// A re-list is running.
+    running: bool,
+    /// The newest connection generation a `tools/list_changed` came on since the running
+    /// re-list began.
+    wanted: Option<u64>,
+}
+
+/// Clears `Relisting::running` when a re-list ends in any way (its task cancelled too).
+struct RelistRunning<'a>(&'a Upstream);
+
+impl Drop for RelistRunning<'_> {
+    fn drop(&mut self) {
+        self.0
+            .relisting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .running = false;
+    }
 }
 
 /// The broadcast channels an upstream's content notifications go out on.
@@ -322,6 +348,7 @@ impl Upstream {
             calls: Calls::default(),
             lean_ids: AtomicU64::new(0),
             relist_pending: Mutex::new(None),
+            relisting: Mutex::new(Relisting::default()),
             relays,
         })
     }
@@ -922,9 +949,37 @@ impl Upstream {
         report
     }
 
-    /// Re-lists after `notifications/tools/list_changed` on connection `generation`; if that
-    /// connection is still connecting (the tools changed while it listed them), once it is up.
+    /// Re-lists after `notifications/tools/list_changed` on connection `generation`. One
+    /// re-list runs at a time: notifications that come while it runs are coalesced into one
+    /// more, for the newest generation among them.
     async fn relist(self: Arc<Self>, generation: u64) {
+        {
+            let mut r = self.relisting.lock().unwrap_or_else(|p| p.into_inner());
+            r.wanted = r.wanted.max(Some(generation));
+            if r.running {
+                return;
+            }
+            r.running = true;
+        }
+        let _running = RelistRunning(&self);
+        loop {
+            let generation = {
+                let mut r = self.relisting.lock().unwrap_or_else(|p| p.into_inner());
+                match r.wanted.take() {
+                    Some(g) => g,
+                    None => {
+                        r.running = false;
+                        return;
+                    }
+                }
+            };
+            self.relist_once(generation).await;
+        }
+    }
+
+    /// One re-list on connection `generation`; if that connection is still connecting (the
+    /// tools changed while it listed them), marked to run once it is up.
+    async fn relist_once(self: &Arc<Self>, generation: u64) {
         let conn = {
             // Held while the state is read, so `dial_shared`, which looks here after turning
             // the state Up, either sees the mark or this sees the connection.

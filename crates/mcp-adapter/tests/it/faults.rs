@@ -463,6 +463,35 @@ async fn malformed_tools_on_a_relist_are_skipped() {
     close_and_check(&client).await;
 }
 
+/// A burst of `tools/list_changed` notifications is coalesced: one re-list runs at a time,
+/// and those that come while it runs make one more, not one each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_list_changes_is_coalesced() {
+    let (catalog, client) = start(&[raw("storm", &["--storm"])], fast_options());
+    ready(&client).await;
+    let before = client.server_status("storm").unwrap().counters.relists;
+    let env = call(&catalog, "mcp__storm__storm", json!({})).await;
+    assert!(env.is_ok(), "{env:?}");
+    wait_for("the re-list", Duration::from_secs(30), || {
+        catalog.contains("mcp__storm__calm")
+    })
+    .await;
+    // Let any re-list still queued finish before counting.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let st = client.server_status("storm").unwrap();
+    let relists = st.counters.relists - before;
+    assert!(
+        (1..=25).contains(&relists),
+        "50 notifications made {relists} re-lists"
+    );
+    assert_eq!(
+        st.tools,
+        ["mcp__storm__calm", "mcp__storm__echo", "mcp__storm__sleep"],
+        "{st:?}"
+    );
+    close_and_check(&client).await;
+}
+
 /// `tools/list_changed` sent right after the first tools/list answer, while the client is
 /// still connecting, is not lost: the tools are listed again once the connection is up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

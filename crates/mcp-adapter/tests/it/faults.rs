@@ -694,3 +694,61 @@ async fn a_slow_subscribe_holds_up_no_other_upstream() {
     close_and_check(&client).await;
     let _ = std::fs::remove_file(&marker);
 }
+
+/// A request Quiver gives up on at its own timeout (here `resources/subscribe`, bounded by
+/// the call timeout) is cancelled upstream with `notifications/cancelled`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_given_up_at_the_timeout_is_cancelled_upstream() {
+    use quiver_mcp_adapter::{ContentError, ContentSource};
+
+    let base = std::env::temp_dir().join(format!("quiver-mcp-abandon-{}", std::process::id()));
+    let (marker, log) = (base.with_extension("sub"), base.with_extension("log"));
+    let _ = std::fs::remove_file(&marker);
+    let _ = std::fs::remove_file(&log);
+    let (marker_arg, log_arg) = (marker.display().to_string(), log.display().to_string());
+    let mut slow = raw(
+        "slow",
+        &[
+            "--resources",
+            "slow",
+            "--slow-subscribe",
+            &marker_arg,
+            "--subscribe-delay",
+            "3",
+            "--log",
+            &log_arg,
+        ],
+    );
+    slow.resources = true;
+    slow.call_timeout = Some(Duration::from_millis(500));
+    let (_catalog, client) = start(&[slow], fast_options());
+    ready(&client).await;
+    within(Duration::from_secs(30), client.list_resources())
+        .await
+        .unwrap();
+    let out = within(Duration::from_secs(10), client.subscribe("raw://slow/doc")).await;
+    assert!(
+        matches!(&out, Err(ContentError::Unavailable(m)) if m.contains("did not answer")),
+        "{out:?}"
+    );
+    // The server reads the cancellation once its blocking subscribe is over.
+    wait_for("the cancellation upstream", Duration::from_secs(30), || {
+        let read: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        let subscribe = read
+            .iter()
+            .find(|m| m["method"] == "resources/subscribe")
+            .map(|m| m["id"].clone());
+        subscribe.is_some_and(|id| {
+            read.iter()
+                .any(|m| m["method"] == "notifications/cancelled" && m["params"]["requestId"] == id)
+        })
+    })
+    .await;
+    close_and_check(&client).await;
+    let _ = std::fs::remove_file(&marker);
+    let _ = std::fs::remove_file(&log);
+}

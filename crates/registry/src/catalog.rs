@@ -120,6 +120,21 @@ pub struct Skipped {
 }
 
 impl Skipped {
+    /// A name `family` could not register, and why (an adapter's own refusals, such as an
+    /// upstream definition too malformed to become a spec, are reported beside the
+    /// catalog's).
+    pub fn new(
+        family: impl Into<String>,
+        name: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Skipped {
+        Skipped {
+            family: family.into(),
+            name: name.into(),
+            reason: reason.into(),
+        }
+    }
+
     /// Skipped because an earlier registration took the name (first wins), not because the
     /// definition is invalid.
     pub fn is_duplicate(&self) -> bool {

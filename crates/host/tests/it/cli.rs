@@ -210,7 +210,7 @@ async fn check_against_a_database_reports_breaking_changes() {
 }
 
 #[test]
-fn check_counts_a_refused_definition_and_needs_an_existing_database() {
+fn check_counts_refused_and_malformed_definitions_and_needs_an_existing_database() {
     let dir = workdir("refused");
     // Its one tool's schema does not compile (`"type": "strin"`).
     let server = concat!(
@@ -220,7 +220,7 @@ fn check_counts_a_refused_definition_and_needs_an_existing_database() {
     std::fs::write(
         dir.join("mcp.json"),
         serde_json::json!({"mcpServers": {"broken": {"command": "python3", "args": [server],
-            "env": {"TYPE": "strin"}}}})
+            "env": {"TYPE": "strin", "MALFORMED": "1"}}}})
         .to_string(),
     )
     .unwrap();
@@ -228,7 +228,12 @@ fn check_counts_a_refused_definition_and_needs_an_existing_database() {
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("mcp__broken__t: [not registered]"), "{text}");
-    assert!(text.contains("1 not registered"), "{text}");
+    // The client itself skips a tool too malformed to become a spec: counted as well.
+    assert!(
+        text.contains("stringly: [not registered] malformed upstream definition"),
+        "{text}"
+    );
+    assert!(text.contains("2 not registered"), "{text}");
 
     let missing = quiver_in(&dir, &["check", "--against", "no-such.db"]);
     assert_eq!(missing.status.code(), Some(2));

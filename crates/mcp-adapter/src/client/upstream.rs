@@ -14,7 +14,7 @@ use std::{
 };
 
 use quiver_contract::{CallContext, ChannelError, ClientChannel, Envelope, ErrKind, Tool};
-use quiver_registry::{Catalog, RegisterReport};
+use quiver_registry::{Catalog, RegisterReport, Skipped};
 
 use crate::server::ListChange;
 use rmcp::{
@@ -214,6 +214,9 @@ pub(crate) struct Upstream {
     /// Re-lists after `tools/list_changed` run one at a time; a burst of notifications
     /// during one makes one more (a list published late never overwrites a newer one).
     relisting: Mutex<Relisting>,
+    /// The tools of the last complete `tools/list` that were too malformed to serve (at most
+    /// `list_cap`), reported with the catalog's refusals.
+    malformed: Mutex<Vec<Skipped>>,
     /// Where this server's resource updates and list changes go (to `quiver serve`).
     relays: Relays,
 }
@@ -349,6 +352,7 @@ impl Upstream {
             lean_ids: AtomicU64::new(0),
             relist_pending: Mutex::new(None),
             relisting: Mutex::new(Relisting::default()),
+            malformed: Mutex::new(Vec::new()),
             relays,
         })
     }
@@ -393,10 +397,19 @@ impl Upstream {
     }
 
     pub(crate) fn last_report(&self) -> RegisterReport {
-        self.last_report
+        let mut report = self
+            .last_report
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .clone();
+        report.skipped.extend(
+            self.malformed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .cloned(),
+        );
+        report
     }
 
     pub(crate) fn state(&self) -> ServerState {
@@ -854,6 +867,7 @@ impl Upstream {
 
     async fn list_tools(&self, peer: &Peer<RoleClient>) -> Result<Vec<UpstreamTool>, DialError> {
         let mut out = Vec::new();
+        let mut malformed = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
             let page = peer
@@ -875,6 +889,7 @@ impl Upstream {
                         "tools/list returned more than {} tools; the rest are ignored",
                         self.opts.list_cap
                     ));
+                    *self.malformed.lock().unwrap_or_else(|p| p.into_inner()) = malformed;
                     return Ok(out);
                 }
                 // One malformed tool costs only itself: the rest are served.
@@ -884,12 +899,22 @@ impl Upstream {
                         let line = format!("skipped malformed tool {name:?}: {e}");
                         tracing::warn!(server = %self.cfg.name, "{line}");
                         self.diag(line);
+                        if malformed.len() < self.opts.list_cap {
+                            malformed.push(Skipped::new(
+                                self.cfg.family(),
+                                name.escape_debug().to_string(),
+                                format!("malformed upstream definition: {e}"),
+                            ));
+                        }
                     }
                 }
             }
             match page.next_cursor {
                 Some(c) if !c.is_empty() => cursor = Some(c),
-                _ => return Ok(out),
+                _ => {
+                    *self.malformed.lock().unwrap_or_else(|p| p.into_inner()) = malformed;
+                    return Ok(out);
+                }
             }
         }
     }

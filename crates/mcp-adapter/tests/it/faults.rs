@@ -457,6 +457,18 @@ async fn malformed_tools_on_a_relist_are_skipped() {
         .filter(|l| l.starts_with("skipped malformed tool"))
         .count();
     assert_eq!(skipped, 3, "{st:?}");
+    // Reported with the catalog's refusals (what `quiver check` counts).
+    let report = client.register_report();
+    let refused: Vec<&str> = report.skipped.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(refused.len(), 3, "{report:?}");
+    assert!(refused.contains(&"bad\\u{7}tool"), "{refused:?}");
+    assert!(
+        report
+            .skipped
+            .iter()
+            .all(|s| !s.is_duplicate() && s.family == "mcp:later"),
+        "{report:?}"
+    );
     assert_eq!(st.state, ServerState::Connected);
     let env = call(&catalog, "mcp__later__echo", json!({"k": "v"})).await;
     assert!(text_of(&env).contains("\"k\""), "{env:?}");

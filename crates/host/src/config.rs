@@ -248,6 +248,52 @@ fn interpolate(
 }
 
 impl Config {
+    /// Every tool name or pattern the configuration refers to, with the key it is under
+    /// (`limits.tool_timeouts`, `policy.rules[search-first].tool`, ...): what `quiver check`
+    /// holds against the catalog, since one that matches no tool is most likely a typo (a
+    /// deny rule that never fires).
+    pub fn tool_patterns(&self) -> Vec<(String, &str)> {
+        let mut out: Vec<(String, &str)> = Vec::new();
+        let l = &self.limits;
+        out.extend(
+            l.tool_timeouts
+                .keys()
+                .map(|n| ("limits.tool_timeouts".to_owned(), n.as_str())),
+        );
+        out.extend(
+            l.tool_concurrency
+                .keys()
+                .map(|n| ("limits.tool_concurrency".to_owned(), n.as_str())),
+        );
+        for r in &self.policy.rules {
+            out.push((format!("policy.rules[{}].tool", r.id), r.tool.as_str()));
+            if let Some(p) = &r.requires_prior {
+                out.push((format!("policy.rules[{}].requires_prior", r.id), p.as_str()));
+            }
+        }
+        let s = &self.surface;
+        for (key, names) in [
+            ("surface.anchors", &s.anchors),
+            ("surface.system", &s.system),
+            ("surface.fallback_floor", &s.fallback_floor),
+            ("surface.agentic_allow", &s.agentic_allow),
+            ("surface.agentic_only", &s.agentic_only),
+            ("surface.delegate_excluded", &s.delegate_excluded),
+        ] {
+            out.extend(names.iter().map(|n| (key.to_owned(), n.as_str())));
+        }
+        for t in &self.auth.tokens {
+            let key = format!("auth.tokens[{}].allowed_tools", t.name);
+            out.extend(
+                t.allowed_tools
+                    .iter()
+                    .flatten()
+                    .map(|n| (key.clone(), n.as_str())),
+            );
+        }
+        out
+    }
+
     /// Parses TOML text; `origin` names the file in errors.
     pub fn parse(
         text: &str,
@@ -315,6 +361,45 @@ mod tests {
 
     fn env(k: &str) -> Option<String> {
         (k == "HOME_DIR").then(|| "/srv/q".to_owned())
+    }
+
+    #[test]
+    fn every_tool_pattern_is_listed_with_its_key() {
+        let text = r#"
+[limits.tool_timeouts]
+slow_tool = 60
+[limits.tool_concurrency]
+"mcp__db__*" = 2
+[[policy.rules]]
+id = "r1"
+tool = "*export*"
+action = "deny"
+message = "no"
+requires_prior = "tool_search"
+[surface]
+anchors = ["a"]
+agentic_allow = ["mcp__fs__*"]
+[[auth.tokens]]
+name = "ci"
+token = "secret"
+allowed_tools = ["t1", "t2"]
+"#;
+        let config = Config::parse(text, "quiver.toml", &env).unwrap();
+        let got = config.tool_patterns();
+        let got: Vec<(&str, &str)> = got.iter().map(|(k, p)| (k.as_str(), *p)).collect();
+        assert_eq!(
+            got,
+            [
+                ("limits.tool_timeouts", "slow_tool"),
+                ("limits.tool_concurrency", "mcp__db__*"),
+                ("policy.rules[r1].tool", "*export*"),
+                ("policy.rules[r1].requires_prior", "tool_search"),
+                ("surface.anchors", "a"),
+                ("surface.agentic_allow", "mcp__fs__*"),
+                ("auth.tokens[ci].allowed_tools", "t1"),
+                ("auth.tokens[ci].allowed_tools", "t2"),
+            ]
+        );
     }
 
     fn check(text: &str, expect: Result<&str, &str>) {

@@ -229,6 +229,25 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                     );
                 }
             }
+            // A configured name or pattern that matches no tool is most likely a typo (a
+            // deny rule that never fires); told, not failed: a tool of an upstream that is
+            // down now matches nothing either.
+            let names: Vec<String> = app
+                .catalog
+                .tools()
+                .iter()
+                .map(|e| e.spec.name.clone())
+                .collect();
+            let mut unmatched = 0;
+            for (key, pattern) in config.tool_patterns() {
+                if !names
+                    .iter()
+                    .any(|n| quiver_contract::pattern_matches(pattern, n))
+                {
+                    unmatched += 1;
+                    println!("{key}: [unmatched] `{pattern}` matches no tool in the catalog");
+                }
+            }
             let mut breaking = Vec::new();
             if let Some(db) = against {
                 if !db.exists() {
@@ -293,11 +312,12 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                 }
             }
             println!(
-                "config ok; {} tool definition(s) linted, {} finding(s), {} not registered, {} breaking change(s)",
+                "config ok; {} tool definition(s) linted, {} finding(s), {} not registered, {} breaking change(s), {} unmatched tool name(s)",
                 app.catalog.len(),
                 findings.len(),
                 not_registered,
-                breaking.len()
+                breaking.len(),
+                unmatched
             );
             Ok(
                 if findings.is_empty() && not_registered == 0 && breaking.is_empty() {

@@ -78,6 +78,26 @@ fn check_lints_and_rejects_a_broken_config() {
         err.contains("quiver.toml") && err.contains("did you mean `target_floor`?"),
         "{err}"
     );
+    // A pattern that matches no tool is told (a typo'd deny rule never fires), not failed.
+    let typo = dir.join("typo.toml");
+    std::fs::write(
+        &typo,
+        "[[policy.rules]]\nid = \"no-search\"\ntool = \"tool_serch\"\naction = \"deny\"\nmessage = \"no\"\n\n[limits.tool_timeouts]\ntool_search = 5\n\"mcp__gone__*\" = 9\n",
+    )
+    .unwrap();
+    let told = quiver(&["--config", typo.to_str().unwrap(), "check"]);
+    let text = stdout(&told);
+    assert_eq!(told.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("policy.rules[no-search].tool: [unmatched] `tool_serch` matches no tool"),
+        "{text}"
+    );
+    assert!(
+        text.contains("limits.tool_timeouts: [unmatched] `mcp__gone__*`"),
+        "{text}"
+    );
+    assert!(!text.contains("`tool_search` matches no tool"), "{text}");
+    assert!(text.contains("2 unmatched tool name(s)"), "{text}");
     let missing = quiver(&["--config", "/nonexistent/q.toml", "tools"]);
     assert_eq!(missing.status.code(), Some(2));
     assert!(

@@ -148,6 +148,12 @@ impl SurfaceConfig {
         self
     }
 
+    /// Sets the extra always-resident tools.
+    pub fn with_system(mut self, names: &[&str]) -> Self {
+        self.system = names.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
+
     /// Sets the floor target and the warning band.
     pub fn with_floor(mut self, target: usize, min: usize, max: usize) -> Self {
         self.target_floor = target;

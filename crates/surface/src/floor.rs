@@ -191,7 +191,13 @@ fn derive(config: &SurfaceConfig, catalog: &Catalog, usage: &dyn UsageScores) ->
         if entries.len() >= config.target_floor {
             break;
         }
-        if seen.contains(name.as_str()) {
+        // The system set is resident anyway (and the most called): a floor slot for it
+        // would be wasted.
+        if seen.contains(name.as_str())
+            || name == crate::TOOL_SEARCH
+            || name == crate::DESCRIBE_TOOL
+            || config.system.contains(name)
+        {
             continue;
         }
         match catalog.lookup(name) {

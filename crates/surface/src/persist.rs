@@ -62,8 +62,8 @@ impl Surface {
         sync(store, session, self.persisted_set(session)).await
     }
 
-    /// Pages the session's stored working set back in (oldest first, so recency is kept).
-    /// Returns the names restored. A name not in the catalog yet (its upstream may still be
+    /// Pages the session's stored working set back in, recency kept. Returns the names
+    /// restored, oldest first. A name not in the catalog yet (its upstream may still be
     /// connecting) is held and paged in when its tool registers; until then it stays in
     /// the persisted set, so the store keeps it.
     pub async fn restore_session(
@@ -83,7 +83,9 @@ impl Surface {
             .partition(|n| self.catalog().contains(n));
         self.hold_pending(session, later.into_iter().map(str::to_owned).collect());
         if !names.is_empty() {
-            self.page_in(session, &names);
+            // A page-in takes the newest first.
+            let newest_first: Vec<&str> = names.iter().rev().copied().collect();
+            self.page_in(session, &newest_first);
         }
         // A tool that registered between the split and the hold.
         self.adopt_pending();

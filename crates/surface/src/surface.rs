@@ -490,7 +490,8 @@ impl Surface {
             ready
         };
         for (session, names) in ready {
-            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            // Held oldest first; a page-in takes the newest first.
+            let names: Vec<&str> = names.iter().rev().map(String::as_str).collect();
             self.page_in(&session, &names);
         }
     }
@@ -654,23 +655,32 @@ impl Surface {
                 candidates.push((a, Reason::AgenticAllow));
             }
         }
+        // The walk's rank: what is configured resident (system set, allow-list, anchors),
+        // then what the model paged in (newest, and within one search best, first), then the
+        // floor the surface guessed from usage. A round budget that cannot hold everything
+        // cuts the guesses first, never the tools the model just asked for.
         if let Some(floor) = &floor {
-            for e in &floor.entries {
-                let reason = if e.anchor {
-                    Reason::Anchor
-                } else if floor.source == FloorSource::Fallback {
-                    Reason::Fallback
-                } else {
-                    Reason::Floor
-                };
+            for e in floor.entries.iter().filter(|e| e.anchor) {
                 if seen.insert(&e.name) {
-                    candidates.push((&e.name, reason));
+                    candidates.push((&e.name, Reason::Anchor));
                 }
             }
         }
         for n in sess.by_recency() {
             if seen.insert(n) {
                 candidates.push((n, Reason::WorkingSet));
+            }
+        }
+        if let Some(floor) = &floor {
+            let reason = if floor.source == FloorSource::Fallback {
+                Reason::Fallback
+            } else {
+                Reason::Floor
+            };
+            for e in floor.entries.iter().filter(|e| !e.anchor) {
+                if seen.insert(&e.name) {
+                    candidates.push((&e.name, reason));
+                }
             }
         }
 
@@ -885,18 +895,39 @@ impl Surface {
             page.push((hit.name, bytes));
         }
         let paged = self.page_in_sized(session, &page, false);
-        out.exposed = paged.exposed;
         out.failed
             .extend(paged.over_budget.into_iter().map(|name| FailedTool {
                 name,
                 reason: FailReason::OverBudget,
             }));
         out.evicted = paged.evicted;
+        // Only what the next round will list counts as exposed: a hit the round's budget
+        // cuts stays in the working set (listed once there is room) but is reported failed.
+        out.exposed = paged.exposed;
+        if !out.exposed.is_empty() {
+            match self.compose(session, mode, capabilities) {
+                Ok(round) => {
+                    let listed: HashSet<&str> =
+                        round.tools.iter().map(|t| t.spec.name.as_str()).collect();
+                    let (fit, cut): (Vec<String>, Vec<String>) = std::mem::take(&mut out.exposed)
+                        .into_iter()
+                        .partition(|n| listed.contains(n.as_str()));
+                    out.exposed = fit;
+                    out.failed.extend(cut.into_iter().map(|name| FailedTool {
+                        name,
+                        reason: FailReason::OverBudget,
+                    }));
+                }
+                Err(e) => {
+                    tracing::warn!(session, error = %e, "tool_search could not compose the next round");
+                }
+            }
+        }
         out
     }
 
-    /// Pages tools into the session's working set (for example when restoring a session);
-    /// unknown names are skipped.
+    /// Pages tools into the session's working set (for example when restoring a session),
+    /// best or newest first: the first gets the newest stamp. Unknown names are skipped.
     pub fn page_in(&self, session: &str, names: &[&str]) -> PageIn {
         let loaded: HashSet<String> = lock(&self.sessions)
             .get(session)
@@ -948,6 +979,10 @@ impl Surface {
             || self.mode_excluded(mode, name)
         {
             return None;
+        }
+        if self.system.iter().any(|s| s == name) {
+            // Always resident: paging it in would only take a working-set slot.
+            return Some((entry.spec.clone(), PageIn::default()));
         }
         let paged = self.page_in_sized(
             session,

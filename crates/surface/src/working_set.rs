@@ -107,6 +107,10 @@ impl Session {
     /// Refreshes a tool that was used; false when it is not in the set.
     pub(crate) fn touch(&mut self, name: &str) -> bool {
         let stamp = self.next_stamp();
+        self.touch_at(name, stamp)
+    }
+
+    fn touch_at(&mut self, name: &str, stamp: u64) -> bool {
         let round = self.round;
         match self.slots.get_mut(name) {
             Some(s) => {
@@ -118,13 +122,18 @@ impl Session {
         }
     }
 
-    /// Pages tools in (name, definition bytes), in order; makes room by evicting the least
-    /// recently used tools that are not part of this page-in.
+    /// Pages tools in (name, definition bytes), best first; makes room by evicting the least
+    /// recently used tools that are not part of this page-in. The batch's first tool gets
+    /// the newest stamp, so where recency decides (the round budget, a later eviction) the
+    /// better hit wins.
     pub(crate) fn page_in(&mut self, tools: &[(String, usize)], caps: &WorkingSetConfig) -> PageIn {
         let mut out = PageIn::default();
         let batch: HashSet<&str> = tools.iter().map(|(n, _)| n.as_str()).collect();
-        for (name, bytes) in tools {
-            if self.touch(name) {
+        let base = self.stamp;
+        self.stamp += tools.len() as u64;
+        for (i, (name, bytes)) in tools.iter().enumerate() {
+            let stamp = base + (tools.len() - i) as u64;
+            if self.touch_at(name, stamp) {
                 out.exposed.push(name.clone());
                 continue;
             }
@@ -161,7 +170,6 @@ impl Session {
                 self.evict(n);
             }
             out.evicted.extend(gone);
-            let stamp = self.next_stamp();
             self.slots.insert(
                 name.clone(),
                 Slot {

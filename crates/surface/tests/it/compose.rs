@@ -64,7 +64,7 @@ fn each_mode_composes_its_own_list() {
     // chat: floor ∪ working set, minus agentic-only (and plan-only is never listed outside plan).
     check(
         Mode::Chat,
-        "tool_search describe_tool read_file write_file send_mail grep paged",
+        "tool_search describe_tool read_file paged write_file send_mail grep",
     );
     // agentic: allow-list ∪ working set, not intersected with the floor.
     check(
@@ -74,12 +74,12 @@ fn each_mode_composes_its_own_list() {
     // delegate: chat minus delegate-excluded.
     check(
         Mode::Delegate,
-        "tool_search describe_tool read_file write_file grep paged",
+        "tool_search describe_tool read_file paged write_file grep",
     );
     // plan: read-only (and plan-only) tools only.
     check(
         Mode::Plan,
-        "tool_search describe_tool read_file grep plan paged",
+        "tool_search describe_tool read_file paged grep plan",
     );
 }
 
@@ -158,13 +158,14 @@ fn count_budget_keeps_rank_then_recency() {
     fx.surface.page_in("s", &["t05"]);
     fx.surface.page_in("s", &["t06"]);
     let composed = fx.assemble("s", Mode::Chat);
-    // system, anchor, floor by score, then the working set most recent first.
+    // system, anchor, the working set most recent first, then the floor by score: the
+    // tools the model asked for outrank the ones usage guessed.
     assert_eq!(
         line(&composed.names()),
-        "tool_search describe_tool t00 t01 t02 t06"
+        "tool_search describe_tool t00 t06 t05 t07"
     );
-    assert_eq!(composed.dropped_why("t05"), Some(DropReason::OverCount));
-    assert_eq!(composed.dropped_why("t07"), Some(DropReason::OverCount));
+    assert_eq!(composed.dropped_why("t01"), Some(DropReason::OverCount));
+    assert_eq!(composed.dropped_why("t02"), Some(DropReason::OverCount));
 }
 
 #[test]

@@ -21,6 +21,27 @@ fn check(anchors: &[&str], usage: &[(&str, [u64; 3])], target: usize, expect: &s
     );
 }
 
+/// The system set (`tool_search`, `describe_tool`, configured system tools) is resident
+/// anyway and usually the most called: usage never spends a floor slot on it.
+#[test]
+fn the_floor_leaves_the_system_set_out() {
+    let config = SurfaceConfig::default()
+        .with_system(&["t04"])
+        .with_floor(2, 0, 100);
+    let fx = Fixture::new(
+        config,
+        many(6),
+        &[
+            ("tool_search", [50, 0, 0]),
+            ("describe_tool", [40, 0, 0]),
+            ("t04", [30, 0, 0]),
+            ("t01", [2, 0, 0]),
+            ("t02", [1, 0, 0]),
+        ],
+    );
+    assert_eq!(line(&fx.surface.floor().names()), "t01 t02");
+}
+
 #[test]
 fn floor_fills_from_anchors_then_usage() {
     // Anchors first, in order, even without usage.

@@ -85,6 +85,79 @@ async fn matches_join_the_working_set_at_once() {
     );
 }
 
+/// What `tool_search` pages in outranks the usage floor in the next round: with a floor
+/// that fills the round budget, the hit is listed and the lowest floor tool makes room.
+#[tokio::test]
+async fn a_hit_is_listed_even_when_the_floor_fills_the_round() {
+    let mut specs = crate::support::many(6);
+    specs.push(rw("send_mail", "Sends an email message."));
+    let usage = [
+        ("t00", [4, 0, 0]),
+        ("t01", [3, 0, 0]),
+        ("t02", [2, 0, 0]),
+        ("t03", [1, 0, 0]),
+    ];
+    let config = SurfaceConfig::default().with_round_budget(6, 1 << 20);
+    let fx = Fixture::new(config, specs, &usage);
+    assert_eq!(
+        line(&fx.names("s", Mode::Chat)),
+        "tool_search describe_tool t00 t01 t02 t03"
+    );
+    let e = fx.call("s", "tool_search", json!({"query": "email"})).await;
+    assert_eq!(data(&e)["exposed"], json!(["send_mail"]), "{}", text(&e));
+    assert_eq!(data(&e)["failed"], json!([]));
+    assert_eq!(
+        line(&fx.names("s", Mode::Chat)),
+        "tool_search describe_tool send_mail t00 t01 t02"
+    );
+}
+
+/// A hit the next round's budget cannot list is reported as failed (`over_budget`), not
+/// exposed, and the budget keeps the best hits.
+#[tokio::test]
+async fn hits_the_round_cannot_list_are_reported_over_budget() {
+    let specs = vec![
+        ro("read_csv", "Reads a CSV file into rows."),
+        ro("csv_stats", "Computes statistics over a CSV file."),
+        ro("csv_head", "Shows the first rows of a CSV file."),
+    ];
+    let config = SurfaceConfig::default().with_round_budget(4, 1 << 20);
+    let fx = Fixture::new(config, specs, &[]);
+    let e = fx
+        .call("s", "tool_search", json!({"query": "csv file", "limit": 3}))
+        .await;
+    let d = data(&e);
+    let ranked: Vec<&str> = d["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(ranked.len(), 3, "{d}");
+    assert_eq!(d["exposed"], json!([ranked[0], ranked[1]]), "{d}");
+    assert_eq!(
+        d["failed"],
+        json!([{"name": ranked[2], "reason": "over_budget"}]),
+        "{d}"
+    );
+    let listed = fx.names("s", Mode::Chat);
+    assert_eq!(
+        line(&listed),
+        format!("tool_search describe_tool {} {}", ranked[0], ranked[1])
+    );
+}
+
+/// `describe_tool` of an always-resident tool takes no working-set slot.
+#[tokio::test]
+async fn describing_a_system_tool_pages_nothing_in() {
+    let fx = search_fixture();
+    let e = fx
+        .call("s", "describe_tool", json!({"name": "tool_search"}))
+        .await;
+    assert!(e.is_ok(), "{}", text(&e));
+    assert!(fx.surface.working_set("s").is_empty());
+}
+
 #[tokio::test]
 async fn tool_search_result_shape() {
     let config = SurfaceConfig::default()

@@ -26,7 +26,8 @@ fn count_cap_evicts_the_least_recently_used() {
     let paged = fx.surface.page_in("s", &["t04", "t05", "t01", "t02"]);
     assert_eq!(line(&paged.exposed), "t04 t05 t02");
     assert_eq!(line(&paged.over_budget), "t01");
-    assert_eq!(line(&fx.surface.working_set("s")), "t02 t05 t04");
+    // The batch's first is its newest.
+    assert_eq!(line(&fx.surface.working_set("s")), "t04 t05 t02");
 }
 
 #[test]
@@ -39,10 +40,11 @@ fn byte_cap_evicts_the_least_recently_used() {
         many(6),
         &[],
     );
+    // One batch, best first: t01 is its older member.
     fx.surface.page_in("s", &["t00", "t01"]);
     let paged = fx.surface.page_in("s", &["t02"]);
-    assert_eq!(paged.evicted, vec!["t00".to_owned()]);
-    assert_eq!(line(&fx.surface.working_set("s")), "t02 t01");
+    assert_eq!(paged.evicted, vec!["t01".to_owned()]);
+    assert_eq!(line(&fx.surface.working_set("s")), "t02 t00");
 }
 
 #[test]

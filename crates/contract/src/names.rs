@@ -5,6 +5,21 @@ use crate::ContractError;
 /// The longest a full tool name may be, in bytes (MCP-derived names included).
 pub const MAX_NAME_BYTES: usize = 256;
 
+/// A requested tool name as an error message quotes it back: a name longer than
+/// [`MAX_NAME_BYTES`] cannot exist, so only its start is shown (with its length), not
+/// kilobytes of whatever was sent.
+pub fn quoted_name(name: &str) -> std::borrow::Cow<'_, str> {
+    const SHOWN: usize = 64;
+    if name.len() <= MAX_NAME_BYTES {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let mut end = SHOWN;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!("{}… ({} bytes)", &name[..end], name.len()))
+}
+
 /// What family a valid name belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -228,5 +243,20 @@ mod tests {
         );
         assert_eq!(split_mcp_name("mcp__time__now"), Some(("time", "now")));
         assert_eq!(split_mcp_name("now"), None);
+    }
+}
+
+#[cfg(test)]
+mod quoted_tests {
+    use super::*;
+
+    #[test]
+    fn a_name_too_long_to_exist_is_quoted_by_its_start() {
+        assert_eq!(quoted_name("read_file"), "read_file");
+        let long = "é".repeat(300);
+        let q = quoted_name(&long);
+        assert!(q.starts_with(&"é".repeat(32)), "{q}");
+        assert!(q.ends_with("… (600 bytes)"), "{q}");
+        assert!(q.len() < 100, "{q}");
     }
 }

@@ -748,7 +748,10 @@ impl Dispatcher {
             .into_iter()
             .map(|(label, score)| Alternative::new(label, score))
             .collect();
-        let mut message = format!("there is no tool named `{name}` in your tool list.");
+        let mut message = format!(
+            "there is no tool named `{}` in your tool list.",
+            quiver_contract::quoted_name(name)
+        );
         if !alternatives.is_empty() {
             let list: Vec<String> = alternatives
                 .iter()
@@ -851,7 +854,7 @@ impl Dispatcher {
         let at = SystemTime::now() - took;
         let recorder = self.inner.recorder.clone();
         let record = CallRecord {
-            tool_name: name.to_owned(),
+            tool_name: quiver_contract::quoted_name(name).into_owned(),
             session: ctx.session.clone(),
             tenant: ctx.tenant.clone(),
             call_id: ctx.call_id.clone().unwrap_or_else(|| Arc::from("")),

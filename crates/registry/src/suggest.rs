@@ -5,6 +5,11 @@ pub fn did_you_mean<'a>(
     candidates: impl IntoIterator<Item = &'a str>,
     limit: usize,
 ) -> Vec<(String, f64)> {
+    // No name is longer than this: nothing to suggest, and comparing kilobytes of input
+    // with every name would cost seconds.
+    if wanted.len() > quiver_contract::MAX_NAME_BYTES {
+        return Vec::new();
+    }
     let wanted_l = wanted.to_lowercase();
     let mut scored: Vec<(String, f64)> = candidates
         .into_iter()

@@ -172,7 +172,7 @@ impl Tool for DescribeTool {
                 Err(ToolError::schema_hint(
                     format!(
                         "no tool named `{}` is available to you. Call tool_search with a few keywords to find tools.",
-                        a.name
+                        quiver_contract::quoted_name(&a.name)
                     ),
                     alternatives,
                 ))

@@ -73,7 +73,11 @@ fn parse_queries(queries_jsonl: &str) -> Result<Vec<QueryLine>, String> {
 /// contents, in the benchmark's format).
 pub fn evaluate(tools_jsonl: &str, queries_jsonl: &str) -> Result<EvalReport, String> {
     let mut index = SearchIndex::new();
-    for spec in parse_tools(tools_jsonl)? {
+    let tools = parse_tools(tools_jsonl)?;
+    if tools.is_empty() {
+        return Err("the tool set is empty".into());
+    }
+    for spec in tools {
         index.upsert(&spec);
     }
     evaluate_ranker(queries_jsonl, |q| {
@@ -117,11 +121,14 @@ fn metrics(ranked: &[String], gold: &[Vec<String>]) -> [f64; 4] {
     if gold.is_empty() {
         return [0.0; 4];
     }
-    // The rank (0-based) at which each needed tool is first found.
-    let found: Vec<Option<usize>> = gold
-        .iter()
-        .map(|names| ranked.iter().take(10).position(|r| names.contains(r)))
-        .collect();
+    // The rank (0-based) at which each needed tool is first found; one ranked tool credits
+    // one needed tool only (two needed tools that share a name are not both found by it).
+    let mut found: Vec<Option<usize>> = vec![None; gold.len()];
+    for (r, name) in ranked.iter().take(10).enumerate() {
+        if let Some(g) = (0..gold.len()).find(|&g| found[g].is_none() && gold[g].contains(name)) {
+            found[g] = Some(r);
+        }
+    }
     let hit1 = f64::from(u8::from(
         ranked
             .first()
@@ -134,6 +141,28 @@ fn metrics(ranked: &[String], gold: &[Vec<String>]) -> [f64; 4] {
     let dcg: f64 = found.iter().flatten().map(|&r| gain(r)).sum();
     let ideal: f64 = (0..gold.len().min(10)).map(gain).sum();
     [hit1, recall(5), recall(10), dcg / ideal]
+}
+
+#[cfg(test)]
+mod metric_tests {
+    use super::metrics;
+
+    fn v(names: &[&str]) -> Vec<String> {
+        names.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    /// One ranked tool credits one needed tool: nDCG stays within 0..=1 when two needed
+    /// tools share a name.
+    #[test]
+    fn a_ranked_tool_credits_one_needed_tool() {
+        let gold = vec![v(&["send_mail"]), v(&["send_mail"])];
+        let [hit1, r5, r10, ndcg] = metrics(&v(&["send_mail", "other"]), &gold);
+        assert_eq!((hit1, r5, r10), (1.0, 0.5, 0.5));
+        assert!(ndcg > 0.0 && ndcg < 1.0, "{ndcg}");
+        let [_, r5, _, ndcg] = metrics(&v(&["send_mail", "other", "send_mail"]), &gold);
+        assert_eq!(r5, 1.0);
+        assert!(ndcg <= 1.0, "{ndcg}");
+    }
 }
 
 #[cfg(test)]

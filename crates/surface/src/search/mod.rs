@@ -40,7 +40,7 @@ use serde_json::Value;
 pub use embed::{EmbedError, Embedder, HashedNgrams, HybridConfig};
 use embed::{Vectors, cosine};
 pub use eval::{EvalReport, evaluate};
-use tokenize::{TokenOpts, expand_query, is_filler, path_only_terms, tokenize};
+use tokenize::{TokenOpts, expand_query, is_cjk, is_filler, path_only_terms, tokenize};
 
 /// One search result: a tool name and its score, normalised to `0.0..=1.0` (1.0 would be a
 /// tool matching every query term as strongly as the index allows).
@@ -502,6 +502,7 @@ impl SearchIndex {
         limit: usize,
         filter: &dyn Fn(&str) -> bool,
     ) -> Vec<SearchHit> {
+        let query = clip_query(query);
         let terms = query_terms(query);
         if terms.is_empty() || limit == 0 || self.is_empty() {
             return Vec::new();
@@ -873,7 +874,16 @@ impl SearchIndex {
         let n = self.len() as f64;
         let mut top: Vec<(f64, u32)> = touched.iter().map(|&d| (total[d as usize], d)).collect();
         let k = p.fb_docs.min(top.len());
-        let order = |a: &(f64, u32), b: &(f64, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+        // Ties by name, not by document id: ids are reused as tools come and go, and the
+        // ranking must not depend on the order tools were indexed in.
+        let name = |d: u32| {
+            self.docs[d as usize]
+                .as_ref()
+                .map_or("", |doc| doc.name.as_str())
+        };
+        let order = |a: &(f64, u32), b: &(f64, u32)| {
+            b.0.total_cmp(&a.0).then_with(|| name(a.1).cmp(name(b.1)))
+        };
         if top.len() > k {
             top.select_nth_unstable_by(k - 1, order);
             top.truncate(k);
@@ -1214,10 +1224,11 @@ struct TermData {
 /// punctuation and single letters dropped, identifiers split, English words stemmed, CJK runs
 /// as unigrams and bigrams. Empty for a blank, stop-word-only or punctuation-only query.
 pub fn query_terms(query: &str) -> Vec<String> {
-    // Blobs pasted into a query (base64, minified data) are not search words.
-    let text: Vec<&str> = query
+    // Blobs pasted into a query (base64, minified data) are not search words; a long run of
+    // CJK text is a sentence (those scripts put no spaces between words).
+    let text: Vec<&str> = clip_query(query)
         .split_whitespace()
-        .filter(|w| w.len() <= MAX_QUERY_WORD)
+        .filter(|w| w.len() <= MAX_QUERY_WORD || w.chars().any(is_cjk))
         .collect();
     let mut terms = Vec::new();
     tokenize(&text.join(" "), TokenOpts { joins: false }, &mut terms);
@@ -1230,6 +1241,21 @@ pub fn query_terms(query: &str) -> Vec<String> {
 
 /// Longer whitespace-separated words of a query are skipped as data, not words.
 const MAX_QUERY_WORD: usize = 200;
+/// Only this much of a query is read (a request, not a document; the rest cannot change
+/// which 64 terms are used much, and every step after this is then bounded).
+const MAX_QUERY_BYTES: usize = 8 * 1024;
+
+/// The first `MAX_QUERY_BYTES` of a query, cut at a character boundary.
+fn clip_query(query: &str) -> &str {
+    if query.len() <= MAX_QUERY_BYTES {
+        return query;
+    }
+    let mut end = MAX_QUERY_BYTES;
+    while !query.is_char_boundary(end) {
+        end -= 1;
+    }
+    &query[..end]
+}
 /// Longer query terms are skipped.
 const MAX_TERM_LEN: usize = 40;
 /// At most this many distinct terms of a query are used.

@@ -104,6 +104,71 @@ fn ties_break_by_name() {
     assert!(hits.iter().all(|h| h.score > 0.0 && h.score <= 1.0));
 }
 
+/// Identical tools rank the same however they were indexed: in either order, and after
+/// removals and re-adds that reuse document ids.
+#[test]
+fn the_ranking_does_not_depend_on_indexing_order() {
+    let specs: Vec<ToolSpec> = ["q", "b", "x", "a", "m", "c"]
+        .iter()
+        .map(|p| ToolSpec::new(format!("{p}_send_mail"), "Sends an email message."))
+        .collect();
+    let rank = |ix: &SearchIndex| {
+        ix.search("send email", 10, &all)
+            .into_iter()
+            .map(|h| (h.name, (h.score * 1e9).round()))
+            .collect::<Vec<_>>()
+    };
+    let forward = index(&specs);
+    let mut reversed_specs = specs.clone();
+    reversed_specs.reverse();
+    let reversed = index(&reversed_specs);
+    let mut churned = index(&specs);
+    for s in &specs[..3] {
+        churned.remove(&s.name);
+    }
+    churned.upsert(&ToolSpec::new("zz_other", "Reads the weather."));
+    for s in specs[..3].iter().rev() {
+        churned.upsert(s);
+    }
+    churned.remove("zz_other");
+    let want = rank(&forward);
+    assert_eq!(want.len(), specs.len());
+    assert_eq!(rank(&reversed), want);
+    assert_eq!(rank(&churned), want);
+    let names: Vec<&str> = want.iter().map(|(n, _)| n.as_str()).collect();
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    assert_eq!(names, sorted, "equal tools in name order");
+}
+
+/// A long CJK sentence has no spaces: it is text, not a pasted blob.
+#[test]
+fn a_long_cjk_sentence_is_a_query() {
+    let q = "请帮我查询一下北京市明天上午和下午的天气情况以及气温变化然后根据这些天气情况给我的朋友发送一封电子邮件告诉他明天出门要不要带伞谢谢你的帮助";
+    assert!(q.len() > 200);
+    assert!(is_meaningful_query(q));
+    let ix = index(&[
+        ToolSpec::new("weather", "查询城市的天气情况和气温"),
+        ToolSpec::new("units", "Converts units."),
+    ]);
+    assert_eq!(names(&ix.search(q, 5, &all))[0], "weather");
+    // A blob of the same length is still not one.
+    assert!(!is_meaningful_query(&"QUJD".repeat(60)));
+}
+
+/// A huge query costs about what its first kilobytes cost: only they are read.
+#[test]
+fn a_huge_query_is_read_only_in_part() {
+    let ix = index(&[ToolSpec::new("send_slack", "Sends a Slack message.")]);
+    let mut q = String::from("slack");
+    for i in 0..200_000 {
+        q.push_str(if i % 2 == 0 { " /1a" } else { " 3q" });
+    }
+    let hits = ix.search(&q, 5, &all);
+    assert_eq!(names(&hits), ["send_slack"]);
+    assert_eq!(query_terms(&q), query_terms(&q[..8 * 1024]));
+}
+
 #[test]
 fn the_filter_applies_before_the_limit() {
     let specs: Vec<ToolSpec> = (0..20)

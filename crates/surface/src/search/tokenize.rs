@@ -21,7 +21,7 @@ pub(crate) fn is_stop_word(word: &str) -> bool {
 }
 
 /// Han, Kana, Hangul and CJK punctuation-free ideographs: scripts written without spaces.
-fn is_cjk(c: char) -> bool {
+pub(crate) fn is_cjk(c: char) -> bool {
     matches!(c as u32,
         0x3040..=0x30FF      // Hiragana, Katakana
         | 0x3100..=0x312F    // Bopomofo
@@ -302,6 +302,7 @@ pub(crate) fn path_only_terms(query: &str) -> Vec<String> {
             tokenize(word, TokenOpts { joins: false }, &mut in_text);
         }
     }
+    let in_text: std::collections::HashSet<String> = in_text.into_iter().collect();
     in_paths.retain(|t| !in_text.contains(t));
     in_paths
 }

@@ -17,6 +17,28 @@ use quiver_registry::{
 use quiver_surface::SurfaceConfig;
 use serde::Deserialize;
 
+/// A tool name or pattern in the configuration (see [`Config::tool_patterns`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolRef<'a> {
+    /// The key it is under.
+    pub key: String,
+    /// The name or pattern.
+    pub name: &'a str,
+    /// The key takes exact names only (a `*` there is a literal character).
+    pub exact: bool,
+}
+
+impl ToolRef<'_> {
+    /// Whether it refers to the tool `tool`.
+    pub fn matches(&self, tool: &str) -> bool {
+        if self.exact {
+            self.name == tool
+        } else {
+            quiver_contract::pattern_matches(self.name, tool)
+        }
+    }
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -249,47 +271,59 @@ fn interpolate(
 
 impl Config {
     /// Every tool name or pattern the configuration refers to, with the key it is under
-    /// (`limits.tool_timeouts`, `policy.rules[search-first].tool`, ...): what `quiver check`
-    /// holds against the catalog, since one that matches no tool is most likely a typo (a
-    /// deny rule that never fires).
-    pub fn tool_patterns(&self) -> Vec<(String, &str)> {
-        let mut out: Vec<(String, &str)> = Vec::new();
-        let l = &self.limits;
-        out.extend(
-            l.tool_timeouts
-                .keys()
-                .map(|n| ("limits.tool_timeouts".to_owned(), n.as_str())),
-        );
-        out.extend(
-            l.tool_concurrency
-                .keys()
-                .map(|n| ("limits.tool_concurrency".to_owned(), n.as_str())),
-        );
+    /// (`limits.tool_timeouts`, `policy.rules[search-first].tool`, ...) and whether that key
+    /// takes exact names only (no `*` patterns): what `quiver check` holds against the
+    /// catalog, since one that matches no tool is most likely a typo (a deny rule that never
+    /// fires).
+    pub fn tool_patterns(&self) -> Vec<ToolRef<'_>> {
+        fn add<'a>(out: &mut Vec<ToolRef<'a>>, key: String, name: &'a str, exact: bool) {
+            out.push(ToolRef { key, name, exact });
+        }
+        let mut out: Vec<ToolRef<'_>> = Vec::new();
+        for n in self.limits.tool_timeouts.keys() {
+            add(&mut out, "limits.tool_timeouts".into(), n, true);
+        }
+        for n in self.limits.tool_concurrency.keys() {
+            add(&mut out, "limits.tool_concurrency".into(), n, true);
+        }
         for r in &self.policy.rules {
-            out.push((format!("policy.rules[{}].tool", r.id), r.tool.as_str()));
+            add(
+                &mut out,
+                format!("policy.rules[{}].tool", r.id),
+                &r.tool,
+                false,
+            );
             if let Some(p) = &r.requires_prior {
-                out.push((format!("policy.rules[{}].requires_prior", r.id), p.as_str()));
+                add(
+                    &mut out,
+                    format!("policy.rules[{}].requires_prior", r.id),
+                    p,
+                    false,
+                );
             }
         }
         let s = &self.surface;
-        for (key, names) in [
-            ("surface.anchors", &s.anchors),
-            ("surface.system", &s.system),
-            ("surface.fallback_floor", &s.fallback_floor),
-            ("surface.agentic_allow", &s.agentic_allow),
-            ("surface.agentic_only", &s.agentic_only),
-            ("surface.delegate_excluded", &s.delegate_excluded),
+        for (key, names, exact) in [
+            ("surface.anchors", &s.anchors, true),
+            ("surface.system", &s.system, true),
+            ("surface.fallback_floor", &s.fallback_floor, true),
+            ("surface.agentic_allow", &s.agentic_allow, false),
+            ("surface.agentic_only", &s.agentic_only, false),
+            ("surface.delegate_excluded", &s.delegate_excluded, false),
         ] {
-            out.extend(names.iter().map(|n| (key.to_owned(), n.as_str())));
+            for n in names {
+                add(&mut out, key.into(), n, exact);
+            }
         }
         for t in &self.auth.tokens {
-            let key = format!("auth.tokens[{}].allowed_tools", t.name);
-            out.extend(
-                t.allowed_tools
-                    .iter()
-                    .flatten()
-                    .map(|n| (key.clone(), n.as_str())),
-            );
+            for n in t.allowed_tools.iter().flatten() {
+                add(
+                    &mut out,
+                    format!("auth.tokens[{}].allowed_tools", t.name),
+                    n,
+                    false,
+                );
+            }
         }
         out
     }
@@ -386,20 +420,29 @@ allowed_tools = ["t1", "t2"]
 "#;
         let config = Config::parse(text, "quiver.toml", &env).unwrap();
         let got = config.tool_patterns();
-        let got: Vec<(&str, &str)> = got.iter().map(|(k, p)| (k.as_str(), *p)).collect();
+        let got: Vec<(&str, &str, bool)> = got
+            .iter()
+            .map(|r| (r.key.as_str(), r.name, r.exact))
+            .collect();
         assert_eq!(
             got,
             [
-                ("limits.tool_timeouts", "slow_tool"),
-                ("limits.tool_concurrency", "mcp__db__*"),
-                ("policy.rules[r1].tool", "*export*"),
-                ("policy.rules[r1].requires_prior", "tool_search"),
-                ("surface.anchors", "a"),
-                ("surface.agentic_allow", "mcp__fs__*"),
-                ("auth.tokens[ci].allowed_tools", "t1"),
-                ("auth.tokens[ci].allowed_tools", "t2"),
+                ("limits.tool_timeouts", "slow_tool", true),
+                ("limits.tool_concurrency", "mcp__db__*", true),
+                ("policy.rules[r1].tool", "*export*", false),
+                ("policy.rules[r1].requires_prior", "tool_search", false),
+                ("surface.anchors", "a", true),
+                ("surface.agentic_allow", "mcp__fs__*", false),
+                ("auth.tokens[ci].allowed_tools", "t1", false),
+                ("auth.tokens[ci].allowed_tools", "t2", false),
             ]
         );
+        let exact = &config.tool_patterns()[1];
+        assert!(
+            !exact.matches("mcp__db__query"),
+            "exact key: `*` is literal"
+        );
+        assert!(config.tool_patterns()[2].matches("csv_export_all"));
     }
 
     fn check(text: &str, expect: Result<&str, &str>) {

@@ -202,6 +202,11 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
             for entry in app.catalog.tools() {
                 findings.extend(lint_spec(&entry.spec));
             }
+            // Settings valid one by one that do not fit together.
+            let misfits = config.surface.warnings();
+            for w in &misfits {
+                println!("surface: [config] {w}");
+            }
             for f in &findings {
                 let at = if f.path.is_empty() {
                     String::new()
@@ -239,13 +244,18 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                 .map(|e| e.spec.name.clone())
                 .collect();
             let mut unmatched = 0;
-            for (key, pattern) in config.tool_patterns() {
-                if !names
-                    .iter()
-                    .any(|n| quiver_contract::pattern_matches(pattern, n))
-                {
+            for r in config.tool_patterns() {
+                if !names.iter().any(|n| r.matches(n)) {
                     unmatched += 1;
-                    println!("{key}: [unmatched] `{pattern}` matches no tool in the catalog");
+                    let note = if r.exact && r.name.contains('*') {
+                        " (this key takes exact names: `*` is not a wildcard here)"
+                    } else {
+                        ""
+                    };
+                    println!(
+                        "{}: [unmatched] `{}` matches no tool in the catalog{note}",
+                        r.key, r.name
+                    );
                 }
             }
             let mut breaking = Vec::new();
@@ -314,13 +324,17 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
             println!(
                 "config ok; {} tool definition(s) linted, {} finding(s), {} not registered, {} breaking change(s), {} unmatched tool name(s)",
                 app.catalog.len(),
-                findings.len(),
+                findings.len() + misfits.len(),
                 not_registered,
                 breaking.len(),
                 unmatched
             );
             Ok(
-                if findings.is_empty() && not_registered == 0 && breaking.is_empty() {
+                if findings.is_empty()
+                    && misfits.is_empty()
+                    && not_registered == 0
+                    && breaking.is_empty()
+                {
                     ExitCode::SUCCESS
                 } else {
                     ExitCode::from(1)

@@ -136,6 +136,34 @@ impl SurfaceConfig {
         Ok(())
     }
 
+    /// Settings that are valid one by one but do not fit together (a full round larger
+    /// than `max_surface`, which then fails every composition of a busy session; a system
+    /// set the round cannot hold). Logged when a surface is built; `quiver check` reports
+    /// them as findings.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let round = self.round.max_definitions;
+        if self.max_surface < round {
+            out.push(format!(
+                "max_surface ({}) is below round.max_definitions ({round}): a full round would exceed it, and every composition of that session fails; raise max_surface or lower max_definitions",
+                self.max_surface
+            ));
+        }
+        let mut system: Vec<&str> = vec![crate::TOOL_SEARCH, crate::DESCRIBE_TOOL];
+        for s in &self.system {
+            if !system.contains(&s.as_str()) {
+                system.push(s);
+            }
+        }
+        if system.len() > round {
+            out.push(format!(
+                "the always-resident system set has {} tools, more than round.max_definitions ({round}): some of them are never listed",
+                system.len()
+            ));
+        }
+        out
+    }
+
     /// Sets how many working sets stay in memory.
     pub fn with_max_sessions(mut self, max: usize) -> Self {
         self.max_sessions = max;

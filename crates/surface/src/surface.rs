@@ -363,6 +363,9 @@ impl Surface {
         usage: Arc<dyn UsageScores>,
     ) -> Result<Arc<Surface>, SurfaceError> {
         config.validate()?;
+        for w in config.warnings() {
+            tracing::warn!("surface configuration: {w}");
+        }
         let events = catalog.subscribe();
         let mut system = vec![TOOL_SEARCH.to_owned(), DESCRIBE_TOOL.to_owned()];
         for s in &config.system {

@@ -93,11 +93,22 @@ fn check_lints_and_rejects_a_broken_config() {
         "{text}"
     );
     assert!(
-        text.contains("limits.tool_timeouts: [unmatched] `mcp__gone__*`"),
+        text.contains("limits.tool_timeouts: [unmatched] `mcp__gone__*` matches no tool in the catalog (this key takes exact names"),
         "{text}"
     );
     assert!(!text.contains("`tool_search` matches no tool"), "{text}");
     assert!(text.contains("2 unmatched tool name(s)"), "{text}");
+    // Settings that do not fit together are a finding.
+    let misfit = dir.join("misfit.toml");
+    std::fs::write(&misfit, "[surface]\nmax_surface = 4\n").unwrap();
+    let told = quiver(&["--config", misfit.to_str().unwrap(), "check"]);
+    let text = stdout(&told);
+    assert_eq!(told.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("surface: [config] max_surface (4) is below round.max_definitions (32)"),
+        "{text}"
+    );
+    assert!(text.contains("1 finding(s)"), "{text}");
     let missing = quiver(&["--config", "/nonexistent/q.toml", "tools"]);
     assert_eq!(missing.status.code(), Some(2));
     assert!(

@@ -37,6 +37,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_name_longer_than_any_name_gets_no_suggestion() {
+        let long = format!("read_file{}", "x".repeat(300));
+        assert!(did_you_mean(&long, ["read_file"], 3).is_empty());
+        assert_eq!(did_you_mean("read_fil", ["read_file"], 3).len(), 1);
+    }
+
+    #[test]
     fn ranks_close_names_first() {
         let names = [
             "read_file",

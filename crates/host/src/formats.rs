@@ -38,6 +38,32 @@ pub fn format_tools(specs: &[ToolSpec], format: ToolFormat) -> String {
     }
 }
 
+/// The names a provider format may refuse: OpenAI's function names must match
+/// `^[a-zA-Z0-9_-]{1,64}$`, and MCP names may hold dots and run to 256 bytes. One line per
+/// such name, empty for the table and JSON formats (Quiver's own names).
+pub fn provider_name_warnings(specs: &[ToolSpec], format: ToolFormat) -> Vec<String> {
+    if !matches!(format, ToolFormat::Openai | ToolFormat::Anthropic) {
+        return Vec::new();
+    }
+    specs
+        .iter()
+        .filter_map(|s| {
+            let n = &s.name;
+            let bad_char = n
+                .chars()
+                .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'));
+            let why = match (bad_char, n.len()) {
+                (Some(c), _) => format!("it contains {c:?}"),
+                (None, len) if len > 64 => format!("it is {len} characters long"),
+                _ => return None,
+            };
+            Some(format!(
+                "warning: the provider may refuse tool `{n}`: {why} (function names must match ^[a-zA-Z0-9_-]{{1,64}}$); rename the tool or give its server a shorter prefix"
+            ))
+        })
+        .collect()
+}
+
 fn pretty(items: Vec<Value>) -> String {
     serde_json::to_string_pretty(&Value::Array(items)).unwrap_or_default()
 }
@@ -66,4 +92,29 @@ fn table(specs: &[ToolSpec]) -> String {
     }
     out.push_str(&format!("{} tool(s)\n", specs.len()));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_a_provider_refuses_are_warned_about() {
+        let specs = vec![
+            ToolSpec::new("mcp__gh__files.read", "Reads."),
+            ToolSpec::new(
+                format!("mcp__github_enterprise__{}", "x".repeat(58)),
+                "Long.",
+            ),
+            ToolSpec::new("read_file", "Fine."),
+        ];
+        let w = provider_name_warnings(&specs, ToolFormat::Openai);
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(
+            w[0].contains("mcp__gh__files.read") && w[0].contains("'.'"),
+            "{w:?}"
+        );
+        assert!(w[1].contains("82 characters long"), "{w:?}");
+        assert!(provider_name_warnings(&specs, ToolFormat::Json).is_empty());
+    }
 }

@@ -13,5 +13,5 @@ pub mod serve;
 pub use app::{App, Ready};
 pub use assemble::{FAMILY_ORDER, Families, assemble_catalog};
 pub use config::{Config, LimitsConfig, PolicyConfig, StoreConfig, ToolRef};
-pub use formats::{ToolFormat, format_tools};
+pub use formats::{ToolFormat, format_tools, provider_name_warnings};
 pub use mcp_json::{parse_mcp_servers, read_mcp_servers};

@@ -10,7 +10,7 @@ use quiver_contract::{
     CallContext, Capabilities, Envelope, Mode, RenderOptions, breaking_changes_between, lint_spec,
     render,
 };
-use quiver_host::{App, Config, ToolFormat, format_tools};
+use quiver_host::{App, Config, ToolFormat, format_tools, provider_name_warnings};
 use quiver_registry::{CallFilter, DefinitionStore};
 
 /// Quiver: one catalog, one dispatch pipeline, every tool an agent can call.
@@ -409,7 +409,11 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
         } => {
             app.open_session(&session).await?;
             let composed = app.surface.compose(&session, mode, &Capabilities::all())?;
-            print!("{}", format_tools(&composed.specs(), format));
+            let specs = composed.specs();
+            for w in provider_name_warnings(&specs, format) {
+                eprintln!("{w}");
+            }
+            print!("{}", format_tools(&specs, format));
             Ok(ExitCode::SUCCESS)
         }
         Command::Search { query, limit } => {

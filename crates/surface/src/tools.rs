@@ -16,7 +16,7 @@ use crate::{
 };
 
 /// The hint for a query without search words.
-pub const BLANK_QUERY_HINT: &str = "the query has no search words: it is blank, or only stop words or punctuation. Describe the capability you need in a few keywords, e.g. {\"query\": \"read csv file\"} or {\"query\": \"send slack message\"}.";
+pub const BLANK_QUERY_HINT: &str = "the query has no search words: it is blank, or only stop words, single letters or punctuation. Describe the capability you need in a few keywords, e.g. {\"query\": \"read csv file\"} or {\"query\": \"send slack message\"}.";
 
 /// `tool_search` and `describe_tool`, bound to `surface`. Register them in the catalog (for
 /// example in the `core` family); they hold the surface weakly.

@@ -141,6 +141,17 @@ fn the_ranking_does_not_depend_on_indexing_order() {
     assert_eq!(names, sorted, "equal tools in name order");
 }
 
+/// Composed and decomposed accents, and full-width letters, are one spelling.
+#[test]
+fn unicode_forms_meet() {
+    let ix = index(&[
+        ToolSpec::new("cv_tool", "Parses a re\u{301}sume\u{301} into fields."),
+        ToolSpec::new("sheet", "Reads a CSV sheet."),
+    ]);
+    assert_eq!(names(&ix.search("r\u{e9}sum\u{e9}", 5, &all)), ["cv_tool"]);
+    assert_eq!(names(&ix.search("ＣＳＶ", 5, &all)), ["sheet"]);
+}
+
 /// A long CJK sentence has no spaces: it is text, not a pasted blob.
 #[test]
 fn a_long_cjk_sentence_is_a_query() {

@@ -1,6 +1,10 @@
 //! Text to index terms: identifier splitting, lower-casing, stop words, a light English
 //! stemmer, and character uni- and bigrams for CJK runs.
 
+use unicode_normalization::{
+    IsNormalized, UnicodeNormalization, char::is_combining_mark, is_nfkc_quick,
+};
+
 /// Function words that say nothing about which tool is wanted.
 const STOP_WORDS: &[&str] = &[
     "a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any",
@@ -46,6 +50,17 @@ pub(crate) struct TokenOpts {
 
 /// Appends the index terms of `text` to `out` (duplicates kept; callers count them).
 pub(crate) fn tokenize(text: &str, opts: TokenOpts, out: &mut Vec<String>) {
+    // One spelling per text: NFKC composes decomposed accents (`e` + U+0301 is `é`) and
+    // folds compatibility forms (full-width `ＣＳＶ` is `CSV`), so a query meets a
+    // description whichever form either was written in. Most text already is NFKC.
+    let normalized: String;
+    let text = match is_nfkc_quick(text.chars()) {
+        IsNormalized::Yes => text,
+        _ => {
+            normalized = text.nfkc().collect();
+            &normalized
+        }
+    };
     let mut word = String::new();
     let mut cjk = Vec::new();
     // The lower-cased parts of the current identifier-like chunk, for joins.
@@ -59,7 +74,9 @@ pub(crate) fn tokenize(text: &str, opts: TokenOpts, out: &mut Vec<String>) {
             continue;
         }
         flush_cjk(&mut cjk, out);
-        if c.is_alphanumeric() {
+        // A combining mark left after composition (most scripts' vowel signs) belongs to
+        // the word it follows.
+        if c.is_alphanumeric() || (is_combining_mark(c) && !word.is_empty()) {
             word.push(c);
             continue;
         }

@@ -155,6 +155,36 @@ fn tune(tools: &str, queries: &str) {
     if std::env::var_os("TUNE_DIV").is_some() {
         return;
     }
+    for v in [0.0, 0.1, 0.3] {
+        run(
+            &format!("link share {v}"),
+            Params {
+                link_share: v,
+                ..d()
+            },
+        );
+    }
+    for v in [1, 5] {
+        run(
+            &format!("link lenders {v}"),
+            Params {
+                link_lenders: v,
+                ..d()
+            },
+        );
+    }
+    for v in [0, 3, 8] {
+        run(
+            &format!("link head {v}"),
+            Params {
+                link_head: v,
+                ..d()
+            },
+        );
+    }
+    if std::env::var_os("TUNE_LINK").is_some() {
+        return;
+    }
     for v in [0.0, 0.2, 0.6, 1.0] {
         run(
             &format!("path w {v}"),

@@ -12,7 +12,12 @@
 //! - a tool whose name terms the query largely covers (idf-weighted) gets a bonus;
 //! - the server part of an MCP name (`mcp__<server>__<tool>`, or `<server>__<tool>`) is
 //!   scored with an idf over servers and reaches every tool of the server, and every tool
-//!   gets a share of its server's best score.
+//!   gets a share of its server's best score;
+//! - the best tools lend a share of their score to the tools of their server they are
+//!   linked to by their schemas: one names in its name or description what the other
+//!   requires as input and does not take itself (a geocoder names the `latitude` and
+//!   `longitude` that a nearby-places search requires). A lent score lifts a tool at most to
+//!   just below the head of the ranking, so it completes the list after the direct matches.
 //!
 //! The index is incremental: [`SearchIndex::upsert`] and [`SearchIndex::remove`] touch only
 //! the postings of one tool and keep the collection statistics (document frequencies, field
@@ -98,6 +103,13 @@ pub(crate) struct Params {
     pub(crate) fb_weight: f64,
     /// Feedback terms from the tools' names only (else from all their fields).
     pub(crate) fb_names_only: bool,
+    /// The share of its score that one of the best tools lends to each tool of its server
+    /// linked to it by their schemas (times the link's strength; 0 turns links off).
+    pub(crate) link_share: f64,
+    /// How many of the best tools lend a share to their linked tools.
+    pub(crate) link_lenders: usize,
+    /// A lent share lifts a tool at most to just below the tool at this rank.
+    pub(crate) link_head: usize,
 }
 
 impl Default for Params {
@@ -121,6 +133,9 @@ impl Default for Params {
             fb_terms: 8,
             fb_weight: 0.3,
             fb_names_only: false,
+            link_share: 0.2,
+            link_lenders: 3,
+            link_head: 5,
         }
     }
 }
@@ -141,6 +156,9 @@ struct Doc {
     name_terms: Vec<u32>,
     /// The id of the server part of the name; `None` for native tools.
     server: Option<u32>,
+    /// The distinct term ids of the names of the tool's required parameters (those in its
+    /// own parameters field, so that its postings keep the ids alive), sorted.
+    needs: Vec<u32>,
 }
 
 #[derive(Debug, Default)]
@@ -191,7 +209,8 @@ pub struct SearchIndex {
 #[derive(Debug, Default)]
 struct Scratch {
     dirty: bool,
-    /// Document id -> one term's best score (`term_data`).
+    /// Document id -> one term's best score (`term_data`), or a lent share
+    /// (`lend_to_linked`).
     best: Vec<f64>,
     /// Document id -> the combined score (`combine`).
     total: Vec<f64>,
@@ -361,8 +380,10 @@ impl SearchIndex {
                 u32::try_from(self.docs.len() - 1).expect("fewer than 2^32 tools")
             }
         };
+        let required = required_terms(&spec.input_schema);
         let mut terms = Vec::with_capacity(counts.len());
         let mut name_terms = Vec::new();
+        let mut needs = Vec::new();
         for (term, tf) in counts {
             let tid = self.term_id(term);
             let list = &mut self.lists[tid as usize];
@@ -372,7 +393,11 @@ impl SearchIndex {
             if tf[NAME] > 0 {
                 name_terms.push(tid);
             }
+            if tf[PARAMS] > 0 && required.iter().any(|r| r == term) {
+                needs.push(tid);
+            }
         }
+        needs.sort_unstable();
         if self.lens.len() < self.docs.len() {
             self.lens.resize(self.docs.len(), [0; FIELDS]);
             self.doc_server.resize(self.docs.len(), None);
@@ -409,6 +434,7 @@ impl SearchIndex {
             terms,
             name_terms,
             server: server_id,
+            needs,
         });
         self.by_name.insert(spec.name.clone(), id);
         id
@@ -663,6 +689,9 @@ impl SearchIndex {
         for &d in &touched {
             s.total[d as usize] = 0.0;
         }
+        if p.link_share > 0.0 && p.link_lenders > 0 {
+            self.lend_to_linked(&mut cands, s);
+        }
         let depth = limit.max(p.diversify_depth);
         let mut hits = self.best_filtered(&mut cands, depth, filter);
         if p.diversity > 0.0 && hits.len() > 2 {
@@ -680,6 +709,100 @@ impl SearchIndex {
                 }
             })
             .collect()
+    }
+
+    /// Schema links: each of the best `link_lenders` of the scored tools `cands` (score,
+    /// document) lends `link_share` of its score, times the strength of the link, to every
+    /// tool of its server it is linked to (see [`SearchIndex::feeds`], either way round; a
+    /// tool lent by several keeps the largest share). A lent share lifts a tool at most to
+    /// just below the tool at rank `link_head` and never moves a tool at or above it. A tool
+    /// not scored so far joins `cands`. `s.best` is all zeros and is left so.
+    fn lend_to_linked(&self, cands: &mut Vec<(f64, u32)>, s: &mut Scratch) {
+        let p = &self.params;
+        // The best `keep` tools, best first, in one pass without sorting them all.
+        let keep = p.link_lenders.max(p.link_head);
+        let order = |a: &(f64, u32), b: &(f64, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+        let mut best: Vec<(f64, u32)> = Vec::with_capacity(keep + 1);
+        for c in cands.iter() {
+            // Most tools score below the last of a full `best`: one comparison each.
+            if best.len() == keep && (c.0 < best[keep - 1].0 || order(c, &best[keep - 1]).is_ge()) {
+                continue;
+            }
+            let at = best.partition_point(|b| order(b, c).is_lt());
+            best.insert(at, *c);
+            best.truncate(keep);
+        }
+        // With fewer scored tools than the head, all of them are its head.
+        let cap = match (p.link_head, best.len()) {
+            (_, 0) => return,
+            (0, _) => f64::INFINITY,
+            (h, len) => best[h.min(len) - 1].0,
+        };
+        // Just below the head's edge, so that the name order of equal scores cannot put a
+        // lifted tool into the head.
+        let ceiling = cap * (1.0 - 1e-9);
+        let n = self.len() as f64;
+        // The tools lent to; their largest share is in `s.best`.
+        let mut lent: Vec<u32> = Vec::new();
+        for &(score, d) in best.iter().take(p.link_lenders) {
+            let (Some(sid), Some(doc)) =
+                (self.doc_server[d as usize], self.docs[d as usize].as_ref())
+            else {
+                continue;
+            };
+            for &m in &self.servers[sid as usize].members {
+                let Some(other) = self.docs[m as usize].as_ref().filter(|_| m != d) else {
+                    continue;
+                };
+                let link = self.feeds(d, other, n, s).max(self.feeds(m, doc, n, s));
+                let share = p.link_share * score * link;
+                let slot = &mut s.best[m as usize];
+                if share > *slot {
+                    if *slot == 0.0 {
+                        lent.push(m);
+                    }
+                    *slot = share;
+                }
+            }
+        }
+        if lent.is_empty() {
+            return;
+        }
+        for c in cands.iter_mut() {
+            let share = s.best[c.1 as usize];
+            if share > 0.0 {
+                s.best[c.1 as usize] = 0.0;
+                if c.0 < ceiling {
+                    c.0 = (c.0 + share).min(ceiling);
+                }
+            }
+        }
+        // Those not scored before (their share is still set).
+        for m in lent {
+            let share = std::mem::take(&mut s.best[m as usize]).min(ceiling);
+            if share > 0.0 {
+                cands.push((share, m));
+            }
+        }
+    }
+
+    /// How much of what `needer` requires the tool `giver` names in its name or description
+    /// without taking it as a parameter itself: the idf-weighted share of `needer`'s
+    /// required parameter terms, `0.0..=1.0`.
+    fn feeds(&self, giver: u32, needer: &Doc, n: f64, s: &mut Scratch) -> f64 {
+        let (mut all, mut named) = (0.0, 0.0);
+        for &t in &needer.needs {
+            let w = self.term_idf(t, n, s);
+            all += w;
+            let list = &self.lists[t as usize];
+            if let Ok(at) = list.binary_search_by_key(&giver, |p| p.doc) {
+                let tf = list[at].tf;
+                if (tf[NAME] > 0 || tf[DESC] > 0) && tf[PARAMS] == 0 {
+                    named += w;
+                }
+            }
+        }
+        if all > 0.0 { named / all } else { 0.0 }
     }
 
     /// The names of the best `depth` of `cands` (score, document) that pass `filter`, by
@@ -1307,6 +1430,17 @@ fn field_terms(spec: &ToolSpec) -> [Vec<String>; FIELDS] {
     schema_text(&spec.input_schema, 0, &mut text);
     tokenize(&text, TokenOpts { joins: false }, &mut fields[PARAMS]);
     fields
+}
+
+/// The terms of the names of a schema's required top-level parameters.
+fn required_terms(schema: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(Value::Array(required)) = schema.get("required") {
+        for name in required.iter().filter_map(Value::as_str) {
+            tokenize(name, TokenOpts { joins: false }, &mut out);
+        }
+    }
+    out
 }
 
 /// Collects property names and descriptions of a JSON schema, nested

@@ -232,6 +232,75 @@ fn schema_properties_count() {
     assert_eq!(names(&ix.search("exchange", 5, &all)), ["lookup"]);
 }
 
+#[test]
+fn schema_links_lift_the_producer_of_a_needed_input_below_the_head() {
+    let lat_lon = json!({
+        "type": "object",
+        "properties": {"latitude": {"type": "number"}, "longitude": {"type": "number"}},
+        "required": ["latitude", "longitude"]
+    });
+    let specs = [
+        ToolSpec::new("mcp__maps__nearby_places", "Finds places near a point.")
+            .with_schema(lat_lon.clone()),
+        // Names what `nearby_places` requires and does not take it: linked.
+        ToolSpec::new(
+            "mcp__maps__geocode",
+            "Turns an address into its latitude and longitude.",
+        )
+        .with_schema(json!({
+            "type": "object",
+            "properties": {"address": {"type": "string"}},
+            "required": ["address"]
+        })),
+        // Takes the same inputs, names none: not linked.
+        ToolSpec::new("mcp__maps__elevation", "Height above sea level.").with_schema(lat_lon),
+    ];
+    let ranked = |params: Params| {
+        let mut ix = SearchIndex::with_params(params);
+        for s in &specs {
+            ix.upsert(s);
+        }
+        names(&ix.search("places nearby", 5, &all))
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    // Feedback off: the feedback terms of `nearby_places` would reach `geocode` too.
+    let head_of_one = Params {
+        link_head: 1,
+        fb_weight: 0.0,
+        ..Params::default()
+    };
+    // Without links the two siblings tie on the server's share and go by name.
+    let unlinked = ranked(Params {
+        link_share: 0.0,
+        ..head_of_one.clone()
+    });
+    assert_eq!(
+        unlinked,
+        [
+            "mcp__maps__nearby_places",
+            "mcp__maps__elevation",
+            "mcp__maps__geocode"
+        ]
+    );
+    let linked = ranked(head_of_one.clone());
+    assert_eq!(
+        linked,
+        [
+            "mcp__maps__nearby_places",
+            "mcp__maps__geocode",
+            "mcp__maps__elevation"
+        ]
+    );
+    // However large the share, a lent score does not lift a tool into the head.
+    let strong = ranked(Params {
+        link_share: 100.0,
+        ..head_of_one
+    });
+    assert_eq!(strong[0], "mcp__maps__nearby_places");
+}
+
 /// The shared benchmark directory, beside the clone. Its absence is a failure, not a skip.
 fn bench_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

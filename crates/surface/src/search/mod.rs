@@ -721,7 +721,15 @@ impl SearchIndex {
         let p = &self.params;
         // The best `keep` tools, best first, in one pass without sorting them all.
         let keep = p.link_lenders.max(p.link_head);
-        let order = |a: &(f64, u32), b: &(f64, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+        // Ties by name, not by document id (see `feedback`).
+        let name = |d: u32| {
+            self.docs[d as usize]
+                .as_ref()
+                .map_or("", |doc| doc.name.as_str())
+        };
+        let order = |a: &(f64, u32), b: &(f64, u32)| {
+            b.0.total_cmp(&a.0).then_with(|| name(a.1).cmp(name(b.1)))
+        };
         let mut best: Vec<(f64, u32)> = Vec::with_capacity(keep + 1);
         for c in cands.iter() {
             // Most tools score below the last of a full `best`: one comparison each.

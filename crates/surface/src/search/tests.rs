@@ -108,10 +108,26 @@ fn ties_break_by_name() {
 /// removals and re-adds that reuse document ids.
 #[test]
 fn the_ranking_does_not_depend_on_indexing_order() {
-    let specs: Vec<ToolSpec> = ["q", "b", "x", "a", "m", "c"]
+    // Server tools with a schema link (the lookup names what the senders require), so the
+    // feedback and the links both see ties.
+    let mut specs: Vec<ToolSpec> = ["q", "b", "x", "a", "m", "c"]
         .iter()
-        .map(|p| ToolSpec::new(format!("{p}_send_mail"), "Sends an email message."))
+        .map(|p| {
+            ToolSpec::new(
+                format!("mcp__mail__{p}_send_mail"),
+                "Sends an email message.",
+            )
+            .with_schema(json!({
+                "type": "object",
+                "required": ["recipient"],
+                "properties": {"recipient": {"type": "string"}}
+            }))
+        })
         .collect();
+    specs.push(ToolSpec::new(
+        "mcp__mail__lookup",
+        "Finds the recipient address of a person.",
+    ));
     let rank = |ix: &SearchIndex| {
         ix.search("send email", 10, &all)
             .into_iter()
@@ -135,7 +151,11 @@ fn the_ranking_does_not_depend_on_indexing_order() {
     assert_eq!(want.len(), specs.len());
     assert_eq!(rank(&reversed), want);
     assert_eq!(rank(&churned), want);
-    let names: Vec<&str> = want.iter().map(|(n, _)| n.as_str()).collect();
+    let names: Vec<&str> = want
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .filter(|n| n.ends_with("send_mail"))
+        .collect();
     let mut sorted = names.clone();
     sorted.sort_unstable();
     assert_eq!(names, sorted, "equal tools in name order");

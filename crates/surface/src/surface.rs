@@ -633,6 +633,21 @@ impl Surface {
         mode: Mode,
         capabilities: &Capabilities,
     ) -> Result<ComposedSurface, SurfaceError> {
+        self.walk(session, mode, capabilities, None)
+            .map(|(composed, _)| composed)
+    }
+
+    /// The round's walk (see `compose`). With `until`, it stops once every one of those
+    /// names has been placed or dropped (a partial round, not checked against
+    /// `max_surface`, whose placed names come back beside an empty list of tools):
+    /// `tool_search` asks where its hits, the working set's newest, land.
+    fn walk(
+        &self,
+        session: &str,
+        mode: Mode,
+        capabilities: &Capabilities,
+        mut until: Option<HashSet<&str>>,
+    ) -> Result<(ComposedSurface, Vec<String>), SurfaceError> {
         let floor = match mode {
             Mode::Agentic => None,
             _ => Some(self.floor()),
@@ -693,7 +708,16 @@ impl Surface {
         let mut tools: Vec<SurfaceTool> = Vec::new();
         let mut dropped: Vec<DroppedTool> = Vec::new();
         let mut used = 0usize;
+        let partial = until.is_some();
+        let mut count = 0usize;
+        let mut placed: Vec<String> = Vec::new();
         for (name, reason) in candidates {
+            if let Some(rest) = &mut until {
+                if rest.is_empty() {
+                    break;
+                }
+                rest.remove(name);
+            }
             let drop = |why| DroppedTool {
                 name: name.to_owned(),
                 reason,
@@ -731,10 +755,22 @@ impl Surface {
                 dropped.push(drop(DropReason::ReplacedByModel));
                 continue;
             }
-            let advertised = quiver_registry::advertise(spec.clone(), &opts);
-            let bytes = advertised.definition_bytes();
+            // A partial walk only places names: no advertised copy, and a working-set
+            // tool's size as its slot has it (measured when it was paged in).
+            let (advertised, bytes) = if partial {
+                let bytes = match reason {
+                    Reason::WorkingSet => sess.slot_bytes(name),
+                    _ => None,
+                }
+                .unwrap_or_else(|| paged_bytes(spec, loaded(name)));
+                (None, bytes)
+            } else {
+                let advertised = quiver_registry::advertise(spec.clone(), &opts);
+                let bytes = advertised.definition_bytes();
+                (Some(advertised), bytes)
+            };
             let essential = name == TOOL_SEARCH;
-            if !essential && tools.len() >= budget.max_definitions {
+            if !essential && count >= budget.max_definitions {
                 dropped.push(drop(DropReason::OverCount));
                 continue;
             }
@@ -743,27 +779,32 @@ impl Surface {
                 continue;
             }
             used += bytes;
-            tools.push(SurfaceTool {
-                spec: advertised,
-                reason,
-                bytes,
-            });
+            count += 1;
+            match advertised {
+                Some(spec) => tools.push(SurfaceTool {
+                    spec,
+                    reason,
+                    bytes,
+                }),
+                None => placed.push(name.to_owned()),
+            }
         }
-        if tools.len() > self.config.max_surface {
+        if !partial && tools.len() > self.config.max_surface {
             return Err(SurfaceError::TooLarge {
                 session: session.to_owned(),
                 count: tools.len(),
                 max: self.config.max_surface,
             });
         }
-        Ok(ComposedSurface {
+        let composed = ComposedSurface {
             session: session.to_owned(),
             mode,
             round: sess.round,
             tools,
             dropped,
             bytes: used,
-        })
+        };
+        Ok((composed, placed))
     }
 
     /// The agentic allow-list, patterns expanded over the catalog, in list order.
@@ -908,10 +949,10 @@ impl Surface {
         // cuts stays in the working set (listed once there is room) but is reported failed.
         out.exposed = paged.exposed;
         if !out.exposed.is_empty() {
-            match self.compose(session, mode, capabilities) {
-                Ok(round) => {
-                    let listed: HashSet<&str> =
-                        round.tools.iter().map(|t| t.spec.name.as_str()).collect();
+            let hits: HashSet<&str> = out.exposed.iter().map(String::as_str).collect();
+            match self.walk(session, mode, capabilities, Some(hits)) {
+                Ok((_, placed)) => {
+                    let listed: HashSet<&str> = placed.iter().map(String::as_str).collect();
                     let (fit, cut): (Vec<String>, Vec<String>) = std::mem::take(&mut out.exposed)
                         .into_iter()
                         .partition(|n| listed.contains(n.as_str()));

@@ -139,6 +139,12 @@ impl Session {
         for (i, (name, bytes)) in tools.iter().enumerate() {
             let stamp = base + (tools.len() - i) as u64;
             if self.touch_at(name, stamp) {
+                // Its size now (a progressive tool loaded since is larger than its
+                // lightweight spec was).
+                if let Some(slot) = self.slots.get_mut(name.as_str()) {
+                    self.bytes = self.bytes - slot.bytes + bytes;
+                    slot.bytes = *bytes;
+                }
                 out.exposed.push(name.clone());
                 continue;
             }

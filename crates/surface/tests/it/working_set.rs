@@ -47,6 +47,41 @@ fn byte_cap_evicts_the_least_recently_used() {
     assert_eq!(line(&fx.surface.working_set("s")), "t02 t00");
 }
 
+/// A progressive tool paged in lightweight and then loaded with `describe_tool` counts its
+/// full size against the byte cap from then on.
+#[test]
+fn a_loaded_progressive_tool_counts_its_full_size() {
+    let big = crate::support::ro("big", "A big tool. Many more details follow here.")
+        .with_schema(json!({
+            "type": "object",
+            "properties": {
+                "alpha": {"type": "string", "description": "x".repeat(400)},
+                "beta": {"type": "string", "description": "y".repeat(400)}
+            }
+        }))
+        .progressive();
+    let other = crate::support::ro("other", "Another tool.");
+    let (light, full, small) = (
+        big.lightweight().definition_bytes(),
+        big.definition_bytes(),
+        other.definition_bytes(),
+    );
+    let cap = full + small - 1;
+    assert!(light + small <= cap, "{light} {full} {small}");
+    let fx = Fixture::new(
+        SurfaceConfig::default().with_working_set(10, cap),
+        vec![big, other],
+        &[],
+    );
+    fx.surface.page_in("s", &["big"]);
+    let described = fx
+        .surface
+        .describe("s", "big", &quiver_contract::Capabilities::all());
+    assert!(described.is_some());
+    let paged = fx.surface.page_in("s", &["other"]);
+    assert_eq!(paged.evicted, vec!["big".to_owned()], "{paged:?}");
+}
+
 #[test]
 fn idle_tools_are_evicted_after_idle_rounds() {
     let fx = Fixture::new(SurfaceConfig::default().with_idle_rounds(2), many(4), &[]);

@@ -367,6 +367,10 @@ impl Config {
             .dispatch_config()
             .and(config.limits.input_wait())
             .with_context(|| format!("{origin}: [limits]"))?;
+        config
+            .surface
+            .validate()
+            .with_context(|| format!("{origin}: [surface]"))?;
         Ok(config)
     }
 
@@ -395,6 +399,24 @@ mod tests {
 
     fn env(k: &str) -> Option<String> {
         (k == "HOME_DIR").then(|| "/srv/q".to_owned())
+    }
+
+    #[test]
+    fn surface_settings_are_checked_with_the_file_named() {
+        check(
+            "[surface]\nfloor_min = 40\nfloor_max = 10\n",
+            Err("quiver.toml: [surface]"),
+        );
+        let err = Config::parse(
+            "[surface]\nfloor_min = 40\nfloor_max = 10\n",
+            "q.toml",
+            &env,
+        )
+        .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("floor_min (40) is above floor_max (10)"),
+            "{err:#}"
+        );
     }
 
     #[test]

@@ -846,6 +846,34 @@ impl Surface {
         }
     }
 
+    /// A call of the session begins: in `quiver serve`, where the surface sees no model
+    /// turns, every `tools/call` counts as one round of its session. Sets the session's mode
+    /// (as [`Surface::set_session_mode`]) and starts a round, evicting the working-set tools
+    /// idle for more than `idle_rounds` (calling a tool refreshes it). Returns the evicted
+    /// names; one lock either way.
+    pub fn begin_call(&self, session: &str, mode: Mode) -> Vec<String> {
+        let evicted = {
+            let mut sessions = lock(&self.sessions);
+            match sessions.get_mut(session) {
+                Some(s) => {
+                    s.mode = mode;
+                    s.next_round(self.config.idle_rounds)
+                }
+                None => {
+                    if mode != Mode::default() {
+                        self.entry(&mut sessions, session).mode = mode;
+                    }
+                    Vec::new()
+                }
+            }
+        };
+        if !evicted.is_empty() {
+            tracing::debug!(session, ?evicted, "evicted idle working-set tools");
+            self.notify(session);
+        }
+        evicted
+    }
+
     /// The mode of the session's latest composition or call (chat before the first).
     pub fn session_mode(&self, session: &str) -> Mode {
         lock(&self.sessions)

@@ -486,8 +486,9 @@ pub(crate) async fn call(
         );
         return from_contract::call_result(&envelope, &shared.options.render);
     }
-    // `tool_search` and `describe_tool` filter by the session's mode: this request's.
-    surface.set_session_mode(&scope.key, scope.mode);
+    // `tool_search` and `describe_tool` filter by the session's mode: this request's. Each
+    // call is a round of its session (idle working-set tools leave).
+    surface.begin_call(&scope.key, scope.mode);
     let cancel = shared.shutdown.child_token();
     let mut ctx = scope.context(cancel.clone());
     if let Some((c, _)) = &channel {

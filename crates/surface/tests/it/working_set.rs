@@ -82,6 +82,24 @@ fn a_loaded_progressive_tool_counts_its_full_size() {
     assert_eq!(paged.evicted, vec!["big".to_owned()], "{paged:?}");
 }
 
+/// Where no model turns are seen (`quiver serve`), each call begins a round: a tool paged
+/// in and not called for more than `idle_rounds` calls leaves; a called one stays.
+#[test]
+fn each_call_is_a_round_where_turns_are_not_seen() {
+    let fx = Fixture::new(SurfaceConfig::default().with_idle_rounds(3), many(4), &[]);
+    fx.surface.page_in("s", &["t00", "t01"]);
+    let mut evicted = Vec::new();
+    for _ in 0..4 {
+        evicted.extend(fx.surface.begin_call("s", Mode::Chat));
+        fx.surface.touch("s", "t01");
+    }
+    assert_eq!(evicted, vec!["t00".to_owned()]);
+    assert_eq!(line(&fx.surface.working_set("s")), "t01");
+    // A session the surface does not hold is not made for a chat-mode call.
+    assert!(fx.surface.begin_call("nobody", Mode::Chat).is_empty());
+    assert!(!fx.surface.session_keys().contains(&"nobody".to_owned()));
+}
+
 #[test]
 fn idle_tools_are_evicted_after_idle_rounds() {
     let fx = Fixture::new(SurfaceConfig::default().with_idle_rounds(2), many(4), &[]);

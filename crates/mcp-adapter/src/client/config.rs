@@ -485,6 +485,12 @@ fn resolve(
             let Some(command) = s.command.clone() else {
                 return Err(cfg_err(&s.name, "a stdio server needs `command`"));
             };
+            if command.trim().is_empty() {
+                return Err(cfg_err(
+                    &s.name,
+                    "`command` is empty; give the program to run (e.g. \"npx\")",
+                ));
+            }
             if s.url.is_some() || !s.headers.is_empty() || s.http_timeout.is_some() {
                 return Err(cfg_err(
                     &s.name,

@@ -135,4 +135,9 @@ fn env_interpolation_and_shape() {
         &[],
         Err("not http or https"),
     );
+    check(
+        &[ServerConfig::stdio("x", " ", vec![])],
+        &[],
+        Err("`command` is empty"),
+    );
 }

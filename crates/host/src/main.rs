@@ -53,8 +53,8 @@ enum Command {
     Search {
         /// What you need, in words.
         query: String,
-        /// How many tools to return.
-        #[arg(long, default_value_t = 8)]
+        /// How many tools to return (1 to 50).
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=50))]
         limit: u32,
     },
     /// Validate the configuration and lint every tool definition (September guide rules:

@@ -44,6 +44,15 @@ fn tools_lists_the_built_in_surface_in_every_format() {
     let bad = quiver(&["tools", "--mode", "party"]);
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("use chat, agentic, delegate or plan"));
+    for limit in ["0", "51"] {
+        let out = quiver(&["search", "csv", "--limit", limit]);
+        assert_eq!(out.status.code(), Some(2), "--limit {limit}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("1..=50"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 #[test]

@@ -150,7 +150,17 @@ impl FloorState {
     ) -> Arc<Floor> {
         let floor = Arc::new(derive(config, catalog, usage));
         let n = floor.entries.len();
-        if n < config.floor_min || n > config.floor_max {
+        // A fresh install: no usage yet, nothing configured to stand in. Expected, not a
+        // warning on every start.
+        let nothing_yet = n == 0
+            && floor.source == FloorSource::Fallback
+            && config.anchors.is_empty()
+            && config.fallback_floor.is_empty();
+        if nothing_yet {
+            tracing::debug!(
+                "no usage recorded yet and no anchors or fallback floor: the floor is empty"
+            );
+        } else if n < config.floor_min || n > config.floor_max {
             tracing::warn!(
                 size = n,
                 floor_min = config.floor_min,

@@ -184,4 +184,13 @@ fn a_floor_outside_its_band_is_a_warning() {
         }),
         ""
     );
+    // A fresh install (no usage, no anchors, no fallback) is expected to have no floor:
+    // no warning on every start.
+    let fresh = Fixture::new(SurfaceConfig::default(), many(10), &[]);
+    assert_eq!(
+        logs(|| {
+            fresh.surface.rederive_floor();
+        }),
+        ""
+    );
 }

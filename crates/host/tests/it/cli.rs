@@ -118,6 +118,16 @@ fn check_lints_and_rejects_a_broken_config() {
         "{text}"
     );
     assert!(text.contains("1 finding(s)"), "{text}");
+    // Logged too, without terminal colour codes (stderr is a pipe here).
+    let logged = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(["--config", misfit.to_str().unwrap(), "tools"])
+        .current_dir(&dir)
+        .env("QUIVER_LOG", "warn")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&logged.stderr);
+    assert!(err.contains("max_surface (4)"), "{err}");
+    assert!(!err.contains('\u{1b}'), "{err:?}");
     let missing = quiver(&["--config", "/nonexistent/q.toml", "tools"]);
     assert_eq!(missing.status.code(), Some(2));
     assert!(

@@ -347,6 +347,8 @@ pub(crate) struct Holders {
     file: Option<std::fs::File>,
     /// This process's holder row (unique per open store).
     key: String,
+    /// It holds the lock exclusively (the first in, until `share`).
+    exclusive: bool,
 }
 
 impl Holders {
@@ -364,7 +366,14 @@ impl Holders {
             OPENED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         );
         if name.is_empty() || name == ":memory:" || name.starts_with("file:") {
-            return Ok((Holders { file: None, key }, true));
+            return Ok((
+                Holders {
+                    file: None,
+                    key,
+                    exclusive: false,
+                },
+                true,
+            ));
         }
         let mut lock_path = path.as_os_str().to_owned();
         lock_path.push("-lock");
@@ -381,26 +390,94 @@ impl Holders {
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!(%location, error = %e, "no holders lock file: the crash check cannot tell other processes apart");
-                return Ok((Holders { file: None, key }, true));
+                return Ok((
+                    Holders {
+                        file: None,
+                        key,
+                        exclusive: false,
+                    },
+                    true,
+                ));
             }
         };
+        // The first in keeps the lock exclusive until its crash check and its holder row
+        // are committed (`share`): a process opening meanwhile waits here, so the first one
+        // never deletes the row of a process that joined after it.
         let alone = file.try_lock().is_ok();
-        // Exclusive (alone) or not, everyone then holds it shared.
-        if let Err(e) = file.lock_shared() {
+        if !alone && let Err(e) = file.lock_shared() {
             tracing::warn!(%location, error = %e, "cannot lock the holders file: the crash check cannot tell other processes apart");
-            return Ok((Holders { file: None, key }, true));
+            return Ok((
+                Holders {
+                    file: None,
+                    key,
+                    exclusive: false,
+                },
+                true,
+            ));
         }
         Ok((
             Holders {
                 file: Some(file),
                 key,
+                exclusive: alone,
             },
             alone,
         ))
     }
 
+    /// After `prepare`: the first in turns its exclusive lock shared, letting the others in.
+    pub(crate) fn share(&mut self, location: &str) {
+        if !std::mem::take(&mut self.exclusive) {
+            return;
+        }
+        if let Some(f) = &self.file
+            && let Err(e) = f.lock_shared()
+        {
+            tracing::warn!(%location, error = %e, "cannot share the holders lock: other processes may wait for this one to close");
+        }
+    }
+
     /// Whether this process is the last holder (no other process has the database open).
+    /// For leaving only: on Linux a lock conversion is not atomic, so a failed try gives up
+    /// this process's shared lock.
     pub(crate) fn last(&self) -> bool {
         self.file.as_ref().is_none_or(|f| f.try_lock().is_ok())
+    }
+}
+
+#[cfg(test)]
+mod holder_tests {
+    use super::*;
+
+    /// The first in keeps others out until it has shared its lock (after its crash check
+    /// and holder row), so it cannot delete the row of a process that joined meanwhile.
+    #[test]
+    fn a_second_opener_waits_until_the_first_has_shared() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("h.db");
+        let (mut first, alone) = Holders::join(&path, "h.db").expect("first");
+        assert!(alone);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let second_path = path.clone();
+        let second = std::thread::spawn(move || {
+            let joined = Holders::join(&second_path, "h.db").expect("second");
+            tx.send(joined.1).expect("send");
+            joined
+        });
+        assert!(
+            rx.recv_timeout(std::time::Duration::from_millis(300))
+                .is_err(),
+            "the second opener must wait for the first to share"
+        );
+        first.share("h.db");
+        let second_alone = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the second opener gets in once the first shared");
+        assert!(!second_alone);
+        let (second, _) = second.join().expect("thread");
+        // (`last` is for leaving only: a failed try gives up the shared lock.)
+        assert!(!first.last(), "the second is still in");
+        drop(first);
+        assert!(second.last());
     }
 }

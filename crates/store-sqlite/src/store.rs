@@ -231,8 +231,9 @@ fn open_writer(
     loop {
         let attempt = (|| {
             let mut conn = schema::connect(path, location, busy_timeout, false)?;
-            let (holders, alone) = schema::Holders::join(path, location)?;
+            let (mut holders, alone) = schema::Holders::join(path, location)?;
             let report = schema::prepare(&mut conn, location, &holders, alone)?;
+            holders.share(location);
             Ok((conn, holders, report))
         })();
         match attempt {

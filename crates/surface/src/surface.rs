@@ -849,14 +849,15 @@ impl Surface {
     /// A call of the session begins: in `quiver serve`, where the surface sees no model
     /// turns, every `tools/call` counts as one round of its session. Sets the session's mode
     /// (as [`Surface::set_session_mode`]) and starts a round, evicting the working-set tools
-    /// idle for more than `idle_rounds` (calling a tool refreshes it). Returns the evicted
-    /// names; one lock either way.
-    pub fn begin_call(&self, session: &str, mode: Mode) -> Vec<String> {
+    /// idle for more than `idle_rounds`. The called `tool` is refreshed first, so a call
+    /// never evicts its own tool. Returns the evicted names; one lock either way.
+    pub fn begin_call(&self, session: &str, mode: Mode, tool: &str) -> Vec<String> {
         let evicted = {
             let mut sessions = lock(&self.sessions);
             match sessions.get_mut(session) {
                 Some(s) => {
                     s.mode = mode;
+                    s.touch(tool);
                     s.next_round(self.config.idle_rounds)
                 }
                 None => {
@@ -1053,8 +1054,16 @@ impl Surface {
             return None;
         }
         if self.system.iter().any(|s| s == name) {
-            // Always resident: paging it in would only take a working-set slot.
-            return Some((entry.spec.clone(), PageIn::default()));
+            // Always resident: paging it in would only take a working-set slot. Its full spec
+            // is advertised from now on all the same.
+            if self.with_session(session, |s| s.loaded.insert(name.to_owned())) {
+                self.notify(session);
+            }
+            let paged = PageIn {
+                exposed: vec![name.to_owned()],
+                ..PageIn::default()
+            };
+            return Some((entry.spec.clone(), paged));
         }
         let paged = self.page_in_sized(
             session,

@@ -138,15 +138,20 @@ impl Session {
         self.stamp += tools.len() as u64;
         for (i, (name, bytes)) in tools.iter().enumerate() {
             let stamp = base + (tools.len() - i) as u64;
-            if self.touch_at(name, stamp) {
-                // Its size now (a progressive tool loaded since is larger than its
-                // lightweight spec was).
-                if let Some(slot) = self.slots.get_mut(name.as_str()) {
-                    self.bytes = self.bytes - slot.bytes + bytes;
-                    slot.bytes = *bytes;
+            if let Some(old) = self.slots.get(name.as_str()).map(|s| s.bytes) {
+                if *bytes <= old || self.bytes - old + bytes <= caps.max_bytes {
+                    // Its size now (a progressive tool loaded since is larger than its
+                    // lightweight spec was).
+                    self.touch_at(name, stamp);
+                    self.bytes = self.bytes - old + bytes;
+                    if let Some(slot) = self.slots.get_mut(name.as_str()) {
+                        slot.bytes = *bytes;
+                    }
+                    out.exposed.push(name.clone());
+                    continue;
                 }
-                out.exposed.push(name.clone());
-                continue;
+                // Grown past the cap: it makes room, or is refused, like a newcomer.
+                self.evict(name);
             }
             if *bytes > caps.max_bytes || caps.max_tools == 0 {
                 out.over_budget.push(name.clone());

@@ -488,7 +488,7 @@ pub(crate) async fn call(
     }
     // `tool_search` and `describe_tool` filter by the session's mode: this request's. Each
     // call is a round of its session (idle working-set tools leave).
-    surface.begin_call(&scope.key, scope.mode);
+    surface.begin_call(&scope.key, scope.mode, name);
     let cancel = shared.shutdown.child_token();
     let mut ctx = scope.context(cancel.clone());
     if let Some((c, _)) = &channel {

@@ -121,14 +121,25 @@ fn metrics(ranked: &[String], gold: &[Vec<String>]) -> [f64; 4] {
     if gold.is_empty() {
         return [0.0; 4];
     }
-    // The rank (0-based) at which each needed tool is first found; one ranked tool credits
-    // one needed tool only (two needed tools that share a name are not both found by it).
-    let mut found: Vec<Option<usize>> = vec![None; gold.len()];
-    for (r, name) in ranked.iter().take(10).enumerate() {
-        if let Some(g) = (0..gold.len()).find(|&g| found[g].is_none() && gold[g].contains(name)) {
-            found[g] = Some(r);
-        }
+    // Which ranks find a needed tool: each ranked tool credits one needed tool, and each
+    // needed tool is credited once (two needed tools that share a name are not both found
+    // by one result). A maximum matching in rank order (augmenting paths), so a result that
+    // could stand for either of two needed tools leaves the other one to a later result.
+    let top: Vec<&String> = ranked.iter().take(10).collect();
+    let mut tool_of_rank: Vec<Option<usize>> = vec![None; top.len()];
+    let mut rank_of_tool: Vec<Option<usize>> = vec![None; gold.len()];
+    for r in 0..top.len() {
+        let mut seen = vec![false; gold.len()];
+        augment(
+            r,
+            &top,
+            gold,
+            &mut seen,
+            &mut rank_of_tool,
+            &mut tool_of_rank,
+        );
     }
+    let found: Vec<Option<usize>> = rank_of_tool;
     let hit1 = f64::from(u8::from(
         ranked
             .first()
@@ -141,6 +152,34 @@ fn metrics(ranked: &[String], gold: &[Vec<String>]) -> [f64; 4] {
     let dcg: f64 = found.iter().flatten().map(|&r| gain(r)).sum();
     let ideal: f64 = (0..gold.len().min(10)).map(gain).sum();
     [hit1, recall(5), recall(10), dcg / ideal]
+}
+
+/// Tries to credit the result at rank `r` to a needed tool, moving earlier credits along
+/// (Kuhn's augmenting path). The sets are tiny (10 results, a few needed tools).
+fn augment(
+    r: usize,
+    top: &[&String],
+    gold: &[Vec<String>],
+    seen: &mut [bool],
+    rank_of_tool: &mut [Option<usize>],
+    tool_of_rank: &mut [Option<usize>],
+) -> bool {
+    for g in 0..gold.len() {
+        if seen[g] || !gold[g].contains(top[r]) {
+            continue;
+        }
+        seen[g] = true;
+        let free = match rank_of_tool[g] {
+            None => true,
+            Some(other) => augment(other, top, gold, seen, rank_of_tool, tool_of_rank),
+        };
+        if free {
+            rank_of_tool[g] = Some(r);
+            tool_of_rank[r] = Some(g);
+            return true;
+        }
+    }
+    false
 }
 
 #[cfg(test)]
@@ -162,6 +201,16 @@ mod metric_tests {
         let [_, r5, _, ndcg] = metrics(&v(&["send_mail", "other", "send_mail"]), &gold);
         assert_eq!(r5, 1.0);
         assert!(ndcg <= 1.0, "{ndcg}");
+    }
+
+    /// A result that could stand for either of two needed tools leaves the other one to a
+    /// later result: `[[A, B], [A]]` ranked `A, B` finds both.
+    #[test]
+    fn credits_are_matched_not_taken_greedily() {
+        let gold = vec![v(&["A", "B"]), v(&["A"])];
+        let [hit1, r5, _, ndcg] = metrics(&v(&["A", "B"]), &gold);
+        assert_eq!((hit1, r5), (1.0, 1.0));
+        assert!((ndcg - 1.0).abs() < 1e-12, "{ndcg}");
     }
 }
 

@@ -156,6 +156,9 @@ async fn describing_a_system_tool_pages_nothing_in() {
         .await;
     assert!(e.is_ok(), "{}", text(&e));
     assert!(fx.surface.working_set("s").is_empty());
+    // It is loaded all the same (a progressive system tool's full spec is listed from now).
+    assert_eq!(data(&e)["loaded"], json!(true), "{}", text(&e));
+    assert!(fx.surface.is_loaded("s", "tool_search"));
 }
 
 #[tokio::test]

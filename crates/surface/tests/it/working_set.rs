@@ -51,15 +51,7 @@ fn byte_cap_evicts_the_least_recently_used() {
 /// full size against the byte cap from then on.
 #[test]
 fn a_loaded_progressive_tool_counts_its_full_size() {
-    let big = crate::support::ro("big", "A big tool. Many more details follow here.")
-        .with_schema(json!({
-            "type": "object",
-            "properties": {
-                "alpha": {"type": "string", "description": "x".repeat(400)},
-                "beta": {"type": "string", "description": "y".repeat(400)}
-            }
-        }))
-        .progressive();
+    let big = big_tool();
     let other = crate::support::ro("other", "Another tool.");
     let (light, full, small) = (
         big.lightweight().definition_bytes(),
@@ -80,6 +72,32 @@ fn a_loaded_progressive_tool_counts_its_full_size() {
     assert!(described.is_some());
     let paged = fx.surface.page_in("s", &["other"]);
     assert_eq!(paged.evicted, vec!["big".to_owned()], "{paged:?}");
+
+    // Loaded past the cap itself: it cannot stay, and says so.
+    let fx = Fixture::new(
+        SurfaceConfig::default().with_working_set(10, full - 1),
+        vec![big_tool(), crate::support::ro("other", "Another tool.")],
+        &[],
+    );
+    fx.surface.page_in("s", &["big"]);
+    let (_, paged) = fx
+        .surface
+        .describe("s", "big", &quiver_contract::Capabilities::all())
+        .unwrap();
+    assert_eq!(paged.over_budget, vec!["big".to_owned()], "{paged:?}");
+    assert!(fx.surface.working_set("s").is_empty());
+}
+
+fn big_tool() -> quiver_contract::ToolSpec {
+    crate::support::ro("big", "A big tool. Many more details follow here.")
+        .with_schema(json!({
+            "type": "object",
+            "properties": {
+                "alpha": {"type": "string", "description": "x".repeat(400)},
+                "beta": {"type": "string", "description": "y".repeat(400)}
+            }
+        }))
+        .progressive()
 }
 
 /// Where no model turns are seen (`quiver serve`), each call begins a round: a tool paged
@@ -90,13 +108,24 @@ fn each_call_is_a_round_where_turns_are_not_seen() {
     fx.surface.page_in("s", &["t00", "t01"]);
     let mut evicted = Vec::new();
     for _ in 0..4 {
-        evicted.extend(fx.surface.begin_call("s", Mode::Chat));
+        evicted.extend(fx.surface.begin_call("s", Mode::Chat, "t01"));
         fx.surface.touch("s", "t01");
     }
     assert_eq!(evicted, vec!["t00".to_owned()]);
     assert_eq!(line(&fx.surface.working_set("s")), "t01");
+    // A tool idle for long is kept by its own call: it is refreshed before the round.
+    fx.surface.page_in("s", &["t02"]);
+    for _ in 0..3 {
+        fx.surface.begin_call("s", Mode::Chat, "t01");
+    }
+    assert!(fx.surface.begin_call("s", Mode::Chat, "t02").is_empty());
+    assert!(fx.surface.working_set("s").contains(&"t02".to_owned()));
     // A session the surface does not hold is not made for a chat-mode call.
-    assert!(fx.surface.begin_call("nobody", Mode::Chat).is_empty());
+    assert!(
+        fx.surface
+            .begin_call("nobody", Mode::Chat, "t00")
+            .is_empty()
+    );
     assert!(!fx.surface.session_keys().contains(&"nobody".to_owned()));
 }
 

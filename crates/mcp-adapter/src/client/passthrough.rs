@@ -50,7 +50,7 @@ pub(crate) struct State {
     /// URI -> its subscription. The map's lock is held only to find or drop an entry; each
     /// entry's own lock orders the upstream requests for that URI, so one slow upstream holds
     /// up no other URI.
-    subscriptions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Watch>>>>,
+    subscriptions: Mutex<HashMap<String, Arc<WatchCell>>>,
 }
 
 /// One resource URI that downstream sessions subscribed to.
@@ -62,12 +62,30 @@ struct Watch {
     sessions: usize,
 }
 
+/// One URI's entry: its [`Watch`], and the server subscribed readable without waiting for
+/// the watch's lock (a reconnected server picks its own URIs without queueing behind
+/// another server's slow request).
+#[derive(Debug, Default)]
+struct WatchCell {
+    /// A copy of `Watch::server`, set with it.
+    server: Mutex<String>,
+    watch: tokio::sync::Mutex<Watch>,
+}
+
+impl WatchCell {
+    /// Nobody holds or waits for it but the map (`refs` references known) and nobody is
+    /// subscribed.
+    fn unused(cell: &Arc<WatchCell>, refs: usize) -> bool {
+        Arc::strong_count(cell) == refs && cell.watch.try_lock().is_ok_and(|w| w.sessions == 0)
+    }
+}
+
 /// A handle on one URI's [`Watch`]; dropping it removes an entry nobody is subscribed to
 /// and nobody else is using.
 struct WatchSlot<'a> {
     state: &'a State,
     uri: String,
-    watch: Arc<tokio::sync::Mutex<Watch>>,
+    cell: Arc<WatchCell>,
 }
 
 impl State {
@@ -86,11 +104,21 @@ impl State {
         Some(self.slot(uri, watch))
     }
 
-    fn slot(&self, uri: &str, watch: Arc<tokio::sync::Mutex<Watch>>) -> WatchSlot<'_> {
+    fn slot(&self, uri: &str, cell: Arc<WatchCell>) -> WatchSlot<'_> {
         WatchSlot {
             state: self,
             uri: uri.to_owned(),
-            watch,
+            cell,
+        }
+    }
+
+    /// Drops the entries of `uris` nobody uses any more.
+    fn tidy(&self, uris: &[String]) {
+        let mut subs = lock(&self.subscriptions);
+        for uri in uris {
+            if subs.get(uri).is_some_and(|c| WatchCell::unused(c, 1)) {
+                subs.remove(uri);
+            }
         }
     }
 }
@@ -100,9 +128,7 @@ impl Drop for WatchSlot<'_> {
         let mut subs = lock(&self.state.subscriptions);
         // Handles are made only under the map's lock: two references (the map's and this
         // one) mean no one else holds or waits for this watch.
-        let unused = Arc::strong_count(&self.watch) == 2
-            && self.watch.try_lock().is_ok_and(|w| w.sessions == 0);
-        if unused {
+        if WatchCell::unused(&self.cell, 2) {
             subs.remove(&self.uri);
         }
     }
@@ -566,29 +592,32 @@ pub(super) fn resubscribe(shared: &Arc<Shared>, server: &str) {
     };
     let shared = shared.clone();
     tokio::spawn(async move {
-        let watches: Vec<(String, Arc<tokio::sync::Mutex<Watch>>)> =
-            lock(&shared.passthrough.subscriptions)
-                .iter()
-                .map(|(uri, w)| (uri.clone(), w.clone()))
-                .collect();
-        let Some(conn) = up.conn().filter(|c| c.has_subscribe) else {
-            return;
-        };
-        let limit = timeout(&shared, &up);
-        for (uri, watch) in watches {
-            // Under the URI's lock, so an unsubscribe meanwhile is sent after this.
-            let watch = watch.lock().await;
-            if watch.sessions == 0 || watch.server != up.name() {
-                continue;
-            }
-            #[allow(deprecated)]
-            let request = conn
-                .peer
-                .subscribe(SubscribeRequestParams::new(uri.clone()));
-            if let Err(e) = ask(&up, limit, "resources/subscribe", request).await {
-                tracing::warn!(server = %up.name(), %uri, error = %e, "could not subscribe again after reconnecting");
+        // Only this server's URIs, picked without waiting for any watch's lock.
+        let mine: Vec<(String, Arc<WatchCell>)> = lock(&shared.passthrough.subscriptions)
+            .iter()
+            .filter(|(_, c)| *lock(&c.server) == up.name())
+            .map(|(uri, c)| (uri.clone(), c.clone()))
+            .collect();
+        let uris: Vec<String> = mine.iter().map(|(u, _)| u.clone()).collect();
+        if let Some(conn) = up.conn().filter(|c| c.has_subscribe) {
+            let limit = timeout(&shared, &up);
+            for (uri, cell) in mine {
+                // Under the URI's lock, so an unsubscribe meanwhile is sent after this.
+                let watch = cell.watch.lock().await;
+                if watch.sessions == 0 || watch.server != up.name() {
+                    continue;
+                }
+                #[allow(deprecated)]
+                let request = conn
+                    .peer
+                    .subscribe(SubscribeRequestParams::new(uri.clone()));
+                if let Err(e) = ask(&up, limit, "resources/subscribe", request).await {
+                    tracing::warn!(server = %up.name(), %uri, error = %e, "could not subscribe again after reconnecting");
+                }
             }
         }
+        // Entries whose last subscriber left while this held them.
+        shared.passthrough.tidy(&uris);
     });
 }
 
@@ -633,7 +662,7 @@ impl ContentSource for McpClient {
     async fn subscribe(&self, uri: &str) -> Result<(), ContentError> {
         let up = self.owner_of(uri).await?;
         let slot = self.shared.passthrough.watch(uri);
-        let mut watch = slot.watch.lock().await;
+        let mut watch = slot.cell.watch.lock().await;
         if watch.sessions > 0 {
             watch.sessions += 1;
             return Ok(());
@@ -655,6 +684,7 @@ impl ContentSource for McpClient {
             server: up.name().to_owned(),
             sessions: 1,
         };
+        *lock(&slot.cell.server) = up.name().to_owned();
         Ok(())
     }
 
@@ -662,7 +692,7 @@ impl ContentSource for McpClient {
         let Some(slot) = self.shared.passthrough.watching(uri) else {
             return Ok(());
         };
-        let mut watch = slot.watch.lock().await;
+        let mut watch = slot.cell.watch.lock().await;
         if watch.sessions == 0 {
             return Ok(());
         }

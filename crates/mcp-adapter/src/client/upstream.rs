@@ -231,16 +231,23 @@ struct Relisting {
     wanted: Option<u64>,
 }
 
-/// Clears `Relisting::running` when a re-list ends in any way (its task cancelled too).
-struct RelistRunning<'a>(&'a Upstream);
+/// Clears `Relisting::running` when a re-list ends early (its task cancelled, a panic);
+/// the normal end clears it itself, under the lock it checks `wanted` with, and disarms
+/// this (clearing it again later could clear the flag of a re-list begun meanwhile).
+struct RelistRunning<'a> {
+    up: &'a Upstream,
+    armed: bool,
+}
 
 impl Drop for RelistRunning<'_> {
     fn drop(&mut self) {
-        self.0
-            .relisting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .running = false;
+        if self.armed {
+            self.up
+                .relisting
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .running = false;
+        }
     }
 }
 
@@ -986,7 +993,10 @@ impl Upstream {
             }
             r.running = true;
         }
-        let _running = RelistRunning(&self);
+        let mut running = RelistRunning {
+            up: &self,
+            armed: true,
+        };
         loop {
             let generation = {
                 let mut r = self.relisting.lock().unwrap_or_else(|p| p.into_inner());
@@ -994,6 +1004,7 @@ impl Upstream {
                     Some(g) => g,
                     None => {
                         r.running = false;
+                        running.armed = false;
                         return;
                     }
                 }

@@ -764,3 +764,66 @@ async fn a_request_given_up_at_the_timeout_is_cancelled_upstream() {
     let _ = std::fs::remove_file(&marker);
     let _ = std::fs::remove_file(&log);
 }
+
+/// A reconnected server is subscribed again to its URIs at once, without waiting behind
+/// another server's slow `resources/subscribe`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnected_server_resubscribes_beside_a_slow_one() {
+    use quiver_mcp_adapter::ContentSource;
+
+    let base = std::env::temp_dir().join(format!("quiver-mcp-resub-{}", std::process::id()));
+    let (marker, log) = (base.with_extension("sub"), base.with_extension("log"));
+    let _ = std::fs::remove_file(&marker);
+    let _ = std::fs::remove_file(&log);
+    let (marker_arg, log_arg) = (marker.display().to_string(), log.display().to_string());
+    let mut slow = raw(
+        "slow",
+        &["--resources", "slow", "--slow-subscribe", &marker_arg],
+    );
+    slow.resources = true;
+    let mut quick = raw("quick", &["--resources", "quick", "--log", &log_arg]);
+    quick.resources = true;
+    let (_catalog, client) = start(&[slow, quick], fast_options());
+    ready(&client).await;
+    within(Duration::from_secs(30), client.list_resources())
+        .await
+        .unwrap();
+    within(Duration::from_secs(10), client.subscribe("raw://quick/doc"))
+        .await
+        .expect("subscribed");
+    let client = std::sync::Arc::new(client);
+    let pending = tokio::spawn({
+        let client = client.clone();
+        async move { client.subscribe("raw://slow/doc").await }
+    });
+    wait_for(
+        "the slow upstream got the subscribe",
+        Duration::from_secs(30),
+        || marker.exists(),
+    )
+    .await;
+    let subscribes = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("\"resources/subscribe\""))
+            .count()
+    };
+    assert_eq!(subscribes(), 1);
+    let pid = client.server_status("quick").unwrap().child_pids[0].to_string();
+    kill9(&pid);
+    wait_for(
+        "the reconnected server subscribed again",
+        Duration::from_secs(15),
+        || subscribes() == 2,
+    )
+    .await;
+    assert!(
+        !pending.is_finished(),
+        "the slow upstream is still answering"
+    );
+    pending.abort();
+    close_and_check(&client).await;
+    let _ = std::fs::remove_file(&marker);
+    let _ = std::fs::remove_file(&log);
+}

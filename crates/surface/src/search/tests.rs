@@ -183,6 +183,9 @@ fn a_long_cjk_sentence_is_a_query() {
         ToolSpec::new("units", "Converts units."),
     ]);
     assert_eq!(names(&ix.search(q, 5, &all))[0], "weather");
+    // Cut at the term cap, it keeps bigrams too, not only single characters.
+    let terms = query_terms(q);
+    assert!(terms.iter().any(|t| t.chars().count() == 2), "{terms:?}");
     // A blob of the same length is still not one.
     assert!(!is_meaningful_query(&"QUJD".repeat(60)));
 }

@@ -155,11 +155,14 @@ fn push_term(part: &str, out: &mut Vec<String>) {
 }
 
 fn flush_cjk(run: &mut Vec<char>, out: &mut Vec<String>) {
-    for c in run.iter() {
+    // Each character, then the bigram it starts: a query cut at its term cap keeps both
+    // kinds for the text it reaches (all unigrams first would leave a long sentence with
+    // no bigram at all).
+    for (i, c) in run.iter().enumerate() {
         out.push(c.to_string());
-    }
-    for pair in run.windows(2) {
-        out.push(pair.iter().collect());
+        if let Some(next) = run.get(i + 1) {
+            out.push([*c, *next].iter().collect());
+        }
     }
     run.clear();
 }
@@ -446,8 +449,8 @@ mod tests {
     fn cjk_runs_become_unigrams_and_bigrams() {
         assert_eq!(
             toks("搜索网页"),
-            ["搜", "索", "网", "页", "搜索", "索网", "网页"]
+            ["搜", "搜索", "索", "索网", "网", "网页", "页"]
         );
-        assert_eq!(toks("bing搜索"), ["bing", "搜", "索", "搜索"]);
+        assert_eq!(toks("bing搜索"), ["bing", "搜", "搜索", "索"]);
     }
 }

@@ -352,6 +352,16 @@ pub(crate) struct Holders {
 }
 
 impl Holders {
+    /// A holder with no lock file: counts itself alone (in-memory databases, or no lock).
+    fn without_lock(key: String) -> (Holders, bool) {
+        let holders = Holders {
+            file: None,
+            key,
+            exclusive: false,
+        };
+        (holders, true)
+    }
+
     /// Joins the holders of the database at `path`; `alone` tells whether no other process
     /// holds it. In-memory and URI databases have no holders file (always alone).
     pub(crate) fn join(path: &Path, location: &str) -> Result<(Holders, bool), StoreError> {
@@ -366,14 +376,7 @@ impl Holders {
             OPENED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         );
         if name.is_empty() || name == ":memory:" || name.starts_with("file:") {
-            return Ok((
-                Holders {
-                    file: None,
-                    key,
-                    exclusive: false,
-                },
-                true,
-            ));
+            return Ok(Holders::without_lock(key));
         }
         let mut lock_path = path.as_os_str().to_owned();
         lock_path.push("-lock");
@@ -390,14 +393,7 @@ impl Holders {
             Ok(f) => f,
             Err(e) => {
                 tracing::warn!(%location, error = %e, "no holders lock file: the crash check cannot tell other processes apart");
-                return Ok((
-                    Holders {
-                        file: None,
-                        key,
-                        exclusive: false,
-                    },
-                    true,
-                ));
+                return Ok(Holders::without_lock(key));
             }
         };
         // The first in keeps the lock exclusive until its crash check and its holder row
@@ -406,14 +402,7 @@ impl Holders {
         let alone = file.try_lock().is_ok();
         if !alone && let Err(e) = file.lock_shared() {
             tracing::warn!(%location, error = %e, "cannot lock the holders file: the crash check cannot tell other processes apart");
-            return Ok((
-                Holders {
-                    file: None,
-                    key,
-                    exclusive: false,
-                },
-                true,
-            ));
+            return Ok(Holders::without_lock(key));
         }
         Ok((
             Holders {

@@ -711,6 +711,18 @@ impl SearchIndex {
             .collect()
     }
 
+    /// Orders (score, document) best first, ties by name, not by document id: ids are
+    /// reused as tools come and go, and the ranking must not depend on the order tools were
+    /// indexed in.
+    fn best_first(&self, a: &(f64, u32), b: &(f64, u32)) -> std::cmp::Ordering {
+        let name = |d: u32| {
+            self.docs[d as usize]
+                .as_ref()
+                .map_or("", |doc| doc.name.as_str())
+        };
+        b.0.total_cmp(&a.0).then_with(|| name(a.1).cmp(name(b.1)))
+    }
+
     /// Schema links: each of the best `link_lenders` of the scored tools `cands` (score,
     /// document) lends `link_share` of its score, times the strength of the link, to every
     /// tool of its server it is linked to (see [`SearchIndex::feeds`], either way round; a
@@ -721,15 +733,7 @@ impl SearchIndex {
         let p = &self.params;
         // The best `keep` tools, best first, in one pass without sorting them all.
         let keep = p.link_lenders.max(p.link_head);
-        // Ties by name, not by document id (see `feedback`).
-        let name = |d: u32| {
-            self.docs[d as usize]
-                .as_ref()
-                .map_or("", |doc| doc.name.as_str())
-        };
-        let order = |a: &(f64, u32), b: &(f64, u32)| {
-            b.0.total_cmp(&a.0).then_with(|| name(a.1).cmp(name(b.1)))
-        };
+        let order = |a: &(f64, u32), b: &(f64, u32)| self.best_first(a, b);
         let mut best: Vec<(f64, u32)> = Vec::with_capacity(keep + 1);
         for c in cands.iter() {
             // Most tools score below the last of a full `best`: one comparison each.
@@ -1005,16 +1009,7 @@ impl SearchIndex {
         let n = self.len() as f64;
         let mut top: Vec<(f64, u32)> = touched.iter().map(|&d| (total[d as usize], d)).collect();
         let k = p.fb_docs.min(top.len());
-        // Ties by name, not by document id: ids are reused as tools come and go, and the
-        // ranking must not depend on the order tools were indexed in.
-        let name = |d: u32| {
-            self.docs[d as usize]
-                .as_ref()
-                .map_or("", |doc| doc.name.as_str())
-        };
-        let order = |a: &(f64, u32), b: &(f64, u32)| {
-            b.0.total_cmp(&a.0).then_with(|| name(a.1).cmp(name(b.1)))
-        };
+        let order = |a: &(f64, u32), b: &(f64, u32)| self.best_first(a, b);
         if top.len() > k {
             top.select_nth_unstable_by(k - 1, order);
             top.truncate(k);

@@ -707,16 +707,22 @@ async fn a_slow_subscribe_holds_up_no_other_upstream() {
     let _ = std::fs::remove_file(&marker);
 }
 
+/// A fresh marker and log path for a raw fixture (`--slow-subscribe`, `--log`).
+fn scratch_files(tag: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let base = std::env::temp_dir().join(format!("quiver-mcp-{tag}-{}", std::process::id()));
+    let (marker, log) = (base.with_extension("sub"), base.with_extension("log"));
+    let _ = std::fs::remove_file(&marker);
+    let _ = std::fs::remove_file(&log);
+    (marker, log)
+}
+
 /// A request Quiver gives up on at its own timeout (here `resources/subscribe`, bounded by
 /// the call timeout) is cancelled upstream with `notifications/cancelled`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_given_up_at_the_timeout_is_cancelled_upstream() {
     use quiver_mcp_adapter::{ContentError, ContentSource};
 
-    let base = std::env::temp_dir().join(format!("quiver-mcp-abandon-{}", std::process::id()));
-    let (marker, log) = (base.with_extension("sub"), base.with_extension("log"));
-    let _ = std::fs::remove_file(&marker);
-    let _ = std::fs::remove_file(&log);
+    let (marker, log) = scratch_files("abandon");
     let (marker_arg, log_arg) = (marker.display().to_string(), log.display().to_string());
     let mut slow = raw(
         "slow",
@@ -771,10 +777,7 @@ async fn a_request_given_up_at_the_timeout_is_cancelled_upstream() {
 async fn a_reconnected_server_resubscribes_beside_a_slow_one() {
     use quiver_mcp_adapter::ContentSource;
 
-    let base = std::env::temp_dir().join(format!("quiver-mcp-resub-{}", std::process::id()));
-    let (marker, log) = (base.with_extension("sub"), base.with_extension("log"));
-    let _ = std::fs::remove_file(&marker);
-    let _ = std::fs::remove_file(&log);
+    let (marker, log) = scratch_files("resub");
     let (marker_arg, log_arg) = (marker.display().to_string(), log.display().to_string());
     let mut slow = raw(
         "slow",

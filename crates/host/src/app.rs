@@ -258,6 +258,8 @@ impl App {
     /// set, flushes the execution log and closes the store.
     pub async fn shutdown(&self) -> anyhow::Result<()> {
         self.mcp.close().await;
+        // Records still on their way to the log (callers gone, a full channel).
+        self.dispatcher.drain_records().await;
         // The background mirror may not have written the last changes yet.
         for session in self.surface.session_keys() {
             self.save_session(&session).await?;

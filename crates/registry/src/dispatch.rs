@@ -134,6 +134,9 @@ struct Inner {
     invoker: Arc<dyn ToolInvoker>,
     next_id: AtomicU64,
     id_prefix: String,
+    /// Record hand-overs running in tasks of their own (see `record` and `Unfinished`),
+    /// waited for by [`Dispatcher::drain_records`].
+    handovers: tokio_util::task::TaskTracker,
 }
 
 /// The one dispatch pipeline. Cheap to clone.
@@ -242,6 +245,7 @@ impl DispatcherBuilder {
             invoker: Arc::new(Invoker(weak.clone())),
             next_id: AtomicU64::new(1),
             id_prefix,
+            handovers: tokio_util::task::TaskTracker::new(),
         });
         Dispatcher { inner }
     }
@@ -295,19 +299,23 @@ impl Drop for Unfinished<'_> {
             return;
         };
         let dispatcher = self.dispatcher.clone();
-        rt.spawn(async move {
-            let name = entry.spec.name.as_str();
-            let envelope = Envelope::err(
-                ErrKind::Cancelled,
-                format!("the call to `{name}` was dropped: its caller went away"),
-            );
-            let queued = started
-                .get()
-                .map_or_else(|| t0.elapsed(), |s| s.saturating_duration_since(t0));
-            dispatcher
-                .record(name, input, hash, &envelope, &who, queued, t0)
-                .await;
-        });
+        let handovers = dispatcher.inner.handovers.clone();
+        handovers.spawn_on(
+            async move {
+                let name = entry.spec.name.as_str();
+                let envelope = Envelope::err(
+                    ErrKind::Cancelled,
+                    format!("the call to `{name}` was dropped: its caller went away"),
+                );
+                let queued = started
+                    .get()
+                    .map_or_else(|| t0.elapsed(), |s| s.saturating_duration_since(t0));
+                dispatcher
+                    .record(name, input, hash, &envelope, &who, queued, t0)
+                    .await;
+            },
+            &rt,
+        );
     }
 }
 
@@ -877,13 +885,23 @@ impl Dispatcher {
         if waiting {
             match tokio::runtime::Handle::try_current() {
                 Ok(rt) => {
-                    if let Err(e) = rt.spawn(handing).await {
+                    if let Err(e) = self.inner.handovers.spawn_on(handing, &rt).await {
                         tracing::error!(tool = %name, error = %e, "handing a call record over failed");
                     }
                 }
                 Err(_) => handing.await,
             }
         }
+    }
+
+    /// Waits until every call record still on its way to the recorder in a task of its own
+    /// (a call whose caller went away, a record waiting for room in a full log) has been
+    /// handed over. Call it before closing the store, so that no record is cut off.
+    pub async fn drain_records(&self) {
+        let handovers = &self.inner.handovers;
+        handovers.close();
+        handovers.wait().await;
+        handovers.reopen();
     }
 
     /// Runs a batch. Consecutive read-only calls run concurrently; a mutating call, or a call

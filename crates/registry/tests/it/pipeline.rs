@@ -372,6 +372,29 @@ async fn a_record_waiting_for_room_survives_its_caller() {
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].tool_name, "echo");
     assert!(records[0].envelope.is_ok());
+
+    // Shutting down waits for such a hand-over before the store closes.
+    let call = tokio::spawn({
+        let d = d.clone();
+        async move { d.call("echo", json!({"text": "again"}), ctx()).await }
+    });
+    tokio::time::timeout(WAIT, recorder.waiting.notified())
+        .await
+        .expect("the second record reached the recorder");
+    call.abort();
+    let _ = call.await;
+    let drained = tokio::spawn({
+        let d = d.clone();
+        async move { d.drain_records().await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!drained.is_finished(), "a record is still waiting for room");
+    recorder.room.notify_one();
+    tokio::time::timeout(WAIT, drained)
+        .await
+        .expect("drained once handed over")
+        .unwrap();
+    assert_eq!(recorder.inner.records().len(), 2);
 }
 
 #[tokio::test]

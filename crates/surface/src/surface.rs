@@ -253,6 +253,8 @@ pub struct Surface {
     usage: Arc<dyn UsageScores>,
     system: Vec<String>,
     index: RwLock<Indexed>,
+    /// The agentic allow-list as last expanded, with the catalog version it was for.
+    agentic_cache: Mutex<Option<(u64, Arc<Vec<String>>)>>,
     /// The vector retriever blended into `tool_search`, if a deployment set one.
     retriever: Mutex<Option<Retriever>>,
     index_updates: watch::Sender<u64>,
@@ -378,6 +380,7 @@ impl Surface {
         let surface = Arc::new(Surface {
             index: RwLock::new(build_index(&catalog, None)),
             retriever: Mutex::new(None),
+            agentic_cache: Mutex::new(None),
             catalog,
             config,
             usage,
@@ -654,7 +657,7 @@ impl Surface {
         };
         let agentic = match mode {
             Mode::Agentic => self.agentic_allowed(),
-            _ => Vec::new(),
+            _ => Arc::new(Vec::new()),
         };
         let mut sessions = lock(&self.sessions);
         let sess = self.entry(&mut sessions, session);
@@ -668,7 +671,7 @@ impl Surface {
                 candidates.push((s, Reason::System));
             }
         }
-        for a in &agentic {
+        for a in agentic.iter() {
             if seen.insert(a) {
                 candidates.push((a, Reason::AgenticAllow));
             }
@@ -807,8 +810,16 @@ impl Surface {
         Ok((composed, placed))
     }
 
-    /// The agentic allow-list, patterns expanded over the catalog, in list order.
-    fn agentic_allowed(&self) -> Vec<String> {
+    /// The agentic allow-list, patterns expanded over the catalog, in list order; kept until
+    /// the catalog changes (a pattern is matched against every name, and every agentic
+    /// round and `tool_search` needs the list).
+    fn agentic_allowed(&self) -> Arc<Vec<String>> {
+        let version = self.catalog.version();
+        if let Some((v, list)) = &*lock(&self.agentic_cache)
+            && *v == version
+        {
+            return list.clone();
+        }
         let mut out: Vec<String> = Vec::new();
         let mut names: Option<Vec<String>> = None;
         for p in &self.config.agentic_allow {
@@ -819,7 +830,9 @@ impl Surface {
                 out.push(p.clone());
             }
         }
-        out
+        let list = Arc::new(out);
+        *lock(&self.agentic_cache) = Some((version, list.clone()));
+        list
     }
 
     /// Whether the mode's lists keep `name` off.

@@ -57,6 +57,14 @@ fn the_agentic_allow_list_takes_a_star_anywhere() {
         line(&fx.names("s", Mode::Agentic)),
         "tool_search describe_tool read_file write_file send_mail"
     );
+    // The expanded list follows the catalog.
+    fx.catalog
+        .register_in("test", crate::support::stub(ro("copy_file", "Copies a file.")))
+        .unwrap();
+    assert_eq!(
+        line(&fx.names("s", Mode::Agentic)),
+        "tool_search describe_tool copy_file read_file write_file send_mail"
+    );
 }
 
 #[test]

@@ -63,7 +63,7 @@ impl Surface {
     }
 
     /// Pages the session's stored working set back in, recency kept. Returns the names
-    /// restored, oldest first. A name not in the catalog yet (its upstream may still be
+    /// restored (those the working set took), oldest first. A name not in the catalog yet (its upstream may still be
     /// connecting) is held and paged in when its tool registers; until then it stays in
     /// the persisted set, so the store keeps it.
     pub async fn restore_session(
@@ -82,14 +82,22 @@ impl Surface {
             .map(|e| e.tool.as_str())
             .partition(|n| self.catalog().contains(n));
         self.hold_pending(session, later.into_iter().map(str::to_owned).collect());
+        let mut restored: Vec<String> = Vec::new();
         if !names.is_empty() {
             // A page-in takes the newest first.
             let newest_first: Vec<&str> = names.iter().rev().copied().collect();
-            self.page_in(session, &newest_first);
+            let paged = self.page_in(session, &newest_first);
+            // Oldest first, those the working set took (a smaller cap than before refuses
+            // the oldest).
+            restored = names
+                .iter()
+                .filter(|n| paged.exposed.iter().any(|e| e == *n))
+                .map(|n| (*n).to_owned())
+                .collect();
         }
         // A tool that registered between the split and the hold.
         self.adopt_pending();
-        Ok(names.into_iter().map(str::to_owned).collect())
+        Ok(restored)
     }
 }
 

@@ -59,7 +59,10 @@ fn the_agentic_allow_list_takes_a_star_anywhere() {
     );
     // The expanded list follows the catalog.
     fx.catalog
-        .register_in("test", crate::support::stub(ro("copy_file", "Copies a file.")))
+        .register_in(
+            "test",
+            crate::support::stub(ro("copy_file", "Copies a file.")),
+        )
         .unwrap();
     assert_eq!(
         line(&fx.names("s", Mode::Agentic)),

@@ -52,6 +52,16 @@ async fn working_sets_are_mirrored_to_the_store_and_restored() {
             .unwrap()
             .is_empty()
     );
+
+    // Restored under a smaller cap: the newest is kept, and only it is reported restored.
+    let fx3 = Fixture::new(
+        SurfaceConfig::default().with_working_set(1, 1 << 20),
+        vec![ro("alpha", "A."), ro("beta", "B."), ro("gamma", "C.")],
+        &[],
+    );
+    let restored = fx3.surface.restore_session("s", &*store).await.unwrap();
+    assert_eq!(restored, vec!["beta"]);
+    assert_eq!(fx3.surface.working_set("s"), vec!["beta"]);
 }
 
 /// After a restart, clients come back before every upstream has connected: a stored name

@@ -214,11 +214,19 @@ pub(crate) struct Upstream {
     /// Re-lists after `tools/list_changed` run one at a time; a burst of notifications
     /// during one makes one more (a list published late never overwrites a newer one).
     relisting: Mutex<Relisting>,
-    /// The tools of the last complete `tools/list` that were too malformed to serve (at most
+    /// The tools of the published `tools/list` that were too malformed to serve (at most
     /// `list_cap`), reported with the catalog's refusals.
     malformed: Mutex<Vec<Skipped>>,
     /// Where this server's resource updates and list changes go (to `quiver serve`).
     relays: Relays,
+}
+
+/// One complete `tools/list`: the tools to publish, and those too malformed to serve
+/// (reported with that publication, see `Upstream::last_report`).
+#[derive(Debug, Default)]
+struct Listing {
+    tools: Vec<UpstreamTool>,
+    malformed: Vec<Skipped>,
 }
 
 /// The single re-list of an upstream (see `Upstream::relist`).
@@ -615,7 +623,7 @@ impl Upstream {
 
     /// One connection attempt: spawn or open the transport, handshake, check the protocol,
     /// list and publish the tools.
-    async fn dial(self: &Arc<Self>) -> Result<(Arc<Conn>, Vec<UpstreamTool>), DialError> {
+    async fn dial(self: &Arc<Self>) -> Result<(Arc<Conn>, Listing), DialError> {
         let _permit = self
             .dial_permits
             .clone()
@@ -755,7 +763,7 @@ impl Upstream {
                 }
             }
         } else {
-            Vec::new()
+            Listing::default()
         };
         let fast = match (&self.cfg.endpoint, http_parts) {
             (
@@ -811,7 +819,7 @@ impl Upstream {
         self.counters.connects.fetch_add(1, Ordering::Relaxed);
         self.diag(format!(
             "connected (protocol {protocol}, {} tool(s))",
-            tools.len()
+            tools.tools.len()
         ));
         self.start_liveness(&conn);
         Ok((conn, tools))
@@ -872,7 +880,7 @@ impl Upstream {
         });
     }
 
-    async fn list_tools(&self, peer: &Peer<RoleClient>) -> Result<Vec<UpstreamTool>, DialError> {
+    async fn list_tools(&self, peer: &Peer<RoleClient>) -> Result<Listing, DialError> {
         let mut out = Vec::new();
         let mut malformed = Vec::new();
         let mut cursor: Option<String> = None;
@@ -896,8 +904,10 @@ impl Upstream {
                         "tools/list returned more than {} tools; the rest are ignored",
                         self.opts.list_cap
                     ));
-                    *self.malformed.lock().unwrap_or_else(|p| p.into_inner()) = malformed;
-                    return Ok(out);
+                    return Ok(Listing {
+                        tools: out,
+                        malformed,
+                    });
                 }
                 // One malformed tool costs only itself: the rest are served.
                 match to_contract::tool_spec(&self.cfg.name, &self.cfg.prefix, &wire) {
@@ -919,8 +929,10 @@ impl Upstream {
             match page.next_cursor {
                 Some(c) if !c.is_empty() => cursor = Some(c),
                 _ => {
-                    *self.malformed.lock().unwrap_or_else(|p| p.into_inner()) = malformed;
-                    return Ok(out);
+                    return Ok(Listing {
+                        tools: out,
+                        malformed,
+                    });
                 }
             }
         }
@@ -928,7 +940,8 @@ impl Upstream {
 
     /// Publishes `tools` into the catalog under this server's family: new names are
     /// registered first-wins, changed ones replaced, vanished ones removed.
-    fn publish(self: &Arc<Self>, tools: Vec<UpstreamTool>) -> RegisterReport {
+    fn publish(self: &Arc<Self>, listing: Listing) -> RegisterReport {
+        let Listing { tools, malformed } = listing;
         let family = self.cfg.family();
         let mut published = self.published.lock().unwrap_or_else(|p| p.into_inner());
         let wanted: BTreeSet<&str> = tools.iter().map(|t| t.spec.name.as_str()).collect();
@@ -978,6 +991,7 @@ impl Upstream {
             self.diag(line);
         }
         *self.last_report.lock().unwrap_or_else(|p| p.into_inner()) = report.clone();
+        *self.malformed.lock().unwrap_or_else(|p| p.into_inner()) = malformed;
         report
     }
 
@@ -1035,9 +1049,9 @@ impl Upstream {
         };
         self.counters.relists.fetch_add(1, Ordering::Relaxed);
         match tokio::time::timeout(self.opts.connect_timeout, self.list_tools(&conn.peer)).await {
-            Ok(Ok(tools)) => {
-                let n = tools.len();
-                self.publish(tools);
+            Ok(Ok(listing)) => {
+                let n = listing.tools.len();
+                self.publish(listing);
                 self.diag(format!("tools changed upstream; {n} tool(s) published"));
             }
             Ok(Err(DialError::Rejected(r) | DialError::Transient(r))) => {

@@ -921,16 +921,8 @@ impl Surface {
                 && capabilities.allows(n)
                 && !self.system.iter().any(|s| s == n)
         };
-        // Most tools pass the filter, and it would run for every scored tool: fetch a few
-        // more than asked unfiltered, filter those, and search filtered only when too few pass.
-        let over = limit.saturating_mul(2).saturating_add(8);
-        let mut hits = indexed.index.search(query, over, &|_| true);
-        let fetched = hits.len();
-        hits.retain(|h| filter(&h.name));
-        if hits.len() >= limit || fetched < over {
-            hits.truncate(limit);
-            return hits;
-        }
+        // Filtered inside the index (it runs the filter on a window of the best only), so
+        // that the head's reordering and scores are those of the tools the caller can see.
         indexed.index.search(query, limit, &filter)
     }
 

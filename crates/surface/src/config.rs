@@ -136,6 +136,21 @@ impl SurfaceConfig {
         Ok(())
     }
 
+    /// The always-resident system set: `tool_search`, `describe_tool`, then the configured
+    /// `system` tools, without repeats.
+    pub fn system_set(&self) -> Vec<String> {
+        let mut set = vec![
+            crate::TOOL_SEARCH.to_owned(),
+            crate::DESCRIBE_TOOL.to_owned(),
+        ];
+        for s in &self.system {
+            if !set.contains(s) {
+                set.push(s.clone());
+            }
+        }
+        set
+    }
+
     /// Settings that are valid one by one but do not fit together (a full round larger
     /// than `max_surface`, which then fails every composition of a busy session; a system
     /// set the round cannot hold). Logged when a surface is built; `quiver check` reports
@@ -149,12 +164,7 @@ impl SurfaceConfig {
                 self.max_surface
             ));
         }
-        let mut system: Vec<&str> = vec![crate::TOOL_SEARCH, crate::DESCRIBE_TOOL];
-        for s in &self.system {
-            if !system.contains(&s.as_str()) {
-                system.push(s);
-            }
-        }
+        let system = self.system_set();
         if system.len() > round {
             out.push(format!(
                 "the always-resident system set has {} tools, more than round.max_definitions ({round}): some of them are never listed",

@@ -178,6 +178,7 @@ impl FloorState {
 /// Anchors first, then the highest usage-scored live tools up to `target_floor`; the static
 /// fallback (after the anchors) when usage names no live tool.
 fn derive(config: &SurfaceConfig, catalog: &Catalog, usage: &dyn UsageScores) -> Floor {
+    let system = config.system_set();
     let mut seen: HashSet<&str> = HashSet::new();
     let mut entries: Vec<FloorEntry> = Vec::new();
     for a in &config.anchors {
@@ -203,11 +204,7 @@ fn derive(config: &SurfaceConfig, catalog: &Catalog, usage: &dyn UsageScores) ->
         }
         // The system set is resident anyway (and the most called): a floor slot for it
         // would be wasted.
-        if seen.contains(name.as_str())
-            || name == crate::TOOL_SEARCH
-            || name == crate::DESCRIBE_TOOL
-            || config.system.contains(name)
-        {
+        if seen.contains(name.as_str()) || system.contains(name) {
             continue;
         }
         match catalog.lookup(name) {

@@ -369,12 +369,7 @@ impl Surface {
             tracing::warn!("surface configuration: {w}");
         }
         let events = catalog.subscribe();
-        let mut system = vec![TOOL_SEARCH.to_owned(), DESCRIBE_TOOL.to_owned()];
-        for s in &config.system {
-            if !system.contains(s) {
-                system.push(s.clone());
-            }
-        }
+        let system = config.system_set();
         let (changes, _) = broadcast::channel(1024);
         let (index_updates, _) = watch::channel(0);
         let surface = Arc::new(Surface {
@@ -611,11 +606,7 @@ impl Surface {
     pub fn next_round(&self, session: &str) -> Vec<String> {
         let idle = self.config.idle_rounds;
         let evicted = self.with_session(session, |s| s.next_round(idle));
-        if !evicted.is_empty() {
-            tracing::debug!(session, ?evicted, "evicted idle working-set tools");
-            self.notify(session);
-        }
-        evicted
+        self.evicted(session, evicted)
     }
 
     /// One round: [`Surface::next_round`], then [`Surface::compose`].
@@ -847,22 +838,11 @@ impl Surface {
         }
     }
 
-    /// Sets the session's mode ahead of its first composition: `tool_search` and
-    /// `describe_tool` filter by it, so a plan-mode caller that searches before it lists
-    /// never finds a tool its mode hides.
-    pub fn set_session_mode(&self, session: &str, mode: Mode) {
-        let mut sessions = lock(&self.sessions);
-        if let Some(s) = sessions.get_mut(session) {
-            s.mode = mode;
-        } else if mode != Mode::default() {
-            self.entry(&mut sessions, session).mode = mode;
-        }
-    }
-
     /// A call of the session begins: in `quiver serve`, where the surface sees no model
     /// turns, every `tools/call` counts as one round of its session. Sets the session's mode
-    /// (as [`Surface::set_session_mode`]) and starts a round, evicting the working-set tools
-    /// idle for more than `idle_rounds`. The called `tool` is refreshed first, so a call
+    /// first (`tool_search` and `describe_tool` filter by it, so a plan-mode caller that
+    /// searches before it lists never finds a tool its mode hides) and starts a round,
+    /// evicting the working-set tools idle for more than `idle_rounds`. The called `tool` is refreshed first, so a call
     /// never evicts its own tool. Returns the evicted names; one lock either way.
     pub fn begin_call(&self, session: &str, mode: Mode, tool: &str) -> Vec<String> {
         let evicted = {
@@ -881,6 +861,11 @@ impl Surface {
                 }
             }
         };
+        self.evicted(session, evicted)
+    }
+
+    /// Says that idle tools left the session (if any did) and returns them.
+    fn evicted(&self, session: &str, evicted: Vec<String>) -> Vec<String> {
         if !evicted.is_empty() {
             tracing::debug!(session, ?evicted, "evicted idle working-set tools");
             self.notify(session);

@@ -55,32 +55,24 @@ pub(crate) struct State {
 
 /// One resource URI that downstream sessions subscribed to.
 #[derive(Debug, Default)]
-struct Watch {
-    /// The server subscribed upstream.
-    server: String,
-    /// How many downstream sessions are subscribed (0: not subscribed upstream).
-    sessions: usize,
-}
-
-/// One URI's entry: its [`Watch`], and the server subscribed readable without waiting for
-/// the watch's lock (a reconnected server picks its own URIs without queueing behind
-/// another server's slow request).
-#[derive(Debug, Default)]
 struct WatchCell {
-    /// A copy of `Watch::server`, set with it.
+    /// The server subscribed upstream; a plain lock, so a reconnected server picks its own
+    /// URIs without queueing behind another server's slow request. Set under `sessions`.
     server: Mutex<String>,
-    watch: tokio::sync::Mutex<Watch>,
+    /// How many downstream sessions are subscribed (0: not subscribed upstream). Its lock
+    /// orders the upstream requests of this URI.
+    sessions: tokio::sync::Mutex<usize>,
 }
 
 impl WatchCell {
     /// Nobody holds or waits for it but the map (`refs` references known) and nobody is
     /// subscribed.
     fn unused(cell: &Arc<WatchCell>, refs: usize) -> bool {
-        Arc::strong_count(cell) == refs && cell.watch.try_lock().is_ok_and(|w| w.sessions == 0)
+        Arc::strong_count(cell) == refs && cell.sessions.try_lock().is_ok_and(|n| *n == 0)
     }
 }
 
-/// A handle on one URI's [`Watch`]; dropping it removes an entry nobody is subscribed to
+/// A handle on one URI's [`WatchCell`]; dropping it removes an entry nobody is subscribed to
 /// and nobody else is using.
 struct WatchSlot<'a> {
     state: &'a State,
@@ -603,8 +595,8 @@ pub(super) fn resubscribe(shared: &Arc<Shared>, server: &str) {
             let limit = timeout(&shared, &up);
             for (uri, cell) in mine {
                 // Under the URI's lock, so an unsubscribe meanwhile is sent after this.
-                let watch = cell.watch.lock().await;
-                if watch.sessions == 0 || watch.server != up.name() {
+                let sessions = cell.sessions.lock().await;
+                if *sessions == 0 || *lock(&cell.server) != up.name() {
                     continue;
                 }
                 #[allow(deprecated)]
@@ -662,9 +654,9 @@ impl ContentSource for McpClient {
     async fn subscribe(&self, uri: &str) -> Result<(), ContentError> {
         let up = self.owner_of(uri).await?;
         let slot = self.shared.passthrough.watch(uri);
-        let mut watch = slot.cell.watch.lock().await;
-        if watch.sessions > 0 {
-            watch.sessions += 1;
+        let mut sessions = slot.cell.sessions.lock().await;
+        if *sessions > 0 {
+            *sessions += 1;
             return Ok(());
         }
         let conn = connected(&up, |c| c.has_resources, "resources")?;
@@ -680,10 +672,7 @@ impl ContentSource for McpClient {
             .peer
             .subscribe(SubscribeRequestParams::new(uri.to_owned()));
         ask(&up, limit, "resources/subscribe", request).await?;
-        *watch = Watch {
-            server: up.name().to_owned(),
-            sessions: 1,
-        };
+        *sessions = 1;
         *lock(&slot.cell.server) = up.name().to_owned();
         Ok(())
     }
@@ -692,15 +681,16 @@ impl ContentSource for McpClient {
         let Some(slot) = self.shared.passthrough.watching(uri) else {
             return Ok(());
         };
-        let mut watch = slot.cell.watch.lock().await;
-        if watch.sessions == 0 {
+        let mut sessions = slot.cell.sessions.lock().await;
+        if *sessions == 0 {
             return Ok(());
         }
-        watch.sessions -= 1;
-        if watch.sessions > 0 {
+        *sessions -= 1;
+        if *sessions > 0 {
             return Ok(());
         }
-        let Some(up) = self.shared.server(&watch.server) else {
+        let server = lock(&slot.cell.server).clone();
+        let Some(up) = self.shared.server(&server) else {
             return Ok(());
         };
         // A server that is down has forgotten the subscription with its session.

@@ -662,15 +662,55 @@ async fn stderr_that_is_not_utf8_does_not_kill_the_server() {
 async fn a_slow_subscribe_holds_up_no_other_upstream() {
     use quiver_mcp_adapter::ContentSource;
 
-    let marker = std::env::temp_dir().join(format!("quiver-mcp-sub-{}", std::process::id()));
+    let (marker, log) = scratch_files("sub");
+    let (client, pending) = beside_a_slow_subscribe(&marker, &log).await;
+    within(Duration::from_secs(10), client.subscribe("raw://quick/doc"))
+        .await
+        .expect("subscribed beside the slow one");
+    within(
+        Duration::from_secs(10),
+        client.unsubscribe("raw://quick/doc"),
+    )
+    .await
+    .expect("unsubscribed beside the slow one");
+    assert!(
+        !pending.is_finished(),
+        "the slow upstream is still answering"
+    );
+    pending.abort();
+    close_and_check(&client).await;
     let _ = std::fs::remove_file(&marker);
-    let marker_arg = marker.to_str().unwrap().to_owned();
+    let _ = std::fs::remove_file(&log);
+}
+
+/// A fresh marker and log path for a raw fixture (`--slow-subscribe`, `--log`).
+fn scratch_files(tag: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let base = std::env::temp_dir().join(format!("quiver-mcp-{tag}-{}", std::process::id()));
+    let (marker, log) = (base.with_extension("sub"), base.with_extension("log"));
+    let _ = std::fs::remove_file(&marker);
+    let _ = std::fs::remove_file(&log);
+    (marker, log)
+}
+
+/// Two raw servers offering one resource each, `slow` (its `resources/subscribe` writes
+/// `marker`, then takes 20 s) and `quick` (logging what it reads to `log`); a subscription
+/// to the slow one's resource is left pending.
+async fn beside_a_slow_subscribe(
+    marker: &std::path::Path,
+    log: &std::path::Path,
+) -> (
+    std::sync::Arc<quiver_mcp_adapter::McpClient>,
+    tokio::task::JoinHandle<Result<(), quiver_mcp_adapter::ContentError>>,
+) {
+    use quiver_mcp_adapter::ContentSource;
+
+    let (marker_arg, log_arg) = (marker.display().to_string(), log.display().to_string());
     let mut slow = raw(
         "slow",
         &["--resources", "slow", "--slow-subscribe", &marker_arg],
     );
     slow.resources = true;
-    let mut quick = raw("quick", &["--resources", "quick"]);
+    let mut quick = raw("quick", &["--resources", "quick", "--log", &log_arg]);
     quick.resources = true;
     let (_catalog, client) = start(&[slow, quick], fast_options());
     ready(&client).await;
@@ -689,31 +729,7 @@ async fn a_slow_subscribe_holds_up_no_other_upstream() {
         || marker.exists(),
     )
     .await;
-    within(Duration::from_secs(10), client.subscribe("raw://quick/doc"))
-        .await
-        .expect("subscribed beside the slow one");
-    within(
-        Duration::from_secs(10),
-        client.unsubscribe("raw://quick/doc"),
-    )
-    .await
-    .expect("unsubscribed beside the slow one");
-    assert!(
-        !pending.is_finished(),
-        "the slow upstream is still answering"
-    );
-    pending.abort();
-    close_and_check(&client).await;
-    let _ = std::fs::remove_file(&marker);
-}
-
-/// A fresh marker and log path for a raw fixture (`--slow-subscribe`, `--log`).
-fn scratch_files(tag: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-    let base = std::env::temp_dir().join(format!("quiver-mcp-{tag}-{}", std::process::id()));
-    let (marker, log) = (base.with_extension("sub"), base.with_extension("log"));
-    let _ = std::fs::remove_file(&marker);
-    let _ = std::fs::remove_file(&log);
-    (marker, log)
+    (client, pending)
 }
 
 /// A request Quiver gives up on at its own timeout (here `resources/subscribe`, bounded by
@@ -778,33 +794,10 @@ async fn a_reconnected_server_resubscribes_beside_a_slow_one() {
     use quiver_mcp_adapter::ContentSource;
 
     let (marker, log) = scratch_files("resub");
-    let (marker_arg, log_arg) = (marker.display().to_string(), log.display().to_string());
-    let mut slow = raw(
-        "slow",
-        &["--resources", "slow", "--slow-subscribe", &marker_arg],
-    );
-    slow.resources = true;
-    let mut quick = raw("quick", &["--resources", "quick", "--log", &log_arg]);
-    quick.resources = true;
-    let (_catalog, client) = start(&[slow, quick], fast_options());
-    ready(&client).await;
-    within(Duration::from_secs(30), client.list_resources())
-        .await
-        .unwrap();
+    let (client, pending) = beside_a_slow_subscribe(&marker, &log).await;
     within(Duration::from_secs(10), client.subscribe("raw://quick/doc"))
         .await
         .expect("subscribed");
-    let client = std::sync::Arc::new(client);
-    let pending = tokio::spawn({
-        let client = client.clone();
-        async move { client.subscribe("raw://slow/doc").await }
-    });
-    wait_for(
-        "the slow upstream got the subscribe",
-        Duration::from_secs(30),
-        || marker.exists(),
-    )
-    .await;
     let subscribes = || {
         std::fs::read_to_string(&log)
             .unwrap_or_default()

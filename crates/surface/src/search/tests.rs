@@ -183,8 +183,12 @@ fn a_long_cjk_sentence_is_a_query() {
         ToolSpec::new("units", "Converts units."),
     ]);
     assert_eq!(names(&ix.search(q, 5, &all))[0], "weather");
-    // Cut at the term cap, it keeps bigrams too, not only single characters.
-    let terms = query_terms(q);
+    // Cut at the term cap, a run of more distinct characters than the cap keeps bigrams
+    // too, not only single characters.
+    let run: String = (0x4E00u32..0x4E00 + 80)
+        .filter_map(char::from_u32)
+        .collect();
+    let terms = query_terms(&run);
     assert!(terms.iter().any(|t| t.chars().count() == 2), "{terms:?}");
     // A blob of the same length is still not one.
     assert!(!is_meaningful_query(&"QUJD".repeat(60)));

@@ -446,6 +446,12 @@ mod tests {
     }
 
     #[test]
+    fn a_combining_mark_stays_in_its_word() {
+        // `q` with an acute accent has no composed form: the mark must not split the word.
+        assert_eq!(toks("q\u{301}uery"), ["q\u{301}uery"]);
+    }
+
+    #[test]
     fn cjk_runs_become_unigrams_and_bigrams() {
         assert_eq!(
             toks("搜索网页"),

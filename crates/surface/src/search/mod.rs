@@ -690,7 +690,7 @@ impl SearchIndex {
             s.total[d as usize] = 0.0;
         }
         if p.link_share > 0.0 && p.link_lenders > 0 {
-            self.lend_to_linked(&mut cands, s);
+            self.lend_to_linked(&mut cands, filter, s);
         }
         let depth = limit.max(p.diversify_depth);
         let mut hits = self.best_filtered(&mut cands, depth, filter);
@@ -728,8 +728,15 @@ impl SearchIndex {
     /// tool of its server it is linked to (see [`SearchIndex::feeds`], either way round; a
     /// tool lent by several keeps the largest share). A lent share lifts a tool at most to
     /// just below the tool at rank `link_head` and never moves a tool at or above it. A tool
-    /// not scored so far joins `cands`. `s.best` is all zeros and is left so.
-    fn lend_to_linked(&self, cands: &mut Vec<(f64, u32)>, s: &mut Scratch) {
+    /// not scored so far joins `cands`. The lenders and the head are tools that pass
+    /// `filter`: a tool the caller cannot see neither lends nor sets the ceiling. `s.best`
+    /// is all zeros and is left so.
+    fn lend_to_linked(
+        &self,
+        cands: &mut Vec<(f64, u32)>,
+        filter: &dyn Fn(&str) -> bool,
+        s: &mut Scratch,
+    ) {
         let p = &self.params;
         // The best `keep` tools, best first, in one pass without sorting them all.
         let keep = p.link_lenders.max(p.link_head);
@@ -738,6 +745,13 @@ impl SearchIndex {
         for c in cands.iter() {
             // Most tools score below the last of a full `best`: one comparison each.
             if best.len() == keep && (c.0 < best[keep - 1].0 || order(c, &best[keep - 1]).is_ge()) {
+                continue;
+            }
+            // The filter runs only on a tool that would enter the head.
+            let visible = self.docs[c.1 as usize]
+                .as_ref()
+                .is_some_and(|doc| filter(&doc.name));
+            if !visible {
                 continue;
             }
             let at = best.partition_point(|b| order(b, c).is_lt());

@@ -282,16 +282,17 @@ fn schema_links_lift_the_producer_of_a_needed_input_below_the_head() {
         // Takes the same inputs, names none: not linked.
         ToolSpec::new("mcp__maps__elevation", "Height above sea level.").with_schema(lat_lon),
     ];
-    let ranked = |params: Params| {
+    let ranked_for = |params: Params, filter: &dyn Fn(&str) -> bool| {
         let mut ix = SearchIndex::with_params(params);
         for s in &specs {
             ix.upsert(s);
         }
-        names(&ix.search("places nearby", 5, &all))
+        names(&ix.search("places nearby", 5, filter))
             .into_iter()
             .map(str::to_owned)
             .collect::<Vec<_>>()
     };
+    let ranked = |params: Params| ranked_for(params, &all);
     // Feedback off: the feedback terms of `nearby_places` would reach `geocode` too.
     let head_of_one = Params {
         link_head: 1,
@@ -323,9 +324,17 @@ fn schema_links_lift_the_producer_of_a_needed_input_below_the_head() {
     // However large the share, a lent score does not lift a tool into the head.
     let strong = ranked(Params {
         link_share: 100.0,
-        ..head_of_one
+        ..head_of_one.clone()
     });
     assert_eq!(strong[0], "mcp__maps__nearby_places");
+    // A caller who cannot see `nearby_places` gets no share of its score: the siblings it
+    // sees tie again, and the head is the best tool it sees (`elevation`, which lends to
+    // `geocode` only up to just below itself).
+    let hidden = |n: &str| n != "mcp__maps__nearby_places";
+    assert_eq!(
+        ranked_for(head_of_one, &hidden),
+        ["mcp__maps__elevation", "mcp__maps__geocode"]
+    );
 }
 
 /// The shared benchmark directory, beside the clone. Its absence is a failure, not a skip.

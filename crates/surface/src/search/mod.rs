@@ -45,7 +45,9 @@ use serde_json::Value;
 pub use embed::{EmbedError, Embedder, HashedNgrams, HybridConfig};
 use embed::{Vectors, cosine};
 pub use eval::{EvalReport, evaluate};
-use tokenize::{TokenOpts, expand_query, is_cjk, is_filler, path_only_terms, tokenize};
+use tokenize::{
+    TokenOpts, expand_query, is_cjk, is_filler, is_unspaced, path_only_terms, tokenize,
+};
 
 /// One search result: a tool name and its score, normalised to `0.0..=1.0` (1.0 would be a
 /// tool matching every query term as strongly as the index allows).
@@ -1362,13 +1364,14 @@ struct TermData {
 
 /// The distinct search terms of a query, in order of first appearance: stop words,
 /// punctuation and single letters dropped, identifiers split, English words stemmed, CJK runs
-/// as unigrams and bigrams. Empty for a blank, stop-word-only or punctuation-only query.
+/// as unigrams and bigrams, Thai, Lao, Khmer and Myanmar runs as cluster bigrams. Empty for a blank, stop-word-only or punctuation-only query.
 pub fn query_terms(query: &str) -> Vec<String> {
     // Blobs pasted into a query (base64, minified data) are not search words; a long run of
-    // CJK text is a sentence (those scripts put no spaces between words).
+    // CJK, Thai, Lao, Khmer or Myanmar text is a sentence (those scripts put no spaces
+    // between words).
     let text: Vec<&str> = clip_query(query)
         .split_whitespace()
-        .filter(|w| w.len() <= MAX_QUERY_WORD || w.chars().any(is_cjk))
+        .filter(|w| w.len() <= MAX_QUERY_WORD || w.chars().any(|c| is_cjk(c) || is_unspaced(c)))
         .collect();
     let mut terms = Vec::new();
     tokenize(&text.join(" "), TokenOpts { joins: false }, &mut terms);

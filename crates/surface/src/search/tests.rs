@@ -92,6 +92,24 @@ fn cjk_text_is_searchable() {
 }
 
 #[test]
+fn thai_text_is_searchable() {
+    // Thai writes no spaces between words: a query word meets the same word inside a
+    // description's longer run.
+    let ix = index(&[
+        ToolSpec::new("web_search", "เครื่องมือค้นหาเว็บไซต์บนอินเทอร์เน็ต"),
+        ToolSpec::new("read_file", "อ่านไฟล์จากดิสก์แล้วส่งเนื้อหากลับมา"),
+        ToolSpec::new("weather", "Current weather for a city."),
+    ]);
+    assert_eq!(names(&ix.search("ค้นหาเว็บ", 5, &all))[0], "web_search");
+    assert_eq!(names(&ix.search("อ่านไฟล์", 5, &all))[0], "read_file");
+    // A whole sentence without a space is text, not a pasted blob.
+    let q = "ช่วยค้นหาเว็บไซต์ที่เกี่ยวกับการท่องเที่ยวในเชียงใหม่และสรุปข้อมูลที่สำคัญให้ฉันหน่อยนะครับขอบคุณมาก";
+    assert!(q.len() > 200);
+    assert!(is_meaningful_query(q));
+    assert_eq!(names(&ix.search(q, 5, &all))[0], "web_search");
+}
+
+#[test]
 fn ties_break_by_name() {
     let ix = index(&[
         ToolSpec::new("zeta", "Converts units."),

@@ -1,5 +1,6 @@
 //! Text to index terms: identifier splitting, lower-casing, stop words, a light English
-//! stemmer, and character uni- and bigrams for CJK runs.
+//! stemmer, character uni- and bigrams for CJK runs, and syllable-cluster bigrams for the
+//! other scripts written without spaces between words (Thai, Lao, Khmer, Myanmar).
 
 use unicode_normalization::{
     IsNormalized, UnicodeNormalization, char::is_combining_mark, is_nfkc_quick,
@@ -40,6 +41,18 @@ pub(crate) fn is_cjk(c: char) -> bool {
         | 0x20000..=0x2FA1F) // supplementary ideographs
 }
 
+/// Thai, Lao, Myanmar and Khmer: written without spaces between words, with vowel signs
+/// and tone marks that combine with the letter before them.
+pub(crate) fn is_unspaced(c: char) -> bool {
+    matches!(c as u32,
+        0x0E00..=0x0E7F      // Thai
+        | 0x0E80..=0x0EFF    // Lao
+        | 0x1000..=0x109F    // Myanmar
+        | 0xAA60..=0xAA7F    // Myanmar extended-A
+        | 0x1780..=0x17FF    // Khmer
+        | 0x19E0..=0x19FF) // Khmer symbols
+}
+
 /// Options for [`tokenize`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TokenOpts {
@@ -63,11 +76,24 @@ pub(crate) fn tokenize(text: &str, opts: TokenOpts, out: &mut Vec<String>) {
     };
     let mut word = String::new();
     let mut cjk = Vec::new();
+    // Clusters (a letter and the marks that combine with it) of an unspaced-script run.
+    let mut clusters: Vec<String> = Vec::new();
     // The lower-cased parts of the current identifier-like chunk, for joins.
     let mut parts: Vec<String> = Vec::new();
     let mut whole: Vec<String> = Vec::new();
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
+        if is_unspaced(c) {
+            flush_word(&mut word, &mut parts, &mut whole);
+            emit_parts(&mut parts, &mut whole, opts, out);
+            flush_cjk(&mut cjk, out);
+            match clusters.last_mut() {
+                Some(last) if is_combining_mark(c) => last.push(c),
+                _ => clusters.push(c.to_string()),
+            }
+            continue;
+        }
+        flush_clusters(&mut clusters, out);
         if is_cjk(c) {
             flush_word(&mut word, &mut parts, &mut whole);
             cjk.push(c);
@@ -91,6 +117,7 @@ pub(crate) fn tokenize(text: &str, opts: TokenOpts, out: &mut Vec<String>) {
     flush_word(&mut word, &mut parts, &mut whole);
     emit_parts(&mut parts, &mut whole, opts, out);
     flush_cjk(&mut cjk, out);
+    flush_clusters(&mut clusters, out);
 }
 
 /// Splits one alphanumeric run on camelCase boundaries into lower-cased parts.
@@ -162,6 +189,23 @@ fn flush_cjk(run: &mut Vec<char>, out: &mut Vec<String>) {
         out.push(c.to_string());
         if let Some(next) = run.get(i + 1) {
             out.push([*c, *next].iter().collect());
+        }
+    }
+    run.clear();
+}
+
+/// An unspaced-script run, as the bigrams of its clusters: a word of these scripts is a few
+/// clusters long, so a word of the query meets the same word inside a longer run of a
+/// description (the run as one term would only meet the same whole run). A run of one
+/// cluster is its own term.
+fn flush_clusters(run: &mut Vec<String>, out: &mut Vec<String>) {
+    match run.as_slice() {
+        [] => {}
+        [one] => out.push(one.clone()),
+        _ => {
+            for pair in run.windows(2) {
+                out.push(format!("{}{}", pair[0], pair[1]));
+            }
         }
     }
     run.clear();
@@ -458,5 +502,13 @@ mod tests {
             ["搜", "搜索", "索", "索网", "网", "网页", "页"]
         );
         assert_eq!(toks("bing搜索"), ["bing", "搜", "搜索", "索"]);
+    }
+
+    #[test]
+    fn unspaced_script_runs_become_cluster_bigrams() {
+        // Thai "search web": the tone mark U+0E49 stays on its letter.
+        assert_eq!(toks("ค้นหาเว็บ"), ["ค้น", "นห", "หา", "าเ", "เว็", "ว็บ"]);
+        assert_eq!(toks("pdfไฟล์"), ["pdf", "ไฟ", "ฟล์"]);
+        assert_eq!(toks("ก"), ["ก"]);
     }
 }

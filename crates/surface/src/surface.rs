@@ -632,8 +632,8 @@ impl Surface {
     }
 
     /// The round's walk (see `compose`). With `until`, it stops once every one of those
-    /// names has been placed or dropped (a partial round, not checked against
-    /// `max_surface`, whose placed names come back beside an empty list of tools):
+    /// names has been placed or dropped, unless `max_surface` could fail the whole round
+    /// (a partial round, whose placed names come back beside an empty list of tools):
     /// `tool_search` asks where its hits, the working set's newest, land.
     fn walk(
         &self,
@@ -703,11 +703,14 @@ impl Surface {
         let mut dropped: Vec<DroppedTool> = Vec::new();
         let mut used = 0usize;
         let partial = until.is_some();
+        // A round lists at most `max_definitions` tools and `tool_search`; only a
+        // `max_surface` below that can fail it, and then a partial walk goes to the end too.
+        let stop_early = self.config.max_surface > budget.max_definitions;
         let mut count = 0usize;
         let mut placed: Vec<String> = Vec::new();
         for (name, reason) in candidates {
             if let Some(rest) = &mut until {
-                if rest.is_empty() {
+                if rest.is_empty() && stop_early {
                     break;
                 }
                 rest.remove(name);
@@ -783,10 +786,10 @@ impl Surface {
                 None => placed.push(name.to_owned()),
             }
         }
-        if !partial && tools.len() > self.config.max_surface {
+        if count > self.config.max_surface {
             return Err(SurfaceError::TooLarge {
                 session: session.to_owned(),
-                count: tools.len(),
+                count,
                 max: self.config.max_surface,
             });
         }
@@ -982,7 +985,15 @@ impl Surface {
                     }));
                 }
                 Err(e) => {
+                    // The next round fails as a whole: nothing found is listed.
                     tracing::warn!(session, error = %e, "tool_search could not compose the next round");
+                    out.failed
+                        .extend(std::mem::take(&mut out.exposed).into_iter().map(|name| {
+                            FailedTool {
+                                name,
+                                reason: FailReason::OverBudget,
+                            }
+                        }));
                 }
             }
         }

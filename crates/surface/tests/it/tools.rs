@@ -147,6 +147,41 @@ async fn hits_the_round_cannot_list_are_reported_over_budget() {
     );
 }
 
+/// With a `max_surface` below the round budget (a configuration `quiver check` warns about),
+/// a round that would list the hits is too large and fails: the hits are reported failed,
+/// not exposed.
+#[tokio::test]
+async fn hits_a_too_large_round_cannot_list_are_not_exposed() {
+    let mut specs = crate::support::many(2);
+    specs.push(ro("read_csv", "Reads a CSV file into rows."));
+    specs.push(ro("csv_stats", "Computes statistics over a CSV file."));
+    // The system set and the two hits fit; the usage floor after them does not.
+    let usage = [("t00", [2, 0, 0]), ("t01", [1, 0, 0])];
+    let config = SurfaceConfig::default()
+        .with_round_budget(6, 1 << 20)
+        .with_max_surface(4);
+    let fx = Fixture::new(config, specs, &usage);
+    let e = fx
+        .call("s", "tool_search", json!({"query": "csv file", "limit": 2}))
+        .await;
+    let d = data(&e);
+    assert_eq!(d["hits"].as_array().map(Vec::len), Some(2), "{d}");
+    assert_eq!(d["exposed"], json!([]), "{d}");
+    let failed: Vec<&str> = d["failed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(failed, ["over_budget", "over_budget"], "{d}");
+    assert!(
+        fx.surface
+            .compose("s", Mode::Chat, &Capabilities::all())
+            .is_err(),
+        "the round itself is too large"
+    );
+}
+
 /// `describe_tool` of an always-resident tool takes no working-set slot.
 #[tokio::test]
 async fn describing_a_system_tool_pages_nothing_in() {

@@ -5,13 +5,13 @@ use std::{sync::Arc, time::SystemTime};
 use anyhow::Context;
 use quiver_mcp_adapter::{ClientOptions, McpClient, ServerState};
 use quiver_registry::{
-    CallLog, Catalog, DefinitionStore, Dispatcher, RegisterReport, RulePolicy, ToolDefinition,
-    ToolType,
+    CallLog, Catalog, DefinitionStore, Dispatcher, RegisterReport, RulePolicy, SkillSource,
+    Skipped, ToolDefinition, ToolType, skill_tool,
 };
 use quiver_store_sqlite::{SqliteStore, StoreOptions};
 use quiver_surface::{MemoryUsage, Surface, core_tools, ports::UsageSource};
 
-use crate::{Config, Families, assemble_catalog};
+use crate::{Config, DirSkills, Families, assemble_catalog};
 
 async fn put(store: &SqliteStore, def: ToolDefinition) {
     let name = def.name.clone();
@@ -92,13 +92,28 @@ impl App {
                 .map(|u| (u.tool, [u.last_30_days, u.last_90_days, u.older])),
         );
         let catalog = Arc::new(Catalog::new());
+        // First registration wins in the family order, whenever each family registers (MCP
+        // servers connect after the skills are in).
+        catalog.set_family_order(crate::family_rank);
         let surface = Surface::new(catalog.clone(), config.surface.clone(), Arc::new(usage))
             .context("building the tool surface")?;
+        let loaded = DirSkills::new(config.skills.dirs.clone()).load();
+        let (skill, mut skill_problems) = skill_tool(loaded.skills);
+        skill_problems.splice(0..0, loaded.problems);
         let families = Families {
             core: core_tools(&surface),
+            skills: skill.into_iter().collect(),
             ..Default::default()
         };
-        let report = assemble_catalog(&catalog, families).context("assembling the catalog")?;
+        let mut report = assemble_catalog(&catalog, families).context("assembling the catalog")?;
+        // A skill that could not be loaded is missing from the `skill` tool: reported like a
+        // tool the catalog refused (`quiver check` counts it, `serve` logs it).
+        for p in skill_problems {
+            tracing::warn!(skill = %p.origin, "skills: {}", p.reason);
+            report
+                .skipped
+                .push(Skipped::new("skills", p.origin, p.reason));
+        }
         // Server-global MCP comes after the core family, so it can never shadow a core tool:
         // its tools register first-wins as each server connects.
         let mut mcp_config = config.mcp.clone();

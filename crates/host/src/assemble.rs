@@ -13,6 +13,21 @@ pub const FAMILY_ORDER: [&str; 5] = [
     "skills",
 ];
 
+/// Where a catalog family stands in [`FAMILY_ORDER`] (lower first), for
+/// [`Catalog::set_family_order`]: an MCP server's own family (`mcp:<server>`) stands with
+/// the server-global MCP family; a family outside the order comes after all of it.
+pub fn family_rank(family: &str) -> usize {
+    let class = if family.starts_with("mcp:") {
+        "server-global MCP"
+    } else {
+        family
+    };
+    FAMILY_ORDER
+        .iter()
+        .position(|f| *f == class)
+        .unwrap_or(FAMILY_ORDER.len())
+}
+
 /// The tools of each family, as the host gathered them.
 #[derive(Default)]
 #[non_exhaustive]

@@ -57,6 +57,20 @@ pub struct Config {
     /// Inbound bearer tokens for `quiver serve` (`[[auth.tokens]]`: name, token, optional
     /// allowed_tools, mode, tenant). With none configured, no token is asked for.
     pub auth: quiver_mcp_adapter::InboundAuth,
+    /// Skills directories (`[skills] dirs`), offered through the `skill` tool.
+    pub skills: SkillsConfig,
+}
+
+/// `[skills]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct SkillsConfig {
+    /// Directories of skills in the Agent Skills layout, in order (the first skill of a name
+    /// wins): each is one skill (it holds a `SKILL.md`) or holds one subdirectory per skill.
+    /// Relative paths are relative to the working directory, like `store.path`. Default:
+    /// none.
+    pub dirs: Vec<PathBuf>,
 }
 
 /// `[store]`.

@@ -9,9 +9,11 @@ mod config;
 mod formats;
 mod mcp_json;
 pub mod serve;
+mod skills;
 
 pub use app::{App, Ready};
-pub use assemble::{FAMILY_ORDER, Families, assemble_catalog};
-pub use config::{Config, LimitsConfig, PolicyConfig, StoreConfig, ToolRef};
+pub use assemble::{FAMILY_ORDER, Families, assemble_catalog, family_rank};
+pub use config::{Config, LimitsConfig, PolicyConfig, SkillsConfig, StoreConfig, ToolRef};
 pub use formats::{ToolFormat, format_tools, provider_name_warnings};
 pub use mcp_json::{parse_mcp_servers, read_mcp_servers};
+pub use skills::DirSkills;

@@ -219,6 +219,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
             // is a finding too: that tool is missing from every surface.
             let mut refused = app.report.clone();
             refused.extend(app.mcp.register_report());
+            refused.skipped.extend(app.catalog.shadowed());
             let mut not_registered = 0;
             for s in &refused.skipped {
                 if s.is_duplicate() {

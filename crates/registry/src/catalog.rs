@@ -4,7 +4,7 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     fmt,
     sync::{
-        Arc, RwLock,
+        Arc, Mutex, RwLock,
         atomic::{AtomicU64, Ordering},
     },
 };
@@ -319,7 +319,15 @@ pub struct Catalog {
     tools: RwLock<BTreeMap<String, Arc<Entry>>>,
     events: broadcast::Sender<CatalogEvent>,
     version: AtomicU64,
+    /// Where each family stands in the registration order (lower first), if set.
+    rank: RwLock<Option<FamilyRank>>,
+    /// Entries whose name a family earlier in the order took after them, by name: they
+    /// come back when that family's tool goes.
+    shadowed: Mutex<BTreeMap<String, Arc<Entry>>>,
 }
+
+/// A family's place in the registration order: lower comes first.
+type FamilyRank = Arc<dyn Fn(&str) -> usize + Send + Sync>;
 
 impl fmt::Debug for Catalog {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -341,7 +349,38 @@ impl Catalog {
             tools: RwLock::new(BTreeMap::new()),
             events,
             version: AtomicU64::new(0),
+            rank: RwLock::new(None),
+            shadowed: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Sets the families' registration order (`rank` of a family name, lower first), so
+    /// that the first registration *in that order* wins whenever each family registers: a
+    /// family that connects late (an MCP server) takes a name from a later family (skills)
+    /// that registered before it, and the later family's tool comes back if it goes. Without
+    /// an order, the first registration in time wins.
+    pub fn set_family_order(&self, rank: impl Fn(&str) -> usize + Send + Sync + 'static) {
+        *self.rank.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(rank));
+    }
+
+    /// Whether `family` comes before `held` in the order.
+    fn outranks(&self, family: &str, held: &str) -> bool {
+        self.rank
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|rank| rank(family) < rank(held))
+    }
+
+    /// The tools that gave their name to a family earlier in the order (see
+    /// [`Catalog::set_family_order`]) and are out of the catalog until it lets go, each as a
+    /// duplicate skipped in its own family.
+    pub fn shadowed(&self) -> Vec<Skipped> {
+        let shadowed = self.shadowed.lock().unwrap_or_else(|p| p.into_inner());
+        shadowed
+            .iter()
+            .map(|(name, e)| Skipped::new(e.family.to_string(), name.clone(), DUPLICATE))
+            .collect()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<Entry>>> {
@@ -378,10 +417,23 @@ impl Catalog {
         let name = entry.spec.name.clone();
         {
             let mut tools = self.write();
-            if tools.contains_key(&name) {
-                return Err(RegistryError::Conflict { name });
+            if let Some(held) = tools.get(&name) {
+                if !self.outranks(family, &held.family) {
+                    return Err(RegistryError::Conflict { name });
+                }
+                let held = tools.insert(name.clone(), entry).expect("held above");
+                tracing::warn!(
+                    tool = %name,
+                    "{}: skipped duplicate tool name: {family} comes first in the family order (it is back if {family} drops the name)",
+                    held.family
+                );
+                self.shadowed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(name.clone(), held);
+            } else {
+                tools.insert(name.clone(), entry);
             }
-            tools.insert(name.clone(), entry);
         }
         self.changed(CatalogEvent::Added(name));
         Ok(())
@@ -443,16 +495,47 @@ impl Catalog {
 
     /// Removes a tool and releases its resources.
     pub fn remove(&self, name: &str) -> Option<Arc<Entry>> {
-        let removed = self.write().remove(name);
+        let (removed, back) = {
+            let mut tools = self.write();
+            let removed = tools.remove(name);
+            // A tool a family earlier in the order had shadowed takes its name back.
+            let back = removed.as_ref().and_then(|_| {
+                self.shadowed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(name)
+            });
+            if let Some(entry) = &back {
+                tools.insert(name.to_owned(), entry.clone());
+            }
+            (removed, back.is_some())
+        };
         if let Some(entry) = &removed {
             entry.tool.release();
-            self.changed(CatalogEvent::Removed(name.to_owned()));
+            self.changed(if back {
+                CatalogEvent::Added(name.to_owned())
+            } else {
+                CatalogEvent::Removed(name.to_owned())
+            });
         }
         removed
     }
 
     /// Removes every tool of a family; returns their names.
     pub fn remove_family(&self, family: &str) -> Vec<String> {
+        // Its shadowed tools go too (they would otherwise come back later).
+        let gone: Vec<Arc<Entry>> = {
+            let mut shadowed = self.shadowed.lock().unwrap_or_else(|p| p.into_inner());
+            let names: Vec<String> = shadowed
+                .iter()
+                .filter(|(_, e)| &*e.family == family)
+                .map(|(n, _)| n.clone())
+                .collect();
+            names.iter().filter_map(|n| shadowed.remove(n)).collect()
+        };
+        for entry in gone {
+            entry.tool.release();
+        }
         let names: Vec<String> = self
             .read()
             .values()

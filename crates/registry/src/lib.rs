@@ -11,6 +11,7 @@ mod error;
 pub mod layers;
 mod policy;
 mod ports;
+mod skill;
 mod state;
 mod store;
 mod suggest;
@@ -28,6 +29,10 @@ pub use ports::{
     CallObserver, CallRecord, MemoryRecorder, NoPolicy, NullRecorder, PolicyCheck, PolicyRequest,
     PolicyVerdict, ToolCallRecorder,
 };
+pub use skill::{
+    MAX_LISTED_FILES, MAX_SKILL_BYTES, SKILL_TOOL, Skill, SkillProblem, SkillSet, SkillSource,
+    skill_tool,
+};
 pub use store::{
     ALL_TENANTS, CallFilter, CallLog, DefinitionStore, JobStatus, JobStore, JobType, LoggedCall,
     MemoryCallLog, MemoryDefinitionStore, MemoryJobStore, NewJob, OUTPUT_SUMMARY_CHARS, SeedPlan,
@@ -38,5 +43,7 @@ pub use suggest::did_you_mean;
 
 #[cfg(feature = "mock")]
 pub use ports::{MockPolicyCheck, MockToolCallRecorder};
+#[cfg(feature = "mock")]
+pub use skill::MockSkillSource;
 #[cfg(feature = "mock")]
 pub use store::{MockCallLog, MockDefinitionStore, MockJobStore};

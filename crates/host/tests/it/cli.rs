@@ -340,3 +340,119 @@ fn a_required_earlier_call_counts_across_cli_processes() {
     // Another session has not searched.
     assert_eq!(describe("s2").status.code(), Some(1));
 }
+
+/// `[skills] dirs`: the skills load into one `skill` tool that every command sees (found by
+/// `tool_search`, called and logged like any tool); a broken `SKILL.md` is a `check` finding
+/// with its path, and the skills that load still work.
+#[test]
+fn skills_directories_feed_the_skill_tool() {
+    let dir = workdir("skills");
+    let skill = |name: &str, description: &str| {
+        let at = dir.join("skills").join(name);
+        std::fs::create_dir_all(at.join("scripts")).unwrap();
+        std::fs::write(
+            at.join("SKILL.md"),
+            format!(
+                "---\nname: {name}\ndescription: {description}\n---\n# {name}\nRun scripts/run.py first.\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(at.join("scripts/run.py"), "print('hi')\n").unwrap();
+    };
+    skill(
+        "invoice-pdf",
+        "Turns an invoice spreadsheet into a PDF invoice. Use when asked to bill a customer.",
+    );
+    skill("meeting-notes", "Writes meeting minutes from a transcript.");
+    std::fs::write(dir.join("quiver.toml"), "[skills]\ndirs = [\"skills\"]\n").unwrap();
+
+    let check = quiver_in(&dir, &["check"]);
+    assert_eq!(check.status.code(), Some(0), "{}", stdout(&check));
+
+    let found = quiver_in(&dir, &["search", "bill a customer invoice"]);
+    assert!(stdout(&found).contains("skill"), "{}", stdout(&found));
+
+    let called = quiver_in(
+        &dir,
+        &[
+            "call",
+            "skill",
+            r#"{"name": "invoice-pdf"}"#,
+            "--session",
+            "s",
+        ],
+    );
+    assert_eq!(called.status.code(), Some(0), "{}", stdout(&called));
+    let text = stdout(&called);
+    assert!(text.contains("Run scripts/run.py first."), "{text}");
+    assert!(text.contains("scripts/run.py"), "{text}");
+    let wrong = quiver_in(&dir, &["call", "skill", r#"{"name": "invoice"}"#]);
+    assert!(stdout(&wrong).contains("invoice-pdf"), "{}", stdout(&wrong));
+    let log = quiver_in(&dir, &["log", "--session", "s", "--json"]);
+    let row: serde_json::Value =
+        serde_json::from_str(stdout(&log).lines().next().expect("a row")).unwrap();
+    assert_eq!(row["tool"], "skill");
+    assert_eq!(row["outcome"], "ok");
+
+    // A broken skill is a finding naming its file; the others still load.
+    std::fs::create_dir_all(dir.join("skills/broken")).unwrap();
+    std::fs::write(dir.join("skills/broken/SKILL.md"), "no front matter\n").unwrap();
+    let check = quiver_in(&dir, &["check"]);
+    assert_eq!(check.status.code(), Some(1), "{}", stdout(&check));
+    let out = stdout(&check);
+    assert!(
+        out.contains("broken/SKILL.md: [not registered] no front matter"),
+        "{out}"
+    );
+    let still = quiver_in(&dir, &["call", "skill", r#"{"name": "meeting-notes"}"#]);
+    assert_eq!(still.status.code(), Some(0), "{}", stdout(&still));
+}
+
+/// The host sets the catalog's family order: an upstream tool named `skill` (a server
+/// configured with an empty prefix) that registers after the skills takes the name, since
+/// MCP comes before skills; the skills' tool is back when the upstream lets go.
+#[tokio::test]
+async fn an_upstream_that_connects_late_comes_before_the_skills() {
+    struct Upstream(quiver_contract::ToolSpec);
+    #[async_trait::async_trait]
+    impl quiver_contract::Tool for Upstream {
+        fn spec(&self) -> &quiver_contract::ToolSpec {
+            &self.0
+        }
+        async fn call(
+            &self,
+            _: serde_json::Value,
+            _: &quiver_contract::CallContext,
+        ) -> quiver_contract::ToolResult {
+            Ok(quiver_contract::Envelope::text("upstream"))
+        }
+    }
+    let dir = workdir("skill-order");
+    let at = dir.join("skills/notes");
+    std::fs::create_dir_all(&at).unwrap();
+    std::fs::write(
+        at.join("SKILL.md"),
+        "---\nname: notes\ndescription: Takes notes.\n---\nWrite them down.\n",
+    )
+    .unwrap();
+    let toml = format!(
+        "[store]\npath = \"{}\"\n[skills]\ndirs = [\"{}\"]\n",
+        dir.join("q.db").display(),
+        dir.join("skills").display()
+    );
+    let config = quiver_host::Config::parse(&toml, "test.toml", &|_| None).unwrap();
+    let app = quiver_host::App::build(&config, &[]).await.unwrap();
+    assert_eq!(&*app.catalog.lookup("skill").unwrap().family, "skills");
+    let upstream: std::sync::Arc<dyn quiver_contract::Tool> = std::sync::Arc::new(Upstream(
+        quiver_contract::ToolSpec::new("skill", "An upstream's own skill tool."),
+    ));
+    let report = app.catalog.register_all("mcp:skillz", vec![upstream]);
+    assert_eq!(report.registered, ["skill"]);
+    assert_eq!(&*app.catalog.lookup("skill").unwrap().family, "mcp:skillz");
+    let shadowed = app.catalog.shadowed();
+    assert_eq!(shadowed.len(), 1);
+    assert_eq!(shadowed[0].family, "skills");
+    app.catalog.remove_family("mcp:skillz");
+    assert_eq!(&*app.catalog.lookup("skill").unwrap().family, "skills");
+    app.shutdown().await.unwrap();
+}

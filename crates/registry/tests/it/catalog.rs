@@ -281,3 +281,59 @@ fn ordered_assembly_checks_the_declared_order() {
         "{err}"
     );
 }
+
+/// With a family order set, a family that registers late (an MCP server connecting after
+/// start-up) takes a name from a later family that registered first; the later family's
+/// tool is reported shadowed and comes back when the name is let go.
+#[test]
+fn the_family_order_decides_a_name_whenever_each_family_registers() {
+    let catalog = Catalog::new();
+    catalog.set_family_order(|f| match f {
+        "core" => 0,
+        f if f.starts_with("mcp:") => 1,
+        "skills" => 4,
+        _ => usize::MAX,
+    });
+    let skill = tool(ToolSpec::new("skill", "from skills"), |_, _| async {
+        Ok(Envelope::text("skills"))
+    });
+    let upstream = tool(ToolSpec::new("skill", "from an upstream"), |_, _| async {
+        Ok(Envelope::text("mcp"))
+    });
+    catalog.register_in("skills", skill).unwrap();
+    let mut events = catalog.subscribe();
+    let report = catalog.register_all("mcp:x", vec![upstream]);
+    assert_eq!(report.registered, ["skill"]);
+    assert_eq!(&*catalog.lookup("skill").unwrap().family, "mcp:x");
+    assert_eq!(
+        events.try_recv().unwrap(),
+        CatalogEvent::Added("skill".into())
+    );
+    let shadowed = catalog.shadowed();
+    assert_eq!(shadowed.len(), 1);
+    assert_eq!(
+        (shadowed[0].family.as_str(), shadowed[0].name.as_str()),
+        ("skills", "skill")
+    );
+    assert!(shadowed[0].is_duplicate());
+    // A family later in the order cannot take it back, nor can one of the same rank.
+    assert!(catalog.register_in("skills", named("skill")).is_err());
+    assert!(catalog.register_in("mcp:y", named("skill")).is_err());
+    // The upstream lets go: the skill is back (an `Added` for the index to re-read).
+    catalog.remove_family("mcp:x");
+    assert_eq!(&*catalog.lookup("skill").unwrap().family, "skills");
+    assert_eq!(
+        events.try_recv().unwrap(),
+        CatalogEvent::Added("skill".into())
+    );
+    assert!(catalog.shadowed().is_empty());
+    // Without an order, the first registration in time wins, as before.
+    let plain = Catalog::new();
+    plain.register_in("skills", named("skill")).unwrap();
+    assert!(plain.register_in("mcp:x", named("skill")).is_err());
+    // A shadowed tool of a family that is removed does not come back.
+    catalog.register_in("mcp:z", named("skill")).unwrap();
+    catalog.remove_family("skills");
+    catalog.remove("skill");
+    assert!(catalog.lookup("skill").is_none());
+}

@@ -1,0 +1,226 @@
+//! The skills directories of `[skills] dirs`: a [`SkillSource`] over the file system.
+//!
+//! Each configured directory is either one skill (it holds a `SKILL.md`) or a directory of
+//! skills (each subdirectory holding a `SKILL.md` is one; its name must be the skill's name).
+//! Files beside a `SKILL.md` are listed in the skill's result so the model can open them.
+
+use std::path::{Path, PathBuf};
+
+use quiver_registry::{
+    MAX_LISTED_FILES, MAX_SKILL_BYTES, Skill, SkillProblem, SkillSet, SkillSource,
+};
+
+const SKILL_FILE: &str = "SKILL.md";
+/// How deep the bundled files of a skill are listed.
+const MAX_DEPTH: usize = 4;
+
+/// Skills read from directories, in the configured order.
+#[derive(Debug, Clone)]
+pub struct DirSkills {
+    dirs: Vec<PathBuf>,
+}
+
+impl DirSkills {
+    /// A source over `dirs`.
+    pub fn new(dirs: Vec<PathBuf>) -> Self {
+        DirSkills { dirs }
+    }
+}
+
+impl SkillSource for DirSkills {
+    fn load(&self) -> SkillSet {
+        let mut set = SkillSet::default();
+        for dir in &self.dirs {
+            load_dir(dir, &mut set);
+        }
+        set
+    }
+}
+
+fn load_dir(dir: &Path, set: &mut SkillSet) {
+    let shown = dir.display().to_string();
+    if dir.join(SKILL_FILE).is_file() {
+        load_skill(dir, set);
+        return;
+    }
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) => {
+            set.problems.push(SkillProblem::new(
+                shown,
+                format!("cannot read the skills directory: {e} (check `[skills] dirs`)"),
+            ));
+            return;
+        }
+    };
+    let mut subdirs: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.join(SKILL_FILE).is_file())
+        .collect();
+    subdirs.sort();
+    if subdirs.is_empty() {
+        set.problems.push(SkillProblem::new(
+            shown,
+            format!(
+                "no skill here: a skills directory holds a {SKILL_FILE}, or subdirectories that each hold one"
+            ),
+        ));
+    }
+    for sub in subdirs {
+        load_skill(&sub, set);
+    }
+}
+
+fn load_skill(dir: &Path, set: &mut SkillSet) {
+    let file = dir.join(SKILL_FILE);
+    let origin = file.display().to_string();
+    let size = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+    if size > MAX_SKILL_BYTES {
+        set.problems.push(SkillProblem::new(
+            origin,
+            format!(
+                "{size} bytes; a {SKILL_FILE} is at most {MAX_SKILL_BYTES} (move long material into files beside it)"
+            ),
+        ));
+        return;
+    }
+    let text = match std::fs::read_to_string(&file) {
+        Ok(text) => text,
+        Err(e) => {
+            set.problems
+                .push(SkillProblem::new(origin, format!("cannot read it: {e}")));
+            return;
+        }
+    };
+    // Without a name of its own (`.` or `/`), the directory's name cannot be checked.
+    let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let dir_name = canonical.file_name().and_then(|n| n.to_str());
+    match Skill::parse(&text, &origin, dir_name) {
+        Ok(skill) => {
+            let mut files = Vec::new();
+            list_files(&canonical, &canonical, 0, &mut files);
+            set.skills
+                .push(skill.with_files(canonical.display().to_string(), files));
+        }
+        Err(reason) => set.problems.push(SkillProblem::new(origin, reason)),
+    }
+}
+
+/// The files under `dir` (relative to `root`), hidden ones and the `SKILL.md` itself left
+/// out; stops a little past what a skill lists, so a huge tree is not walked in full.
+fn list_files(root: &Path, dir: &Path, depth: usize, out: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| e.path())
+        .collect();
+    paths.sort();
+    for path in paths {
+        if out.len() > MAX_LISTED_FILES * 10 {
+            return;
+        }
+        // `symlink_metadata`: a link is listed, never followed (no loops).
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            if depth < MAX_DEPTH {
+                list_files(root, &path, depth + 1, out);
+            }
+            continue;
+        }
+        if depth == 0 && path.file_name().is_some_and(|n| n == SKILL_FILE) {
+            continue;
+        }
+        if let Ok(rel) = path.strip_prefix(root) {
+            out.push(rel.to_string_lossy().replace('\\', "/"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(path: &Path, text: &str) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    fn skill_md(name: &str, description: &str) -> String {
+        format!("---\nname: {name}\ndescription: {description}\n---\nDo the {name} steps.\n")
+    }
+
+    #[test]
+    fn a_directory_of_skills_loads_each_with_its_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("skills");
+        write(
+            &root.join("pdf-report/SKILL.md"),
+            &skill_md("pdf-report", "Builds PDF reports."),
+        );
+        write(&root.join("pdf-report/scripts/build.py"), "print(1)");
+        write(&root.join("pdf-report/.cache"), "x");
+        write(
+            &root.join("csv-clean/SKILL.md"),
+            &skill_md("csv-clean", "Cleans CSV files."),
+        );
+        // Not a skill: no SKILL.md.
+        write(&root.join("notes/readme.txt"), "x");
+        let set = DirSkills::new(vec![root.clone()]).load();
+        assert_eq!(set.problems, []);
+        let names: Vec<&str> = set.skills.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["csv-clean", "pdf-report"]);
+        assert_eq!(set.skills[1].files, ["scripts/build.py"]);
+        assert_eq!(set.skills[0].files, Vec::<String>::new());
+        // A directory that is itself a skill.
+        let one = DirSkills::new(vec![root.join("pdf-report")]).load();
+        assert_eq!(one.skills.len(), 1);
+    }
+
+    #[test]
+    fn what_cannot_be_loaded_is_reported_with_its_path() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("skills");
+        write(
+            &root.join("wrong-dir/SKILL.md"),
+            &skill_md("other-name", "Mismatched."),
+        );
+        write(&root.join("no-front/SKILL.md"), "Just text.\n");
+        write(
+            &root.join("huge/SKILL.md"),
+            &"x".repeat(MAX_SKILL_BYTES as usize + 1),
+        );
+        let empty = tmp.path().join("empty");
+        std::fs::create_dir_all(&empty).unwrap();
+        let missing = tmp.path().join("missing");
+        let set = DirSkills::new(vec![root, empty, missing]).load();
+        assert!(set.skills.is_empty());
+        let problems: Vec<String> = set
+            .problems
+            .iter()
+            .map(|p| format!("{} | {}", p.origin, p.reason))
+            .collect();
+        assert_eq!(problems.len(), 5, "{problems:#?}");
+        let has =
+            |path: &str, why: &str| problems.iter().any(|p| p.contains(path) && p.contains(why));
+        assert!(has("huge/SKILL.md", "at most"), "{problems:#?}");
+        assert!(has("no-front/SKILL.md", "no front matter"), "{problems:#?}");
+        assert!(
+            has(
+                "wrong-dir/SKILL.md",
+                "does not match its directory `wrong-dir`"
+            ),
+            "{problems:#?}"
+        );
+        assert!(has("empty", "no skill here"), "{problems:#?}");
+        assert!(
+            has("missing", "cannot read the skills directory"),
+            "{problems:#?}"
+        );
+    }
+}

@@ -1,0 +1,411 @@
+//! Skills: `SKILL.md` bundles in the Agent Skills layout (a YAML front matter with `name`
+//! and `description`, then Markdown instructions, beside any files the instructions refer
+//! to). A [`SkillSource`] loads them; [`skill_tool`] offers them to the model as one `skill`
+//! tool for the catalog's `skills` family, whose call returns a skill's instructions.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use async_trait::async_trait;
+use quiver_contract::{Alternative, CallContext, Envelope, Tool, ToolError, ToolResult, ToolSpec};
+use serde_json::{Value, json};
+
+use crate::did_you_mean;
+
+/// The name of the tool that loads a skill.
+pub const SKILL_TOOL: &str = "skill";
+/// The largest `SKILL.md` a source loads.
+pub const MAX_SKILL_BYTES: u64 = 256 * 1024;
+const MAX_NAME: usize = 64;
+const MAX_DESCRIPTION: usize = 1024;
+/// The most bundled files a skill's result lists.
+pub const MAX_LISTED_FILES: usize = 100;
+
+/// One loaded skill.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Skill {
+    /// Its name: lower-case letters, digits and hyphens.
+    pub name: String,
+    /// What it does and when to use it.
+    pub description: String,
+    /// The Markdown after the front matter.
+    pub instructions: String,
+    /// Where it came from (the `SKILL.md` path), for messages.
+    pub origin: String,
+    /// The directory its bundled files are in, if it has one.
+    pub dir: Option<String>,
+    /// Its bundled files, relative to `dir`, sorted (at most [`MAX_LISTED_FILES`]).
+    pub files: Vec<String>,
+    /// How many bundled files were not listed.
+    pub more_files: usize,
+}
+
+/// A skill a source could not load, or a skill left out (a name already taken).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SkillProblem {
+    /// The file or directory it is about.
+    pub origin: String,
+    /// What is wrong, and how to fix it.
+    pub reason: String,
+}
+
+impl SkillProblem {
+    /// A problem with `origin`.
+    pub fn new(origin: impl Into<String>, reason: impl Into<String>) -> Self {
+        SkillProblem {
+            origin: origin.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// What a [`SkillSource`] loaded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SkillSet {
+    /// The skills, in the source's order (the first of a name wins).
+    pub skills: Vec<Skill>,
+    /// What could not be loaded.
+    pub problems: Vec<SkillProblem>,
+}
+
+/// Where skills come from (the host's adapter reads directories of `SKILL.md` bundles).
+#[cfg_attr(feature = "mock", mockall::automock)]
+pub trait SkillSource: Send + Sync {
+    /// Loads every skill; what cannot be loaded is reported, not fatal.
+    fn load(&self) -> SkillSet;
+}
+
+impl Skill {
+    /// Parses the text of a `SKILL.md` read from `origin`. When the skill lives in a
+    /// directory of its own, `dir_name` is that directory's name, which the skill's name
+    /// must match (as the Agent Skills format requires).
+    pub fn parse(text: &str, origin: &str, dir_name: Option<&str>) -> Result<Skill, String> {
+        const LAYOUT: &str = "a SKILL.md starts with a `---` line, then `name:` and `description:` lines, then a closing `---` line, then the instructions";
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let mut lines = text.split_inclusive('\n');
+        let first = lines.next().unwrap_or_default();
+        if first.trim_end() != "---" {
+            return Err(format!("no front matter: {LAYOUT}"));
+        }
+        let mut front = String::new();
+        let mut closed = None;
+        let mut at = first.len();
+        for line in lines {
+            at += line.len();
+            if matches!(line.trim_end(), "---" | "...") {
+                closed = Some(at);
+                break;
+            }
+            front.push_str(line);
+        }
+        let Some(body_at) = closed else {
+            return Err(format!(
+                "the front matter has no closing `---` line: {LAYOUT}"
+            ));
+        };
+        let fields: BTreeMap<String, serde_norway::Value> = if front.trim().is_empty() {
+            BTreeMap::new()
+        } else {
+            serde_norway::from_str(&front)
+                .map_err(|e| format!("the front matter is not a YAML mapping: {e}"))?
+        };
+        let text_field = |key: &str| -> Result<String, String> {
+            match fields.get(key) {
+                None | Some(serde_norway::Value::Null) => {
+                    Err(format!("the front matter has no `{key}`: {LAYOUT}"))
+                }
+                Some(serde_norway::Value::String(s)) => Ok(s.trim().to_owned()),
+                Some(_) => Err(format!("`{key}` in the front matter must be a string")),
+            }
+        };
+        let name = text_field("name")?;
+        let valid = !name.is_empty()
+            && name.len() <= MAX_NAME
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !name.starts_with('-')
+            && !name.ends_with('-')
+            && !name.contains("--");
+        if !valid {
+            return Err(format!(
+                "`name: {name}` must be 1 to {MAX_NAME} lower-case letters, digits and single hyphens, not starting or ending with a hyphen (e.g. `pdf-report`)"
+            ));
+        }
+        if let Some(dir) = dir_name
+            && dir != name
+        {
+            return Err(format!(
+                "`name: {name}` does not match its directory `{dir}`: rename one so they are the same"
+            ));
+        }
+        let description = text_field("description")?;
+        if description.is_empty() {
+            return Err(
+                "`description` is empty: say what the skill does and when to use it".to_owned(),
+            );
+        }
+        if description.chars().count() > MAX_DESCRIPTION {
+            return Err(format!(
+                "`description` is {} characters long; at most {MAX_DESCRIPTION} (the instructions go below the front matter)",
+                description.chars().count()
+            ));
+        }
+        Ok(Skill {
+            name,
+            description,
+            instructions: text[body_at..].trim().to_owned(),
+            origin: origin.to_owned(),
+            dir: None,
+            files: Vec::new(),
+            more_files: 0,
+        })
+    }
+
+    /// The skill with its bundle directory and files (relative to `dir`; at most
+    /// [`MAX_LISTED_FILES`] are kept, the rest counted).
+    pub fn with_files(mut self, dir: impl Into<String>, mut files: Vec<String>) -> Self {
+        files.sort();
+        self.more_files = files.len().saturating_sub(MAX_LISTED_FILES);
+        files.truncate(MAX_LISTED_FILES);
+        self.dir = Some(dir.into());
+        self.files = files;
+        self
+    }
+
+    /// What a call of the `skill` tool returns for it.
+    fn render(&self) -> String {
+        let mut out = format!("# Skill `{}`\n\n", self.name);
+        if self.instructions.is_empty() {
+            out.push_str("(This skill has no instructions beyond its description.)\n");
+            out.push_str(&self.description);
+        } else {
+            out.push_str(&self.instructions);
+        }
+        out.push_str("\n\n---\n");
+        match &self.dir {
+            Some(dir) if self.files.is_empty() => {
+                out.push_str(&format!("Skill directory: {dir} (no other files)."));
+            }
+            Some(dir) => {
+                out.push_str(&format!(
+                    "Skill directory: {dir}\nFiles the instructions may refer to (relative to it): {}",
+                    self.files.join(", ")
+                ));
+                if self.more_files > 0 {
+                    out.push_str(&format!(", and {} more", self.more_files));
+                }
+            }
+            None => out.push_str(&format!("Loaded from {}.", self.origin)),
+        }
+        out
+    }
+}
+
+/// The `skill` tool over `skills` (the first of a name wins; the others are reported), or
+/// none when there is no skill.
+pub fn skill_tool(skills: Vec<Skill>) -> (Option<Arc<dyn Tool>>, Vec<SkillProblem>) {
+    let mut problems = Vec::new();
+    let mut kept: Vec<Skill> = Vec::new();
+    for skill in skills {
+        if let Some(first) = kept.iter().find(|k| k.name == skill.name) {
+            problems.push(SkillProblem::new(
+                skill.origin.clone(),
+                format!(
+                    "a skill named `{}` was already loaded from {}: this one is left out",
+                    skill.name, first.origin
+                ),
+            ));
+            continue;
+        }
+        kept.push(skill);
+    }
+    if kept.is_empty() {
+        return (None, problems);
+    }
+    let mut description = String::from(
+        "Loads the instructions of a skill: a packaged way of doing one kind of task. When the task matches a skill below, call this with the skill's name before starting, then follow what it returns.\n\nSkills:",
+    );
+    for s in &kept {
+        description.push_str(&format!("\n- {}: {}", s.name, s.description));
+    }
+    let names: Vec<&str> = kept.iter().map(|s| s.name.as_str()).collect();
+    let spec = ToolSpec::new(SKILL_TOOL, description)
+        .read_only()
+        .with_category("skills")
+        .with_schema(json!({
+            "type": "object",
+            "properties": {
+                "name": {
+                    "type": "string",
+                    "enum": names,
+                    "description": "The skill to load, as listed in this tool's description."
+                }
+            },
+            "required": ["name"],
+            "additionalProperties": false
+        }));
+    let tool = SkillTool {
+        spec,
+        skills: kept.into_iter().map(|s| (s.name.clone(), s)).collect(),
+    };
+    (Some(Arc::new(tool)), problems)
+}
+
+struct SkillTool {
+    spec: ToolSpec,
+    skills: BTreeMap<String, Skill>,
+}
+
+#[async_trait]
+impl Tool for SkillTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, input: Value, _: &CallContext) -> ToolResult {
+        // The dispatcher has checked the argument against the schema's enum already; this
+        // answers a direct call all the same.
+        let name = input.get("name").and_then(Value::as_str).unwrap_or("");
+        match self.skills.get(name) {
+            Some(skill) => Ok(Envelope::text(skill.render())),
+            None => {
+                let names: Vec<&str> = self.skills.keys().map(String::as_str).collect();
+                let alternatives: Vec<Alternative> = did_you_mean(name, names.iter().copied(), 3)
+                    .into_iter()
+                    .map(|(label, score)| Alternative::new(label, score))
+                    .collect();
+                Err(ToolError::schema_hint(
+                    format!(
+                        "no skill named `{name}`; the skills are: {}",
+                        names.join(", ")
+                    ),
+                    alternatives,
+                ))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "---\nname: pdf-report\ndescription: >\n  Builds a PDF report from Markdown.\n  Use when the user asks for a PDF.\nlicense: MIT\n---\n\n# Steps\n1. Run scripts/build.py.\n";
+
+    #[test]
+    fn a_skill_parses_with_folded_description_and_extra_keys() {
+        let s = Skill::parse(GOOD, "x/pdf-report/SKILL.md", Some("pdf-report")).unwrap();
+        assert_eq!(s.name, "pdf-report");
+        assert_eq!(
+            s.description,
+            "Builds a PDF report from Markdown. Use when the user asks for a PDF."
+        );
+        assert_eq!(s.instructions, "# Steps\n1. Run scripts/build.py.");
+        // CRLF line ends and a byte-order mark are the same file.
+        let crlf = format!("\u{feff}{}", GOOD.replace('\n', "\r\n"));
+        let s2 = Skill::parse(&crlf, "x", None).unwrap();
+        assert_eq!(
+            (s2.name.as_str(), s2.description.as_str()),
+            ("pdf-report", s.description.as_str())
+        );
+    }
+
+    #[test]
+    fn broken_front_matter_says_what_to_fix() {
+        let cases = [
+            ("# no front matter", "no front matter"),
+            ("---\nname: a\n", "no closing `---`"),
+            ("---\n- a\n- b\n---\n", "not a YAML mapping"),
+            ("---\nname: [a\n---\n", "not a YAML mapping"),
+            ("---\ndescription: d\n---\n", "has no `name`"),
+            (
+                "---\nname: 3\ndescription: d\n---\n",
+                "`name` in the front matter must be a string",
+            ),
+            (
+                "---\nname: PDF_report\ndescription: d\n---\n",
+                "lower-case letters",
+            ),
+            ("---\nname: a--b\ndescription: d\n---\n", "single hyphens"),
+            ("---\nname: a\n---\n", "has no `description`"),
+            (
+                "---\nname: a\ndescription: \"  \"\n---\n",
+                "`description` is empty",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = Skill::parse(text, "f", None).unwrap_err();
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
+        let long = format!("---\nname: a\ndescription: {}\n---\n", "x".repeat(1025));
+        assert!(
+            Skill::parse(&long, "f", None)
+                .unwrap_err()
+                .contains("1025 characters")
+        );
+        let e = Skill::parse(GOOD, "f", Some("reports")).unwrap_err();
+        assert!(e.contains("does not match its directory `reports`"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn the_skill_tool_lists_skills_and_returns_instructions() {
+        let a = Skill::parse(GOOD, "d/pdf-report/SKILL.md", Some("pdf-report"))
+            .unwrap()
+            .with_files(
+                "d/pdf-report",
+                vec!["scripts/build.py".into(), "ref.md".into()],
+            );
+        let again = Skill::parse(GOOD, "e/pdf-report/SKILL.md", None).unwrap();
+        let (tool, problems) = skill_tool(vec![a, again]);
+        let tool = tool.expect("a tool");
+        assert_eq!(problems.len(), 1);
+        assert!(
+            problems[0]
+                .reason
+                .contains("already loaded from d/pdf-report/SKILL.md")
+        );
+        let spec = tool.spec();
+        assert_eq!(spec.name, SKILL_TOOL);
+        assert!(
+            spec.description
+                .contains("- pdf-report: Builds a PDF report")
+        );
+        assert_eq!(
+            spec.input_schema["properties"]["name"]["enum"],
+            json!(["pdf-report"])
+        );
+        let out = tool
+            .call(json!({"name": "pdf-report"}), &CallContext::default())
+            .await
+            .unwrap();
+        let text = out.data().and_then(Value::as_str).unwrap_or_default();
+        assert!(
+            text.starts_with("# Skill `pdf-report`\n\n# Steps"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "Files the instructions may refer to (relative to it): ref.md, scripts/build.py"
+            ),
+            "{text}"
+        );
+        let e = tool
+            .call(json!({"name": "pdf-reprt"}), &CallContext::default())
+            .await
+            .unwrap_err();
+        let ToolError::Hint {
+            message,
+            alternatives,
+            ..
+        } = e
+        else {
+            panic!("a hint: {e:?}");
+        };
+        assert!(message.contains("the skills are: pdf-report"), "{message}");
+        assert_eq!(alternatives[0].label, "pdf-report");
+        assert!(skill_tool(Vec::new()).0.is_none());
+    }
+}

@@ -253,6 +253,8 @@ impl DispatcherBuilder {
 
 /// How many of a session's newest logged calls [`Dispatcher::restore_called`] reads.
 const RESTORED_CALLS: usize = 1000;
+/// The most characters of narration (`reasoning` and the like) a call keeps for its log row.
+const MAX_REASONING_CHARS: usize = 4000;
 
 /// The metrics label of calls to names that are not in the catalog.
 pub const UNDEFINED_TOOLS: &str = "(undefined)";
@@ -619,9 +621,12 @@ impl Dispatcher {
             }
             if let Some(v) = map.remove(key)
                 && ctx.reasoning.is_none()
-                && let Value::String(s) = v
+                && let Value::String(mut s) = v
                 && !s.trim().is_empty()
             {
+                // Narration is kept for the log, not counted as input: capped, so that it
+                // cannot carry what `max_input_bytes` refuses.
+                crate::layers::result_limit::truncate_chars(&mut s, MAX_REASONING_CHARS);
                 ctx.reasoning = Some(s);
             }
         }

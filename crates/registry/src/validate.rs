@@ -7,6 +7,19 @@ use serde_json::Value;
 use crate::{catalog::Entry, suggest::did_you_mean};
 
 const MAX_REPORTED: usize = 5;
+/// The most characters one problem shows: jsonschema's messages quote the offending value
+/// whole, and a hint goes to the model before any result cap applies.
+const MAX_PROBLEM_CHARS: usize = 300;
+/// The most characters of an unknown argument's name a problem shows.
+const MAX_NAME_CHARS: usize = 80;
+
+/// `text` cut to `max` characters, with `…` when cut.
+fn clipped(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_owned(),
+        Some((at, _)) => format!("{}…", &text[..at]),
+    }
+}
 
 /// Validates `input` against the entry's compiled schema; `None` when it fits.
 pub(crate) fn check(entry: &Entry, input: &Value) -> Option<Envelope> {
@@ -16,7 +29,7 @@ pub(crate) fn check(entry: &Entry, input: &Value) -> Option<Envelope> {
     let mut problems = Vec::new();
     let mut alternatives = Vec::new();
     for err in entry.validator.iter_errors(input).take(MAX_REPORTED) {
-        let path = err.instance_path().as_str().to_owned();
+        let path = clipped(err.instance_path().as_str(), MAX_NAME_CHARS);
         let at = if path.is_empty() {
             "the arguments".to_owned()
         } else {
@@ -36,22 +49,23 @@ pub(crate) fn check(entry: &Entry, input: &Value) -> Option<Envelope> {
             }
             ValidationErrorKind::AdditionalProperties { unexpected } => {
                 for name in unexpected {
+                    let shown = clipped(name, MAX_NAME_CHARS);
                     if path.is_empty() {
-                        problems.push(format!("unknown argument `{name}`"));
+                        problems.push(format!("unknown argument `{shown}`"));
                     } else {
-                        problems.push(format!("{at}: unknown field `{name}`"));
+                        problems.push(format!("{at}: unknown field `{shown}`"));
                     }
                     for (label, score) in
                         did_you_mean(name, entry.properties.iter().map(String::as_str), 3)
                     {
                         alternatives.push(
                             Alternative::new(label, score)
-                                .with_detail(format!("instead of `{name}`")),
+                                .with_detail(format!("instead of `{shown}`")),
                         );
                     }
                 }
             }
-            _ => problems.push(format!("{at}: {err}")),
+            _ => problems.push(clipped(&format!("{at}: {err}"), MAX_PROBLEM_CHARS)),
         }
     }
     let mut message = format!(

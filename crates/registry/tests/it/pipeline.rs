@@ -84,6 +84,46 @@ async fn oversized_input_is_refused_with_the_limit() {
     assert!(text(&e).contains("the limit is 1000 bytes"), "{}", text(&e));
 }
 
+/// A hint goes to the model before any result cap: a huge wrong value or a huge unknown
+/// argument name is quoted in part, not whole.
+#[tokio::test]
+async fn a_schema_hint_quotes_a_huge_value_in_part() {
+    let d = dispatcher(vec![echo(), add()]);
+    let huge = "9".repeat(900_000);
+    let e = d.call("add", json!({"a": huge, "b": 2}), ctx()).await;
+    assert_eq!(e.hint_kind(), Some(HintKind::Schema));
+    let shown = text(&e);
+    assert!(shown.len() < 2_000, "{} bytes", shown.len());
+    assert!(shown.contains("`/a`: \"999"), "{shown}");
+    let e = d
+        .call("echo", json!({"text": "hi", "x".repeat(100_000): 1}), ctx())
+        .await;
+    let shown = text(&e);
+    assert!(shown.len() < 2_000, "{} bytes", shown.len());
+    assert!(shown.contains("unknown argument `xxx"), "{shown}");
+}
+
+/// Narration is not counted as input, so it is capped: it cannot carry what
+/// `max_input_bytes` refuses into the context and the log.
+#[tokio::test]
+async fn narration_is_capped() {
+    let recorder = Arc::new(MemoryRecorder::new());
+    let d = Dispatcher::builder(catalog_with(vec![echo()]))
+        .recorder(recorder.clone())
+        .build();
+    let e = d
+        .call(
+            "echo",
+            json!({"text": "hi", "reasoning": "r".repeat(1_000_000)}),
+            ctx(),
+        )
+        .await;
+    assert!(e.is_ok(), "{}", text(&e));
+    let kept = recorder.records()[0].reasoning.clone().unwrap();
+    assert!(kept.chars().count() <= 4000, "{} chars", kept.len());
+    assert!(kept.starts_with("rrr"));
+}
+
 #[tokio::test]
 async fn narration_is_stripped_into_the_context_and_recorded() {
     let seen = Arc::new(std::sync::Mutex::new(None));

@@ -851,6 +851,15 @@ fn fixture_tools() -> Vec<Arc<dyn Tool>> {
                 "properties": {"city": {"type": "string", "description": "The city name."}},
                 "required": ["city"],
                 "additionalProperties": false
+            }))
+            .with_output_schema(json!({
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "forecast": {"type": "string"},
+                    "high_c": {"type": "integer"}
+                },
+                "required": ["city", "forecast", "high_c"]
             })),
         )),
         Arc::new(SlowCount {

@@ -484,7 +484,7 @@ pub(crate) async fn call(
                 scope.mode.as_str()
             ),
         );
-        return from_contract::call_result(&envelope, &shared.options.render);
+        return from_contract::call_result(&envelope, &shared.options.render, false);
     }
     // `tool_search` and `describe_tool` filter by the session's mode: this request's. Each
     // call is a round of its session (idle working-set tools leave).
@@ -516,7 +516,11 @@ pub(crate) async fn call(
     if cancelled {
         tracing::debug!(tool = %name, "the client cancelled the call");
     }
-    from_contract::call_result(&envelope, &shared.options.render)
+    let typed = surface
+        .catalog()
+        .lookup(name)
+        .is_some_and(|e| e.spec.output_schema.is_some());
+    from_contract::call_result(&envelope, &shared.options.render, typed)
 }
 
 /// The progress heartbeat of a call whose request carried a progress token: a

@@ -163,13 +163,63 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let (config, _source) = Config::load(cli.config.as_deref())?;
+    // SIGINT and SIGTERM are watched from here on, not only while serving: killed by the
+    // default action, Quiver would leave the processes its upstreams' wrappers (`npx`,
+    // `uvx`, `sh -c`) started, which its own death does not reach.
+    let interrupted = interrupted()?;
+    tokio::pin!(interrupted);
     let app = App::build(&config, &cli.mcp_config).await?;
-    if !matches!(cli.command, Command::Log { .. }) {
-        startup::wait_for_upstreams(&app).await?;
-    }
-    let code = command(&app, &config, cli.command).await;
+    let stopped = |signal: u8| {
+        eprintln!("quiver: interrupted by signal {signal}: stopping the upstreams");
+        Ok(ExitCode::from(128 + signal))
+    };
+    let waited = tokio::select! {
+        r = async {
+            if matches!(cli.command, Command::Log { .. }) {
+                Ok(())
+            } else {
+                startup::wait_for_upstreams(&app).await
+            }
+        } => r.map(|()| None),
+        signal = &mut interrupted => Ok(Some(signal)),
+    };
+    let code = match waited {
+        Err(e) => Err(e),
+        Ok(Some(signal)) => stopped(signal),
+        // `serve` watches the signals itself: it drains its connections first.
+        Ok(None) if matches!(cli.command, Command::Serve { .. }) => {
+            command(&app, &config, cli.command).await
+        }
+        Ok(None) => tokio::select! {
+            code = command(&app, &config, cli.command) => code,
+            signal = &mut interrupted => stopped(signal),
+        },
+    };
     app.shutdown().await?;
     code
+}
+
+/// The number of the first SIGINT or SIGTERM from now on.
+fn interrupted() -> anyhow::Result<impl std::future::Future<Output = u8>> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut int = signal(SignalKind::interrupt()).context("watching SIGINT")?;
+        let mut term = signal(SignalKind::terminate()).context("watching SIGTERM")?;
+        Ok(async move {
+            tokio::select! {
+                _ = int.recv() => 2,
+                _ = term.recv() => 15,
+            }
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+            2
+        })
+    }
 }
 
 async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result<ExitCode> {

@@ -133,3 +133,74 @@ fn a_real_mcp_servers_file_aggregates_upstreams_behind_one_catalog() {
     let left = marked_processes(&marker);
     assert!(left.is_empty(), "processes left behind: {left:?}");
 }
+
+/// SIGTERM while a one-shot command waits for its upstreams: Quiver stops them, including
+/// what a wrapper started (`sh -c` here; `npx` and `uvx` alike), before it exits. Killed
+/// by the default action, it left the grandchild running.
+#[test]
+fn a_signal_during_a_command_stops_the_upstreams_processes() {
+    let dir = std::env::temp_dir().join(format!("quiver-signal-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("mcp.json");
+    // Never answers `initialize`: the command waits for it.
+    std::fs::write(
+        &config,
+        serde_json::json!({"mcpServers": {"slow": {"command": "sh", "args": ["-c", "sleep 314; :"]}}})
+            .to_string(),
+    )
+    .unwrap();
+    let marker = format!("{}-{}", std::process::id(), line!());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .arg("--mcp-config")
+        .arg(&config)
+        .arg("status")
+        .current_dir(&dir)
+        .env("QUIVER_LOG", "error")
+        .env("QUIVER_TEST_MARKER", &marker)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !marked_processes(&marker)
+        .iter()
+        .any(|p| p.contains("sleep 314"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the upstream never started: {:?}",
+            marked_processes(&marker)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "quiver did not stop");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(143), "{err}");
+    assert!(err.contains("interrupted by signal 15"), "{err}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let left = marked_processes(&marker);
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "processes left behind: {left:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

@@ -411,3 +411,161 @@ fn a_required_earlier_call_counts_after_a_restart() {
     );
     assert!(other.contains("search first"), "k2 never searched: {other}");
 }
+
+/// Runs one `quiver serve --stdio` conversation in `dir`: initialize, then `calls` (each a
+/// `tools/call` as name and arguments); returns the text of each call's result.
+fn stdio_session(dir: &std::path::Path, calls: &[(&str, &str)]) -> Vec<String> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(["serve", "--stdio"])
+        .current_dir(dir)
+        .env("QUIVER_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut answer = |id: usize| -> serde_json::Value {
+        loop {
+            let line = lines.next().expect("an answer").unwrap();
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == id {
+                return v;
+            }
+        }
+    };
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#).unwrap();
+    answer(0);
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    for (i, (name, args)) in calls.iter().enumerate() {
+        let id = i + 1;
+        writeln!(stdin, r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}","arguments":{args}}}}}"#).unwrap();
+        out.push(
+            answer(id)["result"]["content"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+    }
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    out
+}
+
+/// Each `quiver serve --stdio` process is a session of its own: a later process (a new
+/// conversation of a desktop client) does not inherit the earlier one's calls, so a
+/// `requires_prior` rule is not satisfied by what another process did.
+#[test]
+fn a_stdio_session_does_not_inherit_an_earlier_process() {
+    let dir = std::env::temp_dir().join(format!("quiver-serve-stdio-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[[policy.rules]]\nid = \"search-first\"\ntool = \"describe_tool\"\naction = \"deny\"\nmessage = \"search first\"\nrequires_prior = \"tool_search\"\n",
+    )
+    .unwrap();
+    let describe = ("describe_tool", r#"{"name": "tool_search"}"#);
+    let first = stdio_session(
+        &dir,
+        &[("tool_search", r#"{"query": "describe a tool"}"#), describe],
+    );
+    assert!(!first[1].contains("search first"), "{first:?}");
+    let second = stdio_session(&dir, &[describe]);
+    assert!(
+        second[0].contains("search first"),
+        "a new process is a new session: {second:?}"
+    );
+}
+
+/// What the store mirrored for a session-bound key (`mcp:<session id>`) is deleted when the
+/// session ends: that key never comes back, and the rows would pile up.
+#[tokio::test]
+async fn an_ended_sessions_stored_working_set_is_deleted() {
+    use quiver_surface::ports::SessionStore;
+    let dir = std::env::temp_dir().join(format!("quiver-serve-ended-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let skill = dir.join("skills/notes");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: notes\ndescription: Takes meeting notes.\n---\nWrite them down.\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("quiver.toml"), "[skills]\ndirs = [\"skills\"]\n").unwrap();
+    let (child, addr) = start(&dir, &[], &[]);
+    // Killed if an assertion fails first (a server left running would hold the build's
+    // lock file open).
+    let mut serving = Killed(Some(child));
+    let init = rpc(
+        &addr,
+        &[],
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+    );
+    let sid = header(&init, "mcp-session-id")
+        .expect("a session id")
+        .to_owned();
+    let headers = [("Mcp-Session-Id", sid.as_str())];
+    rpc(
+        &addr,
+        &headers,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    let found = rpc(
+        &addr,
+        &headers,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"tool_search","arguments":{"query":"meeting notes"}}}"#,
+    );
+    assert!(found.contains("\\\"skill\\\""), "{found}");
+    let key = format!("mcp:{sid}");
+    let db = dir.join("quiver.db");
+    let stored = |db: std::path::PathBuf, key: String| async move {
+        let store = quiver_store_sqlite::SqliteStore::open(&db).unwrap();
+        let set = store.working_set(&key).await.unwrap();
+        store.close().await.unwrap();
+        set.len()
+    };
+    // The mirror writes in the background.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while stored(db.clone(), key.clone()).await == 0 {
+        assert!(std::time::Instant::now() < deadline, "never mirrored");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut s = TcpStream::connect(&addr).unwrap();
+    write!(
+        s,
+        "DELETE /mcp HTTP/1.1\r\nHost: {addr}\r\nMcp-Session-Id: {sid}\r\nMcp-Protocol-Version: 2025-11-25\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 2"), "{answer}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while stored(db.clone(), key.clone()).await > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the ended session's rows are still stored"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop(serving.0.take().unwrap());
+}
+
+/// A child killed when dropped, unless taken.
+struct Killed(Option<std::process::Child>);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

@@ -234,7 +234,11 @@ impl McpServer {
     /// Serves MCP over stdin and stdout until the client closes them or shutdown.
     pub async fn serve_stdio(&self) -> Result<(), ServeError> {
         use rmcp::ServiceExt;
-        let handler = handler::Handler::new(self.shared.clone(), Some("stdio".into()));
+        // One connection, one session: a key of its own (`mcp:stdio:<id>`), so a later
+        // process neither restores this one's working set nor counts its calls for
+        // `requires_prior`.
+        let session = format!("stdio:{}", uuid::Uuid::new_v4().simple());
+        let handler = handler::Handler::new(self.shared.clone(), Some(session.into()));
         let running = handler
             .serve_with_ct(rmcp::transport::stdio(), self.shared.shutdown.child_token())
             .await

@@ -173,7 +173,20 @@ async fn end_session(direct: &Direct, request: Request) -> Response {
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    let known = match &sid {
+        Some(sid) => direct
+            .sessions
+            .has_session(&sid.as_str().into())
+            .await
+            .unwrap_or(false),
+        None => false,
+    };
     let response = forward(direct, request).await;
+    // rmcp accepts the end of a session it does not have (never had, or ended already); a
+    // session id that is gone is answered 404, as for any other request.
+    if response.status().is_success() && sid.is_some() && !known {
+        return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+    }
     if response.status().is_success()
         && let Some(entry) = sid.and_then(|sid| direct.shared.direct.get(&sid))
     {
@@ -449,7 +462,46 @@ fn touch(direct: &Direct, sid: &Arc<str>, entry: &Entry) {
 }
 
 async fn forward(direct: &Direct, request: Request) -> Response {
-    direct.rmcp.handle(request).await.map(Body::new)
+    let response = direct.rmcp.handle(request).await.map(Body::new);
+    if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        return unparsable(response).await;
+    }
+    response
+}
+
+/// rmcp answers a body that is not one JSON-RPC message with `415` and a line of text; a
+/// JSON-RPC client expects a JSON-RPC error: `-32700` for text that is not JSON, `-32600`
+/// for JSON that is not one message (a batch, a stray object), with status 400.
+async fn unparsable(response: Response) -> Response {
+    let text = axum::body::to_bytes(response.into_body(), 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let detail = text
+        .strip_prefix("fail to deserialize request body ")
+        .unwrap_or(&text);
+    let (code, message) = if detail.contains("unrecognized JSON-RPC message") {
+        (
+            -32600,
+            "Invalid Request: the body must be one JSON-RPC 2.0 request, notification or response object (batches are not supported)".to_owned(),
+        )
+    } else {
+        (
+            -32700,
+            format!("Parse error: the body is not valid JSON ({detail})"),
+        )
+    };
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": code, "message": message}
+    });
+    (
+        StatusCode::BAD_REQUEST,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 async fn forward_parts(direct: &Direct, parts: Parts, bytes: Bytes) -> Response {
@@ -539,6 +591,15 @@ mod tests {
     }
 
     async fn send(router: &Router, method: Method, session: Option<&str>, body: Value) -> Reply {
+        send_text(router, method, session, body.to_string()).await
+    }
+
+    async fn send_text(
+        router: &Router,
+        method: Method,
+        session: Option<&str>,
+        body: String,
+    ) -> Reply {
         let mut req = Request::builder()
             .method(method)
             .uri("/mcp")
@@ -549,7 +610,7 @@ mod tests {
         if let Some(s) = session {
             req = req.header("mcp-session-id", s);
         }
-        let req = req.body(Body::from(body.to_string())).unwrap();
+        let req = req.body(Body::from(body)).unwrap();
         let resp = router.clone().oneshot(req).await.unwrap();
         let (content_type, session) = {
             let text = |name: &str| {
@@ -596,6 +657,65 @@ mod tests {
         send(router, Method::POST, Some(&sid), list).await;
         assert!(server.shared.direct.get(&sid).is_some(), "registered");
         sid
+    }
+
+    /// A body that is not one JSON-RPC message gets a JSON-RPC error with status 400 (rmcp
+    /// answered 415 and a line of text); ending a session that is gone is a 404.
+    #[tokio::test]
+    async fn malformed_bodies_get_json_rpc_errors_and_a_gone_session_404() {
+        let server = server();
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let sid = open(&server, &router, json!({})).await;
+        // A known method whose params do not fit is -32602 naming the problem.
+        for params in [
+            json!({"name": "echo", "arguments": "{\"x\": 1}"}),
+            json!({"name": 5}),
+            json!({}),
+        ] {
+            let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params});
+            let r = send(&router, Method::POST, Some(&sid), body).await;
+            assert!(r.body.contains(r#""code":-32602"#), "{params}: {}", r.body);
+            assert!(
+                r.body.contains("invalid params for `tools/call`: "),
+                "{}",
+                r.body
+            );
+        }
+        let level = json!({"jsonrpc": "2.0", "id": 8, "method": "logging/setLevel",
+            "params": {"level": "bogus"}});
+        let r = send(&router, Method::POST, Some(&sid), level).await;
+        assert!(r.body.contains(r#""code":-32602"#), "{}", r.body);
+        let unknown = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/frobnicate"});
+        let r = send(&router, Method::POST, Some(&sid), unknown).await;
+        assert!(r.body.contains(r#""code":-32601"#), "{}", r.body);
+        assert!(
+            r.body.contains("method not found: `tools/frobnicate`"),
+            "{}",
+            r.body
+        );
+        for (session, body, code) in [
+            (None, "{not json", -32700),
+            (Some(sid.as_str()), "{not json", -32700),
+            (
+                None,
+                r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+                -32600,
+            ),
+            (Some(sid.as_str()), r#"{"hello":1}"#, -32600),
+        ] {
+            let r = send_text(&router, Method::POST, session, body.into()).await;
+            assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {}", r.body);
+            assert_eq!(r.content_type, "application/json", "{body}");
+            let v: Value = serde_json::from_str(&r.body).unwrap();
+            assert_eq!(v["error"]["code"], json!(code), "{body}: {v}");
+            assert_eq!(v["id"], Value::Null, "{v}");
+        }
+        let r = send(&router, Method::DELETE, Some(&sid), json!({})).await;
+        assert!(r.status.is_success(), "{}", r.body);
+        let again = send(&router, Method::DELETE, Some(&sid), json!({})).await;
+        assert_eq!(again.status, StatusCode::NOT_FOUND, "{}", again.body);
+        let never = send(&router, Method::DELETE, Some("nope"), json!({})).await;
+        assert_eq!(never.status, StatusCode::NOT_FOUND, "{}", never.body);
     }
 
     #[tokio::test]

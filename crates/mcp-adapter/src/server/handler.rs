@@ -15,13 +15,14 @@ use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams,
-        CompleteResult, Extensions, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
-        Implementation, InputResponses, ListPromptsResult, ListResourceTemplatesResult,
-        ListResourcesResult, ListToolsResult, LoggingLevel, PaginatedRequestParams,
-        ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
-        ReadResourceResult, RequestMetaObject, ResourceUpdatedNotificationParam,
-        ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams,
-        SubscriptionFilter, UnsubscribeRequestParams,
+        CompleteResult, CustomRequest, CustomResult, ErrorCode, Extensions, GetPromptRequestParams,
+        GetPromptResponse, GetPromptResult, Implementation, InitializeRequestParams,
+        InputResponses, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+        ListToolsResult, LoggingLevel, PaginatedRequestParams, ProgressNotificationParam,
+        ProgressToken, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+        RequestMetaObject, ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig,
+        SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
+        UnsubscribeRequestParams,
     },
     service::{NotificationContext, Peer, RequestContext, SubscriptionContext},
 };
@@ -705,7 +706,64 @@ impl Drop for Handler {
     }
 }
 
+/// The answer to a request rmcp could not parse as any request it knows: a known method
+/// whose params do not fit is `-32602` naming what is wrong (rmcp's default answers `-32601`
+/// with the bare method name, as if the method did not exist).
+/// `modern`: a 2026-07-28 request, for which `initialize`, `logging/setLevel` and the
+/// resource subscriptions no longer exist (SEP-2575: -32601, which rmcp answers with 404).
+pub(crate) fn unparsed_request(method: &str, params: Option<Value>, modern: bool) -> McpError {
+    fn why<T: serde::de::DeserializeOwned>(params: Option<Value>) -> Option<String> {
+        serde_json::from_value::<T>(params.unwrap_or(Value::Null))
+            .err()
+            .map(|e| e.to_string())
+    }
+    let removed = matches!(
+        method,
+        "initialize" | "logging/setLevel" | "resources/subscribe" | "resources/unsubscribe"
+    );
+    let why = match method {
+        _ if modern && removed => {
+            return McpError::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!("method not found: `{method}` is not part of protocol 2026-07-28"),
+                None,
+            );
+        }
+        "tools/call" => why::<CallToolRequestParams>(params),
+        "resources/read" => why::<ReadResourceRequestParams>(params),
+        "prompts/get" => why::<GetPromptRequestParams>(params),
+        "logging/setLevel" => why::<SetLevelRequestParams>(params),
+        "completion/complete" => why::<CompleteRequestParams>(params),
+        "resources/subscribe" => why::<SubscribeRequestParams>(params),
+        "resources/unsubscribe" => why::<UnsubscribeRequestParams>(params),
+        "initialize" => why::<InitializeRequestParams>(params),
+        "tools/list" | "resources/list" | "resources/templates/list" | "prompts/list" => {
+            why::<Option<PaginatedRequestParams>>(params)
+        }
+        _ => {
+            return McpError::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!("method not found: `{method}`"),
+                None,
+            );
+        }
+    };
+    let detail = why.map_or_else(String::new, |w| format!(": {w}"));
+    McpError::invalid_params(format!("invalid params for `{method}`{detail}"), None)
+}
+
 impl ServerHandler for Handler {
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
+        Err(unparsed_request(&request.method, request.params, modern))
+    }
+
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         // From here on the session's plain calls can take the direct path.
         if self.fixed_session.is_none()

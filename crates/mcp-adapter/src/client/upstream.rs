@@ -55,6 +55,8 @@ mod fast;
 pub(crate) const SUPPORTED_PROTOCOLS: [&str; 4] =
     ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 
+/// The most `tools/list` pages one listing asks for.
+const MAX_LIST_PAGES: usize = 1000;
 /// A connection lost sooner than this after it came up counts as a failed dial: the
 /// reconnect waits and the backoff keeps growing. One that lived longer redials at once.
 const STABLE_AFTER: Duration = Duration::from_secs(30);
@@ -859,7 +861,11 @@ impl Upstream {
                     };
                     match answer {
                         Ok(Ok(_)) => break false,
-                        Ok(Err(e)) => break matches!(classify_service(&e), Class::Drop),
+                        // Refused: the connection is gone (an HTTP server that stopped
+                        // listening); rmcp's HTTP worker keeps running all the same.
+                        Ok(Err(e)) => {
+                            break matches!(classify_service(&e), Class::Drop | Class::Refused);
+                        }
                         Err(_) => {
                             let Some(up) = me.upgrade() else { return };
                             let (in_flight, ended) = up.calls.activity();
@@ -884,7 +890,10 @@ impl Upstream {
         let mut out = Vec::new();
         let mut malformed = Vec::new();
         let mut cursor: Option<String> = None;
+        let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+        let mut pages = 0usize;
         loop {
+            pages += 1;
             let page = peer
                 .list_tools(Some(
                     PaginatedRequestParams::default().with_cursor(cursor.take()),
@@ -927,7 +936,26 @@ impl Upstream {
                 }
             }
             match page.next_cursor {
-                Some(c) if !c.is_empty() => cursor = Some(c),
+                // A server whose cursor comes round again (or never ends) would be asked
+                // forever: what it listed so far is served.
+                Some(c) if !c.is_empty() && (seen.contains(&c) || pages >= MAX_LIST_PAGES) => {
+                    self.diag(format!(
+                        "tools/list paging stopped after {pages} page(s): the cursor {c:?} {}",
+                        if seen.contains(&c) {
+                            "came round again"
+                        } else {
+                            "still had more"
+                        }
+                    ));
+                    return Ok(Listing {
+                        tools: out,
+                        malformed,
+                    });
+                }
+                Some(c) if !c.is_empty() => {
+                    seen.insert(c.clone());
+                    cursor = Some(c);
+                }
                 _ => {
                     return Ok(Listing {
                         tools: out,

@@ -314,3 +314,36 @@ async fn http_server_restart_reinitializes_transparently() {
     close_and_check(&client).await;
     drop(server);
 }
+
+/// An HTTP upstream that stops listening while no call is made: the liveness ping's POST is
+/// refused, which means the connection is gone (rmcp's HTTP worker keeps running, so only
+/// the ping can tell). The server leaves `Connected`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_liveness_ping_notices_an_http_server_that_stopped() {
+    let port = free_port();
+    let (server, config) = HttpFixture::serve("gone", port).await;
+    let config = config
+        .with_liveness(quiver_mcp_adapter::Liveness::Every(Duration::from_millis(
+            300,
+        )))
+        .required();
+    let (_catalog, client) = start(&[config], Default::default());
+    within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .expect("the server connects");
+    drop(server);
+    wait_for(
+        "the ping to notice the server is gone",
+        Duration::from_secs(20),
+        || {
+            let s = client.server_status("gone").unwrap();
+            s.state != ServerState::Connected
+                && s.diagnostics.iter().any(|l| l == "liveness ping failed")
+        },
+    )
+    .await;
+    close_and_check(&client).await;
+}

@@ -412,6 +412,31 @@ async fn protocol_versions() {
     close_and_check(&client).await;
 }
 
+/// A server whose `tools/list` cursor comes round again is not asked forever: what it listed
+/// is served, and the diagnostics say why the paging stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tools_list_cursor_that_comes_round_again_stops_the_paging() {
+    let (catalog, client) = start(&[raw("loop", &["--cursor-loop"])], fast_options());
+    within(
+        Duration::from_secs(20),
+        client.wait_ready(Duration::from_secs(20)),
+    )
+    .await
+    .expect("the server connects");
+    let env = call(&catalog, "mcp__loop__echo", json!({"k": "v"})).await;
+    assert!(text_of(&env).contains("\"k\""), "{env:?}");
+    let st = client.server_status("loop").unwrap();
+    assert_eq!(st.state, ServerState::Connected);
+    assert!(
+        st.diagnostics
+            .iter()
+            .any(|l| l.contains("tools/list paging stopped after 2 page(s)")
+                && l.contains("came round again")),
+        "{st:?}"
+    );
+    close_and_check(&client).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_tools_are_skipped_and_the_rest_served() {
     let (catalog, client) = start(&[raw("bad", &["--bad-tools"])], fast_options());

@@ -166,6 +166,12 @@ impl Drop for ChildGuard {
     fn drop(&mut self) {
         if let Some(pid) = self.pid.take() {
             kill_group(pid);
+            // Off the server's list too (a dial dropped midway, with its call): a pid left
+            // there would name a dead process, and later maybe an unrelated one.
+            self.pids
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|p| *p != pid);
         }
         // `child` drops with kill_on_drop; tokio reaps it in the background.
     }
@@ -230,6 +236,24 @@ mod tests {
         let mut out = Vec::new();
         drain_lines(input, |l| out.push(l)).await;
         out
+    }
+
+    #[tokio::test]
+    async fn a_dropped_guard_takes_its_pid_off_the_list() {
+        let pids = Arc::new(Mutex::new(Vec::new()));
+        let (guard, _out, _in) = spawn(
+            "t",
+            "sleep",
+            &["30".to_owned()],
+            &BTreeMap::new(),
+            None,
+            &pids,
+        )
+        .expect("sleep starts");
+        let pid = guard.pid.expect("a pid");
+        assert_eq!(*pids.lock().unwrap(), [pid]);
+        drop(guard);
+        assert!(pids.lock().unwrap().is_empty());
     }
 
     #[tokio::test]

@@ -124,9 +124,9 @@ pub struct LimitsConfig {
     pub max_part_bytes: usize,
     /// Largest accepted arguments in bytes (1 MiB).
     pub max_input_bytes: usize,
-    /// The Nth identical call in a row is refused (4).
+    /// The Nth identical call in a row is refused (4; 0 turns the guard off).
     pub loop_guard: u32,
-    /// Failures of the same call before the "different approach" hint (3).
+    /// Failures of the same call before the "different approach" hint (3; 0 turns it off).
     pub repeat_failure: u32,
     /// How long a call that asked a 2026-07-28 client for input (sampling, elicitation,
     /// roots as an `InputRequiredResult`) waits for the client's retry before it is
@@ -181,7 +181,28 @@ fn concurrent(n: usize, key: &str) -> anyhow::Result<usize> {
     if n > MAX_CONCURRENT {
         bail!("limits.{key} must be at most {MAX_CONCURRENT}, not {n}");
     }
-    Ok(n.max(1))
+    if n == 0 {
+        bail!("limits.{key} must be at least 1 (the calls allowed in flight at once), not 0");
+    }
+    Ok(n)
+}
+
+/// A count limit that 0 turns off; `min` is the smallest meaningful value otherwise.
+fn count_or_off(n: u32, min: u32, key: &str, what: &str) -> anyhow::Result<u32> {
+    match n {
+        0 => Ok(u32::MAX),
+        n if n < min => {
+            bail!("limits.{key} must be 0 (off) or at least {min} ({what}), not {n}")
+        }
+        n => Ok(n),
+    }
+}
+
+fn more_than_zero(n: usize, key: &str, what: &str) -> anyhow::Result<usize> {
+    if n == 0 {
+        bail!("limits.{key} must be more than 0 ({what})");
+    }
+    Ok(n)
 }
 
 impl LimitsConfig {
@@ -208,12 +229,30 @@ impl LimitsConfig {
             .with_concurrency(concurrency)
             .with_result_limit(
                 ResultLimitConfig::default()
-                    .with_max_chars(self.max_result_chars)
+                    .with_max_chars(more_than_zero(
+                        self.max_result_chars,
+                        "max_result_chars",
+                        "the characters a result may carry",
+                    )?)
                     .with_max_part_bytes(self.max_part_bytes),
             )
-            .with_max_input_bytes(self.max_input_bytes);
-        cfg.loop_guard_threshold = self.loop_guard.max(2);
-        cfg.repeat_failure_threshold = self.repeat_failure.max(1);
+            .with_max_input_bytes(more_than_zero(
+                self.max_input_bytes,
+                "max_input_bytes",
+                "0 refuses every call",
+            )?);
+        cfg.loop_guard_threshold = count_or_off(
+            self.loop_guard,
+            2,
+            "loop_guard",
+            "the Nth identical call in a row is refused",
+        )?;
+        cfg.repeat_failure_threshold = count_or_off(
+            self.repeat_failure,
+            1,
+            "repeat_failure",
+            "failures of one call before the different-approach hint",
+        )?;
         Ok(cfg)
     }
 }
@@ -535,6 +574,48 @@ allowed_tools = ["t1", "t2"]
             Err("limits.tool_concurrency.x must be at most 1000000"),
         );
         check("[limits]\ntimeout_secs = 31536000", Ok("./quiver.db"));
+        // A zero or too-small count is an error naming the key, or (where 0 means off) off,
+        // never silently the strictest setting.
+        for (text, err) in [
+            (
+                "[limits]\nmax_concurrent = 0",
+                "limits.max_concurrent must be at least 1",
+            ),
+            (
+                "[limits.tool_concurrency]\nx = 0",
+                "limits.tool_concurrency.x must be at least 1",
+            ),
+            (
+                "[limits]\nloop_guard = 1",
+                "limits.loop_guard must be 0 (off) or at least 2",
+            ),
+            (
+                "[limits]\nmax_input_bytes = 0",
+                "limits.max_input_bytes must be more than 0",
+            ),
+            (
+                "[limits]\nmax_result_chars = 0",
+                "limits.max_result_chars must be more than 0",
+            ),
+        ] {
+            check(text, Err(err));
+        }
+        let limits = |text: &str| {
+            Config::parse(text, "quiver.toml", &env)
+                .unwrap()
+                .limits
+                .dispatch_config()
+                .unwrap()
+        };
+        assert_eq!(
+            limits("[limits]\nloop_guard = 0").loop_guard_threshold,
+            u32::MAX
+        );
+        assert_eq!(limits("[limits]\nloop_guard = 2").loop_guard_threshold, 2);
+        assert_eq!(
+            limits("[limits]\nrepeat_failure = 0").repeat_failure_threshold,
+            u32::MAX
+        );
         check("[store]\nretention_days = 30", Ok("./quiver.db"));
         check("[store]\nretention_days = -3", Err("retention_days"));
         check("[store]\nlog_linger_ms = 0", Ok("./quiver.db"));

@@ -26,7 +26,7 @@ impl SessionState {
     /// Counts this call in the consecutive-identical streak and returns the streak length.
     pub(crate) fn bump_streak(&mut self, hash: &str) -> u32 {
         if self.last_hash.as_deref() == Some(hash) {
-            self.streak += 1;
+            self.streak = self.streak.saturating_add(1);
         } else {
             // Reuse the buffer: a new hash on every call is the common case.
             match &mut self.last_hash {

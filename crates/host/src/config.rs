@@ -296,6 +296,11 @@ fn interpolate(
                         "{path}: environment variable {var} is not set (referenced as `${{env:{var}}}`)"
                     );
                 };
+                if val.is_empty() {
+                    bail!(
+                        "{path}: environment variable {var} is set but empty (referenced as `${{env:{var}}}`): give it a value, or remove the reference"
+                    );
+                }
                 out.push_str(&val);
                 rest = &after[end + 1..];
             }
@@ -429,7 +434,7 @@ impl Config {
 
     /// Loads `path`, or `./quiver.toml` when it exists, or the defaults.
     pub fn load(path: Option<&Path>) -> anyhow::Result<(Config, Option<PathBuf>)> {
-        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let env = |k: &str| std::env::var(k).ok();
         let path = match path {
             Some(p) => Some(p.to_path_buf()),
             None => Some(PathBuf::from("quiver.toml")).filter(|p| p.exists()),
@@ -451,7 +456,11 @@ mod tests {
     use super::*;
 
     fn env(k: &str) -> Option<String> {
-        (k == "HOME_DIR").then(|| "/srv/q".to_owned())
+        match k {
+            "HOME_DIR" => Some("/srv/q".to_owned()),
+            "EMPTY" => Some(String::new()),
+            _ => None,
+        }
     }
 
     #[test]
@@ -541,6 +550,10 @@ allowed_tools = ["t1", "t2"]
         check(
             "[store]\npath = \"${env:NOPE}\"",
             Err("store.path: environment variable NOPE is not set"),
+        );
+        check(
+            "[store]\npath = \"${env:EMPTY}/q.db\"",
+            Err("store.path: environment variable EMPTY is set but empty"),
         );
         check(
             "[limits]\ntimout_secs = 3",

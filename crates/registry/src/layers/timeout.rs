@@ -116,6 +116,7 @@ where
         };
         call.ctx.deadline = Some(deadline);
         let entry = call.entry.clone();
+        let started = call.started.clone();
         let fut = self.inner.call(call);
         Box::pin(async move {
             let mut fut = fut;
@@ -128,7 +129,12 @@ where
                 Err(_) => {
                     let waited = secs(deadline.saturating_duration_since(now));
                     let tool = &entry.spec.name;
-                    let message = if inherited {
+                    let message = if started.get().is_none() {
+                        // It never ran: it waited for a slot among the calls in flight.
+                        format!(
+                            "`{tool}` waited {waited} for a free slot behind other calls in flight and never started; nothing was done. Try again when those calls have finished, or use another tool."
+                        )
+                    } else if inherited {
                         format!(
                             "`{tool}` did not finish within the {waited} left of the caller's deadline; the call was abandoned."
                         )

@@ -250,6 +250,38 @@ async fn timeouts_use_the_default_the_override_and_a_shorter_caller_deadline() {
     );
 }
 
+/// A call that timed out waiting for a slot never ran: its message says so, not that the
+/// tool was too slow.
+#[tokio::test]
+async fn a_call_timed_out_in_the_queue_says_it_never_started() {
+    let cfg = DispatchConfig::default()
+        .with_timeout(TimeoutConfig::default().with_default(Duration::from_millis(100)))
+        .with_concurrency(ConcurrencyConfig::default().with_tool("hang", 1));
+    let d = Dispatcher::builder(catalog_with(vec![hanging("hang")]))
+        .config(cfg)
+        .build();
+    let first = tokio::spawn({
+        let d = d.clone();
+        async move { d.call("hang", json!({}), ctx()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    // Its deadline comes before the running call's, so it is still queued then.
+    let short = ctx().with_deadline(Instant::now() + Duration::from_millis(40));
+    let queued = d.call("hang", json!({}), short).await;
+    assert_eq!(queued.err_kind(), Some(&ErrKind::Timeout));
+    assert!(
+        text(&queued).contains("for a free slot behind other calls in flight and never started"),
+        "{}",
+        text(&queued)
+    );
+    let ran = first.await.unwrap();
+    assert!(
+        text(&ran).contains("within its 100 ms limit"),
+        "{}",
+        text(&ran)
+    );
+}
+
 #[tokio::test]
 async fn concurrency_limits_queue_and_waiting_respects_cancellation() {
     let running = Arc::new(AtomicUsize::new(0));

@@ -104,31 +104,42 @@ const MAX_SSE_EVENT: usize = 16 << 20;
 /// `body`, failing once an event grows past `max` bytes (an upstream that never ends an
 /// event cannot make Quiver buffer without bound).
 fn limit_events(body: BodyStream, max: usize) -> BodyStream {
-    // (bytes since the last blank line, the previous byte was a line feed)
-    body.scan((0usize, false), move |(run, after_lf), chunk| {
-        let item = chunk.and_then(|c| {
-            for &b in c.iter() {
-                if b == b'\n' {
-                    if *after_lf {
-                        *run = 0;
+    // (bytes since the last blank line, the last byte ended a line, it was a CR). A line
+    // ends at CR, LF or CRLF (as the SSE parser reads it), so CR CR is a blank line too.
+    body.scan(
+        (0usize, false, false),
+        move |(run, ended, after_cr), chunk| {
+            let item = chunk.and_then(|c| {
+                for &b in c.iter() {
+                    match b {
+                        // The LF of a CRLF: the CR ended the line already.
+                        b'\n' if *after_cr => *after_cr = false,
+                        b'\n' | b'\r' => {
+                            if *ended {
+                                *run = 0;
+                            }
+                            *ended = true;
+                            *after_cr = b == b'\r';
+                        }
+                        _ => {
+                            *ended = false;
+                            *after_cr = false;
+                        }
                     }
-                    *after_lf = true;
-                } else if b != b'\r' {
-                    *after_lf = false;
+                    *run += 1;
                 }
-                *run += 1;
-            }
-            if *run > max {
-                Err(std::io::Error::other(format!(
-                    "an SSE event over {} MiB",
-                    max >> 20
-                )))
-            } else {
-                Ok(c)
-            }
-        });
-        futures::future::ready(Some(item))
-    })
+                if *run > max {
+                    Err(std::io::Error::other(format!(
+                        "an SSE event over {} MiB",
+                        max >> 20
+                    )))
+                } else {
+                    Ok(c)
+                }
+            });
+            futures::future::ready(Some(item))
+        },
+    )
     .boxed()
 }
 
@@ -854,6 +865,23 @@ mod tests {
         .collect()
         .await;
         assert!(ok.iter().all(Result::is_ok), "{ok:?}");
+        // CR alone ends a line too: CR CR ends an event, and a CRLF is one line end.
+        let cr: Vec<_> = limit_events(
+            chunks(vec![
+                "data: 12345\r\r",
+                "data: 12345\r",
+                "\r",
+                "data: 1\r\n\r\n",
+            ]),
+            16,
+        )
+        .collect()
+        .await;
+        assert!(cr.iter().all(Result::is_ok), "{cr:?}");
+        let one: Vec<_> = limit_events(chunks(vec!["data: 1\r\n", "data: 1234567890\r\n"]), 16)
+            .collect()
+            .await;
+        assert!(one[1].is_err(), "CRLF lines of one event add up: {one:?}");
         let cut: Vec<_> = limit_events(chunks(vec!["data: 1234567", "890123456789"]), 16)
             .collect()
             .await;

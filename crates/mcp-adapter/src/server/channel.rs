@@ -71,9 +71,27 @@ pub(crate) struct ProgressState {
     pub(crate) reported: AtomicBool,
     /// The last value sent.
     pub(crate) last: Mutex<f64>,
+    /// Where the tool's own values start: the heartbeat's last value when the tool first
+    /// reported (its 0.25 of 1 after two heartbeats goes out as 2.25 of 3).
+    offset: Mutex<Option<f64>>,
 }
 
 impl ProgressState {
+    /// Claims a tool's own `progress` (of `total`): the values to send, moved past the
+    /// heartbeat's, or none if they do not grow.
+    pub(crate) fn claim(&self, progress: f64, total: Option<f64>) -> Option<(f64, Option<f64>)> {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let mut offset = self.offset.lock().unwrap_or_else(|p| p.into_inner());
+        let base = *offset.get_or_insert(*last);
+        let value = base + progress;
+        if value > *last {
+            *last = value;
+            Some((value, total.map(|t| t + base)))
+        } else {
+            None
+        }
+    }
+
     /// Claims `value` as the next progress value; false if it does not grow.
     pub(crate) fn advance(&self, value: f64) -> bool {
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
@@ -308,9 +326,9 @@ impl ClientChannel for PeerChannel {
             return;
         };
         self.progress.reported.store(true, Ordering::Release);
-        if !self.progress.advance(progress) {
+        let Some((progress, total)) = self.progress.claim(progress, total) else {
             return;
-        }
+        };
         let mut p = ProgressNotificationParam::new(token.clone(), progress);
         p.total = total;
         p.message = message;
@@ -336,6 +354,22 @@ pub(crate) fn level_rank(level: LoggingLevel) -> u8 {
 
 #[cfg(test)]
 mod tests {
+    use super::ProgressState;
+
+    /// A tool's own progress after heartbeats goes on from the heartbeat's value (it was
+    /// dropped for not growing, 0.25 against the heartbeat's 2).
+    #[test]
+    fn a_tools_progress_goes_on_from_the_heartbeat() {
+        let st = ProgressState::default();
+        assert!(st.advance(1.0) && st.advance(2.0));
+        assert_eq!(st.claim(0.25, Some(1.0)), Some((2.25, Some(3.0))));
+        assert_eq!(st.claim(0.75, Some(1.0)), Some((2.75, Some(3.0))));
+        assert_eq!(st.claim(0.75, None), None, "no growth, nothing sent");
+        // Without heartbeats first, the tool's values go out as they are.
+        let fresh = ProgressState::default();
+        assert_eq!(fresh.claim(0.5, Some(1.0)), Some((0.5, Some(1.0))));
+    }
+
     use super::*;
 
     #[test]

@@ -437,16 +437,15 @@ impl Dispatcher {
             .iter()
             .filter(|c| match (&c.err_kind, &c.hint_kind) {
                 // Refused before running: unknown, forbidden, denied, looping, too large or
-                // too deep (the `Other` kinds are the dispatcher's own refusals).
+                // too deep. Whatever else failed had run, and counts, as it did live (an
+                // upstream that was not available, a tool's own error kind).
                 (Some(k), _) => !matches!(
                     k,
                     ErrKind::UndefinedTool
                         | ErrKind::Forbidden
                         | ErrKind::PolicyDenied
                         | ErrKind::LoopGuard
-                        | ErrKind::NotAvailable
-                        | ErrKind::Other(_)
-                ),
+                ) && !matches!(k, ErrKind::Other(o) if o == "input_too_large" || o == "too_deep"),
                 (None, Some(h)) => *h != HintKind::Schema,
                 (None, None) => true,
             })

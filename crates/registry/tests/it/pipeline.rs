@@ -591,6 +591,57 @@ async fn policy_denies_or_warns_with_growing_emphasis() {
     );
 }
 
+/// A session continued in a new process counts as called what the live process counted:
+/// every call that ran, whatever its outcome (an upstream that was not available, a tool's
+/// own error kind), not only those that succeeded.
+#[tokio::test]
+async fn restored_calls_count_what_the_live_process_counted() {
+    let down = tool(ToolSpec::new("down", "Fails."), |_, _| async {
+        Err(ToolError::err(
+            ErrKind::NotAvailable,
+            "the upstream is down",
+        ))
+    });
+    let quota = tool(ToolSpec::new("quota", "Fails its own way."), |_, _| async {
+        Err(ToolError::err(
+            ErrKind::Other("quota_exceeded".into()),
+            "over quota",
+        ))
+    });
+    let rules = || {
+        RulePolicy::new(vec![
+            PolicyRule::new("a", "add", PolicyAction::Deny, "call down first")
+                .requires_prior("down"),
+            PolicyRule::new("e", "echo", PolicyAction::Deny, "call quota first")
+                .requires_prior("quota"),
+        ])
+    };
+    let log = Arc::new(quiver_registry::MemoryCallLog::new());
+    let live = Dispatcher::builder(catalog_with(vec![
+        echo(),
+        add(),
+        down.clone(),
+        quota.clone(),
+    ]))
+    .policy(Arc::new(rules()))
+    .recorder(log.clone())
+    .build();
+    let s = || CallContext::for_session("s");
+    assert!(live.call("down", json!({}), s()).await.is_err());
+    assert!(live.call("quota", json!({}), s()).await.is_err());
+    live.drain_records().await;
+    let restored = Dispatcher::builder(catalog_with(vec![echo(), add(), down, quota]))
+        .policy(Arc::new(rules()))
+        .build();
+    restored.restore_called("s", &*log).await.unwrap();
+    for d in [&live, &restored] {
+        let e = d.call("add", json!({"a": 1, "b": 2}), s()).await;
+        assert!(e.is_ok(), "{}", text(&e));
+        let e = d.call("echo", json!({"text": "x"}), s()).await;
+        assert!(e.is_ok(), "{}", text(&e));
+    }
+}
+
 /// A rule's tool pattern and its required earlier tool take `*` anywhere in the name.
 #[tokio::test]
 async fn policy_patterns_take_a_star_anywhere() {

@@ -57,6 +57,9 @@ pub(crate) const SUPPORTED_PROTOCOLS: [&str; 4] =
 
 /// The most `tools/list` pages one listing asks for.
 const MAX_LIST_PAGES: usize = 1000;
+/// How long the ping after a broken HTTP response stream may take to show the session is
+/// still there.
+const STREAM_CHECK: Duration = Duration::from_secs(5);
 /// A connection lost sooner than this after it came up counts as a failed dial: the
 /// reconnect waits and the backoff keeps growing. One that lived longer redials at once.
 const STABLE_AFTER: Duration = Duration::from_secs(30);
@@ -1181,7 +1184,25 @@ impl Upstream {
             match self.attempt(&conn, tool, args.clone(), ctx).await {
                 Attempt::Done(env) => return *env,
                 Attempt::Unknown => {
-                    self.lost(conn.generation);
+                    // Over streamable HTTP, one request's stream can break (a proxy's idle
+                    // timeout) while the session is fine, and losing the connection would
+                    // fail every other call in flight on it: a ping tells which. A stdio
+                    // pipe that broke is the connection.
+                    let http = matches!(self.cfg.endpoint, Endpoint::Http { .. });
+                    let alive = http
+                        && !conn.peer.is_transport_closed()
+                        && matches!(
+                            tokio::time::timeout(
+                                STREAM_CHECK,
+                                conn.peer
+                                    .send_request(ClientRequest::PingRequest(Default::default())),
+                            )
+                            .await,
+                            Ok(Ok(_))
+                        );
+                    if !alive {
+                        self.lost(conn.generation);
+                    }
                     return Envelope::err(
                         ErrKind::NotAvailable,
                         format!(

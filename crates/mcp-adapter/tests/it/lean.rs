@@ -223,7 +223,7 @@ async fn expiring(
     match method {
         "tools/list" => json_reply(
             &id,
-            json!({"tools": (["hold", "tick", "ok"]
+            json!({"tools": (["hold", "tick", "ok", "cut"]
                 .map(|n| json!({"name": n, "inputSchema": {"type": "object"}})))}),
         ),
         "tools/call" if msg["params"]["name"] == "hold" => {
@@ -232,6 +232,8 @@ async fn expiring(
                 Result<String, std::io::Error>,
             >()))
         }
+        // The call's stream ends before its answer (a proxy that cut it).
+        "tools/call" if msg["params"]["name"] == "cut" => sse(Body::from("")),
         "tools/call" if msg["params"]["name"] == "tick" => {
             let token = msg["params"]["_meta"]["progressToken"].clone();
             let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
@@ -313,5 +315,61 @@ async fn progress_after_a_reconnect_reaches_only_its_own_call() {
     assert_eq!(new_client.seen(), ["progress 1/Some(2.0): tick"]);
     assert_eq!(old_client.seen(), Vec::<String>::new());
     old_call.abort();
+    close_and_check(&client).await;
+}
+
+/// Over streamable HTTP on rmcp's path, one call's response stream that ends before its
+/// answer fails that call (outcome unknown), not the connection: a call in flight beside it
+/// keeps waiting, and the next call goes out on the same session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_response_stream_fails_only_its_own_call() {
+    let server = Arc::new(Expiring::default());
+    let app = Router::new()
+        .route(
+            "/mcp",
+            post(expiring)
+                .get(|| async { StatusCode::METHOD_NOT_ALLOWED })
+                .delete(|| async { StatusCode::OK }),
+        )
+        .with_state(server.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (catalog, client) = start(
+        &[ServerConfig::http("ex", url)
+            .with_liveness(Liveness::Off)
+            .required()],
+        fast_options().with_http_fast_lane(false),
+    );
+    ready(&client).await;
+    let held = tokio::spawn({
+        let entry = catalog.lookup("mcp__ex__hold").unwrap();
+        async move {
+            entry
+                .tool
+                .call(json!({}), &CallContext::for_session("a"))
+                .await
+        }
+    });
+    wait_for("the held call in flight", Duration::from_secs(10), || {
+        server.held.load(Ordering::SeqCst)
+    })
+    .await;
+    let cut = within(
+        Duration::from_secs(30),
+        call(&catalog, "mcp__ex__cut", json!({})),
+    )
+    .await;
+    assert_eq!(cut.err_kind(), Some(&ErrKind::NotAvailable), "{cut:?}");
+    let ok = within(
+        Duration::from_secs(30),
+        call(&catalog, "mcp__ex__ok", json!({})),
+    )
+    .await;
+    assert_eq!(text_of(&ok), "fine", "{ok:?}");
+    assert!(!held.is_finished(), "the call beside it still waits");
+    let st = client.server_status("ex").unwrap();
+    assert_eq!(st.counters.connects, 1, "{st:?}");
+    held.abort();
     close_and_check(&client).await;
 }

@@ -356,12 +356,10 @@ async fn serve_call(
     // Cancelled by the client's notifications/cancelled, or when its session ends.
     let client = entry.conn.deleted.child_token();
     lock(&entry.conn.in_flight).insert(id.clone(), client.clone());
-    // Removes the id when the call ends or the client goes away (this future dropped);
-    // dropping also cancels the call's token, as a stream the client dropped does.
+    // Removes the id when the call ends or the client goes away (this future dropped).
     let _in_flight = InFlight {
         conn: &entry.conn,
         id: &id,
-        token: client.clone(),
     };
     // The same channel an rmcp-served call gets; this client declared no sampling,
     // elicitation or roots (else rmcp serves it), so those are refused in the same words, and
@@ -379,15 +377,24 @@ async fn serve_call(
         logs_allowed: true,
         missing: None,
     });
-    let result = handler::call(
-        shared,
-        &scope,
-        &params.name,
-        input,
-        &client,
-        None,
-        Some((channel, progress)),
-    )
+    // A client that disconnects has not cancelled (the transport spec: only
+    // `notifications/cancelled` or the session's end do): the call runs to its end, and is
+    // logged, in a task of its own, as on rmcp's path.
+    let result = Detached::new({
+        let (shared, client, name) = (shared.clone(), client.clone(), params.name.to_string());
+        async move {
+            handler::call(
+                &shared,
+                &scope,
+                &name,
+                input,
+                &client,
+                None,
+                Some((channel, progress)),
+            )
+            .await
+        }
+    })
     .await;
     if client.is_cancelled() {
         // `notifications/cancelled`: no response for the cancelled request, as rmcp's
@@ -413,13 +420,55 @@ async fn serve_call(
 struct InFlight<'a> {
     conn: &'a Connection,
     id: &'a RequestId,
-    token: tokio_util::sync::CancellationToken,
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         lock(&self.conn.in_flight).remove(self.id);
-        self.token.cancel();
+    }
+}
+
+/// A future that, dropped before it finished, goes on in a task of its own.
+struct Detached<F: std::future::Future + Send + 'static>(Option<std::pin::Pin<Box<F>>>)
+where
+    F::Output: Send;
+
+impl<F: std::future::Future + Send + 'static> Detached<F>
+where
+    F::Output: Send,
+{
+    fn new(fut: F) -> Self {
+        Detached(Some(Box::pin(fut)))
+    }
+}
+
+impl<F: std::future::Future + Send + 'static> std::future::Future for Detached<F>
+where
+    F::Output: Send,
+{
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let fut = self.0.as_mut().expect("polled after it finished");
+        let out = fut.as_mut().poll(cx);
+        if out.is_ready() {
+            self.0 = None;
+        }
+        out
+    }
+}
+
+impl<F: std::future::Future + Send + 'static> Drop for Detached<F>
+where
+    F::Output: Send,
+{
+    fn drop(&mut self) {
+        if let (Some(fut), Ok(rt)) = (self.0.take(), tokio::runtime::Handle::try_current()) {
+            rt.spawn(fut);
+        }
     }
 }
 
@@ -965,6 +1014,52 @@ mod tests {
             dropped.load(std::sync::atomic::Ordering::SeqCst),
             "the tool's call ended"
         );
+    }
+
+    /// A client that drops its request (a network blip, its own timeout) has not cancelled
+    /// the call: it runs on, as on rmcp's path, until it ends or the session does.
+    #[tokio::test]
+    async fn a_dropped_request_does_not_cancel_its_call() {
+        let started = Arc::new(tokio::sync::Notify::new());
+        let cancelled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let server = server_with(Some(Hold {
+            spec: ToolSpec::new("hold", "Holds until cancelled.")
+                .read_only()
+                .with_schema(json!({"type": "object"})),
+            started: started.clone(),
+            dropped: dropped.clone(),
+            cancelled: cancelled.clone(),
+        }));
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let sid = open(&server, &router, json!({})).await;
+        let held = json!({"jsonrpc": "2.0", "id": "h", "method": "tools/call",
+            "params": {"name": "hold", "arguments": {}}});
+        let call = tokio::spawn({
+            let (router, sid) = (router.clone(), sid.clone());
+            async move { send(&router, Method::POST, Some(&sid), held).await }
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(10), started.notified())
+            .await
+            .expect("the call starts");
+        call.abort();
+        let _ = call.await;
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert_eq!(cancelled.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert!(
+            !dropped.load(std::sync::atomic::Ordering::SeqCst),
+            "the call still runs"
+        );
+        // The session's end does cancel it.
+        let r = send(&router, Method::DELETE, Some(&sid), json!({})).await;
+        assert!(r.status.is_success(), "{} {}", r.status, r.body);
+        tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while cancelled.load(std::sync::atomic::Ordering::SeqCst) < 1 {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the session's end cancels it");
     }
 
     /// Ending a session (`DELETE`) cancels its calls still running, on the direct path and

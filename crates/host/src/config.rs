@@ -319,6 +319,12 @@ fn interpolate(
                 } else {
                     format!("{path}.{k}")
                 };
+                // An MCP server's `env` and `headers` are interpolated when the server is
+                // set up (with the `--mcp-config` servers'): once, so that a value whose
+                // variable holds `${env:` is taken as it is.
+                if path.starts_with("mcp.servers[") && (k == "env" || k == "headers") {
+                    continue;
+                }
                 interpolate(v, &p, env)?;
             }
         }
@@ -459,6 +465,7 @@ mod tests {
         match k {
             "HOME_DIR" => Some("/srv/q".to_owned()),
             "EMPTY" => Some(String::new()),
+            "TRICKY" => Some("a${env:NOPE".to_owned()),
             _ => None,
         }
     }
@@ -538,6 +545,21 @@ allowed_tools = ["t1", "t2"]
             }
             (got, want) => panic!("got {got:?}, want {want:?}"),
         }
+    }
+
+    /// An MCP server's `env` and `headers` are interpolated once, when the server is set up:
+    /// a variable whose value holds `${env:` is taken as it is (a second pass failed on it).
+    #[test]
+    fn server_env_and_headers_are_interpolated_once() {
+        let text = "[[mcp.servers]]\nname = \"a\"\ntransport = \"stdio\"\ncommand = \"x\"\nenv = { OPT = \"${env:TRICKY}\", HOME = \"${env:HOME_DIR}\" }\n\n[[mcp.servers]]\nname = \"b\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:9/mcp\"\nheaders = { X-Key = \"${env:TRICKY}\" }\n";
+        let config = Config::parse(text, "quiver.toml", &env).unwrap();
+        let servers = config.mcp.clone().finalize(&env);
+        assert!(servers.is_ok(), "{:?}", servers.err());
+        // A variable that is not set is still an error, naming the server and the key.
+        let missing = text.replace("${env:TRICKY}", "${env:NOPE}");
+        let config = Config::parse(&missing, "quiver.toml", &env).unwrap();
+        let err = config.mcp.clone().finalize(&env).unwrap_err().to_string();
+        assert!(err.contains("NOPE is not set"), "{err}");
     }
 
     #[test]

@@ -93,9 +93,13 @@ fn load_skill(dir: &Path, set: &mut SkillSet) {
             return;
         }
     };
-    // Without a name of its own (`.` or `/`), the directory's name cannot be checked.
+    // The name the operator sees (a link named for the skill may point anywhere); a path
+    // without one (`.`) is named by where it leads.
     let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    let dir_name = canonical.file_name().and_then(|n| n.to_str());
+    let dir_name = dir
+        .file_name()
+        .or_else(|| canonical.file_name())
+        .and_then(|n| n.to_str());
     match Skill::parse(&text, &origin, dir_name) {
         Ok(skill) => {
             let mut files = Vec::new();
@@ -180,6 +184,14 @@ mod tests {
         // A directory that is itself a skill.
         let one = DirSkills::new(vec![root.join("pdf-report")]).load();
         assert_eq!(one.skills.len(), 1);
+        // A link named for the skill, to a directory named otherwise (a versioned store).
+        let store = tmp.path().join("store/pdf-report-1.2");
+        std::fs::create_dir_all(store.parent().unwrap()).unwrap();
+        std::fs::rename(root.join("pdf-report"), &store).unwrap();
+        std::os::unix::fs::symlink(&store, root.join("pdf-report")).unwrap();
+        let linked = DirSkills::new(vec![root.clone()]).load();
+        assert_eq!(linked.problems, [], "{linked:?}");
+        assert_eq!(linked.skills.len(), 2);
     }
 
     #[test]

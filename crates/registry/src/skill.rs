@@ -175,16 +175,10 @@ impl Skill {
         self
     }
 
-    /// What a call of the `skill` tool returns for it.
+    /// What a call of the `skill` tool returns for it: where its files are first (a result
+    /// cut at the result cap loses the instructions' tail, not where the files are).
     fn render(&self) -> String {
         let mut out = format!("# Skill `{}`\n\n", self.name);
-        if self.instructions.is_empty() {
-            out.push_str("(This skill has no instructions beyond its description.)\n");
-            out.push_str(&self.description);
-        } else {
-            out.push_str(&self.instructions);
-        }
-        out.push_str("\n\n---\n");
         match &self.dir {
             Some(dir) if self.files.is_empty() => {
                 out.push_str(&format!("Skill directory: {dir} (no other files)."));
@@ -199,6 +193,13 @@ impl Skill {
                 }
             }
             None => out.push_str(&format!("Loaded from {}.", self.origin)),
+        }
+        out.push_str("\n\n---\n\n");
+        if self.instructions.is_empty() {
+            out.push_str("(This skill has no instructions beyond its description.)\n");
+            out.push_str(&self.description);
+        } else {
+            out.push_str(&self.instructions);
         }
         out
     }
@@ -383,7 +384,11 @@ mod tests {
             .unwrap();
         let text = out.data().and_then(Value::as_str).unwrap_or_default();
         assert!(
-            text.starts_with("# Skill `pdf-report`\n\n# Steps"),
+            text.starts_with("# Skill `pdf-report`\n\nSkill directory: d/pdf-report\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("---\n\n# Steps\n1. Run scripts/build.py."),
             "{text}"
         );
         assert!(

@@ -10,6 +10,8 @@ const MAX_REPORTED: usize = 5;
 /// The most characters one problem shows: jsonschema's messages quote the offending value
 /// whole, and a hint goes to the model before any result cap applies.
 const MAX_PROBLEM_CHARS: usize = 300;
+/// The most unknown argument names one problem lists (each with its did-you-mean).
+const MAX_UNKNOWN_LISTED: usize = 10;
 /// The most characters of an unknown argument's name a problem shows.
 const MAX_NAME_CHARS: usize = 80;
 
@@ -48,7 +50,18 @@ pub(crate) fn check(entry: &Entry, input: &Value) -> Option<Envelope> {
                 }
             }
             ValidationErrorKind::AdditionalProperties { unexpected } => {
-                for name in unexpected {
+                if unexpected.len() > MAX_UNKNOWN_LISTED {
+                    problems.push(format!(
+                        "{} unknown {} (the first {MAX_UNKNOWN_LISTED} follow)",
+                        unexpected.len(),
+                        if path.is_empty() {
+                            "arguments"
+                        } else {
+                            "fields"
+                        }
+                    ));
+                }
+                for name in unexpected.iter().take(MAX_UNKNOWN_LISTED) {
                     let shown = clipped(name, MAX_NAME_CHARS);
                     if path.is_empty() {
                         problems.push(format!("unknown argument `{shown}`"));

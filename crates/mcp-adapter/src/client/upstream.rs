@@ -1202,11 +1202,19 @@ impl Upstream {
                         );
                     if !alive {
                         self.lost(conn.generation);
+                        return Envelope::err(
+                            ErrKind::NotAvailable,
+                            format!(
+                                "MCP server \"{}\" unavailable; request outcome is unknown",
+                                self.cfg.name
+                            ),
+                        );
                     }
+                    // The server is there: only this answer was lost on the way.
                     return Envelope::err(
                         ErrKind::NotAvailable,
                         format!(
-                            "MCP server \"{}\" unavailable; request outcome is unknown",
+                            "MCP server \"{}\" did not complete its answer to `{tool}` (the response stream broke); whether it ran is unknown. The server is reachable: check before calling again if the tool changes anything.",
                             self.cfg.name
                         ),
                     );

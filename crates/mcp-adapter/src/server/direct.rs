@@ -356,10 +356,11 @@ async fn serve_call(
     // Cancelled by the client's notifications/cancelled, or when its session ends.
     let client = entry.conn.deleted.child_token();
     lock(&entry.conn.in_flight).insert(id.clone(), client.clone());
-    // Removes the id when the call ends or the client goes away (this future dropped).
-    let _in_flight = InFlight {
-        conn: &entry.conn,
-        id: &id,
+    // Removes the id when the call ends (in the detached task below, so that a client that
+    // went away can still cancel the call with `notifications/cancelled`).
+    let in_flight = InFlight {
+        conn: entry.conn.clone(),
+        id: id.clone(),
     };
     // The same channel an rmcp-served call gets; this client declared no sampling,
     // elicitation or roots (else rmcp serves it), so those are refused in the same words, and
@@ -383,6 +384,7 @@ async fn serve_call(
     let result = Detached::new({
         let (shared, client, name) = (shared.clone(), client.clone(), params.name.to_string());
         async move {
+            let _in_flight = in_flight;
             handler::call(
                 &shared,
                 &scope,
@@ -417,14 +419,14 @@ async fn serve_call(
     })
 }
 
-struct InFlight<'a> {
-    conn: &'a Connection,
-    id: &'a RequestId,
+struct InFlight {
+    conn: Arc<Connection>,
+    id: RequestId,
 }
 
-impl Drop for InFlight<'_> {
+impl Drop for InFlight {
     fn drop(&mut self) {
-        lock(&self.conn.in_flight).remove(self.id);
+        lock(&self.conn.in_flight).remove(&self.id);
     }
 }
 
@@ -518,17 +520,22 @@ async fn forward(direct: &Direct, request: Request) -> Response {
     response
 }
 
+/// What rmcp's 415 says when the body itself did not parse (its other 415, a wrong
+/// `Content-Type`, is passed on as it is).
+const UNPARSED_BODY: &str = "fail to deserialize request body ";
+
 /// rmcp answers a body that is not one JSON-RPC message with `415` and a line of text; a
 /// JSON-RPC client expects a JSON-RPC error: `-32700` for text that is not JSON, `-32600`
 /// for JSON that is not one message (a batch, a stray object), with status 400.
 async fn unparsable(response: Response) -> Response {
-    let text = axum::body::to_bytes(response.into_body(), 64 * 1024)
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
         .await
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default();
-    let detail = text
-        .strip_prefix("fail to deserialize request body ")
-        .unwrap_or(&text);
+    let Some(detail) = text.strip_prefix(UNPARSED_BODY) else {
+        return Response::from_parts(parts, Body::from(text));
+    };
     let (code, message) = if detail.contains("unrecognized JSON-RPC message") {
         (
             -32600,
@@ -759,6 +766,18 @@ mod tests {
             assert_eq!(v["error"]["code"], json!(code), "{body}: {v}");
             assert_eq!(v["id"], Value::Null, "{v}");
         }
+        // A wrong Content-Type is rmcp's 415, as it was.
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri("/mcp")
+            .header("host", "127.0.0.1:7345")
+            .header("content-type", "text/plain")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", &sid)
+            .body(Body::from(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#))
+            .unwrap();
+        let resp = router.clone().oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
         let r = send(&router, Method::DELETE, Some(&sid), json!({})).await;
         assert!(r.status.is_success(), "{}", r.body);
         let again = send(&router, Method::DELETE, Some(&sid), json!({})).await;
@@ -1050,11 +1069,33 @@ mod tests {
             !dropped.load(std::sync::atomic::Ordering::SeqCst),
             "the call still runs"
         );
-        // The session's end does cancel it.
+        // `notifications/cancelled` still reaches it.
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": "h", "reason": "test"}});
+        send(&router, Method::POST, Some(&sid), cancel).await;
+        tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while cancelled.load(std::sync::atomic::Ordering::SeqCst) < 1 {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the client's cancellation reaches the detached call");
+        // A second call, dropped too: the session's end cancels it.
+        let held = json!({"jsonrpc": "2.0", "id": "h2", "method": "tools/call",
+            "params": {"name": "hold", "arguments": {}}});
+        let call = tokio::spawn({
+            let (router, sid) = (router.clone(), sid.clone());
+            async move { send(&router, Method::POST, Some(&sid), held).await }
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(10), started.notified())
+            .await
+            .expect("the second call starts");
+        call.abort();
+        let _ = call.await;
         let r = send(&router, Method::DELETE, Some(&sid), json!({})).await;
         assert!(r.status.is_success(), "{} {}", r.status, r.body);
         tokio::time::timeout(std::time::Duration::from_secs(10), async {
-            while cancelled.load(std::sync::atomic::Ordering::SeqCst) < 1 {
+            while cancelled.load(std::sync::atomic::Ordering::SeqCst) < 2 {
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
         })

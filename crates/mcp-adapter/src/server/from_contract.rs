@@ -42,7 +42,7 @@ pub(crate) fn tool(spec: &ToolSpec) -> Tool {
 /// a JSON object or array, non-text parts as their own blocks, and `isError` for an Err
 /// (a Hint is a normal result the model reads and acts on).
 ///
-/// A tool that declares an output schema (`typed`) must answer a success with structured
+/// A tool that declares an object output schema (`typed`) must answer a success with structured
 /// content (clients' SDKs refuse the result otherwise), so for it a result without a JSON
 /// object (a Hint, or data the result cap turned into text) goes out with `isError`: the
 /// model still reads the rendered text.

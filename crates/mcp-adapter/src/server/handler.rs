@@ -517,10 +517,13 @@ pub(crate) async fn call(
     if cancelled {
         tracing::debug!(tool = %name, "the client cancelled the call");
     }
-    let typed = surface
-        .catalog()
-        .lookup(name)
-        .is_some_and(|e| e.spec.output_schema.is_some());
+    // An output schema whose root is an object: a success must then carry that object.
+    let typed = surface.catalog().lookup(name).is_some_and(|e| {
+        e.spec
+            .output_schema
+            .as_ref()
+            .is_some_and(|o| o.get("type").and_then(Value::as_str) == Some("object"))
+    });
     from_contract::call_result(&envelope, &shared.options.render, typed)
 }
 

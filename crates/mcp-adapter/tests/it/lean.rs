@@ -361,6 +361,12 @@ async fn a_cut_response_stream_fails_only_its_own_call() {
     )
     .await;
     assert_eq!(cut.err_kind(), Some(&ErrKind::NotAvailable), "{cut:?}");
+    assert!(
+        cut.message()
+            .unwrap_or_default()
+            .contains("The server is reachable"),
+        "{cut:?}"
+    );
     let ok = within(
         Duration::from_secs(30),
         call(&catalog, "mcp__ex__ok", json!({})),

@@ -101,6 +101,23 @@ async fn a_schema_hint_quotes_a_huge_value_in_part() {
     let shown = text(&e);
     assert!(shown.len() < 2_000, "{} bytes", shown.len());
     assert!(shown.contains("unknown argument `xxx"), "{shown}");
+    // Many unknown names: the first ten are listed, and counted.
+    let mut many = serde_json::Map::new();
+    many.insert("text".into(), json!("hi"));
+    for i in 0..20_000 {
+        many.insert(format!("tex{i}"), json!(1));
+    }
+    let e = d.call("echo", serde_json::Value::Object(many), ctx()).await;
+    let shown = text(&e);
+    assert!(shown.len() < 4_000, "{} bytes", shown.len());
+    assert!(
+        shown.contains("20000 unknown arguments (the first 10 follow)"),
+        "{shown}"
+    );
+    let quiver_contract::Envelope::Hint { alternatives, .. } = &e else {
+        panic!("a hint: {shown}");
+    };
+    assert!(alternatives.len() <= 30, "{}", alternatives.len());
 }
 
 /// Narration is not counted as input, so it is capped: it cannot carry what

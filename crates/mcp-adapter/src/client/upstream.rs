@@ -894,6 +894,7 @@ impl Upstream {
         let mut malformed = Vec::new();
         let mut cursor: Option<String> = None;
         let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+        let mut listed: std::collections::HashMap<String, Value> = std::collections::HashMap::new();
         let mut pages = 0usize;
         loop {
             pages += 1;
@@ -911,6 +912,12 @@ impl Upstream {
                 if !self.cfg.admits(name) {
                     continue;
                 }
+                // The same definition again (a server that ignores the cursor repeats its
+                // page): listed once. A different one under a taken name is reported.
+                if listed.get(name).is_some_and(|w| *w == wire) {
+                    continue;
+                }
+                listed.insert(name.to_owned(), wire.clone());
                 if out.len() >= self.opts.list_cap {
                     self.diag(format!(
                         "tools/list returned more than {} tools; the rest are ignored",

@@ -435,6 +435,23 @@ async fn a_tools_list_cursor_that_comes_round_again_stops_the_paging() {
         "{st:?}"
     );
     close_and_check(&client).await;
+
+    // A server that ignores the cursor repeats its page: each tool is listed once, with
+    // no duplicate-name warning.
+    let (catalog, client) = start(
+        &[raw("rep", &["--cursor-loop", "--cursor-ignored"])],
+        fast_options(),
+    );
+    within(
+        Duration::from_secs(20),
+        client.wait_ready(Duration::from_secs(20)),
+    )
+    .await
+    .expect("the server connects");
+    assert!(catalog.contains("mcp__rep__echo"));
+    let report = client.register_report();
+    assert!(report.skipped.is_empty(), "{report:?}");
+    close_and_check(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,6 +11,13 @@ use crate::{
     ports::{SessionStore, WorkingSetEntry},
 };
 
+/// Deletes an ended session's stored working set.
+async fn forget(store: &dyn SessionStore, session: &str) {
+    if let Err(e) = store.end_session(session).await {
+        tracing::warn!(session = %session, error = %e, "could not forget the ended session's stored working set");
+    }
+}
+
 impl Surface {
     /// Spawns the task that mirrors working-set changes into `store`. The returned counter
     /// goes up after each session is written (tests and shutdown can wait on it). Needs a
@@ -20,6 +27,8 @@ impl Surface {
         store: Arc<dyn SessionStore>,
     ) -> watch::Receiver<u64> {
         let mut changes = self.subscribe_changes();
+        self.persisting
+            .store(true, std::sync::atomic::Ordering::Release);
         let weak = Arc::downgrade(self);
         let (done_tx, done_rx) = watch::channel(0u64);
         tokio::spawn(async move {
@@ -31,11 +40,25 @@ impl Surface {
                             missed = n,
                             "working-set persistence fell behind; some changes are written with the next change of their session"
                         );
+                        // Ended sessions are deleted all the same.
+                        let Some(surface) = weak.upgrade() else { break };
+                        let ended: Vec<Arc<str>> =
+                            crate::surface::lock(&surface.forgotten).drain().collect();
+                        drop(surface);
+                        for session in ended {
+                            forget(&*store, &session).await;
+                        }
                         continue;
                     }
                     Err(RecvError::Closed) => break,
                 };
                 let Some(surface) = weak.upgrade() else { break };
+                if crate::surface::lock(&surface.forgotten).remove(&session) {
+                    drop(surface);
+                    forget(&*store, &session).await;
+                    done_tx.send_modify(|n| *n += 1);
+                    continue;
+                }
                 // A session dropped from memory since (or ended) keeps what the store has:
                 // its last change was written when it happened.
                 if !surface.holds(&session) {

@@ -269,6 +269,11 @@ pub struct Surface {
     clock: std::sync::atomic::AtomicU64,
     floor: Mutex<FloorState>,
     changes: broadcast::Sender<Arc<str>>,
+    /// Ended sessions whose stored working set the persistence task deletes, in order with
+    /// the writes before it (see [`Surface::forget_session`]).
+    pub(crate) forgotten: Mutex<HashSet<Arc<str>>>,
+    /// Whether a persistence task runs (`spawn_persistence`).
+    pub(crate) persisting: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for Surface {
@@ -329,7 +334,7 @@ fn any_match(patterns: &[String], name: &str) -> bool {
     patterns.iter().any(|p| pattern_matches(p, name))
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -384,6 +389,8 @@ impl Surface {
             sessions: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
             restored: Mutex::new(HashSet::new()),
+            forgotten: Mutex::new(HashSet::new()),
+            persisting: std::sync::atomic::AtomicBool::new(false),
             clock: std::sync::atomic::AtomicU64::new(0),
             floor: Mutex::new(FloorState::default()),
             changes,
@@ -1137,6 +1144,17 @@ impl Surface {
         lock(&self.sessions).remove(session);
         lock(&self.pending).remove(session);
         lock(&self.restored).remove(session);
+    }
+
+    /// Forgets a session whose key never comes back (an MCP session that ended), in the
+    /// store too: the persistence task deletes its stored working set after any write of
+    /// it already under way, so a late write cannot bring the rows back.
+    pub fn forget_session(&self, session: &str) {
+        self.end_session(session);
+        if self.persisting.load(std::sync::atomic::Ordering::Acquire) {
+            lock(&self.forgotten).insert(session.into());
+            self.notify(session);
+        }
     }
 
     /// Refreshes a used tool in the session's working set.

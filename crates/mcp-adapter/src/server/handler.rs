@@ -687,24 +687,10 @@ impl Drop for Handler {
         if let Some(sid) = self.conn.session_id.get() {
             self.shared.direct.remove(sid);
         }
-        let ended: Vec<Arc<str>> = lock(&self.conn.session_keys).drain().collect();
-        for key in &ended {
-            self.shared.surface.end_session(key);
-            self.shared.dispatcher.end_session(key);
-        }
         // A session's key never comes back: what the store mirrored for it goes too.
-        if let (Some(store), false, Ok(rt)) = (
-            self.shared.sessions.clone(),
-            ended.is_empty(),
-            tokio::runtime::Handle::try_current(),
-        ) {
-            rt.spawn(async move {
-                for key in ended {
-                    if let Err(e) = store.end_session(&key).await {
-                        tracing::warn!(session = %key, error = %e, "could not forget the ended session's stored working set");
-                    }
-                }
-            });
+        for key in lock(&self.conn.session_keys).drain() {
+            self.shared.surface.forget_session(&key);
+            self.shared.dispatcher.end_session(&key);
         }
     }
 }

@@ -164,3 +164,88 @@ async fn a_session_dropped_from_memory_is_not_written_empty() {
     assert_eq!(stored(&*store, "b").await, vec!["alpha"]);
     assert_eq!(stored(&*store, "a").await, vec!["alpha"], "not wiped");
 }
+
+/// A store whose working-set writes take a while (a busy SQLite file).
+struct SlowWrites(MemorySessionStore);
+
+#[async_trait::async_trait]
+impl SessionStore for SlowWrites {
+    async fn working_set(
+        &self,
+        session: &str,
+    ) -> Result<Vec<quiver_surface::ports::WorkingSetEntry>, quiver_registry::StoreError> {
+        self.0.working_set(session).await
+    }
+    async fn upsert_working_set(
+        &self,
+        session: &str,
+        entries: Vec<quiver_surface::ports::WorkingSetEntry>,
+    ) -> Result<(), quiver_registry::StoreError> {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        self.0.upsert_working_set(session, entries).await
+    }
+    async fn remove_from_working_set(
+        &self,
+        session: &str,
+        tools: Vec<String>,
+    ) -> Result<(), quiver_registry::StoreError> {
+        self.0.remove_from_working_set(session, tools).await
+    }
+    async fn record_failed_approach(
+        &self,
+        session: &str,
+        args_hash: &str,
+        tool: &str,
+        error: &str,
+    ) -> Result<u32, quiver_registry::StoreError> {
+        self.0
+            .record_failed_approach(session, args_hash, tool, error)
+            .await
+    }
+    async fn failed_approaches(
+        &self,
+        session: &str,
+    ) -> Result<Vec<quiver_surface::ports::FailedApproach>, quiver_registry::StoreError> {
+        self.0.failed_approaches(session).await
+    }
+    async fn end_session(&self, session: &str) -> Result<(), quiver_registry::StoreError> {
+        self.0.end_session(session).await
+    }
+    async fn state(
+        &self,
+        key: &str,
+    ) -> Result<Option<quiver_surface::ports::SurfaceState>, quiver_registry::StoreError> {
+        self.0.state(key).await
+    }
+    async fn put_state(
+        &self,
+        key: &str,
+        value: serde_json::Value,
+    ) -> Result<(), quiver_registry::StoreError> {
+        self.0.put_state(key, value).await
+    }
+}
+
+/// A session forgotten while its last change is still being written: the delete comes
+/// after that write, so the rows do not come back.
+#[tokio::test]
+async fn a_forgotten_session_stays_deleted_after_a_write_in_flight() {
+    let fx = Fixture::new(
+        SurfaceConfig::default(),
+        vec![ro("alpha", "A."), ro("beta", "B.")],
+        &[],
+    );
+    let store = Arc::new(SlowWrites(MemorySessionStore::default()));
+    let mut written = fx.surface.spawn_persistence(store.clone());
+    fx.surface.page_in("ended", &["alpha"]);
+    fx.surface.page_in("kept", &["beta"]);
+    // The first write is under way (it takes 200 ms) when the session ends.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    fx.surface.forget_session("ended");
+    tokio::time::timeout(Duration::from_secs(10), written.wait_for(|n| *n >= 3))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(stored(&*store, "ended").await.is_empty());
+    assert_eq!(stored(&*store, "kept").await, ["beta"]);
+}

@@ -84,20 +84,24 @@ fn stop(mut child: std::process::Child) {
 
 /// initialize + initialized; returns the session id.
 fn open(addr: &str, conversation: &str) -> String {
+    open_with(addr, &[("Quiver-Conversation", conversation)])
+}
+
+/// initialize + initialized with `headers` on both; returns the session id.
+fn open_with(addr: &str, headers: &[(&str, &str)]) -> String {
     let init = rpc(
         addr,
-        &[("Quiver-Conversation", conversation)],
+        headers,
         r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
     );
     let sid = header(&init, "mcp-session-id")
         .expect("a session id")
         .to_owned();
+    let mut with_session = vec![("Mcp-Session-Id", sid.as_str())];
+    with_session.extend_from_slice(headers);
     rpc(
         addr,
-        &[
-            ("Mcp-Session-Id", &sid),
-            ("Quiver-Conversation", conversation),
-        ],
+        &with_session,
         r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
     );
     sid
@@ -504,20 +508,9 @@ async fn an_ended_sessions_stored_working_set_is_deleted() {
     // Killed if an assertion fails first (a server left running would hold the build's
     // lock file open).
     let mut serving = Killed(Some(child));
-    let init = rpc(
-        &addr,
-        &[],
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
-    );
-    let sid = header(&init, "mcp-session-id")
-        .expect("a session id")
-        .to_owned();
+    // No conversation key: the working set is keyed by the session (`mcp:<id>`).
+    let sid = open_with(&addr, &[]);
     let headers = [("Mcp-Session-Id", sid.as_str())];
-    rpc(
-        &addr,
-        &headers,
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-    );
     let found = rpc(
         &addr,
         &headers,

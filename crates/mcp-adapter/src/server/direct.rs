@@ -1052,17 +1052,36 @@ mod tests {
         }));
         let router = server.router("127.0.0.1:7345".parse().unwrap());
         let sid = open(&server, &router, json!({})).await;
-        let held = json!({"jsonrpc": "2.0", "id": "h", "method": "tools/call",
-            "params": {"name": "hold", "arguments": {}}});
-        let call = tokio::spawn({
-            let (router, sid) = (router.clone(), sid.clone());
-            async move { send(&router, Method::POST, Some(&sid), held).await }
-        });
-        tokio::time::timeout(std::time::Duration::from_secs(10), started.notified())
-            .await
-            .expect("the call starts");
-        call.abort();
-        let _ = call.await;
+        // A `hold` call with `id`, started, then dropped by its client.
+        let start_and_drop = |id: &'static str| {
+            let (router, sid, started) = (router.clone(), sid.clone(), started.clone());
+            async move {
+                let held = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                    "params": {"name": "hold", "arguments": {}}});
+                let call = tokio::spawn({
+                    let (router, sid) = (router.clone(), sid.clone());
+                    async move { send(&router, Method::POST, Some(&sid), held).await }
+                });
+                tokio::time::timeout(std::time::Duration::from_secs(10), started.notified())
+                    .await
+                    .expect("the call starts");
+                call.abort();
+                let _ = call.await;
+            }
+        };
+        let cancelled_reaches = |n: usize, what: &'static str| {
+            let cancelled = cancelled.clone();
+            async move {
+                tokio::time::timeout(std::time::Duration::from_secs(10), async {
+                    while cancelled.load(std::sync::atomic::Ordering::SeqCst) < n {
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    }
+                })
+                .await
+                .expect(what);
+            }
+        };
+        start_and_drop("h").await;
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         assert_eq!(cancelled.load(std::sync::atomic::Ordering::SeqCst), 0);
         assert!(
@@ -1073,34 +1092,12 @@ mod tests {
         let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
             "params": {"requestId": "h", "reason": "test"}});
         send(&router, Method::POST, Some(&sid), cancel).await;
-        tokio::time::timeout(std::time::Duration::from_secs(10), async {
-            while cancelled.load(std::sync::atomic::Ordering::SeqCst) < 1 {
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
-        })
-        .await
-        .expect("the client's cancellation reaches the detached call");
+        cancelled_reaches(1, "the client's cancellation reaches the detached call").await;
         // A second call, dropped too: the session's end cancels it.
-        let held = json!({"jsonrpc": "2.0", "id": "h2", "method": "tools/call",
-            "params": {"name": "hold", "arguments": {}}});
-        let call = tokio::spawn({
-            let (router, sid) = (router.clone(), sid.clone());
-            async move { send(&router, Method::POST, Some(&sid), held).await }
-        });
-        tokio::time::timeout(std::time::Duration::from_secs(10), started.notified())
-            .await
-            .expect("the second call starts");
-        call.abort();
-        let _ = call.await;
+        start_and_drop("h2").await;
         let r = send(&router, Method::DELETE, Some(&sid), json!({})).await;
         assert!(r.status.is_success(), "{} {}", r.status, r.body);
-        tokio::time::timeout(std::time::Duration::from_secs(10), async {
-            while cancelled.load(std::sync::atomic::Ordering::SeqCst) < 2 {
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
-        })
-        .await
-        .expect("the session's end cancels it");
+        cancelled_reaches(2, "the session's end cancels it").await;
     }
 
     /// Ending a session (`DELETE`) cancels its calls still running, on the direct path and

@@ -42,14 +42,15 @@ pub(crate) fn tool(spec: &ToolSpec) -> Tool {
 /// a JSON object or array, non-text parts as their own blocks, and `isError` for an Err
 /// (a Hint is a normal result the model reads and acts on).
 ///
-/// A tool that declares an object output schema (`typed`) must answer a success with structured
-/// content (clients' SDKs refuse the result otherwise), so for it a result without a JSON
-/// object (a Hint, or data the result cap turned into text) goes out with `isError`: the
-/// model still reads the rendered text.
+/// A tool that declares an object output schema (`typed`, asked only for a result that is
+/// not an Err and carries no object) must answer a success with structured content (clients'
+/// SDKs refuse the result otherwise), so for it a result without a JSON object (a Hint, or
+/// data the result cap turned into text) goes out with `isError`: the model still reads the
+/// rendered text.
 pub(crate) fn call_result(
     envelope: &Envelope,
     opts: &RenderOptions,
-    typed: bool,
+    typed: impl FnOnce() -> bool,
 ) -> CallToolResult {
     let mut content = vec![Content::text(render(envelope, opts))];
     let mut structured = None;
@@ -104,7 +105,7 @@ pub(crate) fn call_result(
             }
         }
     }
-    let untyped = typed && !matches!(structured, Some(Value::Object(_)));
+    let untyped = !envelope.is_err() && !matches!(structured, Some(Value::Object(_))) && typed();
     let mut result = if envelope.is_err() || untyped {
         CallToolResult::error(content)
     } else {
@@ -124,24 +125,24 @@ mod tests {
     #[test]
     fn envelopes_become_results() {
         let opts = RenderOptions::default();
-        let ok = call_result(&Envelope::ok(json!({"a": 1})), &opts, false);
+        let ok = call_result(&Envelope::ok(json!({"a": 1})), &opts, || false);
         assert_eq!(ok.is_error, Some(false));
         assert_eq!(ok.structured_content, Some(json!({"a": 1})));
-        let text = call_result(&Envelope::ok(json!("hello")), &opts, false);
+        let text = call_result(&Envelope::ok(json!("hello")), &opts, || false);
         assert_eq!(text.structured_content, None);
         let hint = call_result(
             &Envelope::hint(HintKind::Schema, "fix it", vec![]),
             &opts,
-            false,
+            || false,
         );
         assert_eq!(hint.is_error, Some(false));
-        let err = call_result(&Envelope::err(ErrKind::ToolFailed, "boom"), &opts, false);
+        let err = call_result(&Envelope::err(ErrKind::ToolFailed, "boom"), &opts, || false);
         assert_eq!(err.is_error, Some(true));
         let v = serde_json::to_value(&err).unwrap();
         assert!(v["content"][0]["text"].as_str().unwrap().contains("boom"));
         // A tool with an output schema: a success carries an object, anything else is an
         // error result (never a success without structured content).
-        let typed_ok = call_result(&Envelope::ok(json!({"a": 1})), &opts, true);
+        let typed_ok = call_result(&Envelope::ok(json!({"a": 1})), &opts, || true);
         assert_eq!(typed_ok.is_error, Some(false));
         assert_eq!(typed_ok.structured_content, Some(json!({"a": 1})));
         for e in [
@@ -149,7 +150,7 @@ mod tests {
             Envelope::ok(json!("{\"a\": 1…[result truncated]")),
             Envelope::ok(json!([1, 2])),
         ] {
-            let r = call_result(&e, &opts, true);
+            let r = call_result(&e, &opts, || true);
             assert_eq!(r.is_error, Some(true), "{e:?}");
             assert_eq!(r.structured_content, None, "{e:?}");
         }
@@ -175,7 +176,7 @@ mod tests {
                 name: "second".into(),
                 mime_type: Some("text/plain".into()),
             });
-        let v = serde_json::to_value(call_result(&e, &RenderOptions::default(), false)).unwrap();
+        let v = serde_json::to_value(call_result(&e, &RenderOptions::default(), || false)).unwrap();
         let c = &v["content"];
         assert_eq!(c[1]["type"], "resource");
         assert_eq!(c[1]["resource"]["blob"], "AAEC");

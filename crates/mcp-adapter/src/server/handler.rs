@@ -485,7 +485,7 @@ pub(crate) async fn call(
                 scope.mode.as_str()
             ),
         );
-        return from_contract::call_result(&envelope, &shared.options.render, false);
+        return from_contract::call_result(&envelope, &shared.options.render, || false);
     }
     // `tool_search` and `describe_tool` filter by the session's mode: this request's. Each
     // call is a round of its session (idle working-set tools leave).
@@ -517,13 +517,16 @@ pub(crate) async fn call(
     if cancelled {
         tracing::debug!(tool = %name, "the client cancelled the call");
     }
-    // An output schema whose root is an object: a success must then carry that object.
-    let typed = surface.catalog().lookup(name).is_some_and(|e| {
-        e.spec
-            .output_schema
-            .as_ref()
-            .is_some_and(|o| o.get("type").and_then(Value::as_str) == Some("object"))
-    });
+    // An output schema whose root is an object: a success must then carry that object
+    // (looked up only for a result without one).
+    let typed = || {
+        surface.catalog().lookup(name).is_some_and(|e| {
+            e.spec
+                .output_schema
+                .as_ref()
+                .is_some_and(|o| o.get("type").and_then(Value::as_str) == Some("object"))
+        })
+    };
     from_contract::call_result(&envelope, &shared.options.render, typed)
 }
 

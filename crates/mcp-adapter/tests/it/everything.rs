@@ -11,7 +11,7 @@ use quiver_mcp_adapter::{McpClient, ServerConfig, ServerState};
 use quiver_registry::Catalog;
 use serde_json::json;
 
-use crate::{call, close_and_check, everything_js, start, text_of, wait_for, within};
+use crate::{call, close_and_check, everything_js, ready, start, text_of, wait_for, within};
 
 /// A server-everything HTTP process on a free loopback port; killed and reaped on drop.
 pub(crate) struct HttpEverything {
@@ -328,12 +328,7 @@ async fn the_liveness_ping_notices_an_http_server_that_stopped() {
         )))
         .required();
     let (_catalog, client) = start(&[config], Default::default());
-    within(
-        Duration::from_secs(30),
-        client.wait_ready(Duration::from_secs(30)),
-    )
-    .await
-    .expect("the server connects");
+    ready(&client).await;
     drop(server);
     wait_for(
         "the ping to notice the server is gone",

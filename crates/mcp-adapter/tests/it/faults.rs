@@ -417,12 +417,7 @@ async fn protocol_versions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tools_list_cursor_that_comes_round_again_stops_the_paging() {
     let (catalog, client) = start(&[raw("loop", &["--cursor-loop"])], fast_options());
-    within(
-        Duration::from_secs(20),
-        client.wait_ready(Duration::from_secs(20)),
-    )
-    .await
-    .expect("the server connects");
+    ready(&client).await;
     let env = call(&catalog, "mcp__loop__echo", json!({"k": "v"})).await;
     assert!(text_of(&env).contains("\"k\""), "{env:?}");
     let st = client.server_status("loop").unwrap();
@@ -442,12 +437,7 @@ async fn a_tools_list_cursor_that_comes_round_again_stops_the_paging() {
         &[raw("rep", &["--cursor-loop", "--cursor-ignored"])],
         fast_options(),
     );
-    within(
-        Duration::from_secs(20),
-        client.wait_ready(Duration::from_secs(20)),
-    )
-    .await
-    .expect("the server connects");
+    ready(&client).await;
     assert!(catalog.contains("mcp__rep__echo"));
     let report = client.register_report();
     assert!(report.skipped.is_empty(), "{report:?}");

@@ -252,11 +252,8 @@ async fn expiring(
     }
 }
 
-/// A call on the old connection is still in flight (its stream is open) when the client has
-/// reconnected: a call on the new connection gets its own request id and progress token, and
-/// progress on its stream reaches its client, not the old call's.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn progress_after_a_reconnect_reaches_only_its_own_call() {
+/// An [`Expiring`] server on a free port, and its URL.
+async fn serve_expiring() -> (Arc<Expiring>, String) {
     let server = Arc::new(Expiring::default());
     let app = Router::new()
         .route(
@@ -269,6 +266,15 @@ async fn progress_after_a_reconnect_reaches_only_its_own_call() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
+    (server, url)
+}
+
+/// A call on the old connection is still in flight (its stream is open) when the client has
+/// reconnected: a call on the new connection gets its own request id and progress token, and
+/// progress on its stream reaches its client, not the old call's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_after_a_reconnect_reaches_only_its_own_call() {
+    let (server, url) = serve_expiring().await;
     let (catalog, client) = start(
         &[ServerConfig::http("ex", url)
             .with_liveness(Liveness::Off)
@@ -323,18 +329,7 @@ async fn progress_after_a_reconnect_reaches_only_its_own_call() {
 /// keeps waiting, and the next call goes out on the same session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_response_stream_fails_only_its_own_call() {
-    let server = Arc::new(Expiring::default());
-    let app = Router::new()
-        .route(
-            "/mcp",
-            post(expiring)
-                .get(|| async { StatusCode::METHOD_NOT_ALLOWED })
-                .delete(|| async { StatusCode::OK }),
-        )
-        .with_state(server.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (server, url) = serve_expiring().await;
     let (catalog, client) = start(
         &[ServerConfig::http("ex", url)
             .with_liveness(Liveness::Off)

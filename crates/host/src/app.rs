@@ -13,6 +13,9 @@ use quiver_surface::{MemoryUsage, Surface, core_tools, ports::UsageSource};
 
 use crate::{Config, DirSkills, Families, assemble_catalog};
 
+/// How long shutdown waits for the working-set mirror to catch up before closing the store.
+const MIRROR_SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
+
 async fn put(store: &SqliteStore, def: ToolDefinition) {
     let name = def.name.clone();
     if let Err(e) = store.put_definition(def).await {
@@ -275,7 +278,16 @@ impl App {
         self.mcp.close().await;
         // Records still on their way to the log (callers gone, a full channel).
         self.dispatcher.drain_records().await;
-        // The background mirror may not have written the last changes yet.
+        // The background mirror may not have written the last changes yet, nor deleted the
+        // sessions that just ended (a `serve --stdio` ends with its one session).
+        if tokio::time::timeout(MIRROR_SETTLE, self.surface.mirror_settled())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "working-set persistence still busy after {MIRROR_SETTLE:?}; writing the open sessions now"
+            );
+        }
         for session in self.surface.session_keys() {
             self.save_session(&session).await?;
         }

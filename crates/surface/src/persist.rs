@@ -20,59 +20,79 @@ async fn forget(store: &dyn SessionStore, session: &str) {
 
 impl Surface {
     /// Spawns the task that mirrors working-set changes into `store`. The returned counter
-    /// goes up after each session is written (tests and shutdown can wait on it). Needs a
-    /// tokio runtime.
+    /// goes up after each session is written (tests can wait on it; shutdown waits on
+    /// [`Surface::mirror_settled`]). Needs a tokio runtime; spawn one per surface.
     pub fn spawn_persistence(
         self: &Arc<Self>,
         store: Arc<dyn SessionStore>,
     ) -> watch::Receiver<u64> {
-        let mut changes = self.subscribe_changes();
-        self.persisting
-            .store(true, std::sync::atomic::Ordering::Release);
+        let mut changes = {
+            let mut mirror = crate::surface::lock(&self.mirror);
+            mirror.running = true;
+            self.mirrored.send_replace(mirror.sent);
+            self.subscribe_changes()
+        };
         let weak = Arc::downgrade(self);
         let (done_tx, done_rx) = watch::channel(0u64);
         tokio::spawn(async move {
             loop {
-                let session = match changes.recv().await {
-                    Ok(s) => s,
-                    Err(RecvError::Lagged(n)) => {
+                let (session, handled) = match changes.recv().await {
+                    Ok(s) => (Some(s), 1),
+                    Err(RecvError::Lagged(n)) => (None, n),
+                    Err(RecvError::Closed) => break,
+                };
+                let Some(surface) = weak.upgrade() else { break };
+                let mirrored = surface.mirrored.clone();
+                match session {
+                    None => {
                         tracing::warn!(
-                            missed = n,
+                            missed = handled,
                             "working-set persistence fell behind; some changes are written with the next change of their session"
                         );
                         // Ended sessions are deleted all the same.
-                        let Some(surface) = weak.upgrade() else { break };
                         let ended: Vec<Arc<str>> =
                             crate::surface::lock(&surface.forgotten).drain().collect();
                         drop(surface);
                         for session in ended {
                             forget(&*store, &session).await;
                         }
-                        continue;
                     }
-                    Err(RecvError::Closed) => break,
-                };
-                let Some(surface) = weak.upgrade() else { break };
-                if crate::surface::lock(&surface.forgotten).remove(&session) {
-                    drop(surface);
-                    forget(&*store, &session).await;
-                    done_tx.send_modify(|n| *n += 1);
-                    continue;
+                    Some(session) => {
+                        if crate::surface::lock(&surface.forgotten).remove(&session) {
+                            drop(surface);
+                            forget(&*store, &session).await;
+                            done_tx.send_modify(|n| *n += 1);
+                        } else if surface.holds(&session) {
+                            let current = surface.persisted_set(&session);
+                            drop(surface);
+                            if let Err(e) = sync(&*store, &session, current).await {
+                                tracing::error!(session = %session, error = %e, "could not persist the working set");
+                            }
+                            done_tx.send_modify(|n| *n += 1);
+                        }
+                        // Else a session dropped from memory since (or ended) keeps what
+                        // the store has: its last change was written when it happened.
+                    }
                 }
-                // A session dropped from memory since (or ended) keeps what the store has:
-                // its last change was written when it happened.
-                if !surface.holds(&session) {
-                    continue;
-                }
-                let current = surface.persisted_set(&session);
-                drop(surface);
-                if let Err(e) = sync(&*store, &session, current).await {
-                    tracing::error!(session = %session, error = %e, "could not persist the working set");
-                }
-                done_tx.send_modify(|n| *n += 1);
+                mirrored.send_modify(|n| *n += handled);
             }
         });
         done_rx
+    }
+
+    /// Waits until the persistence task has handled every working-set change made so far:
+    /// its writes and the deletes of ended sessions are in the store (shutdown waits on it
+    /// before closing the store). Returns at once without a persistence task.
+    pub async fn mirror_settled(&self) {
+        let target = {
+            let mirror = crate::surface::lock(&self.mirror);
+            if !mirror.running {
+                return;
+            }
+            mirror.sent
+        };
+        let mut handled = self.mirrored.subscribe();
+        let _ = handled.wait_for(|n| *n >= target).await;
     }
 
     /// Writes the session's working set to `store` now (for a short-lived process that exits

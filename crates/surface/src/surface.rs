@@ -272,8 +272,19 @@ pub struct Surface {
     /// Ended sessions whose stored working set the persistence task deletes, in order with
     /// the writes before it (see [`Surface::forget_session`]).
     pub(crate) forgotten: Mutex<HashSet<Arc<str>>>,
-    /// Whether a persistence task runs (`spawn_persistence`).
-    pub(crate) persisting: std::sync::atomic::AtomicBool,
+    /// Whether a persistence task runs (`spawn_persistence`), and how many changes were
+    /// sent to it.
+    pub(crate) mirror: Mutex<Mirror>,
+    /// How many changes the persistence task has handled (see [`Surface::mirror_settled`]).
+    pub(crate) mirrored: watch::Sender<u64>,
+}
+
+/// The persistence task's side of the change channel: counted under one lock with the
+/// sends, so the count starts exactly where the task's subscription does.
+#[derive(Debug, Default)]
+pub(crate) struct Mirror {
+    pub(crate) running: bool,
+    pub(crate) sent: u64,
 }
 
 impl fmt::Debug for Surface {
@@ -390,7 +401,8 @@ impl Surface {
             pending: Mutex::new(HashMap::new()),
             restored: Mutex::new(HashSet::new()),
             forgotten: Mutex::new(HashSet::new()),
-            persisting: std::sync::atomic::AtomicBool::new(false),
+            mirror: Mutex::new(Mirror::default()),
+            mirrored: watch::channel(0).0,
             clock: std::sync::atomic::AtomicU64::new(0),
             floor: Mutex::new(FloorState::default()),
             changes,
@@ -554,7 +566,10 @@ impl Surface {
     }
 
     fn notify(&self, session: &str) {
-        let _ = self.changes.send(session.into());
+        let mut mirror = lock(&self.mirror);
+        if self.changes.send(session.into()).is_ok() {
+            mirror.sent += 1;
+        }
     }
 
     fn with_session<R>(&self, session: &str, f: impl FnOnce(&mut Session) -> R) -> R {
@@ -1151,7 +1166,7 @@ impl Surface {
     /// it already under way, so a late write cannot bring the rows back.
     pub fn forget_session(&self, session: &str) {
         self.end_session(session);
-        if self.persisting.load(std::sync::atomic::Ordering::Acquire) {
+        if lock(&self.mirror).running {
             lock(&self.forgotten).insert(session.into());
             self.notify(session);
         }

@@ -249,3 +249,27 @@ async fn a_forgotten_session_stays_deleted_after_a_write_in_flight() {
     assert!(stored(&*store, "ended").await.is_empty());
     assert_eq!(stored(&*store, "kept").await, ["beta"]);
 }
+
+/// Shutdown waits on `mirror_settled` before it closes the store: it returns once every
+/// change made so far is written, and an ended session's delete is done.
+#[tokio::test]
+async fn mirror_settled_waits_for_the_writes_and_deletes_under_way() {
+    let fx = Fixture::new(SurfaceConfig::default(), vec![ro("alpha", "A.")], &[]);
+    let store = Arc::new(SlowWrites(MemorySessionStore::default()));
+    // Without a persistence task there is nothing to wait for.
+    tokio::time::timeout(Duration::from_secs(10), fx.surface.mirror_settled())
+        .await
+        .expect("returns at once without a persistence task");
+    let _written = fx.surface.spawn_persistence(store.clone());
+    fx.surface.page_in("s", &["alpha"]);
+    // The write takes 200 ms.
+    tokio::time::timeout(Duration::from_secs(10), fx.surface.mirror_settled())
+        .await
+        .expect("the mirror settles");
+    assert_eq!(stored(&*store, "s").await, ["alpha"]);
+    fx.surface.forget_session("s");
+    tokio::time::timeout(Duration::from_secs(10), fx.surface.mirror_settled())
+        .await
+        .expect("the mirror settles");
+    assert!(stored(&*store, "s").await.is_empty());
+}

@@ -165,6 +165,21 @@ impl SurfaceConfig {
             ));
         }
         let system = self.system_set();
+        for (key, patterns) in [
+            ("agentic_only", &self.agentic_only),
+            ("delegate_excluded", &self.delegate_excluded),
+        ] {
+            for p in patterns {
+                for s in system
+                    .iter()
+                    .filter(|s| quiver_contract::pattern_matches(p, s))
+                {
+                    out.push(format!(
+                        "{key} pattern `{p}` matches the system tool `{s}`, which stays resident in every mode; narrow the pattern"
+                    ));
+                }
+            }
+        }
         if system.len() > round {
             out.push(format!(
                 "the always-resident system set has {} tools, more than round.max_definitions ({round}): some of them are never listed",

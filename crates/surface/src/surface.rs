@@ -774,20 +774,11 @@ impl Surface {
                 dropped.push(drop(DropReason::ReplacedByModel));
                 continue;
             }
-            // A partial walk only places names: no advertised copy, and a working-set
-            // tool's size as its slot has it (measured when it was paged in).
-            let (advertised, bytes) = if partial {
-                let bytes = match reason {
-                    Reason::WorkingSet => sess.slot_bytes(name),
-                    _ => None,
-                }
-                .unwrap_or_else(|| paged_bytes(spec, loaded(name)));
-                (None, bytes)
-            } else {
-                let advertised = quiver_registry::advertise(spec.clone(), &opts);
-                let bytes = advertised.definition_bytes();
-                (Some(advertised), bytes)
-            };
+            // The round budgets the advertised form (lightweight or full, with the injected
+            // `reasoning` property); a partial walk measures the same and keeps only names.
+            let advertised = quiver_registry::advertise(spec.clone(), &opts);
+            let bytes = advertised.definition_bytes();
+            let advertised = (!partial).then_some(advertised);
             let essential = name == TOOL_SEARCH;
             if !essential && count >= budget.max_definitions {
                 dropped.push(drop(DropReason::OverCount));
@@ -851,8 +842,13 @@ impl Surface {
         list
     }
 
-    /// Whether the mode's lists keep `name` off.
+    /// Whether the mode's lists keep `name` off. Never a system tool: the system set is
+    /// resident in every mode, whatever pattern of `agentic_only` or `delegate_excluded`
+    /// matches it.
     fn mode_excluded(&self, mode: Mode, name: &str) -> bool {
+        if self.system.iter().any(|s| s == name) {
+            return false;
+        }
         match mode {
             Mode::Agentic => false,
             Mode::Delegate => {
@@ -906,12 +902,14 @@ impl Surface {
             .unwrap_or_default()
     }
 
-    /// Whether the model of `mode` with `capabilities` may find `name` at all: live, listed
-    /// in the mode, allowed to the caller.
+    /// Whether the model of `mode` with `capabilities` may use `name` at all: live, listed
+    /// in the mode, allowed to the caller, and not kept off by the mode's lists (an
+    /// `agentic_only` tool outside agentic mode, a `delegate_excluded` one in delegate).
+    /// `quiver serve` refuses a call of a tool that is not visible.
     pub fn visible(&self, name: &str, mode: Mode, capabilities: &Capabilities) -> bool {
-        self.catalog
-            .lookup(name)
-            .is_some_and(|e| e.spec.listed_in(mode) && capabilities.allows(name))
+        self.catalog.lookup(name).is_some_and(|e| {
+            e.spec.listed_in(mode) && capabilities.allows(name) && !self.mode_excluded(mode, name)
+        })
     }
 
     /// The best `limit` visible tools for `query`, system tools aside (no working-set

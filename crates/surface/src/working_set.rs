@@ -65,11 +65,6 @@ impl Session {
         self.slots.contains_key(name)
     }
 
-    /// The definition bytes `name` was paged in with.
-    pub(crate) fn slot_bytes(&self, name: &str) -> Option<usize> {
-        self.slots.get(name).map(|s| s.bytes)
-    }
-
     /// The names, most recent first.
     pub(crate) fn by_recency(&self) -> Vec<&str> {
         let mut v: Vec<(&str, u64)> = self
@@ -138,6 +133,9 @@ impl Session {
         self.stamp += tools.len() as u64;
         for (i, (name, bytes)) in tools.iter().enumerate() {
             let stamp = base + (tools.len() - i) as u64;
+            // A member that grew past the cap leaves the set: if it cannot come back in, it
+            // was evicted (the set changed: the client re-lists, the store forgets it).
+            let mut regrown = false;
             if let Some(old) = self.slots.get(name.as_str()).map(|s| s.bytes) {
                 if *bytes <= old || self.bytes - old + bytes <= caps.max_bytes {
                     // Its size now (a progressive tool loaded since is larger than its
@@ -152,9 +150,13 @@ impl Session {
                 }
                 // Grown past the cap: it makes room, or is refused, like a newcomer.
                 self.evict(name);
+                regrown = true;
             }
             if *bytes > caps.max_bytes || caps.max_tools == 0 {
                 out.over_budget.push(name.clone());
+                if regrown {
+                    out.evicted.push(name.clone());
+                }
                 continue;
             }
             // Evict the oldest outsiders until the newcomer fits.
@@ -179,6 +181,9 @@ impl Session {
             }
             if count >= caps.max_tools || used + bytes > caps.max_bytes {
                 out.over_budget.push(name.clone());
+                if regrown {
+                    out.evicted.push(name.clone());
+                }
                 continue;
             }
             let gone: Vec<String> = victims[..take].iter().map(|(n, _)| (*n).clone()).collect();

@@ -94,6 +94,60 @@ fn each_mode_composes_its_own_list() {
     );
 }
 
+/// What a mode leaves off, a caller of that mode may not use either: `visible` is the
+/// gate `quiver serve` puts in front of `tools/call`.
+#[test]
+fn a_mode_excluded_tool_is_not_visible_in_that_mode() {
+    let fx = modes_fixture();
+    let all = quiver_contract::Capabilities::all();
+    let visible = |name: &str, mode: Mode| fx.surface.visible(name, mode, &all);
+    assert!(!visible("run_shell", Mode::Chat), "agentic-only in chat");
+    assert!(
+        !visible("run_shell", Mode::Delegate),
+        "agentic-only in delegate"
+    );
+    assert!(visible("run_shell", Mode::Agentic));
+    assert!(!visible("send_mail", Mode::Delegate), "delegate-excluded");
+    assert!(visible("send_mail", Mode::Chat));
+    assert!(!visible("write_file", Mode::Plan), "mutating, in plan mode");
+    assert!(visible("grep", Mode::Delegate));
+}
+
+/// The system set is resident in every mode: a mode-list pattern that happens to match a
+/// system tool does not take it off (and the configuration warns).
+#[test]
+fn mode_lists_never_take_a_system_tool_off() {
+    let config = SurfaceConfig::default()
+        .with_agentic_only(&["describe_*"])
+        .with_delegate_excluded(&["*_search"]);
+    let warnings = config.warnings();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("agentic_only pattern `describe_*`")
+                && w.contains("`describe_tool`")),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("delegate_excluded pattern `*_search`")
+                && w.contains("`tool_search`")),
+        "{warnings:?}"
+    );
+    let fx = Fixture::new(config, vec![ro("grep", "Searches text.")], &[]);
+    for mode in [Mode::Chat, Mode::Delegate, Mode::Agentic, Mode::Plan] {
+        assert_eq!(
+            line(&fx.names("s", mode)),
+            "tool_search describe_tool",
+            "mode {}",
+            mode.as_str()
+        );
+    }
+    let all = quiver_contract::Capabilities::all();
+    assert!(fx.surface.visible("tool_search", Mode::Delegate, &all));
+}
+
 #[test]
 fn reasons_and_drops_are_reported() {
     let fx = modes_fixture();

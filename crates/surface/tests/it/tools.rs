@@ -147,6 +147,43 @@ async fn hits_the_round_cannot_list_are_reported_over_budget() {
     );
 }
 
+/// The round budgets a tool's advertised definition, with the injected `reasoning`
+/// property: `tool_search` measures its hits the same way, so a hit the round cannot list
+/// for bytes is reported `over_budget`, not exposed.
+#[tokio::test]
+async fn hits_the_round_cannot_list_for_bytes_are_reported_over_budget() {
+    let specs = vec![ro("read_csv", "Reads a CSV file into rows.")];
+    let probe = Fixture::new(SurfaceConfig::default(), specs.clone(), &[]);
+    let spec = |n: &str| probe.catalog.lookup(n).unwrap().spec.clone();
+    let advertised = |n: &str| {
+        quiver_registry::advertise(spec(n), &quiver_registry::AdvertiseOptions::default())
+            .definition_bytes()
+    };
+    let bare = spec("read_csv").definition_bytes();
+    assert!(advertised("read_csv") > bare, "reasoning is injected");
+    // Room for the system tools and the hit without its `reasoning` property.
+    let budget = advertised("tool_search") + advertised("describe_tool") + bare;
+    let fx = Fixture::new(
+        SurfaceConfig::default().with_round_budget(32, budget),
+        specs,
+        &[],
+    );
+    let e = fx
+        .call("s", "tool_search", json!({"query": "csv file", "limit": 1}))
+        .await;
+    let d = data(&e);
+    assert_eq!(d["exposed"], json!([]), "{d}");
+    assert_eq!(
+        d["failed"],
+        json!([{"name": "read_csv", "reason": "over_budget"}]),
+        "{d}"
+    );
+    assert_eq!(
+        line(&fx.names("s", Mode::Chat)),
+        "tool_search describe_tool"
+    );
+}
+
 /// With a `max_surface` below the round budget (a configuration `quiver check` warns about),
 /// a round that would list the hits is too large and fails: the hits are reported failed,
 /// not exposed.

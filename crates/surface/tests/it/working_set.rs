@@ -80,11 +80,16 @@ fn a_loaded_progressive_tool_counts_its_full_size() {
         &[],
     );
     fx.surface.page_in("s", &["big"]);
+    let mut changes = fx.surface.subscribe_changes();
     let (_, paged) = fx
         .surface
         .describe("s", "big", &quiver_contract::Capabilities::all())
         .unwrap();
     assert_eq!(paged.over_budget, vec!["big".to_owned()], "{paged:?}");
+    // It was a member: it left the set, which is a change (the client re-lists, the store
+    // forgets it).
+    assert_eq!(paged.evicted, vec!["big".to_owned()], "{paged:?}");
+    assert_eq!(changes.try_recv().ok().as_deref(), Some("s"));
     assert!(fx.surface.working_set("s").is_empty());
 }
 

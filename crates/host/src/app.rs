@@ -9,7 +9,7 @@ use quiver_registry::{
     Skipped, ToolDefinition, ToolType, skill_tool,
 };
 use quiver_store_sqlite::{SqliteStore, StoreOptions};
-use quiver_surface::{MemoryUsage, Surface, core_tools, ports::UsageSource};
+use quiver_surface::{FloorLoad, MemoryUsage, Surface, core_tools};
 
 use crate::{Config, DirSkills, Families, assemble_catalog};
 
@@ -85,21 +85,21 @@ impl App {
                 tracing::info!(sessions, days, "deleted session state idle past retention");
             }
         }
-        let usage = store
-            .usage(SystemTime::now())
-            .await
-            .context("reading tool usage from the store")?;
-        let usage = MemoryUsage::new(
-            usage
-                .into_iter()
-                .map(|u| (u.tool, [u.last_30_days, u.last_90_days, u.older])),
-        );
         let catalog = Arc::new(Catalog::new());
         // First registration wins in the family order, whenever each family registers (MCP
         // servers connect after the skills are in).
         catalog.set_family_order(crate::family_rank);
-        let surface = Surface::new(catalog.clone(), config.surface.clone(), Arc::new(usage))
-            .context("building the tool surface")?;
+        // The floor is store-backed: the in-memory usage is never read.
+        let surface = Surface::new(
+            catalog.clone(),
+            config.surface.clone(),
+            Arc::new(MemoryUsage::default()),
+        )
+        .context("building the tool surface")?;
+        // The stored floor, or one derived from the execution log's usage now (and stored).
+        if let FloorLoad::Unavailable(why) = surface.load_floor(&*store, &*store).await {
+            tracing::warn!("resident floor: {why}; using the static fallback");
+        }
         let loaded = DirSkills::new(config.skills.dirs.clone()).load();
         let (skill, mut skill_problems) = skill_tool(loaded.skills);
         skill_problems.splice(0..0, loaded.problems);

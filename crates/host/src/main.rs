@@ -12,6 +12,7 @@ use quiver_contract::{
 };
 use quiver_host::{App, Config, ToolFormat, format_tools, provider_name_warnings};
 use quiver_registry::{CallFilter, DefinitionStore};
+use quiver_surface::{FloorLoad, FloorSource};
 
 /// Quiver: one catalog, one dispatch pipeline, every tool an agent can call.
 ///
@@ -70,6 +71,19 @@ enum Command {
     /// Show the upstream MCP servers (connected, retrying, failed with the reason), their
     /// tool counts, and the store.
     Status,
+    /// Show the resident floor: the anchors, then the tools used most (ranked from the
+    /// execution log's usage, weighted 3.0 / 1.0 / 0.2 for calls under 30 days, under 90
+    /// days and older), or the static fallback when there is no usage.
+    ///
+    /// The ranking is stored (`tool_surface_tier0_v1`) and shared by every `quiver` on the
+    /// same store; `quiver serve` re-reads it every `floor_cache_ttl_secs` and derives it
+    /// again once it is older than `floor_max_age_secs`. Example: `quiver floor --rederive`.
+    Floor {
+        /// Derive the ranking from usage now and store it (running servers pick it up
+        /// within `floor_cache_ttl_secs`).
+        #[arg(long)]
+        rederive: bool,
+    },
     /// Show recent tool calls from the execution log, newest first.
     ///
     /// Example: `quiver log --outcome err --limit 20`.
@@ -244,6 +258,38 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                     state,
                     s.tools.len()
                 );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Floor { rederive } => {
+            if rederive {
+                let store = &*app.store;
+                if let FloorLoad::Unavailable(why) =
+                    app.surface.rederive_floor_into(store, store).await
+                {
+                    anyhow::bail!("the floor could not be derived: {why}");
+                }
+            }
+            let floor = app.surface.floor();
+            let source = match floor.source {
+                FloorSource::Fallback => "the static fallback (no used tool is registered)",
+                _ => "derived from usage",
+            };
+            println!("resident floor: {} tool(s), {source}", floor.entries.len());
+            for e in &floor.entries {
+                let why = if e.anchor {
+                    "anchor".to_owned()
+                } else if floor.source == FloorSource::Fallback {
+                    "fallback".to_owned()
+                } else {
+                    format!("score {:.1}", e.score)
+                };
+                let live = if app.catalog.contains(&e.name) {
+                    ""
+                } else {
+                    "  (not registered now: left off the surface)"
+                };
+                println!("  {:<40} {why}{live}", e.name);
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -493,6 +539,11 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
             // Working sets go to the store as they change, so a restarted server (or
             // another replica) gives a returning conversation its tools back.
             let _mirror = app.surface.spawn_persistence(app.store.clone());
+            // The stored resident floor is re-read every `floor_cache_ttl_secs` and
+            // re-derived from the execution log once older than `floor_max_age_secs`.
+            let floor_keeper = app
+                .surface
+                .spawn_floor_keeper(app.store.clone(), app.store.clone());
             let _definitions = app.spawn_definition_recorder();
             let mut options = quiver_mcp_adapter::ServerOptions::default()
                 .with_default_mode(mode)
@@ -501,7 +552,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
             for host in allow_hosts {
                 options = options.with_allowed_host(host);
             }
-            quiver_host::serve::serve(
+            let served = quiver_host::serve::serve(
                 app.surface.clone(),
                 app.dispatcher.clone(),
                 transport,
@@ -513,7 +564,10 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                 Some(std::sync::Arc::new(app.mcp.clone())),
                 Some(std::sync::Arc::new(quiver_host::Ready::of(app))),
             )
-            .await?;
+            .await;
+            // Not reading the store while it closes.
+            floor_keeper.abort();
+            served?;
             Ok(ExitCode::SUCCESS)
         }
         Command::BenchSearch { .. } => unreachable!("handled before the catalog is built"),

@@ -22,9 +22,12 @@ pub struct SurfaceConfig {
     pub system: Vec<String>,
     /// A static floor used when no valid derived floor exists (after the anchors).
     pub fallback_floor: Vec<String>,
-    /// A derived floor older than this many seconds is re-derived on the next read.
+    /// A usage ranking older than this many seconds is derived again (with a store, by the
+    /// floor keeper; without one, on the next read).
     pub floor_max_age_secs: u64,
-    /// Reads of the floor are cached this many seconds.
+    /// With a store, the floor keeper re-reads the stored ranking this often (another
+    /// process may have written a newer one); between reads the floor is served from
+    /// memory.
     pub floor_cache_ttl_secs: u64,
     /// A working-set tool unused for more than this many rounds is evicted.
     pub idle_rounds: u64,

@@ -1,11 +1,15 @@
-//! The resident floor: the anchors, then the tools used most, derived from usage counts.
+//! The resident floor: the anchors, then the tools used most. Usage counts are ranked (the
+//! ranking is stored under [`crate::ports::TIER0_KEY`] when the surface has a store), and
+//! each read resolves the ranking against the live catalog, cached per catalog version.
 
 use std::{
     collections::{BTreeMap, HashSet},
     sync::{Arc, Mutex},
+    time::SystemTime,
 };
 
 use quiver_registry::Catalog;
+use serde_json::{Value, json};
 use tokio::time::{Duration, Instant};
 
 use crate::SurfaceConfig;
@@ -90,7 +94,9 @@ pub struct FloorEntry {
     pub score: f64,
 }
 
-/// A derived (or fallback) floor.
+/// The floor in use: the anchors, then the best-ranked tools of the usage ranking that are
+/// live in the catalog now, up to `target_floor` (or the static fallback after the anchors
+/// when none is).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Floor {
@@ -98,7 +104,7 @@ pub struct Floor {
     pub entries: Vec<FloorEntry>,
     /// How the floor was made.
     pub source: FloorSource,
-    /// When it was derived.
+    /// When the usage ranking behind it was derived (this process's clock).
     pub written_at: Instant,
 }
 
@@ -109,75 +115,244 @@ impl Floor {
     }
 }
 
-/// The derived floor and the read cache.
+/// How many ranked tools a derivation keeps: more than any floor takes, so that tools
+/// missing from the catalog now (an upstream still connecting) leave their slots to the
+/// next ones, and take them back when they register, without a new derivation.
+const MAX_RANKED: usize = 256;
+
+/// The version of the stored value's shape.
+const STORED_VERSION: u64 = 1;
+
+/// The usage ranking a floor is resolved from: every tool with usage, best first (ties by
+/// name), whether or not it is in the catalog now. This is what is stored under
+/// [`crate::ports::TIER0_KEY`]; anchors, the system set and the target come from the
+/// configuration when it is resolved.
+#[derive(Debug, Clone)]
+pub(crate) struct Ranking {
+    ranked: Vec<(String, f64)>,
+    /// When it was derived, on this process's clock.
+    derived_at: Instant,
+    /// When it was derived, as stored (to tell a newer stored value from the one held).
+    derived_wall: SystemTime,
+}
+
+/// The same derivation: the same ranked tools, derived at the same (stored) time.
+impl PartialEq for Ranking {
+    fn eq(&self, other: &Self) -> bool {
+        self.ranked == other.ranked && self.derived_wall == other.derived_wall
+    }
+}
+
+impl Ranking {
+    /// Ranks usage rows (tool, age buckets) by their weighted score.
+    pub(crate) fn derive(rows: impl IntoIterator<Item = (String, [u64; 3])>) -> Ranking {
+        let mut ranked: Vec<(String, f64)> = rows
+            .into_iter()
+            .map(|(name, b)| (name, usage_score(b)))
+            .filter(|(_, s)| *s > 0.0)
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        ranked.truncate(MAX_RANKED);
+        // Whole milliseconds, as stored: the value read back is equal to this one.
+        let ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or_default();
+        Ranking {
+            ranked,
+            derived_at: Instant::now(),
+            derived_wall: SystemTime::UNIX_EPOCH + Duration::from_millis(ms),
+        }
+    }
+
+    /// The value stored under [`crate::ports::TIER0_KEY`].
+    pub(crate) fn to_stored(&self) -> Value {
+        json!({
+            "version": STORED_VERSION,
+            "derived_at_ms": self
+                .derived_wall
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or_default(),
+            "ranked": self
+                .ranked
+                .iter()
+                .map(|(name, score)| json!({"name": name, "score": score}))
+                .collect::<Vec<_>>(),
+        })
+    }
+
+    /// A stored value read back; `Err` says why it is not a valid one.
+    pub(crate) fn from_stored(value: &Value) -> Result<Ranking, String> {
+        let version = value.get("version").and_then(Value::as_u64);
+        if version != Some(STORED_VERSION) {
+            return Err(format!(
+                "version {} (this build reads {STORED_VERSION})",
+                version.map_or("missing".to_owned(), |v| v.to_string())
+            ));
+        }
+        let derived_ms = value
+            .get("derived_at_ms")
+            .and_then(Value::as_u64)
+            .ok_or("no derived_at_ms")?;
+        let derived_wall = SystemTime::UNIX_EPOCH + Duration::from_millis(derived_ms);
+        let rows = value
+            .get("ranked")
+            .and_then(Value::as_array)
+            .ok_or("no ranked list")?;
+        let mut ranked = Vec::with_capacity(rows.len().min(MAX_RANKED));
+        for row in rows.iter().take(MAX_RANKED) {
+            let name = row.get("name").and_then(Value::as_str);
+            let score = row.get("score").and_then(Value::as_f64);
+            match (name, score) {
+                (Some(n), Some(s)) if !n.is_empty() && s.is_finite() => {
+                    ranked.push((n.to_owned(), s));
+                }
+                _ => return Err(format!("a ranked entry is not {{name, score}}: {row}")),
+            }
+        }
+        // Its age on this process's clock (a value from the future counts as new).
+        let age = SystemTime::now()
+            .duration_since(derived_wall)
+            .unwrap_or_default();
+        let now = Instant::now();
+        Ok(Ranking {
+            ranked,
+            derived_at: now.checked_sub(age).unwrap_or(now),
+            derived_wall,
+        })
+    }
+
+    /// How many tools it ranks.
+    pub(crate) fn len(&self) -> usize {
+        self.ranked.len()
+    }
+
+    /// How long ago it was derived.
+    pub(crate) fn age(&self) -> Duration {
+        Instant::now().saturating_duration_since(self.derived_at)
+    }
+}
+
+/// The usage ranking, where it comes from, and the floor resolved from it.
 #[derive(Debug, Default)]
 pub(crate) struct FloorState {
-    derived: Option<Arc<Floor>>,
-    cached: Option<(Instant, Arc<Floor>)>,
+    ranking: Option<Arc<Ranking>>,
+    /// A store provides the ranking ([`crate::Surface::load_floor`]): reads never derive
+    /// from the in-memory usage, and without a valid stored ranking the floor is the
+    /// static fallback.
+    stored: bool,
+    /// The floor resolved from `ranking` for one catalog version.
+    resolved: Option<(u64, Arc<Floor>)>,
+    /// The size and source of the last floor checked against the band (warned once).
+    checked: Option<(usize, FloorSource)>,
 }
 
 impl FloorState {
-    /// The floor to use now: the cached read while fresh, else the derived floor while young
-    /// enough, else a re-derivation.
+    /// The floor to use now: resolved from the ranking for the catalog's current version.
+    /// Without a store, the ranking is derived from `usage` when missing or older than
+    /// `floor_max_age_secs`.
     pub(crate) fn read(
         &mut self,
         config: &SurfaceConfig,
         catalog: &Catalog,
         usage: &dyn UsageScores,
     ) -> Arc<Floor> {
-        let now = Instant::now();
-        let ttl = Duration::from_secs(config.floor_cache_ttl_secs);
-        if let Some((at, floor)) = &self.cached
-            && now.saturating_duration_since(*at) < ttl
-        {
-            return floor.clone();
+        if !self.stored {
+            let max_age = Duration::from_secs(config.floor_max_age_secs);
+            if self.ranking.as_ref().is_none_or(|r| r.age() >= max_age) {
+                self.ranking = Some(Arc::new(Ranking::derive(usage.usage())));
+                self.resolved = None;
+            }
         }
-        let max_age = Duration::from_secs(config.floor_max_age_secs);
-        let floor = match &self.derived {
-            Some(f) if now.saturating_duration_since(f.written_at) < max_age => f.clone(),
-            _ => self.rederive(config, catalog, usage),
-        };
-        self.cached = Some((now, floor.clone()));
-        floor
+        self.resolve(config, catalog)
     }
 
-    /// Derives the floor again and drops the cached read.
+    /// Derives the ranking again from `usage` now (the in-memory path) and resolves it.
     pub(crate) fn rederive(
         &mut self,
         config: &SurfaceConfig,
         catalog: &Catalog,
         usage: &dyn UsageScores,
     ) -> Arc<Floor> {
-        let floor = Arc::new(derive(config, catalog, usage));
-        let n = floor.entries.len();
-        // A fresh install: no usage yet, nothing configured to stand in. Expected, not a
-        // warning on every start.
-        let nothing_yet = n == 0
-            && floor.source == FloorSource::Fallback
-            && config.anchors.is_empty()
-            && config.fallback_floor.is_empty();
-        if nothing_yet {
-            tracing::debug!(
-                "no usage recorded yet and no anchors or fallback floor: the floor is empty"
-            );
-        } else if n < config.floor_min || n > config.floor_max {
-            tracing::warn!(
-                size = n,
-                floor_min = config.floor_min,
-                floor_max = config.floor_max,
-                source = ?floor.source,
-                "the resident floor is outside its configured band"
-            );
+        self.adopt(Arc::new(Ranking::derive(usage.usage())));
+        self.checked = None;
+        self.resolve(config, catalog)
+    }
+
+    /// Takes a ranking (derived or read from the store); `None` when nothing valid is
+    /// stored. Marks the floor store-backed.
+    pub(crate) fn set_stored(&mut self, ranking: Option<Arc<Ranking>>) {
+        self.stored = true;
+        match ranking {
+            Some(r) => self.adopt(r),
+            None => {
+                self.ranking = None;
+                self.resolved = None;
+            }
         }
-        self.derived = Some(floor.clone());
-        self.cached = None;
+    }
+
+    /// Marks the floor store-backed, keeping the ranking held (if any).
+    pub(crate) fn keep_stored(&mut self) {
+        self.stored = true;
+    }
+
+    fn adopt(&mut self, ranking: Arc<Ranking>) {
+        self.ranking = Some(ranking);
+        self.resolved = None;
+    }
+
+    /// The ranking held, if any.
+    pub(crate) fn ranking(&self) -> Option<Arc<Ranking>> {
+        self.ranking.clone()
+    }
+
+    fn resolve(&mut self, config: &SurfaceConfig, catalog: &Catalog) -> Arc<Floor> {
+        let version = catalog.version();
+        if let Some((v, floor)) = &self.resolved
+            && *v == version
+        {
+            return floor.clone();
+        }
+        let floor = Arc::new(resolve(config, catalog, self.ranking.as_deref()));
+        self.resolved = Some((version, floor.clone()));
+        let key = (floor.entries.len(), floor.source);
+        if self.checked != Some(key) {
+            self.checked = Some(key);
+            check_band(config, &floor);
+        }
         floor
     }
 }
 
-/// Anchors first, then the highest usage-scored live tools up to `target_floor`; the static
-/// fallback (after the anchors) when usage names no live tool.
-fn derive(config: &SurfaceConfig, catalog: &Catalog, usage: &dyn UsageScores) -> Floor {
+/// Warns when the floor is outside `[floor_min, floor_max]`.
+fn check_band(config: &SurfaceConfig, floor: &Floor) {
+    let n = floor.entries.len();
+    // A fresh install: no usage yet, nothing configured to stand in. Expected, not a
+    // warning on every start.
+    let nothing_yet = n == 0
+        && floor.source == FloorSource::Fallback
+        && config.anchors.is_empty()
+        && config.fallback_floor.is_empty();
+    if nothing_yet {
+        tracing::debug!(
+            "no usage recorded yet and no anchors or fallback floor: the floor is empty"
+        );
+    } else if n < config.floor_min || n > config.floor_max {
+        tracing::warn!(
+            size = n,
+            floor_min = config.floor_min,
+            floor_max = config.floor_max,
+            source = ?floor.source,
+            "the resident floor is outside its configured band"
+        );
+    }
+}
+
+/// Anchors first, then the highest-ranked live tools up to `target_floor`; the static
+/// fallback (after the anchors) when the ranking names no live tool.
+fn resolve(config: &SurfaceConfig, catalog: &Catalog, ranking: Option<&Ranking>) -> Floor {
     let system = config.system_set();
     let mut seen: HashSet<&str> = HashSet::new();
     let mut entries: Vec<FloorEntry> = Vec::new();
@@ -190,15 +365,8 @@ fn derive(config: &SurfaceConfig, catalog: &Catalog, usage: &dyn UsageScores) ->
             });
         }
     }
-    let mut scored: Vec<(String, f64)> = usage
-        .usage()
-        .into_iter()
-        .map(|(name, b)| (name, usage_score(b)))
-        .filter(|(_, s)| *s > 0.0)
-        .collect();
-    scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     let mut from_usage = 0usize;
-    for (name, score) in &scored {
+    for (name, score) in ranking.map(|r| r.ranked.as_slice()).unwrap_or_default() {
         if entries.len() >= config.target_floor {
             break;
         }
@@ -207,12 +375,11 @@ fn derive(config: &SurfaceConfig, catalog: &Catalog, usage: &dyn UsageScores) ->
         if seen.contains(name.as_str()) || system.contains(name) {
             continue;
         }
+        // A tool not in the catalog now (its upstream may be connecting) leaves its slot
+        // to the next one until it registers (the catalog's version changes).
         match catalog.lookup(name) {
             Some(e) if e.spec.is_live() && !e.spec.category.is_internal() => {}
-            _ => {
-                tracing::debug!(tool = %name, "usage names a tool that is not live; not in the floor");
-                continue;
-            }
+            _ => continue,
         }
         seen.insert(name);
         entries.push(FloorEntry {
@@ -241,6 +408,6 @@ fn derive(config: &SurfaceConfig, catalog: &Catalog, usage: &dyn UsageScores) ->
     Floor {
         entries,
         source,
-        written_at: Instant::now(),
+        written_at: ranking.map_or_else(Instant::now, |r| r.derived_at),
     }
 }

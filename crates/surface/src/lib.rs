@@ -22,6 +22,7 @@ pub use error::SurfaceError;
 pub use floor::{
     Floor, FloorEntry, FloorSource, MemoryUsage, USAGE_WEIGHTS, UsageScores, usage_score,
 };
+pub use persist::FloorLoad;
 pub use surface::{
     ComposedSurface, DEFAULT_SESSION, DESCRIBE_TOOL, DropReason, DroppedTool, FailReason,
     FailedTool, FoundTool, Reason, SearchOutcome, Surface, SurfaceTool, TOOL_SEARCH,

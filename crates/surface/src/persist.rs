@@ -8,7 +8,8 @@ use tokio::sync::{broadcast::error::RecvError, watch};
 
 use crate::{
     Surface,
-    ports::{SessionStore, WorkingSetEntry},
+    floor::Ranking,
+    ports::{SessionStore, TIER0_KEY, UsageSource, WorkingSetEntry},
 };
 
 /// Deletes an ended session's stored working set.
@@ -175,4 +176,121 @@ async fn sync(
         store.upsert_working_set(session, entries).await?;
     }
     Ok(())
+}
+
+/// What [`Surface::load_floor`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FloorLoad {
+    /// The stored ranking was valid and young enough: read, and held.
+    Read,
+    /// The ranking was derived from usage now and stored.
+    Derived,
+    /// Neither: the store or the usage could not be read (the reason). The ranking held
+    /// before stays; without one the floor is the static fallback.
+    Unavailable(String),
+}
+
+impl Surface {
+    /// Reads the resident floor's usage ranking from `store` (key
+    /// [`crate::ports::TIER0_KEY`]); when nothing valid is stored, or what is stored is
+    /// older than `floor_max_age_secs` (ten times `floor_cache_ttl_secs` for a ranking too
+    /// short to fill the floor), derives it from `usage` and stores it. From the
+    /// first call on, the floor is store-backed: it never derives from the in-memory usage
+    /// the surface was built with, and without a valid ranking it is the static fallback.
+    /// [`Surface::spawn_floor_keeper`] calls this every `floor_cache_ttl_secs`.
+    pub async fn load_floor(&self, store: &dyn SessionStore, usage: &dyn UsageSource) -> FloorLoad {
+        let max_age = std::time::Duration::from_secs(self.config().floor_max_age_secs);
+        let ttl = std::time::Duration::from_secs(self.config().floor_cache_ttl_secs.max(1));
+        match store.state(TIER0_KEY).await {
+            Ok(Some(stored)) => match Ranking::from_stored(&stored.value) {
+                Ok(ranking) => {
+                    let mut floor = crate::surface::lock(&self.floor);
+                    // The one held already: it has aged on this process's clock.
+                    let held = floor.ranking().filter(|held| **held == ranking);
+                    let age = held.as_ref().map_or_else(|| ranking.age(), |h| h.age());
+                    // A ranking that cannot fill the floor yet (a young install) is derived
+                    // again sooner: every ten reads at most.
+                    let max_age = if ranking.len() < self.config().target_floor {
+                        max_age.min(10 * ttl)
+                    } else {
+                        max_age
+                    };
+                    if age < max_age {
+                        match held {
+                            Some(_) => floor.keep_stored(),
+                            None => floor.set_stored(Some(Arc::new(ranking))),
+                        }
+                        return FloorLoad::Read;
+                    }
+                    drop(floor);
+                    tracing::debug!(
+                        "the stored floor is older than floor_max_age_secs; deriving it again"
+                    );
+                }
+                Err(why) => {
+                    tracing::warn!(
+                        "the stored floor ({TIER0_KEY}) is not valid ({why}); deriving it again"
+                    );
+                }
+            },
+            Ok(None) => {}
+            Err(e) => {
+                let why = format!("cannot read the stored floor: {e}");
+                tracing::warn!("{why}; keeping the floor held");
+                crate::surface::lock(&self.floor).keep_stored();
+                return FloorLoad::Unavailable(why);
+            }
+        }
+        self.rederive_floor_into(store, usage).await
+    }
+
+    /// Derives the floor's usage ranking from `usage` now, stores it and holds it (the
+    /// floor's re-derivation on command, e.g. `quiver floor --rederive`).
+    pub async fn rederive_floor_into(
+        &self,
+        store: &dyn SessionStore,
+        usage: &dyn UsageSource,
+    ) -> FloorLoad {
+        let rows = match usage.usage(SystemTime::now()).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                let why = format!("cannot read tool usage: {e}");
+                tracing::warn!("{why}; keeping the floor held");
+                crate::surface::lock(&self.floor).keep_stored();
+                return FloorLoad::Unavailable(why);
+            }
+        };
+        let ranking = Ranking::derive(
+            rows.into_iter()
+                .map(|u| (u.tool, [u.last_30_days, u.last_90_days, u.older])),
+        );
+        if let Err(e) = store.put_state(TIER0_KEY, ranking.to_stored()).await {
+            // Still a valid ranking: this process uses it; the next load writes again.
+            tracing::warn!(error = %e, "could not store the derived floor");
+        }
+        crate::surface::lock(&self.floor).set_stored(Some(Arc::new(ranking)));
+        FloorLoad::Derived
+    }
+
+    /// Spawns the task that keeps a store-backed floor current: every
+    /// `floor_cache_ttl_secs` it re-reads the stored ranking (another replica, or `quiver
+    /// floor --rederive`, may have written a newer one) and re-derives it once it is older
+    /// than `floor_max_age_secs` (see [`Surface::load_floor`]). Stops when the surface is
+    /// dropped. Needs a tokio runtime.
+    pub fn spawn_floor_keeper(
+        self: &Arc<Self>,
+        store: Arc<dyn SessionStore>,
+        usage: Arc<dyn UsageSource>,
+    ) -> tokio::task::JoinHandle<()> {
+        let every = std::time::Duration::from_secs(self.config().floor_cache_ttl_secs.max(1));
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(surface) = weak.upgrade() else { break };
+                surface.load_floor(&*store, &*usage).await;
+            }
+        })
+    }
 }

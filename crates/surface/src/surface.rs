@@ -267,7 +267,7 @@ pub struct Surface {
     restored: Mutex<HashSet<Arc<str>>>,
     /// The clock of `Session::last_used`.
     clock: std::sync::atomic::AtomicU64,
-    floor: Mutex<FloorState>,
+    pub(crate) floor: Mutex<FloorState>,
     changes: broadcast::Sender<Arc<str>>,
     /// Ended sessions whose stored working set the persistence task deletes, in order with
     /// the writes before it (see [`Surface::forget_session`]).

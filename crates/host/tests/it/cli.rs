@@ -456,3 +456,51 @@ async fn an_upstream_that_connects_late_comes_before_the_skills() {
     assert_eq!(&*app.catalog.lookup("skill").unwrap().family, "skills");
     app.shutdown().await.unwrap();
 }
+
+/// The resident floor comes from the execution log's usage and is stored: `quiver floor
+/// --rederive` ranks the calls of earlier processes, later processes read it back, and
+/// `quiver tools` lists it.
+#[test]
+fn the_floor_is_ranked_from_the_log_and_stored() {
+    let dir = workdir("floor");
+    let at = dir.join("skills/invoice-pdf");
+    std::fs::create_dir_all(&at).unwrap();
+    std::fs::write(
+        at.join("SKILL.md"),
+        "---\nname: invoice-pdf\ndescription: Turns an invoice spreadsheet into a PDF. Use when asked to bill a customer.\n---\nSteps.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[skills]\ndirs = [\"skills\"]\n\n[surface]\nanchors = [\"not_a_tool\"]\nfallback_floor = [\"tool_search\"]\n",
+    )
+    .unwrap();
+    let before = stdout(&quiver_in(&dir, &["floor"]));
+    assert!(before.contains("the static fallback"), "{before}");
+    assert!(
+        before.contains("not_a_tool") && before.contains("anchor  (not registered now"),
+        "{before}"
+    );
+    for _ in 0..2 {
+        let called = quiver_in(&dir, &["call", "skill", r#"{"name": "invoice-pdf"}"#]);
+        assert_eq!(called.status.code(), Some(0), "{}", stdout(&called));
+    }
+    let derived = quiver_in(&dir, &["floor", "--rederive"]);
+    assert_eq!(derived.status.code(), Some(0));
+    let text = stdout(&derived);
+    assert!(text.contains("derived from usage"), "{text}");
+    assert!(
+        text.contains("skill") && text.contains("score 6.0"),
+        "{text}"
+    );
+    // Another process reads the stored ranking.
+    let again = stdout(&quiver_in(&dir, &["floor"]));
+    assert!(again.contains("score 6.0"), "{again}");
+    let tools = stdout(&quiver_in(&dir, &["tools", "--format", "json"]));
+    let names: Vec<String> = serde_json::from_str::<Vec<serde_json::Value>>(&tools)
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["tool_search", "describe_tool", "skill"], "{tools}");
+}

@@ -81,7 +81,7 @@ fn usage_weights() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn floor_is_cached_then_rederived_and_falls_back_without_usage() {
+async fn floor_stands_while_young_then_rederived_and_falls_back_without_usage() {
     let config = SurfaceConfig::default()
         .with_anchors(&["t00"])
         .with_fallback(&["t10", "t11"])
@@ -98,7 +98,7 @@ async fn floor_is_cached_then_rederived_and_falls_back_without_usage() {
         Some("fallback")
     );
 
-    // Usage arrives; reads stay cached for the TTL, and the derived floor stands while young.
+    // Usage arrives; without a store, the floor derived in memory stands while young.
     fx.usage.set("t03", [4, 0, 0]);
     advance(Duration::from_secs(30)).await;
     assert_eq!(line(&fx.surface.floor().names()), "t00 t10 t11");
@@ -124,12 +124,38 @@ fn stale_floor_names_are_skipped_never_emitted() {
         .with_floor(5, 0, 100);
     let fx = Fixture::new(config, many(5), &[("t01", [3, 0, 0]), ("t02", [2, 0, 0])]);
     assert_eq!(line(&fx.surface.floor().names()), "gone_anchor t00 t01 t02");
-    // A floor tool removed after the floor was derived.
-    fx.catalog.remove("t01");
+    // An anchor is configured, not derived: missing from the catalog, it stays in the floor
+    // and the composition skips it.
     let composed = fx.assemble("s", Mode::Chat);
-    assert_eq!(line(&composed.names()), "tool_search describe_tool t00 t02");
+    assert_eq!(
+        line(&composed.names()),
+        "tool_search describe_tool t00 t01 t02"
+    );
     assert_eq!(composed.dropped_why("gone_anchor"), Some(DropReason::Stale));
-    assert_eq!(composed.dropped_why("t01"), Some(DropReason::Stale));
+}
+
+/// The usage ranking outlives the catalog's changes: a used tool that leaves (its upstream
+/// went down, or had not connected when the floor was derived) gives its slot to the next
+/// one, and takes it back when it registers again, without a new derivation.
+#[test]
+fn the_floor_follows_the_catalog_without_a_new_derivation() {
+    let config = SurfaceConfig::default().with_floor(2, 0, 100);
+    let usage = [("t01", [3, 0, 0]), ("t02", [2, 0, 0]), ("t03", [1, 0, 0])];
+    let fx = Fixture::new(config, many(5), &usage);
+    fx.catalog.remove("t01");
+    assert_eq!(line(&fx.surface.floor().names()), "t02 t03");
+    // Usage changes now would only show after a new derivation.
+    fx.usage.set("t04", [9, 0, 0]);
+    fx.catalog
+        .register_in(
+            "test",
+            crate::support::stub(crate::support::ro("t01", "Tool number 1.")),
+        )
+        .unwrap();
+    assert_eq!(line(&fx.surface.floor().names()), "t01 t02");
+    let composed = fx.assemble("s", Mode::Chat);
+    assert_eq!(line(&composed.names()), "tool_search describe_tool t01 t02");
+    assert_eq!(line(&fx.surface.rederive_floor().names()), "t04 t01");
 }
 
 /// Captures what `tracing` writes while `f` runs.
@@ -193,4 +219,176 @@ fn a_floor_outside_its_band_is_a_warning() {
         }),
         ""
     );
+}
+
+/// A usage source that cannot be read.
+struct BrokenUsage;
+
+#[async_trait::async_trait]
+impl quiver_surface::ports::UsageSource for BrokenUsage {
+    async fn usage(
+        &self,
+        _now: std::time::SystemTime,
+    ) -> Result<Vec<quiver_surface::ports::ToolUsage>, quiver_registry::StoreError> {
+        Err(quiver_registry::StoreError::Unavailable {
+            location: "test".to_owned(),
+            cause: "no usage here".to_owned(),
+        })
+    }
+}
+
+/// With a store, the derived floor is stored (key `tool_surface_tier0_v1`): the first
+/// process derives it from the store's usage and writes it, another reads it back; a value
+/// that is not valid is derived again; with nothing valid and no usage the floor is the
+/// static fallback. The in-memory usage the surface was built with plays no part.
+#[tokio::test]
+async fn the_floor_is_stored_and_read_back() {
+    use quiver_surface::{
+        FloorLoad,
+        ports::{MemorySessionStore, MemoryUsage, SessionStore, TIER0_KEY},
+    };
+    let store = MemorySessionStore::default();
+    let usage = MemoryUsage::new();
+    let now = std::time::SystemTime::now();
+    for tool in ["t01", "t01", "t02", "tool_search"] {
+        usage.add(tool, now);
+    }
+    let config = SurfaceConfig::default()
+        .with_anchors(&["t00"])
+        .with_fallback(&["t09"])
+        .with_floor(5, 0, 100);
+    // The surfaces' own usage would put t05 first: a store-backed floor ignores it.
+    let stale = [("t05", [9, 0, 0])];
+    let first = Fixture::new(config.clone(), many(10), &stale);
+    assert_eq!(
+        first.surface.load_floor(&store, &usage).await,
+        FloorLoad::Derived
+    );
+    assert_eq!(line(&first.surface.floor().names()), "t00 t01 t02");
+    let stored = store.state(TIER0_KEY).await.unwrap().expect("stored");
+    let ranked: Vec<&str> = stored.value["ranked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    // The ranking is stored whole (the system set is left out when it is resolved).
+    assert_eq!(ranked, ["t01", "t02", "tool_search"]);
+
+    // Another process reads it back: its usage source is not even readable.
+    let second = Fixture::new(config.clone(), many(10), &stale);
+    assert_eq!(
+        second.surface.load_floor(&store, &BrokenUsage).await,
+        FloorLoad::Read
+    );
+    assert_eq!(line(&second.surface.floor().names()), "t00 t01 t02");
+
+    // A stored value this build cannot read is derived again and overwritten.
+    store
+        .put_state(TIER0_KEY, serde_json::json!({"version": 99}))
+        .await
+        .unwrap();
+    let third = Fixture::new(config.clone(), many(10), &stale);
+    assert_eq!(
+        third.surface.load_floor(&store, &usage).await,
+        FloorLoad::Derived
+    );
+    assert_eq!(line(&third.surface.floor().names()), "t00 t01 t02");
+    assert_eq!(
+        store.state(TIER0_KEY).await.unwrap().unwrap().value["version"],
+        1
+    );
+
+    // Nothing valid stored and no usage to derive from: the static fallback.
+    let empty = MemorySessionStore::default();
+    let fourth = Fixture::new(config, many(10), &stale);
+    assert!(matches!(
+        fourth.surface.load_floor(&empty, &BrokenUsage).await,
+        FloorLoad::Unavailable(why) if why.contains("no usage here")
+    ));
+    let floor = fourth.surface.floor();
+    assert_eq!(floor.source, FloorSource::Fallback);
+    assert_eq!(line(&floor.names()), "t00 t09");
+}
+
+/// The keeper re-reads the stored floor every `floor_cache_ttl_secs` (another replica may
+/// have written a newer one) and re-derives it from usage once it is older than
+/// `floor_max_age_secs`; a ranking too short to fill the floor, after ten TTLs.
+#[tokio::test(start_paused = true)]
+async fn the_floor_keeper_rereads_and_rederives_on_schedule() {
+    use quiver_surface::ports::{MemorySessionStore, MemoryUsage};
+    use std::sync::Arc;
+    let store = Arc::new(MemorySessionStore::default());
+    let usage = Arc::new(MemoryUsage::new());
+    let now = std::time::SystemTime::now();
+    let calls = |tool: &str, n: usize| {
+        for _ in 0..n {
+            usage.add(tool, now);
+        }
+    };
+    calls("t01", 1);
+    calls("t02", 2);
+    let config = SurfaceConfig::default()
+        .with_floor(2, 0, 100)
+        .with_floor_times(60, 3600);
+    let a = Fixture::new(config.clone(), many(10), &[]);
+    a.surface.load_floor(&*store, &*usage).await;
+    let b = Fixture::new(config, many(10), &[]);
+    b.surface.load_floor(&*store, &*usage).await;
+    let _keeper = b.surface.spawn_floor_keeper(store.clone(), usage.clone());
+    settle().await;
+    assert_eq!(line(&b.surface.floor().names()), "t02 t01");
+
+    // Replica `a` re-derives on command after t01 got busy: `b` reads it within the TTL.
+    calls("t01", 3);
+    a.surface.rederive_floor_into(&*store, &*usage).await;
+    assert_eq!(
+        line(&b.surface.floor().names()),
+        "t02 t01",
+        "cached until the TTL"
+    );
+    advance(Duration::from_secs(61)).await;
+    settle().await;
+    assert_eq!(line(&b.surface.floor().names()), "t01 t02");
+
+    // Nobody re-derives: once the stored floor is older than the max age, the keeper does.
+    calls("t03", 9);
+    advance(Duration::from_secs(1800)).await;
+    settle().await;
+    assert_eq!(line(&b.surface.floor().names()), "t01 t02");
+    advance(Duration::from_secs(1900)).await;
+    settle().await;
+    assert_eq!(line(&b.surface.floor().names()), "t03 t01");
+
+    // A young install: one used tool cannot fill a floor of five, so the ranking is
+    // derived again after ten TTLs, not after the max age.
+    let store = Arc::new(MemorySessionStore::default());
+    let usage = Arc::new(MemoryUsage::new());
+    usage.add("t05", now);
+    let young = Fixture::new(
+        SurfaceConfig::default()
+            .with_floor(5, 0, 100)
+            .with_floor_times(60, 3600),
+        many(10),
+        &[],
+    );
+    young.surface.load_floor(&*store, &*usage).await;
+    let _keeper = young
+        .surface
+        .spawn_floor_keeper(store.clone(), usage.clone());
+    settle().await;
+    usage.add("t06", now);
+    advance(Duration::from_secs(60 * 5)).await;
+    settle().await;
+    assert_eq!(line(&young.surface.floor().names()), "t05");
+    advance(Duration::from_secs(60 * 6)).await;
+    settle().await;
+    assert_eq!(line(&young.surface.floor().names()), "t05 t06");
+}
+
+/// Lets spawned tasks run what they can without the (paused) clock moving.
+async fn settle() {
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
 }

@@ -615,6 +615,36 @@ impl Catalog {
     }
 }
 
+/// What [`advertise`] adds to the definition bytes of the spec it starts from (the
+/// lightweight spec when `spec` is progressive and not loaded): the injected `reasoning`
+/// property, if any. Exact, and without cloning or serializing the schema, so that a walk
+/// that only measures can budget as the one that advertises.
+pub fn advertised_extra_bytes(spec: &ToolSpec, loaded: bool, opts: &AdvertiseOptions<'_>) -> usize {
+    if !opts.inject_reasoning || opts.reasoning_exempt.iter().any(|n| n == &spec.name) {
+        return 0;
+    }
+    static PROPERTY: std::sync::LazyLock<usize> = std::sync::LazyLock::new(|| {
+        let value = json!({"type": "string", "description": REASONING_DESCRIPTION});
+        // `"reasoning":` and the value.
+        "\"reasoning\":".len() + serde_json::to_string(&value).map_or(0, |s| s.len())
+    });
+    // A lightweight spec's schema is `{"type":"object","additionalProperties":true}`.
+    if spec.progressive && !loaded {
+        return "\"properties\":{}".len() + 1 + *PROPERTY;
+    }
+    let Some(obj) = spec.input_schema.as_object() else {
+        return 0;
+    };
+    match obj.get("properties") {
+        // `"properties":{...}`, after a comma unless the schema was empty.
+        None => "\"properties\":{}".len() + usize::from(!obj.is_empty()) + *PROPERTY,
+        Some(Value::Object(props)) if !props.contains_key("reasoning") => {
+            usize::from(!props.is_empty()) + *PROPERTY
+        }
+        Some(_) => 0,
+    }
+}
+
 /// Shapes one spec for the model, as [`Catalog::advertised_specs`] does: the lightweight spec
 /// of a progressive tool not yet loaded, and the optional injected `reasoning` property.
 pub fn advertise(spec: ToolSpec, opts: &AdvertiseOptions<'_>) -> ToolSpec {

@@ -19,7 +19,7 @@ mod validate;
 
 pub use catalog::{
     AdvertiseOptions, Catalog, CatalogEvent, Entry, Family, RegisterReport, Skipped, advertise,
-    order_families,
+    advertised_extra_bytes, order_families,
 };
 pub use dispatch::{BatchCall, DispatchConfig, Dispatcher, DispatcherBuilder, UNDEFINED_TOOLS};
 pub use error::RegistryError;

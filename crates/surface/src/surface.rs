@@ -775,10 +775,22 @@ impl Surface {
                 continue;
             }
             // The round budgets the advertised form (lightweight or full, with the injected
-            // `reasoning` property); a partial walk measures the same and keeps only names.
-            let advertised = quiver_registry::advertise(spec.clone(), &opts);
-            let bytes = advertised.definition_bytes();
-            let advertised = (!partial).then_some(advertised);
+            // `reasoning` property). A partial walk only places names: it measures the same
+            // without advertising, a working-set tool by its slot (measured when it was
+            // paged in: the hits were, just now).
+            let (advertised, bytes) = if partial {
+                let bare = match reason {
+                    Reason::WorkingSet => sess.slot_bytes(name),
+                    _ => None,
+                }
+                .unwrap_or_else(|| paged_bytes(spec, loaded(name)));
+                let extra = quiver_registry::advertised_extra_bytes(spec, loaded(name), &opts);
+                (None, bare + extra)
+            } else {
+                let advertised = quiver_registry::advertise(spec.clone(), &opts);
+                let bytes = advertised.definition_bytes();
+                (Some(advertised), bytes)
+            };
             let essential = name == TOOL_SEARCH;
             if !essential && count >= budget.max_definitions {
                 dropped.push(drop(DropReason::OverCount));

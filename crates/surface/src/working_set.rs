@@ -65,6 +65,11 @@ impl Session {
         self.slots.contains_key(name)
     }
 
+    /// The definition bytes `name` was paged in with.
+    pub(crate) fn slot_bytes(&self, name: &str) -> Option<usize> {
+        self.slots.get(name).map(|s| s.bytes)
+    }
+
     /// The names, most recent first.
     pub(crate) fn by_recency(&self) -> Vec<&str> {
         let mut v: Vec<(&str, u64)> = self

@@ -337,3 +337,53 @@ fn the_family_order_decides_a_name_whenever_each_family_registers() {
     catalog.remove("skill");
     assert!(catalog.lookup("skill").is_none());
 }
+
+/// `advertised_extra_bytes` is what `advertise` adds to a definition's bytes, for every
+/// schema shape (the surface budgets a round with it without advertising).
+#[test]
+fn advertised_extra_bytes_matches_advertise() {
+    use quiver_registry::{AdvertiseOptions, advertise, advertised_extra_bytes};
+    let shapes = [
+        json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}),
+        json!({"type": "object", "properties": {}}),
+        json!({"type": "object"}),
+        json!({}),
+        json!({"type": "object", "properties": {"reasoning": {"type": "string"}}}),
+        json!({"type": "object", "properties": true}),
+        json!(true),
+        json!({"type": "object", "properties": {"s": {"type": "string", "description": "a \"quoted\" é"}}}),
+    ];
+    let exempt = vec!["plan".to_owned()];
+    let all = |_: &str| true;
+    let none = |_: &str| false;
+    for schema in shapes {
+        for progressive in [false, true] {
+            for (name, inject) in [("t", true), ("t", false), ("plan", true)] {
+                for loaded in [false, true] {
+                    let mut spec =
+                        ToolSpec::new(name, "A tool. More words here.").with_schema(schema.clone());
+                    if progressive {
+                        spec = spec.progressive();
+                    }
+                    let check: &(dyn Fn(&str) -> bool + Sync) = if loaded { &all } else { &none };
+                    let opts = AdvertiseOptions::default()
+                        .with_reasoning(inject)
+                        .with_exempt(&exempt)
+                        .with_loaded(check);
+                    let base = if progressive && !loaded {
+                        spec.lightweight()
+                    } else {
+                        spec.clone()
+                    };
+                    let want =
+                        advertise(spec.clone(), &opts).definition_bytes() - base.definition_bytes();
+                    assert_eq!(
+                        advertised_extra_bytes(&spec, loaded, &opts),
+                        want,
+                        "{schema} progressive={progressive} name={name} inject={inject} loaded={loaded}"
+                    );
+                }
+            }
+        }
+    }
+}

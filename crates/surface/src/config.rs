@@ -130,6 +130,12 @@ impl SurfaceConfig {
         if self.max_sessions == 0 {
             return bad("max_sessions must be at least 1".into());
         }
+        if self.idle_rounds == 0 {
+            return bad(
+                "idle_rounds must be at least 1: at 0 a tool tool_search pages in is evicted at the next round, before any tool list shows it"
+                    .into(),
+            );
+        }
         if self.search_default_limit == 0 || self.search_default_limit > MAX_SEARCH_LIMIT {
             return bad(format!(
                 "search_default_limit must be in 1..={MAX_SEARCH_LIMIT}, not {}",

@@ -336,3 +336,32 @@ fn config_deserializes_with_defaults_and_rejects_unknown_fields() {
     let err = serde_json::from_value::<SurfaceConfig>(json!({"anchor": ["a"]})).unwrap_err();
     assert!(err.to_string().contains("unknown field"), "{err}");
 }
+
+/// Settings that cannot work are refused when the surface is built, with the reason.
+#[test]
+fn unworkable_settings_are_refused() {
+    let refused = |config: SurfaceConfig, why: &str| {
+        let err = config.validate().expect_err(why).to_string();
+        assert!(err.contains(why), "{err}");
+    };
+    refused(
+        SurfaceConfig::default().with_floor(30, 40, 35),
+        "floor_min (40) is above floor_max (35)",
+    );
+    refused(
+        SurfaceConfig::default().with_max_surface(0),
+        "max_surface must be at least 1",
+    );
+    refused(
+        SurfaceConfig::default().with_max_sessions(0),
+        "max_sessions must be at least 1",
+    );
+    refused(
+        SurfaceConfig::default().with_idle_rounds(0),
+        "idle_rounds must be at least 1",
+    );
+    SurfaceConfig::default()
+        .with_idle_rounds(1)
+        .validate()
+        .expect("one idle round is fine");
+}

@@ -96,8 +96,10 @@ impl App {
             Arc::new(MemoryUsage::default()),
         )
         .context("building the tool surface")?;
-        // The stored floor, or one derived from the execution log's usage now (and stored).
-        if let FloorLoad::Unavailable(why) = surface.load_floor(&*store, &*store).await {
+        // The stored floor, or one derived from the execution log's usage now. Stored by
+        // `serve` (and `quiver floor --rederive`) only: the other commands leave the store
+        // as it is.
+        if let FloorLoad::Unavailable(why) = surface.load_floor(&*store, &*store, false).await {
             tracing::warn!("resident floor: {why}; using the static fallback");
         }
         let loaded = DirSkills::new(config.skills.dirs.clone()).load();

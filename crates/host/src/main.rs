@@ -76,8 +76,10 @@ enum Command {
     /// days and older), or the static fallback when there is no usage.
     ///
     /// The ranking is stored (`tool_surface_tier0_v1`) and shared by every `quiver` on the
-    /// same store; `quiver serve` re-reads it every `floor_cache_ttl_secs` and derives it
-    /// again once it is older than `floor_max_age_secs`. Example: `quiver floor --rederive`.
+    /// same store; `quiver serve` re-reads it every `floor_cache_ttl_secs` and derives and
+    /// stores it again once it is older than `floor_max_age_secs` (an empty one, a new
+    /// install's, after ten `floor_cache_ttl_secs`). Other commands read it, and derive it
+    /// in memory without storing it when it is due. Example: `quiver floor --rederive`.
     Floor {
         /// Derive the ranking from usage now and store it (running servers pick it up
         /// within `floor_cache_ttl_secs`).
@@ -264,10 +266,15 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
         Command::Floor { rederive } => {
             if rederive {
                 let store = &*app.store;
-                if let FloorLoad::Unavailable(why) =
-                    app.surface.rederive_floor_into(store, store).await
-                {
-                    anyhow::bail!("the floor could not be derived: {why}");
+                match app.surface.rederive_floor_into(store, store).await {
+                    FloorLoad::Unavailable(why) => {
+                        anyhow::bail!("the floor could not be derived: {why}")
+                    }
+                    FloorLoad::DerivedNotStored(why) => anyhow::bail!(
+                        "the floor was derived but not stored ({}): running servers keep theirs",
+                        why.unwrap_or_default()
+                    ),
+                    _ => {}
                 }
             }
             let floor = app.surface.floor();
@@ -290,6 +297,21 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                     "  (not registered now: left off the surface)"
                 };
                 println!("  {:<40} {why}{live}", e.name);
+            }
+            // Used tools the floor leaves out because they are not registered now (an
+            // upstream down): they take their slots back when they register.
+            let absent: Vec<(String, f64)> = app
+                .surface
+                .floor_ranking()
+                .into_iter()
+                .filter(|(n, _)| !app.catalog.contains(n))
+                .take(10)
+                .collect();
+            if !absent.is_empty() {
+                println!("used but not registered now (left out):");
+                for (name, score) in absent {
+                    println!("  {name:<40} score {score:.1}");
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -539,8 +561,10 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
             // Working sets go to the store as they change, so a restarted server (or
             // another replica) gives a returning conversation its tools back.
             let _mirror = app.surface.spawn_persistence(app.store.clone());
-            // The stored resident floor is re-read every `floor_cache_ttl_secs` and
-            // re-derived from the execution log once older than `floor_max_age_secs`.
+            // The stored resident floor (derived and stored now if due) is re-read every
+            // `floor_cache_ttl_secs` and derived again once older than `floor_max_age_secs`.
+            let store = &*app.store;
+            app.surface.load_floor(store, store, true).await;
             let floor_keeper = app
                 .surface
                 .spawn_floor_keeper(app.store.clone(), app.store.clone());

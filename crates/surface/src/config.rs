@@ -130,6 +130,12 @@ impl SurfaceConfig {
         if self.max_sessions == 0 {
             return bad("max_sessions must be at least 1".into());
         }
+        if self.floor_cache_ttl_secs == 0 || self.floor_max_age_secs == 0 {
+            return bad(format!(
+                "floor_cache_ttl_secs ({}) and floor_max_age_secs ({}) must be at least 1 (seconds between reads of the stored floor, and the age at which it is derived again)",
+                self.floor_cache_ttl_secs, self.floor_max_age_secs
+            ));
+        }
         if self.idle_rounds == 0 {
             return bad(
                 "idle_rounds must be at least 1: at 0 a tool tool_search pages in is evicted at the next round, before any tool list shows it"

@@ -118,7 +118,7 @@ impl Floor {
 /// How many ranked tools a derivation keeps: more than any floor takes, so that tools
 /// missing from the catalog now (an upstream still connecting) leave their slots to the
 /// next ones, and take them back when they register, without a new derivation.
-const MAX_RANKED: usize = 256;
+const MAX_RANKED: usize = 2048;
 
 /// The version of the stored value's shape.
 const STORED_VERSION: u64 = 1;
@@ -146,8 +146,11 @@ impl PartialEq for Ranking {
 impl Ranking {
     /// Ranks usage rows (tool, age buckets) by their weighted score.
     pub(crate) fn derive(rows: impl IntoIterator<Item = (String, [u64; 3])>) -> Ranking {
+        // The log also holds calls of names no tool ever had (a model's guess, an empty
+        // name): not rankable.
         let mut ranked: Vec<(String, f64)> = rows
             .into_iter()
+            .filter(|(name, _)| quiver_contract::validate_tool_name(name).is_ok())
             .map(|(name, b)| (name, usage_score(b)))
             .filter(|(_, s)| *s > 0.0)
             .collect();
@@ -205,8 +208,12 @@ impl Ranking {
             let name = row.get("name").and_then(Value::as_str);
             let score = row.get("score").and_then(Value::as_f64);
             match (name, score) {
-                (Some(n), Some(s)) if !n.is_empty() && s.is_finite() => {
-                    ranked.push((n.to_owned(), s));
+                (Some(n), Some(s)) => {
+                    // A name that is not a tool name (an older build ranked every logged
+                    // name) is left out, not the whole ranking.
+                    if quiver_contract::validate_tool_name(n).is_ok() && s.is_finite() {
+                        ranked.push((n.to_owned(), s));
+                    }
                 }
                 _ => return Err(format!("a ranked entry is not {{name, score}}: {row}")),
             }
@@ -223,9 +230,14 @@ impl Ranking {
         })
     }
 
-    /// How many tools it ranks.
-    pub(crate) fn len(&self) -> usize {
-        self.ranked.len()
+    /// Whether it ranks no tool (no usage yet).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ranked.is_empty()
+    }
+
+    /// The ranked names, best first, with their scores.
+    pub(crate) fn ranked(&self) -> &[(String, f64)] {
+        &self.ranked
     }
 
     /// How long ago it was derived.

@@ -178,7 +178,7 @@ async fn sync(
     Ok(())
 }
 
-/// What [`Surface::load_floor`] did.
+/// What [`Surface::load_floor`] or [`Surface::rederive_floor_into`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FloorLoad {
@@ -186,20 +186,32 @@ pub enum FloorLoad {
     Read,
     /// The ranking was derived from usage now and stored.
     Derived,
+    /// The ranking was derived from usage now and is held, but not stored: the reason
+    /// (the write failed), or none when the caller asked not to write.
+    DerivedNotStored(Option<String>),
     /// Neither: the store or the usage could not be read (the reason). The ranking held
     /// before stays; without one the floor is the static fallback.
     Unavailable(String),
 }
 
+/// How soon an empty stored ranking (no usage yet: a new install) is derived again, in
+/// reads of the floor keeper.
+const EMPTY_RANKING_READS: u32 = 10;
+
 impl Surface {
     /// Reads the resident floor's usage ranking from `store` (key
-    /// [`crate::ports::TIER0_KEY`]); when nothing valid is stored, or what is stored is
-    /// older than `floor_max_age_secs` (ten times `floor_cache_ttl_secs` for a ranking too
-    /// short to fill the floor), derives it from `usage` and stores it. From the
-    /// first call on, the floor is store-backed: it never derives from the in-memory usage
-    /// the surface was built with, and without a valid ranking it is the static fallback.
-    /// [`Surface::spawn_floor_keeper`] calls this every `floor_cache_ttl_secs`.
-    pub async fn load_floor(&self, store: &dyn SessionStore, usage: &dyn UsageSource) -> FloorLoad {
+    /// [`crate::ports::TIER0_KEY`]). When nothing valid is stored, or what is stored is
+    /// older than `floor_max_age_secs` (an empty ranking, a new install's: ten times
+    /// `floor_cache_ttl_secs`), derives it from `usage`, and stores it when `write`. From
+    /// the first call on, the floor is store-backed: it never derives from the in-memory
+    /// usage the surface was built with, and without a valid ranking it is the static
+    /// fallback. [`Surface::spawn_floor_keeper`] calls this every `floor_cache_ttl_secs`.
+    pub async fn load_floor(
+        &self,
+        store: &dyn SessionStore,
+        usage: &dyn UsageSource,
+        write: bool,
+    ) -> FloorLoad {
         let max_age = std::time::Duration::from_secs(self.config().floor_max_age_secs);
         let ttl = std::time::Duration::from_secs(self.config().floor_cache_ttl_secs.max(1));
         match store.state(TIER0_KEY).await {
@@ -209,10 +221,8 @@ impl Surface {
                     // The one held already: it has aged on this process's clock.
                     let held = floor.ranking().filter(|held| **held == ranking);
                     let age = held.as_ref().map_or_else(|| ranking.age(), |h| h.age());
-                    // A ranking that cannot fill the floor yet (a young install) is derived
-                    // again sooner: every ten reads at most.
-                    let max_age = if ranking.len() < self.config().target_floor {
-                        max_age.min(10 * ttl)
+                    let max_age = if ranking.is_empty() {
+                        max_age.min(EMPTY_RANKING_READS * ttl)
                     } else {
                         max_age
                     };
@@ -224,9 +234,7 @@ impl Surface {
                         return FloorLoad::Read;
                     }
                     drop(floor);
-                    tracing::debug!(
-                        "the stored floor is older than floor_max_age_secs; deriving it again"
-                    );
+                    tracing::debug!("the stored floor is due for a new derivation");
                 }
                 Err(why) => {
                     tracing::warn!(
@@ -235,6 +243,10 @@ impl Surface {
                 }
             },
             Ok(None) => {}
+            // A stored value that does not parse: derived again and overwritten.
+            Err(StoreError::InvalidData { what }) => {
+                tracing::warn!("the stored floor ({TIER0_KEY}): {what}; deriving it again");
+            }
             Err(e) => {
                 let why = format!("cannot read the stored floor: {e}");
                 tracing::warn!("{why}; keeping the floor held");
@@ -242,7 +254,7 @@ impl Surface {
                 return FloorLoad::Unavailable(why);
             }
         }
-        self.rederive_floor_into(store, usage).await
+        self.derive_floor(store, usage, write).await
     }
 
     /// Derives the floor's usage ranking from `usage` now, stores it and holds it (the
@@ -251,6 +263,24 @@ impl Surface {
         &self,
         store: &dyn SessionStore,
         usage: &dyn UsageSource,
+    ) -> FloorLoad {
+        self.derive_floor(store, usage, true).await
+    }
+
+    /// The ranking held now, best first: every used tool, registered or not (`quiver
+    /// floor` shows which ones the floor leaves out).
+    pub fn floor_ranking(&self) -> Vec<(String, f64)> {
+        crate::surface::lock(&self.floor)
+            .ranking()
+            .map(|r| r.ranked().to_vec())
+            .unwrap_or_default()
+    }
+
+    async fn derive_floor(
+        &self,
+        store: &dyn SessionStore,
+        usage: &dyn UsageSource,
+        write: bool,
     ) -> FloorLoad {
         let rows = match usage.usage(SystemTime::now()).await {
             Ok(rows) => rows,
@@ -265,19 +295,31 @@ impl Surface {
             rows.into_iter()
                 .map(|u| (u.tool, [u.last_30_days, u.last_90_days, u.older])),
         );
-        if let Err(e) = store.put_state(TIER0_KEY, ranking.to_stored()).await {
-            // Still a valid ranking: this process uses it; the next load writes again.
-            tracing::warn!(error = %e, "could not store the derived floor");
-        }
+        let stored = if write {
+            store
+                .put_state(TIER0_KEY, ranking.to_stored())
+                .await
+                .map_err(|e| e.to_string())
+        } else {
+            Err(String::new())
+        };
+        // Valid either way: this process uses it.
         crate::surface::lock(&self.floor).set_stored(Some(Arc::new(ranking)));
-        FloorLoad::Derived
+        match stored {
+            Ok(()) => FloorLoad::Derived,
+            Err(why) if why.is_empty() => FloorLoad::DerivedNotStored(None),
+            Err(why) => {
+                tracing::warn!(error = %why, "could not store the derived floor");
+                FloorLoad::DerivedNotStored(Some(why))
+            }
+        }
     }
 
     /// Spawns the task that keeps a store-backed floor current: every
     /// `floor_cache_ttl_secs` it re-reads the stored ranking (another replica, or `quiver
-    /// floor --rederive`, may have written a newer one) and re-derives it once it is older
-    /// than `floor_max_age_secs` (see [`Surface::load_floor`]). Stops when the surface is
-    /// dropped. Needs a tokio runtime.
+    /// floor --rederive`, may have written a newer one) and derives and stores it again
+    /// once it is due (see [`Surface::load_floor`]). Stops when the surface is dropped.
+    /// Needs a tokio runtime.
     pub fn spawn_floor_keeper(
         self: &Arc<Self>,
         store: Arc<dyn SessionStore>,
@@ -289,7 +331,7 @@ impl Surface {
             loop {
                 tokio::time::sleep(every).await;
                 let Some(surface) = weak.upgrade() else { break };
-                surface.load_floor(&*store, &*usage).await;
+                surface.load_floor(&*store, &*usage, true).await;
             }
         })
     }

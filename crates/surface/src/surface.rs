@@ -554,13 +554,16 @@ impl Surface {
         out
     }
 
-    /// The floor in use: cached for `floor_cache_ttl_secs`, re-derived when older than
-    /// `floor_max_age_secs`, the static fallback when usage names no live tool.
+    /// The floor in use: the anchors, then the usage ranking's best tools registered now
+    /// (resolved once per catalog version), or the static fallback when none is. The
+    /// ranking is the stored one once [`Surface::load_floor`] ran; without a store, it is
+    /// derived from the surface's own usage when older than `floor_max_age_secs`.
     pub fn floor(&self) -> Arc<Floor> {
         lock(&self.floor).read(&self.config, &self.catalog, &*self.usage)
     }
 
-    /// Derives the floor again from usage now.
+    /// Derives the floor again from the surface's own usage now (without a store; a
+    /// store-backed floor is derived with [`Surface::rederive_floor_into`]).
     pub fn rederive_floor(&self) -> Arc<Floor> {
         lock(&self.floor).rederive(&self.config, &self.catalog, &*self.usage)
     }

@@ -493,9 +493,39 @@ fn the_floor_is_ranked_from_the_log_and_stored() {
         text.contains("skill") && text.contains("score 6.0"),
         "{text}"
     );
-    // Another process reads the stored ranking.
+    // Another process reads the stored ranking: a third call changes the log, not the
+    // floor (until it is derived again). A call of a name no tool can have is not ranked.
+    let third = quiver_in(&dir, &["call", "skill", r#"{"name": "invoice-pdf"}"#]);
+    assert_eq!(third.status.code(), Some(0), "{}", stdout(&third));
+    quiver_in(&dir, &["call", "no such tool!", "{}"]);
     let again = stdout(&quiver_in(&dir, &["floor"]));
     assert!(again.contains("score 6.0"), "{again}");
+    let rederived = stdout(&quiver_in(&dir, &["floor", "--rederive"]));
+    assert!(rederived.contains("score 9.0"), "{rederived}");
+    let db = rusqlite::Connection::open(dir.join("quiver.db")).unwrap();
+    let stored = |db: &rusqlite::Connection| -> String {
+        db.query_row(
+            "SELECT value FROM surface_state WHERE key = 'tool_surface_tier0_v1'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    let value = stored(&db);
+    assert!(!value.contains("no such tool"), "{value}");
+    // A stored value that is not JSON is derived again: in memory by every command, and
+    // stored again by `serve` or `floor --rederive` (the other commands do not write).
+    db.execute(
+        "UPDATE surface_state SET value = '{\"version\":1,' WHERE key = 'tool_surface_tier0_v1'",
+        [],
+    )
+    .unwrap();
+    let repaired = stdout(&quiver_in(&dir, &["floor"]));
+    assert!(repaired.contains("score 9.0"), "{repaired}");
+    assert_eq!(stored(&db), "{\"version\":1,");
+    let rederived = quiver_in(&dir, &["floor", "--rederive"]);
+    assert_eq!(rederived.status.code(), Some(0));
+    assert!(stored(&db).contains("\"ranked\""), "{}", stored(&db));
     let tools = stdout(&quiver_in(&dir, &["tools", "--format", "json"]));
     let names: Vec<String> = serde_json::from_str::<Vec<serde_json::Value>>(&tools)
         .unwrap()

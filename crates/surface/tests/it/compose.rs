@@ -341,7 +341,12 @@ fn config_deserializes_with_defaults_and_rejects_unknown_fields() {
 #[test]
 fn unworkable_settings_are_refused() {
     let refused = |config: SurfaceConfig, why: &str| {
-        let err = config.validate().expect_err(why).to_string();
+        let built = quiver_surface::Surface::new(
+            std::sync::Arc::new(quiver_registry::Catalog::new()),
+            config,
+            std::sync::Arc::new(quiver_surface::MemoryUsage::default()),
+        );
+        let err = built.expect_err(why).to_string();
         assert!(err.contains(why), "{err}");
     };
     refused(
@@ -359,6 +364,14 @@ fn unworkable_settings_are_refused() {
     refused(
         SurfaceConfig::default().with_idle_rounds(0),
         "idle_rounds must be at least 1",
+    );
+    refused(
+        SurfaceConfig::default().with_floor_times(0, 60),
+        "floor_cache_ttl_secs (0) and floor_max_age_secs (60) must be at least 1",
+    );
+    refused(
+        SurfaceConfig::default().with_floor_times(60, 0),
+        "floor_max_age_secs (0) must be at least 1",
     );
     SurfaceConfig::default()
         .with_idle_rounds(1)

@@ -250,7 +250,8 @@ async fn the_floor_is_stored_and_read_back() {
     let store = MemorySessionStore::default();
     let usage = MemoryUsage::new();
     let now = std::time::SystemTime::now();
-    for tool in ["t01", "t01", "t02", "tool_search"] {
+    // The log also has calls of names no tool can have: not ranked.
+    for tool in ["t01", "t01", "t02", "tool_search", "", "bad name!"] {
         usage.add(tool, now);
     }
     let config = SurfaceConfig::default()
@@ -261,7 +262,7 @@ async fn the_floor_is_stored_and_read_back() {
     let stale = [("t05", [9, 0, 0])];
     let first = Fixture::new(config.clone(), many(10), &stale);
     assert_eq!(
-        first.surface.load_floor(&store, &usage).await,
+        first.surface.load_floor(&store, &usage, true).await,
         FloorLoad::Derived
     );
     assert_eq!(line(&first.surface.floor().names()), "t00 t01 t02");
@@ -278,7 +279,7 @@ async fn the_floor_is_stored_and_read_back() {
     // Another process reads it back: its usage source is not even readable.
     let second = Fixture::new(config.clone(), many(10), &stale);
     assert_eq!(
-        second.surface.load_floor(&store, &BrokenUsage).await,
+        second.surface.load_floor(&store, &BrokenUsage, true).await,
         FloorLoad::Read
     );
     assert_eq!(line(&second.surface.floor().names()), "t00 t01 t02");
@@ -290,7 +291,7 @@ async fn the_floor_is_stored_and_read_back() {
         .unwrap();
     let third = Fixture::new(config.clone(), many(10), &stale);
     assert_eq!(
-        third.surface.load_floor(&store, &usage).await,
+        third.surface.load_floor(&store, &usage, true).await,
         FloorLoad::Derived
     );
     assert_eq!(line(&third.surface.floor().names()), "t00 t01 t02");
@@ -299,11 +300,39 @@ async fn the_floor_is_stored_and_read_back() {
         1
     );
 
+    // A ranking stored by a build that ranked every logged name: the bad names are left
+    // out, not the ranking.
+    store
+        .put_state(
+            TIER0_KEY,
+            serde_json::json!({"version": 1, "derived_at_ms": 1_u64 << 50, "ranked": [
+                {"name": "", "score": 9.0}, {"name": "t03", "score": 2.0}
+            ]}),
+        )
+        .await
+        .unwrap();
+    let old = Fixture::new(config.clone(), many(10), &stale);
+    assert_eq!(
+        old.surface.load_floor(&store, &BrokenUsage, true).await,
+        FloorLoad::Read
+    );
+    assert_eq!(line(&old.surface.floor().names()), "t00 t03");
+
+    // A read-only command derives without writing.
+    let empty = MemorySessionStore::default();
+    let reader = Fixture::new(config.clone(), many(10), &stale);
+    assert_eq!(
+        reader.surface.load_floor(&empty, &usage, false).await,
+        FloorLoad::DerivedNotStored(None)
+    );
+    assert_eq!(line(&reader.surface.floor().names()), "t00 t01 t02");
+    assert!(empty.state(TIER0_KEY).await.unwrap().is_none());
+
     // Nothing valid stored and no usage to derive from: the static fallback.
     let empty = MemorySessionStore::default();
     let fourth = Fixture::new(config, many(10), &stale);
     assert!(matches!(
-        fourth.surface.load_floor(&empty, &BrokenUsage).await,
+        fourth.surface.load_floor(&empty, &BrokenUsage, true).await,
         FloorLoad::Unavailable(why) if why.contains("no usage here")
     ));
     let floor = fourth.surface.floor();
@@ -332,9 +361,9 @@ async fn the_floor_keeper_rereads_and_rederives_on_schedule() {
         .with_floor(2, 0, 100)
         .with_floor_times(60, 3600);
     let a = Fixture::new(config.clone(), many(10), &[]);
-    a.surface.load_floor(&*store, &*usage).await;
+    a.surface.load_floor(&*store, &*usage, true).await;
     let b = Fixture::new(config, many(10), &[]);
-    b.surface.load_floor(&*store, &*usage).await;
+    b.surface.load_floor(&*store, &*usage, true).await;
     let _keeper = b.surface.spawn_floor_keeper(store.clone(), usage.clone());
     settle().await;
     assert_eq!(line(&b.surface.floor().names()), "t02 t01");
@@ -360,11 +389,10 @@ async fn the_floor_keeper_rereads_and_rederives_on_schedule() {
     settle().await;
     assert_eq!(line(&b.surface.floor().names()), "t03 t01");
 
-    // A young install: one used tool cannot fill a floor of five, so the ranking is
-    // derived again after ten TTLs, not after the max age.
+    // A new install: no usage yet, so the empty ranking is derived again after ten TTLs,
+    // not after the max age.
     let store = Arc::new(MemorySessionStore::default());
     let usage = Arc::new(MemoryUsage::new());
-    usage.add("t05", now);
     let young = Fixture::new(
         SurfaceConfig::default()
             .with_floor(5, 0, 100)
@@ -372,7 +400,7 @@ async fn the_floor_keeper_rereads_and_rederives_on_schedule() {
         many(10),
         &[],
     );
-    young.surface.load_floor(&*store, &*usage).await;
+    young.surface.load_floor(&*store, &*usage, true).await;
     let _keeper = young
         .surface
         .spawn_floor_keeper(store.clone(), usage.clone());
@@ -380,10 +408,16 @@ async fn the_floor_keeper_rereads_and_rederives_on_schedule() {
     usage.add("t06", now);
     advance(Duration::from_secs(60 * 5)).await;
     settle().await;
-    assert_eq!(line(&young.surface.floor().names()), "t05");
+    assert_eq!(line(&young.surface.floor().names()), "");
     advance(Duration::from_secs(60 * 6)).await;
     settle().await;
-    assert_eq!(line(&young.surface.floor().names()), "t05 t06");
+    assert_eq!(line(&young.surface.floor().names()), "t06");
+    // From then on, the max age: more usage shows after it only.
+    usage.add("t07", now);
+    usage.add("t07", now);
+    advance(Duration::from_secs(60 * 11)).await;
+    settle().await;
+    assert_eq!(line(&young.surface.floor().names()), "t06");
 }
 
 /// Lets spawned tasks run what they can without the (paused) clock moving.

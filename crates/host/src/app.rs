@@ -67,24 +67,6 @@ impl App {
             )
             .with_context(|| format!("opening the store {}", path.display()))?,
         );
-        if let Some(days) = config.store.retention_days {
-            let cutoff =
-                SystemTime::now() - std::time::Duration::from_secs(u64::from(days) * 86_400);
-            let purged = store
-                .purge_calls_before(cutoff)
-                .await
-                .context("applying log retention")?;
-            if purged > 0 {
-                tracing::info!(purged, days, "deleted execution-log rows past retention");
-            }
-            let sessions = store
-                .purge_sessions_idle_since(cutoff)
-                .await
-                .context("applying retention to stored sessions")?;
-            if sessions > 0 {
-                tracing::info!(sessions, days, "deleted session state idle past retention");
-            }
-        }
         let usage = store
             .usage(SystemTime::now())
             .await

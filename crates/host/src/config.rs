@@ -80,8 +80,10 @@ pub struct SkillsConfig {
 pub struct StoreConfig {
     /// The SQLite file (default `./quiver.db`).
     pub path: PathBuf,
-    /// Execution-log rows older than this many days are deleted at start-up (in batches,
-    /// without blocking writers). Unset keeps everything.
+    /// Execution-log rows older than this many days, and the stored working sets of
+    /// sessions idle that long, are deleted when a command that writes the store starts
+    /// (`serve`, `call`, `search`; in batches, without blocking writers); `log`, `tools`,
+    /// `check` and `status` never delete. At least 1; unset (the default) keeps everything.
     pub retention_days: Option<u32>,
     /// How long the execution-log writer waits for more rows before a commit, in
     /// milliseconds (default 2; 0 commits every call at once). Sequential calls then share a
@@ -435,6 +437,11 @@ impl Config {
             .surface
             .validate()
             .with_context(|| format!("{origin}: [surface]"))?;
+        if config.store.retention_days == Some(0) {
+            bail!(
+                "{origin}: [store] retention_days = 0 would delete the whole execution log and every stored session each time `serve`, `call` or `search` starts; give a number of days (at least 1), or remove the key to keep everything"
+            );
+        }
         Ok(config)
     }
 
@@ -652,6 +659,14 @@ allowed_tools = ["t1", "t2"]
             u32::MAX
         );
         check("[store]\nretention_days = 30", Ok("./quiver.db"));
+        check(
+            "[store]\nretention_days = 0",
+            Err("quiver.toml: [store] retention_days = 0 would delete the whole execution log"),
+        );
+        check(
+            "[store]\nretention_days = 0",
+            Err("or remove the key to keep everything"),
+        );
         check("[store]\nretention_days = -3", Err("retention_days"));
         check("[store]\nlog_linger_ms = 0", Ok("./quiver.db"));
         check("[store]\nlog_linger_ms = \"soon\"", Err("log_linger_ms"));

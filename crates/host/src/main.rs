@@ -148,6 +148,38 @@ fn exit_for(envelope: &Envelope) -> ExitCode {
     }
 }
 
+/// Applies `[store] retention_days`: deletes execution-log rows older than that many days,
+/// and the stored working sets of sessions idle that long. Only the commands that write the
+/// store (`serve`, `call`, `search`) do it; the reading ones (`log`, `tools`, `check`,
+/// `status`) leave the store as it is. Unset keeps everything.
+async fn apply_retention(app: &App, config: &Config) -> anyhow::Result<()> {
+    let Some(days) = config.store.retention_days else {
+        return Ok(());
+    };
+    let Some(cutoff) = std::time::SystemTime::now()
+        .checked_sub(std::time::Duration::from_secs(u64::from(days) * 86_400))
+    else {
+        return Ok(());
+    };
+    let purged = app
+        .call_log()
+        .purge_calls_before(cutoff)
+        .await
+        .context("applying log retention")?;
+    if purged > 0 {
+        tracing::info!(purged, days, "deleted execution-log rows past retention");
+    }
+    let sessions = app
+        .store
+        .purge_sessions_idle_since(cutoff)
+        .await
+        .context("applying retention to stored sessions")?;
+    if sessions > 0 {
+        tracing::info!(sessions, days, "deleted session state idle past retention");
+    }
+    Ok(())
+}
+
 fn ms(d: std::time::Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1000.0)
 }
@@ -468,6 +500,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
             Ok(ExitCode::SUCCESS)
         }
         Command::Search { query, limit } => {
+            apply_retention(app, config).await?;
             app.open_session("cli").await?;
             let input = serde_json::json!({"query": query, "limit": limit});
             let envelope = app
@@ -489,6 +522,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
             } else {
                 quiver_host::serve::Transport::Http(listen)
             };
+            apply_retention(app, config).await?;
             app.seed().await?;
             // Working sets go to the store as they change, so a restarted server (or
             // another replica) gives a returning conversation its tools back.
@@ -522,6 +556,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
             json,
             session,
         } => {
+            apply_retention(app, config).await?;
             app.open_session(&session).await?;
             let envelope = app
                 .dispatcher

@@ -456,3 +456,59 @@ async fn an_upstream_that_connects_late_comes_before_the_skills() {
     assert_eq!(&*app.catalog.lookup("skill").unwrap().family, "skills");
     app.shutdown().await.unwrap();
 }
+
+/// `[store] retention_days` deletes old execution-log rows only in the commands that write
+/// the store: reading commands (`log`, `tools`, `check`, `status`) leave them, so a look
+/// at the log never empties it.
+#[tokio::test]
+async fn retention_applies_only_in_commands_that_write() {
+    use quiver_registry::{CallRecord, ToolCallRecorder};
+    let dir = workdir("retention");
+    {
+        let store = quiver_store_sqlite::SqliteStore::open(dir.join("quiver.db")).unwrap();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10 * 86_400);
+        store
+            .record(
+                CallRecord::new(
+                    "tool_search",
+                    "old-call",
+                    serde_json::json!({"query": "old"}),
+                    quiver_contract::Envelope::text("old result"),
+                )
+                .with_at(old),
+            )
+            .await;
+        store.close().await.unwrap();
+    }
+    std::fs::write(dir.join("quiver.toml"), "[store]\nretention_days = 1\n").unwrap();
+    let rows = |dir: &std::path::Path| {
+        let out = quiver_in(dir, &["log", "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout(&out)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["call_id"].clone())
+            .collect::<Vec<_>>()
+    };
+    for reading in [&["tools"][..], &["check"], &["status"], &["log"]] {
+        quiver_in(&dir, reading);
+        assert_eq!(rows(&dir), ["old-call"], "after {reading:?}");
+    }
+    let called = quiver_in(&dir, &["call", "tool_search", r#"{"query": "time"}"#]);
+    assert_eq!(called.status.code(), Some(0), "{}", stdout(&called));
+    let after = rows(&dir);
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_ne!(after[0], "old-call", "the old row is past retention");
+    // 0 would empty the log on every start: refused, with the way to keep everything.
+    std::fs::write(dir.join("quiver.toml"), "[store]\nretention_days = 0\n").unwrap();
+    let zero = quiver_in(&dir, &["log"]);
+    assert_eq!(zero.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&zero.stderr);
+    assert!(
+        err.contains("quiver.toml: [store] retention_days = 0") && err.contains("remove the key"),
+        "{err}"
+    );
+}

@@ -55,7 +55,9 @@ pub struct Config {
     /// Upstream MCP servers (`[[mcp.servers]]`) and the `insecure_http` opt-in list.
     pub mcp: quiver_mcp_adapter::McpClientConfig,
     /// Inbound bearer tokens for `quiver serve` (`[[auth.tokens]]`: name, token, optional
-    /// allowed_tools, mode, tenant). With none configured, no token is asked for.
+    /// allowed_tools, mode, tenant). With none configured, no token is asked for. Names must
+    /// be non-empty, unique and free of `:`, secrets non-empty: checked with the rest of the
+    /// file, so `quiver check` fails where `serve` would.
     pub auth: quiver_mcp_adapter::InboundAuth,
     /// Skills directories (`[skills] dirs`), offered through the `skill` tool.
     pub skills: SkillsConfig,
@@ -437,6 +439,12 @@ impl Config {
             .surface
             .validate()
             .with_context(|| format!("{origin}: [surface]"))?;
+        // What `serve` would refuse is refused here already, so `quiver check` (and every
+        // other command) finds it.
+        config
+            .auth
+            .validate()
+            .with_context(|| format!("{origin}: [[auth.tokens]]"))?;
         if config.store.retention_days == Some(0) {
             bail!(
                 "{origin}: [store] retention_days = 0 would delete the whole execution log and every stored session each time `serve`, `call` or `search` starts; give a number of days (at least 1), or remove the key to keep everything"
@@ -567,6 +575,35 @@ allowed_tools = ["t1", "t2"]
         let config = Config::parse(&missing, "quiver.toml", &env).unwrap();
         let err = config.mcp.clone().finalize(&env).unwrap_err().to_string();
         assert!(err.contains("NOPE is not set"), "{err}");
+    }
+
+    /// The inbound tokens are checked with the rest of the config, not only by `serve`: a
+    /// `quiver check` that passes means `serve` starts.
+    #[test]
+    fn inbound_tokens_are_checked_with_the_file_named() {
+        let token = |name: &str, secret: &str| {
+            format!("[[auth.tokens]]\nname = \"{name}\"\ntoken = \"{secret}\"\n")
+        };
+        check(
+            &token("a:b", "s"),
+            Err(
+                "quiver.toml: [[auth.tokens]]: invalid inbound auth: tokens[0]: the name `a:b` may not contain `:`",
+            ),
+        );
+        check(
+            &token("ci", ""),
+            Err(
+                "quiver.toml: [[auth.tokens]]: invalid inbound auth: tokens[0] (`ci`) has an empty `token`",
+            ),
+        );
+        check(
+            &format!("{}{}", token("ci", "1"), token("ci", "2")),
+            Err("tokens[1]: the name `ci` is already used by tokens[0]"),
+        );
+        check(
+            &format!("{}{}", token("ci", "1"), token("bot", "2")),
+            Ok("./quiver.db"),
+        );
     }
 
     #[test]

@@ -87,6 +87,16 @@ fn check_lints_and_rejects_a_broken_config() {
         err.contains("quiver.toml") && err.contains("did you mean `target_floor`?"),
         "{err}"
     );
+    // Inbound tokens `serve` would refuse fail `check` too, naming the file and the token.
+    let auth = dir.join("auth.toml");
+    std::fs::write(&auth, "[[auth.tokens]]\nname = \"a:b\"\ntoken = \"s\"\n").unwrap();
+    let bad = quiver(&["--config", auth.to_str().unwrap(), "check"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("auth.toml: [[auth.tokens]]") && err.contains("tokens[0]: the name `a:b`"),
+        "{err}"
+    );
     // A pattern that matches no tool is told (a typo'd deny rule never fires), not failed.
     let typo = dir.join("typo.toml");
     std::fs::write(

@@ -59,7 +59,12 @@ enum Command {
     },
     /// Validate the configuration and lint every tool definition (September guide rules:
     /// typed and described properties, enums for closed sets, required fields listed, a
-    /// description that says when to use the tool). Exits 1 when anything is found.
+    /// description that says when to use the tool).
+    ///
+    /// Exits 1 when anything is found: a lint finding, a tool not registered, a breaking
+    /// change, or a configured tool name or pattern that matches no tool (`[unmatched]`;
+    /// one under the prefix of an upstream that is not connected is a note). Exits 2 when
+    /// the configuration itself is wrong.
     Check {
         /// Also report breaking schema changes against the definitions stored in this
         /// database: removed fields, renamed or removed tools, type changes, new required
@@ -318,28 +323,61 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                 }
             }
             // A configured name or pattern that matches no tool is most likely a typo (a
-            // deny rule that never fires); told, not failed: a tool of an upstream that is
-            // down now matches nothing either.
+            // deny rule that never fires): a finding, with a did-you-mean for a near name.
+            // One under the prefix of an upstream that is not connected now cannot be
+            // checked: told, not counted.
             let names: Vec<String> = app
                 .catalog
                 .tools()
                 .iter()
                 .map(|e| e.spec.name.clone())
                 .collect();
+            let not_connected: Vec<(String, String)> = app
+                .mcp
+                .status()
+                .into_iter()
+                .filter(|s| !matches!(s.state, quiver_mcp_adapter::ServerState::Connected))
+                .map(|s| {
+                    let prefix = config
+                        .mcp
+                        .servers
+                        .iter()
+                        .find(|c| c.name == s.name)
+                        .and_then(|c| c.prefix.clone())
+                        .unwrap_or_else(|| s.name.clone());
+                    (s.name, prefix)
+                })
+                .collect();
             let mut unmatched = 0;
             for r in config.tool_patterns() {
-                if !names.iter().any(|n| r.matches(n)) {
-                    unmatched += 1;
-                    let note = if r.exact && r.name.contains('*') {
-                        " (this key takes exact names: `*` is not a wildcard here)"
-                    } else {
-                        ""
-                    };
+                if names.iter().any(|n| r.matches(n)) {
+                    continue;
+                }
+                if let Some((server, _)) = not_connected
+                    .iter()
+                    .find(|(_, prefix)| r.name.starts_with(&format!("mcp__{prefix}__")))
+                {
                     println!(
-                        "{}: [unmatched] `{}` matches no tool in the catalog{note}",
+                        "{}: [note] `{}` not checked: server {server} is not connected",
                         r.key, r.name
                     );
+                    continue;
                 }
+                unmatched += 1;
+                let note = if r.exact && r.name.contains('*') {
+                    " (this key takes exact names: `*` is not a wildcard here)".to_owned()
+                } else if r.name.contains('*') {
+                    String::new()
+                } else {
+                    quiver_registry::did_you_mean(r.name, names.iter().map(String::as_str), 1)
+                        .first()
+                        .map(|(best, _)| format!("; did you mean `{best}`?"))
+                        .unwrap_or_default()
+                };
+                println!(
+                    "{}: [unmatched] `{}` matches no tool in the catalog{note}",
+                    r.key, r.name
+                );
             }
             let mut breaking = Vec::new();
             if let Some(db) = against {
@@ -417,6 +455,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                     && misfits.is_empty()
                     && not_registered == 0
                     && breaking.is_empty()
+                    && unmatched == 0
                 {
                     ExitCode::SUCCESS
                 } else {

@@ -97,26 +97,40 @@ fn check_lints_and_rejects_a_broken_config() {
         err.contains("auth.toml: [[auth.tokens]]") && err.contains("tokens[0]: the name `a:b`"),
         "{err}"
     );
-    // A pattern that matches no tool is told (a typo'd deny rule never fires), not failed.
+    // A name or pattern that matches no tool is a finding (a typo'd deny rule never fires),
+    // with a did-you-mean for a near name; one under a server that is not connected is a
+    // note.
     let typo = dir.join("typo.toml");
     std::fs::write(
         &typo,
-        "[[policy.rules]]\nid = \"no-search\"\ntool = \"tool_serch\"\naction = \"deny\"\nmessage = \"no\"\n\n[limits.tool_timeouts]\ntool_search = 5\n\"mcp__gone__*\" = 9\n",
+        "[[policy.rules]]\nid = \"no-search\"\ntool = \"tool_serch\"\naction = \"deny\"\nmessage = \"no\"\n\n[limits.tool_timeouts]\ntool_search = 5\n\"mcp__gone__*\" = 9\n\"mcp__down__x\" = 9\n\n[[mcp.servers]]\nname = \"down\"\ntransport = \"stdio\"\ncommand = \"/nonexistent/quiver-test-server\"\n",
     )
     .unwrap();
     let told = quiver(&["--config", typo.to_str().unwrap(), "check"]);
     let text = stdout(&told);
-    assert_eq!(told.status.code(), Some(0), "{text}");
+    assert_eq!(told.status.code(), Some(1), "{text}");
     assert!(
-        text.contains("policy.rules[no-search].tool: [unmatched] `tool_serch` matches no tool"),
+        text.contains("policy.rules[no-search].tool: [unmatched] `tool_serch` matches no tool in the catalog; did you mean `tool_search`?"),
         "{text}"
     );
     assert!(
         text.contains("limits.tool_timeouts: [unmatched] `mcp__gone__*` matches no tool in the catalog (this key takes exact names"),
         "{text}"
     );
+    assert!(
+        text.contains(
+            "limits.tool_timeouts: [note] `mcp__down__x` not checked: server down is not connected"
+        ),
+        "{text}"
+    );
     assert!(!text.contains("`tool_search` matches no tool"), "{text}");
     assert!(text.contains("2 unmatched tool name(s)"), "{text}");
+    let help = quiver(&["check", "--help"]);
+    assert!(
+        stdout(&help).contains("matches no tool (`[unmatched]`"),
+        "{}",
+        stdout(&help)
+    );
     // Settings that do not fit together are a finding.
     let misfit = dir.join("misfit.toml");
     std::fs::write(&misfit, "[surface]\nmax_surface = 4\n").unwrap();

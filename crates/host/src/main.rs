@@ -416,6 +416,26 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                             .iter()
                             .any(|(name, _)| d.implementation.starts_with(&format!("mcp:{name}:")))
                 };
+                // The resource meta-tools are Quiver's own (family `mcp:resources`, recorded
+                // like an upstream's tools), listed only while a connected server offers
+                // resources: one missing now is not a removed tool.
+                let meta_absent = |d: &quiver_registry::ToolDefinition| {
+                    quiver_mcp_adapter::RESOURCE_TOOLS.contains(&d.name.as_str())
+                        && d.implementation
+                            == format!("{}:{}", quiver_mcp_adapter::RESOURCE_TOOLS_FAMILY, d.name)
+                        && app.catalog.lookup(&d.name).is_none()
+                };
+                let absent: Vec<&str> = defs
+                    .iter()
+                    .filter(|d| d.deleted_at.is_none() && meta_absent(d))
+                    .map(|d| d.name.as_str())
+                    .collect();
+                if !absent.is_empty() {
+                    println!(
+                        "{}: [note] not checked: these tools are listed only while a connected MCP server offers resources",
+                        absent.join(", ")
+                    );
+                }
                 for (name, state) in &down {
                     let n = defs
                         .iter()
@@ -433,7 +453,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                 }
                 let stored_specs: Vec<_> = defs
                     .iter()
-                    .filter(|d| d.deleted_at.is_none() && !unchecked(d))
+                    .filter(|d| d.deleted_at.is_none() && !unchecked(d) && !meta_absent(d))
                     .map(|d| d.to_spec())
                     .collect();
                 let current: Vec<_> = app.catalog.tools().iter().map(|e| e.spec.clone()).collect();

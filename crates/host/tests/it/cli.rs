@@ -253,6 +253,19 @@ async fn check_against_a_database_reports_breaking_changes() {
             ))
             .await
             .unwrap();
+        // The resource meta-tools, recorded by a `serve` that had a server with resources:
+        // not registered now (no such server), which is not a removal.
+        for meta in ["list_mcp_resources", "read_mcp_resource"] {
+            let spec = quiver_contract::ToolSpec::new(meta, "Resources. Use it to read them.");
+            store
+                .put_definition(ToolDefinition::from_spec(
+                    &spec,
+                    ToolType::Mcp,
+                    format!("mcp:resources:{meta}"),
+                ))
+                .await
+                .unwrap();
+        }
         let gone = quiver_contract::ToolSpec::new("list_everything", "Lists. Use it rarely.");
         store
             .put_definition(ToolDefinition::from_spec(
@@ -281,6 +294,14 @@ async fn check_against_a_database_reports_breaking_changes() {
         "{text}"
     );
     assert!(text.contains("2 breaking change(s)"), "{text}");
+    assert!(
+        text.contains("list_mcp_resources, read_mcp_resource: [note] not checked"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("[breaking: removed_tool] tool `list_mcp"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 pub use config::{
     Liveness, McpClientConfig, ResolvedServer, ServerConfig, TransportKind, validate_all,
 };
+pub use meta::{RESOURCE_TOOLS, RESOURCE_TOOLS_FAMILY};
 pub use upstream::{ServerCounters, ServerState};
 
 use crate::McpError;

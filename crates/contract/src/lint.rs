@@ -144,12 +144,27 @@ pub struct BreakingChange {
     pub message: String,
 }
 
-fn type_of(schema: &Value) -> String {
-    match schema.get("type") {
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
-        None => "any".into(),
+/// The JSON types a schema accepts, as a set (`{"type": ["string", "null"]}` is
+/// `{null, string}` in any order); `None` when it names no type (anything goes).
+fn types_of(schema: &Value) -> Option<std::collections::BTreeSet<&str>> {
+    match schema.get("type")? {
+        Value::String(s) => Some([s.as_str()].into()),
+        Value::Array(items) => Some(items.iter().filter_map(Value::as_str).collect()),
+        _ => None,
     }
+}
+
+fn show_types(types: Option<&std::collections::BTreeSet<&str>>) -> String {
+    match types {
+        None => "any".into(),
+        Some(t) if t.len() == 1 => t.iter().next().copied().unwrap_or("any").to_owned(),
+        Some(t) => format!("[{}]", t.iter().copied().collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// Whether a value of type `old` is still accepted by `new` (an integer is a number).
+fn accepts(new: &std::collections::BTreeSet<&str>, old: &str) -> bool {
+    new.contains(old) || (old == "integer" && new.contains("number"))
 }
 
 fn required(schema: &Value) -> Vec<&str> {
@@ -161,47 +176,78 @@ fn required(schema: &Value) -> Vec<&str> {
 }
 
 /// The breaking changes from `old` to `new` (same tool): a removed field, a type change, a
-/// new required field without a default. Adding an optional field is not breaking.
+/// new required field without a default, in the arguments and in every nested object
+/// (named `parent.child`, `list[].child` for an array's items). Adding an optional field
+/// is not breaking, and neither is a type that accepts more than before (`integer` to
+/// `number`, `string` to `["string", "null"]`).
 pub fn breaking_changes(old: &ToolSpec, new: &ToolSpec) -> Vec<BreakingChange> {
     let mut out = Vec::new();
+    compare_object(
+        &new.name,
+        &old.input_schema,
+        &new.input_schema,
+        "",
+        &mut out,
+    );
+    out
+}
+
+fn compare_object(
+    tool: &str,
+    old: &Value,
+    new: &Value,
+    prefix: &str,
+    out: &mut Vec<BreakingChange>,
+) {
     let empty = serde_json::Map::new();
     let old_props = old
-        .input_schema
         .get("properties")
         .and_then(Value::as_object)
         .unwrap_or(&empty);
     let new_props = new
-        .input_schema
         .get("properties")
         .and_then(Value::as_object)
         .unwrap_or(&empty);
     let change = |kind, field: &str, message: String| BreakingChange {
-        tool: new.name.clone(),
+        tool: tool.to_owned(),
         kind,
         field: Some(field.to_owned()),
         message,
     };
     for (name, old_p) in old_props {
-        match new_props.get(name) {
-            None => out.push(change(
+        let field = format!("{prefix}{name}");
+        let Some(new_p) = new_props.get(name) else {
+            out.push(change(
                 "removed_field",
-                name,
-                format!("field `{name}` was removed"),
-            )),
-            Some(new_p) => {
-                let (a, b) = (type_of(old_p), type_of(new_p));
-                if a != b {
-                    out.push(change(
-                        "type_changed",
-                        name,
-                        format!("field `{name}` changed type from {a} to {b}"),
-                    ));
-                }
-            }
+                &field,
+                format!("field `{field}` was removed"),
+            ));
+            continue;
+        };
+        let (a, b) = (types_of(old_p), types_of(new_p));
+        let narrowed = match (&a, &b) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(a), Some(b)) => !a.iter().all(|t| accepts(b, t)),
+        };
+        if narrowed {
+            out.push(change(
+                "type_changed",
+                &field,
+                format!(
+                    "field `{field}` changed type from {} to {}",
+                    show_types(a.as_ref()),
+                    show_types(b.as_ref())
+                ),
+            ));
+        }
+        compare_object(tool, old_p, new_p, &format!("{field}."), out);
+        if let (Some(old_items), Some(new_items)) = (old_p.get("items"), new_p.get("items")) {
+            compare_object(tool, old_items, new_items, &format!("{field}[]."), out);
         }
     }
-    let old_required = required(&old.input_schema);
-    for name in required(&new.input_schema) {
+    let old_required = required(old);
+    for name in required(new) {
         if old_required.contains(&name) {
             continue;
         }
@@ -209,14 +255,14 @@ pub fn breaking_changes(old: &ToolSpec, new: &ToolSpec) -> Vec<BreakingChange> {
             .get(name)
             .is_some_and(|p| p.get("default").is_some());
         if !has_default {
+            let field = format!("{prefix}{name}");
             out.push(change(
                 "new_required_field",
-                name,
-                format!("field `{name}` is now required and has no default; existing callers do not send it"),
+                &field,
+                format!("field `{field}` is now required and has no default; existing callers do not send it"),
             ));
         }
     }
-    out
 }
 
 /// The breaking changes between a stored set of definitions and the current one: per-tool
@@ -306,5 +352,81 @@ mod tests {
         );
         let gone = breaking_changes_between(&[old.clone(), ToolSpec::new("u", "U.")], &[new]);
         assert_eq!(gone.last().unwrap().kind, "removed_tool");
+    }
+
+    fn changes(old: Value, new: Value) -> Vec<(&'static str, String, String)> {
+        let (old, new) = (
+            ToolSpec::new("t", "T.").with_schema(old),
+            ToolSpec::new("t", "T.").with_schema(new),
+        );
+        breaking_changes(&old, &new)
+            .into_iter()
+            .map(|c| (c.kind, c.field.unwrap_or_default(), c.message))
+            .collect()
+    }
+
+    /// Types compare as sets, and a type that accepts more than before is not breaking.
+    #[test]
+    fn type_changes_are_compared_as_sets_and_widening_is_not_breaking() {
+        let field = |t: Value| json!({"type": "object", "properties": {"a": {"type": t}}});
+        for (old, new) in [
+            (json!(["string", "null"]), json!(["null", "string"])),
+            (json!("integer"), json!("number")),
+            (json!("string"), json!(["string", "null"])),
+            (json!(["integer", "null"]), json!(["number", "null"])),
+        ] {
+            assert_eq!(
+                changes(field(old.clone()), field(new.clone())),
+                [],
+                "{old} -> {new}"
+            );
+        }
+        assert_eq!(
+            changes(field(json!("number")), field(json!("integer"))),
+            [(
+                "type_changed",
+                "a".into(),
+                "field `a` changed type from number to integer".into()
+            )]
+        );
+        assert_eq!(
+            changes(field(json!(["string", "null"])), field(json!("string"))),
+            [(
+                "type_changed",
+                "a".into(),
+                "field `a` changed type from [null, string] to string".into()
+            )]
+        );
+    }
+
+    /// Nested objects (also under `["object", "null"]` and in array items) are compared
+    /// field by field.
+    #[test]
+    fn nested_object_properties_are_compared() {
+        let old = json!({"type": "object", "properties": {
+            "opts": {"type": ["object", "null"], "properties": {
+                "depth": {"type": "integer"}, "mode": {"type": "string"}
+            }, "required": []},
+            "rows": {"type": "array", "items": {"type": "object", "properties": {"id": {"type": "string"}}}}
+        }});
+        let new = json!({"type": "object", "properties": {
+            "opts": {"type": ["object", "null"], "properties": {
+                "depth": {"type": "string"}, "limit": {"type": "integer"}, "page": {"type": "integer", "default": 1}
+            }, "required": ["limit", "page"]},
+            "rows": {"type": "array", "items": {"type": "object", "properties": {}}}
+        }});
+        let got: Vec<(&str, String)> = changes(old, new)
+            .into_iter()
+            .map(|(k, f, _)| (k, f))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("type_changed", "opts.depth".into()),
+                ("removed_field", "opts.mode".into()),
+                ("new_required_field", "opts.limit".into()),
+                ("removed_field", "rows[].id".into()),
+            ]
+        );
     }
 }

@@ -278,6 +278,37 @@ fn explain(message: &str) -> String {
     }
 }
 
+/// Replaces `${env:VAR}` in one string; a missing or empty variable is an error naming
+/// `path` (the key). Also used for the `--mcp-config` JSON's fields.
+pub(crate) fn interpolate_str(
+    s: &str,
+    path: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> anyhow::Result<String> {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find("${env:") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 6..];
+        let Some(end) = after.find('}') else {
+            bail!("{path}: `${{env:` is not closed with `}}`");
+        };
+        let var = &after[..end];
+        let Some(val) = env(var) else {
+            bail!("{path}: environment variable {var} is not set (referenced as `${{env:{var}}}`)");
+        };
+        if val.is_empty() {
+            bail!(
+                "{path}: environment variable {var} is set but empty (referenced as `${{env:{var}}}`): give it a value, or remove the reference"
+            );
+        }
+        out.push_str(&val);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 /// Replaces `${env:VAR}` in every string; a missing variable is an error naming the key.
 fn interpolate(
     value: &mut toml::Value,
@@ -285,32 +316,7 @@ fn interpolate(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> anyhow::Result<()> {
     match value {
-        toml::Value::String(s) => {
-            let mut out = String::new();
-            let mut rest = s.as_str();
-            while let Some(i) = rest.find("${env:") {
-                out.push_str(&rest[..i]);
-                let after = &rest[i + 6..];
-                let Some(end) = after.find('}') else {
-                    bail!("{path}: `${{env:` is not closed with `}}`");
-                };
-                let var = &after[..end];
-                let Some(val) = env(var) else {
-                    bail!(
-                        "{path}: environment variable {var} is not set (referenced as `${{env:{var}}}`)"
-                    );
-                };
-                if val.is_empty() {
-                    bail!(
-                        "{path}: environment variable {var} is set but empty (referenced as `${{env:{var}}}`): give it a value, or remove the reference"
-                    );
-                }
-                out.push_str(&val);
-                rest = &after[end + 1..];
-            }
-            out.push_str(rest);
-            *s = out;
-        }
+        toml::Value::String(s) => *s = interpolate_str(s, path, env)?,
         toml::Value::Array(items) => {
             for (i, item) in items.iter_mut().enumerate() {
                 interpolate(item, &format!("{path}[{i}]"), env)?;

@@ -7,6 +7,8 @@ use anyhow::{Context, bail};
 use quiver_mcp_adapter::ServerConfig;
 use serde::Deserialize;
 
+use crate::config::interpolate_str;
+
 #[derive(Debug, Deserialize)]
 struct File {
     #[serde(rename = "mcpServers", alias = "servers")]
@@ -61,8 +63,17 @@ const FOREIGN: [&str; 12] = [
     "dev",
 ];
 
-/// Parses an `mcpServers` file's text; `origin` names it in errors.
-pub fn parse_mcp_servers(text: &str, origin: &str) -> anyhow::Result<Vec<ServerConfig>> {
+/// The transports a `"type"` field may name.
+const TYPES: &str = "\"stdio\" (with \"command\") or \"http\" (with \"url\"; also \"streamable-http\", \"streamableHttp\")";
+
+/// Parses an `mcpServers` file's text; `origin` names it in errors. `${env:VAR}` is
+/// replaced in `command`, `args`, `cwd` and `url` here, and in `env` and `headers` values
+/// when the servers are set up, as in `quiver.toml`.
+pub fn parse_mcp_servers(
+    text: &str,
+    origin: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> anyhow::Result<Vec<ServerConfig>> {
     let file: File = serde_json::from_str(text)
         .with_context(|| format!("{origin}: not an mcpServers JSON file"))?;
     let Some(servers) = file.servers else {
@@ -100,24 +111,72 @@ pub fn parse_mcp_servers(text: &str, origin: &str) -> anyhow::Result<Vec<ServerC
                 "{origin}: server {name:?}: {err}. Quiver never renames a server (its name is part of every tool name, mcp__<server>__<tool>); rename it in the file, e.g. to {suggestion:?}"
             );
         }
+        let at = |key: &str| format!("{origin}: server {name:?}: {key}");
+        let stdio = match e.kind.as_deref() {
+            None => None,
+            Some("stdio") => Some(true),
+            Some("http" | "streamable-http" | "streamableHttp" | "streamable_http") => Some(false),
+            Some("sse") => bail!(
+                "{origin}: server {name:?} uses the legacy SSE transport, which Quiver does not speak; use its streamable HTTP endpoint"
+            ),
+            Some(other) => bail!(
+                "{origin}: server {name:?}: unknown \"type\" {other:?}; use {TYPES}, or leave it out"
+            ),
+        };
         let server = match (e.command, e.url) {
             (Some(command), None) => {
-                let mut s = ServerConfig::stdio(name.clone(), command, e.args);
+                if stdio == Some(false) {
+                    bail!(
+                        "{origin}: server {name:?} has \"type\": {:?} but a \"command\" (a stdio server); give it a \"url\", or make the type \"stdio\"",
+                        e.kind.as_deref().unwrap_or_default()
+                    );
+                }
+                if !e.headers.is_empty() {
+                    bail!(
+                        "{origin}: server {name:?}: \"headers\" apply to http servers (\"url\") only, and this one runs \"command\"; remove them, or pass values through \"env\""
+                    );
+                }
+                let args = e
+                    .args
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| interpolate_str(a, &at(&format!("args[{i}]")), env))
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                let mut s = ServerConfig::stdio(
+                    name.clone(),
+                    interpolate_str(&command, &at("command"), env)?,
+                    args,
+                );
                 for (k, v) in e.env {
                     s = s.with_env(k, v);
                 }
                 if let Some(cwd) = e.cwd {
-                    s = s.with_cwd(cwd);
+                    s = s.with_cwd(interpolate_str(&cwd, &at("cwd"), env)?);
                 }
                 s
             }
             (None, Some(url)) => {
-                if matches!(e.kind.as_deref(), Some("sse")) {
+                if stdio == Some(true) {
                     bail!(
-                        "{origin}: server {name:?} uses the legacy SSE transport, which Quiver does not speak; use its streamable HTTP endpoint"
+                        "{origin}: server {name:?} has \"type\": \"stdio\" but a \"url\" (an http server); give it a \"command\", or make the type \"http\""
                     );
                 }
-                let mut s = ServerConfig::http(name.clone(), url);
+                let stray: Vec<&str> = [
+                    ("args", !e.args.is_empty()),
+                    ("env", !e.env.is_empty()),
+                    ("cwd", e.cwd.is_some()),
+                ]
+                .into_iter()
+                .filter_map(|(k, set)| set.then_some(k))
+                .collect();
+                if !stray.is_empty() {
+                    bail!(
+                        "{origin}: server {name:?}: \"{}\" apply to stdio servers (\"command\") only, and this one has a \"url\"; remove them (an http server takes \"headers\")",
+                        stray.join("\", \"")
+                    );
+                }
+                let mut s =
+                    ServerConfig::http(name.clone(), interpolate_str(&url, &at("url"), env)?);
                 for (k, v) in e.headers {
                     s = s.with_header(k, v);
                 }
@@ -139,12 +198,22 @@ pub fn parse_mcp_servers(text: &str, origin: &str) -> anyhow::Result<Vec<ServerC
 pub fn read_mcp_servers(path: &Path) -> anyhow::Result<Vec<ServerConfig>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    parse_mcp_servers(&text, &path.display().to_string())
+    parse_mcp_servers(&text, &path.display().to_string(), &|k| {
+        std::env::var(k).ok()
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn env(k: &str) -> Option<String> {
+        match k {
+            "HOST" => Some("mcp.example.com".to_owned()),
+            "BIN" => Some("/opt/bin".to_owned()),
+            _ => None,
+        }
+    }
 
     #[test]
     fn reads_the_desktop_clients_format() {
@@ -153,7 +222,7 @@ mod tests {
             "remote": {"type": "http", "url": "https://mcp.example.com/mcp", "headers": {"X-Key": "k"}},
             "off": {"command": "x", "disabled": true}
         }}"#;
-        let servers = parse_mcp_servers(text, "c.json").unwrap();
+        let servers = parse_mcp_servers(text, "c.json", &env).unwrap();
         assert_eq!(servers.len(), 2);
         assert_eq!(servers[0].name, "everything");
         assert_eq!(servers[0].command.as_deref(), Some("npx"));
@@ -168,6 +237,80 @@ mod tests {
         );
     }
 
+    /// `${env:VAR}` works in every string field, as in `quiver.toml` (`env` and `headers`
+    /// values are replaced when the servers are set up).
+    #[test]
+    fn env_references_work_in_every_field() {
+        let text = r#"{"mcpServers": {
+            "local": {"command": "${env:BIN}/server", "args": ["--root", "${env:BIN}/data"], "cwd": "${env:BIN}", "env": {"K": "${env:BIN}"}},
+            "remote": {"url": "https://${env:HOST}/mcp", "headers": {"X-Key": "${env:BIN}"}}
+        }}"#;
+        let servers = parse_mcp_servers(text, "c.json", &env).unwrap();
+        assert_eq!(servers[0].command.as_deref(), Some("/opt/bin/server"));
+        assert_eq!(servers[0].args, ["--root", "/opt/bin/data"]);
+        assert_eq!(
+            servers[0].cwd.as_deref(),
+            Some(std::path::Path::new("/opt/bin"))
+        );
+        assert_eq!(
+            servers[1].url.as_deref(),
+            Some("https://mcp.example.com/mcp")
+        );
+        let resolved = quiver_mcp_adapter::validate_all(&servers, &env);
+        assert!(resolved.is_ok(), "{:?}", resolved.err());
+        let err = format!(
+            "{:#}",
+            parse_mcp_servers(
+                r#"{"mcpServers": {"r": {"url": "https://${env:NOPE}/mcp"}}}"#,
+                "c.json",
+                &env
+            )
+            .unwrap_err()
+        );
+        assert!(
+            err.contains("c.json: server \"r\": url: environment variable NOPE is not set"),
+            "{err}"
+        );
+    }
+
+    /// Fields of the other transport, and a `"type"` that contradicts `command` / `url`, are
+    /// errors naming the file and the server, as in `quiver.toml`.
+    #[test]
+    fn fields_of_the_other_transport_are_errors() {
+        let err = |t: &str| format!("{:#}", parse_mcp_servers(t, "c.json", &env).unwrap_err());
+        let e = err(
+            r#"{"mcpServers": {"a": {"url": "https://h/mcp", "env": {"K": "v"}, "args": ["x"]}}}"#,
+        );
+        assert!(
+            e.contains(
+                "c.json: server \"a\": \"args\", \"env\" apply to stdio servers (\"command\") only"
+            ),
+            "{e}"
+        );
+        let e = err(r#"{"mcpServers": {"a": {"command": "x", "headers": {"K": "v"}}}}"#);
+        assert!(
+            e.contains("c.json: server \"a\": \"headers\" apply to http servers (\"url\") only"),
+            "{e}"
+        );
+        let e = err(r#"{"mcpServers": {"a": {"type": "http", "command": "x"}}}"#);
+        assert!(
+            e.contains("c.json: server \"a\" has \"type\": \"http\" but a \"command\""),
+            "{e}"
+        );
+        let e = err(r#"{"mcpServers": {"a": {"type": "stdio", "url": "https://h/mcp"}}}"#);
+        assert!(
+            e.contains("c.json: server \"a\" has \"type\": \"stdio\" but a \"url\""),
+            "{e}"
+        );
+        let e = err(r#"{"mcpServers": {"a": {"type": "websocket", "url": "wss://h"}}}"#);
+        assert!(
+            e.contains("c.json: server \"a\": unknown \"type\" \"websocket\""),
+            "{e}"
+        );
+        let ok = r#"{"mcpServers": {"a": {"type": "streamable-http", "url": "https://h/mcp"}, "b": {"type": "stdio", "command": "x"}}}"#;
+        assert_eq!(parse_mcp_servers(ok, "c.json", &env).unwrap().len(), 2);
+    }
+
     #[test]
     fn other_clients_keys_are_ignored() {
         let text = r#"{"mcpServers": {
@@ -175,14 +318,14 @@ mod tests {
                    "envFile": "${workspaceFolder}/.env", "description": "files",
                    "comment": "mine", "enabled": true, "headersHelper": "h", "serverUrl": "u"}
         }}"#;
-        let servers = parse_mcp_servers(text, "c.json").unwrap();
+        let servers = parse_mcp_servers(text, "c.json", &env).unwrap();
         assert_eq!(servers.len(), 1);
         assert_eq!(servers[0].command.as_deref(), Some("x"));
     }
 
     #[test]
     fn bad_entries_are_clear_errors() {
-        let err = |t: &str| format!("{:#}", parse_mcp_servers(t, "c.json").unwrap_err());
+        let err = |t: &str| format!("{:#}", parse_mcp_servers(t, "c.json", &env).unwrap_err());
         assert!(
             err(r#"{"mcpServers": {"server-git": {"command": "x"}}}"#)
                 .contains("rename it in the file, e.g. to \"server_git\"")

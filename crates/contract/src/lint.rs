@@ -30,23 +30,57 @@ fn finding(tool: &str, rule: &'static str, path: &str, message: String) -> LintF
     }
 }
 
-const WHEN_MARKERS: [&str; 7] = [
-    "use ",
-    "use it",
-    "when ",
-    "call this",
-    "call it",
-    "if you need",
-    "if the user",
+/// Phrases (whole words, in order) that say when to use a tool, as the September guide's
+/// "Use this when the user asks ..." does; a word that merely contains "use" ("house") or a
+/// "when" about something else ("Reports when the file was last modified") is not one.
+const WHEN_PHRASES: &[&[&str]] = &[
+    &["use", "this"],
+    &["use", "it"],
+    &["use", "when"],
+    &["use", "if"],
+    &["use", "for"],
+    &["use", "after"],
+    &["use", "before"],
+    &["use", "instead"],
+    &["call", "this"],
+    &["call", "it"],
+    &["call", "when"],
+    &["call", "after"],
+    &["call", "before"],
+    &["invoke", "this"],
+    &["invoke", "it"],
+    &["when", "you", "need"],
+    &["when", "you", "want"],
+    &["when", "the", "user"],
+    &["when", "asked"],
+    &["if", "you", "need"],
+    &["if", "you", "want"],
+    &["if", "the", "user"],
+    &["useful", "when"],
+    &["useful", "for"],
+    &["do", "not", "use"],
+    &["don't", "use"],
 ];
+
+/// Whether a description says when to use the tool (one of [`WHEN_PHRASES`]).
+fn says_when_to_use(description: &str) -> bool {
+    let lower = description.to_lowercase().replace('’', "'");
+    let words: Vec<&str> = lower
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .filter(|w| !w.is_empty())
+        .collect();
+    WHEN_PHRASES
+        .iter()
+        .any(|phrase| words.windows(phrase.len()).any(|w| w == *phrase))
+}
 
 /// Lints a tool definition: every property has a type and a description; closed sets use
 /// `enum`; an object schema lists its required fields; the description says when to use the
-/// tool.
+/// tool. Nested objects are linted too: under a property (also one typed
+/// `["object", "null"]`), in array items and in `anyOf` / `oneOf` / `allOf` branches.
 pub fn lint_spec(spec: &ToolSpec) -> Vec<LintFinding> {
     let mut out = Vec::new();
-    let desc = spec.description.to_lowercase();
-    if !WHEN_MARKERS.iter().any(|m| desc.contains(m)) {
+    if !says_when_to_use(&spec.description) {
         out.push(finding(
             &spec.name,
             "when_to_use",
@@ -54,8 +88,36 @@ pub fn lint_spec(spec: &ToolSpec) -> Vec<LintFinding> {
             "the description does not say when to use the tool (add a sentence like \"Use it when ...\")".into(),
         ));
     }
-    lint_object(&spec.name, &spec.input_schema, "", &mut out);
+    lint_schema(&spec.name, &spec.input_schema, "", &mut out);
     out
+}
+
+/// Lints the object schemas in `schema`: itself, its array items, its branches.
+fn lint_schema(tool: &str, schema: &Value, path: &str, out: &mut Vec<LintFinding>) {
+    lint_object(tool, schema, path, out);
+    if let Some(items) = schema.get("items") {
+        lint_schema(tool, items, &format!("{path}/items"), out);
+    }
+    for key in ["anyOf", "oneOf", "allOf"] {
+        for (i, branch) in schema
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            lint_schema(tool, branch, &format!("{path}/{key}/{i}"), out);
+        }
+    }
+}
+
+/// Whether a schema's `type` is `ty` or a list holding it (`["string", "null"]`).
+fn is_type(schema: &Value, ty: &str) -> bool {
+    match schema.get("type") {
+        Some(Value::String(s)) => s == ty,
+        Some(Value::Array(a)) => a.iter().any(|t| t.as_str() == Some(ty)),
+        _ => false,
+    }
 }
 
 fn has_type(schema: &Value) -> bool {
@@ -110,10 +172,7 @@ fn lint_object(tool: &str, schema: &Value, path: &str, out: &mut Vec<LintFinding
                 format!("property `{name}` has no description"),
             ));
         }
-        if prop.get("type").and_then(Value::as_str) == Some("string")
-            && prop.get("enum").is_none()
-            && lists_options(description)
-        {
+        if is_type(prop, "string") && prop.get("enum").is_none() && lists_options(description) {
             out.push(finding(
                 tool,
                 "closed_set_enum",
@@ -121,12 +180,7 @@ fn lint_object(tool: &str, schema: &Value, path: &str, out: &mut Vec<LintFinding
                 format!("property `{name}` describes a closed set of values; use `enum` so the model picks from the list"),
             ));
         }
-        if prop.get("type").and_then(Value::as_str) == Some("object") {
-            lint_object(tool, prop, &p, out);
-        }
-        if let Some(items) = prop.get("items") {
-            lint_object(tool, items, &format!("{p}/items"), out);
-        }
+        lint_schema(tool, prop, &p, out);
     }
 }
 
@@ -324,6 +378,72 @@ mod tests {
             "required": []
         }));
         assert!(lint_spec(&good).is_empty(), "{:?}", lint_spec(&good));
+    }
+
+    /// "Says when to use" takes words that say it, not any "use " or "when " inside a word
+    /// or about something else.
+    #[test]
+    fn when_to_use_needs_a_phrase_that_says_when() {
+        let says = |d: &str| {
+            !lint_spec(&ToolSpec::new("t", d))
+                .iter()
+                .any(|f| f.rule == "when_to_use")
+        };
+        for d in [
+            "Lists the rooms of a house (floor plans).",
+            "Reports when the file was last modified.",
+            "Reuses the cached answer.",
+            "Returns the user's profile.",
+        ] {
+            assert!(!says(d), "{d}");
+        }
+        for d in [
+            "Searches the web. Use this for current events.",
+            "Reads a file. Use it when you need its content.",
+            "Turns a spreadsheet into a PDF. Use when asked to bill a customer.",
+            "Deletes a branch. Call this after merging.",
+            "Fetches prices. Useful when the user asks about costs.",
+            "Looks up a word. Don't use it for names.",
+            "Converts units when you need metric values.",
+        ] {
+            assert!(says(d), "{d}");
+        }
+    }
+
+    /// Properties of nested objects are linted wherever the object is: a property typed
+    /// `["object", "null"]`, an `anyOf` / `oneOf` branch, array items.
+    #[test]
+    fn nested_objects_are_linted_in_nullable_types_and_branches() {
+        let spec = ToolSpec::new("t", "Does it. Use it when asked.").with_schema(json!({
+            "type": "object",
+            "properties": {
+                "opts": {"type": ["object", "null"], "description": "Options.", "required": [],
+                         "properties": {"depth": {"description": "How deep."}}},
+                "target": {"description": "Where.", "anyOf": [
+                    {"type": "object", "required": [], "properties": {"path": {"type": "string"}}},
+                    {"type": "string"}
+                ]},
+                "level": {"type": ["string", "null"], "description": "One of low, high."}
+            },
+            "required": [],
+            "oneOf": [{"required": [], "properties": {"x": {"type": "string"}}}]
+        }));
+        let got: Vec<_> = lint_spec(&spec)
+            .iter()
+            .map(|f| (f.rule, f.path.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("property_type", "/properties/opts/properties/depth".into()),
+                (
+                    "property_description",
+                    "/properties/target/anyOf/0/properties/path".into()
+                ),
+                ("closed_set_enum", "/properties/level".into()),
+                ("property_description", "/oneOf/0/properties/x".into()),
+            ]
+        );
     }
 
     #[test]

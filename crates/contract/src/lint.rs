@@ -13,7 +13,8 @@ pub struct LintFinding {
     /// The tool.
     pub tool: String,
     /// The rule's id: `property_type`, `property_description`, `closed_set_enum`,
-    /// `required_listed`, `when_to_use`.
+    /// `required_listed`, `when_to_use`, `root_combinator` (an `anyOf` / `oneOf` / `allOf`
+    /// at the root of the arguments schema, which provider tool APIs refuse).
     pub rule: &'static str,
     /// Where in the schema (JSON pointer), empty for the tool itself.
     pub path: String,
@@ -87,6 +88,16 @@ pub fn lint_spec(spec: &ToolSpec) -> Vec<LintFinding> {
             "",
             "the description does not say when to use the tool (add a sentence like \"Use it when ...\")".into(),
         ));
+    }
+    for key in ["anyOf", "oneOf", "allOf"] {
+        if spec.input_schema.get(key).is_some() {
+            out.push(finding(
+                &spec.name,
+                "root_combinator",
+                "",
+                format!("the arguments schema has `{key}` at the root, which the OpenAI and Anthropic tool APIs refuse; make the root a plain object and put the alternatives under a property"),
+            ));
+        }
     }
     lint_schema(&spec.name, &spec.input_schema, "", &mut out);
     out
@@ -435,6 +446,7 @@ mod tests {
         assert_eq!(
             got,
             vec![
+                ("root_combinator", "".into()),
                 ("property_type", "/properties/opts/properties/depth".into()),
                 (
                     "property_description",

@@ -17,7 +17,7 @@ use quiver_registry::{CallFilter, DefinitionStore};
 ///
 /// Every command goes through the same assembled catalog and dispatcher.
 #[derive(Debug, Parser)]
-#[command(name = "quiver", version, about, long_about = None)]
+#[command(name = "quiver", version)]
 struct Cli {
     /// The configuration file (default: ./quiver.toml when it exists, else built-in defaults).
     #[arg(long, global = true, value_name = "FILE")]
@@ -49,6 +49,10 @@ enum Command {
     },
     /// Search the catalog the way the model does, through the `tool_search` tool.
     ///
+    /// It is a real `tool_search` call: the tools found are paged into the session's
+    /// working set (stored, so later `tools --session S` and `call --session S` see them)
+    /// and the call is recorded in the execution log (`quiver log`).
+    ///
     /// Example: `quiver search "current time in a timezone" --limit 5`.
     Search {
         /// What you need, in words.
@@ -56,6 +60,9 @@ enum Command {
         /// How many tools to return (1 to 50).
         #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=50))]
         limit: u32,
+        /// The session (conversation) whose working set receives the tools found.
+        #[arg(long, default_value = "cli")]
+        session: String,
     },
     /// Validate the configuration and lint every tool definition (September guide rules:
     /// typed and described properties, enums for closed sets, required fields listed, a
@@ -98,12 +105,22 @@ enum Command {
     /// Measure tool-search quality on a benchmark set and print
     /// `{queries, hit@1, recall@5, recall@10, ndcg@10}` in percent.
     ///
-    /// The file format is described in the benchmark set's README (one JSON object a line).
+    /// Both files are JSON Lines (one object a line; blank lines skipped). The tools are
+    /// indexed as `tool_search` indexes the catalog, each query is searched, and its top 10
+    /// are scored against its `gold`: a list with one inner list per tool the query needs,
+    /// where any name in an inner list counts as finding that tool. hit@1: the first result
+    /// is a needed tool; recall@k: the share of needed tools in the top k; ndcg@10: binary
+    /// relevance, one credit per needed tool.
+    ///
+    /// Example query line:
+    /// `{"id": "q1", "query": "make a PDF report", "gold": [["docs__create"], ["pdf__convert", "office__to_pdf"]]}`
     BenchSearch {
-        /// Tools, one `{"name", "description", "input_schema"}` a line.
+        /// Tools, one `{"name": ..., "description": ..., "input_schema": {...}}` a line
+        /// (`description` and `input_schema` optional).
         #[arg(long)]
         tools: std::path::PathBuf,
-        /// Queries, one `{"id", "query", "gold"}` a line.
+        /// Queries, one `{"query": ..., "gold": [[name, ...], ...]}` a line (other keys,
+        /// such as `id`, are ignored).
         #[arg(long)]
         queries: std::path::PathBuf,
     },
@@ -112,9 +129,10 @@ enum Command {
     ///
     /// Example: `quiver serve --listen 127.0.0.1:0` picks a free port.
     Serve {
-        /// The address to listen on.
-        #[arg(long, default_value = quiver_host::serve::DEFAULT_LISTEN)]
-        listen: std::net::SocketAddr,
+        /// The address to listen on: IP:PORT (`127.0.0.1:7345`, `[::1]:7345`) or
+        /// HOST:PORT (`localhost:7345`, resolved now; its IPv4 address first).
+        #[arg(long, default_value = quiver_host::serve::DEFAULT_LISTEN, value_parser = parse_listen)]
+        listen: Listen,
         /// Serve on stdin and stdout instead of HTTP.
         #[arg(long, conflicts_with = "listen")]
         stdio: bool,
@@ -139,6 +157,44 @@ enum Command {
         #[arg(long, default_value = "cli")]
         session: String,
     },
+}
+
+/// `serve --listen`: the address, and the host name it was given as (accepted as `Host`).
+#[derive(Debug, Clone)]
+struct Listen {
+    addr: std::net::SocketAddr,
+    name: Option<String>,
+}
+
+fn parse_listen(s: &str) -> Result<Listen, String> {
+    if let Ok(addr) = s.parse() {
+        return Ok(Listen { addr, name: None });
+    }
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return Err(format!(
+            "`{s}` has no port: give HOST:PORT or IP:PORT, e.g. 127.0.0.1:7345 (port 0 picks a free one)"
+        ));
+    };
+    if port.parse::<u16>().is_err() {
+        return Err(format!(
+            "`{port}` in `{s}` is not a port (0 to 65535): give HOST:PORT or IP:PORT, e.g. 127.0.0.1:7345"
+        ));
+    }
+    let addrs: Vec<std::net::SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(s)
+        .map_err(|e| {
+            format!("cannot resolve the host `{host}`: {e}; give an IP address instead, e.g. 127.0.0.1:{port}")
+        })?
+        .collect();
+    let addr = addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("the host `{host}` resolves to no address; give an IP address instead, e.g. 127.0.0.1:{port}"))?;
+    Ok(Listen {
+        addr,
+        name: Some(host.to_owned()),
+    })
 }
 
 fn parse_mode(s: &str) -> Result<Mode, String> {
@@ -558,15 +614,23 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
             print!("{}", format_tools(&specs, format));
             Ok(ExitCode::SUCCESS)
         }
-        Command::Search { query, limit } => {
+        Command::Search {
+            query,
+            limit,
+            session,
+        } => {
             apply_retention(app, config).await?;
-            app.open_session("cli").await?;
+            app.open_session(&session).await?;
             let input = serde_json::json!({"query": query, "limit": limit});
             let envelope = app
                 .dispatcher
-                .call("tool_search", input, CallContext::for_session("cli"))
+                .call(
+                    "tool_search",
+                    input,
+                    CallContext::for_session(session.as_str()),
+                )
                 .await;
-            app.save_session("cli").await?;
+            app.save_session(&session).await?;
             println!("{}", render(&envelope, &RenderOptions::default()));
             Ok(exit_for(&envelope))
         }
@@ -579,7 +643,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
             let transport = if stdio {
                 quiver_host::serve::Transport::Stdio
             } else {
-                quiver_host::serve::Transport::Http(listen)
+                quiver_host::serve::Transport::Http(listen.addr)
             };
             apply_retention(app, config).await?;
             app.seed().await?;
@@ -591,7 +655,8 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                 .with_default_mode(mode)
                 .with_auth(config.auth.clone())
                 .with_input_wait(config.limits.input_wait()?);
-            for host in allow_hosts {
+            // A listener given by name accepts that name as `Host` too.
+            for host in allow_hosts.into_iter().chain(listen.name) {
                 options = options.with_allowed_host(host);
             }
             quiver_host::serve::serve(

@@ -557,3 +557,64 @@ async fn retention_applies_only_in_commands_that_write() {
         "{err}"
     );
 }
+
+/// The help a user reads first says what Quiver is; `bench-search --help` describes the
+/// files itself; `search --help` says that it pages tools in and is logged.
+#[test]
+fn help_texts_describe_the_commands() {
+    let help = stdout(&quiver(&["--help"]));
+    assert!(
+        help.starts_with("Quiver: one catalog, one dispatch pipeline"),
+        "{help}"
+    );
+    let bench = stdout(&quiver(&["bench-search", "--help"]));
+    assert!(
+        bench.contains("one inner list per tool the query needs") && !bench.contains("README"),
+        "{bench}"
+    );
+    let search = stdout(&quiver(&["search", "--help"]));
+    assert!(
+        search.contains("paged into the session's working set")
+            && search.contains("recorded in the execution log")
+            && search.contains("--session"),
+        "{search}"
+    );
+}
+
+/// `serve --listen` takes a host name (resolved) as well as an IP address; a name that
+/// does not resolve, or no port, is an error that says what to give.
+#[test]
+fn serve_listens_on_a_host_name() {
+    use std::io::BufRead;
+    let dir = workdir("listen-name");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(["serve", "--listen", "localhost:0"])
+        .current_dir(&dir)
+        .env("QUIVER_LOG", "error")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let url = rx.recv_timeout(std::time::Duration::from_secs(60));
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let status = child.wait().unwrap();
+    let url = url.expect("quiver serve prints its URL");
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    assert!(status.success(), "{status}");
+    let bad = quiver(&["serve", "--listen", "localhost"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("`localhost` has no port: give HOST:PORT"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}

@@ -101,14 +101,8 @@ impl App {
         }
         // Server-global MCP comes after the core family, so it can never shadow a core tool:
         // its tools register first-wins as each server connects.
-        let mut mcp_config = config.mcp.clone();
-        for file in mcp_files {
-            mcp_config.servers.extend(crate::read_mcp_servers(file)?);
-        }
         let env = |k: &str| std::env::var(k).ok();
-        let servers = mcp_config
-            .finalize(&env)
-            .context("MCP server configuration")?;
+        let servers = crate::mcp_json::resolve_servers(config, mcp_files, &env)?;
         let mcp = McpClient::start(catalog.clone(), servers, ClientOptions::default());
         surface.resync_index();
         let dispatcher = Dispatcher::builder(catalog.clone())

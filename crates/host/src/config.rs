@@ -61,6 +61,9 @@ pub struct Config {
     pub auth: quiver_mcp_adapter::InboundAuth,
     /// Skills directories (`[skills] dirs`), offered through the `skill` tool.
     pub skills: SkillsConfig,
+    /// The file it was read from, for errors found later (an MCP server's settings).
+    #[serde(skip)]
+    pub(crate) origin: Option<String>,
 }
 
 /// `[skills]`.
@@ -425,7 +428,7 @@ impl Config {
         let about_placeholder = direct
             .as_ref()
             .is_some_and(|d| d.to_string().contains("${env:"));
-        let config: Config = value.try_into().map_err(|e: toml::de::Error| {
+        let mut config: Config = value.try_into().map_err(|e: toml::de::Error| {
             if substituted && (direct.is_none() || about_placeholder) {
                 // The error is in what a variable put there: name it as it now reads.
                 anyhow::anyhow!(
@@ -451,6 +454,7 @@ impl Config {
             .auth
             .validate()
             .with_context(|| format!("{origin}: [[auth.tokens]]"))?;
+        config.origin = Some(origin.to_owned());
         if config.store.retention_days == Some(0) {
             bail!(
                 "{origin}: [store] retention_days = 0 would delete the whole execution log and every stored session each time `serve`, `call` or `search` starts; give a number of days (at least 1), or remove the key to keep everything"

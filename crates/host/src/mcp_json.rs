@@ -4,10 +4,10 @@
 use std::{collections::BTreeMap, path::Path};
 
 use anyhow::{Context, bail};
-use quiver_mcp_adapter::ServerConfig;
+use quiver_mcp_adapter::{McpError, ResolvedServer, ServerConfig, validate_all};
 use serde::Deserialize;
 
-use crate::config::interpolate_str;
+use crate::{Config, config::interpolate_str};
 
 #[derive(Debug, Deserialize)]
 struct File {
@@ -203,6 +203,95 @@ pub fn read_mcp_servers(path: &Path) -> anyhow::Result<Vec<ServerConfig>> {
     })
 }
 
+/// The text of an MCP configuration error, without the adapter's "MCP configuration:"
+/// (the caller names the file instead).
+fn config_message(e: McpError) -> String {
+    match e {
+        McpError::Config(message) => message,
+        other => other.to_string(),
+    }
+}
+
+/// The MCP servers of `config` and of the `--mcp-config` `files`, checked and resolved
+/// (`${env:VAR}`, tokens, the https rule). An error names the file the server is in: a
+/// name configured twice names both.
+pub(crate) fn resolve_servers(
+    config: &Config,
+    files: &[std::path::PathBuf],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> anyhow::Result<Vec<ResolvedServer>> {
+    let config_origin = config.origin.as_deref().unwrap_or("the configuration");
+    let mut servers: Vec<(ServerConfig, String)> = config
+        .mcp
+        .servers
+        .iter()
+        .map(|s| (s.clone(), config_origin.to_owned()))
+        .collect();
+    for file in files {
+        let origin = file.display().to_string();
+        servers.extend(
+            read_mcp_servers(file)?
+                .into_iter()
+                .map(|s| (s, origin.clone())),
+        );
+    }
+    for (i, (s, origin)) in servers.iter().enumerate() {
+        let Some((first, first_origin)) = servers[..i]
+            .iter()
+            .find(|(f, _)| f.name.eq_ignore_ascii_case(&s.name))
+        else {
+            continue;
+        };
+        let place = |o: &str| {
+            if o == first_origin {
+                "twice in".to_owned()
+            } else {
+                format!("in {first_origin} and in")
+            }
+        };
+        if first.name == s.name {
+            bail!(
+                "MCP server \"{}\" is configured {} {origin}; remove one, or rename one (the name is part of every tool name, mcp__<name>__<tool>)",
+                s.name,
+                place(origin)
+            );
+        }
+        bail!(
+            "MCP servers \"{}\" ({first_origin}) and \"{}\" ({origin}) differ only in case; server names must be unique ignoring case: rename one",
+            first.name,
+            s.name
+        );
+    }
+    for name in &config.mcp.insecure_http {
+        let Some((s, _)) = servers.iter_mut().find(|(s, _)| &s.name == name) else {
+            let known: Vec<&str> = servers.iter().map(|(s, _)| s.name.as_str()).collect();
+            bail!(
+                "{config_origin}: [mcp] insecure_http names {name:?}, which is not a configured MCP server (configured: {})",
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            );
+        };
+        s.insecure_http = true;
+    }
+    for (s, origin) in &servers {
+        validate_all(std::slice::from_ref(s), env)
+            .map_err(|e| anyhow::anyhow!("{origin}: {}", config_message(e)))?;
+    }
+    // What only shows with every server together (two servers with one tool prefix).
+    let (all, origins): (Vec<ServerConfig>, std::collections::BTreeSet<String>) =
+        servers.into_iter().unzip();
+    validate_all(&all, env).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: {}",
+            origins.into_iter().collect::<Vec<_>>().join(", "),
+            config_message(e)
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,6 +398,74 @@ mod tests {
         );
         let ok = r#"{"mcpServers": {"a": {"type": "streamable-http", "url": "https://h/mcp"}, "b": {"type": "stdio", "command": "x"}}}"#;
         assert_eq!(parse_mcp_servers(ok, "c.json", &env).unwrap().len(), 2);
+    }
+
+    /// A server's configuration error names the file it is in, without a doubled prefix;
+    /// a name configured twice names both files.
+    #[test]
+    fn server_errors_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, json: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, json).unwrap();
+            p
+        };
+        let toml = |t: &str| Config::parse(t, "q.toml", &env).unwrap();
+        let err = |config: &Config, files: &[std::path::PathBuf]| {
+            format!("{:#}", resolve_servers(config, files, &env).unwrap_err())
+        };
+        let a = file("a.json", r#"{"mcpServers": {"a": {"command": "x"}}}"#);
+        let a2 = file("a2.json", r#"{"mcpServers": {"a": {"command": "y"}}}"#);
+        let ftp = file(
+            "ftp.json",
+            r#"{"mcpServers": {"f": {"url": "ftp://h/mcp"}}}"#,
+        );
+        let stdio_a = "[[mcp.servers]]\nname = \"a\"\ntransport = \"stdio\"\ncommand = \"x\"\n";
+
+        let e = err(&toml(stdio_a), std::slice::from_ref(&a));
+        assert_eq!(
+            e,
+            format!(
+                "MCP server \"a\" is configured in q.toml and in {}; remove one, or rename one (the name is part of every tool name, mcp__<name>__<tool>)",
+                a.display()
+            )
+        );
+        let e = err(&Config::default(), &[a.clone(), a2.clone()]);
+        assert!(
+            e.contains(&format!("in {} and in {}", a.display(), a2.display())),
+            "{e}"
+        );
+        let e = err(&Config::default(), std::slice::from_ref(&ftp));
+        assert_eq!(
+            e,
+            format!(
+                "{}: MCP server \"f\": url scheme \"ftp\" is not http or https",
+                ftp.display()
+            )
+        );
+        let e = err(
+            &toml(
+                "[[mcp.servers]]\nname = \"t\"\ntransport = \"stdio\"\ncommand = \"x\"\nurl = \"http://h\"\n",
+            ),
+            &[],
+        );
+        assert!(e.starts_with("q.toml: MCP server \"t\": `url`"), "{e}");
+        assert!(!e.contains("MCP configuration"), "{e}");
+        let e = err(
+            &toml("[mcp]\ninsecure_http = [\"nope\"]\n"),
+            std::slice::from_ref(&a),
+        );
+        assert!(
+            e.contains("q.toml: [mcp] insecure_http names \"nope\", which is not a configured MCP server (configured: a)"),
+            "{e}"
+        );
+        assert_eq!(
+            resolve_servers(&toml(""), &[a, ftp.with_file_name("none.json")], &env)
+                .map(|_| ())
+                .unwrap_err()
+                .to_string(),
+            format!("cannot read {}", ftp.with_file_name("none.json").display())
+        );
     }
 
     #[test]

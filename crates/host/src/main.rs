@@ -326,13 +326,33 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                 println!("no upstream MCP servers configured");
             }
             for s in servers {
-                let state = match &s.state {
-                    quiver_mcp_adapter::ServerState::Rejected(why) => format!("failed: {why}"),
-                    other => format!("{other:?}").to_lowercase(),
+                use quiver_mcp_adapter::ServerState as S;
+                let last = s.diagnostics.last().cloned().unwrap_or_default();
+                // connected; retrying, with the next attempt and why the last one failed;
+                // failed for good, with the reason.
+                let (state, detail) = match &s.state {
+                    S::Connected => ("connected", last),
+                    S::Connecting => ("connecting", last),
+                    S::Reconnecting => ("reconnecting", last),
+                    S::Down => {
+                        let next = match s.next_attempt {
+                            Some(at) => format!(
+                                "next attempt in {}s",
+                                at.duration_since(std::time::SystemTime::now())
+                                    .unwrap_or_default()
+                                    .as_secs_f64()
+                                    .ceil()
+                            ),
+                            None => "attempt under way".to_owned(),
+                        };
+                        ("retrying", format!("{next}; last: {last}"))
+                    }
+                    S::Rejected(why) => ("failed", why.clone()),
+                    S::Closed => ("closed", last),
+                    _ => ("unknown", last),
                 };
-                let last = s.diagnostics.last().map(String::as_str).unwrap_or("");
                 println!(
-                    "{:<20} {:<12} {:>4} tool(s)  {last}",
+                    "{:<20} {:<12} {:>4} tool(s)  {detail}",
                     s.name,
                     state,
                     s.tools.len()

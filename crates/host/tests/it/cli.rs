@@ -618,3 +618,42 @@ fn serve_listens_on_a_host_name() {
         String::from_utf8_lossy(&bad.stderr)
     );
 }
+
+/// `status` tells a server that is down and retried from one that failed for good: the
+/// next attempt, and why the last one failed, in plain words (no Rust type names).
+#[test]
+fn status_shows_retrying_servers_with_the_next_attempt_and_a_plain_reason() {
+    let dir = workdir("status");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[[mcp.servers]]\nname = \"web\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n\n[[mcp.servers]]\nname = \"gone\"\ncommand = \"/nonexistent/quiver-test-server\"\n"
+        ),
+    )
+    .unwrap();
+    let out = quiver_in(&dir, &["status"]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    for name in ["web", "gone"] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} line in {text}"));
+        assert!(line.contains(" retrying "), "{line}");
+        assert!(
+            line.contains("next attempt in") || line.contains("attempt under way"),
+            "{line}"
+        );
+        assert!(!line.contains("::"), "{line}");
+    }
+    assert!(text.contains("Connection refused"), "{text}");
+    assert!(
+        text.contains("cannot start `/nonexistent/quiver-test-server`"),
+        "{text}"
+    );
+}

@@ -168,6 +168,36 @@ pub struct PolicyConfig {
     pub rules: Vec<PolicyRule>,
 }
 
+impl PolicyConfig {
+    /// Checks what deserialising cannot: every rule has an id of its own (repeats of a
+    /// violation are counted per id), a tool pattern and a message (what the model reads when
+    /// the rule fires). Errors name the rule by place and id.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        for (i, r) in self.rules.iter().enumerate() {
+            let at = format!("policy.rules[{i}] (id {:?})", r.id);
+            if r.id.trim().is_empty() {
+                bail!(
+                    "policy.rules[{i}]: `id` is empty: give the rule a stable id of its own (repeat violations are counted per id)"
+                );
+            }
+            if let Some(j) = self.rules[..i].iter().position(|o| o.id == r.id) {
+                bail!(
+                    "{at}: the id is already used by policy.rules[{j}]; give each rule its own id (repeat violations are counted per id)"
+                );
+            }
+            if r.tool.trim().is_empty() {
+                bail!("{at}: `tool` is empty: give a tool name or pattern (`*` matches any tool)");
+            }
+            if r.message.trim().is_empty() {
+                bail!(
+                    "{at}: `message` is empty: say what the model should do instead (it is what the model reads when the rule fires)"
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The longest limit in seconds: a year (a longer one overflows a call's deadline).
 const MAX_SECS: f64 = 365.0 * 24.0 * 3600.0;
 
@@ -448,6 +478,10 @@ impl Config {
             .surface
             .validate()
             .with_context(|| format!("{origin}: [surface]"))?;
+        config
+            .policy
+            .validate()
+            .with_context(|| format!("{origin}: [[policy.rules]]"))?;
         // What `serve` would refuse is refused here already, so `quiver check` (and every
         // other command) finds it.
         config
@@ -612,6 +646,38 @@ allowed_tools = ["t1", "t2"]
         );
         check(
             &format!("{}{}", token("ci", "1"), token("bot", "2")),
+            Ok("./quiver.db"),
+        );
+    }
+
+    /// Two rules with one id, or a rule with nothing to tell the model, are errors naming
+    /// the rule.
+    #[test]
+    fn policy_rules_need_their_own_id_and_a_message() {
+        let rule = |id: &str, tool: &str, message: &str| {
+            format!(
+                "[[policy.rules]]\nid = \"{id}\"\ntool = \"{tool}\"\naction = \"deny\"\nmessage = \"{message}\"\n"
+            )
+        };
+        check(
+            &format!("{}{}", rule("r", "a", "no"), rule("r", "b", "no")),
+            Err(
+                "quiver.toml: [[policy.rules]]: policy.rules[1] (id \"r\"): the id is already used by policy.rules[0]",
+            ),
+        );
+        check(
+            &rule("quiet", "a", "  "),
+            Err(
+                "policy.rules[0] (id \"quiet\"): `message` is empty: say what the model should do instead",
+            ),
+        );
+        check(&rule("", "a", "no"), Err("policy.rules[0]: `id` is empty"));
+        check(
+            &rule("r", "", "no"),
+            Err("policy.rules[0] (id \"r\"): `tool` is empty"),
+        );
+        check(
+            &format!("{}{}", rule("r1", "a", "no"), rule("r2", "a", "no")),
             Ok("./quiver.db"),
         );
     }

@@ -13,7 +13,8 @@ pub struct LintFinding {
     /// The tool.
     pub tool: String,
     /// The rule's id: `property_type`, `property_description`, `closed_set_enum`,
-    /// `required_listed`, `when_to_use`.
+    /// `required_listed`, `when_to_use`, `root_combinator` (an `anyOf` / `oneOf` / `allOf`
+    /// at the root of the arguments schema, which provider tool APIs refuse).
     pub rule: &'static str,
     /// Where in the schema (JSON pointer), empty for the tool itself.
     pub path: String,
@@ -30,23 +31,57 @@ fn finding(tool: &str, rule: &'static str, path: &str, message: String) -> LintF
     }
 }
 
-const WHEN_MARKERS: [&str; 7] = [
-    "use ",
-    "use it",
-    "when ",
-    "call this",
-    "call it",
-    "if you need",
-    "if the user",
+/// Phrases (whole words, in order) that say when to use a tool, as the September guide's
+/// "Use this when the user asks ..." does; a word that merely contains "use" ("house") or a
+/// "when" about something else ("Reports when the file was last modified") is not one.
+const WHEN_PHRASES: &[&[&str]] = &[
+    &["use", "this"],
+    &["use", "it"],
+    &["use", "when"],
+    &["use", "if"],
+    &["use", "for"],
+    &["use", "after"],
+    &["use", "before"],
+    &["use", "instead"],
+    &["call", "this"],
+    &["call", "it"],
+    &["call", "when"],
+    &["call", "after"],
+    &["call", "before"],
+    &["invoke", "this"],
+    &["invoke", "it"],
+    &["when", "you", "need"],
+    &["when", "you", "want"],
+    &["when", "the", "user"],
+    &["when", "asked"],
+    &["if", "you", "need"],
+    &["if", "you", "want"],
+    &["if", "the", "user"],
+    &["useful", "when"],
+    &["useful", "for"],
+    &["do", "not", "use"],
+    &["don't", "use"],
 ];
+
+/// Whether a description says when to use the tool (one of [`WHEN_PHRASES`]).
+fn says_when_to_use(description: &str) -> bool {
+    let lower = description.to_lowercase().replace('’', "'");
+    let words: Vec<&str> = lower
+        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .filter(|w| !w.is_empty())
+        .collect();
+    WHEN_PHRASES
+        .iter()
+        .any(|phrase| words.windows(phrase.len()).any(|w| w == *phrase))
+}
 
 /// Lints a tool definition: every property has a type and a description; closed sets use
 /// `enum`; an object schema lists its required fields; the description says when to use the
-/// tool.
+/// tool. Nested objects are linted too: under a property (also one typed
+/// `["object", "null"]`), in array items and in `anyOf` / `oneOf` / `allOf` branches.
 pub fn lint_spec(spec: &ToolSpec) -> Vec<LintFinding> {
     let mut out = Vec::new();
-    let desc = spec.description.to_lowercase();
-    if !WHEN_MARKERS.iter().any(|m| desc.contains(m)) {
+    if !says_when_to_use(&spec.description) {
         out.push(finding(
             &spec.name,
             "when_to_use",
@@ -54,8 +89,46 @@ pub fn lint_spec(spec: &ToolSpec) -> Vec<LintFinding> {
             "the description does not say when to use the tool (add a sentence like \"Use it when ...\")".into(),
         ));
     }
-    lint_object(&spec.name, &spec.input_schema, "", &mut out);
+    for key in ["anyOf", "oneOf", "allOf"] {
+        if spec.input_schema.get(key).is_some() {
+            out.push(finding(
+                &spec.name,
+                "root_combinator",
+                "",
+                format!("the arguments schema has `{key}` at the root, which the OpenAI and Anthropic tool APIs refuse; make the root a plain object and put the alternatives under a property"),
+            ));
+        }
+    }
+    lint_schema(&spec.name, &spec.input_schema, "", &mut out);
     out
+}
+
+/// Lints the object schemas in `schema`: itself, its array items, its branches.
+fn lint_schema(tool: &str, schema: &Value, path: &str, out: &mut Vec<LintFinding>) {
+    lint_object(tool, schema, path, out);
+    if let Some(items) = schema.get("items") {
+        lint_schema(tool, items, &format!("{path}/items"), out);
+    }
+    for key in ["anyOf", "oneOf", "allOf"] {
+        for (i, branch) in schema
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            lint_schema(tool, branch, &format!("{path}/{key}/{i}"), out);
+        }
+    }
+}
+
+/// Whether a schema's `type` is `ty` or a list holding it (`["string", "null"]`).
+fn is_type(schema: &Value, ty: &str) -> bool {
+    match schema.get("type") {
+        Some(Value::String(s)) => s == ty,
+        Some(Value::Array(a)) => a.iter().any(|t| t.as_str() == Some(ty)),
+        _ => false,
+    }
 }
 
 fn has_type(schema: &Value) -> bool {
@@ -110,10 +183,7 @@ fn lint_object(tool: &str, schema: &Value, path: &str, out: &mut Vec<LintFinding
                 format!("property `{name}` has no description"),
             ));
         }
-        if prop.get("type").and_then(Value::as_str) == Some("string")
-            && prop.get("enum").is_none()
-            && lists_options(description)
-        {
+        if is_type(prop, "string") && prop.get("enum").is_none() && lists_options(description) {
             out.push(finding(
                 tool,
                 "closed_set_enum",
@@ -121,12 +191,7 @@ fn lint_object(tool: &str, schema: &Value, path: &str, out: &mut Vec<LintFinding
                 format!("property `{name}` describes a closed set of values; use `enum` so the model picks from the list"),
             ));
         }
-        if prop.get("type").and_then(Value::as_str) == Some("object") {
-            lint_object(tool, prop, &p, out);
-        }
-        if let Some(items) = prop.get("items") {
-            lint_object(tool, items, &format!("{p}/items"), out);
-        }
+        lint_schema(tool, prop, &p, out);
     }
 }
 
@@ -144,12 +209,27 @@ pub struct BreakingChange {
     pub message: String,
 }
 
-fn type_of(schema: &Value) -> String {
-    match schema.get("type") {
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
-        None => "any".into(),
+/// The JSON types a schema accepts, as a set (`{"type": ["string", "null"]}` is
+/// `{null, string}` in any order); `None` when it names no type (anything goes).
+fn types_of(schema: &Value) -> Option<std::collections::BTreeSet<&str>> {
+    match schema.get("type")? {
+        Value::String(s) => Some([s.as_str()].into()),
+        Value::Array(items) => Some(items.iter().filter_map(Value::as_str).collect()),
+        _ => None,
     }
+}
+
+fn show_types(types: Option<&std::collections::BTreeSet<&str>>) -> String {
+    match types {
+        None => "any".into(),
+        Some(t) if t.len() == 1 => t.iter().next().copied().unwrap_or("any").to_owned(),
+        Some(t) => format!("[{}]", t.iter().copied().collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// Whether a value of type `old` is still accepted by `new` (an integer is a number).
+fn accepts(new: &std::collections::BTreeSet<&str>, old: &str) -> bool {
+    new.contains(old) || (old == "integer" && new.contains("number"))
 }
 
 fn required(schema: &Value) -> Vec<&str> {
@@ -161,47 +241,78 @@ fn required(schema: &Value) -> Vec<&str> {
 }
 
 /// The breaking changes from `old` to `new` (same tool): a removed field, a type change, a
-/// new required field without a default. Adding an optional field is not breaking.
+/// new required field without a default, in the arguments and in every nested object
+/// (named `parent.child`, `list[].child` for an array's items). Adding an optional field
+/// is not breaking, and neither is a type that accepts more than before (`integer` to
+/// `number`, `string` to `["string", "null"]`).
 pub fn breaking_changes(old: &ToolSpec, new: &ToolSpec) -> Vec<BreakingChange> {
     let mut out = Vec::new();
+    compare_object(
+        &new.name,
+        &old.input_schema,
+        &new.input_schema,
+        "",
+        &mut out,
+    );
+    out
+}
+
+fn compare_object(
+    tool: &str,
+    old: &Value,
+    new: &Value,
+    prefix: &str,
+    out: &mut Vec<BreakingChange>,
+) {
     let empty = serde_json::Map::new();
     let old_props = old
-        .input_schema
         .get("properties")
         .and_then(Value::as_object)
         .unwrap_or(&empty);
     let new_props = new
-        .input_schema
         .get("properties")
         .and_then(Value::as_object)
         .unwrap_or(&empty);
     let change = |kind, field: &str, message: String| BreakingChange {
-        tool: new.name.clone(),
+        tool: tool.to_owned(),
         kind,
         field: Some(field.to_owned()),
         message,
     };
     for (name, old_p) in old_props {
-        match new_props.get(name) {
-            None => out.push(change(
+        let field = format!("{prefix}{name}");
+        let Some(new_p) = new_props.get(name) else {
+            out.push(change(
                 "removed_field",
-                name,
-                format!("field `{name}` was removed"),
-            )),
-            Some(new_p) => {
-                let (a, b) = (type_of(old_p), type_of(new_p));
-                if a != b {
-                    out.push(change(
-                        "type_changed",
-                        name,
-                        format!("field `{name}` changed type from {a} to {b}"),
-                    ));
-                }
-            }
+                &field,
+                format!("field `{field}` was removed"),
+            ));
+            continue;
+        };
+        let (a, b) = (types_of(old_p), types_of(new_p));
+        let narrowed = match (&a, &b) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(a), Some(b)) => !a.iter().all(|t| accepts(b, t)),
+        };
+        if narrowed {
+            out.push(change(
+                "type_changed",
+                &field,
+                format!(
+                    "field `{field}` changed type from {} to {}",
+                    show_types(a.as_ref()),
+                    show_types(b.as_ref())
+                ),
+            ));
+        }
+        compare_object(tool, old_p, new_p, &format!("{field}."), out);
+        if let (Some(old_items), Some(new_items)) = (old_p.get("items"), new_p.get("items")) {
+            compare_object(tool, old_items, new_items, &format!("{field}[]."), out);
         }
     }
-    let old_required = required(&old.input_schema);
-    for name in required(&new.input_schema) {
+    let old_required = required(old);
+    for name in required(new) {
         if old_required.contains(&name) {
             continue;
         }
@@ -209,14 +320,14 @@ pub fn breaking_changes(old: &ToolSpec, new: &ToolSpec) -> Vec<BreakingChange> {
             .get(name)
             .is_some_and(|p| p.get("default").is_some());
         if !has_default {
+            let field = format!("{prefix}{name}");
             out.push(change(
                 "new_required_field",
-                name,
-                format!("field `{name}` is now required and has no default; existing callers do not send it"),
+                &field,
+                format!("field `{field}` is now required and has no default; existing callers do not send it"),
             ));
         }
     }
-    out
 }
 
 /// The breaking changes between a stored set of definitions and the current one: per-tool
@@ -280,6 +391,73 @@ mod tests {
         assert!(lint_spec(&good).is_empty(), "{:?}", lint_spec(&good));
     }
 
+    /// "Says when to use" takes words that say it, not any "use " or "when " inside a word
+    /// or about something else.
+    #[test]
+    fn when_to_use_needs_a_phrase_that_says_when() {
+        let says = |d: &str| {
+            !lint_spec(&ToolSpec::new("t", d))
+                .iter()
+                .any(|f| f.rule == "when_to_use")
+        };
+        for d in [
+            "Lists the rooms of a house (floor plans).",
+            "Reports when the file was last modified.",
+            "Reuses the cached answer.",
+            "Returns the user's profile.",
+        ] {
+            assert!(!says(d), "{d}");
+        }
+        for d in [
+            "Searches the web. Use this for current events.",
+            "Reads a file. Use it when you need its content.",
+            "Turns a spreadsheet into a PDF. Use when asked to bill a customer.",
+            "Deletes a branch. Call this after merging.",
+            "Fetches prices. Useful when the user asks about costs.",
+            "Looks up a word. Don't use it for names.",
+            "Converts units when you need metric values.",
+        ] {
+            assert!(says(d), "{d}");
+        }
+    }
+
+    /// Properties of nested objects are linted wherever the object is: a property typed
+    /// `["object", "null"]`, an `anyOf` / `oneOf` branch, array items.
+    #[test]
+    fn nested_objects_are_linted_in_nullable_types_and_branches() {
+        let spec = ToolSpec::new("t", "Does it. Use it when asked.").with_schema(json!({
+            "type": "object",
+            "properties": {
+                "opts": {"type": ["object", "null"], "description": "Options.", "required": [],
+                         "properties": {"depth": {"description": "How deep."}}},
+                "target": {"description": "Where.", "anyOf": [
+                    {"type": "object", "required": [], "properties": {"path": {"type": "string"}}},
+                    {"type": "string"}
+                ]},
+                "level": {"type": ["string", "null"], "description": "One of low, high."}
+            },
+            "required": [],
+            "oneOf": [{"required": [], "properties": {"x": {"type": "string"}}}]
+        }));
+        let got: Vec<_> = lint_spec(&spec)
+            .iter()
+            .map(|f| (f.rule, f.path.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("root_combinator", "".into()),
+                ("property_type", "/properties/opts/properties/depth".into()),
+                (
+                    "property_description",
+                    "/properties/target/anyOf/0/properties/path".into()
+                ),
+                ("closed_set_enum", "/properties/level".into()),
+                ("property_description", "/oneOf/0/properties/x".into()),
+            ]
+        );
+    }
+
     #[test]
     fn breaking_changes_are_found() {
         let old = ToolSpec::new("t", "T.").with_schema(json!({
@@ -306,5 +484,81 @@ mod tests {
         );
         let gone = breaking_changes_between(&[old.clone(), ToolSpec::new("u", "U.")], &[new]);
         assert_eq!(gone.last().unwrap().kind, "removed_tool");
+    }
+
+    fn changes(old: Value, new: Value) -> Vec<(&'static str, String, String)> {
+        let (old, new) = (
+            ToolSpec::new("t", "T.").with_schema(old),
+            ToolSpec::new("t", "T.").with_schema(new),
+        );
+        breaking_changes(&old, &new)
+            .into_iter()
+            .map(|c| (c.kind, c.field.unwrap_or_default(), c.message))
+            .collect()
+    }
+
+    /// Types compare as sets, and a type that accepts more than before is not breaking.
+    #[test]
+    fn type_changes_are_compared_as_sets_and_widening_is_not_breaking() {
+        let field = |t: Value| json!({"type": "object", "properties": {"a": {"type": t}}});
+        for (old, new) in [
+            (json!(["string", "null"]), json!(["null", "string"])),
+            (json!("integer"), json!("number")),
+            (json!("string"), json!(["string", "null"])),
+            (json!(["integer", "null"]), json!(["number", "null"])),
+        ] {
+            assert_eq!(
+                changes(field(old.clone()), field(new.clone())),
+                [],
+                "{old} -> {new}"
+            );
+        }
+        assert_eq!(
+            changes(field(json!("number")), field(json!("integer"))),
+            [(
+                "type_changed",
+                "a".into(),
+                "field `a` changed type from number to integer".into()
+            )]
+        );
+        assert_eq!(
+            changes(field(json!(["string", "null"])), field(json!("string"))),
+            [(
+                "type_changed",
+                "a".into(),
+                "field `a` changed type from [null, string] to string".into()
+            )]
+        );
+    }
+
+    /// Nested objects (also under `["object", "null"]` and in array items) are compared
+    /// field by field.
+    #[test]
+    fn nested_object_properties_are_compared() {
+        let old = json!({"type": "object", "properties": {
+            "opts": {"type": ["object", "null"], "properties": {
+                "depth": {"type": "integer"}, "mode": {"type": "string"}
+            }, "required": []},
+            "rows": {"type": "array", "items": {"type": "object", "properties": {"id": {"type": "string"}}}}
+        }});
+        let new = json!({"type": "object", "properties": {
+            "opts": {"type": ["object", "null"], "properties": {
+                "depth": {"type": "string"}, "limit": {"type": "integer"}, "page": {"type": "integer", "default": 1}
+            }, "required": ["limit", "page"]},
+            "rows": {"type": "array", "items": {"type": "object", "properties": {}}}
+        }});
+        let got: Vec<(&str, String)> = changes(old, new)
+            .into_iter()
+            .map(|(k, f, _)| (k, f))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("type_changed", "opts.depth".into()),
+                ("removed_field", "opts.mode".into()),
+                ("new_required_field", "opts.limit".into()),
+                ("removed_field", "rows[].id".into()),
+            ]
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! The assembled runtime every command shares: store, catalog, surface, dispatcher.
 
-use std::{sync::Arc, time::SystemTime};
+use std::sync::Arc;
 
 use anyhow::Context;
 use quiver_mcp_adapter::{ClientOptions, McpClient, ServerState};
@@ -67,24 +67,6 @@ impl App {
             )
             .with_context(|| format!("opening the store {}", path.display()))?,
         );
-        if let Some(days) = config.store.retention_days {
-            let cutoff =
-                SystemTime::now() - std::time::Duration::from_secs(u64::from(days) * 86_400);
-            let purged = store
-                .purge_calls_before(cutoff)
-                .await
-                .context("applying log retention")?;
-            if purged > 0 {
-                tracing::info!(purged, days, "deleted execution-log rows past retention");
-            }
-            let sessions = store
-                .purge_sessions_idle_since(cutoff)
-                .await
-                .context("applying retention to stored sessions")?;
-            if sessions > 0 {
-                tracing::info!(sessions, days, "deleted session state idle past retention");
-            }
-        }
         let catalog = Arc::new(Catalog::new());
         // First registration wins in the family order, whenever each family registers (MCP
         // servers connect after the skills are in).
@@ -121,14 +103,8 @@ impl App {
         }
         // Server-global MCP comes after the core family, so it can never shadow a core tool:
         // its tools register first-wins as each server connects.
-        let mut mcp_config = config.mcp.clone();
-        for file in mcp_files {
-            mcp_config.servers.extend(crate::read_mcp_servers(file)?);
-        }
         let env = |k: &str| std::env::var(k).ok();
-        let servers = mcp_config
-            .finalize(&env)
-            .context("MCP server configuration")?;
+        let servers = crate::mcp_json::resolve_servers(config, mcp_files, &env)?;
         let mcp = McpClient::start(catalog.clone(), servers, ClientOptions::default());
         surface.resync_index();
         let dispatcher = Dispatcher::builder(catalog.clone())

@@ -55,10 +55,15 @@ pub struct Config {
     /// Upstream MCP servers (`[[mcp.servers]]`) and the `insecure_http` opt-in list.
     pub mcp: quiver_mcp_adapter::McpClientConfig,
     /// Inbound bearer tokens for `quiver serve` (`[[auth.tokens]]`: name, token, optional
-    /// allowed_tools, mode, tenant). With none configured, no token is asked for.
+    /// allowed_tools, mode, tenant). With none configured, no token is asked for. Names must
+    /// be non-empty, unique and free of `:`, secrets non-empty: checked with the rest of the
+    /// file, so `quiver check` fails where `serve` would.
     pub auth: quiver_mcp_adapter::InboundAuth,
     /// Skills directories (`[skills] dirs`), offered through the `skill` tool.
     pub skills: SkillsConfig,
+    /// The file it was read from, for errors found later (an MCP server's settings).
+    #[serde(skip)]
+    pub(crate) origin: Option<String>,
 }
 
 /// `[skills]`.
@@ -80,8 +85,10 @@ pub struct SkillsConfig {
 pub struct StoreConfig {
     /// The SQLite file (default `./quiver.db`).
     pub path: PathBuf,
-    /// Execution-log rows older than this many days are deleted at start-up (in batches,
-    /// without blocking writers). Unset keeps everything.
+    /// Execution-log rows older than this many days, and the stored working sets of
+    /// sessions idle that long, are deleted when a command that writes the store starts
+    /// (`serve`, `call`, `search`; in batches, without blocking writers); `log`, `tools`,
+    /// `check` and `status` never delete. At least 1; unset (the default) keeps everything.
     pub retention_days: Option<u32>,
     /// How long the execution-log writer waits for more rows before a commit, in
     /// milliseconds (default 2; 0 commits every call at once). Sequential calls then share a
@@ -159,6 +166,36 @@ impl Default for LimitsConfig {
 pub struct PolicyConfig {
     /// The rules, checked in order.
     pub rules: Vec<PolicyRule>,
+}
+
+impl PolicyConfig {
+    /// Checks what deserialising cannot: every rule has an id of its own (repeats of a
+    /// violation are counted per id), a tool pattern and a message (what the model reads when
+    /// the rule fires). Errors name the rule by place and id.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        for (i, r) in self.rules.iter().enumerate() {
+            let at = format!("policy.rules[{i}] (id {:?})", r.id);
+            if r.id.trim().is_empty() {
+                bail!(
+                    "policy.rules[{i}]: `id` is empty: give the rule a stable id of its own (repeat violations are counted per id)"
+                );
+            }
+            if let Some(j) = self.rules[..i].iter().position(|o| o.id == r.id) {
+                bail!(
+                    "{at}: the id is already used by policy.rules[{j}]; give each rule its own id (repeat violations are counted per id)"
+                );
+            }
+            if r.tool.trim().is_empty() {
+                bail!("{at}: `tool` is empty: give a tool name or pattern (`*` matches any tool)");
+            }
+            if r.message.trim().is_empty() {
+                bail!(
+                    "{at}: `message` is empty: say what the model should do instead (it is what the model reads when the rule fires)"
+                );
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The longest limit in seconds: a year (a longer one overflows a call's deadline).
@@ -274,6 +311,37 @@ fn explain(message: &str) -> String {
     }
 }
 
+/// Replaces `${env:VAR}` in one string; a missing or empty variable is an error naming
+/// `path` (the key). Also used for the `--mcp-config` JSON's fields.
+pub(crate) fn interpolate_str(
+    s: &str,
+    path: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> anyhow::Result<String> {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find("${env:") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 6..];
+        let Some(end) = after.find('}') else {
+            bail!("{path}: `${{env:` is not closed with `}}`");
+        };
+        let var = &after[..end];
+        let Some(val) = env(var) else {
+            bail!("{path}: environment variable {var} is not set (referenced as `${{env:{var}}}`)");
+        };
+        if val.is_empty() {
+            bail!(
+                "{path}: environment variable {var} is set but empty (referenced as `${{env:{var}}}`): give it a value, or remove the reference"
+            );
+        }
+        out.push_str(&val);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 /// Replaces `${env:VAR}` in every string; a missing variable is an error naming the key.
 fn interpolate(
     value: &mut toml::Value,
@@ -281,32 +349,7 @@ fn interpolate(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> anyhow::Result<()> {
     match value {
-        toml::Value::String(s) => {
-            let mut out = String::new();
-            let mut rest = s.as_str();
-            while let Some(i) = rest.find("${env:") {
-                out.push_str(&rest[..i]);
-                let after = &rest[i + 6..];
-                let Some(end) = after.find('}') else {
-                    bail!("{path}: `${{env:` is not closed with `}}`");
-                };
-                let var = &after[..end];
-                let Some(val) = env(var) else {
-                    bail!(
-                        "{path}: environment variable {var} is not set (referenced as `${{env:{var}}}`)"
-                    );
-                };
-                if val.is_empty() {
-                    bail!(
-                        "{path}: environment variable {var} is set but empty (referenced as `${{env:{var}}}`): give it a value, or remove the reference"
-                    );
-                }
-                out.push_str(&val);
-                rest = &after[end + 1..];
-            }
-            out.push_str(rest);
-            *s = out;
-        }
+        toml::Value::String(s) => *s = interpolate_str(s, path, env)?,
         toml::Value::Array(items) => {
             for (i, item) in items.iter_mut().enumerate() {
                 interpolate(item, &format!("{path}[{i}]"), env)?;
@@ -415,7 +458,7 @@ impl Config {
         let about_placeholder = direct
             .as_ref()
             .is_some_and(|d| d.to_string().contains("${env:"));
-        let config: Config = value.try_into().map_err(|e: toml::de::Error| {
+        let mut config: Config = value.try_into().map_err(|e: toml::de::Error| {
             if substituted && (direct.is_none() || about_placeholder) {
                 // The error is in what a variable put there: name it as it now reads.
                 anyhow::anyhow!(
@@ -435,6 +478,22 @@ impl Config {
             .surface
             .validate()
             .with_context(|| format!("{origin}: [surface]"))?;
+        config
+            .policy
+            .validate()
+            .with_context(|| format!("{origin}: [[policy.rules]]"))?;
+        // What `serve` would refuse is refused here already, so `quiver check` (and every
+        // other command) finds it.
+        config
+            .auth
+            .validate()
+            .with_context(|| format!("{origin}: [[auth.tokens]]"))?;
+        config.origin = Some(origin.to_owned());
+        if config.store.retention_days == Some(0) {
+            bail!(
+                "{origin}: [store] retention_days = 0 would delete the whole execution log and every stored session each time `serve`, `call` or `search` starts; give a number of days (at least 1), or remove the key to keep everything"
+            );
+        }
         Ok(config)
     }
 
@@ -562,6 +621,67 @@ allowed_tools = ["t1", "t2"]
         assert!(err.contains("NOPE is not set"), "{err}");
     }
 
+    /// The inbound tokens are checked with the rest of the config, not only by `serve`: a
+    /// `quiver check` that passes means `serve` starts.
+    #[test]
+    fn inbound_tokens_are_checked_with_the_file_named() {
+        let token = |name: &str, secret: &str| {
+            format!("[[auth.tokens]]\nname = \"{name}\"\ntoken = \"{secret}\"\n")
+        };
+        check(
+            &token("a:b", "s"),
+            Err(
+                "quiver.toml: [[auth.tokens]]: invalid inbound auth: tokens[0]: the name `a:b` may not contain `:`",
+            ),
+        );
+        check(
+            &token("ci", ""),
+            Err(
+                "quiver.toml: [[auth.tokens]]: invalid inbound auth: tokens[0] (`ci`) has an empty `token`",
+            ),
+        );
+        check(
+            &format!("{}{}", token("ci", "1"), token("ci", "2")),
+            Err("tokens[1]: the name `ci` is already used by tokens[0]"),
+        );
+        check(
+            &format!("{}{}", token("ci", "1"), token("bot", "2")),
+            Ok("./quiver.db"),
+        );
+    }
+
+    /// Two rules with one id, or a rule with nothing to tell the model, are errors naming
+    /// the rule.
+    #[test]
+    fn policy_rules_need_their_own_id_and_a_message() {
+        let rule = |id: &str, tool: &str, message: &str| {
+            format!(
+                "[[policy.rules]]\nid = \"{id}\"\ntool = \"{tool}\"\naction = \"deny\"\nmessage = \"{message}\"\n"
+            )
+        };
+        check(
+            &format!("{}{}", rule("r", "a", "no"), rule("r", "b", "no")),
+            Err(
+                "quiver.toml: [[policy.rules]]: policy.rules[1] (id \"r\"): the id is already used by policy.rules[0]",
+            ),
+        );
+        check(
+            &rule("quiet", "a", "  "),
+            Err(
+                "policy.rules[0] (id \"quiet\"): `message` is empty: say what the model should do instead",
+            ),
+        );
+        check(&rule("", "a", "no"), Err("policy.rules[0]: `id` is empty"));
+        check(
+            &rule("r", "", "no"),
+            Err("policy.rules[0] (id \"r\"): `tool` is empty"),
+        );
+        check(
+            &format!("{}{}", rule("r1", "a", "no"), rule("r2", "a", "no")),
+            Ok("./quiver.db"),
+        );
+    }
+
     #[test]
     fn config_cases() {
         check("", Ok("./quiver.db"));
@@ -652,6 +772,14 @@ allowed_tools = ["t1", "t2"]
             u32::MAX
         );
         check("[store]\nretention_days = 30", Ok("./quiver.db"));
+        check(
+            "[store]\nretention_days = 0",
+            Err("quiver.toml: [store] retention_days = 0 would delete the whole execution log"),
+        );
+        check(
+            "[store]\nretention_days = 0",
+            Err("or remove the key to keep everything"),
+        );
         check("[store]\nretention_days = -3", Err("retention_days"));
         check("[store]\nlog_linger_ms = 0", Ok("./quiver.db"));
         check("[store]\nlog_linger_ms = \"soon\"", Err("log_linger_ms"));

@@ -18,7 +18,7 @@ use quiver_surface::{FloorLoad, FloorSource};
 ///
 /// Every command goes through the same assembled catalog and dispatcher.
 #[derive(Debug, Parser)]
-#[command(name = "quiver", version, about, long_about = None)]
+#[command(name = "quiver", version)]
 struct Cli {
     /// The configuration file (default: ./quiver.toml when it exists, else built-in defaults).
     #[arg(long, global = true, value_name = "FILE")]
@@ -50,6 +50,10 @@ enum Command {
     },
     /// Search the catalog the way the model does, through the `tool_search` tool.
     ///
+    /// It is a real `tool_search` call: the tools found are paged into the session's
+    /// working set (stored, so later `tools --session S` and `call --session S` see them)
+    /// and the call is recorded in the execution log (`quiver log`).
+    ///
     /// Example: `quiver search "current time in a timezone" --limit 5`.
     Search {
         /// What you need, in words.
@@ -57,10 +61,18 @@ enum Command {
         /// How many tools to return (1 to 50).
         #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=50))]
         limit: u32,
+        /// The session (conversation) whose working set receives the tools found.
+        #[arg(long, default_value = "cli")]
+        session: String,
     },
     /// Validate the configuration and lint every tool definition (September guide rules:
     /// typed and described properties, enums for closed sets, required fields listed, a
-    /// description that says when to use the tool). Exits 1 when anything is found.
+    /// description that says when to use the tool).
+    ///
+    /// Exits 1 when anything is found: a lint finding, a tool not registered, a breaking
+    /// change, or a configured tool name or pattern that matches no tool (`[unmatched]`;
+    /// one under the prefix of an upstream that is not connected is a note). Exits 2 when
+    /// the configuration itself is wrong.
     Check {
         /// Also report breaking schema changes against the definitions stored in this
         /// database: removed fields, renamed or removed tools, type changes, new required
@@ -109,12 +121,22 @@ enum Command {
     /// Measure tool-search quality on a benchmark set and print
     /// `{queries, hit@1, recall@5, recall@10, ndcg@10}` in percent.
     ///
-    /// The file format is described in the benchmark set's README (one JSON object a line).
+    /// Both files are JSON Lines (one object a line; blank lines skipped). The tools are
+    /// indexed as `tool_search` indexes the catalog, each query is searched, and its top 10
+    /// are scored against its `gold`: a list with one inner list per tool the query needs,
+    /// where any name in an inner list counts as finding that tool. hit@1: the first result
+    /// is a needed tool; recall@k: the share of needed tools in the top k; ndcg@10: binary
+    /// relevance, one credit per needed tool.
+    ///
+    /// Example query line:
+    /// `{"id": "q1", "query": "make a PDF report", "gold": [["docs__create"], ["pdf__convert", "office__to_pdf"]]}`
     BenchSearch {
-        /// Tools, one `{"name", "description", "input_schema"}` a line.
+        /// Tools, one `{"name": ..., "description": ..., "input_schema": {...}}` a line
+        /// (`description` and `input_schema` optional).
         #[arg(long)]
         tools: std::path::PathBuf,
-        /// Queries, one `{"id", "query", "gold"}` a line.
+        /// Queries, one `{"query": ..., "gold": [[name, ...], ...]}` a line (other keys,
+        /// such as `id`, are ignored).
         #[arg(long)]
         queries: std::path::PathBuf,
     },
@@ -123,9 +145,10 @@ enum Command {
     ///
     /// Example: `quiver serve --listen 127.0.0.1:0` picks a free port.
     Serve {
-        /// The address to listen on.
-        #[arg(long, default_value = quiver_host::serve::DEFAULT_LISTEN)]
-        listen: std::net::SocketAddr,
+        /// The address to listen on: IP:PORT (`127.0.0.1:7345`, `[::1]:7345`) or
+        /// HOST:PORT (`localhost:7345`, resolved now; its IPv4 address first).
+        #[arg(long, default_value = quiver_host::serve::DEFAULT_LISTEN, value_parser = parse_listen)]
+        listen: Listen,
         /// Serve on stdin and stdout instead of HTTP.
         #[arg(long, conflicts_with = "listen")]
         stdio: bool,
@@ -152,6 +175,44 @@ enum Command {
     },
 }
 
+/// `serve --listen`: the address, and the host name it was given as (accepted as `Host`).
+#[derive(Debug, Clone)]
+struct Listen {
+    addr: std::net::SocketAddr,
+    name: Option<String>,
+}
+
+fn parse_listen(s: &str) -> Result<Listen, String> {
+    if let Ok(addr) = s.parse() {
+        return Ok(Listen { addr, name: None });
+    }
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return Err(format!(
+            "`{s}` has no port: give HOST:PORT or IP:PORT, e.g. 127.0.0.1:7345 (port 0 picks a free one)"
+        ));
+    };
+    if port.parse::<u16>().is_err() {
+        return Err(format!(
+            "`{port}` in `{s}` is not a port (0 to 65535): give HOST:PORT or IP:PORT, e.g. 127.0.0.1:7345"
+        ));
+    }
+    let addrs: Vec<std::net::SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(s)
+        .map_err(|e| {
+            format!("cannot resolve the host `{host}`: {e}; give an IP address instead, e.g. 127.0.0.1:{port}")
+        })?
+        .collect();
+    let addr = addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("the host `{host}` resolves to no address; give an IP address instead, e.g. 127.0.0.1:{port}"))?;
+    Ok(Listen {
+        addr,
+        name: Some(host.to_owned()),
+    })
+}
+
 fn parse_mode(s: &str) -> Result<Mode, String> {
     Mode::parse(s).ok_or_else(|| format!("unknown mode `{s}`: use chat, agentic, delegate or plan"))
 }
@@ -162,6 +223,38 @@ fn exit_for(envelope: &Envelope) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Applies `[store] retention_days`: deletes execution-log rows older than that many days,
+/// and the stored working sets of sessions idle that long. Only the commands that write the
+/// store (`serve`, `call`, `search`) do it; the reading ones (`log`, `tools`, `check`,
+/// `status`) leave the store as it is. Unset keeps everything.
+async fn apply_retention(app: &App, config: &Config) -> anyhow::Result<()> {
+    let Some(days) = config.store.retention_days else {
+        return Ok(());
+    };
+    let Some(cutoff) = std::time::SystemTime::now()
+        .checked_sub(std::time::Duration::from_secs(u64::from(days) * 86_400))
+    else {
+        return Ok(());
+    };
+    let purged = app
+        .call_log()
+        .purge_calls_before(cutoff)
+        .await
+        .context("applying log retention")?;
+    if purged > 0 {
+        tracing::info!(purged, days, "deleted execution-log rows past retention");
+    }
+    let sessions = app
+        .store
+        .purge_sessions_idle_since(cutoff)
+        .await
+        .context("applying retention to stored sessions")?;
+    if sessions > 0 {
+        tracing::info!(sessions, days, "deleted session state idle past retention");
+    }
+    Ok(())
 }
 
 fn ms(d: std::time::Duration) -> String {
@@ -249,13 +342,33 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                 println!("no upstream MCP servers configured");
             }
             for s in servers {
-                let state = match &s.state {
-                    quiver_mcp_adapter::ServerState::Rejected(why) => format!("failed: {why}"),
-                    other => format!("{other:?}").to_lowercase(),
+                use quiver_mcp_adapter::ServerState as S;
+                let last = s.diagnostics.last().cloned().unwrap_or_default();
+                // connected; retrying, with the next attempt and why the last one failed;
+                // failed for good, with the reason.
+                let (state, detail) = match &s.state {
+                    S::Connected => ("connected", last),
+                    S::Connecting => ("connecting", last),
+                    S::Reconnecting => ("reconnecting", last),
+                    S::Down => {
+                        let next = match s.next_attempt {
+                            Some(at) => format!(
+                                "next attempt in {}s",
+                                at.duration_since(std::time::SystemTime::now())
+                                    .unwrap_or_default()
+                                    .as_secs_f64()
+                                    .ceil()
+                            ),
+                            None => "attempt under way".to_owned(),
+                        };
+                        ("retrying", format!("{next}; last: {last}"))
+                    }
+                    S::Rejected(why) => ("failed", why.clone()),
+                    S::Closed => ("closed", last),
+                    _ => ("unknown", last),
                 };
-                let last = s.diagnostics.last().map(String::as_str).unwrap_or("");
                 println!(
-                    "{:<20} {:<12} {:>4} tool(s)  {last}",
+                    "{:<20} {:<12} {:>4} tool(s)  {detail}",
                     s.name,
                     state,
                     s.tools.len()
@@ -354,28 +467,61 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                 }
             }
             // A configured name or pattern that matches no tool is most likely a typo (a
-            // deny rule that never fires); told, not failed: a tool of an upstream that is
-            // down now matches nothing either.
+            // deny rule that never fires): a finding, with a did-you-mean for a near name.
+            // One under the prefix of an upstream that is not connected now cannot be
+            // checked: told, not counted.
             let names: Vec<String> = app
                 .catalog
                 .tools()
                 .iter()
                 .map(|e| e.spec.name.clone())
                 .collect();
+            let not_connected: Vec<(String, String)> = app
+                .mcp
+                .status()
+                .into_iter()
+                .filter(|s| !matches!(s.state, quiver_mcp_adapter::ServerState::Connected))
+                .map(|s| {
+                    let prefix = config
+                        .mcp
+                        .servers
+                        .iter()
+                        .find(|c| c.name == s.name)
+                        .and_then(|c| c.prefix.clone())
+                        .unwrap_or_else(|| s.name.clone());
+                    (s.name, prefix)
+                })
+                .collect();
             let mut unmatched = 0;
             for r in config.tool_patterns() {
-                if !names.iter().any(|n| r.matches(n)) {
-                    unmatched += 1;
-                    let note = if r.exact && r.name.contains('*') {
-                        " (this key takes exact names: `*` is not a wildcard here)"
-                    } else {
-                        ""
-                    };
+                if names.iter().any(|n| r.matches(n)) {
+                    continue;
+                }
+                if let Some((server, _)) = not_connected
+                    .iter()
+                    .find(|(_, prefix)| r.name.starts_with(&format!("mcp__{prefix}__")))
+                {
                     println!(
-                        "{}: [unmatched] `{}` matches no tool in the catalog{note}",
+                        "{}: [note] `{}` not checked: server {server} is not connected",
                         r.key, r.name
                     );
+                    continue;
                 }
+                unmatched += 1;
+                let note = if r.exact && r.name.contains('*') {
+                    " (this key takes exact names: `*` is not a wildcard here)".to_owned()
+                } else if r.name.contains('*') {
+                    String::new()
+                } else {
+                    quiver_registry::did_you_mean(r.name, names.iter().map(String::as_str), 1)
+                        .first()
+                        .map(|(best, _)| format!("; did you mean `{best}`?"))
+                        .unwrap_or_default()
+                };
+                println!(
+                    "{}: [unmatched] `{}` matches no tool in the catalog{note}",
+                    r.key, r.name
+                );
             }
             let mut breaking = Vec::new();
             if let Some(db) = against {
@@ -414,6 +560,26 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                             .iter()
                             .any(|(name, _)| d.implementation.starts_with(&format!("mcp:{name}:")))
                 };
+                // The resource meta-tools are Quiver's own (family `mcp:resources`, recorded
+                // like an upstream's tools), listed only while a connected server offers
+                // resources: one missing now is not a removed tool.
+                let meta_absent = |d: &quiver_registry::ToolDefinition| {
+                    quiver_mcp_adapter::RESOURCE_TOOLS.contains(&d.name.as_str())
+                        && d.implementation
+                            == format!("{}:{}", quiver_mcp_adapter::RESOURCE_TOOLS_FAMILY, d.name)
+                        && app.catalog.lookup(&d.name).is_none()
+                };
+                let absent: Vec<&str> = defs
+                    .iter()
+                    .filter(|d| d.deleted_at.is_none() && meta_absent(d))
+                    .map(|d| d.name.as_str())
+                    .collect();
+                if !absent.is_empty() {
+                    println!(
+                        "{}: [note] not checked: these tools are listed only while a connected MCP server offers resources",
+                        absent.join(", ")
+                    );
+                }
                 for (name, state) in &down {
                     let n = defs
                         .iter()
@@ -431,7 +597,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                 }
                 let stored_specs: Vec<_> = defs
                     .iter()
-                    .filter(|d| d.deleted_at.is_none() && !unchecked(d))
+                    .filter(|d| d.deleted_at.is_none() && !unchecked(d) && !meta_absent(d))
                     .map(|d| d.to_spec())
                     .collect();
                 let current: Vec<_> = app.catalog.tools().iter().map(|e| e.spec.clone()).collect();
@@ -453,6 +619,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                     && misfits.is_empty()
                     && not_registered == 0
                     && breaking.is_empty()
+                    && unmatched == 0
                 {
                     ExitCode::SUCCESS
                 } else {
@@ -535,14 +702,23 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
             print!("{}", format_tools(&specs, format));
             Ok(ExitCode::SUCCESS)
         }
-        Command::Search { query, limit } => {
-            app.open_session("cli").await?;
+        Command::Search {
+            query,
+            limit,
+            session,
+        } => {
+            apply_retention(app, config).await?;
+            app.open_session(&session).await?;
             let input = serde_json::json!({"query": query, "limit": limit});
             let envelope = app
                 .dispatcher
-                .call("tool_search", input, CallContext::for_session("cli"))
+                .call(
+                    "tool_search",
+                    input,
+                    CallContext::for_session(session.as_str()),
+                )
                 .await;
-            app.save_session("cli").await?;
+            app.save_session(&session).await?;
             println!("{}", render(&envelope, &RenderOptions::default()));
             Ok(exit_for(&envelope))
         }
@@ -555,8 +731,9 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
             let transport = if stdio {
                 quiver_host::serve::Transport::Stdio
             } else {
-                quiver_host::serve::Transport::Http(listen)
+                quiver_host::serve::Transport::Http(listen.addr)
             };
+            apply_retention(app, config).await?;
             app.seed().await?;
             // Working sets go to the store as they change, so a restarted server (or
             // another replica) gives a returning conversation its tools back.
@@ -573,7 +750,8 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                 .with_default_mode(mode)
                 .with_auth(config.auth.clone())
                 .with_input_wait(config.limits.input_wait()?);
-            for host in allow_hosts {
+            // A listener given by name accepts that name as `Host` too.
+            for host in allow_hosts.into_iter().chain(listen.name) {
                 options = options.with_allowed_host(host);
             }
             let served = quiver_host::serve::serve(
@@ -600,6 +778,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
             json,
             session,
         } => {
+            apply_retention(app, config).await?;
             app.open_session(&session).await?;
             let envelope = app
                 .dispatcher

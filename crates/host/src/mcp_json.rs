@@ -4,8 +4,10 @@
 use std::{collections::BTreeMap, path::Path};
 
 use anyhow::{Context, bail};
-use quiver_mcp_adapter::ServerConfig;
+use quiver_mcp_adapter::{McpError, ResolvedServer, ServerConfig, validate_all};
 use serde::Deserialize;
+
+use crate::{Config, config::interpolate_str};
 
 #[derive(Debug, Deserialize)]
 struct File {
@@ -61,8 +63,17 @@ const FOREIGN: [&str; 12] = [
     "dev",
 ];
 
-/// Parses an `mcpServers` file's text; `origin` names it in errors.
-pub fn parse_mcp_servers(text: &str, origin: &str) -> anyhow::Result<Vec<ServerConfig>> {
+/// The transports a `"type"` field may name.
+const TYPES: &str = "\"stdio\" (with \"command\") or \"http\" (with \"url\"; also \"streamable-http\", \"streamableHttp\")";
+
+/// Parses an `mcpServers` file's text; `origin` names it in errors. `${env:VAR}` is
+/// replaced in `command`, `args`, `cwd` and `url` here, and in `env` and `headers` values
+/// when the servers are set up, as in `quiver.toml`.
+pub fn parse_mcp_servers(
+    text: &str,
+    origin: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> anyhow::Result<Vec<ServerConfig>> {
     let file: File = serde_json::from_str(text)
         .with_context(|| format!("{origin}: not an mcpServers JSON file"))?;
     let Some(servers) = file.servers else {
@@ -100,24 +111,72 @@ pub fn parse_mcp_servers(text: &str, origin: &str) -> anyhow::Result<Vec<ServerC
                 "{origin}: server {name:?}: {err}. Quiver never renames a server (its name is part of every tool name, mcp__<server>__<tool>); rename it in the file, e.g. to {suggestion:?}"
             );
         }
+        let at = |key: &str| format!("{origin}: server {name:?}: {key}");
+        let stdio = match e.kind.as_deref() {
+            None => None,
+            Some("stdio") => Some(true),
+            Some("http" | "streamable-http" | "streamableHttp" | "streamable_http") => Some(false),
+            Some("sse") => bail!(
+                "{origin}: server {name:?} uses the legacy SSE transport, which Quiver does not speak; use its streamable HTTP endpoint"
+            ),
+            Some(other) => bail!(
+                "{origin}: server {name:?}: unknown \"type\" {other:?}; use {TYPES}, or leave it out"
+            ),
+        };
         let server = match (e.command, e.url) {
             (Some(command), None) => {
-                let mut s = ServerConfig::stdio(name.clone(), command, e.args);
+                if stdio == Some(false) {
+                    bail!(
+                        "{origin}: server {name:?} has \"type\": {:?} but a \"command\" (a stdio server); give it a \"url\", or make the type \"stdio\"",
+                        e.kind.as_deref().unwrap_or_default()
+                    );
+                }
+                if !e.headers.is_empty() {
+                    bail!(
+                        "{origin}: server {name:?}: \"headers\" apply to http servers (\"url\") only, and this one runs \"command\"; remove them, or pass values through \"env\""
+                    );
+                }
+                let args = e
+                    .args
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| interpolate_str(a, &at(&format!("args[{i}]")), env))
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                let mut s = ServerConfig::stdio(
+                    name.clone(),
+                    interpolate_str(&command, &at("command"), env)?,
+                    args,
+                );
                 for (k, v) in e.env {
                     s = s.with_env(k, v);
                 }
                 if let Some(cwd) = e.cwd {
-                    s = s.with_cwd(cwd);
+                    s = s.with_cwd(interpolate_str(&cwd, &at("cwd"), env)?);
                 }
                 s
             }
             (None, Some(url)) => {
-                if matches!(e.kind.as_deref(), Some("sse")) {
+                if stdio == Some(true) {
                     bail!(
-                        "{origin}: server {name:?} uses the legacy SSE transport, which Quiver does not speak; use its streamable HTTP endpoint"
+                        "{origin}: server {name:?} has \"type\": \"stdio\" but a \"url\" (an http server); give it a \"command\", or make the type \"http\""
                     );
                 }
-                let mut s = ServerConfig::http(name.clone(), url);
+                let stray: Vec<&str> = [
+                    ("args", !e.args.is_empty()),
+                    ("env", !e.env.is_empty()),
+                    ("cwd", e.cwd.is_some()),
+                ]
+                .into_iter()
+                .filter_map(|(k, set)| set.then_some(k))
+                .collect();
+                if !stray.is_empty() {
+                    bail!(
+                        "{origin}: server {name:?}: \"{}\" apply to stdio servers (\"command\") only, and this one has a \"url\"; remove them (an http server takes \"headers\")",
+                        stray.join("\", \"")
+                    );
+                }
+                let mut s =
+                    ServerConfig::http(name.clone(), interpolate_str(&url, &at("url"), env)?);
                 for (k, v) in e.headers {
                     s = s.with_header(k, v);
                 }
@@ -139,12 +198,111 @@ pub fn parse_mcp_servers(text: &str, origin: &str) -> anyhow::Result<Vec<ServerC
 pub fn read_mcp_servers(path: &Path) -> anyhow::Result<Vec<ServerConfig>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    parse_mcp_servers(&text, &path.display().to_string())
+    parse_mcp_servers(&text, &path.display().to_string(), &|k| {
+        std::env::var(k).ok()
+    })
+}
+
+/// The text of an MCP configuration error, without the adapter's "MCP configuration:"
+/// (the caller names the file instead).
+fn config_message(e: McpError) -> String {
+    match e {
+        McpError::Config(message) => message,
+        other => other.to_string(),
+    }
+}
+
+/// The MCP servers of `config` and of the `--mcp-config` `files`, checked and resolved
+/// (`${env:VAR}`, tokens, the https rule). An error names the file the server is in: a
+/// name configured twice names both.
+pub(crate) fn resolve_servers(
+    config: &Config,
+    files: &[std::path::PathBuf],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> anyhow::Result<Vec<ResolvedServer>> {
+    let config_origin = config.origin.as_deref().unwrap_or("the configuration");
+    let mut servers: Vec<(ServerConfig, String)> = config
+        .mcp
+        .servers
+        .iter()
+        .map(|s| (s.clone(), config_origin.to_owned()))
+        .collect();
+    for file in files {
+        let origin = file.display().to_string();
+        servers.extend(
+            read_mcp_servers(file)?
+                .into_iter()
+                .map(|s| (s, origin.clone())),
+        );
+    }
+    for (i, (s, origin)) in servers.iter().enumerate() {
+        let Some((first, first_origin)) = servers[..i]
+            .iter()
+            .find(|(f, _)| f.name.eq_ignore_ascii_case(&s.name))
+        else {
+            continue;
+        };
+        let place = |o: &str| {
+            if o == first_origin {
+                "twice in".to_owned()
+            } else {
+                format!("in {first_origin} and in")
+            }
+        };
+        if first.name == s.name {
+            bail!(
+                "MCP server \"{}\" is configured {} {origin}; remove one, or rename one (the name is part of every tool name, mcp__<name>__<tool>)",
+                s.name,
+                place(origin)
+            );
+        }
+        bail!(
+            "MCP servers \"{}\" ({first_origin}) and \"{}\" ({origin}) differ only in case; server names must be unique ignoring case: rename one",
+            first.name,
+            s.name
+        );
+    }
+    for name in &config.mcp.insecure_http {
+        let Some((s, _)) = servers.iter_mut().find(|(s, _)| &s.name == name) else {
+            let known: Vec<&str> = servers.iter().map(|(s, _)| s.name.as_str()).collect();
+            bail!(
+                "{config_origin}: [mcp] insecure_http names {name:?}, which is not a configured MCP server (configured: {})",
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            );
+        };
+        s.insecure_http = true;
+    }
+    for (s, origin) in &servers {
+        validate_all(std::slice::from_ref(s), env)
+            .map_err(|e| anyhow::anyhow!("{origin}: {}", config_message(e)))?;
+    }
+    // What only shows with every server together (two servers with one tool prefix).
+    let (all, origins): (Vec<ServerConfig>, std::collections::BTreeSet<String>) =
+        servers.into_iter().unzip();
+    validate_all(&all, env).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: {}",
+            origins.into_iter().collect::<Vec<_>>().join(", "),
+            config_message(e)
+        )
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn env(k: &str) -> Option<String> {
+        match k {
+            "HOST" => Some("mcp.example.com".to_owned()),
+            "BIN" => Some("/opt/bin".to_owned()),
+            _ => None,
+        }
+    }
 
     #[test]
     fn reads_the_desktop_clients_format() {
@@ -153,7 +311,7 @@ mod tests {
             "remote": {"type": "http", "url": "https://mcp.example.com/mcp", "headers": {"X-Key": "k"}},
             "off": {"command": "x", "disabled": true}
         }}"#;
-        let servers = parse_mcp_servers(text, "c.json").unwrap();
+        let servers = parse_mcp_servers(text, "c.json", &env).unwrap();
         assert_eq!(servers.len(), 2);
         assert_eq!(servers[0].name, "everything");
         assert_eq!(servers[0].command.as_deref(), Some("npx"));
@@ -168,6 +326,148 @@ mod tests {
         );
     }
 
+    /// `${env:VAR}` works in every string field, as in `quiver.toml` (`env` and `headers`
+    /// values are replaced when the servers are set up).
+    #[test]
+    fn env_references_work_in_every_field() {
+        let text = r#"{"mcpServers": {
+            "local": {"command": "${env:BIN}/server", "args": ["--root", "${env:BIN}/data"], "cwd": "${env:BIN}", "env": {"K": "${env:BIN}"}},
+            "remote": {"url": "https://${env:HOST}/mcp", "headers": {"X-Key": "${env:BIN}"}}
+        }}"#;
+        let servers = parse_mcp_servers(text, "c.json", &env).unwrap();
+        assert_eq!(servers[0].command.as_deref(), Some("/opt/bin/server"));
+        assert_eq!(servers[0].args, ["--root", "/opt/bin/data"]);
+        assert_eq!(
+            servers[0].cwd.as_deref(),
+            Some(std::path::Path::new("/opt/bin"))
+        );
+        assert_eq!(
+            servers[1].url.as_deref(),
+            Some("https://mcp.example.com/mcp")
+        );
+        let resolved = quiver_mcp_adapter::validate_all(&servers, &env);
+        assert!(resolved.is_ok(), "{:?}", resolved.err());
+        let err = format!(
+            "{:#}",
+            parse_mcp_servers(
+                r#"{"mcpServers": {"r": {"url": "https://${env:NOPE}/mcp"}}}"#,
+                "c.json",
+                &env
+            )
+            .unwrap_err()
+        );
+        assert!(
+            err.contains("c.json: server \"r\": url: environment variable NOPE is not set"),
+            "{err}"
+        );
+    }
+
+    /// Fields of the other transport, and a `"type"` that contradicts `command` / `url`, are
+    /// errors naming the file and the server, as in `quiver.toml`.
+    #[test]
+    fn fields_of_the_other_transport_are_errors() {
+        let err = |t: &str| format!("{:#}", parse_mcp_servers(t, "c.json", &env).unwrap_err());
+        let e = err(
+            r#"{"mcpServers": {"a": {"url": "https://h/mcp", "env": {"K": "v"}, "args": ["x"]}}}"#,
+        );
+        assert!(
+            e.contains(
+                "c.json: server \"a\": \"args\", \"env\" apply to stdio servers (\"command\") only"
+            ),
+            "{e}"
+        );
+        let e = err(r#"{"mcpServers": {"a": {"command": "x", "headers": {"K": "v"}}}}"#);
+        assert!(
+            e.contains("c.json: server \"a\": \"headers\" apply to http servers (\"url\") only"),
+            "{e}"
+        );
+        let e = err(r#"{"mcpServers": {"a": {"type": "http", "command": "x"}}}"#);
+        assert!(
+            e.contains("c.json: server \"a\" has \"type\": \"http\" but a \"command\""),
+            "{e}"
+        );
+        let e = err(r#"{"mcpServers": {"a": {"type": "stdio", "url": "https://h/mcp"}}}"#);
+        assert!(
+            e.contains("c.json: server \"a\" has \"type\": \"stdio\" but a \"url\""),
+            "{e}"
+        );
+        let e = err(r#"{"mcpServers": {"a": {"type": "websocket", "url": "wss://h"}}}"#);
+        assert!(
+            e.contains("c.json: server \"a\": unknown \"type\" \"websocket\""),
+            "{e}"
+        );
+        let ok = r#"{"mcpServers": {"a": {"type": "streamable-http", "url": "https://h/mcp"}, "b": {"type": "stdio", "command": "x"}}}"#;
+        assert_eq!(parse_mcp_servers(ok, "c.json", &env).unwrap().len(), 2);
+    }
+
+    /// A server's configuration error names the file it is in, without a doubled prefix;
+    /// a name configured twice names both files.
+    #[test]
+    fn server_errors_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, json: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, json).unwrap();
+            p
+        };
+        let toml = |t: &str| Config::parse(t, "q.toml", &env).unwrap();
+        let err = |config: &Config, files: &[std::path::PathBuf]| {
+            format!("{:#}", resolve_servers(config, files, &env).unwrap_err())
+        };
+        let a = file("a.json", r#"{"mcpServers": {"a": {"command": "x"}}}"#);
+        let a2 = file("a2.json", r#"{"mcpServers": {"a": {"command": "y"}}}"#);
+        let ftp = file(
+            "ftp.json",
+            r#"{"mcpServers": {"f": {"url": "ftp://h/mcp"}}}"#,
+        );
+        let stdio_a = "[[mcp.servers]]\nname = \"a\"\ntransport = \"stdio\"\ncommand = \"x\"\n";
+
+        let e = err(&toml(stdio_a), std::slice::from_ref(&a));
+        assert_eq!(
+            e,
+            format!(
+                "MCP server \"a\" is configured in q.toml and in {}; remove one, or rename one (the name is part of every tool name, mcp__<name>__<tool>)",
+                a.display()
+            )
+        );
+        let e = err(&Config::default(), &[a.clone(), a2.clone()]);
+        assert!(
+            e.contains(&format!("in {} and in {}", a.display(), a2.display())),
+            "{e}"
+        );
+        let e = err(&Config::default(), std::slice::from_ref(&ftp));
+        assert_eq!(
+            e,
+            format!(
+                "{}: MCP server \"f\": url scheme \"ftp\" is not http or https",
+                ftp.display()
+            )
+        );
+        let e = err(
+            &toml(
+                "[[mcp.servers]]\nname = \"t\"\ntransport = \"stdio\"\ncommand = \"x\"\nurl = \"http://h\"\n",
+            ),
+            &[],
+        );
+        assert!(e.starts_with("q.toml: MCP server \"t\": `url`"), "{e}");
+        assert!(!e.contains("MCP configuration"), "{e}");
+        let e = err(
+            &toml("[mcp]\ninsecure_http = [\"nope\"]\n"),
+            std::slice::from_ref(&a),
+        );
+        assert!(
+            e.contains("q.toml: [mcp] insecure_http names \"nope\", which is not a configured MCP server (configured: a)"),
+            "{e}"
+        );
+        assert_eq!(
+            resolve_servers(&toml(""), &[a, ftp.with_file_name("none.json")], &env)
+                .map(|_| ())
+                .unwrap_err()
+                .to_string(),
+            format!("cannot read {}", ftp.with_file_name("none.json").display())
+        );
+    }
+
     #[test]
     fn other_clients_keys_are_ignored() {
         let text = r#"{"mcpServers": {
@@ -175,14 +475,14 @@ mod tests {
                    "envFile": "${workspaceFolder}/.env", "description": "files",
                    "comment": "mine", "enabled": true, "headersHelper": "h", "serverUrl": "u"}
         }}"#;
-        let servers = parse_mcp_servers(text, "c.json").unwrap();
+        let servers = parse_mcp_servers(text, "c.json", &env).unwrap();
         assert_eq!(servers.len(), 1);
         assert_eq!(servers[0].command.as_deref(), Some("x"));
     }
 
     #[test]
     fn bad_entries_are_clear_errors() {
-        let err = |t: &str| format!("{:#}", parse_mcp_servers(t, "c.json").unwrap_err());
+        let err = |t: &str| format!("{:#}", parse_mcp_servers(t, "c.json", &env).unwrap_err());
         assert!(
             err(r#"{"mcpServers": {"server-git": {"command": "x"}}}"#)
                 .contains("rename it in the file, e.g. to \"server_git\"")

@@ -12,8 +12,9 @@ mod error;
 pub mod server;
 
 pub use client::{
-    ClientOptions, Liveness, McpClient, McpClientConfig, ResolvedServer, ServerConfig,
-    ServerCounters, ServerState, ServerStatus, TransportKind, validate_all,
+    ClientOptions, Liveness, McpClient, McpClientConfig, RESOURCE_TOOLS, RESOURCE_TOOLS_FAMILY,
+    ResolvedServer, ServerConfig, ServerCounters, ServerState, ServerStatus, TransportKind,
+    validate_all,
 };
 pub use error::McpError;
 pub use server::{

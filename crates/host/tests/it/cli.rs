@@ -87,26 +87,50 @@ fn check_lints_and_rejects_a_broken_config() {
         err.contains("quiver.toml") && err.contains("did you mean `target_floor`?"),
         "{err}"
     );
-    // A pattern that matches no tool is told (a typo'd deny rule never fires), not failed.
+    // Inbound tokens `serve` would refuse fail `check` too, naming the file and the token.
+    let auth = dir.join("auth.toml");
+    std::fs::write(&auth, "[[auth.tokens]]\nname = \"a:b\"\ntoken = \"s\"\n").unwrap();
+    let bad = quiver(&["--config", auth.to_str().unwrap(), "check"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("auth.toml: [[auth.tokens]]") && err.contains("tokens[0]: the name `a:b`"),
+        "{err}"
+    );
+    // A name or pattern that matches no tool is a finding (a typo'd deny rule never fires),
+    // with a did-you-mean for a near name; one under a server that is not connected is a
+    // note.
     let typo = dir.join("typo.toml");
     std::fs::write(
         &typo,
-        "[[policy.rules]]\nid = \"no-search\"\ntool = \"tool_serch\"\naction = \"deny\"\nmessage = \"no\"\n\n[limits.tool_timeouts]\ntool_search = 5\n\"mcp__gone__*\" = 9\n",
+        "[[policy.rules]]\nid = \"no-search\"\ntool = \"tool_serch\"\naction = \"deny\"\nmessage = \"no\"\n\n[limits.tool_timeouts]\ntool_search = 5\n\"mcp__gone__*\" = 9\n\"mcp__down__x\" = 9\n\n[[mcp.servers]]\nname = \"down\"\ntransport = \"stdio\"\ncommand = \"/nonexistent/quiver-test-server\"\n",
     )
     .unwrap();
     let told = quiver(&["--config", typo.to_str().unwrap(), "check"]);
     let text = stdout(&told);
-    assert_eq!(told.status.code(), Some(0), "{text}");
+    assert_eq!(told.status.code(), Some(1), "{text}");
     assert!(
-        text.contains("policy.rules[no-search].tool: [unmatched] `tool_serch` matches no tool"),
+        text.contains("policy.rules[no-search].tool: [unmatched] `tool_serch` matches no tool in the catalog; did you mean `tool_search`?"),
         "{text}"
     );
     assert!(
         text.contains("limits.tool_timeouts: [unmatched] `mcp__gone__*` matches no tool in the catalog (this key takes exact names"),
         "{text}"
     );
+    assert!(
+        text.contains(
+            "limits.tool_timeouts: [note] `mcp__down__x` not checked: server down is not connected"
+        ),
+        "{text}"
+    );
     assert!(!text.contains("`tool_search` matches no tool"), "{text}");
     assert!(text.contains("2 unmatched tool name(s)"), "{text}");
+    let help = quiver(&["check", "--help"]);
+    assert!(
+        stdout(&help).contains("matches no tool (`[unmatched]`"),
+        "{}",
+        stdout(&help)
+    );
     // Settings that do not fit together are a finding.
     let misfit = dir.join("misfit.toml");
     std::fs::write(&misfit, "[surface]\nmax_surface = 4\n").unwrap();
@@ -229,6 +253,19 @@ async fn check_against_a_database_reports_breaking_changes() {
             ))
             .await
             .unwrap();
+        // The resource meta-tools, recorded by a `serve` that had a server with resources:
+        // not registered now (no such server), which is not a removal.
+        for meta in ["list_mcp_resources", "read_mcp_resource"] {
+            let spec = quiver_contract::ToolSpec::new(meta, "Resources. Use it to read them.");
+            store
+                .put_definition(ToolDefinition::from_spec(
+                    &spec,
+                    ToolType::Mcp,
+                    format!("mcp:resources:{meta}"),
+                ))
+                .await
+                .unwrap();
+        }
         let gone = quiver_contract::ToolSpec::new("list_everything", "Lists. Use it rarely.");
         store
             .put_definition(ToolDefinition::from_spec(
@@ -257,6 +294,14 @@ async fn check_against_a_database_reports_breaking_changes() {
         "{text}"
     );
     assert!(text.contains("2 breaking change(s)"), "{text}");
+    assert!(
+        text.contains("list_mcp_resources, read_mcp_resource: [note] not checked"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("[breaking: removed_tool] tool `list_mcp"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -533,4 +578,160 @@ fn the_floor_is_ranked_from_the_log_and_stored() {
         .map(|t| t["name"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(names, ["tool_search", "describe_tool", "skill"], "{tools}");
+}
+
+/// `[store] retention_days` deletes old execution-log rows only in the commands that write
+/// the store: reading commands (`log`, `tools`, `check`, `status`) leave them, so a look
+/// at the log never empties it.
+#[tokio::test]
+async fn retention_applies_only_in_commands_that_write() {
+    use quiver_registry::{CallRecord, ToolCallRecorder};
+    let dir = workdir("retention");
+    {
+        let store = quiver_store_sqlite::SqliteStore::open(dir.join("quiver.db")).unwrap();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10 * 86_400);
+        store
+            .record(
+                CallRecord::new(
+                    "tool_search",
+                    "old-call",
+                    serde_json::json!({"query": "old"}),
+                    quiver_contract::Envelope::text("old result"),
+                )
+                .with_at(old),
+            )
+            .await;
+        store.close().await.unwrap();
+    }
+    std::fs::write(dir.join("quiver.toml"), "[store]\nretention_days = 1\n").unwrap();
+    let rows = |dir: &std::path::Path| {
+        let out = quiver_in(dir, &["log", "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout(&out)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["call_id"].clone())
+            .collect::<Vec<_>>()
+    };
+    for reading in [&["tools"][..], &["check"], &["status"], &["log"]] {
+        quiver_in(&dir, reading);
+        assert_eq!(rows(&dir), ["old-call"], "after {reading:?}");
+    }
+    let called = quiver_in(&dir, &["call", "tool_search", r#"{"query": "time"}"#]);
+    assert_eq!(called.status.code(), Some(0), "{}", stdout(&called));
+    let after = rows(&dir);
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_ne!(after[0], "old-call", "the old row is past retention");
+    // 0 would empty the log on every start: refused, with the way to keep everything.
+    std::fs::write(dir.join("quiver.toml"), "[store]\nretention_days = 0\n").unwrap();
+    let zero = quiver_in(&dir, &["log"]);
+    assert_eq!(zero.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&zero.stderr);
+    assert!(
+        err.contains("quiver.toml: [store] retention_days = 0") && err.contains("remove the key"),
+        "{err}"
+    );
+}
+
+/// The help a user reads first says what Quiver is; `bench-search --help` describes the
+/// files itself; `search --help` says that it pages tools in and is logged.
+#[test]
+fn help_texts_describe_the_commands() {
+    let help = stdout(&quiver(&["--help"]));
+    assert!(
+        help.starts_with("Quiver: one catalog, one dispatch pipeline"),
+        "{help}"
+    );
+    let bench = stdout(&quiver(&["bench-search", "--help"]));
+    assert!(
+        bench.contains("one inner list per tool the query needs") && !bench.contains("README"),
+        "{bench}"
+    );
+    let search = stdout(&quiver(&["search", "--help"]));
+    assert!(
+        search.contains("paged into the session's working set")
+            && search.contains("recorded in the execution log")
+            && search.contains("--session"),
+        "{search}"
+    );
+}
+
+/// `serve --listen` takes a host name (resolved) as well as an IP address; a name that
+/// does not resolve, or no port, is an error that says what to give.
+#[test]
+fn serve_listens_on_a_host_name() {
+    use std::io::BufRead;
+    let dir = workdir("listen-name");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(["serve", "--listen", "localhost:0"])
+        .current_dir(&dir)
+        .env("QUIVER_LOG", "error")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let url = rx.recv_timeout(std::time::Duration::from_secs(60));
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let status = child.wait().unwrap();
+    let url = url.expect("quiver serve prints its URL");
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    assert!(status.success(), "{status}");
+    let bad = quiver(&["serve", "--listen", "localhost"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("`localhost` has no port: give HOST:PORT"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}
+
+/// `status` tells a server that is down and retried from one that failed for good: the
+/// next attempt, and why the last one failed, in plain words (no Rust type names).
+#[test]
+fn status_shows_retrying_servers_with_the_next_attempt_and_a_plain_reason() {
+    let dir = workdir("status");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[[mcp.servers]]\nname = \"web\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n\n[[mcp.servers]]\nname = \"gone\"\ncommand = \"/nonexistent/quiver-test-server\"\n"
+        ),
+    )
+    .unwrap();
+    let out = quiver_in(&dir, &["status"]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    for name in ["web", "gone"] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} line in {text}"));
+        assert!(line.contains(" retrying "), "{line}");
+        assert!(
+            line.contains("next attempt in") || line.contains("attempt under way"),
+            "{line}"
+        );
+        assert!(!line.contains("::"), "{line}");
+    }
+    assert!(text.contains("Connection refused"), "{text}");
+    assert!(
+        text.contains("cannot start `/nonexistent/quiver-test-server`"),
+        "{text}"
+    );
 }

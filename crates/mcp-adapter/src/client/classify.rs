@@ -112,8 +112,32 @@ pub(crate) fn classify_init(e: &ClientInitializeError) -> DialError {
                     return DialError::Rejected("unauthorized (HTTP 401)".into());
                 }
             }
-            DialError::Transient(e.to_string())
+            DialError::Transient(plain_reason(error.error.as_ref()))
         }
-        _ => DialError::Transient(e.to_string()),
+        _ => DialError::Transient(plain_reason(e)),
+    }
+}
+
+/// An error's text for the operator, without rmcp's wrappers (their text names Rust types,
+/// `Transport [rmcp::transport::worker::WorkerTransport<...>] error`): the outermost
+/// message that names no type, and the root cause when it adds to it ("error sending
+/// request for url (http://h/mcp): Connection refused (os error 111)").
+pub(crate) fn plain_reason(e: &(dyn StdError + 'static)) -> String {
+    fn next<'a>(e: &&'a (dyn StdError + 'static)) -> Option<&'a (dyn StdError + 'static)> {
+        // rmcp's `Client(reqwest::Error)` does not give its error as a source: step into it.
+        match e.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+            Some(StreamableHttpError::Client(inner)) => Some(inner),
+            _ => (*e).source(),
+        }
+    }
+    let causes = std::iter::successors(Some(e), next);
+    let texts: Vec<String> = causes
+        .map(ToString::to_string)
+        .filter(|t| !t.contains("::") && !t.trim().is_empty())
+        .collect();
+    match (texts.first(), texts.last()) {
+        (Some(first), Some(root)) if first.contains(root.as_str()) => first.clone(),
+        (Some(first), Some(root)) => format!("{first}: {root}"),
+        _ => e.to_string(),
     }
 }

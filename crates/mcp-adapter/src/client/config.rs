@@ -437,9 +437,7 @@ pub fn validate_all(
         validate_server_name(&s.name).map_err(|e| McpError::Config(e.to_string()))?;
         if let Some(other) = seen.insert(s.name.to_ascii_lowercase(), &s.name) {
             return Err(McpError::Config(if other == s.name {
-                format!(
-                    "the MCP server name \"{other}\" is configured twice (in quiver.toml and an --mcp-config file, or in two files); rename one"
-                )
+                format!("the MCP server name \"{other}\" is configured twice; rename one")
             } else {
                 format!(
                     "MCP server names \"{other}\" and \"{}\" differ only in case; names must be unique ignoring case (each derives the variable {})",

@@ -14,7 +14,12 @@ use serde_json::{Map, Value, json};
 use super::{Shared, upstream::Upstream};
 use crate::McpError;
 
-const FAMILY: &str = "mcp:resources";
+/// The catalog family of the resource meta-tools: Quiver's own tools, registered while a
+/// connected server offers resources, not an upstream server's tools.
+pub const RESOURCE_TOOLS_FAMILY: &str = "mcp:resources";
+/// The resource meta-tools' names.
+pub const RESOURCE_TOOLS: [&str; 2] = [LIST, READ];
+const FAMILY: &str = RESOURCE_TOOLS_FAMILY;
 const LIST: &str = "list_mcp_resources";
 const READ: &str = "read_mcp_resource";
 

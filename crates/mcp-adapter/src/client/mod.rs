@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 pub use config::{
     Liveness, McpClientConfig, ResolvedServer, ServerConfig, TransportKind, validate_all,
 };
+pub use meta::{RESOURCE_TOOLS, RESOURCE_TOOLS_FAMILY};
 pub use upstream::{ServerCounters, ServerState};
 
 use crate::McpError;
@@ -131,6 +132,9 @@ pub struct ServerStatus {
     pub diagnostics: Vec<String>,
     /// The stdio children it has spawned and not yet reaped.
     pub child_pids: Vec<u32>,
+    /// When a server that is down is dialled next (`None` while a dial is under way, and
+    /// in every other state).
+    pub next_attempt: Option<std::time::SystemTime>,
 }
 
 pub(crate) struct Shared {
@@ -321,6 +325,7 @@ impl McpClient {
                 tools: up.published_names().into_iter().collect(),
                 diagnostics: up.diagnostics(),
                 child_pids: up.child_pids(),
+                next_attempt: up.next_attempt(),
             })
             .collect()
     }

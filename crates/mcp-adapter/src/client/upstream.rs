@@ -200,6 +200,8 @@ pub(crate) struct Upstream {
     /// The backoff delay reached by failed dials and short-lived connections; `None` after a
     /// connection that lived [`STABLE_AFTER`].
     backoff: Mutex<Option<Duration>>,
+    /// When the background loop dials next, while it waits out a backoff delay.
+    next_attempt: Mutex<Option<std::time::SystemTime>>,
     published: Mutex<BTreeMap<String, UpstreamTool>>,
     last_report: Mutex<RegisterReport>,
     pids: Arc<Mutex<Vec<u32>>>,
@@ -361,6 +363,7 @@ impl Upstream {
             counters: Counters::default(),
             diagnostics: Mutex::new(VecDeque::new()),
             backoff: Mutex::new(None),
+            next_attempt: Mutex::new(None),
             published: Mutex::new(BTreeMap::new()),
             last_report: Mutex::new(RegisterReport::default()),
             pids: Arc::new(Mutex::new(Vec::new())),
@@ -443,6 +446,12 @@ impl Upstream {
         }
     }
 
+    /// When the background loop dials next, while it waits out a backoff delay (`None`
+    /// while it dials, and when it is not running).
+    pub(crate) fn next_attempt(&self) -> Option<std::time::SystemTime> {
+        *self.next_attempt.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub(crate) fn state_changes(&self) -> watch::Receiver<Snapshot> {
         self.state.subscribe()
     }
@@ -501,9 +510,15 @@ impl Upstream {
         }
         loop {
             if let Some(d) = delay {
-                tokio::select! {
-                    _ = tokio::time::sleep(d) => {}
-                    _ = self.closed.cancelled() => return,
+                *self.next_attempt.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(std::time::SystemTime::now() + d);
+                let closed = tokio::select! {
+                    _ = tokio::time::sleep(d) => false,
+                    _ = self.closed.cancelled() => true,
+                };
+                *self.next_attempt.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                if closed {
+                    return;
                 }
             }
             match self.dial_shared(seen, delay.is_some()).await {

@@ -28,26 +28,37 @@ impl InboundAuth {
         InboundAuth { tokens }
     }
 
-    /// Checks the token names: non-empty and unique, and every secret non-empty.
+    /// Checks the token names: non-empty and unique, and every secret non-empty. An error
+    /// names the token by its place in the list (`tokens[1]`) and its name.
     pub fn validate(&self) -> Result<(), AuthError> {
-        let mut seen = std::collections::HashSet::new();
-        for t in &self.tokens {
-            if t.name.is_empty() || t.token.is_empty() {
-                return Err(AuthError::Invalid(
-                    "every inbound token needs a non-empty `name` and `token`".into(),
-                ));
+        let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for (i, t) in self.tokens.iter().enumerate() {
+            if t.name.is_empty() {
+                return Err(AuthError::Invalid(format!(
+                    "tokens[{i}] has an empty `name`: give each token a name (it is logged and recorded with every call)"
+                )));
+            }
+            if t.token.is_empty() {
+                return Err(AuthError::Invalid(format!(
+                    "tokens[{i}] (`{}`) has an empty `token`: give it the bearer secret, e.g. `token = \"${{env:QUIVER_TOKEN}}\"`",
+                    t.name.escape_debug()
+                )));
             }
             // The name is part of working-set keys (`conv:<name>:<value>`): a `:` in it
             // would let two tokens' keys meet.
             if t.name.contains(':') || t.name.chars().any(char::is_control) {
                 return Err(AuthError::Invalid(format!(
-                    "the inbound token name `{}` may not contain `:` or control characters",
-                    t.name.escape_debug()
+                    "tokens[{i}]: the name `{}` may not contain `:` or control characters (it is part of working-set keys); rename it, e.g. to `{}`",
+                    t.name.escape_debug(),
+                    t.name
+                        .chars()
+                        .map(|c| if c == ':' || c.is_control() { '-' } else { c })
+                        .collect::<String>()
                 )));
             }
-            if !seen.insert(t.name.as_str()) {
+            if let Some(first) = seen.insert(t.name.as_str(), i) {
                 return Err(AuthError::Invalid(format!(
-                    "the inbound token name `{}` is used twice",
+                    "tokens[{i}]: the name `{}` is already used by tokens[{first}]; every token needs its own name",
                     t.name
                 )));
             }
@@ -238,7 +249,18 @@ mod tests {
         assert!(dup.validate().is_err());
         let colon = InboundAuth::new(vec![InboundToken::new("ci:x", "1")]);
         let e = colon.validate().unwrap_err().to_string();
-        assert!(e.contains("`ci:x` may not contain `:`"), "{e}");
+        assert!(
+            e.contains("tokens[0]: the name `ci:x` may not contain `:`") && e.contains("`ci-x`"),
+            "{e}"
+        );
+        let e = dup.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("tokens[1]: the name `a` is already used by tokens[0]"),
+            "{e}"
+        );
+        let empty = InboundAuth::new(vec![InboundToken::new("ci", "")]);
+        let e = empty.validate().unwrap_err().to_string();
+        assert!(e.contains("tokens[0] (`ci`) has an empty `token`"), "{e}");
     }
 
     #[test]

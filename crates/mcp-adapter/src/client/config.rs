@@ -435,6 +435,16 @@ pub fn validate_all(
     let mut out = Vec::with_capacity(servers.len());
     for s in servers {
         validate_server_name(&s.name).map_err(|e| McpError::Config(e.to_string()))?;
+        // A server's tools are the family `mcp:<name>`; the resource meta-tools have
+        // `mcp:resources`, which one server's going must never take with it.
+        if s.name.eq_ignore_ascii_case("resources") {
+            return Err(McpError::Config(format!(
+                "the MCP server name \"{}\" is reserved (the resource tools list_mcp_resources and read_mcp_resource have the family {}); name the server differently, e.g. \"{}_server\"",
+                s.name,
+                super::meta::RESOURCE_TOOLS_FAMILY,
+                s.name
+            )));
+        }
         if let Some(other) = seen.insert(s.name.to_ascii_lowercase(), &s.name) {
             return Err(McpError::Config(if other == s.name {
                 format!("the MCP server name \"{other}\" is configured twice; rename one")

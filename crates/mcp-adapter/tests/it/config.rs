@@ -32,6 +32,9 @@ fn names() {
     check(&[s("a__b")], &[], Err("__"));
     check(&[s("")], &[], Err("empty"));
     check(&[s("Git"), s("git")], &[], Err("differ only in case"));
+    // `mcp:resources` is the resource tools' family.
+    check(&[s("Resources")], &[], Err("\"Resources\" is reserved"));
+    check(&[s("resources_server")], &[], Ok(()));
 }
 
 #[test]

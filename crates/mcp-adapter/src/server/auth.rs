@@ -32,6 +32,7 @@ impl InboundAuth {
     /// names the token by its place in the list (`tokens[1]`) and its name.
     pub fn validate(&self) -> Result<(), AuthError> {
         let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        let mut secrets: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
         for (i, t) in self.tokens.iter().enumerate() {
             if t.name.is_empty() {
                 return Err(AuthError::Invalid(format!(
@@ -60,6 +61,14 @@ impl InboundAuth {
                 return Err(AuthError::Invalid(format!(
                     "tokens[{i}]: the name `{}` is already used by tokens[{first}]; every token needs its own name",
                     t.name
+                )));
+            }
+            // The first token with a secret would win every request: the second one's
+            // allow-list, mode and tenant would never apply.
+            if let Some(first) = secrets.insert(t.token.as_str(), i) {
+                return Err(AuthError::Invalid(format!(
+                    "tokens[{i}] (`{}`) has the same secret as tokens[{first}] (`{}`): a request could only ever be the first; give each token its own secret",
+                    t.name, self.tokens[first].name
                 )));
             }
         }
@@ -261,6 +270,16 @@ mod tests {
         let empty = InboundAuth::new(vec![InboundToken::new("ci", "")]);
         let e = empty.validate().unwrap_err().to_string();
         assert!(e.contains("tokens[0] (`ci`) has an empty `token`"), "{e}");
+        let shared = InboundAuth::new(vec![
+            InboundToken::new("ci", "same"),
+            InboundToken::new("ops", "same"),
+        ]);
+        let e = shared.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("tokens[1] (`ops`) has the same secret as tokens[0] (`ci`)"),
+            "{e}"
+        );
+        assert!(!e.contains("same:"), "the secret is never shown: {e}");
     }
 
     #[test]

@@ -168,6 +168,14 @@ pub struct PolicyConfig {
     pub rules: Vec<PolicyRule>,
 }
 
+/// `; did you mean `x`?` for the candidate closest to `wanted`, or nothing.
+fn suggestion<'a>(wanted: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    quiver_registry::did_you_mean(wanted, candidates, 1)
+        .first()
+        .map(|(best, _)| format!("; did you mean `{best}`?"))
+        .unwrap_or_default()
+}
+
 impl PolicyConfig {
     /// Checks what deserialising cannot: every rule has an id of its own (repeats of a
     /// violation are counted per id), a tool pattern and a message (what the model reads when
@@ -488,6 +496,29 @@ impl Config {
             .auth
             .validate()
             .with_context(|| format!("{origin}: [[auth.tokens]]"))?;
+        // A call's principal and tenant come from its token: a rule naming one no token
+        // has would never apply.
+        for (i, r) in config.policy.rules.iter().enumerate() {
+            let tokens = &config.auth.tokens;
+            if let Some(p) = &r.principal
+                && !tokens.iter().any(|t| &t.name == p)
+            {
+                bail!(
+                    "{origin}: [[policy.rules]]: policy.rules[{i}] (id {:?}): `principal = {p:?}` names no [[auth.tokens]] entry, so the rule would never apply; use a token's `name`{}",
+                    r.id,
+                    suggestion(p, tokens.iter().map(|t| t.name.as_str()))
+                );
+            }
+            if let Some(tenant) = &r.tenant
+                && !tokens.iter().any(|t| t.tenant.as_ref() == Some(tenant))
+            {
+                bail!(
+                    "{origin}: [[policy.rules]]: policy.rules[{i}] (id {:?}): `tenant = {tenant:?}` is the tenant of no [[auth.tokens]] entry, so the rule would never apply; use a token's `tenant`{}",
+                    r.id,
+                    suggestion(tenant, tokens.iter().filter_map(|t| t.tenant.as_deref()))
+                );
+            }
+        }
         config.origin = Some(origin.to_owned());
         if config.store.retention_days == Some(0) {
             bail!(
@@ -678,6 +709,25 @@ allowed_tools = ["t1", "t2"]
         );
         check(
             &format!("{}{}", rule("r1", "a", "no"), rule("r2", "a", "no")),
+            Ok("./quiver.db"),
+        );
+        // A principal or tenant no token has: the rule would never apply.
+        let tokens = "[[auth.tokens]]\nname = \"ci-bot\"\ntoken = \"s\"\ntenant = \"acme\"\n";
+        check(
+            &format!("{tokens}{}principal = \"ci_bot\"\n", rule("r", "a", "no")),
+            Err(
+                "policy.rules[0] (id \"r\"): `principal = \"ci_bot\"` names no [[auth.tokens]] entry, so the rule would never apply; use a token's `name`; did you mean `ci-bot`?",
+            ),
+        );
+        check(
+            &format!("{tokens}{}tenant = \"acme2\"\n", rule("r", "a", "no")),
+            Err("`tenant = \"acme2\"` is the tenant of no [[auth.tokens]] entry"),
+        );
+        check(
+            &format!(
+                "{tokens}{}principal = \"ci-bot\"\ntenant = \"acme\"\n",
+                rule("r", "a", "no")
+            ),
             Ok("./quiver.db"),
         );
     }

@@ -793,11 +793,21 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let spec = std::env::var("QUIVER_LOG").unwrap_or_default();
+    let mut filter = tracing_subscriber::EnvFilter::try_new(&spec)
+        .ok()
+        .filter(|_| !spec.trim().is_empty())
+        .unwrap_or_else(|| "warn".into());
+    // rmcp's transport worker logs each failed upstream connection at ERROR, with Rust type
+    // names; Quiver reports the same failure itself, in words (start-up lines, `status`).
+    // Shown only when QUIVER_LOG names rmcp.
+    if !spec.contains("rmcp")
+        && let Ok(quiet) = "rmcp::transport::worker=off".parse()
+    {
+        filter = filter.add_directive(quiet);
+    }
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("QUIVER_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         // Colour only for a person at a terminal, not into a log file or a pipe.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

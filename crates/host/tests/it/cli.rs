@@ -734,4 +734,7 @@ fn status_shows_retrying_servers_with_the_next_attempt_and_a_plain_reason() {
         text.contains("cannot start `/nonexistent/quiver-test-server`"),
         "{text}"
     );
+    // rmcp's own log line for the refused connection (type names) is not on stderr.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("rmcp::"), "{err}");
 }

@@ -943,6 +943,7 @@ impl Surface {
             indexed.listed.get(n).is_some_and(|m| m & bit != 0)
                 && capabilities.allows(n)
                 && !self.system.iter().any(|s| s == n)
+                && !self.mode_excluded(mode, n)
         };
         // Filtered inside the index (it runs the filter on a window of the best only), so
         // that the head's reordering and scores are those of the tools the caller can see.

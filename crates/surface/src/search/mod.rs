@@ -1375,7 +1375,8 @@ pub fn query_terms(query: &str) -> Vec<String> {
         .collect();
     let mut terms = Vec::new();
     tokenize(&text.join(" "), TokenOpts { joins: false }, &mut terms);
-    terms.retain(|t| t.len() <= MAX_TERM_LEN);
+    // Characters, not bytes: a long Cyrillic or Devanagari word is a word.
+    terms.retain(|t| t.chars().count() <= MAX_TERM_LEN);
     let mut seen = std::collections::HashSet::new();
     terms.retain(|t| seen.insert(t.clone()));
     terms.truncate(MAX_QUERY_TERMS);
@@ -1390,16 +1391,9 @@ const MAX_QUERY_BYTES: usize = 8 * 1024;
 
 /// The first `MAX_QUERY_BYTES` of a query, cut at a character boundary.
 fn clip_query(query: &str) -> &str {
-    if query.len() <= MAX_QUERY_BYTES {
-        return query;
-    }
-    let mut end = MAX_QUERY_BYTES;
-    while !query.is_char_boundary(end) {
-        end -= 1;
-    }
-    &query[..end]
+    clip(query, MAX_QUERY_BYTES)
 }
-/// Longer query terms are skipped.
+/// Query terms longer than this many characters are skipped.
 const MAX_TERM_LEN: usize = 40;
 /// At most this many distinct terms of a query are used.
 const MAX_QUERY_TERMS: usize = 64;
@@ -1442,22 +1436,46 @@ fn field_terms(spec: &ToolSpec) -> [Vec<String>; FIELDS] {
     let mut fields: [Vec<String>; FIELDS] = Default::default();
     tokenize(tool, TokenOpts { joins: true }, &mut fields[NAME]);
     tokenize(
-        &spec.description,
+        clip(&spec.description, MAX_FIELD_TEXT),
         TokenOpts { joins: false },
         &mut fields[DESC],
     );
     let mut text = String::new();
     schema_text(&spec.input_schema, 0, &mut text);
-    tokenize(&text, TokenOpts { joins: false }, &mut fields[PARAMS]);
+    tokenize(
+        clip(&text, MAX_FIELD_TEXT),
+        TokenOpts { joins: false },
+        &mut fields[PARAMS],
+    );
     fields
+}
+
+/// At most this much of a tool's description, and of its schema's text, is indexed: one
+/// upstream's 100k-property schema would otherwise make every search it takes part in
+/// (pseudo-relevance feedback walks the best tools' terms) take a second.
+const MAX_FIELD_TEXT: usize = 32 * 1024;
+
+/// At most this many required parameters of a tool are read for schema links.
+const MAX_REQUIRED: usize = 64;
+
+/// The first `max` bytes of `text`, cut at a character boundary.
+fn clip(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// The terms of the names of a schema's required top-level parameters.
 fn required_terms(schema: &Value) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(Value::Array(required)) = schema.get("required") {
-        for name in required.iter().filter_map(Value::as_str) {
-            tokenize(name, TokenOpts { joins: false }, &mut out);
+        for name in required.iter().take(MAX_REQUIRED).filter_map(Value::as_str) {
+            tokenize(clip(name, 256), TokenOpts { joins: false }, &mut out);
         }
     }
     out
@@ -1466,7 +1484,8 @@ fn required_terms(schema: &Value) -> Vec<String> {
 /// Collects property names and descriptions of a JSON schema, nested
 /// schemas included, up to a modest depth.
 fn schema_text(schema: &Value, depth: usize, out: &mut String) {
-    if depth > 4 {
+    // Past the indexed length, nothing more is read.
+    if depth > 4 || out.len() > MAX_FIELD_TEXT {
         return;
     }
     let Some(obj) = schema.as_object() else {
@@ -1482,6 +1501,9 @@ fn schema_text(schema: &Value, depth: usize, out: &mut String) {
     }
     if let Some(Value::Object(props)) = obj.get("properties") {
         for (name, sub) in props {
+            if out.len() > MAX_FIELD_TEXT {
+                break;
+            }
             out.push_str(name);
             out.push('\n');
             schema_text(sub, depth + 1, out);

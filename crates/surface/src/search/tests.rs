@@ -277,6 +277,55 @@ fn schema_properties_count() {
     assert_eq!(names(&ix.search("exchange", 5, &all)), ["lookup"]);
 }
 
+/// A long word of a script with multi-byte letters is a search word like a Latin one of
+/// the same length (the limit counts characters).
+#[test]
+fn a_long_non_latin_word_is_a_search_word() {
+    let ix = index(&[
+        ToolSpec::new("sights", "Lists достопримечательности of a city."),
+        ToolSpec::new("other", "Something else."),
+    ]);
+    assert_eq!(
+        names(&ix.search("достопримечательности", 5, &all)),
+        ["sights"]
+    );
+}
+
+/// Zero-width joiners and non-joiners inside a word do not split it.
+#[test]
+fn invisible_joiners_do_not_split_words() {
+    let ix = index(&[
+        ToolSpec::new(
+            "persian",
+            "Translates \u{0645}\u{06CC}\u{200C}\u{062E}\u{0648}\u{0627}\u{0647}\u{0645} text.",
+        ),
+        ToolSpec::new("other", "Something else."),
+    ]);
+    let joined = "\u{0645}\u{06CC}\u{062E}\u{0648}\u{0627}\u{0647}\u{0645}";
+    assert_eq!(names(&ix.search(joined, 5, &all)), ["persian"]);
+    let ix = index(&[ToolSpec::new("word", "A zero\u{200D}width joined word.")]);
+    assert_eq!(names(&ix.search("zerowidth", 5, &all)), ["word"]);
+}
+
+/// Only the first 32 KiB of a schema's text is indexed: a property far past it is not
+/// found (a 100k-property schema made every search that ranked its tool take a second).
+#[test]
+fn a_huge_schema_is_indexed_only_in_part() {
+    let mut props = serde_json::Map::new();
+    props.insert("aardvark".into(), json!({"type": "string"}));
+    for i in 0..20_000 {
+        props.insert(format!("filler{i:05}"), json!({"type": "string"}));
+    }
+    props.insert("zebra".into(), json!({"type": "string"}));
+    let ix = index(&[
+        ToolSpec::new("big", "A tool with a huge schema.")
+            .with_schema(json!({"type": "object", "properties": props})),
+        ToolSpec::new("other", "Something else."),
+    ]);
+    assert_eq!(names(&ix.search("aardvark", 5, &all)), ["big"]);
+    assert!(ix.search("zebra", 5, &all).is_empty());
+}
+
 #[test]
 fn schema_links_lift_the_producer_of_a_needed_input_below_the_head() {
     let lat_lon = json!({

@@ -81,7 +81,18 @@ pub(crate) fn tokenize(text: &str, opts: TokenOpts, out: &mut Vec<String>) {
     // The lower-cased parts of the current identifier-like chunk, for joins.
     let mut parts: Vec<String> = Vec::new();
     let mut whole: Vec<String> = Vec::new();
-    let mut chars = text.chars().peekable();
+    // Invisible format characters inside words (zero-width joiner and non-joiner, word
+    // joiner, soft hyphen, byte-order mark) change how a word is drawn, not which word
+    // it is: skipped, so `क्‍ष` meets `क्ष` and a Persian word with a ZWNJ stays one word.
+    let mut chars = text
+        .chars()
+        .filter(|c| {
+            !matches!(
+                c,
+                '\u{200C}' | '\u{200D}' | '\u{2060}' | '\u{00AD}' | '\u{FEFF}'
+            )
+        })
+        .peekable();
     while let Some(c) = chars.next() {
         if is_unspaced(c) {
             flush_word(&mut word, &mut parts, &mut whole);

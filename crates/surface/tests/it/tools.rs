@@ -256,8 +256,9 @@ async fn tool_search_result_shape() {
             json!({"query": "write csv rows", "limit": 10}),
         )
         .await;
-    // The limit is capped by the working set (3); write_csv is agentic-only, so not
-    // discoverable in chat; the oldest working-set tools are evicted to make room.
+    // The limit is capped by the working set (3); write_csv is agentic-only, so a chat
+    // caller never finds it (it could not call it); the oldest working-set tools are
+    // evicted to make room.
     insta::assert_json_snapshot!("tool_search_data", data(&e));
     insta::assert_snapshot!("tool_search_render", text(&e));
 }

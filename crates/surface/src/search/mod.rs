@@ -1117,6 +1117,32 @@ impl SearchIndex {
                 let closeness = q.len() as f64 / t.len() as f64;
                 expansions.push((list, p.prefix_weight * closeness.sqrt(), false));
             }
+            // A word typed past its stem: the index holds `creat` for "create", "creating",
+            // so `creati` and `creatin` complete nothing. An indexed term it starts with,
+            // at most three letters shorter, is the word it was going to be; and a stem
+            // ending in `y` is typed with `i` ("repositori" of "repositories").
+            if data.exact.is_none() && q.is_ascii() && q.len() >= 5 {
+                // What was typed past the stem must be the start of a suffix the stemmer
+                // takes off ("creature" is not "create").
+                const SUFFIXES: [&str; 8] = ["ing", "ion", "ation", "ed", "es", "er", "al", "ly"];
+                let stem_of = (1..=3)
+                    .filter(|&cut| {
+                        let tail = &q[q.len() - cut..];
+                        SUFFIXES.iter().any(|s| s.starts_with(tail))
+                    })
+                    .map(|cut| &q[..q.len() - cut])
+                    .filter(|t| t.len() >= 4)
+                    .find_map(|t| self.dict.get(t).map(|&tid| (t.len(), tid)));
+                let y_for_i = q
+                    .strip_suffix('i')
+                    .and_then(|base| self.dict.get(format!("{base}y").as_str()))
+                    .map(|&tid| (q.len(), tid));
+                for (len, tid) in stem_of.into_iter().chain(y_for_i) {
+                    let list = &self.lists[tid as usize];
+                    let closeness = len as f64 / q.len() as f64;
+                    expansions.push((list, p.prefix_weight * closeness.sqrt(), false));
+                }
+            }
         }
         let mut touched: Vec<u32> = Vec::new();
         let k1 = p.k1;

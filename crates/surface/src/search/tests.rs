@@ -40,6 +40,34 @@ fn a_query_prefix_finds_the_tool() {
     assert_eq!(names(&ix.search("stock", 5, &all))[0], "get_stock");
 }
 
+/// A word typed past its stem still finds the tool: the index holds stems (`creat`,
+/// `geocod`, `repository`), and a prefix of "creating" or "repositories" does not start
+/// with them.
+#[test]
+fn a_prefix_typed_past_the_stem_finds_the_tool() {
+    let ix = index(&[
+        ToolSpec::new("create_directory", "Makes a folder."),
+        ToolSpec::new("geocode", "Turns an address into coordinates."),
+        ToolSpec::new("list_repositories", "Lists code hosting projects."),
+        ToolSpec::new("other", "Something else."),
+    ]);
+    for (typed, tool) in [
+        ("creat", "create_directory"),
+        ("creati", "create_directory"),
+        ("creatin", "create_directory"),
+        ("directori", "create_directory"),
+        ("geocodi", "geocode"),
+        ("geocoding", "geocode"),
+        ("reposito", "list_repositories"),
+        ("repositori", "list_repositories"),
+        ("repositorie", "list_repositories"),
+    ] {
+        let hits = ix.search(typed, 5, &all);
+        assert_eq!(names(&hits).first(), Some(&tool), "`{typed}`: {hits:?}");
+    }
+    assert!(ix.search("creatures", 5, &all).is_empty());
+}
+
 #[test]
 fn identifiers_are_split_and_names_outrank_descriptions() {
     let ix = index(&[

@@ -662,7 +662,16 @@ impl SearchIndex {
             return Vec::new();
         }
         if feedback_on {
-            let feedback = self.feedback(&whole, &s.total, &touched);
+            // Only tools that match a query term feed back (not those lifted by their
+            // server's name or context alone).
+            let matched: Vec<u32> = acc
+                .touched
+                .iter()
+                .zip(&linear)
+                .filter(|(_, v)| **v > 0.0)
+                .map(|(&d, _)| d)
+                .collect();
+            let feedback = self.feedback(&whole, &s.total, &matched);
             if !feedback.is_empty() {
                 let mut more: Vec<(String, f64)> = Vec::with_capacity(feedback.len());
                 for &(t, w) in &feedback {

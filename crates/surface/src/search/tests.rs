@@ -305,6 +305,24 @@ fn schema_properties_count() {
     assert_eq!(names(&ix.search("exchange", 5, &all)), ["lookup"]);
 }
 
+/// Pseudo-relevance feedback takes its terms from tools that match a query term: tools
+/// found only by their server's name feed nothing back (the first three by name lifted
+/// themselves above their siblings with their own names' terms).
+#[test]
+fn tools_found_by_their_server_name_alone_feed_nothing_back() {
+    let ix = index(&[
+        ToolSpec::new("mcp__srv__alpha_list", "Lists things."),
+        ToolSpec::new("mcp__srv__beta_fetch", "Fetches pages."),
+        ToolSpec::new("mcp__srv__gamma_ping", "Checks a host."),
+        ToolSpec::new("mcp__srv__delta_read", "Reads files."),
+        ToolSpec::new("mcp__other__zeta", "Something else."),
+    ]);
+    let hits = ix.search("srv", 10, &all);
+    assert_eq!(hits.len(), 4, "{hits:?}");
+    let first = hits[0].score;
+    assert!(hits.iter().all(|h| h.score == first), "{hits:?}");
+}
+
 /// A long word of a script with multi-byte letters is a search word like a Latin one of
 /// the same length (the limit counts characters).
 #[test]

@@ -1519,6 +1519,13 @@ fn required_terms(schema: &Value) -> Vec<String> {
 /// Collects property names and descriptions of a JSON schema, nested
 /// schemas included, up to a modest depth.
 fn schema_text(schema: &Value, depth: usize, out: &mut String) {
+    schema_text_in(schema, schema, depth, out);
+}
+
+/// [`schema_text`] of `schema`, a part of `root`: a local `$ref` (`#/$defs/X`,
+/// `#/definitions/X`, as pydantic and FastMCP write nested models) is followed into
+/// `root`, within the same depth limit (so a cycle ends).
+fn schema_text_in(root: &Value, schema: &Value, depth: usize, out: &mut String) {
     // Past the indexed length, nothing more is read.
     if depth > 4 || out.len() > MAX_FIELD_TEXT {
         return;
@@ -1534,6 +1541,12 @@ fn schema_text(schema: &Value, depth: usize, out: &mut String) {
             }
         }
     }
+    if let Some(Value::String(target)) = obj.get("$ref")
+        && let Some(path) = target.strip_prefix('#')
+        && let Some(found) = root.pointer(path)
+    {
+        schema_text_in(root, found, depth + 1, out);
+    }
     if let Some(Value::Object(props)) = obj.get("properties") {
         for (name, sub) in props {
             if out.len() > MAX_FIELD_TEXT {
@@ -1541,16 +1554,16 @@ fn schema_text(schema: &Value, depth: usize, out: &mut String) {
             }
             out.push_str(name);
             out.push('\n');
-            schema_text(sub, depth + 1, out);
+            schema_text_in(root, sub, depth + 1, out);
         }
     }
     if let Some(items) = obj.get("items") {
-        schema_text(items, depth + 1, out);
+        schema_text_in(root, items, depth + 1, out);
     }
     for key in ["anyOf", "oneOf", "allOf"] {
         if let Some(Value::Array(subs)) = obj.get(key) {
             for sub in subs {
-                schema_text(sub, depth + 1, out);
+                schema_text_in(root, sub, depth + 1, out);
             }
         }
     }

@@ -372,6 +372,27 @@ fn a_huge_schema_is_indexed_only_in_part() {
     assert!(ix.search("zebra", 5, &all).is_empty());
 }
 
+/// Nested models behind a local `$ref` (pydantic's `$defs`, as FastMCP servers send them)
+/// are indexed like inline ones; a reference cycle ends at the depth limit.
+#[test]
+fn schema_refs_are_followed() {
+    let ix = index(&[
+        ToolSpec::new("book", "Makes a booking.").with_schema(json!({
+            "type": "object",
+            "properties": {"trip": {"$ref": "#/$defs/Trip"}},
+            "$defs": {
+                "Trip": {"type": "object", "properties": {
+                    "itinerary": {"type": "string", "description": "Stops along the route"},
+                    "next": {"$ref": "#/$defs/Trip"}
+                }}
+            }
+        })),
+        ToolSpec::new("other", "Something else."),
+    ]);
+    assert_eq!(names(&ix.search("itinerary", 5, &all)), ["book"]);
+    assert_eq!(names(&ix.search("route stops", 5, &all)), ["book"]);
+}
+
 #[test]
 fn schema_links_lift_the_producer_of_a_needed_input_below_the_head() {
     let lat_lon = json!({

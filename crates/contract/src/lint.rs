@@ -61,7 +61,25 @@ const WHEN_PHRASES: &[&[&str]] = &[
     &["useful", "for"],
     &["do", "not", "use"],
     &["don't", "use"],
+    &["use", "whenever"],
+    &["use", "to"],
+    &["use", "only"],
+    &["when", "to", "use"],
+    &["when", "you"],
+    &["whenever", "you"],
+    &["whenever", "the"],
+    &["helpful", "when"],
+    &["helpful", "for"],
+    &["great", "for"],
+    &["best", "for"],
+    &["ideal", "for"],
+    &["prefer", "this"],
+    &["prefer", "it"],
 ];
+
+/// A sentence that begins with one of these words tells the model when or how to use the
+/// tool ("Use the offset argument when ...", "Prefer this over web search ...").
+const WHEN_OPENERS: &[&str] = &["use", "call", "invoke", "prefer", "only"];
 
 /// Whether a description says when to use the tool (one of [`WHEN_PHRASES`]).
 fn says_when_to_use(description: &str) -> bool {
@@ -70,9 +88,20 @@ fn says_when_to_use(description: &str) -> bool {
         .split(|c: char| !(c.is_alphanumeric() || c == '\''))
         .filter(|w| !w.is_empty())
         .collect();
-    WHEN_PHRASES
+    if WHEN_PHRASES
         .iter()
         .any(|phrase| words.windows(phrase.len()).any(|w| w == *phrase))
+    {
+        return true;
+    }
+    lower
+        .split(['.', '!', '?', '\n', ':', ';'])
+        .filter_map(|sentence| {
+            sentence
+                .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+                .find(|w| !w.is_empty())
+        })
+        .any(|first| WHEN_OPENERS.contains(&first))
 }
 
 /// Lints a tool definition: every property has a type and a description; closed sets use
@@ -416,6 +445,15 @@ mod tests {
             "Fetches prices. Useful when the user asks about costs.",
             "Looks up a word. Don't use it for names.",
             "Converts units when you need metric values.",
+            // Real tools' wordings (the review found these refused by an earlier list).
+            "Answers questions about the docs. Use whenever the user asks about the API.",
+            "Use to answer questions about the codebase.",
+            "Sends the email. Use only after confirming the recipient.",
+            "Runs a query.\nWhen to use:\n- reporting",
+            "Searches the docs. Prefer this over web search when the answer is in the docs.",
+            "Lists open incidents. Helpful when triaging an outage.",
+            "Reads a file. Use the offset and length arguments when it is large.",
+            "Searches for files. Great for finding files when you don't know their exact location.",
         ] {
             assert!(says(d), "{d}");
         }

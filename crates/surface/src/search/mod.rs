@@ -1519,17 +1519,30 @@ fn required_terms(schema: &Value) -> Vec<String> {
 /// Collects property names and descriptions of a JSON schema, nested
 /// schemas included, up to a modest depth.
 fn schema_text(schema: &Value, depth: usize, out: &mut String) {
-    schema_text_in(schema, schema, depth, out);
+    let mut budget = MAX_SCHEMA_NODES;
+    schema_text_in(schema, schema, depth, out, &mut budget);
 }
+
+/// At most this many schema nodes are read per tool: `$ref`s and `anyOf` branches append
+/// nothing themselves, so without a count a small schema of many branches that refer back
+/// to the root fans out to millions of visits.
+const MAX_SCHEMA_NODES: usize = 4096;
 
 /// [`schema_text`] of `schema`, a part of `root`: a local `$ref` (`#/$defs/X`,
 /// `#/definitions/X`, as pydantic and FastMCP write nested models) is followed into
 /// `root`, within the same depth limit (so a cycle ends).
-fn schema_text_in(root: &Value, schema: &Value, depth: usize, out: &mut String) {
-    // Past the indexed length, nothing more is read.
-    if depth > 4 || out.len() > MAX_FIELD_TEXT {
+fn schema_text_in(
+    root: &Value,
+    schema: &Value,
+    depth: usize,
+    out: &mut String,
+    budget: &mut usize,
+) {
+    // Past the indexed length, or the node count, nothing more is read.
+    if depth > 4 || out.len() > MAX_FIELD_TEXT || *budget == 0 {
         return;
     }
+    *budget -= 1;
     let Some(obj) = schema.as_object() else {
         return;
     };
@@ -1545,7 +1558,7 @@ fn schema_text_in(root: &Value, schema: &Value, depth: usize, out: &mut String) 
         && let Some(path) = target.strip_prefix('#')
         && let Some(found) = root.pointer(path)
     {
-        schema_text_in(root, found, depth + 1, out);
+        schema_text_in(root, found, depth + 1, out, budget);
     }
     if let Some(Value::Object(props)) = obj.get("properties") {
         for (name, sub) in props {
@@ -1554,16 +1567,16 @@ fn schema_text_in(root: &Value, schema: &Value, depth: usize, out: &mut String) 
             }
             out.push_str(name);
             out.push('\n');
-            schema_text_in(root, sub, depth + 1, out);
+            schema_text_in(root, sub, depth + 1, out, budget);
         }
     }
     if let Some(items) = obj.get("items") {
-        schema_text_in(root, items, depth + 1, out);
+        schema_text_in(root, items, depth + 1, out, budget);
     }
     for key in ["anyOf", "oneOf", "allOf"] {
         if let Some(Value::Array(subs)) = obj.get(key) {
             for sub in subs {
-                schema_text_in(root, sub, depth + 1, out);
+                schema_text_in(root, sub, depth + 1, out, budget);
             }
         }
     }

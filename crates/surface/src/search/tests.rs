@@ -393,6 +393,22 @@ fn schema_refs_are_followed() {
     assert_eq!(names(&ix.search("route stops", 5, &all)), ["book"]);
 }
 
+/// A small schema whose many branches all refer back to the root is read only up to a
+/// node count (without one, 200 such branches made a billion-step fan-out of indexing).
+#[test]
+fn a_schema_fanning_out_through_refs_is_read_in_part() {
+    let branches: Vec<Value> = (0..200).map(|_| json!({"$ref": "#"})).collect();
+    let schema =
+        json!({"type": "object", "properties": {"needle": {"type": "string"}}, "anyOf": branches});
+    let mut text = String::new();
+    schema_text(&schema, 0, &mut text);
+    // Every visit of the root appends `needle`: bounded by the node count.
+    let visits = text.matches("needle").count();
+    assert!((1..=MAX_SCHEMA_NODES).contains(&visits), "{visits}");
+    let ix = index(&[ToolSpec::new("fan", "Fans out.").with_schema(schema)]);
+    assert_eq!(names(&ix.search("needle", 5, &all)), ["fan"]);
+}
+
 #[test]
 fn schema_links_lift_the_producer_of_a_needed_input_below_the_head() {
     let lat_lon = json!({

@@ -103,7 +103,7 @@ fn check_lints_and_rejects_a_broken_config() {
     let typo = dir.join("typo.toml");
     std::fs::write(
         &typo,
-        "[[policy.rules]]\nid = \"no-search\"\ntool = \"tool_serch\"\naction = \"deny\"\nmessage = \"no\"\n\n[limits.tool_timeouts]\ntool_search = 5\n\"mcp__gone__*\" = 9\n\"mcp__down__x\" = 9\n\n[[mcp.servers]]\nname = \"down\"\ntransport = \"stdio\"\ncommand = \"/nonexistent/quiver-test-server\"\n",
+        "[[policy.rules]]\nid = \"no-search\"\ntool = \"tool_serch\"\naction = \"deny\"\nmessage = \"no\"\n\n[[policy.rules]]\nid = \"net\"\ntool = \"mcp__*__drop_table\"\naction = \"deny\"\nmessage = \"no\"\n\n[limits.tool_timeouts]\ntool_search = 5\n\"mcp__gone__*\" = 9\n\"mcp__down__x\" = 9\n\n[[mcp.servers]]\nname = \"down\"\ntransport = \"stdio\"\ncommand = \"/nonexistent/quiver-test-server\"\n",
     )
     .unwrap();
     let told = quiver(&["--config", typo.to_str().unwrap(), "check"]);
@@ -123,11 +123,18 @@ fn check_lints_and_rejects_a_broken_config() {
         ),
         "{text}"
     );
+    // A pattern that matches nothing yet is a safety net: a note, not counted.
+    assert!(
+        text.contains(
+            "policy.rules[net].tool: [note] pattern `mcp__*__drop_table` matches no tool in the catalog now"
+        ),
+        "{text}"
+    );
     assert!(!text.contains("`tool_search` matches no tool"), "{text}");
     assert!(text.contains("2 unmatched tool name(s)"), "{text}");
     let help = quiver(&["check", "--help"]);
     assert!(
-        stdout(&help).contains("matches no tool (`[unmatched]`"),
+        stdout(&help).contains("tool name that matches no tool (`[unmatched]`"),
         "{}",
         stdout(&help)
     );

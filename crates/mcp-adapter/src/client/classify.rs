@@ -118,6 +118,39 @@ pub(crate) fn classify_init(e: &ClientInitializeError) -> DialError {
     }
 }
 
+/// Whether an error text names Rust types (`rmcp::transport::…`); an IPv6 address in
+/// brackets (`http://[::1]:9/mcp`) does not count.
+fn names_rust_types(text: &str) -> bool {
+    let mut rest = text;
+    let mut outside = String::with_capacity(text.len());
+    while let Some(open) = rest.find('[') {
+        outside.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        match after.find(']') {
+            Some(close) if is_ipv6(&after[..close]) => {
+                rest = &after[close + 1..];
+            }
+            _ => {
+                outside.push('[');
+                rest = after;
+            }
+        }
+    }
+    outside.push_str(rest);
+    outside.contains("::")
+}
+
+/// An IPv6 address as a URL writes it in brackets: hex digits, `:` and `.`, then maybe
+/// `%` and a zone (`fe80::1%25eth0`).
+fn is_ipv6(text: &str) -> bool {
+    let (address, zone) = text.split_once('%').unwrap_or((text, ""));
+    address.contains(':')
+        && address
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() || matches!(c, ':' | '.'))
+        && zone.chars().all(|c| c.is_ascii_alphanumeric())
+}
+
 /// An error's text for the operator, without rmcp's wrappers (their text names Rust types,
 /// `Transport [rmcp::transport::worker::WorkerTransport<...>] error`): the outermost
 /// message that names no type, and the root cause when it adds to it ("error sending
@@ -133,11 +166,31 @@ pub(crate) fn plain_reason(e: &(dyn StdError + 'static)) -> String {
     let causes = std::iter::successors(Some(e), next);
     let texts: Vec<String> = causes
         .map(ToString::to_string)
-        .filter(|t| !t.contains("::") && !t.trim().is_empty())
+        .filter(|t| !names_rust_types(t) && !t.trim().is_empty())
         .collect();
-    match (texts.first(), texts.last()) {
+    let text = match (texts.first(), texts.last()) {
         (Some(first), Some(root)) if first.contains(root.as_str()) => first.clone(),
         (Some(first), Some(root)) => format!("{first}: {root}"),
         _ => e.to_string(),
+    };
+    // reqwest names the URL, which may carry a secret in its query or user part.
+    super::config::redact_urls(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_rust_types;
+
+    #[test]
+    fn rust_type_names_are_told_from_ipv6_addresses() {
+        assert!(names_rust_types(
+            "Send message error Transport [rmcp::transport::worker::WorkerTransport<X>] error"
+        ));
+        assert!(names_rust_types("reqwest::Error { kind: Request }"));
+        assert!(!names_rust_types(
+            "error sending request for url (http://[::1]:9/mcp): Connection refused"
+        ));
+        assert!(!names_rust_types("http://[fe80::1%25eth0]:9/mcp"));
+        assert!(!names_rust_types("Connection refused (os error 111)"));
     }
 }

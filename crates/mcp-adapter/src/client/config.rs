@@ -538,7 +538,11 @@ fn resolve(
                     "`command`, `args`, `env` and `cwd` apply to stdio servers only",
                 ));
             }
-            let url = Url::parse(raw).map_err(|e| cfg_err(&s.name, format!("url {raw:?}: {e}")))?;
+            let url = Url::parse(raw)
+                .map_err(|e| cfg_err(&s.name, format!("url {:?}: {e}", redact_urls(raw))))?;
+            // What messages show: no user, password or query (they may carry secrets
+            // from `${env:...}`).
+            let shown = redact_urls(raw);
             let https = match url.scheme() {
                 "https" => true,
                 "http" => false,
@@ -572,7 +576,7 @@ fn resolve(
                 return Err(cfg_err(
                     &s.name,
                     format!(
-                        "a bearer token would travel in cleartext to {raw}; use https, or http to a loopback host, or opt this server in with `insecure_http = true`"
+                        "a bearer token would travel in cleartext to {shown}; use https, or http to a loopback host, or opt this server in with `insecure_http = true`"
                     ),
                 ));
             }
@@ -580,7 +584,7 @@ fn resolve(
                 return Err(cfg_err(
                     &s.name,
                     format!(
-                        "`insecure_http = true` is set but {raw} is already {}; remove the opt-in",
+                        "`insecure_http = true` is set but {shown} is already {}; remove the opt-in",
                         if https { "https" } else { "a loopback address" }
                     ),
                 ));
@@ -606,6 +610,51 @@ fn resolve(
         deny_tools: s.deny_tools.iter().cloned().collect(),
         endpoint,
     })
+}
+
+/// `text` with every `http://` or `https://` URL in it shown without its user, password
+/// and query (`?…`): the parts that may carry a secret an `${env:...}` put there.
+pub(crate) fn redact_urls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = ["http://", "https://"]
+        .iter()
+        .filter_map(|scheme| rest.find(scheme))
+        .min()
+    {
+        out.push_str(&rest[..at]);
+        let url_len = rest[at..]
+            .find(|c: char| c.is_whitespace() || matches!(c, ')' | '"' | '\'' | '>' | ','))
+            .unwrap_or(rest.len() - at);
+        let url = &rest[at..at + url_len];
+        let scheme_end = url.find("://").map_or(0, |i| i + 3);
+        let (scheme, after) = url.split_at(scheme_end);
+        out.push_str(scheme);
+        // The authority ends at the first `/`, `?` or `#`; a user part ends at its last `@`.
+        let authority_len = after.find(['/', '?', '#']).unwrap_or(after.len());
+        let (authority, path) = after.split_at(authority_len);
+        match authority.rfind('@') {
+            Some(i) => {
+                out.push_str("…@");
+                out.push_str(&authority[i + 1..]);
+            }
+            None => out.push_str(authority),
+        }
+        match path.find(['?', '#']) {
+            Some(q) => {
+                out.push_str(&path[..q]);
+                out.push_str(if path[q..].starts_with('?') {
+                    "?…"
+                } else {
+                    ""
+                });
+            }
+            None => out.push_str(path),
+        }
+        rest = &rest[at + url_len..];
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -639,6 +688,25 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("B is not set")
+        );
+    }
+
+    #[test]
+    fn urls_are_shown_without_user_password_or_query() {
+        assert_eq!(
+            redact_urls(
+                "error sending request for url (http://me:pw@example.com:8/mcp?api_key=sekrit#x): refused"
+            ),
+            "error sending request for url (http://…@example.com:8/mcp?…): refused"
+        );
+        assert_eq!(
+            redact_urls("to https://h/mcp, then http://[::1]:9/p#frag and back"),
+            "to https://h/mcp, then http://[::1]:9/p and back"
+        );
+        assert_eq!(redact_urls("no url here"), "no url here");
+        assert_eq!(
+            redact_urls("http://é.example/ü?ß=1"),
+            "http://é.example/ü?…"
         );
     }
 }

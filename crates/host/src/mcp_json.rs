@@ -131,9 +131,11 @@ pub fn parse_mcp_servers(
                         e.kind.as_deref().unwrap_or_default()
                     );
                 }
+                // Ignored and said, like an unknown key: the file is the user's desktop
+                // client's, which may carry such leftovers.
                 if !e.headers.is_empty() {
-                    bail!(
-                        "{origin}: server {name:?}: \"headers\" apply to http servers (\"url\") only, and this one runs \"command\"; remove them, or pass values through \"env\""
+                    tracing::warn!(
+                        "{origin}: server {name:?}: ignoring \"headers\": they apply to http servers (\"url\") only, and this one runs \"command\" (pass values through \"env\")"
                     );
                 }
                 let args = e
@@ -170,8 +172,8 @@ pub fn parse_mcp_servers(
                 .filter_map(|(k, set)| set.then_some(k))
                 .collect();
                 if !stray.is_empty() {
-                    bail!(
-                        "{origin}: server {name:?}: \"{}\" apply to stdio servers (\"command\") only, and this one has a \"url\"; remove them (an http server takes \"headers\")",
+                    tracing::warn!(
+                        "{origin}: server {name:?}: ignoring \"{}\": they apply to stdio servers (\"command\") only, and this one has a \"url\" (an http server takes \"headers\")",
                         stray.join("\", \"")
                     );
                 }
@@ -362,25 +364,26 @@ mod tests {
         );
     }
 
-    /// Fields of the other transport, and a `"type"` that contradicts `command` / `url`, are
-    /// errors naming the file and the server, as in `quiver.toml`.
+    /// Fields of the other transport are ignored (with a warning, like an unknown key: the
+    /// file is a desktop client's, leftovers included), never passed on; a `"type"` that
+    /// contradicts `command` / `url` is an error naming the file and the server.
     #[test]
-    fn fields_of_the_other_transport_are_errors() {
+    fn fields_of_the_other_transport_are_ignored_and_a_contradicting_type_is_an_error() {
         let err = |t: &str| format!("{:#}", parse_mcp_servers(t, "c.json", &env).unwrap_err());
-        let e = err(
+        let remote = parse_mcp_servers(
             r#"{"mcpServers": {"a": {"url": "https://h/mcp", "env": {"K": "v"}, "args": ["x"]}}}"#,
-        );
-        assert!(
-            e.contains(
-                "c.json: server \"a\": \"args\", \"env\" apply to stdio servers (\"command\") only"
-            ),
-            "{e}"
-        );
-        let e = err(r#"{"mcpServers": {"a": {"command": "x", "headers": {"K": "v"}}}}"#);
-        assert!(
-            e.contains("c.json: server \"a\": \"headers\" apply to http servers (\"url\") only"),
-            "{e}"
-        );
+            "c.json",
+            &env,
+        )
+        .unwrap();
+        assert!(remote[0].env.is_empty() && remote[0].args.is_empty());
+        let local = parse_mcp_servers(
+            r#"{"mcpServers": {"a": {"command": "x", "headers": {"K": "v"}}}}"#,
+            "c.json",
+            &env,
+        )
+        .unwrap();
+        assert!(local[0].headers.is_empty());
         let e = err(r#"{"mcpServers": {"a": {"type": "http", "command": "x"}}}"#);
         assert!(
             e.contains("c.json: server \"a\" has \"type\": \"http\" but a \"command\""),

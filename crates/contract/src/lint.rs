@@ -240,11 +240,36 @@ pub struct BreakingChange {
 
 /// The JSON types a schema accepts, as a set (`{"type": ["string", "null"]}` is
 /// `{null, string}` in any order); `None` when it names no type (anything goes).
+/// The JSON types a schema accepts, `None` for any: its `type` (a name or a list), or the
+/// union of its `anyOf` / `oneOf` branches' types (pydantic writes `Optional[str]` as
+/// `anyOf: [{type: string}, {type: null}]`).
 fn types_of(schema: &Value) -> Option<std::collections::BTreeSet<&str>> {
-    match schema.get("type")? {
-        Value::String(s) => Some([s.as_str()].into()),
-        Value::Array(items) => Some(items.iter().filter_map(Value::as_str).collect()),
-        _ => None,
+    match schema.get("type") {
+        Some(Value::String(s)) => Some([s.as_str()].into()),
+        Some(Value::Array(items)) => Some(items.iter().filter_map(Value::as_str).collect()),
+        Some(_) => None,
+        None => {
+            let branches = ["anyOf", "oneOf"]
+                .iter()
+                .find_map(|k| schema.get(*k).and_then(Value::as_array))?;
+            let mut all = std::collections::BTreeSet::new();
+            for b in branches {
+                all.extend(types_of(b)?);
+            }
+            (!all.is_empty()).then_some(all)
+        }
+    }
+}
+
+/// Whether every type `old` accepted is still accepted by `new` (`None` is any type).
+fn narrowed(
+    old: Option<&std::collections::BTreeSet<&str>>,
+    new: Option<&std::collections::BTreeSet<&str>>,
+) -> bool {
+    match (old, new) {
+        (_, None) => false,
+        (None, Some(_)) => true,
+        (Some(a), Some(b)) => !a.iter().all(|t| accepts(b, t)),
     }
 }
 
@@ -319,12 +344,7 @@ fn compare_object(
             continue;
         };
         let (a, b) = (types_of(old_p), types_of(new_p));
-        let narrowed = match (&a, &b) {
-            (_, None) => false,
-            (None, Some(_)) => true,
-            (Some(a), Some(b)) => !a.iter().all(|t| accepts(b, t)),
-        };
-        if narrowed {
+        if narrowed(a.as_ref(), b.as_ref()) {
             out.push(change(
                 "type_changed",
                 &field,
@@ -337,6 +357,19 @@ fn compare_object(
         }
         compare_object(tool, old_p, new_p, &format!("{field}."), out);
         if let (Some(old_items), Some(new_items)) = (old_p.get("items"), new_p.get("items")) {
+            let (a, b) = (types_of(old_items), types_of(new_items));
+            if narrowed(a.as_ref(), b.as_ref()) {
+                let items = format!("{field}[]");
+                out.push(change(
+                    "type_changed",
+                    &items,
+                    format!(
+                        "the items of `{field}` changed type from {} to {}",
+                        show_types(a.as_ref()),
+                        show_types(b.as_ref())
+                    ),
+                ));
+            }
             compare_object(tool, old_items, new_items, &format!("{field}[]."), out);
         }
     }
@@ -567,6 +600,31 @@ mod tests {
                 "field `a` changed type from [null, string] to string".into()
             )]
         );
+        // pydantic's Optional[str] (anyOf string, null) is the same as type [string, null].
+        let any_of = json!({"type": "object", "properties": {"a": {"anyOf": [{"type": "string"}, {"type": "null"}]}}});
+        assert_eq!(
+            changes(any_of.clone(), field(json!(["string", "null"]))),
+            []
+        );
+        assert_eq!(
+            changes(any_of, field(json!("integer"))),
+            [(
+                "type_changed",
+                "a".into(),
+                "field `a` changed type from [null, string] to integer".into()
+            )]
+        );
+        // The items of an array of plain values.
+        let list = |t: &str| json!({"type": "object", "properties": {"ids": {"type": "array", "items": {"type": t}}}});
+        assert_eq!(
+            changes(list("string"), list("integer")),
+            [(
+                "type_changed",
+                "ids[]".into(),
+                "the items of `ids` changed type from string to integer".into()
+            )]
+        );
+        assert_eq!(changes(list("integer"), list("number")), []);
     }
 
     /// Nested objects (also under `["object", "null"]` and in array items) are compared

@@ -62,12 +62,8 @@ const WHEN_PHRASES: &[&[&str]] = &[
     &["do", "not", "use"],
     &["don't", "use"],
     &["use", "whenever"],
-    &["use", "to"],
     &["use", "only"],
     &["when", "to", "use"],
-    &["when", "you"],
-    &["whenever", "you"],
-    &["whenever", "the"],
     &["helpful", "when"],
     &["helpful", "for"],
     &["great", "for"],
@@ -79,13 +75,14 @@ const WHEN_PHRASES: &[&[&str]] = &[
 
 /// A sentence that begins with one of these words tells the model when or how to use the
 /// tool ("Use the offset argument when ...", "Prefer this over web search ...").
-const WHEN_OPENERS: &[&str] = &["use", "call", "invoke", "prefer", "only"];
+const WHEN_OPENERS: &[&str] = &["use", "invoke", "prefer"];
 
 /// Whether a description says when to use the tool (one of [`WHEN_PHRASES`]).
 fn says_when_to_use(description: &str) -> bool {
     let lower = description.to_lowercase().replace('’', "'");
+    // `_` stays in a word: `use_cache:` in a docstring's argument list is a name.
     let words: Vec<&str> = lower
-        .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+        .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '_'))
         .filter(|w| !w.is_empty())
         .collect();
     if WHEN_PHRASES
@@ -98,7 +95,7 @@ fn says_when_to_use(description: &str) -> bool {
         .split(['.', '!', '?', '\n', ':', ';'])
         .filter_map(|sentence| {
             sentence
-                .split(|c: char| !(c.is_alphanumeric() || c == '\''))
+                .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '_'))
                 .find(|w| !w.is_empty())
         })
         .any(|first| WHEN_OPENERS.contains(&first))
@@ -467,6 +464,13 @@ mod tests {
             "Reports when the file was last modified.",
             "Reuses the cached answer.",
             "Returns the user's profile.",
+            // The review's false passes of a longer list.
+            "Only returns public repositories.",
+            "Lists call records. Call duration is in seconds.",
+            "Fetches a page.\n\nArgs:\n    use_cache: reuse a copy",
+            "Returns the port to use to connect.",
+            "Lists events fired whenever the file changes.",
+            "Reports when you last logged in.",
         ] {
             assert!(!says(d), "{d}");
         }

@@ -148,7 +148,9 @@ fn is_ipv6(text: &str) -> bool {
         && address
             .chars()
             .all(|c| c.is_ascii_hexdigit() || matches!(c, ':' | '.'))
-        && zone.chars().all(|c| c.is_ascii_alphanumeric())
+        && zone
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 /// An error's text for the operator, without rmcp's wrappers (their text names Rust types,
@@ -191,6 +193,7 @@ mod tests {
             "error sending request for url (http://[::1]:9/mcp): Connection refused"
         ));
         assert!(!names_rust_types("http://[fe80::1%25eth0]:9/mcp"));
+        assert!(!names_rust_types("http://[fe80::1%25br-lan]:9/mcp"));
         assert!(!names_rust_types("Connection refused (os error 111)"));
     }
 }

@@ -539,10 +539,10 @@ fn resolve(
                 ));
             }
             let url = Url::parse(raw)
-                .map_err(|e| cfg_err(&s.name, format!("url {:?}: {e}", redact_urls(raw))))?;
+                .map_err(|e| cfg_err(&s.name, format!("url {:?}: {e}", redact_one(raw))))?;
             // What messages show: no user, password or query (they may carry secrets
             // from `${env:...}`).
-            let shown = redact_urls(raw);
+            let shown = redact_one(raw);
             let https = match url.scheme() {
                 "https" => true,
                 "http" => false,
@@ -612,48 +612,58 @@ fn resolve(
     })
 }
 
-/// `text` with every `http://` or `https://` URL in it shown without its user, password
-/// and query (`?…`): the parts that may carry a secret an `${env:...}` put there.
+/// `text` with every `http://` or `https://` URL in it (any case) shown without its user,
+/// password, query and fragment (`?…`): the parts that may carry a secret an
+/// `${env:...}` put there. A URL runs to the next whitespace (a query may hold `,` or
+/// `)`); punctuation that ends the sentence after it (`)`, `:`, `,`, `.`) is kept.
 pub(crate) fn redact_urls(text: &str) -> String {
+    // ASCII lower-casing keeps every byte offset.
+    let lower = text.to_ascii_lowercase();
     let mut out = String::with_capacity(text.len());
-    let mut rest = text;
+    let mut from = 0;
     while let Some(at) = ["http://", "https://"]
         .iter()
-        .filter_map(|scheme| rest.find(scheme))
+        .filter_map(|scheme| lower[from..].find(scheme).map(|i| from + i))
         .min()
     {
-        out.push_str(&rest[..at]);
-        let url_len = rest[at..]
-            .find(|c: char| c.is_whitespace() || matches!(c, ')' | '"' | '\'' | '>' | ','))
-            .unwrap_or(rest.len() - at);
-        let url = &rest[at..at + url_len];
-        let scheme_end = url.find("://").map_or(0, |i| i + 3);
-        let (scheme, after) = url.split_at(scheme_end);
-        out.push_str(scheme);
-        // The authority ends at the first `/`, `?` or `#`; a user part ends at its last `@`.
-        let authority_len = after.find(['/', '?', '#']).unwrap_or(after.len());
-        let (authority, path) = after.split_at(authority_len);
-        match authority.rfind('@') {
-            Some(i) => {
-                out.push_str("…@");
-                out.push_str(&authority[i + 1..]);
-            }
-            None => out.push_str(authority),
-        }
-        match path.find(['?', '#']) {
-            Some(q) => {
-                out.push_str(&path[..q]);
-                out.push_str(if path[q..].starts_with('?') {
-                    "?…"
-                } else {
-                    ""
-                });
-            }
-            None => out.push_str(path),
-        }
-        rest = &rest[at + url_len..];
+        out.push_str(&text[from..at]);
+        let end = text[at..]
+            .find(char::is_whitespace)
+            .map_or(text.len(), |i| at + i);
+        out.push_str(&redact_one(&text[at..end]));
+        from = end;
     }
-    out.push_str(rest);
+    out.push_str(&text[from..]);
+    out
+}
+
+/// One URL (or URL-like value) without its user part, query and fragment.
+fn redact_one(url: &str) -> String {
+    let (scheme, after) = match url.find("://") {
+        Some(i) => url.split_at(i + 3),
+        None => ("", url),
+    };
+    // The sentence's punctuation after the URL.
+    let body = after.trim_end_matches([')', ':', ',', '.', ';', '"', '\'']);
+    let tail = &after[body.len()..];
+    let authority_len = body.find(['/', '?', '#']).unwrap_or(body.len());
+    let (authority, path) = body.split_at(authority_len);
+    let mut out = String::from(scheme);
+    match authority.rfind('@') {
+        Some(i) => {
+            out.push_str("…@");
+            out.push_str(&authority[i + 1..]);
+        }
+        None => out.push_str(authority),
+    }
+    match path.find(['?', '#']) {
+        Some(q) => {
+            out.push_str(&path[..q]);
+            out.push_str("?…");
+        }
+        None => out.push_str(path),
+    }
+    out.push_str(tail);
     out
 }
 
@@ -701,12 +711,31 @@ mod tests {
         );
         assert_eq!(
             redact_urls("to https://h/mcp, then http://[::1]:9/p#frag and back"),
-            "to https://h/mcp, then http://[::1]:9/p and back"
+            "to https://h/mcp, then http://[::1]:9/p?… and back"
         );
         assert_eq!(redact_urls("no url here"), "no url here");
         assert_eq!(
             redact_urls("http://é.example/ü?ß=1"),
             "http://é.example/ü?…"
         );
+        // A query or password with `,` or `)`; an upper-case scheme.
+        assert_eq!(
+            redact_urls("url (https://h/search?fields=a,b&api_key=SEKRIT): refused"),
+            "url (https://h/search?…): refused"
+        );
+        assert_eq!(
+            redact_urls("to https://user:pa,s)s@host/mcp now"),
+            "to https://…@host/mcp now"
+        );
+        assert_eq!(
+            redact_urls("HTTP://u:pw@example.com/mcp?key=S"),
+            "HTTP://…@example.com/mcp?…"
+        );
+        // A value without a scheme (a typo in the config).
+        assert_eq!(
+            redact_one("mcp.example.com/sse?key=S"),
+            "mcp.example.com/sse?…"
+        );
+        assert_eq!(redact_urls("https://"), "https://");
     }
 }

@@ -216,8 +216,13 @@ impl Lane {
         let Some(pool) = &self.pool else {
             return match self.post(session, body).send().await {
                 Ok(r) => Ok((r.status(), content_type(r.headers()), reqwest_body(r))),
-                Err(e) if e.is_connect() => Err(Sent::Not(e.to_string())),
-                Err(e) => Err(Sent::Maybe(e.to_string())),
+                // reqwest names the URL, which may carry a secret.
+                Err(e) if e.is_connect() => Err(Sent::Not(crate::client::config::redact_urls(
+                    &e.to_string(),
+                ))),
+                Err(e) => Err(Sent::Maybe(crate::client::config::redact_urls(
+                    &e.to_string(),
+                ))),
             };
         };
         let mut headers = self.headers.clone();

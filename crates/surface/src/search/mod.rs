@@ -1538,11 +1538,15 @@ fn schema_text_in(
     out: &mut String,
     budget: &mut usize,
 ) {
-    // Past the indexed length, or the node count, nothing more is read.
-    if depth > 4 || out.len() > MAX_FIELD_TEXT || *budget == 0 {
+    // Every visit counts, the ones that read nothing too; past the indexed length, the
+    // depth or the node count, nothing more is read.
+    if *budget == 0 {
         return;
     }
     *budget -= 1;
+    if depth > 4 || out.len() > MAX_FIELD_TEXT {
+        return;
+    }
     let Some(obj) = schema.as_object() else {
         return;
     };
@@ -1562,7 +1566,7 @@ fn schema_text_in(
     }
     if let Some(Value::Object(props)) = obj.get("properties") {
         for (name, sub) in props {
-            if out.len() > MAX_FIELD_TEXT {
+            if out.len() > MAX_FIELD_TEXT || *budget == 0 {
                 break;
             }
             out.push_str(name);
@@ -1576,6 +1580,9 @@ fn schema_text_in(
     for key in ["anyOf", "oneOf", "allOf"] {
         if let Some(Value::Array(subs)) = obj.get(key) {
             for sub in subs {
+                if *budget == 0 {
+                    break;
+                }
                 schema_text_in(root, sub, depth + 1, out, budget);
             }
         }

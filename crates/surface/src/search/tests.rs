@@ -405,6 +405,7 @@ fn a_schema_fanning_out_through_refs_is_read_in_part() {
     // Every visit of the root appends `needle`: bounded by the node count.
     let visits = text.matches("needle").count();
     assert!((1..=MAX_SCHEMA_NODES).contains(&visits), "{visits}");
+
     let ix = index(&[ToolSpec::new("fan", "Fans out.").with_schema(schema)]);
     assert_eq!(names(&ix.search("needle", 5, &all)), ["fan"]);
 }

@@ -383,8 +383,15 @@ fn resolve(config: &SurfaceConfig, catalog: &Catalog, ranking: Option<&Ranking>)
             break;
         }
         // The system set is resident anyway (and the most called): a floor slot for it
-        // would be wasted.
-        if seen.contains(name.as_str()) || system.contains(name) {
+        // would be wasted. So would one for an agentic-only tool: every mode that lists
+        // the floor (chat, delegate, plan) leaves it off.
+        if seen.contains(name.as_str())
+            || system.contains(name)
+            || config
+                .agentic_only
+                .iter()
+                .any(|p| quiver_contract::pattern_matches(p, name))
+        {
             continue;
         }
         // A tool not in the catalog now (its upstream may be connecting) leaves its slot

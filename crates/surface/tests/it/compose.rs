@@ -157,12 +157,17 @@ fn reasons_and_drops_are_reported() {
     assert_eq!(composed.reason_of("read_file"), Some(Reason::Anchor));
     assert_eq!(composed.reason_of("grep"), Some(Reason::Floor));
     assert_eq!(composed.reason_of("paged"), Some(Reason::WorkingSet));
+    // The agentic-only run_shell, the second most used, takes no floor slot.
+    assert_eq!(composed.dropped_why("run_shell"), None);
+    assert_eq!(composed.dropped_why("plan"), Some(DropReason::NotListed));
+    insta::assert_snapshot!("composed_chat", composed.summary());
+    // Paged in (in an agentic round), it is left off a chat round.
+    fx.surface.page_in("s", &["run_shell"]);
+    let composed = fx.assemble("s", Mode::Chat);
     assert_eq!(
         composed.dropped_why("run_shell"),
         Some(DropReason::ModeExcluded)
     );
-    assert_eq!(composed.dropped_why("plan"), Some(DropReason::NotListed));
-    insta::assert_snapshot!("composed_chat", composed.summary());
 }
 
 #[test]

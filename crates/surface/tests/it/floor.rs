@@ -21,6 +21,23 @@ fn check(anchors: &[&str], usage: &[(&str, [u64; 3])], target: usize, expect: &s
     );
 }
 
+/// An agentic-only tool is never listed where the floor is (chat, delegate, plan): usage
+/// does not spend a floor slot on it either, the next tool takes it.
+#[test]
+fn the_floor_leaves_agentic_only_tools_out() {
+    let config = SurfaceConfig::default()
+        .with_agentic_only(&["t0*"])
+        .with_floor(2, 0, 100);
+    let fx = Fixture::new(
+        config,
+        many(15),
+        &[("t01", [9, 0, 0]), ("t11", [2, 0, 0]), ("t12", [1, 0, 0])],
+    );
+    assert_eq!(line(&fx.surface.floor().names()), "t11 t12");
+    let composed = fx.assemble("s", Mode::Chat);
+    assert_eq!(line(&composed.names()), "tool_search describe_tool t11 t12");
+}
+
 /// The system set (`tool_search`, `describe_tool`, configured system tools) is resident
 /// anyway and usually the most called: usage never spends a floor slot on it.
 #[test]

@@ -709,9 +709,11 @@ impl SearchIndex {
             self.diversify(&mut hits, &whole, &cache, &mut s.best);
         }
         hits.truncate(limit);
-        // Scores never rise down the list (diversification may move a tool up).
+        // Scores never rise down the list (diversification may move a tool up), and tools
+        // of equal score are in name order.
         let mut cap = f64::INFINITY;
-        hits.into_iter()
+        let mut out: Vec<SearchHit> = hits
+            .into_iter()
             .map(|(s, name, _)| {
                 cap = cap.min(s);
                 SearchHit {
@@ -719,7 +721,13 @@ impl SearchIndex {
                     score: (cap / bound).clamp(0.0, 1.0),
                 }
             })
-            .collect()
+            .collect();
+        out.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        out
     }
 
     /// Orders (score, document) best first, ties by name, not by document id: ids are

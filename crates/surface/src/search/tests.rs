@@ -148,6 +148,21 @@ fn ties_break_by_name() {
     assert_eq!(names(&hits), ["alpha", "mid", "zeta"]);
     assert!(hits.windows(2).all(|w| w[0].score == w[1].score));
     assert!(hits.iter().all(|h| h.score > 0.0 && h.score <= 1.0));
+    // Diversification may move a tool up to the score above it: tools of equal score are
+    // still listed by name.
+    let ix = index(&[
+        ToolSpec::new("a", "alpha"),
+        ToolSpec::new("b", "alpha"),
+        ToolSpec::new("c", "beta"),
+        ToolSpec::new("z", "beta"),
+    ]);
+    let hits = ix.search("alpha beta", 5, &all);
+    for w in hits.windows(2) {
+        assert!(
+            w[0].score > w[1].score || (w[0].score == w[1].score && w[0].name < w[1].name),
+            "{hits:?}"
+        );
+    }
 }
 
 /// Identical tools rank the same however they were indexed: in either order, and after

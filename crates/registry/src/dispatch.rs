@@ -446,7 +446,15 @@ impl Dispatcher {
                         | ErrKind::PolicyDenied
                         | ErrKind::LoopGuard
                 ) && !matches!(k, ErrKind::Other(o) if o == "input_too_large" || o == "too_deep"),
-                (None, Some(h)) => *h != HintKind::Schema,
+                // A schema hint: refused before running when it is the dispatcher's own
+                // (the tool returned the others after it ran, and they count live).
+                (None, Some(h)) => {
+                    *h != HintKind::Schema
+                        || !c
+                            .error
+                            .as_deref()
+                            .is_some_and(|m| validate::refused_arguments(m, &c.tool_name))
+                }
                 (None, None) => true,
             })
             .map(|c| c.tool_name.as_str())

@@ -659,6 +659,54 @@ async fn restored_calls_count_what_the_live_process_counted() {
     }
 }
 
+/// After a restart, a schema hint the tool itself returned (it ran) counts as called, as it
+/// did live; the dispatcher's refusal of bad arguments (the tool never ran) does not.
+#[tokio::test]
+async fn restored_calls_tell_a_tools_schema_hint_from_refused_arguments() {
+    let picky = tool(ToolSpec::new("picky", "Checks dates."), |_, _| async {
+        Ok(Envelope::hint(
+            HintKind::Schema,
+            "the date must be YYYY-MM-DD",
+            Vec::new(),
+        ))
+    });
+    let other = tool(ToolSpec::new("other", "Something else."), |_, _| async {
+        Ok(Envelope::text("done"))
+    });
+    let rules = || {
+        RulePolicy::new(vec![
+            PolicyRule::new("e", "echo", PolicyAction::Deny, "call picky first")
+                .requires_prior("picky"),
+            PolicyRule::new("o", "other", PolicyAction::Deny, "call add first")
+                .requires_prior("add"),
+        ])
+    };
+    let tools = || vec![echo(), add(), picky.clone(), other.clone()];
+    let log = Arc::new(quiver_registry::MemoryCallLog::new());
+    let live = Dispatcher::builder(catalog_with(tools()))
+        .policy(Arc::new(rules()))
+        .recorder(log.clone())
+        .build();
+    let s = || CallContext::for_session("s");
+    let e = live.call("picky", json!({}), s()).await;
+    assert_eq!(e.hint_kind(), Some(HintKind::Schema), "{}", text(&e));
+    let e = live.call("add", json!({"a": "one"}), s()).await;
+    assert_eq!(e.hint_kind(), Some(HintKind::Schema), "{}", text(&e));
+    let e = live.call_json("add", "[1, 2]", s()).await;
+    assert_eq!(e.hint_kind(), Some(HintKind::Schema), "{}", text(&e));
+    live.drain_records().await;
+    let restored = Dispatcher::builder(catalog_with(tools()))
+        .policy(Arc::new(rules()))
+        .build();
+    restored.restore_called("s", &*log).await.unwrap();
+    for d in [&live, &restored] {
+        let e = d.call("echo", json!({"text": "x"}), s()).await;
+        assert!(e.is_ok(), "{}", text(&e));
+        let e = d.call("other", json!({}), s()).await;
+        assert_eq!(e.err_kind(), Some(&ErrKind::PolicyDenied), "{}", text(&e));
+    }
+}
+
 /// A rule's tool pattern and its required earlier tool take `*` anywhere in the name.
 #[tokio::test]
 async fn policy_patterns_take_a_star_anywhere() {

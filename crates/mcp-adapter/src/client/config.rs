@@ -656,15 +656,33 @@ fn redact_one(url: &str) -> String {
         }
         None => out.push_str(authority),
     }
-    match path.find(['?', '#']) {
-        Some(q) => {
-            out.push_str(&path[..q]);
-            out.push_str("?…");
-        }
-        None => out.push_str(path),
+    let (path, query) = match path.find(['?', '#']) {
+        Some(q) => (&path[..q], true),
+        None => (path, false),
+    };
+    // A path segment that looks like a key (hosted MCP servers put theirs there: long,
+    // letters and digits) is hidden too.
+    let segments: Vec<&str> = path
+        .split('/')
+        .map(|seg| if looks_like_key(seg) { "…" } else { seg })
+        .collect();
+    out.push_str(&segments.join("/"));
+    if query {
+        out.push_str("?…");
     }
     out.push_str(tail);
     out
+}
+
+/// A URL path segment that is probably a secret: 20 characters or more of letters,
+/// digits, `-` and `_`, with both letters and digits.
+fn looks_like_key(segment: &str) -> bool {
+    segment.len() >= 20
+        && segment
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+        && segment.chars().any(|c| c.is_ascii_digit())
+        && segment.chars().any(|c| c.is_ascii_alphabetic())
 }
 
 #[cfg(test)]
@@ -737,5 +755,14 @@ mod tests {
             "mcp.example.com/sse?…"
         );
         assert_eq!(redact_urls("https://"), "https://");
+        // A key in the path, as hosted servers put it.
+        assert_eq!(
+            redact_urls("url (https://mcp.example.com/api/s/a1b2c3d4e5f6g7h8i9j0k1/sse): refused"),
+            "url (https://mcp.example.com/api/s/…/sse): refused"
+        );
+        assert_eq!(
+            redact_urls("https://h/mcp/tools_for_everyone_here"),
+            "https://h/mcp/tools_for_everyone_here"
+        );
     }
 }

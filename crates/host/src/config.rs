@@ -169,7 +169,7 @@ pub struct PolicyConfig {
 }
 
 /// `; did you mean `x`?` for the candidate closest to `wanted`, or nothing.
-fn suggestion<'a>(wanted: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+pub fn suggestion<'a>(wanted: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
     quiver_registry::did_you_mean(wanted, candidates, 1)
         .first()
         .map(|(best, _)| format!("; did you mean `{best}`?"))

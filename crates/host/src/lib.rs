@@ -13,7 +13,9 @@ mod skills;
 
 pub use app::{App, Ready};
 pub use assemble::{FAMILY_ORDER, Families, assemble_catalog, family_rank};
-pub use config::{Config, LimitsConfig, PolicyConfig, SkillsConfig, StoreConfig, ToolRef};
+pub use config::{
+    Config, LimitsConfig, PolicyConfig, SkillsConfig, StoreConfig, ToolRef, suggestion,
+};
 pub use formats::{ToolFormat, format_tools, provider_name_warnings};
 pub use mcp_json::{parse_mcp_servers, read_mcp_servers};
 pub use skills::DirSkills;

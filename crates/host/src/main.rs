@@ -520,10 +520,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                 let note = if r.exact && r.name.contains('*') {
                     " (this key takes exact names: `*` is not a wildcard here)".to_owned()
                 } else {
-                    quiver_registry::did_you_mean(r.name, names.iter().map(String::as_str), 1)
-                        .first()
-                        .map(|(best, _)| format!("; did you mean `{best}`?"))
-                        .unwrap_or_default()
+                    quiver_host::suggestion(r.name, names.iter().map(String::as_str))
                 };
                 println!(
                     "{}: [unmatched] `{}` matches no tool in the catalog{note}",

@@ -291,26 +291,20 @@ impl Surface {
                 return FloorLoad::Unavailable(why);
             }
         };
-        let ranking = Ranking::derive(
+        let ranking = Arc::new(Ranking::derive(
             rows.into_iter()
                 .map(|u| (u.tool, [u.last_30_days, u.last_90_days, u.older])),
-        );
-        let stored = if write {
-            store
-                .put_state(TIER0_KEY, ranking.to_stored())
-                .await
-                .map_err(|e| e.to_string())
-        } else {
-            Err(String::new())
-        };
-        // Valid either way: this process uses it.
-        crate::surface::lock(&self.floor).set_stored(Some(Arc::new(ranking)));
-        match stored {
+        ));
+        // Valid whether or not it is stored: this process uses it.
+        crate::surface::lock(&self.floor).set_stored(Some(ranking.clone()));
+        if !write {
+            return FloorLoad::DerivedNotStored(None);
+        }
+        match store.put_state(TIER0_KEY, ranking.to_stored()).await {
             Ok(()) => FloorLoad::Derived,
-            Err(why) if why.is_empty() => FloorLoad::DerivedNotStored(None),
-            Err(why) => {
-                tracing::warn!(error = %why, "could not store the derived floor");
-                FloorLoad::DerivedNotStored(Some(why))
+            Err(e) => {
+                tracing::warn!(error = %e, "could not store the derived floor");
+                FloorLoad::DerivedNotStored(Some(e.to_string()))
             }
         }
     }

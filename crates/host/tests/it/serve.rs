@@ -9,6 +9,14 @@ use std::{
 };
 
 /// One JSON-RPC POST; returns the raw HTTP response.
+/// A new empty directory for one test's `quiver serve` (its store lives there).
+fn fresh_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("quiver-serve-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 fn rpc(addr: &str, headers: &[(&str, &str)], body: &str) -> String {
     let extra: String = headers
         .iter()
@@ -116,9 +124,7 @@ fn a_conversation_keeps_its_working_set_across_a_restart() {
         });
     let time = peers.join("venv/bin/mcp-server-time");
     assert!(time.exists(), "run .ci/setup-peers");
-    let dir = std::env::temp_dir().join(format!("quiver-serve-restore-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("restore");
     let cfg = dir.join("mcp.json");
     std::fs::write(
         &cfg,
@@ -176,9 +182,7 @@ fn post(addr: &str, token: Option<&str>) -> String {
 
 #[test]
 fn configured_tokens_guard_the_endpoint() {
-    let dir = std::env::temp_dir().join(format!("quiver-serve-auth-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("auth");
     std::fs::write(
         dir.join("quiver.toml"),
         "[[auth.tokens]]\nname = \"ci\"\ntoken = \"${env:QUIVER_TEST_TOKEN}\"\nmode = \"plan\"\n",
@@ -217,9 +221,7 @@ fn probe(addr: &str, path: &str) -> (u16, String) {
 /// without the file's path; once the lock is gone it is ready again, with no call needed.
 #[test]
 fn readiness_reports_a_failing_execution_log() {
-    let dir = std::env::temp_dir().join(format!("quiver-serve-ready-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("ready");
     std::fs::write(
         dir.join("quiver.toml"),
         "[store]\nbusy_timeout_ms = 50\nlog_linger_ms = 0\n",
@@ -314,9 +316,7 @@ fn check_against(dir: &std::path::Path) -> (Option<i32>, String) {
 /// reports a breaking change in an upstream's tool (here a renamed required field).
 #[test]
 fn serve_records_upstream_definitions_for_check_against() {
-    let dir = std::env::temp_dir().join(format!("quiver-serve-defs-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("defs");
     let server = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/one_tool_server.py"
@@ -377,9 +377,7 @@ fn serve_records_upstream_definitions_for_check_against() {
 /// the execution log the first time the restarted server sees it.
 #[test]
 fn a_required_earlier_call_counts_after_a_restart() {
-    let dir = std::env::temp_dir().join(format!("quiver-serve-prior-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("prior");
     std::fs::write(
         dir.join("quiver.toml"),
         "[[policy.rules]]\nid = \"search-first\"\ntool = \"describe_tool\"\naction = \"deny\"\nmessage = \"search first\"\nrequires_prior = \"tool_search\"\n",
@@ -468,9 +466,7 @@ fn stdio_session(dir: &std::path::Path, calls: &[(&str, &str)]) -> Vec<String> {
 /// `requires_prior` rule is not satisfied by what another process did.
 #[test]
 fn a_stdio_session_does_not_inherit_an_earlier_process() {
-    let dir = std::env::temp_dir().join(format!("quiver-serve-stdio-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("stdio");
     std::fs::write(
         dir.join("quiver.toml"),
         "[[policy.rules]]\nid = \"search-first\"\ntool = \"describe_tool\"\naction = \"deny\"\nmessage = \"search first\"\nrequires_prior = \"tool_search\"\n",
@@ -494,8 +490,7 @@ fn a_stdio_session_does_not_inherit_an_earlier_process() {
 #[tokio::test]
 async fn an_ended_sessions_stored_working_set_is_deleted() {
     use quiver_surface::ports::SessionStore;
-    let dir = std::env::temp_dir().join(format!("quiver-serve-ended-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = fresh_dir("ended");
     let skill = dir.join("skills/notes");
     std::fs::create_dir_all(&skill).unwrap();
     std::fs::write(

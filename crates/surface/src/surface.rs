@@ -203,7 +203,9 @@ impl ComposedSurface {
 pub enum FailReason {
     /// The working set cannot hold it.
     OverBudget,
-    /// The session's mode does not list it.
+    /// The session's mode does not list it. Not produced by [`Surface::tool_search`], whose
+    /// search already leaves out what the caller's mode keeps off; kept for callers that
+    /// page in hits of their own.
     NotDiscoverable,
     /// It left the catalog before it could be loaded.
     LoadFailed,
@@ -986,13 +988,6 @@ impl Surface {
                 description: cut_description(&entry.spec.description),
                 score: (hit.score * 100.0).round() / 100.0,
             });
-            if self.mode_excluded(mode, &hit.name) {
-                out.failed.push(FailedTool {
-                    name: hit.name,
-                    reason: FailReason::NotDiscoverable,
-                });
-                continue;
-            }
             let bytes = paged_bytes(&entry.spec, loaded.contains(&hit.name));
             page.push((hit.name, bytes));
         }

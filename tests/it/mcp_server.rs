@@ -264,6 +264,79 @@ async fn sigterm_stops_quiver_serve_cleanly() {
     );
 }
 
+/// A client that sent half a request keeps its connection open, so after SIGTERM `quiver
+/// serve` waits (up to 5 s) for it; a second signal ends that wait at once, and the stop is
+/// still clean (exit 0, the execution log closed).
+#[tokio::test]
+async fn a_second_signal_ends_the_drain_at_once() {
+    use tokio::io::AsyncWriteExt;
+    let dir = fresh_dir();
+    let mut child = Command::new(quiver_binary())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .current_dir(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("quiver starts");
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped")).lines();
+    let url = tokio::time::timeout(START_TIMEOUT, stdout.next_line())
+        .await
+        .expect("the URL in time")
+        .expect("readable")
+        .expect("the URL");
+    let authority = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let mut held = tokio::net::TcpStream::connect(&authority)
+        .await
+        .expect("connects");
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{{"
+    );
+    held.write_all(head.as_bytes())
+        .await
+        .expect("half a request");
+    // Let the server read the head, so the connection is one with a request under way.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pid = child.id().expect("running").to_string();
+    for signal in ["-TERM", "-INT"] {
+        let sent = Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .await
+            .expect("kill runs");
+        assert!(sent.success());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("the server exits")
+        .expect("wait works");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {}: {stderr}", out.status);
+    assert!(
+        stderr.contains("second shutdown signal: closing open connections now"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("connections still open"),
+        "the server waited out the drain: {stderr}"
+    );
+    drop(held);
+    // The stop was clean: the execution log recorded it.
+    let db = rusqlite::Connection::open(dir.join("quiver.db")).expect("the store exists");
+    let clean: String = db
+        .query_row(
+            "SELECT value FROM quiver_meta WHERE key = 'clean_shutdown'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("a clean_shutdown mark");
+    assert!(!clean.is_empty());
+}
+
 /// An `mcpServers` file naming server-everything (npm) over stdio as `everything`.
 fn everything_mcp_json() -> PathBuf {
     let everything = peers().join("npm/node_modules/.bin/mcp-server-everything");

@@ -73,17 +73,32 @@ pub async fn serve(
         server = server.with_readiness(readiness);
     }
     let shutdown = server.shutdown_token();
-    let signal = shutdown_signal()?;
+    // The first signal starts a graceful stop; a second one (an operator pressing Ctrl-C
+    // again) ends the wait for open connections at once. The upstreams are still stopped
+    // and the execution log still flushed by the caller.
+    let forced = tokio_util::sync::CancellationToken::new();
+    let mut signals = Signals::watch()?;
     let signal = tokio::spawn({
         let shutdown = shutdown.clone();
+        let forced = forced.clone();
         async move {
-            signal.await;
-            tracing::info!("shutdown signal: stopping the MCP server");
+            signals.next().await;
+            tracing::info!(
+                "shutdown signal: stopping the MCP server (a second signal stops at once)"
+            );
             shutdown.cancel();
+            signals.next().await;
+            tracing::warn!("second shutdown signal: closing open connections now");
+            forced.cancel();
         }
     });
     let result = match transport {
-        Transport::Stdio => server.serve_stdio().await.context("serving MCP on stdio"),
+        Transport::Stdio => {
+            tokio::select! {
+                r = server.serve_stdio() => r.context("serving MCP on stdio"),
+                () = forced.cancelled() => Ok(()),
+            }
+        }
         Transport::Http(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
@@ -97,10 +112,11 @@ pub async fn serve(
             tokio::pin!(serving);
             tokio::select! {
                 r = &mut serving => r.context("serving MCP over HTTP"),
-                _ = async { shutdown.cancelled().await; tokio::time::sleep(DRAIN).await } => {
+                () = async { shutdown.cancelled().await; tokio::time::sleep(DRAIN).await } => {
                     tracing::warn!("connections still open {DRAIN:?} after shutdown; closing them");
                     Ok(())
                 }
+                () = forced.cancelled() => Ok(()),
             }
         }
     };
@@ -108,25 +124,43 @@ pub async fn serve(
     result
 }
 
-/// Registers the SIGINT and SIGTERM handlers now (before the URL is printed, so a signal
-/// sent right after never hits the default handler) and returns the future that waits.
-fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+/// SIGINT and SIGTERM, registered at once (before the URL is printed, so a signal sent
+/// right after never hits the default handler).
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut int = signal(SignalKind::interrupt()).context("watching SIGINT")?;
-        let mut term = signal(SignalKind::terminate()).context("watching SIGTERM")?;
-        Ok(async move {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-            }
-        })
+    int: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn watch() -> anyhow::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Signals {
+                int: signal(SignalKind::interrupt()).context("watching SIGINT")?,
+                term: signal(SignalKind::terminate()).context("watching SIGTERM")?,
+            })
+        }
+        #[cfg(not(unix))]
+        {
+            Ok(Signals {})
+        }
     }
-    #[cfg(not(unix))]
-    {
-        Ok(async {
+
+    /// The next SIGINT or SIGTERM.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.int.recv() => {}
+                _ = self.term.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
             let _ = tokio::signal::ctrl_c().await;
-        })
+        }
     }
 }

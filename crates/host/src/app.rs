@@ -23,6 +23,9 @@ async fn put(store: &SqliteStore, def: ToolDefinition) {
     }
 }
 
+/// How long a command waits for the upstreams by default.
+const STARTUP_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Everything a command needs, built once by [`App::build`].
 #[non_exhaustive]
 pub struct App {
@@ -38,6 +41,10 @@ pub struct App {
     pub report: RegisterReport,
     /// The server-global MCP client (owned here: closing a session never closes it).
     pub mcp: McpClient,
+    /// How long a command waits for the upstreams to connect before going on without the
+    /// slow ones: 30 s, or longer when a server's `connect_timeout` is (so raising it for a
+    /// server that `npx -y` fetches on first start is not undone by the wait).
+    pub startup_wait: std::time::Duration,
 }
 
 impl std::fmt::Debug for App {
@@ -105,7 +112,13 @@ impl App {
         // its tools register first-wins as each server connects.
         let env = |k: &str| std::env::var(k).ok();
         let servers = crate::mcp_json::resolve_servers(config, mcp_files, &env)?;
-        let mcp = McpClient::start(catalog.clone(), servers, ClientOptions::default());
+        let options = ClientOptions::default();
+        let startup_wait = servers
+            .iter()
+            .filter_map(|s| s.connect_timeout)
+            .map(|t| t + std::time::Duration::from_secs(1))
+            .fold(STARTUP_WAIT, std::cmp::max);
+        let mcp = McpClient::start(catalog.clone(), servers, options);
         surface.resync_index();
         let dispatcher = Dispatcher::builder(catalog.clone())
             .config(config.limits.dispatch_config()?)
@@ -120,6 +133,7 @@ impl App {
             store,
             report,
             mcp,
+            startup_wait,
         })
     }
 

@@ -8,9 +8,6 @@ use indicatif::{ProgressBar, ProgressStyle};
 use quiver_host::App;
 use quiver_mcp_adapter::{ServerState, ServerStatus};
 
-/// How long a one-shot command or `serve` waits for upstreams before going on without them.
-const WAIT: Duration = Duration::from_secs(30);
-
 fn state_text(s: &ServerStatus) -> String {
     match &s.state {
         ServerState::Connected => format!("connected, {} tool(s)", s.tools.len()),
@@ -44,7 +41,7 @@ fn summary(servers: &[ServerStatus]) -> String {
 /// Waits for the upstreams as [`App::wait_for_upstreams`] does, showing progress.
 pub(crate) async fn wait_for_upstreams(app: &App) -> anyhow::Result<()> {
     if app.mcp.status().is_empty() {
-        return app.wait_for_upstreams(WAIT).await;
+        return app.wait_for_upstreams(app.startup_wait).await;
     }
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = ProgressBar::new_spinner();
@@ -73,7 +70,7 @@ pub(crate) async fn wait_for_upstreams(app: &App) -> anyhow::Result<()> {
             bar.set_message(summary(&servers));
         }
     };
-    let wait = app.wait_for_upstreams(WAIT);
+    let wait = app.wait_for_upstreams(app.startup_wait);
     tokio::pin!(wait);
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let result = loop {
@@ -82,9 +79,31 @@ pub(crate) async fn wait_for_upstreams(app: &App) -> anyhow::Result<()> {
             _ = tick.tick() => report(app.mcp.status()),
         }
     };
-    report(app.mcp.status());
+    let servers = app.mcp.status();
+    report(servers.clone());
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
+    // A server that neither connected nor failed within the wait (an upstream that does not
+    // answer, or answers with what cannot be read) would otherwise go unmentioned.
+    for s in servers
+        .iter()
+        .filter(|s| matches!(s.state, ServerState::Connecting))
+    {
+        eprintln!("{}", still_connecting(s, app.startup_wait));
+    }
     result
+}
+
+fn still_connecting(s: &ServerStatus, waited: Duration) -> String {
+    let last = s
+        .diagnostics
+        .last()
+        .map(|d| format!(" (last: {d})"))
+        .unwrap_or_default();
+    format!(
+        "upstream MCP server {}: still connecting after {} s{last}; going on without it (it keeps trying in the background; `quiver status` shows its state)",
+        s.name,
+        waited.as_secs()
+    )
 }

@@ -204,3 +204,61 @@ fn a_signal_during_a_command_stops_the_upstreams_processes() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// An upstream whose `tools/list` answer cannot be read (a schema nested 150 levels deep,
+/// past the JSON parser's limit of 128) is dropped unread by rmcp, so its listing never
+/// comes: with `connect_timeout = "1s"` the server is reported down within the command's
+/// start-up wait, with a reason that names the step, the timeout and what to look at.
+#[test]
+fn an_unreadable_tool_listing_is_reported_with_its_timeout() {
+    let python = peers().join("venv/bin/python");
+    let dir = std::env::temp_dir().join(format!("quiver-deep-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("deep.py");
+    std::fs::write(
+        &script,
+        r#"import sys, json
+leaf = {"type": "string", "description": "leaf"}
+for _ in range(150):
+    leaf = {"type": "object", "description": "level", "properties": {"x": leaf}}
+tools = [{"name": "deep", "description": "Use when deep.", "inputSchema": {"type": "object", "properties": {"d": leaf}}}]
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m:
+        continue
+    if m["method"] == "initialize":
+        r = {"protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}}, "serverInfo": {"name": "deep", "version": "1"}}
+    elif m["method"] == "tools/list":
+        r = {"tools": tools}
+    else:
+        r = {}
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r}), flush=True)
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[store]\npath = {db:?}\n\n[[mcp.servers]]\nname = \"deep\"\ncommand = {py:?}\nargs = [{script:?}]\nconnect_timeout = \"1s\"\n",
+            db = dir.join("quiver.db"),
+            py = python,
+            script = script,
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .arg("status")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("upstream MCP server deep: down")
+            && stderr.contains("no answer to tools/list within 1 s")
+            && stderr.contains("nested over 128 levels deep"),
+        "{stderr}"
+    );
+}

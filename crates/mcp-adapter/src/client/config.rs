@@ -156,6 +156,11 @@ pub struct ServerConfig {
     /// Per-call timeout; the client default (120 s) when absent.
     #[serde(default, deserialize_with = "de_duration")]
     pub call_timeout: Option<Duration>,
+    /// How long one connection attempt (start-up, `initialize`, the first `tools/list`) may
+    /// take; the client default (30 s) when absent. A server fetched by `npx -y` or `uvx`
+    /// on its first start may need more.
+    #[serde(default, deserialize_with = "de_duration")]
+    pub connect_timeout: Option<Duration>,
     /// Bridge the server's resources through `list_mcp_resources` / `read_mcp_resource`.
     #[serde(default = "yes")]
     pub resources: bool,
@@ -213,6 +218,7 @@ impl ServerConfig {
             required: false,
             liveness: None,
             call_timeout: None,
+            connect_timeout: None,
             resources: true,
             prompts: true,
             bare_prompts: false,
@@ -345,6 +351,8 @@ pub struct ResolvedServer {
     pub liveness: Option<Liveness>,
     /// Per-call timeout override.
     pub call_timeout: Option<Duration>,
+    /// Connection-attempt timeout override.
+    pub connect_timeout: Option<Duration>,
     /// Bridge resources.
     pub resources: bool,
     /// Offer prompts.
@@ -603,6 +611,7 @@ fn resolve(
         required: s.required,
         liveness: s.liveness,
         call_timeout: s.call_timeout,
+        connect_timeout: s.connect_timeout,
         resources: s.resources,
         prompts: s.prompts,
         bare_prompts: s.bare_prompts,

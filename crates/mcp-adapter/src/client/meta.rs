@@ -214,10 +214,7 @@ impl Tool for MetaTool {
         let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(
             ReadResourceRequestParams::new(uri.to_owned()),
         ));
-        let mut limit = up.cfg.call_timeout.unwrap_or(shared.opts.call_timeout);
-        if let Some(deadline) = ctx.deadline {
-            limit = limit.min(deadline.saturating_duration_since(std::time::Instant::now()));
-        }
+        let limit = up.call_limit(ctx);
         let label = format!("{READ} {uri}");
         let result = match up.request_for(&conn, &label, request, limit, ctx).await {
             Ok(ServerResult::ReadResourceResult(r)) => r,
@@ -240,9 +237,9 @@ impl Tool for MetaTool {
                 return Ok(Envelope::err(
                     ErrKind::Timeout,
                     format!(
-                        "MCP server \"{}\" did not answer resources/read within {} s",
+                        "MCP server \"{}\" did not answer resources/read within {}",
                         up.name(),
-                        limit.as_secs_f32()
+                        crate::client::upstream::seconds(limit)
                     ),
                 ));
             }
@@ -363,8 +360,8 @@ pub(super) async fn expand_prompt(
         }
         Err(rmcp::service::ServiceError::Timeout { .. }) => {
             return Err(upstream_err(format!(
-                "prompt {prompt:?}: no answer within {} s",
-                limit.as_secs_f32()
+                "prompt {prompt:?}: no answer within {}",
+                crate::client::upstream::seconds(limit)
             )));
         }
         Err(_) => {

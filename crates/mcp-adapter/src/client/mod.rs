@@ -289,8 +289,8 @@ impl McpClient {
                             return Err(McpError::NotReady {
                                 server: up.name().to_owned(),
                                 reason: format!(
-                                    "{other:?} after {} s; {last}",
-                                    timeout.as_secs_f32()
+                                    "{other:?} after {}; {last}",
+                                    crate::client::upstream::seconds(timeout)
                                 ),
                             });
                         }

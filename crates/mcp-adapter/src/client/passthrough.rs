@@ -192,9 +192,9 @@ fn answer<T>(
     match outcome {
         Ok(v) => Ok(v),
         Err(ServiceError::Timeout { .. }) => Err(ContentError::Unavailable(format!(
-            "MCP server \"{}\" did not answer {what} within {} s",
+            "MCP server \"{}\" did not answer {what} within {}",
             up.name(),
-            limit.as_secs_f32()
+            crate::client::upstream::seconds(limit)
         ))),
         Err(ServiceError::Cancelled { .. }) => Err(ContentError::Unavailable(format!(
             "{what} was cancelled before MCP server \"{}\" answered",

@@ -297,6 +297,19 @@ impl Relays {
     }
 }
 
+/// A duration as people write it: `30 s`, `1.5 s`, `250 ms` (never `0.9999333 s`).
+pub(crate) fn seconds(d: Duration) -> String {
+    let ms = d.as_millis();
+    let tenths = (ms + 50) / 100;
+    if tenths < 10 {
+        format!("{ms} ms")
+    } else if tenths.is_multiple_of(10) || tenths >= 100 {
+        format!("{} s", (ms + 500) / 1000)
+    } else {
+        format!("{}.{} s", tenths / 10, tenths % 10)
+    }
+}
+
 fn not_connected(server: &str) -> Envelope {
     Envelope::err(
         ErrKind::NotAvailable,
@@ -311,9 +324,9 @@ impl Upstream {
         Envelope::err(
             ErrKind::Timeout,
             format!(
-                "MCP server \"{}\" did not answer `{tool}` within {} s; the call was cancelled upstream",
+                "MCP server \"{}\" did not answer `{tool}` within {}; the call was cancelled upstream",
                 self.cfg.name,
-                timeout.as_secs_f32()
+                seconds(timeout)
             ),
         )
     }
@@ -492,13 +505,37 @@ impl Upstream {
         });
     }
 
+    /// How long a call may wait for its answer. The caller's deadline (the dispatcher's
+    /// `timeout_secs` or per-tool timeout, which the operator set) bounds it; the client's
+    /// default `call_timeout` (120 s) applies only without one, so `timeout_secs = 300` is
+    /// not cut to 120 s. A `call_timeout` set on the server still caps it.
+    pub(crate) fn call_limit(&self, ctx: &CallContext) -> Duration {
+        let left = ctx
+            .deadline
+            .map(|d| d.saturating_duration_since(Instant::now()));
+        match (self.cfg.call_timeout, left) {
+            (Some(own), Some(left)) => own.min(left),
+            (Some(own), None) => own,
+            (None, Some(left)) => left,
+            (None, None) => self.opts.call_timeout,
+        }
+    }
+
+    /// How long one connection attempt may take: the server's `connect_timeout`, else the
+    /// client's.
+    fn connect_timeout(&self) -> Duration {
+        self.cfg
+            .connect_timeout
+            .unwrap_or(self.opts.connect_timeout)
+    }
+
     /// Dials until connected, rejected or closed. A connection lost soon after it came up
     /// left a backoff delay (see [`Upstream::lost`]): the first dial waits it, so a server
     /// that connects and dies is not respawned in a tight loop.
     async fn supervise(self: &Arc<Self>) {
         let seen = self.state.borrow().generation;
         let mut delay: Option<Duration> = *self.backoff.lock().unwrap_or_else(|p| p.into_inner());
-        if delay.is_some_and(|d| d >= self.opts.connect_timeout) {
+        if delay.is_some_and(|d| d >= self.connect_timeout()) {
             // Calls would wait for this redial longer than they wait for any: fail them now.
             self.state.send_if_modified(|s| {
                 let waiting = matches!(s.state, State::Reconnecting);
@@ -710,10 +747,10 @@ impl Upstream {
             }
         };
         let outcome = tokio::select! {
-            r = tokio::time::timeout(self.opts.connect_timeout, connect) => match r {
+            r = tokio::time::timeout(self.connect_timeout(), connect) => match r {
                 Ok(r) => r,
                 Err(_) => Err(DialError::Transient(format!(
-                    "no answer to initialize within {} s", self.opts.connect_timeout.as_secs_f32()
+                    "no answer to initialize within {}", seconds(self.connect_timeout())
                 ))),
             },
             _ = self.closed.cancelled() => Err(DialError::Closed),
@@ -770,12 +807,17 @@ impl Upstream {
             .await;
         }
         let tools = if has_tools_cap {
-            match tokio::time::timeout(self.opts.connect_timeout, self.list_tools(&peer)).await {
+            match tokio::time::timeout(self.connect_timeout(), self.list_tools(&peer)).await {
                 Ok(Ok(t)) => t,
                 Ok(Err(e)) => return fail(e, running, child_guard).await,
                 Err(_) => {
                     return fail(
-                        DialError::Transient("no answer to tools/list".into()),
+                        DialError::Transient(format!(
+                            "no answer to tools/list within {} (an answer that is not \
+                             valid JSON-RPC, such as one nested over 128 levels deep, is \
+                             dropped unread: `QUIVER_LOG=rmcp=debug` shows it)",
+                            seconds(self.connect_timeout())
+                        )),
                         running,
                         child_guard,
                     )
@@ -802,7 +844,7 @@ impl Upstream {
                 &protocol,
                 session,
                 generation,
-                self.opts.connect_timeout,
+                self.connect_timeout(),
             )
             .map(Arc::new),
             _ => None,
@@ -1101,7 +1143,7 @@ impl Upstream {
             }
         };
         self.counters.relists.fetch_add(1, Ordering::Relaxed);
-        match tokio::time::timeout(self.opts.connect_timeout, self.list_tools(&conn.peer)).await {
+        match tokio::time::timeout(self.connect_timeout(), self.list_tools(&conn.peer)).await {
             Ok(Ok(listing)) => {
                 let n = listing.tools.len();
                 self.publish(listing);
@@ -1155,7 +1197,7 @@ impl Upstream {
     /// envelope to answer with at once.
     async fn ready_conn(&self) -> Result<Arc<Conn>, Envelope> {
         let mut rx = self.state.subscribe();
-        let deadline = tokio::time::Instant::now() + self.opts.connect_timeout;
+        let deadline = tokio::time::Instant::now() + self.connect_timeout();
         loop {
             let state = rx.borrow_and_update().state.clone();
             match state {
@@ -1286,10 +1328,7 @@ impl Upstream {
         if conn.cancel.is_cancelled() {
             return Attempt::NotDelivered;
         }
-        let mut timeout = self.cfg.call_timeout.unwrap_or(self.opts.call_timeout);
-        if let Some(deadline) = ctx.deadline {
-            timeout = timeout.min(deadline.saturating_duration_since(Instant::now()));
-        }
+        let mut timeout = self.call_limit(ctx);
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
         if let Some(lane) = &conn.fast {
             if let Some(a) = self
@@ -1773,4 +1812,20 @@ async fn deliver_log(
 
 fn done(envelope: Envelope) -> Attempt {
     Attempt::Done(Box::new(envelope))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        let ms = Duration::from_millis;
+        assert_eq!(seconds(ms(250)), "250 ms");
+        assert_eq!(seconds(ms(999)), "1 s");
+        assert_eq!(seconds(Duration::from_nanos(999_933_300)), "1 s");
+        assert_eq!(seconds(ms(1500)), "1.5 s");
+        assert_eq!(seconds(ms(30_000)), "30 s");
+        assert_eq!(seconds(ms(120_400)), "120 s");
+    }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use quiver_contract::ErrKind;
+use quiver_contract::{CallContext, Envelope, ErrKind};
 use quiver_mcp_adapter::{McpError, ServerConfig, ServerState};
 use serde_json::json;
 
@@ -104,6 +104,45 @@ async fn hung_call_times_out_clearly() {
     let env = call(&catalog, "mcp__fx__echo", json!({"text": "alive"})).await;
     assert!(text_of(&env).contains("alive"), "{env:?}");
     assert_eq!(client.server_status("fx").unwrap().counters.drops, 0);
+    close_and_check(&client).await;
+}
+
+/// The caller's deadline (the dispatcher's `timeout_secs`, set by the operator) bounds an
+/// upstream call, not the client's default `call_timeout`: a deadline longer than the
+/// default is honoured (before, the call was cut at the default). A server's own
+/// `call_timeout` still caps it, and a timeout names whole seconds or milliseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_callers_deadline_outranks_the_default_call_timeout() {
+    let (catalog, client) = start(
+        &[
+            fixture_server("fx", "normal").required(),
+            fixture_server("capped", "normal")
+                .with_call_timeout(Duration::from_millis(400))
+                .required(),
+        ],
+        fast_options().with_call_timeout(Duration::from_millis(400)),
+    );
+    ready(&client).await;
+    let with_deadline = |name: &'static str| {
+        let entry = catalog.lookup(name).expect("listed");
+        async move {
+            let ctx = CallContext::default()
+                .with_deadline(std::time::Instant::now() + Duration::from_secs(20));
+            match entry.tool.call(json!({"seconds": 1.2}), &ctx).await {
+                Ok(env) => env,
+                Err(e) => Envelope::from(e),
+            }
+        }
+    };
+    let env = within(Duration::from_secs(30), with_deadline("mcp__fx__sleep")).await;
+    assert_eq!(
+        env.err_kind(),
+        None,
+        "cut at the default call_timeout: {env:?}"
+    );
+    let env = within(Duration::from_secs(30), with_deadline("mcp__capped__sleep")).await;
+    assert_eq!(env.err_kind(), Some(&ErrKind::Timeout), "{env:?}");
+    assert!(env.message().unwrap().contains("within 400 ms;"), "{env:?}");
     close_and_check(&client).await;
 }
 

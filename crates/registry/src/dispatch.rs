@@ -251,6 +251,37 @@ impl DispatcherBuilder {
     }
 }
 
+/// The error kinds of calls the dispatcher refused before the tool ran: unknown, forbidden,
+/// denied, looping, too large or too deep. Whatever else failed had run (an upstream that
+/// was not available, a tool's own error kind).
+pub const REFUSED_KINDS: &[&str] = &[
+    "undefined_tool",
+    "forbidden",
+    "policy_denied",
+    "loop_guard",
+    "input_too_large",
+    "too_deep",
+];
+
+/// Whether a logged call was refused before its tool ran: one of [`REFUSED_KINDS`], or the
+/// dispatcher's own schema hint on the arguments (a schema hint the tool returned after it
+/// ran does not count). Such a call is not use of the tool: it neither counts as called for
+/// a policy's `requires_prior` nor as usage for the resident floor.
+pub fn refused_before_running(
+    err_kind: Option<&ErrKind>,
+    hint_kind: Option<HintKind>,
+    error: Option<&str>,
+    tool: &str,
+) -> bool {
+    match (err_kind, hint_kind) {
+        (Some(k), _) => REFUSED_KINDS.contains(&k.as_str()),
+        (None, Some(HintKind::Schema)) => {
+            error.is_some_and(|m| validate::refused_arguments(m, tool))
+        }
+        _ => false,
+    }
+}
+
 /// How many of a session's newest logged calls [`Dispatcher::restore_called`] reads.
 const RESTORED_CALLS: usize = 1000;
 /// The most characters of narration (`reasoning` and the like) a call keeps for its log row.
@@ -435,27 +466,13 @@ impl Dispatcher {
         let calls = log.recent_calls(filter).await?;
         let ran: Vec<&str> = calls
             .iter()
-            .filter(|c| match (&c.err_kind, &c.hint_kind) {
-                // Refused before running: unknown, forbidden, denied, looping, too large or
-                // too deep. Whatever else failed had run, and counts, as it did live (an
-                // upstream that was not available, a tool's own error kind).
-                (Some(k), _) => !matches!(
-                    k,
-                    ErrKind::UndefinedTool
-                        | ErrKind::Forbidden
-                        | ErrKind::PolicyDenied
-                        | ErrKind::LoopGuard
-                ) && !matches!(k, ErrKind::Other(o) if o == "input_too_large" || o == "too_deep"),
-                // A schema hint: refused before running when it is the dispatcher's own
-                // (the tool returned the others after it ran, and they count live).
-                (None, Some(h)) => {
-                    *h != HintKind::Schema
-                        || !c
-                            .error
-                            .as_deref()
-                            .is_some_and(|m| validate::refused_arguments(m, &c.tool_name))
-                }
-                (None, None) => true,
+            .filter(|c| {
+                !refused_before_running(
+                    c.err_kind.as_ref(),
+                    c.hint_kind,
+                    c.error.as_deref(),
+                    &c.tool_name,
+                )
             })
             .map(|c| c.tool_name.as_str())
             .collect();

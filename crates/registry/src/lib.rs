@@ -21,7 +21,10 @@ pub use catalog::{
     AdvertiseOptions, Catalog, CatalogEvent, Entry, Family, RegisterReport, Skipped, advertise,
     advertised_extra_bytes, order_families,
 };
-pub use dispatch::{BatchCall, DispatchConfig, Dispatcher, DispatcherBuilder, UNDEFINED_TOOLS};
+pub use dispatch::{
+    BatchCall, DispatchConfig, Dispatcher, DispatcherBuilder, REFUSED_KINDS, UNDEFINED_TOOLS,
+    refused_before_running,
+};
 pub use error::RegistryError;
 pub use layers::telemetry::{Metrics, ToolCounters};
 pub use policy::{PolicyAction, PolicyRule, RulePolicy};
@@ -40,6 +43,7 @@ pub use store::{
     plan_seed,
 };
 pub use suggest::did_you_mean;
+pub use validate::REFUSED_ARGUMENTS;
 
 #[cfg(feature = "mock")]
 pub use ports::{MockPolicyCheck, MockToolCallRecorder};

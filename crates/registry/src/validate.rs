@@ -136,12 +136,16 @@ pub(crate) fn signature(schema: &Value) -> String {
         .join(", ")
 }
 
+/// How the dispatcher's own refusal of a tool's arguments begins, followed by the tool's
+/// name in backticks.
+pub const REFUSED_ARGUMENTS: &str = "the arguments to `";
+
 /// Whether a schema hint's message is the dispatcher's own refusal of `tool`'s arguments
 /// (bad arguments, JSON that does not parse, not an object: the tool did not run), as
 /// [`check`] and the dispatcher word it, not a schema hint the tool returned after it ran.
 pub(crate) fn refused_arguments(message: &str, tool: &str) -> bool {
     message
-        .strip_prefix("the arguments to `")
+        .strip_prefix(REFUSED_ARGUMENTS)
         .and_then(|rest| rest.strip_prefix(tool))
         .is_some_and(|rest| rest.starts_with('`'))
 }

@@ -1032,22 +1032,37 @@ impl UsageSource for SqliteStore {
         self.read(move |c, loc| {
             let mut stmt = c
                 .prepare_cached(
+                    // Calls that ran: not those the dispatcher refused first (a denied
+                    // tool the model kept trying is not a used one), as
+                    // `quiver_registry::refused_before_running` decides for one row.
                     "SELECT tool_name,
                         SUM(created_at >= ?1),
                         SUM(created_at < ?1 AND created_at >= ?2),
                         SUM(created_at < ?2)
-                     FROM execution_log GROUP BY tool_name ORDER BY tool_name",
+                     FROM execution_log
+                     WHERE (err_kind IS NULL OR err_kind NOT IN (SELECT value FROM json_each(?3)))
+                       AND NOT COALESCE(
+                           hint_kind = 'schema' AND err_kind IS NULL
+                           AND substr(error, 1, length(?4) + length(tool_name) + 1)
+                               = ?4 || tool_name || '`',
+                           0)
+                     GROUP BY tool_name ORDER BY tool_name",
                 )
                 .at(loc)?;
+            let refused = serde_json::to_string(quiver_registry::REFUSED_KINDS)
+                .unwrap_or_else(|_| "[]".to_owned());
             let rows = stmt
-                .query_map(params![b30, b90], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, u64>(1)?,
-                        r.get::<_, u64>(2)?,
-                        r.get::<_, u64>(3)?,
-                    ))
-                })
+                .query_map(
+                    params![b30, b90, refused, quiver_registry::REFUSED_ARGUMENTS],
+                    |r| {
+                        Ok((
+                            r.get::<_, String>(0)?,
+                            r.get::<_, u64>(1)?,
+                            r.get::<_, u64>(2)?,
+                            r.get::<_, u64>(3)?,
+                        ))
+                    },
+                )
                 .at(loc)?
                 .collect::<Result<Vec<_>, _>>()
                 .at(loc)?;

@@ -92,6 +92,80 @@ async fn recorded_calls_read_back_filtered_with_summary_and_full_output() {
     assert_eq!(store.writer_stats().rows_written, 3);
 }
 
+/// Usage counts the calls that ran: a call the dispatcher refused first (denied by policy,
+/// unknown, looping, too large, its arguments refused by the schema check) is not use of
+/// the tool, or a tool the model keeps trying against a deny rule would be put on every
+/// session's list. A tool's own failure and a schema hint the tool returned after it ran
+/// still count.
+#[tokio::test]
+async fn usage_counts_only_calls_that_ran() {
+    let (_dir, _path, store) = store();
+    let now = SystemTime::now();
+    let rec = |tool: &str, id: &str, env: Envelope| CallRecord::new(tool, id, json!({}), env);
+    for (i, kind) in [
+        ErrKind::PolicyDenied,
+        ErrKind::UndefinedTool,
+        ErrKind::Forbidden,
+        ErrKind::LoopGuard,
+        ErrKind::Other("input_too_large".into()),
+        ErrKind::Other("too_deep".into()),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        store
+            .record(rec("denied", &format!("d{i}"), Envelope::err(kind, "refused")))
+            .await;
+    }
+    store
+        .record(rec(
+            "denied",
+            "h0",
+            Envelope::hint(
+                HintKind::Schema,
+                "the arguments to `denied` do not fit its schema: `/a`: wrong type",
+                Vec::new(),
+            ),
+        ))
+        .await;
+    // Ran: the tool's own failure, an upstream not available, a hint the tool returned
+    // (about its own input), and the dispatcher's refusal of another tool's name.
+    store
+        .record(rec("used", "u0", Envelope::err(ErrKind::ToolFailed, "boom")))
+        .await;
+    store
+        .record(rec(
+            "used",
+            "u1",
+            Envelope::err(ErrKind::NotAvailable, "MCP server down"),
+        ))
+        .await;
+    store
+        .record(rec(
+            "used",
+            "u2",
+            Envelope::hint(HintKind::Schema, "the row id is unknown", Vec::new()),
+        ))
+        .await;
+    store
+        .record(rec(
+            "used",
+            "u3",
+            Envelope::hint(
+                HintKind::Schema,
+                "the arguments to `other` do not fit its schema",
+                Vec::new(),
+            ),
+        ))
+        .await;
+    store.record(rec("used", "u4", Envelope::text("ok"))).await;
+    store.flush().await;
+    assert_eq!(
+        store.usage(now).await.expect("usage"),
+        [ToolUsage::new("used", 5, 0, 0)]
+    );
+}
+
 #[tokio::test]
 async fn usage_is_bucketed_by_age_and_retention_purges_old_rows() {
     let (_dir, _path, store) = store();

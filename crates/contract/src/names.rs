@@ -7,17 +7,42 @@ pub const MAX_NAME_BYTES: usize = 256;
 
 /// A requested tool name as an error message quotes it back: a name longer than
 /// [`MAX_NAME_BYTES`] cannot exist, so only its start is shown (with its length), not
-/// kilobytes of whatever was sent.
+/// kilobytes of whatever was sent; control characters (a newline, a terminal escape) are
+/// shown escaped (`\n`, `\u{1b}`), so a name cannot break the message's lines or reach an
+/// operator's terminal as a command.
 pub fn quoted_name(name: &str) -> std::borrow::Cow<'_, str> {
     const SHOWN: usize = 64;
+    let shown = if name.len() <= MAX_NAME_BYTES {
+        name
+    } else {
+        let mut end = SHOWN;
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        &name[..end]
+    };
+    let escaped = printable(shown);
     if name.len() <= MAX_NAME_BYTES {
-        return std::borrow::Cow::Borrowed(name);
+        return escaped;
     }
-    let mut end = SHOWN;
-    while !name.is_char_boundary(end) {
-        end -= 1;
+    std::borrow::Cow::Owned(format!("{escaped}… ({} bytes)", name.len()))
+}
+
+/// `text` with its control characters escaped (`\n`, `\t`, `\u{1b}`); borrowed when it
+/// has none.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
     }
-    std::borrow::Cow::Owned(format!("{}… ({} bytes)", &name[..end], name.len()))
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// What family a valid name belongs to.
@@ -258,5 +283,13 @@ mod quoted_tests {
         assert!(q.starts_with(&"é".repeat(32)), "{q}");
         assert!(q.ends_with("… (600 bytes)"), "{q}");
         assert!(q.len() < 100, "{q}");
+    }
+
+    #[test]
+    fn control_characters_are_shown_escaped() {
+        assert_eq!(quoted_name("a\nb\u{1b}[2J"), "a\\nb\\u{1b}[2J");
+        assert_eq!(printable("plain"), "plain");
+        let long = format!("\t{}", "x".repeat(300));
+        assert!(quoted_name(&long).starts_with("\\tx"));
     }
 }

@@ -679,13 +679,16 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                         .chars()
                         .take(60)
                         .collect();
+                    // Escaped: a row's texts come from clients and tools, and a newline
+                    // or a terminal escape in them must not forge rows or drive the
+                    // operator's terminal.
                     println!(
                         "{:<24} {:<7} {:<14} {:>9}  {}",
-                        c.tool_name,
+                        quiver_contract::printable(&c.tool_name),
                         c.kind,
-                        c.session.as_deref().unwrap_or("-"),
+                        quiver_contract::printable(c.session.as_deref().unwrap_or("-")),
                         ms(c.took),
-                        summary
+                        quiver_contract::printable(&summary)
                     );
                 }
                 println!("{} call(s)", calls.len());

@@ -338,7 +338,10 @@ impl Drop for Unfinished<'_> {
                 let name = entry.spec.name.as_str();
                 let envelope = Envelope::err(
                     ErrKind::Cancelled,
-                    format!("the call to `{name}` was dropped: its caller went away"),
+                    format!(
+                        "the call to `{}` was dropped: its caller went away",
+                        quiver_contract::quoted_name(name)
+                    ),
                 );
                 let queued = started
                     .get()
@@ -490,18 +493,28 @@ impl Dispatcher {
     }
 
     /// Calls a tool with arguments given as raw JSON text; malformed JSON is a schema hint.
-    pub async fn call_json(&self, name: &str, raw: &str, ctx: CallContext) -> Envelope {
+    pub async fn call_json(&self, name: &str, raw: &str, mut ctx: CallContext) -> Envelope {
+        self.assign_call_id(&mut ctx);
         let input = if raw.trim().is_empty() {
             Value::Object(Map::new())
         } else {
             match serde_json::from_str::<Value>(raw) {
                 Ok(v) => v,
                 Err(e) => {
+                    let shown = quiver_contract::quoted_name(name);
+                    // serde_json stops at 128 levels of nesting: valid JSON, but too deep.
+                    let why = if e.to_string().starts_with("recursion limit exceeded") {
+                        format!(
+                            "are nested too deeply ({e}: more than 128 levels of arrays and objects). Send flatter data"
+                        )
+                    } else {
+                        format!(
+                            "are not valid JSON ({e}). Send one JSON object, e.g. {{\"key\": \"value\"}}"
+                        )
+                    };
                     let envelope = Envelope::hint(
                         HintKind::Schema,
-                        format!(
-                            "the arguments to `{name}` are not valid JSON ({e}). Send one JSON object, e.g. {{\"key\": \"value\"}}."
-                        ),
+                        format!("the arguments to `{shown}` {why}."),
                         Vec::new(),
                     );
                     return self
@@ -520,15 +533,20 @@ impl Dispatcher {
         self.call(name, input, ctx).await
     }
 
+    /// Gives the call an id unless the caller gave one (every logged row has one).
+    fn assign_call_id(&self, ctx: &mut CallContext) {
+        if ctx.call_id.is_none() {
+            let n = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+            ctx.call_id = Some(call_id(&self.inner.id_prefix, n));
+        }
+    }
+
     /// Runs one call through the whole pipeline and returns its envelope. Never panics on
     /// bad input; every call is recorded.
     pub async fn call(&self, name: &str, input: Value, mut ctx: CallContext) -> Envelope {
         let t0 = Instant::now();
         let inner = &*self.inner;
-        if ctx.call_id.is_none() {
-            let n = inner.next_id.fetch_add(1, Ordering::Relaxed);
-            ctx.call_id = Some(call_id(&inner.id_prefix, n));
-        }
+        self.assign_call_id(&mut ctx);
         let found = inner.catalog.lookup(name);
         let (input, canonical) = match self.normalize(name, found.as_ref(), input, &mut ctx) {
             Ok(v) => v,
@@ -573,7 +591,10 @@ impl Dispatcher {
         let cancelled = || {
             Envelope::err(
                 ErrKind::Cancelled,
-                format!("the call to `{name}` was cancelled by the caller"),
+                format!(
+                    "the call to `{}` was cancelled by the caller",
+                    quiver_contract::quoted_name(name)
+                ),
             )
         };
         let mut envelope = if cancel.is_cancelled() {
@@ -630,7 +651,10 @@ impl Dispatcher {
                 };
                 let envelope = Envelope::hint(
                     HintKind::Schema,
-                    format!("the arguments to `{name}` must be a JSON object, not {kind}"),
+                    format!(
+                        "the arguments to `{}` must be a JSON object, not {kind}",
+                        quiver_contract::quoted_name(name)
+                    ),
                     Vec::new(),
                 );
                 return Err(Box::new((other, envelope)));
@@ -660,7 +684,8 @@ impl Dispatcher {
             let envelope = Envelope::err(
                 ErrKind::Other("input_too_large".into()),
                 format!(
-                    "the arguments to `{name}` are {} bytes; the limit is {} bytes. Send less data per call (split it, or pass a reference instead of the content).",
+                    "the arguments to `{}` are {} bytes; the limit is {} bytes. Send less data per call (split it, or pass a reference instead of the content).",
+                    quiver_contract::quoted_name(name),
                     canonical.len(),
                     self.inner.config.max_input_bytes
                 ),
@@ -686,8 +711,10 @@ impl Dispatcher {
             return Prepared::Done(Envelope::err(
                 ErrKind::Other("too_deep".into()),
                 format!(
-                    "`{name}` was called {} levels deep; the limit is {}",
-                    ctx.depth, inner.config.max_depth
+                    "`{}` was called {} levels deep; the limit is {}",
+                    quiver_contract::quoted_name(name),
+                    ctx.depth,
+                    inner.config.max_depth
                 ),
             ));
         }

@@ -817,6 +817,43 @@ async fn every_call_is_recorded_exactly_once_even_early_exits() {
     );
 }
 
+/// Rows of early exits carry a call id like any other (malformed JSON was logged with an
+/// empty one), and a name sent with control characters is escaped in what the model reads
+/// and in the log (a newline or a terminal escape could forge rows in `quiver log`).
+#[tokio::test]
+async fn early_exits_have_call_ids_and_names_are_escaped() {
+    let mut mock = MockToolCallRecorder::new();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen2 = seen.clone();
+    mock.expect_record().times(3).returning(move |r| {
+        seen2
+            .lock()
+            .unwrap()
+            .push((r.tool_name.clone(), r.call_id.to_string()));
+    });
+    let d = Dispatcher::builder(catalog_with(vec![echo()]))
+        .recorder(Arc::new(mock))
+        .build();
+    let bad = d.call_json("echo", "{not json", ctx()).await;
+    assert!(text(&bad).contains("are not valid JSON"), "{}", text(&bad));
+    let deep = format!("{{\"text\": {}{}}}", "[".repeat(200), "]".repeat(200));
+    let deep = d.call_json("echo", &deep, ctx()).await;
+    assert!(
+        text(&deep).contains("are nested too deeply") && text(&deep).contains("128 levels"),
+        "{}",
+        text(&deep)
+    );
+    let forged = d.call("x\u{1b}[2J\nfake_row ok", json!({}), ctx()).await;
+    let shown = text(&forged);
+    assert!(
+        !shown.contains('\u{1b}') && shown.contains("x\\u{1b}[2J\\nfake_row ok"),
+        "{shown}"
+    );
+    let seen = seen.lock().unwrap();
+    assert!(seen.iter().all(|(_, id)| !id.is_empty()), "{seen:?}");
+    assert_eq!(seen[2].0, "x\\u{1b}[2J\\nfake_row ok");
+}
+
 #[tokio::test]
 async fn cancelling_releases_the_caller_at_once_and_the_tool_sees_its_token() {
     let (saw_tx, saw_rx) = oneshot::channel::<()>();

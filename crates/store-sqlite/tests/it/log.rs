@@ -114,7 +114,11 @@ async fn usage_counts_only_calls_that_ran() {
     .enumerate()
     {
         store
-            .record(rec("denied", &format!("d{i}"), Envelope::err(kind, "refused")))
+            .record(rec(
+                "denied",
+                &format!("d{i}"),
+                Envelope::err(kind, "refused"),
+            ))
             .await;
     }
     store
@@ -131,7 +135,11 @@ async fn usage_counts_only_calls_that_ran() {
     // Ran: the tool's own failure, an upstream not available, a hint the tool returned
     // (about its own input), and the dispatcher's refusal of another tool's name.
     store
-        .record(rec("used", "u0", Envelope::err(ErrKind::ToolFailed, "boom")))
+        .record(rec(
+            "used",
+            "u0",
+            Envelope::err(ErrKind::ToolFailed, "boom"),
+        ))
         .await;
     store
         .record(rec(

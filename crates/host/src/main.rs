@@ -72,7 +72,8 @@ enum Command {
     /// Exits 1 when anything is found: a lint finding, a tool not registered, a breaking
     /// change, or a configured tool name that matches no tool (`[unmatched]`; one under the
     /// prefix of an upstream that is not connected, and a `*` pattern that matches nothing
-    /// yet, are notes). Exits 2 when the configuration itself is wrong.
+    /// yet, are notes), or a `required` MCP server that is not ready. Exits 2 when the
+    /// configuration itself is wrong.
     Check {
         /// Also report breaking schema changes against the definitions stored in this
         /// database: removed fields, renamed or removed tools, type changes, new required
@@ -82,6 +83,8 @@ enum Command {
     },
     /// Show the upstream MCP servers (connected, retrying, failed with the reason), their
     /// tool counts, and the store.
+    ///
+    /// Exits 1 when a `required` server is not ready (the table is shown all the same).
     Status,
     /// Show the resident floor: the anchors, then the tools used most (ranked from the
     /// execution log's usage, weighted 3.0 / 1.0 / 0.2 for calls under 30 days, under 90
@@ -292,6 +295,18 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => r.map(|()| None),
         signal = &mut interrupted => Ok(Some(signal)),
     };
+    // `status` and `check` are how an operator finds out why a required server is down:
+    // they say so and go on (exit 1), where the other commands stop (exit 2).
+    let diagnostic = matches!(cli.command, Command::Status | Command::Check { .. });
+    let mut required_down = false;
+    let waited = match waited {
+        Err(e) if diagnostic => {
+            eprintln!("quiver: {e:#}");
+            required_down = true;
+            Ok(None)
+        }
+        other => other,
+    };
     let code = match waited {
         Err(e) => Err(e),
         Ok(Some(signal)) => stopped(signal),
@@ -305,7 +320,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         },
     };
     app.shutdown().await?;
-    code
+    match code {
+        Ok(c) if required_down && c == ExitCode::SUCCESS => Ok(ExitCode::from(1)),
+        other => other,
+    }
 }
 
 /// The number of the first SIGINT or SIGTERM from now on.

@@ -745,3 +745,34 @@ fn status_shows_retrying_servers_with_the_next_attempt_and_a_plain_reason() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("rmcp::"), "{err}");
 }
+
+/// A `required` server that is down stops `serve` and the working commands, but `status`
+/// and `check`, which are how an operator finds out why, still show what they know (the
+/// table, the findings) and exit 1 rather than 2 (a configuration error). Each waits out the
+/// 30 s start-up wait.
+#[test]
+fn status_and_check_still_report_when_a_required_server_is_down() {
+    let dir = workdir("required-down");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[[mcp.servers]]\nname = \"must\"\ncommand = \"/nonexistent/quiver-required\"\nrequired = true\n",
+    )
+    .unwrap();
+    // Side by side: each waits the 30 s.
+    let (status, check) = std::thread::scope(|s| {
+        let check = s.spawn(|| quiver_in(&dir, &["check"]));
+        (quiver_in(&dir, &["status"]), check.join().unwrap())
+    });
+    let text = stdout(&status);
+    let err = String::from_utf8_lossy(&status.stderr);
+    assert_eq!(status.status.code(), Some(1), "{text}\n{err}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("must") && l.contains("retrying")),
+        "{text}"
+    );
+    assert!(err.contains("a required MCP server is not ready"), "{err}");
+    let text = stdout(&check);
+    assert_eq!(check.status.code(), Some(1), "{text}");
+    assert!(text.contains("config ok"), "{text}");
+}

@@ -30,6 +30,10 @@ pub(crate) fn check(entry: &Entry, input: &Value) -> Option<Envelope> {
     }
     let mut problems = Vec::new();
     let mut alternatives = Vec::new();
+    let root = &entry.spec.input_schema;
+    // The nested objects the problems are in, with their schemas: their signatures follow
+    // the top level's, so the model sees the fields where it went wrong.
+    let mut nested: Vec<(String, &Value)> = Vec::new();
     for err in entry.validator.iter_errors(input).take(MAX_REPORTED) {
         let path = clipped(err.instance_path().as_str(), MAX_NAME_CHARS);
         let at = if path.is_empty() {
@@ -47,6 +51,11 @@ pub(crate) fn check(entry: &Entry, input: &Value) -> Option<Envelope> {
                     problems.push(format!("missing required argument `{prop}`"));
                 } else {
                     problems.push(format!("{at}: missing required field `{prop}`"));
+                    note_nested(
+                        &mut nested,
+                        &path,
+                        keyword_parent(root, err.schema_path().as_str()),
+                    );
                 }
             }
             ValidationErrorKind::AdditionalProperties { unexpected } => {
@@ -61,6 +70,28 @@ pub(crate) fn check(entry: &Entry, input: &Value) -> Option<Envelope> {
                         }
                     ));
                 }
+                // The names the object at the error takes: the tool's arguments at the top,
+                // the nested object's fields below it (none when its schema cannot be found,
+                // rather than the top level's names, which would send the model astray).
+                let object = if path.is_empty() {
+                    None
+                } else {
+                    keyword_parent(root, err.schema_path().as_str())
+                };
+                let fields: Vec<&str> = match object {
+                    None if path.is_empty() => {
+                        entry.properties.iter().map(String::as_str).collect()
+                    }
+                    None => Vec::new(),
+                    Some(o) => o
+                        .get("properties")
+                        .and_then(Value::as_object)
+                        .map(|p| p.keys().map(String::as_str).collect())
+                        .unwrap_or_default(),
+                };
+                if !path.is_empty() {
+                    note_nested(&mut nested, &path, object);
+                }
                 for name in unexpected.iter().take(MAX_UNKNOWN_LISTED) {
                     let shown = clipped(name, MAX_NAME_CHARS);
                     if path.is_empty() {
@@ -68,9 +99,7 @@ pub(crate) fn check(entry: &Entry, input: &Value) -> Option<Envelope> {
                     } else {
                         problems.push(format!("{at}: unknown field `{shown}`"));
                     }
-                    for (label, score) in
-                        did_you_mean(name, entry.properties.iter().map(String::as_str), 3)
-                    {
+                    for (label, score) in did_you_mean(name, fields.iter().copied(), 3) {
                         alternatives.push(
                             Alternative::new(label, score)
                                 .with_detail(format!("instead of `{shown}`")),
@@ -86,15 +115,60 @@ pub(crate) fn check(entry: &Entry, input: &Value) -> Option<Envelope> {
         entry.spec.name,
         problems.join("; ")
     );
-    let signature = signature(&entry.spec.input_schema);
+    let signature = signature_in(root, root);
     if !signature.is_empty() {
         message.push_str(&format!(". Expected {{{signature}}}"));
+    }
+    for (path, schema) in nested {
+        let inner = signature_in(root, schema);
+        if !inner.is_empty() {
+            message.push_str(&format!("; `{path}` takes {{{inner}}}"));
+        }
     }
     Some(Envelope::hint(HintKind::Schema, message, alternatives))
 }
 
-/// A compact signature of an object schema: `a: integer (required), b: string`.
-pub(crate) fn signature(schema: &Value) -> String {
+/// The most nested objects whose signatures a hint adds.
+const MAX_NESTED_SIGNATURES: usize = 2;
+
+fn note_nested<'s>(nested: &mut Vec<(String, &'s Value)>, path: &str, object: Option<&'s Value>) {
+    if let Some(o) = object
+        && nested.len() < MAX_NESTED_SIGNATURES
+        && !nested.iter().any(|(p, _)| p == path)
+    {
+        nested.push((path.to_owned(), o));
+    }
+}
+
+/// The schema holding the keyword at `keyword_path` (a JSON pointer into `root`, `$ref`s
+/// already resolved by the validator: `/properties/user/additionalProperties` gives the
+/// `user` schema).
+fn keyword_parent<'s>(root: &'s Value, keyword_path: &str) -> Option<&'s Value> {
+    let (parent, _) = keyword_path.rsplit_once('/')?;
+    root.pointer(parent).filter(|v| v.is_object())
+}
+
+/// `schema`, or what its local `$ref` (`#/$defs/P`) points to in `root`, followed a few
+/// times.
+fn resolved<'s>(root: &'s Value, mut schema: &'s Value) -> &'s Value {
+    for _ in 0..8 {
+        match schema
+            .get("$ref")
+            .and_then(Value::as_str)
+            .and_then(|r| r.strip_prefix('#'))
+            .and_then(|ptr| root.pointer(ptr))
+        {
+            Some(target) => schema = target,
+            None => break,
+        }
+    }
+    schema
+}
+
+/// A compact signature of the object schema `schema`, a part of `root` (against which
+/// `$ref`s resolve): `a: integer (required), b: string`.
+fn signature_in(root: &Value, schema: &Value) -> String {
+    let schema = resolved(root, schema);
     let Some(props) = schema.get("properties").and_then(Value::as_object) else {
         return String::new();
     };
@@ -106,6 +180,7 @@ pub(crate) fn signature(schema: &Value) -> String {
     props
         .iter()
         .map(|(name, p)| {
+            let p = resolved(root, p);
             let ty = match p.get("type") {
                 Some(Value::String(t)) => t.clone(),
                 Some(Value::Array(ts)) => ts

@@ -69,6 +69,90 @@ async fn bad_arguments_give_a_schema_hint_naming_path_and_expectation() {
     assert!(ok.is_ok());
 }
 
+fn alternative_labels(e: &Envelope) -> Vec<String> {
+    match e {
+        Envelope::Hint { alternatives, .. } => {
+            alternatives.iter().map(|a| a.label.clone()).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// An unknown field inside a nested object is matched against that object's fields, not
+/// the tool's top-level arguments (which sent the model's retry astray), and the hint shows
+/// the nested object's fields, through a `$ref` too.
+#[tokio::test]
+async fn a_nested_unknown_field_is_matched_against_its_own_object() {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "user": {
+                "type": "object",
+                "properties": {"name": {"type": "string"}, "role": {"type": "string"}},
+                "required": ["name"],
+                "additionalProperties": false
+            },
+            "mode": {"type": "string"},
+            "owner": {"$ref": "#/$defs/Person"}
+        },
+        "required": ["user"],
+        "$defs": {"Person": {
+            "type": "object",
+            "properties": {"email": {"type": "string"}},
+            "required": ["email"],
+            "additionalProperties": false
+        }}
+    });
+    let t = tool(
+        ToolSpec::new("nested", "Nested.")
+            .read_only()
+            .with_schema(schema),
+        |_, _| async { Ok(Envelope::text("ok")) },
+    );
+    let d = dispatcher(vec![t]);
+    let e = d
+        .call("nested", json!({"user": {"name": "a", "mod": "x"}}), ctx())
+        .await;
+    let labels = alternative_labels(&e);
+    assert!(
+        !labels.iter().any(|l| l == "mode"),
+        "a top-level name offered: {labels:?}"
+    );
+    assert!(
+        text(&e).contains("`/user` takes {name: string (required), role: string}"),
+        "{}",
+        text(&e)
+    );
+    let e = d.call("nested", json!({"user": {"nam": "a"}}), ctx()).await;
+    let labels = alternative_labels(&e);
+    assert_eq!(
+        labels.first().map(String::as_str),
+        Some("name"),
+        "{}",
+        text(&e)
+    );
+    let e = d
+        .call(
+            "nested",
+            json!({"user": {"name": "a"}, "owner": {"emial": "x"}}),
+            ctx(),
+        )
+        .await;
+    let labels = alternative_labels(&e);
+    assert_eq!(
+        labels.first().map(String::as_str),
+        Some("email"),
+        "{}",
+        text(&e)
+    );
+    assert!(
+        text(&e).contains("owner: object")
+            && text(&e).contains("`/owner` takes {email: string (required)}"),
+        "{}",
+        text(&e)
+    );
+}
+
 #[tokio::test]
 async fn oversized_input_is_refused_with_the_limit() {
     let d = Dispatcher::builder(catalog_with(vec![echo()]))

@@ -324,7 +324,15 @@ pub struct Catalog {
     /// Entries whose name a family earlier in the order took after them, by name: they
     /// come back when that family's tool goes.
     shadowed: Mutex<BTreeMap<String, Arc<Entry>>>,
+    /// Who can say why a name that is not here now would be (an MCP server that is
+    /// configured but not connected).
+    absent: RwLock<Vec<AbsentExplainer>>,
 }
+
+/// Says why a tool name missing from the catalog is missing, when its provider knows
+/// (`Some("MCP server \"git\" is not connected: ...")`), or `None` when the name is
+/// none of its.
+pub type AbsentExplainer = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 /// A family's place in the registration order: lower comes first.
 type FamilyRank = Arc<dyn Fn(&str) -> usize + Send + Sync>;
@@ -351,7 +359,28 @@ impl Catalog {
             version: AtomicU64::new(0),
             rank: RwLock::new(None),
             shadowed: Mutex::new(BTreeMap::new()),
+            absent: RwLock::new(Vec::new()),
         }
+    }
+
+    /// Adds a provider's explanation of names it would register but has not (yet): the
+    /// dispatcher answers a call to such a name with that reason (`not_available`) rather
+    /// than as an unknown tool with look-alikes from other providers.
+    pub fn add_absent_explainer(&self, explain: AbsentExplainer) {
+        self.absent
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(explain);
+    }
+
+    /// Why `name` is not in the catalog now, if a provider knows.
+    pub fn why_absent(&self, name: &str) -> Option<String> {
+        let explainers = self
+            .absent
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        explainers.iter().find_map(|e| e(name))
     }
 
     /// Sets the families' registration order (`rank` of a family name, lower first), so

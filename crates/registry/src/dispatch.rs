@@ -799,6 +799,20 @@ impl Dispatcher {
     }
 
     fn undefined(&self, name: &str, ctx: &CallContext) -> Envelope {
+        // A tool of a provider that is configured but not up (an MCP server still
+        // connecting or down): say so, and do not steer the model to a look-alike of
+        // another provider, which may do something else.
+        if ctx.capabilities.allows(name)
+            && let Some(why) = self.inner.catalog.why_absent(name)
+        {
+            return Envelope::err(
+                ErrKind::NotAvailable,
+                format!(
+                    "`{}` is not available: {why}.",
+                    quiver_contract::quoted_name(name)
+                ),
+            );
+        }
         let names = self.inner.catalog.names();
         let visible = names.iter().filter(|n| {
             ctx.capabilities.allows(n)

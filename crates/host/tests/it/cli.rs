@@ -776,3 +776,34 @@ fn status_and_check_still_report_when_a_required_server_is_down() {
     assert_eq!(check.status.code(), Some(1), "{text}");
     assert!(text.contains("config ok"), "{text}");
 }
+
+/// A call to a tool of a configured server that is not connected is `not_available` naming
+/// the server, not an unknown tool with look-alikes from another server (which may do
+/// something else).
+#[test]
+fn a_tool_of_a_server_that_is_down_is_not_available() {
+    let dir = workdir("server-down-call");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[[mcp.servers]]\nname = \"gone\"\ncommand = \"/nonexistent/quiver-gone\"\n",
+    )
+    .unwrap();
+    let out = quiver_in(&dir, &["call", "mcp__gone__describe_tool", "{}"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("(not_available)")
+            && text.contains(
+                "`mcp__gone__describe_tool` is not available: MCP server \"gone\" is not connected"
+            ),
+        "{text}"
+    );
+    assert!(!text.contains("Did you mean"), "{text}");
+    // Under another prefix the name is unknown as before, with its look-alike.
+    let out = quiver_in(&dir, &["call", "describe_tol", "{}"]);
+    assert!(
+        stdout(&out).contains("Did you mean `describe_tool`"),
+        "{}",
+        stdout(&out)
+    );
+}

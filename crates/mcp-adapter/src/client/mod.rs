@@ -186,17 +186,20 @@ impl McpClient {
     /// A client publishing into `catalog`, with no servers yet.
     pub fn new(catalog: Arc<Catalog>, opts: ClientOptions) -> Self {
         let permits = opts.max_concurrent_dials.max(1);
-        McpClient {
-            shared: Arc::new(Shared {
-                catalog,
-                opts: Arc::new(opts),
-                dial_permits: Arc::new(Semaphore::new(permits)),
-                closed: CancellationToken::new(),
-                servers: Mutex::new(BTreeMap::new()),
-                meta_registered: Mutex::new(false),
-                passthrough: passthrough::State::default(),
-            }),
-        }
+        let shared = Arc::new(Shared {
+            catalog,
+            opts: Arc::new(opts),
+            dial_permits: Arc::new(Semaphore::new(permits)),
+            closed: CancellationToken::new(),
+            servers: Mutex::new(BTreeMap::new()),
+            meta_registered: Mutex::new(false),
+            passthrough: passthrough::State::default(),
+        });
+        let weak = Arc::downgrade(&shared);
+        shared
+            .catalog
+            .add_absent_explainer(Arc::new(move |name| why_absent(&*weak.upgrade()?, name)));
+        McpClient { shared }
     }
 
     /// A client with `servers` added (see [`McpClient::add_server`]); returns at once.
@@ -373,6 +376,33 @@ impl McpClient {
             up.close().await;
         }
         meta::unregister(&self.shared);
+    }
+}
+
+/// Why `name`, under the prefix of one of this client's servers, is not in the catalog:
+/// the server is not up (a tool of a connected server that does not offer it is simply
+/// unknown). Words for the model: the reason of a rejection stays in the operator's log.
+fn why_absent(shared: &Shared, name: &str) -> Option<String> {
+    let (prefix, tool) = quiver_contract::split_mcp_name(name)?;
+    let up = shared
+        .servers()
+        .into_iter()
+        .find(|up| up.cfg.prefix == prefix)?;
+    if !up.cfg.admits(tool) {
+        return None;
+    }
+    let server = up.name();
+    match up.state() {
+        ServerState::Connected | ServerState::Closed => None,
+        ServerState::Connecting => Some(format!(
+            "MCP server \"{server}\" is still connecting. Try again shortly, or use another tool"
+        )),
+        ServerState::Reconnecting | ServerState::Down => Some(format!(
+            "MCP server \"{server}\" is not connected (it is retried in the background). Try again later, or use another tool"
+        )),
+        ServerState::Rejected(_) => Some(format!(
+            "MCP server \"{server}\" could not be connected and is not retried; an operator must fix it. Use another tool"
+        )),
     }
 }
 

@@ -747,17 +747,20 @@ impl Dispatcher {
                 called_before: &called,
             })
         };
+        // A denial ends the call here; a warning is counted (and its wording escalates)
+        // only once the call passes the loop guard below: a refused repeat was not one more
+        // skipping of the policy.
+        let mut warned = Vec::new();
         for verdict in verdicts {
             inner.metrics.count_violation(name);
             tracing::info!(tool = name, rule = %verdict.rule, action = ?verdict.action, "policy violation");
-            let count = match &session {
-                Some(s) => inner
-                    .sessions
-                    .with(s, |st| st.record_violation(&verdict.rule)),
-                None => 1,
-            };
             match verdict.action {
                 PolicyAction::Deny => {
+                    if let Some(s) = &session {
+                        inner
+                            .sessions
+                            .with(s, |st| st.record_violation(&verdict.rule));
+                    }
                     return Prepared::Done(Envelope::err(
                         ErrKind::PolicyDenied,
                         format!(
@@ -766,12 +769,7 @@ impl Dispatcher {
                         ),
                     ));
                 }
-                PolicyAction::Warn => {
-                    warnings.push(Warning::new(
-                        "policy",
-                        emphatic(count, &verdict.rule, &verdict.message),
-                    ));
-                }
+                PolicyAction::Warn => warned.push(verdict),
             }
         }
         if let Some(s) = &session {
@@ -794,6 +792,18 @@ impl Dispatcher {
                     ),
                 ));
             }
+        }
+        for verdict in warned {
+            let count = match &session {
+                Some(s) => inner
+                    .sessions
+                    .with(s, |st| st.record_violation(&verdict.rule)),
+                None => 1,
+            };
+            warnings.push(Warning::new(
+                "policy",
+                emphatic(count, &verdict.rule, &verdict.message),
+            ));
         }
         Prepared::Run(entry, warnings)
     }

@@ -692,6 +692,39 @@ async fn policy_denies_or_warns_with_growing_emphasis() {
     );
 }
 
+/// A repeat the loop guard refuses did not run, so it is not one more skipping of a warn
+/// policy: after three warned calls and three refused repeats, the next call is the fourth
+/// skipping, not the seventh.
+#[tokio::test]
+async fn loop_guard_refusals_are_not_counted_as_policy_skips() {
+    let policy = RulePolicy::new(vec![
+        PolicyRule::new(
+            "preview-first",
+            "add",
+            PolicyAction::Warn,
+            "call `echo` before `add`",
+        )
+        .requires_prior("echo"),
+    ]);
+    let d = Dispatcher::builder(catalog_with(vec![echo(), add()]))
+        .policy(Arc::new(policy))
+        .build();
+    let mut refused = 0;
+    for _ in 0..6 {
+        let e = d.call("add", json!({"a": 1, "b": 2}), ctx()).await;
+        if e.err_kind() == Some(&ErrKind::LoopGuard) {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 3);
+    let next = d.call("add", json!({"a": 5, "b": 2}), ctx()).await;
+    let shown = text(&next);
+    assert!(
+        shown.contains("skipped policy `preview-first` 4 times"),
+        "{shown}"
+    );
+}
+
 /// A session continued in a new process counts as called what the live process counted:
 /// every call that ran, whatever its outcome (an upstream that was not available, a tool's
 /// own error kind), not only those that succeeded.

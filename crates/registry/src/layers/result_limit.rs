@@ -127,6 +127,17 @@ pub fn truncate_chars(text: &mut String, max: usize) -> Option<usize> {
     Some(total)
 }
 
+/// How many characters of a text [`truncate_chars`] keeps when it cuts it to `max`
+/// (the marker takes the rest).
+fn kept_chars(max: usize) -> usize {
+    let marker_len = TRUNCATION_MARKER.chars().count();
+    if max >= marker_len {
+        max - marker_len
+    } else {
+        max
+    }
+}
+
 /// Counts serialized bytes, stopping early once past a limit.
 struct Counter {
     n: usize,
@@ -160,15 +171,18 @@ pub fn limit(envelope: &mut Envelope, config: &ResultLimitConfig) {
             let cut = match data {
                 Value::String(text) => truncate_chars(text, config.max_chars),
                 Value::Null | Value::Bool(_) | Value::Number(_) => None,
+                // Measured as the model reads it: the text rendering shows structured data
+                // as pretty-printed JSON, whose indentation can be many times the compact
+                // form of deeply nested data.
                 other => {
                     let mut counter = Counter {
                         n: 0,
                         limit: config.max_chars,
                     };
-                    if serde_json::to_writer(&mut counter, other).is_ok() {
+                    if serde_json::to_writer_pretty(&mut counter, other).is_ok() {
                         None
                     } else {
-                        let mut text = serde_json::to_string(other).unwrap_or_default();
+                        let mut text = serde_json::to_string_pretty(other).unwrap_or_default();
                         let total = truncate_chars(&mut text, config.max_chars);
                         if total.is_some() {
                             *other = Value::String(text);
@@ -182,7 +196,7 @@ pub fn limit(envelope: &mut Envelope, config: &ResultLimitConfig) {
                     "truncated",
                     format!(
                         "the result was {total} characters; only the first {} are shown. Ask for less (a filter, a page, fewer fields).",
-                        config.max_chars
+                        kept_chars(config.max_chars)
                     ),
                 ));
             }

@@ -624,6 +624,49 @@ async fn results_are_limited_in_characters_and_parts_in_bytes() {
     assert!(data.as_str().unwrap().ends_with(TRUNCATION_MARKER));
 }
 
+/// Structured data is measured as the model reads it, pretty-printed: deeply nested data
+/// whose compact form fits the limit but whose rendering is several times longer is cut
+/// (it went through whole), and the cut text keeps the pretty layout.
+#[tokio::test]
+async fn nested_data_is_limited_as_it_is_rendered() {
+    let mut deep = json!("leaf");
+    for _ in 0..30 {
+        deep = json!({ "k": deep });
+    }
+    let compact = deep.to_string().chars().count();
+    let pretty = serde_json::to_string_pretty(&deep).unwrap().chars().count();
+    let limit = 400;
+    assert!(
+        compact < limit && pretty > 2 * limit,
+        "{compact} / {pretty}"
+    );
+    let data = deep.clone();
+    let t = tool(ToolSpec::new("deep", "Deep.").read_only(), move |_, _| {
+        let data = data.clone();
+        async move { Ok(Envelope::ok(data)) }
+    });
+    let d = Dispatcher::builder(catalog_with(vec![t]))
+        .config(
+            DispatchConfig::default()
+                .with_result_limit(ResultLimitConfig::default().with_max_chars(limit)),
+        )
+        .build();
+    let e = d.call("deep", json!({}), ctx()).await;
+    let Envelope::Ok { data, warnings, .. } = &e else {
+        panic!("{e:?}")
+    };
+    let s = data.as_str().expect("cut to text");
+    assert_eq!(s.chars().count(), limit);
+    assert!(s.starts_with("{\n  \"k\": {"), "{s}");
+    assert!(
+        warnings[0]
+            .message
+            .contains(&format!("the result was {pretty} characters")),
+        "{:?}",
+        warnings
+    );
+}
+
 #[tokio::test]
 async fn telemetry_counts_outcomes_per_tool() {
     let d = dispatcher(vec![echo(), add()]);

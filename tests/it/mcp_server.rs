@@ -254,6 +254,96 @@ async fn tokens_and_host_origin_guards_hold() {
     run_script("guards.py", &[&server.url, "e2e-secret", "plan-secret"]).await;
 }
 
+/// A stdio client shuts the server down by closing stdin (MCP lifecycle): a call in flight
+/// then is cancelled at once and logged `cancelled`. Before, it ran on through rmcp's drain
+/// (5 s, then a warning) until the host stopped its upstream under it, and was logged as the
+/// upstream's failure or as cancelled, whichever came first.
+#[tokio::test]
+async fn closing_stdin_cancels_the_calls_in_flight() {
+    use tokio::io::AsyncWriteExt;
+    let dir = fresh_dir();
+    let fault = repo_root().join("crates/mcp-adapter/tests/fixtures/fault_server.py");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[[mcp.servers]]\nname = \"fx\"\ncommand = {py:?}\nargs = [{fault:?}, \"normal\"]\nrequired = true\n",
+            py = python(),
+            fault = fault,
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(quiver_binary())
+        .args(["serve", "--stdio"])
+        .current_dir(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("quiver starts");
+    let mut stdin = child.stdin.take().expect("piped");
+    let mut out = BufReader::new(child.stdout.take().expect("piped")).lines();
+    let marker = dir.join("sleep-marker");
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "mcp__fx__sleep",
+        "arguments": {"seconds": 60, "marker": marker.to_string_lossy()}}});
+    for line in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
+        call.to_string(),
+    ] {
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+    stdin.flush().await.unwrap();
+    let first = tokio::time::timeout(START_TIMEOUT, out.next_line())
+        .await
+        .expect("initialize is answered")
+        .unwrap()
+        .unwrap_or_default();
+    assert!(first.contains(r#""id":1"#), "{first}");
+    // Once the upstream runs the call, close stdin.
+    let started = marker.with_extension("started");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !started.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call never started"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(stdin);
+    let mut stderr = child.stderr.take().expect("piped");
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("the server exits")
+        .unwrap();
+    let mut err = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut err)
+        .await
+        .unwrap();
+    assert!(status.success(), "{status}: {err}");
+    // Not left to rmcp's drain (5 s, then the host stops the upstream under the call).
+    assert!(
+        !err.contains("timed out draining in-flight responses"),
+        "{err}"
+    );
+    let log = std::process::Command::new(quiver_binary())
+        .args(["log", "--json", "--limit", "5"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&log.stdout);
+    let row = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["tool"] == "mcp__fx__sleep")
+        .unwrap_or_else(|| panic!("no row for the call: {text}"));
+    assert_eq!(row["err_kind"], "cancelled", "{row}");
+}
+
 #[tokio::test]
 async fn sigterm_stops_quiver_serve_cleanly() {
     let mut server = Server::start(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"]).await;

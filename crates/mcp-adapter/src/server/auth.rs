@@ -45,6 +45,14 @@ impl InboundAuth {
                     t.name.escape_debug()
                 )));
             }
+            // A client's bearer credential is read trimmed, and a header cannot carry a
+            // control character: such a secret could never be presented.
+            if t.token.trim() != t.token || t.token.chars().any(char::is_control) {
+                return Err(AuthError::Invalid(format!(
+                    "tokens[{i}] (`{}`) has whitespace at its start or end, or a control character, in its `token` (a newline read from a file or an environment variable?): no client could ever present it; remove it",
+                    t.name.escape_debug()
+                )));
+            }
             // The name is part of working-set keys (`conv:<name>:<value>`): a `:` in it
             // would let two tokens' keys meet.
             if t.name.contains(':') || t.name.chars().any(char::is_control) {
@@ -280,6 +288,15 @@ mod tests {
             "{e}"
         );
         assert!(!e.contains("s3cr3t"), "the secret is never shown: {e}");
+        for secret in ["abc\n", " abc", "ab\u{7}c"] {
+            let padded = InboundAuth::new(vec![InboundToken::new("ci", secret)]);
+            let e = padded.validate().unwrap_err().to_string();
+            assert!(
+                e.contains("tokens[0] (`ci`) has whitespace at its start or end"),
+                "{e}"
+            );
+            assert!(!e.contains("abc"), "the secret is never shown: {e}");
+        }
     }
 
     #[test]

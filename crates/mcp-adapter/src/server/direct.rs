@@ -656,6 +656,17 @@ mod tests {
         session: Option<&str>,
         body: String,
     ) -> Reply {
+        send_with(router, method, session, body, &[]).await
+    }
+
+    /// [`send_text`] with extra headers (raw bytes: a header need not be ASCII).
+    async fn send_with(
+        router: &Router,
+        method: Method,
+        session: Option<&str>,
+        body: String,
+        extra: &[(&str, &[u8])],
+    ) -> Reply {
         let mut req = Request::builder()
             .method(method)
             .uri("/mcp")
@@ -665,6 +676,9 @@ mod tests {
             .header("mcp-protocol-version", "2025-11-25");
         if let Some(s) = session {
             req = req.header("mcp-session-id", s);
+        }
+        for (name, value) in extra {
+            req = req.header(*name, axum::http::HeaderValue::from_bytes(value).unwrap());
         }
         let req = req.body(Body::from(body)).unwrap();
         let resp = router.clone().oneshot(req).await.unwrap();
@@ -713,6 +727,44 @@ mod tests {
         send(router, Method::POST, Some(&sid), list).await;
         assert!(server.shared.direct.get(&sid).is_some(), "registered");
         sid
+    }
+
+    /// A `Quiver-Conversation` header that is not UTF-8 is invalid params (it was taken for
+    /// no header, and the request ran in the shared anonymous working set); a UTF-8 one that
+    /// is not ASCII is a key like any other. A `tools/list` cursor this server never gave
+    /// (it gives none: the list is one page) is invalid params too.
+    #[tokio::test]
+    async fn a_non_utf8_conversation_key_and_a_foreign_cursor_are_invalid_params() {
+        let server = server();
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let sid = open(&server, &router, json!({})).await;
+        let list = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}).to_string();
+        let r = send_with(
+            &router,
+            Method::POST,
+            Some(&sid),
+            list.clone(),
+            &[("quiver-conversation", b"caf\xe9-private")],
+        )
+        .await;
+        assert!(r.body.contains(r#""code":-32602"#), "{}", r.body);
+        assert!(r.body.contains("is not UTF-8 text"), "{}", r.body);
+        let r = send_with(
+            &router,
+            Method::POST,
+            Some(&sid),
+            list,
+            &[("quiver-conversation", "café-private".as_bytes())],
+        )
+        .await;
+        assert!(r.body.contains(r#""tools""#), "{}", r.body);
+        for cursor in ["zzz", "1"] {
+            let body = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list",
+                "params": {"cursor": cursor}});
+            let r = send(&router, Method::POST, Some(&sid), body).await;
+            assert!(r.body.contains(r#""code":-32602"#), "{}", r.body);
+            assert!(r.body.contains("invalid cursor"), "{}", r.body);
+        }
     }
 
     /// A body that is not one JSON-RPC message gets a JSON-RPC error with status 400 (rmcp

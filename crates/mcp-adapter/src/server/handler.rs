@@ -140,9 +140,22 @@ pub(crate) fn scope(
     } else {
         header(SESSION_HEADER).or(fixed_session)
     };
+    // The conversation header as UTF-8 text (`to_str` would take a non-ASCII key for no
+    // header at all, and the request would run in the shared anonymous working set).
+    let header_conversation = match parts.and_then(|p| p.headers.get(CONVERSATION_HEADER)) {
+        None => None,
+        Some(v) => Some(std::str::from_utf8(v.as_bytes()).map_err(|_| {
+            McpError::invalid_params(
+                format!(
+                    "the `{CONVERSATION_HEADER}` header is not UTF-8 text: send the conversation key as UTF-8"
+                ),
+                None,
+            )
+        })?),
+    };
     let sources = KeySources {
         meta_conversation: meta.0.0.get(CONVERSATION_META),
-        header_conversation: header(CONVERSATION_HEADER),
+        header_conversation,
         session_id,
         principal: principal.map(|p| &*p.name),
     };
@@ -809,9 +822,20 @@ impl ServerHandler for Handler {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        // The composed surface is small and always one page: no cursor is ever given out,
+        // so any cursor is one this server never gave (the MCP pagination rule: -32602). An
+        // empty one is taken as none.
+        if let Some(c) = request.and_then(|r| r.cursor).filter(|c| !c.is_empty()) {
+            return Err(McpError::invalid_params(
+                format!(
+                    "invalid cursor {c:?}: the tool list is one page, with no nextCursor; list without a cursor"
+                ),
+                None,
+            ));
+        }
         let scope = self.scope(&context.meta, &context.extensions)?;
         self.track(&scope, &context.peer);
         self.shared.restore_once(&scope.key).await;

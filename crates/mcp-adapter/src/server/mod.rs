@@ -239,11 +239,45 @@ impl McpServer {
         // `requires_prior`.
         let session = format!("stdio:{}", uuid::Uuid::new_v4().simple());
         let handler = handler::Handler::new(self.shared.clone(), Some(session.into()));
+        // A client closes stdin to shut a stdio server down (MCP lifecycle): the calls in
+        // flight are cancelled then, as on SIGTERM, rather than left running through
+        // rmcp's drain while the host stops their upstreams under them.
+        let ct = self.shared.shutdown.child_token();
+        let stdin = CancelOnEof {
+            inner: tokio::io::stdin(),
+            ct: ct.clone(),
+        };
         let running = handler
-            .serve_with_ct(rmcp::transport::stdio(), self.shared.shutdown.child_token())
+            .serve_with_ct((stdin, tokio::io::stdout()), ct)
             .await
             .map_err(|e| ServeError::Initialize(e.to_string()))?;
         let _ = running.waiting().await;
         Ok(())
+    }
+}
+
+/// A reader that cancels `ct` when its input ends (or fails).
+struct CancelOnEof<R> {
+    inner: R,
+    ct: CancellationToken,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for CancelOnEof<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let room = buf.remaining() > 0;
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        match &polled {
+            std::task::Poll::Ready(Ok(())) if room && buf.filled().len() == before => {
+                self.ct.cancel()
+            }
+            std::task::Poll::Ready(Err(_)) => self.ct.cancel(),
+            _ => {}
+        }
+        polled
     }
 }

@@ -210,13 +210,89 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The axum middleware: 401 without a valid bearer token when tokens are configured.
+/// What the token layer keeps: the tokens, and which token opened each session.
+pub(crate) struct Gate {
+    tokens: Tokens,
+    /// The token (by name) that opened each session: a session is its token's (the MCP
+    /// security guidance binds session ids to the user), so another token's request naming
+    /// it is answered as for an unknown session, and cannot read or change its working set,
+    /// log under it or end it.
+    owners: std::sync::Mutex<std::collections::HashMap<Arc<str>, Arc<str>>>,
+    /// Whether a session still exists (ended ones are pruned from `owners`).
+    sessions: Arc<rmcp::transport::streamable_http_server::session::local::LocalSessionManager>,
+    /// `owners` is pruned when it grows past this.
+    prune_at: std::sync::atomic::AtomicUsize,
+}
+
+/// `owners` is first pruned at this size, then at twice what is left.
+const PRUNE_FLOOR: usize = 256;
+
+impl Gate {
+    pub(crate) fn new(
+        auth: &InboundAuth,
+        sessions: Arc<rmcp::transport::streamable_http_server::session::local::LocalSessionManager>,
+    ) -> Self {
+        Gate {
+            tokens: Tokens::new(auth),
+            owners: std::sync::Mutex::new(std::collections::HashMap::new()),
+            sessions,
+            prune_at: std::sync::atomic::AtomicUsize::new(PRUNE_FLOOR),
+        }
+    }
+
+    fn owners(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<Arc<str>, Arc<str>>> {
+        self.owners.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Drops the owners of sessions that ended (idle timeout, shutdown) once there are many.
+    async fn prune(&self) {
+        use std::sync::atomic::Ordering;
+        let at = self.prune_at.load(Ordering::Relaxed);
+        let ids: Vec<Arc<str>> = {
+            let owners = self.owners();
+            if owners.len() < at {
+                return;
+            }
+            owners.keys().cloned().collect()
+        };
+        let mut gone = Vec::new();
+        for id in ids {
+            let sid: rmcp::transport::common::server_side_http::SessionId = id.clone();
+            if !rmcp::transport::streamable_http_server::session::SessionManager::has_session(
+                &*self.sessions,
+                &sid,
+            )
+            .await
+            .unwrap_or(true)
+            {
+                gone.push(id);
+            }
+        }
+        let mut owners = self.owners();
+        for id in gone {
+            owners.remove(&id);
+        }
+        self.prune_at
+            .store((owners.len() * 2).max(PRUNE_FLOOR), Ordering::Relaxed);
+    }
+}
+
+/// The session id a request names, if any.
+fn session_of(headers: &axum::http::HeaderMap) -> Option<Arc<str>> {
+    headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(Arc::from)
+}
+
+/// The axum middleware: 401 without a valid bearer token when tokens are configured, and a
+/// session answered only for the token that opened it.
 pub(crate) async fn require_token(
-    State(tokens): State<Arc<Tokens>>,
+    State(gate): State<Arc<Gate>>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    if tokens.is_empty() {
+    if gate.tokens.is_empty() {
         return next.run(request).await;
     }
     let presented = request
@@ -227,18 +303,44 @@ pub(crate) async fn require_token(
             let (scheme, rest) = v.split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
         });
-    match presented.and_then(|p| tokens.find(p.as_bytes())) {
-        Some(principal) => {
-            request.extensions_mut().insert(principal.clone());
-            next.run(request).await
-        }
-        None => (
+    let Some(principal) = presented
+        .and_then(|p| gate.tokens.find(p.as_bytes()))
+        .cloned()
+    else {
+        return (
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, "Bearer")],
             "Unauthorized: send `Authorization: Bearer <token>` with a configured inbound token",
         )
-            .into_response(),
+            .into_response();
+    };
+    let sid = session_of(request.headers());
+    if let Some(sid) = &sid
+        && gate
+            .owners()
+            .get(sid)
+            .is_some_and(|owner| *owner != principal.name)
+    {
+        return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
     }
+    let deleting = request.method() == axum::http::Method::DELETE;
+    let name = principal.name.clone();
+    request.extensions_mut().insert(principal);
+    let response = next.run(request).await;
+    match sid {
+        // A new session: it is this token's.
+        None => {
+            if let Some(new) = session_of(response.headers()) {
+                gate.owners().insert(new, name);
+                gate.prune().await;
+            }
+        }
+        Some(sid) if deleting && response.status().is_success() => {
+            gate.owners().remove(&sid);
+        }
+        Some(_) => {}
+    }
+    response
 }
 
 #[cfg(test)]

@@ -729,6 +729,63 @@ mod tests {
         sid
     }
 
+    /// A session is its token's: another valid token naming it is answered as for an
+    /// unknown session (404), for calls, lists and DELETE alike, so it can neither use nor
+    /// end it (the MCP security guidance binds session ids to the user). The owner still
+    /// can, and ends it.
+    #[tokio::test]
+    async fn a_session_answers_only_the_token_that_opened_it() {
+        use crate::server::{InboundAuth, InboundToken};
+        let catalog = Arc::new(Catalog::new());
+        catalog
+            .register(Arc::new(Echo(
+                ToolSpec::new("echo", "Echoes its arguments.")
+                    .read_only()
+                    .with_schema(json!({"type": "object"})),
+            )))
+            .unwrap();
+        let server = crate::server::test_server(
+            catalog,
+            ServerOptions::default().with_auth(InboundAuth::new(vec![
+                InboundToken::new("ci", "secret-ci"),
+                InboundToken::new("ops", "secret-ops"),
+            ])),
+        );
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let ci: &[(&str, &[u8])] = &[("authorization", b"Bearer secret-ci")];
+        let ops: &[(&str, &[u8])] = &[("authorization", b"Bearer secret-ops")];
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        let sid = send_with(&router, Method::POST, None, init.to_string(), ci)
+            .await
+            .session
+            .expect("a session id");
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        send_with(
+            &router,
+            Method::POST,
+            Some(&sid),
+            initialized.to_string(),
+            ci,
+        )
+        .await;
+        for body in [
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+            call(2, json!({})),
+        ] {
+            let theirs = send_with(&router, Method::POST, Some(&sid), body.to_string(), ops).await;
+            assert_eq!(theirs.status, StatusCode::NOT_FOUND, "{}", theirs.body);
+            let own = send_with(&router, Method::POST, Some(&sid), body.to_string(), ci).await;
+            assert_eq!(own.status, StatusCode::OK, "{}", own.body);
+            assert!(!own.body.contains("error"), "{}", own.body);
+        }
+        let theirs = send_with(&router, Method::DELETE, Some(&sid), String::new(), ops).await;
+        assert_eq!(theirs.status, StatusCode::NOT_FOUND);
+        let own = send_with(&router, Method::DELETE, Some(&sid), String::new(), ci).await;
+        assert!(own.status.is_success(), "{}", own.status);
+    }
+
     /// A `Quiver-Conversation` header that is not UTF-8 is invalid params (it was taken for
     /// no header, and the request ran in the shared anonymous working set); a UTF-8 one that
     /// is not ASCII is a key like any other. A `tools/list` cursor this server never gave

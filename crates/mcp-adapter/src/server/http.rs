@@ -67,18 +67,18 @@ impl McpServer {
         let direct = direct::Direct {
             shared: self.shared.clone(),
             rmcp: service,
-            sessions,
+            sessions: sessions.clone(),
             hosts: hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
             origins: origins.iter().map(|o| o.to_ascii_lowercase()).collect(),
         };
-        let tokens = Arc::new(auth::Tokens::new(&self.shared.options.auth));
+        let gate = Arc::new(auth::Gate::new(&self.shared.options.auth, sessions.clone()));
         Router::new()
             .route(MCP_PATH, any(direct::endpoint))
             // Unknown paths answer behind the token check too (401 before 404).
             .fallback(|| async { axum::http::StatusCode::NOT_FOUND })
             .with_state(direct)
             .layer(axum::middleware::from_fn_with_state(
-                tokens,
+                gate,
                 auth::require_token,
             ))
             // The probes, after the token layer: they need none.

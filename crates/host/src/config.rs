@@ -139,6 +139,9 @@ pub struct LimitsConfig {
     /// roots as an `InputRequiredResult`) waits for the client's retry before it is
     /// cancelled, seconds (600). The call's timeout still applies while it waits.
     pub input_wait_secs: f64,
+    /// HTTP sessions open at once in `quiver serve` (1000); an `initialize` beyond it gets
+    /// 503 until sessions end (DELETE, or five minutes idle).
+    pub max_http_sessions: usize,
 }
 
 impl Default for LimitsConfig {
@@ -155,6 +158,7 @@ impl Default for LimitsConfig {
             loop_guard: d.loop_guard_threshold,
             repeat_failure: d.repeat_failure_threshold,
             input_wait_secs: 600.0,
+            max_http_sessions: 1000,
         }
     }
 }
@@ -251,6 +255,15 @@ fn more_than_zero(n: usize, key: &str, what: &str) -> anyhow::Result<usize> {
 }
 
 impl LimitsConfig {
+    /// The most HTTP sessions open at once (`max_http_sessions`).
+    pub fn max_http_sessions(&self) -> anyhow::Result<usize> {
+        more_than_zero(
+            self.max_http_sessions,
+            "max_http_sessions",
+            "the HTTP sessions open at once",
+        )
+    }
+
     /// How long a call waiting for its client's input is kept (`input_wait_secs`).
     pub fn input_wait(&self) -> anyhow::Result<Duration> {
         secs(self.input_wait_secs, "input_wait_secs")
@@ -481,6 +494,7 @@ impl Config {
             .limits
             .dispatch_config()
             .and(config.limits.input_wait())
+            .and(config.limits.max_http_sessions())
             .with_context(|| format!("{origin}: [limits]"))?;
         config
             .surface
@@ -762,6 +776,10 @@ allowed_tools = ["t1", "t2"]
             Err("limits.input_wait_secs must be a positive number of seconds"),
         );
         check("[limits]\ninput_wait_secs = 120", Ok("./quiver.db"));
+        check(
+            "[limits]\nmax_http_sessions = 0",
+            Err("limits.max_http_sessions must be more than 0 (the HTTP sessions open at once)"),
+        );
         // Limits too large to be a deadline or a semaphore are refused, not a panic.
         for text in [
             "[limits]\ntimeout_secs = 1e20",

@@ -774,7 +774,8 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
             let mut options = quiver_mcp_adapter::ServerOptions::default()
                 .with_default_mode(mode)
                 .with_auth(config.auth.clone())
-                .with_input_wait(config.limits.input_wait()?);
+                .with_input_wait(config.limits.input_wait()?)
+                .with_max_sessions(config.limits.max_http_sessions()?);
             // A listener given by name accepts that name as `Host` too.
             for host in allow_hosts.into_iter().chain(listen.name) {
                 options = options.with_allowed_host(host);

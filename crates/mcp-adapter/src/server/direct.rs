@@ -121,6 +121,24 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
     if request.method() == Method::DELETE {
         return end_session(&direct, request).await;
     }
+    // A request that may open a session (a POST naming none) while the server is full: an
+    // `initialize` is refused, anything else goes on (a 2026-07-28 request opens none).
+    if request.method() == Method::POST
+        && !request.headers().contains_key(SESSION_HEADER)
+        && direct.sessions.sessions.read().await.len() >= direct.shared.options.max_sessions
+    {
+        let (parts, body) = request.into_parts();
+        let bytes = match axum::body::to_bytes(body, MAX_OPENING_BODY).await {
+            Ok(b) => b,
+            Err(_) => {
+                return (StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large").into_response();
+            }
+        };
+        if let Some(id) = initialize_id(&bytes) {
+            return too_many_sessions(id, direct.shared.options.max_sessions);
+        }
+        return forward_parts(&direct, parts, bytes).await;
+    }
     let length = axum::body::HttpBody::size_hint(request.body()).upper();
     let Some(sid) = candidate(&direct, request.method(), request.headers(), length) else {
         return forward(&direct, request).await;
@@ -162,6 +180,44 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
         }
         Message::Other => forward_parts(&direct, parts, bytes).await,
     }
+}
+
+/// The most body read to tell an `initialize` at capacity (rmcp's own limit).
+const MAX_OPENING_BODY: usize = 4 * 1024 * 1024;
+
+/// The id of an `initialize` request body, if it is one.
+fn initialize_id(bytes: &[u8]) -> Option<Value> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        method: Option<String>,
+        #[serde(default)]
+        id: Value,
+    }
+    let head: Head = serde_json::from_slice(bytes).ok()?;
+    (head.method.as_deref() == Some("initialize")).then_some(head.id)
+}
+
+/// 503 with a JSON-RPC error: the server has `max` sessions open.
+fn too_many_sessions(id: Value, max: usize) -> Response {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {
+            "code": -32000,
+            "message": format!(
+                "this server has {max} sessions open, its limit (`[limits] max_http_sessions`): end sessions you no longer use (DELETE), or try again later"
+            ),
+        },
+    });
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [
+            (axum::http::header::CONTENT_TYPE, "application/json"),
+            (axum::http::header::RETRY_AFTER, "30"),
+        ],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 /// `DELETE`: rmcp ends the session (after its Host, Origin and session checks); once it
@@ -727,6 +783,44 @@ mod tests {
         send(router, Method::POST, Some(&sid), list).await;
         assert!(server.shared.direct.get(&sid).is_some(), "registered");
         sid
+    }
+
+    /// At `max_sessions` open sessions an `initialize` is refused with 503 and a JSON-RPC
+    /// error naming the limit (a flood of them held ~76 KB each without bound); ending one
+    /// makes room again.
+    #[tokio::test]
+    async fn initialize_beyond_the_session_limit_is_refused_until_one_ends() {
+        let catalog = Arc::new(Catalog::new());
+        let server =
+            crate::server::test_server(catalog, ServerOptions::default().with_max_sessions(2));
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let first = open(&server, &router, json!({})).await;
+        open(&server, &router, json!({})).await;
+        let init = json!({"jsonrpc": "2.0", "id": 41, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        let full = send(&router, Method::POST, None, init.clone()).await;
+        assert_eq!(
+            full.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{}",
+            full.body
+        );
+        let v: Value = serde_json::from_str(&full.body).unwrap();
+        assert_eq!(v["id"], json!(41));
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("max_http_sessions"),
+            "{v}"
+        );
+        assert!(full.session.is_none());
+        let ended = send_text(&router, Method::DELETE, Some(&first), String::new()).await;
+        assert!(ended.status.is_success(), "{}", ended.status);
+        let again = send(&router, Method::POST, None, init).await;
+        assert_eq!(again.status, StatusCode::OK, "{}", again.body);
+        assert!(again.session.is_some());
     }
 
     /// A session is its token's: another valid token naming it is answered as for an

@@ -4,7 +4,7 @@
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use axum::{Router, routing::any, serve::ListenerExt};
+use axum::{Router, routing::any};
 use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
@@ -87,26 +87,145 @@ impl McpServer {
 
     /// Serves the MCP endpoint on `listener` until the shutdown token is cancelled, then
     /// stops accepting, lets open connections finish (their streams are closed and their
-    /// calls cancelled) and returns.
+    /// calls cancelled) and returns. HTTP/1.1 (hyper), with `TCP_NODELAY` on every accepted
+    /// socket, a time limit on each request's head (which also closes idle kept-alive
+    /// connections) and on its body.
     pub async fn serve_http(&self, listener: TcpListener) -> Result<(), ServeError> {
         let addr = listener.local_addr()?;
-        let router = self.router(addr);
+        let router = self
+            .router(addr)
+            .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+                self.shared.options.body_timeout,
+            ));
         let shutdown = self.shared.shutdown.clone();
-        let listener = listener.tap_io(|tcp| {
+        let mut http = hyper::server::conn::http1::Builder::new();
+        // A connection that sends nothing, or half a head, is closed after the head timeout
+        // (before, it was held forever, and enough of them used up the file descriptors).
+        http.timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(self.shared.options.header_read_timeout);
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        loop {
+            let tcp = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((tcp, _)) => tcp,
+                    Err(e) if is_connection_error(&e) => continue,
+                    // Out of file descriptors, most likely: the open connections must end
+                    // first (their head timeout sees to idle ones).
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accepting a connection failed; trying again in 1 s");
+                        tokio::select! {
+                            () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                            () = shutdown.cancelled() => break,
+                        }
+                    }
+                },
+                () = shutdown.cancelled() => break,
+            };
             if let Err(e) = tcp.set_nodelay(true) {
                 tracing::debug!(error = %e, "TCP_NODELAY not set");
             }
-        });
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await?;
+            let service = hyper_util::service::TowerToHyperService::new(router.clone());
+            let conn = http.serve_connection(hyper_util::rt::TokioIo::new(tcp), service);
+            let conn = graceful.watch(conn);
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::trace!(error = %e, "connection ended with an error");
+                }
+            });
+        }
+        drop(listener);
+        graceful.shutdown().await;
         Ok(())
     }
+}
+
+/// An accept error that concerns one connection only (the next accept may succeed).
+fn is_connection_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Reads until the server closes the connection; what it sent before.
+    async fn until_closed(socket: &mut tokio::net::TcpStream) -> String {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 4096];
+        // A hang guard, not a timing check: the limits under test are 300 ms.
+        let read = tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                match socket.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => all.extend_from_slice(&buf[..n]),
+                }
+            }
+        })
+        .await;
+        assert!(read.is_ok(), "the connection was never closed");
+        String::from_utf8_lossy(&all).into_owned()
+    }
+
+    /// A connection that sends half a head, a kept-alive one left idle, and a request whose
+    /// body never comes are all closed after their time limit (each was held forever), and
+    /// the server goes on serving.
+    #[tokio::test]
+    async fn slow_and_idle_connections_are_closed() {
+        let server = super::super::test_server(
+            Arc::new(quiver_registry::Catalog::new()),
+            super::super::ServerOptions::default()
+                .with_http_timeouts(Duration::from_millis(300), Duration::from_millis(300)),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = server.shutdown_token();
+        let serving = tokio::spawn(async move { server.serve_http(listener).await });
+        let host = format!("Host: {addr}\r\n");
+
+        let mut half_head = tokio::net::TcpStream::connect(addr).await.unwrap();
+        half_head
+            .write_all(format!("POST /mcp HTTP/1.1\r\n{host}").as_bytes())
+            .await
+            .unwrap();
+        until_closed(&mut half_head).await;
+
+        let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+        idle.write_all(format!("GET /healthz HTTP/1.1\r\n{host}\r\n").as_bytes())
+            .await
+            .unwrap();
+        let answered = until_closed(&mut idle).await;
+        assert!(answered.starts_with("HTTP/1.1 200"), "{answered}");
+
+        let mut half_body = tokio::net::TcpStream::connect(addr).await.unwrap();
+        half_body
+            .write_all(
+                format!(
+                    "POST /mcp HTTP/1.1\r\n{host}Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{{"
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+        let answered = until_closed(&mut half_body).await;
+        assert!(!answered.contains("HTTP/1.1 200"), "{answered}");
+
+        let mut fresh = tokio::net::TcpStream::connect(addr).await.unwrap();
+        fresh
+            .write_all(
+                format!("GET /healthz HTTP/1.1\r\n{host}Connection: close\r\n\r\n").as_bytes(),
+            )
+            .await
+            .unwrap();
+        assert!(until_closed(&mut fresh).await.starts_with("HTTP/1.1 200"));
+        shutdown.cancel();
+        serving.await.unwrap().unwrap();
+    }
 
     #[test]
     fn loopback_listeners_accept_the_loopback_names() {

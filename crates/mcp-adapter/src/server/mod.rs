@@ -44,6 +44,14 @@ pub struct ServerOptions {
     /// How long a 2026-07-28 call that asked its client for input (an `InputRequiredResult`)
     /// waits for the client's next round before it is cancelled.
     pub input_wait: Duration,
+    /// The most HTTP sessions open at once: an `initialize` beyond it is refused (503) until
+    /// sessions end (DELETE, or rmcp's 5-minute idle timeout).
+    pub max_sessions: usize,
+    /// How long a client has to send a request's head, on a new or an idle kept-alive
+    /// connection, before the connection is closed (30 s).
+    pub header_read_timeout: Duration,
+    /// How long a client has to send a request's body once its head is in (30 s).
+    pub body_timeout: Duration,
 }
 
 impl Default for ServerOptions {
@@ -55,6 +63,9 @@ impl Default for ServerOptions {
             auth: InboundAuth::default(),
             extra_allowed_hosts: Vec::new(),
             input_wait: Duration::from_secs(600),
+            max_sessions: 1000,
+            header_read_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -81,6 +92,20 @@ impl ServerOptions {
     /// Sets how long a call waiting for its client's input (2026-07-28 rounds) is kept.
     pub fn with_input_wait(mut self, wait: Duration) -> Self {
         self.input_wait = wait;
+        self
+    }
+
+    /// Sets the time limits on a request's head (also the idle limit of a kept-alive
+    /// connection) and on its body.
+    pub fn with_http_timeouts(mut self, head: Duration, body: Duration) -> Self {
+        self.header_read_timeout = head;
+        self.body_timeout = body;
+        self
+    }
+
+    /// Sets the most HTTP sessions open at once.
+    pub fn with_max_sessions(mut self, max: usize) -> Self {
+        self.max_sessions = max;
         self
     }
 

@@ -569,11 +569,33 @@ fn touch(direct: &Direct, sid: &Arc<str>, entry: &Entry) {
 }
 
 async fn forward(direct: &Direct, request: Request) -> Response {
+    // A POST's body is kept (bytes are shared, not copied) so that a message rmcp refuses
+    // can be told what is wrong with it.
+    if request.method() == Method::POST {
+        let (parts, body) = request.into_parts();
+        let bytes = match axum::body::to_bytes(body, MAX_OPENING_BODY).await {
+            Ok(b) => b,
+            Err(e) => return too_large_or_bad(e),
+        };
+        return forward_parts(direct, parts, bytes).await;
+    }
     let response = direct.rmcp.handle(request).await.map(Body::new);
     if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
-        return unparsable(response).await;
+        return unparsable(response, None).await;
     }
     response
+}
+
+/// The answer to a body that could not be read: 413 past the limit, 400 otherwise (it
+/// stopped coming, or was cut).
+fn too_large_or_bad(e: axum::Error) -> Response {
+    let over =
+        std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+    if over {
+        (StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large").into_response()
+    } else {
+        (StatusCode::BAD_REQUEST, format!("Bad Request: {e}")).into_response()
+    }
 }
 
 /// What rmcp's 415 says when the body itself did not parse (its other 415, a wrong
@@ -583,7 +605,7 @@ const UNPARSED_BODY: &str = "fail to deserialize request body ";
 /// rmcp answers a body that is not one JSON-RPC message with `415` and a line of text; a
 /// JSON-RPC client expects a JSON-RPC error: `-32700` for text that is not JSON, `-32600`
 /// for JSON that is not one message (a batch, a stray object), with status 400.
-async fn unparsable(response: Response) -> Response {
+async fn unparsable(response: Response, sent: Option<&Bytes>) -> Response {
     let (parts, body) = response.into_parts();
     let text = axum::body::to_bytes(body, 64 * 1024)
         .await
@@ -592,20 +614,24 @@ async fn unparsable(response: Response) -> Response {
     let Some(detail) = text.strip_prefix(UNPARSED_BODY) else {
         return Response::from_parts(parts, Body::from(text));
     };
-    let (code, message) = if detail.contains("unrecognized JSON-RPC message") {
-        (
-            -32600,
-            "Invalid Request: the body must be one JSON-RPC 2.0 request, notification or response object (batches are not supported)".to_owned(),
-        )
+    let (code, message, id) = if detail.contains("unrecognized JSON-RPC message") {
+        let (why, id) = sent.map(|b| diagnose(b)).unwrap_or_else(|| {
+            (
+                "the body must be one JSON-RPC 2.0 request, notification or response object".into(),
+                Value::Null,
+            )
+        });
+        (-32600, format!("Invalid Request: {why}"), id)
     } else {
         (
             -32700,
             format!("Parse error: the body is not valid JSON ({detail})"),
+            Value::Null,
         )
     };
     let body = serde_json::json!({
         "jsonrpc": "2.0",
-        "id": null,
+        "id": id,
         "error": {"code": code, "message": message}
     });
     (
@@ -617,7 +643,65 @@ async fn unparsable(response: Response) -> Response {
 }
 
 async fn forward_parts(direct: &Direct, parts: Parts, bytes: Bytes) -> Response {
-    forward(direct, Request::from_parts(parts, Body::from(bytes))).await
+    let request = Request::from_parts(parts, Body::from(bytes.clone()));
+    let response = direct.rmcp.handle(request).await.map(Body::new);
+    if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        return unparsable(response, Some(&bytes)).await;
+    }
+    response
+}
+
+/// What is wrong with a JSON body that is not one JSON-RPC message, and the request's id
+/// when it can be read (JSON-RPC 2.0, section 5).
+fn diagnose(body: &[u8]) -> (String, Value) {
+    let Ok(value) = serde_json::from_slice::<Value>(body) else {
+        return (
+            "the body must be one JSON-RPC 2.0 request, notification or response object".into(),
+            Value::Null,
+        );
+    };
+    let Value::Object(m) = value else {
+        let what = if value.is_array() {
+            "a batch (an array); send one message per request"
+        } else {
+            "not a JSON object"
+        };
+        return (
+            format!("the body must be one JSON-RPC 2.0 message object, and it is {what}"),
+            Value::Null,
+        );
+    };
+    let id = match m.get("id") {
+        Some(v @ Value::String(_)) => v.clone(),
+        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Value::Number(n.clone()),
+        _ => Value::Null,
+    };
+    let problem = if m.get("jsonrpc") != Some(&Value::String("2.0".into())) {
+        "`jsonrpc` must be \"2.0\"".to_owned()
+    } else if m
+        .get("id")
+        .is_some_and(|v| id.is_null() && !v.is_null() || v.is_null())
+    {
+        "`id` must be a string or an integer".to_owned()
+    } else if m.get("method").is_some_and(|v| !v.is_string()) {
+        "`method` must be a string".to_owned()
+    } else if m.get("params").is_some_and(|v| !v.is_object()) {
+        "`params` must be an object".to_owned()
+    } else if m
+        .get("params")
+        .and_then(|p| p.get("_meta"))
+        .is_some_and(|v| !v.is_object())
+    {
+        "`params._meta` must be an object".to_owned()
+    } else if !m.contains_key("method") && !m.contains_key("result") && !m.contains_key("error") {
+        "it has no `method` (nor `result` or `error`)".to_owned()
+    } else {
+        "it is not a request, notification or response this server reads".to_owned()
+    };
+    (
+        format!("the body is not a valid JSON-RPC 2.0 message: {problem}"),
+        id,
+    )
 }
 
 #[cfg(test)]
@@ -878,6 +962,58 @@ mod tests {
         assert_eq!(theirs.status, StatusCode::NOT_FOUND);
         let own = send_with(&router, Method::DELETE, Some(&sid), String::new(), ci).await;
         assert!(own.status.is_success(), "{}", own.status);
+    }
+
+    /// A JSON body that is not one JSON-RPC message is told what is wrong with it, with its
+    /// id when that can be read (every such body was "batches are not supported").
+    #[tokio::test]
+    async fn an_invalid_message_is_told_what_is_wrong() {
+        let server = server();
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let sid = open(&server, &router, json!({})).await;
+        for (body, says, id) in [
+            (
+                r#"{"id":3,"method":"ping"}"#,
+                "`jsonrpc` must be \"2.0\"",
+                json!(3),
+            ),
+            (
+                r#"{"jsonrpc":"1.0","id":"a","method":"ping"}"#,
+                "`jsonrpc` must be",
+                json!("a"),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
+                "`id` must be a string or an integer",
+                Value::Null,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":4,"method":5}"#,
+                "`method` must be a string",
+                json!(4),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":5,"method":"tools/list","params":[1]}"#,
+                "`params` must be an object",
+                json!(5),
+            ),
+            (
+                r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+                "a batch",
+                Value::Null,
+            ),
+            ("42", "not a JSON object", Value::Null),
+        ] {
+            let r = send_text(&router, Method::POST, Some(&sid), body.into()).await;
+            assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {}", r.body);
+            let v: Value = serde_json::from_str(&r.body).unwrap();
+            assert_eq!(v["error"]["code"], json!(-32600), "{body}: {v}");
+            assert!(
+                v["error"]["message"].as_str().unwrap().contains(says),
+                "{body}: {v}"
+            );
+            assert_eq!(v["id"], id, "{body}: {v}");
+        }
     }
 
     /// A `Quiver-Conversation` header that is not UTF-8 is invalid params (it was taken for

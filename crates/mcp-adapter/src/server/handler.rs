@@ -742,6 +742,7 @@ pub(crate) fn unparsed_request(method: &str, params: Option<Value>, modern: bool
         "resources/subscribe" => why::<SubscribeRequestParams>(params),
         "resources/unsubscribe" => why::<UnsubscribeRequestParams>(params),
         "initialize" => why::<InitializeRequestParams>(params),
+        "subscriptions/listen" => why::<rmcp::model::SubscriptionsListenRequestParams>(params),
         "tools/list" | "resources/list" | "resources/templates/list" | "prompts/list" => {
             why::<Option<PaginatedRequestParams>>(params)
         }
@@ -1232,6 +1233,28 @@ mod tests {
         let request =
             cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c.to_owned())));
         paged("prompts", all, request)
+    }
+
+    /// A `subscriptions/listen` whose params do not fit is invalid params naming the
+    /// problem (it was "method not found", 404, as if listening did not exist); an unknown
+    /// method still is.
+    #[test]
+    fn a_malformed_listen_is_invalid_params() {
+        for params in [
+            serde_json::json!({"_meta": {}}),
+            serde_json::json!({"notifications": {"toolsListChanged": "yes"}}),
+        ] {
+            let e = unparsed_request("subscriptions/listen", Some(params.clone()), true);
+            assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{params}: {}", e.message);
+            assert!(
+                e.message
+                    .starts_with("invalid params for `subscriptions/listen`: "),
+                "{}",
+                e.message
+            );
+        }
+        let e = unparsed_request("subscriptions/frobnicate", None, true);
+        assert_eq!(e.code, ErrorCode::METHOD_NOT_FOUND);
     }
 
     #[test]

@@ -1272,6 +1272,42 @@ mod tests {
         assert_eq!(r.content_type, "application/json", "{}", r.body);
     }
 
+    /// `logging/setLevel` is gone in 2026-07-28: a valid one is method-not-found like an
+    /// invalid one (it succeeded and did nothing).
+    #[tokio::test]
+    async fn set_level_is_not_part_of_2026_07_28() {
+        let server = server();
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        for level in ["debug", "verbose"] {
+            let body = json!({"jsonrpc": "2.0", "id": 3, "method": "logging/setLevel",
+            "params": {"level": level, "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}
+            }}});
+            let req = Request::builder()
+                .method(Method::POST)
+                .uri("/mcp")
+                .header("host", "127.0.0.1:7345")
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-protocol-version", "2026-07-28")
+                .header("mcp-method", "logging/setLevel")
+                .body(Body::from(body.to_string()))
+                .unwrap();
+            let resp = router.clone().oneshot(req).await.unwrap();
+            let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            let text = String::from_utf8_lossy(&bytes);
+            assert!(text.contains("-32601"), "{level}: {text}");
+            assert!(
+                text.contains("is not part of protocol 2026-07-28"),
+                "{level}: {text}"
+            );
+        }
+    }
+
     fn call_body(extra_params: &str) -> Bytes {
         Bytes::from(format!(
             r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"t","arguments":{{"a":1}}{extra_params}}}}}"#

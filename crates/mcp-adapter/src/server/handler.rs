@@ -881,8 +881,17 @@ impl ServerHandler for Handler {
     async fn set_level(
         &self,
         request: SetLevelRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
+        // Gone in 2026-07-28 (SEP-2575): a request names its level in `_meta` instead. A
+        // valid one must not succeed and do nothing while an invalid one is "not part of the
+        // protocol".
+        if context
+            .protocol_version()
+            .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28)
+        {
+            return Err(unparsed_request("logging/setLevel", None, true));
+        }
         *lock(&self.conn.log_level) = Some(request.level);
         Ok(())
     }

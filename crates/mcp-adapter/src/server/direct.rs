@@ -128,11 +128,9 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
         && direct.sessions.sessions.read().await.len() >= direct.shared.options.max_sessions
     {
         let (parts, body) = request.into_parts();
-        let bytes = match axum::body::to_bytes(body, MAX_OPENING_BODY).await {
+        let bytes = match read_body(&direct, body, MAX_OPENING_BODY).await {
             Ok(b) => b,
-            Err(_) => {
-                return (StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large").into_response();
-            }
+            Err(refused) => return refused,
         };
         if let Some(id) = initialize_id(&bytes) {
             return too_many_sessions(id, direct.shared.options.max_sessions);
@@ -147,10 +145,9 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
         return forward(&direct, request).await;
     };
     let (parts, body) = request.into_parts();
-    let bytes = match axum::body::to_bytes(body, MAX_DIRECT_BODY as usize).await {
+    let bytes = match read_body(&direct, body, MAX_DIRECT_BODY as usize).await {
         Ok(b) => b,
-        // The length was checked; a body that still fails to arrive has no answer to get.
-        Err(e) => return (StatusCode::BAD_REQUEST, format!("Bad Request: {e}")).into_response(),
+        Err(refused) => return refused,
     };
     match classify(&bytes) {
         Message::Call { id, params } => {
@@ -573,9 +570,9 @@ async fn forward(direct: &Direct, request: Request) -> Response {
     // can be told what is wrong with it.
     if request.method() == Method::POST {
         let (parts, body) = request.into_parts();
-        let bytes = match axum::body::to_bytes(body, MAX_OPENING_BODY).await {
+        let bytes = match read_body(direct, body, MAX_OPENING_BODY).await {
             Ok(b) => b,
-            Err(e) => return too_large_or_bad(e),
+            Err(refused) => return refused,
         };
         return forward_parts(direct, parts, bytes).await;
     }
@@ -586,15 +583,31 @@ async fn forward(direct: &Direct, request: Request) -> Response {
     response
 }
 
-/// The answer to a body that could not be read: 413 past the limit, 400 otherwise (it
-/// stopped coming, or was cut).
-fn too_large_or_bad(e: axum::Error) -> Response {
-    let over =
-        std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-    if over {
-        (StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large").into_response()
-    } else {
-        (StatusCode::BAD_REQUEST, format!("Bad Request: {e}")).into_response()
+/// A request's whole body, at most `limit` bytes, within the server's body timeout (a
+/// client that stops sending holds nothing for long). The timer starts only if the body is
+/// not already in (`tokio::time::timeout` polls the read first): a small request costs none.
+async fn read_body(direct: &Direct, body: Body, limit: usize) -> Result<Bytes, Response> {
+    let wait = direct.shared.options.body_timeout;
+    match tokio::time::timeout(wait, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) => {
+            let over = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            Err(if over {
+                (StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large").into_response()
+            } else {
+                (StatusCode::BAD_REQUEST, format!("Bad Request: {e}")).into_response()
+            })
+        }
+        Err(_) => Err((
+            StatusCode::REQUEST_TIMEOUT,
+            [(header::CONNECTION, "close")],
+            format!(
+                "Request Timeout: the body did not arrive within {} s",
+                wait.as_secs()
+            ),
+        )
+            .into_response()),
     }
 }
 

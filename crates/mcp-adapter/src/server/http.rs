@@ -92,11 +92,7 @@ impl McpServer {
     /// connections) and on its body.
     pub async fn serve_http(&self, listener: TcpListener) -> Result<(), ServeError> {
         let addr = listener.local_addr()?;
-        let router = self
-            .router(addr)
-            .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
-                self.shared.options.body_timeout,
-            ));
+        let router = self.router(addr);
         let shutdown = self.shared.shutdown.clone();
         let mut http = hyper::server::conn::http1::Builder::new();
         // A connection that sends nothing, or half a head, is closed after the head timeout

@@ -158,15 +158,18 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
             if takes_client_traffic(&entry)
                 || !direct.sessions.has_session(&sid).await.unwrap_or(false)
             {
-                return forward_parts(&direct, parts, bytes).await;
+                return forward_claimed(&direct, &entry, parts, bytes, Some(id)).await;
             }
             let meta = params.meta.clone().unwrap_or_default();
             // A malformed conversation key is rmcp's to answer (the same error, from the
             // handler).
             let Ok(scope) = handler::scope(&direct.shared, Some(&parts), &meta, None) else {
-                return forward_parts(&direct, parts, bytes).await;
+                return forward_claimed(&direct, &entry, parts, bytes, Some(id)).await;
             };
             touch(&direct, &sid, &entry);
+            let Some(_held) = IdHeld::claim(&entry, &id) else {
+                return id_in_use(id);
+            };
             serve_call(&direct.shared, &entry, scope, id, *params).await
         }
         Message::Cancelled(id) => {
@@ -175,8 +178,90 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
             }
             forward_parts(&direct, parts, bytes).await
         }
-        Message::Other => forward_parts(&direct, parts, bytes).await,
+        Message::Other => {
+            let id = request_id(&bytes);
+            forward_claimed(&direct, &entry, parts, bytes, id).await
+        }
     }
+}
+
+/// The id of a JSON-RPC request (not of a response the client sends back, whose id is
+/// the server's).
+fn request_id(bytes: &[u8]) -> Option<RequestId> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        id: Option<RequestId>,
+        method: Option<serde::de::IgnoredAny>,
+    }
+    let head: Head = serde_json::from_slice(bytes).ok()?;
+    head.method.and(head.id)
+}
+
+/// Forwards a session's message to rmcp; a request (`id`) holds its id for as long as its
+/// answer is being sent, and one whose id is already in use is refused.
+async fn forward_claimed(
+    direct: &Direct,
+    entry: &Arc<Entry>,
+    parts: Parts,
+    bytes: Bytes,
+    id: Option<RequestId>,
+) -> Response {
+    let Some(id) = id else {
+        return forward_parts(direct, parts, bytes).await;
+    };
+    let Some(held) = IdHeld::claim(entry, &id) else {
+        return id_in_use(id);
+    };
+    let response = forward_parts(direct, parts, bytes).await;
+    // Released when the answer's body is gone (an SSE stream ends, or its client left).
+    response.map(|body| {
+        Body::new(http_body_util::BodyExt::map_frame(body, move |frame| {
+            let _held = &held;
+            frame
+        }))
+    })
+}
+
+/// A request id held in use on its session; released when dropped.
+struct IdHeld {
+    conn: Arc<Connection>,
+    id: RequestId,
+}
+
+impl IdHeld {
+    /// Holds `id`, unless a request of the session already does.
+    fn claim(entry: &Entry, id: &RequestId) -> Option<IdHeld> {
+        lock(&entry.conn.ids_in_use)
+            .insert(id.clone())
+            .then(|| IdHeld {
+                conn: entry.conn.clone(),
+                id: id.clone(),
+            })
+    }
+}
+
+impl Drop for IdHeld {
+    fn drop(&mut self) {
+        lock(&self.conn.ids_in_use).remove(&self.id);
+    }
+}
+
+/// 400 with a JSON-RPC error: a request reused the id of one still in flight.
+fn id_in_use(id: RequestId) -> Response {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {
+            "code": -32600,
+            "message": "Invalid Request: this id is already used by a request of this session that is still in flight; give each request a new id",
+        },
+    });
+    (
+        StatusCode::BAD_REQUEST,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 /// The most body read to tell an `initialize` at capacity (rmcp's own limit).
@@ -1421,6 +1506,66 @@ mod tests {
             dropped.load(std::sync::atomic::Ordering::SeqCst),
             "the tool's call ended"
         );
+    }
+
+    /// A request whose id is still in use by another request of the session is refused
+    /// (-32600), on rmcp's path as on the direct one: rmcp routed both answers by the one id,
+    /// delivering one call's result on the other's stream and leaving the first hanging.
+    /// Once the first request has ended, its id is free again.
+    #[tokio::test]
+    async fn a_request_reusing_an_id_in_flight_is_refused() {
+        let started = Arc::new(tokio::sync::Notify::new());
+        let server = server_with(Some(Hold {
+            spec: ToolSpec::new("hold", "Holds until cancelled.")
+                .read_only()
+                .with_schema(json!({"type": "object"})),
+            started: started.clone(),
+            dropped: Arc::default(),
+            cancelled: Arc::default(),
+        }));
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let sid = open(&server, &router, json!({})).await;
+        // "p": with a progress token, through rmcp; "d": the direct path.
+        for (id, meta) in [("p", json!({"progressToken": 1})), ("d", json!({}))] {
+            let held = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": "hold", "arguments": {}, "_meta": meta}});
+            let call = tokio::spawn({
+                let (router, sid, held) = (router.clone(), sid.clone(), held.clone());
+                async move { send(&router, Method::POST, Some(&sid), held).await }
+            });
+            tokio::time::timeout(std::time::Duration::from_secs(10), started.notified())
+                .await
+                .expect("the call starts");
+            let again = tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                send(&router, Method::POST, Some(&sid), held),
+            )
+            .await
+            .expect("the second request is answered at once");
+            assert_eq!(
+                again.status,
+                StatusCode::BAD_REQUEST,
+                "{id}: {}",
+                again.body
+            );
+            let v: Value = serde_json::from_str(&again.body).unwrap();
+            assert_eq!(v["id"], json!(id));
+            assert_eq!(v["error"]["code"], json!(-32600), "{v}");
+            let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": id, "reason": "test"}});
+            send(&router, Method::POST, Some(&sid), cancel).await;
+            tokio::time::timeout(std::time::Duration::from_secs(10), call)
+                .await
+                .expect("the cancelled call ends")
+                .unwrap();
+            let list = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"});
+            let r = send(&router, Method::POST, Some(&sid), list).await;
+            assert!(
+                r.body.contains(r#""tools""#),
+                "{id}: the id is free again: {}",
+                r.body
+            );
+        }
     }
 
     /// A client that drops its request (a network blip, its own timeout) has not cancelled

@@ -111,6 +111,10 @@ pub(crate) struct Connection {
     /// reaches them.
     pub(crate) in_flight:
         Mutex<std::collections::HashMap<rmcp::model::RequestId, CancellationToken>>,
+    /// The ids of this session's requests in flight on either path (the direct path's
+    /// calls, and what was forwarded to rmcp until its answer ends): a second request with an
+    /// id still in use is refused (rmcp would route both answers by the one id).
+    pub(crate) ids_in_use: Mutex<HashSet<rmcp::model::RequestId>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -198,6 +202,7 @@ impl Handler {
                 relaying: std::sync::atomic::AtomicBool::new(false),
                 session_id: std::sync::OnceLock::new(),
                 in_flight: Mutex::new(std::collections::HashMap::new()),
+                ids_in_use: Mutex::new(HashSet::new()),
             }),
             fixed_session,
         }

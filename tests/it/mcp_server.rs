@@ -344,6 +344,45 @@ async fn closing_stdin_cancels_the_calls_in_flight() {
     assert_eq!(row["err_kind"], "cancelled", "{row}");
 }
 
+/// A piped script (`printf '...' | quiver serve --stdio`) closes stdin right after its last
+/// request: a quick call is still answered before the server exits.
+#[tokio::test]
+async fn a_piped_scripts_last_call_is_answered() {
+    use tokio::io::AsyncWriteExt;
+    let dir = fresh_dir();
+    let mut child = Command::new(quiver_binary())
+        .args(["serve", "--stdio"])
+        .current_dir(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("quiver starts");
+    let mut stdin = child.stdin.take().expect("piped");
+    let script = concat!(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"describe_tool","arguments":{"name":"tool_search"}}}"#,
+        "\n",
+    );
+    stdin.write_all(script.as_bytes()).await.unwrap();
+    drop(stdin);
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("the server exits")
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", out.status);
+    let answered = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .any(|v| v["id"] == 2 && v["result"]["content"].is_array());
+    assert!(answered, "the call was not answered: {text}");
+}
+
 #[tokio::test]
 async fn sigterm_stops_quiver_serve_cleanly() {
     let mut server = Server::start(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"]).await;

@@ -263,6 +263,16 @@ pub const REFUSED_KINDS: &[&str] = &[
     "too_deep",
 ];
 
+/// How the dispatcher's answer for a tool whose provider is not up begins; the log's
+/// usage query matches the same words ([`ABSENT_TEXT`]).
+fn absent_prefix(tool: &str) -> String {
+    format!("`{tool}{ABSENT_TEXT}")
+}
+
+/// What follows the tool's name in the dispatcher's answer for a tool whose provider is
+/// not up (`` `mcp__git__status` is not available: MCP server "git" is ... ``).
+pub const ABSENT_TEXT: &str = "` is not available: ";
+
 /// Whether a logged call was refused before its tool ran: one of [`REFUSED_KINDS`], or the
 /// dispatcher's own schema hint on the arguments (a schema hint the tool returned after it
 /// ran does not count). Such a call is not use of the tool: it neither counts as called for
@@ -274,6 +284,12 @@ pub fn refused_before_running(
     tool: &str,
 ) -> bool {
     match (err_kind, hint_kind) {
+        // The dispatcher's own answer for a tool whose provider is not up (the tool is not
+        // in the catalog): nothing ran. An upstream that failed a call it was sent is
+        // `not_available` too, and counts.
+        (Some(ErrKind::NotAvailable), _) => {
+            error.is_some_and(|m| m.strip_prefix(&absent_prefix(tool)).is_some())
+        }
         (Some(k), _) => REFUSED_KINDS.contains(&k.as_str()),
         (None, Some(HintKind::Schema)) => {
             error.is_some_and(|m| validate::refused_arguments(m, tool))
@@ -818,8 +834,8 @@ impl Dispatcher {
             return Envelope::err(
                 ErrKind::NotAvailable,
                 format!(
-                    "`{}` is not available: {why}.",
-                    quiver_contract::quoted_name(name)
+                    "{}{why}.",
+                    absent_prefix(&quiver_contract::quoted_name(name))
                 ),
             );
         }
@@ -1028,7 +1044,24 @@ impl Dispatcher {
 
 #[cfg(test)]
 mod tests {
-    use super::call_id;
+    use super::{ErrKind, call_id, refused_before_running};
+
+    #[test]
+    fn refusals_before_running_are_told_from_calls_that_ran() {
+        let refused = |kind: ErrKind, message: &str| {
+            refused_before_running(Some(&kind), None, Some(message), "mcp__git__status")
+        };
+        assert!(refused(ErrKind::PolicyDenied, "refused by policy"));
+        assert!(refused(
+            ErrKind::NotAvailable,
+            "`mcp__git__status` is not available: MCP server \"git\" is still connecting."
+        ));
+        assert!(!refused(
+            ErrKind::NotAvailable,
+            "MCP server \"git\" unavailable; request outcome is unknown"
+        ));
+        assert!(!refused(ErrKind::ToolFailed, "boom"));
+    }
 
     #[test]
     fn call_ids_are_prefix_dash_number() {

@@ -22,8 +22,8 @@ pub use catalog::{
     Skipped, advertise, advertised_extra_bytes, order_families,
 };
 pub use dispatch::{
-    BatchCall, DispatchConfig, Dispatcher, DispatcherBuilder, REFUSED_KINDS, UNDEFINED_TOOLS,
-    refused_before_running,
+    ABSENT_TEXT, BatchCall, DispatchConfig, Dispatcher, DispatcherBuilder, REFUSED_KINDS,
+    UNDEFINED_TOOLS, refused_before_running,
 };
 pub use error::RegistryError;
 pub use layers::telemetry::{Metrics, ToolCounters};

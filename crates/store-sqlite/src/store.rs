@@ -1076,6 +1076,11 @@ impl UsageSource for SqliteStore {
                            AND substr(error, 1, length(?4) + length(tool_name) + 1)
                                = ?4 || tool_name || '`',
                            0)
+                       AND NOT COALESCE(
+                           err_kind = 'not_available'
+                           AND substr(error, 1, length(tool_name) + length(?5) + 1)
+                               = '`' || tool_name || ?5,
+                           0)
                      GROUP BY tool_name ORDER BY tool_name",
                 )
                 .at(loc)?;
@@ -1083,7 +1088,13 @@ impl UsageSource for SqliteStore {
                 .unwrap_or_else(|_| "[]".to_owned());
             let rows = stmt
                 .query_map(
-                    params![b30, b90, refused, quiver_registry::REFUSED_ARGUMENTS],
+                    params![
+                        b30,
+                        b90,
+                        refused,
+                        quiver_registry::REFUSED_ARGUMENTS,
+                        quiver_registry::ABSENT_TEXT
+                    ],
                     |r| {
                         Ok((
                             r.get::<_, String>(0)?,

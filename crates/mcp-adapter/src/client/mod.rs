@@ -24,6 +24,7 @@ mod sse;
 mod to_contract;
 mod tool;
 mod upstream;
+pub(crate) use upstream::seconds;
 
 use std::{
     collections::BTreeMap,
@@ -383,12 +384,25 @@ impl McpClient {
 /// the server is not up (a tool of a connected server that does not offer it is simply
 /// unknown). Words for the model: the reason of a rejection stays in the operator's log.
 fn why_absent(shared: &Shared, name: &str) -> Option<String> {
-    let (prefix, tool) = quiver_contract::split_mcp_name(name)?;
-    let up = shared
+    // The server whose `mcp__<prefix>__` the name starts with; the longest prefix when
+    // several do (`git` and `git_` both start `mcp__git___status`).
+    let (up, tool) = shared
         .servers()
         .into_iter()
-        .find(|up| up.cfg.prefix == prefix)?;
-    if !up.cfg.admits(tool) {
+        .filter(|up| !up.cfg.prefix.is_empty())
+        .filter_map(|up| {
+            let tool = name
+                .strip_prefix("mcp__")?
+                .strip_prefix(up.cfg.prefix.as_str())?
+                .strip_prefix("__")?
+                .to_owned();
+            Some((up, tool))
+        })
+        .max_by_key(|(up, _)| up.cfg.prefix.len())?;
+    // A server that has listed its tools keeps them in the catalog while it is down (they
+    // answer `not_available` themselves): a name it never listed is unknown, with
+    // look-alikes.
+    if !up.cfg.admits(&tool) || up.counters().connects > 0 {
         return None;
     }
     let server = up.name();

@@ -47,9 +47,9 @@ impl InboundAuth {
             }
             // A client's bearer credential is read trimmed, and a header cannot carry a
             // control character: such a secret could never be presented.
-            if t.token.trim() != t.token || t.token.chars().any(char::is_control) {
+            if t.token.trim() != t.token || t.token.chars().any(|c| !(' '..='~').contains(&c)) {
                 return Err(AuthError::Invalid(format!(
-                    "tokens[{i}] (`{}`) has whitespace at its start or end, or a control character, in its `token` (a newline read from a file or an environment variable?): no client could ever present it; remove it",
+                    "tokens[{i}] (`{}`) has whitespace at its start or end, or a character that is not printable ASCII, in its `token` (a newline read from a file or an environment variable?): an `Authorization` header cannot carry it, so no client could ever present it; remove it",
                     t.name.escape_debug()
                 )));
             }
@@ -390,7 +390,7 @@ mod tests {
             "{e}"
         );
         assert!(!e.contains("s3cr3t"), "the secret is never shown: {e}");
-        for secret in ["abc\n", " abc", "ab\u{7}c"] {
+        for secret in ["abc\n", " abc", "ab\u{7}c", "abcé"] {
             let padded = InboundAuth::new(vec![InboundToken::new("ci", secret)]);
             let e = padded.validate().unwrap_err().to_string();
             assert!(

@@ -123,9 +123,19 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
     }
     // A request that may open a session (a POST naming none) while the server is full: an
     // `initialize` is refused, anything else goes on (a 2026-07-28 request opens none).
-    if request.method() == Method::POST
-        && !request.headers().contains_key(SESSION_HEADER)
-        && direct.sessions.sessions.read().await.len() >= direct.shared.options.max_sessions
+    // "Naming none" as rmcp reads it: a header that is not visible ASCII is none to it.
+    // Requests that may open one are counted while they run, so that parallel ones at the
+    // limit cannot all get through.
+    let _opening = (request.method() == Method::POST
+        && request
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .is_none())
+    .then(|| Opening::start(&direct.shared.opening));
+    if let Some(opening) = &_opening
+        && direct.sessions.sessions.read().await.len() + opening.ahead
+            >= direct.shared.options.max_sessions
     {
         let (parts, body) = request.into_parts();
         let bytes = match read_body(&direct, body, MAX_OPENING_BODY).await {
@@ -262,6 +272,26 @@ fn id_in_use(id: RequestId) -> Response {
         body.to_string(),
     )
         .into_response()
+}
+
+/// A request that may open a session, counted while it runs.
+struct Opening<'a> {
+    count: &'a std::sync::atomic::AtomicUsize,
+    /// How many were running when this one started.
+    ahead: usize,
+}
+
+impl<'a> Opening<'a> {
+    fn start(count: &'a std::sync::atomic::AtomicUsize) -> Self {
+        let ahead = count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Opening { count, ahead }
+    }
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// The most body read to tell an `initialize` at capacity (rmcp's own limit).
@@ -688,8 +718,8 @@ async fn read_body(direct: &Direct, body: Body, limit: usize) -> Result<Bytes, R
             StatusCode::REQUEST_TIMEOUT,
             [(header::CONNECTION, "close")],
             format!(
-                "Request Timeout: the body did not arrive within {} s",
-                wait.as_secs()
+                "Request Timeout: the body did not arrive within {}",
+                crate::client::seconds(wait)
             ),
         )
             .into_response()),
@@ -771,7 +801,7 @@ fn diagnose(body: &[u8]) -> (String, Value) {
     };
     let id = match m.get("id") {
         Some(v @ Value::String(_)) => v.clone(),
-        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Value::Number(n.clone()),
+        Some(Value::Number(n)) if n.is_i64() => Value::Number(n.clone()),
         _ => Value::Null,
     };
     let problem = if m.get("jsonrpc") != Some(&Value::String("2.0".into())) {
@@ -987,6 +1017,21 @@ mod tests {
             StatusCode::SERVICE_UNAVAILABLE,
             "{}",
             full.body
+        );
+        // A session header rmcp cannot read is none to it: refused the same.
+        let unreadable = send_with(
+            &router,
+            Method::POST,
+            None,
+            init.to_string(),
+            &[("mcp-session-id", b"\xff")],
+        )
+        .await;
+        assert_eq!(
+            unreadable.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{}",
+            unreadable.body
         );
         let v: Value = serde_json::from_str(&full.body).unwrap();
         assert_eq!(v["id"], json!(41));

@@ -133,6 +133,8 @@ pub(crate) struct Shared {
     pub(crate) dispatcher: Dispatcher,
     pub(crate) options: ServerOptions,
     pub(crate) shutdown: CancellationToken,
+    /// HTTP requests that may open a session (POSTs naming none), while they run.
+    pub(crate) opening: std::sync::atomic::AtomicUsize,
     /// Where working sets persist; a key seen for the first time is restored from it.
     pub(crate) sessions: Option<Arc<dyn quiver_surface::ports::SessionStore>>,
     /// The execution log: which tools a restored key has called (`requires_prior`).
@@ -201,6 +203,7 @@ impl McpServer {
                 dispatcher,
                 options,
                 shutdown: CancellationToken::new(),
+                opening: std::sync::atomic::AtomicUsize::new(0),
                 sessions: None,
                 calls: None,
                 content: None,
@@ -264,13 +267,15 @@ impl McpServer {
         // `requires_prior`.
         let session = format!("stdio:{}", uuid::Uuid::new_v4().simple());
         let handler = handler::Handler::new(self.shared.clone(), Some(session.into()));
-        // A client closes stdin to shut a stdio server down (MCP lifecycle): the calls in
-        // flight are cancelled then, as on SIGTERM, rather than left running through
-        // rmcp's drain while the host stops their upstreams under them.
+        // A client closes stdin to shut a stdio server down (MCP lifecycle): the calls still
+        // in flight a moment later are cancelled, as on SIGTERM, rather than left running
+        // through rmcp's drain while the host stops their upstreams under them. The moment
+        // lets a piped script's last quick requests be answered.
         let ct = self.shared.shutdown.child_token();
         let stdin = CancelOnEof {
             inner: tokio::io::stdin(),
             ct: ct.clone(),
+            fired: false,
         };
         let running = handler
             .serve_with_ct((stdin, tokio::io::stdout()), ct)
@@ -281,10 +286,29 @@ impl McpServer {
     }
 }
 
-/// A reader that cancels `ct` when its input ends (or fails).
+/// How long calls in flight may still finish after a stdio client closed stdin.
+const STDIN_CLOSED_GRACE: Duration = Duration::from_secs(2);
+
+/// A reader that cancels `ct` [`STDIN_CLOSED_GRACE`] after its input ends (or fails).
 struct CancelOnEof<R> {
     inner: R,
     ct: CancellationToken,
+    fired: bool,
+}
+
+impl<R> CancelOnEof<R> {
+    fn ended(&mut self) {
+        if std::mem::replace(&mut self.fired, true) {
+            return;
+        }
+        let ct = self.ct.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(STDIN_CLOSED_GRACE) => ct.cancel(),
+                () = ct.cancelled() => {}
+            }
+        });
+    }
 }
 
 impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for CancelOnEof<R> {
@@ -297,10 +321,8 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for CancelOnEof<R> {
         let room = buf.remaining() > 0;
         let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
         match &polled {
-            std::task::Poll::Ready(Ok(())) if room && buf.filled().len() == before => {
-                self.ct.cancel()
-            }
-            std::task::Poll::Ready(Err(_)) => self.ct.cancel(),
+            std::task::Poll::Ready(Ok(())) if room && buf.filled().len() == before => self.ended(),
+            std::task::Poll::Ready(Err(_)) => self.ended(),
             _ => {}
         }
         polled

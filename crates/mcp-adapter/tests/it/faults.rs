@@ -81,6 +81,46 @@ async fn restarted_server_reconnects_once() {
     close_and_check(&client).await;
 }
 
+/// Why a name under a server's prefix is missing: a server that never connected is named
+/// (the dispatcher answers `not_available`), the longest matching prefix wins, and a server
+/// that has listed its tools is not blamed for a name it never listed (a typo stays an
+/// unknown tool, with look-alikes), even while it is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absent_names_are_explained_only_by_a_server_that_never_listed() {
+    let (catalog, client) = start(
+        &[
+            fixture_server("fx", "normal"),
+            ServerConfig::stdio("git", "/nonexistent/quiver-git", vec![]),
+            ServerConfig::stdio("git_", "/nonexistent/quiver-git-", vec![]),
+        ],
+        fast_options(),
+    );
+    wait_for("fx to connect", Duration::from_secs(30), || {
+        client
+            .server_status("fx")
+            .is_some_and(|s| s.state == ServerState::Connected)
+    })
+    .await;
+    let why = catalog
+        .why_absent("mcp__git__status")
+        .expect("git explains");
+    assert!(why.contains("MCP server \"git\""), "{why}");
+    let why = catalog
+        .why_absent("mcp__git___status")
+        .expect("git_ explains");
+    assert!(why.contains("MCP server \"git_\""), "{why}");
+    assert_eq!(catalog.why_absent("mcp__fx__typo"), None);
+    let pid = text_of(&call(&catalog, "mcp__fx__pid", json!({})).await);
+    kill9(pid.trim_matches(|c: char| !c.is_ascii_digit()));
+    wait_for("the drop to be seen", Duration::from_secs(10), || {
+        client.server_status("fx").unwrap().counters.drops == 1
+    })
+    .await;
+    assert_eq!(catalog.why_absent("mcp__fx__typo"), None);
+    assert_eq!(catalog.why_absent("mcp__other__x"), None);
+    close_and_check(&client).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hung_call_times_out_clearly() {
     let (catalog, client) = start(

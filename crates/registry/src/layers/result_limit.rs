@@ -117,11 +117,11 @@ pub fn truncate_chars(text: &mut String, max: usize) -> Option<usize> {
     if total <= max {
         return None;
     }
-    let marker_len = TRUNCATION_MARKER.chars().count();
-    let keep = max.saturating_sub(marker_len);
+    // The marker when it fits; a limit smaller than the marker keeps that many characters.
+    let keep = kept_chars(max);
     let cut = text.char_indices().nth(keep).map_or(text.len(), |(i, _)| i);
     text.truncate(cut);
-    if max >= marker_len {
+    if keep < max {
         text.push_str(TRUNCATION_MARKER);
     }
     Some(total)
@@ -244,5 +244,10 @@ mod tests {
         let mut short = "abc".to_owned();
         assert_eq!(truncate_chars(&mut short, 3), None);
         assert_eq!(short, "abc");
+        // A limit smaller than the marker keeps that many characters (it kept none).
+        let mut tiny = "abcdefghij".repeat(3);
+        assert_eq!(truncate_chars(&mut tiny, 5), Some(30));
+        assert_eq!(tiny, "abcde");
+        assert_eq!(kept_chars(5), 5);
     }
 }

@@ -93,10 +93,10 @@ async fn recorded_calls_read_back_filtered_with_summary_and_full_output() {
 }
 
 /// Usage counts the calls that ran: a call the dispatcher refused first (denied by policy,
-/// unknown, looping, too large, its arguments refused by the schema check) is not use of
-/// the tool, or a tool the model keeps trying against a deny rule would be put on every
-/// session's list. A tool's own failure and a schema hint the tool returned after it ran
-/// still count.
+/// unknown, looping, too large, its arguments refused by the schema check, its server not
+/// up) is not use of the tool, or a tool the model keeps trying against a deny rule would be
+/// put on every session's list. A tool's own failure and a schema hint the tool returned
+/// after it ran still count.
 #[tokio::test]
 async fn usage_counts_only_calls_that_ran() {
     let (_dir, _path, store) = store();
@@ -121,6 +121,16 @@ async fn usage_counts_only_calls_that_ran() {
             ))
             .await;
     }
+    store
+        .record(rec(
+            "denied",
+            "n0",
+            Envelope::err(
+                ErrKind::NotAvailable,
+                "`denied` is not available: MCP server \"x\" is still connecting. Try again shortly, or use another tool.",
+            ),
+        ))
+        .await;
     store
         .record(rec(
             "denied",

@@ -121,28 +121,29 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
     if request.method() == Method::DELETE {
         return end_session(&direct, request).await;
     }
-    // A request that may open a session (a POST naming none) while the server is full: an
-    // `initialize` is refused, anything else goes on (a 2026-07-28 request opens none).
-    // "Naming none" as rmcp reads it: a header that is not visible ASCII is none to it.
-    // Requests that may open one are counted while they run, so that parallel ones at the
-    // limit cannot all get through.
-    let _opening = (request.method() == Method::POST
+    // A request that may open a session: a POST naming none, as rmcp reads it (a header
+    // that is not visible ASCII is none to it). An `initialize` is counted while it runs, so
+    // that parallel ones at the limit cannot all get through, and refused when the server is
+    // full; anything else (a 2026-07-28 request opens no session) goes on uncounted.
+    if request.method() == Method::POST
         && request
             .headers()
             .get(SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
-            .is_none())
-    .then(|| Opening::start(&direct.shared.opening));
-    if let Some(opening) = &_opening
-        && direct.sessions.sessions.read().await.len() + opening.ahead
-            >= direct.shared.options.max_sessions
+            .is_none()
     {
         let (parts, body) = request.into_parts();
         let bytes = match read_body(&direct, body, MAX_OPENING_BODY).await {
             Ok(b) => b,
             Err(refused) => return refused,
         };
-        if let Some(id) = initialize_id(&bytes) {
+        let Some(id) = initialize_id(&bytes) else {
+            return forward_parts(&direct, parts, bytes).await;
+        };
+        let opening = Opening::start(&direct.shared.opening);
+        if direct.sessions.sessions.read().await.len() + opening.ahead
+            >= direct.shared.options.max_sessions
+        {
             return too_many_sessions(id, direct.shared.options.max_sessions);
         }
         return forward_parts(&direct, parts, bytes).await;
@@ -177,10 +178,10 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
                 return forward_claimed(&direct, &entry, parts, bytes, Some(id)).await;
             };
             touch(&direct, &sid, &entry);
-            let Some(_held) = IdHeld::claim(&entry, &id) else {
+            let Some(held) = IdHeld::claim(&entry, &id) else {
                 return id_in_use(id);
             };
-            serve_call(&direct.shared, &entry, scope, id, *params).await
+            serve_call(&direct.shared, &entry, scope, id, *params, held).await
         }
         Message::Cancelled(id) => {
             if let Some(token) = lock(&entry.conn.in_flight).get(&id) {
@@ -222,8 +223,14 @@ async fn forward_claimed(
     let Some(held) = IdHeld::claim(entry, &id) else {
         return id_in_use(id);
     };
+    // Held by the request's handler (rmcp keeps the request's parts in its context until
+    // the handler is done) and by the answer's body (until the stream ends or its client
+    // leaves): released when both are gone, not when a client that left stops reading
+    // while the call still runs.
+    let held = Arc::new(held);
+    let mut parts = parts;
+    parts.extensions.insert(held.clone());
     let response = forward_parts(direct, parts, bytes).await;
-    // Released when the answer's body is gone (an SSE stream ends, or its client left).
     response.map(|body| {
         Body::new(http_body_util::BodyExt::map_frame(body, move |frame| {
             let _held = &held;
@@ -517,6 +524,7 @@ async fn serve_call(
     scope: handler::Scope,
     id: RequestId,
     params: CallToolRequestParams,
+    held: IdHeld,
 ) -> Response {
     handler::track(shared, &entry.conn, &scope, true, &entry.peer);
     shared.restore_once(&scope.key).await;
@@ -529,6 +537,7 @@ async fn serve_call(
     let in_flight = InFlight {
         conn: entry.conn.clone(),
         id: id.clone(),
+        _held: held,
     };
     // The same channel an rmcp-served call gets; this client declared no sampling,
     // elicitation or roots (else rmcp serves it), so those are refused in the same words, and
@@ -590,6 +599,8 @@ async fn serve_call(
 struct InFlight {
     conn: Arc<Connection>,
     id: RequestId,
+    /// The id stays in use until the call ends, even when its client left before.
+    _held: IdHeld,
 }
 
 impl Drop for InFlight {
@@ -689,6 +700,17 @@ async fn forward(direct: &Direct, request: Request) -> Response {
             Ok(b) => b,
             Err(refused) => return refused,
         };
+        // A session's request the direct path did not take (a chunked or large body, an
+        // `Accept` with parameters) holds its id like any other.
+        let entry = parts
+            .headers
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|sid| direct.shared.direct.get(sid));
+        if let Some(entry) = entry {
+            let id = request_id(&bytes);
+            return forward_claimed(direct, &entry, parts, bytes, id).await;
+        }
         return forward_parts(direct, parts, bytes).await;
     }
     let response = direct.rmcp.handle(request).await.map(Body::new);
@@ -940,12 +962,18 @@ mod tests {
             .uri("/mcp")
             .header("host", "127.0.0.1:7345")
             .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
+            .header(
+                "accept",
+                extra
+                    .iter()
+                    .find(|(n, _)| *n == "accept")
+                    .map_or(&b"application/json, text/event-stream"[..], |(_, v)| *v),
+            )
             .header("mcp-protocol-version", "2025-11-25");
         if let Some(s) = session {
             req = req.header("mcp-session-id", s);
         }
-        for (name, value) in extra {
+        for (name, value) in extra.iter().filter(|(n, _)| *n != "accept") {
             req = req.header(*name, axum::http::HeaderValue::from_bytes(value).unwrap());
         }
         let req = req.body(Body::from(body)).unwrap();
@@ -1048,6 +1076,62 @@ mod tests {
         let again = send(&router, Method::POST, None, init).await;
         assert_eq!(again.status, StatusCode::OK, "{}", again.body);
         assert!(again.session.is_some());
+    }
+
+    /// Only an `initialize` counts toward the session limit while it runs: a stateless
+    /// 2026-07-28 call in flight (which opens no session) does not keep one from starting.
+    #[tokio::test]
+    async fn a_stateless_call_in_flight_does_not_count_toward_the_session_limit() {
+        let started = Arc::new(tokio::sync::Notify::new());
+        let catalog = Arc::new(Catalog::new());
+        catalog
+            .register(Arc::new(Hold {
+                spec: ToolSpec::new("hold", "Holds until cancelled.")
+                    .read_only()
+                    .with_schema(json!({"type": "object"})),
+                started: started.clone(),
+                dropped: Arc::default(),
+                cancelled: Arc::default(),
+            }))
+            .unwrap();
+        let server =
+            crate::server::test_server(catalog, ServerOptions::default().with_max_sessions(1));
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let stateless = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "hold", "arguments": {},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}
+        }}});
+        let call = tokio::spawn({
+            let router = router.clone();
+            async move {
+                let req = Request::builder()
+                    .method(Method::POST)
+                    .uri("/mcp")
+                    .header("host", "127.0.0.1:7345")
+                    .header("content-type", "application/json")
+                    .header("accept", "application/json, text/event-stream")
+                    .header("mcp-protocol-version", "2026-07-28")
+                    .header("mcp-method", "tools/call")
+                    .header("mcp-name", "hold")
+                    .body(Body::from(stateless.to_string()))
+                    .unwrap();
+                router.oneshot(req).await.unwrap().status()
+            }
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(10), started.notified())
+            .await
+            .expect("the stateless call runs");
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        let r = send(&router, Method::POST, None, init).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        assert!(r.session.is_some());
+        server.shutdown_token().cancel();
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), call).await;
     }
 
     /// A session is its token's: another valid token naming it is answered as for an
@@ -1570,20 +1654,34 @@ mod tests {
         }));
         let router = server.router("127.0.0.1:7345".parse().unwrap());
         let sid = open(&server, &router, json!({})).await;
-        // "p": with a progress token, through rmcp; "d": the direct path.
-        for (id, meta) in [("p", json!({"progressToken": 1})), ("d", json!({}))] {
+        // "p": with a progress token, through rmcp; "d": the direct path; "w": an `Accept`
+        // with weights, which the direct path leaves to rmcp before reading the body.
+        let plain: &[u8] = b"application/json, text/event-stream";
+        let weighted: &[u8] = b"application/json;q=0.9, text/event-stream";
+        for (id, meta, accept) in [
+            ("p", json!({"progressToken": 1}), plain),
+            ("d", json!({}), plain),
+            ("w", json!({}), weighted),
+        ] {
             let held = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
                 "params": {"name": "hold", "arguments": {}, "_meta": meta}});
-            let call = tokio::spawn({
-                let (router, sid, held) = (router.clone(), sid.clone(), held.clone());
-                async move { send(&router, Method::POST, Some(&sid), held).await }
-            });
+            let send = |router: Router, sid: String, body: Value| async move {
+                send_with(
+                    &router,
+                    Method::POST,
+                    Some(&sid),
+                    body.to_string(),
+                    &[("accept", accept)],
+                )
+                .await
+            };
+            let call = tokio::spawn(send(router.clone(), sid.clone(), held.clone()));
             tokio::time::timeout(std::time::Duration::from_secs(10), started.notified())
                 .await
                 .expect("the call starts");
             let again = tokio::time::timeout(
                 std::time::Duration::from_secs(10),
-                send(&router, Method::POST, Some(&sid), held),
+                send(router.clone(), sid.clone(), held),
             )
             .await
             .expect("the second request is answered at once");
@@ -1598,18 +1696,27 @@ mod tests {
             assert_eq!(v["error"]["code"], json!(-32600), "{v}");
             let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
                 "params": {"requestId": id, "reason": "test"}});
-            send(&router, Method::POST, Some(&sid), cancel).await;
+            send(router.clone(), sid.clone(), cancel).await;
             tokio::time::timeout(std::time::Duration::from_secs(10), call)
                 .await
                 .expect("the cancelled call ends")
                 .unwrap();
+            // Free again once the cancelled call's handler has finished, which may be a
+            // moment after its answer's stream closed.
             let list = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"});
-            let r = send(&router, Method::POST, Some(&sid), list).await;
-            assert!(
-                r.body.contains(r#""tools""#),
-                "{id}: the id is free again: {}",
-                r.body
-            );
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                let r = send(router.clone(), sid.clone(), list.clone()).await;
+                if r.body.contains(r#""tools""#) {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{id}: the id never came free: {}",
+                    r.body
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
         }
     }
 

@@ -201,17 +201,23 @@ impl Lane {
         })
     }
 
-    /// POSTs a request: status, content type (lower case) and the body to read.
+    /// POSTs a request: status, content type (lower case), `Retry-After` and the body to
+    /// read.
     async fn request(
         &self,
         session: Option<&str>,
         body: Vec<u8>,
-    ) -> Result<(StatusCode, String, BodyStream), Sent> {
-        let content_type = |h: &HeaderMap| {
-            h.get(CONTENT_TYPE)
+    ) -> Result<(StatusCode, Head, BodyStream), Sent> {
+        let content_type = |h: &HeaderMap| Head {
+            content_type: h
+                .get(CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default()
-                .to_ascii_lowercase()
+                .to_ascii_lowercase(),
+            retry_after: h
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .map(|v| v.chars().take(64).collect()),
         };
         let Some(pool) = &self.pool else {
             return match self.post(session, body).send().await {
@@ -366,6 +372,17 @@ enum Exchange {
     Unknown(String),
     /// The server answered with something that is not an answer.
     Failed(String),
+    /// The server answered with an HTTP error and no JSON-RPC error: its status, and
+    /// `Retry-After` (a 4xx refused the request before it ran).
+    Refused(StatusCode, Option<String>),
+}
+
+/// What a response's head says besides its status.
+struct Head {
+    /// The content type, lower case.
+    content_type: String,
+    /// `Retry-After`, as sent (cut at 64 characters).
+    retry_after: Option<String>,
 }
 
 /// What one message on our stream was.
@@ -478,6 +495,42 @@ fn valid<T: serde::de::DeserializeOwned>(method: &str, v: Value) -> Result<Value
 }
 
 impl Upstream {
+    /// The answer to a `tools/call` the server refused over HTTP before running it.
+    fn refused(&self, tool: &str, status: StatusCode, retry_after: Option<&str>) -> Envelope {
+        let server = &self.cfg.name;
+        let what = status.canonical_reason().map_or_else(
+            || status.as_str().to_owned(),
+            |r| format!("{} {r}", status.as_str()),
+        );
+        let message = match status.as_u16() {
+            401 | 403 => format!(
+                "MCP server \"{server}\" refused `{tool}` with HTTP {what}: Quiver's credentials for it are missing or not accepted (an operator must fix the server's token or headers); the call was not run"
+            ),
+            429 => format!(
+                "MCP server \"{server}\" is limiting its calls (HTTP {what}); `{tool}` was not run. Try again {}",
+                retry_after.map_or_else(
+                    || "later".to_owned(),
+                    |r| match r.trim().parse::<u64>() {
+                        Ok(secs) => format!("in {secs} s"),
+                        Err(_) => format!("after {r}"),
+                    }
+                )
+            ),
+            // A server error may come after the call ran in part.
+            _ if status.is_server_error() => format!(
+                "MCP server \"{server}\" failed `{tool}` with HTTP {what}; whether the call ran is unknown, so it was not sent again{}",
+                retry_after.map_or_else(String::new, |r| match r.trim().parse::<u64>() {
+                    Ok(secs) => format!(". Try again in {secs} s"),
+                    Err(_) => format!(". Try again after {r}"),
+                })
+            ),
+            _ => format!(
+                "MCP server \"{server}\" refused `{tool}` with HTTP {what}; the call was not run"
+            ),
+        };
+        Envelope::err(ErrKind::NotAvailable, message)
+    }
+
     /// Calls `tool` over the lean path; `None` when the call must go through rmcp instead
     /// (nothing was executed upstream).
     pub(super) async fn fast_call(
@@ -557,6 +610,10 @@ impl Upstream {
                 tracing::warn!(server = %self.cfg.name, "tools/call: {why}");
                 Some(done(self.incomplete()))
             }
+            Exchange::Refused(status, retry_after) => {
+                tracing::warn!(server = %self.cfg.name, %status, "tools/call refused");
+                Some(done(self.refused(tool, status, retry_after.as_deref())))
+            }
             Exchange::Fallback => {
                 self.counters.lean_handoffs.fetch_add(1, Ordering::Relaxed);
                 None
@@ -587,7 +644,7 @@ impl Upstream {
         ctx: &CallContext,
         tool: &str,
     ) -> Exchange {
-        let (status, content_type, reply) = match lane.request(session, body).await {
+        let (status, head, reply) = match lane.request(session, body).await {
             Ok(r) => r,
             Err(Sent::Not(why)) => {
                 tracing::debug!(server = %self.cfg.name, "tools/call not sent: {why}");
@@ -595,11 +652,20 @@ impl Upstream {
             }
             Err(Sent::Maybe(why)) => return Exchange::Unknown(why),
         };
+        let content_type = head.content_type;
         if status.is_client_error() || status.is_redirection() {
-            // Rejected, not run (an expired session is a 404, or server-everything's 400;
-            // a redirect): rmcp sends it again and recovers or reports exactly as it would.
-            tracing::debug!(server = %self.cfg.name, %status, "tools/call rejected; handing it to rmcp");
-            return Exchange::Fallback;
+            // Rejected, not run. An expired session (a 404, or server-everything's 400) and
+            // a redirect rmcp follows (307, 308) go to rmcp, which sends it again and
+            // recovers or reports as it would. Anything else (401, 403, 429, a 301 that
+            // would turn the POST into a GET) is answered now, with the status: sending
+            // it again at once would not help, and rmcp's error for it loses the reason.
+            return match status.as_u16() {
+                400 | 404 | 307 | 308 => {
+                    tracing::debug!(server = %self.cfg.name, %status, "tools/call rejected; handing it to rmcp");
+                    Exchange::Fallback
+                }
+                _ => Exchange::Refused(status, head.retry_after),
+            };
         }
         if content_type.starts_with("text/event-stream") && status == StatusCode::OK {
             return self.read_stream(lane, id, reply, session, ctx, tool).await;
@@ -620,7 +686,9 @@ impl Upstream {
             .flatten();
         match parsed.map(|m| classify(m, id)) {
             Some(Seen::Answer(a)) => a,
-            _ if !status.is_success() => Exchange::Failed(format!("HTTP {status}")),
+            // A 5xx (or another status) with no JSON-RPC error in its body: the status is
+            // what the model and the operator can go on.
+            _ if !status.is_success() => Exchange::Refused(status, head.retry_after),
             _ => Exchange::Failed(format!(
                 "no answer to the call (HTTP {status}, {content_type})"
             )),

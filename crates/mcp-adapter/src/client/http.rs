@@ -38,11 +38,14 @@ pub(crate) fn same_origin(a: &Url, b: &Url) -> bool {
         && a.port_or_known_default() == b.port_or_known_default()
 }
 
-/// Follows at most 5 redirects, all within `origin`; a redirect elsewhere is not followed
-/// (the 3xx is returned and the request fails), so nothing is sent to another origin.
+/// Follows at most 5 redirects, all within `origin`, and only 307 and 308, which keep the
+/// method and the body: a 301, 302 or 303 would turn the JSON-RPC POST into a GET without
+/// its message. A redirect elsewhere, or of another kind, is not followed (the 3xx is
+/// returned and the request fails with its status), so nothing is sent to another origin.
 pub(crate) fn redirect_policy(origin: Url) -> redirect::Policy {
     redirect::Policy::custom(move |attempt| {
-        if attempt.previous().len() >= 5 || !same_origin(&origin, attempt.url()) {
+        let keeps_body = matches!(attempt.status().as_u16(), 307 | 308);
+        if attempt.previous().len() >= 5 || !keeps_body || !same_origin(&origin, attempt.url()) {
             attempt.stop()
         } else {
             attempt.follow()

@@ -121,6 +121,92 @@ async fn absent_names_are_explained_only_by_a_server_that_never_listed() {
     close_and_check(&client).await;
 }
 
+/// Kills the child when dropped.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A `tools/call` the upstream refuses over HTTP is answered once, with the status, as not
+/// run: 401 and 403 say the credentials are the operator's to fix, 429 says when to try
+/// again, and a 301 (which would make the POST a GET) is not followed. Each was sent a
+/// second time through rmcp and then reported as a broken stream whose outcome was unknown.
+/// A 5xx names its status (it said only "could not complete the request"). A 307 (which
+/// keeps the method and body) is followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_refusals_are_reported_with_their_status_and_not_resent() {
+    use std::io::BufRead;
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/status_server.py"
+    );
+    let mut child = std::process::Command::new(python())
+        .arg(script)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python starts");
+    let stdout = child.stdout.take().expect("piped");
+    let child = Killed(child);
+    let mut port = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut port)
+        .expect("the port");
+    let url = format!("http://127.0.0.1:{}/mcp", port.trim());
+    let (catalog, client) = start(&[ServerConfig::http("st", url).required()], fast_options());
+    ready(&client).await;
+    for (tool, says) in [
+        (
+            "s401",
+            "with HTTP 401 Unauthorized: Quiver's credentials for it",
+        ),
+        ("s403", "with HTTP 403 Forbidden"),
+        (
+            "s429",
+            "(HTTP 429 Too Many Requests); `s429` was not run. Try again in 7 s",
+        ),
+        (
+            "redir301",
+            "with HTTP 301 Moved Permanently; the call was not run",
+        ),
+        (
+            "s503",
+            "failed `s503` with HTTP 503 Service Unavailable; whether the call ran is unknown, so it was not sent again. Try again in 3 s",
+        ),
+    ] {
+        let env = within(
+            Duration::from_secs(30),
+            call(&catalog, &format!("mcp__st__{tool}"), json!({})),
+        )
+        .await;
+        assert_eq!(
+            env.err_kind(),
+            Some(&ErrKind::NotAvailable),
+            "{tool}: {env:?}"
+        );
+        assert!(env.message().unwrap().contains(says), "{tool}: {env:?}");
+    }
+    let env = call(&catalog, "mcp__st__redir307", json!({})).await;
+    assert!(text_of(&env).contains("redir307 ran"), "{env:?}");
+    let counts = text_of(&call(&catalog, "mcp__st__count", json!({})).await);
+    let counts: serde_json::Value = serde_json::from_str(
+        &counts[counts.find('{').expect("json")..=counts.rfind('}').expect("json")],
+    )
+    .unwrap();
+    for tool in ["s401", "s403", "s429", "s503", "redir301"] {
+        assert_eq!(
+            counts[tool],
+            json!(1),
+            "{tool} sent more than once: {counts}"
+        );
+    }
+    close_and_check(&client).await;
+    drop(child);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hung_call_times_out_clearly() {
     let (catalog, client) = start(

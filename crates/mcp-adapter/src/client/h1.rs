@@ -37,12 +37,20 @@ type Conn = Connection<TokioIo<TcpStream>, Full<Bytes>>;
 /// Idle connections kept per upstream.
 const MAX_IDLE: usize = 16;
 
+/// How long a connection may sit idle before it is not used again. Servers close idle
+/// connections after a while (Node and uvicorn after 5 s), and one closed just as a request
+/// goes out leaves that request's outcome unknown: a connection idle this long is replaced
+/// by a new one (a loopback connect costs about 100 µs) rather than risked.
+const MAX_IDLE_AGE: Duration = Duration::from_secs(4);
+
 /// One live connection: its request handle and the connection future the caller polls.
 struct H1 {
     sender: SendRequest<Full<Bytes>>,
     conn: Pin<Box<Conn>>,
     /// The connection future has completed (the connection is closed).
     done: bool,
+    /// When it was last put back idle.
+    idle_since: std::time::Instant,
 }
 
 impl H1 {
@@ -70,6 +78,8 @@ pub(crate) struct Pool {
     /// The request target (path and query).
     target: hyper::Uri,
     connect_timeout: Duration,
+    /// [`MAX_IDLE_AGE`] (shorter in tests).
+    max_idle_age: Duration,
     idle: Mutex<Vec<H1>>,
     /// Connections whose response body was dropped before its end (the caller had its
     /// answer): the rest of the body is read at the next checkout, without a task.
@@ -104,6 +114,7 @@ impl Pool {
             target: path.parse().ok()?,
             authority,
             connect_timeout,
+            max_idle_age: MAX_IDLE_AGE,
             idle: Mutex::new(Vec::new()),
             draining: Mutex::new(Vec::new()),
         }))
@@ -113,7 +124,7 @@ impl Pool {
         self.drain();
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         while let Some(mut h1) = idle.pop() {
-            if h1.alive() {
+            if h1.idle_since.elapsed() <= self.max_idle_age && h1.alive() {
                 return Some(h1);
             }
         }
@@ -155,7 +166,8 @@ impl Pool {
         draining.drain(..excess);
     }
 
-    fn checkin(&self, h1: H1) {
+    fn checkin(&self, mut h1: H1) {
+        h1.idle_since = std::time::Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         if idle.len() < MAX_IDLE {
             idle.push(h1);
@@ -175,6 +187,7 @@ impl Pool {
             sender,
             conn: Box::pin(conn),
             done: false,
+            idle_since: std::time::Instant::now(),
         })
     }
 
@@ -468,6 +481,35 @@ mod tests {
             accepted.load(Ordering::SeqCst),
             1,
             "the parked connection was reused"
+        );
+    }
+
+    /// A connection idle longer than the pool's limit is not used again (a server may be
+    /// closing it as the request goes out); a fresh one is made.
+    #[tokio::test]
+    async fn a_connection_idle_too_long_is_replaced() {
+        let (url, accepted) = sse_server(Duration::from_millis(1)).await;
+        let mut pool = Pool::for_url(&reqwest::Url::parse(&url).unwrap(), Duration::from_secs(5))
+            .expect("a pool");
+        Arc::get_mut(&mut pool)
+            .expect("not shared yet")
+            .max_idle_age = Duration::from_millis(100);
+        let call = || async {
+            let (_, body) = pool
+                .post(HeaderMap::new(), b"{}".to_vec())
+                .await
+                .expect("answered");
+            let _: Vec<_> = body.collect().await;
+        };
+        call().await;
+        call().await;
+        assert_eq!(accepted.load(Ordering::SeqCst), 1, "reused while fresh");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        call().await;
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            2,
+            "replaced once idle too long"
         );
     }
 

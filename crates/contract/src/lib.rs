@@ -31,7 +31,7 @@ pub use names::{
     MAX_NAME_BYTES, NameKind, mcp_tool_name, printable, quoted_name, split_mcp_name,
     validate_server_name, validate_tool_name,
 };
-pub use render::{RenderOptions, render, strip_status_line};
+pub use render::{RenderOptions, duration_text, render, strip_status_line};
 pub use spec::{Annotations, Category, Lifecycle, Mode, ToolSpec};
 pub use tool::{Tool, ToolError, ToolResult};
 pub use typed::{TypedTool, typed_tool};

@@ -259,3 +259,34 @@ pub fn strip_status_line(rendered: &str) -> &str {
         None => "",
     }
 }
+
+/// A duration as a message to a model or an operator writes it: `30 s`, `1.5 s`, `250 ms`
+/// (never `0.9999333 s`; what remains of a 1 s deadline reads `1 s`).
+pub fn duration_text(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    let tenths = (ms + 50) / 100;
+    if tenths < 10 {
+        format!("{ms} ms")
+    } else if tenths.is_multiple_of(10) || tenths >= 100 {
+        format!("{} s", (ms + 500) / 1000)
+    } else {
+        format!("{}.{} s", tenths / 10, tenths % 10)
+    }
+}
+
+#[cfg(test)]
+mod duration_tests {
+    use super::duration_text;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        let ms = Duration::from_millis;
+        assert_eq!(duration_text(ms(250)), "250 ms");
+        assert_eq!(duration_text(ms(999)), "1 s");
+        assert_eq!(duration_text(Duration::from_nanos(999_933_300)), "1 s");
+        assert_eq!(duration_text(ms(1500)), "1.5 s");
+        assert_eq!(duration_text(ms(30_000)), "30 s");
+        assert_eq!(duration_text(ms(120_400)), "120 s");
+    }
+}

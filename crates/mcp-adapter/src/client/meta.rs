@@ -239,7 +239,7 @@ impl Tool for MetaTool {
                     format!(
                         "MCP server \"{}\" did not answer resources/read within {}",
                         up.name(),
-                        crate::client::upstream::seconds(limit)
+                        quiver_contract::duration_text(limit)
                     ),
                 ));
             }
@@ -361,7 +361,7 @@ pub(super) async fn expand_prompt(
         Err(rmcp::service::ServiceError::Timeout { .. }) => {
             return Err(upstream_err(format!(
                 "prompt {prompt:?}: no answer within {}",
-                crate::client::upstream::seconds(limit)
+                quiver_contract::duration_text(limit)
             )));
         }
         Err(_) => {

@@ -24,7 +24,6 @@ mod sse;
 mod to_contract;
 mod tool;
 mod upstream;
-pub(crate) use upstream::seconds;
 
 use std::{
     collections::BTreeMap,
@@ -294,7 +293,7 @@ impl McpClient {
                                 server: up.name().to_owned(),
                                 reason: format!(
                                     "{other:?} after {}; {last}",
-                                    crate::client::upstream::seconds(timeout)
+                                    quiver_contract::duration_text(timeout)
                                 ),
                             });
                         }

@@ -194,7 +194,7 @@ fn answer<T>(
         Err(ServiceError::Timeout { .. }) => Err(ContentError::Unavailable(format!(
             "MCP server \"{}\" did not answer {what} within {}",
             up.name(),
-            crate::client::upstream::seconds(limit)
+            quiver_contract::duration_text(limit)
         ))),
         Err(ServiceError::Cancelled { .. }) => Err(ContentError::Unavailable(format!(
             "{what} was cancelled before MCP server \"{}\" answered",

@@ -297,19 +297,6 @@ impl Relays {
     }
 }
 
-/// A duration as people write it: `30 s`, `1.5 s`, `250 ms` (never `0.9999333 s`).
-pub(crate) fn seconds(d: Duration) -> String {
-    let ms = d.as_millis();
-    let tenths = (ms + 50) / 100;
-    if tenths < 10 {
-        format!("{ms} ms")
-    } else if tenths.is_multiple_of(10) || tenths >= 100 {
-        format!("{} s", (ms + 500) / 1000)
-    } else {
-        format!("{}.{} s", tenths / 10, tenths % 10)
-    }
-}
-
 fn not_connected(server: &str) -> Envelope {
     Envelope::err(
         ErrKind::NotAvailable,
@@ -326,7 +313,7 @@ impl Upstream {
             format!(
                 "MCP server \"{}\" did not answer `{tool}` within {}; the call was cancelled upstream",
                 self.cfg.name,
-                seconds(timeout)
+                quiver_contract::duration_text(timeout)
             ),
         )
     }
@@ -750,7 +737,7 @@ impl Upstream {
             r = tokio::time::timeout(self.connect_timeout(), connect) => match r {
                 Ok(r) => r,
                 Err(_) => Err(DialError::Transient(format!(
-                    "no answer to initialize within {}", seconds(self.connect_timeout())
+                    "no answer to initialize within {}", quiver_contract::duration_text(self.connect_timeout())
                 ))),
             },
             _ = self.closed.cancelled() => Err(DialError::Closed),
@@ -816,7 +803,7 @@ impl Upstream {
                             "no answer to tools/list within {} (an answer that is not \
                              valid JSON-RPC, such as one nested over 128 levels deep, is \
                              dropped unread: `QUIVER_LOG=rmcp=debug` shows it)",
-                            seconds(self.connect_timeout())
+                            quiver_contract::duration_text(self.connect_timeout())
                         )),
                         running,
                         child_guard,
@@ -1812,20 +1799,4 @@ async fn deliver_log(
 
 fn done(envelope: Envelope) -> Attempt {
     Attempt::Done(Box::new(envelope))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_read_as_people_write_them() {
-        let ms = Duration::from_millis;
-        assert_eq!(seconds(ms(250)), "250 ms");
-        assert_eq!(seconds(ms(999)), "1 s");
-        assert_eq!(seconds(Duration::from_nanos(999_933_300)), "1 s");
-        assert_eq!(seconds(ms(1500)), "1.5 s");
-        assert_eq!(seconds(ms(30_000)), "30 s");
-        assert_eq!(seconds(ms(120_400)), "120 s");
-    }
 }

@@ -196,16 +196,21 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
     }
 }
 
-/// The id of a JSON-RPC request (not of a response the client sends back, whose id is
-/// the server's).
-fn request_id(bytes: &[u8]) -> Option<RequestId> {
+/// The method and id of a JSON-RPC request body (a response the client sends back has no
+/// method; its id is the server's).
+fn request_head(bytes: &[u8]) -> Option<(String, RequestId)> {
     #[derive(serde::Deserialize)]
     struct Head {
         id: Option<RequestId>,
-        method: Option<serde::de::IgnoredAny>,
+        method: Option<String>,
     }
     let head: Head = serde_json::from_slice(bytes).ok()?;
-    head.method.and(head.id)
+    Some((head.method?, head.id?))
+}
+
+/// The id of a JSON-RPC request.
+fn request_id(bytes: &[u8]) -> Option<RequestId> {
+    request_head(bytes).map(|(_, id)| id)
 }
 
 /// Forwards a session's message to rmcp; a request (`id`) holds its id for as long as its
@@ -265,16 +270,23 @@ impl Drop for IdHeld {
 
 /// 400 with a JSON-RPC error: a request reused the id of one still in flight.
 fn id_in_use(id: RequestId) -> Response {
+    json_rpc_error(
+        StatusCode::BAD_REQUEST,
+        serde_json::to_value(id).unwrap_or(Value::Null),
+        -32600,
+        "Invalid Request: this id is already used by a request of this session that is still in flight; give each request a new id",
+    )
+}
+
+/// An HTTP answer carrying one JSON-RPC error (the direct path's own refusals).
+fn json_rpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
     let body = serde_json::json!({
         "jsonrpc": "2.0",
         "id": id,
-        "error": {
-            "code": -32600,
-            "message": "Invalid Request: this id is already used by a request of this session that is still in flight; give each request a new id",
-        },
+        "error": {"code": code, "message": message},
     });
     (
-        StatusCode::BAD_REQUEST,
+        status,
         [(header::CONTENT_TYPE, "application/json")],
         body.to_string(),
     )
@@ -306,37 +318,26 @@ const MAX_OPENING_BODY: usize = 4 * 1024 * 1024;
 
 /// The id of an `initialize` request body, if it is one.
 fn initialize_id(bytes: &[u8]) -> Option<Value> {
-    #[derive(serde::Deserialize)]
-    struct Head {
-        method: Option<String>,
-        #[serde(default)]
-        id: Value,
-    }
-    let head: Head = serde_json::from_slice(bytes).ok()?;
-    (head.method.as_deref() == Some("initialize")).then_some(head.id)
+    request_head(bytes)
+        .filter(|(method, _)| method == "initialize")
+        .and_then(|(_, id)| serde_json::to_value(id).ok())
 }
 
 /// 503 with a JSON-RPC error: the server has `max` sessions open.
 fn too_many_sessions(id: Value, max: usize) -> Response {
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": {
-            "code": -32000,
-            "message": format!(
-                "this server has {max} sessions open, its limit (`[limits] max_http_sessions`): end sessions you no longer use (DELETE), or try again later"
-            ),
-        },
-    });
-    (
+    let mut response = json_rpc_error(
         StatusCode::SERVICE_UNAVAILABLE,
-        [
-            (axum::http::header::CONTENT_TYPE, "application/json"),
-            (axum::http::header::RETRY_AFTER, "30"),
-        ],
-        body.to_string(),
-    )
-        .into_response()
+        id,
+        -32000,
+        &format!(
+            "this server has {max} sessions open, its limit (`[limits] max_http_sessions`): end sessions you no longer use (DELETE), or try again later"
+        ),
+    );
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        axum::http::HeaderValue::from_static("30"),
+    );
+    response
 }
 
 /// `DELETE`: rmcp ends the session (after its Host, Origin and session checks); once it
@@ -741,7 +742,7 @@ async fn read_body(direct: &Direct, body: Body, limit: usize) -> Result<Bytes, R
             [(header::CONNECTION, "close")],
             format!(
                 "Request Timeout: the body did not arrive within {}",
-                crate::client::seconds(wait)
+                quiver_contract::duration_text(wait)
             ),
         )
             .into_response()),
@@ -779,17 +780,7 @@ async fn unparsable(response: Response, sent: Option<&Bytes>) -> Response {
             Value::Null,
         )
     };
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": {"code": code, "message": message}
-    });
-    (
-        StatusCode::BAD_REQUEST,
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+    json_rpc_error(StatusCode::BAD_REQUEST, id, code, &message)
 }
 
 async fn forward_parts(direct: &Direct, parts: Parts, bytes: Bytes) -> Response {

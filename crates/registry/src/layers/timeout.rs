@@ -80,15 +80,6 @@ pub struct Timeout<S> {
     config: Arc<TimeoutConfig>,
 }
 
-fn secs(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if s >= 1.0 {
-        format!("{s:.0} s")
-    } else {
-        format!("{:.0} ms", s * 1000.0)
-    }
-}
-
 impl<S> Service<Call> for Timeout<S>
 where
     S: Service<Call, Response = Envelope, Error = Infallible, Future = CallFuture>,
@@ -127,7 +118,8 @@ where
             match tokio::time::timeout_at(deadline.into(), fut).await {
                 Ok(result) => result,
                 Err(_) => {
-                    let waited = secs(deadline.saturating_duration_since(now));
+                    let waited =
+                        quiver_contract::duration_text(deadline.saturating_duration_since(now));
                     let tool = &entry.spec.name;
                     let message = if started.get().is_none() {
                         // It never ran: it waited for a slot among the calls in flight.

@@ -383,6 +383,96 @@ async fn a_piped_scripts_last_call_is_answered() {
     assert!(answered, "the call was not answered: {text}");
 }
 
+/// `quiver serve --stdio` answers every line it cannot take, with the request's id when it
+/// can be read, and goes on reading: text that is not JSON (here `Content-Length` framing),
+/// a message of the wrong shape, and a line over 16 MiB. rmcp's stdio transport, used
+/// before, ignored the first, answered the second without an `id`, and dropped the third.
+#[tokio::test]
+async fn stdio_answers_lines_it_cannot_read() {
+    use tokio::io::AsyncWriteExt;
+    let dir = fresh_dir();
+    let mut child = Command::new(quiver_binary())
+        .args(["serve", "--stdio"])
+        .current_dir(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("quiver starts");
+    let mut stdin = child.stdin.take().expect("piped");
+    let stdout = child.stdout.take().expect("piped");
+    let writer = tokio::spawn(async move {
+        let long = format!(
+            r#"{{"jsonrpc":"2.0","id":9,"method":"ping","params":{{"pad":"{}"}}}}"#,
+            "x".repeat(17 << 20)
+        );
+        for line in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            "Content-Length: 45",
+            r#"{"jsonrpc":"1.0","id":7,"method":"ping"}"#,
+            &long,
+            r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#,
+        ] {
+            stdin
+                .write_all(format!("{line}\n").as_bytes())
+                .await
+                .unwrap();
+        }
+        stdin
+    });
+    let mut lines = BufReader::new(stdout).lines();
+    let mut answers = Vec::new();
+    while answers.len() < 5 {
+        let line = tokio::time::timeout(START_TIMEOUT, lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("only these lines were answered: {answers:#?}"))
+            .unwrap()
+            .expect("a line");
+        answers.push(serde_json::from_str::<serde_json::Value>(&line).unwrap());
+    }
+    drop(writer.await.unwrap());
+    let errors: Vec<_> = answers
+        .iter()
+        .filter(|a| a.get("error").is_some())
+        .map(|a| {
+            assert!(a.as_object().unwrap().contains_key("id"), "{a}");
+            (
+                a["id"].clone(),
+                a["error"]["code"].as_i64().unwrap(),
+                a["error"]["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(errors.len(), 3, "{answers:#?}");
+    assert!(
+        errors
+            .iter()
+            .any(|(id, code, m)| id.is_null() && *code == -32700 && m.contains("not valid JSON")),
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|(id, code, m)| *id == 7 && *code == -32600 && m.contains("`jsonrpc` must be")),
+        "{errors:?}"
+    );
+    assert!(
+        errors.iter().any(|(id, code, m)| id.is_null()
+            && *code == -32600
+            && m.contains("longer than 16777216 bytes")),
+        "{errors:?}"
+    );
+    // The ping after them all is answered.
+    assert!(
+        answers
+            .iter()
+            .any(|a| a["id"] == 2 && a["result"].is_object()),
+        "{answers:#?}"
+    );
+}
+
 #[tokio::test]
 async fn sigterm_stops_quiver_serve_cleanly() {
     let mut server = Server::start(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"]).await;

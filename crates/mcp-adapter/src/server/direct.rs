@@ -766,16 +766,20 @@ async fn unparsable(response: Response, sent: Option<&Bytes>) -> Response {
         return Response::from_parts(parts, Body::from(text));
     };
     let (code, message, id) = if detail.contains("unrecognized JSON-RPC message") {
-        let (why, id) = sent.map(|b| diagnose(b)).unwrap_or_else(|| {
-            (
-                "the body must be one JSON-RPC 2.0 request, notification or response object".into(),
-                Value::Null,
-            )
-        });
-        (-32600, format!("Invalid Request: {why}"), id)
+        let refusal = match sent.map(|b| serde_json::from_slice::<Value>(b)) {
+            Some(Ok(value)) => super::invalid::diagnose(&value, "the body"),
+            _ => super::invalid::Refusal {
+                code: super::invalid::INVALID_REQUEST,
+                message: "Invalid Request: the body must be one JSON-RPC 2.0 request, \
+                          notification or response object"
+                    .into(),
+                id: Value::Null,
+            },
+        };
+        (refusal.code, refusal.message, refusal.id)
     } else {
         (
-            -32700,
+            super::invalid::PARSE_ERROR,
             format!("Parse error: the body is not valid JSON ({detail})"),
             Value::Null,
         )
@@ -790,59 +794,6 @@ async fn forward_parts(direct: &Direct, parts: Parts, bytes: Bytes) -> Response 
         return unparsable(response, Some(&bytes)).await;
     }
     response
-}
-
-/// What is wrong with a JSON body that is not one JSON-RPC message, and the request's id
-/// when it can be read (JSON-RPC 2.0, section 5).
-fn diagnose(body: &[u8]) -> (String, Value) {
-    let Ok(value) = serde_json::from_slice::<Value>(body) else {
-        return (
-            "the body must be one JSON-RPC 2.0 request, notification or response object".into(),
-            Value::Null,
-        );
-    };
-    let Value::Object(m) = value else {
-        let what = if value.is_array() {
-            "a batch (an array); send one message per request"
-        } else {
-            "not a JSON object"
-        };
-        return (
-            format!("the body must be one JSON-RPC 2.0 message object, and it is {what}"),
-            Value::Null,
-        );
-    };
-    let id = match m.get("id") {
-        Some(v @ Value::String(_)) => v.clone(),
-        Some(Value::Number(n)) if n.is_i64() => Value::Number(n.clone()),
-        _ => Value::Null,
-    };
-    let problem = if m.get("jsonrpc") != Some(&Value::String("2.0".into())) {
-        "`jsonrpc` must be \"2.0\"".to_owned()
-    } else if m
-        .get("id")
-        .is_some_and(|v| id.is_null() && !v.is_null() || v.is_null())
-    {
-        "`id` must be a string or an integer".to_owned()
-    } else if m.get("method").is_some_and(|v| !v.is_string()) {
-        "`method` must be a string".to_owned()
-    } else if m.get("params").is_some_and(|v| !v.is_object()) {
-        "`params` must be an object".to_owned()
-    } else if m
-        .get("params")
-        .and_then(|p| p.get("_meta"))
-        .is_some_and(|v| !v.is_object())
-    {
-        "`params._meta` must be an object".to_owned()
-    } else if !m.contains_key("method") && !m.contains_key("result") && !m.contains_key("error") {
-        "it has no `method` (nor `result` or `error`)".to_owned()
-    } else {
-        "it is not a request, notification or response this server reads".to_owned()
-    };
-    (
-        format!("the body is not a valid JSON-RPC 2.0 message: {problem}"),
-        id,
-    )
 }
 
 #[cfg(test)]

@@ -10,8 +10,10 @@ mod from_contract;
 mod handler;
 mod health;
 mod http;
+mod invalid;
 mod key;
 mod rounds;
+mod stdio;
 mod watch;
 
 use std::{sync::Arc, time::Duration};
@@ -272,59 +274,13 @@ impl McpServer {
         // through rmcp's drain while the host stops their upstreams under them. The moment
         // lets a piped script's last quick requests be answered.
         let ct = self.shared.shutdown.child_token();
-        let stdin = CancelOnEof {
-            inner: tokio::io::stdin(),
-            ct: ct.clone(),
-            fired: false,
-        };
+        let transport =
+            stdio::LineTransport::new(tokio::io::stdin(), tokio::io::stdout(), ct.clone());
         let running = handler
-            .serve_with_ct((stdin, tokio::io::stdout()), ct)
+            .serve_with_ct(transport, ct)
             .await
             .map_err(|e| ServeError::Initialize(e.to_string()))?;
         let _ = running.waiting().await;
         Ok(())
-    }
-}
-
-/// How long calls in flight may still finish after a stdio client closed stdin.
-const STDIN_CLOSED_GRACE: Duration = Duration::from_secs(2);
-
-/// A reader that cancels `ct` [`STDIN_CLOSED_GRACE`] after its input ends (or fails).
-struct CancelOnEof<R> {
-    inner: R,
-    ct: CancellationToken,
-    fired: bool,
-}
-
-impl<R> CancelOnEof<R> {
-    fn ended(&mut self) {
-        if std::mem::replace(&mut self.fired, true) {
-            return;
-        }
-        let ct = self.ct.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                () = tokio::time::sleep(STDIN_CLOSED_GRACE) => ct.cancel(),
-                () = ct.cancelled() => {}
-            }
-        });
-    }
-}
-
-impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for CancelOnEof<R> {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let room = buf.remaining() > 0;
-        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
-        match &polled {
-            std::task::Poll::Ready(Ok(())) if room && buf.filled().len() == before => self.ended(),
-            std::task::Poll::Ready(Err(_)) => self.ended(),
-            _ => {}
-        }
-        polled
     }
 }

@@ -1,0 +1,156 @@
+//! What is wrong with a message that is not one JSON-RPC 2.0 message this server reads, for
+//! the error a client gets back over HTTP (`direct`) and over stdio (`stdio`).
+
+use serde_json::Value;
+
+/// JSON-RPC's code for text that is not JSON.
+pub(super) const PARSE_ERROR: i64 = -32700;
+/// JSON-RPC's code for JSON that is not a valid request.
+pub(super) const INVALID_REQUEST: i64 = -32600;
+
+/// A message the server refuses to read: the error code, the message the client reads, and
+/// the request's id when it can be read (else null, as JSON-RPC 2.0, section 5, asks).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Refusal {
+    pub(super) code: i64,
+    pub(super) message: String,
+    pub(super) id: Value,
+}
+
+impl Refusal {
+    /// The JSON-RPC error response.
+    pub(super) fn to_json(&self) -> Value {
+        serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": self.id,
+            "error": {"code": self.code, "message": self.message},
+        })
+    }
+}
+
+/// Whether `value` is a notification in JSON-RPC's shape (no `id`), which is not answered
+/// even when the server cannot read it.
+pub(super) fn is_notification(value: &Value) -> bool {
+    value.get("id").is_none()
+        && value.get("jsonrpc") == Some(&Value::String("2.0".into()))
+        && value.get("method").is_some_and(Value::is_string)
+        && value.get("params").is_none_or(Value::is_object)
+}
+
+/// What is wrong with `value`, JSON that rmcp could not read as one message; `what` names
+/// the carrier ("the body", "the line").
+pub(super) fn diagnose(value: &Value, what: &str) -> Refusal {
+    let Value::Object(m) = value else {
+        let kind = if value.is_array() {
+            "a batch (an array); send one message at a time"
+        } else {
+            "not a JSON object"
+        };
+        return Refusal {
+            code: INVALID_REQUEST,
+            message: format!(
+                "Invalid Request: {what} must be one JSON-RPC 2.0 message object, and it is {kind}"
+            ),
+            id: Value::Null,
+        };
+    };
+    let id = match m.get("id") {
+        Some(v @ Value::String(_)) => v.clone(),
+        Some(Value::Number(n)) if n.is_i64() => Value::Number(n.clone()),
+        _ => Value::Null,
+    };
+    let shape = if m.get("jsonrpc") != Some(&Value::String("2.0".into())) {
+        Some("`jsonrpc` must be \"2.0\"")
+    } else if m
+        .get("id")
+        .is_some_and(|v| id.is_null() && !v.is_null() || v.is_null())
+    {
+        Some("`id` must be a string or an integer")
+    } else if m.get("method").is_some_and(|v| !v.is_string()) {
+        Some("`method` must be a string")
+    } else if m.get("params").is_some_and(|v| !v.is_object()) {
+        Some("`params` must be an object")
+    } else if m
+        .get("params")
+        .and_then(|p| p.get("_meta"))
+        .is_some_and(|v| !v.is_object())
+    {
+        Some("`params._meta` must be an object")
+    } else if !m.contains_key("method") && !m.contains_key("result") && !m.contains_key("error") {
+        Some("it has no `method` (nor `result` or `error`)")
+    } else {
+        None
+    };
+    if let Some(problem) = shape {
+        return Refusal {
+            code: INVALID_REQUEST,
+            message: format!(
+                "Invalid Request: {what} is not a valid JSON-RPC 2.0 message: {problem}"
+            ),
+            id,
+        };
+    }
+    Refusal {
+        code: INVALID_REQUEST,
+        message: format!(
+            "Invalid Request: {what} is not a request, notification or response this server reads"
+        ),
+        id,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn each_problem_is_named_with_the_id_when_it_can_be_read() {
+        let cases = [
+            (json!([1, 2]), INVALID_REQUEST, "a batch", Value::Null),
+            (
+                json!("x"),
+                INVALID_REQUEST,
+                "not a JSON object",
+                Value::Null,
+            ),
+            (
+                json!({"jsonrpc": "1.0", "id": 4, "method": "ping"}),
+                INVALID_REQUEST,
+                "`jsonrpc` must be \"2.0\"",
+                json!(4),
+            ),
+            (
+                json!({"jsonrpc": "2.0", "id": 1.5, "method": "ping"}),
+                INVALID_REQUEST,
+                "`id` must be a string or an integer",
+                Value::Null,
+            ),
+            (
+                json!({"jsonrpc": "2.0", "id": "a", "method": 3}),
+                INVALID_REQUEST,
+                "`method` must be a string",
+                json!("a"),
+            ),
+            (
+                json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": [1]}),
+                INVALID_REQUEST,
+                "`params` must be an object",
+                json!(2),
+            ),
+            (
+                json!({"jsonrpc": "2.0", "id": 3}),
+                INVALID_REQUEST,
+                "it has no `method`",
+                json!(3),
+            ),
+        ];
+        for (value, code, says, id) in cases {
+            let refusal = diagnose(&value, "the line");
+            assert_eq!(refusal.code, code, "{value}: {refusal:?}");
+            assert!(refusal.message.contains(says), "{value}: {refusal:?}");
+            assert_eq!(refusal.id, id, "{value}");
+        }
+    }
+}

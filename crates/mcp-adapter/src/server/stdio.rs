@@ -1,0 +1,378 @@
+//! `quiver serve --stdio`'s transport: one JSON-RPC message per line on stdin and stdout,
+//! like rmcp's own, except that a line the server cannot take is answered instead of
+//! dropped:
+//!
+//! - text that is not JSON gets `-32700` (rmcp ignores it, so a client that sent, say,
+//!   `Content-Length` framing waited forever);
+//! - JSON that is not a message gets `-32600` or `-32602` naming what is wrong, with the
+//!   request's `id` when it can be read (rmcp answered "Invalid request" with no `id` at all);
+//! - a line over [`MAX_LINE`] gets `-32600` naming the limit (rmcp dropped it unanswered).
+//!
+//! A notification the server cannot read is logged, not answered, as JSON-RPC asks.
+//! Closing stdin ends the input; the calls still in flight are cancelled
+//! [`STDIN_CLOSED_GRACE`] later (see `McpServer::serve_stdio`).
+
+use std::{borrow::Cow, sync::Arc, time::Duration};
+
+use rmcp::{
+    model::{ClientJsonRpcMessage, ServerJsonRpcMessage},
+    service::RoleServer,
+    transport::Transport,
+};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio_util::sync::CancellationToken;
+
+use super::invalid::{self, Refusal};
+
+/// The longest line read, as rmcp's own stdio transport (16 MiB).
+pub(super) const MAX_LINE: usize = 16 << 20;
+
+/// How long calls in flight may still finish after a stdio client closed stdin.
+pub(super) const STDIN_CLOSED_GRACE: Duration = Duration::from_secs(2);
+
+/// The transport: `R` is stdin and `W` stdout in the binary, pipes in tests.
+pub(super) struct LineTransport<R, W> {
+    read: BufReader<R>,
+    line: Vec<u8>,
+    /// Skipping the rest of a line already refused as too long.
+    discarding: bool,
+    max_line: usize,
+    write: Arc<tokio::sync::Mutex<Option<W>>>,
+    /// Cancelled [`STDIN_CLOSED_GRACE`] after the input ends.
+    on_eof: Option<CancellationToken>,
+}
+
+impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
+    pub(crate) fn new(read: R, write: W, on_eof: CancellationToken) -> Self {
+        LineTransport {
+            read: BufReader::with_capacity(64 * 1024, read),
+            line: Vec::new(),
+            discarding: false,
+            max_line: MAX_LINE,
+            write: Arc::new(tokio::sync::Mutex::new(Some(write))),
+            on_eof: Some(on_eof),
+        }
+    }
+
+    #[cfg(test)]
+    fn with_max_line(mut self, max_line: usize) -> Self {
+        self.max_line = max_line;
+        self
+    }
+}
+
+enum LineRead {
+    Line,
+    Oversized,
+    End,
+}
+
+impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport<R, W> {
+    /// Reads one line into `self.line`, never past `max_line`. Cancel-safe: nothing is
+    /// consumed across an await, and a partial line stays in `self.line` for the next call.
+    async fn read_line(&mut self) -> LineRead {
+        loop {
+            let available = match self.read.fill_buf().await {
+                Ok([]) => return LineRead::End,
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!("stdin: {e}");
+                    return LineRead::End;
+                }
+            };
+            let newline = available.iter().position(|b| *b == b'\n');
+            let take = newline.map_or(available.len(), |i| i + 1);
+            let outcome = if self.discarding {
+                self.discarding = newline.is_none();
+                None
+            } else if self.line.len() + take > self.max_line {
+                self.line.clear();
+                self.discarding = newline.is_none();
+                Some(LineRead::Oversized)
+            } else {
+                self.line.extend_from_slice(&available[..take]);
+                newline.map(|_| LineRead::Line)
+            };
+            self.read.consume(take);
+            if let Some(outcome) = outcome {
+                return outcome;
+            }
+        }
+    }
+
+    /// Writes `refusal` as one line, in a task of its own so that a `receive` dropped by
+    /// rmcp's service loop cannot cut it in half.
+    fn answer(&self, refusal: &Refusal) {
+        let mut bytes = refusal.to_json().to_string().into_bytes();
+        bytes.push(b'\n');
+        let write = self.write.clone();
+        tokio::spawn(async move {
+            let mut guard = write.lock().await;
+            if let Some(w) = guard.as_mut() {
+                let _ = w.write_all(&bytes).await;
+                let _ = w.flush().await;
+            }
+        });
+    }
+
+    fn ended(&mut self) {
+        let Some(ct) = self.on_eof.take() else {
+            return;
+        };
+        tokio::spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(STDIN_CLOSED_GRACE) => ct.cancel(),
+                () = ct.cancelled() => {}
+            }
+        });
+    }
+}
+
+/// What to do with one line.
+enum Verdict {
+    Take(Box<ClientJsonRpcMessage>),
+    Skip,
+    Answer(Refusal),
+}
+
+fn judge(line: &[u8]) -> Verdict {
+    let line = line
+        .strip_prefix(b"\xEF\xBB\xBF")
+        .unwrap_or(line)
+        .trim_ascii();
+    if line.is_empty() {
+        return Verdict::Skip;
+    }
+    let err = match serde_json::from_slice::<ClientJsonRpcMessage>(line) {
+        Ok(message) => return Verdict::Take(Box::new(message)),
+        Err(e) => e,
+    };
+    let Ok(value) = serde_json::from_slice::<Value>(line) else {
+        return Verdict::Answer(Refusal {
+            code: invalid::PARSE_ERROR,
+            message: format!(
+                "Parse error: the line is not valid JSON ({err}); `quiver serve --stdio` \
+                 reads one JSON-RPC 2.0 message per line, with no `Content-Length` header"
+            ),
+            id: Value::Null,
+        });
+    };
+    if invalid::is_notification(&value) {
+        // JSON-RPC answers no notification, and rmcp ignores the ones it does not know.
+        tracing::debug!("stdin: a notification that cannot be read was ignored");
+        return Verdict::Skip;
+    }
+    Verdict::Answer(invalid::diagnose(&value, "the line"))
+}
+
+impl<R, W> Transport<RoleServer> for LineTransport<R, W>
+where
+    R: AsyncRead + Send + Unpin,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    type Error = std::io::Error;
+
+    fn name() -> Cow<'static, str> {
+        "stdio".into()
+    }
+
+    fn send(
+        &mut self,
+        item: ServerJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let write = self.write.clone();
+        async move {
+            let mut bytes = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
+            bytes.push(b'\n');
+            let mut guard = write.lock().await;
+            let Some(w) = guard.as_mut() else {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "stdout is closed",
+                ));
+            };
+            w.write_all(&bytes).await?;
+            w.flush().await
+        }
+    }
+
+    async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
+        loop {
+            match self.read_line().await {
+                LineRead::Line => {}
+                LineRead::Oversized => {
+                    tracing::warn!("stdin: a line over {} bytes was refused", self.max_line);
+                    self.answer(&Refusal {
+                        code: invalid::INVALID_REQUEST,
+                        message: format!(
+                            "Invalid Request: the line is longer than {} bytes, the most this \
+                             server reads as one message; it was not read",
+                            self.max_line
+                        ),
+                        id: Value::Null,
+                    });
+                    continue;
+                }
+                LineRead::End => {
+                    self.ended();
+                    return None;
+                }
+            }
+            let verdict = judge(&self.line);
+            self.line.clear();
+            match verdict {
+                Verdict::Take(message) => return Some(*message),
+                Verdict::Skip => {}
+                Verdict::Answer(refusal) => {
+                    tracing::warn!("stdin: {}", refusal.message);
+                    self.answer(&refusal);
+                }
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        let taken = self.write.lock().await.take();
+        if let Some(mut w) = taken {
+            w.flush().await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    use super::*;
+
+    /// A transport on pipes: what the client writes, what it reads back, and the token the
+    /// end of input cancels.
+    fn pipes(
+        max_line: usize,
+    ) -> (
+        LineTransport<tokio::io::DuplexStream, tokio::io::DuplexStream>,
+        tokio::io::DuplexStream,
+        tokio::io::Lines<BufReader<tokio::io::DuplexStream>>,
+        CancellationToken,
+    ) {
+        let (client_in, server_in) = tokio::io::duplex(1 << 16);
+        let (server_out, client_out) = tokio::io::duplex(1 << 16);
+        let ct = CancellationToken::new();
+        let transport =
+            LineTransport::new(server_in, server_out, ct.clone()).with_max_line(max_line);
+        (transport, client_in, BufReader::new(client_out).lines(), ct)
+    }
+
+    async fn answer(out: &mut tokio::io::Lines<BufReader<tokio::io::DuplexStream>>) -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(5), out.next_line())
+            .await
+            .expect("an answer")
+            .unwrap()
+            .expect("a line");
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// Each line the server cannot take is answered (with the request's id when it can be
+    /// read), and the next good line is still read. rmcp's own transport ignored the text that
+    /// is not JSON, answered the shape errors without an `id`, and dropped an over-long line
+    /// unanswered.
+    #[tokio::test]
+    async fn lines_that_cannot_be_read_are_answered_and_reading_goes_on() {
+        let (mut transport, mut input, mut out, _ct) = pipes(4096);
+        let ping = r#"{"jsonrpc":"2.0","id":42,"method":"ping"}"#;
+        let cases: Vec<(String, i64, &str, Value)> = vec![
+            ("hello".into(), -32700, "not valid JSON", Value::Null),
+            (
+                "Content-Length: 52".into(),
+                -32700,
+                "no `Content-Length` header",
+                Value::Null,
+            ),
+            (
+                r#"{"jsonrpc":"1.0","id":5,"method":"ping"}"#.into(),
+                -32600,
+                "`jsonrpc` must be \"2.0\"",
+                Value::from(5),
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"a","method":7}"#.into(),
+                -32600,
+                "`method` must be a string",
+                Value::from("a"),
+            ),
+            (
+                r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#.into(),
+                -32600,
+                "a batch",
+                Value::Null,
+            ),
+            (
+                "x".repeat(10_000),
+                -32600,
+                "longer than 4096 bytes",
+                Value::Null,
+            ),
+        ];
+        for (line, code, says, id) in cases {
+            input
+                .write_all(format!("{line}\n{ping}\n").as_bytes())
+                .await
+                .unwrap();
+            let taken = transport.receive().await.expect("the ping is read");
+            assert_eq!(
+                serde_json::to_value(&taken).unwrap()["id"],
+                42,
+                "after {line:.40}"
+            );
+            let refusal = answer(&mut out).await;
+            assert_eq!(refusal["error"]["code"], code, "{line:.40}: {refusal}");
+            assert!(
+                refusal["error"]["message"].as_str().unwrap().contains(says),
+                "{line:.40}: {refusal}"
+            );
+            assert_eq!(refusal["id"], id, "{line:.40}: {refusal}");
+            assert!(refusal.as_object().unwrap().contains_key("id"), "{refusal}");
+        }
+    }
+
+    /// Blank lines, a byte-order mark and CRLF get no answer: the next message is read.
+    #[tokio::test]
+    async fn blank_lines_a_bom_and_crlf_are_not_answered() {
+        let (mut transport, mut input, mut out, _ct) = pipes(4096);
+        input
+            .write_all(
+                concat!(
+                    "\n   \r\n\u{feff}",
+                    r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+                    "\r\n",
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+        let taken = transport.receive().await.expect("the ping is read");
+        assert_eq!(serde_json::to_value(&taken).unwrap()["id"], 1);
+        // Nothing was written: the next line out is the one this test sends now.
+        transport
+            .send(ServerJsonRpcMessage::error(
+                rmcp::model::ErrorData::internal_error("marker", None),
+                Some(rmcp::model::NumberOrString::Number(9)),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(answer(&mut out).await["id"], 9);
+    }
+
+    /// The end of input ends `receive` and cancels the calls still in flight after the grace.
+    #[tokio::test(start_paused = true)]
+    async fn the_end_of_input_cancels_after_the_grace() {
+        let (mut transport, input, _out, ct) = pipes(4096);
+        drop(input);
+        assert!(transport.receive().await.is_none());
+        assert!(!ct.is_cancelled());
+        tokio::time::sleep(STDIN_CLOSED_GRACE + Duration::from_millis(10)).await;
+        assert!(ct.is_cancelled());
+    }
+}

@@ -2,9 +2,9 @@
 //! `PR_SET_PDEATHSIG`), and killed and reaped — the whole group — on close.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, VecDeque},
     path::PathBuf,
-    process::Stdio,
+    process::{ExitStatus, Stdio},
     sync::{Arc, Mutex},
 };
 
@@ -19,6 +19,37 @@ const MAX_STDERR_LINE: usize = 8 * 1024;
 
 /// Appended to a stderr line that was cut.
 const CUT_MARKER: &str = " [line cut at 8 KiB]";
+
+/// How many of a child's last stderr lines are kept for the operator's diagnostics.
+const STDERR_TAIL_LINES: usize = 5;
+
+/// The longest stderr line kept in that tail (the log has it whole, up to 8 KiB).
+const STDERR_TAIL_CHARS: usize = 300;
+
+/// How a child's exit reads in a message: "exited with code 7", "was killed by signal 9
+/// (SIGKILL)".
+pub(crate) fn exit_text(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(code) = status.code() {
+        return format!("exited with code {code}");
+    }
+    match status.signal() {
+        Some(sig) => {
+            let name = match sig {
+                1 => " (SIGHUP)",
+                2 => " (SIGINT)",
+                6 => " (SIGABRT)",
+                9 => " (SIGKILL)",
+                11 => " (SIGSEGV)",
+                13 => " (SIGPIPE)",
+                15 => " (SIGTERM)",
+                _ => "",
+            };
+            format!("was killed by signal {sig}{name}")
+        }
+        None => "exited".to_owned(),
+    }
+}
 
 /// Reads a child's stderr to its end and hands over each line (lossily decoded, cut at
 /// [`MAX_STDERR_LINE`] bytes). Never stops before EOF on bad input: a reader that gave up
@@ -132,6 +163,8 @@ pub(crate) struct ChildGuard {
     child: Option<Child>,
     pid: Option<u32>,
     pids: Arc<Mutex<Vec<u32>>>,
+    /// The last [`STDERR_TAIL_LINES`] lines of its stderr.
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
 }
 
 impl std::fmt::Debug for ChildGuard {
@@ -143,6 +176,21 @@ impl std::fmt::Debug for ChildGuard {
 }
 
 impl ChildGuard {
+    /// Resolves when the child (the group's leader) exits, with its status; never, once it
+    /// was reaped by [`ChildGuard::shutdown`]. Cancel-safe.
+    pub(crate) async fn exited(&mut self) -> Option<ExitStatus> {
+        match self.child.as_mut() {
+            Some(child) => child.wait().await.ok(),
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The child's last stderr lines, for a diagnostic; empty when it wrote none.
+    pub(crate) fn stderr_tail(&self) -> String {
+        let tail = self.stderr_tail.lock().unwrap_or_else(|p| p.into_inner());
+        tail.iter().cloned().collect::<Vec<_>>().join(" | ")
+    }
+
     /// Kills the child's process group and waits for the leader to be reaped.
     pub(crate) async fn shutdown(&mut self) {
         let pid = self.pid.take();
@@ -211,10 +259,24 @@ pub(crate) fn spawn(
         .stdin
         .take()
         .ok_or_else(|| std::io::Error::other("no stdin"))?;
+    let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
     if let Some(stderr) = child.stderr.take() {
         let server = server.to_owned();
+        let tail = stderr_tail.clone();
         tokio::spawn(drain_lines(stderr, move |line| {
             tracing::debug!(target: "quiver_mcp_adapter::stderr", server = %server, "{line}");
+            if line.trim().is_empty() {
+                return;
+            }
+            let kept: String = quiver_contract::printable(line.trim_end())
+                .chars()
+                .take(STDERR_TAIL_CHARS)
+                .collect();
+            let mut tail = tail.lock().unwrap_or_else(|p| p.into_inner());
+            if tail.len() == STDERR_TAIL_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(kept);
         }));
     }
     Ok((
@@ -222,6 +284,7 @@ pub(crate) fn spawn(
             child: Some(child),
             pid,
             pids: pids.clone(),
+            stderr_tail,
         },
         stdout,
         stdin,

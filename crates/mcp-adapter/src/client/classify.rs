@@ -98,6 +98,20 @@ pub(crate) fn classify_init(e: &ClientInitializeError) -> DialError {
         ClientInitializeError::JsonRpcError(d) => {
             DialError::Rejected(format!("initialize refused: {}", d.message))
         }
+        ClientInitializeError::ExpectedInitResult(Some(
+            rmcp::model::ServerResult::CustomResult(other),
+        )) => {
+            // rmcp read the answer as some other result: say what the initialize result lacks.
+            let why = serde_json::from_value::<rmcp::model::InitializeResult>(other.0.clone())
+                .err()
+                .map_or_else(
+                    || "it is not an initialize result".to_owned(),
+                    |e| e.to_string(),
+                );
+            DialError::Rejected(format!(
+                "the server's initialize result cannot be read ({why}); fix the server"
+            ))
+        }
         ClientInitializeError::NoCompatibleProtocolVersion { .. } => {
             DialError::Rejected(format!("unsupported protocol: {e}"))
         }

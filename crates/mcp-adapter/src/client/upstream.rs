@@ -67,6 +67,9 @@ const STABLE_AFTER: Duration = Duration::from_secs(30);
 /// How many diagnostic lines a server keeps (the newest).
 const MAX_DIAGNOSTICS: usize = 100;
 
+/// How long, after a stdio child's pipe closed, its exit is waited for (for its status).
+const EXIT_WAIT: Duration = Duration::from_millis(250);
+
 /// Where a server's connection stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -178,6 +181,35 @@ pub(crate) enum DialError {
     Closed,
 }
 
+impl DialError {
+    /// The error with how the stdio child ended, if it did on its own (its exit is waited
+    /// for a moment), and its last stderr lines: why a server fails at start is usually there.
+    async fn with_stderr(self, child: &mut ChildGuard) -> DialError {
+        // A rejected server was answered, and then closed by the client: its exit is not
+        // news.
+        let exit = match self {
+            DialError::Transient(_) => tokio::time::timeout(EXIT_WAIT, child.exited())
+                .await
+                .ok()
+                .flatten()
+                .map(|s| format!("; the process {}", child::exit_text(s)))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        let tail = child.stderr_tail();
+        let tail = if tail.is_empty() {
+            String::new()
+        } else {
+            format!("; its stderr ended with: {tail}")
+        };
+        match self {
+            DialError::Transient(m) => DialError::Transient(format!("{m}{exit}{tail}")),
+            DialError::Rejected(m) => DialError::Rejected(format!("{m}{exit}{tail}")),
+            DialError::Closed => DialError::Closed,
+        }
+    }
+}
+
 /// What one attempt to send a call gave.
 enum Attempt {
     Done(Box<Envelope>),
@@ -226,6 +258,9 @@ pub(crate) struct Upstream {
     malformed: Mutex<Vec<Skipped>>,
     /// Where this server's resource updates and list changes go (to `quiver serve`).
     relays: Relays,
+    /// How the stdio child of a connection generation ended ("exited with code 7"), for
+    /// the message of the calls it was running.
+    exits: watch::Sender<Option<(u64, String)>>,
 }
 
 /// One complete `tools/list`: the tools to publish, and those too malformed to serve
@@ -377,6 +412,7 @@ impl Upstream {
             relisting: Mutex::new(Relisting::default()),
             malformed: Mutex::new(Vec::new()),
             relays,
+            exits: watch::channel(None).0,
         })
     }
 
@@ -633,6 +669,19 @@ impl Upstream {
 
     /// Marks the connection of generation `generation` as lost (once) and starts the
     /// background reconnect.
+    /// Records how the stdio child of `generation` ended, for the operator and for the
+    /// message of the calls it was running.
+    fn child_exited(&self, generation: u64, status: std::process::ExitStatus, stderr: String) {
+        let how = child::exit_text(status);
+        let stderr = if stderr.is_empty() {
+            String::new()
+        } else {
+            format!("; its stderr ended with: {stderr}")
+        };
+        self.diag(format!("the server process {how}{stderr}"));
+        self.exits.send_replace(Some((generation, how)));
+    }
+
     fn lost(self: &Arc<Self>, generation: u64) {
         let mut lived = None;
         self.state.send_if_modified(|s| match &s.state {
@@ -745,6 +794,12 @@ impl Upstream {
         let running = match outcome {
             Ok(r) => r,
             Err(e) => {
+                // A child that failed at start usually said why on stderr (read before the
+                // child is told to stop, so that its exit is its own).
+                let e = match child_guard.as_mut() {
+                    Some(g) => e.with_stderr(g).await,
+                    None => e,
+                };
                 cancel.cancel();
                 if let Some(mut g) = child_guard {
                     g.shutdown().await;
@@ -851,12 +906,41 @@ impl Upstream {
         // The watcher owns the service and the child: when the connection ends for any
         // reason it reaps the child and reports the drop.
         let me = self.me.clone();
+        let ended = cancel.clone();
+        let closing = self.closed.clone();
         let watcher = tokio::spawn(async move {
-            let _ = running.waiting().await;
+            let waiting = running.waiting();
+            tokio::pin!(waiting);
+            let mut exit = None;
+            if let Some(g) = child_guard.as_mut() {
+                tokio::select! {
+                    _ = &mut waiting => {
+                        // The pipe closed: unless Quiver is closing the server, the child
+                        // is exiting (or hung); its status is for the message of the calls
+                        // it was running.
+                        if !closing.is_cancelled() {
+                            exit = tokio::time::timeout(EXIT_WAIT, g.exited()).await.ok().flatten();
+                        }
+                    }
+                    status = g.exited() => {
+                        // The child is gone while its pipes are still open: a process it
+                        // started holds them. Nothing more will come on them.
+                        exit = status;
+                        ended.cancel();
+                        let _ = waiting.await;
+                    }
+                }
+            } else {
+                let _ = waiting.await;
+            }
+            let tail = child_guard.as_ref().map(ChildGuard::stderr_tail);
             if let Some(mut g) = child_guard {
                 g.shutdown().await;
             }
             if let Some(up) = me.upgrade() {
+                if let Some(status) = exit {
+                    up.child_exited(generation, status, tail.unwrap_or_default());
+                }
                 up.lost(generation);
             }
         });
@@ -1180,11 +1264,14 @@ impl Upstream {
 
     // ---- calls ------------------------------------------------------------------------------
 
-    /// A connection to send on, waiting for a reconnect already under way; `Err` is the
-    /// envelope to answer with at once.
-    async fn ready_conn(&self) -> Result<Arc<Conn>, Envelope> {
+    /// A connection to send on, waiting for a reconnect already under way (at most the
+    /// connect timeout, and never past nine tenths of `limit`, the call's own time, so that
+    /// a call that was never sent is not reported as timed out); `Err` is the envelope to
+    /// answer with at once.
+    async fn ready_conn(&self, limit: Duration) -> Result<Arc<Conn>, Envelope> {
         let mut rx = self.state.subscribe();
-        let deadline = tokio::time::Instant::now() + self.connect_timeout();
+        let wait = self.connect_timeout().min(limit.mul_f64(0.9));
+        let deadline = tokio::time::Instant::now() + wait;
         loop {
             let state = rx.borrow_and_update().state.clone();
             match state {
@@ -1198,7 +1285,16 @@ impl Upstream {
                 State::Reconnecting => {
                     match tokio::time::timeout_at(deadline, rx.changed()).await {
                         Ok(Ok(())) => continue,
-                        _ => return Err(not_connected(&self.cfg.name)),
+                        _ => {
+                            return Err(Envelope::err(
+                                ErrKind::NotAvailable,
+                                format!(
+                                    "MCP server \"{}\" is reconnecting and was not back within {}; the call was not sent. Try again in a few seconds.",
+                                    self.cfg.name,
+                                    quiver_contract::duration_text(wait)
+                                ),
+                            ));
+                        }
                     }
                 }
                 State::Connecting | State::Down | State::Rejected(_) => {
@@ -1216,7 +1312,7 @@ impl Upstream {
         input: Value,
         ctx: &CallContext,
     ) -> Envelope {
-        let mut conn = match self.ready_conn().await {
+        let mut conn = match self.ready_conn(self.call_limit(ctx)).await {
             Ok(c) => c,
             Err(env) => return env,
         };
@@ -1253,6 +1349,9 @@ impl Upstream {
                         );
                     if !alive {
                         self.lost(conn.generation);
+                        if !http {
+                            return self.child_gone(conn.generation, tool).await;
+                        }
                         return Envelope::err(
                             ErrKind::NotAvailable,
                             format!(
@@ -1283,7 +1382,7 @@ impl Upstream {
                         }
                         Err(_) => {
                             // The supervisor may have dialled for us; wait for its outcome.
-                            match self.ready_conn().await {
+                            match self.ready_conn(self.call_limit(ctx)).await {
                                 Ok(c) if c.generation > conn.generation => conn = c,
                                 _ => return self.unavailable_after_reconnect(),
                             }
@@ -1293,6 +1392,31 @@ impl Upstream {
                 Attempt::NotDelivered => return self.unavailable_after_reconnect(),
             }
         }
+    }
+
+    /// The answer to a call whose stdio connection ended under it: how the process ended
+    /// when that is known (the watcher records it a moment after the pipe closes).
+    async fn child_gone(&self, generation: u64, tool: &str) -> Envelope {
+        let mut rx = self.exits.subscribe();
+        let how = tokio::time::timeout(
+            EXIT_WAIT * 4,
+            rx.wait_for(|e| e.as_ref().is_some_and(|(g, _)| *g == generation)),
+        )
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .and_then(|e| e.as_ref().map(|(_, how)| how.clone()));
+        let what = match how {
+            Some(how) => format!("the server process {how}"),
+            None => "its connection closed".to_owned(),
+        };
+        Envelope::err(
+            ErrKind::NotAvailable,
+            format!(
+                "MCP server \"{}\" stopped while `{tool}` was running ({what}); whether the call finished is unknown. Quiver restarts the server: check before calling again if the tool changes anything.",
+                self.cfg.name
+            ),
+        )
     }
 
     fn unavailable_after_reconnect(&self) -> Envelope {

@@ -42,7 +42,7 @@ async fn killed_mid_call_is_never_replayed() {
     assert_eq!(env.err_kind(), Some(&ErrKind::NotAvailable), "{env:?}");
     assert_eq!(
         env.message().unwrap(),
-        "MCP server \"fx\" unavailable; request outcome is unknown"
+        "MCP server \"fx\" stopped while `die` was running (the server process exited with code 1); whether the call finished is unknown. Quiver restarts the server: check before calling again if the tool changes anything."
     );
     wait_for("reconnect", Duration::from_secs(30), || {
         client.server_status("fx").unwrap().counters.connects == 2
@@ -51,6 +51,107 @@ async fn killed_mid_call_is_never_replayed() {
     let env = call(&catalog, "mcp__fx__echo", json!({"text": "again"})).await;
     assert!(text_of(&env).contains("again"), "{env:?}");
     assert_eq!(reconnecting_lines(&client, "fx"), 1);
+    close_and_check(&client).await;
+}
+
+/// A server that exits while a process it started still holds its stdout: the exit is
+/// seen at once (nothing ever closes the pipe), the call is answered with how the server
+/// ended, the process it left is killed with its group, and the next call reaches a new
+/// server. Before, the call and every later one waited out their timeouts on the dead pipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_exits_leaving_its_pipes_open_is_seen_at_once() {
+    let server = fixture_server("fx", "normal")
+        .required()
+        .with_call_timeout(Duration::from_secs(120));
+    let (catalog, client) = start(&[server], fast_options());
+    ready(&client).await;
+    let marker = std::env::temp_dir().join(format!("quiver-leftover-{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    let env = within(
+        Duration::from_secs(60),
+        call(
+            &catalog,
+            "mcp__fx__die_leaving_child",
+            json!({"marker": marker.to_string_lossy()}),
+        ),
+    )
+    .await;
+    assert_eq!(env.err_kind(), Some(&ErrKind::NotAvailable), "{env:?}");
+    assert!(
+        env.message().unwrap().contains(
+            "stopped while `die_leaving_child` was running (the server process exited with code 5)"
+        ),
+        "{env:?}"
+    );
+    let leftover = std::fs::read_to_string(&marker).expect("the leftover process started");
+    let _ = std::fs::remove_file(&marker);
+    wait_for(
+        "the leftover process killed",
+        Duration::from_secs(10),
+        || {
+            // Gone, or a zombie waiting for the init process to reap it.
+            std::fs::read_to_string(format!("/proc/{}/stat", leftover.trim())).map_or(
+                true,
+                |stat| {
+                    stat.rsplit_once(')')
+                        .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+                },
+            )
+        },
+    )
+    .await;
+    let env = within(
+        Duration::from_secs(60),
+        call(&catalog, "mcp__fx__echo", json!({"text": "again"})),
+    )
+    .await;
+    assert!(text_of(&env).contains("again"), "{env:?}");
+    close_and_check(&client).await;
+}
+
+/// A call made while its server is reconnecting, and whose reconnect takes longer than the
+/// call may, is answered before its own limit with "not sent". Before, it waited for the
+/// connect timeout, and the dispatcher's timeout answered first, saying the call was
+/// abandoned when it had never been sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waiting_for_a_reconnect_is_answered_within_its_limit() {
+    let flag = std::env::temp_dir().join(format!("quiver-hang-restart-{}", std::process::id()));
+    let _ = std::fs::remove_file(&flag);
+    let server = ServerConfig::stdio(
+        "fx",
+        python(),
+        vec![
+            fixture(),
+            "normal".to_owned(),
+            "--hang-if-file".to_owned(),
+            flag.to_string_lossy().into_owned(),
+        ],
+    )
+    .required()
+    .with_call_timeout(Duration::from_secs(3));
+    let opts = fast_options().with_connect_timeout(Duration::from_secs(120));
+    let (catalog, client) = start(&[server], opts);
+    ready(&client).await;
+    std::fs::write(&flag, "hang").unwrap();
+    let env = within(
+        Duration::from_secs(60),
+        call(&catalog, "mcp__fx__die", json!({})),
+    )
+    .await;
+    assert_eq!(env.err_kind(), Some(&ErrKind::NotAvailable), "{env:?}");
+    let env = within(
+        Duration::from_secs(60),
+        call(&catalog, "mcp__fx__echo", json!({"text": "x"})),
+    )
+    .await;
+    let _ = std::fs::remove_file(&flag);
+    assert_eq!(env.err_kind(), Some(&ErrKind::NotAvailable), "{env:?}");
+    assert!(
+        env.message()
+            .unwrap()
+            .contains("is reconnecting and was not back within 2.7 s; the call was not sent"),
+        "{env:?}"
+    );
     close_and_check(&client).await;
 }
 
@@ -361,7 +462,9 @@ async fn concurrent_calls_across_a_drop_share_one_dial() {
         let env = within(Duration::from_secs(20), c).await.unwrap();
         assert_eq!(
             env.message(),
-            Some("MCP server \"fx\" unavailable; request outcome is unknown"),
+            Some(
+                "MCP server \"fx\" stopped while `sleep` was running (the server process was killed by signal 9 (SIGKILL)); whether the call finished is unknown. Quiver restarts the server: check before calling again if the tool changes anything."
+            ),
             "{env:?}"
         );
     }
@@ -574,6 +677,57 @@ async fn protocol_versions() {
         "{err}"
     );
     assert_eq!(client.server_status("future").unwrap().counters.dials, 1);
+    close_and_check(&client).await;
+
+    // An initialize result without its required `capabilities` is a rejection that says
+    // so; it used to be rmcp's debug print of the whole result, retried forever.
+    let (_catalog, client) = start(
+        &[raw(
+            "bare",
+            &["--protocol", "2025-11-25", "--no-capabilities"],
+        )],
+        fast_options(),
+    );
+    let err = within(
+        Duration::from_secs(30),
+        client.wait_ready(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("initialize result cannot be read (missing field `capabilities`)"),
+        "{err}"
+    );
+    assert!(!err.to_string().contains("CustomResult"), "{err}");
+    assert_eq!(client.server_status("bare").unwrap().counters.dials, 1);
+    close_and_check(&client).await;
+}
+
+/// Why a stdio server failed at start is in its status: its exit code and the last lines
+/// it wrote to stderr (before, only "connection closed: initialize response").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_failing_at_start_shows_its_exit_and_stderr() {
+    let (_catalog, client) = start(&[fixture_server("fx", "crash")], fast_options());
+    wait_for("a failed dial", Duration::from_secs(30), || {
+        client
+            .server_status("fx")
+            .unwrap()
+            .diagnostics
+            .iter()
+            .any(|l| l.contains("connect failed"))
+    })
+    .await;
+    let diagnostics = client.server_status("fx").unwrap().diagnostics;
+    assert!(
+        diagnostics
+            .iter()
+            .any(|l| l.contains("the process exited with code 3")
+                && l.contains(
+                    "its stderr ended with: fatal: cannot open the database: permission denied"
+                )),
+        "{diagnostics:#?}"
+    );
     close_and_check(&client).await;
 }
 

@@ -332,6 +332,47 @@ impl Relays {
     }
 }
 
+/// One page of a `tools/list` answer, each tool as the server sent it.
+struct ToolsPage {
+    tools: Vec<Value>,
+    next_cursor: Option<String>,
+}
+
+/// Reads a `tools/list` answer. rmcp reads a page whole: one tool it cannot read (a missing
+/// `inputSchema`, an annotation of the wrong type) makes the page some other result. That
+/// page is read here tool by tool, so that the malformed tool costs only itself.
+fn read_tools_page(answer: rmcp::model::ServerResult) -> Result<ToolsPage, String> {
+    match answer {
+        rmcp::model::ServerResult::ListToolsResult(page) => Ok(ToolsPage {
+            tools: page
+                .tools
+                .iter()
+                .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
+                .collect(),
+            next_cursor: page.next_cursor,
+        }),
+        rmcp::model::ServerResult::CustomResult(raw) => {
+            let Value::Object(mut page) = raw.0 else {
+                return Err("tools/list failed: the answer is not an object".into());
+            };
+            let Some(Value::Array(tools)) = page.remove("tools") else {
+                return Err("tools/list failed: the answer has no `tools` array".into());
+            };
+            let next_cursor = match page.remove("nextCursor") {
+                Some(Value::String(c)) => Some(c),
+                Some(Value::Null) | None => None,
+                Some(other) => {
+                    return Err(format!(
+                        "tools/list failed: `nextCursor` must be a string, not {other}"
+                    ));
+                }
+            };
+            Ok(ToolsPage { tools, next_cursor })
+        }
+        _ => Err("tools/list failed: the server answered with another kind of result".into()),
+    }
+}
+
 fn not_connected(server: &str) -> Envelope {
     Envelope::err(
         ErrKind::NotAvailable,
@@ -1026,16 +1067,18 @@ impl Upstream {
         let mut pages = 0usize;
         loop {
             pages += 1;
-            let page = peer
-                .list_tools(Some(
-                    PaginatedRequestParams::default().with_cursor(cursor.take()),
+            let answer = peer
+                .send_request(ClientRequest::ListToolsRequest(
+                    rmcp::model::ListToolsRequest::with_param(
+                        PaginatedRequestParams::default().with_cursor(cursor.take()),
+                    ),
                 ))
                 .await
                 // A JSON-RPC error too: a server still starting may refuse the list for a
                 // while; only what retrying cannot change (the protocol version) rejects.
                 .map_err(|e| DialError::Transient(format!("tools/list failed: {e}")))?;
-            for tool in &page.tools {
-                let wire = serde_json::to_value(tool).unwrap_or(Value::Null);
+            let page = read_tools_page(answer).map_err(DialError::Transient)?;
+            for wire in page.tools {
                 let name = wire.get("name").and_then(Value::as_str).unwrap_or_default();
                 if !self.cfg.admits(name) {
                     continue;

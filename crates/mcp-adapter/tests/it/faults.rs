@@ -765,24 +765,34 @@ async fn a_tools_list_cursor_that_comes_round_again_stops_the_paging() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_tools_are_skipped_and_the_rest_served() {
-    let (catalog, client) = start(&[raw("bad", &["--bad-tools"])], fast_options());
+    let (catalog, client) = start(
+        &[raw("bad", &["--bad-tools", "--unreadable-tools"])],
+        fast_options(),
+    );
     ready(&client).await;
     let env = call(&catalog, "mcp__bad__echo", json!({"k": "v"})).await;
     assert!(text_of(&env).contains("\"k\""), "{env:?}");
     let st = client.server_status("bad").unwrap();
-    assert_eq!(st.tools, ["mcp__bad__echo", "mcp__bad__sleep"], "{st:?}");
+    // A tool rmcp cannot read costs only itself too (it used to fail the whole listing:
+    // "tools/list failed: Unexpected response type", the server down, retried forever).
+    assert_eq!(
+        st.tools,
+        ["mcp__bad__echo", "mcp__bad__no_schema", "mcp__bad__sleep"],
+        "{st:?}"
+    );
     let skipped: Vec<&String> = st
         .diagnostics
         .iter()
         .filter(|l| l.starts_with("skipped malformed tool"))
         .collect();
-    assert_eq!(skipped.len(), 3, "{st:?}");
+    assert_eq!(skipped.len(), 4, "{st:?}");
     assert!(
         skipped[0].contains("\"bad\\u{7}tool\"") && skipped[0].contains("control character"),
         "{skipped:?}"
     );
     assert!(skipped[1].contains("\"longxxx"), "{skipped:?}");
     assert!(skipped[2].contains("\"stringly\""), "{skipped:?}");
+    assert!(skipped[3].contains("no string `name`"), "{skipped:?}");
     close_and_check(&client).await;
 }
 

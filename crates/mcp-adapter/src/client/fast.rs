@@ -35,9 +35,8 @@ use reqwest::{
 use rmcp::{
     ErrorData as McpError,
     model::{
-        CallToolResult, CreateMessageResult, ElicitResult, ListRootsResult,
-        LoggingMessageNotificationParam, NumberOrString, ProgressNotificationParam, ProgressToken,
-        RequestId,
+        CreateMessageResult, ElicitResult, ListRootsResult, LoggingMessageNotificationParam,
+        NumberOrString, ProgressNotificationParam, ProgressToken, RequestId,
     },
 };
 use serde::{Deserialize, Serialize};
@@ -595,16 +594,7 @@ impl Upstream {
         };
         guard.armed = false;
         match outcome {
-            Exchange::Result(v) => Some(done(match CallToolResult::deserialize(&v) {
-                Ok(_) => to_contract::call_result(&v),
-                Err(e) => Envelope::err(
-                    ErrKind::ToolFailed,
-                    format!(
-                        "mcp call failed: MCP server \"{}\" sent a malformed result: {e}",
-                        self.cfg.name
-                    ),
-                ),
-            })),
+            Exchange::Result(v) => Some(done(to_contract::raw_call_result(&self.cfg.name, &v))),
             Exchange::PeerError(m) => Some(done(Self::peer_failed(&m))),
             Exchange::Failed(why) => {
                 tracing::warn!(server = %self.cfg.name, "tools/call: {why}");

@@ -2,7 +2,10 @@
 //! results into [`Envelope`]s. Both go through the wire JSON, so they follow the protocol
 //! rather than rmcp's internal type layout.
 
-use quiver_contract::{Annotations, Envelope, Part, ToolSpec, coerce_legacy, mcp_tool_name};
+use quiver_contract::{
+    Annotations, Envelope, ErrKind, Part, ToolSpec, coerce_legacy, mcp_tool_name,
+};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 /// An upstream tool as published: its catalog spec and its upstream name.
@@ -68,6 +71,37 @@ pub(crate) fn tool_spec(server: &str, prefix: &str, tool: &Value) -> Result<Upst
 /// text, or `structuredContent` is the data when present; images, audio, embedded resources
 /// and resource links become [`Part`]s. `isError: true` becomes an Err, or a Hint when the
 /// text begins `schema hint:` / `fetch hint:` (see [`coerce_legacy`]). Cost is always 0.
+/// A `tools/call` result as a server sent it, read leniently: one that does not follow the
+/// MCP schema (a content block of an unknown type, an image without its `mimeType`) is still
+/// read for what it holds when its `content` is a list, with a warning saying what was
+/// wrong, because the tool ran and its output may matter; without a `content` list it is a
+/// failure that says so.
+pub(crate) fn raw_call_result(server: &str, result: &Value) -> Envelope {
+    let problem = match rmcp::model::CallToolResult::deserialize(result) {
+        Ok(_) => return call_result(result),
+        Err(_) if !result.is_object() => format!("the result is {result:.40}, not an object"),
+        Err(e) => e.to_string(),
+    };
+    tracing::warn!(
+        server,
+        "tools/call result does not follow the MCP schema: {problem}"
+    );
+    if !result.get("content").is_some_and(Value::is_array) {
+        return Envelope::err(
+            ErrKind::ToolFailed,
+            format!(
+                "mcp call failed: MCP server \"{server}\" sent a malformed result ({problem}); the tool ran, but what it returned cannot be read"
+            ),
+        );
+    }
+    call_result(result).with_warning(quiver_contract::Warning::new(
+        "malformed_result",
+        format!(
+            "MCP server \"{server}\" sent a result that does not follow the MCP schema ({problem}); the parts that could be read are shown"
+        ),
+    ))
+}
+
 pub(crate) fn call_result(result: &Value) -> Envelope {
     let is_error = result
         .get("isError")

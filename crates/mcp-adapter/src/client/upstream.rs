@@ -1537,6 +1537,14 @@ impl Upstream {
                 let wire = serde_json::to_value(&r).unwrap_or(Value::Null);
                 done(to_contract::call_result(&wire))
             }
+            // rmcp reads a result it cannot read whole as some other result.
+            Ok(ServerResult::CustomResult(raw)) => {
+                done(to_contract::raw_call_result(&self.cfg.name, &raw.0))
+            }
+            Ok(ServerResult::EmptyResult(_)) => done(to_contract::raw_call_result(
+                &self.cfg.name,
+                &Value::Object(Default::default()),
+            )),
             Ok(other) => {
                 tracing::warn!(server = %self.cfg.name, ?other, "unexpected reply to tools/call");
                 done(Envelope::err(

@@ -793,6 +793,25 @@ async fn malformed_tools_are_skipped_and_the_rest_served() {
     assert!(skipped[1].contains("\"longxxx"), "{skipped:?}");
     assert!(skipped[2].contains("\"stringly\""), "{skipped:?}");
     assert!(skipped[3].contains("no string `name`"), "{skipped:?}");
+    // A result outside the MCP schema is still read for what it holds, with a warning
+    // (it was "sent an unexpected reply", the tool's output lost); one without content
+    // says the tool ran.
+    let env = call(&catalog, "mcp__bad__echo", json!({"odd": true})).await;
+    assert!(text_of(&env).contains("\"odd\""), "{env:?}");
+    assert!(
+        env.warnings()
+            .iter()
+            .any(|w| w.kind == "malformed_result"
+                && w.message.contains("unknown variant `hologram`")),
+        "{env:?}"
+    );
+    let env = call(&catalog, "mcp__bad__echo", json!({"bare": true})).await;
+    assert_eq!(env.err_kind(), Some(&ErrKind::ToolFailed), "{env:?}");
+    assert!(
+        env.message().unwrap().contains("sent a malformed result")
+            && env.message().unwrap().contains("the tool ran"),
+        "{env:?}"
+    );
     close_and_check(&client).await;
 }
 

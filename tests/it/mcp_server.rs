@@ -459,7 +459,7 @@ async fn stdio_answers_lines_it_cannot_read() {
         "{errors:?}"
     );
     assert!(
-        errors.iter().any(|(id, code, m)| id.is_null()
+        errors.iter().any(|(id, code, m)| *id == 9
             && *code == -32600
             && m.contains("longer than 16777216 bytes")),
         "{errors:?}"

@@ -9,6 +9,7 @@
 
 pub mod client;
 mod error;
+mod lines;
 pub mod server;
 
 pub use client::{

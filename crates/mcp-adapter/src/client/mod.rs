@@ -19,6 +19,7 @@ mod h1;
 mod http;
 mod meta;
 mod passthrough;
+mod pipe;
 mod route;
 mod sse;
 mod to_contract;

@@ -27,8 +27,7 @@ use rmcp::{
     },
     service::{NotificationContext, Peer, PeerRequestOptions, RequestContext, ServiceError},
     transport::{
-        StreamableHttpClientTransport, async_rw::AsyncRwTransport,
-        streamable_http_client::StreamableHttpClientTransportConfig,
+        StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig,
     },
 };
 use serde_json::Value;
@@ -792,7 +791,7 @@ impl Upstream {
                             })?;
                     child_guard = Some(guard);
                     let transport = Tracked {
-                        inner: AsyncRwTransport::new_client(stdout, stdin),
+                        inner: super::pipe::PipeTransport::new(&self.cfg.name, stdout, stdin),
                         written: written.clone(),
                     };
                     handler

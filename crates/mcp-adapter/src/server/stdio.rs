@@ -20,24 +20,18 @@ use rmcp::{
     transport::Transport,
 };
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use super::invalid::{self, Refusal};
-
-/// The longest line read, as rmcp's own stdio transport (16 MiB).
-pub(super) const MAX_LINE: usize = 16 << 20;
+use crate::lines::{LineRead, LineReader, MAX_LINE, find_id, message_bytes};
 
 /// How long calls in flight may still finish after a stdio client closed stdin.
 pub(super) const STDIN_CLOSED_GRACE: Duration = Duration::from_secs(2);
 
 /// The transport: `R` is stdin and `W` stdout in the binary, pipes in tests.
 pub(super) struct LineTransport<R, W> {
-    read: BufReader<R>,
-    line: Vec<u8>,
-    /// Skipping the rest of a line already refused as too long.
-    discarding: bool,
-    max_line: usize,
+    lines: LineReader<R>,
     write: Arc<tokio::sync::Mutex<Option<W>>>,
     /// Cancelled [`STDIN_CLOSED_GRACE`] after the input ends.
     on_eof: Option<CancellationToken>,
@@ -46,10 +40,7 @@ pub(super) struct LineTransport<R, W> {
 impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
     pub(crate) fn new(read: R, write: W, on_eof: CancellationToken) -> Self {
         LineTransport {
-            read: BufReader::with_capacity(64 * 1024, read),
-            line: Vec::new(),
-            discarding: false,
-            max_line: MAX_LINE,
+            lines: LineReader::new(read, MAX_LINE),
             write: Arc::new(tokio::sync::Mutex::new(Some(write))),
             on_eof: Some(on_eof),
         }
@@ -57,50 +48,12 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
 
     #[cfg(test)]
     fn with_max_line(mut self, max_line: usize) -> Self {
-        self.max_line = max_line;
+        self.lines = LineReader::new(self.lines.into_inner(), max_line);
         self
     }
 }
 
-enum LineRead {
-    Line,
-    Oversized,
-    End,
-}
-
 impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport<R, W> {
-    /// Reads one line into `self.line`, never past `max_line`. Cancel-safe: nothing is
-    /// consumed across an await, and a partial line stays in `self.line` for the next call.
-    async fn read_line(&mut self) -> LineRead {
-        loop {
-            let available = match self.read.fill_buf().await {
-                Ok([]) => return LineRead::End,
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::warn!("stdin: {e}");
-                    return LineRead::End;
-                }
-            };
-            let newline = available.iter().position(|b| *b == b'\n');
-            let take = newline.map_or(available.len(), |i| i + 1);
-            let outcome = if self.discarding {
-                self.discarding = newline.is_none();
-                None
-            } else if self.line.len() + take > self.max_line {
-                self.line.clear();
-                self.discarding = newline.is_none();
-                Some(LineRead::Oversized)
-            } else {
-                self.line.extend_from_slice(&available[..take]);
-                newline.map(|_| LineRead::Line)
-            };
-            self.read.consume(take);
-            if let Some(outcome) = outcome {
-                return outcome;
-            }
-        }
-    }
-
     /// Writes `refusal` as one line, in a task of its own so that a `receive` dropped by
     /// rmcp's service loop cannot cut it in half.
     fn answer(&self, refusal: &Refusal) {
@@ -137,10 +90,7 @@ enum Verdict {
 }
 
 fn judge(line: &[u8]) -> Verdict {
-    let line = line
-        .strip_prefix(b"\xEF\xBB\xBF")
-        .unwrap_or(line)
-        .trim_ascii();
+    let line = message_bytes(line);
     if line.is_empty() {
         return Verdict::Skip;
     }
@@ -199,18 +149,18 @@ where
 
     async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
         loop {
-            match self.read_line().await {
+            match self.lines.read_line().await {
                 LineRead::Line => {}
-                LineRead::Oversized => {
-                    tracing::warn!("stdin: a line over {} bytes was refused", self.max_line);
+                LineRead::Oversized { head, tail } => {
+                    let max = self.lines.max_line();
+                    tracing::warn!("stdin: a line over {max} bytes was refused");
                     self.answer(&Refusal {
                         code: invalid::INVALID_REQUEST,
                         message: format!(
-                            "Invalid Request: the line is longer than {} bytes, the most this \
-                             server reads as one message; it was not read",
-                            self.max_line
+                            "Invalid Request: the line is longer than {max} bytes, the most this \
+                             server reads as one message; it was not read"
                         ),
-                        id: Value::Null,
+                        id: find_id(&head, &tail).unwrap_or(Value::Null),
                     });
                     continue;
                 }
@@ -219,8 +169,7 @@ where
                     return None;
                 }
             }
-            let verdict = judge(&self.line);
-            self.line.clear();
+            let verdict = judge(self.lines.line());
             match verdict {
                 Verdict::Take(message) => return Some(*message),
                 Verdict::Skip => {}

@@ -765,10 +765,9 @@ async fn a_tools_list_cursor_that_comes_round_again_stops_the_paging() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_tools_are_skipped_and_the_rest_served() {
-    let (catalog, client) = start(
-        &[raw("bad", &["--bad-tools", "--unreadable-tools"])],
-        fast_options(),
-    );
+    let server = raw("bad", &["--bad-tools", "--unreadable-tools"])
+        .with_call_timeout(Duration::from_secs(120));
+    let (catalog, client) = start(&[server], fast_options());
     ready(&client).await;
     let env = call(&catalog, "mcp__bad__echo", json!({"k": "v"})).await;
     assert!(text_of(&env).contains("\"k\""), "{env:?}");
@@ -805,6 +804,32 @@ async fn malformed_tools_are_skipped_and_the_rest_served() {
                 && w.message.contains("unknown variant `hologram`")),
         "{env:?}"
     );
+    // An answer that cannot be read fails its call at once, saying the server answered
+    // (rmcp dropped the line, and the call waited out its timeout).
+    for (args, says) in [
+        (
+            json!({"nomessage": true}),
+            "`error.message` must be a string",
+        ),
+        (json!({"huge": true}), "longer than 16777216 bytes"),
+    ] {
+        let env = within(
+            Duration::from_secs(60),
+            call(&catalog, "mcp__bad__echo", args.clone()),
+        )
+        .await;
+        assert_eq!(
+            env.err_kind(),
+            Some(&ErrKind::ToolFailed),
+            "{args}: {env:?}"
+        );
+        let message = env.message().unwrap();
+        assert!(
+            message.contains("MCP server \"bad\" answered, but its answer cannot be read")
+                && message.contains(says),
+            "{args}: {env:?}"
+        );
+    }
     let env = call(&catalog, "mcp__bad__echo", json!({"bare": true})).await;
     assert_eq!(env.err_kind(), Some(&ErrKind::ToolFailed), "{env:?}");
     assert!(

@@ -1,0 +1,336 @@
+//! The transport on a stdio upstream's pipes: one JSON-RPC message per line, as rmcp's own,
+//! except that an answer Quiver cannot read fails its call at once instead of vanishing
+//! (rmcp drops such a line, and the call waited out its timeout, reported as "did not
+//! finish" although the server had answered):
+//!
+//! - a line over [`MAX_LINE`], or one that is not valid JSON-RPC (an error without its
+//!   `message`, text that is not valid UTF-8), becomes an error answer to the request whose
+//!   `id` it carries, saying the server answered and why its answer cannot be read;
+//! - a request from the server that cannot be read is answered `-32600`;
+//! - what has no `id` (a log line on stdout, a notification Quiver does not know) is
+//!   skipped, as rmcp does, and logged.
+
+use std::{borrow::Cow, sync::Arc};
+
+use rmcp::{
+    model::{ClientJsonRpcMessage, ErrorCode, ErrorData, RequestId, ServerJsonRpcMessage},
+    service::RoleClient,
+    transport::Transport,
+};
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+
+use crate::lines::{LineRead, LineReader, MAX_LINE, find_id, message_bytes};
+
+/// The transport: `R` is the child's stdout, `W` its stdin.
+pub(crate) struct PipeTransport<R, W> {
+    server: Arc<str>,
+    lines: LineReader<R>,
+    write: Arc<tokio::sync::Mutex<Option<W>>>,
+}
+
+impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> PipeTransport<R, W> {
+    pub(crate) fn new(server: &str, read: R, write: W) -> Self {
+        PipeTransport {
+            server: server.into(),
+            lines: LineReader::new(read, MAX_LINE),
+            write: Arc::new(tokio::sync::Mutex::new(Some(write))),
+        }
+    }
+
+    #[cfg(test)]
+    fn with_max_line(mut self, max_line: usize) -> Self {
+        self.lines = LineReader::new(self.lines.into_inner(), max_line);
+        self
+    }
+}
+
+/// What to do with one line.
+enum Verdict {
+    Take(Box<ServerJsonRpcMessage>),
+    Skip,
+    /// The server's answer to this request cannot be read: fail the request with `why`.
+    Unreadable(RequestId, String),
+    /// The server's request cannot be read: answer it with an error.
+    Refuse(Value, String),
+}
+
+fn request_id(id: Value) -> Option<RequestId> {
+    match id {
+        Value::Number(n) => n.as_i64().map(RequestId::Number),
+        Value::String(s) => Some(RequestId::String(s.into())),
+        _ => None,
+    }
+}
+
+fn judge(line: &[u8]) -> Verdict {
+    let bytes = message_bytes(line);
+    if bytes.is_empty() {
+        return Verdict::Skip;
+    }
+    let err = match serde_json::from_slice::<ServerJsonRpcMessage>(bytes) {
+        Ok(message) => return Verdict::Take(Box::new(message)),
+        Err(e) => e,
+    };
+    let (id, is_request, why) = match serde_json::from_slice::<Value>(bytes) {
+        Ok(value) => (
+            value.get("id").cloned(),
+            value.get("method").is_some_and(Value::is_string),
+            response_problem(&value).unwrap_or_else(|| err.to_string()),
+        ),
+        // Not JSON at all (a log line), or JSON with a flaw (text that is not UTF-8, a
+        // lone surrogate): the id from its first bytes, if it is a message at all.
+        Err(_) => (find_id(bytes, b""), false, err.to_string()),
+    };
+    match id {
+        Some(id) if is_request => Verdict::Refuse(id, why),
+        Some(id) => match request_id(id) {
+            Some(id) => Verdict::Unreadable(id, why),
+            None => Verdict::Skip,
+        },
+        None => Verdict::Skip,
+    }
+}
+
+/// What makes a JSON answer not a JSON-RPC 2.0 response, in words (serde's own says only
+/// "unrecognized JSON-RPC message").
+fn response_problem(value: &Value) -> Option<String> {
+    let error = value.get("error");
+    let problem = if value.get("jsonrpc") != Some(&Value::String("2.0".into())) {
+        "`jsonrpc` must be \"2.0\""
+    } else if error.is_some() && value.get("result").is_some() {
+        "it has both `result` and `error`"
+    } else if let Some(error) = error {
+        if !error.is_object() {
+            "`error` must be an object"
+        } else if !error.get("code").is_some_and(|c| c.is_i64()) {
+            "`error.code` must be an integer"
+        } else if !error.get("message").is_some_and(Value::is_string) {
+            "`error.message` must be a string"
+        } else {
+            return None;
+        }
+    } else if value.get("result").is_none() {
+        "it has neither `result` nor `error`"
+    } else {
+        return None;
+    };
+    Some(problem.to_owned())
+}
+
+impl<R, W> PipeTransport<R, W>
+where
+    R: AsyncRead + Send + Unpin,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    /// The error answer that fails request `id`: the server answered, and its answer
+    /// cannot be read.
+    fn unreadable(&self, id: RequestId, why: &str) -> ServerJsonRpcMessage {
+        tracing::warn!(server = %self.server, "an answer that cannot be read: {why}");
+        ServerJsonRpcMessage::error(
+            ErrorData::new(
+                ErrorCode::INTERNAL_ERROR,
+                format!(
+                    "MCP server \"{}\" answered, but its answer cannot be read ({why}); the tool may have run",
+                    self.server
+                ),
+                None,
+            ),
+            Some(id),
+        )
+    }
+
+    /// Answers a request of the server's that cannot be read, in a task of its own (a
+    /// `receive` dropped by rmcp's loop must not cut the line).
+    fn refuse(&self, id: Value, why: &str) {
+        tracing::warn!(server = %self.server, "a request that cannot be read: {why}");
+        let answer = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {"code": -32600, "message": format!("Invalid Request: {why}")},
+        });
+        let mut bytes = answer.to_string().into_bytes();
+        bytes.push(b'\n');
+        let write = self.write.clone();
+        tokio::spawn(async move {
+            if let Some(w) = write.lock().await.as_mut() {
+                let _ = w.write_all(&bytes).await;
+                let _ = w.flush().await;
+            }
+        });
+    }
+}
+
+impl<R, W> Transport<RoleClient> for PipeTransport<R, W>
+where
+    R: AsyncRead + Send + Unpin,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    type Error = std::io::Error;
+
+    fn name() -> Cow<'static, str> {
+        "stdio".into()
+    }
+
+    fn send(
+        &mut self,
+        item: ClientJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let write = self.write.clone();
+        async move {
+            let mut bytes = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
+            bytes.push(b'\n');
+            let mut guard = write.lock().await;
+            let Some(w) = guard.as_mut() else {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "the server's stdin is closed",
+                ));
+            };
+            w.write_all(&bytes).await?;
+            w.flush().await
+        }
+    }
+
+    async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
+        loop {
+            match self.lines.read_line().await {
+                LineRead::Line => {}
+                LineRead::Oversized { head, tail } => {
+                    let why = format!(
+                        "it is a line longer than {} bytes, the most Quiver reads as one message",
+                        self.lines.max_line()
+                    );
+                    match find_id(&head, &tail).and_then(request_id) {
+                        Some(id) => return Some(self.unreadable(id, &why)),
+                        None => {
+                            tracing::warn!(server = %self.server, "skipped a message: {why}");
+                            continue;
+                        }
+                    }
+                }
+                LineRead::End => return None,
+            }
+            match judge(self.lines.line()) {
+                Verdict::Take(message) => return Some(*message),
+                Verdict::Skip => {
+                    tracing::debug!(
+                        server = %self.server,
+                        "skipped a stdout line that is not a message Quiver reads: {}",
+                        String::from_utf8_lossy(&self.lines.line()[..self.lines.line().len().min(200)])
+                    );
+                }
+                Verdict::Unreadable(id, why) => return Some(self.unreadable(id, &why)),
+                Verdict::Refuse(id, why) => self.refuse(id, &why),
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        let taken = self.write.lock().await.take();
+        if let Some(mut w) = taken {
+            let _ = w.shutdown().await;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    use super::*;
+
+    fn error_of(message: &ServerJsonRpcMessage) -> (Value, String) {
+        let v = serde_json::to_value(message).unwrap();
+        (
+            v["id"].clone(),
+            v["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        )
+    }
+
+    /// Each answer Quiver cannot read fails its own request at once, saying why; lines
+    /// without an id are skipped; good messages still come through.
+    #[tokio::test]
+    async fn unreadable_answers_fail_their_request() {
+        let (mut server_out, client_in) = tokio::io::duplex(1 << 20);
+        let (client_out, _server_in) = tokio::io::duplex(1 << 16);
+        let mut transport = PipeTransport::new("fx", client_in, client_out).with_max_line(4096);
+        let long = format!(
+            r#"{{"result":{{"content":[{{"type":"text","text":"{}"}}]}},"jsonrpc":"2.0","id":4}}"#,
+            "x".repeat(8000)
+        );
+        let input = [
+            "a banner on stdout",
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32000}}"#,
+            "{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"caf\\udce9\"}]}}",
+            &long,
+            r#"{"jsonrpc":"2.0","id":3,"result":{}}"#,
+        ]
+        .join("\n");
+        server_out
+            .write_all(format!("{input}\n").as_bytes())
+            .await
+            .unwrap();
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            let m = tokio::time::timeout(Duration::from_secs(5), transport.receive())
+                .await
+                .unwrap()
+                .unwrap();
+            seen.push(m);
+        }
+        let (id, why) = error_of(&seen[0]);
+        assert_eq!(id, 1);
+        assert!(
+            why.contains("MCP server \"fx\" answered, but its answer cannot be read"),
+            "{why}"
+        );
+        let (id, why) = error_of(&seen[1]);
+        assert_eq!(id, 2);
+        assert!(why.contains("surrogate"), "{why}");
+        let (id, why) = error_of(&seen[2]);
+        assert_eq!(id, 4);
+        assert!(why.contains("longer than 4096 bytes"), "{why}");
+        let ok = serde_json::to_value(&seen[3]).unwrap();
+        assert_eq!(ok["id"], 3);
+        assert!(ok.get("error").is_none(), "{ok}");
+    }
+
+    /// A request from the server that cannot be read is answered with an error, not
+    /// dropped.
+    #[tokio::test]
+    async fn an_unreadable_request_is_refused() {
+        let (mut server_out, client_in) = tokio::io::duplex(1 << 16);
+        let (client_out, server_in) = tokio::io::duplex(1 << 16);
+        let mut transport = PipeTransport::new("fx", client_in, client_out);
+        server_out
+            .write_all(
+                concat!(
+                    r#"{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":7}"#,
+                    "\n",
+                    r#"{"jsonrpc":"2.0","id":9,"result":{}}"#,
+                    "\n"
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+        let next = transport.receive().await.unwrap();
+        assert_eq!(serde_json::to_value(&next).unwrap()["id"], 9);
+        let mut lines = BufReader::new(server_in).lines();
+        let answer = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let answer: Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(answer["id"], "s1");
+        assert_eq!(answer["error"]["code"], -32600);
+    }
+}

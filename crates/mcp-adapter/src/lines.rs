@@ -1,0 +1,255 @@
+//! Newline-delimited JSON-RPC, as both stdio transports read it (`quiver serve --stdio` and
+//! the pipes of a stdio upstream): one message per line, a line never held past a limit,
+//! and what a line too long to read began and ended with kept to find its `id`.
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+
+/// The longest line read as one message (16 MiB, as rmcp's own stdio transport).
+pub(crate) const MAX_LINE: usize = 16 << 20;
+
+/// How much of the start and the end of a line too long to read is kept.
+const KEPT: usize = 512;
+
+/// What [`LineReader::read_line`] found.
+pub(crate) enum LineRead {
+    /// A whole line is in [`LineReader::line`].
+    Line,
+    /// A line longer than the limit ended; it was not held, only its first and last bytes.
+    Oversized { head: Vec<u8>, tail: Vec<u8> },
+    /// The input ended (or failed).
+    End,
+}
+
+/// Reads lines, never holding more than `max_line` bytes of one.
+pub(crate) struct LineReader<R> {
+    read: BufReader<R>,
+    line: Vec<u8>,
+    max_line: usize,
+    /// Skipping the rest of a line already too long; its head and tail so far.
+    discarding: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    pub(crate) fn new(read: R, max_line: usize) -> Self {
+        LineReader {
+            read: BufReader::with_capacity(64 * 1024, read),
+            line: Vec::new(),
+            max_line,
+            discarding: None,
+        }
+    }
+
+    /// The reader, for a new limit (tests).
+    #[cfg(test)]
+    pub(crate) fn into_inner(self) -> R {
+        self.read.into_inner()
+    }
+
+    /// The longest line read.
+    pub(crate) fn max_line(&self) -> usize {
+        self.max_line
+    }
+
+    /// The line read last, with its newline; cleared by the next [`LineReader::read_line`].
+    pub(crate) fn line(&self) -> &[u8] {
+        &self.line
+    }
+
+    /// Reads the next line. Cancel-safe: nothing is consumed across an await, and a partial
+    /// line stays buffered for the next call.
+    pub(crate) async fn read_line(&mut self) -> LineRead {
+        if self.line.last() == Some(&b'\n') {
+            self.line.clear();
+        }
+        loop {
+            let available = match self.read.fill_buf().await {
+                Ok([]) => return LineRead::End,
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::debug!("reading a stdio stream: {e}");
+                    return LineRead::End;
+                }
+            };
+            let newline = available.iter().position(|b| *b == b'\n');
+            let take = newline.map_or(available.len(), |i| i + 1);
+            let mut ended = None;
+            if let Some((_, tail)) = self.discarding.as_mut() {
+                keep_tail(tail, &available[..take]);
+                if newline.is_some() {
+                    let (head, tail) = self.discarding.take().unwrap_or_default();
+                    ended = Some(LineRead::Oversized { head, tail });
+                }
+            } else if self.line.len() + take > self.max_line {
+                let mut head = std::mem::take(&mut self.line);
+                head.extend_from_slice(&available[..take.min(KEPT)]);
+                head.truncate(KEPT);
+                let mut tail = Vec::new();
+                keep_tail(&mut tail, &available[..take]);
+                if newline.is_some() {
+                    ended = Some(LineRead::Oversized { head, tail });
+                } else {
+                    self.discarding = Some((head, tail));
+                }
+            } else {
+                self.line.extend_from_slice(&available[..take]);
+                if newline.is_some() {
+                    ended = Some(LineRead::Line);
+                }
+            }
+            self.read.consume(take);
+            if let Some(ended) = ended {
+                return ended;
+            }
+        }
+    }
+}
+
+/// Appends `bytes` to `tail`, keeping only its last [`KEPT`] bytes.
+fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8]) {
+    tail.extend_from_slice(&bytes[bytes.len().saturating_sub(KEPT)..]);
+    if tail.len() > KEPT {
+        tail.drain(..tail.len() - KEPT);
+    }
+}
+
+/// A line's message bytes: without its newline, a carriage return, surrounding blanks and
+/// a UTF-8 byte-order mark.
+pub(crate) fn message_bytes(line: &[u8]) -> &[u8] {
+    let line = line.trim_ascii();
+    line.strip_prefix(b"\xEF\xBB\xBF")
+        .unwrap_or(line)
+        .trim_ascii()
+}
+
+/// The request id of a message that could not be read whole, from its first bytes (`id`
+/// among the top-level members before anything long, as most servers write it) or its
+/// last (`"id":7}` at the very end, as JavaScript's `JSON.stringify` of
+/// `{result, jsonrpc, id}` writes it). Only an integer or a string counts.
+pub(crate) fn find_id(head: &[u8], tail: &[u8]) -> Option<Value> {
+    id_at_start(head).or_else(|| id_at_end(tail))
+}
+
+fn id_at_start(head: &[u8]) -> Option<Value> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut key_start = None;
+    let mut i = 0;
+    while i < head.len() {
+        let b = head[i];
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+                if depth == 1
+                    && let Some(start) = key_start.take()
+                    && &head[start..i] == b"id"
+                {
+                    let rest = head[i + 1..].trim_ascii_start();
+                    let rest = rest.strip_prefix(b":")?;
+                    return first_id_value(rest);
+                }
+            }
+        } else {
+            match b {
+                b'"' => {
+                    in_string = true;
+                    // A key starts right after `{` or `,` at the top level.
+                    let before = head[..i].trim_ascii_end().last();
+                    key_start =
+                        (depth == 1 && matches!(before, Some(b'{' | b','))).then_some(i + 1);
+                }
+                b'{' | b'[' => depth += 1,
+                b'}' | b']' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        i += 1;
+    }
+    None
+}
+
+fn id_at_end(tail: &[u8]) -> Option<Value> {
+    let body = tail.trim_ascii().strip_suffix(b"}")?.trim_ascii_end();
+    let at = body.windows(4).rposition(|w| w == b"\"id\"")?;
+    let after = body[at + 4..].trim_ascii_start().strip_prefix(b":")?;
+    let value: Value = serde_json::from_slice(after.trim_ascii()).ok()?;
+    id_value(value)
+}
+
+fn first_id_value(bytes: &[u8]) -> Option<Value> {
+    let mut values = serde_json::Deserializer::from_slice(bytes).into_iter::<Value>();
+    id_value(values.next()?.ok()?)
+}
+
+fn id_value(value: Value) -> Option<Value> {
+    match value {
+        Value::Number(n) if n.is_i64() || n.is_u64() => Some(Value::Number(n)),
+        Value::String(s) => Some(Value::String(s)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_id_is_found_at_either_end() {
+        let cases: [(&[u8], &[u8], Option<Value>); 7] = [
+            (
+                br#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"te"#,
+                b"",
+                Some(json!(7)),
+            ),
+            (br#"{ "id" : "a-1" , "result": {"#, b"", Some(json!("a-1"))),
+            (
+                br#"{"result":{"id":5,"content":"#,
+                br#"xx"}]},"jsonrpc":"2.0","id":12}"#,
+                Some(json!(12)),
+            ),
+            (
+                br#"{"result":{"content":"#,
+                b"xx\"}]},\"jsonrpc\":\"2.0\",\"id\": \"k\" }\n",
+                Some(json!("k")),
+            ),
+            // The last `"id"` is inside the result, not the message's own.
+            (br#"{"result":{"content":"#, br#"xx","id":5}}"#, None),
+            (br#"{"jsonrpc":"2.0","id":1.5,"#, b"", None),
+            (b"not json at all", b"nor here", None),
+        ];
+        for (head, tail, id) in cases {
+            assert_eq!(
+                find_id(head, tail),
+                id,
+                "{} / {}",
+                String::from_utf8_lossy(head),
+                String::from_utf8_lossy(tail)
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_long_line_is_skipped_with_its_ends_and_the_next_is_read() {
+        let mut input = br#"{"jsonrpc":"2.0","id":3,"result":""#.to_vec();
+        input.extend(std::iter::repeat_n(b'x', 5000));
+        input.extend_from_slice(b"\"}\n{\"ok\":1}\n");
+        let mut reader = LineReader::new(&input[..], 1000);
+        match reader.read_line().await {
+            LineRead::Oversized { head, tail } => {
+                assert!(head.len() <= KEPT && tail.len() <= KEPT);
+                assert_eq!(find_id(&head, &tail), Some(json!(3)));
+            }
+            _ => panic!("the long line is refused"),
+        }
+        assert!(matches!(reader.read_line().await, LineRead::Line));
+        assert_eq!(reader.line(), b"{\"ok\":1}\n");
+        assert!(matches!(reader.read_line().await, LineRead::End));
+    }
+}

@@ -13,7 +13,8 @@ use crate::{Alternative, ColumnSpec, Envelope, HintKind};
 pub struct RenderOptions {
     /// Rows shown of a table before the rest is elided.
     pub preview_rows: usize,
-    /// Lines of JSON or text shown before the rest is elided.
+    /// Lines of pretty-printed JSON data shown before the rest is elided (the data itself
+    /// goes whole in `structuredContent`); text is never cut here.
     pub preview_lines: usize,
     /// Characters shown of one table cell.
     pub max_cell_chars: usize,
@@ -77,11 +78,14 @@ fn render_ok(
     opts: &RenderOptions,
 ) {
     match data {
+        // Text is shown whole: it is all there is of it (a tool's output, a file's
+        // contents), with no structured copy to go back to. The dispatcher's result limit
+        // bounds it, and says so when it cuts.
         Value::String(text) => {
             out.push_str(OK_PREFIX);
             if !text.is_empty() {
                 out.push('\n');
-                push_bounded_lines(out, text, opts.preview_lines);
+                out.push_str(text);
             }
         }
         Value::Null => {

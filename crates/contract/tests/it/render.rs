@@ -42,7 +42,7 @@ fn ok_text() {
 }
 
 #[test]
-fn ok_long_text_is_bounded_and_says_so() {
+fn ok_long_text_is_shown_whole() {
     let text: String = (1..=205).map(|i| format!("line {i}\n")).collect();
     check("ok_long_text", &Envelope::text(text.trim_end()));
 }

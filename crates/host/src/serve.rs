@@ -60,6 +60,7 @@ pub async fn serve(
         .auth
         .validate()
         .context("checking the inbound tokens")?;
+    let stopping = dispatcher.clone();
     let mut server = McpServer::new(surface, dispatcher, options);
     if let Some(stores) = stores {
         server = server
@@ -86,6 +87,7 @@ pub async fn serve(
             tracing::info!(
                 "shutdown signal: stopping the MCP server (a second signal stops at once)"
             );
+            stopping.begin_shutdown();
             shutdown.cancel();
             signals.next().await;
             tracing::warn!("second shutdown signal: closing open connections now");

@@ -137,6 +137,9 @@ struct Inner {
     /// Record hand-overs running in tasks of their own (see `record` and `Unfinished`),
     /// waited for by [`Dispatcher::drain_records`].
     handovers: tokio_util::task::TaskTracker,
+    /// Set by [`Dispatcher::begin_shutdown`]: a call cancelled from then on was cancelled
+    /// by the shutdown, not by its caller.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 /// The one dispatch pipeline. Cheap to clone.
@@ -246,6 +249,7 @@ impl DispatcherBuilder {
             next_id: AtomicU64::new(1),
             id_prefix,
             handovers: tokio_util::task::TaskTracker::new(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
         });
         Dispatcher { inner }
     }
@@ -604,11 +608,18 @@ impl Dispatcher {
             ctx,
             started: started.clone(),
         };
+        let stopping = &inner.stopping;
         let cancelled = || {
+            let why = if stopping.load(std::sync::atomic::Ordering::Acquire) {
+                "because Quiver is shutting down; whether it finished is unknown, check \
+                 before calling it again once Quiver is back"
+            } else {
+                "by the caller"
+            };
             Envelope::err(
                 ErrKind::Cancelled,
                 format!(
-                    "the call to `{}` was cancelled by the caller",
+                    "the call to `{}` was cancelled {why}",
                     quiver_contract::quoted_name(name)
                 ),
             )
@@ -988,6 +999,14 @@ impl Dispatcher {
                 Err(_) => handing.await,
             }
         }
+    }
+
+    /// Marks the start of a shutdown: the calls cancelled from now on are told (and
+    /// logged) that Quiver is shutting down, not that their caller cancelled them.
+    pub fn begin_shutdown(&self) {
+        self.inner
+            .stopping
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Waits until every call record still on its way to the recorder in a task of its own

@@ -1060,6 +1060,36 @@ async fn cancelling_releases_the_caller_at_once_and_the_tool_sees_its_token() {
     tokio::time::timeout(WAIT, saw_rx).await.unwrap().unwrap();
 }
 
+/// A call cancelled by the shutdown says so (it said "cancelled by the caller", and the
+/// model was told its own client had given up); one cancelled before says "by the caller".
+#[tokio::test]
+async fn a_call_cancelled_by_the_shutdown_says_so() {
+    let t = tool(ToolSpec::new("long", "Long.").read_only(), |_, _| async {
+        std::future::pending::<()>().await;
+        Ok(Envelope::text("never"))
+    });
+    let d = dispatcher(vec![t]);
+    for (stopping, says) in [
+        (false, "was cancelled by the caller"),
+        (true, "was cancelled because Quiver is shutting down"),
+    ] {
+        if stopping {
+            d.begin_shutdown();
+        }
+        let cancel = CancellationToken::new();
+        let call = tokio::spawn({
+            let d = d.clone();
+            let ctx = ctx().with_cancel(cancel.clone());
+            async move { d.call("long", json!({}), ctx).await }
+        });
+        tokio::task::yield_now().await;
+        cancel.cancel();
+        let e = tokio::time::timeout(WAIT, call).await.unwrap().unwrap();
+        assert_eq!(e.err_kind(), Some(&ErrKind::Cancelled), "{e:?}");
+        assert!(e.message().unwrap().contains(says), "{e:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_tool_calls_another_tool_through_the_same_pipeline() {
     let outer = tool(

@@ -109,6 +109,7 @@ pub(crate) fn call_result(result: &Value) -> Envelope {
         .unwrap_or(false);
     let mut texts: Vec<&str> = Vec::new();
     let mut parts: Vec<Part> = Vec::new();
+    let mut dropped: Vec<&str> = Vec::new();
     let blocks = result
         .get("content")
         .and_then(Value::as_array)
@@ -119,6 +120,11 @@ pub(crate) fn call_result(result: &Value) -> Envelope {
         let owned = |k: &str| s(k).map(str::to_owned);
         match s("type") {
             Some("text") => texts.push(s("text").unwrap_or_default()),
+            // Media whose data is not base64 would make the provider refuse the model's
+            // next request: dropped, with a warning.
+            Some(kind @ ("image" | "audio")) if !s("data").is_some_and(is_base64) => {
+                dropped.push(kind);
+            }
             Some("image") => parts.push(Part::Image {
                 mime_type: owned("mimeType").unwrap_or_default(),
                 data: owned("data").unwrap_or_default(),
@@ -156,13 +162,69 @@ pub(crate) fn call_result(result: &Value) -> Envelope {
     for p in parts {
         env = env.with_part(p);
     }
+    if !dropped.is_empty() {
+        env = env.with_warning(quiver_contract::Warning::new(
+            "parts_dropped",
+            format!(
+                "{} {} block(s) from the server were dropped: their data is not valid base64",
+                dropped.len(),
+                dropped.join("/")
+            ),
+        ));
+    }
     env
+}
+
+/// Whether `data` is standard base64 (padding optional, line breaks allowed), as MCP's
+/// image and audio blocks must be.
+fn is_base64(data: &str) -> bool {
+    let body = data.trim_end_matches('=');
+    let padding = data.len() - body.len();
+    let mut n = 0usize;
+    for b in body.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'+' | b'/' => n += 1,
+            b'\r' | b'\n' => {}
+            _ => return false,
+        }
+    }
+    padding <= 2 && n % 4 != 1 && (padding == 0 || (n + padding).is_multiple_of(4))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use quiver_contract::{ErrKind, HintKind};
+
+    #[test]
+    fn media_that_is_not_base64_is_dropped_with_a_warning() {
+        for (data, ok) in [
+            ("aGVsbG8=", true),
+            ("aGVsbG8", true),
+            ("aGVs\nbG8=", true),
+            ("", true),
+            ("not base64!", false),
+            ("aGVsbG8===", false),
+            ("a", false),
+        ] {
+            assert_eq!(is_base64(data), ok, "{data:?}");
+        }
+        let env = call_result(&json!({"content": [
+            {"type": "text", "text": "two pictures"},
+            {"type": "image", "mimeType": "image/png", "data": "iVBORw0KGgo="},
+            {"type": "image", "mimeType": "image/png", "data": "%%% not base64"},
+        ]}));
+        let Envelope::Ok { parts, .. } = &env else {
+            panic!("{env:?}")
+        };
+        assert_eq!(parts.len(), 1, "{env:?}");
+        assert!(
+            env.warnings()
+                .iter()
+                .any(|w| w.kind == "parts_dropped" && w.message.contains("not valid base64")),
+            "{env:?}"
+        );
+    }
 
     #[test]
     fn specs_keep_what_upstream_said() {

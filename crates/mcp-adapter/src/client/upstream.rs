@@ -460,9 +460,21 @@ impl Upstream {
         &self.cfg.name
     }
 
+    /// A diagnostic line for the operator that says something was lost or is broken: also
+    /// logged as a warning (on `quiver serve`'s stderr by default).
+    fn diag_warn(&self, line: impl Into<String>) {
+        let line = line.into();
+        tracing::warn!(server = %self.cfg.name, "{line}");
+        self.push_diag(line);
+    }
+
     fn diag(&self, line: impl Into<String>) {
         let line = line.into();
         tracing::info!(server = %self.cfg.name, "{line}");
+        self.push_diag(line);
+    }
+
+    fn push_diag(&self, line: String) {
         let mut lines = self.diagnostics.lock().unwrap_or_else(|p| p.into_inner());
         if lines.len() >= MAX_DIAGNOSTICS {
             lines.pop_front();
@@ -718,7 +730,7 @@ impl Upstream {
         } else {
             format!("; its stderr ended with: {stderr}")
         };
-        self.diag(format!("the server process {how}{stderr}"));
+        self.diag_warn(format!("the server process {how}{stderr}"));
         self.exits.send_replace(Some((generation, how)));
     }
 
@@ -1089,7 +1101,7 @@ impl Upstream {
                 }
                 listed.insert(name.to_owned(), wire.clone());
                 if out.len() >= self.opts.list_cap {
-                    self.diag(format!(
+                    self.diag_warn(format!(
                         "tools/list returned more than {} tools; the rest are ignored",
                         self.opts.list_cap
                     ));
@@ -1119,7 +1131,7 @@ impl Upstream {
                 // A server whose cursor comes round again (or never ends) would be asked
                 // forever: what it listed so far is served.
                 Some(c) if !c.is_empty() && (seen.contains(&c) || pages >= MAX_LIST_PAGES) => {
-                    self.diag(format!(
+                    self.diag_warn(format!(
                         "tools/list paging stopped after {pages} page(s): the cursor {c:?} {}",
                         if seen.contains(&c) {
                             "came round again"
@@ -1177,7 +1189,7 @@ impl Upstream {
                     if e.spec != t.spec
                         && let Err(err) = self.catalog.upsert_in(&family, tool)
                     {
-                        self.diag(format!("cannot update {}: {err}", t.spec.name));
+                        self.diag_warn(format!("cannot update {}: {err}", t.spec.name));
                         continue;
                     }
                     published.insert(t.spec.name.clone(), t);
@@ -1263,10 +1275,10 @@ impl Upstream {
                 self.diag(format!("tools changed upstream; {n} tool(s) published"));
             }
             Ok(Err(DialError::Rejected(r) | DialError::Transient(r))) => {
-                self.diag(format!("re-list after list_changed failed: {r}"));
+                self.diag_warn(format!("re-list after list_changed failed: {r}"));
             }
             Ok(Err(DialError::Closed)) => {}
-            Err(_) => self.diag("re-list after list_changed timed out"),
+            Err(_) => self.diag_warn("re-list after list_changed timed out"),
         }
     }
 

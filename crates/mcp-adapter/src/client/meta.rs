@@ -107,25 +107,32 @@ async fn list_resources(up: &Upstream, cap: usize) -> Result<Vec<Value>, String>
         .filter(|c| c.has_resources)
         .ok_or_else(|| format!("MCP server \"{}\" is not connected", up.name()))?;
     let mut out = Vec::new();
-    let mut cursor = None;
+    let mut cursor: Option<String> = None;
+    let mut seen = std::collections::HashSet::new();
     loop {
-        let page = conn
-            .peer
-            .list_resources(Some(PaginatedRequestParams::default().with_cursor(cursor)))
-            .await
-            .map_err(|_| format!("MCP server \"{}\" could not list its resources", up.name()))?;
-        for r in &page.resources {
+        let request = rmcp::model::ClientRequest::ListResourcesRequest(
+            rmcp::model::ListResourcesRequest::with_param(
+                PaginatedRequestParams::default().with_cursor(cursor.take()),
+            ),
+        );
+        let (resources, next) =
+            super::passthrough::raw_page::<rmcp::model::Resource>(&conn.peer, request, "resources")
+                .await
+                .map_err(|_| {
+                    format!("MCP server \"{}\" could not list its resources", up.name())
+                })?;
+        for mut v in resources {
             if out.len() >= cap {
                 return Ok(out);
             }
-            let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
             if let Value::Object(m) = &mut v {
                 m.insert("server".into(), Value::String(up.name().to_owned()));
             }
             out.push(v);
         }
-        match page.next_cursor {
-            Some(c) if !c.is_empty() => cursor = Some(c),
+        match next {
+            // A cursor that comes round again would be followed forever.
+            Some(c) if !c.is_empty() && seen.insert(c.clone()) => cursor = Some(c),
             _ => return Ok(out),
         }
     }

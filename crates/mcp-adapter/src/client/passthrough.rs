@@ -204,6 +204,10 @@ fn answer<T>(
             code: d.code.0,
             message: format!("MCP server \"{}\": {}", up.name(), d.message),
         }),
+        Err(ServiceError::UnexpectedResponse) => Err(ContentError::Unavailable(format!(
+            "MCP server \"{}\" answered {what} with something Quiver cannot read",
+            up.name()
+        ))),
         Err(e) => {
             tracing::debug!(server = %up.name(), error = %e, "{what} failed");
             Err(ContentError::Unavailable(format!(
@@ -221,6 +225,36 @@ fn unexpected(up: &Upstream, what: &str, got: &ServerResult) -> ContentError {
         "MCP server \"{}\" answered {what} with something else than its result",
         up.name()
     ))
+}
+
+/// One page of a list, each entry as the server sent it. rmcp reads a page whole, so one
+/// entry it cannot read (a resource without its `uri`, a `name` that is not a string) made
+/// the whole page unreadable; here only the entries that are not a `T` are left out, with
+/// a warning.
+pub(super) async fn raw_page<T: serde::de::DeserializeOwned>(
+    peer: &rmcp::Peer<rmcp::RoleClient>,
+    request: ClientRequest,
+    list: &str,
+) -> Result<(Vec<Value>, Option<String>), ServiceError> {
+    let answer = match peer.send_request(request).await? {
+        ServerResult::CustomResult(raw) => raw.0,
+        typed => wire(&typed),
+    };
+    let Some(Value::Array(items)) = answer.get(list) else {
+        return Err(ServiceError::UnexpectedResponse);
+    };
+    let mut kept = Vec::with_capacity(items.len());
+    for item in items {
+        match T::deserialize(item) {
+            Ok(_) => kept.push(item.clone()),
+            Err(e) => tracing::warn!("left out an entry of `{list}` ({e}): {item:.200}"),
+        }
+    }
+    let next = answer
+        .get("nextCursor")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Ok((kept, next))
 }
 
 fn wire<T: serde::Serialize>(v: &T) -> Value {
@@ -435,12 +469,12 @@ impl McpClient {
                 pages(&up, limit, "resources/list", cap, |cursor| {
                     let peer = conn.peer.clone();
                     async move {
-                        let page = peer
-                            .list_resources(Some(
+                        let request = ClientRequest::ListResourcesRequest(
+                            rmcp::model::ListResourcesRequest::with_param(
                                 PaginatedRequestParams::default().with_cursor(cursor),
-                            ))
-                            .await?;
-                        Ok((page.resources.iter().map(wire).collect(), page.next_cursor))
+                            ),
+                        );
+                        raw_page::<rmcp::model::Resource>(&peer, request, "resources").await
                     }
                 })
                 .await
@@ -473,15 +507,17 @@ impl McpClient {
                 pages(&up, limit, "resources/templates/list", cap, |cursor| {
                     let peer = conn.peer.clone();
                     async move {
-                        let page = peer
-                            .list_resource_templates(Some(
+                        let request = ClientRequest::ListResourceTemplatesRequest(
+                            rmcp::model::ListResourceTemplatesRequest::with_param(
                                 PaginatedRequestParams::default().with_cursor(cursor),
-                            ))
-                            .await?;
-                        Ok((
-                            page.resource_templates.iter().map(wire).collect(),
-                            page.next_cursor,
-                        ))
+                            ),
+                        );
+                        raw_page::<rmcp::model::ResourceTemplate>(
+                            &peer,
+                            request,
+                            "resourceTemplates",
+                        )
+                        .await
                     }
                 })
                 .await
@@ -510,12 +546,12 @@ impl McpClient {
                 pages(&up, limit, "prompts/list", cap, |cursor| {
                     let peer = conn.peer.clone();
                     async move {
-                        let page = peer
-                            .list_prompts(Some(
+                        let request = ClientRequest::ListPromptsRequest(
+                            rmcp::model::ListPromptsRequest::with_param(
                                 PaginatedRequestParams::default().with_cursor(cursor),
-                            ))
-                            .await?;
-                        Ok((page.prompts.iter().map(wire).collect(), page.next_cursor))
+                            ),
+                        );
+                        raw_page::<rmcp::model::Prompt>(&peer, request, "prompts").await
                     }
                 })
                 .await

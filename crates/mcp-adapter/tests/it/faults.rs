@@ -1137,6 +1137,27 @@ async fn beside_a_slow_subscribe(
     (client, pending)
 }
 
+/// A resource list with entries rmcp cannot read keeps the rest, through `quiver serve`'s
+/// passthrough and through `list_mcp_resources` (the whole list failed, "could not answer
+/// resources/list; the connection is re-established in the background").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_resources_cost_only_themselves() {
+    use quiver_mcp_adapter::ContentSource;
+    let mut server = raw("odd", &["--resources", "odd", "--bad-resources"]);
+    server.resources = true;
+    let (catalog, client) = start(&[server], fast_options());
+    ready(&client).await;
+    let listed = within(Duration::from_secs(30), client.list_resources())
+        .await
+        .unwrap();
+    let uris: Vec<&str> = listed.iter().filter_map(|r| r["uri"].as_str()).collect();
+    assert_eq!(uris, ["raw://odd/doc"], "{listed:?}");
+    let env = call(&catalog, "list_mcp_resources", json!({})).await;
+    assert!(env.err_kind().is_none(), "{env:?}");
+    assert!(text_of(&env).contains("raw://odd/doc"), "{env:?}");
+    close_and_check(&client).await;
+}
+
 /// A request Quiver gives up on at its own timeout (here `resources/subscribe`, bounded by
 /// the call timeout) is cancelled upstream with `notifications/cancelled`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,8 +2,10 @@
 //! the pipes of a stdio upstream): one message per line, a line never held past a limit,
 //! and what a line too long to read began and ended with kept to find its `id`.
 
+use std::sync::Arc;
+
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
 /// The longest line read as one message (16 MiB, as rmcp's own stdio transport).
 pub(crate) const MAX_LINE: usize = 16 << 20;
@@ -102,6 +104,73 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 return ended;
             }
         }
+    }
+}
+
+/// The writing end: whole lines, one writer at a time, until closed.
+pub(crate) struct LineWriter<W> {
+    write: Arc<tokio::sync::Mutex<Option<W>>>,
+    /// What a write after the close says ("stdout is closed").
+    closed: &'static str,
+}
+
+impl<W> Clone for LineWriter<W> {
+    fn clone(&self) -> Self {
+        LineWriter {
+            write: self.write.clone(),
+            closed: self.closed,
+        }
+    }
+}
+
+impl<W: AsyncWrite + Send + Unpin + 'static> LineWriter<W> {
+    pub(crate) fn new(write: W, closed: &'static str) -> Self {
+        LineWriter {
+            write: Arc::new(tokio::sync::Mutex::new(Some(write))),
+            closed,
+        }
+    }
+
+    /// Writes `message` as one line (the future a transport's `send` returns).
+    pub(crate) fn send<M: serde::Serialize>(
+        &self,
+        message: &M,
+    ) -> impl Future<Output = std::io::Result<()>> + Send + 'static + use<W, M> {
+        let bytes = serde_json::to_vec(message).map_err(std::io::Error::other);
+        let this = self.clone();
+        async move { this.write_line(bytes?).await }
+    }
+
+    /// Writes `message` as one line in a task of its own, so that a `receive` dropped by
+    /// rmcp's service loop cannot cut it in half.
+    pub(crate) fn spawn(&self, message: &Value) {
+        let bytes = message.to_string().into_bytes();
+        let this = self.clone();
+        tokio::spawn(async move {
+            let _ = this.write_line(bytes).await;
+        });
+    }
+
+    async fn write_line(&self, mut bytes: Vec<u8>) -> std::io::Result<()> {
+        bytes.push(b'\n');
+        let mut guard = self.write.lock().await;
+        let Some(w) = guard.as_mut() else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                self.closed,
+            ));
+        };
+        w.write_all(&bytes).await?;
+        w.flush().await
+    }
+
+    /// Flushes and closes the writing end; later writes fail.
+    pub(crate) async fn close(&self) -> std::io::Result<()> {
+        let taken = self.write.lock().await.take();
+        if let Some(mut w) = taken {
+            w.shutdown().await?;
+        }
+        Ok(())
     }
 }
 

@@ -18,23 +18,23 @@ use rmcp::{
     transport::Transport,
 };
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::lines::{LineRead, LineReader, MAX_LINE, find_id, message_bytes};
+use crate::lines::{LineRead, LineReader, LineWriter, MAX_LINE, find_id, message_bytes};
 
 /// The transport: `R` is the child's stdout, `W` its stdin.
 pub(crate) struct PipeTransport<R, W> {
     server: Arc<str>,
     lines: LineReader<R>,
-    write: Arc<tokio::sync::Mutex<Option<W>>>,
+    write: LineWriter<W>,
 }
 
-impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> PipeTransport<R, W> {
+impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> PipeTransport<R, W> {
     pub(crate) fn new(server: &str, read: R, write: W) -> Self {
         PipeTransport {
             server: server.into(),
             lines: LineReader::new(read, MAX_LINE),
-            write: Arc::new(tokio::sync::Mutex::new(Some(write))),
+            write: LineWriter::new(write, "the server's stdin is closed"),
         }
     }
 
@@ -144,20 +144,11 @@ where
     /// `receive` dropped by rmcp's loop must not cut the line).
     fn refuse(&self, id: Value, why: &str) {
         tracing::warn!(server = %self.server, "a request that cannot be read: {why}");
-        let answer = serde_json::json!({
+        self.write.spawn(&serde_json::json!({
             "jsonrpc": "2.0",
             "id": id,
             "error": {"code": -32600, "message": format!("Invalid Request: {why}")},
-        });
-        let mut bytes = answer.to_string().into_bytes();
-        bytes.push(b'\n');
-        let write = self.write.clone();
-        tokio::spawn(async move {
-            if let Some(w) = write.lock().await.as_mut() {
-                let _ = w.write_all(&bytes).await;
-                let _ = w.flush().await;
-            }
-        });
+        }));
     }
 }
 
@@ -176,20 +167,7 @@ where
         &mut self,
         item: ClientJsonRpcMessage,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        let write = self.write.clone();
-        async move {
-            let mut bytes = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
-            bytes.push(b'\n');
-            let mut guard = write.lock().await;
-            let Some(w) = guard.as_mut() else {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::NotConnected,
-                    "the server's stdin is closed",
-                ));
-            };
-            w.write_all(&bytes).await?;
-            w.flush().await
-        }
+        self.write.send(&item)
     }
 
     async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
@@ -227,10 +205,7 @@ where
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
-        let taken = self.write.lock().await.take();
-        if let Some(mut w) = taken {
-            let _ = w.shutdown().await;
-        }
+        let _ = self.write.close().await;
         Ok(())
     }
 }
@@ -239,7 +214,7 @@ where
 mod tests {
     use std::time::Duration;
 
-    use tokio::io::{AsyncBufReadExt, BufReader};
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
     use super::*;
 

@@ -12,7 +12,7 @@
 //! Closing stdin ends the input; the calls still in flight are cancelled
 //! [`STDIN_CLOSED_GRACE`] later (see `McpServer::serve_stdio`).
 
-use std::{borrow::Cow, sync::Arc, time::Duration};
+use std::{borrow::Cow, time::Duration};
 
 use rmcp::{
     model::{ClientJsonRpcMessage, ServerJsonRpcMessage},
@@ -20,11 +20,11 @@ use rmcp::{
     transport::Transport,
 };
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 
 use super::invalid::{self, Refusal};
-use crate::lines::{LineRead, LineReader, MAX_LINE, find_id, message_bytes};
+use crate::lines::{LineRead, LineReader, LineWriter, MAX_LINE, find_id, message_bytes};
 
 /// How long calls in flight may still finish after a stdio client closed stdin.
 pub(super) const STDIN_CLOSED_GRACE: Duration = Duration::from_secs(2);
@@ -32,16 +32,16 @@ pub(super) const STDIN_CLOSED_GRACE: Duration = Duration::from_secs(2);
 /// The transport: `R` is stdin and `W` stdout in the binary, pipes in tests.
 pub(super) struct LineTransport<R, W> {
     lines: LineReader<R>,
-    write: Arc<tokio::sync::Mutex<Option<W>>>,
+    write: LineWriter<W>,
     /// Cancelled [`STDIN_CLOSED_GRACE`] after the input ends.
     on_eof: Option<CancellationToken>,
 }
 
-impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> LineTransport<R, W> {
+impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport<R, W> {
     pub(crate) fn new(read: R, write: W, on_eof: CancellationToken) -> Self {
         LineTransport {
             lines: LineReader::new(read, MAX_LINE),
-            write: Arc::new(tokio::sync::Mutex::new(Some(write))),
+            write: LineWriter::new(write, "stdout is closed"),
             on_eof: Some(on_eof),
         }
     }
@@ -57,16 +57,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
     /// Writes `refusal` as one line, in a task of its own so that a `receive` dropped by
     /// rmcp's service loop cannot cut it in half.
     fn answer(&self, refusal: &Refusal) {
-        let mut bytes = refusal.to_json().to_string().into_bytes();
-        bytes.push(b'\n');
-        let write = self.write.clone();
-        tokio::spawn(async move {
-            let mut guard = write.lock().await;
-            if let Some(w) = guard.as_mut() {
-                let _ = w.write_all(&bytes).await;
-                let _ = w.flush().await;
-            }
-        });
+        self.write.spawn(&refusal.to_json());
     }
 
     fn ended(&mut self) {
@@ -131,20 +122,7 @@ where
         &mut self,
         item: ServerJsonRpcMessage,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        let write = self.write.clone();
-        async move {
-            let mut bytes = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
-            bytes.push(b'\n');
-            let mut guard = write.lock().await;
-            let Some(w) = guard.as_mut() else {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::NotConnected,
-                    "stdout is closed",
-                ));
-            };
-            w.write_all(&bytes).await?;
-            w.flush().await
-        }
+        self.write.send(&item)
     }
 
     async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
@@ -182,11 +160,7 @@ where
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
-        let taken = self.write.lock().await.take();
-        if let Some(mut w) = taken {
-            w.flush().await?;
-        }
-        Ok(())
+        self.write.close().await
     }
 }
 

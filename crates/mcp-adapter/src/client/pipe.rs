@@ -22,6 +22,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::lines::{LineRead, LineReader, LineWriter, MAX_LINE, find_id, message_bytes};
 
+/// The code of the error answer that stands for an answer that could not be read (in the
+/// JSON-RPC range left to implementations): its message says so, with why.
+pub(crate) const UNREADABLE_ANSWER: i32 = -32090;
+
 /// The transport: `R` is the child's stdout, `W` its stdin.
 pub(crate) struct PipeTransport<R, W> {
     server: Arc<str>,
@@ -129,9 +133,9 @@ where
         tracing::warn!(server = %self.server, "an answer that cannot be read: {why}");
         ServerJsonRpcMessage::error(
             ErrorData::new(
-                ErrorCode::INTERNAL_ERROR,
+                ErrorCode(UNREADABLE_ANSWER),
                 format!(
-                    "MCP server \"{}\" answered, but its answer cannot be read ({why}); the tool may have run",
+                    "MCP server \"{}\" answered, but its answer cannot be read ({why})",
                     self.server
                 ),
                 None,

@@ -907,9 +907,9 @@ impl Upstream {
                 Err(_) => {
                     return fail(
                         DialError::Transient(format!(
-                            "no answer to tools/list within {} (an answer that is not \
-                             valid JSON-RPC, such as one nested over 128 levels deep, is \
-                             dropped unread: `QUIVER_LOG=rmcp=debug` shows it)",
+                            "no answer to tools/list within {} (over streamable HTTP, an \
+                             answer that is not valid JSON-RPC, such as one nested over 128 \
+                             levels deep, is dropped unread: `QUIVER_LOG=rmcp=debug` shows it)",
                             quiver_contract::duration_text(self.connect_timeout())
                         )),
                         running,
@@ -1087,7 +1087,14 @@ impl Upstream {
                 .await
                 // A JSON-RPC error too: a server still starting may refuse the list for a
                 // while; only what retrying cannot change (the protocol version) rejects.
-                .map_err(|e| DialError::Transient(format!("tools/list failed: {e}")))?;
+                .map_err(|e| match e {
+                    rmcp::service::ServiceError::McpError(d)
+                        if d.code.0 == super::pipe::UNREADABLE_ANSWER =>
+                    {
+                        DialError::Transient(format!("tools/list failed: {}", d.message))
+                    }
+                    e => DialError::Transient(format!("tools/list failed: {e}")),
+                })?;
             let page = read_tools_page(answer).map_err(DialError::Transient)?;
             for wire in page.tools {
                 let name = wire.get("name").and_then(Value::as_str).unwrap_or_default();
@@ -1569,7 +1576,14 @@ impl Upstream {
             Err(e) => {
                 tracing::debug!(server = %self.cfg.name, error = ?e, "call failed");
                 match classify_service(&e) {
-                    Class::Peer => done(Self::peer_failed(&peer_message(&e))),
+                    Class::Peer => done(Self::peer_failed(&match &e {
+                        rmcp::service::ServiceError::McpError(d)
+                            if d.code.0 == super::pipe::UNREADABLE_ANSWER =>
+                        {
+                            format!("{}; the tool may have run", d.message)
+                        }
+                        e => peer_message(e),
+                    })),
                     Class::Timeout => done(self.timed_out(tool, timeout)),
                     Class::Refused => Attempt::NotDelivered,
                     Class::Drop if unsent(&id) => Attempt::NotDelivered,

@@ -1097,11 +1097,24 @@ impl Surface {
             };
             return Some((entry.spec.clone(), paged));
         }
-        let paged = self.page_in_sized(
+        let mut paged = self.page_in_sized(
             session,
             &[(name.to_owned(), entry.spec.definition_bytes())],
             true,
         );
+        // Loaded only if the next round lists it, measured as `tool_search` measures its
+        // hits (the advertised form): a tool whose definition fits the working set but not
+        // the round stays in the set and is reported over budget, not loaded.
+        if paged.exposed.iter().any(|n| n == name) {
+            let hits: HashSet<&str> = HashSet::from([name]);
+            let listed = self
+                .walk(session, mode, capabilities, Some(hits))
+                .is_ok_and(|(_, placed)| placed.iter().any(|p| p == name));
+            if !listed {
+                paged.exposed.retain(|n| n != name);
+                paged.over_budget.push(name.to_owned());
+            }
+        }
         Some((entry.spec.clone(), paged))
     }
 

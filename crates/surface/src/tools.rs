@@ -155,11 +155,32 @@ impl Tool for DescribeTool {
         match surface.describe(session, &a.name, &ctx.capabilities) {
             Some((spec, paged)) => {
                 let mut data = spec_json(&spec);
-                data["loaded"] = json!(paged.exposed.contains(&spec.name));
+                let loaded = paged.exposed.contains(&spec.name);
+                data["loaded"] = json!(loaded);
                 if !paged.evicted.is_empty() {
                     data["evicted"] = json!(paged.evicted);
                 }
-                Ok(Envelope::ok(data))
+                let env = Envelope::ok(data);
+                if loaded {
+                    return Ok(env);
+                }
+                // Said in a warning, which the result limit does not cut, not only as
+                // `loaded: false` after the definition, which a long one pushes past it.
+                let why = if paged.over_budget.contains(&spec.name) {
+                    format!(
+                        "its definition ({} bytes) does not fit the tool budget of a round",
+                        spec.definition_bytes()
+                    )
+                } else {
+                    "it could not be added this round".to_owned()
+                };
+                Ok(env.with_warning(quiver_contract::Warning::new(
+                    "not_loaded",
+                    format!(
+                        "`{}` was not added to your tools: {why}, so you cannot call it now; use another tool",
+                        quiver_contract::quoted_name(&spec.name)
+                    ),
+                )))
             }
             None => {
                 let mode = surface.session_mode(session);

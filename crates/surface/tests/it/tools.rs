@@ -182,6 +182,18 @@ async fn hits_the_round_cannot_list_for_bytes_are_reported_over_budget() {
         line(&fx.names("s", Mode::Chat)),
         "tool_search describe_tool"
     );
+    // `describe_tool` of it warns that it was not loaded, and why (before, only `loaded:
+    // false` after the definition, which a long one pushed past the result limit).
+    let e = fx
+        .call("s", "describe_tool", json!({"name": "read_csv"}))
+        .await;
+    assert_eq!(data(&e)["loaded"], json!(false), "{}", text(&e));
+    assert!(
+        text(&e).contains("⚠ not_loaded: `read_csv` was not added to your tools: its definition")
+            && text(&e).contains("does not fit the tool budget of a round"),
+        "{}",
+        text(&e)
+    );
 }
 
 /// With a `max_surface` below the round budget (a configuration `quiver check` warns about),

@@ -254,6 +254,19 @@ async fn tokens_and_host_origin_guards_hold() {
     run_script("guards.py", &[&server.url, "e2e-secret", "plan-secret"]).await;
 }
 
+/// `quiver serve --stdio` in `dir`, its stdin and stdout piped.
+fn stdio_server(dir: &std::path::Path, stderr: Stdio) -> Child {
+    Command::new(quiver_binary())
+        .args(["serve", "--stdio"])
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("quiver starts")
+}
+
 /// A stdio client shuts the server down by closing stdin (MCP lifecycle): a call in flight
 /// then is cancelled at once and logged `cancelled`. Before, it ran on through rmcp's drain
 /// (5 s, then a warning) until the host stopped its upstream under it, and was logged as the
@@ -272,15 +285,7 @@ async fn closing_stdin_cancels_the_calls_in_flight() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(quiver_binary())
-        .args(["serve", "--stdio"])
-        .current_dir(&dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("quiver starts");
+    let mut child = stdio_server(&dir, Stdio::piped());
     let mut stdin = child.stdin.take().expect("piped");
     let mut out = BufReader::new(child.stdout.take().expect("piped")).lines();
     let marker = dir.join("sleep-marker");
@@ -350,15 +355,7 @@ async fn closing_stdin_cancels_the_calls_in_flight() {
 async fn a_piped_scripts_last_call_is_answered() {
     use tokio::io::AsyncWriteExt;
     let dir = fresh_dir();
-    let mut child = Command::new(quiver_binary())
-        .args(["serve", "--stdio"])
-        .current_dir(&dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("quiver starts");
+    let mut child = stdio_server(&dir, Stdio::inherit());
     let mut stdin = child.stdin.take().expect("piped");
     let script = concat!(
         r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
@@ -391,15 +388,7 @@ async fn a_piped_scripts_last_call_is_answered() {
 async fn stdio_answers_lines_it_cannot_read() {
     use tokio::io::AsyncWriteExt;
     let dir = fresh_dir();
-    let mut child = Command::new(quiver_binary())
-        .args(["serve", "--stdio"])
-        .current_dir(&dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("quiver starts");
+    let mut child = stdio_server(&dir, Stdio::null());
     let mut stdin = child.stdin.take().expect("piped");
     let stdout = child.stdout.take().expect("piped");
     let writer = tokio::spawn(async move {

@@ -236,20 +236,29 @@ pub(super) async fn raw_page<T: serde::de::DeserializeOwned>(
     request: ClientRequest,
     list: &str,
 ) -> Result<(Vec<Value>, Option<String>), ServiceError> {
-    let answer = match peer.send_request(request).await? {
-        ServerResult::CustomResult(raw) => raw.0,
-        typed => wire(&typed),
+    // A page rmcp read whole needs no check of its entries; one it could not read is
+    // checked entry by entry.
+    let (mut answer, checked) = match peer.send_request(request).await? {
+        ServerResult::CustomResult(raw) => (raw.0, false),
+        typed => (wire(&typed), true),
     };
-    let Some(Value::Array(items)) = answer.get(list) else {
+    let Some(Value::Array(items)) = answer.get_mut(list).map(Value::take) else {
         return Err(ServiceError::UnexpectedResponse);
     };
-    let mut kept = Vec::with_capacity(items.len());
-    for item in items {
-        match T::deserialize(item) {
-            Ok(_) => kept.push(item.clone()),
-            Err(e) => tracing::warn!("left out an entry of `{list}` ({e}): {item:.200}"),
-        }
-    }
+    let kept = if checked {
+        items
+    } else {
+        items
+            .into_iter()
+            .filter(|item| match T::deserialize(item) {
+                Ok(_) => true,
+                Err(e) => {
+                    tracing::warn!("left out an entry of `{list}` ({e}): {item:.200}");
+                    false
+                }
+            })
+            .collect()
+    };
     let next = answer
         .get("nextCursor")
         .and_then(Value::as_str)

@@ -266,7 +266,8 @@ impl McpClient {
         Ok(())
     }
 
-    /// Waits until every `required` server has connected, or `timeout` passes. A required
+    /// Waits until every `required` server has connected and its connect hook has run (the
+    /// resource tools it brings are in the catalog), or `timeout` passes. A required
     /// server's rejection (unauthorized, unsupported protocol) stops its
     /// retries and is returned as [`McpError::Rejected`].
     pub async fn wait_ready(&self, timeout: Duration) -> Result<(), McpError> {
@@ -279,7 +280,7 @@ impl McpClient {
             let mut rx = up.state_changes();
             loop {
                 match up.state() {
-                    ServerState::Connected => break,
+                    ServerState::Connected if up.settled() => break,
                     ServerState::Rejected(reason) => {
                         return Err(McpError::Rejected {
                             server: up.name().to_owned(),

@@ -168,6 +168,8 @@ pub(crate) struct Snapshot {
     generation: u64,
     /// A shared reconnect for this generation failed; later callers do not dial again.
     failed_generation: Option<u64>,
+    /// The generation whose connect hook (resource tools, resubscriptions) has run.
+    announced: u64,
 }
 
 /// Why a dial failed.
@@ -426,6 +428,7 @@ impl Upstream {
             state: State::Connecting,
             generation: 0,
             failed_generation: None,
+            announced: 0,
         });
         Arc::new_cyclic(|me| Upstream {
             cfg,
@@ -538,6 +541,13 @@ impl Upstream {
     /// while it dials, and when it is not running).
     pub(crate) fn next_attempt(&self) -> Option<std::time::SystemTime> {
         *self.next_attempt.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Connected, and the connect hook of this connection has run (so the resource tools
+    /// a connection brings are in the catalog).
+    pub(crate) fn settled(&self) -> bool {
+        let s = self.state.borrow();
+        matches!(s.state, State::Up(_)) && s.announced >= s.generation
     }
 
     pub(crate) fn state_changes(&self) -> watch::Receiver<Snapshot> {
@@ -698,6 +708,9 @@ impl Upstream {
                     tokio::spawn(self.clone().relist(conn.generation));
                 }
                 (self.on_connected)();
+                let generation = conn.generation;
+                self.state
+                    .send_modify(|s| s.announced = s.announced.max(generation));
                 Ok(conn)
             }
             Err(e) => {
@@ -1297,6 +1310,7 @@ impl Upstream {
             state: State::Closed,
             generation: u64::MAX,
             failed_generation: None,
+            announced: 0,
         });
         if let State::Up(conn) = old.state {
             conn.cancel.cancel();

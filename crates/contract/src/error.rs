@@ -14,8 +14,9 @@ pub enum ContractError {
         /// Which rule it breaks.
         reason: String,
     },
-    /// A spec whose input schema is not a JSON object schema.
-    #[error("tool `{name}` has an invalid input schema: {reason}")]
+    /// A spec whose input schema is not a JSON object schema, or whose output schema does
+    /// not describe an object.
+    #[error("tool `{name}` has an invalid schema: {reason}")]
     InvalidSchema {
         /// The tool.
         name: String,

@@ -32,7 +32,7 @@ pub use names::{
     validate_server_name, validate_tool_name,
 };
 pub use render::{RenderOptions, duration_text, render, strip_status_line};
-pub use spec::{Annotations, Category, Lifecycle, Mode, ToolSpec};
+pub use spec::{Annotations, Category, Lifecycle, Mode, ToolSpec, output_schema_problem};
 pub use tool::{Tool, ToolError, ToolResult};
 pub use typed::{TypedTool, typed_tool};
 

@@ -314,23 +314,30 @@ impl ToolSpec {
         }
     }
 
-    /// Checks the name rules and that the input schema is an object schema.
+    /// Checks the name rules, that the input schema is an object schema, and that an output
+    /// schema (when there is one) describes an object, as MCP requires of structured results.
     pub fn validate(&self) -> Result<(), ContractError> {
         validate_tool_name(&self.name)?;
+        let invalid = |reason: String| ContractError::InvalidSchema {
+            name: self.name.clone(),
+            reason,
+        };
         let Some(obj) = self.input_schema.as_object() else {
-            return Err(ContractError::InvalidSchema {
-                name: self.name.clone(),
-                reason: "it is not a JSON object".into(),
-            });
+            return Err(invalid("its input schema is not a JSON object".into()));
         };
         match obj.get("type") {
-            Some(Value::String(t)) if t == "object" => Ok(()),
-            None => Ok(()),
-            Some(other) => Err(ContractError::InvalidSchema {
-                name: self.name.clone(),
-                reason: format!("its top-level type is {other}, not \"object\""),
-            }),
+            Some(Value::String(t)) if t == "object" => {}
+            None => {}
+            Some(other) => {
+                return Err(invalid(format!(
+                    "its input schema's top-level type is {other}, not \"object\""
+                )));
+            }
         }
+        if let Some(out) = &self.output_schema {
+            output_schema_problem(out).map_or(Ok(()), |p| Err(invalid(p)))?;
+        }
+        Ok(())
     }
 
     /// The lightweight spec of progressive disclosure: the first sentence of the description,
@@ -369,6 +376,35 @@ fn first_sentence(text: &str) -> &str {
         .map(|(i, c)| i + c.len_utf8())
         .unwrap_or(text.len());
     text[..cut].trim_end()
+}
+
+fn value_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// What is wrong with an output schema, if anything: MCP requires one to be an object
+/// schema whose top-level `type` is `"object"` (structured content is always an object).
+pub fn output_schema_problem(schema: &Value) -> Option<String> {
+    let Some(obj) = schema.as_object() else {
+        return Some(format!(
+            "its output schema is not a JSON object but {}",
+            value_kind(schema)
+        ));
+    };
+    match obj.get("type") {
+        Some(Value::String(t)) if t == "object" => None,
+        None => Some("its output schema has no top-level `type`; MCP requires \"object\"".into()),
+        Some(other) => Some(format!(
+            "its output schema's top-level type is {other}, not \"object\" (MCP structured content is an object)"
+        )),
+    }
 }
 
 #[cfg(test)]

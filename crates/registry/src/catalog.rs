@@ -24,6 +24,9 @@ pub struct Entry {
     /// The family it was registered by (`core`, `mcp:<server>`, `custom`, ...).
     pub family: Arc<str>,
     pub(crate) validator: jsonschema::Validator,
+    /// The compiled output schema, when the tool declares one: a structured success is
+    /// checked against it before it leaves the dispatcher.
+    pub(crate) output_validator: Option<jsonschema::Validator>,
     /// Narration keys the schema itself declares; those are real arguments, not narration.
     pub(crate) declared_narration: Vec<&'static str>,
     /// Property names, for did-you-mean on unknown arguments.
@@ -64,9 +67,19 @@ impl Entry {
         let validator = jsonschema::validator_for(&spec.input_schema).map_err(|e| {
             RegistryError::InvalidSchema {
                 name: spec.name.clone(),
-                reason: e.to_string(),
+                reason: format!("its input schema does not compile: {e}"),
             }
         })?;
+        let output_validator =
+            match &spec.output_schema {
+                None => None,
+                Some(out) => Some(jsonschema::validator_for(out).map_err(|e| {
+                    RegistryError::InvalidSchema {
+                        name: spec.name.clone(),
+                        reason: format!("its output schema does not compile: {e}"),
+                    }
+                })?),
+            };
         let props = spec
             .input_schema
             .get("properties")
@@ -85,6 +98,7 @@ impl Entry {
             spec,
             family: family.into(),
             validator,
+            output_validator,
             declared_narration,
             properties,
         })

@@ -23,6 +23,7 @@ use crate::{
     layers::{
         Call, ToolService,
         concurrency::{Concurrency, ConcurrencyConfig, ConcurrencyLayer},
+        output_check::{OutputCheck, OutputCheckLayer},
         recover::{Recover, RecoverLayer},
         result_limit::{ResultLimit, ResultLimitConfig, ResultLimitLayer},
         telemetry::{Telemetry, TelemetryLayer},
@@ -120,7 +121,7 @@ impl BatchCall {
 /// The middleware stack as one concrete type: cloning it per call is a handful of reference
 /// counts, where a boxed service would cost an allocation for the clone and another for the
 /// future.
-type Stack = Telemetry<Recover<Timeout<Concurrency<ResultLimit<ToolService>>>>>;
+type Stack = Telemetry<Recover<Timeout<Concurrency<ResultLimit<OutputCheck<ToolService>>>>>>;
 
 struct Inner {
     catalog: Arc<Catalog>,
@@ -228,6 +229,7 @@ impl DispatcherBuilder {
             .layer(TimeoutLayer::new(self.config.timeout.clone()))
             .layer(ConcurrencyLayer::new(self.config.concurrency.clone()))
             .layer(ResultLimitLayer::new(self.config.result_limit))
+            .layer(OutputCheckLayer)
             .service(ToolService);
         let id_prefix = format!(
             "{:x}",

@@ -15,8 +15,8 @@ pub enum RegistryError {
     /// The spec breaks a contract rule.
     #[error(transparent)]
     InvalidSpec(#[from] ContractError),
-    /// The input schema does not compile.
-    #[error("tool `{name}`: its input schema does not compile: {reason}")]
+    /// The input or output schema does not compile.
+    #[error("tool `{name}`: {reason}")]
     InvalidSchema {
         /// The tool.
         name: String,

@@ -16,7 +16,7 @@ const MAX_UNKNOWN_LISTED: usize = 10;
 const MAX_NAME_CHARS: usize = 80;
 
 /// `text` cut to `max` characters, with `…` when cut.
-fn clipped(text: &str, max: usize) -> String {
+pub(crate) fn clipped(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         None => text.to_owned(),
         Some((at, _)) => format!("{}…", &text[..at]),

@@ -13,6 +13,9 @@ use serde_json::{Value, json};
 pub(crate) struct UpstreamTool {
     pub(crate) upstream: String,
     pub(crate) spec: ToolSpec,
+    /// Why the tool's output schema was dropped (one Quiver could not check results
+    /// against), for the server's diagnostics.
+    pub(crate) dropped_output_schema: Option<String>,
 }
 
 /// Turns one upstream tool (wire JSON) into a spec: name `mcp__<prefix>__<tool>` (never
@@ -54,8 +57,16 @@ pub(crate) fn tool_spec(server: &str, prefix: &str, tool: &Value) -> Result<Upst
     let mut spec = ToolSpec::new(name, description)
         .with_schema(input_schema)
         .with_annotations(annotations);
-    if let Some(out @ Value::Object(_)) = tool.get("outputSchema") {
-        spec = spec.with_output_schema(out.clone());
+    // An output schema that is not an object schema, or does not compile, is dropped (and
+    // reported): the tool stays, and its results pass unchecked rather than the tool being
+    // lost, or a schema no client can use being published.
+    let mut dropped_output_schema = None;
+    match tool.get("outputSchema") {
+        None | Some(Value::Null) => {}
+        Some(out) => match quiver_registry::layers::output_check::output_schema_problem(out) {
+            None => spec = spec.with_output_schema(out.clone()),
+            Some(problem) => dropped_output_schema = Some(problem),
+        },
     }
     if let Some(title) = ann.and_then(|a| a.get("title")).and_then(Value::as_str) {
         spec = spec.with_status_message(title);
@@ -64,6 +75,7 @@ pub(crate) fn tool_spec(server: &str, prefix: &str, tool: &Value) -> Result<Upst
     Ok(UpstreamTool {
         upstream: upstream.to_owned(),
         spec,
+        dropped_output_schema,
     })
 }
 

@@ -1132,7 +1132,14 @@ impl Upstream {
                 }
                 // One malformed tool costs only itself: the rest are served.
                 match to_contract::tool_spec(&self.cfg.name, &self.cfg.prefix, &wire) {
-                    Ok(t) => out.push(t),
+                    Ok(t) => {
+                        if let Some(why) = &t.dropped_output_schema {
+                            self.diag_warn(format!(
+                                "tool {name:?} is served without its output schema ({why}); its results are passed on unchecked"
+                            ));
+                        }
+                        out.push(t)
+                    }
                     Err(e) => {
                         let line = format!("skipped malformed tool {name:?}: {e}");
                         tracing::warn!(server = %self.cfg.name, "{line}");

@@ -1249,3 +1249,50 @@ async fn a_reconnected_server_resubscribes_beside_a_slow_one() {
     let _ = std::fs::remove_file(&marker);
     let _ = std::fs::remove_file(&log);
 }
+
+/// An upstream whose structured result breaks the output schema it declares is answered
+/// `tool_failed` by the dispatcher, naming where (a client SDK would refuse the result);
+/// output schemas that cannot serve are dropped, with the tool kept and the reason in the
+/// server's diagnostics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn structured_results_are_checked_against_the_upstream_output_schema() {
+    let (catalog, client) = start(&[raw("typed", &["--typed"])], fast_options());
+    ready(&client).await;
+    let dispatcher = quiver_registry::Dispatcher::new(catalog.clone());
+    let run = |input: serde_json::Value| {
+        dispatcher.call("mcp__typed__forecast", input, CallContext::default())
+    };
+    let fine = within(Duration::from_secs(30), run(json!({}))).await;
+    assert_eq!(fine.data(), Some(&json!({"high_c": 21})), "{fine:?}");
+    let lie = within(Duration::from_secs(30), run(json!({"lie": true}))).await;
+    assert_eq!(lie.err_kind(), Some(&ErrKind::ToolFailed), "{lie:?}");
+    let msg = text_of(&lie);
+    assert!(
+        msg.contains("does not match the output schema it declares")
+            && msg.contains("`/high_c`: \"warm\" is not of type \"number\""),
+        "{msg}"
+    );
+    for name in ["stringly_out", "broken_out"] {
+        let entry = catalog.lookup(&format!("mcp__typed__{name}")).unwrap();
+        assert_eq!(entry.spec.output_schema, None, "{name}");
+    }
+    let diagnostics = client.server_status("typed").unwrap().diagnostics;
+    for (name, why) in [
+        (
+            "stringly_out",
+            "its output schema's top-level type is \"string\"",
+        ),
+        ("broken_out", "its output schema does not compile"),
+    ] {
+        assert!(
+            diagnostics.iter().any(|l| l.contains(&format!(
+                "tool \"{name}\" is served without its output schema ({why}"
+            ))),
+            "{diagnostics:#?}"
+        );
+    }
+    // Unchecked, it still runs.
+    let env = call(&catalog, "mcp__typed__stringly_out", json!({"lie": true})).await;
+    assert!(env.err_kind().is_none(), "{env:?}");
+    close_and_check(&client).await;
+}

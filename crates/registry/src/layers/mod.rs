@@ -1,6 +1,6 @@
 //! The dispatch middleware, one module per layer, each with its config struct. The stack is
 //! assembled in one visible place, [`crate::Dispatcher`]'s constructor, outermost first:
-//! telemetry, recover, timeout, concurrency, result limit, then the tool itself.
+//! telemetry, recover, timeout, concurrency, result limit, output check, then the tool itself.
 
 use std::{
     convert::Infallible,
@@ -18,6 +18,7 @@ use tower::Service;
 use crate::Entry;
 
 pub mod concurrency;
+pub mod output_check;
 pub mod recover;
 pub mod result_limit;
 pub mod telemetry;

@@ -387,3 +387,30 @@ fn advertised_extra_bytes_matches_advertise() {
         }
     }
 }
+
+#[test]
+fn output_schemas_must_describe_an_object_and_compile() {
+    let catalog = Catalog::new();
+    let with_output = |name: &str, out: serde_json::Value| {
+        tool(
+            ToolSpec::new(name, "x").with_output_schema(out),
+            |_, _| async { Ok(Envelope::text("x")) },
+        )
+    };
+    for (name, out, expect) in [
+        ("stringly", json!({"type": "string"}), "not \"object\""),
+        ("untyped", json!({"properties": {}}), "no top-level `type`"),
+        ("listed", json!([1]), "not a JSON object but an array"),
+        (
+            "broken",
+            json!({"type": "object", "properties": {"a": {"type": 12}}}),
+            "its output schema does not compile",
+        ),
+    ] {
+        let err = catalog.register(with_output(name, out)).unwrap_err();
+        assert!(err.to_string().contains(expect), "{name}: {err}");
+    }
+    catalog
+        .register(with_output("fine", json!({"type": "object"})))
+        .unwrap();
+}

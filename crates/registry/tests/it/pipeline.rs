@@ -1275,3 +1275,77 @@ async fn a_call_without_a_client_is_refused_sampling_in_words() {
         text(&e)
     );
 }
+
+/// A tool that declares an output schema and returns `data` (whatever its arguments).
+fn typed_returning(data: serde_json::Value) -> Arc<dyn quiver_contract::Tool> {
+    tool(
+        ToolSpec::new("forecast", "Forecast.").with_output_schema(json!({
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "high_c": {"type": "number"}},
+            "required": ["city", "high_c"]
+        })),
+        move |_, _| {
+            let data = data.clone();
+            async move {
+                Ok(match data {
+                    serde_json::Value::String(s) => Envelope::text(s),
+                    other => Envelope::ok(other),
+                })
+            }
+        },
+    )
+}
+
+#[tokio::test]
+async fn a_structured_result_is_checked_against_the_output_schema() {
+    // A result that keeps the promise passes untouched.
+    let d = dispatcher(vec![typed_returning(
+        json!({"city": "Paris", "high_c": 21}),
+    )]);
+    let e = d.call("forecast", json!({}), ctx()).await;
+    assert_eq!(
+        e.data(),
+        Some(&json!({"city": "Paris", "high_c": 21})),
+        "{e:?}"
+    );
+
+    // One that breaks it is an error naming where, with what the tool returned, and the
+    // call is recorded as failed.
+    let recorder = Arc::new(MemoryRecorder::default());
+    let d = Dispatcher::builder(catalog_with(vec![typed_returning(
+        json!({"city": "Paris", "high_c": "warm"}),
+    )]))
+    .recorder(recorder.clone())
+    .build();
+    let e = d.call("forecast", json!({}), ctx()).await;
+    assert_eq!(e.err_kind(), Some(&ErrKind::ToolFailed), "{e:?}");
+    let msg = text(&e);
+    assert!(
+        msg.contains("does not match the output schema it declares")
+            && msg.contains("`/high_c`")
+            && msg.contains(r#""warm""#)
+            && msg.contains("It returned: {"),
+        "{msg}"
+    );
+    let rows = recorder.records();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].envelope.err_kind(), Some(&ErrKind::ToolFailed));
+
+    // A missing required field, and an array where an object is promised, fail too.
+    let d = dispatcher(vec![typed_returning(json!({"city": "Paris"}))]);
+    let e = d.call("forecast", json!({}), ctx()).await;
+    assert!(
+        text(&e).contains("\"high_c\" is a required property"),
+        "{}",
+        text(&e)
+    );
+    let d = dispatcher(vec![typed_returning(json!([1, 2]))]);
+    let e = d.call("forecast", json!({}), ctx()).await;
+    assert_eq!(e.err_kind(), Some(&ErrKind::ToolFailed), "{e:?}");
+
+    // Text is not structured content: left to the edge (an MCP client gets it as an error
+    // result with the text).
+    let d = dispatcher(vec![typed_returning(json!("sunny, 21 C"))]);
+    let e = d.call("forecast", json!({}), ctx()).await;
+    assert!(e.err_kind().is_none(), "{e:?}");
+}

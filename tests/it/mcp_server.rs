@@ -500,6 +500,29 @@ async fn a_second_signal_ends_the_drain_at_once() {
     let mut held = tokio::net::TcpStream::connect(&authority)
         .await
         .expect("connects");
+    // A whole request answered first: the server has accepted the connection and serves
+    // it, so the half request below is read by a running connection task.
+    {
+        use tokio::io::AsyncReadExt;
+        held.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes())
+            .await
+            .expect("a health check");
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !String::from_utf8_lossy(&answer).contains("\r\n\r\n") {
+            let n = tokio::time::timeout(START_TIMEOUT, held.read(&mut buf))
+                .await
+                .expect("the health answer in time")
+                .expect("readable");
+            assert!(n > 0, "the server closed the connection");
+            answer.extend_from_slice(&buf[..n]);
+        }
+        assert!(
+            answer.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
     let head = format!(
         "POST /mcp HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{{"
     );
@@ -507,7 +530,7 @@ async fn a_second_signal_ends_the_drain_at_once() {
         .await
         .expect("half a request");
     // Let the server read the head, so the connection is one with a request under way.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let pid = child.id().expect("running").to_string();
     for signal in ["-TERM", "-INT"] {
         let sent = Command::new("kill")

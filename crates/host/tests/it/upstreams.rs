@@ -240,7 +240,7 @@ for line in sys.stdin:
     std::fs::write(
         dir.join("quiver.toml"),
         format!(
-            "[store]\npath = {db:?}\n\n[[mcp.servers]]\nname = \"deep\"\ncommand = {py:?}\nargs = [{script:?}]\nconnect_timeout = \"1s\"\n",
+            "[store]\npath = {db:?}\n\n[[mcp.servers]]\nname = \"deep\"\ncommand = {py:?}\nargs = [{script:?}]\n",
             db = dir.join("quiver.db"),
             py = python,
             script = script,

@@ -170,6 +170,9 @@ pub(crate) struct Snapshot {
     failed_generation: Option<u64>,
     /// The generation whose connect hook (resource tools, resubscriptions) has run.
     announced: u64,
+    /// A connection lost before it was published (its watcher saw the end while the dial
+    /// was still finishing): handled as lost once it is published.
+    lost_early: Option<u64>,
 }
 
 /// Why a dial failed.
@@ -251,6 +254,8 @@ pub(crate) struct Upstream {
     /// A `tools/list_changed` that came while the connection of this generation was still
     /// connecting: re-listed once it is up.
     relist_pending: Mutex<Option<u64>>,
+    /// Dials started (the generation of the next is one more).
+    dial_seq: AtomicU64,
     /// Re-lists after `tools/list_changed` run one at a time; a burst of notifications
     /// during one makes one more (a list published late never overwrites a newer one).
     relisting: Mutex<Relisting>,
@@ -429,6 +434,7 @@ impl Upstream {
             generation: 0,
             failed_generation: None,
             announced: 0,
+            lost_early: None,
         });
         Arc::new_cyclic(|me| Upstream {
             cfg,
@@ -452,6 +458,7 @@ impl Upstream {
             calls: Calls::default(),
             lean_ids: AtomicU64::new(0),
             relist_pending: Mutex::new(None),
+            dial_seq: AtomicU64::new(0),
             relisting: Mutex::new(Relisting::default()),
             malformed: Mutex::new(Vec::new()),
             relays,
@@ -699,6 +706,11 @@ impl Upstream {
                     conn.cancel.cancel();
                     return Err(DialError::Closed);
                 }
+                // Its watcher saw it end before it was published: lost now.
+                let lost_early = self.state.borrow().lost_early == Some(conn.generation);
+                if lost_early {
+                    self.lost(conn.generation);
+                }
                 let pending = self
                     .relist_pending
                     .lock()
@@ -756,6 +768,11 @@ impl Upstream {
                 s.state = State::Reconnecting;
                 true
             }
+            State::Closed => false,
+            _ if generation > s.generation => {
+                s.lost_early = Some(generation);
+                false
+            }
             _ => false,
         });
         let Some(lived) = lived else { return };
@@ -792,7 +809,9 @@ impl Upstream {
             return Err(DialError::Closed);
         }
         self.counters.dials.fetch_add(1, Ordering::Relaxed);
-        let generation = self.state.borrow().generation + 1;
+        // Every dial has its own generation (a failed one's too), so a late word about a
+        // failed dial's connection can never be taken for the next one's.
+        let generation = self.dial_seq.fetch_add(1, Ordering::Relaxed) + 1;
         let cancel = self.closed.child_token();
         let handler = Handler {
             up: self.me.clone(),
@@ -1318,6 +1337,7 @@ impl Upstream {
             generation: u64::MAX,
             failed_generation: None,
             announced: 0,
+            lost_early: None,
         });
         if let State::Up(conn) = old.state {
             conn.cancel.cancel();

@@ -1,43 +1,64 @@
 //! Which changes concern whom: a session's working set changing (the surface names the key)
 //! or the catalog changing (every session's surface may differ).
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use quiver_registry::CatalogEvent;
-use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
+use tokio::sync::{
+    broadcast::{self, error::RecvError, error::TryRecvError},
+    watch,
+};
 
 use super::Shared;
 
 pub(crate) struct Changes {
     sessions: broadcast::Receiver<Arc<str>>,
     catalog: broadcast::Receiver<CatalogEvent>,
+    /// Bumped once the search index has applied a catalog event.
+    index: watch::Receiver<u64>,
 }
+
+/// How long a catalog change's notification waits for the search index to take the change
+/// in (so a client that searches on `list_changed` finds the new tool); the index applies
+/// an event in microseconds, so this only bounds a surface whose index is not synced.
+const INDEX_WAIT: Duration = Duration::from_secs(1);
 
 impl Changes {
     pub(crate) fn subscribe(shared: &Shared) -> Self {
         Changes {
             sessions: shared.surface.subscribe_changes(),
             catalog: shared.surface.catalog().subscribe(),
+            index: {
+                let mut index = shared.surface.index_updates();
+                index.borrow_and_update();
+                index
+            },
         }
     }
 
     /// Waits for the next change that concerns a key `relevant` accepts (a lag counts as a
-    /// change), then swallows the changes already queued so one burst makes one
-    /// notification. `None` when the surface or the catalog is gone.
+    /// change; a catalog change once the search index has it), then swallows the changes
+    /// already queued so one burst makes one notification. `None` when the surface or the
+    /// catalog is gone.
     pub(crate) async fn next(&mut self, relevant: impl Fn(&str) -> bool) -> Option<()> {
         loop {
-            let hit = tokio::select! {
+            let (hit, catalog) = tokio::select! {
                 r = self.sessions.recv() => match r {
-                    Ok(key) => relevant(&key),
-                    Err(RecvError::Lagged(_)) => true,
+                    Ok(key) => (relevant(&key), false),
+                    Err(RecvError::Lagged(_)) => (true, false),
                     Err(RecvError::Closed) => return None,
                 },
                 r = self.catalog.recv() => match r {
-                    Ok(_) | Err(RecvError::Lagged(_)) => true,
+                    Ok(_) | Err(RecvError::Lagged(_)) => (true, true),
                     Err(RecvError::Closed) => return None,
                 },
             };
             if hit {
+                if catalog {
+                    // Seen by the index already (its counter moved since the last look),
+                    // or wait for it to be.
+                    let _ = tokio::time::timeout(INDEX_WAIT, self.index.changed()).await;
+                }
                 self.drain();
                 return Some(());
             }
@@ -45,6 +66,7 @@ impl Changes {
     }
 
     fn drain(&mut self) {
+        self.index.borrow_and_update();
         while !matches!(
             self.sessions.try_recv(),
             Err(TryRecvError::Empty | TryRecvError::Closed)
@@ -100,6 +122,8 @@ mod tests {
             .register(Arc::new(Noop(ToolSpec::new("added_tool", "Added."))))
             .unwrap();
         assert_eq!(next_within(&mut changes, |_| false).await, Some(()));
+        // By then the search index has it: a client that searches on list_changed finds it.
+        assert_eq!(shared.surface.index_len(), 1);
     }
 
     #[tokio::test]
@@ -109,6 +133,13 @@ mod tests {
             .surface
             .catalog()
             .register(Arc::new(Noop(ToolSpec::new("paged_tool", "Paged."))))
+            .unwrap();
+        // The registration is indexed before the subscription, so only the working sets
+        // can wake it.
+        let mut index = shared.surface.index_updates();
+        tokio::time::timeout(Duration::from_secs(5), index.wait_for(|n| *n >= 1))
+            .await
+            .expect("indexed in time")
             .unwrap();
         let mut changes = Changes::subscribe(&shared);
         shared.surface.page_in("other", &["paged_tool"]);

@@ -233,7 +233,14 @@ async fn expired_http_session_reinitializes_transparently() {
     // The Python SDK answers an unknown session with HTTP 404, as the spec says.
     let port = free_port();
     let (server, config) = HttpFixture::serve("pyweb", port).await;
-    let (catalog, client) = start(&[config.required()], Default::default());
+    // No liveness ping: one falling in the restart would count a drop and a dial, or
+    // re-initialize before the call this test watches.
+    let (catalog, client) = start(
+        &[config
+            .with_liveness(quiver_mcp_adapter::Liveness::Off)
+            .required()],
+        Default::default(),
+    );
     // The call after the restart is rejected on the lean path (404), sent by rmcp, which
     // re-initializes; the next call takes the lean path again, on the new session.
     let server = echo_across_a_restart(&catalog, &client, "pyweb", "text", async move || {

@@ -97,22 +97,31 @@ async fn fixture_over(http: bool) -> (ServerConfig, Option<HttpFixture>) {
 
 async fn timeout_also_cancels_upstream(http: bool) {
     let (server, _guard) = fixture_over(http).await;
+    // Long enough for the upstream's handler to start under load: the Python SDK drops a
+    // cancellation that arrives before the handler runs, and then leaves no mark.
     let (catalog, client) = start(
-        &[server
-            .with_call_timeout(Duration::from_millis(300))
-            .required()],
+        &[server.with_call_timeout(Duration::from_secs(5)).required()],
         fast_options(),
     );
     ready(&client).await;
     let marker =
         std::env::temp_dir().join(format!("quiver-mcp-timeout-{}-{http}", std::process::id()));
+    let started = marker.with_extension("started");
     let _ = std::fs::remove_file(&marker);
-    let env = call(
-        &catalog,
-        "mcp__fx__sleep",
-        json!({"seconds": 30, "marker": marker.display().to_string()}),
+    let _ = std::fs::remove_file(&started);
+    let entry = catalog.lookup("mcp__fx__sleep").unwrap();
+    let input = json!({"seconds": 30, "marker": marker.display().to_string()});
+    let task = tokio::spawn(async move { entry.tool.call(input, &CallContext::default()).await });
+    wait_for(
+        "the upstream to run the call",
+        Duration::from_secs(5),
+        || started.exists(),
     )
     .await;
+    let env = within(Duration::from_secs(30), task)
+        .await
+        .unwrap()
+        .unwrap_or_else(quiver_contract::Envelope::from);
     assert_eq!(env.err_kind(), Some(&ErrKind::Timeout), "{env:?}");
     wait_for(
         "the upstream to see the cancellation",
@@ -121,6 +130,7 @@ async fn timeout_also_cancels_upstream(http: bool) {
     )
     .await;
     let _ = std::fs::remove_file(&marker);
+    let _ = std::fs::remove_file(&started);
     close_and_check(&client).await;
 }
 

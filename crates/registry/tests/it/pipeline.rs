@@ -356,7 +356,7 @@ async fn timeouts_use_the_default_the_override_and_a_shorter_caller_deadline() {
 #[tokio::test]
 async fn a_call_timed_out_in_the_queue_says_it_never_started() {
     let cfg = DispatchConfig::default()
-        .with_timeout(TimeoutConfig::default().with_default(Duration::from_millis(100)))
+        .with_timeout(TimeoutConfig::default().with_default(Duration::from_secs(2)))
         .with_concurrency(ConcurrencyConfig::default().with_tool("hang", 1));
     let d = Dispatcher::builder(catalog_with(vec![hanging("hang")]))
         .config(cfg)
@@ -365,9 +365,10 @@ async fn a_call_timed_out_in_the_queue_says_it_never_started() {
         let d = d.clone();
         async move { d.call("hang", json!({}), ctx()).await }
     });
-    tokio::time::sleep(Duration::from_millis(30)).await;
-    // Its deadline comes before the running call's, so it is still queued then.
-    let short = ctx().with_deadline(Instant::now() + Duration::from_millis(40));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Its deadline comes well before the running call's, so it is still queued then (the
+    // margins leave room for a loaded machine's late timers).
+    let short = ctx().with_deadline(Instant::now() + Duration::from_millis(200));
     let queued = d.call("hang", json!({}), short).await;
     assert_eq!(queued.err_kind(), Some(&ErrKind::Timeout));
     assert!(
@@ -377,7 +378,7 @@ async fn a_call_timed_out_in_the_queue_says_it_never_started() {
     );
     let ran = first.await.unwrap();
     assert!(
-        text(&ran).contains("within its 100 ms limit"),
+        text(&ran).contains("within its 2 s limit"),
         "{}",
         text(&ran)
     );

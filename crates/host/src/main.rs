@@ -72,8 +72,9 @@ enum Command {
     /// Exits 1 when anything is found: a lint finding, a tool not registered, a breaking
     /// change, or a configured tool name that matches no tool (`[unmatched]`; one under the
     /// prefix of an upstream that is not connected, and a `*` pattern that matches nothing
-    /// yet, are notes), or a `required` MCP server that is not ready. Exits 2 when the
-    /// configuration itself is wrong.
+    /// yet, are notes), a tool whose definition is too large to be shown (`[too large]`),
+    /// an MCP server whose command cannot be started (`[cannot start]`), or a `required`
+    /// MCP server that is not ready. Exits 2 when the configuration itself is wrong.
     Check {
         /// Also report breaking schema changes against the definitions stored in this
         /// database: removed fields, renamed or removed tools, type changes, new required
@@ -456,6 +457,27 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
             for w in &misfits {
                 println!("surface: [config] {w}");
             }
+            // A stdio server whose command cannot be started is a configuration fault,
+            // required or not (a required one also fails the readiness check).
+            let cannot_start: Vec<(String, String)> = app
+                .mcp
+                .status()
+                .into_iter()
+                .filter_map(|s| s.cannot_start.map(|why| (s.name, why)))
+                .collect();
+            for (server, why) in &cannot_start {
+                println!(
+                    "mcp server {server}: [cannot start] {why}; install it, or fix `command` (and `cwd`) in its configuration"
+                );
+            }
+            // A definition too large to be shown is a tool no model can call.
+            let oversized = app.surface.oversized();
+            for o in &oversized {
+                println!(
+                    "{}: [too large] its definition is {} bytes, more than {} ({} bytes), so it is never shown: shorten its description or schema, or raise the budget",
+                    o.name, o.bytes, o.budget, o.limit
+                );
+            }
             for f in &findings {
                 let at = if f.path.is_empty() {
                     String::new()
@@ -631,7 +653,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
             println!(
                 "config ok; {} tool definition(s) linted, {} finding(s), {} not registered, {} breaking change(s), {} unmatched tool name(s)",
                 app.catalog.len(),
-                findings.len() + misfits.len(),
+                findings.len() + misfits.len() + oversized.len() + cannot_start.len(),
                 not_registered,
                 breaking.len(),
                 unmatched
@@ -639,6 +661,8 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
             Ok(
                 if findings.is_empty()
                     && misfits.is_empty()
+                    && oversized.is_empty()
+                    && cannot_start.is_empty()
                     && not_registered == 0
                     && breaking.is_empty()
                     && unmatched == 0

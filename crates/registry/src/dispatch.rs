@@ -781,10 +781,10 @@ impl Dispatcher {
         // skipping of the policy.
         let mut warned = Vec::new();
         for verdict in verdicts {
-            inner.metrics.count_violation(name);
-            tracing::info!(tool = name, rule = %verdict.rule, action = ?verdict.action, "policy violation");
             match verdict.action {
                 PolicyAction::Deny => {
+                    inner.metrics.count_violation(name);
+                    tracing::info!(tool = name, rule = %verdict.rule, action = ?verdict.action, "policy violation");
                     if let Some(s) = &session {
                         inner
                             .sessions
@@ -823,6 +823,8 @@ impl Dispatcher {
             }
         }
         for verdict in warned {
+            inner.metrics.count_violation(name);
+            tracing::info!(tool = name, rule = %verdict.rule, action = ?verdict.action, "policy violation");
             let count = match &session {
                 Some(s) => inner
                     .sessions

@@ -425,6 +425,43 @@ impl Surface {
         &self.config
     }
 
+    /// The tools no session is ever shown in full: the definition as a round advertises it
+    /// (with the injected `reasoning` property) is larger than a round's byte budget, or
+    /// its paged size is larger than the working set's, so `tool_search` can find it but
+    /// never load it. For `quiver check`; sorted by name.
+    pub fn oversized(&self) -> Vec<Oversized> {
+        let opts = AdvertiseOptions::default();
+        let round = self.config.round.max_bytes;
+        let set = self.config.working_set.max_bytes;
+        let mut out = Vec::new();
+        for entry in self.catalog.tools() {
+            let spec = &entry.spec;
+            if self.system.iter().any(|s| s == &spec.name) {
+                continue;
+            }
+            let advertised = spec.definition_bytes()
+                + quiver_registry::advertised_extra_bytes(spec, true, &opts);
+            let paged = paged_bytes(spec, false);
+            if advertised > round {
+                out.push(Oversized {
+                    name: spec.name.clone(),
+                    bytes: advertised,
+                    budget: "a round's tool budget (`surface.round.max_bytes`)",
+                    limit: round,
+                });
+            } else if paged > set {
+                out.push(Oversized {
+                    name: spec.name.clone(),
+                    bytes: paged,
+                    budget: "the working set (`surface.working_set.max_bytes`)",
+                    limit: set,
+                });
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
     /// The always-resident system tools, in order.
     pub fn system_tools(&self) -> &[String] {
         &self.system
@@ -1234,6 +1271,21 @@ fn build_index(catalog: &Catalog, retriever: Option<Retriever>) -> Indexed {
             .insert(spec.name.as_str().into(), listed_mask(spec));
     }
     index
+}
+
+/// A tool whose definition does not fit a budget it must fit to be shown
+/// ([`Surface::oversized`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Oversized {
+    /// The tool.
+    pub name: String,
+    /// Its definition's size as that budget measures it.
+    pub bytes: usize,
+    /// Which budget, as the configuration names it.
+    pub budget: &'static str,
+    /// The budget's limit in bytes.
+    pub limit: usize,
 }
 
 async fn sync_index(surface: Weak<Surface>, mut events: broadcast::Receiver<CatalogEvent>) {

@@ -132,6 +132,11 @@ fn check_lints_and_rejects_a_broken_config() {
     );
     assert!(!text.contains("`tool_search` matches no tool"), "{text}");
     assert!(text.contains("2 unmatched tool name(s)"), "{text}");
+    // A server whose command cannot be started is a finding, required or not.
+    assert!(
+        text.contains("mcp server down: [cannot start] cannot start `/nonexistent/quiver-test-server`: No such file or directory"),
+        "{text}"
+    );
     let help = quiver(&["check", "--help"]);
     assert!(
         stdout(&help).contains("tool name that matches no tool (`[unmatched]`"),
@@ -794,7 +799,7 @@ fn a_tool_of_a_server_that_is_down_is_not_available() {
     assert!(
         text.contains("(not_available)")
             && text.contains(
-                "`mcp__gone__describe_tool` is not available: MCP server \"gone\" is not connected"
+                "`mcp__gone__describe_tool` is not available: MCP server \"gone\" cannot be started (its command is missing or cannot run); an operator must install it or fix its configuration"
             ),
         "{text}"
     );
@@ -805,5 +810,39 @@ fn a_tool_of_a_server_that_is_down_is_not_available() {
         stdout(&out).contains("Did you mean `describe_tool`"),
         "{}",
         stdout(&out)
+    );
+}
+
+/// A definition too large for a round's tool budget is never shown, so `check` names it
+/// (here the `skill` tool, which lists a long skill description, under a small budget).
+#[test]
+fn check_names_a_definition_too_large_to_be_shown() {
+    let dir = workdir("too-large");
+    let at = dir.join("skills/long-story");
+    std::fs::create_dir_all(&at).unwrap();
+    let description = format!(
+        "Use when a long story is wanted. {}",
+        "Very long. ".repeat(80)
+    );
+    std::fs::write(
+        at.join("SKILL.md"),
+        format!("---\nname: long-story\ndescription: {description}\n---\n# Long story\nTell it.\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[skills]\ndirs = [\"skills\"]\n\n[surface.round]\nmax_definitions = 40\nmax_bytes = 900\n",
+    )
+    .unwrap();
+    let check = quiver_in(&dir, &["check"]);
+    let text = stdout(&check);
+    assert_eq!(check.status.code(), Some(1), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("skill: [too large]"))
+        .unwrap_or_else(|| panic!("no [too large] line for the skill tool: {text}"));
+    assert!(
+        line.contains("more than a round's tool budget (`surface.round.max_bytes`) (900 bytes), so it is never shown"),
+        "{line}"
     );
 }

@@ -136,6 +136,9 @@ pub struct ServerStatus {
     /// When a server that is down is dialled next (`None` while a dial is under way, and
     /// in every other state).
     pub next_attempt: Option<std::time::SystemTime>,
+    /// Why its command could not be started at the last dial (not found, not executable):
+    /// a stdio server only an operator can bring up. `None` once a dial starts it.
+    pub cannot_start: Option<String>,
 }
 
 pub(crate) struct Shared {
@@ -331,6 +334,7 @@ impl McpClient {
                 diagnostics: up.diagnostics(),
                 child_pids: up.child_pids(),
                 next_attempt: up.next_attempt(),
+                cannot_start: up.cannot_start(),
             })
             .collect()
     }
@@ -412,6 +416,11 @@ fn why_absent(shared: &Shared, name: &str) -> Option<String> {
         ServerState::Connecting => Some(format!(
             "MCP server \"{server}\" is still connecting. Try again shortly, or use another tool"
         )),
+        ServerState::Reconnecting | ServerState::Down if up.cannot_start().is_some() => {
+            Some(format!(
+                "MCP server \"{server}\" cannot be started (its command is missing or cannot run); an operator must install it or fix its configuration. Use another tool"
+            ))
+        }
         ServerState::Reconnecting | ServerState::Down => Some(format!(
             "MCP server \"{server}\" is not connected (it is retried in the background). Try again later, or use another tool"
         )),

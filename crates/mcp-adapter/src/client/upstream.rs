@@ -238,6 +238,9 @@ pub(crate) struct Upstream {
     backoff: Mutex<Option<Duration>>,
     /// When the background loop dials next, while it waits out a backoff delay.
     next_attempt: Mutex<Option<std::time::SystemTime>>,
+    /// Why the last dial could not even start the server's command (not found, not
+    /// executable), until a dial starts it: a fault only an operator can fix.
+    cannot_start: Mutex<Option<String>>,
     published: Mutex<BTreeMap<String, UpstreamTool>>,
     last_report: Mutex<RegisterReport>,
     pids: Arc<Mutex<Vec<u32>>>,
@@ -448,6 +451,7 @@ impl Upstream {
             diagnostics: Mutex::new(VecDeque::new()),
             backoff: Mutex::new(None),
             next_attempt: Mutex::new(None),
+            cannot_start: Mutex::new(None),
             published: Mutex::new(BTreeMap::new()),
             last_report: Mutex::new(RegisterReport::default()),
             pids: Arc::new(Mutex::new(Vec::new())),
@@ -548,6 +552,14 @@ impl Upstream {
     /// while it dials, and when it is not running).
     pub(crate) fn next_attempt(&self) -> Option<std::time::SystemTime> {
         *self.next_attempt.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Why the server's command could not be started at the last dial, if it could not.
+    pub(crate) fn cannot_start(&self) -> Option<String> {
+        self.cannot_start
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Connected, and the connect hook of this connection has run (so the resource tools
@@ -828,11 +840,20 @@ impl Upstream {
                     env,
                     cwd,
                 } => {
-                    let (guard, stdout, stdin) =
-                        child::spawn(&self.cfg.name, command, args, env, cwd.as_ref(), &self.pids)
-                            .map_err(|e| {
-                                DialError::Transient(format!("cannot start `{command}`: {e}"))
-                            })?;
+                    let spawned =
+                        child::spawn(&self.cfg.name, command, args, env, cwd.as_ref(), &self.pids);
+                    let (guard, stdout, stdin) = match spawned {
+                        Ok(parts) => {
+                            *self.cannot_start.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                            parts
+                        }
+                        Err(e) => {
+                            let why = format!("cannot start `{command}`: {e}");
+                            *self.cannot_start.lock().unwrap_or_else(|p| p.into_inner()) =
+                                Some(why.clone());
+                            return Err(DialError::Transient(why));
+                        }
+                    };
                     child_guard = Some(guard);
                     let transport = Tracked {
                         inner: super::pipe::PipeTransport::new(&self.cfg.name, stdout, stdin),

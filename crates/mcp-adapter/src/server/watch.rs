@@ -16,7 +16,14 @@ pub(crate) struct Changes {
     catalog: broadcast::Receiver<CatalogEvent>,
     /// Bumped once the search index has applied a catalog event.
     index: watch::Receiver<u64>,
+    /// When the last change was returned.
+    last: Option<tokio::time::Instant>,
 }
+
+/// The least time between two changes returned: the first of a burst goes out at once, the
+/// rest of it (an upstream storm of `list_changed`, a flapping server) is merged into one
+/// every interval, instead of one notification per catalog event to every session.
+const COALESCE: Duration = Duration::from_millis(100);
 
 /// How long a catalog change's notification waits for the search index to take the change
 /// in (so a client that searches on `list_changed` finds the new tool); the index applies
@@ -33,13 +40,15 @@ impl Changes {
                 index.borrow_and_update();
                 index
             },
+            last: None,
         }
     }
 
     /// Waits for the next change that concerns a key `relevant` accepts (a lag counts as a
     /// change; a catalog change once the search index has it), then swallows the changes
-    /// already queued so one burst makes one notification. `None` when the surface or the
-    /// catalog is gone.
+    /// already queued so one burst makes one notification; a change within [`COALESCE`]
+    /// of the last one returned waits out the interval first, so a storm makes one per
+    /// interval. `None` when the surface or the catalog is gone.
     pub(crate) async fn next(&mut self, relevant: impl Fn(&str) -> bool) -> Option<()> {
         loop {
             let (hit, catalog) = tokio::select! {
@@ -59,7 +68,11 @@ impl Changes {
                     // or wait for it to be.
                     let _ = tokio::time::timeout(INDEX_WAIT, self.index.changed()).await;
                 }
+                if let Some(last) = self.last {
+                    tokio::time::sleep_until(last + COALESCE).await;
+                }
                 self.drain();
+                self.last = Some(tokio::time::Instant::now());
                 return Some(());
             }
         }
@@ -145,5 +158,35 @@ mod tests {
         shared.surface.page_in("other", &["paged_tool"]);
         shared.surface.page_in("mine", &["paged_tool"]);
         assert_eq!(next_within(&mut changes, |k| k == "mine").await, Some(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_catalog_changes_is_merged() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let shared = shared();
+        let mut changes = Changes::subscribe(&shared);
+        let seen = Arc::new(AtomicUsize::new(0));
+        let counter = seen.clone();
+        let watcher = tokio::spawn(async move {
+            while changes.next(|_| false).await.is_some() {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        // 50 changes over 250 ms: the first at once, then one per 100 ms.
+        for i in 0..50 {
+            shared
+                .surface
+                .catalog()
+                .register(Arc::new(Noop(ToolSpec::new(
+                    format!("storm_{i}"),
+                    "Storm.",
+                ))))
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let n = seen.load(Ordering::SeqCst);
+        assert!((2..=5).contains(&n), "{n} notifications for 50 changes");
+        watcher.abort();
     }
 }

@@ -767,6 +767,8 @@ async fn loop_guard_refusals_are_not_counted_as_policy_skips() {
         shown.contains("skipped policy `preview-first` 4 times"),
         "{shown}"
     );
+    // The metric counts the same: the refused repeats were not violations.
+    assert_eq!(d.metrics().tool("add").policy_violations, 4);
 }
 
 /// A session continued in a new process counts as called what the live process counted:

@@ -61,6 +61,7 @@ async fn scripted(_headers: HeaderMap, body: String) -> Response {
                 {"name": "ok", "description": "Answers.", "inputSchema": {"type": "object"}},
                 {"name": "cut", "description": "Never answers.", "inputSchema": {"type": "object"}},
                 {"name": "odd", "description": "Answers oddly.", "inputSchema": {"type": "object"}},
+                {"name": "trickle", "description": "Never answers.", "inputSchema": {"type": "object"}},
             ]}),
         ),
         "tools/call" if msg["params"]["name"] == "odd" => {
@@ -78,6 +79,7 @@ async fn scripted(_headers: HeaderMap, body: String) -> Response {
             )
                 .into_response()
         }
+        "tools/call" if msg["params"]["name"] == "trickle" => trickle_event(1),
         "tools/call" if msg["params"]["name"] == "ok" => {
             json_reply(&id, json!({"content": [{"type": "text", "text": "fine"}]}))
         }
@@ -140,11 +142,38 @@ async fn scripted_client() -> (
     (catalog, client)
 }
 
+/// One SSE event (a log message) with id `n`, then the end of the stream: `trickle`'s
+/// stream, and every resumption of it, ends after one event and never answers.
+fn trickle_event(n: u64) -> Response {
+    let event = json!({"jsonrpc": "2.0", "method": "notifications/message",
+        "params": {"level": "info", "data": format!("still working ({n})")}});
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/event-stream")],
+        Body::from(format!("id: {n}\ndata: {event}\n\n")),
+    )
+        .into_response()
+}
+
+/// Resumptions (GETs with `Last-Event-ID`) the scripted server has answered.
+static RESUMPTIONS: AtomicU64 = AtomicU64::new(0);
+
+async fn scripted_get(headers: HeaderMap) -> Response {
+    match headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        Some(n) => {
+            RESUMPTIONS.fetch_add(1, Ordering::SeqCst);
+            trickle_event(n + 1)
+        }
+        None => StatusCode::METHOD_NOT_ALLOWED.into_response(),
+    }
+}
+
 async fn scripted_server() -> String {
-    let app = Router::new().route(
-        "/mcp",
-        post(scripted).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
-    );
+    let app = Router::new().route("/mcp", post(scripted).get(scripted_get));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -372,5 +401,32 @@ async fn a_cut_response_stream_fails_only_its_own_call() {
     let st = client.server_status("ex").unwrap();
     assert_eq!(st.counters.connects, 1, "{st:?}");
     held.abort();
+    close_and_check(&client).await;
+}
+
+/// A server that ends every stream after one event (with an id, without `retry`) is
+/// resumed with growing waits until the call's time is up, not in a loop as fast as the
+/// network allows (before, 182 resumptions within an 8 s call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_ending_after_every_event_is_resumed_with_growing_waits() {
+    let url = scripted_server().await;
+    let (catalog, client) = start(
+        &[ServerConfig::http("tx", url)
+            .with_liveness(Liveness::Off)
+            .with_call_timeout(Duration::from_secs(3))
+            .required()],
+        fast_options(),
+    );
+    ready(&client).await;
+    let before = RESUMPTIONS.load(Ordering::SeqCst);
+    let env = within(
+        Duration::from_secs(30),
+        call(&catalog, "mcp__tx__trickle", json!({})),
+    )
+    .await;
+    assert_eq!(env.err_kind(), Some(&ErrKind::Timeout), "{env:?}");
+    // Waits of 0, 50, 100, … 1600 ms fit 3 s about 7 times (the network adds a little).
+    let resumed = RESUMPTIONS.load(Ordering::SeqCst) - before;
+    assert!((3..=12).contains(&resumed), "{resumed} resumptions in 3 s");
     close_and_check(&client).await;
 }

@@ -466,6 +466,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                 .filter_map(|s| s.cannot_start.map(|why| (s.name, why)))
                 .collect();
             for (server, why) in &cannot_start {
+                let why = why.strip_prefix("cannot start ").unwrap_or(why);
                 println!(
                     "mcp server {server}: [cannot start] {why}; install it, or fix `command` (and `cwd`) in its configuration"
                 );

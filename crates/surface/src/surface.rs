@@ -426,34 +426,59 @@ impl Surface {
     }
 
     /// The tools no session is ever shown in full: the definition as a round advertises it
-    /// (with the injected `reasoning` property) is larger than a round's byte budget, or
-    /// its paged size is larger than the working set's, so `tool_search` can find it but
-    /// never load it. For `quiver check`; sorted by name.
+    /// (with the injected `reasoning` property) is larger than what a round has left once
+    /// the system tools are placed (they come first), or its paged size is larger than the
+    /// working set's budget, so `tool_search` can find it but never load it. Tools no mode
+    /// lists are left out. For `quiver check`; sorted by name.
     pub fn oversized(&self) -> Vec<Oversized> {
         let opts = AdvertiseOptions::default();
-        let round = self.config.round.max_bytes;
-        let set = self.config.working_set.max_bytes;
+        let advertised = |spec: &ToolSpec| {
+            spec.definition_bytes() + quiver_registry::advertised_extra_bytes(spec, true, &opts)
+        };
+        let listed = |spec: &ToolSpec| spec.is_live() && !spec.category.is_internal();
         let mut out = Vec::new();
+        let mut placed = 0usize;
+        // The system tools, in the walk's order: `tool_search` always fits; the others
+        // need what the ones before them left.
+        for name in &self.system {
+            let Some(entry) = self.catalog.lookup(name) else {
+                continue;
+            };
+            let bytes = advertised(&entry.spec);
+            if name != TOOL_SEARCH
+                && listed(&entry.spec)
+                && placed + bytes > self.config.round.max_bytes
+            {
+                out.push(Oversized {
+                    name: name.clone(),
+                    bytes,
+                    budget: "what a round's tool budget (`surface.round.max_bytes`) has left after the system tools before it",
+                    limit: self.config.round.max_bytes.saturating_sub(placed),
+                });
+            }
+            placed += bytes;
+        }
+        let left = self.config.round.max_bytes.saturating_sub(placed);
+        let set = self.config.working_set.max_bytes;
         for entry in self.catalog.tools() {
             let spec = &entry.spec;
-            if self.system.iter().any(|s| s == &spec.name) {
+            if self.system.iter().any(|s| s == &spec.name) || !listed(spec) {
                 continue;
             }
-            let advertised = spec.definition_bytes()
-                + quiver_registry::advertised_extra_bytes(spec, true, &opts);
+            let bytes = advertised(spec);
             let paged = paged_bytes(spec, false);
-            if advertised > round {
+            if bytes > left {
                 out.push(Oversized {
                     name: spec.name.clone(),
-                    bytes: advertised,
-                    budget: "a round's tool budget (`surface.round.max_bytes`)",
-                    limit: round,
+                    bytes,
+                    budget: "what a round's tool budget (`surface.round.max_bytes`) has left after the system tools",
+                    limit: left,
                 });
             } else if paged > set {
                 out.push(Oversized {
                     name: spec.name.clone(),
                     bytes: paged,
-                    budget: "the working set (`surface.working_set.max_bytes`)",
+                    budget: "the working set's budget (`surface.working_set.max_bytes`)",
                     limit: set,
                 });
             }

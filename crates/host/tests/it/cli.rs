@@ -134,7 +134,7 @@ fn check_lints_and_rejects_a_broken_config() {
     assert!(text.contains("2 unmatched tool name(s)"), "{text}");
     // A server whose command cannot be started is a finding, required or not.
     assert!(
-        text.contains("mcp server down: [cannot start] cannot start `/nonexistent/quiver-test-server`: No such file or directory"),
+        text.contains("mcp server down: [cannot start] `/nonexistent/quiver-test-server`: No such file or directory"),
         "{text}"
     );
     let help = quiver(&["check", "--help"]);
@@ -813,8 +813,11 @@ fn a_tool_of_a_server_that_is_down_is_not_available() {
     );
 }
 
-/// A definition too large for a round's tool budget is never shown, so `check` names it
-/// (here the `skill` tool, which lists a long skill description, under a small budget).
+/// A definition too large for what a round has left after the system tools is never
+/// shown, so `check` names it (here the `skill` tool, which lists a long skill description,
+/// under a small budget); with 100 bytes more it fits, and `check` is clean. (The boundary
+/// is the surface's own: at these two budgets `quiver search` reports it `over_budget`,
+/// then loads it.)
 #[test]
 fn check_names_a_definition_too_large_to_be_shown() {
     let dir = workdir("too-large");
@@ -829,12 +832,15 @@ fn check_names_a_definition_too_large_to_be_shown() {
         format!("---\nname: long-story\ndescription: {description}\n---\n# Long story\nTell it.\n"),
     )
     .unwrap();
-    std::fs::write(
-        dir.join("quiver.toml"),
-        "[skills]\ndirs = [\"skills\"]\n\n[surface.round]\nmax_definitions = 40\nmax_bytes = 900\n",
-    )
-    .unwrap();
-    let check = quiver_in(&dir, &["check"]);
+    let budget = |bytes: usize| {
+        std::fs::write(
+            dir.join("quiver.toml"),
+            format!("[skills]\ndirs = [\"skills\"]\n\n[surface.round]\nmax_definitions = 40\nmax_bytes = {bytes}\n"),
+        )
+        .unwrap();
+        quiver_in(&dir, &["check"])
+    };
+    let check = budget(2600);
     let text = stdout(&check);
     assert_eq!(check.status.code(), Some(1), "{text}");
     let line = text
@@ -842,7 +848,22 @@ fn check_names_a_definition_too_large_to_be_shown() {
         .find(|l| l.starts_with("skill: [too large]"))
         .unwrap_or_else(|| panic!("no [too large] line for the skill tool: {text}"));
     assert!(
-        line.contains("more than a round's tool budget (`surface.round.max_bytes`) (900 bytes), so it is never shown"),
+        line.contains("more than what a round's tool budget (`surface.round.max_bytes`) has left after the system tools (")
+            && line.contains("so it is never shown"),
         "{line}"
+    );
+    let search = quiver_in(&dir, &["search", "long story"]);
+    assert!(
+        stdout(&search).contains("\"reason\": \"over_budget\""),
+        "{}",
+        stdout(&search)
+    );
+    let check = budget(2700);
+    assert_eq!(check.status.code(), Some(0), "{}", stdout(&check));
+    let search = quiver_in(&dir, &["search", "long story"]);
+    assert!(
+        !stdout(&search).contains("over_budget"),
+        "{}",
+        stdout(&search)
     );
 }

@@ -114,6 +114,9 @@ const MAX_SSE_EVENT: usize = 16 << 20;
 
 /// `body`, failing once an event grows past `max` bytes (an upstream that never ends an
 /// event cannot make Quiver buffer without bound).
+/// How the error of an SSE event longer than [`MAX_SSE_EVENT`] begins.
+const OVERSIZED_EVENT: &str = "an SSE event over";
+
 fn limit_events(body: BodyStream, max: usize) -> BodyStream {
     // (bytes since the last blank line, the last byte ended a line, it was a CR). A line
     // ends at CR, LF or CRLF (as the SSE parser reads it), so CR CR is a blank line too.
@@ -141,7 +144,7 @@ fn limit_events(body: BodyStream, max: usize) -> BodyStream {
                 }
                 if *run > max {
                     Err(std::io::Error::other(format!(
-                        "an SSE event over {} MiB",
+                        "{OVERSIZED_EVENT} {} MiB",
                         max >> 20
                     )))
                 } else {
@@ -750,6 +753,13 @@ impl Upstream {
                     }
                     end => {
                         if let Some(Err(e)) = end {
+                            // An event longer than Quiver reads: resuming would send it again.
+                            if e.to_string().starts_with(OVERSIZED_EVENT) {
+                                return Exchange::PeerError(format!(
+                                    "MCP server \"{}\" answered, but its answer cannot be read ({e}, more than Quiver reads); the tool may have run",
+                                    self.cfg.name
+                                ));
+                            }
                             tracing::debug!(server = %self.cfg.name, error = %e, "call's stream broke");
                         }
                         let Some(from) = last_event.as_deref() else {

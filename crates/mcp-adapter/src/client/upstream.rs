@@ -849,8 +849,17 @@ impl Upstream {
                         }
                         Err(e) => {
                             let why = format!("cannot start `{command}`: {e}");
+                            // Only what an operator must fix (no such command or `cwd`, not
+                            // executable); a passing shortage (EMFILE, EAGAIN) is retried.
+                            let fixable = matches!(
+                                e.kind(),
+                                std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+                            ) || matches!(
+                                e.raw_os_error(),
+                                Some(libc::ENOEXEC | libc::ENOTDIR)
+                            );
                             *self.cannot_start.lock().unwrap_or_else(|p| p.into_inner()) =
-                                Some(why.clone());
+                                fixable.then(|| why.clone());
                             return Err(DialError::Transient(why));
                         }
                     };

@@ -18,6 +18,10 @@ pub(crate) struct Changes {
     index: watch::Receiver<u64>,
     /// When the last change was returned.
     last: Option<tokio::time::Instant>,
+    /// A change taken off its channel and not returned yet (`Some(true)` while it still
+    /// waits for the index): kept here, so a `next` dropped in a `select!` while it waits
+    /// loses nothing.
+    pending: Option<bool>,
 }
 
 /// The least time between two changes returned: the first of a burst goes out at once, the
@@ -41,6 +45,7 @@ impl Changes {
                 index
             },
             last: None,
+            pending: None,
         }
     }
 
@@ -50,7 +55,9 @@ impl Changes {
     /// of the last one returned waits out the interval first, so a storm makes one per
     /// interval. `None` when the surface or the catalog is gone.
     pub(crate) async fn next(&mut self, relevant: impl Fn(&str) -> bool) -> Option<()> {
-        loop {
+        // Cancel-safe: every await below either takes nothing, or records what it took in
+        // `pending` before the next await.
+        while self.pending.is_none() {
             let (hit, catalog) = tokio::select! {
                 r = self.sessions.recv() => match r {
                     Ok(key) => (relevant(&key), false),
@@ -63,19 +70,22 @@ impl Changes {
                 },
             };
             if hit {
-                if catalog {
-                    // Seen by the index already (its counter moved since the last look),
-                    // or wait for it to be.
-                    let _ = tokio::time::timeout(INDEX_WAIT, self.index.changed()).await;
-                }
-                if let Some(last) = self.last {
-                    tokio::time::sleep_until(last + COALESCE).await;
-                }
-                self.drain();
-                self.last = Some(tokio::time::Instant::now());
-                return Some(());
+                self.pending = Some(catalog);
             }
         }
+        if self.pending == Some(true) {
+            // Seen by the index already (its counter moved since the last look), or wait
+            // for it to be.
+            let _ = tokio::time::timeout(INDEX_WAIT, self.index.changed()).await;
+            self.pending = Some(false);
+        }
+        if let Some(last) = self.last {
+            tokio::time::sleep_until(last + COALESCE).await;
+        }
+        self.pending = None;
+        self.drain();
+        self.last = Some(tokio::time::Instant::now());
+        Some(())
     }
 
     fn drain(&mut self) {
@@ -188,5 +198,28 @@ mod tests {
         let n = seen.load(Ordering::SeqCst);
         assert!((2..=5).contains(&n), "{n} notifications for 50 changes");
         watcher.abort();
+    }
+
+    /// A `next` dropped while it waits (a `select!` in which another branch won) keeps the
+    /// change it took: the next call returns it.
+    #[tokio::test(start_paused = true)]
+    async fn a_change_taken_by_a_dropped_wait_is_not_lost() {
+        let shared = shared();
+        let mut changes = Changes::subscribe(&shared);
+        let register = |name: &str| {
+            shared
+                .surface
+                .catalog()
+                .register(Arc::new(Noop(ToolSpec::new(name, "A tool."))))
+                .unwrap()
+        };
+        register("first_tool");
+        assert_eq!(next_within(&mut changes, |_| false).await, Some(()));
+        // The second change comes within the interval: its `next` waits, and is dropped.
+        register("second_tool");
+        let dropped =
+            tokio::time::timeout(Duration::from_millis(10), changes.next(|_| false)).await;
+        assert!(dropped.is_err(), "it waits out the interval");
+        assert_eq!(next_within(&mut changes, |_| false).await, Some(()));
     }
 }

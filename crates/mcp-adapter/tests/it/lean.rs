@@ -62,6 +62,7 @@ async fn scripted(_headers: HeaderMap, body: String) -> Response {
                 {"name": "cut", "description": "Never answers.", "inputSchema": {"type": "object"}},
                 {"name": "odd", "description": "Answers oddly.", "inputSchema": {"type": "object"}},
                 {"name": "trickle", "description": "Never answers.", "inputSchema": {"type": "object"}},
+                {"name": "huge", "description": "Answers with 17 MiB.", "inputSchema": {"type": "object"}},
             ]}),
         ),
         "tools/call" if msg["params"]["name"] == "odd" => {
@@ -80,6 +81,16 @@ async fn scripted(_headers: HeaderMap, body: String) -> Response {
                 .into_response()
         }
         "tools/call" if msg["params"]["name"] == "trickle" => trickle_event(1),
+        "tools/call" if msg["params"]["name"] == "huge" => {
+            let answer = json!({"jsonrpc": "2.0", "id": id,
+                "result": {"content": [{"type": "text", "text": "x".repeat(17 << 20)}]}});
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "text/event-stream")],
+                Body::from(format!("id: 1\ndata: {answer}\n\n")),
+            )
+                .into_response()
+        }
         "tools/call" if msg["params"]["name"] == "ok" => {
             json_reply(&id, json!({"content": [{"type": "text", "text": "fine"}]}))
         }
@@ -428,5 +439,32 @@ async fn a_stream_ending_after_every_event_is_resumed_with_growing_waits() {
     // Waits of 0, 50, 100, … 1600 ms fit 3 s about 7 times (the network adds a little).
     let resumed = RESUMPTIONS.load(Ordering::SeqCst) - before;
     assert!((3..=12).contains(&resumed), "{resumed} resumptions in 3 s");
+    close_and_check(&client).await;
+}
+
+/// An answer in an SSE event over 16 MiB fails its call at once, saying why; it is not
+/// resumed (the server would send the same event again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_event_over_16_mib_fails_its_call_at_once() {
+    let (catalog, client) = scripted_client().await;
+    let env = within(
+        Duration::from_secs(30),
+        call(&catalog, "mcp__sx__huge", json!({})),
+    )
+    .await;
+    assert_eq!(env.err_kind(), Some(&ErrKind::ToolFailed), "{env:?}");
+    assert_eq!(
+        env.message(),
+        Some(
+            "mcp call failed: MCP server \"sx\" answered, but its answer cannot be read (an SSE event over 16 MiB, more than Quiver reads); the tool may have run"
+        ),
+        "{env:?}"
+    );
+    let env = within(
+        Duration::from_secs(30),
+        call(&catalog, "mcp__sx__ok", json!({})),
+    )
+    .await;
+    assert_eq!(text_of(&env), "fine", "{env:?}");
     close_and_check(&client).await;
 }

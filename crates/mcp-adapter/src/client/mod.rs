@@ -21,7 +21,7 @@ mod meta;
 mod passthrough;
 mod pipe;
 mod route;
-mod sse;
+pub(crate) mod sse;
 mod to_contract;
 mod tool;
 mod upstream;

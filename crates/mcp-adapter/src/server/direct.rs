@@ -121,6 +121,24 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
     if request.method() == Method::DELETE {
         return end_session(&direct, request).await;
     }
+    // A batch, on a session that negotiated 2025-03-26 (whose clients send no
+    // `MCP-Protocol-Version` header): each message answered, in one array.
+    let request = if request.method() == Method::POST
+        && request.headers().get(PROTOCOL_HEADER).is_none()
+        && batch_era(&direct, request.headers())
+    {
+        let (parts, body) = request.into_parts();
+        let bytes = match read_body(&direct, body, MAX_OPENING_BODY).await {
+            Ok(b) => b,
+            Err(refused) => return refused,
+        };
+        if super::batch::is_array(&bytes) {
+            return super::batch::serve(&direct, parts, &bytes).await;
+        }
+        Request::from_parts(parts, Body::from(bytes))
+    } else {
+        request
+    };
     // A request that may open a session: a POST naming none, as rmcp reads it (a header
     // that is not visible ASCII is none to it). An `initialize` is counted while it runs, so
     // that parallel ones at the limit cannot all get through, and refused when the server is
@@ -194,6 +212,22 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
             forward_claimed(&direct, &entry, parts, bytes, id).await
         }
     }
+}
+
+/// Whether a request without `MCP-Protocol-Version` is on a 2025-03-26 session, the one
+/// version with batches: its session's negotiated version when the direct path knows the
+/// session (from its first request on), else 2025-03-26, as the transport specification
+/// says to assume for a request without the header.
+fn batch_era(direct: &Direct, headers: &HeaderMap) -> bool {
+    let Some(sid) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    direct.shared.direct.get(sid).is_none_or(|entry| {
+        entry
+            .peer
+            .peer_info()
+            .is_none_or(|info| info.protocol_version == rmcp::model::ProtocolVersion::V_2025_03_26)
+    })
 }
 
 /// The method and id of a JSON-RPC request body (a response the client sends back has no
@@ -279,7 +313,7 @@ fn id_in_use(id: RequestId) -> Response {
 }
 
 /// An HTTP answer carrying one JSON-RPC error (the direct path's own refusals).
-fn json_rpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
+pub(super) fn json_rpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
     let body = serde_json::json!({
         "jsonrpc": "2.0",
         "id": id,
@@ -910,12 +944,18 @@ mod tests {
                     .iter()
                     .find(|(n, _)| *n == "accept")
                     .map_or(&b"application/json, text/event-stream"[..], |(_, v)| *v),
-            )
-            .header("mcp-protocol-version", "2025-11-25");
+            );
+        // An empty `mcp-protocol-version` in `extra` sends none (a 2025-03-26 client).
+        if !extra.iter().any(|(n, _)| *n == "mcp-protocol-version") {
+            req = req.header("mcp-protocol-version", "2025-11-25");
+        }
         if let Some(s) = session {
             req = req.header("mcp-session-id", s);
         }
-        for (name, value) in extra.iter().filter(|(n, _)| *n != "accept") {
+        for (name, value) in extra
+            .iter()
+            .filter(|(n, v)| *n != "accept" && !(*n == "mcp-protocol-version" && v.is_empty()))
+        {
             req = req.header(*name, axum::http::HeaderValue::from_bytes(value).unwrap());
         }
         let req = req.body(Body::from(body)).unwrap();
@@ -965,6 +1005,78 @@ mod tests {
         send(router, Method::POST, Some(&sid), list).await;
         assert!(server.shared.direct.get(&sid).is_some(), "registered");
         sid
+    }
+
+    /// A 2025-03-26 session may send a batch (that version's transport says a server must
+    /// accept one): every request in it is answered, in one JSON array; a batch without
+    /// requests is accepted with 202; an empty batch is one -32600. A later session's batch
+    /// is still refused (2025-06-18 removed batching).
+    #[tokio::test]
+    async fn a_batch_on_a_2025_03_26_session_is_answered_in_one_array() {
+        let server = server();
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let old: &[(&str, &[u8])] = &[("mcp-protocol-version", b"")];
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-03-26", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        let opened = send_with(&router, Method::POST, None, init.to_string(), old).await;
+        assert!(opened.body.contains("\"2025-03-26\""), "{}", opened.body);
+        let sid = opened.session.expect("a session id");
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        send_with(
+            &router,
+            Method::POST,
+            Some(&sid),
+            initialized.to_string(),
+            old,
+        )
+        .await;
+        let batch = json!([
+            call(1, json!({})),
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            {"jsonrpc": "2.0", "id": 3, "method": "no/such/method"},
+            call(4, json!({})),
+        ]);
+        let reply = send_with(&router, Method::POST, Some(&sid), batch.to_string(), old).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+        assert!(
+            reply.content_type.starts_with("application/json"),
+            "{}",
+            reply.content_type
+        );
+        let answers: Vec<Value> = serde_json::from_str(&reply.body).unwrap();
+        let by_id = |id: u64| {
+            answers
+                .iter()
+                .find(|a| a["id"] == json!(id))
+                .unwrap_or_else(|| panic!("no answer to {id}: {}", reply.body))
+        };
+        assert_eq!(answers.len(), 4, "{}", reply.body);
+        assert_eq!(by_id(1)["result"]["structuredContent"], json!({"x": 1}));
+        assert_eq!(by_id(4)["result"]["structuredContent"], json!({"x": 4}));
+        assert!(by_id(2)["result"]["tools"].is_array(), "{}", reply.body);
+        assert_eq!(by_id(3)["error"]["code"], json!(-32601), "{}", reply.body);
+        // Notifications only: accepted, nothing to answer.
+        let quiet = json!([{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 98}}]);
+        let reply = send_with(&router, Method::POST, Some(&sid), quiet.to_string(), old).await;
+        assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.body);
+        let reply = send_with(&router, Method::POST, Some(&sid), "[]".into(), old).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+        let v: Value = serde_json::from_str(&reply.body).unwrap();
+        assert_eq!(v["error"]["code"], json!(-32600), "{v}");
+        assert!(reply.body.contains("an empty batch"), "{}", reply.body);
+        // A 2025-11-25 session's batch is refused, as before.
+        let sid = open(&server, &router, json!({})).await;
+        let reply = send(
+            &router,
+            Method::POST,
+            Some(&sid),
+            json!([call(5, json!({}))]),
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.body);
+        assert!(reply.body.contains("a batch"), "{}", reply.body);
     }
 
     /// At `max_sessions` open sessions an `initialize` is refused with 503 and a JSON-RPC

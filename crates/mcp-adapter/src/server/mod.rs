@@ -2,6 +2,7 @@
 //! set each request names (see [`key`] for how a request picks its working-set key).
 
 mod auth;
+mod batch;
 mod channel;
 pub(crate) use channel::from_mcp_level;
 mod content;

@@ -9,10 +9,21 @@
 //! - a line over [`MAX_LINE`] gets `-32600` naming the limit (rmcp dropped it unanswered).
 //!
 //! A notification the server cannot read is logged, not answered, as JSON-RPC asks.
+//!
+//! A client that asked for 2025-03-26 in its `initialize` (the one version with JSON-RPC
+//! batches, which its servers must accept) may send a batch: an array on one line. Its
+//! messages go to the service one by one, and the answers to its requests are written back
+//! as one array line once all of them are in (an element that cannot be read is answered
+//! in the array too).
 //! Closing stdin ends the input; the calls still in flight are cancelled
 //! [`STDIN_CLOSED_GRACE`] later (see `McpServer::serve_stdio`).
 
-use std::{borrow::Cow, time::Duration};
+use std::{
+    borrow::Cow,
+    collections::{HashSet, VecDeque},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use rmcp::{
     model::{ClientJsonRpcMessage, ServerJsonRpcMessage},
@@ -35,6 +46,19 @@ pub(super) struct LineTransport<R, W> {
     write: LineWriter<W>,
     /// Cancelled [`STDIN_CLOSED_GRACE`] after the input ends.
     on_eof: Option<CancellationToken>,
+    /// Whether the client asked for 2025-03-26 (`None` until its `initialize` is read).
+    batching: Option<bool>,
+    /// Messages of a batch not yet handed to the service.
+    queued: VecDeque<ClientJsonRpcMessage>,
+    /// The batches whose answers are being gathered.
+    batches: Arc<Mutex<Vec<Batch>>>,
+}
+
+/// A batch whose requests are not all answered yet.
+struct Batch {
+    /// The ids still to be answered (as JSON text).
+    waiting: HashSet<String>,
+    answers: Vec<Value>,
 }
 
 impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport<R, W> {
@@ -43,6 +67,9 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
             lines: LineReader::new(read, MAX_LINE),
             write: LineWriter::new(write, "stdout is closed"),
             on_eof: Some(on_eof),
+            batching: None,
+            queued: VecDeque::new(),
+            batches: Arc::default(),
         }
     }
 
@@ -58,6 +85,40 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
     /// rmcp's service loop cannot cut it in half.
     fn answer(&self, refusal: &Refusal) {
         self.write.spawn(&refusal.to_json());
+    }
+
+    /// Takes a batch line: its messages queued for the service, its requests awaited.
+    fn take_batch(&mut self, items: Vec<Value>) {
+        if items.is_empty() {
+            self.answer(&Refusal {
+                code: invalid::INVALID_REQUEST,
+                message: "Invalid Request: an empty batch (a batch holds at least one message)"
+                    .into(),
+                id: Value::Null,
+            });
+            return;
+        }
+        let mut waiting = HashSet::new();
+        let mut answers = Vec::new();
+        for item in items {
+            match serde_json::from_value::<ClientJsonRpcMessage>(item.clone()) {
+                Ok(message) => {
+                    if let (Some(id), Some(_)) = (item.get("id"), item.get("method")) {
+                        waiting.insert(id.to_string());
+                    }
+                    self.queued.push_back(message);
+                }
+                Err(_) if invalid::is_notification(&item) => {}
+                Err(_) => answers.push(invalid::diagnose(&item, "the batch element").to_json()),
+            }
+        }
+        if waiting.is_empty() {
+            if !answers.is_empty() {
+                self.write.spawn(&Value::Array(answers));
+            }
+            return;
+        }
+        crate::server::handler::lock(&self.batches).push(Batch { waiting, answers });
     }
 
     fn ended(&mut self) {
@@ -122,10 +183,32 @@ where
         &mut self,
         item: ServerJsonRpcMessage,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        self.write.send(&item)
+        use futures::future::Either;
+        // An answer to a batch's request joins the batch's answers; the last one sends them.
+        let mut batches = crate::server::handler::lock(&self.batches);
+        if !batches.is_empty()
+            && let Ok(value) = serde_json::to_value(&item)
+            && (value.get("result").is_some() || value.get("error").is_some())
+            && let Some(id) = value.get("id").map(Value::to_string)
+            && let Some(at) = batches.iter().position(|b| b.waiting.contains(&id))
+        {
+            let batch = &mut batches[at];
+            batch.waiting.remove(&id);
+            batch.answers.push(value);
+            if !batch.waiting.is_empty() {
+                return Either::Left(std::future::ready(Ok(())));
+            }
+            let done = batches.remove(at);
+            return Either::Right(Either::Left(self.write.send(&Value::Array(done.answers))));
+        }
+        drop(batches);
+        Either::Right(Either::Right(self.write.send(&item)))
     }
 
     async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
+        if let Some(message) = self.queued.pop_front() {
+            return Some(message);
+        }
         loop {
             match self.lines.read_line().await {
                 LineRead::Line => {}
@@ -147,6 +230,24 @@ where
                     return None;
                 }
             }
+            let line = message_bytes(self.lines.line());
+            if self.batching.is_none()
+                && let Ok(value) = serde_json::from_slice::<Value>(line)
+                && value.get("method").and_then(Value::as_str) == Some("initialize")
+            {
+                self.batching =
+                    Some(value["params"]["protocolVersion"].as_str() == Some("2025-03-26"));
+            }
+            if self.batching == Some(true)
+                && line.first() == Some(&b'[')
+                && let Ok(Value::Array(items)) = serde_json::from_slice::<Value>(line)
+            {
+                self.take_batch(items);
+                if let Some(message) = self.queued.pop_front() {
+                    return Some(message);
+                }
+                continue;
+            }
             let verdict = judge(self.lines.line());
             match verdict {
                 Verdict::Take(message) => return Some(*message),
@@ -166,6 +267,7 @@ where
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
     use super::*;
@@ -286,6 +388,68 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(answer(&mut out).await["id"], 9);
+    }
+
+    /// A client that asked for 2025-03-26 may send a batch: its messages are taken one by
+    /// one, and the answers to its requests go back as one array line once all are in, with
+    /// the answer to an element that cannot be read. An empty batch is one -32600.
+    #[tokio::test]
+    async fn a_batch_of_a_2025_03_26_client_is_answered_in_one_line() {
+        let (mut transport, mut input, mut out, _ct) = pipes(4096);
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-03-26", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        let batch = json!([
+            {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": "two", "method": "ping"},
+            {"jsonrpc": "1.0", "id": 3, "method": "ping"},
+        ]);
+        input
+            .write_all(format!("{init}\n[]\n{batch}\n").as_bytes())
+            .await
+            .unwrap();
+        let mut taken = Vec::new();
+        for _ in 0..4 {
+            let m = transport.receive().await.expect("a message");
+            taken.push(serde_json::to_value(&m).unwrap());
+        }
+        assert_eq!(taken[0]["method"], "initialize");
+        assert_eq!(
+            taken[1..]
+                .iter()
+                .map(|m| m["id"].clone())
+                .collect::<Vec<_>>(),
+            [json!(1), Value::Null, json!("two")]
+        );
+        // The empty batch is refused at once.
+        let empty = answer(&mut out).await;
+        assert_eq!(empty["error"]["code"], -32600, "{empty}");
+        assert!(
+            empty["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("an empty batch")
+        );
+        let reply = |id: Value| {
+            serde_json::from_value::<ServerJsonRpcMessage>(
+                json!({"jsonrpc": "2.0", "id": id, "result": {}}),
+            )
+            .unwrap()
+        };
+        // One answer in: nothing written yet; the last one sends the array.
+        transport.send(reply(json!("two"))).await.unwrap();
+        transport.send(reply(json!(1))).await.unwrap();
+        let answers = answer(&mut out).await;
+        let answers = answers.as_array().expect("one array line");
+        let mut ids: Vec<String> = answers.iter().map(|a| a["id"].to_string()).collect();
+        ids.sort();
+        assert_eq!(ids, ["\"two\"", "1", "3"], "{answers:?}");
+        let bad = answers.iter().find(|a| a["id"] == 3).unwrap();
+        assert_eq!(bad["error"]["code"], -32600, "{bad}");
+        // An answer outside any batch goes out alone, as before.
+        transport.send(reply(json!(7))).await.unwrap();
+        assert_eq!(answer(&mut out).await["id"], 7);
     }
 
     /// The end of input ends `receive` and cancels the calls still in flight after the grace.

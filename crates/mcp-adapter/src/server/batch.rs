@@ -24,6 +24,17 @@ use super::direct::{Direct, endpoint, json_rpc_error};
 /// The most bytes of one message's answer read into the batch's answer.
 const MAX_ANSWER: usize = 16 << 20;
 
+/// The most messages one batch may hold (every message runs at once; a 4 MiB body could
+/// otherwise start a hundred thousand).
+pub(super) const MAX_BATCH: usize = 100;
+
+/// The refusal of a batch of `n` messages, more than [`MAX_BATCH`].
+pub(super) fn too_long(n: usize) -> String {
+    format!(
+        "Invalid Request: a batch of {n} messages; this server takes at most {MAX_BATCH} in one batch, so send it in parts"
+    )
+}
+
 /// Whether `bytes` is a JSON array (its first byte after white space is `[`).
 pub(super) fn is_array(bytes: &[u8]) -> bool {
     bytes
@@ -45,6 +56,14 @@ pub(super) async fn serve(direct: &Direct, parts: Parts, bytes: &Bytes) -> Respo
             Value::Null,
             super::invalid::INVALID_REQUEST,
             "Invalid Request: an empty batch (a batch holds at least one message)",
+        );
+    }
+    if items.len() > MAX_BATCH {
+        return json_rpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            super::invalid::INVALID_REQUEST,
+            &too_long(items.len()),
         );
     }
     let answers = join_all(

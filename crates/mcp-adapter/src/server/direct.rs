@@ -1066,6 +1066,16 @@ mod tests {
         let v: Value = serde_json::from_str(&reply.body).unwrap();
         assert_eq!(v["error"]["code"], json!(-32600), "{v}");
         assert!(reply.body.contains("an empty batch"), "{}", reply.body);
+        let long = Value::Array((0..101).map(|i| call(i, json!({}))).collect());
+        let reply = send_with(&router, Method::POST, Some(&sid), long.to_string(), old).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+        assert!(
+            reply
+                .body
+                .contains("a batch of 101 messages; this server takes at most 100"),
+            "{}",
+            reply.body
+        );
         // A 2025-11-25 session's batch is refused, as before.
         let sid = open(&server, &router, json!({})).await;
         let reply = send(

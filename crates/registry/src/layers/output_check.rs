@@ -55,6 +55,10 @@ where
     }
 
     fn call(&mut self, call: Call) -> CallFuture {
+        if call.entry.output_validator.is_none() {
+            // Most tools declare no output schema: their call passes through unboxed.
+            return self.inner.call(call);
+        }
         let entry = call.entry.clone();
         let fut = self.inner.call(call);
         Box::pin(async move {
@@ -62,9 +66,11 @@ where
             let Some(validator) = &entry.output_validator else {
                 return Ok(envelope);
             };
-            let data = match &envelope {
-                Envelope::Ok { data, .. } if matches!(data, Value::Object(_) | Value::Array(_)) => {
-                    data
+            let (data, warnings) = match &envelope {
+                Envelope::Ok { data, warnings, .. }
+                    if matches!(data, Value::Object(_) | Value::Array(_)) =>
+                {
+                    (data, warnings)
                 }
                 _ => return Ok(envelope),
             };
@@ -87,10 +93,23 @@ where
             let name = entry.name();
             tracing::warn!(tool = name, family = %entry.family, problems = ?problems, "a result does not match the tool's output schema");
             let returned = clipped(&data.to_string(), MAX_DATA_CHARS);
+            // An error has no warnings of its own: what the result warned about (a part
+            // dropped, a malformed reply read anyway) goes into its text, not lost.
+            let warned: String = warnings
+                .iter()
+                .take(MAX_PROBLEMS)
+                .map(|w| {
+                    format!(
+                        " It also warned ({}): {}",
+                        w.kind,
+                        clipped(&w.message, MAX_PROBLEM_CHARS)
+                    )
+                })
+                .collect();
             Ok(Envelope::err(
                 ErrKind::ToolFailed,
                 format!(
-                    "`{name}` ran, but its result does not match the output schema it declares ({}), so it is not passed on as a result. It returned: {returned}. Calling it again with the same arguments will most likely fail the same way; use another tool, or tell the user this tool is returning malformed results.",
+                    "`{name}` ran, but its result does not match the output schema it declares ({}), so it is not passed on as a result. It returned: {returned}.{warned} Calling it again with the same arguments will most likely fail the same way; use another tool, or tell the user this tool is returning malformed results.",
                     problems.join("; ")
                 ),
             ))

@@ -1346,6 +1346,26 @@ async fn a_structured_result_is_checked_against_the_output_schema() {
     let e = d.call("forecast", json!({}), ctx()).await;
     assert_eq!(e.err_kind(), Some(&ErrKind::ToolFailed), "{e:?}");
 
+    // What the broken result warned about is kept in the error's text.
+    let warned =
+        tool(
+            ToolSpec::new("forecast", "Forecast.").with_output_schema(json!({
+                "type": "object", "required": ["high_c"]
+            })),
+            |_, _| async move {
+                Ok(Envelope::ok(json!({"city": "Paris"})).with_warning(
+                    quiver_contract::Warning::new("parts_dropped", "an image was not base64"),
+                ))
+            },
+        );
+    let d = dispatcher(vec![warned]);
+    let e = d.call("forecast", json!({}), ctx()).await;
+    assert!(
+        text(&e).contains("It also warned (parts_dropped): an image was not base64"),
+        "{}",
+        text(&e)
+    );
+
     // Text is not structured content: left to the edge (an MCP client gets it as an error
     // result with the text).
     let d = dispatcher(vec![typed_returning(json!("sunny, 21 C"))]);

@@ -333,6 +333,10 @@ pub struct Catalog {
     tools: RwLock<BTreeMap<String, Arc<Entry>>>,
     events: broadcast::Sender<CatalogEvent>,
     version: AtomicU64,
+    /// Held while a change bumps the version and sends its event, so events go out in
+    /// version order and [`Catalog::subscribe_at`] reads a version that matches its
+    /// subscription.
+    order: Mutex<()>,
     /// Where each family stands in the registration order (lower first), if set.
     rank: RwLock<Option<FamilyRank>>,
     /// Entries whose name a family earlier in the order took after them, by name: they
@@ -371,6 +375,7 @@ impl Catalog {
             tools: RwLock::new(BTreeMap::new()),
             events,
             version: AtomicU64::new(0),
+            order: Mutex::new(()),
             rank: RwLock::new(None),
             shadowed: Mutex::new(BTreeMap::new()),
             absent: RwLock::new(Vec::new()),
@@ -435,6 +440,7 @@ impl Catalog {
     }
 
     fn changed(&self, event: CatalogEvent) {
+        let _order = self.order.lock().unwrap_or_else(|p| p.into_inner());
         self.version.fetch_add(1, Ordering::Release);
         let _ = self.events.send(event);
     }
@@ -444,7 +450,17 @@ impl Catalog {
         self.events.subscribe()
     }
 
-    /// A counter bumped by every change.
+    /// Subscribes to changes, with the version the catalog had then: the `n`-th event the
+    /// receiver gets (counting the ones a lag skips) is the change to version `at + n`, so
+    /// a subscriber can say which version it has caught up with. Every change up to a
+    /// version is in [`Catalog::tools`] before the version is reached.
+    pub fn subscribe_at(&self) -> (broadcast::Receiver<CatalogEvent>, u64) {
+        let _order = self.order.lock().unwrap_or_else(|p| p.into_inner());
+        (self.events.subscribe(), self.version())
+    }
+
+    /// A counter bumped by every change (after the change is made, before its event is
+    /// sent).
     pub fn version(&self) -> u64 {
         self.version.load(Ordering::Acquire)
     }

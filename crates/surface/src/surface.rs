@@ -386,10 +386,11 @@ impl Surface {
         for w in config.warnings() {
             tracing::warn!("surface configuration: {w}");
         }
-        let events = catalog.subscribe();
+        let (events, at) = catalog.subscribe_at();
         let system = config.system_set();
         let (changes, _) = broadcast::channel(1024);
-        let (index_updates, _) = watch::channel(0);
+        // The index built below has every change up to `at`.
+        let (index_updates, _) = watch::channel(at);
         let surface = Arc::new(Surface {
             index: RwLock::new(build_index(&catalog, None)),
             retriever: Mutex::new(None),
@@ -410,7 +411,7 @@ impl Surface {
             changes,
         });
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(sync_index(Arc::downgrade(&surface), events));
+            handle.spawn(sync_index(Arc::downgrade(&surface), events, at));
         }
         Ok(surface)
     }
@@ -498,8 +499,9 @@ impl Surface {
         self.changes.subscribe()
     }
 
-    /// A counter bumped after every catalog event applied to the search index (and after a
-    /// resync), to wait on.
+    /// The catalog version ([`Catalog::version`]) the search index has caught up with:
+    /// every catalog change up to it is searchable. To wait on, for example until the index
+    /// has a change the catalog reported.
     pub fn index_updates(&self) -> watch::Receiver<u64> {
         self.index_updates.subscribe()
     }
@@ -524,10 +526,23 @@ impl Surface {
 
     /// Rebuilds the search index from the catalog.
     pub fn resync_index(&self) {
+        // Read first: the build then sees every change up to it.
+        let version = self.catalog.version();
         let retriever = lock(&self.retriever).clone();
         let fresh = build_index(&self.catalog, retriever);
         *self.index.write().unwrap_or_else(|p| p.into_inner()) = fresh;
-        self.index_updates.send_modify(|n| *n += 1);
+        self.index_caught_up(version);
+    }
+
+    /// Records that the index has every catalog change up to `version` (never going back).
+    fn index_caught_up(&self, version: u64) {
+        self.index_updates.send_if_modified(|at| {
+            let newer = version > *at;
+            if newer {
+                *at = version;
+            }
+            newer
+        });
     }
 
     /// Applies one catalog event to the search index.
@@ -550,7 +565,6 @@ impl Surface {
             _ => self.resync_index(),
         }
         self.adopt_pending();
-        self.index_updates.send_modify(|n| *n += 1);
     }
 
     /// Pages in the restored names whose tools have registered since.
@@ -1313,7 +1327,13 @@ pub struct Oversized {
     pub limit: usize,
 }
 
-async fn sync_index(surface: Weak<Surface>, mut events: broadcast::Receiver<CatalogEvent>) {
+/// Applies the catalog's events to the index; `version` is the catalog version the index
+/// was built at, and each event received (or skipped by a lag) is the next one.
+async fn sync_index(
+    surface: Weak<Surface>,
+    mut events: broadcast::Receiver<CatalogEvent>,
+    mut version: u64,
+) {
     use broadcast::error::RecvError;
     loop {
         let event = events.recv().await;
@@ -1321,12 +1341,17 @@ async fn sync_index(surface: Weak<Surface>, mut events: broadcast::Receiver<Cata
             return;
         };
         match event {
-            Ok(event) => surface.apply(event),
+            Ok(event) => {
+                surface.apply(event);
+                version += 1;
+                surface.index_caught_up(version);
+            }
             Err(RecvError::Lagged(n)) => {
                 tracing::warn!(
                     skipped = n,
                     "search index lagged behind the catalog; resyncing"
                 );
+                version += n;
                 surface.resync_index();
             }
             Err(RecvError::Closed) => return,

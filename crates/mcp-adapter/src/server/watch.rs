@@ -1,9 +1,12 @@
 //! Which changes concern whom: a session's working set changing (the surface names the key)
 //! or the catalog changing (every session's surface may differ).
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, Weak},
+    time::Duration,
+};
 
-use quiver_registry::CatalogEvent;
+use quiver_registry::{Catalog, CatalogEvent};
 use tokio::sync::{
     broadcast::{self, error::RecvError, error::TryRecvError},
     watch,
@@ -14,13 +17,15 @@ use super::Shared;
 pub(crate) struct Changes {
     sessions: broadcast::Receiver<Arc<str>>,
     catalog: broadcast::Receiver<CatalogEvent>,
-    /// Bumped once the search index has applied a catalog event.
+    /// The catalog, for its version (weak: the watch ends when the catalog goes).
+    source: Weak<Catalog>,
+    /// The catalog version the search index has caught up with.
     index: watch::Receiver<u64>,
     /// When the last change was returned.
     last: Option<tokio::time::Instant>,
-    /// A change taken off its channel and not returned yet (`Some(true)` while it still
-    /// waits for the index): kept here, so a `next` dropped in a `select!` while it waits
-    /// loses nothing.
+    /// A change taken off its channel and not returned yet (`Some(true)` for a catalog
+    /// change, which waits for the index): kept here, so a `next` dropped in a `select!`
+    /// while it waits loses nothing.
     pending: Option<bool>,
 }
 
@@ -39,11 +44,8 @@ impl Changes {
         Changes {
             sessions: shared.surface.subscribe_changes(),
             catalog: shared.surface.catalog().subscribe(),
-            index: {
-                let mut index = shared.surface.index_updates();
-                index.borrow_and_update();
-                index
-            },
+            source: Arc::downgrade(shared.surface.catalog()),
+            index: shared.surface.index_updates(),
             last: None,
             pending: None,
         }
@@ -73,31 +75,44 @@ impl Changes {
                 self.pending = Some(catalog);
             }
         }
-        if self.pending == Some(true) {
-            // Seen by the index already (its counter moved since the last look), or wait
-            // for it to be.
-            let _ = tokio::time::timeout(INDEX_WAIT, self.index.changed()).await;
-            self.pending = Some(false);
-        }
         if let Some(last) = self.last {
             tokio::time::sleep_until(last + COALESCE).await;
         }
+        // What queued meanwhile is merged into this one.
+        if self.drain() {
+            self.pending = Some(true);
+        }
+        if self.pending == Some(true) {
+            // Every catalog change taken so far is at or below this version (a change is
+            // counted before it is sent): wait until the index has them all.
+            let version = self.catalog_version();
+            let _ =
+                tokio::time::timeout(INDEX_WAIT, self.index.wait_for(|at| *at >= version)).await;
+        }
         self.pending = None;
-        self.drain();
         self.last = Some(tokio::time::Instant::now());
         Some(())
     }
 
-    fn drain(&mut self) {
-        self.index.borrow_and_update();
+    /// The catalog's version now (0 once it is gone: nothing left to wait for).
+    fn catalog_version(&self) -> u64 {
+        self.source.upgrade().map_or(0, |c| c.version())
+    }
+
+    /// Swallows the changes already queued; whether one of them was the catalog's.
+    fn drain(&mut self) -> bool {
         while !matches!(
             self.sessions.try_recv(),
             Err(TryRecvError::Empty | TryRecvError::Closed)
         ) {}
+        let mut catalog = false;
         while !matches!(
             self.catalog.try_recv(),
             Err(TryRecvError::Empty | TryRecvError::Closed)
-        ) {}
+        ) {
+            catalog = true;
+        }
+        catalog
     }
 }
 

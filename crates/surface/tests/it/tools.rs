@@ -397,6 +397,41 @@ async fn the_index_follows_the_catalog() {
 }
 
 #[tokio::test]
+async fn the_index_says_which_catalog_version_it_has() {
+    // Built over a catalog that already changed: it starts at that version.
+    let fx = search_fixture();
+    let mut updates = fx.surface.index_updates();
+    assert_eq!(*updates.borrow_and_update(), fx.catalog.version());
+    // Several changes at once: waiting for the catalog's version waits for all of them,
+    // not only the first one indexed.
+    for i in 0..20 {
+        fx.catalog
+            .register_in(
+                "test",
+                stub(ro(&format!("yaml_tool_{i:02}"), "Parses YAML.")),
+            )
+            .unwrap();
+    }
+    fx.catalog.remove("yaml_tool_00");
+    let version = fx.catalog.version();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        updates.wait_for(|at| *at >= version),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(*updates.borrow(), version);
+    let e = fx
+        .call("s", "tool_search", json!({"query": "yaml", "limit": 50}))
+        .await;
+    assert_eq!(data(&e)["hits"].as_array().unwrap().len(), 19, "{e:?}");
+    // A resync changes nothing it can see, and never goes back.
+    fx.surface.resync_index();
+    assert_eq!(*fx.surface.index_updates().borrow(), version);
+}
+
+#[tokio::test]
 async fn a_search_finds_allowed_tools_behind_many_disallowed_ones() {
     let mut specs: Vec<_> = (0..40)
         .map(|i| ro(&format!("csv_tool_{i:02}"), "Reads a CSV file."))

@@ -16,7 +16,7 @@ use std::{
     time::Duration,
 };
 
-use futures::stream::BoxStream;
+use futures::{StreamExt, stream::BoxStream};
 use reqwest::{
     Url,
     header::{HeaderName, HeaderValue},
@@ -30,6 +30,8 @@ use rmcp::{
     },
 };
 use sse_stream::{Error as SseError, Sse};
+
+use super::pipe::{Verdict, judge, unreadable_answer};
 
 /// Whether two URLs share scheme, host and port.
 pub(crate) fn same_origin(a: &Url, b: &Url) -> bool {
@@ -64,7 +66,8 @@ pub(crate) fn client(url: &Url, timeout: Option<Duration>) -> reqwest::Result<Up
     if let Some(t) = timeout {
         b = b.connect_timeout(t);
     }
-    b.build().map(|c| UpstreamHttp(c, SessionSlot::default()))
+    b.build()
+        .map(|c| UpstreamHttp(c, SessionSlot::default(), Arc::from("")))
 }
 
 /// The session id rmcp last sent to the server, for the call path that bypasses rmcp's
@@ -87,12 +90,20 @@ impl SessionSlot {
     }
 }
 
-/// rmcp's reqwest client, with id-less JSON-RPC errors to a request turned into errors, and
-/// the session id each request names kept in a [`SessionSlot`].
+/// rmcp's reqwest client, with id-less JSON-RPC errors to a request turned into errors, an
+/// answer event that cannot be read turned into an error answer to its request, and the
+/// session id each request names kept in a [`SessionSlot`]. The third field is the
+/// server's name, for messages.
 #[derive(Clone, Debug)]
-pub(crate) struct UpstreamHttp(reqwest::Client, SessionSlot);
+pub(crate) struct UpstreamHttp(reqwest::Client, SessionSlot, Arc<str>);
 
 impl UpstreamHttp {
+    /// Names the server in the messages it makes.
+    pub(crate) fn named(mut self, server: &str) -> Self {
+        self.2 = server.into();
+        self
+    }
+
     /// The underlying client (its connection pool is shared with every clone).
     pub(crate) fn reqwest(&self) -> &reqwest::Client {
         &self.0
@@ -129,6 +140,32 @@ fn rejection(
         )
         .into(),
     ))
+}
+
+/// A request's response stream in which an answer that cannot be read (a schema nested past
+/// the JSON parser's depth limit, an error without its `message`) is replaced by an error
+/// answer to the request whose `id` it carries, saying so. rmcp skips an event it cannot
+/// read, so the request waited for an answer that had come (a listing, until the connect
+/// timeout). The same judgement as on a stdio server's pipe.
+fn readable(
+    events: BoxStream<'static, Result<Sse, SseError>>,
+    server: Arc<str>,
+) -> BoxStream<'static, Result<Sse, SseError>> {
+    events
+        .map(move |event| {
+            event.map(|mut sse| {
+                let message_event =
+                    matches!(sse.event.as_deref(), None | Some("") | Some("message"));
+                if message_event
+                    && let Some(data) = &sse.data
+                    && let Verdict::Unreadable(id, why) = judge(data.as_bytes())
+                {
+                    sse.data = serde_json::to_string(&unreadable_answer(&server, id, &why)).ok();
+                }
+                sse
+            })
+        })
+        .boxed()
 }
 
 impl StreamableHttpClient for UpstreamHttp {
@@ -200,7 +237,12 @@ impl StreamableHttpClient for UpstreamHttp {
             .await?;
         match rejection(sent_request, session_attached, &response) {
             Some(e) => Err(e),
-            None => Ok(response),
+            None => Ok(match response {
+                StreamableHttpPostResponse::Sse(events, session) if sent_request => {
+                    StreamableHttpPostResponse::Sse(readable(events, self.2.clone()), session)
+                }
+                other => other,
+            }),
         }
     }
 

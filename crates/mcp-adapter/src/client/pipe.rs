@@ -49,14 +49,28 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> PipeTransport
     }
 }
 
-/// What to do with one line.
-enum Verdict {
+/// What to do with one line (or one SSE event's data).
+pub(crate) enum Verdict {
     Take(Box<ServerJsonRpcMessage>),
     Skip,
     /// The server's answer to this request cannot be read: fail the request with `why`.
     Unreadable(RequestId, String),
     /// The server's request cannot be read: answer it with an error.
     Refuse(Value, String),
+}
+
+/// The error answer that fails request `id` of `server`'s: the server answered, and its
+/// answer cannot be read, because of `why`.
+pub(crate) fn unreadable_answer(server: &str, id: RequestId, why: &str) -> ServerJsonRpcMessage {
+    tracing::warn!(server, "an answer that cannot be read: {why}");
+    ServerJsonRpcMessage::error(
+        ErrorData::new(
+            ErrorCode(UNREADABLE_ANSWER),
+            format!("MCP server \"{server}\" answered, but its answer cannot be read ({why})"),
+            None,
+        ),
+        Some(id),
+    )
 }
 
 fn request_id(id: Value) -> Option<RequestId> {
@@ -67,7 +81,7 @@ fn request_id(id: Value) -> Option<RequestId> {
     }
 }
 
-fn judge(line: &[u8]) -> Verdict {
+pub(crate) fn judge(line: &[u8]) -> Verdict {
     let bytes = message_bytes(line);
     if bytes.is_empty() {
         return Verdict::Skip;
@@ -130,18 +144,7 @@ where
     /// The error answer that fails request `id`: the server answered, and its answer
     /// cannot be read.
     fn unreadable(&self, id: RequestId, why: &str) -> ServerJsonRpcMessage {
-        tracing::warn!(server = %self.server, "an answer that cannot be read: {why}");
-        ServerJsonRpcMessage::error(
-            ErrorData::new(
-                ErrorCode(UNREADABLE_ANSWER),
-                format!(
-                    "MCP server \"{}\" answered, but its answer cannot be read ({why})",
-                    self.server
-                ),
-                None,
-            ),
-            Some(id),
-        )
+        unreadable_answer(&self.server, id, why)
     }
 
     /// Answers a request of the server's that cannot be read, in a task of its own (a

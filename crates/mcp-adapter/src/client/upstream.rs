@@ -880,7 +880,8 @@ impl Upstream {
                     timeout,
                 } => {
                     let client = http::client(url, *timeout)
-                        .map_err(|e| DialError::Transient(format!("http client: {e}")))?;
+                        .map_err(|e| DialError::Transient(format!("http client: {e}")))?
+                        .named(&self.cfg.name);
                     http_parts = Some((client.reqwest().clone(), client.session().clone()));
                     let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                         .reinit_on_expired_session(true)

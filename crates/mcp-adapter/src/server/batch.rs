@@ -3,10 +3,13 @@
 //! one; 2025-06-18 removed batching, so later sessions still get `-32600` for an array.
 //!
 //! Each message of the batch goes through the endpoint alone (the direct path or rmcp, as a
-//! single message would), all at once; their answers come back as one JSON array, in the
-//! order they finished, each carrying its request's `id`. Only answers are kept: a log
-//! message or progress a call sends on its own stream has no place in a JSON answer. A batch
-//! of notifications and responses only is answered `202 Accepted`.
+//! single message would), all at once. On a live session whose client accepts SSE (as the
+//! transport says every client must), the answer is one SSE stream carrying every message
+//! each call sends on its own stream (log messages, progress) and each request's answer, as
+//! they come, as the specification allows ("these responses MAY be batched"; one event per
+//! message here). Otherwise the answers come back as one JSON array, in the order they
+//! finished, each carrying its request's `id`, and only answers are kept. A batch of
+//! notifications and responses only is answered `202 Accepted`.
 
 use std::{future::Future, pin::Pin};
 
@@ -17,6 +20,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use futures::{StreamExt, future::join_all};
+use rmcp::transport::streamable_http_server::session::SessionManager;
 use serde_json::Value;
 
 use super::direct::{Direct, endpoint, json_rpc_error};
@@ -66,6 +70,12 @@ pub(super) async fn serve(direct: &Direct, parts: Parts, bytes: &Bytes) -> Respo
             &too_long(items.len()),
         );
     }
+    let requests = items
+        .iter()
+        .any(|item| item.get("id").is_some() && item.get("method").is_some());
+    if requests && streams_to(direct, &parts).await {
+        return streamed(direct, &parts, items);
+    }
     let answers = join_all(
         items
             .iter()
@@ -86,17 +96,7 @@ pub(super) async fn serve(direct: &Direct, parts: Parts, bytes: &Bytes) -> Respo
         if status == StatusCode::ACCEPTED {
             continue;
         }
-        let content_type = answer
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        match content_type.as_str() {
+        match content_type(&answer).as_str() {
             "application/json" => {
                 let body = axum::body::to_bytes(answer.into_body(), MAX_ANSWER).await;
                 match body
@@ -128,6 +128,128 @@ pub(super) async fn serve(direct: &Direct, parts: Parts, bytes: &Bytes) -> Respo
         Value::Array(out).to_string(),
     )
         .into_response()
+}
+
+/// Whether the batch is answered on an SSE stream: its head is one the direct path would
+/// take (JSON that accepts SSE, an allowed `Host` and `Origin`, one session id) and names a
+/// live session. A head refused as a whole (an ended session's 404, a foreign
+/// `Host`) is answered as a whole, not inside a stream.
+async fn streams_to(direct: &Direct, parts: &Parts) -> bool {
+    let Some(sid) = super::direct::candidate(direct, &parts.method, &parts.headers, Some(0)) else {
+        return false;
+    };
+    direct.sessions.has_session(&sid).await.unwrap_or(false)
+}
+
+/// The batch answered on one SSE stream: every message each of its messages' answers
+/// carries, as it comes; the stream ends when they all have.
+fn streamed(direct: &Direct, parts: &Parts, items: Vec<Value>) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<String>(64);
+    for item in items {
+        let answer = one(direct, parts, Bytes::from(item.to_string()));
+        let tx = tx.clone();
+        tokio::spawn(async move { relay(answer.await, &item, &tx).await });
+    }
+    drop(tx);
+    let events = futures::stream::unfold(rx, |mut rx| async move {
+        let data = rx.recv().await?;
+        // One `data:` line per line of the message (a JSON text has none, but a field
+        // may not hold a line break).
+        let mut event = String::with_capacity(data.len() + 8);
+        for line in data.split('\n') {
+            event.push_str("data: ");
+            event.push_str(line);
+            event.push('\n');
+        }
+        event.push('\n');
+        Some((Ok::<_, std::convert::Infallible>(event), rx))
+    });
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/event-stream")],
+        Body::from_stream(events),
+    )
+        .into_response()
+}
+
+/// Sends what the answer `answer` to the batch's message `item` carries to `tx`: its JSON
+/// answer, or every message on its stream; an error answer when a request's is missing or
+/// cannot be read. Stops when the batch's stream is gone (its client left; the calls go
+/// on, as for a single message).
+async fn relay(answer: Response, item: &Value, tx: &tokio::sync::mpsc::Sender<String>) {
+    let request = item.get("id").is_some() && item.get("method").is_some();
+    let failed = |why: &str| {
+        serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": item.get("id").cloned().unwrap_or(Value::Null),
+            "error": {"code": -32603, "message": format!("Internal error: {why}")},
+        })
+        .to_string()
+    };
+    let status = answer.status();
+    if status == StatusCode::ACCEPTED {
+        return;
+    }
+    match content_type(&answer).as_str() {
+        "application/json" => {
+            let body = axum::body::to_bytes(answer.into_body(), MAX_ANSWER).await;
+            let message = match body
+                .ok()
+                .filter(|b| serde_json::from_slice::<Value>(b).is_ok())
+            {
+                Some(b) => String::from_utf8_lossy(&b).into_owned(),
+                None => failed("the answer to this request could not be read"),
+            };
+            let _ = tx.send(message).await;
+        }
+        "text/event-stream" => {
+            let stream = answer
+                .into_body()
+                .into_data_stream()
+                .map(|chunk| chunk.map_err(std::io::Error::other));
+            let mut events = crate::client::sse::events(stream);
+            let mut answered = false;
+            while let Some(Ok(event)) = events.next().await {
+                let Ok(message) = serde_json::from_str::<Value>(&event.data) else {
+                    continue;
+                };
+                answered |= message.get("id").is_some()
+                    && (message.get("result").is_some() || message.get("error").is_some());
+                if tx.send(event.data).await.is_err() {
+                    return;
+                }
+            }
+            if request && !answered {
+                let _ = tx
+                    .send(failed(
+                        "the stream of this request ended without its answer",
+                    ))
+                    .await;
+            }
+        }
+        _ if request => {
+            let _ = tx
+                .send(failed(&format!(
+                    "this request was answered with HTTP {status}"
+                )))
+                .await;
+        }
+        _ => {}
+    }
+}
+
+/// The essence of a response's `Content-Type`, lower-cased.
+fn content_type(answer: &Response) -> String {
+    answer
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
 }
 
 /// One message of the batch through the endpoint, with the batch's head.

@@ -418,7 +418,7 @@ fn takes_client_traffic(entry: &Entry) -> bool {
 }
 
 /// The session id of a request the direct path may take, from its head alone.
-fn candidate(
+pub(super) fn candidate(
     direct: &Direct,
     method: &Method,
     headers: &HeaderMap,
@@ -849,7 +849,10 @@ mod tests {
         fn spec(&self) -> &ToolSpec {
             &self.0
         }
-        async fn call(&self, input: Value, _ctx: &CallContext) -> ToolResult {
+        async fn call(&self, input: Value, ctx: &CallContext) -> ToolResult {
+            if input.get("tick").is_some() {
+                ctx.progress(0.5, Some(1.0), Some("halfway".into())).await;
+            }
             Ok(Envelope::ok(input))
         }
     }
@@ -1008,11 +1011,12 @@ mod tests {
     }
 
     /// A 2025-03-26 session may send a batch (that version's transport says a server must
-    /// accept one): every request in it is answered, in one JSON array; a batch without
+    /// accept one): every request in it is answered, on one SSE stream that also carries
+    /// what the calls send on their own streams (progress); a batch without
     /// requests is accepted with 202; an empty batch is one -32600. A later session's batch
     /// is still refused (2025-06-18 removed batching).
     #[tokio::test]
-    async fn a_batch_on_a_2025_03_26_session_is_answered_in_one_array() {
+    async fn a_batch_on_a_2025_03_26_session_is_answered_on_one_stream() {
         let server = server();
         let router = server.router("127.0.0.1:7345".parse().unwrap());
         let old: &[(&str, &[u8])] = &[("mcp-protocol-version", b"")];
@@ -1038,21 +1042,55 @@ mod tests {
             {"jsonrpc": "2.0", "id": 3, "method": "no/such/method"},
             call(4, json!({})),
         ]);
+        // The answers come on one stream, with what the calls send on their own streams:
+        // here a call's progress.
+        let mut batch = batch;
+        batch
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"jsonrpc": "2.0", "id": 5,
+            "method": "tools/call", "params": {"name": "echo",
+            "arguments": {"x": 5, "tick": true}, "_meta": {"progressToken": "p5"}}}));
         let reply = send_with(&router, Method::POST, Some(&sid), batch.to_string(), old).await;
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
         assert!(
-            reply.content_type.starts_with("application/json"),
+            reply.content_type.starts_with("text/event-stream"),
             "{}",
             reply.content_type
         );
-        let answers: Vec<Value> = serde_json::from_str(&reply.body).unwrap();
+        let messages: Vec<Value> = reply
+            .body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        let progress: Vec<&Value> = messages
+            .iter()
+            .filter(|m| m["method"] == "notifications/progress")
+            .collect();
+        assert_eq!(progress.len(), 1, "{}", reply.body);
+        assert_eq!(
+            progress[0]["params"]["progressToken"], "p5",
+            "{}",
+            reply.body
+        );
+        assert_eq!(
+            progress[0]["params"]["message"], "halfway",
+            "{}",
+            reply.body
+        );
+        let answers: Vec<Value> = messages
+            .into_iter()
+            .filter(|m| m.get("id").is_some())
+            .collect();
+        assert_eq!(answers.len(), 5, "{}", reply.body);
         let by_id = |id: u64| {
             answers
                 .iter()
                 .find(|a| a["id"] == json!(id))
                 .unwrap_or_else(|| panic!("no answer to {id}: {}", reply.body))
         };
-        assert_eq!(answers.len(), 4, "{}", reply.body);
+        assert_eq!(by_id(5)["result"]["structuredContent"]["x"], json!(5));
         assert_eq!(by_id(1)["result"]["structuredContent"], json!({"x": 1}));
         assert_eq!(by_id(4)["result"]["structuredContent"], json!({"x": 4}));
         assert!(by_id(2)["result"]["tools"].is_array(), "{}", reply.body);

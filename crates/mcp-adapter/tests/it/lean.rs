@@ -468,3 +468,64 @@ async fn an_answer_event_over_16_mib_fails_its_call_at_once() {
     assert_eq!(text_of(&env), "fine", "{env:?}");
     close_and_check(&client).await;
 }
+
+/// A server that answers `tools/list` on an SSE stream with a schema nested 150 levels
+/// deep, past the JSON parser's limit of 128.
+async fn deep_listing(body: String) -> Response {
+    let msg: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let id = msg.get("id").cloned().unwrap_or(Value::Null);
+    match msg["method"].as_str().unwrap_or("") {
+        "initialize" => json_reply(
+            &id,
+            json!({
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "deep", "version": "1"},
+            }),
+        ),
+        "tools/list" => {
+            let mut leaf = r#"{"type":"string"}"#.to_owned();
+            for _ in 0..150 {
+                leaf = format!(r#"{{"type":"object","properties":{{"x":{leaf}}}}}"#);
+            }
+            let answer = format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"tools":[{{"name":"deep","inputSchema":{{"type":"object","properties":{{"d":{leaf}}}}}}}]}}}}"#
+            );
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "text/event-stream")],
+                Body::from(format!("id: 1\ndata: {answer}\n\n")),
+            )
+                .into_response()
+        }
+        _ if id.is_null() => StatusCode::ACCEPTED.into_response(),
+        _ => json_reply(&id, json!({})),
+    }
+}
+
+/// A listing answered on a stream but unreadable fails the dial at once, saying why, as
+/// over stdio; rmcp skipped the event, and the dial waited for its connect timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_listing_on_a_stream_fails_the_dial_at_once() {
+    let app = Router::new().route("/mcp", post(deep_listing));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    // A connect timeout far longer than the wait below: only an answer read as an error
+    // can end the dial in time.
+    let (_catalog, client) = start(
+        &[ServerConfig::http("deep", url).with_liveness(Liveness::Off)],
+        fast_options().with_connect_timeout(Duration::from_secs(120)),
+    );
+    let why = "tools/list failed: MCP server \"deep\" answered, but its answer cannot be read (recursion limit exceeded";
+    wait_for(
+        "the listing to fail with why",
+        Duration::from_secs(30),
+        || {
+            let st = client.server_status("deep").unwrap();
+            st.state != ServerState::Connected && st.diagnostics.iter().any(|l| l.contains(why))
+        },
+    )
+    .await;
+    close_and_check(&client).await;
+}

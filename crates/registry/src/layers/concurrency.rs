@@ -141,6 +141,18 @@ where
                 }
                 permits = acquire => permits,
             };
+            if call
+                .ctx
+                .deadline
+                .is_some_and(|d| tokio::time::Instant::now() >= d.into())
+            {
+                // The slot came at or after the call's deadline (the call holding it timed
+                // out at the same moment): the timeout layer answers that it never started,
+                // so it must not start now, and the slot goes on at once. Each such call
+                // used to run, and free the slot for the next overdue one.
+                drop(permits);
+                return std::future::pending().await;
+            }
             let out = inner.call(call).await;
             drop(permits);
             out

@@ -351,6 +351,52 @@ async fn timeouts_use_the_default_the_override_and_a_shorter_caller_deadline() {
     );
 }
 
+/// A slot that comes free at a queued call's deadline does not start it: its caller is told
+/// it never started, so running it then would do what the caller was told was not done
+/// (and each such call frees the slot for the next overdue one, so they all ran).
+#[tokio::test(start_paused = true)]
+async fn a_slot_freed_at_the_deadline_does_not_start_an_overdue_call() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let starts = Arc::new(AtomicUsize::new(0));
+    let counted = starts.clone();
+    let hang = tool(
+        ToolSpec::new("hang", "Never finishes.").read_only(),
+        move |_, _| {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                std::future::pending::<()>().await;
+                Ok(Envelope::text("unreachable"))
+            }
+        },
+    );
+    let cfg = DispatchConfig::default()
+        .with_timeout(TimeoutConfig::default().with_default(Duration::from_millis(300)))
+        .with_concurrency(ConcurrencyConfig::default().with_tool("hang", 1));
+    let d = Dispatcher::builder(catalog_with(vec![hang]))
+        .config(cfg)
+        .build();
+    // All five have the same deadline; the first holds the slot until then.
+    let calls: Vec<_> = (0..5)
+        .map(|i| {
+            let d = d.clone();
+            tokio::spawn(async move { d.call("hang", json!({"i": i}), ctx()).await })
+        })
+        .collect();
+    let mut never_started = 0;
+    for call in calls {
+        let e = call.await.unwrap();
+        assert_eq!(e.err_kind(), Some(&ErrKind::Timeout), "{e:?}");
+        never_started += usize::from(text(&e).contains("never started"));
+    }
+    assert_eq!(
+        starts.load(Ordering::SeqCst),
+        1,
+        "the tool ran more than once"
+    );
+    assert_eq!(never_started, 4);
+}
+
 /// A call that timed out waiting for a slot never ran: its message says so, not that the
 /// tool was too slow.
 #[tokio::test]

@@ -565,6 +565,22 @@ impl Dispatcher {
 
     /// Runs one call through the whole pipeline and returns its envelope. Never panics on
     /// bad input; every call is recorded.
+    /// Answers with `envelope` a call that the layer above refused before dispatching it (a
+    /// tool the session's mode does not list): counted, and recorded like a refusal of the
+    /// dispatcher's own, so every call has its row in the log.
+    pub async fn refuse(
+        &self,
+        name: &str,
+        input: Value,
+        mut ctx: CallContext,
+        envelope: Envelope,
+    ) -> Envelope {
+        let t0 = Instant::now();
+        self.assign_call_id(&mut ctx);
+        self.finish_early(name, input, None, envelope, ctx, t0)
+            .await
+    }
+
     pub async fn call(&self, name: &str, input: Value, mut ctx: CallContext) -> Envelope {
         let t0 = Instant::now();
         let inner = &*self.inner;

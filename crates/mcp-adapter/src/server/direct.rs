@@ -834,8 +834,9 @@ async fn forward_parts(direct: &Direct, parts: Parts, bytes: Bytes) -> Response 
 mod tests {
     use async_trait::async_trait;
     use axum::Router;
-    use quiver_contract::{CallContext, Envelope, Tool, ToolResult, ToolSpec};
-    use quiver_registry::Catalog;
+    use quiver_contract::{CallContext, Envelope, ErrKind, Mode, Tool, ToolResult, ToolSpec};
+    use quiver_registry::{Catalog, Dispatcher};
+    use quiver_surface::Surface;
     use serde_json::json;
     use tower::ServiceExt;
 
@@ -1125,6 +1126,50 @@ mod tests {
         .await;
         assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.body);
         assert!(reply.body.contains("a batch"), "{}", reply.body);
+    }
+
+    /// A call the session's mode does not allow (plan mode, a mutating tool) is refused,
+    /// and recorded like every call.
+    #[tokio::test]
+    async fn a_call_refused_by_the_mode_is_recorded() {
+        let catalog = Arc::new(Catalog::new());
+        catalog
+            .register(Arc::new(Echo(
+                ToolSpec::new("write_note", "Writes a note.")
+                    .with_schema(json!({"type": "object"})),
+            )))
+            .unwrap();
+        let recorder = Arc::new(quiver_registry::MemoryRecorder::default());
+        let surface = Surface::new(
+            catalog.clone(),
+            quiver_surface::SurfaceConfig::default(),
+            Arc::new(quiver_surface::MemoryUsage::new([])),
+        )
+        .unwrap();
+        let dispatcher = Dispatcher::builder(catalog)
+            .recorder(recorder.clone())
+            .build();
+        let server = McpServer::new(
+            surface,
+            dispatcher,
+            ServerOptions::default().with_default_mode(Mode::Plan),
+        );
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let sid = open(&server, &router, json!({})).await;
+        let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "write_note", "arguments": {"text": "hi"}}});
+        let reply = send(&router, Method::POST, Some(&sid), call).await;
+        assert!(
+            reply.body.contains("is not available in plan mode"),
+            "{}",
+            reply.body
+        );
+        server.shared.dispatcher.drain_records().await;
+        let rows = recorder.records();
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[0].tool_name, "write_note");
+        assert_eq!(rows[0].envelope.err_kind(), Some(&ErrKind::Forbidden));
+        assert_eq!(rows[0].input, json!({"text": "hi"}));
     }
 
     /// At `max_sessions` open sessions an `initialize` is refused with 503 and a JSON-RPC

@@ -496,13 +496,23 @@ pub(crate) async fn call(
         && scope.capabilities.allows(name)
         && !surface.visible(name, scope.mode, &scope.capabilities)
     {
-        let envelope = Envelope::err(
+        let refusal = Envelope::err(
             ErrKind::Forbidden,
             format!(
                 "`{name}` is not available in {} mode. Call tool_search to find a tool you can use.",
                 scope.mode.as_str()
             ),
         );
+        // Recorded like every call.
+        let envelope = shared
+            .dispatcher
+            .refuse(
+                name,
+                input,
+                scope.context(shared.shutdown.child_token()),
+                refusal,
+            )
+            .await;
         return from_contract::call_result(&envelope, &shared.options.render, || false);
     }
     // `tool_search` and `describe_tool` filter by the session's mode: this request's. Each

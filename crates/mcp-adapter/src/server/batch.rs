@@ -252,12 +252,23 @@ fn content_type(answer: &Response) -> String {
         .to_ascii_lowercase()
 }
 
-/// One message of the batch through the endpoint, with the batch's head.
+/// One message of the batch through the endpoint, with the batch's head. An element that is
+/// itself an array is refused, not taken as a batch in its turn (a batch of batches would
+/// get past [`MAX_BATCH`]).
 fn one(
     direct: &Direct,
     parts: &Parts,
     body: Bytes,
 ) -> Pin<Box<dyn Future<Output = Response> + Send + 'static>> {
+    if is_array(&body) {
+        let refusal = super::invalid::diagnose(&Value::Array(Vec::new()), "the batch element");
+        return Box::pin(std::future::ready(json_rpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            refusal.code,
+            &refusal.message,
+        )));
+    }
     let mut request = Request::new(Body::from(body.clone()));
     *request.method_mut() = parts.method.clone();
     *request.uri_mut() = parts.uri.clone();

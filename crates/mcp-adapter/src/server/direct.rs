@@ -122,9 +122,13 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
         return end_session(&direct, request).await;
     }
     // A batch, on a session that negotiated 2025-03-26 (whose clients send no
-    // `MCP-Protocol-Version` header): each message answered, in one array.
+    // `MCP-Protocol-Version` header, or that version: some SDKs send the negotiated one
+    // whatever it is): each message answered.
     let request = if request.method() == Method::POST
-        && request.headers().get(PROTOCOL_HEADER).is_none()
+        && request
+            .headers()
+            .get(PROTOCOL_HEADER)
+            .is_none_or(|v| v.as_bytes() == b"2025-03-26")
         && batch_era(&direct, request.headers())
     {
         let (parts, body) = request.into_parts();
@@ -1096,6 +1100,37 @@ mod tests {
         assert_eq!(by_id(4)["result"]["structuredContent"], json!({"x": 4}));
         assert!(by_id(2)["result"]["tools"].is_array(), "{}", reply.body);
         assert_eq!(by_id(3)["error"]["code"], json!(-32601), "{}", reply.body);
+        // An element that is itself a batch is refused, not run (a batch of batches would
+        // get past the 100-message limit); a client that sends the negotiated version's
+        // header is answered the same way.
+        let nested = json!([[call(6, json!({})), call(7, json!({}))], call(8, json!({}))]);
+        let with_header: &[(&str, &[u8])] = &[("mcp-protocol-version", b"2025-03-26")];
+        let reply =
+            send_with(&router, Method::POST, Some(&sid), nested.to_string(), with_header).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+        let messages: Vec<Value> = reply
+            .body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        assert_eq!(messages.len(), 2, "{}", reply.body);
+        assert!(
+            messages.iter().any(|m| m["id"] == json!(8)
+                && m["result"]["structuredContent"] == json!({"x": 8})),
+            "{}",
+            reply.body
+        );
+        assert!(
+            messages.iter().any(|m| m["id"].is_null()
+                && m["error"]["code"] == json!(-32600)
+                && m["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("the batch element must be one JSON-RPC 2.0 message object, and it is a batch")),
+            "{}",
+            reply.body
+        );
         // Notifications only: accepted, nothing to answer.
         let quiet = json!([{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 98}}]);
         let reply = send_with(&router, Method::POST, Some(&sid), quiet.to_string(), old).await;

@@ -1105,8 +1105,14 @@ mod tests {
         // header is answered the same way.
         let nested = json!([[call(6, json!({})), call(7, json!({}))], call(8, json!({}))]);
         let with_header: &[(&str, &[u8])] = &[("mcp-protocol-version", b"2025-03-26")];
-        let reply =
-            send_with(&router, Method::POST, Some(&sid), nested.to_string(), with_header).await;
+        let reply = send_with(
+            &router,
+            Method::POST,
+            Some(&sid),
+            nested.to_string(),
+            with_header,
+        )
+        .await;
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
         let messages: Vec<Value> = reply
             .body
@@ -1124,10 +1130,9 @@ mod tests {
         assert!(
             messages.iter().any(|m| m["id"].is_null()
                 && m["error"]["code"] == json!(-32600)
-                && m["error"]["message"]
-                    .as_str()
-                    .unwrap()
-                    .contains("the batch element must be one JSON-RPC 2.0 message object, and it is a batch")),
+                && m["error"]["message"].as_str().unwrap().contains(
+                    "the batch element must be one JSON-RPC 2.0 message object, and it is a batch"
+                )),
             "{}",
             reply.body
         );

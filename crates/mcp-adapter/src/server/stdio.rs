@@ -52,6 +52,9 @@ pub(super) struct LineTransport<R, W> {
     queued: VecDeque<ClientJsonRpcMessage>,
     /// The batches whose answers are being gathered.
     batches: Arc<Mutex<Vec<Batch>>>,
+    /// Whether a request has been handed to the service: until then a notification is
+    /// dropped, since rmcp's handshake ends the session on one.
+    opened: bool,
 }
 
 /// A batch whose requests are not all answered yet.
@@ -70,6 +73,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
             batching: None,
             queued: VecDeque::new(),
             batches: Arc::default(),
+            opened: false,
         }
     }
 
@@ -119,6 +123,43 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
             return;
         }
         crate::server::handler::lock(&self.batches).push(Batch { waiting, answers });
+    }
+
+    /// Looks at a message on its way to the service: a notification before the first
+    /// request is dropped (`None`); a cancellation releases a batch from waiting for the
+    /// cancelled request's answer, which never comes, and sends the batch's other answers
+    /// once they are all in.
+    fn admit(&mut self, message: ClientJsonRpcMessage) -> Option<ClientJsonRpcMessage> {
+        use rmcp::model::ClientNotification;
+        let ClientJsonRpcMessage::Notification(n) = &message else {
+            self.opened = true;
+            return Some(message);
+        };
+        if !self.opened {
+            tracing::warn!(
+                "stdin: a notification before the first request (`initialize`) was ignored"
+            );
+            return None;
+        }
+        if let ClientNotification::CancelledNotification(c) = &n.notification
+            && let Ok(id) = serde_json::to_value(&c.params.request_id)
+        {
+            let id = id.to_string();
+            let mut batches = crate::server::handler::lock(&self.batches);
+            let mut done = Vec::new();
+            batches.retain_mut(|b| {
+                if b.waiting.remove(&id) && b.waiting.is_empty() {
+                    done.push(std::mem::take(&mut b.answers));
+                    return false;
+                }
+                true
+            });
+            drop(batches);
+            for answers in done.into_iter().filter(|a| !a.is_empty()) {
+                self.write.spawn(&Value::Array(answers));
+            }
+        }
+        Some(message)
     }
 
     fn ended(&mut self) {
@@ -206,6 +247,26 @@ where
     }
 
     async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
+        loop {
+            let message = self.next_message().await?;
+            if let Some(message) = self.admit(message) {
+                return Some(message);
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.write.close().await
+    }
+}
+
+impl<R, W> LineTransport<R, W>
+where
+    R: AsyncRead + Send + Unpin,
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    /// The next message read, from a batch taken earlier or the next line.
+    async fn next_message(&mut self) -> Option<ClientJsonRpcMessage> {
         if let Some(message) = self.queued.pop_front() {
             return Some(message);
         }
@@ -258,10 +319,6 @@ where
                 }
             }
         }
-    }
-
-    async fn close(&mut self) -> Result<(), Self::Error> {
-        self.write.close().await
     }
 }
 
@@ -450,6 +507,56 @@ mod tests {
         // An answer outside any batch goes out alone, as before.
         transport.send(reply(json!(7))).await.unwrap();
         assert_eq!(answer(&mut out).await["id"], 7);
+    }
+
+    /// A cancelled request of a batch is not waited for: the batch's other answers go out
+    /// once they are in (it waited for an answer a cancelled request never gets).
+    #[tokio::test]
+    async fn a_cancelled_request_does_not_hold_its_batch() {
+        let (mut transport, mut input, mut out, _ct) = pipes(4096);
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-03-26", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        let batch = json!([
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "slow"}},
+            {"jsonrpc": "2.0", "id": 2, "method": "ping"},
+        ]);
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 1}});
+        input
+            .write_all(format!("{init}\n{batch}\n{cancel}\n").as_bytes())
+            .await
+            .unwrap();
+        for _ in 0..4 {
+            transport.receive().await.expect("a message");
+        }
+        let reply = serde_json::from_value::<ServerJsonRpcMessage>(
+            json!({"jsonrpc": "2.0", "id": 2, "result": {}}),
+        )
+        .unwrap();
+        transport.send(reply).await.unwrap();
+        let answers = answer(&mut out).await;
+        assert_eq!(answers, json!([{"jsonrpc": "2.0", "id": 2, "result": {}}]));
+    }
+
+    /// A notification before the first request is dropped: rmcp's handshake ends the
+    /// session on one, so the `initialize` after it was never answered.
+    #[tokio::test]
+    async fn a_notification_before_initialize_is_dropped() {
+        let (mut transport, mut input, _out, _ct) = pipes(4096);
+        let early = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        input
+            .write_all(format!("{early}\n{init}\n{early}\n").as_bytes())
+            .await
+            .unwrap();
+        let first = serde_json::to_value(transport.receive().await.unwrap()).unwrap();
+        assert_eq!(first["method"], "initialize", "{first}");
+        // After the first request, notifications pass.
+        let next = serde_json::to_value(transport.receive().await.unwrap()).unwrap();
+        assert_eq!(next["method"], "notifications/initialized", "{next}");
     }
 
     /// The end of input ends `receive` and cancels the calls still in flight after the grace.

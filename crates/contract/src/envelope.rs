@@ -298,14 +298,32 @@ impl Part {
                 let size =
                     text.as_ref().map_or(0, String::len) + blob.as_ref().map_or(0, String::len);
                 format!(
-                    "[resource {uri}{}, {size} bytes]",
+                    "[resource {}{}, {size} bytes]",
+                    described(uri),
                     mime_type
                         .as_ref()
-                        .map(|m| format!(" {m}"))
+                        .map(|m| format!(" {}", described(m)))
                         .unwrap_or_default()
                 )
             }
-            Part::ResourceLink { uri, name, .. } => format!("[resource link {name}: {uri}]"),
+            Part::ResourceLink { uri, name, .. } => {
+                format!("[resource link {}: {}]", described(name), described(uri))
+            }
+        }
+    }
+}
+
+/// The most characters of a name, URI or MIME type a part's description shows.
+const MAX_DESCRIBED_CHARS: usize = 300;
+
+/// `s` for a part's description: at most [`MAX_DESCRIBED_CHARS`] characters, so that a
+/// tool's megabyte-long link name cannot get past the result limit through the text that
+/// describes its parts.
+fn described(s: &str) -> std::borrow::Cow<'_, str> {
+    match s.char_indices().nth(MAX_DESCRIBED_CHARS) {
+        None => std::borrow::Cow::Borrowed(s),
+        Some((at, _)) => {
+            std::borrow::Cow::Owned(format!("{}… ({} characters)", &s[..at], s.chars().count()))
         }
     }
 }

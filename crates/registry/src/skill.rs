@@ -17,6 +17,13 @@ pub const SKILL_TOOL: &str = "skill";
 pub const MAX_SKILL_BYTES: u64 = 256 * 1024;
 const MAX_NAME: usize = 64;
 const MAX_DESCRIPTION: usize = 1024;
+
+/// The longest front matter read, in bytes (its fields are short: a 1024-character
+/// description is the longest).
+const MAX_FRONT_MATTER: usize = 16 * 1024;
+
+/// The deepest nesting of `[` and `{` in a front matter.
+const MAX_FRONT_MATTER_NESTING: usize = 16;
 /// The most bundled files a skill's result lists.
 pub const MAX_LISTED_FILES: usize = 100;
 
@@ -105,6 +112,32 @@ impl Skill {
                 "the front matter has no closing `---` line: {LAYOUT}"
             ));
         };
+        // The YAML parser takes time that grows faster than the text with nesting (a 50 KB
+        // front matter of `[`s took 12 s): a front matter holds a few short fields, so a
+        // long or deeply nested one is refused before it is parsed.
+        if front.len() > MAX_FRONT_MATTER {
+            return Err(format!(
+                "the front matter is {} bytes long; at most {MAX_FRONT_MATTER} (the instructions go below the closing `---` line)",
+                front.len()
+            ));
+        }
+        let nesting = front
+            .bytes()
+            .scan(0usize, |depth, b| {
+                match b {
+                    b'[' | b'{' => *depth += 1,
+                    b']' | b'}' => *depth = depth.saturating_sub(1),
+                    _ => {}
+                }
+                Some(*depth)
+            })
+            .max()
+            .unwrap_or(0);
+        if nesting > MAX_FRONT_MATTER_NESTING {
+            return Err(format!(
+                "the front matter nests `[` or `{{` {nesting} levels deep; at most {MAX_FRONT_MATTER_NESTING}"
+            ));
+        }
         let fields: BTreeMap<String, serde_norway::Value> = if front.trim().is_empty() {
             BTreeMap::new()
         } else {
@@ -314,6 +347,19 @@ mod tests {
         );
     }
 
+    /// A long or deeply nested front matter is refused before the YAML parser sees it
+    /// (its time grows faster than the text: 50 KB of `[` took 12 s).
+    #[test]
+    fn a_front_matter_too_long_or_too_deep_is_refused_at_once() {
+        let deep = format!("---\nname: a\ndescription: {}\n---\n", "[".repeat(60_000));
+        let e = Skill::parse(&deep, "x", None).unwrap_err();
+        assert!(e.contains("the front matter is 60"), "{e}");
+        assert!(e.contains("at most 16384"), "{e}");
+        let nested = format!("---\nname: a\ndescription: {}\n---\n", "{".repeat(8_000));
+        let e = Skill::parse(&nested, "x", None).unwrap_err();
+        assert!(e.contains("8000 levels deep"), "{e}");
+    }
+
     #[test]
     fn broken_front_matter_says_what_to_fix() {
         let cases = [
@@ -332,6 +378,10 @@ mod tests {
             ),
             ("---\nname: a--b\ndescription: d\n---\n", "single hyphens"),
             ("---\nname: a\n---\n", "has no `description`"),
+            (
+                "---\nname: a\ndescription: [[[[[[[[[[[[[[[[[[[[x]]]]]]]]]]]]]]]]]]]]\n---\n",
+                "nests `[` or `{` 20 levels deep; at most 16",
+            ),
             (
                 "---\nname: a\ndescription: \"  \"\n---\n",
                 "`description` is empty",

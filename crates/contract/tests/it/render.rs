@@ -84,6 +84,26 @@ fn parts_are_described_not_inlined() {
     check("ok_parts", &e);
 }
 
+/// A part's description shows at most 300 characters of a name or URI: a megabyte-long
+/// link name went whole into the text, past the result limit.
+#[test]
+fn a_long_link_name_is_cut_in_the_description() {
+    let e = Envelope::text("Here.").with_part(Part::ResourceLink {
+        uri: format!("file:///{}", "u".repeat(500_000)),
+        name: "n".repeat(500_000),
+        mime_type: None,
+    });
+    let text = render(&e, &RenderOptions::default());
+    assert!(text.len() < 2_000, "{} characters", text.len());
+    assert!(
+        text.contains(&format!(
+            "[resource link {}… (500000 characters): file:///",
+            "n".repeat(300)
+        )),
+        "{text}"
+    );
+}
+
 #[test]
 fn schema_hint_ranks_alternatives() {
     let e = Envelope::hint(

@@ -220,10 +220,29 @@ fn secs(s: f64, key: &str) -> anyhow::Result<Duration> {
     if !(s.is_finite() && s > 0.0) {
         bail!("limits.{key} must be a positive number of seconds, not {s}");
     }
+    if s < 0.001 {
+        bail!(
+            "limits.{key} must be at least 0.001 seconds (1 ms; every call would time out before it starts), not {s}"
+        );
+    }
     if s > MAX_SECS {
         bail!("limits.{key} must be at most {MAX_SECS} seconds (a year), not {s}");
     }
     Ok(Duration::from_secs_f64(s))
+}
+
+/// The largest request body `quiver serve` reads over HTTP (rmcp's limit): arguments
+/// larger than that never reach the input check.
+const MAX_HTTP_BODY: usize = 4 * 1024 * 1024;
+
+fn input_bytes(n: usize) -> anyhow::Result<usize> {
+    let n = more_than_zero(n, "max_input_bytes", "0 refuses every call")?;
+    if n > MAX_HTTP_BODY {
+        bail!(
+            "limits.max_input_bytes must be at most {MAX_HTTP_BODY} (4 MiB, the largest request body `quiver serve` reads over HTTP; larger arguments are refused there before this limit applies), not {n}"
+        );
+    }
+    Ok(n)
 }
 
 fn concurrent(n: usize, key: &str) -> anyhow::Result<usize> {
@@ -294,11 +313,7 @@ impl LimitsConfig {
                     )?)
                     .with_max_part_bytes(self.max_part_bytes),
             )
-            .with_max_input_bytes(more_than_zero(
-                self.max_input_bytes,
-                "max_input_bytes",
-                "0 refuses every call",
-            )?);
+            .with_max_input_bytes(input_bytes(self.max_input_bytes)?);
         cfg.loop_guard_threshold = count_or_off(
             self.loop_guard,
             2,
@@ -819,6 +834,14 @@ allowed_tools = ["t1", "t2"]
             (
                 "[limits]\nmax_result_chars = 0",
                 "limits.max_result_chars must be more than 0",
+            ),
+            (
+                "[limits]\nmax_input_bytes = 20000000",
+                "limits.max_input_bytes must be at most 4194304",
+            ),
+            (
+                "[limits]\ntimeout_secs = 1e-12",
+                "limits.timeout_secs must be at least 0.001 seconds",
             ),
         ] {
             check(text, Err(err));

@@ -102,10 +102,12 @@ fn load_skill(dir: &Path, set: &mut SkillSet) {
         .and_then(|n| n.to_str());
     match Skill::parse(&text, &origin, dir_name) {
         Ok(skill) => {
-            let mut files = Vec::new();
+            let mut files = Files::default();
             list_files(&canonical, &canonical, 0, &mut files);
-            set.skills
-                .push(skill.with_files(canonical.display().to_string(), files));
+            let mut skill = skill.with_files(canonical.display().to_string(), files.names);
+            // The files past the names kept are counted, not listed.
+            skill.more_files += files.uncounted;
+            set.skills.push(skill);
         }
         Err(reason) => set.problems.push(SkillProblem::new(origin, reason)),
     }
@@ -113,7 +115,19 @@ fn load_skill(dir: &Path, set: &mut SkillSet) {
 
 /// The files under `dir` (relative to `root`), hidden ones and the `SKILL.md` itself left
 /// out; stops a little past what a skill lists, so a huge tree is not walked in full.
-fn list_files(root: &Path, dir: &Path, depth: usize, out: &mut Vec<String>) {
+/// A skill's bundled files as the walk found them.
+#[derive(Default)]
+struct Files {
+    /// The first names, sorted within each directory.
+    names: Vec<String>,
+    /// The files found after `names` was full.
+    uncounted: usize,
+}
+
+/// The most entries one walk looks at (names kept or files counted).
+const MAX_WALKED: usize = 100_000;
+
+fn list_files(root: &Path, dir: &Path, depth: usize, out: &mut Files) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -124,7 +138,7 @@ fn list_files(root: &Path, dir: &Path, depth: usize, out: &mut Vec<String>) {
         .collect();
     paths.sort();
     for path in paths {
-        if out.len() > MAX_LISTED_FILES * 10 {
+        if out.names.len() + out.uncounted >= MAX_WALKED {
             return;
         }
         // `symlink_metadata`: a link is listed, never followed (no loops).
@@ -140,8 +154,10 @@ fn list_files(root: &Path, dir: &Path, depth: usize, out: &mut Vec<String>) {
         if depth == 0 && path.file_name().is_some_and(|n| n == SKILL_FILE) {
             continue;
         }
-        if let Ok(rel) = path.strip_prefix(root) {
-            out.push(rel.to_string_lossy().replace('\\', "/"));
+        if out.names.len() > MAX_LISTED_FILES * 10 {
+            out.uncounted += 1;
+        } else if let Ok(rel) = path.strip_prefix(root) {
+            out.names.push(rel.to_string_lossy().replace('\\', "/"));
         }
     }
 }
@@ -192,6 +208,23 @@ mod tests {
         let linked = DirSkills::new(vec![root.clone()]).load();
         assert_eq!(linked.problems, [], "{linked:?}");
         assert_eq!(linked.skills.len(), 2);
+    }
+
+    /// Past the names kept, files are counted: 1500 bundled files are 100 listed and 1400
+    /// more (the walk stopped at 1001, and said 901 more).
+    #[test]
+    fn every_bundled_file_is_counted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("many");
+        write(&root.join("SKILL.md"), &skill_md("many", "Has many files."));
+        for i in 0..1500 {
+            write(&root.join(format!("data/f{i:04}.txt")), "x");
+        }
+        let set = DirSkills::new(vec![root]).load();
+        assert_eq!(set.skills.len(), 1, "{set:?}");
+        let skill = &set.skills[0];
+        assert_eq!(skill.files.len() + skill.more_files, 1500);
+        assert_eq!(skill.files[0], "data/f0000.txt");
     }
 
     #[test]

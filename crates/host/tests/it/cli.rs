@@ -103,7 +103,7 @@ fn check_lints_and_rejects_a_broken_config() {
     let typo = dir.join("typo.toml");
     std::fs::write(
         &typo,
-        "[[policy.rules]]\nid = \"no-search\"\ntool = \"tool_serch\"\naction = \"deny\"\nmessage = \"no\"\n\n[[policy.rules]]\nid = \"net\"\ntool = \"mcp__*__drop_table\"\naction = \"deny\"\nmessage = \"no\"\n\n[limits.tool_timeouts]\ntool_search = 5\n\"mcp__gone__*\" = 9\n\"mcp__down__x\" = 9\n\n[[mcp.servers]]\nname = \"down\"\ntransport = \"stdio\"\ncommand = \"/nonexistent/quiver-test-server\"\n",
+        "[[policy.rules]]\nid = \"no-search\"\ntool = \"tool_serch\"\naction = \"deny\"\nmessage = \"no\"\n\n[[policy.rules]]\nid = \"net\"\ntool = \"mcp__*__drop_table\"\naction = \"deny\"\nmessage = \"no\"\n\n[limits.tool_timeouts]\ntool_search = 5\n\"mcp__gone__*\" = 9\n\"mcp__down__x\" = 9\n\n[[mcp.servers]]\nname = \"down\"\ntransport = \"stdio\"\ncommand = \"/nonexistent/quiver-test-server\"\n\n[[mcp.servers]]\nname = \"nocwd\"\ntransport = \"stdio\"\ncommand = \"python3\"\ncwd = \"/nonexistent/quiver-test-dir\"\n",
     )
     .unwrap();
     let told = quiver(&["--config", typo.to_str().unwrap(), "check"]);
@@ -135,6 +135,11 @@ fn check_lints_and_rejects_a_broken_config() {
     // A server whose command cannot be started is a finding, required or not.
     assert!(
         text.contains("mcp server down: [cannot start] `/nonexistent/quiver-test-server`: No such file or directory"),
+        "{text}"
+    );
+    // A missing working directory is named as such, not as a missing command.
+    assert!(
+        text.contains("mcp server nocwd: [cannot start] `python3`: its working directory `/nonexistent/quiver-test-dir` (`cwd`) is not a directory"),
         "{text}"
     );
     let help = quiver(&["check", "--help"]);

@@ -848,7 +848,15 @@ impl Upstream {
                             parts
                         }
                         Err(e) => {
-                            let why = format!("cannot start `{command}`: {e}");
+                            // A missing `cwd` fails the spawn with the same "not found"
+                            // as a missing command: say which it is.
+                            let why = match cwd.as_ref().filter(|d| !d.is_dir()) {
+                                Some(dir) => format!(
+                                    "cannot start `{command}`: its working directory `{}` (`cwd`) is not a directory ({e})",
+                                    dir.display()
+                                ),
+                                None => format!("cannot start `{command}`: {e}"),
+                            };
                             // Only what an operator must fix (no such command or `cwd`, not
                             // executable); a passing shortage (EMFILE, EAGAIN) is retried.
                             let fixable = matches!(

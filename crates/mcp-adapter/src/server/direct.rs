@@ -770,7 +770,14 @@ async fn read_body(direct: &Direct, body: Body, limit: usize) -> Result<Bytes, R
             let over = std::error::Error::source(&e)
                 .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
             Err(if over {
-                (StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large").into_response()
+                json_rpc_error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    Value::Null,
+                    super::invalid::INVALID_REQUEST,
+                    &format!(
+                        "Invalid Request: the body is over {limit} bytes, the most this server reads as one request; send less (a large input belongs in a file the tool reads)"
+                    ),
+                )
             } else {
                 (StatusCode::BAD_REQUEST, format!("Bad Request: {e}")).into_response()
             })

@@ -1175,6 +1175,34 @@ mod tests {
         assert!(reply.body.contains("a batch"), "{}", reply.body);
     }
 
+    /// A body over the limit is answered 413 with a JSON-RPC error that says what to do
+    /// (it was a bare "Payload Too Large").
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_told_what_to_do() {
+        let server = server();
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"x":"{}"}}}}"#,
+            "a".repeat(5 << 20)
+        );
+        let reply = send_text(&router, Method::POST, None, body).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "{}",
+            reply.body
+        );
+        let v: Value = serde_json::from_str(&reply.body).expect("a JSON-RPC error");
+        assert_eq!(v["error"]["code"], json!(-32600), "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("the body is over 4194304 bytes"),
+            "{v}"
+        );
+    }
+
     /// A call the session's mode does not allow (plan mode, a mutating tool) is refused,
     /// and recorded like every call.
     #[tokio::test]

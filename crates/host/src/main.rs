@@ -70,7 +70,8 @@ enum Command {
     /// description that says when to use the tool).
     ///
     /// Exits 1 when anything is found: a lint finding, a tool not registered, a breaking
-    /// change, or a configured tool name that matches no tool (`[unmatched]`; one under the
+    /// change, or a configured tool name that matches no tool (`[unmatched]`, also a
+    /// server's `allow_tools`/`deny_tools` entry the server does not list; one under the
     /// prefix of an upstream that is not connected, and a `*` pattern that matches nothing
     /// yet, are notes), a tool whose definition is too large to be shown (`[too large]`),
     /// an MCP server whose command cannot be started (`[cannot start]`), or a `required`
@@ -567,6 +568,47 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                     "{}: [unmatched] `{}` matches no tool in the catalog{note}",
                     r.key, r.name
                 );
+            }
+            // A server's `allow_tools` and `deny_tools` take the names the server itself
+            // lists: one it does not list is a finding (an allow list of nothing but typos
+            // hides every tool of the server; a typo'd deny lets the tool through).
+            let statuses = app.mcp.status();
+            for server in &config.mcp.servers {
+                let keys = server
+                    .allow_tools
+                    .iter()
+                    .flatten()
+                    .map(|n| ("allow_tools", n))
+                    .chain(server.deny_tools.iter().map(|n| ("deny_tools", n)));
+                let status = statuses.iter().find(|s| s.name == server.name);
+                let listed = status
+                    .filter(|s| matches!(s.state, quiver_mcp_adapter::ServerState::Connected))
+                    .map(|s| &s.listed);
+                for (key, name) in keys {
+                    let at = format!("mcp.servers[{}].{key}", server.name);
+                    let Some(listed) = listed else {
+                        println!(
+                            "{at}: [note] `{name}` not checked: server {} is not connected",
+                            server.name
+                        );
+                        continue;
+                    };
+                    if listed.contains(name) {
+                        continue;
+                    }
+                    unmatched += 1;
+                    let prefix = server.prefix.as_deref().unwrap_or(&server.name);
+                    let note = match name.strip_prefix(&format!("mcp__{prefix}__")) {
+                        Some(bare) => format!(
+                            "; this key takes the server's own names: `{bare}`, not `{name}`"
+                        ),
+                        None => quiver_host::suggestion(name, listed.iter().map(String::as_str)),
+                    };
+                    println!(
+                        "{at}: [unmatched] `{name}` is not a tool server {} lists{note}",
+                        server.name
+                    );
+                }
             }
             let mut breaking = Vec::new();
             if let Some(db) = against {

@@ -357,6 +357,37 @@ fn check_counts_refused_and_malformed_definitions_and_needs_an_existing_database
     assert!(!dir.join("no-such.db").exists(), "nothing was created");
 }
 
+/// A server's `allow_tools` and `deny_tools` are checked against the names the server
+/// lists: a catalog name in them, or a typo, is a finding (the allow list hid every tool of
+/// the server, the deny let the tool through), and neither was reported.
+#[test]
+fn check_names_allow_and_deny_entries_the_server_does_not_list() {
+    let dir = workdir("allowdeny");
+    let server = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/one_tool_server.py"
+    );
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{server:?}]\nallow_tools = [\"mcp__one__t\"]\ndeny_tools = [\"tt\"]\n"
+        ),
+    )
+    .unwrap();
+    let out = quiver_in(&dir, &["check"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("mcp.servers[one].allow_tools: [unmatched] `mcp__one__t` is not a tool server one lists; this key takes the server's own names: `t`, not `mcp__one__t`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("mcp.servers[one].deny_tools: [unmatched] `tt` is not a tool server one lists; did you mean `t`?"),
+        "{text}"
+    );
+    assert!(text.contains("2 unmatched tool name(s)"), "{text}");
+}
+
 /// `requires_prior` holds across processes: each `quiver call --session S` is a new
 /// process, and the session's earlier calls come back from the execution log.
 #[test]

@@ -139,6 +139,9 @@ pub struct ServerStatus {
     /// Why its command could not be started at the last dial (not found, not executable):
     /// a stdio server only an operator can bring up. `None` once a dial starts it.
     pub cannot_start: Option<String>,
+    /// Every tool name it listed last, before `allow_tools` and `deny_tools` (empty until
+    /// it has listed): what those keys are checked against.
+    pub listed: Vec<String>,
 }
 
 pub(crate) struct Shared {
@@ -335,6 +338,7 @@ impl McpClient {
                 child_pids: up.child_pids(),
                 next_attempt: up.next_attempt(),
                 cannot_start: up.cannot_start(),
+                listed: up.listed_names(),
             })
             .collect()
     }

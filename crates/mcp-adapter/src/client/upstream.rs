@@ -241,6 +241,8 @@ pub(crate) struct Upstream {
     /// Why the last dial could not even start the server's command (not found, not
     /// executable), until a dial starts it: a fault only an operator can fix.
     cannot_start: Mutex<Option<String>>,
+    /// Every tool name the server listed last, before `allow_tools` and `deny_tools`.
+    listed_names: Mutex<Vec<String>>,
     published: Mutex<BTreeMap<String, UpstreamTool>>,
     last_report: Mutex<RegisterReport>,
     pids: Arc<Mutex<Vec<u32>>>,
@@ -278,6 +280,8 @@ pub(crate) struct Upstream {
 struct Listing {
     tools: Vec<UpstreamTool>,
     malformed: Vec<Skipped>,
+    /// Every name the server listed, before `allow_tools` and `deny_tools` (sorted, once).
+    names: Vec<String>,
 }
 
 /// The single re-list of an upstream (see `Upstream::relist`).
@@ -452,6 +456,7 @@ impl Upstream {
             backoff: Mutex::new(None),
             next_attempt: Mutex::new(None),
             cannot_start: Mutex::new(None),
+            listed_names: Mutex::new(Vec::new()),
             published: Mutex::new(BTreeMap::new()),
             last_report: Mutex::new(RegisterReport::default()),
             pids: Arc::new(Mutex::new(Vec::new())),
@@ -555,6 +560,14 @@ impl Upstream {
     }
 
     /// Why the server's command could not be started at the last dial, if it could not.
+    /// Every tool name the server listed last, before `allow_tools` and `deny_tools`.
+    pub(crate) fn listed_names(&self) -> Vec<String> {
+        self.listed_names
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     pub(crate) fn cannot_start(&self) -> Option<String> {
         self.cannot_start
             .lock()
@@ -1146,6 +1159,7 @@ impl Upstream {
         let mut cursor: Option<String> = None;
         let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
         let mut listed: std::collections::HashMap<String, Value> = std::collections::HashMap::new();
+        let mut names = std::collections::BTreeSet::new();
         let mut pages = 0usize;
         loop {
             pages += 1;
@@ -1169,6 +1183,9 @@ impl Upstream {
             let page = read_tools_page(answer).map_err(DialError::Transient)?;
             for wire in page.tools {
                 let name = wire.get("name").and_then(Value::as_str).unwrap_or_default();
+                if names.len() < self.opts.list_cap {
+                    names.insert(name.to_owned());
+                }
                 if !self.cfg.admits(name) {
                     continue;
                 }
@@ -1186,6 +1203,7 @@ impl Upstream {
                     return Ok(Listing {
                         tools: out,
                         malformed,
+                        names: names.into_iter().collect(),
                     });
                 }
                 // One malformed tool costs only itself: the rest are served.
@@ -1227,6 +1245,7 @@ impl Upstream {
                     return Ok(Listing {
                         tools: out,
                         malformed,
+                        names: names.into_iter().collect(),
                     });
                 }
                 Some(c) if !c.is_empty() => {
@@ -1237,6 +1256,7 @@ impl Upstream {
                     return Ok(Listing {
                         tools: out,
                         malformed,
+                        names: names.into_iter().collect(),
                     });
                 }
             }
@@ -1246,7 +1266,12 @@ impl Upstream {
     /// Publishes `tools` into the catalog under this server's family: new names are
     /// registered first-wins, changed ones replaced, vanished ones removed.
     fn publish(self: &Arc<Self>, listing: Listing) -> RegisterReport {
-        let Listing { tools, malformed } = listing;
+        let Listing {
+            tools,
+            malformed,
+            names,
+        } = listing;
+        *self.listed_names.lock().unwrap_or_else(|p| p.into_inner()) = names;
         let family = self.cfg.family();
         let mut published = self.published.lock().unwrap_or_else(|p| p.into_inner());
         let wanted: BTreeSet<&str> = tools.iter().map(|t| t.spec.name.as_str()).collect();

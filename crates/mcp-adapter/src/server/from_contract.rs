@@ -46,7 +46,10 @@ pub(crate) fn tool(spec: &ToolSpec) -> Tool {
 /// not an Err and carries no object) must answer a success with structured content (clients'
 /// SDKs refuse the result otherwise), so for it a result without a JSON object (a Hint, or
 /// data the result cap turned into text) goes out with `isError`: the model still reads the
-/// rendered text.
+/// rendered text, after a first text block saying that a success was only marked so.
+/// What a typed tool's success without structured content says first (see [`call_result`]).
+pub(crate) const UNSTRUCTURED_SUCCESS: &str = "Note: this call succeeded. Its result comes as text, not as the structured result the tool's output schema describes (it was too large for the result limit, or the tool answered in text), so it is marked as an error for MCP clients. Do not repeat the call for that reason.";
+
 pub(crate) fn call_result(
     envelope: &Envelope,
     opts: &RenderOptions,
@@ -106,6 +109,11 @@ pub(crate) fn call_result(
         }
     }
     let untyped = !envelope.is_err() && !matches!(structured, Some(Value::Object(_))) && typed();
+    if untyped && envelope.is_ok() {
+        // Marked as an error only for the clients' sake: the model must not take it for a
+        // failed call (and repeat a call that did what it was asked).
+        content.insert(0, Content::text(UNSTRUCTURED_SUCCESS));
+    }
     let mut result = if envelope.is_err() || untyped {
         CallToolResult::error(content)
     } else {
@@ -153,6 +161,13 @@ mod tests {
             let r = call_result(&e, &opts, || true);
             assert_eq!(r.is_error, Some(true), "{e:?}");
             assert_eq!(r.structured_content, None, "{e:?}");
+            // A success says first that it is one; a hint does not.
+            let first = serde_json::to_value(&r).unwrap()["content"][0]["text"].clone();
+            assert_eq!(
+                first == json!(UNSTRUCTURED_SUCCESS),
+                e.is_ok(),
+                "{e:?}: {first}"
+            );
         }
     }
 

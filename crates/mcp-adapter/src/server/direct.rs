@@ -162,6 +162,17 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
         let Some(id) = initialize_id(&bytes) else {
             return forward_parts(&direct, parts, bytes).await;
         };
+        if let Some(problem) = serde_json::from_slice::<Value>(&bytes)
+            .ok()
+            .and_then(|m| super::invalid::initialize_problem(&m))
+        {
+            return json_rpc_error(
+                StatusCode::BAD_REQUEST,
+                id,
+                super::invalid::INVALID_PARAMS,
+                &problem,
+            );
+        }
         let opening = Opening::start(&direct.shared.opening);
         if direct.sessions.sessions.read().await.len() + opening.ahead
             >= direct.shared.options.max_sessions
@@ -1173,6 +1184,28 @@ mod tests {
         .await;
         assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.body);
         assert!(reply.body.contains("a batch"), "{}", reply.body);
+    }
+
+    /// A malformed `initialize` is told what an `initialize` needs (rmcp read it as another
+    /// request and answered that a session id is required).
+    #[tokio::test]
+    async fn a_malformed_initialize_is_told_what_it_needs() {
+        let server = server();
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let bad = json!({"jsonrpc": "2.0", "id": 9, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}}});
+        let reply = send(&router, Method::POST, None, bad).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.body);
+        let v: Value = serde_json::from_str(&reply.body).unwrap();
+        assert_eq!(v["id"], json!(9), "{v}");
+        assert_eq!(v["error"]["code"], json!(-32602), "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("clientInfo"),
+            "{v}"
+        );
     }
 
     /// A body over the limit is answered 413 with a JSON-RPC error that says what to do

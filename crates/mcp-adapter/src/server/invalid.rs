@@ -7,6 +7,22 @@ use serde_json::Value;
 pub(super) const PARSE_ERROR: i64 = -32700;
 /// JSON-RPC's code for JSON that is not a valid request.
 pub(super) const INVALID_REQUEST: i64 = -32600;
+/// JSON-RPC's invalid params.
+pub(super) const INVALID_PARAMS: i64 = -32602;
+
+/// Why `message`, an `initialize` request, cannot open a session (`None` when it can, or is
+/// no `initialize`). rmcp reads a malformed one as some other request, and answered for that:
+/// over HTTP that a session id is required, over stdio that 2026 `_meta` fields are missing.
+pub(super) fn initialize_problem(message: &Value) -> Option<String> {
+    if message.get("method").and_then(Value::as_str) != Some("initialize") {
+        return None;
+    }
+    let params = message.get("params").cloned().unwrap_or(Value::Null);
+    let e = serde_json::from_value::<rmcp::model::InitializeRequestParams>(params).err()?;
+    Some(format!(
+        "Invalid params: an `initialize` needs `params` with `protocolVersion` (a string such as \"2025-11-25\"), `capabilities` (an object) and `clientInfo` (with `name` and `version`): {e}"
+    ))
+}
 
 /// A message the server refuses to read: the error code, the message the client reads, and
 /// the request's id when it can be read (else null, as JSON-RPC 2.0, section 5, asks).

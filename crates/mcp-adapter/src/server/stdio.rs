@@ -296,6 +296,14 @@ where
                 && let Ok(value) = serde_json::from_slice::<Value>(line)
                 && value.get("method").and_then(Value::as_str) == Some("initialize")
             {
+                if let Some(problem) = invalid::initialize_problem(&value) {
+                    self.answer(&Refusal {
+                        code: invalid::INVALID_PARAMS,
+                        message: problem,
+                        id: value.get("id").cloned().unwrap_or(Value::Null),
+                    });
+                    continue;
+                }
                 self.batching =
                     Some(value["params"]["protocolVersion"].as_str() == Some("2025-03-26"));
             }
@@ -537,6 +545,33 @@ mod tests {
         transport.send(reply).await.unwrap();
         let answers = answer(&mut out).await;
         assert_eq!(answers, json!([{"jsonrpc": "2.0", "id": 2, "result": {}}]));
+    }
+
+    /// A malformed `initialize` is told what an `initialize` needs (rmcp read it as a 2026
+    /// request and asked for `_meta` fields), and a good one after it opens the session.
+    #[tokio::test]
+    async fn a_malformed_initialize_is_told_what_it_needs() {
+        let (mut transport, mut input, mut out, _ct) = pipes(4096);
+        let bad = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": 20250618, "capabilities": {}}});
+        let good = json!({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        input
+            .write_all(format!("{bad}\n{good}\n").as_bytes())
+            .await
+            .unwrap();
+        let taken = serde_json::to_value(transport.receive().await.unwrap()).unwrap();
+        assert_eq!(taken["id"], 2, "{taken}");
+        let refusal = answer(&mut out).await;
+        assert_eq!(refusal["id"], 1, "{refusal}");
+        assert_eq!(refusal["error"]["code"], -32602, "{refusal}");
+        assert!(
+            refusal["error"]["message"].as_str().unwrap().starts_with(
+                "Invalid params: an `initialize` needs `params` with `protocolVersion`"
+            ),
+            "{refusal}"
+        );
     }
 
     /// A notification before the first request is dropped: rmcp's handshake ends the

@@ -30,7 +30,14 @@ impl DirSkills {
 impl SkillSource for DirSkills {
     fn load(&self) -> SkillSet {
         let mut set = SkillSet::default();
+        let mut read = std::collections::HashSet::new();
         for dir in &self.dirs {
+            // The same directory listed twice (or by two paths) is read once: its skills
+            // are not duplicates of themselves.
+            if !read.insert(dir.canonicalize().unwrap_or_else(|_| dir.clone())) {
+                tracing::warn!(dir = %dir.display(), "skills directory listed twice; read once");
+                continue;
+            }
             load_dir(dir, &mut set);
         }
         set
@@ -200,6 +207,13 @@ mod tests {
         // A directory that is itself a skill.
         let one = DirSkills::new(vec![root.join("pdf-report")]).load();
         assert_eq!(one.skills.len(), 1);
+        // One listed twice, the second time by another path, is read once.
+        let twice = DirSkills::new(vec![root.clone(), root.join("../skills")]).load();
+        assert_eq!(
+            (twice.skills.len(), twice.problems.len()),
+            (2, 0),
+            "{twice:?}"
+        );
         // A link named for the skill, to a directory named otherwise (a versioned store).
         let store = tmp.path().join("store/pdf-report-1.2");
         std::fs::create_dir_all(store.parent().unwrap()).unwrap();

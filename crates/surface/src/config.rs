@@ -142,6 +142,12 @@ impl SurfaceConfig {
                     .into(),
             );
         }
+        if self.working_set.max_tools == 0 || self.working_set.max_bytes == 0 {
+            return bad(format!(
+                "working_set.max_tools ({}) and working_set.max_bytes ({}) must be at least 1: at 0 every tool tool_search finds is over budget and none can be paged in",
+                self.working_set.max_tools, self.working_set.max_bytes
+            ));
+        }
         if self.search_default_limit == 0 || self.search_default_limit > MAX_SEARCH_LIMIT {
             return bad(format!(
                 "search_default_limit must be in 1..={MAX_SEARCH_LIMIT}, not {}",

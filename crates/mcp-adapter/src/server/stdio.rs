@@ -55,6 +55,10 @@ pub(super) struct LineTransport<R, W> {
     /// Whether a request has been handed to the service: until then a notification is
     /// dropped, since rmcp's handshake ends the session on one.
     opened: bool,
+    /// The ids (as JSON text) of the client's requests not answered yet: a request that
+    /// reuses one is refused (its answer and the other's could not be told apart, and one
+    /// of them was lost).
+    in_flight: Arc<Mutex<HashSet<String>>>,
 }
 
 /// A batch whose requests are not all answered yet.
@@ -74,6 +78,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
             queued: VecDeque::new(),
             batches: Arc::default(),
             opened: false,
+            in_flight: Arc::default(),
         }
     }
 
@@ -131,9 +136,28 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
     /// once they are all in.
     fn admit(&mut self, message: ClientJsonRpcMessage) -> Option<ClientJsonRpcMessage> {
         use rmcp::model::ClientNotification;
-        let ClientJsonRpcMessage::Notification(n) = &message else {
-            self.opened = true;
-            return Some(message);
+        let n = match &message {
+            ClientJsonRpcMessage::Notification(n) => n,
+            ClientJsonRpcMessage::Request(r) => {
+                self.opened = true;
+                let id = id_text(&r.id);
+                if !crate::server::handler::lock(&self.in_flight).insert(id.clone()) {
+                    tracing::warn!("stdin: a request reused the id {id} of one in flight");
+                    self.answer(&Refusal {
+                        code: invalid::INVALID_REQUEST,
+                        message: format!(
+                            "Invalid Request: the id {id} is already used by a request in flight; give each request its own id"
+                        ),
+                        id: serde_json::to_value(&r.id).unwrap_or(Value::Null),
+                    });
+                    return None;
+                }
+                return Some(message);
+            }
+            _ => {
+                self.opened = true;
+                return Some(message);
+            }
         };
         if !self.opened {
             tracing::warn!(
@@ -142,9 +166,11 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
             return None;
         }
         if let ClientNotification::CancelledNotification(c) = &n.notification
-            && let Ok(id) = serde_json::to_value(&c.params.request_id)
+            && let Some(request_id) = &c.params.request_id
         {
-            let id = id.to_string();
+            // A cancelled request is not answered: its id is free again.
+            let id = id_text(request_id);
+            crate::server::handler::lock(&self.in_flight).remove(&id);
             let mut batches = crate::server::handler::lock(&self.batches);
             let mut done = Vec::new();
             batches.retain_mut(|b| {
@@ -173,6 +199,11 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
             }
         });
     }
+}
+
+/// A request id as JSON text (`7`, `"a"`), as batches and the ids in flight keep it.
+fn id_text(id: &rmcp::model::RequestId) -> String {
+    serde_json::to_string(id).unwrap_or_default()
 }
 
 /// What to do with one line.
@@ -225,6 +256,14 @@ where
         item: ServerJsonRpcMessage,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         use futures::future::Either;
+        let answered = match &item {
+            ServerJsonRpcMessage::Response(r) => Some(&r.id),
+            ServerJsonRpcMessage::Error(e) => e.id.as_ref(),
+            _ => None,
+        };
+        if let Some(id) = answered {
+            crate::server::handler::lock(&self.in_flight).remove(&id_text(id));
+        }
         // An answer to a batch's request joins the batch's answers; the last one sends them.
         let mut batches = crate::server::handler::lock(&self.batches);
         if !batches.is_empty()
@@ -371,7 +410,7 @@ mod tests {
     #[tokio::test]
     async fn lines_that_cannot_be_read_are_answered_and_reading_goes_on() {
         let (mut transport, mut input, mut out, _ct) = pipes(4096);
-        let ping = r#"{"jsonrpc":"2.0","id":42,"method":"ping"}"#;
+        // A new id each time: the pings are never answered, so an id stays in flight.
         let cases: Vec<(String, i64, &str, Value)> = vec![
             ("hello".into(), -32700, "not valid JSON", Value::Null),
             (
@@ -405,7 +444,8 @@ mod tests {
                 Value::Null,
             ),
         ];
-        for (line, code, says, id) in cases {
+        for (n, (line, code, says, id)) in cases.into_iter().enumerate() {
+            let ping = format!(r#"{{"jsonrpc":"2.0","id":{},"method":"ping"}}"#, 42 + n);
             input
                 .write_all(format!("{line}\n{ping}\n").as_bytes())
                 .await
@@ -413,7 +453,7 @@ mod tests {
             let taken = transport.receive().await.expect("the ping is read");
             assert_eq!(
                 serde_json::to_value(&taken).unwrap()["id"],
-                42,
+                42 + n,
                 "after {line:.40}"
             );
             let refusal = answer(&mut out).await;
@@ -571,6 +611,50 @@ mod tests {
                 "Invalid params: an `initialize` needs `params` with `protocolVersion`"
             ),
             "{refusal}"
+        );
+    }
+
+    /// A request that reuses the id of one in flight is refused (one of the two answers was
+    /// lost); once the first is answered, or cancelled, its id may be used again.
+    #[tokio::test]
+    async fn a_request_reusing_an_id_in_flight_is_refused() {
+        let (mut transport, mut input, mut out, _ct) = pipes(4096);
+        let call =
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "slow"}});
+        let ping = |id: u64| json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
+        input
+            .write_all(format!("{call}\n{}\n{}\n", ping(3), ping(4)).as_bytes())
+            .await
+            .unwrap();
+        let first = serde_json::to_value(transport.receive().await.unwrap()).unwrap();
+        assert_eq!(first["method"], "tools/call");
+        // The second 3 is refused; the 4 after it is taken.
+        let next = serde_json::to_value(transport.receive().await.unwrap()).unwrap();
+        assert_eq!(next["id"], 4, "{next}");
+        let refusal = answer(&mut out).await;
+        assert_eq!(refusal["id"], 3, "{refusal}");
+        assert!(
+            refusal["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("the id 3 is already used by a request in flight"),
+            "{refusal}"
+        );
+        // Answered: the id is free again.
+        let reply = serde_json::from_value::<ServerJsonRpcMessage>(
+            json!({"jsonrpc": "2.0", "id": 3, "result": {}}),
+        )
+        .unwrap();
+        transport.send(reply).await.unwrap();
+        assert_eq!(answer(&mut out).await["id"], 3);
+        input
+            .write_all(format!("{}\n", ping(3)).as_bytes())
+            .await
+            .unwrap();
+        let again = serde_json::to_value(transport.receive().await.unwrap()).unwrap();
+        assert_eq!(
+            (again["id"].clone(), again["method"].clone()),
+            (json!(3), json!("ping"))
         );
     }
 

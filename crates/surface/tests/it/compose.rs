@@ -371,6 +371,10 @@ fn unworkable_settings_are_refused() {
         "idle_rounds must be at least 1",
     );
     refused(
+        SurfaceConfig::default().with_working_set(64, 0),
+        "working_set.max_tools (64) and working_set.max_bytes (0) must be at least 1",
+    );
+    refused(
         SurfaceConfig::default().with_floor_times(0, 60),
         "floor_cache_ttl_secs (0) and floor_max_age_secs (60) must be at least 1",
     );

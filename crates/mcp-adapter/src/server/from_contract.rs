@@ -39,8 +39,9 @@ pub(crate) fn tool(spec: &ToolSpec) -> Tool {
 }
 
 /// A tool result: the rendered envelope as text, the data as structured content when it is
-/// a JSON object or array, non-text parts as their own blocks, and `isError` for an Err
-/// (a Hint is a normal result the model reads and acts on).
+/// a JSON object or array, non-text parts as their own blocks, and `isError` for an Err and
+/// a schema Hint (arguments to correct); other Hints are normal results the model reads and
+/// acts on.
 ///
 /// A tool that declares an object output schema (`typed`, asked only for a result that is
 /// not an Err and carries no object) must answer a success with structured content (clients'
@@ -114,7 +115,11 @@ pub(crate) fn call_result(
         // failed call (and repeat a call that did what it was asked).
         content.insert(0, Content::text(UNSTRUCTURED_SUCCESS));
     }
-    let mut result = if envelope.is_err() || untyped {
+    // Arguments that do not fit the tool's schema are an error result the model reads and
+    // corrects (MCP 2025-11-25, SEP-1303: input validation errors are tool execution
+    // errors); other hints (narrow a query, pick one) are normal results.
+    let bad_arguments = envelope.hint_kind() == Some(quiver_contract::HintKind::Schema);
+    let mut result = if envelope.is_err() || untyped || bad_arguments {
         CallToolResult::error(content)
     } else {
         CallToolResult::success(content)
@@ -143,7 +148,13 @@ mod tests {
             &opts,
             || false,
         );
-        assert_eq!(hint.is_error, Some(false));
+        assert_eq!(hint.is_error, Some(true));
+        let narrow = call_result(
+            &Envelope::hint(HintKind::Fetch, "narrow it", vec![]),
+            &opts,
+            || false,
+        );
+        assert_eq!(narrow.is_error, Some(false));
         let err = call_result(&Envelope::err(ErrKind::ToolFailed, "boom"), &opts, || false);
         assert_eq!(err.is_error, Some(true));
         let v = serde_json::to_value(&err).unwrap();

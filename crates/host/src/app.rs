@@ -45,6 +45,10 @@ pub struct App {
     /// slow ones: 30 s, or longer when a server's `connect_timeout` is (so raising it for a
     /// server that `npx -y` fetches on first start is not undone by the wait).
     pub startup_wait: std::time::Duration,
+    /// Skills whose instructions are longer than a result may be (`max_result_chars`): the
+    /// `skill` tool serves them cut, so the model never reads their end. Name, origin and
+    /// length in characters, for `quiver check`.
+    pub long_skills: Vec<(String, String, usize)>,
 }
 
 impl std::fmt::Debug for App {
@@ -92,6 +96,18 @@ impl App {
             tracing::warn!("resident floor: {why}; using the static fallback");
         }
         let loaded = DirSkills::new(config.skills.dirs.clone()).load();
+        let long_skills = loaded
+            .skills
+            .iter()
+            .map(|s| {
+                (
+                    s.name.clone(),
+                    s.origin.clone(),
+                    s.instructions.chars().count(),
+                )
+            })
+            .filter(|(_, _, n)| *n > config.limits.max_result_chars)
+            .collect();
         let (skill, mut skill_problems) = skill_tool(loaded.skills);
         skill_problems.splice(0..0, loaded.problems);
         let families = Families {
@@ -134,6 +150,7 @@ impl App {
             report,
             mcp,
             startup_wait,
+            long_skills,
         })
     }
 

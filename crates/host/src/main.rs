@@ -73,7 +73,8 @@ enum Command {
     /// change, or a configured tool name that matches no tool (`[unmatched]`, also a
     /// server's `allow_tools`/`deny_tools` entry the server does not list; one under the
     /// prefix of an upstream that is not connected, and a `*` pattern that matches nothing
-    /// yet, are notes), a tool whose definition is too large to be shown (`[too large]`),
+    /// yet, are notes), a tool whose definition is too large to be shown (`[too large]`), a
+    /// skill longer than a result may be (`[too long]`),
     /// an MCP server whose command cannot be started (`[cannot start]`), or a `required`
     /// MCP server that is not ready. Exits 2 when the configuration itself is wrong.
     Check {
@@ -480,6 +481,14 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                     o.name, o.bytes, o.budget, o.limit
                 );
             }
+            // A skill longer than a result may be is served cut: the model never reads its
+            // end.
+            for (name, origin, chars) in &app.long_skills {
+                println!(
+                    "skill {name}: [too long] its instructions are {chars} characters, more than a result carries (limits.max_result_chars = {}), so the skill tool serves them cut: move material into files beside it ({origin}), or raise the limit",
+                    config.limits.max_result_chars
+                );
+            }
             for f in &findings {
                 let at = if f.path.is_empty() {
                     String::new()
@@ -696,7 +705,11 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
             println!(
                 "config ok; {} tool definition(s) linted, {} finding(s), {} not registered, {} breaking change(s), {} unmatched tool name(s)",
                 app.catalog.len(),
-                findings.len() + misfits.len() + oversized.len() + cannot_start.len(),
+                findings.len()
+                    + misfits.len()
+                    + oversized.len()
+                    + cannot_start.len()
+                    + app.long_skills.len(),
                 not_registered,
                 breaking.len(),
                 unmatched
@@ -705,6 +718,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                 if findings.is_empty()
                     && misfits.is_empty()
                     && oversized.is_empty()
+                    && app.long_skills.is_empty()
                     && cannot_start.is_empty()
                     && not_registered == 0
                     && breaking.is_empty()

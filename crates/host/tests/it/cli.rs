@@ -499,6 +499,29 @@ fn skills_directories_feed_the_skill_tool() {
     );
     let still = quiver_in(&dir, &["call", "skill", r#"{"name": "meeting-notes"}"#]);
     assert_eq!(still.status.code(), Some(0), "{}", stdout(&still));
+
+    // A skill longer than a result may be is a finding: it would be served cut.
+    std::fs::remove_dir_all(dir.join("skills/broken")).unwrap();
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[skills]\ndirs = [\"skills\"]\n\n[limits]\nmax_result_chars = 1000\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("skills/meeting-notes/SKILL.md"),
+        format!(
+            "---\nname: meeting-notes\ndescription: Writes meeting minutes.\n---\n{}\n",
+            "Step.\n".repeat(300)
+        ),
+    )
+    .unwrap();
+    let check = quiver_in(&dir, &["check"]);
+    let out = stdout(&check);
+    assert_eq!(check.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("skill meeting-notes: [too long] its instructions are 1799 characters, more than a result carries (limits.max_result_chars = 1000)"),
+        "{out}"
+    );
 }
 
 /// The host sets the catalog's family order: an upstream tool named `skill` (a server

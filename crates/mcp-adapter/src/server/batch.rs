@@ -213,9 +213,11 @@ async fn relay(answer: Response, item: &Value, tx: &tokio::sync::mpsc::Sender<St
                 let Ok(message) = serde_json::from_str::<Value>(&event.data) else {
                     continue;
                 };
-                answered |= message.get("id").is_some()
+                answered = message.get("id").is_some()
                     && (message.get("result").is_some() || message.get("error").is_some());
-                if tx.send(event.data).await.is_err() {
+                if tx.send(event.data).await.is_err() || answered {
+                    // The answer is the last message of its request's stream (the server
+                    // may keep the stream open a while after it): done.
                     return;
                 }
             }

@@ -1010,6 +1010,14 @@ mod tests {
         }
     }
 
+    /// The JSON-RPC messages of an SSE body, in order.
+    fn sse_messages(body: &str) -> Vec<Value> {
+        body.lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect()
+    }
+
     fn call(id: u64, meta: Value) -> Value {
         json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
             "params": {"name": "echo", "arguments": {"x": id}, "_meta": meta}})
@@ -1081,12 +1089,7 @@ mod tests {
             "{}",
             reply.content_type
         );
-        let messages: Vec<Value> = reply
-            .body
-            .lines()
-            .filter_map(|l| l.strip_prefix("data: "))
-            .map(|d| serde_json::from_str(d).unwrap())
-            .collect();
+        let messages = sse_messages(&reply.body);
         let progress: Vec<&Value> = messages
             .iter()
             .filter(|m| m["method"] == "notifications/progress")
@@ -1132,12 +1135,7 @@ mod tests {
         )
         .await;
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
-        let messages: Vec<Value> = reply
-            .body
-            .lines()
-            .filter_map(|l| l.strip_prefix("data: "))
-            .map(|d| serde_json::from_str(d).unwrap())
-            .collect();
+        let messages = sse_messages(&reply.body);
         assert_eq!(messages.len(), 2, "{}", reply.body);
         assert!(
             messages.iter().any(|m| m["id"] == json!(8)

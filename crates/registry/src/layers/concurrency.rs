@@ -14,6 +14,11 @@ use tower::{Layer, Service};
 
 use super::{Call, CallFuture};
 
+/// The least time a queued call must have left when its slot comes to be started: with less,
+/// it would be abandoned within milliseconds of being sent, so it is answered as never
+/// started instead.
+const MIN_TIME_TO_START: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Concurrency limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -144,12 +149,13 @@ where
             if call
                 .ctx
                 .deadline
-                .is_some_and(|d| tokio::time::Instant::now() >= d.into())
+                .is_some_and(|d| tokio::time::Instant::now() + MIN_TIME_TO_START >= d.into())
             {
-                // The slot came at or after the call's deadline (the call holding it timed
-                // out at the same moment): the timeout layer answers that it never started,
-                // so it must not start now, and the slot goes on at once. Each such call
-                // used to run, and free the slot for the next overdue one.
+                // The slot came at, after or just before the call's deadline (the call
+                // holding it timed out at about the same moment): the timeout layer answers
+                // that it never started, so it must not start now, and the slot goes on at
+                // once. Each such call used to run (an upstream got it, and it was abandoned
+                // within milliseconds), and free the slot for the next overdue one.
                 drop(permits);
                 return std::future::pending().await;
             }

@@ -162,9 +162,16 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
         let Some(id) = initialize_id(&bytes) else {
             return forward_parts(&direct, parts, bytes).await;
         };
-        if let Some(problem) = serde_json::from_slice::<Value>(&bytes)
-            .ok()
-            .and_then(|m| super::invalid::initialize_problem(&m))
+        // A request that names a later protocol in its header is rmcp's to answer (2026-07-28
+        // removed `initialize`: 404, -32601).
+        let later = parts
+            .headers
+            .get(PROTOCOL_HEADER)
+            .is_some_and(|v| !SESSION_ERA.iter().any(|e| v.as_bytes() == e.as_bytes()));
+        if !later
+            && let Some(problem) = serde_json::from_slice::<Value>(&bytes)
+                .ok()
+                .and_then(|m| super::invalid::initialize_problem(&m))
         {
             return json_rpc_error(
                 StatusCode::BAD_REQUEST,
@@ -1203,6 +1210,26 @@ mod tests {
                 .unwrap()
                 .contains("clientInfo"),
             "{v}"
+        );
+        // A 2026-07-28 request is not a malformed initialize: that version removed the
+        // method, and rmcp answers it (the conformance suite's 2026 scenarios check the 404).
+        let later = json!({"jsonrpc": "2.0", "id": 10, "method": "initialize",
+            "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
+        let reply = send_with(
+            &router,
+            Method::POST,
+            None,
+            later.to_string(),
+            &[
+                ("mcp-protocol-version", b"2026-07-28"),
+                ("mcp-method", b"initialize"),
+            ],
+        )
+        .await;
+        assert!(
+            !reply.body.contains("an `initialize` needs"),
+            "{}",
+            reply.body
         );
     }
 

@@ -18,6 +18,15 @@ pub(super) fn initialize_problem(message: &Value) -> Option<String> {
         return None;
     }
     let params = message.get("params").cloned().unwrap_or(Value::Null);
+    // A 2026-07-28 request (its `_meta` names the protocol's fields) is rmcp's to answer:
+    // that version removed `initialize` (404, -32601).
+    if params
+        .get("_meta")
+        .and_then(Value::as_object)
+        .is_some_and(|m| m.keys().any(|k| k.starts_with("io.modelcontextprotocol/")))
+    {
+        return None;
+    }
     let e = serde_json::from_value::<rmcp::model::InitializeRequestParams>(params).err()?;
     Some(format!(
         "Invalid params: an `initialize` needs `params` with `protocolVersion` (a string such as \"2025-11-25\"), `capabilities` (an object) and `clientInfo` (with `name` and `version`): {e}"

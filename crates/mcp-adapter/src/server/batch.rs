@@ -82,43 +82,44 @@ pub(super) async fn serve(direct: &Direct, parts: Parts, bytes: &Bytes) -> Respo
             .map(|item| one(direct, &parts, Bytes::from(item.to_string()))),
     )
     .await;
-    let mut out = Vec::new();
-    for (item, answer) in items.iter().zip(answers) {
-        // An answer that cannot be read still answers its request.
-        let unreadable = || {
-            serde_json::json!({
-                "jsonrpc": "2.0",
-                "id": item.get("id").cloned().unwrap_or(Value::Null),
-                "error": {"code": -32603, "message": "Internal error: the answer to this request could not be read"},
-            })
-        };
-        let status = answer.status();
-        if status == StatusCode::ACCEPTED {
-            continue;
-        }
-        match content_type(&answer).as_str() {
-            "application/json" => {
-                let body = axum::body::to_bytes(answer.into_body(), MAX_ANSWER).await;
-                match body
-                    .ok()
-                    .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-                {
-                    Some(v) => out.push(v),
-                    None => out.push(unreadable()),
-                }
-            }
-            "text/event-stream" => match answer_on_stream(answer.into_body()).await {
-                Some(v) => out.push(v),
-                None if item.get("id").is_some() && item.get("method").is_some() => {
-                    out.push(unreadable())
-                }
-                None => {}
-            },
-            // Not an answer to one message (an ended session's 404, a refused Host): the
-            // whole batch gets it, as a single message would.
-            _ => return answer,
-        }
+    // Not an answer to one message (an ended session's 404, a refused Host): the whole
+    // batch gets it, as a single message would.
+    if let Some(at) = answers.iter().position(|a| {
+        a.status() != StatusCode::ACCEPTED
+            && !matches!(
+                content_type(a).as_str(),
+                "application/json" | "text/event-stream"
+            )
+    }) {
+        return answers.into_iter().nth(at).expect("found above");
     }
+    // The same relay as the stream's; only the answers are kept (a JSON answer has no
+    // place for the rest).
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(64);
+    let relays = join_all(
+        items
+            .iter()
+            .zip(answers)
+            .map(|(item, answer)| relay(answer, item, tx.clone())),
+    );
+    drop(tx);
+    let gather = async {
+        let mut out = Vec::new();
+        while let Some(message) = rx.recv().await {
+            if let Ok(v) = serde_json::from_str::<Value>(&message)
+                && is_answer(&v)
+            {
+                out.push(v);
+            }
+        }
+        out
+    };
+    let ((), out) = futures::join!(
+        async {
+            relays.await;
+        },
+        gather
+    );
     if out.is_empty() {
         return StatusCode::ACCEPTED.into_response();
     }
@@ -148,7 +149,7 @@ fn streamed(direct: &Direct, parts: &Parts, items: Vec<Value>) -> Response {
     for item in items {
         let answer = one(direct, parts, Bytes::from(item.to_string()));
         let tx = tx.clone();
-        tokio::spawn(async move { relay(answer.await, &item, &tx).await });
+        tokio::spawn(async move { relay(answer.await, &item, tx).await });
     }
     drop(tx);
     let events = futures::stream::unfold(rx, |mut rx| async move {
@@ -176,7 +177,7 @@ fn streamed(direct: &Direct, parts: &Parts, items: Vec<Value>) -> Response {
 /// answer, or every message on its stream; an error answer when a request's is missing or
 /// cannot be read. Stops when the batch's stream is gone (its client left; the calls go
 /// on, as for a single message).
-async fn relay(answer: Response, item: &Value, tx: &tokio::sync::mpsc::Sender<String>) {
+async fn relay(answer: Response, item: &Value, tx: tokio::sync::mpsc::Sender<String>) {
     let request = item.get("id").is_some() && item.get("method").is_some();
     let failed = |why: &str| {
         serde_json::json!({
@@ -213,8 +214,7 @@ async fn relay(answer: Response, item: &Value, tx: &tokio::sync::mpsc::Sender<St
                 let Ok(message) = serde_json::from_str::<Value>(&event.data) else {
                     continue;
                 };
-                answered = message.get("id").is_some()
-                    && (message.get("result").is_some() || message.get("error").is_some());
+                answered = is_answer(&message);
                 if tx.send(event.data).await.is_err() || answered {
                     // The answer is the last message of its request's stream (the server
                     // may keep the stream open a while after it): done.
@@ -283,22 +283,8 @@ fn one(
     Box::pin(endpoint(State(direct.clone()), request))
 }
 
-/// The JSON-RPC answer (a message with an `id` and a `result` or `error`) on a message's
-/// SSE stream; `None` when the stream ends without one.
-async fn answer_on_stream(body: Body) -> Option<Value> {
-    let stream = body
-        .into_data_stream()
-        .map(|chunk| chunk.map_err(std::io::Error::other));
-    let mut events = crate::client::sse::events(stream);
-    while let Some(Ok(event)) = events.next().await {
-        let Ok(message) = serde_json::from_str::<Value>(&event.data) else {
-            continue;
-        };
-        if message.get("id").is_some()
-            && (message.get("result").is_some() || message.get("error").is_some())
-        {
-            return Some(message);
-        }
-    }
-    None
+/// Whether `message` is an answer: an `id` with a `result` or an `error`.
+fn is_answer(message: &Value) -> bool {
+    message.get("id").is_some()
+        && (message.get("result").is_some() || message.get("error").is_some())
 }

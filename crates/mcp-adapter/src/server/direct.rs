@@ -1128,6 +1128,32 @@ mod tests {
         assert_eq!(by_id(4)["result"]["structuredContent"], json!({"x": 4}));
         assert!(by_id(2)["result"]["tools"].is_array(), "{}", reply.body);
         assert_eq!(by_id(3)["error"]["code"], json!(-32601), "{}", reply.body);
+        // A head the direct path does not take (here a weighted `Accept`, which rmcp
+        // judges) gets the answers to the batch's requests in one JSON array.
+        let weighted: &[(&str, &[u8])] = &[
+            ("mcp-protocol-version", b""),
+            ("accept", b"application/json, text/event-stream;q=0.9"),
+        ];
+        let pings = json!([
+            {"jsonrpc": "2.0", "id": 21, "method": "ping"},
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 97}},
+            {"jsonrpc": "2.0", "id": 22, "method": "ping"},
+        ]);
+        let reply =
+            send_with(&router, Method::POST, Some(&sid), pings.to_string(), weighted).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+        assert!(
+            reply.content_type.starts_with("application/json"),
+            "{}",
+            reply.content_type
+        );
+        let mut ids: Vec<Value> = serde_json::from_str::<Vec<Value>>(&reply.body)
+            .unwrap()
+            .into_iter()
+            .map(|a| a["id"].clone())
+            .collect();
+        ids.sort_by_key(Value::to_string);
+        assert_eq!(ids, [json!(21), json!(22)], "{}", reply.body);
         // An element that is itself a batch is refused, not run (a batch of batches would
         // get past the 100-message limit); a client that sends the negotiated version's
         // header is answered the same way.

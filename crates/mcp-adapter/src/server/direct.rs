@@ -1139,8 +1139,14 @@ mod tests {
             {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 97}},
             {"jsonrpc": "2.0", "id": 22, "method": "ping"},
         ]);
-        let reply =
-            send_with(&router, Method::POST, Some(&sid), pings.to_string(), weighted).await;
+        let reply = send_with(
+            &router,
+            Method::POST,
+            Some(&sid),
+            pings.to_string(),
+            weighted,
+        )
+        .await;
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
         assert!(
             reply.content_type.starts_with("application/json"),

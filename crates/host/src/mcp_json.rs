@@ -1,11 +1,17 @@
 //! The `mcpServers` JSON that Claude Desktop, Cursor and VS Code use, read as Quiver MCP
 //! server configuration.
 
-use std::{collections::BTreeMap, path::Path};
+use std::{
+    collections::{BTreeMap, HashSet},
+    path::Path,
+};
 
 use anyhow::{Context, bail};
 use quiver_mcp_adapter::{McpError, ResolvedServer, ServerConfig, validate_all};
-use serde::Deserialize;
+use serde::{
+    Deserialize, Deserializer,
+    de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor},
+};
 
 use crate::{Config, config::interpolate_str};
 
@@ -66,6 +72,78 @@ const FOREIGN: [&str; 12] = [
 /// The transports a `"type"` field may name.
 const TYPES: &str = "\"stdio\" (with \"command\") or \"http\" (with \"url\"; also \"streamable-http\", \"streamableHttp\")";
 
+/// Walks a JSON text and fails on the first object that gives a key twice, naming its path.
+struct NoDuplicates<'p>(&'p str);
+
+impl<'de> DeserializeSeed<'de> for NoDuplicates<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for NoDuplicates<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut i = 0;
+        while seq
+            .next_element_seed(NoDuplicates(&format!("{}[{i}]", self.0)))?
+            .is_some()
+        {
+            i += 1;
+        }
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let path = if self.0.is_empty() {
+                format!("{key:?}")
+            } else {
+                format!("{}.{key:?}", self.0)
+            };
+            if !seen.insert(key) {
+                return Err(de::Error::custom(format!(
+                    "{path} is given twice (JSON keeps only the last); keep one"
+                )));
+            }
+            map.next_value_seed(NoDuplicates(&path))?;
+        }
+        Ok(())
+    }
+}
+
 /// Parses an `mcpServers` file's text; `origin` names it in errors. `${env:VAR}` is
 /// replaced in `command`, `args`, `cwd` and `url` here, and in `env` and `headers` values
 /// when the servers are set up, as in `quiver.toml`.
@@ -74,6 +152,13 @@ pub fn parse_mcp_servers(
     origin: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> anyhow::Result<Vec<ServerConfig>> {
+    // serde keeps the last of two equal keys; a server or an `env` entry given twice is a
+    // mistake to show, not to settle silently.
+    if let Err(e) = NoDuplicates("").deserialize(&mut serde_json::Deserializer::from_str(text))
+        && e.is_data()
+    {
+        bail!("{origin}: {e}");
+    }
     let file: File = serde_json::from_str(text)
         .with_context(|| format!("{origin}: not an mcpServers JSON file"))?;
     let Some(servers) = file.servers else {
@@ -504,5 +589,17 @@ mod tests {
         );
         assert!(err(r#"{"other": 1}"#).contains("no \"mcpServers\""));
         assert!(err("[1,").contains("not an mcpServers JSON file"));
+        // A key given twice is refused with its path, not settled as last-wins.
+        assert_eq!(
+            err(r#"{"mcpServers": {"a": {"command": "x"}, "a": {"command": "y"}}}"#),
+            "c.json: \"mcpServers\".\"a\" is given twice (JSON keeps only the last); keep one at line 1 column 42"
+        );
+        let e = err(
+            "{\"mcpServers\": {\"a\": {\"command\": \"x\",\n \"env\": {\"K\": \"1\", \"K\": \"2\"}}}}",
+        );
+        assert!(
+            e.contains("\"mcpServers\".\"a\".\"env\".\"K\" is given twice") && e.contains("line 2"),
+            "{e}"
+        );
     }
 }

@@ -138,11 +138,19 @@ impl Skill {
                 "the front matter nests `[` or `{{` {nesting} levels deep; at most {MAX_FRONT_MATTER_NESTING}"
             ));
         }
-        let fields: BTreeMap<String, serde_norway::Value> = if front.trim().is_empty() {
-            BTreeMap::new()
+        // A `Mapping` (not a map type of serde's) refuses a key given twice, at any depth:
+        // with last-wins, a second `description:` would silently replace the first.
+        let fields: serde_norway::Mapping = if front.trim().is_empty() {
+            serde_norway::Mapping::new()
         } else {
-            serde_norway::from_str(&front)
-                .map_err(|e| format!("the front matter is not a YAML mapping: {e}"))?
+            serde_norway::from_str(&front).map_err(|e| {
+                let e = e.to_string();
+                if e.starts_with("duplicate entry") {
+                    format!("the front matter gives a key twice ({e}); keep one")
+                } else {
+                    format!("the front matter is not a YAML mapping: {e}")
+                }
+            })?
         };
         let text_field = |key: &str| -> Result<String, String> {
             match fields.get(key) {
@@ -367,6 +375,16 @@ mod tests {
             ("---\nname: a\n", "no closing `---`"),
             ("---\n- a\n- b\n---\n", "not a YAML mapping"),
             ("---\nname: [a\n---\n", "not a YAML mapping"),
+            // A key given twice is refused, not last-wins (a second `description:` would
+            // silently replace the first), also inside a nested mapping.
+            (
+                "---\nname: a\ndescription: one\ndescription: two\n---\n",
+                "gives a key twice (duplicate entry with key \"description\"",
+            ),
+            (
+                "---\nname: a\ndescription: d\nmetadata:\n  v: 1\n  v: 2\n---\n",
+                "duplicate entry with key \"v\"",
+            ),
             ("---\ndescription: d\n---\n", "has no `name`"),
             (
                 "---\nname: 3\ndescription: d\n---\n",

@@ -127,7 +127,8 @@ pub struct LimitsConfig {
     pub tool_concurrency: BTreeMap<String, usize>,
     /// Characters a result may carry (100000).
     pub max_result_chars: usize,
-    /// Bytes of non-text parts a result may carry (1 MiB).
+    /// Bytes of parts a result may carry besides its text: images, audio and embedded
+    /// resources, a text resource's text included (1 MiB).
     pub max_part_bytes: usize,
     /// Largest accepted arguments in bytes (1 MiB).
     pub max_input_bytes: usize,

@@ -24,7 +24,8 @@ pub const TRUNCATION_MARKER: &str = "…[result truncated]";
 pub struct ResultLimitConfig {
     /// Characters of text (or serialized JSON) a result may carry.
     pub max_chars: usize,
-    /// Bytes of non-text parts a result may carry.
+    /// Bytes of parts a result may carry besides its text: images, audio and embedded
+    /// resources (a text resource's text counts here, not against `max_chars`).
     pub max_part_bytes: usize,
 }
 

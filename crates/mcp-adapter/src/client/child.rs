@@ -1,5 +1,6 @@
 //! Stdio children: spawned in their own process group, killed with their parent (Linux
-//! `PR_SET_PDEATHSIG`), and killed and reaped — the whole group — on close.
+//! `PR_SET_PDEATHSIG`; their own children by a watchdog that outlives the parent), and
+//! killed and reaped — the whole group — on close.
 
 use std::{
     collections::{BTreeMap, VecDeque},
@@ -156,6 +157,77 @@ fn kill_group(pgid: u32) {
     }
 }
 
+/// The watchdog's script: it keeps the list of live children's process groups (`+PGID`,
+/// `-PGID` lines on its stdin) and, when its stdin ends (this process exited, or was
+/// killed with SIGKILL), kills every group still listed. Only builtins, so it runs in any
+/// POSIX `sh`; it ignores the signals a terminal or supervisor sends a whole job, so it
+/// outlives this process long enough to do its work.
+const WATCHDOG: &str = r#"trap '' INT HUP TERM QUIT
+groups=''
+while IFS= read -r line; do
+  case $line in
+    +*) groups="$groups ${line#+}" ;;
+    -*) kept=''; for g in $groups; do [ "$g" = "${line#-}" ] || kept="$kept $g"; done; groups=$kept ;;
+  esac
+done
+for g in $groups; do kill -9 -$g 2>/dev/null; done
+"#;
+
+/// The running watchdog: its stdin (the only writer, close-on-exec so no child holds it
+/// open) and the process, kept so it is not reaped as a zombie's parent would.
+struct Watchdog {
+    stdin: std::process::ChildStdin,
+    process: std::process::Child,
+}
+
+static WATCHDOG_PROCESS: Mutex<Option<Watchdog>> = Mutex::new(None);
+
+/// Tells the watchdog that a process group started (`+`) or ended (`-`).
+///
+/// `PR_SET_PDEATHSIG` kills a child when this process dies, but not what the child
+/// started: `npx` → `node`, `uv run` → `python` and `sh -c` wrappers leave their own
+/// children running after a `kill -9` of Quiver. They share the child's process group, so
+/// a watchdog that outlives Quiver kills the group. Started with the first child; without
+/// a usable `/bin/sh` the groups are still killed on every orderly close, and the leader by
+/// the kernel.
+fn watch_group(sign: char, pgid: u32) {
+    use std::{io::Write, os::unix::process::CommandExt};
+    let mut slot = WATCHDOG_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
+    let line = format!("{sign}{pgid}\n");
+    if let Some(dog) = slot.as_mut() {
+        if dog.stdin.write_all(line.as_bytes()).is_ok() {
+            return;
+        }
+        tracing::debug!("the child watchdog is gone; starting another");
+        if let Some(mut gone) = slot.take() {
+            let _ = gone.process.kill();
+            let _ = gone.process.wait();
+        }
+    }
+    if sign == '-' {
+        return;
+    }
+    let started = std::process::Command::new("/bin/sh")
+        .args(["-c", WATCHDOG])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        // Its own group: a terminal's Ctrl-C for Quiver's job does not reach it.
+        .process_group(0)
+        .spawn();
+    match started {
+        Ok(mut process) => {
+            let Some(mut stdin) = process.stdin.take() else {
+                return;
+            };
+            if stdin.write_all(line.as_bytes()).is_ok() {
+                *slot = Some(Watchdog { stdin, process });
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, "cannot start the child watchdog (/bin/sh)"),
+    }
+}
+
 /// A running stdio child. Dropping it kills the group (tokio's `kill_on_drop` kills and
 /// reaps the leader in the background); [`ChildGuard::shutdown`] kills and reaps it now, and
 /// takes its pid off the server's list.
@@ -196,6 +268,7 @@ impl ChildGuard {
         let pid = self.pid.take();
         if let Some(pid) = pid {
             kill_group(pid);
+            watch_group('-', pid);
         }
         if let Some(mut child) = self.child.take() {
             // Kills the leader if needed and waits for it: reaped once this returns.
@@ -214,6 +287,7 @@ impl Drop for ChildGuard {
     fn drop(&mut self) {
         if let Some(pid) = self.pid.take() {
             kill_group(pid);
+            watch_group('-', pid);
             // Off the server's list too (a dial dropped midway, with its call): a pid left
             // there would name a dead process, and later maybe an unrelated one.
             self.pids
@@ -250,6 +324,7 @@ pub(crate) fn spawn(
     let pid = child.id();
     if let Some(pid) = pid {
         pids.lock().unwrap_or_else(|p| p.into_inner()).push(pid);
+        watch_group('+', pid);
     }
     let stdout = child
         .stdout

@@ -596,7 +596,20 @@ async fn host_helper() {
     if std::env::var_os(HELPER).is_none() {
         return;
     }
-    let (_catalog, client) = start(&[fixture_server("fx", "normal").required()], fast_options());
+    // A wrapper that leaves a grandchild behind, as `npx` and `uv run` do.
+    let wrapped = ServerConfig::stdio(
+        "fx",
+        "sh",
+        vec![
+            "-c".to_owned(),
+            format!(
+                "sleep 300 </dev/null >/dev/null 2>&1 & exec {} {} normal",
+                python(),
+                fixture()
+            ),
+        ],
+    );
+    let (_catalog, client) = start(&[wrapped.required()], fast_options());
     client.wait_ready(Duration::from_secs(30)).await.unwrap();
     let pid = client.server_status("fx").unwrap().child_pids[0];
     println!("CHILD {pid}");
@@ -634,21 +647,45 @@ async fn children_die_with_a_killed_host() {
     })
     .await;
     assert!(std::path::Path::new(&format!("/proc/{child}")).exists());
+    let group = group_members(child);
+    assert!(
+        group.len() >= 2,
+        "the upstream and its `sleep` share a group: {group:?}"
+    );
     host.kill().await.unwrap();
-    // PR_SET_PDEATHSIG: the kernel kills the upstream with its host. It is then init's to
-    // reap (a container's init may leave it a zombie, which runs nothing).
+    // PR_SET_PDEATHSIG: the kernel kills the upstream with its host; the watchdog kills the
+    // rest of its group (the `sleep` the wrapper left). Each is then init's to reap (a
+    // container's init may leave it a zombie, which runs nothing).
     wait_for(
-        "the orphaned upstream to die",
+        "the orphaned upstream and its own child to die",
         Duration::from_secs(10),
-        || match std::fs::read_to_string(format!("/proc/{child}/stat")) {
-            Err(_) => true,
-            Ok(stat) => stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().next())
-                .is_some_and(|state| state == "Z" || state == "X"),
-        },
+        || group.iter().all(|pid| !runs(*pid)),
     )
     .await;
+}
+
+/// The `/proc/PID/stat` fields after `(comm)`.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// Whether `pid` exists and is not a zombie.
+fn runs(pid: u32) -> bool {
+    stat_fields(pid).is_some_and(|f| f[0] != "Z" && f[0] != "X")
+}
+
+/// The processes in process group `pgid`.
+fn group_members(pgid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            // Fields: state, ppid, pgrp, ...
+            stat_fields(*pid).is_some_and(|f| f.get(2).is_some_and(|g| g == &pgid.to_string()))
+        })
+        .collect()
 }
 
 fn raw(name: &str, extra: &[&str]) -> ServerConfig {

@@ -50,29 +50,53 @@ impl Surface {
                             missed = handled,
                             "working-set persistence fell behind; some changes are written with the next change of their session"
                         );
-                        // Ended sessions are deleted all the same.
+                        // Ended sessions are deleted all the same, and sessions dropped
+                        // from memory are written; the per-session counts start over.
                         let ended: Vec<Arc<str>> =
                             crate::surface::lock(&surface.forgotten).drain().collect();
+                        let parting: Vec<(Arc<str>, Vec<String>)> = {
+                            let mut mirror = crate::surface::lock(&surface.mirror);
+                            mirror.unwritten.clear();
+                            mirror.parting.drain().collect()
+                        };
                         drop(surface);
                         for session in ended {
                             forget(&*store, &session).await;
                         }
+                        for (session, set) in parting {
+                            if let Err(e) = sync(&*store, &session, set).await {
+                                tracing::error!(session = %session, error = %e, "could not persist the working set");
+                            }
+                        }
                     }
                     Some(session) => {
+                        let parting = {
+                            let mut mirror = crate::surface::lock(&surface.mirror);
+                            if let Some(n) = mirror.unwritten.get_mut(&session) {
+                                *n -= 1;
+                                if *n == 0 {
+                                    mirror.unwritten.remove(&session);
+                                }
+                            }
+                            mirror.parting.remove(&session)
+                        };
                         if crate::surface::lock(&surface.forgotten).remove(&session) {
                             drop(surface);
                             forget(&*store, &session).await;
                             done_tx.send_modify(|n| *n += 1);
-                        } else if surface.holds(&session) {
-                            let current = surface.persisted_set(&session);
+                        } else if let Some(set) = parting.or_else(|| {
+                            surface
+                                .holds(&session)
+                                .then(|| surface.persisted_set(&session))
+                        }) {
                             drop(surface);
-                            if let Err(e) = sync(&*store, &session, current).await {
+                            if let Err(e) = sync(&*store, &session, set).await {
                                 tracing::error!(session = %session, error = %e, "could not persist the working set");
                             }
                             done_tx.send_modify(|n| *n += 1);
                         }
-                        // Else a session dropped from memory since (or ended) keeps what
-                        // the store has: its last change was written when it happened.
+                        // Else a session dropped from memory with every change written
+                        // (or ended) keeps what the store has.
                     }
                 }
                 mirrored.send_modify(|n| *n += handled);
@@ -115,7 +139,25 @@ impl Surface {
         session: &str,
         store: &dyn SessionStore,
     ) -> Result<Vec<String>, StoreError> {
-        let mut stored = store.working_set(session).await?;
+        // A session dropped from memory before its last changes were written comes back
+        // as it was, not as the store has it.
+        let parting = crate::surface::lock(&self.mirror).parting.remove(session);
+        let mut stored = match parting {
+            Some(set) => {
+                let now = SystemTime::now();
+                set.into_iter()
+                    .enumerate()
+                    .map(|(i, tool)| {
+                        WorkingSetEntry::new(
+                            tool,
+                            now - std::time::Duration::from_micros(i as u64),
+                            0,
+                        )
+                    })
+                    .collect()
+            }
+            None => store.working_set(session).await?,
+        };
         stored.sort_by(|a, b| {
             a.last_used
                 .cmp(&b.last_used)

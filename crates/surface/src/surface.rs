@@ -287,6 +287,12 @@ pub struct Surface {
 pub(crate) struct Mirror {
     pub(crate) running: bool,
     pub(crate) sent: u64,
+    /// Per session, the changes sent and not handled by the task yet.
+    pub(crate) unwritten: HashMap<Arc<str>, u32>,
+    /// The persisted sets of sessions dropped from memory (see `max_sessions`) with
+    /// changes not written yet: the task writes them, and a key that comes back first is
+    /// restored from here, not from the older stored set.
+    pub(crate) parting: HashMap<Arc<str>, Vec<String>>,
 }
 
 impl fmt::Debug for Surface {
@@ -648,8 +654,12 @@ impl Surface {
 
     fn notify(&self, session: &str) {
         let mut mirror = lock(&self.mirror);
-        if self.changes.send(session.into()).is_ok() {
+        let key: Arc<str> = session.into();
+        if self.changes.send(key.clone()).is_ok() {
             mirror.sent += 1;
+            if mirror.running {
+                *mirror.unwritten.entry(key).or_default() += 1;
+            }
         }
     }
 
@@ -692,10 +702,24 @@ impl Surface {
         let n = (sessions.len() / 10).max(1);
         let mut pending = lock(&self.pending);
         let mut restored = lock(&self.restored);
+        let mut mirror = lock(&self.mirror);
         for (_, key) in by_use.into_iter().take(n) {
-            sessions.remove(&key);
-            pending.remove(&key);
+            let session = sessions.remove(&key);
+            let held = pending.remove(&key);
             restored.remove(&key);
+            // A change the persistence task has not written yet would be lost with the
+            // session: it writes this instead (and a restore reads it first).
+            if mirror.unwritten.contains_key(&key) {
+                let mut set: Vec<String> = session
+                    .map(|s| s.by_recency().into_iter().map(str::to_owned).collect())
+                    .unwrap_or_default();
+                for name in held.unwrap_or_default() {
+                    if !set.contains(&name) {
+                        set.push(name);
+                    }
+                }
+                mirror.parting.insert(key, set);
+            }
         }
         tracing::debug!(
             dropped = n,
@@ -1234,7 +1258,7 @@ impl Surface {
         store: &dyn crate::ports::SessionStore,
     ) -> bool {
         {
-            // Lock order everywhere: sessions, pending, restored.
+            // Lock order everywhere: sessions, pending, restored, mirror.
             let sessions = lock(&self.sessions);
             let mut restored = lock(&self.restored);
             if restored.contains(session) {

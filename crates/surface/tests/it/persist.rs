@@ -140,9 +140,10 @@ async fn the_least_used_working_sets_leave_memory_and_come_back_from_the_store()
 }
 
 /// A session dropped from memory (beyond `max_sessions`) before the mirror got to its last
-/// change keeps what the store has: the mirror does not write it as empty.
+/// change is written as it was when dropped: not as empty, and not left at its older
+/// stored set (which lost the change).
 #[tokio::test]
-async fn a_session_dropped_from_memory_is_not_written_empty() {
+async fn a_session_dropped_from_memory_keeps_its_last_change() {
     let config = SurfaceConfig::default().with_max_sessions(1);
     let fx = Fixture::new(config, vec![ro("alpha", "A."), ro("beta", "B.")], &[]);
     let store = Arc::new(MemorySessionStore::default());
@@ -162,7 +163,25 @@ async fn a_session_dropped_from_memory_is_not_written_empty() {
         .unwrap()
         .unwrap();
     assert_eq!(stored(&*store, "b").await, vec!["alpha"]);
-    assert_eq!(stored(&*store, "a").await, vec!["alpha"], "not wiped");
+    assert_eq!(
+        stored(&*store, "a").await,
+        vec!["alpha", "beta"],
+        "neither wiped nor missing its last change"
+    );
+
+    // The key comes back before the mirror wrote its last change: it is restored as it was
+    // dropped, and the store ends up with that too.
+    fx.surface.page_in("b", &["beta"]);
+    fx.surface.page_in("c", &["alpha"]); // drops `b` with `beta` unwritten
+    assert!(!fx.surface.holds("b"));
+    fx.surface.restore_once("b", &*store).await;
+    let mut back = fx.surface.working_set("b");
+    back.sort();
+    assert_eq!(back, vec!["alpha", "beta"]);
+    tokio::time::timeout(Duration::from_secs(10), fx.surface.mirror_settled())
+        .await
+        .unwrap();
+    assert_eq!(stored(&*store, "b").await, vec!["alpha", "beta"]);
 }
 
 /// A store whose working-set writes take a while (a busy SQLite file).

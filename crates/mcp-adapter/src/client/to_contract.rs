@@ -43,17 +43,21 @@ pub(crate) fn tool_spec(server: &str, prefix: &str, tool: &Value) -> Result<Upst
         }
     };
     let ann = tool.get("annotations");
-    let flag = |key: &str| {
+    let flag = |key: &str, default: bool| {
         ann.and_then(|a| a.get(key))
             .and_then(Value::as_bool)
-            .unwrap_or(false)
+            .unwrap_or(default)
     };
-    let annotations = Annotations::default()
-        .destructive(flag("destructiveHint"))
-        .idempotent(flag("idempotentHint"))
-        .open_world(flag("openWorldHint"));
-    let mut annotations = annotations;
-    annotations.read_only = flag("readOnlyHint");
+    // A hint the server left out has the specification's default, not `false`: Quiver lists
+    // the four hints explicitly, and a client that confirms destructive calls must not be
+    // told a tool is safe because its server said nothing. `destructiveHint` means
+    // something only for a tool that is not read-only.
+    let read_only = flag("readOnlyHint", false);
+    let mut annotations = Annotations::default()
+        .destructive(!read_only && flag("destructiveHint", true))
+        .idempotent(flag("idempotentHint", false))
+        .open_world(flag("openWorldHint", true));
+    annotations.read_only = read_only;
     let mut spec = ToolSpec::new(name, description)
         .with_schema(input_schema)
         .with_annotations(annotations);
@@ -257,6 +261,27 @@ mod tests {
         )
         .unwrap();
         assert!(!t.spec.is_read_only());
+        // Hints left out take MCP's defaults (destructive and open-world unless said
+        // otherwise); those given are kept.
+        let a = t.spec.annotations;
+        assert!(a.destructive && a.open_world && !a.idempotent, "{a:?}");
+        let t = tool_spec(
+            "s",
+            "s",
+            &json!({"name": "w", "annotations": {"destructiveHint": false, "openWorldHint": false, "idempotentHint": true}}),
+        )
+        .unwrap();
+        let a = t.spec.annotations;
+        assert!(!a.destructive && !a.open_world && a.idempotent, "{a:?}");
+        let a = tool_spec(
+            "time",
+            "time",
+            &json!({"name": "now", "annotations": {"readOnlyHint": true}}),
+        )
+        .unwrap()
+        .spec
+        .annotations;
+        assert!(a.read_only && !a.destructive && a.open_world, "{a:?}");
         assert!(
             tool_spec("s", "s", &json!({"name": "a\nb"}))
                 .unwrap_err()

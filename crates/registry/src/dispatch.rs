@@ -765,7 +765,7 @@ impl Dispatcher {
         }
         let entry = match found {
             Some(e) if e.spec.is_live() => e,
-            _ => return Prepared::Done(self.undefined(name, ctx)),
+            _ => return Prepared::Done(self.undefined(name, ctx, &|_| true)),
         };
         if !ctx.capabilities.allows(name) {
             return Prepared::Done(Envelope::err(
@@ -855,7 +855,17 @@ impl Dispatcher {
         Prepared::Run(entry, warnings)
     }
 
-    fn undefined(&self, name: &str, ctx: &CallContext) -> Envelope {
+    /// The answer to a call of a tool the catalog does not have (or no longer serves): why,
+    /// if its provider is configured but not up; else the look-alikes the caller could call
+    /// instead, among the live tools its credentials allow and `sees` keeps (a layer above
+    /// passes its own view, for example the session's mode, so a plan-mode session is not
+    /// steered to a tool it would be refused).
+    pub fn undefined(
+        &self,
+        name: &str,
+        ctx: &CallContext,
+        sees: &dyn Fn(&str) -> bool,
+    ) -> Envelope {
         // A tool of a provider that is configured but not up (an MCP server still
         // connecting or down): say so, and do not steer the model to a look-alike of
         // another provider, which may do something else.
@@ -873,6 +883,7 @@ impl Dispatcher {
         let names = self.inner.catalog.names();
         let visible = names.iter().filter(|n| {
             ctx.capabilities.allows(n)
+                && sees(n)
                 && self
                     .inner
                     .catalog

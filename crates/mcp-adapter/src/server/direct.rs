@@ -1304,6 +1304,13 @@ mod tests {
                     .with_schema(json!({"type": "object"})),
             )))
             .unwrap();
+        catalog
+            .register(Arc::new(Echo(
+                ToolSpec::new("read_note", "Reads a note.")
+                    .with_schema(json!({"type": "object"}))
+                    .with_annotations(quiver_contract::Annotations::read_only()),
+            )))
+            .unwrap();
         let recorder = Arc::new(quiver_registry::MemoryRecorder::default());
         let surface = Surface::new(
             catalog.clone(),
@@ -1329,12 +1336,32 @@ mod tests {
             "{}",
             reply.body
         );
+        // A misspelt name is not steered to the tool the mode refuses, but to one it lists.
+        let typo = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+            "params": {"name": "write_notes", "arguments": {}}});
+        let reply = send(&router, Method::POST, Some(&sid), typo).await;
+        assert!(
+            reply.body.contains("there is no tool named `write_notes`")
+                && !reply.body.contains("`write_note`"),
+            "{}",
+            reply.body
+        );
+        let typo = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+            "params": {"name": "read_notes", "arguments": {}}});
+        let reply = send(&router, Method::POST, Some(&sid), typo).await;
+        assert!(
+            reply.body.contains("Did you mean `read_note`?"),
+            "{}",
+            reply.body
+        );
         server.shared.dispatcher.drain_records().await;
         let rows = recorder.records();
-        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows.len(), 3, "{rows:?}");
         assert_eq!(rows[0].tool_name, "write_note");
         assert_eq!(rows[0].envelope.err_kind(), Some(&ErrKind::Forbidden));
         assert_eq!(rows[0].input, json!({"text": "hi"}));
+        assert_eq!(rows[1].tool_name, "write_notes");
+        assert_eq!(rows[1].envelope.err_kind(), Some(&ErrKind::UndefinedTool));
     }
 
     /// At `max_sessions` open sessions an `initialize` is refused with 503 and a JSON-RPC

@@ -518,6 +518,20 @@ pub(crate) async fn call(
     // `tool_search` and `describe_tool` filter by the session's mode: this request's. Each
     // call is a round of its session (idle working-set tools leave).
     surface.begin_call(&scope.key, scope.mode, name);
+    // An unknown tool: the dispatcher's answer, with look-alikes this session can see in its
+    // mode (the dispatcher alone would offer a mutating tool to a plan-mode session).
+    if !surface
+        .catalog()
+        .lookup(name)
+        .is_some_and(|e| e.spec.is_live())
+    {
+        let ctx = scope.context(shared.shutdown.child_token());
+        let answer = shared.dispatcher.undefined(name, &ctx, &|n| {
+            surface.visible(n, scope.mode, &scope.capabilities)
+        });
+        let envelope = shared.dispatcher.refuse(name, input, ctx, answer).await;
+        return from_contract::call_result(&envelope, &shared.options.render, || false);
+    }
     let cancel = shared.shutdown.child_token();
     let mut ctx = scope.context(cancel.clone());
     if let Some((c, _)) = &channel {

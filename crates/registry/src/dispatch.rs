@@ -924,8 +924,22 @@ impl Dispatcher {
         for w in warnings {
             envelope.push_warning(w);
         }
+        // A call that did not reach its tool's work (its backend was down, the caller
+        // cancelled it) says nothing about the call itself: it leaves the loop guard's
+        // streak and the failure count as they were, so the retry its error advises is not
+        // refused once the backend is back.
+        let transient = matches!(
+            envelope.err_kind(),
+            Some(ErrKind::NotAvailable | ErrKind::Cancelled)
+        );
+        if let Some(s) = &ctx.session
+            && transient
+        {
+            inner.sessions.with(s, |st| st.unbump_streak(hash));
+        }
         if let Some(s) = &ctx.session
             && !envelope.is_ok()
+            && !transient
         {
             let failures = inner.sessions.with(s, |st| st.record_failure(hash));
             if failures >= inner.config.repeat_failure_threshold {

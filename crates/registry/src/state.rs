@@ -41,6 +41,13 @@ impl SessionState {
         self.streak
     }
 
+    /// Takes this call back out of the streak (it did not count), if it is still the last.
+    pub(crate) fn unbump_streak(&mut self, hash: &str) {
+        if self.last_hash.as_deref() == Some(hash) {
+            self.streak = self.streak.saturating_sub(1);
+        }
+    }
+
     /// Records a failure of this call and returns how many times it has failed.
     pub(crate) fn record_failure(&mut self, hash: &str) -> u32 {
         let n = self.failures.entry(hash.to_owned()).or_insert(0);

@@ -977,6 +977,47 @@ async fn the_fourth_identical_call_in_a_row_is_refused_ignoring_narration() {
     assert!(d.call("echo", json!({"text": "same"}), ctx()).await.is_ok());
 }
 
+/// A call whose backend is down does not count toward the loop guard or the repeated-failure
+/// hint: its error advises trying again, and the retry once the backend is back runs.
+#[tokio::test]
+async fn retries_while_a_backend_is_down_are_not_a_loop() {
+    let down = Arc::new(AtomicUsize::new(6));
+    let left = down.clone();
+    let t = tool(
+        ToolSpec::new("remote", "Calls a server.").with_schema(json!({"type": "object"})),
+        move |_, _| {
+            let left = left.clone();
+            async move {
+                if left
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
+                {
+                    Err(ToolError::err(
+                        ErrKind::NotAvailable,
+                        "MCP server \"fx\" is not connected",
+                    ))
+                } else {
+                    Ok(Envelope::ok(json!("done")))
+                }
+            }
+        },
+    );
+    let d = dispatcher(vec![t]);
+    for _ in 0..6 {
+        let e = d.call("remote", json!({}), ctx()).await;
+        assert_eq!(e.err_kind(), Some(&ErrKind::NotAvailable), "{}", text(&e));
+        assert!(!text(&e).contains("different approach"), "{}", text(&e));
+    }
+    let e = d.call("remote", json!({}), ctx()).await;
+    assert!(e.is_ok(), "{}", text(&e));
+    // The guard still counts calls that ran: three more in a row make four.
+    for _ in 0..2 {
+        assert!(d.call("remote", json!({}), ctx()).await.is_ok());
+    }
+    let e = d.call("remote", json!({}), ctx()).await;
+    assert_eq!(e.err_kind(), Some(&ErrKind::LoopGuard), "{}", text(&e));
+}
+
 #[tokio::test]
 async fn repeated_failures_carry_a_try_something_else_hint() {
     let t = tool(

@@ -21,7 +21,10 @@
 //! later protocol's per-request headers are rmcp's to build.
 
 use std::{
-    sync::{Arc, atomic::Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -223,6 +226,7 @@ impl Lane {
         body: Vec<u8>,
     ) -> Result<(StatusCode, Head, BodyStream), Sent> {
         let content_type = |h: &HeaderMap| Head {
+            keep: None,
             content_type: h
                 .get(CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
@@ -251,7 +255,11 @@ impl Lane {
             headers.insert(SESSION_HEADER, v);
         }
         match pool.post(headers, body).await {
-            Ok((head, reply)) => Ok((head.status(), content_type(head.headers()), reply.boxed())),
+            Ok((head, reply)) => {
+                let mut info = content_type(head.headers());
+                info.keep = Some(reply.keeper());
+                Ok((head.status(), info, reply.boxed()))
+            }
             Err(e @ h1::Error::Connect(_)) => Err(Sent::Not(e.to_string())),
             Err(e) => Err(Sent::Maybe(e.to_string())),
         }
@@ -395,6 +403,8 @@ enum Exchange {
 struct Head {
     /// The content type, lower case.
     content_type: String,
+    /// An in-task connection's flag: set once its body may be finished in the pool.
+    keep: Option<Arc<AtomicBool>>,
     /// `Retry-After`, as sent (cut at 64 characters).
     retry_after: Option<String>,
 }
@@ -673,7 +683,9 @@ impl Upstream {
             };
         }
         if content_type.starts_with("text/event-stream") && status == StatusCode::OK {
-            return self.read_stream(lane, id, reply, session, ctx, tool).await;
+            return self
+                .read_stream(lane, id, reply, head.keep, session, ctx, tool)
+                .await;
         }
         let body = match collect(reply).await {
             Ok(Some(b)) => b,
@@ -706,6 +718,7 @@ impl Upstream {
         lane: &Lane,
         id: &str,
         reply: BodyStream,
+        keep: Option<Arc<AtomicBool>>,
         session: Option<&str>,
         ctx: &CallContext,
         tool: &str,
@@ -739,6 +752,10 @@ impl Upstream {
                         };
                         match classify(message, id) {
                             Seen::Answer(a) => {
+                                // Answered: the rest of the stream may be read in the pool.
+                                if let Some(keep) = &keep {
+                                    keep.store(true, Ordering::Release);
+                                }
                                 finish(events, pooled);
                                 return a;
                             }

@@ -259,6 +259,7 @@ impl Pool {
                 h1: Some(h1),
                 body: Some(body),
                 pool: self.clone(),
+                keep: Arc::default(),
             },
         ))
     }
@@ -313,12 +314,25 @@ pub(crate) struct PooledBody {
     h1: Option<H1>,
     body: Option<Incoming>,
     pool: Arc<Pool>,
+    /// Set by the reader once it has what it came for (see [`PooledBody::keeper`]).
+    keep: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl PooledBody {
+    /// The flag that lets a dropped body's connection be parked in the pool to finish the
+    /// body. A reader sets it once it has its answer; a body dropped without it (a call
+    /// that timed out or was cancelled while the server was still sending) closes its
+    /// connection, so a server that never ends the stream holds no socket of Quiver's.
+    pub(crate) fn keeper(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.keep.clone()
+    }
 }
 
 impl Drop for PooledBody {
     fn drop(&mut self) {
         if let (Some(h1), Some(body)) = (self.h1.take(), self.body.take())
             && !h1.done
+            && self.keep.load(std::sync::atomic::Ordering::Acquire)
         {
             self.pool
                 .draining
@@ -459,6 +473,7 @@ mod tests {
             .await
             .expect("answered");
         assert!(body.next().await.expect("an event").is_ok());
+        body.keeper().store(true, Ordering::Release);
         drop(body);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
@@ -482,6 +497,22 @@ mod tests {
             1,
             "the parked connection was reused"
         );
+        // Dropped before the reader had what it came for (a call that timed out or was
+        // cancelled): the connection is closed, not parked, and the next request makes a
+        // new one.
+        let (_, mut body) = pool
+            .post(headers.clone(), b"{}".to_vec())
+            .await
+            .expect("answered");
+        assert!(body.next().await.expect("an event").is_ok());
+        drop(body);
+        assert!(pool.draining.lock().unwrap().is_empty(), "not parked");
+        let (_, body) = pool
+            .post(headers.clone(), b"{}".to_vec())
+            .await
+            .expect("answered");
+        let _: Vec<_> = body.collect().await;
+        assert_eq!(accepted.load(Ordering::SeqCst), 2, "a new connection");
     }
 
     /// A connection idle longer than the pool's limit is not used again (a server may be

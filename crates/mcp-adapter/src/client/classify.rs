@@ -24,8 +24,18 @@ pub(crate) enum Class {
     Refused,
     /// The connection is gone; the request may or may not have been processed.
     Drop,
+    /// The server answered the request with this HTTP status (a 3xx or 4xx rmcp could not
+    /// recover from, a 429 or 5xx): the connection is fine, and what the status means for
+    /// the request is the status's to say.
+    Status(u16),
     /// Anything else: the request failed, the connection is not known to be gone.
     Other,
+}
+
+/// The status of rmcp's "HTTP 404 Not Found: …" error for a response it could not use.
+fn status_of(message: &str) -> Option<u16> {
+    let code: u16 = message.strip_prefix("HTTP ")?.get(..3)?.parse().ok()?;
+    (300..600).contains(&code).then_some(code)
 }
 
 fn chain<'a>(
@@ -53,6 +63,15 @@ fn classify_transport(e: &(dyn StdError + 'static)) -> Class {
             if r.is_request() || r.is_body() {
                 return Class::Drop;
             }
+        }
+        match cause.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+            Some(StreamableHttpError::UnexpectedServerResponse(m)) => {
+                if let Some(code) = status_of(m) {
+                    return Class::Status(code);
+                }
+            }
+            Some(StreamableHttpError::HttpStatus(h)) => return Class::Status(h.status),
+            _ => {}
         }
         if let Some(
             StreamableHttpError::SessionExpired
@@ -93,7 +112,8 @@ pub(crate) fn classify_service(e: &ServiceError) -> Class {
 
 /// Classifies a failed handshake: a refusal by the peer is final, everything else is worth
 /// retrying. The text is for the operator, never the model.
-pub(crate) fn classify_init(e: &ClientInitializeError) -> DialError {
+/// `auth` says what to fix when the server answers 401 or 403 (its token variable).
+pub(crate) fn classify_init(e: &ClientInitializeError, auth: &str) -> DialError {
     match e {
         ClientInitializeError::JsonRpcError(d) => {
             DialError::Rejected(format!("initialize refused: {}", d.message))
@@ -116,14 +136,14 @@ pub(crate) fn classify_init(e: &ClientInitializeError) -> DialError {
             DialError::Rejected(format!("unsupported protocol: {e}"))
         }
         e if e.is_authorization_required() => {
-            DialError::Rejected("unauthorized (HTTP 401/403): check MCP_<NAME>_TOKEN".into())
+            DialError::Rejected(format!("unauthorized (HTTP 401/403): {auth}"))
         }
         ClientInitializeError::TransportError { error, .. } => {
             for cause in chain(error.error.as_ref()) {
                 if let Some(StreamableHttpError::<reqwest::Error>::AuthRequired(_)) =
                     cause.downcast_ref::<StreamableHttpError<reqwest::Error>>()
                 {
-                    return DialError::Rejected("unauthorized (HTTP 401)".into());
+                    return DialError::Rejected(format!("unauthorized (HTTP 401): {auth}"));
                 }
             }
             DialError::Transient(plain_reason(error.error.as_ref()))
@@ -195,7 +215,26 @@ pub(crate) fn plain_reason(e: &(dyn StdError + 'static)) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::names_rust_types;
+    use super::{Class, classify_transport, names_rust_types};
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+
+    /// A 3xx or 4xx rmcp could not use is the server's answer, not a broken stream: the call
+    /// was not run, and the status says why.
+    #[test]
+    fn an_http_status_rmcp_gives_up_on_is_kept() {
+        let class = |m: &'static str| {
+            classify_transport(
+                &StreamableHttpError::<reqwest::Error>::UnexpectedServerResponse(m.into()),
+            )
+        };
+        assert_eq!(
+            class("HTTP 404 Not Found: <html>nope</html>"),
+            Class::Status(404)
+        );
+        assert_eq!(class("HTTP 307 Temporary Redirect: "), Class::Status(307));
+        assert_eq!(class("HTTP 200 OK: garbage"), Class::Other);
+        assert_eq!(class("expected a JSON-RPC message"), Class::Other);
+    }
 
     #[test]
     fn rust_type_names_are_told_from_ipv6_addresses() {

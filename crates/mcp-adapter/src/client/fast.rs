@@ -443,7 +443,7 @@ fn classify(message: Incoming, ours: &str) -> Seen {
             Seen::Answer(match (message.result, message.error) {
                 (Some(r), _) => Exchange::Result(r),
                 (None, Some(e)) => Exchange::PeerError(error_message(&e)),
-                (None, None) => Exchange::Failed("answered without a result or an error".into()),
+                (None, None) => Exchange::Failed("it has neither a result nor an error".into()),
             })
         }
         _ => Seen::Other,
@@ -520,7 +520,12 @@ fn valid<T: serde::de::DeserializeOwned>(method: &str, v: Value) -> Result<Value
 
 impl Upstream {
     /// The answer to a `tools/call` the server refused over HTTP before running it.
-    fn refused(&self, tool: &str, status: StatusCode, retry_after: Option<&str>) -> Envelope {
+    pub(super) fn refused(
+        &self,
+        tool: &str,
+        status: StatusCode,
+        retry_after: Option<&str>,
+    ) -> Envelope {
         let server = &self.cfg.name;
         let what = status.canonical_reason().map_or_else(
             || status.as_str().to_owned(),
@@ -623,7 +628,7 @@ impl Upstream {
             Exchange::PeerError(m) => Some(done(Self::peer_failed(&m))),
             Exchange::Failed(why) => {
                 tracing::warn!(server = %self.cfg.name, "tools/call: {why}");
-                Some(done(self.incomplete()))
+                Some(done(self.unusable(tool, &why)))
             }
             Exchange::Refused(status, retry_after) => {
                 tracing::warn!(server = %self.cfg.name, %status, "tools/call refused");
@@ -691,7 +696,7 @@ impl Upstream {
             Ok(Some(b)) => b,
             Ok(None) => {
                 return Exchange::Failed(format!(
-                    "a response body over {} MiB",
+                    "its body is over {} MiB, more than Quiver reads",
                     MAX_JSON_BODY >> 20
                 ));
             }
@@ -707,7 +712,12 @@ impl Upstream {
             // what the model and the operator can go on.
             _ if !status.is_success() => Exchange::Refused(status, head.retry_after),
             _ => Exchange::Failed(format!(
-                "no answer to the call (HTTP {status}, {content_type})"
+                "HTTP {status} with {}, not a JSON-RPC answer",
+                if content_type.is_empty() {
+                    "no content type"
+                } else {
+                    content_type.as_str()
+                }
             )),
         }
     }

@@ -417,6 +417,18 @@ impl Upstream {
         )
     }
 
+    /// An HTTP answer to `tool` that arrived but cannot be used (not JSON-RPC, the wrong
+    /// content type, too large): what was wrong, and that the tool may have run.
+    pub(super) fn unusable(&self, tool: &str, why: &str) -> Envelope {
+        Envelope::err(
+            ErrKind::ToolFailed,
+            format!(
+                "MCP server \"{}\" answered `{tool}`, but the answer cannot be used: {why}. The tool may have run: check before calling it again if it changes anything",
+                self.cfg.name
+            ),
+        )
+    }
+
     fn peer_failed(message: &str) -> Envelope {
         Envelope::err(ErrKind::ToolFailed, format!("mcp call failed: {message}"))
     }
@@ -892,7 +904,7 @@ impl Upstream {
                     handler
                         .serve_with_ct(transport, cancel.clone())
                         .await
-                        .map_err(|e| classify_init(&e))
+                        .map_err(|e| classify_init(&e, ""))
                 }
                 Endpoint::Http {
                     url,
@@ -911,10 +923,20 @@ impl Upstream {
                         config = config.auth_header(t.0.clone());
                     }
                     let transport = StreamableHttpClientTransport::with_client(client, config);
+                    let var = format!("MCP_{}_TOKEN", self.cfg.name.to_ascii_uppercase());
+                    let auth = if token.is_some() {
+                        format!(
+                            "the server did not accept the bearer token from `{var}`; fix it, or give the server the `headers` it expects"
+                        )
+                    } else {
+                        format!(
+                            "no bearer token is set; set `{var}` in Quiver's environment, or give the server the `headers` it expects"
+                        )
+                    };
                     handler
                         .serve_with_ct(transport, cancel.clone())
                         .await
-                        .map_err(|e| classify_init(&e))
+                        .map_err(|e| classify_init(&e, &auth))
                 }
             }
         };
@@ -1690,6 +1712,14 @@ impl Upstream {
                         e => peer_message(e),
                     })),
                     Class::Timeout => done(self.timed_out(tool, timeout)),
+                    Class::Status(code) => done(
+                        self.refused(
+                            tool,
+                            reqwest::StatusCode::from_u16(code)
+                                .unwrap_or(reqwest::StatusCode::BAD_GATEWAY),
+                            None,
+                        ),
+                    ),
                     Class::Refused => Attempt::NotDelivered,
                     Class::Drop if unsent(&id) => Attempt::NotDelivered,
                     Class::Drop => Attempt::Unknown,

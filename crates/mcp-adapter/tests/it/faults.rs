@@ -290,6 +290,15 @@ async fn http_refusals_are_reported_with_their_status_and_not_resent() {
         );
         assert!(env.message().unwrap().contains(says), "{tool}: {env:?}");
     }
+    // An answer that is not JSON-RPC says what it was, and that the tool may have run.
+    let env = call(&catalog, "mcp__st__html200", json!({})).await;
+    assert_eq!(env.err_kind(), Some(&ErrKind::ToolFailed), "{env:?}");
+    assert!(
+        env.message().unwrap().contains(
+            "answered `html200`, but the answer cannot be used: HTTP 200 OK with text/html, not a JSON-RPC answer. The tool may have run"
+        ),
+        "{env:?}"
+    );
     let env = call(&catalog, "mcp__st__redir307", json!({})).await;
     assert!(text_of(&env).contains("redir307 ran"), "{env:?}");
     let counts = text_of(&call(&catalog, "mcp__st__count", json!({})).await);

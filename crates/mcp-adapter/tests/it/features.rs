@@ -416,7 +416,14 @@ async fn unauthorized_is_a_rejection_and_the_token_is_a_bearer() {
     )
     .await
     .unwrap_err();
-    assert!(err.to_string().contains("unauthorized"), "{err}");
+    // It names the variable the token came from, not a placeholder.
+    assert!(
+        err.to_string().contains("unauthorized")
+            && err
+                .to_string()
+                .contains("did not accept the bearer token from `MCP_LOCKED_TOKEN`"),
+        "{err}"
+    );
     assert_eq!(
         client.server_status("locked").unwrap().counters.dials,
         1,

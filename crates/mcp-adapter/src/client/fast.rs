@@ -689,7 +689,7 @@ impl Upstream {
         }
         if content_type.starts_with("text/event-stream") && status == StatusCode::OK {
             return self
-                .read_stream(lane, id, reply, head.keep, session, ctx, tool)
+                .read_stream(lane, id, (reply, head.keep), session, ctx, tool)
                 .await;
         }
         let body = match collect(reply).await {
@@ -727,8 +727,7 @@ impl Upstream {
         &self,
         lane: &Lane,
         id: &str,
-        reply: BodyStream,
-        keep: Option<Arc<AtomicBool>>,
+        (reply, keep): (BodyStream, Option<Arc<AtomicBool>>),
         session: Option<&str>,
         ctx: &CallContext,
         tool: &str,

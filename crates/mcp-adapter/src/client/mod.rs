@@ -414,23 +414,9 @@ fn why_absent(shared: &Shared, name: &str) -> Option<String> {
     if !up.cfg.admits(&tool) || up.counters().connects > 0 {
         return None;
     }
-    let server = up.name();
     match up.state() {
         ServerState::Connected | ServerState::Closed => None,
-        ServerState::Connecting => Some(format!(
-            "MCP server \"{server}\" is still connecting. Try again shortly, or use another tool"
-        )),
-        ServerState::Reconnecting | ServerState::Down if up.cannot_start().is_some() => {
-            Some(format!(
-                "MCP server \"{server}\" cannot be started (its command is missing or cannot run); an operator must install it or fix its configuration. Use another tool"
-            ))
-        }
-        ServerState::Reconnecting | ServerState::Down => Some(format!(
-            "MCP server \"{server}\" is not connected (it is retried in the background). Try again later, or use another tool"
-        )),
-        ServerState::Rejected(_) => Some(format!(
-            "MCP server \"{server}\" could not be connected and is not retried; an operator must fix it. Use another tool"
-        )),
+        _ => Some(up.absence()),
     }
 }
 

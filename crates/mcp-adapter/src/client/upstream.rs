@@ -386,13 +386,6 @@ fn read_tools_page(answer: rmcp::model::ServerResult) -> Result<ToolsPage, Strin
     }
 }
 
-fn not_connected(server: &str) -> Envelope {
-    Envelope::err(
-        ErrKind::NotAvailable,
-        format!("MCP server \"{server}\" is not connected"),
-    )
-}
-
 /// The envelopes of a failed upstream call, one wording for both call paths (rmcp's and
 /// the lean one).
 impl Upstream {
@@ -1486,7 +1479,7 @@ impl Upstream {
                     }
                 }
                 State::Connecting | State::Down | State::Rejected(_) => {
-                    return Err(not_connected(&self.cfg.name));
+                    return Err(Envelope::err(ErrKind::NotAvailable, self.absence()));
                 }
             }
         }
@@ -1611,10 +1604,58 @@ impl Upstream {
         Envelope::err(
             ErrKind::NotAvailable,
             format!(
-                "mcp call failed: MCP server \"{}\" unavailable after reconnect",
-                self.cfg.name
+                "MCP server \"{}\" lost its connection, and Quiver's reconnect did not bring it back; the call was not sent. {}",
+                self.cfg.name,
+                self.retry_advice()
             ),
         )
+    }
+
+    /// Why the server cannot take a call now, and what the caller can do: one wording for
+    /// every path that finds it not connected.
+    pub(crate) fn absence(&self) -> String {
+        let server = &self.cfg.name;
+        match self.state() {
+            ServerState::Connected | ServerState::Closed => {
+                format!("MCP server \"{server}\" is not connected")
+            }
+            ServerState::Connecting => format!(
+                "MCP server \"{server}\" is still connecting. Try again shortly, or use another tool"
+            ),
+            ServerState::Reconnecting | ServerState::Down if self.cannot_start().is_some() => {
+                format!(
+                    "MCP server \"{server}\" cannot be started (its command is missing or cannot run); an operator must install it or fix its configuration. Use another tool"
+                )
+            }
+            ServerState::Reconnecting | ServerState::Down => {
+                let was = if self.counters().connects > 0 {
+                    "went down"
+                } else {
+                    "has not connected yet"
+                };
+                format!(
+                    "MCP server \"{server}\" {was} and is not connected. {}",
+                    self.retry_advice()
+                )
+            }
+            ServerState::Rejected(_) => format!(
+                "MCP server \"{server}\" could not be connected and is not retried; an operator must fix it. Use another tool"
+            ),
+        }
+    }
+
+    /// When Quiver dials the server again, as advice.
+    fn retry_advice(&self) -> String {
+        let next = self
+            .next_attempt()
+            .and_then(|t| t.duration_since(std::time::SystemTime::now()).ok());
+        match next {
+            Some(d) => format!(
+                "Quiver tries it again in about {} s: try again after that, or use another tool",
+                d.as_secs().max(1)
+            ),
+            None => "Quiver is reconnecting it in the background: try again in a few seconds, or use another tool".to_owned(),
+        }
     }
 
     async fn attempt(

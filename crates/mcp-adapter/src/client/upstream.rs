@@ -981,11 +981,23 @@ impl Upstream {
         let fail = async |e: DialError,
                           running: rmcp::service::RunningService<RoleClient, Handler>,
                           child_guard: Option<ChildGuard>| {
-            cancel.cancel();
-            let _ = running.cancel().await;
-            if let Some(mut g) = child_guard {
-                g.shutdown().await;
-            }
+            // A child that exited after the handshake (its listing failed with "Transport
+            // closed") said why on stderr, and its exit code tells too: read before it is
+            // told to stop.
+            let e = match child_guard {
+                Some(mut g) => {
+                    let e = e.with_stderr(&mut g).await;
+                    cancel.cancel();
+                    let _ = running.cancel().await;
+                    g.shutdown().await;
+                    e
+                }
+                None => {
+                    cancel.cancel();
+                    let _ = running.cancel().await;
+                    e
+                }
+            };
             Err(e)
         };
         if !SUPPORTED_PROTOCOLS.contains(&protocol.as_str()) {
@@ -1004,12 +1016,18 @@ impl Upstream {
                 Ok(Ok(t)) => t,
                 Ok(Err(e)) => return fail(e, running, child_guard).await,
                 Err(_) => {
+                    let http = matches!(self.cfg.endpoint, Endpoint::Http { .. });
                     return fail(
                         DialError::Transient(format!(
-                            "no answer to tools/list within {} (over streamable HTTP, an \
-                             answer that is not valid JSON-RPC, such as one nested over 128 \
-                             levels deep, is dropped unread: `QUIVER_LOG=rmcp=debug` shows it)",
-                            quiver_contract::duration_text(self.connect_timeout())
+                            "no answer to tools/list within {}{}",
+                            quiver_contract::duration_text(self.connect_timeout()),
+                            if http {
+                                " (over streamable HTTP, an answer that is not valid \
+                                 JSON-RPC, such as one nested over 128 levels deep, is \
+                                 dropped unread: `QUIVER_LOG=rmcp=debug` shows it)"
+                            } else {
+                                ""
+                            }
                         )),
                         running,
                         child_guard,

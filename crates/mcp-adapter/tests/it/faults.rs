@@ -796,6 +796,33 @@ async fn a_server_failing_at_start_shows_its_exit_and_stderr() {
     close_and_check(&client).await;
 }
 
+/// A server that exits right after the handshake shows its exit and stderr too (before,
+/// only "tools/list failed: Transport closed").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_exiting_after_the_handshake_shows_its_exit_and_stderr() {
+    let (_catalog, client) = start(&[raw("fx", &["--exit-after-init"])], fast_options());
+    wait_for("a failed dial", Duration::from_secs(30), || {
+        client
+            .server_status("fx")
+            .unwrap()
+            .diagnostics
+            .iter()
+            .any(|l| l.contains("connect failed"))
+    })
+    .await;
+    let diagnostics = client.server_status("fx").unwrap().diagnostics;
+    assert!(
+        diagnostics
+            .iter()
+            .any(|l| l.contains("the process exited with code 4")
+                && l.contains(
+                    "its stderr ended with: panic: lost my database connection after init"
+                )),
+        "{diagnostics:#?}"
+    );
+    close_and_check(&client).await;
+}
+
 /// A server whose `tools/list` cursor comes round again is not asked forever: what it listed
 /// is served, and the diagnostics say why the paging stopped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -75,8 +75,8 @@ enum Command {
     /// prefix of an upstream that is not connected, and a `*` pattern that matches nothing
     /// yet, are notes), a tool whose definition is too large to be shown (`[too large]`), a
     /// skill longer than a result may be (`[too long]`),
-    /// an MCP server whose command cannot be started (`[cannot start]`), or a `required`
-    /// MCP server that is not ready. Exits 2 when the configuration itself is wrong.
+    /// an MCP server whose command cannot be started (`[cannot start]`), or an MCP server
+    /// that is not connected once start-up is over (`[not connected]`, with why). Exits 2 when the configuration itself is wrong.
     Check {
         /// Also report breaking schema changes against the definitions stored in this
         /// database: removed fields, renamed or removed tools, type changes, new required
@@ -473,6 +473,37 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                     "mcp server {server}: [cannot start] {why}; install it, or fix `command` (and `cwd`) in its configuration"
                 );
             }
+            // A server that started but is not connected (it exits at start, hangs, refuses
+            // Quiver) serves no tools: a finding with its last diagnostic, which says why.
+            let not_connected: Vec<(String, String)> = app
+                .mcp
+                .status()
+                .into_iter()
+                .filter(|s| {
+                    s.cannot_start.is_none()
+                        && !matches!(
+                            s.state,
+                            quiver_mcp_adapter::ServerState::Connected
+                                | quiver_mcp_adapter::ServerState::Closed
+                        )
+                })
+                .map(|s| {
+                    let why = s
+                        .diagnostics
+                        .iter()
+                        .rev()
+                        .find(|l| l.contains("failed") || l.contains("rejected"))
+                        .or(s.diagnostics.last())
+                        .cloned()
+                        .unwrap_or_else(|| format!("{:?}", s.state).to_lowercase());
+                    (s.name, why)
+                })
+                .collect();
+            for (server, why) in &not_connected {
+                println!(
+                    "mcp server {server}: [not connected] {why}; fix the server or its configuration (`quiver status` shows its state)"
+                );
+            }
             // A definition too large to be shown is a tool no model can call.
             let oversized = app.surface.oversized();
             for o in &oversized {
@@ -709,6 +740,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                     + misfits.len()
                     + oversized.len()
                     + cannot_start.len()
+                    + not_connected.len()
                     + app.long_skills.len(),
                 not_registered,
                 breaking.len(),
@@ -720,6 +752,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                     && oversized.is_empty()
                     && app.long_skills.is_empty()
                     && cannot_start.is_empty()
+                    && not_connected.is_empty()
                     && not_registered == 0
                     && breaking.is_empty()
                     && unmatched == 0

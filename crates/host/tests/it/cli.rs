@@ -103,7 +103,7 @@ fn check_lints_and_rejects_a_broken_config() {
     let typo = dir.join("typo.toml");
     std::fs::write(
         &typo,
-        "[[policy.rules]]\nid = \"no-search\"\ntool = \"tool_serch\"\naction = \"deny\"\nmessage = \"no\"\n\n[[policy.rules]]\nid = \"net\"\ntool = \"mcp__*__drop_table\"\naction = \"deny\"\nmessage = \"no\"\n\n[limits.tool_timeouts]\ntool_search = 5\n\"mcp__gone__*\" = 9\n\"mcp__down__x\" = 9\n\n[[mcp.servers]]\nname = \"down\"\ntransport = \"stdio\"\ncommand = \"/nonexistent/quiver-test-server\"\n\n[[mcp.servers]]\nname = \"nocwd\"\ntransport = \"stdio\"\ncommand = \"python3\"\ncwd = \"/nonexistent/quiver-test-dir\"\n",
+        "[[policy.rules]]\nid = \"no-search\"\ntool = \"tool_serch\"\naction = \"deny\"\nmessage = \"no\"\n\n[[policy.rules]]\nid = \"net\"\ntool = \"mcp__*__drop_table\"\naction = \"deny\"\nmessage = \"no\"\n\n[limits.tool_timeouts]\ntool_search = 5\n\"mcp__gone__*\" = 9\n\"mcp__down__x\" = 9\n\n[[mcp.servers]]\nname = \"down\"\ntransport = \"stdio\"\ncommand = \"/nonexistent/quiver-test-server\"\n\n[[mcp.servers]]\nname = \"nocwd\"\ntransport = \"stdio\"\ncommand = \"python3\"\ncwd = \"/nonexistent/quiver-test-dir\"\n\n[[mcp.servers]]\nname = \"dies\"\ntransport = \"stdio\"\ncommand = \"sh\"\nargs = [\"-c\", \"echo boom: no database >&2; exit 2\"]\n",
     )
     .unwrap();
     let told = quiver(&["--config", typo.to_str().unwrap(), "check"]);
@@ -135,6 +135,14 @@ fn check_lints_and_rejects_a_broken_config() {
     // A server whose command cannot be started is a finding, required or not.
     assert!(
         text.contains("mcp server down: [cannot start] `/nonexistent/quiver-test-server`: No such file or directory"),
+        "{text}"
+    );
+    // A server that starts and dies is a finding that says why.
+    assert!(
+        text.contains("mcp server dies: [not connected] connect failed:")
+            && text.contains(
+                "the process exited with code 2; its stderr ended with: boom: no database"
+            ),
         "{text}"
     );
     // A missing working directory is named as such, not as a missing command.

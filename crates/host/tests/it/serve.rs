@@ -370,7 +370,13 @@ fn serve_records_upstream_definitions_for_check_against() {
     );
     assert!(!text.contains("removed_tool"), "{text}");
     assert!(text.contains("0 breaking change(s)"), "{text}");
-    assert_eq!(code, Some(0), "{text}");
+    // The server that does not start is itself the finding.
+    assert!(
+        text.contains("mcp server fake: [not connected] connect failed:")
+            && text.contains("the process exited with code 3"),
+        "{text}"
+    );
+    assert_eq!(code, Some(1), "{text}");
 }
 
 /// A `requires_prior` rule holds across a restart: the key's earlier calls come back from

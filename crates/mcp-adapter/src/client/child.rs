@@ -237,6 +237,8 @@ pub(crate) struct ChildGuard {
     pids: Arc<Mutex<Vec<u32>>>,
     /// The last [`STDERR_TAIL_LINES`] lines of its stderr.
     stderr_tail: Arc<Mutex<VecDeque<String>>>,
+    /// Becomes true once its stderr has been read to the end.
+    stderr_read: tokio::sync::watch::Receiver<bool>,
 }
 
 impl std::fmt::Debug for ChildGuard {
@@ -255,6 +257,12 @@ impl ChildGuard {
             Some(child) => child.wait().await.ok(),
             None => std::future::pending().await,
         }
+    }
+
+    /// Waits until the child's stderr has been read to its end (the child, and whatever it
+    /// started, closed it), so its last lines are in the tail. Cancel-safe.
+    pub(crate) async fn stderr_read(&mut self) {
+        let _ = self.stderr_read.wait_for(|done| *done).await;
     }
 
     /// The child's last stderr lines, for a diagnostic; empty when it wrote none.
@@ -335,10 +343,11 @@ pub(crate) fn spawn(
         .take()
         .ok_or_else(|| std::io::Error::other("no stdin"))?;
     let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+    let (read_tx, stderr_read) = tokio::sync::watch::channel(false);
     if let Some(stderr) = child.stderr.take() {
         let server = server.to_owned();
         let tail = stderr_tail.clone();
-        tokio::spawn(drain_lines(stderr, move |line| {
+        let drained = drain_lines(stderr, move |line| {
             tracing::debug!(target: "quiver_mcp_adapter::stderr", server = %server, "{line}");
             if line.trim().is_empty() {
                 return;
@@ -352,7 +361,13 @@ pub(crate) fn spawn(
                 tail.pop_front();
             }
             tail.push_back(kept);
-        }));
+        });
+        tokio::spawn(async move {
+            drained.await;
+            let _ = read_tx.send(true);
+        });
+    } else {
+        let _ = read_tx.send(true);
     }
     Ok((
         ChildGuard {
@@ -360,6 +375,7 @@ pub(crate) fn spawn(
             pid,
             pids: pids.clone(),
             stderr_tail,
+            stderr_read,
         },
         stdout,
         stdin,

@@ -192,12 +192,19 @@ impl DialError {
         // A rejected server was answered, and then closed by the client: its exit is not
         // news.
         let exit = match self {
-            DialError::Transient(_) => tokio::time::timeout(EXIT_WAIT, child.exited())
-                .await
-                .ok()
-                .flatten()
-                .map(|s| format!("; the process {}", child::exit_text(s)))
-                .unwrap_or_default(),
+            DialError::Transient(_) => {
+                let status = tokio::time::timeout(EXIT_WAIT, child.exited())
+                    .await
+                    .ok()
+                    .flatten();
+                // It exited: what it wrote last may still be on its way through the pipe.
+                if status.is_some() {
+                    let _ = tokio::time::timeout(EXIT_WAIT, child.stderr_read()).await;
+                }
+                status
+                    .map(|s| format!("; the process {}", child::exit_text(s)))
+                    .unwrap_or_default()
+            }
             _ => String::new(),
         };
         let tail = child.stderr_tail();

@@ -66,6 +66,9 @@ const DESC: usize = 1;
 const PARAMS: usize = 2;
 const FIELDS: usize = 3;
 
+/// The least share of the best hit's score a hit must have to be returned.
+const MIN_SHARE_OF_BEST: f64 = 0.1;
+
 /// Ranking constants. Generic values, not fitted to single queries.
 #[derive(Debug, Clone)]
 pub(crate) struct Params {
@@ -727,6 +730,12 @@ impl SearchIndex {
                 .total_cmp(&a.score)
                 .then_with(|| a.name.cmp(&b.name))
         });
+        // A hit far below the best shares next to nothing with the query (it came in on a
+        // prefix or its server's context): paged in, it would only push out tools that
+        // matter. On livemcpbench no needed tool in a top 10 scores under this share.
+        if let Some(best) = out.first().map(|h| h.score) {
+            out.retain(|h| h.score >= best * MIN_SHARE_OF_BEST);
+        }
         out
     }
 

@@ -673,3 +673,39 @@ fn nonsense_blend_settings_are_made_safe() {
             .all(|h| h.score.is_finite() && (0.0..=1.0).contains(&h.score))
     );
 }
+
+/// A hit far below the best (it shares only a prefix of a parameter name with the query)
+/// is left out: paged into a working set, it would push out tools that matter.
+#[test]
+fn hits_far_below_the_best_are_left_out() {
+    let time = |name: &str, desc: &str| {
+        ToolSpec::new(name, desc).with_schema(json!({"type": "object", "properties": {
+            "timezone": {"type": "string", "description": "IANA timezone name"}}}))
+    };
+    let mut specs = vec![
+        time(
+            "mcp__time__get_current_time",
+            "Get current time in a specific timezone",
+        ),
+        time("mcp__time__convert_time", "Convert time between timezones"),
+    ];
+    for i in 0..40 {
+        specs.push(
+            ToolSpec::new(format!("mcp__git__op_{i}"), "Shows the commit logs")
+                .with_schema(json!({"type": "object", "properties": {
+                    "start_timestamp": {"type": "string", "description": "Start of the range"}}})),
+        );
+    }
+    let ix = index(&specs);
+    let hits = ix.search("time", 10, &all);
+    let best = hits[0].score;
+    assert!(
+        hits.iter().all(|h| h.score >= best * MIN_SHARE_OF_BEST),
+        "{hits:?}"
+    );
+    assert_eq!(
+        names(&hits),
+        ["mcp__time__convert_time", "mcp__time__get_current_time"],
+        "{hits:?}"
+    );
+}

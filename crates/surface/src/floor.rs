@@ -280,6 +280,15 @@ impl FloorState {
         self.resolve(config, catalog)
     }
 
+    /// The floor from the ranking held, without deriving one or warning about its size (a
+    /// look that changes nothing).
+    pub(crate) fn peek(&self, config: &SurfaceConfig, catalog: &Catalog) -> Arc<Floor> {
+        match &self.resolved {
+            Some((v, floor)) if *v == catalog.version() => floor.clone(),
+            _ => Arc::new(resolve(config, catalog, self.ranking.as_deref())),
+        }
+    }
+
     /// Derives the ranking again from `usage` now (the in-memory path) and resolves it.
     pub(crate) fn rederive(
         &mut self,

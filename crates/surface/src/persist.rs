@@ -254,6 +254,18 @@ impl Surface {
         usage: &dyn UsageSource,
         write: bool,
     ) -> FloorLoad {
+        let before = self.floor_names();
+        let load = self.load_floor_now(store, usage, write).await;
+        self.floor_settled(&before);
+        load
+    }
+
+    async fn load_floor_now(
+        &self,
+        store: &dyn SessionStore,
+        usage: &dyn UsageSource,
+        write: bool,
+    ) -> FloorLoad {
         let max_age = std::time::Duration::from_secs(self.config().floor_max_age_secs);
         let ttl = std::time::Duration::from_secs(self.config().floor_cache_ttl_secs.max(1));
         match store.state(TIER0_KEY).await {
@@ -306,7 +318,10 @@ impl Surface {
         store: &dyn SessionStore,
         usage: &dyn UsageSource,
     ) -> FloorLoad {
-        self.derive_floor(store, usage, true).await
+        let before = self.floor_names();
+        let load = self.derive_floor(store, usage, true).await;
+        self.floor_settled(&before);
+        load
     }
 
     /// The ranking held now, best first: every used tool, registered or not (`quiver

@@ -270,6 +270,9 @@ pub struct Surface {
     /// The clock of `Session::last_used`.
     clock: std::sync::atomic::AtomicU64,
     pub(crate) floor: Mutex<FloorState>,
+    /// Counts the changes of the floor's tools (a new ranking read or derived): every
+    /// session's list changed with it.
+    floor_updates: watch::Sender<u64>,
     changes: broadcast::Sender<Arc<str>>,
     /// Ended sessions whose stored working set the persistence task deletes, in order with
     /// the writes before it (see [`Surface::forget_session`]).
@@ -414,6 +417,7 @@ impl Surface {
             mirrored: watch::channel(0).0,
             clock: std::sync::atomic::AtomicU64::new(0),
             floor: Mutex::new(FloorState::default()),
+            floor_updates: watch::channel(0).0,
             changes,
         });
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
@@ -649,7 +653,34 @@ impl Surface {
     /// Derives the floor again from the surface's own usage now (without a store; a
     /// store-backed floor is derived with [`Surface::rederive_floor_into`]).
     pub fn rederive_floor(&self) -> Arc<Floor> {
-        lock(&self.floor).rederive(&self.config, &self.catalog, &*self.usage)
+        let before = self.floor_names();
+        let floor = lock(&self.floor).rederive(&self.config, &self.catalog, &*self.usage);
+        self.floor_settled(&before);
+        floor
+    }
+
+    /// Goes up each time the floor's tools change (a new ranking read or derived; a
+    /// catalog change is announced by the catalog itself): every session's tool list may
+    /// differ, so a server tells its clients.
+    pub fn floor_updates(&self) -> watch::Receiver<u64> {
+        self.floor_updates.subscribe()
+    }
+
+    /// The floor's tool names now.
+    pub(crate) fn floor_names(&self) -> Vec<String> {
+        lock(&self.floor)
+            .peek(&self.config, &self.catalog)
+            .names()
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Announces a floor change if the floor's tools differ from `before`.
+    pub(crate) fn floor_settled(&self, before: &[String]) {
+        if self.floor_names() != before {
+            self.floor_updates.send_modify(|n| *n += 1);
+        }
     }
 
     fn notify(&self, session: &str) {

@@ -21,6 +21,8 @@ pub(crate) struct Changes {
     source: Weak<Catalog>,
     /// The catalog version the search index has caught up with.
     index: watch::Receiver<u64>,
+    /// The floor's changes (every session's list).
+    floor: watch::Receiver<u64>,
     /// When the last change was returned.
     last: Option<tokio::time::Instant>,
     /// A change taken off its channel and not returned yet (`Some(true)` for a catalog
@@ -46,6 +48,7 @@ impl Changes {
             catalog: shared.surface.catalog().subscribe(),
             source: Arc::downgrade(shared.surface.catalog()),
             index: shared.surface.index_updates(),
+            floor: shared.surface.floor_updates(),
             last: None,
             pending: None,
         }
@@ -69,6 +72,10 @@ impl Changes {
                 r = self.catalog.recv() => match r {
                     Ok(_) | Err(RecvError::Lagged(_)) => (true, true),
                     Err(RecvError::Closed) => return None,
+                },
+                r = self.floor.changed() => match r {
+                    Ok(()) => (true, false),
+                    Err(_) => return None,
                 },
             };
             if hit {
@@ -101,6 +108,7 @@ impl Changes {
 
     /// Swallows the changes already queued; whether one of them was the catalog's.
     fn drain(&mut self) -> bool {
+        self.floor.mark_unchanged();
         while !matches!(
             self.sessions.try_recv(),
             Err(TryRecvError::Empty | TryRecvError::Closed)
@@ -183,6 +191,41 @@ mod tests {
         shared.surface.page_in("other", &["paged_tool"]);
         shared.surface.page_in("mine", &["paged_tool"]);
         assert_eq!(next_within(&mut changes, |k| k == "mine").await, Some(()));
+    }
+
+    /// The floor's tools change (a new usage ranking): every session's list differs.
+    #[tokio::test]
+    async fn a_floor_change_concerns_every_session() {
+        let catalog = Arc::new(Catalog::new());
+        catalog
+            .register(Arc::new(Noop(ToolSpec::new("popular", "Used a lot."))))
+            .unwrap();
+        let usage = Arc::new(quiver_surface::MemoryUsage::new([]));
+        let surface = quiver_surface::Surface::new(
+            catalog.clone(),
+            quiver_surface::SurfaceConfig::default(),
+            usage.clone(),
+        )
+        .unwrap();
+        let shared = crate::server::McpServer::new(
+            surface,
+            quiver_registry::Dispatcher::new(catalog),
+            ServerOptions::default(),
+        )
+        .shared;
+        let mut index = shared.surface.index_updates();
+        tokio::time::timeout(Duration::from_secs(5), index.wait_for(|n| *n >= 1))
+            .await
+            .expect("indexed in time")
+            .unwrap();
+        let mut changes = Changes::subscribe(&shared);
+        // Derived again with nothing new: no change, nothing to tell.
+        shared.surface.rederive_floor();
+        let quiet = tokio::time::timeout(Duration::from_millis(200), changes.next(|_| false));
+        assert!(quiet.await.is_err(), "an unchanged floor woke the sessions");
+        usage.set("popular", [5, 0, 0]);
+        assert_eq!(shared.surface.rederive_floor().names(), ["popular"]);
+        assert_eq!(next_within(&mut changes, |_| false).await, Some(()));
     }
 
     #[tokio::test(start_paused = true)]

@@ -25,8 +25,8 @@ pub(crate) enum Class {
     /// The connection is gone; the request may or may not have been processed.
     Drop,
     /// The server answered the request with this HTTP status (a 3xx or 4xx rmcp could not
-    /// recover from, a 429 or 5xx): the connection is fine, and what the status means for
-    /// the request is the status's to say.
+    /// recover from, a 429 or 5xx): the request was refused, and whether the session
+    /// survived is not known from it (a refused re-initialize after an expiry is one too).
     Status(u16),
     /// Anything else: the request failed, the connection is not known to be gone.
     Other,

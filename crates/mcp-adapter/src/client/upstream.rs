@@ -226,8 +226,9 @@ enum Attempt {
     Done(Box<Envelope>),
     /// Never reached the upstream: safe to send again on a new connection.
     NotDelivered,
-    /// May have reached the upstream: never replayed.
-    Unknown,
+    /// May have reached the upstream: never replayed. With the HTTP status the server
+    /// answered it with, when rmcp gave up on one (a 3xx or 4xx it was handed).
+    Unknown(Option<u16>),
 }
 
 pub(crate) struct Upstream {
@@ -1536,7 +1537,7 @@ impl Upstream {
         loop {
             match self.attempt(&conn, tool, args.clone(), ctx).await {
                 Attempt::Done(env) => return *env,
-                Attempt::Unknown => {
+                Attempt::Unknown(status) => {
                     // Over streamable HTTP, one request's stream can break (a proxy's idle
                     // timeout) while the session is fine, and losing the connection would
                     // fail every other call in flight on it: a ping tells which. A stdio
@@ -1565,6 +1566,11 @@ impl Upstream {
                                 self.cfg.name
                             ),
                         );
+                    }
+                    // The server is there and answered the request with a status: it
+                    // refused it (the session is fine, the ping says so).
+                    if let Some(code) = status.and_then(|c| reqwest::StatusCode::from_u16(c).ok()) {
+                        return self.refused(tool, code, None);
                     }
                     // The server is there: only this answer was lost on the way.
                     return Envelope::err(
@@ -1778,17 +1784,12 @@ impl Upstream {
                         e => peer_message(e),
                     })),
                     Class::Timeout => done(self.timed_out(tool, timeout)),
-                    Class::Status(code) => done(
-                        self.refused(
-                            tool,
-                            reqwest::StatusCode::from_u16(code)
-                                .unwrap_or(reqwest::StatusCode::BAD_GATEWAY),
-                            None,
-                        ),
-                    ),
+                    // Whether the session survived is the ping's to tell (a re-initialize
+                    // refused after an expiry is a status too).
+                    Class::Status(code) => Attempt::Unknown(Some(code)),
                     Class::Refused => Attempt::NotDelivered,
                     Class::Drop if unsent(&id) => Attempt::NotDelivered,
-                    Class::Drop => Attempt::Unknown,
+                    Class::Drop => Attempt::Unknown(None),
                     Class::Other => done(self.incomplete()),
                 }
             }

@@ -1020,7 +1020,9 @@ impl Surface {
                 Some(s) => {
                     s.mode = mode;
                     s.touch(tool);
-                    s.next_round(self.config.idle_rounds)
+                    let evicted = s.next_round(self.config.idle_rounds);
+                    s.round_evicted.clone_from(&evicted);
+                    evicted
                 }
                 None => {
                     if mode != Mode::default() {
@@ -1128,7 +1130,17 @@ impl Surface {
                 name,
                 reason: FailReason::OverBudget,
             }));
-        out.evicted = paged.evicted;
+        // This call's round evicted idle tools before the search ran: they left the list
+        // too.
+        out.evicted = lock(&self.sessions)
+            .get_mut(session)
+            .map(|s| std::mem::take(&mut s.round_evicted))
+            .unwrap_or_default();
+        for name in paged.evicted {
+            if !out.evicted.contains(&name) {
+                out.evicted.push(name);
+            }
+        }
         // Only what the next round will list counts as exposed: a hit the round's budget
         // cuts stays in the working set (listed once there is room) but is reported failed.
         out.exposed = paged.exposed;

@@ -52,6 +52,9 @@ pub(crate) struct Session {
     /// When the surface last used it (its own clock), for dropping the least recently
     /// used sessions beyond `max_sessions`.
     pub(crate) last_used: u64,
+    /// The tools the current call's round evicted as idle, for a `tool_search` in that
+    /// call to report with its own evictions.
+    pub(crate) round_evicted: Vec<String>,
 }
 
 impl Session {

@@ -134,6 +134,33 @@ fn each_call_is_a_round_where_turns_are_not_seen() {
     assert!(!fx.surface.session_keys().contains(&"nobody".to_owned()));
 }
 
+/// A `tool_search` reports the tools its own call's round evicted as idle, with those its
+/// page-in pushed out: all of them left the list.
+#[test]
+fn a_search_reports_the_idle_tools_its_round_evicted() {
+    let fx = Fixture::new(SurfaceConfig::default().with_idle_rounds(1), many(4), &[]);
+    fx.surface.page_in("s", &["t00"]);
+    assert!(
+        fx.surface
+            .begin_call("s", Mode::Chat, "tool_search")
+            .is_empty()
+    );
+    assert_eq!(
+        fx.surface.begin_call("s", Mode::Chat, "tool_search"),
+        vec!["t00".to_owned()]
+    );
+    let found = fx
+        .surface
+        .tool_search("s", "t01", Some(1), &quiver_contract::Capabilities::all());
+    assert_eq!(found.evicted, vec!["t00".to_owned()], "{found:?}");
+    // Reported once: the next call's round starts afresh.
+    fx.surface.begin_call("s", Mode::Chat, "tool_search");
+    let again = fx
+        .surface
+        .tool_search("s", "t02", Some(1), &quiver_contract::Capabilities::all());
+    assert!(!again.evicted.contains(&"t00".to_owned()), "{again:?}");
+}
+
 #[test]
 fn idle_tools_are_evicted_after_idle_rounds() {
     let fx = Fixture::new(SurfaceConfig::default().with_idle_rounds(2), many(4), &[]);

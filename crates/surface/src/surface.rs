@@ -1231,7 +1231,10 @@ impl Surface {
         if self.system.iter().any(|s| s == name) {
             // Always resident: paging it in would only take a working-set slot. Its full spec
             // is advertised from now on all the same.
-            if self.with_session(session, |s| s.loaded.insert(name.to_owned())) {
+            // Only a progressive tool's listing changes with it (summary to full spec).
+            if self.with_session(session, |s| s.loaded.insert(name.to_owned()))
+                && entry.spec.progressive
+            {
                 self.notify(session);
             }
             let paged = PageIn {

@@ -102,7 +102,25 @@ struct ToolSearch {
 #[serde(deny_unknown_fields)]
 struct SearchArgs {
     query: String,
+    #[serde(default, deserialize_with = "whole_number")]
     limit: Option<usize>,
+}
+
+/// A count given as a JSON number: `2` and `2.0` (JSON Schema's `integer` takes both; some
+/// models write one, some the other), not `2.5` or `-1`.
+fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    let Some(n) = Option::<serde_json::Number>::deserialize(d)? else {
+        return Ok(None);
+    };
+    if let Some(u) = n.as_u64() {
+        return Ok(Some(usize::try_from(u).unwrap_or(usize::MAX)));
+    }
+    match n.as_f64() {
+        Some(f) if f >= 0.0 && f.fract() == 0.0 && f <= u32::MAX as f64 => Ok(Some(f as usize)),
+        _ => Err(serde::de::Error::custom(format!(
+            "`limit` must be a whole number from 1 to {MAX_SEARCH_LIMIT}, not {n}"
+        ))),
+    }
 }
 
 #[async_trait]
@@ -127,7 +145,19 @@ impl Tool for ToolSearch {
         let data = serde_json::to_value(&outcome).map_err(|e| {
             ToolError::err(ErrKind::Internal, format!("cannot encode the result: {e}"))
         })?;
-        Ok(Envelope::ok(data))
+        let env = Envelope::ok(data);
+        // A limit above what a working set holds is cut to it: say so, or fewer hits than
+        // asked for read as all there is.
+        let holds = surface.config().working_set.max_tools;
+        Ok(match a.limit {
+            Some(asked) if asked > holds => env.with_warning(quiver_contract::Warning::new(
+                "limit_capped",
+                format!(
+                    "at most {holds} tools are returned per search (a working set holds {holds}); search again with other words for more"
+                ),
+            )),
+            _ => env,
+        })
     }
 }
 

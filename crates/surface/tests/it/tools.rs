@@ -235,6 +235,7 @@ async fn hits_a_too_large_round_cannot_list_are_not_exposed() {
 #[tokio::test]
 async fn describing_a_system_tool_pages_nothing_in() {
     let fx = search_fixture();
+    let mut changes = fx.surface.subscribe_changes();
     let e = fx
         .call("s", "describe_tool", json!({"name": "tool_search"}))
         .await;
@@ -243,6 +244,8 @@ async fn describing_a_system_tool_pages_nothing_in() {
     // It is loaded all the same (a progressive system tool's full spec is listed from now).
     assert_eq!(data(&e)["loaded"], json!(true), "{}", text(&e));
     assert!(fx.surface.is_loaded("s", "tool_search"));
+    // Its listing is the same (it is not progressive): no list change to announce.
+    assert!(changes.try_recv().is_err(), "a list change was announced");
 }
 
 #[tokio::test]
@@ -275,6 +278,49 @@ async fn tool_search_result_shape() {
     insta::assert_snapshot!("tool_search_render", text(&e));
 }
 
+/// A limit written as `2.0` is the integer 2 (JSON Schema's `integer` takes it); one above
+/// what a working set holds is cut to it, with a warning that says so.
+#[tokio::test]
+async fn a_whole_float_limit_is_taken_and_a_capped_one_is_said() {
+    let fx = Fixture::new(
+        SurfaceConfig::default().with_working_set(2, 1 << 20),
+        vec![
+            ro("read_csv", "Reads a CSV file into rows."),
+            ro("csv_stats", "Computes statistics over a CSV file."),
+            ro("csv_to_json", "Converts a CSV file to JSON."),
+        ],
+        &[],
+    );
+    let e = fx
+        .call(
+            "s",
+            "tool_search",
+            json!({"query": "csv file", "limit": 1.0}),
+        )
+        .await;
+    assert_eq!(
+        data(&e)["hits"].as_array().unwrap().len(),
+        1,
+        "{}",
+        text(&e)
+    );
+    assert!(!text(&e).contains("limit_capped"), "{}", text(&e));
+    let e = fx
+        .call("s", "tool_search", json!({"query": "csv file", "limit": 3}))
+        .await;
+    assert_eq!(
+        data(&e)["hits"].as_array().unwrap().len(),
+        2,
+        "{}",
+        text(&e)
+    );
+    assert!(
+        text(&e).contains("limit_capped: at most 2 tools are returned per search"),
+        "{}",
+        text(&e)
+    );
+}
+
 #[tokio::test]
 async fn blank_queries_get_a_hint() {
     let fx = search_fixture();
@@ -296,6 +342,8 @@ async fn bad_arguments_get_a_schema_hint() {
         json!({"query": "csv", "limit": 0}),
         json!({"query": "csv", "limit": 51}),
         json!({"query": "csv", "limit": "5"}),
+        json!({"query": "csv", "limit": 2.5}),
+        json!({"query": "csv", "limit": -1}),
     ] {
         let e = fx.call("s", "tool_search", args.clone()).await;
         assert_eq!(

@@ -504,6 +504,14 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                     "mcp server {server}: [not connected] {why}; fix the server or its configuration (`quiver status` shows its state)"
                 );
             }
+            // An agentic allow-list that fills the round leaves no room for what tool_search
+            // pages in (found, never listed).
+            let crowded = app.surface.agentic_crowding();
+            if let Some((allowed, system, max)) = crowded {
+                println!(
+                    "surface: [config] agentic_allow names {allowed} tools; with the {system} system tools that fills a round (round.max_definitions = {max}), so in agentic mode tools found by tool_search are never listed: narrow agentic_allow or raise max_definitions"
+                );
+            }
             // A definition too large to be shown is a tool no model can call.
             let oversized = app.surface.oversized();
             for o in &oversized {
@@ -741,6 +749,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                     + oversized.len()
                     + cannot_start.len()
                     + not_connected.len()
+                    + usize::from(crowded.is_some())
                     + app.long_skills.len(),
                 not_registered,
                 breaking.len(),
@@ -753,6 +762,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                     && app.long_skills.is_empty()
                     && cannot_start.is_empty()
                     && not_connected.is_empty()
+                    && crowded.is_none()
                     && not_registered == 0
                     && breaking.is_empty()
                     && unmatched == 0

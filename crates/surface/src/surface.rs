@@ -965,6 +965,23 @@ impl Surface {
         Ok((composed, placed))
     }
 
+    /// When the agentic allow-list, expanded over the catalog now, leaves a round no room
+    /// for a tool `tool_search` pages in: the list's size, the system tools' count and the
+    /// round's `max_definitions`. For `quiver check` (the allow-list ranks above the working
+    /// set, so such tools are found but never listed).
+    pub fn agentic_crowding(&self) -> Option<(usize, usize, usize)> {
+        if self.config.agentic_allow.is_empty() {
+            return None;
+        }
+        let allowed = self.agentic_allowed();
+        let live = allowed
+            .iter()
+            .filter(|n| !self.system.contains(n) && self.catalog.contains(n))
+            .count();
+        let max = self.config.round.max_definitions;
+        (live > 0 && live + self.system.len() >= max).then_some((live, self.system.len(), max))
+    }
+
     /// The agentic allow-list, patterns expanded over the catalog, in list order; kept until
     /// the catalog changes (a pattern is matched against every name, and every agentic
     /// round and `tool_search` needs the list).

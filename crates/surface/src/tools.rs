@@ -197,8 +197,11 @@ impl Tool for DescribeTool {
                 // Said in a warning, which the result limit does not cut, not only as
                 // `loaded: false` after the definition, which a long one pushes past it.
                 let why = if paged.over_budget.contains(&spec.name) {
+                    let round = &surface.config().round;
                     format!(
-                        "its definition ({} bytes) does not fit the tool budget of a round",
+                        "it does not fit in what a round lists (at most {} tools and {} bytes, and the tools ranked above it took that room; its definition is {} bytes)",
+                        round.max_definitions,
+                        round.max_bytes,
                         spec.definition_bytes()
                     )
                 } else {

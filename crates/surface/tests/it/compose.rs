@@ -387,3 +387,27 @@ fn unworkable_settings_are_refused() {
         .validate()
         .expect("one idle round is fine");
 }
+
+/// An agentic allow-list that fills the round leaves no room for tools `tool_search` pages
+/// in: `quiver check` names it (`agentic_crowding`).
+#[test]
+fn an_agentic_allow_list_that_fills_the_round_is_reported() {
+    let crowded = Fixture::new(
+        SurfaceConfig::default()
+            .with_agentic_allow(&["t*"])
+            .with_round_budget(6, 1 << 20),
+        many(8),
+        &[],
+    );
+    assert_eq!(crowded.surface.agentic_crowding(), Some((8, 2, 6)));
+    let roomy = Fixture::new(
+        SurfaceConfig::default()
+            .with_agentic_allow(&["t0*"])
+            .with_round_budget(32, 1 << 20),
+        many(8),
+        &[],
+    );
+    assert_eq!(roomy.surface.agentic_crowding(), None);
+    let none = Fixture::new(SurfaceConfig::default(), many(8), &[]);
+    assert_eq!(none.surface.agentic_crowding(), None);
+}

@@ -951,10 +951,15 @@ fn main() -> ExitCode {
     // rmcp's transport worker logs each failed upstream connection at ERROR, with Rust type
     // names; Quiver reports the same failure itself, in words (start-up lines, `status`).
     // Shown only when QUIVER_LOG names rmcp.
-    if !spec.contains("rmcp")
-        && let Ok(quiet) = "rmcp::transport::worker=off".parse()
-    {
-        filter = filter.add_directive(quiet);
+    // Its service loop warns of every error answer Quiver gives an upstream's request (a
+    // roots/list outside a forwarded call, which Quiver refuses by design), as a Debug
+    // dump: left to QUIVER_LOG too.
+    if !spec.contains("rmcp") {
+        for directive in ["rmcp::transport::worker=off", "rmcp::service=error"] {
+            if let Ok(quiet) = directive.parse() {
+                filter = filter.add_directive(quiet);
+            }
+        }
     }
     tracing_subscriber::fmt()
         .with_env_filter(filter)

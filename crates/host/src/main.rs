@@ -36,6 +36,11 @@ enum Command {
     /// List the tools a session sees: its composed surface (resident floor, system tools,
     /// working set), as the model receives it.
     ///
+    /// The working set is the one stored for the session. A running `quiver serve` holds
+    /// its sessions in memory and writes each change to the store, but does not read back
+    /// what another process (`quiver search --session S`) stored for a session it holds:
+    /// for a session `serve` is using, its own `tools/list` is the truth.
+    ///
     /// Example: `quiver tools --format openai` prints the `tools` array for the OpenAI API.
     Tools {
         /// The session mode: chat, agentic, delegate or plan.
@@ -86,6 +91,11 @@ enum Command {
     },
     /// Show the upstream MCP servers (connected, retrying, failed with the reason), their
     /// tool counts, and the store.
+    ///
+    /// This process connects to the servers itself: it shows what they do now, not the
+    /// history of a running `quiver serve`'s connections (a crash and restart there). For a
+    /// running server, its `GET /readyz` says whether its required upstreams are up, and its
+    /// log has each connect, drop and restart.
     ///
     /// Exits 1 when a `required` server is not ready (the table is shown all the same).
     Status,

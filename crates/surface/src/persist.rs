@@ -70,7 +70,44 @@ impl Surface {
                         }
                     }
                     Some(session) => {
-                        let parting = {
+                        if crate::surface::lock(&surface.forgotten).remove(&session) {
+                            drop(surface);
+                            forget(&*store, &session).await;
+                            done_tx.send_modify(|n| *n += 1);
+                        } else {
+                            // The set to write: the one the session left when it was dropped
+                            // from memory, or the one it holds. A drop while this is being
+                            // written leaves a newer one (this change still counts as
+                            // unwritten until then): written next, before going on.
+                            let mut surface = Some(surface);
+                            let mut wrote = false;
+                            while let Some(s) = surface.take() {
+                                let parting =
+                                    crate::surface::lock(&s.mirror).parting.remove(&session);
+                                let Some(set) = parting.or_else(|| {
+                                    s.holds(&session).then(|| s.persisted_set(&session))
+                                }) else {
+                                    break;
+                                };
+                                drop(s);
+                                if let Err(e) = sync(&*store, &session, set).await {
+                                    tracing::error!(session = %session, error = %e, "could not persist the working set");
+                                }
+                                wrote = true;
+                                surface = weak.upgrade().filter(|s| {
+                                    crate::surface::lock(&s.mirror)
+                                        .parting
+                                        .contains_key(&session)
+                                });
+                            }
+                            if wrote {
+                                done_tx.send_modify(|n| *n += 1);
+                            }
+                            // Else a session dropped from memory with every change written
+                            // (or ended) keeps what the store has.
+                        }
+                        // Written: a drop from now on finds nothing unwritten of this change.
+                        if let Some(surface) = weak.upgrade() {
                             let mut mirror = crate::surface::lock(&surface.mirror);
                             if let Some(n) = mirror.unwritten.get_mut(&session) {
                                 *n -= 1;
@@ -78,25 +115,7 @@ impl Surface {
                                     mirror.unwritten.remove(&session);
                                 }
                             }
-                            mirror.parting.remove(&session)
-                        };
-                        if crate::surface::lock(&surface.forgotten).remove(&session) {
-                            drop(surface);
-                            forget(&*store, &session).await;
-                            done_tx.send_modify(|n| *n += 1);
-                        } else if let Some(set) = parting.or_else(|| {
-                            surface
-                                .holds(&session)
-                                .then(|| surface.persisted_set(&session))
-                        }) {
-                            drop(surface);
-                            if let Err(e) = sync(&*store, &session, set).await {
-                                tracing::error!(session = %session, error = %e, "could not persist the working set");
-                            }
-                            done_tx.send_modify(|n| *n += 1);
                         }
-                        // Else a session dropped from memory with every change written
-                        // (or ended) keeps what the store has.
                     }
                 }
                 mirrored.send_modify(|n| *n += handled);

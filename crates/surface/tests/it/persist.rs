@@ -292,3 +292,29 @@ async fn mirror_settled_waits_for_the_writes_and_deletes_under_way() {
         .expect("the mirror settles");
     assert!(stored(&*store, "s").await.is_empty());
 }
+
+/// A session dropped from memory while its last change is being written (the store is
+/// slow), and whose key comes back before the write lands, is restored as it was, not from
+/// the store that does not have the change yet; the store ends up with it too.
+#[tokio::test]
+async fn a_session_dropped_during_its_write_comes_back_whole() {
+    let fx = Fixture::new(
+        SurfaceConfig::default().with_max_sessions(1),
+        vec![ro("alpha", "A."), ro("beta", "B.")],
+        &[],
+    );
+    let store = Arc::new(SlowWrites(MemorySessionStore::default()));
+    let _written = fx.surface.spawn_persistence(store.clone());
+    fx.surface.restore_once("a", &*store).await;
+    fx.surface.page_in("a", &["alpha"]);
+    // The write of `a` is under way (it takes 200 ms) when `b` pushes `a` out of memory.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    fx.surface.page_in("b", &["beta"]);
+    assert!(!fx.surface.holds("a"));
+    fx.surface.restore_once("a", &*store).await;
+    assert_eq!(fx.surface.working_set("a"), ["alpha"], "restored whole");
+    tokio::time::timeout(Duration::from_secs(10), fx.surface.mirror_settled())
+        .await
+        .expect("the mirror settles");
+    assert_eq!(stored(&*store, "a").await, ["alpha"]);
+}

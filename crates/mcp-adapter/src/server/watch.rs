@@ -152,6 +152,16 @@ mod tests {
         crate::server::test_server(Arc::new(Catalog::new()), ServerOptions::default()).shared
     }
 
+    /// Waits until the search index has the first catalog change (registered before the
+    /// subscription, so it cannot wake the watch).
+    async fn indexed(shared: &Shared) {
+        let mut index = shared.surface.index_updates();
+        tokio::time::timeout(Duration::from_secs(5), index.wait_for(|n| *n >= 1))
+            .await
+            .expect("indexed in time")
+            .unwrap();
+    }
+
     async fn next_within(changes: &mut Changes, relevant: impl Fn(&str) -> bool) -> Option<()> {
         tokio::time::timeout(Duration::from_secs(5), changes.next(relevant))
             .await
@@ -182,11 +192,7 @@ mod tests {
             .unwrap();
         // The registration is indexed before the subscription, so only the working sets
         // can wake it.
-        let mut index = shared.surface.index_updates();
-        tokio::time::timeout(Duration::from_secs(5), index.wait_for(|n| *n >= 1))
-            .await
-            .expect("indexed in time")
-            .unwrap();
+        indexed(&shared).await;
         let mut changes = Changes::subscribe(&shared);
         shared.surface.page_in("other", &["paged_tool"]);
         shared.surface.page_in("mine", &["paged_tool"]);
@@ -213,11 +219,7 @@ mod tests {
             ServerOptions::default(),
         )
         .shared;
-        let mut index = shared.surface.index_updates();
-        tokio::time::timeout(Duration::from_secs(5), index.wait_for(|n| *n >= 1))
-            .await
-            .expect("indexed in time")
-            .unwrap();
+        indexed(&shared).await;
         let mut changes = Changes::subscribe(&shared);
         // Derived again with nothing new: no change, nothing to tell.
         shared.surface.rederive_floor();

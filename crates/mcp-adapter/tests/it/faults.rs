@@ -769,11 +769,10 @@ async fn protocol_versions() {
     close_and_check(&client).await;
 }
 
-/// Why a stdio server failed at start is in its status: its exit code and the last lines
-/// it wrote to stderr (before, only "connection closed: initialize response").
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_failing_at_start_shows_its_exit_and_stderr() {
-    let (_catalog, client) = start(&[fixture_server("fx", "crash")], fast_options());
+/// Starts `server` (named `fx`), waits for its first failed dial, and checks that a
+/// diagnostic line has the process's exit and the last line it wrote to stderr.
+async fn assert_failed_dial_shows(server: ServerConfig, exit: &str, stderr: &str) {
+    let (_catalog, client) = start(&[server], fast_options());
     wait_for("a failed dial", Duration::from_secs(30), || {
         client
             .server_status("fx")
@@ -787,40 +786,34 @@ async fn a_server_failing_at_start_shows_its_exit_and_stderr() {
     assert!(
         diagnostics
             .iter()
-            .any(|l| l.contains("the process exited with code 3")
-                && l.contains(
-                    "its stderr ended with: fatal: cannot open the database: permission denied"
-                )),
+            .any(|l| l.contains(exit) && l.contains(&format!("its stderr ended with: {stderr}"))),
         "{diagnostics:#?}"
     );
     close_and_check(&client).await;
+}
+
+/// Why a stdio server failed at start is in its status: its exit code and the last lines
+/// it wrote to stderr (before, only "connection closed: initialize response").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_failing_at_start_shows_its_exit_and_stderr() {
+    assert_failed_dial_shows(
+        fixture_server("fx", "crash"),
+        "the process exited with code 3",
+        "fatal: cannot open the database: permission denied",
+    )
+    .await;
 }
 
 /// A server that exits right after the handshake shows its exit and stderr too (before,
 /// only "tools/list failed: Transport closed").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_exiting_after_the_handshake_shows_its_exit_and_stderr() {
-    let (_catalog, client) = start(&[raw("fx", &["--exit-after-init"])], fast_options());
-    wait_for("a failed dial", Duration::from_secs(30), || {
-        client
-            .server_status("fx")
-            .unwrap()
-            .diagnostics
-            .iter()
-            .any(|l| l.contains("connect failed"))
-    })
+    assert_failed_dial_shows(
+        raw("fx", &["--exit-after-init"]),
+        "the process exited with code 4",
+        "panic: lost my database connection after init",
+    )
     .await;
-    let diagnostics = client.server_status("fx").unwrap().diagnostics;
-    assert!(
-        diagnostics
-            .iter()
-            .any(|l| l.contains("the process exited with code 4")
-                && l.contains(
-                    "its stderr ended with: panic: lost my database connection after init"
-                )),
-        "{diagnostics:#?}"
-    );
-    close_and_check(&client).await;
 }
 
 /// A server whose `tools/list` cursor comes round again is not asked forever: what it listed

@@ -25,7 +25,8 @@ pub use floor::{
 pub use persist::FloorLoad;
 pub use surface::{
     ComposedSurface, DEFAULT_SESSION, DESCRIBE_TOOL, DropReason, DroppedTool, FailReason,
-    FailedTool, FoundTool, Oversized, Reason, SearchOutcome, Surface, SurfaceTool, TOOL_SEARCH,
+    FailedTool, FoundTool, Oversized, Reason, SearchOutcome, SessionPin, Surface, SurfaceTool,
+    TOOL_SEARCH,
 };
 pub use tools::{BLANK_QUERY_HINT, core_tools};
 pub use working_set::PageIn;

@@ -267,6 +267,9 @@ pub struct Surface {
     pending: Mutex<HashMap<Arc<str>, Vec<String>>>,
     /// Keys already restored from a store (see [`Surface::restore_once`]).
     restored: Mutex<HashSet<Arc<str>>>,
+    /// Keys a request in flight uses ([`Surface::pin`]), with how many: never dropped from
+    /// memory meanwhile (see `max_sessions`).
+    pinned: Mutex<HashMap<Arc<str>, usize>>,
     /// The clock of `Session::last_used`.
     clock: std::sync::atomic::AtomicU64,
     pub(crate) floor: Mutex<FloorState>,
@@ -412,6 +415,7 @@ impl Surface {
             sessions: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
             restored: Mutex::new(HashSet::new()),
+            pinned: Mutex::new(HashMap::new()),
             forgotten: Mutex::new(HashSet::new()),
             mirror: Mutex::new(Mirror::default()),
             mirrored: watch::channel(0).0,
@@ -725,10 +729,15 @@ impl Surface {
     /// surface holds for them besides; their working sets stay in the store, so a key that
     /// comes back is restored again.
     fn drop_least_used(&self, sessions: &mut HashMap<Arc<str>, Session>) {
+        // A session a request is using stays (restored, then composed or searched by the
+        // same request): the cap is exceeded for as long instead.
+        let pinned = lock(&self.pinned);
         let mut by_use: Vec<(u64, Arc<str>)> = sessions
             .iter()
+            .filter(|(k, _)| !pinned.contains_key(*k))
             .map(|(k, s)| (s.last_used, k.clone()))
             .collect();
+        drop(pinned);
         by_use.sort_unstable();
         let n = (sessions.len() / 10).max(1);
         let mut pending = lock(&self.pending);
@@ -1339,6 +1348,17 @@ impl Surface {
         true
     }
 
+    /// Keeps the session in memory until the guard drops: a request that restores a key
+    /// and then composes or searches it holds one, so the `max_sessions` bound does not drop
+    /// the session between the two (under more keys than the bound, it did).
+    pub fn pin(self: &Arc<Self>, session: &Arc<str>) -> SessionPin {
+        *lock(&self.pinned).entry(session.clone()).or_default() += 1;
+        SessionPin {
+            surface: self.clone(),
+            session: session.clone(),
+        }
+    }
+
     /// Forgets a session.
     pub fn end_session(&self, session: &str) {
         lock(&self.sessions).remove(session);
@@ -1361,6 +1381,33 @@ impl Surface {
     pub fn touch(&self, session: &str, tool: &str) {
         if let Some(s) = lock(&self.sessions).get_mut(session) {
             s.touch(tool);
+        }
+    }
+}
+
+/// A session kept in memory while a request uses it ([`Surface::pin`]).
+#[must_use = "the session is kept only while the guard lives"]
+pub struct SessionPin {
+    surface: Arc<Surface>,
+    session: Arc<str>,
+}
+
+impl fmt::Debug for SessionPin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionPin")
+            .field("session", &self.session)
+            .finish()
+    }
+}
+
+impl Drop for SessionPin {
+    fn drop(&mut self) {
+        let mut pinned = lock(&self.surface.pinned);
+        if let Some(n) = pinned.get_mut(&self.session) {
+            *n -= 1;
+            if *n == 0 {
+                pinned.remove(&self.session);
+            }
         }
     }
 }

@@ -584,7 +584,7 @@ async fn serve_call(
     held: IdHeld,
 ) -> Response {
     handler::track(shared, &entry.conn, &scope, true, &entry.peer);
-    shared.restore_once(&scope.key).await;
+    let _pin = shared.enter(&scope.key).await;
     let input = params.arguments.map(Value::Object).unwrap_or(Value::Null);
     // Cancelled by the client's notifications/cancelled, or when its session ends.
     let client = entry.conn.deleted.child_token();

@@ -868,7 +868,7 @@ impl ServerHandler for Handler {
         }
         let scope = self.scope(&context.meta, &context.extensions)?;
         self.track(&scope, &context.peer);
-        self.shared.restore_once(&scope.key).await;
+        let _pin = self.shared.enter(&scope.key).await;
         let composed = self
             .shared
             .surface
@@ -885,7 +885,7 @@ impl ServerHandler for Handler {
     ) -> Result<CallToolResponse, McpError> {
         let scope = self.scope(&context.meta, &context.extensions)?;
         self.track(&scope, &context.peer);
-        self.shared.restore_once(&scope.key).await;
+        let _pin = self.shared.enter(&scope.key).await;
         let name = request.name;
         let input = request.arguments.map(Value::Object).unwrap_or(Value::Null);
         let (shared, call_scope, tool) = (self.shared.clone(), scope.clone(), name.to_string());

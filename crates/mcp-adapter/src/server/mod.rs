@@ -153,8 +153,17 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Keeps the key's session in memory for the request (the guard) and restores its
+    /// working set if the key is seen for the first time (once per key per process, again
+    /// after the surface dropped it).
+    pub(crate) async fn enter(&self, key: &Arc<str>) -> quiver_surface::SessionPin {
+        let pin = self.surface.pin(key);
+        self.restore_once(key).await;
+        pin
+    }
+
     /// Restores the working set of a key seen for the first time (once per key per process).
-    pub(crate) async fn restore_once(&self, key: &Arc<str>) {
+    async fn restore_once(&self, key: &Arc<str>) {
         let Some(store) = &self.sessions else { return };
         if !self.surface.restore_once(key, &**store).await {
             return;

@@ -318,3 +318,23 @@ async fn a_session_dropped_during_its_write_comes_back_whole() {
         .expect("the mirror settles");
     assert_eq!(stored(&*store, "a").await, ["alpha"]);
 }
+
+/// A session a request is using (pinned) is not dropped from memory for another key:
+/// `max_sessions` is exceeded meanwhile, and the bound applies again once it is unpinned.
+#[tokio::test]
+async fn a_pinned_session_stays_in_memory() {
+    let fx = Fixture::new(
+        SurfaceConfig::default().with_max_sessions(1),
+        vec![ro("alpha", "A."), ro("beta", "B.")],
+        &[],
+    );
+    let surface = fx.surface.clone();
+    let a: Arc<str> = "a".into();
+    let pin = surface.pin(&a);
+    surface.page_in("a", &["alpha"]);
+    surface.page_in("b", &["beta"]);
+    assert!(surface.holds("a") && surface.holds("b"), "a is in use");
+    drop(pin);
+    surface.page_in("c", &["beta"]);
+    assert!(!surface.holds("a"), "unpinned, the least used goes");
+}

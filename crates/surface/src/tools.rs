@@ -210,7 +210,7 @@ impl Tool for DescribeTool {
                 Ok(env.with_warning(quiver_contract::Warning::new(
                     "not_loaded",
                     format!(
-                        "`{}` was not added to your tools: {why}, so you cannot call it now; use another tool",
+                        "`{}` was not added to your tool list: {why}. Its definition is above: a call of it by name still runs, if your client lets you call a tool that is not listed; otherwise use another tool",
                         quiver_contract::quoted_name(&spec.name)
                     ),
                 )))

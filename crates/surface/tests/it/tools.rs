@@ -189,8 +189,9 @@ async fn hits_the_round_cannot_list_for_bytes_are_reported_over_budget() {
         .await;
     assert_eq!(data(&e)["loaded"], json!(false), "{}", text(&e));
     assert!(
-        text(&e).contains("⚠ not_loaded: `read_csv` was not added to your tools: it does not fit in what a round lists (at most 32 tools and ")
-            && text(&e).contains("its definition is "),
+        text(&e).contains("⚠ not_loaded: `read_csv` was not added to your tool list: it does not fit in what a round lists (at most 32 tools and ")
+            && text(&e).contains("its definition is ")
+            && text(&e).contains("a call of it by name still runs"),
         "{}",
         text(&e)
     );

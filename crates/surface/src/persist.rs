@@ -162,19 +162,7 @@ impl Surface {
         // as it was, not as the store has it.
         let parting = crate::surface::lock(&self.mirror).parting.remove(session);
         let mut stored = match parting {
-            Some(set) => {
-                let now = SystemTime::now();
-                set.into_iter()
-                    .enumerate()
-                    .map(|(i, tool)| {
-                        WorkingSetEntry::new(
-                            tool,
-                            now - std::time::Duration::from_micros(i as u64),
-                            0,
-                        )
-                    })
-                    .collect()
-            }
+            Some(set) => stamped(&set),
             None => store.working_set(session).await?,
         };
         stored.sort_by(|a, b| {
@@ -220,19 +208,7 @@ async fn sync(
     if !gone.is_empty() {
         store.remove_from_working_set(session, gone).await?;
     }
-    // `current` is most recent first; stamp it so that order survives a restore.
-    let now = SystemTime::now();
-    let entries: Vec<WorkingSetEntry> = current
-        .iter()
-        .enumerate()
-        .map(|(i, tool)| {
-            WorkingSetEntry::new(
-                tool.clone(),
-                now - std::time::Duration::from_micros(i as u64),
-                0,
-            )
-        })
-        .collect();
+    let entries = stamped(&current);
     if !entries.is_empty() {
         store.upsert_working_set(session, entries).await?;
     }
@@ -405,4 +381,19 @@ impl Surface {
             }
         })
     }
+}
+
+/// Entries for `set` (most recent first), stamped so that its order survives a restore.
+fn stamped(set: &[String]) -> Vec<WorkingSetEntry> {
+    let now = SystemTime::now();
+    set.iter()
+        .enumerate()
+        .map(|(i, tool)| {
+            WorkingSetEntry::new(
+                tool.clone(),
+                now - std::time::Duration::from_micros(i as u64),
+                0,
+            )
+        })
+        .collect()
 }

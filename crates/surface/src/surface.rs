@@ -634,16 +634,9 @@ impl Surface {
     /// What persists for the session: its working set (most recent first), then the
     /// restored names still waiting for their tools.
     pub fn persisted_set(&self, session: &str) -> Vec<String> {
-        let mut out = self.working_set(session);
-        if let Some(held) = lock(&self.pending).get(session) {
-            out.extend(
-                held.iter()
-                    .filter(|n| !out.contains(n))
-                    .cloned()
-                    .collect::<Vec<_>>(),
-            );
-        }
-        out
+        // Lock order: sessions, pending.
+        let sessions = lock(&self.sessions);
+        persisted(sessions.get(session), lock(&self.pending).get(session))
     }
 
     /// The floor in use: the anchors, then the usage ranking's best tools registered now
@@ -750,14 +743,7 @@ impl Surface {
             // A change the persistence task has not written yet would be lost with the
             // session: it writes this instead (and a restore reads it first).
             if mirror.unwritten.contains_key(&key) {
-                let mut set: Vec<String> = session
-                    .map(|s| s.by_recency().into_iter().map(str::to_owned).collect())
-                    .unwrap_or_default();
-                for name in held.unwrap_or_default() {
-                    if !set.contains(&name) {
-                        set.push(name);
-                    }
-                }
+                let set = persisted(session.as_ref(), held.as_ref());
                 mirror.parting.insert(key, set);
             }
         }
@@ -1383,6 +1369,20 @@ impl Surface {
             s.touch(tool);
         }
     }
+}
+
+/// What persists of a session: its working set (most recent first), then the restored
+/// names still waiting for their tools.
+fn persisted(session: Option<&Session>, held: Option<&Vec<String>>) -> Vec<String> {
+    let mut out: Vec<String> = session
+        .map(|s| s.by_recency().into_iter().map(str::to_owned).collect())
+        .unwrap_or_default();
+    for name in held.into_iter().flatten() {
+        if !out.contains(name) {
+            out.push(name.clone());
+        }
+    }
+    out
 }
 
 /// A session kept in memory while a request uses it ([`Surface::pin`]).

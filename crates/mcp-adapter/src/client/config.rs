@@ -272,8 +272,13 @@ impl ServerConfig {
 
     /// The token variable this server's name derives: `MCP_<NAME>_TOKEN`, uppercased.
     pub fn token_var(&self) -> String {
-        format!("MCP_{}_TOKEN", self.name.to_ascii_uppercase())
+        token_var(&self.name)
     }
+}
+
+/// The bearer-token variable of server `name`: `MCP_<NAME>_TOKEN`, uppercased.
+pub(crate) fn token_var(name: &str) -> String {
+    format!("MCP_{}_TOKEN", name.to_ascii_uppercase())
 }
 
 /// The whole client configuration as a host may read it: the servers, and optionally the

@@ -924,7 +924,7 @@ impl Upstream {
                         config = config.auth_header(t.0.clone());
                     }
                     let transport = StreamableHttpClientTransport::with_client(client, config);
-                    let var = format!("MCP_{}_TOKEN", self.cfg.name.to_ascii_uppercase());
+                    let var = super::config::token_var(&self.cfg.name);
                     let auth = if token.is_some() {
                         format!(
                             "the server did not accept the bearer token from `{var}`; fix it, or give the server the `headers` it expects"
@@ -992,20 +992,16 @@ impl Upstream {
             // A child that exited after the handshake (its listing failed with "Transport
             // closed") said why on stderr, and its exit code tells too: read before it is
             // told to stop.
-            let e = match child_guard {
-                Some(mut g) => {
-                    let e = e.with_stderr(&mut g).await;
-                    cancel.cancel();
-                    let _ = running.cancel().await;
-                    g.shutdown().await;
-                    e
-                }
-                None => {
-                    cancel.cancel();
-                    let _ = running.cancel().await;
-                    e
-                }
+            let mut child_guard = child_guard;
+            let e = match child_guard.as_mut() {
+                Some(g) => e.with_stderr(g).await,
+                None => e,
             };
+            cancel.cancel();
+            let _ = running.cancel().await;
+            if let Some(mut g) = child_guard {
+                g.shutdown().await;
+            }
             Err(e)
         };
         if !SUPPORTED_PROTOCOLS.contains(&protocol.as_str()) {

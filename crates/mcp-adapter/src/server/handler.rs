@@ -492,7 +492,8 @@ pub(crate) async fn call(
     // (plan mode and a mutating tool, an internal tool) is refused here. Unknown and
     // capability-forbidden tools are the dispatcher's to answer.
     let surface = &shared.surface;
-    if surface.catalog().contains(name)
+    let found = surface.catalog().lookup(name);
+    if found.is_some()
         && scope.capabilities.allows(name)
         && !surface.visible(name, scope.mode, &scope.capabilities)
     {
@@ -520,11 +521,7 @@ pub(crate) async fn call(
     surface.begin_call(&scope.key, scope.mode, name);
     // An unknown tool: the dispatcher's answer, with look-alikes this session can see in its
     // mode (the dispatcher alone would offer a mutating tool to a plan-mode session).
-    if !surface
-        .catalog()
-        .lookup(name)
-        .is_some_and(|e| e.spec.is_live())
-    {
+    if !found.is_some_and(|e| e.spec.is_live()) {
         let ctx = scope.context(shared.shutdown.child_token());
         let answer = shared.dispatcher.undefined(name, &ctx, &|n| {
             surface.visible(n, scope.mode, &scope.capabilities)

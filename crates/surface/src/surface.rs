@@ -245,6 +245,11 @@ pub struct SearchOutcome {
     pub failed: Vec<FailedTool>,
     /// Tools evicted from the working set to make room.
     pub evicted: Vec<String>,
+    /// Tools the round listed before this search and no longer lists: its budget
+    /// (`max_definitions`, `max_bytes`) cut them to make room for the hits. They stay
+    /// callable by name; left out when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub displaced: Vec<String>,
 }
 
 /// The shared per-session tool surface. Build it with [`Surface::new`]; hand it to the
@@ -364,6 +369,14 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// The bytes a tool takes in a working set: its advertised form without narration.
+/// What a round's walk does with the names it places.
+enum Walk<'a> {
+    /// Advertises each placed tool (a composed surface).
+    Advertise,
+    /// Only places names; with `until`, stops once those are placed or dropped.
+    Place { until: Option<HashSet<&'a str>> },
+}
+
 fn paged_bytes(spec: &ToolSpec, loaded: bool) -> usize {
     if spec.progressive && !loaded {
         spec.lightweight().definition_bytes()
@@ -780,21 +793,25 @@ impl Surface {
         mode: Mode,
         capabilities: &Capabilities,
     ) -> Result<ComposedSurface, SurfaceError> {
-        self.walk(session, mode, capabilities, None)
+        self.walk(session, mode, capabilities, Walk::Advertise)
             .map(|(composed, _)| composed)
     }
 
-    /// The round's walk (see `compose`). With `until`, it stops once every one of those
-    /// names has been placed or dropped, unless `max_surface` could fail the whole round
-    /// (a partial round, whose placed names come back beside an empty list of tools):
-    /// `tool_search` asks where its hits, the working set's newest, land.
+    /// The round's walk (see `compose`). [`Walk::Place`] only places names (the placed
+    /// ones come back beside an empty list of tools); with `until`, it stops once every one
+    /// of those names has been placed or dropped, unless `max_surface` could fail the
+    /// whole round: `tool_search` asks where its hits, the working set's newest, land.
     fn walk(
         &self,
         session: &str,
         mode: Mode,
         capabilities: &Capabilities,
-        mut until: Option<HashSet<&str>>,
+        walk: Walk<'_>,
     ) -> Result<(ComposedSurface, Vec<String>), SurfaceError> {
+        let (partial, mut until) = match walk {
+            Walk::Advertise => (false, None),
+            Walk::Place { until } => (true, until),
+        };
         let floor = match mode {
             Mode::Agentic => None,
             _ => Some(self.floor()),
@@ -855,7 +872,6 @@ impl Surface {
         let mut tools: Vec<SurfaceTool> = Vec::new();
         let mut dropped: Vec<DroppedTool> = Vec::new();
         let mut used = 0usize;
-        let partial = until.is_some();
         // A round lists at most `max_definitions` tools and `tool_search`; only a
         // `max_surface` below that can fail it, and then a partial walk goes to the end too.
         let stop_early = self.config.max_surface > budget.max_definitions;
@@ -1136,6 +1152,14 @@ impl Surface {
             let bytes = paged_bytes(&entry.spec, loaded.contains(&hit.name));
             page.push((hit.name, bytes));
         }
+        // What the round lists before the hits come in, to tell which tools they push off.
+        let before: Vec<String> = if page.is_empty() {
+            Vec::new()
+        } else {
+            self.walk(session, mode, capabilities, Walk::Place { until: None })
+                .map(|(_, placed)| placed)
+                .unwrap_or_default()
+        };
         let paged = self.page_in_sized(session, &page, false);
         out.failed
             .extend(paged.over_budget.into_iter().map(|name| FailedTool {
@@ -1157,8 +1181,7 @@ impl Surface {
         // cuts stays in the working set (listed once there is room) but is reported failed.
         out.exposed = paged.exposed;
         if !out.exposed.is_empty() {
-            let hits: HashSet<&str> = out.exposed.iter().map(String::as_str).collect();
-            match self.walk(session, mode, capabilities, Some(hits)) {
+            match self.walk(session, mode, capabilities, Walk::Place { until: None }) {
                 Ok((_, placed)) => {
                     let listed: HashSet<&str> = placed.iter().map(String::as_str).collect();
                     let (fit, cut): (Vec<String>, Vec<String>) = std::mem::take(&mut out.exposed)
@@ -1169,6 +1192,16 @@ impl Surface {
                         name,
                         reason: FailReason::OverBudget,
                     }));
+                    // Listed before, not now, and not reported otherwise: the round's budget
+                    // made room for the hits by cutting them (still callable by name).
+                    out.displaced = before
+                        .into_iter()
+                        .filter(|n| {
+                            !listed.contains(n.as_str())
+                                && !out.evicted.contains(n)
+                                && !out.failed.iter().any(|f| &f.name == n)
+                        })
+                        .collect();
                 }
                 Err(e) => {
                     // The next round fails as a whole: nothing found is listed.
@@ -1266,7 +1299,12 @@ impl Surface {
         if paged.exposed.iter().any(|n| n == name) {
             let hits: HashSet<&str> = HashSet::from([name]);
             let listed = self
-                .walk(session, mode, capabilities, Some(hits))
+                .walk(
+                    session,
+                    mode,
+                    capabilities,
+                    Walk::Place { until: Some(hits) },
+                )
                 .is_ok_and(|(_, placed)| placed.iter().any(|p| p == name));
             if !listed {
                 paged.exposed.retain(|n| n != name);

@@ -77,6 +77,8 @@ async fn matches_join_the_working_set_at_once() {
         .call("s", "tool_search", json!({"query": "email", "limit": 3}))
         .await;
     assert_eq!(data(&e)["exposed"], json!(["send_mail"]));
+    // Nothing was pushed off the list: the key is left out.
+    assert_eq!(data(&e).get("displaced"), None, "{}", text(&e));
     assert_eq!(line(&fx.surface.working_set("s")), "send_mail");
     let composed = fx.assemble("s", Mode::Chat);
     assert_eq!(
@@ -106,10 +108,65 @@ async fn a_hit_is_listed_even_when_the_floor_fills_the_round() {
     let e = fx.call("s", "tool_search", json!({"query": "email"})).await;
     assert_eq!(data(&e)["exposed"], json!(["send_mail"]), "{}", text(&e));
     assert_eq!(data(&e)["failed"], json!([]));
+    // The floor tool that made room is named: the model's list lost it.
+    assert_eq!(data(&e)["displaced"], json!(["t03"]), "{}", text(&e));
     assert_eq!(
         line(&fx.names("s", Mode::Chat)),
         "tool_search describe_tool send_mail t00 t01 t02"
     );
+}
+
+/// A newer search's hits push an older working-set tool off a full round: `tool_search`
+/// names it under `displaced` (it stays in the working set, callable by name), and a hit
+/// already listed is not named.
+#[tokio::test]
+async fn tools_a_search_pushes_off_the_round_are_named_displaced() {
+    let specs = vec![
+        rw("send_mail", "Sends an email message."),
+        ro("read_csv", "Reads a CSV file into rows."),
+        ro("csv_stats", "Computes statistics over a CSV file."),
+    ];
+    let config = SurfaceConfig::default().with_round_budget(4, 1 << 20);
+    let fx = Fixture::new(config, specs, &[]);
+    let e = fx.call("s", "tool_search", json!({"query": "email"})).await;
+    assert_eq!(data(&e)["exposed"], json!(["send_mail"]), "{}", text(&e));
+    let e = fx
+        .call(
+            "s",
+            "tool_search",
+            json!({"query": "read rows", "limit": 1}),
+        )
+        .await;
+    assert_eq!(data(&e)["exposed"], json!(["read_csv"]), "{}", text(&e));
+    assert_eq!(data(&e).get("displaced"), None, "{}", text(&e));
+    let e = fx
+        .call(
+            "s",
+            "tool_search",
+            json!({"query": "statistics", "limit": 1}),
+        )
+        .await;
+    let d = data(&e);
+    assert_eq!(d["exposed"], json!(["csv_stats"]), "{d}");
+    assert_eq!(d["displaced"], json!(["send_mail"]), "{d}");
+    assert_eq!(
+        line(&fx.names("s", Mode::Chat)),
+        "tool_search describe_tool csv_stats read_csv"
+    );
+    assert!(
+        fx.surface
+            .working_set("s")
+            .contains(&"send_mail".to_owned())
+    );
+    // Searching again for a listed tool pushes nothing off.
+    let e = fx
+        .call(
+            "s",
+            "tool_search",
+            json!({"query": "statistics", "limit": 1}),
+        )
+        .await;
+    assert_eq!(data(&e).get("displaced"), None, "{}", text(&e));
 }
 
 /// A hit the next round's budget cannot list is reported as failed (`over_budget`), not

@@ -303,7 +303,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if matches!(cli.command, Command::Log { .. }) {
                 Ok(())
             } else {
-                startup::wait_for_upstreams(&app).await
+                let progress = match cli.command {
+                    Command::Serve { .. } => startup::Progress::Serving,
+                    _ => startup::Progress::Once,
+                };
+                startup::wait_for_upstreams(&app, progress).await
             }
         } => r.map(|()| None),
         signal = &mut interrupted => Ok(Some(signal)),

@@ -8,14 +8,30 @@ use indicatif::{ProgressBar, ProgressStyle};
 use quiver_host::App;
 use quiver_mcp_adapter::{ServerState, ServerStatus};
 
-fn state_text(s: &ServerStatus) -> String {
+/// What a down server's start-up line says it will do.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Progress {
+    /// `serve`: a down server is retried in the background for as long as it runs.
+    Serving,
+    /// A command that runs once: it goes on without a down server.
+    Once,
+}
+
+fn state_text(s: &ServerStatus, progress: Progress) -> String {
     match &s.state {
         ServerState::Connected => format!("connected, {} tool(s)", s.tools.len()),
         ServerState::Rejected(why) => format!("failed: {why}"),
-        ServerState::Down => match s.diagnostics.last() {
-            Some(last) => format!("down, retrying in the background ({last})"),
-            None => "down, retrying in the background".to_owned(),
-        },
+        ServerState::Down => {
+            let what = if progress == Progress::Serving {
+                "down, retrying in the background"
+            } else {
+                "down"
+            };
+            match s.diagnostics.last() {
+                Some(last) => format!("{what} ({last})"),
+                None => what.to_owned(),
+            }
+        }
         other => format!("{other:?}").to_lowercase(),
     }
 }
@@ -39,7 +55,7 @@ fn summary(servers: &[ServerStatus]) -> String {
 }
 
 /// Waits for the upstreams as [`App::wait_for_upstreams`] does, showing progress.
-pub(crate) async fn wait_for_upstreams(app: &App) -> anyhow::Result<()> {
+pub(crate) async fn wait_for_upstreams(app: &App, progress: Progress) -> anyhow::Result<()> {
     if app.mcp.status().is_empty() {
         return app.wait_for_upstreams(app.startup_wait).await;
     }
@@ -55,7 +71,7 @@ pub(crate) async fn wait_for_upstreams(app: &App) -> anyhow::Result<()> {
     let mut said: HashMap<String, String> = HashMap::new();
     let mut report = |servers: Vec<ServerStatus>| {
         for s in &servers {
-            let text = state_text(s);
+            let text = state_text(s, progress);
             if said.get(&s.name) != Some(&text) {
                 let line = format!("upstream MCP server {}: {text}", s.name);
                 match &bar {
@@ -90,19 +106,24 @@ pub(crate) async fn wait_for_upstreams(app: &App) -> anyhow::Result<()> {
         .iter()
         .filter(|s| matches!(s.state, ServerState::Connecting))
     {
-        eprintln!("{}", still_connecting(s, app.startup_wait));
+        eprintln!("{}", still_connecting(s, app.startup_wait, progress));
     }
     result
 }
 
-fn still_connecting(s: &ServerStatus, waited: Duration) -> String {
+fn still_connecting(s: &ServerStatus, waited: Duration, progress: Progress) -> String {
     let last = s
         .diagnostics
         .last()
         .map(|d| format!(" (last: {d})"))
         .unwrap_or_default();
+    let then = if progress == Progress::Serving {
+        " (it keeps trying in the background; `quiver status` shows its state)"
+    } else {
+        ""
+    };
     format!(
-        "upstream MCP server {}: still connecting after {} s{last}; going on without it (it keeps trying in the background; `quiver status` shows its state)",
+        "upstream MCP server {}: still connecting after {} s{last}; going on without it{then}",
         s.name,
         waited.as_secs()
     )

@@ -260,4 +260,6 @@ for line in sys.stdin:
             && stderr.contains("tools/list failed: MCP server \"deep\" answered, but its answer cannot be read (recursion limit exceeded"),
         "{stderr}"
     );
+    // `status` runs once: only `serve` goes on retrying a down server in the background.
+    assert!(!stderr.contains("retrying in the background"), "{stderr}");
 }

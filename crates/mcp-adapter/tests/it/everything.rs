@@ -182,6 +182,79 @@ async fn streamable_http_list_and_call() {
     assert_eq!(client.server_status("web").unwrap().counters.dials, dials);
 }
 
+/// A loopback TCP proxy to `port` that counts the connections it accepted.
+async fn counting_proxy(port: u16) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await
+                {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    (url, accepted)
+}
+
+/// Sequential calls on the lean HTTP path share one pooled connection (server-everything
+/// answers each call on an event stream it then ends): no reconnect per call, which would
+/// cost a handshake each and leave sockets in TIME_WAIT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sequential_lean_calls_share_one_connection() {
+    use std::sync::atomic::Ordering;
+    let server = HttpEverything::spawn();
+    server.ready().await;
+    let port: u16 = server
+        .url
+        .trim_start_matches("http://127.0.0.1:")
+        .trim_end_matches("/mcp")
+        .parse()
+        .unwrap();
+    let (url, accepted) = counting_proxy(port).await;
+    let (catalog, client) = start(
+        &[ServerConfig::http("web", url)
+            .with_liveness(quiver_mcp_adapter::Liveness::Off)
+            .required()],
+        Default::default(),
+    );
+    within(
+        Duration::from_secs(60),
+        client.wait_ready(Duration::from_secs(60)),
+    )
+    .await
+    .expect("server-everything connects");
+    let env = call(&catalog, "mcp__web__echo", json!({"message": "first"})).await;
+    assert!(env.is_ok(), "{env:?}");
+    let before = accepted.load(Ordering::SeqCst);
+    for i in 0..20 {
+        let env = call(
+            &catalog,
+            "mcp__web__echo",
+            json!({"message": format!("m{i}")}),
+        )
+        .await;
+        assert!(text_of(&env).contains(&format!("m{i}")), "{env:?}");
+    }
+    let st = client.server_status("web").unwrap().counters;
+    assert_eq!(st.lean_calls, st.calls, "{st:?}");
+    let opened = accepted.load(Ordering::SeqCst) - before;
+    assert!(
+        opened <= 1,
+        "20 sequential calls opened {opened} new connections"
+    );
+    close_and_check(&client).await;
+}
+
 /// A fixture server over streamable HTTP; killed and reaped on drop.
 pub(crate) struct HttpFixture(Child);
 

@@ -1538,6 +1538,8 @@ impl Upstream {
                     // timeout) while the session is fine, and losing the connection would
                     // fail every other call in flight on it: a ping tells which. A stdio
                     // pipe that broke is the connection.
+                    // Any JSON-RPC answer to the ping says so, an error too: a server that
+                    // does not implement `ping` answers -32601 on a live session.
                     let http = matches!(self.cfg.endpoint, Endpoint::Http { .. });
                     let alive = http
                         && !conn.peer.is_transport_closed()
@@ -1548,7 +1550,7 @@ impl Upstream {
                                     .send_request(ClientRequest::PingRequest(Default::default())),
                             )
                             .await,
-                            Ok(Ok(_))
+                            Ok(Ok(_) | Err(rmcp::ServiceError::McpError(_)))
                         );
                     if !alive {
                         self.lost(conn.generation);

@@ -290,6 +290,21 @@ async fn http_refusals_are_reported_with_their_status_and_not_resent() {
         );
         assert!(env.message().unwrap().contains(says), "{tool}: {env:?}");
     }
+    // A 400 the lean path hands to rmcp (it may be a session the server no longer knows)
+    // and rmcp gives up on: the server is there (the ping says so), so the status is
+    // reported as a refusal, not as an answer lost on the way.
+    let env = within(
+        Duration::from_secs(30),
+        call(&catalog, "mcp__st__s400", json!({})),
+    )
+    .await;
+    assert_eq!(env.err_kind(), Some(&ErrKind::NotAvailable), "{env:?}");
+    assert!(
+        env.message()
+            .unwrap()
+            .contains("refused `s400` with HTTP 400 Bad Request; the call was not run"),
+        "{env:?}"
+    );
     // An answer that is not JSON-RPC says what it was, and that the tool may have run.
     let env = call(&catalog, "mcp__st__html200", json!({})).await;
     assert_eq!(env.err_kind(), Some(&ErrKind::ToolFailed), "{env:?}");

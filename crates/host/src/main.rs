@@ -991,11 +991,17 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(run(cli)) {
+    let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("quiver: {e:#}");
             ExitCode::from(2)
         }
-    }
+    };
+    // Everything `run` started has ended (the store flushed and closed, the upstreams
+    // stopped), but `serve --stdio`'s read of stdin sits in a blocking thread that only a
+    // line or the end of input ends: dropping the runtime would wait for it, so a SIGTERM
+    // with stdin still open (`docker stop`, systemd) would never exit.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    code
 }

@@ -563,3 +563,44 @@ impl Drop for Killed {
         }
     }
 }
+
+/// `serve --stdio` stops on SIGTERM while its client keeps stdin open (a supervisor's stop:
+/// `docker stop`, systemd): the pending read of stdin does not hold the process.
+#[test]
+fn stdio_serve_exits_on_sigterm_with_stdin_open() {
+    let dir = fresh_dir("stdio-term");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(["serve", "--stdio"])
+        .current_dir(&dir)
+        .env("QUIVER_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#).unwrap();
+    let answer = lines.next().expect("an answer").unwrap();
+    assert!(answer.contains("\"id\":0"), "{answer}");
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    drop(stdin);
+    let status = status.expect("quiver serve --stdio exits on SIGTERM with stdin open");
+    assert!(status.success(), "{status}");
+}

@@ -648,9 +648,17 @@ impl Dispatcher {
             let run = inner.stack.clone().oneshot(call);
             // The call is polled first: a tool that finishes at once never registers with the
             // cancellation token (a lock per registration); a pending one is raced against it.
+            // A tool that saw the token and answered `cancelled` itself says why in the
+            // dispatcher's words (the caller, or Quiver's shutdown, and what that means).
             tokio::select! {
                 biased;
-                out = run => match out { Ok(e) => e, Err(never) => match never {} },
+                out = run => match out {
+                    Ok(e) if cancel.is_cancelled() && e.err_kind() == Some(&ErrKind::Cancelled) => {
+                        cancelled()
+                    }
+                    Ok(e) => e,
+                    Err(never) => match never {},
+                },
                 _ = cancel.cancelled() => cancelled(),
             }
         };

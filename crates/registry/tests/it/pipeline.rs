@@ -1158,7 +1158,16 @@ async fn a_call_cancelled_by_the_shutdown_says_so() {
         std::future::pending::<()>().await;
         Ok(Envelope::text("never"))
     });
-    let d = dispatcher(vec![t]);
+    // A tool that watches the token and answers `cancelled` itself (an MCP upstream's)
+    // gets the same words: its own "the call was cancelled" says neither who nor what next.
+    let w = tool(
+        ToolSpec::new("watcher", "Watches.").read_only(),
+        |_, ctx: CallContext| async move {
+            ctx.cancel.cancelled().await;
+            Ok(Envelope::err(ErrKind::Cancelled, "the call was cancelled"))
+        },
+    );
+    let d = dispatcher(vec![t, w]);
     for (stopping, says) in [
         (false, "was cancelled by the caller"),
         (true, "was cancelled because Quiver is shutting down"),
@@ -1166,17 +1175,19 @@ async fn a_call_cancelled_by_the_shutdown_says_so() {
         if stopping {
             d.begin_shutdown();
         }
-        let cancel = CancellationToken::new();
-        let call = tokio::spawn({
-            let d = d.clone();
-            let ctx = ctx().with_cancel(cancel.clone());
-            async move { d.call("long", json!({}), ctx).await }
-        });
-        tokio::task::yield_now().await;
-        cancel.cancel();
-        let e = tokio::time::timeout(WAIT, call).await.unwrap().unwrap();
-        assert_eq!(e.err_kind(), Some(&ErrKind::Cancelled), "{e:?}");
-        assert!(e.message().unwrap().contains(says), "{e:?}");
+        for name in ["long", "watcher"] {
+            let cancel = CancellationToken::new();
+            let call = tokio::spawn({
+                let d = d.clone();
+                let ctx = ctx().with_cancel(cancel.clone());
+                async move { d.call(name, json!({}), ctx).await }
+            });
+            tokio::task::yield_now().await;
+            cancel.cancel();
+            let e = tokio::time::timeout(WAIT, call).await.unwrap().unwrap();
+            assert_eq!(e.err_kind(), Some(&ErrKind::Cancelled), "{name}: {e:?}");
+            assert!(e.message().unwrap().contains(says), "{name}: {e:?}");
+        }
     }
 }
 

@@ -968,8 +968,15 @@ fn main() -> ExitCode {
     // Its service loop warns of every error answer Quiver gives an upstream's request (a
     // roots/list outside a forwarded call, which Quiver refuses by design), as a Debug
     // dump: left to QUIVER_LOG too.
+    // Its HTTP client logs a broken event stream and a failed session DELETE the same way,
+    // where Quiver logs the connection's loss itself.
     if !spec.contains("rmcp") {
-        for directive in ["rmcp::transport::worker=off", "rmcp::service=error"] {
+        for directive in [
+            "rmcp::transport::worker=off",
+            "rmcp::transport::common::client_side_sse=off",
+            "rmcp::transport::streamable_http_client=off",
+            "rmcp::service=error",
+        ] {
             if let Ok(quiet) = directive.parse() {
                 filter = filter.add_directive(quiet);
             }

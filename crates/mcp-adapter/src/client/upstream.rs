@@ -815,7 +815,14 @@ impl Upstream {
         });
         let Some(lived) = lived else { return };
         self.counters.drops.fetch_add(1, Ordering::Relaxed);
-        self.diag("connection lost");
+        // A stdio child's end is logged as a warning where it is seen (with its exit and
+        // stderr); an HTTP server's loss is seen only here.
+        if matches!(self.cfg.endpoint, Endpoint::Http { .. }) {
+            tracing::warn!(server = %self.cfg.name, "connection lost; reconnecting in the background");
+            self.push_diag("connection lost".to_owned());
+        } else {
+            self.diag("connection lost");
+        }
         {
             let mut backoff = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
             if lived < STABLE_AFTER {

@@ -14,6 +14,9 @@ use tower::{Layer, Service};
 
 use super::{Call, CallFuture};
 
+/// How close to its deadline a tool's own timeout counts as that deadline's.
+const DEADLINE_SLACK: Duration = Duration::from_millis(20);
+
 /// Timeout configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -115,28 +118,51 @@ where
             if let std::task::Poll::Ready(out) = futures::poll!(&mut fut) {
                 return out;
             }
-            match tokio::time::timeout_at(deadline.into(), fut).await {
-                Ok(result) => result,
-                Err(_) => {
-                    let waited =
-                        quiver_contract::duration_text(deadline.saturating_duration_since(now));
-                    let tool = &entry.spec.name;
-                    let message = if started.get().is_none() {
-                        // It never ran: it waited for a slot among the calls in flight.
-                        format!(
-                            "`{tool}` waited {waited} for a free slot behind other calls in flight and never started; nothing was done. Try again when those calls have finished, or use another tool."
-                        )
-                    } else if inherited {
-                        format!(
-                            "`{tool}` did not finish within the {waited} left of the caller's deadline; the call was abandoned."
-                        )
-                    } else {
-                        format!(
-                            "`{tool}` did not finish within its {waited} limit; the call was abandoned. Try a smaller request, or another tool."
-                        )
-                    };
-                    Ok(Envelope::err(ErrKind::Timeout, message))
+            let said = |started: Option<&Instant>| {
+                let waited =
+                    quiver_contract::duration_text(deadline.saturating_duration_since(now));
+                let tool = &entry.spec.name;
+                match started {
+                    // It never ran: it waited for a slot among the calls in flight.
+                    None => format!(
+                        "`{tool}` waited {waited} for a free slot behind other calls in flight and never started; nothing was done. Try again when those calls have finished, or use another tool."
+                    ),
+                    Some(at) => {
+                        // Most of the limit spent in the queue is worth saying: the tool
+                        // itself had only the rest.
+                        let queued = at.saturating_duration_since(now);
+                        let queue = if queued * 4 >= deadline.saturating_duration_since(now) {
+                            format!(
+                                " ({} of it waiting for a free slot behind other calls)",
+                                quiver_contract::duration_text(queued)
+                            )
+                        } else {
+                            String::new()
+                        };
+                        if inherited {
+                            format!(
+                                "`{tool}` did not finish within the {waited} left of the caller's deadline{queue}; the call was abandoned."
+                            )
+                        } else {
+                            format!(
+                                "`{tool}` did not finish within its {waited} limit{queue}; the call was abandoned. Try a smaller request, or another tool."
+                            )
+                        }
+                    }
                 }
+            };
+            match tokio::time::timeout_at(deadline.into(), fut).await {
+                // A tool that timed out on the deadline this layer gave it (an MCP upstream
+                // measures what was left when it sent the call) is told in this layer's
+                // words: the limit as configured, not the remainder the tool saw.
+                Ok(Ok(e))
+                    if e.err_kind() == Some(&ErrKind::Timeout)
+                        && Instant::now() + DEADLINE_SLACK >= deadline =>
+                {
+                    Ok(Envelope::err(ErrKind::Timeout, said(started.get())))
+                }
+                Ok(result) => result,
+                Err(_) => Ok(Envelope::err(ErrKind::Timeout, said(started.get()))),
             }
         })
     }

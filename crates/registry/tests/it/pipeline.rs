@@ -430,6 +430,52 @@ async fn a_call_timed_out_in_the_queue_says_it_never_started() {
     );
 }
 
+/// A tool that times out on its own just before the deadline the timeout layer gave it (an
+/// MCP upstream measures the time left when it sends the call) is reported in the layer's
+/// words: the configured limit and, when most of it went by in the queue, that wait; not
+/// the remainder the tool saw ("did not answer within 201 ms").
+#[tokio::test]
+async fn a_tools_own_timeout_at_the_deadline_names_the_configured_limit() {
+    let up = tool(
+        ToolSpec::new("up", "Answers at its deadline.").read_only(),
+        |_, ctx: CallContext| async move {
+            let deadline = ctx.deadline.expect("the timeout layer sets one");
+            let left = deadline.saturating_duration_since(Instant::now());
+            tokio::time::sleep_until((deadline - Duration::from_millis(5)).into()).await;
+            Ok(Envelope::err(
+                ErrKind::Timeout,
+                format!("the server did not answer within {} ms", left.as_millis()),
+            ))
+        },
+    );
+    let cfg = DispatchConfig::default()
+        .with_timeout(TimeoutConfig::default().with_default(Duration::from_millis(400)))
+        .with_concurrency(ConcurrencyConfig::default().with_tool("up", 1));
+    let d = Dispatcher::builder(catalog_with(vec![up]))
+        .config(cfg)
+        .build();
+    let first = tokio::spawn({
+        let d = d.clone();
+        async move { d.call("up", json!({}), ctx()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let queued = d.call("up", json!({}), ctx()).await;
+    let first = first.await.unwrap();
+    assert_eq!(first.err_kind(), Some(&ErrKind::Timeout), "{first:?}");
+    assert!(
+        text(&first).contains("did not finish within its 400 ms limit; the call was abandoned"),
+        "{}",
+        text(&first)
+    );
+    assert_eq!(queued.err_kind(), Some(&ErrKind::Timeout), "{queued:?}");
+    assert!(
+        text(&queued).contains("did not finish within its 400 ms limit (")
+            && text(&queued).contains("of it waiting for a free slot behind other calls)"),
+        "{}",
+        text(&queued)
+    );
+}
+
 #[tokio::test]
 async fn concurrency_limits_queue_and_waiting_respects_cancellation() {
     let running = Arc::new(AtomicUsize::new(0));

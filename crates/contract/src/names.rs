@@ -146,6 +146,23 @@ pub fn validate_server_name(server: &str) -> Result<(), ContractError> {
     Ok(())
 }
 
+/// A valid server name close to `server` (each other character an underscore, runs of
+/// underscores one, none at either end), for an error that refuses `server`; `None` when
+/// nothing of it is left.
+pub fn server_name_suggestion(server: &str) -> Option<String> {
+    let mut out = String::with_capacity(server.len());
+    for c in server.chars() {
+        let c = if c.is_ascii_alphanumeric() { c } else { '_' };
+        if !(c == '_' && (out.is_empty() || out.ends_with('_'))) {
+            out.push(c);
+        }
+    }
+    while out.ends_with('_') {
+        out.pop();
+    }
+    (validate_server_name(&out).is_ok() && out != server).then_some(out)
+}
+
 fn check_upstream_tool(full: &str, tool: &str) -> Result<(), ContractError> {
     if tool.is_empty() {
         return Err(invalid("MCP tool", full, "the upstream tool name is empty"));
@@ -291,5 +308,22 @@ mod quoted_tests {
         assert_eq!(printable("plain"), "plain");
         let long = format!("\t{}", "x".repeat(300));
         assert!(quoted_name(&long).starts_with("\\tx"));
+    }
+}
+
+#[cfg(test)]
+mod suggestion_tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_server_name_gets_a_valid_one_close_to_it() {
+        assert_eq!(
+            server_name_suggestion("server-git").as_deref(),
+            Some("server_git")
+        );
+        assert_eq!(server_name_suggestion("my__git").as_deref(), Some("my_git"));
+        assert_eq!(server_name_suggestion("-a.b-").as_deref(), Some("a_b"));
+        assert_eq!(server_name_suggestion("git"), None, "already valid");
+        assert_eq!(server_name_suggestion("--"), None, "nothing left");
     }
 }

@@ -188,12 +188,11 @@ pub fn parse_mcp_servers(
             tracing::warn!("{origin}: server {name:?}: ignoring \"{key}\" ({why})");
         }
         if let Err(err) = quiver_contract::validate_server_name(&name) {
-            let suggestion: String = name
-                .chars()
-                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-                .collect();
+            let suggestion = quiver_contract::server_name_suggestion(&name)
+                .map(|s| format!(", e.g. to {s:?}"))
+                .unwrap_or_default();
             bail!(
-                "{origin}: server {name:?}: {err}. Quiver never renames a server (its name is part of every tool name, mcp__<server>__<tool>); rename it in the file, e.g. to {suggestion:?}"
+                "{origin}: server {name:?}: {err}. Quiver never renames a server (its name is part of every tool name, mcp__<server>__<tool>); rename it in the file{suggestion}"
             );
         }
         let at = |key: &str| format!("{origin}: server {name:?}: {key}");

@@ -97,6 +97,22 @@ fn check_lints_and_rejects_a_broken_config() {
         err.contains("auth.toml: [[auth.tokens]]") && err.contains("tokens[0]: the name `a:b`"),
         "{err}"
     );
+    // A server name Quiver refuses gets a valid one to rename it to, as in an mcpServers
+    // file.
+    let named = dir.join("named.toml");
+    std::fs::write(
+        &named,
+        "[[mcp.servers]]\nname = \"server-git\"\ncommand = \"true\"\n",
+    )
+    .unwrap();
+    let bad = quiver(&["--config", named.to_str().unwrap(), "check"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("invalid server name \"server-git\"")
+            && err.contains("rename it, e.g. to \"server_git\""),
+        "{err}"
+    );
     // A name or pattern that matches no tool is a finding (a typo'd deny rule never fires),
     // with a did-you-mean for a near name; one under a server that is not connected is a
     // note.

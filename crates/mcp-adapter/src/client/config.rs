@@ -447,7 +447,14 @@ pub fn validate_all(
     let mut prefixes: BTreeMap<String, &str> = BTreeMap::new();
     let mut out = Vec::with_capacity(servers.len());
     for s in servers {
-        validate_server_name(&s.name).map_err(|e| McpError::Config(e.to_string()))?;
+        validate_server_name(&s.name).map_err(|e| {
+            McpError::Config(match quiver_contract::server_name_suggestion(&s.name) {
+                Some(better) => format!(
+                    "{e}; Quiver never renames a server (its name is part of every tool name, mcp__<server>__<tool>): rename it, e.g. to {better:?}"
+                ),
+                None => e.to_string(),
+            })
+        })?;
         // A server's tools are the family `mcp:<name>`; the resource meta-tools have
         // `mcp:resources`, which one server's going must never take with it.
         if s.name.eq_ignore_ascii_case("resources") {

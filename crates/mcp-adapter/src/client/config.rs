@@ -41,64 +41,142 @@ pub enum Liveness {
 
 impl<'de> Deserialize<'de> for Liveness {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = DurationOrWord::deserialize(d)?;
-        match raw {
-            DurationOrWord::Word(w) if w.eq_ignore_ascii_case("off") => Ok(Liveness::Off),
-            DurationOrWord::Word(w) => parse_duration(&w)
-                .map(Liveness::Every)
-                .map_err(serde::de::Error::custom),
-            DurationOrWord::Secs(s) => bounded(Duration::from_secs(s), &s.to_string())
-                .map(Liveness::Every)
-                .map_err(serde::de::Error::custom),
+        match d.deserialize_any(RawDuration { off: true })? {
+            Raw::Word(w) if w.trim().eq_ignore_ascii_case("off") => Ok(Liveness::Off),
+            raw => raw.duration(true).map(Liveness::Every),
+        }
+        .map_err(serde::de::Error::custom)
+    }
+}
+
+/// A duration as written: a number of seconds or a string.
+enum Raw {
+    Secs(f64, String),
+    Word(String),
+}
+
+impl Raw {
+    fn duration(self, off: bool) -> Result<Duration, String> {
+        match self {
+            Raw::Secs(secs, written) => seconds(secs, &written, off),
+            Raw::Word(w) => parse_duration(&w, off),
         }
     }
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum DurationOrWord {
-    Secs(u64),
-    Word(String),
+/// Reads a duration's raw form, saying what is expected when it is neither (serde's
+/// untagged enums say only "data did not match any variant").
+struct RawDuration {
+    /// Whether `off` is a value too (`liveness`).
+    off: bool,
+}
+
+impl serde::de::Visitor<'_> for RawDuration {
+    type Value = Raw;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(if self.off {
+            "a duration: seconds (30, 2.5), a string such as \"90s\" or \"500ms\", or \"off\""
+        } else {
+            "a duration: seconds (30, 2.5) or a string such as \"90s\" or \"500ms\""
+        })
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Raw, E> {
+        Ok(Raw::Secs(v as f64, v.to_string()))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Raw, E> {
+        Ok(Raw::Secs(v as f64, v.to_string()))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Raw, E> {
+        Ok(Raw::Secs(v, v.to_string()))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Raw, E> {
+        Ok(Raw::Word(v.to_owned()))
+    }
 }
 
 fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    match Option::<DurationOrWord>::deserialize(d)? {
+    struct Maybe;
+    impl<'de> serde::de::Visitor<'de> for Maybe {
+        type Value = Option<Raw>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            RawDuration { off: false }.expecting(f)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(RawDuration { off: false }).map(Some)
+        }
+    }
+    match d.deserialize_option(Maybe)? {
         None => Ok(None),
-        Some(DurationOrWord::Secs(s)) => bounded(Duration::from_secs(s), &s.to_string())
-            .map(Some)
-            .map_err(serde::de::Error::custom),
-        Some(DurationOrWord::Word(w)) => parse_duration(&w)
+        Some(raw) => raw
+            .duration(false)
             .map(Some)
             .map_err(serde::de::Error::custom),
     }
 }
 
-/// Parses `250ms`, `30s`, `2m`, `1h` or a bare number of seconds.
-fn parse_duration(s: &str) -> Result<Duration, String> {
+/// A number of seconds as a duration, bounded.
+fn seconds(secs: f64, written: &str, off: bool) -> Result<Duration, String> {
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!(
+            "duration {written:?} must be a positive number of seconds{}",
+            if off { " (or `off`)" } else { "" }
+        ));
+    }
+    let d = Duration::try_from_secs_f64(secs)
+        .map_err(|_| format!("duration {written:?} is longer than a year"))?;
+    bounded(d, written, off)
+}
+
+/// Parses `250ms`, `30s`, `2.5s`, `2m`, `1h` or a bare number of seconds.
+fn parse_duration(s: &str, off: bool) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?}: expected e.g. `30s`, `500ms` or `off`"))?;
-    let d = match unit.trim() {
-        "ms" => Duration::from_millis(n),
-        "" | "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        "h" => Duration::from_secs(n.saturating_mul(3600)),
-        other => return Err(format!("invalid duration unit {other:?} in {s:?}")),
+    let expected = if off {
+        "expected e.g. `30s`, `500ms`, `2.5s` or `off`"
+    } else {
+        "expected e.g. `30s`, `500ms` or `2.5s`"
     };
-    bounded(d, s)
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?}: {expected}"))?;
+    let secs = match unit.trim() {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        other => {
+            return Err(format!(
+                "invalid duration unit {other:?} in {s:?}: {expected} (units: ms, s, m, h)"
+            ));
+        }
+    };
+    seconds(secs, s, off)
 }
 
 /// The longest duration a setting takes: a year (longer ones overflow deadlines).
 const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// A configured duration: more than zero, at most [`MAX_DURATION`].
-fn bounded(d: Duration, as_written: &str) -> Result<Duration, String> {
+fn bounded(d: Duration, as_written: &str, off: bool) -> Result<Duration, String> {
     if d.is_zero() {
         Err(format!(
-            "duration {as_written:?} must be more than 0 (`liveness` also takes `off`)"
+            "duration {as_written:?} must be more than 0{}",
+            if off {
+                " (to turn it off, write \"off\")"
+            } else {
+                ""
+            }
         ))
     } else if d > MAX_DURATION {
         Err(format!("duration {as_written:?} is longer than a year"))
@@ -712,17 +790,81 @@ mod tests {
 
     #[test]
     fn durations_parse() {
-        assert!(parse_duration("0s").unwrap_err().contains("more than 0"));
         assert!(
-            parse_duration("99999999999999999h")
+            parse_duration("0s", false)
+                .unwrap_err()
+                .contains("more than 0")
+        );
+        assert!(
+            parse_duration("99999999999999999h", false)
                 .unwrap_err()
                 .contains("longer than a year")
         );
-        assert_eq!(parse_duration("8760h").unwrap(), MAX_DURATION);
-        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert!(parse_duration("fast").is_err());
+        assert_eq!(parse_duration("8760h", false).unwrap(), MAX_DURATION);
+        assert_eq!(
+            parse_duration("30s", false).unwrap(),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            parse_duration("250ms", false).unwrap(),
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            parse_duration("2m", false).unwrap(),
+            Duration::from_secs(120)
+        );
+        assert_eq!(
+            parse_duration("2.5s", false).unwrap(),
+            Duration::from_millis(2500)
+        );
+        assert!(parse_duration("fast", false).is_err());
+    }
+
+    /// What a config file's durations read as, and what a wrong one is told: `off` offered
+    /// only where it is taken, fractions of seconds taken, no serde type names.
+    #[test]
+    fn configured_durations_say_what_they_take() {
+        let server = |key: &str, value: serde_json::Value| {
+            serde_json::from_value::<ServerConfig>(
+                serde_json::json!({"name": "s", "command": "x", key: value}),
+            )
+        };
+        let ok = |key: &str, value: serde_json::Value| server(key, value).unwrap();
+        assert_eq!(
+            ok("call_timeout", serde_json::json!(2.5)).call_timeout,
+            Some(Duration::from_millis(2500))
+        );
+        assert_eq!(
+            ok("connect_timeout", serde_json::json!(3)).connect_timeout,
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(
+            ok("liveness", serde_json::json!(0.5)).liveness,
+            Some(Liveness::Every(Duration::from_millis(500)))
+        );
+        assert_eq!(
+            ok("liveness", serde_json::json!("off")).liveness,
+            Some(Liveness::Off)
+        );
+        let err = |key: &str, value: serde_json::Value| server(key, value).unwrap_err().to_string();
+        let off = err("call_timeout", serde_json::json!("off"));
+        assert!(
+            off.contains("invalid duration \"off\"") && !off.contains("`off`"),
+            "{off}"
+        );
+        let negative = err("call_timeout", serde_json::json!(-5));
+        assert!(
+            negative.contains("must be a positive number of seconds"),
+            "{negative}"
+        );
+        let wrong = err("connect_timeout", serde_json::json!(true));
+        assert!(
+            wrong.contains("a duration: seconds (30, 2.5) or a string such as")
+                && !wrong.contains("variant"),
+            "{wrong}"
+        );
+        let zero = err("liveness", serde_json::json!(0));
+        assert!(zero.contains("to turn it off, write \"off\""), "{zero}");
     }
 
     #[test]

@@ -347,28 +347,39 @@ impl FloorState {
     }
 }
 
-/// Warns when the floor is outside `[floor_min, floor_max]`.
+/// Warns when a floor derived from usage is outside `[floor_min, floor_max]`, with why and
+/// what to set. A fallback floor (no usage recorded yet: a new install, where the anchors
+/// and `fallback_floor` stand in until tools are used) is what was configured: not a warning
+/// on every start.
 fn check_band(config: &SurfaceConfig, floor: &Floor) {
     let n = floor.entries.len();
-    // A fresh install: no usage yet, nothing configured to stand in. Expected, not a
-    // warning on every start.
-    let nothing_yet = n == 0
-        && floor.source == FloorSource::Fallback
-        && config.anchors.is_empty()
-        && config.fallback_floor.is_empty();
-    if nothing_yet {
-        tracing::debug!(
-            "no usage recorded yet and no anchors or fallback floor: the floor is empty"
-        );
-    } else if n < config.floor_min || n > config.floor_max {
-        tracing::warn!(
-            size = n,
-            floor_min = config.floor_min,
-            floor_max = config.floor_max,
-            source = ?floor.source,
-            "the resident floor is outside its configured band"
-        );
+    if n >= config.floor_min && n <= config.floor_max {
+        return;
     }
+    if floor.source == FloorSource::Fallback {
+        tracing::debug!(
+            size = n,
+            "no usage recorded yet: the floor is the anchors and fallback_floor until tools are used"
+        );
+        return;
+    }
+    let anchors = floor.entries.iter().filter(|e| e.anchor).count();
+    let why = if n < config.floor_min {
+        if config.target_floor < config.floor_min {
+            format!("target_floor ({}) is below floor_min", config.target_floor)
+        } else {
+            "only these tools are anchors or have recorded usage among the live tools".to_owned()
+        }
+    } else if anchors > config.floor_max {
+        format!("the {anchors} anchors alone are more than floor_max")
+    } else {
+        format!("target_floor ({}) is above floor_max", config.target_floor)
+    };
+    tracing::warn!(
+        "the resident floor has {n} tool(s), outside [surface] floor_min..floor_max ({}..{}): {why}; set floor_min, floor_max or target_floor to agree with what this install fills",
+        config.floor_min,
+        config.floor_max
+    );
 }
 
 /// Anchors first, then the highest-ranked live tools up to `target_floor`; the static

@@ -202,15 +202,15 @@ fn logs(f: impl FnOnce()) -> String {
 
 #[test]
 fn a_floor_outside_its_band_is_a_warning() {
-    let config = SurfaceConfig::default()
-        .with_anchors(&["t00"])
-        .with_floor(30, 2, 3);
-    let small = Fixture::new(config.clone(), many(10), &[]);
+    let config = SurfaceConfig::default().with_floor(30, 2, 3);
+    // Usage recorded for one tool only: a floor of one, below the band.
+    let small = Fixture::new(config.clone(), many(10), &[("t01", [1, 0, 0])]);
     let out = logs(|| {
         small.surface.rederive_floor();
     });
     assert!(
-        out.contains("outside its configured band") && out.contains("size=1"),
+        out.contains("the resident floor has 1 tool(s), outside [surface] floor_min..floor_max (2..3): only these tools are anchors or have recorded usage")
+            && out.contains("set floor_min, floor_max or target_floor"),
         "{out}"
     );
     let usage: Vec<(String, [u64; 3])> = (1..10).map(|i| (format!("t{i:02}"), [1, 0, 0])).collect();
@@ -219,23 +219,34 @@ fn a_floor_outside_its_band_is_a_warning() {
     let out = logs(|| {
         large.surface.rederive_floor();
     });
-    assert!(out.contains("size=10"), "{out}");
-    let fine = Fixture::new(config.with_floor(3, 2, 3), many(10), &rows);
+    assert!(
+        out.contains("has 9 tool(s)") && out.contains("target_floor (30) is above floor_max"),
+        "{out}"
+    );
+    let fine = Fixture::new(config.clone().with_floor(3, 2, 3), many(10), &rows);
     assert_eq!(
         logs(|| {
             fine.surface.rederive_floor();
         }),
         ""
     );
-    // A fresh install (no usage, no anchors, no fallback) is expected to have no floor:
-    // no warning on every start.
-    let fresh = Fixture::new(SurfaceConfig::default(), many(10), &[]);
-    assert_eq!(
-        logs(|| {
-            fresh.surface.rederive_floor();
-        }),
-        ""
-    );
+    // A fresh install (no usage yet) has the floor it configured, anchors or none: no
+    // warning on every start (the README's example has one anchor).
+    for fresh in [
+        Fixture::new(SurfaceConfig::default(), many(10), &[]),
+        Fixture::new(
+            SurfaceConfig::default().with_anchors(&["t00"]),
+            many(10),
+            &[],
+        ),
+    ] {
+        assert_eq!(
+            logs(|| {
+                fresh.surface.rederive_floor();
+            }),
+            ""
+        );
+    }
 }
 
 /// A usage source that cannot be read.

@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use serde_json::Value;
 
-use crate::{Alternative, ColumnSpec, Envelope, HintKind};
+use crate::{Alternative, ColumnSpec, Envelope, ErrKind, HintKind};
 
 /// Bounds of the Ok preview.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +58,14 @@ pub fn render(envelope: &Envelope, opts: &RenderOptions) -> String {
             alternatives,
         } => {
             render_hint(&mut out, *hint_kind, message, alternatives);
+        }
+        // A legacy error (an MCP server's or custom tool's own `isError` text) has no class
+        // a model can act on: it is said to come from the tool (the log keeps `legacy`).
+        Envelope::Err {
+            message,
+            err_kind: ErrKind::Legacy,
+        } => {
+            let _ = write!(out, "✗ error (reported by the tool): {message}");
         }
         Envelope::Err { message, err_kind } => {
             let _ = write!(out, "✗ error ({}): {message}", err_kind.as_str());

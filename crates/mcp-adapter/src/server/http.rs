@@ -9,6 +9,7 @@ use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use super::{McpServer, ServeError, auth, direct, handler::Handler, health};
 
@@ -37,6 +38,28 @@ pub fn allowed_authorities(addr: SocketAddr) -> Vec<String> {
     out
 }
 
+/// How long rmcp's sessions and streams outlive the shutdown: the calls in flight are
+/// cancelled at once (their tokens are the shutdown's children), and their answers ("cancelled
+/// because Quiver is shutting down") still need the stream they go out on.
+const ANSWER_GRACE: Duration = Duration::from_millis(250);
+
+/// rmcp's service token: cancelled [`ANSWER_GRACE`] after `shutdown`. Cancelled with it,
+/// rmcp closed each call's event stream (and a 2026-07-28 request's answer) before the
+/// call's answer was written: the client saw the stream end without one, or a 500.
+fn answered_then_closed(shutdown: &CancellationToken) -> CancellationToken {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return shutdown.child_token();
+    };
+    let later = CancellationToken::new();
+    let (shutdown, token) = (shutdown.clone(), later.clone());
+    runtime.spawn(async move {
+        shutdown.cancelled().await;
+        tokio::time::sleep(ANSWER_GRACE).await;
+        token.cancel();
+    });
+    later
+}
+
 impl McpServer {
     /// The MCP endpoint (at `/mcp`) for a server listening on `addr`.
     pub fn router(&self, addr: SocketAddr) -> Router {
@@ -50,7 +73,7 @@ impl McpServer {
             .with_allowed_hosts(hosts.clone())
             .with_allowed_origins(origins.clone())
             .enforce_origin_validation()
-            .with_cancellation_token(self.shared.shutdown.child_token());
+            .with_cancellation_token(answered_then_closed(&self.shared.shutdown));
         let mut sessions = LocalSessionManager::default();
         // rmcp keeps each completed request stream's replies for a late resumption and scans
         // them on every session event; 60 s of them (its default) made a busy session slower
@@ -220,6 +243,71 @@ mod tests {
             .unwrap();
         assert!(until_closed(&mut fresh).await.starts_with("HTTP/1.1 200"));
         shutdown.cancel();
+        serving.await.unwrap().unwrap();
+    }
+
+    /// A tool that never finishes (the dispatcher answers its cancellation).
+    struct Hang(quiver_contract::ToolSpec);
+
+    #[async_trait::async_trait]
+    impl quiver_contract::Tool for Hang {
+        fn spec(&self) -> &quiver_contract::ToolSpec {
+            &self.0
+        }
+        async fn call(
+            &self,
+            _input: serde_json::Value,
+            ctx: &quiver_contract::CallContext,
+        ) -> quiver_contract::ToolResult {
+            let _ = ctx;
+            std::future::pending::<()>().await;
+            Ok(quiver_contract::Envelope::text("never"))
+        }
+    }
+
+    /// A call on rmcp's path (a stateless 2026-07-28 request) when the server shuts down
+    /// gets its answer, the call's cancellation, before rmcp closes: it got a 500 with
+    /// rmcp's "no response message received from handler".
+    #[tokio::test]
+    async fn a_call_in_flight_at_shutdown_is_answered() {
+        let catalog = Arc::new(quiver_registry::Catalog::new());
+        catalog
+            .register(Arc::new(Hang(
+                quiver_contract::ToolSpec::new("hang", "Runs until cancelled.").read_only(),
+            )))
+            .unwrap();
+        let server = super::super::test_server(catalog, super::super::ServerOptions::default());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = server.shutdown_token();
+        let serving = tokio::spawn(async move { server.serve_http(listener).await });
+        let body = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"hang","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"}}}}"#;
+        let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+        socket
+            .write_all(
+                format!(
+                    "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: hang\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+        // The call is running (nothing comes back until it ends).
+        let mut first = [0u8; 1];
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), socket.read(&mut first))
+                .await
+                .is_err(),
+            "answered before the shutdown"
+        );
+        shutdown.cancel();
+        let answer = until_closed(&mut socket).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(
+            answer.contains(r#""id":7"#) && answer.contains("was cancelled"),
+            "{answer}"
+        );
         serving.await.unwrap().unwrap();
     }
 

@@ -171,7 +171,7 @@ enum Command {
         /// The session mode of clients whose token names none.
         #[arg(long, default_value = "chat", value_parser = parse_mode)]
         mode: Mode,
-        /// Also accept this `Host` (`name` or `name:port`), e.g. the public name of a
+        /// Also accept this `Host` (`name:port`, or `name` for any port), e.g. the public name of a
         /// non-loopback listener. The listen address itself is always accepted.
         #[arg(long = "allow-host", value_name = "HOST")]
         allow_hosts: Vec<String>,

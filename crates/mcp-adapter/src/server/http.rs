@@ -65,8 +65,18 @@ impl McpServer {
     pub fn router(&self, addr: SocketAddr) -> Router {
         let mut hosts = allowed_authorities(addr);
         hosts.extend(self.shared.options.extra_allowed_hosts.iter().cloned());
+        // A host given without a port matches any port (`--allow-host name`); its origins
+        // say so in rmcp's own form (`:*`), which it takes without warning that a later
+        // release will match only the scheme's default port.
         let origins: Vec<String> = hosts
             .iter()
+            .map(|h| {
+                if has_port(h) {
+                    h.clone()
+                } else {
+                    format!("{h}:*")
+                }
+            })
             .flat_map(|h| [format!("http://{h}"), format!("https://{h}")])
             .collect();
         let config = StreamableHttpServerConfig::default()
@@ -156,6 +166,13 @@ impl McpServer {
         graceful.shutdown().await;
         Ok(())
     }
+}
+
+/// Whether a `Host` authority names a port (`name:7345`, `name:*`, `[::1]:7345`).
+fn has_port(host: &str) -> bool {
+    host.rsplit_once(']')
+        .map_or(host, |(_, rest)| rest)
+        .contains(':')
 }
 
 /// An accept error that concerns one connection only (the next accept may succeed).
@@ -309,6 +326,15 @@ mod tests {
             "{answer}"
         );
         serving.await.unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_host_names_its_port_or_not() {
+        assert!(has_port("quiver.example:7345"));
+        assert!(has_port("quiver.example:*"));
+        assert!(has_port("[::1]:7345"));
+        assert!(!has_port("quiver.example"));
+        assert!(!has_port("[::1]"));
     }
 
     #[test]

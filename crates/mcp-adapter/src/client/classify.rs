@@ -96,6 +96,20 @@ fn classify_transport(e: &(dyn StdError + 'static)) -> Class {
     Class::Other
 }
 
+/// Whether a request failed with rmcp's "Session expired (HTTP 404)": the server answered
+/// it 404, and rmcp's re-initialize and one resend did not get it through.
+pub(crate) fn session_expired(e: &ServiceError) -> bool {
+    let ServiceError::TransportSend(t) = e else {
+        return false;
+    };
+    chain(t.error.as_ref()).any(|cause| {
+        matches!(
+            cause.downcast_ref::<StreamableHttpError<reqwest::Error>>(),
+            Some(StreamableHttpError::SessionExpired)
+        )
+    })
+}
+
 /// Classifies a failed request.
 pub(crate) fn classify_service(e: &ServiceError) -> Class {
     match e {

@@ -1777,6 +1777,10 @@ impl Upstream {
                     ),
                 ))
             }
+            // A 404 on the resend after a new session (the lean path hands a 404 to rmcp,
+            // which takes it for an expired session): the server refused the call itself if
+            // the new session answers the ping.
+            Err(e) if super::classify::session_expired(&e) => Attempt::Unknown(Some(404)),
             Err(e) => {
                 tracing::debug!(server = %self.cfg.name, error = ?e, "call failed");
                 match classify_service(&e) {

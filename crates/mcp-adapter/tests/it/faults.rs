@@ -305,6 +305,21 @@ async fn http_refusals_are_reported_with_their_status_and_not_resent() {
             .contains("refused `s400` with HTTP 400 Bad Request; the call was not run"),
         "{env:?}"
     );
+    let env = within(
+        Duration::from_secs(30),
+        call(&catalog, "mcp__st__s404", json!({})),
+    )
+    .await;
+    // A 404 the lean path hands to rmcp (an expired session, it takes it for), which
+    // re-initializes and sends the call again, to a 404 again: a refusal naming the status
+    // (it said "the response stream broke").
+    assert_eq!(env.err_kind(), Some(&ErrKind::NotAvailable), "{env:?}");
+    assert!(
+        env.message()
+            .unwrap()
+            .contains("refused `s404` with HTTP 404 Not Found; the call was not run"),
+        "{env:?}"
+    );
     // An answer that is not JSON-RPC says what it was, and that the tool may have run.
     let env = call(&catalog, "mcp__st__html200", json!({})).await;
     assert_eq!(env.err_kind(), Some(&ErrKind::ToolFailed), "{env:?}");

@@ -420,9 +420,14 @@ fn a_required_earlier_call_counts_after_a_restart() {
     assert!(other.contains("search first"), "k2 never searched: {other}");
 }
 
-/// Runs one `quiver serve --stdio` conversation in `dir`: initialize, then `calls` (each a
-/// `tools/call` as name and arguments); returns the text of each call's result.
-fn stdio_session(dir: &std::path::Path, calls: &[(&str, &str)]) -> Vec<String> {
+/// `quiver serve --stdio` in `dir`, with its stdin and its stdout's lines.
+fn stdio_serve(
+    dir: &std::path::Path,
+) -> (
+    std::process::Child,
+    std::process::ChildStdin,
+    std::io::Lines<BufReader<std::process::ChildStdout>>,
+) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
         .args(["serve", "--stdio"])
         .current_dir(dir)
@@ -432,8 +437,15 @@ fn stdio_session(dir: &std::path::Path, calls: &[(&str, &str)]) -> Vec<String> {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let stdin = child.stdin.take().unwrap();
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    (child, stdin, lines)
+}
+
+/// Runs one `quiver serve --stdio` conversation in `dir`: initialize, then `calls` (each a
+/// `tools/call` as name and arguments); returns the text of each call's result.
+fn stdio_session(dir: &std::path::Path, calls: &[(&str, &str)]) -> Vec<String> {
+    let (mut child, mut stdin, mut lines) = stdio_serve(dir);
     let mut answer = |id: usize| -> serde_json::Value {
         loop {
             let line = lines.next().expect("an answer").unwrap();
@@ -569,17 +581,7 @@ impl Drop for Killed {
 #[test]
 fn stdio_serve_exits_on_sigterm_with_stdin_open() {
     let dir = fresh_dir("stdio-term");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
-        .args(["serve", "--stdio"])
-        .current_dir(&dir)
-        .env("QUIVER_LOG", "error")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut child, mut stdin, mut lines) = stdio_serve(&dir);
     writeln!(stdin, r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#).unwrap();
     let answer = lines.next().expect("an answer").unwrap();
     assert!(answer.contains("\"id\":0"), "{answer}");

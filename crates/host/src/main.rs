@@ -277,6 +277,12 @@ fn ms(d: std::time::Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1000.0)
 }
 
+/// Milliseconds with microsecond precision, as JSON shows them (`0.045`, not
+/// `0.045000000000000005`).
+fn whole_us_ms(d: std::time::Duration) -> f64 {
+    d.as_micros() as f64 / 1000.0
+}
+
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::BenchSearch { tools, queries } = &cli.command {
         let read = |p: &std::path::Path| {
@@ -815,15 +821,34 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                         "call_id": c.call_id, "tool": c.tool_name, "session": c.session, "tenant": c.tenant,
                         "outcome": c.kind, "hint_kind": c.hint_kind, "err_kind": c.err_kind,
                         "input": c.input, "reasoning": c.reasoning, "args_hash": c.args_hash,
-                        "summary": c.output_summary, "queued_ms": c.queued.as_secs_f64() * 1000.0,
-                        "took_ms": c.took.as_secs_f64() * 1000.0,
+                        "summary": c.output_summary, "queued_ms": whole_us_ms(c.queued),
+                        "took_ms": whole_us_ms(c.took),
                         "at": c.at.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
                     });
                     println!("{row}");
                 }
             } else {
+                // Columns as wide as their longest entry (MCP tool names and `mcp:<id>`
+                // sessions are long), within a cap.
+                let width = |texts: &mut dyn Iterator<Item = usize>, least: usize| {
+                    texts.fold(least, usize::max).min(64)
+                };
+                let tool_w = width(
+                    &mut calls
+                        .iter()
+                        .map(|c| quiver_contract::printable(&c.tool_name).chars().count()),
+                    4,
+                );
+                let session_w = width(
+                    &mut calls.iter().map(|c| {
+                        quiver_contract::printable(c.session.as_deref().unwrap_or("-"))
+                            .chars()
+                            .count()
+                    }),
+                    7,
+                );
                 println!(
-                    "{:<24} {:<7} {:<14} {:>9}  SUMMARY",
+                    "{:<tool_w$} {:<7} {:<session_w$} {:>9}  SUMMARY",
                     "TOOL", "OUTCOME", "SESSION", "TOOK_MS"
                 );
                 for c in &calls {
@@ -839,7 +864,7 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                     // or a terminal escape in them must not forge rows or drive the
                     // operator's terminal.
                     println!(
-                        "{:<24} {:<7} {:<14} {:>9}  {}",
+                        "{:<tool_w$} {:<7} {:<session_w$} {:>9}  {}",
                         quiver_contract::printable(&c.tool_name),
                         c.kind,
                         quiver_contract::printable(c.session.as_deref().unwrap_or("-")),

@@ -269,6 +269,35 @@ fn every_call_lands_in_the_log_and_log_filters_it() {
         })
         .collect();
     assert_eq!(kinds, vec!["hint", "ok"], "newest first");
+    // The table's columns stretch to a long tool name; JSON durations have whole
+    // microseconds (no `0.045000000000000005`).
+    quiver_in(
+        &dir,
+        &[
+            "call",
+            "mcp__some_server__a_rather_long_tool_name",
+            "{}",
+            "--session",
+            "c",
+        ],
+    );
+    let table = stdout(&quiver_in(&dir, &["log"]));
+    let mut lines = table.lines();
+    let at = lines.next().unwrap().find("OUTCOME").unwrap();
+    for row in lines.filter(|l| !l.ends_with("call(s)")) {
+        let rest = row.get(at..).unwrap_or_default();
+        assert!(
+            ["ok ", "hint ", "err "].iter().any(|o| rest.starts_with(o)),
+            "{table}"
+        );
+    }
+    for line in stdout(&quiver_in(&dir, &["log", "--json"])).lines() {
+        let row: serde_json::Value = serde_json::from_str(line).unwrap();
+        for key in ["took_ms", "queued_ms"] {
+            let ms = row[key].as_f64().unwrap();
+            assert_eq!(ms, (ms * 1000.0).round() / 1000.0, "{key}: {line}");
+        }
+    }
 }
 
 #[tokio::test]

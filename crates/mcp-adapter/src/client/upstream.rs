@@ -2054,6 +2054,32 @@ impl Handler {
     }
 }
 
+/// The params of a server request rmcp parsed, with the request's `_meta` back in them
+/// (rmcp moves it to the request context): what the server sent reaches the client, as on
+/// the lean path, which relays the params as they came. Its `progressToken` stays behind:
+/// it names the upstream's progress, not the client's.
+fn with_meta(mut params: Value, meta: &rmcp::model::RequestMetaObject) -> Value {
+    let Ok(Value::Object(meta)) = serde_json::to_value(meta) else {
+        return params;
+    };
+    if let Value::Object(p) = &mut params {
+        let into = p
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Value::Object(into) = into {
+            for (k, v) in meta {
+                if k != "progressToken" {
+                    into.entry(k).or_insert(v);
+                }
+            }
+            if into.is_empty() {
+                p.remove("_meta");
+            }
+        }
+    }
+    params
+}
+
 fn parse_result<T: serde::de::DeserializeOwned>(method: &str, v: Value) -> Result<T, McpError> {
     serde_json::from_value(v).map_err(|e| {
         McpError::internal_error(
@@ -2100,7 +2126,10 @@ impl ClientHandler for Handler {
         context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, McpError> {
         let method = "sampling/createMessage";
-        let params = serde_json::to_value(&params).unwrap_or(Value::Null);
+        let params = with_meta(
+            serde_json::to_value(&params).unwrap_or(Value::Null),
+            &context.meta,
+        );
         let v = self
             .relay(method, &context, |c| async move {
                 ask_channel(&c, method, params).await
@@ -2115,7 +2144,10 @@ impl ClientHandler for Handler {
         context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, McpError> {
         let method = "elicitation/create";
-        let params = serde_json::to_value(&params).unwrap_or(Value::Null);
+        let params = with_meta(
+            serde_json::to_value(&params).unwrap_or(Value::Null),
+            &context.meta,
+        );
         let v = self
             .relay(method, &context, |c| async move {
                 ask_channel(&c, method, params).await
@@ -2210,4 +2242,29 @@ async fn deliver_log(
 
 fn done(envelope: Envelope) -> Attempt {
     Attempt::Done(Box::new(envelope))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stdio upstream's sampling request reaches the client with its `_meta` (rmcp moved
+    /// it to the request context; the lean HTTP path keeps it in the params).
+    #[test]
+    fn a_relayed_request_keeps_its_meta() {
+        let meta: rmcp::model::RequestMetaObject =
+            serde_json::from_value(serde_json::json!({"custom/key": "v1", "progressToken": 3}))
+                .unwrap();
+        let params = with_meta(serde_json::json!({"messages": [], "maxTokens": 5}), &meta);
+        assert_eq!(
+            params,
+            serde_json::json!({"messages": [], "maxTokens": 5, "_meta": {"custom/key": "v1"}})
+        );
+        let none: rmcp::model::RequestMetaObject =
+            serde_json::from_value(serde_json::json!({"progressToken": 3})).unwrap();
+        assert_eq!(
+            with_meta(serde_json::json!({"maxTokens": 5}), &none),
+            serde_json::json!({"maxTokens": 5})
+        );
+    }
 }

@@ -14,10 +14,10 @@ use quiver_contract::{ChannelError, ClientChannel, ClientFeatures, ClientRequest
 use rmcp::{
     RoleServer,
     model::{
-        ClientCapabilities, ClientResult, CreateMessageRequest, CreateMessageRequestParams,
-        ElicitRequest, ElicitRequestParams, GetExtensions, ListRootsRequest, LoggingLevel,
-        LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, RequestId,
-        ServerRequest,
+        CancelledNotification, CancelledNotificationParam, ClientCapabilities, ClientResult,
+        CreateMessageRequest, CreateMessageRequestParams, ElicitRequest, ElicitRequestParams,
+        GetExtensions, ListRootsRequest, LoggingLevel, LoggingMessageNotificationParam,
+        ProgressNotificationParam, ProgressToken, RequestId, ServerNotification, ServerRequest,
     },
     service::{OriginatingRequestId, Peer, PeerRequestOptions, ServiceError},
 };
@@ -236,7 +236,19 @@ impl PeerChannel {
         .await
         .map_err(|e| ChannelError::Transport(format!("the request was not queued: {e}")))?;
         let outcome = match queued {
-            Ok(handle) => handle.await_response().await,
+            Ok(handle) => {
+                // Abandoned (the call ended, was cancelled or timed out, and this future
+                // was dropped): the client is told to stop, as MCP's cancellation says,
+                // rather than left asking its user or model for an answer nobody reads.
+                let mut asked = Asked {
+                    peer: self.peer.clone(),
+                    origin: self.request_id.clone(),
+                    id: Some(handle.id.clone()),
+                };
+                let outcome = handle.await_response().await;
+                asked.id = None;
+                outcome
+            }
             Err(e) => Err(e),
         };
         match outcome {
@@ -254,6 +266,37 @@ impl PeerChannel {
                 "the request to the client failed: {e}"
             ))),
         }
+    }
+}
+
+/// A request sent to the client and not answered yet: dropped unanswered, it sends the
+/// client `notifications/cancelled` for it (on the call's stream, from a task of its own).
+struct Asked {
+    peer: Peer<RoleServer>,
+    origin: RequestId,
+    id: Option<RequestId>,
+}
+
+impl Drop for Asked {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        let origin = self.origin.clone();
+        runtime.spawn(async move {
+            let mut cancelled = ServerNotification::CancelledNotification(
+                CancelledNotification::new(CancelledNotificationParam::new(
+                    Some(id),
+                    Some("the tool call that asked has ended".into()),
+                )),
+            );
+            cancelled
+                .extensions_mut()
+                .insert(OriginatingRequestId(origin));
+            let _ = peer.send_notification(cancelled).await;
+        });
     }
 }
 

@@ -1045,9 +1045,11 @@ async fn main() -> anyhow::Result<()> {
             dispatcher,
             transport,
             options,
-            None,
-            Some(content),
-            None,
+            serve::Adapters {
+                content: Some(content),
+                ..Default::default()
+            },
+            serve::Signals::watch()?,
         )
         .await;
     }
@@ -1085,9 +1087,12 @@ async fn main() -> anyhow::Result<()> {
         dispatcher,
         serve::Transport::Http(listen),
         options,
-        None,
-        content,
-        readiness,
+        serve::Adapters {
+            content,
+            readiness,
+            ..Default::default()
+        },
+        serve::Signals::watch()?,
     )
     .await;
     if let Some(client) = client {

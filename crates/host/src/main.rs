@@ -297,8 +297,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     // SIGINT and SIGTERM are watched from here on, not only while serving: killed by the
     // default action, Quiver would leave the processes its upstreams' wrappers (`npx`,
     // `uvx`, `sh -c`) started, which its own death does not reach.
-    let interrupted = interrupted()?;
-    tokio::pin!(interrupted);
+    let mut signals = quiver_host::serve::Signals::watch()?;
     let app = App::build(&config, &cli.mcp_config).await?;
     let stopped = |signal: u8| {
         eprintln!("quiver: interrupted by signal {signal}: stopping the upstreams");
@@ -316,7 +315,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 startup::wait_for_upstreams(&app, progress).await
             }
         } => r.map(|()| None),
-        signal = &mut interrupted => Ok(Some(signal)),
+        signal = signals.next() => Ok(Some(signal)),
     };
     // `status` and `check` are how an operator finds out why a required server is down:
     // they say so and go on (exit 1), where the other commands stop (exit 2).
@@ -333,13 +332,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let code = match waited {
         Err(e) => Err(e),
         Ok(Some(signal)) => stopped(signal),
-        // `serve` watches the signals itself: it drains its connections first.
+        // `serve` watches the signals itself: it drains its connections first. One that
+        // came while it prepared (retention, the floor) stops it once it serves.
         Ok(None) if matches!(cli.command, Command::Serve { .. }) => {
-            command(&app, &config, cli.command).await
+            command(&app, &config, cli.command, Some(signals)).await
         }
         Ok(None) => tokio::select! {
-            code = command(&app, &config, cli.command) => code,
-            signal = &mut interrupted => stopped(signal),
+            code = command(&app, &config, cli.command, None) => code,
+            signal = signals.next() => stopped(signal),
         },
     };
     app.shutdown().await?;
@@ -349,30 +349,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// The number of the first SIGINT or SIGTERM from now on.
-fn interrupted() -> anyhow::Result<impl std::future::Future<Output = u8>> {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut int = signal(SignalKind::interrupt()).context("watching SIGINT")?;
-        let mut term = signal(SignalKind::terminate()).context("watching SIGTERM")?;
-        Ok(async move {
-            tokio::select! {
-                _ = int.recv() => 2,
-                _ = term.recv() => 15,
-            }
-        })
-    }
-    #[cfg(not(unix))]
-    {
-        Ok(async {
-            let _ = tokio::signal::ctrl_c().await;
-            2
-        })
-    }
-}
-
-async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result<ExitCode> {
+async fn command(
+    app: &App,
+    config: &Config,
+    command: Command,
+    signals: Option<quiver_host::serve::Signals>,
+) -> anyhow::Result<ExitCode> {
     let config_store = config.store.path.as_path();
     match command {
         Command::Status => {
@@ -948,12 +930,18 @@ async fn command(app: &App, config: &Config, command: Command) -> anyhow::Result
                 app.dispatcher.clone(),
                 transport,
                 options,
-                Some(quiver_host::serve::Stores {
-                    sessions: app.store.clone(),
-                    calls: app.store.clone(),
-                }),
-                Some(std::sync::Arc::new(app.mcp.clone())),
-                Some(std::sync::Arc::new(quiver_host::Ready::of(app))),
+                quiver_host::serve::Adapters {
+                    stores: Some(quiver_host::serve::Stores {
+                        sessions: app.store.clone(),
+                        calls: app.store.clone(),
+                    }),
+                    content: Some(std::sync::Arc::new(app.mcp.clone())),
+                    readiness: Some(std::sync::Arc::new(quiver_host::Ready::of(app))),
+                },
+                match signals {
+                    Some(signals) => signals,
+                    None => quiver_host::serve::Signals::watch()?,
+                },
             )
             .await;
             // Not reading the store while it closes.

@@ -42,19 +42,41 @@ pub enum Transport {
     Stdio,
 }
 
-/// Serves MCP until a shutdown signal (or, on stdio, until the client closes the pipe).
-/// For HTTP, prints `http://ADDR/mcp` on stdout once the listener is bound. `content`
-/// serves resources, prompts and completions (`quiver serve` passes its MCP client: the
-/// upstreams' ones go through); `readiness` is what `GET /readyz` checks (`quiver serve`
-/// passes its MCP client too: ready when the required upstreams are connected).
+/// The adapters `serve` plugs into the MCP server, each optional.
+#[derive(Clone, Default)]
+pub struct Adapters {
+    /// Where working sets persist and which tools a key has called.
+    pub stores: Option<Stores>,
+    /// Resources, prompts and completions (`quiver serve` passes its MCP client: the
+    /// upstreams' ones go through).
+    pub content: Option<Arc<dyn ContentSource>>,
+    /// What `GET /readyz` checks (`quiver serve` passes its MCP client too: ready when the
+    /// required upstreams are connected).
+    pub readiness: Option<Arc<dyn Readiness>>,
+}
+
+impl std::fmt::Debug for Adapters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Adapters")
+            .field("stores", &self.stores.is_some())
+            .field("content", &self.content.is_some())
+            .field("readiness", &self.readiness.is_some())
+            .finish()
+    }
+}
+
+/// Serves MCP until a shutdown signal from `signals` (or, on stdio, until the client closes
+/// the pipe). For HTTP, prints `http://ADDR/mcp` on stdout once the listener is bound.
+/// `signals` is armed by the caller, as early as it likes: a signal that arrives before
+/// serving starts (while the store opens, the upstreams connect) stops it as soon as it
+/// does.
 pub async fn serve(
     surface: Arc<Surface>,
     dispatcher: Dispatcher,
     transport: Transport,
     options: ServerOptions,
-    stores: Option<Stores>,
-    content: Option<Arc<dyn ContentSource>>,
-    readiness: Option<Arc<dyn Readiness>>,
+    adapters: Adapters,
+    mut signals: Signals,
 ) -> anyhow::Result<()> {
     options
         .auth
@@ -62,15 +84,15 @@ pub async fn serve(
         .context("checking the inbound tokens")?;
     let stopping = dispatcher.clone();
     let mut server = McpServer::new(surface, dispatcher, options);
-    if let Some(stores) = stores {
+    if let Some(stores) = adapters.stores {
         server = server
             .with_session_store(stores.sessions)
             .with_call_log(stores.calls);
     }
-    if let Some(content) = content {
+    if let Some(content) = adapters.content {
         server = server.with_content(content);
     }
-    if let Some(readiness) = readiness {
+    if let Some(readiness) = adapters.readiness {
         server = server.with_readiness(readiness);
     }
     let shutdown = server.shutdown_token();
@@ -78,7 +100,6 @@ pub async fn serve(
     // again) ends the wait for open connections at once. The upstreams are still stopped
     // and the execution log still flushed by the caller.
     let forced = tokio_util::sync::CancellationToken::new();
-    let mut signals = Signals::watch()?;
     let signal = tokio::spawn({
         let shutdown = shutdown.clone();
         let forced = forced.clone();
@@ -126,17 +147,25 @@ pub async fn serve(
     result
 }
 
-/// SIGINT and SIGTERM, registered at once (before the URL is printed, so a signal sent
-/// right after never hits the default handler).
-struct Signals {
+/// SIGINT and SIGTERM, watched from `watch` on: a signal that arrives after it (before the
+/// URL is printed, while the store opens) is never the default handler's, and `next`
+/// returns it.
+pub struct Signals {
     #[cfg(unix)]
     int: tokio::signal::unix::Signal,
     #[cfg(unix)]
     term: tokio::signal::unix::Signal,
 }
 
+impl std::fmt::Debug for Signals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Signals").finish_non_exhaustive()
+    }
+}
+
 impl Signals {
-    fn watch() -> anyhow::Result<Self> {
+    /// Starts watching. Needs a Tokio runtime.
+    pub fn watch() -> anyhow::Result<Self> {
         #[cfg(unix)]
         {
             use tokio::signal::unix::{SignalKind, signal};
@@ -151,18 +180,19 @@ impl Signals {
         }
     }
 
-    /// The next SIGINT or SIGTERM.
-    async fn next(&mut self) {
+    /// The number of the next SIGINT (2) or SIGTERM (15). Cancel-safe.
+    pub async fn next(&mut self) -> u8 {
         #[cfg(unix)]
         {
             tokio::select! {
-                _ = self.int.recv() => {}
-                _ = self.term.recv() => {}
+                _ = self.int.recv() => 2,
+                _ = self.term.recv() => 15,
             }
         }
         #[cfg(not(unix))]
         {
             let _ = tokio::signal::ctrl_c().await;
+            2
         }
     }
 }

@@ -577,32 +577,45 @@ impl Drop for Killed {
 }
 
 /// `serve --stdio` stops on SIGTERM while its client keeps stdin open (a supervisor's stop:
-/// `docker stop`, systemd): the pending read of stdin does not hold the process.
+/// `docker stop`, systemd): the pending read of stdin does not hold the process. A stop
+/// before the client's `initialize` (a ping answered, the handshake not begun) is as clean
+/// as one after it.
 #[test]
 fn stdio_serve_exits_on_sigterm_with_stdin_open() {
-    let dir = fresh_dir("stdio-term");
-    let (mut child, mut stdin, mut lines) = stdio_serve(&dir);
-    writeln!(stdin, r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#).unwrap();
-    let answer = lines.next().expect("an answer").unwrap();
-    assert!(answer.contains("\"id\":0"), "{answer}");
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
+    for (case, first) in [
+        (
+            "initialized",
+            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        ),
+        (
+            "before initialize",
+            r#"{"jsonrpc":"2.0","id":0,"method":"ping"}"#,
+        ),
+    ] {
+        let dir = fresh_dir("stdio-term");
+        let (mut child, mut stdin, mut lines) = stdio_serve(&dir);
+        writeln!(stdin, "{first}").unwrap();
+        let answer = lines.next().expect("an answer").unwrap();
+        assert!(answer.contains("\"id\":0"), "{case}: {answer}");
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if std::time::Instant::now() > deadline {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        if status.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
-        if std::time::Instant::now() > deadline {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    if status.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
+        drop(stdin);
+        let status = status.expect("quiver serve --stdio exits on SIGTERM with stdin open");
+        assert!(status.success(), "{case}: {status}");
     }
-    drop(stdin);
-    let status = status.expect("quiver serve --stdio exits on SIGTERM with stdin open");
-    assert!(status.success(), "{status}");
 }

@@ -286,10 +286,13 @@ impl McpServer {
         let ct = self.shared.shutdown.child_token();
         let transport =
             stdio::LineTransport::new(tokio::io::stdin(), tokio::io::stdout(), ct.clone());
-        let running = handler
-            .serve_with_ct(transport, ct)
-            .await
-            .map_err(|e| ServeError::Initialize(e.to_string()))?;
+        let running = match handler.serve_with_ct(transport, ct.clone()).await {
+            Ok(running) => running,
+            // Shut down before the client's handshake finished (a SIGTERM while a
+            // client connects, or one that has only pinged): as clean a stop as after it.
+            Err(_) if ct.is_cancelled() => return Ok(()),
+            Err(e) => return Err(ServeError::Initialize(e.to_string())),
+        };
         let _ = running.waiting().await;
         Ok(())
     }

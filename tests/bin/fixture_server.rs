@@ -266,6 +266,8 @@ enum Talk {
     Elicitation,
     ElicitationDefaults,
     ElicitationEnums,
+    /// Asks the user to open a URL (URL-mode elicitation).
+    ElicitationUrl,
     /// Asks twice in turn (an elicitation, then a sampling request naming the answer): two
     /// round trips on the stateless protocol.
     AskTwice,
@@ -381,6 +383,18 @@ impl Tool for Talkback {
                     .map_err(channel_failed)?;
                 Ok(Envelope::ok(json!(elicitation_text(&result))))
             }
+            Talk::ElicitationUrl => {
+                let result = ctx
+                    .elicit(json!({
+                        "mode": "url",
+                        "message": "Sign in to continue",
+                        "url": "https://example.com/sign-in",
+                        "elicitationId": "sign-in-1"
+                    }))
+                    .await
+                    .map_err(channel_failed)?;
+                Ok(Envelope::ok(json!(elicitation_text(&result))))
+            }
             Talk::AskTwice => {
                 let answer = ctx
                     .elicit(json!({
@@ -449,6 +463,12 @@ fn talkback_tools() -> Vec<Arc<dyn Tool>> {
             "Conformance: elicitation with the five enum schema variants (SEP-1330).",
             none(),
             Talk::ElicitationEnums,
+        ),
+        tool(
+            "sign_in_by_url",
+            "Fixture: asks the client's user to open a sign-in page (URL-mode elicitation).",
+            none(),
+            Talk::ElicitationUrl,
         ),
         tool(
             "ask_twice",

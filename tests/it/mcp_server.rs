@@ -653,6 +653,15 @@ async fn sampling_is_refused_for_a_client_that_did_not_declare_it() {
     relay_through_quiver("--without-capabilities").await;
 }
 
+/// Elicitation goes out only in a mode the calling client declared: `elicitation: {}` is
+/// form only, so a URL-mode request is refused in words and never sent; a client declaring
+/// both gets it and its answer comes back.
+#[tokio::test]
+async fn elicitation_is_sent_only_in_a_declared_mode() {
+    let server = Server::start(fixture_binary(), &[]).await;
+    run_script("elicit_modes.py", &[&server.url]).await;
+}
+
 /// A 2026-07-28 client cannot be sent server-to-client requests: a tool's sampling and
 /// elicitation reach it as InputRequiredResult rounds (SEP-2322) the official SDK drives, the
 /// call waiting in Quiver between them; forged, reused and unanswered rounds fail in words.

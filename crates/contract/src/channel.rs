@@ -15,20 +15,63 @@ use serde_json::Value;
 pub struct ClientFeatures {
     /// `sampling/createMessage`.
     pub sampling: bool,
-    /// `elicitation/create`.
+    /// `elicitation/create`, in at least one mode.
     pub elicitation: bool,
     /// `roots/list`.
     pub roots: bool,
+    /// Elicitation in form mode (a capability declared as `{}` means form only).
+    pub elicitation_form: bool,
+    /// Elicitation in URL mode (declared as `{"url": {}}`).
+    pub elicitation_url: bool,
 }
 
 impl ClientFeatures {
-    /// Features with each of the three switched on or off.
+    /// Features with each of the three switched on or off; elicitation, when on, in form
+    /// mode only (what MCP makes of an `elicitation: {}` capability).
     pub fn new(sampling: bool, elicitation: bool, roots: bool) -> Self {
         ClientFeatures {
             sampling,
             elicitation,
             roots,
+            elicitation_form: elicitation,
+            elicitation_url: false,
         }
+    }
+
+    /// The elicitation modes the client declared; `elicitation` is on when either is.
+    pub fn with_elicitation_modes(mut self, form: bool, url: bool) -> Self {
+        self.elicitation = form || url;
+        self.elicitation_form = form;
+        self.elicitation_url = url;
+        self
+    }
+
+    /// The refusal of an `elicitation/create` with `params` in a mode the client did not
+    /// declare (MCP: servers MUST NOT send those), if it is one. Params without a `mode` are
+    /// form mode. A client without the capability at all is refused by
+    /// [`ClientRequest::undeclared`] instead.
+    pub fn elicitation_refusal(&self, params: &Value) -> Option<ChannelError> {
+        if !self.elicitation {
+            return None;
+        }
+        let mode = match params.get("mode") {
+            None | Some(Value::Null) => "form",
+            Some(Value::String(m)) => m.as_str(),
+            // Not a mode at all: the params' own check says so.
+            Some(_) => return None,
+        };
+        let declared = match mode {
+            "form" => self.elicitation_form,
+            "url" => self.elicitation_url,
+            _ => return None,
+        };
+        if declared {
+            return None;
+        }
+        let other = if mode == "form" { "url" } else { "form" };
+        Some(ChannelError::Unsupported(format!(
+            "cannot send elicitation/create in {mode} mode: the MCP client declared elicitation in {other} mode only (its `elicitation` capability has no `{mode}`)"
+        )))
     }
 }
 
@@ -103,6 +146,8 @@ pub enum ChannelError {
         code: i64,
         /// The client's message.
         message: String,
+        /// The error's `data`, as the client sent it (a relay passes it on).
+        data: Option<Value>,
     },
     /// The connection to the client failed or closed before it answered.
     #[error("{0}")]
@@ -221,5 +266,33 @@ pub trait ClientChannel: Send + Sync {
     /// elsewhere asks for progress only then. Defaults to yes.
     fn wants_progress(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn elicitation_is_sent_only_in_a_declared_mode() {
+        let form_only = ClientFeatures::new(false, true, false);
+        let url_only = ClientFeatures::default().with_elicitation_modes(false, true);
+        let both = ClientFeatures::default().with_elicitation_modes(true, true);
+        let form = json!({"message": "m", "requestedSchema": {"type": "object"}});
+        let url = json!({"mode": "url", "message": "m", "url": "https://x", "elicitationId": "e"});
+        assert_eq!(form_only.elicitation_refusal(&form), None);
+        assert_eq!(both.elicitation_refusal(&url), None);
+        assert_eq!(both.elicitation_refusal(&form), None);
+        let refused = form_only.elicitation_refusal(&url).expect("url refused");
+        assert!(
+            refused.to_string().contains("in url mode")
+                && refused.to_string().contains("form mode only"),
+            "{refused}"
+        );
+        let refused = url_only.elicitation_refusal(&form).expect("form refused");
+        assert!(refused.to_string().contains("in form mode"), "{refused}");
+        // No capability at all is the capability check's refusal, not this one's.
+        assert_eq!(ClientFeatures::default().elicitation_refusal(&url), None);
     }
 }

@@ -1970,10 +1970,16 @@ fn relayed_capabilities() -> ClientCapabilities {
 /// The JSON-RPC error an upstream gets when Quiver cannot relay its request.
 fn relay_error(e: ChannelError, method: &str, tool: &str) -> McpError {
     match e {
-        ChannelError::Client { code, message } => McpError::new(
+        // The client's own error, its `data` too (a URL elicitation's -32042 carries the
+        // elicitations the upstream should have asked for).
+        ChannelError::Client {
+            code,
+            message,
+            data,
+        } => McpError::new(
             rmcp::model::ErrorCode(i32::try_from(code).unwrap_or(-32603)),
             message,
-            None,
+            data,
         ),
         ChannelError::Invalid(m) => McpError::invalid_params(m, None),
         ChannelError::Cancelled => McpError::internal_error(
@@ -2247,6 +2253,25 @@ fn done(envelope: Envelope) -> Attempt {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The client's error reaches the upstream whole: code, message and `data` (a URL
+    /// elicitation's -32042 lists the elicitations the upstream should make).
+    #[test]
+    fn a_clients_error_is_relayed_with_its_data() {
+        let data = serde_json::json!({"elicitations": [{"mode": "url", "elicitationId": "e1"}]});
+        let relayed = relay_error(
+            ChannelError::Client {
+                code: -32042,
+                message: "this request requires more information".into(),
+                data: Some(data.clone()),
+            },
+            "elicitation/create",
+            "tool",
+        );
+        assert_eq!(relayed.code.0, -32042);
+        assert_eq!(relayed.message, "this request requires more information");
+        assert_eq!(relayed.data, Some(data));
+    }
 
     /// A stdio upstream's sampling request reaches the client with its `_meta` (rmcp moved
     /// it to the request context; the lean HTTP path keeps it in the params).

@@ -28,11 +28,17 @@ use super::handler::{Connection, lock};
 /// The declared features of a client's capabilities.
 pub(crate) fn features(caps: Option<&ClientCapabilities>) -> ClientFeatures {
     match caps {
-        Some(c) => ClientFeatures::new(
-            c.sampling.is_some(),
-            c.elicitation.is_some(),
-            c.roots.is_some(),
-        ),
+        Some(c) => {
+            let features = ClientFeatures::new(c.sampling.is_some(), false, c.roots.is_some());
+            match &c.elicitation {
+                // `{}` is form mode only (MCP's backwards compatibility).
+                Some(e) if e.form.is_none() && e.url.is_none() => {
+                    features.with_elicitation_modes(true, false)
+                }
+                Some(e) => features.with_elicitation_modes(e.form.is_some(), e.url.is_some()),
+                None => features,
+            }
+        }
         None => ClientFeatures::default(),
     }
 }
@@ -260,6 +266,7 @@ impl PeerChannel {
             Err(ServiceError::McpError(e)) => Err(ChannelError::Client {
                 code: i64::from(e.code.0),
                 message: e.message.to_string(),
+                data: e.data,
             }),
             Err(ServiceError::Cancelled { .. }) => Err(ChannelError::Cancelled),
             Err(e) => Err(ChannelError::Transport(format!(
@@ -326,6 +333,9 @@ impl ClientChannel for PeerChannel {
 
     async fn elicit(&self, params: Value) -> Result<Value, ChannelError> {
         self.check(ClientRequest::Elicit)?;
+        if let Some(refusal) = self.features.elicitation_refusal(&params) {
+            return Err(refusal);
+        }
         let params: ElicitRequestParams = parse("elicitation/create", &params)?;
         self.send(ServerRequest::ElicitRequest(ElicitRequest::new(params)))
             .await

@@ -361,6 +361,7 @@ impl Rounds {
                 None => Err(ChannelError::Client {
                     code: i64::from(rmcp::model::ErrorCode::INVALID_PARAMS.0),
                     message: format!("the client sent no response for input request `{k}`"),
+                    data: None,
                 }),
             };
             let _ = reply.send(answer);
@@ -646,6 +647,9 @@ impl RoundChannel {
                 Some(p)
             }
             (ClientRequest::Elicit, Some(p)) => {
+                if let Some(refusal) = self.features.elicitation_refusal(&p) {
+                    return Err(refusal);
+                }
                 parse::<ElicitRequestParams>(request.method(), &p)?;
                 Some(p)
             }
@@ -1133,6 +1137,37 @@ mod tests {
             panic!("the tool's own error");
         };
         assert!(text(&done).contains("the disk is full"), "{}", text(&done));
+    }
+
+    /// A URL-mode elicitation for a client that declared form mode only is refused without
+    /// a round (MCP: servers MUST NOT send an undeclared mode); the tool hears why.
+    #[tokio::test]
+    async fn an_undeclared_elicitation_mode_is_refused_without_a_round() {
+        let rounds = Arc::new(Rounds::new(Duration::from_secs(60)));
+        let run = Rounds::start(
+            "sign-in",
+            owner("key-a"),
+            elicit_only(),
+            Arc::new(Missing::default()),
+            None,
+            Arc::new(Notes::default()),
+            move |channel, _cancel| async move {
+                let refused = channel
+                    .elicit(json!({"mode": "url", "message": "m", "url": "https://x", "elicitationId": "e"}))
+                    .await
+                    .expect_err("refused");
+                CallToolResult::error(vec![Content::text(refused.to_string())])
+            },
+        );
+        let CallToolResponse::Complete(done) = rounds
+            .drive(run, &CancellationToken::new(), None)
+            .await
+            .unwrap()
+        else {
+            panic!("no round: the refusal is the call's result");
+        };
+        assert!(text(&done).contains("in url mode"), "{}", text(&done));
+        assert_eq!(rounds.len(), 0);
     }
 
     /// Requests a tool sends at once share one round, under the names it gave them; a

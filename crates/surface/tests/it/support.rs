@@ -93,6 +93,11 @@ impl Fixture {
             .await
     }
 
+    /// `tool_search` with `args`, in `session`.
+    pub(crate) async fn search(&self, session: &str, args: Value) -> Envelope {
+        self.call(session, "tool_search", args).await
+    }
+
     pub(crate) async fn call_with(&self, ctx: CallContext, tool: &str, input: Value) -> Envelope {
         self.dispatcher.call(tool, input, ctx).await
     }

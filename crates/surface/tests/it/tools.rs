@@ -41,9 +41,7 @@ fn hit_names(e: &Envelope) -> String {
 #[tokio::test]
 async fn hidden_internal_disallowed_and_plan_excluded_tools_are_never_found() {
     let fx = search_fixture();
-    let e = fx
-        .call("s", "tool_search", json!({"query": "csv file"}))
-        .await;
+    let e = fx.search("s", json!({"query": "csv file"})).await;
     assert_eq!(hit_names(&e), "admin_csv csv_stats read_csv write_csv");
 
     let caps = Capabilities::all().with_allowed_tools(vec![
@@ -62,9 +60,7 @@ async fn hidden_internal_disallowed_and_plan_excluded_tools_are_never_found() {
     fx.surface
         .assemble_tools("plan", Mode::Plan, &Capabilities::all())
         .unwrap();
-    let e = fx
-        .call("plan", "tool_search", json!({"query": "csv file"}))
-        .await;
+    let e = fx.search("plan", json!({"query": "csv file"})).await;
     let names = hit_names(&e);
     assert!(!names.contains("write_csv"), "{names}");
     assert!(names.contains("read_csv"), "{names}");
@@ -73,9 +69,7 @@ async fn hidden_internal_disallowed_and_plan_excluded_tools_are_never_found() {
 #[tokio::test]
 async fn matches_join_the_working_set_at_once() {
     let fx = search_fixture();
-    let e = fx
-        .call("s", "tool_search", json!({"query": "email", "limit": 3}))
-        .await;
+    let e = fx.search("s", json!({"query": "email", "limit": 3})).await;
     assert_eq!(data(&e)["exposed"], json!(["send_mail"]));
     // Nothing was pushed off the list: the key is left out.
     assert_eq!(data(&e).get("displaced"), None, "{}", text(&e));
@@ -105,7 +99,7 @@ async fn a_hit_is_listed_even_when_the_floor_fills_the_round() {
         line(&fx.names("s", Mode::Chat)),
         "tool_search describe_tool t00 t01 t02 t03"
     );
-    let e = fx.call("s", "tool_search", json!({"query": "email"})).await;
+    let e = fx.search("s", json!({"query": "email"})).await;
     assert_eq!(data(&e)["exposed"], json!(["send_mail"]), "{}", text(&e));
     assert_eq!(data(&e)["failed"], json!([]));
     // The floor tool that made room is named: the model's list lost it.
@@ -128,23 +122,15 @@ async fn tools_a_search_pushes_off_the_round_are_named_displaced() {
     ];
     let config = SurfaceConfig::default().with_round_budget(4, 1 << 20);
     let fx = Fixture::new(config, specs, &[]);
-    let e = fx.call("s", "tool_search", json!({"query": "email"})).await;
+    let e = fx.search("s", json!({"query": "email"})).await;
     assert_eq!(data(&e)["exposed"], json!(["send_mail"]), "{}", text(&e));
     let e = fx
-        .call(
-            "s",
-            "tool_search",
-            json!({"query": "read rows", "limit": 1}),
-        )
+        .search("s", json!({"query": "read rows", "limit": 1}))
         .await;
     assert_eq!(data(&e)["exposed"], json!(["read_csv"]), "{}", text(&e));
     assert_eq!(data(&e).get("displaced"), None, "{}", text(&e));
     let e = fx
-        .call(
-            "s",
-            "tool_search",
-            json!({"query": "statistics", "limit": 1}),
-        )
+        .search("s", json!({"query": "statistics", "limit": 1}))
         .await;
     let d = data(&e);
     assert_eq!(d["exposed"], json!(["csv_stats"]), "{d}");
@@ -160,11 +146,7 @@ async fn tools_a_search_pushes_off_the_round_are_named_displaced() {
     );
     // Searching again for a listed tool pushes nothing off.
     let e = fx
-        .call(
-            "s",
-            "tool_search",
-            json!({"query": "statistics", "limit": 1}),
-        )
+        .search("s", json!({"query": "statistics", "limit": 1}))
         .await;
     assert_eq!(data(&e).get("displaced"), None, "{}", text(&e));
 }
@@ -181,7 +163,7 @@ async fn hits_the_round_cannot_list_are_reported_over_budget() {
     let config = SurfaceConfig::default().with_round_budget(4, 1 << 20);
     let fx = Fixture::new(config, specs, &[]);
     let e = fx
-        .call("s", "tool_search", json!({"query": "csv file", "limit": 3}))
+        .search("s", json!({"query": "csv file", "limit": 3}))
         .await;
     let d = data(&e);
     let ranked: Vec<&str> = d["hits"]
@@ -226,7 +208,7 @@ async fn hits_the_round_cannot_list_for_bytes_are_reported_over_budget() {
         &[],
     );
     let e = fx
-        .call("s", "tool_search", json!({"query": "csv file", "limit": 1}))
+        .search("s", json!({"query": "csv file", "limit": 1}))
         .await;
     let d = data(&e);
     assert_eq!(d["exposed"], json!([]), "{d}");
@@ -269,7 +251,7 @@ async fn hits_a_too_large_round_cannot_list_are_not_exposed() {
         .with_max_surface(4);
     let fx = Fixture::new(config, specs, &usage);
     let e = fx
-        .call("s", "tool_search", json!({"query": "csv file", "limit": 2}))
+        .search("s", json!({"query": "csv file", "limit": 2}))
         .await;
     let d = data(&e);
     assert_eq!(d["hits"].as_array().map(Vec::len), Some(2), "{d}");
@@ -323,11 +305,7 @@ async fn tool_search_result_shape() {
     fx.surface.page_in("s", &["older_tool"]);
     fx.surface.page_in("s", &["old_tool"]);
     let e = fx
-        .call(
-            "s",
-            "tool_search",
-            json!({"query": "write csv rows", "limit": 10}),
-        )
+        .search("s", json!({"query": "write csv rows", "limit": 10}))
         .await;
     // The limit is capped by the working set (3); write_csv is agentic-only, so a chat
     // caller never finds it (it could not call it); the oldest working-set tools are
@@ -350,11 +328,7 @@ async fn a_whole_float_limit_is_taken_and_a_capped_one_is_said() {
         &[],
     );
     let e = fx
-        .call(
-            "s",
-            "tool_search",
-            json!({"query": "csv file", "limit": 1.0}),
-        )
+        .search("s", json!({"query": "csv file", "limit": 1.0}))
         .await;
     assert_eq!(
         data(&e)["hits"].as_array().unwrap().len(),
@@ -364,7 +338,7 @@ async fn a_whole_float_limit_is_taken_and_a_capped_one_is_said() {
     );
     assert!(!text(&e).contains("limit_capped"), "{}", text(&e));
     let e = fx
-        .call("s", "tool_search", json!({"query": "csv file", "limit": 3}))
+        .search("s", json!({"query": "csv file", "limit": 3}))
         .await;
     assert_eq!(
         data(&e)["hits"].as_array().unwrap().len(),
@@ -383,10 +357,10 @@ async fn a_whole_float_limit_is_taken_and_a_capped_one_is_said() {
 async fn blank_queries_get_a_hint() {
     let fx = search_fixture();
     for q in ["", "   ", "the of and", "?!...", "--"] {
-        let e = fx.call("s", "tool_search", json!({"query": q})).await;
+        let e = fx.search("s", json!({"query": q})).await;
         assert_eq!(e.hint_kind(), Some(HintKind::Fetch), "{q:?}: {}", text(&e));
     }
-    let e = fx.call("s", "tool_search", json!({"query": "the"})).await;
+    let e = fx.search("s", json!({"query": "the"})).await;
     insta::assert_snapshot!("blank_query_hint", text(&e));
 }
 
@@ -403,7 +377,7 @@ async fn bad_arguments_get_a_schema_hint() {
         json!({"query": "csv", "limit": 2.5}),
         json!({"query": "csv", "limit": -1}),
     ] {
-        let e = fx.call("s", "tool_search", args.clone()).await;
+        let e = fx.search("s", args.clone()).await;
         assert_eq!(
             e.hint_kind(),
             Some(HintKind::Schema),
@@ -490,7 +464,7 @@ async fn the_index_follows_the_catalog() {
         .await
         .unwrap()
         .unwrap();
-    let e = fx.call("s", "tool_search", json!({"query": "yaml"})).await;
+    let e = fx.search("s", json!({"query": "yaml"})).await;
     assert_eq!(hit_names(&e), "parse_yaml");
 
     fx.catalog.remove("parse_yaml");
@@ -498,7 +472,7 @@ async fn the_index_follows_the_catalog() {
         .await
         .unwrap()
         .unwrap();
-    let e = fx.call("s", "tool_search", json!({"query": "yaml"})).await;
+    let e = fx.search("s", json!({"query": "yaml"})).await;
     assert_eq!(hit_names(&e), "");
 }
 
@@ -528,9 +502,7 @@ async fn the_index_says_which_catalog_version_it_has() {
     .unwrap()
     .unwrap();
     assert_eq!(*updates.borrow(), version);
-    let e = fx
-        .call("s", "tool_search", json!({"query": "yaml", "limit": 50}))
-        .await;
+    let e = fx.search("s", json!({"query": "yaml", "limit": 50})).await;
     assert_eq!(data(&e)["hits"].as_array().unwrap().len(), 19, "{e:?}");
     // A resync changes nothing it can see, and never goes back.
     fx.surface.resync_index();
@@ -574,13 +546,13 @@ async fn a_vector_retriever_blends_into_tool_search_and_can_be_removed() {
     let fx = search_fixture();
     // "statistcs" (a typo) meets no indexed term, so the lexical index finds nothing.
     let q = json!({"query": "statistcs"});
-    assert_eq!(hit_names(&fx.call("s", "tool_search", q.clone()).await), "");
+    assert_eq!(hit_names(&fx.search("s", q.clone()).await), "");
 
     fx.surface.set_vector_retriever(Some((
         Arc::new(HashedNgrams::default()),
         HybridConfig::default(),
     )));
-    let e = fx.call("s", "tool_search", q.clone()).await;
+    let e = fx.search("s", q.clone()).await;
     let hits = data(&e)["hits"].as_array().unwrap().clone();
     assert_eq!(hits[0]["name"], "csv_stats", "{hits:?}");
     // The vector ranking obeys the same visibility rules: internal, draft and system tools
@@ -603,11 +575,9 @@ async fn a_vector_retriever_blends_into_tool_search_and_can_be_removed() {
         .await
         .unwrap()
         .unwrap();
-    let e = fx
-        .call("s", "tool_search", json!({"query": "validatr"}))
-        .await;
+    let e = fx.search("s", json!({"query": "validatr"})).await;
     assert_eq!(data(&e)["hits"][0]["name"], "yaml_validator");
 
     fx.surface.set_vector_retriever(None);
-    assert_eq!(hit_names(&fx.call("s", "tool_search", q).await), "");
+    assert_eq!(hit_names(&fx.search("s", q).await), "");
 }

@@ -11,7 +11,7 @@
 //! finished, each carrying its request's `id`, and only answers are kept. A batch of
 //! notifications and responses only is answered `202 Accepted`.
 
-use std::{future::Future, pin::Pin};
+use std::{future::Future, pin::Pin, sync::Arc};
 
 use axum::{
     body::{Body, Bytes},
@@ -23,7 +23,10 @@ use futures::{StreamExt, future::join_all};
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use serde_json::Value;
 
-use super::direct::{Direct, endpoint, json_rpc_error};
+use super::{
+    direct::{Direct, endpoint, json_rpc_error},
+    handler::Connection,
+};
 
 /// The most bytes of one message's answer read into the batch's answer.
 const MAX_ANSWER: usize = 16 << 20;
@@ -73,8 +76,13 @@ pub(super) async fn serve(direct: &Direct, parts: Parts, bytes: &Bytes) -> Respo
     let requests = items
         .iter()
         .any(|item| item.get("id").is_some() && item.get("method").is_some());
+    // The session's connection, to tell a request its client cancelled (no answer due)
+    // from one whose answer went missing.
+    let conn = super::direct::candidate(direct, &parts.method, &parts.headers, Some(0))
+        .and_then(|sid| direct.shared.direct.get(&sid))
+        .map(|entry| entry.conn.clone());
     if requests && streams_to(direct, &parts).await {
-        return streamed(direct, &parts, items);
+        return streamed(direct, &parts, items, conn);
     }
     let answers = join_all(
         items
@@ -100,7 +108,7 @@ pub(super) async fn serve(direct: &Direct, parts: Parts, bytes: &Bytes) -> Respo
         items
             .iter()
             .zip(answers)
-            .map(|(item, answer)| relay(answer, item, tx.clone())),
+            .map(|(item, answer)| relay(answer, item, conn.clone(), tx.clone())),
     );
     drop(tx);
     let gather = async {
@@ -144,12 +152,18 @@ async fn streams_to(direct: &Direct, parts: &Parts) -> bool {
 
 /// The batch answered on one SSE stream: every message each of its messages' answers
 /// carries, as it comes; the stream ends when they all have.
-fn streamed(direct: &Direct, parts: &Parts, items: Vec<Value>) -> Response {
+fn streamed(
+    direct: &Direct,
+    parts: &Parts,
+    items: Vec<Value>,
+    conn: Option<Arc<Connection>>,
+) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<String>(64);
     for item in items {
         let answer = one(direct, parts, Bytes::from(item.to_string()));
         let tx = tx.clone();
-        tokio::spawn(async move { relay(answer.await, &item, tx).await });
+        let conn = conn.clone();
+        tokio::spawn(async move { relay(answer.await, &item, conn, tx).await });
     }
     drop(tx);
     let events = futures::stream::unfold(rx, |mut rx| async move {
@@ -175,9 +189,14 @@ fn streamed(direct: &Direct, parts: &Parts, items: Vec<Value>) -> Response {
 
 /// Sends what the answer `answer` to the batch's message `item` carries to `tx`: its JSON
 /// answer, or every message on its stream; an error answer when a request's is missing or
-/// cannot be read. Stops when the batch's stream is gone (its client left; the calls go
-/// on, as for a single message).
-async fn relay(answer: Response, item: &Value, tx: tokio::sync::mpsc::Sender<String>) {
+/// cannot be read, unless the session's client (`conn`) cancelled it. Stops when the
+/// batch's stream is gone (its client left; the calls go on, as for a single message).
+async fn relay(
+    answer: Response,
+    item: &Value,
+    conn: Option<Arc<Connection>>,
+    tx: tokio::sync::mpsc::Sender<String>,
+) {
     let request = item.get("id").is_some() && item.get("method").is_some();
     let failed = |why: &str| {
         serde_json::json!({
@@ -221,7 +240,14 @@ async fn relay(answer: Response, item: &Value, tx: tokio::sync::mpsc::Sender<Str
                     return;
                 }
             }
-            if request && !answered {
+            // A cancelled request is not answered (MCP cancellation): its stream ends
+            // without an answer, and none is made up for it.
+            let cancelled = conn.as_ref().is_some_and(|conn| {
+                item.get("id")
+                    .and_then(|id| serde_json::from_value(id.clone()).ok())
+                    .is_some_and(|id| conn.was_cancelled(&id))
+            });
+            if request && !answered && !cancelled {
                 let _ = tx
                     .send(failed(
                         "the stream of this request ended without its answer",

@@ -64,8 +64,8 @@ const SESSION_ERA: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-
 const SESSION_HEADER: &str = "mcp-session-id";
 const PROTOCOL_HEADER: &str = "mcp-protocol-version";
 
-struct Entry {
-    conn: Arc<Connection>,
+pub(super) struct Entry {
+    pub(super) conn: Arc<Connection>,
     peer: Peer<RoleServer>,
     touched: Mutex<Instant>,
 }
@@ -90,7 +90,7 @@ impl DirectSessions {
         lock(&self.map).remove(sid);
     }
 
-    fn get(&self, sid: &str) -> Option<Arc<Entry>> {
+    pub(super) fn get(&self, sid: &str) -> Option<Arc<Entry>> {
         lock(&self.map).get(sid).cloned()
     }
 
@@ -224,6 +224,7 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
             serve_call(&direct.shared, &entry, scope, id, *params, held).await
         }
         Message::Cancelled(id) => {
+            entry.conn.note_cancelled(id.clone());
             if let Some(token) = lock(&entry.conn.in_flight).get(&id) {
                 token.cancel();
             }
@@ -1973,6 +1974,71 @@ mod tests {
         assert!(
             dropped.load(std::sync::atomic::Ordering::SeqCst),
             "the tool's call ended"
+        );
+    }
+
+    /// A batch's request cancelled while it runs gets no answer (MCP: none for a cancelled
+    /// request), not an error made up for it; the batch's other requests are answered.
+    #[tokio::test]
+    async fn a_cancelled_request_of_a_batch_is_not_answered() {
+        let started = Arc::new(tokio::sync::Notify::new());
+        let server = server_with(Some(Hold {
+            spec: ToolSpec::new("hold", "Holds until cancelled.")
+                .read_only()
+                .with_schema(json!({"type": "object"})),
+            started: started.clone(),
+            dropped: Arc::default(),
+            cancelled: Arc::default(),
+        }));
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let old: &[(&str, &[u8])] = &[("mcp-protocol-version", b"")];
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-03-26", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        let sid = send_with(&router, Method::POST, None, init.to_string(), old)
+            .await
+            .session
+            .expect("a session id");
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        send_with(
+            &router,
+            Method::POST,
+            Some(&sid),
+            initialized.to_string(),
+            old,
+        )
+        .await;
+        let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+        send_with(&router, Method::POST, Some(&sid), list.to_string(), old).await;
+        let batch = json!([
+            {"jsonrpc": "2.0", "id": "h1", "method": "tools/call",
+             "params": {"name": "hold", "arguments": {}}},
+            call(2, json!({})),
+        ]);
+        let reply = tokio::spawn({
+            let (router, sid) = (router.clone(), sid.clone());
+            async move { send_with(&router, Method::POST, Some(&sid), batch.to_string(), old).await }
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(10), started.notified())
+            .await
+            .expect("the held call starts");
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": "h1", "reason": "test"}});
+        send_with(&router, Method::POST, Some(&sid), cancel.to_string(), old).await;
+        let reply = tokio::time::timeout(std::time::Duration::from_secs(10), reply)
+            .await
+            .expect("the batch ends")
+            .unwrap();
+        let answers: Vec<Value> = sse_messages(&reply.body)
+            .into_iter()
+            .filter(|m| m.get("id").is_some())
+            .collect();
+        assert_eq!(answers.len(), 1, "{}", reply.body);
+        assert_eq!(
+            answers[0]["result"]["structuredContent"],
+            json!({"x": 2}),
+            "{}",
+            reply.body
         );
     }
 

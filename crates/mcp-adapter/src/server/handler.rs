@@ -115,6 +115,32 @@ pub(crate) struct Connection {
     /// calls, and what was forwarded to rmcp until its answer ends): a second request with an
     /// id still in use is refused (rmcp would route both answers by the one id).
     pub(crate) ids_in_use: Mutex<HashSet<rmcp::model::RequestId>>,
+    /// The ids this session's client cancelled lately (at most [`CANCELLED_KEPT`], newest
+    /// last): a batch's request whose answer never came because it was cancelled gets no
+    /// error in its place (MCP: no response to a cancelled request).
+    pub(crate) cancelled: Mutex<std::collections::VecDeque<rmcp::model::RequestId>>,
+}
+
+/// How many cancelled ids a session remembers.
+const CANCELLED_KEPT: usize = 64;
+
+impl Connection {
+    /// Notes that the client cancelled request `id`.
+    pub(crate) fn note_cancelled(&self, id: rmcp::model::RequestId) {
+        let mut kept = lock(&self.cancelled);
+        if kept.contains(&id) {
+            return;
+        }
+        if kept.len() == CANCELLED_KEPT {
+            kept.pop_front();
+        }
+        kept.push_back(id);
+    }
+
+    /// Whether the client cancelled request `id` lately.
+    pub(crate) fn was_cancelled(&self, id: &rmcp::model::RequestId) -> bool {
+        lock(&self.cancelled).contains(id)
+    }
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -203,6 +229,7 @@ impl Handler {
                 session_id: std::sync::OnceLock::new(),
                 in_flight: Mutex::new(std::collections::HashMap::new()),
                 ids_in_use: Mutex::new(HashSet::new()),
+                cancelled: Mutex::new(std::collections::VecDeque::new()),
             }),
             fixed_session,
         }

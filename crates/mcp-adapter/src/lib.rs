@@ -9,6 +9,7 @@
 
 pub mod client;
 mod error;
+mod floats;
 mod lines;
 pub mod server;
 

@@ -2132,10 +2132,11 @@ impl ClientHandler for Handler {
         context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, McpError> {
         let method = "sampling/createMessage";
-        let params = with_meta(
+        let mut params = with_meta(
             serde_json::to_value(&params).unwrap_or(Value::Null),
             &context.meta,
         );
+        crate::floats::decimal_sampling_floats(&mut params);
         let v = self
             .relay(method, &context, |c| async move {
                 ask_channel(&c, method, params).await

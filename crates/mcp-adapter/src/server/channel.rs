@@ -15,7 +15,7 @@ use rmcp::{
     RoleServer,
     model::{
         CancelledNotification, CancelledNotificationParam, ClientCapabilities, ClientResult,
-        CreateMessageRequest, CreateMessageRequestParams, ElicitRequest, ElicitRequestParams,
+        CreateMessageRequestParams, CustomRequest, ElicitRequest, ElicitRequestParams,
         GetExtensions, ListRootsRequest, LoggingLevel, LoggingMessageNotificationParam,
         ProgressNotificationParam, ProgressToken, RequestId, ServerNotification, ServerRequest,
     },
@@ -324,10 +324,14 @@ impl ClientChannel for PeerChannel {
 
     async fn create_message(&self, params: Value) -> Result<Value, ChannelError> {
         self.check(ClientRequest::CreateMessage)?;
-        let params: CreateMessageRequestParams = parse("sampling/createMessage", &params)?;
-        self.send(ServerRequest::CreateMessageRequest(
-            CreateMessageRequest::new(params),
-        ))
+        parse::<CreateMessageRequestParams>("sampling/createMessage", &params)?;
+        // Checked against the typed params, sent as they came: rmcp's typed params hold
+        // `temperature` and the model priorities as f32 (0.7 would reach the client as
+        // 0.699999988079071).
+        self.send(ServerRequest::CustomRequest(CustomRequest::new(
+            "sampling/createMessage",
+            Some(params),
+        )))
         .await
     }
 

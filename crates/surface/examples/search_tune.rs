@@ -44,6 +44,19 @@ fn main() {
         "diagnose" => diagnose(&tools, &queries),
         "tune" => tune(&tools, &queries),
         "random" => random(&tools, &queries),
+        "implied" => {
+            for v in [0.0, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0] {
+                run(
+                    &tools,
+                    &queries,
+                    &format!("implied {v}"),
+                    Params {
+                        implied_weight: v,
+                        ..Params::default()
+                    },
+                );
+            }
+        }
         other => panic!("unknown mode {other:?}: eval, diagnose or tune"),
     }
 }
@@ -269,6 +282,15 @@ fn tune(tools: &str, queries: &str) {
     }
     for v in [0.0, 0.5, 2.0, 3.0] {
         run(&format!("coverage {v}"), Params { coverage: v, ..d() });
+    }
+    for v in [0.0, 0.3, 1.0] {
+        run(
+            &format!("implied {v}"),
+            Params {
+                implied_weight: v,
+                ..d()
+            },
+        );
     }
     for v in [0.0, 0.3, 0.8] {
         run(

@@ -17,7 +17,10 @@
 //!   linked to by their schemas: one names in its name or description what the other
 //!   requires as input and does not take itself (a geocoder names the `latitude` and
 //!   `longitude` that a nearby-places search requires). A lent score lifts a tool at most to
-//!   just below the head of the ranking, so it completes the list after the direct matches.
+//!   just below the head of the ranking, so it completes the list after the direct matches;
+//! - a capability the request implies without naming it (a place needs a geocoder, an
+//!   amount to estimate a calculator, goods to buy a shop's web pages) brings in the tools
+//!   named for it at a share of the best score, at most to just below the best tool.
 //!
 //! The index is incremental: [`SearchIndex::upsert`] and [`SearchIndex::remove`] touch only
 //! the postings of one tool and keep the collection statistics (document frequencies, field
@@ -46,7 +49,8 @@ pub use embed::{EmbedError, Embedder, HashedNgrams, HybridConfig};
 use embed::{Vectors, cosine};
 pub use eval::{EvalReport, evaluate};
 use tokenize::{
-    TokenOpts, expand_query, is_cjk, is_filler, is_unspaced, path_only_terms, tokenize,
+    TokenOpts, expand_query, implied_terms, is_cjk, is_filler, is_unspaced, path_only_terms,
+    tokenize,
 };
 
 /// One search result: a tool name and its score, normalised to `0.0..=1.0` (1.0 would be a
@@ -86,6 +90,11 @@ pub(crate) struct Params {
     pub(crate) coverage: f64,
     /// The weight of related-vocabulary query expansions.
     pub(crate) related_weight: f64,
+    /// The share of the best score that a tool of a capability the request implies gets
+    /// (see `SearchIndex::complete_implied`; 0 turns them off).
+    pub(crate) implied_weight: f64,
+    /// An implied capability's tool is lifted at most to just below the tool at this rank.
+    pub(crate) implied_head: usize,
     /// The weight of a query term found in the tool's server name (idf over servers).
     pub(crate) server_name: f64,
     /// Share of the best score of a tool's server added to every tool of that server (tools
@@ -128,6 +137,8 @@ impl Default for Params {
             prefix_max_terms: 32,
             coverage: 1.0,
             related_weight: 0.8,
+            implied_weight: 0.5,
+            implied_head: 1,
             server_name: 1.0,
             server_context: 0.3,
             diversity: 0.3,
@@ -706,6 +717,14 @@ impl SearchIndex {
         if p.link_share > 0.0 && p.link_lenders > 0 {
             self.lend_to_linked(&mut cands, filter, s);
         }
+        let implied = if p.implied_weight > 0.0 {
+            implied_terms(query)
+        } else {
+            Vec::new()
+        };
+        if !implied.is_empty() {
+            self.complete_implied(&implied, &norm, &mut cands, filter, s);
+        }
         let depth = limit.max(p.diversify_depth);
         let mut hits = self.best_filtered(&mut cands, depth, filter);
         if p.diversity > 0.0 && hits.len() > 2 {
@@ -766,35 +785,10 @@ impl SearchIndex {
         s: &mut Scratch,
     ) {
         let p = &self.params;
-        // The best `keep` tools, best first, in one pass without sorting them all.
-        let keep = p.link_lenders.max(p.link_head);
-        let order = |a: &(f64, u32), b: &(f64, u32)| self.best_first(a, b);
-        let mut best: Vec<(f64, u32)> = Vec::with_capacity(keep + 1);
-        for c in cands.iter() {
-            // Most tools score below the last of a full `best`: one comparison each.
-            if best.len() == keep && (c.0 < best[keep - 1].0 || order(c, &best[keep - 1]).is_ge()) {
-                continue;
-            }
-            // The filter runs only on a tool that would enter the head.
-            let visible = self.docs[c.1 as usize]
-                .as_ref()
-                .is_some_and(|doc| filter(&doc.name));
-            if !visible {
-                continue;
-            }
-            let at = best.partition_point(|b| order(b, c).is_lt());
-            best.insert(at, *c);
-            best.truncate(keep);
-        }
-        // With fewer scored tools than the head, all of them are its head.
-        let cap = match (p.link_head, best.len()) {
-            (_, 0) => return,
-            (0, _) => f64::INFINITY,
-            (h, len) => best[h.min(len) - 1].0,
+        let best = self.head(cands, p.link_lenders.max(p.link_head), filter);
+        let Some(ceiling) = ceiling(&best, p.link_head) else {
+            return;
         };
-        // Just below the head's edge, so that the name order of equal scores cannot put a
-        // lifted tool into the head.
-        let ceiling = cap * (1.0 - 1e-9);
         let n = self.len() as f64;
         // The tools lent to; their largest share is in `s.best`.
         let mut lent: Vec<u32> = Vec::new();
@@ -822,22 +816,105 @@ impl SearchIndex {
         if lent.is_empty() {
             return;
         }
-        for c in cands.iter_mut() {
-            let share = s.best[c.1 as usize];
-            if share > 0.0 {
-                s.best[c.1 as usize] = 0.0;
-                if c.0 < ceiling {
-                    c.0 = (c.0 + share).min(ceiling);
+        add_below(cands, &lent, ceiling, &mut s.best);
+    }
+
+    /// The best `keep` of `cands` that pass `filter`, best first, in one pass without
+    /// sorting them all. The filter runs only on a tool that would enter the head.
+    fn head(
+        &self,
+        cands: &[(f64, u32)],
+        keep: usize,
+        filter: &dyn Fn(&str) -> bool,
+    ) -> Vec<(f64, u32)> {
+        let order = |a: &(f64, u32), b: &(f64, u32)| self.best_first(a, b);
+        let mut best: Vec<(f64, u32)> = Vec::with_capacity(keep + 1);
+        if keep == 0 {
+            return best;
+        }
+        for c in cands {
+            // Most tools score below the last of a full `best`: one comparison each.
+            if best.len() == keep && (c.0 < best[keep - 1].0 || order(c, &best[keep - 1]).is_ge()) {
+                continue;
+            }
+            let visible = self.docs[c.1 as usize]
+                .as_ref()
+                .is_some_and(|doc| filter(&doc.name));
+            if !visible {
+                continue;
+            }
+            let at = best.partition_point(|b| order(b, c).is_lt());
+            best.insert(at, *c);
+            best.truncate(keep);
+        }
+        best
+    }
+
+    /// Completes the ranking with the tools of the capabilities the request implies
+    /// without naming them (`tokenize::implied_needs`: a geocoder for a place, a calculator
+    /// for "estimate its value"). Only a tool named for a capability (one of its terms,
+    /// exactly, in its name) provides it: a geocoder is named `geocode`, a tool that takes
+    /// an `address` is not one. Such a tool gets `implied_weight` times the best score times
+    /// how well it matches the capability's terms (1 for the best match among the tools so
+    /// named), lifting it at most to just below the tool at rank `implied_head`, so that
+    /// what the request names stays first. A tool not scored so far joins `cands`.
+    /// `s.best` is all zeros and is left so.
+    fn complete_implied(
+        &self,
+        needs: &[Vec<String>],
+        norm: &FieldNorm,
+        cands: &mut Vec<(f64, u32)>,
+        filter: &dyn Fn(&str) -> bool,
+        s: &mut Scratch,
+    ) {
+        let p = &self.params;
+        let best = self.head(cands, p.implied_head.max(1), filter);
+        let (Some(ceiling), Some(top)) = (ceiling(&best, p.implied_head), best.first()) else {
+            return;
+        };
+        let unit = p.implied_weight * top.0;
+        let n = self.len() as f64;
+        let mut lifted: Vec<u32> = Vec::new();
+        for terms in needs {
+            let lists: Vec<&Vec<Posting>> = terms
+                .iter()
+                .filter_map(|t| self.dict.get(t.as_str()))
+                .map(|&tid| &self.lists[tid as usize])
+                .collect();
+            let mut named: Vec<u32> = lists
+                .iter()
+                .flat_map(|list| list.iter().filter(|p| p.tf[NAME] > 0).map(|p| p.doc))
+                .collect();
+            named.sort_unstable();
+            named.dedup();
+            // Each named tool's BM25F score for the capability's terms, in all its fields.
+            let sums: Vec<(u32, f64)> = named
+                .into_iter()
+                .map(|d| {
+                    let sum = lists
+                        .iter()
+                        .filter_map(|list| {
+                            let at = list.binary_search_by_key(&d, |p| p.doc).ok()?;
+                            let tf = norm.tf(&self.lens[d as usize], &list[at].tf);
+                            Some(idf(list.len(), n) * tf * (p.k1 + 1.0) / (p.k1 + tf))
+                        })
+                        .sum();
+                    (d, sum)
+                })
+                .collect();
+            let Some(max) = sums.iter().map(|x| x.1).reduce(f64::max) else {
+                continue;
+            };
+            for (d, sum) in sums {
+                let lift = unit * sum / max;
+                let slot = &mut s.best[d as usize];
+                if *slot == 0.0 {
+                    lifted.push(d);
                 }
+                *slot = slot.max(lift);
             }
         }
-        // Those not scored before (their share is still set).
-        for m in lent {
-            let share = std::mem::take(&mut s.best[m as usize]).min(ceiling);
-            if share > 0.0 {
-                cands.push((share, m));
-            }
-        }
+        add_below(cands, &lifted, ceiling, &mut s.best);
     }
 
     /// How much of what `needer` requires the tool `giver` names in its name or description
@@ -1345,6 +1422,42 @@ impl SearchIndex {
             bound *= 1.0 + p.server_context;
         }
         (touched, bound)
+    }
+}
+
+/// Just below the score of the tool at rank `head` of `best` (all of them when there are
+/// fewer), so that the name order of equal scores cannot put a lifted tool into the head;
+/// unbounded for head 0, `None` when nothing is scored.
+fn ceiling(best: &[(f64, u32)], head: usize) -> Option<f64> {
+    match (head, best.len()) {
+        (_, 0) => None,
+        (0, _) => Some(f64::INFINITY),
+        (h, len) => Some(best[h.min(len) - 1].0 * (1.0 - 1e-9)),
+    }
+}
+
+/// Adds each tool's `extra` share (set for the tools in `lifted`) to its score in `cands`,
+/// up to `ceiling` and never moving a tool already at or above it; a tool not in `cands`
+/// joins it. Zeroes `extra` again.
+fn add_below(cands: &mut Vec<(f64, u32)>, lifted: &[u32], ceiling: f64, extra: &mut [f64]) {
+    if lifted.is_empty() {
+        return;
+    }
+    for c in cands.iter_mut() {
+        let share = extra[c.1 as usize];
+        if share > 0.0 {
+            extra[c.1 as usize] = 0.0;
+            if c.0 < ceiling {
+                c.0 = (c.0 + share).min(ceiling);
+            }
+        }
+    }
+    // Those not scored before (their share is still set).
+    for &m in lifted {
+        let share = std::mem::take(&mut extra[m as usize]).min(ceiling);
+        if share > 0.0 {
+            cands.push((share, m));
+        }
     }
 }
 

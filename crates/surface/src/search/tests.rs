@@ -503,6 +503,95 @@ fn schema_links_lift_the_producer_of_a_needed_input_below_the_head() {
     );
 }
 
+/// A capability the request implies without naming it completes the ranking: the tool
+/// named for it comes right after what the request names, never before it, and only a tool
+/// named for the capability provides it (one that merely takes an `address` does not).
+#[test]
+fn an_implied_capability_completes_the_ranking_below_the_head() {
+    let address = json!({
+        "type": "object",
+        "properties": {"address": {"type": "string", "description": "Postal address."}},
+        "required": ["address"]
+    });
+    let specs = [
+        ToolSpec::new("mcp__stay__search_homestays", "Finds homestays for a stay."),
+        ToolSpec::new("mcp__maps__geocode", "Turns a place name into coordinates."),
+        ToolSpec::new("mcp__mail__send_letter", "Posts a letter.").with_schema(address),
+        ToolSpec::new("mcp__calc__calculate", "Evaluates a math expression."),
+        ToolSpec::new("mcp__web__navigate", "Opens a web page in the browser."),
+    ];
+    let ranked = |params: Params, query: &str| {
+        let mut ix = SearchIndex::with_params(params);
+        for s in &specs {
+            ix.upsert(s);
+        }
+        names(&ix.search(query, 5, &all))
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let on = Params {
+        fb_weight: 0.0,
+        ..Params::default()
+    };
+    let off = Params {
+        implied_weight: 0.0,
+        ..on.clone()
+    };
+    let query = "Find homestays in Paris for a three night stay";
+    assert_eq!(ranked(off.clone(), query), ["mcp__stay__search_homestays"]);
+    assert_eq!(
+        ranked(on.clone(), query),
+        ["mcp__stay__search_homestays", "mcp__maps__geocode"]
+    );
+    // However large the share, the implied tool does not head the list.
+    let strong = Params {
+        implied_weight: 100.0,
+        ..on.clone()
+    };
+    assert_eq!(ranked(strong, query)[0], "mcp__stay__search_homestays");
+    // Each capability by its own cue.
+    let query = "I have 9.5g of gold homestays, estimate their worth";
+    assert_eq!(ranked(on.clone(), query)[1], "mcp__calc__calculate");
+    let query = "homestays: which ones can I buy";
+    assert_eq!(ranked(on.clone(), query)[1], "mcp__web__navigate");
+    // No cue, nothing implied.
+    let query = "find homestays for a stay";
+    assert_eq!(ranked(on, query), ["mcp__stay__search_homestays"]);
+}
+
+#[test]
+fn implied_needs_are_recognised_by_what_a_request_mentions() {
+    let kinds = |q: &str| {
+        tokenize::implied_needs(q)
+            .iter()
+            .map(|n| n.kind)
+            .collect::<Vec<_>>()
+    };
+    for (query, expect) in [
+        (
+            "Plan a trip to the Forbidden City in Beijing",
+            &["place"][..],
+        ),
+        ("trains from Beijing to Tianjin", &["place"]),
+        ("Find homestays near the Louvre, please", &["place"]),
+        // A format, a brand in capitals or mixed case, the first word: no place.
+        ("Save it in PDF", &[]),
+        ("Push the branch to GitHub", &[]),
+        ("Paris hotels", &[]),
+        ("Please estimate its value", &["amount to work out"]),
+        ("Compute the total", &["amount to work out"]),
+        ("I want to buy a monitor", &["goods to buy"]),
+        (
+            "Estimate what I'd pay to buy a flat in Rome",
+            &["place", "amount to work out", "goods to buy"],
+        ),
+        ("What is the weather tomorrow", &[]),
+    ] {
+        assert_eq!(kinds(query), expect, "{query}");
+    }
+}
+
 /// The shared benchmark directory, beside the clone. Its absence is a failure, not a skip.
 fn bench_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

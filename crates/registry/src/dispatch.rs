@@ -11,7 +11,7 @@ use std::{
 use async_trait::async_trait;
 use futures::future::join_all;
 use quiver_contract::{
-    Alternative, CallContext, Envelope, ErrKind, HintKind, NARRATION_KEYS, ToolInvoker, Warning,
+    Alternative, CallContext, Capabilities, Envelope, ErrKind, HintKind, NARRATION_KEYS, ToolInvoker, Warning,
     args_hash_canonical, canonical_json,
 };
 use serde_json::{Map, Value};
@@ -256,6 +256,20 @@ impl DispatcherBuilder {
         Dispatcher { inner }
     }
 }
+
+/// What a caller who did not find a tool can do next: search for more tools when it may
+/// call `tool_search`, else use the tools it has (advice to call a tool it would be refused
+/// sends a model round in circles).
+fn search_advice(catalog: &Catalog, capabilities: &Capabilities) -> &'static str {
+    if capabilities.allows(TOOL_SEARCH) && catalog.lookup(TOOL_SEARCH).is_some() {
+        " Call tool_search with a short description of what you need to load more tools."
+    } else {
+        " Use one of the tools in your tool list."
+    }
+}
+
+/// The name of the surface's search tool, which error texts advise calling.
+const TOOL_SEARCH: &str = "tool_search";
 
 /// The error kinds of calls the dispatcher refused before the tool ran: unknown, forbidden,
 /// denied, looping, too large or too deep. Whatever else failed had run (an upstream that
@@ -775,13 +789,11 @@ impl Dispatcher {
             Some(e) if e.spec.is_live() => e,
             _ => return Prepared::Done(self.undefined(name, ctx, &|_| true)),
         };
+        // A tool the caller's credentials do not allow is, to the caller, a tool that does
+        // not exist: the same answer as for a name nobody serves, so that guessing names
+        // cannot tell which tools exist behind the allow-list.
         if !ctx.capabilities.allows(name) {
-            return Prepared::Done(Envelope::err(
-                ErrKind::Forbidden,
-                format!(
-                    "you may not call `{name}` with these credentials. Call tool_search to find a tool you may use."
-                ),
-            ));
+            return Prepared::Done(self.undefined(name, ctx, &|_| true));
         }
         if let Some(hint) = validate::check(&entry, input) {
             return Prepared::Done(hint);
@@ -863,6 +875,13 @@ impl Dispatcher {
         Prepared::Run(entry, warnings)
     }
 
+    /// What a caller with these credentials who did not find a tool can do next, as a
+    /// sentence to append to an error: call `tool_search` when it may, else use the tools
+    /// it has.
+    pub fn search_advice(&self, capabilities: &Capabilities) -> &'static str {
+        search_advice(&self.inner.catalog, capabilities)
+    }
+
     /// The answer to a call of a tool the catalog does not have (or no longer serves): why,
     /// if its provider is configured but not up; else the look-alikes the caller could call
     /// instead, among the live tools its credentials allow and `sees` keeps (a layer above
@@ -913,9 +932,7 @@ impl Dispatcher {
                 .collect();
             message.push_str(&format!(" Did you mean {}?", list.join(", ")));
         }
-        message.push_str(
-            " Call tool_search with a short description of what you need to load more tools.",
-        );
+        message.push_str(self.search_advice(&ctx.capabilities));
         Envelope::err(ErrKind::UndefinedTool, message)
     }
 

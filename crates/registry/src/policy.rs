@@ -35,7 +35,8 @@ pub struct PolicyRule {
     /// Only for this principal (inbound token name).
     #[serde(default)]
     pub principal: Option<String>,
-    /// Triggers only when this tool has NOT been called earlier in the session.
+    /// Triggers only when this tool has NOT been called earlier in the session (and never
+    /// for this tool itself, which `tool` may also match).
     #[serde(default)]
     pub requires_prior: Option<String>,
 }
@@ -107,9 +108,13 @@ impl PolicyCheck for RulePolicy {
                     .is_none_or(|p| req.ctx.principal.as_deref() == Some(p))
             })
             .filter(|r| {
-                r.requires_prior
-                    .as_deref()
-                    .is_none_or(|prior| !(req.called_before)(prior))
+                // The tool a rule requires first is never held back by that rule: a
+                // pattern that covers it too ("mcp__time__*" before which
+                // "mcp__time__get_current_time" must run) would refuse the one call that
+                // satisfies it.
+                r.requires_prior.as_deref().is_none_or(|prior| {
+                    prior != req.spec.name.as_str() && !(req.called_before)(prior)
+                })
             })
             .map(|r| PolicyVerdict::new(r.id.clone(), r.action, r.message.clone()))
             .collect()

@@ -43,6 +43,9 @@ pub(crate) struct State {
     pub(crate) lists: broadcast::Sender<ListChange>,
     /// URI -> the server that listed it last.
     owners: Mutex<HashMap<String, String>>,
+    /// The servers whose last resource listing was cut at the list cap: a URI none of
+    /// the listings has may be one of theirs.
+    cut: Mutex<Vec<String>>,
     /// Server -> its URI templates.
     templates: Mutex<BTreeMap<String, Vec<String>>>,
     /// Bare prompt name -> its server.
@@ -132,6 +135,7 @@ impl Default for State {
             updates: broadcast::channel(256).0,
             lists: broadcast::channel(64).0,
             owners: Mutex::new(HashMap::new()),
+            cut: Mutex::new(Vec::new()),
             templates: Mutex::new(BTreeMap::new()),
             bare_prompts: Mutex::new(HashMap::new()),
             subscriptions: Mutex::new(HashMap::new()),
@@ -288,6 +292,10 @@ where
         let (items, next) = ask(up, limit, what, fetch(cursor.take())).await?;
         for item in items {
             if out.len() >= cap {
+                tracing::warn!(
+                    server = %up.name(),
+                    "{what}: the server lists more than {cap} entries; only the first {cap} are passed through"
+                );
                 return Ok(out);
             }
             out.push(item);
@@ -424,11 +432,29 @@ impl McpClient {
         }
         let _ = self.all_resources().await;
         let _ = self.all_templates().await;
-        find(&servers).ok_or_else(|| {
-            ContentError::NotFound(format!(
-                "no upstream MCP server lists the resource {uri}; call resources/list or resources/templates/list for the URIs that can be read"
-            ))
-        })
+        if let Some(up) = find(&servers) {
+            return Ok(up);
+        }
+        // A URI past the cap of the one server whose listing was cut is that server's.
+        let cut = lock(&self.shared.passthrough.cut).clone();
+        match cut.as_slice() {
+            [one] => {
+                if let Some(up) = servers.iter().find(|u| u.name() == one) {
+                    return Ok(up.clone());
+                }
+            }
+            [] => {}
+            many => {
+                return Err(ContentError::NotFound(format!(
+                    "no upstream MCP server lists the resource {uri} among the first {} entries it passes through, and the lists of {} are longer than that, so it cannot be told which serves it",
+                    self.shared.opts.list_cap,
+                    many.join(", ")
+                )));
+            }
+        }
+        Err(ContentError::NotFound(format!(
+            "no upstream MCP server lists the resource {uri}; call resources/list or resources/templates/list for the URIs that can be read"
+        )))
     }
 
     /// Runs `list` on every resource server, collecting what the reachable ones return; an
@@ -444,17 +470,12 @@ impl McpClient {
     {
         let mut out = Vec::new();
         let mut first_err = None;
-        let mut total = 0;
+        // Each server up to the cap: a server with many entries does not starve the others
+        // of theirs (and of their reads, routed by this listing).
         let cap = self.shared.opts.list_cap;
         for up in servers {
-            if total >= cap {
-                break;
-            }
-            match list(up.clone(), cap - total).await {
-                Ok(items) => {
-                    total += items.len();
-                    out.push((up, items));
-                }
+            match list(up.clone(), cap).await {
+                Ok(items) => out.push((up, items)),
                 // A server offering none of them is simply absent from the list.
                 Err(ContentError::NotFound(_)) => {}
                 Err(e) => {
@@ -495,6 +516,17 @@ impl McpClient {
         let listed: std::collections::HashSet<String> =
             lists.iter().map(|(up, _)| up.name().to_owned()).collect();
         owners.retain(|_, server| !listed.contains(server.as_str()));
+        let cap = self.shared.opts.list_cap;
+        {
+            let mut cut = lock(&self.shared.passthrough.cut);
+            cut.retain(|server| !listed.contains(server.as_str()));
+            cut.extend(
+                lists
+                    .iter()
+                    .filter(|(_, items)| items.len() >= cap)
+                    .map(|(up, _)| up.name().to_owned()),
+            );
+        }
         let mut out = Vec::new();
         for (up, items) in lists {
             for item in items {

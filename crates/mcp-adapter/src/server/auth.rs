@@ -285,6 +285,40 @@ fn session_of(headers: &axum::http::HeaderMap) -> Option<Arc<str>> {
         .map(Arc::from)
 }
 
+/// The 401 answer: a JSON-RPC error (MCP clients show an error body only when it is one),
+/// and a challenge that says, for a token that was presented, that it is not valid (RFC
+/// 6750 §3.1; a request with no token gets the bare challenge).
+fn unauthorized(presented: bool) -> Response {
+    let (challenge, message) = if presented {
+        (
+            r#"Bearer error="invalid_token", error_description="the token is not one of the configured inbound tokens""#,
+            "Unauthorized: the bearer token is not one of this server's inbound tokens; send `Authorization: Bearer <token>` with a configured one",
+        )
+    } else {
+        (
+            "Bearer",
+            "Unauthorized: send `Authorization: Bearer <token>` with a configured inbound token",
+        )
+    };
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": UNAUTHORIZED_CODE, "message": message},
+    });
+    (
+        StatusCode::UNAUTHORIZED,
+        [
+            (header::WWW_AUTHENTICATE, challenge),
+            (header::CONTENT_TYPE, "application/json"),
+        ],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// The JSON-RPC error code of a 401 (JSON-RPC leaves -32000..-32099 to servers).
+const UNAUTHORIZED_CODE: i64 = -32001;
+
 /// The axum middleware: 401 without a valid bearer token when tokens are configured, and a
 /// session answered only for the token that opened it.
 pub(crate) async fn require_token(
@@ -307,12 +341,7 @@ pub(crate) async fn require_token(
         .and_then(|p| gate.tokens.find(p.as_bytes()))
         .cloned()
     else {
-        return (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            "Unauthorized: send `Authorization: Bearer <token>` with a configured inbound token",
-        )
-            .into_response();
+        return unauthorized(presented.is_some());
     };
     let sid = session_of(request.headers());
     if let Some(sid) = &sid

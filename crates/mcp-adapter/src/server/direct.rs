@@ -1361,6 +1361,7 @@ mod tests {
         assert_eq!(rows[0].tool_name, "write_note");
         assert_eq!(rows[0].envelope.err_kind(), Some(&ErrKind::Forbidden));
         assert_eq!(rows[0].input, json!({"text": "hi"}));
+        // (a mode's refusal: the tool exists, the session's mode does not list it)
         assert_eq!(rows[1].tool_name, "write_notes");
         assert_eq!(rows[1].envelope.err_kind(), Some(&ErrKind::UndefinedTool));
     }

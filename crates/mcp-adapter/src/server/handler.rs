@@ -527,8 +527,9 @@ pub(crate) async fn call(
         let refusal = Envelope::err(
             ErrKind::Forbidden,
             format!(
-                "`{name}` is not available in {} mode. Call tool_search to find a tool you can use.",
-                scope.mode.as_str()
+                "`{name}` is not available in {} mode.{}",
+                scope.mode.as_str(),
+                shared.dispatcher.search_advice(&scope.capabilities)
             ),
         );
         // Recorded like every call.

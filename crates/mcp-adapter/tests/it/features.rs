@@ -530,3 +530,49 @@ async fn passthrough_follows_the_resources_and_prompts_switches() {
     );
     close_and_check(&client).await;
 }
+
+/// The list cap holds for each server, not for all of them together: a server with more
+/// resources than the cap does not starve the next one of its listing (nor of its reads,
+/// which the listing routes), and a URI past the cap of the one server whose list was cut
+/// is read from that server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_resource_list_starves_no_other_server() {
+    use quiver_mcp_adapter::ContentSource;
+
+    let docs = ServerConfig::stdio("docs", "node", vec![crate::everything_js(), "stdio".into()])
+        .required();
+    let fx = fixture_server("fx", "normal").required();
+    let mut opts = fast_options();
+    opts.list_cap = 2;
+    let (_catalog, client) = start(&[docs, fx], opts);
+    ready(&client).await;
+    let resources = within(Duration::from_secs(30), client.list_resources())
+        .await
+        .unwrap();
+    let uris: Vec<&str> = resources.iter().filter_map(|r| r["uri"].as_str()).collect();
+    let (of_docs, of_fx): (Vec<&str>, Vec<&str>) =
+        uris.iter().partition(|u| u.starts_with("demo://"));
+    assert_eq!(of_docs.len(), 2, "docs' list is cut at the cap: {uris:?}");
+    assert!(!of_fx.is_empty(), "fx's resources are listed too: {uris:?}");
+    let read = within(
+        Duration::from_secs(30),
+        client.read_resource(of_fx[0], &CallContext::default()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(read["contents"][0]["uri"], of_fx[0], "{read}");
+    // A document of docs' that its cut listing left out is still docs' to read.
+    let past = ["features.md", "architecture.md", "extension.md", "how-it-works.md"]
+        .map(|f| format!("demo://resource/static/document/{f}"))
+        .into_iter()
+        .find(|u| !uris.contains(&u.as_str()))
+        .expect("a document past the cap");
+    let read = within(
+        Duration::from_secs(30),
+        client.read_resource(&past, &CallContext::default()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(read["contents"][0]["uri"], past.as_str(), "{read}");
+    close_and_check(&client).await;
+}

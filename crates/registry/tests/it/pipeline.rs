@@ -42,7 +42,7 @@ async fn a_valid_call_runs_the_tool() {
 
 #[tokio::test]
 async fn unknown_tool_is_distinguishable_and_points_to_tool_search() {
-    let d = dispatcher(vec![echo(), add()]);
+    let d = dispatcher(vec![echo(), add(), search_stub()]);
     let e = d.call("ecko", json!({}), ctx()).await;
     assert_eq!(e.err_kind(), Some(&ErrKind::UndefinedTool));
     insta::assert_snapshot!("undefined_tool", text(&e));
@@ -828,6 +828,30 @@ async fn policy_denies_or_warns_with_growing_emphasis() {
     );
 }
 
+/// A deny rule whose pattern also covers the tool it requires first does not refuse that
+/// tool: the call that satisfies the rule runs, and the rule then lets the others through.
+#[tokio::test]
+async fn a_rule_never_holds_back_the_tool_it_requires_first() {
+    let policy = RulePolicy::new(vec![
+        PolicyRule::new(
+            "echo-first",
+            "*",
+            PolicyAction::Deny,
+            "call `echo` before any other tool",
+        )
+        .requires_prior("echo"),
+    ]);
+    let d = Dispatcher::builder(catalog_with(vec![echo(), add()]))
+        .policy(Arc::new(policy))
+        .build();
+    let refused = d.call("add", json!({"a": 1, "b": 2}), ctx()).await;
+    assert_eq!(refused.err_kind(), Some(&ErrKind::PolicyDenied), "{}", text(&refused));
+    let first = d.call("echo", json!({"text": "hi"}), ctx()).await;
+    assert!(first.is_ok(), "{}", text(&first));
+    let then = d.call("add", json!({"a": 1, "b": 2}), ctx()).await;
+    assert!(then.is_ok(), "{}", text(&then));
+}
+
 /// A repeat the loop guard refuses did not run, so it is not one more skipping of a warn
 /// policy: after three warned calls and three refused repeats, the next call is the fourth
 /// skipping, not the seventh.
@@ -1282,9 +1306,50 @@ async fn a_caller_without_permission_is_refused_and_not_told_of_hidden_tools() {
             ctx().with_capabilities(caps.clone()),
         )
         .await;
-    assert_eq!(e.err_kind(), Some(&ErrKind::Forbidden));
+    // A hidden tool is answered as one that does not exist, word for word: guessing names
+    // does not tell which tools exist behind the allow-list.
+    assert_eq!(e.err_kind(), Some(&ErrKind::UndefinedTool));
+    let absent = d
+        .call("sub", json!({"a": 1, "b": 2}), ctx().with_capabilities(caps.clone()))
+        .await;
+    assert_eq!(
+        text(&e).replace("`add`", "`sub`"),
+        text(&absent),
+        "a hidden tool and an absent one differ"
+    );
     let e = d.call("ad", json!({}), ctx().with_capabilities(caps)).await;
     assert!(!text(&e).contains("`add`"), "{}", text(&e));
+}
+
+/// A stand-in for the surface's `tool_search`, which refusals advise calling.
+fn search_stub() -> Arc<dyn quiver_contract::Tool> {
+    tool(
+        ToolSpec::new("tool_search", "Finds tools.").read_only(),
+        |_, _| async { Ok(Envelope::ok(json!([]))) },
+    )
+}
+
+/// The advice to call `tool_search` is given only to a caller who may call it and has it:
+/// else it would send a model round in circles.
+#[tokio::test]
+async fn a_refusal_advises_tool_search_only_to_a_caller_who_may_call_it() {
+    let d = dispatcher(vec![echo(), search_stub()]);
+    let may = d.call("nope", json!({}), ctx()).await;
+    assert!(text(&may).contains("Call tool_search"), "{}", text(&may));
+    let caps = Capabilities::all().with_allowed_tools(vec!["echo".into()]);
+    let may_not = d
+        .call("nope", json!({}), ctx().with_capabilities(caps))
+        .await;
+    assert!(!text(&may_not).contains("tool_search"), "{}", text(&may_not));
+    assert!(
+        text(&may_not).contains("Use one of the tools in your tool list."),
+        "{}",
+        text(&may_not)
+    );
+    // Without a tool_search in the catalog, nobody is told to call it.
+    let d = dispatcher(vec![echo()]);
+    let none = d.call("nope", json!({}), ctx()).await;
+    assert!(!text(&none).contains("tool_search"), "{}", text(&none));
 }
 
 #[tokio::test]

@@ -26,6 +26,7 @@ pub use hash::{args_hash, args_hash_canonical, canonical_json};
 pub use legacy::coerce_legacy;
 pub use lint::{
     BreakingChange, LintFinding, breaking_changes, breaking_changes_between, lint_spec,
+    provider_name_problem,
 };
 pub use names::{
     MAX_NAME_BYTES, NameKind, mcp_tool_name, printable, quoted_name, server_name_suggestion,

@@ -14,7 +14,8 @@ pub struct LintFinding {
     pub tool: String,
     /// The rule's id: `property_type`, `property_description`, `closed_set_enum`,
     /// `required_listed`, `when_to_use`, `root_combinator` (an `anyOf` / `oneOf` / `allOf`
-    /// at the root of the arguments schema, which provider tool APIs refuse).
+    /// at the root of the arguments schema, which provider tool APIs refuse), `provider_name`
+    /// (a name those APIs refuse).
     pub rule: &'static str,
     /// Where in the schema (JSON pointer), empty for the tool itself.
     pub path: String,
@@ -115,6 +116,14 @@ pub fn lint_spec(spec: &ToolSpec) -> Vec<LintFinding> {
             "the description does not say when to use the tool (add a sentence like \"Use it when ...\")".into(),
         ));
     }
+    if let Some(why) = provider_name_problem(&spec.name) {
+        out.push(finding(
+            &spec.name,
+            "provider_name",
+            "",
+            format!("the OpenAI and Anthropic tool APIs refuse this name: {why} (names must match ^[a-zA-Z0-9_-]{{1,64}}$; an API refuses the whole request); rename the tool or give its server a shorter prefix"),
+        ));
+    }
     for key in ["anyOf", "oneOf", "allOf"] {
         if spec.input_schema.get(key).is_some() {
             out.push(finding(
@@ -127,6 +136,20 @@ pub fn lint_spec(spec: &ToolSpec) -> Vec<LintFinding> {
     }
     lint_schema(&spec.name, &spec.input_schema, "", &mut out);
     out
+}
+
+/// Why the OpenAI and Anthropic tool APIs would refuse `name` (they take
+/// `^[a-zA-Z0-9_-]{1,64}$`; MCP names may hold dots and run to 128 characters), or `None`.
+pub fn provider_name_problem(name: &str) -> Option<String> {
+    let bad = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'));
+    match (bad, name.chars().count()) {
+        (Some(c), _) => Some(format!("it contains {c:?}")),
+        (None, 0) => Some("it is empty".into()),
+        (None, len) if len > 64 => Some(format!("it is {len} characters long")),
+        _ => None,
+    }
 }
 
 /// Lints the object schemas in `schema`: itself, its array items, its branches.
@@ -452,6 +475,24 @@ mod tests {
 
     /// "Says when to use" takes words that say it, not any "use " or "when " inside a word
     /// or about something else.
+    #[test]
+    fn names_the_provider_apis_refuse_are_findings() {
+        let rule = |name: &str| {
+            lint_spec(&ToolSpec::new(name, "Reads. Use it when you need to read."))
+                .into_iter()
+                .find(|f| f.rule == "provider_name")
+                .map(|f| f.message)
+        };
+        assert_eq!(rule("mcp__fs__read_file"), None);
+        assert_eq!(rule("a-b_C9"), None);
+        let dotted = rule("mcp__fs__files.read").expect("a finding");
+        assert!(dotted.contains("'.'"), "{dotted}");
+        let long = rule(&"x".repeat(65)).expect("a finding");
+        assert!(long.contains("65 characters long"), "{long}");
+        assert!(rule(&"x".repeat(64)).is_none());
+        assert!(rule("café").is_some());
+    }
+
     #[test]
     fn when_to_use_needs_a_phrase_that_says_when() {
         let says = |d: &str| {

@@ -188,7 +188,7 @@ impl App {
     /// `quiver check --against` can report a breaking change in an upstream's tools too.
     /// A tool that goes away keeps its stored definition (that is what a later check
     /// compares with).
-    pub fn spawn_definition_recorder(&self) -> tokio::task::JoinHandle<()> {
+    pub fn spawn_definition_recorder(&self) -> DefinitionRecorder {
         let mut events = self.catalog.subscribe();
         let (catalog, store) = (self.catalog.clone(), self.store.clone());
         let record = move |name: &str| {
@@ -208,12 +208,29 @@ impl App {
             .iter()
             .filter_map(|e| record(&e.spec.name))
             .collect();
-        tokio::spawn(async move {
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
             for def in now {
                 put(&store, def).await;
             }
             loop {
-                match events.recv().await {
+                let event = tokio::select! {
+                    biased;
+                    event = events.recv() => event,
+                    // Told to stop (or its handle dropped): what the catalog announced so
+                    // far is written, then the task ends.
+                    _ = &mut stopped => {
+                        while let Ok(event) = events.try_recv() {
+                            if let quiver_registry::CatalogEvent::Added(name) = event
+                                && let Some(def) = record(&name)
+                            {
+                                put(&store, def).await;
+                            }
+                        }
+                        return;
+                    }
+                };
+                match event {
                     Ok(quiver_registry::CatalogEvent::Added(name)) => {
                         if let Some(def) = record(&name) {
                             put(&store, def).await;
@@ -226,7 +243,8 @@ impl App {
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 }
             }
-        })
+        });
+        DefinitionRecorder { task, stop }
     }
 
     /// Brings a session's stored working set back (tools it paged in before a restart),
@@ -338,5 +356,27 @@ impl quiver_mcp_adapter::Readiness for Ready {
             );
         }
         reasons
+    }
+}
+
+/// The task that records upstream tool definitions while `serve` runs
+/// ([`App::spawn_definition_recorder`]).
+#[derive(Debug)]
+pub struct DefinitionRecorder {
+    task: tokio::task::JoinHandle<()>,
+    stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl DefinitionRecorder {
+    /// Writes what is still to be written (the definitions of start-up, the tools added
+    /// since) and ends the task; before the store closes, or they are lost. Gives up after
+    /// `wait`, with a warning.
+    pub async fn finish(self, wait: std::time::Duration) {
+        let _ = self.stop.send(());
+        if tokio::time::timeout(wait, self.task).await.is_err() {
+            tracing::warn!(
+                "tool definitions still being recorded after {wait:?}; the rest are not stored"
+            );
+        }
     }
 }

@@ -14,7 +14,8 @@ pub enum ToolFormat {
     Anthropic,
 }
 
-/// Renders specs in a format.
+/// Renders specs in a format. The provider formats leave out the tools the provider would
+/// refuse ([`provider_name_warnings`] says which and why).
 pub fn format_tools(specs: &[ToolSpec], format: ToolFormat) -> String {
     match format {
         ToolFormat::Table => table(specs),
@@ -22,6 +23,7 @@ pub fn format_tools(specs: &[ToolSpec], format: ToolFormat) -> String {
         ToolFormat::Openai => pretty(
             specs
                 .iter()
+                .filter(|s| provider_refusal(s).is_none())
                 .map(|s| {
                     json!({"type": "function", "function": {
                         "name": s.name, "description": s.description, "parameters": provider_schema(&s.input_schema)
@@ -32,6 +34,7 @@ pub fn format_tools(specs: &[ToolSpec], format: ToolFormat) -> String {
         ToolFormat::Anthropic => pretty(
             specs
                 .iter()
+                .filter(|s| provider_refusal(s).is_none())
                 .map(|s| json!({"name": s.name, "description": s.description, "input_schema": provider_schema(&s.input_schema)}))
                 .collect(),
         ),
@@ -54,10 +57,26 @@ fn provider_schema(schema: &Value) -> Value {
 /// The keys at the root of an input schema that the OpenAI and Anthropic APIs refuse.
 const ROOT_COMBINATORS: [&str; 3] = ["anyOf", "oneOf", "allOf"];
 
-/// The tools a provider format may refuse: OpenAI's function names must match
-/// `^[a-zA-Z0-9_-]{1,64}$`, and MCP names may hold dots and run to 256 bytes; neither API
-/// takes an input schema with `anyOf` / `oneOf` / `allOf` at the root. One line per such
-/// tool, empty for the table and JSON formats (Quiver's own).
+/// Why a provider API would refuse this tool: a name OpenAI's and Anthropic's tool APIs do
+/// not take (`^[a-zA-Z0-9_-]{1,64}$`; MCP names may hold dots and run longer), or an input
+/// schema with `anyOf` / `oneOf` / `allOf` at the root. Either refuses the whole request.
+fn provider_refusal(spec: &ToolSpec) -> Option<String> {
+    if let Some(why) = quiver_contract::provider_name_problem(&spec.name) {
+        return Some(format!(
+            "its name is refused: {why} (names must match ^[a-zA-Z0-9_-]{{1,64}}$); rename the tool or give its server a shorter prefix"
+        ));
+    }
+    let key = ROOT_COMBINATORS
+        .iter()
+        .find(|k| spec.input_schema.get(**k).is_some())?;
+    Some(format!(
+        "its input schema has `{key}` at the root, which the OpenAI and Anthropic APIs do not accept; the tool's author should put the alternatives under a property"
+    ))
+}
+
+/// The tools a provider format leaves out, one line each, because the provider would
+/// refuse them (and with them the whole request; see `provider_refusal`). Empty for the
+/// table and JSON formats (Quiver's own).
 pub fn provider_name_warnings(specs: &[ToolSpec], format: ToolFormat) -> Vec<String> {
     if !matches!(format, ToolFormat::Openai | ToolFormat::Anthropic) {
         return Vec::new();
@@ -65,28 +84,12 @@ pub fn provider_name_warnings(specs: &[ToolSpec], format: ToolFormat) -> Vec<Str
     specs
         .iter()
         .filter_map(|s| {
-            let n = &s.name;
-            let bad_char = n
-                .chars()
-                .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'));
-            let why = match (bad_char, n.len()) {
-                (Some(c), _) => format!("it contains {c:?}"),
-                (None, len) if len > 64 => format!("it is {len} characters long"),
-                _ => return None,
-            };
+            let why = provider_refusal(s)?;
             Some(format!(
-                "warning: the provider may refuse tool `{n}`: {why} (function names must match ^[a-zA-Z0-9_-]{{1,64}}$); rename the tool or give its server a shorter prefix"
-            ))
-        })
-        .chain(specs.iter().filter_map(|s| {
-            let key = ROOT_COMBINATORS
-                .iter()
-                .find(|k| s.input_schema.get(**k).is_some())?;
-            Some(format!(
-                "warning: the provider may refuse tool `{}`: its input schema has `{key}` at the root, which the OpenAI and Anthropic APIs do not accept; the tool's author should put the alternatives under a property",
+                "warning: tool `{}` is left out of the list: {why}",
                 s.name
             ))
-        }))
+        })
         .collect()
 }
 
@@ -141,11 +144,34 @@ mod tests {
             "{w:?}"
         );
         assert!(w[1].contains("82 characters long"), "{w:?}");
+        assert!(
+            w.iter().all(|w| w.contains("left out of the list")),
+            "{w:?}"
+        );
         assert!(provider_name_warnings(&specs, ToolFormat::Json).is_empty());
+        // The array holds only what the API takes: one refused name fails a whole request.
+        for format in [ToolFormat::Openai, ToolFormat::Anthropic] {
+            let v: Value = serde_json::from_str(&format_tools(&specs, format)).unwrap();
+            let names: Vec<&str> = v
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| {
+                    t["name"]
+                        .as_str()
+                        .or(t["function"]["name"].as_str())
+                        .unwrap()
+                })
+                .collect();
+            assert_eq!(names, ["read_file"], "{format:?}");
+        }
+        let all: Value = serde_json::from_str(&format_tools(&specs, ToolFormat::Json)).unwrap();
+        assert_eq!(all.as_array().unwrap().len(), 3);
     }
 
     /// The provider APIs take only an object root: a schema without `"type"` gets
-    /// `"type": "object"`, and a root `anyOf` / `oneOf` / `allOf` is warned about.
+    /// `"type": "object"`, and a tool with a root `anyOf` / `oneOf` / `allOf` is left out
+    /// with a warning.
     #[test]
     fn provider_formats_take_an_object_root() {
         let specs = vec![
@@ -166,6 +192,11 @@ mod tests {
             let schema = v.pointer(key).unwrap();
             assert_eq!(schema["type"], "object", "{format:?}");
             assert_eq!(schema["required"], json!(["q"]), "{format:?}");
+            assert_eq!(
+                v.as_array().unwrap().len(),
+                1,
+                "`either` is left out: {text}"
+            );
             let w = provider_name_warnings(&specs, format);
             assert_eq!(w.len(), 1, "{w:?}");
             assert!(

@@ -178,7 +178,7 @@ enum Command {
     },
     /// Call one tool through the full pipeline and print the rendered result.
     ///
-    /// Exits 0 for an Ok or a Hint, 1 for an Err. Example: `quiver call tool_search '{"query": "time"}'`.
+    /// Exits 0 for an Ok or a Hint, 1 for an Err, 2 when JSON does not parse. Example: `quiver call tool_search '{"query": "time"}'`.
     Call {
         /// The tool name.
         name: String,
@@ -568,7 +568,8 @@ async fn command(
                 .iter()
                 .map(|e| e.spec.name.clone())
                 .collect();
-            let not_connected: Vec<(String, String)> = app
+            // (Every server not connected now, by prefix; not the findings' list above.)
+            let unchecked_prefixes: Vec<(String, String)> = app
                 .mcp
                 .status()
                 .into_iter()
@@ -589,7 +590,7 @@ async fn command(
                 if names.iter().any(|n| r.matches(n)) {
                     continue;
                 }
-                if let Some((server, _)) = not_connected
+                if let Some((server, _)) = unchecked_prefixes
                     .iter()
                     .find(|(_, prefix)| r.name.starts_with(&format!("mcp__{prefix}__")))
                 {
@@ -915,7 +916,7 @@ async fn command(
             let floor_keeper = app
                 .surface
                 .spawn_floor_keeper(app.store.clone(), app.store.clone());
-            let _definitions = app.spawn_definition_recorder();
+            let definitions = app.spawn_definition_recorder();
             let mut options = quiver_mcp_adapter::ServerOptions::default()
                 .with_default_mode(mode)
                 .with_auth(config.auth.clone())
@@ -946,6 +947,9 @@ async fn command(
             .await;
             // Not reading the store while it closes.
             floor_keeper.abort();
+            // The definitions `check --against` compares with, all of them, before the store
+            // closes (a serve that stops right after start-up lost some).
+            definitions.finish(std::time::Duration::from_secs(10)).await;
             served?;
             Ok(ExitCode::SUCCESS)
         }
@@ -963,6 +967,24 @@ async fn command(
                 .await;
             app.save_session(&session).await?;
             println!("{}", render(&envelope, &RenderOptions::default()));
+            // JSON on the command line that does not parse is the operator's slip, not a
+            // result: a usage error (2), whatever the answer above says.
+            if !json.trim().is_empty() && serde_json::from_str::<serde_json::Value>(&json).is_err()
+            {
+                eprintln!(
+                    "quiver: the JSON argument is not valid JSON (see above); quote it whole, e.g. '{{\"key\": \"value\"}}'"
+                );
+                return Ok(ExitCode::from(2));
+            }
+            // JSON on the command line that does not parse is the operator's slip, not a
+            // result: a usage error (2), whatever the answer above says.
+            if !json.trim().is_empty() && serde_json::from_str::<serde_json::Value>(&json).is_err()
+            {
+                eprintln!(
+                    "quiver: the JSON argument is not valid JSON (see above); quote it whole, e.g. '{{\"key\": \"value\"}}'"
+                );
+                return Ok(ExitCode::from(2));
+            }
             Ok(exit_for(&envelope))
         }
     }

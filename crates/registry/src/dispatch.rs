@@ -11,8 +11,8 @@ use std::{
 use async_trait::async_trait;
 use futures::future::join_all;
 use quiver_contract::{
-    Alternative, CallContext, Capabilities, Envelope, ErrKind, HintKind, NARRATION_KEYS, ToolInvoker, Warning,
-    args_hash_canonical, canonical_json,
+    Alternative, CallContext, Capabilities, Envelope, ErrKind, HintKind, NARRATION_KEYS,
+    ToolInvoker, Warning, args_hash_canonical, canonical_json,
 };
 use serde_json::{Map, Value};
 use tower::{ServiceBuilder, ServiceExt};
@@ -548,11 +548,23 @@ impl Dispatcher {
                             "are not valid JSON ({e}). Send one JSON object, e.g. {{\"key\": \"value\"}}"
                         )
                     };
-                    let envelope = Envelope::hint(
-                        HintKind::Schema,
-                        format!("the arguments to `{shown}` {why}."),
-                        Vec::new(),
-                    );
+                    // A tool the caller cannot call is answered as such first: a hint
+                    // about the arguments of a tool that does not exist misleads.
+                    let callable = ctx.capabilities.allows(name)
+                        && self
+                            .inner
+                            .catalog
+                            .lookup(name)
+                            .is_some_and(|e| e.spec.is_live());
+                    let envelope = if callable {
+                        Envelope::hint(
+                            HintKind::Schema,
+                            format!("the arguments to `{shown}` {why}."),
+                            Vec::new(),
+                        )
+                    } else {
+                        self.undefined(name, &ctx, &|_| true)
+                    };
                     return self
                         .finish_early(
                             name,

@@ -168,6 +168,7 @@ pub(crate) fn connect(
     if read_only {
         conn.pragma_update(None, "query_only", true).at(location)?;
     } else {
+        refuse_foreign(&conn, location)?;
         let mode: String = conn
             .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
             .at(location)?;
@@ -181,6 +182,38 @@ pub(crate) fn connect(
             .at(location)?;
     }
     Ok(conn)
+}
+
+/// A database with no Quiver schema (version 0) that already holds tables is another
+/// application's: refused before anything is changed in it (its journal mode, Quiver's
+/// tables), so that a `store.path` pointing at the wrong file harms nothing.
+fn refuse_foreign(conn: &Connection, location: &str) -> Result<(), StoreError> {
+    let version: u32 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .at(location)?;
+    if version != 0 {
+        return Ok(());
+    }
+    let mut stmt = conn
+        .prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name LIMIT 4",
+        )
+        .at(location)?;
+    let tables: Vec<String> = stmt
+        .query_map([], |r| r.get(0))
+        .at(location)?
+        .collect::<Result<_, _>>()
+        .at(location)?;
+    if tables.is_empty() {
+        return Ok(());
+    }
+    Err(StoreError::Corrupt {
+        location: location.to_owned(),
+        cause: format!(
+            "not a Quiver store: it holds another application's tables ({}), and Quiver changes nothing in it; point `[store] path` at a new file or a Quiver store",
+            tables.join(", ")
+        ),
+    })
 }
 
 /// Runs the crash check and the migrations on the writer connection, clears the clean

@@ -66,9 +66,22 @@ fn call_exits_by_envelope_kind() {
     let err = quiver(&["call", "no_such_tool", "{}"]);
     assert_eq!(err.status.code(), Some(1));
     assert!(stdout(&err).contains("undefined_tool"));
+    // JSON that does not parse is a usage error (2), not a result: a script can tell it
+    // from a hint. The hint is still shown, and for a tool that does not exist the answer
+    // is that it does not exist.
     let malformed = quiver(&["call", "tool_search", "{nope"]);
-    assert_eq!(malformed.status.code(), Some(0));
+    assert_eq!(malformed.status.code(), Some(2));
     assert!(stdout(&malformed).contains("not valid JSON"));
+    assert!(
+        String::from_utf8_lossy(&malformed.stderr).contains("the JSON argument is not valid JSON")
+    );
+    let nowhere = quiver(&["call", "no_such_tool", r#"{"a": 1"#]);
+    assert_eq!(nowhere.status.code(), Some(2));
+    assert!(
+        stdout(&nowhere).contains("undefined_tool"),
+        "{}",
+        stdout(&nowhere)
+    );
 }
 
 #[test]
@@ -153,6 +166,19 @@ fn check_lints_and_rejects_a_broken_config() {
         text.contains("mcp server down: [cannot start] `/nonexistent/quiver-test-server`: No such file or directory"),
         "{text}"
     );
+    // A server whose command cannot start is one finding, counted once in the summary
+    // (it was counted again as not connected).
+    let ghost = dir.join("ghost.toml");
+    std::fs::write(
+        &ghost,
+        "[[mcp.servers]]\nname = \"ghost\"\ncommand = \"/nonexistent/mcp-ghost\"\n",
+    )
+    .unwrap();
+    let one = quiver(&["--config", ghost.to_str().unwrap(), "check"]);
+    assert_eq!(one.status.code(), Some(1), "{}", stdout(&one));
+    let lines = stdout(&one);
+    assert_eq!(lines.matches("[cannot start]").count(), 1, "{lines}");
+    assert!(lines.contains(" 1 finding(s)"), "{lines}");
     // A server that starts and dies is a finding that says why.
     assert!(
         text.contains("mcp server dies: [not connected] connect failed:")

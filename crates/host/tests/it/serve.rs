@@ -316,6 +316,8 @@ fn check_against(dir: &std::path::Path) -> (Option<i32>, String) {
 /// reports a breaking change in an upstream's tool (here a renamed required field).
 #[test]
 fn serve_records_upstream_definitions_for_check_against() {
+    // (below)
+    serve_stopping_at_once_records_every_definition();
     let dir = fresh_dir("defs");
     let server = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -618,4 +620,53 @@ fn stdio_serve_exits_on_sigterm_with_stdin_open() {
         let status = status.expect("quiver serve --stdio exits on SIGTERM with stdin open");
         assert!(status.success(), "{case}: {status}");
     }
+}
+
+/// A `serve --stdio` whose client is gone at once (stdin closed) still stores the definition
+/// of every upstream tool it registered before the store closes: `check --against`
+/// compares with them. It lost those the recorder had not written yet.
+fn serve_stopping_at_once_records_every_definition() {
+    let dir = fresh_dir("defs-quick");
+    let server = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/one_tool_server.py"
+    );
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[[mcp.servers]]\nname = \"many\"\ncommand = \"python3\"\nargs = [{server:?}]\nenv = {{ MORE = \"150\" }}\nrequired = true\n"
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(["serve", "--stdio"])
+        .current_dir(&dir)
+        .env("QUIVER_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // A client that initializes and leaves.
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(concat!(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            "\n",
+        ).as_bytes())
+        .unwrap();
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let count = Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute(\"SELECT count(*) FROM tool_definitions WHERE name LIKE 'mcp__many__%'\").fetchone()[0])",
+            dir.join("quiver.db").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&count.stdout).trim(), "151");
 }

@@ -562,11 +562,16 @@ async fn a_long_resource_list_starves_no_other_server() {
     .unwrap();
     assert_eq!(read["contents"][0]["uri"], of_fx[0], "{read}");
     // A document of docs' that its cut listing left out is still docs' to read.
-    let past = ["features.md", "architecture.md", "extension.md", "how-it-works.md"]
-        .map(|f| format!("demo://resource/static/document/{f}"))
-        .into_iter()
-        .find(|u| !uris.contains(&u.as_str()))
-        .expect("a document past the cap");
+    let past = [
+        "features.md",
+        "architecture.md",
+        "extension.md",
+        "how-it-works.md",
+    ]
+    .map(|f| format!("demo://resource/static/document/{f}"))
+    .into_iter()
+    .find(|u| !uris.contains(&u.as_str()))
+    .expect("a document past the cap");
     let read = within(
         Duration::from_secs(30),
         client.read_resource(&past, &CallContext::default()),

@@ -845,7 +845,12 @@ async fn a_rule_never_holds_back_the_tool_it_requires_first() {
         .policy(Arc::new(policy))
         .build();
     let refused = d.call("add", json!({"a": 1, "b": 2}), ctx()).await;
-    assert_eq!(refused.err_kind(), Some(&ErrKind::PolicyDenied), "{}", text(&refused));
+    assert_eq!(
+        refused.err_kind(),
+        Some(&ErrKind::PolicyDenied),
+        "{}",
+        text(&refused)
+    );
     let first = d.call("echo", json!({"text": "hi"}), ctx()).await;
     assert!(first.is_ok(), "{}", text(&first));
     let then = d.call("add", json!({"a": 1, "b": 2}), ctx()).await;
@@ -1310,7 +1315,11 @@ async fn a_caller_without_permission_is_refused_and_not_told_of_hidden_tools() {
     // does not tell which tools exist behind the allow-list.
     assert_eq!(e.err_kind(), Some(&ErrKind::UndefinedTool));
     let absent = d
-        .call("sub", json!({"a": 1, "b": 2}), ctx().with_capabilities(caps.clone()))
+        .call(
+            "sub",
+            json!({"a": 1, "b": 2}),
+            ctx().with_capabilities(caps.clone()),
+        )
         .await;
     assert_eq!(
         text(&e).replace("`add`", "`sub`"),
@@ -1340,7 +1349,11 @@ async fn a_refusal_advises_tool_search_only_to_a_caller_who_may_call_it() {
     let may_not = d
         .call("nope", json!({}), ctx().with_capabilities(caps))
         .await;
-    assert!(!text(&may_not).contains("tool_search"), "{}", text(&may_not));
+    assert!(
+        !text(&may_not).contains("tool_search"),
+        "{}",
+        text(&may_not)
+    );
     assert!(
         text(&may_not).contains("Use one of the tools in your tool list."),
         "{}",

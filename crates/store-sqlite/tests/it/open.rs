@@ -24,6 +24,39 @@ fn open_close_reopen_is_clean_and_a_new_database_needs_no_check() {
     assert_eq!(mode, "wal");
 }
 
+/// Another application's SQLite file (no Quiver schema, tables of its own) is refused,
+/// with its tables named, and left exactly as it was: no Quiver tables, the same journal
+/// mode.
+#[test]
+fn another_applications_database_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("app.db");
+    let app = rusqlite::Connection::open(&path).expect("create");
+    app.execute_batch("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT);")
+        .expect("a table");
+    drop(app);
+    let refused = SqliteStore::open(&path).map(|_| ()).expect_err("refused");
+    let text = refused.to_string();
+    assert!(matches!(refused, StoreError::Corrupt { .. }), "{refused:?}");
+    assert!(
+        text.contains("not a Quiver store") && text.contains("customers"),
+        "{text}"
+    );
+    let peek = rusqlite::Connection::open(&path).expect("peek");
+    let mode: String = peek
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .expect("mode");
+    assert_eq!(mode, "delete");
+    let tables: Vec<String> = peek
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(tables, ["customers"]);
+}
+
 /// Several processes (here: stores, each with its own connections) opening one new
 /// database at once: every one of them opens it, and the schema is applied once.
 #[test]

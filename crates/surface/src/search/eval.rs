@@ -41,15 +41,24 @@ struct QueryLine {
     gold: Vec<Vec<String>>,
 }
 
-/// Parses the tools of a benchmark set, one JSON object a line.
+/// Parses the tools of a benchmark set, one JSON object a line; a name given twice is an
+/// error (the format says names are unique; the index would keep the last).
 pub(crate) fn parse_tools(tools_jsonl: &str) -> Result<Vec<ToolSpec>, String> {
     let mut specs = Vec::new();
+    let mut seen = std::collections::HashMap::new();
     for (i, line) in tools_jsonl.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
         let t: ToolLine =
             serde_json::from_str(line).map_err(|e| format!("tools line {}: {e}", i + 1))?;
+        if let Some(first) = seen.insert(t.name.clone(), i + 1) {
+            return Err(format!(
+                "tools line {}: the tool `{}` is given again (first on line {first}); names are unique",
+                i + 1,
+                t.name
+            ));
+        }
         let schema = t.input_schema.unwrap_or_else(|| json!({"type": "object"}));
         specs.push(ToolSpec::new(t.name, t.description).with_schema(schema));
     }
@@ -77,8 +86,24 @@ pub fn evaluate(tools_jsonl: &str, queries_jsonl: &str) -> Result<EvalReport, St
     if tools.is_empty() {
         return Err("the tool set is empty".into());
     }
-    for spec in tools {
-        index.upsert(&spec);
+    let names: std::collections::HashSet<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    // A needed tool none of whose names is in the tool set can never be found: a typo in
+    // the set, not a miss of the ranking.
+    for (i, q) in parse_queries(queries_jsonl)?.iter().enumerate() {
+        if let Some(g) = q
+            .gold
+            .iter()
+            .find(|g| !g.iter().any(|n| names.contains(n.as_str())))
+        {
+            return Err(format!(
+                "query {} ({:?}): no name of the needed tool {g:?} is in the tool set; fix the gold names or the tools file",
+                i + 1,
+                q.query.chars().take(60).collect::<String>()
+            ));
+        }
+    }
+    for spec in &tools {
+        index.upsert(spec);
     }
     evaluate_ranker(queries_jsonl, |q| {
         index

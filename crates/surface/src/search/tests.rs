@@ -619,6 +619,27 @@ fn plain_bm25_reproduces_the_published_baseline() {
     assert_eq!(report.queries, 94);
 }
 
+/// A benchmark set that cannot be scored as written is an error naming what is wrong, not
+/// a score: a needed tool that is not in the tool set, a tool given twice.
+#[test]
+fn a_broken_benchmark_set_is_refused() {
+    let tools = r#"{"name": "a__read_csv", "description": "Reads a CSV file."}"#;
+    let typo = r#"{"query": "read a csv", "gold": [["a__read_cvs"]]}"#;
+    let err = evaluate(tools, typo).unwrap_err();
+    assert!(
+        err.contains("a__read_cvs") && err.contains("is in the tool set"),
+        "{err}"
+    );
+    let fine = r#"{"query": "read a csv", "gold": [["a__read_cvs", "a__read_csv"]]}"#;
+    assert_eq!(evaluate(tools, fine).unwrap().hit_at_1, 100.0);
+    let twice = format!("{tools}\n{tools}");
+    let err = evaluate(&twice, fine).unwrap_err();
+    assert!(
+        err.contains("line 2") && err.contains("given again"),
+        "{err}"
+    );
+}
+
 #[test]
 fn livemcpbench_quality() {
     let (tools, queries) = bench_files();

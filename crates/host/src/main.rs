@@ -802,6 +802,7 @@ async fn command(
                 for c in &calls {
                     let row = serde_json::json!({
                         "call_id": c.call_id, "tool": c.tool_name, "session": c.session, "tenant": c.tenant,
+                        "principal": c.principal,
                         "outcome": c.kind, "hint_kind": c.hint_kind, "err_kind": c.err_kind,
                         "input": c.input, "reasoning": c.reasoning, "args_hash": c.args_hash,
                         "summary": c.output_summary, "queued_ms": whole_us_ms(c.queued),

@@ -396,6 +396,7 @@ impl Drop for Unfinished<'_> {
 struct Who {
     session: Option<Arc<str>>,
     tenant: Option<Arc<str>>,
+    principal: Option<Arc<str>>,
     call_id: Option<Arc<str>>,
     reasoning: Option<String>,
 }
@@ -405,6 +406,7 @@ impl Who {
         Who {
             session: ctx.session.clone(),
             tenant: ctx.tenant.clone(),
+            principal: ctx.principal.clone(),
             call_id: ctx.call_id.clone(),
             reasoning: ctx.reasoning.clone(),
         }
@@ -1054,6 +1056,7 @@ impl Dispatcher {
             tool_name: quiver_contract::quoted_name(name).into_owned(),
             session: ctx.session.clone(),
             tenant: ctx.tenant.clone(),
+            principal: ctx.principal.clone(),
             call_id: ctx.call_id.clone().unwrap_or_else(|| Arc::from("")),
             input,
             reasoning: ctx.reasoning.clone(),

@@ -19,6 +19,8 @@ pub struct CallRecord {
     pub session: Option<Arc<str>>,
     /// The tenant.
     pub tenant: Option<Arc<str>>,
+    /// Who called: the inbound token's name (`None` for a call without one, e.g. the CLI).
+    pub principal: Option<Arc<str>>,
     /// The call's unique id.
     pub call_id: Arc<str>,
     /// The arguments as given (narration stripped).
@@ -52,6 +54,7 @@ impl CallRecord {
             tool_name,
             session: None,
             tenant: None,
+            principal: None,
             call_id: call_id.into(),
             input,
             reasoning: None,
@@ -72,6 +75,12 @@ impl CallRecord {
     /// Sets the tenant.
     pub fn with_tenant(mut self, tenant: impl Into<Arc<str>>) -> Self {
         self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// Sets the principal.
+    pub fn with_principal(mut self, principal: impl Into<Arc<str>>) -> Self {
+        self.principal = Some(principal.into());
         self
     }
 

@@ -684,6 +684,8 @@ pub struct LoggedCall {
     pub tool_name: String,
     /// The tenant.
     pub tenant: Option<String>,
+    /// Who called: the inbound token's name.
+    pub principal: Option<String>,
     /// The session.
     pub session: Option<String>,
     /// The call id.
@@ -723,6 +725,7 @@ impl LoggedCall {
         LoggedCall {
             tool_name: record.tool_name.clone(),
             tenant: record.tenant.as_deref().map(str::to_owned),
+            principal: record.principal.as_deref().map(str::to_owned),
             session: record.session.as_deref().map(str::to_owned),
             call_id: record.call_id.to_string(),
             input: record.input.clone(),

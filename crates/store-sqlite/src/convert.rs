@@ -200,6 +200,7 @@ pub(crate) fn insert_call(
         duration_us(r.queued),
         duration_us(r.took),
         micros(r.at),
+        r.principal.as_deref(),
     ])?;
     let id = conn.last_insert_rowid();
     let full =
@@ -211,8 +212,8 @@ pub(crate) fn insert_call(
 /// The statement [`insert_call`] expects as `log`.
 pub(crate) const INSERT_LOG: &str = "INSERT INTO execution_log (tool_name, tenant, session,
     call_id, input_data, reasoning, args_hash, kind, hint_kind, err_kind, success, error,
-    output_summary, queued_us, took_us, created_at)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)";
+    output_summary, queued_us, took_us, created_at, principal)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
 
 /// The statement [`insert_call`] expects as `output`.
 pub(crate) const INSERT_OUTPUT: &str =
@@ -222,7 +223,7 @@ pub(crate) const INSERT_OUTPUT: &str =
 /// is the full output (NULL unless joined).
 pub(crate) const LOG_COLUMNS: &str = "l.tool_name, l.tenant, l.session, l.call_id, \
     l.input_data, l.reasoning, l.args_hash, l.kind, l.hint_kind, l.err_kind, l.success, \
-    l.error, l.output_summary, l.queued_us, l.took_us, l.created_at";
+    l.error, l.output_summary, l.queued_us, l.took_us, l.created_at, l.principal";
 
 /// An execution-log row (columns as [`LOG_COLUMNS`] plus the output column).
 pub(crate) fn logged_call(row: &Row<'_>) -> Result<LoggedCall, StoreError> {
@@ -232,7 +233,7 @@ pub(crate) fn logged_call(row: &Row<'_>) -> Result<LoggedCall, StoreError> {
                 .map_err(|_| StoreError::invalid_data(format!("hint kind {h:?}")))
         })
         .transpose()?;
-    let output = col::<Option<String>>(row, 16)?
+    let output = col::<Option<String>>(row, 17)?
         .map(|o| {
             serde_json::from_str::<Envelope>(&o)
                 .map_err(|e| StoreError::invalid_data(format!("stored output: {e}")))
@@ -245,6 +246,7 @@ pub(crate) fn logged_call(row: &Row<'_>) -> Result<LoggedCall, StoreError> {
         Envelope::text(""),
     ));
     call.tenant = col(row, 1)?;
+    call.principal = col(row, 16)?;
     call.session = col(row, 2)?;
     call.reasoning = col(row, 5)?;
     call.args_hash = col(row, 6)?;

@@ -10,7 +10,8 @@ use crate::error::ResultExt;
 
 /// The migrations, in order; migration `i` brings the schema to version `i + 1`. Never edit
 /// one that has shipped: append a new one.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE quiver_meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -111,7 +112,12 @@ CREATE TABLE surface_state (
     value      TEXT NOT NULL,
     written_at INTEGER NOT NULL
 ) WITHOUT ROWID;
-"#];
+"#,
+    // 2: who made each call (the inbound token's name).
+    r#"
+ALTER TABLE execution_log ADD COLUMN principal TEXT;
+"#,
+];
 
 /// The newest schema version this binary knows.
 pub(crate) const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;

@@ -204,6 +204,23 @@ async fn a_schema_hint_quotes_a_huge_value_in_part() {
     assert!(alternatives.len() <= 30, "{}", alternatives.len());
 }
 
+/// The log row says who called: the principal (the inbound token's name) of the call's
+/// context, for calls that ran and for calls refused before they ran.
+#[tokio::test]
+async fn the_record_names_who_called() {
+    let recorder = Arc::new(MemoryRecorder::new());
+    let d = Dispatcher::builder(catalog_with(vec![echo()]))
+        .recorder(recorder.clone())
+        .build();
+    d.call("echo", json!({"text": "hi"}), ctx().with_principal("ci"))
+        .await;
+    d.call("nope", json!({}), ctx().with_principal("ci")).await;
+    d.call("echo", json!({"text": "hi"}), ctx()).await;
+    let records = recorder.records();
+    let who: Vec<Option<&str>> = records.iter().map(|r| r.principal.as_deref()).collect();
+    assert_eq!(who, [Some("ci"), Some("ci"), None]);
+}
+
 /// Narration is not counted as input, so it is capped: it cannot carry what
 /// `max_input_bytes` refuses into the context and the log.
 #[tokio::test]

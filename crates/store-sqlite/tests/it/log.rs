@@ -18,6 +18,7 @@ async fn recorded_calls_read_back_filtered_with_summary_and_full_output() {
             CallRecord::new("read", "c1", json!({"path": "/a"}), long.clone())
                 .with_session("s1")
                 .with_tenant("t")
+                .with_principal("ci")
                 .with_reasoning("looking")
                 .with_timings(Duration::from_micros(7), Duration::from_micros(42)),
         )
@@ -45,6 +46,10 @@ async fn recorded_calls_read_back_filtered_with_summary_and_full_output() {
         (Some("s1"), Some("t"))
     );
     assert_eq!(c1.reasoning.as_deref(), Some("looking"));
+    // Who called (the inbound token's name), and nobody for a call without a token.
+    assert_eq!(c1.principal.as_deref(), Some("ci"));
+    let c2 = all.iter().find(|c| c.call_id == "c2").expect("c2");
+    assert_eq!(c2.principal, None);
     assert_eq!(
         (c1.queued, c1.took),
         (Duration::from_micros(7), Duration::from_micros(42))

@@ -24,6 +24,57 @@ fn open_close_reopen_is_clean_and_a_new_database_needs_no_check() {
     assert_eq!(mode, "wal");
 }
 
+/// A store of schema version 1 (before the execution log recorded who called) is migrated
+/// on open: its rows are kept, with no principal, and new rows record one.
+#[tokio::test]
+async fn a_version_one_store_gains_the_principal_column() {
+    use quiver_registry::{CallFilter, CallLog, CallRecord, ToolCallRecorder};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("v1.db");
+    let store = SqliteStore::open(&path).expect("open");
+    store
+        .record(CallRecord::new(
+            "old",
+            "c1",
+            serde_json::json!({}),
+            quiver_contract::Envelope::text("x"),
+        ))
+        .await;
+    store.flush().await;
+    drop(store);
+    // Back to what version 1 had.
+    let old = rusqlite::Connection::open(&path).expect("peek");
+    old.execute_batch("ALTER TABLE execution_log DROP COLUMN principal; PRAGMA user_version = 1;")
+        .expect("as version 1");
+    drop(old);
+    let store = SqliteStore::open(&path).expect("migrated");
+    assert_eq!(store.open_report().found_version, 1);
+    store
+        .record(
+            CallRecord::new(
+                "new",
+                "c2",
+                serde_json::json!({}),
+                quiver_contract::Envelope::text("y"),
+            )
+            .with_principal("ci"),
+        )
+        .await;
+    store.flush().await;
+    let rows = store
+        .recent_calls(CallFilter::recent(10))
+        .await
+        .expect("read");
+    let who: Vec<(&str, Option<&str>)> = rows
+        .iter()
+        .map(|r| (r.tool_name.as_str(), r.principal.as_deref()))
+        .collect();
+    assert!(
+        who.contains(&("old", None)) && who.contains(&("new", Some("ci"))),
+        "{who:?}"
+    );
+}
+
 /// Another application's SQLite file (no Quiver schema, tables of its own) is refused,
 /// with its tables named, and left exactly as it was: no Quiver tables, the same journal
 /// mode.

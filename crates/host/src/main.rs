@@ -283,6 +283,100 @@ fn whole_us_ms(d: std::time::Duration) -> f64 {
     d.as_micros() as f64 / 1000.0
 }
 
+/// `quiver log`: reads the execution log without opening the store for writing, so it
+/// creates nothing at a mistyped path and works on a store the operator may only read.
+async fn log_command(
+    config: &Config,
+    tool: Option<String>,
+    session: Option<String>,
+    outcome: Option<String>,
+    limit: usize,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let mut filter = CallFilter::recent(limit);
+    if let Some(t) = tool {
+        filter = filter.tool(t);
+    }
+    if let Some(s) = session {
+        filter = filter.session(s);
+    }
+    if let Some(o) = outcome {
+        filter = filter.kind(o);
+    }
+    let path = config.store.path.clone();
+    let shown = path.display().to_string();
+    let calls = tokio::task::spawn_blocking(move || quiver_store_sqlite::read_calls(&path, filter))
+                .await
+                .context("reading the execution log")?
+                .map_err(|e| match e {
+                    quiver_registry::StoreError::Unavailable { ref cause, .. } if cause == "no such database" => anyhow::anyhow!(
+                        "there is no store at {shown}: no call has been logged there (`quiver serve`, `call` and `search` create it); check `[store] path` in the config"
+                    ),
+                    other => anyhow::Error::new(other).context("reading the execution log"),
+                })?;
+    if json {
+        for c in &calls {
+            let row = serde_json::json!({
+                "call_id": c.call_id, "tool": c.tool_name, "session": c.session, "tenant": c.tenant,
+                "principal": c.principal,
+                "outcome": c.kind, "hint_kind": c.hint_kind, "err_kind": c.err_kind,
+                "input": c.input, "reasoning": c.reasoning, "args_hash": c.args_hash,
+                "summary": c.output_summary, "queued_ms": whole_us_ms(c.queued),
+                "took_ms": whole_us_ms(c.took),
+                "at": c.at.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            });
+            println!("{row}");
+        }
+    } else {
+        // Columns as wide as their longest entry (MCP tool names and `mcp:<id>`
+        // sessions are long), within a cap.
+        let width = |texts: &mut dyn Iterator<Item = usize>, least: usize| {
+            texts.fold(least, usize::max).min(64)
+        };
+        let tool_w = width(
+            &mut calls
+                .iter()
+                .map(|c| quiver_contract::printable(&c.tool_name).chars().count()),
+            4,
+        );
+        let session_w = width(
+            &mut calls.iter().map(|c| {
+                quiver_contract::printable(c.session.as_deref().unwrap_or("-"))
+                    .chars()
+                    .count()
+            }),
+            7,
+        );
+        println!(
+            "{:<tool_w$} {:<7} {:<session_w$} {:>9}  SUMMARY",
+            "TOOL", "OUTCOME", "SESSION", "TOOK_MS"
+        );
+        for c in &calls {
+            let summary: String = c
+                .output_summary
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(60)
+                .collect();
+            // Escaped: a row's texts come from clients and tools, and a newline
+            // or a terminal escape in them must not forge rows or drive the
+            // operator's terminal.
+            println!(
+                "{:<tool_w$} {:<7} {:<session_w$} {:>9}  {}",
+                quiver_contract::printable(&c.tool_name),
+                c.kind,
+                quiver_contract::printable(c.session.as_deref().unwrap_or("-")),
+                ms(c.took),
+                quiver_contract::printable(&summary)
+            );
+        }
+        println!("{} call(s)", calls.len());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::BenchSearch { tools, queries } = &cli.command {
         let read = |p: &std::path::Path| {
@@ -294,6 +388,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let (config, _source) = Config::load(cli.config.as_deref())?;
+    if let Command::Log {
+        tool,
+        session,
+        outcome,
+        limit,
+        json,
+    } = cli.command
+    {
+        return log_command(&config, tool, session, outcome, limit, json).await;
+    }
     // SIGINT and SIGTERM are watched from here on, not only while serving: killed by the
     // default action, Quiver would leave the processes its upstreams' wrappers (`npx`,
     // `uvx`, `sh -c`) started, which its own death does not reach.
@@ -776,90 +880,7 @@ async fn command(
                 },
             )
         }
-        Command::Log {
-            tool,
-            session,
-            outcome,
-            limit,
-            json,
-        } => {
-            let mut filter = CallFilter::recent(limit);
-            if let Some(t) = tool {
-                filter = filter.tool(t);
-            }
-            if let Some(s) = session {
-                filter = filter.session(s);
-            }
-            if let Some(o) = outcome {
-                filter = filter.kind(o);
-            }
-            let calls = app
-                .call_log()
-                .recent_calls(filter)
-                .await
-                .context("reading the execution log")?;
-            if json {
-                for c in &calls {
-                    let row = serde_json::json!({
-                        "call_id": c.call_id, "tool": c.tool_name, "session": c.session, "tenant": c.tenant,
-                        "principal": c.principal,
-                        "outcome": c.kind, "hint_kind": c.hint_kind, "err_kind": c.err_kind,
-                        "input": c.input, "reasoning": c.reasoning, "args_hash": c.args_hash,
-                        "summary": c.output_summary, "queued_ms": whole_us_ms(c.queued),
-                        "took_ms": whole_us_ms(c.took),
-                        "at": c.at.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
-                    });
-                    println!("{row}");
-                }
-            } else {
-                // Columns as wide as their longest entry (MCP tool names and `mcp:<id>`
-                // sessions are long), within a cap.
-                let width = |texts: &mut dyn Iterator<Item = usize>, least: usize| {
-                    texts.fold(least, usize::max).min(64)
-                };
-                let tool_w = width(
-                    &mut calls
-                        .iter()
-                        .map(|c| quiver_contract::printable(&c.tool_name).chars().count()),
-                    4,
-                );
-                let session_w = width(
-                    &mut calls.iter().map(|c| {
-                        quiver_contract::printable(c.session.as_deref().unwrap_or("-"))
-                            .chars()
-                            .count()
-                    }),
-                    7,
-                );
-                println!(
-                    "{:<tool_w$} {:<7} {:<session_w$} {:>9}  SUMMARY",
-                    "TOOL", "OUTCOME", "SESSION", "TOOK_MS"
-                );
-                for c in &calls {
-                    let summary: String = c
-                        .output_summary
-                        .lines()
-                        .next()
-                        .unwrap_or("")
-                        .chars()
-                        .take(60)
-                        .collect();
-                    // Escaped: a row's texts come from clients and tools, and a newline
-                    // or a terminal escape in them must not forge rows or drive the
-                    // operator's terminal.
-                    println!(
-                        "{:<tool_w$} {:<7} {:<session_w$} {:>9}  {}",
-                        quiver_contract::printable(&c.tool_name),
-                        c.kind,
-                        quiver_contract::printable(c.session.as_deref().unwrap_or("-")),
-                        ms(c.took),
-                        quiver_contract::printable(&summary)
-                    );
-                }
-                println!("{} call(s)", calls.len());
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Log { .. } => unreachable!("handled before the catalog is built"),
         Command::Tools {
             mode,
             session,

@@ -14,4 +14,4 @@ mod store;
 mod writer;
 
 pub use schema::{CrashCheck, OpenReport};
-pub use store::{SqliteStore, StoreOptions, WriterStats, read_definitions};
+pub use store::{SqliteStore, StoreOptions, WriterStats, read_calls, read_definitions};

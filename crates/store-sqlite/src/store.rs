@@ -190,7 +190,24 @@ const PURGE_BATCH: i64 = 1_000;
 /// that is missing, not a Quiver store, or of a newer schema is an error naming it.
 /// Blocking.
 pub fn read_definitions(path: impl AsRef<Path>) -> Result<Vec<ToolDefinition>, StoreError> {
-    let path = path.as_ref();
+    let (conn, location, _) = open_for_reading(path.as_ref())?;
+    all_definitions(&conn, &location)
+}
+
+/// Reads the execution log of the store at `path` as [`CallLog::recent_calls`] does, without
+/// changing it or creating it (what `quiver log` shows, even from a file it may only read).
+/// A file that is missing, not a Quiver store, or of a newer schema is an error naming it.
+/// Blocking.
+pub fn read_calls(
+    path: impl AsRef<Path>,
+    filter: CallFilter,
+) -> Result<Vec<LoggedCall>, StoreError> {
+    let (conn, location, found) = open_for_reading(path.as_ref())?;
+    recent_calls_in(&conn, &location, &filter, found)
+}
+
+/// A query-only connection to an existing Quiver store, its location and schema version.
+fn open_for_reading(path: &Path) -> Result<(rusqlite::Connection, String, u32), StoreError> {
     let location = path.display().to_string();
     if !path.exists() {
         return Err(StoreError::Unavailable {
@@ -215,7 +232,7 @@ pub fn read_definitions(path: impl AsRef<Path>) -> Result<Vec<ToolDefinition>, S
             supported: schema::SCHEMA_VERSION,
         });
     }
-    all_definitions(&conn, &location)
+    Ok((conn, location, found))
 }
 
 /// Opens the writer connection and prepares the database. While another process sets up
@@ -768,6 +785,38 @@ impl ToolCallRecorder for SqliteStore {
 /// the tool (`x = ?`) rather than the whole log by time. With `(? IS NULL OR session = ?)`
 /// every new session's first call (which reads what the session called before) scanned
 /// every row: 64 new sessions on a 63k-row log took 3 s.
+/// The execution-log rows `filter` asks for, from a store of schema version `version` (a
+/// read-only reader does not migrate: version 1 had no `principal` column).
+fn recent_calls_in(
+    c: &rusqlite::Connection,
+    loc: &str,
+    filter: &CallFilter,
+    version: u32,
+) -> Result<Vec<LoggedCall>, StoreError> {
+    let output = if filter.with_output {
+        "o.output FROM execution_log l LEFT JOIN execution_output o ON o.log_id = l.id"
+    } else {
+        "NULL FROM execution_log l"
+    };
+    let mut values: Vec<&dyn rusqlite::ToSql> = Vec::new();
+    if let Some(tool) = &filter.tool {
+        values.push(tool);
+    }
+    if let Some(session) = &filter.session {
+        values.push(session);
+    }
+    if let Some(kind) = &filter.kind {
+        values.push(kind);
+    }
+    let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+    values.push(&limit);
+    let mut sql = recent_calls_sql(filter, output);
+    if version < 2 {
+        sql = sql.replacen("l.principal", "NULL", 1);
+    }
+    query(c, loc, &sql, values.as_slice(), convert::logged_call)
+}
+
 pub(crate) fn recent_calls_sql(filter: &CallFilter, output: &str) -> String {
     let mut clauses: Vec<&str> = Vec::new();
     if filter.tool.is_some() {
@@ -794,33 +843,8 @@ pub(crate) fn recent_calls_sql(filter: &CallFilter, output: &str) -> String {
 #[async_trait]
 impl CallLog for SqliteStore {
     async fn recent_calls(&self, filter: CallFilter) -> Result<Vec<LoggedCall>, StoreError> {
-        self.read(move |c, loc| {
-            let output = if filter.with_output {
-                "o.output FROM execution_log l LEFT JOIN execution_output o ON o.log_id = l.id"
-            } else {
-                "NULL FROM execution_log l"
-            };
-            let mut values: Vec<&dyn rusqlite::ToSql> = Vec::new();
-            if let Some(tool) = &filter.tool {
-                values.push(tool);
-            }
-            if let Some(session) = &filter.session {
-                values.push(session);
-            }
-            if let Some(kind) = &filter.kind {
-                values.push(kind);
-            }
-            let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
-            values.push(&limit);
-            query(
-                c,
-                loc,
-                &recent_calls_sql(&filter, output),
-                values.as_slice(),
-                convert::logged_call,
-            )
-        })
-        .await
+        self.read(move |c, loc| recent_calls_in(c, loc, &filter, schema::SCHEMA_VERSION))
+            .await
     }
 
     async fn purge_calls_before(&self, cutoff: SystemTime) -> Result<u64, StoreError> {

@@ -775,6 +775,29 @@ async fn retention_applies_only_in_commands_that_write() {
     let after = rows(&dir);
     assert_eq!(after.len(), 1, "{after:?}");
     assert_ne!(after[0], "old-call", "the old row is past retention");
+    // `log` reads without writing: a store it may only read is shown, and a path with no
+    // store is an error that creates nothing there.
+    // (The writer, which `log` no longer opens, announces itself in `quiver.db-lock`.)
+    let lock = dir.join("quiver.db-lock");
+    let _ = std::fs::remove_file(&lock);
+    let before = std::fs::read(dir.join("quiver.db")).unwrap();
+    assert_eq!(rows(&dir).len(), 1);
+    assert!(!lock.exists(), "log opened the store for writing");
+    assert_eq!(std::fs::read(dir.join("quiver.db")).unwrap(), before);
+    let empty = workdir("log-nowhere");
+    std::fs::write(
+        empty.join("quiver.toml"),
+        "[store]\npath = \"./prod/quiver.bd\"\n",
+    )
+    .unwrap();
+    let nowhere = quiver_in(&empty, &["log"]);
+    assert_eq!(nowhere.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&nowhere.stderr);
+    assert!(
+        err.contains("there is no store at ./prod/quiver.bd"),
+        "{err}"
+    );
+    assert!(!empty.join("prod").exists(), "nothing is created");
     // 0 would empty the log on every start: refused, with the way to keep everything.
     std::fs::write(dir.join("quiver.toml"), "[store]\nretention_days = 0\n").unwrap();
     let zero = quiver_in(&dir, &["log"]);

@@ -168,7 +168,7 @@ enum Command {
         /// Serve on stdin and stdout instead of HTTP.
         #[arg(long, conflicts_with = "listen")]
         stdio: bool,
-        /// The session mode of clients whose token names none.
+        /// The session mode of clients whose token names none: chat, agentic, delegate or plan.
         #[arg(long, default_value = "chat", value_parser = parse_mode)]
         mode: Mode,
         /// Also accept this `Host` (`name:port`, or `name` for any port), e.g. the public name of a

@@ -194,12 +194,9 @@ pub(crate) fn connect(
 /// application's: refused before anything is changed in it (its journal mode, Quiver's
 /// tables), so that a `store.path` pointing at the wrong file harms nothing.
 fn refuse_foreign(conn: &Connection, location: &str) -> Result<(), StoreError> {
-    let version: u32 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .at(location)?;
-    if version != 0 {
-        return Ok(());
-    }
+    // The tables first, the version after: another process may be creating the schema
+    // meanwhile, and its migration sets the version in the same commit as the tables, so a
+    // version still 0 read after the tables means the tables were not Quiver's.
     let mut stmt = conn
         .prepare(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name LIMIT 4",
@@ -211,6 +208,12 @@ fn refuse_foreign(conn: &Connection, location: &str) -> Result<(), StoreError> {
         .collect::<Result<_, _>>()
         .at(location)?;
     if tables.is_empty() {
+        return Ok(());
+    }
+    let version: u32 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .at(location)?;
+    if version != 0 {
         return Ok(());
     }
     Err(StoreError::Corrupt {

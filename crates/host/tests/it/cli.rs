@@ -809,6 +809,26 @@ async fn retention_applies_only_in_commands_that_write() {
     );
 }
 
+/// A required server whose command cannot start fails a command at once, saying why:
+/// waiting out the connect timeout (30 s) would not change a missing executable.
+#[test]
+fn a_required_server_that_cannot_start_is_not_waited_for() {
+    let dir = workdir("ghost-required");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[[mcp.servers]]\nname = \"ghost\"\ncommand = \"/nonexistent/mcp-ghost\"\nrequired = true\n",
+    )
+    .unwrap();
+    let out = quiver_in(&dir, &["tools"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("its command cannot start") && err.contains("/nonexistent/mcp-ghost"),
+        "{err}"
+    );
+    assert!(!err.contains("after 30 s"), "it waited: {err}");
+}
+
 /// The help a user reads first says what Quiver is; `bench-search --help` describes the
 /// files itself; `search --help` says that it pages tools in and is logged.
 #[test]

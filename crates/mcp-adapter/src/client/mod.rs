@@ -294,6 +294,16 @@ impl McpClient {
                         });
                     }
                     ServerState::Closed => return Err(McpError::Closed),
+                    // Its command cannot be started (missing, not executable, a bad
+                    // `cwd`): waiting out the timeout would not change that.
+                    ServerState::Down | ServerState::Reconnecting
+                        if let Some(why) = up.cannot_start() =>
+                    {
+                        return Err(McpError::NotReady {
+                            server: up.name().to_owned(),
+                            reason: format!("its command cannot start: {why}"),
+                        });
+                    }
                     other => {
                         if tokio::time::Instant::now() >= deadline {
                             let last = up.diagnostics().pop().unwrap_or_default();

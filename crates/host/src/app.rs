@@ -213,21 +213,26 @@ impl App {
             for def in now {
                 put(&store, def).await;
             }
+            // Told to stop (or its handle dropped): what the catalog announced so far is
+            // written, then the task ends.
+            let mut stopping = false;
             loop {
-                let event = tokio::select! {
-                    biased;
-                    event = events.recv() => event,
-                    // Told to stop (or its handle dropped): what the catalog announced so
-                    // far is written, then the task ends.
-                    _ = &mut stopped => {
-                        while let Ok(event) = events.try_recv() {
-                            if let quiver_registry::CatalogEvent::Added(name) = event
-                                && let Some(def) = record(&name)
-                            {
-                                put(&store, def).await;
-                            }
+                let event = if stopping {
+                    match events.try_recv() {
+                        Ok(event) => Ok(event),
+                        Err(tokio::sync::broadcast::error::TryRecvError::Lagged(n)) => {
+                            Err(tokio::sync::broadcast::error::RecvError::Lagged(n))
                         }
-                        return;
+                        Err(_) => return,
+                    }
+                } else {
+                    tokio::select! {
+                        biased;
+                        event = events.recv() => event,
+                        _ = &mut stopped => {
+                            stopping = true;
+                            continue;
+                        }
                     }
                 };
                 match event {

@@ -257,17 +257,6 @@ impl DispatcherBuilder {
     }
 }
 
-/// What a caller who did not find a tool can do next: search for more tools when it may
-/// call `tool_search`, else use the tools it has (advice to call a tool it would be refused
-/// sends a model round in circles).
-fn search_advice(catalog: &Catalog, capabilities: &Capabilities) -> &'static str {
-    if capabilities.allows(TOOL_SEARCH) && catalog.lookup(TOOL_SEARCH).is_some() {
-        " Call tool_search with a short description of what you need to load more tools."
-    } else {
-        " Use one of the tools in your tool list."
-    }
-}
-
 /// The name of the surface's search tool, which error texts advise calling.
 const TOOL_SEARCH: &str = "tool_search";
 
@@ -890,10 +879,15 @@ impl Dispatcher {
     }
 
     /// What a caller with these credentials who did not find a tool can do next, as a
-    /// sentence to append to an error: call `tool_search` when it may, else use the tools
-    /// it has.
+    /// sentence to append to an error: call `tool_search` when it may (and the catalog has
+    /// it), else use the tools it has; advice to call a tool it would be refused sends a
+    /// model round in circles.
     pub fn search_advice(&self, capabilities: &Capabilities) -> &'static str {
-        search_advice(&self.inner.catalog, capabilities)
+        if capabilities.allows(TOOL_SEARCH) && self.inner.catalog.lookup(TOOL_SEARCH).is_some() {
+            " Call tool_search with a short description of what you need to load more tools."
+        } else {
+            " Use one of the tools in your tool list."
+        }
     }
 
     /// The answer to a call of a tool the catalog does not have (or no longer serves): why,

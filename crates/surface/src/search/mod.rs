@@ -876,14 +876,18 @@ impl SearchIndex {
         let n = self.len() as f64;
         let mut lifted: Vec<u32> = Vec::new();
         for terms in needs {
-            let lists: Vec<&Vec<Posting>> = terms
+            // Each term's postings with its idf, computed once.
+            let lists: Vec<(&Vec<Posting>, f64)> = terms
                 .iter()
                 .filter_map(|t| self.dict.get(t.as_str()))
-                .map(|&tid| &self.lists[tid as usize])
+                .map(|&tid| {
+                    let list = &self.lists[tid as usize];
+                    (list, idf(list.len(), n))
+                })
                 .collect();
             let mut named: Vec<u32> = lists
                 .iter()
-                .flat_map(|list| list.iter().filter(|p| p.tf[NAME] > 0).map(|p| p.doc))
+                .flat_map(|(list, _)| list.iter().filter(|p| p.tf[NAME] > 0).map(|p| p.doc))
                 .collect();
             named.sort_unstable();
             named.dedup();
@@ -893,10 +897,10 @@ impl SearchIndex {
                 .map(|d| {
                     let sum = lists
                         .iter()
-                        .filter_map(|list| {
+                        .filter_map(|&(list, idf)| {
                             let at = list.binary_search_by_key(&d, |p| p.doc).ok()?;
                             let tf = norm.tf(&self.lens[d as usize], &list[at].tf);
-                            Some(idf(list.len(), n) * tf * (p.k1 + 1.0) / (p.k1 + tf))
+                            Some(idf * tf * (p.k1 + 1.0) / (p.k1 + tf))
                         })
                         .sum();
                     (d, sum)

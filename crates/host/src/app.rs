@@ -59,25 +59,45 @@ impl std::fmt::Debug for App {
     }
 }
 
+/// How a command uses the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreAccess {
+    /// Opened (created if missing, migrated) for writing: `serve`, `call`, `search`.
+    ReadWrite,
+    /// Only read ([`SqliteStore::open_read_only`]): a missing store is read as empty and
+    /// not created, and nothing is written (`tools`, `status`, `check`, `floor`).
+    ReadOnly,
+}
+
 impl App {
     /// Opens the store, derives usage for the resident floor, assembles the catalog in family
     /// order, and builds the dispatcher with the store as
     /// its recorder and the surface as a call observer.
     pub async fn build(config: &Config, mcp_files: &[std::path::PathBuf]) -> anyhow::Result<App> {
+        Self::build_with(config, mcp_files, StoreAccess::ReadWrite).await
+    }
+
+    /// [`App::build`] with the store opened as `access` says.
+    pub async fn build_with(
+        config: &Config,
+        mcp_files: &[std::path::PathBuf],
+        access: StoreAccess,
+    ) -> anyhow::Result<App> {
         let path = &config.store.path;
-        let store = Arc::new(
-            SqliteStore::open_with(
-                path,
-                StoreOptions::default()
-                    .with_linger(std::time::Duration::from_millis(u64::from(
-                        config.store.log_linger_ms,
-                    )))
-                    .with_busy_timeout(std::time::Duration::from_millis(u64::from(
-                        config.store.busy_timeout_ms,
-                    ))),
-            )
-            .with_context(|| format!("opening the store {}", path.display()))?,
-        );
+        let options = StoreOptions::default()
+            .with_linger(std::time::Duration::from_millis(u64::from(
+                config.store.log_linger_ms,
+            )))
+            .with_busy_timeout(std::time::Duration::from_millis(u64::from(
+                config.store.busy_timeout_ms,
+            )));
+        let opened = match access {
+            StoreAccess::ReadWrite => SqliteStore::open_with(path, options),
+            StoreAccess::ReadOnly => SqliteStore::open_read_only(path, options),
+        };
+        let store =
+            Arc::new(opened.with_context(|| format!("opening the store {}", path.display()))?);
         let catalog = Arc::new(Catalog::new());
         // First registration wins in the family order, whenever each family registers (MCP
         // servers connect after the skills are in).
@@ -320,8 +340,12 @@ impl App {
                 "working-set persistence still busy after {MIRROR_SETTLE:?}; writing the open sessions now"
             );
         }
-        for session in self.surface.session_keys() {
-            self.save_session(&session).await?;
+        // A read-only store keeps what it had: the sessions a command looked at are not
+        // written back.
+        if !self.store.is_read_only() {
+            for session in self.surface.session_keys() {
+                self.save_session(&session).await?;
+            }
         }
         self.store
             .close()

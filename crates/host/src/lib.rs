@@ -11,7 +11,7 @@ mod mcp_json;
 pub mod serve;
 mod skills;
 
-pub use app::{App, DefinitionRecorder, Ready};
+pub use app::{App, DefinitionRecorder, Ready, StoreAccess};
 pub use assemble::{FAMILY_ORDER, Families, assemble_catalog, family_rank};
 pub use config::{
     Config, LimitsConfig, PolicyConfig, SkillsConfig, StoreConfig, ToolRef, suggestion,

@@ -10,7 +10,7 @@ use quiver_contract::{
     CallContext, Capabilities, Envelope, Mode, RenderOptions, breaking_changes_between, lint_spec,
     render,
 };
-use quiver_host::{App, Config, ToolFormat, format_tools, provider_name_warnings};
+use quiver_host::{App, Config, StoreAccess, ToolFormat, format_tools, provider_name_warnings};
 use quiver_registry::{CallFilter, DefinitionStore};
 use quiver_surface::{FloorLoad, FloorSource};
 
@@ -402,7 +402,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     // default action, Quiver would leave the processes its upstreams' wrappers (`npx`,
     // `uvx`, `sh -c`) started, which its own death does not reach.
     let mut signals = quiver_host::serve::Signals::watch()?;
-    let app = App::build(&config, &cli.mcp_config).await?;
+    // Commands that only show what is stored neither create the store nor change it.
+    let access = match &cli.command {
+        Command::Tools { .. } | Command::Status | Command::Check { .. } => StoreAccess::ReadOnly,
+        Command::Floor { rederive } if !rederive => StoreAccess::ReadOnly,
+        _ => StoreAccess::ReadWrite,
+    };
+    let app = App::build_with(&config, &cli.mcp_config, access).await?;
     let stopped = |signal: u8| {
         eprintln!("quiver: interrupted by signal {signal}: stopping the upstreams");
         Ok(ExitCode::from(128 + signal))
@@ -462,7 +468,14 @@ async fn command(
     let config_store = config.store.path.as_path();
     match command {
         Command::Status => {
-            println!("store: {}", config_store.display());
+            if app.store.exists() {
+                println!("store: {}", config_store.display());
+            } else {
+                println!(
+                    "store: {} (not created yet: `quiver serve`, `call` or `search` creates it)",
+                    config_store.display()
+                );
+            }
             println!("catalog: {} tool(s)", app.catalog.len());
             let servers = app.mcp.status();
             if servers.is_empty() {

@@ -142,6 +142,9 @@ pub enum CrashCheck {
     /// Another process has the database open: the check was its to run when it opened,
     /// and the clean-shutdown marker is the last process's to set.
     Shared,
+    /// Opened read-only ([`crate::SqliteStore::open_read_only`]): nothing was checked or
+    /// marked.
+    NotRun,
 }
 
 /// What opening the store found and did.
@@ -187,6 +190,19 @@ pub(crate) fn connect(
         conn.pragma_update(None, "synchronous", "NORMAL")
             .at(location)?;
     }
+    Ok(conn)
+}
+
+/// An in-memory database with the whole schema and nothing in it, query-only: what a
+/// read-only store whose file does not exist reads.
+pub(crate) fn empty(location: &str) -> Result<Connection, StoreError> {
+    let conn = Connection::open_in_memory().at(location)?;
+    for sql in MIGRATIONS {
+        conn.execute_batch(sql).at(location)?;
+    }
+    conn.pragma_update(None, "user_version", SCHEMA_VERSION)
+        .at(location)?;
+    conn.pragma_update(None, "query_only", true).at(location)?;
     Ok(conn)
 }
 

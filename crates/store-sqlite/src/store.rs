@@ -115,7 +115,9 @@ pub struct WriterStats {
 }
 
 struct Readers {
-    path: PathBuf,
+    /// `None`: a read-only store whose file does not exist yet, read as an empty store
+    /// (each connection an in-memory database with the schema, nothing on disk).
+    path: Option<PathBuf>,
     location: String,
     busy_timeout: Duration,
     keep: usize,
@@ -130,7 +132,10 @@ impl Readers {
         let conn = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let conn = match conn {
             Some(c) => c,
-            None => schema::connect(&self.path, &self.location, self.busy_timeout, true)?,
+            None => match &self.path {
+                Some(path) => schema::connect(path, &self.location, self.busy_timeout, true)?,
+                None => schema::empty(&self.location)?,
+            },
         };
         let out = f(&conn);
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
@@ -162,6 +167,8 @@ struct Inner {
     location: String,
     report: OpenReport,
     writer: Writer,
+    /// Opened by [`SqliteStore::open_read_only`]: there is no writer.
+    read_only: bool,
 }
 
 /// The embedded store: one SQLite file in WAL mode, one writer thread fed by a bounded
@@ -267,6 +274,59 @@ fn open_writer(
 }
 
 impl SqliteStore {
+    /// Opens the store at `path` for reading only, as a command that only shows what is
+    /// stored needs it (`quiver tools`, `status`, `check`): nothing is created, migrated or
+    /// marked, and no writer thread runs. A missing file reads as an empty store and stays
+    /// missing; a file that is not a Quiver store, or of a newer schema, is an error naming
+    /// it. Every write fails with [`StoreError::Unavailable`] ("opened read-only"), and a
+    /// call record is counted as failed. Blocking, like [`SqliteStore::open_with`].
+    pub fn open_read_only(
+        path: impl AsRef<Path>,
+        opts: StoreOptions,
+    ) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref();
+        let location = path.display().to_string();
+        let (first, found, path) = if path.exists() {
+            let (conn, _, found) = open_for_reading(path)?;
+            (conn, found, Some(path.to_path_buf()))
+        } else {
+            (schema::empty(&location)?, 0, None)
+        };
+        // No receiver: every message to the writer fails, as after `close`.
+        let (tx, _) = mpsc::channel(1);
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                tx,
+                readers: Arc::new(Readers {
+                    path,
+                    location: location.clone(),
+                    busy_timeout: opts.busy_timeout,
+                    keep: opts.readers.max(1),
+                    idle: Mutex::new(vec![first]),
+                }),
+                stats: Arc::new(Stats::default()),
+                location,
+                report: OpenReport {
+                    found_version: found,
+                    schema_version: schema::SCHEMA_VERSION,
+                    crash_check: schema::CrashCheck::NotRun,
+                },
+                writer: Writer(Mutex::new(None)),
+                read_only: true,
+            }),
+        })
+    }
+
+    /// Whether this store was opened by [`SqliteStore::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.inner.read_only
+    }
+
+    /// Whether the store's file exists (a read-only store of a missing file reads as empty).
+    pub fn exists(&self) -> bool {
+        self.inner.readers.path.is_some()
+    }
+
     /// Opens (creating if needed) the store at `path` with default options. See
     /// [`SqliteStore::open_with`].
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
@@ -306,7 +366,7 @@ impl SqliteStore {
             inner: Arc::new(Inner {
                 tx,
                 readers: Arc::new(Readers {
-                    path,
+                    path: Some(path),
                     location: location.clone(),
                     busy_timeout: opts.busy_timeout,
                     keep: opts.readers,
@@ -316,6 +376,7 @@ impl SqliteStore {
                 location,
                 report,
                 writer: Writer(Mutex::new(Some(handle))),
+                read_only: false,
             }),
         })
     }
@@ -424,7 +485,11 @@ impl SqliteStore {
     fn closed(&self) -> StoreError {
         StoreError::Unavailable {
             location: self.inner.location.clone(),
-            cause: "the store is closed".into(),
+            cause: if self.inner.read_only {
+                "the store was opened read-only (this command changes nothing in it)".into()
+            } else {
+                "the store is closed".into()
+            },
         }
     }
 
@@ -767,7 +832,11 @@ impl JobStore for SqliteStore {
 impl ToolCallRecorder for SqliteStore {
     async fn record(&self, record: CallRecord) {
         if self.inner.tx.send(Msg::Record(record)).await.is_err() {
-            tracing::error!(location = %self.inner.location, "a call record arrived after the store closed; it is lost");
+            if self.inner.read_only {
+                tracing::error!(location = %self.inner.location, "a call record arrived at a store opened read-only; it is lost");
+            } else {
+                tracing::error!(location = %self.inner.location, "a call record arrived after the store closed; it is lost");
+            }
             self.inner.stats.failed(1, self.closed());
         }
     }

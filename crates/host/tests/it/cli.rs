@@ -1048,3 +1048,111 @@ fn check_names_a_definition_too_large_to_be_shown() {
         stdout(&search)
     );
 }
+
+/// `tools`, `status`, `check` and `floor` only read the store: a `[store] path` with no
+/// store behind it (mistyped, or not yet created) gets none, and an existing store keeps its
+/// bytes (no migration, no clean-shutdown marker rewritten, no working set written back, no
+/// writer announced) while its stored working sets are still shown.
+#[test]
+fn reading_commands_neither_create_nor_change_the_store() {
+    let skill = |dir: &std::path::Path| {
+        let at = dir.join("skills/invoice-pdf");
+        std::fs::create_dir_all(&at).unwrap();
+        std::fs::write(
+            at.join("SKILL.md"),
+            "---\nname: invoice-pdf\ndescription: Turns an invoice spreadsheet into a PDF. Use when asked to bill a customer.\n---\nSteps.\n",
+        )
+        .unwrap();
+    };
+    let readers: [&[&str]; 6] = [
+        &["tools"],
+        &["tools", "--session", "s1", "--format", "json"],
+        &["status"],
+        &["check"],
+        &["floor"],
+        &["tools", "--mode", "plan"],
+    ];
+    let nowhere = workdir("read-nowhere");
+    skill(&nowhere);
+    std::fs::write(
+        nowhere.join("quiver.toml"),
+        "[store]\npath = \"./prod/quiver.bd\"\n\n[skills]\ndirs = [\"skills\"]\n",
+    )
+    .unwrap();
+    for args in readers {
+        let out = quiver_in(&nowhere, args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}{}",
+            stdout(&out),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let status = stdout(&quiver_in(&nowhere, &["status"]));
+    assert!(
+        status.contains("store: ./prod/quiver.bd (not created yet"),
+        "{status}"
+    );
+    assert!(
+        !nowhere.join("prod").exists(),
+        "a reading command created the store"
+    );
+
+    let dir = workdir("read-only");
+    skill(&dir);
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[skills]\ndirs = [\"skills\"]\n\n[surface]\nfallback_floor = [\"tool_search\"]\n",
+    )
+    .unwrap();
+    let found = quiver_in(&dir, &["search", "bill a customer", "--session", "s1"]);
+    assert_eq!(found.status.code(), Some(0), "{}", stdout(&found));
+    let lock = dir.join("quiver.db-lock");
+    std::fs::remove_file(&lock).unwrap();
+    let db = dir.join("quiver.db");
+    let marker = || -> String {
+        rusqlite::Connection::open(&db)
+            .unwrap()
+            .query_row(
+                "SELECT value FROM quiver_meta WHERE key = 'clean_shutdown'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    let before = (std::fs::read(&db).unwrap(), marker());
+    let names = |args: &[&str]| -> Vec<String> {
+        serde_json::from_str::<Vec<serde_json::Value>>(&stdout(&quiver_in(&dir, args)))
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        names(&["tools", "--session", "s1", "--format", "json"]),
+        ["tool_search", "describe_tool", "skill"],
+        "the stored working set of s1 is read"
+    );
+    assert_eq!(
+        names(&["tools", "--format", "json"]),
+        ["tool_search", "describe_tool"]
+    );
+    for args in readers {
+        let out = quiver_in(&dir, args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stdout(&out));
+    }
+    assert!(
+        !lock.exists(),
+        "a reading command opened the store for writing"
+    );
+    assert_eq!(
+        (std::fs::read(&db).unwrap(), marker()),
+        before,
+        "the store changed"
+    );
+    // A command that writes still creates and announces it.
+    let called = quiver_in(&dir, &["call", "tool_search", r#"{"query": "invoice"}"#]);
+    assert_eq!(called.status.code(), Some(0), "{}", stdout(&called));
+    assert_ne!(marker(), before.1);
+}

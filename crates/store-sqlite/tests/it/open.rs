@@ -254,3 +254,132 @@ fn a_newer_schema_is_refused_with_a_clear_error() {
     );
     assert_names_path(&err, &path);
 }
+
+/// A store opened read-only reads what is stored and changes nothing: no file is created for
+/// a missing path (it reads as an empty store), an existing file keeps its bytes and its
+/// clean-shutdown marker, no lock file announces a writer, and every write fails saying the
+/// store is read-only. Another application's database and a newer schema are refused.
+#[tokio::test]
+async fn a_read_only_store_reads_and_changes_nothing() {
+    use quiver_registry::{CallFilter, CallLog, CallRecord, DefinitionStore, ToolCallRecorder};
+    use quiver_surface::ports::{SessionStore, UsageSource, WorkingSetEntry};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("no/such/place/q.db");
+    let empty = SqliteStore::open_read_only(&missing, StoreOptions::default()).expect("open");
+    assert!(empty.is_read_only() && !empty.exists());
+    assert_eq!(empty.open_report().crash_check, CrashCheck::NotRun);
+    assert_eq!(empty.working_set("s1").await.expect("ws"), []);
+    assert!(empty.all_definitions().await.expect("defs").is_empty());
+    assert!(empty.state("k").await.expect("state").is_none());
+    assert!(
+        empty
+            .usage(std::time::SystemTime::now())
+            .await
+            .expect("usage")
+            .is_empty()
+    );
+    assert!(
+        empty
+            .recent_calls(CallFilter::default())
+            .await
+            .expect("calls")
+            .is_empty()
+    );
+    let err = empty
+        .put_state("k", serde_json::json!(1))
+        .await
+        .expect_err("read-only");
+    assert!(
+        matches!(&err, StoreError::Unavailable { cause, .. } if cause.contains("read-only")),
+        "{err}"
+    );
+    empty.close().await.expect("close");
+    assert!(!dir.path().join("no").exists(), "nothing was created");
+
+    let path = dir.path().join("q.db");
+    let t = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    {
+        let store = SqliteStore::open(&path).expect("open");
+        store
+            .upsert_working_set("s1", vec![WorkingSetEntry::new("a", t, 1)])
+            .await
+            .expect("ws");
+        store
+            .record(CallRecord::new(
+                "a",
+                "c1",
+                serde_json::json!({}),
+                quiver_contract::Envelope::text("x"),
+            ))
+            .await;
+        store.close().await.expect("close");
+    }
+    let marker = |path: &std::path::Path| -> String {
+        rusqlite::Connection::open(path)
+            .expect("peek")
+            .query_row(
+                "SELECT value FROM quiver_meta WHERE key = 'clean_shutdown'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("marker")
+    };
+    let before = (std::fs::read(&path).expect("bytes"), marker(&path));
+    let lock = dir.path().join("q.db-lock");
+    std::fs::remove_file(&lock).expect("the writer's lock file");
+    let store = SqliteStore::open_read_only(&path, StoreOptions::default()).expect("open");
+    assert!(store.exists());
+    assert_eq!(
+        store.open_report().found_version,
+        store.open_report().schema_version
+    );
+    assert_eq!(
+        store.working_set("s1").await.expect("ws"),
+        [WorkingSetEntry::new("a", t, 1)]
+    );
+    let calls = store
+        .recent_calls(CallFilter::default())
+        .await
+        .expect("calls");
+    assert_eq!(calls.len(), 1);
+    assert!(
+        store
+            .upsert_working_set("s1", vec![WorkingSetEntry::new("b", t, 2)])
+            .await
+            .is_err()
+    );
+    store
+        .record(CallRecord::new(
+            "a",
+            "c2",
+            serde_json::json!({}),
+            quiver_contract::Envelope::text("x"),
+        ))
+        .await;
+    assert_eq!(store.writer_stats().rows_failed, 1);
+    store.close().await.expect("close");
+    drop(store);
+    assert!(!lock.exists(), "a read-only store announced a writer");
+    assert_eq!(
+        (std::fs::read(&path).expect("bytes"), marker(&path)),
+        before,
+        "the file changed"
+    );
+
+    let foreign = dir.path().join("other.db");
+    rusqlite::Connection::open(&foreign)
+        .expect("foreign")
+        .execute_batch("CREATE TABLE invoices (id INTEGER)")
+        .expect("table");
+    let err = SqliteStore::open_read_only(&foreign, StoreOptions::default())
+        .expect_err("not a Quiver store");
+    assert!(err.to_string().contains("other.db"), "{err}");
+    let newer = dir.path().join("newer.db");
+    drop(SqliteStore::open(&newer).expect("open"));
+    rusqlite::Connection::open(&newer)
+        .expect("peek")
+        .pragma_update(None, "user_version", 99)
+        .expect("version");
+    let err = SqliteStore::open_read_only(&newer, StoreOptions::default()).expect_err("newer");
+    assert!(matches!(err, StoreError::TooNew { found: 99, .. }), "{err}");
+}

@@ -31,6 +31,9 @@ pub struct Entry {
     pub(crate) declared_narration: Vec<&'static str>,
     /// Property names, for did-you-mean on unknown arguments.
     pub(crate) properties: Vec<String>,
+    /// [`ToolSpec::definition_bytes`] of the spec and of its lightweight form, measured once
+    /// (each measure serializes the schema; a round budgets every resident tool).
+    bytes: (usize, usize),
 }
 
 impl fmt::Debug for Entry {
@@ -93,6 +96,10 @@ impl Entry {
             .into_iter()
             .filter(|k| names_property(&spec.input_schema, k))
             .collect();
+        let bytes = (
+            spec.definition_bytes(),
+            spec.lightweight().definition_bytes(),
+        );
         Ok(Entry {
             tool,
             spec,
@@ -101,12 +108,23 @@ impl Entry {
             output_validator,
             declared_narration,
             properties,
+            bytes,
         })
     }
 
     /// The tool's name.
     pub fn name(&self) -> &str {
         &self.spec.name
+    }
+
+    /// [`ToolSpec::definition_bytes`] of the spec, or of its lightweight form
+    /// ([`ToolSpec::lightweight`]) with `lightweight`; measured at registration.
+    pub fn definition_bytes(&self, lightweight: bool) -> usize {
+        if lightweight {
+            self.bytes.1
+        } else {
+            self.bytes.0
+        }
     }
 }
 

@@ -115,6 +115,15 @@ fn main() {
         }
     }
     report("index search (limit 18)", &mut times);
+    let mut times = Vec::new();
+    for _ in 0..rounds {
+        for q in &queries {
+            let t = Instant::now();
+            std::hint::black_box(index.search(q, 8, &|_| true));
+            times.push(t.elapsed());
+        }
+    }
+    report("index search (limit 8)", &mut times);
 
     let mut times = Vec::new();
     let mut first = Vec::new();
@@ -200,4 +209,27 @@ fn main() {
         }
     }
     report("Surface::tool_search", &mut times);
+    // Its parts, in the state it leaves (a full working set): the filtered search alone
+    // (limit 8, the default) and one compose of the session's round (tool_search walks the
+    // round twice, before and after paging its hits in).
+    let mut times = Vec::new();
+    for _ in 0..rounds {
+        for q in &queries {
+            let t = Instant::now();
+            std::hint::black_box(surface.search(q, 8, quiver_contract::Mode::Chat, &caps));
+            times.push(t.elapsed());
+        }
+    }
+    report("  Surface::search (limit 8, filtered)", &mut times);
+    let mut times = Vec::new();
+    for _ in 0..rounds * queries.len() {
+        let t = Instant::now();
+        std::hint::black_box(
+            surface
+                .compose("search", quiver_contract::Mode::Chat, &caps)
+                .ok(),
+        );
+        times.push(t.elapsed());
+    }
+    report("  Surface::compose of that session", &mut times);
 }

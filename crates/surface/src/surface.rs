@@ -10,7 +10,7 @@ use std::{
 };
 
 use quiver_contract::{Capabilities, Mode, ToolSpec, pattern_matches};
-use quiver_registry::{AdvertiseOptions, CallObserver, Catalog, CatalogEvent};
+use quiver_registry::{AdvertiseOptions, CallObserver, Catalog, CatalogEvent, Entry};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
@@ -377,12 +377,8 @@ enum Walk<'a> {
     Place { until: Option<HashSet<&'a str>> },
 }
 
-fn paged_bytes(spec: &ToolSpec, loaded: bool) -> usize {
-    if spec.progressive && !loaded {
-        spec.lightweight().definition_bytes()
-    } else {
-        spec.definition_bytes()
-    }
+fn paged_bytes(entry: &Entry, loaded: bool) -> usize {
+    entry.definition_bytes(entry.spec.progressive && !loaded)
 }
 
 fn cut_description(text: &str) -> String {
@@ -494,7 +490,7 @@ impl Surface {
                 continue;
             }
             let bytes = advertised(spec);
-            let paged = paged_bytes(spec, false);
+            let paged = paged_bytes(&entry, false);
             if bytes > left {
                 out.push(Oversized {
                     name: spec.name.clone(),
@@ -921,41 +917,39 @@ impl Surface {
                 dropped.push(drop(DropReason::ReplacedByModel));
                 continue;
             }
-            // The round budgets the advertised form (lightweight or full, with the injected
-            // `reasoning` property). A partial walk only places names: it measures the same
-            // without advertising, a working-set tool by its slot (measured when it was
-            // paged in: the hits were, just now).
-            let (advertised, bytes) = if partial {
-                let bare = match reason {
-                    Reason::WorkingSet => sess.slot_bytes(name),
-                    _ => None,
-                }
-                .unwrap_or_else(|| paged_bytes(spec, loaded(name)));
-                let extra = quiver_registry::advertised_extra_bytes(spec, loaded(name), &opts);
-                (None, bare + extra)
-            } else {
-                let advertised = quiver_registry::advertise(spec.clone(), &opts);
-                let bytes = advertised.definition_bytes();
-                (Some(advertised), bytes)
-            };
             let essential = name == TOOL_SEARCH;
+            // The count first: past `max_definitions` nothing else needs measuring.
             if !essential && count >= budget.max_definitions {
                 dropped.push(drop(DropReason::OverCount));
                 continue;
             }
+            // The round budgets the advertised form (lightweight or full, with the injected
+            // `reasoning` property), measured without advertising it
+            // (`advertised_extra_bytes` is what advertising adds); only a tool that fits is
+            // advertised. A partial walk only places names, and measures a working-set tool
+            // by its slot (measured when it was paged in: the hits were, just now).
+            let bare = match reason {
+                Reason::WorkingSet if partial => sess.slot_bytes(name),
+                _ => None,
+            }
+            .unwrap_or_else(|| paged_bytes(&entry, loaded(name)));
+            let bytes = bare + quiver_registry::advertised_extra_bytes(spec, loaded(name), &opts);
             if !essential && used + bytes > budget.max_bytes {
                 dropped.push(drop(DropReason::OverBytes));
                 continue;
             }
             used += bytes;
             count += 1;
-            match advertised {
-                Some(spec) => tools.push(SurfaceTool {
+            if partial {
+                placed.push(name.to_owned());
+            } else {
+                let spec = quiver_registry::advertise(spec.clone(), &opts);
+                debug_assert_eq!(spec.definition_bytes(), bytes, "{name}");
+                tools.push(SurfaceTool {
                     spec,
                     reason,
                     bytes,
-                }),
-                None => placed.push(name.to_owned()),
+                });
             }
         }
         if count > self.config.max_surface {
@@ -1149,7 +1143,7 @@ impl Surface {
                 description: cut_description(&entry.spec.description),
                 score: (hit.score * 100.0).round() / 100.0,
             });
-            let bytes = paged_bytes(&entry.spec, loaded.contains(&hit.name));
+            let bytes = paged_bytes(&entry, loaded.contains(&hit.name));
             page.push((hit.name, bytes));
         }
         // What the round lists before the hits come in, to tell which tools they push off.
@@ -1230,7 +1224,7 @@ impl Surface {
             .iter()
             .filter_map(|n| {
                 let e = self.catalog.lookup(n)?;
-                Some(((*n).to_owned(), paged_bytes(&e.spec, loaded.contains(*n))))
+                Some(((*n).to_owned(), paged_bytes(&e, loaded.contains(*n))))
             })
             .collect();
         self.page_in_sized(session, &sized, false)

@@ -587,6 +587,25 @@ fn implied_needs_are_recognised_by_what_a_request_mentions() {
             &["place", "amount to work out", "goods to buy"],
         ),
         ("What is the weather tomorrow", &[]),
+        (
+            "Save the summary to /root/markdown/notes.md",
+            &["text file to write"],
+        ),
+        (
+            "Write a quick tutorial in ./docs/intro.md.",
+            &["text file to write"],
+        ),
+        (
+            "Generate the script at ~/bin/sync.py",
+            &["text file to write"],
+        ),
+        // A file read, not written; no verb of producing; not a text format.
+        ("Get line 10 of /root/txt/Android.txt", &[]),
+        (
+            "Read the data in /root/csv/customers.csv and tell me the email",
+            &[],
+        ),
+        ("Save the chart in /root/figs/sales.png", &[]),
     ] {
         assert_eq!(kinds(query), expect, "{query}");
     }

@@ -367,7 +367,8 @@ pub(crate) fn implied_terms(query: &str) -> Vec<Vec<String>> {
 
 /// A capability a request needs without naming it, recognised from the kind of thing the
 /// request mentions rather than from its words for a tool: a place needs a geocoder, an
-/// amount to work out a calculator, goods to buy a shop's web pages.
+/// amount to work out a calculator, goods to buy a shop's web pages, a result sent to a text
+/// file (`save it to /root/notes.md`) a file writer.
 ///
 /// Measured and left out: a clock for a date relative to today ("tomorrow", "next
 /// Wednesday", "the last 24h"). On livemcpbench it pushed needed tools out of the top 5 of
@@ -412,6 +413,25 @@ const BUYING: &[&str] = &[
     "shopping",
 ];
 
+const TEXT_FILE: Need = Need {
+    kind: "text file to write",
+    terms: &["write", "file"],
+};
+
+/// Verbs of producing something.
+const PRODUCING: &[&str] = &[
+    "compose", "create", "draft", "export", "generate", "give", "make", "output", "produce", "put",
+    "save", "saved", "store", "write", "writing",
+];
+/// Prepositions before the place a result goes.
+const TO_PLACE: &[&str] = &["as", "at", "in", "into", "on", "to", "under"];
+/// Extensions of files a file writer writes as text: documents, web pages, data, code.
+const TEXT_FORMATS: &[&str] = &[
+    "c", "cpp", "css", "csv", "go", "h", "htm", "html", "java", "js", "json", "jsx", "kt",
+    "markdown", "md", "php", "py", "rb", "rs", "rst", "sh", "sql", "swift", "tex", "toml", "ts",
+    "tsv", "tsx", "txt", "xml", "yaml", "yml",
+];
+
 /// The capabilities `query` implies (see [`Need`]), each once.
 pub(crate) fn implied_needs(query: &str) -> Vec<&'static Need> {
     let mut out: Vec<&'static Need> = Vec::new();
@@ -430,7 +450,30 @@ pub(crate) fn implied_needs(query: &str) -> Vec<&'static Need> {
     if any_of(BUYING) {
         out.push(&SHOPPING);
     }
+    if any_of(PRODUCING) && writes_a_text_file(query) {
+        out.push(&TEXT_FILE);
+    }
     out
+}
+
+/// Whether `query` sends a result to a text file: a file path with a text extension
+/// ([`TEXT_FORMATS`]) right after a preposition of place ("save it to /root/notes.md", "a
+/// report in ./out/report.md"), not a file it reads ("line 10 of /root/log.txt", "the data
+/// in /root/sales.xlsx").
+fn writes_a_text_file(query: &str) -> bool {
+    let words: Vec<&str> = query.split_whitespace().collect();
+    words.windows(2).any(|pair| {
+        let (before, path) = (pair[0], pair[1]);
+        if !TO_PLACE.contains(&before.to_lowercase().as_str()) || !looks_like_path(path) {
+            return false;
+        }
+        let path = path.trim_end_matches(|c: char| !c.is_alphanumeric());
+        path.rsplit_once('.').is_some_and(|(stem, ext)| {
+            !stem.is_empty()
+                && !ext.contains('/')
+                && TEXT_FORMATS.contains(&ext.to_lowercase().as_str())
+        })
+    })
 }
 
 /// Prepositions of place.
@@ -521,6 +564,9 @@ fn looks_like_path(word: &str) -> bool {
                 && ext.chars().all(|c| c.is_ascii_alphanumeric())
                 && ext.chars().any(|c| c.is_ascii_alphabetic())
                 && !stem.contains('.')
+                // A decimal with its unit (`9.5g`, `1.2GB`), not a file name.
+                && !(stem.chars().all(|c| c.is_ascii_digit())
+                    && ext.starts_with(|c: char| c.is_ascii_digit()))
                 && !matches!(
                     ext,
                     "com" | "org" | "net" | "io" | "cn" | "dev" | "ai" | "gov"
@@ -599,6 +645,8 @@ mod tests {
             "https://x.org/a",
             "end.",
             "/",
+            "9.5g",
+            "1.2GB,",
         ] {
             assert!(!looks_like_path(w), "{w}");
         }

@@ -279,9 +279,25 @@ impl Lane {
 
     /// Sends one message that awaits no answer (a response, an error, a notification),
     /// giving up after [`SEND_TIMEOUT`]; whether the server accepted it.
+    ///
+    /// A message whose connection failed under it is posted once more, on a new connection:
+    /// such a message (a cancellation, an answer) is harmless to receive twice, and losing a
+    /// cancellation leaves the upstream running a call nobody waits for.
     async fn send(&self, session: Option<&str>, message: &Value) -> bool {
         let body = serde_json::to_vec(message).unwrap_or_default();
-        match tokio::time::timeout(SEND_TIMEOUT, self.post(session, body).send()).await {
+        let send = async {
+            let mut again = true;
+            loop {
+                match self.post(session, body.clone()).send().await {
+                    Err(e) if again && !e.is_timeout() => {
+                        tracing::debug!(error = %e, "message to upstream not sent; posting it again");
+                        again = false;
+                    }
+                    other => return other,
+                }
+            }
+        };
+        match tokio::time::timeout(SEND_TIMEOUT, send).await {
             Ok(Ok(r)) if r.status().is_success() => true,
             Ok(Ok(r)) => {
                 tracing::debug!(status = %r.status(), "upstream refused a message");

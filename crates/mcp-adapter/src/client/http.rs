@@ -55,6 +55,9 @@ pub(crate) fn redirect_policy(origin: Url) -> redirect::Policy {
     })
 }
 
+/// How long an idle pooled connection to an upstream may be used again (see [`client`]).
+const IDLE_REUSE: Duration = Duration::from_secs(4);
+
 /// A reqwest client for one upstream; `timeout` bounds connecting (a streamable-HTTP GET
 /// stream may stay open indefinitely, so there is no whole-request timeout).
 pub(crate) fn client(url: &Url, timeout: Option<Duration>) -> reqwest::Result<UpstreamHttp> {
@@ -62,7 +65,14 @@ pub(crate) fn client(url: &Url, timeout: Option<Duration>) -> reqwest::Result<Up
         // Loses the race harmlessly if another thread installs one first.
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
-    let mut b = reqwest::Client::builder().redirect(redirect_policy(url.clone()));
+    // An idle connection is not used again after 4 s: Node and uvicorn close idle
+    // connections after 5 s, and a request sent on one just as the server closes it fails
+    // after it may have been written (hyper cannot send it again). A `notifications/cancelled`
+    // posted 5 s after the call's request (a 5 s call timeout) was lost that way, and the
+    // upstream ran the call on.
+    let mut b = reqwest::Client::builder()
+        .redirect(redirect_policy(url.clone()))
+        .pool_idle_timeout(IDLE_REUSE);
     if let Some(t) = timeout {
         b = b.connect_timeout(t);
     }

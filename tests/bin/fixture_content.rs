@@ -12,7 +12,7 @@ use std::{
 };
 
 use async_trait::async_trait;
-use quiver_contract::CallContext;
+use quiver_contract::{CallContext, Capabilities};
 use quiver_mcp_adapter::{ContentError, ContentOffer, ContentSource, ListChange};
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
@@ -163,11 +163,14 @@ impl ContentSource for FixtureContent {
         ContentOffer::all()
     }
 
-    async fn list_resources(&self) -> Result<Vec<Value>, ContentError> {
+    async fn list_resources(&self, _caps: &Capabilities) -> Result<Vec<Value>, ContentError> {
         Ok(resources())
     }
 
-    async fn list_resource_templates(&self) -> Result<Vec<Value>, ContentError> {
+    async fn list_resource_templates(
+        &self,
+        _caps: &Capabilities,
+    ) -> Result<Vec<Value>, ContentError> {
         Ok(vec![json!({
             "uriTemplate": "test://template/{id}/data",
             "name": "template-data",
@@ -201,7 +204,7 @@ impl ContentSource for FixtureContent {
         Ok(json!({"contents": [content]}))
     }
 
-    async fn subscribe(&self, uri: &str) -> Result<(), ContentError> {
+    async fn subscribe(&self, uri: &str, _caps: &Capabilities) -> Result<(), ContentError> {
         *self
             .subscribed
             .lock()
@@ -226,7 +229,7 @@ impl ContentSource for FixtureContent {
         self.updates.subscribe()
     }
 
-    async fn list_prompts(&self) -> Result<Vec<Value>, ContentError> {
+    async fn list_prompts(&self, _caps: &Capabilities) -> Result<Vec<Value>, ContentError> {
         let mut all = prompts();
         for n in 1..=self.added.load(Ordering::SeqCst) {
             all.push(json!({"name": format!("test_added_prompt_{n}"), "description": "A prompt added at run time."}));
@@ -298,7 +301,7 @@ impl ContentSource for FixtureContent {
         Ok(json!({"messages": messages}))
     }
 
-    async fn complete(&self, request: Value) -> Result<Value, ContentError> {
+    async fn complete(&self, request: Value, _caps: &Capabilities) -> Result<Value, ContentError> {
         let value = request["argument"]["value"].as_str().unwrap_or_default();
         let candidates: &[&str] = match (
             request["ref"]["type"].as_str(),

@@ -16,6 +16,10 @@ pub struct Capabilities {
     pub model: BTreeSet<String>,
     /// Capabilities the provider can actually deliver.
     pub provider: BTreeSet<String>,
+    /// Upstream MCP servers (name patterns, as [`pattern_matches`]) whose passed-through
+    /// resources and prompts the caller may list and read; `None` allows all, an empty list
+    /// none.
+    pub allowed_servers: Option<Vec<String>>,
 }
 
 impl Capabilities {
@@ -28,6 +32,20 @@ impl Capabilities {
     pub fn with_allowed_tools(mut self, patterns: Vec<String>) -> Self {
         self.allowed_tools = Some(patterns);
         self
+    }
+
+    /// Restricts the caller's resources and prompts to these servers' (name patterns).
+    pub fn with_allowed_servers(mut self, patterns: Vec<String>) -> Self {
+        self.allowed_servers = Some(patterns);
+        self
+    }
+
+    /// Whether the caller may list and read the resources and prompts of upstream `server`.
+    pub fn allows_server(&self, server: &str) -> bool {
+        match &self.allowed_servers {
+            None => true,
+            Some(patterns) => patterns.iter().any(|p| pattern_matches(p, server)),
+        }
     }
 
     /// Whether the caller may call `tool`.

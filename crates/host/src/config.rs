@@ -55,9 +55,9 @@ pub struct Config {
     /// Upstream MCP servers (`[[mcp.servers]]`) and the `insecure_http` opt-in list.
     pub mcp: quiver_mcp_adapter::McpClientConfig,
     /// Inbound bearer tokens for `quiver serve` (`[[auth.tokens]]`: name, token, optional
-    /// allowed_tools, mode, tenant). With none configured, no token is asked for. Names must
-    /// be non-empty, unique and free of `:`, secrets non-empty: checked with the rest of the
-    /// file, so `quiver check` fails where `serve` would.
+    /// allowed_tools, allowed_servers, mode, tenant). With none configured, no token is asked
+    /// for. Names must be non-empty, unique and free of `:`, secrets non-empty: checked with
+    /// the rest of the file, so `quiver check` fails where `serve` would.
     pub auth: quiver_mcp_adapter::InboundAuth,
     /// Skills directories (`[skills] dirs`), offered through the `skill` tool.
     pub skills: SkillsConfig,

@@ -778,6 +778,29 @@ async fn command(
                     );
                 }
             }
+            // A token's `allowed_servers` names servers (from quiver.toml and the
+            // `--mcp-config` files): one that names none gives that token nothing.
+            let servers: Vec<String> = statuses.iter().map(|s| s.name.clone()).collect();
+            for t in &config.auth.tokens {
+                for name in t.allowed_servers.iter().flatten() {
+                    if servers
+                        .iter()
+                        .any(|s| quiver_contract::pattern_matches(name, s))
+                    {
+                        continue;
+                    }
+                    let at = format!("auth.tokens[{}].allowed_servers", t.name);
+                    if name.contains('*') {
+                        println!("{at}: [note] pattern `{name}` matches no configured MCP server");
+                        continue;
+                    }
+                    unmatched += 1;
+                    println!(
+                        "{at}: [unmatched] `{name}` is not a configured MCP server{}",
+                        quiver_host::suggestion(name, servers.iter().map(String::as_str))
+                    );
+                }
+            }
             let mut breaking = Vec::new();
             if let Some(db) = against {
                 if !db.exists() {
@@ -862,7 +885,7 @@ async fn command(
                 }
             }
             println!(
-                "config ok; {} tool definition(s) linted, {} finding(s), {} not registered, {} breaking change(s), {} unmatched tool name(s)",
+                "config ok; {} tool definition(s) linted, {} finding(s), {} not registered, {} breaking change(s), {} unmatched name(s)",
                 app.catalog.len(),
                 findings.len()
                     + misfits.len()

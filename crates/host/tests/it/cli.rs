@@ -160,7 +160,7 @@ fn check_lints_and_rejects_a_broken_config() {
         "{text}"
     );
     assert!(!text.contains("`tool_search` matches no tool"), "{text}");
-    assert!(text.contains("2 unmatched tool name(s)"), "{text}");
+    assert!(text.contains("2 unmatched name(s)"), "{text}");
     // A server whose command cannot be started is a finding, required or not.
     assert!(
         text.contains("mcp server down: [cannot start] `/nonexistent/quiver-test-server`: No such file or directory"),
@@ -449,7 +449,7 @@ fn check_names_allow_and_deny_entries_the_server_does_not_list() {
     std::fs::write(
         dir.join("quiver.toml"),
         format!(
-            "[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{server:?}]\nallow_tools = [\"mcp__one__t\"]\ndeny_tools = [\"tt\"]\n"
+            "[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{server:?}]\nallow_tools = [\"mcp__one__t\"]\ndeny_tools = [\"tt\"]\n\n[[auth.tokens]]\nname = \"ci\"\ntoken = \"ci-secret-1\"\nallowed_servers = [\"onee\", \"o*\", \"z*\"]\n"
         ),
     )
     .unwrap();
@@ -464,7 +464,18 @@ fn check_names_allow_and_deny_entries_the_server_does_not_list() {
         text.contains("mcp.servers[one].deny_tools: [unmatched] `tt` is not a tool server one lists; did you mean `t`?"),
         "{text}"
     );
-    assert!(text.contains("2 unmatched tool name(s)"), "{text}");
+    assert!(
+        text.contains("auth.tokens[ci].allowed_servers: [unmatched] `onee` is not a configured MCP server; did you mean `one`?"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "auth.tokens[ci].allowed_servers: [note] pattern `z*` matches no configured MCP server"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("`o*`"), "{text}");
+    assert!(text.contains("3 unmatched name(s)"), "{text}");
 }
 
 /// `requires_prior` holds across processes: each `quiver call --session S` is a new

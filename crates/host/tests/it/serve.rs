@@ -670,3 +670,146 @@ fn serve_stopping_at_once_records_every_definition() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&count.stdout).trim(), "151");
 }
+
+/// A token's `allowed_servers` decides whose passed-through resources and prompts it
+/// reaches (lists, reads, prompts, the resource meta-tools); a token with `allowed_tools`
+/// and no `allowed_servers` reaches none, and what a token may not reach is answered as
+/// what does not exist. Two upstreams (the adapter's Python fixture, twice, as `fx` and
+/// `fy`: each offers `fixture://hello` and the prompt `greet`) behind `quiver serve`.
+#[test]
+fn a_tokens_servers_bound_its_resources_and_prompts() {
+    let peers = std::env::var_os("QUIVER_PEERS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../.peers"))
+        });
+    let python = peers.join("venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run .ci/setup-peers",
+        python.display()
+    );
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../mcp-adapter/tests/fixtures/fault_server.py"
+    );
+    let dir = fresh_dir("content-scope");
+    let mut toml = String::new();
+    for name in ["fx", "fy"] {
+        toml.push_str(&format!(
+            "[[mcp.servers]]\nname = \"{name}\"\ncommand = {python:?}\nargs = [{fixture:?}]\nrequired = true\n\n"
+        ));
+    }
+    toml.push_str(
+        r#"[[auth.tokens]]
+name = "all"
+token = "all-secret-1"
+
+[[auth.tokens]]
+name = "fx"
+token = "fx-secret-1"
+allowed_tools = ["tool_search", "list_mcp_resources", "read_mcp_resource"]
+allowed_servers = ["fx"]
+
+[[auth.tokens]]
+name = "tools"
+token = "tools-secret-1"
+allowed_tools = ["tool_search", "list_mcp_resources"]
+"#,
+    );
+    std::fs::write(dir.join("quiver.toml"), toml).unwrap();
+    let (child, addr) = start(&dir, &[], &[]);
+    let session = |token: &str| {
+        let auth = format!("Bearer {token}");
+        let sid = open_with(&addr, &[("Authorization", auth.as_str())]);
+        (auth, sid)
+    };
+    let ask = |(auth, sid): &(String, String), method: &str, params: &str| {
+        rpc(
+            &addr,
+            &[
+                ("Authorization", auth.as_str()),
+                ("Mcp-Session-Id", sid.as_str()),
+            ],
+            &format!(r#"{{"jsonrpc":"2.0","id":7,"method":"{method}","params":{params}}}"#),
+        )
+    };
+    let all = session("all-secret-1");
+    let prompts = ask(&all, "prompts/list", "{}");
+    assert!(
+        prompts.contains("mcp__fx__greet") && prompts.contains("mcp__fy__greet"),
+        "{prompts}"
+    );
+    let greet = ask(
+        &all,
+        "prompts/get",
+        r#"{"name":"mcp__fy__greet","arguments":{"name":"Ada"}}"#,
+    );
+    assert!(greet.contains("Ada"), "{greet}");
+
+    let fx = session("fx-secret-1");
+    let prompts = ask(&fx, "prompts/list", "{}");
+    assert!(
+        prompts.contains("mcp__fx__greet") && !prompts.contains("mcp__fy__"),
+        "{prompts}"
+    );
+    let other = ask(
+        &fx,
+        "prompts/get",
+        r#"{"name":"mcp__fy__greet","arguments":{"name":"Ada"}}"#,
+    );
+    assert!(
+        other.contains("unknown prompt") && !other.contains("Ada"),
+        "{other}"
+    );
+    let resources = ask(&fx, "resources/list", "{}");
+    assert_eq!(
+        resources.matches("fixture://hello").count(),
+        1,
+        "{resources}"
+    );
+    let read = ask(&fx, "resources/read", r#"{"uri":"fixture://hello"}"#);
+    assert!(read.contains("\"contents\""), "{read}");
+    let meta = ask(
+        &fx,
+        "tools/call",
+        r#"{"name":"list_mcp_resources","arguments":{"server":"fy"}}"#,
+    );
+    assert!(meta.contains(r#"no MCP server named \"fy\""#), "{meta}");
+    let meta = ask(
+        &fx,
+        "tools/call",
+        r#"{"name":"list_mcp_resources","arguments":{}}"#,
+    );
+    assert!(meta.contains("fixture://hello"), "{meta}");
+
+    let tools = session("tools-secret-1");
+    let prompts = ask(&tools, "prompts/list", "{}");
+    assert!(prompts.contains(r#""prompts":[]"#), "{prompts}");
+    let resources = ask(&tools, "resources/list", "{}");
+    assert!(resources.contains(r#""resources":[]"#), "{resources}");
+    let read = ask(&tools, "resources/read", r#"{"uri":"fixture://hello"}"#);
+    assert!(
+        read.contains("-32002") && !read.contains("\"contents\""),
+        "{read}"
+    );
+    let get = ask(
+        &tools,
+        "prompts/get",
+        r#"{"name":"mcp__fx__greet","arguments":{"name":"Ada"}}"#,
+    );
+    assert!(
+        get.contains("unknown prompt") && !get.contains("Ada"),
+        "{get}"
+    );
+    let meta = ask(
+        &tools,
+        "tools/call",
+        r#"{"name":"list_mcp_resources","arguments":{}}"#,
+    );
+    assert!(
+        !meta.contains("fixture://hello") && meta.contains(r#"[]"#),
+        "{meta}"
+    );
+    stop(child);
+}

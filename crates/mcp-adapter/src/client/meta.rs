@@ -93,11 +93,17 @@ struct MetaTool {
     shared: std::sync::Weak<Shared>,
 }
 
-fn resource_servers(shared: &Shared, only: Option<&str>) -> Vec<Arc<Upstream>> {
+/// The servers passing resources through that the caller may read (`ctx`'s capabilities),
+/// or only `only` of them.
+fn resource_servers(shared: &Shared, only: Option<&str>, ctx: &CallContext) -> Vec<Arc<Upstream>> {
     shared
         .servers()
         .into_iter()
-        .filter(|u| u.cfg.resources && only.is_none_or(|o| o == u.name()))
+        .filter(|u| {
+            u.cfg.resources
+                && ctx.capabilities.allows_server(u.name())
+                && only.is_none_or(|o| o == u.name())
+        })
         .collect()
 }
 
@@ -152,8 +158,9 @@ impl Tool for MetaTool {
             ));
         };
         let server = input.get("server").and_then(Value::as_str);
+        // A server the caller may not read is named as one that does not exist.
         if let Some(s) = server
-            && shared.server(s).is_none()
+            && (shared.server(s).is_none() || !ctx.capabilities.allows_server(s))
         {
             return Ok(Envelope::err(
                 ErrKind::ToolFailed,
@@ -164,7 +171,7 @@ impl Tool for MetaTool {
         if self.spec.name == LIST {
             let mut all = Vec::new();
             let mut notes = Vec::new();
-            for up in resource_servers(&shared, server) {
+            for up in resource_servers(&shared, server, ctx) {
                 match list_resources(&up, cap.saturating_sub(all.len())).await {
                     Ok(items) => all.extend(items),
                     Err(e) if server.is_some() => {
@@ -187,7 +194,7 @@ impl Tool for MetaTool {
             ));
         };
         // The server that lists the URI, else the only candidate.
-        let mut candidates = resource_servers(&shared, server);
+        let mut candidates = resource_servers(&shared, server, ctx);
         if candidates.len() > 1 {
             let mut owner = None;
             for up in &candidates {

@@ -15,7 +15,7 @@ use std::{
 };
 
 use async_trait::async_trait;
-use quiver_contract::CallContext;
+use quiver_contract::{CallContext, Capabilities};
 use rmcp::{
     model::{
         ClientRequest, CompleteRequestParams, GetPromptRequest, GetPromptRequestParams,
@@ -383,26 +383,33 @@ pub(crate) fn template_matches(template: &str, uri: &str) -> bool {
 }
 
 impl McpClient {
-    fn resource_servers(&self) -> Vec<Arc<Upstream>> {
+    /// The servers passing resources through that `caps` allows.
+    fn resource_servers(&self, caps: &Capabilities) -> Vec<Arc<Upstream>> {
         self.shared
             .servers()
             .into_iter()
-            .filter(|u| u.cfg.resources)
+            .filter(|u| u.cfg.resources && caps.allows_server(u.name()))
             .collect()
     }
 
-    fn prompt_servers(&self) -> Vec<Arc<Upstream>> {
+    /// The servers passing prompts through that `caps` allows.
+    fn prompt_servers(&self, caps: &Capabilities) -> Vec<Arc<Upstream>> {
         self.shared
             .servers()
             .into_iter()
-            .filter(|u| u.cfg.prompts)
+            .filter(|u| u.cfg.prompts && caps.allows_server(u.name()))
             .collect()
     }
 
-    /// The server that serves `uri`: the one that listed it, else one with a matching
-    /// template, else the only resource server; lists again once before giving up.
-    async fn owner_of(&self, uri: &str) -> Result<Arc<Upstream>, ContentError> {
-        let servers = self.resource_servers();
+    /// The server that serves `uri` among those `caps` allows: the one that listed it, else
+    /// one with a matching template, else the only resource server; lists again once before
+    /// giving up. A URI of a server `caps` does not allow is answered as an unknown one.
+    async fn owner_of(
+        &self,
+        uri: &str,
+        caps: &Capabilities,
+    ) -> Result<Arc<Upstream>, ContentError> {
+        let servers = self.resource_servers(caps);
         if servers.is_empty() {
             return Err(ContentError::NotFound(
                 "no upstream MCP server shares resources".into(),
@@ -430,8 +437,8 @@ impl McpClient {
         if let [only] = servers.as_slice() {
             return Ok(only.clone());
         }
-        let _ = self.all_resources().await;
-        let _ = self.all_templates().await;
+        let _ = self.all_resources(caps).await;
+        let _ = self.all_templates(caps).await;
         if let Some(up) = find(&servers) {
             return Ok(up);
         }
@@ -490,10 +497,10 @@ impl McpClient {
         }
     }
 
-    async fn all_resources(&self) -> Result<Vec<Value>, ContentError> {
+    async fn all_resources(&self, caps: &Capabilities) -> Result<Vec<Value>, ContentError> {
         let shared = &self.shared;
         let lists = self
-            .across(self.resource_servers(), |up, cap| async move {
+            .across(self.resource_servers(caps), |up, cap| async move {
                 let conn = connected(&up, |c| c.has_resources, "resources")?;
                 let limit = timeout(shared, &up);
                 pages(&up, limit, "resources/list", cap, |cursor| {
@@ -539,10 +546,10 @@ impl McpClient {
         Ok(out)
     }
 
-    async fn all_templates(&self) -> Result<Vec<Value>, ContentError> {
+    async fn all_templates(&self, caps: &Capabilities) -> Result<Vec<Value>, ContentError> {
         let shared = &self.shared;
         let lists = self
-            .across(self.resource_servers(), |up, cap| async move {
+            .across(self.resource_servers(caps), |up, cap| async move {
                 let conn = connected(&up, |c| c.has_resources, "resources")?;
                 let limit = timeout(shared, &up);
                 pages(&up, limit, "resources/templates/list", cap, |cursor| {
@@ -578,10 +585,10 @@ impl McpClient {
         Ok(out)
     }
 
-    async fn all_prompts(&self) -> Result<Vec<Value>, ContentError> {
+    async fn all_prompts(&self, caps: &Capabilities) -> Result<Vec<Value>, ContentError> {
         let shared = &self.shared;
         let lists = self
-            .across(self.prompt_servers(), |up, cap| async move {
+            .across(self.prompt_servers(caps), |up, cap| async move {
                 let conn = connected(&up, |c| c.has_prompts, "prompts")?;
                 let limit = timeout(shared, &up);
                 pages(&up, limit, "prompts/list", cap, |cursor| {
@@ -598,6 +605,8 @@ impl McpClient {
                 .await
             })
             .await?;
+        let listed: std::collections::HashSet<String> =
+            lists.iter().map(|(up, _)| up.name().to_owned()).collect();
         let mut bare = HashMap::new();
         let mut out = Vec::new();
         for (up, items) in lists {
@@ -619,13 +628,25 @@ impl McpClient {
                 out.push(item);
             }
         }
-        *lock(&self.shared.passthrough.bare_prompts) = bare;
+        // The bare names of the servers listed now are replaced; those of servers this
+        // caller may not list (or that did not answer) are kept for the callers that may.
+        let mut known = lock(&self.shared.passthrough.bare_prompts);
+        known.retain(|_, server| !listed.contains(server.as_str()));
+        for (name, server) in bare {
+            known.entry(name).or_insert(server);
+        }
+        drop(known);
         Ok(out)
     }
 
     /// The server and upstream name of a prompt as served downstream.
-    async fn prompt_owner(&self, name: &str) -> Result<(Arc<Upstream>, String), ContentError> {
-        let servers = self.prompt_servers();
+    /// A prompt of a server `caps` does not allow is answered as an unknown one.
+    async fn prompt_owner(
+        &self,
+        name: &str,
+        caps: &Capabilities,
+    ) -> Result<(Arc<Upstream>, String), ContentError> {
+        let servers = self.prompt_servers(caps);
         if let Some((prefix, prompt)) = quiver_contract::split_mcp_name(name)
             && let Some(up) = servers
                 .iter()
@@ -643,7 +664,7 @@ impl McpClient {
             return Ok((up, name.to_owned()));
         }
         if servers.iter().any(|u| u.cfg.bare_prompts) {
-            let _ = self.all_prompts().await;
+            let _ = self.all_prompts(caps).await;
             if let Some(up) = bare(&servers) {
                 return Ok((up, name.to_owned()));
             }
@@ -705,16 +726,19 @@ impl ContentSource for McpClient {
         }
     }
 
-    async fn list_resources(&self) -> Result<Vec<Value>, ContentError> {
-        self.all_resources().await
+    async fn list_resources(&self, caps: &Capabilities) -> Result<Vec<Value>, ContentError> {
+        self.all_resources(caps).await
     }
 
-    async fn list_resource_templates(&self) -> Result<Vec<Value>, ContentError> {
-        self.all_templates().await
+    async fn list_resource_templates(
+        &self,
+        caps: &Capabilities,
+    ) -> Result<Vec<Value>, ContentError> {
+        self.all_templates(caps).await
     }
 
     async fn read_resource(&self, uri: &str, ctx: &CallContext) -> Result<Value, ContentError> {
-        let up = self.owner_of(uri).await?;
+        let up = self.owner_of(uri, &ctx.capabilities).await?;
         let conn = connected(&up, |c| c.has_resources, "resources")?;
         let limit = timeout(&self.shared, &up);
         let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(
@@ -728,8 +752,8 @@ impl ContentSource for McpClient {
         }
     }
 
-    async fn subscribe(&self, uri: &str) -> Result<(), ContentError> {
-        let up = self.owner_of(uri).await?;
+    async fn subscribe(&self, uri: &str, caps: &Capabilities) -> Result<(), ContentError> {
+        let up = self.owner_of(uri, caps).await?;
         let slot = self.shared.passthrough.watch(uri);
         let mut sessions = slot.cell.sessions.lock().await;
         if *sessions > 0 {
@@ -791,8 +815,8 @@ impl ContentSource for McpClient {
         self.shared.passthrough.lists.subscribe()
     }
 
-    async fn list_prompts(&self) -> Result<Vec<Value>, ContentError> {
-        self.all_prompts().await
+    async fn list_prompts(&self, caps: &Capabilities) -> Result<Vec<Value>, ContentError> {
+        self.all_prompts(caps).await
     }
 
     async fn get_prompt(
@@ -801,7 +825,7 @@ impl ContentSource for McpClient {
         arguments: Option<Map<String, Value>>,
         ctx: &CallContext,
     ) -> Result<Value, ContentError> {
-        let (up, prompt) = self.prompt_owner(name).await?;
+        let (up, prompt) = self.prompt_owner(name, &ctx.capabilities).await?;
         let conn = connected(&up, |c| c.has_prompts, "prompts")?;
         let label = format!("prompts/get {prompt}");
         let mut params = GetPromptRequestParams::default();
@@ -816,7 +840,11 @@ impl ContentSource for McpClient {
         }
     }
 
-    async fn complete(&self, mut request: Value) -> Result<Value, ContentError> {
+    async fn complete(
+        &self,
+        mut request: Value,
+        caps: &Capabilities,
+    ) -> Result<Value, ContentError> {
         let reference = request.get("ref").cloned().unwrap_or(Value::Null);
         let field = |k: &str| reference.get(k).and_then(Value::as_str).map(str::to_owned);
         let up = match field("type").as_deref() {
@@ -824,7 +852,7 @@ impl ContentSource for McpClient {
                 let name = field("name").ok_or_else(|| {
                     ContentError::InvalidParams("ref/prompt needs a `name`".into())
                 })?;
-                let (up, prompt) = self.prompt_owner(&name).await?;
+                let (up, prompt) = self.prompt_owner(&name, caps).await?;
                 request["ref"]["name"] = Value::String(prompt);
                 up
             }
@@ -832,7 +860,7 @@ impl ContentSource for McpClient {
                 let uri = field("uri").ok_or_else(|| {
                     ContentError::InvalidParams("ref/resource needs a `uri`".into())
                 })?;
-                self.owner_of(&uri).await?
+                self.owner_of(&uri, caps).await?
             }
             other => {
                 return Err(ContentError::InvalidParams(format!(

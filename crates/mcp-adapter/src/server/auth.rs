@@ -96,6 +96,12 @@ pub struct InboundToken {
     /// Tool-name patterns the token may call and find (`*` anywhere); `None`: all.
     #[serde(default)]
     pub allowed_tools: Option<Vec<String>>,
+    /// Upstream servers (name patterns, `*` anywhere) whose passed-through resources and
+    /// prompts the token may list, read, subscribe to and complete. When absent: every
+    /// server's for a token without `allowed_tools`, none for a token with it (a token
+    /// restricted to some tools reads no resource until this names the servers).
+    #[serde(default)]
+    pub allowed_servers: Option<Vec<String>>,
     /// The session mode for this token's requests; the server default when absent.
     #[serde(default)]
     pub mode: Option<Mode>,
@@ -111,6 +117,7 @@ impl InboundToken {
             name: name.into(),
             token: token.into(),
             allowed_tools: None,
+            allowed_servers: None,
             mode: None,
             tenant: None,
         }
@@ -120,6 +127,22 @@ impl InboundToken {
     pub fn with_allowed_tools(mut self, patterns: Vec<String>) -> Self {
         self.allowed_tools = Some(patterns);
         self
+    }
+
+    /// Restricts the token's resources and prompts to these servers' (name patterns).
+    pub fn with_allowed_servers(mut self, patterns: Vec<String>) -> Self {
+        self.allowed_servers = Some(patterns);
+        self
+    }
+
+    /// The servers whose resources and prompts the token reaches (see
+    /// [`InboundToken::allowed_servers`]); `None`: all.
+    pub fn content_servers(&self) -> Option<Vec<String>> {
+        match (&self.allowed_servers, &self.allowed_tools) {
+            (Some(s), _) => Some(s.clone()),
+            (None, Some(_)) => Some(Vec::new()),
+            (None, None) => None,
+        }
     }
 
     /// Sets the token's mode.
@@ -135,6 +158,7 @@ impl std::fmt::Debug for InboundToken {
             .field("name", &self.name)
             .field("token", &"<redacted>")
             .field("allowed_tools", &self.allowed_tools)
+            .field("allowed_servers", &self.allowed_servers)
             .field("mode", &self.mode)
             .field("tenant", &self.tenant)
             .finish()
@@ -169,10 +193,13 @@ impl Tokens {
             .tokens
             .iter()
             .map(|t| {
-                let caps = match &t.allowed_tools {
+                let mut caps = match &t.allowed_tools {
                     Some(p) => Capabilities::all().with_allowed_tools(p.clone()),
                     None => Capabilities::all(),
                 };
+                if let Some(servers) = t.content_servers() {
+                    caps = caps.with_allowed_servers(servers);
+                }
                 (
                     t.token.as_bytes().to_vec(),
                     Principal {

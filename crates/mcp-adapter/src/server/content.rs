@@ -10,7 +10,7 @@
 //! `InputRequiredResult` rounds), and its cancellation token fires when the client cancels.
 
 use async_trait::async_trait;
-use quiver_contract::CallContext;
+use quiver_contract::{CallContext, Capabilities};
 use serde_json::{Map, Value};
 use tokio::sync::broadcast;
 
@@ -89,18 +89,24 @@ pub trait ContentSource: Send + Sync {
     /// What it offers (asked once per session, at `initialize`).
     fn offer(&self) -> ContentOffer;
 
-    /// Every resource (wire `Resource` objects), at most 10,000.
-    async fn list_resources(&self) -> Result<Vec<Value>, ContentError>;
+    /// Every resource (wire `Resource` objects) of the servers `caps` allows
+    /// ([`Capabilities::allows_server`]), at most 10,000 a server.
+    async fn list_resources(&self, caps: &Capabilities) -> Result<Vec<Value>, ContentError>;
 
-    /// Every resource template (wire `ResourceTemplate` objects), at most 10,000.
-    async fn list_resource_templates(&self) -> Result<Vec<Value>, ContentError>;
+    /// Every resource template (wire `ResourceTemplate` objects) of the servers `caps`
+    /// allows, at most 10,000 a server.
+    async fn list_resource_templates(
+        &self,
+        caps: &Capabilities,
+    ) -> Result<Vec<Value>, ContentError>;
 
     /// Reads one resource: a wire `ReadResourceResult`. `ctx` is the request's (see the
-    /// module docs).
+    /// module docs); a resource of a server its capabilities do not allow is not found.
     async fn read_resource(&self, uri: &str, ctx: &CallContext) -> Result<Value, ContentError>;
 
-    /// Starts updates for `uri` (called once per URI per session; a source counts them).
-    async fn subscribe(&self, uri: &str) -> Result<(), ContentError>;
+    /// Starts updates for `uri` (called once per URI per session; a source counts them); a
+    /// resource of a server `caps` does not allow is not found.
+    async fn subscribe(&self, uri: &str, caps: &Capabilities) -> Result<(), ContentError>;
 
     /// Ends one session's interest in `uri`.
     async fn unsubscribe(&self, uri: &str) -> Result<(), ContentError>;
@@ -116,11 +122,12 @@ pub trait ContentSource: Send + Sync {
         broadcast::channel(1).1
     }
 
-    /// Every prompt (wire `Prompt` objects, names as the client must send them back).
-    async fn list_prompts(&self) -> Result<Vec<Value>, ContentError>;
+    /// Every prompt (wire `Prompt` objects, names as the client must send them back) of the
+    /// servers `caps` allows.
+    async fn list_prompts(&self, caps: &Capabilities) -> Result<Vec<Value>, ContentError>;
 
     /// Renders one prompt: a wire `GetPromptResult`. `ctx` is the request's (see the
-    /// module docs).
+    /// module docs); a prompt of a server its capabilities do not allow is not found.
     async fn get_prompt(
         &self,
         name: &str,
@@ -128,6 +135,7 @@ pub trait ContentSource: Send + Sync {
         ctx: &CallContext,
     ) -> Result<Value, ContentError>;
 
-    /// Answers a `completion/complete` request (wire params in, wire `CompleteResult` out).
-    async fn complete(&self, request: Value) -> Result<Value, ContentError>;
+    /// Answers a `completion/complete` request (wire params in, wire `CompleteResult` out)
+    /// for a prompt or resource of a server `caps` allows.
+    async fn complete(&self, request: Value, caps: &Capabilities) -> Result<Value, ContentError>;
 }

@@ -1006,7 +1006,7 @@ impl ServerHandler for Handler {
                 uris: Vec::new(),
             });
             for uri in &uris {
-                match s.subscribe(uri).await {
+                match s.subscribe(uri, &scope.capabilities).await {
                     Ok(()) => guard.uris.push(uri.clone()),
                     Err(e) => {
                         tracing::info!(uri = %uri, error = %e, "listen: the upstream refused a resource subscription");
@@ -1079,11 +1079,12 @@ impl ServerHandler for Handler {
     async fn list_resources(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         let source = self.source(|o| o.resources, "resources")?;
+        let scope = self.scope(&context.meta, &context.extensions)?;
         let all = source
-            .list_resources()
+            .list_resources(&scope.capabilities)
             .await
             .map_err(|e| content_error(e, Some(None)))?;
         paged("resources", all, request)
@@ -1092,11 +1093,12 @@ impl ServerHandler for Handler {
     async fn list_resource_templates(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
         let source = self.source(|o| o.resources, "resources")?;
+        let scope = self.scope(&context.meta, &context.extensions)?;
         let all = source
-            .list_resource_templates()
+            .list_resource_templates(&scope.capabilities)
             .await
             .map_err(|e| content_error(e, Some(None)))?;
         paged("resourceTemplates", all, request)
@@ -1127,11 +1129,12 @@ impl ServerHandler for Handler {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let source = self.source(|o| o.subscribe, "resource subscriptions")?;
+        let scope = self.scope(&context.meta, &context.extensions)?;
         if lock(&self.conn.subscriptions).contains(&request.uri) {
             return Ok(());
         }
         source
-            .subscribe(&request.uri)
+            .subscribe(&request.uri, &scope.capabilities)
             .await
             .map_err(|e| content_error(e, Some(Some(&request.uri))))?;
         let fresh = lock(&self.conn.subscriptions).insert(request.uri.clone());
@@ -1161,11 +1164,12 @@ impl ServerHandler for Handler {
     async fn list_prompts(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
         let source = self.source(|o| o.prompts, "prompts")?;
+        let scope = self.scope(&context.meta, &context.extensions)?;
         let all = source
-            .list_prompts()
+            .list_prompts(&scope.capabilities)
             .await
             .map_err(|e| content_error(e, None))?;
         paged("prompts", all, request)
@@ -1193,16 +1197,17 @@ impl ServerHandler for Handler {
     async fn complete(
         &self,
         request: CompleteRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, McpError> {
         let source = self.source(|o| o.completions, "completions")?;
+        let scope = self.scope(&context.meta, &context.extensions)?;
         let mut wire = serde_json::to_value(&request)
             .map_err(|e| McpError::invalid_params(format!("completion request: {e}"), None))?;
         if let Value::Object(m) = &mut wire {
             m.remove("_meta");
         }
         let wire = source
-            .complete(wire)
+            .complete(wire, &scope.capabilities)
             .await
             .map_err(|e| content_error(e, None))?;
         typed(wire, "completion/complete")

@@ -1172,9 +1172,12 @@ async fn a_slow_subscribe_holds_up_no_other_upstream() {
 
     let (marker, log) = scratch_files("sub");
     let (client, pending) = beside_a_slow_subscribe(&marker, &log).await;
-    within(Duration::from_secs(10), client.subscribe("raw://quick/doc"))
-        .await
-        .expect("subscribed beside the slow one");
+    within(
+        Duration::from_secs(10),
+        client.subscribe("raw://quick/doc", &quiver_contract::Capabilities::all()),
+    )
+    .await
+    .expect("subscribed beside the slow one");
     within(
         Duration::from_secs(10),
         client.unsubscribe("raw://quick/doc"),
@@ -1222,14 +1225,21 @@ async fn beside_a_slow_subscribe(
     quick.resources = true;
     let (_catalog, client) = start(&[slow, quick], fast_options());
     ready(&client).await;
-    let listed = within(Duration::from_secs(30), client.list_resources())
-        .await
-        .unwrap();
+    let listed = within(
+        Duration::from_secs(30),
+        client.list_resources(&quiver_contract::Capabilities::all()),
+    )
+    .await
+    .unwrap();
     assert_eq!(listed.len(), 2, "{listed:?}");
     let client = std::sync::Arc::new(client);
     let pending = tokio::spawn({
         let client = client.clone();
-        async move { client.subscribe("raw://slow/doc").await }
+        async move {
+            client
+                .subscribe("raw://slow/doc", &quiver_contract::Capabilities::all())
+                .await
+        }
     });
     wait_for(
         "the slow upstream got the subscribe",
@@ -1250,9 +1260,12 @@ async fn unreadable_resources_cost_only_themselves() {
     server.resources = true;
     let (catalog, client) = start(&[server], fast_options());
     ready(&client).await;
-    let listed = within(Duration::from_secs(30), client.list_resources())
-        .await
-        .unwrap();
+    let listed = within(
+        Duration::from_secs(30),
+        client.list_resources(&quiver_contract::Capabilities::all()),
+    )
+    .await
+    .unwrap();
     let uris: Vec<&str> = listed.iter().filter_map(|r| r["uri"].as_str()).collect();
     assert_eq!(uris, ["raw://odd/doc"], "{listed:?}");
     let env = call(&catalog, "list_mcp_resources", json!({})).await;
@@ -1286,10 +1299,17 @@ async fn a_request_given_up_at_the_timeout_is_cancelled_upstream() {
     slow.call_timeout = Some(Duration::from_millis(500));
     let (_catalog, client) = start(&[slow], fast_options());
     ready(&client).await;
-    within(Duration::from_secs(30), client.list_resources())
-        .await
-        .unwrap();
-    let out = within(Duration::from_secs(10), client.subscribe("raw://slow/doc")).await;
+    within(
+        Duration::from_secs(30),
+        client.list_resources(&quiver_contract::Capabilities::all()),
+    )
+    .await
+    .unwrap();
+    let out = within(
+        Duration::from_secs(10),
+        client.subscribe("raw://slow/doc", &quiver_contract::Capabilities::all()),
+    )
+    .await;
     assert!(
         matches!(&out, Err(ContentError::Unavailable(m)) if m.contains("did not answer")),
         "{out:?}"
@@ -1324,9 +1344,12 @@ async fn a_reconnected_server_resubscribes_beside_a_slow_one() {
 
     let (marker, log) = scratch_files("resub");
     let (client, pending) = beside_a_slow_subscribe(&marker, &log).await;
-    within(Duration::from_secs(10), client.subscribe("raw://quick/doc"))
-        .await
-        .expect("subscribed");
+    within(
+        Duration::from_secs(10),
+        client.subscribe("raw://quick/doc", &quiver_contract::Capabilities::all()),
+    )
+    .await
+    .expect("subscribed");
     let subscribes = || {
         std::fs::read_to_string(&log)
             .unwrap_or_default()

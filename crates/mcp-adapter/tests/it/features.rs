@@ -463,9 +463,12 @@ async fn passthrough_follows_the_resources_and_prompts_switches() {
     let offer = client.offer();
     assert!(offer.resources && offer.subscribe && offer.prompts && offer.completions);
 
-    let resources = within(Duration::from_secs(30), client.list_resources())
-        .await
-        .unwrap();
+    let resources = within(
+        Duration::from_secs(30),
+        client.list_resources(&quiver_contract::Capabilities::all()),
+    )
+    .await
+    .unwrap();
     let uris: Vec<&str> = resources.iter().filter_map(|r| r["uri"].as_str()).collect();
     let unique: std::collections::BTreeSet<&str> = uris.iter().copied().collect();
     assert!(!uris.is_empty(), "{resources:?}");
@@ -482,9 +485,12 @@ async fn passthrough_follows_the_resources_and_prompts_switches() {
     .unwrap();
     assert_eq!(read["contents"][0]["uri"], uris[0], "{read}");
 
-    let prompts = within(Duration::from_secs(30), client.list_prompts())
-        .await
-        .unwrap();
+    let prompts = within(
+        Duration::from_secs(30),
+        client.list_prompts(&quiver_contract::Capabilities::all()),
+    )
+    .await
+    .unwrap();
     let names: Vec<&str> = prompts.iter().filter_map(|p| p["name"].as_str()).collect();
     assert!(
         names.contains(&"simple-prompt"),
@@ -546,9 +552,12 @@ async fn a_long_resource_list_starves_no_other_server() {
     opts.list_cap = 2;
     let (_catalog, client) = start(&[docs, fx], opts);
     ready(&client).await;
-    let resources = within(Duration::from_secs(30), client.list_resources())
-        .await
-        .unwrap();
+    let resources = within(
+        Duration::from_secs(30),
+        client.list_resources(&quiver_contract::Capabilities::all()),
+    )
+    .await
+    .unwrap();
     let uris: Vec<&str> = resources.iter().filter_map(|r| r["uri"].as_str()).collect();
     let (of_docs, of_fx): (Vec<&str>, Vec<&str>) =
         uris.iter().partition(|u| u.starts_with("demo://"));

@@ -782,6 +782,18 @@ async fn command(
             // `--mcp-config` files): one that names none gives that token nothing.
             let servers: Vec<String> = statuses.iter().map(|s| s.name.clone()).collect();
             for t in &config.auth.tokens {
+                // The resource meta-tools allowed, but no server to read: they find nothing.
+                let meta = t.allowed_tools.iter().flatten().any(|p| {
+                    quiver_mcp_adapter::RESOURCE_TOOLS
+                        .iter()
+                        .any(|m| quiver_contract::pattern_matches(p, m))
+                });
+                if meta && t.content_servers().is_some_and(|s| s.is_empty()) {
+                    println!(
+                        "auth.tokens[{}]: [note] allowed_tools lets it call the resource meta-tools, but without allowed_servers it reaches no server's resources; name the servers in allowed_servers",
+                        t.name
+                    );
+                }
                 for name in t.allowed_servers.iter().flatten() {
                     if servers
                         .iter()

@@ -159,18 +159,34 @@ pub struct OpenReport {
     pub crash_check: CrashCheck,
 }
 
+/// How a connection is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// The writer: may create the file; WAL, `synchronous = NORMAL`.
+    Write,
+    /// A reader of a store this process writes: read-write at the file level (so the last
+    /// connection to close checkpoints the WAL, as SQLite does) but `query_only`.
+    Read,
+    /// A reader of a store opened read-only: the file is opened read-only, so nothing can
+    /// change it, not even the checkpoint SQLite runs when the last connection of a WAL
+    /// database closes (a `query_only` read-write connection still checkpoints a WAL a
+    /// crash left). SQLite may still create the `-wal` and `-shm` side files to read it.
+    ReadOnly,
+}
+
 /// Opens one connection and sets it up: busy timeout, WAL, `synchronous = NORMAL`.
 pub(crate) fn connect(
     path: &Path,
     location: &str,
     busy_timeout: Duration,
-    read_only: bool,
+    access: Access,
 ) -> Result<Connection, StoreError> {
+    let read_only = access != Access::Write;
     let mut flags = OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
-    flags |= if read_only {
-        OpenFlags::SQLITE_OPEN_READ_WRITE
-    } else {
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
+    flags |= match access {
+        Access::ReadOnly => OpenFlags::SQLITE_OPEN_READ_ONLY,
+        Access::Read => OpenFlags::SQLITE_OPEN_READ_WRITE,
+        Access::Write => OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
     };
     let conn = Connection::open_with_flags(path, flags).at(location)?;
     conn.busy_timeout(busy_timeout).at(location)?;

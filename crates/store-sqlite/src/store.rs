@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::{
     convert::{self, DEF_COLUMNS, JOB_COLUMNS, LOG_COLUMNS, micros, time},
     error::ResultExt,
-    schema::{self, OpenReport},
+    schema::{self, Access, OpenReport},
     writer::{self, Msg, Stats},
 };
 
@@ -118,6 +118,8 @@ struct Readers {
     /// `None`: a read-only store whose file does not exist yet, read as an empty store
     /// (each connection an in-memory database with the schema, nothing on disk).
     path: Option<PathBuf>,
+    /// How each reader connection opens the file.
+    access: Access,
     location: String,
     busy_timeout: Duration,
     keep: usize,
@@ -133,7 +135,9 @@ impl Readers {
         let conn = match conn {
             Some(c) => c,
             None => match &self.path {
-                Some(path) => schema::connect(path, &self.location, self.busy_timeout, true)?,
+                Some(path) => {
+                    schema::connect(path, &self.location, self.busy_timeout, self.access)?
+                }
                 None => schema::empty(&self.location)?,
             },
         };
@@ -222,7 +226,7 @@ fn open_for_reading(path: &Path) -> Result<(rusqlite::Connection, String, u32), 
             cause: "no such database".into(),
         });
     }
-    let conn = schema::connect(path, &location, Duration::from_secs(5), true)?;
+    let conn = schema::connect(path, &location, Duration::from_secs(5), Access::ReadOnly)?;
     let found: u32 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .at(&location)?;
@@ -254,7 +258,7 @@ fn open_writer(
     let mut pause = Duration::from_millis(5);
     loop {
         let attempt = (|| {
-            let mut conn = schema::connect(path, location, busy_timeout, false)?;
+            let mut conn = schema::connect(path, location, busy_timeout, Access::Write)?;
             let (mut holders, alone) = schema::Holders::join(path, location)?;
             let report = schema::prepare(&mut conn, location, &holders, alone)?;
             holders.share(location);
@@ -299,6 +303,7 @@ impl SqliteStore {
                 tx,
                 readers: Arc::new(Readers {
                     path,
+                    access: Access::ReadOnly,
                     location: location.clone(),
                     busy_timeout: opts.busy_timeout,
                     keep: opts.readers.max(1),
@@ -367,6 +372,7 @@ impl SqliteStore {
                 tx,
                 readers: Arc::new(Readers {
                     path: Some(path),
+                    access: Access::Read,
                     location: location.clone(),
                     busy_timeout: opts.busy_timeout,
                     keep: opts.readers,
@@ -912,7 +918,13 @@ pub(crate) fn recent_calls_sql(filter: &CallFilter, output: &str) -> String {
 #[async_trait]
 impl CallLog for SqliteStore {
     async fn recent_calls(&self, filter: CallFilter) -> Result<Vec<LoggedCall>, StoreError> {
-        self.read(move |c, loc| recent_calls_in(c, loc, &filter, schema::SCHEMA_VERSION))
+        // A read-only store is not migrated: its rows are of the version it was found at.
+        let version = if self.inner.read_only {
+            self.inner.report.found_version
+        } else {
+            schema::SCHEMA_VERSION
+        };
+        self.read(move |c, loc| recent_calls_in(c, loc, &filter, version))
             .await
     }
 

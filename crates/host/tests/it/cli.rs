@@ -449,7 +449,7 @@ fn check_names_allow_and_deny_entries_the_server_does_not_list() {
     std::fs::write(
         dir.join("quiver.toml"),
         format!(
-            "[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{server:?}]\nallow_tools = [\"mcp__one__t\"]\ndeny_tools = [\"tt\"]\n\n[[auth.tokens]]\nname = \"ci\"\ntoken = \"ci-secret-1\"\nallowed_servers = [\"onee\", \"o*\", \"z*\"]\n"
+            "[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{server:?}]\nallow_tools = [\"mcp__one__t\"]\ndeny_tools = [\"tt\"]\n\n[[auth.tokens]]\nname = \"ci\"\ntoken = \"ci-secret-1\"\nallowed_servers = [\"onee\", \"o*\", \"z*\"]\n\n[[auth.tokens]]\nname = \"docs\"\ntoken = \"docs-secret-1\"\nallowed_tools = [\"*_mcp_resource*\"]\n"
         ),
     )
     .unwrap();
@@ -475,6 +475,11 @@ fn check_names_allow_and_deny_entries_the_server_does_not_list() {
         "{text}"
     );
     assert!(!text.contains("`o*`"), "{text}");
+    assert!(
+        text.contains("auth.tokens[docs]: [note] allowed_tools lets it call the resource meta-tools, but without allowed_servers it reaches no server's resources"),
+        "{text}"
+    );
+    assert!(!text.contains("auth.tokens[ci]: [note]"), "{text}");
     assert!(text.contains("3 unmatched name(s)"), "{text}");
 }
 

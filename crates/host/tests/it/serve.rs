@@ -747,7 +747,26 @@ allowed_tools = ["tool_search", "list_mcp_resources"]
     );
     assert!(greet.contains("Ada"), "{greet}");
 
+    // A resource only `fy` lists (its `grow_content` adds `fixture://later`).
+    let grown = ask(
+        &all,
+        "tools/call",
+        r#"{"name":"mcp__fy__grow_content","arguments":{}}"#,
+    );
+    assert!(!grown.contains("isError\":true"), "{grown}");
+    let listed = ask(&all, "resources/list", "{}");
+    assert!(listed.contains("fixture://later"), "{listed}");
+
     let fx = session("fx-secret-1");
+    // Not sent to `fx`, the one server this token may read: answered as unknown.
+    let later = ask(&fx, "resources/read", r#"{"uri":"fixture://later"}"#);
+    assert!(
+        later.contains("no upstream MCP server lists the resource fixture://later")
+            && !later.contains("added later"),
+        "{later}"
+    );
+    let sub = ask(&fx, "resources/subscribe", r#"{"uri":"fixture://later"}"#);
+    assert!(sub.contains("\"error\""), "{sub}");
     let prompts = ask(&fx, "prompts/list", "{}");
     assert!(
         prompts.contains("mcp__fx__greet") && !prompts.contains("mcp__fy__"),

@@ -280,7 +280,7 @@ impl Lane {
     /// Sends one message that awaits no answer (a response, an error, a notification),
     /// giving up after [`SEND_TIMEOUT`]; whether the server accepted it.
     ///
-    /// A message whose connection failed under it is posted once more, on a new connection:
+    /// A message whose connection failed under it is posted once more:
     /// such a message (a cancellation, an answer) is harmless to receive twice, and losing a
     /// cancellation leaves the upstream running a call nobody waits for.
     async fn send(&self, session: Option<&str>, message: &Value) -> bool {

@@ -48,8 +48,9 @@ pub(crate) struct State {
     cut: Mutex<Vec<String>>,
     /// Server -> its URI templates.
     templates: Mutex<BTreeMap<String, Vec<String>>>,
-    /// Bare prompt name -> its server.
-    bare_prompts: Mutex<HashMap<String, String>>,
+    /// Bare prompt name -> the servers that list it, in server order: the first one a
+    /// caller may reach serves it to that caller.
+    bare_prompts: Mutex<HashMap<String, Vec<String>>>,
     /// URI -> its subscription. The map's lock is held only to find or drop an entry; each
     /// entry's own lock orders the upstream requests for that URI, so one slow upstream holds
     /// up no other URI.
@@ -434,7 +435,11 @@ impl McpClient {
         if let Some(up) = find(&servers) {
             return Ok(up);
         }
-        if let [only] = servers.as_slice() {
+        // The only resource server of all, not the only one this caller may read: a URI
+        // another server lists is not sent to the one a restricted caller has left.
+        if let [only] = servers.as_slice()
+            && self.resource_servers(&Capabilities::all()).len() == 1
+        {
             return Ok(only.clone());
         }
         let _ = self.all_resources(caps).await;
@@ -608,6 +613,7 @@ impl McpClient {
         let listed: std::collections::HashSet<String> =
             lists.iter().map(|(up, _)| up.name().to_owned()).collect();
         let mut bare = HashMap::new();
+        let mut all_bare: Vec<(String, String)> = Vec::new();
         let mut out = Vec::new();
         for (up, items) in lists {
             for mut item in items {
@@ -615,6 +621,7 @@ impl McpClient {
                     continue;
                 };
                 let exposed = if up.cfg.bare_prompts {
+                    all_bare.push((name.clone(), up.name().to_owned()));
                     if bare.contains_key(&name) {
                         tracing::warn!(server = %up.name(), prompt = %name, "a bare prompt of that name is already served; skipped");
                         continue;
@@ -630,11 +637,27 @@ impl McpClient {
         }
         // The bare names of the servers listed now are replaced; those of servers this
         // caller may not list (or that did not answer) are kept for the callers that may.
+        // Every server listing a name is kept, in server order, so a caller that may reach
+        // only a later one is still served by it.
+        let order: Vec<String> = self
+            .shared
+            .servers()
+            .iter()
+            .map(|u| u.name().to_owned())
+            .collect();
+        let rank = |server: &str| order.iter().position(|o| o == server).unwrap_or(usize::MAX);
         let mut known = lock(&self.shared.passthrough.bare_prompts);
-        known.retain(|_, server| !listed.contains(server.as_str()));
-        for (name, server) in bare {
-            known.entry(name).or_insert(server);
+        for owners in known.values_mut() {
+            owners.retain(|server| !listed.contains(server.as_str()));
         }
+        for (name, server) in all_bare {
+            let owners = known.entry(name).or_default();
+            if !owners.contains(&server) {
+                owners.push(server);
+                owners.sort_by_key(|s| rank(s));
+            }
+        }
+        known.retain(|_, owners| !owners.is_empty());
         drop(known);
         Ok(out)
     }
@@ -655,10 +678,13 @@ impl McpClient {
             return Ok((up.clone(), prompt.to_owned()));
         }
         let bare = |servers: &[Arc<Upstream>]| {
-            let owner = lock(&self.shared.passthrough.bare_prompts)
+            let owners = lock(&self.shared.passthrough.bare_prompts)
                 .get(name)
                 .cloned()?;
-            servers.iter().find(|u| u.name() == owner).cloned()
+            owners
+                .iter()
+                .find_map(|o| servers.iter().find(|u| u.name() == o && u.cfg.bare_prompts))
+                .cloned()
         };
         if let Some(up) = bare(&servers) {
             return Ok((up, name.to_owned()));
@@ -757,6 +783,14 @@ impl ContentSource for McpClient {
         let slot = self.shared.passthrough.watch(uri);
         let mut sessions = slot.cell.sessions.lock().await;
         if *sessions > 0 {
+            // Watched through another server (two servers claim the URI, one by a
+            // template): this caller's server would not send these updates. Answered as an
+            // unknown URI, naming no server.
+            if *lock(&slot.cell.server) != up.name() {
+                return Err(ContentError::NotFound(format!(
+                    "no upstream MCP server lists the resource {uri}; call resources/list or resources/templates/list for the URIs that can be read"
+                )));
+            }
             *sessions += 1;
             return Ok(());
         }

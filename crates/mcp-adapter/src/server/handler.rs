@@ -1014,6 +1014,12 @@ impl ServerHandler for Handler {
                 }
             }
         }
+        // Updates go out only for the URIs subscribed: a refused one (another token's
+        // server's, or one no server lists) gets none.
+        let uris: std::collections::BTreeSet<String> = _unsubscribe
+            .as_ref()
+            .map(|g| g.uris.iter().cloned().collect())
+            .unwrap_or_default();
         let mut changes = Changes::subscribe(&self.shared);
         let key = scope.key.clone();
         loop {

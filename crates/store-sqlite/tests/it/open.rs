@@ -47,6 +47,16 @@ async fn a_version_one_store_gains_the_principal_column() {
     old.execute_batch("ALTER TABLE execution_log DROP COLUMN principal; PRAGMA user_version = 1;")
         .expect("as version 1");
     drop(old);
+    // Read-only, it is read as version 1 (not migrated): no principal column is asked for.
+    let ro = SqliteStore::open_read_only(&path, StoreOptions::default()).expect("read-only");
+    assert_eq!(ro.open_report().found_version, 1);
+    let rows = ro
+        .recent_calls(CallFilter::recent(10))
+        .await
+        .expect("a version 1 store read-only");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].principal, None);
+    drop(ro);
     let store = SqliteStore::open(&path).expect("migrated");
     assert_eq!(store.open_report().found_version, 1);
     store
@@ -364,6 +374,44 @@ async fn a_read_only_store_reads_and_changes_nothing() {
         (std::fs::read(&path).expect("bytes"), marker(&path)),
         before,
         "the file changed"
+    );
+
+    // A WAL a crash left (its frames not yet in the main file): reading it read-only does
+    // not move them into the file, whoever closes last.
+    let crashed = dir.path().join("crashed.db");
+    drop(SqliteStore::open(&crashed).expect("open"));
+    // Another process writes a row and dies without closing (Python's sqlite3: the WAL
+    // format is SQLite's own).
+    let died = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import os, sqlite3, sys\n\
+             c = sqlite3.connect(sys.argv[1])\n\
+             c.execute('PRAGMA wal_autocheckpoint = 0')\n\
+             c.execute(\"INSERT INTO surface_state (key, value, written_at) VALUES ('k', '1', 0)\")\n\
+             c.commit()\n\
+             os._exit(0)\n",
+        )
+        .arg(&crashed)
+        .status()
+        .expect("python3 runs");
+    assert!(died.success());
+    assert!(
+        dir.path().join("crashed.db-wal").exists(),
+        "the dead writer left its WAL"
+    );
+    let main_file = std::fs::read(&crashed).expect("bytes");
+    let store = SqliteStore::open_read_only(&crashed, StoreOptions::default()).expect("open");
+    assert!(
+        store.state("k").await.expect("state").is_some(),
+        "the WAL's row is read"
+    );
+    store.close().await.expect("close");
+    drop(store);
+    assert_eq!(
+        std::fs::read(&crashed).expect("bytes"),
+        main_file,
+        "the main file changed"
     );
 
     let foreign = dir.path().join("other.db");

@@ -606,6 +606,10 @@ fn implied_needs_are_recognised_by_what_a_request_mentions() {
             &[],
         ),
         ("Save the chart in /root/figs/sales.png", &[]),
+        // The verb must be the request's, before the path, in the same sentence.
+        ("What is line 3 in /root/output/result.txt", &[]),
+        ("Count the rows in /root/csv/make_list.csv", &[]),
+        ("Write nothing. Show line 3 in /root/notes.md", &[]),
     ] {
         assert_eq!(kinds(query), expect, "{query}");
     }

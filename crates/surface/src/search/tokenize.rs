@@ -450,30 +450,50 @@ pub(crate) fn implied_needs(query: &str) -> Vec<&'static Need> {
     if any_of(BUYING) {
         out.push(&SHOPPING);
     }
-    if any_of(PRODUCING) && writes_a_text_file(query) {
+    if writes_a_text_file(query) {
         out.push(&TEXT_FILE);
     }
     out
 }
 
-/// Whether `query` sends a result to a text file: a file path with a text extension
-/// ([`TEXT_FORMATS`]) right after a preposition of place ("save it to /root/notes.md", "a
-/// report in ./out/report.md"), not a file it reads ("line 10 of /root/log.txt", "the data
-/// in /root/sales.xlsx").
+/// Whether `query` sends a result to a text file: a verb of producing ([`PRODUCING`]) and,
+/// after it in the same sentence, a file path with a text extension ([`TEXT_FORMATS`])
+/// right after a preposition of place ("save it to /root/notes.md", "write a report in
+/// ./out/report.md"); not a file it reads ("line 10 of /root/log.txt", "count the rows in
+/// /root/make_list.csv": the verb must be a word of the request, not of a path).
 fn writes_a_text_file(query: &str) -> bool {
     let words: Vec<&str> = query.split_whitespace().collect();
-    words.windows(2).any(|pair| {
-        let (before, path) = (pair[0], pair[1]);
-        if !TO_PLACE.contains(&before.to_lowercase().as_str()) || !looks_like_path(path) {
-            return false;
+    let mut producing = false;
+    for (i, word) in words.iter().enumerate() {
+        if looks_like_path(word) {
+            let to_place = i > 0 && TO_PLACE.contains(&words[i - 1].to_lowercase().as_str());
+            let path = word.trim_end_matches(|c: char| !c.is_alphanumeric());
+            let text = path.rsplit_once('.').is_some_and(|(stem, ext)| {
+                !stem.is_empty()
+                    && !ext.contains('/')
+                    && TEXT_FORMATS.contains(&ext.to_lowercase().as_str())
+            });
+            if producing && to_place && text {
+                return true;
+            }
+        } else {
+            let bare: String = word
+                .chars()
+                .filter(|c| c.is_alphanumeric())
+                .collect::<String>()
+                .to_lowercase();
+            if PRODUCING.contains(&bare.as_str()) {
+                producing = true;
+            }
         }
-        let path = path.trim_end_matches(|c: char| !c.is_alphanumeric());
-        path.rsplit_once('.').is_some_and(|(stem, ext)| {
-            !stem.is_empty()
-                && !ext.contains('/')
-                && TEXT_FORMATS.contains(&ext.to_lowercase().as_str())
-        })
-    })
+        // A sentence ends at its full stop (not a path's dot, handled above).
+        if !looks_like_path(word)
+            && (word.ends_with('.') || word.ends_with('?') || word.ends_with('!'))
+        {
+            producing = false;
+        }
+    }
+    false
 }
 
 /// Prepositions of place.

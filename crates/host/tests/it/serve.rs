@@ -719,6 +719,8 @@ allowed_tools = ["tool_search", "list_mcp_resources"]
     );
     std::fs::write(dir.join("quiver.toml"), toml).unwrap();
     let (child, addr) = start(&dir, &[], &[]);
+    // A failing assertion must not leave the server (and its two upstreams) running.
+    let mut child = KillOnDrop(Some(child));
     let session = |token: &str| {
         let auth = format!("Bearer {token}");
         let sid = open_with(&addr, &[("Authorization", auth.as_str())]);
@@ -830,5 +832,17 @@ allowed_tools = ["tool_search", "list_mcp_resources"]
         !meta.contains("fixture://hello") && meta.contains(r#"[]"#),
         "{meta}"
     );
-    stop(child);
+    stop(child.0.take().expect("running"));
+}
+
+/// Kills the child when dropped still holding it (a test that panics before `stop`).
+struct KillOnDrop(Option<std::process::Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }

@@ -846,3 +846,83 @@ impl Drop for KillOnDrop {
         }
     }
 }
+
+/// A request refused for its token leaves its keep-alive connection usable, also when its
+/// body arrives after its head (hyper closed the connection under the client then, with no
+/// `Connection: close`, and the client's next request on it failed to read an answer).
+#[test]
+fn a_refused_request_leaves_its_connection_usable() {
+    let dir = fresh_dir("refused-keepalive");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[[auth.tokens]]\nname = \"ci\"\ntoken = \"ci-secret-1\"\n",
+    )
+    .unwrap();
+    let (child, addr) = start(&dir, &[], &[]);
+    let mut child = KillOnDrop(Some(child));
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let head = |auth: &str| {
+        format!(
+            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\n\r\n",
+            body.len()
+        )
+    };
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    // The head, then the body a moment later: the 401 is decided on the head alone.
+    s.write_all(head("Authorization: Bearer wrong\r\n").as_bytes())
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    s.write_all(body.as_bytes()).unwrap();
+    let first = read_response(&mut s);
+    assert!(first.starts_with("HTTP/1.1 401"), "{first}");
+    // The same connection, now with the token.
+    s.write_all(head("Authorization: Bearer ci-secret-1\r\n").as_bytes())
+        .unwrap();
+    s.write_all(body.as_bytes()).unwrap();
+    let second = read_response(&mut s);
+    assert!(second.starts_with("HTTP/1.1 200"), "{second}");
+    stop(child.0.take().expect("running"));
+}
+
+/// One HTTP/1.1 response from `s` (its head and a body of `Content-Length`, or of one SSE
+/// event), leaving the connection open.
+fn read_response(s: &mut TcpStream) -> String {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(1) => buf.push(byte[0]),
+            _ => {
+                return format!(
+                    "<connection ended after {:?}>",
+                    String::from_utf8_lossy(&buf)
+                );
+            }
+        }
+    }
+    let head = String::from_utf8_lossy(&buf).into_owned();
+    let length = head.lines().find_map(|l| {
+        l.split_once(':')
+            .filter(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+            .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+    });
+    match length {
+        Some(n) => {
+            let mut body = vec![0u8; n];
+            s.read_exact(&mut body).unwrap();
+            head + &String::from_utf8_lossy(&body)
+        }
+        // A streamed answer: its first event is enough.
+        None => {
+            let mut rest = Vec::new();
+            while !String::from_utf8_lossy(&rest).contains("\"result\"") {
+                match s.read(&mut byte) {
+                    Ok(1) => rest.push(byte[0]),
+                    _ => break,
+                }
+            }
+            head + &String::from_utf8_lossy(&rest)
+        }
+    }
+}

@@ -343,6 +343,27 @@ fn unauthorized(presented: bool) -> Response {
         .into_response()
 }
 
+/// Answers a request with `response` without running it. Its body is read first (up to
+/// [`DRAIN_LIMIT`]): answered before a body that arrived after the head, hyper closed the
+/// connection under a client that would send its next request on it, with no
+/// `Connection: close` to say so (a client retrying with a token then failed to read its
+/// answer). A body that cannot be read so is answered with `Connection: close`.
+async fn refuse(request: Request, mut response: Response) -> Response {
+    if axum::body::to_bytes(request.into_body(), DRAIN_LIMIT)
+        .await
+        .is_err()
+    {
+        response.headers_mut().insert(
+            header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    response
+}
+
+/// The most of a refused request's body that is read to keep its connection usable.
+const DRAIN_LIMIT: usize = 256 * 1024;
+
 /// The JSON-RPC error code of a 401 (JSON-RPC leaves -32000..-32099 to servers).
 const UNAUTHORIZED_CODE: i64 = -32001;
 
@@ -368,7 +389,8 @@ pub(crate) async fn require_token(
         .and_then(|p| gate.tokens.find(p.as_bytes()))
         .cloned()
     else {
-        return unauthorized(presented.is_some());
+        let presented = presented.is_some();
+        return refuse(request, unauthorized(presented)).await;
     };
     let sid = session_of(request.headers());
     if let Some(sid) = &sid
@@ -377,7 +399,8 @@ pub(crate) async fn require_token(
             .get(sid)
             .is_some_and(|owner| *owner != principal.name)
     {
-        return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+        let not_found = (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+        return refuse(request, not_found).await;
     }
     let deleting = request.method() == axum::http::Method::DELETE;
     let name = principal.name.clone();

@@ -171,8 +171,13 @@ struct Inner {
     location: String,
     report: OpenReport,
     writer: Writer,
+}
+
+impl Inner {
     /// Opened by [`SqliteStore::open_read_only`]: there is no writer.
-    read_only: bool,
+    fn read_only(&self) -> bool {
+        self.readers.access == Access::ReadOnly
+    }
 }
 
 /// The embedded store: one SQLite file in WAL mode, one writer thread fed by a bounded
@@ -317,14 +322,13 @@ impl SqliteStore {
                     crash_check: schema::CrashCheck::NotRun,
                 },
                 writer: Writer(Mutex::new(None)),
-                read_only: true,
             }),
         })
     }
 
     /// Whether this store was opened by [`SqliteStore::open_read_only`].
     pub fn is_read_only(&self) -> bool {
-        self.inner.read_only
+        self.inner.read_only()
     }
 
     /// Whether the store's file exists (a read-only store of a missing file reads as empty).
@@ -382,7 +386,6 @@ impl SqliteStore {
                 location,
                 report,
                 writer: Writer(Mutex::new(Some(handle))),
-                read_only: false,
             }),
         })
     }
@@ -491,7 +494,7 @@ impl SqliteStore {
     fn closed(&self) -> StoreError {
         StoreError::Unavailable {
             location: self.inner.location.clone(),
-            cause: if self.inner.read_only {
+            cause: if self.inner.read_only() {
                 "the store was opened read-only (this command changes nothing in it)".into()
             } else {
                 "the store is closed".into()
@@ -838,12 +841,9 @@ impl JobStore for SqliteStore {
 impl ToolCallRecorder for SqliteStore {
     async fn record(&self, record: CallRecord) {
         if self.inner.tx.send(Msg::Record(record)).await.is_err() {
-            if self.inner.read_only {
-                tracing::error!(location = %self.inner.location, "a call record arrived at a store opened read-only; it is lost");
-            } else {
-                tracing::error!(location = %self.inner.location, "a call record arrived after the store closed; it is lost");
-            }
-            self.inner.stats.failed(1, self.closed());
+            let why = self.closed();
+            tracing::error!(location = %self.inner.location, error = %why, "a call record could not be queued; it is lost");
+            self.inner.stats.failed(1, why);
         }
     }
 
@@ -919,7 +919,7 @@ pub(crate) fn recent_calls_sql(filter: &CallFilter, output: &str) -> String {
 impl CallLog for SqliteStore {
     async fn recent_calls(&self, filter: CallFilter) -> Result<Vec<LoggedCall>, StoreError> {
         // A read-only store is not migrated: its rows are of the version it was found at.
-        let version = if self.inner.read_only {
+        let version = if self.inner.read_only() {
             self.inner.report.found_version
         } else {
             schema::SCHEMA_VERSION

@@ -465,7 +465,8 @@ fn writes_a_text_file(query: &str) -> bool {
     let words: Vec<&str> = query.split_whitespace().collect();
     let mut producing = false;
     for (i, word) in words.iter().enumerate() {
-        if looks_like_path(word) {
+        let is_path = looks_like_path(word);
+        if is_path {
             let to_place = i > 0 && TO_PLACE.contains(&words[i - 1].to_lowercase().as_str());
             let path = word.trim_end_matches(|c: char| !c.is_alphanumeric());
             let text = path.rsplit_once('.').is_some_and(|(stem, ext)| {
@@ -487,9 +488,7 @@ fn writes_a_text_file(query: &str) -> bool {
             }
         }
         // A sentence ends at its full stop (not a path's dot, handled above).
-        if !looks_like_path(word)
-            && (word.ends_with('.') || word.ends_with('?') || word.ends_with('!'))
-        {
+        if !is_path && (word.ends_with('.') || word.ends_with('?') || word.ends_with('!')) {
             producing = false;
         }
     }

@@ -13,7 +13,7 @@ use std::{
 
 use async_trait::async_trait;
 use quiver_contract::{CallContext, Capabilities};
-use quiver_mcp_adapter::{ContentError, ContentOffer, ContentSource, ListChange};
+use quiver_mcp_adapter::{ContentError, ContentOffer, ContentSource, ListChange, ListChanged};
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
@@ -28,7 +28,7 @@ const UPDATE_EVERY: Duration = Duration::from_millis(200);
 pub(crate) struct FixtureContent {
     updates: broadcast::Sender<String>,
     subscribed: Arc<Mutex<HashMap<String, usize>>>,
-    lists: broadcast::Sender<ListChange>,
+    lists: broadcast::Sender<ListChanged>,
     /// Prompts added at run time (`add_prompt`).
     added: AtomicUsize,
     /// [`SLOW_PROMPT`] renderings started, and those cancelled by their client.
@@ -68,7 +68,9 @@ impl FixtureContent {
     /// Adds a prompt (`test_added_prompt_N`) and announces the changed prompt list.
     pub(crate) fn add_prompt(&self) -> usize {
         let n = self.added.fetch_add(1, Ordering::SeqCst) + 1;
-        let _ = self.lists.send(ListChange::Prompts);
+        let _ = self
+            .lists
+            .send(ListChanged::unattributed(ListChange::Prompts));
         n
     }
 }
@@ -237,7 +239,7 @@ impl ContentSource for FixtureContent {
         Ok(all)
     }
 
-    fn list_changes(&self) -> broadcast::Receiver<ListChange> {
+    fn list_changes(&self) -> broadcast::Receiver<ListChanged> {
         self.lists.subscribe()
     }
 

@@ -1160,6 +1160,43 @@ async fn list_changes_through_quiver(mode: &str) {
     passthrough_through(&config, "grow", mode).await;
 }
 
+/// A session hears of the list changes of the servers its token reaches, not of others':
+/// `quiver serve` with the fault fixture as "fx" and "fy", a token limited to fx
+/// (`allowed_servers`) and one without limits, whose client grows both servers' lists.
+#[tokio::test]
+async fn list_changes_reach_only_the_sessions_whose_token_reaches_the_server() {
+    scoped_list_changes("legacy").await;
+}
+
+/// The same through a `subscriptions/listen` stream (2026-07-28).
+#[tokio::test]
+async fn list_changes_reach_only_the_listen_streams_whose_token_reaches_the_server() {
+    scoped_list_changes("auto").await;
+}
+
+async fn scoped_list_changes(mode: &str) {
+    let fixture = repo_root().join("crates/mcp-adapter/tests/fixtures/fault_server.py");
+    let dir = fresh_dir();
+    let config = dir.join("quiver.toml");
+    let mut toml = format!(
+        "[store]\npath = {:?}\n\n",
+        dir.join("quiver.db").to_string_lossy()
+    );
+    for name in ["fx", "fy"] {
+        toml.push_str(&format!(
+            "[[mcp.servers]]\nname = \"{name}\"\ncommand = {python:?}\nargs = [{fixture:?}]\nrequired = true\n\n",
+            python = python().to_string_lossy(),
+            fixture = fixture.to_string_lossy(),
+        ));
+    }
+    toml.push_str(concat!(
+        "[[auth.tokens]]\nname = \"all\"\ntoken = \"all-secret-1\"\n\n",
+        "[[auth.tokens]]\nname = \"fx\"\ntoken = \"fx-secret-1\"\nallowed_servers = [\"fx\"]\n",
+    ));
+    std::fs::write(&config, toml).expect("the config is written");
+    passthrough_through(&config, "scoped", mode).await;
+}
+
 /// `GET path` on the server at `url` (its `/mcp` URL) with a raw HTTP/1.1 request: the status
 /// and the body.
 async fn probe(url: &str, path: &str) -> (u16, String) {

@@ -60,15 +60,8 @@ fn bench(c: &mut Criterion) {
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    let (direct_stdio, direct_http, catalog, client) = rt.block_on(async {
-        let mut child = tokio::process::Command::new("node")
-            .args([js.as_str(), "stdio"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
+    let (direct_stdio, direct_http, catalog, client, raw) = rt.block_on(async {
+        let mut child = stdio_everything(&js);
         let io = (child.stdout.take().unwrap(), child.stdin.take().unwrap());
         let direct_stdio = ().serve(io).await.unwrap();
         let transport = StreamableHttpClientTransport::with_client(
@@ -92,7 +85,8 @@ fn bench(c: &mut Criterion) {
             ClientOptions::default().with_liveness(Liveness::Off),
         );
         client.wait_ready(Duration::from_secs(60)).await.unwrap();
-        ((direct_stdio, child), direct_http, catalog, client)
+        let raw = RawStdio::start(&js).await;
+        ((direct_stdio, child), direct_http, catalog, client, raw)
     });
 
     let mut g = c.benchmark_group("echo");
@@ -101,6 +95,12 @@ fn bench(c: &mut Criterion) {
     g.bench_function("stdio/direct_rmcp", |b| {
         b.to_async(&rt)
             .iter(|| async { direct_stdio.0.call_tool(params()).await.unwrap() })
+    });
+    // The floor: one task writing the request line and reading the answer line itself.
+    let raw = tokio::sync::Mutex::new(raw);
+    g.bench_function("stdio/raw_lines", |b| {
+        b.to_async(&rt)
+            .iter(|| async { raw.lock().await.call().await })
     });
     let es = catalog.lookup("mcp__es__echo").unwrap();
     g.bench_function("stdio/adapter", |b| {
@@ -139,6 +139,83 @@ fn bench(c: &mut Criterion) {
     });
     let _ = http_server.kill();
     let _ = http_server.wait();
+}
+
+/// server-everything on stdio pipes, killed when dropped.
+fn stdio_everything(js: &str) -> tokio::process::Child {
+    tokio::process::Command::new("node")
+        .args([js, "stdio"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// A stdio client with no framework: the request is written and its answer line read by
+/// the calling task.
+struct RawStdio {
+    _child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    stdout: tokio::io::BufReader<tokio::process::ChildStdout>,
+    next: u64,
+    line: String,
+}
+
+impl RawStdio {
+    async fn start(js: &str) -> RawStdio {
+        let mut child = stdio_everything(js);
+        let mut raw = RawStdio {
+            stdin: child.stdin.take().unwrap(),
+            stdout: tokio::io::BufReader::new(child.stdout.take().unwrap()),
+            _child: child,
+            next: 0,
+            line: String::new(),
+        };
+        raw.send(
+            &json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}}),
+        )
+        .await;
+        raw.answer().await;
+        raw.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        raw
+    }
+
+    async fn send(&mut self, message: &Value) {
+        use tokio::io::AsyncWriteExt;
+        let mut bytes = serde_json::to_vec(message).unwrap();
+        bytes.push(b'\n');
+        self.stdin.write_all(&bytes).await.unwrap();
+    }
+
+    /// The next line that is an answer (a notification in between is skipped).
+    async fn answer(&mut self) -> Value {
+        use tokio::io::AsyncBufReadExt;
+        loop {
+            self.line.clear();
+            assert!(self.stdout.read_line(&mut self.line).await.unwrap() > 0);
+            let v: Value = serde_json::from_str(&self.line).unwrap();
+            if v.get("id").is_some() {
+                return v;
+            }
+        }
+    }
+
+    async fn call(&mut self) -> Value {
+        self.next += 1;
+        self.send(
+            &json!({"jsonrpc": "2.0", "id": self.next, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"message": "hello"}}}),
+        )
+        .await;
+        let v = self.answer().await;
+        assert!(v.get("result").is_some(), "{v}");
+        v
+    }
 }
 
 criterion_group!(benches, bench);

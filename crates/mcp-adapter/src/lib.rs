@@ -21,5 +21,5 @@ pub use client::{
 pub use error::McpError;
 pub use server::{
     AuthError, ContentError, ContentOffer, ContentSource, InboundAuth, InboundToken, ListChange,
-    McpServer, Readiness, ServeError, ServerOptions, allowed_authorities,
+    ListChanged, McpServer, Readiness, ServeError, ServerOptions, allowed_authorities,
 };

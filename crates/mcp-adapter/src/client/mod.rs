@@ -242,9 +242,10 @@ impl McpClient {
         let relays = upstream::Relays {
             updates: self.shared.passthrough.updates.clone(),
             lists: self.shared.passthrough.lists.clone(),
+            server: server.name.as_str().into(),
         };
         let (has_resources, has_prompts) = (server.resources, server.prompts);
-        let lists = relays.lists.clone();
+        let lists = relays.clone();
         let up = Upstream::new(
             server,
             self.shared.opts.clone(),
@@ -258,10 +259,10 @@ impl McpClient {
                 }
                 // A server coming (back) changes what the merged lists hold.
                 if has_resources {
-                    let _ = lists.send(crate::server::ListChange::Resources);
+                    lists.list_changed(crate::server::ListChange::Resources);
                 }
                 if has_prompts {
-                    let _ = lists.send(crate::server::ListChange::Prompts);
+                    lists.list_changed(crate::server::ListChange::Prompts);
                 }
             }),
             relays,

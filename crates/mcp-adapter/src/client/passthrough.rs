@@ -31,7 +31,7 @@ use super::{
     McpClient, Shared,
     upstream::{Conn, Upstream},
 };
-use crate::server::{ContentError, ContentOffer, ContentSource, ListChange};
+use crate::server::{ContentError, ContentOffer, ContentSource, ListChanged};
 
 /// Pages asked of one upstream for one list, at most (a server that keeps sending cursors).
 const MAX_PAGES: usize = 1000;
@@ -40,7 +40,7 @@ pub(crate) struct State {
     /// `notifications/resources/updated` from every upstream (the URI).
     pub(crate) updates: broadcast::Sender<String>,
     /// Resource and prompt list changes of every upstream (and upstreams connecting).
-    pub(crate) lists: broadcast::Sender<ListChange>,
+    pub(crate) lists: broadcast::Sender<ListChanged>,
     /// URI -> the server that listed it last.
     owners: Mutex<HashMap<String, String>>,
     /// The servers whose last resource listing was cut at the list cap: a URI none of
@@ -845,7 +845,7 @@ impl ContentSource for McpClient {
         self.shared.passthrough.updates.subscribe()
     }
 
-    fn list_changes(&self) -> broadcast::Receiver<ListChange> {
+    fn list_changes(&self) -> broadcast::Receiver<ListChanged> {
         self.shared.passthrough.lists.subscribe()
     }
 

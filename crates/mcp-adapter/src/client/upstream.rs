@@ -16,7 +16,7 @@ use std::{
 use quiver_contract::{CallContext, ChannelError, ClientChannel, Envelope, ErrKind, Tool};
 use quiver_registry::{Catalog, RegisterReport, Skipped};
 
-use crate::server::ListChange;
+use crate::server::{ListChange, ListChanged};
 use rmcp::{
     ClientHandler, ErrorData as McpError, RoleClient, ServiceExt,
     model::{
@@ -328,7 +328,10 @@ pub(crate) struct Relays {
     /// `notifications/resources/updated` (the URI).
     pub(crate) updates: tokio::sync::broadcast::Sender<String>,
     /// `notifications/resources/list_changed` and `notifications/prompts/list_changed`.
-    pub(crate) lists: tokio::sync::broadcast::Sender<ListChange>,
+    pub(crate) lists: tokio::sync::broadcast::Sender<ListChanged>,
+    /// The server whose notifications these are (a session that may not reach it is not
+    /// told of its list changes).
+    pub(crate) server: Arc<str>,
 }
 
 impl Relays {
@@ -341,15 +344,16 @@ impl Relays {
                     let _ = self.updates.send(uri.to_owned());
                 }
             }
-            "notifications/resources/list_changed" => {
-                let _ = self.lists.send(ListChange::Resources);
-            }
-            "notifications/prompts/list_changed" => {
-                let _ = self.lists.send(ListChange::Prompts);
-            }
+            "notifications/resources/list_changed" => self.list_changed(ListChange::Resources),
+            "notifications/prompts/list_changed" => self.list_changed(ListChange::Prompts),
             _ => return false,
         }
         true
+    }
+
+    /// Says that this server's `list` changed.
+    pub(crate) fn list_changed(&self, list: ListChange) {
+        let _ = self.lists.send(ListChanged::of(list, self.server.clone()));
     }
 }
 

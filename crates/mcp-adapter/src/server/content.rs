@@ -41,6 +41,41 @@ pub enum ListChange {
     Prompts,
 }
 
+/// A change of one list, and whose entries changed: a session hears of it only when its
+/// capabilities reach that server ([`Capabilities::allows_server`]), since the lists it is
+/// answered are bounded by them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListChanged {
+    /// Which list.
+    pub list: ListChange,
+    /// The upstream server whose entries changed; `None` when the source cannot tell (every
+    /// session hears of it).
+    pub server: Option<std::sync::Arc<str>>,
+}
+
+impl ListChanged {
+    /// A change of `list` of `server`'s entries.
+    pub fn of(list: ListChange, server: impl Into<std::sync::Arc<str>>) -> Self {
+        ListChanged {
+            list,
+            server: Some(server.into()),
+        }
+    }
+
+    /// A change of `list` that names no server.
+    pub fn unattributed(list: ListChange) -> Self {
+        ListChanged { list, server: None }
+    }
+
+    /// Whether a session with `caps` is told: its lists can have changed.
+    pub fn reaches(&self, caps: &Capabilities) -> bool {
+        self.server
+            .as_deref()
+            .is_none_or(|server| caps.allows_server(server))
+    }
+}
+
 impl ContentOffer {
     /// Resources (with subscriptions), prompts and completions.
     pub fn all() -> Self {
@@ -115,10 +150,11 @@ pub trait ContentSource: Send + Sync {
     /// sessions subscribed to it.
     fn resource_updates(&self) -> broadcast::Receiver<String>;
 
-    /// Changes of the resource and prompt lists, as they happen; the server sends each
-    /// session `notifications/resources/list_changed` or `notifications/prompts/list_changed`
-    /// (advertised when the offer has `list_changed`). By default nothing ever changes.
-    fn list_changes(&self) -> broadcast::Receiver<ListChange> {
+    /// Changes of the resource and prompt lists, as they happen; the server sends
+    /// `notifications/resources/list_changed` or `notifications/prompts/list_changed` to each
+    /// session the change [reaches](ListChanged::reaches) (advertised when the offer has
+    /// `list_changed`). By default nothing ever changes.
+    fn list_changes(&self) -> broadcast::Receiver<ListChanged> {
         broadcast::channel(1).1
     }
 
@@ -138,4 +174,36 @@ pub trait ContentSource: Send + Sync {
     /// Answers a `completion/complete` request (wire params in, wire `CompleteResult` out)
     /// for a prompt or resource of a server `caps` allows.
     async fn complete(&self, request: Value, caps: &Capabilities) -> Result<Value, ContentError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server's list change reaches a session whose capabilities allow the server (no
+    /// `allowed_servers`, or a pattern matching it), not one limited to other servers or to
+    /// none; a change that names no server reaches every session.
+    #[test]
+    fn a_list_change_reaches_the_sessions_that_reach_its_server() {
+        let fy = ListChanged::of(ListChange::Resources, "fy");
+        let cases = [
+            (Capabilities::all(), true),
+            (
+                Capabilities::all().with_allowed_servers(vec!["f*".into()]),
+                true,
+            ),
+            (
+                Capabilities::all().with_allowed_servers(vec!["fx".into()]),
+                false,
+            ),
+            (Capabilities::all().with_allowed_servers(Vec::new()), false),
+        ];
+        for (caps, reached) in cases {
+            assert_eq!(fy.reaches(&caps), reached, "{caps:?}");
+            assert!(
+                ListChanged::unattributed(ListChange::Prompts).reaches(&caps),
+                "{caps:?}"
+            );
+        }
+    }
 }

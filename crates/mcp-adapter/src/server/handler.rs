@@ -33,7 +33,7 @@ use super::{
     Shared,
     auth::Principal,
     channel::{self, Missing, PeerChannel, ProgressState},
-    content::{ContentError, ContentOffer, ContentSource, ListChange},
+    content::{ContentError, ContentOffer, ContentSource, ListChange, ListChanged},
     from_contract,
     key::{CONVERSATION_HEADER, CONVERSATION_META, KeySources, working_set_key},
     rounds::{self, Done, Owner, RoundResponse, Rounds, Target},
@@ -497,6 +497,7 @@ pub(crate) fn track(
     tokio::spawn(watch_session(
         changes,
         lists,
+        scope.capabilities.clone(),
         conn.clone(),
         shared.shutdown.clone(),
         peer.clone(),
@@ -670,7 +671,8 @@ async fn with_heartbeat<O>(
 /// resources and prompts (when the content source's lists changed), until it ends.
 async fn watch_session(
     mut changes: Changes,
-    mut lists: Option<tokio::sync::broadcast::Receiver<ListChange>>,
+    mut lists: Option<tokio::sync::broadcast::Receiver<ListChanged>>,
+    caps: Arc<Capabilities>,
     conn: Arc<Connection>,
     shutdown: CancellationToken,
     peer: Peer<RoleServer>,
@@ -688,8 +690,12 @@ async fn watch_session(
                 peer.notify_tool_list_changed().await
             }
             change = recv_some(&mut lists) => match change {
-                Ok(ListChange::Resources) => peer.notify_resource_list_changed().await,
-                Ok(ListChange::Prompts) => peer.notify_prompt_list_changed().await,
+                // Another server's entries: this session's lists did not change.
+                Ok(c) if !c.reaches(&caps) => continue,
+                Ok(c) => match c.list {
+                    ListChange::Resources => peer.notify_resource_list_changed().await,
+                    ListChange::Prompts => peer.notify_prompt_list_changed().await,
+                },
                 Err(RecvError::Lagged(_)) => {
                     // Missed some: say both lists changed.
                     match peer.notify_resource_list_changed().await {
@@ -834,6 +840,19 @@ impl ServerHandler for Handler {
                 .and_then(|v| v.to_str().ok())
         {
             self.register(&Arc::from(sid), &context.peer);
+        }
+        // The session hears of list changes from now on, not only after its first
+        // `tools/list` or `tools/call`: a client that only reads resources or prompts is
+        // told when their lists change.
+        match self.scope(&RequestMetaObject::default(), &context.extensions) {
+            Ok(scope) => track(
+                &self.shared,
+                &self.conn,
+                &scope,
+                scope.session.is_some(),
+                &context.peer,
+            ),
+            Err(e) => tracing::debug!(error = %e.message, "no change watcher for the session yet"),
         }
     }
 
@@ -1036,8 +1055,13 @@ impl ServerHandler for Handler {
                     sink.notify_tool_list_changed().await
                 }
                 change = recv_some(&mut lists) => match change {
-                    Ok(ListChange::Resources) if resources => sink.notify_resource_list_changed().await,
-                    Ok(ListChange::Prompts) if prompts => sink.notify_prompt_list_changed().await,
+                    Ok(c) if !c.reaches(&scope.capabilities) => continue,
+                    Ok(ListChanged { list: ListChange::Resources, .. }) if resources => {
+                        sink.notify_resource_list_changed().await
+                    }
+                    Ok(ListChanged { list: ListChange::Prompts, .. }) if prompts => {
+                        sink.notify_prompt_list_changed().await
+                    }
                     Ok(_) => continue,
                     Err(RecvError::Lagged(_)) => {
                         let mut r = Ok(());

@@ -25,7 +25,7 @@ use quiver_surface::Surface;
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{AuthError, InboundAuth, InboundToken};
-pub use content::{ContentError, ContentOffer, ContentSource, ListChange};
+pub use content::{ContentError, ContentOffer, ContentSource, ListChange, ListChanged};
 pub use health::Readiness;
 pub use http::allowed_authorities;
 pub use key::{CONVERSATION_HEADER, CONVERSATION_META};

@@ -327,6 +327,7 @@ fn parse_args(s: &str) -> Result<Map<String, Value>, String> {
 pub(super) async fn expand_prompt(
     shared: &Shared,
     input: &str,
+    ctx: &CallContext,
 ) -> Result<Option<String>, McpError> {
     let Some(cmd) = input.trim_start().strip_prefix('/') else {
         return Ok(None);
@@ -339,6 +340,7 @@ pub(super) async fn expand_prompt(
         .servers()
         .into_iter()
         .find(|u| u.cfg.prefix == prefix && u.cfg.prompts)
+        .filter(|u| ctx.capabilities.allows_server(u.name()))
     else {
         return Ok(None);
     };
@@ -354,15 +356,13 @@ pub(super) async fn expand_prompt(
     let mut params = GetPromptRequestParams::default();
     params.name = prompt.to_owned();
     params.arguments = (!args.is_empty()).then_some(args);
-    // Registered like any request in flight (nobody to relay the server's own requests to:
-    // they are refused, never routed to another caller), bounded by the call timeout.
+    // Registered like any request in flight (the server's own requests go to the caller's
+    // client, refused without one, never routed to another caller), bounded by the call
+    // timeout.
     let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
     let limit = up.cfg.call_timeout.unwrap_or(shared.opts.call_timeout);
     let label = format!("prompts/get {prompt}");
-    let result = match up
-        .request_for(&conn, &label, request, limit, &CallContext::default())
-        .await
-    {
+    let result = match up.request_for(&conn, &label, request, limit, ctx).await {
         Ok(ServerResult::GetPromptResult(r)) => r,
         Ok(_) => {
             return Err(upstream_err(format!(
@@ -377,6 +377,9 @@ pub(super) async fn expand_prompt(
                 "prompt {prompt:?}: no answer within {}",
                 quiver_contract::duration_text(limit)
             )));
+        }
+        Err(rmcp::service::ServiceError::Cancelled { .. }) => {
+            return Err(upstream_err(format!("prompt {prompt:?}: cancelled")));
         }
         Err(_) => {
             return Err(upstream_err(format!(

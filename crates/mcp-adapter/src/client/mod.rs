@@ -384,9 +384,17 @@ impl McpClient {
 
     /// Expands `/mcp__<server>__<prompt> key=value ...` through the server's prompt and
     /// returns the rendered text (messages joined by blank lines). `Ok(None)` when `input`
-    /// is not such a command or names no known server. Values may be double-quoted.
-    pub async fn expand_prompt(&self, input: &str) -> Result<Option<String>, McpError> {
-        meta::expand_prompt(&self.shared, input).await
+    /// is not such a command or names no known server, or a server `ctx`'s capabilities do
+    /// not reach ([`Capabilities::allows_server`](quiver_contract::Capabilities::allows_server)):
+    /// the same bound as `prompts/get`. Values may be double-quoted. A request the server
+    /// makes while rendering (an elicitation) goes to `ctx.client`, refused without one;
+    /// `ctx.cancel` cancels the rendering upstream.
+    pub async fn expand_prompt(
+        &self,
+        input: &str,
+        ctx: &quiver_contract::CallContext,
+    ) -> Result<Option<String>, McpError> {
+        meta::expand_prompt(&self.shared, input, ctx).await
     }
 
     /// Closes every server for good: children killed (whole process group) and reaped,

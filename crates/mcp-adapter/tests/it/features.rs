@@ -76,13 +76,41 @@ async fn resources_and_prompts() {
     let env = call(&catalog, "list_mcp_resources", json!({"server": "nope"})).await;
     assert!(env.is_err());
 
+    let anyone = CallContext::default();
     let text = client
-        .expand_prompt("/mcp__fx__greet name=\"Ada Lovelace\"")
+        .expand_prompt("/mcp__fx__greet name=\"Ada Lovelace\"", &anyone)
         .await
         .unwrap();
     assert_eq!(text.as_deref(), Some("Please greet Ada Lovelace warmly."));
-    assert_eq!(client.expand_prompt("/not_mcp x=1").await.unwrap(), None);
-    assert!(client.expand_prompt("/mcp__fx__nosuch").await.is_err());
+    assert_eq!(
+        client.expand_prompt("/not_mcp x=1", &anyone).await.unwrap(),
+        None
+    );
+    assert!(
+        client
+            .expand_prompt("/mcp__fx__nosuch", &anyone)
+            .await
+            .is_err()
+    );
+    // A caller limited to other servers' prompts: fx's is as unknown as no server's.
+    let elsewhere = CallContext::default().with_capabilities(
+        quiver_contract::Capabilities::all().with_allowed_servers(vec!["other".into()]),
+    );
+    assert_eq!(
+        client
+            .expand_prompt("/mcp__fx__greet name=Ada", &elsewhere)
+            .await
+            .unwrap(),
+        None
+    );
+    // Its cancellation ends the rendering.
+    let cancelled = CallContext::default();
+    cancelled.cancel.cancel();
+    let err = client
+        .expand_prompt("/mcp__fx__greet name=Ada", &cancelled)
+        .await
+        .expect_err("a cancelled expansion is not rendered");
+    assert!(err.to_string().contains("cancelled"), "{err}");
     close_and_check(&client).await;
 }
 
@@ -275,7 +303,8 @@ async fn a_dropped_stdio_request_is_cancelled_upstream() {
     );
     let started = prompt_marker.with_extension("started");
     let _ = std::fs::remove_file(&started);
-    let mut expansion = Box::pin(client.expand_prompt(&command));
+    let anyone = CallContext::default();
+    let mut expansion = Box::pin(client.expand_prompt(&command, &anyone));
     // Polled until the upstream is rendering the prompt, then dropped unanswered.
     tokio::select! {
         r = &mut expansion => panic!("the prompt answered: {r:?}"),

@@ -471,6 +471,94 @@ async fn unauthorized_is_a_rejection_and_the_token_is_a_bearer() {
     server.abort();
 }
 
+/// Two servers serving a prompt of the same bare name (`bare_prompts`): the first serves it
+/// to a caller that may reach both, and a caller limited to the second is served by the
+/// second, before and after the first caller's listing (which keeps every owner of the
+/// name, in server order); a caller limited to neither is told it is unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_prompt_is_served_by_the_first_server_the_caller_reaches() {
+    use quiver_contract::Capabilities;
+    use quiver_mcp_adapter::{ContentError, ContentSource};
+
+    let signed = |name: &str| {
+        let mut cfg = ServerConfig::stdio(
+            name,
+            crate::python(),
+            vec![crate::fixture(), "--greeting".into(), name.into()],
+        )
+        .required();
+        cfg.bare_prompts = true;
+        cfg
+    };
+    let (_catalog, client) = start(&[signed("fx"), signed("fy")], fast_options());
+    ready(&client).await;
+    let only = |server: &str| {
+        CallContext::default()
+            .with_capabilities(Capabilities::all().with_allowed_servers(vec![server.into()]))
+    };
+    let greet = async |ctx: &CallContext| {
+        let args = json!({"name": "Ada"}).as_object().cloned();
+        within(
+            Duration::from_secs(30),
+            client.get_prompt("greet", args, ctx),
+        )
+        .await
+        .map(|got| {
+            got["messages"][0]["content"]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+    };
+    // Before anyone listed: each caller's own first server renders it.
+    assert_eq!(
+        greet(&only("fy")).await.unwrap(),
+        "Please greet Ada warmly. (fy)"
+    );
+    let prompts = within(
+        Duration::from_secs(30),
+        client.list_prompts(&Capabilities::all()),
+    )
+    .await
+    .unwrap();
+    let greets = prompts.iter().filter(|p| p["name"] == "greet").count();
+    assert_eq!(greets, 1, "one bare `greet`, fx's: {prompts:?}");
+    assert_eq!(
+        greet(&CallContext::default()).await.unwrap(),
+        "Please greet Ada warmly. (fx)"
+    );
+    assert_eq!(
+        greet(&only("fy")).await.unwrap(),
+        "Please greet Ada warmly. (fy)"
+    );
+    assert_eq!(
+        greet(&only("fx")).await.unwrap(),
+        "Please greet Ada warmly. (fx)"
+    );
+    // fy's caller lists (only fy's names are replaced), and fx still serves the others.
+    let theirs = within(
+        Duration::from_secs(30),
+        client.list_prompts(only("fy").capabilities.as_ref()),
+    )
+    .await
+    .unwrap();
+    assert!(theirs.iter().any(|p| p["name"] == "greet"), "{theirs:?}");
+    assert_eq!(
+        greet(&CallContext::default()).await.unwrap(),
+        "Please greet Ada warmly. (fx)"
+    );
+    assert_eq!(
+        greet(&only("fy")).await.unwrap(),
+        "Please greet Ada warmly. (fy)"
+    );
+    let refused = greet(&only("nobody")).await;
+    assert!(
+        matches!(&refused, Err(ContentError::NotFound(m)) if m.contains("unknown prompt")),
+        "{refused:?}"
+    );
+    close_and_check(&client).await;
+}
+
 /// What `quiver serve` passes through (the `ContentSource` side of the client) follows each
 /// server's `resources` / `prompts` switches, prefixes prompts unless `bare_prompts`, and
 /// routes a read or a prompt to the server that owns it.

@@ -111,6 +111,17 @@ pub trait Tool: Send + Sync {
         self.spec().is_read_only()
     }
 
+    /// Whether a call may send anything to the calling client through
+    /// [`CallContext::client`]: a request (sampling, elicitation, roots), a log message,
+    /// progress; or call other tools ([`CallContext::call_tool`]), which may. On by default.
+    /// A tool that says no (a lookup in Quiver's own state, such as `tool_search`) is
+    /// answered with one JSON body even for a client that declared sampling, elicitation or
+    /// roots, whose other calls need a stream for what the call may send; if it asks the
+    /// client anyway, the ask is refused as undeclared.
+    fn reaches_client(&self) -> bool {
+        true
+    }
+
     /// Runs the tool. The input has already been validated against the spec's schema and
     /// stripped of narration keys.
     async fn call(&self, input: Value, ctx: &CallContext) -> ToolResult;

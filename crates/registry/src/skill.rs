@@ -307,6 +307,11 @@ impl Tool for SkillTool {
         &self.spec
     }
 
+    /// It renders a skill's text; it never asks the client.
+    fn reaches_client(&self) -> bool {
+        false
+    }
+
     async fn call(&self, input: Value, _: &CallContext) -> ToolResult {
         // The dispatcher has checked the argument against the schema's enum already; this
         // answers a direct call all the same.

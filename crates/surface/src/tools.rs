@@ -129,6 +129,11 @@ impl Tool for ToolSearch {
         &self.spec
     }
 
+    /// It reads Quiver's own catalog and working set; it never asks the client.
+    fn reaches_client(&self) -> bool {
+        false
+    }
+
     async fn call(&self, input: Value, ctx: &CallContext) -> ToolResult {
         let a: SearchArgs = args(TOOL_SEARCH, input)?;
         if a.limit.is_some_and(|l| l == 0 || l > MAX_SEARCH_LIMIT) {
@@ -176,6 +181,11 @@ struct DescribeArgs {
 impl Tool for DescribeTool {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    /// It reads Quiver's own catalog and working set; it never asks the client.
+    fn reaches_client(&self) -> bool {
+        false
     }
 
     async fn call(&self, input: Value, ctx: &CallContext) -> ToolResult {

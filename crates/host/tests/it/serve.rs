@@ -835,6 +835,53 @@ allowed_tools = ["tool_search", "list_mcp_resources"]
     stop(child.0.take().expect("running"));
 }
 
+/// A client that declared roots and sampling (as desktop clients do) gets `tool_search` and
+/// `describe_tool` answered with one JSON body: they send the client nothing (a tool that
+/// may takes rmcp's per-call stream: `direct::tests`).
+#[test]
+fn discovery_calls_of_a_client_that_declared_roots_get_one_json_answer() {
+    let dir = fresh_dir("direct-roots");
+    let (child, addr) = start(&dir, &[], &[]);
+    let mut child = KillOnDrop(Some(child));
+    let init = rpc(
+        &addr,
+        &[],
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"roots":{"listChanged":true},"sampling":{}},"clientInfo":{"name":"desk","version":"1"}}}"#,
+    );
+    let sid = header(&init, "mcp-session-id")
+        .expect("a session id")
+        .to_owned();
+    let session = [("Mcp-Session-Id", sid.as_str())];
+    rpc(
+        &addr,
+        &session,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    // Answered after its handler ran: the session is known to the direct path by then.
+    let listed = rpc(
+        &addr,
+        &session,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+    );
+    assert!(listed.contains("tool_search"), "{listed}");
+    for body in [
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"tool_search","arguments":{"query":"search tools"}}}"#,
+        r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"describe_tool","arguments":{"name":"tool_search"}}}"#,
+    ] {
+        let answer = rpc(&addr, &session, body);
+        assert_eq!(
+            header(&answer, "content-type"),
+            Some("application/json"),
+            "{answer}"
+        );
+        assert!(
+            answer.contains(r#""result""#) && !answer.contains(r#""isError":true"#),
+            "{answer}"
+        );
+    }
+    stop(child.0.take().expect("running"));
+}
+
 /// Kills the child when dropped still holding it (a test that panics before `stop`).
 struct KillOnDrop(Option<std::process::Child>);
 

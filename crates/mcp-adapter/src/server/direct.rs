@@ -14,7 +14,9 @@
 //! - an `Mcp-Session-Id` of a live session whose handler has registered it, and no
 //!   `Mcp-Protocol-Version` or a 2025-era one;
 //! - the session's client declared no sampling, elicitation or roots and set no log level
-//!   (a call's relayed server-to-client traffic needs rmcp's per-call stream);
+//!   (a call's relayed server-to-client traffic needs rmcp's per-call stream), or the tool
+//!   sends its client nothing ([`Tool::reaches_client`](quiver_contract::Tool::reaches_client):
+//!   `tool_search`, `describe_tool`, skills), which then runs with nothing declared;
 //! - the body is one JSON-RPC request `tools/call` with only `name`, `arguments` and
 //!   `_meta` params, and `_meta` has no `progressToken` and no `io.modelcontextprotocol/`
 //!   key (those select rmcp's per-request protocol handling).
@@ -204,9 +206,11 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
         Message::Call { id, params } => {
             // A session that has ended (DELETE, idle timeout) is rmcp's to answer (404). So
             // is a call from a client that takes server-to-client traffic (it declared
-            // sampling, elicitation or roots, or set a log level): only rmcp's per-call stream
-            // carries the call's relayed requests and log messages.
-            if takes_client_traffic(&entry)
+            // sampling, elicitation or roots, or set a log level) to a tool that may send
+            // some: only rmcp's per-call stream carries the call's relayed requests and log
+            // messages.
+            let takes_traffic = takes_client_traffic(&entry);
+            if (takes_traffic && reaches_client(&direct.shared, &params.name))
                 || !direct.sessions.has_session(&sid).await.unwrap_or(false)
             {
                 return forward_claimed(&direct, &entry, parts, bytes, Some(id)).await;
@@ -221,7 +225,16 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
             let Some(held) = IdHeld::claim(&entry, &id) else {
                 return id_in_use(id);
             };
-            serve_call(&direct.shared, &entry, scope, id, *params, held).await
+            serve_call(
+                &direct.shared,
+                &entry,
+                scope,
+                id,
+                *params,
+                held,
+                !takes_traffic,
+            )
+            .await
         }
         Message::Cancelled(id) => {
             entry.conn.note_cancelled(id.clone());
@@ -428,6 +441,16 @@ async fn end_session(direct: &Direct, request: Request) -> Response {
     response
 }
 
+/// Whether a call to `name` may send its client anything (an unknown name may: rmcp answers
+/// it).
+fn reaches_client(shared: &Shared, name: &str) -> bool {
+    shared
+        .surface
+        .catalog()
+        .lookup(name)
+        .is_none_or(|entry| entry.tool.reaches_client())
+}
+
 /// Whether the session's client can be sent requests or log messages during a call, which
 /// the direct path's single JSON answer cannot carry.
 fn takes_client_traffic(entry: &Entry) -> bool {
@@ -583,6 +606,7 @@ async fn serve_call(
     id: RequestId,
     params: CallToolRequestParams,
     held: IdHeld,
+    as_declared: bool,
 ) -> Response {
     handler::track(shared, &entry.conn, &scope, true, &entry.peer);
     let _pin = shared.enter(&scope.key).await;
@@ -599,15 +623,21 @@ async fn serve_call(
     };
     // The same channel an rmcp-served call gets; this client declared no sampling,
     // elicitation or roots (else rmcp serves it), so those are refused in the same words, and
-    // log messages go out through the session.
+    // log messages go out through the session. A tool that sends its client nothing runs
+    // here for any client (`as_declared` false), as if it had declared none of them: what it
+    // asked anyway would have no stream to go on.
     let progress = Arc::new(ProgressState::default());
     let info = entry.peer.peer_info();
+    let features = match as_declared {
+        true => channel::features(info.as_ref().map(|i| &i.capabilities)),
+        false => quiver_contract::ClientFeatures::default(),
+    };
     let channel: Arc<dyn quiver_contract::ClientChannel> = Arc::new(PeerChannel {
         peer: entry.peer.clone(),
         request_id: id.clone(),
         progress_token: None,
         progress: progress.clone(),
-        features: channel::features(info.as_ref().map(|i| &i.capabilities)),
+        features,
         meta_level: None,
         conn: entry.conn.clone(),
         logs_allowed: true,
@@ -1691,6 +1721,58 @@ mod tests {
         assert_eq!(again.status, StatusCode::NOT_FOUND, "{}", again.body);
         let never = send(&router, Method::DELETE, Some("nope"), json!({})).await;
         assert_eq!(never.status, StatusCode::NOT_FOUND, "{}", never.body);
+    }
+
+    /// Says it sends its client nothing, and asks it for its roots all the same.
+    struct Quiet(ToolSpec);
+
+    #[async_trait]
+    impl Tool for Quiet {
+        fn spec(&self) -> &ToolSpec {
+            &self.0
+        }
+        fn reaches_client(&self) -> bool {
+            false
+        }
+        async fn call(&self, _input: Value, ctx: &CallContext) -> ToolResult {
+            let asked = ctx.list_roots().await;
+            Ok(Envelope::ok(json!({"refused": asked.is_err()})))
+        }
+    }
+
+    /// A client that declared sampling and roots, and set a log level, gets one JSON answer
+    /// from a tool that sends its client nothing (what the tool asks anyway is refused, as
+    /// undeclared: it has no stream to go on), and rmcp's stream from any other tool.
+    #[tokio::test]
+    async fn a_tool_that_sends_its_client_nothing_is_answered_directly_for_any_client() {
+        let server = server();
+        server
+            .shared
+            .surface
+            .catalog()
+            .register(Arc::new(Quiet(
+                ToolSpec::new("quiet", "Asks for roots.")
+                    .read_only()
+                    .with_schema(json!({"type": "object"})),
+            )))
+            .unwrap();
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let sid = open(&server, &router, json!({"sampling": {}, "roots": {}})).await;
+        let quiet = |id: u64| {
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": "quiet", "arguments": {}}})
+        };
+        let r = send(&router, Method::POST, Some(&sid), quiet(1)).await;
+        assert_eq!(r.content_type, "application/json", "{}", r.body);
+        assert!(r.body.contains(r#""refused":true"#), "{}", r.body);
+        let r = send(&router, Method::POST, Some(&sid), call(2, json!({}))).await;
+        assert_eq!(r.content_type, "text/event-stream", "{}", r.body);
+        let level = json!({"jsonrpc": "2.0", "id": 3, "method": "logging/setLevel",
+            "params": {"level": "info"}});
+        send(&router, Method::POST, Some(&sid), level).await;
+        let r = send(&router, Method::POST, Some(&sid), quiet(4)).await;
+        assert_eq!(r.content_type, "application/json", "{}", r.body);
+        assert!(r.body.contains(r#""id":4"#), "{}", r.body);
     }
 
     #[tokio::test]

@@ -882,6 +882,80 @@ fn discovery_calls_of_a_client_that_declared_roots_get_one_json_answer() {
     stop(child.0.take().expect("running"));
 }
 
+/// A list request whose `cursor` is not a string (no page gives out such a cursor) is
+/// -32602 naming the cursor, over HTTP and over stdio, instead of the first page; the
+/// session goes on.
+#[test]
+fn a_cursor_that_is_not_a_string_is_invalid_params() {
+    let dir = fresh_dir("cursor");
+    let (child, addr) = start(&dir, &[], &[]);
+    let mut child = KillOnDrop(Some(child));
+    let sid = open_with(&addr, &[]);
+    let session = [("Mcp-Session-Id", sid.as_str())];
+    for (method, cursor) in [
+        ("tools/list", "5"),
+        ("resources/list", "true"),
+        ("resources/templates/list", r#"{"page":2}"#),
+        ("prompts/list", "[1]"),
+    ] {
+        let answer = rpc(
+            &addr,
+            &session,
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":9,"method":"{method}","params":{{"cursor":{cursor}}}}}"#
+            ),
+        );
+        assert!(
+            answer.contains(r#""code":-32602"#)
+                && answer.contains(&format!(
+                    "invalid params for `{method}`: `cursor` must be a string"
+                ))
+                && answer.contains(r#""id":9"#),
+            "{method}: {answer}"
+        );
+    }
+    let listed = rpc(
+        &addr,
+        &session,
+        r#"{"jsonrpc":"2.0","id":10,"method":"tools/list","params":{}}"#,
+    );
+    assert!(listed.contains("tool_search"), "{listed}");
+    stop(child.0.take().expect("running"));
+
+    let (child, mut stdin, mut lines) = stdio_serve(&dir);
+    let mut child = KillOnDrop(Some(child));
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#
+    )
+    .unwrap();
+    assert!(lines.next().unwrap().unwrap().contains(r#""id":1"#));
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+    )
+    .unwrap();
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{{"cursor":5}}}}"#
+    )
+    .unwrap();
+    let refused = lines.next().unwrap().unwrap();
+    assert!(
+        refused.contains(r#""code":-32602"#) && refused.contains(r#""id":2"#),
+        "{refused}"
+    );
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","id":3,"method":"tools/list"}}"#).unwrap();
+    let listed = lines.next().unwrap().unwrap();
+    assert!(
+        listed.contains(r#""id":3"#) && listed.contains("tool_search"),
+        "{listed}"
+    );
+    drop(stdin);
+    let mut c = child.0.take().expect("running");
+    assert!(c.wait().unwrap().success());
+}
+
 /// Kills the child when dropped still holding it (a test that panics before `stop`).
 struct KillOnDrop(Option<std::process::Child>);
 

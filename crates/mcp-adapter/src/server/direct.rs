@@ -162,6 +162,11 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
             Err(refused) => return refused,
         };
         let Some(id) = initialize_id(&bytes) else {
+            if let Some((id, problem)) =
+                super::invalid::cursor_problem(&bytes, || serde_json::from_slice(&bytes).ok())
+            {
+                return invalid_cursor(id, &problem);
+            }
             return forward_parts(&direct, parts, bytes).await;
         };
         // A request that names a later protocol in its header is rmcp's to answer (2026-07-28
@@ -244,6 +249,13 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
             forward_parts(&direct, parts, bytes).await
         }
         Message::Other => {
+            // (A session that has ended is rmcp's to answer, 404.)
+            if let Some((id, problem)) =
+                super::invalid::cursor_problem(&bytes, || serde_json::from_slice(&bytes).ok())
+                && direct.sessions.has_session(&sid).await.unwrap_or(false)
+            {
+                return invalid_cursor(id, &problem);
+            }
             let id = request_id(&bytes);
             forward_claimed(&direct, &entry, parts, bytes, id).await
         }
@@ -349,6 +361,12 @@ fn id_in_use(id: RequestId) -> Response {
 }
 
 /// An HTTP answer carrying one JSON-RPC error (the direct path's own refusals).
+/// The answer to a list request whose cursor no page gave out: -32602, as a JSON-RPC error
+/// (the request itself was well formed, so HTTP 200).
+fn invalid_cursor(id: Value, problem: &str) -> Response {
+    json_rpc_error(StatusCode::OK, id, super::invalid::INVALID_PARAMS, problem)
+}
+
 pub(super) fn json_rpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
     let body = serde_json::json!({
         "jsonrpc": "2.0",

@@ -33,6 +33,44 @@ pub(super) fn initialize_problem(message: &Value) -> Option<String> {
     ))
 }
 
+/// The list requests, whose `params.cursor` is a page's `nextCursor`.
+const LISTS: [&str; 4] = [
+    "tools/list",
+    "resources/list",
+    "resources/templates/list",
+    "prompts/list",
+];
+
+/// Why `message`, a request, has a cursor no page gave out: a list's `cursor` that is not a
+/// string (rmcp reads such params as none, and answered the first page as if none had been
+/// sent; MCP asks for -32602 for an invalid cursor). `None` for anything else. `raw`, the
+/// message's bytes, spares parsing a message that names no cursor.
+pub(super) fn cursor_problem(
+    raw: &[u8],
+    message: impl FnOnce() -> Option<Value>,
+) -> Option<(Value, String)> {
+    if !raw.windows(8).any(|w| w == b"\"cursor\"") {
+        return None;
+    }
+    let message = message()?;
+    let method = message.get("method").and_then(Value::as_str)?;
+    if !LISTS.contains(&method) {
+        return None;
+    }
+    let cursor = message.get("params")?.get("cursor")?;
+    if cursor.is_string() || cursor.is_null() {
+        return None;
+    }
+    // A notification is not answered, whatever it holds.
+    let id = message.get("id").cloned()?;
+    Some((
+        id,
+        format!(
+            "invalid params for `{method}`: `cursor` must be a string, the `nextCursor` of an earlier page (got {cursor}); list without a cursor for the first page"
+        ),
+    ))
+}
+
 /// A message the server refuses to read: the error code, the message the client reads, and
 /// the request's id when it can be read (else null, as JSON-RPC 2.0, section 5, asks).
 #[derive(Debug, Clone, PartialEq)]
@@ -129,6 +167,33 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// Only a list request's cursor that is neither a string nor null is a problem; a
+    /// notification is never answered, and another method's `cursor` is its own business.
+    #[test]
+    fn a_list_cursor_must_be_a_string() {
+        let problem = |v: Value| cursor_problem(v.to_string().as_bytes(), || Some(v.clone()));
+        let (id, why) = problem(
+            json!({"jsonrpc": "2.0", "id": "a", "method": "resources/list",
+            "params": {"cursor": 5}}),
+        )
+        .expect("a number cursor");
+        assert_eq!(id, json!("a"));
+        assert!(
+            why.contains("`cursor` must be a string") && why.contains("(got 5)"),
+            "{why}"
+        );
+        for fine in [
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"cursor": "p2"}}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"cursor": null}}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "x", "arguments": {"cursor": 5}}}),
+            json!({"jsonrpc": "2.0", "method": "tools/list", "params": {"cursor": 5}}),
+        ] {
+            assert_eq!(problem(fine.clone()), None, "{fine}");
+        }
+    }
 
     #[test]
     fn each_problem_is_named_with_the_id_when_it_can_be_read() {

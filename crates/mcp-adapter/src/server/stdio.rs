@@ -331,6 +331,16 @@ where
                 }
             }
             let line = message_bytes(self.lines.line());
+            if let Some((id, message)) =
+                invalid::cursor_problem(line, || serde_json::from_slice(line).ok())
+            {
+                self.answer(&Refusal {
+                    code: invalid::INVALID_PARAMS,
+                    message,
+                    id,
+                });
+                continue;
+            }
             if self.batching.is_none()
                 && let Ok(value) = serde_json::from_slice::<Value>(line)
                 && value.get("method").and_then(Value::as_str) == Some("initialize")

@@ -892,6 +892,14 @@ fn a_cursor_that_is_not_a_string_is_invalid_params() {
     let mut child = KillOnDrop(Some(child));
     let sid = open_with(&addr, &[]);
     let session = [("Mcp-Session-Id", sid.as_str())];
+    // Answered after its handler ran: the session is known to the direct path by then (a
+    // request that overtakes the handling of `notifications/initialized` is rmcp's).
+    let listed = rpc(
+        &addr,
+        &session,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+    );
+    assert!(listed.contains("tool_search"), "{listed}");
     for (method, cursor) in [
         ("tools/list", "5"),
         ("resources/list", "true"),
@@ -943,6 +951,17 @@ fn a_cursor_that_is_not_a_string_is_invalid_params() {
     let refused = lines.next().unwrap().unwrap();
     assert!(
         refused.contains(r#""code":-32602"#) && refused.contains(r#""id":2"#),
+        "{refused}"
+    );
+    // Not JSON-RPC 2.0 at all: that comes first.
+    writeln!(
+        stdin,
+        r#"{{"id":4,"method":"tools/list","params":{{"cursor":5}}}}"#
+    )
+    .unwrap();
+    let refused = lines.next().unwrap().unwrap();
+    assert!(
+        refused.contains(r#""code":-32600"#) && refused.contains(r#""id":4"#),
         "{refused}"
     );
     writeln!(stdin, r#"{{"jsonrpc":"2.0","id":3,"method":"tools/list"}}"#).unwrap();

@@ -21,6 +21,9 @@
 //!   `_meta` params, and `_meta` has no `progressToken` and no `io.modelcontextprotocol/`
 //!   key (those select rmcp's per-request protocol handling).
 //!
+//! A list request on such a session whose `cursor` is not a string is refused here with
+//! -32602 (rmcp's typed params drop such a cursor and would answer the first page).
+//!
 //! `notifications/cancelled` for a call in flight here cancels it (and still reaches rmcp).
 //! A session used only through this path stays alive: every minute of use touches rmcp's
 //! idle timer (a request-wise channel opened and closed at once).
@@ -162,11 +165,6 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
             Err(refused) => return refused,
         };
         let Some(id) = initialize_id(&bytes) else {
-            if let Some((id, problem)) =
-                super::invalid::cursor_problem(&bytes, || serde_json::from_slice(&bytes).ok())
-            {
-                return invalid_cursor(id, &problem);
-            }
             return forward_parts(&direct, parts, bytes).await;
         };
         // A request that names a later protocol in its header is rmcp's to answer (2026-07-28
@@ -249,9 +247,12 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
             forward_parts(&direct, parts, bytes).await
         }
         Message::Other => {
-            // (A session that has ended is rmcp's to answer, 404.)
+            // (A session that has ended is rmcp's to answer, 404, and an id still in flight
+            // its -32600.)
             if let Some((id, problem)) =
                 super::invalid::cursor_problem(&bytes, || serde_json::from_slice(&bytes).ok())
+                && serde_json::from_value::<RequestId>(id.clone())
+                    .is_ok_and(|rid| !lock(&entry.conn.ids_in_use).contains(&rid))
                 && direct.sessions.has_session(&sid).await.unwrap_or(false)
             {
                 return invalid_cursor(id, &problem);
@@ -360,13 +361,13 @@ fn id_in_use(id: RequestId) -> Response {
     )
 }
 
-/// An HTTP answer carrying one JSON-RPC error (the direct path's own refusals).
 /// The answer to a list request whose cursor no page gave out: -32602, as a JSON-RPC error
 /// (the request itself was well formed, so HTTP 200).
 fn invalid_cursor(id: Value, problem: &str) -> Response {
     json_rpc_error(StatusCode::OK, id, super::invalid::INVALID_PARAMS, problem)
 }
 
+/// An HTTP answer carrying one JSON-RPC error (the direct path's own refusals).
 pub(super) fn json_rpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
     let body = serde_json::json!({
         "jsonrpc": "2.0",

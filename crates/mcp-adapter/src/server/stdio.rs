@@ -331,16 +331,6 @@ where
                 }
             }
             let line = message_bytes(self.lines.line());
-            if let Some((id, message)) =
-                invalid::cursor_problem(line, || serde_json::from_slice(line).ok())
-            {
-                self.answer(&Refusal {
-                    code: invalid::INVALID_PARAMS,
-                    message,
-                    id,
-                });
-                continue;
-            }
             if self.batching.is_none()
                 && let Ok(value) = serde_json::from_slice::<Value>(line)
                 && value.get("method").and_then(Value::as_str) == Some("initialize")
@@ -368,7 +358,24 @@ where
             }
             let verdict = judge(self.lines.line());
             match verdict {
-                Verdict::Take(message) => return Some(*message),
+                // A well-formed list request whose cursor is not a string (rmcp's typed params
+                // drop it and would answer the first page); an id in flight is `admit`'s.
+                Verdict::Take(message) => {
+                    let line = message_bytes(self.lines.line());
+                    if let ClientJsonRpcMessage::Request(r) = &*message
+                        && !crate::server::handler::lock(&self.in_flight).contains(&id_text(&r.id))
+                        && let Some((id, why)) =
+                            invalid::cursor_problem(line, || serde_json::from_slice(line).ok())
+                    {
+                        self.answer(&Refusal {
+                            code: invalid::INVALID_PARAMS,
+                            message: why,
+                            id,
+                        });
+                        continue;
+                    }
+                    return Some(*message);
+                }
                 Verdict::Skip => {}
                 Verdict::Answer(refusal) => {
                     tracing::warn!("stdin: {}", refusal.message);

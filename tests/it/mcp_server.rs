@@ -49,7 +49,28 @@ fn quiver_binary() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let out = std::process::Command::new(cargo)
+        let mut build = std::process::Command::new(cargo);
+        // The variables cargo sets for this test binary are not the caller's: a build script
+        // that tracks one (ring's tracks CARGO_MANIFEST_DIR) would be rebuilt here, and again
+        // by the next `cargo test`, with everything above it (ring, rustls, reqwest, rmcp...).
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy();
+            if [
+                "CARGO_MANIFEST_",
+                "CARGO_PKG_",
+                "CARGO_CRATE_",
+                "CARGO_BIN_",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "CARGO_RUSTC_CURRENT_DIR",
+            ]
+            .iter()
+            .any(|p| key.starts_with(p))
+            {
+                build.env_remove(key.as_ref());
+            }
+        }
+        let out = build
             .args([
                 "build",
                 "-p",

@@ -96,15 +96,9 @@ struct MetaTool {
 /// The servers passing resources through that the caller may read (`ctx`'s capabilities),
 /// or only `only` of them.
 fn resource_servers(shared: &Shared, only: Option<&str>, ctx: &CallContext) -> Vec<Arc<Upstream>> {
-    shared
-        .servers()
-        .into_iter()
-        .filter(|u| {
-            u.cfg.resources
-                && ctx.capabilities.allows_server(u.name())
-                && only.is_none_or(|o| o == u.name())
-        })
-        .collect()
+    let mut servers = shared.resource_servers(&ctx.capabilities);
+    servers.retain(|u| only.is_none_or(|o| o == u.name()));
+    servers
 }
 
 async fn list_resources(up: &Upstream, cap: usize) -> Result<Vec<Value>, String> {
@@ -337,10 +331,9 @@ pub(super) async fn expand_prompt(
         return Ok(None);
     };
     let Some(up) = shared
-        .servers()
+        .prompt_servers(&ctx.capabilities)
         .into_iter()
-        .find(|u| u.cfg.prefix == prefix && u.cfg.prompts)
-        .filter(|u| ctx.capabilities.allows_server(u.name()))
+        .find(|u| u.cfg.prefix == prefix)
     else {
         return Ok(None);
     };

@@ -172,6 +172,22 @@ impl Shared {
             .get(name)
             .cloned()
     }
+
+    /// The servers passing resources through that `caps` allows: the one rule for the
+    /// passthrough and the resource meta-tools.
+    fn resource_servers(&self, caps: &quiver_contract::Capabilities) -> Vec<Arc<Upstream>> {
+        let mut servers = self.servers();
+        servers.retain(|u| u.cfg.resources && caps.allows_server(u.name()));
+        servers
+    }
+
+    /// The servers passing prompts through that `caps` allows: the one rule for the
+    /// passthrough and `/mcp__...` expansion.
+    fn prompt_servers(&self, caps: &quiver_contract::Capabilities) -> Vec<Arc<Upstream>> {
+        let mut servers = self.servers();
+        servers.retain(|u| u.cfg.prompts && caps.allows_server(u.name()));
+        servers
+    }
 }
 
 /// The client side of Quiver's MCP adapter: owns every upstream connection and the tools

@@ -384,24 +384,6 @@ pub(crate) fn template_matches(template: &str, uri: &str) -> bool {
 }
 
 impl McpClient {
-    /// The servers passing resources through that `caps` allows.
-    fn resource_servers(&self, caps: &Capabilities) -> Vec<Arc<Upstream>> {
-        self.shared
-            .servers()
-            .into_iter()
-            .filter(|u| u.cfg.resources && caps.allows_server(u.name()))
-            .collect()
-    }
-
-    /// The servers passing prompts through that `caps` allows.
-    fn prompt_servers(&self, caps: &Capabilities) -> Vec<Arc<Upstream>> {
-        self.shared
-            .servers()
-            .into_iter()
-            .filter(|u| u.cfg.prompts && caps.allows_server(u.name()))
-            .collect()
-    }
-
     /// The server that serves `uri` among those `caps` allows: the one that listed it, else
     /// one with a matching template, else the only resource server; lists again once before
     /// giving up. A URI of a server `caps` does not allow is answered as an unknown one.
@@ -410,7 +392,7 @@ impl McpClient {
         uri: &str,
         caps: &Capabilities,
     ) -> Result<Arc<Upstream>, ContentError> {
-        let servers = self.resource_servers(caps);
+        let servers = self.shared.resource_servers(caps);
         if servers.is_empty() {
             return Err(ContentError::NotFound(
                 "no upstream MCP server shares resources".into(),
@@ -438,7 +420,7 @@ impl McpClient {
         // The only resource server of all, not the only one this caller may read: a URI
         // another server lists is not sent to the one a restricted caller has left.
         if let [only] = servers.as_slice()
-            && self.resource_servers(&Capabilities::all()).len() == 1
+            && self.shared.resource_servers(&Capabilities::all()).len() == 1
         {
             return Ok(only.clone());
         }
@@ -505,7 +487,7 @@ impl McpClient {
     async fn all_resources(&self, caps: &Capabilities) -> Result<Vec<Value>, ContentError> {
         let shared = &self.shared;
         let lists = self
-            .across(self.resource_servers(caps), |up, cap| async move {
+            .across(self.shared.resource_servers(caps), |up, cap| async move {
                 let conn = connected(&up, |c| c.has_resources, "resources")?;
                 let limit = timeout(shared, &up);
                 pages(&up, limit, "resources/list", cap, |cursor| {
@@ -554,7 +536,7 @@ impl McpClient {
     async fn all_templates(&self, caps: &Capabilities) -> Result<Vec<Value>, ContentError> {
         let shared = &self.shared;
         let lists = self
-            .across(self.resource_servers(caps), |up, cap| async move {
+            .across(self.shared.resource_servers(caps), |up, cap| async move {
                 let conn = connected(&up, |c| c.has_resources, "resources")?;
                 let limit = timeout(shared, &up);
                 pages(&up, limit, "resources/templates/list", cap, |cursor| {
@@ -593,7 +575,7 @@ impl McpClient {
     async fn all_prompts(&self, caps: &Capabilities) -> Result<Vec<Value>, ContentError> {
         let shared = &self.shared;
         let lists = self
-            .across(self.prompt_servers(caps), |up, cap| async move {
+            .across(self.shared.prompt_servers(caps), |up, cap| async move {
                 let conn = connected(&up, |c| c.has_prompts, "prompts")?;
                 let limit = timeout(shared, &up);
                 pages(&up, limit, "prompts/list", cap, |cursor| {
@@ -669,7 +651,7 @@ impl McpClient {
         name: &str,
         caps: &Capabilities,
     ) -> Result<(Arc<Upstream>, String), ContentError> {
-        let servers = self.prompt_servers(caps);
+        let servers = self.shared.prompt_servers(caps);
         if let Some((prefix, prompt)) = quiver_contract::split_mcp_name(name)
             && let Some(up) = servers
                 .iter()

@@ -246,11 +246,10 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
             }
             forward_parts(&direct, parts, bytes).await
         }
-        Message::Other => {
+        message @ (Message::Other | Message::BadCursor { .. }) => {
             // (A session that has ended is rmcp's to answer, 404, and an id still in flight
             // its -32600.)
-            if let Some((id, problem)) =
-                super::invalid::cursor_problem(&bytes, || serde_json::from_slice(&bytes).ok())
+            if let Message::BadCursor { id, problem } = message
                 && serde_json::from_value::<RequestId>(id.clone())
                     .is_ok_and(|rid| !lock(&entry.conn.ids_in_use).contains(&rid))
                 && direct.sessions.has_session(&sid).await.unwrap_or(false)
@@ -552,6 +551,11 @@ enum Message {
         params: Box<CallToolRequestParams>,
     },
     Cancelled(RequestId),
+    /// A list request whose `cursor` is not a string: its id and why.
+    BadCursor {
+        id: Value,
+        problem: String,
+    },
     Other,
 }
 
@@ -574,7 +578,11 @@ fn classify(bytes: &Bytes) -> Message {
                 .and_then(|v| serde_json::from_value(v).ok());
             return id.map_or(Message::Other, Message::Cancelled);
         }
-        _ => return Message::Other,
+        _ => {
+            return super::invalid::cursor_problem(&msg).map_or(Message::Other, |(id, problem)| {
+                Message::BadCursor { id, problem }
+            });
+        }
     }
     if msg
         .keys()
@@ -2002,6 +2010,11 @@ mod tests {
         }
         let list = Bytes::from(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
         assert!(matches!(classify(&list), Message::Other));
+        let bad =
+            Bytes::from(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"cursor":5}}"#);
+        assert!(matches!(classify(&bad), Message::BadCursor { .. }));
+        let not_2_0 = Bytes::from(r#"{"id":1,"method":"tools/list","params":{"cursor":5}}"#);
+        assert!(matches!(classify(&not_2_0), Message::Other));
         let batch = Bytes::from(r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call"}]"#);
         assert!(matches!(classify(&batch), Message::Other));
         let cancel = Bytes::from(

@@ -41,22 +41,20 @@ const LISTS: [&str; 4] = [
     "prompts/list",
 ];
 
+/// Whether `method` is a list request, whose `params.cursor` is a page's `nextCursor`.
+pub(super) fn is_list(method: &str) -> bool {
+    LISTS.contains(&method)
+}
+
 /// Why `message`, a request, has a cursor no page gave out: a list's `cursor` that is not a
 /// string (rmcp reads such params as none, and answered the first page as if none had been
-/// sent; MCP asks for -32602 for an invalid cursor). `None` for anything else. `raw`, the
-/// message's bytes, spares parsing a message that names no cursor.
-pub(super) fn cursor_problem(
-    raw: &[u8],
-    message: impl FnOnce() -> Option<Value>,
-) -> Option<(Value, String)> {
-    if !raw.windows(8).any(|w| w == b"\"cursor\"") {
-        return None;
-    }
-    let message = message()?;
-    let method = message.get("method").and_then(Value::as_str)?;
-    if !LISTS.contains(&method) {
-        return None;
-    }
+/// sent; MCP asks for -32602 for an invalid cursor). `None` for anything else. The id comes
+/// with the reason.
+pub(super) fn cursor_problem(message: &serde_json::Map<String, Value>) -> Option<(Value, String)> {
+    let method = message
+        .get("method")
+        .and_then(Value::as_str)
+        .filter(|m| is_list(m))?;
     let cursor = message.get("params")?.get("cursor")?;
     if cursor.is_string() || cursor.is_null() {
         return None;
@@ -172,7 +170,7 @@ mod tests {
     /// notification is never answered, and another method's `cursor` is its own business.
     #[test]
     fn a_list_cursor_must_be_a_string() {
-        let problem = |v: Value| cursor_problem(v.to_string().as_bytes(), || Some(v.clone()));
+        let problem = |v: Value| cursor_problem(v.as_object().expect("an object"));
         let (id, why) = problem(
             json!({"jsonrpc": "2.0", "id": "a", "method": "resources/list",
             "params": {"cursor": 5}}),

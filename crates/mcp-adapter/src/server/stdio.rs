@@ -361,11 +361,13 @@ where
                 // A well-formed list request whose cursor is not a string (rmcp's typed params
                 // drop it and would answer the first page); an id in flight is `admit`'s.
                 Verdict::Take(message) => {
-                    let line = message_bytes(self.lines.line());
                     if let ClientJsonRpcMessage::Request(r) = &*message
+                        && invalid::is_list(r.request.method())
                         && !crate::server::handler::lock(&self.in_flight).contains(&id_text(&r.id))
-                        && let Some((id, why)) =
-                            invalid::cursor_problem(line, || serde_json::from_slice(line).ok())
+                        && let Ok(raw) = serde_json::from_slice::<serde_json::Map<String, Value>>(
+                            message_bytes(self.lines.line()),
+                        )
+                        && let Some((id, why)) = invalid::cursor_problem(&raw)
                     {
                         self.answer(&Refusal {
                             code: invalid::INVALID_PARAMS,

@@ -510,47 +510,34 @@ async fn a_bare_prompt_is_served_by_the_first_server_the_caller_reaches() {
                 .to_owned()
         })
     };
-    // Before anyone listed: each caller's own first server renders it.
-    assert_eq!(
-        greet(&only("fy")).await.unwrap(),
-        "Please greet Ada warmly. (fy)"
-    );
-    let prompts = within(
-        Duration::from_secs(30),
-        client.list_prompts(&Capabilities::all()),
-    )
-    .await
-    .unwrap();
+    let all = CallContext::default();
+    let (fx, fy) = (only("fx"), only("fy"));
+    let served_by = async |cases: &[(&CallContext, &str)]| {
+        for (ctx, who) in cases {
+            let text = greet(ctx).await.unwrap();
+            assert_eq!(
+                text,
+                format!("Please greet Ada warmly. ({who})"),
+                "{:?}",
+                ctx.capabilities
+            );
+        }
+    };
+    // Before anyone listed: the caller's own first server renders it.
+    served_by(&[(&fy, "fy")]).await;
+    let list = async |caps: &Capabilities| {
+        within(Duration::from_secs(30), client.list_prompts(caps))
+            .await
+            .unwrap()
+    };
+    let prompts = list(&Capabilities::all()).await;
     let greets = prompts.iter().filter(|p| p["name"] == "greet").count();
     assert_eq!(greets, 1, "one bare `greet`, fx's: {prompts:?}");
-    assert_eq!(
-        greet(&CallContext::default()).await.unwrap(),
-        "Please greet Ada warmly. (fx)"
-    );
-    assert_eq!(
-        greet(&only("fy")).await.unwrap(),
-        "Please greet Ada warmly. (fy)"
-    );
-    assert_eq!(
-        greet(&only("fx")).await.unwrap(),
-        "Please greet Ada warmly. (fx)"
-    );
+    served_by(&[(&all, "fx"), (&fy, "fy"), (&fx, "fx")]).await;
     // fy's caller lists (only fy's names are replaced), and fx still serves the others.
-    let theirs = within(
-        Duration::from_secs(30),
-        client.list_prompts(only("fy").capabilities.as_ref()),
-    )
-    .await
-    .unwrap();
+    let theirs = list(&fy.capabilities).await;
     assert!(theirs.iter().any(|p| p["name"] == "greet"), "{theirs:?}");
-    assert_eq!(
-        greet(&CallContext::default()).await.unwrap(),
-        "Please greet Ada warmly. (fx)"
-    );
-    assert_eq!(
-        greet(&only("fy")).await.unwrap(),
-        "Please greet Ada warmly. (fy)"
-    );
+    served_by(&[(&all, "fx"), (&fy, "fy")]).await;
     let refused = greet(&only("nobody")).await;
     assert!(
         matches!(&refused, Err(ContentError::NotFound(m)) if m.contains("unknown prompt")),

@@ -928,6 +928,44 @@ fn a_cursor_that_is_not_a_string_is_invalid_params() {
         r#"{"jsonrpc":"2.0","id":10,"method":"tools/list","params":{}}"#,
     );
     assert!(listed.contains("tool_search"), "{listed}");
+    // A 2026-07-28 request (no session; rmcp reads it, after its own checks): the same.
+    let stateless = |method: &str, cursor: &str| {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":11,"method":"{method}","params":{{"cursor":{cursor},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}},"io.modelcontextprotocol/clientInfo":{{"name":"t","version":"1"}}}}}}}}"#
+        );
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        write!(
+            s,
+            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    };
+    for (method, cursor) in [
+        ("tools/list", "5"),
+        ("resources/list", "true"),
+        ("resources/templates/list", r#"{"page":2}"#),
+        ("prompts/list", "[1]"),
+    ] {
+        let answer = stateless(method, cursor);
+        assert!(
+            answer.contains(r#""code":-32602"#)
+                && answer.contains(&format!(
+                    "invalid params for `{method}`: `cursor` must be a string"
+                ))
+                && answer.contains(r#""id":11"#),
+            "{method}: {answer}"
+        );
+    }
+    let listed = stateless("tools/list", "null");
+    assert!(
+        listed.contains("tool_search") && listed.contains(r#""id":11"#),
+        "{listed}"
+    );
     stop(child.0.take().expect("running"));
 
     let (child, mut stdin, mut lines) = stdio_serve(&dir);

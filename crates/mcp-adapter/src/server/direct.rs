@@ -164,7 +164,24 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
             Ok(b) => b,
             Err(refused) => return refused,
         };
-        let Some(id) = initialize_id(&bytes) else {
+        let head = request_head(&bytes);
+        let Some(id) = head
+            .as_ref()
+            .filter(|(method, _)| method == "initialize")
+            .and_then(|(_, id)| serde_json::to_value(id).ok())
+        else {
+            // A 2026-07-28 list request (it opens no session): rmcp reads a `cursor` that
+            // is not a string as none, so the handler is told what was sent; it refuses
+            // the request after rmcp's own header and `_meta` checks.
+            let mut parts = parts;
+            if head.is_some_and(|(method, _)| super::invalid::is_list(&method))
+                && let Ok(Value::Object(message)) = serde_json::from_slice::<Value>(&bytes)
+                && let Some((_, problem)) = super::invalid::cursor_problem(&message)
+            {
+                parts
+                    .extensions
+                    .insert(super::invalid::BadCursor(Arc::from(problem)));
+            }
             return forward_parts(&direct, parts, bytes).await;
         };
         // A request that names a later protocol in its header is rmcp's to answer (2026-07-28
@@ -403,13 +420,6 @@ impl Drop for Opening<'_> {
 
 /// The most body read to tell an `initialize` at capacity (rmcp's own limit).
 const MAX_OPENING_BODY: usize = 4 * 1024 * 1024;
-
-/// The id of an `initialize` request body, if it is one.
-fn initialize_id(bytes: &[u8]) -> Option<Value> {
-    request_head(bytes)
-        .filter(|(method, _)| method == "initialize")
-        .and_then(|(_, id)| serde_json::to_value(id).ok())
-}
 
 /// 503 with a JSON-RPC error: the server has `max` sessions open.
 fn too_many_sessions(id: Value, max: usize) -> Response {

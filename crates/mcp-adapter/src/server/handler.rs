@@ -818,6 +818,19 @@ pub(crate) fn unparsed_request(method: &str, params: Option<Value>, modern: bool
     McpError::invalid_params(format!("invalid params for `{method}`{detail}"), None)
 }
 
+/// A list request whose `cursor` was not a string (the direct path read the body rmcp
+/// then read as having none): -32602, as the session paths answer it.
+fn cursor_sent(context: &RequestContext<RoleServer>) -> Result<(), McpError> {
+    match context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|p| p.extensions.get::<super::invalid::BadCursor>())
+    {
+        Some(bad) => Err(McpError::invalid_params(bad.0.to_string(), None)),
+        None => Ok(()),
+    }
+}
+
 impl ServerHandler for Handler {
     async fn on_custom_request(
         &self,
@@ -899,6 +912,7 @@ impl ServerHandler for Handler {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        cursor_sent(&context)?;
         // The composed surface is small and always one page: no cursor is ever given out,
         // so any cursor is one this server never gave (the MCP pagination rule: -32602). An
         // empty one is taken as none.
@@ -1111,6 +1125,7 @@ impl ServerHandler for Handler {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
+        cursor_sent(&context)?;
         let source = self.source(|o| o.resources, "resources")?;
         let scope = self.scope(&context.meta, &context.extensions)?;
         let all = source
@@ -1125,6 +1140,7 @@ impl ServerHandler for Handler {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
+        cursor_sent(&context)?;
         let source = self.source(|o| o.resources, "resources")?;
         let scope = self.scope(&context.meta, &context.extensions)?;
         let all = source
@@ -1196,6 +1212,7 @@ impl ServerHandler for Handler {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
+        cursor_sent(&context)?;
         let source = self.source(|o| o.prompts, "prompts")?;
         let scope = self.scope(&context.meta, &context.extensions)?;
         let all = source

@@ -69,6 +69,12 @@ pub(super) fn cursor_problem(message: &serde_json::Map<String, Value>) -> Option
     ))
 }
 
+/// A list request's `cursor` problem ([`cursor_problem`]), put in the HTTP request's
+/// extensions for a request rmcp reads (a 2026-07-28 one, which opens no session): the
+/// handler refuses the list with it.
+#[derive(Debug, Clone)]
+pub(super) struct BadCursor(pub(super) std::sync::Arc<str>);
+
 /// A message the server refuses to read: the error code, the message the client reads, and
 /// the request's id when it can be read (else null, as JSON-RPC 2.0, section 5, asks).
 #[derive(Debug, Clone, PartialEq)]

@@ -1011,6 +1011,51 @@ fn a_cursor_that_is_not_a_string_is_invalid_params() {
     drop(stdin);
     let mut c = child.0.take().expect("running");
     assert!(c.wait().unwrap().success());
+
+    // The elements of a 2025-03-26 batch over stdio: the same answer, in the batch's array.
+    let (child, mut stdin, mut lines) = stdio_serve(&dir);
+    let mut child = KillOnDrop(Some(child));
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-03-26","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#
+    )
+    .unwrap();
+    assert!(lines.next().unwrap().unwrap().contains(r#""id":1"#));
+    writeln!(
+        stdin,
+        r#"[{{"jsonrpc":"2.0","method":"notifications/initialized"}},{{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{{"cursor":5}}}},{{"jsonrpc":"2.0","id":3,"method":"prompts/list","params":{{"cursor":{{"page":2}}}}}},{{"jsonrpc":"2.0","id":4,"method":"tools/list","params":{{}}}}]"#
+    )
+    .unwrap();
+    let answers: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let answers = answers.as_array().expect("one array");
+    let by_id = |id: i64| {
+        answers
+            .iter()
+            .find(|a| a["id"] == id)
+            .unwrap_or_else(|| panic!("no answer {id}: {answers:?}"))
+    };
+    for (id, method) in [(2, "tools/list"), (3, "prompts/list")] {
+        let refused = by_id(id);
+        assert_eq!(refused["error"]["code"], -32602, "{refused}");
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!(
+                    "invalid params for `{method}`: `cursor` must be a string"
+                )),
+            "{refused}"
+        );
+    }
+    assert!(
+        by_id(4)["result"]["tools"]
+            .to_string()
+            .contains("tool_search"),
+        "{answers:?}"
+    );
+    drop(stdin);
+    let mut c = child.0.take().expect("running");
+    assert!(c.wait().unwrap().success());
 }
 
 /// Kills the child when dropped still holding it (a test that panics before `stop`).

@@ -818,14 +818,18 @@ pub(crate) fn unparsed_request(method: &str, params: Option<Value>, modern: bool
     McpError::invalid_params(format!("invalid params for `{method}`{detail}"), None)
 }
 
-/// A list request whose `cursor` was not a string (the direct path read the body rmcp
-/// then read as having none): -32602, as the session paths answer it.
+/// A list request whose `cursor` was not a string (the transport read the message rmcp
+/// then read as having none, and marked it: on the HTTP request's extensions for a
+/// 2026-07-28 request, on the message's for a stdio batch element): -32602, as the session
+/// paths answer it before rmcp reads the message.
 fn cursor_sent(context: &RequestContext<RoleServer>) -> Result<(), McpError> {
-    match context
-        .extensions
-        .get::<axum::http::request::Parts>()
-        .and_then(|p| p.extensions.get::<super::invalid::BadCursor>())
-    {
+    let marked = context.extensions.get::<super::invalid::BadCursor>();
+    match marked.or_else(|| {
+        context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|p| p.extensions.get::<super::invalid::BadCursor>())
+    }) {
         Some(bad) => Err(McpError::invalid_params(bad.0.to_string(), None)),
         None => Ok(()),
     }

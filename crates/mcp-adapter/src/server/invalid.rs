@@ -69,9 +69,9 @@ pub(super) fn cursor_problem(message: &serde_json::Map<String, Value>) -> Option
     ))
 }
 
-/// A list request's `cursor` problem ([`cursor_problem`]), put in the HTTP request's
-/// extensions for a request rmcp reads (a 2026-07-28 one, which opens no session): the
-/// handler refuses the list with it.
+/// A list request's `cursor` problem ([`cursor_problem`]), put in the extensions of a
+/// request rmcp reads past the transports' own check (an HTTP 2026-07-28 request, which
+/// opens no session; a stdio batch element): the handler refuses the list with it.
 #[derive(Debug, Clone)]
 pub(super) struct BadCursor(pub(super) std::sync::Arc<str>);
 

@@ -111,9 +111,18 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
         let mut answers = Vec::new();
         for item in items {
             match serde_json::from_value::<ClientJsonRpcMessage>(item.clone()) {
-                Ok(message) => {
+                Ok(mut message) => {
                     if let (Some(id), Some(_)) = (item.get("id"), item.get("method")) {
                         waiting.insert(id.to_string());
+                    }
+                    // A list whose cursor is not a string: the handler refuses it (its
+                    // answer joins the batch's).
+                    if let (ClientJsonRpcMessage::Request(r), Value::Object(raw)) =
+                        (&mut message, &item)
+                        && let Some((_, why)) = invalid::cursor_problem(raw)
+                    {
+                        rmcp::model::GetExtensions::extensions_mut(&mut r.request)
+                            .insert(invalid::BadCursor(why.into()));
                     }
                     self.queued.push_back(message);
                 }

@@ -66,7 +66,19 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
         }
         loop {
             let available = match self.read.fill_buf().await {
-                Ok([]) => return LineRead::End,
+                // The input ended inside a line: the line is the last one, read as if its
+                // newline had come (a client that writes its last message without one, as
+                // `printf` does, gets its answer instead of silence).
+                Ok([]) if !self.line.is_empty() && self.line.last() != Some(&b'\n') => {
+                    self.line.push(b'\n');
+                    return LineRead::Line;
+                }
+                Ok([]) => {
+                    return match self.discarding.take() {
+                        Some((head, tail)) => LineRead::Oversized { head, tail },
+                        None => LineRead::End,
+                    };
+                }
                 Ok(b) => b,
                 Err(e) => {
                     tracing::debug!("reading a stdio stream: {e}");
@@ -319,6 +331,31 @@ mod tests {
         }
         assert!(matches!(reader.read_line().await, LineRead::Line));
         assert_eq!(reader.line(), b"{\"ok\":1}\n");
+        assert!(matches!(reader.read_line().await, LineRead::End));
+    }
+
+    /// The input may end without a newline: the last line is still a line (and a long one
+    /// still refused with its ends), then the end.
+    #[tokio::test]
+    async fn a_last_line_without_its_newline_is_read() {
+        let mut reader = LineReader::new(&b"{\"a\":1}\n{\"b\":2}"[..], 1000);
+        assert!(matches!(reader.read_line().await, LineRead::Line));
+        assert_eq!(reader.line(), b"{\"a\":1}\n");
+        assert!(matches!(reader.read_line().await, LineRead::Line));
+        assert_eq!(reader.line(), b"{\"b\":2}\n");
+        assert!(matches!(reader.read_line().await, LineRead::End));
+        assert!(matches!(reader.read_line().await, LineRead::End));
+
+        let mut input = br#"{"jsonrpc":"2.0","id":4,"result":""#.to_vec();
+        input.extend(std::iter::repeat_n(b'x', 5000));
+        let mut reader = LineReader::new(&input[..], 1000);
+        match reader.read_line().await {
+            LineRead::Oversized { head, tail } => {
+                assert!(head.len() <= KEPT && tail.len() <= KEPT);
+                assert_eq!(find_id(&head, &tail), Some(json!(4)));
+            }
+            _ => panic!("the long last line is refused"),
+        }
         assert!(matches!(reader.read_line().await, LineRead::End));
     }
 }

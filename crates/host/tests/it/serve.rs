@@ -1058,6 +1058,51 @@ fn a_cursor_that_is_not_a_string_is_invalid_params() {
     assert!(c.wait().unwrap().success());
 }
 
+/// The last message on stdin may come without its newline (`printf '...' | quiver serve
+/// --stdio`): it is answered and logged, not dropped with the input's end; a last line
+/// that is not JSON gets its -32700.
+#[test]
+fn a_last_message_without_its_newline_is_answered() {
+    let dir = fresh_dir("stdio-eof");
+    let (child, mut stdin, mut lines) = stdio_serve(&dir);
+    let mut child = KillOnDrop(Some(child));
+    write!(
+        stdin,
+        "{}\n{}\n{}",
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"describe_tool","arguments":{"name":"tool_search"}}}"#,
+    )
+    .unwrap();
+    drop(stdin);
+    let answers: Vec<String> = lines.by_ref().map(Result::unwrap).collect();
+    assert_eq!(answers.len(), 2, "{answers:?}");
+    assert!(
+        answers[1].contains(r#""id":4"#) && answers[1].contains(r#""isError":false"#),
+        "{answers:?}"
+    );
+    let mut c = child.0.take().expect("running");
+    assert!(c.wait().unwrap().success());
+    let log = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(["log", "--json"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert!(log.contains(r#""tool":"describe_tool""#), "{log}");
+
+    let (child, mut stdin, mut lines) = stdio_serve(&dir);
+    let mut child = KillOnDrop(Some(child));
+    write!(stdin, "garbage").unwrap();
+    drop(stdin);
+    let refused = lines.next().expect("an answer").unwrap();
+    assert!(
+        refused.contains(r#""code":-32700"#) && refused.contains(r#""id":null"#),
+        "{refused}"
+    );
+    let _ = child.0.take().expect("running").wait();
+}
+
 /// Kills the child when dropped still holding it (a test that panics before `stop`).
 struct KillOnDrop(Option<std::process::Child>);
 

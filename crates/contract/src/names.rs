@@ -28,21 +28,46 @@ pub fn quoted_name(name: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(format!("{escaped}… ({} bytes)", name.len()))
 }
 
-/// `text` with its control characters escaped (`\n`, `\t`, `\u{1b}`); borrowed when it
-/// has none.
+/// `text` with its control characters escaped (`\n`, `\t`, `\u{1b}`), and the
+/// bidirectional controls that reorder what a terminal shows (`\u{202e}`); borrowed when
+/// it has none.
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
+    escaped(text, false)
+}
+
+/// [`printable`] for text of several lines (a rendered result, a description): newlines
+/// and tabs stay, every other control character is escaped, so what an upstream wrote
+/// cannot drive the terminal it is printed on (clear it, retitle it, write the clipboard).
+pub fn printable_lines(text: &str) -> std::borrow::Cow<'_, str> {
+    escaped(text, true)
+}
+
+fn escaped(text: &str, lines: bool) -> std::borrow::Cow<'_, str> {
+    let shown =
+        |c: char| !(c.is_control() || is_bidi_control(c)) || (lines && matches!(c, '\n' | '\t'));
+    if text.chars().all(shown) {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        if c.is_control() {
+        if shown(c) {
+            out.push(c);
+        } else if c.is_control() {
             out.extend(c.escape_debug());
         } else {
-            out.push(c);
+            out.extend(c.escape_unicode());
         }
     }
     std::borrow::Cow::Owned(out)
+}
+
+/// The Unicode controls of bidirectional text (embeddings, overrides, isolates, marks):
+/// invisible, and they reorder the characters around them.
+fn is_bidi_control(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+    )
 }
 
 /// What family a valid name belongs to.
@@ -306,6 +331,15 @@ mod quoted_tests {
     fn control_characters_are_shown_escaped() {
         assert_eq!(quoted_name("a\nb\u{1b}[2J"), "a\\nb\\u{1b}[2J");
         assert_eq!(printable("plain"), "plain");
+        assert_eq!(printable("abc\u{202e}fed"), "abc\\u{202e}fed");
+        assert_eq!(
+            printable_lines("line 1\n\tline 2 \u{1b}]52;c;SGk=\u{7} \u{1b}[31mred\u{2066}"),
+            "line 1\n\tline 2 \\u{1b}]52;c;SGk=\\u{7} \\u{1b}[31mred\\u{2066}"
+        );
+        assert!(matches!(
+            printable_lines("plain\nlines"),
+            std::borrow::Cow::Borrowed(_)
+        ));
         let long = format!("\t{}", "x".repeat(300));
         assert!(quoted_name(&long).starts_with("\\tx"));
     }

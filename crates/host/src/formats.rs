@@ -116,7 +116,7 @@ fn table(specs: &[ToolSpec]) -> String {
             "{:<width$}  {:<4}  {}\n",
             s.name,
             mode,
-            first_line(&s.description, 90)
+            quiver_contract::printable(&first_line(&s.description, 90))
         ));
     }
     out.push_str(&format!("{} tool(s)\n", specs.len()));

@@ -960,7 +960,10 @@ async fn command(
                 )
                 .await;
             app.save_session(&session).await?;
-            println!("{}", render(&envelope, &RenderOptions::default()));
+            println!(
+                "{}",
+                quiver_contract::printable_lines(&render(&envelope, &RenderOptions::default()))
+            );
             Ok(exit_for(&envelope))
         }
         Command::Serve {
@@ -1036,7 +1039,10 @@ async fn command(
                 .call_json(&name, &json, CallContext::for_session(session.as_str()))
                 .await;
             app.save_session(&session).await?;
-            println!("{}", render(&envelope, &RenderOptions::default()));
+            println!(
+                "{}",
+                quiver_contract::printable_lines(&render(&envelope, &RenderOptions::default()))
+            );
             // JSON on the command line that does not parse is the operator's slip, not a
             // result: a usage error (2), whatever the answer above says.
             if !json.trim().is_empty() && serde_json::from_str::<serde_json::Value>(&json).is_err()

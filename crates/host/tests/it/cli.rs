@@ -1172,3 +1172,60 @@ fn reading_commands_neither_create_nor_change_the_store() {
     assert_eq!(called.status.code(), Some(0), "{}", stdout(&called));
     assert_ne!(marker(), before.1);
 }
+
+/// What an upstream writes cannot drive the operator's terminal: `call` and `tools` print a
+/// result's and a description's escape sequences (clear the screen, retitle the window,
+/// write the clipboard) and bidirectional overrides escaped, and keep their newlines; the
+/// JSON formats escape them as JSON does.
+#[test]
+fn call_and_tools_print_an_upstreams_control_characters_escaped() {
+    let dir = workdir("control-chars");
+    let server = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/one_tool_server.py"
+    );
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[surface]\nanchors = [\"mcp__one__t\"]\n\n[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{server:?}]\nenv = {{ DESCRIPTION = \"Takes \\u001b]0;PWNED\\u0007 one \\u001b[2J field.\" }}\n"
+        ),
+    )
+    .unwrap();
+    let raw = |text: &str| {
+        text.chars()
+            .any(|c| (c.is_control() && c != '\n') || c == '\u{202e}')
+    };
+    let out = quiver_in(
+        &dir,
+        &[
+            "call",
+            "mcp__one__t",
+            r#"{"x": "fail \u001b]52;c;SGVsbG8=\u0007 \u001b[31mred\u202e\nnext line"}"#,
+        ],
+    );
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(!raw(&text), "{text:?}");
+    assert!(
+        text.contains(r"fail \u{1b}]52;c;SGVsbG8=\u{7} \u{1b}[31mred\u{202e}")
+            && text.contains("\nnext line"),
+        "{text}"
+    );
+    let out = quiver_in(&dir, &["tools"]);
+    let text = stdout(&out);
+    assert!(!raw(&text), "{text:?}");
+    assert!(
+        text.contains(r"Takes \u{1b}]0;PWNED\u{7} one \u{1b}[2J field."),
+        "{text}"
+    );
+    let out = quiver_in(&dir, &["tools", "--format", "json"]);
+    let text = stdout(&out);
+    assert!(!raw(&text), "{text:?}");
+    let specs: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert!(
+        specs.as_array().unwrap().iter().any(
+            |s| s["description"] == "[MCP: one] Takes \u{1b}]0;PWNED\u{7} one \u{1b}[2J field."
+        ),
+        "{text}"
+    );
+}

@@ -1066,13 +1066,17 @@ fn a_last_message_without_its_newline_is_answered() {
     let dir = fresh_dir("stdio-eof");
     let (child, mut stdin, mut lines) = stdio_serve(&dir);
     let mut child = KillOnDrop(Some(child));
-    write!(
-        stdin,
-        "{}\n{}\n{}",
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-        r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"describe_tool","arguments":{"name":"tool_search"}}}"#,
-    )
+    stdin
+        .write_all(
+            concat!(
+                r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+                "\n",
+                r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+                "\n",
+                r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"describe_tool","arguments":{"name":"tool_search"}}}"#,
+            )
+            .as_bytes(),
+        )
     .unwrap();
     drop(stdin);
     let answers: Vec<String> = lines.by_ref().map(Result::unwrap).collect();

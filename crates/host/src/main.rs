@@ -173,7 +173,7 @@ enum Command {
         mode: Mode,
         /// Also accept this `Host` (`name:port`, or `name` for any port), e.g. the public name of a
         /// non-loopback listener. The listen address itself is always accepted.
-        #[arg(long = "allow-host", value_name = "HOST")]
+        #[arg(long = "allow-host", value_name = "HOST", value_parser = parse_allow_host)]
         allow_hosts: Vec<String>,
     },
     /// Call one tool through the full pipeline and print the rendered result.
@@ -196,6 +196,63 @@ enum Command {
 struct Listen {
     addr: std::net::SocketAddr,
     name: Option<String>,
+}
+
+/// A `Host` to accept: `name`, `name:port` or `name:*` (any port); an IPv6 address in
+/// brackets. A URL, a path or a name with other characters would never match a `Host`
+/// header, so it is refused here rather than accepted and never used.
+fn parse_allow_host(s: &str) -> Result<String, String> {
+    const FORM: &str = "give the Host clients send: `name:port`, or `name` for any port (e.g. `quiver.example:7345`, `quiver.example`, `[::1]:7345`)";
+    if let Some((scheme, rest)) = s.split_once("://") {
+        let host = rest.split('/').next().unwrap_or("");
+        return Err(format!(
+            "`{s}` is a URL, not a Host: leave out `{scheme}://` (and any path), e.g. `{host}`"
+        ));
+    }
+    let (name, port) = match s.strip_prefix('[') {
+        Some(v6) => {
+            let Some((addr, rest)) = v6.split_once(']') else {
+                return Err(format!("`{s}` has no closing `]`: {FORM}"));
+            };
+            if addr.parse::<std::net::Ipv6Addr>().is_err() {
+                return Err(format!("`[{addr}]` is not an IPv6 address: {FORM}"));
+            }
+            match rest {
+                "" => (addr, None),
+                _ => match rest.strip_prefix(':') {
+                    Some(port) => (addr, Some(port)),
+                    None => {
+                        return Err(format!("`{s}`: after `]` comes `:port` or nothing; {FORM}"));
+                    }
+                },
+            }
+        }
+        None => match s.split_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (s, None),
+        },
+    };
+    if name.is_empty() {
+        return Err(format!("`{s}` names no host: {FORM}"));
+    }
+    if !s.starts_with('[')
+        && !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+    {
+        return Err(format!(
+            "`{name}` is not a host name (letters, digits, `-` and `.`): {FORM}"
+        ));
+    }
+    if let Some(port) = port
+        && port != "*"
+        && port.parse::<u16>().is_err()
+    {
+        return Err(format!(
+            "`{port}` in `{s}` is not a port (0 to 65535, or `*` for any): {FORM}"
+        ));
+    }
+    Ok(s.to_owned())
 }
 
 fn parse_listen(s: &str) -> Result<Listen, String> {

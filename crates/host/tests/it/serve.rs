@@ -51,9 +51,20 @@ fn start(
     args: &[&str],
     envs: &[(&str, &str)],
 ) -> (std::process::Child, String) {
+    start_with(dir, args, &[], envs)
+}
+
+/// [`start`], with `serve_args` after `serve`.
+fn start_with(
+    dir: &std::path::Path,
+    args: &[&str],
+    serve_args: &[&str],
+    envs: &[(&str, &str)],
+) -> (std::process::Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
         .args(args)
         .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(serve_args)
         .current_dir(dir)
         .envs(envs.iter().copied())
         .env("QUIVER_LOG", "error")
@@ -1105,6 +1116,76 @@ fn a_last_message_without_its_newline_is_answered() {
         "{refused}"
     );
     let _ = child.0.take().expect("running").wait();
+}
+
+/// `--allow-host` adds the `Host` values a request may carry (`name:*` any port, `name`
+/// any port too, `name:port` that one), beside the listen address; another is 403. A value
+/// that could never match a `Host` (a URL, a path, an empty name, a bad port) is a usage
+/// error naming the form, before anything starts.
+#[test]
+fn allow_host_accepts_the_named_hosts_and_refuses_malformed_values() {
+    let dir = fresh_dir("allow-host");
+    for (value, says) in [
+        (
+            "http://x.example",
+            "is a URL, not a Host: leave out `http://` (and any path), e.g. `x.example`",
+        ),
+        ("", "names no host"),
+        ("x.example/mcp", "is not a host name"),
+        ("x.example:http", "is not a port"),
+        ("[::1", "has no closing `]`"),
+        ("[nope]:80", "is not an IPv6 address"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_quiver"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--allow-host", value])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{value}: {err}");
+        assert!(err.contains(says), "{value}: {err}");
+    }
+    let (child, addr) = start_with(
+        &dir,
+        &[],
+        &[
+            "--allow-host",
+            "quiver.example:*",
+            "--allow-host",
+            "other.example",
+            "--allow-host",
+            "pinned.example:8443",
+        ],
+        &[],
+    );
+    let mut child = KillOnDrop(Some(child));
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let with_host = |host: &str| {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        write!(
+            s,
+            "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{init}",
+            init.len()
+        )
+        .unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out.lines().next().unwrap_or("").to_owned()
+    };
+    for (host, status) in [
+        (addr.as_str(), "200"),
+        ("quiver.example:1234", "200"),
+        ("quiver.example", "200"),
+        ("other.example:99", "200"),
+        ("pinned.example:8443", "200"),
+        ("pinned.example:8444", "403"),
+        ("evil.example", "403"),
+    ] {
+        let line = with_host(host);
+        assert!(line.contains(status), "Host {host}: {line}");
+    }
+    stop(child.0.take().expect("running"));
 }
 
 /// Kills the child when dropped still holding it (a test that panics before `stop`).

@@ -107,9 +107,15 @@ pub struct ServerCounters {
     pub lean_handoffs: u64,
 }
 
+/// Failed attempts in a row after which a caller is told an operator must fix the server
+/// rather than to try again.
+const FAILED_FOR_AN_OPERATOR: u64 = 3;
+
 #[derive(Default)]
 struct Counters {
     dials: AtomicU64,
+    /// `dials` when the last connection came up.
+    dials_at_connect: AtomicU64,
     connects: AtomicU64,
     drops: AtomicU64,
     calls: AtomicU64,
@@ -1134,6 +1140,10 @@ impl Upstream {
             watchers.push(watcher);
         }
         self.counters.connects.fetch_add(1, Ordering::Relaxed);
+        self.counters.dials_at_connect.store(
+            self.counters.dials.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
         self.diag(format!(
             "connected (protocol {protocol}, {} tool(s))",
             tools.tools.len()
@@ -1673,15 +1683,27 @@ impl Upstream {
                 } else {
                     "has not connected yet"
                 };
-                format!(
-                    "MCP server \"{server}\" {was} and is not connected. {}",
-                    self.retry_advice()
-                )
+                let failed = self.failed_in_a_row();
+                if failed >= FAILED_FOR_AN_OPERATOR {
+                    return format!(
+                        "MCP server \"{server}\" {was}, and the last {failed} attempts to reach it failed: retrying will not help until an operator fixes it (`quiver status` says why). Use another tool"
+                    );
+                }
+                format!("MCP server \"{server}\" {was}. {}", self.retry_advice())
             }
             ServerState::Rejected(_) => format!(
                 "MCP server \"{server}\" could not be connected and is not retried; an operator must fix it. Use another tool"
             ),
         }
+    }
+
+    /// The dials since the last connection came up that failed (the one under way, if
+    /// any, not counted).
+    fn failed_in_a_row(&self) -> u64 {
+        let dials = self.counters.dials.load(Ordering::Relaxed);
+        let at_connect = self.counters.dials_at_connect.load(Ordering::Relaxed);
+        let dialing = u64::from(self.next_attempt().is_none());
+        dials.saturating_sub(at_connect).saturating_sub(dialing)
     }
 
     /// When Quiver dials the server again, as advice.

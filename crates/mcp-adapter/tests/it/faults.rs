@@ -613,9 +613,24 @@ async fn down_server_tools_stay_and_fail_at_once() {
     // It says the server went down, and when Quiver tries it again.
     let message = env.message().unwrap();
     assert!(
-        message.starts_with(
-            "MCP server \"fx\" went down and is not connected. Quiver tries it again in about "
-        ) && message.ends_with(" s: try again after that, or use another tool"),
+        message.starts_with("MCP server \"fx\" went down. Quiver tries it again in about ")
+            && message.ends_with(" s: try again after that, or use another tool"),
+        "{message}"
+    );
+    // After three failed attempts in a row it no longer says to try again.
+    wait_for("three failed attempts", Duration::from_secs(30), || {
+        let s = client.server_status("fx").unwrap();
+        s.counters.dials >= s.counters.connects + 3 && s.next_attempt.is_some()
+    })
+    .await;
+    let env = call(&catalog, "mcp__fx__echo", json!({"text": "x"})).await;
+    assert_eq!(env.err_kind(), Some(&ErrKind::NotAvailable));
+    let message = env.message().unwrap();
+    assert!(
+        message.starts_with("MCP server \"fx\" went down, and the last ")
+            && message.contains(
+                " attempts to reach it failed: retrying will not help until an operator fixes it (`quiver status` says why). Use another tool"
+            ),
         "{message}"
     );
     close_and_check(&client).await;

@@ -28,5 +28,5 @@ pub use surface::{
     FailedTool, FoundTool, Oversized, Reason, SearchOutcome, SessionPin, Surface, SurfaceTool,
     TOOL_SEARCH,
 };
-pub use tools::{BLANK_QUERY_HINT, core_tools};
+pub use tools::{BLANK_QUERY_HINT, NO_MATCH_HINT, core_tools};
 pub use working_set::PageIn;

@@ -16,7 +16,10 @@ use crate::{
 };
 
 /// The hint for a query without search words.
-pub const BLANK_QUERY_HINT: &str = "the query has no search words: it is blank, or only stop words, single letters or punctuation. Describe the capability you need in a few keywords, e.g. {\"query\": \"read csv file\"} or {\"query\": \"send slack message\"}.";
+pub const BLANK_QUERY_HINT: &str = "the query has no search words: it is blank, or only stop words, single letters, punctuation or words too long to be words (over 40 letters). Describe the capability you need in a few keywords, e.g. {\"query\": \"read csv file\"} or {\"query\": \"send slack message\"}.";
+
+/// The warning of a search that found nothing.
+pub const NO_MATCH_HINT: &str = "no tool you can use matches these words. Search again with other words for what the tool does, its action and its object (e.g. \"convert time zone\", \"query postgres database\"); tool descriptions are mostly in English. If nothing fits, no tool here does it.";
 
 /// `tool_search` and `describe_tool`, bound to `surface`. Register them in the catalog (for
 /// example in the `core` family); they hold the surface weakly.
@@ -150,7 +153,14 @@ impl Tool for ToolSearch {
         let data = serde_json::to_value(&outcome).map_err(|e| {
             ToolError::err(ErrKind::Internal, format!("cannot encode the result: {e}"))
         })?;
-        let env = Envelope::ok(data);
+        let mut env = Envelope::ok(data);
+        // Nothing matched: say what to do, or an empty list reads as "no such tool exists".
+        if outcome.hits.is_empty() {
+            env = env.with_warning(quiver_contract::Warning::new(
+                "no_match",
+                NO_MATCH_HINT,
+            ));
+        }
         // A limit above what a working set holds is cut to it: say so, or fewer hits than
         // asked for read as all there is.
         let holds = surface.config().working_set.max_tools;

@@ -362,6 +362,34 @@ async fn blank_queries_get_a_hint() {
     }
     let e = fx.search("s", json!({"query": "the"})).await;
     insta::assert_snapshot!("blank_query_hint", text(&e));
+    // A word too long to be a word is not a search word either, and the hint says so.
+    let e = fx.search("s", json!({"query": "q".repeat(50)})).await;
+    assert_eq!(e.hint_kind(), Some(HintKind::Fetch), "{}", text(&e));
+    assert!(text(&e).contains("words too long to be words"), "{}", text(&e));
+}
+
+/// A search that finds nothing is still a result (the hits are what there is), with a
+/// warning that tells the model how to search again; one that finds something has none.
+#[tokio::test]
+async fn a_search_that_finds_nothing_says_what_to_do() {
+    let fx = search_fixture();
+    let e = fx
+        .search("s", json!({"query": "quantum teleportation banana"}))
+        .await;
+    assert!(e.is_ok(), "{}", text(&e));
+    assert_eq!(data(&e)["hits"], json!([]), "{}", text(&e));
+    assert!(
+        text(&e).contains(&format!("no_match: {}", quiver_surface::NO_MATCH_HINT)),
+        "{}",
+        text(&e)
+    );
+    let found = fx.search("s", json!({"query": "csv"})).await;
+    assert!(
+        !data(&found)["hits"].as_array().unwrap().is_empty(),
+        "{}",
+        text(&found)
+    );
+    assert!(!text(&found).contains("no_match"), "{}", text(&found));
 }
 
 #[tokio::test]

@@ -85,6 +85,9 @@ impl App {
         access: StoreAccess,
     ) -> anyhow::Result<App> {
         let path = &config.store.path;
+        if let Some(problem) = config.store.path_problem() {
+            anyhow::bail!("opening the store: {problem}");
+        }
         let options = StoreOptions::default()
             .with_linger(std::time::Duration::from_millis(u64::from(
                 config.store.log_linger_ms,

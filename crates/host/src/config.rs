@@ -101,6 +101,20 @@ pub struct StoreConfig {
     pub busy_timeout_ms: u32,
 }
 
+impl StoreConfig {
+    /// Why `path` cannot be the store's file, found before SQLite is asked (it would say
+    /// "unable to open" or "disk I/O error"): a directory.
+    pub fn path_problem(&self) -> Option<String> {
+        self.path.is_dir().then(|| {
+            format!(
+                "[store] path {} is a directory: name the database file, e.g. {}",
+                self.path.display(),
+                self.path.join("quiver.db").display()
+            )
+        })
+    }
+}
+
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
@@ -550,6 +564,11 @@ impl Config {
             }
         }
         config.origin = Some(origin.to_owned());
+        if config.store.path.as_os_str().is_empty() {
+            bail!(
+                "{origin}: [store] path is empty: give the SQLite file, e.g. path = \"./quiver.db\" (or leave the key out for that default)"
+            );
+        }
         if config.store.retention_days == Some(0) {
             bail!(
                 "{origin}: [store] retention_days = 0 would delete the whole execution log and every stored session each time `serve`, `call` or `search` starts; give a number of days (at least 1), or remove the key to keep everything"
@@ -783,6 +802,14 @@ allowed_tools = ["t1", "t2"]
         );
         check("[limits]\ntimout_secs = 3", Err("quiver.toml"));
         check("[stor]\npath = \"x\"", Err("did you mean `store`?"));
+        check(
+            "[store]\npath = \"\"",
+            Err("[store] path is empty: give the SQLite file"),
+        );
+        check(
+            "[store]\npath = \"${env:EMPTY}\"",
+            Err("store.path: environment variable EMPTY is set but empty"),
+        );
         check(
             "[limits]\ntimeout_secs = -1",
             Err("must be a positive number of seconds"),

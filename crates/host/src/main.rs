@@ -360,6 +360,9 @@ async fn log_command(
     if let Some(o) = outcome {
         filter = filter.kind(o);
     }
+    if let Some(problem) = config.store.path_problem() {
+        anyhow::bail!("reading the execution log: {problem}");
+    }
     let path = config.store.path.clone();
     let shown = path.display().to_string();
     let calls = tokio::task::spawn_blocking(move || quiver_store_sqlite::read_calls(&path, filter))

@@ -156,10 +156,7 @@ impl Tool for ToolSearch {
         let mut env = Envelope::ok(data);
         // Nothing matched: say what to do, or an empty list reads as "no such tool exists".
         if outcome.hits.is_empty() {
-            env = env.with_warning(quiver_contract::Warning::new(
-                "no_match",
-                NO_MATCH_HINT,
-            ));
+            env = env.with_warning(quiver_contract::Warning::new("no_match", NO_MATCH_HINT));
         }
         // A limit above what a working set holds is cut to it: say so, or fewer hits than
         // asked for read as all there is.

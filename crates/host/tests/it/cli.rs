@@ -1229,3 +1229,29 @@ fn call_and_tools_print_an_upstreams_control_characters_escaped() {
         "{text}"
     );
 }
+
+/// A `[store] path` that names a directory is said to be one, by every command, before
+/// SQLite is asked (it answered "unable to open" or "disk I/O error").
+#[test]
+fn a_store_path_that_is_a_directory_is_named_so() {
+    let dir = workdir("store-dir");
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    std::fs::write(dir.join("quiver.toml"), "[store]\npath = \"data\"\n").unwrap();
+    for args in [
+        &["call", "tool_search", r#"{"query": "csv"}"#][..],
+        &["log"],
+        &["tools"],
+        &["status"],
+    ] {
+        let out = quiver_in(&dir, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(
+                "[store] path data is a directory: name the database file, e.g. data/quiver.db"
+            ),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(std::fs::read_dir(dir.join("data")).unwrap().count(), 0);
+}

@@ -365,7 +365,11 @@ async fn blank_queries_get_a_hint() {
     // A word too long to be a word is not a search word either, and the hint says so.
     let e = fx.search("s", json!({"query": "q".repeat(50)})).await;
     assert_eq!(e.hint_kind(), Some(HintKind::Fetch), "{}", text(&e));
-    assert!(text(&e).contains("words too long to be words"), "{}", text(&e));
+    assert!(
+        text(&e).contains("words too long to be words"),
+        "{}",
+        text(&e)
+    );
 }
 
 /// A search that finds nothing is still a result (the hits are what there is), with a

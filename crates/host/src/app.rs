@@ -321,9 +321,8 @@ impl App {
         {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
-        for line in self.mcp.register_report().warning_lines() {
-            tracing::warn!("server-global MCP: {line}");
-        }
+        // Each server's skipped names were logged as it registered them (and are in
+        // `status` and `check`): not again here.
         Ok(())
     }
 

@@ -1126,13 +1126,30 @@ async fn command(
     }
 }
 
+/// The levels a `QUIVER_LOG` directive may be on its own (one for every target).
+const LEVELS: &[&str] = &[
+    "off", "error", "warn", "info", "debug", "trace", "0", "1", "2", "3", "4", "5",
+];
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let spec = std::env::var("QUIVER_LOG").unwrap_or_default();
-    let mut filter = tracing_subscriber::EnvFilter::try_new(&spec)
+    let parsed = tracing_subscriber::EnvFilter::try_new(&spec);
+    let bad_spec = parsed.as_ref().err().map(ToString::to_string);
+    let mut filter = parsed
         .ok()
         .filter(|_| !spec.trim().is_empty())
         .unwrap_or_else(|| "warn".into());
+    // A filter that sets no level for everything else (`quiver_host=debug`, or a typo like
+    // `degub`, which reads as a target) keeps the warnings: they say what was skipped and
+    // why, and switching them off is what `off` or `error` is for.
+    if !spec
+        .split(',')
+        .any(|d| LEVELS.contains(&d.trim().to_ascii_lowercase().as_str()))
+        && let Ok(warn) = "warn".parse()
+    {
+        filter = filter.add_directive(warn);
+    }
     // rmcp's transport worker logs each failed upstream connection at ERROR, with Rust type
     // names; Quiver reports the same failure itself, in words (start-up lines, `status`).
     // Shown only when QUIVER_LOG names rmcp.
@@ -1159,6 +1176,11 @@ fn main() -> ExitCode {
         // Colour only for a person at a terminal, not into a log file or a pipe.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    if let Some(why) = bad_spec {
+        eprintln!(
+            "quiver: QUIVER_LOG={spec:?} is not a log filter ({why}); logging warnings. Give a level (error, warn, info, debug, trace, off) or target=level pairs, e.g. QUIVER_LOG=info,quiver_mcp_adapter=debug"
+        );
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

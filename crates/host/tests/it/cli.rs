@@ -1255,3 +1255,42 @@ fn a_store_path_that_is_a_directory_is_named_so() {
     }
     assert_eq!(std::fs::read_dir(dir.join("data")).unwrap().count(), 0);
 }
+
+/// `QUIVER_LOG` that sets no level for everything (`quiver_host=debug`, or a typo read as a
+/// target) keeps the warnings; one that is not a filter at all is said to be so; a level
+/// of `error` does switch them off. Each skipped tool is warned of once.
+#[test]
+fn quiver_log_filters_keep_the_warnings_unless_they_ask_otherwise() {
+    let dir = workdir("quiver-log");
+    let server = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/one_tool_server.py"
+    );
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{server:?}]\nenv = {{ TYPE = \"strin\" }}\n"
+        ),
+    )
+    .unwrap();
+    let stderr = |filter: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_quiver"))
+            .arg("tools")
+            .current_dir(&dir)
+            .env("QUIVER_LOG", filter)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let skipped = "mcp:one: skipped invalid tool(s) (1): mcp__one__t";
+    for filter in ["", "degub", "quiver_host=debug", "nonsense==="] {
+        let err = stderr(filter);
+        assert_eq!(err.matches(skipped).count(), 1, "{filter:?}: {err}");
+        assert_eq!(
+            err.contains("is not a log filter"),
+            filter == "nonsense===",
+            "{filter:?}: {err}"
+        );
+    }
+    assert!(!stderr("error").contains(skipped));
+}

@@ -737,9 +737,16 @@ impl Dispatcher {
             if declared.contains(&key) {
                 continue;
             }
+            // Narration that is not a string (`{"reasoning": {"steps": [...]}}`) is kept
+            // as its JSON text: the call goes on (it is optional and never reaches the
+            // tool), and the log still has what the model said.
             if let Some(v) = map.remove(key)
                 && ctx.reasoning.is_none()
-                && let Value::String(mut s) = v
+                && let Some(mut s) = match v {
+                    Value::String(s) => Some(s),
+                    Value::Null => None,
+                    other => Some(other.to_string()),
+                }
                 && !s.trim().is_empty()
             {
                 // Narration is kept for the log, not counted as input: capped, so that it

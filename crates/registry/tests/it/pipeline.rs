@@ -280,6 +280,28 @@ async fn narration_is_stripped_into_the_context_and_recorded() {
         rec.args_hash,
         quiver_contract::args_hash("look", &json!({"q": "x"}))
     );
+    // Narration that is not a string is kept as its JSON text (it was dropped); null and
+    // blank narration is none, and the next key is used.
+    for (args, kept) in [
+        (
+            json!({"q": "a", "reasoning": {"steps": [1, 2]}}),
+            Some(r#"{"steps":[1,2]}"#),
+        ),
+        (json!({"q": "b", "reasoning": 5}), Some("5")),
+        (
+            json!({"q": "c", "reasoning": null, "thought": "second"}),
+            Some("second"),
+        ),
+        (json!({"q": "d", "reasoning": "  "}), None),
+    ] {
+        let e = d.call("look", args.clone(), ctx()).await;
+        assert!(e.is_ok(), "{args}: {}", text(&e));
+        let (input, reasoning) = seen.lock().unwrap().clone().unwrap();
+        assert_eq!(input, json!({"q": args["q"]}), "{args}");
+        assert_eq!(reasoning.as_deref(), kept, "{args}");
+        let rec = recorder.records().last().unwrap().clone();
+        assert_eq!(rec.reasoning.as_deref(), kept, "{args}");
+    }
 }
 
 #[tokio::test]

@@ -378,6 +378,11 @@ pub(crate) fn interpolate_str(
             bail!("{path}: `${{env:` is not closed with `}}`");
         };
         let var = &after[..end];
+        if var.is_empty() || !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            bail!(
+                "{path}: `${{env:{var}}}` does not name an environment variable: write `${{env:NAME}}` with a name of letters, digits and `_`"
+            );
+        }
         let Some(val) = env(var) else {
             bail!("{path}: environment variable {var} is not set (referenced as `${{env:{var}}}`)");
         };
@@ -802,6 +807,14 @@ allowed_tools = ["t1", "t2"]
         );
         check("[limits]\ntimout_secs = 3", Err("quiver.toml"));
         check("[stor]\npath = \"x\"", Err("did you mean `store`?"));
+        check(
+            "[store]\npath = \"${env:}/q.db\"",
+            Err("store.path: `${env:}` does not name an environment variable"),
+        );
+        check(
+            "[store]\npath = \"${env:MY VAR}/q.db\"",
+            Err("store.path: `${env:MY VAR}` does not name an environment variable"),
+        );
         check(
             "[store]\npath = \"\"",
             Err("[store] path is empty: give the SQLite file"),

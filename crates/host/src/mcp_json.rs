@@ -147,6 +147,18 @@ impl<'de> Visitor<'de> for NoDuplicates<'_> {
 /// Parses an `mcpServers` file's text; `origin` names it in errors. `${env:VAR}` is
 /// replaced in `command`, `args`, `cwd` and `url` here, and in `env` and `headers` values
 /// when the servers are set up, as in `quiver.toml`.
+/// What a JSON value is, for an error: "an array", "a string".
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
 pub fn parse_mcp_servers(
     text: &str,
     origin: &str,
@@ -158,6 +170,32 @@ pub fn parse_mcp_servers(
         && e.is_data()
     {
         bail!("{origin}: {e}");
+    }
+    // The file's shape first, in its own words (serde says "expected struct Entry").
+    if let Ok(value) = serde_json::from_str::<serde_json::Value>(text) {
+        const SHAPE: &str = r#"{"mcpServers": {"name": {"command": ...} or {"url": ...}}}"#;
+        let Some(top) = value.as_object() else {
+            bail!(
+                "{origin}: the file is {}, not an object: expected {SHAPE}",
+                json_kind(&value)
+            );
+        };
+        if let Some(servers) = top.get("mcpServers").or_else(|| top.get("servers")) {
+            let Some(servers) = servers.as_object() else {
+                bail!(
+                    "{origin}: \"mcpServers\" is {}, not an object of servers by name: expected {SHAPE}",
+                    json_kind(servers)
+                );
+            };
+            for (name, entry) in servers {
+                if !entry.is_object() {
+                    bail!(
+                        "{origin}: server {name:?} is {}, not an object: give {{\"command\": ..., \"args\": [...]}} for a stdio server or {{\"url\": ...}} for a streamable-HTTP one",
+                        json_kind(entry)
+                    );
+                }
+            }
+        }
     }
     let file: File = serde_json::from_str(text)
         .with_context(|| format!("{origin}: not an mcpServers JSON file"))?;
@@ -387,6 +425,34 @@ mod tests {
             "HOST" => Some("mcp.example.com".to_owned()),
             "BIN" => Some("/opt/bin".to_owned()),
             _ => None,
+        }
+    }
+
+    /// A file of the wrong shape is said to be so in its own words, not serde's ("expected
+    /// struct Entry").
+    #[test]
+    fn a_file_of_the_wrong_shape_names_the_shape() {
+        for (text, says) in [
+            (
+                "[]",
+                "c.json: the file is an array, not an object: expected {\"mcpServers\"",
+            ),
+            (
+                r#"{"mcpServers": []}"#,
+                "\"mcpServers\" is an array, not an object of servers by name",
+            ),
+            (
+                r#"{"mcpServers": {"a": "x"}}"#,
+                "server \"a\" is a string, not an object: give {\"command\": ..., \"args\": [...]}",
+            ),
+            (
+                r#"{"servers": {"b": null}}"#,
+                "server \"b\" is null, not an object",
+            ),
+        ] {
+            let err = format!("{:#}", parse_mcp_servers(text, "c.json", &env).unwrap_err());
+            assert!(err.contains(says), "{text}: {err}");
+            assert!(!err.contains("struct"), "{text}: {err}");
         }
     }
 

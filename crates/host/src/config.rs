@@ -378,9 +378,13 @@ pub(crate) fn interpolate_str(
             bail!("{path}: `${{env:` is not closed with `}}`");
         };
         let var = &after[..end];
-        if var.is_empty() || !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        if var.is_empty()
+            || var
+                .chars()
+                .any(|c| c.is_whitespace() || matches!(c, '=' | '$' | '{'))
+        {
             bail!(
-                "{path}: `${{env:{var}}}` does not name an environment variable: write `${{env:NAME}}` with a name of letters, digits and `_`"
+                "{path}: `${{env:{var}}}` does not name an environment variable: write `${{env:NAME}}`, e.g. `${{env:HOME}}`"
             );
         }
         let Some(val) = env(var) else {

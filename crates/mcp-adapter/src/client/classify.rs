@@ -223,6 +223,21 @@ pub(crate) fn plain_reason(e: &(dyn StdError + 'static)) -> String {
         (Some(first), Some(root)) => format!("{first}: {root}"),
         _ => e.to_string(),
     };
+    // rmcp writes `HTTP 405 Method Not Allowed: {body}`, with a colon before an empty body.
+    let mut text = text.trim_end().trim_end_matches(':').to_owned();
+    // A URL that is not the MCP endpoint, or a server that only speaks the old SSE
+    // transport (it answers the POST with 404 or 405): say where to look.
+    let status = std::iter::successors(Some(e), next).find_map(|c| {
+        match c.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+            Some(StreamableHttpError::UnexpectedServerResponse(m)) => status_of(m),
+            _ => None,
+        }
+    });
+    if let Some(code @ (404 | 405)) = status {
+        text.push_str(&format!(
+            " (the server does not take MCP POSTs at this URL ({code}): check that `url` is its streamable-HTTP endpoint, often ending in /mcp; a server with only the old SSE transport cannot be used)"
+        ));
+    }
     // reqwest names the URL, which may carry a secret in its query or user part.
     super::config::redact_urls(&text)
 }
@@ -231,6 +246,35 @@ pub(crate) fn plain_reason(e: &(dyn StdError + 'static)) -> String {
 mod tests {
     use super::{Class, classify_transport, names_rust_types};
     use rmcp::transport::streamable_http_client::StreamableHttpError;
+
+    /// rmcp's `HTTP 405 Method Not Allowed: ` (an empty body) loses its dangling colon, and
+    /// a 404 or 405 says where to look.
+    #[test]
+    fn an_endpoint_that_takes_no_mcp_posts_is_explained() {
+        for (m, code) in [
+            ("HTTP 405 Method Not Allowed: ", 405),
+            ("HTTP 404 Not Found: nope", 404),
+        ] {
+            let e = StreamableHttpError::<reqwest::Error>::UnexpectedServerResponse(m.into());
+            let reason = super::plain_reason(&e);
+            assert!(
+                reason.starts_with(&format!("unexpected server response: HTTP {code}"))
+                    && !reason.contains(": (")
+                    && !reason.contains("Allowed: ")
+                    && reason.contains(&format!(
+                        "the server does not take MCP POSTs at this URL ({code})"
+                    )),
+                "{reason}"
+            );
+        }
+        let e = StreamableHttpError::<reqwest::Error>::UnexpectedServerResponse(
+            "HTTP 500 Internal Server Error: ".into(),
+        );
+        assert_eq!(
+            super::plain_reason(&e),
+            "unexpected server response: HTTP 500 Internal Server Error"
+        );
+    }
 
     /// A 3xx or 4xx rmcp could not use is the server's answer, not a broken stream: the call
     /// was not run, and the status says why.

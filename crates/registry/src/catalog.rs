@@ -63,6 +63,18 @@ fn names_property(schema: &Value, key: &str) -> bool {
     }
 }
 
+/// A schema compile error in the operator's words: a `$ref` to a URL is one Quiver does not
+/// fetch (no network while registering), where jsonschema names its build feature.
+fn compile_problem(e: &jsonschema::ValidationError<'_>) -> String {
+    let text = e.to_string();
+    if text.contains("resolve-http") || text.contains("custom resolver") {
+        return format!(
+            "it has a `$ref` to a remote schema, which Quiver does not fetch; inline the referenced schema (under `$defs`) instead ({text})"
+        );
+    }
+    text
+}
+
 impl Entry {
     fn new(family: &str, tool: Arc<dyn Tool>) -> Result<Entry, RegistryError> {
         let spec = tool.spec().clone();
@@ -70,7 +82,7 @@ impl Entry {
         let validator = jsonschema::validator_for(&spec.input_schema).map_err(|e| {
             RegistryError::InvalidSchema {
                 name: spec.name.clone(),
-                reason: format!("its input schema does not compile: {e}"),
+                reason: format!("its input schema does not compile: {}", compile_problem(&e)),
             }
         })?;
         let output_validator =
@@ -79,7 +91,10 @@ impl Entry {
                 Some(out) => Some(jsonschema::validator_for(out).map_err(|e| {
                     RegistryError::InvalidSchema {
                         name: spec.name.clone(),
-                        reason: format!("its output schema does not compile: {e}"),
+                        reason: format!(
+                            "its output schema does not compile: {}",
+                            compile_problem(&e)
+                        ),
                     }
                 })?),
             };

@@ -908,6 +908,12 @@ async fn unparsable(response: Response, sent: Option<&Bytes>) -> Response {
             },
         };
         (refusal.code, refusal.message, refusal.id)
+    } else if sent.is_some_and(|b| b.starts_with(b"\xef\xbb\xbf")) {
+        (
+            super::invalid::PARSE_ERROR,
+            "Parse error: the body starts with a UTF-8 byte-order mark (EF BB BF), which JSON over HTTP does not take; send the JSON without it".to_owned(),
+            Value::Null,
+        )
     } else {
         (
             super::invalid::PARSE_ERROR,
@@ -1739,6 +1745,25 @@ mod tests {
             let v: Value = serde_json::from_str(&r.body).unwrap();
             assert_eq!(v["error"]["code"], json!(code), "{body}: {v}");
             assert_eq!(v["id"], Value::Null, "{v}");
+        }
+        // A byte-order mark before the JSON is named (it read as "expected value at line 1
+        // column 1").
+        for session in [None, Some(sid.as_str())] {
+            let r = send_text(
+                &router,
+                Method::POST,
+                session,
+                "\u{feff}{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}".into(),
+            )
+            .await;
+            assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+            assert!(
+                r.body.contains(r#""code":-32700"#)
+                    && r.body
+                        .contains("the body starts with a UTF-8 byte-order mark"),
+                "{}",
+                r.body
+            );
         }
         // A wrong Content-Type is rmcp's 415, as it was.
         let req = Request::builder()

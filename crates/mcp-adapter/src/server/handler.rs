@@ -778,6 +778,19 @@ impl Drop for Handler {
 /// resource subscriptions no longer exist (SEP-2575: -32601, which rmcp answers with 404).
 pub(crate) fn unparsed_request(method: &str, params: Option<Value>, modern: bool) -> McpError {
     fn why<T: serde::de::DeserializeOwned>(params: Option<Value>) -> Option<String> {
+        // No params, or not an object, where the method takes an object: serde's "invalid
+        // type: null, expected struct CallToolRequestParams" names a Rust type.
+        if let Some(kind) = match &params {
+            None | Some(Value::Null) => Some("missing"),
+            Some(Value::Object(_)) => None,
+            Some(Value::Array(_)) => Some("an array"),
+            Some(_) => Some("not an object"),
+        } && serde_json::from_value::<T>(params.clone().unwrap_or(Value::Null)).is_err()
+        {
+            return Some(format!(
+                "`params` is {kind}: this method takes an object of parameters"
+            ));
+        }
         serde_json::from_value::<T>(params.unwrap_or(Value::Null))
             .err()
             .map(|e| e.to_string())
@@ -1374,6 +1387,40 @@ mod tests {
         }
         let e = unparsed_request("subscriptions/frobnicate", None, true);
         assert_eq!(e.code, ErrorCode::METHOD_NOT_FOUND);
+    }
+
+    /// Params that are missing or not an object are said to be so, not in serde's words
+    /// ("invalid type: null, expected struct CallToolRequestParams").
+    #[test]
+    fn params_that_are_not_an_object_are_named() {
+        for (method, params, says) in [
+            ("tools/call", None, "`params` is missing"),
+            ("resources/read", Some(Value::Null), "`params` is missing"),
+            (
+                "prompts/get",
+                Some(serde_json::json!([1])),
+                "`params` is an array",
+            ),
+            (
+                "tools/call",
+                Some(serde_json::json!("x")),
+                "`params` is not an object",
+            ),
+        ] {
+            let e = unparsed_request(method, params, false);
+            assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{method}: {}", e.message);
+            assert_eq!(
+                e.message,
+                format!(
+                    "invalid params for `{method}`: {says}: this method takes an object of parameters"
+                )
+            );
+        }
+        let e = unparsed_request("prompts/get", Some(serde_json::json!({})), false);
+        assert_eq!(
+            e.message,
+            "invalid params for `prompts/get`: missing field `name`"
+        );
     }
 
     #[test]

@@ -128,6 +128,15 @@ pub(super) fn diagnose(value: &Value, what: &str) -> Refusal {
     };
     let shape = if m.get("jsonrpc") != Some(&Value::String("2.0".into())) {
         Some("`jsonrpc` must be \"2.0\"")
+    } else if m.get("id").is_some_and(|v| {
+        !v.is_i64()
+            && (v.is_u64()
+                || v.as_f64()
+                    .is_some_and(|f| f.fract() == 0.0 && f.abs() >= 9.2e18))
+    }) {
+        Some(
+            "`id` must be a string or an integer from -2^63 to 2^63-1 (a larger one cannot be kept exactly; send it as a string)",
+        )
     } else if m
         .get("id")
         .is_some_and(|v| id.is_null() && !v.is_null() || v.is_null())
@@ -219,6 +228,21 @@ mod tests {
                 json!({"jsonrpc": "2.0", "id": 1.5, "method": "ping"}),
                 INVALID_REQUEST,
                 "`id` must be a string or an integer",
+                Value::Null,
+            ),
+            (
+                serde_json::from_str(
+                    r#"{"jsonrpc": "2.0", "id": 99999999999999999999, "method": "ping"}"#,
+                )
+                .unwrap(),
+                INVALID_REQUEST,
+                "`id` must be a string or an integer from -2^63 to 2^63-1",
+                Value::Null,
+            ),
+            (
+                json!({"jsonrpc": "2.0", "id": 18446744073709551615u64, "method": "ping"}),
+                INVALID_REQUEST,
+                "`id` must be a string or an integer from -2^63 to 2^63-1 (a larger one cannot be kept exactly; send it as a string)",
                 Value::Null,
             ),
             (

@@ -414,3 +414,22 @@ fn output_schemas_must_describe_an_object_and_compile() {
         .register(with_output("fine", json!({"type": "object"})))
         .unwrap();
 }
+
+/// A `$ref` to a URL is refused saying Quiver does not fetch it (jsonschema said "the
+/// `resolve-http` feature or a custom resolver is required").
+#[test]
+fn a_schema_with_a_remote_ref_says_to_inline_it() {
+    let catalog = Catalog::new();
+    let spec = ToolSpec::new("remote", "x").with_schema(json!({
+        "type": "object",
+        "properties": {"a": {"$ref": "https://schemas.example.com/a.json"}}
+    }));
+    let err = catalog
+        .register(tool(spec, |_, _| async { Ok(Envelope::text("x")) }))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("its input schema does not compile: it has a `$ref` to a remote schema, which Quiver does not fetch; inline the referenced schema"),
+        "{err}"
+    );
+}

@@ -232,4 +232,37 @@ fn main() {
         times.push(t.elapsed());
     }
     report("  Surface::compose of that session", &mut times);
+    // A caller with an allow-list (a token's `allowed_tools`: here the tools of every
+    // tenth server and `tool_search`), whose hidden tools take no part in its ranking: the
+    // filter runs on every tool that would raise its server's best.
+    let mut servers: Vec<String> = Vec::new();
+    for name in catalog.names() {
+        if let Some((server, _)) = quiver_contract::split_mcp_name(&name)
+            && !servers.iter().any(|s| s == server)
+        {
+            servers.push(server.to_owned());
+        }
+    }
+    let mut allowed: Vec<String> = servers
+        .iter()
+        .step_by(10)
+        .map(|s| format!("mcp__{s}__*"))
+        .collect();
+    allowed.push("tool_search".into());
+    let limited = Capabilities::all().with_allowed_tools(allowed.clone());
+    let mut times = Vec::new();
+    for _ in 0..rounds {
+        for q in &queries {
+            let t = Instant::now();
+            std::hint::black_box(surface.search(q, 8, quiver_contract::Mode::Chat, &limited));
+            times.push(t.elapsed());
+        }
+    }
+    report(
+        &format!(
+            "  Surface::search (limit 8) for an allow-list of {} patterns",
+            allowed.len()
+        ),
+        &mut times,
+    );
 }

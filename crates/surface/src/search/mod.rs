@@ -538,11 +538,41 @@ impl SearchIndex {
     /// equal scores are ordered by name. The filter is applied before the cut, so a filtered
     /// search still returns up to `limit` hits. An empty result for a query without
     /// meaningful terms (see [`is_meaningful_query`]).
+    ///
+    /// A tool the filter hides takes no part in the ranking: its words do not feed back and
+    /// it lends no share to its server's tools, so what a caller gets does not tell whether
+    /// tools it cannot see match (the corpus statistics, idf and field lengths, are the
+    /// whole index's). [`SearchIndex::search_public`] is the faster variant for a filter
+    /// that hides the same tools from every caller.
     pub fn search(
         &self,
         query: &str,
         limit: usize,
         filter: &dyn Fn(&str) -> bool,
+    ) -> Vec<SearchHit> {
+        self.search_as(query, limit, filter, true)
+    }
+
+    /// [`SearchIndex::search`] for a filter that hides the same tools from every caller (a
+    /// mode's, the system tools): hidden tools still feed back and lend their server's
+    /// share (only the hits are filtered), which spares a filter call per scored tool.
+    /// Never for a filter that differs per caller (an allow-list): the hits would tell it
+    /// whether tools it cannot see match.
+    pub fn search_public(
+        &self,
+        query: &str,
+        limit: usize,
+        filter: &dyn Fn(&str) -> bool,
+    ) -> Vec<SearchHit> {
+        self.search_as(query, limit, filter, false)
+    }
+
+    fn search_as(
+        &self,
+        query: &str,
+        limit: usize,
+        filter: &dyn Fn(&str) -> bool,
+        private: bool,
     ) -> Vec<SearchHit> {
         let query = clip_query(query);
         let terms = query_terms(query);
@@ -552,9 +582,9 @@ impl SearchIndex {
         if let Some(v) = &self.vectors
             && v.config.vector_weight > 0.0
         {
-            return self.search_hybrid(query, &terms, limit, filter, v);
+            return self.search_hybrid(query, &terms, limit, filter, v, private);
         }
-        self.search_lexical(query, &terms, limit, filter)
+        self.search_lexical(query, &terms, limit, filter, private)
     }
 
     fn search_lexical(
@@ -563,11 +593,19 @@ impl SearchIndex {
         terms: &[String],
         limit: usize,
         filter: &dyn Fn(&str) -> bool,
+        private: bool,
     ) -> Vec<SearchHit> {
         SCRATCH.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut s) => self.search_in(query, terms, limit, filter, &mut s),
+            Ok(mut s) => self.search_in(query, terms, limit, filter, private, &mut s),
             // A search from inside a filter: its own arrays.
-            Err(_) => self.search_in(query, terms, limit, filter, &mut Scratch::default()),
+            Err(_) => self.search_in(
+                query,
+                terms,
+                limit,
+                filter,
+                private,
+                &mut Scratch::default(),
+            ),
         })
     }
 
@@ -581,15 +619,16 @@ impl SearchIndex {
         limit: usize,
         filter: &dyn Fn(&str) -> bool,
         v: &Vectors,
+        private: bool,
     ) -> Vec<SearchHit> {
         let c = &v.config;
         let depth = c.depth.max(limit);
         // Without a query vector (the embedder failed) the ranking is the lexical one.
         let Some(q) = v.embed(&[query]).pop().flatten() else {
-            return self.search_lexical(query, terms, limit, filter);
+            return self.search_lexical(query, terms, limit, filter, private);
         };
         let lexical = if c.lexical_weight > 0.0 {
-            self.search_lexical(query, terms, depth, filter)
+            self.search_lexical(query, terms, depth, filter, private)
         } else {
             Vec::new()
         };
@@ -636,10 +675,11 @@ impl SearchIndex {
         terms: &[String],
         limit: usize,
         filter: &dyn Fn(&str) -> bool,
+        private: bool,
         s: &mut Scratch,
     ) -> Vec<SearchHit> {
         s.prepare(self.docs.len(), self.lists.len(), self.servers.len());
-        let hits = self.rank(query, terms, limit, filter, s);
+        let hits = self.rank(query, terms, limit, filter, private, s);
         s.finish();
         hits
     }
@@ -650,8 +690,13 @@ impl SearchIndex {
         terms: &[String],
         limit: usize,
         filter: &dyn Fn(&str) -> bool,
+        private: bool,
         s: &mut Scratch,
     ) -> Vec<SearchHit> {
+        // What may shape the ranking besides the hits themselves: the filter, or (a public
+        // filter) every tool.
+        let everything = |_: &str| true;
+        let shaping: &dyn Fn(&str) -> bool = if private { filter } else { &everything };
         let p = &self.params;
         let norm = self.field_norm();
         let whole = self.weigh(query, terms);
@@ -671,7 +716,7 @@ impl SearchIndex {
         } else {
             Vec::new()
         };
-        let (mut touched, mut bound) = self.finish(&acc, s);
+        let (mut touched, mut bound) = self.finish(&acc, s, shaping);
         if touched.is_empty() {
             return Vec::new();
         }
@@ -685,7 +730,7 @@ impl SearchIndex {
                 .filter(|(_, v)| **v > 0.0)
                 .map(|(&d, _)| d)
                 .collect();
-            let feedback = self.feedback(&whole, &s.total, &matched);
+            let feedback = self.feedback(&whole, &s.total, &matched, shaping);
             if !feedback.is_empty() {
                 let mut more: Vec<(String, f64)> = Vec::with_capacity(feedback.len());
                 for &(t, w) in &feedback {
@@ -705,7 +750,7 @@ impl SearchIndex {
                     s.total[d as usize] = v;
                 }
                 self.accumulate(&more, &cache, s, &mut acc);
-                (touched, bound) = self.finish(&acc, s);
+                (touched, bound) = self.finish(&acc, s, shaping);
             }
         }
         let bound = if bound > 0.0 { bound } else { 1.0 };
@@ -753,7 +798,7 @@ impl SearchIndex {
         // prefix or its server's context): paged in, it would only push out tools that
         // matter. On livemcpbench no needed tool in a top 10 scores under this share.
         if let Some(best) = out.first().map(|h| h.score) {
-            out.retain(|h| h.score >= best * MIN_SHARE_OF_BEST);
+            out.retain(|h| h.score >= best * MIN_SHARE_OF_BEST && h.score > 0.0);
         }
         out
     }
@@ -1127,16 +1172,14 @@ impl SearchIndex {
         weighted: &[(String, f64)],
         total: &[f64],
         touched: &[u32],
+        filter: &dyn Fn(&str) -> bool,
     ) -> Vec<(&'a str, f64)> {
         let p = &self.params;
         let n = self.len() as f64;
-        let mut top: Vec<(f64, u32)> = touched.iter().map(|&d| (total[d as usize], d)).collect();
-        let k = p.fb_docs.min(top.len());
-        let order = |a: &(f64, u32), b: &(f64, u32)| self.best_first(a, b);
-        if top.len() > k {
-            top.select_nth_unstable_by(k - 1, order);
-            top.truncate(k);
-        }
+        let scored: Vec<(f64, u32)> = touched.iter().map(|&d| (total[d as usize], d)).collect();
+        // Only tools the caller can see feed back: a hidden tool's words would lift the
+        // visible ones, so the answer would tell whether hidden tools match.
+        let top = self.head(&scored, p.fb_docs, filter);
         let Some(first) = top.iter().map(|t| t.0).reduce(f64::max) else {
             return Vec::new();
         };
@@ -1340,7 +1383,7 @@ impl SearchIndex {
     /// coverage bonus, server-name matches and server context to `s.total` (the caller
     /// zeroes it again for the returned documents), and returns the scored documents and the
     /// score bound for normalisation.
-    fn finish(&self, acc: &Acc, s: &mut Scratch) -> (Vec<u32>, f64) {
+    fn finish(&self, acc: &Acc, s: &mut Scratch, filter: &dyn Fn(&str) -> bool) -> (Vec<u32>, f64) {
         let p = &self.params;
         let mut touched = acc.touched.clone();
         let name_matched = &acc.name_matched;
@@ -1400,17 +1443,27 @@ impl SearchIndex {
         }
         bound += server_bound;
 
-        // Server context: every tool of a server gets a share of its best tool's score.
+        // Server context: every tool of a server gets a share of its best tool's score,
+        // the best the caller can see (a hidden tool would lift its visible siblings, and
+        // so tell that it matches). The filter runs only on a tool that would raise its
+        // server's best.
         if p.server_context > 0.0 {
             let server_best = &mut s.server;
             let mut hit_servers = Vec::new();
             for &d in &touched {
                 if let Some(sid) = self.doc_server[d as usize] {
                     let best = &mut server_best[sid as usize];
-                    if *best == 0.0 {
-                        hit_servers.push(sid);
+                    let score = total[d as usize];
+                    if score > *best
+                        && self.docs[d as usize]
+                            .as_ref()
+                            .is_some_and(|doc| filter(&doc.name))
+                    {
+                        if *best == 0.0 {
+                            hit_servers.push(sid);
+                        }
+                        *best = score;
                     }
-                    *best = best.max(total[d as usize]);
                 }
             }
             // Tools not scored so far join `touched` (their total is still 0 here).

@@ -493,14 +493,11 @@ fn schema_links_lift_the_producer_of_a_needed_input_below_the_head() {
         ..head_of_one.clone()
     });
     assert_eq!(strong[0], "mcp__maps__nearby_places");
-    // A caller who cannot see `nearby_places` gets no share of its score: the siblings it
-    // sees tie again, and the head is the best tool it sees (`elevation`, which lends to
-    // `geocode` only up to just below itself).
+    // A caller who cannot see `nearby_places` gets nothing of its score: neither its
+    // server's share nor a link's reaches the siblings it sees, which match no word of the
+    // query, so it finds nothing (it found them, telling it that a hidden tool matched).
     let hidden = |n: &str| n != "mcp__maps__nearby_places";
-    assert_eq!(
-        ranked_for(head_of_one, &hidden),
-        ["mcp__maps__elevation", "mcp__maps__geocode"]
-    );
+    assert_eq!(ranked_for(head_of_one, &hidden), Vec::<String>::new());
 }
 
 /// A capability the request implies without naming it completes the ranking: the tool

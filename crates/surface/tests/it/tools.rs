@@ -613,3 +613,92 @@ async fn a_vector_retriever_blends_into_tool_search_and_can_be_removed() {
     fx.surface.set_vector_retriever(None);
     assert_eq!(hit_names(&fx.search("s", q).await), "");
 }
+
+/// What a caller cannot see takes no part in its search: a query that only hidden tools
+/// match finds nothing (hidden matches fed their words back and lent their servers' share
+/// to visible tools, which came back at score 0 and were paged in, telling the caller that
+/// something behind its allow-list matched), and the caller gets the names it would get
+/// if the hidden tools did not exist.
+#[tokio::test]
+async fn tools_a_caller_cannot_see_do_not_shape_its_search() {
+    let visible = vec![
+        ro(
+            "mcp__time__get_current_time",
+            "Gets the current time in a time zone.",
+        ),
+        ro(
+            "mcp__time__convert_time",
+            "Converts a time between time zones.",
+        ),
+    ];
+    let hidden = vec![
+        ro("mcp__secret__echo", "Echoes the text back."),
+        ro("mcp__secret__pid", "Returns the server's process id."),
+        ro(
+            "mcp__time__purge_cache",
+            "Purges the cached zone data of the server.",
+        ),
+    ];
+    let with_hidden = Fixture::new(
+        SurfaceConfig::default(),
+        visible.iter().chain(&hidden).cloned().collect(),
+        &[],
+    );
+    let without = Fixture::new(SurfaceConfig::default(), visible.clone(), &[]);
+    let caps = Capabilities::all().with_allowed_tools(vec![
+        "tool_search".into(),
+        "mcp__time__get_current_time".into(),
+        "mcp__time__convert_time".into(),
+    ]);
+    async fn limited(fx: &Fixture, caps: &Capabilities, query: &str) -> Envelope {
+        let ctx = CallContext::for_session("limited").with_capabilities(caps.clone());
+        fx.call_with(ctx, "tool_search", json!({"query": query}))
+            .await
+    }
+    for query in ["echo", "process id", "purge cache", "echo the text"] {
+        // The hidden tools do match (an unrestricted caller finds them).
+        let open = with_hidden.search("open", json!({"query": query})).await;
+        assert!(
+            hidden.iter().any(|h| hit_names(&open).contains(&h.name)),
+            "{query}: {}",
+            text(&open)
+        );
+        let e = limited(&with_hidden, &caps, query).await;
+        assert_eq!(data(&e)["hits"], json!([]), "{query}: {}", text(&e));
+        assert_eq!(data(&e)["exposed"], json!([]), "{query}: {}", text(&e));
+        assert!(text(&e).contains("no_match"), "{query}: {}", text(&e));
+    }
+    for query in ["time zone", "convert time", "current time", "zone data"] {
+        let a = limited(&with_hidden, &caps, query).await;
+        let b = limited(&without, &caps, query).await;
+        assert_eq!(hit_names(&a), hit_names(&b), "{query}");
+    }
+    // What the allow-list lets through is kept per index change: a tool it allows that
+    // registers later is found, one it does not allow is not.
+    let wide =
+        Capabilities::all().with_allowed_tools(vec!["tool_search".into(), "mcp__time__*".into()]);
+    let before = limited(&with_hidden, &wide, "leap seconds").await;
+    assert_eq!(data(&before)["hits"], json!([]), "{}", text(&before));
+    let mut updates = with_hidden.surface.index_updates();
+    with_hidden.catalog.register_all(
+        "test",
+        vec![
+            stub(ro("mcp__time__leap_seconds", "Lists the leap seconds.")),
+            stub(ro("mcp__secret__leap_table", "Lists the leap seconds too.")),
+        ],
+    );
+    let version = with_hidden.catalog.version();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        updates.wait_for(|at| *at >= version),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let after = limited(&with_hidden, &wide, "leap seconds").await;
+    let names = hit_names(&after);
+    assert!(
+        names.contains("mcp__time__leap_seconds") && !names.contains("leap_table"),
+        "{names}"
+    );
+}

@@ -106,9 +106,23 @@ impl App {
         // servers connect after the skills are in).
         catalog.set_family_order(crate::family_rank);
         // The floor is store-backed: the in-memory usage is never read.
+        // A tool a policy denies to every caller is never offered (listed, found, described):
+        // the model would spend turns on it. A call still gets the rule's message.
+        let denied: Vec<&str> = config
+            .policy
+            .rules
+            .iter()
+            .filter(|r| {
+                r.action == quiver_registry::PolicyAction::Deny
+                    && r.tenant.is_none()
+                    && r.principal.is_none()
+                    && r.requires_prior.is_none()
+            })
+            .map(|r| r.tool.as_str())
+            .collect();
         let surface = Surface::new(
             catalog.clone(),
-            config.surface.clone(),
+            config.surface.clone().with_unoffered(&denied),
             Arc::new(MemoryUsage::default()),
         )
         .context("building the tool surface")?;

@@ -43,6 +43,12 @@ pub struct SurfaceConfig {
     pub agentic_only: Vec<String>,
     /// Tools (names or `prefix*`) never listed in delegate mode.
     pub delegate_excluded: Vec<String>,
+    /// Tools (names or `*` patterns) never offered, in any mode: kept off every round and
+    /// out of `tool_search` and `describe_tool`, but still callable, so that what refuses
+    /// them answers a call (`quiver` sets it from the policy rules that deny a tool to
+    /// every caller; not a config key).
+    #[serde(skip)]
+    pub unoffered: Vec<String>,
     /// How many hits `tool_search` returns when the model gives no limit.
     pub search_default_limit: usize,
     /// How many working sets stay in memory; beyond it the least recently used are
@@ -108,6 +114,7 @@ impl Default for SurfaceConfig {
             agentic_allow: Vec::new(),
             agentic_only: Vec::new(),
             delegate_excluded: Vec::new(),
+            unoffered: Vec::new(),
             search_default_limit: 8,
             max_sessions: 10_000,
         }
@@ -287,6 +294,12 @@ impl SurfaceConfig {
     /// Sets the delegate-excluded list.
     pub fn with_delegate_excluded(mut self, names: &[&str]) -> Self {
         self.delegate_excluded = names.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
+
+    /// Sets the tools never offered (see [`SurfaceConfig::unoffered`]).
+    pub fn with_unoffered(mut self, patterns: &[&str]) -> Self {
+        self.unoffered = patterns.iter().map(|s| (*s).to_owned()).collect();
         self
     }
 

@@ -80,6 +80,8 @@ pub enum DropReason {
     NotAllowed,
     /// Excluded by the mode's lists (agentic-only, delegate-excluded).
     ModeExcluded,
+    /// Never offered (`SurfaceConfig::unoffered`: denied to every caller by a policy).
+    Unoffered,
     /// A resident tool the model's own capability replaces.
     ReplacedByModel,
     /// The round's definition count was spent.
@@ -96,6 +98,7 @@ impl DropReason {
             DropReason::NotListed => "not_listed",
             DropReason::NotAllowed => "not_allowed",
             DropReason::ModeExcluded => "mode_excluded",
+            DropReason::Unoffered => "unoffered",
             DropReason::ReplacedByModel => "replaced_by_model",
             DropReason::OverCount => "over_count",
             DropReason::OverBytes => "over_bytes",
@@ -941,6 +944,10 @@ impl Surface {
                 dropped.push(drop(DropReason::ModeExcluded));
                 continue;
             }
+            if self.unoffered(name) {
+                dropped.push(drop(DropReason::Unoffered));
+                continue;
+            }
             if reason.is_resident()
                 && !sess.contains(name)
                 && spec
@@ -1049,6 +1056,13 @@ impl Surface {
     /// Whether the mode's lists keep `name` off. Never a system tool: the system set is
     /// resident in every mode, whatever pattern of `agentic_only` or `delegate_excluded`
     /// matches it.
+    /// Whether `name` is never offered (see [`SurfaceConfig::unoffered`]).
+    fn unoffered(&self, name: &str) -> bool {
+        !self.config.unoffered.is_empty()
+            && !self.system.iter().any(|s| s == name)
+            && any_match(&self.config.unoffered, name)
+    }
+
     fn mode_excluded(&self, mode: Mode, name: &str) -> bool {
         if self.system.iter().any(|s| s == name) {
             return false;
@@ -1134,6 +1148,7 @@ impl Surface {
             indexed.listed.get(n).is_some_and(|m| m & bit != 0)
                 && !self.system.iter().any(|s| s == n)
                 && !self.mode_excluded(mode, n)
+                && !self.unoffered(n)
         };
         // Filtered inside the index (it runs the filter on a window of the best only), so
         // that the head's reordering and scores are those of the tools the caller can see.
@@ -1370,6 +1385,7 @@ impl Surface {
         if !entry.spec.listed_in(mode)
             || !capabilities.allows(name)
             || self.mode_excluded(mode, name)
+            || self.unoffered(name)
         {
             return None;
         }
@@ -1419,7 +1435,11 @@ impl Surface {
         self.catalog
             .available(mode)
             .into_iter()
-            .filter(|e| capabilities.allows(e.name()) && !self.mode_excluded(mode, e.name()))
+            .filter(|e| {
+                capabilities.allows(e.name())
+                    && !self.mode_excluded(mode, e.name())
+                    && !self.unoffered(e.name())
+            })
             .map(|e| e.spec.name.clone())
             .collect()
     }

@@ -1294,3 +1294,48 @@ fn quiver_log_filters_keep_the_warnings_unless_they_ask_otherwise() {
     }
     assert!(!stderr("error").contains(skipped));
 }
+
+/// A tool a policy rule denies to every caller is never offered: not on the tool list
+/// (even as an anchor), not found by `search`, not described; a call still gets the
+/// rule's message. A rule with a condition (here a principal) leaves it offered.
+#[test]
+fn a_tool_denied_to_everyone_is_not_offered_but_its_call_is_explained() {
+    let server = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/one_tool_server.py"
+    );
+    let write = |dir: &std::path::Path, condition: &str| {
+        std::fs::write(
+            dir.join("quiver.toml"),
+            format!(
+                "[surface]\nanchors = [\"mcp__one__t\"]\n\n[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{server:?}]\nenv = {{ DESCRIPTION = \"Takes one field. Use it in tests.\" }}\n\n[[policy.rules]]\nid = \"no-one\"\ntool = \"mcp__one__*\"\naction = \"deny\"\nmessage = \"the one server is switched off today\"\n{condition}\n[[auth.tokens]]\nname = \"ci\"\ntoken = \"ci-secret-1\"\n"
+            ),
+        )
+        .unwrap();
+    };
+    let dir = workdir("denied-unoffered");
+    write(&dir, "");
+    let tools = stdout(&quiver_in(&dir, &["tools"]));
+    assert!(!tools.contains("mcp__one__t"), "{tools}");
+    let found = stdout(&quiver_in(&dir, &["search", "takes one field"]));
+    assert!(!found.contains("mcp__one__t"), "{found}");
+    let described = stdout(&quiver_in(
+        &dir,
+        &["call", "describe_tool", r#"{"name": "mcp__one__t"}"#],
+    ));
+    assert!(!described.contains("Takes one field"), "{described}");
+    let out = quiver_in(&dir, &["call", "mcp__one__t", r#"{"x": "a"}"#]);
+    let called = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{called}");
+    assert!(
+        called.contains("policy_denied") && called.contains("the one server is switched off today"),
+        "{called}"
+    );
+
+    let dir = workdir("denied-conditional");
+    write(&dir, "principal = \"ci\"\n");
+    let tools = stdout(&quiver_in(&dir, &["tools"]));
+    assert!(tools.contains("mcp__one__t"), "{tools}");
+    let found = stdout(&quiver_in(&dir, &["search", "takes one field"]));
+    assert!(found.contains("mcp__one__t"), "{found}");
+}

@@ -702,3 +702,51 @@ async fn tools_a_caller_cannot_see_do_not_shape_its_search() {
         "{names}"
     );
 }
+
+/// A tool never offered is off every round (dropped as `unoffered`, even as an anchor),
+/// not found and not described, but still visible to the call gate, so that what refuses
+/// it (a policy) answers a call.
+#[tokio::test]
+async fn an_unoffered_tool_is_never_offered_but_stays_callable() {
+    let fx = Fixture::new(
+        SurfaceConfig::default()
+            .with_anchors(&["drop_table"])
+            .with_unoffered(&["drop_*"]),
+        vec![
+            rw("drop_table", "Drops a database table."),
+            ro("read_table", "Reads a database table."),
+        ],
+        &[],
+    );
+    let composed = fx
+        .surface
+        .compose("s", Mode::Chat, &Capabilities::all())
+        .unwrap();
+    assert!(
+        !composed.names().contains(&"drop_table"),
+        "{:?}",
+        composed.names()
+    );
+    assert!(
+        composed
+            .dropped
+            .iter()
+            .any(|d| d.name == "drop_table" && d.why.as_str() == "unoffered"),
+        "{:?}",
+        composed.dropped
+    );
+    let e = fx.search("s", json!({"query": "database table"})).await;
+    assert_eq!(hit_names(&e), "read_table", "{}", text(&e));
+    let d = fx
+        .call_with(
+            CallContext::for_session("s"),
+            "describe_tool",
+            json!({"name": "drop_table"}),
+        )
+        .await;
+    assert!(!d.is_ok(), "{}", text(&d));
+    assert!(
+        fx.surface
+            .visible("drop_table", Mode::Chat, &Capabilities::all())
+    );
+}

@@ -379,7 +379,7 @@ async fn log_command(
             let row = serde_json::json!({
                 "call_id": c.call_id, "tool": c.tool_name, "session": c.session, "tenant": c.tenant,
                 "principal": c.principal,
-                "outcome": c.kind, "hint_kind": c.hint_kind, "err_kind": c.err_kind,
+                "outcome": c.kind, "hint_kind": c.hint_kind, "err_kind": c.err_kind.as_ref().map(quiver_contract::ErrKind::as_str),
                 "input": c.input, "reasoning": c.reasoning, "args_hash": c.args_hash,
                 "summary": c.output_summary, "queued_ms": whole_us_ms(c.queued),
                 "took_ms": whole_us_ms(c.took),

@@ -284,6 +284,20 @@ fn every_call_lands_in_the_log_and_log_filters_it() {
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0]["tool"], "missing_tool");
     assert_eq!(rows[0]["err_kind"], "undefined_tool");
+    // A kind of its own (`input_too_large`) is a string too (it was `{"other": ...}`).
+    let big = workdir("log-other-kind");
+    std::fs::write(big.join("quiver.toml"), "[limits]\nmax_input_bytes = 10\n").unwrap();
+    quiver_in(
+        &big,
+        &[
+            "call",
+            "tool_search",
+            r#"{"query": "a query longer than ten bytes"}"#,
+        ],
+    );
+    let row: serde_json::Value =
+        serde_json::from_str(stdout(&quiver_in(&big, &["log", "--json"])).trim()).unwrap();
+    assert_eq!(row["err_kind"], "input_too_large", "{row}");
     let session_a = quiver_in(&dir, &["log", "--session", "a", "--json"]);
     let kinds: Vec<String> = stdout(&session_a)
         .lines()

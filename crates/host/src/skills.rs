@@ -50,6 +50,10 @@ fn load_dir(dir: &Path, set: &mut SkillSet) {
         load_skill(dir, set);
         return;
     }
+    if let Some(why) = misnamed_skill_file(dir) {
+        set.problems.push(SkillProblem::new(shown, why));
+        return;
+    }
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) => {
@@ -60,12 +64,21 @@ fn load_dir(dir: &Path, set: &mut SkillSet) {
             return;
         }
     };
-    let mut subdirs: Vec<PathBuf> = entries
+    let mut all: Vec<PathBuf> = entries
         .filter_map(Result::ok)
         .map(|e| e.path())
-        .filter(|p| p.join(SKILL_FILE).is_file())
+        .filter(|p| p.is_dir())
         .collect();
-    subdirs.sort();
+    all.sort();
+    let mut subdirs = Vec::new();
+    for sub in all {
+        if sub.join(SKILL_FILE).is_file() {
+            subdirs.push(sub);
+        } else if let Some(why) = misnamed_skill_file(&sub) {
+            set.problems
+                .push(SkillProblem::new(sub.display().to_string(), why));
+        }
+    }
     if subdirs.is_empty() {
         set.problems.push(SkillProblem::new(
             shown,
@@ -77,6 +90,26 @@ fn load_dir(dir: &Path, set: &mut SkillSet) {
     for sub in subdirs {
         load_skill(&sub, set);
     }
+}
+
+/// Why `dir` looks like a skill that will not be read: its `SKILL.md` is a directory, or
+/// the file is named in another case (`skill.md`; the name is case-sensitive).
+fn misnamed_skill_file(dir: &Path) -> Option<String> {
+    if dir.join(SKILL_FILE).is_dir() {
+        return Some(format!(
+            "{SKILL_FILE} here is a directory, not a file: a skill is a {SKILL_FILE} file with its front matter"
+        ));
+    }
+    let entries = std::fs::read_dir(dir).ok()?;
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .find(|n| n != SKILL_FILE && n.eq_ignore_ascii_case(SKILL_FILE))
+        .map(|n| {
+            format!(
+                "found `{n}`, which is not read: name the file `{SKILL_FILE}`, in those capitals"
+            )
+        })
 }
 
 fn load_skill(dir: &Path, set: &mut SkillSet) {
@@ -254,17 +287,26 @@ mod tests {
             &root.join("huge/SKILL.md"),
             &"x".repeat(MAX_SKILL_BYTES as usize + 1),
         );
+        write(
+            &root.join("lower/skill.md"),
+            &skill_md("lower", "Lower-case file."),
+        );
+        std::fs::create_dir_all(root.join("isdir/SKILL.md")).unwrap();
+        // A plain folder beside the skills (shared assets) is no finding.
+        std::fs::create_dir_all(root.join("assets")).unwrap();
         let empty = tmp.path().join("empty");
         std::fs::create_dir_all(&empty).unwrap();
         let missing = tmp.path().join("missing");
-        let set = DirSkills::new(vec![root, empty, missing]).load();
+        let lone = tmp.path().join("lone");
+        write(&lone.join("Skill.MD"), &skill_md("lone", "Odd case."));
+        let set = DirSkills::new(vec![root, empty, missing, lone]).load();
         assert!(set.skills.is_empty());
         let problems: Vec<String> = set
             .problems
             .iter()
             .map(|p| format!("{} | {}", p.origin, p.reason))
             .collect();
-        assert_eq!(problems.len(), 5, "{problems:#?}");
+        assert_eq!(problems.len(), 8, "{problems:#?}");
         let has =
             |path: &str, why: &str| problems.iter().any(|p| p.contains(path) && p.contains(why));
         assert!(has("huge/SKILL.md", "at most"), "{problems:#?}");
@@ -277,6 +319,22 @@ mod tests {
             "{problems:#?}"
         );
         assert!(has("empty", "no skill here"), "{problems:#?}");
+        assert!(
+            has(
+                "lower",
+                "found `skill.md`, which is not read: name the file `SKILL.md`"
+            ),
+            "{problems:#?}"
+        );
+        assert!(
+            has("isdir", "SKILL.md here is a directory"),
+            "{problems:#?}"
+        );
+        assert!(has("lone", "found `Skill.MD`"), "{problems:#?}");
+        assert!(
+            !problems.iter().any(|p| p.contains("assets")),
+            "{problems:#?}"
+        );
         assert!(
             has("missing", "cannot read the skills directory"),
             "{problems:#?}"

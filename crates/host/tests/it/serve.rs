@@ -1188,6 +1188,77 @@ fn allow_host_accepts_the_named_hosts_and_refuses_malformed_values() {
     stop(child.0.take().expect("running"));
 }
 
+/// A session belongs to the token that opened it: another token's request on it is 404 on
+/// the session era. A 2026-07-28 request has no session, so the `Mcp-Session-Id` it carries
+/// is ignored whoever's it is (a 404 there told a token which ids are live sessions of
+/// others, where a made-up id was ignored).
+#[test]
+fn a_session_is_its_tokens_and_a_2026_request_ignores_whose_id_it_carries() {
+    let dir = fresh_dir("session-owner");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[[auth.tokens]]\nname = \"ci\"\ntoken = \"ci-secret-1\"\n\n[[auth.tokens]]\nname = \"ops\"\ntoken = \"ops-secret-1\"\n",
+    )
+    .unwrap();
+    let (child, addr) = start(&dir, &[], &[]);
+    let mut child = KillOnDrop(Some(child));
+    let sid = open_with(&addr, &[("Authorization", "Bearer ci-secret-1")]);
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    let own = rpc(
+        &addr,
+        &[
+            ("Authorization", "Bearer ci-secret-1"),
+            ("Mcp-Session-Id", &sid),
+        ],
+        list,
+    );
+    assert!(
+        own.starts_with("HTTP/1.1 200") && own.contains("tool_search"),
+        "{own}"
+    );
+    let other = rpc(
+        &addr,
+        &[
+            ("Authorization", "Bearer ops-secret-1"),
+            ("Mcp-Session-Id", &sid),
+        ],
+        list,
+    );
+    assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+    let modern = |session: &str| {
+        let body = r#"{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"}}}}"#;
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        write!(
+            s,
+            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer ops-secret-1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/list\r\nMcp-Session-Id: {session}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    };
+    for session in [sid.as_str(), "made-up-session-id"] {
+        let answer = modern(session);
+        assert!(
+            answer.starts_with("HTTP/1.1 200") && answer.contains("tool_search"),
+            "{session}: {answer}"
+        );
+    }
+    // The session is still ci's, and still works.
+    let again = rpc(
+        &addr,
+        &[
+            ("Authorization", "Bearer ci-secret-1"),
+            ("Mcp-Session-Id", &sid),
+        ],
+        list,
+    );
+    assert!(again.starts_with("HTTP/1.1 200"), "{again}");
+    stop(child.0.take().expect("running"));
+}
+
 /// Kills the child when dropped still holding it (a test that panics before `stop`).
 struct KillOnDrop(Option<std::process::Child>);
 

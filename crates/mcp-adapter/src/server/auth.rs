@@ -392,7 +392,11 @@ pub(crate) async fn require_token(
         let presented = presented.is_some();
         return refuse(request, unauthorized(presented)).await;
     };
-    let sid = session_of(request.headers());
+    // A 2026-07-28 request's `Mcp-Session-Id` is ignored (it has no session): whose the
+    // session is must not matter either (a 404 told a token which ids are live sessions of
+    // others).
+    let sid = session_of(request.headers())
+        .filter(|_| !super::direct::sessionless_post(request.method(), request.headers()));
     if let Some(sid) = &sid
         && gate
             .owners()

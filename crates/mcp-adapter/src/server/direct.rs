@@ -66,6 +66,15 @@ const TOUCH_EVERY: Duration = Duration::from_secs(60);
 /// The 2025-era protocol versions, whose sessions this path serves.
 const SESSION_ERA: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 
+/// Whether a POST is a request of a later protocol (its `MCP-Protocol-Version` names none
+/// of the session era): it has no session, and an `Mcp-Session-Id` it carries is ignored.
+pub(super) fn sessionless_post(method: &Method, headers: &HeaderMap) -> bool {
+    method == Method::POST
+        && headers
+            .get(PROTOCOL_HEADER)
+            .is_some_and(|v| !SESSION_ERA.iter().any(|e| v.as_bytes() == e.as_bytes()))
+}
+
 const SESSION_HEADER: &str = "mcp-session-id";
 const PROTOCOL_HEADER: &str = "mcp-protocol-version";
 

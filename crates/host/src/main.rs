@@ -842,6 +842,29 @@ async fn command(
             // `--mcp-config` files): one that names none gives that token nothing.
             let servers: Vec<String> = statuses.iter().map(|s| s.name.clone()).collect();
             for t in &config.auth.tokens {
+                // No `tool_search`: its callers see only the round's tools (the floor and
+                // the anchors) that the list allows, and can find nothing else.
+                if let Some(patterns) = &t.allowed_tools
+                    && !patterns
+                        .iter()
+                        .any(|p| quiver_contract::pattern_matches(p, "tool_search"))
+                {
+                    let caps = Capabilities::all().with_allowed_tools(patterns.clone());
+                    let shown: Vec<String> = app
+                        .surface
+                        .compose(&format!("check:{}", t.name), Mode::Chat, &caps)
+                        .map(|c| c.names().iter().map(|n| (*n).to_owned()).collect())
+                        .unwrap_or_default();
+                    let listed = if shown.is_empty() {
+                        "none now".to_owned()
+                    } else {
+                        format!("now {}", shown.join(", "))
+                    };
+                    println!(
+                        "auth.tokens[{}]: [note] allowed_tools does not allow tool_search, so its callers cannot find tools: they see only the resident floor's tools it allows ({listed}); allow tool_search, or make the tools it needs [surface] anchors",
+                        t.name
+                    );
+                }
                 // The resource meta-tools allowed, but no server to read: they find nothing.
                 let meta = t.allowed_tools.iter().flatten().any(|p| {
                     quiver_mcp_adapter::RESOURCE_TOOLS

@@ -1259,6 +1259,69 @@ fn a_session_is_its_tokens_and_a_2026_request_ignores_whose_id_it_carries() {
     stop(child.0.take().expect("running"));
 }
 
+/// One 2026-07-28 request (no session): `method` with `params` (an object without `_meta`)
+/// and the `_meta` entries `meta` (JSON members, may be empty) beside the required ones.
+fn post_2026(addr: &str, method: &str, name: Option<&str>, params: &str, meta: &str) -> String {
+    let comma = if meta.is_empty() { "" } else { "," };
+    let params = params.strip_suffix('}').expect("params is an object");
+    let sep = if params.trim_end().ends_with('{') {
+        ""
+    } else {
+        ","
+    };
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":21,"method":"{method}","params":{params}{sep}"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}},"io.modelcontextprotocol/clientInfo":{{"name":"t","version":"1"}}{comma}{meta}}}}}}}"#
+    );
+    let name = name
+        .map(|n| format!("Mcp-Name: {n}\r\n"))
+        .unwrap_or_default();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\n{name}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+/// A 2026-07-28 request's `_meta` log level that is not a level is -32602 naming the
+/// levels (it was read as none: the call ran and got no log messages, saying nothing).
+#[test]
+fn a_2026_log_level_that_is_not_one_is_invalid_params() {
+    let dir = fresh_dir("log-level-meta");
+    let (child, addr) = start(&dir, &[], &[]);
+    let mut child = KillOnDrop(Some(child));
+    let params = r#"{"name":"describe_tool","arguments":{"name":"tool_search"}}"#;
+    for bad in [r#""loud""#, "7", r#"{"level":"debug"}"#] {
+        let answer = post_2026(
+            &addr,
+            "tools/call",
+            Some("describe_tool"),
+            params,
+            &format!(r#""io.modelcontextprotocol/logLevel":{bad}"#),
+        );
+        assert!(
+            answer.contains(r#""code":-32602"#)
+                && answer.contains(
+                    "`_meta.io.modelcontextprotocol/logLevel` must be one of debug, info"
+                ),
+            "{bad}: {answer}"
+        );
+    }
+    for fine in [r#""io.modelcontextprotocol/logLevel":"debug""#, ""] {
+        let answer = post_2026(&addr, "tools/call", Some("describe_tool"), params, fine);
+        assert!(
+            answer.contains(r#""isError":false"#) && answer.contains(r#""id":21"#),
+            "{fine}: {answer}"
+        );
+    }
+    stop(child.0.take().expect("running"));
+}
+
 /// Kills the child when dropped still holding it (a test that panics before `stop`).
 struct KillOnDrop(Option<std::process::Child>);
 

@@ -1415,7 +1415,10 @@ mod tests {
             "params": {"name": "write_note", "arguments": {"text": "hi"}}});
         let reply = send(&router, Method::POST, Some(&sid), call).await;
         assert!(
-            reply.body.contains("is not available in plan mode"),
+            reply
+                .body
+                .contains("is not available in plan mode. Plan mode offers read-only tools only")
+                && !reply.body.contains("Call tool_search"),
             "{}",
             reply.body
         );

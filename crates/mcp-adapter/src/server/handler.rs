@@ -276,6 +276,19 @@ impl Handler {
             .protocol_version()
             .as_ref()
             .is_some_and(|v| *v >= rmcp::model::ProtocolVersion::V_2026_07_28);
+        // A level that is not one was read as none: the request got no log messages and
+        // never knew why.
+        if meta_level.is_none()
+            && let Some(sent) = context.meta.get(LOG_LEVEL_META)
+            && !sent.is_null()
+        {
+            return Err(McpError::invalid_params(
+                format!(
+                    "invalid params: `_meta.{LOG_LEVEL_META}` must be one of debug, info, notice, warning, error, critical, alert, emergency (got {sent})"
+                ),
+                None,
+            ));
+        }
         let features = channel::features(context.client_capabilities().as_ref());
         // Only a 2026-07-28 request turns a capability refusal into -32021.
         let missing = Arc::new(Missing::default());
@@ -525,12 +538,23 @@ pub(crate) async fn call(
         && scope.capabilities.allows(name)
         && !surface.visible(name, scope.mode, &scope.capabilities)
     {
+        // Searching cannot bring it into this mode: say what can.
+        let why = match scope.mode {
+            Mode::Plan => " Plan mode offers read-only tools only, and this one can change things: find a read-only tool that gives what the plan needs, or leave this step for when the plan is carried out.".to_owned(),
+            _ => format!(
+                " This mode's lists leave it out; use another tool of your tool list, or tell the user it needs another mode.{}",
+                if shared.dispatcher.search_advice(&scope.capabilities).contains("tool_search") {
+                    " tool_search finds the tools this mode offers."
+                } else {
+                    ""
+                }
+            ),
+        };
         let refusal = Envelope::err(
             ErrKind::Forbidden,
             format!(
-                "`{name}` is not available in {} mode.{}",
-                scope.mode.as_str(),
-                shared.dispatcher.search_advice(&scope.capabilities)
+                "`{name}` is not available in {} mode.{why}",
+                scope.mode.as_str()
             ),
         );
         // Recorded like every call.
@@ -847,6 +871,9 @@ fn cursor_sent(context: &RequestContext<RoleServer>) -> Result<(), McpError> {
         None => Ok(()),
     }
 }
+
+/// The `_meta` key of a 2026-07-28 request's log level (SEP-2575).
+const LOG_LEVEL_META: &str = "io.modelcontextprotocol/logLevel";
 
 impl ServerHandler for Handler {
     async fn on_custom_request(

@@ -1401,6 +1401,29 @@ mod tests {
             Arc::new(quiver_surface::MemoryUsage::new([])),
         )
         .unwrap();
+        // Outside plan mode a mode's list (agentic_only here) keeps it off: said so.
+        let chat = McpServer::new(
+            Surface::new(
+                catalog.clone(),
+                quiver_surface::SurfaceConfig::default().with_agentic_only(&["write_note"]),
+                Arc::new(quiver_surface::MemoryUsage::new([])),
+            )
+            .unwrap(),
+            Dispatcher::builder(catalog.clone()).build(),
+            ServerOptions::default(),
+        );
+        let chat_router = chat.router("127.0.0.1:7345".parse().unwrap());
+        let chat_sid = open(&chat, &chat_router, json!({})).await;
+        let call = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+            "params": {"name": "write_note", "arguments": {}}});
+        let reply = send(&chat_router, Method::POST, Some(&chat_sid), call).await;
+        assert!(
+            reply.body.contains(
+                "is not available in chat mode. This mode's lists leave it out; use another tool of your tool list, or tell the user it needs another mode."
+            ),
+            "{}",
+            reply.body
+        );
         let dispatcher = Dispatcher::builder(catalog)
             .recorder(recorder.clone())
             .build();

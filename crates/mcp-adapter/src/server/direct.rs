@@ -211,10 +211,12 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
                 &problem,
             );
         }
-        let opening = Opening::start(&direct.shared.opening);
-        if direct.sessions.sessions.read().await.len() + opening.ahead
-            >= direct.shared.options.max_sessions
-        {
+        // One `initialize` at a time is checked and handed to rmcp (its body is read by
+        // then), so the count of open sessions is exact: counting the ones under way as
+        // well counted each twice once rmcp had made its session, and a burst of 20 at a
+        // limit of 20 got 7 refused with none open before.
+        let _admitting = direct.shared.opening.lock().await;
+        if direct.sessions.sessions.read().await.len() >= direct.shared.options.max_sessions {
             return too_many_sessions(id, direct.shared.options.max_sessions);
         }
         return forward_parts(&direct, parts, bytes).await;
@@ -405,26 +407,6 @@ pub(super) fn json_rpc_error(status: StatusCode, id: Value, code: i64, message: 
         body.to_string(),
     )
         .into_response()
-}
-
-/// A request that may open a session, counted while it runs.
-struct Opening<'a> {
-    count: &'a std::sync::atomic::AtomicUsize,
-    /// How many were running when this one started.
-    ahead: usize,
-}
-
-impl<'a> Opening<'a> {
-    fn start(count: &'a std::sync::atomic::AtomicUsize) -> Self {
-        let ahead = count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        Opening { count, ahead }
-    }
-}
-
-impl Drop for Opening<'_> {
-    fn drop(&mut self) {
-        self.count.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
 }
 
 /// The most body read to tell an `initialize` at capacity (rmcp's own limit).
@@ -1525,6 +1507,35 @@ mod tests {
         let again = send(&router, Method::POST, None, init).await;
         assert_eq!(again.status, StatusCode::OK, "{}", again.body);
         assert!(again.session.is_some());
+    }
+
+    /// A burst of parallel `initialize`s is admitted up to the limit exactly: 25 at a limit
+    /// of 20, none open before, are 20 sessions and 5 refusals (20 at once got 7 refused).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_burst_of_initializes_is_admitted_up_to_the_limit_exactly() {
+        let catalog = Arc::new(Catalog::new());
+        let server =
+            crate::server::test_server(catalog, ServerOptions::default().with_max_sessions(20));
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        let calls: Vec<_> = (0..25)
+            .map(|_| {
+                let (router, init) = (router.clone(), init.clone());
+                tokio::spawn(async move { send(&router, Method::POST, None, init).await.status })
+            })
+            .collect();
+        let mut statuses = Vec::new();
+        for c in calls {
+            statuses.push(c.await.unwrap());
+        }
+        let ok = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+        let full = statuses
+            .iter()
+            .filter(|s| **s == StatusCode::SERVICE_UNAVAILABLE)
+            .count();
+        assert_eq!((ok, full), (20, 5), "{statuses:?}");
     }
 
     /// Only an `initialize` counts toward the session limit while it runs: a stateless

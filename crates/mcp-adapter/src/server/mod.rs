@@ -136,8 +136,9 @@ pub(crate) struct Shared {
     pub(crate) dispatcher: Dispatcher,
     pub(crate) options: ServerOptions,
     pub(crate) shutdown: CancellationToken,
-    /// HTTP requests that may open a session (POSTs naming none), while they run.
-    pub(crate) opening: std::sync::atomic::AtomicUsize,
+    /// Held while an `initialize` over HTTP is checked against the session limit and
+    /// handed to rmcp.
+    pub(crate) opening: tokio::sync::Mutex<()>,
     /// Where working sets persist; a key seen for the first time is restored from it.
     pub(crate) sessions: Option<Arc<dyn quiver_surface::ports::SessionStore>>,
     /// The execution log: which tools a restored key has called (`requires_prior`).
@@ -215,7 +216,7 @@ impl McpServer {
                 dispatcher,
                 options,
                 shutdown: CancellationToken::new(),
-                opening: std::sync::atomic::AtomicUsize::new(0),
+                opening: tokio::sync::Mutex::new(()),
                 sessions: None,
                 calls: None,
                 content: None,

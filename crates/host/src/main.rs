@@ -14,6 +14,21 @@ use quiver_host::{App, Config, StoreAccess, ToolFormat, format_tools, provider_n
 use quiver_registry::{CallFilter, DefinitionStore};
 use quiver_surface::{FloorLoad, FloorSource};
 
+/// `println!` that does not panic when stdout is gone (`quiver log | head -1`): what can
+/// no longer be written is dropped, and the command ends as it would have.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// [`say!`] without the newline.
+fn say_raw(text: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stdout().write_all(text.as_bytes());
+}
+
 /// Quiver: one catalog, one dispatch pipeline, every tool an agent can call.
 ///
 /// Every command goes through the same assembled catalog and dispatcher.
@@ -385,7 +400,7 @@ async fn log_command(
                 "took_ms": whole_us_ms(c.took),
                 "at": c.at.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             });
-            println!("{row}");
+            say!("{row}");
         }
     } else {
         // Columns as wide as their longest entry (MCP tool names and `mcp:<id>`
@@ -407,9 +422,12 @@ async fn log_command(
             }),
             7,
         );
-        println!(
+        say!(
             "{:<tool_w$} {:<7} {:<session_w$} {:>9}  SUMMARY",
-            "TOOL", "OUTCOME", "SESSION", "TOOK_MS"
+            "TOOL",
+            "OUTCOME",
+            "SESSION",
+            "TOOK_MS"
         );
         for c in &calls {
             let summary: String = c
@@ -423,7 +441,7 @@ async fn log_command(
             // Escaped: a row's texts come from clients and tools, and a newline
             // or a terminal escape in them must not forge rows or drive the
             // operator's terminal.
-            println!(
+            say!(
                 "{:<tool_w$} {:<7} {:<session_w$} {:>9}  {}",
                 quiver_contract::printable(&c.tool_name),
                 c.kind,
@@ -432,7 +450,7 @@ async fn log_command(
                 quiver_contract::printable(&summary)
             );
         }
-        println!("{} call(s)", calls.len());
+        say!("{} call(s)", calls.len());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -444,7 +462,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         };
         let report = quiver_surface::search::evaluate(&read(tools)?, &read(queries)?)
             .map_err(|e| anyhow::anyhow!("bench-search: {e}"))?;
-        println!("{}", serde_json::to_string(&report)?);
+        say!("{}", serde_json::to_string(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
     let (config, _source) = Config::load(cli.config.as_deref())?;
@@ -529,17 +547,17 @@ async fn command(
     match command {
         Command::Status => {
             if app.store.exists() {
-                println!("store: {}", config_store.display());
+                say!("store: {}", config_store.display());
             } else {
-                println!(
+                say!(
                     "store: {} (not created yet: `quiver serve`, `call` or `search` creates it)",
                     config_store.display()
                 );
             }
-            println!("catalog: {} tool(s)", app.catalog.len());
+            say!("catalog: {} tool(s)", app.catalog.len());
             let servers = app.mcp.status();
             if servers.is_empty() {
-                println!("no upstream MCP servers configured");
+                say!("no upstream MCP servers configured");
             }
             for s in servers {
                 use quiver_mcp_adapter::ServerState as S;
@@ -567,7 +585,7 @@ async fn command(
                     S::Closed => ("closed", last),
                     _ => ("unknown", last),
                 };
-                println!(
+                say!(
                     "{:<20} {:<12} {:>4} tool(s)  {detail}",
                     s.name,
                     state,
@@ -595,7 +613,7 @@ async fn command(
                 FloorSource::Fallback => "the static fallback (no used tool is registered)",
                 _ => "derived from usage",
             };
-            println!("resident floor: {} tool(s), {source}", floor.entries.len());
+            say!("resident floor: {} tool(s), {source}", floor.entries.len());
             for e in &floor.entries {
                 let why = if e.anchor {
                     "anchor".to_owned()
@@ -609,7 +627,7 @@ async fn command(
                 } else {
                     "  (not registered now: left off the surface)"
                 };
-                println!("  {:<40} {why}{live}", e.name);
+                say!("  {:<40} {why}{live}", e.name);
             }
             // Used tools the floor leaves out because they are not registered now (an
             // upstream down): they take their slots back when they register.
@@ -621,9 +639,9 @@ async fn command(
                 .take(10)
                 .collect();
             if !absent.is_empty() {
-                println!("used but not registered now (left out):");
+                say!("used but not registered now (left out):");
                 for (name, score) in absent {
-                    println!("  {name:<40} score {score:.1}");
+                    say!("  {name:<40} score {score:.1}");
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -636,7 +654,7 @@ async fn command(
             // Settings valid one by one that do not fit together.
             let misfits = config.surface.warnings();
             for w in &misfits {
-                println!("surface: [config] {w}");
+                say!("surface: [config] {w}");
             }
             // A stdio server whose command cannot be started is a configuration fault,
             // required or not (a required one also fails the readiness check).
@@ -648,7 +666,7 @@ async fn command(
                 .collect();
             for (server, why) in &cannot_start {
                 let why = why.strip_prefix("cannot start ").unwrap_or(why);
-                println!(
+                say!(
                     "mcp server {server}: [cannot start] {why}; install it, or fix `command` (and `cwd`) in its configuration"
                 );
             }
@@ -679,7 +697,7 @@ async fn command(
                 })
                 .collect();
             for (server, why) in &not_connected {
-                println!(
+                say!(
                     "mcp server {server}: [not connected] {why}; fix the server or its configuration (`quiver status` shows its state)"
                 );
             }
@@ -687,22 +705,25 @@ async fn command(
             // pages in (found, never listed).
             let crowded = app.surface.agentic_crowding();
             if let Some((allowed, system, max)) = crowded {
-                println!(
+                say!(
                     "surface: [config] agentic_allow names {allowed} tools; with the {system} system tools that fills a round (round.max_definitions = {max}), so in agentic mode tools found by tool_search are never listed: narrow agentic_allow or raise max_definitions"
                 );
             }
             // A definition too large to be shown is a tool no model can call.
             let oversized = app.surface.oversized();
             for o in &oversized {
-                println!(
+                say!(
                     "{}: [too large] its definition is {} bytes, more than {} ({} bytes), so it is never shown: shorten its description or schema, or raise the budget",
-                    o.name, o.bytes, o.budget, o.limit
+                    o.name,
+                    o.bytes,
+                    o.budget,
+                    o.limit
                 );
             }
             // A skill longer than a result may be is served cut: the model never reads its
             // end.
             for (name, origin, chars) in &app.long_skills {
-                println!(
+                say!(
                     "skill {name}: [too long] its instructions are {chars} characters, more than a result carries (limits.max_result_chars = {}), so the skill tool serves them cut: move material into files beside it ({origin}), or raise the limit",
                     config.limits.max_result_chars
                 );
@@ -713,7 +734,7 @@ async fn command(
                 } else {
                     format!(" at {}", f.path)
                 };
-                println!("{}{at}: [{}] {}", f.tool, f.rule, f.message);
+                say!("{}{at}: [{}] {}", f.tool, f.rule, f.message);
             }
             // A definition the catalog refused (a schema that does not compile, a bad name)
             // is a finding too: that tool is missing from every surface.
@@ -723,15 +744,19 @@ async fn command(
             let mut not_registered = 0;
             for s in &refused.skipped {
                 if s.is_duplicate() {
-                    println!(
+                    say!(
                         "{}: [note] skipped in family {}: {}",
-                        s.name, s.family, s.reason
+                        s.name,
+                        s.family,
+                        s.reason
                     );
                 } else {
                     not_registered += 1;
-                    println!(
+                    say!(
                         "{}: [not registered] {} (family {})",
-                        s.name, s.reason, s.family
+                        s.name,
+                        s.reason,
+                        s.family
                     );
                 }
             }
@@ -771,18 +796,20 @@ async fn command(
                     .iter()
                     .find(|(_, prefix)| r.name.starts_with(&format!("mcp__{prefix}__")))
                 {
-                    println!(
+                    say!(
                         "{}: [note] `{}` not checked: server {server} is not connected",
-                        r.key, r.name
+                        r.key,
+                        r.name
                     );
                     continue;
                 }
                 // A pattern (`mcp__*__drop_table`, `*delete*`) is often a safety net for
                 // tools that may come: told, not counted.
                 if !r.exact && r.name.contains('*') {
-                    println!(
+                    say!(
                         "{}: [note] pattern `{}` matches no tool in the catalog now",
-                        r.key, r.name
+                        r.key,
+                        r.name
                     );
                     continue;
                 }
@@ -792,9 +819,10 @@ async fn command(
                 } else {
                     quiver_host::suggestion(r.name, names.iter().map(String::as_str))
                 };
-                println!(
+                say!(
                     "{}: [unmatched] `{}` matches no tool in the catalog{note}",
-                    r.key, r.name
+                    r.key,
+                    r.name
                 );
             }
             // A server's `allow_tools` and `deny_tools` take the names the server itself
@@ -815,7 +843,7 @@ async fn command(
                 for (key, name) in keys {
                     let at = format!("mcp.servers[{}].{key}", server.name);
                     let Some(listed) = listed else {
-                        println!(
+                        say!(
                             "{at}: [note] `{name}` not checked: server {} is not connected",
                             server.name
                         );
@@ -832,7 +860,7 @@ async fn command(
                         ),
                         None => quiver_host::suggestion(name, listed.iter().map(String::as_str)),
                     };
-                    println!(
+                    say!(
                         "{at}: [unmatched] `{name}` is not a tool server {} lists{note}",
                         server.name
                     );
@@ -860,7 +888,7 @@ async fn command(
                     } else {
                         format!("now {}", shown.join(", "))
                     };
-                    println!(
+                    say!(
                         "auth.tokens[{}]: [note] allowed_tools does not allow tool_search, so its callers cannot find tools: they see only the resident floor's tools it allows ({listed}); allow tool_search, or make the tools it needs [surface] anchors",
                         t.name
                     );
@@ -872,7 +900,7 @@ async fn command(
                         .any(|m| quiver_contract::pattern_matches(p, m))
                 });
                 if meta && t.content_servers().is_some_and(|s| s.is_empty()) {
-                    println!(
+                    say!(
                         "auth.tokens[{}]: [note] allowed_tools lets it call the resource meta-tools, but without allowed_servers it reaches no server's resources; name the servers in allowed_servers",
                         t.name
                     );
@@ -886,11 +914,11 @@ async fn command(
                     }
                     let at = format!("auth.tokens[{}].allowed_servers", t.name);
                     if name.contains('*') {
-                        println!("{at}: [note] pattern `{name}` matches no configured MCP server");
+                        say!("{at}: [note] pattern `{name}` matches no configured MCP server");
                         continue;
                     }
                     unmatched += 1;
-                    println!(
+                    say!(
                         "{at}: [unmatched] `{name}` is not a configured MCP server{}",
                         quiver_host::suggestion(name, servers.iter().map(String::as_str))
                     );
@@ -948,7 +976,7 @@ async fn command(
                     .map(|d| d.name.as_str())
                     .collect();
                 if !absent.is_empty() {
-                    println!(
+                    say!(
                         "{}: [note] not checked: these tools are listed only while a connected MCP server offers resources",
                         absent.join(", ")
                     );
@@ -963,7 +991,7 @@ async fn command(
                         })
                         .count();
                     if n > 0 {
-                        println!(
+                        say!(
                             "{name}: [note] {n} stored tool(s) not checked: the server is {state}"
                         );
                     }
@@ -976,10 +1004,10 @@ async fn command(
                 let current: Vec<_> = app.catalog.tools().iter().map(|e| e.spec.clone()).collect();
                 breaking = breaking_changes_between(&stored_specs, &current);
                 for b in &breaking {
-                    println!("{}: [breaking: {}] {}", b.tool, b.kind, b.message);
+                    say!("{}: [breaking: {}] {}", b.tool, b.kind, b.message);
                 }
             }
-            println!(
+            say!(
                 "config ok; {} tool definition(s) linted, {} finding(s), {} not registered, {} breaking change(s), {} unmatched name(s)",
                 app.catalog.len(),
                 findings.len()
@@ -1023,7 +1051,7 @@ async fn command(
             for w in provider_name_warnings(&specs, format) {
                 eprintln!("{w}");
             }
-            print!("{}", format_tools(&specs, format));
+            say_raw(&format_tools(&specs, format));
             Ok(ExitCode::SUCCESS)
         }
         Command::Search {
@@ -1043,7 +1071,7 @@ async fn command(
                 )
                 .await;
             app.save_session(&session).await?;
-            println!(
+            say!(
                 "{}",
                 quiver_contract::printable_lines(&render(&envelope, &RenderOptions::default()))
             );
@@ -1122,7 +1150,7 @@ async fn command(
                 .call_json(&name, &json, CallContext::for_session(session.as_str()))
                 .await;
             app.save_session(&session).await?;
-            println!(
+            say!(
                 "{}",
                 quiver_contract::printable_lines(&render(&envelope, &RenderOptions::default()))
             );

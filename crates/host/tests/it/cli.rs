@@ -1358,3 +1358,29 @@ fn a_tool_denied_to_everyone_is_not_offered_but_its_call_is_explained() {
     let found = stdout(&quiver_in(&dir, &["search", "takes one field"]));
     assert!(found.contains("mcp__one__t"), "{found}");
 }
+
+/// Output into a pipe that is gone (`quiver log | head -1`) is dropped: the command ends
+/// as it would have, without a panic (it exited 101 with "failed printing to stdout").
+#[test]
+fn output_into_a_closed_pipe_is_no_panic() {
+    let dir = workdir("closed-pipe");
+    quiver_in(
+        &dir,
+        &["call", "tool_search", r#"{"query": "describe tools"}"#],
+    );
+    for args in [&["log"][..], &["log", "--json"], &["tools"], &["status"]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
+            .args(args)
+            .current_dir(&dir)
+            .env("QUIVER_LOG", "error")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+    }
+}

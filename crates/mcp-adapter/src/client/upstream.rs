@@ -107,8 +107,8 @@ pub struct ServerCounters {
     pub lean_handoffs: u64,
 }
 
-/// Failed attempts in a row after which a caller is told an operator must fix the server
-/// rather than to try again.
+/// Failed attempts in a row after which a caller of a stdio server is told an operator
+/// must fix it rather than to try again.
 const FAILED_FOR_AN_OPERATOR: u64 = 3;
 
 #[derive(Default)]
@@ -1683,8 +1683,13 @@ impl Upstream {
                 } else {
                     "has not connected yet"
                 };
+                // A command that fails to start again and again needs its operator; a
+                // network server that is down may come back by itself (a restart, a
+                // deploy), so it keeps the retry advice.
                 let failed = self.failed_in_a_row();
-                if failed >= FAILED_FOR_AN_OPERATOR {
+                if failed >= FAILED_FOR_AN_OPERATOR
+                    && matches!(self.cfg.endpoint, Endpoint::Stdio { .. })
+                {
                     return format!(
                         "MCP server \"{server}\" {was}, and the last {failed} attempts to reach it failed: retrying will not help until an operator fixes it (`quiver status` says why). Use another tool"
                     );

@@ -422,3 +422,40 @@ async fn the_liveness_ping_notices_an_http_server_that_stopped() {
     .await;
     close_and_check(&client).await;
 }
+
+/// A network server that stays down through several redials is still said to be retried
+/// (it may come back by itself, a restart or a deploy), not one an operator must fix as a
+/// stdio command that keeps failing to start is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_server_down_through_many_redials_keeps_the_retry_advice() {
+    let port = free_port();
+    let (server, config) = HttpFixture::serve("away", port).await;
+    let config = config.with_liveness(quiver_mcp_adapter::Liveness::Every(Duration::from_millis(
+        300,
+    )));
+    let (catalog, client) = start(
+        &[config.required()],
+        quiver_mcp_adapter::ClientOptions::default()
+            .with_backoff(Duration::from_millis(100), Duration::from_millis(300)),
+    );
+    ready(&client).await;
+    let tool = catalog
+        .names()
+        .into_iter()
+        .find(|n| n.starts_with("mcp__away__"))
+        .expect("a tool of the server");
+    drop(server);
+    wait_for("several failed redials", Duration::from_secs(30), || {
+        let s = client.server_status("away").unwrap();
+        s.counters.dials >= s.counters.connects + 4 && s.next_attempt.is_some()
+    })
+    .await;
+    let env = call(&catalog, &tool, serde_json::json!({})).await;
+    let message = env.message().unwrap_or_default().to_owned();
+    assert!(
+        message.starts_with("MCP server \"away\" went down. Quiver tries it again in about ")
+            && !message.contains("operator"),
+        "{message}"
+    );
+    close_and_check(&client).await;
+}

@@ -328,6 +328,8 @@ struct Running {
     entry: Arc<Entry>,
     input: Value,
     hash: String,
+    /// Whether it repeats the session's call before it (see [`Prepared::Run`]).
+    repeat: bool,
     who: Who,
     t0: Instant,
     started: Arc<OnceLock<Instant>>,
@@ -348,6 +350,7 @@ impl Drop for Unfinished<'_> {
             who,
             t0,
             started,
+            ..
         }) = self.parts.take()
         else {
             return;
@@ -405,7 +408,9 @@ impl Who {
 /// Where a call ended before reaching the tool, or the prepared call.
 enum Prepared {
     Done(Envelope),
-    Run(Arc<Entry>, Vec<Warning>),
+    /// The tool, the warnings so far, and whether the call repeats the one before it in its
+    /// session (the loop guard's streak is past one).
+    Run(Arc<Entry>, Vec<Warning>, bool),
 }
 
 /// `<prefix>-<n>` as an `Arc<str>`, with one allocation and no formatting machinery.
@@ -613,13 +618,13 @@ impl Dispatcher {
             }
         };
         let hash = args_hash_canonical(name, &canonical);
-        let (entry, mut warnings) = match self.prepare(name, found, &input, &hash, &ctx) {
+        let (entry, mut warnings, repeat) = match self.prepare(name, found, &input, &hash, &ctx) {
             Prepared::Done(envelope) => {
                 return self
                     .finish_early(name, input, Some(hash), envelope, ctx, t0)
                     .await;
             }
-            Prepared::Run(entry, warnings) => (entry, warnings),
+            Prepared::Run(entry, warnings, repeat) => (entry, warnings, repeat),
         };
         ctx.invoker = Some(inner.invoker.clone());
         // Until the record is written, a dropped call (an HTTP client that went away while
@@ -631,6 +636,7 @@ impl Dispatcher {
                 entry: entry.clone(),
                 input,
                 hash,
+                repeat,
                 who: Who::of(&ctx),
                 t0,
                 started: started.clone(),
@@ -693,9 +699,13 @@ impl Dispatcher {
             ));
         }
         let Running {
-            input, hash, who, ..
+            input,
+            hash,
+            repeat,
+            who,
+            ..
         } = unfinished.parts.take().expect("taken once");
-        self.after(name, &hash, &mut envelope, warnings, &who);
+        self.after(name, &hash, repeat, &mut envelope, warnings, &who);
         self.record(name, input, hash, &envelope, &who, queued, t0)
             .await;
         envelope
@@ -847,6 +857,7 @@ impl Dispatcher {
                 PolicyAction::Warn => warned.push(verdict),
             }
         }
+        let mut repeat = false;
         if let Some(s) = &session {
             // One lock for the loop guard and the called-tools set: a call that passes the
             // guard counts as called from here on (failed calls count too), so a concurrent
@@ -859,6 +870,7 @@ impl Dispatcher {
                 }
                 streak
             });
+            repeat = streak >= 2;
             if streak >= inner.config.loop_guard_threshold {
                 return Prepared::Done(Envelope::err(
                     ErrKind::LoopGuard,
@@ -882,7 +894,7 @@ impl Dispatcher {
                 emphatic(count, &verdict.rule, &verdict.message),
             ));
         }
-        Prepared::Run(entry, warnings)
+        Prepared::Run(entry, warnings, repeat)
     }
 
     /// What a caller with these credentials who did not find a tool can do next, as a
@@ -956,11 +968,20 @@ impl Dispatcher {
         &self,
         name: &str,
         hash: &str,
+        repeat: bool,
         envelope: &mut Envelope,
         warnings: Vec<Warning>,
         ctx: &Who,
     ) {
         let inner = &*self.inner;
+        // What a repeat returned, before this call's warnings join it: the loop guard
+        // refuses only repeats that keep returning the same (an interactive tool asks
+        // again and gets another answer).
+        if repeat && let Some(s) = &ctx.session {
+            inner.sessions.with(s, |st| {
+                st.note_result(hash, || result_fingerprint(envelope))
+            });
+        }
         for w in warnings {
             envelope.push_warning(w);
         }
@@ -1145,6 +1166,22 @@ impl Dispatcher {
         }))
         .await
     }
+}
+
+/// A fingerprint of what a call returned (its data, parts, or message), for the loop guard.
+fn result_fingerprint(envelope: &Envelope) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = foldhash::fast::FixedState::default().build_hasher();
+    match envelope {
+        Envelope::Ok { data, parts, .. } => {
+            h.write(&serde_json::to_vec(data).unwrap_or_default());
+            h.write(&serde_json::to_vec(parts).unwrap_or_default());
+        }
+        Envelope::Hint { message, .. } | Envelope::Err { message, .. } => {
+            h.write(message.as_bytes());
+        }
+    }
+    h.finish()
 }
 
 #[cfg(test)]

@@ -16,6 +16,10 @@ type HashSet<K> = std::collections::HashSet<K, RandomState>;
 pub(crate) struct SessionState {
     last_hash: Option<String>,
     streak: u32,
+    /// What the streak's repeats returned (a fingerprint), from its second call on: a
+    /// repeat that returns something else starts the streak again, so the guard only
+    /// refuses calls that have been returning the same.
+    streak_result: Option<u64>,
     failures: HashMap<String, u32>,
     violations: HashMap<String, u32>,
     called: HashSet<String>,
@@ -37,8 +41,24 @@ impl SessionState {
                 None => self.last_hash = Some(hash.to_owned()),
             }
             self.streak = 1;
+            self.streak_result = None;
         }
         self.streak
+    }
+
+    /// Notes what this call (`hash`) returned, if it repeats the one before it: the same as
+    /// the repeats before leaves the streak, something else restarts it at this call.
+    /// `fingerprint` runs only for a repeat.
+    pub(crate) fn note_result(&mut self, hash: &str, fingerprint: impl FnOnce() -> u64) {
+        if self.last_hash.as_deref() != Some(hash) || self.streak < 2 {
+            return;
+        }
+        let now = fingerprint();
+        match self.streak_result {
+            Some(before) if before != now => self.streak = 1,
+            _ => {}
+        }
+        self.streak_result = Some(now);
     }
 
     /// Takes this call back out of the streak (it did not count), if it is still the last.

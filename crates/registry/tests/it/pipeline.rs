@@ -1091,6 +1091,51 @@ async fn the_fourth_identical_call_in_a_row_is_refused_ignoring_narration() {
     assert!(d.call("echo", json!({"text": "same"}), ctx()).await.is_ok());
 }
 
+/// The loop guard refuses only repeats that keep returning the same: a tool whose answer
+/// changes from call to call (one that asks the user, reads a clock, pages a queue) runs
+/// as often as it is called; once it starts returning the same, the streak counts again.
+#[tokio::test]
+async fn repeats_that_return_something_new_each_time_are_not_a_loop() {
+    let n = Arc::new(AtomicUsize::new(0));
+    let counter = n.clone();
+    let t = tool(
+        ToolSpec::new("ask", "Asks the user.")
+            .read_only()
+            .with_schema(json!({"type": "object"})),
+        move |_, _| {
+            let counter = counter.clone();
+            async move {
+                let i = counter.fetch_add(1, Ordering::SeqCst);
+                // Different answers for the first eight calls, then always the same.
+                Ok(Envelope::text(format!("answer {}", i.min(8))))
+            }
+        },
+    );
+    let d = dispatcher(vec![t]);
+    for i in 0..8 {
+        let e = d.call("ask", json!({}), ctx()).await;
+        assert!(e.is_ok(), "call {i}: {}", text(&e));
+    }
+    // From the ninth call (index 8) on: "answer 8" each time. That call's answer differs
+    // from the one before, so the streak starts again at it; three calls return "answer 8"
+    // (indexes 8, 9, 10) and the fourth (11) is refused, as three identical calls are.
+    let mut refused_at = None;
+    for i in 8..14 {
+        let e = d.call("ask", json!({}), ctx()).await;
+        if e.err_kind() == Some(&ErrKind::LoopGuard) {
+            refused_at = Some(i);
+            break;
+        }
+    }
+    assert_eq!(
+        refused_at,
+        Some(11),
+        "calls made: {}",
+        n.load(Ordering::SeqCst)
+    );
+    assert_eq!(n.load(Ordering::SeqCst), 11);
+}
+
 /// A call whose backend is down does not count toward the loop guard or the repeated-failure
 /// hint: its error advises trying again, and the retry once the backend is back runs.
 #[tokio::test]

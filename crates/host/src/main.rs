@@ -610,7 +610,9 @@ async fn command(
             }
             let floor = app.surface.floor();
             let source = match floor.source {
-                FloorSource::Fallback => "the static fallback (no used tool is registered)",
+                FloorSource::Fallback => {
+                    "the anchors and the static fallback (no used tool beyond the anchors is registered)"
+                }
                 _ => "derived from usage",
             };
             say!("resident floor: {} tool(s), {source}", floor.entries.len());

@@ -1,5 +1,7 @@
 use std::process::{Command, Output};
 
+use crate::ONE_TOOL_SERVER;
+
 fn workdir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("quiver-cli-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -418,10 +420,7 @@ async fn check_against_a_database_reports_breaking_changes() {
 fn check_counts_refused_and_malformed_definitions_and_needs_an_existing_database() {
     let dir = workdir("refused");
     // Its one tool's schema does not compile (`"type": "strin"`).
-    let server = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/one_tool_server.py"
-    );
+    let server = ONE_TOOL_SERVER;
     std::fs::write(
         dir.join("mcp.json"),
         serde_json::json!({"mcpServers": {"broken": {"command": "python3", "args": [server],
@@ -456,10 +455,7 @@ fn check_counts_refused_and_malformed_definitions_and_needs_an_existing_database
 #[test]
 fn check_names_allow_and_deny_entries_the_server_does_not_list() {
     let dir = workdir("allowdeny");
-    let server = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/one_tool_server.py"
-    );
+    let server = ONE_TOOL_SERVER;
     std::fs::write(
         dir.join("quiver.toml"),
         format!(
@@ -1199,10 +1195,7 @@ fn reading_commands_neither_create_nor_change_the_store() {
 #[test]
 fn call_and_tools_print_an_upstreams_control_characters_escaped() {
     let dir = workdir("control-chars");
-    let server = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/one_tool_server.py"
-    );
+    let server = ONE_TOOL_SERVER;
     std::fs::write(
         dir.join("quiver.toml"),
         format!(
@@ -1281,10 +1274,7 @@ fn a_store_path_that_is_a_directory_is_named_so() {
 #[test]
 fn quiver_log_filters_keep_the_warnings_unless_they_ask_otherwise() {
     let dir = workdir("quiver-log");
-    let server = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/one_tool_server.py"
-    );
+    let server = ONE_TOOL_SERVER;
     std::fs::write(
         dir.join("quiver.toml"),
         format!(
@@ -1319,10 +1309,7 @@ fn quiver_log_filters_keep_the_warnings_unless_they_ask_otherwise() {
 /// rule's message. A rule with a condition (here a principal) leaves it offered.
 #[test]
 fn a_tool_denied_to_everyone_is_not_offered_but_its_call_is_explained() {
-    let server = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/one_tool_server.py"
-    );
+    let server = ONE_TOOL_SERVER;
     let write = |dir: &std::path::Path, condition: &str| {
         std::fs::write(
             dir.join("quiver.toml"),

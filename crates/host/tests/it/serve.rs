@@ -8,6 +8,8 @@ use std::{
     time::Duration,
 };
 
+use crate::ONE_TOOL_SERVER;
+
 /// One JSON-RPC POST; returns the raw HTTP response.
 /// A new empty directory for one test's `quiver serve` (its store lives there).
 fn fresh_dir(name: &str) -> std::path::PathBuf {
@@ -18,12 +20,25 @@ fn fresh_dir(name: &str) -> std::path::PathBuf {
 }
 
 fn rpc(addr: &str, headers: &[(&str, &str)], body: &str) -> String {
+    let mut all = vec![("Mcp-Protocol-Version", "2025-11-25")];
+    all.extend_from_slice(headers);
+    post_mcp(addr, &all, body)
+}
+
+/// One POST to `/mcp` with `headers` (a `Host` among them replaces `addr`) and JSON `body`;
+/// returns the raw HTTP response.
+fn post_mcp(addr: &str, headers: &[(&str, &str)], body: &str) -> String {
+    let host = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("host"))
+        .map_or(addr, |(_, v)| v);
     let extra: String = headers
         .iter()
+        .filter(|(k, _)| !k.eq_ignore_ascii_case("host"))
         .map(|(k, v)| format!("{k}: {v}\r\n"))
         .collect();
     let req = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Protocol-Version: 2025-11-25\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     let mut s = TcpStream::connect(addr).unwrap();
@@ -330,10 +345,7 @@ fn serve_records_upstream_definitions_for_check_against() {
     // (below)
     serve_stopping_at_once_records_every_definition();
     let dir = fresh_dir("defs");
-    let server = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/one_tool_server.py"
-    );
+    let server = ONE_TOOL_SERVER;
     let config = |field: &str| {
         serde_json::json!({"mcpServers": {"fake": {"command": "python3",
             "args": [server], "env": {"FIELD": field}}}})
@@ -638,10 +650,7 @@ fn stdio_serve_exits_on_sigterm_with_stdin_open() {
 /// compares with them. It lost those the recorder had not written yet.
 fn serve_stopping_at_once_records_every_definition() {
     let dir = fresh_dir("defs-quick");
-    let server = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/one_tool_server.py"
-    );
+    let server = ONE_TOOL_SERVER;
     std::fs::write(
         dir.join("quiver.toml"),
         format!(
@@ -941,20 +950,14 @@ fn a_cursor_that_is_not_a_string_is_invalid_params() {
     assert!(listed.contains("tool_search"), "{listed}");
     // A 2026-07-28 request (no session; rmcp reads it, after its own checks): the same.
     let stateless = |method: &str, cursor: &str| {
-        let body = format!(
-            r#"{{"jsonrpc":"2.0","id":11,"method":"{method}","params":{{"cursor":{cursor},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}},"io.modelcontextprotocol/clientInfo":{{"name":"t","version":"1"}}}}}}}}"#
-        );
-        let mut s = TcpStream::connect(&addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        write!(
-            s,
-            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
+        post_2026(
+            &addr,
+            method,
+            None,
+            &format!(r#"{{"cursor":{cursor}}}"#),
+            "",
+            &[],
         )
-        .unwrap();
-        let mut out = String::new();
-        let _ = s.read_to_string(&mut out);
-        out
     };
     for (method, cursor) in [
         ("tools/list", "5"),
@@ -968,13 +971,13 @@ fn a_cursor_that_is_not_a_string_is_invalid_params() {
                 && answer.contains(&format!(
                     "invalid params for `{method}`: `cursor` must be a string"
                 ))
-                && answer.contains(r#""id":11"#),
+                && answer.contains(r#""id":21"#),
             "{method}: {answer}"
         );
     }
     let listed = stateless("tools/list", "null");
     assert!(
-        listed.contains("tool_search") && listed.contains(r#""id":11"#),
+        listed.contains("tool_search") && listed.contains(r#""id":21"#),
         "{listed}"
     );
     stop(child.0.take().expect("running"));
@@ -1161,16 +1164,7 @@ fn allow_host_accepts_the_named_hosts_and_refuses_malformed_values() {
     let mut child = KillOnDrop(Some(child));
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
     let with_host = |host: &str| {
-        let mut s = TcpStream::connect(&addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        write!(
-            s,
-            "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{init}",
-            init.len()
-        )
-        .unwrap();
-        let mut out = String::new();
-        let _ = s.read_to_string(&mut out);
+        let out = post_mcp(&addr, &[("Host", host)], init);
         out.lines().next().unwrap_or("").to_owned()
     };
     for (host, status) in [
@@ -1226,18 +1220,17 @@ fn a_session_is_its_tokens_and_a_2026_request_ignores_whose_id_it_carries() {
     );
     assert!(other.starts_with("HTTP/1.1 404"), "{other}");
     let modern = |session: &str| {
-        let body = r#"{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"}}}}"#;
-        let mut s = TcpStream::connect(&addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        write!(
-            s,
-            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer ops-secret-1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/list\r\nMcp-Session-Id: {session}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
+        post_2026(
+            &addr,
+            "tools/list",
+            None,
+            "{}",
+            "",
+            &[
+                ("Authorization", "Bearer ops-secret-1"),
+                ("Mcp-Session-Id", session),
+            ],
         )
-        .unwrap();
-        let mut out = String::new();
-        let _ = s.read_to_string(&mut out);
-        out
     };
     for session in [sid.as_str(), "made-up-session-id"] {
         let answer = modern(session);
@@ -1259,9 +1252,17 @@ fn a_session_is_its_tokens_and_a_2026_request_ignores_whose_id_it_carries() {
     stop(child.0.take().expect("running"));
 }
 
-/// One 2026-07-28 request (no session): `method` with `params` (an object without `_meta`)
-/// and the `_meta` entries `meta` (JSON members, may be empty) beside the required ones.
-fn post_2026(addr: &str, method: &str, name: Option<&str>, params: &str, meta: &str) -> String {
+/// One 2026-07-28 request (no session): `method` (id 21) with `params` (an object without
+/// `_meta`), the `_meta` entries `meta` (JSON members, may be empty) beside the required
+/// ones, and `headers` beside the protocol's.
+fn post_2026(
+    addr: &str,
+    method: &str,
+    name: Option<&str>,
+    params: &str,
+    meta: &str,
+    headers: &[(&str, &str)],
+) -> String {
     let comma = if meta.is_empty() { "" } else { "," };
     let params = params.strip_suffix('}').expect("params is an object");
     let sep = if params.trim_end().ends_with('{') {
@@ -1272,20 +1273,15 @@ fn post_2026(addr: &str, method: &str, name: Option<&str>, params: &str, meta: &
     let body = format!(
         r#"{{"jsonrpc":"2.0","id":21,"method":"{method}","params":{params}{sep}"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}},"io.modelcontextprotocol/clientInfo":{{"name":"t","version":"1"}}{comma}{meta}}}}}}}"#
     );
-    let name = name
-        .map(|n| format!("Mcp-Name: {n}\r\n"))
-        .unwrap_or_default();
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    write!(
-        s,
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\n{name}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
+    let mut all = vec![
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", method),
+    ];
+    if let Some(n) = name {
+        all.push(("Mcp-Name", n));
+    }
+    all.extend_from_slice(headers);
+    post_mcp(addr, &all, &body)
 }
 
 /// A 2026-07-28 request's `_meta` log level that is not a level is -32602 naming the
@@ -1303,6 +1299,7 @@ fn a_2026_log_level_that_is_not_one_is_invalid_params() {
             Some("describe_tool"),
             params,
             &format!(r#""io.modelcontextprotocol/logLevel":{bad}"#),
+            &[],
         );
         assert!(
             answer.contains(r#""code":-32602"#)
@@ -1313,7 +1310,14 @@ fn a_2026_log_level_that_is_not_one_is_invalid_params() {
         );
     }
     for fine in [r#""io.modelcontextprotocol/logLevel":"debug""#, ""] {
-        let answer = post_2026(&addr, "tools/call", Some("describe_tool"), params, fine);
+        let answer = post_2026(
+            &addr,
+            "tools/call",
+            Some("describe_tool"),
+            params,
+            fine,
+            &[],
+        );
         assert!(
             answer.contains(r#""isError":false"#) && answer.contains(r#""id":21"#),
             "{fine}: {answer}"

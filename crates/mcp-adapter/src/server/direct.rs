@@ -275,14 +275,13 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
             forward_parts(&direct, parts, bytes).await
         }
         message @ (Message::Other | Message::BadCursor { .. }) => {
-            // (A session that has ended is rmcp's to answer, 404, and an id still in flight
-            // its -32600.)
-            if let Message::BadCursor { id, problem } = message
-                && serde_json::from_value::<RequestId>(id.clone())
-                    .is_ok_and(|rid| !lock(&entry.conn.ids_in_use).contains(&rid))
-                && direct.sessions.has_session(&sid).await.unwrap_or(false)
-            {
-                return invalid_cursor(id, &problem);
+            // A list whose cursor is not a string: marked for the list handler, which
+            // refuses it after rmcp's own checks (an ended session's 404, an id in flight).
+            let mut parts = parts;
+            if let Message::BadCursor { problem, .. } = message {
+                parts
+                    .extensions
+                    .insert(super::invalid::BadCursor(Arc::from(problem)));
             }
             let id = request_id(&bytes);
             forward_claimed(&direct, &entry, parts, bytes, id).await
@@ -390,10 +389,6 @@ fn id_in_use(id: RequestId) -> Response {
 
 /// The answer to a list request whose cursor no page gave out: -32602, as a JSON-RPC error
 /// (the request itself was well formed, so HTTP 200).
-fn invalid_cursor(id: Value, problem: &str) -> Response {
-    json_rpc_error(StatusCode::OK, id, super::invalid::INVALID_PARAMS, problem)
-}
-
 /// An HTTP answer carrying one JSON-RPC error (the direct path's own refusals).
 pub(super) fn json_rpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
     let body = serde_json::json!({
@@ -552,9 +547,8 @@ enum Message {
         params: Box<CallToolRequestParams>,
     },
     Cancelled(RequestId),
-    /// A list request whose `cursor` is not a string: its id and why.
+    /// A list request whose `cursor` is not a string: why.
     BadCursor {
-        id: Value,
         problem: String,
     },
     Other,
@@ -580,8 +574,8 @@ fn classify(bytes: &Bytes) -> Message {
             return id.map_or(Message::Other, Message::Cancelled);
         }
         _ => {
-            return super::invalid::cursor_problem(&msg).map_or(Message::Other, |(id, problem)| {
-                Message::BadCursor { id, problem }
+            return super::invalid::cursor_problem(&msg).map_or(Message::Other, |(_, problem)| {
+                Message::BadCursor { problem }
             });
         }
     }

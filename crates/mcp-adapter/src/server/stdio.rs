@@ -368,22 +368,18 @@ where
             let verdict = judge(self.lines.line());
             match verdict {
                 // A well-formed list request whose cursor is not a string (rmcp's typed params
-                // drop it and would answer the first page); an id in flight is `admit`'s.
-                Verdict::Take(message) => {
-                    if let ClientJsonRpcMessage::Request(r) = &*message
+                // drop it and would answer the first page): marked for the list handler, as a
+                // batch element is; an id in flight is still `admit`'s.
+                Verdict::Take(mut message) => {
+                    if let ClientJsonRpcMessage::Request(r) = &mut *message
                         && invalid::is_list(r.request.method())
-                        && !crate::server::handler::lock(&self.in_flight).contains(&id_text(&r.id))
                         && let Ok(raw) = serde_json::from_slice::<serde_json::Map<String, Value>>(
                             message_bytes(self.lines.line()),
                         )
-                        && let Some((id, why)) = invalid::cursor_problem(&raw)
+                        && let Some((_, why)) = invalid::cursor_problem(&raw)
                     {
-                        self.answer(&Refusal {
-                            code: invalid::INVALID_PARAMS,
-                            message: why,
-                            id,
-                        });
-                        continue;
+                        rmcp::model::GetExtensions::extensions_mut(&mut r.request)
+                            .insert(invalid::BadCursor(why.into()));
                     }
                     return Some(*message);
                 }

@@ -444,6 +444,28 @@ fn is_ours(id: Option<&Value>, ours: &str) -> bool {
     id.and_then(Value::as_str) == Some(ours)
 }
 
+/// What a JSON body that is not the call's answer is, for the operator and the model: no
+/// bytes, bytes that are not text, text that is not JSON, or JSON that answers something else.
+fn unusable_json(body: &[u8], a_message: bool) -> String {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return "an empty body".into();
+    }
+    if let Err(e) = std::str::from_utf8(body) {
+        return format!(
+            "a body that is not UTF-8 text (byte {} is not), so not JSON",
+            e.valid_up_to()
+        );
+    }
+    if a_message {
+        return "a JSON-RPC message that is not the answer to this call (no result or error for its id)"
+            .into();
+    }
+    match serde_json::from_slice::<Value>(body) {
+        Err(e) => format!("a body that is not JSON ({e})"),
+        Ok(_) => "JSON that is not a JSON-RPC message (not an object)".into(),
+    }
+}
+
 fn classify(message: Incoming, ours: &str) -> Seen {
     match (message.method, message.id) {
         (Some(method), Some(id)) => Seen::Request {
@@ -718,22 +740,29 @@ impl Upstream {
             }
             Err(e) => return Exchange::Unknown(e.to_string()),
         };
-        let parsed = content_type
-            .starts_with("application/json")
-            .then(|| serde_json::from_slice::<Incoming>(&body).ok())
-            .flatten();
-        match parsed.map(|m| classify(m, id)) {
+        let json = content_type.starts_with("application/json");
+        let parsed = json.then(|| serde_json::from_slice::<Incoming>(&body));
+        let seen = match parsed {
+            Some(Ok(m)) => Some(classify(m, id)),
+            _ => None,
+        };
+        let a_message = seen.is_some();
+        match seen {
             Some(Seen::Answer(a)) => a,
             // A 5xx (or another status) with no JSON-RPC error in its body: the status is
             // what the model and the operator can go on.
             _ if !status.is_success() => Exchange::Refused(status, head.retry_after),
-            _ => Exchange::Failed(format!(
+            _ if !json => Exchange::Failed(format!(
                 "HTTP {status} with {}, not a JSON-RPC answer",
                 if content_type.is_empty() {
                     "no content type"
                 } else {
                     content_type.as_str()
                 }
+            )),
+            _ => Exchange::Failed(format!(
+                "HTTP {status} with {content_type}, {}",
+                unusable_json(&body, a_message)
             )),
         }
     }

@@ -317,6 +317,35 @@ async fn http_refusals_are_reported_with_their_status_and_not_resent() {
         ),
         "{env:?}"
     );
+    // A JSON body that is not the answer says which way it is not.
+    for (tool, says) in [
+        (
+            "badutf8",
+            "HTTP 200 OK with application/json, a body that is not UTF-8 text (byte 33 is not), so not JSON. The tool may have run",
+        ),
+        (
+            "badjson",
+            "HTTP 200 OK with application/json, a body that is not JSON (EOF while parsing a value at line 1 column 25). The tool may have run",
+        ),
+        (
+            "notrpc",
+            "HTTP 200 OK with application/json, JSON that is not a JSON-RPC message (not an object). The tool may have run",
+        ),
+        (
+            "otherid",
+            "HTTP 200 OK with application/json, a JSON-RPC message that is not the answer to this call (no result or error for its id). The tool may have run",
+        ),
+    ] {
+        let env = call(&catalog, &format!("mcp__st__{tool}"), json!({})).await;
+        assert_eq!(env.err_kind(), Some(&ErrKind::ToolFailed), "{env:?}");
+        let message = env.message().unwrap();
+        assert!(
+            message.contains(&format!(
+                "answered `{tool}`, but the answer cannot be used: {says}"
+            )),
+            "{tool}: {message}"
+        );
+    }
     let env = call(&catalog, "mcp__st__redir307", json!({})).await;
     assert!(text_of(&env).contains("redir307 ran"), "{env:?}");
     let counts = text_of(&call(&catalog, "mcp__st__count", json!({})).await);

@@ -445,8 +445,9 @@ fn is_ours(id: Option<&Value>, ours: &str) -> bool {
 }
 
 /// What a JSON body that is not the call's answer is, for the operator and the model: no
-/// bytes, bytes that are not text, text that is not JSON, or JSON that answers something else.
-fn unusable_json(body: &[u8], a_message: bool) -> String {
+/// bytes, bytes that are not text, text that is not JSON, JSON of another shape, or a
+/// JSON-RPC message that answers something else (`error` is the parse's, if it failed).
+fn unusable_json(body: &[u8], error: Option<serde_json::Error>) -> String {
     if body.iter().all(u8::is_ascii_whitespace) {
         return "an empty body".into();
     }
@@ -456,13 +457,16 @@ fn unusable_json(body: &[u8], a_message: bool) -> String {
             e.valid_up_to()
         );
     }
-    if a_message {
-        return "a JSON-RPC message that is not the answer to this call (no result or error for its id)"
-            .into();
-    }
-    match serde_json::from_slice::<Value>(body) {
-        Err(e) => format!("a body that is not JSON ({e})"),
-        Ok(_) => "JSON that is not a JSON-RPC message (not an object)".into(),
+    match error {
+        None => {
+            "a JSON-RPC message that is not the answer to this call (no result or error for its id)"
+                .into()
+        }
+        Some(e) if e.is_data() && body.trim_ascii_start().starts_with(b"{") => {
+            "JSON that is not a JSON-RPC message (a member of the wrong type)".into()
+        }
+        Some(e) if e.is_data() => "JSON that is not a JSON-RPC message (not an object)".into(),
+        Some(e) => format!("a body that is not JSON ({e})"),
     }
 }
 
@@ -740,19 +744,15 @@ impl Upstream {
             }
             Err(e) => return Exchange::Unknown(e.to_string()),
         };
-        let json = content_type.starts_with("application/json");
-        let parsed = json.then(|| serde_json::from_slice::<Incoming>(&body));
-        let seen = match parsed {
-            Some(Ok(m)) => Some(classify(m, id)),
-            _ => None,
-        };
-        let a_message = seen.is_some();
-        match seen {
-            Some(Seen::Answer(a)) => a,
+        let parsed = content_type
+            .starts_with("application/json")
+            .then(|| serde_json::from_slice::<Incoming>(&body).map(|m| classify(m, id)));
+        match parsed {
+            Some(Ok(Seen::Answer(a))) => a,
             // A 5xx (or another status) with no JSON-RPC error in its body: the status is
             // what the model and the operator can go on.
             _ if !status.is_success() => Exchange::Refused(status, head.retry_after),
-            _ if !json => Exchange::Failed(format!(
+            None => Exchange::Failed(format!(
                 "HTTP {status} with {}, not a JSON-RPC answer",
                 if content_type.is_empty() {
                     "no content type"
@@ -760,9 +760,9 @@ impl Upstream {
                     content_type.as_str()
                 }
             )),
-            _ => Exchange::Failed(format!(
+            Some(seen) => Exchange::Failed(format!(
                 "HTTP {status} with {content_type}, {}",
-                unusable_json(&body, a_message)
+                unusable_json(&body, seen.err())
             )),
         }
     }

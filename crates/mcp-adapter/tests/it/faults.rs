@@ -320,6 +320,10 @@ async fn http_refusals_are_reported_with_their_status_and_not_resent() {
     // A JSON body that is not the answer says which way it is not.
     for (tool, says) in [
         (
+            "empty200",
+            "HTTP 200 OK with application/json, an empty body. The tool may have run",
+        ),
+        (
             "badutf8",
             "HTTP 200 OK with application/json, a body that is not UTF-8 text (byte 33 is not), so not JSON. The tool may have run",
         ),
@@ -330,6 +334,10 @@ async fn http_refusals_are_reported_with_their_status_and_not_resent() {
         (
             "notrpc",
             "HTTP 200 OK with application/json, JSON that is not a JSON-RPC message (not an object). The tool may have run",
+        ),
+        (
+            "badtype",
+            "HTTP 200 OK with application/json, JSON that is not a JSON-RPC message (a member of the wrong type). The tool may have run",
         ),
         (
             "otherid",

@@ -668,6 +668,58 @@ async fn server_requests_reach_the_calling_client_through_quiver() {
     relay_through_quiver("--with-capabilities").await;
 }
 
+/// One upstream connection serves every client, and server-everything keeps the roots it
+/// fetched: each client (two sessions, one without roots, one 2026-07-28) still sees only its
+/// own roots, over a stdio upstream and over a streamable-HTTP one (the lean call path).
+#[tokio::test]
+async fn each_client_sees_its_own_roots_through_a_shared_upstream() {
+    relay_through_quiver("--roots-per-client").await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("its address")
+        .port();
+    let everything = peers().join("npm/node_modules/.bin/mcp-server-everything");
+    let _upstream = Command::new(&everything)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("server-everything starts");
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "server-everything never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let config = fresh_dir().join("mcp.json");
+    std::fs::write(
+        &config,
+        serde_json::json!({"mcpServers": {"everything": {"url": url}}}).to_string(),
+    )
+    .expect("the config is written");
+    let server = Server::start(
+        quiver_binary(),
+        &[
+            "--mcp-config",
+            config.to_str().expect("utf-8 path"),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    )
+    .await;
+    run_script("relay.py", &[&server.url, "--roots-per-client"]).await;
+}
+
 /// A client that declared no sampling gets a clear refusal through the upstream tool's error.
 #[tokio::test]
 async fn sampling_is_refused_for_a_client_that_did_not_declare_it() {

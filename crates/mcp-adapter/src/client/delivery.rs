@@ -12,6 +12,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
+use super::roots::Roots;
 use rmcp::{
     RoleClient,
     model::{ClientNotification, JsonRpcMessage, RequestId},
@@ -70,10 +71,12 @@ impl Written {
     }
 }
 
-/// A transport that records completed request writes in [`Written`].
+/// A transport that records completed request writes in [`Written`], and counts the answers
+/// to the server's requests it finished writing in `answers`.
 pub(crate) struct Tracked<T> {
     pub(crate) inner: T,
     pub(crate) written: Written,
+    pub(crate) answers: Arc<Roots>,
 }
 
 impl<T: Transport<RoleClient>> Transport<RoleClient> for Tracked<T> {
@@ -103,10 +106,14 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tracked<T> {
         if let Some(id) = &id {
             self.written.sending(id.clone());
         }
-        let written = self.written.clone();
+        let answer = matches!(item, JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_));
+        let (written, answers) = (self.written.clone(), self.answers.clone());
         let record = move |result: &Result<(), T::Error>| {
             if let Some(id) = &id {
                 written.sent(id, result.is_ok());
+            }
+            if answer && result.is_ok() {
+                answers.answer_delivered();
             }
         };
         // rmcp's service loop spawns a task for each send; polling the write once here, in
@@ -175,6 +182,7 @@ mod tests {
         let mut transport = Tracked {
             inner: AsyncRwTransport::new_client(read, write),
             written: written.clone(),
+            answers: Default::default(),
         };
         let (server_read, mut server_write) = tokio::io::split(theirs);
         let mut server = BufReader::new(server_read).lines();

@@ -49,9 +49,9 @@ use super::{
     Attempt, Upstream, ask_channel, done,
     h1::{self, Pool},
     http::SessionSlot,
-    nobody_to_ask, relay_error, to_contract,
+    nobody_to_ask, relay_error, roots_of, to_contract,
 };
-use crate::client::sse;
+use crate::client::{roots::Who, sse};
 
 /// The protocols this path speaks (no per-request `Mcp-*` headers).
 const PROTOCOLS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
@@ -502,6 +502,12 @@ async fn ask(
     if method == "ping" {
         return Ok(json!({}));
     }
+    if method == "roots/list" {
+        let answer = roots_of(channel)
+            .await
+            .map_err(|e| relay_error(e, method, tool))?;
+        return valid::<ListRootsResult>(method, answer);
+    }
     let Some(channel) = channel else {
         return Err(nobody_to_ask(method, tool));
     };
@@ -894,7 +900,12 @@ impl Upstream {
         tool: &str,
     ) {
         let message = match ask(ctx.client.as_ref(), &method, tool, params).await {
-            Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+            Ok(result) => {
+                if method == "roots/list" {
+                    self.roots.given(lane.generation, Who::of(ctx));
+                }
+                json!({"jsonrpc": "2.0", "id": id, "result": result})
+            }
             Err(e) => {
                 tracing::info!(server = %self.cfg.name, "refused {method}: {}", e.message);
                 json!({"jsonrpc": "2.0", "id": id, "error": e})

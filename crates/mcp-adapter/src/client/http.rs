@@ -31,7 +31,10 @@ use rmcp::{
 };
 use sse_stream::{Error as SseError, Sse};
 
-use super::pipe::{Verdict, judge, unreadable_answer};
+use super::{
+    pipe::{Verdict, judge, unreadable_answer},
+    roots::Roots,
+};
 
 /// Whether two URLs share scheme, host and port.
 pub(crate) fn same_origin(a: &Url, b: &Url) -> bool {
@@ -77,7 +80,7 @@ pub(crate) fn client(url: &Url, timeout: Option<Duration>) -> reqwest::Result<Up
         b = b.connect_timeout(t);
     }
     b.build()
-        .map(|c| UpstreamHttp(c, SessionSlot::default(), Arc::from("")))
+        .map(|c| UpstreamHttp(c, SessionSlot::default(), Arc::from(""), None))
 }
 
 /// The session id rmcp last sent to the server, for the call path that bypasses rmcp's
@@ -103,14 +106,27 @@ impl SessionSlot {
 /// rmcp's reqwest client, with id-less JSON-RPC errors to a request turned into errors, an
 /// answer event that cannot be read turned into an error answer to its request, and the
 /// session id each request names kept in a [`SessionSlot`]. The third field is the
-/// server's name, for messages.
-#[derive(Clone, Debug)]
-pub(crate) struct UpstreamHttp(reqwest::Client, SessionSlot, Arc<str>);
+/// server's name, for messages; the fourth counts the answers to the server's requests
+/// whose POST the server accepted.
+#[derive(Clone)]
+pub(crate) struct UpstreamHttp(reqwest::Client, SessionSlot, Arc<str>, Option<Arc<Roots>>);
+
+impl std::fmt::Debug for UpstreamHttp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("UpstreamHttp").field(&self.2).finish()
+    }
+}
 
 impl UpstreamHttp {
     /// Names the server in the messages it makes.
     pub(crate) fn named(mut self, server: &str) -> Self {
         self.2 = server.into();
+        self
+    }
+
+    /// Counts, in `answers`, the answers to the server's requests it delivered.
+    pub(crate) fn counting_answers(mut self, answers: Arc<Roots>) -> Self {
+        self.3 = Some(answers);
         self
     }
 
@@ -232,6 +248,10 @@ impl StreamableHttpClient for UpstreamHttp {
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, HttpError> {
         let sent_request = matches!(message, JsonRpcMessage::Request(_));
+        let answer = matches!(
+            message,
+            JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_)
+        );
         let session_attached = session_id.is_some();
         self.1.saw(session_id.as_ref());
         let response = self
@@ -245,6 +265,9 @@ impl StreamableHttpClient for UpstreamHttp {
                 limits,
             )
             .await?;
+        if answer && let Some(answers) = &self.3 {
+            answers.answer_delivered();
+        }
         match rejection(sent_request, session_attached, &response) {
             Some(e) => Err(e),
             None => Ok(match response {

@@ -20,6 +20,7 @@ mod http;
 mod meta;
 mod passthrough;
 mod pipe;
+mod roots;
 mod route;
 pub(crate) mod sse;
 mod to_contract;

@@ -27,6 +27,8 @@ use rmcp::{
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::roots::Who;
+
 /// Where an inbound message says it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Origin {
@@ -57,6 +59,8 @@ pub(crate) struct Entry {
     sent: Mutex<Option<(RequestId, ProgressToken)>>,
     /// The way back to the downstream client, if the call has one.
     pub(crate) channel: Option<Arc<dyn ClientChannel>>,
+    /// Who that client is (whose roots the server gets).
+    pub(crate) who: Who,
     /// Cancelled when the call ends or its caller gives up.
     pub(crate) done: CancellationToken,
 }
@@ -183,6 +187,7 @@ impl Calls {
             tool: tool.to_owned(),
             sent: Mutex::new(None),
             channel: ctx.client.clone(),
+            who: Who::of(ctx),
             done: ctx.cancel.child_token(),
         });
         lock(&self.entries).push(entry.clone());

@@ -41,6 +41,7 @@ use super::{
     config::{Endpoint, Liveness, ResolvedServer},
     delivery::{Tracked, Written},
     h1, http,
+    roots::{REFETCH_WAIT, Roots, Who},
     route::{Calls, Origin, Route},
     to_contract::{self, UpstreamTool},
     tool::McpTool,
@@ -267,6 +268,8 @@ pub(crate) struct Upstream {
     pub(crate) on_connected: Box<dyn Fn() + Send + Sync>,
     /// The calls in flight, for routing the server's own requests and notifications.
     calls: Calls,
+    /// Whose roots the server was last given (`roots.rs`).
+    roots: Arc<Roots>,
     /// The next id (and progress token) of a lean-path call, `quiver-N`: one sequence for
     /// all of this server's connections.
     lean_ids: AtomicU64,
@@ -488,6 +491,7 @@ impl Upstream {
             me: me.clone(),
             on_connected,
             calls: Calls::default(),
+            roots: Arc::default(),
             lean_ids: AtomicU64::new(0),
             relist_pending: Mutex::new(None),
             dial_seq: AtomicU64::new(0),
@@ -918,6 +922,7 @@ impl Upstream {
                     let transport = Tracked {
                         inner: super::pipe::PipeTransport::new(&self.cfg.name, stdout, stdin),
                         written: written.clone(),
+                        answers: self.roots.clone(),
                     };
                     handler
                         .serve_with_ct(transport, cancel.clone())
@@ -932,7 +937,8 @@ impl Upstream {
                 } => {
                     let client = http::client(url, *timeout)
                         .map_err(|e| DialError::Transient(format!("http client: {e}")))?
-                        .named(&self.cfg.name);
+                        .named(&self.cfg.name)
+                        .counting_answers(self.roots.clone());
                     http_parts = Some((client.reqwest().clone(), client.session().clone()));
                     let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                         .reinit_on_expired_session(true)
@@ -1737,6 +1743,7 @@ impl Upstream {
         }
         let mut timeout = self.call_limit(ctx);
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
+        self.sync_roots(conn, tool, ctx, timeout).await;
         if let Some(lane) = &conn.fast {
             if let Some(a) = self
                 .fast_call(lane, tool, args.as_ref(), ctx, timeout)
@@ -1838,6 +1845,32 @@ impl Upstream {
 }
 
 impl Upstream {
+    /// Before a call from a client other than the one whose roots the server holds: tells
+    /// the server its roots changed and waits (at most [`REFETCH_WAIT`], and never past the
+    /// call's own limit) for it to fetch them again and for the answer to be delivered,
+    /// registered as this call so that its `roots/list` reaches this call's client
+    /// (`roots.rs`).
+    async fn sync_roots(&self, conn: &Conn, label: &str, ctx: &CallContext, limit: Duration) {
+        let who = Who::of(ctx);
+        if !self.roots.stale_for(conn.generation, &who) {
+            return;
+        }
+        let _registration = self.calls.begin(label, ctx);
+        let notify = async {
+            match conn.peer.notify_roots_list_changed().await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::debug!(server = %self.cfg.name, error = %e, "roots/list_changed not sent");
+                    false
+                }
+            }
+        };
+        tokio::select! {
+            _ = self.roots.refetch(notify, limit.min(REFETCH_WAIT)) => {}
+            () = ctx.cancel.cancelled() => {}
+        }
+    }
+
     /// Sends `request` (a `prompts/get` or `resources/read`) on `conn` on behalf of the
     /// downstream request `ctx` describes: registered as a call in flight under `label`, so a
     /// server request it causes (an elicitation while rendering a prompt) is relayed to
@@ -1856,6 +1889,7 @@ impl Upstream {
         if ctx.cancel.is_cancelled() {
             return Err(cancelled());
         }
+        self.sync_roots(conn, label, ctx, limit).await;
         let registration = self.calls.begin(label, ctx);
         // This timeout covers the sending (a stdio child that stops reading its stdin);
         // `wait` the answer.
@@ -1988,12 +2022,13 @@ pub(crate) struct Handler {
 
 /// The capabilities Quiver declares to every upstream: it can relay sampling, elicitation
 /// and roots requests. The connection is shared by all sessions, so the per-call check of
-/// what the calling client declared happens when a request arrives.
+/// what the calling client declared happens when a request arrives; the roots a server
+/// holds change with the client it serves (`listChanged`, see `roots.rs`).
 fn relayed_capabilities() -> ClientCapabilities {
     serde_json::from_value(serde_json::json!({
         "sampling": {},
         "elicitation": {"form": {}, "url": {}},
-        "roots": {},
+        "roots": {"listChanged": true},
     }))
     .unwrap_or_default()
 }
@@ -2035,6 +2070,18 @@ fn nobody_to_ask(method: &str, tool: &str) -> McpError {
     )
 }
 
+/// The roots of a call's client: none for a client that declared no roots (or a call with no
+/// client). An empty list rather than a refusal, because a server keeps what it fetched:
+/// a refusal would leave it holding the roots of the client before.
+pub(super) async fn roots_of(
+    channel: Option<&Arc<dyn ClientChannel>>,
+) -> Result<Value, ChannelError> {
+    match channel {
+        Some(c) if c.features().roots => c.list_roots().await,
+        _ => Ok(serde_json::json!({"roots": []})),
+    }
+}
+
 /// Asks a call's client to answer the server request `method` (MCP wire JSON in and out);
 /// an accepted elicitation gets the requested schema's defaults (SEP-1034). Shared by rmcp's
 /// handler and the lean path.
@@ -2051,7 +2098,7 @@ async fn ask_channel(
             super::elicit::apply_defaults(&asked, &mut answer);
             Ok(answer)
         }
-        "roots/list" => channel.list_roots().await,
+        "roots/list" => roots_of(Some(channel)).await,
         other => Err(ChannelError::Unsupported(format!("{other} is not relayed"))),
     }
 }
@@ -2080,14 +2127,21 @@ impl Handler {
                 return Err(McpError::invalid_request(why, None));
             }
         };
-        let Some(channel) = entry.channel.clone() else {
-            return Err(nobody_to_ask(method, &entry.tool));
+        let answer = match entry.channel.clone() {
+            Some(channel) => tokio::select! {
+                r = send(channel) => r.map_err(|e| relay_error(e, method, &entry.tool)),
+                _ = entry.done.cancelled() => Err(relay_error(ChannelError::Cancelled, method, &entry.tool)),
+                _ = context.ct.cancelled() => Err(McpError::internal_error(format!("{method} was cancelled by the server"), None)),
+            },
+            None if method == "roots/list" => roots_of(None)
+                .await
+                .map_err(|e| relay_error(e, method, &entry.tool)),
+            None => Err(nobody_to_ask(method, &entry.tool)),
         };
-        tokio::select! {
-            r = send(channel) => r.map_err(|e| relay_error(e, method, &entry.tool)),
-            _ = entry.done.cancelled() => Err(relay_error(ChannelError::Cancelled, method, &entry.tool)),
-            _ = context.ct.cancelled() => Err(McpError::internal_error(format!("{method} was cancelled by the server"), None)),
+        if method == "roots/list" && answer.is_ok() {
+            up.roots.given(self.generation, entry.who.clone());
         }
+        answer
     }
 }
 

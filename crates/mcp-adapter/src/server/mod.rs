@@ -28,6 +28,7 @@ pub use auth::{AuthError, InboundAuth, InboundToken};
 pub use content::{ContentError, ContentOffer, ContentSource, ListChange, ListChanged};
 pub use health::Readiness;
 pub use http::allowed_authorities;
+pub(crate) use key::ANONYMOUS;
 pub use key::{CONVERSATION_HEADER, CONVERSATION_META};
 
 /// How the server behaves; the host fills it from its configuration.

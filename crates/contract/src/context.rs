@@ -12,6 +12,10 @@ use crate::{ChannelError, ClientChannel, ClientFeatures, Envelope, ErrKind, LogL
 pub struct Capabilities {
     /// Tool-name patterns the caller may call (`*` suffix for a prefix); `None` allows all.
     pub allowed_tools: Option<Vec<String>>,
+    /// Tool-name patterns a policy refuses this caller whatever it sends (a deny rule for
+    /// its token or tenant with no `requires_prior`): never offered to it (listed, found,
+    /// described, suggested), though a call still gets the rule's own refusal.
+    pub denied_tools: Vec<String>,
     /// Capabilities switched on for the model (for example `web_search`).
     pub model: BTreeSet<String>,
     /// Capabilities the provider can actually deliver.
@@ -40,6 +44,13 @@ impl Capabilities {
         self
     }
 
+    /// Never offers the caller the tools these patterns match (see
+    /// [`Capabilities::denied_tools`]).
+    pub fn with_denied_tools(mut self, patterns: Vec<String>) -> Self {
+        self.denied_tools = patterns;
+        self
+    }
+
     /// Whether the caller may list and read the resources and prompts of upstream `server`.
     pub fn allows_server(&self, server: &str) -> bool {
         match &self.allowed_servers {
@@ -54,6 +65,12 @@ impl Capabilities {
             None => true,
             Some(patterns) => patterns.iter().any(|p| pattern_matches(p, tool)),
         }
+    }
+
+    /// Whether `tool` is offered to the caller (listed, found, described, suggested): it may
+    /// call it and no policy refuses it every call.
+    pub fn offers(&self, tool: &str) -> bool {
+        self.allows(tool) && !self.denied_tools.iter().any(|p| pattern_matches(p, tool))
     }
 
     /// Whether a model capability is both switched on and deliverable: the double guard that

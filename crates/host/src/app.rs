@@ -112,12 +112,7 @@ impl App {
             .policy
             .rules
             .iter()
-            .filter(|r| {
-                r.action == quiver_registry::PolicyAction::Deny
-                    && r.tenant.is_none()
-                    && r.principal.is_none()
-                    && r.requires_prior.is_none()
-            })
+            .filter(|r| r.always_denies(None, None))
             .map(|r| r.tool.as_str())
             .collect();
         let surface = Surface::new(

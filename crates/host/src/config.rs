@@ -437,6 +437,22 @@ fn interpolate(
 }
 
 impl Config {
+    /// The inbound tokens, each with the tools a deny rule always refuses it (for its
+    /// principal or tenant): those are never offered to it.
+    pub fn inbound_auth(&self) -> quiver_mcp_adapter::InboundAuth {
+        let mut auth = self.auth.clone();
+        for t in &mut auth.tokens {
+            t.denied_tools = self
+                .policy
+                .rules
+                .iter()
+                .filter(|r| r.always_denies(t.tenant.as_deref(), Some(&t.name)))
+                .map(|r| r.tool.clone())
+                .collect();
+        }
+        auth
+    }
+
     /// Every tool name or pattern the configuration refers to, with the key it is under
     /// (`limits.tool_timeouts`, `policy.rules[search-first].tool`, ...) and whether that key
     /// takes exact names only (no `*` patterns): what `quiver check` holds against the

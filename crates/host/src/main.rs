@@ -305,6 +305,21 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
     Mode::parse(s).ok_or_else(|| format!("unknown mode `{s}`: use chat, agentic, delegate or plan"))
 }
 
+/// The context of a call made on the command line: its session, and the tools a deny rule
+/// refuses everyone left out of its suggestions, as `serve` leaves them out.
+fn cli_context(config: &Config, session: &str) -> CallContext {
+    let mut ctx = CallContext::for_session(session);
+    let denied: Vec<String> = config
+        .policy
+        .rules
+        .iter()
+        .filter(|r| r.always_denies(None, None))
+        .map(|r| r.tool.clone())
+        .collect();
+    ctx.capabilities = std::sync::Arc::new(Capabilities::all().with_denied_tools(denied));
+    ctx
+}
+
 fn exit_for(envelope: &Envelope) -> ExitCode {
     if envelope.is_err() {
         ExitCode::from(1)
@@ -1105,7 +1120,7 @@ async fn command(
             let definitions = app.spawn_definition_recorder();
             let mut options = quiver_mcp_adapter::ServerOptions::default()
                 .with_default_mode(mode)
-                .with_auth(config.auth.clone())
+                .with_auth(config.inbound_auth())
                 .with_input_wait(config.limits.input_wait()?)
                 .with_max_sessions(config.limits.max_http_sessions()?);
             // A listener given by name accepts that name as `Host` too.
@@ -1149,7 +1164,7 @@ async fn command(
             app.open_session(&session).await?;
             let envelope = app
                 .dispatcher
-                .call_json(&name, &json, CallContext::for_session(session.as_str()))
+                .call_json(&name, &json, cli_context(config, &session))
                 .await;
             app.save_session(&session).await?;
             say!(

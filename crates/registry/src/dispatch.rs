@@ -936,7 +936,7 @@ impl Dispatcher {
         }
         let names = self.inner.catalog.names();
         let visible = names.iter().filter(|n| {
-            ctx.capabilities.allows(n)
+            ctx.capabilities.offers(n)
                 && sees(n)
                 && self
                     .inner

@@ -42,6 +42,19 @@ pub struct PolicyRule {
 }
 
 impl PolicyRule {
+    /// Whether the rule refuses every call of its tools by a caller of this tenant and
+    /// principal, whatever the call sends and whatever came before: a deny for them (or for
+    /// everyone) with no `requires_prior`. Such tools are not offered to that caller.
+    pub fn always_denies(&self, tenant: Option<&str>, principal: Option<&str>) -> bool {
+        self.action == PolicyAction::Deny
+            && self.requires_prior.is_none()
+            && self.tenant.as_deref().is_none_or(|t| tenant == Some(t))
+            && self
+                .principal
+                .as_deref()
+                .is_none_or(|p| principal == Some(p))
+    }
+
     /// A rule for a tool pattern.
     pub fn new(
         id: impl Into<String>,

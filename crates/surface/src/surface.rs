@@ -270,8 +270,9 @@ pub struct Surface {
     /// tools, and matching each against every pattern made a search of a 10k-tool catalog
     /// for a 133-pattern list take 12 ms.
     allowed_cache: Mutex<HashMap<Vec<String>, Allowed>>,
-    /// Per allow-list and mode, the indexed tools the caller finds (see [`Visible`]).
-    visible_cache: Mutex<HashMap<(Vec<String>, u8), Visible>>,
+    /// Per allow-list, deny list and mode, the indexed tools the caller finds (see
+    /// [`Visible`]).
+    visible_cache: Mutex<HashMap<VisibleKey, Visible>>,
     /// The vector retriever blended into `tool_search`, if a deployment set one.
     retriever: Mutex<Option<Retriever>>,
     index_updates: watch::Sender<u64>,
@@ -356,6 +357,8 @@ fn next_generation() -> u64 {
 /// The indexed tools a caller with an allow-list finds in a mode, for one index
 /// generation: one lookup per tool a search's filter runs on.
 type Visible = (u64, Arc<VisibleSet>);
+/// A caller's `allowed_tools` and `denied_tools` patterns and a mode bit.
+type VisibleKey = (Option<Vec<String>>, Vec<String>, u8);
 
 /// The catalog's tools an allow-list allows, for one catalog version.
 type Allowed = (u64, Arc<HashSet<String>>);
@@ -940,6 +943,10 @@ impl Surface {
                 dropped.push(drop(DropReason::NotAllowed));
                 continue;
             }
+            if !capabilities.offers(name) {
+                dropped.push(drop(DropReason::Unoffered));
+                continue;
+            }
             if self.mode_excluded(mode, name) {
                 dropped.push(drop(DropReason::ModeExcluded));
                 continue;
@@ -1132,6 +1139,12 @@ impl Surface {
         })
     }
 
+    /// Whether `name` is [`visible`](Self::visible) and also offered: no policy refuses it to
+    /// this caller (or to everyone) whatever it sends. What a did-you-mean may name.
+    pub fn offered(&self, name: &str, mode: Mode, capabilities: &Capabilities) -> bool {
+        self.visible(name, mode, capabilities) && capabilities.offers(name) && !self.unoffered(name)
+    }
+
     /// The best `limit` visible tools for `query`, system tools aside (no working-set
     /// change).
     pub fn search(
@@ -1156,38 +1169,50 @@ impl Surface {
         // would lift the tools it sees, telling it that they match), which runs the filter
         // on every scored tool: one lookup in the set it finds. The mode's and the system
         // tools' filter hides the same tools from every caller of the mode.
-        match &capabilities.allowed_tools {
-            Some(patterns) => {
-                let visible = self.visible_to(patterns, bit, &indexed, &filter);
-                indexed
-                    .index
-                    .search(query, limit, &|n: &str| visible.contains(n))
-            }
-            None => indexed.index.search_public(query, limit, &filter),
+        // Tools a policy always refuses this caller are hidden from it alone, the same way.
+        if capabilities.allowed_tools.is_none() && capabilities.denied_tools.is_empty() {
+            return indexed.index.search_public(query, limit, &filter);
         }
+        let visible = self.visible_to(capabilities, bit, &indexed, &filter);
+        indexed
+            .index
+            .search(query, limit, &|n: &str| visible.contains(n))
     }
 
-    /// The indexed tools a caller allowed `patterns` finds in the mode of `bit`: those that pass
-    /// `filter` and the patterns, kept per pattern list and mode for the index generation.
+    /// The indexed tools a caller with `capabilities` finds in the mode of `bit`: those that
+    /// pass `filter`, its allow-list and not its deny list, kept per pattern lists and mode for
+    /// the index generation.
     fn visible_to(
         &self,
-        patterns: &[String],
+        capabilities: &Capabilities,
         bit: u8,
         indexed: &Indexed,
         filter: &dyn Fn(&str) -> bool,
     ) -> Arc<VisibleSet> {
-        let key = (patterns.to_vec(), bit);
+        let key = (
+            capabilities.allowed_tools.clone(),
+            capabilities.denied_tools.clone(),
+            bit,
+        );
         if let Some((generation, set)) = lock(&self.visible_cache).get(&key)
             && *generation == indexed.generation
         {
             return set.clone();
         }
-        let allowed = self.allowed_by(patterns);
+        let allowed = capabilities
+            .allowed_tools
+            .as_deref()
+            .map(|p| self.allowed_by(p));
+        let denied = &capabilities.denied_tools;
         let set: Arc<VisibleSet> = Arc::new(
             indexed
                 .listed
                 .keys()
-                .filter(|n| allowed.contains(&***n) && filter(n))
+                .filter(|n| {
+                    allowed.as_ref().is_none_or(|a| a.contains(&***n))
+                        && filter(n)
+                        && !any_match(denied, n)
+                })
                 .cloned()
                 .collect(),
         );
@@ -1383,7 +1408,7 @@ impl Surface {
         let mode = self.session_mode(session);
         let entry = self.catalog.lookup(name)?;
         if !entry.spec.listed_in(mode)
-            || !capabilities.allows(name)
+            || !capabilities.offers(name)
             || self.mode_excluded(mode, name)
             || self.unoffered(name)
         {
@@ -1436,7 +1461,7 @@ impl Surface {
             .available(mode)
             .into_iter()
             .filter(|e| {
-                capabilities.allows(e.name())
+                capabilities.offers(e.name())
                     && !self.mode_excluded(mode, e.name())
                     && !self.unoffered(e.name())
             })

@@ -1337,6 +1337,11 @@ fn a_tool_denied_to_everyone_is_not_offered_but_its_call_is_explained() {
         called.contains("policy_denied") && called.contains("the one server is switched off today"),
         "{called}"
     );
+    let typo = stdout(&quiver_in(&dir, &["call", "mcp__one__tt", "{}"]));
+    assert!(
+        typo.contains("undefined_tool") && !typo.contains("`mcp__one__t`"),
+        "no look-alike every call of which is refused: {typo}"
+    );
 
     let dir = workdir("denied-conditional");
     write(&dir, "principal = \"ci\"\n");

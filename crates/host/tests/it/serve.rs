@@ -1417,3 +1417,80 @@ fn read_response(s: &mut TcpStream) -> String {
         }
     }
 }
+
+/// A deny rule for one token (or its tenant) refuses every call that token makes, so that
+/// token is never offered the tool: not in its tool list, its `tool_search`, its
+/// `describe_tool` or a did-you-mean; a call still gets the rule's message. Another token
+/// sees the tool as before.
+#[test]
+fn a_tool_a_token_is_always_denied_is_not_offered_to_it() {
+    let dir = fresh_dir("denied-per-token");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[surface]\nanchors = [\"mcp__one__t\"]\n\n[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{ONE_TOOL_SERVER:?}]\nenv = {{ DESCRIPTION = \"Takes one field. Use it in tests.\" }}\n\n[[policy.rules]]\nid = \"not-ci\"\ntool = \"mcp__one__*\"\naction = \"deny\"\nprincipal = \"ci\"\nmessage = \"ci may not use the one server\"\n\n[[policy.rules]]\nid = \"not-acme\"\ntool = \"mcp__one__t\"\naction = \"deny\"\ntenant = \"acme\"\nmessage = \"acme may not use t\"\n\n[[auth.tokens]]\nname = \"ci\"\ntoken = \"ci-secret-1\"\n\n[[auth.tokens]]\nname = \"bot\"\ntoken = \"bot-secret-1\"\ntenant = \"acme\"\n\n[[auth.tokens]]\nname = \"ops\"\ntoken = \"ops-secret-1\"\n"
+        ),
+    )
+    .unwrap();
+    let (child, addr) = start(&dir, &[], &[]);
+    let mut child = KillOnDrop(Some(child));
+    let seen = |secret: &str| {
+        let auth = format!("Bearer {secret}");
+        let sid = open_with(&addr, &[("Authorization", &auth)]);
+        let ask = |body: &str| {
+            rpc(
+                &addr,
+                &[("Authorization", &auth), ("Mcp-Session-Id", &sid)],
+                body,
+            )
+        };
+        [
+            ask(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#),
+            ask(
+                r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"tool_search","arguments":{"query":"takes one field"}}}"#,
+            ),
+            ask(
+                r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"describe_tool","arguments":{"name":"mcp__one__t"}}}"#,
+            ),
+            ask(
+                r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"mcp__one__tt","arguments":{}}}"#,
+            ),
+            ask(
+                r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"mcp__one__t","arguments":{"x":"a"}}}"#,
+            ),
+        ]
+    };
+    for (secret, message) in [
+        ("ci-secret-1", "ci may not use the one server"),
+        ("bot-secret-1", "acme may not use t"),
+    ] {
+        let [listed, found, described, typo, called] = seen(secret);
+        assert!(
+            listed.contains("tool_search") && !listed.contains("mcp__one__t"),
+            "{secret}: {listed}"
+        );
+        assert!(
+            found.contains("\"result\"") && !found.contains("mcp__one__t"),
+            "{secret}: {found}"
+        );
+        assert!(
+            described.contains("\"result\"") && !described.contains("Takes one field"),
+            "{secret}: {described}"
+        );
+        assert!(
+            typo.contains("undefined_tool") && !typo.contains("`mcp__one__t`"),
+            "{secret}: no look-alike it is refused: {typo}"
+        );
+        assert!(
+            called.contains("policy_denied") && called.contains(message),
+            "{secret}: {called}"
+        );
+    }
+    let [listed, found, described, typo, called] = seen("ops-secret-1");
+    assert!(typo.contains("Did you mean `mcp__one__t`?"), "{typo}");
+    assert!(listed.contains("mcp__one__t"), "{listed}");
+    assert!(found.contains("mcp__one__t"), "{found}");
+    assert!(described.contains("Takes one field"), "{described}");
+    assert!(!called.contains("policy_denied"), "{called}");
+    stop(child.0.take().expect("running"));
+}

@@ -108,6 +108,11 @@ pub struct InboundToken {
     /// The tenant the token's calls run for.
     #[serde(default)]
     pub tenant: Option<String>,
+    /// Tool-name patterns a policy refuses this token every call of (not a config key: the
+    /// host fills it from the deny rules): never listed, found, described or suggested to
+    /// it. See `Capabilities::denied_tools`.
+    #[serde(skip)]
+    pub denied_tools: Vec<String>,
 }
 
 impl InboundToken {
@@ -120,6 +125,7 @@ impl InboundToken {
             allowed_servers: None,
             mode: None,
             tenant: None,
+            denied_tools: Vec::new(),
         }
     }
 
@@ -200,6 +206,7 @@ impl Tokens {
                 if let Some(servers) = t.content_servers() {
                     caps = caps.with_allowed_servers(servers);
                 }
+                caps = caps.with_denied_tools(t.denied_tools.clone());
                 (
                     t.token.as_bytes().to_vec(),
                     Principal {

@@ -577,7 +577,7 @@ pub(crate) async fn call(
     if !found.is_some_and(|e| e.spec.is_live()) {
         let ctx = scope.context(shared.shutdown.child_token());
         let answer = shared.dispatcher.undefined(name, &ctx, &|n| {
-            surface.visible(n, scope.mode, &scope.capabilities)
+            surface.offered(n, scope.mode, &scope.capabilities)
         });
         let envelope = shared.dispatcher.refuse(name, input, ctx, answer).await;
         return from_contract::call_result(&envelope, &shared.options.render, || false);

@@ -1069,7 +1069,7 @@ async fn main() -> anyhow::Result<()> {
                 content: Some(content),
                 ..Default::default()
             },
-            serve::Signals::watch()?,
+            &mut serve::Signals::watch()?,
         )
         .await;
     }
@@ -1112,7 +1112,7 @@ async fn main() -> anyhow::Result<()> {
             readiness,
             ..Default::default()
         },
-        serve::Signals::watch()?,
+        &mut serve::Signals::watch()?,
     )
     .await;
     if let Some(client) = client {

@@ -493,6 +493,111 @@ async fn sigterm_stops_quiver_serve_cleanly() {
     );
 }
 
+/// SIGHUP (the terminal or SSH session of `quiver serve` closed) stops it like SIGTERM:
+/// cleanly, exit 0. Before, it was the default action's: killed, with no audit of the calls
+/// in flight.
+#[tokio::test]
+async fn a_hangup_stops_quiver_serve_cleanly() {
+    let dir = fresh_dir();
+    let mut server =
+        Server::start_in(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"], &dir).await;
+    let pid = server.child.id().expect("running").to_string();
+    let sent = Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .await
+        .expect("kill runs");
+    assert!(sent.success());
+    let status = tokio::time::timeout(Duration::from_secs(30), server.child.wait())
+        .await
+        .expect("the server exits")
+        .expect("wait works");
+    assert!(
+        status.success(),
+        "quiver serve exited with {status} on SIGHUP"
+    );
+    let db = rusqlite::Connection::open(dir.join("quiver.db")).expect("the store exists");
+    let clean: String = db
+        .query_row(
+            "SELECT value FROM quiver_meta WHERE key = 'clean_shutdown'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("a clean_shutdown mark");
+    assert!(!clean.is_empty());
+}
+
+/// A stop that cannot finish (another process holds the store's write lock, so the execution
+/// log's last rows wait out their retries, about a minute) ends at once on a further signal,
+/// saying what is lost. Before, signals after the first were ignored once the server had
+/// stopped serving, and the stop took 52-59 s.
+#[tokio::test]
+async fn a_signal_while_stopping_ends_the_stop_at_once() {
+    use tokio::io::AsyncWriteExt;
+    let dir = fresh_dir();
+    let mut child = stdio_server(&dir, Stdio::piped());
+    let mut stdin = child.stdin.take().expect("piped");
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped")).lines();
+    let send = |line: &str| format!("{line}\n");
+    stdin
+        .write_all(send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#).as_bytes())
+        .await
+        .expect("writes");
+    let init = tokio::time::timeout(START_TIMEOUT, stdout.next_line())
+        .await
+        .expect("initialized in time")
+        .expect("readable")
+        .expect("an answer");
+    assert!(init.contains("protocolVersion"), "{init}");
+    // The store is up; now another process takes its write lock and keeps it.
+    let lock = rusqlite::Connection::open(dir.join("quiver.db")).expect("the store exists");
+    lock.execute_batch("BEGIN IMMEDIATE")
+        .expect("the write lock");
+    stdin
+        .write_all(send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).as_bytes())
+        .await
+        .expect("writes");
+    stdin
+        .write_all(send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"tool_search","arguments":{"query":"describe a tool"}}}"#).as_bytes())
+        .await
+        .expect("writes");
+    let answer = tokio::time::timeout(START_TIMEOUT, stdout.next_line())
+        .await
+        .expect("answered in time")
+        .expect("readable")
+        .expect("an answer");
+    assert!(answer.contains("\"id\":2"), "{answer}");
+    let pid = child.id().expect("running").to_string();
+    let kill = |signal: &'static str| {
+        let pid = pid.clone();
+        async move {
+            let sent = Command::new("kill")
+                .args([signal, &pid])
+                .status()
+                .await
+                .expect("kill runs");
+            assert!(sent.success());
+        }
+    };
+    kill("-TERM").await;
+    // Stopping now waits on the lock for the call's row.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    kill("-TERM").await;
+    let out = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+        .await
+        .expect("the second signal ends the stop, long before the lock's retries would")
+        .expect("wait works");
+    drop(lock);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{stderr}");
+    assert!(
+        stderr.contains(
+            "signal 15 while stopping: exiting now; execution-log rows not written yet are lost"
+        ),
+        "{stderr}"
+    );
+}
+
 /// A client that sent half a request keeps its connection open, so after SIGTERM `quiver
 /// serve` waits (up to 5 s) for it; a second signal ends that wait at once, and the stop is
 /// still clean (exit 0, the execution log closed).

@@ -436,6 +436,9 @@ fn interpolate(
     Ok(())
 }
 
+/// The longest `[store] log_linger_ms` accepted.
+const MAX_LOG_LINGER_MS: u32 = 1000;
+
 impl Config {
     /// The inbound tokens, each with the tools a deny rule always refuses it (for its
     /// principal or tenant): those are never offered to it.
@@ -597,6 +600,12 @@ impl Config {
         if config.store.retention_days == Some(0) {
             bail!(
                 "{origin}: [store] retention_days = 0 would delete the whole execution log and every stored session each time `serve`, `call` or `search` starts; give a number of days (at least 1), or remove the key to keep everything"
+            );
+        }
+        if config.store.log_linger_ms > MAX_LOG_LINGER_MS {
+            bail!(
+                "{origin}: [store] log_linger_ms = {} is longer than {MAX_LOG_LINGER_MS} ms: rows would wait that long for their commit (and every command's exit with them); a few ms already share commits (the default is 2)",
+                config.store.log_linger_ms
             );
         }
         Ok(config)
@@ -935,6 +944,11 @@ allowed_tools = ["t1", "t2"]
         check("[store]\nretention_days = -3", Err("retention_days"));
         check("[store]\nlog_linger_ms = 0", Ok("./quiver.db"));
         check("[store]\nlog_linger_ms = \"soon\"", Err("log_linger_ms"));
+        check("[store]\nlog_linger_ms = 1000", Ok("./quiver.db"));
+        check(
+            "[store]\nlog_linger_ms = 15000",
+            Err("quiver.toml: [store] log_linger_ms = 15000 is longer than 1000 ms"),
+        );
         check("[store]\nbusy_timeout_ms = -5", Err("busy_timeout_ms"));
         let busy = |text: &str| {
             Config::parse(text, "quiver.toml", &env)

@@ -538,17 +538,43 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         // `serve` watches the signals itself: it drains its connections first. One that
         // came while it prepared (retention, the floor) stops it once it serves.
         Ok(None) if matches!(cli.command, Command::Serve { .. }) => {
-            command(&app, &config, cli.command, Some(signals)).await
+            command(&app, &config, cli.command, Some(&mut signals)).await
         }
         Ok(None) => tokio::select! {
             code = command(&app, &config, cli.command, None) => code,
             signal = signals.next() => stopped(signal),
         },
     };
-    app.shutdown().await?;
+    shut_down(&app, &mut signals).await?;
     match code {
         Ok(c) if required_down && c == ExitCode::SUCCESS => Ok(ExitCode::from(1)),
         other => other,
+    }
+}
+
+/// The most the shutdown after a command (stopping the upstreams, writing the working sets,
+/// flushing the execution log) may take: a store locked by another process would otherwise
+/// hold it for as long as its retries last (a minute), past a service manager's stop timeout.
+const SHUTDOWN_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// [`App::shutdown`], bounded by [`SHUTDOWN_LIMIT`]; a signal during it (the second of a
+/// `serve`, whose first began the stop) ends it at once. Either way what is left undone is
+/// said on stderr, and the upstreams' process groups are ended by their watchdog.
+async fn shut_down(app: &App, signals: &mut quiver_host::serve::Signals) -> anyhow::Result<()> {
+    tokio::select! {
+        r = tokio::time::timeout(SHUTDOWN_LIMIT, app.shutdown()) => match r {
+            Ok(r) => r,
+            Err(_) => anyhow::bail!(
+                "stopping took over {}s (the store is locked or slow): exiting without finishing; execution-log rows not written yet are lost",
+                SHUTDOWN_LIMIT.as_secs()
+            ),
+        },
+        signal = signals.next() => {
+            eprintln!(
+                "quiver: signal {signal} while stopping: exiting now; execution-log rows not written yet are lost"
+            );
+            std::process::exit(128 + i32::from(signal));
+        }
     }
 }
 
@@ -556,7 +582,7 @@ async fn command(
     app: &App,
     config: &Config,
     command: Command,
-    signals: Option<quiver_host::serve::Signals>,
+    signals: Option<&mut quiver_host::serve::Signals>,
 ) -> anyhow::Result<ExitCode> {
     let config_store = config.store.path.as_path();
     match command {
@@ -1127,6 +1153,11 @@ async fn command(
             for host in allow_hosts.into_iter().chain(listen.name) {
                 options = options.with_allowed_host(host);
             }
+            let mut own_signals = None;
+            let signals = match signals {
+                Some(signals) => signals,
+                None => own_signals.insert(quiver_host::serve::Signals::watch()?),
+            };
             let served = quiver_host::serve::serve(
                 app.surface.clone(),
                 app.dispatcher.clone(),
@@ -1140,10 +1171,7 @@ async fn command(
                     content: Some(std::sync::Arc::new(app.mcp.clone())),
                     readiness: Some(std::sync::Arc::new(quiver_host::Ready::of(app))),
                 },
-                match signals {
-                    Some(signals) => signals,
-                    None => quiver_host::serve::Signals::watch()?,
-                },
+                signals,
             )
             .await;
             // Not reading the store while it closes.

@@ -76,7 +76,7 @@ pub async fn serve(
     transport: Transport,
     options: ServerOptions,
     adapters: Adapters,
-    mut signals: Signals,
+    signals: &mut Signals,
 ) -> anyhow::Result<()> {
     options
         .auth
@@ -96,65 +96,59 @@ pub async fn serve(
         server = server.with_readiness(readiness);
     }
     let shutdown = server.shutdown_token();
-    // The first signal starts a graceful stop; a second one (an operator pressing Ctrl-C
-    // again) ends the wait for open connections at once. The upstreams are still stopped
-    // and the execution log still flushed by the caller.
-    let forced = tokio_util::sync::CancellationToken::new();
-    let signal = tokio::spawn({
-        let shutdown = shutdown.clone();
-        let forced = forced.clone();
-        async move {
-            signals.next().await;
-            tracing::info!(
-                "shutdown signal: stopping the MCP server (a second signal stops at once)"
-            );
-            stopping.begin_shutdown();
-            shutdown.cancel();
-            signals.next().await;
-            tracing::warn!("second shutdown signal: closing open connections now");
-            forced.cancel();
-        }
-    });
-    let result = match transport {
-        Transport::Stdio => {
-            tokio::select! {
-                r = server.serve_stdio() => r.context("serving MCP on stdio"),
-                () = forced.cancelled() => Ok(()),
-            }
-        }
-        Transport::Http(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding {addr}"))?;
-            let bound = listener.local_addr()?;
-            let mut out = tokio::io::stdout();
-            out.write_all(format!("http://{bound}/mcp\n").as_bytes())
-                .await?;
-            out.flush().await?;
-            let serving = server.serve_http(listener);
-            tokio::pin!(serving);
-            tokio::select! {
-                r = &mut serving => r.context("serving MCP over HTTP"),
-                () = async { shutdown.cancelled().await; tokio::time::sleep(DRAIN).await } => {
-                    tracing::warn!("connections still open {DRAIN:?} after shutdown; closing them");
-                    Ok(())
+    let serving = async {
+        match transport {
+            Transport::Stdio => server.serve_stdio().await.context("serving MCP on stdio"),
+            Transport::Http(addr) => {
+                let listener = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding {addr}"))?;
+                let bound = listener.local_addr()?;
+                let mut out = tokio::io::stdout();
+                out.write_all(format!("http://{bound}/mcp\n").as_bytes())
+                    .await?;
+                out.flush().await?;
+                tokio::select! {
+                    r = server.serve_http(listener) => r.context("serving MCP over HTTP"),
+                    () = async { shutdown.cancelled().await; tokio::time::sleep(DRAIN).await } => {
+                        tracing::warn!("connections still open {DRAIN:?} after shutdown; closing them");
+                        Ok(())
+                    }
                 }
-                () = forced.cancelled() => Ok(()),
             }
         }
     };
-    signal.abort();
-    result
+    tokio::pin!(serving);
+    // The first signal starts a graceful stop; a second one (an operator pressing Ctrl-C
+    // again) ends the wait for open connections at once, dropping them. The upstreams are
+    // still stopped and the execution log still flushed by the caller, which may watch the
+    // same `signals` for a signal after these.
+    tokio::select! {
+        r = &mut serving => return r,
+        _ = signals.next() => {}
+    }
+    tracing::info!("shutdown signal: stopping the MCP server (a second signal stops at once)");
+    stopping.begin_shutdown();
+    shutdown.cancel();
+    tokio::select! {
+        r = &mut serving => r,
+        _ = signals.next() => {
+            tracing::warn!("second shutdown signal: closing open connections now");
+            Ok(())
+        }
+    }
 }
 
-/// SIGINT and SIGTERM, watched from `watch` on: a signal that arrives after it (before the
-/// URL is printed, while the store opens) is never the default handler's, and `next`
-/// returns it.
+/// SIGINT, SIGTERM and SIGHUP (a closed terminal or SSH session), watched from `watch` on: a
+/// signal that arrives after it (before the URL is printed, while the store opens) is never
+/// the default handler's, and `next` returns it.
 pub struct Signals {
     #[cfg(unix)]
     int: tokio::signal::unix::Signal,
     #[cfg(unix)]
     term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    hup: tokio::signal::unix::Signal,
 }
 
 impl std::fmt::Debug for Signals {
@@ -172,6 +166,7 @@ impl Signals {
             Ok(Signals {
                 int: signal(SignalKind::interrupt()).context("watching SIGINT")?,
                 term: signal(SignalKind::terminate()).context("watching SIGTERM")?,
+                hup: signal(SignalKind::hangup()).context("watching SIGHUP")?,
             })
         }
         #[cfg(not(unix))]
@@ -180,13 +175,14 @@ impl Signals {
         }
     }
 
-    /// The number of the next SIGINT (2) or SIGTERM (15). Cancel-safe.
+    /// The number of the next SIGHUP (1), SIGINT (2) or SIGTERM (15). Cancel-safe.
     pub async fn next(&mut self) -> u8 {
         #[cfg(unix)]
         {
             tokio::select! {
                 _ = self.int.recv() => 2,
                 _ = self.term.recv() => 15,
+                _ = self.hup.recv() => 1,
             }
         }
         #[cfg(not(unix))]

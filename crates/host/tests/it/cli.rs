@@ -1376,3 +1376,27 @@ fn output_into_a_closed_pipe_is_no_panic() {
         assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
     }
 }
+
+/// A stdio server Quiver closes (here at the end of a `quiver call`) is stopped as the MCP
+/// lifecycle asks: its stdin is closed and it may exit by itself (it sees the end of its
+/// input and can write what it keeps); one that stays gets SIGTERM before its process group
+/// is killed. Before, the group got SIGKILL at once and neither mark was written.
+#[test]
+fn a_stdio_server_quiver_closes_is_stopped_gently() {
+    let server = ONE_TOOL_SERVER;
+    for (linger, expected) in [("", "eof\n"), (", LINGER = \"1\"", "eof\nterm\n")] {
+        let dir = workdir("gentle-stop");
+        let marks = dir.join("marks");
+        std::fs::write(
+            dir.join("quiver.toml"),
+            format!(
+                "[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{server:?}]\nenv = {{ ON_EXIT = {marks:?}{linger} }}\n"
+            ),
+        )
+        .unwrap();
+        let out = quiver_in(&dir, &["call", "mcp__one__t", r#"{"x": "a"}"#]);
+        assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+        let marked = std::fs::read_to_string(&marks).unwrap_or_default();
+        assert_eq!(marked, expected, "linger {linger:?}");
+    }
+}

@@ -263,3 +263,66 @@ for line in sys.stdin:
     // `status` runs once: only `serve` goes on retrying a down server in the background.
     assert!(!stderr.contains("retrying in the background"), "{stderr}");
 }
+
+/// A command ends by closing its upstreams: an HTTP one is not "lost" then. Every command
+/// with a streamable-HTTP upstream (`status`, `tools`, `check`, the end of `serve --stdio`)
+/// printed "connection lost; reconnecting in the background" as it exited.
+#[test]
+fn closing_an_http_upstream_at_exit_is_not_a_lost_connection() {
+    let python = peers().join("venv/bin/python");
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../mcp-adapter/tests/fixtures/fault_server.py"
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = Command::new(&python)
+        .args([fixture, "--http", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the fixture never listened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let dir = std::env::temp_dir().join(format!("quiver-http-exit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[store]\npath = {db:?}\n\n[[mcp.servers]]\nname = \"fx\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n",
+            db = dir.join("quiver.db"),
+        ),
+    )
+    .unwrap();
+    let runs: Vec<_> = [&["status"][..], &["tools"]]
+        .iter()
+        .map(|args| {
+            Command::new(env!("CARGO_BIN_EXE_quiver"))
+                .args(*args)
+                .current_dir(&dir)
+                .env("QUIVER_LOG", "warn")
+                .output()
+                .unwrap()
+        })
+        .collect();
+    let _ = server.kill();
+    let _ = server.wait();
+    for (i, out) in runs.iter().enumerate() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        // `status` shows the server connected: there was a connection to lose.
+        assert!(i > 0 || stdout.contains("connected"), "{stdout}");
+        assert!(!stderr.contains("connection lost"), "{stderr}");
+    }
+}

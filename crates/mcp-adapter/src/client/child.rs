@@ -7,6 +7,7 @@ use std::{
     path::PathBuf,
     process::{ExitStatus, Stdio},
     sync::{Arc, Mutex},
+    time::Duration,
 };
 
 use super::config::Secret;
@@ -149,13 +150,23 @@ fn die_with_parent(cmd: &mut Command) {
 }
 
 /// Sends SIGKILL to a whole process group.
-#[allow(unsafe_code)]
 fn kill_group(pgid: u32) {
+    signal_group(pgid, libc::SIGKILL);
+}
+
+/// Sends `signal` to a whole process group.
+#[allow(unsafe_code)]
+fn signal_group(pgid: u32, signal: libc::c_int) {
     // SAFETY: kill(2) with a negative pid only signals the group; it has no memory effects.
     unsafe {
-        libc::kill(-(pgid as libc::pid_t), libc::SIGKILL);
+        libc::kill(-(pgid as libc::pid_t), signal);
     }
 }
+
+/// How long a stdio server closed by Quiver has to exit after its stdin closed, and then
+/// after SIGTERM, before its process group is killed (the MCP lifecycle's stdio shutdown).
+const EXIT_GRACE: Duration = Duration::from_millis(500);
+const TERM_GRACE: Duration = Duration::from_secs(2);
 
 /// The watchdog's script: it keeps the list of live children's process groups (`+PGID`,
 /// `-PGID` lines on its stdin) and, when its stdin ends (this process exited, or was
@@ -269,6 +280,22 @@ impl ChildGuard {
     pub(crate) fn stderr_tail(&self) -> String {
         let tail = self.stderr_tail.lock().unwrap_or_else(|p| p.into_inner());
         tail.iter().cloned().collect::<Vec<_>>().join(" | ")
+    }
+
+    /// Stops the child the way the MCP lifecycle asks of a client closing a stdio server, its
+    /// stdin already closed: it has [`EXIT_GRACE`] to exit by itself (and write what it
+    /// keeps), then its process group gets SIGTERM and [`TERM_GRACE`], then
+    /// [`ChildGuard::shutdown`] kills what is left of the group.
+    pub(crate) async fn stop(&mut self) {
+        if tokio::time::timeout(EXIT_GRACE, self.exited())
+            .await
+            .is_err()
+            && let Some(pid) = self.pid
+        {
+            signal_group(pid, libc::SIGTERM);
+            let _ = tokio::time::timeout(TERM_GRACE, self.exited()).await;
+        }
+        self.shutdown().await;
     }
 
     /// Kills the child's process group and waits for the leader to be reaped.

@@ -812,6 +812,11 @@ impl Upstream {
     }
 
     fn lost(self: &Arc<Self>, generation: u64) {
+        // Quiver closing the client ends every connection: not a loss (an HTTP one's warning
+        // was printed at the end of every command that had one).
+        if self.closed.is_cancelled() {
+            return;
+        }
         let mut lived = None;
         self.state.send_if_modified(|s| match &s.state {
             State::Up(c) if c.generation == generation => {
@@ -1131,7 +1136,13 @@ impl Upstream {
             }
             let tail = child_guard.as_ref().map(ChildGuard::stderr_tail);
             if let Some(mut g) = child_guard {
-                g.shutdown().await;
+                // Closed by Quiver (its stdin is closed with the transport): time to exit
+                // cleanly. A connection lost or replaced is ended at once.
+                if closing.is_cancelled() {
+                    g.stop().await;
+                } else {
+                    g.shutdown().await;
+                }
             }
             if let Some(up) = me.upgrade() {
                 if let Some(status) = exit {

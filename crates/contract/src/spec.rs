@@ -151,6 +151,9 @@ pub struct ToolSpec {
     pub name: String,
     /// What the tool does and when to use it.
     pub description: String,
+    /// A name for people (MCP's `title`, shown by clients in place of `name`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
     /// The JSON Schema of the arguments; always an object schema.
     pub input_schema: Value,
     /// The JSON Schema of structured output, when the tool declares one.
@@ -199,6 +202,7 @@ impl ToolSpec {
         ToolSpec {
             name: name.into(),
             description: description.into(),
+            title: None,
             input_schema: json!({"type": "object"}),
             output_schema: None,
             annotations: Annotations::default(),
@@ -265,6 +269,12 @@ impl ToolSpec {
     /// Opts into progressive disclosure.
     pub fn progressive(mut self) -> Self {
         self.progressive = true;
+        self
+    }
+
+    /// Sets the title (a name for people).
+    pub fn with_title(mut self, title: impl Into<String>) -> Self {
+        self.title = Some(title.into());
         self
     }
 

@@ -78,9 +78,10 @@ enum Command {
     Search {
         /// What you need, in words.
         query: String,
-        /// How many tools to return (1 to 50).
-        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=50))]
-        limit: u32,
+        /// How many tools to return (1 to 50; default `[surface] search_default_limit`, 8
+        /// unless configured, as for the model).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50))]
+        limit: Option<u32>,
         /// The session (conversation) whose working set receives the tools found.
         #[arg(long, default_value = "cli")]
         session: String,
@@ -695,7 +696,39 @@ async fn command(
                 findings.extend(lint_spec(&entry.spec));
             }
             // Settings valid one by one that do not fit together.
-            let misfits = config.surface.warnings();
+            let mut misfits = config.surface.warnings();
+            // A system tool or an anchor that a deny rule refuses everyone: a system tool
+            // stays on every list though every call of it is refused; an anchor is never
+            // offered, silently.
+            for r in config
+                .policy
+                .rules
+                .iter()
+                .filter(|r| r.always_denies(None, None))
+            {
+                for (key, name) in config
+                    .surface
+                    .system
+                    .iter()
+                    .map(|n| ("system", n))
+                    .chain(config.surface.anchors.iter().map(|n| ("anchors", n)))
+                {
+                    if !quiver_contract::pattern_matches(&r.tool, name) {
+                        continue;
+                    }
+                    misfits.push(if key == "system" {
+                        format!(
+                            "system tool `{name}` is denied to every caller by policy rule `{}`: it stays on every tool list (the system set always does) and every call of it is refused; take it out of `system` or narrow the rule",
+                            r.id
+                        )
+                    } else {
+                        format!(
+                            "anchor `{name}` is denied to every caller by policy rule `{}`, so it is never offered; take it out of `anchors` or narrow the rule",
+                            r.id
+                        )
+                    });
+                }
+            }
             for w in &misfits {
                 say!("surface: [config] {w}");
             }
@@ -1104,7 +1137,10 @@ async fn command(
         } => {
             apply_retention(app, config).await?;
             app.open_session(&session).await?;
-            let input = serde_json::json!({"query": query, "limit": limit});
+            let mut input = serde_json::json!({"query": query});
+            if let Some(limit) = limit {
+                input["limit"] = limit.into();
+            }
             let envelope = app
                 .dispatcher
                 .call(

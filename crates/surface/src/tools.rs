@@ -26,7 +26,7 @@ pub const NO_MATCH_HINT: &str = "no tool you can use matches these words. Search
 pub fn core_tools(surface: &Arc<Surface>) -> Vec<Arc<dyn Tool>> {
     vec![
         Arc::new(ToolSearch {
-            spec: tool_search_spec(),
+            spec: tool_search_spec(surface.config().search_default_limit),
             surface: Arc::downgrade(surface),
         }),
         Arc::new(DescribeTool {
@@ -36,7 +36,7 @@ pub fn core_tools(surface: &Arc<Surface>) -> Vec<Arc<dyn Tool>> {
     ]
 }
 
-fn tool_search_spec() -> ToolSpec {
+fn tool_search_spec(default_limit: usize) -> ToolSpec {
     ToolSpec::new(
         TOOL_SEARCH,
         "Finds tools by what they do and loads them so you can call them next turn. Use it when none of your tools fits the task; describe the capability in a few keywords.",
@@ -53,7 +53,7 @@ fn tool_search_spec() -> ToolSpec {
                 "type": "integer",
                 "minimum": 1,
                 "maximum": MAX_SEARCH_LIMIT,
-                "description": "How many tools to return (default 8)."
+                "description": format!("How many tools to return (default {default_limit}).")
             }
         },
         "required": ["query"],

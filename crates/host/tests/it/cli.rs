@@ -1400,3 +1400,61 @@ fn a_stdio_server_quiver_closes_is_stopped_gently() {
         assert_eq!(marked, expected, "linger {linger:?}");
     }
 }
+
+/// `[surface] search_default_limit` is what both the model and `quiver search` get without a
+/// limit, and what `tool_search`'s schema says the default is. The schema said 8 whatever
+/// the setting, and `quiver search` always asked for 8.
+#[test]
+fn the_configured_search_limit_is_the_default_everywhere() {
+    let server = ONE_TOOL_SERVER;
+    let dir = workdir("search-limit");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[surface]\nsearch_default_limit = 3\n\n[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{server:?}]\nenv = {{ MORE = \"9\" }}\n"
+        ),
+    )
+    .unwrap();
+    let found = stdout(&quiver_in(&dir, &["search", "takes one field"]));
+    assert_eq!(found.matches("\"score\"").count(), 3, "{found}");
+    let more = stdout(&quiver_in(
+        &dir,
+        &["search", "takes one field", "--limit", "5"],
+    ));
+    assert_eq!(more.matches("\"score\"").count(), 5, "{more}");
+    let described = stdout(&quiver_in(
+        &dir,
+        &["call", "describe_tool", r#"{"name": "tool_search"}"#],
+    ));
+    assert!(
+        described.contains("How many tools to return (default 3)."),
+        "{described}"
+    );
+}
+
+/// `quiver check` names a system tool or an anchor that a deny rule refuses everyone: the
+/// system tool stayed on every list with every call refused, the anchor was dropped
+/// silently, and check said "config ok".
+#[test]
+fn check_names_system_tools_and_anchors_denied_to_everyone() {
+    let server = ONE_TOOL_SERVER;
+    let dir = workdir("denied-system");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[surface]\nsystem = [\"mcp__one__t\"]\nanchors = [\"mcp__one__t1\"]\n\n[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{server:?}]\nenv = {{ MORE = \"1\" }}\n\n[[policy.rules]]\nid = \"off\"\ntool = \"mcp__one__*\"\naction = \"deny\"\nmessage = \"off today\"\n"
+        ),
+    )
+    .unwrap();
+    let out = quiver_in(&dir, &["check"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("surface: [config] system tool `mcp__one__t` is denied to every caller by policy rule `off`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("surface: [config] anchor `mcp__one__t1` is denied to every caller by policy rule `off`, so it is never offered"),
+        "{text}"
+    );
+}

@@ -1494,3 +1494,31 @@ fn a_tool_a_token_is_always_denied_is_not_offered_to_it() {
     assert!(!called.contains("policy_denied"), "{called}");
     stop(child.0.take().expect("running"));
 }
+
+/// An upstream tool's `title` (the name clients show people, MCP 2025-06-18) is listed with
+/// the tool; it was dropped, so clients showed `mcp__one__t`.
+#[test]
+fn an_upstream_tools_title_is_listed() {
+    let dir = fresh_dir("tool-title");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[surface]\nanchors = [\"mcp__one__t\"]\n\n[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{ONE_TOOL_SERVER:?}]\nenv = {{ TITLE = \"The One Tool\" }}\n"
+        ),
+    )
+    .unwrap();
+    let (child, addr) = start(&dir, &[], &[]);
+    let mut child = KillOnDrop(Some(child));
+    let sid = open_with(&addr, &[]);
+    let listed = rpc(
+        &addr,
+        &[("Mcp-Session-Id", &sid)],
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+    );
+    stop(child.0.take().expect("running"));
+    assert!(
+        listed.contains("\"name\":\"mcp__one__t\"")
+            && listed.contains("\"title\":\"The One Tool\""),
+        "{listed}"
+    );
+}

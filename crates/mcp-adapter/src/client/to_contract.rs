@@ -75,6 +75,12 @@ pub(crate) fn tool_spec(server: &str, prefix: &str, tool: &Value) -> Result<Upst
     if let Some(title) = ann.and_then(|a| a.get("title")).and_then(Value::as_str) {
         spec = spec.with_status_message(title);
     }
+    // The display name clients show (MCP 2025-06-18); an empty one is no name.
+    if let Some(title) = tool.get("title").and_then(Value::as_str)
+        && !title.trim().is_empty()
+    {
+        spec = spec.with_title(title);
+    }
     spec.validate().map_err(|e| e.to_string())?;
     Ok(UpstreamTool {
         upstream: upstream.to_owned(),

@@ -32,6 +32,7 @@ pub(crate) fn tool(spec: &ToolSpec) -> Tool {
         Arc::new(schema),
     )
     .with_annotations(annotations);
+    tool.title = spec.title.clone();
     if let Some(Value::Object(out)) = &spec.output_schema {
         tool = tool.with_raw_output_schema(Arc::new(out.clone()));
     }

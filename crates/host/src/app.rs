@@ -388,6 +388,9 @@ impl Ready {
 impl quiver_mcp_adapter::Readiness for Ready {
     fn not_ready(&self) -> Vec<String> {
         let mut reasons = self.mcp.required_not_ready();
+        if let Some(why) = self.store.file_lost() {
+            reasons.push(why.to_owned());
+        }
         if self.store.log_failing() {
             // Words only: the error names the file; the operator's log has it.
             reasons.push(

@@ -171,6 +171,12 @@ struct Inner {
     location: String,
     report: OpenReport,
     writer: Writer,
+    /// The file the writer opened, as (path, device, inode): one deleted or replaced under
+    /// a running store takes every later row with it, silently (see
+    /// [`SqliteStore::file_lost`]).
+    file: Option<(PathBuf, u64, u64)>,
+    /// Whether [`SqliteStore::file_lost`] has warned.
+    warned_lost: std::sync::atomic::AtomicBool,
 }
 
 impl Inner {
@@ -322,6 +328,8 @@ impl SqliteStore {
                     crash_check: schema::CrashCheck::NotRun,
                 },
                 writer: Writer(Mutex::new(None)),
+                file: None,
+                warned_lost: Default::default(),
             }),
         })
     }
@@ -371,6 +379,7 @@ impl SqliteStore {
                 location: location.clone(),
                 cause: format!("cannot start the writer thread: {e}"),
             })?;
+        let file = file_id(&path).map(|(dev, ino)| (path.clone(), dev, ino));
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 tx,
@@ -386,6 +395,8 @@ impl SqliteStore {
                 location,
                 report,
                 writer: Writer(Mutex::new(Some(handle))),
+                file,
+                warned_lost: Default::default(),
             }),
         })
     }
@@ -393,6 +404,28 @@ impl SqliteStore {
     /// What opening found and did (schema versions, the crash check).
     pub fn open_report(&self) -> &OpenReport {
         &self.inner.report
+    }
+
+    /// Why the store's file is no longer the one it writes, if it is not: deleted (or
+    /// renamed) or replaced by another file at its path since the store opened it. Its rows
+    /// then go to a file nobody can open, so a readiness check should fail. The words name no
+    /// path (a probe may be unauthenticated); the operator log gets a warning with it, once.
+    /// Cheap: one `stat`.
+    pub fn file_lost(&self) -> Option<&'static str> {
+        let (path, dev, ino) = self.inner.file.as_ref()?;
+        let why = match file_id(path) {
+            None => {
+                "the store file was deleted or moved while in use: calls are no longer audited where `quiver log` reads; restart Quiver"
+            }
+            Some(id) if id != (*dev, *ino) => {
+                "the store file was replaced by another file while in use: calls are no longer audited there; restart Quiver"
+            }
+            Some(_) => return None,
+        };
+        if !self.inner.warned_lost.swap(true, Ordering::Relaxed) {
+            tracing::warn!(store = %self.inner.location, "{why}");
+        }
+        Some(why)
     }
 
     /// The database path, as errors name it.
@@ -1218,6 +1251,20 @@ impl UsageSource for SqliteStore {
                 .collect())
         })
         .await
+    }
+}
+
+/// The (device, inode) of the file at `path`, if there is one (Unix; elsewhere never known).
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
     }
 }
 

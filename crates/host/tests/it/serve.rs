@@ -1522,3 +1522,59 @@ fn an_upstream_tools_title_is_listed() {
         "{listed}"
     );
 }
+
+/// A client that closes stdin before its handshake finished (it gave up, or only probed the
+/// command) ends a `serve --stdio` cleanly: exit 0. It was exit 2 with "the MCP session
+/// could not start", which desktop clients show as a crash.
+#[test]
+fn a_stdio_client_that_leaves_before_initializing_is_a_clean_end() {
+    for sent in ["", r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#] {
+        let dir = fresh_dir("stdio-leaves-early");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
+            .args(["serve", "--stdio"])
+            .current_dir(&dir)
+            .env("QUIVER_LOG", "error")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        if !sent.is_empty() {
+            writeln!(stdin, "{sent}").unwrap();
+        }
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{sent:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The store's file deleted under a running `quiver serve` (an operator cleaning up, a
+/// `rm` in the wrong directory): every later row would go to a file nobody can open, so
+/// `/readyz` says not ready, in words that name no path. It said ready, and the rows were
+/// lost without a word.
+#[test]
+fn readiness_reports_a_deleted_store_file() {
+    let dir = fresh_dir("ready-deleted");
+    let (child, addr) = start(&dir, &[], &[]);
+    assert_eq!(
+        probe(&addr, "/readyz"),
+        (200, r#"{"status":"ready"}"#.to_owned())
+    );
+    for file in ["quiver.db", "quiver.db-wal", "quiver.db-shm"] {
+        let _ = std::fs::remove_file(dir.join(file));
+    }
+    let (status, body) = probe(&addr, "/readyz");
+    stop(child);
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("the store file was deleted or moved while in use")
+            && !body.contains("quiver.db"),
+        "{body}"
+    );
+}

@@ -293,6 +293,13 @@ impl McpServer {
             // Shut down before the client's handshake finished (a SIGTERM while a
             // client connects, or one that has only pinged): as clean a stop as after it.
             Err(_) if ct.is_cancelled() => return Ok(()),
+            // The client closed stdin before its handshake finished (it gave up, or only
+            // probed the command): the end of the session, not a fault. Desktop clients
+            // show a non-zero exit as a crash.
+            Err(rmcp::service::ServerInitializeError::ConnectionClosed(when)) => {
+                tracing::info!("the MCP client closed stdin before the session started ({when})");
+                return Ok(());
+            }
             Err(e) => return Err(ServeError::Initialize(e.to_string())),
         };
         let _ = running.waiting().await;

@@ -525,6 +525,48 @@ async fn a_hangup_stops_quiver_serve_cleanly() {
         )
         .expect("a clean_shutdown mark");
     assert!(!clean.is_empty());
+
+    // Started under `nohup` (SIGHUP ignored), it is left ignored: the server serves on.
+    let dir = fresh_dir();
+    let mut child = Command::new("nohup")
+        .arg(quiver_binary())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .current_dir(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("nohup runs");
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped")).lines();
+    let url = tokio::time::timeout(START_TIMEOUT, stdout.next_line())
+        .await
+        .expect("the URL in time")
+        .expect("readable")
+        .expect("the URL");
+    let pid = child.id().expect("running").to_string();
+    for signal in ["-HUP", "-TERM"] {
+        if signal == "-TERM" {
+            let authority = url.trim_start_matches("http://").trim_end_matches("/mcp");
+            let health = tokio::net::TcpStream::connect(authority).await;
+            assert!(health.is_ok(), "still serving after SIGHUP under nohup");
+            assert!(
+                child.try_wait().expect("waitable").is_none(),
+                "still running"
+            );
+        }
+        let sent = Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .await
+            .expect("kill runs");
+        assert!(sent.success());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("SIGTERM stops it")
+        .expect("wait works");
+    assert!(status.success(), "{status}");
 }
 
 /// A stop that cannot finish (another process holds the store's write lock, so the execution
@@ -580,13 +622,20 @@ async fn a_signal_while_stopping_ends_the_stop_at_once() {
         }
     };
     kill("-TERM").await;
-    // Stopping now waits on the lock for the call's row.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    kill("-TERM").await;
-    let out = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
-        .await
-        .expect("the second signal ends the stop, long before the lock's retries would")
-        .expect("wait works");
+    // Stopping now waits on the lock for the call's row. Signals every 2 s: one that lands
+    // while the server still drains ends the drain; the next one the stop.
+    let mut waiting = Box::pin(child.wait_with_output());
+    let out = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            tokio::select! {
+                out = &mut waiting => return out,
+                () = tokio::time::sleep(Duration::from_secs(2)) => kill("-TERM").await,
+            }
+        }
+    })
+    .await
+    .expect("a further signal ends the stop, long before the lock's retries would")
+    .expect("wait works");
     drop(lock);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(143), "{stderr}");

@@ -70,7 +70,13 @@ impl Capabilities {
     /// Whether `tool` is offered to the caller (listed, found, described, suggested): it may
     /// call it and no policy refuses it every call.
     pub fn offers(&self, tool: &str) -> bool {
-        self.allows(tool) && !self.denied_tools.iter().any(|p| pattern_matches(p, tool))
+        self.allows(tool) && !self.denies(tool)
+    }
+
+    /// Whether a policy refuses the caller every call of `tool` (see
+    /// [`Capabilities::denied_tools`]).
+    pub fn denies(&self, tool: &str) -> bool {
+        self.denied_tools.iter().any(|p| pattern_matches(p, tool))
     }
 
     /// Whether a model capability is both switched on and deliverable: the double guard that

@@ -63,7 +63,7 @@ fn escaped(text: &str, lines: bool) -> std::borrow::Cow<'_, str> {
 
 /// The Unicode controls of bidirectional text (embeddings, overrides, isolates, marks):
 /// invisible, and they reorder the characters around them.
-fn is_bidi_control(c: char) -> bool {
+pub fn is_bidi_control(c: char) -> bool {
     matches!(
         c,
         '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'

@@ -369,6 +369,7 @@ impl ToolSpec {
     pub fn definition_bytes(&self) -> usize {
         self.name.len()
             + self.description.len()
+            + self.title.as_ref().map_or(0, String::len)
             + serde_json::to_string(&self.input_schema)
                 .map(|s| s.len())
                 .unwrap_or(0)

@@ -566,7 +566,7 @@ async fn shut_down(app: &App, signals: &mut quiver_host::serve::Signals) -> anyh
         r = tokio::time::timeout(SHUTDOWN_LIMIT, app.shutdown()) => match r {
             Ok(r) => r,
             Err(_) => anyhow::bail!(
-                "stopping took over {}s (the store is locked or slow): exiting without finishing; execution-log rows not written yet are lost",
+                "stopping took over {}s (upstream servers slow to exit, or the store locked or slow): exiting without finishing; execution-log rows not written yet are lost",
                 SHUTDOWN_LIMIT.as_secs()
             ),
         },

@@ -141,14 +141,29 @@ pub async fn serve(
 
 /// SIGINT, SIGTERM and SIGHUP (a closed terminal or SSH session), watched from `watch` on: a
 /// signal that arrives after it (before the URL is printed, while the store opens) is never
-/// the default handler's, and `next` returns it.
+/// the default handler's, and `next` returns it. SIGHUP is left alone when Quiver was
+/// started with it ignored (`nohup`): then it keeps running when the terminal closes.
 pub struct Signals {
     #[cfg(unix)]
     int: tokio::signal::unix::Signal,
     #[cfg(unix)]
     term: tokio::signal::unix::Signal,
     #[cfg(unix)]
-    hup: tokio::signal::unix::Signal,
+    hup: Option<tokio::signal::unix::Signal>,
+}
+
+/// Whether this process was started with SIGHUP ignored (by `nohup`, or a parent that
+/// ignores it).
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn hangup_ignored() -> bool {
+    // SAFETY: sigaction(2) with a null new action only reads the current one into `old`,
+    // a zeroed plain-data struct it fills; no handler changes.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(libc::SIGHUP, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_IGN
+    }
 }
 
 impl std::fmt::Debug for Signals {
@@ -166,7 +181,10 @@ impl Signals {
             Ok(Signals {
                 int: signal(SignalKind::interrupt()).context("watching SIGINT")?,
                 term: signal(SignalKind::terminate()).context("watching SIGTERM")?,
-                hup: signal(SignalKind::hangup()).context("watching SIGHUP")?,
+                hup: match hangup_ignored() {
+                    true => None,
+                    false => Some(signal(SignalKind::hangup()).context("watching SIGHUP")?),
+                },
             })
         }
         #[cfg(not(unix))]
@@ -182,7 +200,12 @@ impl Signals {
             tokio::select! {
                 _ = self.int.recv() => 2,
                 _ = self.term.recv() => 15,
-                _ = self.hup.recv() => 1,
+                Some(_) = async {
+                    match &mut self.hup {
+                        Some(hup) => hup.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => 1,
             }
         }
         #[cfg(not(unix))]

@@ -902,7 +902,7 @@ impl Dispatcher {
     /// it), else use the tools it has; advice to call a tool it would be refused sends a
     /// model round in circles.
     pub fn search_advice(&self, capabilities: &Capabilities) -> &'static str {
-        if capabilities.allows(TOOL_SEARCH) && self.inner.catalog.lookup(TOOL_SEARCH).is_some() {
+        if capabilities.offers(TOOL_SEARCH) && self.inner.catalog.lookup(TOOL_SEARCH).is_some() {
             " Call tool_search with a short description of what you need to load more tools."
         } else {
             " Use one of the tools in your tool list."
@@ -923,7 +923,7 @@ impl Dispatcher {
         // A tool of a provider that is configured but not up (an MCP server still
         // connecting or down): say so, and do not steer the model to a look-alike of
         // another provider, which may do something else.
-        if ctx.capabilities.allows(name)
+        if ctx.capabilities.offers(name)
             && let Some(why) = self.inner.catalog.why_absent(name)
         {
             return Envelope::err(

@@ -943,7 +943,7 @@ impl Surface {
                 dropped.push(drop(DropReason::NotAllowed));
                 continue;
             }
-            if !capabilities.offers(name) {
+            if capabilities.denies(name) {
                 dropped.push(drop(DropReason::Unoffered));
                 continue;
             }

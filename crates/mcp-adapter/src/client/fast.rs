@@ -502,12 +502,6 @@ async fn ask(
     if method == "ping" {
         return Ok(json!({}));
     }
-    if method == "roots/list" {
-        let answer = roots_of(channel)
-            .await
-            .map_err(|e| relay_error(e, method, tool))?;
-        return valid::<ListRootsResult>(method, answer);
-    }
     let Some(channel) = channel else {
         return Err(nobody_to_ask(method, tool));
     };
@@ -899,13 +893,25 @@ impl Upstream {
         ctx: &CallContext,
         tool: &str,
     ) {
+        if method == "roots/list" {
+            // Fails closed, as on rmcp's path (`Handler::list_roots`).
+            self.roots.asked();
+            let answer = roots_of(ctx.client.as_ref())
+                .await
+                .ok()
+                .filter(|v| valid::<ListRootsResult>(&method, v.clone()).is_ok());
+            let holder = answer.as_ref().and_then(|v| Who::of(ctx).holding(v));
+            self.roots.given(lane.generation, holder);
+            let result = answer.unwrap_or_else(crate::client::roots::no_roots);
+            lane.send(
+                session,
+                &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+            )
+            .await;
+            return;
+        }
         let message = match ask(ctx.client.as_ref(), &method, tool, params).await {
-            Ok(result) => {
-                if method == "roots/list" {
-                    self.roots.given(lane.generation, Who::of(ctx));
-                }
-                json!({"jsonrpc": "2.0", "id": id, "result": result})
-            }
+            Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
             Err(e) => {
                 tracing::info!(server = %self.cfg.name, "refused {method}: {}", e.message);
                 json!({"jsonrpc": "2.0", "id": id, "error": e})

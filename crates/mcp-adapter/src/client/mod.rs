@@ -414,13 +414,13 @@ impl McpClient {
         meta::expand_prompt(&self.shared, input, ctx).await
     }
 
-    /// Closes every server for good: children killed (whole process group) and reaped,
-    /// tools removed; later calls answer "closed" without dialling.
+    /// Closes every server for good, all at once: children stopped (stdin closed, then
+    /// SIGTERM, then SIGKILL to the process group) and reaped, tools removed; later calls
+    /// answer "closed" without dialling.
     pub async fn close(&self) {
         self.shared.closed.cancel();
-        for up in self.shared.servers() {
-            up.close().await;
-        }
+        let servers = self.shared.servers();
+        futures::future::join_all(servers.iter().map(|up| up.close())).await;
         meta::unregister(&self.shared);
     }
 }

@@ -721,6 +721,13 @@ pub(super) fn resubscribe(shared: &Arc<Shared>, server: &str) {
 
 #[async_trait]
 impl ContentSource for McpClient {
+    fn roots_changed(&self, client: &str) {
+        let who = super::roots::Who::Named(client.into());
+        for up in self.shared.servers() {
+            up.roots_changed(&who);
+        }
+    }
+
     fn offer(&self) -> ContentOffer {
         let servers = self.shared.servers();
         let resources = servers.iter().any(|u| u.cfg.resources);

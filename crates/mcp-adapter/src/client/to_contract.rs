@@ -8,6 +8,8 @@ use quiver_contract::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+/// The most characters of an upstream tool's `title` kept.
+const MAX_TITLE: usize = 128;
 /// An upstream tool as published: its catalog spec and its upstream name.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct UpstreamTool {
@@ -75,11 +77,18 @@ pub(crate) fn tool_spec(server: &str, prefix: &str, tool: &Value) -> Result<Upst
     if let Some(title) = ann.and_then(|a| a.get("title")).and_then(Value::as_str) {
         spec = spec.with_status_message(title);
     }
-    // The display name clients show (MCP 2025-06-18); an empty one is no name.
-    if let Some(title) = tool.get("title").and_then(Value::as_str)
-        && !title.trim().is_empty()
-    {
-        spec = spec.with_title(title);
+    // The display name clients show (MCP 2025-06-18): one line of printable text, at most
+    // MAX_TITLE characters (a client may show it in a confirmation dialog; it counts in the
+    // definition's size); an empty one is no name.
+    if let Some(title) = tool.get("title").and_then(Value::as_str) {
+        let title: String = title
+            .chars()
+            .filter(|c| !c.is_control() && !quiver_contract::is_bidi_control(*c))
+            .take(MAX_TITLE)
+            .collect();
+        if !title.trim().is_empty() {
+            spec = spec.with_title(title.trim());
+        }
     }
     spec.validate().map_err(|e| e.to_string())?;
     Ok(UpstreamTool {
@@ -217,6 +226,35 @@ fn is_base64(data: &str) -> bool {
 mod tests {
     use super::*;
     use quiver_contract::{ErrKind, HintKind};
+
+    #[test]
+    fn a_title_is_kept_as_one_printable_line_of_bounded_length() {
+        let title = |t: Value| {
+            let tool = serde_json::json!({"name": "t", "description": "d", "title": t,
+                "inputSchema": {"type": "object"}});
+            tool_spec("s", "s", &tool).unwrap().spec.title
+        };
+        assert_eq!(title("Echo Tool".into()), Some("Echo Tool".into()));
+        assert_eq!(
+            title("Ok\u{1b}[2J\u{202e}Tool\n".into()),
+            Some("Ok[2JTool".into())
+        );
+        assert_eq!(title("  ".into()), None);
+        assert_eq!(title(Value::Null), None);
+        let long = title("x".repeat(1000).into()).unwrap();
+        assert_eq!(long.chars().count(), MAX_TITLE);
+        let spec = tool_spec(
+            "s",
+            "s",
+            &serde_json::json!({"name": "t", "description": "d", "title": "Twelve chars",
+                "inputSchema": {"type": "object"}}),
+        )
+        .unwrap()
+        .spec;
+        let mut untitled = spec.clone();
+        untitled.title = None;
+        assert_eq!(spec.definition_bytes(), untitled.definition_bytes() + 12);
+    }
 
     #[test]
     fn media_that_is_not_base64_is_dropped_with_a_warning() {

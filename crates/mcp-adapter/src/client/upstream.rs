@@ -41,7 +41,7 @@ use super::{
     config::{Endpoint, Liveness, ResolvedServer},
     delivery::{Tracked, Written},
     h1, http,
-    roots::{REFETCH_WAIT, Roots, Who},
+    roots::{REFETCH_WAIT, Refetch, Roots, Who},
     route::{Calls, Origin, Route},
     to_contract::{self, UpstreamTool},
     tool::McpTool,
@@ -1752,9 +1752,10 @@ impl Upstream {
         if conn.cancel.is_cancelled() {
             return Attempt::NotDelivered;
         }
-        let mut timeout = self.call_limit(ctx);
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
-        self.sync_roots(conn, tool, ctx, timeout).await;
+        self.sync_roots(conn, tool, ctx, self.call_limit(ctx)).await;
+        // What the roots' sync took comes out of the call's time.
+        let mut timeout = self.call_limit(ctx);
         if let Some(lane) = &conn.fast {
             if let Some(a) = self
                 .fast_call(lane, tool, args.as_ref(), ctx, timeout)
@@ -1856,6 +1857,12 @@ impl Upstream {
 }
 
 impl Upstream {
+    /// A downstream client said its roots changed: if this server holds them, they are
+    /// fetched again before its next call.
+    pub(crate) fn roots_changed(&self, who: &Who) {
+        self.roots.forget(who);
+    }
+
     /// Before a call from a client other than the one whose roots the server holds: tells
     /// the server its roots changed and waits (at most [`REFETCH_WAIT`], and never past the
     /// call's own limit) for it to fetch them again and for the answer to be delivered,
@@ -1863,10 +1870,13 @@ impl Upstream {
     /// (`roots.rs`).
     async fn sync_roots(&self, conn: &Conn, label: &str, ctx: &CallContext, limit: Duration) {
         let who = Who::of(ctx);
-        if !self.roots.stale_for(conn.generation, &who) {
+        let has_roots = ctx.client.as_ref().is_some_and(|c| c.features().roots);
+        if !self.roots.stale_for(conn.generation, &who, has_roots) {
             return;
         }
-        let _registration = self.calls.begin(label, ctx);
+        // Registered while the server fetches, so that its `roots/list` reaches this call's
+        // client; one that comes after is answered with none (`list_roots`).
+        let registration = self.calls.begin(label, ctx);
         let notify = async {
             match conn.peer.notify_roots_list_changed().await {
                 Ok(()) => true,
@@ -1876,8 +1886,18 @@ impl Upstream {
                 }
             }
         };
+        let limit = limit.min(REFETCH_WAIT);
+        let sync = async {
+            if let Refetch::Asked(mark) = self.roots.refetch(notify, limit).await {
+                // The server asked and this call's client has not answered: no longer
+                // registered, its request is answered with none; that answer, not the
+                // previous client's roots, must reach the server before the call does.
+                drop(registration);
+                self.roots.settle(mark, limit).await;
+            }
+        };
         tokio::select! {
-            _ = self.roots.refetch(notify, limit.min(REFETCH_WAIT)) => {}
+            () = sync => {}
             () = ctx.cancel.cancelled() => {}
         }
     }
@@ -1900,7 +1920,9 @@ impl Upstream {
         if ctx.cancel.is_cancelled() {
             return Err(cancelled());
         }
+        let synced = Instant::now();
         self.sync_roots(conn, label, ctx, limit).await;
+        let limit = limit.saturating_sub(synced.elapsed());
         let registration = self.calls.begin(label, ctx);
         // This timeout covers the sending (a stdio child that stops reading its stdin);
         // `wait` the answer.
@@ -2138,21 +2160,14 @@ impl Handler {
                 return Err(McpError::invalid_request(why, None));
             }
         };
-        let answer = match entry.channel.clone() {
-            Some(channel) => tokio::select! {
-                r = send(channel) => r.map_err(|e| relay_error(e, method, &entry.tool)),
-                _ = entry.done.cancelled() => Err(relay_error(ChannelError::Cancelled, method, &entry.tool)),
-                _ = context.ct.cancelled() => Err(McpError::internal_error(format!("{method} was cancelled by the server"), None)),
-            },
-            None if method == "roots/list" => roots_of(None)
-                .await
-                .map_err(|e| relay_error(e, method, &entry.tool)),
-            None => Err(nobody_to_ask(method, &entry.tool)),
+        let Some(channel) = entry.channel.clone() else {
+            return Err(nobody_to_ask(method, &entry.tool));
         };
-        if method == "roots/list" && answer.is_ok() {
-            up.roots.given(self.generation, entry.who.clone());
+        tokio::select! {
+            r = send(channel) => r.map_err(|e| relay_error(e, method, &entry.tool)),
+            _ = entry.done.cancelled() => Err(relay_error(ChannelError::Cancelled, method, &entry.tool)),
+            _ = context.ct.cancelled() => Err(McpError::internal_error(format!("{method} was cancelled by the server"), None)),
         }
-        answer
     }
 }
 
@@ -2263,13 +2278,41 @@ impl ClientHandler for Handler {
         &self,
         context: RequestContext<RoleClient>,
     ) -> Result<ListRootsResult, McpError> {
-        let method = "roots/list";
-        let v = self
-            .relay(method, &context, |c| async move {
-                ask_channel(&c, method, Value::Null).await
-            })
-            .await?;
-        parse_result(method, v)
+        // Fails closed: whatever keeps this call's client from answering (no call in flight
+        // or several, no client, its error, its answer too late or unreadable) answers none,
+        // so the server never keeps the roots of the client before (`roots.rs`).
+        let Some(up) = self.up.upgrade() else {
+            return Err(McpError::internal_error("Quiver is shutting down", None));
+        };
+        up.roots.asked();
+        let got = match up.calls.route(&Origin::of(&context.extensions)).await {
+            Route::To(entry) => {
+                let answer = tokio::select! {
+                    r = roots_of(entry.channel.as_ref()) => r.ok(),
+                    _ = entry.done.cancelled() => None,
+                    _ = context.ct.cancelled() => None,
+                };
+                answer
+                    .and_then(|v| {
+                        serde_json::from_value::<ListRootsResult>(v.clone())
+                            .ok()
+                            .map(|r| (v, r))
+                    })
+                    .map(|(v, r)| (r, entry.who.clone().holding(&v)))
+            }
+            refused => {
+                tracing::info!(server = %up.cfg.name, route = ?refused, "roots/list answered with none: {}", refused.refusal("roots/list"));
+                None
+            }
+        };
+        let (answer, holder) = got.unwrap_or_else(|| {
+            (
+                serde_json::from_value(super::roots::no_roots()).unwrap_or_default(),
+                None,
+            )
+        });
+        up.roots.given(self.generation, holder);
+        Ok(answer)
     }
 
     async fn on_progress(

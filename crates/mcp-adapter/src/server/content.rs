@@ -150,6 +150,13 @@ pub trait ContentSource: Send + Sync {
     /// sessions subscribed to it.
     fn resource_updates(&self) -> broadcast::Receiver<String>;
 
+    /// The client whose working-set key is `client` said its roots changed
+    /// (`notifications/roots/list_changed`): a source that passed its roots on tells whoever
+    /// holds them. By default nothing.
+    fn roots_changed(&self, client: &str) {
+        let _ = client;
+    }
+
     /// Changes of the resource and prompt lists, as they happen; the server sends
     /// `notifications/resources/list_changed` or `notifications/prompts/list_changed` to each
     /// session the change [reaches](ListChanged::reaches) (advertised when the offer has

@@ -913,6 +913,17 @@ impl ServerHandler for Handler {
         }
     }
 
+    /// The client's roots changed: an upstream holding them fetches them again before its
+    /// next call (Quiver declares `roots.listChanged` upstream for this).
+    async fn on_roots_list_changed(&self, context: NotificationContext<RoleServer>) {
+        if let (Ok(scope), Some(content)) = (
+            self.scope(&RequestMetaObject::default(), &context.extensions),
+            &self.shared.content,
+        ) {
+            content.roots_changed(&scope.key);
+        }
+    }
+
     /// A tool's definition for rmcp's SEP-2243 checks of a 2026-07-28 `tools/call`'s
     /// headers (`Mcp-Name`, and `Mcp-Param-*` for parameters annotated `x-mcp-header`).
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {

@@ -139,13 +139,20 @@ where
                         } else {
                             String::new()
                         };
+                        // Abandoned is not undone: a tool that changes things may have done so
+                        // (or still be at it), and repeating it would do it twice.
+                        let ran = if entry.spec.annotations.read_only {
+                            ""
+                        } else {
+                            " It may have run, or still be running: check its effect before calling it again."
+                        };
                         if inherited {
                             format!(
-                                "`{tool}` did not finish within the {waited} left of the caller's deadline{queue}; the call was abandoned."
+                                "`{tool}` did not finish within the {waited} left of the caller's deadline{queue}; the call was abandoned.{ran}"
                             )
                         } else {
                             format!(
-                                "`{tool}` did not finish within its {waited} limit{queue}; the call was abandoned. Try a smaller request, or another tool."
+                                "`{tool}` did not finish within its {waited} limit{queue}; the call was abandoned.{ran} Try a smaller request, or another tool."
                             )
                         }
                     }

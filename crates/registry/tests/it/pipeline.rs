@@ -502,8 +502,10 @@ async fn a_tools_own_timeout_at_the_deadline_names_the_configured_limit() {
     let first = first.await.unwrap();
     assert_eq!(first.err_kind(), Some(&ErrKind::Timeout), "{first:?}");
     assert!(
-        text(&first).contains("did not finish within its 400 ms limit; the call was abandoned"),
-        "{}",
+        text(&first)
+            .contains("did not finish within its 400 ms limit; the call was abandoned. Try")
+            && !text(&first).contains("may have run"),
+        "a read-only tool changed nothing: {}",
         text(&first)
     );
     assert_eq!(queued.err_kind(), Some(&ErrKind::Timeout), "{queued:?}");
@@ -1677,4 +1679,30 @@ async fn a_structured_result_is_checked_against_the_output_schema() {
     let d = dispatcher(vec![typed_returning(json!("sunny, 21 C"))]);
     let e = d.call("forecast", json!({}), ctx()).await;
     assert!(e.err_kind().is_none(), "{e:?}");
+}
+
+/// A tool that changes things and is abandoned at its limit may have done its work (or still
+/// be doing it): the model is told to check before calling it again, where it was told only
+/// to try a smaller request, and could repeat a payment or a write.
+#[tokio::test]
+async fn an_abandoned_mutating_call_says_it_may_have_run() {
+    let slow = tool(
+        ToolSpec::new("pay", "Pays an invoice."),
+        |_, _ctx: CallContext| async move {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok(Envelope::ok("paid".into()))
+        },
+    );
+    let cfg = DispatchConfig::default()
+        .with_timeout(TimeoutConfig::default().with_default(Duration::from_millis(50)));
+    let d = Dispatcher::builder(catalog_with(vec![slow]))
+        .config(cfg)
+        .build();
+    let out = d.call("pay", json!({}), ctx()).await;
+    assert_eq!(out.err_kind(), Some(&ErrKind::Timeout), "{out:?}");
+    assert!(
+        text(&out).contains("the call was abandoned. It may have run, or still be running: check its effect before calling it again. Try a smaller request, or another tool."),
+        "{}",
+        text(&out)
+    );
 }

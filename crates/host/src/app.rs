@@ -160,6 +160,10 @@ impl App {
         // its tools register first-wins as each server connects.
         let env = |k: &str| std::env::var(k).ok();
         let servers = crate::mcp_json::resolve_servers(config, mcp_files, &env)?;
+        // Between servers, the one configured first keeps a name both list.
+        catalog.set_family_order(crate::family_rank_in(
+            servers.iter().map(|s| s.family()).collect(),
+        ));
         let options = ClientOptions::default();
         let startup_wait = servers
             .iter()

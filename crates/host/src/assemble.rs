@@ -28,6 +28,25 @@ pub fn family_rank(family: &str) -> usize {
         .unwrap_or(FAMILY_ORDER.len())
 }
 
+/// [`family_rank`], with the MCP servers' own families (`mcp:<server>`) ordered among
+/// themselves as `servers` lists them (the configuration's order): when two servers' tools
+/// take one name, the server configured first has it, whichever connects first. Families
+/// of other classes keep their place; a server not listed comes after the listed ones.
+pub fn family_rank_in(servers: Vec<String>) -> impl Fn(&str) -> usize + Send + Sync + 'static {
+    let slots = servers.len() + 2;
+    move |family: &str| {
+        let within = if family.starts_with("mcp:") {
+            servers
+                .iter()
+                .position(|s| s == family)
+                .map_or(slots - 1, |i| i + 1)
+        } else {
+            0
+        };
+        family_rank(family) * slots + within
+    }
+}
+
 /// The tools of each family, as the host gathered them.
 #[derive(Default)]
 #[non_exhaustive]

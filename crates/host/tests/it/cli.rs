@@ -1458,3 +1458,27 @@ fn check_names_system_tools_and_anchors_denied_to_everyone() {
         "{text}"
     );
 }
+
+/// Two servers whose prefixed tool names collide (`a` + `_t` and `a_` + `t` are both
+/// `mcp__a___t`): the server configured first has the name, even when it connects last. The
+/// first to connect had it, so a restart could move the name to the other server.
+#[test]
+fn a_name_two_servers_take_is_the_first_configured_servers() {
+    let server = ONE_TOOL_SERVER;
+    let dir = workdir("collision-order");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[[mcp.servers]]\nname = \"a\"\ncommand = \"python3\"\nargs = [{server:?}]\nenv = {{ NAME = \"_t\", DELAY = \"1\", DESCRIPTION = \"Served by first. Use it in tests.\" }}\n\n[[mcp.servers]]\nname = \"a_\"\ncommand = \"python3\"\nargs = [{server:?}]\nenv = {{ NAME = \"t\", DESCRIPTION = \"Served by second. Use it in tests.\" }}\n"
+        ),
+    )
+    .unwrap();
+    let described = stdout(&quiver_in(
+        &dir,
+        &["call", "describe_tool", r#"{"name": "mcp__a___t"}"#],
+    ));
+    assert!(
+        described.contains("Served by first") && !described.contains("Served by second"),
+        "{described}"
+    );
+}

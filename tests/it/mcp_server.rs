@@ -156,12 +156,7 @@ impl Server {
     /// Sends SIGTERM and waits for the exit.
     async fn terminate(&mut self) -> ExitStatus {
         let pid = self.child.id().expect("running").to_string();
-        let killed = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .await
-            .expect("kill runs");
-        assert!(killed.success());
+        send_signal(&pid, "-TERM").await;
         tokio::time::timeout(Duration::from_secs(15), self.child.wait())
             .await
             .expect("the server exits within 15 s of SIGTERM")
@@ -170,6 +165,38 @@ impl Server {
 }
 
 /// Runs a fixture script with the venv's Python; a failing script fails the test.
+/// Sends `signal` (`-TERM`, `-HUP`, ...) to process `pid`.
+async fn send_signal(pid: &str, signal: &str) {
+    let sent = Command::new("kill")
+        .args([signal, pid])
+        .status()
+        .await
+        .expect("kill runs");
+    assert!(sent.success(), "kill {signal} {pid}");
+}
+
+/// The next line of a child's stdout, within [`START_TIMEOUT`].
+async fn line_of(lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) -> String {
+    tokio::time::timeout(START_TIMEOUT, lines.next_line())
+        .await
+        .expect("a line in time")
+        .expect("readable")
+        .expect("a line")
+}
+
+/// The store in `dir` records a clean stop (the execution log closed).
+fn assert_clean_shutdown(dir: &Path) {
+    let db = rusqlite::Connection::open(dir.join("quiver.db")).expect("the store exists");
+    let clean: String = db
+        .query_row(
+            "SELECT value FROM quiver_meta WHERE key = 'clean_shutdown'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("a clean_shutdown mark");
+    assert!(!clean.is_empty());
+}
+
 async fn run_script(script: &str, args: &[&str]) {
     run_script_with_env(script, args, &[]).await;
 }
@@ -502,12 +529,7 @@ async fn a_hangup_stops_quiver_serve_cleanly() {
     let mut server =
         Server::start_in(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"], &dir).await;
     let pid = server.child.id().expect("running").to_string();
-    let sent = Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .await
-        .expect("kill runs");
-    assert!(sent.success());
+    send_signal(&pid, "-HUP").await;
     let status = tokio::time::timeout(Duration::from_secs(30), server.child.wait())
         .await
         .expect("the server exits")
@@ -516,15 +538,7 @@ async fn a_hangup_stops_quiver_serve_cleanly() {
         status.success(),
         "quiver serve exited with {status} on SIGHUP"
     );
-    let db = rusqlite::Connection::open(dir.join("quiver.db")).expect("the store exists");
-    let clean: String = db
-        .query_row(
-            "SELECT value FROM quiver_meta WHERE key = 'clean_shutdown'",
-            [],
-            |r| r.get(0),
-        )
-        .expect("a clean_shutdown mark");
-    assert!(!clean.is_empty());
+    assert_clean_shutdown(&dir);
 
     // Started under `nohup` (SIGHUP ignored), it is left ignored: the server serves on.
     let dir = fresh_dir();
@@ -538,11 +552,7 @@ async fn a_hangup_stops_quiver_serve_cleanly() {
         .spawn()
         .expect("nohup runs");
     let mut stdout = BufReader::new(child.stdout.take().expect("piped")).lines();
-    let url = tokio::time::timeout(START_TIMEOUT, stdout.next_line())
-        .await
-        .expect("the URL in time")
-        .expect("readable")
-        .expect("the URL");
+    let url = line_of(&mut stdout).await;
     let pid = child.id().expect("running").to_string();
     for signal in ["-HUP", "-TERM"] {
         if signal == "-TERM" {
@@ -554,12 +564,7 @@ async fn a_hangup_stops_quiver_serve_cleanly() {
                 "still running"
             );
         }
-        let sent = Command::new("kill")
-            .args([signal, &pid])
-            .status()
-            .await
-            .expect("kill runs");
-        assert!(sent.success());
+        send_signal(&pid, signal).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
@@ -585,11 +590,7 @@ async fn a_signal_while_stopping_ends_the_stop_at_once() {
         .write_all(send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#).as_bytes())
         .await
         .expect("writes");
-    let init = tokio::time::timeout(START_TIMEOUT, stdout.next_line())
-        .await
-        .expect("initialized in time")
-        .expect("readable")
-        .expect("an answer");
+    let init = line_of(&mut stdout).await;
     assert!(init.contains("protocolVersion"), "{init}");
     // The store is up; now another process takes its write lock and keeps it.
     let lock = rusqlite::Connection::open(dir.join("quiver.db")).expect("the store exists");
@@ -603,25 +604,10 @@ async fn a_signal_while_stopping_ends_the_stop_at_once() {
         .write_all(send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"tool_search","arguments":{"query":"describe a tool"}}}"#).as_bytes())
         .await
         .expect("writes");
-    let answer = tokio::time::timeout(START_TIMEOUT, stdout.next_line())
-        .await
-        .expect("answered in time")
-        .expect("readable")
-        .expect("an answer");
+    let answer = line_of(&mut stdout).await;
     assert!(answer.contains("\"id\":2"), "{answer}");
     let pid = child.id().expect("running").to_string();
-    let kill = |signal: &'static str| {
-        let pid = pid.clone();
-        async move {
-            let sent = Command::new("kill")
-                .args([signal, &pid])
-                .status()
-                .await
-                .expect("kill runs");
-            assert!(sent.success());
-        }
-    };
-    kill("-TERM").await;
+    send_signal(&pid, "-TERM").await;
     // Stopping now waits on the lock for the call's row. Signals every 2 s: one that lands
     // while the server still drains ends the drain; the next one the stop.
     let mut waiting = Box::pin(child.wait_with_output());
@@ -629,7 +615,7 @@ async fn a_signal_while_stopping_ends_the_stop_at_once() {
         loop {
             tokio::select! {
                 out = &mut waiting => return out,
-                () = tokio::time::sleep(Duration::from_secs(2)) => kill("-TERM").await,
+                () = tokio::time::sleep(Duration::from_secs(2)) => send_signal(&pid, "-TERM").await,
             }
         }
     })
@@ -663,11 +649,7 @@ async fn a_second_signal_ends_the_drain_at_once() {
         .spawn()
         .expect("quiver starts");
     let mut stdout = BufReader::new(child.stdout.take().expect("piped")).lines();
-    let url = tokio::time::timeout(START_TIMEOUT, stdout.next_line())
-        .await
-        .expect("the URL in time")
-        .expect("readable")
-        .expect("the URL");
+    let url = line_of(&mut stdout).await;
     let authority = url
         .trim_start_matches("http://")
         .trim_end_matches("/mcp")
@@ -708,12 +690,7 @@ async fn a_second_signal_ends_the_drain_at_once() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let pid = child.id().expect("running").to_string();
     for signal in ["-TERM", "-INT"] {
-        let sent = Command::new("kill")
-            .args([signal, &pid])
-            .status()
-            .await
-            .expect("kill runs");
-        assert!(sent.success());
+        send_signal(&pid, signal).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
@@ -732,15 +709,7 @@ async fn a_second_signal_ends_the_drain_at_once() {
     );
     drop(held);
     // The stop was clean: the execution log recorded it.
-    let db = rusqlite::Connection::open(dir.join("quiver.db")).expect("the store exists");
-    let clean: String = db
-        .query_row(
-            "SELECT value FROM quiver_meta WHERE key = 'clean_shutdown'",
-            [],
-            |r| r.get(0),
-        )
-        .expect("a clean_shutdown mark");
-    assert!(!clean.is_empty());
+    assert_clean_shutdown(&dir);
 }
 
 /// An `mcpServers` file naming server-everything (npm) over stdio as `everything`.

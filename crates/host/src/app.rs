@@ -109,10 +109,7 @@ impl App {
         // A tool a policy denies to every caller is never offered (listed, found, described):
         // the model would spend turns on it. A call still gets the rule's message.
         let denied: Vec<&str> = config
-            .policy
-            .rules
-            .iter()
-            .filter(|r| r.always_denies(None, None))
+            .always_denied(None, None)
             .map(|r| r.tool.as_str())
             .collect();
         let surface = Surface::new(

@@ -440,16 +440,27 @@ fn interpolate(
 const MAX_LOG_LINGER_MS: u32 = 1000;
 
 impl Config {
+    /// The deny rules that refuse every call of their tools by a caller of this tenant and
+    /// principal ([`PolicyRule::always_denies`](quiver_registry::PolicyRule::always_denies));
+    /// `(None, None)`: the rules that refuse everyone.
+    pub fn always_denied<'a>(
+        &'a self,
+        tenant: Option<&'a str>,
+        principal: Option<&'a str>,
+    ) -> impl Iterator<Item = &'a quiver_registry::PolicyRule> + 'a {
+        self.policy
+            .rules
+            .iter()
+            .filter(move |r| r.always_denies(tenant, principal))
+    }
+
     /// The inbound tokens, each with the tools a deny rule always refuses it (for its
     /// principal or tenant): those are never offered to it.
     pub fn inbound_auth(&self) -> quiver_mcp_adapter::InboundAuth {
         let mut auth = self.auth.clone();
         for t in &mut auth.tokens {
             t.denied_tools = self
-                .policy
-                .rules
-                .iter()
-                .filter(|r| r.always_denies(t.tenant.as_deref(), Some(&t.name)))
+                .always_denied(t.tenant.as_deref(), Some(&t.name))
                 .map(|r| r.tool.clone())
                 .collect();
         }

@@ -311,10 +311,7 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
 fn cli_context(config: &Config, session: &str) -> CallContext {
     let mut ctx = CallContext::for_session(session);
     let denied: Vec<String> = config
-        .policy
-        .rules
-        .iter()
-        .filter(|r| r.always_denies(None, None))
+        .always_denied(None, None)
         .map(|r| r.tool.clone())
         .collect();
     ctx.capabilities = std::sync::Arc::new(Capabilities::all().with_denied_tools(denied));
@@ -700,12 +697,7 @@ async fn command(
             // A system tool or an anchor that a deny rule refuses everyone: a system tool
             // stays on every list though every call of it is refused; an anchor is never
             // offered, silently.
-            for r in config
-                .policy
-                .rules
-                .iter()
-                .filter(|r| r.always_denies(None, None))
-            {
+            for r in config.always_denied(None, None) {
                 for (key, name) in config
                     .surface
                     .system

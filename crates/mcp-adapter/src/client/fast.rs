@@ -38,8 +38,8 @@ use reqwest::{
 use rmcp::{
     ErrorData as McpError,
     model::{
-        CreateMessageResult, ElicitResult, ListRootsResult, LoggingMessageNotificationParam,
-        NumberOrString, ProgressNotificationParam, ProgressToken, RequestId,
+        CreateMessageResult, ElicitResult, LoggingMessageNotificationParam, NumberOrString,
+        ProgressNotificationParam, ProgressToken, RequestId,
     },
 };
 use serde::{Deserialize, Serialize};
@@ -49,9 +49,12 @@ use super::{
     Attempt, Upstream, ask_channel, done,
     h1::{self, Pool},
     http::SessionSlot,
-    nobody_to_ask, relay_error, roots_of, to_contract,
+    nobody_to_ask, relay_error, to_contract,
 };
-use crate::client::{roots::Who, sse};
+use crate::client::{
+    roots::{Who, roots_of},
+    sse,
+};
 
 /// The protocols this path speaks (no per-request `Mcp-*` headers).
 const PROTOCOLS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
@@ -508,7 +511,6 @@ async fn ask(
     let validate = match method {
         "sampling/createMessage" => valid::<CreateMessageResult>,
         "elicitation/create" => valid::<ElicitResult>,
-        "roots/list" => valid::<ListRootsResult>,
         other => {
             return Err(McpError::new(
                 rmcp::model::ErrorCode::METHOD_NOT_FOUND,
@@ -896,13 +898,8 @@ impl Upstream {
         if method == "roots/list" {
             // Fails closed, as on rmcp's path (`Handler::list_roots`).
             self.roots.asked();
-            let answer = roots_of(ctx.client.as_ref())
-                .await
-                .ok()
-                .filter(|v| valid::<ListRootsResult>(&method, v.clone()).is_ok());
-            let holder = answer.as_ref().and_then(|v| Who::of(ctx).holding(v));
-            self.roots.given(lane.generation, holder);
-            let result = answer.unwrap_or_else(crate::client::roots::no_roots);
+            let answer = roots_of(ctx.client.as_ref()).await.ok();
+            let result = self.roots.answer(lane.generation, answer, Who::of(ctx));
             lane.send(
                 session,
                 &json!({"jsonrpc": "2.0", "id": id, "result": result}),

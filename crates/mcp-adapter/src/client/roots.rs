@@ -12,6 +12,9 @@
 //! streamable HTTP the answer and the call are separate POSTs that could overtake each
 //! other.
 
+// Roots are deprecated by SEP-2577; 2025-era servers still use them.
+#![allow(deprecated)]
+
 use std::{
     sync::{Arc, Mutex},
     time::Duration,
@@ -65,6 +68,17 @@ pub(crate) fn no_roots() -> serde_json::Value {
     serde_json::json!({"roots": []})
 }
 
+/// The roots of a call's client: none for a client that declared no roots (or a call with no
+/// client), not a refusal (see [`no_roots`]).
+pub(crate) async fn roots_of(
+    channel: Option<&std::sync::Arc<dyn quiver_contract::ClientChannel>>,
+) -> Result<serde_json::Value, quiver_contract::ChannelError> {
+    match channel {
+        Some(c) if c.features().roots => c.list_roots().await,
+        _ => Ok(no_roots()),
+    }
+}
+
 #[derive(Default)]
 struct Held {
     /// The connection generation and what it was last answered: the roots of this client
@@ -105,6 +119,23 @@ impl Roots {
         held.given += 1;
         drop(held);
         self.given.notify_waiters();
+    }
+
+    /// What the connection of `generation` is answered for its `roots/list`, from what the
+    /// client `who` of the call gave (`None`: nothing, or an error): that when it reads as a
+    /// roots list, else none. Recorded as [`Roots::given`]. Rmcp's path and the lean one
+    /// both answer through this.
+    pub(crate) fn answer(
+        &self,
+        generation: u64,
+        answer: Option<serde_json::Value>,
+        who: Who,
+    ) -> serde_json::Value {
+        let answer = answer
+            .filter(|v| serde_json::from_value::<rmcp::model::ListRootsResult>(v.clone()).is_ok());
+        let holder = answer.as_ref().and_then(|v| who.holding(v));
+        self.given(generation, holder);
+        answer.unwrap_or_else(no_roots)
     }
 
     /// `who` said its roots changed: a server holding its roots holds stale ones, to be

@@ -41,7 +41,7 @@ use super::{
     config::{Endpoint, Liveness, ResolvedServer},
     delivery::{Tracked, Written},
     h1, http,
-    roots::{REFETCH_WAIT, Refetch, Roots, Who},
+    roots::{REFETCH_WAIT, Refetch, Roots, Who, roots_of},
     route::{Calls, Origin, Route},
     to_contract::{self, UpstreamTool},
     tool::McpTool,
@@ -2103,18 +2103,6 @@ fn nobody_to_ask(method: &str, tool: &str) -> McpError {
     )
 }
 
-/// The roots of a call's client: none for a client that declared no roots (or a call with no
-/// client). An empty list rather than a refusal, because a server keeps what it fetched:
-/// a refusal would leave it holding the roots of the client before.
-pub(super) async fn roots_of(
-    channel: Option<&Arc<dyn ClientChannel>>,
-) -> Result<Value, ChannelError> {
-    match channel {
-        Some(c) if c.features().roots => c.list_roots().await,
-        _ => Ok(serde_json::json!({"roots": []})),
-    }
-}
-
 /// Asks a call's client to answer the server request `method` (MCP wire JSON in and out);
 /// an accepted elicitation gets the requested schema's defaults (SEP-1034). Shared by rmcp's
 /// handler and the lean path.
@@ -2131,7 +2119,6 @@ async fn ask_channel(
             super::elicit::apply_defaults(&asked, &mut answer);
             Ok(answer)
         }
-        "roots/list" => roots_of(Some(channel)).await,
         other => Err(ChannelError::Unsupported(format!("{other} is not relayed"))),
     }
 }
@@ -2285,34 +2272,22 @@ impl ClientHandler for Handler {
             return Err(McpError::internal_error("Quiver is shutting down", None));
         };
         up.roots.asked();
-        let got = match up.calls.route(&Origin::of(&context.extensions)).await {
+        let (answer, who) = match up.calls.route(&Origin::of(&context.extensions)).await {
             Route::To(entry) => {
                 let answer = tokio::select! {
                     r = roots_of(entry.channel.as_ref()) => r.ok(),
                     _ = entry.done.cancelled() => None,
                     _ = context.ct.cancelled() => None,
                 };
-                answer
-                    .and_then(|v| {
-                        serde_json::from_value::<ListRootsResult>(v.clone())
-                            .ok()
-                            .map(|r| (v, r))
-                    })
-                    .map(|(v, r)| (r, entry.who.clone().holding(&v)))
+                (answer, entry.who.clone())
             }
             refused => {
                 tracing::info!(server = %up.cfg.name, route = ?refused, "roots/list answered with none: {}", refused.refusal("roots/list"));
-                None
+                (None, Who::Unnamed)
             }
         };
-        let (answer, holder) = got.unwrap_or_else(|| {
-            (
-                serde_json::from_value(super::roots::no_roots()).unwrap_or_default(),
-                None,
-            )
-        });
-        up.roots.given(self.generation, holder);
-        Ok(answer)
+        let answer = up.roots.answer(self.generation, answer, who);
+        Ok(serde_json::from_value(answer).unwrap_or_default())
     }
 
     async fn on_progress(

@@ -148,19 +148,16 @@ use content::PNG;
 const WAV: &str = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQAAAAA=";
 
 fn image() -> Part {
-    Part::Image {
-        mime_type: "image/png".into(),
-        data: PNG.into(),
-    }
+    Part::image("image/png", PNG)
 }
 
 fn resource() -> Part {
-    Part::Resource {
-        uri: "test://embedded-resource".into(),
-        mime_type: Some("text/plain".into()),
-        text: Some("This is an embedded resource content.".into()),
-        blob: None,
-    }
+    Part::resource(
+        "test://embedded-resource",
+        Some("text/plain".into()),
+        "This is an embedded resource content.",
+        false,
+    )
 }
 
 /// A read-only fixture tool whose answer is fixed, after `delay_ms`.
@@ -211,12 +208,7 @@ fn conformance_tools() -> Vec<Arc<dyn Tool>> {
             "test_audio_content",
             "Conformance: returns audio.",
             0,
-            || {
-                Ok(Envelope::ok(json!("a sound")).with_part(Part::Audio {
-                    mime_type: "audio/wav".into(),
-                    data: WAV.into(),
-                }))
-            },
+            || Ok(Envelope::ok(json!("a sound")).with_part(Part::audio("audio/wav", WAV))),
         ),
         fixed(
             "test_embedded_resource",

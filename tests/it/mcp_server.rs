@@ -797,13 +797,20 @@ async fn server_requests_reach_the_calling_client_through_quiver() {
 #[tokio::test]
 async fn each_client_sees_its_own_roots_through_a_shared_upstream() {
     relay_through_quiver("--roots-per-client").await;
+    let (_upstream, server) = quiver_before_everything_over_http().await;
+    run_script("relay.py", &[&server.url, "--roots-per-client"]).await;
+}
+
+/// server-everything (npm) listening on streamable HTTP, and `quiver serve` with it as
+/// `everything` (the lean call path); both are stopped when dropped.
+async fn quiver_before_everything_over_http() -> (tokio::process::Child, Server) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .expect("a free port")
         .local_addr()
         .expect("its address")
         .port();
     let everything = peers().join("npm/node_modules/.bin/mcp-server-everything");
-    let _upstream = Command::new(&everything)
+    let upstream = Command::new(&everything)
         .arg("streamableHttp")
         .env("PORT", port.to_string())
         .stdout(Stdio::null())
@@ -840,7 +847,32 @@ async fn each_client_sees_its_own_roots_through_a_shared_upstream() {
         ],
     )
     .await;
-    run_script("relay.py", &[&server.url, "--roots-per-client"]).await;
+    (upstream, server)
+}
+
+/// A tool result reaches the client as server-everything sent it, over a stdio upstream
+/// and a streamable-HTTP one: text after an image or an embedded resource stays after it,
+/// and content annotations and a resource link's description are kept (the official Python
+/// client compares each result with the same call made directly).
+#[tokio::test]
+async fn results_keep_their_blocks_order_and_annotations_through_quiver() {
+    let everything = peers().join("npm/node_modules/.bin/mcp-server-everything");
+    let everything = everything.to_str().expect("utf-8 path");
+    let config = everything_mcp_json();
+    let server = Server::start(
+        quiver_binary(),
+        &[
+            "--mcp-config",
+            config.to_str().expect("utf-8 path"),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    )
+    .await;
+    run_script("fidelity.py", &[&server.url, everything]).await;
+    let (_upstream, server) = quiver_before_everything_over_http().await;
+    run_script("fidelity.py", &[&server.url, everything]).await;
 }
 
 /// A client that declared no sampling gets a clear refusal through the upstream tool's error.

@@ -219,17 +219,34 @@ pub struct Effects {
     pub cost_usd: f64,
 }
 
-/// A non-text part of a result.
+/// A part of a result besides its leading text, in the order the tool gave them: images,
+/// audio, embedded resources, resource links, and text that came after one of those or
+/// carries annotations of its own.
+///
+/// `annotations` is the MCP content annotations object (`audience`, `priority`,
+/// `lastModified`) as the tool gave it; Quiver keeps it and does not act on it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Part {
+    /// Text in its own block: after a non-text part, or with annotations. It counts against
+    /// the result's character limit, not the part budget.
+    Text {
+        /// The text.
+        text: String,
+        /// The block's annotations.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        annotations: Option<Value>,
+    },
     /// An image, base64.
     Image {
         /// MIME type.
         mime_type: String,
         /// Base64 data.
         data: String,
+        /// The block's annotations.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        annotations: Option<Value>,
     },
     /// Audio, base64.
     Audio {
@@ -237,6 +254,9 @@ pub enum Part {
         mime_type: String,
         /// Base64 data.
         data: String,
+        /// The block's annotations.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        annotations: Option<Value>,
     },
     /// An embedded resource (text or base64 blob).
     Resource {
@@ -251,6 +271,9 @@ pub enum Part {
         /// Base64 content.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         blob: Option<String>,
+        /// The block's annotations.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        annotations: Option<Value>,
     },
     /// A link to a resource the client can read.
     ResourceLink {
@@ -261,13 +284,96 @@ pub enum Part {
         /// MIME type, if known.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         mime_type: Option<String>,
+        /// Its display title, if given.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        title: Option<String>,
+        /// What it is, if said.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+        /// Its size in bytes, if known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        size: Option<u64>,
+        /// The block's annotations.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        annotations: Option<Value>,
     },
 }
 
 impl Part {
-    /// The bytes this part costs against the part budget.
-    pub fn byte_len(&self) -> usize {
+    /// An image part without annotations.
+    pub fn image(mime_type: impl Into<String>, data: impl Into<String>) -> Part {
+        Part::Image {
+            mime_type: mime_type.into(),
+            data: data.into(),
+            annotations: None,
+        }
+    }
+
+    /// An audio part without annotations.
+    pub fn audio(mime_type: impl Into<String>, data: impl Into<String>) -> Part {
+        Part::Audio {
+            mime_type: mime_type.into(),
+            data: data.into(),
+            annotations: None,
+        }
+    }
+
+    /// An embedded resource with text (`blob: false`) or base64 content, without
+    /// annotations.
+    pub fn resource(
+        uri: impl Into<String>,
+        mime_type: Option<String>,
+        content: impl Into<String>,
+        blob: bool,
+    ) -> Part {
+        let content = Some(content.into());
+        let (text, blob) = if blob {
+            (None, content)
+        } else {
+            (content, None)
+        };
+        Part::Resource {
+            uri: uri.into(),
+            mime_type,
+            text,
+            blob,
+            annotations: None,
+        }
+    }
+
+    /// A resource link with only a URI, a name and perhaps a MIME type.
+    pub fn link(
+        uri: impl Into<String>,
+        name: impl Into<String>,
+        mime_type: Option<String>,
+    ) -> Part {
+        Part::ResourceLink {
+            uri: uri.into(),
+            name: name.into(),
+            mime_type,
+            title: None,
+            description: None,
+            size: None,
+            annotations: None,
+        }
+    }
+
+    /// The block's annotations, if any.
+    pub fn annotations(&self) -> Option<&Value> {
         match self {
+            Part::Text { annotations, .. }
+            | Part::Image { annotations, .. }
+            | Part::Audio { annotations, .. }
+            | Part::Resource { annotations, .. }
+            | Part::ResourceLink { annotations, .. } => annotations.as_ref(),
+        }
+    }
+
+    /// The bytes this part costs against the part budget (0 for text, which the character
+    /// limit bounds).
+    pub fn byte_len(&self) -> usize {
+        let own = match self {
+            Part::Text { .. } => return 0,
             Part::Image { data, .. } | Part::Audio { data, .. } => data.len(),
             Part::Resource {
                 text, blob, uri, ..
@@ -276,17 +382,36 @@ impl Part {
                     + text.as_ref().map_or(0, String::len)
                     + blob.as_ref().map_or(0, String::len)
             }
-            Part::ResourceLink { uri, name, .. } => uri.len() + name.len(),
-        }
+            Part::ResourceLink {
+                uri,
+                name,
+                title,
+                description,
+                ..
+            } => {
+                uri.len()
+                    + name.len()
+                    + title.as_ref().map_or(0, String::len)
+                    + description.as_ref().map_or(0, String::len)
+            }
+        };
+        own + self
+            .annotations()
+            .map_or(0, |a| serde_json::to_string(a).map_or(0, |s| s.len()))
     }
 
-    /// A one-line description for renders.
+    /// A one-line description for renders (a text part's text itself).
     pub fn describe(&self) -> String {
         match self {
-            Part::Image { mime_type, data } => {
+            Part::Text { text, .. } => text.clone(),
+            Part::Image {
+                mime_type, data, ..
+            } => {
                 format!("[image {mime_type}, {} bytes base64]", data.len())
             }
-            Part::Audio { mime_type, data } => {
+            Part::Audio {
+                mime_type, data, ..
+            } => {
                 format!("[audio {mime_type}, {} bytes base64]", data.len())
             }
             Part::Resource {
@@ -294,6 +419,7 @@ impl Part {
                 mime_type,
                 text,
                 blob,
+                ..
             } => {
                 let size =
                     text.as_ref().map_or(0, String::len) + blob.as_ref().map_or(0, String::len);
@@ -306,9 +432,20 @@ impl Part {
                         .unwrap_or_default()
                 )
             }
-            Part::ResourceLink { uri, name, .. } => {
-                format!("[resource link {}: {}]", described(name), described(uri))
-            }
+            Part::ResourceLink {
+                uri,
+                name,
+                description,
+                ..
+            } => match description {
+                Some(d) => format!(
+                    "[resource link {}: {} ({})]",
+                    described(name),
+                    described(uri),
+                    described(d)
+                ),
+                None => format!("[resource link {}: {}]", described(name), described(uri)),
+            },
         }
     }
 }

@@ -18,6 +18,9 @@ pub struct RenderOptions {
     pub preview_lines: usize,
     /// Characters shown of one table cell.
     pub max_cell_chars: usize,
+    /// Whether text parts are written into the render (true), or left out because the edge
+    /// sends each part as its own block (MCP).
+    pub inline_text_parts: bool,
 }
 
 impl Default for RenderOptions {
@@ -26,6 +29,7 @@ impl Default for RenderOptions {
             preview_rows: 20,
             preview_lines: 200,
             max_cell_chars: 80,
+            inline_text_parts: true,
         }
     }
 }
@@ -49,7 +53,9 @@ pub fn render(envelope: &Envelope, opts: &RenderOptions) -> String {
                 let _ = write!(out, "\n⚠ {}: {}", w.kind, w.message);
             }
             for p in parts {
-                let _ = write!(out, "\n{}", p.describe());
+                if opts.inline_text_parts || !matches!(p, crate::Part::Text { .. }) {
+                    let _ = write!(out, "\n{}", p.describe());
+                }
             }
         }
         Envelope::Hint {

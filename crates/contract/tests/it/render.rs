@@ -72,15 +72,8 @@ fn warnings_render_inline() {
 #[test]
 fn parts_are_described_not_inlined() {
     let e = Envelope::text("Here is the chart.")
-        .with_part(Part::Image {
-            mime_type: "image/png".into(),
-            data: "iVBORw0KGgo=".into(),
-        })
-        .with_part(Part::ResourceLink {
-            uri: "file:///tmp/r.csv".into(),
-            name: "r.csv".into(),
-            mime_type: None,
-        });
+        .with_part(Part::image("image/png", "iVBORw0KGgo="))
+        .with_part(Part::link("file:///tmp/r.csv", "r.csv", None));
     check("ok_parts", &e);
 }
 
@@ -88,11 +81,11 @@ fn parts_are_described_not_inlined() {
 /// link name went whole into the text, past the result limit.
 #[test]
 fn a_long_link_name_is_cut_in_the_description() {
-    let e = Envelope::text("Here.").with_part(Part::ResourceLink {
-        uri: format!("file:///{}", "u".repeat(500_000)),
-        name: "n".repeat(500_000),
-        mime_type: None,
-    });
+    let e = Envelope::text("Here.").with_part(Part::link(
+        format!("file:///{}", "u".repeat(500_000)),
+        "n".repeat(500_000),
+        None,
+    ));
     let text = render(&e, &RenderOptions::default());
     assert!(text.len() < 2_000, "{} characters", text.len());
     assert!(

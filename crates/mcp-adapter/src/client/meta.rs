@@ -273,12 +273,12 @@ impl Tool for MetaTool {
             let s = |k: &str| c.get(k).and_then(Value::as_str).map(str::to_owned);
             match (s("text"), s("blob")) {
                 (Some(t), _) => texts.push(t),
-                (None, Some(b)) => parts.push(Part::Resource {
-                    uri: s("uri").unwrap_or_default(),
-                    mime_type: s("mimeType"),
-                    text: None,
-                    blob: Some(b),
-                }),
+                (None, Some(b)) => parts.push(Part::resource(
+                    s("uri").unwrap_or_default(),
+                    s("mimeType"),
+                    b,
+                    true,
+                )),
                 _ => {}
             }
         }

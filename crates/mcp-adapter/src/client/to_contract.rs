@@ -6,7 +6,7 @@ use quiver_contract::{
     Annotations, Envelope, ErrKind, Part, ToolSpec, coerce_legacy, mcp_tool_name,
 };
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 /// The most characters of an upstream tool's `title` kept.
 const MAX_TITLE: usize = 128;
@@ -98,10 +98,6 @@ pub(crate) fn tool_spec(server: &str, prefix: &str, tool: &Value) -> Result<Upst
     })
 }
 
-/// Maps a `tools/call` result (wire JSON) to an envelope. Text blocks join into the Ok's
-/// text, or `structuredContent` is the data when present; images, audio, embedded resources
-/// and resource links become [`Part`]s. `isError: true` becomes an Err, or a Hint when the
-/// text begins `schema hint:` / `fetch hint:` (see [`coerce_legacy`]). Cost is always 0.
 /// A `tools/call` result as a server sent it, read leniently: one that does not follow the
 /// MCP schema (a content block of an unknown type, an image without its `mimeType`) is still
 /// read for what it holds when its `content` is a list, with a warning saying what was
@@ -133,12 +129,21 @@ pub(crate) fn raw_call_result(server: &str, result: &Value) -> Envelope {
     ))
 }
 
+/// Maps a `tools/call` result (wire JSON) to an envelope. The leading text blocks without
+/// annotations join into the Ok's text, or `structuredContent` is the data when present;
+/// every later block (images, audio, embedded resources, resource links, and text after one
+/// of them or with annotations) becomes a [`Part`] in its place, annotations kept.
+/// `isError: true` becomes an Err, or a Hint when the text begins `schema hint:` /
+/// `fetch hint:` (see [`coerce_legacy`]). Cost is always 0.
 pub(crate) fn call_result(result: &Value) -> Envelope {
     let is_error = result
         .get("isError")
         .and_then(Value::as_bool)
         .unwrap_or(false);
+    // The leading run of text blocks without annotations is the result's text; every block
+    // after it keeps its place (and its annotations) as a part.
     let mut texts: Vec<&str> = Vec::new();
+    let mut leading = true;
     let mut parts: Vec<Part> = Vec::new();
     let mut dropped: Vec<&str> = Vec::new();
     let blocks = result
@@ -149,27 +154,54 @@ pub(crate) fn call_result(result: &Value) -> Envelope {
     for block in blocks {
         let s = |k: &str| block.get(k).and_then(Value::as_str);
         let owned = |k: &str| s(k).map(str::to_owned);
+        let annotations = annotations(block.get("annotations"));
         match s("type") {
-            Some("text") => texts.push(s("text").unwrap_or_default()),
+            Some("text") if leading && annotations.is_none() => {
+                texts.push(s("text").unwrap_or_default());
+            }
+            Some("text") => {
+                leading = false;
+                parts.push(Part::Text {
+                    text: owned("text").unwrap_or_default(),
+                    annotations,
+                });
+            }
             // Media whose data is not base64 would make the provider refuse the model's
             // next request: dropped, with a warning.
             Some(kind @ ("image" | "audio")) if !s("data").is_some_and(is_base64) => {
+                leading = false;
                 dropped.push(kind);
             }
-            Some("image") => parts.push(Part::Image {
-                mime_type: owned("mimeType").unwrap_or_default(),
-                data: owned("data").unwrap_or_default(),
-            }),
-            Some("audio") => parts.push(Part::Audio {
-                mime_type: owned("mimeType").unwrap_or_default(),
-                data: owned("data").unwrap_or_default(),
-            }),
-            Some("resource_link") => parts.push(Part::ResourceLink {
-                uri: owned("uri").unwrap_or_default(),
-                name: owned("name").unwrap_or_default(),
-                mime_type: owned("mimeType"),
-            }),
+            Some("image") => {
+                leading = false;
+                parts.push(Part::Image {
+                    mime_type: owned("mimeType").unwrap_or_default(),
+                    data: owned("data").unwrap_or_default(),
+                    annotations,
+                });
+            }
+            Some("audio") => {
+                leading = false;
+                parts.push(Part::Audio {
+                    mime_type: owned("mimeType").unwrap_or_default(),
+                    data: owned("data").unwrap_or_default(),
+                    annotations,
+                });
+            }
+            Some("resource_link") => {
+                leading = false;
+                parts.push(Part::ResourceLink {
+                    uri: owned("uri").unwrap_or_default(),
+                    name: owned("name").unwrap_or_default(),
+                    mime_type: owned("mimeType"),
+                    title: owned("title"),
+                    description: owned("description"),
+                    size: block.get("size").and_then(Value::as_u64),
+                    annotations,
+                });
+            }
             Some("resource") => {
+                leading = false;
                 let r = block.get("resource").cloned().unwrap_or_default();
                 let rs = |k: &str| r.get(k).and_then(Value::as_str).map(str::to_owned);
                 parts.push(Part::Resource {
@@ -177,18 +209,32 @@ pub(crate) fn call_result(result: &Value) -> Envelope {
                     mime_type: rs("mimeType"),
                     text: rs("text"),
                     blob: rs("blob"),
+                    annotations,
                 });
             }
             _ => {}
         }
     }
-    let text = texts.join("\n");
     if is_error {
-        return coerce_legacy(&text, true);
+        // An error's text is all of its text, in order.
+        let all: Vec<&str> = texts
+            .iter()
+            .copied()
+            .chain(parts.iter().filter_map(|p| match p {
+                Part::Text { text, .. } => Some(text.as_str()),
+                _ => None,
+            }))
+            .collect();
+        return coerce_legacy(&all.join("\n"), true);
     }
     let mut env = match result.get("structuredContent") {
-        Some(sc) if !sc.is_null() => Envelope::ok(sc.clone()),
-        _ => Envelope::text(text),
+        Some(sc) if !sc.is_null() => {
+            // The text blocks of a structured result are its serialized copy (MCP asks
+            // for one): the data stands for them.
+            parts.retain(|p| !matches!(p, Part::Text { .. }));
+            Envelope::ok(sc.clone())
+        }
+        _ => Envelope::text(texts.join("\n")),
     };
     for p in parts {
         env = env.with_part(p);
@@ -204,6 +250,24 @@ pub(crate) fn call_result(result: &Value) -> Envelope {
         ));
     }
     env
+}
+
+/// A content block's `annotations` as MCP defines them (`audience`, `priority`,
+/// `lastModified`), as the server wrote them (a priority of 0.7 stays 0.7); anything MCP
+/// does not define (not an object, an unknown role, a priority that is not a number) is
+/// left out rather than passed on to clients that would refuse it.
+fn annotations(raw: Option<&Value>) -> Option<Value> {
+    let raw = raw?;
+    serde_json::from_value::<rmcp::model::Annotations>(raw.clone()).ok()?;
+    let kept: Map<String, Value> = raw
+        .as_object()?
+        .iter()
+        .filter(|(k, v)| {
+            matches!(k.as_str(), "audience" | "priority" | "lastModified") && !v.is_null()
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    (!kept.is_empty()).then_some(Value::Object(kept))
 }
 
 /// Whether `data` is standard base64 (padding optional, line breaks allowed), as MCP's
@@ -358,5 +422,54 @@ mod tests {
         );
         assert_eq!(hint.hint_kind(), Some(HintKind::Schema));
         assert_eq!(ok.cost_usd(), 0.0);
+    }
+
+    #[test]
+    fn blocks_keep_their_order_and_annotations_through_quiver() {
+        let upstream = json!({"content": [
+            {"type": "text", "text": "before"},
+            {"type": "text", "text": "still leading"},
+            {"type": "image", "data": "AAAA", "mimeType": "image/png",
+             "annotations": {"audience": ["user"], "priority": 0.7}},
+            {"type": "text", "text": "after the image", "annotations": {"priority": 1.0}},
+            {"type": "resource_link", "uri": "demo://text/2", "name": "two", "title": "Two",
+             "description": "The second one", "size": 12, "mimeType": "text/plain"},
+            {"type": "resource", "resource": {"uri": "demo://t", "text": "hi"},
+             "annotations": {"lastModified": "2026-12-02T00:00:00Z"}},
+            {"type": "text", "text": "the end"},
+            {"type": "text", "text": "odd", "annotations": {"audience": ["robot"]}}
+        ]});
+        let env = call_result(&upstream);
+        assert_eq!(env.data(), Some(&json!("before\nstill leading")));
+        // As the wire has it (a priority of 0.7 must stay 0.7 there).
+        let wire = serde_json::to_string(&crate::server::from_contract::call_result(
+            &env,
+            &quiver_contract::RenderOptions::default(),
+            || false,
+        ))
+        .unwrap();
+        let out: Value = serde_json::from_str(&wire).unwrap();
+        let blocks = out["content"].as_array().unwrap();
+        // Quiver's own first block (the leading text, the parts described), then every
+        // later block as upstream sent it, in its place.
+        let first = blocks[0]["text"].as_str().unwrap();
+        assert!(first.starts_with("✓ ok.\nbefore\nstill leading"), "{first}");
+        assert!(!first.contains("after the image"), "{first}");
+        assert!(first.contains("(The second one)"), "{first}");
+        let mut expected = upstream["content"].as_array().unwrap()[2..].to_vec();
+        // Annotations MCP does not define are left out.
+        expected[5] = json!({"type": "text", "text": "odd"});
+        assert_eq!(&blocks[1..], &expected[..], "{out:#}");
+        // The CLI's and an embedder's render has every text, in order.
+        let all = quiver_contract::render(&env, &quiver_contract::RenderOptions::default());
+        let at = |s: &str| all.find(s).unwrap_or_else(|| panic!("{s} in {all}"));
+        assert!(at("still leading") < at("[image") && at("[image") < at("after the image"));
+        assert!(at("after the image") < at("the end"), "{all}");
+        // An error's text is all of its text.
+        let err = call_result(&json!({"isError": true, "content": [
+            {"type": "text", "text": "first"},
+            {"type": "text", "text": "second", "annotations": {"priority": 1}}
+        ]}));
+        assert_eq!(err, Envelope::err(ErrKind::Legacy, "first\nsecond"));
     }
 }

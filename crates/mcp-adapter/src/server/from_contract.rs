@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use quiver_contract::{Envelope, Part, RenderOptions, ToolSpec, render};
 use rmcp::model::{
-    CallToolResult, ContentBlock as Content, Resource, ResourceContents, Tool, ToolAnnotations,
+    Annotations, AudioContent, CallToolResult, ContentBlock as Content, EmbeddedResource,
+    ImageContent, Resource, ResourceContents, TextContent, Tool, ToolAnnotations,
 };
 use serde_json::{Map, Value};
 
@@ -57,25 +58,44 @@ pub(crate) fn call_result(
     opts: &RenderOptions,
     typed: impl FnOnce() -> bool,
 ) -> CallToolResult {
-    let mut content = vec![Content::text(render(envelope, opts))];
+    // Text parts go out as their own blocks, in their places, so the render leaves them
+    // out.
+    let mut opts = *opts;
+    opts.inline_text_parts = false;
+    let mut content = vec![Content::text(render(envelope, &opts))];
     let mut structured = None;
     if let Envelope::Ok { data, parts, .. } = envelope {
         if matches!(data, Value::Object(_) | Value::Array(_)) {
             structured = Some(data.clone());
         }
         for part in parts {
+            let note = annotations(part.annotations());
             match part {
-                Part::Image { mime_type, data } => {
-                    content.push(Content::image(data.clone(), mime_type.clone()))
+                Part::Text { text, .. } => {
+                    let mut block = TextContent::new(text.clone());
+                    block.annotations = note;
+                    content.push(Content::Text(block));
                 }
-                Part::Audio { mime_type, data } => {
-                    content.push(Content::audio(data.clone(), mime_type.clone()))
+                Part::Image {
+                    mime_type, data, ..
+                } => {
+                    let mut block = ImageContent::new(data.clone(), mime_type.clone());
+                    block.annotations = note;
+                    content.push(Content::Image(block));
+                }
+                Part::Audio {
+                    mime_type, data, ..
+                } => {
+                    let mut block = AudioContent::new(data.clone(), mime_type.clone());
+                    block.annotations = note;
+                    content.push(Content::Audio(block));
                 }
                 Part::Resource {
                     uri,
                     mime_type,
                     text,
                     blob,
+                    ..
                 } => {
                     let resource = match (text, blob) {
                         (Some(text), _) => ResourceContents::TextResourceContents {
@@ -93,15 +113,25 @@ pub(crate) fn call_result(
                         // Neither: the rendered text already names it.
                         (None, None) => continue,
                     };
-                    content.push(Content::resource(resource));
+                    let mut block = EmbeddedResource::new(resource);
+                    block.annotations = note;
+                    content.push(Content::Resource(block));
                 }
                 Part::ResourceLink {
                     uri,
                     name,
                     mime_type,
+                    title,
+                    description,
+                    size,
+                    ..
                 } => {
                     let mut link = Resource::new(uri.clone(), name.clone());
                     link.mime_type = mime_type.clone();
+                    link.title = title.clone();
+                    link.description = description.clone();
+                    link.size = *size;
+                    link.annotations = note;
                     content.push(Content::resource_link(link));
                 }
                 // `Part` grows with the protocol: a kind this edge does not know yet is
@@ -127,6 +157,12 @@ pub(crate) fn call_result(
     };
     result.structured_content = if untyped { None } else { structured };
     result
+}
+
+/// A part's annotations as rmcp's type (they were checked against it when they came in; a
+/// part built elsewhere with annotations MCP does not define goes out without them).
+fn annotations(raw: Option<&Value>) -> Option<Annotations> {
+    serde_json::from_value(raw?.clone()).ok()
 }
 
 #[cfg(test)]
@@ -186,23 +222,23 @@ mod tests {
     #[test]
     fn resources_and_links_keep_their_content() {
         let e = Envelope::ok(json!("three parts"))
-            .with_part(Part::Resource {
-                uri: "demo://blob/1".into(),
-                mime_type: Some("application/octet-stream".into()),
-                text: None,
-                blob: Some("AAEC".into()),
-            })
-            .with_part(Part::Resource {
-                uri: "demo://text/1".into(),
-                mime_type: Some("text/markdown".into()),
-                text: Some("# hi".into()),
-                blob: None,
-            })
-            .with_part(Part::ResourceLink {
-                uri: "demo://text/2".into(),
-                name: "second".into(),
-                mime_type: Some("text/plain".into()),
-            });
+            .with_part(Part::resource(
+                "demo://blob/1",
+                Some("application/octet-stream".into()),
+                "AAEC",
+                true,
+            ))
+            .with_part(Part::resource(
+                "demo://text/1",
+                Some("text/markdown".into()),
+                "# hi",
+                false,
+            ))
+            .with_part(Part::link(
+                "demo://text/2",
+                "second",
+                Some("text/plain".into()),
+            ));
         let v = serde_json::to_value(call_result(&e, &RenderOptions::default(), || false)).unwrap();
         let c = &v["content"];
         assert_eq!(c[1]["type"], "resource");

@@ -7,7 +7,7 @@ mod channel;
 pub(crate) use channel::from_mcp_level;
 mod content;
 mod direct;
-mod from_contract;
+pub(crate) mod from_contract;
 mod handler;
 mod health;
 mod http;

@@ -9,7 +9,7 @@ use std::{
     task::{Context, Poll},
 };
 
-use quiver_contract::{Envelope, Warning};
+use quiver_contract::{Envelope, Part, Warning};
 use serde_json::Value;
 use tower::{Layer, Service};
 
@@ -169,9 +169,20 @@ pub fn limit(envelope: &mut Envelope, config: &ResultLimitConfig) {
             parts,
             ..
         } => {
-            let cut = match data {
-                Value::String(text) => truncate_chars(text, config.max_chars),
-                Value::Null | Value::Bool(_) | Value::Number(_) => None,
+            let text_parts = parts.iter().any(|p| matches!(p, Part::Text { .. }));
+            // Characters of the data as the model reads it (counted only when text parts
+            // share the limit), and its length before any cut.
+            let (shown, mut cut) = match data {
+                Value::String(text) => {
+                    let total = truncate_chars(text, config.max_chars);
+                    let shown = match total {
+                        Some(_) => config.max_chars,
+                        None if text_parts => text.chars().count(),
+                        None => 0,
+                    };
+                    (shown, total)
+                }
+                Value::Null | Value::Bool(_) | Value::Number(_) => (0, None),
                 // Measured as the model reads it: the text rendering shows structured data
                 // as pretty-printed JSON, whose indentation can be many times the compact
                 // form of deeply nested data.
@@ -181,17 +192,46 @@ pub fn limit(envelope: &mut Envelope, config: &ResultLimitConfig) {
                         limit: config.max_chars,
                     };
                     if serde_json::to_writer_pretty(&mut counter, other).is_ok() {
-                        None
+                        (counter.n, None)
                     } else {
                         let mut text = serde_json::to_string_pretty(other).unwrap_or_default();
                         let total = truncate_chars(&mut text, config.max_chars);
                         if total.is_some() {
                             *other = Value::String(text);
                         }
-                        total
+                        (config.max_chars, total)
                     }
                 }
             };
+            // Text parts share the character limit with the data, in order: the first one
+            // past it is cut there, the rest are dropped, and the warning counts them all.
+            let mut left = config.max_chars.saturating_sub(shown);
+            let mut total = cut.unwrap_or(shown);
+            let mut over = cut.is_some();
+            parts.retain_mut(|p| {
+                let Part::Text { text, .. } = p else {
+                    return true;
+                };
+                let n = text.chars().count();
+                total += n;
+                if over {
+                    return false;
+                }
+                if n <= left {
+                    left -= n;
+                    return true;
+                }
+                over = true;
+                // Too little room for any of it next to the marker: the part goes.
+                if left <= TRUNCATION_MARKER.chars().count() {
+                    return false;
+                }
+                truncate_chars(text, left);
+                true
+            });
+            if over {
+                cut = Some(total);
+            }
             if let Some(total) = cut {
                 warnings.push(Warning::new(
                     "truncated",
@@ -250,5 +290,66 @@ mod tests {
         assert_eq!(truncate_chars(&mut tiny, 5), Some(30));
         assert_eq!(tiny, "abcde");
         assert_eq!(kept_chars(5), 5);
+    }
+
+    #[test]
+    fn text_parts_share_the_character_limit_in_order() {
+        let text = |t: &str| Part::Text {
+            text: t.to_owned(),
+            annotations: None,
+        };
+        let marker = TRUNCATION_MARKER.chars().count();
+        let config = ResultLimitConfig::default()
+            .with_max_chars(100 + marker)
+            .with_max_part_bytes(1000);
+        // Within the limit: nothing changes.
+        let mut fits = Envelope::text("a".repeat(50))
+            .with_part(Part::image("image/png", "AAAA"))
+            .with_part(text(&"b".repeat(50)));
+        let before = fits.clone();
+        limit(&mut fits, &config);
+        assert_eq!(fits, before);
+        // Past it: the part that crosses it is cut with the marker, the next one dropped,
+        // the image kept, and the warning counts every character.
+        let mut over = Envelope::text("a".repeat(50))
+            .with_part(text(&"b".repeat(80)))
+            .with_part(Part::image("image/png", "AAAA"))
+            .with_part(text(&"c".repeat(10)));
+        limit(&mut over, &config);
+        let Envelope::Ok {
+            parts, warnings, ..
+        } = &over
+        else {
+            panic!("{over:?}")
+        };
+        assert_eq!(parts.len(), 2, "{parts:?}");
+        assert_eq!(
+            parts[0],
+            text(&format!("{}{TRUNCATION_MARKER}", "b".repeat(50)))
+        );
+        assert_eq!(parts[1], Part::image("image/png", "AAAA"));
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0]
+                .message
+                .starts_with("the result was 140 characters; only the first 100 are shown"),
+            "{}",
+            warnings[0].message
+        );
+        // Data already cut: every text part goes.
+        let mut cut = Envelope::text("a".repeat(500)).with_part(text("b"));
+        limit(&mut cut, &config);
+        let Envelope::Ok {
+            parts, warnings, ..
+        } = &cut
+        else {
+            panic!()
+        };
+        assert!(parts.is_empty(), "{parts:?}");
+        assert!(
+            warnings[0]
+                .message
+                .starts_with("the result was 501 characters")
+        );
     }
 }

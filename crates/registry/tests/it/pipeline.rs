@@ -710,14 +710,8 @@ async fn results_are_limited_in_characters_and_parts_in_bytes() {
         ToolSpec::new("big", "Big output.").read_only(),
         |_, _| async {
             Ok(Envelope::text("ж".repeat(500))
-                .with_part(Part::Image {
-                    mime_type: "image/png".into(),
-                    data: "a".repeat(60),
-                })
-                .with_part(Part::Image {
-                    mime_type: "image/png".into(),
-                    data: "b".repeat(60),
-                }))
+                .with_part(Part::image("image/png", "a".repeat(60)))
+                .with_part(Part::image("image/png", "b".repeat(60))))
         },
     );
     let rows = tool(ToolSpec::new("rows", "Rows.").read_only(), |_, _| async {

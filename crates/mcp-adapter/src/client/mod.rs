@@ -150,20 +150,26 @@ pub(crate) struct Shared {
     opts: Arc<ClientOptions>,
     dial_permits: Arc<Semaphore>,
     closed: CancellationToken,
-    servers: Mutex<BTreeMap<String, Arc<Upstream>>>,
+    /// Name -> (the order it was added in, the server).
+    servers: Mutex<BTreeMap<String, (usize, Arc<Upstream>)>>,
     meta_registered: Mutex<bool>,
     /// What `quiver serve` passes through: routing indexes and subscription counts.
     passthrough: passthrough::State,
 }
 
 impl Shared {
+    /// Every server, in the order they were added (the configuration's): where two
+    /// servers offer one thing (a resource URI, a bare prompt name), the first has it.
     fn servers(&self) -> Vec<Arc<Upstream>> {
-        self.servers
+        let mut all: Vec<(usize, Arc<Upstream>)> = self
+            .servers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .values()
             .cloned()
-            .collect()
+            .collect();
+        all.sort_by_key(|(order, _)| *order);
+        all.into_iter().map(|(_, up)| up).collect()
     }
 
     fn server(&self, name: &str) -> Option<Arc<Upstream>> {
@@ -171,7 +177,7 @@ impl Shared {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(name)
-            .cloned()
+            .map(|(_, up)| up.clone())
     }
 
     /// The servers passing resources through that `caps` allows: the one rule for the
@@ -284,7 +290,8 @@ impl McpClient {
             }),
             relays,
         );
-        servers.insert(up.name().to_owned(), up.clone());
+        let order = servers.len();
+        servers.insert(up.name().to_owned(), (order, up.clone()));
         drop(servers);
         up.start_supervisor();
         Ok(())

@@ -41,7 +41,7 @@ pub(crate) struct State {
     pub(crate) updates: broadcast::Sender<String>,
     /// Resource and prompt list changes of every upstream (and upstreams connecting).
     pub(crate) lists: broadcast::Sender<ListChanged>,
-    /// URI -> the server that listed it last.
+    /// URI -> the server that serves it: the first in order of those that listed it last.
     owners: Mutex<HashMap<String, String>>,
     /// The servers whose last resource listing was cut at the list cap: a URI none of
     /// the listings has may be one of theirs.
@@ -55,6 +55,23 @@ pub(crate) struct State {
     /// entry's own lock orders the upstream requests for that URI, so one slow upstream holds
     /// up no other URI.
     subscriptions: Mutex<HashMap<String, Arc<WatchCell>>>,
+    /// The (URI, later server) pairs already reported as shadowed by an earlier server, so
+    /// each is logged once, not at every listing.
+    shadowed: Mutex<std::collections::HashSet<(String, String)>>,
+}
+
+impl State {
+    /// Logs, once, that `later` lists `what` `uri`, which `first` (earlier in order) has.
+    fn report_shadowed(&self, what: &str, uri: &str, first: &str, later: &str) {
+        let mut reported = lock(&self.shadowed);
+        // Bounded: the listings are (list cap per server).
+        if reported.len() < 10_000 && reported.insert((uri.to_owned(), later.to_owned())) {
+            tracing::warn!(
+                server = later,
+                "MCP server \"{later}\" lists the {what} {uri}, which \"{first}\" (configured before it) also lists: it is passed through once, from \"{first}\""
+            );
+        }
+    }
 }
 
 /// One resource URI that downstream sessions subscribed to.
@@ -140,6 +157,7 @@ impl Default for State {
             templates: Mutex::new(BTreeMap::new()),
             bare_prompts: Mutex::new(HashMap::new()),
             subscriptions: Mutex::new(HashMap::new()),
+            shadowed: Mutex::new(std::collections::HashSet::new()),
         }
     }
 }
@@ -521,10 +539,20 @@ impl McpClient {
                     .map(|(up, _)| up.name().to_owned()),
             );
         }
+        // In server order (the configuration's): a URI two servers list is the first's,
+        // listed once, and read and subscribed there.
         let mut out = Vec::new();
+        let mut seen: HashMap<String, String> = HashMap::new();
         for (up, items) in lists {
             for item in items {
                 if let Some(uri) = item.get("uri").and_then(Value::as_str) {
+                    if let Some(first) = seen.get(uri) {
+                        self.shared
+                            .passthrough
+                            .report_shadowed("resource", uri, first, up.name());
+                        continue;
+                    }
+                    seen.insert(uri.to_owned(), up.name().to_owned());
                     owners.insert(uri.to_owned(), up.name().to_owned());
                 }
                 out.push(item);
@@ -560,6 +588,9 @@ impl McpClient {
             .await?;
         let mut templates = lock(&self.shared.passthrough.templates);
         let mut out = Vec::new();
+        // A template two servers list is listed once, as the first's (reads that match it
+        // go to the first server in order that has it).
+        let mut seen: HashMap<String, String> = HashMap::new();
         for (up, items) in lists {
             let uris = items
                 .iter()
@@ -567,7 +598,21 @@ impl McpClient {
                 .map(str::to_owned)
                 .collect();
             templates.insert(up.name().to_owned(), uris);
-            out.extend(items);
+            for item in items {
+                if let Some(t) = item.get("uriTemplate").and_then(Value::as_str) {
+                    if let Some(first) = seen.get(t) {
+                        self.shared.passthrough.report_shadowed(
+                            "resource template",
+                            t,
+                            first,
+                            up.name(),
+                        );
+                        continue;
+                    }
+                    seen.insert(t.to_owned(), up.name().to_owned());
+                }
+                out.push(item);
+            }
         }
         Ok(out)
     }

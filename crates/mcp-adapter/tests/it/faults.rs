@@ -1474,3 +1474,53 @@ async fn structured_results_are_checked_against_the_upstream_output_schema() {
     assert!(env.err_kind().is_none(), "{env:?}");
     close_and_check(&client).await;
 }
+
+/// Two servers listing one resource URI: it is listed once and subscribed (so read) at the
+/// server configured first, whatever the servers' names; it was listed twice, and routed to
+/// whichever server listed it last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_two_servers_list_is_the_first_configured_servers() {
+    use quiver_mcp_adapter::ContentSource;
+
+    let (zeta_log, alpha_log) = (scratch_files("shadow-z").1, scratch_files("shadow-a").1);
+    let (z, a) = (
+        zeta_log.display().to_string(),
+        alpha_log.display().to_string(),
+    );
+    // Configured first, named last in alphabetical order.
+    let mut zeta = raw("zeta", &["--resources", "shared", "--log", &z]);
+    zeta.resources = true;
+    let mut alpha = raw("alpha", &["--resources", "shared", "--log", &a]);
+    alpha.resources = true;
+    let (_catalog, client) = start(&[zeta, alpha], fast_options());
+    ready(&client).await;
+    for _ in 0..2 {
+        let listed = within(
+            Duration::from_secs(30),
+            client.list_resources(&quiver_contract::Capabilities::all()),
+        )
+        .await
+        .unwrap();
+        let uris: Vec<&str> = listed.iter().filter_map(|r| r["uri"].as_str()).collect();
+        assert_eq!(uris, ["raw://shared/doc"], "{listed:?}");
+    }
+    within(
+        Duration::from_secs(30),
+        client.subscribe("raw://shared/doc", &quiver_contract::Capabilities::all()),
+    )
+    .await
+    .unwrap();
+    let said = |log: &std::path::Path| std::fs::read_to_string(log).unwrap_or_default();
+    assert!(
+        said(&zeta_log).contains("resources/subscribe"),
+        "zeta: {}",
+        said(&zeta_log)
+    );
+    assert!(
+        said(&alpha_log).contains("resources/list")
+            && !said(&alpha_log).contains("resources/subscribe"),
+        "alpha: {}",
+        said(&alpha_log)
+    );
+    close_and_check(&client).await;
+}

@@ -397,6 +397,126 @@ async fn closing_stdin_cancels_the_calls_in_flight() {
     assert_eq!(row["err_kind"], "cancelled", "{row}");
 }
 
+/// `quiver serve --stdio` in `dir` with the fault fixture as `fx` (`args` after the
+/// script), its stdin, stdout and stderr piped.
+fn stdio_server_before_fx(dir: &std::path::Path, args: &str, extra: &str) -> Child {
+    let fault = repo_root().join("crates/mcp-adapter/tests/fixtures/fault_server.py");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[[mcp.servers]]\nname = \"fx\"\ncommand = {py:?}\nargs = [{fault:?}, {args}]\n{extra}\n",
+            py = python(),
+        ),
+    )
+    .unwrap();
+    stdio_server(dir, Stdio::piped())
+}
+
+/// A stdio client whose end of stdout is closed is gone: the next answer that cannot be
+/// written ends the session, the call in flight is cancelled (and logged so), and the
+/// server exits with stdin still open. Before, it went on reading requests and running
+/// them, each logged `ok` though no answer left.
+#[tokio::test]
+async fn a_closed_stdout_ends_the_session_and_cancels_the_calls_in_flight() {
+    use tokio::io::AsyncWriteExt;
+    let dir = fresh_dir();
+    let mut child = stdio_server_before_fx(&dir, "\"normal\"", "required = true");
+    let mut stdin = child.stdin.take().expect("piped");
+    let mut out = BufReader::new(child.stdout.take().expect("piped")).lines();
+    let marker = dir.join("sleep-marker");
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "mcp__fx__sleep",
+        "arguments": {"seconds": 60, "marker": marker.to_string_lossy()}}});
+    for line in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#.to_owned(),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
+        call.to_string(),
+    ] {
+        stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+    }
+    stdin.flush().await.unwrap();
+    let first = line_of(&mut out).await;
+    assert!(first.contains(r#""id":1"#), "{first}");
+    let started = marker.with_extension("started");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !started.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call never started"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The client stops reading; its next request's answer cannot be written.
+    drop(out);
+    let quick = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"describe_tool","arguments":{"name":"tool_search"}}}"#;
+    stdin
+        .write_all(format!("{quick}\n").as_bytes())
+        .await
+        .unwrap();
+    stdin.flush().await.unwrap();
+    let mut stderr = child.stderr.take().expect("piped");
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .expect("the server exits with stdin still open")
+        .unwrap();
+    let mut err = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut err)
+        .await
+        .unwrap();
+    assert!(status.success(), "{status}: {err}");
+    drop(stdin);
+    let log = std::process::Command::new(quiver_binary())
+        .args(["log", "--json", "--limit", "5"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&log.stdout);
+    let row = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["tool"] == "mcp__fx__sleep")
+        .unwrap_or_else(|| panic!("no row for the call: {text}"));
+    assert_eq!(row["err_kind"], "cancelled", "{row}");
+    assert_clean_shutdown(&dir);
+}
+
+/// A stdio client that closes stdin, having written nothing, while `serve --stdio` still
+/// waits for an upstream at start-up (one that never answers `initialize`, with a 60 s
+/// connect timeout) has left: the server stops at once, cleanly, instead of waiting out
+/// the connect timeout. (One that wrote requests first, like a piped script, is answered
+/// once the wait ends: `serve_stopping_at_once_records_every_definition` in the host's
+/// tests.)
+#[tokio::test]
+async fn closing_stdin_during_the_startup_wait_stops_the_server() {
+    let dir = fresh_dir();
+    let hang = dir.join("hang");
+    std::fs::write(&hang, "").unwrap();
+    let mut child = stdio_server_before_fx(
+        &dir,
+        &format!(
+            "\"normal\", \"--hang-if-file\", {:?}",
+            hang.to_string_lossy()
+        ),
+        "connect_timeout = 60",
+    );
+    let stdin = child.stdin.take().expect("piped");
+    // Well inside the wait: the server has started waiting for fx.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    drop(stdin);
+    let out = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+        .await
+        .expect("the server stops well before the 60 s connect timeout")
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}: {err}", out.status);
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_clean_shutdown(&dir);
+}
+
 /// A piped script (`printf '...' | quiver serve --stdio`) closes stdin right after its last
 /// request: a quick call is still answered before the server exits.
 #[tokio::test]

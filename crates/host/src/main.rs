@@ -504,19 +504,30 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         eprintln!("quiver: interrupted by signal {signal}: stopping the upstreams");
         Ok(ExitCode::from(128 + signal))
     };
+    // A stdio client that closes stdin while the upstreams connect, having written
+    // nothing, has left (MCP's way to stop a stdio server): waiting on for them (up to the
+    // connect timeout) would keep its upstreams running for nobody.
+    let stdio = matches!(cli.command, Command::Serve { stdio: true, .. });
+    let progress = match cli.command {
+        Command::Log { .. } => None,
+        Command::Serve { .. } => Some(startup::Progress::Serving),
+        _ => Some(startup::Progress::Once),
+    };
+    let wait = async {
+        match progress {
+            None => Ok(()),
+            Some(progress) => startup::wait_for_upstreams(&app, progress).await,
+        }
+    };
+    tokio::pin!(wait);
     let waited = tokio::select! {
-        r = async {
-            if matches!(cli.command, Command::Log { .. }) {
-                Ok(())
-            } else {
-                let progress = match cli.command {
-                    Command::Serve { .. } => startup::Progress::Serving,
-                    _ => startup::Progress::Once,
-                };
-                startup::wait_for_upstreams(&app, progress).await
-            }
-        } => r.map(|()| None),
+        r = &mut wait => r.map(|()| None),
         signal = signals.next() => Ok(Some(signal)),
+        () = quiver_host::serve::stdin_hung_up(), if stdio => {
+            tracing::info!("the MCP client closed stdin while the upstream servers were connecting: stopping");
+            shut_down(&app, &mut signals).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
     };
     // `status` and `check` are how an operator finds out why a required server is down:
     // they say so and go on (exit 1), where the other commands stop (exit 2).

@@ -152,6 +152,42 @@ pub struct Signals {
     hup: Option<tokio::signal::unix::Signal>,
 }
 
+/// Returns once stdin's writer has gone (the pipe's other end closed, a socket shut for
+/// writing, or no stdin at all) leaving nothing unread, without reading from it: a client
+/// that wrote requests and closed stdin (a piped script) is waiting for their answers, so
+/// for it this never returns, and what it wrote stays for the MCP transport. Stdin that is
+/// a file or a terminal never ends this way.
+pub async fn stdin_hung_up() {
+    #[cfg(not(unix))]
+    std::future::pending::<()>().await;
+    #[cfg(unix)]
+    loop {
+        let mut fd = libc::pollfd {
+            fd: 0,
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: poll(2) on one valid pollfd with a zero timeout only reports its state.
+        #[allow(unsafe_code)]
+        let n = unsafe { libc::poll(&mut fd, 1, 0) };
+        if n > 0 && fd.revents & libc::POLLNVAL != 0 {
+            return;
+        }
+        if n > 0 && fd.revents & (libc::POLLHUP | libc::POLLRDHUP) != 0 {
+            let mut unread: libc::c_int = 0;
+            // SAFETY: FIONREAD writes the count of unread bytes into one c_int.
+            #[allow(unsafe_code)]
+            let asked = unsafe { libc::ioctl(0, libc::FIONREAD, &mut unread) };
+            if asked == 0 && unread == 0 {
+                return;
+            }
+            // Requests wait to be answered; the writer cannot come back.
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// Whether this process was started with SIGHUP ignored (by `nohup`, or a parent that
 /// ignores it).
 #[cfg(unix)]

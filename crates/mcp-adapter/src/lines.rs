@@ -124,6 +124,8 @@ pub(crate) struct LineWriter<W> {
     write: Arc<tokio::sync::Mutex<Option<W>>>,
     /// What a write after the close says ("stdout is closed").
     closed: &'static str,
+    /// Cancelled when a write fails: the reader on the other end is gone.
+    broken: Option<tokio_util::sync::CancellationToken>,
 }
 
 impl<W> Clone for LineWriter<W> {
@@ -131,6 +133,7 @@ impl<W> Clone for LineWriter<W> {
         LineWriter {
             write: self.write.clone(),
             closed: self.closed,
+            broken: self.broken.clone(),
         }
     }
 }
@@ -140,7 +143,15 @@ impl<W: AsyncWrite + Send + Unpin + 'static> LineWriter<W> {
         LineWriter {
             write: Arc::new(tokio::sync::Mutex::new(Some(write))),
             closed,
+            broken: None,
         }
+    }
+
+    /// Cancels `token` at the first write that fails (a closed pipe, a reset socket), so
+    /// the side that reads can stop: nothing it answers can be delivered any more.
+    pub(crate) fn on_broken(mut self, token: tokio_util::sync::CancellationToken) -> Self {
+        self.broken = Some(token);
+        self
     }
 
     /// Writes `message` as one line (the future a transport's `send` returns).
@@ -172,8 +183,20 @@ impl<W: AsyncWrite + Send + Unpin + 'static> LineWriter<W> {
                 self.closed,
             ));
         };
-        w.write_all(&bytes).await?;
-        w.flush().await
+        let written = match w.write_all(&bytes).await {
+            Ok(()) => w.flush().await,
+            Err(e) => Err(e),
+        };
+        if let (Err(e), Some(broken)) = (&written, &self.broken)
+            && !broken.is_cancelled()
+        {
+            tracing::info!(
+                "{} ({e}): the peer is gone; ending the session",
+                self.closed
+            );
+            broken.cancel();
+        }
+        written
     }
 
     /// Flushes and closes the writing end; later writes fail.

@@ -72,7 +72,9 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
     pub(crate) fn new(read: R, write: W, on_eof: CancellationToken) -> Self {
         LineTransport {
             lines: LineReader::new(read, MAX_LINE),
-            write: LineWriter::new(write, "stdout is closed"),
+            // Answers that cannot be written end the session at once, as a closed stdin
+            // does after its grace: the calls in flight are cancelled, not run for nobody.
+            write: LineWriter::new(write, "stdout is closed").on_broken(on_eof.clone()),
             on_eof: Some(on_eof),
             batching: None,
             queued: VecDeque::new(),

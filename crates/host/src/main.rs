@@ -58,12 +58,17 @@ enum Command {
     ///
     /// Example: `quiver tools --format openai` prints the `tools` array for the OpenAI API.
     Tools {
-        /// The session mode: chat, agentic, delegate or plan.
-        #[arg(long, default_value = "chat", value_parser = parse_mode)]
-        mode: Mode,
+        /// The session mode: chat, agentic, delegate or plan (default: the token's, else
+        /// chat).
+        #[arg(long, value_parser = parse_mode)]
+        mode: Option<Mode>,
         /// The session (conversation) key.
         #[arg(long, default_value = "cli")]
         session: String,
+        /// Act as this configured inbound token (its `name`): its tools, mode and tenant,
+        /// as `quiver serve` gives them to a client presenting it.
+        #[arg(long, value_name = "NAME")]
+        token: Option<String>,
         /// Output format.
         #[arg(long, value_enum, default_value = "table")]
         format: ToolFormat,
@@ -85,6 +90,13 @@ enum Command {
         /// The session (conversation) whose working set receives the tools found.
         #[arg(long, default_value = "cli")]
         session: String,
+        /// The session mode: chat, agentic, delegate or plan (default: the token's, else
+        /// chat). Only tools the mode offers are found.
+        #[arg(long, value_parser = parse_mode)]
+        mode: Option<Mode>,
+        /// Act as this configured inbound token (its `name`): only what it may call is found.
+        #[arg(long, value_name = "NAME")]
+        token: Option<String>,
     },
     /// Validate the configuration and lint every tool definition (September guide rules:
     /// typed and described properties, enums for closed sets, required fields listed, a
@@ -201,9 +213,18 @@ enum Command {
         /// The arguments, as one JSON object.
         #[arg(default_value = "{}")]
         json: String,
-        /// The session (conversation) key.
+        /// The session (conversation) key. The call is one round of it, as a `tools/call`
+        /// is in `quiver serve`: working-set tools idle too long leave it.
         #[arg(long, default_value = "cli")]
         session: String,
+        /// The session mode: chat, agentic, delegate or plan (default: the token's, else
+        /// chat). A tool the mode does not offer is refused, as `quiver serve` refuses it.
+        #[arg(long, value_parser = parse_mode)]
+        mode: Option<Mode>,
+        /// Act as this configured inbound token (its `name`): its tools, mode, tenant and
+        /// the deny rules for it.
+        #[arg(long, value_name = "NAME")]
+        token: Option<String>,
     },
 }
 
@@ -306,16 +327,59 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
     Mode::parse(s).ok_or_else(|| format!("unknown mode `{s}`: use chat, agentic, delegate or plan"))
 }
 
-/// The context of a call made on the command line: its session, and the tools a deny rule
-/// refuses everyone left out of its suggestions, as `serve` leaves them out.
-fn cli_context(config: &Config, session: &str) -> CallContext {
-    let mut ctx = CallContext::for_session(session);
-    let denied: Vec<String> = config
-        .always_denied(None, None)
-        .map(|r| r.tool.clone())
-        .collect();
-    ctx.capabilities = std::sync::Arc::new(Capabilities::all().with_denied_tools(denied));
-    ctx
+/// Who a command-line command acts as: with `--token NAME`, that configured inbound token
+/// (its tools, mode and tenant, and the deny rules for it, as `quiver serve` gives them to
+/// a client presenting it); without, every tool less those a deny rule refuses everyone
+/// (left out of suggestions, as `serve` leaves them out).
+struct Caller {
+    mode: Mode,
+    capabilities: std::sync::Arc<Capabilities>,
+    principal: Option<String>,
+    tenant: Option<String>,
+}
+
+impl Caller {
+    fn of(config: &Config, token: Option<&str>, mode: Option<Mode>) -> anyhow::Result<Caller> {
+        let Some(name) = token else {
+            let denied: Vec<String> = config
+                .always_denied(None, None)
+                .map(|r| r.tool.clone())
+                .collect();
+            return Ok(Caller {
+                mode: mode.unwrap_or_default(),
+                capabilities: std::sync::Arc::new(Capabilities::all().with_denied_tools(denied)),
+                principal: None,
+                tenant: None,
+            });
+        };
+        let auth = config.inbound_auth();
+        let Some(t) = auth.tokens.iter().find(|t| t.name == name) else {
+            let names: Vec<&str> = auth.tokens.iter().map(|t| t.name.as_str()).collect();
+            anyhow::bail!(
+                "no inbound token is named `{name}`; {}",
+                if names.is_empty() {
+                    "the configuration has none ([[auth.tokens]])".to_owned()
+                } else {
+                    format!("the configured ones are: {}", names.join(", "))
+                }
+            );
+        };
+        Ok(Caller {
+            mode: mode.or(t.mode).unwrap_or_default(),
+            capabilities: std::sync::Arc::new(t.capabilities()),
+            principal: Some(t.name.clone()),
+            tenant: t.tenant.clone(),
+        })
+    }
+
+    /// The context of one call in `session`.
+    fn context(&self, session: &str) -> CallContext {
+        let mut ctx = CallContext::for_session(session);
+        ctx.capabilities = self.capabilities.clone();
+        ctx.principal = self.principal.as_deref().map(Into::into);
+        ctx.tenant = self.tenant.as_deref().map(Into::into);
+        ctx
+    }
 }
 
 fn exit_for(envelope: &Envelope) -> ExitCode {
@@ -1122,10 +1186,14 @@ async fn command(
         Command::Tools {
             mode,
             session,
+            token,
             format,
         } => {
+            let caller = Caller::of(config, token.as_deref(), mode)?;
             app.open_session(&session).await?;
-            let composed = app.surface.compose(&session, mode, &Capabilities::all())?;
+            let composed = app
+                .surface
+                .compose(&session, caller.mode, &caller.capabilities)?;
             let specs = composed.specs();
             for w in provider_name_warnings(&specs, format) {
                 eprintln!("{w}");
@@ -1137,20 +1205,22 @@ async fn command(
             query,
             limit,
             session,
+            mode,
+            token,
         } => {
+            let caller = Caller::of(config, token.as_deref(), mode)?;
             apply_retention(app, config).await?;
             app.open_session(&session).await?;
             let mut input = serde_json::json!({"query": query});
             if let Some(limit) = limit {
                 input["limit"] = limit.into();
             }
+            // A round of the session in its mode, as a `tools/call` of `tool_search` is in
+            // `serve`.
+            app.surface.begin_call(&session, caller.mode, "tool_search");
             let envelope = app
                 .dispatcher
-                .call(
-                    "tool_search",
-                    input,
-                    CallContext::for_session(session.as_str()),
-                )
+                .call("tool_search", input, caller.context(&session))
                 .await;
             app.save_session(&session).await?;
             say!(
@@ -1226,27 +1296,38 @@ async fn command(
             name,
             json,
             session,
+            mode,
+            token,
         } => {
+            let caller = Caller::of(config, token.as_deref(), mode)?;
             apply_retention(app, config).await?;
             app.open_session(&session).await?;
-            let envelope = app
+            let ctx = caller.context(&session);
+            let can_search = app
                 .dispatcher
-                .call_json(&name, &json, cli_context(config, &session))
-                .await;
+                .search_advice(&caller.capabilities)
+                .contains("tool_search");
+            // Refused as `quiver serve` refuses it (and recorded), or a round of the session.
+            let envelope =
+                match app
+                    .surface
+                    .mode_refusal(&name, caller.mode, &caller.capabilities, can_search)
+                {
+                    Some(why) => {
+                        let input = serde_json::from_str(&json).unwrap_or(serde_json::Value::Null);
+                        let refusal = Envelope::err(quiver_contract::ErrKind::Forbidden, why);
+                        app.dispatcher.refuse(&name, input, ctx, refusal).await
+                    }
+                    None => {
+                        app.surface.begin_call(&session, caller.mode, &name);
+                        app.dispatcher.call_json(&name, &json, ctx).await
+                    }
+                };
             app.save_session(&session).await?;
             say!(
                 "{}",
                 quiver_contract::printable_lines(&render(&envelope, &RenderOptions::default()))
             );
-            // JSON on the command line that does not parse is the operator's slip, not a
-            // result: a usage error (2), whatever the answer above says.
-            if !json.trim().is_empty() && serde_json::from_str::<serde_json::Value>(&json).is_err()
-            {
-                eprintln!(
-                    "quiver: the JSON argument is not valid JSON (see above); quote it whole, e.g. '{{\"key\": \"value\"}}'"
-                );
-                return Ok(ExitCode::from(2));
-            }
             // JSON on the command line that does not parse is the operator's slip, not a
             // result: a usage error (2), whatever the answer above says.
             if !json.trim().is_empty() && serde_json::from_str::<serde_json::Value>(&json).is_err()

@@ -54,7 +54,7 @@ impl Surface {
                         // from memory are written; the per-session counts start over.
                         let ended: Vec<Arc<str>> =
                             crate::surface::lock(&surface.forgotten).drain().collect();
-                        let parting: Vec<(Arc<str>, Vec<String>)> = {
+                        let parting: Vec<(Arc<str>, crate::surface::Persisted)> = {
                             let mut mirror = crate::surface::lock(&surface.mirror);
                             mirror.unwritten.clear();
                             mirror.parting.drain().collect()
@@ -85,7 +85,7 @@ impl Surface {
                                 let parting =
                                     crate::surface::lock(&s.mirror).parting.remove(&session);
                                 let Some(set) = parting.or_else(|| {
-                                    s.holds(&session).then(|| s.persisted_set(&session))
+                                    s.holds(&session).then(|| s.persisted_entries(&session))
                                 }) else {
                                     break;
                                 };
@@ -146,7 +146,7 @@ impl Surface {
         session: &str,
         store: &dyn SessionStore,
     ) -> Result<(), StoreError> {
-        sync(store, session, self.persisted_set(session)).await
+        sync(store, session, self.persisted_entries(session)).await
     }
 
     /// Pages the session's stored working set back in, recency kept. Returns the names
@@ -188,6 +188,13 @@ impl Surface {
                 .map(|n| (*n).to_owned())
                 .collect();
         }
+        // Each restored tool as idle as it was stored.
+        let idle: Vec<(String, u64)> = stored
+            .iter()
+            .filter(|e| restored.contains(&e.tool))
+            .map(|e| (e.tool.clone(), e.round))
+            .collect();
+        self.restore_idle(session, &idle);
         // A tool that registered between the split and the hold.
         self.adopt_pending();
         Ok(restored)
@@ -197,12 +204,12 @@ impl Surface {
 async fn sync(
     store: &dyn SessionStore,
     session: &str,
-    current: Vec<String>,
+    current: Vec<(String, u64)>,
 ) -> Result<(), StoreError> {
     let stored = store.working_set(session).await?;
     let gone: Vec<String> = stored
         .iter()
-        .filter(|e| !current.contains(&e.tool))
+        .filter(|e| !current.iter().any(|(n, _)| *n == e.tool))
         .map(|e| e.tool.clone())
         .collect();
     if !gone.is_empty() {
@@ -384,15 +391,17 @@ impl Surface {
 }
 
 /// Entries for `set` (most recent first), stamped so that its order survives a restore.
-fn stamped(set: &[String]) -> Vec<WorkingSetEntry> {
+/// The entries to store for a set (most recent first): its order as `last_used` times one
+/// microsecond apart, and each tool's idle rounds as `round`.
+fn stamped(set: &[(String, u64)]) -> Vec<WorkingSetEntry> {
     let now = SystemTime::now();
     set.iter()
         .enumerate()
-        .map(|(i, tool)| {
+        .map(|(i, (tool, idle))| {
             WorkingSetEntry::new(
                 tool.clone(),
                 now - std::time::Duration::from_micros(i as u64),
-                0,
+                *idle,
             )
         })
         .collect()

@@ -23,7 +23,8 @@ pub struct WorkingSetEntry {
     pub tool: String,
     /// When it was last used (or loaded).
     pub last_used: SystemTime,
-    /// The conversation round it was last used in.
+    /// How many rounds of its session it had been idle (rounds since it was last paged in
+    /// or called) when it was written; a restore gives it back that idleness.
     pub round: u64,
 }
 

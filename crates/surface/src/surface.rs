@@ -317,7 +317,7 @@ pub(crate) struct Mirror {
     /// The persisted sets of sessions dropped from memory (see `max_sessions`) with
     /// changes not written yet: the task writes them, and a key that comes back first is
     /// restored from here, not from the older stored set.
-    pub(crate) parting: HashMap<Arc<str>, Vec<String>>,
+    pub(crate) parting: HashMap<Arc<str>, Persisted>,
 }
 
 impl fmt::Debug for Surface {
@@ -683,9 +683,23 @@ impl Surface {
     /// What persists for the session: its working set (most recent first), then the
     /// restored names still waiting for their tools.
     pub fn persisted_set(&self, session: &str) -> Vec<String> {
+        self.persisted_entries(session)
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect()
+    }
+
+    /// [`Surface::persisted_set`], each name with the rounds it has been idle (0 for a name
+    /// still waiting for its tool).
+    pub(crate) fn persisted_entries(&self, session: &str) -> Persisted {
         // Lock order: sessions, pending.
         let sessions = lock(&self.sessions);
         persisted(sessions.get(session), lock(&self.pending).get(session))
+    }
+
+    /// Gives the session's restored tools back the rounds they had been idle.
+    pub(crate) fn restore_idle(&self, session: &str, idle: &[(String, u64)]) {
+        self.with_session(session, |s| s.restore_idle(idle));
     }
 
     /// The floor in use: the anchors, then the usage ranking's best tools registered now
@@ -1139,6 +1153,43 @@ impl Surface {
         })
     }
 
+    /// Why a call of `name` in `mode` is refused although the tool exists and the caller
+    /// may use it: its mode does not list it (plan mode and a tool that can change things,
+    /// an internal tool) or keeps it off. `None` when the call may go ahead (or is the
+    /// dispatcher's to answer: an unknown tool, one the caller may not use). `can_search`:
+    /// whether the caller has `tool_search` to turn to. `quiver serve` and `quiver call`
+    /// give this refusal (as `forbidden`).
+    pub fn mode_refusal(
+        &self,
+        name: &str,
+        mode: Mode,
+        capabilities: &Capabilities,
+        can_search: bool,
+    ) -> Option<String> {
+        if self.catalog.lookup(name).is_none()
+            || !capabilities.allows(name)
+            || self.visible(name, mode, capabilities)
+        {
+            return None;
+        }
+        // Searching cannot bring it into this mode: say what can.
+        let why = match mode {
+            Mode::Plan => " Plan mode offers read-only tools only, and this one can change things: find a read-only tool that gives what the plan needs, or leave this step for when the plan is carried out.".to_owned(),
+            _ => format!(
+                " This mode's lists leave it out; use another tool of your tool list, or tell the user it needs another mode.{}",
+                if can_search {
+                    " tool_search finds the tools this mode offers."
+                } else {
+                    ""
+                }
+            ),
+        };
+        Some(format!(
+            "`{name}` is not available in {} mode.{why}",
+            mode.as_str()
+        ))
+    }
+
     /// Whether `name` is [`visible`](Self::visible) and also offered: no policy refuses it to
     /// this caller (or to everyone) whatever it sends. What a did-you-mean may name.
     pub fn offered(&self, name: &str, mode: Mode, capabilities: &Capabilities) -> bool {
@@ -1556,13 +1607,14 @@ impl Surface {
 
 /// What persists of a session: its working set (most recent first), then the restored
 /// names still waiting for their tools.
-fn persisted(session: Option<&Session>, held: Option<&Vec<String>>) -> Vec<String> {
-    let mut out: Vec<String> = session
-        .map(|s| s.by_recency().into_iter().map(str::to_owned).collect())
-        .unwrap_or_default();
+/// A working set as it persists: names, most recent first, each with its idle rounds.
+pub(crate) type Persisted = Vec<(String, u64)>;
+
+fn persisted(session: Option<&Session>, held: Option<&Vec<String>>) -> Persisted {
+    let mut out: Vec<(String, u64)> = session.map(Session::by_recency_idle).unwrap_or_default();
     for name in held.into_iter().flatten() {
-        if !out.contains(name) {
-            out.push(name.clone());
+        if !out.iter().any(|(n, _)| n == name) {
+            out.push((name.clone(), 0));
         }
     }
     out

@@ -84,6 +84,45 @@ impl Session {
         v.into_iter().map(|(n, _)| n).collect()
     }
 
+    /// The member names, most recent first, with the rounds each has been idle (rounds of
+    /// the session since it was last paged in or called): what persists.
+    pub(crate) fn by_recency_idle(&self) -> Vec<(String, u64)> {
+        let mut v: Vec<(&str, u64, u64)> = self
+            .slots
+            .iter()
+            .map(|(n, s)| (n.as_str(), s.stamp, self.round.saturating_sub(s.last_round)))
+            .collect();
+        v.sort_by_key(|&(_, stamp, _)| std::cmp::Reverse(stamp));
+        v.into_iter()
+            .map(|(n, _, idle)| (n.to_owned(), idle))
+            .collect()
+    }
+
+    /// Gives restored tools back the rounds they had been idle when they were stored (a
+    /// tool idle long before a restart leaves as soon as it would have without one). The
+    /// session's round moves on as far as the longest idle needs; the other tools keep
+    /// theirs.
+    pub(crate) fn restore_idle(&mut self, idle: &[(String, u64)]) {
+        let most = idle
+            .iter()
+            .filter(|(n, _)| self.slots.contains_key(n))
+            .map(|(_, i)| *i)
+            .max()
+            .unwrap_or(0);
+        if most > self.round {
+            let shift = most - self.round;
+            self.round = most;
+            for slot in self.slots.values_mut() {
+                slot.last_round += shift;
+            }
+        }
+        for (name, rounds) in idle {
+            if let Some(slot) = self.slots.get_mut(name) {
+                slot.last_round = self.round - rounds;
+            }
+        }
+    }
+
     /// The member names.
     pub(crate) fn members(&self) -> HashSet<String> {
         self.slots.keys().cloned().collect()

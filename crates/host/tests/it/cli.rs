@@ -1351,6 +1351,110 @@ fn a_tool_denied_to_everyone_is_not_offered_but_its_call_is_explained() {
     assert!(found.contains("mcp__one__t"), "{found}");
 }
 
+/// `quiver call` is a call as `quiver serve` makes it: one round of its session (a tool
+/// `search` paged in leaves once idle past `idle_rounds`), refused when its mode does not
+/// offer the tool, and, with `--token NAME`, made as that token (its mode, and the deny
+/// rules for it); `tools` and `search` show that token's view. Before, a call counted no
+/// round, ignored the mode, and the CLI had no way to act as a token.
+#[test]
+fn a_cli_call_is_a_round_in_its_mode_and_can_act_as_a_token() {
+    let server = ONE_TOOL_SERVER;
+    let dir = workdir("cli-rounds");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[surface]\nidle_rounds = 1\n\n[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{server:?}]\nenv = {{ DESCRIPTION = \"Takes one field. Use it in tests.\" }}\n\n[[policy.rules]]\nid = \"not-ci\"\ntool = \"mcp__one__*\"\naction = \"deny\"\nprincipal = \"ci\"\nmessage = \"ci may not use the one server\"\n\n[[auth.tokens]]\nname = \"ci\"\ntoken = \"ci-secret-1\"\n\n[[auth.tokens]]\nname = \"planner\"\ntoken = \"plan-secret-1\"\nmode = \"plan\"\n"
+        ),
+    )
+    .unwrap();
+    let session = ["--session", "s"];
+    let found = stdout(&quiver_in(
+        &dir,
+        &[&["search", "takes one field"][..], &session].concat(),
+    ));
+    assert!(found.contains("mcp__one__t"), "{found}");
+    let tools = stdout(&quiver_in(&dir, &[&["tools"][..], &session].concat()));
+    assert!(tools.contains("mcp__one__t"), "paged in: {tools}");
+    // Rounds of other tools: idle past one round, it leaves the working set.
+    for _ in 0..3 {
+        let out = quiver_in(
+            &dir,
+            &[
+                &["call", "describe_tool", r#"{"name": "tool_search"}"#][..],
+                &session,
+            ]
+            .concat(),
+        );
+        assert!(out.status.success(), "{}", stdout(&out));
+    }
+    let tools = stdout(&quiver_in(&dir, &[&["tools"][..], &session].concat()));
+    assert!(
+        !tools.contains("mcp__one__t"),
+        "evicted after idle rounds: {tools}"
+    );
+
+    // The mode's lists hold: a tool that can change things is refused in plan mode (the
+    // `--mode` given, or the token's), and the refusal is recorded.
+    for how in [&["--mode", "plan"][..], &["--token", "planner"]] {
+        let out = quiver_in(
+            &dir,
+            &[&["call", "mcp__one__t", r#"{"x": "a"}"#][..], how].concat(),
+        );
+        let text = stdout(&out);
+        assert_eq!(out.status.code(), Some(1), "{how:?}: {text}");
+        assert!(
+            text.contains("forbidden")
+                && text.contains("`mcp__one__t` is not available in plan mode"),
+            "{how:?}: {text}"
+        );
+    }
+    let log = stdout(&quiver_in(
+        &dir,
+        &["log", "--json", "--tool", "mcp__one__t"],
+    ));
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.contains(r#""err_kind":"forbidden""#))
+            .count(),
+        2,
+        "{log}"
+    );
+    let ok = quiver_in(&dir, &["call", "mcp__one__t", r#"{"x": "a"}"#]);
+    assert!(ok.status.success(), "{}", stdout(&ok));
+
+    // As the token `ci`, which a deny rule refuses the one server: not listed, not found,
+    // and its call gets the rule's message; without the token, all three work.
+    let anchored = |dir: &std::path::Path, args: &[&str]| stdout(&quiver_in(dir, args));
+    let ci = ["--token", "ci", "--session", "ci-view"];
+    assert!(
+        !anchored(&dir, &[&["search", "takes one field"][..], &ci].concat())
+            .contains("mcp__one__t")
+    );
+    assert!(!anchored(&dir, &[&["tools"][..], &ci].concat()).contains("mcp__one__t"));
+    let out = quiver_in(
+        &dir,
+        &[&["call", "mcp__one__t", r#"{"x": "a"}"#][..], &ci].concat(),
+    );
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("ci may not use the one server"), "{text}");
+    let other = ["--session", "other-view"];
+    assert!(
+        anchored(&dir, &[&["search", "takes one field"][..], &other].concat())
+            .contains("mcp__one__t")
+    );
+    assert!(anchored(&dir, &[&["tools"][..], &other].concat()).contains("mcp__one__t"));
+
+    // A token that is not configured is a usage error naming the ones that are.
+    let out = quiver_in(&dir, &["tools", "--token", "nobody"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("no inbound token is named `nobody`; the configured ones are: ci, planner"),
+        "{err}"
+    );
+}
+
 /// Output into a pipe that is gone (`quiver log | head -1`) is dropped: the command ends
 /// as it would have, without a panic (it exited 101 with "failed printing to stdout").
 #[test]

@@ -156,6 +156,19 @@ impl InboundToken {
         self.mode = Some(mode);
         self
     }
+
+    /// What the token's requests may use: its tools, its servers' resources and prompts,
+    /// less the tools a policy always refuses it.
+    pub fn capabilities(&self) -> Capabilities {
+        let mut caps = match &self.allowed_tools {
+            Some(p) => Capabilities::all().with_allowed_tools(p.clone()),
+            None => Capabilities::all(),
+        };
+        if let Some(servers) = self.content_servers() {
+            caps = caps.with_allowed_servers(servers);
+        }
+        caps.with_denied_tools(self.denied_tools.clone())
+    }
 }
 
 impl std::fmt::Debug for InboundToken {
@@ -199,19 +212,11 @@ impl Tokens {
             .tokens
             .iter()
             .map(|t| {
-                let mut caps = match &t.allowed_tools {
-                    Some(p) => Capabilities::all().with_allowed_tools(p.clone()),
-                    None => Capabilities::all(),
-                };
-                if let Some(servers) = t.content_servers() {
-                    caps = caps.with_allowed_servers(servers);
-                }
-                caps = caps.with_denied_tools(t.denied_tools.clone());
                 (
                     t.token.as_bytes().to_vec(),
                     Principal {
                         name: t.name.as_str().into(),
-                        capabilities: Arc::new(caps),
+                        capabilities: Arc::new(t.capabilities()),
                         mode: t.mode,
                         tenant: t.tenant.as_deref().map(Into::into),
                     },

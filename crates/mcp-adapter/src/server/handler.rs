@@ -534,29 +534,12 @@ pub(crate) async fn call(
     // capability-forbidden tools are the dispatcher's to answer.
     let surface = &shared.surface;
     let found = surface.catalog().lookup(name);
-    if found.is_some()
-        && scope.capabilities.allows(name)
-        && !surface.visible(name, scope.mode, &scope.capabilities)
-    {
-        // Searching cannot bring it into this mode: say what can.
-        let why = match scope.mode {
-            Mode::Plan => " Plan mode offers read-only tools only, and this one can change things: find a read-only tool that gives what the plan needs, or leave this step for when the plan is carried out.".to_owned(),
-            _ => format!(
-                " This mode's lists leave it out; use another tool of your tool list, or tell the user it needs another mode.{}",
-                if shared.dispatcher.search_advice(&scope.capabilities).contains("tool_search") {
-                    " tool_search finds the tools this mode offers."
-                } else {
-                    ""
-                }
-            ),
-        };
-        let refusal = Envelope::err(
-            ErrKind::Forbidden,
-            format!(
-                "`{name}` is not available in {} mode.{why}",
-                scope.mode.as_str()
-            ),
-        );
+    let can_search = shared
+        .dispatcher
+        .search_advice(&scope.capabilities)
+        .contains("tool_search");
+    if let Some(why) = surface.mode_refusal(name, scope.mode, &scope.capabilities, can_search) {
+        let refusal = Envelope::err(ErrKind::Forbidden, why);
         // Recorded like every call.
         let envelope = shared
             .dispatcher

@@ -338,3 +338,41 @@ async fn a_pinned_session_stays_in_memory() {
     surface.page_in("c", &["beta"]);
     assert!(!surface.holds("a"), "unpinned, the least used goes");
 }
+
+/// A tool's idle rounds are stored with it, so a restore (a restarted server, the next
+/// `quiver call` of a session) lets it leave when it would have without one; restored, a
+/// tool idle for no round was also not made older.
+#[tokio::test]
+async fn idle_rounds_survive_a_restore() {
+    let specs = vec![ro("alpha", "A."), ro("beta", "B.")];
+    let config = SurfaceConfig::default().with_idle_rounds(2);
+    let store = Arc::new(MemorySessionStore::default());
+    let before = Fixture::new(config.clone(), specs.clone(), &[]);
+    before.surface.page_in("s", &["alpha"]);
+    before.surface.next_round("s");
+    before.surface.next_round("s");
+    // beta is new; alpha has been idle two rounds (one more and it goes).
+    before.surface.page_in("s", &["beta"]);
+    before.surface.persist_session("s", &*store).await.unwrap();
+    let rounds: Vec<(String, u64)> = {
+        let mut v: Vec<(String, u64)> = store
+            .working_set("s")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.tool, e.round))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(rounds, [("alpha".to_owned(), 2), ("beta".to_owned(), 0)]);
+
+    let after = Fixture::new(config, specs, &[]);
+    after.surface.restore_session("s", &*store).await.unwrap();
+    assert_eq!(after.surface.working_set("s"), vec!["beta", "alpha"]);
+    // alpha's third idle round, beta's first.
+    assert_eq!(after.surface.next_round("s"), vec!["alpha"]);
+    assert_eq!(after.surface.working_set("s"), vec!["beta"]);
+    assert!(after.surface.next_round("s").is_empty(), "beta's second");
+    assert_eq!(after.surface.next_round("s"), vec!["beta"], "beta's third");
+}

@@ -152,11 +152,10 @@ fn image() -> Part {
 }
 
 fn resource() -> Part {
-    Part::resource(
+    Part::resource_text(
         "test://embedded-resource",
         Some("text/plain".into()),
         "This is an embedded resource content.",
-        false,
     )
 }
 

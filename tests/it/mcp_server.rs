@@ -398,7 +398,7 @@ async fn closing_stdin_cancels_the_calls_in_flight() {
 }
 
 /// `quiver serve --stdio` in `dir` with the fault fixture as `fx` (`args` after the
-/// script), its stdin, stdout and stderr piped.
+/// script), its stdin, stdout and stderr piped, logging at `info`.
 fn stdio_server_before_fx(dir: &std::path::Path, args: &str, extra: &str) -> Child {
     let fault = repo_root().join("crates/mcp-adapter/tests/fixtures/fault_server.py");
     std::fs::write(
@@ -409,7 +409,16 @@ fn stdio_server_before_fx(dir: &std::path::Path, args: &str, extra: &str) -> Chi
         ),
     )
     .unwrap();
-    stdio_server(dir, Stdio::piped())
+    Command::new(quiver_binary())
+        .args(["serve", "--stdio"])
+        .current_dir(dir)
+        .env("QUIVER_LOG", "info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("quiver starts")
 }
 
 /// A stdio client whose end of stdout is closed is gone: the next answer that cannot be
@@ -499,16 +508,20 @@ async fn closing_stdin_during_the_startup_wait_stops_the_server() {
         ),
         "connect_timeout = 60",
     );
-    let stdin = child.stdin.take().expect("piped");
-    // Well inside the wait: the server has started waiting for fx.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    drop(stdin);
+    // Closed at once: the hang-up stays visible to the server until it looks.
+    drop(child.stdin.take().expect("piped"));
     let out = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
         .await
         .expect("the server stops well before the 60 s connect timeout")
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{}: {err}", out.status);
+    assert!(
+        err.contains(
+            "the MCP client closed stdin while the upstream servers were connecting: stopping"
+        ),
+        "{err}"
+    );
     assert!(
         out.stdout.is_empty(),
         "{}",

@@ -318,25 +318,32 @@ impl Part {
         }
     }
 
-    /// An embedded resource with text (`blob: false`) or base64 content, without
-    /// annotations.
-    pub fn resource(
+    /// An embedded text resource without annotations.
+    pub fn resource_text(
         uri: impl Into<String>,
         mime_type: Option<String>,
-        content: impl Into<String>,
-        blob: bool,
+        text: impl Into<String>,
     ) -> Part {
-        let content = Some(content.into());
-        let (text, blob) = if blob {
-            (None, content)
-        } else {
-            (content, None)
-        };
         Part::Resource {
             uri: uri.into(),
             mime_type,
-            text,
-            blob,
+            text: Some(text.into()),
+            blob: None,
+            annotations: None,
+        }
+    }
+
+    /// An embedded binary resource (base64) without annotations.
+    pub fn resource_blob(
+        uri: impl Into<String>,
+        mime_type: Option<String>,
+        blob: impl Into<String>,
+    ) -> Part {
+        Part::Resource {
+            uri: uri.into(),
+            mime_type,
+            text: None,
+            blob: Some(blob.into()),
             annotations: None,
         }
     }

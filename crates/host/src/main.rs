@@ -332,6 +332,9 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
 /// a client presenting it); without, every tool less those a deny rule refuses everyone
 /// (left out of suggestions, as `serve` leaves them out).
 struct Caller {
+    /// The working-set key: the session given, or, as a token, the key `quiver serve`
+    /// gives that token's conversation of that name (`conv:TOKEN:SESSION`).
+    session: String,
     mode: Mode,
     capabilities: std::sync::Arc<Capabilities>,
     principal: Option<String>,
@@ -339,13 +342,19 @@ struct Caller {
 }
 
 impl Caller {
-    fn of(config: &Config, token: Option<&str>, mode: Option<Mode>) -> anyhow::Result<Caller> {
+    fn of(
+        config: &Config,
+        token: Option<&str>,
+        mode: Option<Mode>,
+        session: &str,
+    ) -> anyhow::Result<Caller> {
         let Some(name) = token else {
             let denied: Vec<String> = config
                 .always_denied(None, None)
                 .map(|r| r.tool.clone())
                 .collect();
             return Ok(Caller {
+                session: session.to_owned(),
                 mode: mode.unwrap_or_default(),
                 capabilities: std::sync::Arc::new(Capabilities::all().with_denied_tools(denied)),
                 principal: None,
@@ -364,17 +373,28 @@ impl Caller {
                 }
             );
         };
+        // `serve` gives a token its own mode whatever the server's default: so does this.
+        if let (Some(own), Some(asked)) = (t.mode, mode)
+            && own != asked
+        {
+            anyhow::bail!(
+                "the token `{name}` has mode {}, which `quiver serve` gives every request it makes: --mode {} cannot change it",
+                own.as_str(),
+                asked.as_str()
+            );
+        }
         Ok(Caller {
-            mode: mode.or(t.mode).unwrap_or_default(),
+            session: format!("conv:{name}:{session}"),
+            mode: t.mode.or(mode).unwrap_or_default(),
             capabilities: std::sync::Arc::new(t.capabilities()),
             principal: Some(t.name.clone()),
             tenant: t.tenant.clone(),
         })
     }
 
-    /// The context of one call in `session`.
-    fn context(&self, session: &str) -> CallContext {
-        let mut ctx = CallContext::for_session(session);
+    /// The context of one call in the caller's session.
+    fn context(&self) -> CallContext {
+        let mut ctx = CallContext::for_session(self.session.as_str());
         ctx.capabilities = self.capabilities.clone();
         ctx.principal = self.principal.as_deref().map(Into::into);
         ctx.tenant = self.tenant.as_deref().map(Into::into);
@@ -552,6 +572,29 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     } = cli.command
     {
         return log_command(&config, tool, session, outcome, limit, json).await;
+    }
+    // A token that is not configured (or a mode it does not have) is said at once, before
+    // the upstreams are waited for.
+    if let Command::Tools {
+        token: Some(token),
+        mode,
+        session,
+        ..
+    }
+    | Command::Search {
+        token: Some(token),
+        mode,
+        session,
+        ..
+    }
+    | Command::Call {
+        token: Some(token),
+        mode,
+        session,
+        ..
+    } = &cli.command
+    {
+        Caller::of(&config, Some(token), *mode, session)?;
     }
     // SIGINT and SIGTERM are watched from here on, not only while serving: killed by the
     // default action, Quiver would leave the processes its upstreams' wrappers (`npx`,
@@ -1189,11 +1232,11 @@ async fn command(
             token,
             format,
         } => {
-            let caller = Caller::of(config, token.as_deref(), mode)?;
-            app.open_session(&session).await?;
-            let composed = app
-                .surface
-                .compose(&session, caller.mode, &caller.capabilities)?;
+            let caller = Caller::of(config, token.as_deref(), mode, &session)?;
+            app.open_session(&caller.session).await?;
+            let composed =
+                app.surface
+                    .compose(&caller.session, caller.mode, &caller.capabilities)?;
             let specs = composed.specs();
             for w in provider_name_warnings(&specs, format) {
                 eprintln!("{w}");
@@ -1208,21 +1251,22 @@ async fn command(
             mode,
             token,
         } => {
-            let caller = Caller::of(config, token.as_deref(), mode)?;
+            let caller = Caller::of(config, token.as_deref(), mode, &session)?;
             apply_retention(app, config).await?;
-            app.open_session(&session).await?;
+            app.open_session(&caller.session).await?;
             let mut input = serde_json::json!({"query": query});
             if let Some(limit) = limit {
                 input["limit"] = limit.into();
             }
             // A round of the session in its mode, as a `tools/call` of `tool_search` is in
             // `serve`.
-            app.surface.begin_call(&session, caller.mode, "tool_search");
+            app.surface
+                .begin_call(&caller.session, caller.mode, "tool_search");
             let envelope = app
                 .dispatcher
-                .call("tool_search", input, caller.context(&session))
+                .call("tool_search", input, caller.context())
                 .await;
-            app.save_session(&session).await?;
+            app.save_session(&caller.session).await?;
             say!(
                 "{}",
                 quiver_contract::printable_lines(&render(&envelope, &RenderOptions::default()))
@@ -1299,31 +1343,30 @@ async fn command(
             mode,
             token,
         } => {
-            let caller = Caller::of(config, token.as_deref(), mode)?;
+            let caller = Caller::of(config, token.as_deref(), mode, &session)?;
             apply_retention(app, config).await?;
-            app.open_session(&session).await?;
-            let ctx = caller.context(&session);
-            let can_search = app
-                .dispatcher
-                .search_advice(&caller.capabilities)
-                .contains("tool_search");
-            // Refused as `quiver serve` refuses it (and recorded), or a round of the session.
-            let envelope =
-                match app
-                    .surface
-                    .mode_refusal(&name, caller.mode, &caller.capabilities, can_search)
-                {
-                    Some(why) => {
-                        let input = serde_json::from_str(&json).unwrap_or(serde_json::Value::Null);
-                        let refusal = Envelope::err(quiver_contract::ErrKind::Forbidden, why);
-                        app.dispatcher.refuse(&name, input, ctx, refusal).await
-                    }
-                    None => {
-                        app.surface.begin_call(&session, caller.mode, &name);
-                        app.dispatcher.call_json(&name, &json, ctx).await
-                    }
-                };
-            app.save_session(&session).await?;
+            app.open_session(&caller.session).await?;
+            let ctx = caller.context();
+            // JSON that does not parse is the dispatcher's to explain (exit 2 below): it is
+            // no round of the session and meets no mode. Otherwise the call is admitted as
+            // `quiver serve` admits it (refused and recorded, or a round of the session).
+            let parses =
+                json.trim().is_empty() || serde_json::from_str::<serde_json::Value>(&json).is_ok();
+            let refusal = if parses {
+                app.surface
+                    .admit(&app.dispatcher, &caller.session, &name, caller.mode, &ctx)
+            } else {
+                None
+            };
+            let envelope = match refusal {
+                Some(refusal) => {
+                    let input =
+                        serde_json::from_str(&json).unwrap_or_else(|_| serde_json::json!({}));
+                    app.dispatcher.refuse(&name, input, ctx, refusal).await
+                }
+                None => app.dispatcher.call_json(&name, &json, ctx).await,
+            };
+            app.save_session(&caller.session).await?;
             say!(
                 "{}",
                 quiver_contract::printable_lines(&render(&envelope, &RenderOptions::default()))

@@ -171,6 +171,9 @@ pub fn parse_mcp_servers(
     {
         bail!("{origin}: {e}");
     }
+    // The servers in the file's order (serde_json keeps it): where two servers offer one
+    // thing, the first configured has it.
+    let mut order: Vec<String> = Vec::new();
     // The file's shape first, in its own words (serde says "expected struct Entry").
     if let Ok(value) = serde_json::from_str::<serde_json::Value>(text) {
         const SHAPE: &str = r#"{"mcpServers": {"name": {"command": ...} or {"url": ...}}}"#;
@@ -187,6 +190,7 @@ pub fn parse_mcp_servers(
                     json_kind(servers)
                 );
             };
+            order = servers.keys().cloned().collect();
             for (name, entry) in servers {
                 if !entry.is_object() {
                     bail!(
@@ -204,6 +208,8 @@ pub fn parse_mcp_servers(
             "{origin}: no \"mcpServers\" object (expected {{\"mcpServers\": {{\"name\": {{\"command\": ...}}}}}})"
         );
     };
+    let mut servers: Vec<(String, Entry)> = servers.into_iter().collect();
+    servers.sort_by_key(|(name, _)| order.iter().position(|o| o == name));
     let mut out = Vec::new();
     for (name, e) in servers {
         if e.disabled {
@@ -454,6 +460,19 @@ mod tests {
             assert!(err.contains(says), "{text}: {err}");
             assert!(!err.contains("struct"), "{text}: {err}");
         }
+    }
+
+    /// The servers come in the file's order, not by name: where two servers offer one tool
+    /// name or resource URI, the first in the file has it.
+    #[test]
+    fn servers_keep_the_files_order() {
+        let text = r#"{"mcpServers": {"zeta": {"command": "z"}, "alpha": {"command": "a"}, "mid": {"command": "m"}}}"#;
+        let names: Vec<String> = parse_mcp_servers(text, "c.json", &env)
+            .unwrap()
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(names, ["zeta", "alpha", "mid"]);
     }
 
     #[test]

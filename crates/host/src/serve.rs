@@ -152,28 +152,44 @@ pub struct Signals {
     hup: Option<tokio::signal::unix::Signal>,
 }
 
-/// Returns once stdin's writer has gone (the pipe's other end closed, a socket shut for
-/// writing, or no stdin at all) leaving nothing unread, without reading from it: a client
-/// that wrote requests and closed stdin (a piped script) is waiting for their answers, so
-/// for it this never returns, and what it wrote stays for the MCP transport. Stdin that is
-/// a file or a terminal never ends this way.
+/// Returns once stdin's writer has gone (the pipe's other end closed, or a socket the
+/// client shut for writing) leaving nothing unread, without reading from it: a client that
+/// wrote requests and closed stdin (a piped script) is waiting for their answers, so for it
+/// this never returns, and what it wrote stays for the MCP transport. Stdin that is a file
+/// or a terminal never ends this way.
 pub async fn stdin_hung_up() {
     #[cfg(not(unix))]
     std::future::pending::<()>().await;
     #[cfg(unix)]
     loop {
+        // A socket shut for writing only (Node's `stdin.end()` on its socketpair) reports
+        // POLLRDHUP where the platform has it; elsewhere it is seen as readable with
+        // nothing to read.
+        #[cfg(any(
+            target_os = "linux",
+            target_os = "android",
+            target_os = "freebsd",
+            target_os = "illumos"
+        ))]
+        const SHUT: libc::c_short = libc::POLLHUP | libc::POLLRDHUP;
+        #[cfg(not(any(
+            target_os = "linux",
+            target_os = "android",
+            target_os = "freebsd",
+            target_os = "illumos"
+        )))]
+        const SHUT: libc::c_short = libc::POLLHUP;
         let mut fd = libc::pollfd {
             fd: 0,
-            events: libc::POLLRDHUP,
+            events: SHUT | libc::POLLIN,
             revents: 0,
         };
         // SAFETY: poll(2) on one valid pollfd with a zero timeout only reports its state.
         #[allow(unsafe_code)]
         let n = unsafe { libc::poll(&mut fd, 1, 0) };
-        if n > 0 && fd.revents & libc::POLLNVAL != 0 {
-            return;
-        }
-        if n > 0 && fd.revents & (libc::POLLHUP | libc::POLLRDHUP) != 0 {
+        let shut = n > 0 && fd.revents & SHUT != 0;
+        let readable = n > 0 && fd.revents & libc::POLLIN != 0;
+        if shut || (readable && stdin_is_socket()) {
             let mut unread: libc::c_int = 0;
             // SAFETY: FIONREAD writes the count of unread bytes into one c_int.
             #[allow(unsafe_code)]
@@ -181,10 +197,24 @@ pub async fn stdin_hung_up() {
             if asked == 0 && unread == 0 {
                 return;
             }
-            // Requests wait to be answered; the writer cannot come back.
-            std::future::pending::<()>().await;
+            if shut {
+                // Requests wait to be answered; the writer cannot come back.
+                std::future::pending::<()>().await;
+            }
+            // A socket with bytes waiting: its writer may still be there.
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// Whether stdin is a socket (where a shut writing half reads as readable, not hung up).
+#[cfg(unix)]
+fn stdin_is_socket() -> bool {
+    // SAFETY: fstat(2) fills a zeroed plain-data struct for fd 0.
+    #[allow(unsafe_code)]
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(0, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK
     }
 }
 

@@ -147,8 +147,9 @@ impl<W: AsyncWrite + Send + Unpin + 'static> LineWriter<W> {
         }
     }
 
-    /// Cancels `token` at the first write that fails (a closed pipe, a reset socket), so
-    /// the side that reads can stop: nothing it answers can be delivered any more.
+    /// Cancels `token` at the first write that fails (a closed pipe, a reset socket, or any
+    /// other error: a line written in part has broken the framing anyway), so the side that
+    /// reads can stop: nothing it answers can be delivered any more.
     pub(crate) fn on_broken(mut self, token: tokio_util::sync::CancellationToken) -> Self {
         self.broken = Some(token);
         self

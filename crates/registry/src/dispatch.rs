@@ -897,12 +897,18 @@ impl Dispatcher {
         Prepared::Run(entry, warnings, repeat)
     }
 
+    /// Whether a caller with these credentials has `tool_search` to turn to: it may call it
+    /// and the catalog has it.
+    pub fn offers_search(&self, capabilities: &Capabilities) -> bool {
+        capabilities.offers(TOOL_SEARCH) && self.inner.catalog.lookup(TOOL_SEARCH).is_some()
+    }
+
     /// What a caller with these credentials who did not find a tool can do next, as a
     /// sentence to append to an error: call `tool_search` when it may (and the catalog has
     /// it), else use the tools it has; advice to call a tool it would be refused sends a
     /// model round in circles.
     pub fn search_advice(&self, capabilities: &Capabilities) -> &'static str {
-        if capabilities.offers(TOOL_SEARCH) && self.inner.catalog.lookup(TOOL_SEARCH).is_some() {
+        if self.offers_search(capabilities) {
             " Call tool_search with a short description of what you need to load more tools."
         } else {
             " Use one of the tools in your tool list."

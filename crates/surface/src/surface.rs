@@ -1098,8 +1098,9 @@ impl Surface {
         }
     }
 
-    /// A call of the session begins: in `quiver serve`, where the surface sees no model
-    /// turns, every `tools/call` counts as one round of its session. Sets the session's mode
+    /// A call of the session begins: in `quiver serve` (and `quiver call` / `quiver
+    /// search`), where the surface sees no model turns, every call counts as one round of
+    /// its session. Sets the session's mode
     /// first (`tool_search` and `describe_tool` filter by it, so a plan-mode caller that
     /// searches before it lists never finds a tool its mode hides) and starts a round,
     /// evicting the working-set tools idle for more than `idle_rounds`. The called `tool` is refreshed first, so a call
@@ -1151,6 +1152,35 @@ impl Surface {
         self.catalog.lookup(name).is_some_and(|e| {
             e.spec.listed_in(mode) && capabilities.allows(name) && !self.mode_excluded(mode, name)
         })
+    }
+
+    /// What `quiver serve` and `quiver call` do before a call of `name` runs in `session`
+    /// and `mode` for the caller of `ctx`: the refusal to record instead of running it, or
+    /// `None` to run it. A tool the mode does not offer is refused ([`Surface::mode_refusal`]);
+    /// otherwise the call is a round of the session ([`Surface::begin_call`]), and a tool the
+    /// catalog does not serve gets the dispatcher's answer with look-alikes this caller is
+    /// [offered](Surface::offered) in this mode.
+    pub fn admit(
+        &self,
+        dispatcher: &quiver_registry::Dispatcher,
+        session: &str,
+        name: &str,
+        mode: Mode,
+        ctx: &quiver_contract::CallContext,
+    ) -> Option<quiver_contract::Envelope> {
+        let caps = &ctx.capabilities;
+        if let Some(why) = self.mode_refusal(name, mode, caps, dispatcher.offers_search(caps)) {
+            return Some(quiver_contract::Envelope::err(
+                quiver_contract::ErrKind::Forbidden,
+                why,
+            ));
+        }
+        // `tool_search` and `describe_tool` filter by the session's mode: this call's.
+        self.begin_call(session, mode, name);
+        if !self.catalog.lookup(name).is_some_and(|e| e.spec.is_live()) {
+            return Some(dispatcher.undefined(name, ctx, &|n| self.offered(n, mode, caps)));
+        }
+        None
     }
 
     /// Why a call of `name` in `mode` is refused although the tool exists and the caller

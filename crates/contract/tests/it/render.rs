@@ -77,6 +77,28 @@ fn parts_are_described_not_inlined() {
     check("ok_parts", &e);
 }
 
+/// Text that came after an image (or with annotations of its own) is rendered in its place,
+/// and a resource link says what it is when the tool said so.
+#[test]
+fn text_parts_keep_their_place_and_links_their_description() {
+    let e = Envelope::text("Here is the chart.")
+        .with_part(Part::image("image/png", "iVBORw0KGgo="))
+        .with_part(Part::Text {
+            text: "The chart above shows May.".into(),
+            annotations: Some(json!({"audience": ["user"]})),
+        })
+        .with_part(Part::ResourceLink {
+            uri: "file:///tmp/may.csv".into(),
+            name: "may.csv".into(),
+            mime_type: Some("text/csv".into()),
+            title: Some("May".into()),
+            description: Some("The data behind the chart".into()),
+            size: Some(2048),
+            annotations: None,
+        });
+    check("ok_text_parts_and_link_description", &e);
+}
+
 /// A part's description shows at most 300 characters of a name or URI: a megabyte-long
 /// link name went whole into the text, past the result limit.
 #[test]

@@ -1422,15 +1422,38 @@ fn a_cli_call_is_a_round_in_its_mode_and_can_act_as_a_token() {
     let ok = quiver_in(&dir, &["call", "mcp__one__t", r#"{"x": "a"}"#]);
     assert!(ok.status.success(), "{}", stdout(&ok));
 
+    // A look-alike of a tool the mode refuses is not suggested in that mode.
+    let typo = stdout(&quiver_in(
+        &dir,
+        &["call", "mcp__one__tt", "{}", "--mode", "plan"],
+    ));
+    assert!(
+        typo.contains("undefined_tool") && !typo.contains("`mcp__one__t`"),
+        "{typo}"
+    );
+    let typo = stdout(&quiver_in(&dir, &["call", "mcp__one__tt", "{}"]));
+    assert!(typo.contains("Did you mean `mcp__one__t`"), "{typo}");
+
     // As the token `ci`, which a deny rule refuses the one server: not listed, not found,
     // and its call gets the rule's message; without the token, all three work.
-    let anchored = |dir: &std::path::Path, args: &[&str]| stdout(&quiver_in(dir, args));
-    let ci = ["--token", "ci", "--session", "ci-view"];
+    let succeeds = |args: &[&str]| {
+        let out = quiver_in(&dir, args);
+        let text = stdout(&out);
+        assert!(out.status.success(), "{args:?}: {text}");
+        assert!(
+            text.contains("✓ ok.") || text.contains(" tool(s)"),
+            "{args:?}: {text}"
+        );
+        text
+    };
+    let ci = ["--token", "ci", "--session", "view"];
+    let found = succeeds(&[&["search", "takes one field"][..], &ci].concat());
+    assert!(!found.contains("mcp__one__t"), "{found}");
+    let tools = succeeds(&[&["tools"][..], &ci].concat());
     assert!(
-        !anchored(&dir, &[&["search", "takes one field"][..], &ci].concat())
-            .contains("mcp__one__t")
+        tools.contains("tool_search") && !tools.contains("mcp__one__t"),
+        "{tools}"
     );
-    assert!(!anchored(&dir, &[&["tools"][..], &ci].concat()).contains("mcp__one__t"));
     let out = quiver_in(
         &dir,
         &[&["call", "mcp__one__t", r#"{"x": "a"}"#][..], &ci].concat(),
@@ -1438,12 +1461,40 @@ fn a_cli_call_is_a_round_in_its_mode_and_can_act_as_a_token() {
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("ci may not use the one server"), "{text}");
-    let other = ["--session", "other-view"];
+    // The token's calls are in the working set `serve` gives its conversation `view`.
+    let log = stdout(&quiver_in(
+        &dir,
+        &["log", "--json", "--tool", "mcp__one__t", "--limit", "1"],
+    ));
     assert!(
-        anchored(&dir, &[&["search", "takes one field"][..], &other].concat())
-            .contains("mcp__one__t")
+        log.contains(r#""session":"conv:ci:view""#) && log.contains(r#""principal":"ci""#),
+        "{log}"
     );
-    assert!(anchored(&dir, &[&["tools"][..], &other].concat()).contains("mcp__one__t"));
+    let plain = ["--session", "view"];
+    assert!(
+        succeeds(&[&["search", "takes one field"][..], &plain].concat()).contains("mcp__one__t")
+    );
+    assert!(succeeds(&[&["tools"][..], &plain].concat()).contains("mcp__one__t"));
+
+    // A token's own mode is the one it gets, as in `serve`: another `--mode` is refused.
+    let out = quiver_in(
+        &dir,
+        &[
+            "call",
+            "mcp__one__t",
+            r#"{"x": "a"}"#,
+            "--token",
+            "planner",
+            "--mode",
+            "chat",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("the token `planner` has mode plan, which `quiver serve` gives every request it makes: --mode chat cannot change it"),
+        "{err}"
+    );
 
     // A token that is not configured is a usage error naming the ones that are.
     let out = quiver_in(&dir, &["tools", "--token", "nobody"]);

@@ -273,11 +273,10 @@ impl Tool for MetaTool {
             let s = |k: &str| c.get(k).and_then(Value::as_str).map(str::to_owned);
             match (s("text"), s("blob")) {
                 (Some(t), _) => texts.push(t),
-                (None, Some(b)) => parts.push(Part::resource(
+                (None, Some(b)) => parts.push(Part::resource_blob(
                     s("uri").unwrap_or_default(),
                     s("mimeType"),
                     b,
-                    true,
                 )),
                 _ => {}
             }

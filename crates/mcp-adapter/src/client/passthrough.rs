@@ -41,8 +41,9 @@ pub(crate) struct State {
     pub(crate) updates: broadcast::Sender<String>,
     /// Resource and prompt list changes of every upstream (and upstreams connecting).
     pub(crate) lists: broadcast::Sender<ListChanged>,
-    /// URI -> the server that serves it: the first in order of those that listed it last.
-    owners: Mutex<HashMap<String, String>>,
+    /// URI -> the servers whose latest listing has it, in configuration order: a caller's
+    /// read goes to the first of them it may reach.
+    owners: Mutex<HashMap<String, Vec<String>>>,
     /// The servers whose last resource listing was cut at the list cap: a URI none of
     /// the listings has may be one of theirs.
     cut: Mutex<Vec<String>>,
@@ -62,9 +63,10 @@ pub(crate) struct State {
 
 impl State {
     /// Logs, once, that `later` lists `what` `uri`, which `first` (earlier in order) has.
+    /// At most 10,000 pairs are remembered (each listing holds at most the list cap per
+    /// server); past that, shadowed entries go unreported.
     fn report_shadowed(&self, what: &str, uri: &str, first: &str, later: &str) {
         let mut reported = lock(&self.shadowed);
-        // Bounded: the listings are (list cap per server).
         if reported.len() < 10_000 && reported.insert((uri.to_owned(), later.to_owned())) {
             tracing::warn!(
                 server = later,
@@ -418,8 +420,11 @@ impl McpClient {
         }
         let find = |servers: &[Arc<Upstream>]| {
             let state = &self.shared.passthrough;
-            let owner = lock(&state.owners).get(uri).cloned();
-            if let Some(up) = owner.and_then(|o| servers.iter().find(|u| u.name() == o)) {
+            let owners = lock(&state.owners).get(uri).cloned().unwrap_or_default();
+            if let Some(up) = owners
+                .iter()
+                .find_map(|o| servers.iter().find(|u| u.name() == o))
+            {
                 return Some(up.clone());
             }
             let templates = lock(&state.templates);
@@ -527,7 +532,17 @@ impl McpClient {
         let mut owners = lock(&self.shared.passthrough.owners);
         let listed: std::collections::HashSet<String> =
             lists.iter().map(|(up, _)| up.name().to_owned()).collect();
-        owners.retain(|_, server| !listed.contains(server.as_str()));
+        for servers in owners.values_mut() {
+            servers.retain(|server| !listed.contains(server.as_str()));
+        }
+        owners.retain(|_, servers| !servers.is_empty());
+        let order: Vec<String> = self
+            .shared
+            .servers()
+            .iter()
+            .map(|u| u.name().to_owned())
+            .collect();
+        let rank = |server: &str| order.iter().position(|o| o == server).unwrap_or(usize::MAX);
         let cap = self.shared.opts.list_cap;
         {
             let mut cut = lock(&self.shared.passthrough.cut);
@@ -539,8 +554,22 @@ impl McpClient {
                     .map(|(up, _)| up.name().to_owned()),
             );
         }
-        // In server order (the configuration's): a URI two servers list is the first's,
-        // listed once, and read and subscribed there.
+        // Every server listing a URI is kept, in configuration order (a caller that may
+        // reach only a later one is served by it); this listing shows it once, as the
+        // first's, and reads and subscriptions go there.
+        for (up, items) in &lists {
+            for uri in items
+                .iter()
+                .filter_map(|i| i.get("uri").and_then(Value::as_str))
+            {
+                let servers = owners.entry(uri.to_owned()).or_default();
+                if !servers.iter().any(|s| s == up.name()) {
+                    servers.push(up.name().to_owned());
+                    servers.sort_by_key(|s| rank(s));
+                }
+            }
+        }
+        drop(owners);
         let mut out = Vec::new();
         let mut seen: HashMap<String, String> = HashMap::new();
         for (up, items) in lists {
@@ -553,7 +582,6 @@ impl McpClient {
                         continue;
                     }
                     seen.insert(uri.to_owned(), up.name().to_owned());
-                    owners.insert(uri.to_owned(), up.name().to_owned());
                 }
                 out.push(item);
             }

@@ -216,22 +216,27 @@ pub(crate) fn call_result(result: &Value) -> Envelope {
         }
     }
     if is_error {
-        // An error's text is all of its text, in order.
-        let all: Vec<&str> = texts
+        // An error is its text: all of it, in order, with the other blocks described in
+        // their places (an error carries no parts), so "see the image above" still
+        // points at something.
+        let all: Vec<String> = texts
             .iter()
-            .copied()
-            .chain(parts.iter().filter_map(|p| match p {
-                Part::Text { text, .. } => Some(text.as_str()),
-                _ => None,
-            }))
+            .map(|t| (*t).to_owned())
+            .chain(parts.iter().map(Part::describe))
             .collect();
         return coerce_legacy(&all.join("\n"), true);
     }
     let mut env = match result.get("structuredContent") {
         Some(sc) if !sc.is_null() => {
-            // The text blocks of a structured result are its serialized copy (MCP asks
-            // for one): the data stands for them.
-            parts.retain(|p| !matches!(p, Part::Text { .. }));
+            // A text block that is the data's serialized copy (MCP asks for one) is the
+            // data; any other text (a summary, a caption) keeps its place as a part.
+            let copy = |t: &str| serde_json::from_str::<Value>(t).is_ok_and(|v| v == *sc);
+            parts.retain(|p| !matches!(p, Part::Text { text, .. } if copy(text)));
+            let lead = texts.iter().filter(|t| !copy(t)).map(|t| Part::Text {
+                text: (*t).to_owned(),
+                annotations: None,
+            });
+            parts = lead.chain(parts).collect();
             Envelope::ok(sc.clone())
         }
         _ => Envelope::text(texts.join("\n")),
@@ -252,21 +257,44 @@ pub(crate) fn call_result(result: &Value) -> Envelope {
     env
 }
 
-/// A content block's `annotations` as MCP defines them (`audience`, `priority`,
-/// `lastModified`), as the server wrote them (a priority of 0.7 stays 0.7); anything MCP
-/// does not define (not an object, an unknown role, a priority that is not a number) is
-/// left out rather than passed on to clients that would refuse it.
+/// A content block's `annotations` as MCP defines them, field by field: `audience` (its
+/// `user` and `assistant` entries), `priority` (a number from 0 to 1, as the server wrote
+/// it: 0.7 stays 0.7) and `lastModified` (a string). What MCP does not define (another
+/// key, an unknown role, a priority of 5 or "high", annotations that are not an object) is
+/// left out, the rest kept: clients' SDKs refuse a whole result over one such value.
 fn annotations(raw: Option<&Value>) -> Option<Value> {
-    let raw = raw?;
-    serde_json::from_value::<rmcp::model::Annotations>(raw.clone()).ok()?;
-    let kept: Map<String, Value> = raw
-        .as_object()?
-        .iter()
-        .filter(|(k, v)| {
-            matches!(k.as_str(), "audience" | "priority" | "lastModified") && !v.is_null()
-        })
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let mut kept = Map::new();
+    for (key, value) in raw?.as_object()? {
+        match (key.as_str(), value) {
+            ("audience", Value::Array(roles)) => {
+                let mut valid: Vec<Value> = Vec::new();
+                for role in roles {
+                    if matches!(role.as_str(), Some("user" | "assistant")) && !valid.contains(role)
+                    {
+                        valid.push(role.clone());
+                    }
+                }
+                if !valid.is_empty() {
+                    kept.insert(key.clone(), Value::Array(valid));
+                }
+            }
+            ("priority", Value::Number(n))
+                if n.as_f64().is_some_and(|p| (0.0..=1.0).contains(&p)) =>
+            {
+                // rmcp reads it as an f32, whose widening shows 0.7 as 0.699999988...:
+                // the shortest decimal of that f32 is what the server wrote.
+                let p = n.as_f64().unwrap_or_default() as f32;
+                let shortest = p.to_string().parse::<f64>().ok();
+                if let Some(n) = shortest.and_then(serde_json::Number::from_f64) {
+                    kept.insert(key.clone(), Value::Number(n));
+                }
+            }
+            ("lastModified", Value::String(_)) => {
+                kept.insert(key.clone(), value.clone());
+            }
+            _ => {}
+        }
+    }
     (!kept.is_empty()).then_some(Value::Object(kept))
 }
 
@@ -459,17 +487,67 @@ mod tests {
         let mut expected = upstream["content"].as_array().unwrap()[2..].to_vec();
         // Annotations MCP does not define are left out.
         expected[5] = json!({"type": "text", "text": "odd"});
+        // One value MCP does not define costs only itself.
+        let mixed = call_result(&json!({"content": [{"type": "image", "data": "AAAA",
+            "mimeType": "image/png", "annotations": {"audience": ["robot", "user", "user"],
+            "priority": 5, "lastModified": "2026-12-02T00:00:00Z", "color": "red"}}]}));
+        let Envelope::Ok { parts, .. } = &mixed else {
+            panic!("{mixed:?}")
+        };
+        assert_eq!(
+            parts[0].annotations(),
+            Some(&json!({"audience": ["user"], "lastModified": "2026-12-02T00:00:00Z"}))
+        );
+        // As rmcp's f32 has it after widening: the server's 0.7 again.
+        let widened = call_result(&json!({"content": [{"type": "text", "text": "x",
+            "annotations": {"priority": f64::from(0.7_f32)}}]}));
+        let Envelope::Ok { parts, .. } = &widened else {
+            panic!("{widened:?}")
+        };
+        assert_eq!(parts[0].annotations(), Some(&json!({"priority": 0.7})));
+        for bad in [json!("high"), json!(-0.1), json!(1.5)] {
+            let r = call_result(&json!({"content": [{"type": "text", "text": "x",
+                "annotations": {"priority": bad}}]}));
+            assert_eq!(r, Envelope::text("x"), "{bad}");
+        }
         assert_eq!(&blocks[1..], &expected[..], "{out:#}");
         // The CLI's and an embedder's render has every text, in order.
         let all = quiver_contract::render(&env, &quiver_contract::RenderOptions::default());
         let at = |s: &str| all.find(s).unwrap_or_else(|| panic!("{s} in {all}"));
         assert!(at("still leading") < at("[image") && at("[image") < at("after the image"));
         assert!(at("after the image") < at("the end"), "{all}");
-        // An error's text is all of its text.
+        // An error's text is all of its text, its other blocks described in place.
         let err = call_result(&json!({"isError": true, "content": [
             {"type": "text", "text": "first"},
-            {"type": "text", "text": "second", "annotations": {"priority": 1}}
+            {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+            {"type": "text", "text": "second, about the image above", "annotations": {"priority": 1}}
         ]}));
-        assert_eq!(err, Envelope::err(ErrKind::Legacy, "first\nsecond"));
+        assert_eq!(
+            err,
+            Envelope::err(
+                ErrKind::Legacy,
+                "first\n[image image/png, 4 bytes base64]\nsecond, about the image above"
+            )
+        );
+        // A structured result: its serialized copy is the data; other text keeps its place.
+        let sc = call_result(&json!({"structuredContent": {"temp": 21}, "content": [
+            {"type": "text", "text": "{\"temp\": 21}"},
+            {"type": "text", "text": "Summary: warm"},
+            {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+            {"type": "text", "text": "see the chart above", "annotations": {"audience": ["user"]}}
+        ]}));
+        let Envelope::Ok { data, parts, .. } = &sc else {
+            panic!("{sc:?}")
+        };
+        assert_eq!(data, &json!({"temp": 21}));
+        let kinds: Vec<String> = parts.iter().map(Part::describe).collect();
+        assert_eq!(
+            kinds,
+            [
+                "Summary: warm",
+                "[image image/png, 4 bytes base64]",
+                "see the chart above"
+            ]
+        );
     }
 }

@@ -158,7 +158,8 @@ impl InboundToken {
     }
 
     /// What the token's requests may use: its tools, its servers' resources and prompts,
-    /// less the tools a policy always refuses it.
+    /// less its `denied_tools` (which the host fills from the deny rules, see
+    /// `Config::inbound_auth`; empty until then).
     pub fn capabilities(&self) -> Capabilities {
         let mut caps = match &self.allowed_tools {
             Some(p) => Capabilities::all().with_allowed_tools(p.clone()),

@@ -222,17 +222,15 @@ mod tests {
     #[test]
     fn resources_and_links_keep_their_content() {
         let e = Envelope::ok(json!("three parts"))
-            .with_part(Part::resource(
+            .with_part(Part::resource_blob(
                 "demo://blob/1",
                 Some("application/octet-stream".into()),
                 "AAEC",
-                true,
             ))
-            .with_part(Part::resource(
+            .with_part(Part::resource_text(
                 "demo://text/1",
                 Some("text/markdown".into()),
                 "# hi",
-                false,
             ))
             .with_part(Part::link(
                 "demo://text/2",

@@ -10,7 +10,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use quiver_contract::{CallContext, Capabilities, Envelope, ErrKind, Mode};
+use quiver_contract::{CallContext, Capabilities, Mode};
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
@@ -530,39 +530,20 @@ pub(crate) async fn call(
     channel: Option<(Arc<dyn quiver_contract::ClientChannel>, Arc<ProgressState>)>,
 ) -> CallToolResult {
     // The surface decides what this session may see: a tool its mode does not list
-    // (plan mode and a mutating tool, an internal tool) is refused here. Unknown and
-    // capability-forbidden tools are the dispatcher's to answer.
+    // (plan mode and a mutating tool, an internal tool) is refused, an unknown tool is
+    // answered with look-alikes this session is offered in its mode; otherwise the call
+    // is a round of its session (idle working-set tools leave). Capability-forbidden
+    // tools are the dispatcher's to answer.
     let surface = &shared.surface;
-    let found = surface.catalog().lookup(name);
-    let can_search = shared
-        .dispatcher
-        .search_advice(&scope.capabilities)
-        .contains("tool_search");
-    if let Some(why) = surface.mode_refusal(name, scope.mode, &scope.capabilities, can_search) {
-        let refusal = Envelope::err(ErrKind::Forbidden, why);
+    let admission = scope.context(shared.shutdown.child_token());
+    if let Some(refusal) =
+        surface.admit(&shared.dispatcher, &scope.key, name, scope.mode, &admission)
+    {
         // Recorded like every call.
         let envelope = shared
             .dispatcher
-            .refuse(
-                name,
-                input,
-                scope.context(shared.shutdown.child_token()),
-                refusal,
-            )
+            .refuse(name, input, admission, refusal)
             .await;
-        return from_contract::call_result(&envelope, &shared.options.render, || false);
-    }
-    // `tool_search` and `describe_tool` filter by the session's mode: this request's. Each
-    // call is a round of its session (idle working-set tools leave).
-    surface.begin_call(&scope.key, scope.mode, name);
-    // An unknown tool: the dispatcher's answer, with look-alikes this session can see in its
-    // mode (the dispatcher alone would offer a mutating tool to a plan-mode session).
-    if !found.is_some_and(|e| e.spec.is_live()) {
-        let ctx = scope.context(shared.shutdown.child_token());
-        let answer = shared.dispatcher.undefined(name, &ctx, &|n| {
-            surface.offered(n, scope.mode, &scope.capabilities)
-        });
-        let envelope = shared.dispatcher.refuse(name, input, ctx, answer).await;
         return from_contract::call_result(&envelope, &shared.options.render, || false);
     }
     let cancel = shared.shutdown.child_token();

@@ -1476,8 +1476,9 @@ async fn structured_results_are_checked_against_the_upstream_output_schema() {
 }
 
 /// Two servers listing one resource URI: it is listed once and subscribed (so read) at the
-/// server configured first, whatever the servers' names; it was listed twice, and routed to
-/// whichever server listed it last.
+/// server configured first, whatever the servers' names and whoever listed last (a caller
+/// that may reach only the second); it was listed twice, and routed to whichever server
+/// listed it last.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resource_two_servers_list_is_the_first_configured_servers() {
     use quiver_mcp_adapter::ContentSource;
@@ -1504,6 +1505,15 @@ async fn a_resource_two_servers_list_is_the_first_configured_servers() {
         let uris: Vec<&str> = listed.iter().filter_map(|r| r["uri"].as_str()).collect();
         assert_eq!(uris, ["raw://shared/doc"], "{listed:?}");
     }
+    // A caller that may reach only alpha is shown alpha's entry; that listing does not
+    // make alpha the owner for callers that may reach zeta.
+    let only_alpha =
+        quiver_contract::Capabilities::all().with_allowed_servers(vec!["alpha".into()]);
+    let listed = within(Duration::from_secs(30), client.list_resources(&only_alpha))
+        .await
+        .unwrap();
+    let uris: Vec<&str> = listed.iter().filter_map(|r| r["uri"].as_str()).collect();
+    assert_eq!(uris, ["raw://shared/doc"], "{listed:?}");
     within(
         Duration::from_secs(30),
         client.subscribe("raw://shared/doc", &quiver_contract::Capabilities::all()),

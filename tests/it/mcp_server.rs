@@ -321,19 +321,31 @@ fn stdio_server(dir: &std::path::Path, stderr: Stdio) -> Child {
 /// upstream's failure or as cancelled, whichever came first.
 #[tokio::test]
 async fn closing_stdin_cancels_the_calls_in_flight() {
-    use tokio::io::AsyncWriteExt;
     let dir = fresh_dir();
-    let fault = repo_root().join("crates/mcp-adapter/tests/fixtures/fault_server.py");
-    std::fs::write(
-        dir.join("quiver.toml"),
-        format!(
-            "[[mcp.servers]]\nname = \"fx\"\ncommand = {py:?}\nargs = [{fault:?}, \"normal\"]\nrequired = true\n",
-            py = python(),
-            fault = fault,
-        ),
-    )
-    .unwrap();
-    let mut child = stdio_server(&dir, Stdio::piped());
+    let (mut child, stdin, _out) = serving_a_sleeping_call(&dir).await;
+    drop(stdin);
+    let (status, err) = exit_of(&mut child, "the server exits").await;
+    assert!(status.success(), "{status}: {err}");
+    // Not left to rmcp's drain (5 s, then the host stops the upstream under the call).
+    assert!(
+        !err.contains("timed out draining in-flight responses"),
+        "{err}"
+    );
+    assert_eq!(logged(&dir, "mcp__fx__sleep")["err_kind"], "cancelled");
+}
+
+/// `serve --stdio` in `dir` with the fault fixture as `fx`, initialized, and running a
+/// call of `mcp__fx__sleep` (60 s) that has reached the upstream: the child, its stdin and
+/// its stdout's lines.
+async fn serving_a_sleeping_call(
+    dir: &std::path::Path,
+) -> (
+    Child,
+    tokio::process::ChildStdin,
+    tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) {
+    use tokio::io::AsyncWriteExt;
+    let mut child = stdio_server_before_fx(dir, "\"normal\"", "required = true");
     let mut stdin = child.stdin.take().expect("piped");
     let mut out = BufReader::new(child.stdout.take().expect("piped")).lines();
     let marker = dir.join("sleep-marker");
@@ -345,19 +357,11 @@ async fn closing_stdin_cancels_the_calls_in_flight() {
         r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
         call.to_string(),
     ] {
-        stdin
-            .write_all(format!("{line}\n").as_bytes())
-            .await
-            .unwrap();
+        stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
     }
     stdin.flush().await.unwrap();
-    let first = tokio::time::timeout(START_TIMEOUT, out.next_line())
-        .await
-        .expect("initialize is answered")
-        .unwrap()
-        .unwrap_or_default();
+    let first = line_of(&mut out).await;
     assert!(first.contains(r#""id":1"#), "{first}");
-    // Once the upstream runs the call, close stdin.
     let started = marker.with_extension("started");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while !started.exists() {
@@ -367,34 +371,35 @@ async fn closing_stdin_cancels_the_calls_in_flight() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    drop(stdin);
+    (child, stdin, out)
+}
+
+/// The child's exit within 30 s (`what` if it does not come) and its stderr.
+async fn exit_of(child: &mut Child, what: &str) -> (std::process::ExitStatus, String) {
     let mut stderr = child.stderr.take().expect("piped");
     let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
         .await
-        .expect("the server exits")
+        .expect(what)
         .unwrap();
     let mut err = String::new();
     tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut err)
         .await
         .unwrap();
-    assert!(status.success(), "{status}: {err}");
-    // Not left to rmcp's drain (5 s, then the host stops the upstream under the call).
-    assert!(
-        !err.contains("timed out draining in-flight responses"),
-        "{err}"
-    );
+    (status, err)
+}
+
+/// The newest execution-log row of `tool` in the store in `dir`.
+fn logged(dir: &std::path::Path, tool: &str) -> serde_json::Value {
     let log = std::process::Command::new(quiver_binary())
         .args(["log", "--json", "--limit", "5"])
-        .current_dir(&dir)
+        .current_dir(dir)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&log.stdout);
-    let row = text
-        .lines()
+    text.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["tool"] == "mcp__fx__sleep")
-        .unwrap_or_else(|| panic!("no row for the call: {text}"));
-    assert_eq!(row["err_kind"], "cancelled", "{row}");
+        .find(|v| v["tool"] == tool)
+        .unwrap_or_else(|| panic!("no row for {tool}: {text}"))
 }
 
 /// `quiver serve --stdio` in `dir` with the fault fixture as `fx` (`args` after the
@@ -429,32 +434,7 @@ fn stdio_server_before_fx(dir: &std::path::Path, args: &str, extra: &str) -> Chi
 async fn a_closed_stdout_ends_the_session_and_cancels_the_calls_in_flight() {
     use tokio::io::AsyncWriteExt;
     let dir = fresh_dir();
-    let mut child = stdio_server_before_fx(&dir, "\"normal\"", "required = true");
-    let mut stdin = child.stdin.take().expect("piped");
-    let mut out = BufReader::new(child.stdout.take().expect("piped")).lines();
-    let marker = dir.join("sleep-marker");
-    let call = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-        "name": "mcp__fx__sleep",
-        "arguments": {"seconds": 60, "marker": marker.to_string_lossy()}}});
-    for line in [
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#.to_owned(),
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
-        call.to_string(),
-    ] {
-        stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
-    }
-    stdin.flush().await.unwrap();
-    let first = line_of(&mut out).await;
-    assert!(first.contains(r#""id":1"#), "{first}");
-    let started = marker.with_extension("started");
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !started.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the call never started"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (mut child, mut stdin, out) = serving_a_sleeping_call(&dir).await;
     // The client stops reading; its next request's answer cannot be written.
     drop(out);
     let quick = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"describe_tool","arguments":{"name":"tool_search"}}}"#;
@@ -463,29 +443,10 @@ async fn a_closed_stdout_ends_the_session_and_cancels_the_calls_in_flight() {
         .await
         .unwrap();
     stdin.flush().await.unwrap();
-    let mut stderr = child.stderr.take().expect("piped");
-    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
-        .await
-        .expect("the server exits with stdin still open")
-        .unwrap();
-    let mut err = String::new();
-    tokio::io::AsyncReadExt::read_to_string(&mut stderr, &mut err)
-        .await
-        .unwrap();
+    let (status, err) = exit_of(&mut child, "the server exits with stdin still open").await;
     assert!(status.success(), "{status}: {err}");
     drop(stdin);
-    let log = std::process::Command::new(quiver_binary())
-        .args(["log", "--json", "--limit", "5"])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&log.stdout);
-    let row = text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["tool"] == "mcp__fx__sleep")
-        .unwrap_or_else(|| panic!("no row for the call: {text}"));
-    assert_eq!(row["err_kind"], "cancelled", "{row}");
+    assert_eq!(logged(&dir, "mcp__fx__sleep")["err_kind"], "cancelled");
     assert_clean_shutdown(&dir);
 }
 

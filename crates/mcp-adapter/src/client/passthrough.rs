@@ -164,6 +164,16 @@ impl Default for State {
     }
 }
 
+/// A server's place in the configuration's order (an unknown one last), for sorting.
+fn server_rank(shared: &Shared) -> impl Fn(&str) -> usize + use<> {
+    let order: Vec<String> = shared
+        .servers()
+        .iter()
+        .map(|u| u.name().to_owned())
+        .collect();
+    move |server: &str| order.iter().position(|o| o == server).unwrap_or(usize::MAX)
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -536,13 +546,7 @@ impl McpClient {
             servers.retain(|server| !listed.contains(server.as_str()));
         }
         owners.retain(|_, servers| !servers.is_empty());
-        let order: Vec<String> = self
-            .shared
-            .servers()
-            .iter()
-            .map(|u| u.name().to_owned())
-            .collect();
-        let rank = |server: &str| order.iter().position(|o| o == server).unwrap_or(usize::MAX);
+        let rank = server_rank(&self.shared);
         let cap = self.shared.opts.list_cap;
         {
             let mut cut = lock(&self.shared.passthrough.cut);
@@ -694,13 +698,7 @@ impl McpClient {
         // caller may not list (or that did not answer) are kept for the callers that may.
         // Every server listing a name is kept, in server order, so a caller that may reach
         // only a later one is still served by it.
-        let order: Vec<String> = self
-            .shared
-            .servers()
-            .iter()
-            .map(|u| u.name().to_owned())
-            .collect();
-        let rank = |server: &str| order.iter().position(|o| o == server).unwrap_or(usize::MAX);
+        let rank = server_rank(&self.shared);
         let mut known = lock(&self.shared.passthrough.bare_prompts);
         for owners in known.values_mut() {
             owners.retain(|server| !listed.contains(server.as_str()));

@@ -863,15 +863,16 @@ impl Dispatcher {
             // guard counts as called from here on (failed calls count too), so a concurrent
             // call needing it as a prior tool may already proceed.
             let threshold = inner.config.loop_guard_threshold;
-            let streak = inner.sessions.with(s, |st| {
+            let (streak, refused) = inner.sessions.with(s, |st| {
                 let streak = st.bump_streak(hash);
-                if streak < threshold {
+                let refused = st.guarded(streak, threshold);
+                if !refused {
                     st.mark_called(name);
                 }
-                streak
+                (streak, refused)
             });
             repeat = streak >= 2;
-            if streak >= inner.config.loop_guard_threshold {
+            if refused {
                 return Prepared::Done(Envelope::err(
                     ErrKind::LoopGuard,
                     format!(
@@ -980,17 +981,6 @@ impl Dispatcher {
         ctx: &Who,
     ) {
         let inner = &*self.inner;
-        // What a repeat returned, before this call's warnings join it: the loop guard
-        // refuses only repeats that keep returning the same (an interactive tool asks
-        // again and gets another answer).
-        if repeat && let Some(s) = &ctx.session {
-            inner.sessions.with(s, |st| {
-                st.note_result(hash, || result_fingerprint(envelope))
-            });
-        }
-        for w in warnings {
-            envelope.push_warning(w);
-        }
         // A call that did not reach its tool's work (its backend was down, the caller
         // cancelled it) says nothing about the call itself: it leaves the loop guard's
         // streak and the failure count as they were, so the retry its error advises is not
@@ -999,6 +989,20 @@ impl Dispatcher {
             envelope.err_kind(),
             Some(ErrKind::NotAvailable | ErrKind::Cancelled)
         );
+        // What a repeat returned, before this call's warnings join it: the loop guard
+        // refuses only repeats that keep returning the same (an interactive tool asks
+        // again and gets another answer).
+        if repeat
+            && !transient
+            && let Some(s) = &ctx.session
+        {
+            inner.sessions.with(s, |st| {
+                st.note_result(hash, || result_fingerprint(envelope))
+            });
+        }
+        for w in warnings {
+            envelope.push_warning(w);
+        }
         if let Some(s) = &ctx.session
             && transient
         {

@@ -20,6 +20,10 @@ pub(crate) struct SessionState {
     /// repeat that returns something else starts the streak again, so the guard only
     /// refuses calls that have been returning the same.
     streak_result: Option<u64>,
+    /// The streak's repeats that have finished (each returning what the ones before did):
+    /// the guard refuses only on that evidence, not on identical calls still running side
+    /// by side (a model fanning out one call).
+    settled: u32,
     failures: HashMap<String, u32>,
     violations: HashMap<String, u32>,
     called: HashSet<String>,
@@ -42,8 +46,16 @@ impl SessionState {
             }
             self.streak = 1;
             self.streak_result = None;
+            self.settled = 0;
         }
         self.streak
+    }
+
+    /// Whether a call that made the streak `streak` long is refused at `threshold`: the
+    /// streak is that long and the repeats before it (all but the first call and this one)
+    /// have come back, returning the same.
+    pub(crate) fn guarded(&self, streak: u32, threshold: u32) -> bool {
+        streak >= threshold && self.settled.saturating_add(2) >= threshold
     }
 
     /// Notes what this call (`hash`) returned, if it repeats the one before it: the same as
@@ -55,8 +67,11 @@ impl SessionState {
         }
         let now = fingerprint();
         match self.streak_result {
-            Some(before) if before != now => self.streak = 1,
-            _ => {}
+            Some(before) if before != now => {
+                self.streak = 1;
+                self.settled = 0;
+            }
+            _ => self.settled = self.settled.saturating_add(1),
         }
         self.streak_result = Some(now);
     }

@@ -1173,6 +1173,58 @@ async fn retries_while_a_backend_is_down_are_not_a_loop() {
     assert_eq!(e.err_kind(), Some(&ErrKind::LoopGuard), "{}", text(&e));
 }
 
+/// Identical calls side by side (a model fanning out one call) are not a loop: none has
+/// come back yet, so none says repeating will not change the result. Once they have come
+/// back the same, the next one in a row is refused. Before, the fourth to start was refused
+/// while the first three still ran.
+#[tokio::test]
+async fn identical_calls_side_by_side_are_not_refused_before_any_returns() {
+    let started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let release = Arc::new(Notify::new());
+    let t = {
+        let (started, release) = (started.clone(), release.clone());
+        tool(
+            ToolSpec::new("slow", "Waits.").with_schema(json!({"type": "object"})),
+            move |_, _| {
+                let (started, release) = (started.clone(), release.clone());
+                async move {
+                    let waiting = release.notified();
+                    started.fetch_add(1, Ordering::SeqCst);
+                    waiting.await;
+                    Ok(Envelope::ok(json!("same")))
+                }
+            },
+        )
+    };
+    let d = dispatcher(vec![t]);
+    let calls: Vec<_> = (0..5)
+        .map(|_| {
+            let d = d.clone();
+            async move { d.call("slow", json!({}), ctx()).await }
+        })
+        .collect();
+    let all = tokio::spawn(futures::future::join_all(calls));
+    // Every one reaches its tool (none is refused on the way), then they all return.
+    let reached = tokio::time::timeout(Duration::from_secs(10), async {
+        while started.load(Ordering::SeqCst) < 5 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    release.notify_waiters();
+    let results = all.await.unwrap();
+    let refused: Vec<String> = results.iter().filter(|e| !e.is_ok()).map(text).collect();
+    assert!(
+        reached.is_ok() && refused.is_empty(),
+        "refused side by side: {refused:?}"
+    );
+    // Five in a row came back the same: the sixth is refused (without reaching the tool).
+    let e = tokio::time::timeout(Duration::from_secs(10), d.call("slow", json!({}), ctx()))
+        .await
+        .expect("refused, not run");
+    assert_eq!(e.err_kind(), Some(&ErrKind::LoopGuard), "{}", text(&e));
+}
+
 #[tokio::test]
 async fn repeated_failures_carry_a_try_something_else_hint() {
     let t = tool(

@@ -445,6 +445,16 @@ async fn a_closed_stdout_ends_the_session_and_cancels_the_calls_in_flight() {
     stdin.flush().await.unwrap();
     let (status, err) = exit_of(&mut child, "the server exits with stdin still open").await;
     assert!(status.success(), "{status}: {err}");
+    // Said once, in Quiver's words, not as rmcp's error per answer still due.
+    assert!(
+        err.matches("stdout is closed").count() == 1
+            && err.contains("the peer is gone; ending the session"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("fail to response message") && !err.contains("ERROR"),
+        "{err}"
+    );
     drop(stdin);
     assert_eq!(logged(&dir, "mcp__fx__sleep")["err_kind"], "cancelled");
     assert_clean_shutdown(&dir);

@@ -1416,13 +1416,15 @@ fn main() -> ExitCode {
     // roots/list outside a forwarded call, which Quiver refuses by design), as a Debug
     // dump: left to QUIVER_LOG too.
     // Its HTTP client logs a broken event stream and a failed session DELETE the same way,
-    // where Quiver logs the connection's loss itself.
+    // where Quiver logs the connection's loss itself. Its service loop's errors are all a
+    // message it could not send (a client gone: Quiver's stdio transport says so itself,
+    // once, and ends the session), one line per answer still due, in Rust's words.
     if !spec.contains("rmcp") {
         for directive in [
             "rmcp::transport::worker=off",
             "rmcp::transport::common::client_side_sse=off",
             "rmcp::transport::streamable_http_client=off",
-            "rmcp::service=error",
+            "rmcp::service=off",
         ] {
             if let Ok(quiet) = directive.parse() {
                 filter = filter.add_directive(quiet);

@@ -126,6 +126,8 @@ pub(crate) struct LineWriter<W> {
     closed: &'static str,
     /// Cancelled when a write fails: the reader on the other end is gone.
     broken: Option<tokio_util::sync::CancellationToken>,
+    /// Set by the first failed write that says so (writes may fail side by side).
+    said: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl<W> Clone for LineWriter<W> {
@@ -134,6 +136,7 @@ impl<W> Clone for LineWriter<W> {
             write: self.write.clone(),
             closed: self.closed,
             broken: self.broken.clone(),
+            said: self.said.clone(),
         }
     }
 }
@@ -144,6 +147,7 @@ impl<W: AsyncWrite + Send + Unpin + 'static> LineWriter<W> {
             write: Arc::new(tokio::sync::Mutex::new(Some(write))),
             closed,
             broken: None,
+            said: Arc::default(),
         }
     }
 
@@ -189,7 +193,7 @@ impl<W: AsyncWrite + Send + Unpin + 'static> LineWriter<W> {
             Err(e) => Err(e),
         };
         if let (Err(e), Some(broken)) = (&written, &self.broken)
-            && !broken.is_cancelled()
+            && !self.said.swap(true, std::sync::atomic::Ordering::Relaxed)
         {
             tracing::info!(
                 "{} ({e}): the peer is gone; ending the session",

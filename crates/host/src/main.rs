@@ -1252,6 +1252,13 @@ async fn command(
             token,
         } => {
             let caller = Caller::of(config, token.as_deref(), mode, &session)?;
+            if let Some(token) = &token
+                && !app.dispatcher.offers_search(&caller.capabilities)
+            {
+                anyhow::bail!(
+                    "the token `{token}` may not call tool_search (its `allowed_tools` leave it out), so it cannot search; `quiver tools --token {token}` shows the tools it has"
+                );
+            }
             apply_retention(app, config).await?;
             app.open_session(&caller.session).await?;
             let mut input = serde_json::json!({"query": query});

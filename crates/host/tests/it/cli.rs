@@ -1363,7 +1363,7 @@ fn a_cli_call_is_a_round_in_its_mode_and_can_act_as_a_token() {
     std::fs::write(
         dir.join("quiver.toml"),
         format!(
-            "[surface]\nidle_rounds = 1\n\n[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{server:?}]\nenv = {{ DESCRIPTION = \"Takes one field. Use it in tests.\" }}\n\n[[policy.rules]]\nid = \"not-ci\"\ntool = \"mcp__one__*\"\naction = \"deny\"\nprincipal = \"ci\"\nmessage = \"ci may not use the one server\"\n\n[[auth.tokens]]\nname = \"ci\"\ntoken = \"ci-secret-1\"\n\n[[auth.tokens]]\nname = \"planner\"\ntoken = \"plan-secret-1\"\nmode = \"plan\"\n"
+            "[surface]\nidle_rounds = 1\n\n[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{server:?}]\nenv = {{ DESCRIPTION = \"Takes one field. Use it in tests.\" }}\n\n[[policy.rules]]\nid = \"not-ci\"\ntool = \"mcp__one__*\"\naction = \"deny\"\nprincipal = \"ci\"\nmessage = \"ci may not use the one server\"\n\n[[auth.tokens]]\nname = \"ci\"\ntoken = \"ci-secret-1\"\n\n[[auth.tokens]]\nname = \"planner\"\ntoken = \"plan-secret-1\"\nmode = \"plan\"\n\n[[auth.tokens]]\nname = \"narrow\"\ntoken = \"narrow-secret-1\"\nallowed_tools = [\"describe_tool\"]\n"
         ),
     )
     .unwrap();
@@ -1501,7 +1501,19 @@ fn a_cli_call_is_a_round_in_its_mode_and_can_act_as_a_token() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("no inbound token is named `nobody`; the configured ones are: ci, planner"),
+        err.contains(
+            "no inbound token is named `nobody`; the configured ones are: ci, planner, narrow"
+        ),
+        "{err}"
+    );
+    // A token that may not call tool_search cannot search, and is told so in those words.
+    let out = quiver_in(&dir, &["search", "takes one field", "--token", "narrow"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "the token `narrow` may not call tool_search (its `allowed_tools` leave it out)"
+        ),
         "{err}"
     );
 }

@@ -877,14 +877,18 @@ async fn a_conversations_working_set_survives_a_crash() {
 
 /// `relay.py MODE` against `quiver serve` with server-everything (stdio) as its upstream.
 async fn relay_through_quiver(mode: &str) {
-    let config = everything_mcp_json();
+    let server = serving_mcp_config(&everything_mcp_json()).await;
+    run_script("relay.py", &[&server.url, mode]).await;
+}
+
+/// `quiver --mcp-config CONFIG serve` on a free port.
+async fn serving_mcp_config(config: &Path) -> Server {
     let config = config.to_str().expect("utf-8 path");
-    let server = Server::start(
+    Server::start(
         quiver_binary(),
         &["--mcp-config", config, "serve", "--listen", "127.0.0.1:0"],
     )
-    .await;
-    run_script("relay.py", &[&server.url, mode]).await;
+    .await
 }
 
 /// server-everything registers its sampling, elicitation and roots tools only for a client
@@ -940,18 +944,7 @@ async fn quiver_before_everything_over_http() -> (tokio::process::Child, Server)
         serde_json::json!({"mcpServers": {"everything": {"url": url}}}).to_string(),
     )
     .expect("the config is written");
-    let server = Server::start(
-        quiver_binary(),
-        &[
-            "--mcp-config",
-            config.to_str().expect("utf-8 path"),
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-        ],
-    )
-    .await;
-    (upstream, server)
+    (upstream, serving_mcp_config(&config).await)
 }
 
 /// A tool result reaches the client as server-everything sent it, over a stdio upstream
@@ -962,18 +955,7 @@ async fn quiver_before_everything_over_http() -> (tokio::process::Child, Server)
 async fn results_keep_their_blocks_order_and_annotations_through_quiver() {
     let everything = peers().join("npm/node_modules/.bin/mcp-server-everything");
     let everything = everything.to_str().expect("utf-8 path");
-    let config = everything_mcp_json();
-    let server = Server::start(
-        quiver_binary(),
-        &[
-            "--mcp-config",
-            config.to_str().expect("utf-8 path"),
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-        ],
-    )
-    .await;
+    let server = serving_mcp_config(&everything_mcp_json()).await;
     run_script("fidelity.py", &[&server.url, everything]).await;
     let (_upstream, server) = quiver_before_everything_over_http().await;
     run_script("fidelity.py", &[&server.url, everything]).await;

@@ -1307,19 +1307,12 @@ async fn beside_a_slow_subscribe(
 /// resources/list; the connection is re-established in the background").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreadable_resources_cost_only_themselves() {
-    use quiver_mcp_adapter::ContentSource;
     let mut server = raw("odd", &["--resources", "odd", "--bad-resources"]);
     server.resources = true;
     let (catalog, client) = start(&[server], fast_options());
     ready(&client).await;
-    let listed = within(
-        Duration::from_secs(30),
-        client.list_resources(&quiver_contract::Capabilities::all()),
-    )
-    .await
-    .unwrap();
-    let uris: Vec<&str> = listed.iter().filter_map(|r| r["uri"].as_str()).collect();
-    assert_eq!(uris, ["raw://odd/doc"], "{listed:?}");
+    let uris = listed_uris(&client, &quiver_contract::Capabilities::all()).await;
+    assert_eq!(uris, ["raw://odd/doc"]);
     let env = call(&catalog, "list_mcp_resources", json!({})).await;
     assert!(env.err_kind().is_none(), "{env:?}");
     assert!(text_of(&env).contains("raw://odd/doc"), "{env:?}");
@@ -1496,24 +1489,17 @@ async fn a_resource_two_servers_list_is_the_first_configured_servers() {
     let (_catalog, client) = start(&[zeta, alpha], fast_options());
     ready(&client).await;
     for _ in 0..2 {
-        let listed = within(
-            Duration::from_secs(30),
-            client.list_resources(&quiver_contract::Capabilities::all()),
-        )
-        .await
-        .unwrap();
-        let uris: Vec<&str> = listed.iter().filter_map(|r| r["uri"].as_str()).collect();
-        assert_eq!(uris, ["raw://shared/doc"], "{listed:?}");
+        let uris = listed_uris(&client, &quiver_contract::Capabilities::all()).await;
+        assert_eq!(uris, ["raw://shared/doc"]);
     }
     // A caller that may reach only alpha is shown alpha's entry; that listing does not
     // make alpha the owner for callers that may reach zeta.
     let only_alpha =
         quiver_contract::Capabilities::all().with_allowed_servers(vec!["alpha".into()]);
-    let listed = within(Duration::from_secs(30), client.list_resources(&only_alpha))
-        .await
-        .unwrap();
-    let uris: Vec<&str> = listed.iter().filter_map(|r| r["uri"].as_str()).collect();
-    assert_eq!(uris, ["raw://shared/doc"], "{listed:?}");
+    assert_eq!(
+        listed_uris(&client, &only_alpha).await,
+        ["raw://shared/doc"]
+    );
     within(
         Duration::from_secs(30),
         client.subscribe("raw://shared/doc", &quiver_contract::Capabilities::all()),
@@ -1533,4 +1519,19 @@ async fn a_resource_two_servers_list_is_the_first_configured_servers() {
         said(&alpha_log)
     );
     close_and_check(&client).await;
+}
+
+/// The URIs of the passed-through resource list `caps` sees, in its order.
+async fn listed_uris(
+    client: &quiver_mcp_adapter::McpClient,
+    caps: &quiver_contract::Capabilities,
+) -> Vec<String> {
+    use quiver_mcp_adapter::ContentSource;
+    let listed = within(Duration::from_secs(30), client.list_resources(caps))
+        .await
+        .unwrap();
+    listed
+        .iter()
+        .filter_map(|r| r["uri"].as_str().map(str::to_owned))
+        .collect()
 }

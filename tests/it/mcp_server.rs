@@ -405,15 +405,7 @@ fn logged(dir: &std::path::Path, tool: &str) -> serde_json::Value {
 /// `quiver serve --stdio` in `dir` with the fault fixture as `fx` (`args` after the
 /// script), its stdin, stdout and stderr piped, logging at `info`.
 fn stdio_server_before_fx(dir: &std::path::Path, args: &str, extra: &str) -> Child {
-    let fault = repo_root().join("crates/mcp-adapter/tests/fixtures/fault_server.py");
-    std::fs::write(
-        dir.join("quiver.toml"),
-        format!(
-            "[[mcp.servers]]\nname = \"fx\"\ncommand = {py:?}\nargs = [{fault:?}, {args}]\n{extra}\n",
-            py = python(),
-        ),
-    )
-    .unwrap();
+    write_fx_config(dir, args, extra);
     Command::new(quiver_binary())
         .args(["serve", "--stdio"])
         .current_dir(dir)
@@ -424,6 +416,19 @@ fn stdio_server_before_fx(dir: &std::path::Path, args: &str, extra: &str) -> Chi
         .kill_on_drop(true)
         .spawn()
         .expect("quiver starts")
+}
+
+/// `dir/quiver.toml` with the fault fixture as `fx` (`args` after the script).
+fn write_fx_config(dir: &std::path::Path, args: &str, extra: &str) {
+    let fault = repo_root().join("crates/mcp-adapter/tests/fixtures/fault_server.py");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[[mcp.servers]]\nname = \"fx\"\ncommand = {py:?}\nargs = [{fault:?}, {args}]\n{extra}\n",
+            py = python(),
+        ),
+    )
+    .unwrap();
 }
 
 /// A stdio client whose end of stdout is closed is gone: the next answer that cannot be
@@ -499,6 +504,100 @@ async fn closing_stdin_during_the_startup_wait_stops_the_server() {
         String::from_utf8_lossy(&out.stdout)
     );
     assert_clean_shutdown(&dir);
+}
+
+/// `serve --stdio` with stdin on `/dev/null` or an empty file, or with stdout's reader
+/// gone, while an upstream never answers `initialize` (60 s connect timeout): nothing can be
+/// asked or answered, so the server stops at once, cleanly. Before, it waited out the
+/// connect timeout. A file of requests is still answered (checked after).
+#[tokio::test]
+async fn empty_stdin_or_closed_stdout_during_the_startup_wait_stops_the_server() {
+    for case in ["dev-null", "empty-file", "closed-stdout"] {
+        let dir = fresh_dir();
+        let hang = dir.join("hang");
+        std::fs::write(&hang, "").unwrap();
+        write_fx_config(
+            &dir,
+            &format!(
+                "\"normal\", \"--hang-if-file\", {:?}",
+                hang.to_string_lossy()
+            ),
+            "connect_timeout = 60",
+        );
+        let empty = dir.join("empty.jsonl");
+        std::fs::write(&empty, "").unwrap();
+        let mut cmd = Command::new(quiver_binary());
+        cmd.args(["serve", "--stdio"])
+            .current_dir(&dir)
+            .env("QUIVER_LOG", "info")
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        match case {
+            "dev-null" => cmd.stdin(Stdio::null()).stdout(Stdio::null()),
+            "empty-file" => cmd
+                .stdin(std::fs::File::open(&empty).unwrap())
+                .stdout(Stdio::null()),
+            _ => cmd.stdin(Stdio::piped()).stdout(Stdio::piped()),
+        };
+        let mut child = cmd.spawn().expect("quiver starts");
+        let stdin = child.stdin.take();
+        drop(child.stdout.take());
+        let out = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("{case}: the server stops well before the 60 s connect timeout")
+            })
+            .unwrap();
+        drop(stdin);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{case}: {}: {err}", out.status);
+        let said = if case == "closed-stdout" {
+            "the MCP client closed stdout (nobody reads the answers) while the upstream servers were connecting: stopping"
+        } else {
+            "stdin is empty (/dev/null or a file read to its end) while the upstream servers were connecting: stopping"
+        };
+        assert!(err.contains(said), "{case}: {err}");
+        assert_clean_shutdown(&dir);
+    }
+}
+
+/// A file of requests as stdin (`quiver serve --stdio < requests.jsonl`) is not an empty
+/// stdin: its requests are answered.
+#[tokio::test]
+async fn a_file_of_requests_as_stdin_is_answered() {
+    let dir = fresh_dir();
+    let requests = dir.join("requests.jsonl");
+    std::fs::write(
+        &requests,
+        concat!(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    let out = Command::new(quiver_binary())
+        .args(["serve", "--stdio"])
+        .current_dir(&dir)
+        .stdin(std::fs::File::open(&requests).unwrap())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(30), out)
+        .await
+        .expect("the server exits")
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", out.status);
+    let answered = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .any(|v| v["id"] == 2 && v["result"].is_object());
+    assert!(answered, "the ping was not answered: {text}");
 }
 
 /// A piped script (`printf '...' | quiver serve --stdio`) closes stdin right after its last

@@ -630,8 +630,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let waited = tokio::select! {
         r = &mut wait => r.map(|()| None),
         signal = signals.next() => Ok(Some(signal)),
-        () = quiver_host::serve::stdin_hung_up(), if stdio => {
-            tracing::info!("the MCP client closed stdin while the upstream servers were connecting: stopping");
+        left = quiver_host::serve::stdio_client_left(), if stdio => {
+            tracing::info!("{} while the upstream servers were connecting: stopping", left.describe());
             shut_down(&app, &mut signals).await?;
             return Ok(ExitCode::SUCCESS);
         }

@@ -152,69 +152,149 @@ pub struct Signals {
     hup: Option<tokio::signal::unix::Signal>,
 }
 
-/// Returns once stdin's writer has gone (the pipe's other end closed, or a socket the
-/// client shut for writing) leaving nothing unread, without reading from it: a client that
-/// wrote requests and closed stdin (a piped script) is waiting for their answers, so for it
-/// this never returns, and what it wrote stays for the MCP transport. Stdin that is a file
-/// or a terminal never ends this way.
-pub async fn stdin_hung_up() {
-    #[cfg(not(unix))]
-    std::future::pending::<()>().await;
-    #[cfg(unix)]
-    loop {
-        // A socket shut for writing only (Node's `stdin.end()` on its socketpair) reports
-        // POLLRDHUP where the platform has it; elsewhere it is seen as readable with
-        // nothing to read.
-        #[cfg(any(
-            target_os = "linux",
-            target_os = "android",
-            target_os = "freebsd",
-            target_os = "illumos"
-        ))]
-        const SHUT: libc::c_short = libc::POLLHUP | libc::POLLRDHUP;
-        #[cfg(not(any(
-            target_os = "linux",
-            target_os = "android",
-            target_os = "freebsd",
-            target_os = "illumos"
-        )))]
-        const SHUT: libc::c_short = libc::POLLHUP;
-        let mut fd = libc::pollfd {
-            fd: 0,
-            events: SHUT | libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll(2) on one valid pollfd with a zero timeout only reports its state.
-        #[allow(unsafe_code)]
-        let n = unsafe { libc::poll(&mut fd, 1, 0) };
-        let shut = n > 0 && fd.revents & SHUT != 0;
-        let readable = n > 0 && fd.revents & libc::POLLIN != 0;
-        if shut || (readable && stdin_is_socket()) {
-            let mut unread: libc::c_int = 0;
-            // SAFETY: FIONREAD writes the count of unread bytes into one c_int.
-            #[allow(unsafe_code)]
-            let asked = unsafe { libc::ioctl(0, libc::FIONREAD, &mut unread) };
-            if asked == 0 && unread == 0 {
-                return;
-            }
-            if shut {
-                // Requests wait to be answered; the writer cannot come back.
-                std::future::pending::<()>().await;
-            }
-            // A socket with bytes waiting: its writer may still be there.
+/// How a stdio client was seen to have left before the MCP transport started reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientLeft {
+    /// Stdin's writer has gone (the pipe's other end closed, or a socket the client shut
+    /// for writing) leaving nothing unread.
+    ClosedStdin,
+    /// Stdin is `/dev/null` or a regular file read to its end: there is nothing to read.
+    EmptyStdin,
+    /// Stdout's reader has gone: no answer could be delivered.
+    ClosedStdout,
+}
+
+impl ClientLeft {
+    /// What the log says, in an operator's words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::ClosedStdin => "the MCP client closed stdin",
+            Self::EmptyStdin => "stdin is empty (/dev/null or a file read to its end)",
+            Self::ClosedStdout => "the MCP client closed stdout (nobody reads the answers)",
         }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
 
-/// Whether stdin is a socket (where a shut writing half reads as readable, not hung up).
+/// Returns once a stdio client has left without a request to answer, without reading from
+/// stdin: stdin's writer gone with nothing unread, stdin that is `/dev/null` or a regular
+/// file with nothing left in it, or stdout's reader gone. A client that wrote requests and
+/// closed stdin (a piped script, or a file of requests) is waiting for their answers, so
+/// for it this never returns, and what it wrote stays for the MCP transport. A terminal
+/// never ends this way.
+pub async fn stdio_client_left() -> ClientLeft {
+    #[cfg(not(unix))]
+    std::future::pending::<()>().await;
+    #[cfg(unix)]
+    {
+        if stdin_is_empty() {
+            return ClientLeft::EmptyStdin;
+        }
+        loop {
+            if let Some(left) = stdio_state() {
+                return left;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// One look at stdin and stdout: `Some` once the client has left. A stdin hung up with
+/// requests unread parks for good (its writer cannot come back) unless stdout goes.
 #[cfg(unix)]
-fn stdin_is_socket() -> bool {
-    // SAFETY: fstat(2) fills a zeroed plain-data struct for fd 0.
+fn stdio_state() -> Option<ClientLeft> {
+    // A socket shut for writing only (Node's `stdin.end()` on its socketpair) reports
+    // POLLRDHUP where the platform has it; elsewhere it is seen as readable with nothing
+    // to read.
+    #[cfg(any(
+        target_os = "linux",
+        target_os = "android",
+        target_os = "freebsd",
+        target_os = "illumos"
+    ))]
+    const SHUT: libc::c_short = libc::POLLHUP | libc::POLLRDHUP;
+    #[cfg(not(any(
+        target_os = "linux",
+        target_os = "android",
+        target_os = "freebsd",
+        target_os = "illumos"
+    )))]
+    const SHUT: libc::c_short = libc::POLLHUP;
+    let mut fds = [
+        libc::pollfd {
+            fd: 0,
+            events: SHUT | libc::POLLIN,
+            revents: 0,
+        },
+        // A pipe whose reader closed reports POLLERR on its writing end; asking for no
+        // event still returns the error and hang-up states.
+        libc::pollfd {
+            fd: 1,
+            events: 0,
+            revents: 0,
+        },
+    ];
+    // SAFETY: poll(2) on two valid pollfds with a zero timeout only reports their state.
+    #[allow(unsafe_code)]
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, 0) };
+    if n <= 0 {
+        return None;
+    }
+    if fds[1].revents & (libc::POLLERR | libc::POLLHUP) != 0 {
+        return Some(ClientLeft::ClosedStdout);
+    }
+    let shut = fds[0].revents & SHUT != 0;
+    let readable = fds[0].revents & libc::POLLIN != 0;
+    if (shut || (readable && is_kind(0, libc::S_IFSOCK))) && unread(0) == Some(0) {
+        return Some(ClientLeft::ClosedStdin);
+    }
+    // A hung-up stdin with bytes waiting: requests to answer. A socket with bytes waiting:
+    // its writer may still be there.
+    None
+}
+
+/// Whether stdin is `/dev/null` or a regular file whose read offset is at its end.
+#[cfg(unix)]
+fn stdin_is_empty() -> bool {
+    // SAFETY: fstat(2) and stat(2) fill zeroed plain-data structs; lseek(2) with SEEK_CUR
+    // and offset 0 only reports the offset.
     #[allow(unsafe_code)]
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();
-        libc::fstat(0, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK
+        if libc::fstat(0, &mut st) != 0 {
+            return false;
+        }
+        match st.st_mode & libc::S_IFMT {
+            libc::S_IFREG => {
+                let at = libc::lseek(0, 0, libc::SEEK_CUR);
+                at >= 0 && at >= st.st_size
+            }
+            libc::S_IFCHR => {
+                let mut null: libc::stat = std::mem::zeroed();
+                libc::stat(c"/dev/null".as_ptr(), &mut null) == 0 && null.st_rdev == st.st_rdev
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The count of bytes waiting on `fd`, from FIONREAD.
+#[cfg(unix)]
+fn unread(fd: libc::c_int) -> Option<libc::c_int> {
+    let mut unread: libc::c_int = 0;
+    // SAFETY: FIONREAD writes the count of unread bytes into one c_int.
+    #[allow(unsafe_code)]
+    let asked = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut unread) };
+    (asked == 0).then_some(unread)
+}
+
+/// Whether `fd` is of the file type `kind` (`S_IFSOCK`, ...).
+#[cfg(unix)]
+fn is_kind(fd: libc::c_int, kind: libc::mode_t) -> bool {
+    // SAFETY: fstat(2) fills a zeroed plain-data struct.
+    #[allow(unsafe_code)]
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(fd, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == kind
     }
 }
 

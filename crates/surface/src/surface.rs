@@ -1158,8 +1158,9 @@ impl Surface {
     /// and `mode` for the caller of `ctx`: the refusal to record instead of running it, or
     /// `None` to run it. A tool the mode does not offer is refused ([`Surface::mode_refusal`]);
     /// otherwise the call is a round of the session ([`Surface::begin_call`]), and a tool the
-    /// catalog does not serve gets the dispatcher's answer with look-alikes this caller is
-    /// [offered](Surface::offered) in this mode.
+    /// catalog does not serve, or the caller may not use, gets the dispatcher's answer with
+    /// look-alikes this caller is [offered](Surface::offered) in this mode: hidden and absent
+    /// names are answered alike.
     pub fn admit(
         &self,
         dispatcher: &quiver_registry::Dispatcher,
@@ -1177,7 +1178,9 @@ impl Surface {
         }
         // `tool_search` and `describe_tool` filter by the session's mode: this call's.
         self.begin_call(session, mode, name);
-        if !self.catalog.lookup(name).is_some_and(|e| e.spec.is_live()) {
+        // A tool the caller may not use gets the same answer as one nobody serves, with
+        // look-alikes of this mode: the dispatcher's own answer for it knows no mode.
+        if !caps.allows(name) || !self.catalog.lookup(name).is_some_and(|e| e.spec.is_live()) {
             return Some(dispatcher.undefined(name, ctx, &|n| self.offered(n, mode, caps)));
         }
         None

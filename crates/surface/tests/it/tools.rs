@@ -750,3 +750,58 @@ async fn an_unoffered_tool_is_never_offered_but_stays_callable() {
             .visible("drop_table", Mode::Chat, &Capabilities::all())
     );
 }
+
+/// The call gate answers a name its caller's allow-list hides exactly as a name no one
+/// serves, in every mode: a did-you-mean names only tools both the allow-list and the
+/// mode offer. (A plan-mode token once got "Did you mean `write_notes`?" for a hidden
+/// look-alike and nothing for an absent one: which names exist behind its allow-list, and
+/// a suggestion its mode refuses.)
+#[tokio::test]
+async fn the_call_gate_answers_hidden_and_absent_names_alike() {
+    let fx = Fixture::new(
+        SurfaceConfig::default(),
+        vec![
+            ro("read_notes", "Reads the notes."),
+            rw("write_notes", "Writes the notes."),
+            rw("write_notes_all", "Writes every note."),
+        ],
+        &[],
+    );
+    let caps = Capabilities::all().with_allowed_tools(vec![
+        "read_notes".into(),
+        "write_notes".into(),
+        "tool_search".into(),
+        "describe_tool".into(),
+    ]);
+    let ctx = CallContext::for_session("s").with_capabilities(caps.clone());
+    let answer = |name: &str, mode: Mode| {
+        let e = fx
+            .surface
+            .admit(&fx.dispatcher, "s", name, mode, &ctx)
+            .unwrap_or_else(|| panic!("{name} in {mode:?} is refused"));
+        assert_eq!(
+            e.err_kind(),
+            Some(&quiver_contract::ErrKind::UndefinedTool),
+            "{}",
+            text(&e)
+        );
+        text(&e).replace(name, "NAME")
+    };
+    for mode in [Mode::Plan, Mode::Chat] {
+        let hidden = answer("write_notes_all", mode);
+        let absent = answer("write_notes_alk", mode);
+        assert_eq!(hidden, absent, "{mode:?}");
+        // Plan mode refuses `write_notes`: not suggested there, and suggested in chat.
+        assert_eq!(
+            hidden.contains("Did you mean `write_notes`"),
+            mode == Mode::Chat,
+            "{mode:?}: {hidden}"
+        );
+    }
+    // An allowed tool the mode offers is admitted.
+    assert!(
+        fx.surface
+            .admit(&fx.dispatcher, "s", "read_notes", Mode::Plan, &ctx)
+            .is_none()
+    );
+}

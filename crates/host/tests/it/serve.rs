@@ -1578,3 +1578,92 @@ fn readiness_reports_a_deleted_store_file() {
         "{body}"
     );
 }
+
+/// A `tools/call` whose params do not fit (`arguments` that is not an object, a `name` that
+/// is not a string, no `params`) is -32602 naming the problem, over HTTP and over stdio,
+/// and is in the execution log like every call: one row each, kind `invalid_params`, under
+/// the name sent (a name that is not a string as its JSON text, none as `(no name)`).
+#[test]
+fn a_tools_call_whose_params_do_not_fit_is_answered_and_logged() {
+    let bad = [
+        (
+            r#"{"name":"describe_tool","arguments":[1,2]}"#,
+            "describe_tool",
+        ),
+        (
+            r#"{"name":"describe_tool","arguments":"str"}"#,
+            "describe_tool",
+        ),
+        (r#"{"name":5,"arguments":{}}"#, "5"),
+        ("", "(no name)"),
+    ];
+    let request = |id: usize, params: &str| {
+        let params = if params.is_empty() {
+            String::new()
+        } else {
+            format!(r#","params":{params}"#)
+        };
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call"{params}}}"#)
+    };
+    let refused = |answer: &str, id: usize| {
+        assert!(
+            answer.contains(r#""code":-32602"#)
+                && answer.contains("invalid params for `tools/call`")
+                && answer.contains(&format!(r#""id":{id}"#)),
+            "{id}: {answer}"
+        );
+    };
+    let logged = |dir: &std::path::Path| {
+        let log = Command::new(env!("CARGO_BIN_EXE_quiver"))
+            .args(["log", "--json"])
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&log.stdout).into_owned();
+        let rows: Vec<serde_json::Value> = log
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(rows.len(), bad.len(), "{log}");
+        for (_, tool) in bad {
+            assert!(
+                rows.iter()
+                    .any(|r| r["tool"] == tool && r["err_kind"] == "invalid_params"),
+                "{tool}: {log}"
+            );
+        }
+    };
+
+    let dir = fresh_dir("bad-call-http");
+    let (child, addr) = start(&dir, &[], &[]);
+    let sid = open_with(&addr, &[]);
+    let session = [("Mcp-Session-Id", sid.as_str())];
+    for (id, (params, _)) in bad.iter().enumerate() {
+        refused(&rpc(&addr, &session, &request(id + 2, params)), id + 2);
+    }
+    stop(child);
+    logged(&dir);
+
+    let dir = fresh_dir("bad-call-stdio");
+    let (child, mut stdin, mut lines) = stdio_serve(&dir);
+    let mut child = KillOnDrop(Some(child));
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#
+    )
+    .unwrap();
+    assert!(lines.next().unwrap().unwrap().contains(r#""id":1"#));
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+    )
+    .unwrap();
+    for (id, (params, _)) in bad.iter().enumerate() {
+        writeln!(stdin, "{}", request(id + 2, params)).unwrap();
+        refused(&lines.next().unwrap().unwrap(), id + 2);
+    }
+    drop(stdin);
+    let mut c = child.0.take().expect("running");
+    assert!(c.wait().unwrap().success());
+    logged(&dir);
+}

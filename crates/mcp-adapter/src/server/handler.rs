@@ -235,6 +235,43 @@ impl Handler {
         }
     }
 
+    /// Records a `tools/call` whose params do not fit (`arguments` that is not an object, a
+    /// `name` that is not a string, no params): its caller gets `error` (-32602), and the
+    /// log gets the call's row like every other call's, under the name sent (a name that is
+    /// not a string as its JSON text, none as `(no name)`) with kind `invalid_params`.
+    async fn record_unparsed_call(
+        &self,
+        params: Option<Value>,
+        error: &McpError,
+        context: &RequestContext<RoleServer>,
+    ) {
+        // A request whose scope cannot be read (a bad conversation key) belongs to no
+        // session; its own error is the scope's, and no call of a tool was made.
+        let Ok(scope) = self.scope(&context.meta, &context.extensions) else {
+            return;
+        };
+        let (name, input) = match params {
+            Some(Value::Object(mut m)) => {
+                let name = match m.remove("name") {
+                    Some(Value::String(n)) => n,
+                    Some(other) => other.to_string(),
+                    None => "(no name)".to_owned(),
+                };
+                (name, m.remove("arguments").unwrap_or(Value::Null))
+            }
+            other => ("(no name)".to_owned(), other.unwrap_or(Value::Null)),
+        };
+        let ctx = scope.context(self.shared.shutdown.child_token());
+        let envelope = quiver_contract::Envelope::err(
+            quiver_contract::ErrKind::Other("invalid_params".into()),
+            error.message.to_string(),
+        );
+        self.shared
+            .dispatcher
+            .refuse(&name, input, ctx, envelope)
+            .await;
+    }
+
     fn scope(&self, meta: &RequestMetaObject, extensions: &Extensions) -> Result<Scope, McpError> {
         scope(
             &self.shared,
@@ -848,7 +885,12 @@ impl ServerHandler for Handler {
         let modern = context
             .protocol_version()
             .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
-        Err(unparsed_request(&request.method, request.params, modern))
+        let params = (request.method == "tools/call").then(|| request.params.clone());
+        let error = unparsed_request(&request.method, request.params, modern);
+        if let Some(params) = params {
+            self.record_unparsed_call(params, &error, &context).await;
+        }
+        Err(error)
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

@@ -31,6 +31,8 @@ pub(crate) struct PipeTransport<R, W> {
     server: Arc<str>,
     lines: LineReader<R>,
     write: LineWriter<W>,
+    /// Answers seen whose id is a request's number written as a string (`"675"` for 675).
+    stringified_ids: u64,
 }
 
 impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> PipeTransport<R, W> {
@@ -39,6 +41,33 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> PipeTransport
             server: server.into(),
             lines: LineReader::new(read, MAX_LINE),
             write: LineWriter::new(write, "the server's stdin is closed"),
+            stringified_ids: 0,
+        }
+    }
+
+    /// Warns (once per connection) of an answer whose id is a number written as a string.
+    /// Quiver's requests on a pipe have numeric ids, so under JSON-RPC such an answer
+    /// answers nothing; rmcp takes it as the answer to the request with that number, for
+    /// servers that echo ids as text. Kept: the answer comes from this server on its own
+    /// pipe, and failing it would break calls that work. The operator is told.
+    fn note_stringified_id(&mut self, message: &ServerJsonRpcMessage) {
+        let id = match message {
+            ServerJsonRpcMessage::Response(r) => Some(&r.id),
+            ServerJsonRpcMessage::Error(e) => e.id.as_ref(),
+            _ => None,
+        };
+        let Some(RequestId::String(text)) = id else {
+            return;
+        };
+        if text.parse::<i64>().is_err() {
+            return;
+        }
+        self.stringified_ids += 1;
+        if self.stringified_ids == 1 {
+            tracing::warn!(
+                server = %self.server,
+                "the server answered request {text} with the id \"{text}\", a string: JSON-RPC asks for the id as it was sent (a number); taken as that request's answer, as rmcp does (said once per connection)"
+            );
         }
     }
 
@@ -197,7 +226,10 @@ where
                 LineRead::End => return None,
             }
             match judge(self.lines.line()) {
-                Verdict::Take(message) => return Some(*message),
+                Verdict::Take(message) => {
+                    self.note_stringified_id(&message);
+                    return Some(*message);
+                }
                 Verdict::Skip => {
                     tracing::debug!(
                         server = %self.server,
@@ -224,6 +256,7 @@ mod tests {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
     use super::*;
+    use serde_json::json;
 
     fn error_of(message: &ServerJsonRpcMessage) -> (Value, String) {
         let v = serde_json::to_value(message).unwrap();
@@ -282,6 +315,37 @@ mod tests {
         let ok = serde_json::to_value(&seen[3]).unwrap();
         assert_eq!(ok["id"], 3);
         assert!(ok.get("error").is_none(), "{ok}");
+    }
+
+    /// An answer whose id is a number written as a string comes through as it is (rmcp
+    /// takes it for that request's answer) and is counted, for a warning once per
+    /// connection; a string id that is no number, and a numeric id, are not counted.
+    #[tokio::test]
+    async fn a_stringified_numeric_id_is_passed_on_and_noted() {
+        let (mut server_out, client_in) = tokio::io::duplex(1 << 16);
+        let (client_out, _server_in) = tokio::io::duplex(1 << 16);
+        let mut transport = PipeTransport::new("fx", client_in, client_out);
+        let input = [
+            r#"{"jsonrpc":"2.0","id":"675","result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":"abc","result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":"676","error":{"code":-32000,"message":"no"}}"#,
+        ]
+        .join("\n");
+        server_out
+            .write_all(format!("{input}\n").as_bytes())
+            .await
+            .unwrap();
+        let mut ids = Vec::new();
+        for _ in 0..4 {
+            let m = tokio::time::timeout(Duration::from_secs(5), transport.receive())
+                .await
+                .unwrap()
+                .unwrap();
+            ids.push(serde_json::to_value(&m).unwrap()["id"].clone());
+        }
+        assert_eq!(ids, [json!("675"), json!("abc"), json!(7), json!("676")]);
+        assert_eq!(transport.stringified_ids, 2);
     }
 
     /// A request from the server that cannot be read is answered with an error, not

@@ -231,17 +231,28 @@ const MAX_SECS: f64 = 365.0 * 24.0 * 3600.0;
 /// The most calls a concurrency limit admits at once.
 const MAX_CONCURRENT: usize = 1_000_000;
 
+/// A number of seconds as an error message quotes it back: in exponent form when very large
+/// or very small (`1e300`, not its 301 digits; `1e-12`).
+fn shown_secs(s: f64) -> String {
+    if s != 0.0 && s.is_finite() && !(1e-4..1e15).contains(&s.abs()) {
+        format!("{s:e}")
+    } else {
+        format!("{s}")
+    }
+}
+
 fn secs(s: f64, key: &str) -> anyhow::Result<Duration> {
+    let shown = shown_secs(s);
     if !(s.is_finite() && s > 0.0) {
-        bail!("limits.{key} must be a positive number of seconds, not {s}");
+        bail!("limits.{key} must be a positive number of seconds, not {shown}");
     }
     if s < 0.001 {
         bail!(
-            "limits.{key} must be at least 0.001 seconds (1 ms; every call would time out before it starts), not {s}"
+            "limits.{key} must be at least 0.001 seconds (1 ms; every call would time out before it starts), not {shown}"
         );
     }
     if s > MAX_SECS {
-        bail!("limits.{key} must be at most {MAX_SECS} seconds (a year), not {s}");
+        bail!("limits.{key} must be at most {MAX_SECS} seconds (a year), not {shown}");
     }
     Ok(Duration::from_secs_f64(s))
 }
@@ -877,12 +888,14 @@ allowed_tools = ["t1", "t2"]
             Err("limits.max_http_sessions must be more than 0 (the HTTP sessions open at once)"),
         );
         // Limits too large to be a deadline or a semaphore are refused, not a panic.
-        for text in [
-            "[limits]\ntimeout_secs = 1e20",
-            "[limits]\ninput_wait_secs = 1.8e19",
-            "[limits.tool_timeouts]\nx = 1e300",
+        for (text, shown) in [
+            ("[limits]\ntimeout_secs = 1e20", "not 1e20"),
+            ("[limits]\ninput_wait_secs = 1.8e19", "not 1.8e19"),
+            ("[limits.tool_timeouts]\nx = 1e300", "(a year), not 1e300"),
         ] {
             check(text, Err("must be at most 31536000 seconds (a year)"));
+            // Quoted back as written, not as its hundreds of digits.
+            check(text, Err(shown));
         }
         check(
             "[limits]\nmax_concurrent = 4000000000000000000",
@@ -922,7 +935,7 @@ allowed_tools = ["t1", "t2"]
             ),
             (
                 "[limits]\ntimeout_secs = 1e-12",
-                "limits.timeout_secs must be at least 0.001 seconds",
+                "limits.timeout_secs must be at least 0.001 seconds (1 ms; every call would time out before it starts), not 1e-12",
             ),
         ] {
             check(text, Err(err));

@@ -353,11 +353,14 @@ async fn serving_a_sleeping_call(
         "name": "mcp__fx__sleep",
         "arguments": {"seconds": 60, "marker": marker.to_string_lossy()}}});
     for line in [
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#.to_owned(),
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
+        INITIALIZE.to_owned(),
+        INITIALIZED.to_owned(),
         call.to_string(),
     ] {
-        stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
     }
     stdin.flush().await.unwrap();
     let first = line_of(&mut out).await;
@@ -561,6 +564,29 @@ async fn empty_stdin_or_closed_stdout_during_the_startup_wait_stops_the_server()
     }
 }
 
+/// The `initialize` request (id 1, protocol 2025-11-25) the stdio tests open with.
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+/// The `initialized` notification that follows its answer.
+const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+
+/// A stdio script: `initialize`, `initialized`, then `requests`, one per line.
+fn script(requests: &[&str]) -> String {
+    [INITIALIZE, INITIALIZED]
+        .iter()
+        .chain(requests)
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// The `result` of the answer to request `id` among the lines of `stdout`, if any.
+fn answered(stdout: &str, id: i64) -> Option<serde_json::Value> {
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["id"] == id && v.get("result").is_some())
+        .map(|v| v["result"].clone())
+}
+
 /// A file of requests as stdin (`quiver serve --stdio < requests.jsonl`) is not an empty
 /// stdin: its requests are answered.
 #[tokio::test]
@@ -569,14 +595,7 @@ async fn a_file_of_requests_as_stdin_is_answered() {
     let requests = dir.join("requests.jsonl");
     std::fs::write(
         &requests,
-        concat!(
-            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
-            "\n",
-            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-            "\n",
-            r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#,
-            "\n",
-        ),
+        script(&[r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#]),
     )
     .unwrap();
     let out = Command::new(quiver_binary())
@@ -591,13 +610,12 @@ async fn a_file_of_requests_as_stdin_is_answered() {
         .await
         .expect("the server exits")
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", out.status);
-    let answered = text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .any(|v| v["id"] == 2 && v["result"].is_object());
-    assert!(answered, "the ping was not answered: {text}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        answered(&text, 2).is_some_and(|r| r.is_object()),
+        "the ping was not answered: {text}"
+    );
 }
 
 /// A piped script (`printf '...' | quiver serve --stdio`) closes stdin right after its last
@@ -608,27 +626,21 @@ async fn a_piped_scripts_last_call_is_answered() {
     let dir = fresh_dir();
     let mut child = stdio_server(&dir, Stdio::inherit());
     let mut stdin = child.stdin.take().expect("piped");
-    let script = concat!(
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
-        "\n",
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-        "\n",
+    let script = script(&[
         r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"describe_tool","arguments":{"name":"tool_search"}}}"#,
-        "\n",
-    );
+    ]);
     stdin.write_all(script.as_bytes()).await.unwrap();
     drop(stdin);
     let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
         .await
         .expect("the server exits")
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", out.status);
-    let answered = text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .any(|v| v["id"] == 2 && v["result"]["content"].is_array());
-    assert!(answered, "the call was not answered: {text}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        answered(&text, 2).is_some_and(|r| r["content"].is_array()),
+        "the call was not answered: {text}"
+    );
 }
 
 /// `quiver serve --stdio` answers every line it cannot take, with the request's id when it
@@ -648,8 +660,8 @@ async fn stdio_answers_lines_it_cannot_read() {
             "x".repeat(17 << 20)
         );
         for line in [
-            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
-            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            INITIALIZE,
+            INITIALIZED,
             "Content-Length: 45",
             r#"{"jsonrpc":"1.0","id":7,"method":"ping"}"#,
             &long,
@@ -790,7 +802,7 @@ async fn a_signal_while_stopping_ends_the_stop_at_once() {
     let mut stdout = BufReader::new(child.stdout.take().expect("piped")).lines();
     let send = |line: &str| format!("{line}\n");
     stdin
-        .write_all(send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#).as_bytes())
+        .write_all(send(INITIALIZE).as_bytes())
         .await
         .expect("writes");
     let init = line_of(&mut stdout).await;
@@ -800,7 +812,7 @@ async fn a_signal_while_stopping_ends_the_stop_at_once() {
     lock.execute_batch("BEGIN IMMEDIATE")
         .expect("the write lock");
     stdin
-        .write_all(send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).as_bytes())
+        .write_all(send(INITIALIZED).as_bytes())
         .await
         .expect("writes");
     stdin

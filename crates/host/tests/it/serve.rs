@@ -123,11 +123,7 @@ fn open(addr: &str, conversation: &str) -> String {
 
 /// initialize + initialized with `headers` on both; returns the session id.
 fn open_with(addr: &str, headers: &[(&str, &str)]) -> String {
-    let init = rpc(
-        addr,
-        headers,
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
-    );
+    let init = rpc(addr, headers, INITIALIZE);
     let sid = header(&init, "mcp-session-id")
         .expect("a session id")
         .to_owned();
@@ -199,11 +195,7 @@ fn a_conversation_keeps_its_working_set_across_a_restart() {
 fn post(addr: &str, token: Option<&str>) -> String {
     let auth = token.map(|t| format!("Bearer {t}"));
     let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
-    rpc(
-        addr,
-        &headers,
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
-    )
+    rpc(addr, &headers, INITIALIZE)
 }
 
 #[test]
@@ -464,6 +456,30 @@ fn stdio_serve(
         .unwrap();
     let stdin = child.stdin.take().unwrap();
     let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    (child, stdin, lines)
+}
+
+/// The `initialize` request (id 1, protocol 2025-11-25) the tests open a session with.
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+
+/// [`stdio_serve`], with the session opened: `initialize` answered, then `initialized`.
+fn stdio_opened(
+    dir: &std::path::Path,
+) -> (
+    KillOnDrop,
+    std::process::ChildStdin,
+    std::io::Lines<BufReader<std::process::ChildStdout>>,
+) {
+    let (child, mut stdin, mut lines) = stdio_serve(dir);
+    let child = KillOnDrop(Some(child));
+    writeln!(stdin, "{INITIALIZE}").unwrap();
+    let answer = lines.next().expect("an answer").unwrap();
+    assert!(answer.contains(r#""id":1"#), "{answer}");
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+    )
+    .unwrap();
     (child, stdin, lines)
 }
 
@@ -982,19 +998,7 @@ fn a_cursor_that_is_not_a_string_is_invalid_params() {
     );
     stop(child.0.take().expect("running"));
 
-    let (child, mut stdin, mut lines) = stdio_serve(&dir);
-    let mut child = KillOnDrop(Some(child));
-    writeln!(
-        stdin,
-        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#
-    )
-    .unwrap();
-    assert!(lines.next().unwrap().unwrap().contains(r#""id":1"#));
-    writeln!(
-        stdin,
-        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
-    )
-    .unwrap();
+    let (mut child, mut stdin, mut lines) = stdio_opened(&dir);
     writeln!(
         stdin,
         r#"{{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{{"cursor":5}}}}"#
@@ -1162,7 +1166,7 @@ fn allow_host_accepts_the_named_hosts_and_refuses_malformed_values() {
         &[],
     );
     let mut child = KillOnDrop(Some(child));
-    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let init = INITIALIZE;
     let with_host = |host: &str| {
         let out = post_mcp(&addr, &[("Host", host)], init);
         out.lines().next().unwrap_or("").to_owned()
@@ -1351,7 +1355,7 @@ fn a_refused_request_leaves_its_connection_usable() {
     .unwrap();
     let (child, addr) = start(&dir, &[], &[]);
     let mut child = KillOnDrop(Some(child));
-    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let body = INITIALIZE;
     let head = |auth: &str| {
         format!(
             "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\n\r\n",
@@ -1645,19 +1649,7 @@ fn a_tools_call_whose_params_do_not_fit_is_answered_and_logged() {
     logged(&dir);
 
     let dir = fresh_dir("bad-call-stdio");
-    let (child, mut stdin, mut lines) = stdio_serve(&dir);
-    let mut child = KillOnDrop(Some(child));
-    writeln!(
-        stdin,
-        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#
-    )
-    .unwrap();
-    assert!(lines.next().unwrap().unwrap().contains(r#""id":1"#));
-    writeln!(
-        stdin,
-        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
-    )
-    .unwrap();
+    let (mut child, mut stdin, mut lines) = stdio_opened(&dir);
     for (id, (params, _)) in bad.iter().enumerate() {
         writeln!(stdin, "{}", request(id + 2, params)).unwrap();
         refused(&lines.next().unwrap().unwrap(), id + 2);

@@ -1459,6 +1459,15 @@ impl Upstream {
                 self.publish(listing);
                 self.diag(format!("tools changed upstream; {n} tool(s) published"));
             }
+            // A connection that ended meanwhile (Quiver closing it, the server gone) cut the
+            // re-list off: no failure of its own (a reconnect lists afresh, and a close
+            // wants none).
+            Ok(Err(_)) | Err(_)
+                if self.closed.is_cancelled()
+                    || self.conn().is_none_or(|c| c.generation != generation) =>
+            {
+                tracing::debug!(server = %self.cfg.name, "a re-list was cut off by the end of its connection");
+            }
             Ok(Err(DialError::Rejected(r) | DialError::Transient(r))) => {
                 self.diag_warn(format!("re-list after list_changed failed: {r}"));
             }

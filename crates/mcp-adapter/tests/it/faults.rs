@@ -995,6 +995,47 @@ async fn malformed_tools_are_skipped_and_the_rest_served() {
     close_and_check(&client).await;
 }
 
+/// A re-list that the client's own close cuts off is not a failure to report: no
+/// "re-list after list_changed failed" line (a one-shot `quiver call` whose upstream had
+/// just announced a change ended with that WARN, "Transport closed").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relist_cut_off_by_close_is_not_reported() {
+    let dir = std::env::temp_dir().join(format!("quiver-relist-close-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("methods.jsonl");
+    let log_arg = log.display().to_string();
+    let (catalog, client) = start(
+        &[raw(
+            "later",
+            &["--bad-tools-later", "--hang-relist", "--log", &log_arg],
+        )],
+        fast_options(),
+    );
+    ready(&client).await;
+    let env = call(&catalog, "mcp__later__grow", json!({})).await;
+    assert!(env.is_ok(), "{env:?}");
+    let lists = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .matches(r#""method": "tools/list""#)
+            .count()
+    };
+    wait_for("the re-list is sent", Duration::from_secs(30), || {
+        lists() >= 2
+    })
+    .await;
+    close_and_check(&client).await;
+    let st = client.server_status("later").unwrap();
+    assert!(
+        !st.diagnostics
+            .iter()
+            .any(|l| l.contains("re-list after list_changed")),
+        "{:#?}",
+        st.diagnostics
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_tools_on_a_relist_are_skipped() {
     let (catalog, client) = start(&[raw("later", &["--bad-tools-later"])], fast_options());

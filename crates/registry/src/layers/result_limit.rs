@@ -139,7 +139,7 @@ fn kept_chars(max: usize) -> usize {
     }
 }
 
-/// Counts serialized bytes, stopping early once past a limit.
+/// Counts the characters of serialized JSON, stopping early once past a limit.
 struct Counter {
     n: usize,
     limit: usize,
@@ -147,7 +147,9 @@ struct Counter {
 
 impl io::Write for Counter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.n += buf.len();
+        // UTF-8: every byte that is not a continuation byte starts a character (a write
+        // cut inside one still counts it once).
+        self.n += buf.iter().filter(|b| (**b & 0xC0) != 0x80).count();
         if self.n > self.limit {
             Err(io::Error::other("over"))
         } else {
@@ -208,6 +210,12 @@ pub fn limit(envelope: &mut Envelope, config: &ResultLimitConfig) {
             let mut left = config.max_chars.saturating_sub(shown);
             let mut total = cut.unwrap_or(shown);
             let mut over = cut.is_some();
+            // What the model is shown of it all (the marker aside), for the warning.
+            let mut kept = if over {
+                kept_chars(config.max_chars)
+            } else {
+                shown
+            };
             parts.retain_mut(|p| {
                 let Part::Text { text, .. } = p else {
                     return true;
@@ -219,6 +227,7 @@ pub fn limit(envelope: &mut Envelope, config: &ResultLimitConfig) {
                 }
                 if n <= left {
                     left -= n;
+                    kept += n;
                     return true;
                 }
                 over = true;
@@ -226,6 +235,7 @@ pub fn limit(envelope: &mut Envelope, config: &ResultLimitConfig) {
                 if left <= TRUNCATION_MARKER.chars().count() {
                     return false;
                 }
+                kept += kept_chars(left);
                 truncate_chars(text, left);
                 true
             });
@@ -236,8 +246,7 @@ pub fn limit(envelope: &mut Envelope, config: &ResultLimitConfig) {
                 warnings.push(Warning::new(
                     "truncated",
                     format!(
-                        "the result was {total} characters; only the first {} are shown. Ask for less (a filter, a page, fewer fields).",
-                        kept_chars(config.max_chars)
+                        "the result was {total} characters; only the first {kept} are shown. Ask for less (a filter, a page, fewer fields)."
                     ),
                 ));
             }
@@ -350,6 +359,54 @@ mod tests {
             warnings[0]
                 .message
                 .starts_with("the result was 501 characters")
+        );
+        // A part with too little room for any of it next to the marker is dropped whole:
+        // the warning says how much is shown (all the data), not the limit's worth.
+        let mut dropped = Envelope::text("a".repeat(110)).with_part(text(&"b".repeat(50)));
+        limit(&mut dropped, &config);
+        let Envelope::Ok {
+            parts, warnings, ..
+        } = &dropped
+        else {
+            panic!()
+        };
+        assert!(parts.is_empty(), "{parts:?}");
+        assert!(
+            warnings[0]
+                .message
+                .starts_with("the result was 160 characters; only the first 110 are shown"),
+            "{}",
+            warnings[0].message
+        );
+    }
+
+    /// Structured data counts by the characters of its pretty JSON, not its bytes: 53
+    /// characters of non-ASCII text (93 bytes) leave a 50-character text part its room.
+    #[test]
+    fn structured_data_counts_characters_not_bytes() {
+        let marker = TRUNCATION_MARKER.chars().count();
+        let config = ResultLimitConfig::default().with_max_chars(100 + marker);
+        let part = Part::Text {
+            text: "b".repeat(50),
+            annotations: None,
+        };
+        let mut fits =
+            Envelope::ok(serde_json::json!({"k": "é".repeat(40)})).with_part(part.clone());
+        let before = fits.clone();
+        limit(&mut fits, &config);
+        assert_eq!(fits, before);
+        // Past the limit by characters, it is cut.
+        let mut over = Envelope::ok(serde_json::json!({"k": "é".repeat(80)})).with_part(part);
+        limit(&mut over, &config);
+        let Envelope::Ok { warnings, .. } = &over else {
+            panic!()
+        };
+        assert!(
+            warnings[0]
+                .message
+                .starts_with("the result was 143 characters"),
+            "{}",
+            warnings[0].message
         );
     }
 }

@@ -1586,7 +1586,8 @@ fn readiness_reports_a_deleted_store_file() {
 /// A `tools/call` whose params do not fit (`arguments` that is not an object, a `name` that
 /// is not a string, no `params`) is -32602 naming the problem, over HTTP and over stdio,
 /// and is in the execution log like every call: one row each, kind `invalid_params`, under
-/// the name sent (a name that is not a string as its JSON text, none as `(no name)`).
+/// the name sent (a name that is not a string as its JSON text, none as `(no name)`). So
+/// is a call whose conversation key cannot be one.
 #[test]
 fn a_tools_call_whose_params_do_not_fit_is_answered_and_logged() {
     let bad = [
@@ -1600,6 +1601,11 @@ fn a_tools_call_whose_params_do_not_fit_is_answered_and_logged() {
         ),
         (r#"{"name":5,"arguments":{}}"#, "5"),
         ("", "(no name)"),
+        // A conversation key that cannot be one: refused before the call has a session.
+        (
+            r#"{"name":"tool_search","arguments":{},"_meta":{"quiver/conversation":""}}"#,
+            "tool_search",
+        ),
     ];
     let request = |id: usize, params: &str| {
         let params = if params.is_empty() {
@@ -1612,7 +1618,8 @@ fn a_tools_call_whose_params_do_not_fit_is_answered_and_logged() {
     let refused = |answer: &str, id: usize| {
         assert!(
             answer.contains(r#""code":-32602"#)
-                && answer.contains("invalid params for `tools/call`")
+                && (answer.contains("invalid params for `tools/call`")
+                    || answer.contains("the conversation key must be"))
                 && answer.contains(&format!(r#""id":{id}"#)),
             "{id}: {answer}"
         );

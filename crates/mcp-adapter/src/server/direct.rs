@@ -915,8 +915,20 @@ async fn unparsable(response: Response, sent: Option<&Bytes>) -> Response {
 }
 
 async fn forward_parts(direct: &Direct, parts: Parts, bytes: Bytes) -> Response {
+    let caller = parts
+        .extensions
+        .get::<super::auth::Principal>()
+        .map(|p| p.capabilities.clone());
     let request = Request::from_parts(parts, Body::from(bytes.clone()));
-    let response = direct.rmcp.handle(request).await.map(Body::new);
+    // rmcp checks a 2026-07-28 call's `Mcp-Param-*` headers against the tool's definition
+    // before the handler runs, asking `get_tool` with the name alone: the caller goes with
+    // the request, so that a tool its token may not use has no definition to check against.
+    let handled = direct.rmcp.handle(request);
+    let response = match caller {
+        Some(caller) => super::handler::CALLER.scope(caller, handled).await,
+        None => handled.await,
+    }
+    .map(Body::new);
     if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
         return unparsable(response, Some(&bytes)).await;
     }
@@ -1648,6 +1660,62 @@ mod tests {
         assert_eq!(theirs.status, StatusCode::NOT_FOUND);
         let own = send_with(&router, Method::DELETE, Some(&sid), String::new(), ci).await;
         assert!(own.status.is_success(), "{}", own.status);
+    }
+
+    /// A 2026-07-28 call of a tool the token may not use is answered as a call of a tool
+    /// that does not exist, whatever its `Mcp-Param-*` headers: rmcp's header check (against
+    /// the definition, before the handler) answered -32020 naming the missing header, which
+    /// told the token the tool exists and what its parameters are. For a token that may use
+    /// it, the check still holds.
+    #[tokio::test]
+    async fn a_hidden_tools_headers_are_not_checked_for_a_token_that_cannot_use_it() {
+        use crate::server::{InboundAuth, InboundToken};
+        let catalog = Arc::new(Catalog::new());
+        catalog
+            .register(Arc::new(Echo(
+                ToolSpec::new("geo_secret", "Looks a region up.")
+                    .read_only()
+                    .with_schema(json!({"type": "object", "properties": {"region": {
+                        "type": "string", "x-mcp-header": "Region"}}})),
+            )))
+            .unwrap();
+        let server = crate::server::test_server(
+            catalog,
+            ServerOptions::default().with_auth(InboundAuth::new(vec![
+                InboundToken::new("narrow", "secret-narrow")
+                    .with_allowed_tools(vec!["tool_search".into(), "describe_tool".into()]),
+                InboundToken::new("wide", "secret-wide"),
+            ])),
+        );
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let ask = |token: &'static str, name: &'static str| {
+            let router = router.clone();
+            async move {
+                let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                    "name": name, "arguments": {"region": "eu"},
+                    "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+                        "io.modelcontextprotocol/clientCapabilities": {}}}});
+                let auth = format!("Bearer {token}");
+                let headers: &[(&str, &[u8])] = &[
+                    ("authorization", auth.as_bytes()),
+                    ("mcp-protocol-version", b"2026-07-28"),
+                    ("mcp-method", b"tools/call"),
+                    ("mcp-name", name.as_bytes()),
+                ];
+                let r = send_with(&router, Method::POST, None, body.to_string(), headers).await;
+                (r.status, r.body.replace(name, "NAME"))
+            }
+        };
+        let hidden = ask("secret-narrow", "geo_secret").await;
+        let absent = ask("secret-narrow", "geo_secrex").await;
+        assert_eq!(hidden, absent);
+        assert_eq!(hidden.0, StatusCode::OK, "{}", hidden.1);
+        assert!(hidden.1.contains("there is no tool named"), "{}", hidden.1);
+        // The token that may use it must send the header.
+        let (status, body) = ask("secret-wide", "geo_secret").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(body.contains("Mcp-Param-Region"), "{body}");
     }
 
     /// A JSON body that is not one JSON-RPC message is told what is wrong with it, with its

@@ -238,18 +238,13 @@ impl Handler {
     /// Records a `tools/call` whose params do not fit (`arguments` that is not an object, a
     /// `name` that is not a string, no params): its caller gets `error` (-32602), and the
     /// log gets the call's row like every other call's, under the name sent (a name that is
-    /// not a string as its JSON text, none as `(no name)`) with kind `invalid_params`.
+    /// not a string as its JSON text, none as `(no name)`).
     async fn record_unparsed_call(
         &self,
         params: Option<Value>,
         error: &McpError,
         context: &RequestContext<RoleServer>,
     ) {
-        // A request whose scope cannot be read (a bad conversation key) belongs to no
-        // session; its own error is the scope's, and no call of a tool was made.
-        let Ok(scope) = self.scope(&context.meta, &context.extensions) else {
-            return;
-        };
         let (name, input) = match params {
             Some(Value::Object(mut m)) => {
                 let name = match m.remove("name") {
@@ -261,14 +256,45 @@ impl Handler {
             }
             other => ("(no name)".to_owned(), other.unwrap_or(Value::Null)),
         };
-        let ctx = scope.context(self.shared.shutdown.child_token());
+        self.record_refused_call(&name, input, error, context).await;
+    }
+
+    /// Records a `tools/call` of `name` refused with `error` (-32602) before it could run,
+    /// kind `invalid_params`: in its session when the request's scope can be read, else (a
+    /// malformed conversation key) in none, under the caller's token.
+    async fn record_refused_call(
+        &self,
+        name: &str,
+        input: Value,
+        error: &McpError,
+        context: &RequestContext<RoleServer>,
+    ) {
+        let ctx = match self.scope(&context.meta, &context.extensions) {
+            Ok(scope) => scope.context(self.shared.shutdown.child_token()),
+            Err(_) => {
+                let principal = context
+                    .extensions
+                    .get::<axum::http::request::Parts>()
+                    .and_then(|p| p.extensions.get::<Principal>());
+                let mut ctx = quiver_contract::CallContext::default();
+                if let Some(p) = principal {
+                    ctx = ctx
+                        .with_capabilities((*p.capabilities).clone())
+                        .with_principal(p.name.clone());
+                    if let Some(tenant) = &p.tenant {
+                        ctx = ctx.with_tenant(tenant.clone());
+                    }
+                }
+                ctx
+            }
+        };
         let envelope = quiver_contract::Envelope::err(
             quiver_contract::ErrKind::Other("invalid_params".into()),
             error.message.to_string(),
         );
         self.shared
             .dispatcher
-            .refuse(&name, input, ctx, envelope)
+            .refuse(name, input, ctx, envelope)
             .await;
     }
 
@@ -873,6 +899,12 @@ fn cursor_sent(context: &RequestContext<RoleServer>) -> Result<(), McpError> {
     }
 }
 
+tokio::task_local! {
+    /// The capabilities of the token whose HTTP request rmcp is reading, for `get_tool`
+    /// (set by the HTTP front, `direct::forward_parts`, when the request has a token).
+    pub(crate) static CALLER: Arc<quiver_contract::Capabilities>;
+}
+
 /// The `_meta` key of a 2026-07-28 request's log level (SEP-2575).
 const LOG_LEVEL_META: &str = "io.modelcontextprotocol/logLevel";
 
@@ -932,7 +964,13 @@ impl ServerHandler for Handler {
 
     /// A tool's definition for rmcp's SEP-2243 checks of a 2026-07-28 `tools/call`'s
     /// headers (`Mcp-Name`, and `Mcp-Param-*` for parameters annotated `x-mcp-header`).
+    /// A tool the request's caller may not use has none: it is, to that caller, a tool
+    /// that does not exist, whose call is answered as such (checking its headers would say
+    /// that it exists, and what its parameters are).
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
+        if matches!(CALLER.try_with(|c| c.allows(name)), Ok(false)) {
+            return None;
+        }
         self.shared
             .surface
             .catalog()
@@ -1002,7 +1040,16 @@ impl ServerHandler for Handler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let scope = self.scope(&context.meta, &context.extensions)?;
+        let scope = match self.scope(&context.meta, &context.extensions) {
+            Ok(scope) => scope,
+            Err(refused) => {
+                // A call all the same (a malformed conversation key): it has its row.
+                let input = request.arguments.map(Value::Object).unwrap_or(Value::Null);
+                self.record_refused_call(&request.name, input, &refused, &context)
+                    .await;
+                return Err(refused);
+            }
+        };
         self.track(&scope, &context.peer);
         let _pin = self.shared.enter(&scope.key).await;
         let name = request.name;

@@ -59,14 +59,14 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> PipeTransport
         let Some(RequestId::String(text)) = id else {
             return;
         };
-        if text.parse::<i64>().is_err() {
+        let Ok(number) = text.parse::<i64>() else {
             return;
-        }
+        };
         self.stringified_ids += 1;
         if self.stringified_ids == 1 {
             tracing::warn!(
                 server = %self.server,
-                "the server answered request {text} with the id \"{text}\", a string: JSON-RPC asks for the id as it was sent (a number); taken as that request's answer, as rmcp does (said once per connection)"
+                "the server answered request {number} with the id \"{text}\", a string: JSON-RPC asks for the id as it was sent (a number); taken as that request's answer, as rmcp does for any string that reads as the number (said once per connection)"
             );
         }
     }
@@ -330,6 +330,7 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":"abc","result":{}}"#,
             r#"{"jsonrpc":"2.0","id":7,"result":{}}"#,
             r#"{"jsonrpc":"2.0","id":"676","error":{"code":-32000,"message":"no"}}"#,
+            r#"{"jsonrpc":"2.0","id":"02","result":{}}"#,
         ]
         .join("\n");
         server_out
@@ -337,15 +338,25 @@ mod tests {
             .await
             .unwrap();
         let mut ids = Vec::new();
-        for _ in 0..4 {
+        for _ in 0..5 {
             let m = tokio::time::timeout(Duration::from_secs(5), transport.receive())
                 .await
                 .unwrap()
                 .unwrap();
             ids.push(serde_json::to_value(&m).unwrap()["id"].clone());
         }
-        assert_eq!(ids, [json!("675"), json!("abc"), json!(7), json!("676")]);
-        assert_eq!(transport.stringified_ids, 2);
+        assert_eq!(
+            ids,
+            [
+                json!("675"),
+                json!("abc"),
+                json!(7),
+                json!("676"),
+                json!("02")
+            ]
+        );
+        // "02" reads as 2 too (rmcp takes it for request 2's answer).
+        assert_eq!(transport.stringified_ids, 3);
     }
 
     /// A request from the server that cannot be read is answered with an error, not

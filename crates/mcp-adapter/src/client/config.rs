@@ -91,7 +91,13 @@ impl serde::de::Visitor<'_> for RawDuration {
     }
 
     fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Raw, E> {
-        Ok(Raw::Secs(v, v.to_string()))
+        // Quoted back as a reader wrote it: `1e300`, not its 301 digits.
+        let written = if v != 0.0 && v.is_finite() && !(1e-4..1e15).contains(&v.abs()) {
+            format!("{v:e}")
+        } else {
+            v.to_string()
+        };
+        Ok(Raw::Secs(v, written))
     }
 
     fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Raw, E> {
@@ -132,6 +138,10 @@ fn seconds(secs: f64, written: &str, off: bool) -> Result<Duration, String> {
     }
     let d = Duration::try_from_secs_f64(secs)
         .map_err(|_| format!("duration {written:?} is longer than a year"))?;
+    // Positive, however small (1e-12 rounds to no nanosecond): too short, not zero.
+    if secs > 0.0 && d < MIN_DURATION {
+        return Err(too_short(written));
+    }
     bounded(d, written, off)
 }
 
@@ -167,7 +177,18 @@ fn parse_duration(s: &str, off: bool) -> Result<Duration, String> {
 /// The longest duration a setting takes: a year (longer ones overflow deadlines).
 const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
-/// A configured duration: more than zero, at most [`MAX_DURATION`].
+/// The shortest duration a setting takes (as `[limits]` does): a shorter one times out
+/// before anything starts.
+const MIN_DURATION: Duration = Duration::from_millis(1);
+
+/// Why `as_written`, a positive duration under [`MIN_DURATION`], is refused.
+fn too_short(as_written: &str) -> String {
+    format!(
+        "duration {as_written:?} is shorter than 1 ms, the shortest a limit can be (write e.g. \"1ms\")"
+    )
+}
+
+/// A configured duration: more than zero, from [`MIN_DURATION`] to [`MAX_DURATION`].
 fn bounded(d: Duration, as_written: &str, off: bool) -> Result<Duration, String> {
     if d.is_zero() {
         Err(format!(
@@ -178,6 +199,8 @@ fn bounded(d: Duration, as_written: &str, off: bool) -> Result<Duration, String>
                 ""
             }
         ))
+    } else if d < MIN_DURATION {
+        Err(too_short(as_written))
     } else if d > MAX_DURATION {
         Err(format!("duration {as_written:?} is longer than a year"))
     } else {
@@ -818,6 +841,28 @@ mod tests {
             Duration::from_millis(2500)
         );
         assert!(parse_duration("fast", false).is_err());
+        // Positive but under 1 ms: said so (it was "must be more than 0").
+        for tiny in ["0.0001ms", "0.0000001", "0.000000000001"] {
+            let e = parse_duration(tiny, false).unwrap_err();
+            assert!(e.contains("is shorter than 1 ms"), "{tiny}: {e}");
+        }
+        assert_eq!(
+            parse_duration("1ms", false).unwrap(),
+            Duration::from_millis(1)
+        );
+        // A float is quoted back short, whatever its size.
+        for (secs, shown) in [(1e300, "\"1e300\""), (1e-12, "\"1e-12\"")] {
+            let Raw::Secs(v, written) = serde::de::Visitor::visit_f64::<serde::de::value::Error>(
+                RawDuration { off: false },
+                secs,
+            )
+            .unwrap() else {
+                panic!()
+            };
+            let e = seconds(v, &written, false).unwrap_err();
+            assert!(e.contains(shown), "{e}");
+            assert!(!e.contains("more than 0"), "{e}");
+        }
     }
 
     /// What a config file's durations read as, and what a wrong one is told: `off` offered

@@ -1747,7 +1747,7 @@ mod tests {
                 json!(4),
             ),
             (
-                r#"{"jsonrpc":"2.0","id":5,"method":"tools/list","params":[1]}"#,
+                r#"{"jsonrpc":"2.0","id":5,"method":"tools/list","params":"x"}"#,
                 "`params` must be an object",
                 json!(5),
             ),
@@ -1768,6 +1768,19 @@ mod tests {
             );
             assert_eq!(v["id"], id, "{body}: {v}");
         }
+        // Positional params: valid JSON-RPC, invalid params for MCP.
+        let body = r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":["echo",{}]}"#;
+        let r = send_text(&router, Method::POST, Some(&sid), body.into()).await;
+        let v: Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(v["error"]["code"], json!(-32602), "{v}");
+        assert_eq!(v["id"], json!(6), "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("an object of named parameters"),
+            "{v}"
+        );
     }
 
     /// A `Quiver-Conversation` header that is not UTF-8 is invalid params (it was taken for

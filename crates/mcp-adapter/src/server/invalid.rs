@@ -104,6 +104,9 @@ pub(super) fn is_notification(value: &Value) -> bool {
         && value.get("params").is_none_or(Value::is_object)
 }
 
+/// The problem of `params` that are not an object.
+const PARAMS_NOT_OBJECT: &str = "`params` must be an object";
+
 /// What is wrong with `value`, JSON that rmcp could not read as one message; `what` names
 /// the carrier ("the body", "the line").
 pub(super) fn diagnose(value: &Value, what: &str) -> Refusal {
@@ -145,7 +148,7 @@ pub(super) fn diagnose(value: &Value, what: &str) -> Refusal {
     } else if m.get("method").is_some_and(|v| !v.is_string()) {
         Some("`method` must be a string")
     } else if m.get("params").is_some_and(|v| !v.is_object()) {
-        Some("`params` must be an object")
+        Some(PARAMS_NOT_OBJECT)
     } else if m
         .get("params")
         .and_then(|p| p.get("_meta"))
@@ -157,6 +160,14 @@ pub(super) fn diagnose(value: &Value, what: &str) -> Refusal {
     } else {
         None
     };
+    // Positional params are valid JSON-RPC, but no MCP method takes them: invalid params.
+    if shape == Some(PARAMS_NOT_OBJECT) && m.get("params").is_some_and(Value::is_array) {
+        return Refusal {
+            code: INVALID_PARAMS,
+            message: "Invalid params: `params` is an array (positional parameters); MCP's methods take an object of named parameters, e.g. {\"name\": ..., \"arguments\": {...}} for tools/call".to_owned(),
+            id,
+        };
+    }
     if let Some(problem) = shape {
         return Refusal {
             code: INVALID_REQUEST,
@@ -253,6 +264,12 @@ mod tests {
             ),
             (
                 json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": [1]}),
+                INVALID_PARAMS,
+                "Invalid params: `params` is an array (positional parameters)",
+                json!(2),
+            ),
+            (
+                json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": "x"}),
                 INVALID_REQUEST,
                 "`params` must be an object",
                 json!(2),

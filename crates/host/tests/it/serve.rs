@@ -1289,7 +1289,8 @@ fn post_2026(
 }
 
 /// A 2026-07-28 request's `_meta` log level that is not a level is -32602 naming the
-/// levels (it was read as none: the call ran and got no log messages, saying nothing).
+/// levels (it was read as none: the call ran and got no log messages, saying nothing), and
+/// the refused call has its log row.
 #[test]
 fn a_2026_log_level_that_is_not_one_is_invalid_params() {
     let dir = fresh_dir("log-level-meta");
@@ -1328,6 +1329,21 @@ fn a_2026_log_level_that_is_not_one_is_invalid_params() {
         );
     }
     stop(child.0.take().expect("running"));
+    // Each refused call has its row, as the two that ran do.
+    let log = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(["log", "--json"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&log.stdout);
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.contains(r#""err_kind":"invalid_params""#))
+            .count(),
+        3,
+        "{log}"
+    );
+    assert_eq!(log.lines().count(), 5, "{log}");
 }
 
 /// Kills the child when dropped still holding it (a test that panics before `stop`).

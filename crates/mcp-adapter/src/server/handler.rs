@@ -339,18 +339,8 @@ impl Handler {
             .protocol_version()
             .as_ref()
             .is_some_and(|v| *v >= rmcp::model::ProtocolVersion::V_2026_07_28);
-        // A level that is not one was read as none: the request got no log messages and
-        // never knew why.
-        if meta_level.is_none()
-            && let Some(sent) = context.meta.get(LOG_LEVEL_META)
-            && !sent.is_null()
-        {
-            return Err(McpError::invalid_params(
-                format!(
-                    "invalid params: `_meta.{LOG_LEVEL_META}` must be one of debug, info, notice, warning, error, critical, alert, emergency (got {sent})"
-                ),
-                None,
-            ));
+        if let Some(refused) = bad_log_level(context) {
+            return Err(refused);
         }
         let features = channel::features(context.client_capabilities().as_ref());
         // Only a 2026-07-28 request turns a capability refusal into -32021.
@@ -899,6 +889,21 @@ fn cursor_sent(context: &RequestContext<RoleServer>) -> Result<(), McpError> {
     }
 }
 
+/// A request's `_meta` log level that is not one (-32602): rmcp reads it as none, and the
+/// request got no log messages and never knew why.
+fn bad_log_level(context: &RequestContext<RoleServer>) -> Option<McpError> {
+    if context.meta.log_level().is_some() {
+        return None;
+    }
+    let sent = context.meta.get(LOG_LEVEL_META).filter(|v| !v.is_null())?;
+    Some(McpError::invalid_params(
+        format!(
+            "invalid params: `_meta.{LOG_LEVEL_META}` must be one of debug, info, notice, warning, error, critical, alert, emergency (got {sent})"
+        ),
+        None,
+    ))
+}
+
 tokio::task_local! {
     /// The capabilities of the token whose HTTP request rmcp is reading, for `get_tool`
     /// (set by the HTTP front, `direct::forward_parts`, when the request has a token).
@@ -1040,13 +1045,20 @@ impl ServerHandler for Handler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let scope = match self.scope(&context.meta, &context.extensions) {
+        // A call refused before it runs (a malformed conversation key or log level) has
+        // its row, unless it is the retry of a held call (`requestState`), whose row is
+        // the held call's.
+        let scope = self
+            .scope(&context.meta, &context.extensions)
+            .and_then(|scope| bad_log_level(&context).map_or(Ok(scope), Err));
+        let scope = match scope {
             Ok(scope) => scope,
             Err(refused) => {
-                // A call all the same (a malformed conversation key): it has its row.
-                let input = request.arguments.map(Value::Object).unwrap_or(Value::Null);
-                self.record_refused_call(&request.name, input, &refused, &context)
-                    .await;
+                if request.request_state.is_none() {
+                    let input = request.arguments.map(Value::Object).unwrap_or(Value::Null);
+                    self.record_refused_call(&request.name, input, &refused, &context)
+                        .await;
+                }
                 return Err(refused);
             }
         };

@@ -184,7 +184,7 @@ const MIN_DURATION: Duration = Duration::from_millis(1);
 /// Why `as_written`, a positive duration under [`MIN_DURATION`], is refused.
 fn too_short(as_written: &str) -> String {
     format!(
-        "duration {as_written:?} is shorter than 1 ms, the shortest a limit can be (write e.g. \"1ms\")"
+        "duration {as_written:?} is shorter than 1 ms, the shortest this setting takes (write e.g. \"1ms\")"
     )
 }
 

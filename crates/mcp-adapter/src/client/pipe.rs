@@ -64,10 +64,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> PipeTransport
         };
         self.stringified_ids += 1;
         if self.stringified_ids == 1 {
-            tracing::warn!(
-                server = %self.server,
-                "the server answered request {number} with the id \"{text}\", a string: JSON-RPC asks for the id as it was sent (a number); taken as that request's answer, as rmcp does for any string that reads as the number (said once per connection)"
-            );
+            tracing::warn!(server = %self.server, "{}", stringified_id_warning(number, text));
         }
     }
 
@@ -76,6 +73,14 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> PipeTransport
         self.lines = LineReader::new(self.lines.into_inner(), max_line);
         self
     }
+}
+
+/// The operator's warning about an answer whose id is `text`, a string that reads as the
+/// request number `number`.
+fn stringified_id_warning(number: i64, text: &str) -> String {
+    format!(
+        "the server answered with the id \"{text}\", a string, where JSON-RPC asks for the id as it was sent (a number): taken as the answer to request {number} if one is waiting, as rmcp does for any string that reads as a number; the server should echo ids unchanged (said once per connection)"
+    )
 }
 
 /// What to do with one line (or one SSE event's data).
@@ -357,6 +362,11 @@ mod tests {
         );
         // "02" reads as 2 too (rmcp takes it for request 2's answer).
         assert_eq!(transport.stringified_ids, 3);
+        let said = stringified_id_warning(2, "02");
+        assert!(
+            said.contains(r#"the id "02""#) && said.contains("request 2 if one is waiting"),
+            "{said}"
+        );
     }
 
     /// A request from the server that cannot be read is answered with an error, not

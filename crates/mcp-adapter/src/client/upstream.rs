@@ -1459,9 +1459,10 @@ impl Upstream {
                 self.publish(listing);
                 self.diag(format!("tools changed upstream; {n} tool(s) published"));
             }
-            // A connection that ended meanwhile (Quiver closing it, the server gone) cut the
-            // re-list off: no failure of its own (a reconnect lists afresh, and a close
-            // wants none).
+            // Quiver closing the server, or a connection already replaced or marked down,
+            // cut the re-list off: no failure of its own (a reconnect lists afresh, and a
+            // close wants none). A server that dies mid-re-list can still be reported here
+            // before its watcher marks the connection down.
             Ok(Err(_)) | Err(_)
                 if self.closed.is_cancelled()
                     || self.conn().is_none_or(|c| c.generation != generation) =>

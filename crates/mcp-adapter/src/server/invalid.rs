@@ -101,7 +101,11 @@ pub(super) fn is_notification(value: &Value) -> bool {
     value.get("id").is_none()
         && value.get("jsonrpc") == Some(&Value::String("2.0".into()))
         && value.get("method").is_some_and(Value::is_string)
-        && value.get("params").is_none_or(Value::is_object)
+        // Positional params too: a notification is never answered, even one no MCP method
+        // takes.
+        && value
+            .get("params")
+            .is_none_or(|p| p.is_object() || p.is_array())
 }
 
 /// The problem of `params` that are not an object.
@@ -164,7 +168,7 @@ pub(super) fn diagnose(value: &Value, what: &str) -> Refusal {
     if shape == Some(PARAMS_NOT_OBJECT) && m.get("params").is_some_and(Value::is_array) {
         return Refusal {
             code: INVALID_PARAMS,
-            message: "Invalid params: `params` is an array (positional parameters); MCP's methods take an object of named parameters, e.g. {\"name\": ..., \"arguments\": {...}} for tools/call".to_owned(),
+            message: "Invalid params: `params` is an array (positional parameters); MCP's methods take an object of named parameters (for tools/call: {\"name\": ..., \"arguments\": {...}})".to_owned(),
             id,
         };
     }
@@ -281,6 +285,13 @@ mod tests {
                 json!(3),
             ),
         ];
+        // A notification, whatever its params hold, is not answered.
+        assert!(is_notification(
+            &json!({"jsonrpc": "2.0", "method": "notifications/x", "params": [1]})
+        ));
+        assert!(!is_notification(
+            &json!({"jsonrpc": "2.0", "method": "notifications/x", "params": 5})
+        ));
         for (value, code, says, id) in cases {
             let refusal = diagnose(&value, "the line");
             assert_eq!(refusal.code, code, "{value}: {refusal:?}");

@@ -919,6 +919,11 @@ async fn forward_parts(direct: &Direct, parts: Parts, bytes: Bytes) -> Response 
         .extensions
         .get::<super::auth::Principal>()
         .map(|p| p.capabilities.clone());
+    // A 2026-07-28 call that rmcp refuses for its headers never reaches the handler: the
+    // parts are kept to give it its row.
+    let call_parts = (parts.headers.get("mcp-method").map(|v| v.as_bytes())
+        == Some(b"tools/call".as_slice()))
+    .then(|| parts.clone());
     let request = Request::from_parts(parts, Body::from(bytes.clone()));
     // rmcp checks a 2026-07-28 call's `Mcp-Param-*` headers against the tool's definition
     // before the handler runs, asking `get_tool` with the name alone: the caller goes with
@@ -929,10 +934,71 @@ async fn forward_parts(direct: &Direct, parts: Parts, bytes: Bytes) -> Response 
         None => handled.await,
     }
     .map(Body::new);
+    let response = match call_parts {
+        Some(parts) if response.status() == StatusCode::BAD_REQUEST => {
+            record_header_refusal(direct, &parts, &bytes, response).await
+        }
+        _ => response,
+    };
     if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
         return unparsable(response, Some(&bytes)).await;
     }
     response
+}
+
+/// Records a 2026-07-28 `tools/call` that rmcp refused for its headers (-32020: an
+/// `Mcp-Name` or `Mcp-Param-*` header that is missing or does not match the body) before
+/// any handler saw it: a call all the same, which has its row (kind `invalid_params`). Any
+/// other answer goes back as it is (the handler's own refusals have their rows already).
+async fn record_header_refusal(
+    direct: &Direct,
+    parts: &Parts,
+    sent: &Bytes,
+    response: Response,
+) -> Response {
+    let (head, body) = response.into_parts();
+    let Ok(answer) = axum::body::to_bytes(body, MAX_OPENING_BODY).await else {
+        return Response::from_parts(head, Body::empty());
+    };
+    let refused = serde_json::from_slice::<Value>(&answer)
+        .ok()
+        .filter(|v| v["error"]["code"] == i64::from(rmcp::model::ErrorCode::HEADER_MISMATCH.0));
+    if let (Some(refused), Ok(Value::Object(mut call))) =
+        (refused, serde_json::from_slice::<Value>(sent))
+    {
+        let mut params = match call.remove("params") {
+            Some(Value::Object(p)) => p,
+            _ => serde_json::Map::new(),
+        };
+        let name = match params.remove("name") {
+            Some(Value::String(n)) => n,
+            Some(other) => other.to_string(),
+            None => "(no name)".to_owned(),
+        };
+        let meta = params
+            .get("_meta")
+            .cloned()
+            .and_then(|m| serde_json::from_value(m).ok())
+            .unwrap_or_default();
+        if let Ok(scope) = handler::scope(&direct.shared, Some(parts), &meta, None) {
+            let message = refused["error"]["message"]
+                .as_str()
+                .unwrap_or("the request's headers do not match its body")
+                .to_owned();
+            let envelope = quiver_contract::Envelope::err(
+                quiver_contract::ErrKind::Other("invalid_params".into()),
+                message,
+            );
+            let input = params.remove("arguments").unwrap_or(Value::Null);
+            let ctx = scope.context(direct.shared.shutdown.child_token());
+            direct
+                .shared
+                .dispatcher
+                .refuse(&name, input, ctx, envelope)
+                .await;
+        }
+    }
+    Response::from_parts(head, Body::from(answer))
 }
 
 #[cfg(test)]
@@ -1679,8 +1745,19 @@ mod tests {
                         "type": "string", "x-mcp-header": "Region"}}})),
             )))
             .unwrap();
-        let server = crate::server::test_server(
-            catalog,
+        let recorder = Arc::new(quiver_registry::MemoryRecorder::default());
+        let surface = Surface::new(
+            catalog.clone(),
+            quiver_surface::SurfaceConfig::default(),
+            Arc::new(quiver_surface::MemoryUsage::new([])),
+        )
+        .unwrap();
+        let dispatcher = Dispatcher::builder(catalog)
+            .recorder(recorder.clone())
+            .build();
+        let server = McpServer::new(
+            surface,
+            dispatcher,
             ServerOptions::default().with_auth(InboundAuth::new(vec![
                 InboundToken::new("narrow", "secret-narrow")
                     .with_allowed_tools(vec!["tool_search".into(), "describe_tool".into()]),
@@ -1716,6 +1793,21 @@ mod tests {
         let (status, body) = ask("secret-wide", "geo_secret").await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
         assert!(body.contains("Mcp-Param-Region"), "{body}");
+        // Every call has its row: the two unknown-tool answers, and the header refusal
+        // rmcp gave before any handler ran.
+        server.shared.dispatcher.drain_records().await;
+        let rows = recorder.records();
+        assert_eq!(rows.len(), 3, "{rows:?}");
+        let refused = rows
+            .iter()
+            .find(|r| r.principal.as_deref() == Some("wide"))
+            .expect("the wide token's call");
+        assert_eq!(refused.tool_name, "geo_secret");
+        assert_eq!(
+            refused.envelope.err_kind(),
+            Some(&ErrKind::Other("invalid_params".into()))
+        );
+        assert_eq!(refused.input, json!({"region": "eu"}));
     }
 
     /// A JSON body that is not one JSON-RPC message is told what is wrong with it, with its

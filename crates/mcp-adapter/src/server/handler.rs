@@ -71,7 +71,7 @@ impl Scope {
     }
 
     /// The call context of a request in this scope.
-    fn context(&self, cancel: CancellationToken) -> CallContext {
+    pub(crate) fn context(&self, cancel: CancellationToken) -> CallContext {
         let mut ctx = CallContext::for_session(self.key.clone())
             .with_capabilities((*self.capabilities).clone())
             .with_cancel(cancel);

@@ -970,11 +970,7 @@ async fn record_header_refusal(
             Some(Value::Object(p)) => p,
             _ => serde_json::Map::new(),
         };
-        let name = match params.remove("name") {
-            Some(Value::String(n)) => n,
-            Some(other) => other.to_string(),
-            None => "(no name)".to_owned(),
-        };
+        let name = handler::sent_name(params.remove("name"));
         let meta = params
             .get("_meta")
             .cloned()

@@ -246,15 +246,11 @@ impl Handler {
         context: &RequestContext<RoleServer>,
     ) {
         let (name, input) = match params {
-            Some(Value::Object(mut m)) => {
-                let name = match m.remove("name") {
-                    Some(Value::String(n)) => n,
-                    Some(other) => other.to_string(),
-                    None => "(no name)".to_owned(),
-                };
-                (name, m.remove("arguments").unwrap_or(Value::Null))
-            }
-            other => ("(no name)".to_owned(), other.unwrap_or(Value::Null)),
+            Some(Value::Object(mut m)) => (
+                sent_name(m.remove("name")),
+                m.remove("arguments").unwrap_or(Value::Null),
+            ),
+            other => (sent_name(None), other.unwrap_or(Value::Null)),
         };
         self.record_refused_call(&name, input, error, context).await;
     }
@@ -902,6 +898,16 @@ fn bad_log_level(context: &RequestContext<RoleServer>) -> Option<McpError> {
         ),
         None,
     ))
+}
+
+/// The name a refused `tools/call` is logged under: the `name` sent, a name that is not a
+/// string as its JSON text, none as `(no name)`.
+pub(crate) fn sent_name(name: Option<Value>) -> String {
+    match name {
+        Some(Value::String(n)) => n,
+        Some(other) => other.to_string(),
+        None => "(no name)".to_owned(),
+    }
 }
 
 tokio::task_local! {

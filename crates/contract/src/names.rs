@@ -361,3 +361,13 @@ mod suggestion_tests {
         assert_eq!(server_name_suggestion("--"), None, "nothing left");
     }
 }
+
+/// A number as an error message quotes it back: in exponent form when very large or very
+/// small (`1e300`, not its 301 digits; `1e-12`), as written otherwise (`2.5`).
+pub fn short_number(x: f64) -> String {
+    if x != 0.0 && x.is_finite() && !(1e-4..1e15).contains(&x.abs()) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
+    }
+}

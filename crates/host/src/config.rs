@@ -231,18 +231,8 @@ const MAX_SECS: f64 = 365.0 * 24.0 * 3600.0;
 /// The most calls a concurrency limit admits at once.
 const MAX_CONCURRENT: usize = 1_000_000;
 
-/// A number of seconds as an error message quotes it back: in exponent form when very large
-/// or very small (`1e300`, not its 301 digits; `1e-12`).
-fn shown_secs(s: f64) -> String {
-    if s != 0.0 && s.is_finite() && !(1e-4..1e15).contains(&s.abs()) {
-        format!("{s:e}")
-    } else {
-        format!("{s}")
-    }
-}
-
 fn secs(s: f64, key: &str) -> anyhow::Result<Duration> {
-    let shown = shown_secs(s);
+    let shown = quiver_contract::short_number(s);
     if !(s.is_finite() && s > 0.0) {
         bail!("limits.{key} must be a positive number of seconds, not {shown}");
     }

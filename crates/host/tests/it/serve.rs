@@ -1105,12 +1105,7 @@ fn a_last_message_without_its_newline_is_answered() {
     );
     let mut c = child.0.take().expect("running");
     assert!(c.wait().unwrap().success());
-    let log = Command::new(env!("CARGO_BIN_EXE_quiver"))
-        .args(["log", "--json"])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    let log = String::from_utf8_lossy(&log.stdout);
+    let log = log_json(&dir);
     assert!(log.contains(r#""tool":"describe_tool""#), "{log}");
 
     let (child, mut stdin, mut lines) = stdio_serve(&dir);
@@ -1330,12 +1325,7 @@ fn a_2026_log_level_that_is_not_one_is_invalid_params() {
     }
     stop(child.0.take().expect("running"));
     // Each refused call has its row, as the two that ran do.
-    let log = Command::new(env!("CARGO_BIN_EXE_quiver"))
-        .args(["log", "--json"])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    let log = String::from_utf8_lossy(&log.stdout);
+    let log = log_json(&dir);
     assert_eq!(
         log.lines()
             .filter(|l| l.contains(r#""err_kind":"invalid_params""#))
@@ -1344,6 +1334,16 @@ fn a_2026_log_level_that_is_not_one_is_invalid_params() {
         "{log}"
     );
     assert_eq!(log.lines().count(), 5, "{log}");
+}
+
+/// `quiver log --json` in `dir`: the execution log, one JSON row per line.
+fn log_json(dir: &std::path::Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(["log", "--json"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Kills the child when dropped still holding it (a test that panics before `stop`).
@@ -1641,12 +1641,7 @@ fn a_tools_call_whose_params_do_not_fit_is_answered_and_logged() {
         );
     };
     let logged = |dir: &std::path::Path| {
-        let log = Command::new(env!("CARGO_BIN_EXE_quiver"))
-            .args(["log", "--json"])
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        let log = String::from_utf8_lossy(&log.stdout).into_owned();
+        let log = log_json(dir);
         let rows: Vec<serde_json::Value> = log
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())

@@ -91,13 +91,8 @@ impl serde::de::Visitor<'_> for RawDuration {
     }
 
     fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Raw, E> {
-        // Quoted back as a reader wrote it: `1e300`, not its 301 digits.
-        let written = if v != 0.0 && v.is_finite() && !(1e-4..1e15).contains(&v.abs()) {
-            format!("{v:e}")
-        } else {
-            v.to_string()
-        };
-        Ok(Raw::Secs(v, written))
+        // Quoted back short: `1e300`, not its 301 digits.
+        Ok(Raw::Secs(v, quiver_contract::short_number(v)))
     }
 
     fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Raw, E> {

@@ -976,23 +976,19 @@ async fn record_header_refusal(
             .cloned()
             .and_then(|m| serde_json::from_value(m).ok())
             .unwrap_or_default();
-        if let Ok(scope) = handler::scope(&direct.shared, Some(parts), &meta, None) {
-            let message = refused["error"]["message"]
-                .as_str()
-                .unwrap_or("the request's headers do not match its body")
-                .to_owned();
-            let envelope = quiver_contract::Envelope::err(
-                quiver_contract::ErrKind::Other("invalid_params".into()),
-                message,
-            );
-            let input = params.remove("arguments").unwrap_or(Value::Null);
-            let ctx = scope.context(direct.shared.shutdown.child_token());
-            direct
-                .shared
-                .dispatcher
-                .refuse(&name, input, ctx, envelope)
-                .await;
-        }
+        let message = refused["error"]["message"]
+            .as_str()
+            .unwrap_or("the request's headers do not match its body");
+        let input = params.remove("arguments").unwrap_or(Value::Null);
+        handler::record_invalid_params(
+            &direct.shared,
+            Some(parts),
+            &meta,
+            None,
+            (&name, input),
+            message,
+        )
+        .await;
     }
     Response::from_parts(head, Body::from(answer))
 }
@@ -1449,13 +1445,6 @@ mod tests {
                     .with_annotations(quiver_contract::Annotations::read_only()),
             )))
             .unwrap();
-        let recorder = Arc::new(quiver_registry::MemoryRecorder::default());
-        let surface = Surface::new(
-            catalog.clone(),
-            quiver_surface::SurfaceConfig::default(),
-            Arc::new(quiver_surface::MemoryUsage::new([])),
-        )
-        .unwrap();
         // Outside plan mode a mode's list (agentic_only here) keeps it off: said so.
         let chat = McpServer::new(
             Surface::new(
@@ -1479,12 +1468,8 @@ mod tests {
             "{}",
             reply.body
         );
-        let dispatcher = Dispatcher::builder(catalog)
-            .recorder(recorder.clone())
-            .build();
-        let server = McpServer::new(
-            surface,
-            dispatcher,
+        let (server, recorder) = crate::server::test_server_recorded(
+            catalog,
             ServerOptions::default().with_default_mode(Mode::Plan),
         );
         let router = server.router("127.0.0.1:7345".parse().unwrap());
@@ -1741,19 +1726,8 @@ mod tests {
                         "type": "string", "x-mcp-header": "Region"}}})),
             )))
             .unwrap();
-        let recorder = Arc::new(quiver_registry::MemoryRecorder::default());
-        let surface = Surface::new(
-            catalog.clone(),
-            quiver_surface::SurfaceConfig::default(),
-            Arc::new(quiver_surface::MemoryUsage::new([])),
-        )
-        .unwrap();
-        let dispatcher = Dispatcher::builder(catalog)
-            .recorder(recorder.clone())
-            .build();
-        let server = McpServer::new(
-            surface,
-            dispatcher,
+        let (server, recorder) = crate::server::test_server_recorded(
+            catalog,
             ServerOptions::default().with_auth(InboundAuth::new(vec![
                 InboundToken::new("narrow", "secret-narrow")
                     .with_allowed_tools(vec!["tool_search".into(), "describe_tool".into()]),

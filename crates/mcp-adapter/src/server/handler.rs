@@ -71,7 +71,7 @@ impl Scope {
     }
 
     /// The call context of a request in this scope.
-    pub(crate) fn context(&self, cancel: CancellationToken) -> CallContext {
+    fn context(&self, cancel: CancellationToken) -> CallContext {
         let mut ctx = CallContext::for_session(self.key.clone())
             .with_capabilities((*self.capabilities).clone())
             .with_cancel(cancel);
@@ -265,33 +265,15 @@ impl Handler {
         error: &McpError,
         context: &RequestContext<RoleServer>,
     ) {
-        let ctx = match self.scope(&context.meta, &context.extensions) {
-            Ok(scope) => scope.context(self.shared.shutdown.child_token()),
-            Err(_) => {
-                let principal = context
-                    .extensions
-                    .get::<axum::http::request::Parts>()
-                    .and_then(|p| p.extensions.get::<Principal>());
-                let mut ctx = quiver_contract::CallContext::default();
-                if let Some(p) = principal {
-                    ctx = ctx
-                        .with_capabilities((*p.capabilities).clone())
-                        .with_principal(p.name.clone());
-                    if let Some(tenant) = &p.tenant {
-                        ctx = ctx.with_tenant(tenant.clone());
-                    }
-                }
-                ctx
-            }
-        };
-        let envelope = quiver_contract::Envelope::err(
-            quiver_contract::ErrKind::Other("invalid_params".into()),
-            error.message.to_string(),
-        );
-        self.shared
-            .dispatcher
-            .refuse(name, input, ctx, envelope)
-            .await;
+        record_invalid_params(
+            &self.shared,
+            context.extensions.get::<axum::http::request::Parts>(),
+            &context.meta,
+            self.fixed_session.as_deref(),
+            (name, input),
+            &error.message,
+        )
+        .await;
     }
 
     fn scope(&self, meta: &RequestMetaObject, extensions: &Extensions) -> Result<Scope, McpError> {
@@ -898,6 +880,41 @@ fn bad_log_level(context: &RequestContext<RoleServer>) -> Option<McpError> {
         ),
         None,
     ))
+}
+
+/// Records a `tools/call` of `call` (name, arguments) that was refused with -32602 (or
+/// rmcp's -32020) before it could run, kind `invalid_params`, with `message`: in its session
+/// when the request's scope can be read, else (a malformed conversation key) in none, under
+/// the caller's token. The handler's refusals and the HTTP front's (rmcp's header checks)
+/// both come here.
+pub(crate) async fn record_invalid_params(
+    shared: &Shared,
+    parts: Option<&axum::http::request::Parts>,
+    meta: &RequestMetaObject,
+    fixed_session: Option<&str>,
+    (name, input): (&str, Value),
+    message: &str,
+) {
+    let ctx = match scope(shared, parts, meta, fixed_session) {
+        Ok(scope) => scope.context(shared.shutdown.child_token()),
+        Err(_) => {
+            let mut ctx = CallContext::default();
+            if let Some(p) = parts.and_then(|p| p.extensions.get::<Principal>()) {
+                ctx = ctx
+                    .with_capabilities((*p.capabilities).clone())
+                    .with_principal(p.name.clone());
+                if let Some(tenant) = &p.tenant {
+                    ctx = ctx.with_tenant(tenant.clone());
+                }
+            }
+            ctx
+        }
+    };
+    let envelope = quiver_contract::Envelope::err(
+        quiver_contract::ErrKind::Other("invalid_params".into()),
+        message.to_owned(),
+    );
+    shared.dispatcher.refuse(name, input, ctx, envelope).await;
 }
 
 /// The name a refused `tools/call` is logged under: the `name` sent, a name that is not a

@@ -193,6 +193,25 @@ pub(crate) fn test_server(
     McpServer::new(surface, Dispatcher::new(catalog), options)
 }
 
+/// [`test_server`] whose dispatcher records every call in the recorder returned.
+#[cfg(test)]
+pub(crate) fn test_server_recorded(
+    catalog: Arc<quiver_registry::Catalog>,
+    options: ServerOptions,
+) -> (McpServer, Arc<quiver_registry::MemoryRecorder>) {
+    let recorder = Arc::new(quiver_registry::MemoryRecorder::default());
+    let surface = Surface::new(
+        catalog.clone(),
+        quiver_surface::SurfaceConfig::default(),
+        Arc::new(quiver_surface::MemoryUsage::new([])),
+    )
+    .expect("the default surface config is valid");
+    let dispatcher = Dispatcher::builder(catalog)
+        .recorder(recorder.clone())
+        .build();
+    (McpServer::new(surface, dispatcher, options), recorder)
+}
+
 /// The MCP server over a surface and a dispatcher. Cheap to clone.
 #[derive(Clone)]
 pub struct McpServer {

@@ -284,6 +284,17 @@ pub fn limit(envelope: &mut Envelope, config: &ResultLimitConfig) {
 mod tests {
     use super::*;
 
+    /// The parts and warnings of a success.
+    fn parts_and_warnings(e: &Envelope) -> (&Vec<Part>, &Vec<Warning>) {
+        let Envelope::Ok {
+            parts, warnings, ..
+        } = e
+        else {
+            panic!("{e:?}")
+        };
+        (parts, warnings)
+    }
+
     #[test]
     fn never_splits_a_character_and_reserves_the_marker() {
         let mut s = "é".repeat(50);
@@ -325,12 +336,7 @@ mod tests {
             .with_part(Part::image("image/png", "AAAA"))
             .with_part(text(&"c".repeat(10)));
         limit(&mut over, &config);
-        let Envelope::Ok {
-            parts, warnings, ..
-        } = &over
-        else {
-            panic!("{over:?}")
-        };
+        let (parts, warnings) = parts_and_warnings(&over);
         assert_eq!(parts.len(), 2, "{parts:?}");
         assert_eq!(
             parts[0],
@@ -348,12 +354,7 @@ mod tests {
         // Data already cut: every text part goes.
         let mut cut = Envelope::text("a".repeat(500)).with_part(text("b"));
         limit(&mut cut, &config);
-        let Envelope::Ok {
-            parts, warnings, ..
-        } = &cut
-        else {
-            panic!()
-        };
+        let (parts, warnings) = parts_and_warnings(&cut);
         assert!(parts.is_empty(), "{parts:?}");
         assert!(
             warnings[0]
@@ -364,12 +365,7 @@ mod tests {
         // the warning says how much is shown (all the data), not the limit's worth.
         let mut dropped = Envelope::text("a".repeat(110)).with_part(text(&"b".repeat(50)));
         limit(&mut dropped, &config);
-        let Envelope::Ok {
-            parts, warnings, ..
-        } = &dropped
-        else {
-            panic!()
-        };
+        let (parts, warnings) = parts_and_warnings(&dropped);
         assert!(parts.is_empty(), "{parts:?}");
         assert!(
             warnings[0]

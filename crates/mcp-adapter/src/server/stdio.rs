@@ -115,7 +115,22 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
             match serde_json::from_value::<ClientJsonRpcMessage>(item.clone()) {
                 Ok(mut message) => {
                     if let (Some(id), Some(_)) = (item.get("id"), item.get("method")) {
-                        waiting.insert(id.to_string());
+                        // A reused id is refused in the batch's answer, not in a line of its
+                        // own beside it (and an earlier request's answer is not taken for it).
+                        let text = id.to_string();
+                        let by = if waiting.contains(&text) {
+                            Some("another request of this batch")
+                        } else if crate::server::handler::lock(&self.in_flight).contains(&text) {
+                            Some("a request in flight")
+                        } else {
+                            None
+                        };
+                        if let Some(by) = by {
+                            tracing::warn!("stdin: a batched request reused the id {text}");
+                            answers.push(reused_id(id.clone(), &text, by).to_json());
+                            continue;
+                        }
+                        waiting.insert(text);
                     }
                     // A list whose cursor is not a string: the handler refuses it (its
                     // answer joins the batch's).
@@ -154,13 +169,8 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
                 let id = id_text(&r.id);
                 if !crate::server::handler::lock(&self.in_flight).insert(id.clone()) {
                     tracing::warn!("stdin: a request reused the id {id} of one in flight");
-                    self.answer(&Refusal {
-                        code: invalid::INVALID_REQUEST,
-                        message: format!(
-                            "Invalid Request: the id {id} is already used by a request in flight; give each request its own id"
-                        ),
-                        id: serde_json::to_value(&r.id).unwrap_or(Value::Null),
-                    });
+                    let raw = serde_json::to_value(&r.id).unwrap_or(Value::Null);
+                    self.answer(&reused_id(raw, &id, "a request in flight"));
                     return None;
                 }
                 return Some(message);
@@ -209,6 +219,18 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
                 () = ct.cancelled() => {}
             }
         });
+    }
+}
+
+/// The refusal of a request whose id `text` is already used `by` another not answered yet:
+/// the two answers could not be told apart.
+fn reused_id(id: Value, text: &str, by: &str) -> Refusal {
+    Refusal {
+        code: invalid::INVALID_REQUEST,
+        message: format!(
+            "Invalid Request: the id {text} is already used by {by}; give each request its own id"
+        ),
+        id,
     }
 }
 
@@ -611,6 +633,84 @@ mod tests {
         transport.send(reply).await.unwrap();
         let answers = answer(&mut out).await;
         assert_eq!(answers, json!([{"jsonrpc": "2.0", "id": 2, "result": {}}]));
+    }
+
+    /// A batched request reusing an id (of another request in the batch, or of one in flight
+    /// from an earlier line) is refused inside the batch's array. The refusal was a line of its
+    /// own beside the array, and the earlier request's answer could be taken into the batch.
+    #[tokio::test]
+    async fn a_batch_reusing_an_id_is_refused_inside_its_answer() {
+        let (mut transport, mut input, mut out, _ct) = pipes(4096);
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-03-26", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        let alone =
+            json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "slow"}});
+        let batch = json!([
+            {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "slow"}},
+            {"jsonrpc": "2.0", "id": 5, "method": "ping"},
+            {"jsonrpc": "2.0", "id": 9, "method": "ping"},
+            {"jsonrpc": "2.0", "id": 6, "method": "ping"},
+        ]);
+        input
+            .write_all(format!("{init}\n{alone}\n{batch}\n").as_bytes())
+            .await
+            .unwrap();
+        let mut taken = Vec::new();
+        for _ in 0..4 {
+            let m = serde_json::to_value(transport.receive().await.unwrap()).unwrap();
+            taken.push((m["id"].clone(), m["method"].clone()));
+        }
+        assert_eq!(
+            taken[1..],
+            [
+                (json!(9), json!("tools/call")),
+                (json!(5), json!("tools/call")),
+                (json!(6), json!("ping")),
+            ]
+        );
+        let reply = |id: u64| {
+            serde_json::from_value::<ServerJsonRpcMessage>(
+                json!({"jsonrpc": "2.0", "id": id, "result": {}}),
+            )
+            .unwrap()
+        };
+        transport.send(reply(6)).await.unwrap();
+        transport.send(reply(5)).await.unwrap();
+        // The first line written is the batch's array, with both refusals in it.
+        let answers = answer(&mut out).await;
+        let answers = answers.as_array().expect("the batch's array first");
+        let refusals: Vec<(Value, &str)> = answers
+            .iter()
+            .filter(|a| a["error"]["code"] == -32600)
+            .map(|a| (a["id"].clone(), a["error"]["message"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            refusals,
+            [
+                (
+                    json!(5),
+                    "Invalid Request: the id 5 is already used by another request of this batch; give each request its own id"
+                ),
+                (
+                    json!(9),
+                    "Invalid Request: the id 9 is already used by a request in flight; give each request its own id"
+                ),
+            ],
+            "{answers:?}"
+        );
+        let results: Vec<&Value> = answers
+            .iter()
+            .filter(|a| a.get("result").is_some())
+            .map(|a| &a["id"])
+            .collect();
+        assert_eq!(results, [&json!(6), &json!(5)], "{answers:?}");
+        // The request in flight from the earlier line is answered alone, not into a batch.
+        transport.send(reply(9)).await.unwrap();
+        assert_eq!(
+            answer(&mut out).await,
+            json!({"jsonrpc": "2.0", "id": 9, "result": {}})
+        );
     }
 
     /// A malformed `initialize` is told what an `initialize` needs (rmcp read it as a 2026

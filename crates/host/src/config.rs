@@ -346,8 +346,13 @@ impl LimitsConfig {
     }
 }
 
-/// Adds a did-you-mean to serde's "unknown field `x`, expected one of `a`, `b`" errors.
+/// Adds a did-you-mean to serde's "unknown field `x`, expected one of `a`, `b`" errors, and
+/// says what a count takes when it got a fraction or a negative number (quoting a huge float
+/// back in exponent form, not as its hundreds of digits).
 fn explain(message: &str) -> String {
+    if let Some(text) = whole_number_hint(message) {
+        return text;
+    }
     let Some(start) = message.find("unknown field `") else {
         return message.to_owned();
     };
@@ -361,6 +366,41 @@ fn explain(message: &str) -> String {
         Some((best, _)) => format!("{}\ndid you mean `{best}`?", message.trim_end()),
         None => message.to_owned(),
     }
+}
+
+/// serde's "invalid type: floating point `2.5`, expected usize" (or "invalid value:
+/// integer `-3`, expected u64") for a count, with the number shortened and what to write.
+fn whole_number_hint(message: &str) -> Option<String> {
+    let unsigned = [
+        ", expected usize",
+        ", expected u64",
+        ", expected u32",
+        ", expected u16",
+    ];
+    let expects_count = unsigned.iter().any(|e| message.contains(e));
+    if !expects_count {
+        return None;
+    }
+    const FLOAT: &str = "invalid type: floating point `";
+    if let Some(start) = message.find(FLOAT) {
+        let rest = &message[start + FLOAT.len()..];
+        let end = rest.find('`')?;
+        let shown = rest[..end]
+            .parse::<f64>()
+            .map_or_else(|_| rest[..end].to_owned(), quiver_contract::short_number);
+        return Some(format!(
+            "{}{shown}{}\nthis setting is a count: write a whole number, without a decimal point or exponent (e.g. `4`)",
+            &message[..start + FLOAT.len()],
+            rest[end..].trim_end()
+        ));
+    }
+    if message.contains("invalid value: integer `-") {
+        return Some(format!(
+            "{}\nthis setting is a count: write a whole number of 0 or more",
+            message.trim_end()
+        ));
+    }
+    None
 }
 
 /// Replaces `${env:VAR}` in one string; a missing or empty variable is an error naming
@@ -891,6 +931,29 @@ allowed_tools = ["t1", "t2"]
             "[limits]\nmax_concurrent = 4000000000000000000",
             Err("limits.max_concurrent must be at most 1000000"),
         );
+        // A count given a fraction, an exponent or a negative number says what it takes,
+        // and a huge float is quoted short (it was its 301 digits).
+        for (text, shown, hint) in [
+            (
+                "[limits]\nmax_concurrent = 1e300",
+                "floating point `1e300`, expected usize",
+                "write a whole number, without a decimal point or exponent",
+            ),
+            (
+                "[limits]\nmax_concurrent = 2.5",
+                "floating point `2.5`, expected usize",
+                "write a whole number, without a decimal point or exponent",
+            ),
+            (
+                "[surface]\ntarget_floor = -3",
+                "integer `-3`, expected usize",
+                "write a whole number of 0 or more",
+            ),
+        ] {
+            check(text, Err(shown));
+            check(text, Err(hint));
+            check(text, Err("line 2"));
+        }
         check(
             "[limits.tool_concurrency]\nx = 4000000000000000000",
             Err("limits.tool_concurrency.x must be at most 1000000"),

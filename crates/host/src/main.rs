@@ -1355,7 +1355,8 @@ async fn command(
             app.open_session(&caller.session).await?;
             let ctx = caller.context();
             // JSON that does not parse is the dispatcher's to explain (exit 2 below): it is
-            // no round of the session and meets no mode. Otherwise the call is admitted as
+            // no round of the session and meets no mode; a name the caller cannot call is
+            // still answered with look-alikes of its mode. Otherwise the call is admitted as
             // `quiver serve` admits it (refused and recorded, or a round of the session).
             let parses =
                 json.trim().is_empty() || serde_json::from_str::<serde_json::Value>(&json).is_ok();
@@ -1363,12 +1364,17 @@ async fn command(
                 app.surface
                     .admit(&app.dispatcher, &caller.session, &name, caller.mode, &ctx)
             } else {
-                None
+                app.surface
+                    .unserved(&app.dispatcher, &name, caller.mode, &ctx)
             };
             let envelope = match refusal {
                 Some(refusal) => {
-                    let input =
-                        serde_json::from_str(&json).unwrap_or_else(|_| serde_json::json!({}));
+                    // Recorded as sent: the text itself when it is not JSON.
+                    let input = match serde_json::from_str(&json) {
+                        Ok(v) => v,
+                        Err(_) if json.trim().is_empty() => serde_json::json!({}),
+                        Err(_) => serde_json::Value::String(json.clone()),
+                    };
                     app.dispatcher.refuse(&name, input, ctx, refusal).await
                 }
                 None => app.dispatcher.call_json(&name, &json, ctx).await,

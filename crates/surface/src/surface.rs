@@ -1178,8 +1178,24 @@ impl Surface {
         }
         // `tool_search` and `describe_tool` filter by the session's mode: this call's.
         self.begin_call(session, mode, name);
-        // A tool the caller may not use gets the same answer as one nobody serves, with
-        // look-alikes of this mode: the dispatcher's own answer for it knows no mode.
+        self.unserved(dispatcher, name, mode, ctx)
+    }
+
+    /// The answer to a call of `name` the catalog does not serve or the caller may not
+    /// use, with look-alikes this caller is offered in `mode` (the dispatcher's own answer
+    /// knows no mode, and a plan-mode caller would be steered to a tool that changes
+    /// things); `None` for a tool it may call. [`Surface::admit`] gives it after the mode's
+    /// check; `quiver call` gives it alone for arguments that do not parse, which are no
+    /// round of the session.
+    pub fn unserved(
+        &self,
+        dispatcher: &quiver_registry::Dispatcher,
+        name: &str,
+        mode: Mode,
+        ctx: &quiver_contract::CallContext,
+    ) -> Option<quiver_contract::Envelope> {
+        let caps = &ctx.capabilities;
+        // A tool the caller may not use gets the same answer as one nobody serves.
         if !caps.allows(name) || !self.catalog.lookup(name).is_some_and(|e| e.spec.is_live()) {
             return Some(dispatcher.undefined(name, ctx, &|n| self.offered(n, mode, caps)));
         }

@@ -1433,6 +1433,22 @@ fn a_cli_call_is_a_round_in_its_mode_and_can_act_as_a_token() {
     );
     let typo = stdout(&quiver_in(&dir, &["call", "mcp__one__tt", "{}"]));
     assert!(typo.contains("Did you mean `mcp__one__t`"), "{typo}");
+    // The same with arguments that do not parse (a usage error, exit 2): they went to the
+    // dispatcher alone, whose look-alikes know no mode. The row holds the text as sent.
+    let out = quiver_in(&dir, &["call", "mcp__one__tt", "{x", "--mode", "plan"]);
+    let typo = stdout(&out);
+    assert_eq!(out.status.code(), Some(2), "{typo}");
+    assert!(
+        typo.contains("undefined_tool") && !typo.contains("`mcp__one__t`"),
+        "{typo}"
+    );
+    let typo = stdout(&quiver_in(&dir, &["call", "mcp__one__tt", "{x"]));
+    assert!(typo.contains("Did you mean `mcp__one__t`"), "{typo}");
+    let log = stdout(&quiver_in(
+        &dir,
+        &["log", "--json", "--tool", "mcp__one__tt", "--limit", "1"],
+    ));
+    assert!(log.contains(r#""input":"{x""#), "{log}");
 
     // As the token `ci`, which a deny rule refuses the one server: not listed, not found,
     // and its call gets the rule's message; without the token, all three work.

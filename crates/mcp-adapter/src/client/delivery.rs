@@ -9,13 +9,16 @@
 use std::{
     borrow::Cow,
     collections::HashSet,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
 };
 
 use super::roots::Roots;
 use rmcp::{
     RoleClient,
-    model::{ClientNotification, JsonRpcMessage, RequestId},
+    model::{ClientNotification, JsonRpcMessage, RequestId, ServerNotification},
     service::{RxJsonRpcMessage, TxJsonRpcMessage},
     transport::Transport,
 };
@@ -71,12 +74,76 @@ impl Written {
     }
 }
 
-/// A transport that records completed request writes in [`Written`], and counts the answers
-/// to the server's requests it finished writing in `answers`.
+/// The server's progress and log notifications on their way to the handler. rmcp hands each
+/// notification to a task of its own, so a call's answer, read after them, could reach the
+/// caller first, and a notification handled after its call ended had no call to reach (the
+/// last progress value was dropped). Each one read holds a [`Delivering`] in its extensions
+/// until the handler is done with it (or rmcp drops it), and a call waits for those before it
+/// ends ([`Deliveries::settled`]).
+#[derive(Clone, Default)]
+pub(crate) struct Deliveries(Arc<Pending>);
+
+#[derive(Default)]
+struct Pending {
+    open: AtomicUsize,
+    none_open: tokio::sync::Notify,
+}
+
+/// One notification not handled yet; cloned with its notification, counted once per copy.
+pub(crate) struct Delivering(Deliveries);
+
+impl Clone for Delivering {
+    fn clone(&self) -> Self {
+        self.0.start()
+    }
+}
+
+impl Drop for Delivering {
+    fn drop(&mut self) {
+        if self.0.0.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.0.none_open.notify_waiters();
+        }
+    }
+}
+
+impl Deliveries {
+    fn start(&self) -> Delivering {
+        self.0.open.fetch_add(1, Ordering::AcqRel);
+        Delivering(self.clone())
+    }
+
+    /// Waits until every notification read so far is handled, at most `most` (a handler
+    /// waiting on a slow client does not hold the call longer).
+    pub(crate) async fn settled(&self, most: std::time::Duration) {
+        let deadline = tokio::time::Instant::now() + most;
+        loop {
+            let notified = self.0.none_open.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.0.open.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// How many are open.
+    #[cfg(test)]
+    fn open(&self) -> usize {
+        self.0.open.load(Ordering::Acquire)
+    }
+}
+
+/// A transport that records completed request writes in [`Written`], counts the answers
+/// to the server's requests it finished writing in `answers`, and marks the progress and log
+/// notifications it reads as open in `deliveries`.
 pub(crate) struct Tracked<T> {
     pub(crate) inner: T,
     pub(crate) written: Written,
     pub(crate) answers: Arc<Roots>,
+    pub(crate) deliveries: Deliveries,
 }
 
 impl<T: Transport<RoleClient>> Transport<RoleClient> for Tracked<T> {
@@ -138,16 +205,27 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tracked<T> {
 
     fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
         let written = self.written.clone();
+        let deliveries = self.deliveries.clone();
         let next = self.inner.receive();
         async move {
-            let message = next.await;
+            let mut message = next.await;
             // An answer ends its request.
-            match &message {
+            match &mut message {
                 Some(JsonRpcMessage::Response(r)) => written.ended(&r.id),
                 Some(JsonRpcMessage::Error(e)) => {
                     if let Some(id) = &e.id {
                         written.ended(id);
                     }
+                }
+                Some(JsonRpcMessage::Notification(n))
+                    if matches!(
+                        n.notification,
+                        ServerNotification::ProgressNotification(_)
+                            | ServerNotification::LoggingMessageNotification(_)
+                    ) =>
+                {
+                    rmcp::model::GetExtensions::extensions_mut(&mut n.notification)
+                        .insert(deliveries.start());
                 }
                 _ => {}
             }
@@ -172,6 +250,34 @@ mod tests {
         serde_json::from_value(v).expect("a client message")
     }
 
+    /// A notification is open while any copy of it is held; a call waits for the open ones
+    /// to be handled, and no longer than its bound when one is never handled.
+    #[tokio::test(start_paused = true)]
+    async fn a_call_waits_for_the_notifications_read_before_it() {
+        let deliveries = Deliveries::default();
+        let note = deliveries.start();
+        let copy = note.clone();
+        assert_eq!(deliveries.open(), 2);
+        drop(copy);
+        let handler = tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            drop(note);
+        });
+        let started = tokio::time::Instant::now();
+        deliveries.settled(std::time::Duration::from_secs(10)).await;
+        assert_eq!(deliveries.open(), 0);
+        assert!(started.elapsed() >= std::time::Duration::from_millis(50));
+        handler.await.unwrap();
+        // One never handled (a stuck client): the wait ends at its bound.
+        let _stuck = deliveries.start();
+        let started = tokio::time::Instant::now();
+        deliveries
+            .settled(std::time::Duration::from_millis(30))
+            .await;
+        assert!(started.elapsed() >= std::time::Duration::from_millis(30));
+        assert_eq!(deliveries.open(), 1);
+    }
+
     /// Every request's id is forgotten when the request ends, whatever it was and however it
     /// ended; only an open, written request's id is kept.
     #[tokio::test]
@@ -183,6 +289,7 @@ mod tests {
             inner: AsyncRwTransport::new_client(read, write),
             written: written.clone(),
             answers: Default::default(),
+            deliveries: Default::default(),
         };
         let (server_read, mut server_write) = tokio::io::split(theirs);
         let mut server = BufReader::new(server_read).lines();

@@ -227,15 +227,27 @@ impl Calls {
     }
 
     /// The call a progress token belongs to; none when more than one call carries it (never
-    /// guessed onto one of them).
-    pub(crate) fn by_progress(&self, token: &ProgressToken) -> Option<Arc<Entry>> {
-        let mut found = self
-            .snapshot()
-            .into_iter()
-            .filter(|e| e.token().as_ref() == Some(token));
-        match (found.next(), found.next()) {
-            (Some(one), None) => Some(one),
-            _ => None,
+    /// guessed onto one of them). A token no call carries waits (at most a second) while
+    /// some call is still being sent: a fast server's progress can be read before rmcp's
+    /// send returns the token (it was dropped).
+    pub(crate) async fn by_progress(&self, token: &ProgressToken) -> Option<Arc<Entry>> {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(1);
+        loop {
+            let notified = self.sent.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let calls = self.snapshot();
+            let mut found = calls.iter().filter(|e| e.token().as_ref() == Some(token));
+            match (found.next(), found.next()) {
+                (Some(one), None) => return Some(one.clone()),
+                (Some(_), Some(_)) => return None,
+                (None, _) => {}
+            }
+            if !calls.iter().any(|e| e.token().is_none())
+                || tokio::time::timeout_at(deadline, notified).await.is_err()
+            {
+                return None;
+            }
         }
     }
 }
@@ -322,21 +334,42 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn progress_goes_by_token_and_an_ended_call_is_done() {
+    #[tokio::test]
+    async fn progress_goes_by_token_and_an_ended_call_is_done() {
         let calls = Calls::default();
         let a = entry(&calls, 1);
         let _b = entry(&calls, 2);
         let token = |n| ProgressToken(rmcp::model::NumberOrString::Number(n));
-        let found = calls.by_progress(&token(102)).expect("routed");
+        let found = calls.by_progress(&token(102)).await.expect("routed");
         assert_eq!(found.tool, "tool2");
-        let first = calls.by_progress(&token(101)).expect("routed");
+        let first = calls.by_progress(&token(101)).await.expect("routed");
         drop(a);
         assert!(first.done.is_cancelled());
-        assert!(calls.by_progress(&token(101)).is_none());
+        assert!(calls.by_progress(&token(101)).await.is_none());
         // Two calls with one token (connections that each count from 0): neither gets it.
         let _c = entry(&calls, 2);
-        assert!(calls.by_progress(&token(102)).is_none());
+        assert!(calls.by_progress(&token(102)).await.is_none());
+    }
+
+    /// Progress read before rmcp's send returned its token waits for the call's
+    /// registration (it found no call and was dropped); a token of no call and no call being
+    /// sent is answered at once.
+    #[tokio::test(start_paused = true)]
+    async fn progress_for_a_call_being_sent_waits_for_it() {
+        let calls = Arc::new(Calls::default());
+        let token = ProgressToken(rmcp::model::NumberOrString::Number(9));
+        let started = tokio::time::Instant::now();
+        assert!(calls.by_progress(&token).await.is_none());
+        // (The clock is paused: it moved only if the lookup waited.)
+        assert_eq!(started.elapsed(), std::time::Duration::ZERO);
+        let reg = calls.begin("fast", &CallContext::default());
+        let router = calls.clone();
+        let wanted = token.clone();
+        let routed =
+            tokio::spawn(async move { router.by_progress(&wanted).await.map(|e| e.tool.clone()) });
+        tokio::task::yield_now().await;
+        reg.sent(RequestId::Number(3), token);
+        assert_eq!(routed.await.unwrap().as_deref(), Some("fast"));
     }
 
     #[tokio::test]

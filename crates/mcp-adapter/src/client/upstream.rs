@@ -39,7 +39,7 @@ use super::{
     child::{self, ChildGuard},
     classify::{Class, classify_init, classify_service},
     config::{Endpoint, Liveness, ResolvedServer},
-    delivery::{Tracked, Written},
+    delivery::{Deliveries, Tracked, Written},
     h1, http,
     roots::{REFETCH_WAIT, Refetch, Roots, Who, roots_of},
     route::{Calls, Origin, Route},
@@ -69,6 +69,10 @@ const MAX_DIAGNOSTICS: usize = 100;
 
 /// How long, after a stdio child's pipe closed, its exit is waited for (for its status).
 const EXIT_WAIT: Duration = Duration::from_millis(250);
+
+/// The longest a call's answer waits for the progress and log messages read before it to be
+/// handed to the caller (each is a channel send; only a stuck client takes this long).
+const SETTLE_WAIT: Duration = Duration::from_millis(200);
 
 /// Where a server's connection stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,6 +158,9 @@ pub(crate) struct Conn {
     pub(crate) has_subscribe: bool,
     /// Stdio only: which requests were written to the child.
     written: Option<Written>,
+    /// Stdio: the progress and log notifications read and not yet handled (a call's answer
+    /// waits for them; see `delivery.rs`).
+    deliveries: Deliveries,
     /// Streamable HTTP: the lean path for `tools/call` (`fast.rs`).
     fast: Option<Arc<fast::Lane>>,
 }
@@ -884,6 +891,7 @@ impl Upstream {
         let mut child_guard: Option<ChildGuard> = None;
         let mut http_parts: Option<(reqwest::Client, http::SessionSlot)> = None;
         let written = Written::default();
+        let deliveries = Deliveries::default();
         let connect = async {
             match &self.cfg.endpoint {
                 Endpoint::Stdio {
@@ -928,6 +936,7 @@ impl Upstream {
                         inner: super::pipe::PipeTransport::new(&self.cfg.name, stdout, stdin),
                         written: written.clone(),
                         answers: self.roots.clone(),
+                        deliveries: deliveries.clone(),
                     };
                     handler
                         .serve_with_ct(transport, cancel.clone())
@@ -1103,6 +1112,7 @@ impl Upstream {
             has_completions,
             has_subscribe: has_subscribe && has_resources && self.cfg.resources,
             written: matches!(self.cfg.endpoint, Endpoint::Stdio { .. }).then_some(written),
+            deliveries,
         });
         // The watcher owns the service and the child: when the connection ends for any
         // reason it reaps the child and reports the drop.
@@ -1814,6 +1824,8 @@ impl Upstream {
             Waited::TimedOut => return done(self.timed_out(tool, timeout)),
             Waited::Cancelled => return done(Self::call_cancelled()),
         };
+        // The progress and log messages read before the answer reach the caller first.
+        conn.deliveries.settled(SETTLE_WAIT).await;
         match result {
             Ok(ServerResult::CallToolResult(r)) => {
                 let wire = serde_json::to_value(&r).unwrap_or(Value::Null);
@@ -2309,6 +2321,7 @@ impl ClientHandler for Handler {
         if let Some(channel) = up
             .calls
             .by_progress(&params.progress_token)
+            .await
             .and_then(|e| e.channel.clone())
         {
             channel

@@ -126,6 +126,46 @@ async fn relays_to_the_calling_client(catalog: &Catalog, name: &str) {
     );
 }
 
+/// The progress and log message an upstream sends just before its result reach the call's
+/// client before the call ends, every time: rmcp hands each notification to a task of its
+/// own, which the call's answer could overtake (the call ended first, and the notification
+/// found no call to reach: the last progress value was dropped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_notifications_before_a_stdio_result_reach_the_call() {
+    let (catalog, client) = start(
+        &[fixture_server("fx", "raw").required()],
+        Default::default(),
+    );
+    ready(&client).await;
+    let entry = catalog
+        .lookup("mcp__fx__echo")
+        .expect("the raw fixture's `echo`");
+    let mut missed = Vec::new();
+    for round in 0..40 {
+        let recorder = Recorder::new(false);
+        let ctx = CallContext::for_session("relay-test").with_client(recorder.clone());
+        let env = within(
+            Duration::from_secs(30),
+            entry.tool.call(json!({"report": true}), &ctx),
+        )
+        .await
+        .unwrap_or_else(Envelope::from);
+        assert!(text_of(&env).contains("report"), "{env:?}");
+        // Read at once: what the call's client has when the call has ended.
+        let seen = recorder.seen();
+        if !(seen.iter().any(|s| s == "progress 2/Some(2.0): done")
+            && seen.iter().any(|s| s == "log info: \"reported\""))
+        {
+            missed.push((round, seen));
+        }
+    }
+    assert!(
+        missed.is_empty(),
+        "calls that ended before their last notifications: {missed:?}"
+    );
+    close_and_check(&client).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stdio_upstream_requests_reach_the_calling_client() {
     let (catalog, client) = start(

@@ -369,38 +369,42 @@ fn explain(message: &str) -> String {
 }
 
 /// serde's "invalid type: floating point `2.5`, expected usize" (or "invalid value:
-/// integer `-3`, expected u64") for a count, with the number shortened and what to write.
+/// integer `-3`, expected u64") for a whole-number setting, with the number shortened and
+/// what to write. Only serde's own line (the last) is read: toml's copy of the config line
+/// above it may hold any text.
 fn whole_number_hint(message: &str) -> Option<String> {
+    let trimmed = message.trim_end();
+    let (before, last) = match trimmed.rfind('\n') {
+        Some(at) => trimmed.split_at(at + 1),
+        None => ("", trimmed),
+    };
     let unsigned = [
         ", expected usize",
         ", expected u64",
         ", expected u32",
         ", expected u16",
     ];
-    let expects_count = unsigned.iter().any(|e| message.contains(e));
-    if !expects_count {
+    if !unsigned.iter().any(|e| last.ends_with(e)) {
         return None;
     }
     const FLOAT: &str = "invalid type: floating point `";
-    if let Some(start) = message.find(FLOAT) {
-        let rest = &message[start + FLOAT.len()..];
+    let last = if let Some(start) = last.find(FLOAT) {
+        let rest = &last[start + FLOAT.len()..];
         let end = rest.find('`')?;
         let shown = rest[..end]
             .parse::<f64>()
             .map_or_else(|_| rest[..end].to_owned(), quiver_contract::short_number);
-        return Some(format!(
-            "{}{shown}{}\nthis setting is a count: write a whole number, without a decimal point or exponent (e.g. `4`)",
-            &message[..start + FLOAT.len()],
-            rest[end..].trim_end()
-        ));
-    }
-    if message.contains("invalid value: integer `-") {
-        return Some(format!(
-            "{}\nthis setting is a count: write a whole number of 0 or more",
-            message.trim_end()
-        ));
-    }
-    None
+        format!(
+            "{}{shown}{}\nthis setting takes a whole number: write it without a decimal point or exponent (e.g. `4`)",
+            &last[..start + FLOAT.len()],
+            &rest[end..]
+        )
+    } else if last.contains("invalid value: integer `-") {
+        format!("{last}\nthis setting takes a whole number of 0 or more")
+    } else {
+        return None;
+    };
+    Some(format!("{before}{last}"))
 }
 
 /// Replaces `${env:VAR}` in one string; a missing or empty variable is an error naming
@@ -937,17 +941,17 @@ allowed_tools = ["t1", "t2"]
             (
                 "[limits]\nmax_concurrent = 1e300",
                 "floating point `1e300`, expected usize",
-                "write a whole number, without a decimal point or exponent",
+                "takes a whole number: write it without a decimal point or exponent",
             ),
             (
                 "[limits]\nmax_concurrent = 2.5",
                 "floating point `2.5`, expected usize",
-                "write a whole number, without a decimal point or exponent",
+                "takes a whole number: write it without a decimal point or exponent",
             ),
             (
                 "[surface]\ntarget_floor = -3",
                 "integer `-3`, expected usize",
-                "write a whole number of 0 or more",
+                "takes a whole number of 0 or more",
             ),
         ] {
             check(text, Err(shown));

@@ -1434,7 +1434,18 @@ fn a_cli_call_is_a_round_in_its_mode_and_can_act_as_a_token() {
     let typo = stdout(&quiver_in(&dir, &["call", "mcp__one__tt", "{}"]));
     assert!(typo.contains("Did you mean `mcp__one__t`"), "{typo}");
     // The same with arguments that do not parse (a usage error, exit 2): they went to the
-    // dispatcher alone, whose look-alikes know no mode. The row holds the text as sent.
+    // dispatcher alone, whose look-alikes know no mode. Each call has one row, holding the
+    // text as sent.
+    let rows = |dir: &std::path::Path| {
+        stdout(&quiver_in(
+            dir,
+            &["log", "--json", "--tool", "mcp__one__tt"],
+        ))
+        .lines()
+        .map(str::to_owned)
+        .collect::<Vec<_>>()
+    };
+    let before = rows(&dir).len();
     let out = quiver_in(&dir, &["call", "mcp__one__tt", "{x", "--mode", "plan"]);
     let typo = stdout(&out);
     assert_eq!(out.status.code(), Some(2), "{typo}");
@@ -1444,11 +1455,16 @@ fn a_cli_call_is_a_round_in_its_mode_and_can_act_as_a_token() {
     );
     let typo = stdout(&quiver_in(&dir, &["call", "mcp__one__tt", "{x"]));
     assert!(typo.contains("Did you mean `mcp__one__t`"), "{typo}");
-    let log = stdout(&quiver_in(
-        &dir,
-        &["log", "--json", "--tool", "mcp__one__tt", "--limit", "1"],
-    ));
-    assert!(log.contains(r#""input":"{x""#), "{log}");
+    let after = rows(&dir);
+    assert_eq!(after.len(), before + 2, "{after:?}");
+    assert!(
+        after
+            .iter()
+            .filter(|r| r.contains(r#""input":"{x""#))
+            .count()
+            == 2,
+        "{after:?}"
+    );
 
     // As the token `ci`, which a deny rule refuses the one server: not listed, not found,
     // and its call gets the rule's message; without the token, all three work.

@@ -114,10 +114,13 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
         for item in items {
             match serde_json::from_value::<ClientJsonRpcMessage>(item.clone()) {
                 Ok(mut message) => {
-                    if let (Some(id), Some(_)) = (item.get("id"), item.get("method")) {
+                    if let ClientJsonRpcMessage::Request(r) = &message {
                         // A reused id is refused in the batch's answer, not in a line of its
                         // own beside it (and an earlier request's answer is not taken for it).
-                        let text = id.to_string();
+                        // Keyed as rmcp reads it, as the answers and the ids in flight are:
+                        // `5.0` is the id 5.
+                        let text = id_text(&r.id);
+                        let id = item.get("id").unwrap_or(&Value::Null);
                         let by = if waiting.contains(&text) {
                             Some("another request of this batch")
                         } else if crate::server::handler::lock(&self.in_flight).contains(&text) {
@@ -651,13 +654,18 @@ mod tests {
             {"jsonrpc": "2.0", "id": 5, "method": "ping"},
             {"jsonrpc": "2.0", "id": 9, "method": "ping"},
             {"jsonrpc": "2.0", "id": 6, "method": "ping"},
+            {"jsonrpc": "2.0", "id": 6.0, "method": "ping"},
         ]);
+        // Every request of it refused: answered at once (the ping after it is read once it
+        // has been).
+        let refused = json!([{"jsonrpc": "2.0", "id": 9.0, "method": "ping"}]);
+        let ping = json!({"jsonrpc": "2.0", "id": 11, "method": "ping"});
         input
-            .write_all(format!("{init}\n{alone}\n{batch}\n").as_bytes())
+            .write_all(format!("{init}\n{alone}\n{batch}\n{refused}\n{ping}\n").as_bytes())
             .await
             .unwrap();
         let mut taken = Vec::new();
-        for _ in 0..4 {
+        for _ in 0..5 {
             let m = serde_json::to_value(transport.receive().await.unwrap()).unwrap();
             taken.push((m["id"].clone(), m["method"].clone()));
         }
@@ -667,6 +675,7 @@ mod tests {
                 (json!(9), json!("tools/call")),
                 (json!(5), json!("tools/call")),
                 (json!(6), json!("ping")),
+                (json!(11), json!("ping")),
             ]
         );
         let reply = |id: u64| {
@@ -675,11 +684,23 @@ mod tests {
             )
             .unwrap()
         };
+        // The batch whose every request is refused is answered at once, in an array.
+        let all_refused = answer(&mut out).await;
+        assert_eq!(
+            (
+                all_refused[0]["id"].clone(),
+                all_refused[0]["error"]["code"].clone(),
+                all_refused.as_array().map(Vec::len)
+            ),
+            (json!(9.0), json!(-32600), Some(1)),
+            "{all_refused}"
+        );
         transport.send(reply(6)).await.unwrap();
         transport.send(reply(5)).await.unwrap();
-        // The first line written is the batch's array, with both refusals in it.
+        // Then the first batch's array, with its three refusals in it.
         let answers = answer(&mut out).await;
-        let answers = answers.as_array().expect("the batch's array first");
+        let answers = answers.as_array().expect("the batch's array");
+        assert_eq!(answers.len(), 5, "{answers:?}");
         let refusals: Vec<(Value, &str)> = answers
             .iter()
             .filter(|a| a["error"]["code"] == -32600)
@@ -695,6 +716,10 @@ mod tests {
                 (
                     json!(9),
                     "Invalid Request: the id 9 is already used by a request in flight; give each request its own id"
+                ),
+                (
+                    json!(6.0),
+                    "Invalid Request: the id 6 is already used by another request of this batch; give each request its own id"
                 ),
             ],
             "{answers:?}"

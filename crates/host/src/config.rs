@@ -658,6 +658,13 @@ impl Config {
                 "{origin}: [store] retention_days = 0 would delete the whole execution log and every stored session each time `serve`, `call` or `search` starts; give a number of days (at least 1), or remove the key to keep everything"
             );
         }
+        if config.store.busy_timeout_ms > i32::MAX as u32 {
+            bail!(
+                "{origin}: [store] busy_timeout_ms = {} is longer than SQLite waits on a lock (at most {} ms, about 24.8 days); a few seconds is plenty (the default is 5000)",
+                config.store.busy_timeout_ms,
+                i32::MAX
+            );
+        }
         if config.store.log_linger_ms > MAX_LOG_LINGER_MS {
             bail!(
                 "{origin}: [store] log_linger_ms = {} is longer than {MAX_LOG_LINGER_MS} ms: rows would wait that long for their commit (and every command's exit with them); a few ms already share commits (the default is 2)",
@@ -1031,6 +1038,14 @@ allowed_tools = ["t1", "t2"]
             Err("quiver.toml: [store] log_linger_ms = 15000 is longer than 1000 ms"),
         );
         check("[store]\nbusy_timeout_ms = -5", Err("busy_timeout_ms"));
+        // More than SQLite takes is refused here (`serve` and `call` panicked on it).
+        check(
+            "[store]\nbusy_timeout_ms = 2147483648",
+            Err(
+                "quiver.toml: [store] busy_timeout_ms = 2147483648 is longer than SQLite waits on a lock (at most 2147483647 ms",
+            ),
+        );
+        check("[store]\nbusy_timeout_ms = 2147483647", Ok("./quiver.db"));
         let busy = |text: &str| {
             Config::parse(text, "quiver.toml", &env)
                 .unwrap()

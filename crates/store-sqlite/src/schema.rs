@@ -174,6 +174,14 @@ pub(crate) enum Access {
     ReadOnly,
 }
 
+/// The longest busy timeout SQLite takes (`i32::MAX` ms, about 24.8 days).
+const MAX_BUSY_TIMEOUT: Duration = Duration::from_millis(i32::MAX as u64);
+
+/// `t`, or SQLite's longest busy timeout when it is longer (rusqlite panics on more).
+pub(crate) fn busy_limit(t: Duration) -> Duration {
+    t.min(MAX_BUSY_TIMEOUT)
+}
+
 /// Opens one connection and sets it up: busy timeout, WAL, `synchronous = NORMAL`.
 pub(crate) fn connect(
     path: &Path,
@@ -189,7 +197,7 @@ pub(crate) fn connect(
         Access::Write => OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
     };
     let conn = Connection::open_with_flags(path, flags).at(location)?;
-    conn.busy_timeout(busy_timeout).at(location)?;
+    conn.busy_timeout(busy_limit(busy_timeout)).at(location)?;
     if read_only {
         conn.pragma_update(None, "query_only", true).at(location)?;
     } else {

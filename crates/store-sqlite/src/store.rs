@@ -44,7 +44,8 @@ pub struct StoreOptions {
     /// a clean shutdown commit at once. A process killed outright can lose the records of
     /// its last `linger`.
     pub linger: Duration,
-    /// How long a connection waits on a lock before giving up (default 5 s).
+    /// How long a connection waits on a lock before giving up (default 5 s; at most
+    /// `i32::MAX` ms, about 24.8 days, what SQLite takes: a longer one is taken as that).
     pub busy_timeout: Duration,
     /// Tries of a failing log write before its rows are counted as lost (default 5).
     pub max_write_attempts: u32,
@@ -265,7 +266,7 @@ fn open_writer(
     location: &str,
     busy_timeout: Duration,
 ) -> Result<(rusqlite::Connection, schema::Holders, schema::OpenReport), StoreError> {
-    let deadline = std::time::Instant::now() + busy_timeout;
+    let deadline = std::time::Instant::now() + schema::busy_limit(busy_timeout);
     let mut pause = Duration::from_millis(5);
     loop {
         let attempt = (|| {

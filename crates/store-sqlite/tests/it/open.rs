@@ -24,6 +24,30 @@ fn open_close_reopen_is_clean_and_a_new_database_needs_no_check() {
     assert_eq!(mode, "wal");
 }
 
+/// A busy timeout longer than SQLite takes (`i32::MAX` ms) is taken as the longest, for the
+/// writer and for readers: rusqlite panicked ("too big"), and `Duration::MAX` overflowed
+/// the writer's deadline.
+#[tokio::test]
+async fn a_busy_timeout_longer_than_sqlite_takes_is_no_panic() {
+    use quiver_registry::DefinitionStore;
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (i, t) in [Duration::from_millis(1 << 31), Duration::MAX]
+        .into_iter()
+        .enumerate()
+    {
+        let path = dir.path().join(format!("busy{i}.db"));
+        let store = SqliteStore::open_with(&path, StoreOptions::default().with_busy_timeout(t))
+            .expect("open");
+        // A read opens a reader connection with the same timeout.
+        assert!(store.definition("x").await.expect("read").is_none());
+        drop(store);
+        let reader =
+            SqliteStore::open_read_only(&path, StoreOptions::default().with_busy_timeout(t))
+                .expect("open read-only");
+        assert!(reader.definition("x").await.expect("read").is_none());
+    }
+}
+
 /// A store of schema version 1 (before the execution log recorded who called) is migrated
 /// on open: its rows are kept, with no principal, and new rows record one.
 #[tokio::test]

@@ -1354,9 +1354,9 @@ async fn command(
             apply_retention(app, config).await?;
             app.open_session(&caller.session).await?;
             let ctx = caller.context();
-            // JSON that does not parse is the dispatcher's to explain (exit 2 below): it is
-            // no round of the session and meets no mode; a name the caller cannot call is
-            // still answered with look-alikes of its mode. Otherwise the call is admitted as
+            // JSON that does not parse is the dispatcher's to explain (exit 2 below), and no
+            // round of the session; a tool the mode refuses, or a name the caller cannot
+            // call, is still answered as such first. Otherwise the call is admitted as
             // `quiver serve` admits it (refused and recorded, or a round of the session).
             let parses =
                 json.trim().is_empty() || serde_json::from_str::<serde_json::Value>(&json).is_ok();
@@ -1365,7 +1365,7 @@ async fn command(
                     .admit(&app.dispatcher, &caller.session, &name, caller.mode, &ctx)
             } else {
                 app.surface
-                    .unserved(&app.dispatcher, &name, caller.mode, &ctx)
+                    .refusal(&app.dispatcher, &name, caller.mode, &ctx)
             };
             let envelope = match refusal {
                 Some(refusal) => {
@@ -1386,10 +1386,12 @@ async fn command(
             );
             // JSON on the command line that does not parse is the operator's slip, not a
             // result: a usage error (2), whatever the answer above says.
-            if !json.trim().is_empty() && serde_json::from_str::<serde_json::Value>(&json).is_err()
+            // Said here in full: the answer above may be about the name instead.
+            if !json.trim().is_empty()
+                && let Err(e) = serde_json::from_str::<serde_json::Value>(&json)
             {
                 eprintln!(
-                    "quiver: the JSON argument is not valid JSON (see above); quote it whole, e.g. '{{\"key\": \"value\"}}'"
+                    "quiver: the JSON argument is not valid JSON ({e}); quote it whole, e.g. '{{\"key\": \"value\"}}'"
                 );
                 return Ok(ExitCode::from(2));
             }

@@ -815,9 +815,6 @@ impl Dispatcher {
         if !ctx.capabilities.allows(name) {
             return Prepared::Done(self.undefined(name, ctx, &|_| true));
         }
-        if let Some(hint) = validate::check(&entry, input) {
-            return Prepared::Done(hint);
-        }
         let mut warnings = Vec::new();
         let session = ctx.session.clone();
         let verdicts = {
@@ -856,6 +853,11 @@ impl Dispatcher {
                 }
                 PolicyAction::Warn => warned.push(verdict),
             }
+        }
+        // After the policy: a tool it refuses gets its refusal whatever the arguments, not a
+        // schema hint that shows the definition it hides and invites a retry it refuses.
+        if let Some(hint) = validate::check(&entry, input) {
+            return Prepared::Done(hint);
         }
         let mut repeat = false;
         if let Some(s) = &session {

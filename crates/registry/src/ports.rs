@@ -171,7 +171,8 @@ impl ToolCallRecorder for MemoryRecorder {
 pub struct PolicyRequest<'a> {
     /// The tool's spec.
     pub spec: &'a ToolSpec,
-    /// The arguments.
+    /// The arguments, as sent: the policy is asked before they are checked against the
+    /// tool's schema (a refused tool's call gets the refusal, whatever it sends).
     pub input: &'a Value,
     /// The call's context (session, tenant, principal).
     pub ctx: &'a CallContext,

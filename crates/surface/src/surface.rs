@@ -1169,25 +1169,48 @@ impl Surface {
         mode: Mode,
         ctx: &quiver_contract::CallContext,
     ) -> Option<quiver_contract::Envelope> {
-        let caps = &ctx.capabilities;
-        if let Some(why) = self.mode_refusal(name, mode, caps, dispatcher.offers_search(caps)) {
-            return Some(quiver_contract::Envelope::err(
-                quiver_contract::ErrKind::Forbidden,
-                why,
-            ));
+        if let Some(refusal) = self.refused_in_mode(dispatcher, name, mode, ctx) {
+            return Some(refusal);
         }
         // `tool_search` and `describe_tool` filter by the session's mode: this call's.
         self.begin_call(session, mode, name);
         self.unserved(dispatcher, name, mode, ctx)
     }
 
+    /// [`Surface::admit`]'s refusals for a call that is no round of its session (`quiver
+    /// call` with arguments that do not parse): the mode's, then the one for a tool the
+    /// caller cannot call, with look-alikes of this mode (the dispatcher's own answer knows
+    /// no mode, and would steer a plan-mode caller to a tool that changes things).
+    pub fn refusal(
+        &self,
+        dispatcher: &quiver_registry::Dispatcher,
+        name: &str,
+        mode: Mode,
+        ctx: &quiver_contract::CallContext,
+    ) -> Option<quiver_contract::Envelope> {
+        self.refused_in_mode(dispatcher, name, mode, ctx)
+            .or_else(|| self.unserved(dispatcher, name, mode, ctx))
+    }
+
+    /// The `forbidden` answer to a call of a tool `mode` does not offer.
+    fn refused_in_mode(
+        &self,
+        dispatcher: &quiver_registry::Dispatcher,
+        name: &str,
+        mode: Mode,
+        ctx: &quiver_contract::CallContext,
+    ) -> Option<quiver_contract::Envelope> {
+        let caps = &ctx.capabilities;
+        let why = self.mode_refusal(name, mode, caps, dispatcher.offers_search(caps))?;
+        Some(quiver_contract::Envelope::err(
+            quiver_contract::ErrKind::Forbidden,
+            why,
+        ))
+    }
+
     /// The answer to a call of `name` the catalog does not serve or the caller may not
-    /// use, with look-alikes this caller is offered in `mode` (the dispatcher's own answer
-    /// knows no mode, and a plan-mode caller would be steered to a tool that changes
-    /// things); `None` for a tool it may call. [`Surface::admit`] gives it after the mode's
-    /// check; `quiver call` gives it alone for arguments that do not parse, which are no
-    /// round of the session.
-    pub fn unserved(
+    /// use, with look-alikes this caller is offered in `mode`; `None` for a tool it may call.
+    fn unserved(
         &self,
         dispatcher: &quiver_registry::Dispatcher,
         name: &str,

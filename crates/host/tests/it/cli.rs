@@ -1337,6 +1337,17 @@ fn a_tool_denied_to_everyone_is_not_offered_but_its_call_is_explained() {
         called.contains("policy_denied") && called.contains("the one server is switched off today"),
         "{called}"
     );
+    // Arguments that do not fit get the same refusal: a schema hint showed the definition
+    // `describe_tool` hides, and invited a retry the policy refuses.
+    for args in ["{}", r#"{"x": 5}"#] {
+        let out = quiver_in(&dir, &["call", "mcp__one__t", args]);
+        let called = stdout(&out);
+        assert_eq!(out.status.code(), Some(1), "{args}: {called}");
+        assert!(
+            called.contains("policy_denied") && !called.contains("Expected"),
+            "{args}: {called}"
+        );
+    }
     let typo = stdout(&quiver_in(&dir, &["call", "mcp__one__tt", "{}"]));
     assert!(
         typo.contains("undefined_tool") && !typo.contains("`mcp__one__t`"),
@@ -1455,6 +1466,22 @@ fn a_cli_call_is_a_round_in_its_mode_and_can_act_as_a_token() {
     );
     let typo = stdout(&quiver_in(&dir, &["call", "mcp__one__tt", "{x"]));
     assert!(typo.contains("Did you mean `mcp__one__t`"), "{typo}");
+    // A tool plan mode refuses is refused as such, whatever the arguments (they were
+    // explained first); stderr says what is wrong with the JSON itself.
+    let out = quiver_in(&dir, &["call", "mcp__one__t", "{x", "--mode", "plan"]);
+    let text = stdout(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("forbidden") && text.contains("`mcp__one__t` is not available in plan mode"),
+        "{text}"
+    );
+    assert!(
+        err.contains(
+            "the JSON argument is not valid JSON (key must be a string at line 1 column 2)"
+        ),
+        "{err}"
+    );
     let after = rows(&dir);
     assert_eq!(after.len(), before + 2, "{after:?}");
     assert!(

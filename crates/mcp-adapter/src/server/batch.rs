@@ -26,6 +26,7 @@ use serde_json::Value;
 use super::{
     direct::{Direct, endpoint, json_rpc_error},
     handler::Connection,
+    invalid::Refusal,
 };
 
 /// The most bytes of one message's answer read into the batch's answer.
@@ -81,13 +82,15 @@ pub(super) async fn serve(direct: &Direct, parts: Parts, bytes: &Bytes) -> Respo
     let conn = super::direct::candidate(direct, &parts.method, &parts.headers, Some(0))
         .and_then(|sid| direct.shared.direct.get(&sid))
         .map(|entry| entry.conn.clone());
+    let refused = refusals(&items);
     if requests && streams_to(direct, &parts).await {
-        return streamed(direct, &parts, items, conn);
+        return streamed(direct, &parts, items, refused, conn);
     }
     let answers = join_all(
         items
             .iter()
-            .map(|item| one(direct, &parts, Bytes::from(item.to_string()))),
+            .zip(refused)
+            .map(|(item, refused)| element(direct, &parts, item, refused)),
     )
     .await;
     // Not an answer to one message (an ended session's 404, a refused Host): the whole
@@ -156,11 +159,12 @@ fn streamed(
     direct: &Direct,
     parts: &Parts,
     items: Vec<Value>,
+    refused: Vec<Option<Refusal>>,
     conn: Option<Arc<Connection>>,
 ) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<String>(64);
-    for item in items {
-        let answer = one(direct, parts, Bytes::from(item.to_string()));
+    for (item, refused) in items.into_iter().zip(refused) {
+        let answer = element(direct, parts, &item, refused);
         let tx = tx.clone();
         let conn = conn.clone();
         tokio::spawn(async move { relay(answer.await, &item, conn, tx).await });
@@ -278,6 +282,53 @@ fn content_type(answer: &Response) -> String {
         .unwrap_or("")
         .trim()
         .to_ascii_lowercase()
+}
+
+/// What refuses each element of a batch before it runs, as on stdio: an element that is
+/// not an object (the single-message path would name it "the body"), an `initialize`, a
+/// request reusing the id of an earlier one of the batch (the endpoint's own check sees
+/// only the requests still in flight, so two quick ones both ran).
+fn refusals(items: &[Value]) -> Vec<Option<Refusal>> {
+    let mut seen = std::collections::HashSet::new();
+    items
+        .iter()
+        .map(|item| {
+            if !item.is_object() && !item.is_array() {
+                return Some(super::invalid::diagnose(item, "the batch element"));
+            }
+            let (text, method) = super::invalid::batched_request(item)?;
+            let id = item.get("id").cloned().unwrap_or(Value::Null);
+            if method == "initialize" {
+                return Some(super::invalid::initialize_in_batch(id));
+            }
+            if !seen.insert(text.clone()) {
+                return Some(super::invalid::reused_id(
+                    id,
+                    &text,
+                    "another request of this batch",
+                ));
+            }
+            None
+        })
+        .collect()
+}
+
+/// One element of the batch: its refusal, or the message through the endpoint ([`one`]).
+fn element(
+    direct: &Direct,
+    parts: &Parts,
+    item: &Value,
+    refused: Option<Refusal>,
+) -> Pin<Box<dyn Future<Output = Response> + Send + 'static>> {
+    match refused {
+        Some(r) => Box::pin(std::future::ready(json_rpc_error(
+            StatusCode::BAD_REQUEST,
+            r.id,
+            r.code,
+            &r.message,
+        ))),
+        None => one(direct, parts, Bytes::from(item.to_string())),
+    }
 }
 
 /// One message of the batch through the endpoint, with the batch's head. An element that is

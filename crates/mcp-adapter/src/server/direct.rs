@@ -1325,6 +1325,63 @@ mod tests {
             "{}",
             reply.body
         );
+        // Refused before they run, inside the batch's answer as on stdio: a request reusing
+        // an id of the batch (as rmcp reads it: 30.0 is 30; two quick pings both ran), an
+        // `initialize` (which must not be part of a batch), an element that is no object
+        // (it was told "the body").
+        let mixed = json!([
+            {"jsonrpc": "2.0", "id": 30, "method": "ping"},
+            {"jsonrpc": "2.0", "id": 30.0, "method": "ping"},
+            {"jsonrpc": "2.0", "id": 31, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"}}},
+            1,
+        ]);
+        let reply = send_with(
+            &router,
+            Method::POST,
+            Some(&sid),
+            mixed.to_string(),
+            weighted,
+        )
+        .await;
+        let mut answers: Vec<(String, Value)> = serde_json::from_str::<Vec<Value>>(&reply.body)
+            .unwrap_or_else(|_| panic!("{}", reply.body))
+            .into_iter()
+            .map(|a| {
+                let what = a["error"]["message"]
+                    .as_str()
+                    .map_or_else(|| a["result"].to_string(), str::to_owned);
+                (a["id"].to_string(), json!(what))
+            })
+            .collect();
+        answers.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            answers,
+            [
+                ("30".to_owned(), json!("{}")),
+                (
+                    "30.0".to_owned(),
+                    json!(
+                        "Invalid Request: the id 30 is already used by another request of this batch; give each request its own id"
+                    )
+                ),
+                (
+                    "31".to_owned(),
+                    json!(
+                        "Invalid Request: an `initialize` must not be part of a batch; send it alone, as the session's first message"
+                    )
+                ),
+                (
+                    "null".to_owned(),
+                    json!(
+                        "Invalid Request: the batch element must be one JSON-RPC 2.0 message object, and it is not a JSON object"
+                    )
+                ),
+            ],
+            "{}",
+            reply.body
+        );
         // Notifications only: accepted, nothing to answer.
         let quiet = json!([{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 98}}]);
         let reply = send_with(&router, Method::POST, Some(&sid), quiet.to_string(), old).await;

@@ -95,6 +95,36 @@ impl Refusal {
     }
 }
 
+/// The refusal of a request whose id `text` is already used `by` another not answered yet:
+/// the two answers could not be told apart.
+pub(super) fn reused_id(id: Value, text: &str, by: &str) -> Refusal {
+    Refusal {
+        code: INVALID_REQUEST,
+        message: format!(
+            "Invalid Request: the id {text} is already used by {by}; give each request its own id"
+        ),
+        id,
+    }
+}
+
+/// The refusal of an `initialize` inside a batch: 2025-03-26, the only version with
+/// batches, says it MUST NOT be part of one (the session it opens is already open here).
+pub(super) fn initialize_in_batch(id: Value) -> Refusal {
+    Refusal {
+        code: INVALID_REQUEST,
+        message: "Invalid Request: an `initialize` must not be part of a batch; send it alone, as the session's first message".into(),
+        id,
+    }
+}
+
+/// A batch element's request id, as JSON text in the form rmcp reads it (`5.0` is the id
+/// `5`), and its method; `None` for an element that is no request.
+pub(super) fn batched_request(item: &Value) -> Option<(String, &str)> {
+    let method = item.get("method")?.as_str()?;
+    let id = serde_json::from_value::<rmcp::model::RequestId>(item.get("id")?.clone()).ok()?;
+    Some((serde_json::to_string(&id).ok()?, method))
+}
+
 /// Whether `value` is a notification in JSON-RPC's shape (no `id`), which is not answered
 /// even when the server cannot read it.
 pub(super) fn is_notification(value: &Value) -> bool {

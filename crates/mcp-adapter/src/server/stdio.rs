@@ -26,7 +26,7 @@ use std::{
 };
 
 use rmcp::{
-    model::{ClientJsonRpcMessage, ServerJsonRpcMessage},
+    model::{ClientJsonRpcMessage, ClientRequest, ServerJsonRpcMessage},
     service::RoleServer,
     transport::Transport,
 };
@@ -115,12 +115,16 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
             match serde_json::from_value::<ClientJsonRpcMessage>(item.clone()) {
                 Ok(mut message) => {
                     if let ClientJsonRpcMessage::Request(r) = &message {
+                        let id = item.get("id").unwrap_or(&Value::Null);
+                        if matches!(r.request, ClientRequest::InitializeRequest(_)) {
+                            answers.push(invalid::initialize_in_batch(id.clone()).to_json());
+                            continue;
+                        }
                         // A reused id is refused in the batch's answer, not in a line of its
                         // own beside it (and an earlier request's answer is not taken for it).
                         // Keyed as rmcp reads it, as the answers and the ids in flight are:
                         // `5.0` is the id 5.
                         let text = id_text(&r.id);
-                        let id = item.get("id").unwrap_or(&Value::Null);
                         let by = if waiting.contains(&text) {
                             Some("another request of this batch")
                         } else if crate::server::handler::lock(&self.in_flight).contains(&text) {
@@ -130,7 +134,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
                         };
                         if let Some(by) = by {
                             tracing::warn!("stdin: a batched request reused the id {text}");
-                            answers.push(reused_id(id.clone(), &text, by).to_json());
+                            answers.push(invalid::reused_id(id.clone(), &text, by).to_json());
                             continue;
                         }
                         waiting.insert(text);
@@ -173,7 +177,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
                 if !crate::server::handler::lock(&self.in_flight).insert(id.clone()) {
                     tracing::warn!("stdin: a request reused the id {id} of one in flight");
                     let raw = serde_json::to_value(&r.id).unwrap_or(Value::Null);
-                    self.answer(&reused_id(raw, &id, "a request in flight"));
+                    self.answer(&invalid::reused_id(raw, &id, "a request in flight"));
                     return None;
                 }
                 return Some(message);
@@ -222,18 +226,6 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
                 () = ct.cancelled() => {}
             }
         });
-    }
-}
-
-/// The refusal of a request whose id `text` is already used `by` another not answered yet:
-/// the two answers could not be told apart.
-fn reused_id(id: Value, text: &str, by: &str) -> Refusal {
-    Refusal {
-        code: invalid::INVALID_REQUEST,
-        message: format!(
-            "Invalid Request: the id {text} is already used by {by}; give each request its own id"
-        ),
-        id,
     }
 }
 
@@ -560,6 +552,9 @@ mod tests {
             {"jsonrpc": "2.0", "method": "notifications/initialized"},
             {"jsonrpc": "2.0", "id": "two", "method": "ping"},
             {"jsonrpc": "1.0", "id": 3, "method": "ping"},
+            {"jsonrpc": "2.0", "id": 4, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"}}},
         ]);
         input
             .write_all(format!("{init}\n[]\n{batch}\n").as_bytes())
@@ -600,9 +595,17 @@ mod tests {
         let answers = answers.as_array().expect("one array line");
         let mut ids: Vec<String> = answers.iter().map(|a| a["id"].to_string()).collect();
         ids.sort();
-        assert_eq!(ids, ["\"two\"", "1", "3"], "{answers:?}");
+        assert_eq!(ids, ["\"two\"", "1", "3", "4"], "{answers:?}");
         let bad = answers.iter().find(|a| a["id"] == 3).unwrap();
         assert_eq!(bad["error"]["code"], -32600, "{bad}");
+        // An `initialize` must not be part of a batch (it was answered, claiming 2025-06-18
+        // while batches were still taken).
+        let init = answers.iter().find(|a| a["id"] == 4).unwrap();
+        assert_eq!(
+            init["error"]["message"],
+            "Invalid Request: an `initialize` must not be part of a batch; send it alone, as the session's first message",
+            "{init}"
+        );
         // An answer outside any batch goes out alone, as before.
         transport.send(reply(json!(7))).await.unwrap();
         assert_eq!(answer(&mut out).await["id"], 7);

@@ -368,43 +368,85 @@ fn explain(message: &str) -> String {
     }
 }
 
-/// serde's "invalid type: floating point `2.5`, expected usize" (or "invalid value:
-/// integer `-3`, expected u64") for a whole-number setting, with the number shortened and
-/// what to write. Only serde's own line (the last) is read: toml's copy of the config line
-/// above it may hold any text.
-fn whole_number_hint(message: &str) -> Option<String> {
-    let trimmed = message.trim_end();
-    let (before, last) = match trimmed.rfind('\n') {
-        Some(at) => trimmed.split_at(at + 1),
-        None => ("", trimmed),
+/// `message` with serde's "floating point `1000...0.0`" quoted short (`1e300`).
+pub(crate) fn shorten_float(message: &str) -> String {
+    const FLOAT: &str = "floating point `";
+    let Some(start) = message.find(FLOAT).map(|i| i + FLOAT.len()) else {
+        return message.to_owned();
     };
-    let unsigned = [
-        ", expected usize",
-        ", expected u64",
-        ", expected u32",
-        ", expected u16",
-    ];
-    if !unsigned.iter().any(|e| last.ends_with(e)) {
-        return None;
+    let Some(end) = message[start..].find('`').map(|e| start + e) else {
+        return message.to_owned();
+    };
+    match message[start..end].parse::<f64>() {
+        Ok(x) => format!(
+            "{}{}{}",
+            &message[..start],
+            quiver_contract::short_number(x),
+            &message[end..]
+        ),
+        Err(_) => message.to_owned(),
     }
+}
+
+/// serde's "invalid type: floating point `2.5`, expected usize" (or "invalid value:
+/// integer `-3`, expected u64", a number too large for its type, a string where a number
+/// goes) for a whole-number setting, with a float shortened and what to write. Only serde's
+/// own line is read: toml's copy of the config line above it may hold any text.
+fn whole_number_hint(message: &str) -> Option<String> {
+    let lines: Vec<&str> = message.trim_end().lines().collect();
+    let at = lines.iter().position(|l| {
+        l.starts_with("invalid type: ")
+            || l.starts_with("invalid value: ")
+            || *l == "u64 value was too large"
+    })?;
+    let line = lines[at];
+    let largest = [
+        (", expected u16", u64::from(u16::MAX)),
+        (", expected u32", u64::from(u32::MAX)),
+        (", expected u64", u64::MAX),
+        (", expected usize", usize::MAX as u64),
+    ]
+    .into_iter()
+    .find(|(e, _)| line.ends_with(e))
+    .map(|(_, max)| max);
     const FLOAT: &str = "invalid type: floating point `";
-    let last = if let Some(start) = last.find(FLOAT) {
-        let rest = &last[start + FLOAT.len()..];
-        let end = rest.find('`')?;
-        let shown = rest[..end]
-            .parse::<f64>()
-            .map_or_else(|_| rest[..end].to_owned(), quiver_contract::short_number);
+    let fixed = if line == "u64 value was too large" {
         format!(
-            "{}{shown}{}\nthis setting takes a whole number: write it without a decimal point or exponent (e.g. `4`)",
-            &last[..start + FLOAT.len()],
-            &rest[end..]
+            "{line}\na TOML integer is at most {} (and this setting takes a whole number)",
+            i64::MAX
         )
-    } else if last.contains("invalid value: integer `-") {
-        format!("{last}\nthis setting takes a whole number of 0 or more")
+    } else if let Some(max) = largest {
+        if let Some(rest) = line.strip_prefix(FLOAT) {
+            let end = rest.find('`')?;
+            let shown = match rest[..end].parse::<f64>() {
+                // A whole float keeps its point: `0.0`, not a `0` that reads as a whole number.
+                Ok(x) if x.is_finite() && x.fract() == 0.0 && x.abs() < 1e15 => format!("{x:.1}"),
+                Ok(x) => quiver_contract::short_number(x),
+                Err(_) => rest[..end].to_owned(),
+            };
+            format!(
+                "{FLOAT}{shown}{}\nthis setting takes a whole number: write it without a decimal point or exponent (e.g. `4`)",
+                &rest[end..]
+            )
+        } else if line.starts_with("invalid value: integer `-") {
+            format!("{line}\nthis setting takes a whole number, not a negative one")
+        } else if line.starts_with("invalid value: integer `")
+            || line.starts_with("invalid type: integer `")
+        {
+            format!("{line}\nthis setting takes a whole number of at most {max}")
+        } else if line.starts_with("invalid type: string ") {
+            format!(
+                "{line}\nthis setting takes a number, written without quotes (a `${{env:...}}` value is text, so a number setting cannot come from one)"
+            )
+        } else {
+            return None;
+        }
     } else {
         return None;
     };
-    Some(format!("{before}{last}"))
+    let mut out: Vec<String> = lines.iter().map(|l| (*l).to_owned()).collect();
+    out[at] = fixed;
+    Some(out.join("\n"))
 }
 
 /// Replaces `${env:VAR}` in one string; a missing or empty variable is an error naming
@@ -958,13 +1000,38 @@ allowed_tools = ["t1", "t2"]
             (
                 "[surface]\ntarget_floor = -3",
                 "integer `-3`, expected usize",
-                "takes a whole number of 0 or more",
+                "takes a whole number, not a negative one",
+            ),
+            (
+                "[limits]\nmax_concurrent = 0.0",
+                "floating point `0.0`, expected usize",
+                "takes a whole number: write it without a decimal point",
+            ),
+            (
+                "[store]\nretention_days = 99999999999",
+                "integer `99999999999`, expected u32",
+                "this setting takes a whole number of at most 4294967295",
+            ),
+            (
+                "[surface]\ntarget_floor = 18446744073709551615",
+                "u64 value was too large",
+                "a TOML integer is at most 9223372036854775807",
+            ),
+            (
+                "[limits]\nmax_concurrent = \"4\"",
+                "invalid type: string \"4\", expected usize",
+                "this setting takes a number, written without quotes",
             ),
         ] {
             check(text, Err(shown));
             check(text, Err(hint));
             check(text, Err("line 2"));
         }
+        // A number from a variable: the interpolated text is still text.
+        check(
+            "[limits]\nmax_concurrent = \"${env:HOME_DIR}\"",
+            Err("a `${env:...}` value is text, so a number setting cannot come from one"),
+        );
         check(
             "[limits.tool_concurrency]\nx = 4000000000000000000",
             Err("limits.tool_concurrency.x must be at most 1000000"),

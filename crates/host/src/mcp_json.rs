@@ -192,11 +192,24 @@ pub fn parse_mcp_servers(
             };
             order = servers.keys().cloned().collect();
             for (name, entry) in servers {
-                if !entry.is_object() {
+                let Some(fields) = entry.as_object() else {
                     bail!(
                         "{origin}: server {name:?} is {}, not an object: give {{\"command\": ..., \"args\": [...]}} for a stdio server or {{\"url\": ...}} for a streamable-HTTP one",
                         json_kind(entry)
                     );
+                };
+                // A value of the wrong type, named by its server and key (serde named
+                // neither, and its "not an mcpServers JSON file" blamed the whole file).
+                for (key, v) in fields {
+                    if KEYS.contains(&key.as_str())
+                        && let Err(e) =
+                            serde_json::from_value::<Entry>(serde_json::json!({ key: v }))
+                    {
+                        bail!(
+                            "{origin}: server {name:?}: \"{key}\": {}",
+                            crate::config::shorten_float(&e.to_string())
+                        );
+                    }
                 }
             }
         }
@@ -672,6 +685,16 @@ mod tests {
             )
         );
         assert!(err(r#"{"other": 1}"#).contains("no \"mcpServers\""));
+        // A value of the wrong type is named by its server and key, a huge float quoted
+        // short.
+        assert_eq!(
+            err(r#"{"mcpServers": {"a": {"command": "x", "args": [1e300]}}}"#),
+            "c.json: server \"a\": \"args\": invalid type: floating point `1e300`, expected a string"
+        );
+        assert_eq!(
+            err(r#"{"mcpServers": {"a": {"command": "x", "disabled": 1}}}"#),
+            "c.json: server \"a\": \"disabled\": invalid type: integer `1`, expected a boolean"
+        );
         assert!(err("[1,").contains("not an mcpServers JSON file"));
         // A key given twice is refused with its path, not settled as last-wins.
         assert_eq!(

@@ -283,7 +283,21 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
                     .extensions
                     .insert(super::invalid::BadCursor(Arc::from(problem)));
             }
-            let id = request_id(&bytes);
+            let head = request_head(&bytes);
+            // rmcp answered a second `initialize` of a session, with the version it asked
+            // for, while the session kept the first one's.
+            if let Some((method, id)) = &head
+                && method == "initialize"
+                && direct.sessions.has_session(&sid).await.unwrap_or(false)
+            {
+                return json_rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    serde_json::to_value(id).unwrap_or(Value::Null),
+                    super::invalid::INVALID_REQUEST,
+                    "Invalid Request: this session is already initialized (`initialize` comes once, as its first request); to negotiate again, open a new session: POST `initialize` without `Mcp-Session-Id`",
+                );
+            }
+            let id = head.map(|(_, id)| id);
             forward_claimed(&direct, &entry, parts, bytes, id).await
         }
     }
@@ -1412,6 +1426,34 @@ mod tests {
         .await;
         assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.body);
         assert!(reply.body.contains("a batch"), "{}", reply.body);
+    }
+
+    /// A second `initialize` on a session is refused: rmcp answered it with the version it
+    /// asked for, while the session kept the first one's. The session goes on.
+    #[tokio::test]
+    async fn a_second_initialize_on_a_session_is_refused() {
+        let server = server();
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let sid = open(&server, &router, json!({})).await;
+        let again = json!({"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        let reply = send(&router, Method::POST, Some(&sid), again).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.body);
+        let v: Value = serde_json::from_str(&reply.body).unwrap();
+        assert_eq!(
+            (v["id"].clone(), v["error"]["code"].clone()),
+            (json!(7), json!(-32600)),
+            "{v}"
+        );
+        assert!(
+            reply.body.contains("this session is already initialized"),
+            "{}",
+            reply.body
+        );
+        let ping = json!({"jsonrpc": "2.0", "id": 8, "method": "ping"});
+        let reply = send(&router, Method::POST, Some(&sid), ping).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
     }
 
     /// A malformed `initialize` is told what an `initialize` needs (rmcp read it as another

@@ -55,6 +55,8 @@ pub(super) struct LineTransport<R, W> {
     /// Whether a request has been handed to the service: until then a notification is
     /// dropped, since rmcp's handshake ends the session on one.
     opened: bool,
+    /// Whether an `initialize` has been handed to the service: a later one is refused.
+    initialized: bool,
     /// The ids (as JSON text) of the client's requests not answered yet: a request that
     /// reuses one is refused (its answer and the other's could not be told apart, and one
     /// of them was lost).
@@ -80,6 +82,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
             queued: VecDeque::new(),
             batches: Arc::default(),
             opened: false,
+            initialized: false,
             in_flight: Arc::default(),
         }
     }
@@ -172,7 +175,21 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
         let n = match &message {
             ClientJsonRpcMessage::Notification(n) => n,
             ClientJsonRpcMessage::Request(r) => {
+                // rmcp's handshake takes the first `initialize` (a session whose first request
+                // is another ends); a later one was answered with another version than the
+                // one this transport keeps (batches on or off).
+                let initialize = matches!(r.request, ClientRequest::InitializeRequest(_));
+                if initialize && self.initialized {
+                    tracing::warn!("stdin: a second `initialize` was refused");
+                    self.answer(&Refusal {
+                        code: invalid::INVALID_REQUEST,
+                        message: "Invalid Request: this session is already initialized (`initialize` comes once, as the first request); start a new process to negotiate again".into(),
+                        id: serde_json::to_value(&r.id).unwrap_or(Value::Null),
+                    });
+                    return None;
+                }
                 self.opened = true;
+                self.initialized |= initialize;
                 let id = id_text(&r.id);
                 if !crate::server::handler::lock(&self.in_flight).insert(id.clone()) {
                     tracing::warn!("stdin: a request reused the id {id} of one in flight");
@@ -809,6 +826,47 @@ mod tests {
         assert_eq!(
             (again["id"].clone(), again["method"].clone()),
             (json!(3), json!("ping"))
+        );
+    }
+
+    /// A second `initialize` is refused: it was answered, claiming the version it asked for,
+    /// while the transport kept the first one's (batches on or off).
+    #[tokio::test]
+    async fn a_second_initialize_is_refused() {
+        let (mut transport, mut input, mut out, _ct) = pipes(4096);
+        let init = |id: u64, version: &str| {
+            json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+                "protocolVersion": version, "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"}}})
+        };
+        let ping = json!({"jsonrpc": "2.0", "id": 3, "method": "ping"});
+        input
+            .write_all(
+                format!(
+                    "{}\n{}\n{ping}\n",
+                    init(1, "2025-06-18"),
+                    init(2, "2025-03-26")
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+        let first = serde_json::to_value(transport.receive().await.unwrap()).unwrap();
+        assert_eq!(first["id"], 1, "{first}");
+        let next = serde_json::to_value(transport.receive().await.unwrap()).unwrap();
+        assert_eq!(next["id"], 3, "{next}");
+        let refusal = answer(&mut out).await;
+        assert_eq!(
+            (refusal["id"].clone(), refusal["error"]["code"].clone()),
+            (json!(2), json!(-32600)),
+            "{refusal}"
+        );
+        assert!(
+            refusal["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("this session is already initialized"),
+            "{refusal}"
         );
     }
 

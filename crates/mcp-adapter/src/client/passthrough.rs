@@ -574,6 +574,7 @@ impl McpClient {
             }
         }
         drop(owners);
+        rewatch(&self.shared);
         let mut out = Vec::new();
         let mut seen: HashMap<String, String> = HashMap::new();
         for (up, items) in lists {
@@ -754,6 +755,85 @@ impl McpClient {
     }
 }
 
+/// Moves the watch of `uri` (`cell`, its sessions' lock held by the caller) to `to`:
+/// subscribed there first, then unsubscribed where it was (best effort: a server that is down
+/// has forgotten it with its session).
+async fn move_watch(
+    shared: &Arc<Shared>,
+    uri: &str,
+    cell: &WatchCell,
+    to: &Arc<Upstream>,
+) -> Result<(), ContentError> {
+    let conn = connected(to, |c| c.has_resources, "resources")?;
+    if !conn.has_subscribe {
+        return Err(ContentError::InvalidParams(format!(
+            "MCP server \"{}\" does not support resource subscriptions; read {uri} again to see changes",
+            to.name()
+        )));
+    }
+    let limit = timeout(shared, to);
+    #[allow(deprecated)]
+    let request = conn
+        .peer
+        .subscribe(SubscribeRequestParams::new(uri.to_owned()));
+    ask(to, limit, "resources/subscribe", request).await?;
+    let from = std::mem::replace(&mut *lock(&cell.server), to.name().to_owned());
+    tracing::info!(%uri, from = %from, to = %to.name(), "the resource's watch moved to the server that serves it now");
+    if let Some(old) = shared.server(&from)
+        && let Some(conn) = old.conn().filter(|c| c.has_subscribe)
+    {
+        let limit = timeout(shared, &old);
+        #[allow(deprecated)]
+        let request = conn
+            .peer
+            .unsubscribe(UnsubscribeRequestParams::new(uri.to_owned()));
+        if let Err(e) = ask(&old, limit, "resources/unsubscribe", request).await {
+            tracing::warn!(server = %old.name(), %uri, error = %e, "could not unsubscribe after the watch moved");
+        }
+    }
+    Ok(())
+}
+
+/// After a listing changed who serves the URIs: each watched URI whose first owner is now a
+/// connected server other than the watched one moves there, so that its updates come from
+/// where its reads go (a watch begun while that server was down stayed at the later one).
+fn rewatch(shared: &Arc<Shared>) {
+    let moves: Vec<(String, Arc<WatchCell>, Arc<Upstream>)> = {
+        let owners = lock(&shared.passthrough.owners);
+        let subs = lock(&shared.passthrough.subscriptions);
+        subs.iter()
+            .filter_map(|(uri, cell)| {
+                let first = owners.get(uri)?.first()?;
+                if *lock(&cell.server) == *first {
+                    return None;
+                }
+                let to = shared.server(first)?;
+                to.conn()
+                    .is_some_and(|c| c.has_subscribe)
+                    .then(|| (uri.clone(), cell.clone(), to))
+            })
+            .collect()
+    };
+    for (uri, cell, to) in moves {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            {
+                let sessions = cell.sessions.lock().await;
+                let watched = lock(&cell.server).clone();
+                if *sessions > 0
+                    && watched != to.name()
+                    && let Err(e) = move_watch(&shared, &uri, &cell, &to).await
+                {
+                    tracing::warn!(server = %to.name(), %uri, error = %e, "could not move the resource's watch to the server that serves it now");
+                }
+            }
+            drop(cell);
+            // An entry whose last subscriber left while this held it.
+            shared.passthrough.tidy(std::slice::from_ref(&uri));
+        });
+    }
+}
+
 /// Subscribes a reconnected server again to the URIs downstream sessions still watch.
 pub(super) fn resubscribe(shared: &Arc<Shared>, server: &str) {
     let Some(up) = shared.server(server) else {
@@ -843,13 +923,20 @@ impl ContentSource for McpClient {
         let slot = self.shared.passthrough.watch(uri);
         let mut sessions = slot.cell.sessions.lock().await;
         if *sessions > 0 {
-            // Watched through another server (two servers claim the URI, one by a
-            // template): this caller's server would not send these updates. Answered as an
-            // unknown URI, naming no server.
-            if *lock(&slot.cell.server) != up.name() {
-                return Err(ContentError::NotFound(format!(
-                    "no upstream MCP server lists the resource {uri}; call resources/list or resources/templates/list for the URIs that can be read"
-                )));
+            let watched = lock(&slot.cell.server).clone();
+            if watched != up.name() {
+                // Watched through a server this caller may not reach (two servers claim the
+                // URI, one by a template): its server would not send these updates.
+                // Answered as an unknown URI, naming no server.
+                if !caps.allows_server(&watched) {
+                    return Err(ContentError::NotFound(format!(
+                        "no upstream MCP server lists the resource {uri}; call resources/list or resources/templates/list for the URIs that can be read"
+                    )));
+                }
+                // The URI's owner changed since the watch began (a server configured
+                // earlier came up, or the watched one stopped listing it): the watch moves
+                // to where reads go (it stayed, and this caller was told the URI is unknown).
+                move_watch(&self.shared, uri, &slot.cell, &up).await?;
             }
             *sessions += 1;
             return Ok(());

@@ -1562,6 +1562,101 @@ async fn a_resource_two_servers_list_is_the_first_configured_servers() {
     close_and_check(&client).await;
 }
 
+/// A resource watch begun while the server configured first was down (so at the second,
+/// which lists the same URI) moves to the first once it is up and listed, where reads go
+/// from then on: its updates come from the server that serves it. It stayed at the second,
+/// and a new subscriber who may reach both was told the URI is unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_moves_to_the_first_server_once_it_is_up() {
+    use quiver_mcp_adapter::ContentSource;
+
+    let (marker, first_log) = scratch_files("rewatch-first");
+    let second_log = scratch_files("rewatch-second").1;
+    let mut first = ServerConfig::stdio(
+        "first",
+        python(),
+        vec![
+            fixture(),
+            "raw".into(),
+            "--require-file".into(),
+            marker.display().to_string(),
+            "--resources".into(),
+            "shared".into(),
+            "--log".into(),
+            first_log.display().to_string(),
+        ],
+    );
+    first.resources = true;
+    let second_path = second_log.display().to_string();
+    let mut second = raw("second", &["--resources", "shared", "--log", &second_path]);
+    second.resources = true;
+    let (_catalog, client) = start(&[first, second], fast_options());
+    ready(&client).await;
+    let all = quiver_contract::Capabilities::all();
+    assert_eq!(listed_uris(&client, &all).await, ["raw://shared/doc"]);
+    within(
+        Duration::from_secs(30),
+        client.subscribe("raw://shared/doc", &all),
+    )
+    .await
+    .unwrap();
+    let said = |log: &std::path::Path| std::fs::read_to_string(log).unwrap_or_default();
+    assert!(
+        said(&second_log).contains("resources/subscribe"),
+        "{}",
+        said(&second_log)
+    );
+
+    std::fs::write(&marker, b"up").unwrap();
+    wait_for("the first server up", Duration::from_secs(30), || {
+        client.server_status("first").unwrap().state == ServerState::Connected
+    })
+    .await;
+    // A listing (as a client does on the list change the connect sends) makes it the owner.
+    assert_eq!(listed_uris(&client, &all).await, ["raw://shared/doc"]);
+    wait_for(
+        "the watch at the first server",
+        Duration::from_secs(15),
+        || {
+            said(&first_log).contains("\"resources/subscribe\"")
+                && said(&second_log).contains("\"resources/unsubscribe\"")
+        },
+    )
+    .await;
+    // Another subscriber joins the watch; the last to leave ends it at the first server.
+    within(
+        Duration::from_secs(30),
+        client.subscribe("raw://shared/doc", &all),
+    )
+    .await
+    .expect("a second subscriber");
+    for _ in 0..2 {
+        within(
+            Duration::from_secs(30),
+            client.unsubscribe("raw://shared/doc"),
+        )
+        .await
+        .unwrap();
+    }
+    wait_for(
+        "unsubscribed at the first server",
+        Duration::from_secs(15),
+        || said(&first_log).contains("\"resources/unsubscribe\""),
+    )
+    .await;
+    let subscribes = said(&first_log).matches("\"resources/subscribe\"").count();
+    assert_eq!(
+        subscribes,
+        1,
+        "one upstream subscription: {}",
+        said(&first_log)
+    );
+    close_and_check(&client).await;
+    for f in [&marker, &first_log, &second_log] {
+        let _ = std::fs::remove_file(f);
+    }
+}
+
 /// The URIs of the passed-through resource list `caps` sees, in its order.
 async fn listed_uris(
     client: &quiver_mcp_adapter::McpClient,

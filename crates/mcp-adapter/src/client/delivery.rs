@@ -9,10 +9,7 @@
 use std::{
     borrow::Cow,
     collections::HashSet,
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicUsize, Ordering},
-    },
+    sync::{Arc, Mutex},
 };
 
 use super::roots::Roots;
@@ -76,64 +73,115 @@ impl Written {
 
 /// The server's progress and log notifications on their way to the handler. rmcp hands each
 /// notification to a task of its own, so a call's answer, read after them, could reach the
-/// caller first, and a notification handled after its call ended had no call to reach (the
-/// last progress value was dropped). Each one read holds a [`Delivering`] in its extensions
-/// until the handler is done with it (or rmcp drops it), and a call waits for those before it
-/// ends ([`Deliveries::settled`]).
+/// caller first (a notification handled after its call ended had no call to reach: the last
+/// progress value was dropped), and a burst of them reached the caller out of order
+/// (progress going backwards). Each one read holds a [`Delivering`] ticket in its extensions
+/// until the handler is done with it (or rmcp drops it); the handler waits for its turn
+/// ([`Delivering::turn`]: the tickets before it done), and a call waits for the open ones
+/// before it ends ([`Deliveries::settled`]).
 #[derive(Clone, Default)]
 pub(crate) struct Deliveries(Arc<Pending>);
 
 #[derive(Default)]
 struct Pending {
-    open: AtomicUsize,
-    none_open: tokio::sync::Notify,
+    state: Mutex<Turns>,
+    changed: tokio::sync::Notify,
 }
 
-/// One notification not handled yet; cloned with its notification, counted once per copy.
-pub(crate) struct Delivering(Deliveries);
+#[derive(Default)]
+struct Turns {
+    /// The next ticket's number.
+    issued: u64,
+    /// Every ticket below this one is done.
+    next: u64,
+    /// Done tickets at or above `next` (done out of turn, when a wait gave up).
+    done: std::collections::BTreeSet<u64>,
+}
 
-impl Clone for Delivering {
-    fn clone(&self) -> Self {
-        self.0.start()
+/// How long a notification waits for the ones read before it (a handler stuck on a slow
+/// client holds the others no longer).
+const TURN_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// One notification not handled yet; its copies share it, and it is done when the last
+/// one is dropped.
+#[derive(Clone)]
+pub(crate) struct Delivering(Arc<Ticket>);
+
+struct Ticket {
+    seq: u64,
+    deliveries: Deliveries,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let pending = &self.deliveries.0;
+        {
+            let mut turns = lock(&pending.state);
+            turns.done.insert(self.seq);
+            while turns.done.first() == Some(&turns.next) {
+                turns.done.pop_first();
+                turns.next += 1;
+            }
+        }
+        pending.changed.notify_waiters();
     }
 }
 
-impl Drop for Delivering {
-    fn drop(&mut self) {
-        if self.0.0.open.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.0.none_open.notify_waiters();
+impl Delivering {
+    /// Waits until the notifications read before this one are handled (at most
+    /// [`TURN_WAIT`]), so that the caller gets them in the server's order.
+    pub(crate) async fn turn(&self) {
+        let pending = &self.0.deliveries.0;
+        let seq = self.0.seq;
+        let _ = tokio::time::timeout(TURN_WAIT, pending.wait_until(|t| t.next >= seq)).await;
+    }
+}
+
+impl Pending {
+    /// Waits until `ready` holds of the turns.
+    async fn wait_until(&self, ready: impl Fn(&Turns) -> bool) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if ready(&lock(&self.state)) {
+                return;
+            }
+            changed.await;
         }
     }
 }
 
 impl Deliveries {
     fn start(&self) -> Delivering {
-        self.0.open.fetch_add(1, Ordering::AcqRel);
-        Delivering(self.clone())
+        let seq = {
+            let mut turns = lock(&self.0.state);
+            turns.issued += 1;
+            turns.issued - 1
+        };
+        Delivering(Arc::new(Ticket {
+            seq,
+            deliveries: self.clone(),
+        }))
     }
 
     /// Waits until every notification read so far is handled, at most `most` (a handler
     /// waiting on a slow client does not hold the call longer).
     pub(crate) async fn settled(&self, most: std::time::Duration) {
-        let deadline = tokio::time::Instant::now() + most;
-        loop {
-            let notified = self.0.none_open.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.0.open.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return;
-            }
-        }
+        let issued = lock(&self.0.state).issued;
+        let _ = tokio::time::timeout(most, self.0.wait_until(|t| t.next >= issued)).await;
     }
 
     /// How many are open.
     #[cfg(test)]
     fn open(&self) -> usize {
-        self.0.open.load(Ordering::Acquire)
+        let turns = lock(&self.0.state);
+        (turns.issued - turns.next) as usize - turns.done.len()
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A transport that records completed request writes in [`Written`], counts the answers
@@ -257,8 +305,11 @@ mod tests {
         let deliveries = Deliveries::default();
         let note = deliveries.start();
         let copy = note.clone();
+        let second = deliveries.start();
         assert_eq!(deliveries.open(), 2);
         drop(copy);
+        assert_eq!(deliveries.open(), 2, "a copy is the same notification");
+        drop(second);
         let handler = tokio::spawn(async move {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             drop(note);
@@ -276,6 +327,36 @@ mod tests {
             .await;
         assert!(started.elapsed() >= std::time::Duration::from_millis(30));
         assert_eq!(deliveries.open(), 1);
+    }
+
+    /// Handlers run in the order their notifications were read, whatever order their tasks
+    /// start in (rmcp spawns one per notification: a burst of progress went backwards); one
+    /// that is never done holds the next one for [`TURN_WAIT`] at most.
+    #[tokio::test(start_paused = true)]
+    async fn notifications_are_handled_in_the_order_they_were_read() {
+        let deliveries = Deliveries::default();
+        let tickets: Vec<Delivering> = (0..4).map(|_| deliveries.start()).collect();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for (i, ticket) in tickets.into_iter().enumerate().rev() {
+            let order = order.clone();
+            tasks.push(tokio::spawn(async move {
+                ticket.turn().await;
+                order.lock().unwrap().push(i);
+                drop(ticket);
+            }));
+            tokio::task::yield_now().await;
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3]);
+        // A ticket held forever: the next one's turn comes after the bound.
+        let _stuck = deliveries.start();
+        let next = deliveries.start();
+        let started = tokio::time::Instant::now();
+        next.turn().await;
+        assert!(started.elapsed() >= TURN_WAIT);
     }
 
     /// Every request's id is forgotten when the request ends, whatever it was and however it

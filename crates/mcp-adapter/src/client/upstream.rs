@@ -39,7 +39,7 @@ use super::{
     child::{self, ChildGuard},
     classify::{Class, classify_init, classify_service},
     config::{Endpoint, Liveness, ResolvedServer},
-    delivery::{Deliveries, Tracked, Written},
+    delivery::{Deliveries, Delivering, Tracked, Written},
     h1, http,
     roots::{REFETCH_WAIT, Refetch, Roots, Who, roots_of},
     route::{Calls, Origin, Route},
@@ -2315,8 +2315,12 @@ impl ClientHandler for Handler {
     async fn on_progress(
         &self,
         params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
+        context: NotificationContext<RoleClient>,
     ) {
+        // In the server's order: rmcp runs each notification's handler in a task of its own.
+        if let Some(ticket) = context.extensions.get::<Delivering>() {
+            ticket.turn().await;
+        }
         let Some(up) = self.up.upgrade() else { return };
         if let Some(channel) = up
             .calls
@@ -2333,8 +2337,11 @@ impl ClientHandler for Handler {
     async fn on_logging_message(
         &self,
         params: LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
+        context: NotificationContext<RoleClient>,
     ) {
+        if let Some(ticket) = context.extensions.get::<Delivering>() {
+            ticket.turn().await;
+        }
         let Some(up) = self.up.upgrade() else { return };
         // A notification names no request: it goes to the single call in flight, if any;
         // otherwise only the operator log sees it.

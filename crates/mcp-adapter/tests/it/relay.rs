@@ -159,6 +159,36 @@ async fn the_last_notifications_before_a_stdio_result_reach_the_call() {
             missed.push((round, seen));
         }
     }
+    // A burst reaches the client in the server's order (rmcp runs each notification's
+    // handler in a task of its own: progress went backwards, log lines swapped).
+    let mut disordered = Vec::new();
+    for round in 0..20 {
+        let recorder = Recorder::new(false);
+        let ctx = CallContext::for_session("relay-test").with_client(recorder.clone());
+        let env = within(
+            Duration::from_secs(30),
+            entry.tool.call(json!({"burst": 8}), &ctx),
+        )
+        .await
+        .unwrap_or_else(Envelope::from);
+        assert!(text_of(&env).contains("burst"), "{env:?}");
+        let seen = recorder.seen();
+        let want: Vec<String> = (0..8)
+            .flat_map(|i| {
+                [
+                    format!("progress {}/Some(8.0): ", i + 1),
+                    format!("log info: \"log {i}\""),
+                ]
+            })
+            .collect();
+        if seen != want {
+            disordered.push((round, seen));
+        }
+    }
+    assert!(
+        disordered.is_empty(),
+        "bursts not in the server's order: {disordered:?}"
+    );
     assert!(
         missed.is_empty(),
         "calls that ended before their last notifications: {missed:?}"

@@ -411,10 +411,15 @@ fn whole_number_hint(message: &str) -> Option<String> {
     .map(|(_, max)| max);
     const FLOAT: &str = "invalid type: floating point `";
     let fixed = if line == "u64 value was too large" {
-        format!(
-            "{line}\na TOML integer is at most {} (and this setting takes a whole number)",
-            i64::MAX
-        )
+        format!("{line}\na TOML integer is at most {}", i64::MAX)
+    } else if line.ends_with(", expected f64") {
+        if line.starts_with("invalid type: string ") {
+            format!("{line}\nthis setting takes a number, written without quotes")
+        } else if line.starts_with("invalid type: integer `") {
+            format!("{line}\nthis number is too large for this setting")
+        } else {
+            return None;
+        }
     } else if let Some(max) = largest {
         if let Some(rest) = line.strip_prefix(FLOAT) {
             let end = rest.find('`')?;
@@ -1027,6 +1032,12 @@ allowed_tools = ["t1", "t2"]
             check(text, Err(hint));
             check(text, Err("line 2"));
         }
+        check(
+            "[limits]\ntimeout_secs = \"5\"",
+            Err(
+                "invalid type: string \"5\", expected f64\nthis setting takes a number, written without quotes",
+            ),
+        );
         // A number from a variable: the interpolated text is still text.
         check(
             "[limits]\nmax_concurrent = \"${env:HOME_DIR}\"",

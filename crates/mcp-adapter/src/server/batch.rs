@@ -55,8 +55,17 @@ pub(super) fn is_array(bytes: &[u8]) -> bool {
 pub(super) async fn serve(direct: &Direct, parts: Parts, bytes: &Bytes) -> Response {
     let items = match serde_json::from_slice::<Value>(bytes) {
         Ok(Value::Array(items)) => items,
-        // Not JSON after all: the single-message path says why (-32700).
-        _ => return one(direct, &parts, bytes.clone()).await,
+        // Not JSON after all: -32700 in the single-message path's words (it was taken
+        // for a batch inside a batch).
+        Err(e) => {
+            return json_rpc_error(
+                StatusCode::BAD_REQUEST,
+                Value::Null,
+                super::invalid::PARSE_ERROR,
+                &format!("Parse error: the body is not valid JSON ({e})"),
+            );
+        }
+        Ok(_) => return one(direct, &parts, bytes.clone()).await,
     };
     if items.is_empty() {
         return json_rpc_error(
@@ -298,15 +307,15 @@ fn refusals(items: &[Value]) -> Vec<Option<Refusal>> {
             }
             let (text, method) = super::invalid::batched_request(item)?;
             let id = item.get("id").cloned().unwrap_or(Value::Null);
-            if method == "initialize" {
-                return Some(super::invalid::initialize_in_batch(id));
-            }
             if !seen.insert(text.clone()) {
                 return Some(super::invalid::reused_id(
                     id,
                     &text,
                     "another request of this batch",
                 ));
+            }
+            if method == Some("initialize") {
+                return Some(super::invalid::initialize_in_batch(id));
             }
             None
         })

@@ -1350,6 +1350,8 @@ mod tests {
                 "protocolVersion": "2025-06-18", "capabilities": {},
                 "clientInfo": {"name": "t", "version": "1"}}},
             1,
+            {"jsonrpc": "2.0", "id": 32, "method": 123},
+            {"jsonrpc": "2.0", "id": 32, "method": "ping"},
         ]);
         let reply = send_with(
             &router,
@@ -1359,9 +1361,24 @@ mod tests {
             weighted,
         )
         .await;
+        // A malformed request still holds its id: the ping reusing it is refused, not run.
+        let thirty_two: Vec<Value> = serde_json::from_str::<Vec<Value>>(&reply.body)
+            .unwrap_or_else(|_| panic!("{}", reply.body))
+            .into_iter()
+            .filter(|a| a["id"] == 32)
+            .collect();
+        assert_eq!(thirty_two.len(), 2, "{}", reply.body);
+        assert!(
+            thirty_two.iter().all(|a| a.get("result").is_none())
+                && thirty_two.iter().any(|a| a["error"]["message"]
+                    == "Invalid Request: the id 32 is already used by another request of this batch; give each request its own id"),
+            "{}",
+            reply.body
+        );
         let mut answers: Vec<(String, Value)> = serde_json::from_str::<Vec<Value>>(&reply.body)
             .unwrap_or_else(|_| panic!("{}", reply.body))
             .into_iter()
+            .filter(|a| a["id"] != 32)
             .map(|a| {
                 let what = a["error"]["message"]
                     .as_str()
@@ -1400,6 +1417,20 @@ mod tests {
         let quiet = json!([{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 98}}]);
         let reply = send_with(&router, Method::POST, Some(&sid), quiet.to_string(), old).await;
         assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.body);
+        // An array that is not JSON is a parse error (it was "a batch inside a batch").
+        for text in ["[", r#"[{"jsonrpc": "2.0", "id": 2, "method": "ping"},]"#] {
+            let reply = send_with(&router, Method::POST, Some(&sid), text.into(), old).await;
+            assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{text}");
+            let v: Value = serde_json::from_str(&reply.body).unwrap();
+            assert_eq!(v["error"]["code"], json!(-32700), "{text}: {v}");
+            assert!(
+                reply
+                    .body
+                    .contains("Parse error: the body is not valid JSON ("),
+                "{text}: {}",
+                reply.body
+            );
+        }
         let reply = send_with(&router, Method::POST, Some(&sid), "[]".into(), old).await;
         assert_eq!(reply.status, StatusCode::BAD_REQUEST);
         let v: Value = serde_json::from_str(&reply.body).unwrap();

@@ -118,11 +118,13 @@ pub(super) fn initialize_in_batch(id: Value) -> Refusal {
 }
 
 /// A batch element's request id, as JSON text in the form rmcp reads it (`5.0` is the id
-/// `5`), and its method; `None` for an element that is no request.
-pub(super) fn batched_request(item: &Value) -> Option<(String, &str)> {
-    let method = item.get("method")?.as_str()?;
+/// `5`), and its method when that is a string; `None` for an element that is no request
+/// (no `method`, or no id that can be read). An element refused as malformed still holds
+/// its id, so that a later one reusing it is refused too (both ran, answered alike).
+pub(super) fn batched_request(item: &Value) -> Option<(String, Option<&str>)> {
+    let method = item.get("method")?;
     let id = serde_json::from_value::<rmcp::model::RequestId>(item.get("id")?.clone()).ok()?;
-    Some((serde_json::to_string(&id).ok()?, method))
+    Some((serde_json::to_string(&id).ok()?, method.as_str()))
 }
 
 /// Whether `value` is a notification in JSON-RPC's shape (no `id`), which is not answered

@@ -113,34 +113,40 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
             return;
         }
         let mut waiting = HashSet::new();
+        // The ids of the batch's requests, those refused as malformed too: a later one
+        // reusing one is refused (it ran, and its answer and the refusal had the same id).
+        let mut seen = HashSet::new();
         let mut answers = Vec::new();
         for item in items {
+            // Keyed as rmcp reads the id, as the answers and the ids in flight are: `5.0`
+            // is the id 5.
+            if let Some((text, method)) = invalid::batched_request(&item) {
+                let id = item.get("id").unwrap_or(&Value::Null);
+                // A reused id is refused in the batch's answer, not in a line of its own
+                // beside it (and an earlier request's answer is not taken for it).
+                let by = if seen.contains(&text) {
+                    Some("another request of this batch")
+                } else if crate::server::handler::lock(&self.in_flight).contains(&text) {
+                    Some("a request in flight")
+                } else {
+                    None
+                };
+                if let Some(by) = by {
+                    tracing::warn!("stdin: a batched request reused the id {text}");
+                    answers.push(invalid::reused_id(id.clone(), &text, by).to_json());
+                    continue;
+                }
+                seen.insert(text);
+                // Whatever its params (one without them is no message rmcp can read).
+                if method == Some("initialize") {
+                    answers.push(invalid::initialize_in_batch(id.clone()).to_json());
+                    continue;
+                }
+            }
             match serde_json::from_value::<ClientJsonRpcMessage>(item.clone()) {
                 Ok(mut message) => {
                     if let ClientJsonRpcMessage::Request(r) = &message {
-                        let id = item.get("id").unwrap_or(&Value::Null);
-                        if matches!(r.request, ClientRequest::InitializeRequest(_)) {
-                            answers.push(invalid::initialize_in_batch(id.clone()).to_json());
-                            continue;
-                        }
-                        // A reused id is refused in the batch's answer, not in a line of its
-                        // own beside it (and an earlier request's answer is not taken for it).
-                        // Keyed as rmcp reads it, as the answers and the ids in flight are:
-                        // `5.0` is the id 5.
-                        let text = id_text(&r.id);
-                        let by = if waiting.contains(&text) {
-                            Some("another request of this batch")
-                        } else if crate::server::handler::lock(&self.in_flight).contains(&text) {
-                            Some("a request in flight")
-                        } else {
-                            None
-                        };
-                        if let Some(by) = by {
-                            tracing::warn!("stdin: a batched request reused the id {text}");
-                            answers.push(invalid::reused_id(id.clone(), &text, by).to_json());
-                            continue;
-                        }
-                        waiting.insert(text);
+                        waiting.insert(id_text(&r.id));
                     }
                     // A list whose cursor is not a string: the handler refuses it (its
                     // answer joins the batch's).
@@ -572,6 +578,9 @@ mod tests {
             {"jsonrpc": "2.0", "id": 4, "method": "initialize", "params": {
                 "protocolVersion": "2025-06-18", "capabilities": {},
                 "clientInfo": {"name": "t", "version": "1"}}},
+            {"jsonrpc": "2.0", "id": 12, "method": "tools/call", "params": [1]},
+            {"jsonrpc": "2.0", "id": 12, "method": "ping"},
+            {"jsonrpc": "2.0", "id": 13, "method": "initialize"},
         ]);
         input
             .write_all(format!("{init}\n[]\n{batch}\n").as_bytes())
@@ -612,7 +621,33 @@ mod tests {
         let answers = answers.as_array().expect("one array line");
         let mut ids: Vec<String> = answers.iter().map(|a| a["id"].to_string()).collect();
         ids.sort();
-        assert_eq!(ids, ["\"two\"", "1", "3", "4"], "{answers:?}");
+        assert_eq!(
+            ids,
+            ["\"two\"", "1", "12", "12", "13", "3", "4"],
+            "{answers:?}"
+        );
+        // A malformed request still holds its id: the ping reusing it is refused, not run
+        // (it was answered too, with the same id as the refusal).
+        let twelve: Vec<&str> = answers
+            .iter()
+            .filter(|a| a["id"] == 12)
+            .map(|a| a["error"]["message"].as_str().unwrap_or("a result"))
+            .collect();
+        assert!(
+            twelve.contains(
+                &"Invalid Request: the id 12 is already used by another request of this batch; give each request its own id"
+            ) && !twelve.contains(&"a result"),
+            "{twelve:?}"
+        );
+        // An `initialize` without params is refused as one, not as malformed.
+        let thirteen = answers.iter().find(|a| a["id"] == 13).unwrap();
+        assert!(
+            thirteen["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("an `initialize` must not be part of a batch"),
+            "{thirteen}"
+        );
         let bad = answers.iter().find(|a| a["id"] == 3).unwrap();
         assert_eq!(bad["error"]["code"], -32600, "{bad}");
         // An `initialize` must not be part of a batch (it was answered, claiming 2025-06-18

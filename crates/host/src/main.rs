@@ -839,9 +839,34 @@ async fn command(
                     });
                 }
             }
+            // A rule that needs an earlier call of a tool every caller is refused: its own
+            // tools can never be called.
+            let mut rule_misfits = Vec::new();
+            for r in &config.policy.rules {
+                let Some(prior) = &r.requires_prior else {
+                    continue;
+                };
+                if let Some(deny) = config
+                    .always_denied(None, None)
+                    .find(|d| quiver_contract::pattern_matches(&d.tool, prior))
+                {
+                    let so = match r.action {
+                        quiver_registry::PolicyAction::Deny => "can never be called",
+                        quiver_registry::PolicyAction::Warn => "is warned about on every call",
+                    };
+                    rule_misfits.push(format!(
+                        "policy rule `{}` needs a call of `{prior}` first, which policy rule `{}` refuses every caller, so `{}` {so}; narrow one of the rules",
+                        r.id, deny.id, r.tool
+                    ));
+                }
+            }
             for w in &misfits {
                 say!("surface: [config] {w}");
             }
+            for w in &rule_misfits {
+                say!("policy: [config] {w}");
+            }
+            misfits.extend(rule_misfits);
             // A stdio server whose command cannot be started is a configuration fault,
             // required or not (a required one also fails the readiness check).
             let cannot_start: Vec<(String, String)> = app

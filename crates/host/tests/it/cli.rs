@@ -1683,6 +1683,21 @@ fn check_names_system_tools_and_anchors_denied_to_everyone() {
         text.contains("surface: [config] anchor `mcp__one__t1` is denied to every caller by policy rule `off`, so it is never offered"),
         "{text}"
     );
+    // A rule needing an earlier call of a tool everyone is refused can never be met.
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{server:?}]\nenv = {{ MORE = \"1\" }}\n\n[[policy.rules]]\nid = \"off\"\ntool = \"mcp__one__t1\"\naction = \"deny\"\nmessage = \"off today\"\n\n[[policy.rules]]\nid = \"after\"\ntool = \"mcp__one__t\"\naction = \"deny\"\nrequires_prior = \"mcp__one__t1\"\nmessage = \"call t1 first\"\n"
+        ),
+    )
+    .unwrap();
+    let out = quiver_in(&dir, &["check"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("policy: [config] policy rule `after` needs a call of `mcp__one__t1` first, which policy rule `off` refuses every caller, so `mcp__one__t` can never be called"),
+        "{text}"
+    );
 }
 
 /// Two servers whose prefixed tool names collide (`a` + `_t` and `a_` + `t` are both

@@ -85,7 +85,8 @@ pub(crate) struct Deliveries(Arc<Pending>);
 #[derive(Default)]
 struct Pending {
     state: Mutex<Turns>,
-    changed: tokio::sync::Notify,
+    /// Told each time `next` moves ([`Deliveries::settled`] waits on it).
+    advanced: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -94,13 +95,17 @@ struct Turns {
     issued: u64,
     /// Every ticket below this one is done.
     next: u64,
-    /// Done tickets at or above `next` (done out of turn, when a wait gave up).
+    /// Done tickets above `next` (done out of turn, when a wait gave up).
     done: std::collections::BTreeSet<u64>,
+    /// The ticket waiting for its turn, by number: only the one whose turn comes is woken
+    /// (waking every waiter at each step cost a burst of N notifications N²/2 wake-ups).
+    waiting: std::collections::HashMap<u64, Arc<tokio::sync::Notify>>,
 }
 
-/// How long a notification waits for the ones read before it (a handler stuck on a slow
-/// client holds the others no longer).
-const TURN_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+/// How long a notification waits for the ones read before it, and then how long its
+/// handler holds the ones after it: a handler stuck on a slow client holds the others no
+/// longer (its delivery goes on, out of turn).
+pub(crate) const TURN_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// One notification not handled yet; its copies share it, and it is done when the last
 /// one is dropped.
@@ -115,15 +120,21 @@ struct Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         let pending = &self.deliveries.0;
-        {
+        let wake = {
             let mut turns = lock(&pending.state);
             turns.done.insert(self.seq);
             while turns.done.first() == Some(&turns.next) {
                 turns.done.pop_first();
                 turns.next += 1;
             }
+            let next = turns.next;
+            turns.waiting.remove(&next)
+        };
+        // A ticket waiting for its turn is not done, so `next` stops at the first of them.
+        if let Some(waiter) = wake {
+            waiter.notify_one();
         }
-        pending.changed.notify_waiters();
+        pending.advanced.notify_waiters();
     }
 }
 
@@ -133,23 +144,41 @@ impl Delivering {
     pub(crate) async fn turn(&self) {
         let pending = &self.0.deliveries.0;
         let seq = self.0.seq;
-        let _ = tokio::time::timeout(TURN_WAIT, pending.wait_until(|t| t.next >= seq)).await;
+        let deadline = tokio::time::Instant::now() + TURN_WAIT;
+        loop {
+            let waiter = {
+                let mut turns = lock(&pending.state);
+                if turns.next >= seq {
+                    return;
+                }
+                turns.waiting.entry(seq).or_default().clone()
+            };
+            // `notify_one` keeps a wake-up given before this waits.
+            if tokio::time::timeout_at(deadline, waiter.notified())
+                .await
+                .is_err()
+            {
+                lock(&pending.state).waiting.remove(&seq);
+                return;
+            }
+        }
     }
 }
 
-impl Pending {
-    /// Waits until `ready` holds of the turns.
-    async fn wait_until(&self, ready: impl Fn(&Turns) -> bool) {
-        loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            if ready(&lock(&self.state)) {
-                return;
-            }
-            changed.await;
-        }
-    }
+/// Runs `work` (a notification's handling) in the turn of its ticket, if it has one: after
+/// the notifications read before it, and holding the ones after it no longer than
+/// [`TURN_WAIT`] (a delivery to a client that does not read goes on in its own task).
+pub(crate) async fn in_turn(
+    ticket: Option<Delivering>,
+    work: impl Future<Output = ()> + Send + 'static,
+) {
+    let Some(ticket) = ticket else {
+        work.await;
+        return;
+    };
+    ticket.turn().await;
+    let _ = tokio::time::timeout(TURN_WAIT, tokio::spawn(work)).await;
+    drop(ticket);
 }
 
 impl Deliveries {
@@ -168,8 +197,20 @@ impl Deliveries {
     /// Waits until every notification read so far is handled, at most `most` (a handler
     /// waiting on a slow client does not hold the call longer).
     pub(crate) async fn settled(&self, most: std::time::Duration) {
-        let issued = lock(&self.0.state).issued;
-        let _ = tokio::time::timeout(most, self.0.wait_until(|t| t.next >= issued)).await;
+        let pending = &self.0;
+        let deadline = tokio::time::Instant::now() + most;
+        let target = lock(&pending.state).issued;
+        loop {
+            let advanced = pending.advanced.notified();
+            tokio::pin!(advanced);
+            advanced.as_mut().enable();
+            if lock(&pending.state).next >= target {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, advanced).await.is_err() {
+                return;
+            }
+        }
     }
 
     /// How many are open.
@@ -352,11 +393,25 @@ mod tests {
         }
         assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3]);
         // A ticket held forever: the next one's turn comes after the bound.
-        let _stuck = deliveries.start();
+        let stuck = deliveries.start();
         let next = deliveries.start();
         let started = tokio::time::Instant::now();
         next.turn().await;
         assert!(started.elapsed() >= TURN_WAIT);
+        drop((stuck, next));
+        // A handler whose delivery never ends (a client that does not read) holds the next
+        // one for the bound only, and its own delivery goes on in its task.
+        let (first, second) = (deliveries.start(), deliveries.start());
+        let started = tokio::time::Instant::now();
+        in_turn(Some(first), std::future::pending()).await;
+        let held = started.elapsed();
+        assert!(held >= TURN_WAIT, "{held:?}");
+        let ran = Arc::new(Mutex::new(false));
+        let flag = ran.clone();
+        in_turn(Some(second), async move { *flag.lock().unwrap() = true }).await;
+        assert!(*ran.lock().unwrap());
+        assert_eq!(started.elapsed(), held, "its turn had come");
+        assert_eq!(deliveries.open(), 0);
     }
 
     /// Every request's id is forgotten when the request ends, whatever it was and however it

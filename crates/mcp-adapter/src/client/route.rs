@@ -57,6 +57,9 @@ pub(crate) struct Entry {
     pub(crate) tool: String,
     /// Our JSON-RPC id and progress token, once the request is handed to rmcp.
     sent: Mutex<Option<(RequestId, ProgressToken)>>,
+    /// Whether a request goes out for it (its token is still to come while `sent` is
+    /// empty); not for the roots' refetch, which sends none.
+    sends: bool,
     /// The way back to the downstream client, if the call has one.
     pub(crate) channel: Option<Arc<dyn ClientChannel>>,
     /// Who that client is (whose roots the server gets).
@@ -176,16 +179,29 @@ impl Drop for Registration<'_> {
         self.entry.done.cancel();
         lock(&self.calls.entries).retain(|e| e.seq != self.entry.seq);
         self.calls.ended.fetch_add(1, Ordering::Relaxed);
+        // Who waits for a call being sent need not wait for this one any more.
+        self.calls.sent.notify_waiters();
     }
 }
 
 impl Calls {
     /// Registers a call about to be sent.
     pub(crate) fn begin(&self, tool: &str, ctx: &CallContext) -> Registration<'_> {
+        self.register(tool, ctx, true)
+    }
+
+    /// Registers a call for which no request goes out (the roots' refetch before one): what
+    /// the server asks meanwhile reaches its client, and no progress waits for its token.
+    pub(crate) fn begin_unsent(&self, tool: &str, ctx: &CallContext) -> Registration<'_> {
+        self.register(tool, ctx, false)
+    }
+
+    fn register(&self, tool: &str, ctx: &CallContext, sends: bool) -> Registration<'_> {
         let entry = Arc::new(Entry {
             seq: self.next.fetch_add(1, Ordering::Relaxed),
             tool: tool.to_owned(),
             sent: Mutex::new(None),
+            sends,
             channel: ctx.client.clone(),
             who: Who::of(ctx),
             done: ctx.cancel.child_token(),
@@ -243,7 +259,7 @@ impl Calls {
                 (Some(_), Some(_)) => return None,
                 (None, _) => {}
             }
-            if !calls.iter().any(|e| e.token().is_none())
+            if !calls.iter().any(|e| e.sends && e.token().is_none())
                 || tokio::time::timeout_at(deadline, notified).await.is_err()
             {
                 return None;
@@ -370,6 +386,22 @@ mod tests {
         tokio::task::yield_now().await;
         reg.sent(RequestId::Number(3), token);
         assert_eq!(routed.await.unwrap().as_deref(), Some("fast"));
+        drop(reg);
+        // A registration that sends no request (the roots' refetch) has no token to wait for.
+        let stray = ProgressToken(rmcp::model::NumberOrString::Number(77));
+        let refetch = calls.begin_unsent("refetch", &CallContext::default());
+        let started = tokio::time::Instant::now();
+        assert!(calls.by_progress(&stray).await.is_none());
+        assert_eq!(started.elapsed(), std::time::Duration::ZERO);
+        drop(refetch);
+        // A call that ends unsent releases the wait at once (it waited out the second).
+        let unsent = calls.begin("gone", &CallContext::default());
+        let router = calls.clone();
+        let waiting = tokio::spawn(async move { router.by_progress(&stray).await.is_none() });
+        tokio::task::yield_now().await;
+        drop(unsent);
+        assert!(waiting.await.unwrap());
+        assert_eq!(started.elapsed(), std::time::Duration::ZERO);
     }
 
     #[tokio::test]

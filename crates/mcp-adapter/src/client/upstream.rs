@@ -39,7 +39,7 @@ use super::{
     child::{self, ChildGuard},
     classify::{Class, classify_init, classify_service},
     config::{Endpoint, Liveness, ResolvedServer},
-    delivery::{Deliveries, Delivering, Tracked, Written},
+    delivery::{Deliveries, Delivering, Tracked, Written, in_turn},
     h1, http,
     roots::{REFETCH_WAIT, Refetch, Roots, Who, roots_of},
     route::{Calls, Origin, Route},
@@ -1898,7 +1898,7 @@ impl Upstream {
         }
         // Registered while the server fetches, so that its `roots/list` reaches this call's
         // client; one that comes after is answered with none (`list_roots`).
-        let registration = self.calls.begin(label, ctx);
+        let registration = self.calls.begin_unsent(label, ctx);
         let notify = async {
             match conn.peer.notify_roots_list_changed().await {
                 Ok(()) => true,
@@ -1964,7 +1964,12 @@ impl Upstream {
         )
         .await
         {
-            Waited::Answer(r) => *r,
+            Waited::Answer(r) => {
+                // The progress and log messages read before the answer reach the caller
+                // first, as a tool call's do.
+                conn.deliveries.settled(SETTLE_WAIT).await;
+                *r
+            }
             Waited::TimedOut => Err(ServiceError::Timeout { timeout: limit }),
             Waited::Cancelled => Err(cancelled()),
         }
@@ -2315,45 +2320,49 @@ impl ClientHandler for Handler {
     async fn on_progress(
         &self,
         params: ProgressNotificationParam,
-        context: NotificationContext<RoleClient>,
+        mut context: NotificationContext<RoleClient>,
     ) {
+        let up = self.up.clone();
         // In the server's order: rmcp runs each notification's handler in a task of its own.
-        if let Some(ticket) = context.extensions.get::<Delivering>() {
-            ticket.turn().await;
-        }
-        let Some(up) = self.up.upgrade() else { return };
-        if let Some(channel) = up
-            .calls
-            .by_progress(&params.progress_token)
-            .await
-            .and_then(|e| e.channel.clone())
-        {
-            channel
-                .progress(params.progress, params.total, params.message)
-                .await;
-        }
+        let ticket = context.extensions.remove::<Delivering>();
+        in_turn(ticket, async move {
+            let Some(up) = up.upgrade() else { return };
+            if let Some(channel) = up
+                .calls
+                .by_progress(&params.progress_token)
+                .await
+                .and_then(|e| e.channel.clone())
+            {
+                channel
+                    .progress(params.progress, params.total, params.message)
+                    .await;
+            }
+        })
+        .await;
     }
 
     async fn on_logging_message(
         &self,
         params: LoggingMessageNotificationParam,
-        context: NotificationContext<RoleClient>,
+        mut context: NotificationContext<RoleClient>,
     ) {
-        if let Some(ticket) = context.extensions.get::<Delivering>() {
-            ticket.turn().await;
-        }
-        let Some(up) = self.up.upgrade() else { return };
-        // A notification names no request: it goes to the single call in flight, if any;
-        // otherwise only the operator log sees it.
-        let entry = match up.calls.route(&Origin::Unknown).await {
-            Route::To(entry) => Some(entry),
-            _ => None,
-        };
-        deliver_log(
-            entry.as_ref().and_then(|e| e.channel.as_ref()),
-            &up.cfg.name,
-            params,
-        )
+        let up = self.up.clone();
+        let ticket = context.extensions.remove::<Delivering>();
+        in_turn(ticket, async move {
+            let Some(up) = up.upgrade() else { return };
+            // A notification names no request: it goes to the single call in flight, if
+            // any; otherwise only the operator log sees it.
+            let entry = match up.calls.route(&Origin::Unknown).await {
+                Route::To(entry) => Some(entry),
+                _ => None,
+            };
+            deliver_log(
+                entry.as_ref().and_then(|e| e.channel.as_ref()),
+                &up.cfg.name,
+                params,
+            )
+            .await;
+        })
         .await;
     }
 

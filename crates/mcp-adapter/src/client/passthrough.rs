@@ -10,7 +10,10 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -85,6 +88,9 @@ struct WatchCell {
     /// How many downstream sessions are subscribed (0: not subscribed upstream). Its lock
     /// orders the upstream requests of this URI.
     sessions: tokio::sync::Mutex<usize>,
+    /// Whether a subscriber may reach only some servers (set under `sessions`): the watch
+    /// then stays where it is, since another server's updates may not be that caller's.
+    restricted: AtomicBool,
 }
 
 impl WatchCell {
@@ -803,6 +809,10 @@ fn rewatch(shared: &Arc<Shared>) {
         let subs = lock(&shared.passthrough.subscriptions);
         subs.iter()
             .filter_map(|(uri, cell)| {
+                // A caller who may reach only some servers keeps the watch it began.
+                if cell.restricted.load(Ordering::Relaxed) {
+                    return None;
+                }
                 let first = owners.get(uri)?.first()?;
                 if *lock(&cell.server) == *first {
                     return None;
@@ -822,6 +832,7 @@ fn rewatch(shared: &Arc<Shared>) {
                 let watched = lock(&cell.server).clone();
                 if *sessions > 0
                     && watched != to.name()
+                    && !cell.restricted.load(Ordering::Relaxed)
                     && let Err(e) = move_watch(&shared, &uri, &cell, &to).await
                 {
                     tracing::warn!(server = %to.name(), %uri, error = %e, "could not move the resource's watch to the server that serves it now");
@@ -922,13 +933,15 @@ impl ContentSource for McpClient {
         let up = self.owner_of(uri, caps).await?;
         let slot = self.shared.passthrough.watch(uri);
         let mut sessions = slot.cell.sessions.lock().await;
+        let restricted = caps.allowed_servers.is_some();
         if *sessions > 0 {
             let watched = lock(&slot.cell.server).clone();
             if watched != up.name() {
                 // Watched through a server this caller may not reach (two servers claim the
-                // URI, one by a template): its server would not send these updates.
-                // Answered as an unknown URI, naming no server.
-                if !caps.allows_server(&watched) {
+                // URI, one by a template), or for a caller who may reach only some servers:
+                // its server would not send these updates. Answered as an unknown URI,
+                // naming no server.
+                if !caps.allows_server(&watched) || slot.cell.restricted.load(Ordering::Relaxed) {
                     return Err(ContentError::NotFound(format!(
                         "no upstream MCP server lists the resource {uri}; call resources/list or resources/templates/list for the URIs that can be read"
                     )));
@@ -938,6 +951,7 @@ impl ContentSource for McpClient {
                 // to where reads go (it stayed, and this caller was told the URI is unknown).
                 move_watch(&self.shared, uri, &slot.cell, &up).await?;
             }
+            slot.cell.restricted.fetch_or(restricted, Ordering::Relaxed);
             *sessions += 1;
             return Ok(());
         }
@@ -956,6 +970,7 @@ impl ContentSource for McpClient {
         ask(&up, limit, "resources/subscribe", request).await?;
         *sessions = 1;
         *lock(&slot.cell.server) = up.name().to_owned();
+        slot.cell.restricted.store(restricted, Ordering::Relaxed);
         Ok(())
     }
 

@@ -1651,6 +1651,33 @@ async fn a_watch_moves_to_the_first_server_once_it_is_up() {
         "one upstream subscription: {}",
         said(&first_log)
     );
+    // A caller who may reach only the second server keeps its watch there (the first's
+    // updates may not be its), whatever a listing shows.
+    let only_second =
+        quiver_contract::Capabilities::all().with_allowed_servers(vec!["second".into()]);
+    let count = |log: &std::path::Path, what: &str| said(log).matches(what).count();
+    let unsubscribed = count(&second_log, "\"resources/unsubscribe\"");
+    within(
+        Duration::from_secs(30),
+        client.subscribe("raw://shared/doc", &only_second),
+    )
+    .await
+    .unwrap();
+    assert_eq!(listed_uris(&client, &all).await, ["raw://shared/doc"]);
+    // (A move is a task the listing starts: given time, it would have run.)
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        count(&first_log, "\"resources/subscribe\""),
+        1,
+        "{}",
+        said(&first_log)
+    );
+    assert_eq!(
+        count(&second_log, "\"resources/unsubscribe\""),
+        unsubscribed,
+        "{}",
+        said(&second_log)
+    );
     close_and_check(&client).await;
     for f in [&marker, &first_log, &second_log] {
         let _ = std::fs::remove_file(f);

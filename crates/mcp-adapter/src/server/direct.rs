@@ -284,18 +284,8 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
                     .insert(super::invalid::BadCursor(Arc::from(problem)));
             }
             let head = request_head(&bytes);
-            // rmcp answered a second `initialize` of a session, with the version it asked
-            // for, while the session kept the first one's.
-            if let Some((method, id)) = &head
-                && method == "initialize"
-                && direct.sessions.has_session(&sid).await.unwrap_or(false)
-            {
-                return json_rpc_error(
-                    StatusCode::BAD_REQUEST,
-                    serde_json::to_value(id).unwrap_or(Value::Null),
-                    super::invalid::INVALID_REQUEST,
-                    "Invalid Request: this session is already initialized (`initialize` comes once, as its first request); to negotiate again, open a new session: POST `initialize` without `Mcp-Session-Id`",
-                );
+            if let Some(refused) = second_initialize(&direct, &sid, head.as_ref()).await {
+                return refused;
             }
             let id = head.map(|(_, id)| id);
             forward_claimed(&direct, &entry, parts, bytes, id).await
@@ -331,9 +321,24 @@ fn request_head(bytes: &[u8]) -> Option<(String, RequestId)> {
     Some((head.method?, head.id?))
 }
 
-/// The id of a JSON-RPC request.
-fn request_id(bytes: &[u8]) -> Option<RequestId> {
-    request_head(bytes).map(|(_, id)| id)
+/// The refusal of an `initialize` (`head`: the request's method and id) on the live session
+/// `sid`: rmcp answered it with the version it asked for, while the session kept the first
+/// one's.
+async fn second_initialize(
+    direct: &Direct,
+    sid: &Arc<str>,
+    head: Option<&(String, RequestId)>,
+) -> Option<Response> {
+    let (method, id) = head?;
+    if method != "initialize" || !direct.sessions.has_session(sid).await.unwrap_or(false) {
+        return None;
+    }
+    Some(json_rpc_error(
+        StatusCode::BAD_REQUEST,
+        serde_json::to_value(id).unwrap_or(Value::Null),
+        super::invalid::INVALID_REQUEST,
+        "Invalid Request: this session is already initialized (`initialize` comes once, as its first request); to negotiate again, open a new session: POST `initialize` without `Mcp-Session-Id`",
+    ))
 }
 
 /// Forwards a session's message to rmcp; a request (`id`) holds its id for as long as its
@@ -831,13 +836,18 @@ async fn forward(direct: &Direct, request: Request) -> Response {
         };
         // A session's request the direct path did not take (a chunked or large body, an
         // `Accept` with parameters) holds its id like any other.
-        let entry = parts
+        let sid = parts
             .headers
             .get(SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
-            .and_then(|sid| direct.shared.direct.get(sid));
-        if let Some(entry) = entry {
-            let id = request_id(&bytes);
+            .map(Arc::<str>::from);
+        let entry = sid.as_deref().and_then(|sid| direct.shared.direct.get(sid));
+        if let (Some(entry), Some(sid)) = (entry, sid) {
+            let head = request_head(&bytes);
+            if let Some(refused) = second_initialize(direct, &sid, head.as_ref()).await {
+                return refused;
+            }
+            let id = head.map(|(_, id)| id);
             return forward_claimed(direct, &entry, parts, bytes, id).await;
         }
         return forward_parts(direct, parts, bytes).await;
@@ -1477,6 +1487,27 @@ mod tests {
             (json!(7), json!(-32600)),
             "{v}"
         );
+        assert!(
+            reply.body.contains("this session is already initialized"),
+            "{}",
+            reply.body
+        );
+        // A POST the direct path does not take (here a weighted `Accept`, which rmcp
+        // judges) is refused the same way (rmcp answered it).
+        let weighted: &[(&str, &[u8])] =
+            &[("accept", b"application/json, text/event-stream;q=0.9")];
+        let again = json!({"jsonrpc": "2.0", "id": 9, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        let reply = send_with(
+            &router,
+            Method::POST,
+            Some(&sid),
+            again.to_string(),
+            weighted,
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.body);
         assert!(
             reply.body.contains("this session is already initialized"),
             "{}",

@@ -92,9 +92,9 @@ impl App {
             .with_linger(std::time::Duration::from_millis(u64::from(
                 config.store.log_linger_ms,
             )))
-            .with_busy_timeout(std::time::Duration::from_millis(u64::from(
+            .with_busy_timeout(std::time::Duration::from_millis(
                 config.store.busy_timeout_ms,
-            )));
+            ));
         let opened = match access {
             StoreAccess::ReadWrite => SqliteStore::open_with(path, options),
             StoreAccess::ReadOnly => SqliteStore::open_read_only(path, options),

@@ -98,7 +98,7 @@ pub struct StoreConfig {
     /// How long a store connection waits for a lock held elsewhere before the write fails,
     /// in milliseconds (default 5000). A failing execution log makes `GET /readyz` answer
     /// 503 until a batch is written again.
-    pub busy_timeout_ms: u32,
+    pub busy_timeout_ms: u64,
 }
 
 impl StoreConfig {
@@ -705,7 +705,7 @@ impl Config {
                 "{origin}: [store] retention_days = 0 would delete the whole execution log and every stored session each time `serve`, `call` or `search` starts; give a number of days (at least 1), or remove the key to keep everything"
             );
         }
-        if config.store.busy_timeout_ms > i32::MAX as u32 {
+        if config.store.busy_timeout_ms > i32::MAX as u64 {
             bail!(
                 "{origin}: [store] busy_timeout_ms = {} is longer than SQLite waits on a lock (at most {} ms, about 24.8 days); a few seconds is plenty (the default is 5000)",
                 config.store.busy_timeout_ms,
@@ -1124,6 +1124,13 @@ allowed_tools = ["t1", "t2"]
             ),
         );
         check("[store]\nbusy_timeout_ms = 2147483647", Ok("./quiver.db"));
+        // Past u32 too: the same message (it was told the type's bound, 4294967295).
+        check(
+            "[store]\nbusy_timeout_ms = 4294967296",
+            Err(
+                "busy_timeout_ms = 4294967296 is longer than SQLite waits on a lock (at most 2147483647 ms",
+            ),
+        );
         let busy = |text: &str| {
             Config::parse(text, "quiver.toml", &env)
                 .unwrap()

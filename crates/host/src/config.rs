@@ -368,7 +368,8 @@ fn explain(message: &str) -> String {
     }
 }
 
-/// `message` with serde's "floating point `1000...0.0`" quoted short (`1e300`).
+/// `message` with serde's "floating point `1000...0.0`" quoted short (`1e300`; a whole one
+/// as `4.0`).
 pub(crate) fn shorten_float(message: &str) -> String {
     const FLOAT: &str = "floating point `";
     let Some(start) = message.find(FLOAT).map(|i| i + FLOAT.len()) else {
@@ -377,15 +378,13 @@ pub(crate) fn shorten_float(message: &str) -> String {
     let Some(end) = message[start..].find('`').map(|e| start + e) else {
         return message.to_owned();
     };
-    match message[start..end].parse::<f64>() {
-        Ok(x) => format!(
-            "{}{}{}",
-            &message[..start],
-            quiver_contract::short_number(x),
-            &message[end..]
-        ),
-        Err(_) => message.to_owned(),
-    }
+    let shown = match message[start..end].parse::<f64>() {
+        // A whole float keeps its point: `0.0`, not a `0` that reads as a whole number.
+        Ok(x) if x.is_finite() && x.fract() == 0.0 && x.abs() < 1e15 => format!("{x:.1}"),
+        Ok(x) => quiver_contract::short_number(x),
+        Err(_) => return message.to_owned(),
+    };
+    format!("{}{shown}{}", &message[..start], &message[end..])
 }
 
 /// serde's "invalid type: floating point `2.5`, expected usize" (or "invalid value:
@@ -409,7 +408,6 @@ fn whole_number_hint(message: &str) -> Option<String> {
     .into_iter()
     .find(|(e, _)| line.ends_with(e))
     .map(|(_, max)| max);
-    const FLOAT: &str = "invalid type: floating point `";
     let fixed = if line == "u64 value was too large" {
         format!("{line}\na TOML integer is at most {}", i64::MAX)
     } else if line.ends_with(", expected f64") {
@@ -421,17 +419,10 @@ fn whole_number_hint(message: &str) -> Option<String> {
             return None;
         }
     } else if let Some(max) = largest {
-        if let Some(rest) = line.strip_prefix(FLOAT) {
-            let end = rest.find('`')?;
-            let shown = match rest[..end].parse::<f64>() {
-                // A whole float keeps its point: `0.0`, not a `0` that reads as a whole number.
-                Ok(x) if x.is_finite() && x.fract() == 0.0 && x.abs() < 1e15 => format!("{x:.1}"),
-                Ok(x) => quiver_contract::short_number(x),
-                Err(_) => rest[..end].to_owned(),
-            };
+        if line.starts_with("invalid type: floating point `") {
             format!(
-                "{FLOAT}{shown}{}\nthis setting takes a whole number: write it without a decimal point or exponent (e.g. `4`)",
-                &rest[end..]
+                "{}\nthis setting takes a whole number: write it without a decimal point or exponent (e.g. `4`)",
+                shorten_float(line)
             )
         } else if line.starts_with("invalid value: integer `-") {
             format!("{line}\nthis setting takes a whole number, not a negative one")

@@ -1383,9 +1383,13 @@ async fn command(
             // round of the session; a tool the mode refuses, or a name the caller cannot
             // call, is still answered as such first. Otherwise the call is admitted as
             // `quiver serve` admits it (refused and recorded, or a round of the session).
-            let parses =
-                json.trim().is_empty() || serde_json::from_str::<serde_json::Value>(&json).is_ok();
-            let refusal = if parses {
+            // Parsed once: `Err` holds why the text is not JSON (empty text is `{}`).
+            let parsed = if json.trim().is_empty() {
+                Ok(serde_json::json!({}))
+            } else {
+                serde_json::from_str::<serde_json::Value>(&json)
+            };
+            let refusal = if parsed.is_ok() {
                 app.surface
                     .admit(&app.dispatcher, &caller.session, &name, caller.mode, &ctx)
             } else {
@@ -1395,9 +1399,8 @@ async fn command(
             let envelope = match refusal {
                 Some(refusal) => {
                     // Recorded as sent: the text itself when it is not JSON.
-                    let input = match serde_json::from_str(&json) {
-                        Ok(v) => v,
-                        Err(_) if json.trim().is_empty() => serde_json::json!({}),
+                    let input = match &parsed {
+                        Ok(v) => v.clone(),
                         Err(_) => serde_json::Value::String(json.clone()),
                     };
                     app.dispatcher.refuse(&name, input, ctx, refusal).await
@@ -1412,9 +1415,7 @@ async fn command(
             // JSON on the command line that does not parse is the operator's slip, not a
             // result: a usage error (2), whatever the answer above says.
             // Said here in full: the answer above may be about the name instead.
-            if !json.trim().is_empty()
-                && let Err(e) = serde_json::from_str::<serde_json::Value>(&json)
-            {
+            if let Err(e) = &parsed {
                 eprintln!(
                     "quiver: the JSON argument is not valid JSON ({e}); quote it whole, e.g. '{{\"key\": \"value\"}}'"
                 );

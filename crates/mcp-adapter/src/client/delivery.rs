@@ -12,6 +12,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
+use super::lock;
 use super::roots::Roots;
 use rmcp::{
     RoleClient,
@@ -177,7 +178,11 @@ pub(crate) async fn in_turn(
         return;
     };
     ticket.turn().await;
-    let _ = tokio::time::timeout(TURN_WAIT, tokio::spawn(work)).await;
+    // Polled here; only a delivery still under way at the bound moves to a task of its own.
+    let mut work = Box::pin(work);
+    if tokio::time::timeout(TURN_WAIT, &mut work).await.is_err() {
+        tokio::spawn(work);
+    }
     drop(ticket);
 }
 
@@ -198,8 +203,15 @@ impl Deliveries {
     /// waiting on a slow client does not hold the call longer).
     pub(crate) async fn settled(&self, most: std::time::Duration) {
         let pending = &self.0;
+        let target = {
+            let turns = lock(&pending.state);
+            // None read, or all handled: the usual case, one look.
+            if turns.next >= turns.issued {
+                return;
+            }
+            turns.issued
+        };
         let deadline = tokio::time::Instant::now() + most;
-        let target = lock(&pending.state).issued;
         loop {
             let advanced = pending.advanced.notified();
             tokio::pin!(advanced);
@@ -219,10 +231,6 @@ impl Deliveries {
         let turns = lock(&self.0.state);
         (turns.issued - turns.next) as usize - turns.done.len()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A transport that records completed request writes in [`Written`], counts the answers

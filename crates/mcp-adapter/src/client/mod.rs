@@ -10,6 +10,11 @@
 //! Protocol versions: the handshake offers 2025-11-25 and accepts an upstream on 2024-11-05,
 //! 2025-03-26, 2025-06-18 or 2025-11-25; any other answer is a rejection.
 
+/// A mutex's guard, whether or not a panic poisoned it (the data is left as it was).
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 mod child;
 mod classify;
 mod config;

@@ -31,7 +31,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
 use super::{
-    McpClient, Shared,
+    McpClient, Shared, lock,
     upstream::{Conn, Upstream},
 };
 use crate::server::{ContentError, ContentOffer, ContentSource, ListChanged};
@@ -178,10 +178,6 @@ fn server_rank(shared: &Shared) -> impl Fn(&str) -> usize + use<> {
         .map(|u| u.name().to_owned())
         .collect();
     move |server: &str| order.iter().position(|o| o == server).unwrap_or(usize::MAX)
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn timeout(shared: &Shared, up: &Upstream) -> Duration {
@@ -770,34 +766,44 @@ async fn move_watch(
     cell: &WatchCell,
     to: &Arc<Upstream>,
 ) -> Result<(), ContentError> {
-    let conn = connected(to, |c| c.has_resources, "resources")?;
+    subscribe_at(shared, to, uri).await?;
+    let from = std::mem::replace(&mut *lock(&cell.server), to.name().to_owned());
+    tracing::info!(%uri, from = %from, to = %to.name(), "the resource's watch moved to the server that serves it now");
+    if let Some(old) = shared.server(&from)
+        && let Err(e) = unsubscribe_at(shared, &old, uri).await
+    {
+        tracing::warn!(server = %old.name(), %uri, error = %e, "could not unsubscribe after the watch moved");
+    }
+    Ok(())
+}
+
+/// Subscribes `up` to `uri`: an error when it is not connected or takes no subscriptions.
+async fn subscribe_at(shared: &Shared, up: &Upstream, uri: &str) -> Result<(), ContentError> {
+    let conn = connected(up, |c| c.has_resources, "resources")?;
     if !conn.has_subscribe {
         return Err(ContentError::InvalidParams(format!(
             "MCP server \"{}\" does not support resource subscriptions; read {uri} again to see changes",
-            to.name()
+            up.name()
         )));
     }
-    let limit = timeout(shared, to);
     #[allow(deprecated)]
     let request = conn
         .peer
         .subscribe(SubscribeRequestParams::new(uri.to_owned()));
-    ask(to, limit, "resources/subscribe", request).await?;
-    let from = std::mem::replace(&mut *lock(&cell.server), to.name().to_owned());
-    tracing::info!(%uri, from = %from, to = %to.name(), "the resource's watch moved to the server that serves it now");
-    if let Some(old) = shared.server(&from)
-        && let Some(conn) = old.conn().filter(|c| c.has_subscribe)
-    {
-        let limit = timeout(shared, &old);
-        #[allow(deprecated)]
-        let request = conn
-            .peer
-            .unsubscribe(UnsubscribeRequestParams::new(uri.to_owned()));
-        if let Err(e) = ask(&old, limit, "resources/unsubscribe", request).await {
-            tracing::warn!(server = %old.name(), %uri, error = %e, "could not unsubscribe after the watch moved");
-        }
-    }
-    Ok(())
+    ask(up, timeout(shared, up), "resources/subscribe", request).await
+}
+
+/// Unsubscribes `up` from `uri`; nothing to send to a server that is down (it has forgotten
+/// the subscription with its session).
+async fn unsubscribe_at(shared: &Shared, up: &Upstream, uri: &str) -> Result<(), ContentError> {
+    let Some(conn) = up.conn().filter(|c| c.has_subscribe) else {
+        return Ok(());
+    };
+    #[allow(deprecated)]
+    let request = conn
+        .peer
+        .unsubscribe(UnsubscribeRequestParams::new(uri.to_owned()));
+    ask(up, timeout(shared, up), "resources/unsubscribe", request).await
 }
 
 /// After a listing changed who serves the URIs: each watched URI whose first owner is now a
@@ -859,19 +865,14 @@ pub(super) fn resubscribe(shared: &Arc<Shared>, server: &str) {
             .map(|(uri, c)| (uri.clone(), c.clone()))
             .collect();
         let uris: Vec<String> = mine.iter().map(|(u, _)| u.clone()).collect();
-        if let Some(conn) = up.conn().filter(|c| c.has_subscribe) {
-            let limit = timeout(&shared, &up);
+        if up.conn().is_some_and(|c| c.has_subscribe) {
             for (uri, cell) in mine {
                 // Under the URI's lock, so an unsubscribe meanwhile is sent after this.
                 let sessions = cell.sessions.lock().await;
                 if *sessions == 0 || *lock(&cell.server) != up.name() {
                     continue;
                 }
-                #[allow(deprecated)]
-                let request = conn
-                    .peer
-                    .subscribe(SubscribeRequestParams::new(uri.clone()));
-                if let Err(e) = ask(&up, limit, "resources/subscribe", request).await {
+                if let Err(e) = subscribe_at(&shared, &up, &uri).await {
                     tracing::warn!(server = %up.name(), %uri, error = %e, "could not subscribe again after reconnecting");
                 }
             }
@@ -955,19 +956,7 @@ impl ContentSource for McpClient {
             *sessions += 1;
             return Ok(());
         }
-        let conn = connected(&up, |c| c.has_resources, "resources")?;
-        if !conn.has_subscribe {
-            return Err(ContentError::InvalidParams(format!(
-                "MCP server \"{}\" does not support resource subscriptions; read {uri} again to see changes",
-                up.name()
-            )));
-        }
-        let limit = timeout(&self.shared, &up);
-        #[allow(deprecated)]
-        let request = conn
-            .peer
-            .subscribe(SubscribeRequestParams::new(uri.to_owned()));
-        ask(&up, limit, "resources/subscribe", request).await?;
+        subscribe_at(&self.shared, &up, uri).await?;
         *sessions = 1;
         *lock(&slot.cell.server) = up.name().to_owned();
         slot.cell.restricted.store(restricted, Ordering::Relaxed);
@@ -990,17 +979,8 @@ impl ContentSource for McpClient {
         let Some(up) = self.shared.server(&server) else {
             return Ok(());
         };
-        // A server that is down has forgotten the subscription with its session.
-        let Some(conn) = up.conn().filter(|c| c.has_subscribe) else {
-            return Ok(());
-        };
-        let limit = timeout(&self.shared, &up);
-        #[allow(deprecated)]
-        let request = conn
-            .peer
-            .unsubscribe(UnsubscribeRequestParams::new(uri.to_owned()));
         // Still under the URI's lock: a subscribe that comes meanwhile is sent after this.
-        ask(&up, limit, "resources/unsubscribe", request).await
+        unsubscribe_at(&self.shared, &up, uri).await
     }
 
     fn resource_updates(&self) -> broadcast::Receiver<String> {

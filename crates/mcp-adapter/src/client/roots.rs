@@ -23,6 +23,8 @@ use std::{
 use quiver_contract::CallContext;
 use tokio::sync::Notify;
 
+use super::lock;
+
 /// How long a call waits for the server to fetch the roots again after being told they
 /// changed.
 pub(crate) const REFETCH_WAIT: Duration = Duration::from_millis(500);
@@ -99,10 +101,6 @@ struct Held {
 pub(crate) struct Roots {
     held: Mutex<Held>,
     given: Notify,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Roots {

@@ -27,7 +27,7 @@ use rmcp::{
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::roots::Who;
+use super::{lock, roots::Who};
 
 /// Where an inbound message says it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,10 +154,6 @@ pub(crate) struct Calls {
     /// was busy, not hung).
     ended: AtomicU64,
     sent: Notify,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Removes its entry when the call ends.

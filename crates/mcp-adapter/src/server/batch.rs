@@ -305,19 +305,8 @@ fn refusals(items: &[Value]) -> Vec<Option<Refusal>> {
             if !item.is_object() && !item.is_array() {
                 return Some(super::invalid::diagnose(item, "the batch element"));
             }
-            let (text, method) = super::invalid::batched_request(item)?;
-            let id = item.get("id").cloned().unwrap_or(Value::Null);
-            if !seen.insert(text.clone()) {
-                return Some(super::invalid::reused_id(
-                    id,
-                    &text,
-                    "another request of this batch",
-                ));
-            }
-            if method == Some("initialize") {
-                return Some(super::invalid::initialize_in_batch(id));
-            }
-            None
+            // The endpoint checks the ids in flight itself.
+            super::invalid::refused_in_batch(item, &mut seen, |_| false)
         })
         .collect()
 }

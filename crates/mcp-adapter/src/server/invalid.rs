@@ -109,7 +109,7 @@ pub(super) fn reused_id(id: Value, text: &str, by: &str) -> Refusal {
 
 /// The refusal of an `initialize` inside a batch: 2025-03-26, the only version with
 /// batches, says it MUST NOT be part of one (the session it opens is already open here).
-pub(super) fn initialize_in_batch(id: Value) -> Refusal {
+fn initialize_in_batch(id: Value) -> Refusal {
     Refusal {
         code: INVALID_REQUEST,
         message: "Invalid Request: an `initialize` must not be part of a batch; send it alone, as the session's first message".into(),
@@ -117,14 +117,34 @@ pub(super) fn initialize_in_batch(id: Value) -> Refusal {
     }
 }
 
-/// A batch element's request id, as JSON text in the form rmcp reads it (`5.0` is the id
-/// `5`), and its method when that is a string; `None` for an element that is no request
-/// (no `method`, or no id that can be read). An element refused as malformed still holds
-/// its id, so that a later one reusing it is refused too (both ran, answered alike).
-pub(super) fn batched_request(item: &Value) -> Option<(String, Option<&str>)> {
+/// Why the batch element `item` is refused before it runs, on either transport: a request
+/// reusing the id of an element before it (`seen`: their ids, this one's added) or, per
+/// `in_flight`, of a request still in flight, or an `initialize`. Ids are compared as rmcp
+/// reads them (`5.0` is the id `5`); an element refused as malformed still holds its id, so
+/// that a later one reusing it is refused too (both ran, answered alike).
+pub(super) fn refused_in_batch(
+    item: &Value,
+    seen: &mut std::collections::HashSet<String>,
+    in_flight: impl Fn(&str) -> bool,
+) -> Option<Refusal> {
     let method = item.get("method")?;
     let id = serde_json::from_value::<rmcp::model::RequestId>(item.get("id")?.clone()).ok()?;
-    Some((serde_json::to_string(&id).ok()?, method.as_str()))
+    let text = serde_json::to_string(&id).ok()?;
+    let raw = item.get("id").cloned().unwrap_or(Value::Null);
+    let by = if seen.contains(&text) {
+        Some("another request of this batch")
+    } else if in_flight(&text) {
+        Some("a request in flight")
+    } else {
+        None
+    };
+    if let Some(by) = by {
+        tracing::warn!("a batched request reused the id {text}");
+        return Some(reused_id(raw, &text, by));
+    }
+    seen.insert(text);
+    // Whatever its params (one without them is no message rmcp can read).
+    (method.as_str() == Some("initialize")).then(|| initialize_in_batch(raw))
 }
 
 /// Whether `value` is a notification in JSON-RPC's shape (no `id`), which is not answered

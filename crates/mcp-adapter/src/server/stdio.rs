@@ -118,30 +118,12 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
         let mut seen = HashSet::new();
         let mut answers = Vec::new();
         for item in items {
-            // Keyed as rmcp reads the id, as the answers and the ids in flight are: `5.0`
-            // is the id 5.
-            if let Some((text, method)) = invalid::batched_request(&item) {
-                let id = item.get("id").unwrap_or(&Value::Null);
-                // A reused id is refused in the batch's answer, not in a line of its own
-                // beside it (and an earlier request's answer is not taken for it).
-                let by = if seen.contains(&text) {
-                    Some("another request of this batch")
-                } else if crate::server::handler::lock(&self.in_flight).contains(&text) {
-                    Some("a request in flight")
-                } else {
-                    None
-                };
-                if let Some(by) = by {
-                    tracing::warn!("stdin: a batched request reused the id {text}");
-                    answers.push(invalid::reused_id(id.clone(), &text, by).to_json());
-                    continue;
-                }
-                seen.insert(text);
-                // Whatever its params (one without them is no message rmcp can read).
-                if method == Some("initialize") {
-                    answers.push(invalid::initialize_in_batch(id.clone()).to_json());
-                    continue;
-                }
+            // A reused id is refused in the batch's answer, not in a line of its own beside
+            // it (and an earlier request's answer is not taken for it).
+            let in_flight = |id: &str| crate::server::handler::lock(&self.in_flight).contains(id);
+            if let Some(refusal) = invalid::refused_in_batch(&item, &mut seen, in_flight) {
+                answers.push(refusal.to_json());
+                continue;
             }
             match serde_json::from_value::<ClientJsonRpcMessage>(item.clone()) {
                 Ok(mut message) => {

@@ -7,8 +7,8 @@
 //! dropped, English suffixes lightly stemmed, and CJK runs indexed as character unigrams and
 //! bigrams. On top of that:
 //! - a query term also meets the indexed terms it is a prefix of, at a lower weight;
-//! - a few generic related words (save/write, ppt/presentation, ...) and `file` for a query
-//!   naming a path are added to the query at a lower weight;
+//! - a few generic related words (save/write, folder/directory, ppt/presentation, ...) and
+//!   `file` for a query naming a path are added to the query at a lower weight;
 //! - a tool whose name terms the query largely covers (idf-weighted) gets a bonus;
 //! - the server part of an MCP name (`mcp__<server>__<tool>`, or `<server>__<tool>`) is
 //!   scored with an idf over servers and reaches every tool of the server, and every tool

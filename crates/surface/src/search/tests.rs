@@ -68,6 +68,32 @@ fn a_prefix_typed_past_the_stem_finds_the_tool() {
     assert!(ix.search("creatures", 5, &all).is_empty());
 }
 
+/// A request in one word of the generic tool vocabulary finds the tool named with another:
+/// `folder` and `directory` (and `dir`), `save` and `write`, `repo` and `repository`.
+#[test]
+fn related_tool_vocabulary_finds_the_tool() {
+    let files = index(&[
+        ToolSpec::new("list_directory", "Lists entries."),
+        ToolSpec::new("write_note", "Keeps text."),
+        ToolSpec::new("list_repositories", "Lists code hosting projects."),
+        ToolSpec::new("list_users", "Lists accounts."),
+    ]);
+    let shares = index(&[
+        ToolSpec::new("folder_share", "Shares with a team."),
+        ToolSpec::new("share_link", "Shares a link."),
+    ]);
+    for (ix, query, tool) in [
+        (&files, "what is in my music folder", "list_directory"),
+        (&files, "the dir", "list_directory"),
+        (&shares, "share a directory", "folder_share"),
+        (&files, "save my text", "write_note"),
+        (&files, "my repos", "list_repositories"),
+    ] {
+        let hits = ix.search(query, 5, &all);
+        assert_eq!(names(&hits).first(), Some(&tool), "`{query}`: {hits:?}");
+    }
+}
+
 #[test]
 fn identifiers_are_split_and_names_outrank_descriptions() {
     let ix = index(&[
@@ -666,10 +692,13 @@ fn livemcpbench_quality() {
     let report = evaluate(&tools, &queries).unwrap();
     println!("index: {}", serde_json::to_string(&report).unwrap());
     assert_eq!(report.queries, 94);
-    assert!(report.hit_at_1 > 35.1, "{report:?}");
-    assert!(report.recall_at_5 > 37.6, "{report:?}");
+    // The goal: plain BM25 (35.1 / 37.6 / 36.9 on this set) beaten by at least
+    // +10 hit@1, +15 recall@5 and +12 nDCG@10. The ranking is deterministic, so a change
+    // that loses the goal fails here.
+    assert!(report.hit_at_1 >= 35.1 + 10.0, "{report:?}");
+    assert!(report.recall_at_5 >= 37.6 + 15.0, "{report:?}");
     assert!(report.recall_at_10 > 44.3, "{report:?}");
-    assert!(report.ndcg_at_10 > 36.9, "{report:?}");
+    assert!(report.ndcg_at_10 >= 36.9 + 12.0, "{report:?}");
 }
 
 fn hybrid(specs: &[ToolSpec], config: HybridConfig) -> SearchIndex {

@@ -19,7 +19,7 @@ use tower::{ServiceBuilder, ServiceExt};
 
 use crate::{
     CallObserver, CallRecord, Catalog, Entry, Metrics, NoPolicy, NullRecorder, PolicyAction,
-    PolicyCheck, PolicyRequest, ToolCallRecorder,
+    PolicyCheck, PolicyRequest, PolicyVerdict, ToolCallRecorder,
     layers::{
         Call, ToolService,
         concurrency::{Concurrency, ConcurrencyConfig, ConcurrencyLayer},
@@ -611,7 +611,12 @@ impl Dispatcher {
         let (input, canonical) = match self.normalize(name, found.as_ref(), input, &mut ctx) {
             Ok(v) => v,
             Err(early) => {
-                let (input, envelope) = *early;
+                let (input, mut envelope) = *early;
+                // A tool that is not there, not the caller's, or refused by policy gets that
+                // answer whatever the shape or size of its arguments, as with valid ones.
+                if let Err(refused) = self.admit(name, found, &input, &ctx) {
+                    envelope = *refused;
+                }
                 return self
                     .finish_early(name, input, None, envelope, ctx, t0)
                     .await;
@@ -785,17 +790,19 @@ impl Dispatcher {
         Ok((input, canonical))
     }
 
-    fn prepare(
+    /// The checks a call must pass whatever its arguments: its depth, that the tool exists
+    /// and is the caller's, and the policy's denials (its warnings are returned, to be
+    /// counted once the call passes the loop guard).
+    fn admit(
         &self,
         name: &str,
         found: Option<Arc<Entry>>,
         input: &Value,
-        hash: &str,
         ctx: &CallContext,
-    ) -> Prepared {
+    ) -> Result<(Arc<Entry>, Vec<PolicyVerdict>), Box<Envelope>> {
         let inner = &*self.inner;
         if ctx.depth > inner.config.max_depth {
-            return Prepared::Done(Envelope::err(
+            return Err(Box::new(Envelope::err(
                 ErrKind::Other("too_deep".into()),
                 format!(
                     "`{}` was called {} levels deep; the limit is {}",
@@ -803,22 +810,21 @@ impl Dispatcher {
                     ctx.depth,
                     inner.config.max_depth
                 ),
-            ));
+            )));
         }
         let entry = match found {
             Some(e) if e.spec.is_live() => e,
-            _ => return Prepared::Done(self.undefined(name, ctx, &|_| true)),
+            _ => return Err(Box::new(self.undefined(name, ctx, &|_| true))),
         };
         // A tool the caller's credentials do not allow is, to the caller, a tool that does
         // not exist: the same answer as for a name nobody serves, so that guessing names
         // cannot tell which tools exist behind the allow-list.
         if !ctx.capabilities.allows(name) {
-            return Prepared::Done(self.undefined(name, ctx, &|_| true));
+            return Err(Box::new(self.undefined(name, ctx, &|_| true)));
         }
-        let mut warnings = Vec::new();
-        let session = ctx.session.clone();
+        let session = &ctx.session;
         let verdicts = {
-            let called = |tool: &str| match &session {
+            let called = |tool: &str| match session {
                 Some(s) => inner.sessions.with(s, |st| st.called(tool)),
                 None => false,
             };
@@ -830,7 +836,7 @@ impl Dispatcher {
             })
         };
         // A denial ends the call here; a warning is counted (and its wording escalates)
-        // only once the call passes the loop guard below: a refused repeat was not one more
+        // only once the call passes the loop guard (in `prepare`): a refused repeat was not one more
         // skipping of the policy.
         let mut warned = Vec::new();
         for verdict in verdicts {
@@ -838,22 +844,40 @@ impl Dispatcher {
                 PolicyAction::Deny => {
                     inner.metrics.count_violation(name);
                     tracing::info!(tool = name, rule = %verdict.rule, action = ?verdict.action, "policy violation");
-                    if let Some(s) = &session {
+                    if let Some(s) = session {
                         inner
                             .sessions
                             .with(s, |st| st.record_violation(&verdict.rule));
                     }
-                    return Prepared::Done(Envelope::err(
+                    return Err(Box::new(Envelope::err(
                         ErrKind::PolicyDenied,
                         format!(
                             "`{name}` was refused by policy `{}`: {}",
                             verdict.rule, verdict.message
                         ),
-                    ));
+                    )));
                 }
                 PolicyAction::Warn => warned.push(verdict),
             }
         }
+        Ok((entry, warned))
+    }
+
+    fn prepare(
+        &self,
+        name: &str,
+        found: Option<Arc<Entry>>,
+        input: &Value,
+        hash: &str,
+        ctx: &CallContext,
+    ) -> Prepared {
+        let (entry, warned) = match self.admit(name, found, input, ctx) {
+            Ok(admitted) => admitted,
+            Err(refused) => return Prepared::Done(*refused),
+        };
+        let inner = &*self.inner;
+        let mut warnings = Vec::new();
+        let session = ctx.session.clone();
         // After the policy: a tool it refuses gets its refusal whatever the arguments, not a
         // schema hint that shows the definition it hides and invites a retry it refuses.
         if let Some(hint) = validate::check(&entry, input) {

@@ -1339,7 +1339,9 @@ fn a_tool_denied_to_everyone_is_not_offered_but_its_call_is_explained() {
     );
     // Arguments that do not fit get the same refusal: a schema hint showed the definition
     // `describe_tool` hides, and invited a retry the policy refuses.
-    for args in ["{}", r#"{"x": 5}"#] {
+    // So do arguments that are not an object at all (they were told "must be a JSON
+    // object" first).
+    for args in ["{}", r#"{"x": 5}"#, "[]", "5"] {
         let out = quiver_in(&dir, &["call", "mcp__one__t", args]);
         let called = stdout(&out);
         assert_eq!(out.status.code(), Some(1), "{args}: {called}");
@@ -1348,6 +1350,11 @@ fn a_tool_denied_to_everyone_is_not_offered_but_its_call_is_explained() {
             "{args}: {called}"
         );
     }
+    let shape = stdout(&quiver_in(&dir, &["call", "mcp__one__tt", "[]"]));
+    assert!(
+        shape.contains("undefined_tool") && !shape.contains("JSON object"),
+        "{shape}"
+    );
     let typo = stdout(&quiver_in(&dir, &["call", "mcp__one__tt", "{}"]));
     assert!(
         typo.contains("undefined_tool") && !typo.contains("`mcp__one__t`"),

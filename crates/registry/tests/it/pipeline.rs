@@ -166,6 +166,23 @@ async fn oversized_input_is_refused_with_the_limit() {
         Some(&ErrKind::Other("input_too_large".into()))
     );
     assert!(text(&e).contains("the limit is 1000 bytes"), "{}", text(&e));
+    // A tool that is not there, or one the policy refuses, is told so whatever the size or
+    // shape of its arguments.
+    let d = Dispatcher::builder(catalog_with(vec![echo()]))
+        .config(DispatchConfig::default().with_max_input_bytes(1000))
+        .policy(Arc::new(RulePolicy::new(vec![PolicyRule::new(
+            "no-echo",
+            "echo",
+            PolicyAction::Deny,
+            "echo is off",
+        )])))
+        .build();
+    for input in [json!({"text": "x".repeat(2000)}), json!([1, 2])] {
+        let e = d.call("echo", input.clone(), ctx()).await;
+        assert_eq!(e.err_kind(), Some(&ErrKind::PolicyDenied), "{}", text(&e));
+        let e = d.call("ecko", input, ctx()).await;
+        assert_eq!(e.err_kind(), Some(&ErrKind::UndefinedTool), "{}", text(&e));
+    }
 }
 
 /// A hint goes to the model before any result cap: a huge wrong value or a huge unknown

@@ -92,6 +92,15 @@ pub(super) async fn serve(direct: &Direct, parts: Parts, bytes: &Bytes) -> Respo
         .and_then(|sid| direct.shared.direct.get(&sid))
         .map(|entry| entry.conn.clone());
     let refused = refusals(&items);
+    // A batch refused element by element asks nothing of the session; one sent on an ended
+    // session gets that session's 404, as it would if an element had run (a ping asks, only
+    // once the session is known to be gone, so nothing runs on a live one).
+    if refused.iter().all(Option::is_some) && !session_live(direct, &parts).await {
+        let probe = one(direct, &parts, Bytes::from_static(PROBE)).await;
+        if answers_as_a_whole(&probe) {
+            return probe;
+        }
+    }
     if requests && streams_to(direct, &parts).await {
         return streamed(direct, &parts, items, refused, conn);
     }
@@ -104,13 +113,7 @@ pub(super) async fn serve(direct: &Direct, parts: Parts, bytes: &Bytes) -> Respo
     .await;
     // Not an answer to one message (an ended session's 404, a refused Host): the whole
     // batch gets it, as a single message would.
-    if let Some(at) = answers.iter().position(|a| {
-        a.status() != StatusCode::ACCEPTED
-            && !matches!(
-                content_type(a).as_str(),
-                "application/json" | "text/event-stream"
-            )
-    }) {
+    if let Some(at) = answers.iter().position(answers_as_a_whole) {
         return answers.into_iter().nth(at).expect("found above");
     }
     // The same relay as the stream's; only the answers are kept (a JSON answer has no
@@ -149,6 +152,35 @@ pub(super) async fn serve(direct: &Direct, parts: Parts, bytes: &Bytes) -> Respo
         Value::Array(out).to_string(),
     )
         .into_response()
+}
+
+/// What asks the session's state for a batch whose every element was refused.
+const PROBE: &[u8] = br#"{"jsonrpc":"2.0","id":0,"method":"ping"}"#;
+
+/// Whether `answer` answers the whole request rather than one message of it (an ended
+/// session's 404, a refused `Host`): neither `202 Accepted` nor a JSON or SSE body.
+fn answers_as_a_whole(answer: &Response) -> bool {
+    answer.status() != StatusCode::ACCEPTED
+        && !matches!(
+            content_type(answer).as_str(),
+            "application/json" | "text/event-stream"
+        )
+}
+
+/// Whether the request's `Mcp-Session-Id` names a live session.
+async fn session_live(direct: &Direct, parts: &Parts) -> bool {
+    let Some(sid) = parts
+        .headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    direct
+        .sessions
+        .has_session(&Arc::from(sid))
+        .await
+        .unwrap_or(false)
 }
 
 /// Whether the batch is answered on an SSE stream: its head is one the direct path would

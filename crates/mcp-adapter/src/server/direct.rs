@@ -1456,6 +1456,23 @@ mod tests {
             "{}",
             reply.body
         );
+        // Once the session has ended, a batch gets its 404, also one whose every element is
+        // refused before it runs (it was answered 200 with the refusals).
+        let ended = send_with(&router, Method::DELETE, Some(&sid), String::new(), old).await;
+        assert_eq!(ended.status, StatusCode::OK, "{}", ended.body);
+        for batch in [
+            json!([5, "x"]),
+            json!([{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}]),
+            json!([{"jsonrpc": "2.0", "id": 1, "method": "ping"}]),
+        ] {
+            let reply = send_with(&router, Method::POST, Some(&sid), batch.to_string(), old).await;
+            assert_eq!(
+                reply.status,
+                StatusCode::NOT_FOUND,
+                "{batch}: {}",
+                reply.body
+            );
+        }
         // A 2025-11-25 session's batch is refused, as before.
         let sid = open(&server, &router, json!({})).await;
         let reply = send(

@@ -24,7 +24,7 @@ use rmcp::transport::streamable_http_server::session::SessionManager;
 use serde_json::Value;
 
 use super::{
-    direct::{Direct, endpoint, json_rpc_error},
+    direct::{Direct, endpoint, json_rpc_error, sse_event},
     handler::Connection,
     invalid::Refusal,
 };
@@ -213,16 +213,7 @@ fn streamed(
     drop(tx);
     let events = futures::stream::unfold(rx, |mut rx| async move {
         let data = rx.recv().await?;
-        // One `data:` line per line of the message (a JSON text has none, but a field
-        // may not hold a line break).
-        let mut event = String::with_capacity(data.len() + 8);
-        for line in data.split('\n') {
-            event.push_str("data: ");
-            event.push_str(line);
-            event.push('\n');
-        }
-        event.push('\n');
-        Some((Ok::<_, std::convert::Infallible>(event), rx))
+        Some((Ok::<_, std::convert::Infallible>(sse_event(&data)), rx))
     });
     (
         StatusCode::OK,

@@ -213,6 +213,10 @@ pub(crate) struct PeerChannel {
     pub(crate) logs_allowed: bool,
     /// On a 2026-07-28 call: where refusals for undeclared capabilities are noted.
     pub(crate) missing: Option<Arc<Missing>>,
+    /// Where the call's log messages go when the call has a stream of its own that rmcp
+    /// does not keep (the direct path's): each one as the text of its JSON-RPC
+    /// notification. Without it they go through the peer.
+    pub(crate) outbox: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
 impl PeerChannel {
@@ -368,6 +372,17 @@ impl ClientChannel for PeerChannel {
         let mut p = LoggingMessageNotificationParam::new(level, data);
         if let Some(l) = logger {
             p = p.with_logger(l);
+        }
+        if let Some(outbox) = &self.outbox {
+            let note = serde_json::json!({
+                "jsonrpc": "2.0",
+                "method": "notifications/message",
+                "params": p,
+            });
+            if outbox.send(note.to_string()).is_err() {
+                tracing::debug!("a log message came after its call's answer");
+            }
+            return;
         }
         if let Err(e) = self.peer.notify_logging_message(p).await {
             tracing::debug!(error = %e, "a log message was not delivered");

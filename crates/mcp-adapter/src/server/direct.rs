@@ -668,16 +668,19 @@ async fn serve_call(
         _held: held,
     };
     // The same channel an rmcp-served call gets; this client declared no sampling,
-    // elicitation or roots (else rmcp serves it), so those are refused in the same words, and
-    // log messages go out through the session. A tool that sends its client nothing runs
-    // here for any client (`as_declared` false), as if it had declared none of them: what it
-    // asked anyway would have no stream to go on.
+    // elicitation or roots (else rmcp serves it), so those are refused in the same words. A
+    // tool that sends its client nothing runs here for any client (`as_declared` false), as
+    // if it had declared none of them: what it asked anyway would have no stream to go on.
+    // Its log messages go on the call's own response, as on rmcp's per-call stream (the
+    // transport: messages on the GET stream should be unrelated to any request): the answer
+    // is one JSON body when none came, else an SSE stream from the first one on.
     let progress = Arc::new(ProgressState::default());
     let info = entry.peer.peer_info();
     let features = match as_declared {
         true => channel::features(info.as_ref().map(|i| &i.capabilities)),
         false => quiver_contract::ClientFeatures::default(),
     };
+    let (outbox, mut sent) = tokio::sync::mpsc::unbounded_channel();
     let channel: Arc<dyn quiver_contract::ClientChannel> = Arc::new(PeerChannel {
         peer: entry.peer.clone(),
         request_id: id.clone(),
@@ -688,11 +691,12 @@ async fn serve_call(
         conn: entry.conn.clone(),
         logs_allowed: true,
         missing: None,
+        outbox: Some(outbox),
     });
     // A client that disconnects has not cancelled (the transport spec: only
     // `notifications/cancelled` or the session's end do): the call runs to its end, and is
     // logged, in a task of its own, as on rmcp's path.
-    let result = Detached::new({
+    let mut call = Detached::new({
         let (shared, client, name) = (shared.clone(), client.clone(), params.name.to_string());
         async move {
             let _in_flight = in_flight;
@@ -707,27 +711,114 @@ async fn serve_call(
             )
             .await
         }
-    })
-    .await;
-    if client.is_cancelled() {
-        // `notifications/cancelled`: no response for the cancelled request, as rmcp's
-        // session does (its stream ends without one).
-        return (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "text/event-stream")],
-            Body::empty(),
-        )
-            .into_response();
-    }
+    });
+    let first = tokio::select! {
+        biased;
+        result = &mut call => Ok(result),
+        Some(message) = sent.recv() => Err(message),
+    };
+    let result = match first {
+        Ok(result) => {
+            // Log messages sent just before the answer are still waiting.
+            let queued: Vec<String> = std::iter::from_fn(|| sent.try_recv().ok()).collect();
+            if queued.is_empty() {
+                return match client.is_cancelled() {
+                    // `notifications/cancelled`: no response for the cancelled request, as
+                    // rmcp's session does (its stream ends without one).
+                    true => sse_response(Body::empty()),
+                    false => json_response(&call_answer(id, result)),
+                };
+            }
+            let events = queued
+                .iter()
+                .map(|m| sse_event(m))
+                .chain((!client.is_cancelled()).then(|| sse_event(&answer_text(id, result))))
+                .collect::<String>();
+            return sse_response(Body::from(events));
+        }
+        Err(message) => message,
+    };
+    // The call's stream: this message, the ones after it, then the answer. The call goes
+    // on in this task whether or not its client reads (a client that does not read loses
+    // log messages past the buffer, never the call).
+    let (events, stream) = tokio::sync::mpsc::channel::<String>(64);
+    let _ = events.try_send(sse_event(&result));
+    tokio::spawn(async move {
+        let result = loop {
+            tokio::select! {
+                biased;
+                result = &mut call => break result,
+                Some(message) = sent.recv() => {
+                    let _ = events.try_send(sse_event(&message));
+                }
+            }
+        };
+        while let Ok(message) = sent.try_recv() {
+            let _ = events.try_send(sse_event(&message));
+        }
+        if !client.is_cancelled() {
+            let _ = events.send(sse_event(&answer_text(id, result))).await;
+        }
+    });
+    let stream = futures::stream::unfold(stream, |mut stream| async move {
+        let event = stream.recv().await?;
+        Some((Ok::<_, std::convert::Infallible>(event), stream))
+    });
+    sse_response(Body::from_stream(stream))
+}
+
+/// The answer to the `tools/call` request `id`, in the session era's form.
+fn call_answer(
+    id: RequestId,
+    result: rmcp::model::CallToolResult,
+) -> JsonRpcResponse<ServerResult> {
     let mut result = ServerResult::CallToolResult(result);
     // The session era predates `resultType` and non-object structured output.
     result.strip_result_type_for_legacy_peer();
     result.strip_non_object_output_for_legacy_peer();
-    json_response(&JsonRpcResponse {
+    JsonRpcResponse {
         jsonrpc: JsonRpcVersion2_0,
-        id: id.clone(),
+        id,
         result,
+    }
+}
+
+/// [`call_answer`] as JSON text (an internal error for `id` if it cannot be encoded).
+fn answer_text(id: RequestId, result: rmcp::model::CallToolResult) -> String {
+    let answer = call_answer(id.clone(), result);
+    serde_json::to_string(&answer).unwrap_or_else(|e| {
+        serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {"code": -32603, "message": format!("Internal error: the response could not be encoded: {e}")},
+        })
+        .to_string()
     })
+}
+
+/// One SSE event carrying `data`, a line of its own per line of it (a JSON text has none,
+/// but a field may not hold a line break).
+pub(super) fn sse_event(data: &str) -> String {
+    let mut event = String::with_capacity(data.len() + 8);
+    for line in data.split('\n') {
+        event.push_str("data: ");
+        event.push_str(line);
+        event.push('\n');
+    }
+    event.push('\n');
+    event
+}
+
+fn sse_response(body: Body) -> Response {
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
 }
 
 struct InFlight {
@@ -1041,6 +1132,14 @@ mod tests {
             if input.get("tick").is_some() {
                 ctx.progress(0.5, Some(1.0), Some("halfway".into())).await;
             }
+            // `say`: a log message per string, `pause` ms before each and after the last.
+            let pause = Duration::from_millis(input["pause"].as_u64().unwrap_or(0));
+            for said in input["say"].as_array().into_iter().flatten() {
+                tokio::time::sleep(pause).await;
+                ctx.log(quiver_contract::LogLevel::Info, Some("echo"), said.clone())
+                    .await;
+            }
+            tokio::time::sleep(pause).await;
             Ok(Envelope::ok(input))
         }
     }
@@ -1204,6 +1303,47 @@ mod tests {
         send(router, Method::POST, Some(&sid), list).await;
         assert!(server.shared.direct.get(&sid).is_some(), "registered");
         sid
+    }
+
+    /// A call's log messages go on its own response, before its answer, as on rmcp's
+    /// per-call stream (they went to the session's GET stream, which the transport keeps for
+    /// messages unrelated to a request): an SSE stream from the first message on, whether
+    /// they come just before the answer or while the call runs. A call that logs nothing
+    /// is still one JSON body.
+    #[tokio::test]
+    async fn a_direct_calls_log_messages_come_on_its_own_stream() {
+        let server = server();
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let sid = open(&server, &router, json!({})).await;
+        let plain = send(&router, Method::POST, Some(&sid), call(1, json!({}))).await;
+        assert_eq!(plain.content_type, "application/json", "{}", plain.body);
+        for pause in [0, 20] {
+            let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"say": ["one", "two"], "pause": pause}}});
+            let reply = send(&router, Method::POST, Some(&sid), body).await;
+            assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+            assert_eq!(reply.content_type, "text/event-stream", "{}", reply.body);
+            let messages = sse_messages(&reply.body);
+            let logs: Vec<&Value> = messages
+                .iter()
+                .filter(|m| m["method"] == "notifications/message")
+                .map(|m| &m["params"]["data"])
+                .collect();
+            assert_eq!(
+                logs,
+                [&json!("one"), &json!("two")],
+                "{pause}: {}",
+                reply.body
+            );
+            assert_eq!(messages.len(), 3, "{pause}: {}", reply.body);
+            assert_eq!(messages[2]["id"], json!(2), "{pause}: {}", reply.body);
+            assert_eq!(
+                messages[2]["result"]["isError"],
+                json!(false),
+                "{pause}: {}",
+                reply.body
+            );
+        }
     }
 
     /// A 2025-03-26 session may send a batch (that version's transport says a server must

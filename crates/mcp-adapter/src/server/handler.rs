@@ -335,6 +335,7 @@ impl Handler {
             // A 2026-07-28 request gets log messages only when it opts in (SEP-2575).
             logs_allowed: !modern || meta_level.is_some(),
             missing: modern.then(|| missing.clone()),
+            outbox: None,
         });
         // This round's heartbeat (a call's own would go to its first request only).
         let every = self.shared.options.progress_interval;

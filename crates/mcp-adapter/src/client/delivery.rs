@@ -31,11 +31,63 @@ struct Ids {
     sending: HashSet<RequestId>,
     /// Written and not yet ended.
     written: HashSet<RequestId>,
+    /// The last [`RECENT`] ids that ended, so that a late answer to a cancelled request or
+    /// a second answer is not taken for one to a request never sent.
+    recent: std::collections::VecDeque<RequestId>,
+    /// The last answer whose id no request of this connection had, and when it came.
+    stray: Option<(RequestId, std::time::Instant)>,
+    /// The server's name, for the one warning a connection logs about such answers.
+    server: String,
+}
+
+/// How many ended request ids are remembered.
+const RECENT: usize = 64;
+
+impl Ids {
+    fn remember(&mut self, id: &RequestId) {
+        if self.recent.len() == RECENT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(id.clone());
+    }
 }
 
 impl Written {
+    /// The ids of a connection to the server `server`.
+    pub(crate) fn for_server(server: &str) -> Self {
+        Written(Arc::new(Mutex::new(Ids {
+            server: server.to_owned(),
+            ..Ids::default()
+        })))
+    }
+
     fn ids(&self) -> std::sync::MutexGuard<'_, Ids> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An answer to `id` came: the request ended. An answer to no request this connection
+    /// sent (a server answering with the wrong ids leaves its calls waiting out their
+    /// limit) is noted for the calls' timeout texts, and logged once per connection.
+    fn answered(&self, id: &RequestId) {
+        let mut ids = self.ids();
+        let open = ids.sending.remove(id) | ids.written.remove(id);
+        if open {
+            ids.remember(id);
+        } else if !ids.recent.contains(id) {
+            if ids.stray.is_none() {
+                tracing::warn!(server = %ids.server, id = %id, "the MCP server answered a request id that Quiver did not send; calls waiting for their answers will time out");
+            }
+            ids.stray = Some((id.clone(), std::time::Instant::now()));
+        }
+    }
+
+    /// The id of an answer to no request sent, if one came at or after `since`.
+    pub(crate) fn stray_since(&self, since: std::time::Instant) -> Option<RequestId> {
+        self.ids()
+            .stray
+            .as_ref()
+            .filter(|(_, at)| *at >= since)
+            .map(|(id, _)| id.clone())
     }
 
     fn sending(&self, id: RequestId) {
@@ -50,18 +102,23 @@ impl Written {
         }
     }
 
-    /// The request ended (answered, or cancelled by us): forgotten.
+    /// The request ended (cancelled by us): forgotten.
     fn ended(&self, id: &RequestId) {
         let mut ids = self.ids();
         ids.sending.remove(id);
         ids.written.remove(id);
+        ids.remember(id);
     }
 
-    /// Whether the request was written, forgetting it.
+    /// Whether the request may have reached the server, forgetting it: its write completed,
+    /// or began and had not failed when this was asked (the server may have read it and
+    /// died running it before the write's completion was seen: such a call was sent again,
+    /// and ran twice). Only a request never handed to the pipe, or whose write failed, is
+    /// surely unsent.
     pub(crate) fn take(&self, id: &RequestId) -> bool {
         let mut ids = self.ids();
-        ids.sending.remove(id);
-        ids.written.remove(id)
+        let sending = ids.sending.remove(id);
+        ids.written.remove(id) || sending
     }
 
     /// How many ids are kept.
@@ -285,18 +342,28 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tracked<T> {
         // one task hand-over later (on a small machine a wake-up of the other worker).
         // Whatever does not finish now finishes in rmcp's task (a well-behaved future takes
         // the new waker on its next poll).
+        // A write that finishes now is recorded now, not when rmcp's task gets to it.
         let mut sent = Box::pin(self.inner.send(item));
         let waker = futures::task::noop_waker();
-        let first = sent
+        let first = match sent
             .as_mut()
-            .poll(&mut std::task::Context::from_waker(&waker));
+            .poll(&mut std::task::Context::from_waker(&waker))
+        {
+            std::task::Poll::Ready(result) => {
+                record(&result);
+                Some(result)
+            }
+            std::task::Poll::Pending => None,
+        };
         async move {
-            let result = match first {
-                std::task::Poll::Ready(r) => r,
-                std::task::Poll::Pending => sent.await,
-            };
-            record(&result);
-            result
+            match first {
+                Some(result) => result,
+                None => {
+                    let result = sent.await;
+                    record(&result);
+                    result
+                }
+            }
         }
     }
 
@@ -308,10 +375,10 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tracked<T> {
             let mut message = next.await;
             // An answer ends its request.
             match &mut message {
-                Some(JsonRpcMessage::Response(r)) => written.ended(&r.id),
+                Some(JsonRpcMessage::Response(r)) => written.answered(&r.id),
                 Some(JsonRpcMessage::Error(e)) => {
                     if let Some(id) = &e.id {
-                        written.ended(id);
+                        written.answered(id);
                     }
                 }
                 Some(JsonRpcMessage::Notification(n))
@@ -476,5 +543,21 @@ mod tests {
         transport.send(request(4, "tools/call")).await.unwrap();
         assert!(written.take(&RequestId::Number(4)));
         assert!(!written.take(&RequestId::Number(4)));
+
+        // A write that finished at once is recorded before its future is awaited (rmcp
+        // awaits it in a task of its own, which may run after the server has answered).
+        let pending = transport.send(request(5, "tools/call"));
+        assert!(written.ids().written.contains(&RequestId::Number(5)));
+        pending.await.unwrap();
+        assert!(written.take(&RequestId::Number(5)));
+        // A write under way whose completion was not seen may have reached the server: it
+        // is not taken for unsent (a call whose server died running it was sent again).
+        written.sending(RequestId::Number(6));
+        assert!(written.take(&RequestId::Number(6)));
+        // One never handed to the pipe, or whose write failed, is unsent.
+        assert!(!written.take(&RequestId::Number(7)));
+        written.sending(RequestId::Number(8));
+        written.sent(&RequestId::Number(8), false);
+        assert!(!written.take(&RequestId::Number(8)));
     }
 }

@@ -418,10 +418,26 @@ fn read_tools_page(answer: rmcp::model::ServerResult) -> Result<ToolsPage, Strin
 /// the lean one).
 impl Upstream {
     fn timed_out(&self, tool: &str, timeout: Duration) -> Envelope {
+        self.timed_out_with(tool, timeout, None)
+    }
+
+    /// [`Self::timed_out`], saying so when the server answered, meanwhile, a request id
+    /// that Quiver never sent (`stray`): it may be answering with the wrong ids.
+    fn timed_out_with(
+        &self,
+        tool: &str,
+        timeout: Duration,
+        stray: Option<rmcp::model::RequestId>,
+    ) -> Envelope {
+        let stray = stray.map_or(String::new(), |id| {
+            format!(
+                " (meanwhile it answered request id {id}, which Quiver never sent: the server may be answering with the wrong ids, which its operator should look into)"
+            )
+        });
         Envelope::err(
             ErrKind::Timeout,
             format!(
-                "MCP server \"{}\" did not answer `{tool}` within {}; the call was cancelled upstream",
+                "MCP server \"{}\" did not answer `{tool}` within {}{stray}; the call was cancelled upstream",
                 self.cfg.name,
                 quiver_contract::duration_text(timeout)
             ),
@@ -890,7 +906,7 @@ impl Upstream {
         };
         let mut child_guard: Option<ChildGuard> = None;
         let mut http_parts: Option<(reqwest::Client, http::SessionSlot)> = None;
-        let written = Written::default();
+        let written = Written::for_server(&self.cfg.name);
         let deliveries = Deliveries::default();
         let connect = async {
             match &self.cfg.endpoint {
@@ -1793,6 +1809,7 @@ impl Upstream {
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         // Registered before sending, so a server request the call causes finds it.
         let registration = self.calls.begin(tool, ctx);
+        let sent_at = std::time::Instant::now();
         // No rmcp timeout: `wait` keeps the time, so that the cancellation goes out exactly
         // once, whoever ends the wait (see `CancelOnDrop`).
         let handle = match conn
@@ -1821,7 +1838,10 @@ impl Upstream {
         .await
         {
             Waited::Answer(r) => *r,
-            Waited::TimedOut => return done(self.timed_out(tool, timeout)),
+            Waited::TimedOut => {
+                let stray = conn.written.as_ref().and_then(|w| w.stray_since(sent_at));
+                return done(self.timed_out_with(tool, timeout, stray));
+            }
             Waited::Cancelled => return done(Self::call_cancelled()),
         };
         // The progress and log messages read before the answer reach the caller first.

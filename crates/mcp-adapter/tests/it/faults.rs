@@ -393,10 +393,59 @@ async fn hung_call_times_out_clearly() {
         env.message().unwrap().contains("did not answer `sleep`"),
         "{env:?}"
     );
+    // Abandoned is not undone: a tool that is not read-only may have run (the
+    // dispatcher's own timeout says so too).
+    assert!(
+        env.message()
+            .unwrap()
+            .contains("cancelled upstream. It may have run, or still be running: check its effect before calling it again."),
+        "{env:?}"
+    );
     // A timeout is not a drop: the connection keeps serving.
     let env = call(&catalog, "mcp__fx__echo", json!({"text": "alive"})).await;
     assert!(text_of(&env).contains("alive"), "{env:?}");
     assert_eq!(client.server_status("fx").unwrap().counters.drops, 0);
+    close_and_check(&client).await;
+}
+
+/// A server that answers with an id no request had leaves the call waiting out its limit
+/// (the answer cannot be matched): the timeout says the server answered an id Quiver never
+/// sent, so the operator knows where to look; a late answer to a request Quiver cancelled
+/// is not such an answer. The connection goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_with_an_id_never_sent_is_named_in_the_timeout() {
+    let (catalog, client) = start(&[raw("fx", &[])], fast_options());
+    ready(&client).await;
+    let timed = |name: &str, input: serde_json::Value, ms: u64| {
+        let ctx = CallContext::default()
+            .with_deadline(std::time::Instant::now() + Duration::from_millis(ms));
+        let entry = catalog.lookup(name).unwrap();
+        within(Duration::from_secs(10), async move {
+            match entry.tool.call(input, &ctx).await {
+                Ok(env) => env,
+                Err(e) => Envelope::from(e),
+            }
+        })
+    };
+    let env = timed("mcp__fx__echo", json!({"misid": true}), 500).await;
+    assert_eq!(env.err_kind(), Some(&ErrKind::Timeout), "{env:?}");
+    assert!(
+        env.message()
+            .unwrap()
+            .contains("meanwhile it answered request id 999999, which Quiver never sent"),
+        "{env:?}"
+    );
+    // A call sent after that answer is not told of it; nor is one during which the late
+    // answer to a call Quiver cancelled comes (this server runs one request at a time: the
+    // second `sleep` waits behind the first, whose answer comes after its cancellation).
+    let env = timed("mcp__fx__sleep", json!({"seconds": 1}), 300).await;
+    assert_eq!(env.err_kind(), Some(&ErrKind::Timeout), "{env:?}");
+    assert!(!env.message().unwrap().contains("never sent"), "{env:?}");
+    let env = timed("mcp__fx__sleep", json!({"seconds": 1}), 1500).await;
+    assert_eq!(env.err_kind(), Some(&ErrKind::Timeout), "{env:?}");
+    assert!(!env.message().unwrap().contains("never sent"), "{env:?}");
+    let env = call(&catalog, "mcp__fx__echo", json!({"text": "alive"})).await;
+    assert!(text_of(&env).contains("alive"), "{env:?}");
     close_and_check(&client).await;
 }
 

@@ -1034,11 +1034,16 @@ async fn forward_parts(direct: &Direct, parts: Parts, bytes: Bytes) -> Response 
         .extensions
         .get::<super::auth::Principal>()
         .map(|p| p.capabilities.clone());
-    // A 2026-07-28 call that rmcp refuses for its headers never reaches the handler: the
-    // parts are kept to give it its row.
-    let call_parts = (parts.headers.get("mcp-method").map(|v| v.as_bytes())
-        == Some(b"tools/call".as_slice()))
-    .then(|| parts.clone());
+    // A 2026-07-28 call that rmcp refuses for its headers or its version never reaches
+    // the handler: the parts are kept to give it its row (also when its `Mcp-Method` names
+    // another method: the body says which it is).
+    let call_parts = parts
+        .headers
+        .get("mcp-method")
+        .is_some_and(|v| {
+            v.as_bytes() == b"tools/call" || bytes.windows(10).any(|w| w == b"tools/call")
+        })
+        .then(|| parts.clone());
     let request = Request::from_parts(parts, Body::from(bytes.clone()));
     // rmcp checks a 2026-07-28 call's `Mcp-Param-*` headers against the tool's definition
     // before the handler runs, asking `get_tool` with the name alone: the caller goes with
@@ -1062,7 +1067,8 @@ async fn forward_parts(direct: &Direct, parts: Parts, bytes: Bytes) -> Response 
 }
 
 /// Records a 2026-07-28 `tools/call` that rmcp refused for its headers (-32020: an
-/// `Mcp-Name` or `Mcp-Param-*` header that is missing or does not match the body) before
+/// `Mcp-Method`, `Mcp-Name` or `Mcp-Param-*` header that is missing or does not match the
+/// body) or its protocol version (-32022) before
 /// any handler saw it: a call all the same, which has its row (kind `invalid_params`). Any
 /// other answer goes back as it is (the handler's own refusals have their rows already).
 async fn record_header_refusal(
@@ -1075,11 +1081,17 @@ async fn record_header_refusal(
     let Ok(answer) = axum::body::to_bytes(body, MAX_OPENING_BODY).await else {
         return Response::from_parts(head, Body::empty());
     };
-    let refused = serde_json::from_slice::<Value>(&answer)
-        .ok()
-        .filter(|v| v["error"]["code"] == i64::from(rmcp::model::ErrorCode::HEADER_MISMATCH.0));
+    let refused = serde_json::from_slice::<Value>(&answer).ok().filter(|v| {
+        [
+            rmcp::model::ErrorCode::HEADER_MISMATCH,
+            rmcp::model::ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
+        ]
+        .iter()
+        .any(|code| v["error"]["code"] == i64::from(code.0))
+    });
     if let (Some(refused), Ok(Value::Object(mut call))) =
         (refused, serde_json::from_slice::<Value>(sent))
+        && call.get("method").and_then(Value::as_str) == Some("tools/call")
     {
         let mut params = match call.remove("params") {
             Some(Value::Object(p)) => p,
@@ -2096,6 +2108,39 @@ mod tests {
             Some(&ErrKind::Other("invalid_params".into()))
         );
         assert_eq!(refused.input, json!({"region": "eu"}));
+        // So do a call whose `Mcp-Method` names another method, and one on a protocol
+        // version the server does not speak (neither had a row).
+        for (method, version, code) in [
+            (&b"tools/list"[..], &b"2026-07-28"[..], -32020),
+            (b"tools/call", b"2099-01-01", -32022),
+        ] {
+            let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                "name": "geo_secret", "arguments": {"region": "eu"},
+                "_meta": {"io.modelcontextprotocol/protocolVersion": String::from_utf8_lossy(version),
+                    "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+                    "io.modelcontextprotocol/clientCapabilities": {}}}});
+            let headers: &[(&str, &[u8])] = &[
+                ("authorization", b"Bearer secret-wide"),
+                ("mcp-protocol-version", version),
+                ("mcp-method", method),
+                ("mcp-name", b"geo_secret"),
+                ("mcp-param-region", b"eu"),
+            ];
+            let r = send_with(&router, Method::POST, None, body.to_string(), headers).await;
+            assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+            let answer: Value = serde_json::from_str(&r.body).unwrap();
+            assert_eq!(answer["error"]["code"], json!(code), "{}", r.body);
+        }
+        server.shared.dispatcher.drain_records().await;
+        let rows = recorder.records();
+        assert_eq!(rows.len(), 5, "{rows:?}");
+        for row in &rows[3..] {
+            assert_eq!(row.tool_name, "geo_secret");
+            assert_eq!(
+                row.envelope.err_kind(),
+                Some(&ErrKind::Other("invalid_params".into()))
+            );
+        }
     }
 
     /// A JSON body that is not one JSON-RPC message is told what is wrong with it, with its

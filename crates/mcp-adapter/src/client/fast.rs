@@ -411,11 +411,22 @@ enum Exchange {
     NotDelivered,
     /// May have reached the server; the answer is lost.
     Unknown(String),
+    /// As `Unknown`, and the server is gone: its stream broke and it refused the connection
+    /// to resume it.
+    Gone(String),
     /// The server answered with something that is not an answer.
     Failed(String),
     /// The server answered with an HTTP error and no JSON-RPC error: its status, and
     /// `Retry-After` (a 4xx refused the request before it ran).
     Refused(StatusCode, Option<String>),
+}
+
+/// Why a response stream could not be resumed.
+enum Resume {
+    /// The server refused the connection (or could not be reached): it is gone.
+    Gone(String),
+    /// Anything else (a status, a stream that broke again).
+    Failed(String),
 }
 
 /// What a response's head says besides its status.
@@ -685,6 +696,22 @@ impl Upstream {
             Exchange::NotDelivered => Some(Attempt::NotDelivered),
             // rmcp's session is independent of this call's HTTP exchange: a broken exchange
             // fails this call (never sent again) and leaves the connection to the others.
+            // Its stream broke and the server refused a new connection: the connection is
+            // lost (readiness and the other calls learn it now, not at the next liveness
+            // ping), and Quiver reconnects.
+            Exchange::Gone(why) => {
+                tracing::warn!(server = %self.cfg.name, "tools/call outcome unknown: {why}");
+                if let Some(me) = self.me.upgrade() {
+                    me.lost(lane.generation);
+                }
+                Some(done(Envelope::err(
+                    ErrKind::NotAvailable,
+                    format!(
+                        "MCP server \"{}\" went away while answering `{tool}` (it refused the connection to resume its answer); the outcome is unknown, so the call was not sent again. Quiver reconnects to it: check before calling again if the tool changes anything",
+                        self.cfg.name
+                    ),
+                )))
+            }
             Exchange::Unknown(why) => {
                 tracing::info!(server = %self.cfg.name, "tools/call outcome unknown: {why}");
                 Some(done(Envelope::err(
@@ -849,7 +876,8 @@ impl Upstream {
                                 pooled = false;
                                 events = sse::events(limit_events(reqwest_body(r), MAX_SSE_EVENT));
                             }
-                            Err(why) => return Exchange::Unknown(why),
+                            Err(Resume::Gone(why)) => return Exchange::Gone(why),
+                            Err(Resume::Failed(why)) => return Exchange::Unknown(why),
                         }
                     }
                 },
@@ -864,7 +892,7 @@ impl Upstream {
         lane: &Lane,
         session: Option<&str>,
         last_event: &str,
-    ) -> Result<reqwest::Response, String> {
+    ) -> Result<reqwest::Response, Resume> {
         let mut headers = lane.headers.clone();
         headers.remove(CONTENT_TYPE);
         headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
@@ -878,8 +906,14 @@ impl Upstream {
         }
         match req.send().await {
             Ok(r) if r.status() == StatusCode::OK => Ok(r),
-            Ok(r) => Err(format!("resuming the response stream: HTTP {}", r.status())),
-            Err(e) => Err(format!("resuming the response stream: {e}")),
+            Ok(r) => Err(Resume::Failed(format!(
+                "resuming the response stream: HTTP {}",
+                r.status()
+            ))),
+            Err(e) if e.is_connect() => {
+                Err(Resume::Gone(format!("resuming the response stream: {e}")))
+            }
+            Err(e) => Err(Resume::Failed(format!("resuming the response stream: {e}"))),
         }
     }
 

@@ -415,6 +415,76 @@ async fn a_cut_response_stream_fails_only_its_own_call() {
     close_and_check(&client).await;
 }
 
+/// A server that answers a call with one event (with an id and a `retry` of 300 ms), ends
+/// the stream and shuts down: the resumption is refused, the call's outcome is unknown,
+/// and the connection is lost at once (readiness said "ready" until the next liveness
+/// ping, QA-11 F3), so Quiver reconnects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumption_the_server_refuses_loses_the_connection() {
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let app = Router::new().route(
+        "/mcp",
+        post({
+            let stop = stop.clone();
+            move |headers: HeaderMap, body: String| {
+                let stop = stop.clone();
+                async move {
+                    let msg: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+                    if msg["method"] == "tools/call" {
+                        stop.notify_one();
+                        let event = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                            "params": {"level": "info", "data": "going"}});
+                        return (
+                            StatusCode::OK,
+                            [(header::CONTENT_TYPE, "text/event-stream")],
+                            Body::from(format!("id: 1\nretry: 300\ndata: {event}\n\n")),
+                        )
+                            .into_response();
+                    }
+                    scripted(headers, body).await
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let server = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { stop.notified().await })
+                .await
+        }
+    });
+    let (catalog, client) = start(
+        &[ServerConfig::http("gx", url)
+            .with_liveness(Liveness::Off)
+            .required()],
+        fast_options(),
+    );
+    ready(&client).await;
+    let env = within(
+        Duration::from_secs(30),
+        call(&catalog, "mcp__gx__ok", json!({})),
+    )
+    .await;
+    assert_eq!(env.err_kind(), Some(&ErrKind::NotAvailable), "{env:?}");
+    assert!(
+        env.message()
+            .unwrap_or_default()
+            .contains("went away while answering `ok`"),
+        "{env:?}"
+    );
+    within(Duration::from_secs(10), server)
+        .await
+        .unwrap()
+        .unwrap();
+    let st = client.server_status("gx").unwrap();
+    assert_eq!(st.counters.drops, 1, "{st:?}");
+    assert_ne!(st.state, ServerState::Connected, "{st:?}");
+    close_and_check(&client).await;
+}
+
 /// A server that ends every stream after one event (with an id, without `retry`) is
 /// resumed with growing waits until the call's time is up, not in a loop as fast as the
 /// network allows (before, 182 resumptions within an 8 s call).

@@ -908,8 +908,13 @@ async fn command(
                 })
                 .collect();
             for (server, why) in &not_connected {
+                // A reason that already says what to fix is not told it twice.
+                let fix = match why.ends_with("fix the server") {
+                    true => "",
+                    false => "; fix the server or its configuration",
+                };
                 say!(
-                    "mcp server {server}: [not connected] {why}; fix the server or its configuration (`quiver status` shows its state)"
+                    "mcp server {server}: [not connected] {why}{fix} (`quiver status` shows its state)"
                 );
             }
             // An agentic allow-list that fills the round leaves no room for what tool_search

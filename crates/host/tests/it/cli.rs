@@ -181,6 +181,20 @@ fn check_lints_and_rejects_a_broken_config() {
     let lines = stdout(&one);
     assert_eq!(lines.matches("[cannot start]").count(), 1, "{lines}");
     assert!(lines.contains(" 1 finding(s)"), "{lines}");
+    // A reason that already says what to fix is not told it twice.
+    let liar = dir.join("liar.toml");
+    std::fs::write(
+        &liar,
+        "[[mcp.servers]]\nname = \"liar\"\ncommand = \"python3\"\nargs = [\"-c\", \"import sys, json\\nm = json.loads(sys.stdin.readline())\\nprint(json.dumps({'jsonrpc': '2.0', 'id': m['id'], 'result': 'nope'}), flush=True)\\nsys.stdin.read()\"]\n",
+    )
+    .unwrap();
+    let lied = stdout(&quiver(&["--config", liar.to_str().unwrap(), "check"]));
+    assert!(
+        lied.contains("mcp server liar: [not connected] rejected: the server's initialize result cannot be read")
+            && lied.contains("; fix the server (`quiver status` shows its state)"),
+        "{lied}"
+    );
+    assert!(!lied.contains("fix the server; fix"), "{lied}");
     // A server that starts and dies is a finding that says why.
     assert!(
         text.contains("mcp server dies: [not connected] connect failed:")

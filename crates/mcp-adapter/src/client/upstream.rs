@@ -202,11 +202,14 @@ pub(crate) enum DialError {
 impl DialError {
     /// The error with how the stdio child ended, if it did on its own (its exit is waited
     /// for a moment), and its last stderr lines: why a server fails at start is usually there.
-    async fn with_stderr(self, child: &mut ChildGuard) -> DialError {
+    /// With what the child `child` wrote last on stderr, and how it ended when it did so on
+    /// its own (`own_exit`; a child whose handshake Quiver gave up on was closed by Quiver,
+    /// and exits because its input ended).
+    async fn with_stderr(self, child: &mut ChildGuard, own_exit: bool) -> DialError {
         // A rejected server was answered, and then closed by the client: its exit is not
         // news.
         let exit = match self {
-            DialError::Transient(_) => {
+            DialError::Transient(_) if own_exit => {
                 let status = tokio::time::timeout(EXIT_WAIT, child.exited())
                     .await
                     .ok()
@@ -994,12 +997,16 @@ impl Upstream {
                 }
             }
         };
+        let mut timed_out = false;
         let outcome = tokio::select! {
             r = tokio::time::timeout(self.connect_timeout(), connect) => match r {
                 Ok(r) => r,
-                Err(_) => Err(DialError::Transient(format!(
-                    "no answer to initialize within {}", quiver_contract::duration_text(self.connect_timeout())
-                ))),
+                Err(_) => {
+                    timed_out = true;
+                    Err(DialError::Transient(format!(
+                        "no answer to initialize within {}", quiver_contract::duration_text(self.connect_timeout())
+                    )))
+                }
             },
             _ = self.closed.cancelled() => Err(DialError::Closed),
         };
@@ -1007,9 +1014,11 @@ impl Upstream {
             Ok(r) => r,
             Err(e) => {
                 // A child that failed at start usually said why on stderr (read before the
-                // child is told to stop, so that its exit is its own).
+                // child is told to stop, so that its exit is its own). One that did not
+                // answer in time had its input closed when the wait ended: its exit is
+                // Quiver's doing, not news.
                 let e = match child_guard.as_mut() {
-                    Some(g) => e.with_stderr(g).await,
+                    Some(g) => e.with_stderr(g, !timed_out).await,
                     None => e,
                 };
                 cancel.cancel();
@@ -1047,7 +1056,7 @@ impl Upstream {
             // told to stop.
             let mut child_guard = child_guard;
             let e = match child_guard.as_mut() {
-                Some(g) => e.with_stderr(g).await,
+                Some(g) => e.with_stderr(g, true).await,
                 None => e,
             };
             cancel.cancel();

@@ -206,7 +206,7 @@ enum Command {
     },
     /// Call one tool through the full pipeline and print the rendered result.
     ///
-    /// Exits 0 for an Ok or a Hint, 1 for an Err, 2 when JSON does not parse. Example: `quiver call tool_search '{"query": "time"}'`.
+    /// Exits 0 for an Ok or a Hint, 1 for an Err, and 2 when the call cannot be made: the JSON does not parse, the configuration is invalid, or a `required` MCP server is not ready (one that Quiver cannot work without: the call waits for it through the start-up wait, whatever server its tool is on). Example: `quiver call tool_search '{"query": "time"}'`.
     Call {
         /// The tool name.
         name: String,

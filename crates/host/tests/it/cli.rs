@@ -990,10 +990,25 @@ fn status_and_check_still_report_when_a_required_server_is_down() {
     )
     .unwrap();
     // Side by side: each waits the 30 s.
-    let (status, check) = std::thread::scope(|s| {
+    let (status, check, call) = std::thread::scope(|s| {
         let check = s.spawn(|| quiver_in(&dir, &["check"]));
-        (quiver_in(&dir, &["status"]), check.join().unwrap())
+        let call = s.spawn(|| quiver_in(&dir, &["call", "describe_tool", r#"{"name": "x"}"#]));
+        (
+            quiver_in(&dir, &["status"]),
+            check.join().unwrap(),
+            call.join().unwrap(),
+        )
     });
+    // A call, whatever server its tool is on, cannot be made without a required server:
+    // exit 2, as its help says.
+    let err = String::from_utf8_lossy(&call.stderr);
+    assert_eq!(call.status.code(), Some(2), "{err}");
+    assert!(err.contains("a required MCP server is not ready"), "{err}");
+    let help = stdout(&quiver(&["call", "--help"]));
+    assert!(
+        help.contains("2 when the call cannot be made: the JSON does not parse, the configuration is invalid, or a `required` MCP server is not ready"),
+        "{help}"
+    );
     let text = stdout(&status);
     let err = String::from_utf8_lossy(&status.stderr);
     assert_eq!(status.status.code(), Some(1), "{text}\n{err}");

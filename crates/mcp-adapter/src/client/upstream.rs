@@ -116,6 +116,9 @@ pub struct ServerCounters {
 /// must fix it rather than to try again.
 const FAILED_FOR_AN_OPERATOR: u64 = 3;
 
+/// The most characters of the last connection failure a call is told.
+const LAST_FAILURE_CHARS: usize = 300;
+
 #[derive(Default)]
 struct Counters {
     dials: AtomicU64,
@@ -1756,7 +1759,21 @@ impl Upstream {
                         "MCP server \"{server}\" {was}, and the last {failed} attempts to reach it failed: retrying will not help until an operator fixes it (`quiver status` says why). Use another tool"
                     );
                 }
-                format!("MCP server \"{server}\" {was}. {}", self.retry_advice())
+                // Why the last attempt failed (a start-up crash says so on stderr): the
+                // caller can tell a server that is coming from one that keeps failing.
+                let last = self
+                    .diagnostics()
+                    .into_iter()
+                    .rev()
+                    .find_map(|l| l.strip_prefix("connect failed: ").map(str::to_owned))
+                    .map_or(String::new(), |mut why| {
+                        quiver_registry::layers::result_limit::truncate_chars(&mut why, LAST_FAILURE_CHARS);
+                        format!(" (its last attempt: {why})")
+                    });
+                format!(
+                    "MCP server \"{server}\" {was}{last}. {}",
+                    self.retry_advice()
+                )
             }
             ServerState::Rejected(_) => format!(
                 "MCP server \"{server}\" could not be connected and is not retried; an operator must fix it. Use another tool"

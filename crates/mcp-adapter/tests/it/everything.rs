@@ -453,7 +453,8 @@ async fn an_http_server_down_through_many_redials_keeps_the_retry_advice() {
     let env = call(&catalog, &tool, serde_json::json!({})).await;
     let message = env.message().unwrap_or_default().to_owned();
     assert!(
-        message.starts_with("MCP server \"away\" went down. Quiver tries it again in about ")
+        message.starts_with("MCP server \"away\" went down (its last attempt: ")
+            && message.contains("). Quiver tries it again in about ")
             && !message.contains("operator"),
         "{message}"
     );

@@ -717,10 +717,12 @@ async fn down_server_tools_stay_and_fail_at_once() {
     assert!(catalog.contains("mcp__fx__echo"));
     let env = call(&catalog, "mcp__fx__echo", json!({"text": "x"})).await;
     assert_eq!(env.err_kind(), Some(&ErrKind::NotAvailable));
-    // It says the server went down, and when Quiver tries it again.
+    // It says the server went down, why its last attempt failed, and when Quiver tries it
+    // again.
     let message = env.message().unwrap();
     assert!(
-        message.starts_with("MCP server \"fx\" went down. Quiver tries it again in about ")
+        message.starts_with("MCP server \"fx\" went down (its last attempt: ")
+            && message.contains("). Quiver tries it again in about ")
             && message.ends_with(" s: try again after that, or use another tool"),
         "{message}"
     );

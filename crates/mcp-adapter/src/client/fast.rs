@@ -680,7 +680,7 @@ impl Upstream {
         guard.armed = false;
         match outcome {
             Exchange::Result(v) => Some(done(to_contract::raw_call_result(&self.cfg.name, &v))),
-            Exchange::PeerError(m) => Some(done(Self::peer_failed(&m))),
+            Exchange::PeerError(m) => Some(done(self.peer_failed(&m))),
             Exchange::Failed(why) => {
                 tracing::warn!(server = %self.cfg.name, "tools/call: {why}");
                 Some(done(self.unusable(tool, &why)))

@@ -472,7 +472,16 @@ impl Upstream {
         )
     }
 
-    fn peer_failed(message: &str) -> Envelope {
+    /// The server answered the call with a JSON-RPC error (`message`, its words unless they
+    /// are Quiver's and name it already): which server said it.
+    pub(super) fn peer_failed(&self, message: &str) -> Envelope {
+        let message = match message.starts_with("MCP server \"") {
+            true => message.to_owned(),
+            false => format!(
+                "MCP server \"{}\" answered with an error: {message}",
+                self.cfg.name
+            ),
+        };
         Envelope::err(ErrKind::ToolFailed, format!("mcp call failed: {message}"))
     }
 
@@ -1767,7 +1776,10 @@ impl Upstream {
                     .rev()
                     .find_map(|l| l.strip_prefix("connect failed: ").map(str::to_owned))
                     .map_or(String::new(), |mut why| {
-                        quiver_registry::layers::result_limit::truncate_chars(&mut why, LAST_FAILURE_CHARS);
+                        quiver_registry::layers::result_limit::truncate_chars(
+                            &mut why,
+                            LAST_FAILURE_CHARS,
+                        );
                         format!(" (its last attempt: {why})")
                     });
                 format!(
@@ -1902,7 +1914,7 @@ impl Upstream {
             Err(e) => {
                 tracing::debug!(server = %self.cfg.name, error = ?e, "call failed");
                 match classify_service(&e) {
-                    Class::Peer => done(Self::peer_failed(&match &e {
+                    Class::Peer => done(self.peer_failed(&match &e {
                         rmcp::service::ServiceError::McpError(d)
                             if d.code.0 == super::pipe::UNREADABLE_ANSWER =>
                         {

@@ -1064,6 +1064,20 @@ async fn malformed_tools_are_skipped_and_the_rest_served() {
             && env.message().unwrap().contains("the tool ran"),
         "{env:?}"
     );
+    // A JSON-RPC error says which server answered with it (it was the server's words
+    // alone: "mcp call failed: internal kaboom").
+    let env = call(
+        &catalog,
+        "mcp__bad__echo",
+        json!({"fail": "internal kaboom"}),
+    )
+    .await;
+    assert_eq!(env.err_kind(), Some(&ErrKind::ToolFailed), "{env:?}");
+    assert_eq!(
+        env.message().unwrap(),
+        "mcp call failed: MCP server \"bad\" answered with an error: internal kaboom",
+        "{env:?}"
+    );
     close_and_check(&client).await;
 }
 

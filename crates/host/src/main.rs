@@ -520,7 +520,8 @@ async fn log_command(
             7,
         );
         say!(
-            "{:<tool_w$} {:<7} {:<session_w$} {:>9}  SUMMARY",
+            "{:<19} {:<tool_w$} {:<7} {:<session_w$} {:>9}  SUMMARY",
+            "AT (UTC)",
             "TOOL",
             "OUTCOME",
             "SESSION",
@@ -538,8 +539,9 @@ async fn log_command(
             // Escaped: a row's texts come from clients and tools, and a newline
             // or a terminal escape in them must not forge rows or drive the
             // operator's terminal.
+            let at = chrono::DateTime::<chrono::Utc>::from(c.at).format("%Y-%m-%d %H:%M:%S");
             say!(
-                "{:<tool_w$} {:<7} {:<session_w$} {:>9}  {}",
+                "{at:<19} {:<tool_w$} {:<7} {:<session_w$} {:>9}  {}",
                 quiver_contract::printable(&c.tool_name),
                 c.kind,
                 quiver_contract::printable(c.session.as_deref().unwrap_or("-")),

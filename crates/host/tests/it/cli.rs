@@ -339,7 +339,26 @@ fn every_call_lands_in_the_log_and_log_filters_it() {
     );
     let table = stdout(&quiver_in(&dir, &["log"]));
     let mut lines = table.lines();
-    let at = lines.next().unwrap().find("OUTCOME").unwrap();
+    let head = lines.next().unwrap();
+    assert!(head.starts_with("AT (UTC) "), "{table}");
+    let at = head.find("OUTCOME").unwrap();
+    // Each row says when, in UTC, as the JSON's `at` (seconds since the epoch) does.
+    let when = |row: &str| row.get(..19).unwrap_or_default().to_owned();
+    let day = |ago: u64| {
+        let t = std::time::SystemTime::now() - std::time::Duration::from_secs(ago);
+        chrono::DateTime::<chrono::Utc>::from(t)
+            .format("%Y-%m-%d ")
+            .to_string()
+    };
+    for row in lines.clone().filter(|l| !l.ends_with("call(s)")) {
+        let when = when(row);
+        // The test's calls were made in the last minutes (today, or yesterday at midnight).
+        assert!(
+            when.starts_with(&day(0)) || when.starts_with(&day(600)),
+            "{when}: {table}"
+        );
+        assert_eq!(when.as_bytes()[13], b':', "{table}");
+    }
     for row in lines.filter(|l| !l.ends_with("call(s)")) {
         let rest = row.get(at..).unwrap_or_default();
         assert!(

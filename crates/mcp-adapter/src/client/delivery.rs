@@ -70,10 +70,22 @@ impl Written {
     /// limit) is noted for the calls' timeout texts, and logged once per connection.
     fn answered(&self, id: &RequestId) {
         let mut ids = self.ids();
-        let open = ids.sending.remove(id) | ids.written.remove(id);
-        if open {
-            ids.remember(id);
-        } else if !ids.recent.contains(id) {
+        // rmcp takes an answer whose id is a string naming a number (`"5"`) for the answer
+        // to that number's request: so does this.
+        let named = match id {
+            RequestId::String(s) => s.parse::<i64>().ok().map(RequestId::Number),
+            RequestId::Number(_) => None,
+        };
+        let mut close = |id: &RequestId| {
+            let open = ids.sending.remove(id) | ids.written.remove(id);
+            if open {
+                ids.remember(id);
+            }
+            open
+        };
+        let open = close(id) || named.as_ref().is_some_and(&mut close);
+        let recent = |id: &RequestId| ids.recent.contains(id);
+        if !open && !recent(id) && !named.as_ref().is_some_and(recent) {
             if ids.stray.is_none() {
                 tracing::warn!(server = %ids.server, id = %id, "the MCP server answered a request id that Quiver did not send; calls waiting for their answers will time out");
             }
@@ -543,6 +555,19 @@ mod tests {
         transport.send(request(4, "tools/call")).await.unwrap();
         assert!(written.take(&RequestId::Number(4)));
         assert!(!written.take(&RequestId::Number(4)));
+
+        // An answer whose id is a string naming the request's number answers it, as rmcp
+        // reads it; one to an id never sent is noted as stray.
+        let since = std::time::Instant::now();
+        transport.send(request(9, "tools/call")).await.unwrap();
+        server.next_line().await.unwrap().expect("the request");
+        answer(json!({"jsonrpc": "2.0", "id": "9", "result": {}})).await;
+        transport.receive().await.expect("the answer");
+        assert_eq!(written.len(), 0, "request 9 is still kept");
+        assert_eq!(written.stray_since(since), None);
+        answer(json!({"jsonrpc": "2.0", "id": 12345, "result": {}})).await;
+        transport.receive().await.expect("the stray answer");
+        assert_eq!(written.stray_since(since), Some(RequestId::Number(12345)));
 
         // A write that finished at once is recorded before its future is awaited (rmcp
         // awaits it in a task of its own, which may run after the server has answered).

@@ -421,9 +421,25 @@ enum Exchange {
     Refused(StatusCode, Option<String>),
 }
 
+/// Whether `e` is a refused connection (nothing listens there now), not a connect timeout,
+/// a name that did not resolve or a TLS handshake that failed, which may pass.
+fn connection_refused(e: &reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
 /// Why a response stream could not be resumed.
 enum Resume {
-    /// The server refused the connection (or could not be reached): it is gone.
+    /// The server refused the connection: nothing listens there, it is gone.
     Gone(String),
     /// Anything else (a status, a stream that broke again).
     Failed(String),
@@ -910,7 +926,7 @@ impl Upstream {
                 "resuming the response stream: HTTP {}",
                 r.status()
             ))),
-            Err(e) if e.is_connect() => {
+            Err(e) if e.is_connect() && connection_refused(&e) => {
                 Err(Resume::Gone(format!("resuming the response stream: {e}")))
             }
             Err(e) => Err(Resume::Failed(format!("resuming the response stream: {e}"))),

@@ -1774,8 +1774,15 @@ impl Upstream {
                     .diagnostics()
                     .into_iter()
                     .rev()
+                    // Not one from before the server's last connection.
+                    .take_while(|l| !l.starts_with("connected ("))
                     .find_map(|l| l.strip_prefix("connect failed: ").map(str::to_owned))
                     .map_or(String::new(), |mut why| {
+                        // What the server wrote on stderr is for its operator (`quiver
+                        // status` shows it), not for every caller.
+                        if let Some(at) = why.find("; its stderr ended with:") {
+                            why.truncate(at);
+                        }
                         quiver_registry::layers::result_limit::truncate_chars(
                             &mut why,
                             LAST_FAILURE_CHARS,

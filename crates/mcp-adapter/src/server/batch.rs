@@ -154,8 +154,9 @@ pub(super) async fn serve(direct: &Direct, parts: Parts, bytes: &Bytes) -> Respo
         .into_response()
 }
 
-/// What asks the session's state for a batch whose every element was refused.
-const PROBE: &[u8] = br#"{"jsonrpc":"2.0","id":0,"method":"ping"}"#;
+/// What asks the session's state for a batch whose every element was refused (an id of
+/// its own, so that it meets no id a client holds).
+const PROBE: &[u8] = br#"{"jsonrpc":"2.0","id":"quiver-batch-probe","method":"ping"}"#;
 
 /// Whether `answer` answers the whole request rather than one message of it (an ended
 /// session's 404, a refused `Host`): neither `202 Accepted` nor a JSON or SSE body.

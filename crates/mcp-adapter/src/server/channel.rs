@@ -380,7 +380,7 @@ impl ClientChannel for PeerChannel {
                 "params": p,
             });
             if outbox.send(note.to_string()).is_err() {
-                tracing::debug!("a log message came after its call's answer");
+                tracing::debug!("a log message was not delivered: its call's response is gone");
             }
             return;
         }

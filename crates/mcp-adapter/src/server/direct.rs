@@ -4,7 +4,9 @@
 //! a reply cache kept for resumption). Everything else, and any request this path is not
 //! sure about, goes to rmcp's streamable-HTTP service unchanged, which answers it (or its
 //! error) as before. A JSON response is one of the two answers the 2025 transports allow
-//! for a request; a call that asks for progress still gets its SSE stream from rmcp.
+//! for a request; a call that asks for progress still gets its SSE stream from rmcp, and a
+//! call that sends log messages gets an SSE stream of its own from the first one on (the
+//! messages, then the answer).
 //!
 //! The direct path answers only when all of these hold, else rmcp does:
 //! - the server is not shutting down;
@@ -489,8 +491,10 @@ fn reaches_client(shared: &Shared, name: &str) -> bool {
         .is_none_or(|entry| entry.tool.reaches_client())
 }
 
-/// Whether the session's client can be sent requests or log messages during a call, which
-/// the direct path's single JSON answer cannot carry.
+/// Whether the session's client can be sent requests during a call (whose answers come
+/// back through rmcp's session), or set a log level (which rmcp's per-call stream applies):
+/// such a client's calls to a tool that may reach it go to rmcp. The direct path carries
+/// a call's log messages on its own response, but not relayed requests.
 fn takes_client_traffic(entry: &Entry) -> bool {
     if lock(&entry.conn.log_level).is_some() {
         return true;
@@ -655,7 +659,9 @@ async fn serve_call(
     as_declared: bool,
 ) -> Response {
     handler::track(shared, &entry.conn, &scope, true, &entry.peer);
-    let _pin = shared.enter(&scope.key).await;
+    // Held by the call itself, which may outlive this request (a client that left, a call
+    // whose stream goes on in a task of its own): its session is not evicted under it.
+    let pin = shared.enter(&scope.key).await;
     let input = params.arguments.map(Value::Object).unwrap_or(Value::Null);
     // Cancelled by the client's notifications/cancelled, or when its session ends.
     let client = entry.conn.deleted.child_token();
@@ -700,6 +706,7 @@ async fn serve_call(
         let (shared, client, name) = (shared.clone(), client.clone(), params.name.to_string());
         async move {
             let _in_flight = in_flight;
+            let _pin = pin;
             handler::call(
                 &shared,
                 &scope,
@@ -739,22 +746,43 @@ async fn serve_call(
         Err(message) => message,
     };
     // The call's stream: this message, the ones after it, then the answer. The call goes
-    // on in this task whether or not its client reads (a client that does not read loses
-    // log messages past the buffer, never the call).
-    let (events, stream) = tokio::sync::mpsc::channel::<String>(64);
-    let _ = events.try_send(sse_event(&result));
+    // on in this task whether or not its client reads; messages wait for the client in a
+    // queue, and past [`MAX_WAITING_LOGS`] waiting (a client that does not read) the newer
+    // ones are dropped, never the call or its answer.
+    let (events, stream) = tokio::sync::mpsc::channel::<String>(16);
     tokio::spawn(async move {
+        let mut waiting = std::collections::VecDeque::from([sse_event(&result)]);
+        let mut dropped = 0usize;
+        let mut queue =
+            |waiting: &mut std::collections::VecDeque<String>, message: String| match waiting.len()
+                < MAX_WAITING_LOGS
+            {
+                true => waiting.push_back(sse_event(&message)),
+                false => dropped += 1,
+            };
         let result = loop {
             tokio::select! {
                 biased;
                 result = &mut call => break result,
-                Some(message) = sent.recv() => {
-                    let _ = events.try_send(sse_event(&message));
+                Some(message) = sent.recv() => queue(&mut waiting, message),
+                Ok(permit) = events.reserve(), if !waiting.is_empty() => {
+                    permit.send(waiting.pop_front().expect("not empty"));
                 }
             }
         };
         while let Ok(message) = sent.try_recv() {
-            let _ = events.try_send(sse_event(&message));
+            queue(&mut waiting, message);
+        }
+        if dropped > 0 {
+            tracing::debug!(
+                dropped,
+                "log messages of a call whose client did not read them"
+            );
+        }
+        for event in waiting {
+            if events.send(event).await.is_err() {
+                return;
+            }
         }
         if !client.is_cancelled() {
             let _ = events.send(sse_event(&answer_text(id, result))).await;
@@ -766,6 +794,9 @@ async fn serve_call(
     });
     sse_response(Body::from_stream(stream))
 }
+
+/// The most log messages of one call kept waiting for a client that does not read them.
+const MAX_WAITING_LOGS: usize = 1024;
 
 /// The answer to the `tools/call` request `id`, in the session era's form.
 fn call_answer(
@@ -1036,14 +1067,12 @@ async fn forward_parts(direct: &Direct, parts: Parts, bytes: Bytes) -> Response 
         .map(|p| p.capabilities.clone());
     // A 2026-07-28 call that rmcp refuses for its headers or its version never reaches
     // the handler: the parts are kept to give it its row (also when its `Mcp-Method` names
-    // another method: the body says which it is).
-    let call_parts = parts
-        .headers
-        .get("mcp-method")
-        .is_some_and(|v| {
-            v.as_bytes() == b"tools/call" || bytes.windows(10).any(|w| w == b"tools/call")
-        })
-        .then(|| parts.clone());
+    // another method or is missing: the body says which it is).
+    let call_parts = match parts.headers.get("mcp-method") {
+        Some(v) if v.as_bytes() == b"tools/call" => true,
+        _ => bytes.windows(10).any(|w| w == b"tools/call"),
+    }
+    .then(|| parts.clone());
     let request = Request::from_parts(parts, Body::from(bytes.clone()));
     // rmcp checks a 2026-07-28 call's `Mcp-Param-*` headers against the tool's definition
     // before the handler runs, asking `get_tool` with the name alone: the caller goes with
@@ -1144,14 +1173,17 @@ mod tests {
             if input.get("tick").is_some() {
                 ctx.progress(0.5, Some(1.0), Some("halfway".into())).await;
             }
-            // `say`: a log message per string, `pause` ms before each and after the last.
+            // `say`: a log message per string, `pause` ms before each and after the last;
+            // `gap`: ms before the first and after the last only (a burst in between).
             let pause = Duration::from_millis(input["pause"].as_u64().unwrap_or(0));
+            let gap = Duration::from_millis(input["gap"].as_u64().unwrap_or(0));
+            tokio::time::sleep(gap).await;
             for said in input["say"].as_array().into_iter().flatten() {
                 tokio::time::sleep(pause).await;
                 ctx.log(quiver_contract::LogLevel::Info, Some("echo"), said.clone())
                     .await;
             }
-            tokio::time::sleep(pause).await;
+            tokio::time::sleep(pause.max(gap)).await;
             Ok(Envelope::ok(input))
         }
     }
@@ -1329,9 +1361,12 @@ mod tests {
         let sid = open(&server, &router, json!({})).await;
         let plain = send(&router, Method::POST, Some(&sid), call(1, json!({}))).await;
         assert_eq!(plain.content_type, "application/json", "{}", plain.body);
-        for pause in [0, 20] {
+        // Two messages at once, two while the call runs, and a burst of 200 (more than the
+        // response's channel holds: none is lost for a client that reads).
+        for (n, pause, gap) in [(2, 0, 0), (2, 20, 0), (200, 0, 20)] {
+            let said: Vec<Value> = (0..n).map(|i| json!(format!("line {i}"))).collect();
             let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                "params": {"name": "echo", "arguments": {"say": ["one", "two"], "pause": pause}}});
+                "params": {"name": "echo", "arguments": {"say": said, "pause": pause, "gap": gap}}});
             let reply = send(&router, Method::POST, Some(&sid), body).await;
             assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
             assert_eq!(reply.content_type, "text/event-stream", "{}", reply.body);
@@ -1343,19 +1378,43 @@ mod tests {
                 .collect();
             assert_eq!(
                 logs,
-                [&json!("one"), &json!("two")],
+                said.iter().collect::<Vec<_>>(),
                 "{pause}: {}",
                 reply.body
             );
-            assert_eq!(messages.len(), 3, "{pause}: {}", reply.body);
-            assert_eq!(messages[2]["id"], json!(2), "{pause}: {}", reply.body);
+            assert_eq!(messages.len(), n + 1, "{pause}: {}", reply.body);
+            assert_eq!(messages[n]["id"], json!(2), "{pause}: {}", reply.body);
             assert_eq!(
-                messages[2]["result"]["isError"],
+                messages[n]["result"]["isError"],
                 json!(false),
                 "{pause}: {}",
                 reply.body
             );
         }
+        // A client that starts reading only after the call has sent 300 messages gets them
+        // all (they wait for it; past a bound they would be dropped, never the answer).
+        let said: Vec<Value> = (0..300).map(|i| json!(i)).collect();
+        let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"say": said, "gap": 20}}});
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri("/mcp")
+            .header("host", "127.0.0.1:7345")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .header("mcp-session-id", &sid)
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let resp = router.clone().oneshot(req).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let messages = sse_messages(&String::from_utf8_lossy(&bytes));
+        assert_eq!(messages.len(), 301, "{messages:?}");
+        assert_eq!(messages[299]["params"]["data"], json!(299));
+        assert_eq!(messages[300]["id"], json!(3));
     }
 
     /// A 2025-03-26 session may send a batch (that version's transport says a server must
@@ -2108,10 +2167,11 @@ mod tests {
             Some(&ErrKind::Other("invalid_params".into()))
         );
         assert_eq!(refused.input, json!({"region": "eu"}));
-        // So do a call whose `Mcp-Method` names another method, and one on a protocol
-        // version the server does not speak (neither had a row).
+        // So do a call whose `Mcp-Method` names another method or is missing, and one on a
+        // protocol version the server does not speak (none had a row).
         for (method, version, code) in [
             (&b"tools/list"[..], &b"2026-07-28"[..], -32020),
+            (b"", b"2026-07-28", -32020),
             (b"tools/call", b"2099-01-01", -32022),
         ] {
             let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
@@ -2119,21 +2179,23 @@ mod tests {
                 "_meta": {"io.modelcontextprotocol/protocolVersion": String::from_utf8_lossy(version),
                     "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
                     "io.modelcontextprotocol/clientCapabilities": {}}}});
-            let headers: &[(&str, &[u8])] = &[
+            let mut headers: Vec<(&str, &[u8])> = vec![
                 ("authorization", b"Bearer secret-wide"),
                 ("mcp-protocol-version", version),
-                ("mcp-method", method),
                 ("mcp-name", b"geo_secret"),
                 ("mcp-param-region", b"eu"),
             ];
-            let r = send_with(&router, Method::POST, None, body.to_string(), headers).await;
+            if !method.is_empty() {
+                headers.push(("mcp-method", method));
+            }
+            let r = send_with(&router, Method::POST, None, body.to_string(), &headers).await;
             assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
             let answer: Value = serde_json::from_str(&r.body).unwrap();
             assert_eq!(answer["error"]["code"], json!(code), "{}", r.body);
         }
         server.shared.dispatcher.drain_records().await;
         let rows = recorder.records();
-        assert_eq!(rows.len(), 5, "{rows:?}");
+        assert_eq!(rows.len(), 6, "{rows:?}");
         for row in &rows[3..] {
             assert_eq!(row.tool_name, "geo_secret");
             assert_eq!(

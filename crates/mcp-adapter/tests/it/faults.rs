@@ -726,6 +726,8 @@ async fn down_server_tools_stay_and_fail_at_once() {
             && message.ends_with(" s: try again after that, or use another tool"),
         "{message}"
     );
+    // The server's stderr is for its operator (`quiver status`), not the caller.
+    assert!(!message.contains("stderr"), "{message}");
     // After three failed attempts in a row it no longer says to try again.
     wait_for("three failed attempts", Duration::from_secs(30), || {
         let s = client.server_status("fx").unwrap();

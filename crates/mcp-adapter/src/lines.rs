@@ -164,9 +164,20 @@ impl<W: AsyncWrite + Send + Unpin + 'static> LineWriter<W> {
         &self,
         message: &M,
     ) -> impl Future<Output = std::io::Result<()>> + Send + 'static + use<W, M> {
+        self.send_marked(message, || {})
+    }
+
+    /// [`Self::send`], calling `started` once this line has the writing end, just before
+    /// its first byte goes out: a send still waiting behind another line's (and dropped
+    /// there) has sent nothing.
+    pub(crate) fn send_marked<M: serde::Serialize, S: FnOnce() + Send + 'static>(
+        &self,
+        message: &M,
+        started: S,
+    ) -> impl Future<Output = std::io::Result<()>> + Send + 'static + use<W, M, S> {
         let bytes = serde_json::to_vec(message).map_err(std::io::Error::other);
         let this = self.clone();
-        async move { this.write_line(bytes?).await }
+        async move { this.write_line_marked(bytes?, started).await }
     }
 
     /// Writes `message` as one line in a task of its own, so that a `receive` dropped by
@@ -179,9 +190,18 @@ impl<W: AsyncWrite + Send + Unpin + 'static> LineWriter<W> {
         });
     }
 
-    async fn write_line(&self, mut bytes: Vec<u8>) -> std::io::Result<()> {
+    async fn write_line(&self, bytes: Vec<u8>) -> std::io::Result<()> {
+        self.write_line_marked(bytes, || {}).await
+    }
+
+    async fn write_line_marked(
+        &self,
+        mut bytes: Vec<u8>,
+        started: impl FnOnce(),
+    ) -> std::io::Result<()> {
         bytes.push(b'\n');
         let mut guard = self.write.lock().await;
+        started();
         let Some(w) = guard.as_mut() else {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
@@ -308,6 +328,47 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// A send waiting behind another line (here one the reader has not taken yet) has not
+    /// begun: its mark comes only once it has the writing end, and never if it is dropped
+    /// while it waits (the connection ended): the request is known not to have left.
+    #[tokio::test]
+    async fn a_send_is_marked_only_once_it_has_the_pipe() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let (ours, mut theirs) = tokio::io::duplex(64);
+        let writer = LineWriter::new(ours, "closed");
+        let long = json!({"text": "x".repeat(1000)});
+        let blocked = tokio::spawn(writer.send(&long));
+        tokio::task::yield_now().await;
+        let marks = Arc::new(AtomicUsize::new(0));
+        let count = |marks: &Arc<AtomicUsize>| {
+            let marks = marks.clone();
+            move || {
+                marks.fetch_add(1, Ordering::SeqCst);
+            }
+        };
+        let mut waiting = Box::pin(writer.send_marked(&json!({"id": 1}), count(&marks)));
+        let waker = futures::task::noop_waker();
+        let polled = waiting
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(&waker));
+        assert!(polled.is_pending());
+        assert_eq!(marks.load(Ordering::SeqCst), 0, "marked while it waited");
+        drop(waiting);
+        // The reader takes the long line: the next send has the pipe at once.
+        let mut sink = Vec::new();
+        let read = tokio::spawn(async move {
+            let _ = tokio::io::AsyncReadExt::read_to_end(&mut theirs, &mut sink).await;
+        });
+        blocked.await.unwrap().unwrap();
+        writer
+            .send_marked(&json!({"id": 2}), count(&marks))
+            .await
+            .unwrap();
+        assert_eq!(marks.load(Ordering::SeqCst), 1);
+        writer.close().await.unwrap();
+        read.await.unwrap();
+    }
 
     #[test]
     fn the_id_is_found_at_either_end() {

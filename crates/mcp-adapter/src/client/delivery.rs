@@ -102,7 +102,8 @@ impl Written {
             .map(|(id, _)| id.clone())
     }
 
-    fn sending(&self, id: RequestId) {
+    /// A request's write began (its line has the pipe).
+    pub(crate) fn sending(&self, id: RequestId) {
         self.ids().sending.insert(id);
     }
 
@@ -308,6 +309,12 @@ impl Deliveries {
 pub(crate) struct Tracked<T> {
     pub(crate) inner: T,
     pub(crate) written: Written,
+    /// Whether `inner` marks a request's write as begun itself, once its line has the pipe
+    /// (the stdio transport, [`PipeTransport::marking`](super::pipe::PipeTransport::marking)):
+    /// a send still waiting behind another line's has sent nothing, and if the connection
+    /// ends there it is safe to send again. Otherwise a request counts as begun when it is
+    /// handed to `inner`.
+    pub(crate) marks_itself: bool,
     pub(crate) answers: Arc<Roots>,
     pub(crate) deliveries: Deliveries,
 }
@@ -336,7 +343,9 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Tracked<T> {
             }
             _ => None,
         };
-        if let Some(id) = &id {
+        if let Some(id) = &id
+            && !self.marks_itself
+        {
             self.written.sending(id.clone());
         }
         let answer = matches!(item, JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_));
@@ -511,6 +520,7 @@ mod tests {
         let mut transport = Tracked {
             inner: AsyncRwTransport::new_client(read, write),
             written: written.clone(),
+            marks_itself: false,
             answers: Default::default(),
             deliveries: Default::default(),
         };

@@ -20,6 +20,7 @@ use rmcp::{
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::delivery::Written;
 use crate::lines::{LineRead, LineReader, LineWriter, MAX_LINE, find_id, message_bytes};
 
 /// The code of the error answer that stands for an answer that could not be read (in the
@@ -33,6 +34,8 @@ pub(crate) struct PipeTransport<R, W> {
     write: LineWriter<W>,
     /// Answers seen whose id is a request's number written as a string (`"675"` for 675).
     stringified_ids: u64,
+    /// Where a request's write is marked as begun, once its line has the pipe.
+    written: Option<Written>,
 }
 
 impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> PipeTransport<R, W> {
@@ -42,7 +45,14 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> PipeTransport
             lines: LineReader::new(read, MAX_LINE),
             write: LineWriter::new(write, "the server's stdin is closed"),
             stringified_ids: 0,
+            written: None,
         }
+    }
+
+    /// Marks in `written` each request whose line has begun to go out (see [`Tracked`]).
+    pub(crate) fn marking(mut self, written: Written) -> Self {
+        self.written = Some(written);
+        self
     }
 
     /// Warns (once per connection) of an answer whose id is a number written as a string.
@@ -208,7 +218,17 @@ where
         &mut self,
         item: ClientJsonRpcMessage,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        self.write.send(&item)
+        let mark = match (&item, &self.written) {
+            (rmcp::model::JsonRpcMessage::Request(r), Some(written)) => {
+                Some((written.clone(), r.id.clone()))
+            }
+            _ => None,
+        };
+        self.write.send_marked(&item, move || {
+            if let Some((written, id)) = mark {
+                written.sending(id);
+            }
+        })
     }
 
     async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {

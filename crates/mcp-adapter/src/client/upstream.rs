@@ -964,8 +964,10 @@ impl Upstream {
                     };
                     child_guard = Some(guard);
                     let transport = Tracked {
-                        inner: super::pipe::PipeTransport::new(&self.cfg.name, stdout, stdin),
+                        inner: super::pipe::PipeTransport::new(&self.cfg.name, stdout, stdin)
+                            .marking(written.clone()),
                         written: written.clone(),
+                        marks_itself: true,
                         answers: self.roots.clone(),
                         deliveries: deliveries.clone(),
                     };

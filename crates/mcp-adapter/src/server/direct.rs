@@ -1267,6 +1267,17 @@ mod tests {
         body: String,
         extra: &[(&str, &[u8])],
     ) -> Reply {
+        let req = request(method, session, body, extra);
+        reply(router, req).await
+    }
+
+    /// The request [`send_with`] sends.
+    fn request(
+        method: Method,
+        session: Option<&str>,
+        body: String,
+        extra: &[(&str, &[u8])],
+    ) -> Request {
         let mut req = Request::builder()
             .method(method)
             .uri("/mcp")
@@ -1292,7 +1303,10 @@ mod tests {
         {
             req = req.header(*name, axum::http::HeaderValue::from_bytes(value).unwrap());
         }
-        let req = req.body(Body::from(body)).unwrap();
+        req.body(Body::from(body)).unwrap()
+    }
+
+    async fn reply(router: &Router, req: Request) -> Reply {
         let resp = router.clone().oneshot(req).await.unwrap();
         let (content_type, session) = {
             let text = |name: &str| {
@@ -1396,16 +1410,7 @@ mod tests {
         let said: Vec<Value> = (0..300).map(|i| json!(i)).collect();
         let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
             "params": {"name": "echo", "arguments": {"say": said, "gap": 20}}});
-        let req = Request::builder()
-            .method(Method::POST)
-            .uri("/mcp")
-            .header("host", "127.0.0.1:7345")
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25")
-            .header("mcp-session-id", &sid)
-            .body(Body::from(body.to_string()))
-            .unwrap();
+        let req = request(Method::POST, Some(&sid), body.to_string(), &[]);
         let resp = router.clone().oneshot(req).await.unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
         let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)

@@ -539,40 +539,29 @@ async fn required_server_rejection_stops_retries() {
     assert_eq!(client.server_status("rej").unwrap().counters.dials, 1);
     close_and_check(&client).await;
 
-    // A required server that never answers is reported, not waited on forever.
-    let (_catalog, client) = start(
-        &[fixture_server("mute", "noinit").required()],
-        fast_options().with_connect_timeout(Duration::from_secs(1)),
-    );
-    let err = within(
-        Duration::from_secs(10),
-        client.wait_ready(Duration::from_secs(3)),
-    )
-    .await
-    .unwrap_err();
-    assert!(matches!(err, McpError::NotReady { .. }), "{err}");
-    close_and_check(&client).await;
-
-    // One that exits when Quiver gives up on it and closes its input is not said to have
-    // exited on its own ("the process exited with code 0" read as if it had quit).
-    let (_catalog, client) = start(
-        &[fixture_server("mute", "noinit-eof").required()],
-        fast_options().with_connect_timeout(Duration::from_secs(1)),
-    );
-    let err = within(
-        Duration::from_secs(10),
-        client.wait_ready(Duration::from_secs(3)),
-    )
-    .await
-    .unwrap_err();
-    assert!(matches!(err, McpError::NotReady { .. }), "{err}");
-    let said = client.server_status("mute").unwrap().diagnostics.join("\n");
-    assert!(
-        said.contains("no answer to initialize within 1 s"),
-        "{said}"
-    );
-    assert!(!said.contains("exited"), "{said}");
-    close_and_check(&client).await;
+    // A required server that never answers is reported, not waited on forever. One that
+    // exits when Quiver gives up on it and closes its input (`noinit-eof`) is not said to
+    // have exited on its own ("the process exited with code 0" read as if it had quit).
+    for mode in ["noinit", "noinit-eof"] {
+        let (_catalog, client) = start(
+            &[fixture_server("mute", mode).required()],
+            fast_options().with_connect_timeout(Duration::from_secs(1)),
+        );
+        let err = within(
+            Duration::from_secs(10),
+            client.wait_ready(Duration::from_secs(3)),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, McpError::NotReady { .. }), "{mode}: {err}");
+        let said = client.server_status("mute").unwrap().diagnostics.join("\n");
+        assert!(
+            said.contains("no answer to initialize within 1 s"),
+            "{mode}: {said}"
+        );
+        assert!(!said.contains("exited"), "{mode}: {said}");
+        close_and_check(&client).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

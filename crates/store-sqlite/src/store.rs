@@ -229,6 +229,9 @@ pub fn read_calls(
     recent_calls_in(&conn, &location, &filter, found)
 }
 
+/// How long a reader waits for the schema of a database that has nothing in it yet.
+const CREATION_WAIT: Duration = Duration::from_secs(2);
+
 /// A query-only connection to an existing Quiver store, its location and schema version.
 fn open_for_reading(path: &Path) -> Result<(rusqlite::Connection, String, u32), StoreError> {
     let location = path.display().to_string();
@@ -239,9 +242,25 @@ fn open_for_reading(path: &Path) -> Result<(rusqlite::Connection, String, u32), 
         });
     }
     let conn = schema::connect(path, &location, Duration::from_secs(5), Access::ReadOnly)?;
-    let found: u32 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .at(&location)?;
+    let version = || -> Result<u32, StoreError> {
+        conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+            .at(&location)
+    };
+    let mut found = version()?;
+    // A database with nothing in it yet is, most likely, a store another Quiver process is
+    // creating this moment (`quiver status` beside a first `quiver call`): its schema is
+    // waited for, briefly, rather than the file taken for something else.
+    let deadline = std::time::Instant::now() + CREATION_WAIT;
+    while found == 0 && std::time::Instant::now() < deadline {
+        let objects: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+            .at(&location)?;
+        if objects > 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        found = version()?;
+    }
     if found == 0 {
         return Err(StoreError::Unavailable {
             location,

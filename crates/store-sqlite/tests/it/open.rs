@@ -175,6 +175,36 @@ fn a_new_database_opened_by_many_at_once_is_migrated_once() {
     }
 }
 
+/// A reader that opens a new store while another process is creating it (its file is
+/// there, its schema not yet) waits for the schema rather than taking the file for another
+/// application's: `quiver status` beside a first `quiver call` failed with "not a Quiver
+/// store (no schema)". An empty file nobody creates a store in is still refused.
+#[test]
+fn a_store_being_created_is_waited_for_by_a_reader() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("new.db");
+    std::fs::write(&path, b"").expect("an empty file, as a creator leaves it at first");
+    let creator = std::thread::spawn({
+        let path = path.clone();
+        move || {
+            std::thread::sleep(Duration::from_millis(300));
+            SqliteStore::open(&path).expect("created")
+        }
+    });
+    let read = SqliteStore::open_read_only(&path, StoreOptions::default())
+        .expect("the reader waits for the schema");
+    assert_eq!(
+        read.open_report().found_version,
+        read.open_report().schema_version
+    );
+    drop(creator.join().expect("no panic"));
+    let empty = dir.path().join("empty.db");
+    std::fs::write(&empty, b"").expect("empty");
+    let err = SqliteStore::open_read_only(&empty, StoreOptions::default())
+        .expect_err("an empty file is not a store");
+    assert!(err.to_string().contains("not a Quiver store"), "{err}");
+}
+
 fn clean_marker(path: &std::path::Path) -> bool {
     rusqlite::Connection::open(path)
         .expect("peek")

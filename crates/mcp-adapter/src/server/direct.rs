@@ -15,8 +15,8 @@
 //!   [`MAX_DIRECT_BODY`], a `Host` the server accepts and no `Origin` or an accepted one;
 //! - an `Mcp-Session-Id` of a live session whose handler has registered it, and no
 //!   `Mcp-Protocol-Version` or a 2025-era one;
-//! - the session's client declared no sampling, elicitation or roots and set no log level
-//!   (a call's relayed server-to-client traffic needs rmcp's per-call stream), or the tool
+//! - the session's client declared no sampling, elicitation or roots (a call's relayed
+//!   server-to-client requests need rmcp's per-call stream), or the tool
 //!   sends its client nothing ([`Tool::reaches_client`](quiver_contract::Tool::reaches_client):
 //!   `tool_search`, `describe_tool`, skills), which then runs with nothing declared;
 //! - the body is one JSON-RPC request `tools/call` with only `name`, `arguments` and
@@ -492,13 +492,10 @@ fn reaches_client(shared: &Shared, name: &str) -> bool {
 }
 
 /// Whether the session's client can be sent requests during a call (whose answers come
-/// back through rmcp's session), or set a log level (which rmcp's per-call stream applies):
-/// such a client's calls to a tool that may reach it go to rmcp. The direct path carries
-/// a call's log messages on its own response, but not relayed requests.
+/// back through rmcp's session): such a client's calls to a tool that may reach it go to
+/// rmcp. The direct path carries a call's log messages on its own response (at the level
+/// the session set with `logging/setLevel`), but not relayed requests.
 fn takes_client_traffic(entry: &Entry) -> bool {
-    if lock(&entry.conn.log_level).is_some() {
-        return true;
-    }
     entry.peer.peer_info().is_none_or(|info| {
         let caps = &info.capabilities;
         caps.sampling.is_some() || caps.elicitation.is_some() || caps.roots.is_some()
@@ -2468,15 +2465,39 @@ mod tests {
             "{}",
             r.body
         );
-        // Declared nothing: direct, until it sets a log level.
+        // Declared nothing: direct, also once it sets a log level, which the direct path
+        // applies to the call's log messages on its own response (rmcp's path sent them
+        // to the GET stream, QA-12 B-1): a message under the level is not sent.
         let sid = open(&server, &router, json!({})).await;
         let r = send(&router, Method::POST, Some(&sid), call(2, json!({}))).await;
         assert_eq!(r.content_type, "application/json", "{}", r.body);
-        let level = json!({"jsonrpc": "2.0", "id": 3, "method": "logging/setLevel",
-            "params": {"level": "info"}});
-        send(&router, Method::POST, Some(&sid), level).await;
-        let r = send(&router, Method::POST, Some(&sid), call(4, json!({}))).await;
-        assert_eq!(r.content_type, "text/event-stream", "{}", r.body);
+        let say = |id: u64| {
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"say": ["told"]}}})
+        };
+        for (level, told) in [("warning", false), ("debug", true)] {
+            let set = json!({"jsonrpc": "2.0", "id": 3, "method": "logging/setLevel",
+                "params": {"level": level}});
+            send(&router, Method::POST, Some(&sid), set).await;
+            let r = send(&router, Method::POST, Some(&sid), say(4)).await;
+            let messages = match r.content_type.as_str() {
+                "application/json" => vec![serde_json::from_str::<Value>(&r.body).unwrap()],
+                _ => sse_messages(&r.body),
+            };
+            // No priming event (rmcp's path sends one): the direct path answered.
+            assert!(!r.body.contains("data: \n"), "{level}: {}", r.body);
+            let logs = messages
+                .iter()
+                .filter(|m| m["method"] == "notifications/message")
+                .count();
+            assert_eq!(logs, usize::from(told), "{level}: {}", r.body);
+            assert_eq!(
+                messages.last().unwrap()["id"],
+                json!(4),
+                "{level}: {}",
+                r.body
+            );
+        }
     }
 
     #[tokio::test]

@@ -359,10 +359,19 @@ impl App {
             );
         }
         // A read-only store keeps what it had: the sessions a command looked at are not
-        // written back.
+        // written back. A key bound to an MCP session never comes back once this process
+        // stops: its stored working set goes now, while the store is open (the sessions'
+        // own ends come after the store closed, and their rows stayed for good).
         if !self.store.is_read_only() {
             for session in self.surface.session_keys() {
-                self.save_session(&session).await?;
+                if quiver_mcp_adapter::is_session_bound(&session) {
+                    self.surface.end_session(&session);
+                    quiver_surface::ports::SessionStore::end_session(&*self.store, &session)
+                        .await
+                        .with_context(|| format!("forgetting the working set of {session}"))?;
+                } else {
+                    self.save_session(&session).await?;
+                }
             }
         }
         self.store

@@ -602,7 +602,36 @@ async fn an_ended_sessions_stored_working_set_is_deleted() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // A session still open when the server stops goes too (its id never comes back: its
+    // rows piled up, QA-12 B-2); a conversation's working set is kept for its return.
+    let open_sid = open_with(&addr, &[]);
+    let conv_sid = open(&addr, "kept-7");
+    for (sid, conversation) in [(&open_sid, None), (&conv_sid, Some("kept-7"))] {
+        let mut headers = vec![("Mcp-Session-Id", sid.as_str())];
+        headers.extend(conversation.map(|c| ("Quiver-Conversation", c)));
+        let found = rpc(
+            &addr,
+            &headers,
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"tool_search","arguments":{"query":"meeting notes"}}}"#,
+        );
+        assert!(found.contains("\\\"skill\\\""), "{found}");
+    }
+    let open_key = format!("mcp:{open_sid}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while stored(db.clone(), open_key.clone()).await == 0 {
+        assert!(std::time::Instant::now() < deadline, "never mirrored");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     stop(serving.0.take().unwrap());
+    assert_eq!(
+        stored(db.clone(), open_key).await,
+        0,
+        "an open session's rows"
+    );
+    assert!(
+        stored(db.clone(), "conv:kept-7".into()).await > 0,
+        "the conversation's working set"
+    );
 }
 
 /// A child killed when dropped, unless taken.

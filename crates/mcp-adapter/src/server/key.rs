@@ -62,6 +62,13 @@ pub(crate) fn working_set_key(src: &KeySources<'_>) -> Result<Arc<str>, McpError
     Ok(ANONYMOUS.into())
 }
 
+/// Whether `key` is bound to one MCP session (`mcp:<session id>`, on stdio
+/// `mcp:stdio:<random id>`): it never comes back once its session has ended, or once the
+/// process that served it has stopped, so nothing of it is worth keeping in the store.
+pub fn is_session_bound(key: &str) -> bool {
+    key.starts_with("mcp:")
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -29,7 +29,7 @@ pub use content::{ContentError, ContentOffer, ContentSource, ListChange, ListCha
 pub use health::Readiness;
 pub use http::allowed_authorities;
 pub(crate) use key::ANONYMOUS;
-pub use key::{CONVERSATION_HEADER, CONVERSATION_META};
+pub use key::{CONVERSATION_HEADER, CONVERSATION_META, is_session_bound};
 
 /// How the server behaves; the host fills it from its configuration.
 #[derive(Debug, Clone)]

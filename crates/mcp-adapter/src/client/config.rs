@@ -670,15 +670,17 @@ fn resolve(
                 }
             };
             let mut headers = Vec::with_capacity(s.headers.len());
-            let mut has_auth_header = false;
+            // The first header that carries a credential: `Authorization`, and those named
+            // for one (`Proxy-Authorization`, `Cookie`, `X-API-Key`, `X-Auth-Token`, ...).
+            let mut credential_header: Option<String> = None;
             for (k, v) in &s.headers {
                 let v = interpolate(&s.name, &format!("headers.{k}"), v, env)?;
                 let name = HeaderName::try_from(k.as_str())
                     .map_err(|e| cfg_err(&s.name, format!("header {k:?}: {e}")))?;
                 let mut value = HeaderValue::try_from(v)
                     .map_err(|e| cfg_err(&s.name, format!("header {k:?}: {e}")))?;
-                if name == AUTHORIZATION {
-                    has_auth_header = true;
+                if credential_header.is_none() && carries_credential(&name) {
+                    credential_header = Some(k.clone());
                 }
                 value.set_sensitive(true);
                 headers.push((name, value));
@@ -687,12 +689,22 @@ fn resolve(
                 .filter(|t| !t.trim().is_empty())
                 .map(Secret);
             let loopback = is_loopback(&url);
-            let credential = token.is_some() || has_auth_header;
-            if credential && !https && !loopback && !s.insecure_http {
+            let credential = match (&token, &credential_header) {
+                (_, Some(h)) if !h.eq_ignore_ascii_case(AUTHORIZATION.as_str()) => {
+                    Some(format!("the credential in header `{h}`"))
+                }
+                (Some(_), _) | (_, Some(_)) => Some("a bearer token".to_owned()),
+                (None, None) => None,
+            };
+            if let Some(what) = credential
+                && !https
+                && !loopback
+                && !s.insecure_http
+            {
                 return Err(cfg_err(
                     &s.name,
                     format!(
-                        "a bearer token would travel in cleartext to {shown}; use https, or http to a loopback host, or opt this server in with `insecure_http = true`"
+                        "{what} would travel in cleartext to {shown}; use https, or http to a loopback host, or opt this server in with `insecure_http = true`"
                     ),
                 ));
             }
@@ -727,6 +739,19 @@ fn resolve(
         deny_tools: s.deny_tools.iter().cloned().collect(),
         endpoint,
     })
+}
+
+/// Whether a configured header carries a credential: `Authorization`,
+/// `Proxy-Authorization`, `Cookie`, or a name that says so (`X-API-Key`, `X-Auth-Token`,
+/// `Api-Secret`, ...).
+fn carries_credential(name: &HeaderName) -> bool {
+    let name = name.as_str();
+    ["authorization", "proxy-authorization", "cookie"].contains(&name)
+        || [
+            "api-key", "apikey", "api_key", "token", "secret", "password",
+        ]
+        .iter()
+        .any(|w| name.contains(w))
 }
 
 /// `text` with every `http://` or `https://` URL in it (any case) shown without its user,

@@ -76,6 +76,22 @@ fn tokens_and_https() {
         &[],
         Err("insecure_http"),
     );
+    // So is any header named for one (QA-12 B-5: they went out in the clear), named in the
+    // refusal; a header that is not one is not.
+    for header in ["X-API-Key", "Cookie", "Proxy-Authorization", "X-Auth-Token"] {
+        check(
+            &[http("remote", "http://mcp.example.com/mcp").with_header(header, "v")],
+            &[],
+            Err(&format!(
+                "the credential in header `{header}` would travel in cleartext"
+            )),
+        );
+    }
+    check(
+        &[http("remote", "http://mcp.example.com/mcp").with_header("X-Tenant", "acme")],
+        &[],
+        Ok(()),
+    );
 }
 
 #[test]

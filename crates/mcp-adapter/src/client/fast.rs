@@ -489,8 +489,15 @@ fn unusable_json(body: &[u8], error: Option<serde_json::Error>) -> String {
     }
     match error {
         None => {
-            "a JSON-RPC message that is not the answer to this call (no result or error for its id)"
-                .into()
+            // The id it answers, when it has one: a server answering with the wrong ids is
+            // told apart from one that sent something else.
+            let answers = serde_json::from_slice::<Value>(body)
+                .ok()
+                .and_then(|v| v.get("id").filter(|id| !id.is_null()).map(Value::to_string))
+                .map_or(String::new(), |id| format!(", it answers id {id}"));
+            format!(
+                "a JSON-RPC message that is not the answer to this call (no result or error for its id{answers})"
+            )
         }
         Some(e) if e.is_data() && body.trim_ascii_start().starts_with(b"{") => {
             "JSON that is not a JSON-RPC message (a member of the wrong type)".into()

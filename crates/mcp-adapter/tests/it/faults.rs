@@ -341,7 +341,7 @@ async fn http_refusals_are_reported_with_their_status_and_not_resent() {
         ),
         (
             "otherid",
-            "HTTP 200 OK with application/json, a JSON-RPC message that is not the answer to this call (no result or error for its id). The tool may have run",
+            "HTTP 200 OK with application/json, a JSON-RPC message that is not the answer to this call (no result or error for its id, it answers id \"not-yours\"). The tool may have run",
         ),
     ] {
         let env = call(&catalog, &format!("mcp__st__{tool}"), json!({})).await;

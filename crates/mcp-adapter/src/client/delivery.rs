@@ -177,6 +177,8 @@ struct Turns {
 /// handler holds the ones after it: a handler stuck on a slow client holds the others no
 /// longer (its delivery goes on, out of turn).
 pub(crate) const TURN_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+/// The longest a notification waits for its turn while the ones before it move on.
+const TURN_MOST: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// One notification not handled yet; its copies share it, and it is done when the last
 /// one is dropped.
@@ -210,18 +212,27 @@ impl Drop for Ticket {
 }
 
 impl Delivering {
-    /// Waits until the notifications read before this one are handled (at most
-    /// [`TURN_WAIT`]), so that the caller gets them in the server's order.
+    /// Waits until the notifications read before this one are handled, so that the caller
+    /// gets them in the server's order. It gives up (and this one goes out of turn) only
+    /// when none of those before it was handled for [`TURN_WAIT`], or after [`TURN_MOST`] in
+    /// all: a long queue that moves on is waited for (a bound on the whole wait of
+    /// [`TURN_WAIT`] put the later ones of a flood to a slow client out of order).
     pub(crate) async fn turn(&self) {
         let pending = &self.0.deliveries.0;
         let seq = self.0.seq;
-        let deadline = tokio::time::Instant::now() + TURN_WAIT;
+        let mut seen = None;
+        let end = tokio::time::Instant::now() + TURN_MOST;
+        let mut deadline = tokio::time::Instant::now() + TURN_WAIT;
         loop {
             let waiter = {
                 let mut turns = lock(&pending.state);
                 if turns.next >= seq {
                     return;
                 }
+                if seen.is_some_and(|s| turns.next > s) {
+                    deadline = (tokio::time::Instant::now() + TURN_WAIT).min(end);
+                }
+                seen = Some(turns.next);
                 turns.waiting.entry(seq).or_default().clone()
             };
             // `notify_one` keeps a wake-up given before this waits.
@@ -229,7 +240,12 @@ impl Delivering {
                 .await
                 .is_err()
             {
-                lock(&pending.state).waiting.remove(&seq);
+                let mut turns = lock(&pending.state);
+                if seen.is_some_and(|s| turns.next > s) && tokio::time::Instant::now() < end {
+                    // The queue moved on meanwhile: wait on.
+                    continue;
+                }
+                turns.waiting.remove(&seq);
                 return;
             }
         }
@@ -269,28 +285,51 @@ impl Deliveries {
         }))
     }
 
-    /// Waits until every notification read so far is handled, at most `most` (a handler
-    /// waiting on a slow client does not hold the call longer).
-    pub(crate) async fn settled(&self, most: std::time::Duration) {
+    /// Waits until every notification read so far is handled. It gives up when none of
+    /// them has been handled for `stall` (a handler waiting on a client that does not read),
+    /// or after `most` in all; then it returns how many of them were still open, which
+    /// reach the caller after the answer or not at all. A flood that is being handed on
+    /// steadily is waited for: with a bound on the whole wait alone, the last ones of 20,000
+    /// log messages were dropped, and nobody was told (QA-12 B-6).
+    pub(crate) async fn settled(
+        &self,
+        stall: std::time::Duration,
+        most: std::time::Duration,
+    ) -> Option<u64> {
         let pending = &self.0;
+        // The tickets issued so far; those issued later are not this wait's.
         let target = {
             let turns = lock(&pending.state);
             // None read, or all handled: the usual case, one look.
             if turns.next >= turns.issued {
-                return;
+                return None;
             }
             turns.issued
         };
-        let deadline = tokio::time::Instant::now() + most;
+        let open = || {
+            let turns = lock(&pending.state);
+            let done_out_of_turn = turns.done.range(..target).count() as u64;
+            target.saturating_sub(turns.next) - done_out_of_turn
+        };
+        let start = tokio::time::Instant::now();
+        let end = start + most;
+        let mut left = u64::MAX;
+        let mut deadline = start;
         loop {
             let advanced = pending.advanced.notified();
             tokio::pin!(advanced);
             advanced.as_mut().enable();
-            if lock(&pending.state).next >= target {
-                return;
+            let now_open = open();
+            if now_open == 0 {
+                return None;
             }
-            if tokio::time::timeout_at(deadline, advanced).await.is_err() {
-                return;
+            if now_open < left {
+                // Handed on since the last look: the stall is counted from now.
+                left = now_open;
+                deadline = (tokio::time::Instant::now() + stall).min(end);
+            }
+            if tokio::time::timeout_at(deadline, advanced).await.is_err() && open() >= left {
+                return Some(left);
             }
         }
     }
@@ -452,18 +491,72 @@ mod tests {
             drop(note);
         });
         let started = tokio::time::Instant::now();
-        deliveries.settled(std::time::Duration::from_secs(10)).await;
+        let ms = std::time::Duration::from_millis;
+        assert_eq!(deliveries.settled(ms(10_000), ms(10_000)).await, None);
         assert_eq!(deliveries.open(), 0);
-        assert!(started.elapsed() >= std::time::Duration::from_millis(50));
+        assert!(started.elapsed() >= ms(50));
         handler.await.unwrap();
-        // One never handled (a stuck client): the wait ends at its bound.
+        // One never handled (a stuck client): the wait ends once none moved on for the
+        // stall, and says how many were left.
         let _stuck = deliveries.start();
         let started = tokio::time::Instant::now();
-        deliveries
-            .settled(std::time::Duration::from_millis(30))
-            .await;
-        assert!(started.elapsed() >= std::time::Duration::from_millis(30));
+        assert_eq!(deliveries.settled(ms(30), ms(10_000)).await, Some(1));
+        assert_eq!(started.elapsed(), ms(30));
         assert_eq!(deliveries.open(), 1);
+    }
+
+    /// A flood handed on steadily is waited for past the stall bound, as long as one of
+    /// them moves on within each stall, and up to the bound on the whole wait (QA-12 B-6:
+    /// with a bound on the whole wait alone, the last of 20,000 log messages were lost).
+    #[tokio::test(start_paused = true)]
+    async fn a_call_waits_for_a_flood_that_moves_on() {
+        let ms = std::time::Duration::from_millis;
+        let deliveries = Deliveries::default();
+        let tickets: Vec<Delivering> = (0..100).map(|_| deliveries.start()).collect();
+        // One handled every 10 ms: 1 s in all, five times the 200 ms stall.
+        let handler = tokio::spawn(async move {
+            for ticket in tickets {
+                tokio::time::sleep(ms(10)).await;
+                drop(ticket);
+            }
+        });
+        let started = tokio::time::Instant::now();
+        assert_eq!(deliveries.settled(ms(200), ms(10_000)).await, None);
+        assert_eq!(deliveries.open(), 0);
+        assert_eq!(started.elapsed(), ms(1000));
+        handler.await.unwrap();
+        // The same flood against a bound of 300 ms on the whole wait: it gives up there,
+        // and says how many were left (70 of 100, at 10 ms each).
+        let tickets: Vec<Delivering> = (0..100).map(|_| deliveries.start()).collect();
+        let handler = tokio::spawn(async move {
+            for ticket in tickets {
+                tokio::time::sleep(ms(10)).await;
+                drop(ticket);
+            }
+        });
+        let started = tokio::time::Instant::now();
+        let left = deliveries.settled(ms(200), ms(300)).await;
+        assert_eq!(started.elapsed(), ms(300));
+        assert!(matches!(left, Some(70 | 71)), "left {left:?}");
+        handler.await.unwrap();
+        // Tickets issued after the wait began are not its to wait for: one read before
+        // it, handled at 50 ms, and one read at 5 ms that is never handled.
+        let before = deliveries.start();
+        let later = tokio::spawn({
+            let deliveries = deliveries.clone();
+            async move {
+                tokio::time::sleep(ms(5)).await;
+                let stuck = deliveries.start();
+                tokio::time::sleep(ms(45)).await;
+                drop(before);
+                tokio::time::sleep(ms(60_000)).await;
+                drop(stuck);
+            }
+        });
+        let started = tokio::time::Instant::now();
+        assert_eq!(deliveries.settled(ms(200), ms(10_000)).await, None);
+        assert_eq!(started.elapsed(), ms(50));
+        later.abort();
     }
 
     /// Handlers run in the order their notifications were read, whatever order their tasks

@@ -70,9 +70,12 @@ const MAX_DIAGNOSTICS: usize = 100;
 /// How long, after a stdio child's pipe closed, its exit is waited for (for its status).
 const EXIT_WAIT: Duration = Duration::from_millis(250);
 
-/// The longest a call's answer waits for the progress and log messages read before it to be
-/// handed to the caller (each is a channel send; only a stuck client takes this long).
-const SETTLE_WAIT: Duration = Duration::from_millis(200);
+/// How long a call's answer waits for the progress and log messages read before it to be
+/// handed to the caller while none of them moves on (each is a channel send; only a client
+/// that does not read stalls them this long).
+const SETTLE_STALL: Duration = Duration::from_millis(200);
+/// The longest a call's answer waits for them in all (a flood handed on steadily).
+const SETTLE_MOST: Duration = Duration::from_secs(10);
 
 /// Where a server's connection stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -483,6 +486,21 @@ impl Upstream {
             ),
         };
         Envelope::err(ErrKind::ToolFailed, format!("mcp call failed: {message}"))
+    }
+
+    /// Waits for the progress and log messages read before an answer to `what` (a
+    /// `tools/call` of `name`, or a request labelled `name`) to reach its caller; those that
+    /// could not be handed on in time are named to the operator.
+    async fn settle(&self, deliveries: &Deliveries, what: &str, name: &str) {
+        if let Some(open) = deliveries.settled(SETTLE_STALL, SETTLE_MOST).await {
+            tracing::warn!(
+                server = %self.cfg.name,
+                open,
+                "{open} progress or log message(s) that the server sent before its answer to {what} `{name}` were still being handed to the client when the answer went out (none moved on for {} ms, or {} s in all); they reach the client after the answer, or not at all",
+                SETTLE_STALL.as_millis(),
+                SETTLE_MOST.as_secs()
+            );
+        }
     }
 
     fn call_cancelled() -> Envelope {
@@ -1892,7 +1910,7 @@ impl Upstream {
             Waited::Cancelled => return done(Self::call_cancelled()),
         };
         // The progress and log messages read before the answer reach the caller first.
-        conn.deliveries.settled(SETTLE_WAIT).await;
+        self.settle(&conn.deliveries, "tools/call", tool).await;
         match result {
             Ok(ServerResult::CallToolResult(r)) => {
                 let wire = serde_json::to_value(&r).unwrap_or(Value::Null);
@@ -2034,7 +2052,7 @@ impl Upstream {
             Waited::Answer(r) => {
                 // The progress and log messages read before the answer reach the caller
                 // first, as a tool call's do.
-                conn.deliveries.settled(SETTLE_WAIT).await;
+                self.settle(&conn.deliveries, "request", label).await;
                 *r
             }
             Waited::TimedOut => Err(ServiceError::Timeout { timeout: limit }),

@@ -26,6 +26,8 @@ use crate::{
 pub(crate) struct Recorder {
     sampling: bool,
     seen: Mutex<Vec<String>>,
+    /// How long each log message or progress takes to be taken (a client that reads slowly).
+    pace: Duration,
 }
 
 impl Recorder {
@@ -33,7 +35,24 @@ impl Recorder {
         Arc::new(Recorder {
             sampling,
             seen: Mutex::new(Vec::new()),
+            pace: Duration::ZERO,
         })
+    }
+
+    /// A recorder that takes `pace` (blocking) to take each log message or progress.
+    pub(crate) fn paced(pace: Duration) -> Arc<Recorder> {
+        Arc::new(Recorder {
+            sampling: false,
+            seen: Mutex::new(Vec::new()),
+            pace,
+        })
+    }
+
+    fn take(&self, note: String) {
+        if !self.pace.is_zero() {
+            std::thread::sleep(self.pace);
+        }
+        self.seen.lock().unwrap().push(note);
     }
 
     pub(crate) fn seen(&self) -> Vec<String> {
@@ -73,13 +92,10 @@ impl ClientChannel for Recorder {
         Err(ChannelError::Unsupported("no roots here".into()))
     }
     async fn log(&self, level: LogLevel, _logger: Option<&str>, data: Value) {
-        self.seen
-            .lock()
-            .unwrap()
-            .push(format!("log {}: {}", level.as_str(), data));
+        self.take(format!("log {}: {}", level.as_str(), data));
     }
     async fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
-        self.seen.lock().unwrap().push(format!(
+        self.take(format!(
             "progress {progress}/{total:?}: {}",
             message.unwrap_or_default()
         ));
@@ -192,6 +208,28 @@ async fn the_last_notifications_before_a_stdio_result_reach_the_call() {
     assert!(
         missed.is_empty(),
         "calls that ended before their last notifications: {missed:?}"
+    );
+    // A flood (10,000 notifications written with the result) reaches a client that takes
+    // 60 µs for each whole and in order before the call ends: the answer waits while they
+    // move on, not for a fixed time (QA-12 B-6: the last of 40,000 were dropped after
+    // 200 ms, and nobody was told).
+    let recorder = Recorder::paced(Duration::from_micros(60));
+    let ctx = CallContext::for_session("relay-test").with_client(recorder.clone());
+    let env = within(
+        Duration::from_secs(60),
+        entry.tool.call(json!({"burst": 5000}), &ctx),
+    )
+    .await
+    .unwrap_or_else(Envelope::from);
+    assert!(text_of(&env).contains("burst"), "{env:?}");
+    let seen = recorder.seen();
+    assert_eq!(seen.len(), 10_000, "the flood's last: {:?}", seen.last());
+    assert!(
+        seen.iter().enumerate().all(|(n, s)| match n % 2 {
+            0 => s.starts_with(&format!("progress {}/Some(5000.0)", n / 2 + 1)),
+            _ => *s == format!("log info: \"log {}\"", n / 2),
+        }),
+        "the flood out of the server's order"
     );
     close_and_check(&client).await;
 }

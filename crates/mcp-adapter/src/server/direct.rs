@@ -684,6 +684,10 @@ async fn serve_call(
         false => quiver_contract::ClientFeatures::default(),
     };
     let (outbox, mut sent) = tokio::sync::mpsc::unbounded_channel();
+    // Held here so that the call's end (which drops its sender) does not close the channel:
+    // that close woke this task while it ran, and tokio then woke the other worker for it
+    // (one futex call and a thread woken for nothing per call).
+    let _open = outbox.clone();
     let channel: Arc<dyn quiver_contract::ClientChannel> = Arc::new(PeerChannel {
         peer: entry.peer.clone(),
         request_id: id.clone(),
@@ -771,9 +775,10 @@ async fn serve_call(
             queue(&mut waiting, message);
         }
         if dropped > 0 {
-            tracing::debug!(
+            // The operator is told: the client lost part of the call's log.
+            tracing::warn!(
                 dropped,
-                "log messages of a call whose client did not read them"
+                "{dropped} log message(s) of a call were dropped: its client did not read its response stream while more than {MAX_WAITING_LOGS} waited"
             );
         }
         for event in waiting {

@@ -267,6 +267,13 @@ pub trait ClientChannel: Send + Sync {
     fn wants_progress(&self) -> bool {
         true
     }
+
+    /// Why a call that was cancelled was, when it was not the client giving up on the call
+    /// itself: words that follow "cancelled" (such as "because its client ended the MCP
+    /// session"), for the call's answer and its log row. Defaults to none ("by the caller").
+    fn cancelled_because(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 #[cfg(test)]

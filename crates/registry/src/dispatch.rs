@@ -648,6 +648,7 @@ impl Dispatcher {
             }),
         };
         let cancel = ctx.cancel.clone();
+        let client = ctx.client.clone();
         let call = Call {
             entry: entry.clone(),
             input: unfinished.input().clone(),
@@ -660,7 +661,10 @@ impl Dispatcher {
                 "because Quiver is shutting down; whether it finished is unknown, check \
                  before calling it again once Quiver is back"
             } else {
-                "by the caller"
+                client
+                    .as_ref()
+                    .and_then(|c| c.cancelled_because())
+                    .unwrap_or("by the caller")
             };
             Envelope::err(
                 ErrKind::Cancelled,

@@ -326,6 +326,14 @@ impl ClientChannel for PeerChannel {
         self.features
     }
 
+    fn cancelled_because(&self) -> Option<&'static str> {
+        // `DELETE` cancels the session's calls still running.
+        self.conn
+            .deleted
+            .is_cancelled()
+            .then_some("because its client ended the MCP session")
+    }
+
     async fn create_message(&self, params: Value) -> Result<Value, ChannelError> {
         self.check(ClientRequest::CreateMessage)?;
         parse::<CreateMessageRequestParams>("sampling/createMessage", &params)?;

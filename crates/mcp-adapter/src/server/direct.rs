@@ -1218,7 +1218,8 @@ mod tests {
             ctx.cancel.cancelled().await;
             self.cancelled
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            Ok(Envelope::ok(json!("cancelled")))
+            // As a proxied upstream call answers its cancellation.
+            Ok(Envelope::err(ErrKind::Cancelled, "cancelled"))
         }
     }
 
@@ -2990,14 +2991,19 @@ mod tests {
     async fn ending_a_session_cancels_its_running_calls() {
         let started = Arc::new(tokio::sync::Notify::new());
         let cancelled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let server = server_with(Some(Hold {
-            spec: ToolSpec::new("hold", "Holds until cancelled.")
-                .read_only()
-                .with_schema(json!({"type": "object"})),
-            started: started.clone(),
-            dropped: Arc::default(),
-            cancelled: cancelled.clone(),
-        }));
+        let catalog = Arc::new(Catalog::new());
+        catalog
+            .register(Arc::new(Hold {
+                spec: ToolSpec::new("hold", "Holds until cancelled.")
+                    .read_only()
+                    .with_schema(json!({"type": "object"})),
+                started: started.clone(),
+                dropped: Arc::default(),
+                cancelled: cancelled.clone(),
+            }))
+            .unwrap();
+        let (server, recorder) =
+            crate::server::test_server_recorded(catalog, ServerOptions::default());
         let router = server.router("127.0.0.1:7345".parse().unwrap());
         let sid = open(&server, &router, json!({})).await;
         let direct = json!({"jsonrpc": "2.0", "id": "d", "method": "tools/call",
@@ -3029,6 +3035,28 @@ mod tests {
                 .await
                 .expect("the call ends")
                 .unwrap();
+        }
+        // Their log rows say why: the session's end, not the caller giving up on the call
+        // (QA-12 B-8: they read "cancelled by the caller").
+        let rows = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            loop {
+                let rows = recorder.records();
+                if rows.len() == 2 {
+                    return rows;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("both calls are logged");
+        for row in rows {
+            let text = quiver_contract::render(&row.envelope, &Default::default());
+            assert!(
+                text.contains(
+                    "the call to `hold` was cancelled because its client ended the MCP session"
+                ),
+                "{text}"
+            );
         }
     }
 }

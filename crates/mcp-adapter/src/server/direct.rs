@@ -684,10 +684,6 @@ async fn serve_call(
         false => quiver_contract::ClientFeatures::default(),
     };
     let (outbox, mut sent) = tokio::sync::mpsc::unbounded_channel();
-    // Held here so that the call's end (which drops its sender) does not close the channel:
-    // that close woke this task while it ran, and tokio then woke the other worker for it
-    // (one futex call and a thread woken for nothing per call).
-    let _open = outbox.clone();
     let channel: Arc<dyn quiver_contract::ClientChannel> = Arc::new(PeerChannel {
         peer: entry.peer.clone(),
         request_id: id.clone(),

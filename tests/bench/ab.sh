@@ -8,7 +8,8 @@
 #   B_NAME=... B_ENV=... B_TOML=... TARGET=$PWD/target/release bash tests/bench/ab.sh
 #
 # A_ENV/B_ENV: environment of each server (`env` arguments); A_TOML/B_TOML: its quiver.toml
-# (printf escapes). tests/bench/workers.sh and tests/bench/linger.sh are two uses.
+# (printf escapes); A_BIN/B_BIN: its `quiver` binary (default $TARGET/quiver), to compare
+# two builds. tests/bench/workers.sh and tests/bench/linger.sh are two uses.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 TARGET=${TARGET:-$ROOT/target/release}
@@ -26,10 +27,11 @@ E=http://127.0.0.1:$PORT/mcp
 echo "{\"mcpServers\": {\"everything\": {\"url\": \"$E\"}}}" >"$WORK/http.json"
 for v in a b; do
   mkdir -p "$WORK/$v"
-  if [ $v = a ]; then toml=${A_TOML:-}; envs=${A_ENV:-}; else toml=${B_TOML:-}; envs=${B_ENV:-}; fi
+  if [ $v = a ]; then toml=${A_TOML:-}; envs=${A_ENV:-}; bin=${A_BIN:-$TARGET/quiver}
+  else toml=${B_TOML:-}; envs=${B_ENV:-}; bin=${B_BIN:-$TARGET/quiver}; fi
   printf "$toml\n" >"$WORK/$v/quiver.toml"
   # shellcheck disable=SC2086 # envs is a list of VAR=value words
-  (cd "$WORK/$v" && exec env $envs "$TARGET/quiver" --mcp-config ../http.json serve --listen 127.0.0.1:0 >out 2>err) & PIDS+=("$!")
+  (cd "$WORK/$v" && exec env $envs "$bin" --mcp-config ../http.json serve --listen 127.0.0.1:0 >out 2>err) & PIDS+=("$!")
 done
 for v in a b; do for _ in $(seq 400); do [ -s "$WORK/$v/out" ] && break; sleep 0.05; done; done
 UA=$(head -n1 "$WORK/a/out"); UB=$(head -n1 "$WORK/b/out")

@@ -15,7 +15,10 @@ pub fn did_you_mean<'a>(
         .into_iter()
         .filter_map(|c| {
             let cl = c.to_lowercase();
-            let mut score = strsim::jaro_winkler(&wanted_l, &cl);
+            // What the two names share up to a `__` (`mcp__everything__`) is one server, not
+            // a likeness: the rest is compared, or every tool of the server would be alike.
+            let shared = shared_prefix(&wanted_l, &cl);
+            let mut score = strsim::jaro_winkler(&wanted_l[shared..], &cl[shared..]);
             // A name that contains the wanted text, or the tail of an MCP name that equals
             // it, is a strong candidate even when the edit distance is large.
             let tail = cl.rsplit("__").next().unwrap_or(&cl);
@@ -30,6 +33,16 @@ pub fn did_you_mean<'a>(
     scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     scored.truncate(limit);
     scored
+}
+
+/// The length of the longest prefix of `a` and `b` that ends with `__`.
+fn shared_prefix(a: &str, b: &str) -> usize {
+    let common = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+    // On bytes: `common` may fall inside a character both names begin alike.
+    a.as_bytes()[..common]
+        .windows(2)
+        .rposition(|w| w == b"__")
+        .map_or(0, |i| i + 2)
 }
 
 #[cfg(test)]
@@ -56,5 +69,32 @@ mod tests {
         assert_eq!(got[0].0, "read_file");
         assert!(got.iter().any(|(n, _)| n == "mcp__fs__read_file"));
         assert!(did_you_mean("zzzz", names, 3).is_empty());
+    }
+
+    /// The prefix two names share (`mcp__everything__`) is not a likeness: a misspelt tool of
+    /// a server is offered that tool, not every tool of the server (QA-12 B-8).
+    #[test]
+    fn a_shared_server_prefix_does_not_make_names_alike() {
+        let names = [
+            "mcp__everything__echo",
+            "mcp__everything__add",
+            "mcp__everything__printEnv",
+            "mcp__everything__sampleLLM",
+            "mcp__everything__getTinyImage",
+            "mcp__everything__longRunningOperation",
+            "mcp__time__get_current_time",
+        ];
+        let got = did_you_mean("mcp__everything__ecoh", names, 3);
+        let labels: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(labels, ["mcp__everything__echo"], "{got:?}");
+        let got = did_you_mean("mcp__everything__get_tiny_image", names, 3);
+        assert_eq!(got[0].0, "mcp__everything__getTinyImage", "{got:?}");
+        assert_eq!(got.len(), 1, "{got:?}");
+        // Names that begin with the same byte of different characters (é and è) do not
+        // split a character.
+        assert_eq!(did_you_mean("é__echo", ["è__echo"], 3).len(), 1);
+        // A misspelt server still finds its tool.
+        let got = did_you_mean("mcp__everythin__echo", names, 3);
+        assert_eq!(got[0].0, "mcp__everything__echo", "{got:?}");
     }
 }

@@ -23,7 +23,7 @@
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -94,6 +94,9 @@ pub(crate) struct Lane {
     generation: u64,
     /// Plain `http`: connections the calling task drives itself (`h1.rs`).
     pool: Option<Arc<Pool>>,
+    /// Answers on this connection that could not be used, for a warning once per connection
+    /// (and at the 10th, 100th, ...) rather than once per call.
+    unusable: AtomicU64,
 }
 
 /// A response body, as bytes.
@@ -218,6 +221,7 @@ impl Lane {
             headers,
             session,
             generation,
+            unusable: AtomicU64::new(0),
         })
     }
 
@@ -474,6 +478,11 @@ fn is_ours(id: Option<&Value>, ours: &str) -> bool {
     id.and_then(Value::as_str) == Some(ours)
 }
 
+/// Whether `n` is 10, 100, 1000, ...
+fn is_power_of_ten(n: u64) -> bool {
+    n >= 10 && 10u64.pow(n.ilog10()) == n
+}
+
 /// What a JSON body that is not the call's answer is, for the operator and the model: no
 /// bytes, bytes that are not text, text that is not JSON, JSON of another shape, or a
 /// JSON-RPC message that answers something else (`error` is the parse's, if it failed).
@@ -705,7 +714,18 @@ impl Upstream {
             Exchange::Result(v) => Some(done(to_contract::raw_call_result(&self.cfg.name, &v))),
             Exchange::PeerError(m) => Some(done(self.peer_failed(&m))),
             Exchange::Failed(why) => {
-                tracing::warn!(server = %self.cfg.name, "tools/call: {why}");
+                // Every such call fails with the reason; the operator is told once per
+                // connection, and again as they mount up (a server answering every call
+                // with the wrong ids would otherwise flood the log).
+                let n = lane.unusable.fetch_add(1, Ordering::Relaxed) + 1;
+                let server = &self.cfg.name;
+                if n == 1 {
+                    tracing::warn!(%server, "tools/call answered unusably: {why} (said once per connection; later ones on it are logged at debug level, and counted at the 10th, 100th, ...)");
+                } else if is_power_of_ten(n) {
+                    tracing::warn!(%server, "{n} tools/call answers on this connection could not be used; the latest: {why}");
+                } else {
+                    tracing::debug!(%server, "tools/call answered unusably: {why}");
+                }
                 Some(done(self.unusable(tool, &why)))
             }
             Exchange::Refused(status, retry_after) => {
@@ -1014,6 +1034,13 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn unusable_answers_are_counted_aloud_at_powers_of_ten() {
+        let loud: Vec<u64> = (0..=100_000).filter(|&n| is_power_of_ten(n)).collect();
+        assert_eq!(loud, [10, 100, 1000, 10_000, 100_000]);
+        assert!(!is_power_of_ten(u64::MAX));
+    }
 
     fn incoming(v: Value) -> Incoming {
         serde_json::from_value(v).expect("a JSON-RPC message")

@@ -372,6 +372,78 @@ async fn http_refusals_are_reported_with_their_status_and_not_resent() {
     drop(child);
 }
 
+/// A server that answers every call with another id fails each call with the reason, but
+/// the operator's log says so once per connection (and again at the 10th), not once per
+/// call (QA-12 B-7).
+#[tokio::test(flavor = "current_thread")]
+async fn answers_to_other_ids_are_warned_of_once_per_connection() {
+    use std::io::{BufRead, Write};
+    #[derive(Clone, Default)]
+    struct Buf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/status_server.py"
+    );
+    let mut child = std::process::Command::new(python())
+        .arg(script)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python starts");
+    let stdout = child.stdout.take().expect("piped");
+    let child = Killed(child);
+    let mut port = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut port)
+        .expect("the port");
+    let url = format!("http://127.0.0.1:{}/mcp", port.trim());
+    let (catalog, client) = start(&[ServerConfig::http("st", url).required()], fast_options());
+    ready(&client).await;
+    // The calls run in this task (the lean path drives its connection in the caller's task):
+    // this thread's subscriber sees their log.
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .with_writer(move || writer.clone())
+        .finish();
+    let guard = tracing::subscriber::set_default(subscriber);
+    for _ in 0..12 {
+        let env = call(&catalog, "mcp__st__otherid", json!({})).await;
+        assert_eq!(env.err_kind(), Some(&ErrKind::ToolFailed), "{env:?}");
+        assert!(
+            env.message()
+                .unwrap()
+                .contains("it answers id \"not-yours\""),
+            "{env:?}"
+        );
+    }
+    drop(guard);
+    let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), 2, "{log}");
+    assert!(
+        warnings[0].contains("it answers id \"not-yours\"")
+            && warnings[0].contains("said once per connection"),
+        "{log}"
+    );
+    assert!(
+        warnings[1].contains("10 tools/call answers on this connection could not be used"),
+        "{log}"
+    );
+    close_and_check(&client).await;
+    drop(child);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hung_call_times_out_clearly() {
     let (catalog, client) = start(&[fixture_server("fx", "normal").required()], fast_options());

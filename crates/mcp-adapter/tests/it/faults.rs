@@ -232,14 +232,9 @@ impl Drop for Killed {
     }
 }
 
-/// A `tools/call` the upstream refuses over HTTP is answered once, with the status, as not
-/// run: 401 and 403 say the credentials are the operator's to fix, 429 says when to try
-/// again, and a 301 (which would make the POST a GET) is not followed. Each was sent a
-/// second time through rmcp and then reported as a broken stream whose outcome was unknown.
-/// A 5xx names its status (it said only "could not complete the request"). A 307 (which
-/// keeps the method and body) is followed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http_refusals_are_reported_with_their_status_and_not_resent() {
+/// tests/fixtures/status_server.py started: its MCP URL, and the process (killed when
+/// dropped).
+fn status_server() -> (String, Killed) {
     use std::io::BufRead;
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -256,7 +251,18 @@ async fn http_refusals_are_reported_with_their_status_and_not_resent() {
     std::io::BufReader::new(stdout)
         .read_line(&mut port)
         .expect("the port");
-    let url = format!("http://127.0.0.1:{}/mcp", port.trim());
+    (format!("http://127.0.0.1:{}/mcp", port.trim()), child)
+}
+
+/// A `tools/call` the upstream refuses over HTTP is answered once, with the status, as not
+/// run: 401 and 403 say the credentials are the operator's to fix, 429 says when to try
+/// again, and a 301 (which would make the POST a GET) is not followed. Each was sent a
+/// second time through rmcp and then reported as a broken stream whose outcome was unknown.
+/// A 5xx names its status (it said only "could not complete the request"). A 307 (which
+/// keeps the method and body) is followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_refusals_are_reported_with_their_status_and_not_resent() {
+    let (url, child) = status_server();
     let (catalog, client) = start(&[ServerConfig::http("st", url).required()], fast_options());
     ready(&client).await;
     for (tool, says) in [
@@ -377,7 +383,7 @@ async fn http_refusals_are_reported_with_their_status_and_not_resent() {
 /// call (QA-12 B-7).
 #[tokio::test(flavor = "current_thread")]
 async fn answers_to_other_ids_are_warned_of_once_per_connection() {
-    use std::io::{BufRead, Write};
+    use std::io::Write;
     #[derive(Clone, Default)]
     struct Buf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
     impl Write for Buf {
@@ -389,22 +395,7 @@ async fn answers_to_other_ids_are_warned_of_once_per_connection() {
             Ok(())
         }
     }
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/status_server.py"
-    );
-    let mut child = std::process::Command::new(python())
-        .arg(script)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("python starts");
-    let stdout = child.stdout.take().expect("piped");
-    let child = Killed(child);
-    let mut port = String::new();
-    std::io::BufReader::new(stdout)
-        .read_line(&mut port)
-        .expect("the port");
-    let url = format!("http://127.0.0.1:{}/mcp", port.trim());
+    let (url, child) = status_server();
     let (catalog, client) = start(&[ServerConfig::http("st", url).required()], fast_options());
     ready(&client).await;
     // The calls run in this task (the lean path drives its connection in the caller's task):

@@ -445,44 +445,14 @@ fn whole_number_hint(message: &str) -> Option<String> {
     Some(out.join("\n"))
 }
 
-/// Replaces `${env:VAR}` in one string; a missing or empty variable is an error naming
-/// `path` (the key). Also used for the `--mcp-config` JSON's fields.
+/// Replaces `${env:VAR}` in one string ([`quiver_mcp_adapter::interpolate_env`]); an
+/// error names `path` (the key). Also used for the `--mcp-config` JSON's fields.
 pub(crate) fn interpolate_str(
     s: &str,
     path: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> anyhow::Result<String> {
-    let mut out = String::new();
-    let mut rest = s;
-    while let Some(i) = rest.find("${env:") {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 6..];
-        let Some(end) = after.find('}') else {
-            bail!("{path}: `${{env:` is not closed with `}}`");
-        };
-        let var = &after[..end];
-        if var.is_empty()
-            || var
-                .chars()
-                .any(|c| c.is_whitespace() || matches!(c, '=' | '$' | '{'))
-        {
-            bail!(
-                "{path}: `${{env:{var}}}` does not name an environment variable: write `${{env:NAME}}`, e.g. `${{env:HOME}}`"
-            );
-        }
-        let Some(val) = env(var) else {
-            bail!("{path}: environment variable {var} is not set (referenced as `${{env:{var}}}`)");
-        };
-        if val.is_empty() {
-            bail!(
-                "{path}: environment variable {var} is set but empty (referenced as `${{env:{var}}}`): give it a value, or remove the reference"
-            );
-        }
-        out.push_str(&val);
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
+    quiver_mcp_adapter::interpolate_env(s, env).map_err(|e| anyhow::anyhow!("{path}: {e}"))
 }
 
 /// Replaces `${env:VAR}` in every string; a missing variable is an error naming the key.
@@ -944,6 +914,38 @@ allowed_tools = ["t1", "t2"]
         check(
             "[store]\npath = \"${env:MY VAR}/q.db\"",
             Err("store.path: `${env:MY VAR}` does not name an environment variable"),
+        );
+        // Any other `${...}` is refused, not kept as text (QA-13 C-1: a token written
+        // `${QUIVER_CI_TOKEN}` was that guessable text, and the real secret got 401).
+        check(
+            "[store]\npath = \"${HOME_DIR}/q.db\"",
+            Err(
+                "store.path: `${HOME_DIR}` is not something Quiver fills in: it reads environment variables only as `${env:NAME}`: write `${env:HOME_DIR}`",
+            ),
+        );
+        check(
+            "[store]\npath = \"${ENV:HOME_DIR}/q.db\"",
+            Err("(`env` in lower case): write `${env:HOME_DIR}`"),
+        );
+        check(
+            "[store]\npath = \"${workspaceFolder}/q.db\"",
+            Err("`${workspaceFolder}` is not something Quiver fills in"),
+        );
+        check(
+            "[store]\npath = \"${input:key}/q.db\"",
+            Err("are filled in by VS Code, not here"),
+        );
+        check(
+            "[store]\npath = \"x${\"",
+            Err("`${…` is not something Quiver fills in"),
+        );
+        check(
+            "[store]\npath = \"$${HOME}/$${env:X}\"",
+            Ok("${HOME}/${env:X}"),
+        );
+        check(
+            "[store]\npath = \"$$${env:HOME_DIR}\"",
+            Ok("$${env:HOME_DIR}"),
         );
         check(
             "[store]\npath = \"\"",

@@ -670,6 +670,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Inbound bearer secrets shorter than this are a `check` note.
+const MIN_SECRET_LEN: usize = 16;
+
 /// The most the shutdown after a command (stopping the upstreams, writing the working sets,
 /// flushing the execution log) may take: a store locked by another process would otherwise
 /// hold it for as long as its retries last (a minute), past a service manager's stop timeout.
@@ -1088,6 +1091,14 @@ async fn command(
             // `--mcp-config` files): one that names none gives that token nothing.
             let servers: Vec<String> = statuses.iter().map(|s| s.name.clone()).collect();
             for t in &config.auth.tokens {
+                // A secret that can be guessed is no lock (QA-13 C-1: `token = "x"` passed).
+                if t.token.len() < MIN_SECRET_LEN {
+                    say!(
+                        "auth.tokens[{}]: [note] its secret is {} character(s) long, short enough to guess; use at least {MIN_SECRET_LEN} random ones (e.g. `openssl rand -hex 32`, passed as `${{env:NAME}}`)",
+                        t.name,
+                        t.token.chars().count()
+                    );
+                }
                 // No `tool_search`: its callers see only the round's tools (the floor and
                 // the anchors) that the list allows, and can find nothing else.
                 if let Some(patterns) = &t.allowed_tools

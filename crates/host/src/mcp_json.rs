@@ -144,6 +144,14 @@ impl<'de> Visitor<'de> for NoDuplicates<'_> {
     }
 }
 
+/// Whether a line of `text` begins (after blanks) with `//` or `/*`.
+fn has_comment(text: &str) -> bool {
+    text.lines().any(|l| {
+        let l = l.trim_start();
+        l.starts_with("//") || l.starts_with("/*")
+    })
+}
+
 /// Parses an `mcpServers` file's text; `origin` names it in errors. `${env:VAR}` is
 /// replaced in `command`, `args`, `cwd` and `url` here, and in `env` and `headers` values
 /// when the servers are set up, as in `quiver.toml`.
@@ -175,40 +183,55 @@ pub fn parse_mcp_servers(
     // thing, the first configured has it.
     let mut order: Vec<String> = Vec::new();
     // The file's shape first, in its own words (serde says "expected struct Entry").
-    if let Ok(value) = serde_json::from_str::<serde_json::Value>(text) {
-        const SHAPE: &str = r#"{"mcpServers": {"name": {"command": ...} or {"url": ...}}}"#;
-        let Some(top) = value.as_object() else {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        // VS Code's mcp.json is JSONC: serde's "expected value" did not say why (QA-13 C-12).
+        Err(e) if has_comment(text) => {
             bail!(
-                "{origin}: the file is {}, not an object: expected {SHAPE}",
-                json_kind(&value)
-            );
-        };
-        if let Some(servers) = top.get("mcpServers").or_else(|| top.get("servers")) {
-            let Some(servers) = servers.as_object() else {
+                "{origin}: not an mcpServers JSON file ({e}): it has comments (`//` or `/* */`, as VS Code's JSONC allows), which JSON does not; remove them"
+            )
+        }
+        Err(_) => {}
+        Ok(value) => {
+            const SHAPE: &str = r#"{"mcpServers": {"name": {"command": ...} or {"url": ...}}}"#;
+            let Some(top) = value.as_object() else {
                 bail!(
-                    "{origin}: \"mcpServers\" is {}, not an object of servers by name: expected {SHAPE}",
-                    json_kind(servers)
+                    "{origin}: the file is {}, not an object: expected {SHAPE}",
+                    json_kind(&value)
                 );
             };
-            order = servers.keys().cloned().collect();
-            for (name, entry) in servers {
-                let Some(fields) = entry.as_object() else {
+            // Both keys: serde called it a duplicate `mcpServers` (`servers` is its alias).
+            if top.contains_key("mcpServers") && top.contains_key("servers") {
+                bail!(
+                    "{origin}: the file has both \"mcpServers\" (Claude Desktop, Cursor) and \"servers\" (VS Code); Quiver reads one list of servers: keep one of them"
+                );
+            }
+            if let Some(servers) = top.get("mcpServers").or_else(|| top.get("servers")) {
+                let Some(servers) = servers.as_object() else {
                     bail!(
-                        "{origin}: server {name:?} is {}, not an object: give {{\"command\": ..., \"args\": [...]}} for a stdio server or {{\"url\": ...}} for a streamable-HTTP one",
-                        json_kind(entry)
+                        "{origin}: \"mcpServers\" is {}, not an object of servers by name: expected {SHAPE}",
+                        json_kind(servers)
                     );
                 };
-                // A value of the wrong type, named by its server and key (serde named
-                // neither, and its "not an mcpServers JSON file" blamed the whole file).
-                for (key, v) in fields {
-                    if KEYS.contains(&key.as_str())
-                        && let Err(e) =
-                            serde_json::from_value::<Entry>(serde_json::json!({ key: v }))
-                    {
+                order = servers.keys().cloned().collect();
+                for (name, entry) in servers {
+                    let Some(fields) = entry.as_object() else {
                         bail!(
-                            "{origin}: server {name:?}: \"{key}\": {}",
-                            crate::config::shorten_float(&e.to_string())
+                            "{origin}: server {name:?} is {}, not an object: give {{\"command\": ..., \"args\": [...]}} for a stdio server or {{\"url\": ...}} for a streamable-HTTP one",
+                            json_kind(entry)
                         );
+                    };
+                    // A value of the wrong type, named by its server and key (serde named
+                    // neither, and its "not an mcpServers JSON file" blamed the whole file).
+                    for (key, v) in fields {
+                        if KEYS.contains(&key.as_str())
+                            && let Err(e) =
+                                serde_json::from_value::<Entry>(serde_json::json!({ key: v }))
+                        {
+                            bail!(
+                                "{origin}: server {name:?}: \"{key}\": {}",
+                                crate::config::shorten_float(&e.to_string())
+                            );
+                        }
                     }
                 }
             }
@@ -685,6 +708,20 @@ mod tests {
             )
         );
         assert!(err(r#"{"other": 1}"#).contains("no \"mcpServers\""));
+        // VS Code's files (QA-13 C-12): JSONC comments, and both keys at once.
+        assert!(
+            err("// my servers\n{\"servers\": {}}").contains(
+                "it has comments (`//` or `/* */`, as VS Code's JSONC allows), which JSON does not; remove them"
+            )
+        );
+        assert!(
+            err(r#"{"servers": {}, "mcpServers": {"a": {"command": "x"}}}"#)
+                .contains("the file has both \"mcpServers\" (Claude Desktop, Cursor) and \"servers\" (VS Code)")
+        );
+        assert!(
+            err(r#"{"servers": {"a": {"command": "x", "args": ["${workspaceFolder}/x"]}}}"#)
+                .contains("c.json: server \"a\": args[0]: `${workspaceFolder}` is not something Quiver fills in")
+        );
         // A value of the wrong type is named by its server and key, a huge float quoted
         // short.
         assert_eq!(

@@ -16,7 +16,7 @@ pub mod server;
 pub use client::{
     ClientOptions, Liveness, McpClient, McpClientConfig, RESOURCE_TOOLS, RESOURCE_TOOLS_FAMILY,
     ResolvedServer, ServerConfig, ServerCounters, ServerState, ServerStatus, TransportKind,
-    validate_all,
+    interpolate_env, validate_all,
 };
 pub use error::McpError;
 pub use server::{

@@ -492,7 +492,7 @@ fn check_names_allow_and_deny_entries_the_server_does_not_list() {
     std::fs::write(
         dir.join("quiver.toml"),
         format!(
-            "[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{server:?}]\nallow_tools = [\"mcp__one__t\"]\ndeny_tools = [\"tt\"]\n\n[[auth.tokens]]\nname = \"ci\"\ntoken = \"ci-secret-1\"\nallowed_servers = [\"onee\", \"o*\", \"z*\"]\n\n[[auth.tokens]]\nname = \"docs\"\ntoken = \"docs-secret-1\"\nallowed_tools = [\"*_mcp_resource*\"]\n"
+            "[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{server:?}]\nallow_tools = [\"mcp__one__t\"]\ndeny_tools = [\"tt\"]\n\n[[auth.tokens]]\nname = \"ci\"\ntoken = \"ci-secret-long-enough-1\"\nallowed_servers = [\"onee\", \"o*\", \"z*\"]\n\n[[auth.tokens]]\nname = \"docs\"\ntoken = \"docs-secret-1\"\nallowed_tools = [\"*_mcp_resource*\"]\n"
         ),
     )
     .unwrap();
@@ -523,6 +523,11 @@ fn check_names_allow_and_deny_entries_the_server_does_not_list() {
         "{text}"
     );
     assert!(!text.contains("auth.tokens[ci]: [note]"), "{text}");
+    // A secret short enough to guess (QA-13 C-1).
+    assert!(
+        text.contains("auth.tokens[docs]: [note] its secret is 13 character(s) long, short enough to guess; use at least 16 random ones"),
+        "{text}"
+    );
     // Without tool_search the token can find nothing beyond the round it is allowed.
     assert!(
         text.contains("auth.tokens[docs]: [note] allowed_tools does not allow tool_search, so its callers cannot find tools: they see only the resident floor's tools it allows (none now)"),

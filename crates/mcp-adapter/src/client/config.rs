@@ -490,33 +490,103 @@ fn cfg_err(server: &str, msg: impl fmt::Display) -> McpError {
     McpError::Config(format!("MCP server \"{server}\": {msg}"))
 }
 
-/// Replaces every `${env:VAR}` in `value`; an unset variable is an error naming it.
+/// Replaces every `${env:VAR}` in `value` ([`interpolate_env`]); an error names the server
+/// and the key.
 fn interpolate(
     server: &str,
     what: &str,
     value: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<String, McpError> {
-    let mut out = String::with_capacity(value.len());
-    let mut rest = value;
-    while let Some(start) = rest.find("${env:") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 6..];
+    interpolate_env(value, env).map_err(|e| cfg_err(server, format!("{what}: {e}")))
+}
+
+/// Replaces `${env:VAR}` in one string (the config files' strings, and a server's `env` and
+/// `headers`); a missing or empty variable is an error. Any other `${...}`
+/// (`${VAR}`, `${ENV:VAR}`, VS Code's `${input:...}` and `${workspaceFolder}`) is an error
+/// too: taken as it is, a bearer token written `${TOKEN}` would be that guessable text.
+/// `$${` is a literal `${`.
+pub fn interpolate_env(s: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find("${") {
+        if rest[..i].ends_with('$') {
+            // `$${`: a literal `${`.
+            out.push_str(&rest[..i - 1]);
+            out.push_str("${");
+            rest = &rest[i + 2..];
+            continue;
+        }
+        out.push_str(&rest[..i]);
+        let Some(after) = rest[i..].strip_prefix("${env:") else {
+            return Err(not_interpolated(&rest[i..]));
+        };
         let Some(end) = after.find('}') else {
-            return Err(cfg_err(server, format!("{what}: unterminated `${{env:`")));
+            return Err("`${env:` is not closed with `}`".to_owned());
         };
         let var = &after[..end];
-        let Some(v) = env(var) else {
-            return Err(cfg_err(
-                server,
-                format!("{what}: environment variable {var} is not set"),
+        if var.is_empty()
+            || var
+                .chars()
+                .any(|c| c.is_whitespace() || matches!(c, '=' | '$' | '{'))
+        {
+            return Err(format!(
+                "`${{env:{var}}}` does not name an environment variable: write `${{env:NAME}}`, e.g. `${{env:HOME}}`"
+            ));
+        }
+        let Some(val) = env(var) else {
+            return Err(format!(
+                "environment variable {var} is not set (referenced as `${{env:{var}}}`)"
             ));
         };
-        out.push_str(&v);
+        if val.is_empty() {
+            return Err(format!(
+                "environment variable {var} is set but empty (referenced as `${{env:{var}}}`): give it a value, or remove the reference"
+            ));
+        }
+        out.push_str(&val);
         rest = &after[end + 1..];
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// Why a `${...}` that is not `${env:NAME}` is refused, with what to write instead.
+/// `text` begins with `${`.
+fn not_interpolated(text: &str) -> String {
+    let inner = text[2..].split('}').next().unwrap_or_default();
+    let shown = if inner.len() < text.len() - 2 && inner.chars().count() <= 60 {
+        format!("${{{inner}}}")
+    } else {
+        format!("${{{}…", inner.chars().take(60).collect::<String>())
+    };
+    let name = inner.split_once(':').map_or(inner, |(_, n)| n);
+    let plain = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let head = format!(
+        "`{shown}` is not something Quiver fills in: it reads environment variables only as `${{env:NAME}}`"
+    );
+    if let Some((kind, _)) = inner.split_once(':')
+        && kind.eq_ignore_ascii_case("env")
+    {
+        return format!("{head} (`env` in lower case): write `${{env:{name}}}`");
+    }
+    const VS_CODE: [&str; 6] = [
+        "input:",
+        "workspaceFolder",
+        "userHome",
+        "pathSeparator",
+        "config:",
+        "command:",
+    ];
+    if VS_CODE.iter().any(|v| inner.starts_with(v)) {
+        return format!(
+            "{head}; `${{input:...}}`, `${{workspaceFolder}}` and the other VS Code variables are filled in by VS Code, not here: put the value in an environment variable and write `${{env:NAME}}`, or write the value itself"
+        );
+    }
+    if plain && !inner.contains(':') {
+        return format!("{head}: write `${{env:{name}}}` (or `$${{` for a literal `${{`)");
+    }
+    format!("{head} (or `$${{` for a literal `${{`)")
 }
 
 /// Whether a URL's host is loopback: `localhost`, `127.0.0.0/8` or `[::1]`.

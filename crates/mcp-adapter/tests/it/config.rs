@@ -140,6 +140,16 @@ fn env_interpolation_and_shape() {
     let s = ServerConfig::stdio("x", "true", vec![]).with_env("TOKEN", "${env:HOME_TOKEN}");
     check(std::slice::from_ref(&s), &[("HOME_TOKEN", "v")], Ok(()));
     check(&[s], &[], Err("HOME_TOKEN is not set"));
+    // Another `${...}` is not passed on as text (QA-13 C-1, C-12: VS Code's `${input:...}`
+    // reached the server as its key).
+    let vs = ServerConfig::stdio("x", "true", vec![]).with_env("KEY", "${input:api-key}");
+    check(
+        &[vs],
+        &[],
+        Err("KEY: `${input:api-key}` is not something Quiver fills in"),
+    );
+    let shell = ServerConfig::stdio("x", "true", vec![]).with_env("KEY", "${HOME_TOKEN}");
+    check(&[shell], &[], Err("write `${env:HOME_TOKEN}`"));
     let bad: Result<ServerConfig, _> =
         serde_json::from_value(serde_json::json!({"name": "x", "command": "c", "bogus": 1}));
     assert!(bad.unwrap_err().to_string().contains("bogus"));

@@ -14,9 +14,9 @@ mod lines;
 pub mod server;
 
 pub use client::{
-    ClientOptions, Liveness, McpClient, McpClientConfig, RESOURCE_TOOLS, RESOURCE_TOOLS_FAMILY,
-    ResolvedServer, ServerConfig, ServerCounters, ServerState, ServerStatus, TransportKind,
-    interpolate_env, validate_all,
+    ClientOptions, INHERITED_ENV, Liveness, McpClient, McpClientConfig, RESOURCE_TOOLS,
+    RESOURCE_TOOLS_FAMILY, ResolvedServer, ServerConfig, ServerCounters, ServerState, ServerStatus,
+    TransportKind, interpolate_env, validate_all,
 };
 pub use error::McpError;
 pub use server::{

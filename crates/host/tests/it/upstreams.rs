@@ -49,8 +49,8 @@ fn a_real_mcp_servers_file_aggregates_upstreams_behind_one_catalog() {
     std::fs::write(
         &config,
         serde_json::json!({"mcpServers": {
-            "everything": {"command": peers.join("npm/node_modules/.bin/mcp-server-everything")},
-            "time": {"command": peers.join("venv/bin/mcp-server-time"), "args": ["--local-timezone", "UTC"]}
+            "everything": {"command": peers.join("npm/node_modules/.bin/mcp-server-everything"), "env": {"QUIVER_TEST_MARKER": "${env:QUIVER_TEST_MARKER}"}},
+            "time": {"command": peers.join("venv/bin/mcp-server-time"), "args": ["--local-timezone", "UTC"], "env": {"QUIVER_TEST_MARKER": "${env:QUIVER_TEST_MARKER}"}}
         }})
         .to_string(),
     )
@@ -146,7 +146,7 @@ fn a_signal_during_a_command_stops_the_upstreams_processes() {
     // Never answers `initialize`: the command waits for it.
     std::fs::write(
         &config,
-        serde_json::json!({"mcpServers": {"slow": {"command": "sh", "args": ["-c", "sleep 314; :"]}}})
+        serde_json::json!({"mcpServers": {"slow": {"command": "sh", "args": ["-c", "sleep 314; :"], "env": {"QUIVER_TEST_MARKER": "${env:QUIVER_TEST_MARKER}"}}}})
             .to_string(),
     )
     .unwrap();
@@ -158,6 +158,7 @@ fn a_signal_during_a_command_stops_the_upstreams_processes() {
         .current_dir(&dir)
         .env("QUIVER_LOG", "error")
         .env("QUIVER_TEST_MARKER", &marker)
+        .env("QUIVER_TEST_SECRET", "inbound-secret")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -174,6 +175,28 @@ fn a_signal_during_a_command_stops_the_upstreams_processes() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    // The upstream has its `env` and the allowed part of Quiver's environment (PATH, ...),
+    // not the rest: Quiver's secrets are not the server's (QA-13 C-2).
+    let upstream = marked_processes(&marker)
+        .into_iter()
+        .find(|p| p.contains("sleep 314"))
+        .unwrap();
+    let pid = upstream.split(':').next().unwrap();
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let names: Vec<String> = environ
+        .split(|b| *b == 0)
+        .filter_map(|kv| kv.split(|b| *b == b'=').next())
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .collect();
+    assert!(names.iter().any(|n| n == "PATH"), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n == "QUIVER_TEST_SECRET"),
+        "{names:?}"
+    );
+    assert!(
+        !names.iter().any(|n| n == "CARGO_MANIFEST_DIR"),
+        "{names:?}"
+    );
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()

@@ -340,11 +340,15 @@ pub(crate) fn spawn(
     command: &str,
     args: &[String],
     env: &BTreeMap<String, Secret>,
+    inherit_env: &[String],
     cwd: Option<&PathBuf>,
     pids: &Arc<Mutex<Vec<u32>>>,
 ) -> std::io::Result<(ChildGuard, ChildStdout, ChildStdin)> {
     let mut cmd = Command::new(command);
+    // Not Quiver's whole environment: its secrets are not the server's (QA-13 C-2).
     cmd.args(args)
+        .env_clear()
+        .envs(super::config::inherited_env(inherit_env))
         .envs(env.iter().map(|(k, v)| (k, &v.0)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -427,6 +431,7 @@ mod tests {
             "sleep",
             &["30".to_owned()],
             &BTreeMap::new(),
+            &[],
             None,
             &pids,
         )

@@ -227,6 +227,12 @@ pub struct ServerConfig {
     /// Extra environment for the child (stdio); values may use `${env:VAR}`.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// More of Quiver's own environment for the child (stdio): variable names, `*`
+    /// anywhere (`["AWS_*"]`; `["*"]` is all of it). The child always gets
+    /// [`INHERITED_ENV`] and `env`; nothing else of Quiver's environment (its inbound
+    /// secrets, other servers' `MCP_<NAME>_TOKEN`) unless named here.
+    #[serde(default)]
+    pub inherit_env: Vec<String>,
     /// The child's working directory (stdio).
     #[serde(default)]
     pub cwd: Option<PathBuf>,
@@ -306,6 +312,7 @@ impl ServerConfig {
             command: None,
             args: Vec::new(),
             env: BTreeMap::new(),
+            inherit_env: Vec::new(),
             cwd: None,
             url: None,
             headers: BTreeMap::new(),
@@ -327,6 +334,12 @@ impl ServerConfig {
     /// Sets an environment variable for the child.
     pub fn with_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Lets the child have these of Quiver's environment variables too (`*` anywhere).
+    pub fn with_inherit_env(mut self, names: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.inherit_env = names.into_iter().map(Into::into).collect();
         self
     }
 
@@ -427,6 +440,7 @@ pub(crate) enum Endpoint {
         command: String,
         args: Vec<String>,
         env: BTreeMap<String, Secret>,
+        inherit_env: Vec<String>,
         cwd: Option<PathBuf>,
     },
     Http {
@@ -484,6 +498,49 @@ impl ResolvedServer {
             Endpoint::Http { .. } => TransportKind::Http,
         }
     }
+}
+
+/// What a stdio server gets of Quiver's environment without asking (`inherit_env`): the
+/// official MCP SDKs' stdio clients pass `HOME`, `LOGNAME`, `PATH`, `SHELL`, `TERM` and
+/// `USER`; the locale, time zone, temporary directory and proxy settings are added, which
+/// servers started by `npx` or `uvx` need to fetch and run.
+pub const INHERITED_ENV: &[&str] = &[
+    "HOME",
+    "LOGNAME",
+    "PATH",
+    "SHELL",
+    "TERM",
+    "USER",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TZ",
+    "TMPDIR",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "all_proxy",
+];
+
+/// The part of Quiver's environment a stdio server gets: [`INHERITED_ENV`] and the names
+/// `inherit_env` matches.
+pub(crate) fn inherited_env(
+    inherit: &[String],
+) -> impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)> + '_ {
+    std::env::vars_os().filter(move |(k, _)| {
+        k.to_str().is_some_and(|k| {
+            INHERITED_ENV
+                .iter()
+                .any(|p| quiver_contract::pattern_matches(p, k))
+                || inherit
+                    .iter()
+                    .any(|p| quiver_contract::pattern_matches(p, k))
+        })
+    })
 }
 
 fn cfg_err(server: &str, msg: impl fmt::Display) -> McpError {
@@ -707,10 +764,23 @@ fn resolve(
                     ))
                 })
                 .collect::<Result<_, McpError>>()?;
+            if let Some(bad) = s
+                .inherit_env
+                .iter()
+                .find(|p| p.is_empty() || p.contains('='))
+            {
+                return Err(cfg_err(
+                    &s.name,
+                    format!(
+                        "inherit_env: `{bad}` is not an environment variable name (or a pattern of them, `*` anywhere)"
+                    ),
+                ));
+            }
             Endpoint::Stdio {
                 command,
                 args: s.args.clone(),
                 env: env_vars,
+                inherit_env: s.inherit_env.clone(),
                 cwd: s.cwd.clone(),
             }
         }
@@ -718,10 +788,15 @@ fn resolve(
             let Some(raw) = &s.url else {
                 return Err(cfg_err(&s.name, "an http server needs `url`"));
             };
-            if s.command.is_some() || !s.args.is_empty() || !s.env.is_empty() || s.cwd.is_some() {
+            if s.command.is_some()
+                || !s.args.is_empty()
+                || !s.env.is_empty()
+                || !s.inherit_env.is_empty()
+                || s.cwd.is_some()
+            {
                 return Err(cfg_err(
                     &s.name,
-                    "`command`, `args`, `env` and `cwd` apply to stdio servers only",
+                    "`command`, `args`, `env`, `inherit_env` and `cwd` apply to stdio servers only",
                 ));
             }
             let url = Url::parse(raw)
@@ -900,6 +975,31 @@ fn looks_like_key(segment: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stdio server gets the allowed part of Quiver's environment and the names its
+    /// `inherit_env` matches, nothing else (QA-13 C-2).
+    #[test]
+    fn a_child_inherits_only_the_allowed_environment() {
+        let names = |inherit: &[String]| -> Vec<String> {
+            inherited_env(inherit)
+                .map(|(k, _)| k.to_string_lossy().into_owned())
+                .collect()
+        };
+        // Cargo sets these for every test process.
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        let plain = names(&[]);
+        assert!(plain.iter().any(|n| n == "PATH"), "{plain:?}");
+        assert!(!plain.iter().any(|n| n.starts_with("CARGO")), "{plain:?}");
+        let more = names(&["CARGO_MANIFEST_*".to_owned()]);
+        assert!(more.iter().any(|n| n == "CARGO_MANIFEST_DIR"), "{more:?}");
+        assert!(!more.iter().any(|n| n == "CARGO_PKG_NAME"), "{more:?}");
+        let bad = ServerConfig::stdio("a", "x", vec![]).with_inherit_env(["A=B"]);
+        let err = validate_all(&[bad], &|_| None).unwrap_err().to_string();
+        assert!(
+            err.contains("inherit_env: `A=B` is not an environment variable name"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn durations_parse() {

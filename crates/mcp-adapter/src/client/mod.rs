@@ -43,8 +43,8 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 pub use config::{
-    Liveness, McpClientConfig, ResolvedServer, ServerConfig, TransportKind, interpolate_env,
-    validate_all,
+    INHERITED_ENV, Liveness, McpClientConfig, ResolvedServer, ServerConfig, TransportKind,
+    interpolate_env, validate_all,
 };
 pub use meta::{RESOURCE_TOOLS, RESOURCE_TOOLS_FAMILY};
 pub use upstream::{ServerCounters, ServerState};

@@ -947,10 +947,18 @@ impl Upstream {
                     command,
                     args,
                     env,
+                    inherit_env,
                     cwd,
                 } => {
-                    let spawned =
-                        child::spawn(&self.cfg.name, command, args, env, cwd.as_ref(), &self.pids);
+                    let spawned = child::spawn(
+                        &self.cfg.name,
+                        command,
+                        args,
+                        env,
+                        inherit_env,
+                        cwd.as_ref(),
+                        &self.pids,
+                    );
                     let (guard, stdout, stdin) = match spawned {
                         Ok(parts) => {
                             *self.cannot_start.lock().unwrap_or_else(|p| p.into_inner()) = None;

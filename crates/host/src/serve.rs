@@ -83,6 +83,7 @@ pub async fn serve(
         .validate()
         .context("checking the inbound tokens")?;
     let stopping = dispatcher.clone();
+    let open = options.auth.tokens.is_empty();
     let mut server = McpServer::new(surface, dispatcher, options);
     if let Some(stores) = adapters.stores {
         server = server
@@ -104,6 +105,12 @@ pub async fn serve(
                     .await
                     .with_context(|| format!("binding {addr}"))?;
                 let bound = listener.local_addr()?;
+                // The Host check stops DNS rebinding, not other machines (QA-13 C-3).
+                if open && !bound.ip().is_loopback() {
+                    tracing::warn!(
+                        "listening on {bound}, beyond this machine, with no [[auth.tokens]]: anyone who can reach this port can call every tool (the Host check stops browsers' DNS rebinding, not clients that send a Host of their choosing); configure [[auth.tokens]], or listen on 127.0.0.1"
+                    );
+                }
                 let mut out = tokio::io::stdout();
                 out.write_all(format!("http://{bound}/mcp\n").as_bytes())
                     .await?;

@@ -1706,3 +1706,42 @@ fn a_tools_call_whose_params_do_not_fit_is_answered_and_logged() {
     assert!(c.wait().unwrap().success());
     logged(&dir);
 }
+
+/// Serving beyond loopback with no inbound tokens is said aloud (QA-13 C-3: it started
+/// silently, and the Host check lets any client that sends `Host: 127.0.0.1:PORT` in);
+/// with a token, or on loopback, nothing is said.
+#[test]
+fn an_open_listener_beyond_loopback_is_a_warning() {
+    let dir = fresh_dir("open-bind");
+    let run = |listen: &str, config: &str| -> String {
+        std::fs::write(dir.join("quiver.toml"), config).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
+            .args(["serve", "--listen", listen])
+            .current_dir(&dir)
+            .env("QUIVER_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.starts_with("http://"), "{line}");
+        let mut err = child.stderr.take().unwrap();
+        stop(child);
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut err, &mut text).unwrap();
+        text
+    };
+    let open = run("0.0.0.0:0", "");
+    assert!(
+        open.contains("beyond this machine, with no [[auth.tokens]]: anyone who can reach this port can call every tool"),
+        "{open}"
+    );
+    let token = "[[auth.tokens]]\nname = \"ci\"\ntoken = \"ci-secret-long-enough-1\"\n";
+    let guarded = run("0.0.0.0:0", token);
+    assert!(!guarded.contains("auth.tokens"), "{guarded}");
+    let local = run("127.0.0.1:0", "");
+    assert!(!local.contains("auth.tokens"), "{local}");
+}

@@ -489,8 +489,9 @@ impl Dispatcher {
     /// Brings back which tools a session has called (what `requires_prior` policy rules
     /// check) from the execution log, for a session that continues in a new process: a
     /// restarted server, or each `quiver call --session S`. Reads the session's newest
-    /// [`RESTORED_CALLS`] calls; calls refused before they ran (unknown tool, forbidden,
-    /// denied by policy, loop guard, bad arguments) do not count.
+    /// [`RESTORED_CALLS`] calls; as in the live process only calls that answered Ok or a
+    /// Hint count (not an error, and not a call refused before it ran: unknown tool,
+    /// forbidden, denied by policy, loop guard, bad arguments).
     pub async fn restore_called(
         &self,
         session: &str,
@@ -502,12 +503,13 @@ impl Dispatcher {
         let ran: Vec<&str> = calls
             .iter()
             .filter(|c| {
-                !refused_before_running(
-                    c.err_kind.as_ref(),
-                    c.hint_kind,
-                    c.error.as_deref(),
-                    &c.tool_name,
-                )
+                c.err_kind.is_none()
+                    && !refused_before_running(
+                        c.err_kind.as_ref(),
+                        c.hint_kind,
+                        c.error.as_deref(),
+                        &c.tool_name,
+                    )
             })
             .map(|c| c.tool_name.as_str())
             .collect();
@@ -889,17 +891,12 @@ impl Dispatcher {
         }
         let mut repeat = false;
         if let Some(s) = &session {
-            // One lock for the loop guard and the called-tools set: a call that passes the
-            // guard counts as called from here on (failed calls count too), so a concurrent
-            // call needing it as a prior tool may already proceed.
+            // The call counts as called (for `requires_prior`) once it has answered Ok or a
+            // Hint: see `after`.
             let threshold = inner.config.loop_guard_threshold;
             let (streak, refused) = inner.sessions.with(s, |st| {
                 let streak = st.bump_streak(hash);
-                let refused = st.guarded(streak, threshold);
-                if !refused {
-                    st.mark_called(name);
-                }
-                (streak, refused)
+                (streak, st.guarded(streak, threshold))
             });
             repeat = streak >= 2;
             if refused {
@@ -1032,6 +1029,14 @@ impl Dispatcher {
         }
         for w in warnings {
             envelope.push_warning(w);
+        }
+        // A tool that answered (Ok, or a Hint the model can act on) has been called, as a
+        // policy's `requires_prior` means it: a preview that failed or timed out showed
+        // nothing (QA-13 C-6: any call that ran counted).
+        if let Some(s) = &ctx.session
+            && envelope.err_kind().is_none()
+        {
+            inner.sessions.with(s, |st| st.mark_called(name));
         }
         if let Some(s) = &ctx.session
             && transient

@@ -945,16 +945,29 @@ async fn loop_guard_refusals_are_not_counted_as_policy_skips() {
 }
 
 /// A session continued in a new process counts as called what the live process counted:
-/// every call that ran, whatever its outcome (an upstream that was not available, a tool's
-/// own error kind), not only those that succeeded.
+/// the calls that answered (Ok or a Hint). A prior that failed (an upstream that was not
+/// available, a tool's own error kind) did not happen as `requires_prior` means it, live or
+/// restored (QA-13 C-6: it counted); once it answers, it does.
 #[tokio::test]
 async fn restored_calls_count_what_the_live_process_counted() {
-    let down = tool(ToolSpec::new("down", "Fails."), |_, _| async {
-        Err(ToolError::err(
-            ErrKind::NotAvailable,
-            "the upstream is down",
-        ))
-    });
+    let fails = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let f = fails.clone();
+    let down = tool(
+        ToolSpec::new("down", "Fails until it is up."),
+        move |_, _| {
+            let failing = f.load(std::sync::atomic::Ordering::SeqCst);
+            async move {
+                if failing {
+                    Err(ToolError::err(
+                        ErrKind::NotAvailable,
+                        "the upstream is down",
+                    ))
+                } else {
+                    Ok(Envelope::text("up"))
+                }
+            }
+        },
+    );
     let quota = tool(ToolSpec::new("quota", "Fails its own way."), |_, _| async {
         Err(ToolError::err(
             ErrKind::Other("quota_exceeded".into()),
@@ -983,14 +996,32 @@ async fn restored_calls_count_what_the_live_process_counted() {
     assert!(live.call("down", json!({}), s()).await.is_err());
     assert!(live.call("quota", json!({}), s()).await.is_err());
     live.drain_records().await;
-    let restored = Dispatcher::builder(catalog_with(vec![echo(), add(), down, quota]))
+    let restored = || async {
+        let d = Dispatcher::builder(catalog_with(vec![
+            echo(),
+            add(),
+            down.clone(),
+            quota.clone(),
+        ]))
         .policy(Arc::new(rules()))
         .build();
-    restored.restore_called("s", &*log).await.unwrap();
-    for d in [&live, &restored] {
+        d.restore_called("s", &*log).await.unwrap();
+        d
+    };
+    let first = restored().await;
+    for d in [&live, &first] {
         let e = d.call("add", json!({"a": 1, "b": 2}), s()).await;
-        assert!(e.is_ok(), "{}", text(&e));
+        assert_eq!(e.err_kind(), Some(&ErrKind::PolicyDenied), "{}", text(&e));
+        assert!(text(&e).contains("call down first"), "{}", text(&e));
         let e = d.call("echo", json!({"text": "x"}), s()).await;
+        assert_eq!(e.err_kind(), Some(&ErrKind::PolicyDenied), "{}", text(&e));
+    }
+    fails.store(false, std::sync::atomic::Ordering::SeqCst);
+    assert!(live.call("down", json!({}), s()).await.is_ok());
+    live.drain_records().await;
+    let second = restored().await;
+    for d in [&live, &second] {
+        let e = d.call("add", json!({"a": 1, "b": 2}), s()).await;
         assert!(e.is_ok(), "{}", text(&e));
     }
 }

@@ -260,10 +260,12 @@ impl DispatcherBuilder {
 /// The name of the surface's search tool, which error texts advise calling.
 const TOOL_SEARCH: &str = "tool_search";
 
-/// The error kinds of calls the dispatcher refused before the tool ran: unknown, forbidden,
-/// denied, looping, too large or too deep. Whatever else failed had run (an upstream that
-/// was not available, a tool's own error kind).
+/// The error kinds of calls refused before the tool ran: unknown, forbidden, denied,
+/// looping, too large or too deep, or a `tools/call` the MCP server could not read
+/// (`invalid_params`). Whatever else failed had run (an upstream that was not available, a
+/// tool's own error kind).
 pub const REFUSED_KINDS: &[&str] = &[
+    "invalid_params",
     "undefined_tool",
     "forbidden",
     "policy_denied",

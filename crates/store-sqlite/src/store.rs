@@ -1220,48 +1220,34 @@ impl UsageSource for SqliteStore {
         self.read(move |c, loc| {
             let mut stmt = c
                 .prepare_cached(
-                    // Calls that ran: not those the dispatcher refused first (a denied
-                    // tool the model kept trying is not a used one), as
-                    // `quiver_registry::refused_before_running` decides for one row.
+                    // Calls that answered (Ok or a Hint), as `requires_prior` counts them:
+                    // not errors (a tool that always times out is not one to put before
+                    // every model, QA-13 C-7), and not the dispatcher's refusal of bad
+                    // arguments, a schema hint that the tool never saw
+                    // (`quiver_registry::refused_before_running`).
                     "SELECT tool_name,
                         SUM(created_at >= ?1),
                         SUM(created_at < ?1 AND created_at >= ?2),
                         SUM(created_at < ?2)
                      FROM execution_log
-                     WHERE (err_kind IS NULL OR err_kind NOT IN (SELECT value FROM json_each(?3)))
+                     WHERE err_kind IS NULL
                        AND NOT COALESCE(
-                           hint_kind = 'schema' AND err_kind IS NULL
-                           AND substr(error, 1, length(?4) + length(tool_name) + 1)
-                               = ?4 || tool_name || '`',
-                           0)
-                       AND NOT COALESCE(
-                           err_kind = 'not_available'
-                           AND substr(error, 1, length(tool_name) + length(?5) + 1)
-                               = '`' || tool_name || ?5,
+                           hint_kind = 'schema'
+                           AND substr(error, 1, length(?3) + length(tool_name) + 1)
+                               = ?3 || tool_name || '`',
                            0)
                      GROUP BY tool_name ORDER BY tool_name",
                 )
                 .at(loc)?;
-            let refused = serde_json::to_string(quiver_registry::REFUSED_KINDS)
-                .unwrap_or_else(|_| "[]".to_owned());
             let rows = stmt
-                .query_map(
-                    params![
-                        b30,
-                        b90,
-                        refused,
-                        quiver_registry::REFUSED_ARGUMENTS,
-                        quiver_registry::ABSENT_TEXT
-                    ],
-                    |r| {
-                        Ok((
-                            r.get::<_, String>(0)?,
-                            r.get::<_, u64>(1)?,
-                            r.get::<_, u64>(2)?,
-                            r.get::<_, u64>(3)?,
-                        ))
-                    },
-                )
+                .query_map(params![b30, b90, quiver_registry::REFUSED_ARGUMENTS], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, u64>(1)?,
+                        r.get::<_, u64>(2)?,
+                        r.get::<_, u64>(3)?,
+                    ))
+                })
                 .at(loc)?
                 .collect::<Result<Vec<_>, _>>()
                 .at(loc)?;

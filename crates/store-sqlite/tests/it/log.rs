@@ -97,13 +97,14 @@ async fn recorded_calls_read_back_filtered_with_summary_and_full_output() {
     assert_eq!(store.writer_stats().rows_written, 3);
 }
 
-/// Usage counts the calls that ran: a call the dispatcher refused first (denied by policy,
-/// unknown, looping, too large, its arguments refused by the schema check, its server not
-/// up) is not use of the tool, or a tool the model keeps trying against a deny rule would be
-/// put on every session's list. A tool's own failure and a schema hint the tool returned
-/// after it ran still count.
+/// Usage counts the calls that answered (Ok or a Hint): a call refused first (denied by
+/// policy, unknown, looping, too large, a `tools/call` the server could not read, its
+/// arguments refused by the schema check, its server not up) is not use of the tool, or a
+/// tool the model keeps trying against a deny rule would be put on every session's list;
+/// nor is a call that failed (QA-13 C-7: a tool whose every call timed out or crashed
+/// its server ranked first). A schema hint the tool returned after it ran counts.
 #[tokio::test]
-async fn usage_counts_only_calls_that_ran() {
+async fn usage_counts_only_calls_that_answered() {
     let (_dir, _path, store) = store();
     let now = SystemTime::now();
     let rec = |tool: &str, id: &str, env: Envelope| CallRecord::new(tool, id, json!({}), env);
@@ -114,6 +115,7 @@ async fn usage_counts_only_calls_that_ran() {
         ErrKind::LoopGuard,
         ErrKind::Other("input_too_large".into()),
         ErrKind::Other("too_deep".into()),
+        ErrKind::Other("invalid_params".into()),
     ]
     .into_iter()
     .enumerate()
@@ -147,22 +149,19 @@ async fn usage_counts_only_calls_that_ran() {
             ),
         ))
         .await;
-    // Ran: the tool's own failure, an upstream not available, a hint the tool returned
-    // (about its own input), and the dispatcher's refusal of another tool's name.
-    store
-        .record(rec(
-            "used",
-            "u0",
-            Envelope::err(ErrKind::ToolFailed, "boom"),
-        ))
-        .await;
-    store
-        .record(rec(
-            "used",
-            "u1",
-            Envelope::err(ErrKind::NotAvailable, "MCP server down"),
-        ))
-        .await;
+    // Ran and failed: the tool's own failure, an upstream not available, a timeout.
+    for (i, kind) in [ErrKind::ToolFailed, ErrKind::NotAvailable, ErrKind::Timeout]
+        .into_iter()
+        .enumerate()
+    {
+        store
+            .record(rec("failed", &format!("f{i}"), Envelope::err(kind, "boom")))
+            .await;
+    }
+    // Answered: a hint the tool returned (about its own input), the dispatcher's refusal
+    // of another tool's name, and an Ok.
+    store.record(rec("used", "u0", Envelope::text("ok"))).await;
+    store.record(rec("used", "u1", Envelope::text("ok"))).await;
     store
         .record(rec(
             "used",

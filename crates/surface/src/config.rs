@@ -134,6 +134,17 @@ impl SurfaceConfig {
         if self.max_surface == 0 {
             return bad("max_surface must be at least 1".into());
         }
+        // Every list holds the system set: below it, every `tools/list` fails (QA-13 C-10:
+        // `max_surface = 1` was a warning, then -32603 on each list).
+        let system = self.system_set();
+        if self.max_surface < system.len() {
+            return bad(format!(
+                "max_surface ({}) is below the always-resident system set ({}: {}): no tool list could be composed; raise max_surface (the default is 120)",
+                self.max_surface,
+                system.len(),
+                system.join(", ")
+            ));
+        }
         if self.max_sessions == 0 {
             return bad("max_sessions must be at least 1".into());
         }
@@ -190,6 +201,12 @@ impl SurfaceConfig {
             out.push(format!(
                 "max_surface ({}) is below round.max_definitions ({round}): a full round would exceed it, and every composition of that session fails; raise max_surface or lower max_definitions",
                 self.max_surface
+            ));
+        }
+        if !(self.floor_min..=self.floor_max).contains(&self.target_floor) {
+            out.push(format!(
+                "target_floor ({}) is outside floor_min..floor_max ({}..{}): a floor of that size is always reported out of range; set it between them",
+                self.target_floor, self.floor_min, self.floor_max
             ));
         }
         let system = self.system_set();

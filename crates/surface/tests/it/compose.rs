@@ -362,6 +362,24 @@ fn unworkable_settings_are_refused() {
         SurfaceConfig::default().with_max_surface(0),
         "max_surface must be at least 1",
     );
+    // Below the system set no list can be composed (QA-13 C-10: a warning, then every
+    // tools/list failed).
+    refused(
+        SurfaceConfig::default().with_max_surface(1),
+        "max_surface (1) is below the always-resident system set (2: tool_search, describe_tool): no tool list could be composed",
+    );
+    SurfaceConfig::default()
+        .with_max_surface(2)
+        .validate()
+        .expect("the system set alone fits");
+    // A target floor outside its own bounds is a warning.
+    let off = SurfaceConfig::default().with_floor(100, 25, 35).warnings();
+    assert!(
+        off.iter()
+            .any(|w| w.contains("target_floor (100) is outside floor_min..floor_max (25..35)")),
+        "{off:?}"
+    );
+    assert!(SurfaceConfig::default().warnings().is_empty());
     refused(
         SurfaceConfig::default().with_max_sessions(0),
         "max_sessions must be at least 1",

@@ -1154,6 +1154,7 @@ async fn command(
                 }
             }
             let mut breaking = Vec::new();
+            let against_given = against.is_some();
             if let Some(db) = against {
                 if !db.exists() {
                     anyhow::bail!(
@@ -1236,8 +1237,15 @@ async fn command(
                     say!("{}: [breaking: {}] {}", b.tool, b.kind, b.message);
                 }
             }
+            // Without `--against` nothing was compared: "0 breaking change(s)" would say it
+            // was (QA-13 C-8).
+            let breaking_said = if against_given {
+                format!("{} breaking change(s)", breaking.len())
+            } else {
+                "breaking changes not checked (--against DB)".to_owned()
+            };
             say!(
-                "config ok; {} tool definition(s) linted, {} finding(s), {} not registered, {} breaking change(s), {} unmatched name(s)",
+                "config ok; {} tool definition(s) linted, {} finding(s), {} not registered, {breaking_said}, {} unmatched name(s)",
                 app.catalog.len(),
                 findings.len()
                     + misfits.len()
@@ -1247,7 +1255,6 @@ async fn command(
                     + usize::from(crowded.is_some())
                     + app.long_skills.len(),
                 not_registered,
-                breaking.len(),
                 unmatched
             );
             Ok(

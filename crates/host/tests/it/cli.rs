@@ -91,6 +91,12 @@ fn check_lints_and_rejects_a_broken_config() {
     let ok = quiver(&["check"]);
     assert_eq!(ok.status.code(), Some(0), "{}", stdout(&ok));
     assert!(stdout(&ok).contains("0 finding(s)"));
+    // Nothing was compared without --against, and the summary says so (QA-13 C-8).
+    assert!(
+        stdout(&ok).contains("breaking changes not checked (--against DB)"),
+        "{}",
+        stdout(&ok)
+    );
     let dir = std::env::temp_dir().join(format!("quiver-cli-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("quiver.toml");

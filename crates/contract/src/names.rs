@@ -8,7 +8,7 @@ pub const MAX_NAME_BYTES: usize = 256;
 /// A requested tool name as an error message quotes it back: a name longer than
 /// [`MAX_NAME_BYTES`] cannot exist, so only its start is shown (with its length), not
 /// kilobytes of whatever was sent; control characters (a newline, a terminal escape) are
-/// shown escaped (`\n`, `\u{1b}`), so a name cannot break the message's lines or reach an
+/// shown escaped (`\n`, `\u001b`), so a name cannot break the message's lines or reach an
 /// operator's terminal as a command.
 pub fn quoted_name(name: &str) -> std::borrow::Cow<'_, str> {
     const SHOWN: usize = 64;
@@ -28,9 +28,9 @@ pub fn quoted_name(name: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(format!("{escaped}… ({} bytes)", name.len()))
 }
 
-/// `text` with its control characters escaped (`\n`, `\t`, `\u{1b}`), and the
-/// bidirectional controls that reorder what a terminal shows (`\u{202e}`); borrowed when
-/// it has none.
+/// `text` with its control characters escaped (`\n`, `\t`, `\u001b`), and the
+/// bidirectional controls that reorder what a terminal shows (`\u202e`), in the escapes
+/// JSON uses; borrowed when it has none.
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     escaped(text, false)
 }
@@ -50,12 +50,17 @@ fn escaped(text: &str, lines: bool) -> std::borrow::Cow<'_, str> {
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        if shown(c) {
-            out.push(c);
-        } else if c.is_control() {
-            out.extend(c.escape_debug());
-        } else {
-            out.extend(c.escape_unicode());
+        // `\n`, `\t`, `\r`, else `\u001b`: the escapes JSON has too, so JSON printed this
+        // way (`quiver search`, `call`) is still JSON (QA-13 C-11: `\u{202e}` was not).
+        match c {
+            _ if shown(c) => out.push(c),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            _ => {
+                use std::fmt::Write;
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
         }
     }
     std::borrow::Cow::Owned(out)
@@ -199,6 +204,20 @@ fn check_upstream_tool(full: &str, tool: &str) -> Result<(), ContractError> {
             format!("it contains the control character {bad:?}"),
         ));
     }
+    // Invisible characters that reorder or hide what a name shows: with them one tool's
+    // name can look like another's (QA-13 C-11: `weird\u{202e}name` was served).
+    if let Some(bad) = tool.chars().find(|c| {
+        is_bidi_control(*c) || matches!(c, '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}')
+    }) {
+        return Err(invalid(
+            "MCP tool",
+            &printable(full),
+            format!(
+                "it contains the invisible character U+{:04X}, with which a name can look like another's",
+                u32::from(bad)
+            ),
+        ));
+    }
     Ok(())
 }
 
@@ -328,13 +347,32 @@ mod quoted_tests {
     }
 
     #[test]
+    fn an_upstream_name_with_an_invisible_character_is_refused() {
+        for name in ["weird\u{202e}eman", "zero\u{200b}width", "bom\u{feff}"] {
+            let err = mcp_tool_name("liar", name.as_bytes())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("it contains the invisible character U+"),
+                "{err}"
+            );
+            assert!(!err.contains('\u{202e}'), "{err}");
+        }
+        assert!(mcp_tool_name("liar", "emoji_🔥".as_bytes()).is_ok());
+    }
+
+    #[test]
     fn control_characters_are_shown_escaped() {
-        assert_eq!(quoted_name("a\nb\u{1b}[2J"), "a\\nb\\u{1b}[2J");
+        assert_eq!(quoted_name("a\nb\u{1b}[2J"), "a\\nb\\u001b[2J");
         assert_eq!(printable("plain"), "plain");
-        assert_eq!(printable("abc\u{202e}fed"), "abc\\u{202e}fed");
+        assert_eq!(printable("abc\u{202e}fed"), "abc\\u202efed");
+        // JSON printed this way is still JSON.
+        let json = serde_json::to_string(&serde_json::json!({"n": "a\u{202e}b"})).unwrap();
+        let back: serde_json::Value = serde_json::from_str(&printable(&json)).unwrap();
+        assert_eq!(back["n"], "a\u{202e}b");
         assert_eq!(
             printable_lines("line 1\n\tline 2 \u{1b}]52;c;SGk=\u{7} \u{1b}[31mred\u{2066}"),
-            "line 1\n\tline 2 \\u{1b}]52;c;SGk=\\u{7} \\u{1b}[31mred\\u{2066}"
+            "line 1\n\tline 2 \\u001b]52;c;SGk=\\u0007 \\u001b[31mred\\u2066"
         );
         assert!(matches!(
             printable_lines("plain\nlines"),

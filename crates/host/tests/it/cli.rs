@@ -1278,7 +1278,7 @@ fn call_and_tools_print_an_upstreams_control_characters_escaped() {
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(!raw(&text), "{text:?}");
     assert!(
-        text.contains(r"fail \u{1b}]52;c;SGVsbG8=\u{7} \u{1b}[31mred\u{202e}")
+        text.contains(r"fail \u001b]52;c;SGVsbG8=\u0007 \u001b[31mred\u202e")
             && text.contains("\nnext line"),
         "{text}"
     );
@@ -1286,7 +1286,7 @@ fn call_and_tools_print_an_upstreams_control_characters_escaped() {
     let text = stdout(&out);
     assert!(!raw(&text), "{text:?}");
     assert!(
-        text.contains(r"Takes \u{1b}]0;PWNED\u{7} one \u{1b}[2J field."),
+        text.contains(r"Takes \u001b]0;PWNED\u0007 one \u001b[2J field."),
         "{text}"
     );
     let out = quiver_in(&dir, &["tools", "--format", "json"]);

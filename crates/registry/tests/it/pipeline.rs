@@ -1351,12 +1351,12 @@ async fn early_exits_have_call_ids_and_names_are_escaped() {
     let forged = d.call("x\u{1b}[2J\nfake_row ok", json!({}), ctx()).await;
     let shown = text(&forged);
     assert!(
-        !shown.contains('\u{1b}') && shown.contains("x\\u{1b}[2J\\nfake_row ok"),
+        !shown.contains('\u{1b}') && shown.contains("x\\u001b[2J\\nfake_row ok"),
         "{shown}"
     );
     let seen = seen.lock().unwrap();
     assert!(seen.iter().all(|(_, id)| !id.is_empty()), "{seen:?}");
-    assert_eq!(seen[2].0, "x\\u{1b}[2J\\nfake_row ok");
+    assert_eq!(seen[2].0, "x\\u001b[2J\\nfake_row ok");
 }
 
 #[tokio::test]

@@ -33,8 +33,8 @@ pub use ports::{
     PolicyVerdict, ToolCallRecorder,
 };
 pub use skill::{
-    MAX_LISTED_FILES, MAX_SKILL_BYTES, SKILL_TOOL, Skill, SkillProblem, SkillSet, SkillSource,
-    skill_tool,
+    LIST_ALL, MAX_LISTED_FILES, MAX_SKILL_BYTES, MAX_SKILL_LISTING_BYTES, SKILL_TOOL, Skill,
+    SkillProblem, SkillSet, SkillSource, skill_tool,
 };
 pub use store::{
     ALL_TENANTS, CallFilter, CallLog, DefinitionStore, JobStatus, JobStore, JobType, LoggedCall,

@@ -273,25 +273,25 @@ pub fn skill_tool(skills: Vec<Skill>) -> (Option<Arc<dyn Tool>>, Vec<SkillProble
     if kept.is_empty() {
         return (None, problems);
     }
-    let mut description = String::from(
-        "Loads the instructions of a skill: a packaged way of doing one kind of task. When the task matches a skill below, call this with the skill's name before starting, then follow what it returns.\n\nSkills:",
-    );
-    for s in &kept {
-        description.push_str(&format!("\n- {}: {}", s.name, s.description));
+    let (description, names) = listing(&kept);
+    let mut name = json!({
+        "type": "string",
+        "description": "The skill to load, as listed in this tool's description."
+    });
+    match names {
+        Some(names) => name["enum"] = json!(names),
+        None => {
+            name["description"] = json!(format!(
+                "The skill to load, as listed in this tool's description; `{LIST_ALL}` lists every skill with its description."
+            ))
+        }
     }
-    let names: Vec<&str> = kept.iter().map(|s| s.name.as_str()).collect();
     let spec = ToolSpec::new(SKILL_TOOL, description)
         .read_only()
         .with_category("skills")
         .with_schema(json!({
             "type": "object",
-            "properties": {
-                "name": {
-                    "type": "string",
-                    "enum": names,
-                    "description": "The skill to load, as listed in this tool's description."
-                }
-            },
+            "properties": {"name": name},
             "required": ["name"],
             "additionalProperties": false
         }));
@@ -300,6 +300,74 @@ pub fn skill_tool(skills: Vec<Skill>) -> (Option<Arc<dyn Tool>>, Vec<SkillProble
         skills: kept.into_iter().map(|s| (s.name.clone(), s)).collect(),
     };
     (Some(Arc::new(tool)), problems)
+}
+
+/// What the `skill` tool's `name` takes to list every skill, when its description cannot.
+pub const LIST_ALL: &str = "?";
+
+/// The most bytes the `skill` tool's description (and its `enum` of names) may take: a
+/// definition has to fit a round's budget (16 KiB by default) beside the other tools.
+/// Beyond it the descriptions are shortened, then only names are listed; QA-13 C-5: with
+/// ~100 skills the full listing outgrew the round and the tool was never shown, anchored
+/// or not.
+pub const MAX_SKILL_LISTING_BYTES: usize = 6 * 1024;
+
+/// How long a skill's description is kept in a shortened listing, in characters.
+const SHORT_DESCRIPTION_CHARS: usize = 80;
+
+/// The `skill` tool's description, and the `enum` of names when everything fits
+/// [`MAX_SKILL_LISTING_BYTES`] whole: every skill with its description; else with
+/// descriptions cut short; else the names that fit, and how to list the rest
+/// ([`LIST_ALL`]).
+fn listing(kept: &[Skill]) -> (String, Option<Vec<String>>) {
+    const HEAD: &str = "Loads the instructions of a skill: a packaged way of doing one kind of task. When the task matches a skill below, call this with the skill's name before starting, then follow what it returns.\n\nSkills:";
+    let full: String = kept
+        .iter()
+        .map(|s| format!("\n- {}: {}", s.name, s.description))
+        .collect();
+    let names: Vec<String> = kept.iter().map(|s| s.name.clone()).collect();
+    let enum_bytes: usize = names.iter().map(|n| n.len() + 3).sum();
+    if HEAD.len() + full.len() + enum_bytes <= MAX_SKILL_LISTING_BYTES {
+        return (format!("{HEAD}{full}"), Some(names));
+    }
+    let tail = format!(
+        "\n\nCall this with `name` set to `{LIST_ALL}` for every skill with its whole description."
+    );
+    let short: String = kept
+        .iter()
+        .map(|s| {
+            let mut d: String = s
+                .description
+                .chars()
+                .take(SHORT_DESCRIPTION_CHARS)
+                .collect();
+            if d.len() < s.description.len() {
+                d.push('…');
+            }
+            format!("\n- {}: {d}", s.name)
+        })
+        .collect();
+    if HEAD.len() + short.len() + tail.len() <= MAX_SKILL_LISTING_BYTES {
+        return (format!("{HEAD}{short}{tail}"), None);
+    }
+    let mut out = String::from(HEAD);
+    out.push(' ');
+    let mut listed = 0;
+    for (i, n) in names.iter().enumerate() {
+        let sep = if i == 0 { "" } else { ", " };
+        if out.len() + sep.len() + n.len() + tail.len() + 40 > MAX_SKILL_LISTING_BYTES {
+            break;
+        }
+        out.push_str(sep);
+        out.push_str(n);
+        listed += 1;
+    }
+    if listed < names.len() {
+        out.push_str(&format!(", and {} more", names.len() - listed));
+    }
+    out.push('.');
+    out.push_str(&tail);
+    (out, None)
 }
 
 struct SkillTool {
@@ -322,6 +390,13 @@ impl Tool for SkillTool {
         // The dispatcher has checked the argument against the schema's enum already; this
         // answers a direct call all the same.
         let name = input.get("name").and_then(Value::as_str).unwrap_or("");
+        if name == LIST_ALL && !self.skills.contains_key(name) {
+            let mut out = format!("{} skills:", self.skills.len());
+            for s in self.skills.values() {
+                out.push_str(&format!("\n- {}: {}", s.name, s.description));
+            }
+            return Ok(Envelope::text(out));
+        }
         match self.skills.get(name) {
             Some(skill) => Ok(Envelope::text(skill.render())),
             None => {
@@ -363,6 +438,78 @@ mod tests {
             1,
             "{listed}"
         );
+    }
+
+    /// Many skills: the listing shortens, then names only, and stays within its budget; the
+    /// rest are listed by a call with `?` (QA-13 C-5: 300 skills made a 45 KB definition
+    /// that no round could show).
+    #[tokio::test]
+    async fn many_skills_fit_the_listing_budget_and_list_in_full_on_request() {
+        let skill = |i: usize, words: usize| {
+            let text = format!(
+                "---\nname: skill-{i:03}\ndescription: {}\n---\nStep {i}.\n",
+                "quarterly financial report operation ".repeat(words)
+            );
+            Skill::parse(&text, "x", None).unwrap()
+        };
+        let few: Vec<Skill> = (0..3).map(|i| skill(i, 2)).collect();
+        let (tool, _) = skill_tool(few);
+        let tool = tool.unwrap();
+        assert!(tool.spec().input_schema["properties"]["name"]["enum"].is_array());
+        assert!(!tool.spec().description.contains("`?`"));
+        for (count, shortened, cut) in [(60, true, false), (300, false, false), (700, false, true)]
+        {
+            let (tool, _) = skill_tool((0..count).map(|i| skill(i, 3)).collect());
+            let tool = tool.unwrap();
+            let spec = tool.spec();
+            let bytes = spec.description.len() + spec.input_schema.to_string().len();
+            assert!(bytes <= MAX_SKILL_LISTING_BYTES + 512, "{count}: {bytes}");
+            assert!(
+                spec.input_schema["properties"]["name"]
+                    .get("enum")
+                    .is_none()
+            );
+            assert!(
+                spec.description
+                    .contains("Call this with `name` set to `?` for every skill"),
+                "{}",
+                spec.description
+            );
+            assert_eq!(
+                spec.description.contains("- skill-000: quarterly"),
+                shortened
+            );
+            if !shortened {
+                assert!(
+                    spec.description.contains("skill-000, skill-001"),
+                    "{}",
+                    spec.description
+                );
+            }
+            assert_eq!(
+                spec.description.contains(" more."),
+                cut,
+                "{}",
+                spec.description
+            );
+            let last = format!("skill-{:03}", count - 1);
+            assert_eq!(spec.description.contains(&last), !cut);
+            let all = tool
+                .call(json!({"name": "?"}), &CallContext::default())
+                .await
+                .unwrap();
+            let text = quiver_contract::render(&all, &Default::default());
+            assert!(text.contains(&format!("{count} skills:")), "{text}");
+            assert!(
+                text.contains(&format!("- skill-{:03}: quarterly", count - 1)),
+                "{text}"
+            );
+            let one = tool
+                .call(json!({"name": "skill-007"}), &CallContext::default())
+                .await
+                .unwrap();
+            assert!(quiver_contract::render(&one, &Default::default()).contains("Step 7."));
+        }
     }
 
     #[test]

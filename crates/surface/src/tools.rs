@@ -215,12 +215,20 @@ impl Tool for DescribeTool {
                 // `loaded: false` after the definition, which a long one pushes past it.
                 let why = if paged.over_budget.contains(&spec.name) {
                     let round = &surface.config().round;
-                    format!(
-                        "it does not fit in what a round lists (at most {} tools and {} bytes, and the tools ranked above it took that room; its definition is {} bytes)",
-                        round.max_definitions,
-                        round.max_bytes,
-                        spec.definition_bytes()
-                    )
+                    let bytes = spec.definition_bytes();
+                    // Alone over the budget, it never fits: nothing took its room (QA-13
+                    // C-13).
+                    if bytes > round.max_bytes {
+                        format!(
+                            "its definition ({bytes} bytes) is larger than all a round lists ({} bytes), so it can never be listed",
+                            round.max_bytes
+                        )
+                    } else {
+                        format!(
+                            "it does not fit in what a round lists (at most {} tools and {} bytes, and the tools ranked above it took that room; its definition is {bytes} bytes)",
+                            round.max_definitions, round.max_bytes
+                        )
+                    }
                 } else {
                     "it could not be added this round".to_owned()
                 };
@@ -234,6 +242,24 @@ impl Tool for DescribeTool {
             }
             None => {
                 let mode = surface.session_mode(session);
+                // A tool the caller may use in another mode but this mode leaves out is
+                // refused as a call of it is, not called unknown in a schema hint (QA-13
+                // C-13). An internal tool, listed in no mode, stays unknown.
+                let can_search = ctx.capabilities.allows(crate::TOOL_SEARCH);
+                let elsewhere = [
+                    quiver_contract::Mode::Chat,
+                    quiver_contract::Mode::Agentic,
+                    quiver_contract::Mode::Delegate,
+                    quiver_contract::Mode::Plan,
+                ]
+                .into_iter()
+                .any(|m| surface.visible(&a.name, m, &ctx.capabilities));
+                if elsewhere
+                    && let Some(why) =
+                        surface.mode_refusal(&a.name, mode, &ctx.capabilities, can_search)
+                {
+                    return Err(ToolError::err(quiver_contract::ErrKind::Forbidden, why));
+                }
                 let names = surface.visible_names(mode, &ctx.capabilities);
                 let alternatives: Vec<Alternative> =
                     did_you_mean(&a.name, names.iter().map(String::as_str), 3)

@@ -234,6 +234,22 @@ async fn hits_the_round_cannot_list_for_bytes_are_reported_over_budget() {
         "{}",
         text(&e)
     );
+    // A tool larger than the whole round is told so: nothing took its room (QA-13 C-13).
+    let tiny = Fixture::new(
+        SurfaceConfig::default().with_round_budget(32, bare - 1),
+        vec![ro("read_csv", "Reads a CSV file into rows.")],
+        &[],
+    );
+    let e = tiny
+        .call("s", "describe_tool", json!({"name": "read_csv"}))
+        .await;
+    assert!(
+        text(&e).contains("is larger than all a round lists")
+            && text(&e).contains("so it can never be listed")
+            && !text(&e).contains("ranked above it"),
+        "{}",
+        text(&e)
+    );
 }
 
 /// With a `max_surface` below the round budget (a configuration `quiver check` warns about),
@@ -563,7 +579,19 @@ async fn describe_tool_respects_the_modes_lists() {
     let e = fx
         .call("s", "describe_tool", json!({"name": "run_shell"}))
         .await;
-    assert_eq!(e.hint_kind(), Some(HintKind::Schema), "{}", text(&e));
+    // Refused as a call of it is (forbidden, the mode named), not called unknown in a
+    // schema hint (QA-13 C-13).
+    assert_eq!(
+        e.err_kind(),
+        Some(&quiver_contract::ErrKind::Forbidden),
+        "{}",
+        text(&e)
+    );
+    assert!(
+        text(&e).contains("`run_shell` is not available in chat mode."),
+        "{}",
+        text(&e)
+    );
     fx.surface
         .assemble_tools("s", Mode::Agentic, &Capabilities::all())
         .unwrap();

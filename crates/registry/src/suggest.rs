@@ -18,7 +18,14 @@ pub fn did_you_mean<'a>(
             // What the two names share up to a `__` (`mcp__everything__`) is one server, not
             // a likeness: the rest is compared, or every tool of the server would be alike.
             let shared = shared_prefix(&wanted_l, &cl);
-            let mut score = strsim::jaro_winkler(&wanted_l[shared..], &cl[shared..]);
+            let (a, b) = (&wanted_l[shared..], &cl[shared..]);
+            let mut score = strsim::jaro_winkler(a, b);
+            // Jaro-Winkler rates a short name against a long one that begins alike high
+            // (`foo` and `floor_max`: 0.80): at least half of the characters must also
+            // stay in place (QA-13 C-13).
+            if strsim::normalized_damerau_levenshtein(a, b) < 0.5 {
+                score = score.min(0.7);
+            }
             // A name that contains the wanted text, or the tail of an MCP name that equals
             // it, is a strong candidate even when the edit distance is large.
             let tail = cl.rsplit("__").next().unwrap_or(&cl);
@@ -48,6 +55,27 @@ fn shared_prefix(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_short_name_is_not_like_a_long_one_that_begins_alike() {
+        assert!(did_you_mean("foo", ["floor_max", "floor_min"], 3).is_empty());
+        assert_eq!(
+            did_you_mean("flor_max", ["floor_max", "floor_min"], 1)[0].0,
+            "floor_max"
+        );
+        assert_eq!(did_you_mean("stor", ["store", "surface"], 1)[0].0, "store");
+        assert_eq!(
+            did_you_mean(
+                "mcp__liar__preveiw",
+                ["mcp__liar__preview", "mcp__liar__err"],
+                3
+            )
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect::<Vec<_>>(),
+            ["mcp__liar__preview"]
+        );
+    }
 
     #[test]
     fn a_name_longer_than_any_name_gets_no_suggestion() {

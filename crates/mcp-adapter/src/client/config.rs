@@ -818,10 +818,28 @@ fn resolve(
             // The first header that carries a credential: `Authorization`, and those named
             // for one (`Proxy-Authorization`, `Cookie`, `X-API-Key`, `X-Auth-Token`, ...).
             let mut credential_header: Option<String> = None;
-            for (k, v) in &s.headers {
-                let v = interpolate(&s.name, &format!("headers.{k}"), v, env)?;
+            for (k, raw) in &s.headers {
+                let v = interpolate(&s.name, &format!("headers.{k}"), raw, env)?;
                 let name = HeaderName::try_from(k.as_str())
                     .map_err(|e| cfg_err(&s.name, format!("header {k:?}: {e}")))?;
+                // Say what is wrong, and where it came from: http's own "failed to parse
+                // header value" said neither (QA-13 C-13). The value is not shown.
+                if let Some(bad) = v
+                    .chars()
+                    .find(|c| (c.is_control() && *c != '\t') || *c == '\u{7f}')
+                {
+                    let from = if raw.contains("${env:") {
+                        format!(" (its value comes from `{raw}`)")
+                    } else {
+                        String::new()
+                    };
+                    return Err(cfg_err(
+                        &s.name,
+                        format!(
+                            "header {k:?}: the value contains the control character {bad:?}{from}, which a header cannot carry (a line break would start another header); remove it"
+                        ),
+                    ));
+                }
                 let mut value = HeaderValue::try_from(v)
                     .map_err(|e| cfg_err(&s.name, format!("header {k:?}: {e}")))?;
                 if credential_header.is_none() && carries_credential(&name) {
@@ -993,6 +1011,16 @@ mod tests {
         let more = names(&["CARGO_MANIFEST_*".to_owned()]);
         assert!(more.iter().any(|n| n == "CARGO_MANIFEST_DIR"), "{more:?}");
         assert!(!more.iter().any(|n| n == "CARGO_PKG_NAME"), "{more:?}");
+        let crlf =
+            ServerConfig::http("h", "https://a.example/mcp").with_header("X-Key", "${env:K}");
+        let err = validate_all(&[crlf], &|_| Some("abc\r\nEvil: 1".to_owned()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("header \"X-Key\": the value contains the control character '\\r' (its value comes from `${env:K}`)"),
+            "{err}"
+        );
+        assert!(!err.contains("Evil"), "{err}");
         let bad = ServerConfig::stdio("a", "x", vec![]).with_inherit_env(["A=B"]);
         let err = validate_all(&[bad], &|_| None).unwrap_err().to_string();
         assert!(

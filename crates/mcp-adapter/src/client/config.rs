@@ -994,6 +994,22 @@ fn looks_like_key(segment: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// A header value with a line break is refused saying so, and where it came from,
+    /// without quoting it (QA-13 C-13: http's "failed to parse header value").
+    #[test]
+    fn a_header_value_with_a_control_character_is_named() {
+        let crlf =
+            ServerConfig::http("h", "https://a.example/mcp").with_header("X-Key", "${env:K}");
+        let err = validate_all(&[crlf], &|_| Some("abc\r\nEvil: 1".to_owned()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("header \"X-Key\": the value contains the control character '\\r' (its value comes from `${env:K}`)"),
+            "{err}"
+        );
+        assert!(!err.contains("Evil"), "{err}");
+    }
+
     /// A stdio server gets the allowed part of Quiver's environment and the names its
     /// `inherit_env` matches, nothing else (QA-13 C-2).
     #[test]
@@ -1011,16 +1027,6 @@ mod tests {
         let more = names(&["CARGO_MANIFEST_*".to_owned()]);
         assert!(more.iter().any(|n| n == "CARGO_MANIFEST_DIR"), "{more:?}");
         assert!(!more.iter().any(|n| n == "CARGO_PKG_NAME"), "{more:?}");
-        let crlf =
-            ServerConfig::http("h", "https://a.example/mcp").with_header("X-Key", "${env:K}");
-        let err = validate_all(&[crlf], &|_| Some("abc\r\nEvil: 1".to_owned()))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("header \"X-Key\": the value contains the control character '\\r' (its value comes from `${env:K}`)"),
-            "{err}"
-        );
-        assert!(!err.contains("Evil"), "{err}");
         let bad = ServerConfig::stdio("a", "x", vec![]).with_inherit_env(["A=B"]);
         let err = validate_all(&[bad], &|_| None).unwrap_err().to_string();
         assert!(

@@ -251,6 +251,85 @@ pub(crate) fn message_bytes(line: &[u8]) -> &[u8] {
         .trim_ascii()
 }
 
+/// What stands in a [`pruned`] message for a value nested too deeply to be read.
+pub(crate) const TOO_DEEP: &str = "(nested too deeply: not read by Quiver)";
+
+/// How many levels of arrays and objects [`pruned`] keeps: below the JSON parser's limit
+/// (128), with room for the JSON-RPC envelope around a tool.
+pub(crate) const KEPT_DEPTH: usize = 100;
+
+/// `json` with each array or object nested deeper than `keep` levels replaced by the
+/// string [`TOO_DEEP`], so that the rest can be read; `None` if it was not cut (nothing so
+/// deep) or is not JSON the scan can follow (an unclosed string or bracket).
+pub(crate) fn pruned(json: &[u8], keep: usize) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(json.len());
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut cut = false;
+    let mut i = 0;
+    while i < json.len() {
+        let b = json[i];
+        if in_string {
+            out.push(b);
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            i += 1;
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' if depth == keep => {
+                // Skip this value whole: to its matching bracket, strings and all.
+                let mut nested = 0usize;
+                let (mut s, mut e) = (false, false);
+                loop {
+                    let c = *json.get(i)?;
+                    if s {
+                        if e {
+                            e = false;
+                        } else if c == b'\\' {
+                            e = true;
+                        } else if c == b'"' {
+                            s = false;
+                        }
+                    } else {
+                        match c {
+                            b'"' => s = true,
+                            b'{' | b'[' => nested += 1,
+                            b'}' | b']' => {
+                                nested -= 1;
+                                if nested == 0 {
+                                    break;
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    i += 1;
+                }
+                out.push(b'"');
+                out.extend_from_slice(TOO_DEEP.as_bytes());
+                out.push(b'"');
+                cut = true;
+                i += 1;
+                continue;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth = depth.checked_sub(1)?,
+            _ => {}
+        }
+        out.push(b);
+        i += 1;
+    }
+    (cut && !in_string && depth == 0).then_some(out)
+}
+
 /// The request id of a message that could not be read whole, from its first bytes (`id`
 /// among the top-level members before anything long, as most servers write it) or its
 /// last (`"id":7}` at the very end, as JavaScript's `JSON.stringify` of
@@ -328,6 +407,22 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_value_nested_too_deeply_is_cut_and_the_rest_kept() {
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        let text = format!(r#"{{"a": "x]{{\"", "b": {deep}, "c": [1, {{"d": 2}}]}}"#);
+        assert!(serde_json::from_str::<Value>(&text).is_err());
+        let cut = pruned(text.as_bytes(), 3).unwrap();
+        let v: Value = serde_json::from_slice(&cut).unwrap();
+        assert_eq!(v["a"], "x]{\"");
+        assert_eq!(v["b"][0][0], TOO_DEEP);
+        assert_eq!(v["c"], serde_json::json!([1, {"d": 2}]));
+        // Nothing to cut, or not JSON the scan can follow.
+        assert!(pruned(br#"{"a": [1]}"#, 3).is_none());
+        assert!(pruned(b"[[[[", 2).is_none());
+        assert!(pruned(br#"{"a": "open"#, 0).is_none());
+    }
 
     /// A send waiting behind another line (here one the reader has not taken yet) has not
     /// begun: its mark comes only once it has the writing end, and never if it is dropped

@@ -182,11 +182,16 @@ fn readable(
             event.map(|mut sse| {
                 let message_event =
                     matches!(sse.event.as_deref(), None | Some("") | Some("message"));
-                if message_event
-                    && let Some(data) = &sse.data
-                    && let Verdict::Unreadable(id, why) = judge(data.as_bytes())
-                {
-                    sse.data = serde_json::to_string(&unreadable_answer(&server, id, &why)).ok();
+                if message_event && let Some(data) = &sse.data {
+                    match judge(data.as_bytes()) {
+                        Verdict::Unreadable(id, why) => {
+                            sse.data =
+                                serde_json::to_string(&unreadable_answer(&server, id, &why)).ok();
+                        }
+                        // What rmcp can read of a listing too deep to read whole.
+                        Verdict::Cut(message) => sse.data = serde_json::to_string(&message).ok(),
+                        _ => {}
+                    }
                 }
                 sse
             })

@@ -96,6 +96,8 @@ fn stringified_id_warning(number: i64, text: &str) -> String {
 /// What to do with one line (or one SSE event's data).
 pub(crate) enum Verdict {
     Take(Box<ServerJsonRpcMessage>),
+    /// A `tools/list` answer read with its too-deep values cut ([`deep_tools_page`]).
+    Cut(Box<ServerJsonRpcMessage>),
     Skip,
     /// The server's answer to this request cannot be read: fail the request with `why`.
     Unreadable(RequestId, String),
@@ -134,6 +136,9 @@ pub(crate) fn judge(line: &[u8]) -> Verdict {
         Ok(message) => return Verdict::Take(Box::new(message)),
         Err(e) => e,
     };
+    if let Some(message) = deep_tools_page(bytes, &err) {
+        return Verdict::Cut(Box::new(message));
+    }
     let (id, is_request, why) = match serde_json::from_slice::<Value>(bytes) {
         Ok(value) => (
             value.get("id").cloned(),
@@ -152,6 +157,36 @@ pub(crate) fn judge(line: &[u8]) -> Verdict {
         },
         None => Verdict::Skip,
     }
+}
+
+/// A `tools/list` answer past the JSON parser's depth limit because of some tools'
+/// definitions (a schema nested 62 levels): read with the too-deep values cut, so that
+/// those tools are skipped as malformed and the rest served (QA-13 C-4: the whole server
+/// failed to connect). Only a page whose every cut is inside a tool: any other answer
+/// cut short would be data changed, and stays unreadable.
+fn deep_tools_page(bytes: &[u8], err: &serde_json::Error) -> Option<ServerJsonRpcMessage> {
+    if !err.to_string().starts_with("recursion limit exceeded") {
+        return None;
+    }
+    let cut = crate::lines::pruned(bytes, crate::lines::KEPT_DEPTH)?;
+    let mut value: Value = serde_json::from_slice(&cut).ok()?;
+    let tools = value.get_mut("result")?.get_mut("tools")?.take();
+    let marker = Value::String(crate::lines::TOO_DEEP.to_owned());
+    if !tools.is_array() || contains(&value, &marker) {
+        return None;
+    }
+    value["result"]["tools"] = tools;
+    serde_json::from_value(value).ok()
+}
+
+/// Whether `needle` occurs anywhere in `value`.
+pub(crate) fn contains(value: &Value, needle: &Value) -> bool {
+    value == needle
+        || match value {
+            Value::Array(items) => items.iter().any(|v| contains(v, needle)),
+            Value::Object(m) => m.values().any(|v| contains(v, needle)),
+            _ => false,
+        }
 }
 
 /// What makes a JSON answer not a JSON-RPC 2.0 response, in words (serde's own says only
@@ -251,7 +286,7 @@ where
                 LineRead::End => return None,
             }
             match judge(self.lines.line()) {
-                Verdict::Take(message) => {
+                Verdict::Take(message) | Verdict::Cut(message) => {
                     self.note_stringified_id(&message);
                     return Some(*message);
                 }

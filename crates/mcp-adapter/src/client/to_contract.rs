@@ -30,6 +30,13 @@ pub(crate) fn tool_spec(server: &str, prefix: &str, tool: &Value) -> Result<Upst
         .and_then(Value::as_str)
         .ok_or_else(|| "a tool has no string `name`".to_owned())?;
     let name = mcp_tool_name(prefix, upstream.as_bytes()).map_err(|e| e.to_string())?;
+    // Cut from a page too deep to read whole (`pipe::deep_tools_page`).
+    if super::pipe::contains(tool, &Value::String(crate::lines::TOO_DEEP.to_owned())) {
+        return Err(format!(
+            "tool {upstream:?} has a definition nested more than {} levels deep, more than Quiver reads; flatten its schema",
+            crate::lines::KEPT_DEPTH - 3
+        ));
+    }
     let description = match tool.get("description").and_then(Value::as_str) {
         Some(d) if !d.trim().is_empty() => format!("[MCP: {server}] {d}"),
         _ => format!("[MCP: {server}] {upstream}"),

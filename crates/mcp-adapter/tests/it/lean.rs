@@ -559,7 +559,7 @@ async fn deep_listing(body: String) -> Response {
                 leaf = format!(r#"{{"type":"object","properties":{{"x":{leaf}}}}}"#);
             }
             let answer = format!(
-                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"tools":[{{"name":"deep","inputSchema":{{"type":"object","properties":{{"d":{leaf}}}}}}}]}}}}"#
+                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"tools":[{{"name":"deep","inputSchema":{{"type":"object","properties":{{"d":{leaf}}}}}}},{{"name":"fine","inputSchema":{{"type":"object"}}}}]}}}}"#
             );
             (
                 StatusCode::OK,
@@ -573,29 +573,33 @@ async fn deep_listing(body: String) -> Response {
     }
 }
 
-/// A listing answered on a stream but unreadable fails the dial at once, saying why, as
-/// over stdio; rmcp skipped the event, and the dial waited for its connect timeout.
+/// A listing answered on a stream, past the JSON parser's depth limit because of one tool,
+/// is read without that tool, as over stdio: the rest are served at once (rmcp skipped the
+/// event, and the dial waited for its connect timeout; then the whole listing failed,
+/// QA-13 C-4).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreadable_listing_on_a_stream_fails_the_dial_at_once() {
+async fn a_listing_too_deep_on_a_stream_is_served_without_the_deep_tool() {
     let app = Router::new().route("/mcp", post(deep_listing));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
     // A connect timeout far longer than the wait below: only an answer read as an error
     // can end the dial in time.
-    let (_catalog, client) = start(
+    let (catalog, client) = start(
         &[ServerConfig::http("deep", url).with_liveness(Liveness::Off)],
         fast_options().with_connect_timeout(Duration::from_secs(120)),
     );
-    let why = "tools/list failed: MCP server \"deep\" answered, but its answer cannot be read (recursion limit exceeded";
+    let why = "skipped malformed tool \"deep\": tool \"deep\" has a definition nested more than 97 levels deep";
     wait_for(
-        "the listing to fail with why",
+        "the listing without the deep tool",
         Duration::from_secs(30),
         || {
             let st = client.server_status("deep").unwrap();
-            st.state != ServerState::Connected && st.diagnostics.iter().any(|l| l.contains(why))
+            st.state == ServerState::Connected && st.diagnostics.iter().any(|l| l.contains(why))
         },
     )
     .await;
+    assert!(catalog.lookup("mcp__deep__fine").is_some());
+    assert!(catalog.lookup("mcp__deep__deep").is_none());
     close_and_check(&client).await;
 }

@@ -256,13 +256,24 @@ fn judge(line: &[u8]) -> Verdict {
         Err(e) => e,
     };
     let Ok(value) = serde_json::from_slice::<Value>(line) else {
+        // The id, when it can be told from the line's first or last bytes: the answer is
+        // then the request's (QA-13 C-4: `id: null`, although the id came first).
+        let id = find_id(line, line).unwrap_or(Value::Null);
+        // Valid JSON nested past what the parser reads is not "not valid JSON".
+        if err.to_string().starts_with("recursion limit exceeded") {
+            return Verdict::Answer(Refusal {
+                code: invalid::INVALID_REQUEST,
+                message: "Invalid Request: the message nests arrays and objects more than 128 levels deep, more than Quiver reads; send the arguments less deeply nested".into(),
+                id,
+            });
+        }
         return Verdict::Answer(Refusal {
             code: invalid::PARSE_ERROR,
             message: format!(
                 "Parse error: the line is not valid JSON ({err}); `quiver serve --stdio` \
                  reads one JSON-RPC 2.0 message per line, with no `Content-Length` header"
             ),
-            id: Value::Null,
+            id,
         });
     };
     if invalid::is_notification(&value) {
@@ -490,6 +501,25 @@ mod tests {
                 -32600,
                 "longer than 4096 bytes",
                 Value::Null,
+            ),
+            // Valid JSON too deep for the parser: said so, with its id (QA-13 C-4: "not
+            // valid JSON", id null).
+            (
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{{"name":"t","arguments":{{"a":{}1{}}}}}}}"#,
+                    "[".repeat(150),
+                    "]".repeat(150)
+                ),
+                -32600,
+                "nests arrays and objects more than 128 levels deep",
+                Value::from(9),
+            ),
+            // A lone surrogate: not JSON serde reads, but its id is there.
+            (
+                r#"{"jsonrpc":"2.0","id":10,"method":"ping","params":{"x":"\ud800"}}"#.into(),
+                -32700,
+                "not valid JSON",
+                Value::from(10),
             ),
         ];
         for (n, (line, code, says, id)) in cases.into_iter().enumerate() {

@@ -98,10 +98,41 @@ fn quiver_binary() -> PathBuf {
 /// the working directory, and concurrent tests must not share one.
 fn fresh_dir() -> PathBuf {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    sweep_stale_dirs();
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("quiver-e2e-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temp dir");
     dir
+}
+
+/// Removes, once per run, the directories earlier runs of this suite left in the
+/// temporary directory (`quiver-e2e-<pid>-<n>`, `quiver-conformance-<pid>-<run>`,
+/// `quiver-timed-<pid>`) whose process is gone: a run keeps its own until the next one, to
+/// look into when a test fails, and the runs no longer pile up hundreds of them in /tmp.
+fn sweep_stale_dirs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(rest) = ["quiver-e2e-", "quiver-conformance-", "quiver-timed-"]
+                .iter()
+                .find_map(|p| name.strip_prefix(p))
+            else {
+                continue;
+            };
+            let pid = rest.split('-').next().unwrap_or_default();
+            if !pid.is_empty()
+                && pid.chars().all(|c| c.is_ascii_digit())
+                && pid != std::process::id().to_string()
+                && !Path::new("/proc").join(pid).exists()
+            {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    });
 }
 
 fn fixture_binary() -> PathBuf {
@@ -1323,6 +1354,7 @@ fn timed_out_list_changed_checks(dir: &std::path::Path, scenario: &str) -> usize
 
 /// The output folder [`run_conformance_with`] gives the run named `run`.
 fn out_dir(run: &str) -> std::path::PathBuf {
+    sweep_stale_dirs();
     std::env::temp_dir().join(format!("quiver-conformance-{}-{run}", std::process::id()))
 }
 

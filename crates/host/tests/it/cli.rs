@@ -2,11 +2,8 @@ use std::process::{Command, Output};
 
 use crate::ONE_TOOL_SERVER;
 
-fn workdir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("quiver-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn workdir(name: &str) -> crate::Scratch {
+    crate::Scratch::new(&format!("cli-{name}"))
 }
 
 fn quiver(args: &[&str]) -> Output {
@@ -97,8 +94,7 @@ fn check_lints_and_rejects_a_broken_config() {
         "{}",
         stdout(&ok)
     );
-    let dir = std::env::temp_dir().join(format!("quiver-cli-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = workdir("bad");
     let cfg = dir.join("quiver.toml");
     std::fs::write(&cfg, "[surface]\ntarget_flor = 3\n").unwrap();
     let bad = quiver(&["--config", cfg.to_str().unwrap(), "check"]);

@@ -12,11 +12,8 @@ use crate::ONE_TOOL_SERVER;
 
 /// One JSON-RPC POST; returns the raw HTTP response.
 /// A new empty directory for one test's `quiver serve` (its store lives there).
-fn fresh_dir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("quiver-serve-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn fresh_dir(name: &str) -> crate::Scratch {
+    crate::Scratch::new(&format!("serve-{name}"))
 }
 
 fn rpc(addr: &str, headers: &[(&str, &str)], body: &str) -> String {

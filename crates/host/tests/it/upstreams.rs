@@ -42,9 +42,7 @@ fn marked_processes(marker: &str) -> Vec<String> {
 #[test]
 fn a_real_mcp_servers_file_aggregates_upstreams_behind_one_catalog() {
     let peers = peers();
-    let dir = std::env::temp_dir().join(format!("quiver-upstreams-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::Scratch::new("upstreams");
     let config = dir.join("claude_desktop_config.json");
     std::fs::write(
         &config,
@@ -139,9 +137,7 @@ fn a_real_mcp_servers_file_aggregates_upstreams_behind_one_catalog() {
 /// by the default action, it left the grandchild running.
 #[test]
 fn a_signal_during_a_command_stops_the_upstreams_processes() {
-    let dir = std::env::temp_dir().join(format!("quiver-signal-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::Scratch::new("signal");
     let config = dir.join("mcp.json");
     // Never answers `initialize`: the command waits for it.
     std::fs::write(
@@ -234,9 +230,7 @@ fn a_signal_during_a_command_stops_the_upstreams_processes() {
 #[test]
 fn a_tool_nested_too_deeply_is_skipped_and_the_rest_served() {
     let python = peers().join("venv/bin/python");
-    let dir = std::env::temp_dir().join(format!("quiver-deep-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::Scratch::new("deep");
     let script = dir.join("deep.py");
     std::fs::write(
         &script,
@@ -324,9 +318,7 @@ fn closing_an_http_upstream_at_exit_is_not_a_lost_connection() {
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    let dir = std::env::temp_dir().join(format!("quiver-http-exit-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = crate::Scratch::new("http-exit");
     std::fs::write(
         dir.join("quiver.toml"),
         format!(

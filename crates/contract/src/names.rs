@@ -66,6 +66,39 @@ fn escaped(text: &str, lines: bool) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// Characters that show nothing (or only space) and so let one name pass for another: the
+/// Unicode format characters (bidirectional controls, zero-width characters, the soft
+/// hyphen, tag characters, ...), the line and paragraph separators, variation selectors and
+/// the blank "filler" letters.
+pub fn is_invisible(c: char) -> bool {
+    is_bidi_control(c)
+        || matches!(
+            c,
+            '\u{00ad}'
+                | '\u{034f}'
+                | '\u{0600}'..='\u{0605}'
+                | '\u{06dd}'
+                | '\u{070f}'
+                | '\u{115f}'
+                | '\u{1160}'
+                | '\u{17b4}'
+                | '\u{17b5}'
+                | '\u{180b}'..='\u{180f}'
+                | '\u{200b}'..='\u{200d}'
+                | '\u{2028}'..='\u{2029}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{206a}'..='\u{206f}'
+                | '\u{2800}'
+                | '\u{3164}'
+                | '\u{fe00}'..='\u{fe0f}'
+                | '\u{feff}'
+                | '\u{ffa0}'
+                | '\u{fff9}'..='\u{fffb}'
+                | '\u{1d173}'..='\u{1d17a}'
+                | '\u{e0000}'..='\u{e0fff}'
+        )
+}
+
 /// The Unicode controls of bidirectional text (embeddings, overrides, isolates, marks):
 /// invisible, and they reorder the characters around them.
 pub fn is_bidi_control(c: char) -> bool {
@@ -206,9 +239,7 @@ fn check_upstream_tool(full: &str, tool: &str) -> Result<(), ContractError> {
     }
     // Invisible characters that reorder or hide what a name shows: with them one tool's
     // name can look like another's (QA-13 C-11: `weird\u{202e}name` was served).
-    if let Some(bad) = tool.chars().find(|c| {
-        is_bidi_control(*c) || matches!(c, '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{feff}')
-    }) {
+    if let Some(bad) = tool.chars().find(|c| is_invisible(*c)) {
         return Err(invalid(
             "MCP tool",
             &printable(full),
@@ -348,7 +379,15 @@ mod quoted_tests {
 
     #[test]
     fn an_upstream_name_with_an_invisible_character_is_refused() {
-        for name in ["weird\u{202e}eman", "zero\u{200b}width", "bom\u{feff}"] {
+        for name in [
+            "weird\u{202e}eman",
+            "zero\u{200b}width",
+            "bom\u{feff}",
+            "tag\u{e0041}",
+            "soft\u{ad}hyphen",
+            "filler\u{3164}",
+            "line\u{2028}sep",
+        ] {
             let err = mcp_tool_name("liar", name.as_bytes())
                 .unwrap_err()
                 .to_string();

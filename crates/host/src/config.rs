@@ -943,6 +943,17 @@ allowed_tools = ["t1", "t2"]
             "[store]\npath = \"$${HOME}/$${env:X}\"",
             Ok("${HOME}/${env:X}"),
         );
+        // Shell-style defaults are not read as a name (`A:-b` was "not set").
+        check(
+            "[store]\npath = \"${env:HOME_DIR:-/tmp}\"",
+            Err(
+                "Quiver has no default values in `${env:...}`; write `${env:HOME_DIR}` and set HOME_DIR",
+            ),
+        );
+        check(
+            "[store]\npath = \"${HOME_DIR:-/tmp}\"",
+            Err("with no default values: write `${env:HOME_DIR}` and set HOME_DIR"),
+        );
         check(
             "[store]\npath = \"$$${env:HOME_DIR}\"",
             Ok("$${env:HOME_DIR}"),

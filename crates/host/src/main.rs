@@ -1234,7 +1234,12 @@ async fn command(
                 let current: Vec<_> = app.catalog.tools().iter().map(|e| e.spec.clone()).collect();
                 breaking = breaking_changes_between(&stored_specs, &current);
                 for b in &breaking {
-                    say!("{}: [breaking: {}] {}", b.tool, b.kind, b.message);
+                    say!(
+                        "{}: [breaking: {}] {}",
+                        quiver_contract::printable(&b.tool),
+                        b.kind,
+                        quiver_contract::printable(&b.message)
+                    );
                 }
             }
             // Without `--against` nothing was compared: "0 breaking change(s)" would say it

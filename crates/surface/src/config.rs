@@ -203,6 +203,15 @@ impl SurfaceConfig {
                 self.max_surface
             ));
         }
+        // The anchors are resident too (those that are live): with the system set they can
+        // fill max_surface, and then every list fails.
+        let resident = self.system_set().len() + self.anchors.len();
+        if self.max_surface < resident {
+            out.push(format!(
+                "max_surface ({}) is below the system set and the anchors together ({resident}): once the anchors are registered every composition fails; raise max_surface or drop anchors",
+                self.max_surface
+            ));
+        }
         if !(self.floor_min..=self.floor_max).contains(&self.target_floor) {
             out.push(format!(
                 "target_floor ({}) is outside floor_min..floor_max ({}..{}): a floor of that size is always reported out of range; set it between them",

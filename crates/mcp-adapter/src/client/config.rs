@@ -582,10 +582,15 @@ pub fn interpolate_env(s: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<
             return Err("`${env:` is not closed with `}`".to_owned());
         };
         let var = &after[..end];
+        if let Some((name, _)) = var.split_once(":-") {
+            return Err(format!(
+                "`${{env:{var}}}`: Quiver has no default values in `${{env:...}}`; write `${{env:{name}}}` and set {name}"
+            ));
+        }
         if var.is_empty()
             || var
                 .chars()
-                .any(|c| c.is_whitespace() || matches!(c, '=' | '$' | '{'))
+                .any(|c| c.is_whitespace() || matches!(c, '=' | '$' | '{' | ':'))
         {
             return Err(format!(
                 "`${{env:{var}}}` does not name an environment variable: write `${{env:NAME}}`, e.g. `${{env:HOME}}`"
@@ -622,6 +627,9 @@ fn not_interpolated(text: &str) -> String {
     let head = format!(
         "`{shown}` is not something Quiver fills in: it reads environment variables only as `${{env:NAME}}`"
     );
+    if let Some((name, _)) = inner.split_once(":-") {
+        return format!("{head}, with no default values: write `${{env:{name}}}` and set {name}");
+    }
     if let Some((kind, _)) = inner.split_once(':')
         && kind.eq_ignore_ascii_case("env")
     {
@@ -767,7 +775,7 @@ fn resolve(
             if let Some(bad) = s
                 .inherit_env
                 .iter()
-                .find(|p| p.is_empty() || p.contains('='))
+                .find(|p| p.is_empty() || p.contains('=') || p.chars().any(char::is_whitespace))
             {
                 return Err(cfg_err(
                     &s.name,
@@ -851,6 +859,20 @@ fn resolve(
             let token = env(&s.token_var())
                 .filter(|t| !t.trim().is_empty())
                 .map(Secret);
+            // As for a configured header: a line break in the token would be refused by
+            // every request, and the server retried forever (QA-13 C-13).
+            if let Some(bad) = token
+                .as_ref()
+                .and_then(|t| t.0.trim().chars().find(|c| c.is_control()))
+            {
+                return Err(cfg_err(
+                    &s.name,
+                    format!(
+                        "the token in {} contains the control character {bad:?}, which an `Authorization` header cannot carry (a line break read from a file?); remove it",
+                        s.token_var()
+                    ),
+                ));
+            }
             let loopback = is_loopback(&url);
             let credential = match (&token, &credential_header) {
                 (_, Some(h)) if !h.eq_ignore_ascii_case(AUTHORIZATION.as_str()) => {
@@ -1008,6 +1030,18 @@ mod tests {
             "{err}"
         );
         assert!(!err.contains("Evil"), "{err}");
+        // The same for the token from MCP_<NAME>_TOKEN, which was retried forever.
+        let token = ServerConfig::http("h", "https://a.example/mcp");
+        let err = validate_all(&[token], &|k| {
+            (k == "MCP_H_TOKEN").then(|| "tok\r\nEvil: 1".to_owned())
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("the token in MCP_H_TOKEN contains the control character '\\r'"),
+            "{err}"
+        );
+        assert!(!err.contains("Evil"), "{err}");
     }
 
     /// A stdio server gets the allowed part of Quiver's environment and the names its
@@ -1027,6 +1061,8 @@ mod tests {
         let more = names(&["CARGO_MANIFEST_*".to_owned()]);
         assert!(more.iter().any(|n| n == "CARGO_MANIFEST_DIR"), "{more:?}");
         assert!(!more.iter().any(|n| n == "CARGO_PKG_NAME"), "{more:?}");
+        let spaced = ServerConfig::stdio("a", "x", vec![]).with_inherit_env(["a b"]);
+        assert!(validate_all(&[spaced], &|_| None).is_err());
         let bad = ServerConfig::stdio("a", "x", vec![]).with_inherit_env(["A=B"]);
         let err = validate_all(&[bad], &|_| None).unwrap_err().to_string();
         assert!(

@@ -33,8 +33,8 @@ pub(crate) fn tool_spec(server: &str, prefix: &str, tool: &Value) -> Result<Upst
     // Cut from a page too deep to read whole (`pipe::deep_tools_page`).
     if super::pipe::contains(tool, &Value::String(crate::lines::TOO_DEEP.to_owned())) {
         return Err(format!(
-            "tool {upstream:?} has a definition nested more than {} levels deep, more than Quiver reads; flatten its schema",
-            crate::lines::KEPT_DEPTH - 3
+            "tool {upstream:?} has a definition nested too deeply for Quiver to read (the listing went past the JSON parser's 128 levels, and this tool's definition past {} of them); flatten its schema",
+            crate::lines::KEPT_DEPTH
         ));
     }
     let description = match tool.get("description").and_then(Value::as_str) {

@@ -380,6 +380,18 @@ fn unworkable_settings_are_refused() {
         "{off:?}"
     );
     assert!(SurfaceConfig::default().warnings().is_empty());
+    // The anchors are resident beside the system set.
+    let crowded = SurfaceConfig::default()
+        .with_anchors(&["a", "b"])
+        .with_max_surface(3)
+        .warnings();
+    assert!(
+        crowded
+            .iter()
+            .any(|w| w
+                .contains("max_surface (3) is below the system set and the anchors together (4)")),
+        "{crowded:?}"
+    );
     refused(
         SurfaceConfig::default().with_max_sessions(0),
         "max_sessions must be at least 1",

@@ -112,6 +112,10 @@ fn fresh_dir() -> PathBuf {
 fn sweep_stale_dirs() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
+        // Whether a process is gone is read from /proc: without it, nothing is removed.
+        if !Path::new("/proc/self").exists() {
+            return;
+        }
         let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
             return;
         };

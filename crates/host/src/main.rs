@@ -1092,7 +1092,7 @@ async fn command(
             let servers: Vec<String> = statuses.iter().map(|s| s.name.clone()).collect();
             for t in &config.auth.tokens {
                 // A secret that can be guessed is no lock (QA-13 C-1: `token = "x"` passed).
-                if t.token.len() < MIN_SECRET_LEN {
+                if t.token.chars().count() < MIN_SECRET_LEN {
                     say!(
                         "auth.tokens[{}]: [note] its secret is {} character(s) long, short enough to guess; use at least {MIN_SECRET_LEN} random ones (e.g. `openssl rand -hex 32`, passed as `${{env:NAME}}`)",
                         t.name,

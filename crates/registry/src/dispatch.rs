@@ -491,9 +491,9 @@ impl Dispatcher {
     /// Brings back which tools a session has called (what `requires_prior` policy rules
     /// check) from the execution log, for a session that continues in a new process: a
     /// restarted server, or each `quiver call --session S`. Reads the session's newest
-    /// [`RESTORED_CALLS`] calls; as in the live process only calls that answered Ok or a
-    /// Hint count (not an error, and not a call refused before it ran: unknown tool,
-    /// forbidden, denied by policy, loop guard, bad arguments).
+    /// [`RESTORED_CALLS`] calls; as in the live process only calls that answered Ok count
+    /// (not an error or a hint, nor a call refused before it ran: unknown tool, forbidden,
+    /// denied by policy, loop guard, bad arguments).
     pub async fn restore_called(
         &self,
         session: &str,
@@ -506,6 +506,7 @@ impl Dispatcher {
             .iter()
             .filter(|c| {
                 c.err_kind.is_none()
+                    && c.hint_kind.is_none()
                     && !refused_before_running(
                         c.err_kind.as_ref(),
                         c.hint_kind,
@@ -1032,11 +1033,11 @@ impl Dispatcher {
         for w in warnings {
             envelope.push_warning(w);
         }
-        // A tool that answered (Ok, or a Hint the model can act on) has been called, as a
-        // policy's `requires_prior` means it: a preview that failed or timed out showed
-        // nothing (QA-13 C-6: any call that ran counted).
+        // A tool that answered Ok has been called, as a policy's `requires_prior` means
+        // it: a preview that failed, timed out or answered with a hint (its input refused,
+        // too many rows) showed nothing (QA-13 C-6: any call that ran counted).
         if let Some(s) = &ctx.session
-            && envelope.err_kind().is_none()
+            && envelope.is_ok()
         {
             inner.sessions.with(s, |st| st.mark_called(name));
         }

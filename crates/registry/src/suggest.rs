@@ -20,10 +20,13 @@ pub fn did_you_mean<'a>(
             let shared = shared_prefix(&wanted_l, &cl);
             let (a, b) = (&wanted_l[shared..], &cl[shared..]);
             let mut score = strsim::jaro_winkler(a, b);
-            // Jaro-Winkler rates a short name against a long one that begins alike high
-            // (`foo` and `floor_max`: 0.80): at least half of the characters must also
-            // stay in place (QA-13 C-13).
-            if strsim::normalized_damerau_levenshtein(a, b) < 0.5 {
+            // Jaro-Winkler rates names that share a letter or two and little else high
+            // (`foo` and `floor_max`: 0.80; `read_cvs` and `write_csv`: 0.75): unless they
+            // begin with three characters alike (an abbreviation: `create_pr` for
+            // `create_pull_request`), half of the characters must also stay in place
+            // (QA-13 C-13).
+            let alike = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+            if score >= 0.75 && alike < 3 && strsim::normalized_damerau_levenshtein(a, b) < 0.5 {
                 score = score.min(0.7);
             }
             // A name that contains the wanted text, or the tail of an MCP name that equals
@@ -64,6 +67,14 @@ mod tests {
             "floor_max"
         );
         assert_eq!(did_you_mean("stor", ["store", "surface"], 1)[0].0, "store");
+        // An abbreviation of a long name is still offered it.
+        for (short, long) in [
+            ("create_pr", "create_pull_request"),
+            ("mcp__github__create_pr", "mcp__github__create_pull_request"),
+        ] {
+            assert_eq!(did_you_mean(short, [long], 1).len(), 1, "{short}");
+        }
+        assert!(did_you_mean("read_cvs", ["write_csv", "admin_csv"], 3).is_empty());
         assert_eq!(
             did_you_mean(
                 "mcp__liar__preveiw",

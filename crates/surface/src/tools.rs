@@ -246,14 +246,9 @@ impl Tool for DescribeTool {
                 // refused as a call of it is, not called unknown in a schema hint (QA-13
                 // C-13). An internal tool, listed in no mode, stays unknown.
                 let can_search = ctx.capabilities.allows(crate::TOOL_SEARCH);
-                let elsewhere = [
-                    quiver_contract::Mode::Chat,
-                    quiver_contract::Mode::Agentic,
-                    quiver_contract::Mode::Delegate,
-                    quiver_contract::Mode::Plan,
-                ]
-                .into_iter()
-                .any(|m| surface.visible(&a.name, m, &ctx.capabilities));
+                let elsewhere = quiver_contract::Mode::ALL
+                    .into_iter()
+                    .any(|m| surface.visible(&a.name, m, &ctx.capabilities));
                 if elsewhere
                     && let Some(why) =
                         surface.mode_refusal(&a.name, mode, &ctx.capabilities, can_search)

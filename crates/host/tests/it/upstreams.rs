@@ -281,11 +281,13 @@ for line in sys.stdin:
         "{stdout}\n{stderr}"
     );
     let tools = Command::new(env!("CARGO_BIN_EXE_quiver"))
-        .args(["tools", "--format", "json"])
+        .args(["search", "use when deep or fine", "--limit", "5"])
         .current_dir(&dir)
         .output()
         .unwrap();
     let listed = String::from_utf8_lossy(&tools.stdout);
+    assert!(tools.status.success(), "{listed}");
+    assert!(listed.contains("mcp__deep__fine"), "{listed}");
     assert!(!listed.contains("mcp__deep__deep"), "{listed}");
 }
 

@@ -502,8 +502,9 @@ impl ResolvedServer {
 
 /// What a stdio server gets of Quiver's environment without asking (`inherit_env`): the
 /// official MCP SDKs' stdio clients pass `HOME`, `LOGNAME`, `PATH`, `SHELL`, `TERM` and
-/// `USER`; the locale, time zone, temporary directory and proxy settings are added, which
-/// servers started by `npx` or `uvx` need to fetch and run.
+/// `USER`; the locale, time zone, temporary directory, XDG base directories, CA bundles
+/// and proxy settings are added, which servers started by `npx` or `uvx` need to fetch and
+/// run (none of them a secret).
 pub const INHERITED_ENV: &[&str] = &[
     "HOME",
     "LOGNAME",
@@ -516,6 +517,15 @@ pub const INHERITED_ENV: &[&str] = &[
     "LC_*",
     "TZ",
     "TMPDIR",
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_RUNTIME_DIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
     "HTTP_PROXY",
     "HTTPS_PROXY",
     "NO_PROXY",

@@ -1026,10 +1026,11 @@ async fn restored_calls_count_what_the_live_process_counted() {
     }
 }
 
-/// After a restart, a schema hint the tool itself returned (it ran) counts as called, as it
-/// did live; the dispatcher's refusal of bad arguments (the tool never ran) does not.
+/// Neither a schema hint the tool itself returned (it ran, and refused its input) nor the
+/// dispatcher's refusal of bad arguments (the tool never ran) counts as called, live or
+/// after a restart: only an Ok does (QA-13 C-6).
 #[tokio::test]
-async fn restored_calls_tell_a_tools_schema_hint_from_refused_arguments() {
+async fn restored_calls_count_neither_a_tools_schema_hint_nor_refused_arguments() {
     let picky = tool(ToolSpec::new("picky", "Checks dates."), |_, _| async {
         Ok(Envelope::hint(
             HintKind::Schema,
@@ -1066,9 +1067,11 @@ async fn restored_calls_tell_a_tools_schema_hint_from_refused_arguments() {
         .policy(Arc::new(rules()))
         .build();
     restored.restore_called("s", &*log).await.unwrap();
+    // Neither counts: the tool's own schema hint showed nothing (it refused its input),
+    // and the dispatcher's refusal never reached the tool.
     for d in [&live, &restored] {
         let e = d.call("echo", json!({"text": "x"}), s()).await;
-        assert!(e.is_ok(), "{}", text(&e));
+        assert_eq!(e.err_kind(), Some(&ErrKind::PolicyDenied), "{}", text(&e));
         let e = d.call("other", json!({}), s()).await;
         assert_eq!(e.err_kind(), Some(&ErrKind::PolicyDenied), "{}", text(&e));
     }

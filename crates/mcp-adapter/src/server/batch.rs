@@ -58,11 +58,12 @@ pub(super) async fn serve(direct: &Direct, parts: Parts, bytes: &Bytes) -> Respo
         // Not JSON after all: -32700 in the single-message path's words (it was taken
         // for a batch inside a batch).
         Err(e) => {
+            let refusal = super::invalid::unreadable(bytes, &e.to_string(), "the body");
             return json_rpc_error(
                 StatusCode::BAD_REQUEST,
-                Value::Null,
-                super::invalid::PARSE_ERROR,
-                &format!("Parse error: the body is not valid JSON ({e})"),
+                refusal.id,
+                refusal.code,
+                &refusal.message,
             );
         }
         Ok(_) => return one(direct, &parts, bytes.clone()).await,

@@ -1049,11 +1049,9 @@ async fn unparsable(response: Response, sent: Option<&Bytes>) -> Response {
             Value::Null,
         )
     } else {
-        (
-            super::invalid::PARSE_ERROR,
-            format!("Parse error: the body is not valid JSON ({detail})"),
-            Value::Null,
-        )
+        let refusal =
+            super::invalid::unreadable(sent.map_or(&[][..], |b| &b[..]), detail, "the body");
+        (refusal.code, refusal.message, refusal.id)
     };
     json_rpc_error(StatusCode::BAD_REQUEST, id, code, &message)
 }
@@ -2362,6 +2360,31 @@ mod tests {
             let v: Value = serde_json::from_str(&r.body).unwrap();
             assert_eq!(v["error"]["code"], json!(code), "{body}: {v}");
             assert_eq!(v["id"], Value::Null, "{v}");
+        }
+        // Valid JSON nested past the parser's limit is said to be so, with its id, as on
+        // stdio (QA-13 C-4: "not valid JSON", id null); in a batch too.
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{{"name":"echo","arguments":{{"a":{}1{}}}}}}}"#,
+            "[".repeat(150),
+            "]".repeat(150)
+        );
+        for (session, body, id) in [
+            (Some(sid.as_str()), deep.clone(), json!(11)),
+            (None, deep.clone(), json!(11)),
+            // A batch has no one id.
+            (Some(sid.as_str()), format!("[{deep}]"), Value::Null),
+        ] {
+            let r = send_text(&router, Method::POST, session, body).await;
+            let v: Value = serde_json::from_str(&r.body).unwrap();
+            assert_eq!(v["error"]["code"], json!(-32600), "{v}");
+            assert!(
+                v["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("the body nests arrays and objects more than 128 levels deep"),
+                "{v}"
+            );
+            assert_eq!(v["id"], id, "{v}");
         }
         // A byte-order mark before the JSON is named (it read as "expected value at line 1
         // column 1").

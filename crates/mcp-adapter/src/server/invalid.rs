@@ -84,6 +84,28 @@ pub(super) struct Refusal {
     pub(super) id: Value,
 }
 
+/// The refusal of `bytes` ("the body", "the line": `what`) that serde could not read
+/// (`err`): valid JSON nested past the parser's 128 levels is said to be so (`-32600`; it
+/// was "not valid JSON"), anything else is not valid JSON (`-32700`). Either carries the
+/// request's id when the first or last bytes hold one (QA-13 C-4: `id: null`).
+pub(super) fn unreadable(bytes: &[u8], err: &str, what: &str) -> Refusal {
+    let id = crate::lines::find_id(bytes, bytes).unwrap_or(Value::Null);
+    if err.starts_with("recursion limit exceeded") {
+        return Refusal {
+            code: INVALID_REQUEST,
+            message: format!(
+                "Invalid Request: {what} nests arrays and objects more than 128 levels deep, more than Quiver reads; send the arguments less deeply nested"
+            ),
+            id,
+        };
+    }
+    Refusal {
+        code: PARSE_ERROR,
+        message: format!("Parse error: {what} is not valid JSON ({err})"),
+        id,
+    }
+}
+
 impl Refusal {
     /// The JSON-RPC error response.
     pub(super) fn to_json(&self) -> Value {

@@ -256,25 +256,14 @@ fn judge(line: &[u8]) -> Verdict {
         Err(e) => e,
     };
     let Ok(value) = serde_json::from_slice::<Value>(line) else {
-        // The id, when it can be told from the line's first or last bytes: the answer is
-        // then the request's (QA-13 C-4: `id: null`, although the id came first).
-        let id = find_id(line, line).unwrap_or(Value::Null);
-        // Valid JSON nested past what the parser reads is not "not valid JSON".
-        if err.to_string().starts_with("recursion limit exceeded") {
-            return Verdict::Answer(Refusal {
-                code: invalid::INVALID_REQUEST,
-                message: "Invalid Request: the message nests arrays and objects more than 128 levels deep, more than Quiver reads; send the arguments less deeply nested".into(),
-                id,
-            });
+        let mut refusal = invalid::unreadable(line, &err.to_string(), "the line");
+        if refusal.code == invalid::PARSE_ERROR {
+            refusal.message.push_str(
+                "; `quiver serve --stdio` reads one JSON-RPC 2.0 message per line, with no \
+                 `Content-Length` header",
+            );
         }
-        return Verdict::Answer(Refusal {
-            code: invalid::PARSE_ERROR,
-            message: format!(
-                "Parse error: the line is not valid JSON ({err}); `quiver serve --stdio` \
-                 reads one JSON-RPC 2.0 message per line, with no `Content-Length` header"
-            ),
-            id,
-        });
+        return Verdict::Answer(refusal);
     };
     if invalid::is_notification(&value) {
         // JSON-RPC answers no notification, and rmcp ignores the ones it does not know.

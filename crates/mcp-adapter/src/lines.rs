@@ -263,15 +263,12 @@ pub(crate) const KEPT_DEPTH: usize = 100;
 /// deep) or is not JSON the scan can follow (an unclosed string or bracket).
 pub(crate) fn pruned(json: &[u8], keep: usize) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(json.len());
-    let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    let mut cut = false;
-    let mut i = 0;
-    while i < json.len() {
-        let b = json[i];
+    let (mut depth, mut in_string, mut escaped, mut cut) = (0usize, false, false, false);
+    // While a value is being left out: the depth it began at.
+    let mut cutting: Option<usize> = None;
+    for &b in json {
+        let mut closed = false;
         if in_string {
-            out.push(b);
             if escaped {
                 escaped = false;
             } else if b == b'\\' {
@@ -279,53 +276,33 @@ pub(crate) fn pruned(json: &[u8], keep: usize) -> Option<Vec<u8>> {
             } else if b == b'"' {
                 in_string = false;
             }
-            i += 1;
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'{' | b'[' if depth == keep => {
-                // Skip this value whole: to its matching bracket, strings and all.
-                let mut nested = 0usize;
-                let (mut s, mut e) = (false, false);
-                loop {
-                    let c = *json.get(i)?;
-                    if s {
-                        if e {
-                            e = false;
-                        } else if c == b'\\' {
-                            e = true;
-                        } else if c == b'"' {
-                            s = false;
-                        }
-                    } else {
-                        match c {
-                            b'"' => s = true,
-                            b'{' | b'[' => nested += 1,
-                            b'}' | b']' => {
-                                nested -= 1;
-                                if nested == 0 {
-                                    break;
-                                }
-                            }
-                            _ => {}
-                        }
+        } else {
+            match b {
+                b'"' => in_string = true,
+                b'{' | b'[' => {
+                    if depth == keep && cutting.is_none() {
+                        cutting = Some(depth);
                     }
-                    i += 1;
+                    depth += 1;
                 }
+                b'}' | b']' => {
+                    depth = depth.checked_sub(1)?;
+                    closed = true;
+                }
+                _ => {}
+            }
+        }
+        match cutting {
+            Some(at) if closed && depth == at => {
                 out.push(b'"');
                 out.extend_from_slice(TOO_DEEP.as_bytes());
                 out.push(b'"');
+                cutting = None;
                 cut = true;
-                i += 1;
-                continue;
             }
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' => depth = depth.checked_sub(1)?,
-            _ => {}
+            Some(_) => {}
+            None => out.push(b),
         }
-        out.push(b);
-        i += 1;
     }
     (cut && !in_string && depth == 0).then_some(out)
 }

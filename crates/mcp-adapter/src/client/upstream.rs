@@ -236,6 +236,15 @@ impl DialError {
         } else {
             format!("; its stderr ended with: {tail}")
         };
+        // A server that needed a variable of Quiver's environment it no longer inherits
+        // exits at start-up: say where to look.
+        let tail = if exit.is_empty() {
+            tail
+        } else {
+            format!(
+                "{tail} (it runs with its `env` and only part of Quiver's environment: a variable it needs goes in `env` or `inherit_env`)"
+            )
+        };
         match self {
             DialError::Transient(m) => DialError::Transient(format!("{m}{exit}{tail}")),
             DialError::Rejected(m) => DialError::Rejected(format!("{m}{exit}{tail}")),

@@ -319,11 +319,11 @@ fn content_type(answer: &Response) -> String {
 }
 
 /// What refuses each element of a batch before it runs, as on stdio: an element that is
-/// not an object (the single-message path would name it "the body"), an `initialize`, a
-/// request reusing the id of an earlier one of the batch (the endpoint's own check sees
-/// only the requests still in flight, so two quick ones both ran).
+/// not an object (the single-message path would name it "the body"), an `initialize`, the
+/// requests that share an id (the endpoint's own check sees only the requests still in
+/// flight, so two quick ones both ran).
 fn refusals(items: &[Value]) -> Vec<Option<Refusal>> {
-    let mut seen = std::collections::HashSet::new();
+    let shared = super::invalid::shared_ids(items);
     items
         .iter()
         .map(|item| {
@@ -331,7 +331,7 @@ fn refusals(items: &[Value]) -> Vec<Option<Refusal>> {
                 return Some(super::invalid::diagnose(item, "the batch element"));
             }
             // The endpoint checks the ids in flight itself.
-            super::invalid::refused_in_batch(item, &mut seen, |_| false)
+            super::invalid::refused_in_batch(item, &shared, |_| false)
         })
         .collect()
 }

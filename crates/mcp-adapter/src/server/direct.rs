@@ -1562,11 +1562,12 @@ mod tests {
             "{}",
             reply.body
         );
-        // Refused before they run, inside the batch's answer as on stdio: a request reusing
-        // an id of the batch (as rmcp reads it: 30.0 is 30; two quick pings both ran), an
+        // Refused before they run, inside the batch's answer as on stdio: the requests that
+        // share an id (as rmcp reads it: 30.0 is 30; two quick pings both ran), an
         // `initialize` (which must not be part of a batch), an element that is no object
-        // (it was told "the body").
+        // (it was told "the body"). The request with an id of its own runs.
         let mixed = json!([
+            {"jsonrpc": "2.0", "id": 33, "method": "ping"},
             {"jsonrpc": "2.0", "id": 30, "method": "ping"},
             {"jsonrpc": "2.0", "id": 30.0, "method": "ping"},
             {"jsonrpc": "2.0", "id": 31, "method": "initialize", "params": {
@@ -1584,7 +1585,7 @@ mod tests {
             weighted,
         )
         .await;
-        // A malformed request still holds its id: the ping reusing it is refused, not run.
+        // A malformed request still holds its id: the ping sharing it is refused, not run.
         let thirty_two: Vec<Value> = serde_json::from_str::<Vec<Value>>(&reply.body)
             .unwrap_or_else(|_| panic!("{}", reply.body))
             .into_iter()
@@ -1592,9 +1593,8 @@ mod tests {
             .collect();
         assert_eq!(thirty_two.len(), 2, "{}", reply.body);
         assert!(
-            thirty_two.iter().all(|a| a.get("result").is_none())
-                && thirty_two.iter().any(|a| a["error"]["message"]
-                    == "Invalid Request: the id 32 is already used by another request of this batch; give each request its own id"),
+            thirty_two.iter().all(|a| a["error"]["message"]
+                == "Invalid Request: 2 requests of this batch carry the id 32, and none of them was run; give each request its own id"),
             "{}",
             reply.body
         );
@@ -1613,11 +1613,19 @@ mod tests {
         assert_eq!(
             answers,
             [
-                ("30".to_owned(), json!("{}")),
+                // Neither of the two requests with the id 30 runs: an answer to one could not
+                // be told from the other's (QA-13 C-9: the first ran, and the batch's answer
+                // held a result and an error under its id).
+                (
+                    "30".to_owned(),
+                    json!(
+                        "Invalid Request: 2 requests of this batch carry the id 30, and none of them was run; give each request its own id"
+                    )
+                ),
                 (
                     "30.0".to_owned(),
                     json!(
-                        "Invalid Request: the id 30 is already used by another request of this batch; give each request its own id"
+                        "Invalid Request: 2 requests of this batch carry the id 30, and none of them was run; give each request its own id"
                     )
                 ),
                 (
@@ -1626,6 +1634,7 @@ mod tests {
                         "Invalid Request: an `initialize` must not be part of a batch; send it alone, as the session's first message"
                     )
                 ),
+                ("33".to_owned(), json!("{}")),
                 (
                     "null".to_owned(),
                     json!(

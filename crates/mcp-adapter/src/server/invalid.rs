@@ -139,34 +139,54 @@ fn initialize_in_batch(id: Value) -> Refusal {
     }
 }
 
-/// Why the batch element `item` is refused before it runs, on either transport: a request
-/// reusing the id of an element before it (`seen`: their ids, this one's added) or, per
-/// `in_flight`, of a request still in flight, or an `initialize`. Ids are compared as rmcp
-/// reads them (`5.0` is the id `5`); an element refused as malformed still holds its id, so
-/// that a later one reusing it is refused too (both ran, answered alike).
+/// A batch element's request id as rmcp reads it (`5.0` is the id `5`), as JSON text; none
+/// for an element without a `method` or a usable `id`.
+fn batch_id(item: &Value) -> Option<String> {
+    item.get("method")?;
+    let id = serde_json::from_value::<rmcp::model::RequestId>(item.get("id")?.clone()).ok()?;
+    serde_json::to_string(&id).ok()
+}
+
+/// The ids that more than one request of the batch `items` carries, with how many do (the
+/// malformed ones too: each holds its id).
+pub(super) fn shared_ids(items: &[Value]) -> std::collections::HashMap<String, usize> {
+    let mut counts = std::collections::HashMap::new();
+    for id in items.iter().filter_map(batch_id) {
+        *counts.entry(id).or_insert(0usize) += 1;
+    }
+    counts.retain(|_, n| *n > 1);
+    counts
+}
+
+/// Why the batch element `item` is refused before it runs, on either transport: its id is
+/// one that other requests of the batch carry too (`shared`, from [`shared_ids`]: then none
+/// of them runs, as no answer could tell which one it is; QA-13 C-9: the first ran, and the
+/// batch's answer held an error and a result under its id), or, per `in_flight`, that of a
+/// request still in flight; or it is an `initialize`.
 pub(super) fn refused_in_batch(
     item: &Value,
-    seen: &mut std::collections::HashSet<String>,
+    shared: &std::collections::HashMap<String, usize>,
     in_flight: impl Fn(&str) -> bool,
 ) -> Option<Refusal> {
-    let method = item.get("method")?;
-    let id = serde_json::from_value::<rmcp::model::RequestId>(item.get("id")?.clone()).ok()?;
-    let text = serde_json::to_string(&id).ok()?;
+    let text = batch_id(item)?;
     let raw = item.get("id").cloned().unwrap_or(Value::Null);
-    let by = if seen.contains(&text) {
-        Some("another request of this batch")
-    } else if in_flight(&text) {
-        Some("a request in flight")
-    } else {
-        None
-    };
-    if let Some(by) = by {
-        tracing::warn!("a batched request reused the id {text}");
-        return Some(reused_id(raw, &text, by));
+    if let Some(n) = shared.get(&text) {
+        tracing::warn!("{n} requests of a batch carry the id {text}: none of them was run");
+        return Some(Refusal {
+            code: INVALID_REQUEST,
+            message: format!(
+                "Invalid Request: {n} requests of this batch carry the id {text}, and none of them was run; give each request its own id"
+            ),
+            id: raw,
+        });
     }
-    seen.insert(text);
+    if in_flight(&text) {
+        tracing::warn!("a batched request reused the id {text}");
+        return Some(reused_id(raw, &text, "a request in flight"));
+    }
     // Whatever its params (one without them is no message rmcp can read).
-    (method.as_str() == Some("initialize")).then(|| initialize_in_batch(raw))
+    (item.get("method").and_then(Value::as_str) == Some("initialize"))
+        .then(|| initialize_in_batch(raw))
 }
 
 /// Whether `value` is a notification in JSON-RPC's shape (no `id`), which is not answered

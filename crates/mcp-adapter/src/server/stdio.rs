@@ -113,15 +113,15 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
             return;
         }
         let mut waiting = HashSet::new();
-        // The ids of the batch's requests, those refused as malformed too: a later one
-        // reusing one is refused (it ran, and its answer and the refusal had the same id).
-        let mut seen = HashSet::new();
+        // The ids more than one request carries (those refused as malformed too): none of
+        // those requests runs.
+        let shared = invalid::shared_ids(&items);
         let mut answers = Vec::new();
         for item in items {
             // A reused id is refused in the batch's answer, not in a line of its own beside
             // it (and an earlier request's answer is not taken for it).
             let in_flight = |id: &str| crate::server::handler::lock(&self.in_flight).contains(id);
-            if let Some(refusal) = invalid::refused_in_batch(&item, &mut seen, in_flight) {
+            if let Some(refusal) = invalid::refused_in_batch(&item, &shared, in_flight) {
                 answers.push(refusal.to_json());
                 continue;
             }
@@ -627,17 +627,17 @@ mod tests {
             ["\"two\"", "1", "12", "12", "13", "3", "4"],
             "{answers:?}"
         );
-        // A malformed request still holds its id: the ping reusing it is refused, not run
-        // (it was answered too, with the same id as the refusal).
+        // A malformed request still holds its id: neither it nor the ping sharing it runs
+        // (the ping was answered too, with the same id as the refusal).
         let twelve: Vec<&str> = answers
             .iter()
             .filter(|a| a["id"] == 12)
             .map(|a| a["error"]["message"].as_str().unwrap_or("a result"))
             .collect();
-        assert!(
-            twelve.contains(
-                &"Invalid Request: the id 12 is already used by another request of this batch; give each request its own id"
-            ) && !twelve.contains(&"a result"),
+        assert_eq!(
+            twelve,
+            ["Invalid Request: 2 requests of this batch carry the id 12, and none of them was run; give each request its own id";
+                2],
             "{twelve:?}"
         );
         // An `initialize` without params is refused as one, not as malformed.
@@ -694,9 +694,11 @@ mod tests {
         assert_eq!(answers, json!([{"jsonrpc": "2.0", "id": 2, "result": {}}]));
     }
 
-    /// A batched request reusing an id (of another request in the batch, or of one in flight
-    /// from an earlier line) is refused inside the batch's array. The refusal was a line of its
-    /// own beside the array, and the earlier request's answer could be taken into the batch.
+    /// Batched requests that share an id are all refused inside the batch's array, none of
+    /// them run (QA-13 C-9: the first ran, and the array held a result and an error under
+    /// its id); one reusing the id of a request in flight from an earlier line is refused
+    /// there too. The refusals were a line of their own beside the array, and the earlier
+    /// request's answer could be taken into the batch.
     #[tokio::test]
     async fn a_batch_reusing_an_id_is_refused_inside_its_answer() {
         let (mut transport, mut input, mut out, _ct) = pipes(4096);
@@ -711,6 +713,7 @@ mod tests {
             {"jsonrpc": "2.0", "id": 9, "method": "ping"},
             {"jsonrpc": "2.0", "id": 6, "method": "ping"},
             {"jsonrpc": "2.0", "id": 6.0, "method": "ping"},
+            {"jsonrpc": "2.0", "id": 8, "method": "ping"},
         ]);
         // Every request of it refused: answered at once (the ping after it is read once it
         // has been).
@@ -721,7 +724,7 @@ mod tests {
             .await
             .unwrap();
         let mut taken = Vec::new();
-        for _ in 0..5 {
+        for _ in 0..4 {
             let m = serde_json::to_value(transport.receive().await.unwrap()).unwrap();
             taken.push((m["id"].clone(), m["method"].clone()));
         }
@@ -729,8 +732,7 @@ mod tests {
             taken[1..],
             [
                 (json!(9), json!("tools/call")),
-                (json!(5), json!("tools/call")),
-                (json!(6), json!("ping")),
+                (json!(8), json!("ping")),
                 (json!(11), json!("ping")),
             ]
         );
@@ -751,32 +753,33 @@ mod tests {
             (json!(9.0), json!(-32600), Some(1)),
             "{all_refused}"
         );
-        transport.send(reply(6)).await.unwrap();
-        transport.send(reply(5)).await.unwrap();
-        // Then the first batch's array, with its three refusals in it.
+        transport.send(reply(8)).await.unwrap();
+        // Then the first batch's array: its five refusals and the one that ran.
         let answers = answer(&mut out).await;
         let answers = answers.as_array().expect("the batch's array");
-        assert_eq!(answers.len(), 5, "{answers:?}");
+        assert_eq!(answers.len(), 6, "{answers:?}");
         let refusals: Vec<(Value, &str)> = answers
             .iter()
             .filter(|a| a["error"]["code"] == -32600)
             .map(|a| (a["id"].clone(), a["error"]["message"].as_str().unwrap()))
             .collect();
+        let shared = |id: u64| {
+            format!(
+                "Invalid Request: 2 requests of this batch carry the id {id}, and none of them was run; give each request its own id"
+            )
+        };
+        let (five, six) = (shared(5), shared(6));
         assert_eq!(
             refusals,
             [
-                (
-                    json!(5),
-                    "Invalid Request: the id 5 is already used by another request of this batch; give each request its own id"
-                ),
+                (json!(5), five.as_str()),
+                (json!(5), five.as_str()),
                 (
                     json!(9),
                     "Invalid Request: the id 9 is already used by a request in flight; give each request its own id"
                 ),
-                (
-                    json!(6.0),
-                    "Invalid Request: the id 6 is already used by another request of this batch; give each request its own id"
-                ),
+                (json!(6), six.as_str()),
+                (json!(6.0), six.as_str()),
             ],
             "{answers:?}"
         );
@@ -785,7 +788,7 @@ mod tests {
             .filter(|a| a.get("result").is_some())
             .map(|a| &a["id"])
             .collect();
-        assert_eq!(results, [&json!(6), &json!(5)], "{answers:?}");
+        assert_eq!(results, [&json!(8)], "{answers:?}");
         // The request in flight from the earlier line is answered alone, not into a batch.
         transport.send(reply(9)).await.unwrap();
         assert_eq!(

@@ -274,8 +274,8 @@ pub const REFUSED_KINDS: &[&str] = &[
     "too_deep",
 ];
 
-/// How the dispatcher's answer for a tool whose provider is not up begins; the log's
-/// usage query matches the same words ([`ABSENT_TEXT`]).
+/// How the dispatcher's answer for a tool whose provider is not up begins (see
+/// [`ABSENT_TEXT`]; [`refused_before_running`] matches it).
 fn absent_prefix(tool: &str) -> String {
     format!("`{tool}{ABSENT_TEXT}")
 }
@@ -286,8 +286,9 @@ pub const ABSENT_TEXT: &str = "` is not available: ";
 
 /// Whether a logged call was refused before its tool ran: one of [`REFUSED_KINDS`], or the
 /// dispatcher's own schema hint on the arguments (a schema hint the tool returned after it
-/// ran does not count). Such a call is not use of the tool: it neither counts as called for
-/// a policy's `requires_prior` nor as usage for the resident floor.
+/// ran does not count), for a reader of the execution log that tells the two apart. (What
+/// counts as called for `requires_prior` is an Ok answer; the resident floor's usage is an
+/// Ok or a hint the tool gave.)
 pub fn refused_before_running(
     err_kind: Option<&ErrKind>,
     hint_kind: Option<HintKind>,
@@ -504,16 +505,8 @@ impl Dispatcher {
         let calls = log.recent_calls(filter).await?;
         let ran: Vec<&str> = calls
             .iter()
-            .filter(|c| {
-                c.err_kind.is_none()
-                    && c.hint_kind.is_none()
-                    && !refused_before_running(
-                        c.err_kind.as_ref(),
-                        c.hint_kind,
-                        c.error.as_deref(),
-                        &c.tool_name,
-                    )
-            })
+            // Ok: neither an Err nor a Hint (so never a call refused before it ran).
+            .filter(|c| c.err_kind.is_none() && c.hint_kind.is_none())
             .map(|c| c.tool_name.as_str())
             .collect();
         self.inner.sessions.with(&Arc::from(session), |st| {

@@ -263,22 +263,13 @@ pub(crate) const KEPT_DEPTH: usize = 100;
 /// deep) or is not JSON the scan can follow (an unclosed string or bracket).
 pub(crate) fn pruned(json: &[u8], keep: usize) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(json.len());
-    let (mut depth, mut in_string, mut escaped, mut cut) = (0usize, false, false, false);
+    let (mut depth, mut strings, mut cut) = (0usize, Strings::default(), false);
     // While a value is being left out: the depth it began at.
     let mut cutting: Option<usize> = None;
     for &b in json {
         let mut closed = false;
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-            }
-        } else {
+        if strings.step(b) == Scan::Outside {
             match b {
-                b'"' => in_string = true,
                 b'{' | b'[' => {
                     if depth == keep && cutting.is_none() {
                         cutting = Some(depth);
@@ -304,7 +295,51 @@ pub(crate) fn pruned(json: &[u8], keep: usize) -> Option<Vec<u8>> {
             None => out.push(b),
         }
     }
-    (cut && !in_string && depth == 0).then_some(out)
+    (cut && !strings.inside && depth == 0).then_some(out)
+}
+
+/// Where a byte of a JSON scan falls with respect to strings.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scan {
+    /// Outside any string (structure, numbers, blanks).
+    Outside,
+    /// The quote that opens a string.
+    Opened,
+    /// Inside a string.
+    Inside,
+    /// The quote that closes a string.
+    Closed,
+}
+
+/// The string state of a scan over JSON bytes, escapes included: what [`pruned`] and
+/// [`find_id`] need to tell structure from text.
+#[derive(Default)]
+struct Strings {
+    inside: bool,
+    escaped: bool,
+}
+
+impl Strings {
+    /// Takes the next byte.
+    fn step(&mut self, b: u8) -> Scan {
+        if !self.inside {
+            self.inside = b == b'"';
+            return if self.inside {
+                Scan::Opened
+            } else {
+                Scan::Outside
+            };
+        }
+        if self.escaped {
+            self.escaped = false;
+        } else if b == b'\\' {
+            self.escaped = true;
+        } else if b == b'"' {
+            self.inside = false;
+            return Scan::Closed;
+        }
+        Scan::Inside
+    }
 }
 
 /// The request id of a message that could not be read whole, from its first bytes (`id`
@@ -316,20 +351,16 @@ pub(crate) fn find_id(head: &[u8], tail: &[u8]) -> Option<Value> {
 }
 
 fn id_at_start(head: &[u8]) -> Option<Value> {
-    let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
+    let (mut depth, mut strings) = (0usize, Strings::default());
     let mut key_start = None;
-    let mut i = 0;
-    while i < head.len() {
-        let b = head[i];
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
+    for (i, &b) in head.iter().enumerate() {
+        match strings.step(b) {
+            Scan::Opened => {
+                // A key starts right after `{` or `,` at the top level.
+                let before = head[..i].trim_ascii_end().last();
+                key_start = (depth == 1 && matches!(before, Some(b'{' | b','))).then_some(i + 1);
+            }
+            Scan::Closed => {
                 if depth == 1
                     && let Some(start) = key_start.take()
                     && &head[start..i] == b"id"
@@ -339,21 +370,13 @@ fn id_at_start(head: &[u8]) -> Option<Value> {
                     return first_id_value(rest);
                 }
             }
-        } else {
-            match b {
-                b'"' => {
-                    in_string = true;
-                    // A key starts right after `{` or `,` at the top level.
-                    let before = head[..i].trim_ascii_end().last();
-                    key_start =
-                        (depth == 1 && matches!(before, Some(b'{' | b','))).then_some(i + 1);
-                }
+            Scan::Inside => {}
+            Scan::Outside => match b {
                 b'{' | b'[' => depth += 1,
                 b'}' | b']' => depth = depth.saturating_sub(1),
                 _ => {}
-            }
+            },
         }
-        i += 1;
     }
     None
 }

@@ -887,8 +887,8 @@ impl Dispatcher {
         }
         let mut repeat = false;
         if let Some(s) = &session {
-            // The call counts as called (for `requires_prior`) once it has answered Ok or a
-            // Hint: see `after`.
+            // The call counts as called (for `requires_prior`) once it has answered Ok:
+            // see `after`.
             let threshold = inner.config.loop_guard_threshold;
             let (streak, refused) = inner.sessions.with(s, |st| {
                 let streak = st.bump_streak(hash);
@@ -1014,25 +1014,26 @@ impl Dispatcher {
         );
         // What a repeat returned, before this call's warnings join it: the loop guard
         // refuses only repeats that keep returning the same (an interactive tool asks
-        // again and gets another answer).
-        if repeat
-            && !transient
+        // again and gets another answer). A tool that answered Ok has been called, as a
+        // policy's `requires_prior` means it: a preview that failed, timed out or answered
+        // with a hint (its input refused, too many rows) showed nothing (QA-13 C-6: any
+        // call that ran counted). One lock for both.
+        let note = repeat && !transient;
+        let called = envelope.is_ok();
+        if (note || called)
             && let Some(s) = &ctx.session
         {
             inner.sessions.with(s, |st| {
-                st.note_result(hash, || result_fingerprint(envelope))
+                if note {
+                    st.note_result(hash, || result_fingerprint(envelope));
+                }
+                if called {
+                    st.mark_called(name);
+                }
             });
         }
         for w in warnings {
             envelope.push_warning(w);
-        }
-        // A tool that answered Ok has been called, as a policy's `requires_prior` means
-        // it: a preview that failed, timed out or answered with a hint (its input refused,
-        // too many rows) showed nothing (QA-13 C-6: any call that ran counted).
-        if let Some(s) = &ctx.session
-            && envelope.is_ok()
-        {
-            inner.sessions.with(s, |st| st.mark_called(name));
         }
         if let Some(s) = &ctx.session
             && transient

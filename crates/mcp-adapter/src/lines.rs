@@ -298,6 +298,16 @@ pub(crate) fn pruned(json: &[u8], keep: usize) -> Option<Vec<u8>> {
     (cut && !strings.inside && depth == 0).then_some(out)
 }
 
+/// Whether `value` holds a value [`pruned`] left out.
+pub(crate) fn holds_cut(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s == TOO_DEEP,
+        Value::Array(items) => items.iter().any(holds_cut),
+        Value::Object(m) => m.values().any(holds_cut),
+        _ => false,
+    }
+}
+
 /// Where a byte of a JSON scan falls with respect to strings.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Scan {

@@ -171,22 +171,11 @@ fn deep_tools_page(bytes: &[u8], err: &serde_json::Error) -> Option<ServerJsonRp
     let cut = crate::lines::pruned(bytes, crate::lines::KEPT_DEPTH)?;
     let mut value: Value = serde_json::from_slice(&cut).ok()?;
     let tools = value.get_mut("result")?.get_mut("tools")?.take();
-    let marker = Value::String(crate::lines::TOO_DEEP.to_owned());
-    if !tools.is_array() || contains(&value, &marker) {
+    if !tools.is_array() || crate::lines::holds_cut(&value) {
         return None;
     }
     value["result"]["tools"] = tools;
     serde_json::from_value(value).ok()
-}
-
-/// Whether `needle` occurs anywhere in `value`.
-pub(crate) fn contains(value: &Value, needle: &Value) -> bool {
-    value == needle
-        || match value {
-            Value::Array(items) => items.iter().any(|v| contains(v, needle)),
-            Value::Object(m) => m.values().any(|v| contains(v, needle)),
-            _ => false,
-        }
 }
 
 /// What makes a JSON answer not a JSON-RPC 2.0 response, in words (serde's own says only

@@ -31,7 +31,7 @@ pub(crate) fn tool_spec(server: &str, prefix: &str, tool: &Value) -> Result<Upst
         .ok_or_else(|| "a tool has no string `name`".to_owned())?;
     let name = mcp_tool_name(prefix, upstream.as_bytes()).map_err(|e| e.to_string())?;
     // Cut from a page too deep to read whole (`pipe::deep_tools_page`).
-    if super::pipe::contains(tool, &Value::String(crate::lines::TOO_DEEP.to_owned())) {
+    if crate::lines::holds_cut(tool) {
         return Err(format!(
             "tool {upstream:?} has a definition nested too deeply for Quiver to read (the listing went past the JSON parser's 128 levels, and this tool's definition past {} of them); flatten its schema",
             crate::lines::KEPT_DEPTH

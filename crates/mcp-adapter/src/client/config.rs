@@ -504,7 +504,8 @@ impl ResolvedServer {
 /// official MCP SDKs' stdio clients pass `HOME`, `LOGNAME`, `PATH`, `SHELL`, `TERM` and
 /// `USER`; the locale, time zone, temporary directory, XDG base directories, CA bundles
 /// and proxy settings are added, which servers started by `npx` or `uvx` need to fetch and
-/// run (none of them a secret).
+/// run (none of them a secret of Quiver's: a proxy URL may carry the operator's proxy
+/// credentials, which these tools need to reach the registry).
 pub const INHERITED_ENV: &[&str] = &[
     "HOME",
     "LOGNAME",

@@ -213,7 +213,10 @@ const PURGE_BATCH: i64 = 1_000;
 /// that is missing, not a Quiver store, or of a newer schema is an error naming it.
 /// Blocking.
 pub fn read_definitions(path: impl AsRef<Path>) -> Result<Vec<ToolDefinition>, StoreError> {
-    let (conn, location, _) = open_for_reading(path.as_ref())?;
+    let (conn, location, _) = match open_for_reading(path.as_ref())? {
+        Some(reading) => reading,
+        None => empty_store()?,
+    };
     all_definitions(&conn, &location)
 }
 
@@ -225,15 +228,24 @@ pub fn read_calls(
     path: impl AsRef<Path>,
     filter: CallFilter,
 ) -> Result<Vec<LoggedCall>, StoreError> {
-    let (conn, location, found) = open_for_reading(path.as_ref())?;
+    let (conn, location, found) = match open_for_reading(path.as_ref())? {
+        Some(reading) => reading,
+        None => empty_store()?,
+    };
     recent_calls_in(&conn, &location, &filter, found)
 }
 
 /// How long a reader waits for the schema of a database that has nothing in it yet.
 const CREATION_WAIT: Duration = Duration::from_secs(2);
 
-/// A query-only connection to an existing Quiver store, its location and schema version.
-fn open_for_reading(path: &Path) -> Result<(rusqlite::Connection, String, u32), StoreError> {
+/// What [`open_for_reading`] gives: a query-only connection, the location, the version.
+type Reading = (rusqlite::Connection, String, u32);
+
+/// A query-only connection to an existing Quiver store, its location and schema version;
+/// `None` for a database file with nothing in it (a store another process began to create
+/// and left before its schema was in, when it exited at once: it reads as empty, as a
+/// missing file does, rather than as "not a Quiver store").
+fn open_for_reading(path: &Path) -> Result<Option<Reading>, StoreError> {
     let location = path.display().to_string();
     if !path.exists() {
         return Err(StoreError::Unavailable {
@@ -251,15 +263,19 @@ fn open_for_reading(path: &Path) -> Result<(rusqlite::Connection, String, u32), 
     // creating this moment (`quiver status` beside a first `quiver call`): its schema is
     // waited for, briefly, rather than the file taken for something else.
     let deadline = std::time::Instant::now() + CREATION_WAIT;
+    let objects = || -> Result<i64, StoreError> {
+        conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+            .at(&location)
+    };
     while found == 0 && std::time::Instant::now() < deadline {
-        let objects: i64 = conn
-            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
-            .at(&location)?;
-        if objects > 0 {
+        if objects()? > 0 {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
         found = version()?;
+    }
+    if found == 0 && objects()? == 0 {
+        return Ok(None);
     }
     if found == 0 {
         return Err(StoreError::Unavailable {
@@ -274,7 +290,14 @@ fn open_for_reading(path: &Path) -> Result<(rusqlite::Connection, String, u32), 
             supported: schema::SCHEMA_VERSION,
         });
     }
-    Ok((conn, location, found))
+    Ok(Some((conn, location, found)))
+}
+
+/// [`open_for_reading`]'s empty store: the whole schema in memory, nothing in it.
+fn empty_store() -> Result<Reading, StoreError> {
+    let location = ":memory:".to_owned();
+    let conn = schema::empty(&location)?;
+    Ok((conn, location, schema::SCHEMA_VERSION))
 }
 
 /// Opens the writer connection and prepares the database. While another process sets up
@@ -321,11 +344,14 @@ impl SqliteStore {
     ) -> Result<SqliteStore, StoreError> {
         let path = path.as_ref();
         let location = path.display().to_string();
-        let (first, found, path) = if path.exists() {
-            let (conn, _, found) = open_for_reading(path)?;
-            (conn, found, Some(path.to_path_buf()))
+        let opened = if path.exists() {
+            open_for_reading(path)?
         } else {
-            (schema::empty(&location)?, 0, None)
+            None
+        };
+        let (first, found, path) = match opened {
+            Some((conn, _, found)) => (conn, found, Some(path.to_path_buf())),
+            None => (schema::empty(&location)?, 0, None),
         };
         // No receiver: every message to the writer fails, as after `close`.
         let (tx, _) = mpsc::channel(1);

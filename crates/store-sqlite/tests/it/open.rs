@@ -178,7 +178,10 @@ fn a_new_database_opened_by_many_at_once_is_migrated_once() {
 /// A reader that opens a new store while another process is creating it (its file is
 /// there, its schema not yet) waits for the schema rather than taking the file for another
 /// application's: `quiver status` beside a first `quiver call` failed with "not a Quiver
-/// store (no schema)". An empty file nobody creates a store in is still refused.
+/// store (no schema)". An empty file nobody creates a store in (a creator that exited
+/// before its schema was in, as a `quiver call` refused at start-up can) reads as an empty
+/// store, as a missing file does, and is left as it is: `quiver status` beside such a call
+/// failed with "not a Quiver store (no schema)" (a flaky CLI test, 2026-12-06).
 #[test]
 fn a_store_being_created_is_waited_for_by_a_reader() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -200,9 +203,16 @@ fn a_store_being_created_is_waited_for_by_a_reader() {
     drop(creator.join().expect("no panic"));
     let empty = dir.path().join("empty.db");
     std::fs::write(&empty, b"").expect("empty");
-    let err = SqliteStore::open_read_only(&empty, StoreOptions::default())
-        .expect_err("an empty file is not a store");
-    assert!(err.to_string().contains("not a Quiver store"), "{err}");
+    let read = SqliteStore::open_read_only(&empty, StoreOptions::default())
+        .expect("an empty file reads as an empty store");
+    assert_eq!(read.open_report().found_version, 0);
+    assert!(
+        quiver_store_sqlite::read_calls(&empty, quiver_registry::CallFilter::recent(10))
+            .expect("no calls")
+            .is_empty()
+    );
+    drop(read);
+    assert_eq!(std::fs::read(&empty).expect("bytes"), b"", "left as it is");
 }
 
 fn clean_marker(path: &std::path::Path) -> bool {

@@ -245,7 +245,8 @@ impl Lane {
                 .map(|v| v.chars().take(64).collect()),
         };
         let Some(pool) = &self.pool else {
-            return match self.post(session, body).send().await {
+            // Boxed: reqwest's future is large, and this one is not the in-task pool's.
+            return match Box::pin(self.post(session, body).send()).await {
                 Ok(r) => Ok((r.status(), content_type(r.headers()), reqwest_body(r))),
                 // reqwest names the URL, which may carry a secret.
                 Err(e) if e.is_connect() => Err(Sent::Not(crate::client::config::redact_urls(
@@ -889,7 +890,7 @@ impl Upstream {
                                 answering.push(self.answer(lane, session, id, method, params, ctx, tool));
                             }
                             Seen::Notification { method, params } => {
-                                self.notified(lane, &method, params, ctx).await;
+                                Box::pin(self.notified(lane, &method, params, ctx)).await;
                             }
                             Seen::Other => {}
                         }
@@ -914,7 +915,8 @@ impl Upstream {
                         resumes += 1;
                         tokio::time::sleep(retry.max(resume_floor(resumed))).await;
                         resumed += 1;
-                        match self.resume(lane, session, from).await {
+                        // Boxed, as the notification's delivery: rare, and large inline.
+                        match Box::pin(self.resume(lane, session, from)).await {
                             Ok(r) => {
                                 pooled = false;
                                 events = sse::events(limit_events(reqwest_body(r), MAX_SSE_EVENT));

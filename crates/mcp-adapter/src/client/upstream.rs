@@ -1676,18 +1676,18 @@ impl Upstream {
                     let alive = http
                         && !conn.peer.is_transport_closed()
                         && matches!(
-                            tokio::time::timeout(
+                            Box::pin(tokio::time::timeout(
                                 STREAM_CHECK,
                                 conn.peer
                                     .send_request(ClientRequest::PingRequest(Default::default())),
-                            )
+                            ))
                             .await,
                             Ok(Ok(_) | Err(rmcp::ServiceError::McpError(_)))
                         );
                     if !alive {
                         self.lost(conn.generation);
                         if !http {
-                            return self.child_gone(conn.generation, tool).await;
+                            return Box::pin(self.child_gone(conn.generation, tool)).await;
                         }
                         return Envelope::err(
                             ErrKind::NotAvailable,
@@ -1714,7 +1714,7 @@ impl Upstream {
                 Attempt::NotDelivered if !reconnected => {
                     reconnected = true;
                     self.lost(conn.generation);
-                    match self.dial_shared(conn.generation, false).await {
+                    match Box::pin(self.dial_shared(conn.generation, false)).await {
                         Ok(c) => conn = c,
                         Err(DialError::Closed) => {
                             return Envelope::err(
@@ -1724,7 +1724,7 @@ impl Upstream {
                         }
                         Err(_) => {
                             // The supervisor may have dialled for us; wait for its outcome.
-                            match self.ready_conn(self.call_limit(ctx)).await {
+                            match Box::pin(self.ready_conn(self.call_limit(ctx))).await {
                                 Ok(c) if c.generation > conn.generation => conn = c,
                                 _ => return self.unavailable_after_reconnect(),
                             }
@@ -1871,7 +1871,11 @@ impl Upstream {
             return Attempt::NotDelivered;
         }
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
-        self.sync_roots(conn, tool, ctx, self.call_limit(ctx)).await;
+        // The rare paths (a roots sync, rmcp's path) are boxed: inline, their states made
+        // this future, which `async_trait` moves into a box for every call, many KiB.
+        if self.roots_stale(conn, ctx) {
+            Box::pin(self.sync_roots(conn, tool, ctx, self.call_limit(ctx))).await;
+        }
         // What the roots' sync took comes out of the call's time.
         let mut timeout = self.call_limit(ctx);
         if let Some(lane) = &conn.fast {
@@ -1886,6 +1890,19 @@ impl Upstream {
                 timeout = timeout.min(deadline.saturating_duration_since(Instant::now()));
             }
         }
+        Box::pin(self.rmcp_attempt(conn, tool, args, ctx, timeout)).await
+    }
+
+    /// [`Self::attempt`] through rmcp's client: a server without the lean path, or a call
+    /// the lean path handed back unrun.
+    async fn rmcp_attempt(
+        &self,
+        conn: &Conn,
+        tool: &str,
+        args: Option<serde_json::Map<String, Value>>,
+        ctx: &CallContext,
+        timeout: Duration,
+    ) -> Attempt {
         let mut params = rmcp::model::CallToolRequestParams::new(tool.to_owned());
         params.arguments = args;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
@@ -1985,6 +2002,13 @@ impl Upstream {
     /// fetched again before its next call.
     pub(crate) fn roots_changed(&self, who: &Who) {
         self.roots.forget(who);
+    }
+
+    /// Whether the server holds another client's roots than this call's (or none it should).
+    fn roots_stale(&self, conn: &Conn, ctx: &CallContext) -> bool {
+        let has_roots = ctx.client.as_ref().is_some_and(|c| c.features().roots);
+        self.roots
+            .stale_for(conn.generation, &Who::of(ctx), has_roots)
     }
 
     /// Before a call from a client other than the one whose roots the server holds: tells

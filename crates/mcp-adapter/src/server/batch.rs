@@ -52,7 +52,7 @@ pub(super) fn is_array(bytes: &[u8]) -> bool {
 }
 
 /// Answers the batch `bytes` (a JSON array) sent with the request head `parts`.
-pub(super) async fn serve(direct: &Direct, parts: Parts, bytes: &Bytes) -> Response {
+pub(super) async fn serve(direct: &Arc<Direct>, parts: Parts, bytes: &Bytes) -> Response {
     let items = match serde_json::from_slice::<Value>(bytes) {
         Ok(Value::Array(items)) => items,
         // Not JSON after all: -32700 in the single-message path's words (it was taken
@@ -199,7 +199,7 @@ async fn streams_to(direct: &Direct, parts: &Parts) -> bool {
 /// The batch answered on one SSE stream: every message each of its messages' answers
 /// carries, as it comes; the stream ends when they all have.
 fn streamed(
-    direct: &Direct,
+    direct: &Arc<Direct>,
     parts: &Parts,
     items: Vec<Value>,
     refused: Vec<Option<Refusal>>,
@@ -338,7 +338,7 @@ fn refusals(items: &[Value]) -> Vec<Option<Refusal>> {
 
 /// One element of the batch: its refusal, or the message through the endpoint ([`one`]).
 fn element(
-    direct: &Direct,
+    direct: &Arc<Direct>,
     parts: &Parts,
     item: &Value,
     refused: Option<Refusal>,
@@ -358,7 +358,7 @@ fn element(
 /// itself an array is refused, not taken as a batch in its turn (a batch of batches would
 /// get past [`MAX_BATCH`]).
 fn one(
-    direct: &Direct,
+    direct: &Arc<Direct>,
     parts: &Parts,
     body: Bytes,
 ) -> Pin<Box<dyn Future<Output = Response> + Send + 'static>> {

@@ -116,8 +116,9 @@ impl DirectSessions {
     }
 }
 
-/// What the direct path needs besides the shared server state.
-#[derive(Clone)]
+/// What the direct path needs besides the shared server state. Shared behind an `Arc` as
+/// the router's state: axum clones the state for every request, and a clone of rmcp's
+/// service (its configuration's vectors) and its drop were ~17k instructions per call.
 pub(crate) struct Direct {
     pub(crate) shared: Arc<Shared>,
     pub(crate) rmcp: StreamableHttpService<Handler, LocalSessionManager>,
@@ -129,13 +130,13 @@ pub(crate) struct Direct {
 }
 
 /// The `/mcp` endpoint: the direct path when it applies, rmcp otherwise.
-pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> Response {
+pub(crate) async fn endpoint(State(direct): State<Arc<Direct>>, request: Request) -> Response {
     // Shutting down: rmcp answers as it does while it stops.
     if direct.shared.shutdown.is_cancelled() {
-        return forward(&direct, request).await;
+        return Box::pin(forward(&direct, request)).await;
     }
     if request.method() == Method::DELETE {
-        return end_session(&direct, request).await;
+        return Box::pin(end_session(&direct, request)).await;
     }
     // A batch, on a session that negotiated 2025-03-26 (whose clients send no
     // `MCP-Protocol-Version` header, or that version: some SDKs send the negotiated one
@@ -153,7 +154,7 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
             Err(refused) => return refused,
         };
         if super::batch::is_array(&bytes) {
-            return super::batch::serve(&direct, parts, &bytes).await;
+            return Box::pin(super::batch::serve(&direct, parts, &bytes)).await;
         }
         Request::from_parts(parts, Body::from(bytes))
     } else {
@@ -193,7 +194,7 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
                     .extensions
                     .insert(super::invalid::BadCursor(Arc::from(problem)));
             }
-            return forward_parts(&direct, parts, bytes).await;
+            return Box::pin(forward_parts(&direct, parts, bytes)).await;
         };
         // A request that names a later protocol in its header is rmcp's to answer (2026-07-28
         // removed `initialize`: 404, -32601).
@@ -221,14 +222,14 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
         if direct.sessions.sessions.read().await.len() >= direct.shared.options.max_sessions {
             return too_many_sessions(id, direct.shared.options.max_sessions);
         }
-        return forward_parts(&direct, parts, bytes).await;
+        return Box::pin(forward_parts(&direct, parts, bytes)).await;
     }
     let length = axum::body::HttpBody::size_hint(request.body()).upper();
     let Some(sid) = candidate(&direct, request.method(), request.headers(), length) else {
-        return forward(&direct, request).await;
+        return Box::pin(forward(&direct, request)).await;
     };
     let Some(entry) = direct.shared.direct.get(&sid) else {
-        return forward(&direct, request).await;
+        return Box::pin(forward(&direct, request)).await;
     };
     let (parts, body) = request.into_parts();
     let bytes = match read_body(&direct, body, MAX_DIRECT_BODY as usize).await {
@@ -246,13 +247,13 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
             if (takes_traffic && reaches_client(&direct.shared, &params.name))
                 || !direct.sessions.has_session(&sid).await.unwrap_or(false)
             {
-                return forward_claimed(&direct, &entry, parts, bytes, Some(id)).await;
+                return Box::pin(forward_claimed(&direct, &entry, parts, bytes, Some(id))).await;
             }
             let meta = params.meta.clone().unwrap_or_default();
             // A malformed conversation key is rmcp's to answer (the same error, from the
             // handler).
             let Ok(scope) = handler::scope(&direct.shared, Some(&parts), &meta, None) else {
-                return forward_claimed(&direct, &entry, parts, bytes, Some(id)).await;
+                return Box::pin(forward_claimed(&direct, &entry, parts, bytes, Some(id))).await;
             };
             touch(&direct, &sid, &entry);
             let Some(held) = IdHeld::claim(&entry, &id) else {
@@ -274,7 +275,7 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
             if let Some(token) = lock(&entry.conn.in_flight).get(&id) {
                 token.cancel();
             }
-            forward_parts(&direct, parts, bytes).await
+            Box::pin(forward_parts(&direct, parts, bytes)).await
         }
         message @ (Message::Other | Message::BadCursor { .. }) => {
             // A list whose cursor is not a string: marked for the list handler, which
@@ -286,11 +287,11 @@ pub(crate) async fn endpoint(State(direct): State<Direct>, request: Request) -> 
                     .insert(super::invalid::BadCursor(Arc::from(problem)));
             }
             let head = request_head(&bytes);
-            if let Some(refused) = second_initialize(&direct, &sid, head.as_ref()).await {
+            if let Some(refused) = Box::pin(second_initialize(&direct, &sid, head.as_ref())).await {
                 return refused;
             }
             let id = head.map(|(_, id)| id);
-            forward_claimed(&direct, &entry, parts, bytes, id).await
+            Box::pin(forward_claimed(&direct, &entry, parts, bytes, id)).await
         }
     }
 }

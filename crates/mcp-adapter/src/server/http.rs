@@ -109,7 +109,7 @@ impl McpServer {
             .route(MCP_PATH, any(direct::endpoint))
             // Unknown paths answer behind the token check too (401 before 404).
             .fallback(|| async { axum::http::StatusCode::NOT_FOUND })
-            .with_state(direct)
+            .with_state(Arc::new(direct))
             .layer(axum::middleware::from_fn_with_state(
                 gate,
                 auth::require_token,

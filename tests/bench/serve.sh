@@ -4,7 +4,8 @@
 #
 #   CARGO_TARGET_DIR=/work/target-bench cargo build --release -p quiver-host -p quiver-tests
 #   tests/bench/serve.sh            # 1-4: in-process tool, upstream echo, throughput, RSS
-#     (2 interleaves direct and through-quiver calls: `quiver-serve-bench compare`)
+#     (2 interleaves direct and through-quiver calls: `quiver-serve-bench compare`, and
+#     then direct and through a proxy that only copies bytes, the floor for any proxy)
 #   STDIO_BRIDGES=1 tests/bench/serve.sh
 #     also 5: stdio server-everything bridged by quiver, supergateway (npm), mcp-proxy (PyPI),
 #     and the same calls straight to the stdio server (tests/bench/stdio_direct.py); the two
@@ -77,6 +78,16 @@ start_quiver upstream --mcp-config "$WORK/http.json"
 # Interleaved: a = direct, b = through quiver; "added" is b - a under the same load.
 for _ in 1 2 3; do
   "$BENCH" compare "$EURL" echo "$QURL" mcp__everything__echo echo "$N"
+done
+# The floor: what a proxy that parses nothing adds in front of the same server, and what
+# Quiver adds over that proxy (a = the proxy, b = quiver).
+"$BENCH" proxy "127.0.0.1:$PORT" >"$WORK/proxy.out" &
+PIDS+=("$!")
+for _ in $(seq 100); do [ -s "$WORK/proxy.out" ] && break; sleep 0.05; done
+PURL=http://$(head -n1 "$WORK/proxy.out")/mcp
+for _ in 1 2; do
+  "$BENCH" compare "$EURL" echo "$PURL" echo echo "$N" | sed 's/^/byte_proxy: /'
+  "$BENCH" compare "$PURL" echo "$QURL" mcp__everything__echo echo "$N" | sed 's/^/quiver_over_byte_proxy: /'
 done
 echo "# $(uptime)"
 kill "$QPID"

@@ -20,6 +20,10 @@
 //!   the same load; prints each series, its added p50 over the direct one, the median of its
 //!   paired differences, and, when one is named `quiver`, the ratio of the slowest other's
 //!   added p50 to Quiver's.
+//! - `quiver-serve-bench proxy UPSTREAM_HOST:PORT`: a proxy that only copies bytes (tokio's
+//!   `copy_bidirectional`, `TCP_NODELAY` on both sides, a task per connection), on a free
+//!   loopback port it prints; runs until killed. `compare` through it gives what any proxy
+//!   adds on this host, the floor under Quiver's added latency.
 //!
 //! ARGS is `describe` (alternates `{"name": "tool_search"}` and `{"name": "describe_tool"}`,
 //! so the loop guard never sees identical consecutive calls), `echo`
@@ -621,12 +625,31 @@ async fn throughput(target: Target, tool: &str, kind: &str, clients: u64, secs: 
     Ok(())
 }
 
+/// Copies bytes between each accepted connection and a new one to `upstream`.
+async fn proxy(upstream: String) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    println!("{}", listener.local_addr()?);
+    loop {
+        let (mut inbound, _) = listener.accept().await?;
+        let upstream = upstream.clone();
+        tokio::spawn(async move {
+            let Ok(mut outbound) = TcpStream::connect(&upstream).await else {
+                return;
+            };
+            let _ = inbound.set_nodelay(true);
+            let _ = outbound.set_nodelay(true);
+            let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+        });
+    }
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = "usage: quiver-serve-bench latency URL TOOL ARGS [N] [WARMUP] | \
                  throughput URL TOOL ARGS CLIENTS SECS | \
                  compare URL_A TOOL_A URL_B TOOL_B ARGS [N] [WARMUP] | \
-                 bridges ARGS N WARMUP \"CMD [CMD_ARGS]\" DIRECT_TOOL NAME URL TOOL [...]";
+                 bridges ARGS N WARMUP \"CMD [CMD_ARGS]\" DIRECT_TOOL NAME URL TOOL [...] | \
+                 proxy UPSTREAM_HOST:PORT";
     let get = |i: usize| args.get(i).map(String::as_str).context(usage);
     let mode = get(0)?;
     if mode == "compare" {
@@ -639,6 +662,13 @@ fn main() -> Result<()> {
             .enable_all()
             .build()?
             .block_on(compare(a, b, &kind, n, warmup));
+    }
+    if mode == "proxy" {
+        let upstream = get(1)?.to_owned();
+        return tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+            .block_on(proxy(upstream));
     }
     if mode == "bridges" {
         let kind = get(1)?.to_owned();

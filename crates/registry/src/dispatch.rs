@@ -262,7 +262,8 @@ const TOOL_SEARCH: &str = "tool_search";
 
 /// The error kinds of calls refused before the tool ran: unknown, forbidden, denied,
 /// looping, too large or too deep, or a `tools/call` the MCP server could not read
-/// (`invalid_params`). Whatever else failed had run (an upstream that was not available, a
+/// (`invalid_params`; over the transport: `invalid_request`, `parse_error`). Whatever else
+/// failed had run (an upstream that was not available, a
 /// tool's own error kind).
 pub const REFUSED_KINDS: &[&str] = &[
     "invalid_params",
@@ -272,6 +273,8 @@ pub const REFUSED_KINDS: &[&str] = &[
     "loop_guard",
     "input_too_large",
     "too_deep",
+    "invalid_request",
+    "parse_error",
 ];
 
 /// How the dispatcher's answer for a tool whose provider is not up begins (see
@@ -583,11 +586,10 @@ impl Dispatcher {
         }
     }
 
-    /// Runs one call through the whole pipeline and returns its envelope. Never panics on
-    /// bad input; every call is recorded.
     /// Answers with `envelope` a call that the layer above refused before dispatching it (a
-    /// tool the session's mode does not list): counted, and recorded like a refusal of the
-    /// dispatcher's own, so every call has its row in the log.
+    /// tool the session's mode does not list, a request the MCP transport could not read):
+    /// counted, and recorded like a refusal of the dispatcher's own, so every call has its
+    /// row in the log.
     pub async fn refuse(
         &self,
         name: &str,
@@ -601,6 +603,8 @@ impl Dispatcher {
             .await
     }
 
+    /// Runs one call through the whole pipeline and returns its envelope. Never panics on
+    /// bad input; every call is recorded.
     pub async fn call(&self, name: &str, input: Value, mut ctx: CallContext) -> Envelope {
         let t0 = Instant::now();
         let inner = &*self.inner;

@@ -59,6 +59,9 @@ pub(super) async fn serve(direct: &Arc<Direct>, parts: Parts, bytes: &Bytes) -> 
         // for a batch inside a batch).
         Err(e) => {
             let refusal = super::invalid::unreadable(bytes, &e.to_string(), "the body");
+            // A batch nested too deeply is read with its deep parts cut: each `tools/call`
+            // in it has its row.
+            super::direct::record_refused(direct, &parts, bytes, &refusal).await;
             return json_rpc_error(
                 StatusCode::BAD_REQUEST,
                 refusal.id,
@@ -77,11 +80,17 @@ pub(super) async fn serve(direct: &Arc<Direct>, parts: Parts, bytes: &Bytes) -> 
         );
     }
     if items.len() > MAX_BATCH {
+        let refusal = super::invalid::Refusal {
+            code: super::invalid::INVALID_REQUEST,
+            message: too_long(items.len()),
+            id: Value::Null,
+        };
+        super::direct::record_refused(direct, &parts, bytes, &refusal).await;
         return json_rpc_error(
             StatusCode::BAD_REQUEST,
-            Value::Null,
-            super::invalid::INVALID_REQUEST,
-            &too_long(items.len()),
+            refusal.id,
+            refusal.code,
+            &refusal.message,
         );
     }
     let requests = items
@@ -344,12 +353,24 @@ fn element(
     refused: Option<Refusal>,
 ) -> Pin<Box<dyn Future<Output = Response> + Send + 'static>> {
     match refused {
-        Some(r) => Box::pin(std::future::ready(json_rpc_error(
-            StatusCode::BAD_REQUEST,
-            r.id,
-            r.code,
-            &r.message,
-        ))),
+        // A `tools/call` refused here has its row, as one refused alone.
+        Some(r) => {
+            let call = super::invalid::refused_call(item);
+            let (direct, parts) = (direct.clone(), parts.clone());
+            Box::pin(async move {
+                if let Some(call) = call {
+                    super::handler::record_transport_refusal(
+                        &direct.shared,
+                        Some(&parts),
+                        None,
+                        call,
+                        &r,
+                    )
+                    .await;
+                }
+                json_rpc_error(StatusCode::BAD_REQUEST, r.id, r.code, &r.message)
+            })
+        }
         None => one(direct, parts, Bytes::from(item.to_string())),
     }
 }

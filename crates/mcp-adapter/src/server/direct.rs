@@ -257,7 +257,7 @@ pub(crate) async fn endpoint(State(direct): State<Arc<Direct>>, request: Request
             };
             touch(&direct, &sid, &entry);
             let Some(held) = IdHeld::claim(&entry, &id) else {
-                return id_in_use(id);
+                return id_in_use(&direct, &parts, &bytes, id).await;
             };
             serve_call(
                 &direct.shared,
@@ -357,7 +357,7 @@ async fn forward_claimed(
         return forward_parts(direct, parts, bytes).await;
     };
     let Some(held) = IdHeld::claim(entry, &id) else {
-        return id_in_use(id);
+        return id_in_use(direct, &parts, &bytes, id).await;
     };
     // Held by the request's handler (rmcp keeps the request's parts in its context until
     // the handler is done) and by the answer's body (until the stream ends or its client
@@ -400,13 +400,33 @@ impl Drop for IdHeld {
 }
 
 /// 400 with a JSON-RPC error: a request reused the id of one still in flight.
-fn id_in_use(id: RequestId) -> Response {
+/// A `tools/call` in `bytes` has its row.
+async fn id_in_use(direct: &Direct, parts: &Parts, bytes: &[u8], id: RequestId) -> Response {
+    let refusal = super::invalid::Refusal {
+        code: super::invalid::INVALID_REQUEST,
+        message: "Invalid Request: this id is already used by a request of this session that is still in flight; give each request a new id".into(),
+        id: serde_json::to_value(id).unwrap_or(Value::Null),
+    };
+    record_refused(direct, parts, bytes, &refusal).await;
     json_rpc_error(
         StatusCode::BAD_REQUEST,
-        serde_json::to_value(id).unwrap_or(Value::Null),
-        -32600,
-        "Invalid Request: this id is already used by a request of this session that is still in flight; give each request a new id",
+        refusal.id,
+        refusal.code,
+        &refusal.message,
     )
+}
+
+/// Records each `tools/call` in `bytes` (a message or a batch), refused with `refusal`
+/// before any handler saw it: every call has its row.
+pub(super) async fn record_refused(
+    direct: &Direct,
+    parts: &Parts,
+    bytes: &[u8],
+    refusal: &super::invalid::Refusal,
+) {
+    for call in super::invalid::refused_calls_in(bytes) {
+        handler::record_transport_refusal(&direct.shared, Some(parts), None, call, refusal).await;
+    }
 }
 
 /// The answer to a list request whose cursor no page gave out: -32602, as a JSON-RPC error
@@ -975,7 +995,7 @@ async fn forward(direct: &Direct, request: Request) -> Response {
     }
     let response = direct.rmcp.handle(request).await.map(Body::new);
     if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
-        return unparsable(response, None).await;
+        return unparsable(response, None).await.0;
     }
     response
 }
@@ -1021,18 +1041,22 @@ const UNPARSED_BODY: &str = "fail to deserialize request body ";
 
 /// rmcp answers a body that is not one JSON-RPC message with `415` and a line of text; a
 /// JSON-RPC client expects a JSON-RPC error: `-32700` for text that is not JSON, `-32600`
-/// for JSON that is not one message (a batch, a stray object), with status 400.
-async fn unparsable(response: Response, sent: Option<&Bytes>) -> Response {
+/// for JSON that is not one message (a batch, a stray object), with status 400; and the
+/// refusal (none when the answer was another).
+async fn unparsable(
+    response: Response,
+    sent: Option<&Bytes>,
+) -> (Response, Option<super::invalid::Refusal>) {
     let (parts, body) = response.into_parts();
     let text = axum::body::to_bytes(body, 64 * 1024)
         .await
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default();
     let Some(detail) = text.strip_prefix(UNPARSED_BODY) else {
-        return Response::from_parts(parts, Body::from(text));
+        return (Response::from_parts(parts, Body::from(text)), None);
     };
-    let (code, message, id) = if detail.contains("unrecognized JSON-RPC message") {
-        let refusal = match sent.map(|b| serde_json::from_slice::<Value>(b)) {
+    let refusal = if detail.contains("unrecognized JSON-RPC message") {
+        match sent.map(|b| serde_json::from_slice::<Value>(b)) {
             Some(Ok(value)) => super::invalid::diagnose(&value, "the body"),
             _ => super::invalid::Refusal {
                 code: super::invalid::INVALID_REQUEST,
@@ -1041,20 +1065,23 @@ async fn unparsable(response: Response, sent: Option<&Bytes>) -> Response {
                     .into(),
                 id: Value::Null,
             },
-        };
-        (refusal.code, refusal.message, refusal.id)
+        }
     } else if sent.is_some_and(|b| b.starts_with(b"\xef\xbb\xbf")) {
-        (
-            super::invalid::PARSE_ERROR,
-            "Parse error: the body starts with a UTF-8 byte-order mark (EF BB BF), which JSON over HTTP does not take; send the JSON without it".to_owned(),
-            Value::Null,
-        )
+        super::invalid::Refusal {
+            code: super::invalid::PARSE_ERROR,
+            message: "Parse error: the body starts with a UTF-8 byte-order mark (EF BB BF), which JSON over HTTP does not take; send the JSON without it".to_owned(),
+            id: Value::Null,
+        }
     } else {
-        let refusal =
-            super::invalid::unreadable(sent.map_or(&[][..], |b| &b[..]), detail, "the body");
-        (refusal.code, refusal.message, refusal.id)
+        super::invalid::unreadable(sent.map_or(&[][..], |b| &b[..]), detail, "the body")
     };
-    json_rpc_error(StatusCode::BAD_REQUEST, id, code, &message)
+    let response = json_rpc_error(
+        StatusCode::BAD_REQUEST,
+        refusal.id.clone(),
+        refusal.code,
+        &refusal.message,
+    );
+    (response, Some(refusal))
 }
 
 async fn forward_parts(direct: &Direct, parts: Parts, bytes: Bytes) -> Response {
@@ -1080,14 +1107,19 @@ async fn forward_parts(direct: &Direct, parts: Parts, bytes: Bytes) -> Response 
         None => handled.await,
     }
     .map(Body::new);
-    let response = match call_parts {
+    let response = match &call_parts {
         Some(parts) if response.status() == StatusCode::BAD_REQUEST => {
-            record_header_refusal(direct, &parts, &bytes, response).await
+            record_header_refusal(direct, parts, &bytes, response).await
         }
         _ => response,
     };
     if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
-        return unparsable(response, Some(&bytes)).await;
+        let (response, refusal) = unparsable(response, Some(&bytes)).await;
+        // Not JSON, nested too deeply, not JSON-RPC: a `tools/call` so refused has its row.
+        if let (Some(parts), Some(refusal)) = (&call_parts, refusal) {
+            record_refused(direct, parts, &bytes, &refusal).await;
+        }
+        return response;
     }
     response
 }
@@ -2215,6 +2247,181 @@ mod tests {
                 Some(&ErrKind::Other("invalid_params".into()))
             );
         }
+    }
+
+    /// A `tools/call` the HTTP transport refuses before any handler sees it has its row in
+    /// the execution log, as one the handler refuses (none had one): a body nested too
+    /// deeply (its deep part cut), text that is not JSON, a message that is not JSON-RPC, an
+    /// id in flight, and a batch's requests that share an id or are nested too deeply.
+    #[tokio::test]
+    async fn a_tools_call_the_transport_refuses_has_its_row() {
+        let started = Arc::new(tokio::sync::Notify::new());
+        let catalog = Arc::new(Catalog::new());
+        catalog
+            .register(Arc::new(Hold {
+                spec: ToolSpec::new("hold", "Holds until cancelled.")
+                    .read_only()
+                    .with_schema(json!({"type": "object"})),
+                started: started.clone(),
+                dropped: Arc::default(),
+                cancelled: Arc::default(),
+            }))
+            .unwrap();
+        catalog
+            .register(Arc::new(Echo(
+                ToolSpec::new("echo", "Echoes its arguments.")
+                    .read_only()
+                    .with_schema(json!({"type": "object"})),
+            )))
+            .unwrap();
+        let (server, recorder) =
+            crate::server::test_server_recorded(catalog, ServerOptions::default());
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let sid = open(&server, &router, json!({})).await;
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let cases = [
+            (
+                format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","arguments":{{"x":{deep}}}}}}}"#),
+                -32600,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{}}"#.to_owned(),
+                -32700,
+            ),
+            (
+                r#"{"jsonrpc":"1.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"y":3}}}"#.to_owned(),
+                -32600,
+            ),
+        ];
+        for (body, code) in &cases {
+            let reply = send_text(&router, Method::POST, Some(&sid), body.clone()).await;
+            assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.body);
+            let answer: Value = serde_json::from_str(&reply.body).unwrap();
+            assert_eq!(answer["error"]["code"], json!(code), "{}", reply.body);
+        }
+        // An id in flight: a held call under id 4, then another call with that id.
+        let held = tokio::spawn({
+            let (router, sid) = (router.clone(), sid.clone());
+            async move {
+                let call = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                    "params": {"name": "hold", "arguments": {}}});
+                send(&router, Method::POST, Some(&sid), call).await
+            }
+        });
+        started.notified().await;
+        let again = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"z": 4}}});
+        let reply = send(&router, Method::POST, Some(&sid), again).await;
+        assert!(reply.body.contains("already used"), "{}", reply.body);
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 4}});
+        send(&router, Method::POST, Some(&sid), cancel).await;
+        held.await.unwrap();
+        server.shared.dispatcher.drain_records().await;
+        let rows = recorder.records();
+        // The arguments as logged; those kept to 100 levels and cut below as "cut".
+        let logged = |input: &Value| match crate::lines::holds_cut(input) {
+            true => json!("cut"),
+            false => input.clone(),
+        };
+        let refused: Vec<_> = rows
+            .iter()
+            .filter(|r| r.tool_name != "hold")
+            .map(|r| {
+                (
+                    r.tool_name.as_str(),
+                    r.envelope.err_kind().map(|k| k.as_str().to_owned()),
+                    logged(&r.input),
+                    r.session.as_deref().map(str::to_owned),
+                )
+            })
+            .collect();
+        let kind = |k: &str| Some(k.to_owned());
+        let session = Some(format!("mcp:{sid}"));
+        assert_eq!(
+            refused,
+            vec![
+                ("echo", kind("too_deep"), json!("cut"), session.clone()),
+                (
+                    "(unreadable)",
+                    kind("parse_error"),
+                    Value::Null,
+                    session.clone()
+                ),
+                (
+                    "echo",
+                    kind("invalid_request"),
+                    json!({"y": 3}),
+                    session.clone()
+                ),
+                (
+                    "echo",
+                    kind("invalid_request"),
+                    json!({"z": 4}),
+                    session.clone()
+                ),
+            ],
+            "{rows:?}"
+        );
+        // A 2025-03-26 session's batch: two calls that share an id, and one nested too
+        // deeply in a batch of its own.
+        let old: &[(&str, &[u8])] = &[("mcp-protocol-version", b"")];
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-03-26", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        let opened = send_with(&router, Method::POST, None, init.to_string(), old).await;
+        let old_sid = opened.session.expect("a session id");
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        send_with(
+            &router,
+            Method::POST,
+            Some(&old_sid),
+            initialized.to_string(),
+            old,
+        )
+        .await;
+        let shared = json!([
+            {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"a": 1}}},
+            {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"b": 2}}},
+        ]);
+        let reply = send_with(
+            &router,
+            Method::POST,
+            Some(&old_sid),
+            shared.to_string(),
+            old,
+        )
+        .await;
+        assert!(reply.body.contains("carry the id 9"), "{}", reply.body);
+        let deep_batch = format!(
+            r#"[{{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{{"name":"echo","arguments":{{"c":{deep}}}}}}}]"#
+        );
+        let reply = send_with(&router, Method::POST, Some(&old_sid), deep_batch, old).await;
+        assert!(reply.body.contains("levels deep"), "{}", reply.body);
+        server.shared.dispatcher.drain_records().await;
+        let rows = recorder.records();
+        let mut batch: Vec<_> = rows
+            .iter()
+            .filter(|r| r.session.as_deref() == Some(&format!("mcp:{old_sid}")))
+            .map(|r| {
+                (
+                    r.envelope.err_kind().map(|k| k.as_str().to_owned()),
+                    logged(&r.input),
+                )
+            })
+            .collect();
+        batch.sort_by_key(|(_, input)| input.to_string());
+        assert_eq!(
+            batch,
+            vec![
+                (kind("too_deep"), json!("cut")),
+                (kind("invalid_request"), json!({"a": 1})),
+                (kind("invalid_request"), json!({"b": 2})),
+            ],
+            "{rows:?}"
+        );
     }
 
     /// A JSON body that is not one JSON-RPC message is told what is wrong with it, with its

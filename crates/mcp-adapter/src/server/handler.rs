@@ -893,7 +893,52 @@ pub(crate) async fn record_invalid_params(
     parts: Option<&axum::http::request::Parts>,
     meta: &RequestMetaObject,
     fixed_session: Option<&str>,
+    call: (&str, Value),
+    message: &str,
+) {
+    record_refusal(
+        shared,
+        (parts, meta, fixed_session),
+        call,
+        "invalid_params",
+        message,
+    )
+    .await;
+}
+
+/// Records `call`, a `tools/call` that a transport refused with `refusal` before any
+/// handler saw it (a body nested too deeply, text that is not JSON, a message that is not
+/// JSON-RPC, a batch's shared id, an id in flight): a call all the same, which has its row.
+/// `parts`: the HTTP request's head; `fixed_session`: the stdio session's key.
+pub(crate) async fn record_transport_refusal(
+    shared: &Shared,
+    parts: Option<&axum::http::request::Parts>,
+    fixed_session: Option<&str>,
+    call: super::invalid::RefusedCall,
+    refusal: &super::invalid::Refusal,
+) {
+    let meta: RequestMetaObject = serde_json::from_value(call.meta).unwrap_or_default();
+    record_refusal(
+        shared,
+        (parts, &meta, fixed_session),
+        (&call.name, call.input),
+        refusal.kind(),
+        &refusal.message,
+    )
+    .await;
+}
+
+/// Records a refused call with the error `kind` and `message`, in the scope of `parts`,
+/// `meta` and `fixed_session` (see [`scope`]).
+async fn record_refusal(
+    shared: &Shared,
+    (parts, meta, fixed_session): (
+        Option<&axum::http::request::Parts>,
+        &RequestMetaObject,
+        Option<&str>,
+    ),
     (name, input): (&str, Value),
+    kind: &str,
     message: &str,
 ) {
     let ctx = match scope(shared, parts, meta, fixed_session) {
@@ -912,7 +957,7 @@ pub(crate) async fn record_invalid_params(
         }
     };
     let envelope = quiver_contract::Envelope::err(
-        quiver_contract::ErrKind::Other("invalid_params".into()),
+        quiver_contract::ErrKind::Other(kind.into()),
         message.to_owned(),
     );
     shared.dispatcher.refuse(name, input, ctx, envelope).await;

@@ -107,6 +107,18 @@ pub(super) fn unreadable(bytes: &[u8], err: &str, what: &str) -> Refusal {
 }
 
 impl Refusal {
+    /// The kind a refused call's row is logged with: `parse_error` (-32700),
+    /// `invalid_params` (-32602), `too_deep` (nested past the parser's limit, as the
+    /// dispatcher's own refusal of deep arguments) or `invalid_request`.
+    pub(super) fn kind(&self) -> &'static str {
+        match self.code {
+            PARSE_ERROR => "parse_error",
+            INVALID_PARAMS => "invalid_params",
+            _ if self.message.contains("levels deep") => "too_deep",
+            _ => "invalid_request",
+        }
+    }
+
     /// The JSON-RPC error response.
     pub(super) fn to_json(&self) -> Value {
         serde_json::json!({
@@ -114,6 +126,52 @@ impl Refusal {
             "id": self.id,
             "error": {"code": self.code, "message": self.message},
         })
+    }
+}
+
+/// A `tools/call` refused before it reached the dispatcher (by a transport's own checks),
+/// for its row in the execution log: every call has one, refused or not. Its name as sent
+/// ([`super::handler::sent_name`]), its arguments (null when it had none) and its `_meta`
+/// (for the conversation key).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RefusedCall {
+    pub(crate) name: String,
+    pub(crate) input: Value,
+    pub(crate) meta: Value,
+}
+
+/// The `tools/call` that `message` is, if it is one (by its `method`).
+pub(crate) fn refused_call(message: &Value) -> Option<RefusedCall> {
+    if message.get("method").and_then(Value::as_str) != Some("tools/call") {
+        return None;
+    }
+    let params = message.get("params");
+    let field = |k: &str| params.and_then(|p| p.get(k)).cloned();
+    Some(RefusedCall {
+        name: super::handler::sent_name(field("name")),
+        input: field("arguments").unwrap_or(Value::Null),
+        meta: field("_meta").unwrap_or(Value::Null),
+    })
+}
+
+/// The `tools/call`s in `bytes`, a refused message or batch: JSON nested too deeply for
+/// serde is read with the parts past [`crate::lines::KEPT_DEPTH`] cut
+/// ([`crate::lines::pruned`]); text that is not JSON at all but names `tools/call` is one
+/// call all the same, logged under `(unreadable)` with no arguments.
+pub(crate) fn refused_calls_in(bytes: &[u8]) -> Vec<RefusedCall> {
+    let readable = serde_json::from_slice::<Value>(bytes).ok().or_else(|| {
+        crate::lines::pruned(bytes, crate::lines::KEPT_DEPTH)
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+    });
+    match readable {
+        Some(Value::Array(items)) => items.iter().filter_map(refused_call).collect(),
+        Some(message) => refused_call(&message).into_iter().collect(),
+        None if bytes.windows(12).any(|w| w == b"\"tools/call\"") => vec![RefusedCall {
+            name: "(unreadable)".into(),
+            input: Value::Null,
+            meta: Value::Null,
+        }],
+        None => Vec::new(),
     }
 }
 

@@ -298,15 +298,27 @@ impl McpServer {
         // One connection, one session: a key of its own (`mcp:stdio:<id>`), so a later
         // process neither restores this one's working set nor counts its calls for
         // `requires_prior`.
-        let session = format!("stdio:{}", uuid::Uuid::new_v4().simple());
-        let handler = handler::Handler::new(self.shared.clone(), Some(session.into()));
+        let session: Arc<str> = format!("stdio:{}", uuid::Uuid::new_v4().simple()).into();
+        let handler = handler::Handler::new(self.shared.clone(), Some(session.clone()));
         // A client closes stdin to shut a stdio server down (MCP lifecycle): the calls still
         // in flight a moment later are cancelled, as on SIGTERM, rather than left running
         // through rmcp's drain while the host stops their upstreams under them. The moment
         // lets a piped script's last quick requests be answered.
         let ct = self.shared.shutdown.child_token();
+        // A `tools/call` the transport refuses (not JSON, nested too deeply, an id in
+        // flight) has its row in the session, as one the handler refuses.
+        let shared = self.shared.clone();
+        let fixed = session.clone();
+        let refused: stdio::RefusedCalls = Arc::new(move |call, refusal| {
+            let (shared, fixed, refusal) = (shared.clone(), fixed.clone(), refusal.clone());
+            tokio::spawn(async move {
+                handler::record_transport_refusal(&shared, None, Some(&*fixed), call, &refusal)
+                    .await;
+            });
+        });
         let transport =
-            stdio::LineTransport::new(tokio::io::stdin(), tokio::io::stdout(), ct.clone());
+            stdio::LineTransport::new(tokio::io::stdin(), tokio::io::stdout(), ct.clone())
+                .with_refused_calls(refused);
         let running = match handler.serve_with_ct(transport, ct.clone()).await {
             Ok(running) => running,
             // Shut down before the client's handshake finished (a SIGTERM while a

@@ -61,7 +61,13 @@ pub(super) struct LineTransport<R, W> {
     /// reuses one is refused (its answer and the other's could not be told apart, and one
     /// of them was lost).
     in_flight: Arc<Mutex<HashSet<String>>>,
+    /// Told of each `tools/call` refused here, before the service: it records the call's
+    /// row (every call has one).
+    refused: Option<RefusedCalls>,
 }
+
+/// What a [`LineTransport`] tells of a `tools/call` it refused, with the refusal.
+pub(crate) type RefusedCalls = Arc<dyn Fn(invalid::RefusedCall, &Refusal) + Send + Sync>;
 
 /// A batch whose requests are not all answered yet.
 struct Batch {
@@ -84,7 +90,15 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
             opened: false,
             initialized: false,
             in_flight: Arc::default(),
+            refused: None,
         }
+    }
+
+    /// Tells `refused` of each `tools/call` refused before the service (see
+    /// [`RefusedCalls`]).
+    pub(crate) fn with_refused_calls(mut self, refused: RefusedCalls) -> Self {
+        self.refused = Some(refused);
+        self
     }
 
     #[cfg(test)]
@@ -99,6 +113,19 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
     /// rmcp's service loop cannot cut it in half.
     fn answer(&self, refusal: &Refusal) {
         self.write.spawn(&refusal.to_json());
+    }
+
+    /// Tells of the `calls` refused with `refusal` (see [`RefusedCalls`]).
+    fn note_refused(
+        &self,
+        calls: impl IntoIterator<Item = invalid::RefusedCall>,
+        refusal: &Refusal,
+    ) {
+        if let Some(refused) = &self.refused {
+            for call in calls {
+                refused(call, refusal);
+            }
+        }
     }
 
     /// Takes a batch line: its messages queued for the service, its requests awaited.
@@ -122,6 +149,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
             // it (and an earlier request's answer is not taken for it).
             let in_flight = |id: &str| crate::server::handler::lock(&self.in_flight).contains(id);
             if let Some(refusal) = invalid::refused_in_batch(&item, &shared, in_flight) {
+                self.note_refused(invalid::refused_call(&item), &refusal);
                 answers.push(refusal.to_json());
                 continue;
             }
@@ -142,7 +170,11 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
                     self.queued.push_back(message);
                 }
                 Err(_) if invalid::is_notification(&item) => {}
-                Err(_) => answers.push(invalid::diagnose(&item, "the batch element").to_json()),
+                Err(_) => {
+                    let refusal = invalid::diagnose(&item, "the batch element");
+                    self.note_refused(invalid::refused_call(&item), &refusal);
+                    answers.push(refusal.to_json());
+                }
             }
         }
         if waiting.is_empty() {
@@ -182,7 +214,11 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
                 if !crate::server::handler::lock(&self.in_flight).insert(id.clone()) {
                     tracing::warn!("stdin: a request reused the id {id} of one in flight");
                     let raw = serde_json::to_value(&r.id).unwrap_or(Value::Null);
-                    self.answer(&invalid::reused_id(raw, &id, "a request in flight"));
+                    let refusal = invalid::reused_id(raw, &id, "a request in flight");
+                    if let Ok(sent) = serde_json::to_value(&message) {
+                        self.note_refused(invalid::refused_call(&sent), &refusal);
+                    }
+                    self.answer(&refusal);
                     return None;
                 }
                 return Some(message);
@@ -348,14 +384,16 @@ where
                 LineRead::Oversized { head, tail } => {
                     let max = self.lines.max_line();
                     tracing::warn!("stdin: a line over {max} bytes was refused");
-                    self.answer(&Refusal {
+                    let refusal = Refusal {
                         code: invalid::INVALID_REQUEST,
                         message: format!(
                             "Invalid Request: the line is longer than {max} bytes, the most this \
                              server reads as one message; it was not read"
                         ),
                         id: find_id(&head, &tail).unwrap_or(Value::Null),
-                    });
+                    };
+                    self.note_refused(invalid::refused_calls_in(&head), &refusal);
+                    self.answer(&refusal);
                     continue;
                 }
                 LineRead::End => {
@@ -410,6 +448,8 @@ where
                 Verdict::Skip => {}
                 Verdict::Answer(refusal) => {
                     tracing::warn!("stdin: {}", refusal.message);
+                    let line = message_bytes(self.lines.line());
+                    self.note_refused(invalid::refused_calls_in(line), &refusal);
                     self.answer(&refusal);
                 }
             }
@@ -532,6 +572,78 @@ mod tests {
             assert_eq!(refusal["id"], id, "{line:.40}: {refusal}");
             assert!(refusal.as_object().unwrap().contains_key("id"), "{refusal}");
         }
+    }
+
+    /// Each `tools/call` the transport refuses is told to the hook that records its row (none
+    /// had one): a line nested too deeply (its deep part cut), text that is not JSON, a
+    /// message that is not JSON-RPC, an id in flight, a batch's shared ids. A refused
+    /// message that is no call is not.
+    #[tokio::test]
+    async fn each_tools_call_refused_here_is_told_for_its_row() {
+        let (transport, mut input, mut out, _ct) = pipes(4096);
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let mut transport = transport.with_refused_calls(Arc::new({
+            let told = told.clone();
+            move |call: invalid::RefusedCall, refusal: &Refusal| {
+                let input = match crate::lines::holds_cut(&call.input) {
+                    true => json!("cut"),
+                    false => call.input,
+                };
+                crate::server::handler::lock(&told).push((call.name, input, refusal.kind()));
+            }
+        }));
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-03-26", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        input
+            .write_all(format!("{init}\n").as_bytes())
+            .await
+            .unwrap();
+        transport.receive().await.expect("the initialize is read");
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let lines = [
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","arguments":{{"x":{deep}}}}}}}"#
+            ),
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo""#.into(),
+            r#"{"jsonrpc":"1.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"y":3}}}"#.into(),
+            r#"{"jsonrpc":"1.0","id":4,"method":"ping"}"#.into(),
+            json!([
+                {"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                    "params": {"name": "echo", "arguments": {"a": 1}}},
+                {"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                    "params": {"name": "other", "arguments": {"b": 2}}},
+            ])
+            .to_string(),
+            // In flight from here (never answered), then sent again.
+            r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"slow","arguments":{}}}"#.into(),
+            r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"echo","arguments":{"z":6}}}"#.into(),
+            r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#.into(),
+        ];
+        input
+            .write_all(format!("{}\n", lines.join("\n")).as_bytes())
+            .await
+            .unwrap();
+        for id in [6, 7] {
+            let taken = transport.receive().await.expect("a request is read");
+            assert_eq!(serde_json::to_value(&taken).unwrap()["id"], id);
+        }
+        // Five refusals written: three lines, the batch's answer, the reused id.
+        for _ in 0..5 {
+            answer(&mut out).await;
+        }
+        let told = crate::server::handler::lock(&told).clone();
+        assert_eq!(
+            told,
+            vec![
+                ("echo".to_owned(), json!("cut"), "too_deep"),
+                ("(unreadable)".to_owned(), Value::Null, "parse_error"),
+                ("echo".to_owned(), json!({"y": 3}), "invalid_request"),
+                ("echo".to_owned(), json!({"a": 1}), "invalid_request"),
+                ("other".to_owned(), json!({"b": 2}), "invalid_request"),
+                ("echo".to_owned(), json!({"z": 6}), "invalid_request"),
+            ]
+        );
     }
 
     /// Blank lines, a byte-order mark and CRLF get no answer: the next message is read.

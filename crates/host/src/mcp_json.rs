@@ -249,6 +249,10 @@ pub fn parse_mcp_servers(
     let mut out = Vec::new();
     for (name, e) in servers {
         if e.disabled {
+            // Skipped, and said so, as every skipped name is.
+            tracing::warn!(
+                "{origin}: server {name:?} is disabled (\"disabled\": true): not started, none of its tools registered"
+            );
             continue;
         }
         for key in e.other.keys() {

@@ -453,6 +453,35 @@ async fn check_against_a_database_reports_breaking_changes() {
     );
 }
 
+/// A server the `mcpServers` file disables is not started, and that is said (it was left
+/// out without a word, as if the file had no such server).
+#[test]
+fn a_disabled_server_is_reported_and_not_started() {
+    let dir = workdir("disabled");
+    std::fs::write(
+        dir.join("mcp.json"),
+        serde_json::json!({"mcpServers": {"off": {"command": "no-such-command-xyz",
+            "disabled": true}}})
+        .to_string(),
+    )
+    .unwrap();
+    // Warnings shown, as by default (the other tests run at `error`).
+    let out = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(["--mcp-config", "mcp.json", "check"])
+        .current_dir(&dir)
+        .env_remove("QUIVER_LOG")
+        .output()
+        .expect("quiver runs");
+    let (text, err) = (stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{text}{err}");
+    assert!(
+        err.contains(r#"mcp.json: server "off" is disabled ("disabled": true): not started"#),
+        "{err}"
+    );
+    // Not started: its missing command is not an error.
+    assert!(!text.contains("no-such-command-xyz"), "{text}");
+}
+
 #[test]
 fn check_counts_refused_and_malformed_definitions_and_needs_an_existing_database() {
     let dir = workdir("refused");

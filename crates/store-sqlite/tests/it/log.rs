@@ -373,3 +373,49 @@ async fn a_failing_log_says_so_until_a_batch_is_written_again() {
     assert!(!stats.failing, "{stats:?}");
     assert_eq!((stats.rows_written, stats.rows_failed), (2, 1));
 }
+
+/// A batch that fails part-way leaves nothing of itself behind (no log row without its
+/// output), and the writer goes on: the next batch opens its own transaction and commits.
+#[tokio::test]
+async fn a_batch_failing_part_way_is_rolled_back_and_the_next_one_commits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("quiver.db");
+    let store = quiver_store_sqlite::SqliteStore::open_with(
+        &path,
+        quiver_store_sqlite::StoreOptions::default().with_linger(Duration::ZERO),
+    )
+    .expect("open");
+    store.record(call("read", "c1", "ok")).await;
+    store.flush().await;
+    // The next log row's id already has an output: its output's insert fails.
+    let other = rusqlite::Connection::open(&path).expect("open");
+    other
+        .execute(
+            "INSERT INTO execution_output (log_id, output) VALUES (2, 'squatter')",
+            [],
+        )
+        .expect("the squatting output");
+    store.record(call("read", "c2", "ok")).await;
+    store.flush().await;
+    let stats = store.writer_stats();
+    assert_eq!((stats.rows_written, stats.rows_failed), (1, 1), "{stats:?}");
+    assert_eq!(
+        committed_rows(&path),
+        1,
+        "the failed batch's log row is gone"
+    );
+    other
+        .execute("DELETE FROM execution_output WHERE log_id = 2", [])
+        .expect("removed");
+    store.record(call("read", "c3", "ok")).await;
+    store.flush().await;
+    assert_eq!(committed_rows(&path), 2);
+    let orphans: i64 = other
+        .query_row(
+            "SELECT count(*) FROM execution_log l LEFT JOIN execution_output o ON o.log_id = l.id WHERE o.log_id IS NULL",
+            [],
+            |r| r.get(0),
+        )
+        .expect("count");
+    assert_eq!(orphans, 0);
+}

@@ -1226,6 +1226,20 @@ mod tests {
         cancelled: Arc<std::sync::atomic::AtomicUsize>,
     }
 
+    impl Hold {
+        /// `hold`, read-only, telling `started`; its drop and cancellation not watched.
+        fn new(started: &Arc<tokio::sync::Notify>) -> Hold {
+            Hold {
+                spec: ToolSpec::new("hold", "Holds until cancelled.")
+                    .read_only()
+                    .with_schema(json!({"type": "object"})),
+                started: started.clone(),
+                dropped: Arc::default(),
+                cancelled: Arc::default(),
+            }
+        }
+    }
+
     struct SetOnDrop(Arc<std::sync::atomic::AtomicBool>);
 
     impl Drop for SetOnDrop {
@@ -2035,16 +2049,7 @@ mod tests {
     async fn a_stateless_call_in_flight_does_not_count_toward_the_session_limit() {
         let started = Arc::new(tokio::sync::Notify::new());
         let catalog = Arc::new(Catalog::new());
-        catalog
-            .register(Arc::new(Hold {
-                spec: ToolSpec::new("hold", "Holds until cancelled.")
-                    .read_only()
-                    .with_schema(json!({"type": "object"})),
-                started: started.clone(),
-                dropped: Arc::default(),
-                cancelled: Arc::default(),
-            }))
-            .unwrap();
+        catalog.register(Arc::new(Hold::new(&started))).unwrap();
         let server =
             crate::server::test_server(catalog, ServerOptions::default().with_max_sessions(1));
         let router = server.router("127.0.0.1:7345".parse().unwrap());
@@ -2257,16 +2262,7 @@ mod tests {
     async fn a_tools_call_the_transport_refuses_has_its_row() {
         let started = Arc::new(tokio::sync::Notify::new());
         let catalog = Arc::new(Catalog::new());
-        catalog
-            .register(Arc::new(Hold {
-                spec: ToolSpec::new("hold", "Holds until cancelled.")
-                    .read_only()
-                    .with_schema(json!({"type": "object"})),
-                started: started.clone(),
-                dropped: Arc::default(),
-                cancelled: Arc::default(),
-            }))
-            .unwrap();
+        catalog.register(Arc::new(Hold::new(&started))).unwrap();
         catalog
             .register(Arc::new(Echo(
                 ToolSpec::new("echo", "Echoes its arguments.")
@@ -3013,14 +3009,7 @@ mod tests {
     #[tokio::test]
     async fn a_cancelled_request_of_a_batch_is_not_answered() {
         let started = Arc::new(tokio::sync::Notify::new());
-        let server = server_with(Some(Hold {
-            spec: ToolSpec::new("hold", "Holds until cancelled.")
-                .read_only()
-                .with_schema(json!({"type": "object"})),
-            started: started.clone(),
-            dropped: Arc::default(),
-            cancelled: Arc::default(),
-        }));
+        let server = server_with(Some(Hold::new(&started)));
         let router = server.router("127.0.0.1:7345".parse().unwrap());
         let old: &[(&str, &[u8])] = &[("mcp-protocol-version", b"")];
         let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
@@ -3080,14 +3069,7 @@ mod tests {
     #[tokio::test]
     async fn a_request_reusing_an_id_in_flight_is_refused() {
         let started = Arc::new(tokio::sync::Notify::new());
-        let server = server_with(Some(Hold {
-            spec: ToolSpec::new("hold", "Holds until cancelled.")
-                .read_only()
-                .with_schema(json!({"type": "object"})),
-            started: started.clone(),
-            dropped: Arc::default(),
-            cancelled: Arc::default(),
-        }));
+        let server = server_with(Some(Hold::new(&started)));
         let router = server.router("127.0.0.1:7345".parse().unwrap());
         let sid = open(&server, &router, json!({})).await;
         // "p": with a progress token, through rmcp; "d": the direct path; "w": an `Accept`

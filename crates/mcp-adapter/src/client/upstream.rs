@@ -1368,6 +1368,11 @@ impl Upstream {
                 // One malformed tool costs only itself: the rest are served.
                 match to_contract::tool_spec(&self.cfg.name, &self.cfg.prefix, &wire) {
                     Ok(t) => {
+                        if let Some(what) = &t.hidden {
+                            self.diag_warn(format!(
+                                "tool {name:?}: hidden text taken out of {what}; a model would have read it, a person reviewing the tool would not have seen it"
+                            ));
+                        }
                         if let Some(why) = &t.dropped_output_schema {
                             self.diag_warn(format!(
                                 "tool {name:?} is served without its output schema ({why}); its results are passed on unchecked"

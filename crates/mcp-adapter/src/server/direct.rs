@@ -149,7 +149,7 @@ pub(crate) async fn endpoint(State(direct): State<Arc<Direct>>, request: Request
         && batch_era(&direct, request.headers())
     {
         let (parts, body) = request.into_parts();
-        let bytes = match read_body(&direct, body, MAX_OPENING_BODY).await {
+        let bytes = match read_body(&direct, &parts, body, MAX_OPENING_BODY).await {
             Ok(b) => b,
             Err(refused) => return refused,
         };
@@ -172,7 +172,7 @@ pub(crate) async fn endpoint(State(direct): State<Arc<Direct>>, request: Request
             .is_none()
     {
         let (parts, body) = request.into_parts();
-        let bytes = match read_body(&direct, body, MAX_OPENING_BODY).await {
+        let bytes = match read_body(&direct, &parts, body, MAX_OPENING_BODY).await {
             Ok(b) => b,
             Err(refused) => return refused,
         };
@@ -232,7 +232,7 @@ pub(crate) async fn endpoint(State(direct): State<Arc<Direct>>, request: Request
         return Box::pin(forward(&direct, request)).await;
     };
     let (parts, body) = request.into_parts();
-    let bytes = match read_body(&direct, body, MAX_DIRECT_BODY as usize).await {
+    let bytes = match read_body(&direct, &parts, body, MAX_DIRECT_BODY as usize).await {
         Ok(b) => b,
         Err(refused) => return refused,
     };
@@ -971,7 +971,7 @@ async fn forward(direct: &Direct, request: Request) -> Response {
     // can be told what is wrong with it.
     if request.method() == Method::POST {
         let (parts, body) = request.into_parts();
-        let bytes = match read_body(direct, body, MAX_OPENING_BODY).await {
+        let bytes = match read_body(direct, &parts, body, MAX_OPENING_BODY).await {
             Ok(b) => b,
             Err(refused) => return refused,
         };
@@ -1003,26 +1003,34 @@ async fn forward(direct: &Direct, request: Request) -> Response {
 /// A request's whole body, at most `limit` bytes, within the server's body timeout (a
 /// client that stops sending holds nothing for long). The timer starts only if the body is
 /// not already in (`tokio::time::timeout` polls the read first): a small request costs none.
-async fn read_body(direct: &Direct, body: Body, limit: usize) -> Result<Bytes, Response> {
+async fn read_body(
+    direct: &Direct,
+    parts: &Parts,
+    body: Body,
+    limit: usize,
+) -> Result<Bytes, Response> {
     let wait = direct.shared.options.body_timeout;
-    match tokio::time::timeout(wait, axum::body::to_bytes(body, limit)).await {
-        Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(e)) => {
-            let over = std::error::Error::source(&e)
-                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-            Err(if over {
-                json_rpc_error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    Value::Null,
-                    super::invalid::INVALID_REQUEST,
-                    &format!(
-                        "Invalid Request: the body is over {limit} bytes, the most this server reads as one request; send less (a large input belongs in a file the tool reads)"
-                    ),
-                )
-            } else {
-                (StatusCode::BAD_REQUEST, format!("Bad Request: {e}")).into_response()
-            })
+    match tokio::time::timeout(wait, collect_body(body, limit)).await {
+        Ok(Ok(Ok(bytes))) => Ok(bytes),
+        // Over the limit: a `tools/call` in the head read has its row, as an oversized
+        // stdio line's does (QA-14 #2: no row).
+        Ok(Ok(Err(head))) => {
+            let refusal = super::invalid::Refusal {
+                code: super::invalid::INVALID_REQUEST,
+                message: format!(
+                    "Invalid Request: the body is over {limit} bytes, the most this server reads as one request; send less (a large input belongs in a file the tool reads)"
+                ),
+                id: crate::lines::find_id(&head, &[]).unwrap_or(Value::Null),
+            };
+            record_refused(direct, parts, &head, &refusal).await;
+            Err(json_rpc_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                refusal.id,
+                refusal.code,
+                &refusal.message,
+            ))
         }
+        Ok(Err(e)) => Err((StatusCode::BAD_REQUEST, format!("Bad Request: {e}")).into_response()),
         Err(_) => Err((
             StatusCode::REQUEST_TIMEOUT,
             [(header::CONNECTION, "close")],
@@ -1033,6 +1041,31 @@ async fn read_body(direct: &Direct, body: Body, limit: usize) -> Result<Bytes, R
         )
             .into_response()),
     }
+}
+
+/// A body of at most `limit` bytes (one chunk as it came, several joined); past the limit,
+/// its first `limit` bytes (`Err`), and the rest is not read.
+async fn collect_body(mut body: Body, limit: usize) -> Result<Result<Bytes, Bytes>, axum::Error> {
+    use http_body_util::BodyExt;
+    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut len = 0usize;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        if len + data.len() > limit {
+            let mut head = Vec::with_capacity(limit);
+            chunks.iter().for_each(|c| head.extend_from_slice(c));
+            head.extend_from_slice(&data[..limit - len]);
+            return Ok(Err(Bytes::from(head)));
+        }
+        len += data.len();
+        chunks.push(data);
+    }
+    Ok(Ok(match chunks.len() {
+        1 => chunks.pop().unwrap_or_default(),
+        _ => Bytes::from(chunks.concat()),
+    }))
 }
 
 /// What rmcp's 415 says when the body itself did not parse (its other 415, a wrong
@@ -2256,8 +2289,9 @@ mod tests {
 
     /// A `tools/call` the HTTP transport refuses before any handler sees it has its row in
     /// the execution log, as one the handler refuses (none had one): a body nested too
-    /// deeply (its deep part cut), text that is not JSON, a message that is not JSON-RPC, an
-    /// id in flight, and a batch's requests that share an id or are nested too deeply.
+    /// deeply (its deep part cut), text that is not JSON, a message that is not JSON-RPC, a
+    /// body over 4 MiB, an id in flight, and a batch's requests that share an id or are
+    /// nested too deeply.
     #[tokio::test]
     async fn a_tools_call_the_transport_refuses_has_its_row() {
         let started = Arc::new(tokio::sync::Notify::new());
@@ -2295,6 +2329,19 @@ mod tests {
             let answer: Value = serde_json::from_str(&reply.body).unwrap();
             assert_eq!(answer["error"]["code"], json!(code), "{}", reply.body);
         }
+        // A body past what the server reads (4 MiB): 413, and still a row (QA-14 #2).
+        let big = format!(
+            r#"{{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{{"name":"echo","arguments":{{"x":"{}"}}}}}}"#,
+            "a".repeat(5 << 20)
+        );
+        let reply = send_text(&router, Method::POST, Some(&sid), big).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "{}",
+            reply.body
+        );
+        assert!(reply.body.contains(r#""id":5"#), "{}", reply.body);
         // An id in flight: a held call under id 4, then another call with that id.
         let held = tokio::spawn({
             let (router, sid) = (router.clone(), sid.clone());
@@ -2348,6 +2395,12 @@ mod tests {
                     "echo",
                     kind("invalid_request"),
                     json!({"y": 3}),
+                    session.clone()
+                ),
+                (
+                    "(unreadable)",
+                    kind("input_too_large"),
+                    Value::Null,
                     session.clone()
                 ),
                 (

@@ -109,12 +109,16 @@ pub(super) fn unreadable(bytes: &[u8], err: &str, what: &str) -> Refusal {
 impl Refusal {
     /// The kind a refused call's row is logged with: `parse_error` (-32700),
     /// `invalid_params` (-32602), `too_deep` (nested past the parser's limit, as the
-    /// dispatcher's own refusal of deep arguments) or `invalid_request`.
+    /// dispatcher's own refusal of deep arguments), `input_too_large` (a body or line past
+    /// the transport's limit) or `invalid_request`.
     pub(super) fn kind(&self) -> &'static str {
         match self.code {
             PARSE_ERROR => "parse_error",
             INVALID_PARAMS => "invalid_params",
             _ if self.message.contains("levels deep") => "too_deep",
+            // A body or line past what the transport reads, as the dispatcher's own kind
+            // for arguments past `max_input_bytes`.
+            _ if self.message.contains("the most this server reads") => "input_too_large",
             _ => "invalid_request",
         }
     }

@@ -1274,10 +1274,11 @@ fn reading_commands_neither_create_nor_change_the_store() {
     assert_ne!(marker(), before.1);
 }
 
-/// What an upstream writes cannot drive the operator's terminal: `call` and `tools` print a
-/// result's and a description's escape sequences (clear the screen, retitle the window,
-/// write the clipboard) and bidirectional overrides escaped, and keep their newlines; the
-/// JSON formats escape them as JSON does.
+/// What an upstream writes cannot drive the operator's terminal: `call` prints a result's
+/// escape sequences (clear the screen, retitle the window, write the clipboard) and
+/// bidirectional overrides escaped, and keeps its newlines; a description's control
+/// characters never reach a client at all (taken out when the tool is registered), so
+/// `tools` and its JSON show the text without them.
 #[test]
 fn call_and_tools_print_an_upstreams_control_characters_escaped() {
     let dir = workdir("control-chars");
@@ -1312,18 +1313,17 @@ fn call_and_tools_print_an_upstreams_control_characters_escaped() {
     let out = quiver_in(&dir, &["tools"]);
     let text = stdout(&out);
     assert!(!raw(&text), "{text:?}");
-    assert!(
-        text.contains(r"Takes \u001b]0;PWNED\u0007 one \u001b[2J field."),
-        "{text}"
-    );
+    assert!(text.contains("Takes ]0;PWNED one [2J field."), "{text}");
     let out = quiver_in(&dir, &["tools", "--format", "json"]);
     let text = stdout(&out);
     assert!(!raw(&text), "{text:?}");
     let specs: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert!(
-        specs.as_array().unwrap().iter().any(
-            |s| s["description"] == "[MCP: one] Takes \u{1b}]0;PWNED\u{7} one \u{1b}[2J field."
-        ),
+        specs
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["description"] == "[MCP: one] Takes ]0;PWNED one [2J field."),
         "{text}"
     );
 }

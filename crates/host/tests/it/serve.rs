@@ -733,6 +733,51 @@ fn serve_stopping_at_once_records_every_definition() {
     assert_eq!(String::from_utf8_lossy(&count.stdout).trim(), "151");
 }
 
+/// A `serve --stdio` client that sends one call the transport refuses (before `initialize`)
+/// and closes stdin at once still leaves the call's row: the server waits for its
+/// recording before it stops, so the row cannot lose a race with the shutdown (seen once by
+/// hand with a detached task; this test does not reproduce that race reliably).
+#[test]
+fn a_call_refused_just_before_stdin_closes_has_its_row() {
+    let dir = fresh_dir("refused-rows");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(["serve", "--stdio"])
+        .current_dir(&dir)
+        .env("QUIVER_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(
+            concat!(
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"tool_search","arguments":{"query":"weather"}}}"#,
+                "\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let rows = Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3, sys; print(sorted(r for r in sqlite3.connect(sys.argv[1]).execute('SELECT tool_name, err_kind FROM execution_log')))",
+            dir.join("quiver.db").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&rows.stdout).trim(),
+        "[('tool_search', 'invalid_request')]",
+        "{}",
+        String::from_utf8_lossy(&rows.stderr)
+    );
+}
+
 /// A token's `allowed_servers` decides whose passed-through resources and prompts it
 /// reaches (lists, reads, prompts, the resource meta-tools); a token with `allowed_tools`
 /// and no `allowed_servers` reaches none, and what a token may not reach is answered as

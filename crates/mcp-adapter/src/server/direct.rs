@@ -1159,7 +1159,7 @@ async fn forward_parts(direct: &Direct, parts: Parts, bytes: Bytes) -> Response 
 
 /// Records a 2026-07-28 `tools/call` that rmcp refused for its headers (-32020: an
 /// `Mcp-Method`, `Mcp-Name` or `Mcp-Param-*` header that is missing or does not match the
-/// body) or its protocol version (-32022) before
+/// body), its protocol version (-32022) or its `_meta` (-32602) before
 /// any handler saw it: a call all the same, which has its row (kind `invalid_params`). Any
 /// other answer goes back as it is (the handler's own refusals have their rows already).
 async fn record_header_refusal(
@@ -1173,9 +1173,12 @@ async fn record_header_refusal(
         return Response::from_parts(head, Body::empty());
     };
     let refused = serde_json::from_slice::<Value>(&answer).ok().filter(|v| {
+        // -32602: a 2026-07-28 request whose `_meta` misses the protocol's fields (QA-14 #3:
+        // no row), refused by rmcp's transport before any handler.
         [
             rmcp::model::ErrorCode::HEADER_MISMATCH,
             rmcp::model::ErrorCode::UNSUPPORTED_PROTOCOL_VERSION,
+            rmcp::model::ErrorCode::INVALID_PARAMS,
         ]
         .iter()
         .any(|code| v["error"]["code"] == i64::from(code.0))
@@ -2121,6 +2124,81 @@ mod tests {
         assert!(r.session.is_some());
         server.shutdown_token().cancel();
         let _ = tokio::time::timeout(std::time::Duration::from_secs(10), call).await;
+    }
+
+    /// A 2026-07-28 retry whose requestState names no held call (forged) runs nothing and
+    /// has its row, as has a call rmcp refuses for a `_meta` missing the protocol's fields
+    /// (QA-14 #3: neither had one); a plain stateless call has one row, as before.
+    #[tokio::test]
+    async fn a_forged_request_state_and_a_short_meta_have_their_rows() {
+        let catalog = Arc::new(Catalog::new());
+        catalog
+            .register(Arc::new(Echo(
+                ToolSpec::new("echo", "Echoes its arguments.")
+                    .read_only()
+                    .with_schema(json!({"type": "object"})),
+            )))
+            .unwrap();
+        let (server, recorder) =
+            crate::server::test_server_recorded(catalog, ServerOptions::default());
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}});
+        let headers: &[(&str, &[u8])] = &[
+            ("mcp-protocol-version", b"2026-07-28"),
+            ("mcp-method", b"tools/call"),
+            ("mcp-name", b"echo"),
+        ];
+        let forged = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "echo", "arguments": {"x": 1}, "requestState": "forged",
+            "inputResponses": {}, "_meta": meta}});
+        let r = send_with(&router, Method::POST, None, forged.to_string(), headers).await;
+        assert!(
+            r.body.contains("requestState does not name a call waiting"),
+            "{}",
+            r.body
+        );
+        let plain = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "echo", "arguments": {"x": 2}, "_meta": meta}});
+        let r = send_with(&router, Method::POST, None, plain.to_string(), headers).await;
+        assert!(r.body.contains("result"), "{}", r.body);
+        // rmcp refuses a `_meta` without the protocol's fields before any handler.
+        let no_caps = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "echo", "arguments": {"x": 3},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"}}}});
+        let r = send_with(&router, Method::POST, None, no_caps.to_string(), headers).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+        assert!(r.body.contains("clientCapabilities"), "{}", r.body);
+        server.shared.dispatcher.drain_records().await;
+        let rows: Vec<_> = recorder
+            .records()
+            .into_iter()
+            .map(|r| {
+                (
+                    r.tool_name,
+                    r.envelope.err_kind().map(|k| k.as_str().to_owned()),
+                    r.input,
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                (
+                    "echo".to_owned(),
+                    Some("invalid_params".to_owned()),
+                    json!({"x": 1})
+                ),
+                ("echo".to_owned(), None, json!({"x": 2})),
+                (
+                    "echo".to_owned(),
+                    Some("invalid_params".to_owned()),
+                    json!({"x": 3})
+                ),
+            ]
+        );
     }
 
     /// A session is its token's: another valid token naming it is answered as for an

@@ -1135,6 +1135,9 @@ impl ServerHandler for Handler {
         let _pin = self.shared.enter(&scope.key).await;
         let name = request.name;
         let input = request.arguments.map(Value::Object).unwrap_or(Value::Null);
+        // A retry whose requestState names no call held for it (forged, expired, another
+        // caller's) runs nothing and has no held call's row: it gets its own (QA-14 #3).
+        let retry_input = request.request_state.is_some().then(|| input.clone());
         let (shared, call_scope, tool) = (self.shared.clone(), scope.clone(), name.to_string());
         let start = move |channel, cancel: CancellationToken, progress_state| async move {
             // The heartbeat is the caller's (one per round).
@@ -1150,8 +1153,16 @@ impl ServerHandler for Handler {
             .await
         };
         let input = (request.input_responses, request.request_state);
-        self.run_request(Target::tool(&name), &scope, &context, input, start)
-            .await
+        let answer = self
+            .run_request(Target::tool(&name), &scope, &context, input, start)
+            .await;
+        if let (Err(refused), Some(input)) = (&answer, retry_input)
+            && refused.message.starts_with(rounds::STATE_REFUSED)
+        {
+            self.record_refused_call(&name, input, refused, &context)
+                .await;
+        }
+        answer
     }
 
     async fn set_level(

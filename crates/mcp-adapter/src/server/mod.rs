@@ -294,7 +294,6 @@ impl McpServer {
 
     /// Serves MCP over stdin and stdout until the client closes them or shutdown.
     pub async fn serve_stdio(&self) -> Result<(), ServeError> {
-        use rmcp::ServiceExt;
         // One connection, one session: a key of its own (`mcp:stdio:<id>`), so a later
         // process neither restores this one's working set nor counts its calls for
         // `requires_prior`.
@@ -307,18 +306,38 @@ impl McpServer {
         let ct = self.shared.shutdown.child_token();
         // A `tools/call` the transport refuses (not JSON, nested too deeply, an id in
         // flight) has its row in the session, as one the handler refuses.
+        // Their recording is awaited before this returns: a client that sends one bad call
+        // and closes stdin at once still gets its row.
         let shared = self.shared.clone();
         let fixed = session.clone();
-        let refused: stdio::RefusedCalls = Arc::new(move |call, refusal| {
-            let (shared, fixed, refusal) = (shared.clone(), fixed.clone(), refusal.clone());
-            tokio::spawn(async move {
-                handler::record_transport_refusal(&shared, None, Some(&*fixed), call, &refusal)
-                    .await;
-            });
+        let recording = tokio_util::task::TaskTracker::new();
+        let refused: stdio::RefusedCalls = Arc::new({
+            let recording = recording.clone();
+            move |call, refusal| {
+                let (shared, fixed, refusal) = (shared.clone(), fixed.clone(), refusal.clone());
+                recording.spawn(async move {
+                    handler::record_transport_refusal(&shared, None, Some(&*fixed), call, &refusal)
+                        .await;
+                });
+            }
         });
         let transport =
             stdio::LineTransport::new(tokio::io::stdin(), tokio::io::stdout(), ct.clone())
                 .with_refused_calls(refused);
+        let served = Self::run_stdio(handler, transport, ct).await;
+        recording.close();
+        recording.wait().await;
+        served
+    }
+
+    /// Serves `handler` on the stdio `transport` until the session ends or `ct` is
+    /// cancelled.
+    async fn run_stdio(
+        handler: handler::Handler,
+        transport: stdio::LineTransport<tokio::io::Stdin, tokio::io::Stdout>,
+        ct: tokio_util::sync::CancellationToken,
+    ) -> Result<(), ServeError> {
+        use rmcp::ServiceExt;
         let running = match handler.serve_with_ct(transport, ct.clone()).await {
             Ok(running) => running,
             // Shut down before the client's handshake finished (a SIGTERM while a

@@ -62,6 +62,10 @@ use tokio_util::sync::CancellationToken;
 use super::channel::{Missing, parse};
 use super::handler::{Heartbeat, lock};
 
+/// How the refusal of a retry begins whose `requestState` names no call held for its
+/// caller (none, or another caller's): nothing ran, and no held call's row covers it.
+pub(crate) const STATE_REFUSED: &str = "requestState";
+
 /// Most calls that may wait for client input at once.
 pub(crate) const MAX_PARKED: usize = 1024;
 
@@ -332,7 +336,7 @@ impl Rounds {
         let Some(p) = parked.get(state) else {
             return Err(McpError::invalid_params(
                 format!(
-                    "requestState does not name a call waiting on this server: it finished and its result was already returned, it waited longer than {}s for input and was cancelled, it was never issued here, or the server restarted. {} without requestState and inputResponses.",
+                    "{STATE_REFUSED} does not name a call waiting on this server: it finished and its result was already returned, it waited longer than {}s for input and was cancelled, it was never issued here, or the server restarted. {} without requestState and inputResponses.",
                     self.wait.as_secs_f64(),
                     target.again()
                 ),
@@ -342,7 +346,7 @@ impl Rounds {
         if p.run.target != target || p.run.owner != *owner {
             return Err(McpError::invalid_params(
                 format!(
-                    "requestState belongs to another call: retry {} `{}` with the same conversation key, session and token as the request that returned it, and the requestState unchanged",
+                    "{STATE_REFUSED} belongs to another call: retry {} `{}` with the same conversation key, session and token as the request that returned it, and the requestState unchanged",
                     p.run.target.method, p.run.target.name
                 ),
                 None,

@@ -208,6 +208,34 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
                     });
                     return None;
                 }
+                // Before `initialize`, a request without the 2026-07-28 `_meta` fields is
+                // refused here in words that name both ways in (rmcp's own answer named only
+                // the `_meta` fields, which a 2025-era client or a piped script never sends:
+                // QA-14 #3), and a `tools/call` so refused has its row.
+                use rmcp::model::GetMeta;
+                if !self.initialized
+                    && !matches!(
+                        r.request,
+                        ClientRequest::InitializeRequest(_)
+                            | ClientRequest::PingRequest(_)
+                            | ClientRequest::DiscoverRequest(_)
+                    )
+                    && r.request.get_meta().protocol_version().is_none()
+                {
+                    let refusal = Refusal {
+                        code: invalid::INVALID_REQUEST,
+                        message: format!(
+                            "Invalid Request: `{}` before the session is initialized: send `initialize` first (then `notifications/initialized`), or, for the 2026-07-28 protocol, give each request the `_meta` fields io.modelcontextprotocol/protocolVersion, io.modelcontextprotocol/clientCapabilities and io.modelcontextprotocol/clientInfo",
+                            r.request.method()
+                        ),
+                        id: serde_json::to_value(&r.id).unwrap_or(Value::Null),
+                    };
+                    if let Ok(sent) = serde_json::to_value(&message) {
+                        self.note_refused(invalid::refused_call(&sent), &refusal);
+                    }
+                    self.answer(&refusal);
+                    return None;
+                }
                 self.opened = true;
                 self.initialized |= initialize;
                 let id = id_text(&r.id);
@@ -646,6 +674,52 @@ mod tests {
         );
     }
 
+    /// A request before `initialize` without the 2026-07-28 `_meta` fields is told both
+    /// ways in (rmcp named only the `_meta` fields), a `tools/call` so refused is told for
+    /// its row; a ping passes, and so does a 2026-07-28 request with its `_meta`.
+    #[tokio::test]
+    async fn a_request_before_initialize_is_told_to_initialize() {
+        let (transport, mut input, mut out, _ct) = pipes(4096);
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let mut transport = transport.with_refused_calls(Arc::new({
+            let told = told.clone();
+            move |call: invalid::RefusedCall, refusal: &Refusal| {
+                crate::server::handler::lock(&told).push((call.name, refusal.kind()));
+            }
+        }));
+        let lines = [
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "tool_search", "arguments": {"query": "weather"}}}),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}),
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28"}}}),
+        ];
+        for line in &lines {
+            input
+                .write_all(format!("{line}\n").as_bytes())
+                .await
+                .unwrap();
+        }
+        for id in [2, 3] {
+            let taken = transport.receive().await.expect("a request is read");
+            assert_eq!(serde_json::to_value(&taken).unwrap()["id"], id);
+        }
+        let refusal = answer(&mut out).await;
+        assert_eq!(refusal["id"], 1, "{refusal}");
+        assert_eq!(refusal["error"]["code"], -32600, "{refusal}");
+        assert!(
+            refusal["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("Invalid Request: `tools/call` before the session is initialized: send `initialize` first"),
+            "{refusal}"
+        );
+        assert_eq!(
+            *crate::server::handler::lock(&told),
+            [("tool_search".to_owned(), "invalid_request")]
+        );
+    }
+
     /// Blank lines, a byte-order mark and CRLF get no answer: the next message is read.
     #[tokio::test]
     async fn blank_lines_a_bom_and_crlf_are_not_answered() {
@@ -941,6 +1015,14 @@ mod tests {
     #[tokio::test]
     async fn a_request_reusing_an_id_in_flight_is_refused() {
         let (mut transport, mut input, mut out, _ct) = pipes(4096);
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        input
+            .write_all(format!("{init}\n").as_bytes())
+            .await
+            .unwrap();
+        transport.receive().await.expect("the initialize is read");
         let call =
             json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "slow"}});
         let ping = |id: u64| json!({"jsonrpc": "2.0", "id": id, "method": "ping"});

@@ -41,6 +41,13 @@ pub(crate) enum Msg {
     Close(oneshot::Sender<Result<(), StoreError>>),
 }
 
+/// The most rows held in memory while the database cannot take writes (locked, read-only,
+/// full): past it the oldest are dropped, counted and logged.
+const MAX_HELD: usize = 10_000;
+
+/// How often held rows are tried again when nothing else comes.
+const HELD_RETRY: Duration = Duration::from_secs(1);
+
 /// Counters readable from the store.
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
@@ -56,6 +63,12 @@ pub(crate) struct Stats {
 }
 
 impl Stats {
+    /// The database cannot take writes for now: failing, with `error`, no row lost.
+    pub(crate) fn unavailable(&self, error: StoreError) {
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error);
+        self.failing.store(true, Ordering::Relaxed);
+    }
+
     pub(crate) fn failed(&self, rows: u64, error: StoreError) {
         self.rows_failed.fetch_add(rows, Ordering::Relaxed);
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error);
@@ -96,7 +109,11 @@ impl Writer {
         match msg {
             Msg::Record(r) => {
                 self.pending.push(r);
-                if self.pending.len() >= self.cfg.batch_max {
+                // While rows are held, the held loop tries them on its timer: a commit per
+                // new row would wait out the lock (busy_timeout) for each.
+                if self.pending.len() >= self.cfg.batch_max
+                    && !self.stats.failing.load(Ordering::Relaxed)
+                {
                     self.commit();
                 }
             }
@@ -171,10 +188,37 @@ pub(crate) fn run(
             w.commit();
         }
         w.commit();
+        // Rows the database could not take (a lock held elsewhere, a full disk) are held
+        // and tried again every HELD_RETRY, and with whatever comes meanwhile, until they
+        // are written; they were dropped after the retries (QA-14 #4).
+        while !w.pending.is_empty() && w.closing.is_none() {
+            std::thread::sleep(HELD_RETRY);
+            while let Ok(next) = w.rx.try_recv() {
+                w.handle(next);
+            }
+            w.commit();
+        }
         // After Close the channel refuses new messages; `blocking_recv` still returns every
         // one already sent (also by a sender that had reserved its slot) and then `None`.
     }
     w.commit();
+    if !w.pending.is_empty() {
+        let held = w.pending.len();
+        tracing::error!(location = %w.cfg.location, rows = held, "the store closes with execution-log rows it could not write: they are lost");
+        let err = w
+            .stats
+            .last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        w.stats
+            .rows_failed
+            .fetch_add(held as u64, Ordering::Relaxed);
+        if let Some(err) = err {
+            w.stats.failed(0, err);
+        }
+        w.pending.clear();
+    }
     let Writer {
         conn, cfg, closing, ..
     } = w;
@@ -191,12 +235,19 @@ pub(crate) fn run(
     }
 }
 
-/// Commits the pending records in one transaction, retrying a bounded number of times; rows
-/// that still cannot be written are counted and logged, never dropped in silence.
+/// Commits the pending records in one transaction, retrying a bounded number of times (once
+/// while the log is already failing: held rows are tried on the writer's timer). Rows the
+/// database cannot take for now (locked, read-only, full, an I/O error) stay pending, at
+/// most [`MAX_HELD`]; rows it refuses for good are counted and logged, never dropped in
+/// silence.
 fn commit(conn: &mut Connection, pending: &mut Vec<CallRecord>, stats: &Stats, cfg: &Config) {
     if pending.is_empty() {
         return;
     }
+    let attempts = match stats.failing.load(Ordering::Relaxed) {
+        true => 1,
+        false => cfg.max_attempts,
+    };
     let mut attempt = 1;
     loop {
         match insert_batch(conn, pending) {
@@ -211,7 +262,20 @@ fn commit(conn: &mut Connection, pending: &mut Vec<CallRecord>, stats: &Stats, c
             }
             Err(e) => {
                 let err = crate::error::classify(&cfg.location, &e);
-                if attempt >= cfg.max_attempts {
+                if attempt >= attempts && matches!(err, StoreError::Unavailable { .. }) {
+                    let over = pending.len().saturating_sub(MAX_HELD);
+                    if over > 0 {
+                        pending.drain(..over);
+                        tracing::error!(location = %cfg.location, rows = over, error = %err, "more execution-log rows wait than are held: the oldest are lost");
+                        stats.failed(over as u64, err.clone());
+                    }
+                    if attempts > 1 {
+                        tracing::error!(location = %cfg.location, rows = pending.len(), error = %err, "execution-log rows cannot be written now: held, and written once the database takes writes again");
+                    }
+                    stats.unavailable(err);
+                    return;
+                }
+                if attempt >= attempts {
                     tracing::error!(
                         location = %cfg.location,
                         rows = pending.len(),

@@ -1789,7 +1789,10 @@ async fn sync_index(
                 surface.index_caught_up(version);
             }
             Err(RecvError::Lagged(n)) => {
-                tracing::warn!(
+                // Recovered here, at once: a burst of registrations (an upstream with
+                // thousands of tools) does it on a healthy start, so not a warning an
+                // operator would learn to ignore (QA-14 #14).
+                tracing::debug!(
                     skipped = n,
                     "search index lagged behind the catalog; resyncing"
                 );

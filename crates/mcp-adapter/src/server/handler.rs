@@ -811,9 +811,29 @@ pub(crate) fn unparsed_request(method: &str, params: Option<Value>, modern: bool
                 "`params` is {kind}: this method takes an object of parameters"
             ));
         }
-        serde_json::from_value::<T>(params.unwrap_or(Value::Null))
-            .err()
-            .map(|e| e.to_string())
+        let err = serde_json::from_value::<T>(params.clone().unwrap_or(Value::Null))
+            .err()?
+            .to_string()
+            // JSON's word for it (serde's is Rust's).
+            .replace("expected a map", "expected an object");
+        // serde does not say which field had the wrong type (QA-14 #11): the one whose
+        // removal takes the error away, or leaves only its own absence, is named.
+        if let Some(Value::Object(map)) = &params
+            && !err.starts_with("missing field")
+            && !err.starts_with("unknown field")
+        {
+            for key in map.keys() {
+                let mut without = map.clone();
+                without.remove(key);
+                let other = serde_json::from_value::<T>(Value::Object(without))
+                    .err()
+                    .map(|e| e.to_string());
+                if other.is_none_or(|o| o == format!("missing field `{key}`")) {
+                    return Some(format!("`{key}`: {err}"));
+                }
+            }
+        }
+        Some(err)
     }
     let removed = matches!(
         method,
@@ -1603,7 +1623,27 @@ mod tests {
         assert_eq!(
             e.message,
             "invalid params for `prompts/get`: missing field `name`"
-        );
+        ); // The field with the wrong type is named (QA-14 #11), in JSON's words.
+        for (params, says) in [
+            (
+                serde_json::json!({"name": "t", "arguments": ["weather"]}),
+                "`arguments`: invalid type: sequence, expected an object",
+            ),
+            (
+                serde_json::json!({"name": 12345, "arguments": {}}),
+                "`name`: invalid type: integer `12345`, expected a string",
+            ),
+            (
+                serde_json::json!({"name": "t", "arguments": "weather"}),
+                "`arguments`: invalid type: string \"weather\", expected an object",
+            ),
+        ] {
+            let e = unparsed_request("tools/call", Some(params), false);
+            assert_eq!(
+                e.message,
+                format!("invalid params for `tools/call`: {says}")
+            );
+        }
     }
 
     #[test]

@@ -88,6 +88,11 @@ impl App {
         if let Some(problem) = config.store.path_problem() {
             anyhow::bail!("opening the store: {problem}");
         }
+        if matches!(access, StoreAccess::ReadWrite)
+            && let Some(problem) = config.store.missing_directory()
+        {
+            anyhow::bail!("opening the store: {problem}");
+        }
         let options = StoreOptions::default()
             .with_linger(std::time::Duration::from_millis(u64::from(
                 config.store.log_linger_ms,

@@ -113,6 +113,25 @@ impl StoreConfig {
             )
         })
     }
+
+    /// Why the store's file cannot be created: it does not exist and neither does its
+    /// directory. Reading commands run without a store; `serve`, `call` and `search` stop
+    /// on it, and `check` and `status` say it (QA-14 #8: `check` said "config ok" and
+    /// `status` that `serve` would create the file).
+    pub fn missing_directory(&self) -> Option<String> {
+        let parent = self
+            .path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        (!self.path.exists() && !parent.is_dir()).then(|| {
+            format!(
+                "[store] path {}: its directory {} does not exist, so the store cannot be created; create the directory (Quiver creates the database file, not its directory) or name a file in one that exists",
+                self.path.display(),
+                parent.display()
+            )
+        })
+    }
 }
 
 impl Default for StoreConfig {

@@ -642,6 +642,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     // they say so and go on (exit 1), where the other commands stop (exit 2).
     let diagnostic = matches!(cli.command, Command::Status | Command::Check { .. });
     let mut required_down = false;
+    // A store that `serve` could not create: said, and the diagnosis fails (exit 1).
+    if diagnostic && let Some(problem) = config.store.missing_directory() {
+        eprintln!("quiver: {problem}");
+        required_down = true;
+    }
     let waited = match waited {
         Err(e) if diagnostic => {
             eprintln!("quiver: {e:#}");
@@ -710,6 +715,11 @@ async fn command(
         Command::Status => {
             if app.store.exists() {
                 say!("store: {}", config_store.display());
+            } else if config.store.missing_directory().is_some() {
+                say!(
+                    "store: {} (cannot be created: its directory does not exist)",
+                    config_store.display()
+                );
             } else {
                 say!(
                     "store: {} (not created yet: `quiver serve`, `call` or `search` creates it)",

@@ -1196,11 +1196,14 @@ fn reading_commands_neither_create_nor_change_the_store() {
         "[store]\npath = \"./prod/quiver.bd\"\n\n[skills]\ndirs = [\"skills\"]\n",
     )
     .unwrap();
+    // They run without the store; `check` and `status`, which diagnose, fail (exit 1) on
+    // a store `serve` could not create: its directory `prod` does not exist.
     for args in readers {
         let out = quiver_in(&nowhere, args);
+        let diagnoses = matches!(args[0], "check" | "status");
         assert_eq!(
             out.status.code(),
-            Some(0),
+            Some(if diagnoses { 1 } else { 0 }),
             "{args:?}: {}{}",
             stdout(&out),
             String::from_utf8_lossy(&out.stderr)
@@ -1208,7 +1211,8 @@ fn reading_commands_neither_create_nor_change_the_store() {
     }
     let status = stdout(&quiver_in(&nowhere, &["status"]));
     assert!(
-        status.contains("store: ./prod/quiver.bd (not created yet"),
+        status
+            .contains("store: ./prod/quiver.bd (cannot be created: its directory does not exist)"),
         "{status}"
     );
     assert!(
@@ -1352,6 +1356,31 @@ fn a_store_path_that_is_a_directory_is_named_so() {
         );
     }
     assert_eq!(std::fs::read_dir(dir.join("data")).unwrap().count(), 0);
+}
+
+/// A `[store] path` in a directory that does not exist stops `call` (exit 2) and fails
+/// `check` and `status` (exit 1), each saying so (QA-14 #8: `check` said "config ok" and
+/// `status` that `serve` would create the file, which `serve` then could not).
+#[test]
+fn a_store_path_in_a_missing_directory_is_named_so() {
+    let dir = workdir("store-nodir");
+    std::fs::write(dir.join("quiver.toml"), "[store]\npath = \"nodir/q.db\"\n").unwrap();
+    for (args, code) in [
+        (&["check"][..], 1),
+        (&["status"], 1),
+        (&["call", "tool_search", r#"{"query": "csv"}"#], 2),
+    ] {
+        let out = quiver_in(&dir, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert!(
+            err.contains(
+                "[store] path nodir/q.db: its directory nodir does not exist, so the store cannot be created"
+            ),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(!dir.join("nodir").exists());
 }
 
 /// `QUIVER_LOG` that sets no level for everything (`quiver_host=debug`, or a typo read as a

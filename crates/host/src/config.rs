@@ -474,6 +474,18 @@ pub(crate) fn interpolate_str(
     quiver_mcp_adapter::interpolate_env(s, env).map_err(|e| anyhow::anyhow!("{path}: {e}"))
 }
 
+/// A key that holds `${` is an error: keys are taken as written, and `${X}` as an
+/// environment variable's or a tool's name was that literal text (QA-14 #9), where the
+/// same text in a value is refused.
+pub(crate) fn key_without_reference(key: &str, path: &str) -> anyhow::Result<()> {
+    if key.contains("${") {
+        anyhow::bail!(
+            "{path}: a key cannot hold `${{...}}`: keys are taken as written, and `${{env:NAME}}` works in values only; write the name itself"
+        );
+    }
+    Ok(())
+}
+
 /// Replaces `${env:VAR}` in every string; a missing variable is an error naming the key.
 fn interpolate(
     value: &mut toml::Value,
@@ -494,10 +506,16 @@ fn interpolate(
                 } else {
                     format!("{path}.{k}")
                 };
+                key_without_reference(k, &p)?;
                 // An MCP server's `env` and `headers` are interpolated when the server is
                 // set up (with the `--mcp-config` servers'): once, so that a value whose
-                // variable holds `${env:` is taken as it is.
+                // variable holds `${env:` is taken as it is. Their keys are checked here.
                 if path.starts_with("mcp.servers[") && (k == "env" || k == "headers") {
+                    if let toml::Value::Table(inner) = v {
+                        for name in inner.keys() {
+                            key_without_reference(name, &format!("{p}.{name}"))?;
+                        }
+                    }
                     continue;
                 }
                 interpolate(v, &p, env)?;
@@ -908,6 +926,16 @@ allowed_tools = ["t1", "t2"]
     #[test]
     fn config_cases() {
         check("", Ok("./quiver.db"));
+        // `${` in a key is refused, as in a value (QA-14 #9: a child got an environment
+        // variable literally named `${X}`), also in a server's `env` and `headers`.
+        check(
+            "[limits]\ntool_timeouts = { \"${env:NOPE}\" = 5 }",
+            Err("limits.tool_timeouts.${env:NOPE}: a key cannot hold `${...}`"),
+        );
+        check(
+            "[[mcp.servers]]\nname = \"x\"\ncommand = \"x\"\nenv = { \"A${env:HOME_DIR}\" = \"2\" }",
+            Err("mcp.servers[0].env.A${env:HOME_DIR}: a key cannot hold `${...}`"),
+        );
         check(
             "[store]\npath = \"${env:HOME_DIR}/quiver.db\"",
             Ok("/srv/q/quiver.db"),

@@ -318,6 +318,7 @@ pub fn parse_mcp_servers(
                     args,
                 );
                 for (k, v) in e.env {
+                    crate::config::key_without_reference(&k, &at(&format!("env.{k}")))?;
                     s = s.with_env(k, v);
                 }
                 if let Some(cwd) = e.cwd {
@@ -348,6 +349,7 @@ pub fn parse_mcp_servers(
                 let mut s =
                     ServerConfig::http(name.clone(), interpolate_str(&url, &at("url"), env)?);
                 for (k, v) in e.headers {
+                    crate::config::key_without_reference(&k, &at(&format!("headers.{k}")))?;
                     s = s.with_header(k, v);
                 }
                 s
@@ -735,6 +737,17 @@ mod tests {
         assert_eq!(
             err(r#"{"mcpServers": {"a": {"command": "x", "disabled": 1}}}"#),
             "c.json: server \"a\": \"disabled\": invalid type: integer `1`, expected a boolean"
+        );
+        // `${` in an `env` or `headers` name is refused, as in a value (QA-14 #9).
+        assert_eq!(
+            err(r#"{"mcpServers": {"a": {"command": "x", "env": {"${X}": "1"}}}}"#),
+            "c.json: server \"a\": env.${X}: a key cannot hold `${...}`: keys are taken as written, and `${env:NAME}` works in values only; write the name itself"
+        );
+        assert!(
+            err(
+                r#"{"mcpServers": {"a": {"url": "http://h/mcp", "headers": {"X-${env:A}": "1"}}}}"#
+            )
+            .contains("headers.X-${env:A}: a key cannot hold")
         );
         assert!(err("[1,").contains("not an mcpServers JSON file"));
         // A key given twice is refused with its path, not settled as last-wins.

@@ -95,10 +95,28 @@ fn load_dir(dir: &Path, set: &mut SkillSet) {
 /// Why `dir` looks like a skill that will not be read: its `SKILL.md` is a directory, or
 /// the file is named in another case (`skill.md`; the name is case-sensitive).
 fn misnamed_skill_file(dir: &Path) -> Option<String> {
-    if dir.join(SKILL_FILE).is_dir() {
+    let file = dir.join(SKILL_FILE);
+    if file.is_dir() {
         return Some(format!(
             "{SKILL_FILE} here is a directory, not a file: a skill is a {SKILL_FILE} file with its front matter"
         ));
+    }
+    // There, but not a file that can be read: a link to nothing, a FIFO, a socket (QA-14 #6:
+    // skipped without a word).
+    if let Ok(meta) = std::fs::symlink_metadata(&file) {
+        match std::fs::metadata(&file) {
+            Err(e) if meta.file_type().is_symlink() => {
+                return Some(format!(
+                    "{SKILL_FILE} here is a link whose target cannot be read ({e}): point it at the skill's file"
+                ));
+            }
+            Ok(target) if !target.is_file() => {
+                return Some(format!(
+                    "{SKILL_FILE} here is not a regular file (a FIFO, a socket or a device): a skill is a {SKILL_FILE} file with its front matter"
+                ));
+            }
+            _ => {}
+        }
     }
     let entries = std::fs::read_dir(dir).ok()?;
     entries
@@ -292,6 +310,16 @@ mod tests {
             &skill_md("lower", "Lower-case file."),
         );
         std::fs::create_dir_all(root.join("isdir/SKILL.md")).unwrap();
+        // A link to nothing and a FIFO (QA-14 #6: skipped without a word).
+        std::fs::create_dir_all(root.join("dangling")).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("gone.md"), root.join("dangling/SKILL.md"))
+            .unwrap();
+        std::fs::create_dir_all(root.join("fifo")).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(root.join("fifo/SKILL.md"))
+            .status()
+            .unwrap();
+        assert!(made.success());
         // A plain folder beside the skills (shared assets) is no finding.
         std::fs::create_dir_all(root.join("assets")).unwrap();
         let empty = tmp.path().join("empty");
@@ -306,7 +334,7 @@ mod tests {
             .iter()
             .map(|p| format!("{} | {}", p.origin, p.reason))
             .collect();
-        assert_eq!(problems.len(), 8, "{problems:#?}");
+        assert_eq!(problems.len(), 10, "{problems:#?}");
         let has =
             |path: &str, why: &str| problems.iter().any(|p| p.contains(path) && p.contains(why));
         assert!(has("huge/SKILL.md", "at most"), "{problems:#?}");
@@ -331,6 +359,17 @@ mod tests {
             "{problems:#?}"
         );
         assert!(has("lone", "found `Skill.MD`"), "{problems:#?}");
+        assert!(
+            has(
+                "dangling",
+                "SKILL.md here is a link whose target cannot be read"
+            ),
+            "{problems:#?}"
+        );
+        assert!(
+            has("fifo", "SKILL.md here is not a regular file"),
+            "{problems:#?}"
+        );
         assert!(
             !problems.iter().any(|p| p.contains("assets")),
             "{problems:#?}"

@@ -10,6 +10,20 @@ use std::{
 
 use crate::ONE_TOOL_SERVER;
 
+/// `quiver serve --stdio` in `dir`, logging errors only, with stdin piped and its stdout
+/// and stderr as given.
+fn serve_stdio_in(dir: &std::path::Path, stdout: Stdio, stderr: Stdio) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(["serve", "--stdio"])
+        .current_dir(dir)
+        .env("QUIVER_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
 /// One JSON-RPC POST; returns the raw HTTP response.
 /// A new empty directory for one test's `quiver serve` (its store lives there).
 fn fresh_dir(name: &str) -> crate::Scratch {
@@ -442,15 +456,7 @@ fn stdio_serve(
     std::process::ChildStdin,
     std::io::Lines<BufReader<std::process::ChildStdout>>,
 ) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
-        .args(["serve", "--stdio"])
-        .current_dir(dir)
-        .env("QUIVER_LOG", "error")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = serve_stdio_in(dir, Stdio::piped(), Stdio::null());
     let stdin = child.stdin.take().unwrap();
     let lines = BufReader::new(child.stdout.take().unwrap()).lines();
     (child, stdin, lines)
@@ -700,15 +706,7 @@ fn serve_stopping_at_once_records_every_definition() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
-        .args(["serve", "--stdio"])
-        .current_dir(&dir)
-        .env("QUIVER_LOG", "error")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = serve_stdio_in(&dir, Stdio::null(), Stdio::null());
     // A client that initializes and leaves.
     let mut stdin = child.stdin.take().unwrap();
     stdin
@@ -740,15 +738,7 @@ fn serve_stopping_at_once_records_every_definition() {
 #[test]
 fn a_call_refused_just_before_stdin_closes_has_its_row() {
     let dir = fresh_dir("refused-rows");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
-        .args(["serve", "--stdio"])
-        .current_dir(&dir)
-        .env("QUIVER_LOG", "error")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = serve_stdio_in(&dir, Stdio::null(), Stdio::null());
     let mut stdin = child.stdin.take().unwrap();
     stdin
         .write_all(
@@ -1621,15 +1611,7 @@ fn an_upstream_tools_title_is_listed() {
 fn a_stdio_client_that_leaves_before_initializing_is_a_clean_end() {
     for sent in ["", r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#] {
         let dir = fresh_dir("stdio-leaves-early");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_quiver"))
-            .args(["serve", "--stdio"])
-            .current_dir(&dir)
-            .env("QUIVER_LOG", "error")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = serve_stdio_in(&dir, Stdio::null(), Stdio::piped());
         let mut stdin = child.stdin.take().unwrap();
         if !sent.is_empty() {
             writeln!(stdin, "{sent}").unwrap();

@@ -492,6 +492,13 @@ mod tests {
 
     use super::*;
 
+    /// A client's `initialize` (id 0) asking for `version`.
+    fn initialize(version: &str) -> Value {
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": version, "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}})
+    }
+
     /// A transport on pipes: what the client writes, what it reads back, and the token the
     /// end of input cancels.
     fn pipes(
@@ -620,9 +627,7 @@ mod tests {
                 crate::server::handler::lock(&told).push((call.name, input, refusal.kind()));
             }
         }));
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-03-26", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"}}});
+        let init = initialize("2025-03-26");
         input
             .write_all(format!("{init}\n").as_bytes())
             .await
@@ -754,9 +759,7 @@ mod tests {
     #[tokio::test]
     async fn a_batch_of_a_2025_03_26_client_is_answered_in_one_line() {
         let (mut transport, mut input, mut out, _ct) = pipes(4096);
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-03-26", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"}}});
+        let init = initialize("2025-03-26");
         let batch = json!([
             {"jsonrpc": "2.0", "id": 1, "method": "ping"},
             {"jsonrpc": "2.0", "method": "notifications/initialized"},
@@ -855,9 +858,7 @@ mod tests {
     #[tokio::test]
     async fn a_cancelled_request_does_not_hold_its_batch() {
         let (mut transport, mut input, mut out, _ct) = pipes(4096);
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-03-26", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"}}});
+        let init = initialize("2025-03-26");
         let batch = json!([
             {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "slow"}},
             {"jsonrpc": "2.0", "id": 2, "method": "ping"},
@@ -888,9 +889,7 @@ mod tests {
     #[tokio::test]
     async fn a_batch_reusing_an_id_is_refused_inside_its_answer() {
         let (mut transport, mut input, mut out, _ct) = pipes(4096);
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-03-26", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"}}});
+        let init = initialize("2025-03-26");
         let alone =
             json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "slow"}});
         let batch = json!([
@@ -1015,9 +1014,7 @@ mod tests {
     #[tokio::test]
     async fn a_request_reusing_an_id_in_flight_is_refused() {
         let (mut transport, mut input, mut out, _ct) = pipes(4096);
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"}}});
+        let init = initialize("2025-11-25");
         input
             .write_all(format!("{init}\n").as_bytes())
             .await
@@ -1109,9 +1106,7 @@ mod tests {
     async fn a_notification_before_initialize_is_dropped() {
         let (mut transport, mut input, _out, _ct) = pipes(4096);
         let early = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"}}});
+        let init = initialize("2025-11-25");
         input
             .write_all(format!("{early}\n{init}\n{early}\n").as_bytes())
             .await

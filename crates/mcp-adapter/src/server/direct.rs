@@ -1044,27 +1044,40 @@ async fn read_body(
 }
 
 /// A body of at most `limit` bytes (one chunk as it came, several joined); past the limit,
-/// its first `limit` bytes (`Err`), and the rest is not read.
+/// its first `limit` bytes (`Err`), and the rest is not read. A body of one chunk (nearly
+/// every request) is neither copied nor put in a list.
 async fn collect_body(mut body: Body, limit: usize) -> Result<Result<Bytes, Bytes>, axum::Error> {
     use http_body_util::BodyExt;
-    let mut chunks: Vec<Bytes> = Vec::new();
+    let mut first: Option<Bytes> = None;
+    let mut rest: Vec<u8> = Vec::new();
     let mut len = 0usize;
     while let Some(frame) = body.frame().await {
         let Ok(data) = frame?.into_data() else {
             continue;
         };
-        if len + data.len() > limit {
-            let mut head = Vec::with_capacity(limit);
-            chunks.iter().for_each(|c| head.extend_from_slice(c));
-            head.extend_from_slice(&data[..limit - len]);
-            return Ok(Err(Bytes::from(head)));
+        let take = data.len().min(limit - len);
+        match &first {
+            None if take == data.len() => first = Some(data.clone()),
+            None => first = Some(data.slice(..take)),
+            Some(head) => {
+                if rest.is_empty() {
+                    rest.extend_from_slice(head);
+                }
+                rest.extend_from_slice(&data[..take]);
+            }
         }
-        len += data.len();
-        chunks.push(data);
+        len += take;
+        if take < data.len() {
+            let head = match rest.is_empty() {
+                true => first.unwrap_or_default(),
+                false => Bytes::from(rest),
+            };
+            return Ok(Err(head));
+        }
     }
-    Ok(Ok(match chunks.len() {
-        1 => chunks.pop().unwrap_or_default(),
-        _ => Bytes::from(chunks.concat()),
+    Ok(Ok(match rest.is_empty() {
+        true => first.unwrap_or_default(),
+        false => Bytes::from(rest),
     }))
 }
 
@@ -1425,6 +1438,28 @@ mod tests {
             "params": {"name": "echo", "arguments": {"x": id}, "_meta": meta}})
     }
 
+    /// Opens a session that negotiated 2025-03-26 (its client sends no
+    /// `MCP-Protocol-Version`), initialized; returns its id.
+    async fn open_2025_03_26(router: &Router) -> String {
+        let old: &[(&str, &[u8])] = &[("mcp-protocol-version", b"")];
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-03-26", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}});
+        let opened = send_with(router, Method::POST, None, init.to_string(), old).await;
+        assert!(opened.body.contains("\"2025-03-26\""), "{}", opened.body);
+        let sid = opened.session.expect("a session id");
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        send_with(
+            router,
+            Method::POST,
+            Some(&sid),
+            initialized.to_string(),
+            old,
+        )
+        .await;
+        sid
+    }
+
     /// Opens a session whose client declares `capabilities`; returns its id once the direct
     /// path knows it.
     async fn open(server: &McpServer, router: &Router, capabilities: Value) -> String {
@@ -1512,21 +1547,7 @@ mod tests {
         let server = server();
         let router = server.router("127.0.0.1:7345".parse().unwrap());
         let old: &[(&str, &[u8])] = &[("mcp-protocol-version", b"")];
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-03-26", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"}}});
-        let opened = send_with(&router, Method::POST, None, init.to_string(), old).await;
-        assert!(opened.body.contains("\"2025-03-26\""), "{}", opened.body);
-        let sid = opened.session.expect("a session id");
-        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        send_with(
-            &router,
-            Method::POST,
-            Some(&sid),
-            initialized.to_string(),
-            old,
-        )
-        .await;
+        let sid = open_2025_03_26(&router).await;
         let batch = json!([
             call(1, json!({})),
             {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 99}},
@@ -2126,6 +2147,34 @@ mod tests {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(10), call).await;
     }
 
+    /// A body in several chunks is joined; past the limit, exactly its first `limit` bytes
+    /// come back, whichever chunk the limit falls in; one chunk is returned as it came.
+    #[tokio::test]
+    async fn a_body_is_read_whole_or_to_its_limit() {
+        let chunks = || {
+            Body::from_stream(futures::stream::iter(
+                ["ab", "", "cde", "f"].map(|c| Ok::<_, std::io::Error>(Bytes::from(c))),
+            ))
+        };
+        assert_eq!(
+            collect_body(chunks(), 6).await.unwrap(),
+            Ok(Bytes::from("abcdef"))
+        );
+        for (limit, head) in [(0, ""), (1, "a"), (2, "ab"), (4, "abcd"), (5, "abcde")] {
+            assert_eq!(
+                collect_body(chunks(), limit).await.unwrap(),
+                Err(Bytes::from(head)),
+                "{limit}"
+            );
+        }
+        let one = Bytes::from_static(b"{}");
+        let got = collect_body(Body::from(one.clone()), 2)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.as_ptr(), one.as_ptr(), "not copied");
+    }
+
     /// A 2026-07-28 retry whose requestState names no held call (forged) runs nothing and
     /// has its row, as has a call rmcp refuses for a `_meta` missing the protocol's fields
     /// (QA-14 #3: neither had one); a plain stateless call has one row, as before.
@@ -2493,20 +2542,7 @@ mod tests {
         // A 2025-03-26 session's batch: two calls that share an id, and one nested too
         // deeply in a batch of its own.
         let old: &[(&str, &[u8])] = &[("mcp-protocol-version", b"")];
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-03-26", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"}}});
-        let opened = send_with(&router, Method::POST, None, init.to_string(), old).await;
-        let old_sid = opened.session.expect("a session id");
-        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        send_with(
-            &router,
-            Method::POST,
-            Some(&old_sid),
-            initialized.to_string(),
-            old,
-        )
-        .await;
+        let old_sid = open_2025_03_26(&router).await;
         let shared = json!([
             {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
                 "params": {"name": "echo", "arguments": {"a": 1}}},
@@ -3143,22 +3179,7 @@ mod tests {
         let server = server_with(Some(Hold::new(&started)));
         let router = server.router("127.0.0.1:7345".parse().unwrap());
         let old: &[(&str, &[u8])] = &[("mcp-protocol-version", b"")];
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-03-26", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"}}});
-        let sid = send_with(&router, Method::POST, None, init.to_string(), old)
-            .await
-            .session
-            .expect("a session id");
-        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        send_with(
-            &router,
-            Method::POST,
-            Some(&sid),
-            initialized.to_string(),
-            old,
-        )
-        .await;
+        let sid = open_2025_03_26(&router).await;
         let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
         send_with(&router, Method::POST, Some(&sid), list.to_string(), old).await;
         let batch = json!([

@@ -369,7 +369,7 @@ impl App {
         // own ends come after the store closed, and their rows stayed for good).
         if !self.store.is_read_only() {
             for session in self.surface.session_keys() {
-                if quiver_mcp_adapter::is_session_bound(&session) {
+                if quiver_surface::SessionKey::parse(&session).is_session_bound() {
                     self.surface.end_session(&session);
                     quiver_surface::ports::SessionStore::end_session(&*self.store, &session)
                         .await

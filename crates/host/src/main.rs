@@ -12,7 +12,7 @@ use quiver_contract::{
 };
 use quiver_host::{App, Config, StoreAccess, ToolFormat, format_tools, provider_name_warnings};
 use quiver_registry::{CallFilter, DefinitionStore};
-use quiver_surface::{FloorLoad, FloorSource};
+use quiver_surface::{FloorLoad, FloorSource, SessionKey};
 
 /// `println!` that does not panic when stdout is gone (`quiver log | head -1`): what can
 /// no longer be written is dropped, and the command ends as it would have.
@@ -333,8 +333,8 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
 /// (left out of suggestions, as `serve` leaves them out).
 struct Caller {
     /// The working-set key: the session given, or, as a token, the key `quiver serve`
-    /// gives that token's conversation of that name (`conv:TOKEN:SESSION`).
-    session: String,
+    /// gives that token's conversation of that name.
+    session: SessionKey,
     mode: Mode,
     capabilities: std::sync::Arc<Capabilities>,
     principal: Option<String>,
@@ -354,7 +354,7 @@ impl Caller {
                 .map(|r| r.tool.clone())
                 .collect();
             return Ok(Caller {
-                session: session.to_owned(),
+                session: SessionKey::parse(session),
                 mode: mode.unwrap_or_default(),
                 capabilities: std::sync::Arc::new(Capabilities::all().with_denied_tools(denied)),
                 principal: None,
@@ -384,7 +384,7 @@ impl Caller {
             );
         }
         Ok(Caller {
-            session: format!("conv:{name}:{session}"),
+            session: SessionKey::conversation(Some(name), session),
             mode: t.mode.or(mode).unwrap_or_default(),
             capabilities: std::sync::Arc::new(t.capabilities()),
             principal: Some(t.name.clone()),
@@ -394,12 +394,20 @@ impl Caller {
 
     /// The context of one call in the caller's session.
     fn context(&self) -> CallContext {
-        let mut ctx = CallContext::for_session(self.session.as_str());
+        let mut ctx = CallContext::for_session(self.session.as_arc().clone());
         ctx.capabilities = self.capabilities.clone();
         ctx.principal = self.principal.as_deref().map(Into::into);
         ctx.tenant = self.tenant.as_deref().map(Into::into);
         ctx
     }
+}
+
+/// The `JSON` argument of `quiver call` read as JSON (empty text is `{}`), or why it is not.
+fn parse_argument(json: &str) -> Result<(), serde_json::Error> {
+    if json.trim().is_empty() {
+        return Ok(());
+    }
+    serde_json::from_str::<serde_json::Value>(json).map(drop)
 }
 
 fn exit_for(envelope: &Envelope) -> ExitCode {
@@ -1332,11 +1340,16 @@ async fn command(
             }
             // A round of the session in its mode, as a `tools/call` of `tool_search` is in
             // `serve`.
-            app.surface
-                .begin_call(&caller.session, caller.mode, "tool_search");
             let envelope = app
-                .dispatcher
-                .call("tool_search", input, caller.context())
+                .surface
+                .call(
+                    &app.dispatcher,
+                    &caller.session,
+                    caller.mode,
+                    quiver_surface::TOOL_SEARCH,
+                    input,
+                    caller.context(),
+                )
                 .await;
             app.save_session(&caller.session).await?;
             say!(
@@ -1418,35 +1431,20 @@ async fn command(
             let caller = Caller::of(config, token.as_deref(), mode, &session)?;
             apply_retention(app, config).await?;
             app.open_session(&caller.session).await?;
-            let ctx = caller.context();
-            // JSON that does not parse is the dispatcher's to explain (exit 2 below), and no
-            // round of the session; a tool the mode refuses, or a name the caller cannot
-            // call, is still answered as such first. Otherwise the call is admitted as
-            // `quiver serve` admits it (refused and recorded, or a round of the session).
-            // Parsed once: `Err` holds why the text is not JSON (empty text is `{}`).
-            let parsed = if json.trim().is_empty() {
-                Ok(serde_json::json!({}))
-            } else {
-                serde_json::from_str::<serde_json::Value>(&json)
-            };
-            let refusal = if parsed.is_ok() {
-                app.surface
-                    .admit(&app.dispatcher, &caller.session, &name, caller.mode, &ctx)
-            } else {
-                app.surface
-                    .refusal(&app.dispatcher, &name, caller.mode, &ctx)
-            };
-            let envelope = match refusal {
-                Some(refusal) => {
-                    // Recorded as sent: the text itself when it is not JSON.
-                    let input = match &parsed {
-                        Ok(v) => v.clone(),
-                        Err(_) => serde_json::Value::String(json.clone()),
-                    };
-                    app.dispatcher.refuse(&name, input, ctx, refusal).await
-                }
-                None => app.dispatcher.call_json(&name, &json, ctx).await,
-            };
+            // Admitted as `quiver serve` admits a call (refused and recorded, or a round of
+            // the session); JSON that does not parse is the dispatcher's to explain (exit 2
+            // below).
+            let envelope = app
+                .surface
+                .call_text(
+                    &app.dispatcher,
+                    &caller.session,
+                    caller.mode,
+                    &name,
+                    &json,
+                    caller.context(),
+                )
+                .await;
             app.save_session(&caller.session).await?;
             say!(
                 "{}",
@@ -1455,7 +1453,7 @@ async fn command(
             // JSON on the command line that does not parse is the operator's slip, not a
             // result: a usage error (2), whatever the answer above says.
             // Said here in full: the answer above may be about the name instead.
-            if let Err(e) = &parsed {
+            if let Err(e) = parse_argument(&json) {
                 eprintln!(
                     "quiver: the JSON argument is not valid JSON ({e}); quote it whole, e.g. '{{\"key\": \"value\"}}'"
                 );

@@ -22,5 +22,4 @@ pub use error::McpError;
 pub use server::{
     AuthError, ContentError, ContentOffer, ContentSource, InboundAuth, InboundToken, ListChange,
     ListChanged, McpServer, Readiness, ServeError, ServerOptions, allowed_authorities,
-    is_session_bound,
 };

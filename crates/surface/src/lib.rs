@@ -7,9 +7,11 @@
 //! the persistence ports it consumes ([`ports::SessionStore`], [`ports::UsageSource`]), in
 //! its own vocabulary, with in-memory implementations.
 
+mod call;
 mod config;
 mod error;
 mod floor;
+mod key;
 mod persist;
 pub mod ports;
 pub mod search;
@@ -22,6 +24,7 @@ pub use error::SurfaceError;
 pub use floor::{
     Floor, FloorEntry, FloorSource, MemoryUsage, USAGE_WEIGHTS, UsageScores, usage_score,
 };
+pub use key::{SessionKey, SessionKind};
 pub use persist::FloorLoad;
 pub use surface::{
     ComposedSurface, DEFAULT_SESSION, DESCRIBE_TOOL, DropReason, DroppedTool, FailReason,

@@ -44,7 +44,7 @@ impl Who {
     /// request without a conversation) or `anonymous` names none.
     pub(crate) fn of(ctx: &CallContext) -> Who {
         match &ctx.session {
-            Some(key) if &**key != crate::server::ANONYMOUS && !key.starts_with("token:") => {
+            Some(key) if quiver_surface::SessionKey::parse(key).names_one_client() => {
                 Who::Named(key.clone())
             }
             _ => Who::Unnamed,

@@ -11,6 +11,7 @@ use std::{
 };
 
 use quiver_contract::{CallContext, Capabilities, Mode};
+use quiver_surface::SessionKey;
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
@@ -47,7 +48,7 @@ const INSTRUCTIONS: &str = "Quiver serves a working set of tools that grows as y
 /// What one request may see and do.
 #[derive(Debug, Clone)]
 pub(crate) struct Scope {
-    pub(crate) key: Arc<str>,
+    pub(crate) key: SessionKey,
     capabilities: Arc<Capabilities>,
     mode: Mode,
     principal: Option<Arc<str>>,
@@ -64,7 +65,7 @@ impl Scope {
     /// Whose call it is, for the input rounds.
     fn owner(&self) -> Owner {
         Owner {
-            key: self.key.clone(),
+            key: self.key.as_arc().clone(),
             principal: self.principal.clone(),
             tenant: self.tenant.clone(),
         }
@@ -190,7 +191,7 @@ pub(crate) fn scope(
         principal: principal.map(|p| &*p.name),
     };
     let key = working_set_key(&sources)?;
-    let session_bound = session_id.is_some_and(|sid| key.strip_prefix("mcp:") == Some(sid));
+    let session_bound = session_id.is_some_and(|sid| key.mcp_session_id() == Some(sid));
     Ok(Scope {
         key,
         capabilities: principal
@@ -522,9 +523,9 @@ pub(crate) fn track(
     has_session: bool,
     peer: &Peer<RoleServer>,
 ) {
-    lock(&conn.keys).insert(scope.key.clone());
+    lock(&conn.keys).insert(scope.key.as_arc().clone());
     if scope.session_bound {
-        lock(&conn.session_keys).insert(scope.key.clone());
+        lock(&conn.session_keys).insert(scope.key.as_arc().clone());
     }
     if !has_session
         || conn
@@ -561,23 +562,9 @@ pub(crate) async fn call(
     progress: Option<(ProgressToken, &Peer<RoleServer>)>,
     channel: Option<(Arc<dyn quiver_contract::ClientChannel>, Arc<ProgressState>)>,
 ) -> CallToolResult {
-    // The surface decides what this session may see: a tool its mode does not list
-    // (plan mode and a mutating tool, an internal tool) is refused, an unknown tool is
-    // answered with look-alikes this session is offered in its mode; otherwise the call
-    // is a round of its session (idle working-set tools leave). Capability-forbidden
-    // tools are the dispatcher's to answer.
+    // The surface decides what this session may see and records a refusal like every
+    // call (`Surface::call`); capability-forbidden tools are the dispatcher's to answer.
     let surface = &shared.surface;
-    let admission = scope.context(shared.shutdown.child_token());
-    if let Some(refusal) =
-        surface.admit(&shared.dispatcher, &scope.key, name, scope.mode, &admission)
-    {
-        // Recorded like every call.
-        let envelope = shared
-            .dispatcher
-            .refuse(name, input, admission, refusal)
-            .await;
-        return from_contract::call_result(&envelope, &shared.options.render, || false);
-    }
     let cancel = shared.shutdown.child_token();
     let mut ctx = scope.context(cancel.clone());
     if let Some((c, _)) = &channel {
@@ -588,7 +575,7 @@ pub(crate) async fn call(
     // Only a call with a progress token needs the timer.
     let mut heartbeat =
         progress.map(|(token, peer)| Heartbeat::new(token, peer.clone(), progress_state, every));
-    let call = shared.dispatcher.call(name, input, ctx);
+    let call = surface.call(&shared.dispatcher, &scope.key, scope.mode, name, input, ctx);
     tokio::pin!(call);
     let mut cancelled = false;
     let envelope = loop {
@@ -1225,7 +1212,7 @@ impl ServerHandler for Handler {
         use tokio::sync::broadcast::error::RecvError;
         let request = subscription.request_context();
         let scope = self.scope(&request.meta, &request.extensions)?;
-        lock(&self.conn.keys).insert(scope.key.clone());
+        lock(&self.conn.keys).insert(scope.key.as_arc().clone());
         let sink = subscription.sink().clone();
         let accepted = subscription.accepted().clone();
         let wants = |f: Option<bool>| f == Some(true);

@@ -2,10 +2,10 @@
 //! `_meta["quiver/conversation"]` of the request, else the `Quiver-Conversation` header),
 //! the MCP session id, the authenticated token's name, and finally `anonymous`. A
 //! conversation key is scoped by the token that sent it, so two tokens never share a
-//! working set by choosing the same key.
+//! working set by choosing the same key. The key's type and text forms are the surface's
+//! [`SessionKey`].
 
-use std::sync::Arc;
-
+use quiver_surface::SessionKey;
 use rmcp::ErrorData as McpError;
 
 /// The request `_meta` field that names the conversation (the working-set key).
@@ -14,9 +14,6 @@ pub const CONVERSATION_META: &str = "quiver/conversation";
 pub const CONVERSATION_HEADER: &str = "quiver-conversation";
 
 const MAX_KEY_BYTES: usize = 256;
-
-/// The key of a request that names no conversation, has no session and no token.
-pub(crate) const ANONYMOUS: &str = "anonymous";
 
 /// What a request carries that can name its working set.
 #[derive(Debug, Default)]
@@ -28,7 +25,7 @@ pub(crate) struct KeySources<'a> {
 }
 
 /// The working-set key, or an invalid-params error for a malformed conversation key.
-pub(crate) fn working_set_key(src: &KeySources<'_>) -> Result<Arc<str>, McpError> {
+pub(crate) fn working_set_key(src: &KeySources<'_>) -> Result<SessionKey, McpError> {
     let conversation = match src.meta_conversation {
         Some(serde_json::Value::String(s)) => Some(s.as_str()),
         Some(_) => {
@@ -48,25 +45,15 @@ pub(crate) fn working_set_key(src: &KeySources<'_>) -> Result<Arc<str>, McpError
                 None,
             ));
         }
-        return Ok(match src.principal {
-            Some(p) => format!("conv:{p}:{c}").into(),
-            None => format!("conv:{c}").into(),
-        });
+        return Ok(SessionKey::conversation(src.principal, c));
     }
     if let Some(sid) = src.session_id {
-        return Ok(format!("mcp:{sid}").into());
+        return Ok(SessionKey::mcp_session(sid));
     }
     if let Some(p) = src.principal {
-        return Ok(format!("token:{p}").into());
+        return Ok(SessionKey::token(p));
     }
-    Ok(ANONYMOUS.into())
-}
-
-/// Whether `key` is bound to one MCP session (`mcp:<session id>`, on stdio
-/// `mcp:stdio:<random id>`): it never comes back once its session has ended, or once the
-/// process that served it has stopped, so nothing of it is worth keeping in the store.
-pub fn is_session_bound(key: &str) -> bool {
-    key.starts_with("mcp:")
+    Ok(SessionKey::anonymous())
 }
 
 #[cfg(test)]

@@ -28,8 +28,7 @@ pub use auth::{AuthError, InboundAuth, InboundToken};
 pub use content::{ContentError, ContentOffer, ContentSource, ListChange, ListChanged};
 pub use health::Readiness;
 pub use http::allowed_authorities;
-pub(crate) use key::ANONYMOUS;
-pub use key::{CONVERSATION_HEADER, CONVERSATION_META, is_session_bound};
+pub use key::{CONVERSATION_HEADER, CONVERSATION_META};
 
 /// How the server behaves; the host fills it from its configuration.
 #[derive(Debug, Clone)]
@@ -158,9 +157,12 @@ impl Shared {
     /// Keeps the key's session in memory for the request (the guard) and restores its
     /// working set if the key is seen for the first time (once per key per process, again
     /// after the surface dropped it).
-    pub(crate) async fn enter(&self, key: &Arc<str>) -> quiver_surface::SessionPin {
-        let pin = self.surface.pin(key);
-        self.restore_once(key).await;
+    pub(crate) async fn enter(
+        &self,
+        key: &quiver_surface::SessionKey,
+    ) -> quiver_surface::SessionPin {
+        let pin = self.surface.pin(key.as_arc());
+        self.restore_once(key.as_arc()).await;
         pin
     }
 

@@ -178,3 +178,74 @@ fn the_check_catches_a_forbidden_edge() {
         "transitive: {v:?}"
     );
 }
+
+/// The halves of the MCP adapter that must not import each other: the client (upstreams as
+/// tools) and the server (the MCP endpoint) share only the crate's floor (content port,
+/// SSE reading, protocol versions, wire helpers).
+const MCP_HALVES: [(&str, &str); 2] = [("client", "server"), ("server", "client")];
+
+/// `path::to::module` references in `source` that reach into the `other` half: `crate::other`
+/// or `super::...::other` (with or without `::`), and `use` lists naming it.
+fn reaches_into(source: &str, other: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (n, line) in source.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or_default();
+        let crate_path = format!("crate::{other}");
+        let super_path = format!("super::{other}");
+        let through_super = code.contains("super::super::") && code.contains(&format!("::{other}"));
+        if code.contains(&crate_path) || code.contains(&super_path) || through_super {
+            found.push(format!("{}: {}", n + 1, line.trim()));
+        }
+    }
+    found
+}
+
+/// Every `.rs` file under `dir`, recursively.
+fn rust_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn the_mcp_client_and_server_never_import_each_other() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/mcp-adapter/src");
+    let mut violations = Vec::new();
+    for (half, other) in MCP_HALVES {
+        let files = rust_files(&src.join(half));
+        assert!(!files.is_empty(), "no sources under {half}/");
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            for hit in reaches_into(&text, other) {
+                violations.push(format!("{}:{hit}", file.display()));
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "the MCP client and server import each other (move what they share to the crate's floor):\n{}",
+        violations.join("\n")
+    );
+}
+
+#[test]
+fn the_import_check_catches_a_reach_across() {
+    let client = "use crate::server::ListChange;\nfn f() { crate::server::from_mcp_level(x) }\n// crate::server in a comment\n";
+    assert_eq!(reaches_into(client, "server").len(), 2);
+    assert_eq!(
+        reaches_into("use super::super::server::X;", "server").len(),
+        1
+    );
+    assert!(reaches_into("use crate::content::ListChange;", "server").is_empty());
+}

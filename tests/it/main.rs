@@ -4,3 +4,4 @@
 mod architecture;
 mod conformance_client;
 mod mcp_server;
+mod wire_text;

@@ -45,7 +45,7 @@ fn python() -> PathBuf {
 }
 
 /// The `quiver` binary, built once per test run through cargo (same profile and target dir).
-fn quiver_binary() -> PathBuf {
+pub(crate) fn quiver_binary() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -96,7 +96,7 @@ fn quiver_binary() -> PathBuf {
 
 /// A new empty directory for one server run: `quiver` keeps its store (`./quiver.db`) in
 /// the working directory, and concurrent tests must not share one.
-fn fresh_dir() -> PathBuf {
+pub(crate) fn fresh_dir() -> PathBuf {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     sweep_stale_dirs();
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -211,7 +211,9 @@ async fn send_signal(pid: &str, signal: &str) {
 }
 
 /// The next line of a child's stdout, within [`START_TIMEOUT`].
-async fn line_of(lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) -> String {
+pub(crate) async fn line_of(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) -> String {
     tokio::time::timeout(START_TIMEOUT, lines.next_line())
         .await
         .expect("a line in time")
@@ -442,7 +444,7 @@ fn logged(dir: &std::path::Path, tool: &str) -> serde_json::Value {
 
 /// `quiver serve --stdio` in `dir` with the fault fixture as `fx` (`args` after the
 /// script), its stdin, stdout and stderr piped, logging at `info`.
-fn stdio_server_before_fx(dir: &std::path::Path, args: &str, extra: &str) -> Child {
+pub(crate) fn stdio_server_before_fx(dir: &std::path::Path, args: &str, extra: &str) -> Child {
     write_fx_config(dir, args, extra);
     Command::new(quiver_binary())
         .args(["serve", "--stdio"])
@@ -600,9 +602,9 @@ async fn empty_stdin_or_closed_stdout_during_the_startup_wait_stops_the_server()
 }
 
 /// The `initialize` request (id 1, protocol 2025-11-25) the stdio tests open with.
-const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+pub(crate) const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
 /// The `initialized` notification that follows its answer.
-const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+pub(crate) const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
 
 /// A stdio script: `initialize`, `initialized`, then `requests`, one per line.
 fn script(requests: &[&str]) -> String {

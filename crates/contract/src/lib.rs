@@ -2,6 +2,38 @@
 //! [`Envelope`] result contract (Ok / Hint / Err) with its model-facing renders, the call
 //! context, and the [`Tool`] trait. No I/O and no engine lives here; adapters convert their
 //! engines' types to and from these at their edges.
+//!
+//! # Example
+//!
+//! A built-in tool made of a typed argument struct and an async function, called directly,
+//! and the text a model reads of its answer:
+//!
+//! ```
+//! use quiver_contract::{
+//!     CallContext, Envelope, RenderOptions, Tool, ToolSpec, render, typed_tool,
+//! };
+//! use serde_json::json;
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct Add {
+//!     a: i64,
+//!     b: i64,
+//! }
+//!
+//! let add = typed_tool(
+//!     ToolSpec::new("add", "Adds two integers.").read_only(),
+//!     |args: Add, _ctx: CallContext| async move { Ok(Envelope::ok(json!({"sum": args.a + args.b}))) },
+//! );
+//! // The input schema is derived from `Add`.
+//! assert_eq!(add.spec().input_schema["required"], json!(["a", "b"]));
+//!
+//! let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+//! let answer = runtime
+//!     .block_on(add.call(json!({"a": 2, "b": 3}), &CallContext::for_session("s1")))
+//!     .unwrap();
+//! assert!(answer.is_ok());
+//! assert!(render(&answer, &RenderOptions::default()).contains('5'));
+//! ```
 
 mod channel;
 mod context;

@@ -4,6 +4,48 @@
 //! policy, the loop guard, the tower middleware stack (recover, timeout, concurrency, result
 //! limit, telemetry) and the recorder. The ports it consumes ([`ToolCallRecorder`],
 //! [`PolicyCheck`]) are defined here, in its own vocabulary, with in-memory implementations.
+//!
+//! # Example
+//!
+//! Register a typed tool, build a dispatcher that records every call in memory, and call
+//! the tool through the whole pipeline; a call of a name nobody registered is answered, and
+//! recorded, too:
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use quiver_contract::{CallContext, Envelope, ToolSpec, typed_tool};
+//! use quiver_registry::{Catalog, Dispatcher, MemoryRecorder};
+//! use serde_json::json;
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct Greet {
+//!     name: String,
+//! }
+//!
+//! let catalog = Arc::new(Catalog::new());
+//! catalog.must_register(Arc::new(typed_tool(
+//!     ToolSpec::new("greet", "Greets someone by name.").read_only(),
+//!     |args: Greet, _ctx: CallContext| async move {
+//!         Ok(Envelope::ok(json!(format!("Hello, {}!", args.name))))
+//!     },
+//! )));
+//! let recorder = Arc::new(MemoryRecorder::new());
+//! let dispatcher = Dispatcher::builder(catalog).recorder(recorder.clone()).build();
+//!
+//! let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+//! runtime.block_on(async {
+//!     let hello = dispatcher
+//!         .call("greet", json!({"name": "Ada"}), CallContext::for_session("s1"))
+//!         .await;
+//!     assert_eq!(hello.data(), Some(&json!("Hello, Ada!")));
+//!
+//!     // A typo gets an error the model can act on (a did-you-mean), not a panic.
+//!     let typo = dispatcher.call("gret", json!({}), CallContext::for_session("s1")).await;
+//!     assert!(typo.is_err());
+//! });
+//! assert_eq!(recorder.len(), 2);
+//! ```
 
 mod catalog;
 mod dispatch;

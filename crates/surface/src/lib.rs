@@ -6,6 +6,65 @@
 //! embedding port ([`search::Embedder`], off by default) to blend in a vector retriever; [`ports`] holds
 //! the persistence ports it consumes ([`ports::SessionStore`], [`ports::UsageSource`]), in
 //! its own vocabulary, with in-memory implementations.
+//!
+//! # Example
+//!
+//! Compose what a session's model sees, find a tool with `tool_search`, and call it
+//! through the one call entry point, [`Surface::call`]:
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use quiver_contract::{CallContext, Capabilities, Envelope, Mode, ToolSpec, typed_tool};
+//! use quiver_registry::{Catalog, Dispatcher};
+//! use quiver_surface::{MemoryUsage, SessionKey, Surface, SurfaceConfig, core_tools};
+//! use serde_json::json;
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct City {
+//!     city: String,
+//! }
+//!
+//! let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+//! runtime.block_on(async {
+//!     let catalog = Arc::new(Catalog::new());
+//!     catalog.must_register(Arc::new(typed_tool(
+//!         ToolSpec::new("weather_forecast", "Forecasts tomorrow's weather for a city.")
+//!             .read_only(),
+//!         |args: City, _ctx: CallContext| async move {
+//!             Ok(Envelope::ok(json!(format!("Sunny in {}", args.city))))
+//!         },
+//!     )));
+//!     let usage = Arc::new(MemoryUsage::default());
+//!     let surface = Surface::new(catalog.clone(), SurfaceConfig::default(), usage)?;
+//!     catalog.register_all("core", core_tools(&surface));
+//!     let dispatcher = Dispatcher::builder(catalog).observer(surface.clone()).build();
+//!
+//!     let session = SessionKey::conversation(None, "c1");
+//!     let everything = Capabilities::all();
+//!     // A new session is shown the resident tools (here `tool_search` and
+//!     // `describe_tool`), not the weather tool.
+//!     let listed = surface.compose(&session, Mode::Chat, &everything)?;
+//!     assert!(!listed.names().contains(&"weather_forecast"));
+//!
+//!     let search = json!({"query": "weather tomorrow"});
+//!     let found = surface
+//!         .call(&dispatcher, &session, Mode::Chat, "tool_search", search, CallContext::default())
+//!         .await;
+//!     assert!(found.is_ok());
+//!     // The search paged it into the session's working set: it is on the next list.
+//!     let listed = surface.compose(&session, Mode::Chat, &everything)?;
+//!     assert!(listed.names().contains(&"weather_forecast"));
+//!
+//!     let oslo = json!({"city": "Oslo"});
+//!     let answer = surface
+//!         .call(&dispatcher, &session, Mode::Chat, "weather_forecast", oslo, CallContext::default())
+//!         .await;
+//!     assert_eq!(answer.data(), Some(&json!("Sunny in Oslo")));
+//!     Ok::<(), Box<dyn std::error::Error>>(())
+//! })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 mod call;
 mod config;

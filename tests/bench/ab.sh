@@ -5,16 +5,21 @@
 # throughput on the in-process `describe_tool`. The bench client keeps its defaults.
 #
 #   A_NAME=... A_ENV="VAR=value ..." A_TOML="[store]\nlog_linger_ms = 2" \
-#   B_NAME=... B_ENV=... B_TOML=... TARGET=$PWD/target/release bash tests/bench/ab.sh
+#   B_NAME=... B_ENV=... B_TOML=... bash tests/bench/ab.sh
 #
 # A_ENV/B_ENV: environment of each server (`env` arguments); A_TOML/B_TOML: its quiver.toml
 # (printf escapes); A_BIN/B_BIN: its `quiver` binary (default $TARGET/quiver), to compare
-# two builds. tests/bench/workers.sh and tests/bench/linger.sh are two uses.
+# two builds. TARGET: the release build's directory (default
+# ${CARGO_TARGET_DIR:-<repo>/target}/release); PEERS: where .ci/setup-peers installed
+# server-everything (default <repo>/.peers). tests/bench/workers.sh and tests/bench/linger.sh
+# are two uses.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-TARGET=${TARGET:-$ROOT/target/release}
+TARGET=${TARGET:-${CARGO_TARGET_DIR:-$ROOT/target}/release}
+TARGET=$(cd "$TARGET" && pwd) # absolute: the servers run from their own directories
 PEERS=${PEERS:-$ROOT/.peers}
 EVERYTHING=$PEERS/npm/node_modules/.bin/mcp-server-everything
+[ -x "$EVERYTHING" ] || { echo "no $EVERYTHING: run .ci/setup-peers, or set PEERS" >&2; exit 1; }
 B=$TARGET/quiver-serve-bench
 WORK=$(mktemp -d)
 PIDS=()

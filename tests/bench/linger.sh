@@ -2,7 +2,7 @@
 # The execution-log writer's linger, A against B, for `quiver serve` in front of
 # server-everything over HTTP, side by side (not a test: prints numbers).
 #
-#   LA=2 LB=20 TARGET=$PWD/target/release bash tests/bench/linger.sh
+#   LA=2 LB=20 bash tests/bench/linger.sh      # TARGET and PEERS as in tests/bench/ab.sh
 #
 # tests/bench/ab.sh with `[store] log_linger_ms` LA and LB (default 2 and 20): three rounds of
 # `compare` (added latency to the upstream) each, taking the two in turn.

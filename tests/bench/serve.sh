@@ -2,7 +2,7 @@
 # Bench of `quiver serve` (streamable HTTP) with tests/bin/serve_bench.rs as the client.
 # Not a test: prints numbers, asserts nothing.
 #
-#   CARGO_TARGET_DIR=/work/target-bench cargo build --release -p quiver-host -p quiver-tests
+#   cargo build --release -p quiver-host -p quiver-tests
 #   tests/bench/serve.sh            # 1-4: in-process tool, upstream echo, throughput, RSS
 #     (2 interleaves direct and through-quiver calls: `quiver-serve-bench compare`, and
 #     then direct and through a proxy that only copies bytes, the floor for any proxy)
@@ -13,15 +13,18 @@
 #     5b runs the three side by side (`quiver-serve-bench bridges`: one call to each and
 #     one straight to the stdio server per round, twice)
 #
-# Env: TARGET (default /work/target-bench/release), N (1000), CLIENTS (64), SECS (5).
+# Env: TARGET, the directory of the release `quiver` and `quiver-serve-bench` (default
+# ${CARGO_TARGET_DIR:-<repo>/target}/release); PEERS, where .ci/setup-peers installed
+# server-everything (default <repo>/.peers); N (1000), CLIENTS (64), SECS (5).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-TARGET=${TARGET:-/work/target-bench/release}
+TARGET=${TARGET:-${CARGO_TARGET_DIR:-$ROOT/target}/release}
+TARGET=$(cd "$TARGET" && pwd) # absolute: the servers run from their own directories
 QUIVER=$TARGET/quiver
 BENCH=$TARGET/quiver-serve-bench
 PEERS=${PEERS:-$ROOT/.peers}
-[ -d "$PEERS" ] || PEERS=/work/main/.peers
 EVERYTHING=$PEERS/npm/node_modules/.bin/mcp-server-everything
+[ -x "$EVERYTHING" ] || { echo "no $EVERYTHING: run .ci/setup-peers, or set PEERS" >&2; exit 1; }
 N=${N:-1000}
 CLIENTS=${CLIENTS:-64}
 SECS=${SECS:-5}

@@ -2,16 +2,20 @@
 # Per-thread context switches and CPU per call of `quiver serve` in front of
 # server-everything (not a test: prints numbers, asserts nothing).
 #
-#   TARGET=$PWD/target/release bash tests/bench/threads.sh stdio|http [ENV=VALUE ...]
+#   bash tests/bench/threads.sh stdio|http [ENV=VALUE ...]
 #
 # ENV=VALUE pairs go to `quiver serve` only (e.g. TOKIO_WORKER_THREADS=1). After 250 warm-up
 # calls, 2000 sequential `echo` calls; switches and CPU (utime+stime, 10 ms ticks) are read
-# from /proc/PID/task/*/{status,stat} before and after, summed per thread name.
+# from /proc/PID/task/*/{status,stat} before and after, summed per thread name. TARGET: the
+# release build's directory (default ${CARGO_TARGET_DIR:-<repo>/target}/release); PEERS: where
+# .ci/setup-peers installed server-everything (default <repo>/.peers).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-TARGET=${TARGET:-$ROOT/target/release}
+TARGET=${TARGET:-${CARGO_TARGET_DIR:-$ROOT/target}/release}
+TARGET=$(cd "$TARGET" && pwd) # absolute: the servers run from their own directories
 PEERS=${PEERS:-$ROOT/.peers}
 EVERYTHING=$PEERS/npm/node_modules/.bin/mcp-server-everything
+[ -x "$EVERYTHING" ] || { echo "no $EVERYTHING: run .ci/setup-peers, or set PEERS" >&2; exit 1; }
 KIND=${1:?stdio or http}; shift
 N=2000
 WORK=$(mktemp -d)

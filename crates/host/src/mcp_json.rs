@@ -167,6 +167,8 @@ fn json_kind(value: &serde_json::Value) -> &'static str {
     }
 }
 
+/// The servers of an `mcpServers` (or VS Code `servers`) JSON text read from `origin` (named
+/// in errors), with `${env:NAME}` in its strings resolved through `env`.
 pub fn parse_mcp_servers(
     text: &str,
     origin: &str,

@@ -495,7 +495,7 @@ impl Dispatcher {
     /// Brings back which tools a session has called (what `requires_prior` policy rules
     /// check) from the execution log, for a session that continues in a new process: a
     /// restarted server, or each `quiver call --session S`. Reads the session's newest
-    /// [`RESTORED_CALLS`] calls; as in the live process only calls that answered Ok count
+    /// `RESTORED_CALLS` calls; as in the live process only calls that answered Ok count
     /// (not an error or a hint, nor a call refused before it ran: unknown tool, forbidden,
     /// denied by policy, loop guard, bad arguments).
     pub async fn restore_called(

@@ -1,5 +1,5 @@
 //! The MCP server: one [`McpServer`] per process, serving the surface of whichever working
-//! set each request names (see [`key`] for how a request picks its working-set key).
+//! set each request names (the `key` module says how a request picks its working-set key).
 
 mod auth;
 mod batch;

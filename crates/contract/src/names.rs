@@ -51,7 +51,7 @@ fn escaped(text: &str, lines: bool) -> std::borrow::Cow<'_, str> {
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
         // `\n`, `\t`, `\r`, else `\u001b`: the escapes JSON has too, so JSON printed this
-        // way (`quiver search`, `call`) is still JSON (QA-13 C-11: `\u{202e}` was not).
+        // way (`quiver search`, `call`) is still JSON (Rust's `\u{202e}` is not).
         match c {
             _ if shown(c) => out.push(c),
             '\n' => out.push_str("\\n"),
@@ -282,7 +282,7 @@ fn check_upstream_tool(full: &str, tool: &str) -> Result<(), ContractError> {
         ));
     }
     // Invisible characters that reorder or hide what a name shows: with them one tool's
-    // name can look like another's (QA-13 C-11: `weird\u{202e}name` was served).
+    // name can look like another's (`weird\u{202e}name`).
     if let Some(bad) = tool.chars().find(|c| is_invisible(*c)) {
         return Err(invalid(
             "MCP tool",

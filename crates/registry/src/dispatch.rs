@@ -1020,8 +1020,7 @@ impl Dispatcher {
         // refuses only repeats that keep returning the same (an interactive tool asks
         // again and gets another answer). A tool that answered Ok has been called, as a
         // policy's `requires_prior` means it: a preview that failed, timed out or answered
-        // with a hint (its input refused, too many rows) showed nothing (QA-13 C-6: any
-        // call that ran counted). One lock for both.
+        // with a hint (its input refused, too many rows) showed nothing. One lock for both.
         let note = repeat && !transient;
         let called = envelope.is_ok();
         if (note || called)

@@ -1248,7 +1248,7 @@ impl UsageSource for SqliteStore {
                 .prepare_cached(
                     // Calls that answered (Ok or a Hint), as `requires_prior` counts them:
                     // not errors (a tool that always times out is not one to put before
-                    // every model, QA-13 C-7), and not the dispatcher's refusal of bad
+                    // every model), and not the dispatcher's refusal of bad
                     // arguments, a schema hint that the tool never saw
                     // (`quiver_registry::refused_before_running`).
                     "SELECT tool_name,

@@ -190,7 +190,7 @@ pub(crate) fn run(
         w.commit();
         // Rows the database could not take (a lock held elsewhere, a full disk) are held
         // and tried again every HELD_RETRY, and with whatever comes meanwhile, until they
-        // are written; they were dropped after the retries (QA-14 #4).
+        // are written: a lock held for a while must not cost the audit log its rows.
         while !w.pending.is_empty() && w.closing.is_none() {
             std::thread::sleep(HELD_RETRY);
             while let Ok(next) = w.rx.try_recv() {

@@ -134,8 +134,7 @@ impl SurfaceConfig {
         if self.max_surface == 0 {
             return bad("max_surface must be at least 1".into());
         }
-        // Every list holds the system set: below it, every `tools/list` fails (QA-13 C-10:
-        // `max_surface = 1` was a warning, then -32603 on each list).
+        // Every list holds the system set: below it, every `tools/list` would fail.
         let system = self.system_set();
         if self.max_surface < system.len() {
             return bad(format!(

@@ -216,8 +216,7 @@ impl Tool for DescribeTool {
                 let why = if paged.over_budget.contains(&spec.name) {
                     let round = &surface.config().round;
                     let bytes = spec.definition_bytes();
-                    // Alone over the budget, it never fits: nothing took its room (QA-13
-                    // C-13).
+                    // Alone over the budget, it never fits: nothing took its room.
                     if bytes > round.max_bytes {
                         format!(
                             "its definition ({bytes} bytes) is larger than all a round lists ({} bytes), so it can never be listed",
@@ -243,8 +242,8 @@ impl Tool for DescribeTool {
             None => {
                 let mode = surface.session_mode(session);
                 // A tool the caller may use in another mode but this mode leaves out is
-                // refused as a call of it is, not called unknown in a schema hint (QA-13
-                // C-13). An internal tool, listed in no mode, stays unknown.
+                // refused as a call of it is, not called unknown in a schema hint. An
+                // internal tool, listed in no mode, stays unknown.
                 let can_search = ctx.capabilities.allows(crate::TOOL_SEARCH);
                 let elsewhere = quiver_contract::Mode::ALL
                     .into_iter()

@@ -947,7 +947,7 @@ async fn loop_guard_refusals_are_not_counted_as_policy_skips() {
 /// A session continued in a new process counts as called what the live process counted:
 /// the calls that answered (Ok or a Hint). A prior that failed (an upstream that was not
 /// available, a tool's own error kind) did not happen as `requires_prior` means it, live or
-/// restored (QA-13 C-6: it counted); once it answers, it does.
+/// restored; once it answers, it does.
 #[tokio::test]
 async fn restored_calls_count_what_the_live_process_counted() {
     let fails = Arc::new(std::sync::atomic::AtomicBool::new(true));
@@ -1028,7 +1028,7 @@ async fn restored_calls_count_what_the_live_process_counted() {
 
 /// Neither a schema hint the tool itself returned (it ran, and refused its input) nor the
 /// dispatcher's refusal of bad arguments (the tool never ran) counts as called, live or
-/// after a restart: only an Ok does (QA-13 C-6).
+/// after a restart: only an Ok does.
 #[tokio::test]
 async fn restored_calls_count_neither_a_tools_schema_hint_nor_refused_arguments() {
     let picky = tool(ToolSpec::new("picky", "Checks dates."), |_, _| async {

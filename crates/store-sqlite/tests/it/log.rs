@@ -101,8 +101,8 @@ async fn recorded_calls_read_back_filtered_with_summary_and_full_output() {
 /// policy, unknown, looping, too large, a `tools/call` the server could not read, its
 /// arguments refused by the schema check, its server not up) is not use of the tool, or a
 /// tool the model keeps trying against a deny rule would be put on every session's list;
-/// nor is a call that failed (QA-13 C-7: a tool whose every call timed out or crashed
-/// its server ranked first). A schema hint the tool returned after it ran counts.
+/// nor is a call that failed (a tool whose every call times out or crashes its server
+/// must not rank first). A schema hint the tool returned after it ran counts.
 #[tokio::test]
 async fn usage_counts_only_calls_that_answered() {
     let (_dir, _path, store) = store();
@@ -314,7 +314,7 @@ async fn lingering_rows_are_committed_together_and_without_a_flush() {
 /// While another connection holds the write lock, the log's batches fail after their
 /// retries and the store says it is failing (what `/readyz` reports), holding the rows;
 /// once the lock is gone, asking again clears it without any new call (the writer's probe),
-/// and the held row is written, not lost (QA-14 #4: it was dropped after the retries).
+/// and the held row is written, not lost.
 #[tokio::test]
 async fn a_failing_log_says_so_until_a_batch_is_written_again() {
     let dir = tempfile::tempdir().expect("tempdir");

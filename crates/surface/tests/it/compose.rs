@@ -362,8 +362,7 @@ fn unworkable_settings_are_refused() {
         SurfaceConfig::default().with_max_surface(0),
         "max_surface must be at least 1",
     );
-    // Below the system set no list can be composed (QA-13 C-10: a warning, then every
-    // tools/list failed).
+    // Below the system set no list can be composed: refused at configuration.
     refused(
         SurfaceConfig::default().with_max_surface(1),
         "max_surface (1) is below the always-resident system set (2: tool_search, describe_tool): no tool list could be composed",

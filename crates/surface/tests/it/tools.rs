@@ -234,7 +234,7 @@ async fn hits_the_round_cannot_list_for_bytes_are_reported_over_budget() {
         "{}",
         text(&e)
     );
-    // A tool larger than the whole round is told so: nothing took its room (QA-13 C-13).
+    // A tool larger than the whole round is told so: nothing took its room.
     let tiny = Fixture::new(
         SurfaceConfig::default().with_round_budget(32, bare - 1),
         vec![ro("read_csv", "Reads a CSV file into rows.")],
@@ -580,7 +580,7 @@ async fn describe_tool_respects_the_modes_lists() {
         .call("s", "describe_tool", json!({"name": "run_shell"}))
         .await;
     // Refused as a call of it is (forbidden, the mode named), not called unknown in a
-    // schema hint (QA-13 C-13).
+    // schema hint.
     assert_eq!(
         e.err_kind(),
         Some(&quiver_contract::ErrKind::Forbidden),

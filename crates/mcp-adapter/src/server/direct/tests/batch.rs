@@ -134,9 +134,9 @@ async fn a_batch_on_a_2025_03_26_session_is_answered_on_one_stream() {
         reply.body
     );
     // Refused before they run, inside the batch's answer as on stdio: the requests that
-    // share an id (as rmcp reads it: 30.0 is 30; two quick pings both ran), an
-    // `initialize` (which must not be part of a batch), an element that is no object
-    // (it was told "the body"). The request with an id of its own runs.
+    // share an id (as rmcp reads it: 30.0 is 30), an `initialize` (which must not be part
+    // of a batch), an element that is no object (told as a batch element, not as the
+    // body). The request with an id of its own runs.
     let mixed = json!([
         {"jsonrpc": "2.0", "id": 33, "method": "ping"},
         {"jsonrpc": "2.0", "id": 30, "method": "ping"},
@@ -185,8 +185,8 @@ async fn a_batch_on_a_2025_03_26_session_is_answered_on_one_stream() {
         answers,
         [
             // Neither of the two requests with the id 30 runs: an answer to one could not
-            // be told from the other's (QA-13 C-9: the first ran, and the batch's answer
-            // held a result and an error under its id).
+            // be told from the other's (the batch's answer would hold a result and an error
+            // under the one id).
             (
                 "30".to_owned(),
                 json!(
@@ -220,7 +220,7 @@ async fn a_batch_on_a_2025_03_26_session_is_answered_on_one_stream() {
     let quiet = json!([{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 98}}]);
     let reply = send_with(&router, Method::POST, Some(&sid), quiet.to_string(), old).await;
     assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.body);
-    // An array that is not JSON is a parse error (it was "a batch inside a batch").
+    // An array that is not JSON is a parse error (not a batch inside a batch).
     for text in ["[", r#"[{"jsonrpc": "2.0", "id": 2, "method": "ping"},]"#] {
         let reply = send_with(&router, Method::POST, Some(&sid), text.into(), old).await;
         assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{text}");
@@ -250,7 +250,7 @@ async fn a_batch_on_a_2025_03_26_session_is_answered_on_one_stream() {
         reply.body
     );
     // Once the session has ended, a batch gets its 404, also one whose every element is
-    // refused before it runs (it was answered 200 with the refusals).
+    // refused before it runs (not 200 with the refusals).
     let ended = send_with(&router, Method::DELETE, Some(&sid), String::new(), old).await;
     assert_eq!(ended.status, StatusCode::OK, "{}", ended.body);
     for batch in [
@@ -266,7 +266,7 @@ async fn a_batch_on_a_2025_03_26_session_is_answered_on_one_stream() {
             reply.body
         );
     }
-    // A 2025-11-25 session's batch is refused, as before.
+    // A 2025-11-25 session's batch is refused (that version has no batches).
     let sid = open(&server, &router, json!({})).await;
     let reply = send(
         &router,

@@ -61,8 +61,9 @@ async fn notifications_cancelled_cancels_a_direct_call() {
 }
 
 /// A request whose id is still in use by another request of the session is refused
-/// (-32600), on rmcp's path as on the direct one: rmcp routed both answers by the one id,
-/// delivering one call's result on the other's stream and leaving the first hanging.
+/// (-32600), on rmcp's path as on the direct one: rmcp routes both answers by the one id,
+/// which would deliver one call's result on the other's stream and leave the first
+/// hanging.
 /// Once the first request has ended, its id is free again.
 #[tokio::test]
 async fn a_request_reusing_an_id_in_flight_is_refused() {
@@ -251,8 +252,7 @@ async fn ending_a_session_cancels_its_running_calls() {
             .expect("the call ends")
             .unwrap();
     }
-    // Their log rows say why: the session's end, not the caller giving up on the call
-    // (QA-12 B-8: they read "cancelled by the caller").
+    // Their log rows say why: the session's end, not the caller giving up on the call.
     let rows = tokio::time::timeout(std::time::Duration::from_secs(10), async {
         loop {
             let rows = recorder.records();

@@ -6,7 +6,7 @@ use super::*;
 use crate::server::direct::body::collect_body;
 
 /// A body over the limit is answered 413 with a JSON-RPC error that says what to do
-/// (it was a bare "Payload Too Large").
+/// (not a bare "Payload Too Large").
 #[tokio::test]
 async fn a_body_over_the_limit_is_told_what_to_do() {
     let server = server();
@@ -63,7 +63,7 @@ async fn a_body_is_read_whole_or_to_its_limit() {
 
 /// A 2026-07-28 retry whose requestState names no held call (forged) runs nothing and
 /// has its row, as has a call rmcp refuses for a `_meta` missing the protocol's fields
-/// (QA-14 #3: neither had one); a plain stateless call has one row, as before.
+/// (every call has its row); a plain stateless call has one row.
 #[tokio::test]
 async fn a_forged_request_state_and_a_short_meta_have_their_rows() {
     let catalog = Arc::new(Catalog::new());
@@ -137,9 +137,9 @@ async fn a_forged_request_state_and_a_short_meta_have_their_rows() {
 
 /// A 2026-07-28 call of a tool the token may not use is answered as a call of a tool
 /// that does not exist, whatever its `Mcp-Param-*` headers: rmcp's header check (against
-/// the definition, before the handler) answered -32020 naming the missing header, which
-/// told the token the tool exists and what its parameters are. For a token that may use
-/// it, the check still holds.
+/// the definition, before the handler) would answer -32020 naming the missing header,
+/// telling the token the tool exists and what its parameters are. For a token that may
+/// use it, the check still holds.
 #[tokio::test]
 async fn a_hidden_tools_headers_are_not_checked_for_a_token_that_cannot_use_it() {
     use crate::server::{InboundAuth, InboundToken};
@@ -205,7 +205,7 @@ async fn a_hidden_tools_headers_are_not_checked_for_a_token_that_cannot_use_it()
     );
     assert_eq!(refused.input, json!({"region": "eu"}));
     // So do a call whose `Mcp-Method` names another method or is missing, and one on a
-    // protocol version the server does not speak (none had a row).
+    // protocol version the server does not speak.
     for (method, version, code) in [
         (&b"tools/list"[..], &b"2026-07-28"[..], -32020),
         (b"", b"2026-07-28", -32020),
@@ -243,7 +243,7 @@ async fn a_hidden_tools_headers_are_not_checked_for_a_token_that_cannot_use_it()
 }
 
 /// A `tools/call` the HTTP transport refuses before any handler sees it has its row in
-/// the execution log, as one the handler refuses (none had one): a body nested too
+/// the execution log, as one the handler refuses does: a body nested too
 /// deeply (its deep part cut), text that is not JSON, a message that is not JSON-RPC, a
 /// body over 4 MiB, an id in flight, and a batch's requests that share an id or are
 /// nested too deeply.
@@ -283,7 +283,7 @@ async fn a_tools_call_the_transport_refuses_has_its_row() {
         let answer: Value = serde_json::from_str(&reply.body).unwrap();
         assert_eq!(answer["error"]["code"], json!(code), "{}", reply.body);
     }
-    // A body past what the server reads (4 MiB): 413, and still a row (QA-14 #2).
+    // A body past what the server reads (4 MiB): 413, and still a row.
     let big = format!(
         r#"{{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{{"name":"echo","arguments":{{"x":"{}"}}}}}}"#,
         "a".repeat(5 << 20)
@@ -415,7 +415,8 @@ async fn a_tools_call_the_transport_refuses_has_its_row() {
 }
 
 /// A JSON body that is not one JSON-RPC message is told what is wrong with it, with its
-/// id when that can be read (every such body was "batches are not supported").
+/// id when that can be read (not one message, such as "batches are not supported", for
+/// every such body).
 #[tokio::test]
 async fn an_invalid_message_is_told_what_is_wrong() {
     let server = server();
@@ -479,8 +480,8 @@ async fn an_invalid_message_is_told_what_is_wrong() {
     );
 }
 
-/// A `Quiver-Conversation` header that is not UTF-8 is invalid params (it was taken for
-/// no header, and the request ran in the shared anonymous working set); a UTF-8 one that
+/// A `Quiver-Conversation` header that is not UTF-8 is invalid params (taken for no
+/// header, the request would run in the shared anonymous working set); a UTF-8 one that
 /// is not ASCII is a key like any other. A `tools/list` cursor this server never gave
 /// (it gives none: the list is one page) is invalid params too.
 #[tokio::test]
@@ -517,8 +518,8 @@ async fn a_non_utf8_conversation_key_and_a_foreign_cursor_are_invalid_params() {
     }
 }
 
-/// A body that is not one JSON-RPC message gets a JSON-RPC error with status 400 (rmcp
-/// answered 415 and a line of text); ending a session that is gone is a 404.
+/// A body that is not one JSON-RPC message gets a JSON-RPC error with status 400 (rmcp's
+/// own answer is 415 and a line of text); ending a session that is gone is a 404.
 #[tokio::test]
 async fn malformed_bodies_get_json_rpc_errors_and_a_gone_session_404() {
     let server = server();
@@ -569,7 +570,7 @@ async fn malformed_bodies_get_json_rpc_errors_and_a_gone_session_404() {
         assert_eq!(v["id"], Value::Null, "{v}");
     }
     // Valid JSON nested past the parser's limit is said to be so, with its id, as on
-    // stdio (QA-13 C-4: "not valid JSON", id null); in a batch too.
+    // stdio (not "not valid JSON" with a null id); in a batch too.
     let deep = format!(
         r#"{{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{{"name":"echo","arguments":{{"a":{}1{}}}}}}}"#,
         "[".repeat(150),
@@ -593,8 +594,8 @@ async fn malformed_bodies_get_json_rpc_errors_and_a_gone_session_404() {
         );
         assert_eq!(v["id"], id, "{v}");
     }
-    // A byte-order mark before the JSON is named (it read as "expected value at line 1
-    // column 1").
+    // A byte-order mark before the JSON is named (the parser alone says "expected value
+    // at line 1 column 1").
     for session in [None, Some(sid.as_str())] {
         let r = send_text(
             &router,
@@ -612,7 +613,7 @@ async fn malformed_bodies_get_json_rpc_errors_and_a_gone_session_404() {
             r.body
         );
     }
-    // A wrong Content-Type is rmcp's 415, as it was.
+    // A wrong Content-Type is rmcp's 415, passed on as it is.
     let req = Request::builder()
         .method(Method::POST)
         .uri("/mcp")

@@ -88,8 +88,8 @@ async fn a_client_that_takes_server_to_client_traffic_stays_on_rmcp() {
         r.body
     );
     // Declared nothing: direct, also once it sets a log level, which the direct path
-    // applies to the call's log messages on its own response (rmcp's path sent them
-    // to the GET stream, QA-12 B-1): a message under the level is not sent.
+    // applies to the call's log messages on its own response: a message under the level
+    // is not sent.
     let sid = open(&server, &router, json!({})).await;
     let r = send(&router, Method::POST, Some(&sid), call(2, json!({}))).await;
     assert_eq!(r.content_type, "application/json", "{}", r.body);
@@ -227,7 +227,7 @@ async fn a_stateless_request_naming_a_session_does_not_touch_it() {
 }
 
 /// `logging/setLevel` is gone in 2026-07-28: a valid one is method-not-found like an
-/// invalid one (it succeeded and did nothing).
+/// invalid one (not a success that does nothing).
 #[tokio::test]
 async fn set_level_is_not_part_of_2026_07_28() {
     let server = server();
@@ -263,7 +263,7 @@ async fn set_level_is_not_part_of_2026_07_28() {
 }
 
 /// A call's log messages go on its own response, before its answer, as on rmcp's
-/// per-call stream (they went to the session's GET stream, which the transport keeps for
+/// per-call stream (not on the session's GET stream, which the transport keeps for
 /// messages unrelated to a request): an SSE stream from the first message on, whether
 /// they come just before the answer or while the call runs. A call that logs nothing
 /// is still one JSON body.

@@ -3,8 +3,8 @@
 
 use super::*;
 
-/// A second `initialize` on a session is refused: rmcp answered it with the version it
-/// asked for, while the session kept the first one's. The session goes on.
+/// A second `initialize` on a session is refused: rmcp would answer it with the version it
+/// asks for, while the session keeps the first one's. The session goes on.
 #[tokio::test]
 async fn a_second_initialize_on_a_session_is_refused() {
     let server = server();
@@ -27,7 +27,7 @@ async fn a_second_initialize_on_a_session_is_refused() {
         reply.body
     );
     // A POST the direct path does not take (here a weighted `Accept`, which rmcp
-    // judges) is refused the same way (rmcp answered it).
+    // judges) is refused the same way (rmcp would answer it).
     let weighted: &[(&str, &[u8])] = &[("accept", b"application/json, text/event-stream;q=0.9")];
     let again = json!({"jsonrpc": "2.0", "id": 9, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
@@ -51,8 +51,8 @@ async fn a_second_initialize_on_a_session_is_refused() {
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
 }
 
-/// A malformed `initialize` is told what an `initialize` needs (rmcp read it as another
-/// request and answered that a session id is required).
+/// A malformed `initialize` is told what an `initialize` needs (rmcp reads it as another
+/// request and answers that a session id is required).
 #[tokio::test]
 async fn a_malformed_initialize_is_told_what_it_needs() {
     let server = server();
@@ -94,8 +94,8 @@ async fn a_malformed_initialize_is_told_what_it_needs() {
 }
 
 /// At `max_sessions` open sessions an `initialize` is refused with 503 and a JSON-RPC
-/// error naming the limit (a flood of them held ~76 KB each without bound); ending one
-/// makes room again.
+/// error naming the limit (each session holds memory, so their number is bounded); ending
+/// one makes room again.
 #[tokio::test]
 async fn initialize_beyond_the_session_limit_is_refused_until_one_ends() {
     let catalog = Arc::new(Catalog::new());
@@ -146,7 +146,7 @@ async fn initialize_beyond_the_session_limit_is_refused_until_one_ends() {
 }
 
 /// A burst of parallel `initialize`s is admitted up to the limit exactly: 25 at a limit
-/// of 20, none open before, are 20 sessions and 5 refusals (20 at once got 7 refused).
+/// of 20, none open before, are 20 sessions and 5 refusals.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_initializes_is_admitted_up_to_the_limit_exactly() {
     let catalog = Arc::new(Catalog::new());

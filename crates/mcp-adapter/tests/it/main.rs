@@ -2,10 +2,10 @@
 //! fixture (`tests/fixtures/fault_server.py`).
 
 mod config;
+mod direct_path;
 mod everything;
 mod faults;
 mod features;
-mod lean;
 mod python_servers;
 mod relay;
 

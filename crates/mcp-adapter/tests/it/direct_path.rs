@@ -1,4 +1,5 @@
-//! The lean streamable-HTTP call path against scripted servers (axum): a response stream
+//! The client's direct path for streamable-HTTP calls against scripted servers (axum): a
+//! response stream
 //! that ends without the answer fails that call alone, and the connection stays up; progress
 //! after a reconnect reaches only its own call.
 
@@ -417,8 +418,8 @@ async fn a_cut_response_stream_fails_only_its_own_call() {
 
 /// A server that answers a call with one event (with an id and a `retry` of 300 ms), ends
 /// the stream and shuts down: the resumption is refused, the call's outcome is unknown,
-/// and the connection is lost at once (readiness said "ready" until the next liveness
-/// ping, QA-11 F3), so Quiver reconnects.
+/// and the connection is lost at once (readiness does not say "ready" until the next
+/// liveness ping), so Quiver reconnects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumption_the_server_refuses_loses_the_connection() {
     let stop = Arc::new(tokio::sync::Notify::new());
@@ -487,7 +488,7 @@ async fn a_resumption_the_server_refuses_loses_the_connection() {
 
 /// A server that ends every stream after one event (with an id, without `retry`) is
 /// resumed with growing waits until the call's time is up, not in a loop as fast as the
-/// network allows (before, 182 resumptions within an 8 s call).
+/// network allows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_ending_after_every_event_is_resumed_with_growing_waits() {
     let url = scripted_server().await;
@@ -574,9 +575,9 @@ async fn deep_listing(body: String) -> Response {
 }
 
 /// A listing answered on a stream, past the JSON parser's depth limit because of one tool,
-/// is read without that tool, as over stdio: the rest are served at once (rmcp skipped the
-/// event, and the dial waited for its connect timeout; then the whole listing failed,
-/// QA-13 C-4).
+/// is read without that tool, as over stdio: the rest are served at once (the event is
+/// not skipped, so the dial does not wait for its connect timeout, and one tool does not
+/// fail the whole listing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listing_too_deep_on_a_stream_is_served_without_the_deep_tool() {
     let app = Router::new().route("/mcp", post(deep_listing));

@@ -7,14 +7,21 @@
 //! the persistence ports it consumes ([`ports::SessionStore`], [`ports::UsageSource`]), in
 //! its own vocabulary, with in-memory implementations.
 
+mod admit;
+mod compose;
 mod config;
+mod discover;
 mod error;
 mod floor;
+mod index;
 mod persist;
 pub mod ports;
 pub mod search;
+mod sessions;
 mod surface;
+mod sync;
 mod tools;
+mod types;
 mod working_set;
 
 pub use config::{MAX_SEARCH_LIMIT, RoundBudget, SurfaceConfig, WorkingSetConfig};
@@ -23,10 +30,11 @@ pub use floor::{
     Floor, FloorEntry, FloorSource, MemoryUsage, USAGE_WEIGHTS, UsageScores, usage_score,
 };
 pub use persist::FloorLoad;
-pub use surface::{
-    ComposedSurface, DEFAULT_SESSION, DESCRIBE_TOOL, DropReason, DroppedTool, FailReason,
-    FailedTool, FoundTool, Oversized, Reason, SearchOutcome, SessionPin, Surface, SurfaceTool,
-    TOOL_SEARCH,
-};
+pub use sessions::SessionPin;
+pub use surface::Surface;
 pub use tools::{BLANK_QUERY_HINT, NO_MATCH_HINT, core_tools};
+pub use types::{
+    ComposedSurface, DEFAULT_SESSION, DESCRIBE_TOOL, DropReason, DroppedTool, FailReason,
+    FailedTool, FoundTool, Oversized, Reason, SearchOutcome, SurfaceTool, TOOL_SEARCH,
+};
 pub use working_set::PageIn;

@@ -13,7 +13,7 @@ use quiver_contract::{Mode, NARRATION_KEYS, Tool, ToolSpec};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-use crate::RegistryError;
+use crate::{RegistryError, sync::lock};
 
 /// One registered tool.
 pub struct Entry {
@@ -457,7 +457,7 @@ impl Catalog {
     /// [`Catalog::set_family_order`]) and are out of the catalog until it lets go, each as a
     /// duplicate skipped in its own family.
     pub fn shadowed(&self) -> Vec<Skipped> {
-        let shadowed = self.shadowed.lock().unwrap_or_else(|p| p.into_inner());
+        let shadowed = lock(&self.shadowed);
         shadowed
             .iter()
             .map(|(name, e)| Skipped::new(e.family.to_string(), name.clone(), DUPLICATE))
@@ -473,7 +473,7 @@ impl Catalog {
     }
 
     fn changed(&self, event: CatalogEvent) {
-        let _order = self.order.lock().unwrap_or_else(|p| p.into_inner());
+        let _order = lock(&self.order);
         self.version.fetch_add(1, Ordering::Release);
         let _ = self.events.send(event);
     }
@@ -488,7 +488,7 @@ impl Catalog {
     /// a subscriber can say which version it has caught up with. Every change up to a
     /// version is in [`Catalog::tools`] before the version is reached.
     pub fn subscribe_at(&self) -> (broadcast::Receiver<CatalogEvent>, u64) {
-        let _order = self.order.lock().unwrap_or_else(|p| p.into_inner());
+        let _order = lock(&self.order);
         (self.events.subscribe(), self.version())
     }
 
@@ -519,10 +519,7 @@ impl Catalog {
                     "{}: skipped duplicate tool name: {family} comes first in the family order (it is back if {family} drops the name)",
                     held.family
                 );
-                self.shadowed
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(name.clone(), held);
+                lock(&self.shadowed).insert(name.clone(), held);
             } else {
                 tools.insert(name.clone(), entry);
             }
@@ -591,12 +588,9 @@ impl Catalog {
             let mut tools = self.write();
             let removed = tools.remove(name);
             // A tool a family earlier in the order had shadowed takes its name back.
-            let back = removed.as_ref().and_then(|_| {
-                self.shadowed
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(name)
-            });
+            let back = removed
+                .as_ref()
+                .and_then(|_| lock(&self.shadowed).remove(name));
             if let Some(entry) = &back {
                 tools.insert(name.to_owned(), entry.clone());
             }
@@ -617,7 +611,7 @@ impl Catalog {
     pub fn remove_family(&self, family: &str) -> Vec<String> {
         // Its shadowed tools go too (they would otherwise come back later).
         let gone: Vec<Arc<Entry>> = {
-            let mut shadowed = self.shadowed.lock().unwrap_or_else(|p| p.into_inner());
+            let mut shadowed = lock(&self.shadowed);
             let names: Vec<String> = shadowed
                 .iter()
                 .filter(|(_, e)| &*e.family == family)

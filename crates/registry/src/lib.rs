@@ -57,6 +57,7 @@ mod skill;
 mod state;
 mod store;
 mod suggest;
+mod sync;
 mod validate;
 
 pub use catalog::{

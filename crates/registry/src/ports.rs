@@ -9,6 +9,8 @@ use async_trait::async_trait;
 use quiver_contract::{CallContext, Envelope, ToolSpec};
 use serde_json::Value;
 
+use crate::sync::lock;
+
 /// One finished call, as the recorder receives it.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -139,15 +141,12 @@ impl MemoryRecorder {
 
     /// A copy of every record so far.
     pub fn records(&self) -> Vec<CallRecord> {
-        self.records
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        lock(&self.records).clone()
     }
 
     /// How many records there are.
     pub fn len(&self) -> usize {
-        self.records.lock().unwrap_or_else(|p| p.into_inner()).len()
+        lock(&self.records).len()
     }
 
     /// Whether there are none.
@@ -159,10 +158,7 @@ impl MemoryRecorder {
 #[async_trait]
 impl ToolCallRecorder for MemoryRecorder {
     async fn record(&self, record: CallRecord) {
-        self.records
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(record);
+        lock(&self.records).push(record);
     }
 }
 

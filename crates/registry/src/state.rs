@@ -9,6 +9,8 @@ use std::{
 // A fast seeded hasher: session keys come from clients, so it is randomly seeded per process.
 use foldhash::fast::RandomState;
 
+use crate::sync::lock;
+
 type HashMap<K, V> = std::collections::HashMap<K, V, RandomState>;
 type HashSet<K> = std::collections::HashSet<K, RandomState>;
 
@@ -140,7 +142,7 @@ impl Sessions {
     /// touched session of the shard when the shard is full).
     pub(crate) fn with<R>(&self, session: &Arc<str>, f: impl FnOnce(&mut SessionState) -> R) -> R {
         let idx = (self.hasher.hash_one(&**session) as usize) % SHARDS;
-        let mut shard = self.shards[idx].lock().unwrap_or_else(|p| p.into_inner());
+        let mut shard = lock(&self.shards[idx]);
         let now = self
             .clock
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -161,9 +163,6 @@ impl Sessions {
     /// Forgets a session.
     pub(crate) fn end(&self, session: &str) {
         let idx = (self.hasher.hash_one(session) as usize) % SHARDS;
-        self.shards[idx]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(session);
+        lock(&self.shards[idx]).remove(session);
     }
 }

@@ -18,7 +18,7 @@ use quiver_contract::{
 use serde_json::Value;
 use thiserror::Error;
 
-use crate::{CallRecord, ToolCallRecorder};
+use crate::{CallRecord, ToolCallRecorder, sync::lock};
 
 /// Faults of a store. Every variant classifies, so callers never look inside the text.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -836,10 +836,6 @@ pub trait CallLog: Send + Sync {
     /// Deletes the calls dispatched before `cutoff` (in small batches, so writers are never
     /// held up long); returns how many were deleted.
     async fn purge_calls_before(&self, cutoff: SystemTime) -> Result<u64, StoreError>;
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// An in-memory [`DefinitionStore`].

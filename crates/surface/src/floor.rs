@@ -12,7 +12,7 @@ use quiver_registry::Catalog;
 use serde_json::{Value, json};
 use tokio::time::{Duration, Instant};
 
-use crate::SurfaceConfig;
+use crate::{SurfaceConfig, sync::lock};
 
 /// Where usage counts come from. Each row is a tool name and its call counts in three age
 /// buckets: younger than 30 days, 30 to 90 days, older.
@@ -49,23 +49,18 @@ impl MemoryUsage {
 
     /// Sets one tool's buckets.
     pub fn set(&self, name: &str, buckets: [u64; 3]) {
-        self.rows
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.to_owned(), buckets);
+        lock(&self.rows).insert(name.to_owned(), buckets);
     }
 
     /// Forgets every row.
     pub fn clear(&self) {
-        self.rows.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        lock(&self.rows).clear();
     }
 }
 
 impl UsageScores for MemoryUsage {
     fn usage(&self) -> Vec<(String, [u64; 3])> {
-        self.rows
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        lock(&self.rows)
             .iter()
             .map(|(k, v)| (k.clone(), *v))
             .collect()

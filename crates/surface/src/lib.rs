@@ -66,16 +66,23 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod admit;
 mod call;
+mod compose;
 mod config;
+mod discover;
 mod error;
 mod floor;
+mod index;
 mod key;
 mod persist;
 pub mod ports;
 pub mod search;
+mod sessions;
 mod surface;
+mod sync;
 mod tools;
+mod types;
 mod working_set;
 
 pub use config::{MAX_SEARCH_LIMIT, RoundBudget, SurfaceConfig, WorkingSetConfig};
@@ -85,10 +92,11 @@ pub use floor::{
 };
 pub use key::{SessionKey, SessionKind};
 pub use persist::FloorLoad;
-pub use surface::{
-    ComposedSurface, DEFAULT_SESSION, DESCRIBE_TOOL, DropReason, DroppedTool, FailReason,
-    FailedTool, FoundTool, Oversized, Reason, SearchOutcome, SessionPin, Surface, SurfaceTool,
-    TOOL_SEARCH,
-};
+pub use sessions::SessionPin;
+pub use surface::Surface;
 pub use tools::{BLANK_QUERY_HINT, NO_MATCH_HINT, core_tools};
+pub use types::{
+    ComposedSurface, DEFAULT_SESSION, DESCRIBE_TOOL, DropReason, DroppedTool, FailReason,
+    FailedTool, FoundTool, Oversized, Reason, SearchOutcome, SurfaceTool, TOOL_SEARCH,
+};
 pub use working_set::PageIn;

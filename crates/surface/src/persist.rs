@@ -10,6 +10,8 @@ use crate::{
     Surface,
     floor::Ranking,
     ports::{SessionStore, TIER0_KEY, UsageSource, WorkingSetEntry},
+    sessions::Persisted,
+    sync::lock,
 };
 
 /// Deletes an ended session's stored working set.
@@ -36,7 +38,7 @@ impl Surface {
         store: Arc<dyn SessionStore>,
     ) -> watch::Receiver<u64> {
         let mut changes = {
-            let mut mirror = crate::surface::lock(&self.mirror);
+            let mut mirror = lock(&self.mirror);
             mirror.running = true;
             self.mirrored.send_replace(mirror.sent);
             self.subscribe_changes()
@@ -60,10 +62,9 @@ impl Surface {
                         );
                         // Ended sessions are deleted all the same, and sessions dropped
                         // from memory are written; the per-session counts start over.
-                        let ended: Vec<Arc<str>> =
-                            crate::surface::lock(&surface.forgotten).drain().collect();
-                        let parting: Vec<(Arc<str>, crate::surface::Persisted)> = {
-                            let mut mirror = crate::surface::lock(&surface.mirror);
+                        let ended: Vec<Arc<str>> = lock(&surface.forgotten).drain().collect();
+                        let parting: Vec<(Arc<str>, Persisted)> = {
+                            let mut mirror = lock(&surface.mirror);
                             mirror.unwritten.clear();
                             mirror.parting.drain().collect()
                         };
@@ -78,7 +79,7 @@ impl Surface {
                         }
                     }
                     Some(session) => {
-                        if crate::surface::lock(&surface.forgotten).remove(&session) {
+                        if lock(&surface.forgotten).remove(&session) {
                             drop(surface);
                             forget(&*store, &session).await;
                             done_tx.send_modify(|n| *n += 1);
@@ -90,8 +91,7 @@ impl Surface {
                             let mut surface = Some(surface);
                             let mut wrote = false;
                             while let Some(s) = surface.take() {
-                                let parting =
-                                    crate::surface::lock(&s.mirror).parting.remove(&session);
+                                let parting = lock(&s.mirror).parting.remove(&session);
                                 let Some(set) = parting.or_else(|| {
                                     s.holds(&session).then(|| s.persisted_entries(&session))
                                 }) else {
@@ -102,11 +102,9 @@ impl Surface {
                                     tracing::error!(session = %session, error = %e, "could not persist the working set");
                                 }
                                 wrote = true;
-                                surface = weak.upgrade().filter(|s| {
-                                    crate::surface::lock(&s.mirror)
-                                        .parting
-                                        .contains_key(&session)
-                                });
+                                surface = weak
+                                    .upgrade()
+                                    .filter(|s| lock(&s.mirror).parting.contains_key(&session));
                             }
                             if wrote {
                                 done_tx.send_modify(|n| *n += 1);
@@ -116,7 +114,7 @@ impl Surface {
                         }
                         // Written: a drop from now on finds nothing unwritten of this change.
                         if let Some(surface) = weak.upgrade() {
-                            let mut mirror = crate::surface::lock(&surface.mirror);
+                            let mut mirror = lock(&surface.mirror);
                             if let Some(n) = mirror.unwritten.get_mut(&session) {
                                 *n -= 1;
                                 if *n == 0 {
@@ -137,7 +135,7 @@ impl Surface {
     /// before closing the store). Returns at once without a persistence task.
     pub async fn mirror_settled(&self) {
         let target = {
-            let mirror = crate::surface::lock(&self.mirror);
+            let mirror = lock(&self.mirror);
             if !mirror.running {
                 return;
             }
@@ -168,7 +166,7 @@ impl Surface {
     ) -> Result<Vec<String>, StoreError> {
         // A session dropped from memory before its last changes were written comes back
         // as it was, not as the store has it.
-        let parting = crate::surface::lock(&self.mirror).parting.remove(session);
+        let parting = lock(&self.mirror).parting.remove(session);
         let mut stored = match parting {
             Some(set) => stamped(&set),
             None => store.working_set(session).await?,
@@ -281,7 +279,7 @@ impl Surface {
         match store.state(TIER0_KEY).await {
             Ok(Some(stored)) => match Ranking::from_stored(&stored.value) {
                 Ok(ranking) => {
-                    let mut floor = crate::surface::lock(&self.floor);
+                    let mut floor = lock(&self.floor);
                     // The one held already: it has aged on this process's clock.
                     let held = floor.ranking().filter(|held| **held == ranking);
                     let age = held.as_ref().map_or_else(|| ranking.age(), |h| h.age());
@@ -314,7 +312,7 @@ impl Surface {
             Err(e) => {
                 let why = format!("cannot read the stored floor: {e}");
                 tracing::warn!("{why}; keeping the floor held");
-                crate::surface::lock(&self.floor).keep_stored();
+                lock(&self.floor).keep_stored();
                 return FloorLoad::Unavailable(why);
             }
         }
@@ -337,7 +335,7 @@ impl Surface {
     /// The ranking held now, best first: every used tool, registered or not (`quiver
     /// floor` shows which ones the floor leaves out).
     pub fn floor_ranking(&self) -> Vec<(String, f64)> {
-        crate::surface::lock(&self.floor)
+        lock(&self.floor)
             .ranking()
             .map(|r| r.ranked().to_vec())
             .unwrap_or_default()
@@ -354,7 +352,7 @@ impl Surface {
             Err(e) => {
                 let why = format!("cannot read tool usage: {e}");
                 tracing::warn!("{why}; keeping the floor held");
-                crate::surface::lock(&self.floor).keep_stored();
+                lock(&self.floor).keep_stored();
                 return FloorLoad::Unavailable(why);
             }
         };
@@ -363,7 +361,7 @@ impl Surface {
                 .map(|u| (u.tool, [u.last_30_days, u.last_90_days, u.older])),
         ));
         // Valid whether or not it is stored: this process uses it.
-        crate::surface::lock(&self.floor).set_stored(Some(ranking.clone()));
+        lock(&self.floor).set_stored(Some(ranking.clone()));
         if !write {
             return FloorLoad::DerivedNotStored(None);
         }

@@ -12,6 +12,8 @@ use async_trait::async_trait;
 use quiver_registry::StoreError;
 use serde_json::Value;
 
+use crate::sync::lock;
+
 /// The surface-state key of the stored resident floor (tier 0).
 pub const TIER0_KEY: &str = "tool_surface_tier0_v1";
 
@@ -189,10 +191,6 @@ impl ToolUsage {
 pub trait UsageSource: Send + Sync {
     /// Per-tool call counts, by tool name.
     async fn usage(&self, now: SystemTime) -> Result<Vec<ToolUsage>, StoreError>;
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[derive(Debug, Default)]

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::{
     DEFAULT_SESSION, DESCRIBE_TOOL, Surface, TOOL_SEARCH, config::MAX_SEARCH_LIMIT,
-    search::is_meaningful_query, surface::spec_json,
+    search::is_meaningful_query,
 };
 
 /// The hint for a query without search words.
@@ -270,4 +270,18 @@ impl Tool for DescribeTool {
             }
         }
     }
+}
+
+/// The JSON of a spec for `describe_tool`.
+fn spec_json(spec: &ToolSpec) -> Value {
+    let mut v = json!({
+        "name": spec.name,
+        "description": spec.description,
+        "input_schema": spec.input_schema,
+        "read_only": spec.is_read_only(),
+    });
+    if let Some(out) = &spec.output_schema {
+        v["output_schema"] = out.clone();
+    }
+    v
 }

@@ -13,6 +13,7 @@ use tower::{Layer, Service};
 use tracing::Instrument;
 
 use super::{Call, CallFuture};
+use crate::sync::lock;
 
 /// Counters of one tool.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -46,7 +47,7 @@ impl Metrics {
 
     /// Counts one outcome.
     pub fn count(&self, tool: &str, envelope: &Envelope) {
-        let mut tools = self.tools.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tools = lock(&self.tools);
         let c = match tools.get_mut(tool) {
             Some(c) => c,
             None => tools.entry(tool.to_owned()).or_default(),
@@ -68,25 +69,18 @@ impl Metrics {
 
     /// Counts a policy violation.
     pub fn count_violation(&self, tool: &str) {
-        let mut tools = self.tools.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tools = lock(&self.tools);
         tools.entry(tool.to_owned()).or_default().policy_violations += 1;
     }
 
     /// A copy of one tool's counters.
     pub fn tool(&self, tool: &str) -> ToolCounters {
-        self.tools
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(tool)
-            .cloned()
-            .unwrap_or_default()
+        lock(&self.tools).get(tool).cloned().unwrap_or_default()
     }
 
     /// A copy of all counters, by tool name.
     pub fn snapshot(&self) -> BTreeMap<String, ToolCounters> {
-        self.tools
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        lock(&self.tools)
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()

@@ -163,6 +163,10 @@ pub struct CallContext {
     /// the root custom-tool call, shared (the same `Arc`) by every call nested under it, so a
     /// tree of custom tools calling each other spends one budget. `None` outside custom tools.
     pub call_budget: Option<Arc<CallBudget>>,
+    /// The id of the call this one was made from (a tool calling another through
+    /// [`ToolInvoker`]); `None` for a call from outside. Logged with the call, so a nested
+    /// call's row names its parent.
+    pub parent_call_id: Option<Arc<str>>,
 }
 
 /// A shared count of the `call_tool` calls one root custom-tool invocation may still make,

@@ -168,6 +168,7 @@ impl ToolInvoker for Invoker {
         let mut ctx = parent.clone();
         ctx.cancel = parent.cancel.child_token();
         ctx.reasoning = None;
+        ctx.parent_call_id = parent.call_id.clone();
         ctx.call_id = None;
         ctx.depth = parent.depth + 1;
         Dispatcher { inner }.call(name, input, ctx).await
@@ -396,6 +397,7 @@ struct Who {
     tenant: Option<Arc<str>>,
     principal: Option<Arc<str>>,
     call_id: Option<Arc<str>>,
+    parent_call_id: Option<Arc<str>>,
     reasoning: Option<String>,
 }
 
@@ -406,6 +408,7 @@ impl Who {
             tenant: ctx.tenant.clone(),
             principal: ctx.principal.clone(),
             call_id: ctx.call_id.clone(),
+            parent_call_id: ctx.parent_call_id.clone(),
             reasoning: ctx.reasoning.clone(),
         }
     }
@@ -1125,6 +1128,7 @@ impl Dispatcher {
             tenant: ctx.tenant.clone(),
             principal: ctx.principal.clone(),
             call_id: ctx.call_id.clone().unwrap_or_else(|| Arc::from("")),
+            parent_call_id: ctx.parent_call_id.clone(),
             input,
             reasoning: ctx.reasoning.clone(),
             args_hash,

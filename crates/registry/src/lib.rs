@@ -50,6 +50,7 @@
 //! ```
 
 mod catalog;
+pub mod custom;
 mod dispatch;
 mod error;
 pub mod layers;

@@ -25,6 +25,8 @@ pub struct CallRecord {
     pub principal: Option<Arc<str>>,
     /// The call's unique id.
     pub call_id: Arc<str>,
+    /// The id of the call this one was made from (a custom tool's `call_tool`), if any.
+    pub parent_call_id: Option<Arc<str>>,
     /// The arguments as given (narration stripped).
     pub input: Value,
     /// The stripped narration.
@@ -58,6 +60,7 @@ impl CallRecord {
             tenant: None,
             principal: None,
             call_id: call_id.into(),
+            parent_call_id: None,
             input,
             reasoning: None,
             args_hash,

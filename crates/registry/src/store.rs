@@ -199,6 +199,11 @@ pub struct ToolDefinition {
     pub deleted_at: Option<SystemTime>,
     /// The stored embedding of the description; a changed description clears it.
     pub embedding: Option<Vec<f32>>,
+    /// A custom tool's test cases (a JSON array, see `custom::TestCase`).
+    pub test_cases: Option<Value>,
+    /// A custom tool's next version while it is reviewed (see `custom::PendingVersion`):
+    /// the version in the other fields stays live until this one is approved.
+    pub pending: Option<Value>,
 }
 
 impl ToolDefinition {
@@ -231,6 +236,8 @@ impl ToolDefinition {
             test_results: None,
             deleted_at: None,
             embedding: None,
+            test_cases: None,
+            pending: None,
         }
     }
 
@@ -435,6 +442,11 @@ pub trait DefinitionStore: Send + Sync {
 
     /// Soft-deletes a tool; the row stays, never visible.
     async fn soft_delete(&self, name: &str) -> Result<(), StoreError>;
+
+    /// A number that changes whenever any definition changes, in this process or another
+    /// sharing the store: a running server polls it to take definitions written elsewhere
+    /// (an approval, a disable) live without reading them all each time.
+    async fn definitions_version(&self) -> Result<u64, StoreError>;
 }
 
 /// What a custom-tool job does.
@@ -690,6 +702,8 @@ pub struct LoggedCall {
     pub session: Option<String>,
     /// The call id.
     pub call_id: String,
+    /// The id of the call this one was made from (a custom tool's `call_tool`), if any.
+    pub parent_call_id: Option<String>,
     /// The arguments.
     pub input: Value,
     /// The stripped narration.
@@ -728,6 +742,7 @@ impl LoggedCall {
             principal: record.principal.as_deref().map(str::to_owned),
             session: record.session.as_deref().map(str::to_owned),
             call_id: record.call_id.to_string(),
+            parent_call_id: record.parent_call_id.as_deref().map(str::to_owned),
             input: record.input.clone(),
             reasoning: record.reasoning.clone(),
             args_hash: record.args_hash.clone(),
@@ -842,6 +857,7 @@ pub trait CallLog: Send + Sync {
 #[derive(Debug, Default)]
 pub struct MemoryDefinitionStore {
     defs: Mutex<BTreeMap<String, ToolDefinition>>,
+    version: std::sync::atomic::AtomicU64,
 }
 
 impl MemoryDefinitionStore {
@@ -856,7 +872,13 @@ impl MemoryDefinitionStore {
             .get_mut(name)
             .ok_or_else(|| StoreError::not_found(format!("tool `{name}`")))?;
         f(def);
+        self.changed();
         Ok(())
+    }
+
+    fn changed(&self) {
+        self.version
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
     }
 }
 
@@ -879,6 +901,7 @@ impl DefinitionStore for MemoryDefinitionStore {
                 def.deleted_at = Some(now);
             }
         }
+        self.changed();
         Ok(plan.report)
     }
 
@@ -891,6 +914,7 @@ impl DefinitionStore for MemoryDefinitionStore {
         }
         def.deleted_at = None;
         defs.insert(def.name.clone(), def);
+        self.changed();
         Ok(())
     }
 
@@ -935,6 +959,10 @@ impl DefinitionStore for MemoryDefinitionStore {
         self.update(name, |d| {
             d.deleted_at.get_or_insert(now);
         })
+    }
+
+    async fn definitions_version(&self) -> Result<u64, StoreError> {
+        Ok(self.version.load(std::sync::atomic::Ordering::Acquire))
     }
 }
 

@@ -41,7 +41,7 @@ fn col<T: rusqlite::types::FromSql>(row: &Row<'_>, idx: usize) -> Result<T, Stor
 pub(crate) const DEF_COLUMNS: &str = "name, description, input_schema, implementation, tool_type, \
     status, enabled, category, domain, replaced_by_model_capability, status_message, \
     large_output, parent_tool, dependencies, version, tenant_id, created_by, rejection_reason, \
-    test_results, deleted_at, embedding";
+    test_results, deleted_at, embedding, test_cases, pending";
 
 fn embedding_blob(e: &[f32]) -> Vec<u8> {
     e.iter().flat_map(|f| f.to_le_bytes()).collect()
@@ -87,6 +87,12 @@ pub(crate) fn definition(row: &Row<'_>) -> Result<ToolDefinition, StoreError> {
         .transpose()?;
     def.deleted_at = col::<Option<i64>>(row, 19)?.map(time);
     def.embedding = col::<Option<Vec<u8>>>(row, 20)?.map(|b| embedding(&b));
+    def.test_cases = col::<Option<String>>(row, 21)?
+        .map(|t| json(&t, "test_cases"))
+        .transpose()?;
+    def.pending = col::<Option<String>>(row, 22)?
+        .map(|t| json(&t, "pending"))
+        .transpose()?;
     Ok(def)
 }
 
@@ -101,9 +107,9 @@ pub(crate) fn write_definition(
             tool_type, status, enabled, category, domain, replaced_by_model_capability,
             status_message, large_output, parent_tool, dependencies, version, tenant_id,
             created_by, rejection_reason, test_results, deleted_at, embedding, created_at,
-            updated_at)
+            updated_at, test_cases, pending)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-            ?18, ?19, ?20, ?21, ?22, ?22)
+            ?18, ?19, ?20, ?21, ?22, ?22, ?23, ?24)
          ON CONFLICT (name) DO UPDATE SET description = excluded.description,
             input_schema = excluded.input_schema, implementation = excluded.implementation,
             tool_type = excluded.tool_type, status = excluded.status,
@@ -114,7 +120,8 @@ pub(crate) fn write_definition(
             version = excluded.version, tenant_id = excluded.tenant_id,
             created_by = excluded.created_by, rejection_reason = excluded.rejection_reason,
             test_results = excluded.test_results, deleted_at = excluded.deleted_at,
-            embedding = excluded.embedding, updated_at = excluded.updated_at",
+            embedding = excluded.embedding, updated_at = excluded.updated_at,
+            test_cases = excluded.test_cases, pending = excluded.pending",
     )?;
     stmt.execute(params![
         def.name,
@@ -139,6 +146,8 @@ pub(crate) fn write_definition(
         def.deleted_at.map(micros),
         def.embedding.as_deref().map(embedding_blob),
         micros(now),
+        def.test_cases.as_ref().map(Value::to_string),
+        def.pending.as_ref().map(Value::to_string),
     ])?;
     Ok(())
 }
@@ -201,6 +210,7 @@ pub(crate) fn insert_call(
         duration_us(r.took),
         micros(r.at),
         r.principal.as_deref(),
+        r.parent_call_id.as_deref(),
     ])?;
     let id = conn.last_insert_rowid();
     let full =
@@ -212,8 +222,8 @@ pub(crate) fn insert_call(
 /// The statement [`insert_call`] expects as `log`.
 pub(crate) const INSERT_LOG: &str = "INSERT INTO execution_log (tool_name, tenant, session,
     call_id, input_data, reasoning, args_hash, kind, hint_kind, err_kind, success, error,
-    output_summary, queued_us, took_us, created_at, principal)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)";
+    output_summary, queued_us, took_us, created_at, principal, parent_call_id)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)";
 
 /// The statement [`insert_call`] expects as `output`.
 pub(crate) const INSERT_OUTPUT: &str =
@@ -223,7 +233,8 @@ pub(crate) const INSERT_OUTPUT: &str =
 /// is the full output (NULL unless joined).
 pub(crate) const LOG_COLUMNS: &str = "l.tool_name, l.tenant, l.session, l.call_id, \
     l.input_data, l.reasoning, l.args_hash, l.kind, l.hint_kind, l.err_kind, l.success, \
-    l.error, l.output_summary, l.queued_us, l.took_us, l.created_at, l.principal";
+    l.error, l.output_summary, l.queued_us, l.took_us, l.created_at, l.principal, \
+    l.parent_call_id";
 
 /// An execution-log row (columns as [`LOG_COLUMNS`] plus the output column).
 pub(crate) fn logged_call(row: &Row<'_>) -> Result<LoggedCall, StoreError> {
@@ -233,7 +244,7 @@ pub(crate) fn logged_call(row: &Row<'_>) -> Result<LoggedCall, StoreError> {
                 .map_err(|_| StoreError::invalid_data(format!("hint kind {h:?}")))
         })
         .transpose()?;
-    let output = col::<Option<String>>(row, 17)?
+    let output = col::<Option<String>>(row, 18)?
         .map(|o| {
             serde_json::from_str::<Envelope>(&o)
                 .map_err(|e| StoreError::invalid_data(format!("stored output: {e}")))
@@ -247,6 +258,7 @@ pub(crate) fn logged_call(row: &Row<'_>) -> Result<LoggedCall, StoreError> {
     ));
     call.tenant = col(row, 1)?;
     call.principal = col(row, 16)?;
+    call.parent_call_id = col(row, 17)?;
     call.session = col(row, 2)?;
     call.reasoning = col(row, 5)?;
     call.args_hash = col(row, 6)?;

@@ -117,6 +117,25 @@ CREATE TABLE surface_state (
     r#"
 ALTER TABLE execution_log ADD COLUMN principal TEXT;
 "#,
+    // 3: custom tools (their test cases, the next version under review), the call a nested
+    // call was made from, and a counter every change of a definition bumps, which running
+    // servers poll to take another process's approvals and disables live.
+    r#"
+ALTER TABLE tool_definitions ADD COLUMN test_cases TEXT;
+ALTER TABLE tool_definitions ADD COLUMN pending TEXT;
+ALTER TABLE execution_log ADD COLUMN parent_call_id TEXT;
+CREATE TABLE definitions_version (
+    id      INTEGER PRIMARY KEY CHECK (id = 1),
+    version INTEGER NOT NULL
+);
+INSERT INTO definitions_version (id, version) VALUES (1, 0);
+CREATE TRIGGER definitions_inserted AFTER INSERT ON tool_definitions
+BEGIN UPDATE definitions_version SET version = version + 1 WHERE id = 1; END;
+CREATE TRIGGER definitions_updated AFTER UPDATE ON tool_definitions
+BEGIN UPDATE definitions_version SET version = version + 1 WHERE id = 1; END;
+CREATE TRIGGER definitions_deleted AFTER DELETE ON tool_definitions
+BEGIN UPDATE definitions_version SET version = version + 1 WHERE id = 1; END;
+"#,
 ];
 
 /// The newest schema version this binary knows.

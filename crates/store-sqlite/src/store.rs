@@ -213,11 +213,11 @@ const PURGE_BATCH: i64 = 1_000;
 /// that is missing, not a Quiver store, or of a newer schema is an error naming it.
 /// Blocking.
 pub fn read_definitions(path: impl AsRef<Path>) -> Result<Vec<ToolDefinition>, StoreError> {
-    let (conn, location, _) = match open_for_reading(path.as_ref())? {
+    let (conn, location, version) = match open_for_reading(path.as_ref())? {
         Some(reading) => reading,
         None => empty_store()?,
     };
-    all_definitions(&conn, &location)
+    all_definitions(&conn, &location, version)
 }
 
 /// Reads the execution log of the store at `path` as [`CallLog::recent_calls`] does, without
@@ -570,6 +570,16 @@ impl SqliteStore {
         result
     }
 
+    /// The schema version reads are made against: a read-only store is not migrated, so its
+    /// rows are of the version it was found at.
+    fn read_version(&self) -> u32 {
+        if self.inner.read_only() {
+            self.inner.report.found_version
+        } else {
+            schema::SCHEMA_VERSION
+        }
+    }
+
     fn closed(&self) -> StoreError {
         StoreError::Unavailable {
             location: self.inner.location.clone(),
@@ -623,11 +633,28 @@ impl SqliteStore {
     }
 }
 
-fn all_definitions(conn: &Connection, location: &str) -> Result<Vec<ToolDefinition>, StoreError> {
+/// The definition columns of a store of schema version `version`: a read-only reader does
+/// not migrate, and before version 3 there were no `test_cases` and `pending` columns.
+fn def_columns(version: u32) -> String {
+    if version < 3 {
+        DEF_COLUMNS.replacen("test_cases, pending", "NULL, NULL", 1)
+    } else {
+        DEF_COLUMNS.to_owned()
+    }
+}
+
+fn all_definitions(
+    conn: &Connection,
+    location: &str,
+    version: u32,
+) -> Result<Vec<ToolDefinition>, StoreError> {
     query(
         conn,
         location,
-        &format!("SELECT {DEF_COLUMNS} FROM tool_definitions ORDER BY name"),
+        &format!(
+            "SELECT {} FROM tool_definitions ORDER BY name",
+            def_columns(version)
+        ),
         [],
         convert::definition,
     )
@@ -663,11 +690,15 @@ fn definition(
     conn: &Connection,
     location: &str,
     name: &str,
+    version: u32,
 ) -> Result<Option<ToolDefinition>, StoreError> {
     one(
         conn,
         location,
-        &format!("SELECT {DEF_COLUMNS} FROM tool_definitions WHERE name = ?1"),
+        &format!(
+            "SELECT {} FROM tool_definitions WHERE name = ?1",
+            def_columns(version)
+        ),
         [name],
         convert::definition,
     )
@@ -689,7 +720,7 @@ impl DefinitionStore for SqliteStore {
         retired: Vec<String>,
     ) -> Result<SeedReport, StoreError> {
         self.write(move |tx, loc| {
-            let stored = all_definitions(tx, loc)?;
+            let stored = all_definitions(tx, loc, schema::SCHEMA_VERSION)?;
             let plan = plan_seed(&stored, &tools, &retired)?;
             let now = SystemTime::now();
             for def in plan.inserts.iter().chain(&plan.updates) {
@@ -709,7 +740,7 @@ impl DefinitionStore for SqliteStore {
 
     async fn put_definition(&self, mut def: ToolDefinition) -> Result<(), StoreError> {
         self.write(move |tx, loc| {
-            if let Some(old) = definition(tx, loc, &def.name)?
+            if let Some(old) = definition(tx, loc, &def.name, schema::SCHEMA_VERSION)?
                 && old.description != def.description
             {
                 def.embedding = None;
@@ -722,24 +753,30 @@ impl DefinitionStore for SqliteStore {
 
     async fn definition(&self, name: &str) -> Result<Option<ToolDefinition>, StoreError> {
         let name = name.to_owned();
-        self.read(move |c, loc| definition(c, loc, &name)).await
+        let version = self.read_version();
+        self.read(move |c, loc| definition(c, loc, &name, version))
+            .await
     }
 
     async fn all_definitions(&self) -> Result<Vec<ToolDefinition>, StoreError> {
-        self.read(all_definitions).await
+        let version = self.read_version();
+        self.read(move |c, loc| all_definitions(c, loc, version))
+            .await
     }
 
     async fn visible_definitions(&self, tenant: &str) -> Result<Vec<ToolDefinition>, StoreError> {
         let tenant = tenant.to_owned();
+        let version = self.read_version();
         self.read(move |c, loc| {
             query(
                 c,
                 loc,
                 &format!(
-                    "SELECT {DEF_COLUMNS} FROM tool_definitions
+                    "SELECT {} FROM tool_definitions
                      WHERE status = 'approved' AND enabled = 1 AND category <> 'internal'
                        AND deleted_at IS NULL AND tenant_id IN (?1, '*')
-                     ORDER BY name"
+                     ORDER BY name",
+                    def_columns(version)
                 ),
                 [tenant],
                 convert::definition,
@@ -809,6 +846,22 @@ impl DefinitionStore for SqliteStore {
                 )
                 .at(loc)?;
             require_changed(n, || format!("tool `{name}`"))
+        })
+        .await
+    }
+
+    async fn definitions_version(&self) -> Result<u64, StoreError> {
+        if self.read_version() < 3 {
+            return Ok(0);
+        }
+        self.read(|c, loc| {
+            c.query_row(
+                "SELECT version FROM definitions_version WHERE id = 1",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .at(loc)
+            .map(|v| u64::try_from(v).unwrap_or(0))
         })
         .await
     }
@@ -968,6 +1021,9 @@ fn recent_calls_in(
     if version < 2 {
         sql = sql.replacen("l.principal", "NULL", 1);
     }
+    if version < 3 {
+        sql = sql.replacen("l.parent_call_id", "NULL", 1);
+    }
     query(c, loc, &sql, values.as_slice(), convert::logged_call)
 }
 
@@ -997,12 +1053,7 @@ pub(crate) fn recent_calls_sql(filter: &CallFilter, output: &str) -> String {
 #[async_trait]
 impl CallLog for SqliteStore {
     async fn recent_calls(&self, filter: CallFilter) -> Result<Vec<LoggedCall>, StoreError> {
-        // A read-only store is not migrated: its rows are of the version it was found at.
-        let version = if self.inner.read_only() {
-            self.inner.report.found_version
-        } else {
-            schema::SCHEMA_VERSION
-        };
+        let version = self.read_version();
         self.read(move |c, loc| recent_calls_in(c, loc, &filter, version))
             .await
     }

@@ -2,5 +2,6 @@
 
 mod batch;
 mod catalog;
+mod custom;
 mod pipeline;
 mod support;

@@ -121,3 +121,34 @@ async fn visible_query_filters_status_enabled_internal_deleted_and_tenant() {
         Err(StoreError::NotFound { .. })
     ));
 }
+
+/// Every change of a definition moves the version, whoever makes it: a second store
+/// open on the same file (another process's `quiver custom approve`) is seen by the first;
+/// a custom tool's test cases and pending version come back as written.
+#[tokio::test]
+async fn the_definitions_version_moves_with_every_change_from_any_connection() {
+    let (_dir, path, store) = store();
+    let v0 = store.definitions_version().await.expect("version");
+    let mut custom = ToolDefinition::from_spec(&ToolSpec::new("mine", "m"), ToolType::Custom, "js");
+    custom.test_cases = Some(serde_json::json!([{"inputs": {}, "expect": 1}]));
+    custom.pending = Some(serde_json::json!({"version": 2}));
+    store.put_definition(custom.clone()).await.expect("put");
+    let v1 = store.definitions_version().await.expect("version");
+    assert!(v1 > v0, "{v0} -> {v1}");
+    let back = store
+        .definition("mine")
+        .await
+        .expect("read")
+        .expect("there");
+    assert_eq!(
+        (back.test_cases, back.pending),
+        (custom.test_cases, custom.pending)
+    );
+    let other = quiver_store_sqlite::SqliteStore::open(&path).expect("a second opener");
+    other.set_enabled("mine", false).await.expect("disable");
+    let v2 = store.definitions_version().await.expect("version");
+    assert!(v2 > v1, "{v1} -> {v2}");
+    // A read that changes nothing does not move it.
+    store.all_definitions().await.expect("read");
+    assert_eq!(store.definitions_version().await.expect("version"), v2);
+}

@@ -68,8 +68,16 @@ async fn a_version_one_store_gains_the_principal_column() {
     drop(store);
     // Back to what version 1 had.
     let old = rusqlite::Connection::open(&path).expect("peek");
-    old.execute_batch("ALTER TABLE execution_log DROP COLUMN principal; PRAGMA user_version = 1;")
-        .expect("as version 1");
+    old.execute_batch(
+        "ALTER TABLE execution_log DROP COLUMN principal;
+         ALTER TABLE execution_log DROP COLUMN parent_call_id;
+         ALTER TABLE tool_definitions DROP COLUMN test_cases;
+         ALTER TABLE tool_definitions DROP COLUMN pending;
+         DROP TRIGGER definitions_inserted; DROP TRIGGER definitions_updated;
+         DROP TRIGGER definitions_deleted; DROP TABLE definitions_version;
+         PRAGMA user_version = 1;",
+    )
+    .expect("as version 1");
     drop(old);
     // Read-only, it is read as version 1 (not migrated): no principal column is asked for.
     let ro = SqliteStore::open_read_only(&path, StoreOptions::default()).expect("read-only");

@@ -1,0 +1,843 @@
+//! Custom tools: JavaScript tools that an operator writes (`quiver custom add`) or a session
+//! with an admin token proposes (`create_custom_tool`). The [`DefinitionStore`] is their
+//! source of truth: each has its source, test cases, a version and a status (draft → testing
+//! → approved | rejected). An audit job runs the tool's own test cases in the [`Sandbox`];
+//! approving is the operator's call. Only approved and enabled tools are served, from the
+//! catalog's `custom` family, by [`CustomTools::sync`], which every running server calls
+//! when the store's [`DefinitionStore::definitions_version`] moves, so an approval or a
+//! disable made by another process goes live without a restart.
+//!
+//! An edit of an approved tool is kept beside it as its [`PendingVersion`]: the approved
+//! version stays live until the new one passes its audit and is approved.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
+
+use async_trait::async_trait;
+use quiver_contract::{
+    CallBudget, CallContext, Envelope, Lifecycle, Tool, ToolInvoker, ToolResult, ToolSpec, Warning,
+    validate_tool_name,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::{
+    Catalog,
+    sandbox::{Sandbox, SandboxError, SandboxHost, SandboxLimits, SandboxRun},
+    store::{
+        DefinitionStore, JobStatus, JobStore, JobType, NewJob, StoreError, ToolDefinition, ToolType,
+    },
+};
+
+/// The catalog family custom tools are served in.
+pub const CUSTOM_FAMILY: &str = "custom";
+
+/// What one test case expects of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expect {
+    /// The result must equal this JSON.
+    Value(Value),
+    /// The run must fail with this error kind (a [`SandboxError::kind`], or `hint`/`err`
+    /// for a tool that answers so through `call_tool`'s rejection).
+    Error(String),
+}
+
+/// One test case: `{"inputs": {...}, "expect": <JSON>}` or
+/// `{"inputs": {...}, "expect_error": "<kind>"}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TestCase {
+    /// The arguments.
+    pub inputs: Value,
+    /// What the run must give.
+    pub expect: Expect,
+}
+
+impl TestCase {
+    /// The test cases of a JSON array, or what is wrong with it, naming the case.
+    pub fn parse_all(value: &Value) -> Result<Vec<TestCase>, String> {
+        let Value::Array(items) = value else {
+            return Err("the test cases must be a JSON array (an empty one is allowed)".into());
+        };
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let at = |why: &str| format!("test case {} (index {i}): {why}", i + 1);
+                let Value::Object(case) = item else {
+                    return Err(at(
+                        "must be an object with `inputs` and `expect` or `expect_error`",
+                    ));
+                };
+                if let Some(other) = case
+                    .keys()
+                    .find(|k| !matches!(k.as_str(), "inputs" | "expect" | "expect_error"))
+                {
+                    return Err(at(&format!(
+                        "unknown key `{other}` (the keys are `inputs`, `expect`, `expect_error`)"
+                    )));
+                }
+                let inputs = match case.get("inputs") {
+                    Some(v @ Value::Object(_)) => v.clone(),
+                    Some(_) => return Err(at("`inputs` must be an object")),
+                    None => return Err(at("`inputs` is missing")),
+                };
+                let expect = match (case.get("expect"), case.get("expect_error")) {
+                    (Some(v), None) => Expect::Value(v.clone()),
+                    (None, Some(Value::String(kind))) if !kind.is_empty() => {
+                        Expect::Error(kind.clone())
+                    }
+                    (None, Some(_)) => {
+                        return Err(at(
+                            "`expect_error` must be an error kind, e.g. \"exception\"",
+                        ));
+                    }
+                    (Some(_), Some(_)) => {
+                        return Err(at("give `expect` or `expect_error`, not both"));
+                    }
+                    (None, None) => {
+                        return Err(at("give `expect` (a JSON value) or `expect_error`"));
+                    }
+                };
+                Ok(TestCase { inputs, expect })
+            })
+            .collect()
+    }
+
+    /// The JSON form [`TestCase::parse_all`] reads.
+    pub fn to_json(&self) -> Value {
+        match &self.expect {
+            Expect::Value(v) => json!({"inputs": self.inputs, "expect": v}),
+            Expect::Error(kind) => json!({"inputs": self.inputs, "expect_error": kind}),
+        }
+    }
+}
+
+/// A custom tool to add, or a new version of one.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct CustomDraft {
+    /// The tool's name (the native name rules: lower-case snake_case, optionally dotted).
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// The JSON Schema of its arguments (an object schema).
+    pub input_schema: Value,
+    /// `async function main(inputs) { ... }`.
+    pub source: String,
+    /// Its test cases.
+    pub tests: Vec<TestCase>,
+    /// Who wrote it (an operator, or the token of the session that proposed it).
+    pub created_by: Option<String>,
+}
+
+impl CustomDraft {
+    /// A draft with no test cases and no author.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: Value,
+        source: impl Into<String>,
+    ) -> Self {
+        CustomDraft {
+            name: name.into(),
+            description: description.into(),
+            input_schema,
+            source: source.into(),
+            tests: Vec::new(),
+            created_by: None,
+        }
+    }
+
+    /// Sets the test cases.
+    pub fn with_tests(mut self, tests: Vec<TestCase>) -> Self {
+        self.tests = tests;
+        self
+    }
+
+    /// Sets the author.
+    pub fn with_author(mut self, by: impl Into<String>) -> Self {
+        self.created_by = Some(by.into());
+        self
+    }
+}
+
+/// The next version of an approved tool while it is reviewed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingVersion {
+    /// Its version number (one more than the live one).
+    pub version: u32,
+    /// Its description.
+    pub description: String,
+    /// Its argument schema.
+    pub input_schema: Value,
+    /// Its source.
+    pub source: String,
+    /// Its test cases (JSON).
+    pub test_cases: Value,
+    /// Where its review is.
+    pub status: String,
+    /// Its last audit's results.
+    pub test_results: Option<Value>,
+    /// Why it was turned down.
+    pub rejection_reason: Option<String>,
+}
+
+/// Why a custom-tool operation was refused; each says what to do.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CustomError {
+    /// The draft is not acceptable (a name, a schema, a test case, a syntax error).
+    #[error("{0}")]
+    Invalid(String),
+    /// No custom tool has that name.
+    #[error("there is no custom tool named `{0}` (`quiver custom list` shows them)")]
+    NotFound(String),
+    /// The name belongs to a tool that is not a custom tool.
+    #[error("`{0}` is not a custom tool (it is a {1} tool), so it cannot be changed here")]
+    NotCustom(String, &'static str),
+    /// The operation does not fit the tool's status.
+    #[error("{0}")]
+    Status(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What an audit found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditReport {
+    /// The tool.
+    pub name: String,
+    /// The version audited.
+    pub version: u32,
+    /// Each case: whether it passed, and what happened.
+    pub cases: Vec<(bool, String)>,
+    /// Whether every case passed (an empty set passes, and says so).
+    pub passed: bool,
+    /// The job that ran it.
+    pub job_id: String,
+}
+
+impl AuditReport {
+    /// The JSON kept as the tool's `test_results`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "version": self.version,
+            "passed": self.passed,
+            "job": self.job_id,
+            "cases": self.cases.iter().map(|(ok, what)| json!({"passed": ok, "detail": what})).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// A version of a custom tool as it is reviewed: the live row's, or its pending one's.
+#[derive(Debug, Clone)]
+struct Reviewed {
+    version: u32,
+    source: String,
+    test_cases: Value,
+    status: Lifecycle,
+    test_results: Option<Value>,
+    pending: bool,
+}
+
+/// Custom tools over a store and a sandbox.
+pub struct CustomTools {
+    store: Arc<dyn DefinitionStore>,
+    jobs: Arc<dyn JobStore>,
+    sandbox: Arc<dyn Sandbox>,
+    limits: SandboxLimits,
+    /// The definitions served now, by name, as last synced.
+    served: std::sync::Mutex<HashMap<String, ToolDefinition>>,
+}
+
+impl std::fmt::Debug for CustomTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CustomTools")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lifecycle_name(status: Lifecycle) -> &'static str {
+    status.as_str()
+}
+
+fn parse_status(s: &str) -> Lifecycle {
+    crate::store::parse_lifecycle(s).unwrap_or(Lifecycle::Draft)
+}
+
+impl CustomTools {
+    /// Custom tools kept in `store`, audited through `jobs`, run in `sandbox` within `limits`.
+    pub fn new(
+        store: Arc<dyn DefinitionStore>,
+        jobs: Arc<dyn JobStore>,
+        sandbox: Arc<dyn Sandbox>,
+        limits: SandboxLimits,
+    ) -> Self {
+        CustomTools {
+            store,
+            jobs,
+            sandbox,
+            limits,
+            served: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The limits runs get.
+    pub fn limits(&self) -> &SandboxLimits {
+        &self.limits
+    }
+
+    /// Checks a draft whole, before anything is stored: the name, the description, the
+    /// schema, the source (compiled, never run), and the test cases' inputs against the
+    /// schema.
+    pub fn check(&self, draft: &CustomDraft) -> Result<(), CustomError> {
+        let invalid = |why: String| Err(CustomError::Invalid(why));
+        match validate_tool_name(&draft.name) {
+            Ok(quiver_contract::NameKind::Native) => {}
+            Ok(_) => {
+                return invalid(format!(
+                    "`{}` is an MCP tool's name (`mcp__server__tool`); a custom tool takes a native name, e.g. `sum_invoices`",
+                    draft.name
+                ));
+            }
+            Err(e) => return invalid(format!("{e}")),
+        }
+        if draft.description.trim().is_empty() {
+            return invalid("the description is empty: say what the tool does, for the model that will choose it".into());
+        }
+        if draft.input_schema.get("type").and_then(Value::as_str) != Some("object") {
+            return invalid("the input schema must be a JSON Schema whose root is `{\"type\": \"object\", ...}`".into());
+        }
+        let validator = match jsonschema::validator_for(&draft.input_schema) {
+            Ok(v) => v,
+            Err(e) => return invalid(format!("the input schema is not a valid JSON Schema: {e}")),
+        };
+        if let Err(e) = self.sandbox.validate(&draft.source, &self.limits) {
+            return invalid(match e {
+                SandboxError::Syntax {
+                    line,
+                    column,
+                    message,
+                } => {
+                    format!("the source does not compile: line {line}, column {column}: {message}")
+                }
+                other => format!("the source is refused: {other}"),
+            });
+        }
+        for (i, case) in draft.tests.iter().enumerate() {
+            if let Some(e) = validator.iter_errors(&case.inputs).next() {
+                return invalid(format!(
+                    "test case {} (index {i}): its inputs do not fit the input schema: {e}",
+                    i + 1
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores `draft` after [`CustomTools::check`]: a new tool as a draft at version 1; a
+    /// new version of an existing custom tool as a draft that waits beside the approved one
+    /// (or replaces a version never approved). Returns the version stored.
+    pub async fn add(&self, draft: CustomDraft) -> Result<u32, CustomError> {
+        self.check(&draft)?;
+        let test_cases = Value::Array(draft.tests.iter().map(TestCase::to_json).collect());
+        match self.store.definition(&draft.name).await? {
+            Some(old) if old.deleted_at.is_none() && old.tool_type != ToolType::Custom => {
+                Err(CustomError::NotCustom(draft.name, old.tool_type.as_str()))
+            }
+            Some(mut old) if old.deleted_at.is_none() && old.status == Lifecycle::Approved => {
+                // A second edit under review replaces the first, under the same number.
+                let version = pending_of(&old).map_or(old.version + 1, |p| p.version);
+                let pending = PendingVersion {
+                    version,
+                    description: draft.description,
+                    input_schema: draft.input_schema,
+                    source: draft.source,
+                    test_cases,
+                    status: lifecycle_name(Lifecycle::Draft).into(),
+                    test_results: None,
+                    rejection_reason: None,
+                };
+                old.pending = Some(serde_json::to_value(&pending).unwrap_or(Value::Null));
+                self.store.put_definition(old).await?;
+                Ok(version)
+            }
+            old => {
+                let version = old
+                    .as_ref()
+                    .filter(|o| o.tool_type == ToolType::Custom)
+                    .map_or(1, |o| o.version + 1);
+                let spec = ToolSpec::new(draft.name.clone(), draft.description)
+                    .with_schema(draft.input_schema)
+                    .with_lifecycle(Lifecycle::Draft);
+                let mut def = ToolDefinition::from_spec(&spec, ToolType::Custom, draft.source);
+                def.version = version;
+                def.created_by = draft.created_by;
+                def.test_cases = Some(test_cases);
+                self.store.put_definition(def).await?;
+                Ok(version)
+            }
+        }
+    }
+
+    async fn custom(&self, name: &str) -> Result<ToolDefinition, CustomError> {
+        match self.store.definition(name).await? {
+            Some(d) if d.deleted_at.is_none() && d.tool_type == ToolType::Custom => Ok(d),
+            Some(d) if d.deleted_at.is_none() => Err(CustomError::NotCustom(
+                name.to_owned(),
+                d.tool_type.as_str(),
+            )),
+            _ => Err(CustomError::NotFound(name.to_owned())),
+        }
+    }
+
+    fn reviewed(def: &ToolDefinition) -> Reviewed {
+        match pending_of(def) {
+            Some(p) => Reviewed {
+                version: p.version,
+                source: p.source,
+                test_cases: p.test_cases,
+                status: parse_status(&p.status),
+                test_results: p.test_results,
+                pending: true,
+            },
+            None => Reviewed {
+                version: def.version,
+                source: def.implementation.clone(),
+                test_cases: def.test_cases.clone().unwrap_or_else(|| json!([])),
+                status: def.status,
+                test_results: def.test_results.clone(),
+                pending: false,
+            },
+        }
+    }
+
+    /// Writes the reviewed version's status, results and reason.
+    async fn set_review(
+        &self,
+        mut def: ToolDefinition,
+        status: Lifecycle,
+        test_results: Option<Value>,
+        reason: Option<String>,
+    ) -> Result<(), CustomError> {
+        match pending_of(&def) {
+            Some(mut p) => {
+                p.status = lifecycle_name(status).into();
+                if test_results.is_some() {
+                    p.test_results = test_results;
+                }
+                p.rejection_reason = reason;
+                def.pending = Some(serde_json::to_value(&p).unwrap_or(Value::Null));
+            }
+            None => {
+                def.status = status;
+                if test_results.is_some() {
+                    def.test_results = test_results;
+                }
+                def.rejection_reason = reason;
+            }
+        }
+        self.store.put_definition(def).await?;
+        Ok(())
+    }
+
+    /// Audits the version under review (the pending one when there is one): a job runs each
+    /// test case in the sandbox and records the results. Passed, the tool waits in `testing`
+    /// for the operator's approval; failed, it is `rejected` with the first failure as the
+    /// reason. `progress` is told the percentage done after each case.
+    pub async fn audit(
+        &self,
+        name: &str,
+        progress: &(dyn Fn(u8) + Send + Sync),
+    ) -> Result<AuditReport, CustomError> {
+        let def = self.custom(name).await?;
+        let reviewed = Self::reviewed(&def);
+        let cases = TestCase::parse_all(&reviewed.test_cases).map_err(CustomError::Invalid)?;
+        let job_id = format!(
+            "audit-{name}-v{}-{}",
+            reviewed.version,
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros())
+        );
+        self.jobs
+            .create_job(NewJob::new(
+                job_id.clone(),
+                name,
+                JobType::Audit,
+                json!({"version": reviewed.version, "cases": cases.len()}),
+            ))
+            .await?;
+        self.jobs
+            .transition_job(&job_id, JobStatus::Building, None)
+            .await?;
+        self.set_review(def.clone(), Lifecycle::Testing, None, None)
+            .await?;
+        self.jobs
+            .transition_job(&job_id, JobStatus::Testing, None)
+            .await?;
+        let report = self
+            .run_cases(name, &reviewed, &cases, &job_id, progress)
+            .await;
+        let results = report.to_json();
+        let first_failure = report
+            .cases
+            .iter()
+            .find(|(ok, _)| !ok)
+            .map(|(_, what)| what.clone());
+        // Read again: the tool may have been edited or disabled while the cases ran.
+        let def = self.custom(name).await?;
+        match &first_failure {
+            None => {
+                self.set_review(def, Lifecycle::Testing, Some(results.clone()), None)
+                    .await?;
+                self.jobs
+                    .transition_job(&job_id, JobStatus::Approved, Some(results))
+                    .await?;
+            }
+            Some(why) => {
+                self.set_review(
+                    def,
+                    Lifecycle::Rejected,
+                    Some(results.clone()),
+                    Some(format!("audit failed: {why}")),
+                )
+                .await?;
+                self.jobs
+                    .transition_job(&job_id, JobStatus::Rejected, Some(results))
+                    .await?;
+            }
+        }
+        Ok(report)
+    }
+
+    async fn run_cases(
+        &self,
+        name: &str,
+        reviewed: &Reviewed,
+        cases: &[TestCase],
+        job_id: &str,
+        progress: &(dyn Fn(u8) + Send + Sync),
+    ) -> AuditReport {
+        let source: Arc<str> = reviewed.source.clone().into();
+        let mut results = Vec::with_capacity(cases.len());
+        for (i, case) in cases.iter().enumerate() {
+            let host: Arc<dyn SandboxHost> = Arc::new(NoTools);
+            let run = SandboxRun::new(
+                source.clone(),
+                case.inputs.clone(),
+                self.limits.clone(),
+                host,
+            );
+            let outcome = self.sandbox.run(run).await;
+            let n = i + 1;
+            let verdict = match (&case.expect, outcome) {
+                (Expect::Value(want), Ok(out)) if out.result == *want => {
+                    (true, format!("case {n}: ok"))
+                }
+                (Expect::Value(want), Ok(out)) => (
+                    false,
+                    format!("case {n}: expected {want}, got {}", out.result),
+                ),
+                (Expect::Value(want), Err(e)) => (
+                    false,
+                    format!("case {n}: expected {want}, got error {}: {e}", e.kind()),
+                ),
+                (Expect::Error(kind), Err(e)) if e.kind() == kind => {
+                    (true, format!("case {n}: ok ({kind})"))
+                }
+                (Expect::Error(kind), Err(e)) => (
+                    false,
+                    format!(
+                        "case {n}: expected error {kind}, got error {}: {e}",
+                        e.kind()
+                    ),
+                ),
+                (Expect::Error(kind), Ok(out)) => (
+                    false,
+                    format!("case {n}: expected error {kind}, got {}", out.result),
+                ),
+            };
+            results.push(verdict);
+            let pct = u8::try_from(n * 100 / cases.len()).unwrap_or(100);
+            let _ = self.jobs.set_job_progress(job_id, pct).await;
+            progress(pct);
+        }
+        if cases.is_empty() {
+            progress(100);
+        }
+        let passed = results.iter().all(|(ok, _)| *ok);
+        AuditReport {
+            name: name.to_owned(),
+            version: reviewed.version,
+            cases: results,
+            passed,
+            job_id: job_id.to_owned(),
+        }
+    }
+
+    /// Approves the version under review. It must have passed its audit with at least one
+    /// test case, unless `force` (then the override is in the returned note, for the log).
+    /// A pending version replaces the live one.
+    pub async fn approve(&self, name: &str, force: bool) -> Result<String, CustomError> {
+        let mut def = self.custom(name).await?;
+        let reviewed = Self::reviewed(&def);
+        if reviewed.status == Lifecycle::Approved && !reviewed.pending {
+            return Err(CustomError::Status(format!(
+                "`{name}` version {} is already approved",
+                reviewed.version
+            )));
+        }
+        let results = reviewed.test_results.clone();
+        let audited_version = results
+            .as_ref()
+            .and_then(|r| r.get("version"))
+            .and_then(Value::as_u64);
+        let passed = results
+            .as_ref()
+            .and_then(|r| r.get("passed"))
+            .and_then(Value::as_bool)
+            == Some(true)
+            && audited_version == Some(u64::from(reviewed.version));
+        let cases = results
+            .as_ref()
+            .and_then(|r| r.get("cases"))
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        let note = match (passed, cases, force) {
+            (true, 1.., _) => format!("`{name}` version {} approved", reviewed.version),
+            (_, _, true) => format!(
+                "`{name}` version {} approved by override (--force): {}",
+                reviewed.version,
+                if !passed {
+                    "its audit did not pass"
+                } else {
+                    "it has no test cases"
+                }
+            ),
+            (true, 0, false) => {
+                return Err(CustomError::Status(format!(
+                    "`{name}` has no test cases, so its audit proves nothing: add cases (`quiver custom add ... --tests T.json`), or approve it with --force"
+                )));
+            }
+            (false, _, false) => {
+                return Err(CustomError::Status(format!(
+                    "`{name}` version {} has not passed an audit: run `quiver custom test {name}` (or approve it with --force)",
+                    reviewed.version
+                )));
+            }
+        };
+        if let Some(p) = pending_of(&def) {
+            def.version = p.version;
+            def.description = p.description;
+            def.input_schema = p.input_schema;
+            def.implementation = p.source;
+            def.test_cases = Some(p.test_cases);
+            def.test_results = p.test_results;
+            def.pending = None;
+        }
+        def.status = Lifecycle::Approved;
+        def.rejection_reason = None;
+        self.store.put_definition(def).await?;
+        Ok(note)
+    }
+
+    /// Turns the version under review down, with the operator's reason.
+    pub async fn reject(&self, name: &str, reason: &str) -> Result<(), CustomError> {
+        let def = self.custom(name).await?;
+        let reviewed = Self::reviewed(&def);
+        if reviewed.status == Lifecycle::Approved && !reviewed.pending {
+            return Err(CustomError::Status(format!(
+                "`{name}` version {} is approved and live: disable it (`quiver custom disable {name}`) to take it off",
+                reviewed.version
+            )));
+        }
+        self.set_review(def, Lifecycle::Rejected, None, Some(reason.to_owned()))
+            .await
+    }
+
+    /// Enables or disables a custom tool (a disabled tool is neither listed nor callable).
+    pub async fn set_enabled(&self, name: &str, enabled: bool) -> Result<(), CustomError> {
+        self.custom(name).await?;
+        self.store.set_enabled(name, enabled).await?;
+        Ok(())
+    }
+
+    /// Every custom tool, by name.
+    pub async fn list(&self) -> Result<Vec<ToolDefinition>, CustomError> {
+        let mut all: Vec<ToolDefinition> = self
+            .store
+            .all_definitions()
+            .await?
+            .into_iter()
+            .filter(|d| d.tool_type == ToolType::Custom && d.deleted_at.is_none())
+            .collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(all)
+    }
+
+    /// One custom tool.
+    pub async fn show(&self, name: &str) -> Result<ToolDefinition, CustomError> {
+        self.custom(name).await
+    }
+
+    /// The tool that serves `def` (approved, enabled) from the sandbox.
+    pub fn tool(&self, def: &ToolDefinition) -> Arc<dyn Tool> {
+        let spec = ToolSpec::new(def.name.clone(), def.description.clone())
+            .with_schema(def.input_schema.clone());
+        Arc::new(CustomTool {
+            spec,
+            source: def.implementation.clone().into(),
+            sandbox: self.sandbox.clone(),
+            limits: self.limits.clone(),
+        })
+    }
+
+    /// Brings the catalog's `custom` family in line with the store: approved and enabled
+    /// custom tools are served (a changed one replaced), the rest are taken off. Returns the
+    /// names added or replaced and the names removed.
+    pub async fn sync(&self, catalog: &Catalog) -> Result<(Vec<String>, Vec<String>), CustomError> {
+        let live: BTreeMap<String, ToolDefinition> = self
+            .store
+            .all_definitions()
+            .await?
+            .into_iter()
+            .filter(|d| {
+                d.tool_type == ToolType::Custom
+                    && d.deleted_at.is_none()
+                    && d.enabled
+                    && d.status == Lifecycle::Approved
+            })
+            .map(|d| (d.name.clone(), d))
+            .collect();
+        let mut served = crate::sync::lock(&self.served);
+        let mut added = Vec::new();
+        let mut removed = Vec::new();
+        for (name, def) in &live {
+            let same = served.get(name).is_some_and(|old| {
+                old.version == def.version
+                    && old.implementation == def.implementation
+                    && old.description == def.description
+                    && old.input_schema == def.input_schema
+            });
+            if same && catalog.contains(name) {
+                continue;
+            }
+            match catalog.upsert_in(CUSTOM_FAMILY, self.tool(def)) {
+                Ok(()) => {
+                    served.insert(name.clone(), def.clone());
+                    added.push(name.clone());
+                }
+                Err(e) => tracing::warn!(tool = %name, error = %e, "custom tool not served"),
+            }
+        }
+        let gone: Vec<String> = served
+            .keys()
+            .filter(|n| !live.contains_key(*n))
+            .cloned()
+            .collect();
+        for name in gone {
+            served.remove(&name);
+            if catalog
+                .lookup(&name)
+                .is_some_and(|e| &*e.family == CUSTOM_FAMILY)
+            {
+                catalog.remove(&name);
+            }
+            removed.push(name);
+        }
+        Ok((added, removed))
+    }
+}
+
+fn pending_of(def: &ToolDefinition) -> Option<PendingVersion> {
+    def.pending
+        .as_ref()
+        .and_then(|p| serde_json::from_value(p.clone()).ok())
+}
+
+/// The host of an audit's runs: test cases are run alone, so `call_tool` is refused.
+struct NoTools;
+
+#[async_trait]
+impl SandboxHost for NoTools {
+    async fn call_tool(&self, name: &str, _inputs: Value) -> Envelope {
+        Envelope::err(
+            quiver_contract::ErrKind::NotAvailable,
+            format!(
+                "`call_tool(\"{name}\")` is not available while a custom tool's test cases run"
+            ),
+        )
+    }
+}
+
+/// A custom tool in the catalog: each call runs its source in the sandbox, with the
+/// caller's context for the calls it makes.
+struct CustomTool {
+    spec: ToolSpec,
+    source: Arc<str>,
+    sandbox: Arc<dyn Sandbox>,
+    limits: SandboxLimits,
+}
+
+/// Where a running custom tool's `call_tool` goes: back into the dispatcher, as a call
+/// nested under the custom tool's own (its policies, limits, loop guard and log apply).
+struct Nested {
+    invoker: Option<Arc<dyn ToolInvoker>>,
+    parent: CallContext,
+}
+
+#[async_trait]
+impl SandboxHost for Nested {
+    async fn call_tool(&self, name: &str, inputs: Value) -> Envelope {
+        match &self.invoker {
+            Some(invoker) => invoker.invoke(name, inputs, &self.parent).await,
+            None => Envelope::err(
+                quiver_contract::ErrKind::NotAvailable,
+                "this custom tool was called outside a dispatcher, so it cannot call other tools",
+            ),
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for CustomTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, input: Value, ctx: &CallContext) -> ToolResult {
+        let budget = ctx
+            .call_budget
+            .clone()
+            .unwrap_or_else(|| Arc::new(CallBudget::new(self.limits.max_calls)));
+        let mut parent = ctx.clone();
+        parent.call_budget = Some(budget.clone());
+        let host = Arc::new(Nested {
+            invoker: ctx.invoker.clone(),
+            parent: parent.clone(),
+        });
+        let run = SandboxRun::for_call(
+            self.source.clone(),
+            input,
+            self.limits.clone(),
+            host,
+            &parent,
+        )
+        .with_budget(budget);
+        match self.sandbox.run(run).await {
+            Ok(out) => {
+                let mut envelope = Envelope::ok(out.result);
+                if !out.logs.is_empty() {
+                    envelope = envelope.with_warning(Warning::new("log", out.logs.join("\n")));
+                }
+                Ok(envelope)
+            }
+            Err(e) => Ok(e.to_envelope(&self.spec.name)),
+        }
+    }
+}

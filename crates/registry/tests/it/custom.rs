@@ -1,0 +1,313 @@
+//! The custom-tool lifecycle over the in-memory stores, with a scripted sandbox standing in
+//! for the engine (the QuickJS adapter has its own tests, and the end-to-end suite runs the
+//! two together): add and edit, audit, approve with and without an audit, reject, enable,
+//! and what `sync` serves.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use quiver_contract::{CallContext, Envelope};
+use quiver_registry::{
+    Catalog, DefinitionStore, Dispatcher, MemoryDefinitionStore, MemoryJobStore,
+    custom::{CustomDraft, CustomError, CustomTools, TestCase},
+    sandbox::{Sandbox, SandboxError, SandboxLimits, SandboxOutput, SandboxRun},
+};
+use serde_json::{Value, json};
+
+/// A sandbox whose "source" is a tiny script language: `echo` returns the inputs, `const:J`
+/// returns the JSON `J`, `throw` fails with an exception, `call:NAME` calls NAME with the
+/// inputs and returns what it gave; `syntax` does not compile.
+struct Scripted;
+
+#[async_trait]
+impl Sandbox for Scripted {
+    fn validate(&self, source: &str, _: &SandboxLimits) -> Result<(), SandboxError> {
+        if source.contains("syntax") {
+            return Err(SandboxError::Syntax {
+                line: 1,
+                column: 7,
+                message: "unexpected token".into(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn run(&self, run: SandboxRun) -> Result<SandboxOutput, SandboxError> {
+        let source = run.source.to_string();
+        let result = if source == "echo" {
+            run.inputs
+        } else if let Some(j) = source.strip_prefix("const:") {
+            serde_json::from_str(j).unwrap()
+        } else if let Some(name) = source.strip_prefix("call:") {
+            if !run.budget.try_take() {
+                return Err(SandboxError::CallLimit);
+            }
+            let answer = run.host.call_tool(name, run.inputs).await;
+            answer.data().cloned().unwrap_or(Value::Null)
+        } else {
+            return Err(SandboxError::Exception {
+                message: "Error: thrown".into(),
+                stack: String::new(),
+            });
+        };
+        Ok(SandboxOutput::new(result, vec!["ran".into()], 0))
+    }
+}
+
+fn tools() -> (CustomTools, Arc<MemoryDefinitionStore>) {
+    let store = Arc::new(MemoryDefinitionStore::new());
+    let tools = CustomTools::new(
+        store.clone(),
+        Arc::new(MemoryJobStore::new()),
+        Arc::new(Scripted),
+        SandboxLimits::default(),
+    );
+    (tools, store)
+}
+
+fn schema() -> Value {
+    json!({"type": "object", "properties": {"x": {"type": "integer"}}})
+}
+
+fn draft(name: &str, source: &str, tests: Value) -> CustomDraft {
+    CustomDraft::new(name, "Doubles nothing.", schema(), source)
+        .with_tests(TestCase::parse_all(&tests).unwrap())
+}
+
+fn invalid(e: Result<u32, CustomError>) -> String {
+    match e {
+        Err(CustomError::Invalid(why)) => why,
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+}
+
+#[test]
+fn test_cases_are_read_whole_or_refused_naming_the_case() {
+    let ok =
+        json!([{"inputs": {}, "expect": null}, {"inputs": {"x": 1}, "expect_error": "exception"}]);
+    assert_eq!(TestCase::parse_all(&ok).unwrap().len(), 2);
+    assert_eq!(TestCase::parse_all(&json!([])).unwrap().len(), 0);
+    for (bad, why) in [
+        (json!({}), "must be a JSON array"),
+        (json!([1]), "test case 1 (index 0): must be an object"),
+        (json!([{"expect": 1}]), "`inputs` is missing"),
+        (
+            json!([{"inputs": 1, "expect": 1}]),
+            "`inputs` must be an object",
+        ),
+        (json!([{"inputs": {}}]), "give `expect`"),
+        (
+            json!([{"inputs": {}, "expect": 1, "expect_error": "x"}]),
+            "not both",
+        ),
+        (
+            json!([{"inputs": {}, "expected": 1}]),
+            "unknown key `expected`",
+        ),
+    ] {
+        let got = TestCase::parse_all(&bad).unwrap_err();
+        assert!(got.contains(why), "{bad}: {got}");
+    }
+}
+
+#[tokio::test]
+async fn a_bad_draft_is_refused_and_nothing_is_stored() {
+    let (tools, store) = tools();
+    for (d, why) in [
+        (draft("Bad Name", "echo", json!([])), "tool name"),
+        (draft("mcp__x__y", "echo", json!([])), "MCP tool's name"),
+        (
+            CustomDraft::new("t", "d", json!({"type": "string"}), "echo"),
+            "root is `{\"type\": \"object\"",
+        ),
+        (
+            CustomDraft::new(
+                "t",
+                "d",
+                json!({"type": "object", "properties": {"x": {"type": 5}}}),
+                "echo",
+            ),
+            "not a valid JSON Schema",
+        ),
+        (
+            draft("t", "syntax", json!([])),
+            "line 1, column 7: unexpected token",
+        ),
+        (
+            draft("t", "echo", json!([{"inputs": {"x": "one"}, "expect": 1}])),
+            "test case 1 (index 0): its inputs do not fit",
+        ),
+        (
+            CustomDraft::new("t", " ", schema(), "echo"),
+            "description is empty",
+        ),
+    ] {
+        let got = invalid(tools.add(d).await);
+        assert!(got.contains(why), "{got}");
+    }
+    assert!(store.all_definitions().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_tool_is_served_only_once_audited_and_approved_and_enabled() {
+    let (tools, _) = tools();
+    let catalog = Catalog::new();
+    let tests = json!([{"inputs": {"x": 2}, "expect": {"x": 2}}]);
+    assert_eq!(
+        tools.add(draft("echo_back", "echo", tests)).await.unwrap(),
+        1
+    );
+    // A draft is not served, and cannot be approved before its audit passes.
+    tools.sync(&catalog).await.unwrap();
+    assert!(!catalog.contains("echo_back"));
+    let refused = tools.approve("echo_back", false).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("has not passed an audit"),
+        "{refused}"
+    );
+    let seen = std::sync::Mutex::new(Vec::new());
+    let report = tools
+        .audit("echo_back", &|pct| seen.lock().unwrap().push(pct))
+        .await
+        .unwrap();
+    assert!(report.passed, "{report:?}");
+    assert_eq!(*seen.lock().unwrap(), vec![100]);
+    assert_eq!(
+        tools.show("echo_back").await.unwrap().status,
+        quiver_contract::Lifecycle::Testing
+    );
+    tools.sync(&catalog).await.unwrap();
+    assert!(!catalog.contains("echo_back"), "not approved yet");
+    assert_eq!(
+        tools.approve("echo_back", false).await.unwrap(),
+        "`echo_back` version 1 approved"
+    );
+    let (added, _) = tools.sync(&catalog).await.unwrap();
+    assert_eq!(added, vec!["echo_back"]);
+    // Syncing again changes nothing.
+    assert_eq!(tools.sync(&catalog).await.unwrap(), (vec![], vec![]));
+    tools.set_enabled("echo_back", false).await.unwrap();
+    let (_, removed) = tools.sync(&catalog).await.unwrap();
+    assert_eq!(removed, vec!["echo_back"]);
+    assert!(!catalog.contains("echo_back"));
+}
+
+#[tokio::test]
+async fn a_failed_audit_rejects_with_the_first_failure_and_force_overrides_it() {
+    let (tools, _) = tools();
+    let tests = json!([
+        {"inputs": {"x": 1}, "expect": 2},
+        {"inputs": {}, "expect_error": "timeout"}
+    ]);
+    tools.add(draft("wrong", "const:3", tests)).await.unwrap();
+    let report = tools.audit("wrong", &|_| {}).await.unwrap();
+    assert!(!report.passed);
+    assert_eq!(
+        report.cases,
+        vec![
+            (false, "case 1: expected 2, got 3".to_owned()),
+            (false, "case 2: expected error timeout, got 3".to_owned()),
+        ]
+    );
+    let def = tools.show("wrong").await.unwrap();
+    assert_eq!(def.status, quiver_contract::Lifecycle::Rejected);
+    assert_eq!(
+        def.rejection_reason.as_deref(),
+        Some("audit failed: case 1: expected 2, got 3")
+    );
+    assert_eq!(
+        tools.approve("wrong", true).await.unwrap(),
+        "`wrong` version 1 approved by override (--force): its audit did not pass"
+    );
+}
+
+#[tokio::test]
+async fn a_tool_without_cases_needs_force_and_an_expected_error_passes() {
+    let (tools, _) = tools();
+    tools.add(draft("bare", "echo", json!([]))).await.unwrap();
+    assert!(tools.audit("bare", &|_| {}).await.unwrap().passed);
+    let refused = tools.approve("bare", false).await.unwrap_err();
+    assert!(refused.to_string().contains("no test cases"), "{refused}");
+    tools.approve("bare", true).await.unwrap();
+
+    tools
+        .add(draft(
+            "thrower",
+            "throw",
+            json!([{"inputs": {}, "expect_error": "exception"}]),
+        ))
+        .await
+        .unwrap();
+    assert!(tools.audit("thrower", &|_| {}).await.unwrap().passed);
+}
+
+#[tokio::test]
+async fn an_edit_of_an_approved_tool_waits_beside_it_until_approved() {
+    let (tools, _) = tools();
+    let catalog = Catalog::new();
+    let one = json!([{"inputs": {}, "expect": 1}]);
+    tools.add(draft("versioned", "const:1", one)).await.unwrap();
+    tools.audit("versioned", &|_| {}).await.unwrap();
+    tools.approve("versioned", false).await.unwrap();
+    tools.sync(&catalog).await.unwrap();
+
+    let two = json!([{"inputs": {}, "expect": 2}]);
+    assert_eq!(
+        tools
+            .add(draft("versioned", "const:2", two.clone()))
+            .await
+            .unwrap(),
+        2
+    );
+    let def = tools.show("versioned").await.unwrap();
+    assert_eq!((def.version, def.implementation.as_str()), (1, "const:1"));
+    assert!(def.pending.is_some());
+    // Version 1 still serves, through a dispatcher.
+    let catalog = Arc::new(catalog);
+    let d = Dispatcher::new(catalog.clone());
+    let call = || d.call("versioned", json!({}), CallContext::for_session("s"));
+    assert_eq!(call().await.data(), Some(&json!(1)));
+    // Audited and approved, version 2 replaces it.
+    assert!(tools.audit("versioned", &|_| {}).await.unwrap().passed);
+    assert_eq!(
+        tools.approve("versioned", false).await.unwrap(),
+        "`versioned` version 2 approved"
+    );
+    let (added, _) = tools.sync(&catalog).await.unwrap();
+    assert_eq!(added, vec!["versioned"]);
+    assert_eq!(call().await.data(), Some(&json!(2)));
+    let def = tools.show("versioned").await.unwrap();
+    assert_eq!((def.version, def.pending.is_none()), (2, true));
+    // Rejecting a live version is refused: disabling takes it off.
+    let refused = tools.reject("versioned", "no").await.unwrap_err();
+    assert!(refused.to_string().contains("disable it"), "{refused}");
+}
+
+#[tokio::test]
+async fn a_custom_tools_nested_call_goes_through_the_dispatcher_and_names_its_parent() {
+    let (tools, _) = tools();
+    let catalog = Arc::new(Catalog::new());
+    catalog.must_register(Arc::new(quiver_contract::typed_tool(
+        quiver_contract::ToolSpec::new("inner", "Returns 42.").read_only(),
+        |_: Value, _ctx: CallContext| async move { Ok(Envelope::ok(json!(42))) },
+    )));
+    tools
+        .add(draft("outer", "call:inner", json!([])))
+        .await
+        .unwrap();
+    tools.approve("outer", true).await.unwrap();
+    tools.sync(&catalog).await.unwrap();
+    let recorder = Arc::new(quiver_registry::MemoryRecorder::new());
+    let d = Dispatcher::builder(catalog)
+        .recorder(recorder.clone())
+        .build();
+    let answer = d
+        .call("outer", json!({}), CallContext::for_session("s"))
+        .await;
+    assert_eq!(answer.data(), Some(&json!(42)), "{answer:?}");
+    let records = recorder.records();
+    let outer = records.iter().find(|r| r.tool_name == "outer").unwrap();
+    let inner = records.iter().find(|r| r.tool_name == "inner").unwrap();
+    assert_eq!(inner.parent_call_id.as_deref(), Some(&*outer.call_id));
+    assert_eq!(outer.parent_call_id, None);
+}

@@ -12,7 +12,7 @@ pub mod serve;
 mod skills;
 
 pub use app::{App, DefinitionRecorder, Ready, StoreAccess};
-pub use assemble::{FAMILY_ORDER, Families, assemble_catalog, family_rank, family_rank_in};
+pub use assemble::{FAMILY_ORDER, Families, assemble_catalog};
 pub use config::{
     Config, LimitsConfig, PolicyConfig, SkillsConfig, StoreConfig, ToolRef, suggestion,
 };

@@ -18,8 +18,8 @@ mod suggest;
 mod validate;
 
 pub use catalog::{
-    AbsentExplainer, AdvertiseOptions, Catalog, CatalogEvent, Entry, Family, RegisterReport,
-    Skipped, advertise, advertised_extra_bytes, order_families,
+    AbsentExplainer, AdvertiseOptions, Catalog, CatalogEvent, Entry, Family, FamilyOrder,
+    FamilyTools, RegisterReport, Skipped, advertise, advertised_extra_bytes, order_families,
 };
 pub use dispatch::{
     ABSENT_TEXT, BatchCall, DispatchConfig, Dispatcher, DispatcherBuilder, REFUSED_KINDS,

@@ -9,35 +9,14 @@ use std::{
 
 use anyhow::{Context, bail};
 use quiver_registry::{
-    DispatchConfig, PolicyRule, did_you_mean,
+    DispatchConfig, PolicyRule, ToolRef, did_you_mean,
     layers::{
         concurrency::ConcurrencyConfig, result_limit::ResultLimitConfig, timeout::TimeoutConfig,
     },
+    suggestion,
 };
 use quiver_surface::SurfaceConfig;
 use serde::Deserialize;
-
-/// A tool name or pattern in the configuration (see [`Config::tool_patterns`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolRef<'a> {
-    /// The key it is under.
-    pub key: String,
-    /// The name or pattern.
-    pub name: &'a str,
-    /// The key takes exact names only (a `*` there is a literal character).
-    pub exact: bool,
-}
-
-impl ToolRef<'_> {
-    /// Whether it refers to the tool `tool`.
-    pub fn matches(&self, tool: &str) -> bool {
-        if self.exact {
-            self.name == tool
-        } else {
-            quiver_contract::pattern_matches(self.name, tool)
-        }
-    }
-}
 
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -204,14 +183,6 @@ impl Default for LimitsConfig {
 pub struct PolicyConfig {
     /// The rules, checked in order.
     pub rules: Vec<PolicyRule>,
-}
-
-/// `; did you mean `x`?` for the candidate closest to `wanted`, or nothing.
-pub fn suggestion<'a>(wanted: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
-    quiver_registry::did_you_mean(wanted, candidates, 1)
-        .first()
-        .map(|(best, _)| format!("; did you mean `{best}`?"))
-        .unwrap_or_default()
 }
 
 impl PolicyConfig {

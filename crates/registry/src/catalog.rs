@@ -9,7 +9,7 @@ use std::{
     },
 };
 
-use quiver_contract::{Mode, NARRATION_KEYS, Tool, ToolSpec};
+use quiver_contract::{Finding, Mode, NARRATION_KEYS, Severity, Tool, ToolSpec};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
@@ -187,6 +187,25 @@ impl Skipped {
     pub fn is_duplicate(&self) -> bool {
         self.reason == DUPLICATE
     }
+
+    /// What `quiver check` says of it: a duplicate is a note (the name is served, by the
+    /// family that took it first); any other is a tool missing from every surface.
+    pub fn finding(&self) -> Finding {
+        if self.is_duplicate() {
+            Finding::note(format!(
+                "{}: [note] skipped in family {}: {}",
+                self.name, self.family, self.reason
+            ))
+        } else {
+            Finding::new(
+                Severity::NotRegistered,
+                format!(
+                    "{}: [not registered] {} (family {})",
+                    self.name, self.reason, self.family
+                ),
+            )
+        }
+    }
 }
 
 /// What a bulk registration did.
@@ -200,6 +219,11 @@ pub struct RegisterReport {
 }
 
 impl RegisterReport {
+    /// [`Skipped::finding`] of every skipped name, in order.
+    pub fn findings(&self) -> Vec<Finding> {
+        self.skipped.iter().map(Skipped::finding).collect()
+    }
+
     /// One warning line per family and reason class, e.g.
     /// `server-global MCP: skipped duplicate tool name(s) (2): a, b`.
     pub fn warning_lines(&self) -> Vec<String> {

@@ -11,6 +11,7 @@ mod error;
 pub mod layers;
 mod policy;
 mod ports;
+mod refs;
 mod skill;
 mod state;
 mod store;
@@ -27,11 +28,12 @@ pub use dispatch::{
 };
 pub use error::RegistryError;
 pub use layers::telemetry::{Metrics, ToolCounters};
-pub use policy::{PolicyAction, PolicyRule, RulePolicy};
+pub use policy::{PolicyAction, PolicyRule, RulePolicy, policy_findings};
 pub use ports::{
     CallObserver, CallRecord, MemoryRecorder, NoPolicy, NullRecorder, PolicyCheck, PolicyRequest,
     PolicyVerdict, ToolCallRecorder,
 };
+pub use refs::{ToolRef, unmatched_tool_refs};
 pub use skill::{
     LIST_ALL, MAX_LISTED_FILES, MAX_SKILL_BYTES, MAX_SKILL_LISTING_BYTES, SKILL_TOOL, Skill,
     SkillProblem, SkillSet, SkillSource, skill_tool,
@@ -42,7 +44,7 @@ pub use store::{
     SeedReport, StoreError, ToolDefinition, ToolJob, ToolType, output_summary, parse_lifecycle,
     plan_seed,
 };
-pub use suggest::did_you_mean;
+pub use suggest::{did_you_mean, suggestion};
 pub use validate::REFUSED_ARGUMENTS;
 
 #[cfg(feature = "mock")]

@@ -45,6 +45,14 @@ pub fn did_you_mean<'a>(
     scored
 }
 
+/// `; did you mean `x`?` for the candidate closest to `wanted`, or nothing.
+pub fn suggestion<'a>(wanted: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    did_you_mean(wanted, candidates, 1)
+        .first()
+        .map(|(best, _)| format!("; did you mean `{best}`?"))
+        .unwrap_or_default()
+}
+
 /// The length of the longest prefix of `a` and `b` that ends with `__`.
 fn shared_prefix(a: &str, b: &str) -> usize {
     let common = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();

@@ -9,6 +9,7 @@
 
 mod config;
 mod error;
+mod findings;
 mod floor;
 mod persist;
 pub mod ports;

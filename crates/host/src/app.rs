@@ -336,8 +336,7 @@ impl App {
         // Each server's skipped names were logged as it registered them (and are in
         // `status` and `check`): not again here.
         // The search index follows the catalog in a task of its own: a one-shot search
-        // right after an upstream came up could run before its tools were indexed (a CLI
-        // test found none of them under load).
+        // right after an upstream came up could run before its tools were indexed.
         let version = self.catalog.version();
         let mut indexed = self.surface.index_updates();
         let _ = tokio::time::timeout_at(deadline, indexed.wait_for(|at| *at >= version)).await;

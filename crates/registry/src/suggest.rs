@@ -23,8 +23,7 @@ pub fn did_you_mean<'a>(
             // Jaro-Winkler rates names that share a letter or two and little else high
             // (`foo` and `floor_max`: 0.80; `read_cvs` and `write_csv`: 0.75): unless they
             // begin with three characters alike (an abbreviation: `create_pr` for
-            // `create_pull_request`), half of the characters must also stay in place
-            // (QA-13 C-13).
+            // `create_pull_request`), half of the characters must also stay in place.
             let alike = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
             if score >= 0.75 && alike < 3 && strsim::normalized_damerau_levenshtein(a, b) < 0.5 {
                 score = score.min(0.7);
@@ -119,7 +118,7 @@ mod tests {
     }
 
     /// The prefix two names share (`mcp__everything__`) is not a likeness: a misspelt tool of
-    /// a server is offered that tool, not every tool of the server (QA-12 B-8).
+    /// a server is offered that tool, not every tool of the server.
     #[test]
     fn a_shared_server_prefix_does_not_make_names_alike() {
         let names = [

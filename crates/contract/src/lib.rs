@@ -39,6 +39,7 @@ mod channel;
 mod context;
 mod envelope;
 mod error;
+mod finding;
 mod hash;
 mod legacy;
 mod lint;
@@ -54,6 +55,7 @@ pub use envelope::{
     Alternative, ColumnSpec, DtypeProvenance, Effects, Envelope, ErrKind, HintKind, Part, Warning,
 };
 pub use error::ContractError;
+pub use finding::{Finding, Severity};
 pub use hash::{args_hash, args_hash_canonical, canonical_json};
 pub use legacy::coerce_legacy;
 pub use lint::{

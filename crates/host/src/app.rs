@@ -5,7 +5,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use quiver_mcp_adapter::{ClientOptions, McpClient, ServerState};
 use quiver_registry::{
-    CallLog, Catalog, DefinitionStore, Dispatcher, RegisterReport, RulePolicy, SkillSource,
+    CallLog, Catalog, DefinitionStore, Dispatcher, Family, RegisterReport, RulePolicy, SkillSource,
     Skipped, ToolDefinition, ToolType, skill_tool,
 };
 use quiver_store_sqlite::{SqliteStore, StoreOptions};
@@ -107,9 +107,6 @@ impl App {
         let store =
             Arc::new(opened.with_context(|| format!("opening the store {}", path.display()))?);
         let catalog = Arc::new(Catalog::new());
-        // First registration wins in the family order, whenever each family registers (MCP
-        // servers connect after the skills are in).
-        catalog.set_family_order(crate::family_rank);
         // The floor is store-backed: the in-memory usage is never read.
         // A tool a policy denies to every caller is never offered (listed, found, described):
         // the model would spend turns on it. A call still gets the rule's message.
@@ -144,28 +141,28 @@ impl App {
             .collect();
         let (skill, mut skill_problems) = skill_tool(loaded.skills);
         skill_problems.splice(0..0, loaded.problems);
+        // Logged before the servers are resolved, whose configuration may stop the command.
+        for p in &skill_problems {
+            tracing::warn!(skill = %p.origin, "skills: {}", p.reason);
+        }
+        let env = |k: &str| std::env::var(k).ok();
+        let servers = crate::mcp_json::resolve_servers(config, mcp_files, &env)?;
+        // The server-global MCP servers' tools register first-wins as each server connects,
+        // in the family order assembly sets.
         let families = Families {
             core: core_tools(&surface),
             skills: skill.into_iter().collect(),
+            mcp_servers: servers.iter().map(|s| s.family()).collect(),
             ..Default::default()
         };
         let mut report = assemble_catalog(&catalog, families).context("assembling the catalog")?;
         // A skill that could not be loaded is missing from the `skill` tool: reported like a
         // tool the catalog refused (`quiver check` counts it, `serve` logs it).
-        for p in skill_problems {
-            tracing::warn!(skill = %p.origin, "skills: {}", p.reason);
-            report
-                .skipped
-                .push(Skipped::new("skills", p.origin, p.reason));
-        }
-        // Server-global MCP comes after the core family, so it can never shadow a core tool:
-        // its tools register first-wins as each server connects.
-        let env = |k: &str| std::env::var(k).ok();
-        let servers = crate::mcp_json::resolve_servers(config, mcp_files, &env)?;
-        // Between servers, the one configured first keeps a name both list.
-        catalog.set_family_order(crate::family_rank_in(
-            servers.iter().map(|s| s.family()).collect(),
-        ));
+        report.skipped.extend(
+            skill_problems
+                .into_iter()
+                .map(|p| Skipped::new(Family::Skills.name(), p.origin, p.reason)),
+        );
         let options = ClientOptions::default();
         let startup_wait = servers
             .iter()
@@ -201,7 +198,7 @@ impl App {
             .catalog
             .tools()
             .iter()
-            .filter(|e| &*e.family == "core")
+            .filter(|e| Family::of(&e.family) == Some(Family::Core))
             .map(|e| {
                 ToolDefinition::from_spec(
                     &e.spec,
@@ -231,7 +228,7 @@ impl App {
         let (catalog, store) = (self.catalog.clone(), self.store.clone());
         let record = move |name: &str| {
             let entry = catalog.lookup(name)?;
-            let server = entry.family.strip_prefix("mcp:")?;
+            let server = Family::mcp_server(&entry.family)?;
             // `mcp__<prefix>__<tool>`: the tool's own name may contain `__` too.
             let upstream_name = name.splitn(3, "__").nth(2).unwrap_or(name);
             Some(ToolDefinition::from_spec(
@@ -339,8 +336,7 @@ impl App {
         // Each server's skipped names were logged as it registered them (and are in
         // `status` and `check`): not again here.
         // The search index follows the catalog in a task of its own: a one-shot search
-        // right after an upstream came up could run before its tools were indexed (a CLI
-        // test found none of them under load).
+        // right after an upstream came up could run before its tools were indexed.
         let version = self.catalog.version();
         let mut indexed = self.surface.index_updates();
         let _ = tokio::time::timeout_at(deadline, indexed.wait_for(|at| *at >= version)).await;

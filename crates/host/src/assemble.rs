@@ -1,51 +1,20 @@
 use std::sync::Arc;
 
 use quiver_contract::Tool;
-use quiver_registry::{Catalog, Family, RegisterReport, RegistryError, order_families};
+use quiver_registry::{
+    Catalog, Family, FamilyOrder, FamilyTools, RegisterReport, RegistryError, order_families,
+};
 
-/// The fixed order in which tool families are registered. The first registration of a name
-/// wins, so an earlier family can never be shadowed by a later one.
-pub const FAMILY_ORDER: [&str; 5] = [
-    "core",
-    "server-global MCP",
-    "client MCP",
-    "custom tools",
-    "skills",
+/// The fixed order of the tool families. The first registration of a name in this order
+/// wins, whenever each family registers, so an earlier family can never be shadowed by a
+/// later one.
+pub const FAMILY_ORDER: [Family; 5] = [
+    Family::Core,
+    Family::ServerMcp,
+    Family::ClientMcp,
+    Family::Custom,
+    Family::Skills,
 ];
-
-/// Where a catalog family stands in [`FAMILY_ORDER`] (lower first), for
-/// [`Catalog::set_family_order`]: an MCP server's own family (`mcp:<server>`) stands with
-/// the server-global MCP family; a family outside the order comes after all of it.
-pub fn family_rank(family: &str) -> usize {
-    let class = if family.starts_with("mcp:") {
-        "server-global MCP"
-    } else {
-        family
-    };
-    FAMILY_ORDER
-        .iter()
-        .position(|f| *f == class)
-        .unwrap_or(FAMILY_ORDER.len())
-}
-
-/// [`family_rank`], with the MCP servers' own families (`mcp:<server>`) ordered among
-/// themselves as `servers` lists them (the configuration's order): when two servers' tools
-/// take one name, the server configured first has it, whichever connects first. Families
-/// of other classes keep their place; a server not listed comes after the listed ones.
-pub fn family_rank_in(servers: Vec<String>) -> impl Fn(&str) -> usize + Send + Sync + 'static {
-    let slots = servers.len() + 2;
-    move |family: &str| {
-        let within = if family.starts_with("mcp:") {
-            servers
-                .iter()
-                .position(|s| s == family)
-                .map_or(slots - 1, |i| i + 1)
-        } else {
-            0
-        };
-        family_rank(family) * slots + within
-    }
-}
 
 /// The tools of each family, as the host gathered them.
 #[derive(Default)]
@@ -61,6 +30,10 @@ pub struct Families {
     pub custom: Vec<Arc<dyn Tool>>,
     /// Skills.
     pub skills: Vec<Arc<dyn Tool>>,
+    /// The families of the server-global MCP servers (`mcp:<server>`), in configuration
+    /// order. Their tools register as each server connects; when two servers' tools take
+    /// one name, the server configured first has it, whichever connects first.
+    pub mcp_servers: Vec<String>,
 }
 
 impl std::fmt::Debug for Families {
@@ -71,12 +44,14 @@ impl std::fmt::Debug for Families {
             .field("client_mcp", &self.client_mcp.len())
             .field("custom", &self.custom.len())
             .field("skills", &self.skills.len())
+            .field("mcp_servers", &self.mcp_servers)
             .finish()
     }
 }
 
-/// Registers every family into `catalog` in [`FAMILY_ORDER`], first-wins, and logs one
-/// warning per family that skipped names. The report lists every skipped name.
+/// Gives `catalog` the family order ([`FAMILY_ORDER`], the MCP servers among themselves as
+/// `families.mcp_servers` lists them), registers every family in it, first-wins, and logs
+/// one warning per family that skipped names. The report lists every skipped name.
 pub fn assemble_catalog(
     catalog: &Catalog,
     families: Families,
@@ -87,17 +62,19 @@ pub fn assemble_catalog(
         client_mcp,
         custom,
         skills,
+        mcp_servers,
     } = families;
     let ordered = order_families(
-        &FAMILY_ORDER,
+        &FAMILY_ORDER.map(Family::name),
         vec![
-            Family::new("skills", skills),
-            Family::new("custom tools", custom),
-            Family::new("client MCP", client_mcp),
-            Family::new("server-global MCP", server_mcp),
-            Family::new("core", core),
+            FamilyTools::new(Family::Skills.name(), skills),
+            FamilyTools::new(Family::Custom.name(), custom),
+            FamilyTools::new(Family::ClientMcp.name(), client_mcp),
+            FamilyTools::new(Family::ServerMcp.name(), server_mcp),
+            FamilyTools::new(Family::Core.name(), core),
         ],
     )?;
+    catalog.set_family_order(FamilyOrder::new(FAMILY_ORDER).with_servers(mcp_servers));
     let report = catalog.register_families(ordered);
     for line in report.warning_lines() {
         tracing::warn!("{line}");
@@ -140,13 +117,14 @@ mod tests {
             client_mcp: tools(client),
             custom: tools(&["custom_report", "mcp__time__now"]),
             skills: tools(&["skill"]),
+            mcp_servers: Vec::new(),
         }
     }
 
     #[test]
     fn the_family_order_is_pinned() {
         assert_eq!(
-            FAMILY_ORDER,
+            FAMILY_ORDER.map(Family::name),
             [
                 "core",
                 "server-global MCP",

@@ -9,35 +9,14 @@ use std::{
 
 use anyhow::{Context, bail};
 use quiver_registry::{
-    DispatchConfig, PolicyRule, did_you_mean,
+    DispatchConfig, PolicyRule, ToolRef, did_you_mean,
     layers::{
         concurrency::ConcurrencyConfig, result_limit::ResultLimitConfig, timeout::TimeoutConfig,
     },
+    suggestion,
 };
 use quiver_surface::SurfaceConfig;
 use serde::Deserialize;
-
-/// A tool name or pattern in the configuration (see [`Config::tool_patterns`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolRef<'a> {
-    /// The key it is under.
-    pub key: String,
-    /// The name or pattern.
-    pub name: &'a str,
-    /// The key takes exact names only (a `*` there is a literal character).
-    pub exact: bool,
-}
-
-impl ToolRef<'_> {
-    /// Whether it refers to the tool `tool`.
-    pub fn matches(&self, tool: &str) -> bool {
-        if self.exact {
-            self.name == tool
-        } else {
-            quiver_contract::pattern_matches(self.name, tool)
-        }
-    }
-}
 
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -116,8 +95,8 @@ impl StoreConfig {
 
     /// Why the store's file cannot be created: it does not exist and neither does its
     /// directory. Reading commands run without a store; `serve`, `call` and `search` stop
-    /// on it, and `check` and `status` say it (QA-14 #8: `check` said "config ok" and
-    /// `status` that `serve` would create the file).
+    /// on it, and `check` and `status` say it (rather than "config ok", or that `serve`
+    /// would create the file).
     pub fn missing_directory(&self) -> Option<String> {
         let parent = self
             .path
@@ -204,14 +183,6 @@ impl Default for LimitsConfig {
 pub struct PolicyConfig {
     /// The rules, checked in order.
     pub rules: Vec<PolicyRule>,
-}
-
-/// `; did you mean `x`?` for the candidate closest to `wanted`, or nothing.
-pub fn suggestion<'a>(wanted: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
-    quiver_registry::did_you_mean(wanted, candidates, 1)
-        .first()
-        .map(|(best, _)| format!("; did you mean `{best}`?"))
-        .unwrap_or_default()
 }
 
 impl PolicyConfig {
@@ -475,8 +446,8 @@ pub(crate) fn interpolate_str(
 }
 
 /// A key that holds `${` is an error: keys are taken as written, and `${X}` as an
-/// environment variable's or a tool's name was that literal text (QA-14 #9), where the
-/// same text in a value is refused.
+/// environment variable's or a tool's name would be that literal text, where the same
+/// text in a value is refused.
 pub(crate) fn key_without_reference(key: &str, path: &str) -> anyhow::Result<()> {
     if key.contains("${") {
         anyhow::bail!(
@@ -926,7 +897,7 @@ allowed_tools = ["t1", "t2"]
     #[test]
     fn config_cases() {
         check("", Ok("./quiver.db"));
-        // `${` in a key is refused, as in a value (QA-14 #9: a child got an environment
+        // `${` in a key is refused, as in a value (a child would get an environment
         // variable literally named `${X}`), also in a server's `env` and `headers`.
         check(
             "[limits]\ntool_timeouts = { \"${env:NOPE}\" = 5 }",
@@ -962,8 +933,8 @@ allowed_tools = ["t1", "t2"]
             "[store]\npath = \"${env:MY VAR}/q.db\"",
             Err("store.path: `${env:MY VAR}` does not name an environment variable"),
         );
-        // Any other `${...}` is refused, not kept as text (QA-13 C-1: a token written
-        // `${QUIVER_CI_TOKEN}` was that guessable text, and the real secret got 401).
+        // Any other `${...}` is refused, not kept as text (a token written
+        // `${QUIVER_CI_TOKEN}` would be that guessable text, and the real secret get 401).
         check(
             "[store]\npath = \"${HOME_DIR}/q.db\"",
             Err(

@@ -5,6 +5,7 @@
 
 mod app;
 mod assemble;
+pub mod check;
 mod config;
 mod formats;
 mod mcp_json;
@@ -12,10 +13,9 @@ pub mod serve;
 mod skills;
 
 pub use app::{App, DefinitionRecorder, Ready, StoreAccess};
-pub use assemble::{FAMILY_ORDER, Families, assemble_catalog, family_rank, family_rank_in};
-pub use config::{
-    Config, LimitsConfig, PolicyConfig, SkillsConfig, StoreConfig, ToolRef, suggestion,
-};
+pub use assemble::{FAMILY_ORDER, Families, assemble_catalog};
+pub use config::{Config, LimitsConfig, PolicyConfig, SkillsConfig, StoreConfig};
 pub use formats::{ToolFormat, format_tools, provider_name_warnings};
 pub use mcp_json::{parse_mcp_servers, read_mcp_servers};
+pub use quiver_registry::{ToolRef, suggestion};
 pub use skills::DirSkills;

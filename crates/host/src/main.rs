@@ -1,19 +1,5 @@
 //! `quiver`: the tool runtime's command line.
 
-mod startup;
-
-use std::process::ExitCode;
-
-use anyhow::Context;
-use clap::{Parser, Subcommand};
-use quiver_contract::{
-    CallContext, Capabilities, Envelope, Mode, RenderOptions, breaking_changes_between, lint_spec,
-    render,
-};
-use quiver_host::{App, Config, StoreAccess, ToolFormat, format_tools, provider_name_warnings};
-use quiver_registry::{CallFilter, DefinitionStore};
-use quiver_surface::{FloorLoad, FloorSource, SessionKey};
-
 /// `println!` that does not panic when stdout is gone (`quiver log | head -1`): what can
 /// no longer be written is dropped, and the command ends as it would have.
 macro_rules! say {
@@ -22,6 +8,21 @@ macro_rules! say {
         let _ = writeln!(std::io::stdout(), $($arg)*);
     }};
 }
+
+mod commands;
+mod logging;
+mod startup;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use commands::{
+    apply_retention,
+    serve::{Listen, parse_allow_host, parse_listen},
+};
+use quiver_contract::{CallContext, Capabilities, Envelope, Mode, RenderOptions, render};
+use quiver_host::{App, Config, StoreAccess, ToolFormat, format_tools, provider_name_warnings};
+use quiver_surface::SessionKey;
 
 /// [`say!`] without the newline.
 fn say_raw(text: &str) {
@@ -43,9 +44,21 @@ struct Cli {
     #[arg(long = "mcp-config", global = true, value_name = "FILE")]
     mcp_config: Vec<std::path::PathBuf>,
     #[command(subcommand)]
-    command: Command,
+    command: AnyCommand,
 }
 
+/// A command: one that works on the assembled runtime (catalog, upstreams, store), or one
+/// that does without it. Each variant's `display_order` keeps `--help`'s list in one order
+/// across the two.
+#[derive(Debug, Subcommand)]
+enum AnyCommand {
+    #[command(flatten)]
+    Runtime(Command),
+    #[command(flatten)]
+    Standalone(Standalone),
+}
+
+/// The commands that work on the assembled runtime.
 #[derive(Debug, Subcommand)]
 enum Command {
     /// List the tools a session sees: its composed surface (resident floor, system tools,
@@ -57,6 +70,7 @@ enum Command {
     /// for a session `serve` is using, its own `tools/list` is the truth.
     ///
     /// Example: `quiver tools --format openai` prints the `tools` array for the OpenAI API.
+    #[command(display_order = 1)]
     Tools {
         /// The session mode: chat, agentic, delegate or plan (default: the token's, else
         /// chat).
@@ -80,6 +94,7 @@ enum Command {
     /// and the call is recorded in the execution log (`quiver log`).
     ///
     /// Example: `quiver search "current time in a timezone" --limit 5`.
+    #[command(display_order = 2)]
     Search {
         /// What you need, in words.
         query: String,
@@ -110,6 +125,7 @@ enum Command {
     /// skill longer than a result may be (`[too long]`),
     /// an MCP server whose command cannot be started (`[cannot start]`), or an MCP server
     /// that is not connected once start-up is over (`[not connected]`, with why). Exits 2 when the configuration itself is wrong.
+    #[command(display_order = 3)]
     Check {
         /// Also report breaking schema changes against the definitions stored in this
         /// database: removed fields, renamed or removed tools, type changes, new required
@@ -126,6 +142,7 @@ enum Command {
     /// log has each connect, drop and restart.
     ///
     /// Exits 1 when a `required` server is not ready (the table is shown all the same).
+    #[command(display_order = 4)]
     Status,
     /// Show the resident floor: the anchors, then the tools used most (ranked from the
     /// execution log's usage, weighted 3.0 / 1.0 / 0.2 for calls under 30 days, under 90
@@ -136,15 +153,67 @@ enum Command {
     /// stores it again once it is older than `floor_max_age_secs` (an empty one, a new
     /// install's, after ten `floor_cache_ttl_secs`). Other commands read it, and derive it
     /// in memory without storing it when it is due. Example: `quiver floor --rederive`.
+    #[command(display_order = 5)]
     Floor {
         /// Derive the ranking from usage now and store it (running servers pick it up
         /// within `floor_cache_ttl_secs`).
         #[arg(long)]
         rederive: bool,
     },
+    /// Serve MCP: streamable HTTP on 127.0.0.1:7345 (the URL is printed on stdout), or
+    /// stdio for desktop clients.
+    ///
+    /// Example: `quiver serve --listen 127.0.0.1:0` picks a free port.
+    #[command(display_order = 8)]
+    Serve {
+        /// The address to listen on: IP:PORT (`127.0.0.1:7345`, `[::1]:7345`) or
+        /// HOST:PORT (`localhost:7345`, resolved now; its IPv4 address first).
+        #[arg(long, default_value = quiver_host::serve::DEFAULT_LISTEN, value_parser = parse_listen)]
+        listen: Listen,
+        /// Serve on stdin and stdout instead of HTTP.
+        #[arg(long, conflicts_with = "listen")]
+        stdio: bool,
+        /// The session mode of clients whose token names none: chat, agentic, delegate or plan.
+        #[arg(long, default_value = "chat", value_parser = parse_mode)]
+        mode: Mode,
+        /// Also accept this `Host` (`name:port`, or `name` for any port), e.g. the public name of a
+        /// non-loopback listener. The listen address itself is always accepted.
+        #[arg(long = "allow-host", value_name = "HOST", value_parser = parse_allow_host)]
+        allow_hosts: Vec<String>,
+    },
+    /// Call one tool through the full pipeline and print the rendered result.
+    ///
+    /// Exits 0 for an Ok or a Hint, 1 for an Err, and 2 when the call cannot be made: the JSON does not parse, the configuration is invalid, or a `required` MCP server is not ready (one that Quiver cannot work without: the call waits for it through the start-up wait, whatever server its tool is on). Example: `quiver call tool_search '{"query": "time"}'`.
+    #[command(display_order = 9)]
+    Call {
+        /// The tool name.
+        name: String,
+        /// The arguments, as one JSON object.
+        #[arg(default_value = "{}")]
+        json: String,
+        /// The session (conversation) key. The call is one round of it, as a `tools/call`
+        /// is in `quiver serve`: working-set tools idle too long leave it.
+        #[arg(long, default_value = "cli")]
+        session: String,
+        /// The session mode: chat, agentic, delegate or plan (default: the token's, else
+        /// chat). A tool the mode does not offer is refused, as `quiver serve` refuses it.
+        #[arg(long, value_parser = parse_mode)]
+        mode: Option<Mode>,
+        /// Act as this configured inbound token (its `name`): its tools, mode, tenant and
+        /// the deny rules for it.
+        #[arg(long, value_name = "NAME")]
+        token: Option<String>,
+    },
+}
+
+/// The commands that need no runtime: `log` reads the store as it is, `bench-search` only
+/// its files.
+#[derive(Debug, Subcommand)]
+enum Standalone {
     /// Show recent tool calls from the execution log, newest first.
     ///
     /// Example: `quiver log --outcome err --limit 20`.
+    #[command(display_order = 6)]
     Log {
         /// Only calls to this tool.
         #[arg(long)]
@@ -174,6 +243,7 @@ enum Command {
     ///
     /// Example query line:
     /// `{"id": "q1", "query": "make a PDF report", "gold": [["docs__create"], ["pdf__convert", "office__to_pdf"]]}`
+    #[command(display_order = 7)]
     BenchSearch {
         /// Tools, one `{"name": ..., "description": ..., "input_schema": {...}}` a line
         /// (`description` and `input_schema` optional).
@@ -184,143 +254,6 @@ enum Command {
         #[arg(long)]
         queries: std::path::PathBuf,
     },
-    /// Serve MCP: streamable HTTP on 127.0.0.1:7345 (the URL is printed on stdout), or
-    /// stdio for desktop clients.
-    ///
-    /// Example: `quiver serve --listen 127.0.0.1:0` picks a free port.
-    Serve {
-        /// The address to listen on: IP:PORT (`127.0.0.1:7345`, `[::1]:7345`) or
-        /// HOST:PORT (`localhost:7345`, resolved now; its IPv4 address first).
-        #[arg(long, default_value = quiver_host::serve::DEFAULT_LISTEN, value_parser = parse_listen)]
-        listen: Listen,
-        /// Serve on stdin and stdout instead of HTTP.
-        #[arg(long, conflicts_with = "listen")]
-        stdio: bool,
-        /// The session mode of clients whose token names none: chat, agentic, delegate or plan.
-        #[arg(long, default_value = "chat", value_parser = parse_mode)]
-        mode: Mode,
-        /// Also accept this `Host` (`name:port`, or `name` for any port), e.g. the public name of a
-        /// non-loopback listener. The listen address itself is always accepted.
-        #[arg(long = "allow-host", value_name = "HOST", value_parser = parse_allow_host)]
-        allow_hosts: Vec<String>,
-    },
-    /// Call one tool through the full pipeline and print the rendered result.
-    ///
-    /// Exits 0 for an Ok or a Hint, 1 for an Err, and 2 when the call cannot be made: the JSON does not parse, the configuration is invalid, or a `required` MCP server is not ready (one that Quiver cannot work without: the call waits for it through the start-up wait, whatever server its tool is on). Example: `quiver call tool_search '{"query": "time"}'`.
-    Call {
-        /// The tool name.
-        name: String,
-        /// The arguments, as one JSON object.
-        #[arg(default_value = "{}")]
-        json: String,
-        /// The session (conversation) key. The call is one round of it, as a `tools/call`
-        /// is in `quiver serve`: working-set tools idle too long leave it.
-        #[arg(long, default_value = "cli")]
-        session: String,
-        /// The session mode: chat, agentic, delegate or plan (default: the token's, else
-        /// chat). A tool the mode does not offer is refused, as `quiver serve` refuses it.
-        #[arg(long, value_parser = parse_mode)]
-        mode: Option<Mode>,
-        /// Act as this configured inbound token (its `name`): its tools, mode, tenant and
-        /// the deny rules for it.
-        #[arg(long, value_name = "NAME")]
-        token: Option<String>,
-    },
-}
-
-/// `serve --listen`: the address, and the host name it was given as (accepted as `Host`).
-#[derive(Debug, Clone)]
-struct Listen {
-    addr: std::net::SocketAddr,
-    name: Option<String>,
-}
-
-/// A `Host` to accept: `name`, `name:port` or `name:*` (any port); an IPv6 address in
-/// brackets. A URL, a path or a name with other characters would never match a `Host`
-/// header, so it is refused here rather than accepted and never used.
-fn parse_allow_host(s: &str) -> Result<String, String> {
-    const FORM: &str = "give the Host clients send: `name:port`, or `name` for any port (e.g. `quiver.example:7345`, `quiver.example`, `[::1]:7345`)";
-    if let Some((scheme, rest)) = s.split_once("://") {
-        let host = rest.split('/').next().unwrap_or("");
-        return Err(format!(
-            "`{s}` is a URL, not a Host: leave out `{scheme}://` (and any path), e.g. `{host}`"
-        ));
-    }
-    let (name, port) = match s.strip_prefix('[') {
-        Some(v6) => {
-            let Some((addr, rest)) = v6.split_once(']') else {
-                return Err(format!("`{s}` has no closing `]`: {FORM}"));
-            };
-            if addr.parse::<std::net::Ipv6Addr>().is_err() {
-                return Err(format!("`[{addr}]` is not an IPv6 address: {FORM}"));
-            }
-            match rest {
-                "" => (addr, None),
-                _ => match rest.strip_prefix(':') {
-                    Some(port) => (addr, Some(port)),
-                    None => {
-                        return Err(format!("`{s}`: after `]` comes `:port` or nothing; {FORM}"));
-                    }
-                },
-            }
-        }
-        None => match s.split_once(':') {
-            Some((name, port)) => (name, Some(port)),
-            None => (s, None),
-        },
-    };
-    if name.is_empty() {
-        return Err(format!("`{s}` names no host: {FORM}"));
-    }
-    if !s.starts_with('[')
-        && !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
-    {
-        return Err(format!(
-            "`{name}` is not a host name (letters, digits, `-` and `.`): {FORM}"
-        ));
-    }
-    if let Some(port) = port
-        && port != "*"
-        && port.parse::<u16>().is_err()
-    {
-        return Err(format!(
-            "`{port}` in `{s}` is not a port (0 to 65535, or `*` for any): {FORM}"
-        ));
-    }
-    Ok(s.to_owned())
-}
-
-fn parse_listen(s: &str) -> Result<Listen, String> {
-    if let Ok(addr) = s.parse() {
-        return Ok(Listen { addr, name: None });
-    }
-    let Some((host, port)) = s.rsplit_once(':') else {
-        return Err(format!(
-            "`{s}` has no port: give HOST:PORT or IP:PORT, e.g. 127.0.0.1:7345 (port 0 picks a free one)"
-        ));
-    };
-    if port.parse::<u16>().is_err() {
-        return Err(format!(
-            "`{port}` in `{s}` is not a port (0 to 65535): give HOST:PORT or IP:PORT, e.g. 127.0.0.1:7345"
-        ));
-    }
-    let addrs: Vec<std::net::SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(s)
-        .map_err(|e| {
-            format!("cannot resolve the host `{host}`: {e}; give an IP address instead, e.g. 127.0.0.1:{port}")
-        })?
-        .collect();
-    let addr = addrs
-        .iter()
-        .find(|a| a.is_ipv4())
-        .or(addrs.first())
-        .copied()
-        .ok_or_else(|| format!("the host `{host}` resolves to no address; give an IP address instead, e.g. 127.0.0.1:{port}"))?;
-    Ok(Listen {
-        addr,
-        name: Some(host.to_owned()),
-    })
 }
 
 fn parse_mode(s: &str) -> Result<Mode, String> {
@@ -418,171 +351,24 @@ fn exit_for(envelope: &Envelope) -> ExitCode {
     }
 }
 
-/// Applies `[store] retention_days`: deletes execution-log rows older than that many days,
-/// and the stored working sets of sessions idle that long. Only the commands that write the
-/// store (`serve`, `call`, `search`) do it; the reading ones (`log`, `tools`, `check`,
-/// `status`) leave the store as it is. Unset keeps everything.
-async fn apply_retention(app: &App, config: &Config) -> anyhow::Result<()> {
-    let Some(days) = config.store.retention_days else {
-        return Ok(());
-    };
-    let Some(cutoff) = std::time::SystemTime::now()
-        .checked_sub(std::time::Duration::from_secs(u64::from(days) * 86_400))
-    else {
-        return Ok(());
-    };
-    let purged = app
-        .call_log()
-        .purge_calls_before(cutoff)
-        .await
-        .context("applying log retention")?;
-    if purged > 0 {
-        tracing::info!(purged, days, "deleted execution-log rows past retention");
-    }
-    let sessions = app
-        .store
-        .purge_sessions_idle_since(cutoff)
-        .await
-        .context("applying retention to stored sessions")?;
-    if sessions > 0 {
-        tracing::info!(sessions, days, "deleted session state idle past retention");
-    }
-    Ok(())
-}
-
-fn ms(d: std::time::Duration) -> String {
-    format!("{:.1}", d.as_secs_f64() * 1000.0)
-}
-
-/// Milliseconds with microsecond precision, as JSON shows them (`0.045`, not
-/// `0.045000000000000005`).
-fn whole_us_ms(d: std::time::Duration) -> f64 {
-    d.as_micros() as f64 / 1000.0
-}
-
-/// `quiver log`: reads the execution log without opening the store for writing, so it
-/// creates nothing at a mistyped path and works on a store the operator may only read.
-async fn log_command(
-    config: &Config,
-    tool: Option<String>,
-    session: Option<String>,
-    outcome: Option<String>,
-    limit: usize,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
-    let mut filter = CallFilter::recent(limit);
-    if let Some(t) = tool {
-        filter = filter.tool(t);
-    }
-    if let Some(s) = session {
-        filter = filter.session(s);
-    }
-    if let Some(o) = outcome {
-        filter = filter.kind(o);
-    }
-    if let Some(problem) = config.store.path_problem() {
-        anyhow::bail!("reading the execution log: {problem}");
-    }
-    let path = config.store.path.clone();
-    let shown = path.display().to_string();
-    let calls = tokio::task::spawn_blocking(move || quiver_store_sqlite::read_calls(&path, filter))
-                .await
-                .context("reading the execution log")?
-                .map_err(|e| match e {
-                    quiver_registry::StoreError::Unavailable { ref cause, .. } if cause == "no such database" => anyhow::anyhow!(
-                        "there is no store at {shown}: no call has been logged there (`quiver serve`, `call` and `search` create it); check `[store] path` in the config"
-                    ),
-                    other => anyhow::Error::new(other).context("reading the execution log"),
-                })?;
-    if json {
-        for c in &calls {
-            let row = serde_json::json!({
-                "call_id": c.call_id, "tool": c.tool_name, "session": c.session, "tenant": c.tenant,
-                "principal": c.principal,
-                "outcome": c.kind, "hint_kind": c.hint_kind, "err_kind": c.err_kind.as_ref().map(quiver_contract::ErrKind::as_str),
-                "input": c.input, "reasoning": c.reasoning, "args_hash": c.args_hash,
-                "summary": c.output_summary, "queued_ms": whole_us_ms(c.queued),
-                "took_ms": whole_us_ms(c.took),
-                "at": c.at.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
-            });
-            say!("{row}");
-        }
-    } else {
-        // Columns as wide as their longest entry (MCP tool names and `mcp:<id>`
-        // sessions are long), within a cap.
-        let width = |texts: &mut dyn Iterator<Item = usize>, least: usize| {
-            texts.fold(least, usize::max).min(64)
-        };
-        let tool_w = width(
-            &mut calls
-                .iter()
-                .map(|c| quiver_contract::printable(&c.tool_name).chars().count()),
-            4,
-        );
-        let session_w = width(
-            &mut calls.iter().map(|c| {
-                quiver_contract::printable(c.session.as_deref().unwrap_or("-"))
-                    .chars()
-                    .count()
-            }),
-            7,
-        );
-        say!(
-            "{:<19} {:<tool_w$} {:<7} {:<session_w$} {:>9}  SUMMARY",
-            "AT (UTC)",
-            "TOOL",
-            "OUTCOME",
-            "SESSION",
-            "TOOK_MS"
-        );
-        for c in &calls {
-            let summary: String = c
-                .output_summary
-                .lines()
-                .next()
-                .unwrap_or("")
-                .chars()
-                .take(60)
-                .collect();
-            // Escaped: a row's texts come from clients and tools, and a newline
-            // or a terminal escape in them must not forge rows or drive the
-            // operator's terminal.
-            let at = chrono::DateTime::<chrono::Utc>::from(c.at).format("%Y-%m-%d %H:%M:%S");
-            say!(
-                "{at:<19} {:<tool_w$} {:<7} {:<session_w$} {:>9}  {}",
-                quiver_contract::printable(&c.tool_name),
-                c.kind,
-                quiver_contract::printable(c.session.as_deref().unwrap_or("-")),
-                ms(c.took),
-                quiver_contract::printable(&summary)
-            );
-        }
-        say!("{} call(s)", calls.len());
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    if let Command::BenchSearch { tools, queries } = &cli.command {
-        let read = |p: &std::path::Path| {
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
-        };
-        let report = quiver_surface::search::evaluate(&read(tools)?, &read(queries)?)
-            .map_err(|e| anyhow::anyhow!("bench-search: {e}"))?;
-        say!("{}", serde_json::to_string(&report)?);
-        return Ok(ExitCode::SUCCESS);
-    }
+    let cmd = match cli.command {
+        AnyCommand::Standalone(Standalone::BenchSearch { tools, queries }) => {
+            return commands::bench::run(&tools, &queries);
+        }
+        AnyCommand::Standalone(Standalone::Log {
+            tool,
+            session,
+            outcome,
+            limit,
+            json,
+        }) => {
+            let (config, _source) = Config::load(cli.config.as_deref())?;
+            return commands::log::run(&config, tool, session, outcome, limit, json).await;
+        }
+        AnyCommand::Runtime(cmd) => cmd,
+    };
     let (config, _source) = Config::load(cli.config.as_deref())?;
-    if let Command::Log {
-        tool,
-        session,
-        outcome,
-        limit,
-        json,
-    } = cli.command
-    {
-        return log_command(&config, tool, session, outcome, limit, json).await;
-    }
     // A token that is not configured (or a mode it does not have) is said at once, before
     // the upstreams are waited for.
     if let Command::Tools {
@@ -602,7 +388,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         mode,
         session,
         ..
-    } = &cli.command
+    } = &cmd
     {
         Caller::of(&config, Some(token), *mode, session)?;
     }
@@ -611,7 +397,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     // `uvx`, `sh -c`) started, which its own death does not reach.
     let mut signals = quiver_host::serve::Signals::watch()?;
     // Commands that only show what is stored neither create the store nor change it.
-    let access = match &cli.command {
+    let access = match &cmd {
         Command::Tools { .. } | Command::Status | Command::Check { .. } => StoreAccess::ReadOnly,
         Command::Floor { rederive } if !rederive => StoreAccess::ReadOnly,
         _ => StoreAccess::ReadWrite,
@@ -624,18 +410,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     // A stdio client that closes stdin while the upstreams connect, having written
     // nothing, has left (MCP's way to stop a stdio server): waiting on for them (up to the
     // connect timeout) would keep its upstreams running for nobody.
-    let stdio = matches!(cli.command, Command::Serve { stdio: true, .. });
-    let progress = match cli.command {
-        Command::Log { .. } => None,
-        Command::Serve { .. } => Some(startup::Progress::Serving),
-        _ => Some(startup::Progress::Once),
+    let stdio = matches!(cmd, Command::Serve { stdio: true, .. });
+    let progress = match cmd {
+        Command::Serve { .. } => startup::Progress::Serving,
+        _ => startup::Progress::Once,
     };
-    let wait = async {
-        match progress {
-            None => Ok(()),
-            Some(progress) => startup::wait_for_upstreams(&app, progress).await,
-        }
-    };
+    let wait = startup::wait_for_upstreams(&app, progress);
     tokio::pin!(wait);
     let waited = tokio::select! {
         r = &mut wait => r.map(|()| None),
@@ -648,7 +428,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     // `status` and `check` are how an operator finds out why a required server is down:
     // they say so and go on (exit 1), where the other commands stop (exit 2).
-    let diagnostic = matches!(cli.command, Command::Status | Command::Check { .. });
+    let diagnostic = matches!(cmd, Command::Status | Command::Check { .. });
     let mut required_down = false;
     // A store that `serve` could not create: said, and the diagnosis fails (exit 1).
     if diagnostic && let Some(problem) = config.store.missing_directory() {
@@ -668,11 +448,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Ok(Some(signal)) => stopped(signal),
         // `serve` watches the signals itself: it drains its connections first. One that
         // came while it prepared (retention, the floor) stops it once it serves.
-        Ok(None) if matches!(cli.command, Command::Serve { .. }) => {
-            command(&app, &config, cli.command, Some(&mut signals)).await
+        Ok(None) if matches!(cmd, Command::Serve { .. }) => {
+            command(&app, &config, cmd, Some(&mut signals)).await
         }
         Ok(None) => tokio::select! {
-            code = command(&app, &config, cli.command, None) => code,
+            code = command(&app, &config, cmd, None) => code,
             signal = signals.next() => stopped(signal),
         },
     };
@@ -682,9 +462,6 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         other => other,
     }
 }
-
-/// Inbound bearer secrets shorter than this are a `check` note.
-const MIN_SECRET_LEN: usize = 16;
 
 /// The most the shutdown after a command (stopping the upstreams, writing the working sets,
 /// flushing the execution log) may take: a store locked by another process would otherwise
@@ -718,587 +495,10 @@ async fn command(
     command: Command,
     signals: Option<&mut quiver_host::serve::Signals>,
 ) -> anyhow::Result<ExitCode> {
-    let config_store = config.store.path.as_path();
     match command {
-        Command::Status => {
-            if app.store.exists() {
-                say!("store: {}", config_store.display());
-            } else if config.store.missing_directory().is_some() {
-                say!(
-                    "store: {} (cannot be created: its directory does not exist)",
-                    config_store.display()
-                );
-            } else {
-                say!(
-                    "store: {} (not created yet: `quiver serve`, `call` or `search` creates it)",
-                    config_store.display()
-                );
-            }
-            say!("catalog: {} tool(s)", app.catalog.len());
-            let servers = app.mcp.status();
-            if servers.is_empty() {
-                say!("no upstream MCP servers configured");
-            }
-            for s in servers {
-                use quiver_mcp_adapter::ServerState as S;
-                let last = s.diagnostics.last().cloned().unwrap_or_default();
-                // connected; retrying, with the next attempt and why the last one failed;
-                // failed for good, with the reason.
-                let (state, detail) = match &s.state {
-                    S::Connected => ("connected", last),
-                    S::Connecting => ("connecting", last),
-                    S::Reconnecting => ("reconnecting", last),
-                    S::Down => {
-                        let next = match s.next_attempt {
-                            Some(at) => format!(
-                                "next attempt in {}s",
-                                at.duration_since(std::time::SystemTime::now())
-                                    .unwrap_or_default()
-                                    .as_secs_f64()
-                                    .ceil()
-                            ),
-                            None => "attempt under way".to_owned(),
-                        };
-                        ("retrying", format!("{next}; last: {last}"))
-                    }
-                    S::Rejected(why) => ("failed", why.clone()),
-                    S::Closed => ("closed", last),
-                    _ => ("unknown", last),
-                };
-                say!(
-                    "{:<20} {:<12} {:>4} tool(s)  {detail}",
-                    s.name,
-                    state,
-                    s.tools.len()
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Floor { rederive } => {
-            if rederive {
-                let store = &*app.store;
-                match app.surface.rederive_floor_into(store, store).await {
-                    FloorLoad::Unavailable(why) => {
-                        anyhow::bail!("the floor could not be derived: {why}")
-                    }
-                    FloorLoad::DerivedNotStored(why) => anyhow::bail!(
-                        "the floor was derived but not stored ({}): running servers keep theirs",
-                        why.unwrap_or_default()
-                    ),
-                    _ => {}
-                }
-            }
-            let floor = app.surface.floor();
-            let source = match floor.source {
-                FloorSource::Fallback => {
-                    "the anchors and the static fallback (no used tool beyond the anchors is registered)"
-                }
-                _ => "derived from usage",
-            };
-            say!("resident floor: {} tool(s), {source}", floor.entries.len());
-            for e in &floor.entries {
-                let why = if e.anchor {
-                    "anchor".to_owned()
-                } else if floor.source == FloorSource::Fallback {
-                    "fallback".to_owned()
-                } else {
-                    format!("score {:.1}", e.score)
-                };
-                let live = if app.catalog.contains(&e.name) {
-                    ""
-                } else {
-                    "  (not registered now: left off the surface)"
-                };
-                say!("  {:<40} {why}{live}", e.name);
-            }
-            // Used tools the floor leaves out because they are not registered now (an
-            // upstream down): they take their slots back when they register.
-            let absent: Vec<(String, f64)> = app
-                .surface
-                .floor_ranking()
-                .into_iter()
-                .filter(|(n, _)| !app.catalog.contains(n))
-                .take(10)
-                .collect();
-            if !absent.is_empty() {
-                say!("used but not registered now (left out):");
-                for (name, score) in absent {
-                    say!("  {name:<40} score {score:.1}");
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Check { against } => {
-            let mut findings = Vec::new();
-            for entry in app.catalog.tools() {
-                findings.extend(lint_spec(&entry.spec));
-            }
-            // Settings valid one by one that do not fit together.
-            let mut misfits = config.surface.warnings();
-            // A system tool or an anchor that a deny rule refuses everyone: a system tool
-            // stays on every list though every call of it is refused; an anchor is never
-            // offered, silently.
-            for r in config.always_denied(None, None) {
-                for (key, name) in config
-                    .surface
-                    .system
-                    .iter()
-                    .map(|n| ("system", n))
-                    .chain(config.surface.anchors.iter().map(|n| ("anchors", n)))
-                {
-                    if !quiver_contract::pattern_matches(&r.tool, name) {
-                        continue;
-                    }
-                    misfits.push(if key == "system" {
-                        format!(
-                            "system tool `{name}` is denied to every caller by policy rule `{}`: it stays on every tool list (the system set always does) and every call of it is refused; take it out of `system` or narrow the rule",
-                            r.id
-                        )
-                    } else {
-                        format!(
-                            "anchor `{name}` is denied to every caller by policy rule `{}`, so it is never offered; take it out of `anchors` or narrow the rule",
-                            r.id
-                        )
-                    });
-                }
-            }
-            // A rule that needs an earlier call of a tool every caller is refused: its own
-            // tools can never be called.
-            let mut rule_misfits = Vec::new();
-            for r in &config.policy.rules {
-                let Some(prior) = &r.requires_prior else {
-                    continue;
-                };
-                if let Some(deny) = config
-                    .always_denied(None, None)
-                    .find(|d| quiver_contract::pattern_matches(&d.tool, prior))
-                {
-                    let so = match r.action {
-                        quiver_registry::PolicyAction::Deny => "can never be called",
-                        quiver_registry::PolicyAction::Warn => "is warned about on every call",
-                    };
-                    rule_misfits.push(format!(
-                        "policy rule `{}` needs a call of `{prior}` first, which policy rule `{}` refuses every caller, so `{}` {so}; narrow one of the rules",
-                        r.id, deny.id, r.tool
-                    ));
-                }
-            }
-            for w in &misfits {
-                say!("surface: [config] {w}");
-            }
-            for w in &rule_misfits {
-                say!("policy: [config] {w}");
-            }
-            misfits.extend(rule_misfits);
-            // A stdio server whose command cannot be started is a configuration fault,
-            // required or not (a required one also fails the readiness check).
-            let cannot_start: Vec<(String, String)> = app
-                .mcp
-                .status()
-                .into_iter()
-                .filter_map(|s| s.cannot_start.map(|why| (s.name, why)))
-                .collect();
-            for (server, why) in &cannot_start {
-                let why = why.strip_prefix("cannot start ").unwrap_or(why);
-                say!(
-                    "mcp server {server}: [cannot start] {why}; install it, or fix `command` (and `cwd`) in its configuration"
-                );
-            }
-            // A server that started but is not connected (it exits at start, hangs, refuses
-            // Quiver) serves no tools: a finding with its last diagnostic, which says why.
-            let not_connected: Vec<(String, String)> = app
-                .mcp
-                .status()
-                .into_iter()
-                .filter(|s| {
-                    s.cannot_start.is_none()
-                        && !matches!(
-                            s.state,
-                            quiver_mcp_adapter::ServerState::Connected
-                                | quiver_mcp_adapter::ServerState::Closed
-                        )
-                })
-                .map(|s| {
-                    let why = s
-                        .diagnostics
-                        .iter()
-                        .rev()
-                        .find(|l| l.contains("failed") || l.contains("rejected"))
-                        .or(s.diagnostics.last())
-                        .cloned()
-                        .unwrap_or_else(|| format!("{:?}", s.state).to_lowercase());
-                    (s.name, why)
-                })
-                .collect();
-            for (server, why) in &not_connected {
-                // A reason that already says what to fix is not told it twice.
-                let fix = match why.ends_with("fix the server") {
-                    true => "",
-                    false => "; fix the server or its configuration",
-                };
-                say!(
-                    "mcp server {server}: [not connected] {why}{fix} (`quiver status` shows its state)"
-                );
-            }
-            // An agentic allow-list that fills the round leaves no room for what tool_search
-            // pages in (found, never listed).
-            let crowded = app.surface.agentic_crowding();
-            if let Some((allowed, system, max)) = crowded {
-                say!(
-                    "surface: [config] agentic_allow names {allowed} tools; with the {system} system tools that fills a round (round.max_definitions = {max}), so in agentic mode tools found by tool_search are never listed: narrow agentic_allow or raise max_definitions"
-                );
-            }
-            // A definition too large to be shown is a tool no model can call.
-            let oversized = app.surface.oversized();
-            for o in &oversized {
-                say!(
-                    "{}: [too large] its definition is {} bytes, more than {} ({} bytes), so it is never shown: shorten its description or schema, or raise the budget",
-                    o.name,
-                    o.bytes,
-                    o.budget,
-                    o.limit
-                );
-            }
-            // A skill longer than a result may be is served cut: the model never reads its
-            // end.
-            for (name, origin, chars) in &app.long_skills {
-                say!(
-                    "skill {name}: [too long] its instructions are {chars} characters, more than a result carries (limits.max_result_chars = {}), so the skill tool serves them cut: move material into files beside it ({origin}), or raise the limit",
-                    config.limits.max_result_chars
-                );
-            }
-            for f in &findings {
-                let at = if f.path.is_empty() {
-                    String::new()
-                } else {
-                    format!(" at {}", f.path)
-                };
-                say!("{}{at}: [{}] {}", f.tool, f.rule, f.message);
-            }
-            // A definition the catalog refused (a schema that does not compile, a bad name)
-            // is a finding too: that tool is missing from every surface.
-            let mut refused = app.report.clone();
-            refused.extend(app.mcp.register_report());
-            refused.skipped.extend(app.catalog.shadowed());
-            let mut not_registered = 0;
-            for s in &refused.skipped {
-                if s.is_duplicate() {
-                    say!(
-                        "{}: [note] skipped in family {}: {}",
-                        s.name,
-                        s.family,
-                        s.reason
-                    );
-                } else {
-                    not_registered += 1;
-                    say!(
-                        "{}: [not registered] {} (family {})",
-                        s.name,
-                        s.reason,
-                        s.family
-                    );
-                }
-            }
-            // A configured name or pattern that matches no tool is most likely a typo (a
-            // deny rule that never fires): a finding, with a did-you-mean for a near name.
-            // One under the prefix of an upstream that is not connected now cannot be
-            // checked: told, not counted.
-            let names: Vec<String> = app
-                .catalog
-                .tools()
-                .iter()
-                .map(|e| e.spec.name.clone())
-                .collect();
-            // (Every server not connected now, by prefix; not the findings' list above.)
-            let unchecked_prefixes: Vec<(String, String)> = app
-                .mcp
-                .status()
-                .into_iter()
-                .filter(|s| !matches!(s.state, quiver_mcp_adapter::ServerState::Connected))
-                .map(|s| {
-                    let prefix = config
-                        .mcp
-                        .servers
-                        .iter()
-                        .find(|c| c.name == s.name)
-                        .and_then(|c| c.prefix.clone())
-                        .unwrap_or_else(|| s.name.clone());
-                    (s.name, prefix)
-                })
-                .collect();
-            let mut unmatched = 0;
-            for r in config.tool_patterns() {
-                if names.iter().any(|n| r.matches(n)) {
-                    continue;
-                }
-                if let Some((server, _)) = unchecked_prefixes
-                    .iter()
-                    .find(|(_, prefix)| r.name.starts_with(&format!("mcp__{prefix}__")))
-                {
-                    say!(
-                        "{}: [note] `{}` not checked: server {server} is not connected",
-                        r.key,
-                        r.name
-                    );
-                    continue;
-                }
-                // A pattern (`mcp__*__drop_table`, `*delete*`) is often a safety net for
-                // tools that may come: told, not counted.
-                if !r.exact && r.name.contains('*') {
-                    say!(
-                        "{}: [note] pattern `{}` matches no tool in the catalog now",
-                        r.key,
-                        r.name
-                    );
-                    continue;
-                }
-                unmatched += 1;
-                let note = if r.exact && r.name.contains('*') {
-                    " (this key takes exact names: `*` is not a wildcard here)".to_owned()
-                } else {
-                    quiver_host::suggestion(r.name, names.iter().map(String::as_str))
-                };
-                say!(
-                    "{}: [unmatched] `{}` matches no tool in the catalog{note}",
-                    r.key,
-                    r.name
-                );
-            }
-            // A server's `allow_tools` and `deny_tools` take the names the server itself
-            // lists: one it does not list is a finding (an allow list of nothing but typos
-            // hides every tool of the server; a typo'd deny lets the tool through).
-            let statuses = app.mcp.status();
-            for server in &config.mcp.servers {
-                let keys = server
-                    .allow_tools
-                    .iter()
-                    .flatten()
-                    .map(|n| ("allow_tools", n))
-                    .chain(server.deny_tools.iter().map(|n| ("deny_tools", n)));
-                let status = statuses.iter().find(|s| s.name == server.name);
-                let listed = status
-                    .filter(|s| matches!(s.state, quiver_mcp_adapter::ServerState::Connected))
-                    .map(|s| &s.listed);
-                for (key, name) in keys {
-                    let at = format!("mcp.servers[{}].{key}", server.name);
-                    let Some(listed) = listed else {
-                        say!(
-                            "{at}: [note] `{name}` not checked: server {} is not connected",
-                            server.name
-                        );
-                        continue;
-                    };
-                    if listed.contains(name) {
-                        continue;
-                    }
-                    unmatched += 1;
-                    let prefix = server.prefix.as_deref().unwrap_or(&server.name);
-                    let note = match name.strip_prefix(&format!("mcp__{prefix}__")) {
-                        Some(bare) => format!(
-                            "; this key takes the server's own names: `{bare}`, not `{name}`"
-                        ),
-                        None => quiver_host::suggestion(name, listed.iter().map(String::as_str)),
-                    };
-                    say!(
-                        "{at}: [unmatched] `{name}` is not a tool server {} lists{note}",
-                        server.name
-                    );
-                }
-            }
-            // A token's `allowed_servers` names servers (from quiver.toml and the
-            // `--mcp-config` files): one that names none gives that token nothing.
-            let servers: Vec<String> = statuses.iter().map(|s| s.name.clone()).collect();
-            for t in &config.auth.tokens {
-                // A secret that can be guessed is no lock (QA-13 C-1: `token = "x"` passed).
-                if t.token.chars().count() < MIN_SECRET_LEN {
-                    say!(
-                        "auth.tokens[{}]: [note] its secret is {} character(s) long, short enough to guess; use at least {MIN_SECRET_LEN} random ones (e.g. `openssl rand -hex 32`, passed as `${{env:NAME}}`)",
-                        t.name,
-                        t.token.chars().count()
-                    );
-                }
-                // No `tool_search`: its callers see only the round's tools (the floor and
-                // the anchors) that the list allows, and can find nothing else.
-                if let Some(patterns) = &t.allowed_tools
-                    && !patterns
-                        .iter()
-                        .any(|p| quiver_contract::pattern_matches(p, "tool_search"))
-                {
-                    let caps = Capabilities::all().with_allowed_tools(patterns.clone());
-                    let shown: Vec<String> = app
-                        .surface
-                        .compose(&format!("check:{}", t.name), Mode::Chat, &caps)
-                        .map(|c| c.names().iter().map(|n| (*n).to_owned()).collect())
-                        .unwrap_or_default();
-                    let listed = if shown.is_empty() {
-                        "none now".to_owned()
-                    } else {
-                        format!("now {}", shown.join(", "))
-                    };
-                    say!(
-                        "auth.tokens[{}]: [note] allowed_tools does not allow tool_search, so its callers cannot find tools: they see only the resident floor's tools it allows ({listed}); allow tool_search, or make the tools it needs [surface] anchors",
-                        t.name
-                    );
-                }
-                // The resource meta-tools allowed, but no server to read: they find nothing.
-                let meta = t.allowed_tools.iter().flatten().any(|p| {
-                    quiver_mcp_adapter::RESOURCE_TOOLS
-                        .iter()
-                        .any(|m| quiver_contract::pattern_matches(p, m))
-                });
-                if meta && t.content_servers().is_some_and(|s| s.is_empty()) {
-                    say!(
-                        "auth.tokens[{}]: [note] allowed_tools lets it call the resource meta-tools, but without allowed_servers it reaches no server's resources; name the servers in allowed_servers",
-                        t.name
-                    );
-                }
-                for name in t.allowed_servers.iter().flatten() {
-                    if servers
-                        .iter()
-                        .any(|s| quiver_contract::pattern_matches(name, s))
-                    {
-                        continue;
-                    }
-                    let at = format!("auth.tokens[{}].allowed_servers", t.name);
-                    if name.contains('*') {
-                        say!("{at}: [note] pattern `{name}` matches no configured MCP server");
-                        continue;
-                    }
-                    unmatched += 1;
-                    say!(
-                        "{at}: [unmatched] `{name}` is not a configured MCP server{}",
-                        quiver_host::suggestion(name, servers.iter().map(String::as_str))
-                    );
-                }
-            }
-            let mut breaking = Vec::new();
-            let against_given = against.is_some();
-            if let Some(db) = against {
-                if !db.exists() {
-                    anyhow::bail!(
-                        "{}: no such database (`--against` names an existing Quiver store)",
-                        db.display()
-                    );
-                }
-                let same = matches!(
-                    (db.canonicalize(), config_store.canonicalize()),
-                    (Ok(x), Ok(y)) if x == y
-                );
-                // Another database is only read: no migration, no marker, nothing written.
-                let defs = if same {
-                    app.store.all_definitions().await
-                } else {
-                    let path = db.clone();
-                    tokio::task::spawn_blocking(move || quiver_store_sqlite::read_definitions(path))
-                        .await
-                        .context("reading definitions")?
-                }
-                .with_context(|| format!("reading definitions from {}", db.display()))?;
-                // The tools of a configured upstream that is not connected now cannot be
-                // compared: they are left out (and said so), not reported as removed.
-                let down: Vec<(String, String)> = app
-                    .mcp
-                    .status()
-                    .into_iter()
-                    .filter(|s| !matches!(s.state, quiver_mcp_adapter::ServerState::Connected))
-                    .map(|s| (s.name.clone(), format!("{:?}", s.state).to_lowercase()))
-                    .collect();
-                let unchecked = |d: &quiver_registry::ToolDefinition| {
-                    d.tool_type == quiver_registry::ToolType::Mcp
-                        && down
-                            .iter()
-                            .any(|(name, _)| d.implementation.starts_with(&format!("mcp:{name}:")))
-                };
-                // The resource meta-tools are Quiver's own (family `mcp:resources`, recorded
-                // like an upstream's tools), listed only while a connected server offers
-                // resources: one missing now is not a removed tool.
-                let meta_absent = |d: &quiver_registry::ToolDefinition| {
-                    quiver_mcp_adapter::RESOURCE_TOOLS.contains(&d.name.as_str())
-                        && d.implementation
-                            == format!("{}:{}", quiver_mcp_adapter::RESOURCE_TOOLS_FAMILY, d.name)
-                        && app.catalog.lookup(&d.name).is_none()
-                };
-                let absent: Vec<&str> = defs
-                    .iter()
-                    .filter(|d| d.deleted_at.is_none() && meta_absent(d))
-                    .map(|d| d.name.as_str())
-                    .collect();
-                if !absent.is_empty() {
-                    say!(
-                        "{}: [note] not checked: these tools are listed only while a connected MCP server offers resources",
-                        absent.join(", ")
-                    );
-                }
-                for (name, state) in &down {
-                    let n = defs
-                        .iter()
-                        .filter(|d| {
-                            d.deleted_at.is_none()
-                                && unchecked(d)
-                                && d.implementation.starts_with(&format!("mcp:{name}:"))
-                        })
-                        .count();
-                    if n > 0 {
-                        say!(
-                            "{name}: [note] {n} stored tool(s) not checked: the server is {state}"
-                        );
-                    }
-                }
-                let stored_specs: Vec<_> = defs
-                    .iter()
-                    .filter(|d| d.deleted_at.is_none() && !unchecked(d) && !meta_absent(d))
-                    .map(|d| d.to_spec())
-                    .collect();
-                let current: Vec<_> = app.catalog.tools().iter().map(|e| e.spec.clone()).collect();
-                breaking = breaking_changes_between(&stored_specs, &current);
-                for b in &breaking {
-                    say!(
-                        "{}: [breaking: {}] {}",
-                        quiver_contract::printable(&b.tool),
-                        b.kind,
-                        quiver_contract::printable(&b.message)
-                    );
-                }
-            }
-            // Without `--against` nothing was compared: "0 breaking change(s)" would say it
-            // was (QA-13 C-8).
-            let breaking_said = if against_given {
-                format!("{} breaking change(s)", breaking.len())
-            } else {
-                "breaking changes not checked (--against DB)".to_owned()
-            };
-            say!(
-                "config ok; {} tool definition(s) linted, {} finding(s), {} not registered, {breaking_said}, {} unmatched name(s)",
-                app.catalog.len(),
-                findings.len()
-                    + misfits.len()
-                    + oversized.len()
-                    + cannot_start.len()
-                    + not_connected.len()
-                    + usize::from(crowded.is_some())
-                    + app.long_skills.len(),
-                not_registered,
-                unmatched
-            );
-            Ok(
-                if findings.is_empty()
-                    && misfits.is_empty()
-                    && oversized.is_empty()
-                    && app.long_skills.is_empty()
-                    && cannot_start.is_empty()
-                    && not_connected.is_empty()
-                    && crowded.is_none()
-                    && not_registered == 0
-                    && breaking.is_empty()
-                    && unmatched == 0
-                {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::from(1)
-                },
-            )
-        }
-        Command::Log { .. } => unreachable!("handled before the catalog is built"),
+        Command::Status => commands::status::run(app, config),
+        Command::Floor { rederive } => commands::floor::run(app, rederive).await,
+        Command::Check { against } => commands::check::run(app, config, against).await,
         Command::Tools {
             mode,
             session,
@@ -1363,64 +563,7 @@ async fn command(
             stdio,
             mode,
             allow_hosts,
-        } => {
-            let transport = if stdio {
-                quiver_host::serve::Transport::Stdio
-            } else {
-                quiver_host::serve::Transport::Http(listen.addr)
-            };
-            apply_retention(app, config).await?;
-            app.seed().await?;
-            // Working sets go to the store as they change, so a restarted server (or
-            // another replica) gives a returning conversation its tools back.
-            let _mirror = app.surface.spawn_persistence(app.store.clone());
-            // The stored resident floor (derived and stored now if due) is re-read every
-            // `floor_cache_ttl_secs` and derived again once older than `floor_max_age_secs`.
-            let store = &*app.store;
-            app.surface.load_floor(store, store, true).await;
-            let floor_keeper = app
-                .surface
-                .spawn_floor_keeper(app.store.clone(), app.store.clone());
-            let definitions = app.spawn_definition_recorder();
-            let mut options = quiver_mcp_adapter::ServerOptions::default()
-                .with_default_mode(mode)
-                .with_auth(config.inbound_auth())
-                .with_input_wait(config.limits.input_wait()?)
-                .with_max_sessions(config.limits.max_http_sessions()?);
-            // A listener given by name accepts that name as `Host` too.
-            for host in allow_hosts.into_iter().chain(listen.name) {
-                options = options.with_allowed_host(host);
-            }
-            let mut own_signals = None;
-            let signals = match signals {
-                Some(signals) => signals,
-                None => own_signals.insert(quiver_host::serve::Signals::watch()?),
-            };
-            let served = quiver_host::serve::serve(
-                app.surface.clone(),
-                app.dispatcher.clone(),
-                transport,
-                options,
-                quiver_host::serve::Adapters {
-                    stores: Some(quiver_host::serve::Stores {
-                        sessions: app.store.clone(),
-                        calls: app.store.clone(),
-                    }),
-                    content: Some(std::sync::Arc::new(app.mcp.clone())),
-                    readiness: Some(std::sync::Arc::new(quiver_host::Ready::of(app))),
-                },
-                signals,
-            )
-            .await;
-            // Not reading the store while it closes.
-            floor_keeper.abort();
-            // The definitions `check --against` compares with, all of them, before the store
-            // closes (a serve that stops right after start-up lost some).
-            definitions.finish(std::time::Duration::from_secs(10)).await;
-            served?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::BenchSearch { .. } => unreachable!("handled before the catalog is built"),
+        } => commands::serve::run(app, config, listen, stdio, mode, allow_hosts, signals).await,
         Command::Call {
             name,
             json,
@@ -1464,63 +607,9 @@ async fn command(
     }
 }
 
-/// The levels a `QUIVER_LOG` directive may be on its own (one for every target).
-const LEVELS: &[&str] = &[
-    "off", "error", "warn", "info", "debug", "trace", "0", "1", "2", "3", "4", "5",
-];
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let spec = std::env::var("QUIVER_LOG").unwrap_or_default();
-    let parsed = tracing_subscriber::EnvFilter::try_new(&spec);
-    let bad_spec = parsed.as_ref().err().map(ToString::to_string);
-    let mut filter = parsed
-        .ok()
-        .filter(|_| !spec.trim().is_empty())
-        .unwrap_or_else(|| "warn".into());
-    // A filter that sets no level for everything else (`quiver_host=debug`, or a typo like
-    // `degub`, which reads as a target) keeps the warnings: they say what was skipped and
-    // why, and switching them off is what `off` or `error` is for.
-    if !spec
-        .split(',')
-        .any(|d| LEVELS.contains(&d.trim().to_ascii_lowercase().as_str()))
-        && let Ok(warn) = "warn".parse()
-    {
-        filter = filter.add_directive(warn);
-    }
-    // rmcp's transport worker logs each failed upstream connection at ERROR, with Rust type
-    // names; Quiver reports the same failure itself, in words (start-up lines, `status`).
-    // Shown only when QUIVER_LOG names rmcp.
-    // Its service loop warns of every error answer Quiver gives an upstream's request (a
-    // roots/list outside a forwarded call, which Quiver refuses by design), as a Debug
-    // dump: left to QUIVER_LOG too.
-    // Its HTTP client logs a broken event stream and a failed session DELETE the same way,
-    // where Quiver logs the connection's loss itself. Its service loop's errors are all a
-    // message it could not send (a client gone: Quiver's stdio transport says so itself,
-    // once, and ends the session), one line per answer still due, in Rust's words.
-    if !spec.contains("rmcp") {
-        for directive in [
-            "rmcp::transport::worker=off",
-            "rmcp::transport::common::client_side_sse=off",
-            "rmcp::transport::streamable_http_client=off",
-            "rmcp::service=off",
-        ] {
-            if let Ok(quiet) = directive.parse() {
-                filter = filter.add_directive(quiet);
-            }
-        }
-    }
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        // Colour only for a person at a terminal, not into a log file or a pipe.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    if let Some(why) = bad_spec {
-        eprintln!(
-            "quiver: QUIVER_LOG={spec:?} is not a log filter ({why}); logging warnings. Give a level (error, warn, info, debug, trace, off) or target=level pairs, e.g. QUIVER_LOG=info,quiver_mcp_adapter=debug"
-        );
-    }
+    logging::init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

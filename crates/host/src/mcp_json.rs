@@ -186,7 +186,7 @@ pub fn parse_mcp_servers(
     let mut order: Vec<String> = Vec::new();
     // The file's shape first, in its own words (serde says "expected struct Entry").
     match serde_json::from_str::<serde_json::Value>(text) {
-        // VS Code's mcp.json is JSONC: serde's "expected value" did not say why (QA-13 C-12).
+        // VS Code's mcp.json is JSONC: serde's "expected value" would not say why.
         Err(e) if has_comment(text) => {
             bail!(
                 "{origin}: not an mcpServers JSON file ({e}): it has comments (`//` or `/* */`, as VS Code's JSONC allows), which JSON does not; remove them"
@@ -716,7 +716,7 @@ mod tests {
             )
         );
         assert!(err(r#"{"other": 1}"#).contains("no \"mcpServers\""));
-        // VS Code's files (QA-13 C-12): JSONC comments, and both keys at once.
+        // VS Code's files: JSONC comments, and both keys at once.
         assert!(
             err("// my servers\n{\"servers\": {}}").contains(
                 "it has comments (`//` or `/* */`, as VS Code's JSONC allows), which JSON does not; remove them"
@@ -740,7 +740,7 @@ mod tests {
             err(r#"{"mcpServers": {"a": {"command": "x", "disabled": 1}}}"#),
             "c.json: server \"a\": \"disabled\": invalid type: integer `1`, expected a boolean"
         );
-        // `${` in an `env` or `headers` name is refused, as in a value (QA-14 #9).
+        // `${` in an `env` or `headers` name is refused, as in a value.
         assert_eq!(
             err(r#"{"mcpServers": {"a": {"command": "x", "env": {"${X}": "1"}}}}"#),
             "c.json: server \"a\": env.${X}: a key cannot hold `${...}`: keys are taken as written, and `${env:NAME}` works in values only; write the name itself"

@@ -105,7 +105,7 @@ pub async fn serve(
                     .await
                     .with_context(|| format!("binding {addr}"))?;
                 let bound = listener.local_addr()?;
-                // The Host check stops DNS rebinding, not other machines (QA-13 C-3).
+                // The Host check stops DNS rebinding, not other machines.
                 if open && !bound.ip().is_loopback() {
                     tracing::warn!(
                         "listening on {bound}, beyond this machine, with no [[auth.tokens]]: anyone who can reach this port can call every tool (the Host check stops browsers' DNS rebinding, not clients that send a Host of their choosing); configure [[auth.tokens]], or listen on 127.0.0.1"

@@ -101,8 +101,8 @@ fn misnamed_skill_file(dir: &Path) -> Option<String> {
             "{SKILL_FILE} here is a directory, not a file: a skill is a {SKILL_FILE} file with its front matter"
         ));
     }
-    // There, but not a file that can be read: a link to nothing, a FIFO, a socket (QA-14 #6:
-    // skipped without a word).
+    // There, but not a file that can be read: a link to nothing, a FIFO, a socket. Said,
+    // or the skill would be missing without a word.
     if let Ok(meta) = std::fs::symlink_metadata(&file) {
         match std::fs::metadata(&file) {
             Err(e) if meta.file_type().is_symlink() => {
@@ -310,7 +310,7 @@ mod tests {
             &skill_md("lower", "Lower-case file."),
         );
         std::fs::create_dir_all(root.join("isdir/SKILL.md")).unwrap();
-        // A link to nothing and a FIFO (QA-14 #6: skipped without a word).
+        // A link to nothing and a FIFO: each a problem, not skipped without a word.
         std::fs::create_dir_all(root.join("dangling")).unwrap();
         std::os::unix::fs::symlink(tmp.path().join("gone.md"), root.join("dangling/SKILL.md"))
             .unwrap();

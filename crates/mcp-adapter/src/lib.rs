@@ -18,6 +18,10 @@ pub use client::{
     RESOURCE_TOOLS_FAMILY, ResolvedServer, ServerConfig, ServerCounters, ServerState, ServerStatus,
     TransportKind, interpolate_env, validate_all,
 };
+pub use client::{
+    comparable_definitions, connection_findings, server_list_findings, token_findings,
+    unconnected_server_of,
+};
 pub use error::McpError;
 pub use server::{
     AuthError, ContentError, ContentOffer, ContentSource, InboundAuth, InboundToken, ListChange,

@@ -9,7 +9,7 @@ use std::{
     },
 };
 
-use quiver_contract::{Mode, NARRATION_KEYS, Tool, ToolSpec};
+use quiver_contract::{Finding, Mode, NARRATION_KEYS, Severity, Tool, ToolSpec};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
@@ -187,6 +187,25 @@ impl Skipped {
     pub fn is_duplicate(&self) -> bool {
         self.reason == DUPLICATE
     }
+
+    /// What `quiver check` says of it: a duplicate is a note (the name is served, by the
+    /// family that took it first); any other is a tool missing from every surface.
+    pub fn finding(&self) -> Finding {
+        if self.is_duplicate() {
+            Finding::note(format!(
+                "{}: [note] skipped in family {}: {}",
+                self.name, self.family, self.reason
+            ))
+        } else {
+            Finding::new(
+                Severity::NotRegistered,
+                format!(
+                    "{}: [not registered] {} (family {})",
+                    self.name, self.reason, self.family
+                ),
+            )
+        }
+    }
 }
 
 /// What a bulk registration did.
@@ -200,6 +219,11 @@ pub struct RegisterReport {
 }
 
 impl RegisterReport {
+    /// [`Skipped::finding`] of every skipped name, in order.
+    pub fn findings(&self) -> Vec<Finding> {
+        self.skipped.iter().map(Skipped::finding).collect()
+    }
+
     /// One warning line per family and reason class, e.g.
     /// `server-global MCP: skipped duplicate tool name(s) (2): a, b`.
     pub fn warning_lines(&self) -> Vec<String> {
@@ -243,27 +267,133 @@ impl RegisterReport {
 
 const DUPLICATE: &str = "duplicate name";
 
-/// A family of tools for ordered assembly.
-pub struct Family {
-    /// Its name, as it appears in the declared order and in warnings.
+/// The classes of tool families. Which comes first is the host's to say ([`FamilyOrder`]);
+/// the catalog applies the order it is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Family {
+    /// Quiver's own tools (`tool_search`, `describe_tool`).
+    Core,
+    /// Tools of the MCP servers configured for the whole process. Each server registers as
+    /// a family of its own, `mcp:<server>`, of this class.
+    ServerMcp,
+    /// Tools of the MCP servers a session's client brought.
+    ClientMcp,
+    /// Sandboxed custom tools.
+    Custom,
+    /// Skills.
+    Skills,
+}
+
+/// What an MCP server's own family name begins with.
+const MCP_FAMILY_PREFIX: &str = "mcp:";
+
+impl Family {
+    /// The family name its tools register under when they are assembled as one family
+    /// (and in warnings).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Family::Core => "core",
+            Family::ServerMcp => "server-global MCP",
+            Family::ClientMcp => "client MCP",
+            Family::Custom => "custom tools",
+            Family::Skills => "skills",
+        }
+    }
+
+    /// The class of the catalog family named `family`: one of the [`Family::name`]s, or an
+    /// MCP server's own family (`mcp:<server>`), which is server-global MCP. `None` for any
+    /// other name.
+    pub fn of(family: &str) -> Option<Family> {
+        if Family::mcp_server(family).is_some() {
+            return Some(Family::ServerMcp);
+        }
+        [
+            Family::Core,
+            Family::ServerMcp,
+            Family::ClientMcp,
+            Family::Custom,
+            Family::Skills,
+        ]
+        .into_iter()
+        .find(|f| f.name() == family)
+    }
+
+    /// The server whose own family `family` is, when it is one (`mcp:<server>`).
+    pub fn mcp_server(family: &str) -> Option<&str> {
+        family.strip_prefix(MCP_FAMILY_PREFIX)
+    }
+}
+
+/// The order of the catalog's families, as the host defines it: the classes, first to
+/// last, and the MCP servers' own families in the order they rank among themselves. A
+/// family of no listed class comes after all of them; an MCP server's family that is not
+/// listed comes after the listed ones (and after a family named for the class itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FamilyOrder {
+    classes: Vec<Family>,
+    servers: Vec<String>,
+}
+
+impl FamilyOrder {
+    /// The classes in this order, with no MCP server listed.
+    pub fn new(classes: impl IntoIterator<Item = Family>) -> Self {
+        FamilyOrder {
+            classes: classes.into_iter().collect(),
+            servers: Vec::new(),
+        }
+    }
+
+    /// Lists the MCP servers' own families (`mcp:<server>`), first to last.
+    pub fn with_servers(mut self, families: Vec<String>) -> Self {
+        self.servers = families;
+        self
+    }
+
+    /// The classes, first to last.
+    pub fn classes(&self) -> &[Family] {
+        &self.classes
+    }
+
+    /// Where the family named `family` stands (lower first).
+    pub fn rank(&self, family: &str) -> usize {
+        let slots = self.servers.len() + 2;
+        let class = Family::of(family)
+            .and_then(|c| self.classes.iter().position(|f| *f == c))
+            .unwrap_or(self.classes.len());
+        let within = if Family::mcp_server(family).is_some() {
+            self.servers
+                .iter()
+                .position(|s| s == family)
+                .map_or(slots - 1, |i| i + 1)
+        } else {
+            0
+        };
+        class * slots + within
+    }
+}
+
+/// A family's tools, for ordered assembly.
+pub struct FamilyTools {
+    /// The family's name, as it appears in the declared order and in warnings.
     pub name: String,
     /// Its tools, in registration order.
     pub tools: Vec<Arc<dyn Tool>>,
 }
 
-impl fmt::Debug for Family {
+impl fmt::Debug for FamilyTools {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Family")
+        f.debug_struct("FamilyTools")
             .field("name", &self.name)
             .field("tools", &self.tools.len())
             .finish()
     }
 }
 
-impl Family {
-    /// A family.
+impl FamilyTools {
+    /// A family's tools.
     pub fn new(name: impl Into<String>, tools: Vec<Arc<dyn Tool>>) -> Self {
-        Family {
+        FamilyTools {
             name: name.into(),
             tools,
         }
@@ -272,8 +402,11 @@ impl Family {
 
 /// Puts `families` in the declared `order`. Fails on a name in the order that no family has,
 /// on a family whose name is not in the order, and on a family given twice.
-pub fn order_families(order: &[&str], families: Vec<Family>) -> Result<Vec<Family>, RegistryError> {
-    let mut by_name: BTreeMap<String, Family> = BTreeMap::new();
+pub fn order_families(
+    order: &[&str],
+    families: Vec<FamilyTools>,
+) -> Result<Vec<FamilyTools>, RegistryError> {
+    let mut by_name: BTreeMap<String, FamilyTools> = BTreeMap::new();
     for fam in families {
         if !order.contains(&fam.name.as_str()) {
             return Err(RegistryError::Assembly(format!(
@@ -370,8 +503,8 @@ pub struct Catalog {
     /// version order and [`Catalog::subscribe_at`] reads a version that matches its
     /// subscription.
     order: Mutex<()>,
-    /// Where each family stands in the registration order (lower first), if set.
-    rank: RwLock<Option<FamilyRank>>,
+    /// The families' registration order, if set.
+    rank: RwLock<Option<FamilyOrder>>,
     /// Entries whose name a family earlier in the order took after them, by name: they
     /// come back when that family's tool goes.
     shadowed: Mutex<BTreeMap<String, Arc<Entry>>>,
@@ -384,9 +517,6 @@ pub struct Catalog {
 /// (`Some("MCP server \"git\" is not connected: ...")`), or `None` when the name is
 /// none of its.
 pub type AbsentExplainer = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
-
-/// A family's place in the registration order: lower comes first.
-type FamilyRank = Arc<dyn Fn(&str) -> usize + Send + Sync>;
 
 impl fmt::Debug for Catalog {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -435,13 +565,13 @@ impl Catalog {
         explainers.iter().find_map(|e| e(name))
     }
 
-    /// Sets the families' registration order (`rank` of a family name, lower first), so
-    /// that the first registration *in that order* wins whenever each family registers: a
-    /// family that connects late (an MCP server) takes a name from a later family (skills)
-    /// that registered before it, and the later family's tool comes back if it goes. Without
-    /// an order, the first registration in time wins.
-    pub fn set_family_order(&self, rank: impl Fn(&str) -> usize + Send + Sync + 'static) {
-        *self.rank.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(rank));
+    /// Sets the families' registration order, so that the first registration *in that
+    /// order* wins whenever each family registers: a family that connects late (an MCP
+    /// server) takes a name from a later family (skills) that registered before it, and the
+    /// later family's tool comes back if it goes. Without an order, the first registration
+    /// in time wins.
+    pub fn set_family_order(&self, order: FamilyOrder) {
+        *self.rank.write().unwrap_or_else(|p| p.into_inner()) = Some(order);
     }
 
     /// Whether `family` comes before `held` in the order.
@@ -450,7 +580,7 @@ impl Catalog {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
-            .is_some_and(|rank| rank(family) < rank(held))
+            .is_some_and(|order| order.rank(family) < order.rank(held))
     }
 
     /// The tools that gave their name to a family earlier in the order (see
@@ -559,7 +689,7 @@ impl Catalog {
     }
 
     /// Registers families in the given order (see [`order_families`]), first-wins.
-    pub fn register_families(&self, families: Vec<Family>) -> RegisterReport {
+    pub fn register_families(&self, families: Vec<FamilyTools>) -> RegisterReport {
         let mut report = RegisterReport::default();
         for fam in families {
             report.extend(self.register_all(&fam.name, fam.tools));

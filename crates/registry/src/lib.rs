@@ -56,6 +56,7 @@ mod error;
 pub mod layers;
 mod policy;
 mod ports;
+mod refs;
 pub mod sandbox;
 mod skill;
 mod state;
@@ -65,8 +66,8 @@ mod sync;
 mod validate;
 
 pub use catalog::{
-    AbsentExplainer, AdvertiseOptions, Catalog, CatalogEvent, Entry, Family, RegisterReport,
-    Skipped, advertise, advertised_extra_bytes, order_families,
+    AbsentExplainer, AdvertiseOptions, Catalog, CatalogEvent, Entry, Family, FamilyOrder,
+    FamilyTools, RegisterReport, Skipped, advertise, advertised_extra_bytes, order_families,
 };
 pub use dispatch::{
     ABSENT_TEXT, BatchCall, DispatchConfig, Dispatcher, DispatcherBuilder, REFUSED_KINDS,
@@ -74,11 +75,12 @@ pub use dispatch::{
 };
 pub use error::RegistryError;
 pub use layers::telemetry::{Metrics, ToolCounters};
-pub use policy::{PolicyAction, PolicyRule, RulePolicy};
+pub use policy::{PolicyAction, PolicyRule, RulePolicy, policy_findings};
 pub use ports::{
     CallObserver, CallRecord, MemoryRecorder, NoPolicy, NullRecorder, PolicyCheck, PolicyRequest,
     PolicyVerdict, ToolCallRecorder,
 };
+pub use refs::{ToolRef, unmatched_tool_refs};
 pub use skill::{
     LIST_ALL, MAX_LISTED_FILES, MAX_SKILL_BYTES, MAX_SKILL_LISTING_BYTES, SKILL_TOOL, Skill,
     SkillProblem, SkillSet, SkillSource, skill_tool,
@@ -89,7 +91,7 @@ pub use store::{
     SeedReport, StoreError, ToolDefinition, ToolJob, ToolType, output_summary, parse_lifecycle,
     plan_seed,
 };
-pub use suggest::did_you_mean;
+pub use suggest::{did_you_mean, suggestion};
 pub use validate::REFUSED_ARGUMENTS;
 
 #[cfg(feature = "mock")]

@@ -1,7 +1,7 @@
 //! Rule-based policy: deny or warn per tool-name pattern, optionally per tenant or
 //! principal, or when a required earlier tool has not been called in the session.
 
-use quiver_contract::pattern_matches;
+use quiver_contract::{Finding, pattern_matches};
 use serde::{Deserialize, Serialize};
 
 use crate::{PolicyCheck, PolicyRequest, PolicyVerdict};
@@ -90,6 +90,33 @@ impl PolicyRule {
         self.requires_prior = Some(tool.into());
         self
     }
+}
+
+/// The rules among `rules` that do not fit together, for `quiver check`: a rule that needs
+/// an earlier call of a tool that another rule refuses every caller, so its own tools can
+/// never be called (a deny) or are warned about on every call (a warn).
+pub fn policy_findings(rules: &[PolicyRule]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for r in rules {
+        let Some(prior) = &r.requires_prior else {
+            continue;
+        };
+        if let Some(deny) = rules
+            .iter()
+            .filter(|d| d.always_denies(None, None))
+            .find(|d| pattern_matches(&d.tool, prior))
+        {
+            let so = match r.action {
+                PolicyAction::Deny => "can never be called",
+                PolicyAction::Warn => "is warned about on every call",
+            };
+            out.push(Finding::error(format!(
+                "policy: [config] policy rule `{}` needs a call of `{prior}` first, which policy rule `{}` refuses every caller, so `{}` {so}; narrow one of the rules",
+                r.id, deny.id, r.tool
+            )));
+        }
+    }
+    out
 }
 
 /// A [`PolicyCheck`] over a list of rules.

@@ -23,8 +23,7 @@ pub fn did_you_mean<'a>(
             // Jaro-Winkler rates names that share a letter or two and little else high
             // (`foo` and `floor_max`: 0.80; `read_cvs` and `write_csv`: 0.75): unless they
             // begin with three characters alike (an abbreviation: `create_pr` for
-            // `create_pull_request`), half of the characters must also stay in place, or
-            // `foo` would offer `floor_max`.
+            // `create_pull_request`), half of the characters must also stay in place.
             let alike = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
             if score >= 0.75 && alike < 3 && strsim::normalized_damerau_levenshtein(a, b) < 0.5 {
                 score = score.min(0.7);
@@ -43,6 +42,14 @@ pub fn did_you_mean<'a>(
     scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     scored.truncate(limit);
     scored
+}
+
+/// `; did you mean `x`?` for the candidate closest to `wanted`, or nothing.
+pub fn suggestion<'a>(wanted: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    did_you_mean(wanted, candidates, 1)
+        .first()
+        .map(|(best, _)| format!("; did you mean `{best}`?"))
+        .unwrap_or_default()
 }
 
 /// The length of the longest prefix of `a` and `b` that ends with `__`.

@@ -72,6 +72,7 @@ mod compose;
 mod config;
 mod discover;
 mod error;
+mod findings;
 mod floor;
 mod index;
 mod key;

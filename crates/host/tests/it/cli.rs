@@ -88,7 +88,7 @@ fn check_lints_and_rejects_a_broken_config() {
     let ok = quiver(&["check"]);
     assert_eq!(ok.status.code(), Some(0), "{}", stdout(&ok));
     assert!(stdout(&ok).contains("0 finding(s)"));
-    // Nothing was compared without --against, and the summary says so (QA-13 C-8).
+    // Nothing was compared without --against, and the summary says so.
     assert!(
         stdout(&ok).contains("breaking changes not checked (--against DB)"),
         "{}",
@@ -556,7 +556,7 @@ fn check_names_allow_and_deny_entries_the_server_does_not_list() {
         "{text}"
     );
     assert!(!text.contains("auth.tokens[ci]: [note]"), "{text}");
-    // A secret short enough to guess (QA-13 C-1).
+    // A secret short enough to guess.
     assert!(
         text.contains("auth.tokens[docs]: [note] its secret is 13 character(s) long, short enough to guess; use at least 16 random ones"),
         "{text}"
@@ -1359,8 +1359,8 @@ fn a_store_path_that_is_a_directory_is_named_so() {
 }
 
 /// A `[store] path` in a directory that does not exist stops `call` (exit 2) and fails
-/// `check` and `status` (exit 1), each saying so (QA-14 #8: `check` said "config ok" and
-/// `status` that `serve` would create the file, which `serve` then could not).
+/// `check` and `status` (exit 1), each saying so: not "config ok", nor that `serve` would
+/// create the file, which it could not.
 #[test]
 fn a_store_path_in_a_missing_directory_is_named_so() {
     let dir = workdir("store-nodir");

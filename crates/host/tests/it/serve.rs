@@ -606,7 +606,7 @@ async fn an_ended_sessions_stored_working_set_is_deleted() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // A session still open when the server stops goes too (its id never comes back: its
-    // rows piled up, QA-12 B-2); a conversation's working set is kept for its return.
+    // rows would pile up); a conversation's working set is kept for its return.
     let open_sid = open_with(&addr, &[]);
     let conv_sid = open(&addr, "kept-7");
     for (sid, conversation) in [(&open_sid, None), (&conv_sid, Some("kept-7"))] {
@@ -1731,9 +1731,9 @@ fn a_tools_call_whose_params_do_not_fit_is_answered_and_logged() {
     logged(&dir);
 }
 
-/// Serving beyond loopback with no inbound tokens is said aloud (QA-13 C-3: it started
-/// silently, and the Host check lets any client that sends `Host: 127.0.0.1:PORT` in);
-/// with a token, or on loopback, nothing is said.
+/// Serving beyond loopback with no inbound tokens is said aloud (the Host check lets any
+/// client that sends `Host: 127.0.0.1:PORT` in); with a token, or on loopback, nothing is
+/// said.
 #[test]
 fn an_open_listener_beyond_loopback_is_a_warning() {
     let dir = fresh_dir("open-bind");

@@ -172,7 +172,7 @@ fn a_signal_during_a_command_stops_the_upstreams_processes() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     // The upstream has its `env` and the allowed part of Quiver's environment (PATH, ...),
-    // not the rest: Quiver's secrets are not the server's (QA-13 C-2).
+    // not the rest: Quiver's secrets are not the server's.
     let upstream = marked_processes(&marker)
         .into_iter()
         .find(|p| p.contains("sleep 314"))
@@ -226,7 +226,7 @@ fn a_signal_during_a_command_stops_the_upstreams_processes() {
 
 /// An upstream whose `tools/list` answer is past the JSON parser's depth limit (128) because
 /// of one tool (a schema nested 150 levels deep) is served without that tool, which is
-/// reported with why (QA-13 C-4: the whole server was down, its other tools gone).
+/// reported with why, rather than the whole server down and its other tools gone.
 #[test]
 fn a_tool_nested_too_deeply_is_skipped_and_the_rest_served() {
     let python = peers().join("venv/bin/python");

@@ -20,6 +20,7 @@ mod classify;
 mod config;
 mod delivery;
 mod elicit;
+mod findings;
 mod h1;
 mod http;
 mod meta;
@@ -45,6 +46,10 @@ use tokio_util::sync::CancellationToken;
 pub use config::{
     INHERITED_ENV, Liveness, McpClientConfig, ResolvedServer, ServerConfig, TransportKind,
     interpolate_env, validate_all,
+};
+pub use findings::{
+    comparable_definitions, connection_findings, server_list_findings, token_findings,
+    unconnected_server_of,
 };
 pub use meta::{RESOURCE_TOOLS, RESOURCE_TOOLS_FAMILY};
 pub use upstream::{ServerCounters, ServerState};

@@ -6,7 +6,8 @@ use std::sync::{
 use async_trait::async_trait;
 use quiver_contract::{CallContext, Envelope, Lifecycle, Mode, Tool, ToolResult, ToolSpec};
 use quiver_registry::{
-    AdvertiseOptions, Catalog, CatalogEvent, Family, RegistryError, order_families,
+    AdvertiseOptions, Catalog, CatalogEvent, Family, FamilyOrder, FamilyTools, RegistryError,
+    order_families,
 };
 use serde_json::json;
 
@@ -250,10 +251,10 @@ fn ordered_assembly_checks_the_declared_order() {
     let order = ["core", "server-global MCP", "custom", "skills"];
     let fams = || {
         vec![
-            Family::new("skills", vec![]),
-            Family::new("core", vec![echo()]),
-            Family::new("custom", vec![]),
-            Family::new("server-global MCP", vec![]),
+            FamilyTools::new("skills", vec![]),
+            FamilyTools::new("core", vec![echo()]),
+            FamilyTools::new("custom", vec![]),
+            FamilyTools::new("server-global MCP", vec![]),
         ]
     };
     let ordered = order_families(&order, fams()).unwrap();
@@ -273,7 +274,7 @@ fn ordered_assembly_checks_the_declared_order() {
         "{missing}"
     );
     let mut extra = fams();
-    extra.push(Family::new("plugins", vec![]));
+    extra.push(FamilyTools::new("plugins", vec![]));
     let err = order_families(&order, extra).unwrap_err();
     assert!(
         err.to_string()
@@ -282,18 +283,45 @@ fn ordered_assembly_checks_the_declared_order() {
     );
 }
 
+/// The order the host gives: classes first to last, and between MCP servers' own families
+/// (`mcp:<server>`) the one listed first, whichever registers first; a server not listed
+/// comes after the listed ones, a family of no class after every class.
+#[test]
+fn a_family_order_ranks_classes_then_the_servers_as_listed() {
+    let order = FamilyOrder::new([Family::Core, Family::ServerMcp, Family::Skills])
+        .with_servers(vec!["mcp:b".into(), "mcp:a".into()]);
+    let mut families = ["plugins", "skills", "mcp:z", "mcp:a", "mcp:b", "core"];
+    families.sort_by_key(|f| order.rank(f));
+    assert_eq!(
+        families,
+        ["core", "mcp:b", "mcp:a", "mcp:z", "skills", "plugins"]
+    );
+    assert_eq!(order.rank("mcp:x"), order.rank("mcp:y"));
+    assert_eq!(Family::of("mcp:x"), Some(Family::ServerMcp));
+    assert_eq!(Family::of("custom tools"), Some(Family::Custom));
+    assert_eq!(Family::of("plugins"), None);
+    assert_eq!(Family::mcp_server("mcp:x"), Some("x"));
+
+    let catalog = Catalog::new();
+    catalog.set_family_order(order);
+    catalog.register_in("mcp:a", named("t")).unwrap();
+    catalog.register_in("mcp:b", named("t")).unwrap();
+    assert_eq!(&*catalog.lookup("t").unwrap().family, "mcp:b");
+    assert!(catalog.register_in("mcp:a", named("u")).is_ok());
+    assert!(catalog.register_in("mcp:z", named("u")).is_err());
+}
+
 /// With a family order set, a family that registers late (an MCP server connecting after
 /// start-up) takes a name from a later family that registered first; the later family's
 /// tool is reported shadowed and comes back when the name is let go.
 #[test]
 fn the_family_order_decides_a_name_whenever_each_family_registers() {
     let catalog = Catalog::new();
-    catalog.set_family_order(|f| match f {
-        "core" => 0,
-        f if f.starts_with("mcp:") => 1,
-        "skills" => 4,
-        _ => usize::MAX,
-    });
+    catalog.set_family_order(FamilyOrder::new([
+        Family::Core,
+        Family::ServerMcp,
+        Family::Skills,
+    ]));
     let skill = tool(ToolSpec::new("skill", "from skills"), |_, _| async {
         Ok(Envelope::text("skills"))
     });

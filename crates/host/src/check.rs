@@ -1,0 +1,125 @@
+//! `quiver check`'s findings, as data: each rule is computed by the crate that owns it
+//! (lints by the contract, policy and configured names by the registry, the surface's
+//! settings and budgets by the surface, servers and tokens by the MCP adapter); the host
+//! gathers them in the order they are printed, and the binary prints them.
+
+use std::path::Path;
+
+use anyhow::Context;
+use quiver_contract::{Finding, Severity, breaking_changes_between, lint_spec};
+use quiver_registry::{DefinitionStore, policy_findings, unmatched_tool_refs};
+
+use crate::{App, Config};
+
+/// Every finding but those of `--against`, in the order `quiver check` prints them.
+pub fn findings(app: &App, config: &Config) -> Vec<Finding> {
+    // One view of the servers for every rule about them.
+    let statuses = app.mcp.status();
+    // Settings valid one by one that do not fit together.
+    let mut out = config.surface.findings(config.always_denied(None, None));
+    out.extend(policy_findings(&config.policy.rules));
+    out.extend(quiver_mcp_adapter::connection_findings(&statuses));
+    out.extend(app.surface.findings());
+    out.extend(long_skills(app, config));
+    for entry in app.catalog.tools() {
+        out.extend(lint_spec(&entry.spec).iter().map(Finding::from));
+    }
+    // A definition the catalog refused (a schema that does not compile, a bad name) is a
+    // finding too: that tool is missing from every surface.
+    let mut refused = app.report.clone();
+    refused.extend(app.mcp.register_report());
+    refused.skipped.extend(app.catalog.shadowed());
+    out.extend(refused.findings());
+    let names: Vec<String> = app
+        .catalog
+        .tools()
+        .iter()
+        .map(|e| e.spec.name.clone())
+        .collect();
+    out.extend(unmatched_tool_refs(
+        &config.tool_patterns(),
+        &names,
+        &quiver_mcp_adapter::unconnected_server_of(&statuses, &config.mcp.servers),
+    ));
+    out.extend(quiver_mcp_adapter::server_list_findings(
+        &config.mcp.servers,
+        &statuses,
+    ));
+    out.extend(quiver_mcp_adapter::token_findings(
+        &config.auth.tokens,
+        &statuses,
+        &app.surface,
+    ));
+    out
+}
+
+/// A skill longer than a result may be is served cut: the model never reads its end.
+fn long_skills(app: &App, config: &Config) -> Vec<Finding> {
+    app.long_skills
+        .iter()
+        .map(|(name, origin, chars)| {
+            Finding::error(format!(
+                "skill {name}: [too long] its instructions are {chars} characters, more than a result carries (limits.max_result_chars = {}), so the skill tool serves them cut: move material into files beside it ({origin}), or raise the limit",
+                config.limits.max_result_chars
+            ))
+        })
+        .collect()
+}
+
+/// `--against DB`: the breaking changes from the definitions stored in `db` to the catalog
+/// now, after notes on the stored definitions that cannot be compared now. An error when
+/// `db` does not exist or cannot be read.
+pub async fn against(app: &App, config: &Config, db: &Path) -> anyhow::Result<Vec<Finding>> {
+    if !db.exists() {
+        anyhow::bail!(
+            "{}: no such database (`--against` names an existing Quiver store)",
+            db.display()
+        );
+    }
+    let same = matches!(
+        (db.canonicalize(), config.store.path.canonicalize()),
+        (Ok(x), Ok(y)) if x == y
+    );
+    // Another database is only read: no migration, no marker, nothing written.
+    let defs = if same {
+        app.store.all_definitions().await
+    } else {
+        let path = db.to_path_buf();
+        tokio::task::spawn_blocking(move || quiver_store_sqlite::read_definitions(path))
+            .await
+            .context("reading definitions")?
+    }
+    .with_context(|| format!("reading definitions from {}", db.display()))?;
+    let (mut out, stored) =
+        quiver_mcp_adapter::comparable_definitions(&defs, &app.mcp.status(), &app.catalog);
+    let current: Vec<_> = app.catalog.tools().iter().map(|e| e.spec.clone()).collect();
+    out.extend(
+        breaking_changes_between(&stored, &current)
+            .iter()
+            .map(Finding::from),
+    );
+    Ok(out)
+}
+
+/// `quiver check`'s last line: how many definitions were linted (`linted`) and how many
+/// findings of each kind failing the check there are. Without `against`, breaking changes
+/// were not looked for, which it says rather than counting none.
+pub fn summary(findings: &[Finding], linted: usize, against: bool) -> String {
+    let count = |severity: Severity| findings.iter().filter(|f| f.severity == severity).count();
+    let breaking = if against {
+        format!("{} breaking change(s)", count(Severity::Breaking))
+    } else {
+        "breaking changes not checked (--against DB)".to_owned()
+    };
+    format!(
+        "config ok; {linted} tool definition(s) linted, {} finding(s), {} not registered, {breaking}, {} unmatched name(s)",
+        count(Severity::Error),
+        count(Severity::NotRegistered),
+        count(Severity::Unmatched)
+    )
+}
+
+/// Whether the check passes: no finding fails it (notes do not).
+pub fn passes(findings: &[Finding]) -> bool {
+    !findings.iter().any(|f| f.severity.fails())
+}

@@ -1,0 +1,171 @@
+//! `quiver serve`: its listen arguments, and serving until a signal stops it.
+
+use std::process::ExitCode;
+
+use quiver_contract::Mode;
+use quiver_host::{App, Config};
+
+use super::apply_retention;
+
+/// `serve --listen`: the address, and the host name it was given as (accepted as `Host`).
+#[derive(Debug, Clone)]
+pub(crate) struct Listen {
+    addr: std::net::SocketAddr,
+    name: Option<String>,
+}
+
+/// A `Host` to accept: `name`, `name:port` or `name:*` (any port); an IPv6 address in
+/// brackets. A URL, a path or a name with other characters would never match a `Host`
+/// header, so it is refused here rather than accepted and never used.
+pub(crate) fn parse_allow_host(s: &str) -> Result<String, String> {
+    const FORM: &str = "give the Host clients send: `name:port`, or `name` for any port (e.g. `quiver.example:7345`, `quiver.example`, `[::1]:7345`)";
+    if let Some((scheme, rest)) = s.split_once("://") {
+        let host = rest.split('/').next().unwrap_or("");
+        return Err(format!(
+            "`{s}` is a URL, not a Host: leave out `{scheme}://` (and any path), e.g. `{host}`"
+        ));
+    }
+    let (name, port) = match s.strip_prefix('[') {
+        Some(v6) => {
+            let Some((addr, rest)) = v6.split_once(']') else {
+                return Err(format!("`{s}` has no closing `]`: {FORM}"));
+            };
+            if addr.parse::<std::net::Ipv6Addr>().is_err() {
+                return Err(format!("`[{addr}]` is not an IPv6 address: {FORM}"));
+            }
+            match rest {
+                "" => (addr, None),
+                _ => match rest.strip_prefix(':') {
+                    Some(port) => (addr, Some(port)),
+                    None => {
+                        return Err(format!("`{s}`: after `]` comes `:port` or nothing; {FORM}"));
+                    }
+                },
+            }
+        }
+        None => match s.split_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (s, None),
+        },
+    };
+    if name.is_empty() {
+        return Err(format!("`{s}` names no host: {FORM}"));
+    }
+    if !s.starts_with('[')
+        && !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+    {
+        return Err(format!(
+            "`{name}` is not a host name (letters, digits, `-` and `.`): {FORM}"
+        ));
+    }
+    if let Some(port) = port
+        && port != "*"
+        && port.parse::<u16>().is_err()
+    {
+        return Err(format!(
+            "`{port}` in `{s}` is not a port (0 to 65535, or `*` for any): {FORM}"
+        ));
+    }
+    Ok(s.to_owned())
+}
+
+pub(crate) fn parse_listen(s: &str) -> Result<Listen, String> {
+    if let Ok(addr) = s.parse() {
+        return Ok(Listen { addr, name: None });
+    }
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return Err(format!(
+            "`{s}` has no port: give HOST:PORT or IP:PORT, e.g. 127.0.0.1:7345 (port 0 picks a free one)"
+        ));
+    };
+    if port.parse::<u16>().is_err() {
+        return Err(format!(
+            "`{port}` in `{s}` is not a port (0 to 65535): give HOST:PORT or IP:PORT, e.g. 127.0.0.1:7345"
+        ));
+    }
+    let addrs: Vec<std::net::SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(s)
+        .map_err(|e| {
+            format!("cannot resolve the host `{host}`: {e}; give an IP address instead, e.g. 127.0.0.1:{port}")
+        })?
+        .collect();
+    let addr = addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("the host `{host}` resolves to no address; give an IP address instead, e.g. 127.0.0.1:{port}"))?;
+    Ok(Listen {
+        addr,
+        name: Some(host.to_owned()),
+    })
+}
+
+/// Serves the app's surface and dispatcher on `stdio`, or over HTTP on `listen`, until a
+/// signal (from `signals`, or watched here when none are given) stops it.
+pub(crate) async fn run(
+    app: &App,
+    config: &Config,
+    listen: Listen,
+    stdio: bool,
+    mode: Mode,
+    allow_hosts: Vec<String>,
+    signals: Option<&mut quiver_host::serve::Signals>,
+) -> anyhow::Result<ExitCode> {
+    let transport = if stdio {
+        quiver_host::serve::Transport::Stdio
+    } else {
+        quiver_host::serve::Transport::Http(listen.addr)
+    };
+    apply_retention(app, config).await?;
+    app.seed().await?;
+    // Working sets go to the store as they change, so a restarted server (or
+    // another replica) gives a returning conversation its tools back.
+    let _mirror = app.surface.spawn_persistence(app.store.clone());
+    // The stored resident floor (derived and stored now if due) is re-read every
+    // `floor_cache_ttl_secs` and derived again once older than `floor_max_age_secs`.
+    let store = &*app.store;
+    app.surface.load_floor(store, store, true).await;
+    let floor_keeper = app
+        .surface
+        .spawn_floor_keeper(app.store.clone(), app.store.clone());
+    let definitions = app.spawn_definition_recorder();
+    let mut options = quiver_mcp_adapter::ServerOptions::default()
+        .with_default_mode(mode)
+        .with_auth(config.inbound_auth())
+        .with_input_wait(config.limits.input_wait()?)
+        .with_max_sessions(config.limits.max_http_sessions()?);
+    // A listener given by name accepts that name as `Host` too.
+    for host in allow_hosts.into_iter().chain(listen.name) {
+        options = options.with_allowed_host(host);
+    }
+    let mut own_signals = None;
+    let signals = match signals {
+        Some(signals) => signals,
+        None => own_signals.insert(quiver_host::serve::Signals::watch()?),
+    };
+    let served = quiver_host::serve::serve(
+        app.surface.clone(),
+        app.dispatcher.clone(),
+        transport,
+        options,
+        quiver_host::serve::Adapters {
+            stores: Some(quiver_host::serve::Stores {
+                sessions: app.store.clone(),
+                calls: app.store.clone(),
+            }),
+            content: Some(std::sync::Arc::new(app.mcp.clone())),
+            readiness: Some(std::sync::Arc::new(quiver_host::Ready::of(app))),
+        },
+        signals,
+    )
+    .await;
+    // Not reading the store while it closes.
+    floor_keeper.abort();
+    // The definitions `check --against` compares with, all of them, before the store
+    // closes (a serve that stops right after start-up lost some).
+    definitions.finish(std::time::Duration::from_secs(10)).await;
+    served?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,4 +1,12 @@
-use std::{collections::BTreeSet, fmt, sync::Arc, time::Instant};
+use std::{
+    collections::BTreeSet,
+    fmt,
+    sync::{
+        Arc,
+        atomic::{AtomicU32, Ordering},
+    },
+    time::Instant,
+};
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -151,6 +159,50 @@ pub struct CallContext {
     /// The way back to the client that made the call (sampling, elicitation, roots, log
     /// messages, progress), if it came over MCP.
     pub client: Option<Arc<dyn ClientChannel>>,
+    /// The `call_tool` calls left to the custom-tool invocation this call belongs to: set by
+    /// the root custom-tool call, shared (the same `Arc`) by every call nested under it, so a
+    /// tree of custom tools calling each other spends one budget. `None` outside custom tools.
+    pub call_budget: Option<Arc<CallBudget>>,
+}
+
+/// A shared count of the `call_tool` calls one root custom-tool invocation may still make,
+/// across all its nesting. Lock-free; cloning the `Arc` shares it.
+#[derive(Debug)]
+pub struct CallBudget {
+    limit: u32,
+    left: AtomicU32,
+}
+
+impl CallBudget {
+    /// A budget of `limit` calls.
+    pub fn new(limit: u32) -> Self {
+        CallBudget {
+            limit,
+            left: AtomicU32::new(limit),
+        }
+    }
+
+    /// Takes one call from the budget; `false` (and nothing taken) when it is spent.
+    pub fn try_take(&self) -> bool {
+        self.left
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    /// The calls still allowed.
+    pub fn left(&self) -> u32 {
+        self.left.load(Ordering::Acquire)
+    }
+
+    /// The calls taken so far.
+    pub fn used(&self) -> u32 {
+        self.limit - self.left()
+    }
+
+    /// The budget it started with.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
 }
 
 impl fmt::Debug for CallContext {
@@ -166,6 +218,7 @@ impl fmt::Debug for CallContext {
             .field("deadline", &self.deadline)
             .field("depth", &self.depth)
             .field("client", &self.client.as_ref().map(|c| c.features()))
+            .field("call_budget", &self.call_budget.as_ref().map(|b| b.left()))
             .finish_non_exhaustive()
     }
 }
@@ -212,6 +265,12 @@ impl CallContext {
     /// Sets the call id.
     pub fn with_call_id(mut self, id: impl Into<Arc<str>>) -> Self {
         self.call_id = Some(id.into());
+        self
+    }
+
+    /// Sets the shared `call_tool` budget of the custom-tool invocation this call is part of.
+    pub fn with_call_budget(mut self, budget: Arc<CallBudget>) -> Self {
+        self.call_budget = Some(budget);
         self
     }
 
@@ -296,7 +355,20 @@ impl CallContext {
 
 #[cfg(test)]
 mod tests {
-    use super::pattern_matches;
+    use std::sync::Arc;
+
+    use super::{CallBudget, CallContext, pattern_matches};
+
+    #[test]
+    fn a_call_budget_is_shared_by_clones_and_stops_at_zero() {
+        let ctx = CallContext::default().with_call_budget(Arc::new(CallBudget::new(2)));
+        let child = ctx.clone();
+        let budget = child.call_budget.as_ref().unwrap();
+        assert!(budget.try_take());
+        assert!(ctx.call_budget.as_ref().unwrap().try_take());
+        assert!(!budget.try_take());
+        assert_eq!((budget.left(), budget.used(), budget.limit()), (0, 2, 2));
+    }
 
     #[test]
     fn patterns_match_with_a_star_anywhere() {

@@ -17,7 +17,7 @@ mod tool;
 mod typed;
 
 pub use channel::{ChannelError, ClientChannel, ClientFeatures, ClientRequest, LogLevel};
-pub use context::{CallContext, Capabilities, ToolInvoker, pattern_matches};
+pub use context::{CallBudget, CallContext, Capabilities, ToolInvoker, pattern_matches};
 pub use envelope::{
     Alternative, ColumnSpec, DtypeProvenance, Effects, Envelope, ErrKind, HintKind, Part, Warning,
 };

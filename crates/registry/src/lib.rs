@@ -4,6 +4,8 @@
 //! policy, the loop guard, the tower middleware stack (recover, timeout, concurrency, result
 //! limit, telemetry) and the recorder. The ports it consumes ([`ToolCallRecorder`],
 //! [`PolicyCheck`]) are defined here, in its own vocabulary, with in-memory implementations.
+//! The [`sandbox`] module holds the port custom tools' JavaScript runs through (`Sandbox`,
+//! `SandboxHost`, their limits and errors); its engine lives in an adapter crate.
 
 mod catalog;
 mod dispatch;
@@ -11,6 +13,7 @@ mod error;
 pub mod layers;
 mod policy;
 mod ports;
+pub mod sandbox;
 mod skill;
 mod state;
 mod store;

@@ -422,7 +422,12 @@ mod tests {
             })
             .collect();
         insta::assert_snapshot!(rendered.join("\n"));
-        assert!(SandboxError::InputTooLarge.to_envelope("t").hint_kind().is_some());
+        assert!(
+            SandboxError::InputTooLarge
+                .to_envelope("t")
+                .hint_kind()
+                .is_some()
+        );
         assert_eq!(
             SandboxError::CallLimit
                 .to_envelope("t")

@@ -17,8 +17,10 @@ use rquickjs::{
     Context, Ctx, Exception, Function, Module, Object, Persistent, Runtime, Value,
     context::{
         EvalOptions,
-        intrinsic::{Date, Eval, Json, MapSet, Promise as PromiseIntrinsic, Proxy, RegExp,
-            RegExpCompiler, TypedArrays},
+        intrinsic::{
+            Date, Eval, Json, MapSet, Promise as PromiseIntrinsic, Proxy, RegExp, RegExpCompiler,
+            TypedArrays,
+        },
     },
     promise::PromiseState,
 };
@@ -61,7 +63,7 @@ pub(crate) struct HostRequest {
 #[derive(Debug)]
 pub(crate) enum Answer {
     /// The envelope answering request `id`.
-    Host { id: u32, envelope: Envelope },
+    Host { id: u32, envelope: Box<Envelope> },
     /// Look at the cancellation token again.
     Wake,
 }
@@ -216,10 +218,13 @@ pub(crate) fn compile(source: &str, limits: &SandboxLimits) -> Result<(), Sandbo
         0,
     ));
     let (rt, ctx) = engine(limits, &state)?;
-    let outcome = ctx.with(|ctx| match Module::declare(ctx.clone(), SOURCE_NAME, module_source(source)) {
-        Ok(_) => Ok(()),
-        Err(e) => Err(compile_error(&ctx, e, source, &state)),
-    });
+    let outcome =
+        ctx.with(
+            |ctx| match Module::declare(ctx.clone(), SOURCE_NAME, module_source(source)) {
+                Ok(_) => Ok(()),
+                Err(e) => Err(compile_error(&ctx, e, source, &state)),
+            },
+        );
     drop(ctx);
     drop(rt);
     outcome
@@ -227,7 +232,11 @@ pub(crate) fn compile(source: &str, limits: &SandboxLimits) -> Result<(), Sandbo
 
 /// Runs a job to its end.
 pub(crate) fn execute(job: Job) -> Result<SandboxOutput, SandboxError> {
-    let state = Rc::new(State::new(job.deadline, job.cancel.clone(), job.limits.log_bytes));
+    let state = Rc::new(State::new(
+        job.deadline,
+        job.cancel.clone(),
+        job.limits.log_bytes,
+    ));
     if let Some(stop) = state.stopped() {
         return Err(stop.error());
     }
@@ -239,7 +248,12 @@ pub(crate) fn execute(job: Job) -> Result<SandboxOutput, SandboxError> {
         job: &job,
         api: OnceCell::new(),
     };
-    let result = run.go();
+    let result = match run.go() {
+        Err(e) if e == undescribed() && near_heap_limit(&rt, &job.limits) => {
+            Err(SandboxError::Memory)
+        }
+        other => other,
+    };
     drop(run);
     drop(ctx);
     drop(rt);
@@ -284,7 +298,10 @@ impl Run<'_> {
 
     /// The prelude's functions in `ctx`.
     fn api<'js>(&self, ctx: &Ctx<'js>) -> Option<Object<'js>> {
-        self.api.get().cloned().and_then(|api| api.restore(ctx).ok())
+        self.api
+            .get()
+            .cloned()
+            .and_then(|api| api.restore(ctx).ok())
     }
 
     /// Calls the prelude's function `name`.
@@ -293,7 +310,9 @@ impl Run<'_> {
         A: rquickjs::function::IntoArgs<'js>,
         R: rquickjs::FromJs<'js>,
     {
-        let api = self.api(ctx).ok_or_else(|| self.failure(ctx, rquickjs::Error::Unknown))?;
+        let api = self
+            .api(ctx)
+            .ok_or_else(|| self.failure(ctx, rquickjs::Error::Unknown))?;
         api.get::<_, Function>(name)
             .and_then(|f| f.call(args))
             .map_err(|e| self.failure(ctx, e))
@@ -381,9 +400,7 @@ impl Run<'_> {
         ctx: &Ctx<'_>,
         booting: Persistent<Value<'static>>,
     ) -> Result<Started, SandboxError> {
-        let booted = booting
-            .restore(ctx)
-            .map_err(|e| self.failure(ctx, e))?;
+        let booted = booting.restore(ctx).map_err(|e| self.failure(ctx, e))?;
         let record = settled_value(&booted).map_err(|e| self.failure(ctx, e))?;
         let record = self.record(record)?;
         let main: Value = record.get("main").map_err(|e| self.failure(ctx, e))?;
@@ -403,7 +420,11 @@ impl Run<'_> {
         })
     }
 
-    fn finish(&self, ctx: &Ctx<'_>, value: Persistent<Value<'static>>) -> Result<Json_, SandboxError> {
+    fn finish(
+        &self,
+        ctx: &Ctx<'_>,
+        value: Persistent<Value<'static>>,
+    ) -> Result<Json_, SandboxError> {
         let value = value.restore(ctx).map_err(|e| self.failure(ctx, e))?;
         let value = settled_value(&value).map_err(|e| self.failure(ctx, e))?;
         let record: Value = self.call_api(ctx, "finish", (value,))?;
@@ -418,9 +439,11 @@ impl Run<'_> {
             let why: String = record.get("why").unwrap_or_default();
             return Err(SandboxError::InvalidResult { why });
         }
-        let text: String = record.get("text").map_err(|_| SandboxError::InvalidResult {
-            why: "the result holds text that is not valid Unicode".into(),
-        })?;
+        let text: String = record
+            .get("text")
+            .map_err(|_| SandboxError::InvalidResult {
+                why: "the result holds text that is not valid Unicode".into(),
+            })?;
         if text.len() > self.job.limits.output_bytes {
             return Err(SandboxError::OutputTooLarge);
         }
@@ -480,18 +503,9 @@ impl Run<'_> {
                 return stop.error();
             }
         }
-        if self.near_heap_limit() {
-            return SandboxError::Memory;
-        }
-        SandboxError::Exception {
-            message: "the script failed in a way that cannot be described".into(),
-            stack: String::new(),
-        }
-    }
-
-    fn near_heap_limit(&self) -> bool {
-        let used = u128::try_from(self.rt.memory_usage().malloc_size).unwrap_or(0);
-        used * 10 >= self.job.limits.heap_bytes as u128 * 9
+        // What was thrown cannot be read (QuickJS throws `null` when it cannot even allocate
+        // the error): `execute` tells a full heap from the rest, outside the runtime's lock.
+        undescribed()
     }
 
     /// Runs jobs until `promise` settles, blocking for host answers when no job is left.
@@ -540,7 +554,7 @@ impl Run<'_> {
                 Ok(Answer::Host { id, envelope }) => {
                     let left = self.state.outstanding.get().saturating_sub(1);
                     self.state.outstanding.set(left);
-                    self.deliver(id, envelope)?;
+                    self.deliver(id, *envelope)?;
                 }
                 Ok(Answer::Wake) => {}
                 Err(mpsc::RecvTimeoutError::Timeout) => return Err(SandboxError::Timeout),
@@ -598,6 +612,19 @@ fn settled_value<'js>(value: &Value<'js>) -> rquickjs::Result<Value<'js>> {
     }
 }
 
+/// The error of a failure nothing can be read about.
+fn undescribed() -> SandboxError {
+    SandboxError::Exception {
+        message: "the script failed in a way that cannot be described".into(),
+        stack: String::new(),
+    }
+}
+
+fn near_heap_limit(rt: &Runtime, limits: &SandboxLimits) -> bool {
+    let used = u128::try_from(rt.memory_usage().malloc_size).unwrap_or(0);
+    used * 10 >= limits.heap_bytes as u128 * 9
+}
+
 /// `Memory` for QuickJS's out-of-memory error, `Stack` for its stack overflow.
 fn limit_kind(name: &str, message: &str) -> Option<SandboxError> {
     match (name, message) {
@@ -639,7 +666,12 @@ fn script_stack(stack: &str) -> String {
 }
 
 /// A compile failure: a syntax error with its position, or a limit.
-fn compile_error(ctx: &Ctx<'_>, error: rquickjs::Error, source: &str, state: &State) -> SandboxError {
+fn compile_error(
+    ctx: &Ctx<'_>,
+    error: rquickjs::Error,
+    source: &str,
+    state: &State,
+) -> SandboxError {
     if let rquickjs::Error::Allocation = error {
         return SandboxError::Memory;
     }
@@ -668,6 +700,8 @@ fn compile_error(ctx: &Ctx<'_>, error: rquickjs::Error, source: &str, state: &St
     {
         (line, column) = (1, 1);
         NO_MAIN.to_owned()
+    } else if message.starts_with("could not load module") {
+        format!("{message}: a custom tool cannot import modules")
     } else if name == "RangeError" && message == "Maximum call stack size exceeded" {
         "the code nests too deeply to compile".to_owned()
     } else {

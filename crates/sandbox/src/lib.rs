@@ -165,7 +165,7 @@ impl Sandbox for QuickJsSandbox {
                     });
                 }
                 Some((id, envelope)) = calls.next(), if !calls.is_empty() => {
-                    let _ = answers.send(Answer::Host { id, envelope });
+                    let _ = answers.send(Answer::Host { id, envelope: Box::new(envelope) });
                 }
                 () = cancel.cancelled(), if !woken => {
                     woken = true;

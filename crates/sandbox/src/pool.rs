@@ -96,13 +96,11 @@ fn work(rx: &Mutex<mpsc::Receiver<Task>>) {
         let Ok(Task { job, done }) = task else {
             return;
         };
-        let result = catch_unwind(AssertUnwindSafe(|| engine::execute(job))).unwrap_or_else(
-            |_| {
-                Err(SandboxError::Unavailable(
-                    "the sandbox worker failed while running the script".into(),
-                ))
-            },
-        );
+        let result = catch_unwind(AssertUnwindSafe(|| engine::execute(job))).unwrap_or_else(|_| {
+            Err(SandboxError::Unavailable(
+                "the sandbox worker failed while running the script".into(),
+            ))
+        });
         let _ = done.send(result);
     }
 }

@@ -45,11 +45,7 @@ fn assert_no_host_secrets() {
         env!("CARGO_MANIFEST_DIR").to_owned(),
     ];
     secrets.extend(std::env::var("HOME").ok());
-    secrets.extend(
-        std::env::vars()
-            .map(|(_, v)| v)
-            .filter(|v| v.len() >= 8),
-    );
+    secrets.extend(std::env::vars().map(|(_, v)| v).filter(|v| v.len() >= 8));
     for text in texts.iter() {
         for secret in &secrets {
             assert!(
@@ -117,7 +113,47 @@ async fn cancellation_interrupts_the_script() {
             Arc::new(Canceller(token.clone())),
         )
         .with_cancel(token);
-        assert_eq!(sandbox.run(run).await.unwrap_err(), SandboxError::Cancelled, "{source}");
+        assert_eq!(
+            sandbox.run(run).await.unwrap_err(),
+            SandboxError::Cancelled,
+            "{source}"
+        );
     }
     assert_alive(&sandbox, "cancellation").await;
+}
+
+/// A host whose `started` tool says the script is running.
+struct Started(tokio::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>);
+
+#[async_trait]
+impl SandboxHost for Started {
+    async fn call_tool(&self, _: &str, _: Value) -> Envelope {
+        if let Some(tx) = self.0.lock().await.take() {
+            let _ = tx.send(());
+        }
+        Envelope::ok(Value::Null)
+    }
+}
+
+/// Dropping a run's future (the caller gave up) stops its script: the pool's one thread is
+/// free again long before the script's own deadline.
+#[tokio::test]
+async fn a_dropped_run_frees_its_worker() {
+    let sandbox = Arc::new(QuickJsSandbox::new(1));
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let mut forever = SandboxLimits::default();
+    forever.wall_time = std::time::Duration::from_secs(600);
+    let run = SandboxRun::new(
+        "async function main() { call_tool('started', {}); while (true) {} }",
+        json!({}),
+        forever,
+        Arc::new(Started(tokio::sync::Mutex::new(Some(tx)))),
+    );
+    tokio::select! {
+        result = sandbox.run(run) => panic!("the endless run ended: {result:?}"),
+        started = rx => started.unwrap(),
+    }
+    // The run's future is dropped here; with one thread, this run can only start once the
+    // endless one has stopped.
+    assert_alive(&sandbox, "a dropped run").await;
 }

@@ -30,9 +30,7 @@ use std::{
 };
 
 use async_trait::async_trait;
-use quiver_contract::{
-    CallBudget, Envelope, ErrKind, HintKind, RenderOptions, render,
-};
+use quiver_contract::{CallBudget, Envelope, ErrKind, HintKind, RenderOptions, render};
 use quiver_registry::sandbox::{
     Sandbox, SandboxError, SandboxHost, SandboxLimits, SandboxOutput, SandboxRun,
 };
@@ -147,7 +145,9 @@ impl Case {
 
 /// The `.js` files of a folder, sorted by name.
 pub(crate) fn cases(folder: &str) -> Vec<Case> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(folder);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(folder);
     let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("case folder")
         .map(|e| e.unwrap().path())
@@ -287,7 +287,9 @@ pub(crate) async fn check(sandbox: &Arc<QuickJsSandbox>, case: &Case) {
     }
     if let Some(expect) = &case.expect {
         let host = TestHost::root(sandbox.clone(), case);
-        let outcome = sandbox.run(host.run(case.source.clone(), case.inputs.clone())).await;
+        let outcome = sandbox
+            .run(host.run(case.source.clone(), case.inputs.clone()))
+            .await;
         if let Err(e) = &outcome {
             remember(e, name);
         }
@@ -303,7 +305,11 @@ pub(crate) async fn check(sandbox: &Arc<QuickJsSandbox>, case: &Case) {
             _ => panic!("{name}: expected {expect:?}, got {outcome:?}"),
         }
         if let Some(want) = case.host_calls {
-            assert_eq!(host.counted.load(Ordering::SeqCst), want, "{name}: host calls");
+            assert_eq!(
+                host.counted.load(Ordering::SeqCst),
+                want,
+                "{name}: host calls"
+            );
         }
     }
     assert_alive(sandbox, name).await;
@@ -323,7 +329,10 @@ fn check_output(case: &Case, out: &SandboxOutput, expect: &Expect) {
 fn assert_detail(name: &str, error: &SandboxError, expect: &Expect) {
     if let Some(detail) = &expect.detail {
         let text = format!("{error} {error:?}");
-        assert!(text.contains(detail.as_str()), "{name}: `{detail}` not in {text}");
+        assert!(
+            text.contains(detail.as_str()),
+            "{name}: `{detail}` not in {text}"
+        );
     }
 }
 
@@ -335,10 +344,9 @@ pub(crate) async fn assert_alive(sandbox: &Arc<QuickJsSandbox>, after: &str) {
         SandboxLimits::default(),
         Arc::new(NoHost),
     );
-    let out = sandbox
-        .run(run)
-        .await
-        .unwrap_or_else(|e| panic!("after {after}: the sandbox no longer runs a trivial script: {e:?}"));
+    let out = sandbox.run(run).await.unwrap_or_else(|e| {
+        panic!("after {after}: the sandbox no longer runs a trivial script: {e:?}")
+    });
     assert_eq!(out.result, json!({"echoed": 2}), "after {after}");
 }
 
@@ -355,6 +363,10 @@ impl SandboxHost for NoHost {
 /// Asserts the stack of an exception holds what the case says.
 fn check_stack(case: &Case, error: &SandboxError) {
     if let (Some(want), SandboxError::Exception { stack, .. }) = (&case.stack, error) {
-        assert!(stack.contains(want.as_str()), "{}: `{want}` not in stack {stack}", case.name);
+        assert!(
+            stack.contains(want.as_str()),
+            "{}: `{want}` not in stack {stack}",
+            case.name
+        );
     }
 }

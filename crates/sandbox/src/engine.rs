@@ -340,9 +340,24 @@ impl Run<'_> {
         let budget = self.job.budget.clone();
         let requests = self.job.requests.clone();
         let next_id = Cell::new(0u32);
+        let input_limit = self.job.limits.input_bytes;
         let host_call = Function::new(
             ctx.clone(),
             move |ctx: Ctx<'js>, name: String, text: String| -> rquickjs::Result<u32> {
+                // The prelude checked all this already; checked again here so the limits
+                // hold even for a script that got hold of this function.
+                if name.is_empty() || name.len() > 1024 {
+                    return Err(Exception::throw_type(
+                        &ctx,
+                        "call_tool: the name must be a non-empty string",
+                    ));
+                }
+                if text.len() > input_limit {
+                    return Err(Exception::throw_range(
+                        &ctx,
+                        "call_tool: the inputs are larger than the input limit",
+                    ));
+                }
                 if state.closed.get() {
                     return Err(Exception::throw_internal(
                         &ctx,

@@ -293,6 +293,9 @@
   }
   delete G.SharedArrayBuffer;
   delete G.Atomics;
+  // The V8-style hook would hand the script CallSite objects whose getFunction() returns
+  // every function on the stack, this closure's and the host's native ones included.
+  delete Error.prepareStackTrace;
 
   const api = record();
   api.settle = settle;

@@ -1,0 +1,16 @@
+// expect: timeout
+async function main() {
+  for (;;) {
+    try {
+      try {
+        while (true) {}
+      } catch (e) {
+        continue;
+      } finally {
+        continue;
+      }
+    } catch (e) {
+      continue;
+    }
+  }
+}

@@ -1,0 +1,7 @@
+// expect: stack
+async function main() {
+  function down(n) {
+    return down(n + 1) + 1;
+  }
+  return down(0);
+}

@@ -1,0 +1,8 @@
+// expect: timeout
+async function main() {
+  return new Proxy({}, {
+    ownKeys() {
+      while (true) {}
+    },
+  });
+}

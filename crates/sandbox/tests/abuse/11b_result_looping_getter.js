@@ -1,0 +1,8 @@
+// expect: timeout
+async function main() {
+  return {
+    get forever() {
+      while (true) {}
+    },
+  };
+}

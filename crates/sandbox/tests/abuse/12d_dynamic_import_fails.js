@@ -1,0 +1,4 @@
+// expect: exception /could not load module 'fs'/
+async function main() {
+  return await import('fs');
+}

@@ -1,0 +1,4 @@
+// expect: depth_limit
+async function main() {
+  return await call_tool('ping', {});
+}

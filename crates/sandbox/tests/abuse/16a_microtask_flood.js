@@ -1,0 +1,7 @@
+// expect: timeout
+async function main() {
+  (function again() {
+    queueMicrotask(again);
+  })();
+  await new Promise(() => {});
+}

@@ -1,0 +1,4 @@
+// expect: timeout
+async function main() {
+  for (;;) await null;
+}

@@ -1,0 +1,4 @@
+// expect: exception /never settles/
+async function main() {
+  await new Promise(() => {});
+}

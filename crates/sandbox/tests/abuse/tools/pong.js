@@ -1,0 +1,3 @@
+async function main() {
+  return await call_tool('ping', {});
+}

@@ -1,0 +1,9 @@
+// expect: ok {"kind": "err", "message": "✗ error (tool_failed): boom", "isError": true}
+async function main() {
+  try {
+    await call_tool('fail', { message: 'boom' });
+    return 'not reached';
+  } catch (e) {
+    return { kind: e.kind, message: e.message, isError: e instanceof Error };
+  }
+}

@@ -1,0 +1,5 @@
+// expect-validate: syntax 4:15
+// expect: syntax
+async function main(inputs) {
+  return { a: };
+}

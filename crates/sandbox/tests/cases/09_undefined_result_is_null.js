@@ -1,0 +1,2 @@
+// expect: ok null
+async function main() {}

@@ -1,0 +1,4 @@
+// expect: ok {"sync": true}
+export function main() {
+  return { sync: true };
+}

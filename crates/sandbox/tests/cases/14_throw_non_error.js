@@ -1,0 +1,4 @@
+// expect: exception /Uncaught nope/
+async function main() {
+  throw 'nope';
+}

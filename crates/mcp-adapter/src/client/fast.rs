@@ -51,13 +51,9 @@ use super::{
     http::SessionSlot,
     nobody_to_ask, relay_error, to_contract,
 };
-use crate::client::{
-    roots::{Who, roots_of},
-    sse,
-};
-
-/// The protocols this path speaks (no per-request `Mcp-*` headers).
-const PROTOCOLS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
+use crate::client::roots::{Who, roots_of};
+use crate::protocol::Protocol;
+use crate::sse;
 
 /// How many times in a row a response stream is resumed without an event in between.
 const MAX_RESUMES: u32 = 5;
@@ -189,12 +185,14 @@ impl Lane {
         url: reqwest::Url,
         configured: &[(HeaderName, HeaderValue)],
         token: Option<&str>,
-        protocol: &str,
+        protocol: Protocol,
         session: SessionSlot,
         generation: u64,
         connect_timeout: Duration,
     ) -> Option<Lane> {
-        if !PROTOCOLS.contains(&protocol) {
+        // Streamable HTTP with a session: a later protocol's per-request `Mcp-*` headers are
+        // rmcp's to build.
+        if !(protocol.streamable_http() && protocol.has_session()) {
             return None;
         }
         let mut headers = HeaderMap::new();
@@ -212,7 +210,7 @@ impl Lane {
         }
         headers.insert(
             HeaderName::from_static("mcp-protocol-version"),
-            HeaderValue::from_str(protocol).ok()?,
+            HeaderValue::from_static(protocol.as_str()),
         );
         Some(Lane {
             http,
@@ -1099,7 +1097,7 @@ mod tests {
                 url.clone(),
                 &[],
                 Some("t0k"),
-                p,
+                Protocol::parse(p).expect("a version this crate knows"),
                 SessionSlot::default(),
                 1,
                 Duration::from_secs(1),
@@ -1174,7 +1172,7 @@ mod tests {
             url.clone(),
             &[],
             None,
-            "2025-11-25",
+            Protocol::V2025_11_25,
             SessionSlot::default(),
             1,
             Duration::from_secs(1),

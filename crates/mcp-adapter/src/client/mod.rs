@@ -7,8 +7,9 @@
 //! connection is re-dialled once, shared by every call that saw it drop (after the next
 //! backoff step when it was lost within 30 s of coming up).
 //!
-//! Protocol versions: the handshake offers 2025-11-25 and accepts an upstream on 2024-11-05,
-//! 2025-03-26, 2025-06-18 or 2025-11-25; any other answer is a rejection.
+//! Protocol versions (`crate::protocol`): the handshake offers 2025-11-25 (`Protocol::OFFERED`)
+//! and accepts an upstream on any version that has a handshake (2024-11-05 to 2025-11-25);
+//! any other answer is a rejection.
 
 /// A mutex's guard, whether or not a panic poisoned it (the data is left as it was).
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -27,7 +28,6 @@ mod passthrough;
 mod pipe;
 mod roots;
 mod route;
-pub(crate) mod sse;
 mod to_contract;
 mod tool;
 mod upstream;
@@ -288,10 +288,10 @@ impl McpClient {
                 }
                 // A server coming (back) changes what the merged lists hold.
                 if has_resources {
-                    lists.list_changed(crate::server::ListChange::Resources);
+                    lists.list_changed(crate::content::ListChange::Resources);
                 }
                 if has_prompts {
-                    lists.list_changed(crate::server::ListChange::Prompts);
+                    lists.list_changed(crate::content::ListChange::Prompts);
                 }
             }),
             relays,

@@ -16,14 +16,15 @@ use std::{
 use quiver_contract::{CallContext, ChannelError, ClientChannel, Envelope, ErrKind, Tool};
 use quiver_registry::{Catalog, RegisterReport, Skipped};
 
-use crate::server::{ListChange, ListChanged};
+use crate::content::{ListChange, ListChanged};
+use crate::protocol::Protocol;
 use rmcp::{
     ClientHandler, ErrorData as McpError, RoleClient, ServiceExt,
     model::{
         CallToolRequest, CancelledNotificationParam, ClientCapabilities, ClientConfig,
         ClientRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
         ElicitResult, Implementation, ListRootsResult, LoggingMessageNotificationParam,
-        PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ServerResult,
+        PaginatedRequestParams, ProgressNotificationParam, ServerResult,
     },
     service::{NotificationContext, Peer, PeerRequestOptions, RequestContext, ServiceError},
     transport::{
@@ -49,11 +50,6 @@ use super::{
 
 #[path = "fast.rs"]
 mod fast;
-
-/// The protocol versions this client speaks with an upstream. The handshake offers the newest
-/// and accepts any of these; a server that answers with another version is rejected.
-pub(crate) const SUPPORTED_PROTOCOLS: [&str; 4] =
-    ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 
 /// The most `tools/list` pages one listing asks for.
 const MAX_LIST_PAGES: usize = 1000;
@@ -1115,17 +1111,24 @@ impl Upstream {
             }
             Err(e)
         };
-        if !SUPPORTED_PROTOCOLS.contains(&protocol.as_str()) {
+        // The handshake offers `Protocol::OFFERED` and accepts any version that has one; a
+        // server that answers with another version is rejected.
+        let Some(version) = Protocol::parse(&protocol).filter(|p| p.has_session()) else {
+            let supported: Vec<&str> = Protocol::ALL
+                .into_iter()
+                .filter(|p| p.has_session())
+                .map(Protocol::as_str)
+                .collect();
             return fail(
                 DialError::Rejected(format!(
                     "unsupported protocol version {protocol:?} (supported: {})",
-                    SUPPORTED_PROTOCOLS.join(", ")
+                    supported.join(", ")
                 )),
                 running,
                 child_guard,
             )
             .await;
-        }
+        };
         let tools = if has_tools_cap {
             match tokio::time::timeout(self.connect_timeout(), self.list_tools(&peer)).await {
                 Ok(Ok(t)) => t,
@@ -1167,7 +1170,7 @@ impl Upstream {
                 url.clone(),
                 headers,
                 token.as_ref().map(|t| t.0.as_str()),
-                &protocol,
+                version,
                 session,
                 generation,
                 self.connect_timeout(),
@@ -2502,7 +2505,7 @@ impl ClientHandler for Handler {
             relayed_capabilities(),
             Implementation::new("quiver", env!("CARGO_PKG_VERSION")),
         )
-        .with_protocol_version(ProtocolVersion::V_2025_11_25)
+        .with_protocol_version(Protocol::OFFERED.rmcp())
     }
 }
 
@@ -2515,7 +2518,7 @@ async fn deliver_log(
     match channel {
         Some(c) => {
             c.log(
-                crate::server::from_mcp_level(params.level),
+                crate::wire::from_mcp_level(params.level),
                 params.logger.as_deref(),
                 params.data,
             )

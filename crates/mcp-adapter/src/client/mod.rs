@@ -468,10 +468,3 @@ fn why_absent(shared: &Shared, name: &str) -> Option<String> {
         _ => Some(up.absence()),
     }
 }
-
-/// `GET /readyz`: ready when every required server is connected.
-impl crate::server::Readiness for McpClient {
-    fn not_ready(&self) -> Vec<String> {
-        self.required_not_ready()
-    }
-}

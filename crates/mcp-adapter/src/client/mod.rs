@@ -70,8 +70,9 @@ pub struct ClientOptions {
     pub max_concurrent_dials: usize,
     /// Cap on entries taken from any list (tools, resources).
     pub list_cap: usize,
-    /// Streamable-HTTP upstreams: `tools/call` is posted by the calling task instead of
-    /// through rmcp's transport worker (see `client/fast.rs`); on by default.
+    /// Streamable-HTTP upstreams: `tools/call` takes the direct path, posted by the calling
+    /// task instead of through rmcp's transport worker (see `client/upstream/direct.rs`); on
+    /// by default.
     pub http_fast_lane: bool,
 }
 
@@ -109,7 +110,7 @@ impl ClientOptions {
         self
     }
 
-    /// Turns the lean `tools/call` path for streamable-HTTP upstreams on or off.
+    /// Turns the direct `tools/call` path for streamable-HTTP upstreams on or off.
     pub fn with_http_fast_lane(mut self, on: bool) -> Self {
         self.http_fast_lane = on;
         self

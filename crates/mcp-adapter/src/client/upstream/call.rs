@@ -53,7 +53,7 @@ pub(super) fn done(envelope: Envelope) -> Attempt {
 }
 
 /// The envelopes of a failed upstream call, one wording for both call paths (rmcp's and
-/// the lean one).
+/// the direct one).
 impl Upstream {
     pub(super) fn timed_out(&self, tool: &str, timeout: Duration) -> Envelope {
         self.timed_out_with(tool, timeout, None)
@@ -345,9 +345,9 @@ impl Upstream {
         }
         // What the roots' sync took comes out of the call's time.
         let mut timeout = self.call_limit(ctx);
-        if let Some(lane) = &conn.fast {
+        if let Some(direct) = &conn.direct {
             if let Some(a) = self
-                .fast_call(lane, tool, args.as_ref(), ctx, timeout)
+                .direct_call(direct, tool, args.as_ref(), ctx, timeout)
                 .await
             {
                 return a;
@@ -360,8 +360,8 @@ impl Upstream {
         Box::pin(self.rmcp_attempt(conn, tool, args, ctx, timeout)).await
     }
 
-    /// [`Self::attempt`] through rmcp's client: a server without the lean path, or a call
-    /// the lean path handed back unrun.
+    /// [`Self::attempt`] through rmcp's client: a server without the direct path, or a call
+    /// the direct path handed back unrun.
     async fn rmcp_attempt(
         &self,
         conn: &Conn,
@@ -435,7 +435,7 @@ impl Upstream {
                     ),
                 ))
             }
-            // A 404 on the resend after a new session (the lean path hands a 404 to rmcp,
+            // A 404 on the resend after a new session (the direct path hands a 404 to rmcp,
             // which takes it for an expired session): the server refused the call itself if
             // the new session answers the ping.
             Err(e) if crate::client::classify::session_expired(&e) => Attempt::Unknown(Some(404)),
@@ -620,7 +620,7 @@ async fn wait(
 const CANCEL_SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Sends `notifications/cancelled` for a request rmcp sent and nobody waits for any more,
-/// unless disarmed (`id` taken): the rmcp counterpart of the lean path's guard.
+/// unless disarmed (`id` taken): the rmcp counterpart of the direct path's guard.
 struct CancelOnDrop {
     peer: Peer<RoleClient>,
     id: Option<rmcp::model::RequestId>,

@@ -253,7 +253,7 @@ impl Upstream {
             Listing::default()
         };
         let conn = Arc::new(Conn {
-            fast: self.direct_lane(http_parts, version, generation),
+            direct: self.direct_path(http_parts, version, generation),
             peer,
             generation,
             since: Instant::now(),
@@ -394,12 +394,12 @@ impl Upstream {
 
     /// The direct path of a streamable-HTTP connection (`direct.rs`), when it is on and
     /// speaks the negotiated `version`.
-    fn direct_lane(
+    fn direct_path(
         &self,
         http_parts: Option<(reqwest::Client, SessionSlot)>,
         version: Protocol,
         generation: u64,
-    ) -> Option<Arc<direct::Lane>> {
+    ) -> Option<Arc<direct::DirectPath>> {
         let Endpoint::Http {
             url,
             headers,
@@ -410,7 +410,7 @@ impl Upstream {
             return None;
         };
         let (client, session) = http_parts.filter(|_| self.opts.http_fast_lane)?;
-        direct::Lane::new(
+        direct::DirectPath::new(
             client,
             url.clone(),
             headers,

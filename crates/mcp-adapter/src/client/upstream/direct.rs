@@ -1,11 +1,11 @@
-//! The lean path for `tools/call` to a streamable-HTTP upstream.
+//! The direct path for `tools/call` to a streamable-HTTP upstream.
 //!
 //! rmcp's streamable-HTTP client hands a request through about nine tasks on its way out and
 //! back (the peer's service loop, a send task, the transport worker, a task per SSE response
 //! stream, hyper's connection task, and back), and on a small machine each hand-over costs a
-//! wake-up of another thread: about 170 µs of a call to a fast upstream. Here the calling task
-//! posts the request itself, on the same connection pool and session rmcp set up, and reads
-//! the answer (a JSON body or an SSE stream) in place. Everything on the call's response
+//! wake-up of another thread. Here the calling task posts the request itself, on the same
+//! connection pool and session rmcp set up, and reads the answer (a JSON body, or an SSE
+//! stream: `direct/stream.rs`) in place. Everything on the call's response
 //! stream belongs to that call, so a server request (sampling, elicitation, roots) or a
 //! log message found there goes to the call's own client channel, answered on the same
 //! session: no guessing which call it was.
@@ -17,8 +17,8 @@
 //! stream that closes before the answer is resumed with `Last-Event-ID` (SEP-1699), as rmcp
 //! would.
 //!
-//! Used for the session-era protocols (up to 2025-11-25, the version Quiver asks for); a
-//! later protocol's per-request headers are rmcp's to build.
+//! Used for the streamable-HTTP protocols that have a session (2025-03-26 to 2025-11-25, see
+//! `Protocol`); a later protocol's per-request headers are rmcp's to build.
 
 use std::{
     sync::{
@@ -58,9 +58,9 @@ const SESSION_HEADER: &str = "mcp-session-id";
 /// request) may take: a hung upstream must not hold a socket and a task per call for ever.
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// One HTTP connection's lean call path: rmcp's HTTP client (and connection pool), the
+/// One HTTP connection's direct path: rmcp's HTTP client (and connection pool), the
 /// headers rmcp sends on every request, and the session rmcp uses.
-pub(crate) struct Lane {
+pub(crate) struct DirectPath {
     http: reqwest::Client,
     url: reqwest::Url,
     headers: HeaderMap,
@@ -105,8 +105,8 @@ enum Sent {
     Maybe(String),
 }
 
-impl Lane {
-    /// The lane for a connection that negotiated `protocol`, if this path speaks it.
+impl DirectPath {
+    /// The direct path of a connection that negotiated `protocol`, if it speaks that version.
     #[expect(
         clippy::too_many_arguments,
         reason = "one call site, which reads the connection's pieces out of its dial"
@@ -120,7 +120,7 @@ impl Lane {
         session: SessionSlot,
         generation: u64,
         connect_timeout: Duration,
-    ) -> Option<Lane> {
+    ) -> Option<DirectPath> {
         // Streamable HTTP with a session: a later protocol's per-request `Mcp-*` headers are
         // rmcp's to build.
         if !(protocol.streamable_http() && protocol.has_session()) {
@@ -143,7 +143,7 @@ impl Lane {
             HeaderName::from_static("mcp-protocol-version"),
             HeaderValue::from_static(protocol.as_str()),
         );
-        Some(Lane {
+        Some(DirectPath {
             http,
             pool: Pool::for_url(&url, connect_timeout),
             url,
@@ -258,7 +258,7 @@ impl Lane {
 /// Sends `notifications/cancelled` for a call whose caller gave up (also when its future is
 /// dropped, e.g. by the dispatcher's timeout), unless disarmed.
 struct CancelOnDrop {
-    lane: Arc<Lane>,
+    direct: Arc<DirectPath>,
     session: Option<Arc<str>>,
     id: Arc<str>,
     reason: &'static str,
@@ -273,7 +273,7 @@ impl Drop for CancelOnDrop {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let lane = self.lane.clone();
+        let direct = self.direct.clone();
         let session = self.session.clone();
         let message = json!({
             "jsonrpc": "2.0",
@@ -281,7 +281,7 @@ impl Drop for CancelOnDrop {
             "params": {"requestId": &*self.id, "reason": self.reason},
         });
         rt.spawn(async move {
-            lane.send(session.as_deref(), &message).await;
+            direct.send(session.as_deref(), &message).await;
         });
     }
 }
@@ -486,22 +486,22 @@ impl Upstream {
         Envelope::err(ErrKind::NotAvailable, message)
     }
 
-    /// Calls `tool` over the lean path; `None` when the call must go through rmcp instead
+    /// Calls `tool` over the direct path; `None` when the call must go through rmcp instead
     /// (nothing was executed upstream).
-    pub(super) async fn fast_call(
+    pub(super) async fn direct_call(
         &self,
-        lane: &Arc<Lane>,
+        direct: &Arc<DirectPath>,
         tool: &str,
         args: Option<&Map<String, Value>>,
         ctx: &CallContext,
         timeout: Duration,
     ) -> Option<Attempt> {
-        self.counters.lean_calls.fetch_add(1, Ordering::Relaxed);
-        // Unique per upstream, across its connections: a call on an old connection's lane may
-        // still be in flight when a new lane starts.
+        self.counters.direct_calls.fetch_add(1, Ordering::Relaxed);
+        // Unique per upstream, across its connections: a call on an old connection's direct
+        // path may still be in flight when a new connection's starts.
         let id: Arc<str> =
-            format!("quiver-{}", self.lean_ids.fetch_add(1, Ordering::Relaxed)).into();
-        let session = lane.session.get();
+            format!("quiver-{}", self.direct_ids.fetch_add(1, Ordering::Relaxed)).into();
+        let session = direct.session.get();
         let body = serde_json::to_vec(&CallRequest {
             jsonrpc: "2.0",
             id: &id,
@@ -510,7 +510,7 @@ impl Upstream {
                 name: tool,
                 arguments: args,
                 // Only a caller that wants progress asks for it: a server may answer a call
-                // without a progress token more cheaply (Quiver's own direct path does).
+                // without a progress token more cheaply (Quiver's own server does).
                 meta: ctx
                     .client
                     .as_ref()
@@ -528,13 +528,13 @@ impl Upstream {
             ProgressToken(NumberOrString::String(id.clone())),
         );
         let mut guard = CancelOnDrop {
-            lane: lane.clone(),
+            direct: direct.clone(),
             session: session.clone(),
             id: id.clone(),
             reason: "the caller gave up",
             armed: true,
         };
-        let exchange = self.exchange(lane, &id, body, session.as_deref(), ctx, tool);
+        let exchange = self.exchange(direct, &id, body, session.as_deref(), ctx, tool);
         let outcome = tokio::select! {
             r = tokio::time::timeout(timeout, exchange) => match r {
                 Ok(e) => e,
@@ -556,7 +556,7 @@ impl Upstream {
                 // Every such call fails with the reason; the operator is told once per
                 // connection, and again as they mount up (a server answering every call
                 // with the wrong ids would otherwise flood the log).
-                let n = lane.unusable.fetch_add(1, Ordering::Relaxed) + 1;
+                let n = direct.unusable.fetch_add(1, Ordering::Relaxed) + 1;
                 let server = &self.cfg.name;
                 if n == 1 {
                     tracing::warn!(%server, "tools/call answered unusably: {why} (said once per connection; later ones on it are logged at debug level, and counted at the 10th, 100th, ...)");
@@ -572,7 +572,9 @@ impl Upstream {
                 Some(done(self.refused(tool, status, retry_after.as_deref())))
             }
             Exchange::Fallback => {
-                self.counters.lean_handoffs.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .direct_handoffs
+                    .fetch_add(1, Ordering::Relaxed);
                 None
             }
             Exchange::NotDelivered => Some(Attempt::NotDelivered),
@@ -584,7 +586,7 @@ impl Upstream {
             Exchange::Gone(why) => {
                 tracing::warn!(server = %self.cfg.name, "tools/call outcome unknown: {why}");
                 if let Some(me) = self.me.upgrade() {
-                    me.lost(lane.generation);
+                    me.lost(direct.generation);
                 }
                 Some(done(Envelope::err(
                     ErrKind::NotAvailable,
@@ -610,14 +612,14 @@ impl Upstream {
     /// Posts the request and reads its answer.
     async fn exchange(
         &self,
-        lane: &Lane,
+        direct: &DirectPath,
         id: &str,
         body: Vec<u8>,
         session: Option<&str>,
         ctx: &CallContext,
         tool: &str,
     ) -> Exchange {
-        let (status, head, reply) = match lane.request(session, body).await {
+        let (status, head, reply) = match direct.request(session, body).await {
             Ok(r) => r,
             Err(Sent::Not(why)) => {
                 tracing::debug!(server = %self.cfg.name, "tools/call not sent: {why}");
@@ -642,7 +644,7 @@ impl Upstream {
         }
         if content_type.starts_with("text/event-stream") && status == StatusCode::OK {
             return self
-                .read_stream(lane, id, (reply, head.keep), session, ctx, tool)
+                .read_stream(direct, id, (reply, head.keep), session, ctx, tool)
                 .await;
         }
         let body = match collect(reply).await {
@@ -734,10 +736,10 @@ mod tests {
     }
 
     #[test]
-    fn the_lane_speaks_only_session_era_protocols() {
+    fn the_direct_path_speaks_only_session_era_protocols() {
         let url = reqwest::Url::parse("http://127.0.0.1:1/mcp").unwrap();
-        let lane = |p: &str| {
-            Lane::new(
+        let direct = |p: &str| {
+            DirectPath::new(
                 crate::client::http::client(&url, None)
                     .unwrap()
                     .reqwest()
@@ -751,9 +753,9 @@ mod tests {
                 Duration::from_secs(1),
             )
         };
-        assert!(lane("2024-11-05").is_none());
-        assert!(lane("2026-07-28").is_none());
-        let l = lane("2025-11-25").expect("a lane");
+        assert!(direct("2024-11-05").is_none());
+        assert!(direct("2026-07-28").is_none());
+        let l = direct("2025-11-25").expect("a direct path");
         assert_eq!(l.headers["mcp-protocol-version"], "2025-11-25");
         assert_eq!(l.headers["authorization"], "Bearer t0k");
         assert_eq!(l.headers["accept"], "text/event-stream, application/json");
@@ -776,7 +778,7 @@ mod tests {
                 held.push(socket);
             }
         });
-        let lane = Lane::new(
+        let direct = DirectPath::new(
             crate::client::http::client(&url, None)
                 .unwrap()
                 .reqwest()
@@ -789,11 +791,11 @@ mod tests {
             1,
             Duration::from_secs(1),
         )
-        .expect("a lane");
+        .expect("a direct path");
         let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
                             "params": {"requestId": "quiver-1"}});
         // The hang guard is far beyond the send's own limit.
-        let sent = tokio::time::timeout(Duration::from_secs(3600), lane.send(None, &cancel))
+        let sent = tokio::time::timeout(Duration::from_secs(3600), direct.send(None, &cancel))
             .await
             .expect("the send gave up on its own");
         assert!(!sent);

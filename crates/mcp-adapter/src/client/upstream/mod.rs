@@ -77,7 +77,8 @@ pub struct ServerCounters {
     pub calls: u64,
     /// Re-lists after `notifications/tools/list_changed`.
     pub relists: u64,
-    /// Tool calls that took the lean streamable-HTTP path (`client/fast.rs`).
+    /// Tool calls that took the direct path to a streamable-HTTP server
+    /// (`client/upstream/direct.rs`).
     pub lean_calls: u64,
     /// Of those, calls the server rejected unrun and rmcp sent instead (an expired session).
     pub lean_handoffs: u64,
@@ -99,8 +100,8 @@ struct Counters {
     drops: AtomicU64,
     calls: AtomicU64,
     relists: AtomicU64,
-    lean_calls: AtomicU64,
-    lean_handoffs: AtomicU64,
+    direct_calls: AtomicU64,
+    direct_handoffs: AtomicU64,
 }
 
 impl Counters {
@@ -111,8 +112,8 @@ impl Counters {
             drops: self.drops.load(Ordering::Relaxed),
             calls: self.calls.load(Ordering::Relaxed),
             relists: self.relists.load(Ordering::Relaxed),
-            lean_calls: self.lean_calls.load(Ordering::Relaxed),
-            lean_handoffs: self.lean_handoffs.load(Ordering::Relaxed),
+            lean_calls: self.direct_calls.load(Ordering::Relaxed),
+            lean_handoffs: self.direct_handoffs.load(Ordering::Relaxed),
         }
     }
 }
@@ -135,8 +136,8 @@ pub(crate) struct Conn {
     /// Stdio: the progress and log notifications read and not yet handled (a call's answer
     /// waits for them; see `delivery.rs`).
     deliveries: Deliveries,
-    /// Streamable HTTP: the lean path for `tools/call` (`fast.rs`).
-    fast: Option<Arc<direct::Lane>>,
+    /// Streamable HTTP: the direct path for `tools/call` (`direct.rs`).
+    direct: Option<Arc<direct::DirectPath>>,
 }
 
 #[derive(Clone)]
@@ -195,9 +196,9 @@ pub(crate) struct Upstream {
     calls: Calls,
     /// Whose roots the server was last given (`roots.rs`).
     roots: Arc<Roots>,
-    /// The next id (and progress token) of a lean-path call, `quiver-N`: one sequence for
+    /// The next id (and progress token) of a direct-path call, `quiver-N`: one sequence for
     /// all of this server's connections.
-    lean_ids: AtomicU64,
+    direct_ids: AtomicU64,
     /// A `tools/list_changed` that came while the connection of this generation was still
     /// connecting: re-listed once it is up.
     relist_pending: Mutex<Option<u64>>,
@@ -256,7 +257,7 @@ impl Upstream {
             on_connected,
             calls: Calls::default(),
             roots: Arc::default(),
-            lean_ids: AtomicU64::new(0),
+            direct_ids: AtomicU64::new(0),
             relist_pending: Mutex::new(None),
             dial_seq: AtomicU64::new(0),
             relisting: Mutex::new(Relisting::default()),

@@ -133,7 +133,7 @@ pub(super) fn nobody_to_ask(method: &str, tool: &str) -> McpError {
 
 /// Asks a call's client to answer the server request `method` (MCP wire JSON in and out);
 /// an accepted elicitation gets the requested schema's defaults (SEP-1034). Shared by rmcp's
-/// handler and the lean path.
+/// handler and the direct path.
 pub(super) async fn ask_channel(
     channel: &Arc<dyn ClientChannel>,
     method: &str,
@@ -188,7 +188,7 @@ impl Handler {
 
 /// The params of a server request rmcp parsed, with the request's `_meta` back in them
 /// (rmcp moves it to the request context): what the server sent reaches the client, as on
-/// the lean path, which relays the params as they came. Its `progressToken` stays behind:
+/// the direct path, which relays the params as they came. Its `progressToken` stays behind:
 /// it names the upstream's progress, not the client's.
 fn with_meta(mut params: Value, meta: &rmcp::model::RequestMetaObject) -> Value {
     let Ok(Value::Object(meta)) = serde_json::to_value(meta) else {
@@ -425,7 +425,7 @@ mod tests {
     }
 
     /// A stdio upstream's sampling request reaches the client with its `_meta` (rmcp moved
-    /// it to the request context; the lean HTTP path keeps it in the params).
+    /// it to the request context; the direct HTTP path keeps it in the params).
     #[test]
     fn a_relayed_request_keeps_its_meta() {
         let meta: rmcp::model::RequestMetaObject =

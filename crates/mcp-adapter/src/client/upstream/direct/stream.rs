@@ -30,7 +30,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{
-    BodyStream, Exchange, Incoming, Lane, SESSION_HEADER, Seen, Upstream, classify, reqwest_body,
+    BodyStream, DirectPath, Exchange, Incoming, SESSION_HEADER, Seen, Upstream, classify,
+    reqwest_body,
 };
 use crate::client::{
     roots::{Who, roots_of},
@@ -47,7 +48,7 @@ const MAX_RETRY: Duration = Duration::from_secs(30);
 /// The least wait before the `n`th resumption of one call's stream (counted from 0) when
 /// the server asks for less: none for the first, then 50 ms doubling up to 2 s. A server
 /// that ends every stream after one event is then resumed a dozen times in 10 s, not in
-/// a loop as fast as the network allows (182 GETs within an 8 s call were seen).
+/// a loop as fast as the network allows.
 fn resume_floor(n: u32) -> Duration {
     match n {
         0 => Duration::ZERO,
@@ -199,7 +200,7 @@ impl Upstream {
     /// Reads an SSE response stream until the answer, resuming it when it closes early.
     pub(super) async fn read_stream(
         &self,
-        lane: &Lane,
+        direct: &DirectPath,
         id: &str,
         (reply, keep): (BodyStream, Option<Arc<AtomicBool>>),
         session: Option<&str>,
@@ -212,7 +213,7 @@ impl Upstream {
         let mut resumes = 0;
         let mut resumed = 0;
         // Whether `events` reads an in-task connection (a resumed stream is reqwest's).
-        let mut pooled = lane.pool.is_some();
+        let mut pooled = direct.pool.is_some();
         let mut answering = FuturesUnordered::new();
         loop {
             tokio::select! {
@@ -243,10 +244,10 @@ impl Upstream {
                                 return a;
                             }
                             Seen::Request { id, method, params } => {
-                                answering.push(self.answer(lane, session, id, method, params, ctx, tool));
+                                answering.push(self.answer(direct, session, id, method, params, ctx, tool));
                             }
                             Seen::Notification { method, params } => {
-                                Box::pin(self.notified(lane, &method, params, ctx)).await;
+                                Box::pin(self.notified(direct, &method, params, ctx)).await;
                             }
                             Seen::Other => {}
                         }
@@ -272,7 +273,7 @@ impl Upstream {
                         tokio::time::sleep(retry.max(resume_floor(resumed))).await;
                         resumed += 1;
                         // Boxed, as the notification's delivery: rare, and large inline.
-                        match Box::pin(self.resume(lane, session, from)).await {
+                        match Box::pin(self.resume(direct, session, from)).await {
                             Ok(r) => {
                                 pooled = false;
                                 events = sse::events(limit_events(reqwest_body(r), MAX_SSE_EVENT));
@@ -290,16 +291,16 @@ impl Upstream {
     /// Re-opens the stream after `last_event` with a GET (SEP-1699).
     async fn resume(
         &self,
-        lane: &Lane,
+        direct: &DirectPath,
         session: Option<&str>,
         last_event: &str,
     ) -> Result<reqwest::Response, Resume> {
-        let mut headers = lane.headers.clone();
+        let mut headers = direct.headers.clone();
         headers.remove(CONTENT_TYPE);
         headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-        let mut req = lane
+        let mut req = direct
             .http
-            .get(lane.url.clone())
+            .get(direct.url.clone())
             .headers(headers)
             .header("last-event-id", last_event);
         if let Some(s) = session {
@@ -322,7 +323,7 @@ impl Upstream {
     #[allow(clippy::too_many_arguments)]
     async fn answer(
         &self,
-        lane: &Lane,
+        direct: &DirectPath,
         session: Option<&str>,
         id: Value,
         method: String,
@@ -334,12 +335,13 @@ impl Upstream {
             // Fails closed, as on rmcp's path (`Handler::list_roots`).
             self.roots.asked();
             let answer = roots_of(ctx.client.as_ref()).await.ok();
-            let result = self.roots.answer(lane.generation, answer, Who::of(ctx));
-            lane.send(
-                session,
-                &json!({"jsonrpc": "2.0", "id": id, "result": result}),
-            )
-            .await;
+            let result = self.roots.answer(direct.generation, answer, Who::of(ctx));
+            direct
+                .send(
+                    session,
+                    &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+                )
+                .await;
             return;
         }
         let message = match ask(ctx.client.as_ref(), &method, tool, params).await {
@@ -349,13 +351,13 @@ impl Upstream {
                 json!({"jsonrpc": "2.0", "id": id, "error": e})
             }
         };
-        lane.send(session, &message).await;
+        direct.send(session, &message).await;
     }
 
     /// A notification on the call's stream: the call's progress and log messages go to its
     /// client (the stream says whose they are; no token is looked up); list changes and
     /// resource updates are the connection's.
-    async fn notified(&self, lane: &Lane, method: &str, params: Value, ctx: &CallContext) {
+    async fn notified(&self, direct: &DirectPath, method: &str, params: Value, ctx: &CallContext) {
         match method {
             "notifications/progress" => {
                 let Ok(p) = ProgressNotificationParam::deserialize(&params) else {
@@ -372,7 +374,7 @@ impl Upstream {
             }
             "notifications/tools/list_changed" => {
                 if let Some(up) = self.me.upgrade() {
-                    tokio::spawn(up.relist(lane.generation));
+                    tokio::spawn(up.relist(direct.generation));
                 }
             }
             other => {

@@ -338,8 +338,8 @@ impl Upstream {
             return Attempt::NotDelivered;
         }
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
-        // The rare paths (a roots sync, rmcp's path) are boxed: inline, their states made
-        // this future, which `async_trait` moves into a box for every call, many KiB.
+        // The rare paths (a roots sync, rmcp's path) are boxed: inline, their states would
+        // make this future, which `async_trait` moves into a box for every call, many KiB.
         if self.roots_stale(conn, ctx) {
             Box::pin(self.sync_roots(conn, tool, ctx, self.call_limit(ctx))).await;
         }

@@ -113,8 +113,8 @@ impl DialError {
         } else {
             format!("; its stderr ended with: {tail}")
         };
-        // A server that needed a variable of Quiver's environment it no longer inherits
-        // exits at start-up: say where to look.
+        // A server that needs a variable of Quiver's environment, which it does not inherit
+        // whole, exits at start-up: say where to look.
         let tail = if exit.is_empty() {
             tail
         } else {

@@ -5,10 +5,10 @@
 //! stream, hyper's connection task, and back), and on a small machine each hand-over costs a
 //! wake-up of another thread. Here the calling task posts the request itself, on the same
 //! connection pool and session rmcp set up, and reads the answer (a JSON body, or an SSE
-//! stream: `direct/stream.rs`) in place. Everything on the call's response
-//! stream belongs to that call, so a server request (sampling, elicitation, roots) or a
-//! log message found there goes to the call's own client channel, answered on the same
-//! session: no guessing which call it was.
+//! stream: `direct/stream.rs`) in place. Everything on the call's response stream belongs to
+//! that call, so a server request (sampling, elicitation, roots) or a log message found there
+//! goes to the call's own client channel, answered on the same session: no guessing which
+//! call it was.
 //!
 //! rmcp still owns the session: the handshake, the standalone GET stream, liveness pings,
 //! lists, resources and prompts, and every recovery. A call this path cannot complete

@@ -175,7 +175,7 @@ pub(crate) struct Upstream {
     counters: Counters,
     diagnostics: Mutex<VecDeque<String>>,
     /// The backoff delay reached by failed dials and short-lived connections; `None` after a
-    /// connection that lived [`STABLE_AFTER`].
+    /// connection that lived `STABLE_AFTER` (`supervise.rs`).
     backoff: Mutex<Option<Duration>>,
     /// When the background loop dials next, while it waits out a backoff delay.
     next_attempt: Mutex<Option<std::time::SystemTime>>,
@@ -343,7 +343,6 @@ impl Upstream {
         *self.next_attempt.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Why the server's command could not be started at the last dial, if it could not.
     /// Every tool name the server listed last, before `allow_tools` and `deny_tools`.
     pub(crate) fn listed_names(&self) -> Vec<String> {
         self.listed_names
@@ -352,6 +351,7 @@ impl Upstream {
             .clone()
     }
 
+    /// Why the server's command could not be started at the last dial, if it could not.
     pub(crate) fn cannot_start(&self) -> Option<String> {
         self.cannot_start
             .lock()

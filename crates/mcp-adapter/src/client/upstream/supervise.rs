@@ -173,8 +173,6 @@ impl Upstream {
         }
     }
 
-    /// Marks the connection of generation `generation` as lost (once) and starts the
-    /// background reconnect.
     /// Records how the stdio child of `generation` ended, for the operator and for the
     /// message of the calls it was running.
     pub(super) fn child_exited(
@@ -193,9 +191,11 @@ impl Upstream {
         self.exits.send_replace(Some((generation, how)));
     }
 
+    /// Marks the connection of generation `generation` as lost (once) and starts the
+    /// background reconnect.
     pub(super) fn lost(self: &Arc<Self>, generation: u64) {
-        // Quiver closing the client ends every connection: not a loss (an HTTP one's warning
-        // was printed at the end of every command that had one).
+        // Quiver closing the client ends every connection: not a loss (warning of it would
+        // end every command that used an HTTP server).
         if self.closed.is_cancelled() {
             return;
         }

@@ -60,11 +60,11 @@ fn resume_floor(n: u32) -> Duration {
 /// The largest SSE event read (bytes between blank lines).
 const MAX_SSE_EVENT: usize = 16 << 20;
 
-/// `body`, failing once an event grows past `max` bytes (an upstream that never ends an
-/// event cannot make Quiver buffer without bound).
 /// How the error of an SSE event longer than [`MAX_SSE_EVENT`] begins.
 const OVERSIZED_EVENT: &str = "an SSE event over";
 
+/// `body`, failing once an event grows past `max` bytes (an upstream that never ends an
+/// event cannot make Quiver buffer without bound).
 fn limit_events(body: BodyStream, max: usize) -> BodyStream {
     // (bytes since the last blank line, the last byte ended a line, it was a CR). A line
     // ends at CR, LF or CRLF (as the SSE parser reads it), so CR CR is a blank line too.

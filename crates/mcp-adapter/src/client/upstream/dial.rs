@@ -211,38 +211,14 @@ impl Upstream {
         };
         let running = match outcome {
             Ok(r) => r,
-            Err(e) => {
-                // A child that failed at start usually said why on stderr (read before the
-                // child is told to stop, so that its exit is its own). One that did not
-                // answer in time had its input closed when the wait ended: its exit is
-                // Quiver's doing, not news.
-                let e = match child_guard.as_mut() {
-                    Some(g) => e.with_stderr(g, !timed_out).await,
-                    None => e,
-                };
-                cancel.cancel();
-                if let Some(mut g) = child_guard {
-                    g.shutdown().await;
-                }
-                return Err(e);
-            }
+            Err(e) => return Err(unstarted(e, child_guard, !timed_out, &cancel).await),
         };
         let peer = running.peer().clone();
         let offers = Offers::of(&peer);
         let protocol = &offers.protocol;
-        // The handshake offers `Protocol::OFFERED` and accepts any version that has one; a
-        // server that answers with another version is rejected.
-        let Some(version) = Protocol::parse(protocol).filter(|p| p.has_session()) else {
-            let supported: Vec<&str> = Protocol::ALL
-                .into_iter()
-                .filter(|p| p.has_session())
-                .map(Protocol::as_str)
-                .collect();
-            let e = DialError::Rejected(format!(
-                "unsupported protocol version {protocol:?} (supported: {})",
-                supported.join(", ")
-            ));
-            return Err(abandon(e, running, child_guard, &cancel).await);
+        let version = match accepted(protocol) {
+            Ok(v) => v,
+            Err(e) => return Err(abandon(e, running, child_guard, &cancel).await),
         };
         let tools = if offers.tools {
             match self.first_listing(&peer).await {
@@ -480,6 +456,46 @@ impl Upstream {
         watchers.retain(|w| !w.is_finished());
         watchers.push(watcher);
     }
+}
+
+/// The version an upstream answered the handshake with, if Quiver speaks it: the handshake
+/// offers `Protocol::OFFERED` and accepts any version that has one; a server that answers
+/// with another version is rejected.
+fn accepted(protocol: &str) -> Result<Protocol, DialError> {
+    Protocol::parse(protocol)
+        .filter(|p| p.has_session())
+        .ok_or_else(|| {
+            let supported: Vec<&str> = Protocol::ALL
+                .into_iter()
+                .filter(|p| p.has_session())
+                .map(Protocol::as_str)
+                .collect();
+            DialError::Rejected(format!(
+                "unsupported protocol version {protocol:?} (supported: {})",
+                supported.join(", ")
+            ))
+        })
+}
+
+/// Gives up a connection whose handshake did not finish: the error, with what a stdio child
+/// that failed at start said on stderr (read before it is told to stop, so that its exit is
+/// its own, `own_exit`). One that did not answer in time had its input closed when the wait
+/// ended: its exit is Quiver's doing, not news.
+async fn unstarted(
+    e: DialError,
+    mut child_guard: Option<ChildGuard>,
+    own_exit: bool,
+    cancel: &CancellationToken,
+) -> DialError {
+    let e = match child_guard.as_mut() {
+        Some(g) => e.with_stderr(g, own_exit).await,
+        None => e,
+    };
+    cancel.cancel();
+    if let Some(mut g) = child_guard {
+        g.shutdown().await;
+    }
+    e
 }
 
 /// Gives up a connection whose handshake went through but that cannot be used: the error,

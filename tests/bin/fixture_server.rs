@@ -1092,7 +1092,7 @@ async fn main() -> anyhow::Result<()> {
         .map(|c| Arc::new(c) as Arc<dyn ContentSource>);
     let readiness = client
         .clone()
-        .map(|c| Arc::new(c) as Arc<dyn quiver_mcp_adapter::Readiness>);
+        .map(|c| Arc::new(UpstreamsReady(c)) as Arc<dyn quiver_mcp_adapter::Readiness>);
     let served = serve::serve(
         surface,
         dispatcher,
@@ -1110,4 +1110,13 @@ async fn main() -> anyhow::Result<()> {
         client.close().await;
     }
     served
+}
+
+/// Ready while the content upstream is connected (the fixture has no store to check).
+struct UpstreamsReady(McpClient);
+
+impl quiver_mcp_adapter::Readiness for UpstreamsReady {
+    fn not_ready(&self) -> Vec<String> {
+        self.0.required_not_ready()
+    }
 }

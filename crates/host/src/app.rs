@@ -384,8 +384,10 @@ impl App {
 }
 
 /// What `GET /readyz` checks for `quiver serve`: the required upstream MCP servers are
-/// connected and the execution log is being written (a failing log would leave calls
-/// unaudited, so a load balancer should send them elsewhere).
+/// connected ([`McpClient::required_not_ready`]: the host composes readiness from the
+/// client's state, so the adapter's client and server need not know each other) and the
+/// execution log is being written (a failing log would leave calls unaudited, so a load
+/// balancer should send them elsewhere).
 #[derive(Clone)]
 pub struct Ready {
     mcp: McpClient,

@@ -6,12 +6,20 @@
 //! and stdio): `tools/list` is the session's surface, `tools/call` goes through the
 //! registry's dispatcher, and working-set or catalog changes go out as
 //! `notifications/tools/list_changed`. rmcp and axum types appear only in this crate.
+//!
+//! The two sides never import each other: what both need lies below them, at the crate root
+//! (the content port and list changes in `content`, SSE reading in `sse`, the protocol
+//! versions in `protocol`, small wire conversions in `wire`).
 
 pub mod client;
+mod content;
 mod error;
 mod floats;
 mod lines;
+mod protocol;
 pub mod server;
+mod sse;
+mod wire;
 
 pub use client::{
     ClientOptions, INHERITED_ENV, Liveness, McpClient, McpClientConfig, RESOURCE_TOOLS,
@@ -22,8 +30,9 @@ pub use client::{
     comparable_definitions, connection_findings, server_list_findings, token_findings,
     unconnected_server_of,
 };
+pub use content::{ContentError, ContentOffer, ContentSource, ListChange, ListChanged};
 pub use error::McpError;
 pub use server::{
-    AuthError, ContentError, ContentOffer, ContentSource, InboundAuth, InboundToken, ListChange,
-    ListChanged, McpServer, Readiness, ServeError, ServerOptions, allowed_authorities,
+    AuthError, InboundAuth, InboundToken, McpServer, Readiness, ServeError, ServerOptions,
+    allowed_authorities,
 };

@@ -17,7 +17,8 @@ pub(crate) enum Class {
     /// The peer answered with a JSON-RPC error: the connection is fine.
     Peer,
     /// The request timed out (`ServiceError::Timeout`: a send that did not complete in time;
-    /// an unanswered call is told `notifications/cancelled` where it waits, `upstream::wait`).
+    /// an unanswered call is told `notifications/cancelled` where it waits,
+    /// `upstream::call::wait`).
     Timeout,
     /// The connection is gone and the request surely did not go out (refused, a write into
     /// a closed pipe): safe to send again on a new connection.

@@ -8,7 +8,7 @@
 //! response, and checked back in once the response body has ended. A connection whose
 //! response was not read to its end is dropped (closed), never reused.
 //!
-//! Only for `http://` URLs with no proxy in the way (the lean path falls back to reqwest for
+//! Only for `http://` URLs with no proxy in the way (the direct path falls back to reqwest for
 //! `https://` and for a configured proxy); no redirects are followed (a 3xx goes to rmcp,
 //! whose client follows same-origin ones).
 

@@ -83,8 +83,8 @@ pub(crate) fn client(url: &Url, timeout: Option<Duration>) -> reqwest::Result<Up
         .map(|c| UpstreamHttp(c, SessionSlot::default(), Arc::from(""), None))
 }
 
-/// The session id rmcp last sent to the server, for the call path that bypasses rmcp's
-/// transport (`fast.rs`). rmcp keeps its session to itself; every request it sends names it.
+/// The session id rmcp last sent to the server, for the direct path, which bypasses rmcp's
+/// transport (`upstream/direct.rs`). rmcp keeps its session to itself; every request it sends names it.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SessionSlot(Arc<Mutex<Option<Arc<str>>>>);
 

@@ -7,8 +7,9 @@
 //! connection is re-dialled once, shared by every call that saw it drop (after the next
 //! backoff step when it was lost within 30 s of coming up).
 //!
-//! Protocol versions: the handshake offers 2025-11-25 and accepts an upstream on 2024-11-05,
-//! 2025-03-26, 2025-06-18 or 2025-11-25; any other answer is a rejection.
+//! Protocol versions (`crate::protocol`): the handshake offers 2025-11-25 (`Protocol::OFFERED`)
+//! and accepts an upstream on any version that has a handshake (2024-11-05 to 2025-11-25);
+//! any other answer is a rejection.
 
 /// A mutex's guard, whether or not a panic poisoned it (the data is left as it was).
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -28,7 +29,6 @@ mod passthrough;
 mod pipe;
 mod roots;
 mod route;
-pub(crate) mod sse;
 mod to_contract;
 mod tool;
 mod upstream;
@@ -75,8 +75,9 @@ pub struct ClientOptions {
     pub max_concurrent_dials: usize,
     /// Cap on entries taken from any list (tools, resources).
     pub list_cap: usize,
-    /// Streamable-HTTP upstreams: `tools/call` is posted by the calling task instead of
-    /// through rmcp's transport worker (see `client/fast.rs`); on by default.
+    /// Streamable-HTTP upstreams: `tools/call` takes the direct path, posted by the calling
+    /// task instead of through rmcp's transport worker (see `client/upstream/direct.rs`); on
+    /// by default.
     pub http_fast_lane: bool,
 }
 
@@ -114,7 +115,7 @@ impl ClientOptions {
         self
     }
 
-    /// Turns the lean `tools/call` path for streamable-HTTP upstreams on or off.
+    /// Turns the direct `tools/call` path for streamable-HTTP upstreams on or off.
     pub fn with_http_fast_lane(mut self, on: bool) -> Self {
         self.http_fast_lane = on;
         self
@@ -293,10 +294,10 @@ impl McpClient {
                 }
                 // A server coming (back) changes what the merged lists hold.
                 if has_resources {
-                    lists.list_changed(crate::server::ListChange::Resources);
+                    lists.list_changed(crate::content::ListChange::Resources);
                 }
                 if has_prompts {
-                    lists.list_changed(crate::server::ListChange::Prompts);
+                    lists.list_changed(crate::content::ListChange::Prompts);
                 }
             }),
             relays,
@@ -471,12 +472,5 @@ fn why_absent(shared: &Shared, name: &str) -> Option<String> {
     match up.state() {
         ServerState::Connected | ServerState::Closed => None,
         _ => Some(up.absence()),
-    }
-}
-
-/// `GET /readyz`: ready when every required server is connected.
-impl crate::server::Readiness for McpClient {
-    fn not_ready(&self) -> Vec<String> {
-        self.required_not_ready()
     }
 }

@@ -34,7 +34,7 @@ use super::{
     McpClient, Shared, lock,
     upstream::{Conn, Upstream},
 };
-use crate::server::{ContentError, ContentOffer, ContentSource, ListChanged};
+use crate::content::{ContentError, ContentOffer, ContentSource, ListChanged};
 
 /// Pages asked of one upstream for one list, at most (a server that keeps sending cursors).
 const MAX_PAGES: usize = 1000;

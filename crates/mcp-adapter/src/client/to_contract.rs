@@ -555,7 +555,7 @@ mod tests {
         let env = call_result(&upstream);
         assert_eq!(env.data(), Some(&json!("before\nstill leading")));
         // As the wire has it (a priority of 0.7 must stay 0.7 there).
-        let wire = serde_json::to_string(&crate::server::from_contract::call_result(
+        let wire = serde_json::to_string(&crate::wire::call_result(
             &env,
             &quiver_contract::RenderOptions::default(),
             || false,

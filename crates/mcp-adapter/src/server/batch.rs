@@ -274,7 +274,7 @@ async fn relay(
                 .into_body()
                 .into_data_stream()
                 .map(|chunk| chunk.map_err(std::io::Error::other));
-            let mut events = crate::client::sse::events(stream);
+            let mut events = crate::sse::events(stream);
             let mut answered = false;
             while let Some(Ok(event)) = events.next().await {
                 let Ok(message) = serde_json::from_str::<Value>(&event.data) else {

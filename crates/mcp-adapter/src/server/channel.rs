@@ -24,6 +24,7 @@ use rmcp::{
 use serde_json::Value;
 
 use super::handler::{Connection, lock};
+use crate::wire::to_mcp_level;
 
 /// The declared features of a client's capabilities.
 pub(crate) fn features(caps: Option<&ClientCapabilities>) -> ClientFeatures {
@@ -40,32 +41,6 @@ pub(crate) fn features(caps: Option<&ClientCapabilities>) -> ClientFeatures {
             }
         }
         None => ClientFeatures::default(),
-    }
-}
-
-pub(crate) fn to_mcp_level(level: LogLevel) -> LoggingLevel {
-    match level {
-        LogLevel::Debug => LoggingLevel::Debug,
-        LogLevel::Info => LoggingLevel::Info,
-        LogLevel::Notice => LoggingLevel::Notice,
-        LogLevel::Warning => LoggingLevel::Warning,
-        LogLevel::Error => LoggingLevel::Error,
-        LogLevel::Critical => LoggingLevel::Critical,
-        LogLevel::Alert => LoggingLevel::Alert,
-        _ => LoggingLevel::Emergency,
-    }
-}
-
-pub(crate) fn from_mcp_level(level: LoggingLevel) -> LogLevel {
-    match level {
-        LoggingLevel::Debug => LogLevel::Debug,
-        LoggingLevel::Info => LogLevel::Info,
-        LoggingLevel::Notice => LogLevel::Notice,
-        LoggingLevel::Warning => LogLevel::Warning,
-        LoggingLevel::Error => LogLevel::Error,
-        LoggingLevel::Critical => LogLevel::Critical,
-        LoggingLevel::Alert => LogLevel::Alert,
-        LoggingLevel::Emergency => LogLevel::Emergency,
     }
 }
 
@@ -451,6 +426,7 @@ mod tests {
     }
 
     use super::*;
+    use crate::wire::from_mcp_level;
 
     #[test]
     fn progress_only_grows() {

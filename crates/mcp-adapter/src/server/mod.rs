@@ -4,8 +4,6 @@
 mod auth;
 mod batch;
 mod channel;
-pub(crate) use channel::from_mcp_level;
-mod content;
 mod direct;
 pub(crate) mod from_contract;
 mod handler;
@@ -25,7 +23,10 @@ use quiver_surface::Surface;
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{AuthError, InboundAuth, InboundToken};
-pub use content::{ContentError, ContentOffer, ContentSource, ListChange, ListChanged};
+// The content port lives in the crate's floor (the client implements it); the server's
+// modules name it through here, as does the public path `server::ContentSource`.
+use crate::content;
+pub use crate::content::{ContentError, ContentOffer, ContentSource, ListChange, ListChanged};
 pub use health::Readiness;
 pub use http::allowed_authorities;
 pub use key::{CONVERSATION_HEADER, CONVERSATION_META};

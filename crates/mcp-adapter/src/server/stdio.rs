@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::invalid::{self, Refusal};
 use crate::lines::{LineRead, LineReader, LineWriter, MAX_LINE, find_id, message_bytes};
+use crate::protocol::Protocol;
 
 /// How long calls in flight may still finish after a stdio client closed stdin.
 pub(super) const STDIN_CLOSED_GRACE: Duration = Duration::from_secs(2);
@@ -442,8 +443,12 @@ where
                     });
                     continue;
                 }
-                self.batching =
-                    Some(value["params"]["protocolVersion"].as_str() == Some("2025-03-26"));
+                self.batching = Some(
+                    value["params"]["protocolVersion"]
+                        .as_str()
+                        .and_then(Protocol::parse)
+                        .is_some_and(Protocol::batches),
+                );
             }
             if self.batching == Some(true)
                 && line.first() == Some(&b'[')

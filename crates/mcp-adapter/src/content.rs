@@ -2,7 +2,8 @@
 //! implements [`ContentSource`] (the MCP client, passing its upstreams through; a fixture
 //! serving its own). Everything crosses it as MCP wire JSON, so an implementation needs no
 //! rmcp types; the handler turns it into rmcp's typed results (and rejects what does not
-//! parse as such).
+//! parse as such). It sits below both sides: the server consumes it and the client
+//! implements it, so neither imports the other.
 //!
 //! `resources/read` and `prompts/get` take the request's [`CallContext`]: its client channel
 //! carries what the source asks the client while it answers (an upstream's elicitation

@@ -1,8 +1,9 @@
-//! Server-sent events read as the HTML standard says (the lean path's response streams).
+//! Server-sent events read as the HTML standard says: the direct path's response streams
+//! (client side) and the answers a batch collects from rmcp (server side).
 //!
 //! `sse-stream` fails the whole stream on lines the standard tells a reader to ignore (a
 //! field it does not know, a field name without a colon, a repeated `id`, a `retry` that is
-//! not a number), and the lean path would then report a call whose answer followed as
+//! not a number), and the direct path would then report a call whose answer followed as
 //! broken. This reader ignores them, as a browser does: a line without a colon is a field
 //! with an empty value, unknown fields are skipped, a later `id` replaces an earlier one.
 
@@ -11,7 +12,7 @@ use std::collections::VecDeque;
 use futures::{Stream, StreamExt, stream::BoxStream};
 use hyper::body::Bytes;
 
-/// One dispatched event: what the lean path reads of it.
+/// One dispatched event: what a reader here needs of it.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct Event {
     /// The data lines joined by line feeds (empty without any).
@@ -86,7 +87,7 @@ impl Parser {
                         self.retry = Some(ms);
                     }
                 }
-                // `event` (the type; the lean path reads messages of every type) and any
+                // `event` (the type; messages of every type are read alike) and any
                 // field the standard does not define.
                 _ => {}
             }

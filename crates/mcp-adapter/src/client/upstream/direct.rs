@@ -1,14 +1,14 @@
-//! The lean path for `tools/call` to a streamable-HTTP upstream.
+//! The direct path for `tools/call` to a streamable-HTTP upstream.
 //!
 //! rmcp's streamable-HTTP client hands a request through about nine tasks on its way out and
 //! back (the peer's service loop, a send task, the transport worker, a task per SSE response
 //! stream, hyper's connection task, and back), and on a small machine each hand-over costs a
-//! wake-up of another thread: about 170 µs of a call to a fast upstream. Here the calling task
-//! posts the request itself, on the same connection pool and session rmcp set up, and reads
-//! the answer (a JSON body or an SSE stream) in place. Everything on the call's response
-//! stream belongs to that call, so a server request (sampling, elicitation, roots) or a
-//! log message found there goes to the call's own client channel, answered on the same
-//! session: no guessing which call it was.
+//! wake-up of another thread. Here the calling task posts the request itself, on the same
+//! connection pool and session rmcp set up, and reads the answer (a JSON body, or an SSE
+//! stream: `direct/stream.rs`) in place. Everything on the call's response stream belongs to
+//! that call, so a server request (sampling, elicitation, roots) or a log message found there
+//! goes to the call's own client channel, answered on the same session: no guessing which
+//! call it was.
 //!
 //! rmcp still owns the session: the handshake, the standalone GET stream, liveness pings,
 //! lists, resources and prompts, and every recovery. A call this path cannot complete
@@ -17,8 +17,8 @@
 //! stream that closes before the answer is resumed with `Last-Event-ID` (SEP-1699), as rmcp
 //! would.
 //!
-//! Used for the session-era protocols (up to 2025-11-25, the version Quiver asks for); a
-//! later protocol's per-request headers are rmcp's to build.
+//! Used for the streamable-HTTP protocols that have a session (2025-03-26 to 2025-11-25, see
+//! `Protocol`); a later protocol's per-request headers are rmcp's to build.
 
 use std::{
     sync::{
@@ -28,64 +28,39 @@ use std::{
     time::Duration,
 };
 
-use futures::{StreamExt, TryStreamExt, stream::FuturesUnordered};
+use futures::{StreamExt, TryStreamExt};
 use hyper::body::Bytes;
-use quiver_contract::{CallContext, ClientChannel, Envelope, ErrKind};
+use quiver_contract::{CallContext, Envelope, ErrKind};
 use reqwest::{
     StatusCode,
     header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue},
 };
-use rmcp::{
-    ErrorData as McpError,
-    model::{
-        CreateMessageResult, ElicitResult, LoggingMessageNotificationParam, NumberOrString,
-        ProgressNotificationParam, ProgressToken, RequestId,
-    },
-};
+use rmcp::model::{NumberOrString, ProgressToken, RequestId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::{
-    Attempt, Upstream, ask_channel, done,
-    h1::{self, Pool},
-    http::SessionSlot,
-    nobody_to_ask, relay_error, to_contract,
+    Upstream,
+    call::{Attempt, done},
 };
 use crate::client::{
-    roots::{Who, roots_of},
-    sse,
+    h1::{self, Pool},
+    http::SessionSlot,
+    to_contract,
 };
+use crate::protocol::Protocol;
 
-/// The protocols this path speaks (no per-request `Mcp-*` headers).
-const PROTOCOLS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
-
-/// How many times in a row a response stream is resumed without an event in between.
-const MAX_RESUMES: u32 = 5;
+mod stream;
 
 const SESSION_HEADER: &str = "mcp-session-id";
-
-/// The longest `retry` a server may ask for before a stream is resumed.
-const MAX_RETRY: Duration = Duration::from_secs(30);
-
-/// The least wait before the `n`th resumption of one call's stream (counted from 0) when
-/// the server asks for less: none for the first, then 50 ms doubling up to 2 s. A server
-/// that ends every stream after one event is then resumed a dozen times in 10 s, not in
-/// a loop as fast as the network allows (182 GETs within an 8 s call were seen).
-fn resume_floor(n: u32) -> Duration {
-    match n {
-        0 => Duration::ZERO,
-        n => (Duration::from_millis(50) * 2u32.saturating_pow(n - 1).min(64))
-            .min(Duration::from_secs(2)),
-    }
-}
 
 /// How long sending a message that awaits no answer (a cancellation, the answer to a server
 /// request) may take: a hung upstream must not hold a socket and a task per call for ever.
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// One HTTP connection's lean call path: rmcp's HTTP client (and connection pool), the
+/// One HTTP connection's direct path: rmcp's HTTP client (and connection pool), the
 /// headers rmcp sends on every request, and the session rmcp uses.
-pub(crate) struct Lane {
+pub(crate) struct DirectPath {
     http: reqwest::Client,
     url: reqwest::Url,
     headers: HeaderMap,
@@ -118,54 +93,6 @@ async fn collect(mut body: BodyStream) -> Result<Option<Vec<u8>>, std::io::Error
     Ok(Some(out))
 }
 
-/// The largest SSE event read (bytes between blank lines).
-const MAX_SSE_EVENT: usize = 16 << 20;
-
-/// `body`, failing once an event grows past `max` bytes (an upstream that never ends an
-/// event cannot make Quiver buffer without bound).
-/// How the error of an SSE event longer than [`MAX_SSE_EVENT`] begins.
-const OVERSIZED_EVENT: &str = "an SSE event over";
-
-fn limit_events(body: BodyStream, max: usize) -> BodyStream {
-    // (bytes since the last blank line, the last byte ended a line, it was a CR). A line
-    // ends at CR, LF or CRLF (as the SSE parser reads it), so CR CR is a blank line too.
-    body.scan(
-        (0usize, false, false),
-        move |(run, ended, after_cr), chunk| {
-            let item = chunk.and_then(|c| {
-                for &b in c.iter() {
-                    match b {
-                        // The LF of a CRLF: the CR ended the line already.
-                        b'\n' if *after_cr => *after_cr = false,
-                        b'\n' | b'\r' => {
-                            if *ended {
-                                *run = 0;
-                            }
-                            *ended = true;
-                            *after_cr = b == b'\r';
-                        }
-                        _ => {
-                            *ended = false;
-                            *after_cr = false;
-                        }
-                    }
-                    *run += 1;
-                }
-                if *run > max {
-                    Err(std::io::Error::other(format!(
-                        "{OVERSIZED_EVENT} {} MiB",
-                        max >> 20
-                    )))
-                } else {
-                    Ok(c)
-                }
-            });
-            futures::future::ready(Some(item))
-        },
-    )
-    .boxed()
-}
-
 fn reqwest_body(r: reqwest::Response) -> BodyStream {
     r.bytes_stream().map_err(std::io::Error::other).boxed()
 }
@@ -178,8 +105,8 @@ enum Sent {
     Maybe(String),
 }
 
-impl Lane {
-    /// The lane for a connection that negotiated `protocol`, if this path speaks it.
+impl DirectPath {
+    /// The direct path of a connection that negotiated `protocol`, if it speaks that version.
     #[expect(
         clippy::too_many_arguments,
         reason = "one call site, which reads the connection's pieces out of its dial"
@@ -189,12 +116,14 @@ impl Lane {
         url: reqwest::Url,
         configured: &[(HeaderName, HeaderValue)],
         token: Option<&str>,
-        protocol: &str,
+        protocol: Protocol,
         session: SessionSlot,
         generation: u64,
         connect_timeout: Duration,
-    ) -> Option<Lane> {
-        if !PROTOCOLS.contains(&protocol) {
+    ) -> Option<DirectPath> {
+        // Streamable HTTP with a session: a later protocol's per-request `Mcp-*` headers are
+        // rmcp's to build.
+        if !(protocol.streamable_http() && protocol.has_session()) {
             return None;
         }
         let mut headers = HeaderMap::new();
@@ -212,9 +141,9 @@ impl Lane {
         }
         headers.insert(
             HeaderName::from_static("mcp-protocol-version"),
-            HeaderValue::from_str(protocol).ok()?,
+            HeaderValue::from_static(protocol.as_str()),
         );
-        Some(Lane {
+        Some(DirectPath {
             http,
             pool: Pool::for_url(&url, connect_timeout),
             url,
@@ -329,7 +258,7 @@ impl Lane {
 /// Sends `notifications/cancelled` for a call whose caller gave up (also when its future is
 /// dropped, e.g. by the dispatcher's timeout), unless disarmed.
 struct CancelOnDrop {
-    lane: Arc<Lane>,
+    direct: Arc<DirectPath>,
     session: Option<Arc<str>>,
     id: Arc<str>,
     reason: &'static str,
@@ -344,7 +273,7 @@ impl Drop for CancelOnDrop {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let lane = self.lane.clone();
+        let direct = self.direct.clone();
         let session = self.session.clone();
         let message = json!({
             "jsonrpc": "2.0",
@@ -352,7 +281,7 @@ impl Drop for CancelOnDrop {
             "params": {"requestId": &*self.id, "reason": self.reason},
         });
         rt.spawn(async move {
-            lane.send(session.as_deref(), &message).await;
+            direct.send(session.as_deref(), &message).await;
         });
     }
 }
@@ -424,30 +353,6 @@ enum Exchange {
     /// The server answered with an HTTP error and no JSON-RPC error: its status, and
     /// `Retry-After` (a 4xx refused the request before it ran).
     Refused(StatusCode, Option<String>),
-}
-
-/// Whether `e` is a refused connection (nothing listens there now), not a connect timeout,
-/// a name that did not resolve or a TLS handshake that failed, which may pass.
-fn connection_refused(e: &reqwest::Error) -> bool {
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        if cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
-        {
-            return true;
-        }
-        source = cause.source();
-    }
-    false
-}
-
-/// Why a response stream could not be resumed.
-enum Resume {
-    /// The server refused the connection: nothing listens there, it is gone.
-    Gone(String),
-    /// Anything else (a status, a stream that broke again).
-    Failed(String),
 }
 
 /// What a response's head says besides its status.
@@ -539,73 +444,6 @@ fn classify(message: Incoming, ours: &str) -> Seen {
     }
 }
 
-/// The answer to a server request made during a call, from the call's own client.
-async fn ask(
-    channel: Option<&Arc<dyn ClientChannel>>,
-    method: &str,
-    tool: &str,
-    params: Value,
-) -> Result<Value, McpError> {
-    if method == "ping" {
-        return Ok(json!({}));
-    }
-    let Some(channel) = channel else {
-        return Err(nobody_to_ask(method, tool));
-    };
-    let validate = match method {
-        "sampling/createMessage" => valid::<CreateMessageResult>,
-        "elicitation/create" => valid::<ElicitResult>,
-        other => {
-            return Err(McpError::new(
-                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-                format!("Quiver does not answer {other}"),
-                None,
-            ));
-        }
-    };
-    let answer = ask_channel(channel, method, params)
-        .await
-        .map_err(|e| relay_error(e, method, tool))?;
-    validate(method, answer)
-}
-
-/// Reads a response stream to its end after the answer, so its connection goes back to the
-/// pool (hyper closes a connection whose response body was dropped unread; a new connection
-/// per call costs more than the call). The end is usually already here; otherwise, on an
-/// in-task connection (`pooled`) the pool reads the rest at its next checkout, and on
-/// reqwest's a task waits for it, for at most a few seconds.
-fn finish<S>(mut events: S, pooled: bool)
-where
-    S: futures::Stream + Unpin + Send + 'static,
-{
-    use futures::FutureExt;
-    loop {
-        match events.next().now_or_never() {
-            Some(Some(_)) => continue,
-            Some(None) => return,
-            None => break,
-        }
-    }
-    if pooled {
-        return;
-    }
-    tokio::spawn(async move {
-        let drain = async { while events.next().await.is_some() {} };
-        let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
-    });
-}
-
-/// `v` if it is a valid `T`, else the error the upstream gets.
-fn valid<T: serde::de::DeserializeOwned>(method: &str, v: Value) -> Result<Value, McpError> {
-    match T::deserialize(&v) {
-        Ok(_) => Ok(v),
-        Err(e) => Err(McpError::internal_error(
-            format!("the client's answer to {method} is not a valid result: {e}"),
-            None,
-        )),
-    }
-}
-
 impl Upstream {
     /// The answer to a `tools/call` the server refused over HTTP before running it.
     pub(super) fn refused(
@@ -648,22 +486,22 @@ impl Upstream {
         Envelope::err(ErrKind::NotAvailable, message)
     }
 
-    /// Calls `tool` over the lean path; `None` when the call must go through rmcp instead
+    /// Calls `tool` over the direct path; `None` when the call must go through rmcp instead
     /// (nothing was executed upstream).
-    pub(super) async fn fast_call(
+    pub(super) async fn direct_call(
         &self,
-        lane: &Arc<Lane>,
+        direct: &Arc<DirectPath>,
         tool: &str,
         args: Option<&Map<String, Value>>,
         ctx: &CallContext,
         timeout: Duration,
     ) -> Option<Attempt> {
-        self.counters.lean_calls.fetch_add(1, Ordering::Relaxed);
-        // Unique per upstream, across its connections: a call on an old connection's lane may
-        // still be in flight when a new lane starts.
+        self.counters.direct_calls.fetch_add(1, Ordering::Relaxed);
+        // Unique per upstream, across its connections: a call on an old connection's direct
+        // path may still be in flight when a new connection's starts.
         let id: Arc<str> =
-            format!("quiver-{}", self.lean_ids.fetch_add(1, Ordering::Relaxed)).into();
-        let session = lane.session.get();
+            format!("quiver-{}", self.direct_ids.fetch_add(1, Ordering::Relaxed)).into();
+        let session = direct.session.get();
         let body = serde_json::to_vec(&CallRequest {
             jsonrpc: "2.0",
             id: &id,
@@ -672,7 +510,7 @@ impl Upstream {
                 name: tool,
                 arguments: args,
                 // Only a caller that wants progress asks for it: a server may answer a call
-                // without a progress token more cheaply (Quiver's own direct path does).
+                // without a progress token more cheaply (Quiver's own server does).
                 meta: ctx
                     .client
                     .as_ref()
@@ -690,13 +528,13 @@ impl Upstream {
             ProgressToken(NumberOrString::String(id.clone())),
         );
         let mut guard = CancelOnDrop {
-            lane: lane.clone(),
+            direct: direct.clone(),
             session: session.clone(),
             id: id.clone(),
             reason: "the caller gave up",
             armed: true,
         };
-        let exchange = self.exchange(lane, &id, body, session.as_deref(), ctx, tool);
+        let exchange = self.exchange(direct, &id, body, session.as_deref(), ctx, tool);
         let outcome = tokio::select! {
             r = tokio::time::timeout(timeout, exchange) => match r {
                 Ok(e) => e,
@@ -718,7 +556,7 @@ impl Upstream {
                 // Every such call fails with the reason; the operator is told once per
                 // connection, and again as they mount up (a server answering every call
                 // with the wrong ids would otherwise flood the log).
-                let n = lane.unusable.fetch_add(1, Ordering::Relaxed) + 1;
+                let n = direct.unusable.fetch_add(1, Ordering::Relaxed) + 1;
                 let server = &self.cfg.name;
                 if n == 1 {
                     tracing::warn!(%server, "tools/call answered unusably: {why} (said once per connection; later ones on it are logged at debug level, and counted at the 10th, 100th, ...)");
@@ -734,7 +572,9 @@ impl Upstream {
                 Some(done(self.refused(tool, status, retry_after.as_deref())))
             }
             Exchange::Fallback => {
-                self.counters.lean_handoffs.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .direct_handoffs
+                    .fetch_add(1, Ordering::Relaxed);
                 None
             }
             Exchange::NotDelivered => Some(Attempt::NotDelivered),
@@ -746,7 +586,7 @@ impl Upstream {
             Exchange::Gone(why) => {
                 tracing::warn!(server = %self.cfg.name, "tools/call outcome unknown: {why}");
                 if let Some(me) = self.me.upgrade() {
-                    me.lost(lane.generation);
+                    me.lost(direct.generation);
                 }
                 Some(done(Envelope::err(
                     ErrKind::NotAvailable,
@@ -772,14 +612,14 @@ impl Upstream {
     /// Posts the request and reads its answer.
     async fn exchange(
         &self,
-        lane: &Lane,
+        direct: &DirectPath,
         id: &str,
         body: Vec<u8>,
         session: Option<&str>,
         ctx: &CallContext,
         tool: &str,
     ) -> Exchange {
-        let (status, head, reply) = match lane.request(session, body).await {
+        let (status, head, reply) = match direct.request(session, body).await {
             Ok(r) => r,
             Err(Sent::Not(why)) => {
                 tracing::debug!(server = %self.cfg.name, "tools/call not sent: {why}");
@@ -804,7 +644,7 @@ impl Upstream {
         }
         if content_type.starts_with("text/event-stream") && status == StatusCode::OK {
             return self
-                .read_stream(lane, id, (reply, head.keep), session, ctx, tool)
+                .read_stream(direct, id, (reply, head.keep), session, ctx, tool)
                 .await;
         }
         let body = match collect(reply).await {
@@ -839,202 +679,10 @@ impl Upstream {
             )),
         }
     }
-
-    /// Reads an SSE response stream until the answer, resuming it when it closes early.
-    async fn read_stream(
-        &self,
-        lane: &Lane,
-        id: &str,
-        (reply, keep): (BodyStream, Option<Arc<AtomicBool>>),
-        session: Option<&str>,
-        ctx: &CallContext,
-        tool: &str,
-    ) -> Exchange {
-        let mut events = sse::events(limit_events(reply, MAX_SSE_EVENT));
-        let mut last_event: Option<String> = None;
-        let mut retry = Duration::ZERO;
-        let mut resumes = 0;
-        let mut resumed = 0;
-        // Whether `events` reads an in-task connection (a resumed stream is reqwest's).
-        let mut pooled = lane.pool.is_some();
-        let mut answering = FuturesUnordered::new();
-        loop {
-            tokio::select! {
-                event = events.next() => match event {
-                    Some(Ok(sse)) => {
-                        if let Some(e) = sse.id {
-                            last_event = Some(e);
-                        }
-                        if let Some(ms) = sse.retry {
-                            retry = Duration::from_millis(ms).min(MAX_RETRY);
-                        }
-                        let data = sse.data;
-                        if data.trim().is_empty() {
-                            continue;
-                        }
-                        resumes = 0;
-                        let Ok(message) = serde_json::from_str::<Incoming>(&data) else {
-                            tracing::debug!(server = %self.cfg.name, "not a JSON-RPC message on the call's stream");
-                            continue;
-                        };
-                        match classify(message, id) {
-                            Seen::Answer(a) => {
-                                // Answered: the rest of the stream may be read in the pool.
-                                if let Some(keep) = &keep {
-                                    keep.store(true, Ordering::Release);
-                                }
-                                finish(events, pooled);
-                                return a;
-                            }
-                            Seen::Request { id, method, params } => {
-                                answering.push(self.answer(lane, session, id, method, params, ctx, tool));
-                            }
-                            Seen::Notification { method, params } => {
-                                Box::pin(self.notified(lane, &method, params, ctx)).await;
-                            }
-                            Seen::Other => {}
-                        }
-                    }
-                    end => {
-                        if let Some(Err(e)) = end {
-                            // An event longer than Quiver reads: resuming would send it again.
-                            if e.to_string().starts_with(OVERSIZED_EVENT) {
-                                return Exchange::PeerError(format!(
-                                    "MCP server \"{}\" answered, but its answer cannot be read ({e}, more than Quiver reads); the tool may have run",
-                                    self.cfg.name
-                                ));
-                            }
-                            tracing::debug!(server = %self.cfg.name, error = %e, "call's stream broke");
-                        }
-                        let Some(from) = last_event.as_deref() else {
-                            return Exchange::Unknown("the response stream ended without the answer".into());
-                        };
-                        if resumes >= MAX_RESUMES {
-                            return Exchange::Unknown(format!("the response stream ended {resumes} times without the answer"));
-                        }
-                        resumes += 1;
-                        tokio::time::sleep(retry.max(resume_floor(resumed))).await;
-                        resumed += 1;
-                        // Boxed, as the notification's delivery: rare, and large inline.
-                        match Box::pin(self.resume(lane, session, from)).await {
-                            Ok(r) => {
-                                pooled = false;
-                                events = sse::events(limit_events(reqwest_body(r), MAX_SSE_EVENT));
-                            }
-                            Err(Resume::Gone(why)) => return Exchange::Gone(why),
-                            Err(Resume::Failed(why)) => return Exchange::Unknown(why),
-                        }
-                    }
-                },
-                Some(()) = answering.next(), if !answering.is_empty() => {}
-            }
-        }
-    }
-
-    /// Re-opens the stream after `last_event` with a GET (SEP-1699).
-    async fn resume(
-        &self,
-        lane: &Lane,
-        session: Option<&str>,
-        last_event: &str,
-    ) -> Result<reqwest::Response, Resume> {
-        let mut headers = lane.headers.clone();
-        headers.remove(CONTENT_TYPE);
-        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-        let mut req = lane
-            .http
-            .get(lane.url.clone())
-            .headers(headers)
-            .header("last-event-id", last_event);
-        if let Some(s) = session {
-            req = req.header(SESSION_HEADER, s);
-        }
-        match req.send().await {
-            Ok(r) if r.status() == StatusCode::OK => Ok(r),
-            Ok(r) => Err(Resume::Failed(format!(
-                "resuming the response stream: HTTP {}",
-                r.status()
-            ))),
-            Err(e) if e.is_connect() && connection_refused(&e) => {
-                Err(Resume::Gone(format!("resuming the response stream: {e}")))
-            }
-            Err(e) => Err(Resume::Failed(format!("resuming the response stream: {e}"))),
-        }
-    }
-
-    /// Answers a server request that arrived on the call's stream, from the call's client.
-    #[allow(clippy::too_many_arguments)]
-    async fn answer(
-        &self,
-        lane: &Lane,
-        session: Option<&str>,
-        id: Value,
-        method: String,
-        params: Value,
-        ctx: &CallContext,
-        tool: &str,
-    ) {
-        if method == "roots/list" {
-            // Fails closed, as on rmcp's path (`Handler::list_roots`).
-            self.roots.asked();
-            let answer = roots_of(ctx.client.as_ref()).await.ok();
-            let result = self.roots.answer(lane.generation, answer, Who::of(ctx));
-            lane.send(
-                session,
-                &json!({"jsonrpc": "2.0", "id": id, "result": result}),
-            )
-            .await;
-            return;
-        }
-        let message = match ask(ctx.client.as_ref(), &method, tool, params).await {
-            Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-            Err(e) => {
-                tracing::info!(server = %self.cfg.name, "refused {method}: {}", e.message);
-                json!({"jsonrpc": "2.0", "id": id, "error": e})
-            }
-        };
-        lane.send(session, &message).await;
-    }
-
-    /// A notification on the call's stream: the call's progress and log messages go to its
-    /// client (the stream says whose they are; no token is looked up); list changes and
-    /// resource updates are the connection's.
-    async fn notified(&self, lane: &Lane, method: &str, params: Value, ctx: &CallContext) {
-        match method {
-            "notifications/progress" => {
-                let Ok(p) = ProgressNotificationParam::deserialize(&params) else {
-                    return;
-                };
-                if let Some(channel) = &ctx.client {
-                    channel.progress(p.progress, p.total, p.message).await;
-                }
-            }
-            "notifications/message" => {
-                if let Ok(p) = LoggingMessageNotificationParam::deserialize(&params) {
-                    super::deliver_log(ctx.client.as_ref(), &self.cfg.name, p).await;
-                }
-            }
-            "notifications/tools/list_changed" => {
-                if let Some(up) = self.me.upgrade() {
-                    tokio::spawn(up.relist(lane.generation));
-                }
-            }
-            other => {
-                self.relays.relay(other, Some(&params));
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn resumptions_wait_longer_each_time() {
-        let waits: Vec<u128> = (0..9).map(|n| super::resume_floor(n).as_millis()).collect();
-        assert_eq!(waits, [0, 50, 100, 200, 400, 800, 1600, 2000, 2000]);
-        assert_eq!(super::resume_floor(u32::MAX).as_millis(), 2000);
-    }
-
     use super::*;
 
     #[test]
@@ -1088,26 +736,26 @@ mod tests {
     }
 
     #[test]
-    fn the_lane_speaks_only_session_era_protocols() {
+    fn the_direct_path_speaks_only_session_era_protocols() {
         let url = reqwest::Url::parse("http://127.0.0.1:1/mcp").unwrap();
-        let lane = |p: &str| {
-            Lane::new(
-                super::super::http::client(&url, None)
+        let direct = |p: &str| {
+            DirectPath::new(
+                crate::client::http::client(&url, None)
                     .unwrap()
                     .reqwest()
                     .clone(),
                 url.clone(),
                 &[],
                 Some("t0k"),
-                p,
+                Protocol::parse(p).expect("a version this crate knows"),
                 SessionSlot::default(),
                 1,
                 Duration::from_secs(1),
             )
         };
-        assert!(lane("2024-11-05").is_none());
-        assert!(lane("2026-07-28").is_none());
-        let l = lane("2025-11-25").expect("a lane");
+        assert!(direct("2024-11-05").is_none());
+        assert!(direct("2026-07-28").is_none());
+        let l = direct("2025-11-25").expect("a direct path");
         assert_eq!(l.headers["mcp-protocol-version"], "2025-11-25");
         assert_eq!(l.headers["authorization"], "Bearer t0k");
         assert_eq!(l.headers["accept"], "text/event-stream, application/json");
@@ -1115,42 +763,6 @@ mod tests {
             l.pool.is_some(),
             "a plain-http upstream gets in-task connections"
         );
-    }
-
-    #[tokio::test]
-    async fn an_endless_sse_event_is_cut_off() {
-        let chunks = |v: Vec<&'static str>| -> BodyStream {
-            futures::stream::iter(v.into_iter().map(|c| Ok(Bytes::from(c)))).boxed()
-        };
-        // Events under the limit pass, however many; the blank line may span chunks.
-        let ok: Vec<_> = limit_events(
-            chunks(vec!["data: 12345\n", "\n", "data: 12345\r\n\r\n"]),
-            16,
-        )
-        .collect()
-        .await;
-        assert!(ok.iter().all(Result::is_ok), "{ok:?}");
-        // CR alone ends a line too: CR CR ends an event, and a CRLF is one line end.
-        let cr: Vec<_> = limit_events(
-            chunks(vec![
-                "data: 12345\r\r",
-                "data: 12345\r",
-                "\r",
-                "data: 1\r\n\r\n",
-            ]),
-            16,
-        )
-        .collect()
-        .await;
-        assert!(cr.iter().all(Result::is_ok), "{cr:?}");
-        let one: Vec<_> = limit_events(chunks(vec!["data: 1\r\n", "data: 1234567890\r\n"]), 16)
-            .collect()
-            .await;
-        assert!(one[1].is_err(), "CRLF lines of one event add up: {one:?}");
-        let cut: Vec<_> = limit_events(chunks(vec!["data: 1234567", "890123456789"]), 16)
-            .collect()
-            .await;
-        assert!(cut[0].is_ok() && cut[1].is_err(), "{cut:?}");
     }
 
     /// A message to an upstream that accepts the connection and never answers is given up
@@ -1166,39 +778,27 @@ mod tests {
                 held.push(socket);
             }
         });
-        let lane = Lane::new(
-            super::super::http::client(&url, None)
+        let direct = DirectPath::new(
+            crate::client::http::client(&url, None)
                 .unwrap()
                 .reqwest()
                 .clone(),
             url.clone(),
             &[],
             None,
-            "2025-11-25",
+            Protocol::V2025_11_25,
             SessionSlot::default(),
             1,
             Duration::from_secs(1),
         )
-        .expect("a lane");
+        .expect("a direct path");
         let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
                             "params": {"requestId": "quiver-1"}});
         // The hang guard is far beyond the send's own limit.
-        let sent = tokio::time::timeout(Duration::from_secs(3600), lane.send(None, &cancel))
+        let sent = tokio::time::timeout(Duration::from_secs(3600), direct.send(None, &cancel))
             .await
             .expect("the send gave up on its own");
         assert!(!sent);
         hold.abort();
-    }
-
-    #[tokio::test]
-    async fn requests_without_a_client_are_refused_and_pings_answered() {
-        assert_eq!(
-            ask(None, "ping", "t", Value::Null).await.unwrap(),
-            json!({})
-        );
-        let e = ask(None, "sampling/createMessage", "t", Value::Null)
-            .await
-            .unwrap_err();
-        assert!(e.message.contains("nobody to ask"), "{}", e.message);
     }
 }

@@ -1049,7 +1049,7 @@ async fn server_requests_reach_the_calling_client_through_quiver() {
 
 /// One upstream connection serves every client, and server-everything keeps the roots it
 /// fetched: each client (two sessions, one without roots, one 2026-07-28) still sees only its
-/// own roots, over a stdio upstream and over a streamable-HTTP one (the lean call path).
+/// own roots, over a stdio upstream and over a streamable-HTTP one (the direct call path).
 #[tokio::test]
 async fn each_client_sees_its_own_roots_through_a_shared_upstream() {
     relay_through_quiver("--roots-per-client").await;
@@ -1058,7 +1058,7 @@ async fn each_client_sees_its_own_roots_through_a_shared_upstream() {
 }
 
 /// server-everything (npm) listening on streamable HTTP, and `quiver serve` with it as
-/// `everything` (the lean call path); both are stopped when dropped.
+/// `everything` (the direct call path); both are stopped when dropped.
 async fn quiver_before_everything_over_http() -> (tokio::process::Child, Server) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .expect("a free port")

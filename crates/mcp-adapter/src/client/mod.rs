@@ -78,7 +78,7 @@ pub struct ClientOptions {
     /// Streamable-HTTP upstreams: `tools/call` takes the direct path, posted by the calling
     /// task instead of through rmcp's transport worker (see `client/upstream/direct.rs`); on
     /// by default.
-    pub http_fast_lane: bool,
+    pub http_direct_path: bool,
 }
 
 impl Default for ClientOptions {
@@ -91,7 +91,7 @@ impl Default for ClientOptions {
             backoff_max: Duration::from_secs(30),
             max_concurrent_dials: 16,
             list_cap: 10_000,
-            http_fast_lane: true,
+            http_direct_path: true,
         }
     }
 }
@@ -116,8 +116,8 @@ impl ClientOptions {
     }
 
     /// Turns the direct `tools/call` path for streamable-HTTP upstreams on or off.
-    pub fn with_http_fast_lane(mut self, on: bool) -> Self {
-        self.http_fast_lane = on;
+    pub fn with_http_direct_path(mut self, on: bool) -> Self {
+        self.http_direct_path = on;
         self
     }
 

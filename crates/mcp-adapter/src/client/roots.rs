@@ -121,7 +121,7 @@ impl Roots {
 
     /// What the connection of `generation` is answered for its `roots/list`, from what the
     /// client `who` of the call gave (`None`: nothing, or an error): that when it reads as a
-    /// roots list, else none. Recorded as [`Roots::given`]. Rmcp's path and the lean one
+    /// roots list, else none. Recorded as [`Roots::given`]. Rmcp's path and the direct one
     /// both answer through this.
     pub(crate) fn answer(
         &self,

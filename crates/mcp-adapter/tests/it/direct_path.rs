@@ -134,7 +134,7 @@ async fn a_stream_that_ends_without_the_answer_fails_only_that_call() {
     .await;
     assert_eq!(text_of(&env), "fine", "{env:?}");
     let st = client.server_status("sx").unwrap().counters;
-    assert_eq!((st.dials, st.drops, st.lean_calls), (1, 0, 2), "{st:?}");
+    assert_eq!((st.dials, st.drops, st.direct_calls), (1, 0, 2), "{st:?}");
     close_and_check(&client).await;
 }
 
@@ -202,7 +202,7 @@ async fn unusual_sse_lines_do_not_fail_a_finished_call() {
     .await;
     assert_eq!(text_of(&env), "odd but fine", "{env:?}");
     let st = client.server_status("sx").unwrap().counters;
-    assert_eq!((st.lean_calls, st.lean_handoffs), (1, 0), "{st:?}");
+    assert_eq!((st.direct_calls, st.direct_handoffs), (1, 0), "{st:?}");
     close_and_check(&client).await;
 }
 
@@ -375,7 +375,7 @@ async fn a_cut_response_stream_fails_only_its_own_call() {
         &[ServerConfig::http("ex", url)
             .with_liveness(Liveness::Off)
             .required()],
-        fast_options().with_http_fast_lane(false),
+        fast_options().with_http_direct_path(false),
     );
     ready(&client).await;
     let held = tokio::spawn({

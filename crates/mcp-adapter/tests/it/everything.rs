@@ -164,10 +164,10 @@ async fn streamable_http_list_and_call() {
         Default::default(),
     );
     exercise(&catalog, &client, "web").await;
-    // Every call took the lean HTTP path and none was handed back to rmcp.
+    // Every call took the direct HTTP path and none was handed back to rmcp.
     let st = client.server_status("web").unwrap().counters;
-    assert!(st.calls > 0 && st.lean_calls == st.calls, "{st:?}");
-    assert_eq!(st.lean_handoffs, 0, "{st:?}");
+    assert!(st.calls > 0 && st.direct_calls == st.calls, "{st:?}");
+    assert_eq!(st.direct_handoffs, 0, "{st:?}");
     // Keep a handle to a tool, close, and call it: "closed" at once, no dial.
     let echo = catalog.lookup("mcp__web__echo").unwrap();
     let dials = client.server_status("web").unwrap().counters.dials;
@@ -206,11 +206,11 @@ async fn counting_proxy(port: u16) -> (String, std::sync::Arc<std::sync::atomic:
     (url, accepted)
 }
 
-/// Sequential calls on the lean HTTP path share one pooled connection (server-everything
+/// Sequential calls on the direct HTTP path share one pooled connection (server-everything
 /// answers each call on an event stream it then ends): no reconnect per call, which would
 /// cost a handshake each and leave sockets in TIME_WAIT.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sequential_lean_calls_share_one_connection() {
+async fn sequential_direct_calls_share_one_connection() {
     use std::sync::atomic::Ordering;
     let server = HttpEverything::spawn();
     server.ready().await;
@@ -246,7 +246,7 @@ async fn sequential_lean_calls_share_one_connection() {
         assert!(text_of(&env).contains(&format!("m{i}")), "{env:?}");
     }
     let st = client.server_status("web").unwrap().counters;
-    assert_eq!(st.lean_calls, st.calls, "{st:?}");
+    assert_eq!(st.direct_calls, st.calls, "{st:?}");
     let opened = accepted.load(Ordering::SeqCst) - before;
     assert!(
         opened <= 1,
@@ -314,8 +314,8 @@ async fn expired_http_session_reinitializes_transparently() {
             .required()],
         Default::default(),
     );
-    // The call after the restart is rejected on the lean path (404), sent by rmcp, which
-    // re-initializes; the next call takes the lean path again, on the new session.
+    // The call after the restart is rejected on the direct path (404), sent by rmcp, which
+    // re-initializes; the next call takes the direct path again, on the new session.
     let server = echo_across_a_restart(&catalog, &client, "pyweb", "text", async move || {
         drop(server);
         HttpFixture::serve("pyweb", port).await.0
@@ -327,8 +327,8 @@ async fn expired_http_session_reinitializes_transparently() {
 
 /// Waits for `server`, calls its `echo` (argument `key`) once, lets `restart` replace the
 /// upstream, then calls twice more: both answered, with no new dial and no drop (rmcp
-/// re-initialized in place), the first of them handed from the lean path to rmcp and the
-/// second back on the lean path. Returns what `restart` made.
+/// re-initialized in place), the first of them handed from the direct path to rmcp and the
+/// second back on the direct path. Returns what `restart` made.
 async fn echo_across_a_restart<S>(
     catalog: &Catalog,
     client: &McpClient,
@@ -361,7 +361,7 @@ async fn echo_across_a_restart<S>(
         "rmcp re-initialized in place: {st:?}"
     );
     assert_eq!(
-        (st.counters.lean_calls, st.counters.lean_handoffs),
+        (st.counters.direct_calls, st.counters.direct_handoffs),
         (3, 1),
         "{st:?}"
     );
@@ -383,7 +383,7 @@ async fn http_server_restart_reinitializes_transparently() {
             .required()],
         Default::default(),
     );
-    // "two" meets the old session on the lean path (HTTP 400) and goes to rmcp.
+    // "two" meets the old session on the direct path (HTTP 400) and goes to rmcp.
     let server = echo_across_a_restart(&catalog, &client, "web", "message", async move || {
         drop(server);
         let server = HttpEverything::spawn_on(port);

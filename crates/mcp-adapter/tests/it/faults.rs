@@ -296,7 +296,7 @@ async fn http_refusals_are_reported_with_their_status_and_not_resent() {
         );
         assert!(env.message().unwrap().contains(says), "{tool}: {env:?}");
     }
-    // A 400 or 404 the lean path hands to rmcp (a session the server may no longer know),
+    // A 400 or 404 the direct path hands to rmcp (a session the server may no longer know),
     // which gives up (a 404: after a new session and a resend, to a 404 again): the server
     // is there (the ping says so), so the status is reported as a refusal, not as an answer
     // lost on the way ("the response stream broke").
@@ -398,7 +398,7 @@ async fn answers_to_other_ids_are_warned_of_once_per_connection() {
     let (url, child) = status_server();
     let (catalog, client) = start(&[ServerConfig::http("st", url).required()], fast_options());
     ready(&client).await;
-    // The calls run in this task (the lean path drives its connection in the caller's task):
+    // The calls run in this task (the direct path drives its connection in the caller's task):
     // this thread's subscriber sees their log.
     let buf = Buf::default();
     let writer = buf.clone();

@@ -385,7 +385,7 @@ impl Upstream {
         else {
             return None;
         };
-        let (client, session) = http_parts.filter(|_| self.opts.http_fast_lane)?;
+        let (client, session) = http_parts.filter(|_| self.opts.http_direct_path)?;
         direct::DirectPath::new(
             client,
             url.clone(),

@@ -79,9 +79,9 @@ pub struct ServerCounters {
     pub relists: u64,
     /// Tool calls that took the direct path to a streamable-HTTP server
     /// (`client/upstream/direct.rs`).
-    pub lean_calls: u64,
+    pub direct_calls: u64,
     /// Of those, calls the server rejected unrun and rmcp sent instead (an expired session).
-    pub lean_handoffs: u64,
+    pub direct_handoffs: u64,
 }
 
 /// Failed attempts in a row after which a caller of a stdio server is told an operator
@@ -112,8 +112,8 @@ impl Counters {
             drops: self.drops.load(Ordering::Relaxed),
             calls: self.calls.load(Ordering::Relaxed),
             relists: self.relists.load(Ordering::Relaxed),
-            lean_calls: self.direct_calls.load(Ordering::Relaxed),
-            lean_handoffs: self.direct_handoffs.load(Ordering::Relaxed),
+            direct_calls: self.direct_calls.load(Ordering::Relaxed),
+            direct_handoffs: self.direct_handoffs.load(Ordering::Relaxed),
         }
     }
 }

@@ -70,6 +70,8 @@ pub(super) use self::{
     answer::{json_rpc_error, sse_event},
     forward::record_refused,
 };
+use crate::protocol::Protocol;
+
 use super::{
     Shared,
     handler::{self, Handler, lock},
@@ -78,8 +80,14 @@ use super::{
 /// Bodies larger than this always go to rmcp.
 pub(crate) const MAX_DIRECT_BODY: u64 = 256 * 1024;
 
-/// The 2025-era protocol versions, whose sessions this path serves.
-const SESSION_ERA: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+/// Whether `version` (a header's bytes) names a protocol with sessions, whose sessions this
+/// path serves.
+fn session_era(version: &[u8]) -> bool {
+    std::str::from_utf8(version)
+        .ok()
+        .and_then(Protocol::parse)
+        .is_some_and(Protocol::has_session)
+}
 
 const SESSION_HEADER: &str = "mcp-session-id";
 
@@ -94,7 +102,7 @@ pub(super) fn sessionless_post(method: &Method, headers: &HeaderMap) -> bool {
     method == Method::POST
         && headers
             .get(PROTOCOL_HEADER)
-            .is_some_and(|v| !SESSION_ERA.iter().any(|e| v.as_bytes() == e.as_bytes()))
+            .is_some_and(|v| !session_era(v.as_bytes()))
 }
 
 /// What the direct path needs besides the shared server state. Shared behind an `Arc` as
@@ -127,7 +135,7 @@ pub(crate) async fn endpoint(State(direct): State<Arc<Direct>>, request: Request
         && request
             .headers()
             .get(PROTOCOL_HEADER)
-            .is_none_or(|v| v.as_bytes() == b"2025-03-26")
+            .is_none_or(|v| v.as_bytes() == Protocol::V2025_03_26.as_str().as_bytes())
         && batch_era(&direct, request.headers())
     {
         let (parts, body) = request.into_parts();
@@ -183,7 +191,7 @@ pub(crate) async fn endpoint(State(direct): State<Arc<Direct>>, request: Request
         let later = parts
             .headers
             .get(PROTOCOL_HEADER)
-            .is_some_and(|v| !SESSION_ERA.iter().any(|e| v.as_bytes() == e.as_bytes()));
+            .is_some_and(|v| !session_era(v.as_bytes()));
         if !later
             && let Some(problem) = serde_json::from_slice::<Value>(&bytes)
                 .ok()
@@ -332,7 +340,7 @@ pub(super) fn candidate(
         return None;
     }
     if let Some(v) = headers.get(PROTOCOL_HEADER)
-        && !SESSION_ERA.iter().any(|e| v.as_bytes() == e.as_bytes())
+        && !session_era(v.as_bytes())
     {
         return None;
     }

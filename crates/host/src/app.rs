@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use quiver_mcp_adapter::{ClientOptions, McpClient, ServerState};
+use quiver_registry::custom::CustomTools;
 use quiver_registry::{
     CallLog, Catalog, DefinitionStore, Dispatcher, Family, RegisterReport, RulePolicy, SkillSource,
     Skipped, ToolDefinition, ToolType, skill_tool,
@@ -21,6 +22,47 @@ async fn put(store: &SqliteStore, def: ToolDefinition) {
     if let Err(e) = store.put_definition(def).await {
         tracing::warn!(tool = %name, error = %e, "could not record the tool definition");
     }
+}
+
+/// How often `quiver serve` asks the store whether any definition changed (another
+/// process's `quiver custom approve` or `disable`), to take custom tools live.
+pub const DEFINITIONS_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Custom tools over `store`, run in a QuickJS sandbox with `[sandbox]`'s threads and limits.
+pub fn custom_tools_on(config: &Config, store: Arc<SqliteStore>) -> anyhow::Result<CustomTools> {
+    let limits = config.sandbox.limits().context("[sandbox]")?;
+    let sandbox = Arc::new(quiver_sandbox::QuickJsSandbox::new(
+        config.sandbox.threads(),
+    ));
+    Ok(CustomTools::new(store.clone(), store, sandbox, limits))
+}
+
+/// The store of `config`, opened for writing, and the custom tools over it: what `quiver
+/// custom` works on (no catalog, no upstreams). Close the store when done.
+pub fn custom_tools(config: &Config) -> anyhow::Result<(CustomTools, Arc<SqliteStore>)> {
+    let path = &config.store.path;
+    if let Some(problem) = config
+        .store
+        .path_problem()
+        .or_else(|| config.store.missing_directory())
+    {
+        anyhow::bail!("opening the store: {problem}");
+    }
+    let store = Arc::new(
+        SqliteStore::open_with(path, store_options(config))
+            .with_context(|| format!("opening the store {}", path.display()))?,
+    );
+    Ok((custom_tools_on(config, store.clone())?, store))
+}
+
+fn store_options(config: &Config) -> StoreOptions {
+    StoreOptions::default()
+        .with_linger(std::time::Duration::from_millis(u64::from(
+            config.store.log_linger_ms,
+        )))
+        .with_busy_timeout(std::time::Duration::from_millis(
+            config.store.busy_timeout_ms,
+        ))
 }
 
 /// How long a command waits for the upstreams by default.
@@ -49,6 +91,8 @@ pub struct App {
     /// `skill` tool serves them cut, so the model never reads their end. Name, origin and
     /// length in characters, for `quiver check`.
     pub long_skills: Vec<(String, String, usize)>,
+    /// Custom tools: the store's, served from the catalog's custom family.
+    pub custom: Arc<CustomTools>,
 }
 
 impl std::fmt::Debug for App {
@@ -93,13 +137,7 @@ impl App {
         {
             anyhow::bail!("opening the store: {problem}");
         }
-        let options = StoreOptions::default()
-            .with_linger(std::time::Duration::from_millis(u64::from(
-                config.store.log_linger_ms,
-            )))
-            .with_busy_timeout(std::time::Duration::from_millis(
-                config.store.busy_timeout_ms,
-            ));
+        let options = store_options(config);
         let opened = match access {
             StoreAccess::ReadWrite => SqliteStore::open_with(path, options),
             StoreAccess::ReadOnly => SqliteStore::open_read_only(path, options),
@@ -156,6 +194,16 @@ impl App {
             ..Default::default()
         };
         let mut report = assemble_catalog(&catalog, families).context("assembling the catalog")?;
+        // The approved and enabled custom tools, as the store has them now; `serve` keeps
+        // them in step with the store from here on (`App::spawn_custom_sync`).
+        let custom = Arc::new(custom_tools_on(config, store.clone())?);
+        match custom.sync(&catalog).await {
+            Ok((added, _)) if !added.is_empty() => {
+                tracing::info!(tools = ?added, "serving custom tools");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("custom tools not loaded: {e}"),
+        }
         // A skill that could not be loaded is missing from the `skill` tool: reported like a
         // tool the catalog refused (`quiver check` counts it, `serve` logs it).
         report.skipped.extend(
@@ -186,6 +234,49 @@ impl App {
             mcp,
             startup_wait,
             long_skills,
+            custom,
+        })
+    }
+
+    /// Keeps the catalog's custom tools in step with the store while serving: every
+    /// [`DEFINITIONS_POLL`] the store's definitions version is read, and when it moved
+    /// (an approval, an edit, a disable, by this process or another on the same store) the
+    /// custom family is synced; the catalog's change reaches connected clients as
+    /// `notifications/tools/list_changed`. Jobs a stopped process left `building` or
+    /// `testing` are audited again first. Aborted with the handle.
+    pub fn spawn_custom_sync(&self) -> tokio::task::JoinHandle<()> {
+        let (custom, catalog, store) = (
+            self.custom.clone(),
+            self.catalog.clone(),
+            self.store.clone(),
+        );
+        tokio::spawn(async move {
+            requeue_interrupted_jobs(&custom, &store).await;
+            let mut seen = store.definitions_version().await.ok();
+            let mut tick = tokio::time::interval(DEFINITIONS_POLL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let now = match store.definitions_version().await {
+                    Ok(v) => v,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "could not read the definitions version");
+                        continue;
+                    }
+                };
+                if seen == Some(now) {
+                    continue;
+                }
+                seen = Some(now);
+                match custom.sync(&catalog).await {
+                    Ok((added, removed)) => {
+                        if !added.is_empty() || !removed.is_empty() {
+                            tracing::info!(?added, ?removed, "custom tools changed in the store");
+                        }
+                    }
+                    Err(e) => tracing::warn!("custom tools not synced: {e}"),
+                }
+            }
         })
     }
 
@@ -439,6 +530,38 @@ impl DefinitionRecorder {
             tracing::warn!(
                 "tool definitions still being recorded after {wait:?}; the rest are not stored"
             );
+        }
+    }
+}
+
+/// Audits again the custom tools whose audit job a stopped process left running
+/// (`building` or `testing`): each such job is closed as failed, naming the restart, and a
+/// new audit runs in its place.
+async fn requeue_interrupted_jobs(custom: &CustomTools, store: &SqliteStore) {
+    use quiver_registry::{JobStatus, JobStore};
+    let jobs = match store.jobs(None).await {
+        Ok(jobs) => jobs,
+        Err(e) => {
+            tracing::warn!("could not read the custom-tool jobs: {e}");
+            return;
+        }
+    };
+    for job in jobs
+        .into_iter()
+        .filter(|j| matches!(j.status, JobStatus::Building | JobStatus::Testing))
+    {
+        let why =
+            serde_json::json!({"interrupted": "the process running it stopped; audited again"});
+        if let Err(e) = store
+            .transition_job(&job.id, JobStatus::Failed, Some(why))
+            .await
+        {
+            tracing::warn!(job = %job.id, "could not close an interrupted job: {e}");
+            continue;
+        }
+        tracing::info!(job = %job.id, tool = %job.tool_name, "re-running an interrupted custom-tool audit");
+        if let Err(e) = custom.audit(&job.tool_name, &|_| {}).await {
+            tracing::warn!(tool = %job.tool_name, "could not audit again: {e}");
         }
     }
 }

@@ -40,9 +40,99 @@ pub struct Config {
     pub auth: quiver_mcp_adapter::InboundAuth,
     /// Skills directories (`[skills] dirs`), offered through the `skill` tool.
     pub skills: SkillsConfig,
+    /// Custom tools' sandbox (`[sandbox]`): its worker threads and each run's limits.
+    pub sandbox: SandboxConfig,
     /// The file it was read from, for errors found later (an MCP server's settings).
     #[serde(skip)]
     pub(crate) origin: Option<String>,
+}
+
+/// `[sandbox]`: what each run of a custom tool may use. Every key has a default (see
+/// [`quiver_registry::sandbox::SandboxLimits`] for the limits' defaults).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct SandboxConfig {
+    /// Worker threads that run custom tools at once (default 4; nested calls of custom tools
+    /// get threads of their own, so nesting never waits for a free worker).
+    pub threads: Option<usize>,
+    /// Wall time of one root invocation, nested calls and the tools it calls included, in
+    /// milliseconds.
+    pub wall_time_ms: Option<u64>,
+    /// The engine's heap, in MiB.
+    pub heap_mib: Option<usize>,
+    /// The engine's stack, in KiB.
+    pub stack_kib: Option<usize>,
+    /// The largest source, in KiB.
+    pub source_kib: Option<usize>,
+    /// The largest `inputs`, and argument of `call_tool`, in KiB.
+    pub input_kib: Option<usize>,
+    /// The largest result, in KiB.
+    pub output_kib: Option<usize>,
+    /// The most `log(...)` text kept, in KiB.
+    pub log_kib: Option<usize>,
+    /// The deepest result (arrays and objects).
+    pub result_depth: Option<u32>,
+    /// `call_tool` calls per root invocation, shared across nesting.
+    pub max_calls: Option<u32>,
+    /// How deep custom tools may call custom tools.
+    pub max_depth: Option<u32>,
+}
+
+impl SandboxConfig {
+    /// The limits of each run.
+    pub fn limits(&self) -> anyhow::Result<quiver_registry::sandbox::SandboxLimits> {
+        let mut l = quiver_registry::sandbox::SandboxLimits::default();
+        let positive = |key: &str, v: u64| -> anyhow::Result<u64> {
+            if v == 0 {
+                bail!("`{key}` must be at least 1");
+            }
+            Ok(v)
+        };
+        if let Some(v) = self.wall_time_ms {
+            l.wall_time = std::time::Duration::from_millis(positive("wall_time_ms", v)?);
+        }
+        let kib = |key: &str, v: Option<usize>, unit: usize| -> anyhow::Result<Option<usize>> {
+            v.map(|v| positive(key, v as u64).map(|_| v.saturating_mul(unit)))
+                .transpose()
+        };
+        if let Some(v) = kib("heap_mib", self.heap_mib, 1 << 20)? {
+            l.heap_bytes = v;
+        }
+        if let Some(v) = kib("stack_kib", self.stack_kib, 1 << 10)? {
+            l.stack_bytes = v;
+        }
+        if let Some(v) = kib("source_kib", self.source_kib, 1 << 10)? {
+            l.source_bytes = v;
+        }
+        if let Some(v) = kib("input_kib", self.input_kib, 1 << 10)? {
+            l.input_bytes = v;
+        }
+        if let Some(v) = kib("output_kib", self.output_kib, 1 << 10)? {
+            l.output_bytes = v;
+        }
+        if let Some(v) = kib("log_kib", self.log_kib, 1 << 10)? {
+            l.log_bytes = v;
+        }
+        if let Some(v) = self.result_depth {
+            l.result_depth = positive("result_depth", u64::from(v))? as u32;
+        }
+        if let Some(v) = self.max_calls {
+            l.max_calls = v;
+        }
+        if let Some(v) = self.max_depth {
+            l.max_depth = v;
+        }
+        if self.threads == Some(0) {
+            bail!("`threads` must be at least 1");
+        }
+        Ok(l)
+    }
+
+    /// The worker threads.
+    pub fn threads(&self) -> usize {
+        self.threads.unwrap_or(4)
+    }
 }
 
 /// `[skills]`.
@@ -630,6 +720,10 @@ impl Config {
             .surface
             .validate()
             .with_context(|| format!("{origin}: [surface]"))?;
+        config
+            .sandbox
+            .limits()
+            .with_context(|| format!("{origin}: [sandbox]"))?;
         config
             .policy
             .validate()

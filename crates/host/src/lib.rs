@@ -12,9 +12,11 @@ mod mcp_json;
 pub mod serve;
 mod skills;
 
-pub use app::{App, DefinitionRecorder, Ready, StoreAccess};
+pub use app::{
+    App, DEFINITIONS_POLL, DefinitionRecorder, Ready, StoreAccess, custom_tools, custom_tools_on,
+};
 pub use assemble::{FAMILY_ORDER, Families, assemble_catalog};
-pub use config::{Config, LimitsConfig, PolicyConfig, SkillsConfig, StoreConfig};
+pub use config::{Config, LimitsConfig, PolicyConfig, SandboxConfig, SkillsConfig, StoreConfig};
 pub use formats::{ToolFormat, format_tools, provider_name_warnings};
 pub use mcp_json::{parse_mcp_servers, read_mcp_servers};
 pub use quiver_registry::{ToolRef, suggestion};

@@ -206,10 +206,87 @@ enum Command {
     },
 }
 
-/// The commands that need no runtime: `log` reads the store as it is, `bench-search` only
-/// its files.
+/// `quiver custom` actions.
+#[derive(Debug, Subcommand)]
+enum CustomAction {
+    /// Store a custom tool as a draft (a new one, or the next version of one): its source
+    /// (`async function main(inputs) { ... }`), description, argument schema and test cases
+    /// are checked whole first, and nothing is stored when any of them is refused.
+    Add {
+        /// The JavaScript source.
+        file: std::path::PathBuf,
+        /// The tool's name (lower-case snake_case).
+        #[arg(long)]
+        name: String,
+        /// What it does, for the model that chooses it.
+        #[arg(long)]
+        description: String,
+        /// A JSON file holding its argument schema (`{"type": "object", ...}`).
+        #[arg(long, value_name = "SCHEMA.json")]
+        schema: std::path::PathBuf,
+        /// A JSON file holding its test cases: `[{"inputs": {...}, "expect": <JSON>}` or
+        /// `{"inputs": {...}, "expect_error": "<kind>"}, ...]`.
+        #[arg(long, value_name = "TESTS.json")]
+        tests: Option<std::path::PathBuf>,
+    },
+    /// Audit the version under review: run its test cases in the sandbox and record the
+    /// results (exit 1 when a case fails; the version is then rejected).
+    Test {
+        /// The tool.
+        name: String,
+    },
+    /// Approve the version under review: it must have passed its audit with at least one
+    /// test case, unless --force (logged as an override).
+    Approve {
+        /// The tool.
+        name: String,
+        /// Approve without a passed audit.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Turn the version under review down.
+    Reject {
+        /// The tool.
+        name: String,
+        /// Why.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Serve it again (when approved).
+    Enable {
+        /// The tool.
+        name: String,
+    },
+    /// Take it off every tool list and refuse its calls, without deleting it.
+    Disable {
+        /// The tool.
+        name: String,
+    },
+    /// List the custom tools with their version, status and pending edit.
+    List,
+    /// Show one custom tool whole: source, schema, test cases and results.
+    Show {
+        /// The tool.
+        name: String,
+    },
+}
+
+/// The commands that need no runtime: `log` reads the store as it is, `custom` works on the
+/// store and the sandbox, `bench-search` only reads its files.
 #[derive(Debug, Subcommand)]
 enum Standalone {
+    /// Custom tools: JavaScript tools kept in the store, each with its test cases and a
+    /// review status (draft, testing, approved, rejected). Only approved and enabled ones
+    /// are served, and a running `quiver serve` on the same store takes changes live.
+    ///
+    /// Example: `quiver custom add sum.js --name sum_numbers --description "Adds numbers."
+    /// --schema sum.schema.json --tests sum.tests.json`, then `quiver custom test
+    /// sum_numbers` and `quiver custom approve sum_numbers`.
+    #[command(display_order = 10)]
+    Custom {
+        #[command(subcommand)]
+        action: CustomAction,
+    },
     /// Show recent tool calls from the execution log, newest first.
     ///
     /// Example: `quiver log --outcome err --limit 20`.
@@ -365,6 +442,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }) => {
             let (config, _source) = Config::load(cli.config.as_deref())?;
             return commands::log::run(&config, tool, session, outcome, limit, json).await;
+        }
+        AnyCommand::Standalone(Standalone::Custom { action }) => {
+            let (config, _source) = Config::load(cli.config.as_deref())?;
+            let (tools, store) = quiver_host::custom_tools(&config)?;
+            let code = commands::custom::run(&tools, action).await;
+            anyhow::Context::context(store.close().await, "closing the store")?;
+            return code;
         }
         AnyCommand::Runtime(cmd) => cmd,
     };

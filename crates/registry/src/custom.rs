@@ -31,8 +31,9 @@ use crate::{
     },
 };
 
-/// The catalog family custom tools are served in.
-pub const CUSTOM_FAMILY: &str = "custom";
+/// The catalog family custom tools are served in ([`crate::Family::Custom`]'s name): the
+/// family order puts it after the core tools and the MCP servers' and before the skills.
+pub const CUSTOM_FAMILY: &str = "custom tools";
 
 /// What one test case expects of a run.
 #[derive(Debug, Clone, PartialEq)]
@@ -724,15 +725,28 @@ impl CustomTools {
                     && old.description == def.description
                     && old.input_schema == def.input_schema
             });
-            if same && catalog.contains(name) {
+            let ours = catalog
+                .lookup(name)
+                .is_some_and(|e| &*e.family == CUSTOM_FAMILY);
+            if same && ours {
                 continue;
             }
-            match catalog.upsert_in(CUSTOM_FAMILY, self.tool(def)) {
+            // A new version replaces the one this family serves; a name another family
+            // holds goes to whichever comes first in the family order, as at registration.
+            let registered = if ours {
+                catalog.upsert_in(CUSTOM_FAMILY, self.tool(def))
+            } else {
+                catalog.register_in(CUSTOM_FAMILY, self.tool(def))
+            };
+            match registered {
                 Ok(()) => {
                     served.insert(name.clone(), def.clone());
                     added.push(name.clone());
                 }
-                Err(e) => tracing::warn!(tool = %name, error = %e, "custom tool not served"),
+                Err(e) => tracing::warn!(
+                    tool = %name,
+                    "custom tool not served: {e} (a tool of a family earlier in the order has the name)"
+                ),
             }
         }
         let gone: Vec<String> = served

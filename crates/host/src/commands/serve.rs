@@ -131,6 +131,8 @@ pub(crate) async fn run(
         .surface
         .spawn_floor_keeper(app.store.clone(), app.store.clone());
     let definitions = app.spawn_definition_recorder();
+    // Custom tools approved, edited or disabled in the store (by any process) go live here.
+    let custom_sync = app.spawn_custom_sync();
     let mut options = quiver_mcp_adapter::ServerOptions::default()
         .with_default_mode(mode)
         .with_auth(config.inbound_auth())
@@ -163,6 +165,7 @@ pub(crate) async fn run(
     .await;
     // Not reading the store while it closes.
     floor_keeper.abort();
+    custom_sync.abort();
     // The definitions `check --against` compares with, all of them, before the store
     // closes (a serve that stops right after start-up lost some).
     definitions.finish(std::time::Duration::from_secs(10)).await;

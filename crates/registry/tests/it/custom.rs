@@ -311,3 +311,27 @@ async fn a_custom_tools_nested_call_goes_through_the_dispatcher_and_names_its_pa
     assert_eq!(inner.parent_call_id.as_deref(), Some(&*outer.call_id));
     assert_eq!(outer.parent_call_id, None);
 }
+
+/// A custom tool never takes a name another family holds (a core tool, the `skill` tool):
+/// the family order decides, as at registration; its own new versions replace it.
+#[tokio::test]
+async fn a_custom_tool_does_not_replace_a_tool_of_another_family() {
+    let (tools, _) = tools();
+    let catalog = Catalog::new();
+    catalog.must_register(Arc::new(quiver_contract::typed_tool(
+        quiver_contract::ToolSpec::new("taken", "A core tool.").read_only(),
+        |_: Value, _ctx: CallContext| async move { Ok(Envelope::ok(json!("core"))) },
+    )));
+    tools
+        .add(draft("taken", "const:1", json!([])))
+        .await
+        .unwrap();
+    tools.approve("taken", true).await.unwrap();
+    let (added, _) = tools.sync(&catalog).await.unwrap();
+    assert!(added.is_empty(), "{added:?}");
+    assert_eq!(&*catalog.lookup("taken").unwrap().family, "core");
+    assert_eq!(
+        quiver_registry::Family::Custom.name(),
+        quiver_registry::custom::CUSTOM_FAMILY
+    );
+}

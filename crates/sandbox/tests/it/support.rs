@@ -10,7 +10,8 @@
 //! // logs: ["a", "b"]                 exactly these log lines
 //! // host-calls: 0                    the test host's `count` tool was called this often
 //! // stack: main.js:3                 the exception's stack contains this
-//! // limits: wall_time_ms=200 log_bytes=10
+//! // limits: wall_time_ms=200 log_bytes=10 (also source, heap, input, output bytes,
+//! //         max_calls, max_depth)
 //! ```
 //!
 //! Time limits are cut to one second (unless a case says otherwise) so the corpus runs
@@ -123,6 +124,7 @@ impl Case {
                             "wall_time_ms" => case.limits.wall_time = Duration::from_millis(n),
                             "source_bytes" => case.limits.source_bytes = n as usize,
                             "heap_bytes" => case.limits.heap_bytes = n as usize,
+                            "input_bytes" => case.limits.input_bytes = n as usize,
                             "log_bytes" => case.limits.log_bytes = n as usize,
                             "output_bytes" => case.limits.output_bytes = n as usize,
                             "max_calls" => case.limits.max_calls = n as u32,

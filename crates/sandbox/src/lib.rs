@@ -21,6 +21,8 @@
 //! alternative, releasing the thread while waiting, would need a suspended QuickJS runtime to
 //! move between threads, which `rquickjs` does not allow without its `parallel` feature.
 //! Validation compiles on a short-lived thread of its own, so it never queues behind runs.
+//! [`Sandbox::run`] needs a Tokio runtime with its timer enabled (it gives up on a worker
+//! that has not stopped shortly after the deadline).
 
 mod engine;
 mod pool;

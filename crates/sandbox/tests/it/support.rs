@@ -9,8 +9,10 @@
 //! // inputs: {"a": 1}                 main's inputs (default {})
 //! // logs: ["a", "b"]                 exactly these log lines
 //! // host-calls: 0                    the test host's `count` tool was called this often
+//! // calls: 2                         the run reports this many call_tool calls
 //! // stack: main.js:3                 the exception's stack contains this
-//! // limits: wall_time_ms=200 log_bytes=10
+//! // limits: wall_time_ms=200 log_bytes=10 (also source, heap, input, output bytes,
+//! //         max_calls, max_depth)
 //! ```
 //!
 //! Time limits are cut to one second (unless a case says otherwise) so the corpus runs
@@ -48,6 +50,7 @@ pub(crate) struct Case {
     inputs: Value,
     logs: Option<Vec<String>>,
     host_calls: Option<u32>,
+    calls: Option<u32>,
     stack: Option<String>,
     pub(crate) limits: SandboxLimits,
 }
@@ -97,6 +100,7 @@ impl Case {
             inputs: json!({}),
             logs: None,
             host_calls: None,
+            calls: None,
             stack: None,
             limits: corpus_limits(),
         };
@@ -114,6 +118,7 @@ impl Case {
                 "inputs" => case.inputs = serde_json::from_str(value).expect("inputs JSON"),
                 "logs" => case.logs = Some(serde_json::from_str(value).expect("logs JSON")),
                 "host-calls" => case.host_calls = Some(value.parse().expect("a count")),
+                "calls" => case.calls = Some(value.parse().expect("a count")),
                 "stack" => case.stack = Some(value.to_owned()),
                 "limits" => {
                     for setting in value.split_whitespace() {
@@ -123,6 +128,7 @@ impl Case {
                             "wall_time_ms" => case.limits.wall_time = Duration::from_millis(n),
                             "source_bytes" => case.limits.source_bytes = n as usize,
                             "heap_bytes" => case.limits.heap_bytes = n as usize,
+                            "input_bytes" => case.limits.input_bytes = n as usize,
                             "log_bytes" => case.limits.log_bytes = n as usize,
                             "output_bytes" => case.limits.output_bytes = n as usize,
                             "max_calls" => case.limits.max_calls = n as u32,
@@ -323,6 +329,9 @@ fn check_output(case: &Case, out: &SandboxOutput, expect: &Expect) {
     }
     if let Some(logs) = &case.logs {
         assert_eq!(&out.logs, logs, "{name}: logs");
+    }
+    if let Some(calls) = case.calls {
+        assert_eq!(out.calls, calls, "{name}: calls");
     }
 }
 

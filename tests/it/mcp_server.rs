@@ -1811,3 +1811,51 @@ fn only_the_timed_list_changed_warning_is_tolerated() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A custom tool added, audited and approved by another process goes live in a running
+/// `quiver serve`: the official Python client gets `list_changed`, finds it with
+/// `tool_search` and calls it; the tool calls server-everything's `echo` through
+/// `call_tool`, and the execution log has both rows, the upstream call naming the custom
+/// tool's call as its parent. Disabling it takes it off the same way.
+#[tokio::test]
+async fn a_custom_tool_approved_elsewhere_goes_live_and_calls_an_upstream() {
+    let config = everything_mcp_json();
+    let config = config.to_str().expect("utf-8 path");
+    let dir = fresh_dir();
+    let args = ["--mcp-config", config, "serve", "--listen", "127.0.0.1:0"];
+    let mut server = Server::start_in(quiver_binary(), &args, &dir).await;
+    let binary = quiver_binary();
+    run_script(
+        "custom_live.py",
+        &[
+            &server.url,
+            binary.to_str().expect("utf-8 path"),
+            dir.to_str().expect("utf-8 path"),
+        ],
+    )
+    .await;
+    assert!(server.terminate().await.success());
+    let log = std::process::Command::new(quiver_binary())
+        .args(["log", "--json", "--limit", "50"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&log.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let ok_call = rows
+        .iter()
+        .find(|r| r["tool"] == "shout_back" && r["outcome"] == "ok")
+        .unwrap_or_else(|| panic!("no ok row for shout_back: {rows:#?}"));
+    let echo = rows
+        .iter()
+        .find(|r| r["tool"] == "mcp__everything__echo" && r["parent"] == ok_call["call_id"])
+        .unwrap_or_else(|| {
+            panic!(
+                "no echo row naming {} as its parent: {rows:#?}",
+                ok_call["call_id"]
+            )
+        });
+    assert_eq!(echo["outcome"], "ok", "{echo}");
+}

@@ -53,7 +53,7 @@ pub(crate) async fn run(
     if json {
         for c in &calls {
             let row = serde_json::json!({
-                "call_id": c.call_id, "tool": c.tool_name, "session": c.session, "tenant": c.tenant,
+                "call_id": c.call_id, "parent": c.parent_call_id, "tool": c.tool_name, "session": c.session, "tenant": c.tenant,
                 "principal": c.principal,
                 "outcome": c.kind, "hint_kind": c.hint_kind, "err_kind": c.err_kind.as_ref().map(quiver_contract::ErrKind::as_str),
                 "input": c.input, "reasoning": c.reasoning, "args_hash": c.args_hash,

@@ -187,8 +187,24 @@ impl App {
         let servers = crate::mcp_json::resolve_servers(config, mcp_files, &env)?;
         // The server-global MCP servers' tools register first-wins as each server connects,
         // in the family order assembly sets.
+        let custom = Arc::new(custom_tools_on(config, store.clone())?);
+        let mut core = core_tools(&surface);
+        // Sessions of an admin token may propose custom tools (stored as drafts).
+        let admins: Vec<String> = config
+            .auth
+            .tokens
+            .iter()
+            .filter(|t| t.admin)
+            .map(|t| t.name.clone())
+            .collect();
+        if !admins.is_empty() {
+            core.push(quiver_registry::custom::proposal_tool(
+                custom.clone(),
+                admins,
+            ));
+        }
         let families = Families {
-            core: core_tools(&surface),
+            core,
             skills: skill.into_iter().collect(),
             mcp_servers: servers.iter().map(|s| s.family()).collect(),
             ..Default::default()
@@ -196,7 +212,6 @@ impl App {
         let mut report = assemble_catalog(&catalog, families).context("assembling the catalog")?;
         // The approved and enabled custom tools, as the store has them now; `serve` keeps
         // them in step with the store from here on (`App::spawn_custom_sync`).
-        let custom = Arc::new(custom_tools_on(config, store.clone())?);
         match custom.sync(&catalog).await {
             Ok((added, _)) if !added.is_empty() => {
                 tracing::info!(tools = ?added, "serving custom tools");

@@ -614,6 +614,11 @@ impl Config {
                 .always_denied(t.tenant.as_deref(), Some(&t.name))
                 .map(|r| r.tool.clone())
                 .collect();
+            // Proposing custom tools is for admin tokens only: off the others' lists.
+            if !t.admin {
+                t.denied_tools
+                    .push(quiver_registry::custom::PROPOSE_TOOL.to_owned());
+            }
         }
         auth
     }

@@ -1845,3 +1845,75 @@ fn a_name_two_servers_take_is_the_first_configured_servers() {
         "{described}"
     );
 }
+
+/// A session of an admin token proposes a custom tool through `create_custom_tool`: it lands
+/// as a draft (never served until approved); a bad source is a hint naming line and
+/// column; a token that is not admin is not shown the tool and its call is refused.
+#[test]
+fn an_admin_token_proposes_a_custom_tool_as_a_draft() {
+    let dir = workdir("custom-propose");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[[auth.tokens]]\nname = \"lead\"\ntoken = \"lead-secret-123456\"\nadmin = true\n\n[[auth.tokens]]\nname = \"intern\"\ntoken = \"intern-secret-12345\"\n",
+    )
+    .unwrap();
+    let proposal = serde_json::json!({
+        "name": "double_it",
+        "description": "Doubles a number.",
+        "input_schema": {"type": "object", "properties": {"n": {"type": "number"}}, "required": ["n"]},
+        "source": "async function main(inputs) { return inputs.n * 2; }",
+        "tests": [{"inputs": {"n": 2}, "expect": 4}],
+    })
+    .to_string();
+    let out = quiver_in(
+        &dir,
+        &["call", "create_custom_tool", &proposal, "--token", "lead"],
+    );
+    assert!(out.status.success(), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("\"status\": \"draft\""),
+        "{}",
+        stdout(&out)
+    );
+    let list = stdout(&quiver_in(&dir, &["custom", "list"]));
+    assert!(
+        list.contains("double_it") && list.contains("draft"),
+        "{list}"
+    );
+    // Not served: a draft is nobody's tool yet.
+    let call = quiver_in(&dir, &["call", "double_it", r#"{"n": 3}"#]);
+    assert_eq!(call.status.code(), Some(1), "{}", stdout(&call));
+
+    let broken = serde_json::json!({
+        "name": "broken_one",
+        "description": "Breaks.",
+        "input_schema": {"type": "object"},
+        "source": "async function main(inputs) {\n  return inputs.(;\n}",
+    })
+    .to_string();
+    let out = stdout(&quiver_in(
+        &dir,
+        &["call", "create_custom_tool", &broken, "--token", "lead"],
+    ));
+    assert!(
+        out.contains("schema hint") && out.contains("line 2"),
+        "a syntax error is the model's to fix: {out}"
+    );
+
+    let out = quiver_in(
+        &dir,
+        &["call", "create_custom_tool", &proposal, "--token", "intern"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("forbidden") && stdout(&out).contains("admin"),
+        "refused to a token that is not admin: {}",
+        stdout(&out)
+    );
+    // tool_search finds it for the admin token only.
+    let query = "propose a new custom tool in javascript";
+    let lead = stdout(&quiver_in(&dir, &["search", query, "--token", "lead"]));
+    assert!(lead.contains("create_custom_tool"), "{lead}");
+    let intern = stdout(&quiver_in(&dir, &["search", query, "--token", "intern"]));
+    assert!(!intern.contains("create_custom_tool"), "{intern}");
+}

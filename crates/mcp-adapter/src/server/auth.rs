@@ -108,6 +108,10 @@ pub struct InboundToken {
     /// The tenant the token's calls run for.
     #[serde(default)]
     pub tenant: Option<String>,
+    /// May propose custom tools (`create_custom_tool`, which stores them as drafts for an
+    /// operator to review); `false` by default.
+    #[serde(default)]
+    pub admin: bool,
     /// Tool-name patterns a policy refuses this token every call of (not a config key: the
     /// host fills it from the deny rules): never listed, found, described or suggested to
     /// it. See `Capabilities::denied_tools`.
@@ -125,6 +129,7 @@ impl InboundToken {
             allowed_servers: None,
             mode: None,
             tenant: None,
+            admin: false,
             denied_tools: Vec::new(),
         }
     }

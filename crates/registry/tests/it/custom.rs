@@ -219,6 +219,13 @@ async fn a_failed_audit_rejects_with_the_first_failure_and_force_overrides_it() 
         tools.approve("wrong", true).await.unwrap(),
         "`wrong` version 1 approved by override (--force): its audit did not pass"
     );
+    // The override is on the record.
+    let results = tools.show("wrong").await.unwrap().test_results.unwrap();
+    assert_eq!(
+        results["override"],
+        "`wrong` version 1 approved by override (--force): its audit did not pass"
+    );
+    assert_eq!(results["passed"], false);
 }
 
 #[tokio::test]

@@ -12,8 +12,8 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use super::lock;
 use super::roots::Roots;
+use crate::sync::lock;
 use rmcp::{
     RoleClient,
     model::{ClientNotification, JsonRpcMessage, RequestId, ServerNotification},
@@ -62,7 +62,7 @@ impl Written {
     }
 
     fn ids(&self) -> std::sync::MutexGuard<'_, Ids> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.0)
     }
 
     /// An answer to `id` came: the request ended. An answer to no request this connection

@@ -31,10 +31,11 @@ use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
 use super::{
-    McpClient, Shared, lock,
+    McpClient, Shared,
     upstream::{Conn, Upstream},
 };
 use crate::content::{ContentError, ContentOffer, ContentSource, ListChanged};
+use crate::sync::lock;
 
 /// Pages asked of one upstream for one list, at most (a server that keeps sending cursors).
 const MAX_PAGES: usize = 1000;

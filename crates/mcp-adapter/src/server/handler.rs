@@ -40,6 +40,7 @@ use super::{
     rounds::{self, Done, Owner, RoundResponse, Rounds, Target},
     watch::Changes,
 };
+use crate::sync::lock;
 
 const SESSION_HEADER: &str = "mcp-session-id";
 
@@ -142,10 +143,6 @@ impl Connection {
     pub(crate) fn was_cancelled(&self, id: &rmcp::model::RequestId) -> bool {
         lock(&self.cancelled).contains(id)
     }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The scope of one request from its HTTP head (absent on stdio) and its `_meta`.

@@ -60,7 +60,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::channel::{Missing, parse};
-use super::handler::{Heartbeat, lock};
+use super::handler::Heartbeat;
+use crate::sync::lock;
 
 /// How the refusal of a retry begins whose `requestState` names no call held for its
 /// caller (none, or another caller's): nothing ran, and no held call's row covers it.

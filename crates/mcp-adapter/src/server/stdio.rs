@@ -37,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 use super::invalid::{self, Refusal};
 use crate::lines::{LineRead, LineReader, LineWriter, MAX_LINE, find_id, message_bytes};
 use crate::protocol::Protocol;
+use crate::sync::lock;
 
 /// How long calls in flight may still finish after a stdio client closed stdin.
 pub(super) const STDIN_CLOSED_GRACE: Duration = Duration::from_secs(2);
@@ -148,7 +149,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
         for item in items {
             // A reused id is refused in the batch's answer, not in a line of its own beside
             // it (and an earlier request's answer is not taken for it).
-            let in_flight = |id: &str| crate::server::handler::lock(&self.in_flight).contains(id);
+            let in_flight = |id: &str| lock(&self.in_flight).contains(id);
             if let Some(refusal) = invalid::refused_in_batch(&item, &shared, in_flight) {
                 self.note_refused(invalid::refused_call(&item), &refusal);
                 answers.push(refusal.to_json());
@@ -184,7 +185,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
             }
             return;
         }
-        crate::server::handler::lock(&self.batches).push(Batch { waiting, answers });
+        lock(&self.batches).push(Batch { waiting, answers });
     }
 
     /// Looks at a message on its way to the service: a notification before the first
@@ -240,7 +241,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
                 self.opened = true;
                 self.initialized |= initialize;
                 let id = id_text(&r.id);
-                if !crate::server::handler::lock(&self.in_flight).insert(id.clone()) {
+                if !lock(&self.in_flight).insert(id.clone()) {
                     tracing::warn!("stdin: a request reused the id {id} of one in flight");
                     let raw = serde_json::to_value(&r.id).unwrap_or(Value::Null);
                     let refusal = invalid::reused_id(raw, &id, "a request in flight");
@@ -268,8 +269,8 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
         {
             // A cancelled request is not answered: its id is free again.
             let id = id_text(request_id);
-            crate::server::handler::lock(&self.in_flight).remove(&id);
-            let mut batches = crate::server::handler::lock(&self.batches);
+            lock(&self.in_flight).remove(&id);
+            let mut batches = lock(&self.batches);
             let mut done = Vec::new();
             batches.retain_mut(|b| {
                 if b.waiting.remove(&id) && b.waiting.is_empty() {
@@ -360,10 +361,10 @@ where
             _ => None,
         };
         if let Some(id) = answered {
-            crate::server::handler::lock(&self.in_flight).remove(&id_text(id));
+            lock(&self.in_flight).remove(&id_text(id));
         }
         // An answer to a batch's request joins the batch's answers; the last one sends them.
-        let mut batches = crate::server::handler::lock(&self.batches);
+        let mut batches = lock(&self.batches);
         if !batches.is_empty()
             && let Ok(value) = serde_json::to_value(&item)
             && (value.get("result").is_some() || value.get("error").is_some())
@@ -629,7 +630,7 @@ mod tests {
                     true => json!("cut"),
                     false => call.input,
                 };
-                crate::server::handler::lock(&told).push((call.name, input, refusal.kind()));
+                lock(&told).push((call.name, input, refusal.kind()));
             }
         }));
         let init = initialize("2025-03-26");
@@ -670,7 +671,7 @@ mod tests {
         for _ in 0..5 {
             answer(&mut out).await;
         }
-        let told = crate::server::handler::lock(&told).clone();
+        let told = lock(&told).clone();
         assert_eq!(
             told,
             vec![
@@ -694,7 +695,7 @@ mod tests {
         let mut transport = transport.with_refused_calls(Arc::new({
             let told = told.clone();
             move |call: invalid::RefusedCall, refusal: &Refusal| {
-                crate::server::handler::lock(&told).push((call.name, refusal.kind()));
+                lock(&told).push((call.name, refusal.kind()));
             }
         }));
         let lines = [
@@ -725,7 +726,7 @@ mod tests {
             "{refusal}"
         );
         assert_eq!(
-            *crate::server::handler::lock(&told),
+            *lock(&told),
             [("tool_search".to_owned(), "invalid_request")]
         );
     }

@@ -29,6 +29,7 @@ use crate::client::{
     pipe::PipeTransport,
 };
 use crate::protocol::Protocol;
+use crate::sync::lock;
 
 /// A connection's rmcp service, running.
 type Running = RunningService<RoleClient, Handler>;
@@ -275,7 +276,7 @@ impl Upstream {
             &self.pids,
         ) {
             Ok(parts) => {
-                *self.cannot_start.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                *lock(&self.cannot_start) = None;
                 Ok(parts)
             }
             Err(e) => {
@@ -294,8 +295,7 @@ impl Upstream {
                     e.kind(),
                     std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
                 ) || matches!(e.raw_os_error(), Some(libc::ENOEXEC | libc::ENOTDIR));
-                *self.cannot_start.lock().unwrap_or_else(|p| p.into_inner()) =
-                    fixable.then(|| why.clone());
+                *lock(&self.cannot_start) = fixable.then(|| why.clone());
                 Err(DialError::Transient(why))
             }
         }
@@ -452,7 +452,7 @@ impl Upstream {
                 up.lost(generation);
             }
         });
-        let mut watchers = self.watchers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut watchers = lock(&self.watchers);
         watchers.retain(|w| !w.is_finished());
         watchers.push(watcher);
     }

@@ -18,8 +18,9 @@ use super::sessions::{Entry, IdHeld};
 use crate::server::{
     Shared,
     channel::{self, PeerChannel, ProgressState},
-    handler::{self, Connection, lock},
+    handler::{self, Connection},
 };
+use crate::sync::lock;
 
 /// Answers one `tools/call` as rmcp's session would, as a JSON response.
 pub(super) async fn serve_call(

@@ -71,10 +71,11 @@ pub(super) use self::{
     forward::record_refused,
 };
 use crate::protocol::Protocol;
+use crate::sync::lock;
 
 use super::{
     Shared,
-    handler::{self, Handler, lock},
+    handler::{self, Handler},
 };
 
 /// Bodies larger than this always go to rmcp.

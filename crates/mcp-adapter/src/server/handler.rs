@@ -13,7 +13,7 @@ use std::{
 use quiver_contract::{CallContext, Capabilities, Mode};
 use quiver_surface::SessionKey;
 use rmcp::{
-    ErrorData as McpError, RoleServer, ServerHandler,
+    ErrorData, RoleServer, ServerHandler,
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams,
         CompleteResult, CustomRequest, CustomResult, ErrorCode, Extensions, GetPromptRequestParams,
@@ -151,7 +151,7 @@ pub(crate) fn scope(
     parts: Option<&axum::http::request::Parts>,
     meta: &RequestMetaObject,
     fixed_session: Option<&str>,
-) -> Result<Scope, McpError> {
+) -> Result<Scope, ErrorData> {
     let principal = parts.and_then(|p| p.extensions.get::<Principal>());
     let header = |name: &str| {
         parts
@@ -173,7 +173,7 @@ pub(crate) fn scope(
     let header_conversation = match parts.and_then(|p| p.headers.get(CONVERSATION_HEADER)) {
         None => None,
         Some(v) => Some(std::str::from_utf8(v.as_bytes()).map_err(|_| {
-            McpError::invalid_params(
+            ErrorData::invalid_params(
                 format!(
                     "the `{CONVERSATION_HEADER}` header is not UTF-8 text: send the conversation key as UTF-8"
                 ),
@@ -240,7 +240,7 @@ impl Handler {
     async fn record_unparsed_call(
         &self,
         params: Option<Value>,
-        error: &McpError,
+        error: &ErrorData,
         context: &RequestContext<RoleServer>,
     ) {
         let (name, input) = match params {
@@ -260,7 +260,7 @@ impl Handler {
         &self,
         name: &str,
         input: Value,
-        error: &McpError,
+        error: &ErrorData,
         context: &RequestContext<RoleServer>,
     ) {
         record_invalid_params(
@@ -274,7 +274,7 @@ impl Handler {
         .await;
     }
 
-    fn scope(&self, meta: &RequestMetaObject, extensions: &Extensions) -> Result<Scope, McpError> {
+    fn scope(&self, meta: &RequestMetaObject, extensions: &Extensions) -> Result<Scope, ErrorData> {
         scope(
             &self.shared,
             extensions.get::<axum::http::request::Parts>(),
@@ -298,7 +298,7 @@ impl Handler {
         context: &RequestContext<RoleServer>,
         (responses, state): (Option<InputResponses>, Option<String>),
         start: F,
-    ) -> Result<R, McpError>
+    ) -> Result<R, ErrorData>
     where
         R: RoundResponse,
         F: FnOnce(
@@ -398,7 +398,7 @@ impl Handler {
         context: &RequestContext<RoleServer>,
         input: (Option<InputResponses>, Option<String>),
         fetch: F,
-    ) -> Result<R, McpError>
+    ) -> Result<R, ErrorData>
     where
         R: RoundResponse,
         F: FnOnce(CallContext) -> Fut,
@@ -438,10 +438,10 @@ impl Handler {
         &self,
         wanted: impl Fn(&ContentOffer) -> bool,
         what: &str,
-    ) -> Result<&Arc<dyn ContentSource>, McpError> {
+    ) -> Result<&Arc<dyn ContentSource>, ErrorData> {
         match &self.shared.content {
             Some(c) if wanted(&c.offer()) => Ok(c),
-            _ => Err(McpError::new(
+            _ => Err(ErrorData::new(
                 rmcp::model::ErrorCode::METHOD_NOT_FOUND,
                 format!("this server has no {what} (no upstream MCP server offers them)"),
                 None,
@@ -780,7 +780,7 @@ impl Drop for Handler {
 /// with the bare method name, as if the method did not exist).
 /// `modern`: a 2026-07-28 request, for which `initialize`, `logging/setLevel` and the
 /// resource subscriptions no longer exist (SEP-2575: -32601, which rmcp answers with 404).
-pub(crate) fn unparsed_request(method: &str, params: Option<Value>, modern: bool) -> McpError {
+pub(crate) fn unparsed_request(method: &str, params: Option<Value>, modern: bool) -> ErrorData {
     fn why<T: serde::de::DeserializeOwned>(params: Option<Value>) -> Option<String> {
         // No params, or not an object, where the method takes an object: serde's "invalid
         // type: null, expected struct CallToolRequestParams" names a Rust type.
@@ -825,7 +825,7 @@ pub(crate) fn unparsed_request(method: &str, params: Option<Value>, modern: bool
     );
     let why = match method {
         _ if modern && removed => {
-            return McpError::new(
+            return ErrorData::new(
                 ErrorCode::METHOD_NOT_FOUND,
                 format!("method not found: `{method}` is not part of protocol 2026-07-28"),
                 None,
@@ -844,7 +844,7 @@ pub(crate) fn unparsed_request(method: &str, params: Option<Value>, modern: bool
             why::<Option<PaginatedRequestParams>>(params)
         }
         _ => {
-            return McpError::new(
+            return ErrorData::new(
                 ErrorCode::METHOD_NOT_FOUND,
                 format!("method not found: `{method}`"),
                 None,
@@ -852,14 +852,14 @@ pub(crate) fn unparsed_request(method: &str, params: Option<Value>, modern: bool
         }
     };
     let detail = why.map_or_else(String::new, |w| format!(": {w}"));
-    McpError::invalid_params(format!("invalid params for `{method}`{detail}"), None)
+    ErrorData::invalid_params(format!("invalid params for `{method}`{detail}"), None)
 }
 
 /// A list request whose `cursor` was not a string (the transport read the message rmcp
 /// then read as having none, and marked it: on the HTTP request's extensions for a
 /// 2026-07-28 request, on the message's for a stdio batch element): -32602, as the session
 /// paths answer it before rmcp reads the message.
-fn cursor_sent(context: &RequestContext<RoleServer>) -> Result<(), McpError> {
+fn cursor_sent(context: &RequestContext<RoleServer>) -> Result<(), ErrorData> {
     let marked = context.extensions.get::<super::invalid::BadCursor>();
     match marked.or_else(|| {
         context
@@ -867,19 +867,19 @@ fn cursor_sent(context: &RequestContext<RoleServer>) -> Result<(), McpError> {
             .get::<axum::http::request::Parts>()
             .and_then(|p| p.extensions.get::<super::invalid::BadCursor>())
     }) {
-        Some(bad) => Err(McpError::invalid_params(bad.0.to_string(), None)),
+        Some(bad) => Err(ErrorData::invalid_params(bad.0.to_string(), None)),
         None => Ok(()),
     }
 }
 
 /// A request's `_meta` log level that is not one (-32602): rmcp reads it as none, and the
 /// request got no log messages and never knew why.
-fn bad_log_level(context: &RequestContext<RoleServer>) -> Option<McpError> {
+fn bad_log_level(context: &RequestContext<RoleServer>) -> Option<ErrorData> {
     if context.meta.log_level().is_some() {
         return None;
     }
     let sent = context.meta.get(LOG_LEVEL_META).filter(|v| !v.is_null())?;
-    Some(McpError::invalid_params(
+    Some(ErrorData::invalid_params(
         format!(
             "invalid params: `_meta.{LOG_LEVEL_META}` must be one of debug, info, notice, warning, error, critical, alert, emergency (got {sent})"
         ),
@@ -991,7 +991,7 @@ impl ServerHandler for Handler {
         &self,
         request: CustomRequest,
         context: RequestContext<RoleServer>,
-    ) -> Result<CustomResult, McpError> {
+    ) -> Result<CustomResult, ErrorData> {
         let modern = context
             .protocol_version()
             .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
@@ -1088,13 +1088,13 @@ impl ServerHandler for Handler {
         &self,
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, McpError> {
+    ) -> Result<ListToolsResult, ErrorData> {
         cursor_sent(&context)?;
         // The composed surface is small and always one page: no cursor is ever given out,
         // so any cursor is one this server never gave (the MCP pagination rule: -32602). An
         // empty one is taken as none.
         if let Some(c) = request.and_then(|r| r.cursor).filter(|c| !c.is_empty()) {
-            return Err(McpError::invalid_params(
+            return Err(ErrorData::invalid_params(
                 format!(
                     "invalid cursor {c:?}: the tool list is one page, with no nextCursor; list without a cursor"
                 ),
@@ -1108,7 +1108,9 @@ impl ServerHandler for Handler {
             .shared
             .surface
             .compose(&scope.key, scope.mode, &scope.capabilities)
-            .map_err(|e| McpError::internal_error(format!("composing the tool list: {e}"), None))?;
+            .map_err(|e| {
+                ErrorData::internal_error(format!("composing the tool list: {e}"), None)
+            })?;
         let tools = composed.specs().iter().map(from_contract::tool).collect();
         Ok(ListToolsResult::with_all_items(tools))
     }
@@ -1117,7 +1119,7 @@ impl ServerHandler for Handler {
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
+    ) -> Result<CallToolResponse, ErrorData> {
         // A call refused before it runs (a malformed conversation key or log level) has
         // its row, unless it is the retry of a held call (`requestState`), whose row is
         // the held call's.
@@ -1173,7 +1175,7 @@ impl ServerHandler for Handler {
         &self,
         request: SetLevelRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
+    ) -> Result<(), ErrorData> {
         // Gone in 2026-07-28 (SEP-2575): a request names its level in `_meta` instead. A
         // valid one must not succeed and do nothing while an invalid one is "not part of the
         // protocol".
@@ -1205,7 +1207,7 @@ impl ServerHandler for Handler {
         Some(accepted)
     }
 
-    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), ErrorData> {
         use tokio::sync::broadcast::error::RecvError;
         let request = subscription.request_context();
         let scope = self.scope(&request.meta, &request.extensions)?;
@@ -1328,7 +1330,7 @@ impl ServerHandler for Handler {
         &self,
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
-    ) -> Result<ListResourcesResult, McpError> {
+    ) -> Result<ListResourcesResult, ErrorData> {
         cursor_sent(&context)?;
         let source = self.source(|o| o.resources, "resources")?;
         let scope = self.scope(&context.meta, &context.extensions)?;
@@ -1343,7 +1345,7 @@ impl ServerHandler for Handler {
         &self,
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
-    ) -> Result<ListResourceTemplatesResult, McpError> {
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
         cursor_sent(&context)?;
         let source = self.source(|o| o.resources, "resources")?;
         let scope = self.scope(&context.meta, &context.extensions)?;
@@ -1358,7 +1360,7 @@ impl ServerHandler for Handler {
         &self,
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<ReadResourceResponse, McpError> {
+    ) -> Result<ReadResourceResponse, ErrorData> {
         let source = self.source(|o| o.resources, "resources")?.clone();
         let uri = request.uri;
         let target = Target::resource(&uri);
@@ -1377,7 +1379,7 @@ impl ServerHandler for Handler {
         &self,
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
+    ) -> Result<(), ErrorData> {
         let source = self.source(|o| o.subscribe, "resource subscriptions")?;
         let scope = self.scope(&context.meta, &context.extensions)?;
         if lock(&self.conn.subscriptions).contains(&request.uri) {
@@ -1400,7 +1402,7 @@ impl ServerHandler for Handler {
         &self,
         request: UnsubscribeRequestParams,
         _context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
+    ) -> Result<(), ErrorData> {
         let source = self.source(|o| o.subscribe, "resource subscriptions")?;
         if lock(&self.conn.subscriptions).remove(&request.uri) {
             source
@@ -1415,7 +1417,7 @@ impl ServerHandler for Handler {
         &self,
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
-    ) -> Result<ListPromptsResult, McpError> {
+    ) -> Result<ListPromptsResult, ErrorData> {
         cursor_sent(&context)?;
         let source = self.source(|o| o.prompts, "prompts")?;
         let scope = self.scope(&context.meta, &context.extensions)?;
@@ -1430,7 +1432,7 @@ impl ServerHandler for Handler {
         &self,
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<GetPromptResponse, McpError> {
+    ) -> Result<GetPromptResponse, ErrorData> {
         let source = self.source(|o| o.prompts, "prompts")?.clone();
         let (name, arguments) = (request.name, request.arguments);
         let target = Target::prompt(&name);
@@ -1449,11 +1451,11 @@ impl ServerHandler for Handler {
         &self,
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<CompleteResult, McpError> {
+    ) -> Result<CompleteResult, ErrorData> {
         let source = self.source(|o| o.completions, "completions")?;
         let scope = self.scope(&context.meta, &context.extensions)?;
         let mut wire = serde_json::to_value(&request)
-            .map_err(|e| McpError::invalid_params(format!("completion request: {e}"), None))?;
+            .map_err(|e| ErrorData::invalid_params(format!("completion request: {e}"), None))?;
         if let Value::Object(m) = &mut wire {
             m.remove("_meta");
         }
@@ -1473,7 +1475,7 @@ fn paged<T: serde::de::DeserializeOwned>(
     field: &str,
     all: Vec<Value>,
     request: Option<PaginatedRequestParams>,
-) -> Result<T, McpError> {
+) -> Result<T, ErrorData> {
     let total = all.len();
     let start = match request.and_then(|r| r.cursor) {
         None => 0,
@@ -1483,7 +1485,7 @@ fn paged<T: serde::de::DeserializeOwned>(
             .ok()
             .filter(|n| *n <= total)
             .ok_or_else(|| {
-                McpError::invalid_params(
+                ErrorData::invalid_params(
                     format!("invalid cursor {c:?}: pass the nextCursor of the previous page"),
                     None,
                 )
@@ -1502,14 +1504,14 @@ fn paged<T: serde::de::DeserializeOwned>(
 /// Parses the wire JSON a source returned into rmcp's type, marked `resultType: complete`
 /// when it has no type (a 2025-era upstream's answer; a 2026-07-28 client requires the
 /// field, and rmcp drops it again for older clients).
-fn typed<T: serde::de::DeserializeOwned>(mut wire: Value, what: &str) -> Result<T, McpError> {
+fn typed<T: serde::de::DeserializeOwned>(mut wire: Value, what: &str) -> Result<T, ErrorData> {
     if let Value::Object(m) = &mut wire {
         m.entry("resultType")
             .or_insert_with(|| Value::String("complete".into()));
     }
     serde_json::from_value(wire).map_err(|e| {
         tracing::warn!(error = %e, "{what}: the content source returned a malformed result");
-        McpError::internal_error(
+        ErrorData::internal_error(
             format!("{what}: the upstream answer is malformed ({e})"),
             None,
         )
@@ -1518,7 +1520,7 @@ fn typed<T: serde::de::DeserializeOwned>(mut wire: Value, what: &str) -> Result<
 
 /// `e` as the JSON-RPC error; `resource` says the request was about resources, and names the
 /// URI it was about, if one (SEP-2164: a resource not found carries `data.uri`).
-fn content_error(e: ContentError, resource: Option<Option<&str>>) -> McpError {
+fn content_error(e: ContentError, resource: Option<Option<&str>>) -> ErrorData {
     let mut error = content_error_of(e, resource.is_some());
     // An upstream's own "not found" gets the URI too.
     if let Some(uri) = resource.flatten()
@@ -1530,16 +1532,16 @@ fn content_error(e: ContentError, resource: Option<Option<&str>>) -> McpError {
     error
 }
 
-fn content_error_of(e: ContentError, resource: bool) -> McpError {
+fn content_error_of(e: ContentError, resource: bool) -> ErrorData {
     match e {
-        ContentError::NotFound(m) if resource => McpError::resource_not_found(m, None),
+        ContentError::NotFound(m) if resource => ErrorData::resource_not_found(m, None),
         ContentError::NotFound(m) | ContentError::InvalidParams(m) => {
-            McpError::invalid_params(m, None)
+            ErrorData::invalid_params(m, None)
         }
         ContentError::Upstream { code, message } => {
-            McpError::new(rmcp::model::ErrorCode(code), message, None)
+            ErrorData::new(rmcp::model::ErrorCode(code), message, None)
         }
-        ContentError::Unavailable(m) => McpError::internal_error(m, None),
+        ContentError::Unavailable(m) => ErrorData::internal_error(m, None),
     }
 }
 
@@ -1547,7 +1549,7 @@ fn content_error_of(e: ContentError, resource: bool) -> McpError {
 mod tests {
     use super::*;
 
-    fn page(cursor: Option<&str>) -> Result<Value, McpError> {
+    fn page(cursor: Option<&str>) -> Result<Value, ErrorData> {
         let all: Vec<Value> = (0..PAGE + 5).map(|i| serde_json::json!({"n": i})).collect();
         let request =
             cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c.to_owned())));

@@ -46,7 +46,7 @@ use std::{
 use async_trait::async_trait;
 use quiver_contract::{ChannelError, ClientChannel, ClientFeatures, ClientRequest, LogLevel};
 use rmcp::{
-    ErrorData as McpError,
+    ErrorData,
     model::{
         CallToolResponse, CallToolResult, CreateMessageRequestParams, CreateMessageResult,
         ElicitRequestParams, ElicitResult, GetPromptResponse, GetPromptResult, InputRequest,
@@ -141,8 +141,8 @@ impl From<&str> for Target {
 /// How a call in rounds ended.
 pub(crate) enum Done {
     Tool(CallToolResult),
-    Prompt(Result<GetPromptResult, McpError>),
-    Resource(Result<ReadResourceResult, McpError>),
+    Prompt(Result<GetPromptResult, ErrorData>),
+    Resource(Result<ReadResourceResult, ErrorData>),
 }
 
 impl From<CallToolResult> for Done {
@@ -151,14 +151,14 @@ impl From<CallToolResult> for Done {
     }
 }
 
-impl From<Result<GetPromptResult, McpError>> for Done {
-    fn from(r: Result<GetPromptResult, McpError>) -> Self {
+impl From<Result<GetPromptResult, ErrorData>> for Done {
+    fn from(r: Result<GetPromptResult, ErrorData>) -> Self {
         Done::Prompt(r)
     }
 }
 
-impl From<Result<ReadResourceResult, McpError>> for Done {
-    fn from(r: Result<ReadResourceResult, McpError>) -> Self {
+impl From<Result<ReadResourceResult, ErrorData>> for Done {
+    fn from(r: Result<ReadResourceResult, ErrorData>) -> Self {
         Done::Resource(r)
     }
 }
@@ -167,20 +167,20 @@ impl From<Result<ReadResourceResult, McpError>> for Done {
 pub(crate) trait RoundResponse: From<InputRequiredResult> + Sized {
     /// The request's answer once its call has ended; a failure that is the refusal of an
     /// undeclared capability becomes `-32021`.
-    fn complete(done: Done, missing: &Missing) -> Result<Self, McpError>;
+    fn complete(done: Done, missing: &Missing) -> Result<Self, ErrorData>;
 }
 
 /// A round's end that is not its request's kind; [`Rounds::resume`] checks the target, so
 /// this is a bug, reported rather than panicking.
-fn mismatch(method: &str) -> McpError {
-    McpError::internal_error(
+fn mismatch(method: &str) -> ErrorData {
+    ErrorData::internal_error(
         format!("a {method} call ended with another request's result"),
         None,
     )
 }
 
 impl RoundResponse for CallToolResponse {
-    fn complete(done: Done, missing: &Missing) -> Result<Self, McpError> {
+    fn complete(done: Done, missing: &Missing) -> Result<Self, ErrorData> {
         match done {
             Done::Tool(r) => Ok(missing.answer(r)?.into()),
             _ => Err(mismatch("tools/call")),
@@ -189,7 +189,7 @@ impl RoundResponse for CallToolResponse {
 }
 
 impl RoundResponse for GetPromptResponse {
-    fn complete(done: Done, missing: &Missing) -> Result<Self, McpError> {
+    fn complete(done: Done, missing: &Missing) -> Result<Self, ErrorData> {
         match done {
             Done::Prompt(r) => Ok(r.map_err(|e| missing.error("prompt", e))?.into()),
             _ => Err(mismatch("prompts/get")),
@@ -198,7 +198,7 @@ impl RoundResponse for GetPromptResponse {
 }
 
 impl RoundResponse for ReadResourceResponse {
-    fn complete(done: Done, missing: &Missing) -> Result<Self, McpError> {
+    fn complete(done: Done, missing: &Missing) -> Result<Self, ErrorData> {
         match done {
             Done::Resource(r) => Ok(r.map_err(|e| missing.error("resource", e))?.into()),
             _ => Err(mismatch("resources/read")),
@@ -331,11 +331,11 @@ impl Rounds {
         owner: &Owner,
         responses: Option<InputResponses>,
         notify: Arc<dyn ClientChannel>,
-    ) -> Result<Running, McpError> {
+    ) -> Result<Running, ErrorData> {
         let target = target.into();
         let mut parked = lock(&self.parked);
         let Some(p) = parked.get(state) else {
-            return Err(McpError::invalid_params(
+            return Err(ErrorData::invalid_params(
                 format!(
                     "{STATE_REFUSED} does not name a call waiting on this server: it finished and its result was already returned, it waited longer than {}s for input and was cancelled, it was never issued here, or the server restarted. {} without requestState and inputResponses.",
                     self.wait.as_secs_f64(),
@@ -345,7 +345,7 @@ impl Rounds {
             ));
         };
         if p.run.target != target || p.run.owner != *owner {
-            return Err(McpError::invalid_params(
+            return Err(ErrorData::invalid_params(
                 format!(
                     "{STATE_REFUSED} belongs to another call: retry {} `{}` with the same conversation key, session and token as the request that returned it, and the requestState unchanged",
                     p.run.target.method, p.run.target.name
@@ -384,7 +384,7 @@ impl Rounds {
         mut run: Running,
         ct: &CancellationToken,
         mut heartbeat: Option<Heartbeat>,
-    ) -> Result<R, McpError> {
+    ) -> Result<R, ErrorData> {
         let mut cancelled = false;
         // Requests of the round being gathered, and when the gathering ends.
         let mut pending: Vec<Ask> = Vec::new();
@@ -405,7 +405,7 @@ impl Rounds {
                 done = &mut run.task => {
                     // Requests still gathered are moot: their replies are dropped.
                     let result = done.map_err(|e| {
-                        McpError::internal_error(format!("the call's task failed: {e}"), None)
+                        ErrorData::internal_error(format!("the call's task failed: {e}"), None)
                     })?;
                     return R::complete(result, &run.missing);
                 }
@@ -577,10 +577,10 @@ impl Running {
 
 /// Refuses `inputResponses` whose values are not objects (each is the client's result for
 /// one input request): a protocol error, before any call sees them (SEP-2322).
-pub(crate) fn check_responses(responses: Option<&InputResponses>) -> Result<(), McpError> {
+pub(crate) fn check_responses(responses: Option<&InputResponses>) -> Result<(), ErrorData> {
     for (key, value) in responses.into_iter().flatten() {
         if !value.is_object() {
-            return Err(McpError::invalid_params(
+            return Err(ErrorData::invalid_params(
                 format!(
                     "inputResponses.{key} must be an object: the client's result for the input request `{key}` (an ElicitResult, CreateMessageResult or ListRootsResult), not {value}"
                 ),
@@ -1363,7 +1363,7 @@ mod tests {
                             format!("context: {}", v["content"]["context"]),
                         ),
                     ])),
-                    Err(e) => Err(McpError::invalid_params(
+                    Err(e) => Err(ErrorData::invalid_params(
                         format!("MCP server \"docs\": {e}"),
                         None,
                     )),

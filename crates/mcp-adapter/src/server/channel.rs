@@ -23,7 +23,7 @@ use rmcp::{
 };
 use serde_json::Value;
 
-use super::handler::Connection;
+use super::scope::Connection;
 use crate::sync::lock;
 use crate::wire::to_mcp_level;
 

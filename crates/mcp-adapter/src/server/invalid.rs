@@ -135,7 +135,7 @@ impl Refusal {
 
 /// A `tools/call` refused before it reached the dispatcher (by a transport's own checks),
 /// for its row in the execution log: every call has one, refused or not. Its name as sent
-/// ([`super::handler::sent_name`]), its arguments (null when it had none) and its `_meta`
+/// ([`super::refusals::sent_name`]), its arguments (null when it had none) and its `_meta`
 /// (for the conversation key).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct RefusedCall {
@@ -152,7 +152,7 @@ pub(crate) fn refused_call(message: &Value) -> Option<RefusedCall> {
     let params = message.get("params");
     let field = |k: &str| params.and_then(|p| p.get(k)).cloned();
     Some(RefusedCall {
-        name: super::handler::sent_name(field("name")),
+        name: super::refusals::sent_name(field("name")),
         input: field("arguments").unwrap_or(Value::Null),
         meta: field("_meta").unwrap_or(Value::Null),
     })

@@ -59,8 +59,8 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use super::call::Heartbeat;
 use super::channel::{Missing, parse};
-use super::handler::Heartbeat;
 use crate::sync::lock;
 
 /// How the refusal of a retry begins whose `requestState` names no call held for its

@@ -68,16 +68,16 @@ impl Relays {
 /// Our rmcp client handler: identifies Quiver (declaring sampling, elicitation and roots,
 /// which it relays to the downstream client of the call that asked), re-lists on
 /// `tools/list_changed`, and forwards a call's log messages and progress.
-pub(super) struct Handler {
+pub(super) struct UpstreamRelay {
     up: Weak<Upstream>,
     /// The connection it serves (a re-list it asks for lists on that one).
     generation: u64,
 }
 
-impl Handler {
+impl UpstreamRelay {
     /// The handler of `up`'s connection of `generation`.
-    pub(super) fn new(up: Weak<Upstream>, generation: u64) -> Handler {
-        Handler { up, generation }
+    pub(super) fn new(up: Weak<Upstream>, generation: u64) -> UpstreamRelay {
+        UpstreamRelay { up, generation }
     }
 }
 
@@ -151,7 +151,7 @@ pub(super) async fn ask_channel(
     }
 }
 
-impl Handler {
+impl UpstreamRelay {
     /// Relays a server request to the client of the call it belongs to.
     async fn relay<F, Fut>(
         &self,
@@ -221,7 +221,7 @@ fn parse_result<T: serde::de::DeserializeOwned>(method: &str, v: Value) -> Resul
     })
 }
 
-impl ClientHandler for Handler {
+impl ClientHandler for UpstreamRelay {
     async fn on_resource_updated(
         &self,
         params: rmcp::model::ResourceUpdatedNotificationParam,

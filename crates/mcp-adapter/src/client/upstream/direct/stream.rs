@@ -332,7 +332,7 @@ impl Upstream {
         tool: &str,
     ) {
         if method == "roots/list" {
-            // Fails closed, as on rmcp's path (`Handler::list_roots`).
+            // Fails closed, as on rmcp's path (`UpstreamRelay::list_roots`).
             self.roots.asked();
             let answer = roots_of(ctx.client.as_ref()).await.ok();
             let result = self.roots.answer(direct.generation, answer, Who::of(ctx));

@@ -1,6 +1,9 @@
 //! Upstream server configuration: what the host reads from TOML, and its validation into
 //! [`ResolvedServer`]s (interpolated, with tokens and the https rule checked).
 
+mod duration;
+mod redact;
+
 use std::{
     collections::{BTreeMap, BTreeSet},
     fmt,
@@ -14,8 +17,11 @@ use reqwest::{
     Url,
     header::{AUTHORIZATION, HeaderName, HeaderValue},
 };
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
+use self::duration::de_duration;
+pub(crate) use self::redact::redact_urls;
+use self::redact::{carries_credential, redact_one};
 use crate::McpError;
 
 /// How Quiver talks to an upstream server.
@@ -37,170 +43,6 @@ pub enum Liveness {
     Every(Duration),
     /// Never ping; a dead connection is noticed when it closes or a call fails.
     Off,
-}
-
-impl<'de> Deserialize<'de> for Liveness {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match d.deserialize_any(RawDuration { off: true })? {
-            Raw::Word(w) if w.trim().eq_ignore_ascii_case("off") => Ok(Liveness::Off),
-            raw => raw.duration(true).map(Liveness::Every),
-        }
-        .map_err(serde::de::Error::custom)
-    }
-}
-
-/// A duration as written: a number of seconds or a string.
-enum Raw {
-    Secs(f64, String),
-    Word(String),
-}
-
-impl Raw {
-    fn duration(self, off: bool) -> Result<Duration, String> {
-        match self {
-            Raw::Secs(secs, written) => seconds(secs, &written, off),
-            Raw::Word(w) => parse_duration(&w, off),
-        }
-    }
-}
-
-/// Reads a duration's raw form, saying what is expected when it is neither (serde's
-/// untagged enums say only "data did not match any variant").
-struct RawDuration {
-    /// Whether `off` is a value too (`liveness`).
-    off: bool,
-}
-
-impl serde::de::Visitor<'_> for RawDuration {
-    type Value = Raw;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str(if self.off {
-            "a duration: seconds (30, 2.5), a string such as \"90s\" or \"500ms\", or \"off\""
-        } else {
-            "a duration: seconds (30, 2.5) or a string such as \"90s\" or \"500ms\""
-        })
-    }
-
-    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Raw, E> {
-        Ok(Raw::Secs(v as f64, v.to_string()))
-    }
-
-    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Raw, E> {
-        Ok(Raw::Secs(v as f64, v.to_string()))
-    }
-
-    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Raw, E> {
-        // Quoted back short: `1e300`, not its 301 digits.
-        Ok(Raw::Secs(v, quiver_contract::short_number(v)))
-    }
-
-    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Raw, E> {
-        Ok(Raw::Word(v.to_owned()))
-    }
-}
-
-fn de_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    struct Maybe;
-    impl<'de> serde::de::Visitor<'de> for Maybe {
-        type Value = Option<Raw>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            RawDuration { off: false }.expecting(f)
-        }
-        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            d.deserialize_any(RawDuration { off: false }).map(Some)
-        }
-    }
-    match d.deserialize_option(Maybe)? {
-        None => Ok(None),
-        Some(raw) => raw
-            .duration(false)
-            .map(Some)
-            .map_err(serde::de::Error::custom),
-    }
-}
-
-/// A number of seconds as a duration, bounded.
-fn seconds(secs: f64, written: &str, off: bool) -> Result<Duration, String> {
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(format!(
-            "duration {written:?} must be a positive number of seconds{}",
-            if off { " (or `off`)" } else { "" }
-        ));
-    }
-    let d = Duration::try_from_secs_f64(secs)
-        .map_err(|_| format!("duration {written:?} is longer than a year"))?;
-    // Positive, however small (1e-12 rounds to no nanosecond): too short, not zero.
-    if secs > 0.0 && d < MIN_DURATION {
-        return Err(too_short(written));
-    }
-    bounded(d, written, off)
-}
-
-/// Parses `250ms`, `30s`, `2.5s`, `2m`, `1h` or a bare number of seconds.
-fn parse_duration(s: &str, off: bool) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let expected = if off {
-        "expected e.g. `30s`, `500ms`, `2.5s` or `off`"
-    } else {
-        "expected e.g. `30s`, `500ms` or `2.5s`"
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?}: {expected}"))?;
-    let secs = match unit.trim() {
-        "ms" => n / 1000.0,
-        "" | "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        other => {
-            return Err(format!(
-                "invalid duration unit {other:?} in {s:?}: {expected} (units: ms, s, m, h)"
-            ));
-        }
-    };
-    seconds(secs, s, off)
-}
-
-/// The longest duration a setting takes: a year (longer ones overflow deadlines).
-const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
-
-/// The shortest duration a setting takes (as `[limits]` does): a shorter one times out
-/// before anything starts.
-const MIN_DURATION: Duration = Duration::from_millis(1);
-
-/// Why `as_written`, a positive duration under [`MIN_DURATION`], is refused.
-fn too_short(as_written: &str) -> String {
-    format!(
-        "duration {as_written:?} is shorter than 1 ms, the shortest this setting takes (write e.g. \"1ms\")"
-    )
-}
-
-/// A configured duration: more than zero, from [`MIN_DURATION`] to [`MAX_DURATION`].
-fn bounded(d: Duration, as_written: &str, off: bool) -> Result<Duration, String> {
-    if d.is_zero() {
-        Err(format!(
-            "duration {as_written:?} must be more than 0{}",
-            if off {
-                " (to turn it off, write \"off\")"
-            } else {
-                ""
-            }
-        ))
-    } else if d < MIN_DURATION {
-        Err(too_short(as_written))
-    } else if d > MAX_DURATION {
-        Err(format!("duration {as_written:?} is longer than a year"))
-    } else {
-        Ok(d)
-    }
 }
 
 fn yes() -> bool {
@@ -935,92 +777,6 @@ fn resolve(
         deny_tools: s.deny_tools.iter().cloned().collect(),
         endpoint,
     })
-}
-
-/// Whether a configured header carries a credential: `Authorization`,
-/// `Proxy-Authorization`, `Cookie`, or a name that says so (`X-API-Key`, `X-Auth-Token`,
-/// `Api-Secret`, ...).
-fn carries_credential(name: &HeaderName) -> bool {
-    let name = name.as_str();
-    ["authorization", "proxy-authorization", "cookie"].contains(&name)
-        || [
-            "api-key", "apikey", "api_key", "token", "secret", "password",
-        ]
-        .iter()
-        .any(|w| name.contains(w))
-}
-
-/// `text` with every `http://` or `https://` URL in it (any case) shown without its user,
-/// password, query and fragment (`?…`): the parts that may carry a secret an
-/// `${env:...}` put there. A URL runs to the next whitespace (a query may hold `,` or
-/// `)`); punctuation that ends the sentence after it (`)`, `:`, `,`, `.`) is kept.
-pub(crate) fn redact_urls(text: &str) -> String {
-    // ASCII lower-casing keeps every byte offset.
-    let lower = text.to_ascii_lowercase();
-    let mut out = String::with_capacity(text.len());
-    let mut from = 0;
-    while let Some(at) = ["http://", "https://"]
-        .iter()
-        .filter_map(|scheme| lower[from..].find(scheme).map(|i| from + i))
-        .min()
-    {
-        out.push_str(&text[from..at]);
-        let end = text[at..]
-            .find(char::is_whitespace)
-            .map_or(text.len(), |i| at + i);
-        out.push_str(&redact_one(&text[at..end]));
-        from = end;
-    }
-    out.push_str(&text[from..]);
-    out
-}
-
-/// One URL (or URL-like value) without its user part, query and fragment.
-fn redact_one(url: &str) -> String {
-    let (scheme, after) = match url.find("://") {
-        Some(i) => url.split_at(i + 3),
-        None => ("", url),
-    };
-    // The sentence's punctuation after the URL.
-    let body = after.trim_end_matches([')', ':', ',', '.', ';', '"', '\'']);
-    let tail = &after[body.len()..];
-    let authority_len = body.find(['/', '?', '#']).unwrap_or(body.len());
-    let (authority, path) = body.split_at(authority_len);
-    let mut out = String::from(scheme);
-    match authority.rfind('@') {
-        Some(i) => {
-            out.push_str("…@");
-            out.push_str(&authority[i + 1..]);
-        }
-        None => out.push_str(authority),
-    }
-    let (path, query) = match path.find(['?', '#']) {
-        Some(q) => (&path[..q], true),
-        None => (path, false),
-    };
-    // A path segment that looks like a key (hosted MCP servers put theirs there: long,
-    // letters and digits) is hidden too.
-    let segments: Vec<&str> = path
-        .split('/')
-        .map(|seg| if looks_like_key(seg) { "…" } else { seg })
-        .collect();
-    out.push_str(&segments.join("/"));
-    if query {
-        out.push_str("?…");
-    }
-    out.push_str(tail);
-    out
-}
-
-/// A URL path segment that is probably a secret: 20 characters or more of letters,
-/// digits, `-` and `_`, with both letters and digits.
-fn looks_like_key(segment: &str) -> bool {
-    segment.len() >= 20
-        && segment
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
-        && segment.chars().any(|c| c.is_ascii_digit())
-        && segment.chars().any(|c| c.is_ascii_alphabetic())
 }
 
 #[cfg(test)]

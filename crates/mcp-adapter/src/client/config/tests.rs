@@ -56,60 +56,6 @@ fn a_child_inherits_only_the_allowed_environment() {
     );
 }
 
-#[test]
-fn durations_parse() {
-    assert!(
-        parse_duration("0s", false)
-            .unwrap_err()
-            .contains("more than 0")
-    );
-    assert!(
-        parse_duration("99999999999999999h", false)
-            .unwrap_err()
-            .contains("longer than a year")
-    );
-    assert_eq!(parse_duration("8760h", false).unwrap(), MAX_DURATION);
-    assert_eq!(
-        parse_duration("30s", false).unwrap(),
-        Duration::from_secs(30)
-    );
-    assert_eq!(
-        parse_duration("250ms", false).unwrap(),
-        Duration::from_millis(250)
-    );
-    assert_eq!(
-        parse_duration("2m", false).unwrap(),
-        Duration::from_secs(120)
-    );
-    assert_eq!(
-        parse_duration("2.5s", false).unwrap(),
-        Duration::from_millis(2500)
-    );
-    assert!(parse_duration("fast", false).is_err());
-    // Positive but under 1 ms: said so (it was "must be more than 0").
-    for tiny in ["0.0001ms", "0.0000001", "0.000000000001"] {
-        let e = parse_duration(tiny, false).unwrap_err();
-        assert!(e.contains("is shorter than 1 ms"), "{tiny}: {e}");
-    }
-    assert_eq!(
-        parse_duration("1ms", false).unwrap(),
-        Duration::from_millis(1)
-    );
-    // A float is quoted back short, whatever its size.
-    for (secs, shown) in [(1e300, "\"1e300\""), (1e-12, "\"1e-12\"")] {
-        let Raw::Secs(v, written) = serde::de::Visitor::visit_f64::<serde::de::value::Error>(
-            RawDuration { off: false },
-            secs,
-        )
-        .unwrap() else {
-            panic!()
-        };
-        let e = seconds(v, &written, false).unwrap_err();
-        assert!(e.contains(shown), "{e}");
-        assert!(!e.contains("more than 0"), "{e}");
-    }
-}
-
 /// What a config file's durations read as, and what a wrong one is told: `off` offered
 /// only where it is taken, fractions of seconds taken, no serde type names.
 #[test]
@@ -169,52 +115,5 @@ fn interpolation() {
             .unwrap_err()
             .to_string()
             .contains("B is not set")
-    );
-}
-
-#[test]
-fn urls_are_shown_without_user_password_or_query() {
-    assert_eq!(
-        redact_urls(
-            "error sending request for url (http://me:pw@example.com:8/mcp?api_key=sekrit#x): refused"
-        ),
-        "error sending request for url (http://…@example.com:8/mcp?…): refused"
-    );
-    assert_eq!(
-        redact_urls("to https://h/mcp, then http://[::1]:9/p#frag and back"),
-        "to https://h/mcp, then http://[::1]:9/p?… and back"
-    );
-    assert_eq!(redact_urls("no url here"), "no url here");
-    assert_eq!(
-        redact_urls("http://é.example/ü?ß=1"),
-        "http://é.example/ü?…"
-    );
-    // A query or password with `,` or `)`; an upper-case scheme.
-    assert_eq!(
-        redact_urls("url (https://h/search?fields=a,b&api_key=SEKRIT): refused"),
-        "url (https://h/search?…): refused"
-    );
-    assert_eq!(
-        redact_urls("to https://user:pa,s)s@host/mcp now"),
-        "to https://…@host/mcp now"
-    );
-    assert_eq!(
-        redact_urls("HTTP://u:pw@example.com/mcp?key=S"),
-        "HTTP://…@example.com/mcp?…"
-    );
-    // A value without a scheme (a typo in the config).
-    assert_eq!(
-        redact_one("mcp.example.com/sse?key=S"),
-        "mcp.example.com/sse?…"
-    );
-    assert_eq!(redact_urls("https://"), "https://");
-    // A key in the path, as hosted servers put it.
-    assert_eq!(
-        redact_urls("url (https://mcp.example.com/api/s/a1b2c3d4e5f6g7h8i9j0k1/sse): refused"),
-        "url (https://mcp.example.com/api/s/…/sse): refused"
-    );
-    assert_eq!(
-        redact_urls("https://h/mcp/tools_for_everyone_here"),
-        "https://h/mcp/tools_for_everyone_here"
     );
 }

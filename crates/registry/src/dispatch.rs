@@ -504,9 +504,9 @@ impl Dispatcher {
     pub async fn restore_called(
         &self,
         session: &str,
-        log: &dyn crate::CallLog,
-    ) -> Result<usize, crate::StoreError> {
-        let mut filter = crate::CallFilter::recent(RESTORED_CALLS);
+        log: &dyn crate::store::CallLog,
+    ) -> Result<usize, crate::store::StoreError> {
+        let mut filter = crate::store::CallFilter::recent(RESTORED_CALLS);
         filter.session = Some(session.to_owned());
         let calls = log.recent_calls(filter).await?;
         let ran: Vec<&str> = calls

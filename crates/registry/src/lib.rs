@@ -58,9 +58,9 @@ mod policy;
 mod ports;
 mod refs;
 pub mod sandbox;
-mod skill;
+pub mod skill;
 mod state;
-mod store;
+pub mod store;
 mod suggest;
 mod sync;
 mod validate;
@@ -81,22 +81,8 @@ pub use ports::{
     PolicyVerdict, ToolCallRecorder,
 };
 pub use refs::{ToolRef, unmatched_tool_refs};
-pub use skill::{
-    LIST_ALL, MAX_LISTED_FILES, MAX_SKILL_BYTES, MAX_SKILL_LISTING_BYTES, SKILL_TOOL, Skill,
-    SkillProblem, SkillSet, SkillSource, skill_tool,
-};
-pub use store::{
-    ALL_TENANTS, CallFilter, CallLog, DefinitionStore, JobStatus, JobStore, JobType, LoggedCall,
-    MemoryCallLog, MemoryDefinitionStore, MemoryJobStore, NewJob, OUTPUT_SUMMARY_CHARS, SeedPlan,
-    SeedReport, StoreError, ToolDefinition, ToolJob, ToolType, output_summary, parse_lifecycle,
-    plan_seed,
-};
 pub use suggest::{did_you_mean, suggestion};
 pub use validate::REFUSED_ARGUMENTS;
 
 #[cfg(feature = "mock")]
 pub use ports::{MockPolicyCheck, MockToolCallRecorder};
-#[cfg(feature = "mock")]
-pub use skill::MockSkillSource;
-#[cfg(feature = "mock")]
-pub use store::{MockCallLog, MockDefinitionStore, MockJobStore};

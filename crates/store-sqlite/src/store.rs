@@ -10,8 +10,11 @@ use std::{
 use async_trait::async_trait;
 use quiver_contract::Lifecycle;
 use quiver_registry::{
-    CallFilter, CallLog, CallRecord, DefinitionStore, JobStatus, JobStore, LoggedCall, NewJob,
-    SeedReport, StoreError, ToolCallRecorder, ToolDefinition, ToolJob, plan_seed,
+    CallRecord, ToolCallRecorder,
+    store::{
+        CallFilter, CallLog, DefinitionStore, JobStatus, JobStore, LoggedCall, NewJob, SeedReport,
+        StoreError, ToolDefinition, ToolJob, plan_seed,
+    },
 };
 use quiver_surface::ports::{
     FailedApproach, SessionStore, SurfaceState, ToolUsage, UsageSource, WorkingSetEntry,

@@ -10,7 +10,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use quiver_registry::{CallRecord, StoreError};
+use quiver_registry::{CallRecord, store::StoreError};
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 

@@ -148,7 +148,7 @@ pub(crate) struct Shared {
     /// Where working sets persist; a key seen for the first time is restored from it.
     pub(crate) sessions: Option<Arc<dyn quiver_surface::ports::SessionStore>>,
     /// The execution log: which tools a restored key has called (`requires_prior`).
-    pub(crate) calls: Option<Arc<dyn quiver_registry::CallLog>>,
+    pub(crate) calls: Option<Arc<dyn quiver_registry::store::CallLog>>,
     /// Where resources, prompts and completions come from (none: tools only).
     pub(crate) content: Option<Arc<dyn ContentSource>>,
     /// The HTTP sessions the direct path may answer.
@@ -269,7 +269,7 @@ impl McpServer {
 
     /// Reads which tools a key has called from `log` when the key is first seen (after a
     /// restart), so `requires_prior` policy rules hold across restarts.
-    pub fn with_call_log(mut self, log: Arc<dyn quiver_registry::CallLog>) -> Self {
+    pub fn with_call_log(mut self, log: Arc<dyn quiver_registry::store::CallLog>) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.calls = Some(log);
         }

@@ -6,6 +6,11 @@
 //! [`PolicyCheck`]) are defined here, in its own vocabulary, with in-memory implementations.
 //! The [`sandbox`] module holds the port custom tools' JavaScript runs through (`Sandbox`,
 //! `SandboxHost`, their limits and errors); its engine lives in an adapter crate.
+//! The [`store`] module holds the store ports (definitions, build jobs, the execution log)
+//! with their types and in-memory implementations; [`skill`] holds skills and the tool that
+//! loads them. Each middleware layer's config ([`TimeoutConfig`], [`ConcurrencyConfig`],
+//! [`ResultLimitConfig`], [`RecoverConfig`]) is also named at the root, beside
+//! [`DispatchConfig`], which holds the ones the dispatcher is built with.
 //!
 //! # Example
 //!
@@ -70,11 +75,17 @@ pub use catalog::{
     FamilyTools, RegisterReport, Skipped, advertise, advertised_extra_bytes, order_families,
 };
 pub use dispatch::{
-    ABSENT_TEXT, BatchCall, DispatchConfig, Dispatcher, DispatcherBuilder, REFUSED_KINDS,
-    UNDEFINED_TOOLS, refused_before_running,
+    BatchCall, DispatchConfig, Dispatcher, DispatcherBuilder, UNDEFINED_TOOLS,
+    refused_before_running,
 };
 pub use error::RegistryError;
-pub use layers::telemetry::{Metrics, ToolCounters};
+pub use layers::{
+    concurrency::ConcurrencyConfig,
+    recover::RecoverConfig,
+    result_limit::ResultLimitConfig,
+    telemetry::{Metrics, ToolCounters},
+    timeout::TimeoutConfig,
+};
 pub use policy::{PolicyAction, PolicyRule, RulePolicy, policy_findings};
 pub use ports::{
     CallObserver, CallRecord, MemoryRecorder, NoPolicy, NullRecorder, PolicyCheck, PolicyRequest,

@@ -11,13 +11,9 @@ use quiver_contract::{
     ToolSpec, render,
 };
 use quiver_registry::{
-    Catalog, DispatchConfig, Dispatcher, MemoryRecorder, MockToolCallRecorder, PolicyAction,
-    PolicyRule, RulePolicy, UNDEFINED_TOOLS,
-    layers::{
-        concurrency::ConcurrencyConfig,
-        result_limit::{ResultLimitConfig, TRUNCATION_MARKER},
-        timeout::TimeoutConfig,
-    },
+    Catalog, ConcurrencyConfig, DispatchConfig, Dispatcher, MemoryRecorder, MockToolCallRecorder,
+    PolicyAction, PolicyRule, ResultLimitConfig, RulePolicy, TimeoutConfig, UNDEFINED_TOOLS,
+    layers::result_limit::TRUNCATION_MARKER,
 };
 use serde_json::json;
 use tokio::sync::{Notify, oneshot};

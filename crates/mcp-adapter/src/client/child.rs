@@ -340,7 +340,7 @@ pub(crate) fn spawn(
     pids: &Arc<Mutex<Vec<u32>>>,
 ) -> std::io::Result<(ChildGuard, ChildStdout, ChildStdin)> {
     let mut cmd = Command::new(command);
-    // Not Quiver's whole environment: its secrets are not the server's (QA-13 C-2).
+    // Not Quiver's whole environment: its secrets are not the server's.
     cmd.args(args)
         .env_clear()
         .envs(super::config::inherited_env(inherit_env))

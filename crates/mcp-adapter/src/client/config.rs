@@ -683,8 +683,8 @@ fn resolve(
                 let v = interpolate(&s.name, &format!("headers.{k}"), raw, env)?;
                 let name = HeaderName::try_from(k.as_str())
                     .map_err(|e| cfg_err(&s.name, format!("header {k:?}: {e}")))?;
-                // Say what is wrong, and where it came from: http's own "failed to parse
-                // header value" said neither (QA-13 C-13). The value is not shown.
+                // Say what is wrong, and where it came from (http's own "failed to parse
+                // header value" says neither). The value is not shown.
                 if let Some(bad) = v
                     .chars()
                     .find(|c| (c.is_control() && *c != '\t') || *c == '\u{7f}')
@@ -713,7 +713,7 @@ fn resolve(
                 .filter(|t| !t.trim().is_empty())
                 .map(Secret);
             // As for a configured header: a line break in the token would be refused by
-            // every request, and the server retried forever (QA-13 C-13).
+            // every request, and the server retried forever.
             if let Some(bad) = token
                 .as_ref()
                 .and_then(|t| t.0.trim().chars().find(|c| c.is_control()))

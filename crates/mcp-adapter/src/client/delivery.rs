@@ -289,8 +289,8 @@ impl Deliveries {
     /// them has been handled for `stall` (a handler waiting on a client that does not read),
     /// or after `most` in all; then it returns how many of them were still open, which
     /// reach the caller after the answer or not at all. A flood that is being handed on
-    /// steadily is waited for: with a bound on the whole wait alone, the last ones of 20,000
-    /// log messages were dropped, and nobody was told (QA-12 B-6).
+    /// steadily is waited for: a bound on the whole wait alone would drop the tail of a long
+    /// flood of log messages, and tell nobody.
     pub(crate) async fn settled(
         &self,
         stall: std::time::Duration,

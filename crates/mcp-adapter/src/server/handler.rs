@@ -561,7 +561,7 @@ impl ServerHandler for SessionHandler {
         let name = request.name;
         let input = request.arguments.map(Value::Object).unwrap_or(Value::Null);
         // A retry whose requestState names no call held for it (forged, expired, another
-        // caller's) runs nothing and has no held call's row: it gets its own (QA-14 #3).
+        // caller's) runs nothing and has no held call's row: it gets its own.
         let retry_input = request.request_state.is_some().then(|| input.clone());
         let (shared, call_scope, tool) = (self.shared.clone(), scope.clone(), name.to_string());
         let start = move |channel, cancel: CancellationToken, progress_state| async move {

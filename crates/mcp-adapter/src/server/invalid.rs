@@ -85,9 +85,9 @@ pub(super) struct Refusal {
 }
 
 /// The refusal of `bytes` ("the body", "the line": `what`) that serde could not read
-/// (`err`): valid JSON nested past the parser's 128 levels is said to be so (`-32600`; it
-/// was "not valid JSON"), anything else is not valid JSON (`-32700`). Either carries the
-/// request's id when the first or last bytes hold one (QA-13 C-4: `id: null`).
+/// (`err`): valid JSON nested past the parser's 128 levels is said to be so (`-32600`, not
+/// "not valid JSON"), anything else is not valid JSON (`-32700`). Either carries the
+/// request's id when the first or last bytes hold one (not `id: null`).
 pub(super) fn unreadable(bytes: &[u8], err: &str, what: &str) -> Refusal {
     let id = crate::lines::find_id(bytes, bytes).unwrap_or(Value::Null);
     if err.starts_with("recursion limit exceeded") {
@@ -222,8 +222,8 @@ pub(super) fn shared_ids(items: &[Value]) -> std::collections::HashMap<String, u
 
 /// Why the batch element `item` is refused before it runs, on either transport: its id is
 /// one that other requests of the batch carry too (`shared`, from [`shared_ids`]: then none
-/// of them runs, as no answer could tell which one it is; QA-13 C-9: the first ran, and the
-/// batch's answer held an error and a result under its id), or, per `in_flight`, that of a
+/// of them runs, as no answer could tell which one it is: running the first would put a
+/// result and an error under one id in the batch's answer), or, per `in_flight`, that of a
 /// request still in flight; or it is an `initialize`.
 pub(super) fn refused_in_batch(
     item: &Value,

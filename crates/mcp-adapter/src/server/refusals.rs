@@ -44,7 +44,7 @@ pub(crate) fn unparsed_request(method: &str, params: Option<Value>, modern: bool
             .to_string()
             // JSON's word for it (serde's is Rust's).
             .replace("expected a map", "expected an object");
-        // serde does not say which field had the wrong type (QA-14 #11): the one whose
+        // serde does not say which field had the wrong type: the one whose
         // removal takes the error away, or leaves only its own absence, is named.
         if let Some(Value::Object(map)) = &params
             && !err.starts_with("missing field")
@@ -194,7 +194,7 @@ mod tests {
     use super::*;
 
     /// A `subscriptions/listen` whose params do not fit is invalid params naming the
-    /// problem (it was "method not found", 404, as if listening did not exist); an unknown
+    /// problem (not "method not found", 404, as if listening did not exist); an unknown
     /// method still is.
     #[test]
     fn a_malformed_listen_is_invalid_params() {
@@ -246,7 +246,7 @@ mod tests {
         assert_eq!(
             e.message,
             "invalid params for `prompts/get`: missing field `name`"
-        ); // The field with the wrong type is named (QA-14 #11), in JSON's words.
+        ); // The field with the wrong type is named, in JSON's words.
         for (params, says) in [
             (
                 serde_json::json!({"name": "t", "arguments": ["weather"]}),

@@ -211,9 +211,9 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
                     return None;
                 }
                 // Before `initialize`, a request without the 2026-07-28 `_meta` fields is
-                // refused here in words that name both ways in (rmcp's own answer named only
-                // the `_meta` fields, which a 2025-era client or a piped script never sends:
-                // QA-14 #3), and a `tools/call` so refused has its row.
+                // refused here in words that name both ways in (rmcp's own answer names only
+                // the `_meta` fields, which a 2025-era client or a piped script never sends),
+                // and a `tools/call` so refused has its row.
                 use rmcp::model::GetMeta;
                 if !self.initialized
                     && !matches!(

@@ -3,7 +3,7 @@
 use super::*;
 
 /// A header value with a line break is refused saying so, and where it came from,
-/// without quoting it (QA-13 C-13: http's "failed to parse header value").
+/// without quoting it (not in http's words, "failed to parse header value").
 #[test]
 fn a_header_value_with_a_control_character_is_named() {
     let crlf = ServerConfig::http("h", "https://a.example/mcp").with_header("X-Key", "${env:K}");
@@ -30,7 +30,7 @@ fn a_header_value_with_a_control_character_is_named() {
 }
 
 /// A stdio server gets the allowed part of Quiver's environment and the names its
-/// `inherit_env` matches, nothing else (QA-13 C-2).
+/// `inherit_env` matches, nothing else.
 #[test]
 fn a_child_inherits_only_the_allowed_environment() {
     let names = |inherit: &[String]| -> Vec<String> {

@@ -43,8 +43,8 @@ async fn a_call_waits_for_the_notifications_read_before_it() {
 }
 
 /// A flood handed on steadily is waited for past the stall bound, as long as one of
-/// them moves on within each stall, and up to the bound on the whole wait (QA-12 B-6:
-/// with a bound on the whole wait alone, the last of 20,000 log messages were lost).
+/// them moves on within each stall, and up to the bound on the whole wait (a bound on the
+/// whole wait alone would lose the tail of a long flood).
 #[tokio::test(start_paused = true)]
 async fn a_call_waits_for_a_flood_that_moves_on() {
     let ms = std::time::Duration::from_millis;

@@ -78,8 +78,8 @@ async fn lines_that_cannot_be_read_are_answered_and_reading_goes_on() {
             "longer than 4096 bytes",
             Value::Null,
         ),
-        // Valid JSON too deep for the parser: said so, with its id (QA-13 C-4: "not
-        // valid JSON", id null).
+        // Valid JSON too deep for the parser: said so, with its id (not "not valid
+        // JSON", id null).
         (
             format!(
                 r#"{{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{{"name":"t","arguments":{{"a":{}1{}}}}}}}"#,
@@ -394,10 +394,10 @@ async fn a_cancelled_request_does_not_hold_its_batch() {
 }
 
 /// Batched requests that share an id are all refused inside the batch's array, none of
-/// them run (QA-13 C-9: the first ran, and the array held a result and an error under
-/// its id); one reusing the id of a request in flight from an earlier line is refused
-/// there too. The refusals were a line of their own beside the array, and the earlier
-/// request's answer could be taken into the batch.
+/// them run (running the first would put a result and an error under its id in the
+/// array); one reusing the id of a request in flight from an earlier line is refused
+/// there too. The refusals go in the array, not on a line of their own beside it, and the
+/// earlier request's answer is never taken into the batch.
 #[tokio::test]
 async fn a_batch_reusing_an_id_is_refused_inside_its_answer() {
     let (mut transport, mut input, mut out, _ct) = pipes(4096);

@@ -6,8 +6,9 @@ use anyhow::Context;
 use quiver_mcp_adapter::{ClientOptions, McpClient, ServerState};
 use quiver_registry::custom::CustomTools;
 use quiver_registry::{
-    CallLog, Catalog, DefinitionStore, Dispatcher, Family, RegisterReport, RulePolicy, SkillSource,
-    Skipped, ToolDefinition, ToolType, skill_tool,
+    Catalog, Dispatcher, Family, RegisterReport, RulePolicy, Skipped,
+    skill::{SkillSource, skill_tool},
+    store::{CallLog, DefinitionStore, ToolDefinition, ToolType},
 };
 use quiver_store_sqlite::{SqliteStore, StoreOptions};
 use quiver_surface::{FloorLoad, MemoryUsage, Surface, core_tools};
@@ -553,7 +554,7 @@ impl DefinitionRecorder {
 /// (`building` or `testing`): each such job is closed as failed, naming the restart, and a
 /// new audit runs in its place.
 async fn requeue_interrupted_jobs(custom: &CustomTools, store: &SqliteStore) {
-    use quiver_registry::{JobStatus, JobStore};
+    use quiver_registry::store::{JobStatus, JobStore};
     let jobs = match store.jobs(None).await {
         Ok(jobs) => jobs,
         Err(e) => {

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use quiver_contract::{Finding, Severity, breaking_changes_between, lint_spec};
-use quiver_registry::{DefinitionStore, policy_findings, unmatched_tool_refs};
+use quiver_registry::{policy_findings, store::DefinitionStore, unmatched_tool_refs};
 
 use crate::{App, Config};
 

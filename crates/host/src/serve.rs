@@ -23,7 +23,7 @@ pub struct Stores {
     /// Where working sets persist.
     pub sessions: Arc<dyn quiver_surface::ports::SessionStore>,
     /// The execution log.
-    pub calls: Arc<dyn quiver_registry::CallLog>,
+    pub calls: Arc<dyn quiver_registry::store::CallLog>,
 }
 
 impl std::fmt::Debug for Stores {

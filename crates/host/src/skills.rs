@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use quiver_registry::{
+use quiver_registry::skill::{
     MAX_LISTED_FILES, MAX_SKILL_BYTES, Skill, SkillProblem, SkillSet, SkillSource,
 };
 

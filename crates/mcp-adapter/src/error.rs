@@ -1,3 +1,5 @@
+//! The crate's error, [`McpError`]: harness faults of the MCP adapter, by kind.
+
 use thiserror::Error;
 
 /// Harness faults of the MCP adapter. A failing tool call is never one of these: it is an

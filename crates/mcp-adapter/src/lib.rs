@@ -19,6 +19,7 @@ mod lines;
 mod protocol;
 pub mod server;
 mod sse;
+mod sync;
 mod wire;
 
 pub use client::{

@@ -266,7 +266,7 @@ const TOOL_SEARCH: &str = "tool_search";
 /// (`invalid_params`; over the transport: `invalid_request`, `parse_error`). Whatever else
 /// failed had run (an upstream that was not available, a
 /// tool's own error kind).
-pub const REFUSED_KINDS: &[&str] = &[
+pub(crate) const REFUSED_KINDS: &[&str] = &[
     "invalid_params",
     "undefined_tool",
     "forbidden",
@@ -286,9 +286,10 @@ fn absent_prefix(tool: &str) -> String {
 
 /// What follows the tool's name in the dispatcher's answer for a tool whose provider is
 /// not up (`` `mcp__git__status` is not available: MCP server "git" is ... ``).
-pub const ABSENT_TEXT: &str = "` is not available: ";
+pub(crate) const ABSENT_TEXT: &str = "` is not available: ";
 
-/// Whether a logged call was refused before its tool ran: one of [`REFUSED_KINDS`], or the
+/// Whether a logged call was refused before its tool ran: an error kind of a refusal (unknown
+/// tool, forbidden, denied, looping, too large or too deep, unreadable), or the
 /// dispatcher's own schema hint on the arguments (a schema hint the tool returned after it
 /// ran does not count), for a reader of the execution log that tells the two apart. (What
 /// counts as called for `requires_prior` is an Ok answer; the resident floor's usage is an
@@ -504,9 +505,9 @@ impl Dispatcher {
     pub async fn restore_called(
         &self,
         session: &str,
-        log: &dyn crate::CallLog,
-    ) -> Result<usize, crate::StoreError> {
-        let mut filter = crate::CallFilter::recent(RESTORED_CALLS);
+        log: &dyn crate::store::CallLog,
+    ) -> Result<usize, crate::store::StoreError> {
+        let mut filter = crate::store::CallFilter::recent(RESTORED_CALLS);
         filter.session = Some(session.to_owned());
         let calls = log.recent_calls(filter).await?;
         let ran: Vec<&str> = calls

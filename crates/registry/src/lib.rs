@@ -6,6 +6,11 @@
 //! [`PolicyCheck`]) are defined here, in its own vocabulary, with in-memory implementations.
 //! The [`sandbox`] module holds the port custom tools' JavaScript runs through (`Sandbox`,
 //! `SandboxHost`, their limits and errors); its engine lives in an adapter crate.
+//! The [`store`] module holds the store ports (definitions, build jobs, the execution log)
+//! with their types and in-memory implementations; [`skill`] holds skills and the tool that
+//! loads them. Each middleware layer's config ([`TimeoutConfig`], [`ConcurrencyConfig`],
+//! [`ResultLimitConfig`], [`RecoverConfig`]) is also named at the root, beside
+//! [`DispatchConfig`], which holds the ones the dispatcher is built with.
 //!
 //! # Example
 //!
@@ -58,9 +63,9 @@ mod policy;
 mod ports;
 mod refs;
 pub mod sandbox;
-mod skill;
+pub mod skill;
 mod state;
-mod store;
+pub mod store;
 mod suggest;
 mod sync;
 mod validate;
@@ -70,33 +75,25 @@ pub use catalog::{
     FamilyTools, RegisterReport, Skipped, advertise, advertised_extra_bytes, order_families,
 };
 pub use dispatch::{
-    ABSENT_TEXT, BatchCall, DispatchConfig, Dispatcher, DispatcherBuilder, REFUSED_KINDS,
-    UNDEFINED_TOOLS, refused_before_running,
+    BatchCall, DispatchConfig, Dispatcher, DispatcherBuilder, UNDEFINED_TOOLS,
+    refused_before_running,
 };
 pub use error::RegistryError;
-pub use layers::telemetry::{Metrics, ToolCounters};
+pub use layers::{
+    concurrency::ConcurrencyConfig,
+    recover::RecoverConfig,
+    result_limit::ResultLimitConfig,
+    telemetry::{Metrics, ToolCounters},
+    timeout::TimeoutConfig,
+};
 pub use policy::{PolicyAction, PolicyRule, RulePolicy, policy_findings};
 pub use ports::{
     CallObserver, CallRecord, MemoryRecorder, NoPolicy, NullRecorder, PolicyCheck, PolicyRequest,
     PolicyVerdict, ToolCallRecorder,
 };
 pub use refs::{ToolRef, unmatched_tool_refs};
-pub use skill::{
-    LIST_ALL, MAX_LISTED_FILES, MAX_SKILL_BYTES, MAX_SKILL_LISTING_BYTES, SKILL_TOOL, Skill,
-    SkillProblem, SkillSet, SkillSource, skill_tool,
-};
-pub use store::{
-    ALL_TENANTS, CallFilter, CallLog, DefinitionStore, JobStatus, JobStore, JobType, LoggedCall,
-    MemoryCallLog, MemoryDefinitionStore, MemoryJobStore, NewJob, OUTPUT_SUMMARY_CHARS, SeedPlan,
-    SeedReport, StoreError, ToolDefinition, ToolJob, ToolType, output_summary, parse_lifecycle,
-    plan_seed,
-};
 pub use suggest::{did_you_mean, suggestion};
 pub use validate::REFUSED_ARGUMENTS;
 
 #[cfg(feature = "mock")]
 pub use ports::{MockPolicyCheck, MockToolCallRecorder};
-#[cfg(feature = "mock")]
-pub use skill::MockSkillSource;
-#[cfg(feature = "mock")]
-pub use store::{MockCallLog, MockDefinitionStore, MockJobStore};

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::did_you_mean;
 
 /// The name of the tool that loads a skill.
-pub const SKILL_TOOL: &str = "skill";
+pub(crate) const SKILL_TOOL: &str = "skill";
 /// The largest `SKILL.md` a source loads.
 pub const MAX_SKILL_BYTES: u64 = 256 * 1024;
 const MAX_NAME: usize = 64;
@@ -325,13 +325,13 @@ pub fn skill_tool(skills: Vec<Skill>) -> (Option<Arc<dyn Tool>>, Vec<SkillProble
 }
 
 /// What the `skill` tool's `name` takes to list every skill, when its description cannot.
-pub const LIST_ALL: &str = "?";
+pub(crate) const LIST_ALL: &str = "?";
 
 /// The most bytes the `skill` tool's description (and its `enum` of names) may take: a
 /// definition has to fit a round's budget (16 KiB by default) beside the other tools.
 /// Beyond it the descriptions are shortened, then only names are listed: a full listing of
 /// ~100 skills would outgrow the round, and the tool would never be shown, anchored or not.
-pub const MAX_SKILL_LISTING_BYTES: usize = 6 * 1024;
+pub(crate) const MAX_SKILL_LISTING_BYTES: usize = 6 * 1024;
 
 /// How long a skill's description is kept in a shortened listing, in characters.
 const SHORT_DESCRIPTION_CHARS: usize = 80;

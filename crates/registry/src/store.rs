@@ -686,7 +686,7 @@ pub trait JobStore: Send + Sync {
 }
 
 /// Characters of the rendered envelope kept in [`LoggedCall::output_summary`].
-pub const OUTPUT_SUMMARY_CHARS: usize = 500;
+pub(crate) const OUTPUT_SUMMARY_CHARS: usize = 500;
 
 /// One row of the execution log.
 #[derive(Debug, Clone, PartialEq)]
@@ -720,7 +720,7 @@ pub struct LoggedCall {
     pub success: bool,
     /// The message of a Hint or an Err.
     pub error: Option<String>,
-    /// The first [`OUTPUT_SUMMARY_CHARS`] characters of the default render.
+    /// The first 500 characters of the default render ([`output_summary`]).
     pub output_summary: String,
     /// The full envelope, when asked for (see [`CallFilter::with_output`]).
     pub output: Option<Envelope>,
@@ -760,7 +760,7 @@ impl LoggedCall {
     }
 }
 
-/// The first [`OUTPUT_SUMMARY_CHARS`] characters of an envelope's default render.
+/// The first 500 characters of an envelope's default render (what [`LoggedCall`] keeps).
 pub fn output_summary(envelope: &Envelope) -> String {
     let mut text = render(envelope, &RenderOptions::default());
     if let Some((cut, _)) = text.char_indices().nth(OUTPUT_SUMMARY_CHARS) {

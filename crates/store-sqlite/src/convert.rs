@@ -4,8 +4,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use quiver_contract::{Category, Envelope, ErrKind, HintKind};
 use quiver_registry::{
-    CallRecord, JobStatus, JobType, LoggedCall, NewJob, StoreError, ToolDefinition, ToolJob,
-    ToolType, output_summary, parse_lifecycle,
+    CallRecord,
+    store::{
+        JobStatus, JobType, LoggedCall, NewJob, StoreError, ToolDefinition, ToolJob, ToolType,
+        output_summary, parse_lifecycle,
+    },
 };
 use rusqlite::{Row, Statement, params};
 use serde_json::Value;

@@ -1,7 +1,7 @@
 //! Turns the engine's errors into the port's [`StoreError`], naming the database and the
 //! cause.
 
-use quiver_registry::StoreError;
+use quiver_registry::store::StoreError;
 use rusqlite::ErrorCode;
 
 /// Classifies a rusqlite error for the database at `location`.

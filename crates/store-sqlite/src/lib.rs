@@ -11,6 +11,7 @@ mod convert;
 mod error;
 mod schema;
 mod store;
+mod sync;
 mod writer;
 
 pub use schema::{CrashCheck, OpenReport};

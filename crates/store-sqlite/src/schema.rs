@@ -3,7 +3,7 @@
 
 use std::{path::Path, time::Duration};
 
-use quiver_registry::StoreError;
+use quiver_registry::store::StoreError;
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
 use crate::error::ResultExt;

@@ -10,8 +10,11 @@ use std::{
 use async_trait::async_trait;
 use quiver_contract::Lifecycle;
 use quiver_registry::{
-    CallFilter, CallLog, CallRecord, DefinitionStore, JobStatus, JobStore, LoggedCall, NewJob,
-    SeedReport, StoreError, ToolCallRecorder, ToolDefinition, ToolJob, plan_seed,
+    CallRecord, ToolCallRecorder,
+    store::{
+        CallFilter, CallLog, DefinitionStore, JobStatus, JobStore, LoggedCall, NewJob, SeedReport,
+        StoreError, ToolDefinition, ToolJob, plan_seed,
+    },
 };
 use quiver_surface::ports::{
     FailedApproach, SessionStore, SurfaceState, ToolUsage, UsageSource, WorkingSetEntry,
@@ -24,6 +27,7 @@ use crate::{
     convert::{self, DEF_COLUMNS, JOB_COLUMNS, LOG_COLUMNS, micros, time},
     error::ResultExt,
     schema::{self, Access, OpenReport},
+    sync::lock,
     writer::{self, Msg, Stats},
 };
 
@@ -132,7 +136,7 @@ impl Readers {
         &self,
         f: impl FnOnce(&Connection) -> Result<R, StoreError>,
     ) -> Result<R, StoreError> {
-        let conn = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let conn = lock(&self.idle).pop();
         let conn = match conn {
             Some(c) => c,
             None => match &self.path {
@@ -143,7 +147,7 @@ impl Readers {
             },
         };
         let out = f(&conn);
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = lock(&self.idle);
         if idle.len() < self.keep {
             idle.push(conn);
         }
@@ -155,7 +159,7 @@ struct Writer(Mutex<Option<JoinHandle<()>>>);
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        let handle = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let handle = lock(&self.0).take();
         if let Some(h) = handle
             && h.join().is_err()
         {
@@ -487,11 +491,7 @@ impl SqliteStore {
             batches_written: s.batches_written.load(Ordering::Relaxed),
             rows_failed: s.rows_failed.load(Ordering::Relaxed),
             write_retries: s.write_retries.load(Ordering::Relaxed),
-            last_error: s
-                .last_error
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
+            last_error: lock(&s.last_error).clone(),
             failing: s.failing.load(Ordering::Relaxed),
         }
     }
@@ -554,13 +554,7 @@ impl SqliteStore {
         } else {
             Ok(())
         };
-        let handle = self
-            .inner
-            .writer
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let handle = lock(&self.inner.writer.0).take();
         if let Some(h) = handle {
             let joined = tokio::task::spawn_blocking(move || h.join()).await;
             if !matches!(joined, Ok(Ok(()))) {

@@ -10,13 +10,14 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use quiver_registry::{CallRecord, StoreError};
+use quiver_registry::{CallRecord, store::StoreError};
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
     convert::{INSERT_LOG, INSERT_OUTPUT, insert_call, micros},
     schema::{Holders, leave},
+    sync::lock,
 };
 
 /// A write to run on the writer connection.
@@ -65,13 +66,13 @@ pub(crate) struct Stats {
 impl Stats {
     /// The database cannot take writes for now: failing, with `error`, no row lost.
     pub(crate) fn unavailable(&self, error: StoreError) {
-        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error);
+        *lock(&self.last_error) = Some(error);
         self.failing.store(true, Ordering::Relaxed);
     }
 
     pub(crate) fn failed(&self, rows: u64, error: StoreError) {
         self.rows_failed.fetch_add(rows, Ordering::Relaxed);
-        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error);
+        *lock(&self.last_error) = Some(error);
         self.failing.store(true, Ordering::Relaxed);
     }
 }
@@ -205,12 +206,7 @@ pub(crate) fn run(
     if !w.pending.is_empty() {
         let held = w.pending.len();
         tracing::error!(location = %w.cfg.location, rows = held, "the store closes with execution-log rows it could not write: they are lost");
-        let err = w
-            .stats
-            .last_error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let err = lock(&w.stats.last_error).clone();
         w.stats
             .rows_failed
             .fetch_add(held as u64, Ordering::Relaxed);

@@ -3,7 +3,7 @@
 
 use std::{sync::Arc, time::SystemTime};
 
-use quiver_registry::StoreError;
+use quiver_registry::store::StoreError;
 use tokio::sync::{broadcast::error::RecvError, watch};
 
 use crate::{

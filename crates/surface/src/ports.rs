@@ -9,7 +9,7 @@ use std::{
 };
 
 use async_trait::async_trait;
-use quiver_registry::StoreError;
+use quiver_registry::store::StoreError;
 use serde_json::Value;
 
 use crate::sync::lock;

@@ -7,8 +7,8 @@ use std::{path::Path, process::ExitCode};
 
 use anyhow::{Context, bail};
 use quiver_registry::{
-    ToolDefinition,
     custom::{CustomDraft, CustomError, CustomTools, PendingVersion, TestCase},
+    store::ToolDefinition,
 };
 use serde_json::Value;
 

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use quiver_host::Config;
-use quiver_registry::CallFilter;
+use quiver_registry::store::CallFilter;
 
 fn ms(d: std::time::Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1000.0)
@@ -45,7 +45,7 @@ pub(crate) async fn run(
                 .await
                 .context("reading the execution log")?
                 .map_err(|e| match e {
-                    quiver_registry::StoreError::Unavailable { ref cause, .. } if cause == "no such database" => anyhow::anyhow!(
+                    quiver_registry::store::StoreError::Unavailable { ref cause, .. } if cause == "no such database" => anyhow::anyhow!(
                         "there is no store at {shown}: no call has been logged there (`quiver serve`, `call` and `search` create it); check `[store] path` in the config"
                     ),
                     other => anyhow::Error::new(other).context("reading the execution log"),

@@ -381,7 +381,7 @@ fn every_call_lands_in_the_log_and_log_filters_it() {
 
 #[tokio::test]
 async fn check_against_a_database_reports_breaking_changes() {
-    use quiver_registry::{DefinitionStore, ToolDefinition, ToolType};
+    use quiver_registry::store::{DefinitionStore, ToolDefinition, ToolType};
     let dir = workdir("against");
     let db = dir.join("old.db");
     {

@@ -11,6 +11,7 @@ use std::{
 };
 
 use super::config::Secret;
+use crate::sync::lock;
 use tokio::{
     io::{AsyncRead, AsyncReadExt},
     process::{Child, ChildStdin, ChildStdout, Command},
@@ -203,7 +204,7 @@ static WATCHDOG_PROCESS: Mutex<Option<Watchdog>> = Mutex::new(None);
 /// the kernel.
 fn watch_group(sign: char, pgid: u32) {
     use std::{io::Write, os::unix::process::CommandExt};
-    let mut slot = WATCHDOG_PROCESS.lock().unwrap_or_else(|p| p.into_inner());
+    let mut slot = lock(&WATCHDOG_PROCESS);
     let line = format!("{sign}{pgid}\n");
     if let Some(dog) = slot.as_mut() {
         if dog.stdin.write_all(line.as_bytes()).is_ok() {
@@ -278,7 +279,7 @@ impl ChildGuard {
 
     /// The child's last stderr lines, for a diagnostic; empty when it wrote none.
     pub(crate) fn stderr_tail(&self) -> String {
-        let tail = self.stderr_tail.lock().unwrap_or_else(|p| p.into_inner());
+        let tail = lock(&self.stderr_tail);
         tail.iter().cloned().collect::<Vec<_>>().join(" | ")
     }
 
@@ -309,10 +310,7 @@ impl ChildGuard {
             // Kills the leader if needed and waits for it: reaped once this returns.
             let _ = child.kill().await;
             if let Some(pid) = pid {
-                self.pids
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .retain(|p| *p != pid);
+                lock(&self.pids).retain(|p| *p != pid);
             }
         }
     }
@@ -325,10 +323,7 @@ impl Drop for ChildGuard {
             watch_group('-', pid);
             // Off the server's list too (a dial dropped midway, with its call): a pid left
             // there would name a dead process, and later maybe an unrelated one.
-            self.pids
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .retain(|p| *p != pid);
+            lock(&self.pids).retain(|p| *p != pid);
         }
         // `child` drops with kill_on_drop; tokio reaps it in the background.
     }
@@ -345,7 +340,7 @@ pub(crate) fn spawn(
     pids: &Arc<Mutex<Vec<u32>>>,
 ) -> std::io::Result<(ChildGuard, ChildStdout, ChildStdin)> {
     let mut cmd = Command::new(command);
-    // Not Quiver's whole environment: its secrets are not the server's (QA-13 C-2).
+    // Not Quiver's whole environment: its secrets are not the server's.
     cmd.args(args)
         .env_clear()
         .envs(super::config::inherited_env(inherit_env))
@@ -362,7 +357,7 @@ pub(crate) fn spawn(
     let mut child = cmd.spawn()?;
     let pid = child.id();
     if let Some(pid) = pid {
-        pids.lock().unwrap_or_else(|p| p.into_inner()).push(pid);
+        lock(pids).push(pid);
         watch_group('+', pid);
     }
     let stdout = child
@@ -387,7 +382,7 @@ pub(crate) fn spawn(
                 .chars()
                 .take(STDERR_TAIL_CHARS)
                 .collect();
-            let mut tail = tail.lock().unwrap_or_else(|p| p.into_inner());
+            let mut tail = lock(&tail);
             if tail.len() == STDERR_TAIL_LINES {
                 tail.pop_front();
             }

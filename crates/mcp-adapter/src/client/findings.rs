@@ -4,7 +4,11 @@
 //! upstream tools can be compared now.
 
 use quiver_contract::{Capabilities, Finding, Mode, ToolSpec, pattern_matches};
-use quiver_registry::{Catalog, ToolDefinition, ToolType, suggestion};
+use quiver_registry::{
+    Catalog,
+    store::{ToolDefinition, ToolType},
+    suggestion,
+};
 use quiver_surface::Surface;
 
 use super::{RESOURCE_TOOLS, RESOURCE_TOOLS_FAMILY, ServerConfig, ServerState, ServerStatus};

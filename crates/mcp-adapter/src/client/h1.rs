@@ -32,6 +32,8 @@ use hyper::{
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use crate::sync::lock;
+
 type Conn = Connection<TokioIo<TcpStream>, Full<Bytes>>;
 
 /// Idle connections kept per upstream.
@@ -122,7 +124,7 @@ impl Pool {
 
     fn checkout(&self) -> Option<H1> {
         self.drain();
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = lock(&self.idle);
         while let Some(mut h1) = idle.pop() {
             if h1.idle_since.elapsed() <= self.max_idle_age && h1.alive() {
                 return Some(h1);
@@ -134,7 +136,7 @@ impl Pool {
     /// Reads what has arrived of the parked bodies: a body that ended frees its connection,
     /// one that broke closes it, the rest wait for the next checkout.
     fn drain(&self) {
-        let parked = std::mem::take(&mut *self.draining.lock().unwrap_or_else(|p| p.into_inner()));
+        let parked = std::mem::take(&mut *lock(&self.draining));
         if parked.is_empty() {
             return;
         }
@@ -159,7 +161,7 @@ impl Pool {
                 }
             }
         }
-        let mut draining = self.draining.lock().unwrap_or_else(|p| p.into_inner());
+        let mut draining = lock(&self.draining);
         draining.extend(still);
         // A server that never ends its streams must not pile up connections.
         let excess = draining.len().saturating_sub(MAX_IDLE);
@@ -168,7 +170,7 @@ impl Pool {
 
     fn checkin(&self, mut h1: H1) {
         h1.idle_since = std::time::Instant::now();
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = lock(&self.idle);
         if idle.len() < MAX_IDLE {
             idle.push(h1);
         }
@@ -334,11 +336,7 @@ impl Drop for PooledBody {
             && !h1.done
             && self.keep.load(std::sync::atomic::Ordering::Acquire)
         {
-            self.pool
-                .draining
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((h1, body));
+            lock(&self.pool.draining).push((h1, body));
         }
     }
 }

@@ -35,6 +35,7 @@ use super::{
     pipe::{Verdict, judge, unreadable_answer},
     roots::Roots,
 };
+use crate::sync::lock;
 
 /// Whether two URLs share scheme, host and port.
 pub(crate) fn same_origin(a: &Url, b: &Url) -> bool {
@@ -91,12 +92,12 @@ pub(crate) struct SessionSlot(Arc<Mutex<Option<Arc<str>>>>);
 impl SessionSlot {
     /// The session id, if the server issued one.
     pub(crate) fn get(&self) -> Option<Arc<str>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        lock(&self.0).clone()
     }
 
     fn saw(&self, id: Option<&Arc<str>>) {
         let Some(id) = id else { return };
-        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = lock(&self.0);
         if slot.as_ref() != Some(id) {
             *slot = Some(id.clone());
         }

@@ -13,6 +13,7 @@ use serde_json::{Map, Value, json};
 
 use super::{Shared, upstream::Upstream};
 use crate::McpError;
+use crate::sync::lock;
 
 /// The catalog family of the resource meta-tools: Quiver's own tools, registered while a
 /// connected server offers resources, not an upstream server's tools.
@@ -32,10 +33,7 @@ pub(super) fn ensure_registered(shared: &Arc<Shared>) {
     if !any {
         return;
     }
-    let mut done = shared
-        .meta_registered
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+    let mut done = lock(&shared.meta_registered);
     if *done {
         return;
     }

@@ -11,11 +11,6 @@
 //! and accepts an upstream on any version that has a handshake (2024-11-05 to 2025-11-25);
 //! any other answer is a rejection.
 
-/// A mutex's guard, whether or not a panic poisoned it (the data is left as it was).
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 mod child;
 mod classify;
 mod config;
@@ -55,6 +50,7 @@ pub use meta::{RESOURCE_TOOLS, RESOURCE_TOOLS_FAMILY};
 pub use upstream::{ServerCounters, ServerState};
 
 use crate::McpError;
+use crate::sync::lock;
 use upstream::Upstream;
 
 /// Client-wide settings; the defaults are the documented ones.
@@ -173,23 +169,13 @@ impl Shared {
     /// Every server, in the order they were added (the configuration's): where two
     /// servers offer one thing (a resource URI, a bare prompt name), the first has it.
     fn servers(&self) -> Vec<Arc<Upstream>> {
-        let mut all: Vec<(usize, Arc<Upstream>)> = self
-            .servers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let mut all: Vec<(usize, Arc<Upstream>)> = lock(&self.servers).values().cloned().collect();
         all.sort_by_key(|(order, _)| *order);
         all.into_iter().map(|(_, up)| up).collect()
     }
 
     fn server(&self, name: &str) -> Option<Arc<Upstream>> {
-        self.servers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .map(|(_, up)| up.clone())
+        lock(&self.servers).get(name).map(|(_, up)| up.clone())
     }
 
     /// The servers passing resources through that `caps` allows: the one rule for the
@@ -261,11 +247,7 @@ impl McpClient {
         if self.shared.closed.is_cancelled() {
             return Err(McpError::Closed);
         }
-        let mut servers = self
-            .shared
-            .servers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut servers = lock(&self.shared.servers);
         if servers.keys().any(|n| n.eq_ignore_ascii_case(&server.name)) {
             return Err(McpError::Config(format!(
                 "an MCP server named \"{}\" (ignoring case) is already added",

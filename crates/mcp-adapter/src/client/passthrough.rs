@@ -6,14 +6,15 @@
 //! a single resource server, to it. Prompts are named `mcp__<prefix>__<prompt>` (the tools'
 //! prefix), or under their upstream names for a server with `bare_prompts = true`.
 //! Subscriptions are counted per URI: the first downstream subscriber subscribes upstream,
-//! the last one to leave unsubscribes, and a reconnected server is subscribed again.
+//! the last one to leave unsubscribes, and a reconnected server is subscribed again
+//! (`watch`). URI templates are matched in `template`.
+
+mod template;
+mod watch;
 
 use std::{
     collections::{BTreeMap, HashMap},
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Arc, Mutex, atomic::Ordering},
     time::Duration,
 };
 
@@ -23,18 +24,23 @@ use rmcp::{
     model::{
         ClientRequest, CompleteRequestParams, GetPromptRequest, GetPromptRequestParams,
         PaginatedRequestParams, ReadResourceRequest, ReadResourceRequestParams, ServerResult,
-        SubscribeRequestParams, UnsubscribeRequestParams,
     },
     service::ServiceError,
 };
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
+pub(super) use self::watch::resubscribe;
+use self::{
+    template::template_matches,
+    watch::{WatchCell, move_watch, rewatch, subscribe_at, unsubscribe_at},
+};
 use super::{
-    McpClient, Shared, lock,
+    McpClient, Shared,
     upstream::{Conn, Upstream},
 };
 use crate::content::{ContentError, ContentOffer, ContentSource, ListChanged};
+use crate::sync::lock;
 
 /// Pages asked of one upstream for one list, at most (a server that keeps sending cursors).
 const MAX_PAGES: usize = 1000;
@@ -75,82 +81,6 @@ impl State {
                 server = later,
                 "MCP server \"{later}\" lists the {what} {uri}, which \"{first}\" (configured before it) also lists: it is passed through once, from \"{first}\""
             );
-        }
-    }
-}
-
-/// One resource URI that downstream sessions subscribed to.
-#[derive(Debug, Default)]
-struct WatchCell {
-    /// The server subscribed upstream; a plain lock, so a reconnected server picks its own
-    /// URIs without queueing behind another server's slow request. Set under `sessions`.
-    server: Mutex<String>,
-    /// How many downstream sessions are subscribed (0: not subscribed upstream). Its lock
-    /// orders the upstream requests of this URI.
-    sessions: tokio::sync::Mutex<usize>,
-    /// Whether a subscriber may reach only some servers (set under `sessions`): the watch
-    /// then stays where it is, since another server's updates may not be that caller's.
-    restricted: AtomicBool,
-}
-
-impl WatchCell {
-    /// Nobody holds or waits for it but the map (`refs` references known) and nobody is
-    /// subscribed.
-    fn unused(cell: &Arc<WatchCell>, refs: usize) -> bool {
-        Arc::strong_count(cell) == refs && cell.sessions.try_lock().is_ok_and(|n| *n == 0)
-    }
-}
-
-/// A handle on one URI's [`WatchCell`]; dropping it removes an entry nobody is subscribed to
-/// and nobody else is using.
-struct WatchSlot<'a> {
-    state: &'a State,
-    uri: String,
-    cell: Arc<WatchCell>,
-}
-
-impl State {
-    /// The URI's watch, made if there is none.
-    fn watch(&self, uri: &str) -> WatchSlot<'_> {
-        let watch = lock(&self.subscriptions)
-            .entry(uri.to_owned())
-            .or_default()
-            .clone();
-        self.slot(uri, watch)
-    }
-
-    /// The URI's watch, if there is one.
-    fn watching(&self, uri: &str) -> Option<WatchSlot<'_>> {
-        let watch = lock(&self.subscriptions).get(uri)?.clone();
-        Some(self.slot(uri, watch))
-    }
-
-    fn slot(&self, uri: &str, cell: Arc<WatchCell>) -> WatchSlot<'_> {
-        WatchSlot {
-            state: self,
-            uri: uri.to_owned(),
-            cell,
-        }
-    }
-
-    /// Drops the entries of `uris` nobody uses any more.
-    fn tidy(&self, uris: &[String]) {
-        let mut subs = lock(&self.subscriptions);
-        for uri in uris {
-            if subs.get(uri).is_some_and(|c| WatchCell::unused(c, 1)) {
-                subs.remove(uri);
-            }
-        }
-    }
-}
-
-impl Drop for WatchSlot<'_> {
-    fn drop(&mut self) {
-        let mut subs = lock(&self.state.subscriptions);
-        // Handles are made only under the map's lock: two references (the map's and this
-        // one) mean no one else holds or waits for this watch.
-        if WatchCell::unused(&self.cell, 2) {
-            subs.remove(&self.uri);
         }
     }
 }
@@ -339,80 +269,6 @@ where
         }
     }
     Ok(out)
-}
-
-/// Whether `uri` is an expansion of the RFC 6570 `template`: each `{var}` matches one or
-/// more characters other than `/` (`{+var}` and `{#var}` any), `{?..}` and `{&..}` the rest.
-///
-/// The pieces are matched left to right over the set of URI positions the pieces so far can
-/// end at, so the work is at most (pieces x URI length) however many variables stand side by
-/// side (a backtracking match is exponential in them, and this runs under a lock on the
-/// runtime, for a URI a client chose).
-pub(crate) fn template_matches(template: &str, uri: &str) -> bool {
-    enum Piece<'a> {
-        Lit(&'a str),
-        Var { slash: bool, rest: bool },
-    }
-    let mut pieces = Vec::new();
-    let mut rest = template;
-    while let Some(open) = rest.find('{') {
-        if open > 0 {
-            pieces.push(Piece::Lit(&rest[..open]));
-        }
-        let Some(close) = rest[open..].find('}') else {
-            return false;
-        };
-        let expr = &rest[open + 1..open + close];
-        let op = expr.chars().next().unwrap_or(' ');
-        pieces.push(Piece::Var {
-            slash: matches!(op, '+' | '#'),
-            rest: matches!(op, '?' | '&'),
-        });
-        rest = &rest[open + close + 1..];
-    }
-    if !rest.is_empty() {
-        pieces.push(Piece::Lit(rest));
-    }
-    let bytes = uri.as_bytes();
-    let n = bytes.len();
-    // `at[p]`: the pieces so far can match `uri[..p]` (always at a character boundary).
-    let mut at = vec![false; n + 1];
-    at[0] = true;
-    for (i, piece) in pieces.iter().enumerate() {
-        let mut next = vec![false; n + 1];
-        match piece {
-            Piece::Lit(l) => {
-                for p in (0..=n).filter(|&p| at[p]) {
-                    if bytes[p..].starts_with(l.as_bytes()) {
-                        next[p + l.len()] = true;
-                    }
-                }
-            }
-            Piece::Var { rest: true, .. } => {
-                return i + 1 == pieces.len() && at.contains(&true);
-            }
-            Piece::Var { slash, .. } => {
-                // Whether a match of the pieces so far ends before `q` with no `/` since.
-                let mut open = false;
-                for q in 0..=n {
-                    if q > 0 && !slash && bytes[q - 1] == b'/' {
-                        open = false;
-                    }
-                    if open && uri.is_char_boundary(q) {
-                        next[q] = true;
-                    }
-                    if at[q] {
-                        open = true;
-                    }
-                }
-            }
-        }
-        if !next.contains(&true) {
-            return false;
-        }
-        at = next;
-    }
-    at[n]
 }
 
 impl McpClient {
@@ -757,131 +613,6 @@ impl McpClient {
     }
 }
 
-/// Moves the watch of `uri` (`cell`, its sessions' lock held by the caller) to `to`:
-/// subscribed there first, then unsubscribed where it was (best effort: a server that is down
-/// has forgotten it with its session).
-async fn move_watch(
-    shared: &Arc<Shared>,
-    uri: &str,
-    cell: &WatchCell,
-    to: &Arc<Upstream>,
-) -> Result<(), ContentError> {
-    subscribe_at(shared, to, uri).await?;
-    let from = std::mem::replace(&mut *lock(&cell.server), to.name().to_owned());
-    tracing::info!(%uri, from = %from, to = %to.name(), "the resource's watch moved to the server that serves it now");
-    if let Some(old) = shared.server(&from)
-        && let Err(e) = unsubscribe_at(shared, &old, uri).await
-    {
-        tracing::warn!(server = %old.name(), %uri, error = %e, "could not unsubscribe after the watch moved");
-    }
-    Ok(())
-}
-
-/// Subscribes `up` to `uri`: an error when it is not connected or takes no subscriptions.
-async fn subscribe_at(shared: &Shared, up: &Upstream, uri: &str) -> Result<(), ContentError> {
-    let conn = connected(up, |c| c.has_resources, "resources")?;
-    if !conn.has_subscribe {
-        return Err(ContentError::InvalidParams(format!(
-            "MCP server \"{}\" does not support resource subscriptions; read {uri} again to see changes",
-            up.name()
-        )));
-    }
-    #[allow(deprecated)]
-    let request = conn
-        .peer
-        .subscribe(SubscribeRequestParams::new(uri.to_owned()));
-    ask(up, timeout(shared, up), "resources/subscribe", request).await
-}
-
-/// Unsubscribes `up` from `uri`; nothing to send to a server that is down (it has forgotten
-/// the subscription with its session).
-async fn unsubscribe_at(shared: &Shared, up: &Upstream, uri: &str) -> Result<(), ContentError> {
-    let Some(conn) = up.conn().filter(|c| c.has_subscribe) else {
-        return Ok(());
-    };
-    #[allow(deprecated)]
-    let request = conn
-        .peer
-        .unsubscribe(UnsubscribeRequestParams::new(uri.to_owned()));
-    ask(up, timeout(shared, up), "resources/unsubscribe", request).await
-}
-
-/// After a listing changed who serves the URIs: each watched URI whose first owner is now a
-/// connected server other than the watched one moves there, so that its updates come from
-/// where its reads go (a watch begun while that server was down stayed at the later one).
-fn rewatch(shared: &Arc<Shared>) {
-    let moves: Vec<(String, Arc<WatchCell>, Arc<Upstream>)> = {
-        let owners = lock(&shared.passthrough.owners);
-        let subs = lock(&shared.passthrough.subscriptions);
-        subs.iter()
-            .filter_map(|(uri, cell)| {
-                // A caller who may reach only some servers keeps the watch it began.
-                if cell.restricted.load(Ordering::Relaxed) {
-                    return None;
-                }
-                let first = owners.get(uri)?.first()?;
-                if *lock(&cell.server) == *first {
-                    return None;
-                }
-                let to = shared.server(first)?;
-                to.conn()
-                    .is_some_and(|c| c.has_subscribe)
-                    .then(|| (uri.clone(), cell.clone(), to))
-            })
-            .collect()
-    };
-    for (uri, cell, to) in moves {
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            {
-                let sessions = cell.sessions.lock().await;
-                let watched = lock(&cell.server).clone();
-                if *sessions > 0
-                    && watched != to.name()
-                    && !cell.restricted.load(Ordering::Relaxed)
-                    && let Err(e) = move_watch(&shared, &uri, &cell, &to).await
-                {
-                    tracing::warn!(server = %to.name(), %uri, error = %e, "could not move the resource's watch to the server that serves it now");
-                }
-            }
-            drop(cell);
-            // An entry whose last subscriber left while this held it.
-            shared.passthrough.tidy(std::slice::from_ref(&uri));
-        });
-    }
-}
-
-/// Subscribes a reconnected server again to the URIs downstream sessions still watch.
-pub(super) fn resubscribe(shared: &Arc<Shared>, server: &str) {
-    let Some(up) = shared.server(server) else {
-        return;
-    };
-    let shared = shared.clone();
-    tokio::spawn(async move {
-        // Only this server's URIs, picked without waiting for any watch's lock.
-        let mine: Vec<(String, Arc<WatchCell>)> = lock(&shared.passthrough.subscriptions)
-            .iter()
-            .filter(|(_, c)| *lock(&c.server) == up.name())
-            .map(|(uri, c)| (uri.clone(), c.clone()))
-            .collect();
-        let uris: Vec<String> = mine.iter().map(|(u, _)| u.clone()).collect();
-        if up.conn().is_some_and(|c| c.has_subscribe) {
-            for (uri, cell) in mine {
-                // Under the URI's lock, so an unsubscribe meanwhile is sent after this.
-                let sessions = cell.sessions.lock().await;
-                if *sessions == 0 || *lock(&cell.server) != up.name() {
-                    continue;
-                }
-                if let Err(e) = subscribe_at(&shared, &up, &uri).await {
-                    tracing::warn!(server = %up.name(), %uri, error = %e, "could not subscribe again after reconnecting");
-                }
-            }
-        }
-        // Entries whose last subscriber left while this held them.
-        shared.passthrough.tidy(&uris);
-    });
-}
-
 #[async_trait]
 impl ContentSource for McpClient {
     fn roots_changed(&self, client: &str) {
@@ -1060,64 +791,5 @@ impl ContentSource for McpClient {
         )
         .await?;
         Ok(wire(&result))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::template_matches;
-
-    #[test]
-    fn templates_match_their_expansions_only() {
-        assert!(template_matches(
-            "test://template/{id}/data",
-            "test://template/123/data"
-        ));
-        assert!(!template_matches(
-            "test://template/{id}/data",
-            "test://template/1/2/data"
-        ));
-        assert!(!template_matches(
-            "test://template/{id}/data",
-            "test://template//data"
-        ));
-        assert!(template_matches("file:///{+path}", "file:///a/b/c.txt"));
-        assert!(template_matches(
-            "db://{table}{?limit}",
-            "db://users?limit=5"
-        ));
-        assert!(!template_matches("db://{table}", "other://users"));
-        assert!(template_matches("x://fixed", "x://fixed"));
-        assert!(template_matches("x://{a}{b}", "x://ab"));
-        assert!(!template_matches("x://{a}{b}", "x://a"));
-        assert!(template_matches("x://{a}/{b}", "x://é/ü"));
-        assert!(!template_matches("x://{a}", "x://"));
-    }
-
-    /// Many variables side by side against a URI that almost matches: backtracking tried
-    /// every split (minutes for 8 variables and 56 characters); this answers at once. The
-    /// thread and its generous wait are only a hang guard.
-    #[test]
-    fn adjacent_variables_do_not_explode() {
-        let cases = [
-            ("x://{+a}{+b}{+c}{+d}{+e}{+f}{+g}{+h}#".to_owned(), 56),
-            (format!("x://{}#", "{+v}".repeat(40)), 4000),
-            (format!("x://{}/#", "{v}".repeat(40)), 4000),
-        ];
-        for (template, len) in cases {
-            let (tx, rx) = std::sync::mpsc::channel();
-            let t = template.clone();
-            std::thread::spawn(move || {
-                let uri = format!("x://{}", "a".repeat(len));
-                let miss = template_matches(&t, &uri);
-                let hit = template_matches(&t, &format!("{uri}/#"));
-                let _ = tx.send((miss, hit));
-            });
-            let (miss, hit) = rx
-                .recv_timeout(std::time::Duration::from_secs(120))
-                .unwrap_or_else(|_| panic!("{template} against {len} characters did not finish"));
-            assert!(!miss, "{template} matched a URI without its last literal");
-            assert!(hit, "{template} did not match its expansion");
-        }
     }
 }

@@ -161,8 +161,8 @@ pub(crate) fn judge(line: &[u8]) -> Verdict {
 
 /// A `tools/list` answer past the JSON parser's depth limit because of some tools'
 /// definitions (a schema nested 62 levels): read with the too-deep values cut, so that
-/// those tools are skipped as malformed and the rest served (QA-13 C-4: the whole server
-/// failed to connect). Only a page whose every cut is inside a tool: any other answer
+/// those tools are skipped as malformed and the rest served, rather than the whole server
+/// failing to connect. Only a page whose every cut is inside a tool: any other answer
 /// cut short would be data changed, and stays unreadable.
 fn deep_tools_page(bytes: &[u8], err: &serde_json::Error) -> Option<ServerJsonRpcMessage> {
     if !err.to_string().starts_with("recursion limit exceeded") {

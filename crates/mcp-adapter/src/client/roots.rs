@@ -23,7 +23,7 @@ use std::{
 use quiver_contract::CallContext;
 use tokio::sync::Notify;
 
-use super::lock;
+use crate::sync::lock;
 
 /// How long a call waits for the server to fetch the roots again after being told they
 /// changed.

@@ -27,7 +27,8 @@ use rmcp::{
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::{lock, roots::Who};
+use super::roots::Who;
+use crate::sync::lock;
 
 /// Where an inbound message says it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,6 +12,8 @@ use axum::{
 use quiver_contract::{Capabilities, Mode};
 use serde::Deserialize;
 
+use crate::sync::lock;
+
 /// The inbound bearer tokens. Empty: every request is anonymous and allowed.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -286,7 +288,7 @@ impl Gate {
     }
 
     fn owners(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<Arc<str>, Arc<str>>> {
-        self.owners.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.owners)
     }
 
     /// Drops the owners of sessions that ended (idle timeout, shutdown) once there are many.

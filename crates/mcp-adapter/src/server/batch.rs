@@ -25,8 +25,8 @@ use serde_json::Value;
 
 use super::{
     direct::{Direct, endpoint, json_rpc_error, sse_event},
-    handler::Connection,
     invalid::Refusal,
+    scope::Connection,
 };
 
 /// The most bytes of one message's answer read into the batch's answer.
@@ -359,7 +359,7 @@ fn element(
             let (direct, parts) = (direct.clone(), parts.clone());
             Box::pin(async move {
                 if let Some(call) = call {
-                    super::handler::record_transport_refusal(
+                    super::refusals::record_transport_refusal(
                         &direct.shared,
                         Some(&parts),
                         None,

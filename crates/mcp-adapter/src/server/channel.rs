@@ -23,7 +23,8 @@ use rmcp::{
 };
 use serde_json::Value;
 
-use super::handler::{Connection, lock};
+use super::scope::Connection;
+use crate::sync::lock;
 use crate::wire::to_mcp_level;
 
 /// The declared features of a client's capabilities.
@@ -61,8 +62,8 @@ impl ProgressState {
     /// Claims a tool's own `progress` (of `total`): the values to send, moved past the
     /// heartbeat's, or none if they do not grow.
     pub(crate) fn claim(&self, progress: f64, total: Option<f64>) -> Option<(f64, Option<f64>)> {
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        let mut offset = self.offset.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = lock(&self.last);
+        let mut offset = lock(&self.offset);
         let base = *offset.get_or_insert(*last);
         let value = base + progress;
         if value > *last {
@@ -75,7 +76,7 @@ impl ProgressState {
 
     /// Claims `value` as the next progress value; false if it does not grow.
     pub(crate) fn advance(&self, value: f64) -> bool {
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = lock(&self.last);
         if value > *last {
             *last = value;
             true
@@ -97,7 +98,7 @@ impl Missing {
     /// The refusal of `request` for want of its capability, noted.
     pub(crate) fn refuse(&self, request: ClientRequest) -> ChannelError {
         let refusal = request.undeclared();
-        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = lock(&self.0);
         if !m.iter().any(|(r, _)| *r == request) {
             m.push((request, refusal.to_string()));
         }
@@ -135,10 +136,7 @@ impl Missing {
 
     /// The `-32021` error for a failure whose `text` carries noted refusals, if it does.
     fn required(&self, what: &str, field: &str, text: &str) -> Option<rmcp::ErrorData> {
-        let missing: Vec<ClientRequest> = self
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let missing: Vec<ClientRequest> = lock(&self.0)
             .iter()
             .filter(|(_, refusal)| text.contains(refusal.as_str()))
             .map(|(r, _)| *r)

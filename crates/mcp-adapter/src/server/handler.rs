@@ -1,29 +1,25 @@
-//! The rmcp `ServerHandler`: one per MCP session (2025-era protocols, and stdio) or one per
-//! request (2026-07-28, stateless). Every request resolves its scope (working-set key,
-//! capabilities, mode) first; the surface and the dispatcher do the rest.
+//! The rmcp adapter, [`SessionHandler`]: rmcp's `ServerHandler`, one per MCP session
+//! (2025-era protocols, and stdio) or one per request (2026-07-28, stateless). Every request
+//! resolves its scope (working-set key, capabilities, mode; `scope`) first; the surface, the
+//! dispatcher and the content source do the rest (a `tools/call` runs through `call::call`,
+//! as on the other paths).
 
 // `logging/setLevel` is deprecated by SEP-2577 but 2025-era clients still send it.
 #![allow(deprecated)]
 
-use std::{
-    collections::HashSet,
-    sync::{Arc, Mutex},
-};
+use std::sync::Arc;
 
-use quiver_contract::{CallContext, Capabilities, Mode};
-use quiver_surface::SessionKey;
+use quiver_contract::CallContext;
 use rmcp::{
-    ErrorData as McpError, RoleServer, ServerHandler,
+    ErrorData, RoleServer, ServerHandler,
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams,
-        CompleteResult, CustomRequest, CustomResult, ErrorCode, Extensions, GetPromptRequestParams,
-        GetPromptResponse, GetPromptResult, Implementation, InitializeRequestParams,
-        InputResponses, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-        ListToolsResult, LoggingLevel, PaginatedRequestParams, ProgressNotificationParam,
-        ProgressToken, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-        RequestMetaObject, ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig,
-        SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
-        UnsubscribeRequestParams,
+        CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
+        CustomRequest, CustomResult, Extensions, GetPromptRequestParams, GetPromptResponse,
+        GetPromptResult, Implementation, InputResponses, ListPromptsResult,
+        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+        ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, RequestMetaObject,
+        ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+        SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
     },
     service::{NotificationContext, Peer, RequestContext, SubscriptionContext},
 };
@@ -32,206 +28,33 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     Shared,
-    auth::Principal,
+    call::{Heartbeat, call, track, with_heartbeat},
     channel::{self, Missing, PeerChannel, ProgressState},
-    content::{ContentError, ContentOffer, ContentSource, ListChange, ListChanged},
-    from_contract,
-    key::{CONVERSATION_HEADER, CONVERSATION_META, KeySources, working_set_key},
-    rounds::{self, Done, Owner, RoundResponse, Rounds, Target},
-    watch::Changes,
+    content::{ContentOffer, ContentSource},
+    content_wire::{content_error, paged, typed},
+    from_contract, listen,
+    refusals::{record_invalid_params, sent_name, unparsed_request},
+    rounds::{self, Done, RoundResponse, Rounds, Target},
+    scope::{Connection, SESSION_HEADER, Scope, scope},
 };
-
-const SESSION_HEADER: &str = "mcp-session-id";
+use crate::sync::lock;
 
 const INSTRUCTIONS: &str = "Quiver serves a working set of tools that grows as you need it. When none of the listed tools fits, call `tool_search` with a few keywords: the tools it finds are added to your tool list (the server sends notifications/tools/list_changed). `describe_tool` returns one tool's full definition.";
 
-/// What one request may see and do.
-#[derive(Debug, Clone)]
-pub(crate) struct Scope {
-    pub(crate) key: SessionKey,
-    capabilities: Arc<Capabilities>,
-    mode: Mode,
-    principal: Option<Arc<str>>,
-    tenant: Option<Arc<str>>,
-    /// Whether the key came from the MCP session id (forgotten when the session ends).
-    session_bound: bool,
-    /// The MCP session the request belongs to: its `Mcp-Session-Id`, or the stdio
-    /// connection's; none for a 2026-07-28 request, which has no session whatever headers
-    /// it sends.
-    session: Option<Arc<str>>,
-}
-
-impl Scope {
-    /// Whose call it is, for the input rounds.
-    fn owner(&self) -> Owner {
-        Owner {
-            key: self.key.as_arc().clone(),
-            principal: self.principal.clone(),
-            tenant: self.tenant.clone(),
-        }
-    }
-
-    /// The call context of a request in this scope.
-    fn context(&self, cancel: CancellationToken) -> CallContext {
-        let mut ctx = CallContext::for_session(self.key.clone())
-            .with_capabilities((*self.capabilities).clone())
-            .with_cancel(cancel);
-        if let Some(p) = &self.principal {
-            ctx = ctx.with_principal(p.clone());
-        }
-        if let Some(t) = &self.tenant {
-            ctx = ctx.with_tenant(t.clone());
-        }
-        ctx
-    }
-}
-
-/// The state of one handler instance (a session, or a single stateless request).
-pub(crate) struct Connection {
-    /// The working-set keys this connection's requests used; their changes are its changes.
-    keys: Mutex<HashSet<Arc<str>>>,
-    /// Keys derived from the session id, ended with the session.
-    session_keys: Mutex<HashSet<Arc<str>>>,
-    /// Set once the change watcher runs.
-    watching: std::sync::atomic::AtomicBool,
-    /// Cancelled when the handler is dropped (the session ended).
-    pub(crate) closed: CancellationToken,
-    /// Cancelled when the client ends the session (`DELETE`): its calls still running are
-    /// cancelled then. Not on rmcp's idle timeout, which can drop the handler while a long
-    /// direct-path call (which rmcp does not see) still runs for a connected client.
-    pub(crate) deleted: CancellationToken,
-    /// The level the client set with `logging/setLevel`.
-    pub(crate) log_level: Mutex<Option<LoggingLevel>>,
-    /// The resource URIs this session subscribed to.
-    subscriptions: Mutex<HashSet<String>>,
-    /// Set once the resource-update relay runs.
-    relaying: std::sync::atomic::AtomicBool,
-    /// The HTTP session id once a request named it (the direct path finds the session by it).
-    session_id: std::sync::OnceLock<Arc<str>>,
-    /// Calls answered on the direct path, by JSON-RPC id, so `notifications/cancelled`
-    /// reaches them.
-    pub(crate) in_flight:
-        Mutex<std::collections::HashMap<rmcp::model::RequestId, CancellationToken>>,
-    /// The ids of this session's requests in flight on either path (the direct path's
-    /// calls, and what was forwarded to rmcp until its answer ends): a second request with an
-    /// id still in use is refused (rmcp would route both answers by the one id).
-    pub(crate) ids_in_use: Mutex<HashSet<rmcp::model::RequestId>>,
-    /// The ids this session's client cancelled lately (at most [`CANCELLED_KEPT`], newest
-    /// last): a batch's request whose answer never came because it was cancelled gets no
-    /// error in its place (MCP: no response to a cancelled request).
-    pub(crate) cancelled: Mutex<std::collections::VecDeque<rmcp::model::RequestId>>,
-}
-
-/// How many cancelled ids a session remembers.
-const CANCELLED_KEPT: usize = 64;
-
-impl Connection {
-    /// Notes that the client cancelled request `id`.
-    pub(crate) fn note_cancelled(&self, id: rmcp::model::RequestId) {
-        let mut kept = lock(&self.cancelled);
-        if kept.contains(&id) {
-            return;
-        }
-        if kept.len() == CANCELLED_KEPT {
-            kept.pop_front();
-        }
-        kept.push_back(id);
-    }
-
-    /// Whether the client cancelled request `id` lately.
-    pub(crate) fn was_cancelled(&self, id: &rmcp::model::RequestId) -> bool {
-        lock(&self.cancelled).contains(id)
-    }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The scope of one request from its HTTP head (absent on stdio) and its `_meta`.
-pub(crate) fn scope(
-    shared: &Shared,
-    parts: Option<&axum::http::request::Parts>,
-    meta: &RequestMetaObject,
-    fixed_session: Option<&str>,
-) -> Result<Scope, McpError> {
-    let principal = parts.and_then(|p| p.extensions.get::<Principal>());
-    let header = |name: &str| {
-        parts
-            .and_then(|p| p.headers.get(name))
-            .and_then(|v| v.to_str().ok())
-    };
-    // A 2026-07-28 request is stateless: an `Mcp-Session-Id` it carries names no session of
-    // its own (rmcp does not check it), so it must not reach another session's working set.
-    let stateless = meta
-        .protocol_version()
-        .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
-    let session_id = if stateless {
-        fixed_session
-    } else {
-        header(SESSION_HEADER).or(fixed_session)
-    };
-    // The conversation header as UTF-8 text (`to_str` would take a non-ASCII key for no
-    // header at all, and the request would run in the shared anonymous working set).
-    let header_conversation = match parts.and_then(|p| p.headers.get(CONVERSATION_HEADER)) {
-        None => None,
-        Some(v) => Some(std::str::from_utf8(v.as_bytes()).map_err(|_| {
-            McpError::invalid_params(
-                format!(
-                    "the `{CONVERSATION_HEADER}` header is not UTF-8 text: send the conversation key as UTF-8"
-                ),
-                None,
-            )
-        })?),
-    };
-    let sources = KeySources {
-        meta_conversation: meta.0.0.get(CONVERSATION_META),
-        header_conversation,
-        session_id,
-        principal: principal.map(|p| &*p.name),
-    };
-    let key = working_set_key(&sources)?;
-    let session_bound = session_id.is_some_and(|sid| key.mcp_session_id() == Some(sid));
-    Ok(Scope {
-        key,
-        capabilities: principal
-            .map(|p| p.capabilities.clone())
-            .unwrap_or_else(|| Arc::new(Capabilities::all())),
-        mode: principal
-            .and_then(|p| p.mode)
-            .unwrap_or(shared.options.default_mode),
-        principal: principal.map(|p| p.name.clone()),
-        tenant: principal.and_then(|p| p.tenant.clone()),
-        session_bound,
-        session: session_id.map(Arc::from),
-    })
-}
-
-pub(crate) struct Handler {
+/// rmcp's server handler for one MCP session, or one stateless request: it holds the
+/// connection's state and answers every request rmcp reads.
+pub(crate) struct SessionHandler {
     shared: Arc<Shared>,
     conn: Arc<Connection>,
     /// The session id of a connection that has no HTTP header for it (stdio).
     fixed_session: Option<Arc<str>>,
 }
 
-impl Handler {
+impl SessionHandler {
     pub(crate) fn new(shared: Arc<Shared>, fixed_session: Option<Arc<str>>) -> Self {
-        Handler {
+        SessionHandler {
             shared,
-            conn: Arc::new(Connection {
-                keys: Mutex::new(HashSet::new()),
-                session_keys: Mutex::new(HashSet::new()),
-                watching: std::sync::atomic::AtomicBool::new(false),
-                closed: CancellationToken::new(),
-                deleted: CancellationToken::new(),
-                log_level: Mutex::new(None),
-                subscriptions: Mutex::new(HashSet::new()),
-                relaying: std::sync::atomic::AtomicBool::new(false),
-                session_id: std::sync::OnceLock::new(),
-                in_flight: Mutex::new(std::collections::HashMap::new()),
-                ids_in_use: Mutex::new(HashSet::new()),
-                cancelled: Mutex::new(std::collections::VecDeque::new()),
-            }),
+            conn: Arc::new(Connection::new()),
             fixed_session,
         }
     }
@@ -243,7 +66,7 @@ impl Handler {
     async fn record_unparsed_call(
         &self,
         params: Option<Value>,
-        error: &McpError,
+        error: &ErrorData,
         context: &RequestContext<RoleServer>,
     ) {
         let (name, input) = match params {
@@ -263,7 +86,7 @@ impl Handler {
         &self,
         name: &str,
         input: Value,
-        error: &McpError,
+        error: &ErrorData,
         context: &RequestContext<RoleServer>,
     ) {
         record_invalid_params(
@@ -277,7 +100,7 @@ impl Handler {
         .await;
     }
 
-    fn scope(&self, meta: &RequestMetaObject, extensions: &Extensions) -> Result<Scope, McpError> {
+    fn scope(&self, meta: &RequestMetaObject, extensions: &Extensions) -> Result<Scope, ErrorData> {
         scope(
             &self.shared,
             extensions.get::<axum::http::request::Parts>(),
@@ -301,7 +124,7 @@ impl Handler {
         context: &RequestContext<RoleServer>,
         (responses, state): (Option<InputResponses>, Option<String>),
         start: F,
-    ) -> Result<R, McpError>
+    ) -> Result<R, ErrorData>
     where
         R: RoundResponse,
         F: FnOnce(
@@ -401,7 +224,7 @@ impl Handler {
         context: &RequestContext<RoleServer>,
         input: (Option<InputResponses>, Option<String>),
         fetch: F,
-    ) -> Result<R, McpError>
+    ) -> Result<R, ErrorData>
     where
         R: RoundResponse,
         F: FnOnce(CallContext) -> Fut,
@@ -441,10 +264,10 @@ impl Handler {
         &self,
         wanted: impl Fn(&ContentOffer) -> bool,
         what: &str,
-    ) -> Result<&Arc<dyn ContentSource>, McpError> {
+    ) -> Result<&Arc<dyn ContentSource>, ErrorData> {
         match &self.shared.content {
             Some(c) if wanted(&c.offer()) => Ok(c),
-            _ => Err(McpError::new(
+            _ => Err(ErrorData::new(
                 rmcp::model::ErrorCode::METHOD_NOT_FOUND,
                 format!("this server has no {what} (no upstream MCP server offers them)"),
                 None,
@@ -515,244 +338,7 @@ impl Handler {
     }
 }
 
-/// Remembers the key of a request of `conn`; on a session, starts its change watcher once.
-pub(crate) fn track(
-    shared: &Arc<Shared>,
-    conn: &Arc<Connection>,
-    scope: &Scope,
-    has_session: bool,
-    peer: &Peer<RoleServer>,
-) {
-    lock(&conn.keys).insert(scope.key.as_arc().clone());
-    if scope.session_bound {
-        lock(&conn.session_keys).insert(scope.key.as_arc().clone());
-    }
-    if !has_session
-        || conn
-            .watching
-            .swap(true, std::sync::atomic::Ordering::AcqRel)
-    {
-        return;
-    }
-    let changes = Changes::subscribe(shared);
-    let lists = shared
-        .content
-        .as_ref()
-        .filter(|c| c.offer().list_changed)
-        .map(|c| c.list_changes());
-    tokio::spawn(watch_session(
-        changes,
-        lists,
-        scope.capabilities.clone(),
-        conn.clone(),
-        shared.shutdown.clone(),
-        peer.clone(),
-    ));
-}
-
-/// Runs one `tools/call` of a request in `scope`. `client` is cancelled when the client
-/// cancels the request (`notifications/cancelled`, or its stream is gone); with a progress
-/// token, `notifications/progress` goes to `peer` every `progress_interval`.
-pub(crate) async fn call(
-    shared: &Shared,
-    scope: &Scope,
-    name: &str,
-    input: Value,
-    client: &CancellationToken,
-    progress: Option<(ProgressToken, &Peer<RoleServer>)>,
-    channel: Option<(Arc<dyn quiver_contract::ClientChannel>, Arc<ProgressState>)>,
-) -> CallToolResult {
-    // The surface decides what this session may see and records a refusal like every
-    // call (`Surface::call`); capability-forbidden tools are the dispatcher's to answer.
-    let surface = &shared.surface;
-    let cancel = shared.shutdown.child_token();
-    let mut ctx = scope.context(cancel.clone());
-    if let Some((c, _)) = &channel {
-        ctx = ctx.with_client(c.clone());
-    }
-    let progress_state = channel.map(|(_, state)| state);
-    let every = shared.options.progress_interval;
-    // Only a call with a progress token needs the timer.
-    let mut heartbeat =
-        progress.map(|(token, peer)| Heartbeat::new(token, peer.clone(), progress_state, every));
-    let call = surface.call(&shared.dispatcher, &scope.key, scope.mode, name, input, ctx);
-    tokio::pin!(call);
-    let mut cancelled = false;
-    let envelope = loop {
-        tokio::select! {
-            envelope = &mut call => break envelope,
-            _ = client.cancelled(), if !cancelled => {
-                // notifications/cancelled, or the client dropped the stream.
-                cancelled = true;
-                cancel.cancel();
-            }
-            _ = async { heartbeat.as_mut().expect("guarded").beat(name).await }, if heartbeat.is_some() => {}
-        }
-    };
-    if cancelled {
-        tracing::debug!(tool = %name, "the client cancelled the call");
-    }
-    // An output schema whose root is an object: a success must then carry that object
-    // (looked up only for a result without one).
-    let typed = || {
-        surface.catalog().lookup(name).is_some_and(|e| {
-            e.spec
-                .output_schema
-                .as_ref()
-                .is_some_and(|o| o.get("type").and_then(Value::as_str) == Some("object"))
-        })
-    };
-    from_contract::call_result(&envelope, &shared.options.render, typed)
-}
-
-/// The progress heartbeat of a call whose request carried a progress token: a
-/// `notifications/progress` every interval, until the tool reports progress of its own.
-pub(crate) struct Heartbeat {
-    token: ProgressToken,
-    peer: Peer<RoleServer>,
-    state: Option<Arc<ProgressState>>,
-    every: std::time::Duration,
-    ticker: tokio::time::Interval,
-    ticks: u32,
-}
-
-impl Heartbeat {
-    pub(crate) fn new(
-        token: ProgressToken,
-        peer: Peer<RoleServer>,
-        state: Option<Arc<ProgressState>>,
-        every: std::time::Duration,
-    ) -> Self {
-        Heartbeat {
-            token,
-            peer,
-            state,
-            every,
-            ticker: tokio::time::interval_at(tokio::time::Instant::now() + every, every),
-            ticks: 0,
-        }
-    }
-
-    /// Waits for the next tick and sends it (unless the tool reported progress itself).
-    pub(crate) async fn beat(&mut self, name: &str) {
-        self.ticker.tick().await;
-        if self
-            .state
-            .as_ref()
-            .is_some_and(|st| st.reported.load(std::sync::atomic::Ordering::Acquire))
-        {
-            return;
-        }
-        self.ticks += 1;
-        let value = f64::from(self.ticks);
-        if self.state.as_ref().is_none_or(|st| st.advance(value)) {
-            let mut p = ProgressNotificationParam::new(self.token.clone(), value);
-            p.message = Some(format!(
-                "`{name}` is running ({:.1}s)",
-                (self.every * self.ticks).as_secs_f64()
-            ));
-            let _ = self.peer.notify_progress(p).await;
-        }
-    }
-}
-
-/// `fut`, with `heartbeat` beating (for `name`) while it runs.
-async fn with_heartbeat<O>(
-    fut: impl std::future::Future<Output = O>,
-    heartbeat: Option<Heartbeat>,
-    name: &str,
-) -> O {
-    let Some(mut heartbeat) = heartbeat else {
-        return fut.await;
-    };
-    tokio::pin!(fut);
-    loop {
-        tokio::select! {
-            done = &mut fut => return done,
-            _ = heartbeat.beat(name) => {}
-        }
-    }
-}
-
-/// Sends a session `list_changed` for its tools (when its surface changed) and for
-/// resources and prompts (when the content source's lists changed), until it ends.
-async fn watch_session(
-    mut changes: Changes,
-    mut lists: Option<tokio::sync::broadcast::Receiver<ListChanged>>,
-    caps: Arc<Capabilities>,
-    conn: Arc<Connection>,
-    shutdown: CancellationToken,
-    peer: Peer<RoleServer>,
-) {
-    use tokio::sync::broadcast::error::RecvError;
-    loop {
-        let relevant = |k: &str| lock(&conn.keys).contains(k);
-        let sent = tokio::select! {
-            _ = conn.closed.cancelled() => return,
-            _ = shutdown.cancelled() => return,
-            change = changes.next(relevant) => {
-                if change.is_none() {
-                    return;
-                }
-                peer.notify_tool_list_changed().await
-            }
-            change = recv_some(&mut lists) => match change {
-                // Another server's entries: this session's lists did not change.
-                Ok(c) if !c.reaches(&caps) => continue,
-                Ok(c) => match c.list {
-                    ListChange::Resources => peer.notify_resource_list_changed().await,
-                    ListChange::Prompts => peer.notify_prompt_list_changed().await,
-                },
-                Err(RecvError::Lagged(_)) => {
-                    // Missed some: say both lists changed.
-                    match peer.notify_resource_list_changed().await {
-                        Ok(()) => peer.notify_prompt_list_changed().await,
-                        e => e,
-                    }
-                }
-                Err(RecvError::Closed) => {
-                    lists = None;
-                    continue;
-                }
-            },
-        };
-        if let Err(e) = sent {
-            tracing::debug!(error = %e, "list_changed not delivered; the session is gone");
-            return;
-        }
-    }
-}
-
-/// The next message of `rx`; never, without a receiver.
-async fn recv_some<T: Clone>(
-    rx: &mut Option<tokio::sync::broadcast::Receiver<T>>,
-) -> Result<T, tokio::sync::broadcast::error::RecvError> {
-    match rx.as_mut() {
-        Some(rx) => rx.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Ends a `listen` stream's upstream resource subscriptions when the stream ends.
-struct Unsubscribe {
-    source: Arc<dyn ContentSource>,
-    uris: Vec<String>,
-}
-
-impl Drop for Unsubscribe {
-    fn drop(&mut self) {
-        let (source, uris) = (self.source.clone(), std::mem::take(&mut self.uris));
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                for uri in uris {
-                    let _ = source.unsubscribe(&uri).await;
-                }
-            });
-        }
-    }
-}
-
-impl Drop for Handler {
+impl Drop for SessionHandler {
     fn drop(&mut self) {
         self.conn.closed.cancel();
         let uris: Vec<String> = lock(&self.conn.subscriptions).drain().collect();
@@ -778,91 +364,11 @@ impl Drop for Handler {
     }
 }
 
-/// The answer to a request rmcp could not parse as any request it knows: a known method
-/// whose params do not fit is `-32602` naming what is wrong (rmcp's default answers `-32601`
-/// with the bare method name, as if the method did not exist).
-/// `modern`: a 2026-07-28 request, for which `initialize`, `logging/setLevel` and the
-/// resource subscriptions no longer exist (SEP-2575: -32601, which rmcp answers with 404).
-pub(crate) fn unparsed_request(method: &str, params: Option<Value>, modern: bool) -> McpError {
-    fn why<T: serde::de::DeserializeOwned>(params: Option<Value>) -> Option<String> {
-        // No params, or not an object, where the method takes an object: serde's "invalid
-        // type: null, expected struct CallToolRequestParams" names a Rust type.
-        if let Some(kind) = match &params {
-            None | Some(Value::Null) => Some("missing"),
-            Some(Value::Object(_)) => None,
-            Some(Value::Array(_)) => Some("an array"),
-            Some(_) => Some("not an object"),
-        } && serde_json::from_value::<T>(params.clone().unwrap_or(Value::Null)).is_err()
-        {
-            return Some(format!(
-                "`params` is {kind}: this method takes an object of parameters"
-            ));
-        }
-        let err = serde_json::from_value::<T>(params.clone().unwrap_or(Value::Null))
-            .err()?
-            .to_string()
-            // JSON's word for it (serde's is Rust's).
-            .replace("expected a map", "expected an object");
-        // serde does not say which field had the wrong type (QA-14 #11): the one whose
-        // removal takes the error away, or leaves only its own absence, is named.
-        if let Some(Value::Object(map)) = &params
-            && !err.starts_with("missing field")
-            && !err.starts_with("unknown field")
-        {
-            for key in map.keys() {
-                let mut without = map.clone();
-                without.remove(key);
-                let other = serde_json::from_value::<T>(Value::Object(without))
-                    .err()
-                    .map(|e| e.to_string());
-                if other.is_none_or(|o| o == format!("missing field `{key}`")) {
-                    return Some(format!("`{key}`: {err}"));
-                }
-            }
-        }
-        Some(err)
-    }
-    let removed = matches!(
-        method,
-        "initialize" | "logging/setLevel" | "resources/subscribe" | "resources/unsubscribe"
-    );
-    let why = match method {
-        _ if modern && removed => {
-            return McpError::new(
-                ErrorCode::METHOD_NOT_FOUND,
-                format!("method not found: `{method}` is not part of protocol 2026-07-28"),
-                None,
-            );
-        }
-        "tools/call" => why::<CallToolRequestParams>(params),
-        "resources/read" => why::<ReadResourceRequestParams>(params),
-        "prompts/get" => why::<GetPromptRequestParams>(params),
-        "logging/setLevel" => why::<SetLevelRequestParams>(params),
-        "completion/complete" => why::<CompleteRequestParams>(params),
-        "resources/subscribe" => why::<SubscribeRequestParams>(params),
-        "resources/unsubscribe" => why::<UnsubscribeRequestParams>(params),
-        "initialize" => why::<InitializeRequestParams>(params),
-        "subscriptions/listen" => why::<rmcp::model::SubscriptionsListenRequestParams>(params),
-        "tools/list" | "resources/list" | "resources/templates/list" | "prompts/list" => {
-            why::<Option<PaginatedRequestParams>>(params)
-        }
-        _ => {
-            return McpError::new(
-                ErrorCode::METHOD_NOT_FOUND,
-                format!("method not found: `{method}`"),
-                None,
-            );
-        }
-    };
-    let detail = why.map_or_else(String::new, |w| format!(": {w}"));
-    McpError::invalid_params(format!("invalid params for `{method}`{detail}"), None)
-}
-
 /// A list request whose `cursor` was not a string (the transport read the message rmcp
 /// then read as having none, and marked it: on the HTTP request's extensions for a
 /// 2026-07-28 request, on the message's for a stdio batch element): -32602, as the session
 /// paths answer it before rmcp reads the message.
-fn cursor_sent(context: &RequestContext<RoleServer>) -> Result<(), McpError> {
+fn cursor_sent(context: &RequestContext<RoleServer>) -> Result<(), ErrorData> {
     let marked = context.extensions.get::<super::invalid::BadCursor>();
     match marked.or_else(|| {
         context
@@ -870,114 +376,24 @@ fn cursor_sent(context: &RequestContext<RoleServer>) -> Result<(), McpError> {
             .get::<axum::http::request::Parts>()
             .and_then(|p| p.extensions.get::<super::invalid::BadCursor>())
     }) {
-        Some(bad) => Err(McpError::invalid_params(bad.0.to_string(), None)),
+        Some(bad) => Err(ErrorData::invalid_params(bad.0.to_string(), None)),
         None => Ok(()),
     }
 }
 
 /// A request's `_meta` log level that is not one (-32602): rmcp reads it as none, and the
 /// request got no log messages and never knew why.
-fn bad_log_level(context: &RequestContext<RoleServer>) -> Option<McpError> {
+fn bad_log_level(context: &RequestContext<RoleServer>) -> Option<ErrorData> {
     if context.meta.log_level().is_some() {
         return None;
     }
     let sent = context.meta.get(LOG_LEVEL_META).filter(|v| !v.is_null())?;
-    Some(McpError::invalid_params(
+    Some(ErrorData::invalid_params(
         format!(
             "invalid params: `_meta.{LOG_LEVEL_META}` must be one of debug, info, notice, warning, error, critical, alert, emergency (got {sent})"
         ),
         None,
     ))
-}
-
-/// Records a `tools/call` of `call` (name, arguments) that was refused with -32602 (or
-/// rmcp's -32020) before it could run, kind `invalid_params`, with `message`: in its session
-/// when the request's scope can be read, else (a malformed conversation key) in none, under
-/// the caller's token. The handler's refusals and the HTTP front's (rmcp's header checks)
-/// both come here.
-pub(crate) async fn record_invalid_params(
-    shared: &Shared,
-    parts: Option<&axum::http::request::Parts>,
-    meta: &RequestMetaObject,
-    fixed_session: Option<&str>,
-    call: (&str, Value),
-    message: &str,
-) {
-    record_refusal(
-        shared,
-        (parts, meta, fixed_session),
-        call,
-        "invalid_params",
-        message,
-    )
-    .await;
-}
-
-/// Records `call`, a `tools/call` that a transport refused with `refusal` before any
-/// handler saw it (a body nested too deeply, text that is not JSON, a message that is not
-/// JSON-RPC, a batch's shared id, an id in flight): a call all the same, which has its row.
-/// `parts`: the HTTP request's head; `fixed_session`: the stdio session's key.
-pub(crate) async fn record_transport_refusal(
-    shared: &Shared,
-    parts: Option<&axum::http::request::Parts>,
-    fixed_session: Option<&str>,
-    call: super::invalid::RefusedCall,
-    refusal: &super::invalid::Refusal,
-) {
-    let meta: RequestMetaObject = serde_json::from_value(call.meta).unwrap_or_default();
-    record_refusal(
-        shared,
-        (parts, &meta, fixed_session),
-        (&call.name, call.input),
-        refusal.kind(),
-        &refusal.message,
-    )
-    .await;
-}
-
-/// Records a refused call with the error `kind` and `message`, in the scope of `parts`,
-/// `meta` and `fixed_session` (see [`scope`]).
-async fn record_refusal(
-    shared: &Shared,
-    (parts, meta, fixed_session): (
-        Option<&axum::http::request::Parts>,
-        &RequestMetaObject,
-        Option<&str>,
-    ),
-    (name, input): (&str, Value),
-    kind: &str,
-    message: &str,
-) {
-    let ctx = match scope(shared, parts, meta, fixed_session) {
-        Ok(scope) => scope.context(shared.shutdown.child_token()),
-        Err(_) => {
-            let mut ctx = CallContext::default();
-            if let Some(p) = parts.and_then(|p| p.extensions.get::<Principal>()) {
-                ctx = ctx
-                    .with_capabilities((*p.capabilities).clone())
-                    .with_principal(p.name.clone());
-                if let Some(tenant) = &p.tenant {
-                    ctx = ctx.with_tenant(tenant.clone());
-                }
-            }
-            ctx
-        }
-    };
-    let envelope = quiver_contract::Envelope::err(
-        quiver_contract::ErrKind::Other(kind.into()),
-        message.to_owned(),
-    );
-    shared.dispatcher.refuse(name, input, ctx, envelope).await;
-}
-
-/// The name a refused `tools/call` is logged under: the `name` sent, a name that is not a
-/// string as its JSON text, none as `(no name)`.
-pub(crate) fn sent_name(name: Option<Value>) -> String {
-    match name {
-        Some(Value::String(n)) => n,
-        Some(other) => other.to_string(),
-        None => "(no name)".to_owned(),
-    }
 }
 
 tokio::task_local! {
@@ -989,12 +405,12 @@ tokio::task_local! {
 /// The `_meta` key of a 2026-07-28 request's log level (SEP-2575).
 const LOG_LEVEL_META: &str = "io.modelcontextprotocol/logLevel";
 
-impl ServerHandler for Handler {
+impl ServerHandler for SessionHandler {
     async fn on_custom_request(
         &self,
         request: CustomRequest,
         context: RequestContext<RoleServer>,
-    ) -> Result<CustomResult, McpError> {
+    ) -> Result<CustomResult, ErrorData> {
         let modern = context
             .protocol_version()
             .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28);
@@ -1091,13 +507,13 @@ impl ServerHandler for Handler {
         &self,
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, McpError> {
+    ) -> Result<ListToolsResult, ErrorData> {
         cursor_sent(&context)?;
         // The composed surface is small and always one page: no cursor is ever given out,
         // so any cursor is one this server never gave (the MCP pagination rule: -32602). An
         // empty one is taken as none.
         if let Some(c) = request.and_then(|r| r.cursor).filter(|c| !c.is_empty()) {
-            return Err(McpError::invalid_params(
+            return Err(ErrorData::invalid_params(
                 format!(
                     "invalid cursor {c:?}: the tool list is one page, with no nextCursor; list without a cursor"
                 ),
@@ -1111,7 +527,9 @@ impl ServerHandler for Handler {
             .shared
             .surface
             .compose(&scope.key, scope.mode, &scope.capabilities)
-            .map_err(|e| McpError::internal_error(format!("composing the tool list: {e}"), None))?;
+            .map_err(|e| {
+                ErrorData::internal_error(format!("composing the tool list: {e}"), None)
+            })?;
         let tools = composed.specs().iter().map(from_contract::tool).collect();
         Ok(ListToolsResult::with_all_items(tools))
     }
@@ -1120,7 +538,7 @@ impl ServerHandler for Handler {
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, McpError> {
+    ) -> Result<CallToolResponse, ErrorData> {
         // A call refused before it runs (a malformed conversation key or log level) has
         // its row, unless it is the retry of a held call (`requestState`), whose row is
         // the held call's.
@@ -1143,7 +561,7 @@ impl ServerHandler for Handler {
         let name = request.name;
         let input = request.arguments.map(Value::Object).unwrap_or(Value::Null);
         // A retry whose requestState names no call held for it (forged, expired, another
-        // caller's) runs nothing and has no held call's row: it gets its own (QA-14 #3).
+        // caller's) runs nothing and has no held call's row: it gets its own.
         let retry_input = request.request_state.is_some().then(|| input.clone());
         let (shared, call_scope, tool) = (self.shared.clone(), scope.clone(), name.to_string());
         let start = move |channel, cancel: CancellationToken, progress_state| async move {
@@ -1176,7 +594,7 @@ impl ServerHandler for Handler {
         &self,
         request: SetLevelRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
+    ) -> Result<(), ErrorData> {
         // Gone in 2026-07-28 (SEP-2575): a request names its level in `_meta` instead. A
         // valid one must not succeed and do nothing while an invalid one is "not part of the
         // protocol".
@@ -1207,131 +625,18 @@ impl ServerHandler for Handler {
         }
         Some(accepted)
     }
-
-    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
-        use tokio::sync::broadcast::error::RecvError;
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), ErrorData> {
         let request = subscription.request_context();
         let scope = self.scope(&request.meta, &request.extensions)?;
-        lock(&self.conn.keys).insert(scope.key.as_arc().clone());
-        let sink = subscription.sink().clone();
-        let accepted = subscription.accepted().clone();
-        let wants = |f: Option<bool>| f == Some(true);
-        let (tools, resources, prompts) = (
-            wants(accepted.tools_list_changed),
-            wants(accepted.resources_list_changed),
-            wants(accepted.prompts_list_changed),
-        );
-        let source = self.shared.content.clone();
-        let mut lists = source
-            .as_ref()
-            .filter(|_| resources || prompts)
-            .map(|s| s.list_changes());
-        // Resource subscriptions of this stream: subscribed upstream for as long as it lasts.
-        let uris: std::collections::BTreeSet<String> = accepted
-            .resource_subscriptions
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .collect();
-        let mut updates = source
-            .as_ref()
-            .filter(|_| !uris.is_empty())
-            .map(|s| s.resource_updates());
-        // Only what was subscribed is unsubscribed when the stream ends (the source counts
-        // subscriptions across sessions).
-        let mut _unsubscribe = None;
-        if let Some(s) = source.as_ref().filter(|_| !uris.is_empty()) {
-            let guard = _unsubscribe.insert(Unsubscribe {
-                source: s.clone(),
-                uris: Vec::new(),
-            });
-            for uri in &uris {
-                match s.subscribe(uri, &scope.capabilities).await {
-                    Ok(()) => guard.uris.push(uri.clone()),
-                    Err(e) => {
-                        tracing::info!(uri = %uri, error = %e, "listen: the upstream refused a resource subscription");
-                    }
-                }
-            }
-        }
-        // Updates go out only for the URIs subscribed: a refused one (another token's
-        // server's, or one no server lists) gets none.
-        let uris: std::collections::BTreeSet<String> = _unsubscribe
-            .as_ref()
-            .map(|g| g.uris.iter().cloned().collect())
-            .unwrap_or_default();
-        let mut changes = Changes::subscribe(&self.shared);
-        let key = scope.key.clone();
-        loop {
-            let sent = tokio::select! {
-                _ = subscription.cancelled() => return Ok(()),
-                _ = self.shared.shutdown.cancelled() => return Ok(()),
-                change = changes.next(|k| *k == *key) => {
-                    if change.is_none() {
-                        return Ok(());
-                    }
-                    if !tools {
-                        continue;
-                    }
-                    sink.notify_tool_list_changed().await
-                }
-                change = recv_some(&mut lists) => match change {
-                    Ok(c) if !c.reaches(&scope.capabilities) => continue,
-                    Ok(ListChanged { list: ListChange::Resources, .. }) if resources => {
-                        sink.notify_resource_list_changed().await
-                    }
-                    Ok(ListChanged { list: ListChange::Prompts, .. }) if prompts => {
-                        sink.notify_prompt_list_changed().await
-                    }
-                    Ok(_) => continue,
-                    Err(RecvError::Lagged(_)) => {
-                        let mut r = Ok(());
-                        if resources {
-                            r = sink.notify_resource_list_changed().await;
-                        }
-                        if prompts && r.is_ok() {
-                            r = sink.notify_prompt_list_changed().await;
-                        }
-                        r
-                    }
-                    Err(RecvError::Closed) => {
-                        lists = None;
-                        continue;
-                    }
-                },
-                update = recv_some(&mut updates) => match update {
-                    Ok(uri) if uris.contains(&uri) => sink.notify_resource_updated(uri).await,
-                    Ok(_) => continue,
-                    Err(RecvError::Lagged(n)) => {
-                        // Missed some: each subscribed resource may have changed.
-                        tracing::warn!(missed = n, "resource updates dropped for a slow subscription");
-                        let mut r = Ok(());
-                        for uri in &uris {
-                            r = sink.notify_resource_updated(uri.clone()).await;
-                            if r.is_err() {
-                                break;
-                            }
-                        }
-                        r
-                    }
-                    Err(RecvError::Closed) => {
-                        updates = None;
-                        continue;
-                    }
-                },
-            };
-            if let Err(e) = sent {
-                tracing::debug!(error = %e, "the subscription is gone");
-                return Ok(());
-            }
-        }
+        listen::listen(&self.shared, &self.conn, scope, subscription).await;
+        Ok(())
     }
 
     async fn list_resources(
         &self,
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
-    ) -> Result<ListResourcesResult, McpError> {
+    ) -> Result<ListResourcesResult, ErrorData> {
         cursor_sent(&context)?;
         let source = self.source(|o| o.resources, "resources")?;
         let scope = self.scope(&context.meta, &context.extensions)?;
@@ -1346,7 +651,7 @@ impl ServerHandler for Handler {
         &self,
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
-    ) -> Result<ListResourceTemplatesResult, McpError> {
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
         cursor_sent(&context)?;
         let source = self.source(|o| o.resources, "resources")?;
         let scope = self.scope(&context.meta, &context.extensions)?;
@@ -1361,7 +666,7 @@ impl ServerHandler for Handler {
         &self,
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<ReadResourceResponse, McpError> {
+    ) -> Result<ReadResourceResponse, ErrorData> {
         let source = self.source(|o| o.resources, "resources")?.clone();
         let uri = request.uri;
         let target = Target::resource(&uri);
@@ -1380,7 +685,7 @@ impl ServerHandler for Handler {
         &self,
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
+    ) -> Result<(), ErrorData> {
         let source = self.source(|o| o.subscribe, "resource subscriptions")?;
         let scope = self.scope(&context.meta, &context.extensions)?;
         if lock(&self.conn.subscriptions).contains(&request.uri) {
@@ -1403,7 +708,7 @@ impl ServerHandler for Handler {
         &self,
         request: UnsubscribeRequestParams,
         _context: RequestContext<RoleServer>,
-    ) -> Result<(), McpError> {
+    ) -> Result<(), ErrorData> {
         let source = self.source(|o| o.subscribe, "resource subscriptions")?;
         if lock(&self.conn.subscriptions).remove(&request.uri) {
             source
@@ -1418,7 +723,7 @@ impl ServerHandler for Handler {
         &self,
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
-    ) -> Result<ListPromptsResult, McpError> {
+    ) -> Result<ListPromptsResult, ErrorData> {
         cursor_sent(&context)?;
         let source = self.source(|o| o.prompts, "prompts")?;
         let scope = self.scope(&context.meta, &context.extensions)?;
@@ -1433,7 +738,7 @@ impl ServerHandler for Handler {
         &self,
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<GetPromptResponse, McpError> {
+    ) -> Result<GetPromptResponse, ErrorData> {
         let source = self.source(|o| o.prompts, "prompts")?.clone();
         let (name, arguments) = (request.name, request.arguments);
         let target = Target::prompt(&name);
@@ -1452,11 +757,11 @@ impl ServerHandler for Handler {
         &self,
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<CompleteResult, McpError> {
+    ) -> Result<CompleteResult, ErrorData> {
         let source = self.source(|o| o.completions, "completions")?;
         let scope = self.scope(&context.meta, &context.extensions)?;
         let mut wire = serde_json::to_value(&request)
-            .map_err(|e| McpError::invalid_params(format!("completion request: {e}"), None))?;
+            .map_err(|e| ErrorData::invalid_params(format!("completion request: {e}"), None))?;
         if let Value::Object(m) = &mut wire {
             m.remove("_meta");
         }
@@ -1465,185 +770,5 @@ impl ServerHandler for Handler {
             .await
             .map_err(|e| content_error(e, None))?;
         typed(wire, "completion/complete")
-    }
-}
-
-/// Entries per page of `resources/list`, `resources/templates/list` and `prompts/list`.
-const PAGE: usize = 1000;
-
-/// One page of an aggregated list; the cursor is the offset of the next page.
-fn paged<T: serde::de::DeserializeOwned>(
-    field: &str,
-    all: Vec<Value>,
-    request: Option<PaginatedRequestParams>,
-) -> Result<T, McpError> {
-    let total = all.len();
-    let start = match request.and_then(|r| r.cursor) {
-        None => 0,
-        // A cursor this server never gave (beyond the list, or not a number) is invalid.
-        Some(c) => c
-            .parse::<usize>()
-            .ok()
-            .filter(|n| *n <= total)
-            .ok_or_else(|| {
-                McpError::invalid_params(
-                    format!("invalid cursor {c:?}: pass the nextCursor of the previous page"),
-                    None,
-                )
-            })?,
-    };
-    let page: Vec<Value> = all.into_iter().skip(start).take(PAGE).collect();
-    let mut out = serde_json::Map::new();
-    out.insert(field.to_owned(), Value::Array(page));
-    let next = start + PAGE;
-    if next < total {
-        out.insert("nextCursor".into(), Value::String(next.to_string()));
-    }
-    typed(Value::Object(out), field)
-}
-
-/// Parses the wire JSON a source returned into rmcp's type, marked `resultType: complete`
-/// when it has no type (a 2025-era upstream's answer; a 2026-07-28 client requires the
-/// field, and rmcp drops it again for older clients).
-fn typed<T: serde::de::DeserializeOwned>(mut wire: Value, what: &str) -> Result<T, McpError> {
-    if let Value::Object(m) = &mut wire {
-        m.entry("resultType")
-            .or_insert_with(|| Value::String("complete".into()));
-    }
-    serde_json::from_value(wire).map_err(|e| {
-        tracing::warn!(error = %e, "{what}: the content source returned a malformed result");
-        McpError::internal_error(
-            format!("{what}: the upstream answer is malformed ({e})"),
-            None,
-        )
-    })
-}
-
-/// `e` as the JSON-RPC error; `resource` says the request was about resources, and names the
-/// URI it was about, if one (SEP-2164: a resource not found carries `data.uri`).
-fn content_error(e: ContentError, resource: Option<Option<&str>>) -> McpError {
-    let mut error = content_error_of(e, resource.is_some());
-    // An upstream's own "not found" gets the URI too.
-    if let Some(uri) = resource.flatten()
-        && error.code == rmcp::model::ErrorCode::RESOURCE_NOT_FOUND
-        && error.data.is_none()
-    {
-        error.data = Some(serde_json::json!({"uri": uri}));
-    }
-    error
-}
-
-fn content_error_of(e: ContentError, resource: bool) -> McpError {
-    match e {
-        ContentError::NotFound(m) if resource => McpError::resource_not_found(m, None),
-        ContentError::NotFound(m) | ContentError::InvalidParams(m) => {
-            McpError::invalid_params(m, None)
-        }
-        ContentError::Upstream { code, message } => {
-            McpError::new(rmcp::model::ErrorCode(code), message, None)
-        }
-        ContentError::Unavailable(m) => McpError::internal_error(m, None),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn page(cursor: Option<&str>) -> Result<Value, McpError> {
-        let all: Vec<Value> = (0..PAGE + 5).map(|i| serde_json::json!({"n": i})).collect();
-        let request =
-            cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c.to_owned())));
-        paged("prompts", all, request)
-    }
-
-    /// A `subscriptions/listen` whose params do not fit is invalid params naming the
-    /// problem (it was "method not found", 404, as if listening did not exist); an unknown
-    /// method still is.
-    #[test]
-    fn a_malformed_listen_is_invalid_params() {
-        for params in [
-            serde_json::json!({"_meta": {}}),
-            serde_json::json!({"notifications": {"toolsListChanged": "yes"}}),
-        ] {
-            let e = unparsed_request("subscriptions/listen", Some(params.clone()), true);
-            assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{params}: {}", e.message);
-            assert!(
-                e.message
-                    .starts_with("invalid params for `subscriptions/listen`: "),
-                "{}",
-                e.message
-            );
-        }
-        let e = unparsed_request("subscriptions/frobnicate", None, true);
-        assert_eq!(e.code, ErrorCode::METHOD_NOT_FOUND);
-    }
-
-    /// Params that are missing or not an object are said to be so, not in serde's words
-    /// ("invalid type: null, expected struct CallToolRequestParams").
-    #[test]
-    fn params_that_are_not_an_object_are_named() {
-        for (method, params, says) in [
-            ("tools/call", None, "`params` is missing"),
-            ("resources/read", Some(Value::Null), "`params` is missing"),
-            (
-                "prompts/get",
-                Some(serde_json::json!([1])),
-                "`params` is an array",
-            ),
-            (
-                "tools/call",
-                Some(serde_json::json!("x")),
-                "`params` is not an object",
-            ),
-        ] {
-            let e = unparsed_request(method, params, false);
-            assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{method}: {}", e.message);
-            assert_eq!(
-                e.message,
-                format!(
-                    "invalid params for `{method}`: {says}: this method takes an object of parameters"
-                )
-            );
-        }
-        let e = unparsed_request("prompts/get", Some(serde_json::json!({})), false);
-        assert_eq!(
-            e.message,
-            "invalid params for `prompts/get`: missing field `name`"
-        ); // The field with the wrong type is named (QA-14 #11), in JSON's words.
-        for (params, says) in [
-            (
-                serde_json::json!({"name": "t", "arguments": ["weather"]}),
-                "`arguments`: invalid type: sequence, expected an object",
-            ),
-            (
-                serde_json::json!({"name": 12345, "arguments": {}}),
-                "`name`: invalid type: integer `12345`, expected a string",
-            ),
-            (
-                serde_json::json!({"name": "t", "arguments": "weather"}),
-                "`arguments`: invalid type: string \"weather\", expected an object",
-            ),
-        ] {
-            let e = unparsed_request("tools/call", Some(params), false);
-            assert_eq!(
-                e.message,
-                format!("invalid params for `tools/call`: {says}")
-            );
-        }
-    }
-
-    #[test]
-    fn list_pages_follow_their_cursors_and_refuse_others() {
-        let first = page(None).unwrap();
-        assert_eq!(first["prompts"].as_array().unwrap().len(), PAGE);
-        let next = first["nextCursor"].as_str().unwrap().to_owned();
-        let second = page(Some(&next)).unwrap();
-        assert_eq!(second["prompts"].as_array().unwrap().len(), 5);
-        assert!(second.get("nextCursor").is_none());
-        for bad in ["18446744073709551615", "-1", "x", &(PAGE + 6).to_string()] {
-            let e = page(Some(bad)).unwrap_err();
-            assert!(e.message.contains("invalid cursor"), "{bad}: {}", e.message);
-        }
     }
 }

@@ -11,7 +11,7 @@ use rmcp::transport::streamable_http_server::{
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::{McpServer, ServeError, auth, direct, handler::Handler, health};
+use super::{McpServer, ServeError, auth, direct, handler::SessionHandler, health};
 
 /// The path the MCP endpoint is served on.
 pub(crate) const MCP_PATH: &str = "/mcp";
@@ -93,7 +93,7 @@ impl McpServer {
         let sessions = Arc::new(sessions);
         let shared = self.shared.clone();
         let service = StreamableHttpService::new(
-            move || Ok(Handler::new(shared.clone(), None)),
+            move || Ok(SessionHandler::new(shared.clone(), None)),
             sessions.clone(),
             config,
         );

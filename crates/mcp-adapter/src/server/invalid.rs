@@ -85,9 +85,9 @@ pub(super) struct Refusal {
 }
 
 /// The refusal of `bytes` ("the body", "the line": `what`) that serde could not read
-/// (`err`): valid JSON nested past the parser's 128 levels is said to be so (`-32600`; it
-/// was "not valid JSON"), anything else is not valid JSON (`-32700`). Either carries the
-/// request's id when the first or last bytes hold one (QA-13 C-4: `id: null`).
+/// (`err`): valid JSON nested past the parser's 128 levels is said to be so (`-32600`, not
+/// "not valid JSON"), anything else is not valid JSON (`-32700`). Either carries the
+/// request's id when the first or last bytes hold one (not `id: null`).
 pub(super) fn unreadable(bytes: &[u8], err: &str, what: &str) -> Refusal {
     let id = crate::lines::find_id(bytes, bytes).unwrap_or(Value::Null);
     if err.starts_with("recursion limit exceeded") {
@@ -135,7 +135,7 @@ impl Refusal {
 
 /// A `tools/call` refused before it reached the dispatcher (by a transport's own checks),
 /// for its row in the execution log: every call has one, refused or not. Its name as sent
-/// ([`super::handler::sent_name`]), its arguments (null when it had none) and its `_meta`
+/// ([`super::refusals::sent_name`]), its arguments (null when it had none) and its `_meta`
 /// (for the conversation key).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct RefusedCall {
@@ -152,7 +152,7 @@ pub(crate) fn refused_call(message: &Value) -> Option<RefusedCall> {
     let params = message.get("params");
     let field = |k: &str| params.and_then(|p| p.get(k)).cloned();
     Some(RefusedCall {
-        name: super::handler::sent_name(field("name")),
+        name: super::refusals::sent_name(field("name")),
         input: field("arguments").unwrap_or(Value::Null),
         meta: field("_meta").unwrap_or(Value::Null),
     })
@@ -222,8 +222,8 @@ pub(super) fn shared_ids(items: &[Value]) -> std::collections::HashMap<String, u
 
 /// Why the batch element `item` is refused before it runs, on either transport: its id is
 /// one that other requests of the batch carry too (`shared`, from [`shared_ids`]: then none
-/// of them runs, as no answer could tell which one it is; QA-13 C-9: the first ran, and the
-/// batch's answer held an error and a result under its id), or, per `in_flight`, that of a
+/// of them runs, as no answer could tell which one it is: running the first would put a
+/// result and an error under one id in the batch's answer), or, per `in_flight`, that of a
 /// request still in flight; or it is an `initialize`.
 pub(super) fn refused_in_batch(
     item: &Value,

@@ -6,7 +6,7 @@
 //! [`SessionKey`].
 
 use quiver_surface::SessionKey;
-use rmcp::ErrorData as McpError;
+use rmcp::ErrorData;
 
 /// The request `_meta` field that names the conversation (the working-set key).
 pub const CONVERSATION_META: &str = "quiver/conversation";
@@ -25,11 +25,11 @@ pub(crate) struct KeySources<'a> {
 }
 
 /// The working-set key, or an invalid-params error for a malformed conversation key.
-pub(crate) fn working_set_key(src: &KeySources<'_>) -> Result<SessionKey, McpError> {
+pub(crate) fn working_set_key(src: &KeySources<'_>) -> Result<SessionKey, ErrorData> {
     let conversation = match src.meta_conversation {
         Some(serde_json::Value::String(s)) => Some(s.as_str()),
         Some(_) => {
-            return Err(McpError::invalid_params(
+            return Err(ErrorData::invalid_params(
                 format!("`_meta[\"{CONVERSATION_META}\"]` must be a string"),
                 None,
             ));
@@ -38,7 +38,7 @@ pub(crate) fn working_set_key(src: &KeySources<'_>) -> Result<SessionKey, McpErr
     };
     if let Some(c) = conversation {
         if c.is_empty() || c.len() > MAX_KEY_BYTES || c.chars().any(char::is_control) {
-            return Err(McpError::invalid_params(
+            return Err(ErrorData::invalid_params(
                 format!(
                     "the conversation key must be 1 to {MAX_KEY_BYTES} bytes without control characters"
                 ),

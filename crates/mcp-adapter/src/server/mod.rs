@@ -3,7 +3,9 @@
 
 mod auth;
 mod batch;
+mod call;
 mod channel;
+mod content_wire;
 mod direct;
 pub(crate) mod from_contract;
 mod handler;
@@ -11,7 +13,10 @@ mod health;
 mod http;
 mod invalid;
 mod key;
+mod listen;
+mod refusals;
 mod rounds;
+mod scope;
 mod stdio;
 mod watch;
 
@@ -143,7 +148,7 @@ pub(crate) struct Shared {
     /// Where working sets persist; a key seen for the first time is restored from it.
     pub(crate) sessions: Option<Arc<dyn quiver_surface::ports::SessionStore>>,
     /// The execution log: which tools a restored key has called (`requires_prior`).
-    pub(crate) calls: Option<Arc<dyn quiver_registry::CallLog>>,
+    pub(crate) calls: Option<Arc<dyn quiver_registry::store::CallLog>>,
     /// Where resources, prompts and completions come from (none: tools only).
     pub(crate) content: Option<Arc<dyn ContentSource>>,
     /// The HTTP sessions the direct path may answer.
@@ -264,7 +269,7 @@ impl McpServer {
 
     /// Reads which tools a key has called from `log` when the key is first seen (after a
     /// restart), so `requires_prior` policy rules hold across restarts.
-    pub fn with_call_log(mut self, log: Arc<dyn quiver_registry::CallLog>) -> Self {
+    pub fn with_call_log(mut self, log: Arc<dyn quiver_registry::store::CallLog>) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.calls = Some(log);
         }
@@ -301,7 +306,7 @@ impl McpServer {
         // process neither restores this one's working set nor counts its calls for
         // `requires_prior`.
         let session: Arc<str> = format!("stdio:{}", uuid::Uuid::new_v4().simple()).into();
-        let handler = handler::Handler::new(self.shared.clone(), Some(session.clone()));
+        let handler = handler::SessionHandler::new(self.shared.clone(), Some(session.clone()));
         // A client closes stdin to shut a stdio server down (MCP lifecycle): the calls still
         // in flight a moment later are cancelled, as on SIGTERM, rather than left running
         // through rmcp's drain while the host stops their upstreams under them. The moment
@@ -319,8 +324,14 @@ impl McpServer {
             move |call, refusal| {
                 let (shared, fixed, refusal) = (shared.clone(), fixed.clone(), refusal.clone());
                 recording.spawn(async move {
-                    handler::record_transport_refusal(&shared, None, Some(&*fixed), call, &refusal)
-                        .await;
+                    refusals::record_transport_refusal(
+                        &shared,
+                        None,
+                        Some(&*fixed),
+                        call,
+                        &refusal,
+                    )
+                    .await;
                 });
             }
         });
@@ -336,7 +347,7 @@ impl McpServer {
     /// Serves `handler` on the stdio `transport` until the session ends or `ct` is
     /// cancelled.
     async fn run_stdio(
-        handler: handler::Handler,
+        handler: handler::SessionHandler,
         transport: stdio::LineTransport<tokio::io::Stdin, tokio::io::Stdout>,
         ct: tokio_util::sync::CancellationToken,
     ) -> Result<(), ServeError> {

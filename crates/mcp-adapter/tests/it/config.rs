@@ -76,7 +76,7 @@ fn tokens_and_https() {
         &[],
         Err("insecure_http"),
     );
-    // So is any header named for one (QA-12 B-5: they went out in the clear), named in the
+    // So is any header named for one (it must not go out in the clear), named in the
     // refusal; a header that is not one is not.
     for header in ["X-API-Key", "Cookie", "Proxy-Authorization", "X-Auth-Token"] {
         check(
@@ -140,8 +140,8 @@ fn env_interpolation_and_shape() {
     let s = ServerConfig::stdio("x", "true", vec![]).with_env("TOKEN", "${env:HOME_TOKEN}");
     check(std::slice::from_ref(&s), &[("HOME_TOKEN", "v")], Ok(()));
     check(&[s], &[], Err("HOME_TOKEN is not set"));
-    // Another `${...}` is not passed on as text (QA-13 C-1, C-12: VS Code's `${input:...}`
-    // reached the server as its key).
+    // Another `${...}` is not passed on as text (VS Code's `${input:...}` would reach the
+    // server as its key).
     let vs = ServerConfig::stdio("x", "true", vec![]).with_env("KEY", "${input:api-key}");
     check(
         &[vs],

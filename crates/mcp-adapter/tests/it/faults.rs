@@ -380,7 +380,7 @@ async fn http_refusals_are_reported_with_their_status_and_not_resent() {
 
 /// A server that answers every call with another id fails each call with the reason, but
 /// the operator's log says so once per connection (and again at the 10th), not once per
-/// call (QA-12 B-7).
+/// call.
 #[tokio::test(flavor = "current_thread")]
 async fn answers_to_other_ids_are_warned_of_once_per_connection() {
     use std::io::Write;

@@ -211,8 +211,8 @@ async fn the_last_notifications_before_a_stdio_result_reach_the_call() {
     );
     // A flood (10,000 notifications written with the result) reaches a client that takes
     // 60 µs for each whole and in order before the call ends: the answer waits while they
-    // move on, not for a fixed time (QA-12 B-6: the last of 40,000 were dropped after
-    // 200 ms, and nobody was told).
+    // move on, not for a fixed time (which would drop the tail of the flood and tell
+    // nobody).
     let recorder = Recorder::paced(Duration::from_micros(60));
     let ctx = CallContext::for_session("relay-test").with_client(recorder.clone());
     let env = within(

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use quiver_contract::{CallContext, Envelope};
 use quiver_registry::{
-    Catalog, DefinitionStore, Dispatcher, MemoryDefinitionStore, MemoryJobStore,
+    Catalog, Dispatcher,
     custom::{CustomDraft, CustomError, CustomTools, TestCase},
     sandbox::{Sandbox, SandboxError, SandboxLimits, SandboxOutput, SandboxRun},
+    store::{DefinitionStore, MemoryDefinitionStore, MemoryJobStore},
 };
 use serde_json::{Value, json};
 

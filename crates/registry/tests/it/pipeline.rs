@@ -11,13 +11,9 @@ use quiver_contract::{
     ToolSpec, render,
 };
 use quiver_registry::{
-    Catalog, DispatchConfig, Dispatcher, MemoryRecorder, MockToolCallRecorder, PolicyAction,
-    PolicyRule, RulePolicy, UNDEFINED_TOOLS,
-    layers::{
-        concurrency::ConcurrencyConfig,
-        result_limit::{ResultLimitConfig, TRUNCATION_MARKER},
-        timeout::TimeoutConfig,
-    },
+    Catalog, ConcurrencyConfig, DispatchConfig, Dispatcher, MemoryRecorder, MockToolCallRecorder,
+    PolicyAction, PolicyRule, ResultLimitConfig, RulePolicy, TimeoutConfig, UNDEFINED_TOOLS,
+    layers::result_limit::TRUNCATION_MARKER,
 };
 use serde_json::json;
 use tokio::sync::{Notify, oneshot};
@@ -982,7 +978,7 @@ async fn restored_calls_count_what_the_live_process_counted() {
                 .requires_prior("quota"),
         ])
     };
-    let log = Arc::new(quiver_registry::MemoryCallLog::new());
+    let log = Arc::new(quiver_registry::store::MemoryCallLog::new());
     let live = Dispatcher::builder(catalog_with(vec![
         echo(),
         add(),
@@ -1050,7 +1046,7 @@ async fn restored_calls_count_neither_a_tools_schema_hint_nor_refused_arguments(
         ])
     };
     let tools = || vec![echo(), add(), picky.clone(), other.clone()];
-    let log = Arc::new(quiver_registry::MemoryCallLog::new());
+    let log = Arc::new(quiver_registry::store::MemoryCallLog::new());
     let live = Dispatcher::builder(catalog_with(tools()))
         .policy(Arc::new(rules()))
         .recorder(log.clone())

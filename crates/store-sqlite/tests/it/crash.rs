@@ -12,7 +12,10 @@ use std::{
     time::Duration,
 };
 
-use quiver_registry::{CallFilter, CallLog, ToolCallRecorder};
+use quiver_registry::{
+    ToolCallRecorder,
+    store::{CallFilter, CallLog},
+};
 use quiver_store_sqlite::{CrashCheck, SqliteStore};
 
 use crate::support::call;

@@ -1,5 +1,5 @@
 use quiver_contract::{Lifecycle, ToolSpec};
-use quiver_registry::{DefinitionStore, StoreError, ToolDefinition, ToolType};
+use quiver_registry::store::{DefinitionStore, StoreError, ToolDefinition, ToolType};
 
 use crate::support::store;
 

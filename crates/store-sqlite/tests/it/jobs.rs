@@ -1,4 +1,4 @@
-use quiver_registry::{JobStatus, JobStore, JobType, NewJob, StoreError};
+use quiver_registry::store::{JobStatus, JobStore, JobType, NewJob, StoreError};
 use serde_json::json;
 
 use crate::support::store;

@@ -1,7 +1,10 @@
 use std::time::{Duration, SystemTime};
 
 use quiver_contract::{Envelope, ErrKind, HintKind, RenderOptions, render};
-use quiver_registry::{CallFilter, CallLog, CallRecord, ToolCallRecorder};
+use quiver_registry::{
+    CallRecord, ToolCallRecorder,
+    store::{CallFilter, CallLog},
+};
 use quiver_surface::ports::{ToolUsage, UsageSource};
 use serde_json::json;
 

@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use quiver_registry::StoreError;
+use quiver_registry::store::StoreError;
 use quiver_store_sqlite::{CrashCheck, SqliteStore, StoreOptions};
 
 #[test]
@@ -29,7 +29,7 @@ fn open_close_reopen_is_clean_and_a_new_database_needs_no_check() {
 /// the writer's deadline.
 #[tokio::test]
 async fn a_busy_timeout_longer_than_sqlite_takes_is_no_panic() {
-    use quiver_registry::DefinitionStore;
+    use quiver_registry::store::DefinitionStore;
     let dir = tempfile::tempdir().expect("tempdir");
     for (i, t) in [Duration::from_millis(1 << 31), Duration::MAX]
         .into_iter()
@@ -52,7 +52,10 @@ async fn a_busy_timeout_longer_than_sqlite_takes_is_no_panic() {
 /// on open: its rows are kept, with no principal, and new rows record one.
 #[tokio::test]
 async fn a_version_one_store_gains_the_principal_column() {
-    use quiver_registry::{CallFilter, CallLog, CallRecord, ToolCallRecorder};
+    use quiver_registry::{
+        CallRecord, ToolCallRecorder,
+        store::{CallFilter, CallLog},
+    };
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("v1.db");
     let store = SqliteStore::open(&path).expect("open");
@@ -215,7 +218,7 @@ fn a_store_being_created_is_waited_for_by_a_reader() {
         .expect("an empty file reads as an empty store");
     assert_eq!(read.open_report().found_version, 0);
     assert!(
-        quiver_store_sqlite::read_calls(&empty, quiver_registry::CallFilter::recent(10))
+        quiver_store_sqlite::read_calls(&empty, quiver_registry::store::CallFilter::recent(10))
             .expect("no calls")
             .is_empty()
     );
@@ -343,7 +346,10 @@ fn a_newer_schema_is_refused_with_a_clear_error() {
 /// store is read-only. Another application's database and a newer schema are refused.
 #[tokio::test]
 async fn a_read_only_store_reads_and_changes_nothing() {
-    use quiver_registry::{CallFilter, CallLog, CallRecord, DefinitionStore, ToolCallRecorder};
+    use quiver_registry::{
+        CallRecord, ToolCallRecorder,
+        store::{CallFilter, CallLog, DefinitionStore},
+    };
     use quiver_surface::ports::{SessionStore, UsageSource, WorkingSetEntry};
     let dir = tempfile::tempdir().expect("tempdir");
     let missing = dir.path().join("no/such/place/q.db");

@@ -257,8 +257,8 @@ impl quiver_surface::ports::UsageSource for BrokenUsage {
     async fn usage(
         &self,
         _now: std::time::SystemTime,
-    ) -> Result<Vec<quiver_surface::ports::ToolUsage>, quiver_registry::StoreError> {
-        Err(quiver_registry::StoreError::Unavailable {
+    ) -> Result<Vec<quiver_surface::ports::ToolUsage>, quiver_registry::store::StoreError> {
+        Err(quiver_registry::store::StoreError::Unavailable {
             location: "test".to_owned(),
             cause: "no usage here".to_owned(),
         })

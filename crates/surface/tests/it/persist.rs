@@ -192,14 +192,15 @@ impl SessionStore for SlowWrites {
     async fn working_set(
         &self,
         session: &str,
-    ) -> Result<Vec<quiver_surface::ports::WorkingSetEntry>, quiver_registry::StoreError> {
+    ) -> Result<Vec<quiver_surface::ports::WorkingSetEntry>, quiver_registry::store::StoreError>
+    {
         self.0.working_set(session).await
     }
     async fn upsert_working_set(
         &self,
         session: &str,
         entries: Vec<quiver_surface::ports::WorkingSetEntry>,
-    ) -> Result<(), quiver_registry::StoreError> {
+    ) -> Result<(), quiver_registry::store::StoreError> {
         tokio::time::sleep(Duration::from_millis(200)).await;
         self.0.upsert_working_set(session, entries).await
     }
@@ -207,7 +208,7 @@ impl SessionStore for SlowWrites {
         &self,
         session: &str,
         tools: Vec<String>,
-    ) -> Result<(), quiver_registry::StoreError> {
+    ) -> Result<(), quiver_registry::store::StoreError> {
         self.0.remove_from_working_set(session, tools).await
     }
     async fn record_failed_approach(
@@ -216,7 +217,7 @@ impl SessionStore for SlowWrites {
         args_hash: &str,
         tool: &str,
         error: &str,
-    ) -> Result<u32, quiver_registry::StoreError> {
+    ) -> Result<u32, quiver_registry::store::StoreError> {
         self.0
             .record_failed_approach(session, args_hash, tool, error)
             .await
@@ -224,23 +225,25 @@ impl SessionStore for SlowWrites {
     async fn failed_approaches(
         &self,
         session: &str,
-    ) -> Result<Vec<quiver_surface::ports::FailedApproach>, quiver_registry::StoreError> {
+    ) -> Result<Vec<quiver_surface::ports::FailedApproach>, quiver_registry::store::StoreError>
+    {
         self.0.failed_approaches(session).await
     }
-    async fn end_session(&self, session: &str) -> Result<(), quiver_registry::StoreError> {
+    async fn end_session(&self, session: &str) -> Result<(), quiver_registry::store::StoreError> {
         self.0.end_session(session).await
     }
     async fn state(
         &self,
         key: &str,
-    ) -> Result<Option<quiver_surface::ports::SurfaceState>, quiver_registry::StoreError> {
+    ) -> Result<Option<quiver_surface::ports::SurfaceState>, quiver_registry::store::StoreError>
+    {
         self.0.state(key).await
     }
     async fn put_state(
         &self,
         key: &str,
         value: serde_json::Value,
-    ) -> Result<(), quiver_registry::StoreError> {
+    ) -> Result<(), quiver_registry::store::StoreError> {
         self.0.put_state(key, value).await
     }
 }

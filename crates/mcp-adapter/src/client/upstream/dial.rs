@@ -19,7 +19,7 @@ use rmcp::{
 use tokio::process::{ChildStdin, ChildStdout};
 use tokio_util::sync::CancellationToken;
 
-use super::{Conn, EXIT_WAIT, Upstream, direct, listing::Listing, relay::Handler};
+use super::{Conn, EXIT_WAIT, Upstream, direct, listing::Listing, relay::UpstreamRelay};
 use crate::client::{
     child::{self, ChildGuard},
     classify::classify_init,
@@ -29,9 +29,10 @@ use crate::client::{
     pipe::PipeTransport,
 };
 use crate::protocol::Protocol;
+use crate::sync::lock;
 
 /// A connection's rmcp service, running.
-type Running = RunningService<RoleClient, Handler>;
+type Running = RunningService<RoleClient, UpstreamRelay>;
 
 /// What the server said of itself in its handshake.
 struct Offers {
@@ -148,7 +149,7 @@ impl Upstream {
         // failed dial's connection can never be taken for the next one's.
         let generation = self.dial_seq.fetch_add(1, Ordering::Relaxed) + 1;
         let cancel = self.closed.child_token();
-        let handler = Handler::new(self.me.clone(), generation);
+        let relay = UpstreamRelay::new(self.me.clone(), generation);
         // Kept outside the handshake, which a timeout drops: a stdio child's stderr and exit
         // explain a failure, and the HTTP client and session are the direct path's.
         let mut child_guard: Option<ChildGuard> = None;
@@ -175,7 +176,7 @@ impl Upstream {
                         answers: self.roots.clone(),
                         deliveries: deliveries.clone(),
                     };
-                    handler
+                    relay
                         .serve_with_ct(transport, cancel.clone())
                         .await
                         .map_err(|e| classify_init(&e, ""))
@@ -189,7 +190,7 @@ impl Upstream {
                     let (transport, parts, auth) =
                         self.open_http(url, headers, token.as_ref(), *timeout)?;
                     http_parts = Some(parts);
-                    handler
+                    relay
                         .serve_with_ct(transport, cancel.clone())
                         .await
                         .map_err(|e| classify_init(&e, &auth))
@@ -275,7 +276,7 @@ impl Upstream {
             &self.pids,
         ) {
             Ok(parts) => {
-                *self.cannot_start.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                *lock(&self.cannot_start) = None;
                 Ok(parts)
             }
             Err(e) => {
@@ -294,8 +295,7 @@ impl Upstream {
                     e.kind(),
                     std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
                 ) || matches!(e.raw_os_error(), Some(libc::ENOEXEC | libc::ENOTDIR));
-                *self.cannot_start.lock().unwrap_or_else(|p| p.into_inner()) =
-                    fixable.then(|| why.clone());
+                *lock(&self.cannot_start) = fixable.then(|| why.clone());
                 Err(DialError::Transient(why))
             }
         }
@@ -452,7 +452,7 @@ impl Upstream {
                 up.lost(generation);
             }
         });
-        let mut watchers = self.watchers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut watchers = lock(&self.watchers);
         watchers.retain(|w| !w.is_finished());
         watchers.push(watcher);
     }

@@ -21,6 +21,7 @@ use crate::client::{
     to_contract::{self, UpstreamTool},
     tool::McpTool,
 };
+use crate::sync::lock;
 
 /// The most `tools/list` pages one listing asks for.
 const MAX_LIST_PAGES: usize = 1000;
@@ -56,11 +57,7 @@ struct RelistRunning<'a> {
 impl Drop for RelistRunning<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.up
-                .relisting
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .running = false;
+            lock(&self.up.relisting).running = false;
         }
     }
 }
@@ -230,9 +227,9 @@ impl Upstream {
             malformed,
             names,
         } = listing;
-        *self.listed_names.lock().unwrap_or_else(|p| p.into_inner()) = names;
+        *lock(&self.listed_names) = names;
         let family = self.cfg.family();
-        let mut published = self.published.lock().unwrap_or_else(|p| p.into_inner());
+        let mut published = lock(&self.published);
         let wanted: BTreeSet<&str> = tools.iter().map(|t| t.spec.name.as_str()).collect();
         let gone: Vec<String> = published
             .keys()
@@ -279,8 +276,8 @@ impl Upstream {
             tracing::warn!("{line}");
             self.diag(line);
         }
-        *self.last_report.lock().unwrap_or_else(|p| p.into_inner()) = report.clone();
-        *self.malformed.lock().unwrap_or_else(|p| p.into_inner()) = malformed;
+        *lock(&self.last_report) = report.clone();
+        *lock(&self.malformed) = malformed;
         report
     }
 
@@ -289,7 +286,7 @@ impl Upstream {
     /// more, for the newest generation among them.
     pub(super) async fn relist(self: Arc<Self>, generation: u64) {
         {
-            let mut r = self.relisting.lock().unwrap_or_else(|p| p.into_inner());
+            let mut r = lock(&self.relisting);
             r.wanted = r.wanted.max(Some(generation));
             if r.running {
                 return;
@@ -302,7 +299,7 @@ impl Upstream {
         };
         loop {
             let generation = {
-                let mut r = self.relisting.lock().unwrap_or_else(|p| p.into_inner());
+                let mut r = lock(&self.relisting);
                 match r.wanted.take() {
                     Some(g) => g,
                     None => {
@@ -322,10 +319,7 @@ impl Upstream {
         let conn = {
             // Held while the state is read, so `dial_shared`, which looks here after turning
             // the state Up, either sees the mark or this sees the connection.
-            let mut pending = self
-                .relist_pending
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut pending = lock(&self.relist_pending);
             match self.conn().filter(|c| c.generation == generation) {
                 Some(c) => c,
                 None => {

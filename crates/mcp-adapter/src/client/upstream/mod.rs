@@ -27,6 +27,7 @@ use super::{
     route::Calls,
     to_contract::UpstreamTool,
 };
+use crate::sync::lock;
 
 mod call;
 mod dial;
@@ -286,7 +287,7 @@ impl Upstream {
     }
 
     fn push_diag(&self, line: String) {
-        let mut lines = self.diagnostics.lock().unwrap_or_else(|p| p.into_inner());
+        let mut lines = lock(&self.diagnostics);
         if lines.len() >= MAX_DIAGNOSTICS {
             lines.pop_front();
         }
@@ -294,12 +295,7 @@ impl Upstream {
     }
 
     pub(crate) fn diagnostics(&self) -> Vec<String> {
-        self.diagnostics
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .cloned()
-            .collect()
+        lock(&self.diagnostics).iter().cloned().collect()
     }
 
     pub(crate) fn counters(&self) -> ServerCounters {
@@ -307,22 +303,12 @@ impl Upstream {
     }
 
     pub(crate) fn child_pids(&self) -> Vec<u32> {
-        self.pids.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        lock(&self.pids).clone()
     }
 
     pub(crate) fn last_report(&self) -> RegisterReport {
-        let mut report = self
-            .last_report
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        report.skipped.extend(
-            self.malformed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .cloned(),
-        );
+        let mut report = lock(&self.last_report).clone();
+        report.skipped.extend(lock(&self.malformed).iter().cloned());
         report
     }
 
@@ -340,23 +326,17 @@ impl Upstream {
     /// When the background loop dials next, while it waits out a backoff delay (`None`
     /// while it dials, and when it is not running).
     pub(crate) fn next_attempt(&self) -> Option<std::time::SystemTime> {
-        *self.next_attempt.lock().unwrap_or_else(|p| p.into_inner())
+        *lock(&self.next_attempt)
     }
 
     /// Every tool name the server listed last, before `allow_tools` and `deny_tools`.
     pub(crate) fn listed_names(&self) -> Vec<String> {
-        self.listed_names
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        lock(&self.listed_names).clone()
     }
 
     /// Why the server's command could not be started at the last dial, if it could not.
     pub(crate) fn cannot_start(&self) -> Option<String> {
-        self.cannot_start
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        lock(&self.cannot_start).clone()
     }
 
     /// Connected, and the connect hook of this connection has run (so the resource tools
@@ -379,12 +359,7 @@ impl Upstream {
 
     /// The names of the tools currently published.
     pub(crate) fn published_names(&self) -> BTreeSet<String> {
-        self.published
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .cloned()
-            .collect()
+        lock(&self.published).keys().cloned().collect()
     }
 
     /// How long one connection attempt may take: the server's `connect_timeout`, else the
@@ -410,8 +385,7 @@ impl Upstream {
             conn.cancel.cancel();
         }
         // Every connection's watcher kills and reaps its child; wait for all of them.
-        let watchers =
-            std::mem::take(&mut *self.watchers.lock().unwrap_or_else(|p| p.into_inner()));
+        let watchers = std::mem::take(&mut *lock(&self.watchers));
         for w in watchers {
             let _ = w.await;
         }
@@ -425,10 +399,7 @@ impl Upstream {
                 self.catalog.remove(&name);
             }
         }
-        self.published
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
+        lock(&self.published).clear();
     }
 
     /// Why the server cannot take a call now, and what the caller can do: one wording for

@@ -11,7 +11,7 @@ use std::sync::{Arc, Weak};
 
 use quiver_contract::{ChannelError, ClientChannel};
 use rmcp::{
-    ClientHandler, ErrorData as McpError, RoleClient,
+    ClientHandler, ErrorData, RoleClient,
     model::{
         ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
         ElicitRequestParams, ElicitResult, Implementation, ListRootsResult,
@@ -68,16 +68,16 @@ impl Relays {
 /// Our rmcp client handler: identifies Quiver (declaring sampling, elicitation and roots,
 /// which it relays to the downstream client of the call that asked), re-lists on
 /// `tools/list_changed`, and forwards a call's log messages and progress.
-pub(super) struct Handler {
+pub(super) struct UpstreamRelay {
     up: Weak<Upstream>,
     /// The connection it serves (a re-list it asks for lists on that one).
     generation: u64,
 }
 
-impl Handler {
+impl UpstreamRelay {
     /// The handler of `up`'s connection of `generation`.
-    pub(super) fn new(up: Weak<Upstream>, generation: u64) -> Handler {
-        Handler { up, generation }
+    pub(super) fn new(up: Weak<Upstream>, generation: u64) -> UpstreamRelay {
+        UpstreamRelay { up, generation }
     }
 }
 
@@ -95,7 +95,7 @@ fn relayed_capabilities() -> ClientCapabilities {
 }
 
 /// The JSON-RPC error an upstream gets when Quiver cannot relay its request.
-pub(super) fn relay_error(e: ChannelError, method: &str, tool: &str) -> McpError {
+pub(super) fn relay_error(e: ChannelError, method: &str, tool: &str) -> ErrorData {
     match e {
         // The client's own error, its `data` too (a URL elicitation's -32042 carries the
         // elicitations the upstream should have asked for).
@@ -103,27 +103,27 @@ pub(super) fn relay_error(e: ChannelError, method: &str, tool: &str) -> McpError
             code,
             message,
             data,
-        } => McpError::new(
+        } => ErrorData::new(
             rmcp::model::ErrorCode(i32::try_from(code).unwrap_or(-32603)),
             message,
             data,
         ),
-        ChannelError::Invalid(m) => McpError::invalid_params(m, None),
-        ChannelError::Cancelled => McpError::internal_error(
+        ChannelError::Invalid(m) => ErrorData::invalid_params(m, None),
+        ChannelError::Cancelled => ErrorData::internal_error(
             format!("{method} was abandoned: the call to `{tool}` ended or was cancelled"),
             None,
         ),
-        ChannelError::Unsupported(m) | ChannelError::Transport(m) => McpError::invalid_request(
+        ChannelError::Unsupported(m) | ChannelError::Transport(m) => ErrorData::invalid_request(
             format!("Quiver could not relay {method} for the call to `{tool}`: {m}"),
             None,
         ),
-        other => McpError::internal_error(other.to_string(), None),
+        other => ErrorData::internal_error(other.to_string(), None),
     }
 }
 
 /// The refusal of a server request made during a call that has no client to ask.
-pub(super) fn nobody_to_ask(method: &str, tool: &str) -> McpError {
-    McpError::invalid_request(
+pub(super) fn nobody_to_ask(method: &str, tool: &str) -> ErrorData {
+    ErrorData::invalid_request(
         format!(
             "Quiver could not relay {method} for the call to `{tool}`: the call did not come from an MCP client, so there is nobody to ask"
         ),
@@ -151,20 +151,20 @@ pub(super) async fn ask_channel(
     }
 }
 
-impl Handler {
+impl UpstreamRelay {
     /// Relays a server request to the client of the call it belongs to.
     async fn relay<F, Fut>(
         &self,
         method: &str,
         context: &RequestContext<RoleClient>,
         send: F,
-    ) -> Result<Value, McpError>
+    ) -> Result<Value, ErrorData>
     where
         F: FnOnce(Arc<dyn ClientChannel>) -> Fut,
         Fut: std::future::Future<Output = Result<Value, ChannelError>>,
     {
         let Some(up) = self.up.upgrade() else {
-            return Err(McpError::internal_error("Quiver is shutting down", None));
+            return Err(ErrorData::internal_error("Quiver is shutting down", None));
         };
         let entry = match up.calls.route(&Origin::of(&context.extensions)).await {
             Route::To(e) => e,
@@ -172,7 +172,7 @@ impl Handler {
                 let why = refused.refusal(method);
                 // The operator log only: a server could send these without end.
                 tracing::info!(server = %up.cfg.name, route = ?refused, "refused {method}: {why}");
-                return Err(McpError::invalid_request(why, None));
+                return Err(ErrorData::invalid_request(why, None));
             }
         };
         let Some(channel) = entry.channel.clone() else {
@@ -181,7 +181,7 @@ impl Handler {
         tokio::select! {
             r = send(channel) => r.map_err(|e| relay_error(e, method, &entry.tool)),
             _ = entry.done.cancelled() => Err(relay_error(ChannelError::Cancelled, method, &entry.tool)),
-            _ = context.ct.cancelled() => Err(McpError::internal_error(format!("{method} was cancelled by the server"), None)),
+            _ = context.ct.cancelled() => Err(ErrorData::internal_error(format!("{method} was cancelled by the server"), None)),
         }
     }
 }
@@ -212,16 +212,16 @@ fn with_meta(mut params: Value, meta: &rmcp::model::RequestMetaObject) -> Value 
     params
 }
 
-fn parse_result<T: serde::de::DeserializeOwned>(method: &str, v: Value) -> Result<T, McpError> {
+fn parse_result<T: serde::de::DeserializeOwned>(method: &str, v: Value) -> Result<T, ErrorData> {
     serde_json::from_value(v).map_err(|e| {
-        McpError::internal_error(
+        ErrorData::internal_error(
             format!("the client's answer to {method} is not a valid result: {e}"),
             None,
         )
     })
 }
 
-impl ClientHandler for Handler {
+impl ClientHandler for UpstreamRelay {
     async fn on_resource_updated(
         &self,
         params: rmcp::model::ResourceUpdatedNotificationParam,
@@ -256,7 +256,7 @@ impl ClientHandler for Handler {
         &self,
         params: CreateMessageRequestParams,
         context: RequestContext<RoleClient>,
-    ) -> Result<CreateMessageResult, McpError> {
+    ) -> Result<CreateMessageResult, ErrorData> {
         let method = "sampling/createMessage";
         let mut params = with_meta(
             serde_json::to_value(&params).unwrap_or(Value::Null),
@@ -275,7 +275,7 @@ impl ClientHandler for Handler {
         &self,
         params: ElicitRequestParams,
         context: RequestContext<RoleClient>,
-    ) -> Result<ElicitResult, McpError> {
+    ) -> Result<ElicitResult, ErrorData> {
         let method = "elicitation/create";
         let params = with_meta(
             serde_json::to_value(&params).unwrap_or(Value::Null),
@@ -292,12 +292,12 @@ impl ClientHandler for Handler {
     async fn list_roots(
         &self,
         context: RequestContext<RoleClient>,
-    ) -> Result<ListRootsResult, McpError> {
+    ) -> Result<ListRootsResult, ErrorData> {
         // Fails closed: whatever keeps this call's client from answering (no call in flight
         // or several, no client, its error, its answer too late or unreadable) answers none,
         // so the server never keeps the roots of the client before (`roots.rs`).
         let Some(up) = self.up.upgrade() else {
-            return Err(McpError::internal_error("Quiver is shutting down", None));
+            return Err(ErrorData::internal_error("Quiver is shutting down", None));
         };
         up.roots.asked();
         let (answer, who) = match up.calls.route(&Origin::of(&context.extensions)).await {

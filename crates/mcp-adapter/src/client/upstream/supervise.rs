@@ -15,6 +15,7 @@ use crate::client::{
     classify::{Class, classify_service},
     config::{Endpoint, Liveness},
 };
+use crate::sync::lock;
 
 /// A connection lost sooner than this after it came up counts as a failed dial: the
 /// reconnect waits and the backoff keeps growing. One that lived longer redials at once.
@@ -43,7 +44,7 @@ impl Upstream {
     /// that connects and dies is not respawned in a tight loop.
     async fn supervise(self: &Arc<Self>) {
         let seen = self.state.borrow().generation;
-        let mut delay: Option<Duration> = *self.backoff.lock().unwrap_or_else(|p| p.into_inner());
+        let mut delay: Option<Duration> = *lock(&self.backoff);
         if delay.is_some_and(|d| d >= self.connect_timeout()) {
             // Calls would wait for this redial longer than they wait for any: fail them now.
             self.state.send_if_modified(|s| {
@@ -56,13 +57,12 @@ impl Upstream {
         }
         loop {
             if let Some(d) = delay {
-                *self.next_attempt.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some(std::time::SystemTime::now() + d);
+                *lock(&self.next_attempt) = Some(std::time::SystemTime::now() + d);
                 let closed = tokio::select! {
                     _ = tokio::time::sleep(d) => false,
                     _ = self.closed.cancelled() => true,
                 };
-                *self.next_attempt.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                *lock(&self.next_attempt) = None;
                 if closed {
                     return;
                 }
@@ -73,7 +73,7 @@ impl Upstream {
                 Err(DialError::Transient(_)) => {
                     let next = self.next_backoff(delay);
                     delay = Some(next);
-                    *self.backoff.lock().unwrap_or_else(|p| p.into_inner()) = Some(next);
+                    *lock(&self.backoff) = Some(next);
                 }
             }
         }
@@ -140,11 +140,7 @@ impl Upstream {
                 if lost_early {
                     self.lost(conn.generation);
                 }
-                let pending = self
-                    .relist_pending
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .take_if(|g| *g == conn.generation);
+                let pending = lock(&self.relist_pending).take_if(|g| *g == conn.generation);
                 if pending.is_some() {
                     tokio::spawn(self.clone().relist(conn.generation));
                 }
@@ -225,7 +221,7 @@ impl Upstream {
             self.diag("connection lost");
         }
         {
-            let mut backoff = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
+            let mut backoff = lock(&self.backoff);
             if lived < STABLE_AFTER {
                 let next = self.next_backoff(*backoff);
                 *backoff = Some(next);

@@ -17,21 +17,23 @@ use serde_json::Value;
 use super::sessions::{Entry, IdHeld};
 use crate::server::{
     Shared,
+    call::{call, track},
     channel::{self, PeerChannel, ProgressState},
-    handler::{self, Connection, lock},
+    scope::{Connection, Scope},
 };
+use crate::sync::lock;
 
 /// Answers one `tools/call` as rmcp's session would, as a JSON response.
 pub(super) async fn serve_call(
     shared: &Arc<Shared>,
     entry: &Entry,
-    scope: handler::Scope,
+    scope: Scope,
     id: RequestId,
     params: CallToolRequestParams,
     held: IdHeld,
     as_declared: bool,
 ) -> Response {
-    handler::track(shared, &entry.conn, &scope, true, &entry.peer);
+    track(shared, &entry.conn, &scope, true, &entry.peer);
     // Held by the call itself, which may outlive this request (a client that left, a call
     // whose stream goes on in a task of its own): its session is not evicted under it.
     let pin = shared.enter(&scope.key).await;
@@ -80,7 +82,7 @@ pub(super) async fn serve_call(
         async move {
             let _in_flight = in_flight;
             let _pin = pin;
-            handler::call(
+            call(
                 &shared,
                 &scope,
                 &name,

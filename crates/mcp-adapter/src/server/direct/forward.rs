@@ -24,6 +24,7 @@ use crate::server::{
     auth::Principal,
     handler,
     invalid::{self, Refusal},
+    refusals,
 };
 
 pub(super) async fn forward(direct: &Direct, request: Request) -> Response {
@@ -122,7 +123,7 @@ pub(in crate::server) async fn record_refused(
     refusal: &Refusal,
 ) {
     for call in invalid::refused_calls_in(bytes) {
-        handler::record_transport_refusal(&direct.shared, Some(parts), None, call, refusal).await;
+        refusals::record_transport_refusal(&direct.shared, Some(parts), None, call, refusal).await;
     }
 }
 
@@ -200,7 +201,7 @@ async fn record_header_refusal(
             Some(Value::Object(p)) => p,
             _ => serde_json::Map::new(),
         };
-        let name = handler::sent_name(params.remove("name"));
+        let name = refusals::sent_name(params.remove("name"));
         let meta = params
             .get("_meta")
             .cloned()
@@ -210,7 +211,7 @@ async fn record_header_refusal(
             .as_str()
             .unwrap_or("the request's headers do not match its body");
         let input = params.remove("arguments").unwrap_or(Value::Null);
-        handler::record_invalid_params(
+        refusals::record_invalid_params(
             &direct.shared,
             Some(parts),
             &meta,

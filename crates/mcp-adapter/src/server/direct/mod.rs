@@ -71,11 +71,9 @@ pub(super) use self::{
     forward::record_refused,
 };
 use crate::protocol::Protocol;
+use crate::sync::lock;
 
-use super::{
-    Shared,
-    handler::{self, Handler, lock},
-};
+use super::{Shared, handler::SessionHandler, scope};
 
 /// Bodies larger than this always go to rmcp.
 pub(crate) const MAX_DIRECT_BODY: u64 = 256 * 1024;
@@ -111,7 +109,7 @@ pub(super) fn sessionless_post(method: &Method, headers: &HeaderMap) -> bool {
 /// all, on every call).
 pub(crate) struct Direct {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) rmcp: StreamableHttpService<Handler, LocalSessionManager>,
+    pub(crate) rmcp: StreamableHttpService<SessionHandler, LocalSessionManager>,
     pub(crate) sessions: Arc<LocalSessionManager>,
     /// Accepted `Host` authorities, lowercase.
     pub(crate) hosts: Arc<[String]>,
@@ -241,7 +239,7 @@ pub(crate) async fn endpoint(State(direct): State<Arc<Direct>>, request: Request
             let meta = params.meta.clone().unwrap_or_default();
             // A malformed conversation key is rmcp's to answer (the same error, from the
             // handler).
-            let Ok(scope) = handler::scope(&direct.shared, Some(&parts), &meta, None) else {
+            let Ok(scope) = scope::scope(&direct.shared, Some(&parts), &meta, None) else {
                 return Box::pin(forward_claimed(&direct, &entry, parts, bytes, Some(id))).await;
             };
             touch(&direct, &sid, &entry);

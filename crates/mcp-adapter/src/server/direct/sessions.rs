@@ -21,10 +21,8 @@ use rmcp::{
 use serde_json::Value;
 
 use super::{Direct, SESSION_HEADER, answer::json_rpc_error, forward::forward};
-use crate::server::{
-    handler::{Connection, lock},
-    invalid::INVALID_REQUEST,
-};
+use crate::server::{invalid::INVALID_REQUEST, scope::Connection};
+use crate::sync::lock;
 
 /// How often a session used on the direct path touches rmcp's idle timer.
 const TOUCH_EVERY: Duration = Duration::from_secs(60);

@@ -20,7 +20,7 @@ use reqwest::{
     header::{ACCEPT, CONTENT_TYPE, HeaderValue},
 };
 use rmcp::{
-    ErrorData as McpError,
+    ErrorData,
     model::{
         CreateMessageResult, ElicitResult, LoggingMessageNotificationParam,
         ProgressNotificationParam,
@@ -161,7 +161,7 @@ async fn ask(
     method: &str,
     tool: &str,
     params: Value,
-) -> Result<Value, McpError> {
+) -> Result<Value, ErrorData> {
     if method == "ping" {
         return Ok(json!({}));
     }
@@ -172,7 +172,7 @@ async fn ask(
         "sampling/createMessage" => valid::<CreateMessageResult>,
         "elicitation/create" => valid::<ElicitResult>,
         other => {
-            return Err(McpError::new(
+            return Err(ErrorData::new(
                 rmcp::model::ErrorCode::METHOD_NOT_FOUND,
                 format!("Quiver does not answer {other}"),
                 None,
@@ -186,10 +186,10 @@ async fn ask(
 }
 
 /// `v` if it is a valid `T`, else the error the upstream gets.
-fn valid<T: serde::de::DeserializeOwned>(method: &str, v: Value) -> Result<Value, McpError> {
+fn valid<T: serde::de::DeserializeOwned>(method: &str, v: Value) -> Result<Value, ErrorData> {
     match T::deserialize(&v) {
         Ok(_) => Ok(v),
-        Err(e) => Err(McpError::internal_error(
+        Err(e) => Err(ErrorData::internal_error(
             format!("the client's answer to {method} is not a valid result: {e}"),
             None,
         )),
@@ -332,7 +332,7 @@ impl Upstream {
         tool: &str,
     ) {
         if method == "roots/list" {
-            // Fails closed, as on rmcp's path (`Handler::list_roots`).
+            // Fails closed, as on rmcp's path (`UpstreamRelay::list_roots`).
             self.roots.asked();
             let answer = roots_of(ctx.client.as_ref()).await.ok();
             let result = self.roots.answer(direct.generation, answer, Who::of(ctx));

@@ -1,0 +1,119 @@
+//! Tests of the upstream configuration: its parsing, interpolation and validation.
+
+use super::*;
+
+/// A header value with a line break is refused saying so, and where it came from,
+/// without quoting it (not in http's words, "failed to parse header value").
+#[test]
+fn a_header_value_with_a_control_character_is_named() {
+    let crlf = ServerConfig::http("h", "https://a.example/mcp").with_header("X-Key", "${env:K}");
+    let err = validate_all(&[crlf], &|_| Some("abc\r\nEvil: 1".to_owned()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("header \"X-Key\": the value contains the control character '\\r' (its value comes from `${env:K}`)"),
+        "{err}"
+    );
+    assert!(!err.contains("Evil"), "{err}");
+    // The same for the token from MCP_<NAME>_TOKEN, which was retried forever.
+    let token = ServerConfig::http("h", "https://a.example/mcp");
+    let err = validate_all(&[token], &|k| {
+        (k == "MCP_H_TOKEN").then(|| "tok\r\nEvil: 1".to_owned())
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("the token in MCP_H_TOKEN contains the control character '\\r'"),
+        "{err}"
+    );
+    assert!(!err.contains("Evil"), "{err}");
+}
+
+/// A stdio server gets the allowed part of Quiver's environment and the names its
+/// `inherit_env` matches, nothing else.
+#[test]
+fn a_child_inherits_only_the_allowed_environment() {
+    let names = |inherit: &[String]| -> Vec<String> {
+        inherited_env(inherit)
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect()
+    };
+    // Cargo sets these for every test process.
+    assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+    let plain = names(&[]);
+    assert!(plain.iter().any(|n| n == "PATH"), "{plain:?}");
+    assert!(!plain.iter().any(|n| n.starts_with("CARGO")), "{plain:?}");
+    let more = names(&["CARGO_MANIFEST_*".to_owned()]);
+    assert!(more.iter().any(|n| n == "CARGO_MANIFEST_DIR"), "{more:?}");
+    assert!(!more.iter().any(|n| n == "CARGO_PKG_NAME"), "{more:?}");
+    let spaced = ServerConfig::stdio("a", "x", vec![]).with_inherit_env(["a b"]);
+    assert!(validate_all(&[spaced], &|_| None).is_err());
+    let bad = ServerConfig::stdio("a", "x", vec![]).with_inherit_env(["A=B"]);
+    let err = validate_all(&[bad], &|_| None).unwrap_err().to_string();
+    assert!(
+        err.contains("inherit_env: `A=B` is not an environment variable name"),
+        "{err}"
+    );
+}
+
+/// What a config file's durations read as, and what a wrong one is told: `off` offered
+/// only where it is taken, fractions of seconds taken, no serde type names.
+#[test]
+fn configured_durations_say_what_they_take() {
+    let server = |key: &str, value: serde_json::Value| {
+        serde_json::from_value::<ServerConfig>(
+            serde_json::json!({"name": "s", "command": "x", key: value}),
+        )
+    };
+    let ok = |key: &str, value: serde_json::Value| server(key, value).unwrap();
+    assert_eq!(
+        ok("call_timeout", serde_json::json!(2.5)).call_timeout,
+        Some(Duration::from_millis(2500))
+    );
+    assert_eq!(
+        ok("connect_timeout", serde_json::json!(3)).connect_timeout,
+        Some(Duration::from_secs(3))
+    );
+    assert_eq!(
+        ok("liveness", serde_json::json!(0.5)).liveness,
+        Some(Liveness::Every(Duration::from_millis(500)))
+    );
+    assert_eq!(
+        ok("liveness", serde_json::json!("off")).liveness,
+        Some(Liveness::Off)
+    );
+    let err = |key: &str, value: serde_json::Value| server(key, value).unwrap_err().to_string();
+    let off = err("call_timeout", serde_json::json!("off"));
+    assert!(
+        off.contains("invalid duration \"off\"") && !off.contains("`off`"),
+        "{off}"
+    );
+    let negative = err("call_timeout", serde_json::json!(-5));
+    assert!(
+        negative.contains("must be a positive number of seconds"),
+        "{negative}"
+    );
+    let wrong = err("connect_timeout", serde_json::json!(true));
+    assert!(
+        wrong.contains("a duration: seconds (30, 2.5) or a string such as")
+            && !wrong.contains("variant"),
+        "{wrong}"
+    );
+    let zero = err("liveness", serde_json::json!(0));
+    assert!(zero.contains("to turn it off, write \"off\""), "{zero}");
+}
+
+#[test]
+fn interpolation() {
+    let env = |k: &str| (k == "A").then(|| "x".to_owned());
+    assert_eq!(
+        interpolate("s", "v", "a${env:A}b${env:A}", &env).unwrap(),
+        "axbx"
+    );
+    assert!(
+        interpolate("s", "v", "${env:B}", &env)
+            .unwrap_err()
+            .to_string()
+            .contains("B is not set")
+    );
+}

@@ -1,4 +1,7 @@
 //! The catalog: every registered tool, its compiled validator, and change events.
+//!
+//! Over 800 lines: registration, the family order, change events and advertising share one lock
+//! and one map, and are kept together so that invariant is read in one place.
 
 use std::{
     collections::{BTreeMap, BTreeSet},

@@ -1,4 +1,8 @@
 //! The dispatcher: the one pipeline every call takes.
+//!
+//! Over 800 lines: the call's steps before the layers (normalize, admit, prepare) and after
+//! them (record, observe) share the call's private state; the layers themselves live in
+//! `layers/`.
 
 use std::{
     sync::{

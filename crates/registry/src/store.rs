@@ -3,6 +3,9 @@
 //! transition table) and [`CallLog`] (the execution log behind the recorder), with their types,
 //! their one error enum [`StoreError`], and in-memory implementations. They speak only
 //! `contract` types: an adapter (SQLite, Postgres, ...) converts at its edge.
+//!
+//! Over 800 lines: three ports, their shared types and their in-memory implementations; each
+//! in-memory store sits beside the port it implements.
 
 use std::{
     collections::{BTreeMap, BTreeSet},

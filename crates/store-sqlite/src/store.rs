@@ -1,4 +1,7 @@
 //! [`SqliteStore`]: the handle, its reader pool, and the port implementations.
+//!
+//! Over 800 lines: one port implementation per `impl` block, each beside the SQL it runs; the
+//! schema, conversions and writer thread are in their own modules.
 
 use std::{
     path::{Path, PathBuf},

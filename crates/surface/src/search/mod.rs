@@ -1,5 +1,9 @@
 //! The lexical tool-search index behind `tool_search`.
 //!
+//! Over 800 lines: the index's postings, its scoring and the query expansions below work on
+//! one set of private structures, updated together on every catalog change; tokenizing,
+//! embeddings and evaluation are in their own modules.
+//!
 //! Ranking is BM25F over three fields of a tool: its own name (highest weight), its
 //! description, and its input schema's property names and descriptions (lowest weight).
 //! Text is split into terms by [`query_terms`]'s rules: snake_case, camelCase, kebab-case,

@@ -16,12 +16,14 @@ use std::{
 };
 
 use async_trait::async_trait;
-use quiver_contract::{
-    CallBudget, CallContext, Envelope, Lifecycle, Tool, ToolInvoker, ToolResult, ToolSpec, Warning,
-    validate_tool_name,
-};
+use quiver_contract::{Envelope, Lifecycle, Tool, ToolSpec, validate_tool_name};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+
+mod tools;
+
+use tools::CustomTool;
+pub use tools::{PROPOSE_TOOL, proposal_tool};
 
 use crate::{
     Catalog,
@@ -794,172 +796,5 @@ impl SandboxHost for NoTools {
                 "`call_tool(\"{name}\")` is not available while a custom tool's test cases run"
             ),
         )
-    }
-}
-
-/// A custom tool in the catalog: each call runs its source in the sandbox, with the
-/// caller's context for the calls it makes.
-struct CustomTool {
-    spec: ToolSpec,
-    source: Arc<str>,
-    sandbox: Arc<dyn Sandbox>,
-    limits: SandboxLimits,
-}
-
-/// Where a running custom tool's `call_tool` goes: back into the dispatcher, as a call
-/// nested under the custom tool's own (its policies, limits, loop guard and log apply).
-struct Nested {
-    invoker: Option<Arc<dyn ToolInvoker>>,
-    parent: CallContext,
-}
-
-#[async_trait]
-impl SandboxHost for Nested {
-    async fn call_tool(&self, name: &str, inputs: Value) -> Envelope {
-        match &self.invoker {
-            Some(invoker) => invoker.invoke(name, inputs, &self.parent).await,
-            None => Envelope::err(
-                quiver_contract::ErrKind::NotAvailable,
-                "this custom tool was called outside a dispatcher, so it cannot call other tools",
-            ),
-        }
-    }
-}
-
-#[async_trait]
-impl Tool for CustomTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    async fn call(&self, input: Value, ctx: &CallContext) -> ToolResult {
-        let budget = ctx
-            .call_budget
-            .clone()
-            .unwrap_or_else(|| Arc::new(CallBudget::new(self.limits.max_calls)));
-        let mut parent = ctx.clone();
-        parent.call_budget = Some(budget.clone());
-        let host = Arc::new(Nested {
-            invoker: ctx.invoker.clone(),
-            parent: parent.clone(),
-        });
-        let run = SandboxRun::for_call(
-            self.source.clone(),
-            input,
-            self.limits.clone(),
-            host,
-            &parent,
-        )
-        .with_budget(budget);
-        match self.sandbox.run(run).await {
-            Ok(out) => {
-                let mut envelope = Envelope::ok(out.result);
-                if !out.logs.is_empty() {
-                    envelope = envelope.with_warning(Warning::new("log", out.logs.join("\n")));
-                }
-                Ok(envelope)
-            }
-            Err(e) => Ok(e.to_envelope(&self.spec.name)),
-        }
-    }
-}
-
-/// The name of the tool through which a session proposes a custom tool.
-pub const PROPOSE_TOOL: &str = "create_custom_tool";
-
-/// `create_custom_tool`: a session whose token is one of `admins` proposes a custom tool,
-/// stored as a draft (never approved) for an operator to audit and approve. Any other
-/// caller is refused; the host also keeps the tool off their lists.
-pub fn proposal_tool(tools: Arc<CustomTools>, admins: Vec<String>) -> Arc<dyn Tool> {
-    let spec = ToolSpec::new(
-        PROPOSE_TOOL,
-        "Proposes a new custom tool written in JavaScript (`async function main(inputs) { ... return result }`; `await call_tool(name, inputs)` calls other tools, `log(...)` adds a log line). It is stored as a draft: an operator audits it with its test cases and approves it before any session can use it. Use it when no existing tool does what is needed and a short script could.",
-    )
-    .with_schema(json!({
-        "type": "object",
-        "properties": {
-            "name": {"type": "string", "description": "The tool's name: lower-case snake_case, e.g. `sum_invoices`."},
-            "description": {"type": "string", "description": "What the tool does and when to use it, for the model that will choose it."},
-            "input_schema": {"type": "object", "description": "The JSON Schema of its arguments, with `\"type\": \"object\"` at the root."},
-            "source": {"type": "string", "description": "The JavaScript source defining `async function main(inputs)`."},
-            "tests": {"type": "array", "items": {"type": "object"}, "description": "Test cases: `{\"inputs\": {...}, \"expect\": <JSON>}` or `{\"inputs\": {...}, \"expect_error\": \"<kind>\"}`."}
-        },
-        "required": ["name", "description", "input_schema", "source"],
-        "additionalProperties": false
-    }));
-    Arc::new(Proposal {
-        spec,
-        tools,
-        admins,
-    })
-}
-
-struct Proposal {
-    spec: ToolSpec,
-    tools: Arc<CustomTools>,
-    admins: Vec<String>,
-}
-
-#[async_trait]
-impl Tool for Proposal {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    async fn call(&self, input: Value, ctx: &CallContext) -> ToolResult {
-        let Some(by) = ctx
-            .principal
-            .as_deref()
-            .filter(|p| self.admins.iter().any(|a| a == p))
-        else {
-            return Ok(Envelope::err(
-                quiver_contract::ErrKind::Forbidden,
-                "only a session whose token is marked admin may propose custom tools",
-            ));
-        };
-        let text = |key: &str| {
-            input
-                .get(key)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
-        };
-        let tests = match input.get("tests") {
-            None => Vec::new(),
-            Some(v) => match TestCase::parse_all(v) {
-                Ok(t) => t,
-                Err(why) => return Err(quiver_contract::ToolError::schema_hint(why, Vec::new())),
-            },
-        };
-        let draft = CustomDraft::new(
-            text("name"),
-            text("description"),
-            input.get("input_schema").cloned().unwrap_or(Value::Null),
-            text("source"),
-        )
-        .with_tests(tests)
-        .with_author(by);
-        let name = draft.name.clone();
-        match self.tools.add(draft).await {
-            Ok(version) => Ok(Envelope::ok(json!({
-                "name": name,
-                "version": version,
-                "status": "draft",
-                "next": "an operator audits and approves it (`quiver custom test`, `quiver custom approve`); until then no session can call it",
-            }))),
-            Err(CustomError::Invalid(why)) => {
-                Err(quiver_contract::ToolError::schema_hint(why, Vec::new()))
-            }
-            Err(e @ (CustomError::NotCustom(..) | CustomError::Status(_))) => {
-                Err(quiver_contract::ToolError::schema_hint(
-                    format!("{e}; choose another name"),
-                    Vec::new(),
-                ))
-            }
-            Err(e) => Ok(Envelope::err(
-                quiver_contract::ErrKind::NotAvailable,
-                format!("the proposal could not be stored: {e}"),
-            )),
-        }
     }
 }

@@ -1,0 +1,480 @@
+use super::*;
+
+fn env(k: &str) -> Option<String> {
+    match k {
+        "HOME_DIR" => Some("/srv/q".to_owned()),
+        "EMPTY" => Some(String::new()),
+        "TRICKY" => Some("a${env:NOPE".to_owned()),
+        _ => None,
+    }
+}
+
+#[test]
+fn surface_settings_are_checked_with_the_file_named() {
+    check(
+        "[surface]\nfloor_min = 40\nfloor_max = 10\n",
+        Err("quiver.toml: [surface]"),
+    );
+    let err = Config::parse(
+        "[surface]\nfloor_min = 40\nfloor_max = 10\n",
+        "q.toml",
+        &env,
+    )
+    .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("floor_min (40) is above floor_max (10)"),
+        "{err:#}"
+    );
+}
+
+#[test]
+fn every_tool_pattern_is_listed_with_its_key() {
+    let text = r#"
+[limits.tool_timeouts]
+slow_tool = 60
+[limits.tool_concurrency]
+"mcp__db__*" = 2
+[[policy.rules]]
+id = "r1"
+tool = "*export*"
+action = "deny"
+message = "no"
+requires_prior = "tool_search"
+[surface]
+anchors = ["a"]
+agentic_allow = ["mcp__fs__*"]
+[[auth.tokens]]
+name = "ci"
+token = "secret"
+allowed_tools = ["t1", "t2"]
+"#;
+    let config = Config::parse(text, "quiver.toml", &env).unwrap();
+    let got = config.tool_patterns();
+    let got: Vec<(&str, &str, bool)> = got
+        .iter()
+        .map(|r| (r.key.as_str(), r.name, r.exact))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("limits.tool_timeouts", "slow_tool", true),
+            ("limits.tool_concurrency", "mcp__db__*", true),
+            ("policy.rules[r1].tool", "*export*", false),
+            ("policy.rules[r1].requires_prior", "tool_search", false),
+            ("surface.anchors", "a", true),
+            ("surface.agentic_allow", "mcp__fs__*", false),
+            ("auth.tokens[ci].allowed_tools", "t1", false),
+            ("auth.tokens[ci].allowed_tools", "t2", false),
+        ]
+    );
+    let exact = &config.tool_patterns()[1];
+    assert!(
+        !exact.matches("mcp__db__query"),
+        "exact key: `*` is literal"
+    );
+    assert!(config.tool_patterns()[2].matches("csv_export_all"));
+}
+
+fn check(text: &str, expect: Result<&str, &str>) {
+    match (Config::parse(text, "quiver.toml", &env), expect) {
+        (Ok(c), Ok(want)) => assert_eq!(format!("{}", c.store.path.display()), want),
+        (Err(e), Err(fragment)) => {
+            let msg = format!("{e:#}");
+            assert!(msg.contains(fragment), "`{msg}` lacks `{fragment}`");
+        }
+        (got, want) => panic!("got {got:?}, want {want:?}"),
+    }
+}
+
+/// An MCP server's `env` and `headers` are interpolated once, when the server is set up:
+/// a variable whose value holds `${env:` is taken as it is (a second pass failed on it).
+#[test]
+fn server_env_and_headers_are_interpolated_once() {
+    let text = "[[mcp.servers]]\nname = \"a\"\ntransport = \"stdio\"\ncommand = \"x\"\nenv = { OPT = \"${env:TRICKY}\", HOME = \"${env:HOME_DIR}\" }\n\n[[mcp.servers]]\nname = \"b\"\ntransport = \"http\"\nurl = \"http://127.0.0.1:9/mcp\"\nheaders = { X-Key = \"${env:TRICKY}\" }\n";
+    let config = Config::parse(text, "quiver.toml", &env).unwrap();
+    let servers = config.mcp.clone().finalize(&env);
+    assert!(servers.is_ok(), "{:?}", servers.err());
+    // A variable that is not set is still an error, naming the server and the key.
+    let missing = text.replace("${env:TRICKY}", "${env:NOPE}");
+    let config = Config::parse(&missing, "quiver.toml", &env).unwrap();
+    let err = config.mcp.clone().finalize(&env).unwrap_err().to_string();
+    assert!(err.contains("NOPE is not set"), "{err}");
+}
+
+/// The inbound tokens are checked with the rest of the config, not only by `serve`: a
+/// `quiver check` that passes means `serve` starts.
+#[test]
+fn inbound_tokens_are_checked_with_the_file_named() {
+    let token = |name: &str, secret: &str| {
+        format!("[[auth.tokens]]\nname = \"{name}\"\ntoken = \"{secret}\"\n")
+    };
+    check(
+        &token("a:b", "s"),
+        Err(
+            "quiver.toml: [[auth.tokens]]: invalid inbound auth: tokens[0]: the name `a:b` may not contain `:`",
+        ),
+    );
+    check(
+        &token("ci", ""),
+        Err(
+            "quiver.toml: [[auth.tokens]]: invalid inbound auth: tokens[0] (`ci`) has an empty `token`",
+        ),
+    );
+    check(
+        &format!("{}{}", token("ci", "1"), token("ci", "2")),
+        Err("tokens[1]: the name `ci` is already used by tokens[0]"),
+    );
+    check(
+        &format!("{}{}", token("ci", "1"), token("bot", "2")),
+        Ok("./quiver.db"),
+    );
+}
+
+/// Two rules with one id, or a rule with nothing to tell the model, are errors naming
+/// the rule.
+#[test]
+fn policy_rules_need_their_own_id_and_a_message() {
+    let rule = |id: &str, tool: &str, message: &str| {
+        format!(
+            "[[policy.rules]]\nid = \"{id}\"\ntool = \"{tool}\"\naction = \"deny\"\nmessage = \"{message}\"\n"
+        )
+    };
+    check(
+        &format!("{}{}", rule("r", "a", "no"), rule("r", "b", "no")),
+        Err(
+            "quiver.toml: [[policy.rules]]: policy.rules[1] (id \"r\"): the id is already used by policy.rules[0]",
+        ),
+    );
+    check(
+        &rule("quiet", "a", "  "),
+        Err(
+            "policy.rules[0] (id \"quiet\"): `message` is empty: say what the model should do instead",
+        ),
+    );
+    check(&rule("", "a", "no"), Err("policy.rules[0]: `id` is empty"));
+    check(
+        &rule("r", "", "no"),
+        Err("policy.rules[0] (id \"r\"): `tool` is empty"),
+    );
+    check(
+        &format!("{}{}", rule("r1", "a", "no"), rule("r2", "a", "no")),
+        Ok("./quiver.db"),
+    );
+    // A principal or tenant no token has: the rule would never apply.
+    let tokens = "[[auth.tokens]]\nname = \"ci-bot\"\ntoken = \"s\"\ntenant = \"acme\"\n";
+    check(
+        &format!("{tokens}{}principal = \"ci_bot\"\n", rule("r", "a", "no")),
+        Err(
+            "policy.rules[0] (id \"r\"): `principal = \"ci_bot\"` names no [[auth.tokens]] entry, so the rule would never apply; use a token's `name`; did you mean `ci-bot`?",
+        ),
+    );
+    check(
+        &format!("{tokens}{}tenant = \"acme2\"\n", rule("r", "a", "no")),
+        Err("`tenant = \"acme2\"` is the tenant of no [[auth.tokens]] entry"),
+    );
+    check(
+        &format!(
+            "{tokens}{}principal = \"ci-bot\"\ntenant = \"acme\"\n",
+            rule("r", "a", "no")
+        ),
+        Ok("./quiver.db"),
+    );
+}
+
+#[test]
+fn config_cases() {
+    check("", Ok("./quiver.db"));
+    // `${` in a key is refused, as in a value (a child would get an environment
+    // variable literally named `${X}`), also in a server's `env` and `headers`.
+    check(
+        "[limits]\ntool_timeouts = { \"${env:NOPE}\" = 5 }",
+        Err("limits.tool_timeouts.${env:NOPE}: a key cannot hold `${...}`"),
+    );
+    check(
+        "[[mcp.servers]]\nname = \"x\"\ncommand = \"x\"\nenv = { \"A${env:HOME_DIR}\" = \"2\" }",
+        Err("mcp.servers[0].env.A${env:HOME_DIR}: a key cannot hold `${...}`"),
+    );
+    check(
+        "[store]\npath = \"${env:HOME_DIR}/quiver.db\"",
+        Ok("/srv/q/quiver.db"),
+    );
+    check(
+        "[store]\npath = \"${env:NOPE}\"",
+        Err("store.path: environment variable NOPE is not set"),
+    );
+    check(
+        "[store]\npath = \"${env:EMPTY}/q.db\"",
+        Err("store.path: environment variable EMPTY is set but empty"),
+    );
+    check(
+        "[limits]\ntimout_secs = 3",
+        Err("did you mean `timeout_secs`?"),
+    );
+    check("[limits]\ntimout_secs = 3", Err("quiver.toml"));
+    check("[stor]\npath = \"x\"", Err("did you mean `store`?"));
+    check(
+        "[store]\npath = \"${env:}/q.db\"",
+        Err("store.path: `${env:}` does not name an environment variable"),
+    );
+    check(
+        "[store]\npath = \"${env:MY VAR}/q.db\"",
+        Err("store.path: `${env:MY VAR}` does not name an environment variable"),
+    );
+    // Any other `${...}` is refused, not kept as text (a token written
+    // `${QUIVER_CI_TOKEN}` would be that guessable text, and the real secret get 401).
+    check(
+        "[store]\npath = \"${HOME_DIR}/q.db\"",
+        Err(
+            "store.path: `${HOME_DIR}` is not something Quiver fills in: it reads environment variables only as `${env:NAME}`: write `${env:HOME_DIR}`",
+        ),
+    );
+    check(
+        "[store]\npath = \"${ENV:HOME_DIR}/q.db\"",
+        Err("(`env` in lower case): write `${env:HOME_DIR}`"),
+    );
+    check(
+        "[store]\npath = \"${workspaceFolder}/q.db\"",
+        Err("`${workspaceFolder}` is not something Quiver fills in"),
+    );
+    check(
+        "[store]\npath = \"${input:key}/q.db\"",
+        Err("are filled in by VS Code, not here"),
+    );
+    check(
+        "[store]\npath = \"x${\"",
+        Err("`${…` is not something Quiver fills in"),
+    );
+    check(
+        "[store]\npath = \"$${HOME}/$${env:X}\"",
+        Ok("${HOME}/${env:X}"),
+    );
+    // Shell-style defaults are not read as a name (`A:-b` was "not set").
+    check(
+        "[store]\npath = \"${env:HOME_DIR:-/tmp}\"",
+        Err(
+            "Quiver has no default values in `${env:...}`; write `${env:HOME_DIR}` and set HOME_DIR",
+        ),
+    );
+    check(
+        "[store]\npath = \"${HOME_DIR:-/tmp}\"",
+        Err("with no default values: write `${env:HOME_DIR}` and set HOME_DIR"),
+    );
+    check(
+        "[store]\npath = \"$$${env:HOME_DIR}\"",
+        Ok("$${env:HOME_DIR}"),
+    );
+    check(
+        "[store]\npath = \"\"",
+        Err("[store] path is empty: give the SQLite file"),
+    );
+    check(
+        "[store]\npath = \"${env:EMPTY}\"",
+        Err("store.path: environment variable EMPTY is set but empty"),
+    );
+    check(
+        "[limits]\ntimeout_secs = -1",
+        Err("must be a positive number of seconds"),
+    );
+    check(
+        "[limits]\ninput_wait_secs = 0",
+        Err("limits.input_wait_secs must be a positive number of seconds"),
+    );
+    check("[limits]\ninput_wait_secs = 120", Ok("./quiver.db"));
+    check(
+        "[limits]\nmax_http_sessions = 0",
+        Err("limits.max_http_sessions must be more than 0 (the HTTP sessions open at once)"),
+    );
+    // Limits too large to be a deadline or a semaphore are refused, not a panic.
+    for (text, shown) in [
+        ("[limits]\ntimeout_secs = 1e20", "not 1e20"),
+        ("[limits]\ninput_wait_secs = 1.8e19", "not 1.8e19"),
+        ("[limits.tool_timeouts]\nx = 1e300", "(a year), not 1e300"),
+    ] {
+        check(text, Err("must be at most 31536000 seconds (a year)"));
+        // Quoted back as written, not as its hundreds of digits.
+        check(text, Err(shown));
+    }
+    check(
+        "[limits]\nmax_concurrent = 4000000000000000000",
+        Err("limits.max_concurrent must be at most 1000000"),
+    );
+    // A count given a fraction, an exponent or a negative number says what it takes,
+    // and a huge float is quoted short (it was its 301 digits).
+    for (text, shown, hint) in [
+        (
+            "[limits]\nmax_concurrent = 1e300",
+            "floating point `1e300`, expected usize",
+            "takes a whole number: write it without a decimal point or exponent",
+        ),
+        (
+            "[limits]\nmax_concurrent = 2.5",
+            "floating point `2.5`, expected usize",
+            "takes a whole number: write it without a decimal point or exponent",
+        ),
+        (
+            "[surface]\ntarget_floor = -3",
+            "integer `-3`, expected usize",
+            "takes a whole number, not a negative one",
+        ),
+        (
+            "[limits]\nmax_concurrent = 0.0",
+            "floating point `0.0`, expected usize",
+            "takes a whole number: write it without a decimal point",
+        ),
+        (
+            "[store]\nretention_days = 99999999999",
+            "integer `99999999999`, expected u32",
+            "this setting takes a whole number of at most 4294967295",
+        ),
+        (
+            "[surface]\ntarget_floor = 18446744073709551615",
+            "u64 value was too large",
+            "a TOML integer is at most 9223372036854775807",
+        ),
+        (
+            "[limits]\nmax_concurrent = \"4\"",
+            "invalid type: string \"4\", expected usize",
+            "this setting takes a number, written without quotes",
+        ),
+    ] {
+        check(text, Err(shown));
+        check(text, Err(hint));
+        check(text, Err("line 2"));
+    }
+    check(
+        "[limits]\ntimeout_secs = \"5\"",
+        Err(
+            "invalid type: string \"5\", expected f64\nthis setting takes a number, written without quotes",
+        ),
+    );
+    // A number from a variable: the interpolated text is still text.
+    check(
+        "[limits]\nmax_concurrent = \"${env:HOME_DIR}\"",
+        Err("a `${env:...}` value is text, so a number setting cannot come from one"),
+    );
+    check(
+        "[limits.tool_concurrency]\nx = 4000000000000000000",
+        Err("limits.tool_concurrency.x must be at most 1000000"),
+    );
+    check("[limits]\ntimeout_secs = 31536000", Ok("./quiver.db"));
+    // A zero or too-small count is an error naming the key, or (where 0 means off) off,
+    // never silently the strictest setting.
+    for (text, err) in [
+        (
+            "[limits]\nmax_concurrent = 0",
+            "limits.max_concurrent must be at least 1",
+        ),
+        (
+            "[limits.tool_concurrency]\nx = 0",
+            "limits.tool_concurrency.x must be at least 1",
+        ),
+        (
+            "[limits]\nloop_guard = 1",
+            "limits.loop_guard must be 0 (off) or at least 2",
+        ),
+        (
+            "[limits]\nmax_input_bytes = 0",
+            "limits.max_input_bytes must be more than 0",
+        ),
+        (
+            "[limits]\nmax_result_chars = 0",
+            "limits.max_result_chars must be more than 0",
+        ),
+        (
+            "[limits]\nmax_input_bytes = 20000000",
+            "limits.max_input_bytes must be at most 4194304",
+        ),
+        (
+            "[limits]\ntimeout_secs = 1e-12",
+            "limits.timeout_secs must be at least 0.001 seconds (1 ms; every call would time out before it starts), not 1e-12",
+        ),
+    ] {
+        check(text, Err(err));
+    }
+    let limits = |text: &str| {
+        Config::parse(text, "quiver.toml", &env)
+            .unwrap()
+            .limits
+            .dispatch_config()
+            .unwrap()
+    };
+    assert_eq!(
+        limits("[limits]\nloop_guard = 0").loop_guard_threshold,
+        u32::MAX
+    );
+    assert_eq!(limits("[limits]\nloop_guard = 2").loop_guard_threshold, 2);
+    assert_eq!(
+        limits("[limits]\nrepeat_failure = 0").repeat_failure_threshold,
+        u32::MAX
+    );
+    check("[store]\nretention_days = 30", Ok("./quiver.db"));
+    check(
+        "[store]\nretention_days = 0",
+        Err("quiver.toml: [store] retention_days = 0 would delete the whole execution log"),
+    );
+    check(
+        "[store]\nretention_days = 0",
+        Err("or remove the key to keep everything"),
+    );
+    check("[store]\nretention_days = -3", Err("retention_days"));
+    check("[store]\nlog_linger_ms = 0", Ok("./quiver.db"));
+    check("[store]\nlog_linger_ms = \"soon\"", Err("log_linger_ms"));
+    check("[store]\nlog_linger_ms = 1000", Ok("./quiver.db"));
+    check(
+        "[store]\nlog_linger_ms = 15000",
+        Err("quiver.toml: [store] log_linger_ms = 15000 is longer than 1000 ms"),
+    );
+    check("[store]\nbusy_timeout_ms = -5", Err("busy_timeout_ms"));
+    // More than SQLite takes is refused here (`serve` and `call` panicked on it).
+    check(
+        "[store]\nbusy_timeout_ms = 2147483648",
+        Err(
+            "quiver.toml: [store] busy_timeout_ms = 2147483648 is longer than SQLite waits on a lock (at most 2147483647 ms",
+        ),
+    );
+    check("[store]\nbusy_timeout_ms = 2147483647", Ok("./quiver.db"));
+    // Past u32 too: the same message (it was told the type's bound, 4294967295).
+    check(
+        "[store]\nbusy_timeout_ms = 4294967296",
+        Err(
+            "busy_timeout_ms = 4294967296 is longer than SQLite waits on a lock (at most 2147483647 ms",
+        ),
+    );
+    let busy = |text: &str| {
+        Config::parse(text, "quiver.toml", &env)
+            .unwrap()
+            .store
+            .busy_timeout_ms
+    };
+    assert_eq!(busy(""), 5000);
+    assert_eq!(busy("[store]\nbusy_timeout_ms = 50"), 50);
+    check("[store\n", Err("quiver.toml"));
+    check(
+        "[[policy.rules]]\nid = \"r\"\ntool = \"add\"\naction = \"deny\"\nmessage = \"no\"\n",
+        Ok("./quiver.db"),
+    );
+    check(
+        "[[policy.rules]]\nid = \"r\"\ntool = \"add\"\naction = \"block\"\nmessage = \"no\"\n",
+        Err("unknown variant `block`"),
+    );
+    // An error away from any placeholder keeps its line, interpolation or not.
+    check(
+        "[store]\npath = \"${env:HOME_DIR}/q.db\"\nretention_days = -3",
+        Err("line 3"),
+    );
+    // A closed-set word can come from the environment.
+    let env_action = |k: &str| (k == "ACT").then(|| "deny".to_owned());
+    let rule =
+        "[[policy.rules]]\nid = \"r\"\ntool = \"add\"\naction = \"${env:ACT}\"\nmessage = \"no\"\n";
+    let parsed = Config::parse(rule, "quiver.toml", &env_action).unwrap();
+    assert_eq!(
+        parsed.policy.rules[0].action,
+        quiver_registry::PolicyAction::Deny
+    );
+    let wrong = |k: &str| (k == "ACT").then(|| "block".to_owned());
+    let e = format!(
+        "{:#}",
+        Config::parse(rule, "quiver.toml", &wrong).unwrap_err()
+    );
+    assert!(e.contains("quiver.toml") && e.contains("block"), "{e}");
+}

@@ -18,8 +18,14 @@ use crate::{Config, DirSkills, Families, assemble_catalog};
 /// How long shutdown waits for the working-set mirror to catch up before closing the store.
 const MIRROR_SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
 
-async fn put(store: &SqliteStore, def: ToolDefinition) {
+async fn put(store: &SqliteStore, mut def: ToolDefinition) {
     let name = def.name.clone();
+    // What an operator set (a disable, a review status) outlives the tool's re-listing.
+    if let Ok(Some(old)) = store.definition(&name).await {
+        def.enabled = old.enabled;
+        def.status = old.status;
+        def.rejection_reason = old.rejection_reason;
+    }
     if let Err(e) = store.put_definition(def).await {
         tracing::warn!(tool = %name, error = %e, "could not record the tool definition");
     }

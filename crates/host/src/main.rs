@@ -252,12 +252,13 @@ enum CustomAction {
         #[arg(long)]
         reason: String,
     },
-    /// Serve it again (when approved).
+    /// Serve it again (when approved); an MCP server's tool disabled here too.
     Enable {
         /// The tool.
         name: String,
     },
-    /// Take it off every tool list and refuse its calls, without deleting it.
+    /// Take it off every tool list and refuse its calls, without deleting it. Works for an
+    /// MCP server's tool too, once `quiver serve` has listed it (and so recorded it).
     Disable {
         /// The tool.
         name: String,

@@ -514,6 +514,11 @@ pub struct Catalog {
     /// Who can say why a name that is not here now would be (an MCP server that is
     /// configured but not connected).
     absent: RwLock<Vec<AbsentExplainer>>,
+    /// Names held off: disabled (or not approved) in the store. Their entries wait in
+    /// `held_entries`, out of every lookup and list, until the hold is lifted; a tool of
+    /// such a name that registers meanwhile waits there too. Locked before `tools`.
+    held: Mutex<BTreeSet<String>>,
+    held_entries: Mutex<BTreeMap<String, Arc<Entry>>>,
 }
 
 /// Says why a tool name missing from the catalog is missing, when its provider knows
@@ -545,7 +550,54 @@ impl Catalog {
             rank: RwLock::new(None),
             shadowed: Mutex::new(BTreeMap::new()),
             absent: RwLock::new(Vec::new()),
+            held: Mutex::new(BTreeSet::new()),
+            held_entries: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Holds off exactly the tools named in `names` (the store disabled them, or has them
+    /// unapproved): a held tool leaves every lookup and list (a `Removed` event) and comes
+    /// back when a later call leaves its name out (an `Added` event); a tool that registers
+    /// under a held name waits until then. Returns the names newly held off and released.
+    pub fn hold_off(&self, names: BTreeSet<String>) -> (Vec<String>, Vec<String>) {
+        let mut held = lock(&self.held);
+        let newly: Vec<String> = names.difference(&held).cloned().collect();
+        let released: Vec<String> = held.difference(&names).cloned().collect();
+        *held = names;
+        let mut events = Vec::new();
+        {
+            let mut tools = self.write();
+            let mut waiting = lock(&self.held_entries);
+            for name in &newly {
+                if let Some(entry) = tools.remove(name) {
+                    waiting.insert(name.clone(), entry);
+                    events.push(CatalogEvent::Removed(name.clone()));
+                }
+            }
+            for name in &released {
+                if let Some(entry) = waiting.remove(name)
+                    && !tools.contains_key(name)
+                {
+                    tools.insert(name.clone(), entry);
+                    events.push(CatalogEvent::Added(name.clone()));
+                }
+            }
+        }
+        drop(held);
+        for event in events {
+            self.changed(event);
+        }
+        (newly, released)
+    }
+
+    /// Keeps `entry` waiting if its name is held off; gives it back otherwise.
+    fn unless_held(&self, entry: Arc<Entry>) -> Option<Arc<Entry>> {
+        let held = lock(&self.held);
+        if held.contains(&entry.spec.name) {
+            lock(&self.held_entries).insert(entry.spec.name.clone(), entry);
+            return None;
+        }
+        Some(entry)
     }
 
     /// Adds a provider's explanation of names it would register but has not (yet): the
@@ -639,6 +691,9 @@ impl Catalog {
     /// Registers a tool in a family; a taken name is a [`RegistryError::Conflict`].
     pub fn register_in(&self, family: &str, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
         let entry = Arc::new(Entry::new(family, tool)?);
+        let Some(entry) = self.unless_held(entry) else {
+            return Ok(());
+        };
         let name = entry.spec.name.clone();
         {
             let mut tools = self.write();
@@ -703,6 +758,9 @@ impl Catalog {
     /// Replaces (or adds) a tool in place: for a source whose tool changed its definition.
     pub fn upsert_in(&self, family: &str, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
         let entry = Arc::new(Entry::new(family, tool)?);
+        let Some(entry) = self.unless_held(entry) else {
+            return Ok(());
+        };
         let name = entry.spec.name.clone();
         let new_tool = entry.tool.clone();
         let old = self.write().insert(name.clone(), entry);
@@ -717,6 +775,9 @@ impl Catalog {
 
     /// Removes a tool and releases its resources.
     pub fn remove(&self, name: &str) -> Option<Arc<Entry>> {
+        if let Some(waiting) = lock(&self.held_entries).remove(name) {
+            waiting.tool.release();
+        }
         let (removed, back) = {
             let mut tools = self.write();
             let removed = tools.remove(name);
@@ -752,7 +813,16 @@ impl Catalog {
                 .collect();
             names.iter().filter_map(|n| shadowed.remove(n)).collect()
         };
-        for entry in gone {
+        let waiting: Vec<Arc<Entry>> = {
+            let mut waiting = lock(&self.held_entries);
+            let names: Vec<String> = waiting
+                .iter()
+                .filter(|(_, e)| &*e.family == family)
+                .map(|(n, _)| n.clone())
+                .collect();
+            names.iter().filter_map(|n| waiting.remove(n)).collect()
+        };
+        for entry in gone.into_iter().chain(waiting) {
             entry.tool.release();
         }
         let names: Vec<String> = self

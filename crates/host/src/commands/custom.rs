@@ -129,13 +129,13 @@ pub(crate) async fn run(tools: &CustomTools, action: CustomAction) -> anyhow::Re
         }
         CustomAction::Enable { name } => {
             tools.set_enabled(&name, true).await.map_err(refused)?;
-            say!("custom tool `{name}` enabled");
+            say!("tool `{name}` enabled");
             Ok(ExitCode::SUCCESS)
         }
         CustomAction::Disable { name } => {
             tools.set_enabled(&name, false).await.map_err(refused)?;
             say!(
-                "custom tool `{name}` disabled; running servers on this store take it off within a second or two"
+                "tool `{name}` disabled; running servers on this store take it off within a second or two"
             );
             Ok(ExitCode::SUCCESS)
         }

@@ -195,7 +195,9 @@ pub enum CustomError {
     #[error("{0}")]
     Invalid(String),
     /// No custom tool has that name.
-    #[error("there is no custom tool named `{0}` (`quiver custom list` shows them)")]
+    #[error(
+        "there is no custom tool named `{0}` (`quiver custom list` shows them; an MCP server's tool can be disabled once `quiver serve` has listed it)"
+    )]
     NotFound(String),
     /// The name belongs to a tool that is not a custom tool.
     #[error("`{0}` is not a custom tool (it is a {1} tool), so it cannot be changed here")]
@@ -672,8 +674,20 @@ impl CustomTools {
     }
 
     /// Enables or disables a custom tool (a disabled tool is neither listed nor callable).
+    /// An MCP server's tool can be disabled too, once the store has recorded it (`quiver
+    /// serve` records every tool it lists): it is held off the catalog while disabled. The
+    /// built-in tools cannot be.
     pub async fn set_enabled(&self, name: &str, enabled: bool) -> Result<(), CustomError> {
-        self.custom(name).await?;
+        match self.store.definition(name).await? {
+            Some(d) if d.deleted_at.is_none() && d.tool_type == ToolType::System => {
+                return Err(CustomError::NotCustom(
+                    name.to_owned(),
+                    d.tool_type.as_str(),
+                ));
+            }
+            Some(d) if d.deleted_at.is_none() => {}
+            _ => return Err(CustomError::NotFound(name.to_owned())),
+        }
         self.store.set_enabled(name, enabled).await?;
         Ok(())
     }
@@ -712,10 +726,23 @@ impl CustomTools {
     /// custom tools are served (a changed one replaced), the rest are taken off. Returns the
     /// names added or replaced and the names removed.
     pub async fn sync(&self, catalog: &Catalog) -> Result<(Vec<String>, Vec<String>), CustomError> {
-        let live: BTreeMap<String, ToolDefinition> = self
-            .store
-            .all_definitions()
-            .await?
+        let all = self.store.all_definitions().await?;
+        // The other tools the store disables (or has unapproved) are held off the catalog
+        // until it serves them again.
+        let held: std::collections::BTreeSet<String> = all
+            .iter()
+            .filter(|d| {
+                d.tool_type != ToolType::Custom
+                    && d.deleted_at.is_none()
+                    && (!d.enabled || d.status != Lifecycle::Approved)
+            })
+            .map(|d| d.name.clone())
+            .collect();
+        let (held_now, released) = catalog.hold_off(held);
+        if !held_now.is_empty() || !released.is_empty() {
+            tracing::info!(held = ?held_now, ?released, "tools the store disables held off");
+        }
+        let live: BTreeMap<String, ToolDefinition> = all
             .into_iter()
             .filter(|d| {
                 d.tool_type == ToolType::Custom

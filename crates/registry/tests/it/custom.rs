@@ -343,3 +343,53 @@ async fn a_custom_tool_does_not_replace_a_tool_of_another_family() {
         quiver_registry::custom::CUSTOM_FAMILY
     );
 }
+
+/// An MCP server's tool the store disables is held off the catalog (gone from lookups and
+/// lists, its re-registration waiting too) until the store enables it again; a built-in
+/// cannot be disabled.
+#[tokio::test]
+async fn a_stored_disable_holds_any_recorded_tool_off_the_catalog() {
+    use quiver_registry::store::{DefinitionStore, ToolDefinition, ToolType};
+    let (tools, store) = tools();
+    let catalog = Catalog::new();
+    let upstream = || {
+        Arc::new(quiver_contract::typed_tool(
+            quiver_contract::ToolSpec::new("mcp__up__get", "Gets.").read_only(),
+            |_: Value, _ctx: CallContext| async move { Ok(Envelope::ok(json!("got"))) },
+        ))
+    };
+    catalog.register_in("mcp:up", upstream()).unwrap();
+    let spec = catalog.lookup("mcp__up__get").unwrap().spec.clone();
+    store
+        .put_definition(ToolDefinition::from_spec(
+            &spec,
+            ToolType::Mcp,
+            "mcp:up:get",
+        ))
+        .await
+        .unwrap();
+    store
+        .put_definition(ToolDefinition::system(&quiver_contract::ToolSpec::new(
+            "tool_search",
+            "Finds tools.",
+        )))
+        .await
+        .unwrap();
+    let refused = tools.set_enabled("tool_search", false).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("not a custom tool"),
+        "{refused}"
+    );
+
+    tools.set_enabled("mcp__up__get", false).await.unwrap();
+    tools.sync(&catalog).await.unwrap();
+    assert!(catalog.lookup("mcp__up__get").is_none());
+    assert!(!catalog.names().contains(&"mcp__up__get".to_owned()));
+    // The server re-lists its tools meanwhile: still held off.
+    catalog.upsert_in("mcp:up", upstream()).unwrap();
+    assert!(catalog.lookup("mcp__up__get").is_none());
+
+    tools.set_enabled("mcp__up__get", true).await.unwrap();
+    tools.sync(&catalog).await.unwrap();
+    assert_eq!(&*catalog.lookup("mcp__up__get").unwrap().family, "mcp:up");
+}

@@ -53,20 +53,19 @@ impl Tool for CustomTool {
             .call_budget
             .clone()
             .unwrap_or_else(|| Arc::new(CallBudget::new(self.limits.max_calls)));
+        // The calls the script makes are nested under this one and spend its budget.
         let mut parent = ctx.clone();
-        parent.call_budget = Some(budget.clone());
-        let host = Arc::new(Nested {
-            invoker: ctx.invoker.clone(),
-            parent: parent.clone(),
-        });
+        parent.call_budget = Some(budget);
         let run = SandboxRun::for_call(
             self.source.clone(),
             input,
             self.limits.clone(),
-            host,
+            Arc::new(Nested {
+                invoker: ctx.invoker.clone(),
+                parent: parent.clone(),
+            }),
             &parent,
-        )
-        .with_budget(budget);
+        );
         match self.sandbox.run(run).await {
             Ok(out) => {
                 let mut envelope = Envelope::ok(out.result);

@@ -1917,3 +1917,83 @@ fn an_admin_token_proposes_a_custom_tool_as_a_draft() {
     let intern = stdout(&quiver_in(&dir, &["search", query, "--token", "intern"]));
     assert!(!intern.contains("create_custom_tool"), "{intern}");
 }
+
+/// `quiver custom add` refuses bad input naming the file (and for JSON and source errors
+/// the line and column), stores nothing, then takes a good tool through test and approve.
+#[test]
+fn custom_add_names_what_is_wrong_and_stores_nothing() {
+    let dir = workdir("custom-add");
+    std::fs::write(
+        dir.join("ok.js"),
+        "async function main(inputs) { return inputs.n + 1; }",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("bad.js"),
+        "async function main(inputs) {\n  return inputs.(;\n}",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("schema.json"),
+        r#"{"type": "object", "properties": {"n": {"type": "number"}}}"#,
+    )
+    .unwrap();
+    std::fs::write(dir.join("broken.json"), "{\"type\": \"object\",\n").unwrap();
+    std::fs::write(
+        dir.join("tests.json"),
+        r#"[{"inputs": {"n": 1}, "expect": 2}]"#,
+    )
+    .unwrap();
+    let add = |file: &str, name: &str, schema: &str| {
+        quiver_in(
+            &dir,
+            &[
+                "custom",
+                "add",
+                file,
+                "--name",
+                name,
+                "--description",
+                "Adds one.",
+                "--schema",
+                schema,
+                "--tests",
+                "tests.json",
+            ],
+        )
+    };
+    let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    for (out, wants) in [
+        (
+            add("nope.js", "add_one", "schema.json"),
+            vec!["nope.js", "existing"],
+        ),
+        (
+            add("ok.js", "add_one", "broken.json"),
+            vec!["broken.json", "line 2", "not valid JSON"],
+        ),
+        (
+            add("bad.js", "add_one", "schema.json"),
+            vec!["bad.js", "line 2", "does not compile"],
+        ),
+        (add("ok.js", "Add One", "schema.json"), vec!["Add One"]),
+    ] {
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        for w in wants {
+            assert!(stderr(&out).contains(w), "wants {w:?}: {}", stderr(&out));
+        }
+    }
+    let list = stdout(&quiver_in(&dir, &["custom", "list"]));
+    assert!(list.contains("no custom tools"), "nothing stored: {list}");
+
+    assert!(add("ok.js", "add_one", "schema.json").status.success());
+    let test = quiver_in(&dir, &["custom", "test", "add_one"]);
+    assert!(test.status.success(), "{}", stdout(&test));
+    assert!(
+        quiver_in(&dir, &["custom", "approve", "add_one"])
+            .status
+            .success()
+    );
+    let call = stdout(&quiver_in(&dir, &["call", "add_one", r#"{"n": 41}"#]));
+    assert!(call.contains("42"), "{call}");
+}

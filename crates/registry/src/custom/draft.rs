@@ -10,8 +10,9 @@ use serde_json::{Value, json};
 pub enum Expect {
     /// The result must equal this JSON.
     Value(Value),
-    /// The run must fail with this error kind (a [`SandboxError::kind`], or `hint`/`err`
-    /// for a tool that answers so through `call_tool`'s rejection).
+    /// The run must fail with this error kind: a
+    /// [`SandboxError::kind`](crate::sandbox::SandboxError::kind) such as `exception` or
+    /// `timeout`.
     Error(String),
 }
 

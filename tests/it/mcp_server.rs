@@ -1859,3 +1859,113 @@ async fn a_custom_tool_approved_elsewhere_goes_live_and_calls_an_upstream() {
         });
     assert_eq!(echo["outcome"], "ok", "{echo}");
 }
+
+/// `quiver serve` runs the custom-tool jobs other processes queue: a tool proposed through
+/// `create_custom_tool` (by a one-shot `quiver call` on the same store) is built by the
+/// server's job worker, and an approved tool last tested under other sandbox limits is
+/// rebuilt when the server starts under new ones, and stays live.
+#[tokio::test]
+async fn serve_builds_proposed_tools_and_rebuilds_approved_ones_under_new_limits() {
+    let dir = fresh_dir();
+    let quiver = |args: &[&str]| {
+        let out = std::process::Command::new(quiver_binary())
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let tokens = "[[auth.tokens]]\nname = \"lead\"\ntoken = \"lead-secret-123456\"\nadmin = true\n";
+    std::fs::write(dir.join("quiver.toml"), tokens).unwrap();
+    std::fs::write(
+        dir.join("inc.js"),
+        "async function main(inputs) { return inputs.n + 1; }",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("inc.schema.json"),
+        r#"{"type": "object", "properties": {"n": {"type": "number"}}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("inc.tests.json"),
+        r#"[{"inputs": {"n": 1}, "expect": 2}]"#,
+    )
+    .unwrap();
+    let (code, out) = quiver(&[
+        "custom",
+        "add",
+        "inc.js",
+        "--name",
+        "inc",
+        "--description",
+        "Adds one.",
+        "--schema",
+        "inc.schema.json",
+        "--tests",
+        "inc.tests.json",
+    ]);
+    assert_eq!(code, Some(0), "add builds and tests it: {out}");
+    assert!(out.contains("build of `inc` version 1 passed"), "{out}");
+    assert_eq!(quiver(&["custom", "approve", "inc"]).0, Some(0));
+
+    // The server starts under a new heap limit: `inc` is rebuilt.
+    let limits = format!("{tokens}\n[sandbox]\nheap_mib = 48\n");
+    std::fs::write(dir.join("quiver.toml"), limits).unwrap();
+    let args = ["serve", "--listen", "127.0.0.1:0"];
+    let mut server = Server::start_in(quiver_binary(), &args, &dir).await;
+    let proposal = serde_json::json!({
+        "name": "double_it",
+        "description": "Doubles a number.",
+        "input_schema": {"type": "object", "properties": {"n": {"type": "number"}}},
+        "source": "async function main(inputs) { return inputs.n * 2; }",
+        "tests": [{"inputs": {"n": 2}, "expect": 4}],
+    })
+    .to_string();
+    let (code, out) = quiver(&["call", "create_custom_tool", &proposal, "--token", "lead"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("build_job"), "{out}");
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let jobs = loop {
+        let (_, jobs) = quiver(&["custom", "jobs"]);
+        let done = |tool: &str, kind: &str| {
+            jobs.lines().any(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.get(1) == Some(&tool) && f.get(2) == Some(&kind) && f.get(3) == Some(&"approved")
+            })
+        };
+        if done("double_it", "build") && done("inc", "rebuild") {
+            break jobs;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server did not run the jobs: {jobs}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert!(!jobs.contains("queued"), "{jobs}");
+    let (_, list) = quiver(&["custom", "list"]);
+    let status = |tool: &str| {
+        list.lines()
+            .find(|l| l.split_whitespace().next() == Some(tool))
+            .and_then(|l| l.split_whitespace().nth(2).map(str::to_owned))
+    };
+    assert_eq!(status("double_it").as_deref(), Some("testing"), "{list}");
+    assert_eq!(status("inc").as_deref(), Some("approved"), "{list}");
+    let (_, shown) = quiver(&["custom", "show", "inc"]);
+    let shown: serde_json::Value = serde_json::from_str(&shown).expect("show prints JSON");
+    assert_eq!(shown["test_results"]["kind"], "rebuild", "{shown}");
+    assert!(
+        shown["test_results"]["limits"]
+            .as_str()
+            .is_some_and(|l| l.contains("heap_bytes: 50331648")),
+        "{shown}"
+    );
+    assert!(server.terminate().await.success());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -260,12 +260,14 @@ impl App {
         })
     }
 
-    /// Keeps the catalog's custom tools in step with the store while serving: every
-    /// [`DEFINITIONS_POLL`] the store's definitions version is read, and when it moved
-    /// (an approval, an edit, a disable, by this process or another on the same store) the
-    /// custom family is synced; the catalog's change reaches connected clients as
-    /// `notifications/tools/list_changed`. Jobs a stopped process left `building` or
-    /// `testing` are audited again first. Aborted with the handle.
+    /// Keeps the catalog's custom tools in step with the store while serving, and runs
+    /// their jobs. Every [`DEFINITIONS_POLL`] the store's definitions version is read, and
+    /// when it moved (an approval, an edit, a disable, by this process or another on the
+    /// same store) the custom family is synced; the catalog's change reaches connected
+    /// clients as `notifications/tools/list_changed`. Beside it a job worker takes queued
+    /// jobs one at a time (a build queued by `create_custom_tool`, a rebuild queued here at
+    /// start for tools last tested under another engine or other limits), and requeues jobs
+    /// a stopped process left running. Aborted with the handle.
     pub fn spawn_custom_sync(&self) -> tokio::task::JoinHandle<()> {
         let (custom, catalog, store) = (
             self.custom.clone(),
@@ -273,35 +275,84 @@ impl App {
             self.store.clone(),
         );
         tokio::spawn(async move {
-            requeue_interrupted_jobs(&custom, &store).await;
-            let mut seen = store.definitions_version().await.ok();
-            let mut tick = tokio::time::interval(DEFINITIONS_POLL);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                let now = match store.definitions_version().await {
-                    Ok(v) => v,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "could not read the definitions version");
-                        continue;
-                    }
-                };
-                if seen == Some(now) {
-                    continue;
-                }
-                seen = Some(now);
-                match custom.sync(&catalog).await {
-                    Ok((added, removed)) => {
-                        if !added.is_empty() || !removed.is_empty() {
-                            tracing::info!(?added, ?removed, "custom tools changed in the store");
-                        }
-                    }
-                    Err(e) => tracing::warn!("custom tools not synced: {e}"),
-                }
-            }
+            let sync = sync_custom(&custom, &catalog, &store);
+            let jobs = run_jobs(&custom);
+            tokio::join!(sync, jobs);
         })
     }
+}
 
+/// The job worker of [`App::spawn_custom_sync`].
+async fn run_jobs(custom: &CustomTools) {
+    match custom.queue_rebuilds().await {
+        Ok(queued) if !queued.is_empty() => tracing::info!(
+            tools = ?queued,
+            "approved custom tools last tested under another engine or other limits: rebuilding"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("could not queue the rebuilds of custom tools: {e}"),
+    }
+    let mut tick = tokio::time::interval(DEFINITIONS_POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match custom.requeue_interrupted(custom.stale_after()).await {
+            Ok(requeued) if !requeued.is_empty() => {
+                tracing::info!(tools = ?requeued, "custom-tool jobs a stopped process left running queued again")
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("could not look for interrupted custom-tool jobs: {e}"),
+        }
+        loop {
+            match custom.run_next().await {
+                Ok(Some(report)) => tracing::info!(
+                    tool = %report.name,
+                    version = report.version,
+                    job = %report.job_id,
+                    kind = report.kind.as_str(),
+                    passed = report.passed,
+                    "custom-tool job done"
+                ),
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!("a custom-tool job failed: {e}");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// The definitions sync of [`App::spawn_custom_sync`].
+async fn sync_custom(custom: &CustomTools, catalog: &Catalog, store: &SqliteStore) {
+    let mut seen = store.definitions_version().await.ok();
+    let mut tick = tokio::time::interval(DEFINITIONS_POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let now = match store.definitions_version().await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::debug!(error = %e, "could not read the definitions version");
+                continue;
+            }
+        };
+        if seen == Some(now) {
+            continue;
+        }
+        seen = Some(now);
+        match custom.sync(catalog).await {
+            Ok((added, removed)) => {
+                if !added.is_empty() || !removed.is_empty() {
+                    tracing::info!(?added, ?removed, "custom tools changed in the store");
+                }
+            }
+            Err(e) => tracing::warn!("custom tools not synced: {e}"),
+        }
+    }
+}
+
+impl App {
     /// Records the running code's system tools (the `core` family) in the store's
     /// definitions table, refreshing their text and schema; stored rows this build does not
     /// know are left alone and logged. `serve` does this at start-up; `check --against` reads
@@ -552,38 +603,6 @@ impl DefinitionRecorder {
             tracing::warn!(
                 "tool definitions still being recorded after {wait:?}; the rest are not stored"
             );
-        }
-    }
-}
-
-/// Audits again the custom tools whose audit job a stopped process left running
-/// (`building` or `testing`): each such job is closed as failed, naming the restart, and a
-/// new audit runs in its place.
-async fn requeue_interrupted_jobs(custom: &CustomTools, store: &SqliteStore) {
-    use quiver_registry::store::{JobStatus, JobStore};
-    let jobs = match store.jobs(None).await {
-        Ok(jobs) => jobs,
-        Err(e) => {
-            tracing::warn!("could not read the custom-tool jobs: {e}");
-            return;
-        }
-    };
-    for job in jobs
-        .into_iter()
-        .filter(|j| matches!(j.status, JobStatus::Building | JobStatus::Testing))
-    {
-        let why =
-            serde_json::json!({"interrupted": "the process running it stopped; audited again"});
-        if let Err(e) = store
-            .transition_job(&job.id, JobStatus::Failed, Some(why))
-            .await
-        {
-            tracing::warn!(job = %job.id, "could not close an interrupted job: {e}");
-            continue;
-        }
-        tracing::info!(job = %job.id, tool = %job.tool_name, "re-running an interrupted custom-tool audit");
-        if let Err(e) = custom.audit(&job.tool_name, &|_| {}).await {
-            tracing::warn!(tool = %job.tool_name, "could not audit again: {e}");
         }
     }
 }

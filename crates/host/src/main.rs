@@ -209,9 +209,11 @@ enum Command {
 /// `quiver custom` actions.
 #[derive(Debug, Subcommand)]
 enum CustomAction {
-    /// Store a custom tool as a draft (a new one, or the next version of one): its source
-    /// (`async function main(inputs) { ... }`), description, argument schema and test cases
-    /// are checked whole first, and nothing is stored when any of them is refused.
+    /// Store a custom tool as a draft (a new one, or the next version of one) and build it:
+    /// its source (`async function main(inputs) { ... }`), description, argument schema and
+    /// test cases are checked whole first, and nothing is stored when any of them is refused;
+    /// then its build job compiles it and runs its test cases (exit 1 when a case fails: the
+    /// version is then rejected).
     Add {
         /// The JavaScript source.
         file: std::path::PathBuf,
@@ -234,6 +236,18 @@ enum CustomAction {
     Test {
         /// The tool.
         name: String,
+    },
+    /// Rebuild an approved tool: compile its live version and run its test cases under
+    /// this engine and these limits (`quiver serve` does this by itself at start for tools
+    /// last tested under others). The tool stays live either way; exit 1 when a case fails.
+    Rebuild {
+        /// The tool.
+        name: String,
+    },
+    /// The custom-tool jobs (build, audit, rebuild), newest first, with status and progress.
+    Jobs {
+        /// Only this tool's.
+        name: Option<String>,
     },
     /// Approve the version under review: it must have passed its audit with at least one
     /// test case, unless --force (logged as an override).
@@ -281,8 +295,8 @@ enum Standalone {
     /// are served, and a running `quiver serve` on the same store takes changes live.
     ///
     /// Example: `quiver custom add sum.js --name sum_numbers --description "Adds numbers."
-    /// --schema sum.schema.json --tests sum.tests.json`, then `quiver custom test
-    /// sum_numbers` and `quiver custom approve sum_numbers`.
+    /// --schema sum.schema.json --tests sum.tests.json` (which builds and tests it), then
+    /// `quiver custom approve sum_numbers`.
     #[command(display_order = 10)]
     Custom {
         #[command(subcommand)]

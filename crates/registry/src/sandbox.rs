@@ -374,6 +374,11 @@ impl SandboxError {
 #[cfg_attr(feature = "mock", mockall::automock)]
 #[async_trait]
 pub trait Sandbox: Send + Sync {
+    /// The engine and its version, e.g. `quickjs-ng (rquickjs 0.14)`. An audit records it
+    /// beside its results, and an approved tool audited under another engine is rebuilt
+    /// (its source compiled and its cases run again) when a server starts.
+    fn engine(&self) -> String;
+
     /// Compiles `source` without running any of it: a syntax error, or a source over the
     /// limit, is refused.
     fn validate(&self, source: &str, limits: &SandboxLimits) -> Result<(), SandboxError>;

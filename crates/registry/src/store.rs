@@ -456,11 +456,12 @@ pub trait DefinitionStore: Send + Sync {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum JobType {
-    /// Write a new tool.
+    /// Compile a new version and run its test cases.
     Build,
-    /// Review an existing tool.
+    /// Run the test cases of the version under review again.
     Audit,
-    /// Rewrite an existing tool.
+    /// Compile an approved version and run its test cases under the current engine and
+    /// limits.
     Rebuild,
 }
 
@@ -488,13 +489,14 @@ impl JobType {
 pub enum JobStatus {
     /// Waiting for a worker.
     Queued,
-    /// Code is being written.
+    /// Claimed by a worker; the code is being compiled.
     Building,
-    /// Tests are running.
+    /// Test cases are running.
     Testing,
-    /// Done; the tool went live (terminal).
+    /// Done; every case passed (terminal). Whether the tool goes live is the operator's
+    /// approval, not the job's.
     Approved,
-    /// Done; review turned it down (terminal).
+    /// Done; the code did not compile or a case failed (terminal).
     Rejected,
     /// Done; something broke (terminal).
     Failed,
@@ -686,6 +688,12 @@ pub trait JobStore: Send + Sync {
 
     /// Jobs, newest first, optionally only those about one tool.
     async fn jobs(&self, tool_name: Option<String>) -> Result<Vec<ToolJob>, StoreError>;
+
+    /// Claims a queued job for the caller, moving it to `building` in the same step, so that
+    /// of several workers sharing the store exactly one gets it: the job `id` when given, else
+    /// the oldest queued one. `None` when there is no such queued job (another worker took
+    /// it, or the queue is empty).
+    async fn claim_job(&self, id: Option<String>) -> Result<Option<ToolJob>, StoreError>;
 }
 
 /// Characters of the rendered envelope kept in [`LoggedCall::output_summary`].
@@ -1035,6 +1043,20 @@ impl JobStore for MemoryJobStore {
             .collect();
         out.sort_by_key(|j| std::cmp::Reverse(j.created_at));
         Ok(out)
+    }
+
+    async fn claim_job(&self, id: Option<String>) -> Result<Option<ToolJob>, StoreError> {
+        let mut jobs = lock(&self.jobs);
+        let claimed = jobs
+            .values_mut()
+            .filter(|j| j.status == JobStatus::Queued)
+            .filter(|j| id.as_ref().is_none_or(|id| *id == j.id))
+            .min_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        Ok(claimed.map(|job| {
+            job.status = JobStatus::Building;
+            job.updated_at = SystemTime::now();
+            job.clone()
+        }))
     }
 }
 

@@ -47,6 +47,15 @@ use crate::{
 
 /// How long past its deadline the async side waits for a worker to notice it before giving
 /// up on the run (the worker stops at its next interrupt check all the same).
+/// What [`Sandbox::engine`] reports: the engine and the binding's version as `Cargo.lock`
+/// pins it (a test keeps the two in step), and this crate's version, since its conversion
+/// and limit code is part of what a tool's audit vouched for.
+const ENGINE: &str = concat!(
+    "quickjs-ng (rquickjs 0.14.0, quiver-sandbox ",
+    env!("CARGO_PKG_VERSION"),
+    ")"
+);
+
 const GRACE: Duration = Duration::from_millis(250);
 
 /// The QuickJS sandbox: a pool of worker threads running custom tools' scripts.
@@ -81,6 +90,10 @@ impl QuickJsSandbox {
 
 #[async_trait]
 impl Sandbox for QuickJsSandbox {
+    fn engine(&self) -> String {
+        ENGINE.to_owned()
+    }
+
     fn validate(&self, source: &str, limits: &SandboxLimits) -> Result<(), SandboxError> {
         if source.len() > limits.source_bytes {
             return Err(SandboxError::SourceTooLarge);
@@ -201,4 +214,27 @@ fn json_within(value: &serde_json::Value, limit: usize) -> Option<String> {
     let mut out = Bounded(Vec::new(), limit);
     serde_json::to_writer(&mut out, value).ok()?;
     String::from_utf8(out.0).ok()
+}
+
+#[cfg(test)]
+mod engine_name {
+    /// The engine name carries the rquickjs version the workspace's lock file pins, so an
+    /// upgrade of the engine is seen as one (and approved tools are rebuilt under it).
+    #[test]
+    fn the_engine_name_names_the_locked_rquickjs_version() {
+        let lock =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.lock"))
+                .expect("the workspace lock file");
+        let version = lock
+            .split("[[package]]")
+            .find(|p| p.contains("name = \"rquickjs\"\n"))
+            .and_then(|p| p.lines().find_map(|l| l.strip_prefix("version = \"")))
+            .map(|v| v.trim_end_matches('"').to_owned())
+            .expect("rquickjs in Cargo.lock");
+        assert!(
+            super::ENGINE.contains(&format!("rquickjs {version},")),
+            "ENGINE ({}) must name rquickjs {version}, the version Cargo.lock pins",
+            super::ENGINE
+        );
+    }
 }

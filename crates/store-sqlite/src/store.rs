@@ -964,6 +964,32 @@ impl JobStore for SqliteStore {
         })
         .await
     }
+
+    async fn claim_job(&self, id: Option<String>) -> Result<Option<ToolJob>, StoreError> {
+        // The write transaction is immediate, so two processes on one file never claim
+        // the same job: the second sees it `building`.
+        self.write(move |tx, loc| {
+            let queued: Option<String> = tx
+                .query_row(
+                    "SELECT id FROM tool_jobs WHERE status = 'queued' AND (?1 IS NULL OR id = ?1)
+                     ORDER BY created_at, id LIMIT 1",
+                    [&id],
+                    |r| r.get(0),
+                )
+                .optional()
+                .at(loc)?;
+            let Some(id) = queued else {
+                return Ok(None);
+            };
+            tx.execute(
+                "UPDATE tool_jobs SET status = 'building', updated_at = ?2 WHERE id = ?1",
+                params![id, micros(SystemTime::now())],
+            )
+            .at(loc)?;
+            job(tx, loc, &id)
+        })
+        .await
+    }
 }
 
 #[async_trait]

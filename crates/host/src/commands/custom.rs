@@ -8,7 +8,7 @@ use std::{path::Path, process::ExitCode};
 use anyhow::{Context, bail};
 use quiver_registry::{
     custom::{CustomDraft, CustomError, CustomTools, PendingVersion, TestCase},
-    store::ToolDefinition,
+    store::{JobStatus, JobType, ToolDefinition, ToolJob},
 };
 use serde_json::Value;
 
@@ -68,7 +68,7 @@ pub(crate) async fn run(tools: &CustomTools, action: CustomAction) -> anyhow::Re
             let draft = CustomDraft::new(name.clone(), description, input_schema, source)
                 .with_tests(cases)
                 .with_author("operator (quiver custom add)");
-            let version = tools.add(draft).await.map_err(|e| match e {
+            let added = tools.add(draft).await.map_err(|e| match e {
                 CustomError::Invalid(why) if why.starts_with("the source") => {
                     anyhow::anyhow!("{}: {why}", file.display())
                 }
@@ -78,38 +78,56 @@ pub(crate) async fn run(tools: &CustomTools, action: CustomAction) -> anyhow::Re
                 other => refused(other),
             })?;
             say!(
-                "custom tool `{name}` version {version} stored as a draft; next: `quiver custom test {name}`, then `quiver custom approve {name}`"
+                "custom tool `{name}` version {} stored as a draft; building it (job {})",
+                added.version,
+                added.job
             );
-            Ok(ExitCode::SUCCESS)
+            finish(tools, &name, &added.job, "building").await
         }
         CustomAction::Test { name } => {
-            let progress = progress_bar();
-            let report = tools
-                .audit(&name, &|pct| progress.set_position(u64::from(pct)))
+            let id = tools.queue(&name, JobType::Audit).await.map_err(refused)?;
+            finish(tools, &name, &id, "auditing").await
+        }
+        CustomAction::Rebuild { name } => {
+            let def = tools.show(&name).await.map_err(refused)?;
+            if def.status != quiver_contract::Lifecycle::Approved {
+                bail!(
+                    "`{name}` is {} and has no live version to rebuild: `quiver custom test {name}` audits the version under review",
+                    def.status.as_str()
+                );
+            }
+            let id = tools
+                .queue(&name, JobType::Rebuild)
                 .await
                 .map_err(refused)?;
-            progress.finish_and_clear();
-            for (ok, what) in &report.cases {
-                say!("{} {what}", if *ok { "✓" } else { "✗" });
+            finish(tools, &name, &id, "rebuilding").await
+        }
+        CustomAction::Jobs { name } => {
+            let jobs = tools.jobs(name).await.map_err(refused)?;
+            if jobs.is_empty() {
+                say!("no custom-tool jobs");
+                return Ok(ExitCode::SUCCESS);
             }
-            if report.cases.is_empty() {
-                say!("(no test cases: the audit passes, but approving needs --force)");
-            }
-            if report.passed {
+            say!(
+                "{:<48} {:<24} {:<7} {:<8} {:>4}  updated (s ago)",
+                "job",
+                "tool",
+                "type",
+                "status",
+                "done"
+            );
+            for job in &jobs {
                 say!(
-                    "audit of `{name}` version {} passed (job {}); approve it with `quiver custom approve {name}`",
-                    report.version,
-                    report.job_id
+                    "{:<48} {:<24} {:<7} {:<8} {:>3}%  {}",
+                    quiver_contract::printable(&job.id),
+                    quiver_contract::printable(&job.tool_name),
+                    job.job_type.as_str(),
+                    job.status.as_str(),
+                    job.progress_pct,
+                    job.updated_at.elapsed().map_or(0, |d| d.as_secs())
                 );
-                Ok(ExitCode::SUCCESS)
-            } else {
-                say!(
-                    "audit of `{name}` version {} failed (job {}): the version is rejected; fix it and add it again, or approve it with --force",
-                    report.version,
-                    report.job_id
-                );
-                Ok(ExitCode::from(1))
             }
+            Ok(ExitCode::SUCCESS)
         }
         CustomAction::Approve { name, force } => {
             let note = tools.approve(&name, force).await.map_err(refused)?;
@@ -146,19 +164,21 @@ pub(crate) async fn run(tools: &CustomTools, action: CustomAction) -> anyhow::Re
                 return Ok(ExitCode::SUCCESS);
             }
             say!(
-                "{:<32} {:>7} {:<9} {:<7} pending",
+                "{:<32} {:>7} {:<9} {:<7} {:<16} pending",
                 "name",
                 "version",
                 "status",
-                "enabled"
+                "enabled",
+                "last test"
             );
             for def in &all {
                 say!(
-                    "{:<32} {:>7} {:<9} {:<7} {}",
+                    "{:<32} {:>7} {:<9} {:<7} {:<16} {}",
                     quiver_contract::printable(&def.name),
                     def.version,
                     def.status.as_str(),
                     if def.enabled { "yes" } else { "no" },
+                    last_test(def),
                     pending(def)
                         .map(|p| format!("v{} {}", p.version, p.status))
                         .unwrap_or_default()
@@ -172,6 +192,20 @@ pub(crate) async fn run(tools: &CustomTools, action: CustomAction) -> anyhow::Re
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The live version's last job: its kind and whether it passed (`rebuild failed` on an
+/// approved tool is the one to look at).
+fn last_test(def: &ToolDefinition) -> String {
+    let Some(results) = &def.test_results else {
+        return "-".into();
+    };
+    let kind = results
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("audit");
+    let passed = results.get("passed").and_then(Value::as_bool) == Some(true);
+    format!("{kind} {}", if passed { "passed" } else { "failed" })
 }
 
 fn pending(def: &ToolDefinition) -> Option<PendingVersion> {
@@ -199,15 +233,109 @@ fn shown(def: &ToolDefinition) -> Value {
 }
 
 /// A progress bar on a terminal, nothing elsewhere.
-fn progress_bar() -> indicatif::ProgressBar {
+fn progress_bar(doing: &str) -> indicatif::ProgressBar {
     if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         let bar = indicatif::ProgressBar::new(100);
         bar.set_style(
-            indicatif::ProgressStyle::with_template("auditing {bar:30} {pos}%")
+            indicatif::ProgressStyle::with_template(&format!("{doing} {{bar:30}} {{pos}}%"))
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         bar
     } else {
         indicatif::ProgressBar::hidden()
+    }
+}
+
+/// How often a job another process runs is looked at.
+const FOLLOW: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Runs the queued job `id` here, or, when a running server's job worker took it first,
+/// follows it there; then prints its cases and what to do next. Exit 1 when a case failed.
+async fn finish(
+    tools: &CustomTools,
+    name: &str,
+    id: &str,
+    doing: &str,
+) -> anyhow::Result<ExitCode> {
+    let progress = progress_bar(doing);
+    let ran = tools
+        .run_job(id, &|pct| progress.set_position(u64::from(pct)))
+        .await
+        .map_err(refused)?;
+    let job = match ran {
+        Some(_) => tools.job(id).await.map_err(refused)?,
+        None => loop {
+            let job = tools.job(id).await.map_err(refused)?;
+            match &job {
+                Some(j) if !j.status.is_terminal() => {
+                    progress.set_position(u64::from(j.progress_pct));
+                    tokio::time::sleep(FOLLOW).await;
+                }
+                _ => break job,
+            }
+        },
+    };
+    progress.finish_and_clear();
+    let Some(job) = job else {
+        bail!("job {id} is gone from the store");
+    };
+    report(name, &job)
+}
+
+/// Prints a finished job's cases and verdict.
+fn report(name: &str, job: &ToolJob) -> anyhow::Result<ExitCode> {
+    let result = job.result.clone().unwrap_or_default();
+    let cases = result
+        .get("cases")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for case in &cases {
+        let ok = case.get("passed").and_then(Value::as_bool) == Some(true);
+        let detail = case.get("detail").and_then(Value::as_str).unwrap_or("");
+        say!("{} {detail}", if ok { "✓" } else { "✗" });
+    }
+    let version = result.get("version").and_then(Value::as_u64).unwrap_or(0);
+    let what = job.job_type.as_str();
+    match job.status {
+        JobStatus::Approved if job.job_type == JobType::Rebuild => {
+            say!(
+                "rebuild of `{name}` version {version} passed (job {})",
+                job.id
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        JobStatus::Approved => {
+            if cases.is_empty() {
+                say!("(no test cases: the {what} passes, but approving needs --force)");
+            }
+            say!(
+                "{what} of `{name}` version {version} passed (job {}); approve it with `quiver custom approve {name}`",
+                job.id
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        JobStatus::Rejected if job.job_type == JobType::Rebuild => {
+            say!(
+                "rebuild of `{name}` version {version} failed (job {}): it stays live; fix it and add it again, or disable it (`quiver custom disable {name}`)",
+                job.id
+            );
+            Ok(ExitCode::from(1))
+        }
+        JobStatus::Rejected => {
+            say!(
+                "{what} of `{name}` version {version} failed (job {}): the version is rejected; fix it and add it again, or approve it with --force",
+                job.id
+            );
+            Ok(ExitCode::from(1))
+        }
+        other => {
+            let why = result
+                .get("error")
+                .or_else(|| result.get("interrupted"))
+                .and_then(Value::as_str)
+                .unwrap_or("no reason was recorded");
+            bail!("job {} of `{name}` ended {}: {why}", job.id, other.as_str())
+        }
     }
 }

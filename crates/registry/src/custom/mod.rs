@@ -1,8 +1,8 @@
 //! Custom tools: JavaScript tools that an operator writes (`quiver custom add`) or a session
 //! with an admin token proposes (`create_custom_tool`). The [`DefinitionStore`] is their
 //! source of truth: each has its source, test cases, a version and a status (draft → testing
-//! → approved | rejected). An audit job runs the tool's own test cases in the [`Sandbox`];
-//! approving is the operator's call. Only approved and enabled tools are served, from the
+//! → approved | rejected). Jobs (build, audit, rebuild: see the `jobs` module) compile a
+//! version and run its own test cases in the [`Sandbox`]; approving is the operator's call. Only approved and enabled tools are served, from the
 //! catalog's `custom` family, by [`CustomTools::sync`], which every running server calls
 //! when the store's [`DefinitionStore::definitions_version`] moves, so an approval or a
 //! disable made by another process goes live without a restart.
@@ -15,24 +15,23 @@ use std::{
     sync::Arc,
 };
 
-use async_trait::async_trait;
-use quiver_contract::{Envelope, Lifecycle, Tool, ToolSpec, validate_tool_name};
+use quiver_contract::{Lifecycle, Tool, ToolSpec, validate_tool_name};
 use serde_json::{Value, json};
 
 mod draft;
+mod jobs;
 mod tools;
 
 pub use draft::{CustomDraft, Expect, PendingVersion, TestCase};
+pub use jobs::{Added, AuditReport};
 
 use tools::CustomTool;
 pub use tools::{PROPOSE_TOOL, proposal_tool};
 
 use crate::{
     Catalog,
-    sandbox::{Sandbox, SandboxError, SandboxHost, SandboxLimits, SandboxRun},
-    store::{
-        DefinitionStore, JobStatus, JobStore, JobType, NewJob, StoreError, ToolDefinition, ToolType,
-    },
+    sandbox::{Sandbox, SandboxError, SandboxLimits},
+    store::{DefinitionStore, JobStore, JobType, StoreError, ToolDefinition, ToolType},
 };
 
 /// The catalog family custom tools are served in ([`crate::Family::Custom`]'s name): the
@@ -60,33 +59,6 @@ pub enum CustomError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
-}
-
-/// What an audit found.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AuditReport {
-    /// The tool.
-    pub name: String,
-    /// The version audited.
-    pub version: u32,
-    /// Each case: whether it passed, and what happened.
-    pub cases: Vec<(bool, String)>,
-    /// Whether every case passed (an empty set passes, and says so).
-    pub passed: bool,
-    /// The job that ran it.
-    pub job_id: String,
-}
-
-impl AuditReport {
-    /// The JSON kept as the tool's `test_results`.
-    pub fn to_json(&self) -> Value {
-        json!({
-            "version": self.version,
-            "passed": self.passed,
-            "job": self.job_id,
-            "cases": self.cases.iter().map(|(ok, what)| json!({"passed": ok, "detail": what})).collect::<Vec<_>>(),
-        })
-    }
 }
 
 /// A version of a custom tool as it is reviewed: the live row's, or its pending one's.
@@ -196,11 +168,21 @@ impl CustomTools {
         Ok(())
     }
 
-    /// Stores `draft` after [`CustomTools::check`]: a new tool as a draft at version 1; a
-    /// new version of an existing custom tool as a draft that waits beside the approved one
-    /// (or replaces a version never approved). Returns the version stored.
-    pub async fn add(&self, draft: CustomDraft) -> Result<u32, CustomError> {
+    /// Stores `draft` after [`CustomTools::check`] and queues its build job (the source
+    /// compiled and its test cases run; [`CustomTools::run_job`] runs it, or a server's job
+    /// worker does): a new tool as a draft at version 1; a new version of an existing custom
+    /// tool as a draft that waits beside the approved one (or replaces a version never
+    /// approved).
+    pub async fn add(&self, draft: CustomDraft) -> Result<Added, CustomError> {
         self.check(&draft)?;
+        let name = draft.name.clone();
+        let version = self.store_draft(draft).await?;
+        let job = self.queue(&name, JobType::Build).await?;
+        Ok(Added { version, job })
+    }
+
+    /// Stores a checked draft; returns the version stored.
+    async fn store_draft(&self, draft: CustomDraft) -> Result<u32, CustomError> {
         let test_cases = Value::Array(draft.tests.iter().map(TestCase::to_json).collect());
         match self.store.definition(&draft.name).await? {
             Some(old) if old.deleted_at.is_none() && old.tool_type != ToolType::Custom => {
@@ -300,141 +282,6 @@ impl CustomTools {
         }
         self.store.put_definition(def).await?;
         Ok(())
-    }
-
-    /// Audits the version under review (the pending one when there is one): a job runs each
-    /// test case in the sandbox and records the results. Passed, the tool waits in `testing`
-    /// for the operator's approval; failed, it is `rejected` with the first failure as the
-    /// reason. `progress` is told the percentage done after each case.
-    pub async fn audit(
-        &self,
-        name: &str,
-        progress: &(dyn Fn(u8) + Send + Sync),
-    ) -> Result<AuditReport, CustomError> {
-        let def = self.custom(name).await?;
-        let reviewed = Self::reviewed(&def);
-        let cases = TestCase::parse_all(&reviewed.test_cases).map_err(CustomError::Invalid)?;
-        let job_id = format!(
-            "audit-{name}-v{}-{}",
-            reviewed.version,
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_micros())
-        );
-        self.jobs
-            .create_job(NewJob::new(
-                job_id.clone(),
-                name,
-                JobType::Audit,
-                json!({"version": reviewed.version, "cases": cases.len()}),
-            ))
-            .await?;
-        self.jobs
-            .transition_job(&job_id, JobStatus::Building, None)
-            .await?;
-        self.set_review(def.clone(), Lifecycle::Testing, None, None)
-            .await?;
-        self.jobs
-            .transition_job(&job_id, JobStatus::Testing, None)
-            .await?;
-        let report = self
-            .run_cases(name, &reviewed, &cases, &job_id, progress)
-            .await;
-        let results = report.to_json();
-        let first_failure = report
-            .cases
-            .iter()
-            .find(|(ok, _)| !ok)
-            .map(|(_, what)| what.clone());
-        // Read again: the tool may have been edited or disabled while the cases ran.
-        let def = self.custom(name).await?;
-        match &first_failure {
-            None => {
-                self.set_review(def, Lifecycle::Testing, Some(results.clone()), None)
-                    .await?;
-                self.jobs
-                    .transition_job(&job_id, JobStatus::Approved, Some(results))
-                    .await?;
-            }
-            Some(why) => {
-                self.set_review(
-                    def,
-                    Lifecycle::Rejected,
-                    Some(results.clone()),
-                    Some(format!("audit failed: {why}")),
-                )
-                .await?;
-                self.jobs
-                    .transition_job(&job_id, JobStatus::Rejected, Some(results))
-                    .await?;
-            }
-        }
-        Ok(report)
-    }
-
-    async fn run_cases(
-        &self,
-        name: &str,
-        reviewed: &Reviewed,
-        cases: &[TestCase],
-        job_id: &str,
-        progress: &(dyn Fn(u8) + Send + Sync),
-    ) -> AuditReport {
-        let source: Arc<str> = reviewed.source.clone().into();
-        let mut results = Vec::with_capacity(cases.len());
-        for (i, case) in cases.iter().enumerate() {
-            let host: Arc<dyn SandboxHost> = Arc::new(NoTools);
-            let run = SandboxRun::new(
-                source.clone(),
-                case.inputs.clone(),
-                self.limits.clone(),
-                host,
-            );
-            let outcome = self.sandbox.run(run).await;
-            let n = i + 1;
-            let verdict = match (&case.expect, outcome) {
-                (Expect::Value(want), Ok(out)) if out.result == *want => {
-                    (true, format!("case {n}: ok"))
-                }
-                (Expect::Value(want), Ok(out)) => (
-                    false,
-                    format!("case {n}: expected {want}, got {}", out.result),
-                ),
-                (Expect::Value(want), Err(e)) => (
-                    false,
-                    format!("case {n}: expected {want}, got error {}: {e}", e.kind()),
-                ),
-                (Expect::Error(kind), Err(e)) if e.kind() == kind => {
-                    (true, format!("case {n}: ok ({kind})"))
-                }
-                (Expect::Error(kind), Err(e)) => (
-                    false,
-                    format!(
-                        "case {n}: expected error {kind}, got error {}: {e}",
-                        e.kind()
-                    ),
-                ),
-                (Expect::Error(kind), Ok(out)) => (
-                    false,
-                    format!("case {n}: expected error {kind}, got {}", out.result),
-                ),
-            };
-            results.push(verdict);
-            let pct = u8::try_from(n * 100 / cases.len()).unwrap_or(100);
-            let _ = self.jobs.set_job_progress(job_id, pct).await;
-            progress(pct);
-        }
-        if cases.is_empty() {
-            progress(100);
-        }
-        let passed = results.iter().all(|(ok, _)| *ok);
-        AuditReport {
-            name: name.to_owned(),
-            version: reviewed.version,
-            cases: results,
-            passed,
-            job_id: job_id.to_owned(),
-        }
     }
 
     /// Approves the version under review. It must have passed its audit with at least one
@@ -661,19 +508,4 @@ fn pending_of(def: &ToolDefinition) -> Option<PendingVersion> {
     def.pending
         .as_ref()
         .and_then(|p| serde_json::from_value(p.clone()).ok())
-}
-
-/// The host of an audit's runs: test cases are run alone, so `call_tool` is refused.
-struct NoTools;
-
-#[async_trait]
-impl SandboxHost for NoTools {
-    async fn call_tool(&self, name: &str, _inputs: Value) -> Envelope {
-        Envelope::err(
-            quiver_contract::ErrKind::NotAvailable,
-            format!(
-                "`call_tool(\"{name}\")` is not available while a custom tool's test cases run"
-            ),
-        )
-    }
 }

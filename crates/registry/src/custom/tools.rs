@@ -156,11 +156,12 @@ impl Tool for Proposal {
         .with_author(by);
         let name = draft.name.clone();
         match self.tools.add(draft).await {
-            Ok(version) => Ok(Envelope::ok(json!({
+            Ok(added) => Ok(Envelope::ok(json!({
                 "name": name,
-                "version": version,
+                "version": added.version,
                 "status": "draft",
-                "next": "an operator audits and approves it (`quiver custom test`, `quiver custom approve`); until then no session can call it",
+                "build_job": added.job,
+                "next": "its build job compiles it and runs its test cases; then an operator approves it (`quiver custom approve`), and until then no session can call it",
             }))),
             Err(CustomError::Invalid(why)) => {
                 Err(quiver_contract::ToolError::schema_hint(why, Vec::new()))

@@ -9,19 +9,28 @@ use async_trait::async_trait;
 use quiver_contract::{CallContext, Envelope};
 use quiver_registry::{
     Catalog, Dispatcher,
-    custom::{CustomDraft, CustomError, CustomTools, TestCase},
+    custom::{Added, CustomDraft, CustomError, CustomTools, TestCase},
     sandbox::{Sandbox, SandboxError, SandboxLimits, SandboxOutput, SandboxRun},
-    store::{DefinitionStore, MemoryDefinitionStore, MemoryJobStore},
+    store::{DefinitionStore, JobStatus, JobStore, JobType, MemoryDefinitionStore, MemoryJobStore},
 };
 use serde_json::{Value, json};
 
 /// A sandbox whose "source" is a tiny script language: `echo` returns the inputs, `const:J`
 /// returns the JSON `J`, `throw` fails with an exception, `call:NAME` calls NAME with the
 /// inputs and returns what it gave; `syntax` does not compile.
-struct Scripted;
+/// `engine` is what it reports; a `broken` one fails every run, as an engine upgrade that
+/// breaks a tool would.
+struct Scripted {
+    engine: &'static str,
+    broken: bool,
+}
 
 #[async_trait]
 impl Sandbox for Scripted {
+    fn engine(&self) -> String {
+        self.engine.into()
+    }
+
     fn validate(&self, source: &str, _: &SandboxLimits) -> Result<(), SandboxError> {
         if source.contains("syntax") {
             return Err(SandboxError::Syntax {
@@ -35,7 +44,12 @@ impl Sandbox for Scripted {
 
     async fn run(&self, run: SandboxRun) -> Result<SandboxOutput, SandboxError> {
         let source = run.source.to_string();
-        let result = if source == "echo" {
+        let result = if self.broken {
+            return Err(SandboxError::Exception {
+                message: "Error: the new engine refuses this".into(),
+                stack: String::new(),
+            });
+        } else if source == "echo" {
             run.inputs
         } else if let Some(j) = source.strip_prefix("const:") {
             serde_json::from_str(j).unwrap()
@@ -57,13 +71,29 @@ impl Sandbox for Scripted {
 
 fn tools() -> (CustomTools, Arc<MemoryDefinitionStore>) {
     let store = Arc::new(MemoryDefinitionStore::new());
-    let tools = CustomTools::new(
+    let tools = over(
         store.clone(),
         Arc::new(MemoryJobStore::new()),
-        Arc::new(Scripted),
-        SandboxLimits::default(),
+        "scripted 1",
+        false,
     );
     (tools, store)
+}
+
+/// Custom tools over shared stores, as two processes (or one before and after an engine
+/// upgrade) would be.
+fn over(
+    store: Arc<MemoryDefinitionStore>,
+    jobs: Arc<MemoryJobStore>,
+    engine: &'static str,
+    broken: bool,
+) -> CustomTools {
+    CustomTools::new(
+        store,
+        jobs,
+        Arc::new(Scripted { engine, broken }),
+        SandboxLimits::default(),
+    )
 }
 
 fn schema() -> Value {
@@ -75,7 +105,7 @@ fn draft(name: &str, source: &str, tests: Value) -> CustomDraft {
         .with_tests(TestCase::parse_all(&tests).unwrap())
 }
 
-fn invalid(e: Result<u32, CustomError>) -> String {
+fn invalid(e: Result<Added, CustomError>) -> String {
     match e {
         Err(CustomError::Invalid(why)) => why,
         other => panic!("expected Invalid, got {other:?}"),
@@ -155,7 +185,11 @@ async fn a_tool_is_served_only_once_audited_and_approved_and_enabled() {
     let catalog = Catalog::new();
     let tests = json!([{"inputs": {"x": 2}, "expect": {"x": 2}}]);
     assert_eq!(
-        tools.add(draft("echo_back", "echo", tests)).await.unwrap(),
+        tools
+            .add(draft("echo_back", "echo", tests))
+            .await
+            .unwrap()
+            .version,
         1
     );
     // A draft is not served, and cannot be approved before its audit passes.
@@ -264,7 +298,8 @@ async fn an_edit_of_an_approved_tool_waits_beside_it_until_approved() {
         tools
             .add(draft("versioned", "const:2", two.clone()))
             .await
-            .unwrap(),
+            .unwrap()
+            .version,
         2
     );
     let def = tools.show("versioned").await.unwrap();
@@ -392,4 +427,167 @@ async fn a_stored_disable_holds_any_recorded_tool_off_the_catalog() {
     tools.set_enabled("mcp__up__get", true).await.unwrap();
     tools.sync(&catalog).await.unwrap();
     assert_eq!(&*catalog.lookup("mcp__up__get").unwrap().family, "mcp:up");
+}
+
+/// `add` queues a build job; whoever claims it first runs it (compile, then the cases), and
+/// nobody else can: a second run of the same job finds it taken.
+#[tokio::test]
+async fn a_build_job_compiles_and_tests_the_draft_once() {
+    let (store, jobs) = (
+        Arc::new(MemoryDefinitionStore::new()),
+        Arc::new(MemoryJobStore::new()),
+    );
+    let tools = over(store, jobs.clone(), "scripted 1", false);
+    let tests = json!([{"inputs": {"x": 1}, "expect": {"x": 1}}]);
+    let added = tools.add(draft("built", "echo", tests)).await.unwrap();
+    let job = jobs.job(&added.job).await.unwrap().unwrap();
+    assert_eq!(
+        (job.job_type, job.status),
+        (JobType::Build, JobStatus::Queued)
+    );
+
+    let report = tools.run_job(&added.job, &|_| {}).await.unwrap().unwrap();
+    assert!(report.passed, "{report:?}");
+    assert_eq!(report.kind, JobType::Build);
+    let job = jobs.job(&added.job).await.unwrap().unwrap();
+    assert_eq!((job.status, job.progress_pct), (JobStatus::Approved, 100));
+    let def = tools.show("built").await.unwrap();
+    assert_eq!(def.status, quiver_contract::Lifecycle::Testing);
+    let results = def.test_results.unwrap();
+    assert_eq!(results["kind"], "build");
+    assert_eq!(results["engine"], "scripted 1");
+    assert!(tools.run_job(&added.job, &|_| {}).await.unwrap().is_none());
+    // A build that passed is what approval needs.
+    tools.approve("built", false).await.unwrap();
+}
+
+/// A build whose case fails rejects the draft with the failure as the reason; the job is
+/// rejected too. Two workers racing for the queue get one job each at most.
+#[tokio::test]
+async fn a_failed_build_rejects_and_each_queued_job_runs_once() {
+    let (store, jobs) = (
+        Arc::new(MemoryDefinitionStore::new()),
+        Arc::new(MemoryJobStore::new()),
+    );
+    let a = over(store.clone(), jobs.clone(), "scripted 1", false);
+    let b = over(store, jobs.clone(), "scripted 1", false);
+    let added = a
+        .add(draft(
+            "wrong",
+            "const:3",
+            json!([{"inputs": {}, "expect": 2}]),
+        ))
+        .await
+        .unwrap();
+    let (ra, rb) = tokio::join!(a.run_next(), b.run_next());
+    let ran: Vec<_> = [ra.unwrap(), rb.unwrap()].into_iter().flatten().collect();
+    assert_eq!(ran.len(), 1, "{ran:?}");
+    assert!(!ran[0].passed);
+    let def = a.show("wrong").await.unwrap();
+    assert_eq!(def.status, quiver_contract::Lifecycle::Rejected);
+    assert_eq!(
+        def.rejection_reason.as_deref(),
+        Some("build failed: case 1: expected 2, got 3")
+    );
+    let job = jobs.job(&added.job).await.unwrap().unwrap();
+    assert_eq!(job.status, JobStatus::Rejected);
+    assert!(a.run_next().await.unwrap().is_none(), "the queue is empty");
+}
+
+/// Approved tools whose results were recorded under another engine are rebuilt (once: a
+/// queued rebuild is not queued again). A rebuild that fails keeps the tool live and its
+/// override on record, and says so in its results and its job.
+#[tokio::test]
+async fn an_engine_change_rebuilds_approved_tools_which_stay_live_when_it_fails() {
+    let (store, jobs) = (
+        Arc::new(MemoryDefinitionStore::new()),
+        Arc::new(MemoryJobStore::new()),
+    );
+    let old = over(store.clone(), jobs.clone(), "scripted 1", false);
+    let tests = json!([{"inputs": {}, "expect": 1}]);
+    let added = old.add(draft("kept", "const:1", tests)).await.unwrap();
+    old.run_job(&added.job, &|_| {}).await.unwrap().unwrap();
+    old.approve("kept", false).await.unwrap();
+    let forced_note = {
+        let bare = old.add(draft("bare", "const:1", json!([]))).await.unwrap();
+        old.run_job(&bare.job, &|_| {}).await.unwrap().unwrap();
+        old.approve("bare", true).await.unwrap()
+    };
+    assert!(
+        old.queue_rebuilds().await.unwrap().is_empty(),
+        "same engine"
+    );
+
+    let upgraded = over(store.clone(), jobs.clone(), "scripted 2", false);
+    assert_eq!(
+        upgraded.queue_rebuilds().await.unwrap(),
+        vec!["bare", "kept"]
+    );
+    assert!(upgraded.queue_rebuilds().await.unwrap().is_empty());
+    let broken = over(store.clone(), jobs.clone(), "scripted 2", true);
+    let mut reports = Vec::new();
+    while let Some(r) = broken.run_next().await.unwrap() {
+        reports.push(r);
+    }
+    assert_eq!(reports.len(), 2, "{reports:?}");
+    let kept = reports.iter().find(|r| r.name == "kept").unwrap();
+    assert!(!kept.passed);
+    assert_eq!(kept.kind, JobType::Rebuild);
+    let def = broken.show("kept").await.unwrap();
+    assert_eq!(
+        def.status,
+        quiver_contract::Lifecycle::Approved,
+        "stays live"
+    );
+    let results = def.test_results.unwrap();
+    assert_eq!(
+        (results["passed"].clone(), results["engine"].clone()),
+        (json!(false), json!("scripted 2"))
+    );
+    let job = jobs.job(&kept.job_id).await.unwrap().unwrap();
+    assert_eq!(job.status, JobStatus::Rejected);
+    // The bare tool has no cases: its rebuild compiles it and passes, and its override stays.
+    let bare = broken.show("bare").await.unwrap().test_results.unwrap();
+    assert_eq!(bare["passed"], json!(true));
+    assert_eq!(bare["override"], json!(forced_note));
+    let catalog = Catalog::new();
+    broken.sync(&catalog).await.unwrap();
+    assert!(catalog.contains("kept") && catalog.contains("bare"));
+    // Its results now name the current engine: nothing more to rebuild.
+    assert!(broken.queue_rebuilds().await.unwrap().is_empty());
+}
+
+/// A job a stopped process left running is closed as failed, naming why, and queued again.
+#[tokio::test]
+async fn an_interrupted_job_is_failed_and_queued_again() {
+    let (store, jobs) = (
+        Arc::new(MemoryDefinitionStore::new()),
+        Arc::new(MemoryJobStore::new()),
+    );
+    let tools = over(store, jobs.clone(), "scripted 1", false);
+    let added = tools.add(draft("cut", "echo", json!([]))).await.unwrap();
+    // Claimed by a process that then stopped.
+    jobs.claim_job(Some(added.job.clone()))
+        .await
+        .unwrap()
+        .unwrap();
+    // Not while it may still be running.
+    let a_minute = std::time::Duration::from_secs(60);
+    assert!(
+        tools
+            .requeue_interrupted(a_minute)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let stopped = std::time::Duration::ZERO;
+    assert_eq!(
+        tools.requeue_interrupted(stopped).await.unwrap(),
+        vec!["cut"]
+    );
+    let old = jobs.job(&added.job).await.unwrap().unwrap();
+    assert_eq!(old.status, JobStatus::Failed);
+    assert!(old.result.unwrap()["interrupted"].is_string());
+    let report = tools.run_next().await.unwrap().unwrap();
+    assert_eq!((report.kind, report.passed), (JobType::Build, true));
 }

@@ -145,7 +145,7 @@ impl SandboxConfig {
 pub struct SkillsConfig {
     /// Directories of skills in the Agent Skills layout, in order (the first skill of a name
     /// wins): each is one skill (it holds a `SKILL.md`) or holds one subdirectory per skill.
-    /// Relative paths are relative to the working directory, like `store.path`. Default:
+    /// Relative paths are relative to the directory of the file that gives them. Default:
     /// none.
     pub dirs: Vec<PathBuf>,
 }
@@ -155,7 +155,8 @@ pub struct SkillsConfig {
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct StoreConfig {
-    /// The SQLite file (default `./quiver.db`).
+    /// The SQLite file (default `./quiver.db`, in the working directory; a relative path
+    /// the config file gives is relative to that file's directory).
     pub path: PathBuf,
     /// Execution-log rows older than this many days, and the stored working sets of
     /// sessions idle that long, are deleted when a command that writes the store starts
@@ -792,6 +793,27 @@ impl Config {
         Ok(config)
     }
 
+    /// Resolves the relative paths the file at `dir` gives (`text`) against `dir`, so the
+    /// file means the same from any working directory: `[store] path` when the file sets
+    /// it (the default `./quiver.db` stays in the working directory), `[skills] dirs`, and
+    /// each stdio server's `cwd` and a `command` that is a relative path (`./bin/server`;
+    /// a bare name like `npx` is looked up on `PATH`).
+    pub(crate) fn rebase(&mut self, dir: &Path, text: &str) {
+        let sets_store_path = toml::from_str::<toml::Value>(text)
+            .ok()
+            .and_then(|v| v.get("store")?.get("path").cloned())
+            .is_some();
+        if sets_store_path {
+            self.store.path = rebased(dir, &self.store.path);
+        }
+        for d in &mut self.skills.dirs {
+            *d = rebased(dir, d);
+        }
+        for s in &mut self.mcp.servers {
+            rebase_server(s, dir);
+        }
+    }
+
     /// Loads `path`, or `./quiver.toml` when it exists, or the defaults.
     pub fn load(path: Option<&Path>) -> anyhow::Result<(Config, Option<PathBuf>)> {
         let env = |k: &str| std::env::var(k).ok();
@@ -804,10 +826,36 @@ impl Config {
             Some(p) => {
                 let text = std::fs::read_to_string(&p)
                     .with_context(|| format!("cannot read config {}", p.display()))?;
-                let config = Config::parse(&text, &p.display().to_string(), &env)?;
+                let mut config = Config::parse(&text, &p.display().to_string(), &env)?;
+                config.rebase(p.parent().unwrap_or(Path::new("")), &text);
                 Ok((config, Some(p)))
             }
         }
+    }
+}
+
+/// `path` against `dir` when it is relative.
+fn rebased(dir: &Path, path: &Path) -> PathBuf {
+    if path.is_relative() && !dir.as_os_str().is_empty() {
+        dir.join(path)
+    } else {
+        path.to_path_buf()
+    }
+}
+
+/// A stdio server's relative `cwd`, and a `command` that is a relative path (it has a
+/// `/`), against `dir`, the directory of the file that configures it.
+pub(crate) fn rebase_server(server: &mut quiver_mcp_adapter::ServerConfig, dir: &Path) {
+    if let Some(cwd) = &mut server.cwd {
+        *cwd = rebased(dir, cwd);
+    }
+    if let Some(command) = &mut server.command
+        && command.contains('/')
+        && Path::new(command.as_str()).is_relative()
+    {
+        *command = rebased(dir, Path::new(command.as_str()))
+            .to_string_lossy()
+            .into_owned();
     }
 }
 

@@ -372,9 +372,14 @@ pub fn parse_mcp_servers(
 pub fn read_mcp_servers(path: &Path) -> anyhow::Result<Vec<ServerConfig>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    parse_mcp_servers(&text, &path.display().to_string(), &|k| {
+    let mut servers = parse_mcp_servers(&text, &path.display().to_string(), &|k| {
         std::env::var(k).ok()
-    })
+    })?;
+    let dir = path.parent().unwrap_or(Path::new(""));
+    for s in &mut servers {
+        crate::config::rebase_server(s, dir);
+    }
+    Ok(servers)
 }
 
 /// The text of an MCP configuration error, without the adapter's "MCP configuration:"

@@ -478,3 +478,51 @@ fn config_cases() {
     );
     assert!(e.contains("quiver.toml") && e.contains("block"), "{e}");
 }
+
+/// A relative path in a config file means the same from any working directory: it is
+/// resolved against the file's directory. A bare command stays a `PATH` lookup, an absolute
+/// path stays, and the default store file stays in the working directory.
+#[test]
+fn relative_paths_resolve_against_the_config_files_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("conf");
+    std::fs::create_dir(&conf).unwrap();
+    let file = conf.join("quiver.toml");
+    std::fs::write(
+        &file,
+        "[store]\npath = \"data/q.db\"\n\n[skills]\ndirs = [\"skills\", \"/abs/skills\"]\n\n\
+         [[mcp.servers]]\nname = \"local\"\ncommand = \"./bin/server\"\ncwd = \"work\"\n\n\
+         [[mcp.servers]]\nname = \"npm\"\ncommand = \"npx\"\n",
+    )
+    .unwrap();
+    let (config, _) = Config::load(Some(&file)).unwrap();
+    assert_eq!(config.store.path, conf.join("data/q.db"));
+    assert_eq!(
+        config.skills.dirs,
+        vec![conf.join("skills"), PathBuf::from("/abs/skills")]
+    );
+    let local = &config.mcp.servers[0];
+    assert_eq!(
+        local.command.as_deref(),
+        Some(conf.join("./bin/server").to_str().unwrap())
+    );
+    assert_eq!(local.cwd.as_deref(), Some(conf.join("work").as_path()));
+    assert_eq!(config.mcp.servers[1].command.as_deref(), Some("npx"));
+
+    std::fs::write(&file, "[limits]\n").unwrap();
+    let (config, _) = Config::load(Some(&file)).unwrap();
+    assert_eq!(config.store.path, PathBuf::from("./quiver.db"));
+
+    let mcp = conf.join("mcp.json");
+    std::fs::write(
+        &mcp,
+        r#"{"mcpServers": {"s": {"command": "tools/s.sh", "cwd": "."}}}"#,
+    )
+    .unwrap();
+    let servers = crate::mcp_json::read_mcp_servers(&mcp).unwrap();
+    assert_eq!(
+        servers[0].command.as_deref(),
+        Some(conf.join("tools/s.sh").to_str().unwrap())
+    );
+    assert_eq!(servers[0].cwd.as_deref(), Some(conf.join(".").as_path()));
+}

@@ -6,7 +6,7 @@ use anyhow::Context;
 use quiver_mcp_adapter::{ClientOptions, McpClient, ServerState};
 use quiver_registry::custom::CustomTools;
 use quiver_registry::{
-    Catalog, Dispatcher, Family, RegisterReport, RulePolicy, Skipped,
+    Catalog, Dispatcher, Family, RegisterReport, Skipped,
     skill::{SkillSource, skill_tool},
     store::{CallLog, DefinitionStore, ToolDefinition, ToolType},
 };
@@ -100,6 +100,10 @@ pub struct App {
     pub long_skills: Vec<(String, String, usize)>,
     /// Custom tools: the store's, served from the catalog's custom family.
     pub custom: Arc<CustomTools>,
+    /// The dispatcher's policy check: `[policy]`'s rules, replaced by a reload.
+    pub policy: Arc<crate::reload::LivePolicy>,
+    /// The `--mcp-config` files it was built with (a reload reads them again).
+    pub mcp_files: Vec<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for App {
@@ -241,9 +245,10 @@ impl App {
             .fold(STARTUP_WAIT, std::cmp::max);
         let mcp = McpClient::start(catalog.clone(), servers, options);
         surface.resync_index();
+        let policy = Arc::new(crate::reload::LivePolicy::of(config));
         let dispatcher = Dispatcher::builder(catalog.clone())
             .config(config.limits.dispatch_config()?)
-            .policy(Arc::new(RulePolicy::new(config.policy.rules.clone())))
+            .policy(policy.clone())
             .recorder(store.clone())
             .observer(surface.clone())
             .build();
@@ -257,6 +262,8 @@ impl App {
             startup_wait,
             long_skills,
             custom,
+            policy,
+            mcp_files: mcp_files.to_vec(),
         })
     }
 
@@ -604,5 +611,18 @@ impl DefinitionRecorder {
                 "tool definitions still being recorded after {wait:?}; the rest are not stored"
             );
         }
+    }
+}
+
+impl App {
+    /// A reloader of this app's configuration (`config` as it was loaded), for `serve`.
+    pub fn reloader(&self, config: &Config) -> crate::reload::Reloader {
+        crate::reload::Reloader::new(
+            config.clone(),
+            config.source.clone(),
+            self.mcp_files.clone(),
+            self.mcp.clone(),
+            self.policy.clone(),
+        )
     }
 }

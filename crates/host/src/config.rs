@@ -45,9 +45,44 @@ pub struct Config {
     pub skills: SkillsConfig,
     /// Custom tools' sandbox (`[sandbox]`): its worker threads and each run's limits.
     pub sandbox: SandboxConfig,
+    /// The operator's endpoints (`[admin]`).
+    pub admin: AdminConfig,
     /// The file it was read from, for errors found later (an MCP server's settings).
     #[serde(skip)]
     pub(crate) origin: Option<String>,
+    /// The path it was loaded from ([`Config::load`]), read again by a reload.
+    #[serde(skip)]
+    pub(crate) source: Option<PathBuf>,
+}
+
+/// `[admin]`: the operator's endpoints of `quiver serve` over HTTP.
+#[derive(Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct AdminConfig {
+    /// The token `POST /admin/reload` asks for (`Authorization: Bearer <token>`), at least
+    /// 16 characters; give it as `"${env:VAR}"` to keep it out of the file. Without one the
+    /// admin endpoints do not exist.
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for AdminConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminConfig")
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl AdminConfig {
+    /// The admin token, checked.
+    pub fn token(&self) -> anyhow::Result<Option<quiver_mcp_adapter::AdminToken>> {
+        self.token
+            .as_ref()
+            .map(|t| quiver_mcp_adapter::AdminToken::new(t.clone()).map_err(anyhow::Error::msg))
+            .transpose()
+            .context("[admin] token")
+    }
 }
 
 /// `[sandbox]`: what each run of a custom tool may use. Every key has a default (see
@@ -720,6 +755,10 @@ impl Config {
             }
         })?;
         config
+            .admin
+            .token()
+            .with_context(|| format!("{origin}: [admin]"))?;
+        config
             .limits
             .dispatch_config()
             .and(config.limits.input_wait())
@@ -828,6 +867,7 @@ impl Config {
                     .with_context(|| format!("cannot read config {}", p.display()))?;
                 let mut config = Config::parse(&text, &p.display().to_string(), &env)?;
                 config.rebase(p.parent().unwrap_or(Path::new("")), &text);
+                config.source = Some(p.clone());
                 Ok((config, Some(p)))
             }
         }

@@ -9,6 +9,7 @@ pub mod check;
 mod config;
 mod formats;
 mod mcp_json;
+pub mod reload;
 pub mod serve;
 mod skills;
 

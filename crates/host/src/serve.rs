@@ -1,6 +1,6 @@
 //! `quiver serve`: the process lifecycle around the MCP server. Binds, prints the URL,
-//! serves until SIGINT or SIGTERM, then stops accepting, cancels in-flight calls and
-//! returns so the caller can flush.
+//! serves until SIGINT or SIGTERM (SIGHUP reloads the configuration), then stops accepting,
+//! cancels in-flight calls and returns so the caller can flush.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -53,6 +53,9 @@ pub struct Adapters {
     /// What `GET /readyz` checks (`quiver serve` passes its MCP client too: ready when the
     /// required upstreams are connected).
     pub readiness: Option<Arc<dyn Readiness>>,
+    /// What reloads the configuration: on SIGHUP, and at `POST /admin/reload` when the
+    /// options carry an admin token.
+    pub reload: Option<Arc<crate::reload::Reloader>>,
 }
 
 impl std::fmt::Debug for Adapters {
@@ -61,6 +64,7 @@ impl std::fmt::Debug for Adapters {
             .field("stores", &self.stores.is_some())
             .field("content", &self.content.is_some())
             .field("readiness", &self.readiness.is_some())
+            .field("reload", &self.reload.is_some())
             .finish()
     }
 }
@@ -96,6 +100,10 @@ pub async fn serve(
     if let Some(readiness) = adapters.readiness {
         server = server.with_readiness(readiness);
     }
+    let reload = adapters.reload;
+    if let Some(reload) = &reload {
+        server = server.with_reload(reload.clone());
+    }
     let shutdown = server.shutdown_token();
     let serving = async {
         match transport {
@@ -130,9 +138,18 @@ pub async fn serve(
     // again) ends the wait for open connections at once, dropping them. The upstreams are
     // still stopped and the execution log still flushed by the caller, which may watch the
     // same `signals` for a signal after these.
-    tokio::select! {
-        r = &mut serving => return r,
-        _ = signals.next() => {}
+    // SIGHUP reloads the configuration (the Unix convention for daemons) when there is a
+    // reloader; SIGINT and SIGTERM stop.
+    loop {
+        tokio::select! {
+            r = &mut serving => return r,
+            signal = signals.next() => match &reload {
+                Some(reload) if signal == 1 => {
+                    let _ = reload.reload("SIGHUP").await;
+                }
+                _ => break,
+            },
+        }
     }
     tracing::info!("shutdown signal: stopping the MCP server (a second signal stops at once)");
     stopping.begin_shutdown();
@@ -146,10 +163,11 @@ pub async fn serve(
     }
 }
 
-/// SIGINT, SIGTERM and SIGHUP (a closed terminal or SSH session), watched from `watch` on: a
-/// signal that arrives after it (before the URL is printed, while the store opens) is never
-/// the default handler's, and `next` returns it. SIGHUP is left alone when Quiver was
-/// started with it ignored (`nohup`): then it keeps running when the terminal closes.
+/// SIGINT, SIGTERM and SIGHUP, watched from `watch` on: a signal that arrives after it
+/// (before the URL is printed, while the store opens) is never the default handler's, and
+/// `next` returns it. While serving, SIGHUP reloads the configuration; before, it stops the
+/// start-up like the others. SIGHUP is left alone when Quiver was started with it ignored
+/// (`nohup`).
 pub struct Signals {
     #[cfg(unix)]
     int: tokio::signal::unix::Signal,

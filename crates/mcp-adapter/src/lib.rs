@@ -24,8 +24,8 @@ mod wire;
 
 pub use client::{
     ClientOptions, INHERITED_ENV, Liveness, McpClient, McpClientConfig, RESOURCE_TOOLS,
-    RESOURCE_TOOLS_FAMILY, ResolvedServer, ServerConfig, ServerCounters, ServerState, ServerStatus,
-    TransportKind, interpolate_env, validate_all,
+    RESOURCE_TOOLS_FAMILY, Reconciled, ResolvedServer, ServerConfig, ServerCounters, ServerState,
+    ServerStatus, TransportKind, interpolate_env, validate_all,
 };
 pub use client::{
     comparable_definitions, connection_findings, server_list_findings, token_findings,
@@ -34,6 +34,6 @@ pub use client::{
 pub use content::{ContentError, ContentOffer, ContentSource, ListChange, ListChanged};
 pub use error::McpError;
 pub use server::{
-    AuthError, InboundAuth, InboundToken, McpServer, Readiness, ServeError, ServerOptions,
-    allowed_authorities,
+    AdminToken, AuthError, InboundAuth, InboundToken, McpServer, Readiness, Reload, ServeError,
+    ServerOptions, allowed_authorities,
 };

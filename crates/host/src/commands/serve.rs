@@ -138,6 +138,21 @@ pub(crate) async fn run(
         .with_auth(config.inbound_auth())
         .with_input_wait(config.limits.input_wait()?)
         .with_max_sessions(config.limits.max_http_sessions()?);
+    if let Some(token) = config.admin.token()? {
+        options = options.with_admin_token(token);
+    }
+    // The configuration reloads on a change of its files, on SIGHUP and at
+    // `POST /admin/reload`.
+    let reloader = std::sync::Arc::new(app.reloader(config));
+    let _watching = match quiver_host::reload::watch_files(reloader.clone()) {
+        Ok(watching) => Some(watching),
+        Err(e) => {
+            tracing::warn!(
+                "configuration files not watched (SIGHUP and POST /admin/reload still reload): {e:#}"
+            );
+            None
+        }
+    };
     // A listener given by name accepts that name as `Host` too.
     for host in allow_hosts.into_iter().chain(listen.name) {
         options = options.with_allowed_host(host);
@@ -159,11 +174,15 @@ pub(crate) async fn run(
             }),
             content: Some(std::sync::Arc::new(app.mcp.clone())),
             readiness: Some(std::sync::Arc::new(quiver_host::Ready::of(app))),
+            reload: Some(reloader),
         },
         signals,
     )
     .await;
     // Not reading the store while it closes.
+    if let Some((_, task)) = &_watching {
+        task.abort();
+    }
     floor_keeper.abort();
     custom_sync.abort();
     // The definitions `check --against` compares with, all of them, before the store

@@ -276,7 +276,7 @@ impl fmt::Debug for Secret {
 }
 
 /// How to reach a validated server.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Endpoint {
     Stdio {
         command: String,
@@ -294,8 +294,9 @@ pub(crate) enum Endpoint {
 }
 
 /// A validated server, ready to connect: names checked, `${env:VAR}` interpolated, the token
-/// read and the https rule enforced.
-#[derive(Debug, Clone)]
+/// read and the https rule enforced. Two are equal when every setting is (a reload
+/// restarts a server whose settings changed and leaves an equal one alone).
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ResolvedServer {
     /// The configured name.

@@ -160,6 +160,8 @@ pub(crate) struct Shared {
     closed: CancellationToken,
     /// Name -> (the order it was added in, the server).
     servers: Mutex<BTreeMap<String, (usize, Arc<Upstream>)>>,
+    /// The order the next server added gets.
+    next_order: std::sync::atomic::AtomicUsize,
     meta_registered: Mutex<bool>,
     /// What `quiver serve` passes through: routing indexes and subscription counts.
     passthrough: passthrough::State,
@@ -195,6 +197,27 @@ impl Shared {
     }
 }
 
+/// What [`McpClient::reconcile`] did, by server name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Reconciled {
+    /// Servers added (connecting in the background).
+    pub added: Vec<String>,
+    /// Servers closed, their tools gone.
+    pub removed: Vec<String>,
+    /// Servers whose settings changed: closed and added again.
+    pub restarted: Vec<String>,
+    /// Servers left alone.
+    pub unchanged: Vec<String>,
+}
+
+impl Reconciled {
+    /// Whether any server was added, removed or restarted.
+    pub fn changed(&self) -> bool {
+        !(self.added.is_empty() && self.removed.is_empty() && self.restarted.is_empty())
+    }
+}
+
 /// The client side of Quiver's MCP adapter: owns every upstream connection and the tools
 /// they publish. Cheap to clone.
 #[derive(Clone)]
@@ -220,6 +243,7 @@ impl McpClient {
             dial_permits: Arc::new(Semaphore::new(permits)),
             closed: CancellationToken::new(),
             servers: Mutex::new(BTreeMap::new()),
+            next_order: std::sync::atomic::AtomicUsize::new(0),
             meta_registered: Mutex::new(false),
             passthrough: passthrough::State::default(),
         });
@@ -284,7 +308,10 @@ impl McpClient {
             }),
             relays,
         );
-        let order = servers.len();
+        let order = self
+            .shared
+            .next_order
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         servers.insert(up.name().to_owned(), (order, up.clone()));
         drop(servers);
         up.start_supervisor();
@@ -413,6 +440,63 @@ impl McpClient {
         ctx: &quiver_contract::CallContext,
     ) -> Result<Option<String>, McpError> {
         meta::expand_prompt(&self.shared, input, ctx).await
+    }
+
+    /// Closes and forgets the server `name` (its child stopped and reaped, its tools
+    /// removed from the catalog); the others are untouched. False when there is none.
+    pub async fn remove_server(&self, name: &str) -> bool {
+        let removed = lock(&self.shared.servers).remove(name);
+        let Some((_, up)) = removed else {
+            return false;
+        };
+        up.retire().await;
+        let lists = &self.shared.passthrough.lists;
+        let server: Arc<str> = name.into();
+        for (on, list) in [
+            (up.cfg.resources, crate::content::ListChange::Resources),
+            (up.cfg.prompts, crate::content::ListChange::Prompts),
+        ] {
+            if on {
+                let _ = lists.send(crate::content::ListChanged::of(list, server.clone()));
+            }
+        }
+        true
+    }
+
+    /// Brings the servers in line with `servers` (a configuration reload): a server no
+    /// longer there is removed, a new one added, one whose settings changed is closed and
+    /// added again; an unchanged one is left alone (no reconnect, its calls undisturbed).
+    pub async fn reconcile(&self, servers: Vec<ResolvedServer>) -> Result<Reconciled, McpError> {
+        let current: BTreeMap<String, ResolvedServer> = self
+            .shared
+            .servers()
+            .into_iter()
+            .map(|up| (up.name().to_owned(), up.cfg.clone()))
+            .collect();
+        let mut done = Reconciled::default();
+        let wanted: std::collections::BTreeSet<&str> =
+            servers.iter().map(|s| s.name.as_str()).collect();
+        for name in current.keys().filter(|n| !wanted.contains(n.as_str())) {
+            self.remove_server(name).await;
+            done.removed.push(name.clone());
+        }
+        for server in servers {
+            match current.get(&server.name) {
+                Some(old) if *old == server => done.unchanged.push(server.name),
+                Some(_) => {
+                    self.remove_server(&server.name).await;
+                    let name = server.name.clone();
+                    self.add_server(server)?;
+                    done.restarted.push(name);
+                }
+                None => {
+                    let name = server.name.clone();
+                    self.add_server(server)?;
+                    done.added.push(name);
+                }
+            }
+        }
+        Ok(done)
     }
 
     /// Closes every server for good, all at once: children stopped (stdin closed, then

@@ -116,6 +116,12 @@ impl McpServer {
             ))
             // The probes, after the token layer: they need none.
             .merge(health::router(self.shared.clone()))
+            // The admin endpoints have a token of their own.
+            .merge(super::admin::router(
+                self.shared.options.admin_token.clone(),
+                self.shared.reload.clone(),
+                &hosts,
+            ))
     }
 
     /// Serves the MCP endpoint on `listener` until the shutdown token is cancelled, then
@@ -169,7 +175,7 @@ impl McpServer {
 }
 
 /// Whether a `Host` authority names a port (`name:7345`, `name:*`, `[::1]:7345`).
-fn has_port(host: &str) -> bool {
+pub(crate) fn has_port(host: &str) -> bool {
     host.rsplit_once(']')
         .map_or(host, |(_, rest)| rest)
         .contains(':')

@@ -1,6 +1,7 @@
 //! The MCP server: one [`McpServer`] per process, serving the surface of whichever working
 //! set each request names (the `key` module says how a request picks its working-set key).
 
+mod admin;
 mod auth;
 mod batch;
 mod call;
@@ -27,6 +28,7 @@ use quiver_registry::Dispatcher;
 use quiver_surface::Surface;
 use tokio_util::sync::CancellationToken;
 
+pub use admin::{AdminToken, Reload};
 pub use auth::{AuthError, InboundAuth, InboundToken};
 // The content port lives in the crate's floor (the client implements it); the server's
 // modules name it through here, as does the public path `server::ContentSource`.
@@ -61,6 +63,8 @@ pub struct ServerOptions {
     pub header_read_timeout: Duration,
     /// How long a client has to send a request's body once its head is in (30 s).
     pub body_timeout: Duration,
+    /// The token of the admin endpoints (`POST /admin/reload`); none: they do not exist.
+    pub admin_token: Option<AdminToken>,
 }
 
 impl Default for ServerOptions {
@@ -75,6 +79,7 @@ impl Default for ServerOptions {
             max_sessions: 1000,
             header_read_timeout: Duration::from_secs(30),
             body_timeout: Duration::from_secs(30),
+            admin_token: None,
         }
     }
 }
@@ -118,6 +123,12 @@ impl ServerOptions {
         self
     }
 
+    /// Sets the token of the admin endpoints.
+    pub fn with_admin_token(mut self, token: AdminToken) -> Self {
+        self.admin_token = Some(token);
+        self
+    }
+
     /// Accepts another `Host` authority (`name` or `name:port`).
     pub fn with_allowed_host(mut self, authority: impl Into<String>) -> Self {
         self.extra_allowed_hosts.push(authority.into());
@@ -157,6 +168,8 @@ pub(crate) struct Shared {
     pub(crate) rounds: Arc<rounds::Rounds>,
     /// What `GET /readyz` checks besides shutdown (none: ready while serving).
     pub(crate) readiness: Option<Arc<dyn Readiness>>,
+    /// What `POST /admin/reload` asks (none: no such endpoint).
+    pub(crate) reload: Option<Arc<dyn Reload>>,
 }
 
 impl Shared {
@@ -251,6 +264,7 @@ impl McpServer {
                 direct: direct::DirectSessions::default(),
                 rounds: Arc::new(rounds::Rounds::new(input_wait)),
                 readiness: None,
+                reload: None,
             }),
         }
     }
@@ -290,6 +304,15 @@ impl McpServer {
     pub fn with_readiness(mut self, readiness: Arc<dyn Readiness>) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.readiness = Some(readiness);
+        }
+        self
+    }
+
+    /// Serves `POST /admin/reload` with `reload`, behind the admin token of the options
+    /// (without one there is no such endpoint).
+    pub fn with_reload(mut self, reload: Arc<dyn Reload>) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.reload = Some(reload);
         }
         self
     }

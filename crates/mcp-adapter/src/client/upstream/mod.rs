@@ -372,6 +372,13 @@ impl Upstream {
 
     /// Closes for good: later calls get "closed" without dialling; the child is killed and
     /// reaped before this returns.
+    /// Closes this server alone, for good (a reload removed it or changed its settings):
+    /// its supervisor stops dialling, and [`Upstream::close`] does the rest.
+    pub(crate) async fn retire(&self) {
+        self.closed.cancel();
+        self.close().await;
+    }
+
     pub(crate) async fn close(&self) {
         let _guard = self.dial_lock.lock().await;
         let old = self.state.send_replace(Snapshot {

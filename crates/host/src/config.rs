@@ -21,6 +21,9 @@ use quiver_registry::{
 use quiver_surface::SurfaceConfig;
 use serde::Deserialize;
 
+mod skills;
+pub use skills::SkillsConfig;
+
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -41,7 +44,8 @@ pub struct Config {
     /// for. Names must be non-empty, unique and free of `:`, secrets non-empty: checked with
     /// the rest of the file, so `quiver check` fails where `serve` would.
     pub auth: quiver_mcp_adapter::InboundAuth,
-    /// Skills directories (`[skills] dirs`), offered through the `skill` tool.
+    /// Skills by tier, the trust gate and command files (`[skills]`), offered through the
+    /// `skill` tool and as prompts.
     pub skills: SkillsConfig,
     /// Custom tools' sandbox (`[sandbox]`): its worker threads and each run's limits.
     pub sandbox: SandboxConfig,
@@ -136,18 +140,6 @@ impl SandboxConfig {
     pub fn threads(&self) -> usize {
         self.threads.unwrap_or(4)
     }
-}
-
-/// `[skills]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-#[non_exhaustive]
-pub struct SkillsConfig {
-    /// Directories of skills in the Agent Skills layout, in order (the first skill of a name
-    /// wins): each is one skill (it holds a `SKILL.md`) or holds one subdirectory per skill.
-    /// Relative paths are relative to the working directory, like `store.path`. Default:
-    /// none.
-    pub dirs: Vec<PathBuf>,
 }
 
 /// `[store]`.

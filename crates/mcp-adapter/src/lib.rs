@@ -34,6 +34,6 @@ pub use client::{
 pub use content::{ContentError, ContentOffer, ContentSource, ListChange, ListChanged};
 pub use error::McpError;
 pub use server::{
-    AuthError, InboundAuth, InboundToken, McpServer, Readiness, ServeError, ServerOptions,
-    allowed_authorities,
+    AuthError, InboundAuth, InboundToken, LocalPrompts, McpServer, PROMPT_ARGUMENT, Readiness,
+    ServeError, ServerOptions, allowed_authorities,
 };

@@ -37,7 +37,7 @@ fn a_directory_of_skills_loads_each_with_its_files() {
     );
     // Not a skill: no SKILL.md.
     write(&root.join("notes/readme.txt"), "x");
-    let set = load(&[root.clone()]);
+    let set = load(std::slice::from_ref(&root));
     assert_eq!(set.problems, []);
     let names: Vec<&str> = set.skills.iter().map(|s| s.meta.name.as_str()).collect();
     assert_eq!(names, ["csv-clean", "pdf-report"]);
@@ -58,7 +58,7 @@ fn a_directory_of_skills_loads_each_with_its_files() {
     std::fs::create_dir_all(store.parent().unwrap()).unwrap();
     std::fs::rename(root.join("pdf-report"), &store).unwrap();
     std::os::unix::fs::symlink(&store, root.join("pdf-report")).unwrap();
-    let linked = load(&[root.clone()]);
+    let linked = load(std::slice::from_ref(&root));
     assert_eq!(linked.problems, [], "{linked:?}");
     assert_eq!(linked.skills.len(), 2);
 }
@@ -261,7 +261,7 @@ async fn assets_are_bounded_text() {
     std::fs::write(root.join("nul.txt"), b"a\0b").unwrap();
     std::fs::write(root.join("latin1.txt"), b"caf\xe9").unwrap();
     std::fs::write(root.join("ok.txt"), vec![b'y'; cap]).unwrap();
-    let skills = load(&[root.clone()]);
+    let skills = load(std::slice::from_ref(&root));
     std::fs::write(root.join("grows.txt"), vec![b'z'; cap + 10]).unwrap();
     for (asset, want) in [
         ("big.txt", "TooLarge"),
@@ -283,7 +283,7 @@ async fn the_source_is_a_snapshot() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("skills");
     write(&root.join("a/SKILL.md"), &skill_md("a", "First."));
-    let skills = load(&[root.clone()]);
+    let skills = load(std::slice::from_ref(&root));
     write(&root.join("b/SKILL.md"), &skill_md("b", "Second."));
     write(&root.join("a/SKILL.md"), &skill_md("a", "Edited."));
     write(&root.join("a/new.md"), "new");
@@ -320,11 +320,17 @@ async fn tier_directories_stack_behind_the_trust_gate() {
         let sources: Vec<(SkillTier, Arc<dyn SkillSource>)> = vec![
             (
                 SkillTier::Project,
-                Arc::new(DirSkills::load(SkillTier::Project, &[project.clone()])),
+                Arc::new(DirSkills::load(
+                    SkillTier::Project,
+                    std::slice::from_ref(&project),
+                )),
             ),
             (
                 SkillTier::User,
-                Arc::new(DirSkills::load(SkillTier::User, &[user.clone()])),
+                Arc::new(DirSkills::load(
+                    SkillTier::User,
+                    std::slice::from_ref(&user),
+                )),
             ),
         ];
         let (stack, report) = TieredSkills::build(sources, trusted).await;

@@ -13,8 +13,11 @@ use super::{
 /// as any source's are ([`asset_text`]) when it is read.
 #[derive(Debug, Clone, Default)]
 pub struct MemorySkills {
-    skills: Vec<(SkillMeta, String, BTreeMap<String, Vec<u8>>)>,
+    skills: Vec<Held>,
 }
+
+/// One skill: its metadata, body and assets by name.
+type Held = (SkillMeta, String, BTreeMap<String, Vec<u8>>);
 
 impl MemorySkills {
     /// An empty source.
@@ -53,10 +56,7 @@ impl MemorySkills {
         self
     }
 
-    fn find(
-        &self,
-        name: &str,
-    ) -> Result<&(SkillMeta, String, BTreeMap<String, Vec<u8>>), SkillError> {
+    fn find(&self, name: &str) -> Result<&Held, SkillError> {
         self.skills
             .iter()
             .find(|(m, _, _)| m.name == name)

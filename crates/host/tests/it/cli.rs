@@ -1218,7 +1218,7 @@ fn check_names_a_definition_too_large_to_be_shown() {
         .unwrap();
         quiver_in(&dir, &["check"])
     };
-    let check = budget(2600);
+    let check = budget(2700);
     let text = stdout(&check);
     assert_eq!(check.status.code(), Some(1), "{text}");
     let line = text
@@ -1236,7 +1236,7 @@ fn check_names_a_definition_too_large_to_be_shown() {
         "{}",
         stdout(&search)
     );
-    let check = budget(2700);
+    let check = budget(2800);
     assert_eq!(check.status.code(), Some(0), "{}", stdout(&check));
     let search = quiver_in(&dir, &["search", "long story"]);
     assert!(

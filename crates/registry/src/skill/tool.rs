@@ -42,7 +42,7 @@ pub async fn skill_tool(source: Arc<dyn SkillSource>) -> Result<Option<Arc<dyn T
     }
     let asset = json!({
         "type": "string",
-        "description": "An asset of the skill, named as its inventory names it (e.g. `references/api.md`): returns that asset's text instead of the skill. Leave it out to load the skill."
+        "description": "An asset's name from the skill's inventory (e.g. `references/api.md`): returns its text instead of the skill."
     });
     let spec = ToolSpec::new(SKILL_TOOL, description)
         .read_only()

@@ -4,4 +4,5 @@
 mod architecture;
 mod conformance_client;
 mod mcp_server;
+mod skills;
 mod wire_text;

@@ -28,7 +28,7 @@ pub(crate) fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-fn peers() -> PathBuf {
+pub(crate) fn peers() -> PathBuf {
     std::env::var_os("QUIVER_PEERS")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join(".peers"))
@@ -144,9 +144,9 @@ fn fixture_binary() -> PathBuf {
 }
 
 /// A running server; killed when dropped.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    url: String,
+    pub(crate) url: String,
     /// The server's stdout after the URL line.
     lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
 }
@@ -157,7 +157,7 @@ impl Server {
     }
 
     /// Starts the server in `dir` (where `quiver` keeps its `./quiver.db`).
-    async fn start_in(program: PathBuf, args: &[&str], dir: &Path) -> Server {
+    pub(crate) async fn start_in(program: PathBuf, args: &[&str], dir: &Path) -> Server {
         let mut child = Command::new(&program)
             .args(args)
             .current_dir(dir)
@@ -189,7 +189,7 @@ impl Server {
     }
 
     /// Sends SIGTERM and waits for the exit.
-    async fn terminate(&mut self) -> ExitStatus {
+    pub(crate) async fn terminate(&mut self) -> ExitStatus {
         let pid = self.child.id().expect("running").to_string();
         send_signal(&pid, "-TERM").await;
         tokio::time::timeout(Duration::from_secs(15), self.child.wait())
@@ -234,7 +234,7 @@ fn assert_clean_shutdown(dir: &Path) {
     assert!(!clean.is_empty());
 }
 
-async fn run_script(script: &str, args: &[&str]) {
+pub(crate) async fn run_script(script: &str, args: &[&str]) {
     run_script_with_env(script, args, &[]).await;
 }
 

@@ -3,17 +3,18 @@
 use std::sync::Arc;
 
 use anyhow::Context;
+use quiver_contract::Tool;
 use quiver_mcp_adapter::{ClientOptions, McpClient, ServerState};
 use quiver_registry::custom::CustomTools;
 use quiver_registry::{
     Catalog, Dispatcher, Family, RegisterReport, Skipped,
-    skill::{SkillSource, skill_tool},
+    skill::{PromptSet, SkillProblem, SkillSource, TieredSkills, skill_tool},
     store::{CallLog, DefinitionStore, ToolDefinition, ToolType},
 };
 use quiver_store_sqlite::{SqliteStore, StoreOptions};
 use quiver_surface::{FloorLoad, MemoryUsage, Surface, core_tools};
 
-use crate::{Config, DirSkills, Families, assemble_catalog};
+use crate::{Config, DirSkills, Families, assemble_catalog, load_commands};
 
 /// How long shutdown waits for the working-set mirror to catch up before closing the store.
 const MIRROR_SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -72,6 +73,80 @@ fn store_options(config: &Config) -> StoreOptions {
         ))
 }
 
+/// What `[skills]` gives: the `skill` tool, the local prompts, and what the operator is told.
+struct Skills {
+    tool: Option<Arc<dyn Tool>>,
+    prompts: Arc<PromptSet>,
+    /// What could not be loaded, or was shadowed, with the file it is about.
+    problems: Vec<SkillProblem>,
+    /// Served skills longer than a result may be: name, origin, characters.
+    long: Vec<(String, String, usize)>,
+}
+
+/// Reads each tier's directories (the project tier's only when the workspace is trusted:
+/// an untrusted one is never read), stacks them, and builds the `skill` tool and the
+/// local prompts over the stack.
+async fn load_skills(config: &Config) -> Skills {
+    let trusted = config.skills.trust_project;
+    let mut tiers: Vec<Arc<DirSkills>> = Vec::new();
+    let mut problems = Vec::new();
+    for (tier, dirs) in config.skills.tiers() {
+        if dirs.is_empty() {
+            continue;
+        }
+        if !TieredSkills::admits(tier, trusted) {
+            tracing::info!(
+                "[skills] project_dirs not read: the workspace is not trusted (pass --trust-project to `quiver serve`, or set [skills] trust_project = true)"
+            );
+            continue;
+        }
+        let source = DirSkills::load(tier, dirs);
+        problems.extend(source.problems().iter().cloned());
+        tiers.push(Arc::new(source));
+    }
+    let sources = tiers
+        .iter()
+        .map(|t| (t.tier(), t.clone() as Arc<dyn SkillSource>))
+        .collect();
+    let (stack, report) = TieredSkills::build(sources, trusted).await;
+    let of_tier = |tier| tiers.iter().find(|t| t.tier() == tier);
+    for shadowed in &report.shadowed {
+        let origin = of_tier(shadowed.dropped)
+            .and_then(|t| t.origin(&shadowed.name))
+            .unwrap_or(shadowed.dropped.as_str());
+        problems.push(SkillProblem::new(origin, shadowed.reason()));
+    }
+    for (tier, e) in &report.failed {
+        problems.push(SkillProblem::new(tier.as_str(), e.to_string()));
+    }
+    let served = stack.list_skills().await.unwrap_or_default();
+    let long = served
+        .iter()
+        .filter_map(|m| {
+            let t = of_tier(m.tier)?;
+            let chars = t.instructions_chars(&m.name)?;
+            let origin = t.origin(&m.name)?;
+            (chars > config.limits.max_result_chars)
+                .then(|| (m.name.clone(), origin.to_owned(), chars))
+        })
+        .collect();
+    let stack: Arc<dyn SkillSource> = Arc::new(stack);
+    let tool = skill_tool(stack.clone()).await.unwrap_or_else(|e| {
+        problems.push(SkillProblem::new("skills", e.to_string()));
+        None
+    });
+    let (commands, command_problems) = load_commands(&config.skills.commands_dirs);
+    problems.extend(command_problems);
+    let (prompts, prompt_problems) = PromptSet::build(commands, Some(stack)).await;
+    problems.extend(prompt_problems);
+    Skills {
+        tool,
+        prompts: Arc::new(prompts),
+        problems,
+        long,
+    }
+}
+
 /// How long a command waits for the upstreams by default.
 const STARTUP_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -104,6 +179,8 @@ pub struct App {
     pub policy: Arc<crate::reload::LivePolicy>,
     /// The `--mcp-config` files it was built with (a reload reads them again).
     pub mcp_files: Vec<std::path::PathBuf>,
+    /// The local prompts (command files and skills) `serve` offers ahead of the upstreams'.
+    pub prompts: Arc<PromptSet>,
 }
 
 impl std::fmt::Debug for App {
@@ -175,21 +252,8 @@ impl App {
         if let FloorLoad::Unavailable(why) = surface.load_floor(&*store, &*store, false).await {
             tracing::warn!("resident floor: {why}; using the static fallback");
         }
-        let loaded = DirSkills::new(config.skills.dirs.clone()).load();
-        let long_skills = loaded
-            .skills
-            .iter()
-            .map(|s| {
-                (
-                    s.name.clone(),
-                    s.origin.clone(),
-                    s.instructions.chars().count(),
-                )
-            })
-            .filter(|(_, _, n)| *n > config.limits.max_result_chars)
-            .collect();
-        let (skill, mut skill_problems) = skill_tool(loaded.skills);
-        skill_problems.splice(0..0, loaded.problems);
+        let skills = load_skills(config).await;
+        let (skill, skill_problems, long_skills) = (skills.tool, skills.problems, skills.long);
         // Logged before the servers are resolved, whose configuration may stop the command.
         for p in &skill_problems {
             tracing::warn!(skill = %p.origin, "skills: {}", p.reason);
@@ -264,6 +328,7 @@ impl App {
             custom,
             policy,
             mcp_files: mcp_files.to_vec(),
+            prompts: skills.prompts,
         })
     }
 

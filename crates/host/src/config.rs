@@ -21,6 +21,9 @@ use quiver_registry::{
 use quiver_surface::SurfaceConfig;
 use serde::Deserialize;
 
+mod skills;
+pub use skills::SkillsConfig;
+
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -41,7 +44,8 @@ pub struct Config {
     /// for. Names must be non-empty, unique and free of `:`, secrets non-empty: checked with
     /// the rest of the file, so `quiver check` fails where `serve` would.
     pub auth: quiver_mcp_adapter::InboundAuth,
-    /// Skills directories (`[skills] dirs`), offered through the `skill` tool.
+    /// Skills by tier, the trust gate and command files (`[skills]`), offered through the
+    /// `skill` tool and as prompts.
     pub skills: SkillsConfig,
     /// Custom tools' sandbox (`[sandbox]`): its worker threads and each run's limits.
     pub sandbox: SandboxConfig,
@@ -171,18 +175,6 @@ impl SandboxConfig {
     pub fn threads(&self) -> usize {
         self.threads.unwrap_or(4)
     }
-}
-
-/// `[skills]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-#[non_exhaustive]
-pub struct SkillsConfig {
-    /// Directories of skills in the Agent Skills layout, in order (the first skill of a name
-    /// wins): each is one skill (it holds a `SKILL.md`) or holds one subdirectory per skill.
-    /// Relative paths are relative to the directory of the file that gives them. Default:
-    /// none.
-    pub dirs: Vec<PathBuf>,
 }
 
 /// `[store]`.
@@ -834,7 +826,7 @@ impl Config {
 
     /// Resolves the relative paths the file at `dir` gives (`text`) against `dir`, so the
     /// file means the same from any working directory: `[store] path` when the file sets
-    /// it (the default `./quiver.db` stays in the working directory), `[skills] dirs`, and
+    /// it (the default `./quiver.db` stays in the working directory), every `[skills]` directory, and
     /// each stdio server's `cwd` and a `command` that is a relative path (`./bin/server`;
     /// a bare name like `npx` is looked up on `PATH`).
     pub(crate) fn rebase(&mut self, dir: &Path, text: &str) {
@@ -845,7 +837,15 @@ impl Config {
         if sets_store_path {
             self.store.path = rebased(dir, &self.store.path);
         }
-        for d in &mut self.skills.dirs {
+        let skills = &mut self.skills;
+        for d in skills
+            .dirs
+            .iter_mut()
+            .chain(&mut skills.project_dirs)
+            .chain(&mut skills.user_dirs)
+            .chain(&mut skills.driver_dirs)
+            .chain(&mut skills.commands_dirs)
+        {
             *d = rebased(dir, d);
         }
         for s in &mut self.mcp.servers {

@@ -8,10 +8,10 @@ mod assemble;
 pub mod check;
 mod config;
 mod formats;
+mod fs_skills;
 mod mcp_json;
 pub mod reload;
 pub mod serve;
-mod skills;
 
 pub use app::{
     App, DEFINITIONS_POLL, DefinitionRecorder, Ready, StoreAccess, custom_tools, custom_tools_on,
@@ -19,6 +19,6 @@ pub use app::{
 pub use assemble::{FAMILY_ORDER, Families, assemble_catalog};
 pub use config::{Config, LimitsConfig, PolicyConfig, SandboxConfig, SkillsConfig, StoreConfig};
 pub use formats::{ToolFormat, format_tools, provider_name_warnings};
+pub use fs_skills::{DirSkills, load_commands};
 pub use mcp_json::{parse_mcp_servers, read_mcp_servers};
 pub use quiver_registry::{ToolRef, suggestion};
-pub use skills::DirSkills;

@@ -180,6 +180,11 @@ enum Command {
         /// non-loopback listener. The listen address itself is always accepted.
         #[arg(long = "allow-host", value_name = "HOST", value_parser = parse_allow_host)]
         allow_hosts: Vec<String>,
+        /// Trust the workspace: read the project tier of skills (`[skills] project_dirs`),
+        /// as `[skills] trust_project = true` does. Without it, a cloned repository's skills
+        /// do not reach the model.
+        #[arg(long)]
+        trust_project: bool,
     },
     /// Call one tool through the full pipeline and print the rendered result.
     ///
@@ -467,7 +472,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         AnyCommand::Runtime(cmd) => cmd,
     };
-    let (config, _source) = Config::load(cli.config.as_deref())?;
+    let (mut config, _source) = Config::load(cli.config.as_deref())?;
+    if let Command::Serve {
+        trust_project: true,
+        ..
+    } = &cmd
+    {
+        config.skills.trust_project = true;
+    }
     // A token that is not configured (or a mode it does not have) is said at once, before
     // the upstreams are waited for.
     if let Command::Tools {
@@ -662,6 +674,7 @@ async fn command(
             stdio,
             mode,
             allow_hosts,
+            ..
         } => commands::serve::run(app, config, listen, stdio, mode, allow_hosts, signals).await,
         Command::Call {
             name,

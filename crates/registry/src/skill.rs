@@ -1,18 +1,29 @@
 //! Skills: `SKILL.md` bundles in the Agent Skills layout (a YAML front matter with `name`
-//! and `description`, then Markdown instructions, beside any files the instructions refer
-//! to). A [`SkillSource`] loads them; [`skill_tool`] offers them to the model as one `skill`
-//! tool for the catalog's `skills` family, whose call returns a skill's instructions.
-
-use std::{collections::BTreeMap, sync::Arc};
+//! and `description`, then Markdown instructions, beside the assets the instructions refer
+//! to). A [`SkillSource`] serves them as logical bundles: a skill's metadata, its body, and
+//! its assets by slash-separated name ([`validate_asset_name`]); no file-system path crosses
+//! it. [`TieredSkills`] stacks sources in four tiers ([`SkillTier`]: explicit, project, user,
+//! driver, in that precedence), the project tier only for a trusted workspace;
+//! [`skill_tool`] offers the skills to the model as one `skill` tool; [`PromptSet`] offers
+//! them, with local command files, as slash commands (MCP prompts).
 
 use async_trait::async_trait;
-use quiver_contract::{Alternative, CallContext, Envelope, Tool, ToolError, ToolResult, ToolSpec};
-use serde_json::{Value, json};
 
-use crate::did_you_mean;
+mod asset;
+mod command;
+mod memory;
+mod tiers;
+mod tool;
 
-/// The name of the tool that loads a skill.
-pub(crate) const SKILL_TOOL: &str = "skill";
+pub use asset::{MAX_ASSET_BYTES, MAX_ASSET_NAME_BYTES, asset_text, validate_asset_name};
+pub use command::{
+    LocalPrompt, PromptFrom, PromptSet, SlashCommand, substitute, valid_command_name,
+};
+pub use memory::MemorySkills;
+pub use tiers::{Shadowed, TierReport, TieredSkills};
+pub use tool::SKILL_TOOL;
+pub use tool::{MAX_LISTED_ASSETS, skill_tool};
+
 /// The largest `SKILL.md` a source loads.
 pub const MAX_SKILL_BYTES: u64 = 256 * 1024;
 const MAX_NAME: usize = 64;
@@ -24,10 +35,168 @@ const MAX_FRONT_MATTER: usize = 16 * 1024;
 
 /// The deepest nesting of `[` and `{` in a front matter.
 const MAX_FRONT_MATTER_NESTING: usize = 16;
-/// The most bundled files a skill's result lists.
-pub const MAX_LISTED_FILES: usize = 100;
 
-/// One loaded skill.
+/// Where a skill came from, which decides who wins a name two sources hold. The order of
+/// the variants is the precedence, highest first: what the operator configured for this
+/// run, then the workspace's own skills, then the user's, then those a driver (an agent
+/// distribution or remote source the operator installed) supplies. A closed set: a source
+/// never mints its own label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum SkillTier {
+    /// Operator-configured directories (`[skills] dirs`).
+    Explicit,
+    /// The workspace's skills (`[skills] project_dirs`): loaded only when the workspace is
+    /// trusted, since a cloned repository must not steer the model unasked.
+    Project,
+    /// The user's own skills (`[skills] user_dirs`).
+    User,
+    /// Skills a driver supplies (`[skills] driver_dirs`).
+    Driver,
+}
+
+impl SkillTier {
+    /// Every tier, highest precedence first.
+    pub const ALL: [SkillTier; 4] = [
+        SkillTier::Explicit,
+        SkillTier::Project,
+        SkillTier::User,
+        SkillTier::Driver,
+    ];
+
+    /// The lower-case label (`explicit`, `project`, `user`, `driver`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkillTier::Explicit => "explicit",
+            SkillTier::Project => "project",
+            SkillTier::User => "user",
+            SkillTier::Driver => "driver",
+        }
+    }
+}
+
+impl std::fmt::Display for SkillTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What is always known of a skill: what the `skill` tool's description lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SkillMeta {
+    /// Its name: lower-case letters, digits and hyphens; the key it is loaded by.
+    pub name: String,
+    /// What it does and when to use it, on one line.
+    pub description: String,
+    /// The tier it was admitted in.
+    pub tier: SkillTier,
+}
+
+impl SkillMeta {
+    /// The metadata of a skill of `tier`.
+    pub fn new(name: impl Into<String>, description: impl Into<String>, tier: SkillTier) -> Self {
+        SkillMeta {
+            name: name.into(),
+            description: description.into(),
+            tier,
+        }
+    }
+}
+
+/// One asset of a skill, as its inventory lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SkillAsset {
+    /// Its logical name (`references/api.md`), valid by [`validate_asset_name`].
+    pub name: String,
+    /// Its size in bytes when the source was built.
+    pub bytes: u64,
+}
+
+impl SkillAsset {
+    /// An asset named `name` of `bytes` bytes.
+    pub fn new(name: impl Into<String>, bytes: u64) -> Self {
+        SkillAsset {
+            name: name.into(),
+            bytes,
+        }
+    }
+}
+
+/// Why a [`SkillSource`] could not answer. The `skill` tool turns the first three into
+/// hints the model can act on, the others into errors.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SkillError {
+    /// No skill of that name.
+    #[error("no skill named `{name}`")]
+    UnknownSkill {
+        /// The name asked for.
+        name: String,
+    },
+    /// The skill has no asset of that name.
+    #[error("skill `{skill}` has no asset `{asset}`")]
+    UnknownAsset {
+        /// The skill.
+        skill: String,
+        /// The asset asked for.
+        asset: String,
+    },
+    /// The asset name breaks [`validate_asset_name`]'s rules.
+    #[error("`{asset}` is not an asset name: {reason}")]
+    InvalidAssetName {
+        /// The name asked for (with its hidden characters escaped).
+        asset: String,
+        /// Which rule it breaks.
+        reason: String,
+    },
+    /// The asset is larger than [`MAX_ASSET_BYTES`]: refused whole, never cut.
+    #[error("asset `{asset}` is {bytes} bytes; an asset is at most {cap}")]
+    TooLarge {
+        /// The asset.
+        asset: String,
+        /// Its size.
+        bytes: u64,
+        /// The cap.
+        cap: u64,
+    },
+    /// The asset is not text: invalid UTF-8, or a NUL byte.
+    #[error("asset `{asset}` is not text: {reason}")]
+    NotText {
+        /// The asset.
+        asset: String,
+        /// What was found.
+        reason: String,
+    },
+    /// The source could not be read (a file gone, a remote source down).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// Where skills come from, as logical bundles: names, bodies and named assets, never a
+/// path. An implementation takes its snapshot when it is built: [`SkillSource::list_skills`]
+/// answers the same for its whole life, so the `skill` tool's description stays
+/// byte-identical and prompt caches hold. The host's adapter reads directories of
+/// `SKILL.md` bundles; [`MemorySkills`] holds them in memory.
+#[cfg_attr(feature = "mock", mockall::automock)]
+#[async_trait]
+pub trait SkillSource: Send + Sync {
+    /// Every skill, in the source's order (the first of a name is the one served).
+    async fn list_skills(&self) -> Result<Vec<SkillMeta>, SkillError>;
+
+    /// The instructions of skill `name` (its `SKILL.md` after the front matter).
+    async fn skill_body(&self, name: &str) -> Result<String, SkillError>;
+
+    /// The assets of skill `name`, sorted by name; never its `SKILL.md`.
+    async fn list_assets(&self, name: &str) -> Result<Vec<SkillAsset>, SkillError>;
+
+    /// The text of one asset of `skill`: refused when the name is invalid, not in the
+    /// inventory, larger than [`MAX_ASSET_BYTES`], or not text ([`asset_text`]).
+    async fn read_asset(&self, skill: &str, asset: &str) -> Result<String, SkillError>;
+}
+
+/// One parsed `SKILL.md`: what an adapter reads before it serves the skill.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Skill {
@@ -37,14 +206,8 @@ pub struct Skill {
     pub description: String,
     /// The Markdown after the front matter.
     pub instructions: String,
-    /// Where it came from (the `SKILL.md` path), for messages.
+    /// Where it came from, for the operator's messages; never shown to the model.
     pub origin: String,
-    /// The directory its bundled files are in, if it has one.
-    pub dir: Option<String>,
-    /// Its bundled files, relative to `dir`, sorted (at most [`MAX_LISTED_FILES`]).
-    pub files: Vec<String>,
-    /// How many bundled files were not listed.
-    pub more_files: usize,
 }
 
 /// A skill a source could not load, or a skill left out (a name already taken).
@@ -67,91 +230,16 @@ impl SkillProblem {
     }
 }
 
-/// What a [`SkillSource`] loaded.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SkillSet {
-    /// The skills, in the source's order (the first of a name wins).
-    pub skills: Vec<Skill>,
-    /// What could not be loaded.
-    pub problems: Vec<SkillProblem>,
-}
-
-/// Where skills come from (the host's adapter reads directories of `SKILL.md` bundles).
-#[cfg_attr(feature = "mock", mockall::automock)]
-pub trait SkillSource: Send + Sync {
-    /// Loads every skill; what cannot be loaded is reported, not fatal.
-    fn load(&self) -> SkillSet;
-}
-
 impl Skill {
     /// Parses the text of a `SKILL.md` read from `origin`. When the skill lives in a
     /// directory of its own, `dir_name` is that directory's name, which the skill's name
     /// must match (as the Agent Skills format requires).
     pub fn parse(text: &str, origin: &str, dir_name: Option<&str>) -> Result<Skill, String> {
         const LAYOUT: &str = "a SKILL.md starts with a `---` line, then `name:` and `description:` lines, then a closing `---` line, then the instructions";
-        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-        let mut lines = text.split_inclusive('\n');
-        let first = lines.next().unwrap_or_default();
-        if first.trim_end() != "---" {
+        let Some((fields, body_at)) = front_matter(text)? else {
             return Err(format!("no front matter: {LAYOUT}"));
-        }
-        let mut front = String::new();
-        let mut closed = None;
-        let mut at = first.len();
-        for line in lines {
-            at += line.len();
-            if matches!(line.trim_end(), "---" | "...") {
-                closed = Some(at);
-                break;
-            }
-            front.push_str(line);
-        }
-        let Some(body_at) = closed else {
-            return Err(format!(
-                "the front matter has no closing `---` line: {LAYOUT}"
-            ));
         };
-        // The YAML parser takes time that grows faster than the text with nesting (a 50 KB
-        // front matter of `[`s took 12 s): a front matter holds a few short fields, so a
-        // long or deeply nested one is refused before it is parsed.
-        if front.len() > MAX_FRONT_MATTER {
-            return Err(format!(
-                "the front matter is {} bytes long; at most {MAX_FRONT_MATTER} (the instructions go below the closing `---` line)",
-                front.len()
-            ));
-        }
-        let nesting = front
-            .bytes()
-            .scan(0usize, |depth, b| {
-                match b {
-                    b'[' | b'{' => *depth += 1,
-                    b']' | b'}' => *depth = depth.saturating_sub(1),
-                    _ => {}
-                }
-                Some(*depth)
-            })
-            .max()
-            .unwrap_or(0);
-        if nesting > MAX_FRONT_MATTER_NESTING {
-            return Err(format!(
-                "the front matter nests `[` or `{{` {nesting} levels deep; at most {MAX_FRONT_MATTER_NESTING}"
-            ));
-        }
-        // A `Mapping` (not a map type of serde's) refuses a key given twice, at any depth:
-        // with last-wins, a second `description:` would silently replace the first.
-        let fields: serde_norway::Mapping = if front.trim().is_empty() {
-            serde_norway::Mapping::new()
-        } else {
-            serde_norway::from_str(&front).map_err(|e| {
-                let e = e.to_string();
-                if e.starts_with("duplicate entry") {
-                    format!("the front matter gives a key twice ({e}); keep one")
-                } else {
-                    format!("the front matter is not a YAML mapping: {e}")
-                }
-            })?
-        };
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let text_field = |key: &str| -> Result<String, String> {
             match fields.get(key) {
                 None | Some(serde_norway::Value::Null) => {
@@ -204,22 +292,16 @@ impl Skill {
         // characters spelling instructions, terminal escapes, bidi controls) refuses the
         // skill, with where: a bundle from elsewhere must not smuggle text past its reviewer.
         let instructions = text[body_at..].trim();
-        for (what, part) in [
-            ("`description` holds", description.as_str()),
-            ("the instructions hold", instructions),
+        for (what, part, line) in [
+            ("`description` holds", description.as_str(), None),
+            (
+                "the instructions hold",
+                instructions,
+                Some("of the instructions"),
+            ),
         ] {
-            if let (_, Some(note)) = quiver_contract::without_hidden(part) {
-                let line = part
-                    .lines()
-                    .position(|l| l.chars().any(quiver_contract::is_hidden_in_text))
-                    .map_or(1, |i| i + 1);
-                let line = match part == instructions {
-                    true => format!(" (line {line} of the instructions)"),
-                    false => String::new(),
-                };
-                return Err(format!(
-                    "{what} {note}{line}: a model would read them and a person reviewing the skill would not see them; remove them"
-                ));
+            if let Some(why) = hidden_text(what, part, line, "the skill") {
+                return Err(why);
             }
         }
         Ok(Skill {
@@ -227,215 +309,101 @@ impl Skill {
             description,
             instructions: instructions.to_owned(),
             origin: origin.to_owned(),
-            dir: None,
-            files: Vec::new(),
-            more_files: 0,
         })
-    }
-
-    /// The skill with its bundle directory and files (relative to `dir`; at most
-    /// [`MAX_LISTED_FILES`] are kept, the rest counted).
-    pub fn with_files(mut self, dir: impl Into<String>, mut files: Vec<String>) -> Self {
-        files.sort();
-        self.more_files = files.len().saturating_sub(MAX_LISTED_FILES);
-        files.truncate(MAX_LISTED_FILES);
-        self.dir = Some(dir.into());
-        self.files = files;
-        self
-    }
-
-    /// What a call of the `skill` tool returns for it: where its files are first (a result
-    /// cut at the result cap loses the instructions' tail, not where the files are).
-    fn render(&self) -> String {
-        let mut out = format!("# Skill `{}`\n\n", self.name);
-        match &self.dir {
-            Some(dir) if self.files.is_empty() => {
-                out.push_str(&format!("Skill directory: {dir} (no other files)."));
-            }
-            Some(dir) => {
-                out.push_str(&format!(
-                    "Skill directory: {dir}\nFiles the instructions may refer to (relative to it): {}",
-                    self.files.join(", ")
-                ));
-                if self.more_files > 0 {
-                    out.push_str(&format!(", and {} more", self.more_files));
-                }
-            }
-            None => out.push_str(&format!("Loaded from {}.", self.origin)),
-        }
-        out.push_str("\n\n---\n\n");
-        if self.instructions.is_empty() {
-            out.push_str("(This skill has no instructions beyond its description.)\n");
-            out.push_str(&self.description);
-        } else {
-            out.push_str(&self.instructions);
-        }
-        out
     }
 }
 
-/// The `skill` tool over `skills` (the first of a name wins; the others are reported), or
-/// none when there is no skill.
-pub fn skill_tool(skills: Vec<Skill>) -> (Option<Arc<dyn Tool>>, Vec<SkillProblem>) {
-    let mut problems = Vec::new();
-    let mut kept: Vec<Skill> = Vec::new();
-    for skill in skills {
-        if let Some(first) = kept.iter().find(|k| k.name == skill.name) {
-            problems.push(SkillProblem::new(
-                skill.origin.clone(),
-                format!(
-                    "a skill named `{}` was already loaded from {}: this one is left out",
-                    skill.name, first.origin
-                ),
-            ));
-            continue;
-        }
-        kept.push(skill);
+/// The front matter of `text` (a `---` line, YAML, a closing `---` or `...` line) parsed as
+/// a mapping, and where the body starts (in `text` without a byte-order mark); `None` when
+/// `text` has no front matter.
+pub(crate) fn front_matter(text: &str) -> Result<Option<(serde_norway::Mapping, usize)>, String> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut lines = text.split_inclusive('\n');
+    let first = lines.next().unwrap_or_default();
+    if first.trim_end() != "---" {
+        return Ok(None);
     }
-    if kept.is_empty() {
-        return (None, problems);
-    }
-    let (description, names) = listing(&kept);
-    let mut name = json!({
-        "type": "string",
-        "description": "The skill to load, as listed in this tool's description."
-    });
-    match names {
-        Some(names) => name["enum"] = json!(names),
-        None => {
-            name["description"] = json!(format!(
-                "The skill to load, as listed in this tool's description; `{LIST_ALL}` lists every skill with its description."
-            ))
-        }
-    }
-    let spec = ToolSpec::new(SKILL_TOOL, description)
-        .read_only()
-        .with_category("skills")
-        .with_schema(json!({
-            "type": "object",
-            "properties": {"name": name},
-            "required": ["name"],
-            "additionalProperties": false
-        }));
-    let tool = SkillTool {
-        spec,
-        skills: kept.into_iter().map(|s| (s.name.clone(), s)).collect(),
-    };
-    (Some(Arc::new(tool)), problems)
-}
-
-/// What the `skill` tool's `name` takes to list every skill, when its description cannot.
-pub(crate) const LIST_ALL: &str = "?";
-
-/// The most bytes the `skill` tool's description (and its `enum` of names) may take: a
-/// definition has to fit a round's budget (16 KiB by default) beside the other tools.
-/// Beyond it the descriptions are shortened, then only names are listed: a full listing of
-/// ~100 skills would outgrow the round, and the tool would never be shown, anchored or not.
-pub(crate) const MAX_SKILL_LISTING_BYTES: usize = 6 * 1024;
-
-/// How long a skill's description is kept in a shortened listing, in characters.
-const SHORT_DESCRIPTION_CHARS: usize = 80;
-
-/// The `skill` tool's description, and the `enum` of names when everything fits
-/// [`MAX_SKILL_LISTING_BYTES`] whole: every skill with its description; else with
-/// descriptions cut short; else the names that fit, and how to list the rest
-/// ([`LIST_ALL`]).
-fn listing(kept: &[Skill]) -> (String, Option<Vec<String>>) {
-    const HEAD: &str = "Loads the instructions of a skill: a packaged way of doing one kind of task. When the task matches a skill below, call this with the skill's name before starting, then follow what it returns.\n\nSkills:";
-    let full: String = kept
-        .iter()
-        .map(|s| format!("\n- {}: {}", s.name, s.description))
-        .collect();
-    let names: Vec<String> = kept.iter().map(|s| s.name.clone()).collect();
-    let enum_bytes: usize = names.iter().map(|n| n.len() + 3).sum();
-    if HEAD.len() + full.len() + enum_bytes <= MAX_SKILL_LISTING_BYTES {
-        return (format!("{HEAD}{full}"), Some(names));
-    }
-    let tail = format!(
-        "\n\nCall this with `name` set to `{LIST_ALL}` for every skill with its whole description."
-    );
-    let short: String = kept
-        .iter()
-        .map(|s| {
-            let mut d: String = s
-                .description
-                .chars()
-                .take(SHORT_DESCRIPTION_CHARS)
-                .collect();
-            if d.len() < s.description.len() {
-                d.push('…');
-            }
-            format!("\n- {}: {d}", s.name)
-        })
-        .collect();
-    if HEAD.len() + short.len() + tail.len() <= MAX_SKILL_LISTING_BYTES {
-        return (format!("{HEAD}{short}{tail}"), None);
-    }
-    let mut out = String::from(HEAD);
-    out.push(' ');
-    let mut listed = 0;
-    for (i, n) in names.iter().enumerate() {
-        let sep = if i == 0 { "" } else { ", " };
-        if out.len() + sep.len() + n.len() + tail.len() + 40 > MAX_SKILL_LISTING_BYTES {
+    let mut front = String::new();
+    let mut closed = None;
+    let mut at = first.len();
+    for line in lines {
+        at += line.len();
+        if matches!(line.trim_end(), "---" | "...") {
+            closed = Some(at);
             break;
         }
-        out.push_str(sep);
-        out.push_str(n);
-        listed += 1;
+        front.push_str(line);
     }
-    if listed < names.len() {
-        out.push_str(&format!(", and {} more", names.len() - listed));
+    let Some(body_at) = closed else {
+        return Err(
+            "the front matter has no closing `---` line: it starts with a `---` line, then `key: value` lines, then a closing `---` line".to_owned(),
+        );
+    };
+    // The YAML parser takes time that grows faster than the text with nesting (a 50 KB
+    // front matter of `[`s took 12 s): a front matter holds a few short fields, so a
+    // long or deeply nested one is refused before it is parsed.
+    if front.len() > MAX_FRONT_MATTER {
+        return Err(format!(
+            "the front matter is {} bytes long; at most {MAX_FRONT_MATTER} (the instructions go below the closing `---` line)",
+            front.len()
+        ));
     }
-    out.push('.');
-    out.push_str(&tail);
-    (out, None)
+    let nesting = front
+        .bytes()
+        .scan(0usize, |depth, b| {
+            match b {
+                b'[' | b'{' => *depth += 1,
+                b']' | b'}' => *depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            Some(*depth)
+        })
+        .max()
+        .unwrap_or(0);
+    if nesting > MAX_FRONT_MATTER_NESTING {
+        return Err(format!(
+            "the front matter nests `[` or `{{` {nesting} levels deep; at most {MAX_FRONT_MATTER_NESTING}"
+        ));
+    }
+    // A `Mapping` (not a map type of serde's) refuses a key given twice, at any depth:
+    // with last-wins, a second `description:` would silently replace the first.
+    let fields: serde_norway::Mapping = if front.trim().is_empty() {
+        serde_norway::Mapping::new()
+    } else {
+        serde_norway::from_str(&front).map_err(|e| {
+            let e = e.to_string();
+            if e.starts_with("duplicate entry") {
+                format!("the front matter gives a key twice ({e}); keep one")
+            } else {
+                format!("the front matter is not a YAML mapping: {e}")
+            }
+        })?
+    };
+    Ok(Some((fields, body_at)))
 }
 
-struct SkillTool {
-    spec: ToolSpec,
-    skills: BTreeMap<String, Skill>,
-}
-
-#[async_trait]
-impl Tool for SkillTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    /// It renders a skill's text; it never asks the client.
-    fn reaches_client(&self) -> bool {
-        false
-    }
-
-    async fn call(&self, input: Value, _: &CallContext) -> ToolResult {
-        // The dispatcher has checked the argument against the schema's enum already; this
-        // answers a direct call all the same.
-        let name = input.get("name").and_then(Value::as_str).unwrap_or("");
-        if name == LIST_ALL && !self.skills.contains_key(name) {
-            let mut out = format!("{} skills:", self.skills.len());
-            for s in self.skills.values() {
-                out.push_str(&format!("\n- {}: {}", s.name, s.description));
-            }
-            return Ok(Envelope::text(out));
-        }
-        match self.skills.get(name) {
-            Some(skill) => Ok(Envelope::text(skill.render())),
-            None => {
-                let names: Vec<&str> = self.skills.keys().map(String::as_str).collect();
-                let alternatives: Vec<Alternative> = did_you_mean(name, names.iter().copied(), 3)
-                    .into_iter()
-                    .map(|(label, score)| Alternative::new(label, score))
-                    .collect();
-                Err(ToolError::schema_hint(
-                    format!(
-                        "no skill named `{name}`; the skills are: {}",
-                        names.join(", ")
-                    ),
-                    alternatives,
-                ))
-            }
-        }
-    }
+/// The sentence refusing `part` (text a model reads) when it hides characters a person
+/// reviewing `whose` would not see (tag characters spelling instructions, terminal escapes,
+/// bidi controls); `what` names the part, `line` (e.g. "of the instructions") adds the line.
+pub(crate) fn hidden_text(
+    what: &str,
+    part: &str,
+    line: Option<&str>,
+    whose: &str,
+) -> Option<String> {
+    let (_, Some(note)) = quiver_contract::without_hidden(part) else {
+        return None;
+    };
+    let at = part
+        .lines()
+        .position(|l| l.chars().any(quiver_contract::is_hidden_in_text))
+        .map_or(1, |i| i + 1);
+    let line = line
+        .map(|of| format!(" (line {at} {of})"))
+        .unwrap_or_default();
+    Some(format!(
+        "{what} {note}{line}: a model would read them and a person reviewing {whose} would not see them; remove them"
+    ))
 }
 
 #[cfg(test)]

@@ -172,7 +172,7 @@ pub(crate) async fn run(
                 sessions: app.store.clone(),
                 calls: app.store.clone(),
             }),
-            content: Some(std::sync::Arc::new(app.mcp.clone())),
+            content: Some(content(app)),
             readiness: Some(std::sync::Arc::new(quiver_host::Ready::of(app))),
             reload: Some(reloader),
         },
@@ -190,4 +190,19 @@ pub(crate) async fn run(
     definitions.finish(std::time::Duration::from_secs(10)).await;
     served?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the server serves resources, prompts and completions from: the MCP client passing
+/// the upstreams' through, behind the local prompts (command files and skills) when there
+/// are any.
+fn content(app: &App) -> std::sync::Arc<dyn quiver_mcp_adapter::ContentSource> {
+    let upstreams: std::sync::Arc<dyn quiver_mcp_adapter::ContentSource> =
+        std::sync::Arc::new(app.mcp.clone());
+    if app.prompts.is_empty() {
+        return upstreams;
+    }
+    std::sync::Arc::new(quiver_mcp_adapter::LocalPrompts::new(
+        app.prompts.clone(),
+        Some(upstreams),
+    ))
 }

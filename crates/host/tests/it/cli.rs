@@ -705,6 +705,86 @@ fn skills_directories_feed_the_skill_tool() {
     );
 }
 
+/// `[skills]` tiers: the project tier is read only when trusted, a name in two tiers goes
+/// to the higher and `check` reports the one shadowed (with its file); an asset is read
+/// by name through the `skill` tool, and a link beside the skill is no asset.
+#[test]
+fn skill_tiers_stack_behind_the_trust_gate() {
+    let dir = workdir("skill-tiers");
+    let skill = |tier: &str, name: &str, body: &str| {
+        let at = dir.join(tier).join(name);
+        std::fs::create_dir_all(&at).unwrap();
+        std::fs::write(
+            at.join("SKILL.md"),
+            format!("---\nname: {name}\ndescription: The {tier} {name}.\n---\n{body}\n"),
+        )
+        .unwrap();
+        at
+    };
+    skill("project", "review", "Review the project way.");
+    let user = skill("user", "review", "Review the user way.");
+    skill("user", "notes", "Take notes.");
+    std::fs::write(user.join("checklist.md"), "1. Read it.\n").unwrap();
+    std::os::unix::fs::symlink(dir.join("quiver.toml"), user.join("config.md")).unwrap();
+    let config = |trust: bool| {
+        std::fs::write(
+            dir.join("quiver.toml"),
+            format!(
+                "[skills]\nproject_dirs = [\"project\"]\nuser_dirs = [\"user\"]\ntrust_project = {trust}\n"
+            ),
+        )
+        .unwrap();
+    };
+    let review = || {
+        stdout(&quiver_in(
+            &dir,
+            &["call", "skill", r#"{"name": "review"}"#],
+        ))
+    };
+
+    config(false);
+    let text = review();
+    assert!(text.contains("Review the user way."), "{text}");
+    assert!(
+        text.contains("checklist.md") && !text.contains("config.md"),
+        "{text}"
+    );
+    let check = quiver_in(&dir, &["check"]);
+    assert_eq!(check.status.code(), Some(0), "{}", stdout(&check));
+    let asset = quiver_in(
+        &dir,
+        &[
+            "call",
+            "skill",
+            r#"{"name": "review", "asset": "checklist.md"}"#,
+        ],
+    );
+    assert!(stdout(&asset).contains("1. Read it."), "{}", stdout(&asset));
+    let link = quiver_in(
+        &dir,
+        &[
+            "call",
+            "skill",
+            r#"{"name": "review", "asset": "config.md"}"#,
+        ],
+    );
+    assert!(
+        stdout(&link).contains("has no asset \"config.md\"; its assets are: checklist.md"),
+        "{}",
+        stdout(&link)
+    );
+
+    config(true);
+    assert!(review().contains("Review the project way."), "{}", review());
+    let check = quiver_in(&dir, &["check"]);
+    let out = stdout(&check);
+    assert_eq!(check.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("user/review/SKILL.md: [not registered] skill `review` (user tier) is shadowed by the project tier's skill of that name, which is served"),
+        "{out}"
+    );
+}
+
 /// The host sets the catalog's family order: an upstream tool named `skill` (a server
 /// configured with an empty prefix) that registers after the skills takes the name, since
 /// MCP comes before skills; the skills' tool is back when the upstream lets go.
@@ -1138,7 +1218,7 @@ fn check_names_a_definition_too_large_to_be_shown() {
         .unwrap();
         quiver_in(&dir, &["check"])
     };
-    let check = budget(2600);
+    let check = budget(2700);
     let text = stdout(&check);
     assert_eq!(check.status.code(), Some(1), "{text}");
     let line = text
@@ -1156,7 +1236,7 @@ fn check_names_a_definition_too_large_to_be_shown() {
         "{}",
         stdout(&search)
     );
-    let check = budget(2700);
+    let check = budget(2800);
     assert_eq!(check.status.code(), Some(0), "{}", stdout(&check));
     let search = quiver_in(&dir, &["search", "long story"]);
     assert!(

@@ -15,6 +15,7 @@ mod http;
 mod invalid;
 mod key;
 mod listen;
+mod prompts;
 mod refusals;
 mod rounds;
 mod scope;
@@ -37,6 +38,7 @@ pub use crate::content::{ContentError, ContentOffer, ContentSource, ListChange, 
 pub use health::Readiness;
 pub use http::allowed_authorities;
 pub use key::{CONVERSATION_HEADER, CONVERSATION_META};
+pub use prompts::{LocalPrompts, PROMPT_ARGUMENT};
 
 /// How the server behaves; the host fills it from its configuration.
 #[derive(Debug, Clone)]

@@ -4,4 +4,5 @@ mod batch;
 mod catalog;
 mod custom;
 mod pipeline;
+mod skills;
 mod support;

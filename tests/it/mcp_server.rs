@@ -772,23 +772,41 @@ async fn sigterm_stops_quiver_serve_cleanly() {
     );
 }
 
-/// SIGHUP (the terminal or SSH session of `quiver serve` closed) stops it like SIGTERM:
-/// cleanly, exit 0. Before, it was the default action's: killed, with no audit of the calls
-/// in flight.
+/// SIGHUP reloads `quiver serve`'s configuration (the Unix convention for daemons): it
+/// serves on, and says so in the reload status `quiver status` reads; SIGTERM then stops it
+/// cleanly, exit 0.
 #[tokio::test]
-async fn a_hangup_stops_quiver_serve_cleanly() {
+async fn a_hangup_reloads_quiver_serve_and_sigterm_stops_it() {
     let dir = fresh_dir();
     let mut server =
         Server::start_in(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"], &dir).await;
     let pid = server.child.id().expect("running").to_string();
     send_signal(&pid, "-HUP").await;
+    let status_file = dir.join("quiver.db.reload.json");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !status_file.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no reload status after SIGHUP"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&status_file).unwrap()).unwrap();
+    assert_eq!(report["trigger"], "SIGHUP", "{report}");
+    assert_eq!(report["ok"], true, "{report}");
+    assert!(
+        server.child.try_wait().expect("waitable").is_none(),
+        "still serving after SIGHUP"
+    );
+    send_signal(&pid, "-TERM").await;
     let status = tokio::time::timeout(Duration::from_secs(30), server.child.wait())
         .await
         .expect("the server exits")
         .expect("wait works");
     assert!(
         status.success(),
-        "quiver serve exited with {status} on SIGHUP"
+        "quiver serve exited with {status} on SIGTERM"
     );
     assert_clean_shutdown(&dir);
 
@@ -1967,5 +1985,57 @@ async fn serve_builds_proposed_tools_and_rebuilds_approved_ones_under_new_limits
         "{shown}"
     );
     assert!(server.terminate().await.success());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A running `quiver serve` reloads its configuration without a restart: an upstream added
+/// to the `--mcp-config` file connects, a broken file keeps the old state and is reported
+/// (`POST /admin/reload`, `quiver status`), an added skill becomes a prompt, a reload that
+/// changes nothing notifies nobody, and a removed upstream's tools leave
+/// (`reload_live.py` has the steps).
+#[tokio::test]
+async fn serve_reloads_its_configuration_without_a_restart() {
+    let everything = peers().join("npm/node_modules/.bin/mcp-server-everything");
+    assert!(
+        everything.exists(),
+        "{} is missing: run `bash .ci/setup-peers`",
+        everything.display()
+    );
+    let dir = fresh_dir();
+    let token = "admin-secret-0123456789";
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!("[admin]\ntoken = \"{token}\"\n\n[skills]\ndirs = [\"skills\"]\n"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.join("skills/alpha")).unwrap();
+    std::fs::write(
+        dir.join("skills/alpha/SKILL.md"),
+        "---\nname: alpha\ndescription: Drafts an alpha plan. Use when asked for an alpha.\n---\nPlan $ARGUMENTS.\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("mcp.json"), r#"{"mcpServers": {}}"#).unwrap();
+    let args = [
+        "--mcp-config",
+        "mcp.json",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    let mut server = Server::start_in(quiver_binary(), &args, &dir).await;
+    let binary = quiver_binary();
+    run_script(
+        "reload_live.py",
+        &[
+            &server.url,
+            dir.to_str().expect("utf-8 path"),
+            everything.to_str().expect("utf-8 path"),
+            token,
+            binary.to_str().expect("utf-8 path"),
+        ],
+    )
+    .await;
+    assert!(server.terminate().await.success());
+    assert_clean_shutdown(&dir);
     std::fs::remove_dir_all(&dir).unwrap();
 }

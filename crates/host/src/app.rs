@@ -74,11 +74,11 @@ fn store_options(config: &Config) -> StoreOptions {
 }
 
 /// What `[skills]` gives: the `skill` tool, the local prompts, and what the operator is told.
-struct Skills {
-    tool: Option<Arc<dyn Tool>>,
-    prompts: Arc<PromptSet>,
+pub(crate) struct Skills {
+    pub(crate) tool: Option<Arc<dyn Tool>>,
+    pub(crate) prompts: Arc<PromptSet>,
     /// What could not be loaded, or was shadowed, with the file it is about.
-    problems: Vec<SkillProblem>,
+    pub(crate) problems: Vec<SkillProblem>,
     /// Served skills longer than a result may be: name, origin, characters.
     long: Vec<(String, String, usize)>,
 }
@@ -86,7 +86,7 @@ struct Skills {
 /// Reads each tier's directories (the project tier's only when the workspace is trusted:
 /// an untrusted one is never read), stacks them, and builds the `skill` tool and the
 /// local prompts over the stack.
-async fn load_skills(config: &Config) -> Skills {
+pub(crate) async fn load_skills(config: &Config) -> Skills {
     let trusted = config.skills.trust_project;
     let mut tiers: Vec<Arc<DirSkills>> = Vec::new();
     let mut problems = Vec::new();
@@ -688,6 +688,7 @@ impl App {
             self.mcp_files.clone(),
             self.mcp.clone(),
             self.policy.clone(),
+            self.catalog.clone(),
         )
     }
 }

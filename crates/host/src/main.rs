@@ -478,7 +478,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         ..
     } = &cmd
     {
-        config.skills.trust_project = true;
+        config.skills.trust_by_flag();
     }
     // A token that is not configured (or a mode it does not have) is said at once, before
     // the upstreams are waited for.

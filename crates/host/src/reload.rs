@@ -6,13 +6,17 @@
 //!   connects, a removed one is closed and its tools leave, a changed one reconnects, and
 //!   the others are untouched (no reconnect, no dropped call);
 //! - the policy rules apply to the next call ([`LivePolicy`]);
+//! - skills and command files are read again when `[skills]` or anything in their
+//!   directories changed: the `skill` tool is replaced and the local prompts with it;
 //! - the sections read only at start (the store, the surface, limits, tokens, the sandbox,
-//!   skills, the admin token) are compared, and a change there is reported as needing a
-//!   restart rather than half applied.
+//!   the admin token) are compared, and a change there is reported as needing a restart
+//!   rather than half applied.
 //!
 //! Clients see a changed tool list as `notifications/tools/list_changed`, as for any
-//! catalog change. Triggers: [`watch_files`] (the files' directories, debounced), SIGHUP,
-//! and `POST /admin/reload` behind the admin token. One reload runs at a time.
+//! catalog change, and changed prompts as `notifications/prompts/list_changed`; a reload
+//! that changes nothing sends neither and reconnects nothing. Triggers: [`watch_files`]
+//! (the files' directories and the skills directories, debounced), SIGHUP, and
+//! `POST /admin/reload` behind the admin token. One reload runs at a time.
 
 use std::{
     path::{Path, PathBuf},
@@ -20,8 +24,8 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use quiver_mcp_adapter::McpClient;
-use quiver_registry::{PolicyCheck, PolicyRequest, PolicyVerdict, RulePolicy};
+use quiver_mcp_adapter::{LocalPrompts, McpClient};
+use quiver_registry::{Catalog, Family, PolicyCheck, PolicyRequest, PolicyVerdict, RulePolicy};
 use serde_json::{Value, json};
 
 use crate::Config;
@@ -67,9 +71,13 @@ pub struct Reloader {
     mcp_files: Vec<PathBuf>,
     mcp: McpClient,
     policy: Arc<LivePolicy>,
-    /// The configuration in force; held for the whole of a reload, so one runs at a time.
-    current: tokio::sync::Mutex<Config>,
+    /// The configuration in force, and the skills fingerprint it was loaded with; held for
+    /// the whole of a reload, so one runs at a time.
+    current: tokio::sync::Mutex<(Config, u64)>,
     status_file: PathBuf,
+    catalog: Arc<Catalog>,
+    /// The local prompts `serve` offers (skills and command files), replaced with them.
+    prompts: Option<Arc<LocalPrompts>>,
 }
 
 impl std::fmt::Debug for Reloader {
@@ -98,17 +106,39 @@ impl Reloader {
         mcp_files: Vec<PathBuf>,
         mcp: McpClient,
         policy: Arc<LivePolicy>,
+        catalog: Arc<Catalog>,
     ) -> Self {
         let status_file = status_file(&config.store.path);
         let _ = std::fs::remove_file(&status_file);
+        let print = skills_fingerprint(&config);
         Reloader {
             config_path,
             mcp_files,
             mcp,
             policy,
-            current: tokio::sync::Mutex::new(config),
+            current: tokio::sync::Mutex::new((config, print)),
             status_file,
+            catalog,
+            prompts: None,
         }
+    }
+
+    /// Replaces `prompts` with the skills and command files a reload reads.
+    pub fn with_prompts(mut self, prompts: Arc<LocalPrompts>) -> Self {
+        self.prompts = Some(prompts);
+        self
+    }
+
+    /// The skills and command-file directories in force (watched recursively).
+    pub async fn skill_dirs(&self) -> Vec<PathBuf> {
+        self.current
+            .lock()
+            .await
+            .0
+            .skills
+            .all_dirs()
+            .cloned()
+            .collect()
     }
 
     /// The files a change of which reloads.
@@ -134,8 +164,9 @@ impl Reloader {
     /// Reloads now; `trigger` says what asked. `Ok` with what changed, `Err` with why
     /// nothing did.
     pub async fn reload(&self, trigger: &str) -> Result<Value, Value> {
-        let mut current = self.current.lock().await;
-        let (config, servers) = match self.read() {
+        let mut held = self.current.lock().await;
+        let (current, print) = &mut *held;
+        let (mut config, servers) = match self.read() {
             Ok(read) => read,
             Err(e) => {
                 let why = format!("{e:#}");
@@ -158,6 +189,9 @@ impl Reloader {
                 return Err(report);
             }
         };
+        // The trust `--trust-project` gave stays: the file never says it.
+        config.skills.trusted_by_flag = current.skills.trusted_by_flag;
+        config.skills.trust_project |= current.skills.trusted_by_flag;
         let same =
             |a: &dyn std::fmt::Debug, b: &dyn std::fmt::Debug| format!("{a:?}") == format!("{b:?}");
         let policy_changed = !same(&current.policy, &config.policy);
@@ -170,14 +204,20 @@ impl Reloader {
             ("limits", same(&current.limits, &config.limits)),
             ("auth", same(&current.auth, &config.auth)),
             ("sandbox", same(&current.sandbox, &config.sandbox)),
-            ("skills", same(&current.skills, &config.skills)),
             ("admin", same(&current.admin, &config.admin)),
         ]
         .into_iter()
         .filter(|(_, unchanged)| !unchanged)
         .map(|(section, _)| section)
         .collect();
+        let new_print = skills_fingerprint(&config);
+        let skills_changed = new_print != *print || !same(&current.skills, &config.skills);
+        let mut skill_problems = Vec::new();
+        if skills_changed {
+            skill_problems = self.reload_skills(&config).await;
+        }
         *current = config;
+        *print = new_print;
         let report = json!({
             "ok": true,
             "trigger": trigger,
@@ -188,15 +228,18 @@ impl Reloader {
                 "unchanged": reconciled.unchanged,
             },
             "policy_changed": policy_changed,
+            "skills_changed": skills_changed,
+            "skill_problems": skill_problems,
             "needs_restart": needs_restart,
         });
-        if reconciled.changed() || policy_changed || !needs_restart.is_empty() {
+        if reconciled.changed() || policy_changed || skills_changed || !needs_restart.is_empty() {
             tracing::info!(
                 trigger,
                 added = ?reconciled.added,
                 removed = ?reconciled.removed,
                 restarted = ?reconciled.restarted,
                 policy_changed,
+                skills_changed,
                 "configuration reloaded"
             );
         } else {
@@ -210,6 +253,51 @@ impl Reloader {
         }
         self.record(&report);
         Ok(report)
+    }
+
+    /// Reads the skills and command files of `config` again: the `skill` tool is replaced
+    /// (unless another family holds its name), removed when no skill is left, and the
+    /// local prompts replaced. Returns what could not be loaded, each with its file.
+    async fn reload_skills(&self, config: &Config) -> Vec<String> {
+        let skills = crate::app::load_skills(config).await;
+        let family = Family::Skills.name();
+        let ours = |name: &str| {
+            self.catalog
+                .lookup(name)
+                .is_none_or(|e| &*e.family == family)
+        };
+        match skills.tool {
+            Some(tool) if ours(&tool.spec().name) => {
+                if let Err(e) = self.catalog.upsert_in(family, tool) {
+                    tracing::warn!("the skill tool could not be replaced: {e}");
+                }
+            }
+            Some(_) => {}
+            None => {
+                let gone: Vec<String> = self
+                    .catalog
+                    .tools()
+                    .iter()
+                    .filter(|e| &*e.family == family)
+                    .map(|e| e.spec.name.clone())
+                    .collect();
+                for name in gone {
+                    self.catalog.remove(&name);
+                }
+            }
+        }
+        if let Some(prompts) = &self.prompts {
+            prompts.replace(skills.prompts);
+        }
+        let problems: Vec<String> = skills
+            .problems
+            .iter()
+            .map(|p| format!("{}: {}", p.origin, p.reason))
+            .collect();
+        for p in &problems {
+            tracing::warn!("skills: {p}");
+        }
+        problems
     }
 
     /// Writes the last reload's report for `quiver status`.
@@ -239,23 +327,33 @@ impl quiver_mcp_adapter::Reload for Reloader {
     }
 }
 
-/// Reloads `reloader` whenever one of its files changes, until the returned watcher is
-/// dropped: the files' directories are watched (an editor replaces a file rather than
-/// writing it), events for other files are ignored, and events within [`DEBOUNCE`] of each
-/// other make one reload.
+/// Reloads `reloader` whenever one of its files, or anything under a skills directory,
+/// changes, until the returned watcher is dropped: the files' directories are watched (an
+/// editor replaces a file rather than writing it), events for other files are ignored, and
+/// events within [`DEBOUNCE`] of each other make one reload.
 pub fn watch_files(
     reloader: Arc<Reloader>,
 ) -> anyhow::Result<(notify::RecommendedWatcher, tokio::task::JoinHandle<()>)> {
     use notify::Watcher;
     let files: Vec<PathBuf> = reloader.files().iter().map(|f| absolute(f)).collect();
+    let skill_dirs: Vec<PathBuf> = reloader
+        .current
+        .try_lock()
+        .map(|held| held.0.skills.all_dirs().map(|d| absolute(d)).collect())
+        .unwrap_or_default();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let wanted = files.clone();
+    let under = skill_dirs.clone();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         let Ok(event) = event else { return };
         if event.kind.is_access() {
             return;
         }
-        if event.paths.iter().any(|p| wanted.contains(&absolute(p))) {
+        let ours = |p: &PathBuf| {
+            let p = absolute(p);
+            wanted.contains(&p) || under.iter().any(|d| p.starts_with(d))
+        };
+        if event.paths.iter().any(ours) {
             let _ = tx.send(());
         }
     })?;
@@ -269,6 +367,13 @@ pub fn watch_files(
         watcher
             .watch(dir, notify::RecursiveMode::NonRecursive)
             .map_err(|e| anyhow::anyhow!("watching {} for changes: {e}", dir.display()))?;
+    }
+    // The skills directories as they were at start (one added by a reload is read by the
+    // next reload, whatever triggers it). A missing one is not watched.
+    for dir in skill_dirs.iter().filter(|d| d.is_dir()) {
+        if let Err(e) = watcher.watch(dir, notify::RecursiveMode::Recursive) {
+            tracing::warn!(dir = %dir.display(), "skills directory not watched: {e}");
+        }
     }
     let task = tokio::spawn(async move {
         while rx.recv().await.is_some() {
@@ -284,6 +389,38 @@ pub fn watch_files(
         }
     });
     Ok((watcher, task))
+}
+
+/// A fingerprint of every file and directory under the skills and command-file
+/// directories of `config` (path, size, modification time; links not followed): a reload
+/// reads the skills again only when it moved.
+fn skills_fingerprint(config: &Config) -> u64 {
+    use std::hash::{Hash, Hasher};
+    /// The most entries looked at, so a huge tree cannot stall a reload.
+    const MAX_ENTRIES: usize = 20_000;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let mut stack: Vec<PathBuf> = config.skills.all_dirs().cloned().collect();
+    let mut seen = 0;
+    while let Some(path) = stack.pop() {
+        seen += 1;
+        if seen > MAX_ENTRIES {
+            break;
+        }
+        path.hash(&mut hasher);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        meta.len().hash(&mut hasher);
+        meta.modified().ok().hash(&mut hasher);
+        if meta.is_dir()
+            && let Ok(entries) = std::fs::read_dir(&path)
+        {
+            let mut children: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+            children.sort();
+            stack.extend(children);
+        }
+    }
+    hasher.finish()
 }
 
 /// `path` made absolute against the working directory, without touching the file system

@@ -143,7 +143,12 @@ pub(crate) async fn run(
     }
     // The configuration reloads on a change of its files, on SIGHUP and at
     // `POST /admin/reload`.
-    let reloader = std::sync::Arc::new(app.reloader(config));
+    let (content, prompts) = content(app, config);
+    let mut reloader = app.reloader(config);
+    if let Some(prompts) = prompts {
+        reloader = reloader.with_prompts(prompts);
+    }
+    let reloader = std::sync::Arc::new(reloader);
     let _watching = match quiver_host::reload::watch_files(reloader.clone()) {
         Ok(watching) => Some(watching),
         Err(e) => {
@@ -172,7 +177,7 @@ pub(crate) async fn run(
                 sessions: app.store.clone(),
                 calls: app.store.clone(),
             }),
-            content: Some(content(app)),
+            content: Some(content),
             readiness: Some(std::sync::Arc::new(quiver_host::Ready::of(app))),
             reload: Some(reloader),
         },
@@ -193,16 +198,24 @@ pub(crate) async fn run(
 }
 
 /// What the server serves resources, prompts and completions from: the MCP client passing
-/// the upstreams' through, behind the local prompts (command files and skills) when there
-/// are any.
-fn content(app: &App) -> std::sync::Arc<dyn quiver_mcp_adapter::ContentSource> {
+/// the upstreams' through, behind the local prompts (command files and skills) when
+/// `[skills]` names any directory (then a reload replaces them, and the prompts capability
+/// is offered even while none loads), and the local prompts when it does.
+fn content(
+    app: &App,
+    config: &Config,
+) -> (
+    std::sync::Arc<dyn quiver_mcp_adapter::ContentSource>,
+    Option<std::sync::Arc<quiver_mcp_adapter::LocalPrompts>>,
+) {
     let upstreams: std::sync::Arc<dyn quiver_mcp_adapter::ContentSource> =
         std::sync::Arc::new(app.mcp.clone());
-    if app.prompts.is_empty() {
-        return upstreams;
+    if app.prompts.is_empty() && config.skills.all_dirs().next().is_none() {
+        return (upstreams, None);
     }
-    std::sync::Arc::new(quiver_mcp_adapter::LocalPrompts::new(
+    let local = std::sync::Arc::new(quiver_mcp_adapter::LocalPrompts::new(
         app.prompts.clone(),
         Some(upstreams),
-    ))
+    ));
+    (local.clone(), Some(local))
 }

@@ -20,6 +20,9 @@ pub(crate) fn run(app: &App, config: &Config) -> anyhow::Result<ExitCode> {
         );
     }
     say!("catalog: {} tool(s)", app.catalog.len());
+    if let Some(line) = last_reload(config) {
+        say!("{line}");
+    }
     let servers = app.mcp.status();
     if servers.is_empty() {
         say!("no upstream MCP servers configured");
@@ -58,4 +61,79 @@ pub(crate) fn run(app: &App, config: &Config) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The last reload of a `quiver serve` on this store, as its status file says.
+fn last_reload(config: &Config) -> Option<String> {
+    let file = quiver_host::reload::status_file(&config.store.path);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file).ok()?).ok()?;
+    let text = |k: &str| {
+        report
+            .get(k)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("")
+    };
+    let ago = report
+        .get("at_unix")
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|at| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .map(|now| now.as_secs().saturating_sub(at))
+        })
+        .unwrap_or(0);
+    let pid = report
+        .get("pid")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0);
+    let head = format!(
+        "last reload (quiver serve pid {pid}, {ago}s ago, {}):",
+        text("trigger")
+    );
+    if report.get("ok").and_then(serde_json::Value::as_bool) != Some(true) {
+        return Some(format!(
+            "{head} failed, the running configuration stays: {}",
+            text("error")
+        ));
+    }
+    let list = |path: &[&str]| {
+        let mut v = &report;
+        for k in path {
+            v = v.get(k)?;
+        }
+        let names: Vec<&str> = v.as_array()?.iter().filter_map(|n| n.as_str()).collect();
+        (!names.is_empty()).then(|| names.join(", "))
+    };
+    let mut parts = Vec::new();
+    for (label, path) in [
+        ("servers added", &["servers", "added"][..]),
+        ("removed", &["servers", "removed"][..]),
+        ("restarted", &["servers", "restarted"][..]),
+        ("apply at restart", &["needs_restart"][..]),
+        ("skill problems", &["skill_problems"][..]),
+    ] {
+        if let Some(names) = list(path) {
+            parts.push(format!("{label}: {names}"));
+        }
+    }
+    if report
+        .get("policy_changed")
+        .and_then(serde_json::Value::as_bool)
+        == Some(true)
+    {
+        parts.push("policy rules replaced".into());
+    }
+    if report
+        .get("skills_changed")
+        .and_then(serde_json::Value::as_bool)
+        == Some(true)
+    {
+        parts.push("skills read again".into());
+    }
+    if parts.is_empty() {
+        parts.push("nothing changed".into());
+    }
+    Some(format!("{head} ok; {}", parts.join("; ")))
 }

@@ -33,6 +33,9 @@ pub struct SkillsConfig {
     /// beside the skills; a command file shadows a skill of its name. The first directory
     /// listed wins a name.
     pub commands_dirs: Vec<PathBuf>,
+    /// Set by `quiver serve --trust-project`: a reload keeps the trust the flag gave.
+    #[serde(skip)]
+    pub(crate) trusted_by_flag: bool,
 }
 
 impl SkillsConfig {
@@ -44,5 +47,25 @@ impl SkillsConfig {
             (SkillTier::User, &self.user_dirs),
             (SkillTier::Driver, &self.driver_dirs),
         ]
+    }
+}
+
+impl SkillsConfig {
+    /// Trusts the workspace for this run, as `quiver serve --trust-project` does; a reload
+    /// keeps it.
+    pub fn trust_by_flag(&mut self) {
+        self.trust_project = true;
+        self.trusted_by_flag = true;
+    }
+
+    /// Every directory skills and command files are read from, whatever its tier (the
+    /// project tier's too: a reload watches them all).
+    pub fn all_dirs(&self) -> impl Iterator<Item = &PathBuf> {
+        self.dirs
+            .iter()
+            .chain(&self.project_dirs)
+            .chain(&self.user_dirs)
+            .chain(&self.driver_dirs)
+            .chain(&self.commands_dirs)
     }
 }

@@ -1,6 +1,7 @@
 //! The `quiver` binary as a user runs it.
 
 mod cli;
+mod reload;
 mod serve;
 mod upstreams;
 

@@ -1,0 +1,63 @@
+//! A reload of a built app's configuration: what applies to the next call, and what a file
+//! that does not check leaves alone.
+
+use quiver_contract::CallContext;
+use serde_json::json;
+
+/// Policy rules added by a reload apply to the next call; a broken file then changes
+/// nothing (the rules in force stay) and says why, naming the file; a section read only at
+/// start is reported as needing a restart.
+#[tokio::test]
+async fn a_reload_replaces_the_policy_rules_and_a_broken_file_changes_nothing() {
+    let dir = crate::Scratch::new("reload-policy");
+    let file = dir.join("quiver.toml");
+    std::fs::write(&file, "[store]\npath = \"q.db\"\n").unwrap();
+    let (config, _) = quiver_host::Config::load(Some(&file)).unwrap();
+    let app = quiver_host::App::build(&config, &[]).await.unwrap();
+    let reloader = app.reloader(&config);
+    let search = || {
+        app.dispatcher.call(
+            "tool_search",
+            json!({"query": "anything"}),
+            CallContext::for_session("s"),
+        )
+    };
+    assert!(search().await.is_ok(), "no rule yet");
+
+    std::fs::write(
+        &file,
+        "[store]\npath = \"q.db\"\n\n[[policy.rules]]\nid = \"no-search\"\ntool = \"tool_search\"\naction = \"deny\"\nmessage = \"searching is off today\"\n",
+    )
+    .unwrap();
+    let report = reloader.reload("test").await.expect("a good file reloads");
+    assert_eq!(report["policy_changed"], true, "{report}");
+    assert_eq!(report["needs_restart"], json!([]), "{report}");
+    let denied = search().await;
+    assert!(denied.is_err(), "{denied:?}");
+    assert!(
+        format!("{denied:?}").contains("searching is off today"),
+        "{denied:?}"
+    );
+
+    std::fs::write(&file, "[store]\npath = \"q.db\"\n[[policy.rules]\n").unwrap();
+    let refused = reloader.reload("test").await.expect_err("a broken file");
+    let why = refused["error"].as_str().unwrap_or_default();
+    assert!(why.contains("quiver.toml"), "names the file: {refused}");
+    assert!(search().await.is_err(), "the rules in force stay");
+
+    std::fs::write(
+        &file,
+        "[store]\npath = \"q.db\"\n\n[limits]\nmax_result_chars = 5000\n",
+    )
+    .unwrap();
+    let report = reloader.reload("test").await.expect("a good file reloads");
+    assert_eq!(report["needs_restart"], json!(["limits"]), "{report}");
+    assert!(search().await.is_ok(), "the rule is gone");
+    let status = std::fs::read_to_string(quiver_host::reload::status_file(&config.store.path))
+        .expect("the status file");
+    assert!(
+        status.contains("\"needs_restart\":[\"limits\"]"),
+        "{status}"
+    );
+    app.shutdown().await.unwrap();
+}

@@ -2039,3 +2039,82 @@ async fn serve_reloads_its_configuration_without_a_restart() {
     assert_clean_shutdown(&dir);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A reload under load drops no call and loses no log row: 64 clients call an upstream's
+/// echo through `quiver serve` while another upstream is added to the `--mcp-config` file
+/// (`reload_load.py`); every call answers, and the execution log has a row for each.
+#[tokio::test]
+async fn a_reload_under_load_drops_no_call_and_loses_no_log_row() {
+    let everything = peers().join("npm/node_modules/.bin/mcp-server-everything");
+    assert!(
+        everything.exists(),
+        "{} is missing: run `bash .ci/setup-peers`",
+        everything.display()
+    );
+    let dir = fresh_dir();
+    let mcp_json = dir.join("mcp.json");
+    std::fs::write(
+        &mcp_json,
+        serde_json::json!({"mcpServers": {"everything": {"command": everything}}}).to_string(),
+    )
+    .unwrap();
+    let args = [
+        "--mcp-config",
+        "mcp.json",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    let mut server = Server::start_in(quiver_binary(), &args, &dir).await;
+    let count_file = dir.join("calls.txt");
+    run_script(
+        "reload_load.py",
+        &[
+            &server.url,
+            mcp_json.to_str().expect("utf-8 path"),
+            everything.to_str().expect("utf-8 path"),
+            count_file.to_str().expect("utf-8 path"),
+        ],
+    )
+    .await;
+    let calls: usize = std::fs::read_to_string(&count_file)
+        .expect("the script counted its calls")
+        .trim()
+        .parse()
+        .expect("a number");
+    assert!(server.terminate().await.success());
+    let log = std::process::Command::new(quiver_binary())
+        .args([
+            "log",
+            "--json",
+            "--tool",
+            "mcp__everything__echo",
+            "--limit",
+            "1000",
+        ])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&log.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let ok = rows.iter().filter(|r| r["outcome"] == "ok").count();
+    assert!(calls > 64, "calls continued past the reload: {calls}");
+    assert_eq!(ok, calls, "one ok row per call: {} rows", rows.len());
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("quiver.db.reload.json")).expect("a reload ran"),
+    )
+    .unwrap();
+    assert_eq!(
+        report["servers"]["added"],
+        serde_json::json!(["other"]),
+        "{report}"
+    );
+    assert_eq!(
+        report["servers"]["unchanged"],
+        serde_json::json!(["everything"]),
+        "{report}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -2118,3 +2118,74 @@ async fn a_reload_under_load_drops_no_call_and_loses_no_log_row() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The catalog directory (`[catalog] dir`) through `quiver serve` and the official Python
+/// client: an alias of an upstream tool, a skill as a tool and an auto-approved custom tool
+/// are served; an edited and an added file reach the client with `list_changed`; a broken
+/// file is reported and the rest stay (`catalog_live.py` has the steps).
+#[tokio::test]
+async fn the_catalog_directory_serves_each_kind_and_reloads_an_edit() {
+    let everything = peers().join("npm/node_modules/.bin/mcp-server-everything");
+    assert!(
+        everything.exists(),
+        "{} is missing: run `bash .ci/setup-peers`",
+        everything.display()
+    );
+    let dir = fresh_dir();
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[catalog]\ndir = \"catalog\"\nauto_approve = true\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("mcp.json"),
+        serde_json::json!({"mcpServers": {"everything": {"command": everything}}}).to_string(),
+    )
+    .unwrap();
+    let tools = dir.join("catalog/tools");
+    std::fs::create_dir_all(&tools).unwrap();
+    std::fs::create_dir_all(dir.join("catalog/skills/release")).unwrap();
+    std::fs::write(
+        dir.join("catalog/skills/release/SKILL.md"),
+        "---\nname: release\ndescription: Ships a release. Use when asked to ship.\n---\nShip $1 to $2.\n",
+    )
+    .unwrap();
+    let message = serde_json::json!({"type": "object", "properties": {"message": {"type": "string", "maxLength": 500, "description": "The text."}}, "required": ["message"]});
+    let defs = [
+        (
+            "say.json",
+            serde_json::json!({"name": "say", "description": "Repeats a message back. Use it when asked to repeat a message.", "input_schema": message, "implementation": {"kind": "mcp", "ref": {"server": "everything", "tool": "echo"}}}),
+        ),
+        (
+            "plan.json",
+            serde_json::json!({"name": "plan_release", "description": "Plans a release of a version to a target. Use it when asked to plan a release.", "input_schema": {"type": "object", "properties": {"version": {"type": "string", "maxLength": 20, "description": "The version."}, "target": {"type": "string", "maxLength": 40, "description": "Where to."}}, "required": ["version", "target"]}, "implementation": {"kind": "skill", "ref": "release"}}),
+        ),
+        (
+            "add_one.json",
+            serde_json::json!({"name": "add_one", "description": "Adds one to a number. Use it when asked to add one to a number.", "input_schema": {"type": "object", "properties": {"n": {"type": "number", "description": "The number."}}, "required": ["n"]}, "implementation": {"kind": "custom", "ref": "add_one.js"}, "tests": [{"inputs": {"n": 1}, "expect": 2}]}),
+        ),
+    ];
+    for (file, def) in defs {
+        std::fs::write(tools.join(file), def.to_string()).unwrap();
+    }
+    std::fs::write(
+        tools.join("add_one.js"),
+        "async function main(inputs) { return inputs.n + 1; }",
+    )
+    .unwrap();
+    let args = [
+        "--mcp-config",
+        "mcp.json",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    let mut server = Server::start_in(quiver_binary(), &args, &dir).await;
+    run_script(
+        "catalog_live.py",
+        &[&server.url, dir.to_str().expect("utf-8 path")],
+    )
+    .await;
+    assert!(server.terminate().await.success());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

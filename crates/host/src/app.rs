@@ -81,6 +81,8 @@ pub(crate) struct Skills {
     pub(crate) problems: Vec<SkillProblem>,
     /// Served skills longer than a result may be: name, origin, characters.
     long: Vec<(String, String, usize)>,
+    /// The stacked skills (for the catalog directory's skill-kind tools).
+    pub(crate) stack: Arc<dyn SkillSource>,
 }
 
 /// Reads each tier's directories (the project tier's only when the workspace is trusted:
@@ -131,6 +133,7 @@ pub(crate) async fn load_skills(config: &Config) -> Skills {
         })
         .collect();
     let stack: Arc<dyn SkillSource> = Arc::new(stack);
+    let stack_kept = stack.clone();
     let tool = skill_tool(stack.clone()).await.unwrap_or_else(|e| {
         problems.push(SkillProblem::new("skills", e.to_string()));
         None
@@ -144,6 +147,7 @@ pub(crate) async fn load_skills(config: &Config) -> Skills {
         prompts: Arc::new(prompts),
         problems,
         long,
+        stack: stack_kept,
     }
 }
 
@@ -181,6 +185,10 @@ pub struct App {
     pub mcp_files: Vec<std::path::PathBuf>,
     /// The local prompts (command files and skills) `serve` offers ahead of the upstreams'.
     pub prompts: Arc<PromptSet>,
+    /// The catalog directory's tools (`[catalog] dir`), kept in step by a reload.
+    pub catalog_dir: Arc<crate::catalog_dir::CatalogDirTools>,
+    /// The skills as loaded (skill-kind catalog tools serve from it).
+    pub skill_stack: Arc<dyn SkillSource>,
 }
 
 impl std::fmt::Debug for App {
@@ -253,6 +261,7 @@ impl App {
             tracing::warn!("resident floor: {why}; using the static fallback");
         }
         let skills = load_skills(config).await;
+        let skill_stack = skills.stack.clone();
         let (skill, skill_problems, long_skills) = (skills.tool, skills.problems, skills.long);
         // Logged before the servers are resolved, whose configuration may stop the command.
         for p in &skill_problems {
@@ -294,6 +303,50 @@ impl App {
             Ok(_) => {}
             Err(e) => tracing::warn!("custom tools not loaded: {e}"),
         }
+        let catalog_dir = Arc::new(crate::catalog_dir::CatalogDirTools::new(
+            catalog.clone(),
+            custom.clone(),
+            matches!(access, StoreAccess::ReadWrite),
+        ));
+        if let Some(dir) = &config.catalog.dir {
+            let names: Vec<String> = servers.iter().map(|s| s.name.clone()).collect();
+            let read = crate::catalog_dir::read(dir, &names);
+            let applied = catalog_dir
+                .apply(
+                    &read,
+                    Some(skill_stack.clone()),
+                    config.catalog.auto_approve,
+                )
+                .await;
+            if !applied.served.is_empty() || !applied.drafted.is_empty() {
+                tracing::info!(served = ?applied.served, drafted = ?applied.drafted, "catalog directory loaded");
+            }
+            for p in &read.problems {
+                if p.refused {
+                    tracing::warn!("catalog directory: {p}");
+                } else {
+                    tracing::info!("catalog directory lint: {p}");
+                }
+            }
+            report.skipped.extend(
+                read.problems
+                    .iter()
+                    .filter(|p| p.refused)
+                    .map(|p| {
+                        Skipped::new(
+                            "catalog",
+                            p.path.display().to_string(),
+                            format!("[{}] {}", p.rule, p.fix),
+                        )
+                    })
+                    .chain(
+                        applied
+                            .problems
+                            .iter()
+                            .map(|p| Skipped::new("catalog", "catalog directory", p.clone())),
+                    ),
+            );
+        }
         // A skill that could not be loaded is missing from the `skill` tool: reported like a
         // tool the catalog refused (`quiver check` counts it, `serve` logs it).
         report.skipped.extend(
@@ -329,6 +382,8 @@ impl App {
             policy,
             mcp_files: mcp_files.to_vec(),
             prompts: skills.prompts,
+            catalog_dir,
+            skill_stack,
         })
     }
 
@@ -690,5 +745,6 @@ impl App {
             self.policy.clone(),
             self.catalog.clone(),
         )
+        .with_catalog_dir(self.catalog_dir.clone(), self.skill_stack.clone())
     }
 }

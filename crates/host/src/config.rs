@@ -51,12 +51,29 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     /// The operator's endpoints (`[admin]`).
     pub admin: AdminConfig,
+    /// The catalog directory (`[catalog]`): tool definitions in files.
+    pub catalog: CatalogConfig,
     /// The file it was read from, for errors found later (an MCP server's settings).
     #[serde(skip)]
     pub(crate) origin: Option<String>,
     /// The path it was loaded from ([`Config::load`]), read again by a reload.
     #[serde(skip)]
     pub(crate) source: Option<PathBuf>,
+}
+
+/// `[catalog]`: tool definitions kept as files (see the `catalog_dir` module for the
+/// layout and the kinds).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct CatalogConfig {
+    /// The directory (`tools/`, `skills/`, `agents/` under it); relative to the config
+    /// file's directory. Default: none.
+    pub dir: Option<PathBuf>,
+    /// Approve the custom tools the directory defines once their build passes (by override
+    /// when they have no test cases), instead of leaving them as drafts for the operator.
+    /// Default false.
+    pub auto_approve: bool,
 }
 
 /// `[admin]`: the operator's endpoints of `quiver serve` over HTTP.
@@ -851,6 +868,19 @@ impl Config {
         for s in &mut self.mcp.servers {
             rebase_server(s, dir);
         }
+        if let Some(catalog) = &mut self.catalog.dir {
+            *catalog = rebased(dir, catalog);
+        }
+    }
+
+    /// The skills of the catalog directory (`<dir>/skills`) join the explicit tier.
+    fn add_catalog_skills(&mut self) {
+        if let Some(dir) = &self.catalog.dir {
+            let skills = dir.join("skills");
+            if skills.is_dir() && !self.skills.dirs.contains(&skills) {
+                self.skills.dirs.push(skills);
+            }
+        }
     }
 
     /// Loads `path`, or `./quiver.toml` when it exists, or the defaults.
@@ -868,6 +898,7 @@ impl Config {
                 let mut config = Config::parse(&text, &p.display().to_string(), &env)?;
                 config.rebase(p.parent().unwrap_or(Path::new("")), &text);
                 config.source = Some(p.clone());
+                config.add_catalog_skills();
                 Ok((config, Some(p)))
             }
         }

@@ -5,6 +5,7 @@
 
 mod app;
 mod assemble;
+pub mod catalog_dir;
 pub mod check;
 mod config;
 mod formats;
@@ -17,7 +18,9 @@ pub use app::{
     App, DEFINITIONS_POLL, DefinitionRecorder, Ready, StoreAccess, custom_tools, custom_tools_on,
 };
 pub use assemble::{FAMILY_ORDER, Families, assemble_catalog};
-pub use config::{Config, LimitsConfig, PolicyConfig, SandboxConfig, SkillsConfig, StoreConfig};
+pub use config::{
+    CatalogConfig, Config, LimitsConfig, PolicyConfig, SandboxConfig, SkillsConfig, StoreConfig,
+};
 pub use formats::{ToolFormat, format_tools, provider_name_warnings};
 pub use fs_skills::{DirSkills, load_commands};
 pub use mcp_json::{parse_mcp_servers, read_mcp_servers};

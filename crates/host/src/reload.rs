@@ -78,6 +78,15 @@ pub struct Reloader {
     catalog: Arc<Catalog>,
     /// The local prompts `serve` offers (skills and command files), replaced with them.
     prompts: Option<Arc<LocalPrompts>>,
+    /// The catalog directory's tools, the skills they serve from, and the directory's
+    /// fingerprint as last read.
+    catalog_dir: Option<CatalogDirState>,
+}
+
+struct CatalogDirState {
+    tools: Arc<crate::catalog_dir::CatalogDirTools>,
+    skills: std::sync::Mutex<Arc<dyn quiver_registry::skill::SkillSource>>,
+    print: std::sync::Mutex<u64>,
 }
 
 impl std::fmt::Debug for Reloader {
@@ -120,7 +129,29 @@ impl Reloader {
             status_file,
             catalog,
             prompts: None,
+            catalog_dir: None,
         }
+    }
+
+    /// Keeps the catalog directory's tools in step: read again when anything under it
+    /// moved, or `[catalog]` changed; `skills` serves its skill-kind tools until a reload
+    /// reads the skills again.
+    pub fn with_catalog_dir(
+        mut self,
+        tools: Arc<crate::catalog_dir::CatalogDirTools>,
+        skills: Arc<dyn quiver_registry::skill::SkillSource>,
+    ) -> Self {
+        let print = self
+            .current
+            .try_lock()
+            .map(|held| catalog_fingerprint(&held.0))
+            .unwrap_or_default();
+        self.catalog_dir = Some(CatalogDirState {
+            tools,
+            skills: std::sync::Mutex::new(skills),
+            print: std::sync::Mutex::new(print),
+        });
+        self
     }
 
     /// Replaces `prompts` with the skills and command files a reload reads.
@@ -129,14 +160,12 @@ impl Reloader {
         self
     }
 
-    /// The skills and command-file directories in force (watched recursively).
-    pub async fn skill_dirs(&self) -> Vec<PathBuf> {
-        self.current
-            .lock()
-            .await
-            .0
+    /// The directories watched whole: skills, command files, the catalog directory.
+    fn trees(config: &Config) -> Vec<PathBuf> {
+        config
             .skills
             .all_dirs()
+            .chain(config.catalog.dir.iter())
             .cloned()
             .collect()
     }
@@ -216,8 +245,12 @@ impl Reloader {
         if skills_changed {
             skill_problems = self.reload_skills(&config).await;
         }
+        let catalog_report = self
+            .reload_catalog_dir(current, &config, skills_changed, &reconciled)
+            .await;
         *current = config;
         *print = new_print;
+        let catalog_changed = catalog_report.is_some();
         let report = json!({
             "ok": true,
             "trigger": trigger,
@@ -230,9 +263,15 @@ impl Reloader {
             "policy_changed": policy_changed,
             "skills_changed": skills_changed,
             "skill_problems": skill_problems,
+            "catalog": catalog_report,
             "needs_restart": needs_restart,
         });
-        if reconciled.changed() || policy_changed || skills_changed || !needs_restart.is_empty() {
+        if reconciled.changed()
+            || policy_changed
+            || skills_changed
+            || catalog_changed
+            || !needs_restart.is_empty()
+        {
             tracing::info!(
                 trigger,
                 added = ?reconciled.added,
@@ -260,6 +299,11 @@ impl Reloader {
     /// local prompts replaced. Returns what could not be loaded, each with its file.
     async fn reload_skills(&self, config: &Config) -> Vec<String> {
         let skills = crate::app::load_skills(config).await;
+        if let Some(dir) = &self.catalog_dir {
+            *dir.skills
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = skills.stack.clone();
+        }
         let family = Family::Skills.name();
         let ours = |name: &str| {
             self.catalog
@@ -298,6 +342,72 @@ impl Reloader {
             tracing::warn!("skills: {p}");
         }
         problems
+    }
+
+    /// Reads the catalog directory again when anything under it moved, `[catalog]`
+    /// changed, the skills were read again or the servers changed (an alias names one);
+    /// `None` when it was not read.
+    async fn reload_catalog_dir(
+        &self,
+        current: &Config,
+        config: &Config,
+        skills_changed: bool,
+        servers: &quiver_mcp_adapter::Reconciled,
+    ) -> Option<Value> {
+        let state = self.catalog_dir.as_ref()?;
+        let print = catalog_fingerprint(config);
+        let unchanged = print
+            == *state
+                .print
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+            && format!("{:?}", current.catalog) == format!("{:?}", config.catalog)
+            && !skills_changed
+            && !servers.changed();
+        if unchanged {
+            return None;
+        }
+        *state
+            .print
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = print;
+        let read = match &config.catalog.dir {
+            Some(dir) => {
+                let names: Vec<String> = servers
+                    .added
+                    .iter()
+                    .chain(&servers.restarted)
+                    .chain(&servers.unchanged)
+                    .cloned()
+                    .collect();
+                crate::catalog_dir::read(dir, &names)
+            }
+            None => crate::catalog_dir::CatalogRead::default(),
+        };
+        let skills = state
+            .skills
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let applied = state
+            .tools
+            .apply(&read, Some(skills), config.catalog.auto_approve)
+            .await;
+        let problems: Vec<String> = read
+            .problems
+            .iter()
+            .map(ToString::to_string)
+            .chain(applied.problems.iter().cloned())
+            .collect();
+        for p in &problems {
+            tracing::warn!("catalog directory: {p}");
+        }
+        Some(json!({
+            "served": applied.served,
+            "removed": applied.removed,
+            "drafted": applied.drafted,
+            "problems": problems,
+        }))
     }
 
     /// Writes the last reload's report for `quiver status`.
@@ -339,7 +449,12 @@ pub fn watch_files(
     let skill_dirs: Vec<PathBuf> = reloader
         .current
         .try_lock()
-        .map(|held| held.0.skills.all_dirs().map(|d| absolute(d)).collect())
+        .map(|held| {
+            Reloader::trees(&held.0)
+                .iter()
+                .map(|d| absolute(d))
+                .collect()
+        })
         .unwrap_or_default();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let wanted = files.clone();
@@ -391,36 +506,15 @@ pub fn watch_files(
     Ok((watcher, task))
 }
 
-/// A fingerprint of every file and directory under the skills and command-file
-/// directories of `config` (path, size, modification time; links not followed): a reload
-/// reads the skills again only when it moved.
+/// A fingerprint of everything under the skills and command-file directories of `config`:
+/// a reload reads the skills again only when it moved.
 fn skills_fingerprint(config: &Config) -> u64 {
-    use std::hash::{Hash, Hasher};
-    /// The most entries looked at, so a huge tree cannot stall a reload.
-    const MAX_ENTRIES: usize = 20_000;
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    let mut stack: Vec<PathBuf> = config.skills.all_dirs().cloned().collect();
-    let mut seen = 0;
-    while let Some(path) = stack.pop() {
-        seen += 1;
-        if seen > MAX_ENTRIES {
-            break;
-        }
-        path.hash(&mut hasher);
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        meta.len().hash(&mut hasher);
-        meta.modified().ok().hash(&mut hasher);
-        if meta.is_dir()
-            && let Ok(entries) = std::fs::read_dir(&path)
-        {
-            let mut children: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
-            children.sort();
-            stack.extend(children);
-        }
-    }
-    hasher.finish()
+    crate::catalog_dir::tree_fingerprint(config.skills.all_dirs())
+}
+
+/// A fingerprint of the catalog directory of `config` (none: 0).
+fn catalog_fingerprint(config: &Config) -> u64 {
+    crate::catalog_dir::tree_fingerprint(config.catalog.dir.iter())
 }
 
 /// `path` made absolute against the working directory, without touching the file system

@@ -55,6 +55,7 @@
 //! ```
 
 mod catalog;
+pub mod curated;
 pub mod custom;
 mod dispatch;
 mod error;

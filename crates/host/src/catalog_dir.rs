@@ -1,0 +1,687 @@
+//! The catalog directory (`[catalog] dir`, September's layout): tool definitions in files.
+//!
+//! ```text
+//! catalog/
+//!   tools/*.json | *.toml   {name, description, input_schema, implementation: {kind, ref}}
+//!   skills/<name>/SKILL.md  skills, read as the explicit tier's
+//!   agents/                 reserved: anything there is reported as not supported yet
+//! ```
+//!
+//! The kinds:
+//! - `custom`: `ref` is a JavaScript file beside the definition (`tests` may hold its test
+//!   cases). It goes through the custom-tool lifecycle: stored as a draft and built, and
+//!   approved only by the operator, unless `[catalog] auto_approve = true`.
+//! - `mcp`: `ref` is `{server, tool}`: a curated alias of that upstream tool under this
+//!   name and description (its calls are the upstream's, nested).
+//! - `skill`: `ref` is a skill's name: the skill as a tool of its own, with this schema.
+//!
+//! A definition may carry `deprecated = {message, use_instead}`: its description then opens
+//! with the announcement, so models move off it before it is removed.
+//!
+//! Every file is checked on its own when read: its syntax, the name rules, a JSON Schema
+//! whose root is an object, the `ref` (a readable source file, a skill that exists, a
+//! configured server), and the `quiver check` lints, extended with September's
+//! constraint rule (a string property without `format`, `pattern`, `enum`, `minLength`
+//! or `maxLength`). A file that breaks a rule is reported with its path, the rule and the
+//! fix; the rest still load. Lints are reported without stopping the tool.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+};
+
+use quiver_contract::{Tool, ToolSpec, validate_tool_name};
+use quiver_registry::{
+    Catalog, Family,
+    curated::{alias_tool, skill_as_tool},
+    custom::{CUSTOM_FAMILY, CustomDraft, CustomTools, TestCase},
+    skill::SkillSource,
+};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The most definition files read.
+const MAX_FILES: usize = 10_000;
+/// The largest definition or source file read.
+const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// One definition file, as written.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTool {
+    name: String,
+    description: String,
+    input_schema: Value,
+    implementation: Implementation,
+    #[serde(default)]
+    deprecated: Option<Deprecation>,
+    /// A custom tool's test cases.
+    #[serde(default)]
+    tests: Option<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+enum Implementation {
+    Custom {
+        #[serde(rename = "ref")]
+        source: String,
+    },
+    Mcp {
+        #[serde(rename = "ref")]
+        target: McpRef,
+    },
+    Skill {
+        #[serde(rename = "ref")]
+        skill: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct McpRef {
+    server: String,
+    tool: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Deprecation {
+    message: String,
+    #[serde(default)]
+    use_instead: Option<String>,
+}
+
+/// A definition file that does not load, or a lint of one that does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogProblem {
+    /// The file.
+    pub path: PathBuf,
+    /// The rule it breaks.
+    pub rule: &'static str,
+    /// What is wrong and how to fix it.
+    pub fix: String,
+    /// Whether the file was left out (a lint only warns).
+    pub refused: bool,
+}
+
+impl std::fmt::Display for CatalogProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: [{}] {}{}",
+            self.path.display(),
+            self.rule,
+            self.fix,
+            if self.refused { " (not loaded)" } else { "" }
+        )
+    }
+}
+
+/// A checked definition, ready to serve.
+#[derive(Debug, Clone, PartialEq)]
+struct Defined {
+    path: PathBuf,
+    spec: ToolSpec,
+    kind: Kind,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Kind {
+    Custom { source: String, tests: Vec<Value> },
+    Alias { target: String },
+    Skill { skill: String },
+}
+
+/// What a read of the directory found.
+#[derive(Debug, Clone, Default)]
+pub struct CatalogRead {
+    defined: Vec<Defined>,
+    /// Files left out, and lints.
+    pub problems: Vec<CatalogProblem>,
+}
+
+impl CatalogRead {
+    /// The names defined, in file order.
+    pub fn names(&self) -> Vec<&str> {
+        self.defined.iter().map(|d| d.spec.name.as_str()).collect()
+    }
+}
+
+fn problem(path: &Path, rule: &'static str, fix: impl Into<String>) -> CatalogProblem {
+    CatalogProblem {
+        path: path.to_path_buf(),
+        rule,
+        fix: fix.into(),
+        refused: true,
+    }
+}
+
+fn read_text(path: &Path) -> Result<String, String> {
+    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("cannot read it: {e}"))?;
+    if !meta.is_file() {
+        return Err("it is not a regular file (links are not followed)".into());
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(format!(
+            "it is {} bytes, over the {MAX_FILE_BYTES}-byte cap",
+            meta.len()
+        ));
+    }
+    std::fs::read_to_string(path).map_err(|e| format!("cannot read it as UTF-8 text: {e}"))
+}
+
+/// Reads and checks every definition under `dir/tools`, and reports `dir/agents`.
+/// `servers` are the configured MCP servers' names (an alias must name one).
+pub fn read(dir: &Path, servers: &[String]) -> CatalogRead {
+    let mut out = CatalogRead::default();
+    let agents = dir.join("agents");
+    if let Ok(entries) = std::fs::read_dir(&agents) {
+        for e in entries.flatten() {
+            out.problems.push(problem(
+                &e.path(),
+                "agents_unsupported",
+                "agent definitions are not supported yet: the file is not loaded (keep it out of catalog/agents until they are)",
+            ));
+        }
+    }
+    let tools = dir.join("tools");
+    let mut files: Vec<PathBuf> = match std::fs::read_dir(&tools) {
+        Ok(entries) => entries.flatten().map(|e| e.path()).collect(),
+        Err(_) => return out,
+    };
+    files.sort();
+    let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
+    for path in files.into_iter().take(MAX_FILES) {
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        if !matches!(ext, "json" | "toml") {
+            continue;
+        }
+        match check_file(&path, ext, servers) {
+            Ok((defined, lints)) => {
+                out.problems.extend(lints);
+                if let Some(first) = seen.get(&defined.spec.name) {
+                    out.problems.push(problem(
+                        &path,
+                        "duplicate_name",
+                        format!(
+                            "`{}` is defined in {} already: rename one",
+                            defined.spec.name,
+                            first.display()
+                        ),
+                    ));
+                    continue;
+                }
+                seen.insert(defined.spec.name.clone(), path.clone());
+                out.defined.push(defined);
+            }
+            Err(p) => out.problems.push(p),
+        }
+    }
+    out
+}
+
+fn check_file(
+    path: &Path,
+    ext: &str,
+    servers: &[String],
+) -> Result<(Defined, Vec<CatalogProblem>), CatalogProblem> {
+    let text = read_text(path).map_err(|why| problem(path, "readable", why))?;
+    let file: FileTool = if ext == "json" {
+        serde_json::from_str(&text).map_err(|e| {
+            problem(
+                path,
+                "format",
+                format!(
+                    "{e}; a definition is {{\"name\", \"description\", \"input_schema\", \"implementation\": {{\"kind\", \"ref\"}}}}"
+                ),
+            )
+        })?
+    } else {
+        toml::from_str(&text).map_err(|e| problem(path, "format", e.to_string()))?
+    };
+    match validate_tool_name(&file.name) {
+        Ok(quiver_contract::NameKind::Native) => {}
+        Ok(_) => {
+            return Err(problem(
+                path,
+                "name",
+                format!(
+                    "`{}` is an MCP tool's name (`mcp__server__tool`): give the definition a native name, e.g. `send_note`",
+                    file.name
+                ),
+            ));
+        }
+        Err(e) => return Err(problem(path, "name", e.to_string())),
+    }
+    if file.description.trim().is_empty() {
+        return Err(problem(
+            path,
+            "description",
+            "the description is empty: say what the tool does and when to use it",
+        ));
+    }
+    if file.input_schema.get("type").and_then(Value::as_str) != Some("object") {
+        return Err(problem(
+            path,
+            "input_schema",
+            "the input schema's root must be `{\"type\": \"object\", ...}`",
+        ));
+    }
+    if let Err(e) = jsonschema::validator_for(&file.input_schema) {
+        return Err(problem(
+            path,
+            "input_schema",
+            format!("not a valid JSON Schema: {e}"),
+        ));
+    }
+    let mut description = file.description.clone();
+    if let Some(d) = &file.deprecated {
+        let instead = d
+            .use_instead
+            .as_ref()
+            .map(|t| format!(" Use `{t}` instead."))
+            .unwrap_or_default();
+        description = format!("DEPRECATED: {}{instead} {description}", d.message.trim());
+    }
+    let spec = ToolSpec::new(file.name.clone(), description).with_schema(file.input_schema.clone());
+    let kind = match &file.implementation {
+        Implementation::Custom { source } => {
+            let at = path.parent().unwrap_or(Path::new("")).join(source);
+            let code = read_text(&at).map_err(|why| {
+                problem(
+                    path,
+                    "ref",
+                    format!("the source `{}` ({}): {why}", source, at.display()),
+                )
+            })?;
+            let tests = match &file.tests {
+                None => Vec::new(),
+                Some(v) => {
+                    TestCase::parse_all(v).map_err(|why| problem(path, "tests", why))?;
+                    v.as_array().cloned().unwrap_or_default()
+                }
+            };
+            Kind::Custom {
+                source: code,
+                tests,
+            }
+        }
+        Implementation::Mcp { target } => {
+            if !servers.iter().any(|s| s == &target.server) {
+                return Err(problem(
+                    path,
+                    "ref",
+                    format!(
+                        "no MCP server named `{}` is configured (configured: {}); name one of them",
+                        target.server,
+                        if servers.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            servers.join(", ")
+                        }
+                    ),
+                ));
+            }
+            Kind::Alias {
+                target: format!("mcp__{}__{}", target.server, target.tool),
+            }
+        }
+        Implementation::Skill { skill } => Kind::Skill {
+            skill: skill.clone(),
+        },
+    };
+    if file.tests.is_some() && !matches!(kind, Kind::Custom { .. }) {
+        return Err(problem(
+            path,
+            "tests",
+            "`tests` belongs to a custom tool's definition only: remove it",
+        ));
+    }
+    // Linted as written: the deprecation's own sentence says nothing of when to use it.
+    let as_written = ToolSpec::new(file.name.clone(), file.description.clone())
+        .with_schema(file.input_schema.clone());
+    let mut lints: Vec<CatalogProblem> = quiver_contract::lint_spec(&as_written)
+        .into_iter()
+        .map(|l| CatalogProblem {
+            path: path.to_path_buf(),
+            rule: l.rule,
+            fix: format!(
+                "{}{}",
+                if l.path.is_empty() {
+                    String::new()
+                } else {
+                    format!("{}: ", l.path)
+                },
+                l.message
+            ),
+            refused: false,
+        })
+        .collect();
+    lints.extend(constraint_lints(path, &file.input_schema));
+    Ok((
+        Defined {
+            path: path.to_path_buf(),
+            spec,
+            kind,
+        },
+        lints,
+    ))
+}
+
+/// September's constraint rule: every string property says what it takes (`format`,
+/// `pattern`, `enum`, `const`, `minLength` or `maxLength`).
+fn constraint_lints(path: &Path, schema: &Value) -> Vec<CatalogProblem> {
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    props
+        .iter()
+        .filter(|(_, p)| p.get("type").and_then(Value::as_str) == Some("string"))
+        .filter(|(_, p)| {
+            ["format", "pattern", "enum", "const", "minLength", "maxLength"]
+                .iter()
+                .all(|k| p.get(k).is_none())
+        })
+        .map(|(name, _)| CatalogProblem {
+            path: path.to_path_buf(),
+            rule: "string_constraints",
+            fix: format!(
+                "/properties/{name}: a string with no `format`, `pattern`, `enum` or length bounds takes anything; say what it takes"
+            ),
+            refused: false,
+        })
+        .collect()
+}
+
+/// The catalog directory's tools as served: aliases in the custom-tools family, skills as
+/// tools in the skills family, custom tools through the store's lifecycle.
+pub struct CatalogDirTools {
+    catalog: Arc<Catalog>,
+    custom: Arc<CustomTools>,
+    /// Whether custom-kind definitions are written to the store (not by the commands that
+    /// only read it).
+    writes: bool,
+    /// The definitions served now (aliases and skill tools), by name.
+    served: Mutex<BTreeMap<String, Defined>>,
+}
+
+impl std::fmt::Debug for CatalogDirTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CatalogDirTools")
+            .field("writes", &self.writes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`CatalogDirTools::apply`] changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Tools added or replaced in the catalog.
+    pub served: Vec<String>,
+    /// Tools taken off.
+    pub removed: Vec<String>,
+    /// Custom tools stored as a new draft (built; approved when `auto_approve`).
+    pub drafted: Vec<String>,
+    /// What could not be applied, with the file.
+    pub problems: Vec<String>,
+}
+
+impl CatalogDirTools {
+    /// Serves the catalog directory's tools into `catalog`; custom ones through `custom`,
+    /// when `writes` (a command that only reads the store leaves them as stored).
+    pub fn new(catalog: Arc<Catalog>, custom: Arc<CustomTools>, writes: bool) -> Self {
+        CatalogDirTools {
+            catalog,
+            custom,
+            writes,
+            served: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Brings the catalog in line with `read`: a definition that did not change is left
+    /// alone (nothing is re-registered, no list change); `skills` serves skill-kind tools.
+    pub async fn apply(
+        &self,
+        read: &CatalogRead,
+        skills: Option<Arc<dyn SkillSource>>,
+        auto_approve: bool,
+    ) -> Applied {
+        let mut applied = Applied::default();
+        let mut keep: BTreeMap<String, Defined> = BTreeMap::new();
+        for def in &read.defined {
+            match &def.kind {
+                Kind::Custom { source, tests } if self.writes => {
+                    self.apply_custom(def, source, tests, auto_approve, &mut applied)
+                        .await;
+                }
+                Kind::Custom { .. } => {}
+                Kind::Alias { target } => {
+                    let tool = alias_tool(def.spec.clone(), target.clone());
+                    self.serve(def, tool, CUSTOM_FAMILY, &mut keep, &mut applied);
+                }
+                Kind::Skill { skill } => {
+                    let Some(source) = &skills else {
+                        applied.problems.push(format!(
+                            "{}: [ref] no skills are configured, so skill `{skill}` cannot be served",
+                            def.path.display()
+                        ));
+                        continue;
+                    };
+                    let known = source.list_skills().await.unwrap_or_default();
+                    if !known.iter().any(|m| m.name == *skill) {
+                        applied.problems.push(format!(
+                            "{}: [ref] there is no skill `{skill}` (skills: {}); name one, or add it under catalog/skills/{skill}/SKILL.md",
+                            def.path.display(),
+                            known.iter().map(|m| m.name.as_str()).collect::<Vec<_>>().join(", ")
+                        ));
+                        continue;
+                    }
+                    let tool = skill_as_tool(def.spec.clone(), skill.clone(), source.clone());
+                    self.serve(def, tool, Family::Skills.name(), &mut keep, &mut applied);
+                }
+            }
+        }
+        let gone: Vec<String> = {
+            let served = quiver_registry_lock(&self.served);
+            served
+                .keys()
+                .filter(|n| !keep.contains_key(*n))
+                .cloned()
+                .collect()
+        };
+        for name in gone {
+            let family = {
+                let served = quiver_registry_lock(&self.served);
+                served.get(&name).map(|d| family_of(&d.kind))
+            };
+            if let Some(family) = family
+                && self
+                    .catalog
+                    .lookup(&name)
+                    .is_some_and(|e| *e.family == *family)
+            {
+                self.catalog.remove(&name);
+            }
+            applied.removed.push(name);
+        }
+        *quiver_registry_lock(&self.served) = keep;
+        applied
+    }
+
+    fn serve(
+        &self,
+        def: &Defined,
+        tool: Arc<dyn Tool>,
+        family: &str,
+        keep: &mut BTreeMap<String, Defined>,
+        applied: &mut Applied,
+    ) {
+        let name = def.spec.name.clone();
+        let same = quiver_registry_lock(&self.served).get(&name) == Some(def);
+        let ours = self.catalog.lookup(&name).map(|e| &*e.family == family);
+        if same && ours == Some(true) {
+            keep.insert(name, def.clone());
+            return;
+        }
+        let registered = match ours {
+            Some(true) => self.catalog.upsert_in(family, tool),
+            _ => self.catalog.register_in(family, tool),
+        };
+        match registered {
+            Ok(()) => {
+                keep.insert(name.clone(), def.clone());
+                applied.served.push(name);
+            }
+            Err(e) => applied.problems.push(format!(
+                "{}: [name] `{name}` is not served: {e}",
+                def.path.display()
+            )),
+        }
+    }
+
+    async fn apply_custom(
+        &self,
+        def: &Defined,
+        source: &str,
+        tests: &[Value],
+        auto_approve: bool,
+        applied: &mut Applied,
+    ) {
+        let name = &def.spec.name;
+        // The stored tool (its live version, or the one under review) is this file already.
+        if let Ok(stored) = self.custom.show(name).await {
+            let pending = stored.pending.as_ref().and_then(|p| {
+                serde_json::from_value::<quiver_registry::custom::PendingVersion>(p.clone()).ok()
+            });
+            let same = |desc: &str, schema: &Value, src: &str, cases: Option<&Value>| {
+                desc == def.spec.description
+                    && *schema == def.spec.input_schema
+                    && src == source
+                    && cases
+                        .and_then(Value::as_array)
+                        .map(Vec::as_slice)
+                        .unwrap_or(&[])
+                        == tests
+            };
+            let live_same = same(
+                &stored.description,
+                &stored.input_schema,
+                &stored.implementation,
+                stored.test_cases.as_ref(),
+            );
+            let pending_same = pending.as_ref().is_some_and(|p| {
+                same(
+                    &p.description,
+                    &p.input_schema,
+                    &p.source,
+                    Some(&p.test_cases),
+                )
+            });
+            if (live_same && pending.is_none()) || pending_same {
+                return;
+            }
+        }
+        let cases = match TestCase::parse_all(&Value::Array(tests.to_vec())) {
+            Ok(c) => c,
+            Err(why) => {
+                applied
+                    .problems
+                    .push(format!("{}: [tests] {why}", def.path.display()));
+                return;
+            }
+        };
+        let draft = CustomDraft::new(
+            name.clone(),
+            def.spec.description.clone(),
+            def.spec.input_schema.clone(),
+            source.to_owned(),
+        )
+        .with_tests(cases)
+        .with_author(format!("catalog file {}", def.path.display()));
+        let added = match self.custom.add(draft).await {
+            Ok(added) => added,
+            Err(e) => {
+                applied
+                    .problems
+                    .push(format!("{}: [custom] {e}", def.path.display()));
+                return;
+            }
+        };
+        applied.drafted.push(name.clone());
+        if !auto_approve {
+            return;
+        }
+        // Approved here, as the operator asked: built first, and by override when it has no
+        // test cases (recorded as such).
+        match self.custom.run_job(&added.job, &|_| {}).await {
+            Ok(Some(report)) if report.passed => {
+                let force = report.cases.is_empty();
+                if let Err(e) = self.custom.approve(name, force).await {
+                    applied
+                        .problems
+                        .push(format!("{}: [auto_approve] {e}", def.path.display()));
+                }
+            }
+            Ok(Some(report)) => applied.problems.push(format!(
+                "{}: [auto_approve] the build of `{name}` failed, so it is not approved: {}",
+                def.path.display(),
+                report
+                    .cases
+                    .iter()
+                    .find(|(ok, _)| !ok)
+                    .map_or("", |(_, why)| why.as_str())
+            )),
+            Ok(None) => {}
+            Err(e) => applied
+                .problems
+                .push(format!("{}: [auto_approve] {e}", def.path.display())),
+        }
+    }
+}
+
+fn family_of(kind: &Kind) -> &'static str {
+    match kind {
+        Kind::Skill { .. } => Family::Skills.name(),
+        _ => CUSTOM_FAMILY,
+    }
+}
+
+fn quiver_registry_lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests;
+
+/// A fingerprint of everything under `dir` (path, size, modification time; links not
+/// followed): a reload reads the directory again only when it moved.
+pub fn tree_fingerprint<'a>(dirs: impl Iterator<Item = &'a PathBuf>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    /// The most entries looked at, so a huge tree cannot stall a reload.
+    const MAX_ENTRIES: usize = 20_000;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let mut stack: Vec<PathBuf> = dirs.cloned().collect();
+    let mut seen = 0;
+    while let Some(path) = stack.pop() {
+        seen += 1;
+        if seen > MAX_ENTRIES {
+            break;
+        }
+        path.hash(&mut hasher);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        meta.len().hash(&mut hasher);
+        meta.modified().ok().hash(&mut hasher);
+        if meta.is_dir()
+            && let Ok(entries) = std::fs::read_dir(&path)
+        {
+            let mut children: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+            children.sort();
+            stack.extend(children);
+        }
+    }
+    hasher.finish()
+}

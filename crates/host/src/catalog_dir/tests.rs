@@ -1,0 +1,162 @@
+use super::*;
+
+fn write(dir: &Path, rel: &str, text: &str) {
+    let path = dir.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+const SCHEMA: &str = r#"{"type": "object", "properties": {"text": {"type": "string", "maxLength": 200, "description": "What to say."}}, "required": ["text"]}"#;
+
+fn def(name: &str, implementation: &str) -> String {
+    format!(
+        r#"{{"name": "{name}", "description": "Says a text back. Use it when asked to repeat something.", "input_schema": {SCHEMA}, "implementation": {implementation}}}"#
+    )
+}
+
+/// Each kind loads from a good file; each broken file is reported with its path, the rule
+/// it breaks and the fix, and the others still load; `agents/` is reported, not ignored.
+#[test]
+fn good_files_load_and_each_bad_one_is_reported_with_its_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write(
+        d,
+        "tools/say.json",
+        &def(
+            "say",
+            r#"{"kind": "mcp", "ref": {"server": "everything", "tool": "echo"}}"#,
+        ),
+    );
+    write(
+        d,
+        "tools/plan.toml",
+        "name = \"plan_release\"\ndescription = \"Plans a release. Use it when asked to ship.\"\nimplementation = { kind = \"skill\", ref = \"release\" }\n[input_schema]\ntype = \"object\"\n",
+    );
+    write(
+        d,
+        "tools/sum.json",
+        &def("sum_up", r#"{"kind": "custom", "ref": "sum.js"}"#),
+    );
+    write(
+        d,
+        "tools/sum.js",
+        "async function main(inputs) { return 1; }",
+    );
+    write(d, "tools/README.md", "not a definition: ignored");
+    let bad = [
+        (
+            "tools/broken.json",
+            "{\"name\": \"x\",\n",
+            "format",
+            "line 2",
+        ),
+        (
+            "tools/kind.json",
+            &def("kind_x", r#"{"kind": "python", "ref": "x"}"#),
+            "format",
+            "unknown variant",
+        ),
+        (
+            "tools/name.json",
+            &def("Bad Name", r#"{"kind": "skill", "ref": "release"}"#),
+            "name",
+            "Bad Name",
+        ),
+        (
+            "tools/mcpname.json",
+            &def("mcp__a__b", r#"{"kind": "skill", "ref": "release"}"#),
+            "name",
+            "native name",
+        ),
+        (
+            "tools/schema.json",
+            &def("schema_x", r#"{"kind": "skill", "ref": "release"}"#)
+                .replace(r#""type": "object""#, r#""type": "string""#),
+            "input_schema",
+            "root must be",
+        ),
+        (
+            "tools/nosrc.json",
+            &def("nosrc", r#"{"kind": "custom", "ref": "missing.js"}"#),
+            "ref",
+            "missing.js",
+        ),
+        (
+            "tools/noserver.json",
+            &def(
+                "noserver",
+                r#"{"kind": "mcp", "ref": {"server": "nope", "tool": "echo"}}"#,
+            ),
+            "ref",
+            "no MCP server named `nope`",
+        ),
+        (
+            "tools/zdup.json",
+            &def("say", r#"{"kind": "skill", "ref": "release"}"#),
+            "duplicate_name",
+            "say.json",
+        ),
+    ];
+    for (rel, text, _, _) in &bad {
+        write(d, rel, text);
+    }
+    write(d, "agents/coder/agent.json", "{}");
+    let read = read(d, &["everything".to_owned()]);
+    let mut names = read.names();
+    names.sort();
+    assert_eq!(
+        names,
+        vec!["plan_release", "say", "sum_up"],
+        "{:#?}",
+        read.problems
+    );
+    for (rel, _, rule, says) in &bad {
+        let p = read
+            .problems
+            .iter()
+            .find(|p| p.path.ends_with(rel) && p.refused)
+            .unwrap_or_else(|| panic!("{rel} reported: {:#?}", read.problems));
+        assert_eq!(p.rule, *rule, "{p}");
+        assert!(p.fix.contains(says), "{rel}: {p}");
+    }
+    let agents = read
+        .problems
+        .iter()
+        .find(|p| p.rule == "agents_unsupported");
+    assert!(
+        agents.is_some_and(|p| p.fix.contains("not supported yet")),
+        "{:#?}",
+        read.problems
+    );
+}
+
+/// The lints of `quiver check` and September's constraint rule warn without stopping the
+/// tool; a deprecation is announced at the front of the description.
+#[test]
+fn lints_warn_and_a_deprecation_is_announced() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write(
+        d,
+        "tools/old.json",
+        r#"{"name": "old_say", "description": "Says a text.", "input_schema": {"type": "object", "properties": {"text": {"type": "string", "description": "What."}}}, "implementation": {"kind": "mcp", "ref": {"server": "everything", "tool": "echo"}}, "deprecated": {"message": "removed in the next release.", "use_instead": "say"}}"#,
+    );
+    let read = read(d, &["everything".to_owned()]);
+    assert_eq!(read.names(), vec!["old_say"]);
+    let rules: Vec<&str> = read.problems.iter().map(|p| p.rule).collect();
+    assert!(rules.contains(&"when_to_use"), "{rules:?}");
+    assert!(rules.contains(&"string_constraints"), "{rules:?}");
+    assert!(
+        read.problems.iter().all(|p| !p.refused),
+        "{:#?}",
+        read.problems
+    );
+    assert!(
+        read.defined[0].spec.description.starts_with(
+            "DEPRECATED: removed in the next release. Use `say` instead. Says a text."
+        ),
+        "{}",
+        read.defined[0].spec.description
+    );
+}

@@ -5,11 +5,12 @@
 //! - the upstream MCP servers are reconciled ([`McpClient::reconcile`]): a new one
 //!   connects, a removed one is closed and its tools leave, a changed one reconnects, and
 //!   the others are untouched (no reconnect, no dropped call);
-//! - the policy rules apply to the next call ([`LivePolicy`]);
+//! - the policy rules apply to the next call ([`LivePolicy`]), and the inbound tokens
+//!   (`[auth]`) to the next request over HTTP;
 //! - skills and command files are read again when `[skills]` or anything in their
 //!   directories changed: the `skill` tool is replaced and the local prompts with it;
-//! - the sections read only at start (the store, the surface, limits, tokens, the sandbox,
-//!   the admin token) are compared, and a change there is reported as needing a restart
+//! - the sections read only at start (the store, the surface, limits, the sandbox, the
+//!   admin token; the tokens when serving on stdio) are compared, and a change there is reported as needing a restart
 //!   rather than half applied.
 //!
 //! Clients see a changed tool list as `notifications/tools/list_changed`, as for any
@@ -81,6 +82,8 @@ pub struct Reloader {
     /// The catalog directory's tools, the skills they serve from, and the directory's
     /// fingerprint as last read.
     catalog_dir: Option<CatalogDirState>,
+    /// The server's inbound tokens, once it serves over HTTP.
+    auth: std::sync::OnceLock<quiver_mcp_adapter::AuthHandle>,
 }
 
 struct CatalogDirState {
@@ -130,7 +133,14 @@ impl Reloader {
             catalog,
             prompts: None,
             catalog_dir: None,
+            auth: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The inbound tokens a reload replaces (`[auth]`, and the deny rules that keep tools
+    /// off a token's lists).
+    pub fn set_auth(&self, auth: quiver_mcp_adapter::AuthHandle) {
+        let _ = self.auth.set(auth);
     }
 
     /// Keeps the catalog directory's tools in step: read again when anything under it
@@ -187,6 +197,10 @@ impl Reloader {
         let env = |k: &str| std::env::var(k).ok();
         let servers = crate::mcp_json::resolve_servers(&config, &self.mcp_files, &env)?;
         config.sandbox.limits()?;
+        config
+            .inbound_auth()
+            .validate()
+            .map_err(|e| anyhow::anyhow!("[auth]: {e}"))?;
         Ok((config, servers))
     }
 
@@ -227,11 +241,26 @@ impl Reloader {
         if policy_changed {
             self.policy.set(&config);
         }
+        // A token's lists leave out what the rules deny it: both make the tokens in force.
+        let auth_changed = !same(&current.auth, &config.auth);
+        let auth_live = match self.auth.get() {
+            Some(handle) if auth_changed || policy_changed => {
+                match handle.replace(&config.inbound_auth()) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::warn!("the inbound tokens could not be replaced: {e}");
+                        false
+                    }
+                }
+            }
+            Some(_) => true,
+            None => false,
+        };
         let needs_restart: Vec<&str> = [
             ("store", same(&current.store, &config.store)),
             ("surface", same(&current.surface, &config.surface)),
             ("limits", same(&current.limits, &config.limits)),
-            ("auth", same(&current.auth, &config.auth)),
+            ("auth", !auth_changed || auth_live),
             ("sandbox", same(&current.sandbox, &config.sandbox)),
             ("admin", same(&current.admin, &config.admin)),
         ]
@@ -261,6 +290,7 @@ impl Reloader {
                 "unchanged": reconciled.unchanged,
             },
             "policy_changed": policy_changed,
+            "auth_changed": auth_changed && auth_live,
             "skills_changed": skills_changed,
             "skill_problems": skill_problems,
             "catalog": catalog_report,

@@ -103,6 +103,9 @@ pub async fn serve(
     let reload = adapters.reload;
     if let Some(reload) = &reload {
         server = server.with_reload(reload.clone());
+        if matches!(transport, Transport::Http(_)) {
+            reload.set_auth(server.auth_handle());
+        }
     }
     let shutdown = server.shutdown_token();
     let serving = async {

@@ -34,6 +34,6 @@ pub use client::{
 pub use content::{ContentError, ContentOffer, ContentSource, ListChange, ListChanged};
 pub use error::McpError;
 pub use server::{
-    AdminToken, AuthError, InboundAuth, InboundToken, LocalPrompts, McpServer, PROMPT_ARGUMENT,
-    Readiness, Reload, ServeError, ServerOptions, allowed_authorities,
+    AdminToken, AuthError, AuthHandle, InboundAuth, InboundToken, LocalPrompts, McpServer,
+    PROMPT_ARGUMENT, Readiness, Reload, ServeError, ServerOptions, allowed_authorities,
 };

@@ -257,9 +257,48 @@ pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The inbound tokens in force, shared by the token layer and the host (which replaces
+/// them on a reload: the next request is checked against the new ones).
+#[derive(Clone)]
+pub struct AuthHandle {
+    tokens: Arc<std::sync::RwLock<Arc<Tokens>>>,
+}
+
+impl std::fmt::Debug for AuthHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthHandle").finish_non_exhaustive()
+    }
+}
+
+impl AuthHandle {
+    pub(crate) fn new(auth: &InboundAuth) -> Self {
+        AuthHandle {
+            tokens: Arc::new(std::sync::RwLock::new(Arc::new(Tokens::new(auth)))),
+        }
+    }
+
+    /// Checks `auth` and puts it in force for the next request. Sessions stay bound to the
+    /// token that opened them: a session whose token is gone is refused (401).
+    pub fn replace(&self, auth: &InboundAuth) -> Result<(), AuthError> {
+        auth.validate()?;
+        *self
+            .tokens
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(Tokens::new(auth));
+        Ok(())
+    }
+
+    fn current(&self) -> Arc<Tokens> {
+        self.tokens
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
 /// What the token layer keeps: the tokens, and which token opened each session.
 pub(crate) struct Gate {
-    tokens: Tokens,
+    tokens: AuthHandle,
     /// The token (by name) that opened each session: a session is its token's (the MCP
     /// security guidance binds session ids to the user), so another token's request naming
     /// it is answered as for an unknown session, and cannot read or change its working set,
@@ -276,11 +315,11 @@ const PRUNE_FLOOR: usize = 256;
 
 impl Gate {
     pub(crate) fn new(
-        auth: &InboundAuth,
+        tokens: AuthHandle,
         sessions: Arc<rmcp::transport::streamable_http_server::session::local::LocalSessionManager>,
     ) -> Self {
         Gate {
-            tokens: Tokens::new(auth),
+            tokens,
             owners: std::sync::Mutex::new(std::collections::HashMap::new()),
             sessions,
             prune_at: std::sync::atomic::AtomicUsize::new(PRUNE_FLOOR),
@@ -394,7 +433,8 @@ pub(crate) async fn require_token(
     mut request: Request,
     next: Next,
 ) -> Response {
-    if gate.tokens.is_empty() {
+    let tokens = gate.tokens.current();
+    if tokens.is_empty() {
         return next.run(request).await;
     }
     let presented = request
@@ -405,10 +445,7 @@ pub(crate) async fn require_token(
             let (scheme, rest) = v.split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
         });
-    let Some(principal) = presented
-        .and_then(|p| gate.tokens.find(p.as_bytes()))
-        .cloned()
-    else {
+    let Some(principal) = presented.and_then(|p| tokens.find(p.as_bytes())).cloned() else {
         let presented = presented.is_some();
         return refuse(request, unauthorized(presented)).await;
     };

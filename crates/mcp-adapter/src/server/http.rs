@@ -104,7 +104,10 @@ impl McpServer {
             hosts: hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
             origins: origins.iter().map(|o| o.to_ascii_lowercase()).collect(),
         };
-        let gate = Arc::new(auth::Gate::new(&self.shared.options.auth, sessions.clone()));
+        let gate = Arc::new(auth::Gate::new(
+            self.shared.tokens.clone(),
+            sessions.clone(),
+        ));
         Router::new()
             .route(MCP_PATH, any(direct::endpoint))
             // Unknown paths answer behind the token check too (401 before 404).

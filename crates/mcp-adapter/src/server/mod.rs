@@ -30,7 +30,7 @@ use quiver_surface::Surface;
 use tokio_util::sync::CancellationToken;
 
 pub use admin::{AdminToken, Reload};
-pub use auth::{AuthError, InboundAuth, InboundToken};
+pub use auth::{AuthError, AuthHandle, InboundAuth, InboundToken};
 // The content port lives in the crate's floor (the client implements it); the server's
 // modules name it through here, as does the public path `server::ContentSource`.
 use crate::content;
@@ -172,6 +172,8 @@ pub(crate) struct Shared {
     pub(crate) readiness: Option<Arc<dyn Readiness>>,
     /// What `POST /admin/reload` asks (none: no such endpoint).
     pub(crate) reload: Option<Arc<dyn Reload>>,
+    /// The inbound tokens in force (the options' at start, replaced by a reload).
+    pub(crate) tokens: auth::AuthHandle,
 }
 
 impl Shared {
@@ -253,6 +255,7 @@ impl McpServer {
     /// A server for the sessions of `surface`, calling through `dispatcher`.
     pub fn new(surface: Arc<Surface>, dispatcher: Dispatcher, options: ServerOptions) -> Self {
         let input_wait = options.input_wait;
+        let tokens = auth::AuthHandle::new(&options.auth);
         McpServer {
             shared: Arc::new(Shared {
                 surface,
@@ -267,6 +270,7 @@ impl McpServer {
                 rounds: Arc::new(rounds::Rounds::new(input_wait)),
                 readiness: None,
                 reload: None,
+                tokens,
             }),
         }
     }
@@ -308,6 +312,11 @@ impl McpServer {
             shared.readiness = Some(readiness);
         }
         self
+    }
+
+    /// The inbound tokens in force, for the host to replace on a reload.
+    pub fn auth_handle(&self) -> auth::AuthHandle {
+        self.shared.tokens.clone()
     }
 
     /// Serves `POST /admin/reload` with `reload`, behind the admin token of the options

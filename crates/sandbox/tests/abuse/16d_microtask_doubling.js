@@ -1,6 +1,6 @@
 // expect: memory
-// The heap is what stops it, and the wall time is long enough that a busy machine
-// cannot make the clock win first.
+// The heap is what stops it; the wall time is long enough that a slow machine cannot
+// make the clock win first.
 // limits: wall_time_ms=30000
 async function main() {
   (function twice() {

@@ -347,10 +347,15 @@ fn assert_detail(name: &str, error: &SandboxError, expect: &Expect) {
 
 /// The sandbox still runs a trivial script.
 pub(crate) async fn assert_alive(sandbox: &Arc<QuickJsSandbox>, after: &str) {
+    // The worker may still be freeing the last case's heap (a script that catches its
+    // out-of-memory error and allocates again keeps the collector busy past its deadline):
+    // reusable means it comes back, so the check waits up to a minute.
+    let mut limits = SandboxLimits::default();
+    limits.wall_time = std::time::Duration::from_secs(60);
     let run = SandboxRun::new(
         "async function main(inputs) { return { echoed: inputs.n + 1 } }",
         json!({"n": 1}),
-        SandboxLimits::default(),
+        limits,
         Arc::new(NoHost),
     );
     let out = sandbox.run(run).await.unwrap_or_else(|e| {

@@ -45,6 +45,8 @@ pub struct Config {
     pub skills: SkillsConfig,
     /// Custom tools' sandbox (`[sandbox]`): its worker threads and each run's limits.
     pub sandbox: SandboxConfig,
+    /// `tool_search`'s semantic retriever (`[search] model_dir`).
+    pub search: SearchConfig,
     /// The file it was read from, for errors found later (an MCP server's settings).
     #[serde(skip)]
     pub(crate) origin: Option<String>,
@@ -136,6 +138,18 @@ impl SandboxConfig {
     pub fn threads(&self) -> usize {
         self.threads.unwrap_or(4)
     }
+}
+
+/// `[search]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct SearchConfig {
+    /// A folder holding all-MiniLM-L6-v2 (`config.json`, `tokenizer.json`,
+    /// `model.safetensors`; `quiver model install` puts them there). With it, `tool_search`
+    /// fuses the model's ranking into the lexical one; without it (the default), or when the
+    /// folder cannot be used, the search is lexical.
+    pub model_dir: Option<PathBuf>,
 }
 
 /// `[skills]`.

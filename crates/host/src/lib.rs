@@ -9,6 +9,7 @@ pub mod check;
 mod config;
 mod formats;
 mod mcp_json;
+mod retriever;
 pub mod serve;
 mod skills;
 
@@ -16,8 +17,11 @@ pub use app::{
     App, DEFINITIONS_POLL, DefinitionRecorder, Ready, StoreAccess, custom_tools, custom_tools_on,
 };
 pub use assemble::{FAMILY_ORDER, Families, assemble_catalog};
-pub use config::{Config, LimitsConfig, PolicyConfig, SandboxConfig, SkillsConfig, StoreConfig};
+pub use config::{
+    Config, LimitsConfig, PolicyConfig, SandboxConfig, SearchConfig, SkillsConfig, StoreConfig,
+};
 pub use formats::{ToolFormat, format_tools, provider_name_warnings};
 pub use mcp_json::{parse_mcp_servers, read_mcp_servers};
 pub use quiver_registry::{ToolRef, suggestion};
+pub use retriever::{SearchMode, load_model, search_mode};
 pub use skills::DirSkills;

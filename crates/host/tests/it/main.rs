@@ -1,6 +1,7 @@
 //! The `quiver` binary as a user runs it.
 
 mod cli;
+mod semantic;
 mod serve;
 mod upstreams;
 

@@ -9,19 +9,24 @@ use std::{
 use serde_json::Value;
 
 const CORE: [&str; 3] = ["quiver-contract", "quiver-registry", "quiver-surface"];
-const ADAPTERS: [&str; 3] = [
+const ADAPTERS: [&str; 4] = [
     "quiver-sandbox",
     "quiver-mcp-adapter",
     "quiver-store-sqlite",
+    "quiver-embed-candle",
 ];
 /// Engines that only adapters may name, directly or through any dependency.
-const ENGINES: [&str; 6] = [
+const ENGINES: [&str; 10] = [
     "rusqlite",
     "rmcp",
     "rquickjs",
     "axum",
     "reqwest",
     "libsqlite3-sys",
+    "candle-core",
+    "candle-transformers",
+    "tokenizers",
+    "safetensors",
 ];
 
 struct Graph {
@@ -102,6 +107,7 @@ fn allowed(pkg: &str) -> &'static [&'static str] {
             "quiver-sandbox",
             "quiver-mcp-adapter",
             "quiver-store-sqlite",
+            "quiver-embed-candle",
             "quiver-host",
         ],
         other => panic!("unknown workspace crate {other}: add it to the architecture rules"),

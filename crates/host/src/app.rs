@@ -26,6 +26,10 @@ async fn put(store: &SqliteStore, mut def: ToolDefinition) {
         def.enabled = old.enabled;
         def.status = old.status;
         def.rejection_reason = old.rejection_reason;
+        // The search vector too: the store clears it when the description changed, and
+        // its key tells the index whether it still matches the tool's text.
+        def.embedding = old.embedding;
+        def.embedding_key = old.embedding_key;
     }
     if let Err(e) = store.put_definition(def).await {
         tracing::warn!(tool = %name, error = %e, "could not record the tool definition");

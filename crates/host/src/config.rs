@@ -53,6 +53,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// The catalog directory (`[catalog]`): tool definitions in files.
     pub catalog: CatalogConfig,
+    /// `tool_search`'s semantic retriever (`[search] model_dir`).
+    pub search: SearchConfig,
     /// The file it was read from, for errors found later (an MCP server's settings).
     #[serde(skip)]
     pub(crate) origin: Option<String>,
@@ -192,6 +194,18 @@ impl SandboxConfig {
     pub fn threads(&self) -> usize {
         self.threads.unwrap_or(4)
     }
+}
+
+/// `[search]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct SearchConfig {
+    /// A folder holding all-MiniLM-L6-v2 (`config.json`, `tokenizer.json`,
+    /// `model.safetensors`; `quiver model install` puts them there). With it, `tool_search`
+    /// fuses the model's ranking into the lexical one; without it (the default), or when the
+    /// folder cannot be used, the search is lexical.
+    pub model_dir: Option<PathBuf>,
 }
 
 /// `[store]`.
@@ -843,7 +857,7 @@ impl Config {
 
     /// Resolves the relative paths the file at `dir` gives (`text`) against `dir`, so the
     /// file means the same from any working directory: `[store] path` when the file sets
-    /// it (the default `./quiver.db` stays in the working directory), every `[skills]` directory, and
+    /// it (the default `./quiver.db` stays in the working directory), every `[skills]` directory, `[catalog] dir`, `[search] model_dir`, and
     /// each stdio server's `cwd` and a `command` that is a relative path (`./bin/server`;
     /// a bare name like `npx` is looked up on `PATH`).
     pub(crate) fn rebase(&mut self, dir: &Path, text: &str) {
@@ -870,6 +884,9 @@ impl Config {
         }
         if let Some(catalog) = &mut self.catalog.dir {
             *catalog = rebased(dir, catalog);
+        }
+        if let Some(model) = &mut self.search.model_dir {
+            *model = rebased(dir, model);
         }
     }
 

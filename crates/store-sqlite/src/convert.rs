@@ -44,7 +44,7 @@ fn col<T: rusqlite::types::FromSql>(row: &Row<'_>, idx: usize) -> Result<T, Stor
 pub(crate) const DEF_COLUMNS: &str = "name, description, input_schema, implementation, tool_type, \
     status, enabled, category, domain, replaced_by_model_capability, status_message, \
     large_output, parent_tool, dependencies, version, tenant_id, created_by, rejection_reason, \
-    test_results, deleted_at, embedding, test_cases, pending";
+    test_results, deleted_at, embedding, test_cases, pending, embedding_key";
 
 fn embedding_blob(e: &[f32]) -> Vec<u8> {
     e.iter().flat_map(|f| f.to_le_bytes()).collect()
@@ -96,6 +96,7 @@ pub(crate) fn definition(row: &Row<'_>) -> Result<ToolDefinition, StoreError> {
     def.pending = col::<Option<String>>(row, 22)?
         .map(|t| json(&t, "pending"))
         .transpose()?;
+    def.embedding_key = col(row, 23)?;
     Ok(def)
 }
 
@@ -110,9 +111,9 @@ pub(crate) fn write_definition(
             tool_type, status, enabled, category, domain, replaced_by_model_capability,
             status_message, large_output, parent_tool, dependencies, version, tenant_id,
             created_by, rejection_reason, test_results, deleted_at, embedding, created_at,
-            updated_at, test_cases, pending)
+            updated_at, test_cases, pending, embedding_key)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-            ?18, ?19, ?20, ?21, ?22, ?22, ?23, ?24)
+            ?18, ?19, ?20, ?21, ?22, ?22, ?23, ?24, ?25)
          ON CONFLICT (name) DO UPDATE SET description = excluded.description,
             input_schema = excluded.input_schema, implementation = excluded.implementation,
             tool_type = excluded.tool_type, status = excluded.status,
@@ -124,7 +125,8 @@ pub(crate) fn write_definition(
             created_by = excluded.created_by, rejection_reason = excluded.rejection_reason,
             test_results = excluded.test_results, deleted_at = excluded.deleted_at,
             embedding = excluded.embedding, updated_at = excluded.updated_at,
-            test_cases = excluded.test_cases, pending = excluded.pending",
+            test_cases = excluded.test_cases, pending = excluded.pending,
+            embedding_key = excluded.embedding_key",
     )?;
     stmt.execute(params![
         def.name,
@@ -151,6 +153,7 @@ pub(crate) fn write_definition(
         micros(now),
         def.test_cases.as_ref().map(Value::to_string),
         def.pending.as_ref().map(Value::to_string),
+        def.embedding_key,
     ])?;
     Ok(())
 }

@@ -136,6 +136,19 @@ BEGIN UPDATE definitions_version SET version = version + 1 WHERE id = 1; END;
 CREATE TRIGGER definitions_deleted AFTER DELETE ON tool_definitions
 BEGIN UPDATE definitions_version SET version = version + 1 WHERE id = 1; END;
 "#,
+    // 4: what a stored embedding was computed from (model and text), and storing one is no
+    // longer a change of the definition (running servers need not re-read the definitions
+    // for it): the update trigger names every column but the embedding's two.
+    r#"
+ALTER TABLE tool_definitions ADD COLUMN embedding_key TEXT;
+DROP TRIGGER definitions_updated;
+CREATE TRIGGER definitions_updated AFTER UPDATE OF name, description, input_schema,
+    implementation, tool_type, status, enabled, category, domain,
+    replaced_by_model_capability, status_message, large_output, parent_tool, dependencies,
+    version, tenant_id, created_by, rejection_reason, test_results, deleted_at, created_at,
+    updated_at, test_cases, pending ON tool_definitions
+BEGIN UPDATE definitions_version SET version = version + 1 WHERE id = 1; END;
+"#,
 ];
 
 /// The newest schema version this binary knows.

@@ -633,11 +633,14 @@ impl SqliteStore {
 /// The definition columns of a store of schema version `version`: a read-only reader does
 /// not migrate, and before version 3 there were no `test_cases` and `pending` columns.
 fn def_columns(version: u32) -> String {
-    if version < 3 {
-        DEF_COLUMNS.replacen("test_cases, pending", "NULL, NULL", 1)
-    } else {
-        DEF_COLUMNS.to_owned()
+    let mut columns = DEF_COLUMNS.to_owned();
+    if version < 4 {
+        columns = columns.replacen("embedding_key", "NULL", 1);
     }
+    if version < 3 {
+        columns = columns.replacen("test_cases, pending", "NULL, NULL", 1);
+    }
+    columns
 }
 
 fn all_definitions(
@@ -741,6 +744,7 @@ impl DefinitionStore for SqliteStore {
                 && old.description != def.description
             {
                 def.embedding = None;
+                def.embedding_key = None;
             }
             def.deleted_at = None;
             convert::write_definition(tx, &def, SystemTime::now()).at(loc)
@@ -816,14 +820,19 @@ impl DefinitionStore for SqliteStore {
         .await
     }
 
-    async fn set_embedding(&self, name: &str, embedding: Vec<f32>) -> Result<(), StoreError> {
+    async fn set_embedding(
+        &self,
+        name: &str,
+        key: String,
+        embedding: Vec<f32>,
+    ) -> Result<(), StoreError> {
         let name = name.to_owned();
         self.write(move |tx, loc| {
             let blob: Vec<u8> = embedding.iter().flat_map(|f| f.to_le_bytes()).collect();
             let n = tx
                 .execute(
-                    "UPDATE tool_definitions SET embedding = ?2 WHERE name = ?1",
-                    params![name, blob],
+                    "UPDATE tool_definitions SET embedding = ?2, embedding_key = ?3 WHERE name = ?1",
+                    params![name, blob, key],
                 )
                 .at(loc)?;
             require_changed(n, || format!("tool `{name}`"))

@@ -150,6 +150,7 @@ fn main() {
             SearchIndex::with_embedder(Arc::new(HashedNgrams::default()), HybridConfig::default());
         let refs: Vec<&ToolSpec> = specs.iter().collect();
         hybrid.upsert_all(&refs);
+        hybrid.embed_pending();
         println!(
             "hybrid: built {} tools in {:?}",
             hybrid.len(),

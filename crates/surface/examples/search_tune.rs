@@ -312,31 +312,30 @@ fn tune(tools: &str, queries: &str) {
     }
 }
 
-/// The lexical ranking blended with the model-free hashed character-trigram embedder, at a
-/// few vector weights (reciprocal-rank fusion, see `search::HybridConfig`).
+/// The lexical ranking fused with the model-free hashed character-trigram embedder, at a
+/// few vector shares (see `search::HybridConfig`; the real model's sweep is the
+/// `fusion_tune` example of `quiver-embed-candle`).
 fn hybrid(tools: &str, queries: &str) {
     let specs = parse_tools(tools).expect("tools parse");
     let refs: Vec<&quiver_contract::ToolSpec> = specs.iter().collect();
     run(tools, queries, "lexical only", Params::default());
-    for (w, k) in [
-        (0.02, 60.0),
-        (0.05, 60.0),
-        (0.1, 60.0),
-        (0.25, 60.0),
-        (1.0, 60.0),
-        (0.1, 10.0),
-        (0.25, 10.0),
-        (1.0, 10.0),
+    for (short, long) in [
+        (0.05, 0.02),
+        (0.1, 0.05),
+        (0.3, 0.1),
+        (0.6, 0.1),
+        (1.0, 1.0),
     ] {
         let config = HybridConfig {
-            vector_weight: w,
-            rrf_k: k,
+            short_weight: short,
+            long_weight: long,
             ..HybridConfig::default()
         };
         let mut ix =
             SearchIndex::with_embedder(std::sync::Arc::new(HashedNgrams::default()), config);
         ix.upsert_all(&refs);
-        score_index(queries, &format!("hashed 3-grams w {w} k {k}"), &ix);
+        ix.embed_pending();
+        score_index(queries, &format!("hashed 3-grams {short}/{long}"), &ix);
     }
 }
 

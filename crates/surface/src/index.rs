@@ -13,7 +13,7 @@ use tokio::sync::{broadcast, watch};
 use crate::{
     Surface,
     admit::any_match,
-    search::{Embedder, HybridConfig, SearchHit, SearchIndex},
+    search::{Embedder, HybridConfig, SearchHit, SearchIndex, embed_query},
     sync::lock,
 };
 
@@ -31,7 +31,7 @@ pub(crate) type Retriever = (Arc<dyn Embedder>, HybridConfig);
 /// runs for every scored tool, so it reads this map rather than the catalog.
 #[derive(Debug, Default)]
 pub(crate) struct Indexed {
-    index: SearchIndex,
+    pub(crate) index: SearchIndex,
     listed: HashMap<Box<str>, u8>,
     /// Changes with every change of the index (unique across rebuilds): what a cached
     /// [`Visible`] set was computed for.
@@ -106,23 +106,55 @@ impl Surface {
             .len()
     }
 
-    /// Blends a vector retriever into `tool_search` (the optional embedding port: see
-    /// [`Embedder`] and [`HybridConfig`]), or with `None` goes back to the lexical ranking
-    /// alone (the default). Rebuilds the index, embedding every indexed tool in one batch;
-    /// later catalog changes embed just the changed tool.
+    /// Fuses a vector retriever into `tool_search` (the embedding port: see [`Embedder`] and
+    /// [`HybridConfig`]), or with `None` goes back to the lexical ranking alone (the
+    /// default). Rebuilds the index; the tools get their vectors from the task of
+    /// [`Surface::spawn_vector_worker`] (or [`Surface::embed_pending_now`]), and rank
+    /// lexically until then.
     pub fn set_vector_retriever(&self, retriever: Option<(Arc<dyn Embedder>, HybridConfig)>) {
+        let changed_model = {
+            let old = lock(&self.retriever);
+            match (&*old, &retriever) {
+                (Some((a, _)), Some((b, _))) => a.model_id() != b.model_id(),
+                _ => true,
+            }
+        };
         *lock(&self.retriever) = retriever;
-        self.resync_index();
+        if changed_model {
+            // Vectors of another model are not kept.
+            let fresh = build_index(&self.catalog, lock(&self.retriever).clone());
+            let version = self.catalog.version();
+            *self.index.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+            self.index_caught_up(version);
+            self.wake_vectors();
+        } else {
+            self.resync_index();
+        }
     }
 
-    /// Rebuilds the search index from the catalog.
+    /// Embeds every indexed tool still waiting for its vector, on this thread (for tests and
+    /// small catalogs; a server runs [`Surface::spawn_vector_worker`]).
+    pub fn embed_pending_now(&self) {
+        self.index
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .index
+            .embed_pending();
+    }
+
+    /// Rebuilds the search index from the catalog; tools whose text is unchanged keep their
+    /// vectors.
     pub fn resync_index(&self) {
         // Read first: the build then sees every change up to it.
         let version = self.catalog.version();
         let retriever = lock(&self.retriever).clone();
-        let fresh = build_index(&self.catalog, retriever);
-        *self.index.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+        let mut fresh = build_index(&self.catalog, retriever);
+        let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+        fresh.index.adopt_vectors(&index.index);
+        *index = fresh;
+        drop(index);
         self.index_caught_up(version);
+        self.wake_vectors();
     }
 
     /// Records that the index has every catalog change up to `version` (never going back).
@@ -155,6 +187,7 @@ impl Surface {
             }
             _ => self.resync_index(),
         }
+        self.wake_vectors();
         self.adopt_pending();
     }
 
@@ -168,6 +201,19 @@ impl Surface {
         capabilities: &Capabilities,
     ) -> Vec<SearchHit> {
         let bit = mode_bit(mode);
+        // The query's vectors, computed before the index is locked (a forward pass of the
+        // model; the index's writers need not wait for it). None while no tool has a vector.
+        let retriever = lock(&self.retriever).clone();
+        let vectors = retriever.and_then(|(embedder, config)| {
+            let has = self
+                .index
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .index
+                .has_vectors();
+            has.then(|| embed_query(&*embedder, &config, query))
+                .flatten()
+        });
         let indexed = self.index.read().unwrap_or_else(|p| p.into_inner());
         // The system tools are always resident; finding them would waste a slot.
         let filter = |n: &str| {
@@ -184,12 +230,18 @@ impl Surface {
         // tools' filter hides the same tools from every caller of the mode.
         // Tools a policy always refuses this caller are hidden from it alone, the same way.
         if capabilities.allowed_tools.is_none() && capabilities.denied_tools.is_empty() {
-            return indexed.index.search_public(query, limit, &filter);
+            return indexed
+                .index
+                .search_embedded(query, vectors.as_ref(), limit, &filter, false);
         }
         let visible = self.visible_to(capabilities, bit, &indexed, &filter);
-        indexed
-            .index
-            .search(query, limit, &|n: &str| visible.contains(n))
+        indexed.index.search_embedded(
+            query,
+            vectors.as_ref(),
+            limit,
+            &|n: &str| visible.contains(n),
+            true,
+        )
     }
 
     /// The indexed tools a caller with `capabilities` finds in the mode of `bit`: those that

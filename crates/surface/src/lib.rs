@@ -2,8 +2,9 @@
 //! how they are found. [`Surface`] holds the resident floor (anchors, then the tools used
 //! most), each session's working set (tools the model paged in with `tool_search` or
 //! `describe_tool`), and the per-round budgets; [`core_tools`] are those two built-in tools.
-//! Its [`search`] module is the lexical search index behind `tool_search`, with an optional
-//! embedding port ([`search::Embedder`], off by default) to blend in a vector retriever; [`ports`] holds
+//! Its [`search`] module is the lexical search index behind `tool_search`, with an
+//! embedding port ([`search::Embedder`]) to fuse in a vector retriever whose tool vectors a
+//! background task computes ([`Surface::spawn_vector_worker`]); [`ports`] holds
 //! the persistence ports it consumes ([`ports::SessionStore`], [`ports::UsageSource`]), in
 //! its own vocabulary, with in-memory implementations.
 //!
@@ -84,6 +85,7 @@ mod surface;
 mod sync;
 mod tools;
 mod types;
+mod vectors;
 mod working_set;
 
 pub use config::{MAX_SEARCH_LIMIT, RoundBudget, SurfaceConfig, WorkingSetConfig};
@@ -100,4 +102,5 @@ pub use types::{
     ComposedSurface, DEFAULT_SESSION, DESCRIBE_TOOL, DropReason, DroppedTool, FailReason,
     FailedTool, FoundTool, Oversized, Reason, SearchOutcome, SurfaceTool, TOOL_SEARCH,
 };
+pub use vectors::VectorProgress;
 pub use working_set::PageIn;

@@ -43,6 +43,9 @@ pub struct Surface {
     pub(crate) visible_cache: Mutex<HashMap<VisibleKey, Visible>>,
     /// The vector retriever blended into `tool_search`, if a deployment set one.
     pub(crate) retriever: Mutex<Option<Retriever>>,
+    /// Wakes the vector task (`vectors.rs`) when the index may have tools without a vector.
+    pub(crate) vector_wake: Arc<tokio::sync::Notify>,
+    pub(crate) vector_progress: watch::Sender<crate::VectorProgress>,
     pub(crate) index_updates: watch::Sender<u64>,
     pub(crate) sessions: Mutex<HashMap<Arc<str>, Session>>,
     /// Restored working-set names whose tools were not in the catalog yet (an upstream
@@ -112,7 +115,10 @@ impl Surface {
         let (changes, _) = broadcast::channel(1024);
         // The index built below has every change up to `at`.
         let (index_updates, _) = watch::channel(at);
+        let (vector_progress, vector_wake) = crate::vectors::channels();
         let surface = Arc::new(Surface {
+            vector_progress,
+            vector_wake,
             index: RwLock::new(build_index(&catalog, None)),
             retriever: Mutex::new(None),
             agentic_cache: Mutex::new(None),

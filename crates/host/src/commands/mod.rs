@@ -5,11 +5,31 @@ pub(crate) mod check;
 pub(crate) mod custom;
 pub(crate) mod floor;
 pub(crate) mod log;
+pub(crate) mod model;
 pub(crate) mod serve;
 pub(crate) mod status;
 
 use anyhow::Context;
 use quiver_host::{App, Config};
+
+/// Waits until every indexed tool has its search vector (stored ones are read, the others
+/// computed; a few seconds per thousand new tools), or the embedder failed, or a minute
+/// passed; the search then ranks the tools still without one lexically.
+pub(crate) async fn wait_for_vectors(app: &App) {
+    let mut progress = app.surface.vector_progress();
+    let done = progress.wait_for(|p| p.failed || (p.total > 0 && p.ready == p.total));
+    if tokio::time::timeout(std::time::Duration::from_secs(60), done)
+        .await
+        .is_err()
+    {
+        let p = *progress.borrow();
+        tracing::warn!(
+            ready = p.ready,
+            total = p.total,
+            "searching before every tool has its vector; those without one rank lexically"
+        );
+    }
+}
 
 /// Applies `[store] retention_days`: deletes execution-log rows older than that many days,
 /// and the stored working sets of sessions idle that long. Only the commands that write the

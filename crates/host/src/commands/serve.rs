@@ -131,6 +131,9 @@ pub(crate) async fn run(
         .surface
         .spawn_floor_keeper(app.store.clone(), app.store.clone());
     let definitions = app.spawn_definition_recorder();
+    // With `[search] model_dir`: the model loads and the tools' vectors are computed in the
+    // background; the search is lexical until then.
+    let _retriever = app.start_retriever(config);
     // Custom tools approved, edited or disabled in the store (by any process) go live here.
     let custom_sync = app.spawn_custom_sync();
     let mut options = quiver_mcp_adapter::ServerOptions::default()

@@ -4,7 +4,11 @@ use std::process::ExitCode;
 
 use quiver_host::{App, Config};
 
-pub(crate) fn run(app: &App, config: &Config) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(
+    app: &App,
+    config: &Config,
+    search: &quiver_host::SearchMode,
+) -> anyhow::Result<ExitCode> {
     let config_store = config.store.path.as_path();
     if app.store.exists() {
         say!("store: {}", config_store.display());
@@ -20,6 +24,7 @@ pub(crate) fn run(app: &App, config: &Config) -> anyhow::Result<ExitCode> {
         );
     }
     say!("catalog: {} tool(s)", app.catalog.len());
+    say!("search: {search}");
     if let Some(line) = last_reload(config) {
         say!("{line}");
     }

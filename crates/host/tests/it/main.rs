@@ -2,6 +2,7 @@
 
 mod cli;
 mod reload;
+mod semantic;
 mod serve;
 mod upstreams;
 

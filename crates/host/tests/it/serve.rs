@@ -30,7 +30,7 @@ fn fresh_dir(name: &str) -> crate::Scratch {
     crate::Scratch::new(&format!("serve-{name}"))
 }
 
-fn rpc(addr: &str, headers: &[(&str, &str)], body: &str) -> String {
+pub(crate) fn rpc(addr: &str, headers: &[(&str, &str)], body: &str) -> String {
     let mut all = vec![("Mcp-Protocol-Version", "2025-11-25")];
     all.extend_from_slice(headers);
     post_mcp(addr, &all, body)
@@ -116,7 +116,7 @@ fn start_with(
     (child, addr)
 }
 
-fn stop(mut child: std::process::Child) {
+pub(crate) fn stop(mut child: std::process::Child) {
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
@@ -128,7 +128,7 @@ fn stop(mut child: std::process::Child) {
 }
 
 /// initialize + initialized; returns the session id.
-fn open(addr: &str, conversation: &str) -> String {
+pub(crate) fn open(addr: &str, conversation: &str) -> String {
     open_with(addr, &[("Quiver-Conversation", conversation)])
 }
 

@@ -29,8 +29,26 @@ async fn seeding_inserts_refreshes_keeps_status_retires_and_reports_unknown() {
         .set_status("a", Lifecycle::Rejected, Some("unsafe".into()))
         .await
         .expect("status");
-    store.set_embedding("a", vec![0.5, 1.5]).await.expect("emb");
-    store.set_embedding("b", vec![2.0]).await.expect("emb");
+    let version = store.definitions_version().await.unwrap();
+    store
+        .set_embedding("a", "k1".into(), vec![0.5, 1.5])
+        .await
+        .expect("emb");
+    store
+        .set_embedding("b", "k2".into(), vec![2.0])
+        .await
+        .expect("emb");
+    assert_eq!(
+        store.definitions_version().await.unwrap(),
+        version,
+        "a stored vector is not a change of the definitions"
+    );
+    assert!(
+        store
+            .set_embedding("zz", "k".into(), vec![1.0])
+            .await
+            .is_err()
+    );
     let custom = ToolDefinition::from_spec(&ToolSpec::new("mine", "m"), ToolType::Custom, "js");
     store.put_definition(custom).await.expect("custom");
 
@@ -59,6 +77,8 @@ async fn seeding_inserts_refreshes_keeps_status_retires_and_reports_unknown() {
     );
     let b = store.definition("b").await.expect("get").expect("b");
     assert_eq!(b.embedding, Some(vec![2.0]));
+    assert_eq!(b.embedding_key.as_deref(), Some("k2"));
+    assert_eq!(a.embedding_key, None, "cleared with the embedding");
     let old = store.definition("old").await.expect("get").expect("old");
     assert!(old.deleted_at.is_some());
     let stray = store

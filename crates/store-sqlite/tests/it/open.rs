@@ -76,6 +76,7 @@ async fn a_version_one_store_gains_the_principal_column() {
          ALTER TABLE execution_log DROP COLUMN parent_call_id;
          ALTER TABLE tool_definitions DROP COLUMN test_cases;
          ALTER TABLE tool_definitions DROP COLUMN pending;
+         ALTER TABLE tool_definitions DROP COLUMN embedding_key;
          DROP TRIGGER definitions_inserted; DROP TRIGGER definitions_updated;
          DROP TRIGGER definitions_deleted; DROP TABLE definitions_version;
          PRAGMA user_version = 1;",

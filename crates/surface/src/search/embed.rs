@@ -1,16 +1,16 @@
-//! The optional embedding port of the search index: a deployment that has a text-embedding
-//! model implements [`Embedder`] and hands it to [`SearchIndex::with_embedder`] (or
+//! The embedding port of the search index: a deployment that has a text-embedding model
+//! implements [`Embedder`] and hands it to [`SearchIndex::with_embedder`] (or
 //! `Surface::set_vector_retriever`); the index then keeps one vector per tool beside its
-//! postings and blends a vector ranking into the lexical one. The default build has no
-//! embedder and needs no model.
-//!
-//! The blend is weighted reciprocal-rank fusion (Cormack et al., 2009): the lexical ranking
-//! and the vector ranking (cosine similarity of the query's vector to each tool's) each give
-//! a tool `weight / (k + rank)` (rank from 1), over the top `depth` of each ranking, and the
-//! tools are ordered by the sum. Rank fusion needs no calibration between BM25 scores and
-//! cosines, which differ from model to model.
+//! postings, computed outside the index ([`SearchIndex::pending_vectors`],
+//! [`SearchIndex::set_vector`]) or in place ([`SearchIndex::embed_pending`]), and fuses a
+//! vector ranking into the lexical one (see [`HybridConfig`]). A tool without its vector
+//! yet is ranked lexically.
 //!
 //! [`SearchIndex::with_embedder`]: super::SearchIndex::with_embedder
+//! [`SearchIndex::pending_vectors`]: super::SearchIndex::pending_vectors
+//! [`SearchIndex::set_vector`]: super::SearchIndex::set_vector
+//! [`SearchIndex::embed_pending`]: super::SearchIndex::embed_pending
+//! [`HybridConfig`]: super::HybridConfig
 
 use std::fmt;
 
@@ -29,45 +29,10 @@ pub trait Embedder: Send + Sync + fmt::Debug {
     /// One vector per text, in order, all of the same length. Vectors need not be
     /// normalised (the index normalises them).
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
-}
 
-/// How the vector ranking is blended into the lexical one (see the module docs).
-#[derive(Debug, Clone, PartialEq)]
-pub struct HybridConfig {
-    /// The weight of the lexical ranking.
-    pub lexical_weight: f64,
-    /// The weight of the vector ranking (0 turns it off).
-    pub vector_weight: f64,
-    /// The rank offset `k` of reciprocal-rank fusion; larger flattens the head.
-    pub rrf_k: f64,
-    /// How deep each ranking is read before fusion.
-    pub depth: usize,
-}
-
-impl Default for HybridConfig {
-    /// Equal weights, the usual `k = 60`, the top 50 of each ranking.
-    fn default() -> Self {
-        HybridConfig {
-            lexical_weight: 1.0,
-            vector_weight: 1.0,
-            rrf_k: 60.0,
-            depth: 50,
-        }
-    }
-}
-
-impl HybridConfig {
-    /// Weights and `k` that are not finite or are negative become 0, a zero depth 1, so
-    /// fusion never divides by zero or inverts a ranking.
-    pub(crate) fn sanitised(self) -> Self {
-        let clean = |x: f64| if x.is_finite() && x > 0.0 { x } else { 0.0 };
-        HybridConfig {
-            lexical_weight: clean(self.lexical_weight),
-            vector_weight: clean(self.vector_weight),
-            rrf_k: clean(self.rrf_k),
-            depth: self.depth.max(1),
-        }
-    }
+    /// The model's identity (name and a hash of its files): a stored vector is reused only
+    /// for the same identity and the same tool text.
+    fn model_id(&self) -> &str;
 }
 
 /// A deterministic embedder that needs no model: the character trigrams of each lower-cased
@@ -78,12 +43,17 @@ impl HybridConfig {
 #[derive(Debug, Clone)]
 pub struct HashedNgrams {
     dims: usize,
+    id: String,
 }
 
 impl HashedNgrams {
     /// An embedder into `dims` dimensions (at least 1).
     pub fn new(dims: usize) -> Self {
-        HashedNgrams { dims: dims.max(1) }
+        let dims = dims.max(1);
+        HashedNgrams {
+            dims,
+            id: format!("hashed-ngrams-{dims}"),
+        }
     }
 }
 
@@ -133,6 +103,10 @@ impl Embedder for HashedNgrams {
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         Ok(texts.iter().map(|t| self.one(t)).collect())
     }
+
+    fn model_id(&self) -> &str {
+        &self.id
+    }
 }
 
 /// `v` scaled to unit length; `None` for a zero, empty or non-finite vector.
@@ -174,37 +148,100 @@ pub(crate) fn cosine(a: &[f32], b: &[f32]) -> f64 {
 #[derive(Debug)]
 pub(crate) struct Vectors {
     pub(crate) embedder: std::sync::Arc<dyn Embedder>,
-    pub(crate) config: HybridConfig,
+    pub(crate) config: super::HybridConfig,
+    /// Document id -> its unit vector, once computed.
     pub(crate) by_doc: Vec<Option<Box<[f32]>>>,
+    /// Document id -> the key of the text its vector is (to be) computed from.
+    pub(crate) keys: Vec<u64>,
+    /// Document id -> the text of a tool that has no vector yet.
+    pub(crate) pending: std::collections::BTreeMap<u32, String>,
+    /// The length of the vectors held (0 before the first).
+    pub(crate) dims: usize,
 }
 
 impl Vectors {
-    /// Stores a tool's vector (or none, when embedding failed).
-    pub(crate) fn set(&mut self, doc: u32, v: Option<Box<[f32]>>) {
+    pub(crate) fn new(embedder: std::sync::Arc<dyn Embedder>, config: super::HybridConfig) -> Self {
+        Vectors {
+            embedder,
+            config,
+            by_doc: Vec::new(),
+            keys: Vec::new(),
+            pending: std::collections::BTreeMap::new(),
+            dims: 0,
+        }
+    }
+
+    /// Records a tool's text: its vector is kept when the text is the one it was computed
+    /// from, else dropped and the tool waits for a new one.
+    pub(crate) fn track(&mut self, doc: u32, text: String) {
         let at = doc as usize;
         if self.by_doc.len() <= at {
             self.by_doc.resize(at + 1, None);
+            self.keys.resize(at + 1, 0);
         }
-        self.by_doc[at] = v;
+        let key = text_key(self.embedder.model_id(), &text);
+        if self.keys[at] != key || self.by_doc[at].is_none() {
+            self.keys[at] = key;
+            self.by_doc[at] = None;
+            self.pending.insert(doc, text);
+        }
     }
 
-    /// Embeds texts, normalised, one result per text; a failed batch is logged and gives
-    /// `None` for every text.
-    pub(crate) fn embed(&self, texts: &[&str]) -> Vec<Option<Box<[f32]>>> {
-        match self.embedder.embed(texts) {
-            Ok(vs) if vs.len() == texts.len() => vs.iter().map(|v| normalised(v)).collect(),
-            Ok(vs) => {
-                tracing::warn!(
-                    asked = texts.len(),
-                    got = vs.len(),
-                    "embedder returned the wrong number of vectors; using lexical search only"
-                );
-                vec![None; texts.len()]
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "embedder failed; using lexical search only");
-                vec![None; texts.len()]
-            }
+    /// Forgets a removed tool's vector.
+    pub(crate) fn forget(&mut self, doc: u32) {
+        let at = doc as usize;
+        if at < self.by_doc.len() {
+            self.by_doc[at] = None;
+            self.keys[at] = 0;
+        }
+        self.pending.remove(&doc);
+    }
+
+    /// Stores the vector of a tool's text of `key`; false (nothing stored) when the tool's
+    /// text has changed since, or the vector is empty, not finite, zero, or of another
+    /// length than the vectors held.
+    pub(crate) fn set(&mut self, doc: u32, key: u64, v: &[f32]) -> bool {
+        let at = doc as usize;
+        if self.keys.get(at) != Some(&key) || (self.dims != 0 && v.len() != self.dims) {
+            return false;
+        }
+        let Some(unit) = normalised(v) else {
+            return false;
+        };
+        self.dims = unit.len();
+        self.by_doc[at] = Some(unit);
+        self.pending.remove(&doc);
+        true
+    }
+}
+
+/// [`Embedder::embed`], one result per text; a failed batch is logged and gives `None` for
+/// every text.
+pub(crate) fn embed_logged(embedder: &dyn Embedder, texts: &[&str]) -> Vec<Option<Vec<f32>>> {
+    match embedder.embed(texts) {
+        Ok(vs) if vs.len() == texts.len() => vs.into_iter().map(Some).collect(),
+        Ok(vs) => {
+            tracing::warn!(
+                asked = texts.len(),
+                got = vs.len(),
+                "embedder returned the wrong number of vectors; using lexical search only"
+            );
+            vec![None; texts.len()]
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "embedder failed; using lexical search only");
+            vec![None; texts.len()]
         }
     }
+}
+
+/// The key of a stored vector: FNV-1a (64 bits) over the model's identity and the text, so
+/// a vector is reused only for the same model and the same text.
+pub(crate) fn text_key(model: &str, text: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in model.bytes().chain([0u8]).chain(text.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
 }

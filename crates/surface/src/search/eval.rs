@@ -81,7 +81,19 @@ fn parse_queries(queries_jsonl: &str) -> Result<Vec<QueryLine>, String> {
 /// Builds a [`SearchIndex`] from `tools_jsonl` and scores it on `queries_jsonl` (the file
 /// contents, in the benchmark's format).
 pub fn evaluate(tools_jsonl: &str, queries_jsonl: &str) -> Result<EvalReport, String> {
-    let mut index = SearchIndex::new();
+    evaluate_with(tools_jsonl, queries_jsonl, None)
+}
+
+/// [`evaluate`] with a vector retriever fused in (every tool embedded before the queries).
+pub fn evaluate_with(
+    tools_jsonl: &str,
+    queries_jsonl: &str,
+    retriever: Option<(std::sync::Arc<dyn super::Embedder>, super::HybridConfig)>,
+) -> Result<EvalReport, String> {
+    let mut index = match retriever {
+        Some((embedder, config)) => SearchIndex::with_embedder(embedder, config),
+        None => SearchIndex::new(),
+    };
     let tools = parse_tools(tools_jsonl)?;
     if tools.is_empty() {
         return Err("the tool set is empty".into());
@@ -105,6 +117,7 @@ pub fn evaluate(tools_jsonl: &str, queries_jsonl: &str) -> Result<EvalReport, St
     for spec in &tools {
         index.upsert(spec);
     }
+    index.embed_pending();
     evaluate_ranker(queries_jsonl, |q| {
         index
             .search(q, 10, &|_| true)

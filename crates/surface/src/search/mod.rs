@@ -32,11 +32,13 @@
 //! range of the sorted term dictionary).
 //!
 //! Optionally ([`SearchIndex::with_embedder`]) the index also keeps a vector per tool from a
-//! deployment's [`Embedder`] and fuses the vector ranking with the lexical one by weighted
-//! reciprocal-rank fusion ([`HybridConfig`]). Off by default; the default build needs no model.
+//! deployment's [`Embedder`] and fuses the vector ranking with the lexical one (the `fuse`
+//! module: score fusion weighted by the query's length, [`HybridConfig`]). Without an
+//! embedder the ranking is the lexical one.
 
 mod embed;
 pub(crate) mod eval;
+mod fuse;
 mod tokenize;
 
 #[cfg(test)]
@@ -49,13 +51,25 @@ use std::sync::Arc;
 use quiver_contract::{ToolSpec, split_mcp_name};
 use serde_json::Value;
 
-pub use embed::{EmbedError, Embedder, HashedNgrams, HybridConfig};
-use embed::{Vectors, cosine};
-pub use eval::{EvalReport, evaluate};
+use embed::Vectors;
+pub use embed::{EmbedError, Embedder, HashedNgrams};
+pub use eval::{EvalReport, evaluate, evaluate_with};
+pub use fuse::{HybridConfig, QueryVectors, embed_query, query_texts};
 use tokenize::{
     TokenOpts, expand_query, implied_terms, is_cjk, is_filler, is_unspaced, path_only_terms,
     tokenize,
 };
+
+/// A tool waiting for its vector (see [`SearchIndex::pending_vectors`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingVector {
+    /// The tool's name.
+    pub name: String,
+    /// The key of the text (model and text): what the vector is stored under.
+    pub key: String,
+    /// The text to embed.
+    pub text: String,
+}
 
 /// One search result: a tool name and its score, normalised to `0.0..=1.0` (1.0 would be a
 /// tool matching every query term as strongly as the index allows).
@@ -327,36 +341,129 @@ impl SearchIndex {
         }
     }
 
-    /// An empty index that also keeps a vector per tool from `embedder` and blends a vector
-    /// ranking into the lexical one as `config` says (weighted reciprocal-rank fusion, see
-    /// [`HybridConfig`]). A failing embedder degrades to the lexical ranking, with a warning.
+    /// An empty index that also keeps a vector per tool from `embedder` and fuses a vector
+    /// ranking into the lexical one as `config` says (see [`HybridConfig`]). Tools get their
+    /// vectors through [`SearchIndex::set_vector`] or [`SearchIndex::embed_pending`]; until
+    /// then they are ranked lexically. A failing embedder degrades to the lexical ranking,
+    /// with a warning.
     pub fn with_embedder(embedder: Arc<dyn Embedder>, config: HybridConfig) -> Self {
-        let config = config.sanitised();
         SearchIndex {
-            vectors: Some(Vectors {
-                embedder,
-                config,
-                by_doc: Vec::new(),
-            }),
+            vectors: Some(Vectors::new(embedder, config.sanitised())),
             ..Self::default()
         }
     }
 
-    /// Whether a vector retriever is blended in.
+    /// Whether a vector retriever is fused in.
     pub fn has_embedder(&self) -> bool {
         self.vectors.is_some()
     }
 
-    /// Adds or replaces many tools; with an embedder, embeds them in one batch.
+    /// Adds or replaces many tools.
     pub fn upsert_all(&mut self, specs: &[&ToolSpec]) {
-        let ids: Vec<u32> = specs.iter().map(|s| self.upsert_lexical(s)).collect();
-        if let Some(v) = &mut self.vectors {
-            let texts: Vec<String> = specs.iter().map(|s| embed_text(s)).collect();
-            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            for (id, vec) in ids.into_iter().zip(v.embed(&refs)) {
-                v.set(id, vec);
+        for spec in specs {
+            self.upsert(spec);
+        }
+    }
+
+    /// The tools that wait for their vector, at most `max`: name, text key (for
+    /// [`SearchIndex::set_vector`] and the store) and the text to embed. Empty without an
+    /// embedder.
+    pub fn pending_vectors(&self, max: usize) -> Vec<PendingVector> {
+        let Some(v) = &self.vectors else {
+            return Vec::new();
+        };
+        v.pending
+            .iter()
+            .take(max)
+            .map(|(&d, text)| PendingVector {
+                name: self.name_of(d).to_owned(),
+                key: format!("{:016x}", v.keys[d as usize]),
+                text: text.clone(),
+            })
+            .collect()
+    }
+
+    /// The text key a tool's vector must have now (see [`SearchIndex::pending_vectors`]);
+    /// `None` without an embedder or for a tool not indexed.
+    pub fn vector_key(&self, name: &str) -> Option<String> {
+        let v = self.vectors.as_ref()?;
+        let &d = self.by_name.get(name)?;
+        Some(format!("{:016x}", v.keys[d as usize]))
+    }
+
+    /// Gives the tool `name` its vector, computed from the text of `key` (from
+    /// [`SearchIndex::pending_vectors`] or a store). False, and nothing changes, when the tool
+    /// is gone or its text changed since, or the vector is unusable (empty, zero, not finite,
+    /// or of another length than the others).
+    pub fn set_vector(&mut self, name: &str, key: &str, vector: &[f32]) -> bool {
+        let (Some(v), Some(&d), Ok(key)) = (
+            self.vectors.as_mut(),
+            self.by_name.get(name),
+            u64::from_str_radix(key, 16),
+        ) else {
+            return false;
+        };
+        v.set(d, key, vector)
+    }
+
+    /// Embeds every tool waiting for its vector, in batches, on this thread. For a small
+    /// catalog or a benchmark; a server computes vectors off the index and sets them.
+    pub fn embed_pending(&mut self) {
+        const BATCH: usize = 64;
+        loop {
+            let pending = self.pending_vectors(BATCH);
+            if pending.is_empty() {
+                return;
+            }
+            let Some(v) = &self.vectors else { return };
+            let texts: Vec<&str> = pending.iter().map(|p| p.text.as_str()).collect();
+            let vectors = embed::embed_logged(&*v.embedder, &texts);
+            let mut any = false;
+            for (p, vec) in pending.iter().zip(vectors) {
+                if let Some(vec) = vec {
+                    any |= self.set_vector(&p.name, &p.key, &vec);
+                }
+            }
+            if !any {
+                // The embedder fails: the tools stay lexical.
+                return;
             }
         }
+    }
+
+    /// Whether any tool has its vector (fusion is off until one has).
+    pub fn has_vectors(&self) -> bool {
+        self.vectors.as_ref().is_some_and(|v| v.dims > 0)
+    }
+
+    /// Takes from `old` the vectors of the tools whose text (and model) is the same here: a
+    /// rebuilt index computes only what changed.
+    pub fn adopt_vectors(&mut self, old: &SearchIndex) {
+        let (Some(mine), Some(theirs)) = (self.vectors.as_mut(), old.vectors.as_ref()) else {
+            return;
+        };
+        if mine.embedder.model_id() != theirs.embedder.model_id() {
+            return;
+        }
+        let waiting: Vec<u32> = mine.pending.keys().copied().collect();
+        for d in waiting {
+            let Some(name) = self.docs[d as usize].as_ref().map(|doc| doc.name.as_str()) else {
+                continue;
+            };
+            if let Some(&od) = old.by_name.get(name)
+                && let Some(v) = theirs.by_doc.get(od as usize).and_then(|v| v.as_deref())
+                && theirs.keys[od as usize] == mine.keys[d as usize]
+            {
+                mine.set(d, mine.keys[d as usize], v);
+            }
+        }
+    }
+
+    /// How many indexed tools have their vector (0 without an embedder).
+    pub fn vectors_ready(&self) -> usize {
+        self.vectors
+            .as_ref()
+            .map_or(0, |v| v.by_doc.iter().filter(|x| x.is_some()).count())
     }
 
     /// The number of indexed tools.
@@ -374,14 +481,13 @@ impl SearchIndex {
     pub fn upsert(&mut self, spec: &ToolSpec) {
         let id = self.upsert_lexical(spec);
         if let Some(v) = &mut self.vectors {
-            let vec = v.embed(&[&embed_text(spec)]).pop().flatten();
-            v.set(id, vec);
+            v.track(id, embed_text(spec));
         }
     }
 
     /// [`SearchIndex::upsert`] without the vector; returns the tool's document id.
     fn upsert_lexical(&mut self, spec: &ToolSpec) -> u32 {
-        self.remove(&spec.name);
+        self.remove_lexical(&spec.name);
         let (server, _) = split_name(&spec.name);
         let fields = field_terms(spec);
         let mut counts: BTreeMap<&str, [u16; FIELDS]> = BTreeMap::new();
@@ -493,6 +599,18 @@ impl SearchIndex {
 
     /// Removes the tool `name`; false when it was not indexed.
     pub fn remove(&mut self, name: &str) -> bool {
+        let Some(&id) = self.by_name.get(name) else {
+            return false;
+        };
+        if let Some(v) = &mut self.vectors {
+            v.forget(id);
+        }
+        self.remove_lexical(name)
+    }
+
+    /// [`SearchIndex::remove`] of the postings only: a re-indexed tool whose text is the
+    /// same keeps its vector.
+    fn remove_lexical(&mut self, name: &str) -> bool {
         let Some(id) = self.by_name.remove(name) else {
             return false;
         };
@@ -509,9 +627,6 @@ impl SearchIndex {
                 self.dict.remove(&text);
                 self.free_terms.push(tid);
             }
-        }
-        if let Some(v) = &mut self.vectors {
-            v.set(id, None);
         }
         self.lens[id as usize] = [0; FIELDS];
         self.doc_server[id as usize] = None;
@@ -554,7 +669,7 @@ impl SearchIndex {
         limit: usize,
         filter: &dyn Fn(&str) -> bool,
     ) -> Vec<SearchHit> {
-        self.search_as(query, limit, filter, true)
+        self.search_as(query, None, limit, filter, true)
     }
 
     /// [`SearchIndex::search`] for a filter that hides the same tools from every caller (a
@@ -568,12 +683,27 @@ impl SearchIndex {
         limit: usize,
         filter: &dyn Fn(&str) -> bool,
     ) -> Vec<SearchHit> {
-        self.search_as(query, limit, filter, false)
+        self.search_as(query, None, limit, filter, false)
+    }
+
+    /// [`SearchIndex::search`] (`private`) or [`SearchIndex::search_public`] with the query's
+    /// vectors computed beforehand ([`embed_query`]), so that the embedding does not run
+    /// under a lock on the index. `None`: embedded here, when the index has an embedder.
+    pub fn search_embedded(
+        &self,
+        query: &str,
+        vectors: Option<&QueryVectors>,
+        limit: usize,
+        filter: &dyn Fn(&str) -> bool,
+        private: bool,
+    ) -> Vec<SearchHit> {
+        self.search_as(query, vectors, limit, filter, private)
     }
 
     fn search_as(
         &self,
         query: &str,
+        vectors: Option<&QueryVectors>,
         limit: usize,
         filter: &dyn Fn(&str) -> bool,
         private: bool,
@@ -584,9 +714,21 @@ impl SearchIndex {
             return Vec::new();
         }
         if let Some(v) = &self.vectors
-            && v.config.vector_weight > 0.0
+            && v.config.is_on()
+            && v.dims > 0
         {
-            return self.search_hybrid(query, &terms, limit, filter, v, private);
+            let own;
+            let qv = match vectors {
+                Some(q) => Some(q),
+                None => {
+                    own = embed_query(&*v.embedder, &v.config, query);
+                    own.as_ref()
+                }
+            };
+            // Without a query vector (the embedder failed) the ranking is the lexical one.
+            if let Some(qv) = qv {
+                return self.search_fused(query, &terms, qv, limit, filter, v, private);
+            }
         }
         self.search_lexical(query, &terms, limit, filter, private)
     }
@@ -611,66 +753,6 @@ impl SearchIndex {
                 &mut Scratch::default(),
             ),
         })
-    }
-
-    /// The lexical ranking and the vector ranking, fused (see the `embed` module): each
-    /// gives a tool `weight / (k + rank)` over its top `depth`; scores are the sums over the
-    /// most a tool can get (first in both), ties by name.
-    fn search_hybrid(
-        &self,
-        query: &str,
-        terms: &[String],
-        limit: usize,
-        filter: &dyn Fn(&str) -> bool,
-        v: &Vectors,
-        private: bool,
-    ) -> Vec<SearchHit> {
-        let c = &v.config;
-        let depth = c.depth.max(limit);
-        // Without a query vector (the embedder failed) the ranking is the lexical one.
-        let Some(q) = v.embed(&[query]).pop().flatten() else {
-            return self.search_lexical(query, terms, limit, filter, private);
-        };
-        let lexical = if c.lexical_weight > 0.0 {
-            self.search_lexical(query, terms, depth, filter, private)
-        } else {
-            Vec::new()
-        };
-        let mut fused: HashMap<&str, f64> = HashMap::new();
-        for (r, h) in lexical.iter().enumerate() {
-            *fused.entry(h.name.as_str()).or_default() +=
-                c.lexical_weight / (c.rrf_k + r as f64 + 1.0);
-        }
-        let mut sims: Vec<(f64, u32)> = v
-            .by_doc
-            .iter()
-            .enumerate()
-            .filter_map(|(d, vec)| {
-                let sim = cosine(&q, vec.as_deref()?);
-                (sim > 0.0).then_some((sim, d as u32))
-            })
-            .collect();
-        for (r, name) in self
-            .top_filtered(&mut sims, depth, filter)
-            .into_iter()
-            .enumerate()
-        {
-            *fused.entry(name).or_default() += c.vector_weight / (c.rrf_k + r as f64 + 1.0);
-        }
-        let best = (c.lexical_weight + c.vector_weight) / (c.rrf_k + 1.0);
-        let mut hits: Vec<(f64, &str)> = fused.into_iter().map(|(n, s)| (s, n)).collect();
-        hits.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
-        hits.truncate(limit);
-        hits.into_iter()
-            .map(|(s, name)| SearchHit {
-                name: name.to_owned(),
-                score: if best > 0.0 {
-                    (s / best).clamp(0.0, 1.0)
-                } else {
-                    0.0
-                },
-            })
-            .collect()
     }
 
     fn search_in(
@@ -987,39 +1069,6 @@ impl SearchIndex {
             }
         }
         if all > 0.0 { named / all } else { 0.0 }
-    }
-
-    /// The names of the best `depth` of `cands` (score, document) that pass `filter`, by
-    /// score and then name: sorts only a window of the best, grown until `depth` tools in
-    /// it pass and score above its edge.
-    fn top_filtered(
-        &self,
-        cands: &mut [(f64, u32)],
-        depth: usize,
-        filter: &dyn Fn(&str) -> bool,
-    ) -> Vec<&str> {
-        let order = |a: &(f64, &str), b: &(f64, &str)| b.0.total_cmp(&a.0).then(a.1.cmp(b.1));
-        let mut window = depth.saturating_mul(2).max(32);
-        loop {
-            let all = window >= cands.len();
-            let edge = if all {
-                f64::NEG_INFINITY
-            } else {
-                cands.select_nth_unstable_by(window - 1, |a, b| b.0.total_cmp(&a.0));
-                cands[window - 1].0
-            };
-            let mut hits: Vec<(f64, &str)> = cands[..window.min(cands.len())]
-                .iter()
-                .filter(|c| c.0 > edge)
-                .map(|&(s, d)| (s, self.name_of(d)))
-                .filter(|h| filter(h.1))
-                .collect();
-            if all || hits.len() >= depth {
-                hits.sort_unstable_by(order);
-                return hits.into_iter().take(depth).map(|h| h.1).collect();
-            }
-            window = window.saturating_mul(4);
-        }
     }
 
     /// The name of a live document.
@@ -1641,16 +1690,26 @@ fn split_name(name: &str) -> (&str, &str) {
     }
 }
 
-/// The text a tool is embedded from: its name (the tool part, separators as spaces), its
-/// description and its schema's property names and descriptions.
+/// The text a tool is embedded from: its name (the tool part, as words: separators as
+/// spaces, camelCase split), a colon, its description, then its schema's property names and
+/// descriptions.
 fn embed_text(spec: &ToolSpec) -> String {
     let (_, tool) = split_name(&spec.name);
-    let mut text: String = tool
-        .chars()
-        .map(|c| if c.is_alphanumeric() { c } else { ' ' })
-        .collect();
-    text.push('\n');
-    text.push_str(&spec.description);
+    let mut text = String::with_capacity(tool.len() + spec.description.len() + 64);
+    let mut prev: Option<char> = None;
+    for c in tool.chars() {
+        if !c.is_alphanumeric() {
+            text.push(' ');
+        } else {
+            if c.is_uppercase() && prev.is_some_and(char::is_lowercase) {
+                text.push(' ');
+            }
+            text.push(c);
+        }
+        prev = Some(c);
+    }
+    text.push_str(": ");
+    text.push_str(clip(&spec.description, MAX_FIELD_TEXT));
     text.push('\n');
     schema_text(&spec.input_schema, 0, &mut text);
     text

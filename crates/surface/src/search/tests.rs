@@ -705,6 +705,9 @@ fn hybrid(specs: &[ToolSpec], config: HybridConfig) -> SearchIndex {
     let mut ix = SearchIndex::with_embedder(Arc::new(HashedNgrams::default()), config);
     let refs: Vec<&ToolSpec> = specs.iter().collect();
     ix.upsert_all(&refs);
+    assert_eq!(ix.vectors_ready(), 0, "tools wait for their vectors");
+    ix.embed_pending();
+    assert_eq!(ix.vectors_ready(), specs.len());
     ix
 }
 
@@ -761,7 +764,8 @@ fn the_vector_weight_moves_the_spelling_neighbour_up() {
     let off = hybrid(
         &specs,
         HybridConfig {
-            vector_weight: 0.0,
+            short_weight: 0.0,
+            long_weight: 0.0,
             ..HybridConfig::default()
         },
     );
@@ -770,8 +774,7 @@ fn the_vector_weight_moves_the_spelling_neighbour_up() {
     let heavy = hybrid(
         &specs,
         HybridConfig {
-            vector_weight: 3.0,
-            rrf_k: 1.0,
+            short_weight: 1.0,
             ..HybridConfig::default()
         },
     );
@@ -785,6 +788,10 @@ struct Broken;
 impl Embedder for Broken {
     fn embed(&self, _: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         Err(EmbedError("model not loaded".into()))
+    }
+
+    fn model_id(&self) -> &str {
+        "broken"
     }
 }
 
@@ -807,6 +814,7 @@ fn a_failing_embedder_degrades_to_the_lexical_ranking() {
     assert!(ix.remove("geocode"));
     assert!(!names(&ix.search("geocod", 5, &all)).contains(&"geocode"));
     ix.upsert(&specs[0]);
+    ix.embed_pending();
     assert_eq!(names(&ix.search("geocod", 5, &all))[0], "geocode");
 }
 
@@ -819,10 +827,14 @@ fn nonsense_blend_settings_are_made_safe() {
     let ix = hybrid(
         &specs,
         HybridConfig {
-            lexical_weight: f64::NAN,
-            vector_weight: 1.0,
-            rrf_k: -1.0,
+            short_weight: 7.0,
+            long_weight: f64::NAN,
+            short_terms: 5,
+            long_terms: 1,
             depth: 0,
+            clause_weight: -1.0,
+            exact_names: true,
+            lexical_floor: f64::INFINITY,
         },
     );
     let hits = ix.search("thermomiter", 5, &all);
@@ -867,4 +879,63 @@ fn hits_far_below_the_best_are_left_out() {
         ["mcp__time__convert_time", "mcp__time__get_current_time"],
         "{hits:?}"
     );
+}
+
+#[test]
+fn a_tool_the_query_names_goes_first_and_a_plain_word_name_does_not_count() {
+    let specs = [
+        ToolSpec::new("mcp__git__git_status", "Shows the working tree status."),
+        ToolSpec::new(
+            "mcp__git__git_diff",
+            "Shows the changes in the working tree.",
+        ),
+        ToolSpec::new("mcp__web__search", "Searches the working web for pages."),
+    ];
+    let ix = hybrid(
+        &specs,
+        HybridConfig {
+            short_weight: 1.0,
+            long_weight: 1.0,
+            ..HybridConfig::default()
+        },
+    );
+    // The vector ranking alone, named tool aside.
+    let named = ix.search("working tree changes, then git_status", 3, &all);
+    assert_eq!(names(&named)[0], "mcp__git__git_status", "{named:?}");
+    assert!(fuse::names_tool("run git_status.", "mcp__git__git_status"));
+    assert!(fuse::names_tool("call getweather now", "getWeather"));
+    assert!(!fuse::names_tool(
+        "search the working tree",
+        "mcp__web__search"
+    ));
+    assert!(!fuse::names_tool("git_status_all", "mcp__git__git_status"));
+}
+
+#[test]
+fn a_tool_without_its_vector_ranks_by_its_lexical_score() {
+    let specs = [
+        ToolSpec::new("weather_now", "Current weather for a city."),
+        ToolSpec::new("stock_quote", "Latest stock quote."),
+    ];
+    let mut ix = hybrid(&specs, HybridConfig::default());
+    // A new tool with the query's words, not embedded yet: found by its words.
+    ix.upsert(&ToolSpec::new("tide_table", "Tide table for a harbour."));
+    assert_eq!(ix.pending_vectors(10).len(), 1);
+    assert_eq!(
+        names(&ix.search("tide table harbour", 3, &all))[0],
+        "tide_table"
+    );
+    // A vector for an older text of the tool is refused.
+    let p = ix.pending_vectors(1).remove(0);
+    ix.upsert(&ToolSpec::new("tide_table", "Tides of a harbour, by day."));
+    assert!(!ix.set_vector(&p.name, &p.key, &[1.0; 256]));
+    assert_eq!(
+        ix.vector_key("tide_table").as_deref().map(str::len),
+        Some(16)
+    );
+    // A vector of another length than the others is refused too.
+    let p = ix.pending_vectors(1).remove(0);
+    assert!(!ix.set_vector(&p.name, &p.key, &[1.0; 3]));
+    assert!(ix.set_vector(&p.name, &p.key, &[1.0; 256]));
+    assert!(ix.pending_vectors(10).is_empty());
 }

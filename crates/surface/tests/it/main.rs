@@ -6,4 +6,5 @@ mod floor;
 mod persist;
 mod support;
 mod tools;
+mod vectors;
 mod working_set;

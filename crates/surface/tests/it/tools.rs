@@ -601,6 +601,18 @@ async fn describe_tool_respects_the_modes_lists() {
     assert!(e.is_ok(), "{}", text(&e));
 }
 
+/// Waits until the vector task has given every indexed tool its vector.
+async fn every_vector(surface: &quiver_surface::Surface) {
+    let mut progress = surface.vector_progress();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        progress.wait_for(|p| p.total > 0 && p.ready == p.total),
+    )
+    .await
+    .expect("the vectors are computed")
+    .unwrap();
+}
+
 #[tokio::test]
 async fn a_vector_retriever_blends_into_tool_search_and_can_be_removed() {
     let fx = search_fixture();
@@ -612,6 +624,10 @@ async fn a_vector_retriever_blends_into_tool_search_and_can_be_removed() {
         Arc::new(HashedNgrams::default()),
         HybridConfig::default(),
     )));
+    // Until the tools have their vectors the ranking is lexical.
+    assert_eq!(hit_names(&fx.search("s", q.clone()).await), "");
+    let _worker = fx.surface.spawn_vector_worker(None);
+    every_vector(&fx.surface).await;
     let e = fx.search("s", q.clone()).await;
     let hits = data(&e)["hits"].as_array().unwrap().clone();
     assert_eq!(hits[0]["name"], "csv_stats", "{hits:?}");
@@ -635,6 +651,7 @@ async fn a_vector_retriever_blends_into_tool_search_and_can_be_removed() {
         .await
         .unwrap()
         .unwrap();
+    every_vector(&fx.surface).await;
     let e = fx.search("s", json!({"query": "validatr"})).await;
     assert_eq!(data(&e)["hits"][0]["name"], "yaml_validator");
 

@@ -857,9 +857,10 @@ impl Config {
 
     /// Resolves the relative paths the file at `dir` gives (`text`) against `dir`, so the
     /// file means the same from any working directory: `[store] path` when the file sets
-    /// it (the default `./quiver.db` stays in the working directory), every `[skills]` directory, `[catalog] dir`, `[search] model_dir`, and
-    /// each stdio server's `cwd` and a `command` that is a relative path (`./bin/server`;
-    /// a bare name like `npx` is looked up on `PATH`).
+    /// it (the default `./quiver.db` stays in the working directory), every `[skills]`
+    /// directory, `[catalog] dir`, `[search] model_dir`, and each stdio server's `cwd` and a
+    /// `command` that is a relative path (`./bin/server`; a bare name like `npx` is looked
+    /// up on `PATH`).
     pub(crate) fn rebase(&mut self, dir: &Path, text: &str) {
         let sets_store_path = toml::from_str::<toml::Value>(text)
             .ok()

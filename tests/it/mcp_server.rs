@@ -810,7 +810,8 @@ async fn a_hangup_reloads_quiver_serve_and_sigterm_stops_it() {
     );
     assert_clean_shutdown(&dir);
 
-    // Started under `nohup` (SIGHUP ignored), it is left ignored: the server serves on.
+    // Started under `nohup` (SIGHUP ignored), a SIGHUP while serving still reloads (a
+    // daemon's operator sends it for that) and the server serves on.
     let dir = fresh_dir();
     let mut child = Command::new("nohup")
         .arg(quiver_binary())
@@ -833,6 +834,15 @@ async fn a_hangup_reloads_quiver_serve_and_sigterm_stops_it() {
                 child.try_wait().expect("waitable").is_none(),
                 "still running"
             );
+            let status_file = dir.join("quiver.db.reload.json");
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            while !status_file.exists() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no reload after SIGHUP under nohup"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
         send_signal(&pid, signal).await;
         tokio::time::sleep(Duration::from_millis(500)).await;

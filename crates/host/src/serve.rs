@@ -142,14 +142,28 @@ pub async fn serve(
     // still stopped and the execution log still flushed by the caller, which may watch the
     // same `signals` for a signal after these.
     // SIGHUP reloads the configuration (the Unix convention for daemons) when there is a
-    // reloader; SIGINT and SIGTERM stop.
+    // reloader, even when Quiver was started with it ignored (`nohup`): a reload is what a
+    // daemon's operator sends it for, and it stops nothing. SIGINT and SIGTERM stop.
+    let mut hangups = match &reload {
+        Some(_) => Some(hangup_stream()?),
+        None => None,
+    };
     loop {
         tokio::select! {
             r = &mut serving => return r,
-            signal = signals.next() => match &reload {
-                Some(reload) if signal == 1 => {
+            Some(()) = async {
+                match &mut hangups {
+                    Some(h) => h.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if let Some(reload) = &reload {
                     let _ = reload.reload("SIGHUP").await;
                 }
+            }
+            signal = signals.next() => match signal {
+                // A hangup is the reload stream's when there is one.
+                1 if hangups.is_some() => {}
                 _ => break,
             },
         }
@@ -166,11 +180,45 @@ pub async fn serve(
     }
 }
 
+/// SIGHUP as a stream of reload requests.
+#[cfg(unix)]
+struct Hangups(tokio::signal::unix::Signal);
+
+#[cfg(unix)]
+impl Hangups {
+    async fn recv(&mut self) -> Option<()> {
+        self.0.recv().await
+    }
+}
+
+#[cfg(unix)]
+fn hangup_stream() -> anyhow::Result<Hangups> {
+    use tokio::signal::unix::{SignalKind, signal};
+    Ok(Hangups(
+        signal(SignalKind::hangup()).context("watching SIGHUP for reloads")?,
+    ))
+}
+
+#[cfg(not(unix))]
+struct Hangups;
+
+#[cfg(not(unix))]
+impl Hangups {
+    async fn recv(&mut self) -> Option<()> {
+        std::future::pending().await
+    }
+}
+
+#[cfg(not(unix))]
+fn hangup_stream() -> anyhow::Result<Hangups> {
+    Ok(Hangups)
+}
+
 /// SIGINT, SIGTERM and SIGHUP, watched from `watch` on: a signal that arrives after it
 /// (before the URL is printed, while the store opens) is never the default handler's, and
-/// `next` returns it. While serving, SIGHUP reloads the configuration; before, it stops the
-/// start-up like the others. SIGHUP is left alone when Quiver was started with it ignored
-/// (`nohup`).
+/// `next` returns it. Before serving, SIGHUP stops the start-up like the others, unless
+/// Quiver was started with it ignored (`nohup`); while serving, [`serve`] takes SIGHUP as a
+/// reload, `nohup` or not.
 pub struct Signals {
     #[cfg(unix)]
     int: tokio::signal::unix::Signal,

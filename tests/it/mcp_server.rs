@@ -993,13 +993,20 @@ async fn a_second_signal_ends_the_drain_at_once() {
 }
 
 /// An `mcpServers` file naming server-everything (npm) over stdio as `everything`.
-fn everything_mcp_json() -> PathBuf {
+/// server-everything's command, installed by `.ci/setup-peers` (a test fails when it is
+/// missing).
+pub(crate) fn everything_bin() -> PathBuf {
     let everything = peers().join("npm/node_modules/.bin/mcp-server-everything");
     assert!(
         everything.exists(),
         "{} is missing: run `bash .ci/setup-peers`",
         everything.display()
     );
+    everything
+}
+
+fn everything_mcp_json() -> PathBuf {
+    let everything = everything_bin();
     let path = fresh_dir().join("mcp.json");
     std::fs::write(
         &path,
@@ -1519,12 +1526,7 @@ fn everything_config() -> PathBuf {
 
 /// [`everything_config`] with `extra` (TOML keys) in the "everything" server's table.
 fn everything_config_with(extra: &str) -> PathBuf {
-    let everything = peers().join("npm/node_modules/.bin/mcp-server-everything");
-    assert!(
-        everything.exists(),
-        "{} is missing: run `bash .ci/setup-peers`",
-        everything.display()
-    );
+    let everything = everything_bin();
     let dir = fresh_dir();
     let path = dir.join("quiver.toml");
     let toml = format!(
@@ -2005,12 +2007,7 @@ async fn serve_builds_proposed_tools_and_rebuilds_approved_ones_under_new_limits
 /// (`reload_live.py` has the steps).
 #[tokio::test]
 async fn serve_reloads_its_configuration_without_a_restart() {
-    let everything = peers().join("npm/node_modules/.bin/mcp-server-everything");
-    assert!(
-        everything.exists(),
-        "{} is missing: run `bash .ci/setup-peers`",
-        everything.display()
-    );
+    let everything = everything_bin();
     let dir = fresh_dir();
     let token = "admin-secret-0123456789";
     std::fs::write(
@@ -2055,12 +2052,7 @@ async fn serve_reloads_its_configuration_without_a_restart() {
 /// (`reload_load.py`); every call answers, and the execution log has a row for each.
 #[tokio::test]
 async fn a_reload_under_load_drops_no_call_and_loses_no_log_row() {
-    let everything = peers().join("npm/node_modules/.bin/mcp-server-everything");
-    assert!(
-        everything.exists(),
-        "{} is missing: run `bash .ci/setup-peers`",
-        everything.display()
-    );
+    let everything = everything_bin();
     let dir = fresh_dir();
     let mcp_json = dir.join("mcp.json");
     std::fs::write(
@@ -2135,12 +2127,7 @@ async fn a_reload_under_load_drops_no_call_and_loses_no_log_row() {
 /// file is reported and the rest stay (`catalog_live.py` has the steps).
 #[tokio::test]
 async fn the_catalog_directory_serves_each_kind_and_reloads_an_edit() {
-    let everything = peers().join("npm/node_modules/.bin/mcp-server-everything");
-    assert!(
-        everything.exists(),
-        "{} is missing: run `bash .ci/setup-peers`",
-        everything.display()
-    );
+    let everything = everything_bin();
     let dir = fresh_dir();
     std::fs::write(
         dir.join("quiver.toml"),

@@ -425,8 +425,17 @@ async fn run_jobs(custom: &CustomTools) {
     }
     let mut tick = tokio::time::interval(DEFINITIONS_POLL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Stale jobs are looked for every REQUEUE_EVERY ticks: a job is stale only after a
+    // minute, and the look reads every job.
+    const REQUEUE_EVERY: u32 = 20;
+    let mut ticks: u32 = 0;
     loop {
         tick.tick().await;
+        ticks = ticks.wrapping_add(1);
+        if ticks % REQUEUE_EVERY != 1 {
+            run_queued(custom).await;
+            continue;
+        }
         match custom.requeue_interrupted(custom.stale_after()).await {
             Ok(requeued) if !requeued.is_empty() => {
                 tracing::info!(tools = ?requeued, "custom-tool jobs a stopped process left running queued again")
@@ -434,21 +443,26 @@ async fn run_jobs(custom: &CustomTools) {
             Ok(_) => {}
             Err(e) => tracing::warn!("could not look for interrupted custom-tool jobs: {e}"),
         }
-        loop {
-            match custom.run_next().await {
-                Ok(Some(report)) => tracing::info!(
-                    tool = %report.name,
-                    version = report.version,
-                    job = %report.job_id,
-                    kind = report.kind.as_str(),
-                    passed = report.passed,
-                    "custom-tool job done"
-                ),
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::warn!("a custom-tool job failed: {e}");
-                    break;
-                }
+        run_queued(custom).await;
+    }
+}
+
+/// Runs queued custom-tool jobs until none is left.
+async fn run_queued(custom: &CustomTools) {
+    loop {
+        match custom.run_next().await {
+            Ok(Some(report)) => tracing::info!(
+                tool = %report.name,
+                version = report.version,
+                job = %report.job_id,
+                kind = report.kind.as_str(),
+                passed = report.passed,
+                "custom-tool job done"
+            ),
+            Ok(None) => break,
+            Err(e) => {
+                tracing::warn!("a custom-tool job failed: {e}");
+                break;
             }
         }
     }

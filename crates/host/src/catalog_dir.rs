@@ -484,7 +484,7 @@ impl CatalogDirTools {
             }
         }
         let gone: Vec<String> = {
-            let served = quiver_registry_lock(&self.served);
+            let served = lock(&self.served);
             served
                 .keys()
                 .filter(|n| !keep.contains_key(*n))
@@ -493,7 +493,7 @@ impl CatalogDirTools {
         };
         for name in gone {
             let family = {
-                let served = quiver_registry_lock(&self.served);
+                let served = lock(&self.served);
                 served.get(&name).map(|d| family_of(&d.kind))
             };
             if let Some(family) = family
@@ -506,7 +506,7 @@ impl CatalogDirTools {
             }
             applied.removed.push(name);
         }
-        *quiver_registry_lock(&self.served) = keep;
+        *lock(&self.served) = keep;
         applied
     }
 
@@ -519,7 +519,7 @@ impl CatalogDirTools {
         applied: &mut Applied,
     ) {
         let name = def.spec.name.clone();
-        let same = quiver_registry_lock(&self.served).get(&name) == Some(def);
+        let same = lock(&self.served).get(&name) == Some(def);
         let ours = self.catalog.lookup(&name).map(|e| &*e.family == family);
         if same && ours == Some(true) {
             keep.insert(name, def.clone());
@@ -648,7 +648,8 @@ fn family_of(kind: &Kind) -> &'static str {
     }
 }
 
-fn quiver_registry_lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// A poisoned lock is taken as it is: the maps it guards are rewritten whole.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 

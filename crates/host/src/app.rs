@@ -764,5 +764,6 @@ impl App {
             self.catalog.clone(),
         )
         .with_catalog_dir(self.catalog_dir.clone(), self.skill_stack.clone())
+        .with_pipeline(self.dispatcher.clone(), self.surface.clone())
     }
 }

@@ -5,12 +5,15 @@
 //! - the upstream MCP servers are reconciled ([`McpClient::reconcile`]): a new one
 //!   connects, a removed one is closed and its tools leave, a changed one reconnects, and
 //!   the others are untouched (no reconnect, no dropped call);
-//! - the policy rules apply to the next call ([`LivePolicy`]), and the inbound tokens
-//!   (`[auth]`) to the next request over HTTP;
+//! - the policy rules, `[limits]` and `[surface]` apply to the next call ([`LivePolicy`],
+//!   [`Dispatcher::reconfigure`], [`Surface::reconfigure`]; calls already running finish
+//!   under the limits they started with), and the inbound tokens (`[auth]`) to the next
+//!   request over HTTP;
 //! - skills and command files are read again when `[skills]` or anything in their
 //!   directories changed: the `skill` tool is replaced and the local prompts with it;
-//! - the sections read only at start (the store, the surface, limits, the sandbox, the
-//!   admin token; the tokens when serving on stdio) are compared, and a change there is reported as needing a restart
+//! - the settings read only at start (the store, the sandbox, the admin token, the HTTP
+//!   server's `limits.max_http_sessions` and `limits.input_wait_secs`; the tokens when
+//!   serving on stdio) are compared, and a change there is reported as needing a restart
 //!   rather than half applied.
 //!
 //! Clients see a changed tool list as `notifications/tools/list_changed`, as for any
@@ -26,7 +29,10 @@ use std::{
 };
 
 use quiver_mcp_adapter::{LocalPrompts, McpClient};
-use quiver_registry::{Catalog, Family, PolicyCheck, PolicyRequest, PolicyVerdict, RulePolicy};
+use quiver_registry::{
+    Catalog, Dispatcher, Family, PolicyCheck, PolicyRequest, PolicyVerdict, RulePolicy,
+};
+use quiver_surface::Surface;
 use serde_json::{Value, json};
 
 use crate::Config;
@@ -84,6 +90,9 @@ pub struct Reloader {
     catalog_dir: Option<CatalogDirState>,
     /// The server's inbound tokens, once it serves over HTTP.
     auth: std::sync::OnceLock<quiver_mcp_adapter::AuthHandle>,
+    /// The dispatcher and the surface whose settings (`[limits]`, `[surface]`) a reload
+    /// replaces.
+    pipeline: Option<(Dispatcher, Arc<Surface>)>,
 }
 
 struct CatalogDirState {
@@ -134,7 +143,15 @@ impl Reloader {
             prompts: None,
             catalog_dir: None,
             auth: std::sync::OnceLock::new(),
+            pipeline: None,
         }
+    }
+
+    /// Replaces the settings of `dispatcher` (`[limits]`) and `surface` (`[surface]`, and
+    /// the tools a policy denies everyone, which it never offers) when they change.
+    pub fn with_pipeline(mut self, dispatcher: Dispatcher, surface: Arc<Surface>) -> Self {
+        self.pipeline = Some((dispatcher, surface));
+        self
     }
 
     /// The inbound tokens a reload replaces (`[auth]`, and the deny rules that keep tools
@@ -256,10 +273,23 @@ impl Reloader {
             Some(_) => true,
             None => false,
         };
+        let (limits_changed, surface_changed) = match self.apply_pipeline(&config) {
+            Ok(changed) => changed,
+            Err(why) => {
+                tracing::warn!(trigger, "{why}");
+                let report = json!({"ok": false, "trigger": trigger, "error": why});
+                self.record(&report);
+                return Err(report);
+            }
+        };
+        let server_limits =
+            |l: &crate::config::LimitsConfig| (l.max_http_sessions, l.input_wait_secs);
         let needs_restart: Vec<&str> = [
             ("store", same(&current.store, &config.store)),
-            ("surface", same(&current.surface, &config.surface)),
-            ("limits", same(&current.limits, &config.limits)),
+            (
+                "limits.max_http_sessions, limits.input_wait_secs",
+                server_limits(&current.limits) == server_limits(&config.limits),
+            ),
             ("auth", !auth_changed || auth_live),
             ("sandbox", same(&current.sandbox, &config.sandbox)),
             ("admin", same(&current.admin, &config.admin)),
@@ -290,6 +320,8 @@ impl Reloader {
                 "unchanged": reconciled.unchanged,
             },
             "policy_changed": policy_changed,
+            "limits_changed": limits_changed,
+            "surface_changed": surface_changed,
             "auth_changed": auth_changed && auth_live,
             "skills_changed": skills_changed,
             "skill_problems": skill_problems,
@@ -298,6 +330,8 @@ impl Reloader {
         });
         if reconciled.changed()
             || policy_changed
+            || limits_changed
+            || surface_changed
             || skills_changed
             || catalog_changed
             || !needs_restart.is_empty()
@@ -308,6 +342,8 @@ impl Reloader {
                 removed = ?reconciled.removed,
                 restarted = ?reconciled.restarted,
                 policy_changed,
+                limits_changed,
+                surface_changed,
                 skills_changed,
                 "configuration reloaded"
             );
@@ -322,6 +358,36 @@ impl Reloader {
         }
         self.record(&report);
         Ok(report)
+    }
+
+    /// Gives the dispatcher `config`'s limits when they changed, and the surface its
+    /// settings when they or the policy changed; returns which. Both were checked when the
+    /// file was read, and an error here (the surface refusing its settings) leaves
+    /// everything as it was.
+    fn apply_pipeline(&self, config: &Config) -> Result<(bool, bool), String> {
+        let Some((dispatcher, surface)) = &self.pipeline else {
+            return Ok((false, false));
+        };
+        let limits = match config.limits.dispatch_config() {
+            Ok(limits) => limits,
+            Err(e) => return Err(format!("[limits]: {e:#}")),
+        };
+        let limits_changed = *dispatcher.config() != limits;
+        let denied: Vec<&str> = config
+            .always_denied(None, None)
+            .map(|r| r.tool.as_str())
+            .collect();
+        let offered = config.surface.clone().with_unoffered(&denied);
+        let surface_changed = *surface.config() != offered;
+        if surface_changed {
+            surface
+                .reconfigure(offered)
+                .map_err(|e| format!("[surface]: {e}"))?;
+        }
+        if limits_changed {
+            dispatcher.reconfigure(limits);
+        }
+        Ok((limits_changed, surface_changed))
     }
 
     /// Reads the skills and command files of `config` again: the `skill` tool is replaced

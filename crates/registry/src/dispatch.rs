@@ -39,7 +39,7 @@ use crate::{
 };
 
 /// Dispatcher configuration. Every field has a default.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DispatchConfig {
     /// Timeouts.
@@ -127,10 +127,19 @@ impl BatchCall {
 /// future.
 type Stack = Telemetry<Recover<Timeout<Concurrency<ResultLimit<OutputCheck<ToolService>>>>>>;
 
+/// What [`Dispatcher::reconfigure`] replaces together: the configuration and the middleware
+/// stack built from it.
+struct Live {
+    config: Arc<DispatchConfig>,
+    stack: Stack,
+    /// The concurrency layer, whose queues a reconfiguration keeps when the concurrency
+    /// limits did not change.
+    concurrency: ConcurrencyLayer,
+}
+
 struct Inner {
     catalog: Arc<Catalog>,
-    config: DispatchConfig,
-    stack: Stack,
+    live: std::sync::RwLock<Live>,
     recorder: Arc<dyn ToolCallRecorder>,
     policy: Arc<dyn PolicyCheck>,
     observers: Vec<Arc<dyn CallObserver>>,
@@ -147,6 +156,24 @@ struct Inner {
     stopping: std::sync::atomic::AtomicBool,
 }
 
+impl Inner {
+    fn config(&self) -> Arc<DispatchConfig> {
+        self.live
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .config
+            .clone()
+    }
+
+    fn stack(&self) -> Stack {
+        self.live
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .stack
+            .clone()
+    }
+}
+
 /// The one dispatch pipeline. Cheap to clone.
 #[derive(Clone)]
 pub struct Dispatcher {
@@ -156,7 +183,7 @@ pub struct Dispatcher {
 impl std::fmt::Debug for Dispatcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dispatcher")
-            .field("config", &self.inner.config)
+            .field("config", &self.config())
             .finish_non_exhaustive()
     }
 }
@@ -228,14 +255,8 @@ impl DispatcherBuilder {
 
     /// Builds the dispatcher; the middleware stack is assembled here, outermost first.
     pub fn build(self) -> Dispatcher {
-        let stack = ServiceBuilder::new()
-            .layer(TelemetryLayer::new(self.metrics.clone()))
-            .layer(RecoverLayer)
-            .layer(TimeoutLayer::new(self.config.timeout.clone()))
-            .layer(ConcurrencyLayer::new(self.config.concurrency.clone()))
-            .layer(ResultLimitLayer::new(self.config.result_limit))
-            .layer(OutputCheckLayer)
-            .service(ToolService);
+        let concurrency = ConcurrencyLayer::new(self.config.concurrency.clone());
+        let stack = stack(&self.config, &self.metrics, &concurrency);
         let id_prefix = format!(
             "{:x}",
             SystemTime::now()
@@ -246,8 +267,11 @@ impl DispatcherBuilder {
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| Inner {
             catalog: self.catalog,
             sessions: Sessions::new(self.config.max_sessions),
-            config: self.config,
-            stack,
+            live: std::sync::RwLock::new(Live {
+                config: Arc::new(self.config),
+                stack,
+                concurrency,
+            }),
             recorder: self.recorder,
             policy: self.policy,
             observers: self.observers,
@@ -260,6 +284,18 @@ impl DispatcherBuilder {
         });
         Dispatcher { inner }
     }
+}
+
+/// The middleware stack of `config`, outermost first.
+fn stack(config: &DispatchConfig, metrics: &Arc<Metrics>, concurrency: &ConcurrencyLayer) -> Stack {
+    ServiceBuilder::new()
+        .layer(TelemetryLayer::new(metrics.clone()))
+        .layer(RecoverLayer)
+        .layer(TimeoutLayer::new(config.timeout.clone()))
+        .layer(concurrency.clone())
+        .layer(ResultLimitLayer::new(config.result_limit))
+        .layer(OutputCheckLayer)
+        .service(ToolService)
 }
 
 /// The name of the surface's search tool, which error texts advise calling.
@@ -490,9 +526,28 @@ impl Dispatcher {
         &self.inner.metrics
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &DispatchConfig {
-        &self.inner.config
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<DispatchConfig> {
+        self.inner.config()
+    }
+
+    /// Replaces the configuration for the calls that start from now on, as a reload of
+    /// `quiver serve` does; calls already running finish under the limits they started
+    /// with. When the concurrency limits are unchanged their queues are kept; when they
+    /// changed, new calls queue under the new limits while the calls admitted before
+    /// finish, so for that moment both may run. `max_sessions` is fixed when the
+    /// dispatcher is built.
+    pub fn reconfigure(&self, config: DispatchConfig) {
+        let mut live = self
+            .inner
+            .live
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if config.concurrency != live.config.concurrency {
+            live.concurrency = ConcurrencyLayer::new(config.concurrency.clone());
+        }
+        live.stack = stack(&config, &self.inner.metrics, &live.concurrency);
+        live.config = Arc::new(config);
     }
 
     /// The recorder.
@@ -687,7 +742,7 @@ impl Dispatcher {
         let mut envelope = if cancel.is_cancelled() {
             cancelled()
         } else {
-            let run = inner.stack.clone().oneshot(call);
+            let run = inner.stack().oneshot(call);
             // The call is polled first: a tool that finishes at once never registers with the
             // cancellation token (a lock per registration); a pending one is raced against it.
             // A tool that saw the token and answered `cancelled` itself says why in the
@@ -786,14 +841,14 @@ impl Dispatcher {
         }
         let input = Value::Object(map);
         let canonical = canonical_json(&input);
-        if canonical.len() > self.inner.config.max_input_bytes {
+        if canonical.len() > self.inner.config().max_input_bytes {
             let envelope = Envelope::err(
                 ErrKind::Other("input_too_large".into()),
                 format!(
                     "the arguments to `{}` are {} bytes; the limit is {} bytes. Send less data per call (split it, or pass a reference instead of the content).",
                     quiver_contract::quoted_name(name),
                     canonical.len(),
-                    self.inner.config.max_input_bytes
+                    self.inner.config().max_input_bytes
                 ),
             );
             return Err(Box::new((
@@ -815,14 +870,14 @@ impl Dispatcher {
         ctx: &CallContext,
     ) -> Result<(Arc<Entry>, Vec<PolicyVerdict>), Box<Envelope>> {
         let inner = &*self.inner;
-        if ctx.depth > inner.config.max_depth {
+        if ctx.depth > inner.config().max_depth {
             return Err(Box::new(Envelope::err(
                 ErrKind::Other("too_deep".into()),
                 format!(
                     "`{}` was called {} levels deep; the limit is {}",
                     quiver_contract::quoted_name(name),
                     ctx.depth,
-                    inner.config.max_depth
+                    inner.config().max_depth
                 ),
             )));
         }
@@ -901,7 +956,7 @@ impl Dispatcher {
         if let Some(s) = &session {
             // The call counts as called (for `requires_prior`) once it has answered Ok:
             // see `after`.
-            let threshold = inner.config.loop_guard_threshold;
+            let threshold = inner.config().loop_guard_threshold;
             let (streak, refused) = inner.sessions.with(s, |st| {
                 let streak = st.bump_streak(hash);
                 (streak, st.guarded(streak, threshold))
@@ -1056,7 +1111,7 @@ impl Dispatcher {
             && !transient
         {
             let failures = inner.sessions.with(s, |st| st.record_failure(hash));
-            if failures >= inner.config.repeat_failure_threshold {
+            if failures >= inner.config().repeat_failure_threshold {
                 envelope.push_warning(Warning::new(
                     "repeat_failure",
                     format!(
@@ -1093,7 +1148,7 @@ impl Dispatcher {
             && envelope.err_kind() != Some(&ErrKind::LoopGuard)
         {
             let failures = self.inner.sessions.with(s, |st| st.record_failure(&hash));
-            if failures >= self.inner.config.repeat_failure_threshold {
+            if failures >= self.inner.config().repeat_failure_threshold {
                 envelope.push_warning(Warning::new(
                         "repeat_failure",
                         format!("this same call has now failed {failures} times. Try a different approach instead of repeating it."),

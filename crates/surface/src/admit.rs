@@ -3,13 +3,13 @@
 
 use quiver_contract::{Capabilities, Mode, pattern_matches};
 
-use crate::{Surface, sync::lock};
+use crate::{Surface, surface::Settings, sync::lock};
 
 pub(crate) fn any_match(patterns: &[String], name: &str) -> bool {
     patterns.iter().any(|p| pattern_matches(p, name))
 }
 
-impl Surface {
+impl Settings {
     /// Whether `name` is never offered (see
     /// [`SurfaceConfig::unoffered`](crate::SurfaceConfig::unoffered)). Never a system tool.
     pub(crate) fn unoffered(&self, name: &str) -> bool {
@@ -34,6 +34,18 @@ impl Surface {
             _ => any_match(&self.config.agentic_only, name),
         }
     }
+}
+
+impl Surface {
+    /// Whether `name` is never offered (see [`Settings::unoffered`]).
+    pub(crate) fn unoffered(&self, name: &str) -> bool {
+        self.settings().unoffered(name)
+    }
+
+    /// Whether the mode's lists keep `name` off (see [`Settings::mode_excluded`]).
+    pub(crate) fn mode_excluded(&self, mode: Mode, name: &str) -> bool {
+        self.settings().mode_excluded(mode, name)
+    }
 
     /// A call of the session begins: in `quiver serve` (and `quiver call` / `quiver
     /// search`), where the surface sees no model turns, every call counts as one round of
@@ -49,7 +61,7 @@ impl Surface {
                 Some(s) => {
                     s.mode = mode;
                     s.touch(tool);
-                    let evicted = s.next_round(self.config.idle_rounds);
+                    let evicted = s.next_round(self.config().idle_rounds);
                     s.round_evicted.clone_from(&evicted);
                     evicted
                 }
@@ -198,13 +210,14 @@ impl Surface {
 
     /// Visible names for a did-you-mean.
     pub(crate) fn visible_names(&self, mode: Mode, capabilities: &Capabilities) -> Vec<String> {
+        let settings = self.settings();
         self.catalog
             .available(mode)
             .into_iter()
             .filter(|e| {
                 capabilities.offers(e.name())
-                    && !self.mode_excluded(mode, e.name())
-                    && !self.unoffered(e.name())
+                    && !settings.mode_excluded(mode, e.name())
+                    && !settings.unoffered(e.name())
             })
             .map(|e| e.spec.name.clone())
             .collect()

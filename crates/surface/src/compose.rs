@@ -42,29 +42,29 @@ impl Surface {
         let mut placed = 0usize;
         // The system tools, in the walk's order: `tool_search` always fits; the others
         // need what the ones before them left.
-        for name in &self.system {
+        for name in self.system_tools().iter() {
             let Some(entry) = self.catalog.lookup(name) else {
                 continue;
             };
             let bytes = advertised(&entry.spec);
             if name != TOOL_SEARCH
                 && listed(&entry.spec)
-                && placed + bytes > self.config.round.max_bytes
+                && placed + bytes > self.config().round.max_bytes
             {
                 out.push(Oversized {
                     name: name.clone(),
                     bytes,
                     budget: "what a round's tool budget (`surface.round.max_bytes`) has left after the system tools before it",
-                    limit: self.config.round.max_bytes.saturating_sub(placed),
+                    limit: self.config().round.max_bytes.saturating_sub(placed),
                 });
             }
             placed += bytes;
         }
-        let left = self.config.round.max_bytes.saturating_sub(placed);
-        let set = self.config.working_set.max_bytes;
+        let left = self.config().round.max_bytes.saturating_sub(placed);
+        let set = self.config().working_set.max_bytes;
         for entry in self.catalog.tools() {
             let spec = &entry.spec;
-            if self.system.iter().any(|s| s == &spec.name) || !listed(spec) {
+            if self.system_tools().iter().any(|s| s == &spec.name) || !listed(spec) {
                 continue;
             }
             let bytes = advertised(spec);
@@ -94,14 +94,14 @@ impl Surface {
     /// ranking is the stored one once [`Surface::load_floor`] ran; without a store, it is
     /// derived from the surface's own usage when older than `floor_max_age_secs`.
     pub fn floor(&self) -> Arc<Floor> {
-        lock(&self.floor).read(&self.config, &self.catalog, &*self.usage)
+        lock(&self.floor).read(&self.config(), &self.catalog, &*self.usage)
     }
 
     /// Derives the floor again from the surface's own usage now (without a store; a
     /// store-backed floor is derived with [`Surface::rederive_floor_into`]).
     pub fn rederive_floor(&self) -> Arc<Floor> {
         let before = self.floor_names();
-        let floor = lock(&self.floor).rederive(&self.config, &self.catalog, &*self.usage);
+        let floor = lock(&self.floor).rederive(&self.config(), &self.catalog, &*self.usage);
         self.floor_settled(&before);
         floor
     }
@@ -116,7 +116,7 @@ impl Surface {
     /// The floor's tool names now.
     pub(crate) fn floor_names(&self) -> Vec<String> {
         lock(&self.floor)
-            .peek(&self.config, &self.catalog)
+            .peek(&self.config(), &self.catalog)
             .names()
             .into_iter()
             .map(str::to_owned)
@@ -133,7 +133,7 @@ impl Surface {
     /// Starts a new round for the session and evicts its idle working-set tools; returns the
     /// evicted names. [`Surface::assemble_tools`] calls this.
     pub fn next_round(&self, session: &str) -> Vec<String> {
-        let idle = self.config.idle_rounds;
+        let idle = self.config().idle_rounds;
         let evicted = self.with_session(session, |s| s.next_round(idle));
         self.evicted(session, evicted)
     }
@@ -188,9 +188,11 @@ impl Surface {
         sess.mode = mode;
         let sess = &*sess;
 
+        let settings = self.settings();
+        let system = &settings.system;
         let mut seen: HashSet<&str> = HashSet::new();
         let mut candidates: Vec<(&str, Reason)> = Vec::new();
-        for s in &self.system {
+        for s in system.iter() {
             if seen.insert(s) {
                 candidates.push((s, Reason::System));
             }
@@ -231,13 +233,13 @@ impl Surface {
 
         let loaded = |n: &str| sess.loaded.contains(n);
         let opts = AdvertiseOptions::default().with_loaded(&loaded);
-        let budget = self.config.round;
+        let budget = settings.config.round;
         let mut tools: Vec<SurfaceTool> = Vec::new();
         let mut dropped: Vec<DroppedTool> = Vec::new();
         let mut used = 0usize;
         // A round lists at most `max_definitions` tools and `tool_search`; only a
         // `max_surface` below that can fail it, and then a partial walk goes to the end too.
-        let stop_early = self.config.max_surface > budget.max_definitions;
+        let stop_early = settings.config.max_surface > budget.max_definitions;
         let mut count = 0usize;
         let mut placed: Vec<String> = Vec::new();
         for (name, reason) in candidates {
@@ -274,11 +276,11 @@ impl Surface {
                 dropped.push(drop(DropReason::Unoffered));
                 continue;
             }
-            if self.mode_excluded(mode, name) {
+            if settings.mode_excluded(mode, name) {
                 dropped.push(drop(DropReason::ModeExcluded));
                 continue;
             }
-            if self.unoffered(name) {
+            if settings.unoffered(name) {
                 dropped.push(drop(DropReason::Unoffered));
                 continue;
             }
@@ -327,11 +329,11 @@ impl Surface {
                 });
             }
         }
-        if count > self.config.max_surface {
+        if count > self.config().max_surface {
             return Err(SurfaceError::TooLarge {
                 session: session.to_owned(),
                 count,
-                max: self.config.max_surface,
+                max: self.config().max_surface,
             });
         }
         let composed = ComposedSurface {
@@ -350,16 +352,20 @@ impl Surface {
     /// round's `max_definitions`. For `quiver check` (the allow-list ranks above the working
     /// set, so such tools are found but never listed).
     pub fn agentic_crowding(&self) -> Option<(usize, usize, usize)> {
-        if self.config.agentic_allow.is_empty() {
+        if self.config().agentic_allow.is_empty() {
             return None;
         }
         let allowed = self.agentic_allowed();
         let live = allowed
             .iter()
-            .filter(|n| !self.system.contains(n) && self.catalog.contains(n))
+            .filter(|n| !self.system_tools().contains(n) && self.catalog.contains(n))
             .count();
-        let max = self.config.round.max_definitions;
-        (live > 0 && live + self.system.len() >= max).then_some((live, self.system.len(), max))
+        let max = self.config().round.max_definitions;
+        (live > 0 && live + self.system_tools().len() >= max).then_some((
+            live,
+            self.system_tools().len(),
+            max,
+        ))
     }
 
     /// The agentic allow-list, patterns expanded over the catalog, in list order; kept until
@@ -374,7 +380,7 @@ impl Surface {
         }
         let mut out: Vec<String> = Vec::new();
         let mut names: Option<Vec<String>> = None;
-        for p in &self.config.agentic_allow {
+        for p in &self.config().agentic_allow {
             if p.contains('*') {
                 let all = names.get_or_insert_with(|| self.catalog.names());
                 out.extend(all.iter().filter(|n| pattern_matches(p, n)).cloned());

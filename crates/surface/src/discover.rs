@@ -37,9 +37,9 @@ impl Surface {
     ) -> SearchOutcome {
         let mode = self.session_mode(session);
         let limit = limit
-            .unwrap_or(self.config.search_default_limit)
+            .unwrap_or(self.config().search_default_limit)
             .min(crate::config::MAX_SEARCH_LIMIT)
-            .min(self.config.working_set.max_tools.max(1))
+            .min(self.config().working_set.max_tools.max(1))
             .max(1);
         let hits = self.search(query, limit, mode, capabilities);
         let mut out = SearchOutcome::default();
@@ -150,7 +150,7 @@ impl Surface {
         {
             return None;
         }
-        if self.system.iter().any(|s| s == name) {
+        if self.system_tools().iter().any(|s| s == name) {
             // Always resident: paging it in would only take a working-set slot. Its full spec
             // is advertised from now on all the same.
             // Only a progressive tool's listing changes with it (summary to full spec).

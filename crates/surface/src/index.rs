@@ -216,11 +216,12 @@ impl Surface {
         });
         let indexed = self.index.read().unwrap_or_else(|p| p.into_inner());
         // The system tools are always resident; finding them would waste a slot.
+        let settings = self.settings();
         let filter = |n: &str| {
             indexed.listed.get(n).is_some_and(|m| m & bit != 0)
-                && !self.system.iter().any(|s| s == n)
-                && !self.mode_excluded(mode, n)
-                && !self.unoffered(n)
+                && !settings.system.iter().any(|s| s == n)
+                && !settings.mode_excluded(mode, n)
+                && !settings.unoffered(n)
         };
         // Filtered inside the index (it runs the filter on a window of the best only), so
         // that the head's reordering and scores are those of the tools the caller can see.

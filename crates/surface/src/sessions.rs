@@ -115,7 +115,7 @@ impl Surface {
             .clock
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if !sessions.contains_key(session) {
-            if sessions.len() >= self.config.max_sessions {
+            if sessions.len() >= self.config().max_sessions {
                 self.drop_least_used(sessions);
             }
             sessions.insert(session.into(), Session::default());
@@ -193,7 +193,7 @@ impl Surface {
         tools: &[(String, usize)],
         load: bool,
     ) -> PageIn {
-        let caps = self.config.working_set;
+        let caps = self.config().working_set;
         let (paged, changed) = self.with_session(session, |s| {
             let before = s.members();
             let paged = s.page_in(tools, &caps);
@@ -248,7 +248,7 @@ impl Surface {
                 return false;
             }
             // Keys restored with nothing stored hold no session: bound them too.
-            if restored.len() >= 2 * self.config.max_sessions {
+            if restored.len() >= 2 * self.config().max_sessions {
                 restored.retain(|k| sessions.contains_key(k));
             }
             restored.insert(session.into());

@@ -19,17 +19,26 @@ use crate::{
     floor::FloorState,
     index::{Allowed, Indexed, Retriever, Visible, VisibleKey, build_index, sync_index},
     sessions::Persisted,
+    sync::lock,
     working_set::Session,
 };
+
+/// What [`Surface::reconfigure`] replaces together.
+#[derive(Debug)]
+pub(crate) struct Settings {
+    pub(crate) config: Arc<SurfaceConfig>,
+    pub(crate) system: Arc<Vec<String>>,
+}
 
 /// The shared per-session tool surface. Build it with [`Surface::new`]; hand it to the
 /// dispatcher as a [`CallObserver`](quiver_registry::CallObserver) so calls refresh the
 /// working set.
 pub struct Surface {
     pub(crate) catalog: Arc<Catalog>,
-    pub(crate) config: SurfaceConfig,
+    /// The configuration and the system tools it names; [`Surface::reconfigure`] replaces
+    /// both at once, for the next request.
+    pub(crate) settings: RwLock<Arc<Settings>>,
     pub(crate) usage: Arc<dyn UsageScores>,
-    pub(crate) system: Vec<String>,
     pub(crate) index: RwLock<Indexed>,
     /// The agentic allow-list as last expanded, with the catalog version it was for.
     pub(crate) agentic_cache: Mutex<Option<(u64, Arc<Vec<String>>)>>,
@@ -92,7 +101,7 @@ impl fmt::Debug for Surface {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Surface")
             .field("catalog", &self.catalog)
-            .field("config", &self.config)
+            .field("config", &self.config())
             .finish_non_exhaustive()
     }
 }
@@ -125,9 +134,11 @@ impl Surface {
             allowed_cache: Mutex::new(HashMap::new()),
             visible_cache: Mutex::new(HashMap::new()),
             catalog,
-            config,
+            settings: RwLock::new(Arc::new(Settings {
+                config: Arc::new(config),
+                system: Arc::new(system),
+            })),
             usage,
-            system,
             index_updates,
             sessions: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
@@ -152,14 +163,51 @@ impl Surface {
         &self.catalog
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &SurfaceConfig {
-        &self.config
+    /// The settings in force.
+    pub(crate) fn settings(&self) -> Arc<Settings> {
+        self.settings
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<SurfaceConfig> {
+        self.settings().config.clone()
     }
 
     /// The always-resident system tools, in order.
-    pub fn system_tools(&self) -> &[String] {
-        &self.system
+    pub fn system_tools(&self) -> Arc<Vec<String>> {
+        self.settings().system.clone()
+    }
+
+    /// Replaces the configuration for the next request, as a reload of `quiver serve`
+    /// does. `config` is checked first, and when it is refused nothing changes. The cached
+    /// allow-list expansions are dropped, the resident floor is derived again under the new
+    /// sizes and anchors, and every open session is told its list may have changed.
+    /// Working sets keep what they hold; a smaller `working_set.max_tools` or
+    /// `round` budget takes effect as sessions page tools in.
+    pub fn reconfigure(&self, config: SurfaceConfig) -> Result<(), SurfaceError> {
+        config.validate()?;
+        for w in config.warnings() {
+            tracing::warn!("surface configuration: {w}");
+        }
+        let system = config.system_set();
+        *self
+            .settings
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(Settings {
+            config: Arc::new(config),
+            system: Arc::new(system),
+        });
+        *lock(&self.agentic_cache) = None;
+        lock(&self.visible_cache).clear();
+        self.rederive_floor();
+        let open: Vec<Arc<str>> = lock(&self.sessions).keys().cloned().collect();
+        for id in open {
+            let _ = self.changes.send(id);
+        }
+        Ok(())
     }
 
     /// Receives a session id whenever that session's working set (or loaded set) changes, so

@@ -147,11 +147,7 @@ pub(crate) async fn run(
     // The configuration reloads on a change of its files, on SIGHUP and at
     // `POST /admin/reload`.
     let (content, prompts) = content(app, config);
-    let mut reloader = app.reloader(config);
-    if let Some(prompts) = prompts {
-        reloader = reloader.with_prompts(prompts);
-    }
-    let reloader = std::sync::Arc::new(reloader);
+    let reloader = std::sync::Arc::new(app.reloader(config).with_prompts(prompts));
     let _watching = match quiver_host::reload::watch_files(reloader.clone()) {
         Ok(watching) => Some(watching),
         Err(e) => {
@@ -201,24 +197,23 @@ pub(crate) async fn run(
 }
 
 /// What the server serves resources, prompts and completions from: the MCP client passing
-/// the upstreams' through, behind the local prompts (command files and skills) when
-/// `[skills]` names any directory (then a reload replaces them, and the prompts capability
-/// is offered even while none loads), and the local prompts when it does.
+/// the upstreams' through, behind the local prompts (command files and skills), which a
+/// reload replaces; and those local prompts. The prompts capability is offered when
+/// `[skills]` names any directory (even while none loads) or a prompt is there when a
+/// client initializes; with neither, a client that connects before a reload adds the
+/// first skills directory sees prompts only when it connects again.
 fn content(
     app: &App,
     config: &Config,
 ) -> (
     std::sync::Arc<dyn quiver_mcp_adapter::ContentSource>,
-    Option<std::sync::Arc<quiver_mcp_adapter::LocalPrompts>>,
+    std::sync::Arc<quiver_mcp_adapter::LocalPrompts>,
 ) {
     let upstreams: std::sync::Arc<dyn quiver_mcp_adapter::ContentSource> =
         std::sync::Arc::new(app.mcp.clone());
-    if app.prompts.is_empty() && config.skills.all_dirs().next().is_none() {
-        return (upstreams, None);
-    }
-    let local = std::sync::Arc::new(quiver_mcp_adapter::LocalPrompts::new(
-        app.prompts.clone(),
-        Some(upstreams),
-    ));
-    (local.clone(), Some(local))
+    let local = std::sync::Arc::new(
+        quiver_mcp_adapter::LocalPrompts::new(app.prompts.clone(), Some(upstreams))
+            .offered_while_empty(config.skills.all_dirs().next().is_some()),
+    );
+    (local.clone(), local)
 }

@@ -40,6 +40,9 @@ pub struct LocalPrompts {
     relaying: OnceLock<()>,
     /// Upstream prompt names already logged as shadowed.
     reported: Mutex<HashSet<String>>,
+    /// Whether the prompts capability is offered while there is no local prompt (and
+    /// `inner` offers none).
+    offered_while_empty: bool,
 }
 
 impl std::fmt::Debug for LocalPrompts {
@@ -63,7 +66,18 @@ impl LocalPrompts {
             changes: broadcast::channel(64).0,
             relaying: OnceLock::new(),
             reported: Mutex::new(HashSet::new()),
+            offered_while_empty: true,
         }
+    }
+
+    /// Whether the prompts capability is offered while there is no local prompt and
+    /// `inner` offers none (the default): a server whose prompts may come later says yes,
+    /// so its clients ask. With no, a client that initializes while there is none is told
+    /// there are no prompts, and one that initializes after [`LocalPrompts::replace`]
+    /// brought some is offered them.
+    pub fn offered_while_empty(mut self, offered: bool) -> Self {
+        self.offered_while_empty = offered;
+        self
     }
 
     fn current(&self) -> Arc<PromptSet> {
@@ -144,7 +158,7 @@ fn skill_error(name: &str, e: SkillError) -> ContentError {
 impl ContentSource for LocalPrompts {
     fn offer(&self) -> ContentOffer {
         let mut offer = self.inner.as_ref().map(|i| i.offer()).unwrap_or_default();
-        offer.prompts = true;
+        offer.prompts |= self.offered_while_empty || !self.current().is_empty();
         // `replace` changes the list.
         offer.list_changed = true;
         offer

@@ -403,6 +403,69 @@ async fn timeouts_use_the_default_the_override_and_a_shorter_caller_deadline() {
     );
 }
 
+/// A reconfigured dispatcher applies its new limits to the next call, while a call that
+/// started before finishes under the limits it started with, and the queues of unchanged
+/// concurrency limits are kept.
+#[tokio::test]
+async fn reconfigured_limits_apply_to_the_next_call() {
+    let (release, started) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let (released, starting) = (release.clone(), started.clone());
+    let gate = tool(ToolSpec::new("gate", "Waits.").read_only(), move |_, _| {
+        let (released, starting) = (released.clone(), starting.clone());
+        async move {
+            starting.notify_one();
+            released.notified().await;
+            Ok(Envelope::text("z".repeat(300)))
+        }
+    });
+    let cfg = DispatchConfig::default()
+        .with_timeout(TimeoutConfig::default().with_default(Duration::from_secs(30)))
+        .with_concurrency(ConcurrencyConfig::default().with_tool("gate", 1));
+    let d = Dispatcher::builder(catalog_with(vec![gate, hanging("hang")]))
+        .config(cfg.clone())
+        .build();
+    let before = {
+        let d = d.clone();
+        tokio::spawn(async move { d.call("gate", json!({"n": 1}), ctx()).await })
+    };
+    started.notified().await;
+    let next = cfg
+        .clone()
+        .with_timeout(TimeoutConfig::default().with_default(Duration::from_millis(50)))
+        .with_result_limit(ResultLimitConfig::default().with_max_chars(100));
+    d.reconfigure(next.clone());
+    assert_eq!(*d.config(), next);
+    let e = d.call("hang", json!({}), ctx()).await;
+    assert!(text(&e).contains("within its 50 ms limit"), "{}", text(&e));
+    // The per-tool limit did not change: its queue holds, and the call waiting in it
+    // times out under the new limit without starting.
+    let e = d.call("gate", json!({"n": 2}), ctx()).await;
+    assert!(text(&e).contains("never started"), "{}", text(&e));
+    release.notify_one();
+    let e = before.await.unwrap();
+    let Envelope::Ok { data, .. } = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(
+        data.as_str().unwrap(),
+        "z".repeat(300),
+        "the running call keeps the limits it started with"
+    );
+    // A permit stored before the call: it runs straight through.
+    release.notify_one();
+    let e = d.call("gate", json!({"n": 3}), ctx()).await;
+    let Envelope::Ok { data, .. } = &e else {
+        panic!("{e:?}")
+    };
+    let s = data.as_str().unwrap();
+    assert_eq!(
+        s.chars().count(),
+        100,
+        "the next call is cut to the new limit"
+    );
+    assert!(s.ends_with(TRUNCATION_MARKER));
+}
+
 /// A slot that comes free at a queued call's deadline does not start it: its caller is told
 /// it never started, so running it then would do what the caller was told was not done
 /// (and each such call frees the slot for the next overdue one, so they all ran).

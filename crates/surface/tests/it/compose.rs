@@ -440,3 +440,41 @@ fn an_agentic_allow_list_that_fills_the_round_is_reported() {
     let none = Fixture::new(SurfaceConfig::default(), many(8), &[]);
     assert_eq!(none.surface.agentic_crowding(), None);
 }
+
+/// A reconfigured surface composes the next list under its new settings and tells every
+/// open session its list may have changed; settings it refuses change nothing.
+#[tokio::test]
+async fn a_reconfigured_surface_applies_to_the_next_list() {
+    let config = SurfaceConfig::default()
+        .with_anchors(&["t00"])
+        .with_floor(1, 0, 100);
+    let fx = Fixture::new(config.clone(), many(6), &[]);
+    assert_eq!(
+        line(&fx.names("s", Mode::Chat)),
+        "tool_search describe_tool t00"
+    );
+    let mut changes = fx.surface.subscribe_changes();
+    fx.surface
+        .reconfigure(
+            config
+                .clone()
+                .with_anchors(&["t00", "t04"])
+                .with_floor(2, 0, 100),
+        )
+        .expect("valid settings");
+    assert_eq!(&*changes.try_recv().expect("the open session is told"), "s");
+    assert_eq!(
+        line(&fx.names("s", Mode::Chat)),
+        "tool_search describe_tool t00 t04"
+    );
+    let refused = fx.surface.reconfigure(config.with_floor(1, 5, 2));
+    assert!(
+        matches!(refused, Err(SurfaceError::InvalidConfig(ref why)) if why.contains("floor_min")),
+        "{refused:?}"
+    );
+    assert_eq!(
+        line(&fx.names("s", Mode::Chat)),
+        "tool_search describe_tool t00 t04",
+        "refused settings change nothing"
+    );
+}

@@ -272,3 +272,16 @@ async fn a_changed_listing_is_announced_and_upstream_changes_are_relayed() {
         .collect();
     assert_eq!(names, [json!("a"), json!("b"), json!("u")]);
 }
+
+/// With `offered_while_empty(false)`, the prompts capability follows what there is: none
+/// while there is no prompt, then offered once a replacement brings one.
+#[tokio::test]
+async fn the_prompts_capability_follows_the_prompts_when_not_offered_while_empty() {
+    let empty = local(&[], &[], None).await;
+    assert!(empty.offer().prompts, "offered while empty by default");
+    let empty = empty.offered_while_empty(false);
+    assert!(!empty.offer().prompts);
+    let filled = local(&[], &[("alpha", "Alpha $1.")], None).await;
+    empty.replace(filled.current());
+    assert!(empty.offer().prompts);
+}

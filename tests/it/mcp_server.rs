@@ -2186,3 +2186,31 @@ async fn the_catalog_directory_serves_each_kind_and_reloads_an_edit() {
     assert!(server.terminate().await.success());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A result over its token budget through `quiver serve` (`result_budget.py`, the official
+/// Python client): head and tail with a note naming its call id, `read_result` paged in and
+/// reading the whole back by page, `resources/read` of `quiver://results/<id>` returning it
+/// whole, and another session refused.
+#[tokio::test]
+async fn a_result_over_its_token_budget_is_shortened_and_read_back_whole() {
+    let everything = everything_bin();
+    let dir = fresh_dir();
+    let config = dir.join("quiver.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[limits]\nresult_tokens = 400\n\n[[mcp.servers]]\nname = \"everything\"\ncommand = {:?}\n",
+            everything.to_string_lossy()
+        ),
+    )
+    .unwrap();
+    let mut server = Server::start_in(
+        quiver_binary(),
+        &["--config", "quiver.toml", "serve", "--listen", "127.0.0.1:0"],
+        &dir,
+    )
+    .await;
+    run_script("result_budget.py", &[&server.url]).await;
+    assert!(server.terminate().await.success());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -167,6 +167,9 @@ pub struct CallContext {
     /// [`ToolInvoker`]); `None` for a call from outside. Logged with the call, so a nested
     /// call's row names its parent.
     pub parent_call_id: Option<Arc<str>>,
+    /// The most tokens this call's result may take when less than its tool's budget: the
+    /// calls of one batch share their round's budget. `None` for the tool's own budget.
+    pub result_tokens: Option<usize>,
 }
 
 /// A shared count of the `call_tool` calls one root custom-tool invocation may still make,

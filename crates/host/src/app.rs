@@ -277,6 +277,12 @@ impl App {
         // in the family order assembly sets.
         let custom = Arc::new(custom_tools_on(config, store.clone())?);
         let mut core = core_tools(&surface);
+        // Results shortened to their budget are kept whole for their session, read back
+        // through `read_result` (and `quiver://results/<call id>`).
+        let kept = Arc::new(quiver_registry::kept::KeptResults::new(
+            config.limits.kept_result_bytes,
+        ));
+        core.push(quiver_registry::kept::read_result_tool(kept.clone()));
         // Sessions of an admin token may propose custom tools (stored as drafts).
         let admins: Vec<String> = config
             .auth
@@ -372,6 +378,7 @@ impl App {
             .policy(policy.clone())
             .recorder(store.clone())
             .observer(surface.clone())
+            .kept_results(kept)
             .build();
         Ok(App {
             catalog,

@@ -291,6 +291,18 @@ pub struct LimitsConfig {
     pub tool_concurrency: BTreeMap<String, usize>,
     /// Characters a result may carry (100000).
     pub max_result_chars: usize,
+    /// Tokens (OpenAI's `o200k_base`) a result may carry (25000). A result over it, or
+    /// over `max_result_chars`, is shortened: a text keeps its head and tail, structured
+    /// data is paged by whole items, and the whole result is kept for the session, read
+    /// back with `read_result` or as the resource `quiver://results/<call id>`.
+    pub result_tokens: usize,
+    /// Per-tool token budgets in place of `result_tokens`.
+    pub tool_result_tokens: BTreeMap<String, usize>,
+    /// Tokens the results of one batch share, split evenly between its calls (100000).
+    pub round_tokens: usize,
+    /// Bytes of whole results a session keeps for reading back (16 MiB); past it the
+    /// session's oldest go first.
+    pub kept_result_bytes: usize,
     /// Bytes of parts a result may carry besides its text: images, audio and embedded
     /// resources, a text resource's text included (1 MiB).
     pub max_part_bytes: usize,
@@ -318,6 +330,10 @@ impl Default for LimitsConfig {
             max_concurrent: d.concurrency.global,
             tool_concurrency: BTreeMap::new(),
             max_result_chars: d.result_limit.max_chars,
+            result_tokens: d.result_limit.max_tokens,
+            tool_result_tokens: BTreeMap::new(),
+            round_tokens: d.result_limit.round_tokens,
+            kept_result_bytes: d.result_limit.kept_bytes,
             max_part_bytes: d.result_limit.max_part_bytes,
             max_input_bytes: d.max_input_bytes,
             loop_guard: d.loop_guard_threshold,
@@ -424,6 +440,18 @@ fn count_or_off(n: u32, min: u32, key: &str, what: &str) -> anyhow::Result<u32> 
     }
 }
 
+/// A token budget of `limits.{key}`: at least the smallest a shortened result's notes leave
+/// room in.
+fn token_budget(n: usize, key: &str) -> anyhow::Result<usize> {
+    let least = quiver_registry::shape::MIN_TOKENS;
+    if n < least {
+        bail!(
+            "limits.{key} must be at least {least} tokens (it is {n}): a shortened result's notes need room beside its content"
+        );
+    }
+    Ok(n)
+}
+
 fn more_than_zero(n: usize, key: &str, what: &str) -> anyhow::Result<usize> {
     if n == 0 {
         bail!("limits.{key} must be more than 0 ({what})");
@@ -459,18 +487,26 @@ impl LimitsConfig {
             concurrency =
                 concurrency.with_tool(tool, concurrent(*n, &format!("tool_concurrency.{tool}"))?);
         }
+        let mut results = ResultLimitConfig::default()
+            .with_max_chars(more_than_zero(
+                self.max_result_chars,
+                "max_result_chars",
+                "the characters a result may carry",
+            )?)
+            .with_max_part_bytes(self.max_part_bytes)
+            .with_max_tokens(token_budget(self.result_tokens, "result_tokens")?)
+            .with_round_tokens(token_budget(self.round_tokens, "round_tokens")?)
+            .with_kept_bytes(self.kept_result_bytes);
+        for (tool, n) in &self.tool_result_tokens {
+            results = results.with_tool_tokens(
+                tool,
+                token_budget(*n, &format!("tool_result_tokens.{tool}"))?,
+            );
+        }
         let mut cfg = DispatchConfig::default()
             .with_timeout(timeout)
             .with_concurrency(concurrency)
-            .with_result_limit(
-                ResultLimitConfig::default()
-                    .with_max_chars(more_than_zero(
-                        self.max_result_chars,
-                        "max_result_chars",
-                        "the characters a result may carry",
-                    )?)
-                    .with_max_part_bytes(self.max_part_bytes),
-            )
+            .with_result_limit(results)
             .with_max_input_bytes(input_bytes(self.max_input_bytes)?);
         cfg.loop_guard_threshold = count_or_off(
             self.loop_guard,

@@ -24,6 +24,7 @@ use tower::{ServiceBuilder, ServiceExt};
 use crate::{
     CallObserver, CallRecord, Catalog, Entry, Metrics, NoPolicy, NullRecorder, PolicyAction,
     PolicyCheck, PolicyRequest, PolicyVerdict, ToolCallRecorder,
+    kept::KeptResults,
     layers::{
         Call, ToolService,
         concurrency::{Concurrency, ConcurrencyConfig, ConcurrencyLayer},
@@ -139,6 +140,8 @@ struct Live {
 
 struct Inner {
     catalog: Arc<Catalog>,
+    /// Whole results shaped to their budget, kept for their sessions.
+    kept: Arc<KeptResults>,
     live: std::sync::RwLock<Live>,
     recorder: Arc<dyn ToolCallRecorder>,
     policy: Arc<dyn PolicyCheck>,
@@ -214,6 +217,7 @@ pub struct DispatcherBuilder {
     policy: Arc<dyn PolicyCheck>,
     observers: Vec<Arc<dyn CallObserver>>,
     metrics: Arc<Metrics>,
+    kept: Option<Arc<KeptResults>>,
 }
 
 impl std::fmt::Debug for DispatcherBuilder {
@@ -253,10 +257,21 @@ impl DispatcherBuilder {
         self
     }
 
+    /// Keeps shaped results in `kept` (shared with a `read_result` tool made before the
+    /// dispatcher); by default the dispatcher makes its own, of the configured size.
+    pub fn kept_results(mut self, kept: Arc<KeptResults>) -> Self {
+        self.kept = Some(kept);
+        self
+    }
+
     /// Builds the dispatcher; the middleware stack is assembled here, outermost first.
     pub fn build(self) -> Dispatcher {
         let concurrency = ConcurrencyLayer::new(self.config.concurrency.clone());
-        let stack = stack(&self.config, &self.metrics, &concurrency);
+        let kept = self
+            .kept
+            .unwrap_or_else(|| Arc::new(KeptResults::new(self.config.result_limit.kept_bytes)));
+        kept.set_per_session(self.config.result_limit.kept_bytes);
+        let stack = stack(&self.config, &self.metrics, &concurrency, &kept);
         let id_prefix = format!(
             "{:x}",
             SystemTime::now()
@@ -266,6 +281,7 @@ impl DispatcherBuilder {
         );
         let inner = Arc::new_cyclic(|weak: &Weak<Inner>| Inner {
             catalog: self.catalog,
+            kept,
             sessions: Sessions::new(self.config.max_sessions),
             live: std::sync::RwLock::new(Live {
                 config: Arc::new(self.config),
@@ -287,13 +303,18 @@ impl DispatcherBuilder {
 }
 
 /// The middleware stack of `config`, outermost first.
-fn stack(config: &DispatchConfig, metrics: &Arc<Metrics>, concurrency: &ConcurrencyLayer) -> Stack {
+fn stack(
+    config: &DispatchConfig,
+    metrics: &Arc<Metrics>,
+    concurrency: &ConcurrencyLayer,
+    kept: &Arc<KeptResults>,
+) -> Stack {
     ServiceBuilder::new()
         .layer(TelemetryLayer::new(metrics.clone()))
         .layer(RecoverLayer)
         .layer(TimeoutLayer::new(config.timeout.clone()))
         .layer(concurrency.clone())
-        .layer(ResultLimitLayer::new(config.result_limit))
+        .layer(ResultLimitLayer::new(config.result_limit.clone()).keeping(kept.clone()))
         .layer(OutputCheckLayer)
         .service(ToolService)
 }
@@ -508,6 +529,7 @@ impl Dispatcher {
             policy: Arc::new(NoPolicy),
             observers: Vec::new(),
             metrics: Arc::new(Metrics::new()),
+            kept: None,
         }
     }
 
@@ -546,7 +568,15 @@ impl Dispatcher {
         if config.concurrency != live.config.concurrency {
             live.concurrency = ConcurrencyLayer::new(config.concurrency.clone());
         }
-        live.stack = stack(&config, &self.inner.metrics, &live.concurrency);
+        self.inner
+            .kept
+            .set_per_session(config.result_limit.kept_bytes);
+        live.stack = stack(
+            &config,
+            &self.inner.metrics,
+            &live.concurrency,
+            &self.inner.kept,
+        );
         live.config = Arc::new(config);
     }
 
@@ -586,6 +616,12 @@ impl Dispatcher {
     /// Forgets a session's dispatch state (loop guard, failures, policy counts).
     pub fn end_session(&self, session: &str) {
         self.inner.sessions.end(session);
+        self.inner.kept.end_session(session);
+    }
+
+    /// The whole results kept for reading back (`read_result`, `quiver://results/<id>`).
+    pub fn kept_results(&self) -> &Arc<KeptResults> {
+        &self.inner.kept
     }
 
     /// Calls a tool with arguments given as raw JSON text; malformed JSON is a schema hint.
@@ -1238,7 +1274,11 @@ impl Dispatcher {
     /// Runs a batch. Consecutive read-only calls run concurrently; a mutating call, or a call
     /// to an unknown tool, runs alone after the calls before it finish. Results come back in
     /// input order.
-    pub async fn call_batch(&self, calls: Vec<BatchCall>, ctx: CallContext) -> Vec<Envelope> {
+    pub async fn call_batch(&self, calls: Vec<BatchCall>, mut ctx: CallContext) -> Vec<Envelope> {
+        // The batch is one round: its calls split the round's token budget.
+        let round = self.inner.config().result_limit.round_tokens;
+        let share = (round / calls.len().max(1)).max(crate::shape::MIN_TOKENS);
+        ctx.result_tokens = Some(ctx.result_tokens.map_or(share, |t| t.min(share)));
         let mut out: Vec<Envelope> = Vec::with_capacity(calls.len());
         let mut group: Vec<BatchCall> = Vec::new();
         for call in calls {

@@ -8,7 +8,7 @@ use std::{
     sync::Arc,
 };
 
-use quiver_registry::CallObserver;
+use quiver_registry::{CallObserver, layers::result_limit::READ_RESULT};
 
 use crate::{
     DEFAULT_SESSION, PageIn, Surface, compose::paged_bytes, sync::lock, working_set::Session,
@@ -339,12 +339,25 @@ impl Drop for SessionPin {
 }
 
 impl CallObserver for Surface {
+    /// The called tool is refreshed in the session's working set; a result shortened to
+    /// its budget (a `truncated` or `paged` warning) pages `read_result` in, when the
+    /// catalog has it, so the model can read the rest next turn.
     fn call_finished(
         &self,
         session: Option<&str>,
         tool: &str,
-        _envelope: &quiver_contract::Envelope,
+        envelope: &quiver_contract::Envelope,
     ) {
-        self.touch(session.unwrap_or(DEFAULT_SESSION), tool);
+        let session = session.unwrap_or(DEFAULT_SESSION);
+        self.touch(session, tool);
+        if let quiver_contract::Envelope::Ok { warnings, .. } = envelope
+            && warnings
+                .iter()
+                .any(|w| w.kind == "truncated" || w.kind == "paged")
+            && tool != READ_RESULT
+            && self.catalog.contains(READ_RESULT)
+        {
+            self.page_in(session, &[READ_RESULT]);
+        }
     }
 }

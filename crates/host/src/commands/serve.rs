@@ -198,7 +198,8 @@ pub(crate) async fn run(
 
 /// What the server serves resources, prompts and completions from: the MCP client passing
 /// the upstreams' through, behind the local prompts (command files and skills), which a
-/// reload replaces; and those local prompts. The prompts capability is offered when
+/// reload replaces, and the results kept whole for their sessions
+/// (`quiver://results/<call id>`); and those local prompts. The prompts capability is offered when
 /// `[skills]` names any directory (even while none loads) or a prompt is there when a
 /// client initializes; with neither, a client that connects before a reload adds the
 /// first skills directory sees prompts only when it connects again.
@@ -213,7 +214,8 @@ fn content(
         std::sync::Arc::new(app.mcp.clone());
     let local = std::sync::Arc::new(
         quiver_mcp_adapter::LocalPrompts::new(app.prompts.clone(), Some(upstreams))
-            .offered_while_empty(config.skills.all_dirs().next().is_some()),
+            .offered_while_empty(config.skills.all_dirs().next().is_some())
+            .with_kept_results(app.dispatcher.kept_results().clone()),
     );
     (local.clone(), local)
 }

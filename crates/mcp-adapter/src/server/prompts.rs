@@ -18,7 +18,11 @@ use std::{
 
 use async_trait::async_trait;
 use quiver_contract::{CallContext, Capabilities};
-use quiver_registry::skill::{LocalPrompt, PromptFrom, PromptSet, SKILL_TOOL, SkillError};
+use quiver_registry::{
+    kept::{KeptResults, RESULT_URI_PREFIX},
+    shape::Kept,
+    skill::{LocalPrompt, PromptFrom, PromptSet, SKILL_TOOL, SkillError},
+};
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
@@ -31,7 +35,9 @@ use crate::{
 pub const PROMPT_ARGUMENT: &str = "arguments";
 
 /// A [`ContentSource`] serving local prompts ahead of `inner` (for `quiver serve`, the MCP
-/// client passing its upstreams through); everything else is `inner`'s.
+/// client passing its upstreams through), and, when given them, the results shortened to
+/// their budget as resources `quiver://results/<call id>` of the session that made the
+/// call; everything else is `inner`'s.
 pub struct LocalPrompts {
     prompts: RwLock<Arc<PromptSet>>,
     inner: Option<Arc<dyn ContentSource>>,
@@ -43,6 +49,8 @@ pub struct LocalPrompts {
     /// Whether the prompts capability is offered while there is no local prompt (and
     /// `inner` offers none).
     offered_while_empty: bool,
+    /// The whole results kept for their sessions.
+    kept: Option<Arc<KeptResults>>,
 }
 
 impl std::fmt::Debug for LocalPrompts {
@@ -67,7 +75,35 @@ impl LocalPrompts {
             relaying: OnceLock::new(),
             reported: Mutex::new(HashSet::new()),
             offered_while_empty: true,
+            kept: None,
         }
+    }
+
+    /// Serves `kept`'s results as resources `quiver://results/<call id>`, each to the
+    /// session whose call it was.
+    pub fn with_kept_results(mut self, kept: Arc<KeptResults>) -> Self {
+        self.kept = Some(kept);
+        self
+    }
+
+    /// Call `id`'s kept result, whole, as a `resources/read` answer for `ctx`'s session.
+    fn read_kept(
+        kept: &KeptResults,
+        uri: &str,
+        id: &str,
+        ctx: &CallContext,
+    ) -> Result<Value, ContentError> {
+        let found = ctx.session.as_deref().and_then(|s| kept.get(s, id));
+        let Some((_, result)) = found else {
+            return Err(ContentError::NotFound(format!(
+                "no kept result {uri:?} in this session: a result is kept for the session whose call it was, while the session lasts and within its bytes (the oldest go first)"
+            )));
+        };
+        let mime = match &*result {
+            Kept::Text { .. } => "text/plain",
+            Kept::Json { .. } => "application/json",
+        };
+        Ok(json!({"contents": [{"uri": uri, "mimeType": mime, "text": result.whole_text()}]}))
     }
 
     /// Whether the prompts capability is offered while there is no local prompt and
@@ -159,6 +195,7 @@ impl ContentSource for LocalPrompts {
     fn offer(&self) -> ContentOffer {
         let mut offer = self.inner.as_ref().map(|i| i.offer()).unwrap_or_default();
         offer.prompts |= self.offered_while_empty || !self.current().is_empty();
+        offer.resources |= self.kept.is_some();
         // `replace` changes the list.
         offer.list_changed = true;
         offer
@@ -166,8 +203,8 @@ impl ContentSource for LocalPrompts {
 
     async fn list_resources(&self, caps: &Capabilities) -> Result<Vec<Value>, ContentError> {
         match &self.inner {
-            Some(inner) => inner.list_resources(caps).await,
-            None => Ok(Vec::new()),
+            Some(inner) if inner.offer().resources => inner.list_resources(caps).await,
+            _ => Ok(Vec::new()),
         }
     }
 
@@ -175,13 +212,24 @@ impl ContentSource for LocalPrompts {
         &self,
         caps: &Capabilities,
     ) -> Result<Vec<Value>, ContentError> {
-        match &self.inner {
-            Some(inner) => inner.list_resource_templates(caps).await,
-            None => Ok(Vec::new()),
+        let mut all = match &self.inner {
+            Some(inner) if inner.offer().resources => inner.list_resource_templates(caps).await?,
+            _ => Vec::new(),
+        };
+        if self.kept.is_some() {
+            all.push(json!({
+                "uriTemplate": format!("{RESULT_URI_PREFIX}{{call_id}}"),
+                "name": "kept_result",
+                "description": "The whole of a tool result that was shortened to its budget, for the session that made the call (its note names the call id).",
+            }));
         }
+        Ok(all)
     }
 
     async fn read_resource(&self, uri: &str, ctx: &CallContext) -> Result<Value, ContentError> {
+        if let (Some(kept), Some(id)) = (&self.kept, uri.strip_prefix(RESULT_URI_PREFIX)) {
+            return Self::read_kept(kept, uri, id, ctx);
+        }
         match &self.inner {
             Some(inner) => inner.read_resource(uri, ctx).await,
             None => Err(ContentError::NotFound(format!("no resource {uri:?}"))),

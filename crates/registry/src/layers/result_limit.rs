@@ -1,8 +1,14 @@
-//! Result limit: a result's text is cut at a character limit (never inside a character), with
-//! the marker `…[result truncated]` reserved inside the limit; non-text parts have their own
-//! byte budget.
+//! Result limit: a result over its budget, in tokens and characters, is shaped (see
+//! [`crate::shape`]): a text keeps its head and tail, structured data is paged by whole
+//! items, and the whole result is kept for its session so the model can read the rest
+//! (`read_result`, or the resource `quiver://results/<call id>`). The model is always told
+//! what it got, how much it did not, and how to get it. The budget bounds the content; the
+//! note that says so comes on top. Text parts after the data share the character limit and
+//! are cut with the marker `…[result truncated]`; non-text parts have their own byte budget;
+//! a hint's or error's message is cut at the character limit.
 
 use std::{
+    collections::HashMap,
     convert::Infallible,
     io,
     sync::Arc,
@@ -14,12 +20,19 @@ use serde_json::Value;
 use tower::{Layer, Service};
 
 use super::{Call, CallFuture};
+use crate::{
+    kept::{KeptResults, NotKept, result_uri},
+    shape::{Budget, Kept, TextCut, cut_text, page_json, size_of, thousands},
+};
+
+/// The tool that reads a kept result back by page.
+pub const READ_RESULT: &str = "read_result";
 
 /// The marker appended to cut text; it counts against the limit.
 pub const TRUNCATION_MARKER: &str = "…[result truncated]";
 
 /// Result limits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ResultLimitConfig {
     /// Characters of text (or serialized JSON) a result may carry.
@@ -27,6 +40,15 @@ pub struct ResultLimitConfig {
     /// Bytes of parts a result may carry besides its text: images, audio and embedded
     /// resources (a text resource's text counts here, not against `max_chars`).
     pub max_part_bytes: usize,
+    /// Tokens (`o200k_base`) a result may carry (default 25,000).
+    pub max_tokens: usize,
+    /// Per-tool token budgets, in place of `max_tokens`.
+    pub tool_tokens: HashMap<String, usize>,
+    /// Tokens the results of one round share (default 100,000): the calls of one batch
+    /// split it evenly, each within its own budget too.
+    pub round_tokens: usize,
+    /// Bytes of whole results a session keeps for reading back (default 16 MiB).
+    pub kept_bytes: usize,
 }
 
 impl Default for ResultLimitConfig {
@@ -34,11 +56,47 @@ impl Default for ResultLimitConfig {
         ResultLimitConfig {
             max_chars: 100_000,
             max_part_bytes: 1 << 20,
+            max_tokens: 25_000,
+            tool_tokens: HashMap::new(),
+            round_tokens: 100_000,
+            kept_bytes: 16 << 20,
         }
     }
 }
 
 impl ResultLimitConfig {
+    /// Sets the token budget of a result.
+    pub fn with_max_tokens(mut self, n: usize) -> Self {
+        self.max_tokens = n;
+        self
+    }
+
+    /// Sets `tool`'s own token budget.
+    pub fn with_tool_tokens(mut self, tool: impl Into<String>, n: usize) -> Self {
+        self.tool_tokens.insert(tool.into(), n);
+        self
+    }
+
+    /// Sets the token budget of a round.
+    pub fn with_round_tokens(mut self, n: usize) -> Self {
+        self.round_tokens = n;
+        self
+    }
+
+    /// Sets the bytes of whole results a session keeps.
+    pub fn with_kept_bytes(mut self, n: usize) -> Self {
+        self.kept_bytes = n;
+        self
+    }
+
+    /// The token budget of `tool`'s results.
+    pub fn tokens_for(&self, tool: &str) -> usize {
+        self.tool_tokens
+            .get(tool)
+            .copied()
+            .unwrap_or(self.max_tokens)
+    }
+
     /// Sets the character limit.
     pub fn with_max_chars(mut self, n: usize) -> Self {
         self.max_chars = n;
@@ -56,14 +114,22 @@ impl ResultLimitConfig {
 #[derive(Debug, Clone)]
 pub struct ResultLimitLayer {
     config: Arc<ResultLimitConfig>,
+    kept: Option<Arc<KeptResults>>,
 }
 
 impl ResultLimitLayer {
-    /// A layer with these limits.
+    /// A layer with these limits, which keeps no whole result.
     pub fn new(config: ResultLimitConfig) -> Self {
         ResultLimitLayer {
             config: Arc::new(config),
+            kept: None,
         }
+    }
+
+    /// Keeps the whole of each shaped result in `kept`, under its call's session.
+    pub fn keeping(mut self, kept: Arc<KeptResults>) -> Self {
+        self.kept = Some(kept);
+        self
     }
 }
 
@@ -74,6 +140,7 @@ impl<S> Layer<S> for ResultLimitLayer {
         ResultLimit {
             inner,
             config: self.config.clone(),
+            kept: self.kept.clone(),
         }
     }
 }
@@ -83,6 +150,20 @@ impl<S> Layer<S> for ResultLimitLayer {
 pub struct ResultLimit<S> {
     inner: S,
     config: Arc<ResultLimitConfig>,
+    kept: Option<Arc<KeptResults>>,
+}
+
+/// Where a shaped result is kept: the store, and the call's session and id.
+#[derive(Debug, Clone, Copy)]
+pub struct Keep<'a> {
+    /// The store.
+    pub store: &'a KeptResults,
+    /// The call's session.
+    pub session: &'a Arc<str>,
+    /// The call's id.
+    pub id: &'a Arc<str>,
+    /// The tool called.
+    pub tool: &'a str,
 }
 
 impl<S> Service<Call> for ResultLimit<S>
@@ -98,11 +179,27 @@ where
     }
 
     fn call(&mut self, call: Call) -> CallFuture {
-        let config = *self.config;
+        let config = self.config.clone();
+        let kept = self.kept.clone();
+        let tool = call.entry.spec.name.clone();
+        let mut tokens = config.tokens_for(&tool);
+        if let Some(share) = call.ctx.result_tokens {
+            tokens = tokens.min(share);
+        }
+        let (session, id) = (call.ctx.session.clone(), call.ctx.call_id.clone());
         let fut = self.inner.call(call);
         Box::pin(async move {
             let mut envelope = fut.await?;
-            limit(&mut envelope, &config);
+            let keep = match (&kept, &session, &id) {
+                (Some(store), Some(session), Some(id)) => Some(Keep {
+                    store,
+                    session,
+                    id,
+                    tool: &tool,
+                }),
+                _ => None,
+            };
+            shape(&mut envelope, &config, tokens, keep);
             Ok(envelope)
         })
     }
@@ -162,8 +259,19 @@ impl io::Write for Counter {
     }
 }
 
-/// Applies the limits to one envelope.
+/// Applies the limits to one envelope with the default token budget, keeping nothing.
 pub fn limit(envelope: &mut Envelope, config: &ResultLimitConfig) {
+    shape(envelope, config, config.max_tokens, None);
+}
+
+/// Applies the limits to one envelope: its data within `tokens` and the character limit
+/// (kept whole in `keep` when it is shaped), its parts within theirs.
+pub fn shape(
+    envelope: &mut Envelope,
+    config: &ResultLimitConfig,
+    tokens: usize,
+    keep: Option<Keep<'_>>,
+) {
     match envelope {
         Envelope::Ok {
             data,
@@ -172,50 +280,41 @@ pub fn limit(envelope: &mut Envelope, config: &ResultLimitConfig) {
             ..
         } => {
             let text_parts = parts.iter().any(|p| matches!(p, Part::Text { .. }));
-            // Characters of the data as the model reads it (counted only when text parts
-            // share the limit), and its length before any cut.
-            let (shown, mut cut) = match data {
-                Value::String(text) => {
-                    let total = truncate_chars(text, config.max_chars);
-                    let shown = match total {
-                        Some(_) => config.max_chars,
-                        None if text_parts => text.chars().count(),
-                        None => 0,
-                    };
-                    (shown, total)
-                }
-                Value::Null | Value::Bool(_) | Value::Number(_) => (0, None),
-                // Measured as the model reads it: the text rendering shows structured data
-                // as pretty-printed JSON, whose indentation can be many times the compact
-                // form of deeply nested data.
-                other => {
-                    let mut counter = Counter {
-                        n: 0,
-                        limit: config.max_chars,
-                    };
-                    if serde_json::to_writer_pretty(&mut counter, other).is_ok() {
-                        (counter.n, None)
-                    } else {
-                        let mut text = serde_json::to_string_pretty(other).unwrap_or_default();
-                        let total = truncate_chars(&mut text, config.max_chars);
-                        if total.is_some() {
-                            *other = Value::String(text);
+            let budget = Budget::new(tokens, config.max_chars);
+            let shaped = shape_data(data, budget, keep);
+            let was_shaped = shaped.is_some();
+            warnings.extend(shaped);
+            // Characters of the data as the model reads it, counted when text parts share
+            // the limit: the data is within it now (its note aside). Data that had to be
+            // shortened took all the room, and the text parts after it go (counted in their
+            // own warning).
+            let shown = if was_shaped {
+                config.max_chars
+            } else if text_parts {
+                match data {
+                    Value::String(text) => text.chars().count().min(config.max_chars),
+                    Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+                    other => {
+                        let mut counter = Counter {
+                            n: 0,
+                            limit: config.max_chars,
+                        };
+                        match serde_json::to_writer_pretty(&mut counter, other) {
+                            Ok(()) => counter.n,
+                            Err(_) => config.max_chars,
                         }
-                        (config.max_chars, total)
                     }
                 }
+            } else {
+                0
             };
             // Text parts share the character limit with the data, in order: the first one
             // past it is cut there, the rest are dropped, and the warning counts them all.
             let mut left = config.max_chars.saturating_sub(shown);
-            let mut total = cut.unwrap_or(shown);
-            let mut over = cut.is_some();
+            let mut total = shown;
+            let mut over = false;
             // What the model is shown of it all (the marker aside), for the warning.
-            let mut kept = if over {
-                kept_chars(config.max_chars)
-            } else {
-                shown
-            };
+            let mut kept = shown;
             parts.retain_mut(|p| {
                 let Part::Text { text, .. } = p else {
                     return true;
@@ -240,9 +339,6 @@ pub fn limit(envelope: &mut Envelope, config: &ResultLimitConfig) {
                 true
             });
             if over {
-                cut = Some(total);
-            }
-            if let Some(total) = cut {
                 warnings.push(Warning::new(
                     "truncated",
                     format!(
@@ -278,6 +374,154 @@ pub fn limit(envelope: &mut Envelope, config: &ResultLimitConfig) {
             truncate_chars(message, config.max_chars);
         }
     }
+}
+
+/// Shapes the data to `budget`, keeping it whole in `keep`; the warning that tells the
+/// model what it got, or `None` when the data fits.
+fn shape_data(data: &mut Value, budget: Budget, keep: Option<Keep<'_>>) -> Option<Warning> {
+    match data {
+        Value::Null | Value::Bool(_) | Value::Number(_) => None,
+        Value::String(text) => {
+            let cut = cut_text(text, budget)?;
+            Some(shape_text(text, cut, budget, keep))
+        }
+        other => {
+            if let Some(pages) = page_json(other, budget) {
+                let whole = std::mem::take(other);
+                let first = pages.page(&whole, 0).unwrap_or(Value::Null);
+                let total = size_of(&serde_json::to_string_pretty(&whole).unwrap_or_default());
+                let (n, what, items, shown) = (
+                    pages.pages.len(),
+                    pages.what(),
+                    pages.items,
+                    pages.pages[0].len(),
+                );
+                let kept = kept(
+                    keep,
+                    Kept::Json {
+                        value: Arc::new(whole),
+                        pages,
+                    },
+                );
+                *other = first;
+                return Some(paged_note(total, budget, n, &what, shown, items, kept));
+            }
+            // No page of whole items fits: shaped as its pretty JSON text.
+            let mut text = serde_json::to_string_pretty(other).unwrap_or_default();
+            let cut = cut_text(&text, budget)?;
+            let warning = shape_text(&mut text, cut, budget, keep);
+            *other = Value::String(text);
+            Some(warning)
+        }
+    }
+}
+
+/// Keeps `whole` in `keep`: the call id it is read back by, or why it was not kept.
+fn kept(keep: Option<Keep<'_>>, whole: Kept) -> Result<Arc<str>, NotKept> {
+    let keep = keep.ok_or(NotKept::NoSession)?;
+    keep.store.keep(keep.session, keep.id, keep.tool, whole)?;
+    Ok(keep.id.clone())
+}
+
+/// How to read page `page` of call `id`'s result.
+pub fn read_call(id: &str, page: usize) -> String {
+    format!("{READ_RESULT} {{\"id\": \"{id}\", \"page\": {page}}}")
+}
+
+fn not_kept_note(why: NotKept, store: Option<usize>) -> String {
+    match why {
+        NotKept::NoSession => {
+            "The whole result was not kept (this call has no session), so the rest cannot be read back: ask for less (a filter, a page, fewer fields).".to_owned()
+        }
+        NotKept::TooLarge => format!(
+            "The whole result was not kept (it is larger than the {} bytes a session keeps), so the rest cannot be read back: ask for less (a filter, a page, fewer fields).",
+            thousands(store.unwrap_or(0))
+        ),
+    }
+}
+
+/// Replaces `text` with its head, a marker, and its tail, keeping it whole in `keep`.
+fn shape_text(text: &mut String, cut: TextCut, budget: Budget, keep: Option<Keep<'_>>) -> Warning {
+    let TextCut {
+        head,
+        tail,
+        size,
+        omitted,
+        ..
+    } = cut.clone();
+    let (head_size, tail_size) = (size_of(&text[..head]), size_of(&text[tail..]));
+    let pages = cut.pages.len();
+    let store = keep.map(|k| k.store.per_session());
+    let whole: Arc<str> = Arc::from(text.as_str());
+    let kept = kept(
+        keep,
+        Kept::Text {
+            text: whole.clone(),
+            pages: cut.pages,
+        },
+    );
+    let marker = match &kept {
+        Ok(id) => format!(
+            "\n…[{} tokens left out here; {} returns them]…\n",
+            thousands(omitted.tokens),
+            read_call(id, 2)
+        ),
+        Err(_) => format!("\n…[{} tokens left out here]…\n", thousands(omitted.tokens)),
+    };
+    *text = format!("{}{marker}{}", &whole[..head], &whole[tail..]);
+    let mut message = format!(
+        "the result is {} tokens ({} characters), over its budget of {} tokens and {} characters: shown are its first {} tokens and its last {}.",
+        thousands(size.tokens),
+        thousands(size.chars),
+        thousands(budget.tokens),
+        thousands(budget.chars),
+        thousands(head_size.tokens),
+        thousands(tail_size.tokens),
+    );
+    match kept {
+        Ok(id) => message.push_str(&format!(
+            " The whole result is kept in {pages} pages (page 1 is the part shown first): {} returns the part left out, and resources/read {} returns it whole.",
+            read_call(&id, 2),
+            result_uri(&id)
+        )),
+        Err(why) => {
+            message.push(' ');
+            message.push_str(&not_kept_note(why, store));
+        }
+    }
+    Warning::new("truncated", message)
+}
+
+fn paged_note(
+    total: crate::shape::Size,
+    budget: Budget,
+    pages: usize,
+    what: &str,
+    shown: usize,
+    items: usize,
+    kept: Result<Arc<str>, NotKept>,
+) -> Warning {
+    let mut message = format!(
+        "the result is {} tokens ({} characters), over its budget of {} tokens and {} characters, so it is paged: this is page 1 of {pages}, {what} 1–{shown} of {items}.",
+        thousands(total.tokens),
+        thousands(total.chars),
+        thousands(budget.tokens),
+        thousands(budget.chars),
+    );
+    match kept {
+        Ok(id) => message.push_str(&format!(
+            " {} returns the next page; resources/read {} returns the whole result.",
+            read_call(&id, 2),
+            result_uri(&id)
+        )),
+        Err(NotKept::NoSession) => message.push_str(
+            " The other pages were not kept (this call has no session): ask for fewer items (a filter or a page).",
+        ),
+        Err(NotKept::TooLarge) => message.push_str(
+            " The other pages were not kept (the result is larger than a session keeps): ask for fewer items (a filter or a page).",
+        ),
+    }
+    Warning::new("paged", message)
 }
 
 #[cfg(test)]
@@ -351,15 +595,26 @@ mod tests {
             "{}",
             warnings[0].message
         );
-        // Data already cut: every text part goes.
-        let mut cut = Envelope::text("a".repeat(500)).with_part(text("b"));
+        // Data already shortened: it says so, and every text part goes, counted.
+        let mut cut = Envelope::text("a ".repeat(250)).with_part(text("b"));
         limit(&mut cut, &config);
         let (parts, warnings) = parts_and_warnings(&cut);
         assert!(parts.is_empty(), "{parts:?}");
+        let kinds: Vec<_> = warnings.iter().map(|w| w.kind.as_str()).collect();
+        assert_eq!(kinds, ["truncated", "truncated"]);
         assert!(
             warnings[0]
                 .message
-                .starts_with("the result was 501 characters")
+                .contains("(500 characters), over its budget"),
+            "{}",
+            warnings[0].message
+        );
+        assert!(
+            warnings[1]
+                .message
+                .starts_with(&format!("the result was {} characters", 100 + marker + 1)),
+            "{}",
+            warnings[1].message
         );
         // A part with too little room for any of it next to the marker is dropped whole:
         // the warning says how much is shown (all the data), not the limit's worth.

@@ -13,7 +13,6 @@ use quiver_contract::{
 use quiver_registry::{
     Catalog, ConcurrencyConfig, DispatchConfig, Dispatcher, MemoryRecorder, MockToolCallRecorder,
     PolicyAction, PolicyRule, ResultLimitConfig, RulePolicy, TimeoutConfig, UNDEFINED_TOOLS,
-    layers::result_limit::TRUNCATION_MARKER,
 };
 use serde_json::json;
 use tokio::sync::{Notify, oneshot};
@@ -458,12 +457,10 @@ async fn reconfigured_limits_apply_to_the_next_call() {
         panic!("{e:?}")
     };
     let s = data.as_str().unwrap();
-    assert_eq!(
-        s.chars().count(),
-        100,
-        "the next call is cut to the new limit"
+    assert!(
+        s.contains("left out here") && s.chars().count() < 300,
+        "the next call is shortened to the new limit: {s}"
     );
-    assert!(s.ends_with(TRUNCATION_MARKER));
 }
 
 /// A slot that comes free at a queued call's deadline does not start it: its caller is told
@@ -803,7 +800,12 @@ async fn results_are_limited_in_characters_and_parts_in_bytes() {
     let d = Dispatcher::builder(catalog_with(vec![t, rows]))
         .config(cfg)
         .build();
-    let e = d.call("big", json!({}), ctx()).await;
+    let with_id = |id: &str| {
+        let mut c = ctx();
+        c.call_id = Some(id.into());
+        c
+    };
+    let e = d.call("big", json!({}), with_id("c1")).await;
     let Envelope::Ok {
         data,
         warnings,
@@ -814,18 +816,50 @@ async fn results_are_limited_in_characters_and_parts_in_bytes() {
         panic!("{e:?}")
     };
     let s = data.as_str().unwrap();
-    assert_eq!(s.chars().count(), 100);
-    assert!(s.ends_with(TRUNCATION_MARKER));
+    let (head, rest) = s
+        .split_once("\n…[")
+        .expect("the marker between head and tail");
+    let tail = rest.split_once("]…\n").expect("the marker ends").1;
+    assert!(
+        head.chars().count() + tail.chars().count() <= 100,
+        "head and tail are within the budget: {s}"
+    );
+    assert!(!head.is_empty() && !tail.is_empty(), "{s}");
     assert_eq!(parts.len(), 1);
     let kinds: Vec<_> = warnings.iter().map(|w| w.kind.as_str()).collect();
     assert_eq!(kinds, vec!["truncated", "parts_dropped"]);
     insta::assert_snapshot!("truncated", text(&e));
-    let e = d.call("rows", json!({}), ctx()).await;
-    let Envelope::Ok { rows, data, .. } = &e else {
+    // The whole text is kept for the session: page 2 starts where the head stopped.
+    let kept = d
+        .kept_results()
+        .get("s1", "c1")
+        .expect("kept for the session");
+    assert_eq!(kept.1.whole_text(), "ж".repeat(500));
+    assert!(
+        d.kept_results().get("other", "c1").is_none(),
+        "only for its session"
+    );
+    let e = d.call("rows", json!({}), with_id("c2")).await;
+    let Envelope::Ok {
+        rows,
+        data,
+        warnings,
+        ..
+    } = &e
+    else {
         panic!()
     };
-    assert_eq!(*rows, 100, "the true row count survives truncation");
-    assert!(data.as_str().unwrap().ends_with(TRUNCATION_MARKER));
+    assert_eq!(*rows, 100, "the true row count survives paging");
+    let page = data.as_array().expect("a page of whole items");
+    assert!(!page.is_empty() && page.len() < 100, "{page:?}");
+    assert_eq!(page[0], json!({"i": 0}));
+    assert_eq!(warnings[0].kind, "paged");
+    insta::assert_snapshot!("paged", text(&e));
+    // Without a session nothing is kept, and the note says how to get less instead.
+    let mut anonymous = CallContext::default();
+    anonymous.call_id = Some("c3".into());
+    let e = d.call("rows", json!({}), anonymous).await;
+    insta::assert_snapshot!("paged_not_kept", text(&e));
 }
 
 /// Structured data is measured as the model reads it, pretty-printed: deeply nested data
@@ -859,13 +893,19 @@ async fn nested_data_is_limited_as_it_is_rendered() {
     let Envelope::Ok { data, warnings, .. } = &e else {
         panic!("{e:?}")
     };
+    // One nested value, no items to page by: shaped as its pretty text.
     let s = data.as_str().expect("cut to text");
-    assert_eq!(s.chars().count(), limit);
+    let (head, rest) = s
+        .split_once("\n…[")
+        .expect("the marker between head and tail");
+    let tail = rest.split_once("]…\n").expect("the marker ends").1;
+    assert!(head.chars().count() + tail.chars().count() <= limit, "{s}");
     assert!(s.starts_with("{\n  \"k\": {"), "{s}");
     assert!(
-        warnings[0]
-            .message
-            .contains(&format!("the result was {pretty} characters")),
+        warnings[0].message.contains(&format!(
+            "({} characters)",
+            quiver_registry::shape::thousands(pretty)
+        )),
         "{:?}",
         warnings
     );
@@ -1861,4 +1901,118 @@ async fn an_abandoned_mutating_call_says_it_may_have_run() {
         "{}",
         text(&out)
     );
+}
+
+/// `read_result` reads a shortened result back by page, for the session that made the call
+/// only, and says which page is next; a page that is not there, or another session, gets a
+/// hint that says what to do instead.
+#[tokio::test]
+async fn read_result_reads_a_kept_result_back_by_page() {
+    let lines: String = (0..400).map(|i| format!("line {i}\n")).collect();
+    let whole = lines.clone();
+    let t = tool(
+        ToolSpec::new("log", "A long log.").read_only(),
+        move |_, _| {
+            let lines = lines.clone();
+            async move { Ok(Envelope::text(lines)) }
+        },
+    );
+    let kept = Arc::new(quiver_registry::kept::KeptResults::new(1 << 20));
+    let reader = quiver_registry::kept::read_result_tool(kept.clone());
+    let d = Dispatcher::builder(catalog_with(vec![t, reader]))
+        .config(DispatchConfig::default().with_result_limit(
+            ResultLimitConfig::default().with_max_tokens(quiver_registry::shape::MIN_TOKENS),
+        ))
+        .kept_results(kept)
+        .build();
+    let mut first = ctx();
+    first.call_id = Some("log-1".into());
+    let e = d.call("log", json!({}), first).await;
+    assert_eq!(e.warnings()[0].kind, "truncated", "{e:?}");
+    let mut read = String::new();
+    let mut page = 1;
+    loop {
+        let e = d
+            .call("read_result", json!({"id": "log-1", "page": page}), ctx())
+            .await;
+        let Envelope::Ok { data, warnings, .. } = &e else {
+            panic!("page {page}: {e:?}")
+        };
+        read.push_str(data.as_str().unwrap());
+        let note = &warnings[0].message;
+        if note.contains("It is the last page.") {
+            break;
+        }
+        assert!(
+            note.contains(&format!("\"page\": {}", page + 1)),
+            "the note names the next page: {note}"
+        );
+        page += 1;
+    }
+    assert_eq!(read, whole, "the pages put together are the whole result");
+    let past = d
+        .call(
+            "read_result",
+            json!({"id": "log-1", "page": page + 1}),
+            ctx(),
+        )
+        .await;
+    assert_eq!(past.hint_kind(), Some(HintKind::Fetch), "{past:?}");
+    assert!(
+        text(&past).contains(&format!("pages 1 to {page}")),
+        "{}",
+        text(&past)
+    );
+    let other = d
+        .call(
+            "read_result",
+            json!({"id": "log-1", "page": 1}),
+            CallContext::for_session("s2"),
+        )
+        .await;
+    assert!(
+        text(&other).contains("no result of call `log-1` is kept in this session"),
+        "{}",
+        text(&other)
+    );
+}
+
+/// The calls of one batch share the round's token budget: each result is shortened to its
+/// share even when it is within its own budget.
+#[tokio::test]
+async fn a_batch_shares_the_rounds_token_budget() {
+    let t = tool(ToolSpec::new("words", "Words.").read_only(), |_, _| async {
+        Ok(Envelope::text("word ".repeat(900)))
+    });
+    let d = Dispatcher::builder(catalog_with(vec![t]))
+        .config(
+            DispatchConfig::default().with_result_limit(
+                ResultLimitConfig::default()
+                    .with_max_tokens(5_000)
+                    .with_round_tokens(1_000),
+            ),
+        )
+        .build();
+    let alone = d.call("words", json!({}), ctx()).await;
+    assert!(
+        alone.warnings().is_empty(),
+        "900 tokens fit a result's 5,000"
+    );
+    let calls = (0..2)
+        .map(|i| quiver_registry::BatchCall::new("words", json!({"i": i})))
+        .collect();
+    for e in d.call_batch(calls, ctx()).await {
+        let Envelope::Ok { data, warnings, .. } = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(warnings[0].kind, "truncated", "{e:?}");
+        assert!(
+            warnings[0]
+                .message
+                .contains("over its budget of 500 tokens"),
+            "{}",
+            warnings[0].message
+        );
+        assert!(data.as_str().unwrap().len() < "word ".repeat(900).len());
+    }
 }

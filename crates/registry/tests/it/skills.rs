@@ -7,7 +7,6 @@ use std::sync::Arc;
 use quiver_contract::{CallContext, Envelope, HintKind, RenderOptions, Tool, render};
 use quiver_registry::{
     Catalog, DispatchConfig, Dispatcher, ResultLimitConfig,
-    layers::result_limit::TRUNCATION_MARKER,
     skill::{
         MAX_ASSET_BYTES, MemorySkills, PromptFrom, PromptSet, SkillError, SkillSource, SkillTier,
         SlashCommand, TieredSkills, asset_text, skill_tool, substitute, validate_asset_name,
@@ -430,9 +429,19 @@ async fn an_asset_is_served_within_the_result_limit_and_nothing_is_registered() 
         .call("skill", json!({"name": "big", "asset": "long.md"}), ctx())
         .await;
     let got = asset.data().and_then(Value::as_str).unwrap_or_default();
-    assert!(got.chars().count() <= 1_000, "{}", got.len());
-    assert!(got.ends_with(TRUNCATION_MARKER), "{got}");
-    assert!(long.starts_with(got.trim_end_matches(TRUNCATION_MARKER)));
+    let (head, rest) = got
+        .split_once("\n…[")
+        .expect("the marker between head and tail");
+    let tail = rest.split_once("]…\n").expect("the marker ends").1;
+    assert!(
+        head.chars().count() + tail.chars().count() <= 1_000,
+        "{got}"
+    );
+    assert!(long.starts_with(head) && long.ends_with(tail), "{got}");
+    assert!(
+        rest.contains("read_result"),
+        "the rest can be read back: {got}"
+    );
     assert_eq!(catalog.len(), before, "loading a skill registers no tool");
 }
 

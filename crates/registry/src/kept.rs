@@ -129,7 +129,7 @@ pub fn read_result_tool(kept: Arc<KeptResults>) -> Arc<dyn Tool> {
     Arc::new(ReadResult {
         spec: ToolSpec::new(
             READ_RESULT,
-            "Reads the rest of a tool result that was too long to show at once: give the call id and page number a truncated or paged result named.",
+            "Reads the rest of a tool result that was too long to show at once. Use it when a result says tokens were left out or that it is paged: give the call id and the page number its note names.",
         )
         .read_only()
         .with_schema(json!({

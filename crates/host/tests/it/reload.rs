@@ -47,16 +47,22 @@ async fn a_reload_replaces_the_policy_rules_and_a_broken_file_changes_nothing() 
 
     std::fs::write(
         &file,
-        "[store]\npath = \"q.db\"\n\n[limits]\nmax_result_chars = 5000\n",
+        "[store]\npath = \"q.db\"\n\n[limits]\nmax_result_chars = 5000\nmax_http_sessions = 50\n",
     )
     .unwrap();
     let report = reloader.reload("test").await.expect("a good file reloads");
-    assert_eq!(report["needs_restart"], json!(["limits"]), "{report}");
+    // The dispatcher's limits apply now; the HTTP server's are read at start.
+    assert_eq!(report["limits_changed"], true, "{report}");
+    assert_eq!(
+        report["needs_restart"],
+        json!(["limits.max_http_sessions, limits.input_wait_secs"]),
+        "{report}"
+    );
     assert!(search().await.is_ok(), "the rule is gone");
     let status = std::fs::read_to_string(quiver_host::reload::status_file(&config.store.path))
         .expect("the status file");
     assert!(
-        status.contains("\"needs_restart\":[\"limits\"]"),
+        status.contains("\"needs_restart\":[\"limits.max_http_sessions, limits.input_wait_secs\"]"),
         "{status}"
     );
     app.shutdown().await.unwrap();

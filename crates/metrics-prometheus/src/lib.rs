@@ -123,7 +123,8 @@ impl Metrics {
         let mut out = String::new();
         // Writing into a String fails only if an encoder reports an error of its own, which
         // these never do; what was written is served either way.
-        if let Err(e) = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
+        if let Err(e) =
+            prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
         {
             out.push_str(&format!("# encoding stopped: {e}\n"));
         }

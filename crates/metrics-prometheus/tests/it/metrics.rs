@@ -33,10 +33,12 @@ impl Tool for Answer {
 }
 
 fn answer_tool(name: &str) -> Arc<dyn Tool> {
-    Arc::new(Answer(ToolSpec::new(name, "Answers as asked.").with_schema(json!({
-        "type": "object",
-        "properties": {"answer": {"type": "string", "enum": ["ok", "hint", "err"]}}
-    }))))
+    Arc::new(Answer(
+        ToolSpec::new(name, "Answers as asked.").with_schema(json!({
+            "type": "object",
+            "properties": {"answer": {"type": "string", "enum": ["ok", "hint", "err"]}}
+        })),
+    ))
 }
 
 /// The value of the sample line `series` (name and labels as rendered), if present.
@@ -75,21 +77,55 @@ async fn calls_are_counted_by_tool_server_and_outcome_with_their_latency() {
     let text = metrics.render();
     assert!(CONTENT_TYPE.starts_with("text/plain; version=0.0.4"));
     for (series, want) in [
-        (r#"quiver_tool_calls_total{tool="answer",server="(core)",outcome="ok"}"#, 2.0),
-        (r#"quiver_tool_calls_total{tool="answer",server="(core)",outcome="hint"}"#, 1.0),
-        (r#"quiver_tool_calls_total{tool="answer",server="(core)",outcome="err"}"#, 1.0),
-        (r#"quiver_tool_calls_total{tool="answer",server="(core)",outcome="refused"}"#, 1.0),
-        (r#"quiver_tool_calls_total{tool="(undefined)",server="(undefined)",outcome="refused"}"#, 1.0),
-        (r#"quiver_tool_calls_total{tool="mcp__git__status",server="git",outcome="ok"}"#, 1.0),
+        (
+            r#"quiver_tool_calls_total{tool="answer",server="(core)",outcome="ok"}"#,
+            2.0,
+        ),
+        (
+            r#"quiver_tool_calls_total{tool="answer",server="(core)",outcome="hint"}"#,
+            1.0,
+        ),
+        (
+            r#"quiver_tool_calls_total{tool="answer",server="(core)",outcome="err"}"#,
+            1.0,
+        ),
+        (
+            r#"quiver_tool_calls_total{tool="answer",server="(core)",outcome="refused"}"#,
+            1.0,
+        ),
+        (
+            r#"quiver_tool_calls_total{tool="(undefined)",server="(undefined)",outcome="refused"}"#,
+            1.0,
+        ),
+        (
+            r#"quiver_tool_calls_total{tool="mcp__git__status",server="git",outcome="ok"}"#,
+            1.0,
+        ),
         // The calls that ran: four to `answer`, one to git's tool.
-        (r#"quiver_tool_call_seconds_count{server="(core)",phase="took"}"#, 4.0),
-        (r#"quiver_tool_call_seconds_count{server="(core)",phase="queued"}"#, 4.0),
-        (r#"quiver_tool_call_seconds_count{server="git",phase="took"}"#, 1.0),
-        (r#"quiver_tool_call_seconds_bucket{server="git",phase="took",le="+Inf"}"#, 1.0),
+        (
+            r#"quiver_tool_call_seconds_count{server="(core)",phase="took"}"#,
+            4.0,
+        ),
+        (
+            r#"quiver_tool_call_seconds_count{server="(core)",phase="queued"}"#,
+            4.0,
+        ),
+        (
+            r#"quiver_tool_call_seconds_count{server="git",phase="took"}"#,
+            1.0,
+        ),
+        (
+            r#"quiver_tool_call_seconds_bucket{server="git",phase="took",le="+Inf"}"#,
+            1.0,
+        ),
     ] {
         assert_eq!(sample(&text, series), Some(want), "{series} in\n{text}");
     }
-    assert_eq!(recorder.len(), 7, "every call was recorded through the counting recorder");
+    assert_eq!(
+        recorder.len(),
+        7,
+        "every call was recorded through the counting recorder"
+    );
 }
 
 #[tokio::test]
@@ -102,9 +138,8 @@ async fn gauges_are_read_at_each_scrape() {
 
     let state = Arc::new(std::sync::Mutex::new(UpstreamState::Connecting));
     let seen = state.clone();
-    metrics.read_upstreams(move || {
-        vec![UpstreamReading::new("git", *seen.lock().unwrap(), 3, 2, 1)]
-    });
+    metrics
+        .read_upstreams(move || vec![UpstreamReading::new("git", *seen.lock().unwrap(), 3, 2, 1)]);
     metrics.read_working_sets(|| WorkingSetsReading::of_sizes([3, 5, 0]));
     metrics.read_log_writer(|| LogWriterReading::new(5, 1, true));
     metrics.set_sessions_open(2);
@@ -122,8 +157,14 @@ async fn gauges_are_read_at_each_scrape() {
     }
     let text = metrics.render();
     for (series, want) in [
-        (r#"quiver_upstream_state{server="git",state="connecting"}"#, 1.0),
-        (r#"quiver_upstream_state{server="git",state="connected"}"#, 0.0),
+        (
+            r#"quiver_upstream_state{server="git",state="connecting"}"#,
+            1.0,
+        ),
+        (
+            r#"quiver_upstream_state{server="git",state="connected"}"#,
+            0.0,
+        ),
         (r#"quiver_upstream_dials_total{server="git"}"#, 3.0),
         (r#"quiver_upstream_reconnects_total{server="git"}"#, 1.0),
         (r#"quiver_upstream_drops_total{server="git"}"#, 1.0),
@@ -142,7 +183,10 @@ async fn gauges_are_read_at_each_scrape() {
     *state.lock().unwrap() = UpstreamState::Connected;
     let text = metrics.render();
     assert_eq!(
-        sample(&text, r#"quiver_upstream_state{server="git",state="connected"}"#),
+        sample(
+            &text,
+            r#"quiver_upstream_state{server="git",state="connected"}"#
+        ),
         Some(1.0),
         "{text}"
     );

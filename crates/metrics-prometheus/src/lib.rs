@@ -6,7 +6,7 @@
 //!
 //! - **calls** (`quiver_tool_calls_total{tool, server, outcome}`) and their **latency**
 //!   (`quiver_tool_call_seconds{server, phase}`, `phase` being `queued` or `took`): a
-//!   [`CallObserver`](quiver_registry::CallObserver) the dispatcher tells about every call
+//!   [`CallObserver`] the dispatcher tells about every call
 //!   (`calls.rs`). Its per-call work is a read lock, one hash of the tool's name, a counter
 //!   and two histogram observations: the series of a tool are resolved once and kept.
 //! - **sandbox runs and kills by limit**: a decorator of the registry's `Sandbox` port

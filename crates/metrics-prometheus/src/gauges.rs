@@ -161,13 +161,26 @@ impl std::fmt::Debug for Gauges {
     }
 }
 
+/// One counter or gauge with no labels.
+fn single(
+    encoder: &mut DescriptorEncoder<'_>,
+    (name, help, kind): (&str, &str, MetricType),
+    value: u64,
+) -> std::fmt::Result {
+    let series = encoder.encode_descriptor(name, help, None, kind)?;
+    match kind {
+        MetricType::Counter => ConstCounter::new(value).encode(series),
+        _ => ConstGauge::new(value).encode(series),
+    }
+}
+
 fn gauge(
     encoder: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
     value: u64,
 ) -> std::fmt::Result {
-    ConstGauge::new(value).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)
+    single(encoder, (name, help, MetricType::Gauge), value)
 }
 
 fn counter(
@@ -176,12 +189,7 @@ fn counter(
     help: &str,
     value: u64,
 ) -> std::fmt::Result {
-    ConstCounter::new(value).encode(encoder.encode_descriptor(
-        name,
-        help,
-        None,
-        MetricType::Counter,
-    )?)
+    single(encoder, (name, help, MetricType::Counter), value)
 }
 
 /// A counter or gauge with one series per upstream server.

@@ -93,6 +93,19 @@ impl Client {
     }
 }
 
+impl Client {
+    /// Whether this user seems to have the client: its file, or the directory it keeps it
+    /// in (for Claude Code, whose file is in the home directory, `~/.claude`).
+    pub fn seems_installed(self, os: Os, dirs: &UserDirs) -> bool {
+        let path = self.config_path(os, dirs);
+        path.exists()
+            || match self {
+                Client::ClaudeCode => dirs.home.join(".claude").is_dir(),
+                _ => path.parent().is_some_and(Path::is_dir),
+            }
+    }
+}
+
 impl std::fmt::Display for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())

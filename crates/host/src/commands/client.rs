@@ -88,11 +88,11 @@ pub(crate) fn setup(opts: Setup, config: Option<&std::path::Path>) -> anyhow::Re
     let mut failed = false;
     let mut any = false;
     for client in clients {
-        let path = client.config_path(Os::current(), &dirs);
-        // `all` sets up the clients this user has (their file, or its directory, is there).
-        if !explicit && !path.exists() && !path.parent().is_some_and(|d| d.is_dir()) {
+        // `all` sets up the clients this user has.
+        if !explicit && !client.seems_installed(Os::current(), &dirs) {
             continue;
         }
+        let path = client.config_path(Os::current(), &dirs);
         any = true;
         let plan = match plan_setup(client, &path, &opts.name, &connection) {
             Ok(plan) => plan,

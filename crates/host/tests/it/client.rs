@@ -411,3 +411,24 @@ fn import_takes_the_clients_servers_into_quiver() {
         text(&again.stdout)
     );
 }
+
+/// `all` takes the clients this user has (their file, or the directory it goes in) and
+/// creates no file for the others; a client named is set up whether or not it is there.
+#[test]
+fn all_takes_the_clients_that_are_there() {
+    let dir = crate::Scratch::new("client-all");
+    let home = dir.join("home");
+    std::fs::create_dir_all(home.join(".cursor")).unwrap();
+    let out = quiver(&home, &dir, &["client", "setup"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(read_json(&home.join(".cursor/mcp.json"))["mcpServers"]["quiver"].is_object());
+    for absent in [".claude.json", ".codeium", ".config"] {
+        assert!(!home.join(absent).exists(), "{absent} not created");
+    }
+    let named = quiver(&home, &dir, &["client", "setup", "windsurf"]);
+    assert!(named.status.success(), "{}", text(&named.stderr));
+    assert!(
+        read_json(&home.join(".codeium/windsurf/mcp_config.json"))["mcpServers"]["quiver"]
+            .is_object()
+    );
+}

@@ -17,7 +17,8 @@ const ADAPTERS: [&str; 5] = [
     "quiver-metrics-prometheus",
 ];
 /// Engines that only adapters may name, directly or through any dependency.
-const ENGINES: [&str; 10] = [
+const ENGINES: [&str; 11] = [
+    "prometheus-client",
     "rusqlite",
     "rmcp",
     "rquickjs",

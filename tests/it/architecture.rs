@@ -9,14 +9,16 @@ use std::{
 use serde_json::Value;
 
 const CORE: [&str; 3] = ["quiver-contract", "quiver-registry", "quiver-surface"];
-const ADAPTERS: [&str; 4] = [
+const ADAPTERS: [&str; 5] = [
     "quiver-sandbox",
     "quiver-mcp-adapter",
     "quiver-store-sqlite",
     "quiver-embed-candle",
+    "quiver-metrics-prometheus",
 ];
 /// Engines that only adapters may name, directly or through any dependency.
-const ENGINES: [&str; 10] = [
+const ENGINES: [&str; 11] = [
+    "prometheus-client",
     "rusqlite",
     "rmcp",
     "rquickjs",
@@ -108,6 +110,7 @@ fn allowed(pkg: &str) -> &'static [&'static str] {
             "quiver-mcp-adapter",
             "quiver-store-sqlite",
             "quiver-embed-candle",
+            "quiver-metrics-prometheus",
             "quiver-host",
         ],
         other => panic!("unknown workspace crate {other}: add it to the architecture rules"),

@@ -2206,7 +2206,13 @@ async fn a_result_over_its_token_budget_is_shortened_and_read_back_whole() {
     .unwrap();
     let mut server = Server::start_in(
         quiver_binary(),
-        &["--config", "quiver.toml", "serve", "--listen", "127.0.0.1:0"],
+        &[
+            "--config",
+            "quiver.toml",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ],
         &dir,
     )
     .await;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use quiver_contract::Tool;
 use quiver_mcp_adapter::{ClientOptions, McpClient, ServerState};
+use quiver_metrics_prometheus::Metrics;
 use quiver_registry::custom::CustomTools;
 use quiver_registry::{
     Catalog, Dispatcher, Family, RegisterReport, Skipped,
@@ -42,10 +43,22 @@ pub const DEFINITIONS_POLL: std::time::Duration = std::time::Duration::from_mill
 
 /// Custom tools over `store`, run in a QuickJS sandbox with `[sandbox]`'s threads and limits.
 pub fn custom_tools_on(config: &Config, store: Arc<SqliteStore>) -> anyhow::Result<CustomTools> {
+    custom_tools_counted(config, store, None)
+}
+
+/// [`custom_tools_on`], the sandbox's runs counted in `metrics` when given.
+fn custom_tools_counted(
+    config: &Config,
+    store: Arc<SqliteStore>,
+    metrics: Option<&Metrics>,
+) -> anyhow::Result<CustomTools> {
     let limits = config.sandbox.limits().context("[sandbox]")?;
-    let sandbox = Arc::new(quiver_sandbox::QuickJsSandbox::new(
-        config.sandbox.threads(),
-    ));
+    let mut sandbox: Arc<dyn quiver_registry::sandbox::Sandbox> = Arc::new(
+        quiver_sandbox::QuickJsSandbox::new(config.sandbox.threads()),
+    );
+    if let Some(metrics) = metrics {
+        sandbox = metrics.sandbox(sandbox);
+    }
     Ok(CustomTools::new(store.clone(), store, sandbox, limits))
 }
 
@@ -193,6 +206,9 @@ pub struct App {
     pub catalog_dir: Arc<crate::catalog_dir::CatalogDirTools>,
     /// The skills as loaded (skill-kind catalog tools serve from it).
     pub skill_stack: Arc<dyn SkillSource>,
+    /// Calls, sandbox runs and log rows, counted (`quiver serve` adds the gauges and
+    /// serves them at `GET /metrics`: [`crate::metrics::exposition`]).
+    pub metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for App {
@@ -275,7 +291,8 @@ impl App {
         let servers = crate::mcp_json::resolve_servers(config, mcp_files, &env)?;
         // The server-global MCP servers' tools register first-wins as each server connects,
         // in the family order assembly sets.
-        let custom = Arc::new(custom_tools_on(config, store.clone())?);
+        let metrics = Arc::new(Metrics::new());
+        let custom = Arc::new(custom_tools_counted(config, store.clone(), Some(&metrics))?);
         let mut core = core_tools(&surface);
         // Results shortened to their budget are kept whole for their session, read back
         // through `read_result` (and `quiver://results/<call id>`).
@@ -376,8 +393,9 @@ impl App {
         let dispatcher = Dispatcher::builder(catalog.clone())
             .config(config.limits.dispatch_config()?)
             .policy(policy.clone())
-            .recorder(store.clone())
+            .recorder(metrics.recorder(store.clone()))
             .observer(surface.clone())
+            .observer(metrics.observer())
             .kept_results(kept)
             .build();
         Ok(App {
@@ -395,6 +413,7 @@ impl App {
             prompts: skills.prompts,
             catalog_dir,
             skill_stack,
+            metrics,
         })
     }
 

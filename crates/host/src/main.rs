@@ -185,6 +185,11 @@ enum Command {
         /// do not reach the model.
         #[arg(long)]
         trust_project: bool,
+        /// Also serve `GET /metrics` (Prometheus text format) on this address, with no
+        /// token: bind it where only the scraper reaches (e.g. `127.0.0.1:9464`). On the
+        /// MCP listener `/metrics` is behind `[admin] token`.
+        #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
+        metrics_listen: Option<Listen>,
     },
     /// Call one tool through the full pipeline and print the rendered result.
     ///
@@ -307,6 +312,15 @@ enum Standalone {
         #[command(subcommand)]
         action: CustomAction,
     },
+    /// The MCP clients' configuration: Quiver written into Claude Desktop, Claude Code,
+    /// Cursor, VS Code or Windsurf, or their servers taken into Quiver.
+    ///
+    /// Example: `quiver client setup claude-code --dry-run`, then without `--dry-run`.
+    #[command(display_order = 12)]
+    Client {
+        #[command(subcommand)]
+        action: ClientAction,
+    },
     /// The sentence-embedding model of `tool_search` (all-MiniLM-L6-v2).
     #[command(display_order = 11)]
     Model {
@@ -360,6 +374,55 @@ enum Standalone {
         /// `tool_search` does with the model configured.
         #[arg(long, value_name = "DIR")]
         model: Option<std::path::PathBuf>,
+    },
+}
+
+/// `quiver client` actions.
+#[derive(Debug, Subcommand)]
+enum ClientAction {
+    /// Write Quiver into each client's MCP configuration (the file where the client keeps
+    /// it on this system), keeping the client's other servers and keys; the file as it was
+    /// is copied to `<file>.<time>.bak` first.
+    ///
+    /// Without `--http` the client starts `quiver serve --stdio` (this binary, with the
+    /// `--config` in use, or ./quiver.toml); with it, the client connects to that URL,
+    /// sending `--token` as a bearer token. `all` (the default) takes the clients whose
+    /// configuration directory exists; a client named is set up even if it does not.
+    Setup {
+        /// claude-desktop, claude-code, cursor, vscode, windsurf, or all.
+        #[arg(value_name = "CLIENT", value_parser = commands::client::parse_client)]
+        clients: Vec<Option<quiver_host::clients::Client>>,
+        /// Connect over streamable HTTP to this URL (e.g. http://127.0.0.1:7345/mcp).
+        #[arg(long, value_name = "URL")]
+        http: Option<String>,
+        /// The bearer token to send with --http (one of `[[auth.tokens]]`).
+        #[arg(long, requires = "http")]
+        token: Option<String>,
+        /// The server's name in the client.
+        #[arg(long, default_value = "quiver")]
+        name: String,
+        /// Show each change as a diff and write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Take the MCP servers the clients have into a quiver.toml (`[[mcp.servers]]`
+    /// appended) or an mcpServers JSON file (for `quiver serve --mcp-config`), so Quiver is
+    /// their one gateway. Servers Quiver cannot run as written (disabled, SSE, VS Code
+    /// `${input:...}`) are listed as skipped.
+    Import {
+        /// claude-desktop, claude-code, cursor, vscode, windsurf, or all (the default).
+        #[arg(value_name = "CLIENT", value_parser = commands::client::parse_client)]
+        clients: Vec<Option<quiver_host::clients::Client>>,
+        /// Where to: a `.toml` file is a quiver.toml, anything else an mcpServers JSON
+        /// file (default: the --config file, else ./quiver.toml).
+        #[arg(long, value_name = "FILE")]
+        to: Option<std::path::PathBuf>,
+        /// The name Quiver has in the clients (that entry is not imported).
+        #[arg(long, default_value = "quiver")]
+        name: String,
+        /// Show the change as a diff and write nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -501,6 +564,41 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }) => {
             let (config, _source) = Config::load(cli.config.as_deref())?;
             return commands::log::run(&config, tool, session, outcome, limit, json).await;
+        }
+        AnyCommand::Standalone(Standalone::Client { action }) => {
+            let config = cli.config.as_deref();
+            return match action {
+                ClientAction::Setup {
+                    clients,
+                    http,
+                    token,
+                    name,
+                    dry_run,
+                } => commands::client::setup(
+                    commands::client::Setup {
+                        clients,
+                        http,
+                        token,
+                        name,
+                        dry_run,
+                    },
+                    config,
+                ),
+                ClientAction::Import {
+                    clients,
+                    to,
+                    name,
+                    dry_run,
+                } => commands::client::import(
+                    commands::client::Import {
+                        clients,
+                        to,
+                        name,
+                        dry_run,
+                    },
+                    config,
+                ),
+            };
         }
         AnyCommand::Standalone(Standalone::Custom { action }) => {
             let (config, _source) = Config::load(cli.config.as_deref())?;
@@ -722,8 +820,18 @@ async fn command(
             stdio,
             mode,
             allow_hosts,
+            metrics_listen,
             ..
-        } => commands::serve::run(app, config, listen, stdio, mode, allow_hosts, signals).await,
+        } => {
+            let how = commands::serve::How {
+                listen,
+                stdio,
+                mode,
+                allow_hosts,
+                metrics_listen,
+            };
+            commands::serve::run(app, config, how, signals).await
+        }
         Command::Call {
             name,
             json,

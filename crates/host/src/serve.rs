@@ -56,6 +56,26 @@ pub struct Adapters {
     /// What reloads the configuration: on SIGHUP, and at `POST /admin/reload` when the
     /// options carry an admin token.
     pub reload: Option<Arc<crate::reload::Reloader>>,
+    /// What `GET /metrics` serves, and where.
+    pub metrics: Option<MetricsServing>,
+}
+
+/// `GET /metrics`: behind the admin token on the MCP listener (with no admin token, not
+/// there), and with no token on `listen` when given (`serve --metrics-listen`).
+#[derive(Clone)]
+pub struct MetricsServing {
+    /// The metrics ([`crate::metrics::exposition`]).
+    pub exposition: Arc<dyn quiver_mcp_adapter::MetricsExposition>,
+    /// A listener of their own.
+    pub listen: Option<SocketAddr>,
+}
+
+impl std::fmt::Debug for MetricsServing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetricsServing")
+            .field("listen", &self.listen)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for Adapters {
@@ -65,6 +85,7 @@ impl std::fmt::Debug for Adapters {
             .field("content", &self.content.is_some())
             .field("readiness", &self.readiness.is_some())
             .field("reload", &self.reload.is_some())
+            .field("metrics", &self.metrics)
             .finish()
     }
 }
@@ -107,7 +128,27 @@ pub async fn serve(
             reload.set_auth(server.auth_handle());
         }
     }
+    let mut metrics_listener = None;
+    if let Some(metrics) = adapters.metrics {
+        server = server.with_metrics(metrics.exposition);
+        if let Some(addr) = metrics.listen {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the metrics listener {addr}"))?;
+            tracing::info!("metrics at http://{}/metrics", listener.local_addr()?);
+            metrics_listener = Some(listener);
+        }
+    }
     let shutdown = server.shutdown_token();
+    // Metrics on a listener of their own stop with the server.
+    let _metrics_task = metrics_listener.map(|listener| {
+        let server = server.clone();
+        tokio::spawn(async move {
+            if let Err(e) = server.serve_metrics(listener).await {
+                tracing::warn!("the metrics listener stopped: {e}");
+            }
+        })
+    });
     let serving = async {
         match transport {
             Transport::Stdio => server.serve_stdio().await.context("serving MCP on stdio"),

@@ -35,5 +35,6 @@ pub use content::{ContentError, ContentOffer, ContentSource, ListChange, ListCha
 pub use error::McpError;
 pub use server::{
     AdminToken, AuthError, AuthHandle, InboundAuth, InboundToken, LocalPrompts, McpServer,
-    PROMPT_ARGUMENT, Readiness, Reload, ServeError, ServerOptions, allowed_authorities,
+    MetricsExposition, PROMPT_ARGUMENT, Readiness, Reload, ServeError, ServerOptions,
+    allowed_authorities,
 };

@@ -22,8 +22,8 @@ use serde_json::{Map, Value};
 use tower::{ServiceBuilder, ServiceExt};
 
 use crate::{
-    CallObserver, CallRecord, Catalog, Entry, Metrics, NoPolicy, NullRecorder, PolicyAction,
-    PolicyCheck, PolicyRequest, PolicyVerdict, ToolCallRecorder,
+    CallMeasure, CallObserver, CallRecord, Catalog, Entry, Metrics, NoPolicy, NullRecorder,
+    Outcome, PolicyAction, PolicyCheck, PolicyRequest, PolicyVerdict, ToolCallRecorder,
     kept::KeptResults,
     layers::{
         Call, ToolService,
@@ -443,12 +443,33 @@ impl Drop for Unfinished<'_> {
                 let queued = started
                     .get()
                     .map_or_else(|| t0.elapsed(), |s| s.saturating_duration_since(t0));
+                let counted = Counted::ran(name, &entry.family);
                 dispatcher
-                    .record(name, input, hash, &envelope, &who, queued, t0)
+                    .record(name, input, hash, &envelope, &who, counted, queued, t0)
                     .await;
             },
             &rt,
         );
+    }
+}
+
+/// What the observers' measure of a call names: the tool as counted and its family, and
+/// whether it was refused before it ran.
+#[derive(Clone, Copy)]
+struct Counted<'a> {
+    tool: &'a str,
+    family: Option<&'a str>,
+    refused: bool,
+}
+
+impl<'a> Counted<'a> {
+    /// A call that passed admission: its tool is the catalog's.
+    fn ran(tool: &'a str, family: &'a str) -> Self {
+        Counted {
+            tool,
+            family: Some(family),
+            refused: false,
+        }
     }
 }
 
@@ -816,7 +837,8 @@ impl Dispatcher {
             ..
         } = unfinished.parts.take().expect("taken once");
         self.after(name, &hash, repeat, &mut envelope, warnings, &who);
-        self.record(name, input, hash, &envelope, &who, queued, t0)
+        let counted = Counted::ran(name, &entry.family);
+        self.record(name, input, hash, &envelope, &who, counted, queued, t0)
             .await;
         envelope
     }
@@ -1173,12 +1195,17 @@ impl Dispatcher {
         let hash = hash.unwrap_or_else(|| args_hash_canonical(name, &canonical_json(&input)));
         // Names the caller made up share one counter (the execution log keeps each name):
         // one per distinct name would grow without bound in a long-running server.
-        let counted = if self.inner.catalog.contains(name) {
-            name
-        } else {
-            UNDEFINED_TOOLS
+        let found = self.inner.catalog.lookup(name);
+        let counted = Counted {
+            tool: if found.is_some() {
+                name
+            } else {
+                UNDEFINED_TOOLS
+            },
+            family: found.as_ref().map(|e| &*e.family),
+            refused: true,
         };
-        self.inner.metrics.count(counted, &envelope);
+        self.inner.metrics.count(counted.tool, &envelope);
         if let Some(s) = &ctx.session
             && !envelope.is_ok()
             && envelope.err_kind() != Some(&ErrKind::LoopGuard)
@@ -1197,6 +1224,7 @@ impl Dispatcher {
             hash,
             &envelope,
             &Who::of(&ctx),
+            counted,
             Duration::ZERO,
             t0,
         )
@@ -1204,6 +1232,7 @@ impl Dispatcher {
         envelope
     }
 
+    /// Hands the call's record to the recorder, after the observers' measure of it.
     #[allow(clippy::too_many_arguments)]
     async fn record(
         &self,
@@ -1212,10 +1241,29 @@ impl Dispatcher {
         args_hash: String,
         envelope: &Envelope,
         ctx: &Who,
+        counted: Counted<'_>,
         queued: Duration,
         t0: Instant,
     ) {
         let took = t0.elapsed();
+        if !self.inner.observers.is_empty() {
+            let outcome = match envelope {
+                _ if counted.refused => Outcome::Refused,
+                Envelope::Ok { .. } => Outcome::Ok,
+                Envelope::Hint { .. } => Outcome::Hint,
+                Envelope::Err { .. } => Outcome::Err,
+            };
+            let measure = CallMeasure {
+                tool: counted.tool,
+                family: counted.family,
+                outcome,
+                queued,
+                took,
+            };
+            for o in &self.inner.observers {
+                o.call_measured(&measure);
+            }
+        }
         let at = SystemTime::now() - took;
         let recorder = self.inner.recorder.clone();
         let record = CallRecord {

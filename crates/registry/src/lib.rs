@@ -91,8 +91,8 @@ pub use layers::{
 };
 pub use policy::{PolicyAction, PolicyRule, RulePolicy, policy_findings};
 pub use ports::{
-    CallObserver, CallRecord, MemoryRecorder, NoPolicy, NullRecorder, PolicyCheck, PolicyRequest,
-    PolicyVerdict, ToolCallRecorder,
+    CallMeasure, CallObserver, CallRecord, MemoryRecorder, NoPolicy, NullRecorder, Outcome,
+    PolicyCheck, PolicyRequest, PolicyVerdict, ToolCallRecorder,
 };
 pub use refs::{ToolRef, unmatched_tool_refs};
 pub use suggest::{did_you_mean, suggestion};

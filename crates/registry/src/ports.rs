@@ -234,6 +234,62 @@ impl PolicyCheck for NoPolicy {
 /// Told about every finished call (for example so the surface refreshes a used tool in the
 /// session's working set). Must be quick: it runs on the call path.
 pub trait CallObserver: Send + Sync {
-    /// A call to `tool` in `session` finished with `envelope`.
+    /// A call to `tool` in `session` that ran (it passed admission) finished with
+    /// `envelope`.
     fn call_finished(&self, session: Option<&str>, tool: &str, envelope: &Envelope);
+
+    /// Every call, refused or run, as it is handed to the recorder: what a counting observer
+    /// (metrics) needs. The default ignores it.
+    fn call_measured(&self, measure: &CallMeasure<'_>) {
+        let _ = measure;
+    }
+}
+
+/// How a call ended, as counted: a refusal is told apart from an `Err` the tool's run gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The tool ran and answered Ok.
+    Ok,
+    /// The tool ran and answered with a hint.
+    Hint,
+    /// The tool ran (or was cancelled, or timed out) and answered with an error.
+    Err,
+    /// Refused before the tool ran: unknown, forbidden, denied by policy, looping, bad
+    /// arguments, too large or too deep, or a request the transport could not read.
+    Refused,
+}
+
+impl Outcome {
+    /// Every outcome, in a stable order.
+    pub const ALL: [Outcome; 4] = [Outcome::Ok, Outcome::Hint, Outcome::Err, Outcome::Refused];
+
+    /// Its lower-case name (`ok`, `hint`, `err`, `refused`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Hint => "hint",
+            Outcome::Err => "err",
+            Outcome::Refused => "refused",
+        }
+    }
+}
+
+/// One finished call as [`CallObserver::call_measured`] sees it.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct CallMeasure<'a> {
+    /// The tool's name in the catalog; every name the catalog does not have is counted as
+    /// [`UNDEFINED_TOOLS`](crate::UNDEFINED_TOOLS), so a long-running server's counters do
+    /// not grow with the names callers make up.
+    pub tool: &'a str,
+    /// The family the tool was registered by (`core`, `mcp:<server>`, `custom`, ...);
+    /// `None` for a name the catalog does not have.
+    pub family: Option<&'a str>,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Time waited before the tool ran (for a concurrency permit); zero for a refusal.
+    pub queued: Duration,
+    /// Time from dispatch to result, the wait included.
+    pub took: Duration,
 }

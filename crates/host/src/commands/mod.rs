@@ -2,6 +2,7 @@
 
 pub(crate) mod bench;
 pub(crate) mod check;
+pub(crate) mod client;
 pub(crate) mod custom;
 pub(crate) mod floor;
 pub(crate) mod log;

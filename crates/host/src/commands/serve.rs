@@ -102,17 +102,30 @@ pub(crate) fn parse_listen(s: &str) -> Result<Listen, String> {
     })
 }
 
+/// `serve`'s arguments.
+pub(crate) struct How {
+    pub(crate) listen: Listen,
+    pub(crate) stdio: bool,
+    pub(crate) mode: Mode,
+    pub(crate) allow_hosts: Vec<String>,
+    pub(crate) metrics_listen: Option<Listen>,
+}
+
 /// Serves the app's surface and dispatcher on `stdio`, or over HTTP on `listen`, until a
 /// signal (from `signals`, or watched here when none are given) stops it.
 pub(crate) async fn run(
     app: &App,
     config: &Config,
-    listen: Listen,
-    stdio: bool,
-    mode: Mode,
-    allow_hosts: Vec<String>,
+    how: How,
     signals: Option<&mut quiver_host::serve::Signals>,
 ) -> anyhow::Result<ExitCode> {
+    let How {
+        listen,
+        stdio,
+        mode,
+        allow_hosts,
+        metrics_listen,
+    } = how;
     let transport = if stdio {
         quiver_host::serve::Transport::Stdio
     } else {
@@ -158,7 +171,13 @@ pub(crate) async fn run(
         }
     };
     // A listener given by name accepts that name as `Host` too.
-    for host in allow_hosts.into_iter().chain(listen.name) {
+    let metrics_addr = metrics_listen.as_ref().map(|l| l.addr);
+    let metrics_name = metrics_listen.and_then(|l| l.name);
+    for host in allow_hosts
+        .into_iter()
+        .chain(listen.name)
+        .chain(metrics_name)
+    {
         options = options.with_allowed_host(host);
     }
     let mut own_signals = None;
@@ -179,6 +198,10 @@ pub(crate) async fn run(
             content: Some(content),
             readiness: Some(std::sync::Arc::new(quiver_host::Ready::of(app))),
             reload: Some(reloader),
+            metrics: Some(quiver_host::serve::MetricsServing {
+                exposition: quiver_host::metrics::exposition(app),
+                listen: metrics_addr,
+            }),
         },
         signals,
     )

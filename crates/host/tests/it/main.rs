@@ -1,6 +1,9 @@
 //! The `quiver` binary as a user runs it.
 
 mod cli;
+mod client;
+mod metrics;
+mod packaging;
 mod reload;
 mod semantic;
 mod serve;

@@ -81,7 +81,7 @@ fn start(
 }
 
 /// [`start`], with `serve_args` after `serve`.
-fn start_with(
+pub(crate) fn start_with(
     dir: &std::path::Path,
     args: &[&str],
     serve_args: &[&str],
@@ -230,10 +230,29 @@ fn configured_tokens_guard_the_endpoint() {
 
 /// `GET path` on `addr`: the status and the body.
 fn probe(addr: &str, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).unwrap();
+    get(addr, path, &[])
+}
+
+/// `GET path` on `addr` with `headers`, as HTTP/1.0 (so the body comes whole, not in
+/// chunks): the status and the body.
+pub(crate) fn get(addr: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    try_get(addr, path, headers).unwrap()
+}
+
+/// [`get`], or the error connecting or sending.
+pub(crate) fn try_get(
+    addr: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))?;
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
+    let req = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n{extra}\r\n");
+    s.write_all(req.as_bytes())?;
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     let status = out
@@ -242,7 +261,7 @@ fn probe(addr: &str, path: &str) -> (u16, String) {
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     let body = out.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
-    (status, body)
+    Ok((status, body))
 }
 
 /// While the execution log cannot be written (another process holds the database's write

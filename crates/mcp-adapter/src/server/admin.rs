@@ -1,8 +1,11 @@
 //! The operator's endpoints beside the MCP endpoint over HTTP: `POST /admin/reload` asks
-//! the host to reload its configuration ([`Reload`]). They exist only when the host gives
+//! the host to reload its configuration ([`Reload`]), and `GET /metrics` serves the host's
+//! metrics ([`MetricsExposition`]). On the MCP listener they exist only when the host gives
 //! an admin token (`[admin] token`) and sit behind it (`Authorization: Bearer <token>`,
 //! compared in constant time), with the `Host` and `Origin` checks of `/mcp`, so a web
 //! page can neither reach them through DNS rebinding nor post to them from another origin.
+//! A listener of its own for `/metrics` ([`McpServer::serve_metrics`]) keeps those checks
+//! and asks for no token: it is for a scraper on an address the operator keeps private.
 
 use std::sync::Arc;
 
@@ -12,9 +15,12 @@ use axum::{
     extract::State,
     http::{HeaderMap, StatusCode, header},
     response::IntoResponse,
-    routing::post,
+    routing::{get, post},
 };
 use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+use super::{McpServer, ServeError, Shared};
 
 /// What `POST /admin/reload` asks the host: reload the configuration now. `Ok` with what
 /// changed; `Err` with why nothing did (the previous state stays).
@@ -22,6 +28,17 @@ use serde_json::{Value, json};
 pub trait Reload: Send + Sync {
     /// Reloads; `trigger` says what asked (for the log).
     async fn reload(&self, trigger: &str) -> Result<Value, Value>;
+}
+
+/// What `GET /metrics` serves: the host's metrics as text, for example the Prometheus text
+/// format.
+pub trait MetricsExposition: Send + Sync {
+    /// The metrics now; `sessions_open` is the server's own count of the MCP sessions open
+    /// over HTTP.
+    fn render(&self, sessions_open: usize) -> String;
+
+    /// The `Content-Type` of what [`MetricsExposition::render`] returns.
+    fn content_type(&self) -> &'static str;
 }
 
 /// The admin token: never printed.
@@ -47,31 +64,62 @@ impl std::fmt::Debug for AdminToken {
 
 /// The reload path.
 pub(crate) const RELOAD_PATH: &str = "/admin/reload";
+/// The metrics path.
+pub(crate) const METRICS_PATH: &str = "/metrics";
 
 struct Admin {
-    token: AdminToken,
-    reload: Arc<dyn Reload>,
+    /// None: the endpoints ask for no token (the metrics listener).
+    token: Option<AdminToken>,
+    shared: Arc<Shared>,
     /// Accepted `Host` authorities, lower-case (a name with no port takes any port).
     hosts: Vec<String>,
 }
 
-/// The admin routes, or none without a token and a host to act.
-pub(crate) fn router(
-    token: Option<AdminToken>,
-    reload: Option<Arc<dyn Reload>>,
-    hosts: &[String],
-) -> Router {
-    let (Some(token), Some(reload)) = (token, reload) else {
+/// The admin routes of the MCP listener, or none without a token; each route only when the
+/// host gives what it serves.
+pub(crate) fn router(shared: &Arc<Shared>, hosts: &[String]) -> Router {
+    let Some(token) = shared.options.admin_token.clone() else {
         return Router::new();
     };
-    let admin = Arc::new(Admin {
-        token,
-        reload,
-        hosts: hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
-    });
-    Router::new()
-        .route(RELOAD_PATH, post(reload_now))
-        .with_state(admin)
+    let mut router = Router::new();
+    if shared.reload.is_some() {
+        router = router.route(RELOAD_PATH, post(reload_now));
+    }
+    if shared.metrics.is_some() {
+        router = router.route(METRICS_PATH, get(metrics_now));
+    }
+    router.with_state(Arc::new(Admin {
+        token: Some(token),
+        shared: shared.clone(),
+        hosts: lower(hosts),
+    }))
+}
+
+fn lower(hosts: &[String]) -> Vec<String> {
+    hosts.iter().map(|h| h.to_ascii_lowercase()).collect()
+}
+
+impl McpServer {
+    /// Serves `GET /metrics` alone on `listener`, with no token (bind it where only the
+    /// scraper reaches), until the shutdown token is cancelled. The `Host` and `Origin`
+    /// checks are those of the MCP endpoint, for this listener's address.
+    pub async fn serve_metrics(&self, listener: TcpListener) -> Result<(), ServeError> {
+        let addr = listener.local_addr()?;
+        let mut hosts = super::allowed_authorities(addr);
+        hosts.extend(self.shared.options.extra_allowed_hosts.iter().cloned());
+        let router = Router::new()
+            .route(METRICS_PATH, get(metrics_now))
+            .with_state(Arc::new(Admin {
+                token: None,
+                shared: self.shared.clone(),
+                hosts: lower(&hosts),
+            }));
+        let shutdown = self.shared.shutdown.clone();
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await?;
+        Ok(())
+    }
 }
 
 /// Whether `authority` (a `Host`, or an origin's host and port) is one of `hosts`.
@@ -95,13 +143,14 @@ fn answer(status: StatusCode, body: Value) -> axum::response::Response {
         .into_response()
 }
 
-async fn reload_now(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> impl IntoResponse {
+/// The refusal of a request that fails the `Host`, `Origin` or token check, if it does.
+fn refusal(admin: &Admin, headers: &HeaderMap) -> Option<axum::response::Response> {
     let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
     if !text(header::HOST).is_some_and(|h| host_allowed(&admin.hosts, h)) {
-        return answer(
+        return Some(answer(
             StatusCode::FORBIDDEN,
             json!({"error": "the Host header is not one this server answers to"}),
-        );
+        ));
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let authority = origin
@@ -110,30 +159,57 @@ async fn reload_now(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> impl
             .and_then(|o| o.split_once("://"))
             .map(|(_, rest)| rest.trim_end_matches('/'));
         if !authority.is_some_and(|a| host_allowed(&admin.hosts, a)) {
-            return answer(
+            return Some(answer(
                 StatusCode::FORBIDDEN,
                 json!({"error": "a request from another origin cannot use the admin endpoints"}),
-            );
+            ));
         }
     }
+    let token = admin.token.as_ref()?;
     let presented = text(header::AUTHORIZATION)
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    if !super::auth::constant_time_eq(presented.as_bytes(), admin.token.0.as_bytes()) {
-        let mut response = answer(
-            StatusCode::UNAUTHORIZED,
-            json!({"error": "send the admin token ([admin] token) as `Authorization: Bearer <token>`"}),
-        );
-        response.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            header::HeaderValue::from_static("Bearer realm=\"quiver-admin\""),
-        );
-        return response;
+    if super::auth::constant_time_eq(presented.as_bytes(), token.0.as_bytes()) {
+        return None;
     }
-    match admin.reload.reload("POST /admin/reload").await {
+    let mut response = answer(
+        StatusCode::UNAUTHORIZED,
+        json!({"error": "send the admin token ([admin] token) as `Authorization: Bearer <token>`"}),
+    );
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer realm=\"quiver-admin\""),
+    );
+    Some(response)
+}
+
+async fn reload_now(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> impl IntoResponse {
+    if let Some(refused) = refusal(&admin, &headers) {
+        return refused;
+    }
+    let Some(reload) = &admin.shared.reload else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    match reload.reload("POST /admin/reload").await {
         Ok(done) => answer(StatusCode::OK, done),
         Err(why) => answer(StatusCode::UNPROCESSABLE_ENTITY, why),
     }
+}
+
+async fn metrics_now(State(admin): State<Arc<Admin>>, headers: HeaderMap) -> impl IntoResponse {
+    if let Some(refused) = refusal(&admin, &headers) {
+        return refused;
+    }
+    let Some(metrics) = &admin.shared.metrics else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let sessions_open = admin.shared.http_sessions_open().await;
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, metrics.content_type())],
+        metrics.render(sessions_open),
+    )
+        .into_response()
 }
 
 #[cfg(test)]

@@ -91,6 +91,7 @@ impl McpServer {
         // after the 3 s retry hint.
         sessions.session_config.completed_cache_ttl = COMPLETED_STREAM_TTL;
         let sessions = Arc::new(sessions);
+        *crate::sync::lock(&self.shared.http_sessions) = Some(sessions.clone());
         let shared = self.shared.clone();
         let service = StreamableHttpService::new(
             move || Ok(SessionHandler::new(shared.clone(), None)),
@@ -120,11 +121,7 @@ impl McpServer {
             // The probes, after the token layer: they need none.
             .merge(health::router(self.shared.clone()))
             // The admin endpoints have a token of their own.
-            .merge(super::admin::router(
-                self.shared.options.admin_token.clone(),
-                self.shared.reload.clone(),
-                &hosts,
-            ))
+            .merge(super::admin::router(&self.shared, &hosts))
     }
 
     /// Serves the MCP endpoint on `listener` until the shutdown token is cancelled, then

@@ -29,7 +29,7 @@ use quiver_registry::Dispatcher;
 use quiver_surface::Surface;
 use tokio_util::sync::CancellationToken;
 
-pub use admin::{AdminToken, Reload};
+pub use admin::{AdminToken, MetricsExposition, Reload};
 pub use auth::{AuthError, AuthHandle, InboundAuth, InboundToken};
 // The content port lives in the crate's floor (the client implements it); the server's
 // modules name it through here, as does the public path `server::ContentSource`.
@@ -174,9 +174,24 @@ pub(crate) struct Shared {
     pub(crate) reload: Option<Arc<dyn Reload>>,
     /// The inbound tokens in force (the options' at start, replaced by a reload).
     pub(crate) tokens: auth::AuthHandle,
+    /// What `GET /metrics` serves (none: no such endpoint).
+    pub(crate) metrics: Option<Arc<dyn MetricsExposition>>,
+    /// rmcp's HTTP sessions, once a router is built (what `GET /metrics` counts).
+    pub(crate) http_sessions: std::sync::Mutex<
+        Option<Arc<rmcp::transport::streamable_http_server::session::local::LocalSessionManager>>,
+    >,
 }
 
 impl Shared {
+    /// The MCP sessions open over HTTP now (0 before a router is built, and on stdio).
+    pub(crate) async fn http_sessions_open(&self) -> usize {
+        let sessions = crate::sync::lock(&self.http_sessions).clone();
+        match sessions {
+            Some(s) => s.sessions.read().await.len(),
+            None => 0,
+        }
+    }
+
     /// Keeps the key's session in memory for the request (the guard) and restores its
     /// working set if the key is seen for the first time (once per key per process, again
     /// after the surface dropped it).
@@ -271,6 +286,8 @@ impl McpServer {
                 readiness: None,
                 reload: None,
                 tokens,
+                metrics: None,
+                http_sessions: std::sync::Mutex::new(None),
             }),
         }
     }
@@ -324,6 +341,16 @@ impl McpServer {
     pub fn with_reload(mut self, reload: Arc<dyn Reload>) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.reload = Some(reload);
+        }
+        self
+    }
+
+    /// Serves `GET /metrics` with `metrics`: behind the admin token of the options on the
+    /// MCP listener (without one, not there), and on a listener of its own
+    /// ([`McpServer::serve_metrics`]).
+    pub fn with_metrics(mut self, metrics: Arc<dyn MetricsExposition>) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.metrics = Some(metrics);
         }
         self
     }

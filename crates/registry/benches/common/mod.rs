@@ -45,3 +45,33 @@ impl ToolCallRecorder for Bounded {
         v.push(record);
     }
 }
+
+/// The examples' loop: `n` no-op calls through `d`, one after another, on a two-worker
+/// runtime, then the wall time per call printed after `label`.
+#[allow(dead_code)] // the criterion bench times its own calls
+pub(crate) fn call_loop(d: &quiver_registry::Dispatcher, n: u64, label: &str) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let start = std::time::Instant::now();
+    rt.block_on(async {
+        for i in 0..n {
+            std::hint::black_box(
+                d.call(
+                    "noop",
+                    json!({"n": i}),
+                    quiver_contract::CallContext::for_session("loop"),
+                )
+                .await,
+            );
+        }
+    });
+    let took = start.elapsed();
+    println!(
+        "{n} calls{label} in {:.3} s: {:.0} ns per call",
+        took.as_secs_f64(),
+        took.as_nanos() as f64 / n as f64
+    );
+}

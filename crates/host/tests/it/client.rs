@@ -1,0 +1,434 @@
+//! `quiver client setup` and `quiver client import` against sample configuration files of
+//! each client, in a temporary HOME (Linux paths).
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+use serde_json::{Value, json};
+
+/// Each client's file under `home`, and a sample of it as the client writes it: one server
+/// of its own and keys that are not about MCP.
+fn samples(home: &Path) -> Vec<(&'static str, PathBuf, String)> {
+    vec![
+        (
+            "claude-desktop",
+            home.join(".config/Claude/claude_desktop_config.json"),
+            r#"{
+  "mcpServers": {
+    "fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"]}
+  },
+  "globalShortcut": "Ctrl+Space"
+}
+"#
+            .into(),
+        ),
+        (
+            "claude-code",
+            home.join(".claude.json"),
+            r#"{
+  "numStartups": 12,
+  "projects": {"/src/app": {"allowedTools": []}},
+  "mcpServers": {
+    "github": {"type": "stdio", "command": "github-mcp", "args": [], "env": {"GITHUB_TOKEN": "${GITHUB_TOKEN}"}}
+  }
+}
+"#
+            .into(),
+        ),
+        (
+            "cursor",
+            home.join(".cursor/mcp.json"),
+            r#"{"mcpServers": {"time": {"command": "uvx", "args": ["mcp-server-time"]}, "old": {"command": "x", "disabled": true}}}"#.into(),
+        ),
+        (
+            "vscode",
+            home.join(".config/Code/User/mcp.json"),
+            r#"{
+  // VS Code allows comments here
+  "inputs": [{"type": "promptString", "id": "key", "password": true}],
+  "servers": {
+    "search": {"type": "http", "url": "https://search.example/mcp", "headers": {"Key": "${input:key}"}},
+    "git": {"type": "stdio", "command": "uvx", "args": ["mcp-server-git"],},
+  },
+}
+"#
+            .into(),
+        ),
+        (
+            "windsurf",
+            home.join(".codeium/windsurf/mcp_config.json"),
+            r#"{"mcpServers": {"docs": {"serverUrl": "https://docs.example/mcp"}, "events": {"type": "sse", "url": "https://events.example/sse"}}}"#.into(),
+        ),
+    ]
+}
+
+/// `quiver ARGS` in `cwd` with HOME at `home` (XDG_CONFIG_HOME unset).
+fn quiver(home: &Path, cwd: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(args)
+        .current_dir(cwd)
+        .env("HOME", home)
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("APPDATA")
+        .env("QUIVER_LOG", "error")
+        .output()
+        .unwrap()
+}
+
+/// A HOME with every client's sample written, and a working directory with a quiver.toml.
+fn home_with_samples(prefix: &str) -> (crate::Scratch, PathBuf, PathBuf) {
+    let dir = crate::Scratch::new(prefix);
+    let home = dir.join("home");
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(
+        work.join("quiver.toml"),
+        "# the team's Quiver\n[store]\npath = \"q.db\"\n",
+    )
+    .unwrap();
+    for (_, path, text) in samples(&home) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+    }
+    (dir, home, work)
+}
+
+/// The JSON of a client's file (comments and trailing commas are gone once Quiver wrote it).
+fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}\n{text}", path.display()))
+}
+
+/// The backups written beside `path`.
+fn backups(path: &Path) -> Vec<PathBuf> {
+    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+    std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            n.starts_with(&format!("{name}.")) && n.ends_with(".bak")
+        })
+        .collect()
+}
+
+fn text(out: &[u8]) -> String {
+    String::from_utf8_lossy(out).into_owned()
+}
+
+/// `setup all` writes a stdio entry that starts this binary with the working directory's
+/// quiver.toml into every client's file, under each client's own servers key; the other
+/// servers and keys stay as they were, and the file as it was is the backup. A second run
+/// changes nothing and backs nothing up.
+#[test]
+fn setup_writes_quiver_into_every_client_and_keeps_the_rest() {
+    let (_dir, home, work) = home_with_samples("client-setup");
+    let out = quiver(&home, &work, &["client", "setup", "all"]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let config = std::fs::canonicalize(work.join("quiver.toml")).unwrap();
+    let exe = env!("CARGO_BIN_EXE_quiver");
+    for (client, path, original) in samples(&home) {
+        let after = read_json(&path);
+        let key = if client == "vscode" {
+            "servers"
+        } else {
+            "mcpServers"
+        };
+        let entry = &after[key]["quiver"];
+        assert_eq!(entry["command"], exe, "{client}: {after}");
+        assert_eq!(
+            entry["args"],
+            json!(["--config", config.display().to_string(), "serve", "--stdio"]),
+            "{client}"
+        );
+        // Everything else as it was.
+        let before: Value = serde_json::from_str(&strip_jsonc(&original)).unwrap();
+        let mut without = after.clone();
+        without[key].as_object_mut().unwrap().remove("quiver");
+        assert_eq!(without, before, "{client}: only quiver was added");
+        let saved = backups(&path);
+        assert_eq!(saved.len(), 1, "{client}: {saved:?}");
+        assert_eq!(
+            std::fs::read_to_string(&saved[0]).unwrap(),
+            original,
+            "{client}"
+        );
+    }
+    let again = quiver(&home, &work, &["client", "setup", "all"]);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    assert_eq!(
+        text(&again.stdout).matches("unchanged").count(),
+        5,
+        "{}",
+        text(&again.stdout)
+    );
+    for (client, path, _) in samples(&home) {
+        assert_eq!(backups(&path).len(), 1, "{client}: nothing new backed up");
+    }
+}
+
+/// The sample's JSONC as JSON (the test's own reading of VS Code's comments).
+fn strip_jsonc(s: &str) -> String {
+    s.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace(",}", "}")
+        .replace(",\n  }", "\n  }")
+        .replace(",\n}", "\n}")
+}
+
+/// Over HTTP each client gets its own keys for the URL and the token as a bearer header;
+/// Claude Desktop, whose file takes stdio servers only, is refused and left alone.
+#[test]
+fn setup_over_http_writes_each_clients_own_keys() {
+    let (_dir, home, work) = home_with_samples("client-http");
+    let url = "http://127.0.0.1:7345/mcp";
+    let out = quiver(
+        &home,
+        &work,
+        &[
+            "client",
+            "setup",
+            "claude-code",
+            "cursor",
+            "vscode",
+            "windsurf",
+            "--http",
+            url,
+            "--token",
+            "t0ken-for-the-test",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let bearer = json!({"Authorization": "Bearer t0ken-for-the-test"});
+    let all = samples(&home);
+    let file = |client: &str| read_json(&all.iter().find(|(c, _, _)| *c == client).unwrap().1);
+    assert_eq!(
+        file("claude-code")["mcpServers"]["quiver"],
+        json!({"type": "http", "url": url, "headers": bearer})
+    );
+    assert_eq!(
+        file("cursor")["mcpServers"]["quiver"],
+        json!({"url": url, "headers": bearer})
+    );
+    assert_eq!(
+        file("vscode")["servers"]["quiver"],
+        json!({"type": "http", "url": url, "headers": bearer})
+    );
+    assert_eq!(
+        file("windsurf")["mcpServers"]["quiver"],
+        json!({"serverUrl": url, "headers": bearer})
+    );
+    let desktop = &all[0].1;
+    let before = std::fs::read_to_string(desktop).unwrap();
+    let refused = quiver(
+        &home,
+        &work,
+        &["client", "setup", "claude-desktop", "--http", url],
+    );
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        text(&refused.stderr).contains("stdio"),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(desktop).unwrap(), before);
+    assert!(backups(desktop).is_empty());
+}
+
+/// `--dry-run` prints the change as a unified diff and writes nothing, not even a backup;
+/// a client whose file does not exist yet is shown created.
+#[test]
+fn a_dry_run_shows_the_diff_and_writes_nothing() {
+    let (_dir, home, work) = home_with_samples("client-dry");
+    let cursor = home.join(".cursor/mcp.json");
+    let before = std::fs::read_to_string(&cursor).unwrap();
+    std::fs::remove_file(home.join(".codeium/windsurf/mcp_config.json")).unwrap();
+    let out = quiver(
+        &home,
+        &work,
+        &["client", "setup", "cursor", "windsurf", "--dry-run"],
+    );
+    let shown = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        shown.contains(&format!("+++ b/{}", cursor.display())),
+        "{shown}"
+    );
+    assert!(shown.contains("+    \"quiver\": {"), "{shown}");
+    assert!(
+        shown.contains("-{\"mcpServers\""),
+        "the old line is shown removed: {shown}"
+    );
+    assert_eq!(
+        shown.matches("dry run: nothing written").count(),
+        2,
+        "{shown}"
+    );
+    assert_eq!(std::fs::read_to_string(&cursor).unwrap(), before);
+    assert!(backups(&cursor).is_empty());
+    assert!(!home.join(".codeium/windsurf/mcp_config.json").exists());
+}
+
+/// A file that is not valid JSON is refused with its path, line and column, and nothing is
+/// written: not the file, not a backup, not a temporary file; the other clients named are
+/// still set up. `import` refuses it the same way.
+#[test]
+fn a_malformed_file_is_refused_with_its_path_and_line_and_nothing_written() {
+    let (_dir, home, work) = home_with_samples("client-bad");
+    let cursor = home.join(".cursor/mcp.json");
+    let broken =
+        "{\n  \"mcpServers\": {\n    \"time\": {\"command\": \"uvx\" \"args\": []}\n  }\n}\n";
+    std::fs::write(&cursor, broken).unwrap();
+    let out = quiver(&home, &work, &["client", "setup", "cursor", "windsurf"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let said = text(&out.stderr);
+    assert!(said.contains(&format!("{}:3:", cursor.display())), "{said}");
+    assert!(said.contains("left as it is"), "{said}");
+    assert_eq!(std::fs::read_to_string(&cursor).unwrap(), broken);
+    let entries: Vec<_> = std::fs::read_dir(cursor.parent().unwrap())
+        .unwrap()
+        .collect();
+    assert_eq!(
+        entries.len(),
+        1,
+        "no backup, no temporary file: {entries:?}"
+    );
+    let windsurf = read_json(&home.join(".codeium/windsurf/mcp_config.json"));
+    assert!(windsurf["mcpServers"]["quiver"].is_object(), "{windsurf}");
+
+    let to = work.join("servers.json");
+    let import = quiver(
+        &home,
+        &work,
+        &["client", "import", "--to", to.to_str().unwrap()],
+    );
+    assert_ne!(import.status.code(), Some(0));
+    assert!(
+        text(&import.stderr).contains(&format!("{}:3:", cursor.display())),
+        "{}",
+        text(&import.stderr)
+    );
+    assert!(!to.exists(), "nothing written");
+
+    // A servers key that is not an object: the path and the line of the key.
+    std::fs::write(&cursor, "{\n  \"theme\": 1,\n  \"mcpServers\": [1]\n}\n").unwrap();
+    let out = quiver(&home, &work, &["client", "setup", "cursor"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains(&format!("{}:3:", cursor.display())),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// Round trip: after `setup`, `import` takes every client's servers but Quiver itself into
+/// an mcpServers file, with Claude Code's `${VAR}` as `${env:VAR}` and Windsurf's
+/// `serverUrl` as a URL; what Quiver cannot run as written (disabled, SSE, VS Code
+/// `${input:...}`) is skipped and said why. `quiver serve --mcp-config`'s reader takes the
+/// file; into a quiver.toml the servers are appended and the file's own lines stay.
+#[test]
+fn import_takes_the_clients_servers_into_quiver() {
+    let (_dir, home, work) = home_with_samples("client-import");
+    let setup = quiver(&home, &work, &["client", "setup", "all"]);
+    assert!(setup.status.success(), "{}", text(&setup.stderr));
+
+    let to = work.join("servers.json");
+    let out = quiver(
+        &home,
+        &work,
+        &["client", "import", "--to", to.to_str().unwrap()],
+    );
+    let said = text(&out.stdout);
+    assert!(out.status.success(), "{said}{}", text(&out.stderr));
+    let file = read_json(&to);
+    assert_eq!(
+        file,
+        json!({"mcpServers": {
+            "fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"]},
+            "github": {"command": "github-mcp", "env": {"GITHUB_TOKEN": "${env:GITHUB_TOKEN}"}},
+            "time": {"command": "uvx", "args": ["mcp-server-time"]},
+            "git": {"command": "uvx", "args": ["mcp-server-git"]},
+            "docs": {"url": "https://docs.example/mcp", "type": "http"},
+        }}),
+        "{said}"
+    );
+    for skipped in [
+        "skipped old (cursor): it is disabled there",
+        "skipped search (vscode): `${input:key}` is filled in by the client itself",
+        "skipped events (windsurf): it is an SSE server",
+    ] {
+        assert!(said.contains(skipped), "{skipped} in {said}");
+    }
+    assert!(
+        !said
+            .lines()
+            .any(|l| l.starts_with("quiver") || l.starts_with("skipped quiver")),
+        "Quiver itself is neither imported nor reported: {said}"
+    );
+    // The reader of `quiver serve --mcp-config` takes the file whole.
+    let servers = quiver_host::parse_mcp_servers(
+        &std::fs::read_to_string(&to).unwrap(),
+        "servers.json",
+        &|k| (k == "GITHUB_TOKEN").then(|| "from-the-environment".to_owned()),
+    )
+    .expect("the imported file reads");
+    let names: Vec<&str> = servers.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["fs", "github", "time", "git", "docs"]);
+    let github = servers.iter().find(|s| s.name == "github").unwrap();
+    assert_eq!(github.env["GITHUB_TOKEN"], "${env:GITHUB_TOKEN}");
+
+    // Into the quiver.toml: appended, the comment and the store kept, and it still loads.
+    let out = quiver(&home, &work, &["client", "import", "cursor", "windsurf"]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let toml_text = std::fs::read_to_string(work.join("quiver.toml")).unwrap();
+    assert!(
+        toml_text.starts_with("# the team's Quiver\n[store]\npath = \"q.db\"\n"),
+        "{toml_text}"
+    );
+    let (config, _) = quiver_host::Config::load(Some(&work.join("quiver.toml"))).unwrap();
+    let names: Vec<&str> = config.mcp.servers.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["time", "docs"], "{toml_text}");
+    assert_eq!(backups(&work.join("quiver.toml")).len(), 1);
+    // Importing again finds them there and adds nothing.
+    let again = quiver(&home, &work, &["client", "import", "cursor", "windsurf"]);
+    assert!(
+        text(&again.stdout).contains("nothing to import"),
+        "{}",
+        text(&again.stdout)
+    );
+}
+
+/// `all` takes the clients this user has (their file, or the directory it goes in) and
+/// creates no file for the others; a client named is set up whether or not it is there.
+#[test]
+fn all_takes_the_clients_that_are_there() {
+    let dir = crate::Scratch::new("client-all");
+    let home = dir.join("home");
+    std::fs::create_dir_all(home.join(".cursor")).unwrap();
+    let out = quiver(&home, &dir, &["client", "setup"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(read_json(&home.join(".cursor/mcp.json"))["mcpServers"]["quiver"].is_object());
+    for absent in [".claude.json", ".codeium", ".config"] {
+        assert!(!home.join(absent).exists(), "{absent} not created");
+    }
+    let named = quiver(&home, &dir, &["client", "setup", "windsurf"]);
+    assert!(named.status.success(), "{}", text(&named.stderr));
+    assert!(
+        read_json(&home.join(".codeium/windsurf/mcp_config.json"))["mcpServers"]["quiver"]
+            .is_object()
+    );
+}

@@ -1,0 +1,327 @@
+//! What is read when Prometheus scrapes: the upstreams, the sessions, the working sets and
+//! the execution-log writer, through functions the host gives (each adapter keeps its own
+//! state; nothing is pushed here on their paths).
+
+use std::sync::{
+    Mutex, MutexGuard, PoisonError,
+    atomic::{AtomicU64, Ordering},
+};
+
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeMetric},
+    metrics::{MetricType, counter::ConstCounter, gauge::ConstGauge},
+};
+
+use crate::Count;
+
+/// An upstream MCP server's connection state, as the metrics name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UpstreamState {
+    /// The first connection attempt has not finished.
+    Connecting,
+    /// Connected: calls go through.
+    Connected,
+    /// A dropped connection is being dialled again.
+    Reconnecting,
+    /// Down; retried in the background.
+    Down,
+    /// Refused for good, or closed.
+    Stopped,
+}
+
+impl UpstreamState {
+    const ALL: [UpstreamState; 5] = [
+        UpstreamState::Connecting,
+        UpstreamState::Connected,
+        UpstreamState::Reconnecting,
+        UpstreamState::Down,
+        UpstreamState::Stopped,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            UpstreamState::Connecting => "connecting",
+            UpstreamState::Connected => "connected",
+            UpstreamState::Reconnecting => "reconnecting",
+            UpstreamState::Down => "down",
+            UpstreamState::Stopped => "stopped",
+        }
+    }
+}
+
+/// One upstream MCP server at a scrape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UpstreamReading {
+    /// Its configured name.
+    pub server: String,
+    /// Its state now.
+    pub state: UpstreamState,
+    /// Connection attempts.
+    pub dials: u64,
+    /// Successful connections (the first included).
+    pub connects: u64,
+    /// Connections lost after being up.
+    pub drops: u64,
+}
+
+impl UpstreamReading {
+    /// A reading.
+    pub fn new(
+        server: impl Into<String>,
+        state: UpstreamState,
+        dials: u64,
+        connects: u64,
+        drops: u64,
+    ) -> Self {
+        UpstreamReading {
+            server: server.into(),
+            state,
+            dials,
+            connects,
+            drops,
+        }
+    }
+}
+
+/// The sessions' working sets at a scrape.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkingSetsReading {
+    /// Sessions held in memory.
+    pub sessions: u64,
+    /// Tools in all their working sets together.
+    pub tools: u64,
+    /// Tools in the largest working set.
+    pub largest: u64,
+}
+
+impl WorkingSetsReading {
+    /// A reading from each session's working-set size.
+    pub fn of_sizes(sizes: impl IntoIterator<Item = usize>) -> Self {
+        sizes
+            .into_iter()
+            .fold(WorkingSetsReading::default(), |mut r, n| {
+                r.sessions += 1;
+                r.tools += n as u64;
+                r.largest = r.largest.max(n as u64);
+                r
+            })
+    }
+}
+
+/// The execution-log writer's counters at a scrape.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LogWriterReading {
+    /// Rows committed.
+    pub written: u64,
+    /// Rows that could not be written after every retry, or past the most the writer
+    /// holds while the database refuses writes: lost.
+    pub dropped: u64,
+    /// Whether the database refuses writes now (the writer holds the rows and retries).
+    pub failing: bool,
+}
+
+impl LogWriterReading {
+    /// A reading.
+    pub fn new(written: u64, dropped: u64, failing: bool) -> Self {
+        LogWriterReading {
+            written,
+            dropped,
+            failing,
+        }
+    }
+}
+
+type Read<T> = Mutex<Option<Box<dyn Fn() -> T + Send + Sync>>>;
+
+/// Locks a mutex, taking the value of one a panic poisoned (a reading is a snapshot).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[derive(Default)]
+pub(crate) struct Gauges {
+    pub(crate) upstreams: Read<Vec<UpstreamReading>>,
+    pub(crate) working_sets: Read<WorkingSetsReading>,
+    pub(crate) log_writer: Read<LogWriterReading>,
+    pub(crate) sessions_open: AtomicU64,
+    /// Whether anything set `sessions_open` (a process without an MCP server has none).
+    pub(crate) sessions_known: AtomicU64,
+    /// Rows handed to the recorder ([`crate::recorder`]).
+    pub(crate) rows_handed: Count,
+}
+
+impl std::fmt::Debug for Gauges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gauges").finish_non_exhaustive()
+    }
+}
+
+/// One counter or gauge with no labels.
+fn single(
+    encoder: &mut DescriptorEncoder<'_>,
+    (name, help, kind): (&str, &str, MetricType),
+    value: u64,
+) -> std::fmt::Result {
+    let series = encoder.encode_descriptor(name, help, None, kind)?;
+    match kind {
+        MetricType::Counter => ConstCounter::new(value).encode(series),
+        _ => ConstGauge::new(value).encode(series),
+    }
+}
+
+fn gauge(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> std::fmt::Result {
+    single(encoder, (name, help, MetricType::Gauge), value)
+}
+
+fn counter(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> std::fmt::Result {
+    single(encoder, (name, help, MetricType::Counter), value)
+}
+
+/// A counter or gauge with one series per upstream server.
+fn per_server(
+    encoder: &mut DescriptorEncoder<'_>,
+    (name, help, kind): (&str, &str, MetricType),
+    upstreams: &[UpstreamReading],
+    value: impl Fn(&UpstreamReading) -> u64,
+) -> std::fmt::Result {
+    let mut family = encoder.encode_descriptor(name, help, None, kind)?;
+    for u in upstreams {
+        let labels = [("server", u.server.as_str())];
+        let series = family.encode_family(&labels)?;
+        match kind {
+            MetricType::Counter => ConstCounter::new(value(u)).encode(series)?,
+            _ => ConstGauge::new(value(u)).encode(series)?,
+        }
+    }
+    Ok(())
+}
+
+impl Collector for Gauges {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        if self.sessions_known.load(Ordering::Relaxed) == 1 {
+            gauge(
+                &mut encoder,
+                "sessions_open",
+                "MCP sessions open over HTTP",
+                self.sessions_open.load(Ordering::Relaxed),
+            )?;
+        }
+        if let Some(read) = &*lock(&self.working_sets) {
+            let r = read();
+            gauge(
+                &mut encoder,
+                "working_sets",
+                "Sessions whose working set is held in memory",
+                r.sessions,
+            )?;
+            gauge(
+                &mut encoder,
+                "working_set_tools",
+                "Tools in all the working sets together",
+                r.tools,
+            )?;
+            gauge(
+                &mut encoder,
+                "working_set_tools_largest",
+                "Tools in the largest working set",
+                r.largest,
+            )?;
+        }
+        let handed = self.rows_handed.load(Ordering::Relaxed);
+        if let Some(read) = &*lock(&self.log_writer) {
+            let r = read();
+            counter(
+                &mut encoder,
+                "log_rows_handed",
+                "Execution-log rows handed to the store's writer",
+                handed,
+            )?;
+            counter(
+                &mut encoder,
+                "log_rows_written",
+                "Execution-log rows committed",
+                r.written,
+            )?;
+            counter(
+                &mut encoder,
+                "log_rows_dropped",
+                "Execution-log rows lost: not written after every retry, or past the most the writer holds",
+                r.dropped,
+            )?;
+            gauge(
+                &mut encoder,
+                "log_rows_waiting",
+                "Execution-log rows handed to the writer and neither written nor dropped yet: its queue, and the rows it holds while log_failing is 1",
+                handed.saturating_sub(r.written + r.dropped),
+            )?;
+            gauge(
+                &mut encoder,
+                "log_failing",
+                "1 while the database refuses the execution log's writes (the writer holds the rows and retries)",
+                u64::from(r.failing),
+            )?;
+        }
+        if let Some(read) = &*lock(&self.upstreams) {
+            let ups = read();
+            let mut family = encoder.encode_descriptor(
+                "upstream_state",
+                "1 for each upstream MCP server's current state, 0 for the others",
+                None,
+                MetricType::Gauge,
+            )?;
+            for u in &ups {
+                for state in UpstreamState::ALL {
+                    let labels = [("server", u.server.as_str()), ("state", state.as_str())];
+                    ConstGauge::new(u64::from(u.state == state))
+                        .encode(family.encode_family(&labels)?)?;
+                }
+            }
+            per_server(
+                &mut encoder,
+                (
+                    "upstream_dials",
+                    "Connection attempts to each upstream MCP server",
+                    MetricType::Counter,
+                ),
+                &ups,
+                |u| u.dials,
+            )?;
+            per_server(
+                &mut encoder,
+                (
+                    "upstream_reconnects",
+                    "Connections to each upstream MCP server after its first",
+                    MetricType::Counter,
+                ),
+                &ups,
+                |u| u.connects.saturating_sub(1),
+            )?;
+            per_server(
+                &mut encoder,
+                (
+                    "upstream_drops",
+                    "Connections to each upstream MCP server lost after being up",
+                    MetricType::Counter,
+                ),
+                &ups,
+                |u| u.drops,
+            )?;
+        }
+        Ok(())
+    }
+}

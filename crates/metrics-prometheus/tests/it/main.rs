@@ -1,0 +1,3 @@
+//! The metrics adapter's behaviour, through its public API.
+
+mod metrics;

@@ -313,6 +313,14 @@ async fn a_found_tool_appears_after_list_changed_on_the_session_era() {
     .await;
 }
 
+/// Two stateless clients with neither a conversation key nor a token, at once, never share
+/// a working set (`stateless_isolation.py`); a conversation key keeps one across requests.
+#[tokio::test]
+async fn stateless_clients_without_a_key_never_share_a_working_set() {
+    let server = Server::start(fixture_binary(), &["--progress-ms", "100"]).await;
+    run_script("stateless_isolation.py", &[&server.url]).await;
+}
+
 #[tokio::test]
 async fn a_found_tool_appears_after_a_listen_event_on_the_stateless_era() {
     let server = Server::start(fixture_binary(), &["--progress-ms", "100"]).await;

@@ -132,6 +132,11 @@ pub trait ToolInvoker: Send + Sync {
     async fn invoke(&self, name: &str, input: Value, parent: &CallContext) -> Envelope;
 }
 
+/// The prefix of a session key that lasts one request (a stateless request that names no
+/// conversation and presents no token): its working set ends with the request, and nothing
+/// is kept for it past that.
+pub const REQUEST_SESSION_PREFIX: &str = "request:";
+
 /// Everything a tool knows about the call it is serving.
 #[derive(Clone, Default)]
 #[non_exhaustive]

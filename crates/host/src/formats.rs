@@ -107,6 +107,63 @@ fn first_line(s: &str, max: usize) -> String {
     }
 }
 
+/// The whole catalog in `format`: each tool with its family (`core`, `mcp:<server>`,
+/// `custom`, ...). The table and JSON formats show the family (and the server of an MCP
+/// tool); the provider formats are the tools' specs, as a provider takes them.
+pub fn format_catalog(entries: &[(ToolSpec, String)], format: ToolFormat) -> String {
+    match format {
+        ToolFormat::Table => {
+            let width = entries
+                .iter()
+                .map(|(s, _)| s.name.len())
+                .max()
+                .unwrap_or(4)
+                .max(4);
+            let fwidth = entries
+                .iter()
+                .map(|(_, f)| f.len())
+                .max()
+                .unwrap_or(6)
+                .max(6);
+            let mut out = format!(
+                "{:<width$}  {:<fwidth$}  {:<4}  {}\n",
+                "NAME", "FAMILY", "MODE", "DESCRIPTION"
+            );
+            for (s, family) in entries {
+                let mode = if s.is_read_only() { "ro" } else { "rw" };
+                out.push_str(&format!(
+                    "{:<width$}  {:<fwidth$}  {:<4}  {}\n",
+                    s.name,
+                    family,
+                    mode,
+                    quiver_contract::printable(&first_line(&s.description, 80))
+                ));
+            }
+            out.push_str(&format!("{} tool(s) in the catalog\n", entries.len()));
+            out
+        }
+        ToolFormat::Json => pretty(
+            entries
+                .iter()
+                .map(|(s, family)| {
+                    let mut v = serde_json::to_value(s).unwrap_or_default();
+                    if let Some(o) = v.as_object_mut() {
+                        o.insert("family".into(), json!(family));
+                        if let Some(server) = family.strip_prefix("mcp:") {
+                            o.insert("server".into(), json!(server));
+                        }
+                    }
+                    v
+                })
+                .collect(),
+        ),
+        ToolFormat::Openai | ToolFormat::Anthropic => {
+            let specs: Vec<ToolSpec> = entries.iter().map(|(s, _)| s.clone()).collect();
+            format_tools(&specs, format)
+        }
+    }
+}
+
 fn table(specs: &[ToolSpec]) -> String {
     let width = specs.iter().map(|s| s.name.len()).max().unwrap_or(4).max(4);
     let mut out = format!("{:<width$}  {:<4}  {}\n", "NAME", "MODE", "DESCRIPTION");

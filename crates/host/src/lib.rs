@@ -25,7 +25,7 @@ pub use config::{
     CatalogConfig, Config, LimitsConfig, PolicyConfig, SandboxConfig, SearchConfig, SkillsConfig,
     StoreConfig,
 };
-pub use formats::{ToolFormat, format_tools, provider_name_warnings};
+pub use formats::{ToolFormat, format_catalog, format_tools, provider_name_warnings};
 pub use fs_skills::{DirSkills, load_commands};
 pub use mcp_json::{parse_mcp_servers, read_mcp_servers};
 pub use quiver_registry::{ToolRef, suggestion};

@@ -86,6 +86,11 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value = "table")]
         format: ToolFormat,
+        /// List the whole catalog instead of one session's surface: every registered tool
+        /// with its family (core, mcp:<server>, custom, skills, ...), whatever a session
+        /// would be shown.
+        #[arg(long)]
+        all: bool,
     },
     /// Search the catalog the way the model does, through the `tool_search` tool.
     ///
@@ -755,7 +760,21 @@ async fn command(
             session,
             token,
             format,
+            all,
         } => {
+            if all {
+                let entries = app.catalog.tools();
+                let specs: Vec<_> = entries.iter().map(|e| e.spec.clone()).collect();
+                for w in provider_name_warnings(&specs, format) {
+                    eprintln!("{w}");
+                }
+                let families: Vec<(quiver_contract::ToolSpec, String)> = entries
+                    .iter()
+                    .map(|e| (e.spec.clone(), e.family.to_string()))
+                    .collect();
+                say_raw(&quiver_host::format_catalog(&families, format));
+                return Ok(ExitCode::SUCCESS);
+            }
             let caller = Caller::of(config, token.as_deref(), mode, &session)?;
             app.open_session(&caller.session).await?;
             let composed =
@@ -766,6 +785,19 @@ async fn command(
                 eprintln!("{w}");
             }
             say_raw(&format_tools(&specs, format));
+            // The rest of the catalog is reached through `tool_search`; an operator is told
+            // how to see it (on stderr for the JSON formats, whose output stays one value).
+            let more = app.catalog.len().saturating_sub(specs.len());
+            if more > 0 {
+                let line = format!(
+                    "{more} more tool(s) in the catalog, found through tool_search: `quiver tools --all` lists every one"
+                );
+                if matches!(format, ToolFormat::Table) {
+                    say_raw(&format!("{line}\n"));
+                } else {
+                    eprintln!("{line}");
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Search {

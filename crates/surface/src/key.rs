@@ -1,5 +1,5 @@
 //! [`SessionKey`]: the key of a working set, typed. Its text form (`conv:…`, `mcp:…`,
-//! `token:…`, `anonymous`) is what the store, the execution log and `CallContext::session`
+//! `token:…`, `request:…`, `anonymous`) is what the store, the execution log and `CallContext::session`
 //! carry; only this module spells those prefixes.
 
 use std::{fmt, sync::Arc};
@@ -19,6 +19,10 @@ pub enum SessionKind {
     Token,
     /// A request with no conversation, no session and no token (`anonymous`).
     Anonymous,
+    /// One stateless (2026-07-28) request with no conversation and no token
+    /// (`request:<random id>`): its working set lasts that request, so a tool it finds is
+    /// usable within it (through `describe_tool`), and no other client ever sees it.
+    Request,
     /// Any other text: a key an operator gives as it is (`quiver call --session S` without
     /// a token, the default session of a context that names none).
     Named,
@@ -27,7 +31,8 @@ pub enum SessionKind {
 /// The key of one working set (and of its loop-guard history and stored state).
 ///
 /// Built from what a request carries ([`SessionKey::conversation`],
-/// [`SessionKey::mcp_session`], [`SessionKey::token`], [`SessionKey::anonymous`]) or read
+/// [`SessionKey::mcp_session`], [`SessionKey::token`], [`SessionKey::request`],
+/// [`SessionKey::anonymous`]) or read
 /// back from its text ([`SessionKey::parse`]). Cheap to clone: the text is shared.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct SessionKey {
@@ -39,6 +44,7 @@ const CONVERSATION: &str = "conv:";
 const MCP_SESSION: &str = "mcp:";
 const TOKEN: &str = "token:";
 const ANONYMOUS: &str = "anonymous";
+const REQUEST: &str = quiver_contract::REQUEST_SESSION_PREFIX;
 
 impl SessionKey {
     /// The conversation `id` a client names, scoped by the token (`principal`) that sent it,
@@ -79,10 +85,20 @@ impl SessionKey {
         }
     }
 
+    /// The working set of one stateless request, under a fresh random id.
+    pub fn request(id: &str) -> Self {
+        SessionKey {
+            kind: SessionKind::Request,
+            text: format!("{REQUEST}{id}").into(),
+        }
+    }
+
     /// The key whose text form is `text` (as stored, logged, or given to the CLI as it is).
     pub fn parse(text: &str) -> Self {
         let kind = if text == ANONYMOUS {
             SessionKind::Anonymous
+        } else if text.starts_with(REQUEST) {
+            SessionKind::Request
         } else if text.starts_with(CONVERSATION) {
             SessionKind::Conversation
         } else if text.starts_with(MCP_SESSION) {
@@ -125,7 +141,7 @@ impl SessionKey {
     /// has ended, or once the process that served it has stopped, so nothing of it is worth
     /// keeping in the store.
     pub fn is_session_bound(&self) -> bool {
-        self.kind == SessionKind::McpSession
+        matches!(self.kind, SessionKind::McpSession | SessionKind::Request)
     }
 
     /// Whether the key names one client, so what that client told Quiver (its roots) may be

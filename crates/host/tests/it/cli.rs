@@ -2083,3 +2083,83 @@ fn custom_add_names_what_is_wrong_and_stores_nothing() {
     let call = stdout(&quiver_in(&dir, &["call", "add_one", r#"{"n": 41}"#]));
     assert!(call.contains("42"), "{call}");
 }
+
+/// `quiver tools` shows one session's surface and ends by saying how many more tools the
+/// catalog holds and how to list them; `--all` lists every one with its family (and
+/// server) in each format.
+#[test]
+fn tools_all_lists_the_whole_catalog_and_the_surface_says_it_exists() {
+    let dir = workdir("tools-all");
+    std::fs::write(
+        dir.join("mcp.json"),
+        serde_json::json!({"mcpServers": {"one": {"command": "python3",
+            "args": [ONE_TOOL_SERVER], "env": {"MORE": "3"}}}})
+        .to_string(),
+    )
+    .unwrap();
+    let surface = quiver_in(&dir, &["--mcp-config", "mcp.json", "tools"]);
+    let text = stdout(&surface);
+    assert!(surface.status.success(), "{text}");
+    assert!(
+        !text.contains("mcp__one__t1"),
+        "the surface holds only the system tools: {text}"
+    );
+    assert!(
+        text.contains("more tool(s) in the catalog, found through tool_search: `quiver tools --all` lists every one"),
+        "{text}"
+    );
+    let all = quiver_in(&dir, &["--mcp-config", "mcp.json", "tools", "--all"]);
+    let text = stdout(&all);
+    assert!(all.status.success(), "{text}");
+    for name in ["mcp__one__t", "mcp__one__t1", "mcp__one__t3", "tool_search"] {
+        assert!(
+            text.lines().any(|l| l.starts_with(&format!("{name} "))),
+            "{name} is listed: {text}"
+        );
+    }
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("mcp__one__t1 ") && l.contains("mcp:one")),
+        "each tool with its family: {text}"
+    );
+    let json = quiver_in(
+        &dir,
+        &[
+            "--mcp-config",
+            "mcp.json",
+            "tools",
+            "--all",
+            "--format",
+            "json",
+        ],
+    );
+    let listed: serde_json::Value = serde_json::from_slice(&json.stdout).expect("one JSON array");
+    let t2 = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "mcp__one__t2")
+        .expect("mcp__one__t2 in the JSON");
+    assert_eq!(t2["family"], "mcp:one");
+    assert_eq!(t2["server"], "one");
+    let openai = quiver_in(
+        &dir,
+        &[
+            "--mcp-config",
+            "mcp.json",
+            "tools",
+            "--all",
+            "--format",
+            "openai",
+        ],
+    );
+    let listed: serde_json::Value = serde_json::from_slice(&openai.stdout).expect("one JSON array");
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["function"]["name"] == "mcp__one__t3"),
+        "{listed}"
+    );
+}

@@ -1,6 +1,10 @@
 //! The working-set key of a request. In order: the client's conversation key (the
 //! `_meta["quiver/conversation"]` of the request, else the `Quiver-Conversation` header),
-//! the MCP session id, the authenticated token's name, and finally `anonymous`. A
+//! the MCP session id, the authenticated token's name, then for a stateless (2026-07-28)
+//! request a key of that request alone (`request:<random id>`: two clients that present
+//! neither a conversation nor a token never share a working set or a loop-guard history),
+//! and finally `anonymous` (a session-era request with none of these, which has no
+//! transport to carry one; stdio has its session id). A
 //! conversation key is scoped by the token that sent it, so two tokens never share a
 //! working set by choosing the same key. The key's type and text forms are the surface's
 //! [`SessionKey`].
@@ -22,6 +26,9 @@ pub(crate) struct KeySources<'a> {
     pub(crate) header_conversation: Option<&'a str>,
     pub(crate) session_id: Option<&'a str>,
     pub(crate) principal: Option<&'a str>,
+    /// Whether the request is stateless (2026-07-28): with nothing else, it gets a key of
+    /// its own.
+    pub(crate) stateless: bool,
 }
 
 /// The working-set key, or an invalid-params error for a malformed conversation key.
@@ -53,6 +60,11 @@ pub(crate) fn working_set_key(src: &KeySources<'_>) -> Result<SessionKey, ErrorD
     if let Some(p) = src.principal {
         return Ok(SessionKey::token(p));
     }
+    if src.stateless {
+        return Ok(SessionKey::request(
+            &uuid::Uuid::new_v4().simple().to_string(),
+        ));
+    }
     Ok(SessionKey::anonymous())
 }
 
@@ -76,6 +88,7 @@ mod tests {
             header_conversation: Some("h1"),
             session_id: Some("s1"),
             principal: Some("alice"),
+            stateless: false,
         };
         assert_eq!(key(all), "conv:alice:c1");
         let header = KeySources {
@@ -96,6 +109,30 @@ mod tests {
         };
         assert_eq!(key(token), "token:alice");
         assert_eq!(key(KeySources::default()), "anonymous");
+        // A stateless request with nothing else: a key of its own, never shared.
+        let stateless = || KeySources {
+            stateless: true,
+            ..Default::default()
+        };
+        let (a, b) = (key(stateless()), key(stateless()));
+        assert!(
+            a.starts_with("request:") && b.starts_with("request:"),
+            "{a} {b}"
+        );
+        assert_ne!(a, b, "two stateless requests never share a working set");
+        assert_eq!(
+            working_set_key(&stateless()).unwrap().kind(),
+            quiver_surface::SessionKind::Request
+        );
+        // A token still names its own working set on a stateless request.
+        assert_eq!(
+            key(KeySources {
+                principal: Some("alice"),
+                stateless: true,
+                ..Default::default()
+            }),
+            "token:alice"
+        );
     }
 
     #[test]

@@ -187,9 +187,12 @@ pub(crate) fn scope(
         header_conversation,
         session_id,
         principal: principal.map(|p| &*p.name),
+        stateless,
     };
     let key = working_set_key(&sources)?;
-    let session_bound = session_id.is_some_and(|sid| key.mcp_session_id() == Some(sid));
+    // A request's own key ends with it, as a session's does.
+    let session_bound = session_id.is_some_and(|sid| key.mcp_session_id() == Some(sid))
+        || key.kind() == quiver_surface::SessionKind::Request;
     Ok(Scope {
         key,
         capabilities: principal

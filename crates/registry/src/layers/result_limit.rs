@@ -190,7 +190,11 @@ where
         let fut = self.inner.call(call);
         Box::pin(async move {
             let mut envelope = fut.await?;
-            let keep = match (&kept, &session, &id) {
+            // A session of one request ends with it: nothing would be left to read back.
+            let lasting = session
+                .as_deref()
+                .filter(|s| !s.starts_with(quiver_contract::REQUEST_SESSION_PREFIX));
+            let keep = match (&kept, lasting.and(session.as_ref()), &id) {
                 (Some(store), Some(session), Some(id)) => Some(Keep {
                     store,
                     session,

@@ -9,15 +9,19 @@ use std::{
 use serde_json::Value;
 
 const CORE: [&str; 3] = ["quiver-contract", "quiver-registry", "quiver-surface"];
-const ADAPTERS: [&str; 4] = [
+const ADAPTERS: [&str; 5] = [
     "quiver-sandbox",
     "quiver-mcp-adapter",
     "quiver-store-sqlite",
+    "quiver-store-postgres",
     "quiver-embed-candle",
 ];
 /// Engines that only adapters may name, directly or through any dependency.
-const ENGINES: [&str; 10] = [
+const ENGINES: [&str; 13] = [
     "rusqlite",
+    "tokio-postgres",
+    "deadpool-postgres",
+    "postgres-protocol",
     "rmcp",
     "rquickjs",
     "axum",
@@ -100,6 +104,9 @@ fn allowed(pkg: &str) -> &'static [&'static str] {
         "quiver-registry" => &["quiver-contract"],
         "quiver-surface" => &["quiver-contract", "quiver-registry"],
         p if ADAPTERS.contains(&p) => &CORE,
+        // The store ports' contract suite and a test server, for adapters' tests: it names
+        // no adapter (each adapter's tests bring their own backend).
+        "quiver-store-testkit" => &CORE,
         "quiver-host" | "quiver-tests" => &[
             "quiver-contract",
             "quiver-registry",
@@ -107,6 +114,8 @@ fn allowed(pkg: &str) -> &'static [&'static str] {
             "quiver-sandbox",
             "quiver-mcp-adapter",
             "quiver-store-sqlite",
+            "quiver-store-postgres",
+            "quiver-store-testkit",
             "quiver-embed-candle",
             "quiver-host",
         ],

@@ -80,14 +80,20 @@ pub(crate) fn definition(row: &Row) -> Result<ToolDefinition, StoreError> {
 
 /// The upsert of a whole definition row (`created_at` kept on update), parameters as
 /// [`definition_params`] gives them.
-pub(crate) const WRITE_DEFINITION: &str = "INSERT INTO tool_definitions (name, description,
+pub(crate) static WRITE_DEFINITION: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("{INSERT_DEFINITION} {ON_CONFLICT_UPDATE}"));
+
+/// [`WRITE_DEFINITION`] without its `ON CONFLICT` clause.
+pub(crate) const INSERT_DEFINITION: &str = "INSERT INTO tool_definitions (name, description,
         input_schema, implementation, tool_type, status, enabled, category, domain,
         replaced_by_model_capability, status_message, large_output, parent_tool, dependencies,
         version, tenant_id, created_by, rejection_reason, test_results, deleted_at, embedding,
         created_at, updated_at, test_cases, pending, embedding_key)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-        $19, $20, $21, $22, $22, $23, $24, $25)
-     ON CONFLICT (name) DO UPDATE SET description = excluded.description,
+        $19, $20, $21, $22, $22, $23, $24, $25)";
+
+/// The `ON CONFLICT` clause of [`WRITE_DEFINITION`].
+const ON_CONFLICT_UPDATE: &str = "ON CONFLICT (name) DO UPDATE SET description = excluded.description,
         input_schema = excluded.input_schema, implementation = excluded.implementation,
         tool_type = excluded.tool_type, status = excluded.status,
         enabled = excluded.enabled, category = excluded.category, domain = excluded.domain,
@@ -100,6 +106,7 @@ pub(crate) const WRITE_DEFINITION: &str = "INSERT INTO tool_definitions (name, d
         embedding = excluded.embedding, updated_at = excluded.updated_at,
         test_cases = excluded.test_cases, pending = excluded.pending,
         embedding_key = excluded.embedding_key";
+
 
 /// The owned values of one definition row, in [`WRITE_DEFINITION`]'s parameter order.
 pub(crate) struct DefinitionParams {

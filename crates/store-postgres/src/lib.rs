@@ -10,6 +10,7 @@
 
 mod convert;
 mod error;
+mod import;
 mod listen;
 mod schema;
 mod store;
@@ -17,5 +18,6 @@ mod sync;
 mod writer;
 
 pub use error::redact;
+pub use import::{Import, ImportCounts};
 pub use schema::OpenReport;
 pub use store::{PgOptions, PgStore, WriterStats};

@@ -396,6 +396,11 @@ impl PgStore {
         }
     }
 
+    /// A pooled connection.
+    pub(crate) async fn pool_client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.client().await
+    }
+
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.inner.pool.get().await.at(&self.inner.location)
     }
@@ -470,7 +475,7 @@ impl DefinitionStore for PgStore {
             .collect::<Result<Vec<_>, _>>()?;
         let plan = plan_seed(&stored, &tools, &retired)?;
         let now = SystemTime::now();
-        let write = tx.prepare(convert::WRITE_DEFINITION).await.at(loc)?;
+        let write = tx.prepare(&convert::WRITE_DEFINITION).await.at(loc)?;
         for def in plan.inserts.iter().chain(&plan.updates) {
             let params = definition_params(def, now);
             tx.execute(&write, &params.as_refs()).await.at(loc)?;
@@ -499,7 +504,7 @@ impl DefinitionStore for PgStore {
         }
         def.deleted_at = None;
         let params = definition_params(&def, SystemTime::now());
-        tx.execute(convert::WRITE_DEFINITION, &params.as_refs())
+        tx.execute(&*convert::WRITE_DEFINITION, &params.as_refs())
             .await
             .at(loc)?;
         tx.commit().await.at(loc)
@@ -956,6 +961,11 @@ impl SessionStore for PgStore {
         )
         .await?;
         Ok(())
+    }
+
+    /// Yes: every replica on the database shares it.
+    fn shared(&self) -> bool {
+        true
     }
 
     /// A session-level advisory lock per role, on a connection of its own: the first server

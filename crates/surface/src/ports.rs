@@ -135,6 +135,12 @@ pub trait SessionStore: Send + Sync {
     /// Writes a surface-state value, stamped now.
     async fn put_state(&self, key: &str, value: Value) -> Result<(), StoreError>;
 
+    /// Whether several servers share this store, so that a session's stored working set
+    /// may have changed elsewhere since this process read it (the default: no).
+    fn shared(&self) -> bool {
+        false
+    }
+
     /// Whether this process is the one that derives the shared state named `role` (the
     /// floor's usage ranking, [`FLOOR_ROLE`]) and writes it for every process to read. A
     /// store several servers share grants a role to one of them at a time, and to another

@@ -1,0 +1,214 @@
+//! Two `quiver serve` replicas sharing one PostgreSQL store (a server the test starts with
+//! `quiver_store_testkit::TestPostgres`), driven by the official Python MCP client: custom
+//! tools approved elsewhere reach both replicas' clients, a stateless conversation keeps its
+//! working set across them, `quiver log` reads both; and one replica killed with SIGKILL
+//! under load, the other keeps serving and logs every call it answered.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use quiver_store_testkit::TestPostgres;
+use tokio::{
+    io::{AsyncBufReadExt, BufReader},
+    process::{Child, Command},
+};
+
+use crate::mcp_server::{fresh_dir, line_of, peers, quiver_binary, repo_root};
+
+/// The variable the replicas' config reads the database URL from (`${env:...}`), so the
+/// password is in no file.
+const URL_VAR: &str = "QUIVER_TEST_PG_URL";
+
+/// A replica; killed when dropped.
+struct Replica {
+    child: Child,
+    url: String,
+}
+
+/// A directory whose `quiver.toml` names the test's database, through [`URL_VAR`].
+fn configured_dir() -> PathBuf {
+    let dir = fresh_dir();
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!("[store]\nurl = \"${{env:{URL_VAR}}}\"\n"),
+    )
+    .expect("write quiver.toml");
+    dir
+}
+
+async fn start_replica(dir: &Path, db_url: &str) -> Replica {
+    let mut child = Command::new(quiver_binary())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env(URL_VAR, db_url)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("quiver serve starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+    let url = line_of(&mut lines).await;
+    assert!(url.ends_with("/mcp"), "{url}");
+    // The rest of stdout is drained, so the replica never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Replica { child, url }
+}
+
+/// Runs a fixture script with the venv's Python and `env`; returns its stdout. A failing
+/// script fails the test.
+async fn script(name: &str, args: &[&str], env: &[(&str, &str)]) -> String {
+    let py = peers().join("venv/bin/python");
+    assert!(
+        py.exists(),
+        "{} is missing: run `bash .ci/setup-peers` to install the Python MCP client",
+        py.display()
+    );
+    let path = repo_root().join("tests/fixtures/mcp_server").join(name);
+    let child = Command::new(py)
+        .arg(&path)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python starts");
+    let out = tokio::time::timeout(Duration::from_secs(180), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{name} did not finish in time"))
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "{name} failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn database() -> (TestPostgres, String) {
+    let pg = TestPostgres::start();
+    pg.create_database("quiver");
+    let url = pg.url("quiver");
+    (pg, url)
+}
+
+#[tokio::test]
+async fn two_replicas_share_custom_tools_working_sets_and_the_log() {
+    let (_pg, db) = database();
+    let (dir_a, dir_b, dir_cli) = (configured_dir(), configured_dir(), configured_dir());
+    let a = start_replica(&dir_a, &db).await;
+    let b = start_replica(&dir_b, &db).await;
+    let binary = quiver_binary();
+    script(
+        "replicas.py",
+        &[
+            &a.url,
+            &b.url,
+            binary.to_str().expect("utf-8 path"),
+            dir_cli.to_str().expect("utf-8 path"),
+        ],
+        &[(URL_VAR, &db)],
+    )
+    .await;
+    // `quiver status` names the shared store with its password masked.
+    let status = std::process::Command::new(&binary)
+        .arg("status")
+        .env(URL_VAR, &db)
+        .current_dir(&dir_cli)
+        .output()
+        .expect("quiver status runs");
+    let text = String::from_utf8_lossy(&status.stdout).into_owned()
+        + &String::from_utf8_lossy(&status.stderr);
+    assert!(status.status.success(), "{text}");
+    assert!(text.contains("PostgreSQL, shared"), "{text}");
+    assert!(
+        !text.contains(quiver_store_testkit::PASSWORD_FOR_TESTS),
+        "the password is masked: {text}"
+    );
+    drop((a, b));
+}
+
+/// The rows of the execution log, as `quiver log --json` prints them.
+fn log_rows(dir: &Path, db: &str) -> Vec<serde_json::Value> {
+    let out = std::process::Command::new(quiver_binary())
+        .args(["log", "--json", "--limit", "100000"])
+        .env(URL_VAR, db)
+        .current_dir(dir)
+        .output()
+        .expect("quiver log runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_replica_killed_under_load_leaves_the_other_serving_and_logging() {
+    let (_pg, db) = database();
+    let (dir_a, dir_b) = (configured_dir(), configured_dir());
+    let mut a = start_replica(&dir_a, &db).await;
+    let b = start_replica(&dir_b, &db).await;
+    let (url_a, url_b) = (a.url.clone(), b.url.clone());
+    let load = tokio::spawn({
+        let db = db.clone();
+        async move { script("replica_load.py", &[&url_a, &url_b, "300"], &[(URL_VAR, &db)]).await }
+    });
+    // Kill A once it has answered calls: its rows reach the log.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let rows = log_rows(&dir_b, &db);
+        if rows.iter().filter(|r| r["session"].as_str().is_some_and(|s| s.ends_with("load-a"))).count() >= 20 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "replica A answered no calls");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    a.child.start_kill().expect("SIGKILL replica A");
+    a.child.wait().await.expect("A is gone");
+    let out = load.await.expect("the load script");
+    let answered: serde_json::Value = serde_json::from_str(
+        out.lines().last().expect("the script prints what was answered"),
+    )
+    .expect("JSON");
+    let answered_b: Vec<&str> = answered["b"]
+        .as_array()
+        .expect("b's list")
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert_eq!(answered_b.len(), 300, "replica B answered every call");
+    // Every call B answered reaches the log (B writes in batches, within milliseconds).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let missing = loop {
+        let logged: std::collections::BTreeSet<String> = log_rows(&dir_b, &db)
+            .iter()
+            .filter_map(|r| r["input"]["query"].as_str().map(str::to_owned))
+            .collect();
+        let missing: Vec<&&str> = answered_b.iter().filter(|q| !logged.contains(**q)).collect();
+        if missing.is_empty() || tokio::time::Instant::now() >= deadline {
+            let answered_a = answered["a"].as_array().map_or(0, Vec::len);
+            let logged_a = answered["a"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|q| q.as_str().is_some_and(|q| logged.contains(q)))
+                .count();
+            println!("replica A answered {answered_a} call(s) before it was killed; {logged_a} of them are in the log");
+            break missing.len();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(missing, 0, "every call replica B answered is in the log");
+    drop(b);
+}

@@ -162,7 +162,8 @@ pub struct OpenReport {
 }
 
 /// The schema version stored, 0 for a database without Quiver's tables; a database holding
-/// other tables but not Quiver's is refused, before anything is changed in it.
+/// other tables but not Quiver's is refused, before anything is changed in it (views, such
+/// as an extension's like `pg_stat_statements`, are not another application's data).
 async fn found_version(client: &impl tokio_postgres::GenericClient, location: &str) -> Result<u32, StoreError> {
     let meta = client
         .query_one("SELECT to_regclass('quiver_meta') IS NOT NULL", &[])
@@ -172,7 +173,8 @@ async fn found_version(client: &impl tokio_postgres::GenericClient, location: &s
         let rows = client
             .query(
                 "SELECT table_name::text FROM information_schema.tables
-                 WHERE table_schema = current_schema() ORDER BY table_name LIMIT 4",
+                 WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'
+                 ORDER BY table_name LIMIT 4",
                 &[],
             )
             .await

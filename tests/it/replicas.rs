@@ -212,3 +212,86 @@ async fn a_replica_killed_under_load_leaves_the_other_serving_and_logging() {
     assert_eq!(missing, 0, "every call replica B answered is in the log");
     drop(b);
 }
+
+/// `quiver store migrate` copies a SQLite store (definitions and a custom tool, its jobs, the
+/// log, a working set) into PostgreSQL, checks every row is there, and adds nothing when run
+/// again; a replica on the database then serves the custom tool and `quiver log` shows the
+/// old calls.
+#[tokio::test]
+async fn a_sqlite_store_moves_into_postgres_and_a_second_move_adds_nothing() {
+    let (_pg, db) = database();
+    let old = fresh_dir();
+    let quiver = |dir: &Path, args: &[&str]| {
+        let out = std::process::Command::new(quiver_binary())
+            .args(args)
+            .env(URL_VAR, &db)
+            // `store migrate --to` from the environment: the password stays off the
+            // command line.
+            .env("QUIVER_STORE_URL", &db)
+            .current_dir(dir)
+            .output()
+            .expect("quiver runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "quiver {args:?}: {text}");
+        text
+    };
+    std::fs::write(
+        old.join("up.js"),
+        "async function main(inputs) { return inputs.text.toUpperCase(); }",
+    )
+    .unwrap();
+    std::fs::write(
+        old.join("up.schema.json"),
+        r#"{"type": "object", "properties": {"text": {"type": "string"}}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        old.join("up.tests.json"),
+        r#"[{"inputs": {"text": "a"}, "expect": "A"}]"#,
+    )
+    .unwrap();
+    quiver(
+        &old,
+        &[
+            "custom", "add", "up.js", "--name", "upper_case", "--description",
+            "Turns a text into capitals.", "--schema", "up.schema.json", "--tests",
+            "up.tests.json",
+        ],
+    );
+    quiver(&old, &["custom", "approve", "upper_case"]);
+    quiver(
+        &old,
+        &[
+            "call",
+            "--session",
+            "moved",
+            "tool_search",
+            r#"{"query": "turn a text into capitals"}"#,
+        ],
+    );
+    let sqlite = old.join("quiver.db");
+    let sqlite = sqlite.to_str().expect("utf-8 path");
+    let first = quiver(&old, &["store", "migrate", "--from", sqlite]);
+    assert!(first.contains("verified: every row"), "{first}");
+    assert!(!first.contains(quiver_store_testkit::PASSWORD_FOR_TESTS), "{first}");
+    let again = quiver(&old, &["store", "migrate", "--from", sqlite]);
+    assert!(
+        again.contains(
+            "new in PostgreSQL: 0 definition(s), 0 job(s), 0 log row(s), 0 working-set entr(ies), 0 failed approach(es), 0 state key(s)"
+        ),
+        "{again}"
+    );
+    assert!(again.contains("verified: every row"), "{again}");
+
+    let dir = configured_dir();
+    let logged = log_rows(&dir, &db);
+    assert!(
+        logged
+            .iter()
+            .any(|r| r["tool"] == "tool_search" && r["input"]["query"] == "turn a text into capitals"),
+        "the old call is in the shared log: {logged:?}"
+    );
+    let called = quiver(&dir, &["call", "upper_case", r#"{"text": "moved"}"#]);
+    assert!(called.contains("MOVED"), "the custom tool moved too: {called}");
+}

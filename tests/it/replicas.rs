@@ -162,23 +162,40 @@ async fn a_replica_killed_under_load_leaves_the_other_serving_and_logging() {
     let (url_a, url_b) = (a.url.clone(), b.url.clone());
     let load = tokio::spawn({
         let db = db.clone();
-        async move { script("replica_load.py", &[&url_a, &url_b, "300"], &[(URL_VAR, &db)]).await }
+        async move {
+            script(
+                "replica_load.py",
+                &[&url_a, &url_b, "300"],
+                &[(URL_VAR, &db)],
+            )
+            .await
+        }
     });
     // Kill A once it has answered calls: its rows reach the log.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let rows = log_rows(&dir_b, &db);
-        if rows.iter().filter(|r| r["session"].as_str().is_some_and(|s| s.ends_with("load-a"))).count() >= 20 {
+        if rows
+            .iter()
+            .filter(|r| r["session"].as_str().is_some_and(|s| s.ends_with("load-a")))
+            .count()
+            >= 20
+        {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "replica A answered no calls");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "replica A answered no calls"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     a.child.start_kill().expect("SIGKILL replica A");
     a.child.wait().await.expect("A is gone");
     let out = load.await.expect("the load script");
     let answered: serde_json::Value = serde_json::from_str(
-        out.lines().last().expect("the script prints what was answered"),
+        out.lines()
+            .last()
+            .expect("the script prints what was answered"),
     )
     .expect("JSON");
     let answered_b: Vec<&str> = answered["b"]
@@ -195,7 +212,10 @@ async fn a_replica_killed_under_load_leaves_the_other_serving_and_logging() {
             .iter()
             .filter_map(|r| r["input"]["query"].as_str().map(str::to_owned))
             .collect();
-        let missing: Vec<&&str> = answered_b.iter().filter(|q| !logged.contains(**q)).collect();
+        let missing: Vec<&&str> = answered_b
+            .iter()
+            .filter(|q| !logged.contains(**q))
+            .collect();
         if missing.is_empty() || tokio::time::Instant::now() >= deadline {
             let answered_a = answered["a"].as_array().map_or(0, Vec::len);
             let logged_a = answered["a"]
@@ -204,7 +224,9 @@ async fn a_replica_killed_under_load_leaves_the_other_serving_and_logging() {
                 .flatten()
                 .filter(|q| q.as_str().is_some_and(|q| logged.contains(q)))
                 .count();
-            println!("replica A answered {answered_a} call(s) before it was killed; {logged_a} of them are in the log");
+            println!(
+                "replica A answered {answered_a} call(s) before it was killed; {logged_a} of them are in the log"
+            );
             break missing.len();
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -254,8 +276,16 @@ async fn a_sqlite_store_moves_into_postgres_and_a_second_move_adds_nothing() {
     quiver(
         &old,
         &[
-            "custom", "add", "up.js", "--name", "upper_case", "--description",
-            "Turns a text into capitals.", "--schema", "up.schema.json", "--tests",
+            "custom",
+            "add",
+            "up.js",
+            "--name",
+            "upper_case",
+            "--description",
+            "Turns a text into capitals.",
+            "--schema",
+            "up.schema.json",
+            "--tests",
             "up.tests.json",
         ],
     );
@@ -274,7 +304,10 @@ async fn a_sqlite_store_moves_into_postgres_and_a_second_move_adds_nothing() {
     let sqlite = sqlite.to_str().expect("utf-8 path");
     let first = quiver(&old, &["store", "migrate", "--from", sqlite]);
     assert!(first.contains("verified: every row"), "{first}");
-    assert!(!first.contains(quiver_store_testkit::PASSWORD_FOR_TESTS), "{first}");
+    assert!(
+        !first.contains(quiver_store_testkit::PASSWORD_FOR_TESTS),
+        "{first}"
+    );
     let again = quiver(&old, &["store", "migrate", "--from", sqlite]);
     assert!(
         again.contains(
@@ -289,9 +322,13 @@ async fn a_sqlite_store_moves_into_postgres_and_a_second_move_adds_nothing() {
     assert!(
         logged
             .iter()
-            .any(|r| r["tool"] == "tool_search" && r["input"]["query"] == "turn a text into capitals"),
+            .any(|r| r["tool"] == "tool_search"
+                && r["input"]["query"] == "turn a text into capitals"),
         "the old call is in the shared log: {logged:?}"
     );
     let called = quiver(&dir, &["call", "upper_case", r#"{"text": "moved"}"#]);
-    assert!(called.contains("MOVED"), "the custom tool moved too: {called}");
+    assert!(
+        called.contains("MOVED"),
+        "the custom tool moved too: {called}"
+    );
 }

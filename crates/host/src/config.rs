@@ -240,7 +240,10 @@ impl std::fmt::Debug for StoreConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StoreConfig")
             .field("path", &self.path)
-            .field("url", &self.url.as_deref().map(quiver_store_postgres::redact))
+            .field(
+                "url",
+                &self.url.as_deref().map(quiver_store_postgres::redact),
+            )
             .field("retention_days", &self.retention_days)
             .field("log_linger_ms", &self.log_linger_ms)
             .field("busy_timeout_ms", &self.busy_timeout_ms)

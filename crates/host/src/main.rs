@@ -383,7 +383,12 @@ enum StoreAction {
         from: std::path::PathBuf,
         /// The PostgreSQL URL (`postgres://user:password@host:5432/db`); the
         /// `QUIVER_STORE_URL` environment variable keeps the password off the command line.
-        #[arg(long, value_name = "URL", env = "QUIVER_STORE_URL", hide_env_values = true)]
+        #[arg(
+            long,
+            value_name = "URL",
+            env = "QUIVER_STORE_URL",
+            hide_env_values = true
+        )]
         to: String,
     },
 }

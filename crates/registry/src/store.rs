@@ -469,7 +469,11 @@ pub trait DefinitionStore: Send + Sync {
     /// then. A store that can announce changes (a database's notifications) returns as soon
     /// as one comes; the default waits out `wait` and reads the version, so a caller loops
     /// on it either way.
-    async fn definitions_changed(&self, seen: Option<u64>, wait: Duration) -> Result<u64, StoreError> {
+    async fn definitions_changed(
+        &self,
+        seen: Option<u64>,
+        wait: Duration,
+    ) -> Result<u64, StoreError> {
         let _ = seen;
         tokio::time::sleep(wait).await;
         self.definitions_version().await

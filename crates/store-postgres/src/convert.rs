@@ -93,7 +93,8 @@ pub(crate) const INSERT_DEFINITION: &str = "INSERT INTO tool_definitions (name, 
         $19, $20, $21, $22, $22, $23, $24, $25)";
 
 /// The `ON CONFLICT` clause of [`WRITE_DEFINITION`].
-const ON_CONFLICT_UPDATE: &str = "ON CONFLICT (name) DO UPDATE SET description = excluded.description,
+const ON_CONFLICT_UPDATE: &str =
+    "ON CONFLICT (name) DO UPDATE SET description = excluded.description,
         input_schema = excluded.input_schema, implementation = excluded.implementation,
         tool_type = excluded.tool_type, status = excluded.status,
         enabled = excluded.enabled, category = excluded.category, domain = excluded.domain,
@@ -106,7 +107,6 @@ const ON_CONFLICT_UPDATE: &str = "ON CONFLICT (name) DO UPDATE SET description =
         embedding = excluded.embedding, updated_at = excluded.updated_at,
         test_cases = excluded.test_cases, pending = excluded.pending,
         embedding_key = excluded.embedding_key";
-
 
 /// The owned values of one definition row, in [`WRITE_DEFINITION`]'s parameter order.
 pub(crate) struct DefinitionParams {

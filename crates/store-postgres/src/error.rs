@@ -29,7 +29,9 @@ pub(crate) fn classify(location: &str, e: &tokio_postgres::Error) -> StoreError 
         c if *c == SqlState::INVALID_PASSWORD
             || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
         {
-            unavailable("the server refused the credentials: check the user and password in [store] url")
+            unavailable(
+                "the server refused the credentials: check the user and password in [store] url",
+            )
         }
         c if *c == SqlState::INVALID_CATALOG_NAME => unavailable(
             "the database does not exist: create it (`createdb <name>`) or fix its name in [store] url",
@@ -37,9 +39,9 @@ pub(crate) fn classify(location: &str, e: &tokio_postgres::Error) -> StoreError 
         c if *c == SqlState::INSUFFICIENT_PRIVILEGE => unavailable(
             "the user may not do this: grant it the database's privileges (it creates Quiver's tables at first start)",
         ),
-        c if *c == SqlState::READ_ONLY_SQL_TRANSACTION => {
-            unavailable("the database takes no writes here (a standby, or the store was opened read-only)")
-        }
+        c if *c == SqlState::READ_ONLY_SQL_TRANSACTION => unavailable(
+            "the database takes no writes here (a standby, or the store was opened read-only)",
+        ),
         c if *c == SqlState::DISK_FULL => unavailable("the server's disk is full"),
         c if *c == SqlState::TOO_MANY_CONNECTIONS => unavailable(
             "the server has no connection left: raise its max_connections or lower [store] max_connections",
@@ -99,8 +101,7 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// How the cause of a lost connection begins.
-pub(crate) const LOST: &str =
-    "the connection to the server was lost (it restarted, or the network failed); Quiver reconnects";
+pub(crate) const LOST: &str = "the connection to the server was lost (it restarted, or the network failed); Quiver reconnects";
 
 /// Extension to classify a driver result in place.
 pub(crate) trait ResultExt<T> {

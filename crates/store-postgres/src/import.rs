@@ -292,10 +292,7 @@ impl<'a> LoggedRow<'a> {
             c,
             hint_kind: c.hint_kind.map(quiver_contract::HintKind::as_str),
             err_kind: c.err_kind.as_ref().map(quiver_contract::ErrKind::as_str),
-            output: c
-                .output
-                .as_ref()
-                .and_then(|o| serde_json::to_value(o).ok()),
+            output: c.output.as_ref().and_then(|o| serde_json::to_value(o).ok()),
             queued_us: micros(c.queued),
             took_us: micros(c.took),
         }

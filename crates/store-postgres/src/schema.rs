@@ -164,7 +164,10 @@ pub struct OpenReport {
 /// The schema version stored, 0 for a database without Quiver's tables; a database holding
 /// other tables but not Quiver's is refused, before anything is changed in it (views, such
 /// as an extension's like `pg_stat_statements`, are not another application's data).
-async fn found_version(client: &impl tokio_postgres::GenericClient, location: &str) -> Result<u32, StoreError> {
+async fn found_version(
+    client: &impl tokio_postgres::GenericClient,
+    location: &str,
+) -> Result<u32, StoreError> {
     let meta = client
         .query_one("SELECT to_regclass('quiver_meta') IS NOT NULL", &[])
         .await
@@ -192,7 +195,10 @@ async fn found_version(client: &impl tokio_postgres::GenericClient, location: &s
         });
     }
     let row = client
-        .query_opt("SELECT value FROM quiver_meta WHERE key = $1", &[&VERSION_KEY])
+        .query_opt(
+            "SELECT value FROM quiver_meta WHERE key = $1",
+            &[&VERSION_KEY],
+        )
         .await
         .at(location)?;
     match row {
@@ -227,10 +233,16 @@ pub(crate) async fn prepare(client: &mut Client, location: &str) -> Result<OpenR
         return Err(too_new(location, found));
     }
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
-        tx.batch_execute(sql).await.map_err(|e| StoreError::Backend {
-            location: location.to_owned(),
-            cause: format!("schema migration {} failed: {}", i + 1, crate::error::classify(location, &e)),
-        })?;
+        tx.batch_execute(sql)
+            .await
+            .map_err(|e| StoreError::Backend {
+                location: location.to_owned(),
+                cause: format!(
+                    "schema migration {} failed: {}",
+                    i + 1,
+                    crate::error::classify(location, &e)
+                ),
+            })?;
         tracing::info!(%location, migration = i + 1, "applied a schema migration");
     }
     tx.execute(

@@ -10,6 +10,7 @@ use std::{
 };
 
 use async_trait::async_trait;
+use deadpool_postgres::GenericClient;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use quiver_contract::Lifecycle;
 use quiver_registry::{
@@ -24,7 +25,6 @@ use quiver_surface::ports::{
 };
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
-use deadpool_postgres::GenericClient;
 use tokio_postgres::{NoTls, types::ToSql};
 
 use crate::{
@@ -467,7 +467,10 @@ impl DefinitionStore for PgStore {
             .await
             .at(loc)?;
         let stored = tx
-            .query(&format!("SELECT {DEF_COLUMNS} FROM tool_definitions ORDER BY name"), &[])
+            .query(
+                &format!("SELECT {DEF_COLUMNS} FROM tool_definitions ORDER BY name"),
+                &[],
+            )
             .await
             .at(loc)?
             .iter()
@@ -548,7 +551,12 @@ impl DefinitionStore for PgStore {
             .execute(
                 "UPDATE tool_definitions SET status = $2, rejection_reason = $3, updated_at = $4
                  WHERE name = $1",
-                &[&name, &status.as_str(), &rejection_reason, &SystemTime::now()],
+                &[
+                    &name,
+                    &status.as_str(),
+                    &rejection_reason,
+                    &SystemTime::now(),
+                ],
             )
             .await?;
         require_changed(n, || format!("tool `{name}`"))
@@ -902,9 +910,7 @@ impl SessionStore for PgStore {
                 |r| convert::col::<i32>(r, 0),
             )
             .await?;
-        Ok(counts
-            .first()
-            .map_or(0, |c| u32::try_from(*c).unwrap_or(0)))
+        Ok(counts.first().map_or(0, |c| u32::try_from(*c).unwrap_or(0)))
     }
 
     async fn failed_approaches(&self, session: &str) -> Result<Vec<FailedApproach>, StoreError> {
@@ -1022,7 +1028,12 @@ impl UsageSource for PgStore {
             &[&b30, &b90, &quiver_registry::REFUSED_ARGUMENTS],
             |r| {
                 let n = |i| convert::col::<i64>(r, i).map(|v| u64::try_from(v).unwrap_or(0));
-                Ok(ToolUsage::new(convert::col::<String>(r, 0)?, n(1)?, n(2)?, n(3)?))
+                Ok(ToolUsage::new(
+                    convert::col::<String>(r, 0)?,
+                    n(1)?,
+                    n(2)?,
+                    n(3)?,
+                ))
             },
         )
         .await

@@ -279,7 +279,9 @@ pub(crate) async fn run(pool: Pool, mut rx: mpsc::Receiver<Msg>, stats: Arc<Stat
     if !w.pending.is_empty() {
         let held = w.pending.len();
         tracing::error!(location = %w.cfg.location, rows = held, "the store closes with execution-log rows it could not write: they are lost");
-        w.stats.rows_failed.fetch_add(held as u64, Ordering::Relaxed);
+        w.stats
+            .rows_failed
+            .fetch_add(held as u64, Ordering::Relaxed);
     }
     for reply in closing {
         let _ = reply.send(());

@@ -16,5 +16,6 @@ mod writer;
 
 pub use schema::{CrashCheck, OpenReport};
 pub use store::{
-    SessionRows, SqliteStore, StoreOptions, WriterStats, read_calls, read_definitions, read_sessions,
+    SessionRows, SqliteStore, StoreOptions, WriterStats, read_calls, read_definitions,
+    read_sessions,
 };

@@ -23,7 +23,13 @@ pub trait Ports:
 }
 
 impl<T> Ports for T where
-    T: DefinitionStore + JobStore + CallLog + ToolCallRecorder + SessionStore + UsageSource + 'static
+    T: DefinitionStore
+        + JobStore
+        + CallLog
+        + ToolCallRecorder
+        + SessionStore
+        + UsageSource
+        + 'static
 {
 }
 
@@ -226,7 +232,11 @@ pub async fn visible_query_filters_status_enabled_internal_deleted_and_tenant(
         .put_definition(ToolDefinition::system(&spec("deleted")))
         .await
         .expect("revive");
-    let revived = store.definition("deleted").await.expect("get").expect("row");
+    let revived = store
+        .definition("deleted")
+        .await
+        .expect("get")
+        .expect("row");
     assert_eq!(revived.deleted_at, None);
     b.close(store).await;
 }
@@ -235,9 +245,7 @@ pub async fn visible_query_filters_status_enabled_internal_deleted_and_tenant(
 /// (another process's `quiver custom approve`) is seen by the first, and one waiting for a
 /// change learns of it; a custom tool's test cases and pending version come back as
 /// written (key order included: the model reads schemas as stored).
-pub async fn the_definitions_version_moves_with_every_change_from_any_handle(
-    b: &mut impl Backend,
-) {
+pub async fn the_definitions_version_moves_with_every_change_from_any_handle(b: &mut impl Backend) {
     let store = b.open().await;
     let v0 = store.definitions_version().await.expect("version");
     let mut custom = ToolDefinition::from_spec(&ToolSpec::new("mine", "m"), ToolType::Custom, "js");
@@ -422,9 +430,7 @@ pub async fn each_queued_job_is_claimed_once_across_two_handles(b: &mut impl Bac
 /// Recorded calls read back whole (summary cut at 500 characters, the full output only
 /// when asked), newest first, filtered by tool, session and kind; another handle reads
 /// them too.
-pub async fn recorded_calls_read_back_filtered_with_summary_and_full_output(
-    b: &mut impl Backend,
-) {
+pub async fn recorded_calls_read_back_filtered_with_summary_and_full_output(b: &mut impl Backend) {
     let store = b.open().await;
     let long = Envelope::text("x".repeat(2_000));
     store
@@ -548,7 +554,10 @@ pub async fn usage_counts_only_calls_that_answered(b: &mut impl Backend) {
             "h0",
             Envelope::hint(
                 HintKind::Schema,
-                &format!("{}denied` do not fit its schema: `/a`: wrong type", quiver_registry::REFUSED_ARGUMENTS),
+                format!(
+                    "{}denied` do not fit its schema: `/a`: wrong type",
+                    quiver_registry::REFUSED_ARGUMENTS
+                ),
                 Vec::new(),
             ),
         ))
@@ -576,7 +585,10 @@ pub async fn usage_counts_only_calls_that_answered(b: &mut impl Backend) {
             "u3",
             Envelope::hint(
                 HintKind::Schema,
-                &format!("{}other` do not fit its schema", quiver_registry::REFUSED_ARGUMENTS),
+                format!(
+                    "{}other` do not fit its schema",
+                    quiver_registry::REFUSED_ARGUMENTS
+                ),
                 Vec::new(),
             ),
         ))

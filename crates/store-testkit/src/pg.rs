@@ -42,7 +42,11 @@ fn bin_dir() -> Result<PathBuf, String> {
         }
     }
     let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path().join("bin")).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.path().join("bin"))
+                .collect()
+        })
         .unwrap_or_default();
     versions.retain(|p| p.join("initdb").is_file());
     versions.sort();
@@ -220,10 +224,7 @@ impl TestPostgres {
 
     /// The URL of database `db` as the superuser, password included.
     pub fn url(&self, db: &str) -> String {
-        format!(
-            "postgres://{USER}:{PASSWORD}@127.0.0.1:{}/{db}",
-            self.port
-        )
+        format!("postgres://{USER}:{PASSWORD}@127.0.0.1:{}/{db}", self.port)
     }
 
     /// Creates database `db`.
@@ -238,7 +239,16 @@ impl TestPostgres {
             .command("psql")
             .args(["-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-h"])
             .arg(self.dir.path())
-            .args(["-p", &self.port.to_string(), "-U", USER, "-d", db, "-c", sql])
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                USER,
+                "-d",
+                db,
+                "-c",
+                sql,
+            ])
             .output()
             .expect("psql runs");
         assert!(out.status.success(), "psql {sql:?}: {}", text(&out));

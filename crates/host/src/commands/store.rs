@@ -35,8 +35,8 @@ async fn read_sqlite(from: &Path) -> anyhow::Result<Import> {
     }
     store.close().await?;
     let path = from.to_path_buf();
-    let sessions = tokio::task::spawn_blocking(move || quiver_store_sqlite::read_sessions(path))
-        .await??;
+    let sessions =
+        tokio::task::spawn_blocking(move || quiver_store_sqlite::read_sessions(path)).await??;
     data.working = sessions.working;
     data.failures = sessions.failures;
     Ok(data)

@@ -17,9 +17,16 @@ async fn a_new_database_is_migrated_once_and_reopened_as_is() {
     let (a, b) = (a.expect("a"), b.expect("b"));
     let mut found = [a.open_report().found_version, b.open_report().found_version];
     found.sort();
-    assert_eq!(found, [0, a.open_report().schema_version], "one of two openers migrates");
     assert_eq!(
-        pg.server.psql("quiver", "SELECT value FROM quiver_meta WHERE key = 'schema_version'"),
+        found,
+        [0, a.open_report().schema_version],
+        "one of two openers migrates"
+    );
+    assert_eq!(
+        pg.server.psql(
+            "quiver",
+            "SELECT value FROM quiver_meta WHERE key = 'schema_version'"
+        ),
         a.open_report().schema_version.to_string()
     );
     a.close().await.unwrap();
@@ -59,10 +66,9 @@ async fn bad_urls_refused_passwords_and_missing_databases_say_what_to_fix() {
     let text = unavailable(err);
     assert!(text.contains("not a PostgreSQL connection URL"), "{text}");
 
-    let wrong = server.url("quiver").replace(
-        quiver_store_testkit::PASSWORD_FOR_TESTS,
-        "wrong-password",
-    );
+    let wrong = server
+        .url("quiver")
+        .replace(quiver_store_testkit::PASSWORD_FOR_TESTS, "wrong-password");
     let text = unavailable(PgStore::open(&wrong, quick()).await.expect_err("refused"));
     assert!(text.contains("refused the credentials"), "{text}");
     assert!(text.contains("***"), "{text}");
@@ -79,7 +85,11 @@ async fn bad_urls_refused_passwords_and_missing_databases_say_what_to_fix() {
     let mut gone = TestPostgres::start();
     let url = gone.url("postgres");
     gone.stop();
-    let text = unavailable(PgStore::open(&url, quick()).await.expect_err("nothing there"));
+    let text = unavailable(
+        PgStore::open(&url, quick())
+            .await
+            .expect_err("nothing there"),
+    );
     assert!(text.contains("cannot reach the server"), "{text}");
 }
 
@@ -87,7 +97,10 @@ async fn bad_urls_refused_passwords_and_missing_databases_say_what_to_fix() {
 async fn a_database_of_another_application_is_refused_untouched() {
     let server = TestPostgres::start();
     server.create_database("shop");
-    server.psql("shop", "CREATE TABLE orders (id int); CREATE TABLE customers (id int)");
+    server.psql(
+        "shop",
+        "CREATE TABLE orders (id int); CREATE TABLE customers (id int)",
+    );
     let err = PgStore::open(&server.url("shop"), PgOptions::default())
         .await
         .expect_err("another application's database");
@@ -119,5 +132,8 @@ async fn a_newer_schema_is_refused() {
     let err = PgStore::open(&pg.url, PgOptions::default())
         .await
         .expect_err("too new");
-    assert!(matches!(err, StoreError::TooNew { found: 999, .. }), "{err}");
+    assert!(
+        matches!(err, StoreError::TooNew { found: 999, .. }),
+        "{err}"
+    );
 }

@@ -35,11 +35,16 @@ async fn a_change_through_one_replica_is_announced_to_the_other() {
     let seen = b.definitions_version().await.unwrap();
     let waiting = tokio::spawn({
         let b = b.clone();
-        async move { b.definitions_changed(Some(seen), Duration::from_secs(60)).await }
+        async move {
+            b.definitions_changed(Some(seen), Duration::from_secs(60))
+                .await
+        }
     });
-    a.put_definition(ToolDefinition::system(&quiver_contract::ToolSpec::new("t", "d")))
-        .await
-        .unwrap();
+    a.put_definition(ToolDefinition::system(&quiver_contract::ToolSpec::new(
+        "t", "d",
+    )))
+    .await
+    .unwrap();
     let now = waiting.await.unwrap().unwrap();
     assert_ne!(now, seen);
     assert_eq!(now, a.definitions_version().await.unwrap());
@@ -109,10 +114,16 @@ async fn a_server_that_goes_away_and_comes_back_loses_nothing() {
     store.flush().await;
     pg.server.stop();
 
-    let err = store.all_definitions().await.expect_err("the server is gone");
+    let err = store
+        .all_definitions()
+        .await
+        .expect_err("the server is gone");
     let text = err.to_string();
     assert!(text.contains("unavailable"), "{text}");
-    assert!(!text.contains(quiver_store_testkit::PASSWORD_FOR_TESTS), "{text}");
+    assert!(
+        !text.contains(quiver_store_testkit::PASSWORD_FOR_TESTS),
+        "{text}"
+    );
     for i in 0..5 {
         store.record(call("t", &format!("down{i}"), "ok")).await;
     }
@@ -141,7 +152,9 @@ async fn a_server_that_goes_away_and_comes_back_loses_nothing() {
     let seen = store.definitions_version().await.unwrap();
     let other = pg.store().await;
     other
-        .put_definition(ToolDefinition::system(&quiver_contract::ToolSpec::new("t", "d")))
+        .put_definition(ToolDefinition::system(&quiver_contract::ToolSpec::new(
+            "t", "d",
+        )))
         .await
         .unwrap();
     let mut now = seen;

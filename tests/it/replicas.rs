@@ -1,8 +1,10 @@
 //! Two `quiver serve` replicas sharing one PostgreSQL store (a server the test starts with
 //! `quiver_store_testkit::TestPostgres`), driven by the official Python MCP client: custom
 //! tools approved elsewhere reach both replicas' clients, a stateless conversation keeps its
-//! working set across them, `quiver log` reads both; and one replica killed with SIGKILL
-//! under load, the other keeps serving and logs every call it answered.
+//! working set across them, `quiver log` reads both; one replica killed with SIGKILL under
+//! load, the other keeps serving and logs every call it answered; a database that goes away
+//! and comes back under a serving replica; a database `serve` cannot use; and `quiver store
+//! migrate`.
 
 use std::{
     path::{Path, PathBuf},
@@ -331,4 +333,128 @@ async fn a_sqlite_store_moves_into_postgres_and_a_second_move_adds_nothing() {
         called.contains("MOVED"),
         "the custom tool moved too: {called}"
     );
+}
+
+/// The status line of `GET /readyz` on the server of `mcp_url` (`http://host:port/mcp`).
+async fn readyz(mcp_url: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = mcp_url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&host)
+        .await
+        .expect("the replica listens");
+    stream
+        .write_all(
+            format!("GET /readyz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .expect("request sent");
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).await.expect("reply read");
+    reply.lines().next().unwrap_or_default().to_owned()
+}
+
+/// Waits up to `limit` for `/readyz` to answer `status`.
+async fn ready_becomes(mcp_url: &str, status: &str, limit: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if readyz(mcp_url).await.contains(status) {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The database goes away under a serving replica: calls are still answered, `/readyz`
+/// says 503 (the log cannot be written), and the rows are held; the database comes back:
+/// `/readyz` is 200 again and the calls made meanwhile are in the log.
+#[tokio::test]
+async fn a_replica_keeps_answering_while_postgres_is_away_and_logs_once_it_is_back() {
+    let (mut pg, db) = database();
+    let dir = configured_dir();
+    let replica = start_replica(&dir, &db).await;
+    script("one_call.py", &[&replica.url, "before the outage"], &[]).await;
+    assert!(readyz(&replica.url).await.contains("200"));
+
+    pg.stop();
+    script("one_call.py", &[&replica.url, "during the outage"], &[]).await;
+    assert!(
+        ready_becomes(&replica.url, "503", Duration::from_secs(30)).await,
+        "readiness reports the failing log"
+    );
+
+    pg.start_again();
+    assert!(
+        ready_becomes(&replica.url, "200", Duration::from_secs(30)).await,
+        "ready again once the database is back"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let queries: Vec<String> = log_rows(&dir, &db)
+            .iter()
+            .filter_map(|r| r["input"]["query"].as_str().map(str::to_owned))
+            .collect();
+        if queries.iter().any(|q| q == "during the outage") {
+            assert!(
+                queries.iter().any(|q| q == "before the outage"),
+                "{queries:?}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the call made during the outage reaches the log: {queries:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(replica);
+}
+
+/// `quiver serve` on a database it cannot use stops at once with what to fix, the password
+/// masked: a refused password, a database of another application, a URL that is not
+/// PostgreSQL's.
+#[tokio::test]
+async fn serve_refuses_a_database_it_cannot_use_and_says_why() {
+    let (pg, db) = database();
+    pg.create_database("shop");
+    pg.psql("shop", "CREATE TABLE orders (id int)");
+    let wrong_password = db.replace(quiver_store_testkit::PASSWORD_FOR_TESTS, "not-the-password");
+    let shop = pg.url("shop");
+    for (url, want) in [
+        (wrong_password.as_str(), "refused the credentials"),
+        (shop.as_str(), "not a Quiver store"),
+        (
+            "mysql://root:pw@127.0.0.1/quiver",
+            "is not a PostgreSQL URL",
+        ),
+    ] {
+        let dir = configured_dir();
+        let out = tokio::time::timeout(
+            Duration::from_secs(60),
+            Command::new(quiver_binary())
+                .args(["serve", "--listen", "127.0.0.1:0"])
+                .env(URL_VAR, url)
+                .current_dir(&dir)
+                .output(),
+        )
+        .await
+        .expect("serve stops in time")
+        .expect("quiver runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{url}: {text}");
+        assert!(text.contains(want), "{want}: {text}");
+        for secret in [
+            quiver_store_testkit::PASSWORD_FOR_TESTS,
+            "not-the-password",
+            ":pw@",
+        ] {
+            assert!(!text.contains(secret), "the password is masked: {text}");
+        }
+    }
 }

@@ -9,17 +9,21 @@ use std::{
 use serde_json::Value;
 
 const CORE: [&str; 3] = ["quiver-contract", "quiver-registry", "quiver-surface"];
-const ADAPTERS: [&str; 5] = [
+const ADAPTERS: [&str; 6] = [
     "quiver-sandbox",
     "quiver-mcp-adapter",
     "quiver-store-sqlite",
+    "quiver-store-postgres",
     "quiver-embed-candle",
     "quiver-metrics-prometheus",
 ];
 /// Engines that only adapters may name, directly or through any dependency.
-const ENGINES: [&str; 11] = [
+const ENGINES: [&str; 14] = [
     "prometheus-client",
     "rusqlite",
+    "tokio-postgres",
+    "deadpool-postgres",
+    "postgres-protocol",
     "rmcp",
     "rquickjs",
     "axum",
@@ -102,6 +106,9 @@ fn allowed(pkg: &str) -> &'static [&'static str] {
         "quiver-registry" => &["quiver-contract"],
         "quiver-surface" => &["quiver-contract", "quiver-registry"],
         p if ADAPTERS.contains(&p) => &CORE,
+        // The store ports' contract suite and a test server, for adapters' tests: it names
+        // no adapter (each adapter's tests bring their own backend).
+        "quiver-store-testkit" => &CORE,
         "quiver-host" | "quiver-tests" => &[
             "quiver-contract",
             "quiver-registry",
@@ -109,6 +116,8 @@ fn allowed(pkg: &str) -> &'static [&'static str] {
             "quiver-sandbox",
             "quiver-mcp-adapter",
             "quiver-store-sqlite",
+            "quiver-store-postgres",
+            "quiver-store-testkit",
             "quiver-embed-candle",
             "quiver-metrics-prometheus",
             "quiver-host",

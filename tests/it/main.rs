@@ -4,5 +4,6 @@
 mod architecture;
 mod conformance_client;
 mod mcp_server;
+mod replicas;
 mod skills;
 mod wire_text;

@@ -12,15 +12,14 @@ use quiver_registry::{
     skill::{PromptSet, SkillProblem, SkillSource, TieredSkills, skill_tool},
     store::{CallLog, DefinitionStore, ToolDefinition, ToolType},
 };
-use quiver_store_sqlite::{SqliteStore, StoreOptions};
 use quiver_surface::{FloorLoad, MemoryUsage, Surface, core_tools};
 
-use crate::{Config, DirSkills, Families, assemble_catalog, load_commands};
+use crate::{Config, DirSkills, Families, Store, assemble_catalog, load_commands};
 
 /// How long shutdown waits for the working-set mirror to catch up before closing the store.
 const MIRROR_SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
 
-async fn put(store: &SqliteStore, mut def: ToolDefinition) {
+async fn put(store: &Store, mut def: ToolDefinition) {
     let name = def.name.clone();
     // What an operator set (a disable, a review status) outlives the tool's re-listing.
     if let Ok(Some(old)) = store.definition(&name).await {
@@ -37,19 +36,20 @@ async fn put(store: &SqliteStore, mut def: ToolDefinition) {
     }
 }
 
-/// How often `quiver serve` asks the store whether any definition changed (another
-/// process's `quiver custom approve` or `disable`), to take custom tools live.
+/// How long `quiver serve` waits for a change of the definitions (another process's `quiver
+/// custom approve` or `disable`) before it asks the store again: a SQLite store is read this
+/// often; a PostgreSQL store announces a change at once, and this bounds only the wait.
 pub const DEFINITIONS_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Custom tools over `store`, run in a QuickJS sandbox with `[sandbox]`'s threads and limits.
-pub fn custom_tools_on(config: &Config, store: Arc<SqliteStore>) -> anyhow::Result<CustomTools> {
+pub fn custom_tools_on(config: &Config, store: Arc<Store>) -> anyhow::Result<CustomTools> {
     custom_tools_counted(config, store, None)
 }
 
 /// [`custom_tools_on`], the sandbox's runs counted in `metrics` when given.
 fn custom_tools_counted(
     config: &Config,
-    store: Arc<SqliteStore>,
+    store: Arc<Store>,
     metrics: Option<&Metrics>,
 ) -> anyhow::Result<CustomTools> {
     let limits = config.sandbox.limits().context("[sandbox]")?;
@@ -64,30 +64,9 @@ fn custom_tools_counted(
 
 /// The store of `config`, opened for writing, and the custom tools over it: what `quiver
 /// custom` works on (no catalog, no upstreams). Close the store when done.
-pub fn custom_tools(config: &Config) -> anyhow::Result<(CustomTools, Arc<SqliteStore>)> {
-    let path = &config.store.path;
-    if let Some(problem) = config
-        .store
-        .path_problem()
-        .or_else(|| config.store.missing_directory())
-    {
-        anyhow::bail!("opening the store: {problem}");
-    }
-    let store = Arc::new(
-        SqliteStore::open_with(path, store_options(config))
-            .with_context(|| format!("opening the store {}", path.display()))?,
-    );
+pub async fn custom_tools(config: &Config) -> anyhow::Result<(CustomTools, Arc<Store>)> {
+    let store = Arc::new(Store::open(config, StoreAccess::ReadWrite).await?);
     Ok((custom_tools_on(config, store.clone())?, store))
-}
-
-fn store_options(config: &Config) -> StoreOptions {
-    StoreOptions::default()
-        .with_linger(std::time::Duration::from_millis(u64::from(
-            config.store.log_linger_ms,
-        )))
-        .with_busy_timeout(std::time::Duration::from_millis(
-            config.store.busy_timeout_ms,
-        ))
 }
 
 /// What `[skills]` gives: the `skill` tool, the local prompts, and what the operator is told.
@@ -180,8 +159,8 @@ pub struct App {
     pub surface: Arc<Surface>,
     /// The one dispatch pipeline.
     pub dispatcher: Dispatcher,
-    /// The embedded store (definitions, execution log, session state).
-    pub store: Arc<SqliteStore>,
+    /// The store (definitions, execution log, jobs, session state): SQLite or PostgreSQL.
+    pub store: Arc<Store>,
     /// What catalog assembly registered and skipped.
     pub report: RegisterReport,
     /// The server-global MCP client (owned here: closing a session never closes it).
@@ -225,8 +204,8 @@ impl std::fmt::Debug for App {
 pub enum StoreAccess {
     /// Opened (created if missing, migrated) for writing: `serve`, `call`, `search`.
     ReadWrite,
-    /// Only read ([`SqliteStore::open_read_only`]): a missing store is read as empty and
-    /// not created, and nothing is written (`tools`, `status`, `check`, `floor`).
+    /// Only read: a missing SQLite store is read as empty and not created, a PostgreSQL
+    /// store is not migrated, and nothing is written (`tools`, `status`, `check`, `floor`).
     ReadOnly,
 }
 
@@ -244,22 +223,7 @@ impl App {
         mcp_files: &[std::path::PathBuf],
         access: StoreAccess,
     ) -> anyhow::Result<App> {
-        let path = &config.store.path;
-        if let Some(problem) = config.store.path_problem() {
-            anyhow::bail!("opening the store: {problem}");
-        }
-        if matches!(access, StoreAccess::ReadWrite)
-            && let Some(problem) = config.store.missing_directory()
-        {
-            anyhow::bail!("opening the store: {problem}");
-        }
-        let options = store_options(config);
-        let opened = match access {
-            StoreAccess::ReadWrite => SqliteStore::open_with(path, options),
-            StoreAccess::ReadOnly => SqliteStore::open_read_only(path, options),
-        };
-        let store =
-            Arc::new(opened.with_context(|| format!("opening the store {}", path.display()))?);
+        let store = Arc::new(Store::open(config, access).await?);
         let catalog = Arc::new(Catalog::new());
         // The floor is store-backed: the in-memory usage is never read.
         // A tool a policy denies to every caller is never offered (listed, found, described):
@@ -495,16 +459,14 @@ async fn run_queued(custom: &CustomTools) {
 }
 
 /// The definitions sync of [`App::spawn_custom_sync`].
-async fn sync_custom(custom: &CustomTools, catalog: &Catalog, store: &SqliteStore) {
+async fn sync_custom(custom: &CustomTools, catalog: &Catalog, store: &Store) {
     let mut seen = store.definitions_version().await.ok();
-    let mut tick = tokio::time::interval(DEFINITIONS_POLL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
-        let now = match store.definitions_version().await {
+        let now = match store.definitions_changed(seen, DEFINITIONS_POLL).await {
             Ok(v) => v,
             Err(e) => {
                 tracing::debug!(error = %e, "could not read the definitions version");
+                tokio::time::sleep(DEFINITIONS_POLL).await;
                 continue;
             }
         };
@@ -726,7 +688,7 @@ impl App {
 #[derive(Clone)]
 pub struct Ready {
     mcp: McpClient,
-    store: Arc<SqliteStore>,
+    store: Arc<Store>,
 }
 
 impl Ready {

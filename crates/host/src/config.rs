@@ -209,13 +209,17 @@ pub struct SearchConfig {
 }
 
 /// `[store]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct StoreConfig {
     /// The SQLite file (default `./quiver.db`, in the working directory; a relative path
     /// the config file gives is relative to that file's directory).
     pub path: PathBuf,
+    /// A PostgreSQL database instead of the SQLite file (`postgres://user:password@host:5432/db`;
+    /// give the password as `${env:VAR}` to keep it out of the file): what several `quiver
+    /// serve` replicas share. Its password is masked wherever the URL is shown.
+    pub url: Option<String>,
     /// Execution-log rows older than this many days, and the stored working sets of
     /// sessions idle that long, are deleted when a command that writes the store starts
     /// (`serve`, `call`, `search`; in batches, without blocking writers); `log`, `tools`,
@@ -232,7 +236,31 @@ pub struct StoreConfig {
     pub busy_timeout_ms: u64,
 }
 
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreConfig")
+            .field("path", &self.path)
+            .field(
+                "url",
+                &self.url.as_deref().map(quiver_store_postgres::redact),
+            )
+            .field("retention_days", &self.retention_days)
+            .field("log_linger_ms", &self.log_linger_ms)
+            .field("busy_timeout_ms", &self.busy_timeout_ms)
+            .finish()
+    }
+}
+
 impl StoreConfig {
+    /// The store as the operator reads it: the PostgreSQL URL with its password masked, or
+    /// the SQLite file.
+    pub fn shown(&self) -> String {
+        match &self.url {
+            Some(url) => quiver_store_postgres::redact(url),
+            None => self.path.display().to_string(),
+        }
+    }
+
     /// Why `path` cannot be the store's file, found before SQLite is asked (it would say
     /// "unable to open" or "disk I/O error"): a directory.
     pub fn path_problem(&self) -> Option<String> {
@@ -269,6 +297,7 @@ impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
             path: PathBuf::from("./quiver.db"),
+            url: None,
             retention_days: None,
             log_linger_ms: 2,
             busy_timeout_ms: 5000,
@@ -868,6 +897,14 @@ impl Config {
         if config.store.path.as_os_str().is_empty() {
             bail!(
                 "{origin}: [store] path is empty: give the SQLite file, e.g. path = \"./quiver.db\" (or leave the key out for that default)"
+            );
+        }
+        if let Some(url) = &config.store.url
+            && !(url.starts_with("postgres://") || url.starts_with("postgresql://"))
+        {
+            bail!(
+                "{origin}: [store] url = {:?} is not a PostgreSQL URL: write postgres://user:password@host:5432/database (or remove the key to keep the SQLite file of `path`)",
+                quiver_store_postgres::redact(url)
             );
         }
         if config.store.retention_days == Some(0) {

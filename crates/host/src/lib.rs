@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod reload;
 mod retriever;
 pub mod serve;
+mod store;
 
 pub use app::{
     App, DEFINITIONS_POLL, DefinitionRecorder, Ready, StoreAccess, custom_tools, custom_tools_on,
@@ -30,3 +31,4 @@ pub use fs_skills::{DirSkills, load_commands};
 pub use mcp_json::{parse_mcp_servers, read_mcp_servers};
 pub use quiver_registry::{ToolRef, suggestion};
 pub use retriever::{SearchMode, load_model, search_mode};
+pub use store::Store;

@@ -326,6 +326,14 @@ enum Standalone {
         #[command(subcommand)]
         action: ClientAction,
     },
+    /// The store itself: `quiver store migrate --from ./quiver.db --to postgres://...`
+    /// copies a SQLite store into PostgreSQL (definitions, custom tools, jobs, the log,
+    /// working sets, the floor) and checks every row is there; safe to run twice.
+    #[command(display_order = 13)]
+    Store {
+        #[command(subcommand)]
+        action: StoreAction,
+    },
     /// The sentence-embedding model of `tool_search` (all-MiniLM-L6-v2).
     #[command(display_order = 11)]
     Model {
@@ -428,6 +436,28 @@ enum ClientAction {
         /// Show the change as a diff and write nothing.
         #[arg(long)]
         dry_run: bool,
+    },
+}
+
+/// `quiver store` actions.
+#[derive(Debug, Subcommand)]
+enum StoreAction {
+    /// Copy a SQLite store into a PostgreSQL database (created tables and all), then check
+    /// that every row arrived. Rows the database has already are kept, so it is safe to run
+    /// twice, and beside running servers.
+    Migrate {
+        /// The SQLite file (`[store] path`).
+        #[arg(long, value_name = "FILE")]
+        from: std::path::PathBuf,
+        /// The PostgreSQL URL (`postgres://user:password@host:5432/db`); the
+        /// `QUIVER_STORE_URL` environment variable keeps the password off the command line.
+        #[arg(
+            long,
+            value_name = "URL",
+            env = "QUIVER_STORE_URL",
+            hide_env_values = true
+        )]
+        to: String,
     },
 }
 
@@ -560,6 +590,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let (config, _source) = Config::load(cli.config.as_deref())?;
             return commands::model::install_model(&config, from, to);
         }
+        AnyCommand::Standalone(Standalone::Store {
+            action: StoreAction::Migrate { from, to },
+        }) => {
+            return commands::store::migrate(&from, &to).await;
+        }
         AnyCommand::Standalone(Standalone::Log {
             tool,
             session,
@@ -607,7 +642,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         AnyCommand::Standalone(Standalone::Custom { action }) => {
             let (config, _source) = Config::load(cli.config.as_deref())?;
-            let (tools, store) = quiver_host::custom_tools(&config)?;
+            let (tools, store) = quiver_host::custom_tools(&config).await?;
             let code = commands::custom::run(&tools, action).await;
             anyhow::Context::context(store.close().await, "closing the store")?;
             return code;

@@ -43,8 +43,8 @@ pub fn exposition(app: &App) -> Arc<dyn MetricsExposition> {
     });
     let store = app.store.clone();
     metrics.read_log_writer(move || {
-        let w = store.writer_stats();
-        LogWriterReading::new(w.rows_written, w.rows_failed, w.failing)
+        let (written, failed, failing) = store.log_writer();
+        LogWriterReading::new(written, failed, failing)
     });
     Arc::new(Exposition(metrics))
 }

@@ -463,6 +463,21 @@ pub trait DefinitionStore: Send + Sync {
     /// sharing the store: a running server polls it to take definitions written elsewhere
     /// (an approval, a disable) live without reading them all each time.
     async fn definitions_version(&self) -> Result<u64, StoreError>;
+
+    /// Waits, at most about `wait`, for a change of the definitions since version `seen`
+    /// (what [`DefinitionStore::definitions_version`] returned), and returns the version
+    /// then. A store that can announce changes (a database's notifications) returns as soon
+    /// as one comes; the default waits out `wait` and reads the version, so a caller loops
+    /// on it either way.
+    async fn definitions_changed(
+        &self,
+        seen: Option<u64>,
+        wait: Duration,
+    ) -> Result<u64, StoreError> {
+        let _ = seen;
+        tokio::time::sleep(wait).await;
+        self.definitions_version().await
+    }
 }
 
 /// What a custom-tool job does.

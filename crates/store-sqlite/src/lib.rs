@@ -15,4 +15,7 @@ mod sync;
 mod writer;
 
 pub use schema::{CrashCheck, OpenReport};
-pub use store::{SqliteStore, StoreOptions, WriterStats, read_calls, read_definitions};
+pub use store::{
+    SessionRows, SqliteStore, StoreOptions, WriterStats, read_calls, read_definitions,
+    read_sessions,
+};

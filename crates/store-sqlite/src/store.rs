@@ -242,6 +242,73 @@ pub fn read_calls(
     recent_calls_in(&conn, &location, &filter, found)
 }
 
+/// Every session's stored state in the store at `path`, read without changing it (what
+/// `quiver store migrate` copies): each working-set entry and each failed approach, with
+/// its session, ordered by session. Blocking.
+pub fn read_sessions(path: impl AsRef<Path>) -> Result<SessionRows, StoreError> {
+    let Some((conn, location, _)) = open_for_reading(path.as_ref())? else {
+        return Ok(SessionRows::default());
+    };
+    let working = query(
+        &conn,
+        &location,
+        "SELECT session, tool, last_used, round FROM session_tools ORDER BY session, tool",
+        [],
+        |r| {
+            let text = |i| {
+                r.get::<_, String>(i)
+                    .map_err(|e| StoreError::invalid_data(e.to_string()))
+            };
+            let int = |i| {
+                r.get::<_, i64>(i)
+                    .map_err(|e| StoreError::invalid_data(e.to_string()))
+            };
+            Ok((
+                text(0)?,
+                WorkingSetEntry::new(text(1)?, time(int(2)?), u64::try_from(int(3)?).unwrap_or(0)),
+            ))
+        },
+    )?;
+    let failures = query(
+        &conn,
+        &location,
+        "SELECT session, args_hash, tool, error, count, last_at FROM session_failures
+         ORDER BY session, args_hash",
+        [],
+        |r| {
+            let text = |i| {
+                r.get::<_, String>(i)
+                    .map_err(|e| StoreError::invalid_data(e.to_string()))
+            };
+            let int = |i| {
+                r.get::<_, i64>(i)
+                    .map_err(|e| StoreError::invalid_data(e.to_string()))
+            };
+            Ok((
+                text(0)?,
+                FailedApproach::new(
+                    text(1)?,
+                    text(2)?,
+                    text(3)?,
+                    u32::try_from(int(4)?).unwrap_or(u32::MAX),
+                    time(int(5)?),
+                ),
+            ))
+        },
+    )?;
+    Ok(SessionRows { working, failures })
+}
+
+/// What [`read_sessions`] reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionRows {
+    /// Working-set entries, each with its session.
+    pub working: Vec<(String, WorkingSetEntry)>,
+    /// Failed approaches, each with its session.
+    pub failures: Vec<(String, FailedApproach)>,
+}
+
 /// How long a reader waits for the schema of a database that has nothing in it yet.
 const CREATION_WAIT: Duration = Duration::from_secs(2);
 

@@ -316,6 +316,22 @@ impl Surface {
                 return FloorLoad::Unavailable(why);
             }
         }
+        // Of several servers sharing a store, one derives and stores the ranking when it is
+        // due; the others keep what they read (a derivation scans the execution log).
+        if write {
+            match store.lead(crate::ports::FLOOR_ROLE).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    lock(&self.floor).keep_stored();
+                    return FloorLoad::Unavailable(
+                        "another server sharing the store derives the floor".into(),
+                    );
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot ask the store which server derives the floor");
+                }
+            }
+        }
         self.derive_floor(store, usage, write).await
     }
 

@@ -134,7 +134,25 @@ pub trait SessionStore: Send + Sync {
 
     /// Writes a surface-state value, stamped now.
     async fn put_state(&self, key: &str, value: Value) -> Result<(), StoreError>;
+
+    /// Whether several servers share this store, so that a session's stored working set
+    /// may have changed elsewhere since this process read it (the default: no).
+    fn shared(&self) -> bool {
+        false
+    }
+
+    /// Whether this process is the one that derives the shared state named `role` (the
+    /// floor's usage ranking, [`FLOOR_ROLE`]) and writes it for every process to read. A
+    /// store several servers share grants a role to one of them at a time, and to another
+    /// when that one goes away; the default grants it always (a store one server writes).
+    async fn lead(&self, role: &str) -> Result<bool, StoreError> {
+        let _ = role;
+        Ok(true)
+    }
 }
+
+/// The role of [`SessionStore::lead`] that derives and stores the resident floor.
+pub const FLOOR_ROLE: &str = "floor";
 
 /// How often one tool was called, by age of the call.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -259,6 +259,30 @@ impl Surface {
         true
     }
 
+    /// Pages in the tools `store` holds for `session` that its working set here lacks, newest
+    /// first; returns those the set took. For a store several servers share
+    /// ([`crate::ports::SessionStore::shared`]): the calls of one stateless conversation may
+    /// go to any server, and the one that took the last call has written what it paged in.
+    pub async fn merge_stored(
+        &self,
+        session: &str,
+        store: &dyn crate::ports::SessionStore,
+    ) -> Result<Vec<String>, quiver_registry::store::StoreError> {
+        let here: HashSet<String> = self.working_set(session).into_iter().collect();
+        let mut stored = store.working_set(session).await?;
+        stored.retain(|e| !here.contains(&e.tool) && self.catalog().contains(&e.tool));
+        if stored.is_empty() {
+            return Ok(Vec::new());
+        }
+        stored.sort_by(|a, b| {
+            b.last_used
+                .cmp(&a.last_used)
+                .then_with(|| a.tool.cmp(&b.tool))
+        });
+        let names: Vec<&str> = stored.iter().map(|e| e.tool.as_str()).collect();
+        Ok(self.page_in(session, &names).exposed)
+    }
+
     /// Keeps the session in memory until the guard drops: a request that restores a key
     /// and then composes or searches it holds one, so the `max_sessions` bound cannot drop
     /// the session between the two while more keys than the bound are in use.

@@ -36,20 +36,17 @@ pub(crate) async fn run(
     if let Some(o) = outcome {
         filter = filter.kind(o);
     }
-    if let Some(problem) = config.store.path_problem() {
-        anyhow::bail!("reading the execution log: {problem}");
-    }
-    let path = config.store.path.clone();
-    let shown = path.display().to_string();
-    let calls = tokio::task::spawn_blocking(move || quiver_store_sqlite::read_calls(&path, filter))
-                .await
-                .context("reading the execution log")?
-                .map_err(|e| match e {
-                    quiver_registry::store::StoreError::Unavailable { ref cause, .. } if cause == "no such database" => anyhow::anyhow!(
-                        "there is no store at {shown}: no call has been logged there (`quiver serve`, `call` and `search` create it); check `[store] path` in the config"
-                    ),
-                    other => anyhow::Error::new(other).context("reading the execution log"),
-                })?;
+    let calls = if config.store.url.is_some() {
+        // Every replica's rows, from the database they share.
+        let store = quiver_host::Store::open(config, quiver_host::StoreAccess::ReadOnly).await?;
+        let calls = quiver_registry::store::CallLog::recent_calls(&store, filter)
+            .await
+            .context("reading the execution log")?;
+        store.close().await.context("closing the store")?;
+        calls
+    } else {
+        read_file_log(config, filter).await?
+    };
     if json {
         for c in &calls {
             let row = serde_json::json!({
@@ -116,4 +113,26 @@ pub(crate) async fn run(
         say!("{} call(s)", calls.len());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The execution log of the SQLite file `[store] path` names, read without changing it.
+async fn read_file_log(
+    config: &Config,
+    filter: CallFilter,
+) -> anyhow::Result<Vec<quiver_registry::store::LoggedCall>> {
+    if let Some(problem) = config.store.path_problem() {
+        anyhow::bail!("reading the execution log: {problem}");
+    }
+    let path = config.store.path.clone();
+    let shown = path.display().to_string();
+    let calls = tokio::task::spawn_blocking(move || quiver_store_sqlite::read_calls(&path, filter))
+                .await
+                .context("reading the execution log")?
+                .map_err(|e| match e {
+                    quiver_registry::store::StoreError::Unavailable { ref cause, .. } if cause == "no such database" => anyhow::anyhow!(
+                        "there is no store at {shown}: no call has been logged there (`quiver serve`, `call` and `search` create it); check `[store] path` in the config"
+                    ),
+                    other => anyhow::Error::new(other).context("reading the execution log"),
+                })?;
+    Ok(calls)
 }

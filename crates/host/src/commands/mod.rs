@@ -9,6 +9,7 @@ pub(crate) mod log;
 pub(crate) mod model;
 pub(crate) mod serve;
 pub(crate) mod status;
+pub(crate) mod store;
 
 use anyhow::Context;
 use quiver_host::{App, Config};

@@ -10,7 +10,10 @@ pub(crate) fn run(
     search: &quiver_host::SearchMode,
 ) -> anyhow::Result<ExitCode> {
     let config_store = config.store.path.as_path();
-    if app.store.exists() {
+    if config.store.url.is_some() {
+        // The password masked: a status is pasted into tickets.
+        say!("store: {} (PostgreSQL, shared)", app.store.location());
+    } else if app.store.exists() {
         say!("store: {}", config_store.display());
     } else if config.store.missing_directory().is_some() {
         say!(

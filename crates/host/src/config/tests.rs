@@ -5,6 +5,7 @@ fn env(k: &str) -> Option<String> {
         "HOME_DIR" => Some("/srv/q".to_owned()),
         "EMPTY" => Some(String::new()),
         "TRICKY" => Some("a${env:NOPE".to_owned()),
+        "DB_PASSWORD" => Some("s3cret-pw".to_owned()),
         _ => None,
     }
 }
@@ -525,4 +526,32 @@ fn relative_paths_resolve_against_the_config_files_directory() {
         Some(conf.join("tools/s.sh").to_str().unwrap())
     );
     assert_eq!(servers[0].cwd.as_deref(), Some(conf.join(".").as_path()));
+}
+
+/// `[store] url` takes `${env:...}`, must be a PostgreSQL URL, and its password is masked
+/// wherever the configuration is shown.
+#[test]
+fn the_store_url_is_interpolated_checked_and_masked() {
+    let config = Config::parse(
+        "[store]\nurl = \"postgres://quiver:${env:DB_PASSWORD}@db:5432/quiver\"\n",
+        "q.toml",
+        &env,
+    )
+    .expect("a PostgreSQL URL");
+    assert_eq!(
+        config.store.url.as_deref(),
+        Some("postgres://quiver:s3cret-pw@db:5432/quiver")
+    );
+    assert_eq!(config.store.shown(), "postgres://quiver:***@db:5432/quiver");
+    let shown = format!("{config:?}");
+    assert!(!shown.contains("s3cret-pw"), "{shown}");
+    let err = Config::parse(
+        "[store]\nurl = \"mysql://root:s3cret-pw@db/quiver\"\n",
+        "q.toml",
+        &env,
+    )
+    .unwrap_err();
+    let text = format!("{err:#}");
+    assert!(text.contains("is not a PostgreSQL URL"), "{text}");
+    assert!(!text.contains("s3cret-pw"), "{text}");
 }

@@ -1,8 +1,7 @@
 //! Integration tests of the SQLite store, on real database files in temp dirs.
 
+mod contract;
 mod crash;
-mod definitions;
-mod jobs;
 mod log;
 mod open;
 mod session;

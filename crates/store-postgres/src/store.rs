@@ -1,0 +1,1063 @@
+//! [`PgStore`]: the handle, its pool, and the port implementations.
+//!
+//! Over 800 lines: one port implementation per `impl` block, each beside the SQL it runs; the
+//! schema, conversions, log writer and change listener are in their own modules.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::{Arc, Mutex, atomic::Ordering},
+    time::{Duration, SystemTime},
+};
+
+use async_trait::async_trait;
+use deadpool_postgres::GenericClient;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use quiver_contract::Lifecycle;
+use quiver_registry::{
+    CallRecord, ToolCallRecorder,
+    store::{
+        CallFilter, CallLog, DefinitionStore, JobStatus, JobStore, LoggedCall, NewJob, SeedReport,
+        StoreError, ToolDefinition, ToolJob, plan_seed,
+    },
+};
+use quiver_surface::ports::{
+    FailedApproach, SessionStore, SurfaceState, ToolUsage, UsageSource, WorkingSetEntry,
+};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_postgres::{NoTls, types::ToSql};
+
+use crate::{
+    convert::{self, DEF_COLUMNS, JOB_COLUMNS, LOG_COLUMNS, definition_params},
+    error::{ResultExt, redact},
+    listen,
+    schema::{self, OpenReport},
+    sync::lock,
+    writer::{self, Msg, Stats},
+};
+
+/// How the store runs. Every field has a default.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PgOptions {
+    /// Pooled connections at most (default 8), besides the change listener's and the
+    /// leader's own.
+    pub max_connections: usize,
+    /// How long connecting, or waiting for a pooled connection, may take (default 5 s).
+    pub connect_timeout: Duration,
+    /// Messages the log writer's channel holds before `record` waits (default 16 384).
+    pub channel_capacity: usize,
+    /// Most call records copied in one batch (default 4 096).
+    pub batch_max: usize,
+    /// How long the writer waits for more call records before writing the ones it has
+    /// (default 2 ms; zero writes at once). A record is written at most this much later
+    /// (plus the write); a flush and a clean shutdown write at once. A process killed
+    /// outright can lose the records of its last `linger`.
+    pub linger: Duration,
+    /// Tries of a failing log write before its rows are counted as lost (default 5).
+    pub max_write_attempts: u32,
+    /// Pause before the first retry, growing linearly (default 20 ms).
+    pub retry_backoff: Duration,
+    /// Open for reading only: nothing is migrated, no log writer runs, and every
+    /// transaction is read-only (`quiver tools`, `status`, `log`).
+    pub read_only: bool,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            max_connections: 8,
+            connect_timeout: Duration::from_secs(5),
+            channel_capacity: 16_384,
+            batch_max: 4_096,
+            linger: Duration::from_millis(2),
+            max_write_attempts: 5,
+            retry_backoff: Duration::from_millis(20),
+            read_only: false,
+        }
+    }
+}
+
+impl PgOptions {
+    /// Sets how long the writer waits for more records before a write (zero: no wait).
+    pub fn with_linger(mut self, d: Duration) -> Self {
+        self.linger = d;
+        self
+    }
+
+    /// Sets the largest batch.
+    pub fn with_batch_max(mut self, n: usize) -> Self {
+        self.batch_max = n.max(1);
+        self
+    }
+
+    /// Sets the pool's size.
+    pub fn with_max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// Sets the connect timeout.
+    pub fn with_connect_timeout(mut self, t: Duration) -> Self {
+        self.connect_timeout = t;
+        self
+    }
+
+    /// Opens for reading only.
+    pub fn read_only(mut self) -> Self {
+        self.read_only = true;
+        self
+    }
+}
+
+/// The writer's counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WriterStats {
+    /// Execution-log rows written.
+    pub rows_written: u64,
+    /// Batches of execution-log rows written.
+    pub batches_written: u64,
+    /// Execution-log rows that could not be written after every retry.
+    pub rows_failed: u64,
+    /// Retried batch writes.
+    pub write_retries: u64,
+    /// The last write error, if any.
+    pub last_error: Option<StoreError>,
+    /// Whether the execution log is failing now (its last batch could not be written).
+    pub failing: bool,
+}
+
+/// The connection that holds the session-level advisory locks of the roles this process
+/// leads ([`SessionStore::lead`]): the server releases them when the connection ends, so a
+/// server that dies hands its roles on.
+#[derive(Default)]
+struct Leader {
+    client: Option<tokio_postgres::Client>,
+    held: BTreeSet<i64>,
+}
+
+struct Inner {
+    pool: Pool,
+    cfg: tokio_postgres::Config,
+    location: String,
+    report: OpenReport,
+    read_only: bool,
+    tx: mpsc::Sender<Msg>,
+    stats: Arc<Stats>,
+    writer: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    versions: watch::Receiver<u64>,
+    listener: tokio::task::JoinHandle<()>,
+    leader: tokio::sync::Mutex<Leader>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
+/// The shared store: PostgreSQL, through a connection pool, for several `quiver serve`
+/// replicas. Implements [`DefinitionStore`], [`JobStore`], [`CallLog`],
+/// [`ToolCallRecorder`], [`SessionStore`] and [`UsageSource`]. Call records go to a writer
+/// task that copies them in batches; a listener connection takes other servers' changes of
+/// the definitions as they are made. Cheap to clone; [`PgStore::close`] writes what is
+/// queued.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("location", &self.inner.location)
+            .field("report", &self.inner.report)
+            .finish_non_exhaustive()
+    }
+}
+
+const PURGE_BATCH: i64 = 1_000;
+
+/// The advisory lock seeding takes (transaction-scoped), so that two servers starting at
+/// once plan their seeding one after the other.
+const SEED_LOCK: i64 = 0x5155_4956_4552_0002;
+
+/// The advisory-lock key of a role of [`SessionStore::lead`] (FNV-1a of its name, in a
+/// space of Quiver's own).
+fn role_key(role: &str) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in format!("quiver-role:{role}").bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    i64::from_ne_bytes(h.to_ne_bytes())
+}
+
+impl PgStore {
+    /// Connects to the database at `url` (`postgres://user:password@host:port/db`), checks
+    /// that it is Quiver's or empty, applies the schema migrations (unless read-only), and
+    /// starts the log writer and the change listener. A wrong address, refused credentials,
+    /// a missing database, another application's tables or a newer schema is an error
+    /// naming the server, its password masked.
+    pub async fn open(url: &str, opts: PgOptions) -> Result<PgStore, StoreError> {
+        let location = redact(url);
+        let mut cfg: tokio_postgres::Config = url.parse().map_err(|e| StoreError::Unavailable {
+            location: location.clone(),
+            cause: format!(
+                "[store] url is not a PostgreSQL connection URL ({e}); write it as postgres://user:password@host:5432/database"
+            ),
+        })?;
+        cfg.connect_timeout(opts.connect_timeout);
+        if cfg.get_application_name().is_none() {
+            cfg.application_name("quiver");
+        }
+        if opts.read_only {
+            cfg.options("-c default_transaction_read_only=on");
+        }
+        let (mut client, conn) = cfg.connect(NoTls).await.at(&location)?;
+        let driver = tokio::spawn(conn);
+        let prepared = if opts.read_only {
+            schema::check(&client, &location).await
+        } else {
+            schema::prepare(&mut client, &location).await
+        };
+        let version = match &prepared {
+            Ok(_) => client
+                .query_one("SELECT version FROM definitions_version WHERE id = 1", &[])
+                .await
+                .at(&location)
+                .map(|r| u64::try_from(r.get::<_, i64>(0)).unwrap_or(0)),
+            Err(e) => Err(e.clone()),
+        };
+        drop(client);
+        let _ = driver.await;
+        let report = prepared?;
+        let version = version?;
+
+        let manager = Manager::from_config(
+            cfg.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(opts.max_connections.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(opts.connect_timeout))
+            .create_timeout(Some(opts.connect_timeout))
+            .build()
+            .map_err(|e| StoreError::Backend {
+                location: location.clone(),
+                cause: format!("cannot build the connection pool: {e}"),
+            })?;
+        let (tx, rx) = mpsc::channel(opts.channel_capacity.max(1));
+        let stats = Arc::new(Stats::default());
+        let writer = if opts.read_only {
+            // No writer: every record fails (the channel's receiver is gone).
+            None
+        } else {
+            Some(tokio::spawn(writer::run(
+                pool.clone(),
+                rx,
+                stats.clone(),
+                writer::Config {
+                    location: location.clone(),
+                    batch_max: opts.batch_max.max(1),
+                    linger: opts.linger,
+                    max_attempts: opts.max_write_attempts.max(1),
+                    retry_backoff: opts.retry_backoff,
+                },
+            )))
+        };
+        let (versions_tx, versions) = watch::channel(version);
+        let listener = tokio::spawn(listen::run(cfg.clone(), location.clone(), versions_tx));
+        tracing::debug!(%location, found = report.found_version, "opened the PostgreSQL store");
+        Ok(PgStore {
+            inner: Arc::new(Inner {
+                pool,
+                cfg,
+                location,
+                report,
+                read_only: opts.read_only,
+                tx,
+                stats,
+                writer: Mutex::new(writer),
+                versions,
+                listener,
+                leader: Default::default(),
+            }),
+        })
+    }
+
+    /// What opening found and did (schema versions).
+    pub fn open_report(&self) -> &OpenReport {
+        &self.inner.report
+    }
+
+    /// The server's address with the password masked, as errors name it.
+    pub fn location(&self) -> &str {
+        &self.inner.location
+    }
+
+    /// Whether this store was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.inner.read_only
+    }
+
+    /// The writer's counters.
+    pub fn writer_stats(&self) -> WriterStats {
+        let s = &self.inner.stats;
+        WriterStats {
+            rows_written: s.rows_written.load(Ordering::Relaxed),
+            batches_written: s.batches_written.load(Ordering::Relaxed),
+            rows_failed: s.rows_failed.load(Ordering::Relaxed),
+            write_retries: s.write_retries.load(Ordering::Relaxed),
+            last_error: lock(&s.last_error).clone(),
+            failing: s.failing.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether the execution log is failing now. While it is, this also asks the writer (one
+    /// request at a time) to try the server with a one-row write, which clears it when the
+    /// write succeeds: a readiness probe that polls this sees the recovery.
+    pub fn log_failing(&self) -> bool {
+        let s = &self.inner.stats;
+        if !s.failing.load(Ordering::Relaxed) {
+            return false;
+        }
+        if !s.probe_queued.swap(true, Ordering::Relaxed)
+            && self.inner.tx.try_send(Msg::Probe).is_err()
+        {
+            s.probe_queued.store(false, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// Deletes the stored working sets and repeat-failure counts of sessions not used since
+    /// `cutoff`; returns how many sessions.
+    pub async fn purge_sessions_idle_since(&self, cutoff: SystemTime) -> Result<u64, StoreError> {
+        let loc = self.location();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.at(loc)?;
+        let idle = "SELECT session FROM (
+                SELECT session, max(last_used) AS at FROM session_tools GROUP BY session
+                UNION ALL
+                SELECT session, max(last_at) AS at FROM session_failures GROUP BY session) s
+             GROUP BY session HAVING max(at) < $1";
+        let rows = tx.query(idle, &[&cutoff]).await.at(loc)?;
+        let sessions: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        tx.execute(
+            "DELETE FROM session_tools WHERE session = ANY($1)",
+            &[&sessions],
+        )
+        .await
+        .at(loc)?;
+        tx.execute(
+            "DELETE FROM session_failures WHERE session = ANY($1)",
+            &[&sessions],
+        )
+        .await
+        .at(loc)?;
+        tx.commit().await.at(loc)?;
+        Ok(sessions.len() as u64)
+    }
+
+    /// Writes everything queued for the log and stops the writer; releases the roles this
+    /// process leads. Later records are counted as failed. Closing twice is harmless.
+    pub async fn close(&self) -> Result<(), StoreError> {
+        let (reply, done) = oneshot::channel();
+        if self.inner.tx.send(Msg::Close(reply)).await.is_ok() {
+            let _ = done.await;
+        }
+        let handle = lock(&self.inner.writer).take();
+        if let Some(h) = handle
+            && h.await.is_err()
+        {
+            tracing::error!(location = %self.inner.location, "the store's log writer panicked");
+        }
+        self.inner.leader.lock().await.client = None;
+        let failed = self.inner.stats.rows_failed.load(Ordering::Relaxed);
+        if failed > 0 {
+            tracing::warn!(location = %self.inner.location, rows = failed, "execution-log rows were lost while this process ran");
+        }
+        Ok(())
+    }
+
+    fn closed(&self) -> StoreError {
+        StoreError::Unavailable {
+            location: self.inner.location.clone(),
+            cause: if self.inner.read_only {
+                "the store was opened read-only (this command changes nothing in it)".into()
+            } else {
+                "the store is closed".into()
+            },
+        }
+    }
+
+    /// A pooled connection.
+    pub(crate) async fn pool_client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.client().await
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.inner.pool.get().await.at(&self.inner.location)
+    }
+
+    /// Rows of `sql` with `params`, each converted by `f`.
+    async fn query<T>(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+        f: impl Fn(&tokio_postgres::Row) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
+        let loc = self.location();
+        let client = self.client().await?;
+        let stmt = client.prepare_cached(sql).await.at(loc)?;
+        let rows = client.query(&stmt, params).await.at(loc)?;
+        rows.iter().map(f).collect()
+    }
+
+    /// The number of rows `sql` changed.
+    async fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, StoreError> {
+        let loc = self.location();
+        let client = self.client().await?;
+        let stmt = client.prepare_cached(sql).await.at(loc)?;
+        client.execute(&stmt, params).await.at(loc)
+    }
+}
+
+fn require_changed(n: u64, what: impl FnOnce() -> String) -> Result<(), StoreError> {
+    if n == 0 {
+        Err(StoreError::not_found(what()))
+    } else {
+        Ok(())
+    }
+}
+
+async fn definition_in(
+    c: &impl GenericClient,
+    loc: &str,
+    name: &str,
+    lock_row: bool,
+) -> Result<Option<ToolDefinition>, StoreError> {
+    let sql = format!(
+        "SELECT {DEF_COLUMNS} FROM tool_definitions WHERE name = $1{}",
+        if lock_row { " FOR UPDATE" } else { "" }
+    );
+    c.query_opt(&sql, &[&name])
+        .await
+        .at(loc)?
+        .map(|r| convert::definition(&r))
+        .transpose()
+}
+
+#[async_trait]
+impl DefinitionStore for PgStore {
+    async fn seed_system_tools(
+        &self,
+        tools: Vec<ToolDefinition>,
+        retired: Vec<String>,
+    ) -> Result<SeedReport, StoreError> {
+        let loc = self.location();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.at(loc)?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SEED_LOCK])
+            .await
+            .at(loc)?;
+        let stored = tx
+            .query(
+                &format!("SELECT {DEF_COLUMNS} FROM tool_definitions ORDER BY name"),
+                &[],
+            )
+            .await
+            .at(loc)?
+            .iter()
+            .map(convert::definition)
+            .collect::<Result<Vec<_>, _>>()?;
+        let plan = plan_seed(&stored, &tools, &retired)?;
+        let now = SystemTime::now();
+        let write = tx.prepare(&convert::WRITE_DEFINITION).await.at(loc)?;
+        for def in plan.inserts.iter().chain(&plan.updates) {
+            let params = definition_params(def, now);
+            tx.execute(&write, &params.as_refs()).await.at(loc)?;
+        }
+        if !plan.retire.is_empty() {
+            tx.execute(
+                "UPDATE tool_definitions SET deleted_at = $2, updated_at = $2 WHERE name = ANY($1)",
+                &[&plan.retire, &now],
+            )
+            .await
+            .at(loc)?;
+        }
+        tx.commit().await.at(loc)?;
+        Ok(plan.report)
+    }
+
+    async fn put_definition(&self, mut def: ToolDefinition) -> Result<(), StoreError> {
+        let loc = self.location();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.at(loc)?;
+        if let Some(old) = definition_in(&tx, loc, &def.name, true).await?
+            && old.description != def.description
+        {
+            def.embedding = None;
+            def.embedding_key = None;
+        }
+        def.deleted_at = None;
+        let params = definition_params(&def, SystemTime::now());
+        tx.execute(&*convert::WRITE_DEFINITION, &params.as_refs())
+            .await
+            .at(loc)?;
+        tx.commit().await.at(loc)
+    }
+
+    async fn definition(&self, name: &str) -> Result<Option<ToolDefinition>, StoreError> {
+        let client = self.client().await?;
+        definition_in(&client, self.location(), name, false).await
+    }
+
+    async fn all_definitions(&self) -> Result<Vec<ToolDefinition>, StoreError> {
+        self.query(
+            &format!("SELECT {DEF_COLUMNS} FROM tool_definitions ORDER BY name"),
+            &[],
+            convert::definition,
+        )
+        .await
+    }
+
+    async fn visible_definitions(&self, tenant: &str) -> Result<Vec<ToolDefinition>, StoreError> {
+        self.query(
+            &format!(
+                "SELECT {DEF_COLUMNS} FROM tool_definitions
+                 WHERE status = 'approved' AND enabled AND category <> 'internal'
+                   AND deleted_at IS NULL AND tenant_id IN ($1, '*')
+                 ORDER BY name"
+            ),
+            &[&tenant],
+            convert::definition,
+        )
+        .await
+    }
+
+    async fn set_status(
+        &self,
+        name: &str,
+        status: Lifecycle,
+        rejection_reason: Option<String>,
+    ) -> Result<(), StoreError> {
+        let n = self
+            .execute(
+                "UPDATE tool_definitions SET status = $2, rejection_reason = $3, updated_at = $4
+                 WHERE name = $1",
+                &[
+                    &name,
+                    &status.as_str(),
+                    &rejection_reason,
+                    &SystemTime::now(),
+                ],
+            )
+            .await?;
+        require_changed(n, || format!("tool `{name}`"))
+    }
+
+    async fn set_enabled(&self, name: &str, enabled: bool) -> Result<(), StoreError> {
+        let n = self
+            .execute(
+                "UPDATE tool_definitions SET enabled = $2, updated_at = $3 WHERE name = $1",
+                &[&name, &enabled, &SystemTime::now()],
+            )
+            .await?;
+        require_changed(n, || format!("tool `{name}`"))
+    }
+
+    async fn set_embedding(
+        &self,
+        name: &str,
+        key: String,
+        embedding: Vec<f32>,
+    ) -> Result<(), StoreError> {
+        let n = self
+            .execute(
+                "UPDATE tool_definitions SET embedding = $2, embedding_key = $3 WHERE name = $1",
+                &[&name, &embedding, &key],
+            )
+            .await?;
+        require_changed(n, || format!("tool `{name}`"))
+    }
+
+    async fn soft_delete(&self, name: &str) -> Result<(), StoreError> {
+        let n = self
+            .execute(
+                "UPDATE tool_definitions SET deleted_at = COALESCE(deleted_at, $2),
+                    updated_at = $2 WHERE name = $1",
+                &[&name, &SystemTime::now()],
+            )
+            .await?;
+        require_changed(n, || format!("tool `{name}`"))
+    }
+
+    async fn definitions_version(&self) -> Result<u64, StoreError> {
+        let v = self
+            .query(
+                "SELECT version FROM definitions_version WHERE id = 1",
+                &[],
+                |r| convert::col::<i64>(r, 0),
+            )
+            .await?;
+        Ok(v.first().map_or(0, |v| u64::try_from(*v).unwrap_or(0)))
+    }
+
+    /// Waits for the listener's notification of a version other than `seen` (another
+    /// server's change, or this one's), or for `wait`; the version the listener holds then.
+    /// No query: the listener reads the version itself whenever it (re)connects.
+    async fn definitions_changed(
+        &self,
+        seen: Option<u64>,
+        wait: Duration,
+    ) -> Result<u64, StoreError> {
+        let mut versions = self.inner.versions.clone();
+        let _ = tokio::time::timeout(wait, versions.wait_for(|v| Some(*v) != seen)).await;
+        let v = *versions.borrow();
+        Ok(v)
+    }
+}
+
+async fn job_in(
+    c: &impl GenericClient,
+    loc: &str,
+    id: &str,
+    lock_row: bool,
+) -> Result<Option<ToolJob>, StoreError> {
+    let sql = format!(
+        "SELECT {JOB_COLUMNS} FROM tool_jobs WHERE id = $1{}",
+        if lock_row { " FOR UPDATE" } else { "" }
+    );
+    c.query_opt(&sql, &[&id])
+        .await
+        .at(loc)?
+        .map(|r| convert::job(&r))
+        .transpose()
+}
+
+#[async_trait]
+impl JobStore for PgStore {
+    async fn create_job(&self, new: NewJob) -> Result<ToolJob, StoreError> {
+        let j = ToolJob::queued(new, SystemTime::now());
+        let n = self
+            .execute(
+                "INSERT INTO tool_jobs (id, tool_name, job_type, status, spec, result,
+                    progress_pct, tenant, conversation, created_at, updated_at)
+                 VALUES ($1, $2, $3, $4, $5, NULL, 0, $6, $7, $8, $8)
+                 ON CONFLICT (id) DO NOTHING",
+                &[
+                    &j.id,
+                    &j.tool_name,
+                    &j.job_type.as_str(),
+                    &j.status.as_str(),
+                    &j.spec,
+                    &j.tenant,
+                    &j.conversation,
+                    &j.created_at,
+                ],
+            )
+            .await?;
+        if n == 0 {
+            return Err(StoreError::conflict(format!("job `{}` exists", j.id)));
+        }
+        Ok(j)
+    }
+
+    async fn job(&self, id: &str) -> Result<Option<ToolJob>, StoreError> {
+        let client = self.client().await?;
+        job_in(&client, self.location(), id, false).await
+    }
+
+    async fn transition_job(
+        &self,
+        id: &str,
+        to: JobStatus,
+        result: Option<Value>,
+    ) -> Result<ToolJob, StoreError> {
+        let loc = self.location();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.at(loc)?;
+        let current = job_in(&tx, loc, id, true)
+            .await?
+            .ok_or_else(|| StoreError::not_found(format!("job `{id}`")))?;
+        current.status.check(to, id)?;
+        let row = tx
+            .query_one(
+                &format!(
+                    "UPDATE tool_jobs SET status = $2, result = COALESCE($3, result), updated_at = $4
+                     WHERE id = $1 RETURNING {JOB_COLUMNS}"
+                ),
+                &[&id, &to.as_str(), &result, &SystemTime::now()],
+            )
+            .await
+            .at(loc)?;
+        let job = convert::job(&row)?;
+        tx.commit().await.at(loc)?;
+        Ok(job)
+    }
+
+    async fn set_job_progress(&self, id: &str, pct: u8) -> Result<(), StoreError> {
+        let n = self
+            .execute(
+                "UPDATE tool_jobs SET progress_pct = $2, updated_at = $3 WHERE id = $1",
+                &[&id, &i16::from(pct.min(100)), &SystemTime::now()],
+            )
+            .await?;
+        require_changed(n, || format!("job `{id}`"))
+    }
+
+    async fn jobs(&self, tool_name: Option<String>) -> Result<Vec<ToolJob>, StoreError> {
+        self.query(
+            &format!(
+                "SELECT {JOB_COLUMNS} FROM tool_jobs WHERE ($1::text IS NULL OR tool_name = $1)
+                 ORDER BY created_at DESC, id DESC"
+            ),
+            &[&tool_name],
+            convert::job,
+        )
+        .await
+    }
+
+    /// One statement: the oldest queued job (or the one named) is locked with `SKIP
+    /// LOCKED`, so a job another server is claiming this moment is passed over rather than
+    /// waited for, and moved to `building`.
+    async fn claim_job(&self, id: Option<String>) -> Result<Option<ToolJob>, StoreError> {
+        let rows = self
+            .query(
+                &format!(
+                    "UPDATE tool_jobs SET status = 'building', updated_at = $2
+                     WHERE status = 'queued' AND id = (
+                         SELECT id FROM tool_jobs
+                         WHERE status = 'queued' AND ($1::text IS NULL OR id = $1)
+                         ORDER BY created_at, id LIMIT 1
+                         FOR UPDATE SKIP LOCKED)
+                     RETURNING {JOB_COLUMNS}"
+                ),
+                &[&id, &SystemTime::now()],
+                convert::job,
+            )
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+}
+
+#[async_trait]
+impl ToolCallRecorder for PgStore {
+    async fn record(&self, record: CallRecord) {
+        if self.inner.tx.send(Msg::Record(record)).await.is_err() {
+            let why = self.closed();
+            tracing::error!(location = %self.inner.location, error = %why, "a call record could not be queued; it is lost");
+            self.inner.stats.failed(1, why);
+        }
+    }
+
+    async fn flush(&self) {
+        let (reply, done) = oneshot::channel();
+        if self.inner.tx.send(Msg::Flush(reply)).await.is_ok() {
+            let _ = done.await;
+        }
+    }
+}
+
+/// The query of [`CallLog::recent_calls`]: the filters given (tool, session, kind), and
+/// only those, so that the server walks the session's or the tool's index.
+fn recent_calls_sql(filter: &CallFilter) -> String {
+    let mut clauses: Vec<String> = Vec::new();
+    let mut n = 0;
+    for (given, column) in [
+        (filter.tool.is_some(), "tool_name"),
+        (filter.session.is_some(), "session"),
+        (filter.kind.is_some(), "kind"),
+    ] {
+        if given {
+            n += 1;
+            clauses.push(format!("{column} = ${n}"));
+        }
+    }
+    let filters = if clauses.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", clauses.join(" AND "))
+    };
+    let output = if filter.with_output {
+        "output"
+    } else {
+        "NULL::json"
+    };
+    format!(
+        "SELECT {LOG_COLUMNS}, {output} FROM execution_log {filters}
+         ORDER BY created_at DESC, id DESC LIMIT ${}",
+        n + 1
+    )
+}
+
+#[async_trait]
+impl CallLog for PgStore {
+    async fn recent_calls(&self, filter: CallFilter) -> Result<Vec<LoggedCall>, StoreError> {
+        let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
+        let mut params: Vec<&(dyn ToSql + Sync)> = Vec::new();
+        for v in [&filter.tool, &filter.session, &filter.kind]
+            .into_iter()
+            .flatten()
+        {
+            params.push(v);
+        }
+        params.push(&limit);
+        self.query(&recent_calls_sql(&filter), &params, convert::logged_call)
+            .await
+    }
+
+    async fn purge_calls_before(&self, cutoff: SystemTime) -> Result<u64, StoreError> {
+        let mut total = 0u64;
+        loop {
+            // One small statement per batch, so that writers are never held up long.
+            let n = self
+                .execute(
+                    "DELETE FROM execution_log WHERE id IN (
+                         SELECT id FROM execution_log WHERE created_at < $1
+                         ORDER BY created_at LIMIT $2)",
+                    &[&cutoff, &PURGE_BATCH],
+                )
+                .await?;
+            total += n;
+            if n < PURGE_BATCH as u64 {
+                return Ok(total);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl SessionStore for PgStore {
+    async fn working_set(&self, session: &str) -> Result<Vec<WorkingSetEntry>, StoreError> {
+        self.query(
+            "SELECT tool, last_used, round FROM session_tools WHERE session = $1 ORDER BY tool",
+            &[&session],
+            |r| {
+                Ok(WorkingSetEntry::new(
+                    convert::col::<String>(r, 0)?,
+                    convert::col(r, 1)?,
+                    u64::try_from(convert::col::<i64>(r, 2)?).unwrap_or(0),
+                ))
+            },
+        )
+        .await
+    }
+
+    /// One statement for every entry (arrays unnested); the last entry of a tool wins.
+    async fn upsert_working_set(
+        &self,
+        session: &str,
+        entries: Vec<WorkingSetEntry>,
+    ) -> Result<(), StoreError> {
+        let last: BTreeMap<&str, &WorkingSetEntry> =
+            entries.iter().map(|e| (e.tool.as_str(), e)).collect();
+        if last.is_empty() {
+            return Ok(());
+        }
+        let tools: Vec<&str> = last.keys().copied().collect();
+        let used: Vec<SystemTime> = last.values().map(|e| e.last_used).collect();
+        let rounds: Vec<i64> = last
+            .values()
+            .map(|e| i64::try_from(e.round).unwrap_or(i64::MAX))
+            .collect();
+        self.execute(
+            "INSERT INTO session_tools (session, tool, last_used, round)
+             SELECT $1, t, u, r FROM unnest($2::text[], $3::timestamptz[], $4::bigint[]) AS e(t, u, r)
+             ON CONFLICT (session, tool) DO UPDATE
+             SET last_used = excluded.last_used, round = excluded.round",
+            &[&session, &tools, &used, &rounds],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn remove_from_working_set(
+        &self,
+        session: &str,
+        tools: Vec<String>,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "DELETE FROM session_tools WHERE session = $1 AND tool = ANY($2)",
+            &[&session, &tools],
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn record_failed_approach(
+        &self,
+        session: &str,
+        args_hash: &str,
+        tool: &str,
+        error: &str,
+    ) -> Result<u32, StoreError> {
+        let counts = self
+            .query(
+                "INSERT INTO session_failures (session, args_hash, tool, error, count, last_at)
+                 VALUES ($1, $2, $3, $4, 1, $5)
+                 ON CONFLICT (session, args_hash) DO UPDATE
+                 SET count = session_failures.count + 1, tool = excluded.tool,
+                     error = excluded.error, last_at = excluded.last_at
+                 RETURNING count",
+                &[&session, &args_hash, &tool, &error, &SystemTime::now()],
+                |r| convert::col::<i32>(r, 0),
+            )
+            .await?;
+        Ok(counts.first().map_or(0, |c| u32::try_from(*c).unwrap_or(0)))
+    }
+
+    async fn failed_approaches(&self, session: &str) -> Result<Vec<FailedApproach>, StoreError> {
+        self.query(
+            "SELECT args_hash, tool, error, count, last_at FROM session_failures
+             WHERE session = $1 ORDER BY args_hash",
+            &[&session],
+            |r| {
+                Ok(FailedApproach::new(
+                    convert::col::<String>(r, 0)?,
+                    convert::col::<String>(r, 1)?,
+                    convert::col::<String>(r, 2)?,
+                    u32::try_from(convert::col::<i32>(r, 3)?).unwrap_or(0),
+                    convert::col(r, 4)?,
+                ))
+            },
+        )
+        .await
+    }
+
+    async fn end_session(&self, session: &str) -> Result<(), StoreError> {
+        let loc = self.location();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.at(loc)?;
+        tx.execute("DELETE FROM session_tools WHERE session = $1", &[&session])
+            .await
+            .at(loc)?;
+        tx.execute(
+            "DELETE FROM session_failures WHERE session = $1",
+            &[&session],
+        )
+        .await
+        .at(loc)?;
+        tx.commit().await.at(loc)
+    }
+
+    async fn state(&self, key: &str) -> Result<Option<SurfaceState>, StoreError> {
+        let rows = self
+            .query(
+                "SELECT value, written_at FROM surface_state WHERE key = $1",
+                &[&key],
+                |r| Ok(SurfaceState::new(convert::col(r, 0)?, convert::col(r, 1)?)),
+            )
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    async fn put_state(&self, key: &str, value: Value) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO surface_state (key, value, written_at) VALUES ($1, $2, $3)
+             ON CONFLICT (key) DO UPDATE
+             SET value = excluded.value, written_at = excluded.written_at",
+            &[&key, &value, &SystemTime::now()],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Yes: every replica on the database shares it.
+    fn shared(&self) -> bool {
+        true
+    }
+
+    /// A session-level advisory lock per role, on a connection of its own: the first server
+    /// to ask gets it and keeps it while its connection lives; the others get `false` until
+    /// that server goes away (its connection ends, and the server releases the lock).
+    async fn lead(&self, role: &str) -> Result<bool, StoreError> {
+        let key = role_key(role);
+        let loc = self.location();
+        let mut leader = self.inner.leader.lock().await;
+        if leader.client.as_ref().is_none_or(|c| c.is_closed()) {
+            leader.held.clear();
+            let (client, conn) = self.inner.cfg.connect(NoTls).await.at(loc)?;
+            tokio::spawn(conn);
+            leader.client = Some(client);
+        }
+        if leader.held.contains(&key) {
+            return Ok(true);
+        }
+        let Some(client) = &leader.client else {
+            return Ok(false);
+        };
+        let got: bool = client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+            .await
+            .at(loc)?
+            .get(0);
+        if got {
+            leader.held.insert(key);
+        }
+        Ok(got)
+    }
+}
+
+#[async_trait]
+impl UsageSource for PgStore {
+    async fn usage(&self, now: SystemTime) -> Result<Vec<ToolUsage>, StoreError> {
+        let [b30, b90] =
+            ToolUsage::BUCKETS.map(|age| now.checked_sub(age).unwrap_or(std::time::UNIX_EPOCH));
+        // Calls that answered (Ok or a Hint), as the SQLite store counts them: not errors,
+        // and not the dispatcher's refusal of bad arguments (a schema hint the tool never
+        // saw, `quiver_registry::refused_before_running`).
+        self.query(
+            "SELECT tool_name,
+                count(*) FILTER (WHERE created_at >= $1),
+                count(*) FILTER (WHERE created_at < $1 AND created_at >= $2),
+                count(*) FILTER (WHERE created_at < $2)
+             FROM execution_log
+             WHERE err_kind IS NULL
+               AND NOT COALESCE(
+                   hint_kind = 'schema'
+                   AND left(error, length($3) + length(tool_name) + 1) = $3 || tool_name || '`',
+                   false)
+             GROUP BY tool_name ORDER BY tool_name",
+            &[&b30, &b90, &quiver_registry::REFUSED_ARGUMENTS],
+            |r| {
+                let n = |i| convert::col::<i64>(r, i).map(|v| u64::try_from(v).unwrap_or(0));
+                Ok(ToolUsage::new(
+                    convert::col::<String>(r, 0)?,
+                    n(1)?,
+                    n(2)?,
+                    n(3)?,
+                ))
+            },
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recent_calls_filter_only_on_what_is_given() {
+        let sql = recent_calls_sql(&CallFilter::recent(5).session("s").kind("ok"));
+        assert!(sql.contains("WHERE session = $1 AND kind = $2"), "{sql}");
+        assert!(sql.contains("LIMIT $3"), "{sql}");
+        assert!(sql.contains("NULL::json"), "{sql}");
+        let sql = recent_calls_sql(&CallFilter::recent(5).with_output());
+        assert!(!sql.contains("WHERE"), "{sql}");
+        assert!(sql.contains("LIMIT $1"), "{sql}");
+    }
+
+    #[test]
+    fn role_keys_differ_by_role() {
+        assert_ne!(role_key("floor"), role_key("jobs"));
+        assert_eq!(role_key("floor"), role_key("floor"));
+    }
+}

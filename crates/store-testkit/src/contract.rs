@@ -1,0 +1,719 @@
+//! The store ports' contract: what every adapter of `DefinitionStore`, `JobStore`,
+//! `CallLog`, `ToolCallRecorder`, `SessionStore` and `UsageSource` must do, as cases generic
+//! over a [`Backend`]. An adapter's tests run them all with [`crate::contract_suite!`].
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use quiver_contract::{Envelope, ErrKind, HintKind, Lifecycle, RenderOptions, ToolSpec, render};
+use quiver_registry::{
+    CallRecord, ToolCallRecorder,
+    store::{
+        CallFilter, CallLog, DefinitionStore, JobStatus, JobStore, JobType, NewJob, StoreError,
+        ToolDefinition, ToolType,
+    },
+};
+use quiver_surface::ports::{SessionStore, TIER0_KEY, ToolUsage, UsageSource, WorkingSetEntry};
+use serde_json::json;
+
+/// Every store port at once, as an adapter implements them.
+pub trait Ports:
+    DefinitionStore + JobStore + CallLog + ToolCallRecorder + SessionStore + UsageSource + 'static
+{
+}
+
+impl<T> Ports for T where
+    T: DefinitionStore
+        + JobStore
+        + CallLog
+        + ToolCallRecorder
+        + SessionStore
+        + UsageSource
+        + 'static
+{
+}
+
+/// What the suite needs of an adapter.
+#[async_trait]
+pub trait Backend: Send {
+    /// The adapter's store.
+    type Store: Ports;
+    /// A new, empty store.
+    async fn open(&mut self) -> Self::Store;
+    /// Another handle on the data of the store [`Backend::open`] gave (what another
+    /// process opening the same store has).
+    async fn another(&mut self) -> Self::Store;
+    /// Closes a handle as a clean shutdown does (everything recorded is written).
+    async fn close(&mut self, store: Self::Store);
+}
+
+/// Runs every case of the contract, one `#[tokio::test]` each, against the backend `$make`
+/// builds (evaluated afresh for each case).
+#[macro_export]
+macro_rules! contract_suite {
+    ($make:expr) => {
+        $crate::contract_suite!(@cases $make;
+            seeding_inserts_refreshes_keeps_status_retires_and_reports_unknown,
+            seeding_a_name_also_retired_is_a_conflict,
+            visible_query_filters_status_enabled_internal_deleted_and_tenant,
+            the_definitions_version_moves_with_every_change_from_any_handle,
+            jobs_follow_the_transition_table,
+            each_queued_job_is_claimed_once_across_two_handles,
+            recorded_calls_read_back_filtered_with_summary_and_full_output,
+            usage_counts_only_calls_that_answered,
+            usage_is_bucketed_by_age_and_retention_purges_old_rows,
+            working_sets_failures_and_surface_state_persist);
+    };
+    (@cases $make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let mut backend = $make;
+                $crate::contract::$case(&mut backend).await;
+            }
+        )*
+    };
+}
+
+fn sys(name: &str, desc: &str) -> ToolDefinition {
+    ToolDefinition::system(&ToolSpec::new(name, desc))
+}
+
+/// A call record of `tool` with call id `id`, ending in `kind` (`ok`, `hint` or `err`).
+pub fn call(tool: &str, id: &str, kind: &str) -> CallRecord {
+    let env = match kind {
+        "ok" => Envelope::text(format!("result of {id}")),
+        "hint" => Envelope::hint(HintKind::Schema, "did you mean `x`?", Vec::new()),
+        _ => Envelope::err(ErrKind::ToolFailed, "boom"),
+    };
+    CallRecord::new(tool, id, json!({"id": id}), env)
+}
+
+/// Seeding inserts new names, refreshes stored ones (never their status), retires only the
+/// names given, reports live system rows it does not know, clears a stale embedding; what
+/// it wrote outlives a restart.
+pub async fn seeding_inserts_refreshes_keeps_status_retires_and_reports_unknown(
+    b: &mut impl Backend,
+) {
+    let store = b.open().await;
+    let first = store
+        .seed_system_tools(
+            vec![
+                sys("a", "A"),
+                sys("b", "B"),
+                sys("old", "O"),
+                sys("stray", "S"),
+            ],
+            vec![],
+        )
+        .await
+        .expect("seed");
+    assert_eq!(first.inserted, ["a", "b", "old", "stray"]);
+
+    // Review turned `a` down and it got an embedding; a custom tool exists too.
+    store
+        .set_status("a", Lifecycle::Rejected, Some("unsafe".into()))
+        .await
+        .expect("status");
+    let version = store.definitions_version().await.unwrap();
+    store
+        .set_embedding("a", "k1".into(), vec![0.5, 1.5])
+        .await
+        .expect("emb");
+    store
+        .set_embedding("b", "k2".into(), vec![2.0])
+        .await
+        .expect("emb");
+    assert_eq!(
+        store.definitions_version().await.unwrap(),
+        version,
+        "a stored vector is not a change of the definitions"
+    );
+    assert!(matches!(
+        store.set_embedding("zz", "k".into(), vec![1.0]).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    let custom = ToolDefinition::from_spec(&ToolSpec::new("mine", "m"), ToolType::Custom, "js");
+    store.put_definition(custom).await.expect("custom");
+
+    let mut a = sys("a", "A, refreshed");
+    a.status_message = Some("working".into());
+    a.large_output = true;
+    let a = a.with_status(Lifecycle::Approved); // must not overwrite the stored status
+    let report = store
+        .seed_system_tools(vec![a, sys("b", "B"), sys("c", "C")], vec!["old".into()])
+        .await
+        .expect("reseed");
+    assert_eq!(report.inserted, ["c"]);
+    assert_eq!(report.updated, ["a"]);
+    assert_eq!(report.unchanged, ["b"]);
+    assert_eq!(report.retired, ["old"]);
+    assert_eq!(report.unknown, ["stray"]);
+
+    let a = store.definition("a").await.expect("get").expect("a");
+    assert_eq!(a.status, Lifecycle::Rejected);
+    assert_eq!(a.description, "A, refreshed");
+    assert_eq!(a.status_message.as_deref(), Some("working"));
+    assert!(a.large_output);
+    assert_eq!(
+        a.embedding, None,
+        "a changed description clears the embedding"
+    );
+    assert_eq!(a.embedding_key, None, "cleared with the embedding");
+    let b2 = store.definition("b").await.expect("get").expect("b");
+    assert_eq!(b2.embedding, Some(vec![2.0]));
+    assert_eq!(b2.embedding_key.as_deref(), Some("k2"));
+    let old = store.definition("old").await.expect("get").expect("old");
+    assert!(old.deleted_at.is_some());
+    let stray = store
+        .definition("stray")
+        .await
+        .expect("get")
+        .expect("stray");
+    assert!(stray.deleted_at.is_none(), "unknown rows are never swept");
+    assert!(store.definition("mine").await.expect("get").is_some());
+
+    // It all survives a restart.
+    b.close(store).await;
+    let store = b.another().await;
+    let a2 = store.definition("a").await.expect("get").expect("a");
+    assert_eq!(a2, a);
+    assert_eq!(a2.tool_type, ToolType::System);
+    b.close(store).await;
+}
+
+/// A name both seeded and retired is refused, and nothing is written.
+pub async fn seeding_a_name_also_retired_is_a_conflict(b: &mut impl Backend) {
+    let store = b.open().await;
+    let err = store
+        .seed_system_tools(vec![sys("a", "A")], vec!["a".into()])
+        .await
+        .expect_err("conflict");
+    assert!(matches!(err, StoreError::Conflict { .. }), "{err}");
+    assert!(store.all_definitions().await.expect("all").is_empty());
+    b.close(store).await;
+}
+
+/// A tenant sees approved, enabled, listed, live tools of its own or of everyone.
+pub async fn visible_query_filters_status_enabled_internal_deleted_and_tenant(
+    b: &mut impl Backend,
+) {
+    let store = b.open().await;
+    let spec = |n: &str| ToolSpec::new(n, "d");
+    let defs = vec![
+        ToolDefinition::system(&spec("shown")),
+        ToolDefinition::system(&spec("for_t1")).with_tenant("t1"),
+        ToolDefinition::system(&spec("for_t2")).with_tenant("t2"),
+        ToolDefinition::system(&spec("draft")).with_status(Lifecycle::Draft),
+        ToolDefinition::system(&spec("hidden").with_category("internal")),
+        ToolDefinition::system(&spec("off")),
+        ToolDefinition::system(&spec("deleted")),
+    ];
+    for d in defs {
+        store.put_definition(d).await.expect("put");
+    }
+    store.set_enabled("off", false).await.expect("disable");
+    store.soft_delete("deleted").await.expect("delete");
+    let names = |v: Vec<ToolDefinition>| v.into_iter().map(|d| d.name).collect::<Vec<_>>();
+    assert_eq!(
+        names(store.visible_definitions("t1").await.expect("t1")),
+        ["for_t1", "shown"]
+    );
+    assert_eq!(
+        names(store.visible_definitions("t3").await.expect("t3")),
+        ["shown"]
+    );
+    assert!(matches!(
+        store.set_enabled("nope", true).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    // A soft delete is revived by the next put.
+    store
+        .put_definition(ToolDefinition::system(&spec("deleted")))
+        .await
+        .expect("revive");
+    let revived = store
+        .definition("deleted")
+        .await
+        .expect("get")
+        .expect("row");
+    assert_eq!(revived.deleted_at, None);
+    b.close(store).await;
+}
+
+/// Every change of a definition moves the version, whoever makes it: a second handle
+/// (another process's `quiver custom approve`) is seen by the first, and one waiting for a
+/// change learns of it; a custom tool's test cases and pending version come back as
+/// written (key order included: the model reads schemas as stored).
+pub async fn the_definitions_version_moves_with_every_change_from_any_handle(b: &mut impl Backend) {
+    let store = b.open().await;
+    let v0 = store.definitions_version().await.expect("version");
+    let mut custom = ToolDefinition::from_spec(&ToolSpec::new("mine", "m"), ToolType::Custom, "js");
+    custom.input_schema = json!({"type": "object", "properties": {"z": {}, "a": {}}});
+    custom.test_cases = Some(json!([{"inputs": {}, "expect": 1}]));
+    custom.pending = Some(json!({"version": 2}));
+    store.put_definition(custom.clone()).await.expect("put");
+    let v1 = store.definitions_version().await.expect("version");
+    assert!(v1 > v0, "{v0} -> {v1}");
+    let back = store
+        .definition("mine")
+        .await
+        .expect("read")
+        .expect("there");
+    assert_eq!(
+        (back.test_cases, back.pending),
+        (custom.test_cases, custom.pending)
+    );
+    assert_eq!(
+        back.input_schema.to_string(),
+        custom.input_schema.to_string(),
+        "the schema's key order is kept"
+    );
+    let other = b.another().await;
+    other.set_enabled("mine", false).await.expect("disable");
+    let seen = store
+        .definitions_changed(Some(v1), Duration::from_secs(10))
+        .await
+        .expect("wait");
+    assert_ne!(seen, v1, "the waiting handle learns of the other's change");
+    let v2 = store.definitions_version().await.expect("version");
+    assert!(v2 > v1, "{v1} -> {v2}");
+    // A read that changes nothing does not move it.
+    store.all_definitions().await.expect("read");
+    assert_eq!(store.definitions_version().await.expect("version"), v2);
+    b.close(other).await;
+    b.close(store).await;
+}
+
+/// Jobs move only along the transition table; terminal states are terminal.
+pub async fn jobs_follow_the_transition_table(b: &mut impl Backend) {
+    let store = b.open().await;
+    let job = store
+        .create_job(
+            NewJob::new("j1", "tool", JobType::Build, json!({"goal": "x"})).with_tenant("t"),
+        )
+        .await
+        .expect("create");
+    assert_eq!(job.status, JobStatus::Queued);
+    assert!(matches!(
+        store
+            .create_job(NewJob::new("j1", "tool", JobType::Build, json!({})))
+            .await,
+        Err(StoreError::Conflict { .. })
+    ));
+
+    // An illegal jump is an error and writes nothing.
+    let err = store
+        .transition_job("j1", JobStatus::Approved, Some(json!("nope")))
+        .await
+        .expect_err("queued -> approved");
+    assert!(
+        matches!(
+            err,
+            StoreError::InvalidTransition {
+                from: JobStatus::Queued,
+                to: JobStatus::Approved,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let still = store.job("j1").await.expect("get").expect("j1");
+    assert_eq!(still.status, JobStatus::Queued);
+    assert_eq!(still.result, None);
+
+    for to in [
+        JobStatus::Building,
+        JobStatus::Testing,
+        JobStatus::Building,
+        JobStatus::Testing,
+    ] {
+        store.transition_job("j1", to, None).await.expect("legal");
+    }
+    store.set_job_progress("j1", 250).await.expect("progress");
+    let done = store
+        .transition_job("j1", JobStatus::Approved, Some(json!({"tests": "passed"})))
+        .await
+        .expect("approve");
+    assert_eq!(done.status, JobStatus::Approved);
+    assert_eq!(done.progress_pct, 100);
+    assert_eq!(done.result, Some(json!({"tests": "passed"})));
+    assert_eq!(done.tenant.as_deref(), Some("t"));
+
+    for to in JobStatus::ALL {
+        assert!(matches!(
+            store.transition_job("j1", to, None).await,
+            Err(StoreError::InvalidTransition { .. })
+        ));
+    }
+    assert!(matches!(
+        store
+            .transition_job("missing", JobStatus::Building, None)
+            .await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.set_job_progress("missing", 1).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert_eq!(
+        store.jobs(Some("tool".into())).await.expect("list").len(),
+        1
+    );
+    assert!(
+        store
+            .jobs(Some("other".into()))
+            .await
+            .expect("list")
+            .is_empty()
+    );
+    b.close(store).await;
+}
+
+/// Two handles (two processes) claim from one queue: every job goes to exactly one of
+/// them, oldest first, and a named claim takes only that job while it is still queued.
+pub async fn each_queued_job_is_claimed_once_across_two_handles(b: &mut impl Backend) {
+    let a = b.open().await;
+    let other = b.another().await;
+    for i in 0..20 {
+        a.create_job(NewJob::new(
+            format!("j{i:02}"),
+            "tool",
+            JobType::Audit,
+            json!({}),
+        ))
+        .await
+        .expect("create");
+        // Distinct creation times, so "oldest first" has one answer.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let named = other
+        .claim_job(Some("j07".into()))
+        .await
+        .expect("claim")
+        .expect("j07 is queued");
+    assert_eq!(
+        (named.id.as_str(), named.status),
+        ("j07", JobStatus::Building)
+    );
+    assert!(
+        a.claim_job(Some("j07".into()))
+            .await
+            .expect("claim")
+            .is_none()
+    );
+
+    let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
+    loop {
+        let (x, y) = tokio::join!(a.claim_job(None), other.claim_job(None));
+        let (x, y) = (x.expect("claim a"), y.expect("claim b"));
+        if x.is_none() && y.is_none() {
+            break;
+        }
+        got_a.extend(x.map(|j| j.id));
+        got_b.extend(y.map(|j| j.id));
+    }
+    let mut all: Vec<String> = got_a.iter().chain(&got_b).cloned().collect();
+    all.sort();
+    let want: Vec<String> = (0..20)
+        .filter(|i| *i != 7)
+        .map(|i| format!("j{i:02}"))
+        .collect();
+    assert_eq!(all, want, "a took {got_a:?}, b took {got_b:?}");
+    assert!(got_a.windows(2).all(|w| w[0] < w[1]), "{got_a:?}");
+    let stored = a.job("j00").await.expect("get").expect("j00");
+    assert_eq!(stored.status, JobStatus::Building);
+    b.close(other).await;
+    b.close(a).await;
+}
+
+/// Recorded calls read back whole (summary cut at 500 characters, the full output only
+/// when asked), newest first, filtered by tool, session and kind; another handle reads
+/// them too.
+pub async fn recorded_calls_read_back_filtered_with_summary_and_full_output(b: &mut impl Backend) {
+    let store = b.open().await;
+    let long = Envelope::text("x".repeat(2_000));
+    store
+        .record(
+            CallRecord::new("read", "c1", json!({"path": "/a"}), long.clone())
+                .with_session("s1")
+                .with_tenant("t")
+                .with_principal("ci")
+                .with_reasoning("looking")
+                .with_timings(Duration::from_micros(7), Duration::from_micros(42)),
+        )
+        .await;
+    store
+        .record(call("read", "c2", "hint").with_session("s2"))
+        .await;
+    store
+        .record(call("write", "c3", "err").with_session("s1"))
+        .await;
+    store.flush().await;
+
+    let all = store
+        .recent_calls(CallFilter::recent(10))
+        .await
+        .expect("all");
+    assert_eq!(all.len(), 3);
+    let c1 = all.iter().find(|c| c.call_id == "c1").expect("c1");
+    assert_eq!(c1.output_summary.chars().count(), 500);
+    assert!(render(&long, &RenderOptions::default()).starts_with(&c1.output_summary));
+    assert_eq!(c1.output, None, "full output only when asked");
+    assert_eq!(c1.input, json!({"path": "/a"}));
+    assert_eq!(
+        (c1.session.as_deref(), c1.tenant.as_deref()),
+        (Some("s1"), Some("t"))
+    );
+    assert_eq!(c1.reasoning.as_deref(), Some("looking"));
+    assert_eq!(c1.principal.as_deref(), Some("ci"));
+    let c2 = all.iter().find(|c| c.call_id == "c2").expect("c2");
+    assert_eq!(c2.principal, None);
+    assert_eq!(
+        (c1.queued, c1.took),
+        (Duration::from_micros(7), Duration::from_micros(42))
+    );
+    assert!(c1.success);
+
+    let other = b.another().await;
+    for (filter, want) in [
+        (CallFilter::recent(10).tool("read"), vec!["c1", "c2"]),
+        (CallFilter::recent(10).session("s1"), vec!["c1", "c3"]),
+        (CallFilter::recent(10).kind("hint"), vec!["c2"]),
+    ] {
+        let mut ids: Vec<String> = other
+            .recent_calls(filter.clone())
+            .await
+            .expect("query")
+            .into_iter()
+            .map(|c| c.call_id)
+            .collect();
+        ids.sort();
+        assert_eq!(ids, want, "{filter:?}");
+    }
+    assert_eq!(
+        other
+            .recent_calls(CallFilter::recent(1))
+            .await
+            .expect("one")
+            .len(),
+        1
+    );
+
+    let errs = store
+        .recent_calls(CallFilter::recent(10).kind("err").with_output())
+        .await
+        .expect("errs");
+    assert_eq!(errs[0].err_kind, Some(ErrKind::ToolFailed));
+    assert_eq!(errs[0].error.as_deref(), Some("boom"));
+    assert!(!errs[0].success);
+    assert_eq!(
+        errs[0].output,
+        Some(Envelope::err(ErrKind::ToolFailed, "boom"))
+    );
+    let hint = store
+        .recent_calls(CallFilter::recent(10).kind("hint"))
+        .await
+        .expect("hints");
+    assert_eq!(hint[0].hint_kind, Some(HintKind::Schema));
+    b.close(other).await;
+    b.close(store).await;
+}
+
+/// Usage counts the calls that answered (Ok or a Hint): not a call refused before it ran
+/// (denied, unknown, looping, too large, its arguments refused by the schema check, its
+/// server not up), and not a call that failed; a schema hint the tool returned after it ran
+/// counts.
+pub async fn usage_counts_only_calls_that_answered(b: &mut impl Backend) {
+    let store = b.open().await;
+    let now = SystemTime::now();
+    let rec = |tool: &str, id: &str, env: Envelope| CallRecord::new(tool, id, json!({}), env);
+    for (i, kind) in [
+        ErrKind::PolicyDenied,
+        ErrKind::UndefinedTool,
+        ErrKind::Forbidden,
+        ErrKind::LoopGuard,
+        ErrKind::Other("input_too_large".into()),
+        ErrKind::Other("too_deep".into()),
+        ErrKind::Other("invalid_params".into()),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        store
+            .record(rec(
+                "denied",
+                &format!("d{i}"),
+                Envelope::err(kind, "refused"),
+            ))
+            .await;
+    }
+    store
+        .record(rec(
+            "denied",
+            "h0",
+            Envelope::hint(
+                HintKind::Schema,
+                format!(
+                    "{}denied` do not fit its schema: `/a`: wrong type",
+                    quiver_registry::REFUSED_ARGUMENTS
+                ),
+                Vec::new(),
+            ),
+        ))
+        .await;
+    for (i, kind) in [ErrKind::ToolFailed, ErrKind::NotAvailable, ErrKind::Timeout]
+        .into_iter()
+        .enumerate()
+    {
+        store
+            .record(rec("failed", &format!("f{i}"), Envelope::err(kind, "boom")))
+            .await;
+    }
+    store.record(rec("used", "u0", Envelope::text("ok"))).await;
+    store.record(rec("used", "u1", Envelope::text("ok"))).await;
+    store
+        .record(rec(
+            "used",
+            "u2",
+            Envelope::hint(HintKind::Schema, "the row id is unknown", Vec::new()),
+        ))
+        .await;
+    store
+        .record(rec(
+            "used",
+            "u3",
+            Envelope::hint(
+                HintKind::Schema,
+                format!(
+                    "{}other` do not fit its schema",
+                    quiver_registry::REFUSED_ARGUMENTS
+                ),
+                Vec::new(),
+            ),
+        ))
+        .await;
+    store.record(rec("used", "u4", Envelope::text("ok"))).await;
+    store.flush().await;
+    assert_eq!(
+        store.usage(now).await.expect("usage"),
+        [ToolUsage::new("used", 5, 0, 0)]
+    );
+    b.close(store).await;
+}
+
+/// Usage is bucketed by age (under 30 days, 30 to 90, older); purging deletes the rows
+/// before a cutoff, in batches, and says how many.
+pub async fn usage_is_bucketed_by_age_and_retention_purges_old_rows(b: &mut impl Backend) {
+    const DAY: Duration = Duration::from_secs(86_400);
+    let store = b.open().await;
+    let now = SystemTime::now();
+    let ages = [0, 1, 29, 31, 89, 91, 400];
+    for (i, days) in ages.iter().enumerate() {
+        store
+            .record(call("a", &format!("a{i}"), "ok").with_at(now - DAY * *days))
+            .await;
+    }
+    store
+        .record(call("b", "b0", "ok").with_at(now - DAY * 100))
+        .await;
+    store.flush().await;
+    assert_eq!(
+        store.usage(now).await.expect("usage"),
+        [ToolUsage::new("a", 3, 2, 2), ToolUsage::new("b", 0, 0, 1)]
+    );
+
+    // Enough old rows to take several purge batches.
+    for i in 0..2_500 {
+        store
+            .record(call("c", &format!("old{i}"), "ok").with_at(now - DAY * 200))
+            .await;
+    }
+    store.flush().await;
+    let purged = store
+        .purge_calls_before(now - DAY * 90)
+        .await
+        .expect("purge");
+    assert_eq!(purged, 2_500 + 3);
+    assert_eq!(
+        store.usage(now).await.expect("usage"),
+        [ToolUsage::new("a", 3, 2, 0)]
+    );
+    assert_eq!(
+        store
+            .recent_calls(CallFilter::recent(100))
+            .await
+            .expect("rest")
+            .len(),
+        5
+    );
+    b.close(store).await;
+}
+
+/// Working sets, failure counts and surface state are kept per session and key, outlive a
+/// restart, and go with the session's end.
+pub async fn working_sets_failures_and_surface_state_persist(b: &mut impl Backend) {
+    let store = b.open().await;
+    let t = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    store
+        .upsert_working_set(
+            "s1",
+            vec![
+                WorkingSetEntry::new("a", t, 1),
+                WorkingSetEntry::new("b", t, 1),
+            ],
+        )
+        .await
+        .expect("upsert");
+    store
+        .upsert_working_set("s1", vec![WorkingSetEntry::new("a", t, 3)])
+        .await
+        .expect("refresh");
+    store
+        .upsert_working_set("s2", vec![WorkingSetEntry::new("z", t, 1)])
+        .await
+        .expect("other session");
+    store
+        .remove_from_working_set("s1", vec!["b".into()])
+        .await
+        .expect("remove");
+    assert_eq!(
+        store
+            .record_failed_approach("s1", "h1", "a", "e1")
+            .await
+            .expect("f"),
+        1
+    );
+    assert_eq!(
+        store
+            .record_failed_approach("s1", "h1", "a", "e2")
+            .await
+            .expect("f"),
+        2
+    );
+    let before = SystemTime::now();
+    store
+        .put_state(TIER0_KEY, json!(["a", "b"]))
+        .await
+        .expect("floor");
+    assert_eq!(store.state("nothing").await.expect("state"), None);
+
+    b.close(store).await;
+    let store = b.another().await;
+    assert_eq!(
+        store.working_set("s1").await.expect("ws"),
+        [WorkingSetEntry::new("a", t, 3)]
+    );
+    let failures = store.failed_approaches("s1").await.expect("failures");
+    assert_eq!(failures.len(), 1);
+    assert_eq!((failures[0].count, failures[0].error.as_str()), (2, "e2"));
+    let floor = store.state(TIER0_KEY).await.expect("state").expect("floor");
+    assert_eq!(floor.value, json!(["a", "b"]));
+    assert!(floor.written_at >= before - Duration::from_secs(1));
+
+    store.end_session("s1").await.expect("end");
+    assert!(store.working_set("s1").await.expect("ws").is_empty());
+    assert!(store.failed_approaches("s1").await.expect("f").is_empty());
+    assert_eq!(store.working_set("s2").await.expect("ws").len(), 1);
+    b.close(store).await;
+}

@@ -1,0 +1,460 @@
+//! Two `quiver serve` replicas sharing one PostgreSQL store (a server the test starts with
+//! `quiver_store_testkit::TestPostgres`), driven by the official Python MCP client: custom
+//! tools approved elsewhere reach both replicas' clients, a stateless conversation keeps its
+//! working set across them, `quiver log` reads both; one replica killed with SIGKILL under
+//! load, the other keeps serving and logs every call it answered; a database that goes away
+//! and comes back under a serving replica; a database `serve` cannot use; and `quiver store
+//! migrate`.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use quiver_store_testkit::TestPostgres;
+use tokio::{
+    io::{AsyncBufReadExt, BufReader},
+    process::{Child, Command},
+};
+
+use crate::mcp_server::{fresh_dir, line_of, peers, quiver_binary, repo_root};
+
+/// The variable the replicas' config reads the database URL from (`${env:...}`), so the
+/// password is in no file.
+const URL_VAR: &str = "QUIVER_TEST_PG_URL";
+
+/// A replica; killed when dropped.
+struct Replica {
+    child: Child,
+    url: String,
+}
+
+/// A directory whose `quiver.toml` names the test's database, through [`URL_VAR`].
+fn configured_dir() -> PathBuf {
+    let dir = fresh_dir();
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!("[store]\nurl = \"${{env:{URL_VAR}}}\"\n"),
+    )
+    .expect("write quiver.toml");
+    dir
+}
+
+async fn start_replica(dir: &Path, db_url: &str) -> Replica {
+    let mut child = Command::new(quiver_binary())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env(URL_VAR, db_url)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("quiver serve starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+    let url = line_of(&mut lines).await;
+    assert!(url.ends_with("/mcp"), "{url}");
+    // The rest of stdout is drained, so the replica never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Replica { child, url }
+}
+
+/// Runs a fixture script with the venv's Python and `env`; returns its stdout. A failing
+/// script fails the test.
+async fn script(name: &str, args: &[&str], env: &[(&str, &str)]) -> String {
+    let py = peers().join("venv/bin/python");
+    assert!(
+        py.exists(),
+        "{} is missing: run `bash .ci/setup-peers` to install the Python MCP client",
+        py.display()
+    );
+    let path = repo_root().join("tests/fixtures/mcp_server").join(name);
+    let child = Command::new(py)
+        .arg(&path)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python starts");
+    let out = tokio::time::timeout(Duration::from_secs(180), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{name} did not finish in time"))
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "{name} failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn database() -> (TestPostgres, String) {
+    let pg = TestPostgres::start();
+    pg.create_database("quiver");
+    let url = pg.url("quiver");
+    (pg, url)
+}
+
+#[tokio::test]
+async fn two_replicas_share_custom_tools_working_sets_and_the_log() {
+    let (_pg, db) = database();
+    let (dir_a, dir_b, dir_cli) = (configured_dir(), configured_dir(), configured_dir());
+    let a = start_replica(&dir_a, &db).await;
+    let b = start_replica(&dir_b, &db).await;
+    let binary = quiver_binary();
+    script(
+        "replicas.py",
+        &[
+            &a.url,
+            &b.url,
+            binary.to_str().expect("utf-8 path"),
+            dir_cli.to_str().expect("utf-8 path"),
+        ],
+        &[(URL_VAR, &db)],
+    )
+    .await;
+    // `quiver status` names the shared store with its password masked.
+    let status = std::process::Command::new(&binary)
+        .arg("status")
+        .env(URL_VAR, &db)
+        .current_dir(&dir_cli)
+        .output()
+        .expect("quiver status runs");
+    let text = String::from_utf8_lossy(&status.stdout).into_owned()
+        + &String::from_utf8_lossy(&status.stderr);
+    assert!(status.status.success(), "{text}");
+    assert!(text.contains("PostgreSQL, shared"), "{text}");
+    assert!(
+        !text.contains(quiver_store_testkit::PASSWORD_FOR_TESTS),
+        "the password is masked: {text}"
+    );
+    drop((a, b));
+}
+
+/// The rows of the execution log, as `quiver log --json` prints them.
+fn log_rows(dir: &Path, db: &str) -> Vec<serde_json::Value> {
+    let out = std::process::Command::new(quiver_binary())
+        .args(["log", "--json", "--limit", "100000"])
+        .env(URL_VAR, db)
+        .current_dir(dir)
+        .output()
+        .expect("quiver log runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_replica_killed_under_load_leaves_the_other_serving_and_logging() {
+    let (_pg, db) = database();
+    let (dir_a, dir_b) = (configured_dir(), configured_dir());
+    let mut a = start_replica(&dir_a, &db).await;
+    let b = start_replica(&dir_b, &db).await;
+    let (url_a, url_b) = (a.url.clone(), b.url.clone());
+    let load = tokio::spawn({
+        let db = db.clone();
+        async move {
+            script(
+                "replica_load.py",
+                &[&url_a, &url_b, "300"],
+                &[(URL_VAR, &db)],
+            )
+            .await
+        }
+    });
+    // Kill A once it has answered calls: its rows reach the log.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let rows = log_rows(&dir_b, &db);
+        if rows
+            .iter()
+            .filter(|r| r["session"].as_str().is_some_and(|s| s.ends_with("load-a")))
+            .count()
+            >= 20
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "replica A answered no calls"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    a.child.start_kill().expect("SIGKILL replica A");
+    a.child.wait().await.expect("A is gone");
+    let out = load.await.expect("the load script");
+    let answered: serde_json::Value = serde_json::from_str(
+        out.lines()
+            .last()
+            .expect("the script prints what was answered"),
+    )
+    .expect("JSON");
+    let answered_b: Vec<&str> = answered["b"]
+        .as_array()
+        .expect("b's list")
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert_eq!(answered_b.len(), 300, "replica B answered every call");
+    // Every call B answered reaches the log (B writes in batches, within milliseconds).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let missing = loop {
+        let logged: std::collections::BTreeSet<String> = log_rows(&dir_b, &db)
+            .iter()
+            .filter_map(|r| r["input"]["query"].as_str().map(str::to_owned))
+            .collect();
+        let missing: Vec<&&str> = answered_b
+            .iter()
+            .filter(|q| !logged.contains(**q))
+            .collect();
+        if missing.is_empty() || tokio::time::Instant::now() >= deadline {
+            let answered_a = answered["a"].as_array().map_or(0, Vec::len);
+            let logged_a = answered["a"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|q| q.as_str().is_some_and(|q| logged.contains(q)))
+                .count();
+            println!(
+                "replica A answered {answered_a} call(s) before it was killed; {logged_a} of them are in the log"
+            );
+            break missing.len();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(missing, 0, "every call replica B answered is in the log");
+    drop(b);
+}
+
+/// `quiver store migrate` copies a SQLite store (definitions and a custom tool, its jobs, the
+/// log, a working set) into PostgreSQL, checks every row is there, and adds nothing when run
+/// again; a replica on the database then serves the custom tool and `quiver log` shows the
+/// old calls.
+#[tokio::test]
+async fn a_sqlite_store_moves_into_postgres_and_a_second_move_adds_nothing() {
+    let (_pg, db) = database();
+    let old = fresh_dir();
+    let quiver = |dir: &Path, args: &[&str]| {
+        let out = std::process::Command::new(quiver_binary())
+            .args(args)
+            .env(URL_VAR, &db)
+            // `store migrate --to` from the environment: the password stays off the
+            // command line.
+            .env("QUIVER_STORE_URL", &db)
+            .current_dir(dir)
+            .output()
+            .expect("quiver runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "quiver {args:?}: {text}");
+        text
+    };
+    std::fs::write(
+        old.join("up.js"),
+        "async function main(inputs) { return inputs.text.toUpperCase(); }",
+    )
+    .unwrap();
+    std::fs::write(
+        old.join("up.schema.json"),
+        r#"{"type": "object", "properties": {"text": {"type": "string"}}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        old.join("up.tests.json"),
+        r#"[{"inputs": {"text": "a"}, "expect": "A"}]"#,
+    )
+    .unwrap();
+    quiver(
+        &old,
+        &[
+            "custom",
+            "add",
+            "up.js",
+            "--name",
+            "upper_case",
+            "--description",
+            "Turns a text into capitals.",
+            "--schema",
+            "up.schema.json",
+            "--tests",
+            "up.tests.json",
+        ],
+    );
+    quiver(&old, &["custom", "approve", "upper_case"]);
+    quiver(
+        &old,
+        &[
+            "call",
+            "--session",
+            "moved",
+            "tool_search",
+            r#"{"query": "turn a text into capitals"}"#,
+        ],
+    );
+    let sqlite = old.join("quiver.db");
+    let sqlite = sqlite.to_str().expect("utf-8 path");
+    let first = quiver(&old, &["store", "migrate", "--from", sqlite]);
+    assert!(first.contains("verified: every row"), "{first}");
+    assert!(
+        !first.contains(quiver_store_testkit::PASSWORD_FOR_TESTS),
+        "{first}"
+    );
+    let again = quiver(&old, &["store", "migrate", "--from", sqlite]);
+    assert!(
+        again.contains(
+            "new in PostgreSQL: 0 definition(s), 0 job(s), 0 log row(s), 0 working-set entr(ies), 0 failed approach(es), 0 state key(s)"
+        ),
+        "{again}"
+    );
+    assert!(again.contains("verified: every row"), "{again}");
+
+    let dir = configured_dir();
+    let logged = log_rows(&dir, &db);
+    assert!(
+        logged
+            .iter()
+            .any(|r| r["tool"] == "tool_search"
+                && r["input"]["query"] == "turn a text into capitals"),
+        "the old call is in the shared log: {logged:?}"
+    );
+    let called = quiver(&dir, &["call", "upper_case", r#"{"text": "moved"}"#]);
+    assert!(
+        called.contains("MOVED"),
+        "the custom tool moved too: {called}"
+    );
+}
+
+/// The status line of `GET /readyz` on the server of `mcp_url` (`http://host:port/mcp`).
+async fn readyz(mcp_url: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = mcp_url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&host)
+        .await
+        .expect("the replica listens");
+    stream
+        .write_all(
+            format!("GET /readyz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .expect("request sent");
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).await.expect("reply read");
+    reply.lines().next().unwrap_or_default().to_owned()
+}
+
+/// Waits up to `limit` for `/readyz` to answer `status`.
+async fn ready_becomes(mcp_url: &str, status: &str, limit: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if readyz(mcp_url).await.contains(status) {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The database goes away under a serving replica: calls are still answered, `/readyz`
+/// says 503 (the log cannot be written), and the rows are held; the database comes back:
+/// `/readyz` is 200 again and the calls made meanwhile are in the log.
+#[tokio::test]
+async fn a_replica_keeps_answering_while_postgres_is_away_and_logs_once_it_is_back() {
+    let (mut pg, db) = database();
+    let dir = configured_dir();
+    let replica = start_replica(&dir, &db).await;
+    script("one_call.py", &[&replica.url, "before the outage"], &[]).await;
+    assert!(readyz(&replica.url).await.contains("200"));
+
+    pg.stop();
+    script("one_call.py", &[&replica.url, "during the outage"], &[]).await;
+    assert!(
+        ready_becomes(&replica.url, "503", Duration::from_secs(30)).await,
+        "readiness reports the failing log"
+    );
+
+    pg.start_again();
+    assert!(
+        ready_becomes(&replica.url, "200", Duration::from_secs(30)).await,
+        "ready again once the database is back"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let queries: Vec<String> = log_rows(&dir, &db)
+            .iter()
+            .filter_map(|r| r["input"]["query"].as_str().map(str::to_owned))
+            .collect();
+        if queries.iter().any(|q| q == "during the outage") {
+            assert!(
+                queries.iter().any(|q| q == "before the outage"),
+                "{queries:?}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the call made during the outage reaches the log: {queries:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(replica);
+}
+
+/// `quiver serve` on a database it cannot use stops at once with what to fix, the password
+/// masked: a refused password, a database of another application, a URL that is not
+/// PostgreSQL's.
+#[tokio::test]
+async fn serve_refuses_a_database_it_cannot_use_and_says_why() {
+    let (pg, db) = database();
+    pg.create_database("shop");
+    pg.psql("shop", "CREATE TABLE orders (id int)");
+    let wrong_password = db.replace(quiver_store_testkit::PASSWORD_FOR_TESTS, "not-the-password");
+    let shop = pg.url("shop");
+    for (url, want) in [
+        (wrong_password.as_str(), "refused the credentials"),
+        (shop.as_str(), "not a Quiver store"),
+        (
+            "mysql://root:pw@127.0.0.1/quiver",
+            "is not a PostgreSQL URL",
+        ),
+    ] {
+        let dir = configured_dir();
+        let out = tokio::time::timeout(
+            Duration::from_secs(60),
+            Command::new(quiver_binary())
+                .args(["serve", "--listen", "127.0.0.1:0"])
+                .env(URL_VAR, url)
+                .current_dir(&dir)
+                .output(),
+        )
+        .await
+        .expect("serve stops in time")
+        .expect("quiver runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{url}: {text}");
+        assert!(text.contains(want), "{want}: {text}");
+        for secret in [
+            quiver_store_testkit::PASSWORD_FOR_TESTS,
+            "not-the-password",
+            ":pw@",
+        ] {
+            assert!(!text.contains(secret), "the password is masked: {text}");
+        }
+    }
+}

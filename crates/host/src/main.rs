@@ -87,7 +87,7 @@ enum Command {
         #[arg(long, value_enum, default_value = "table")]
         format: ToolFormat,
         /// List the whole catalog instead of one session's surface: every registered tool
-        /// with its family (core, mcp:<server>, custom, skills, ...), whatever a session
+        /// with its family (core, `mcp:<server>`, custom, skills, ...), whatever a session
         /// would be shown.
         #[arg(long)]
         all: bool,

@@ -11,9 +11,10 @@
 //!   request over HTTP;
 //! - skills and command files are read again when `[skills]` or anything in their
 //!   directories changed: the `skill` tool is replaced and the local prompts with it;
-//! - the settings read only at start (the store, the sandbox, the admin token, the HTTP
-//!   server's `limits.max_http_sessions` and `limits.input_wait_secs`; the tokens when
-//!   serving on stdio) are compared, and a change there is reported as needing a restart
+//! - a changed admin token is checked from the next request on;
+//! - the settings read only at start (the store, the sandbox, an admin token set or
+//!   removed, the HTTP server's `limits.max_http_sessions` and `limits.input_wait_secs`;
+//!   the tokens when serving on stdio) are compared, and a change there is reported as needing a restart
 //!   rather than half applied.
 //!
 //! Clients see a changed tool list as `notifications/tools/list_changed`, as for any
@@ -93,6 +94,8 @@ pub struct Reloader {
     /// The dispatcher and the surface whose settings (`[limits]`, `[surface]`) a reload
     /// replaces.
     pipeline: Option<(Dispatcher, Arc<Surface>)>,
+    /// The admin token the HTTP server checks, once it serves with one.
+    admin: std::sync::OnceLock<quiver_mcp_adapter::AdminToken>,
 }
 
 struct CatalogDirState {
@@ -144,7 +147,15 @@ impl Reloader {
             catalog_dir: None,
             auth: std::sync::OnceLock::new(),
             pipeline: None,
+            admin: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The admin token the server checks, which a reload replaces when `[admin] token`
+    /// changes (a token set or removed where there was none, or is none, needs a restart:
+    /// the admin endpoints exist only when the server starts with one).
+    pub fn set_admin(&self, token: quiver_mcp_adapter::AdminToken) {
+        let _ = self.admin.set(token);
     }
 
     /// Replaces the settings of `dispatcher` (`[limits]`) and `surface` (`[surface]`, and
@@ -292,7 +303,7 @@ impl Reloader {
             ),
             ("auth", !auth_changed || auth_live),
             ("sandbox", same(&current.sandbox, &config.sandbox)),
-            ("admin", same(&current.admin, &config.admin)),
+            ("admin", self.apply_admin(&current.admin, &config.admin)),
         ]
         .into_iter()
         .filter(|(_, unchanged)| !unchanged)
@@ -358,6 +369,30 @@ impl Reloader {
         }
         self.record(&report);
         Ok(report)
+    }
+
+    /// Replaces the admin token the server checks when `[admin]` changed from one token to
+    /// another; whether the change is in force (unchanged counts as in force).
+    fn apply_admin(
+        &self,
+        current: &crate::config::AdminConfig,
+        next: &crate::config::AdminConfig,
+    ) -> bool {
+        let (Ok(old), Ok(new)) = (current.token(), next.token()) else {
+            return false;
+        };
+        match (old, new, self.admin.get()) {
+            (None, None, _) => true,
+            (Some(old), Some(new), Some(serving)) => {
+                if !old.same_as(&new) {
+                    serving.replace(&new);
+                    tracing::info!("the admin token was replaced");
+                }
+                true
+            }
+            (Some(old), Some(new), None) => old.same_as(&new),
+            _ => false,
+        }
     }
 
     /// Gives the dispatcher `config`'s limits when they changed, and the surface its

@@ -154,13 +154,17 @@ pub(crate) async fn run(
         .with_auth(config.inbound_auth())
         .with_input_wait(config.limits.input_wait()?)
         .with_max_sessions(config.limits.max_http_sessions()?);
-    if let Some(token) = config.admin.token()? {
-        options = options.with_admin_token(token);
+    let admin_token = config.admin.token()?;
+    if let Some(token) = &admin_token {
+        options = options.with_admin_token(token.clone());
     }
     // The configuration reloads on a change of its files, on SIGHUP and at
     // `POST /admin/reload`.
     let (content, prompts) = content(app, config);
     let reloader = std::sync::Arc::new(app.reloader(config).with_prompts(prompts));
+    if let Some(token) = admin_token {
+        reloader.set_admin(token);
+    }
     let _watching = match quiver_host::reload::watch_files(reloader.clone()) {
         Ok(watching) => Some(watching),
         Err(e) => {

@@ -41,9 +41,10 @@ pub trait MetricsExposition: Send + Sync {
     fn content_type(&self) -> &'static str;
 }
 
-/// The admin token: never printed.
-#[derive(Clone, PartialEq, Eq)]
-pub struct AdminToken(pub(crate) String);
+/// The admin token: never printed. Clones share it, so a host that keeps one replaces the
+/// token the server checks ([`AdminToken::replace`], a reload's) for the next request.
+#[derive(Clone)]
+pub struct AdminToken(Arc<std::sync::RwLock<String>>);
 
 impl AdminToken {
     /// A token; at least 16 characters, as inbound tokens.
@@ -52,7 +53,22 @@ impl AdminToken {
         if token.chars().count() < 16 {
             return Err("the admin token must be at least 16 characters long".into());
         }
-        Ok(AdminToken(token))
+        Ok(AdminToken(Arc::new(std::sync::RwLock::new(token))))
+    }
+
+    /// Checks the next requests against `with`'s token instead.
+    pub fn replace(&self, with: &AdminToken) {
+        let new = with.current();
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = new;
+    }
+
+    /// Whether `other` holds the same token.
+    pub fn same_as(&self, other: &AdminToken) -> bool {
+        self.current() == other.current()
+    }
+
+    fn current(&self) -> String {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
@@ -169,7 +185,7 @@ fn refusal(admin: &Admin, headers: &HeaderMap) -> Option<axum::response::Respons
     let presented = text(header::AUTHORIZATION)
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    if super::auth::constant_time_eq(presented.as_bytes(), token.0.as_bytes()) {
+    if super::auth::constant_time_eq(presented.as_bytes(), token.current().as_bytes()) {
         return None;
     }
     let mut response = answer(

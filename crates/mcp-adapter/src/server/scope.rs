@@ -46,10 +46,17 @@ pub(crate) struct Scope {
 }
 
 impl Scope {
-    /// Whose call it is, for the input rounds.
+    /// Whose call it is, for the input rounds. A request's own key is new with each
+    /// request, so the retries of a call held for one come under the kind alone: the
+    /// `requestState` the client was given (random, unguessable) is what names its call.
     pub(super) fn owner(&self) -> Owner {
+        let key = if self.key.kind() == quiver_surface::SessionKind::Request {
+            Arc::from(quiver_contract::REQUEST_SESSION_PREFIX)
+        } else {
+            self.key.as_arc().clone()
+        };
         Owner {
-            key: self.key.as_arc().clone(),
+            key,
             principal: self.principal.clone(),
             tenant: self.tenant.clone(),
         }

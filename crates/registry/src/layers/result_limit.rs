@@ -181,15 +181,17 @@ where
     fn call(&mut self, call: Call) -> CallFuture {
         let config = self.config.clone();
         let kept = self.kept.clone();
-        let tool = call.entry.spec.name.clone();
-        let mut tokens = config.tokens_for(&tool);
-        if let Some(share) = call.ctx.result_tokens {
-            tokens = tokens.min(share);
-        }
+        let entry = call.entry.clone();
+        let share = call.ctx.result_tokens;
         let (session, id) = (call.ctx.session.clone(), call.ctx.call_id.clone());
         let fut = self.inner.call(call);
         Box::pin(async move {
             let mut envelope = fut.await?;
+            let tool = entry.spec.name.as_str();
+            let mut tokens = config.tokens_for(tool);
+            if let Some(share) = share {
+                tokens = tokens.min(share);
+            }
             // A session of one request ends with it: nothing would be left to read back.
             let lasting = session
                 .as_deref()
@@ -199,7 +201,7 @@ where
                     store,
                     session,
                     id,
-                    tool: &tool,
+                    tool,
                 }),
                 _ => None,
             };

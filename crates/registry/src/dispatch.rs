@@ -319,6 +319,18 @@ fn stack(
         .service(ToolService)
 }
 
+/// What kind of JSON value `v` is, as a hint names it.
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 /// The name of the surface's search tool, which error texts advise calling.
 const TOOL_SEARCH: &str = "tool_search";
 
@@ -875,12 +887,31 @@ impl Dispatcher {
         let declared: &[&str] = entry
             .map(|e| e.declared_narration.as_slice())
             .unwrap_or_default();
+        // `reasoning` is the narration key tool lists advertise, as a string: any other
+        // value is refused with a hint, so the model learns the shape it was shown. (The
+        // other keys, which nothing advertises, are taken as they come.)
+        if !declared.contains(&"reasoning")
+            && let Some(v) = map.get("reasoning")
+            && !matches!(v, Value::String(_) | Value::Null)
+        {
+            let envelope = Envelope::hint(
+                HintKind::Schema,
+                format!(
+                    "{}{}`: `reasoning` must be a string (a sentence on why you make this call), not {}. Send it as text, or leave it out.",
+                    validate::REFUSED_ARGUMENTS,
+                    quiver_contract::quoted_name(name),
+                    json_kind(v)
+                ),
+                Vec::new(),
+            );
+            return Err(Box::new((Value::Object(map), envelope)));
+        }
         for key in NARRATION_KEYS {
             if declared.contains(&key) {
                 continue;
             }
-            // Narration that is not a string (`{"reasoning": {"steps": [...]}}`) is kept
-            // as its JSON text: the call goes on (it is optional and never reaches the
+            // Other narration that is not a string (`{"thought": {"steps": [...]}}`) is
+            // kept as its JSON text: the call goes on (it is optional and never reaches the
             // tool), and the log still has what the model said.
             if let Some(v) = map.remove(key)
                 && ctx.reasoning.is_none()

@@ -292,14 +292,35 @@ async fn narration_is_stripped_into_the_context_and_recorded() {
         rec.args_hash,
         quiver_contract::args_hash("look", &json!({"q": "x"}))
     );
-    // Narration that is not a string is kept as its JSON text (it was dropped); null and
-    // blank narration is none, and the next key is used.
+    // A `reasoning` that is not a string is refused with a hint naming the shape; the
+    // tool does not run, and the refusal has its row.
+    for bad in [json!({"steps": [1, 2]}), json!(5), json!(["a"])] {
+        let before = recorder.records().len();
+        let e = d
+            .call("look", json!({"q": "z", "reasoning": bad}), ctx())
+            .await;
+        assert_eq!(e.hint_kind(), Some(HintKind::Schema), "{bad}: {e:?}");
+        assert!(
+            text(&e).contains("`reasoning` must be a string"),
+            "{bad}: {}",
+            text(&e)
+        );
+        assert_eq!(
+            recorder.records().len(),
+            before + 1,
+            "{bad}: the refusal is logged"
+        );
+        let (input, _) = seen.lock().unwrap().clone().unwrap();
+        assert_ne!(input, json!({"q": "z"}), "{bad}: the tool did not run");
+    }
+    // The other narration keys, which nothing advertises, are taken as their JSON text;
+    // null and blank narration is none, and the next key is used.
     for (args, kept) in [
         (
-            json!({"q": "a", "reasoning": {"steps": [1, 2]}}),
+            json!({"q": "a", "thought": {"steps": [1, 2]}}),
             Some(r#"{"steps":[1,2]}"#),
         ),
-        (json!({"q": "b", "reasoning": 5}), Some("5")),
+        (json!({"q": "b", "explanation": 5}), Some("5")),
         (
             json!({"q": "c", "reasoning": null, "thought": "second"}),
             Some("second"),

@@ -557,6 +557,40 @@ impl LimitsConfig {
 /// says what a count takes when it got a fraction or a negative number (quoting a huge float
 /// back in exponent form, not as its hundreds of digits).
 fn explain(message: &str) -> String {
+    toml_terms(&explain_rust(message))
+}
+
+/// serde's words for what a setting takes, in TOML's terms: "a whole number" for the
+/// integer types, "a number" for the float ones, "an array" and "a table" for a sequence
+/// and a map. An operator writes TOML; `usize` or `f64` tells them nothing.
+fn toml_terms(message: &str) -> String {
+    const WHOLE: [&str; 10] = [
+        "usize", "u64", "u32", "u16", "u8", "isize", "i64", "i32", "i16", "i8",
+    ];
+    let mut out = message.to_owned();
+    for t in WHOLE {
+        out = out.replace(&format!("expected {t}\n"), "expected a whole number\n");
+        if out.ends_with(&format!("expected {t}")) {
+            out.truncate(out.len() - t.len());
+            out.push_str("a whole number");
+        }
+        out = out.replace(&format!("expected {t} "), "expected a whole number ");
+    }
+    for t in ["f64", "f32"] {
+        out = out.replace(&format!("expected {t}\n"), "expected a number\n");
+        if out.ends_with(&format!("expected {t}")) {
+            out.truncate(out.len() - t.len());
+            out.push_str("a number");
+        }
+        out = out.replace(&format!("expected {t} "), "expected a number ");
+    }
+    out.replace("expected a sequence", "expected an array")
+        .replace("expected a map", "expected a table")
+        .replace("invalid type: sequence", "invalid type: array")
+        .replace("invalid type: map", "invalid type: table")
+}
+
+fn explain_rust(message: &str) -> String {
     if let Some(text) = whole_number_hint(message) {
         return text;
     }

@@ -304,27 +304,27 @@ fn config_cases() {
     for (text, shown, hint) in [
         (
             "[limits]\nmax_concurrent = 1e300",
-            "floating point `1e300`, expected usize",
+            "floating point `1e300`, expected a whole number",
             "takes a whole number: write it without a decimal point or exponent",
         ),
         (
             "[limits]\nmax_concurrent = 2.5",
-            "floating point `2.5`, expected usize",
+            "floating point `2.5`, expected a whole number",
             "takes a whole number: write it without a decimal point or exponent",
         ),
         (
             "[surface]\ntarget_floor = -3",
-            "integer `-3`, expected usize",
+            "integer `-3`, expected a whole number",
             "takes a whole number, not a negative one",
         ),
         (
             "[limits]\nmax_concurrent = 0.0",
-            "floating point `0.0`, expected usize",
+            "floating point `0.0`, expected a whole number",
             "takes a whole number: write it without a decimal point",
         ),
         (
             "[store]\nretention_days = 99999999999",
-            "integer `99999999999`, expected u32",
+            "integer `99999999999`, expected a whole number",
             "this setting takes a whole number of at most 4294967295",
         ),
         (
@@ -334,7 +334,7 @@ fn config_cases() {
         ),
         (
             "[limits]\nmax_concurrent = \"4\"",
-            "invalid type: string \"4\", expected usize",
+            "invalid type: string \"4\", expected a whole number",
             "this setting takes a number, written without quotes",
         ),
     ] {
@@ -345,7 +345,7 @@ fn config_cases() {
     check(
         "[limits]\ntimeout_secs = \"5\"",
         Err(
-            "invalid type: string \"5\", expected f64\nthis setting takes a number, written without quotes",
+            "invalid type: string \"5\", expected a number\nthis setting takes a number, written without quotes",
         ),
     );
     // A number from a variable: the interpolated text is still text.
@@ -358,6 +358,29 @@ fn config_cases() {
         Err("limits.tool_concurrency.x must be at most 1000000"),
     );
     check("[limits]\ntimeout_secs = 31536000", Ok("./quiver.db"));
+    // Type errors name TOML's terms, never a Rust type.
+    for (text, want) in [
+        (
+            "[limits]\nmax_concurrent = true",
+            "invalid type: boolean `true`, expected a whole number",
+        ),
+        (
+            "[limits]\ntimeout_secs = [1]",
+            "invalid type: array, expected a number",
+        ),
+        (
+            "[limits]\ntool_timeouts = [1]",
+            "invalid type: array, expected a table",
+        ),
+        ("[surface]\nanchors = \"x\"", "expected an array"),
+    ] {
+        check(text, Err(want));
+        let e = Config::parse(text, "quiver.toml", &env).unwrap_err();
+        let msg = format!("{e:#}");
+        for rust in ["usize", "u32", "u64", "f64", "sequence", "map"] {
+            assert!(!msg.contains(rust), "`{msg}` names `{rust}`");
+        }
+    }
     // A zero or too-small count is an error naming the key, or (where 0 means off) off,
     // never silently the strictest setting.
     for (text, err) in [

@@ -61,6 +61,7 @@ mod dispatch;
 mod error;
 pub mod kept;
 pub mod layers;
+pub mod log_writer;
 mod policy;
 mod ports;
 mod refs;

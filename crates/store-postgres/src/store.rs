@@ -110,23 +110,7 @@ impl PgOptions {
     }
 }
 
-/// The writer's counters.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct WriterStats {
-    /// Execution-log rows written.
-    pub rows_written: u64,
-    /// Batches of execution-log rows written.
-    pub batches_written: u64,
-    /// Execution-log rows that could not be written after every retry.
-    pub rows_failed: u64,
-    /// Retried batch writes.
-    pub write_retries: u64,
-    /// The last write error, if any.
-    pub last_error: Option<StoreError>,
-    /// Whether the execution log is failing now (its last batch could not be written).
-    pub failing: bool,
-}
+pub use quiver_registry::log_writer::WriterStats;
 
 /// The connection that holds the session-level advisory locks of the roles this process
 /// leads ([`SessionStore::lead`]): the server releases them when the connection ends, so a
@@ -308,15 +292,7 @@ impl PgStore {
 
     /// The writer's counters.
     pub fn writer_stats(&self) -> WriterStats {
-        let s = &self.inner.stats;
-        WriterStats {
-            rows_written: s.rows_written.load(Ordering::Relaxed),
-            batches_written: s.batches_written.load(Ordering::Relaxed),
-            rows_failed: s.rows_failed.load(Ordering::Relaxed),
-            write_retries: s.write_retries.load(Ordering::Relaxed),
-            last_error: lock(&s.last_error).clone(),
-            failing: s.failing.load(Ordering::Relaxed),
-        }
+        self.inner.stats.snapshot()
     }
 
     /// Whether the execution log is failing now. While it is, this also asks the writer (one

@@ -4,10 +4,7 @@
 //! restarting) are held, at most [`MAX_HELD`], and written once it takes writes again.
 
 use std::{
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, Ordering},
-    },
+    sync::{Arc, atomic::Ordering},
     time::Duration,
 };
 
@@ -20,7 +17,6 @@ use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use crate::{
     convert::{COPY_LOG, LOG_TYPES, LogRow},
     error::{ResultExt, classify},
-    sync::lock,
 };
 
 /// What the writer task is asked to do.
@@ -48,31 +44,7 @@ const MAX_HELD: usize = 10_000;
 const HELD_RETRY: Duration = Duration::from_secs(1);
 
 /// Counters readable from the store.
-#[derive(Debug, Default)]
-pub(crate) struct Stats {
-    pub(crate) rows_written: AtomicU64,
-    pub(crate) batches_written: AtomicU64,
-    pub(crate) rows_failed: AtomicU64,
-    pub(crate) write_retries: AtomicU64,
-    pub(crate) last_error: Mutex<Option<StoreError>>,
-    /// The last batch could not be written (cleared by the next one that is, or a probe).
-    pub(crate) failing: AtomicBool,
-    /// A [`Msg::Probe`] is queued.
-    pub(crate) probe_queued: AtomicBool,
-}
-
-impl Stats {
-    fn unavailable(&self, error: StoreError) {
-        *lock(&self.last_error) = Some(error);
-        self.failing.store(true, Ordering::Relaxed);
-    }
-
-    pub(crate) fn failed(&self, rows: u64, error: StoreError) {
-        self.rows_failed.fetch_add(rows, Ordering::Relaxed);
-        *lock(&self.last_error) = Some(error);
-        self.failing.store(true, Ordering::Relaxed);
-    }
-}
+pub(crate) use quiver_registry::log_writer::WriterCounters as Stats;
 
 /// The writer's settings.
 pub(crate) struct Config {

@@ -102,25 +102,7 @@ impl StoreOptions {
     }
 }
 
-/// The writer's counters.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct WriterStats {
-    /// Execution-log rows committed.
-    pub rows_written: u64,
-    /// Commits of execution-log rows (several rows share one while calls keep coming).
-    pub batches_written: u64,
-    /// Execution-log rows that could not be written after every retry (each also logged with
-    /// `tracing::error!`).
-    pub rows_failed: u64,
-    /// Retried batch writes.
-    pub write_retries: u64,
-    /// The last write error, if any.
-    pub last_error: Option<StoreError>,
-    /// Whether the execution log is failing now: its last batch could not be written after
-    /// every retry, and none has been written since (a full disk, a lock held elsewhere).
-    pub failing: bool,
-}
+pub use quiver_registry::log_writer::WriterStats;
 
 struct Readers {
     /// `None`: a read-only store whose file does not exist yet, read as an empty store
@@ -555,15 +537,7 @@ impl SqliteStore {
 
     /// The writer's counters.
     pub fn writer_stats(&self) -> WriterStats {
-        let s = &self.inner.stats;
-        WriterStats {
-            rows_written: s.rows_written.load(Ordering::Relaxed),
-            batches_written: s.batches_written.load(Ordering::Relaxed),
-            rows_failed: s.rows_failed.load(Ordering::Relaxed),
-            write_retries: s.write_retries.load(Ordering::Relaxed),
-            last_error: lock(&s.last_error).clone(),
-            failing: s.failing.load(Ordering::Relaxed),
-        }
+        self.inner.stats.snapshot()
     }
 
     /// Whether the execution log is failing now ([`WriterStats::failing`]). While it is, this

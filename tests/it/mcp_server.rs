@@ -221,6 +221,25 @@ pub(crate) async fn line_of(
         .expect("a line")
 }
 
+/// The answer to request `id` from a stdio server's output, past the notifications (such as
+/// `tools/list_changed` after a `tool_search`) that may come before it.
+pub(crate) async fn answer_to(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    id: u64,
+) -> String {
+    let wanted = format!("\"id\":{id}");
+    loop {
+        let line = line_of(lines).await;
+        if line.contains(&wanted) {
+            return line;
+        }
+        assert!(
+            line.contains("\"method\":\"notifications/"),
+            "only notifications may come before the answer to {id}: {line}"
+        );
+    }
+}
+
 /// The store in `dir` records a clean stop (the execution log closed).
 fn assert_clean_shutdown(dir: &Path) {
     let db = rusqlite::Connection::open(dir.join("quiver.db")).expect("the store exists");
@@ -892,8 +911,8 @@ async fn a_signal_while_stopping_ends_the_stop_at_once() {
         .write_all(send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"tool_search","arguments":{"query":"describe a tool"}}}"#).as_bytes())
         .await
         .expect("writes");
-    let answer = line_of(&mut stdout).await;
-    assert!(answer.contains("\"id\":2"), "{answer}");
+    let answer = answer_to(&mut stdout, 2).await;
+    assert!(answer.contains("\"result\""), "{answer}");
     let pid = child.id().expect("running").to_string();
     send_signal(&pid, "-TERM").await;
     // Stopping now waits on the lock for the call's row. Signals every 2 s: one that lands

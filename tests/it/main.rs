@@ -2,6 +2,7 @@
 //! peers.
 
 mod architecture;
+mod audit_chain;
 mod conformance_client;
 mod mcp_server;
 mod replicas;

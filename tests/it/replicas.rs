@@ -333,6 +333,9 @@ async fn a_sqlite_store_moves_into_postgres_and_a_second_move_adds_nothing() {
         called.contains("MOVED"),
         "the custom tool moved too: {called}"
     );
+    // The moved rows joined the database's chain, with the calls made since.
+    let verified = quiver(&dir, &["log", "--verify"]);
+    assert!(verified.contains("chain intact"), "{verified}");
 }
 
 /// The status line of `GET /readyz` on the server of `mcp_url` (`http://host:port/mcp`).

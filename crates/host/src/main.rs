@@ -360,6 +360,27 @@ enum Standalone {
         /// One JSON object per call instead of a table.
         #[arg(long)]
         json: bool,
+        /// `jsonl`: export the log for a SIEM instead: every row oldest first, one JSON
+        /// object a line, with its chain fields (`seq`, `link`), resumable with `--after`.
+        #[arg(long, value_parser = ["jsonl"])]
+        format: Option<String>,
+        /// With `--format jsonl`: only rows dispatched at or after this time (RFC 3339, such
+        /// as `2026-12-01T00:00:00Z`, or an age such as `90m`, `24h`, `7d`).
+        #[arg(long, requires = "format")]
+        since: Option<String>,
+        /// With `--format jsonl`: only rows after this `seq` (the cursor the last export
+        /// printed), so an export resumes where the last one stopped.
+        #[arg(long, requires = "format")]
+        after: Option<u64>,
+        /// Walk the log's hash chain and report the first row changed, removed or inserted
+        /// behind Quiver's back (exit 1 when the chain is broken). Prints the head to
+        /// record elsewhere.
+        #[arg(long, conflicts_with_all = ["format", "json", "tool", "session", "outcome"])]
+        verify: bool,
+        /// With `--verify`: a head printed by an earlier verify (`SEQ:HASH`), which must
+        /// still be part of the chain.
+        #[arg(long, requires = "verify")]
+        expect_head: Option<String>,
     },
     /// Measure tool-search quality on a benchmark set and print
     /// `{queries, hit@1, recall@5, recall@10, ndcg@10}` in percent.
@@ -601,8 +622,19 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             outcome,
             limit,
             json,
+            format,
+            since,
+            after,
+            verify,
+            expect_head,
         }) => {
             let (config, _source) = Config::load(cli.config.as_deref())?;
+            if verify {
+                return commands::log::verify(&config, expect_head.as_deref()).await;
+            }
+            if format.is_some() {
+                return commands::log::export(&config, since.as_deref(), after.unwrap_or(0)).await;
+            }
             return commands::log::run(&config, tool, session, outcome, limit, json).await;
         }
         AnyCommand::Standalone(Standalone::Client { action }) => {

@@ -241,6 +241,19 @@ impl CallLog for Store {
     async fn purge_calls_before(&self, cutoff: SystemTime) -> Result<u64, StoreError> {
         each!(self, s => s.purge_calls_before(cutoff).await)
     }
+
+    async fn chain_rows(
+        &self,
+        after: u64,
+        since: Option<SystemTime>,
+        limit: usize,
+    ) -> Result<Vec<quiver_registry::chain::ChainedRow>, StoreError> {
+        each!(self, s => s.chain_rows(after, since, limit).await)
+    }
+
+    async fn chain_state(&self) -> Result<quiver_registry::chain::ChainState, StoreError> {
+        each!(self, s => s.chain_state().await)
+    }
 }
 
 #[async_trait]

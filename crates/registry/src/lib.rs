@@ -55,6 +55,7 @@
 //! ```
 
 mod catalog;
+pub mod chain;
 pub mod curated;
 pub mod custom;
 mod dispatch;

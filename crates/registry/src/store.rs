@@ -888,8 +888,22 @@ pub trait CallLog: Send + Sync {
     async fn recent_calls(&self, filter: CallFilter) -> Result<Vec<LoggedCall>, StoreError>;
 
     /// Deletes the calls dispatched before `cutoff` (in small batches, so writers are never
-    /// held up long); returns how many were deleted.
+    /// held up long); returns how many were deleted. Chained rows go from the start of the
+    /// chain, stopping at the first one dispatched at or after `cutoff`, and the last one
+    /// deleted is stored as a checkpoint, which anchors the chain's remaining rows.
     async fn purge_calls_before(&self, cutoff: SystemTime) -> Result<u64, StoreError>;
+
+    /// Up to `limit` chained rows with a `seq` above `after`, in `seq` order; with `since`,
+    /// only those dispatched at or after it. For verifying the chain and exporting the log.
+    async fn chain_rows(
+        &self,
+        after: u64,
+        since: Option<SystemTime>,
+        limit: usize,
+    ) -> Result<Vec<crate::chain::ChainedRow>, StoreError>;
+
+    /// The chain's head, checkpoints and unchained rows.
+    async fn chain_state(&self) -> Result<crate::chain::ChainState, StoreError>;
 }
 
 /// An in-memory [`DefinitionStore`].
@@ -1100,16 +1114,24 @@ impl JobStore for MemoryJobStore {
     }
 }
 
-/// An in-memory execution log: a [`ToolCallRecorder`] whose rows a [`CallLog`] reads back.
+/// An in-memory execution log: a [`ToolCallRecorder`] whose rows a [`CallLog`] reads back,
+/// chained as the stores chain theirs.
 #[derive(Default)]
 pub struct MemoryCallLog {
-    calls: Mutex<Vec<LoggedCall>>,
+    inner: Mutex<MemoryChain>,
+}
+
+#[derive(Default)]
+struct MemoryChain {
+    calls: Vec<(LoggedCall, crate::chain::ChainedRow)>,
+    head: Option<crate::chain::ChainPoint>,
+    checkpoints: Vec<crate::chain::ChainPoint>,
 }
 
 impl fmt::Debug for MemoryCallLog {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryCallLog")
-            .field("calls", &lock(&self.calls).len())
+            .field("calls", &lock(&self.inner).calls.len())
             .finish()
     }
 }
@@ -1119,22 +1141,88 @@ impl MemoryCallLog {
     pub fn new() -> Self {
         Self::default()
     }
+
+    /// Changes the stored content of the row at `seq` behind the chain's back (for tests of
+    /// verification); returns whether there was one.
+    pub fn tamper_with(
+        &self,
+        seq: u64,
+        change: impl FnOnce(&mut crate::chain::LogEntry<'static>),
+    ) -> bool {
+        let mut inner = lock(&self.inner);
+        match inner.calls.iter_mut().find(|(_, r)| r.point.seq == seq) {
+            Some((_, row)) => {
+                change(&mut row.entry);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes the row at `seq` behind the chain's back (for tests of verification).
+    pub fn remove(&self, seq: u64) {
+        lock(&self.inner).calls.retain(|(_, r)| r.point.seq != seq);
+    }
+}
+
+/// A borrowed entry made owned, as a store reads it back.
+fn owned(e: crate::chain::LogEntry<'_>) -> crate::chain::LogEntry<'static> {
+    use std::borrow::Cow;
+    fn o(c: Cow<'_, str>) -> Cow<'static, str> {
+        Cow::Owned(c.into_owned())
+    }
+    fn oo(c: Option<Cow<'_, str>>) -> Option<Cow<'static, str>> {
+        c.map(o)
+    }
+    crate::chain::LogEntry {
+        tool_name: o(e.tool_name),
+        tenant: oo(e.tenant),
+        session: oo(e.session),
+        principal: oo(e.principal),
+        call_id: o(e.call_id),
+        parent_call_id: oo(e.parent_call_id),
+        input_data: o(e.input_data),
+        reasoning: oo(e.reasoning),
+        args_hash: o(e.args_hash),
+        kind: o(e.kind),
+        hint_kind: oo(e.hint_kind),
+        err_kind: oo(e.err_kind),
+        success: e.success,
+        error: oo(e.error),
+        output_summary: o(e.output_summary),
+        output: o(e.output),
+        queued_us: e.queued_us,
+        took_us: e.took_us,
+        created_at_us: e.created_at_us,
+    }
 }
 
 #[async_trait]
 impl ToolCallRecorder for MemoryCallLog {
     async fn record(&self, record: CallRecord) {
-        lock(&self.calls).push(LoggedCall::from_record(&record));
+        let mut inner = lock(&self.inner);
+        let entry = crate::chain::LogEntry::of(&record);
+        let head = inner.head.unwrap_or(crate::chain::ChainPoint::START);
+        let point = crate::chain::extend(head, std::slice::from_ref(&entry))[0];
+        let id = i64::try_from(point.seq).unwrap_or(i64::MAX);
+        let row = crate::chain::ChainedRow::new(id, point, owned(entry));
+        inner.head = Some(point);
+        if point.seq.is_multiple_of(crate::chain::CHECKPOINT_EVERY) {
+            inner.checkpoints.push(point);
+        }
+        inner.calls.push((LoggedCall::from_record(&record), row));
     }
 }
 
 #[async_trait]
 impl CallLog for MemoryCallLog {
     async fn recent_calls(&self, filter: CallFilter) -> Result<Vec<LoggedCall>, StoreError> {
-        let calls = lock(&self.calls);
-        let mut out: Vec<LoggedCall> = calls
+        let inner = lock(&self.inner);
+        let mut out: Vec<LoggedCall> = inner
+            .calls
             .iter()
             .rev()
+            .map(|(c, _)| c)
             .filter(|c| filter.matches(c))
             .take(filter.limit)
             .cloned()
@@ -1148,10 +1236,47 @@ impl CallLog for MemoryCallLog {
     }
 
     async fn purge_calls_before(&self, cutoff: SystemTime) -> Result<u64, StoreError> {
-        let mut calls = lock(&self.calls);
-        let before = calls.len();
-        calls.retain(|c| c.at >= cutoff);
-        Ok((before - calls.len()) as u64)
+        let mut inner = lock(&self.inner);
+        let keep_from = inner
+            .calls
+            .iter()
+            .position(|(c, _)| c.at >= cutoff)
+            .unwrap_or(inner.calls.len());
+        if keep_from > 0 {
+            let last = inner.calls[keep_from - 1].1.point;
+            inner.checkpoints.push(last);
+            inner.checkpoints.sort_by_key(|c| c.seq);
+            inner.checkpoints.dedup_by_key(|c| c.seq);
+        }
+        inner.calls.drain(..keep_from);
+        Ok(keep_from as u64)
+    }
+
+    async fn chain_rows(
+        &self,
+        after: u64,
+        since: Option<SystemTime>,
+        limit: usize,
+    ) -> Result<Vec<crate::chain::ChainedRow>, StoreError> {
+        let since = since.map(crate::chain::epoch_micros);
+        Ok(lock(&self.inner)
+            .calls
+            .iter()
+            .map(|(_, r)| r)
+            .filter(|r| r.point.seq > after)
+            .filter(|r| since.is_none_or(|s| r.entry.created_at_us >= s))
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn chain_state(&self) -> Result<crate::chain::ChainState, StoreError> {
+        let inner = lock(&self.inner);
+        Ok(crate::chain::ChainState {
+            head: inner.head,
+            checkpoints: inner.checkpoints.clone(),
+            ..Default::default()
+        })
     }
 }
 

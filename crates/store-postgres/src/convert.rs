@@ -4,23 +4,19 @@
 use std::time::{Duration, SystemTime};
 
 use quiver_contract::{Category, Envelope, ErrKind, HintKind};
+use quiver_registry::chain::{ChainPoint, ChainedRow, LogEntry, epoch_micros};
 use quiver_registry::{
     CallRecord,
     store::{
         JobStatus, JobType, LoggedCall, NewJob, StoreError, ToolDefinition, ToolJob, ToolType,
-        output_summary, parse_lifecycle,
+        parse_lifecycle,
     },
 };
 use serde_json::Value;
 use tokio_postgres::{
     Row,
-    types::{FromSql, ToSql, Type},
+    types::{FromSql, IsNull, ToSql, Type, to_sql_checked},
 };
-
-/// Microseconds of `d` (saturating).
-pub(crate) fn micros(d: Duration) -> i64 {
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
-}
 
 /// The duration of `us` microseconds (0 when negative).
 pub(crate) fn duration(us: i64) -> Duration {
@@ -189,10 +185,11 @@ pub(crate) fn job(row: &Row) -> Result<ToolJob, StoreError> {
 /// The columns the log writer copies, in [`LOG_TYPES`]' order.
 pub(crate) const COPY_LOG: &str = "COPY execution_log (tool_name, tenant, session, principal,
     call_id, parent_call_id, input_data, reasoning, args_hash, kind, hint_kind, err_kind,
-    success, error, output_summary, output, queued_us, took_us, created_at) FROM STDIN BINARY";
+    success, error, output_summary, output, queued_us, took_us, created_at, chain_seq,
+    chain_link) FROM STDIN BINARY";
 
 /// The column types of [`COPY_LOG`].
-pub(crate) const LOG_TYPES: [Type; 19] = [
+pub(crate) const LOG_TYPES: [Type; 21] = [
     Type::TEXT,
     Type::TEXT,
     Type::TEXT,
@@ -212,76 +209,130 @@ pub(crate) const LOG_TYPES: [Type; 19] = [
     Type::INT8,
     Type::INT8,
     Type::TIMESTAMPTZ,
+    Type::INT8,
+    Type::BYTEA,
 ];
+
+/// JSON text sent as it is: a `json` column keeps the exact text, which the chain's link
+/// was computed over.
+#[derive(Debug)]
+pub(crate) struct RawJson<'a>(pub(crate) &'a str);
+
+impl ToSql for RawJson<'_> {
+    fn to_sql(
+        &self,
+        _ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        out.extend_from_slice(self.0.as_bytes());
+        Ok(IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::JSON
+    }
+
+    to_sql_checked!();
+}
 
 /// One execution-log row's values, as [`COPY_LOG`] takes them.
 pub(crate) struct LogRow<'a> {
-    r: &'a CallRecord,
-    tenant: Option<&'a str>,
-    session: Option<&'a str>,
-    principal: Option<&'a str>,
-    call_id: &'a str,
-    parent_call_id: Option<&'a str>,
-    kind: &'static str,
-    hint_kind: Option<&'static str>,
-    err_kind: Option<String>,
-    success: bool,
-    error: Option<&'a str>,
-    summary: String,
-    output: Value,
-    queued_us: i64,
-    took_us: i64,
+    e: &'a LogEntry<'a>,
+    input: RawJson<'a>,
+    output: RawJson<'a>,
+    at: SystemTime,
+    seq: i64,
+    link: &'a [u8],
 }
 
 impl<'a> LogRow<'a> {
-    /// The row of `r`.
-    pub(crate) fn of(r: &'a CallRecord) -> Self {
-        let env = &r.envelope;
+    /// The row of entry `e` at chain point `p`.
+    pub(crate) fn of(e: &'a LogEntry<'a>, p: &'a ChainPoint) -> Self {
         LogRow {
-            r,
-            tenant: r.tenant.as_deref(),
-            session: r.session.as_deref(),
-            principal: r.principal.as_deref(),
-            call_id: &r.call_id,
-            parent_call_id: r.parent_call_id.as_deref(),
-            kind: env.kind_str(),
-            hint_kind: env.hint_kind().map(HintKind::as_str),
-            err_kind: env.err_kind().map(|k| k.as_str().to_owned()),
-            success: env.is_ok(),
-            error: env.message(),
-            summary: output_summary(env),
-            output: serde_json::to_value(env)
-                .unwrap_or_else(|e| serde_json::json!({"unserializable": e.to_string()})),
-            queued_us: micros(r.queued),
-            took_us: micros(r.took),
+            e,
+            input: RawJson(&e.input_data),
+            output: RawJson(&e.output),
+            at: SystemTime::UNIX_EPOCH
+                + Duration::from_micros(u64::try_from(e.created_at_us).unwrap_or(0)),
+            seq: i64::try_from(p.seq).unwrap_or(i64::MAX),
+            link: &p.link,
         }
     }
 
     /// The values, in [`LOG_TYPES`]' order.
-    pub(crate) fn values(&self) -> [&(dyn ToSql + Sync); 19] {
-        let r = self.r;
+    pub(crate) fn values(&self) -> [&(dyn ToSql + Sync); 21] {
+        let e = self.e;
         [
-            &r.tool_name,
-            &self.tenant,
-            &self.session,
-            &self.principal,
-            &self.call_id,
-            &self.parent_call_id,
-            &r.input,
-            &r.reasoning,
-            &r.args_hash,
-            &self.kind,
-            &self.hint_kind,
-            &self.err_kind,
-            &self.success,
-            &self.error,
-            &self.summary,
+            &e.tool_name,
+            &e.tenant,
+            &e.session,
+            &e.principal,
+            &e.call_id,
+            &e.parent_call_id,
+            &self.input,
+            &e.reasoning,
+            &e.args_hash,
+            &e.kind,
+            &e.hint_kind,
+            &e.err_kind,
+            &e.success,
+            &e.error,
+            &e.output_summary,
             &self.output,
-            &self.queued_us,
-            &self.took_us,
-            &r.at,
+            &e.queued_us,
+            &e.took_us,
+            &self.at,
+            &self.seq,
+            &self.link,
         ]
     }
+}
+
+/// The columns of a chained row, in the order [`chained_row`] reads them.
+pub(crate) const CHAIN_COLUMNS: &str = "id, chain_seq, chain_link, tool_name, tenant, session, \
+    principal, call_id, parent_call_id, input_data::text, reasoning, args_hash, kind, \
+    hint_kind, err_kind, success, error, output_summary, coalesce(output::text, ''), \
+    queued_us, took_us, created_at";
+
+/// A chained row (columns as [`CHAIN_COLUMNS`]).
+pub(crate) fn chained_row(row: &Row) -> Result<ChainedRow, StoreError> {
+    use std::borrow::Cow;
+    let text =
+        |i| -> Result<Cow<'static, str>, StoreError> { Ok(Cow::Owned(col::<String>(row, i)?)) };
+    let opt = |i| -> Result<Option<Cow<'static, str>>, StoreError> {
+        Ok(col::<Option<String>>(row, i)?.map(Cow::Owned))
+    };
+    let entry = LogEntry {
+        tool_name: text(3)?,
+        tenant: opt(4)?,
+        session: opt(5)?,
+        principal: opt(6)?,
+        call_id: text(7)?,
+        parent_call_id: opt(8)?,
+        input_data: text(9)?,
+        reasoning: opt(10)?,
+        args_hash: text(11)?,
+        kind: text(12)?,
+        hint_kind: opt(13)?,
+        err_kind: opt(14)?,
+        success: col(row, 15)?,
+        error: opt(16)?,
+        output_summary: text(17)?,
+        output: text(18)?,
+        queued_us: col(row, 19)?,
+        took_us: col(row, 20)?,
+        created_at_us: epoch_micros(col(row, 21)?),
+    };
+    let link: Vec<u8> = col(row, 2)?;
+    let mut l = [0u8; 32];
+    let n = link.len().min(32);
+    l[..n].copy_from_slice(&link[..n]);
+    let seq = u64::try_from(col::<i64>(row, 1)?).unwrap_or(0);
+    Ok(ChainedRow::new(
+        col(row, 0)?,
+        ChainPoint { seq, link: l },
+        entry,
+    ))
 }
 
 /// The columns of an execution-log read, in the order [`logged_call`] reads them; the last

@@ -2,17 +2,14 @@
 //! run adds nothing and rows the database already has (written since by a server) are kept
 //! as they are; and the check afterwards, which counts how many of the rows are there.
 
-use futures::pin_mut;
-use quiver_registry::store::{LoggedCall, StoreError, ToolDefinition, ToolJob};
-use quiver_surface::ports::{FailedApproach, SurfaceState, WorkingSetEntry};
-use serde_json::Value;
-use tokio_postgres::{binary_copy::BinaryCopyInWriter, types::ToSql};
-
-use crate::{
-    PgStore,
-    convert::{LOG_TYPES, definition_params, micros},
-    error::ResultExt,
+use quiver_registry::{
+    chain::LogEntry,
+    store::{LoggedCall, StoreError, ToolDefinition, ToolJob},
 };
+use quiver_surface::ports::{FailedApproach, SurfaceState, WorkingSetEntry};
+use tokio_postgres::types::ToSql;
+
+use crate::{PgStore, convert::definition_params, error::ResultExt};
 
 /// The rows to copy into a PostgreSQL store.
 #[derive(Debug, Clone, Default)]
@@ -69,17 +66,6 @@ impl Import {
         }
     }
 }
-
-/// The temp table the log rows are copied into before the keyed insert.
-const STAGE: &str = "CREATE TEMP TABLE quiver_import_log ON COMMIT DROP AS
-    SELECT tool_name, tenant, session, principal, call_id, parent_call_id, input_data,
-        reasoning, args_hash, kind, hint_kind, err_kind, success, error, output_summary, output,
-        queued_us, took_us, created_at
-    FROM execution_log WITH NO DATA";
-
-const LOG_COLUMNS: &str = "tool_name, tenant, session, principal, call_id, parent_call_id, \
-    input_data, reasoning, args_hash, kind, hint_kind, err_kind, success, error, \
-    output_summary, output, queued_us, took_us, created_at";
 
 impl PgStore {
     /// Copies `data` in, in one transaction. A row whose key the database has already (a
@@ -176,34 +162,43 @@ impl PgStore {
                 .at(loc)?;
         }
         if !data.calls.is_empty() {
-            tx.batch_execute(STAGE).await.at(loc)?;
-            let sink = tx
-                .copy_in(&format!(
-                    "COPY quiver_import_log ({LOG_COLUMNS}) FROM STDIN BINARY"
-                ))
-                .await
-                .at(loc)?;
-            let writer = BinaryCopyInWriter::new(sink, &LOG_TYPES);
-            pin_mut!(writer);
-            for c in &data.calls {
-                let row = LoggedRow::of(c);
-                writer.as_mut().write(&row.values()).await.at(loc)?;
-            }
-            writer.finish().await.at(loc)?;
-            new.calls = tx
-                .execute(
-                    &format!(
-                        "INSERT INTO execution_log ({LOG_COLUMNS})
-                         SELECT DISTINCT ON (call_id, created_at) {LOG_COLUMNS}
-                         FROM quiver_import_log i
-                         WHERE NOT EXISTS (SELECT 1 FROM execution_log l
-                             WHERE l.call_id = i.call_id AND l.created_at = i.created_at)
-                         ORDER BY call_id, created_at"
-                    ),
-                    &[],
+            // Only the rows the database does not hold yet (by call id and time), once
+            // each, appended to the chain in the order they were dispatched.
+            let (ids, ats): (Vec<&str>, Vec<std::time::SystemTime>) = data
+                .calls
+                .iter()
+                .map(|c| (c.call_id.as_str(), c.at))
+                .unzip();
+            let present: std::collections::HashSet<(String, std::time::SystemTime)> = tx
+                .query(
+                    "SELECT l.call_id, l.created_at FROM execution_log l
+                     JOIN unnest($1::text[], $2::timestamptz[]) u(c, t)
+                       ON l.call_id = u.c AND l.created_at = u.t",
+                    &[&ids, &ats],
                 )
                 .await
-                .at(loc)?;
+                .at(loc)?
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect();
+            let mut fresh: Vec<&LoggedCall> = Vec::new();
+            let mut seen = std::collections::HashSet::new();
+            for c in &data.calls {
+                // The database keeps microseconds: compare at that precision.
+                let at = std::time::UNIX_EPOCH
+                    + std::time::Duration::from_micros(
+                        u64::try_from(quiver_registry::chain::epoch_micros(c.at)).unwrap_or(0),
+                    );
+                if !present.contains(&(c.call_id.clone(), at))
+                    && seen.insert((c.call_id.as_str(), at))
+                {
+                    fresh.push(c);
+                }
+            }
+            fresh.sort_by(|a, b| (a.at, &a.call_id).cmp(&(b.at, &b.call_id)));
+            let entries: Vec<LogEntry<'_>> = fresh.iter().map(|c| LogEntry::of_logged(c)).collect();
+            crate::writer::append_chained(&tx, loc, &entries).await?;
+            new.calls = entries.len() as u64;
         }
         tx.commit().await.at(loc)?;
         Ok(new)
@@ -273,53 +268,5 @@ impl PgStore {
             )
             .await?,
         })
-    }
-}
-
-/// One log row read from another store, as [`LOG_TYPES`] takes it.
-struct LoggedRow<'a> {
-    c: &'a LoggedCall,
-    hint_kind: Option<&'static str>,
-    err_kind: Option<&'a str>,
-    output: Option<Value>,
-    queued_us: i64,
-    took_us: i64,
-}
-
-impl<'a> LoggedRow<'a> {
-    fn of(c: &'a LoggedCall) -> Self {
-        LoggedRow {
-            c,
-            hint_kind: c.hint_kind.map(quiver_contract::HintKind::as_str),
-            err_kind: c.err_kind.as_ref().map(quiver_contract::ErrKind::as_str),
-            output: c.output.as_ref().and_then(|o| serde_json::to_value(o).ok()),
-            queued_us: micros(c.queued),
-            took_us: micros(c.took),
-        }
-    }
-
-    fn values(&self) -> [&(dyn ToSql + Sync); 19] {
-        let c = self.c;
-        [
-            &c.tool_name,
-            &c.tenant,
-            &c.session,
-            &c.principal,
-            &c.call_id,
-            &c.parent_call_id,
-            &c.input,
-            &c.reasoning,
-            &c.args_hash,
-            &c.kind,
-            &self.hint_kind,
-            &self.err_kind,
-            &c.success,
-            &c.error,
-            &c.output_summary,
-            &self.output,
-            &self.queued_us,
-            &self.took_us,
-            &c.at,
-        ]
     }
 }

@@ -9,7 +9,8 @@ use crate::error::ResultExt;
 
 /// The migrations, in order; migration `i` brings the schema to version `i + 1`. Never edit
 /// one that has shipped: append a new one.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE quiver_meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -138,7 +139,30 @@ CREATE TABLE surface_state (
     value      JSON NOT NULL,
     written_at TIMESTAMPTZ NOT NULL
 );
-"#];
+"#,
+    // 2: the execution log's hash chain (`quiver_registry::chain`): each row's place and
+    // link; the head the writers last stored (row 0 and the zero link before the first
+    // row), whose row lock makes replicas take turns appending, with the first id a chained
+    // row can have (rows without a link below it are older than the chain); checkpoints.
+    r#"
+ALTER TABLE execution_log ADD COLUMN chain_seq BIGINT;
+ALTER TABLE execution_log ADD COLUMN chain_link BYTEA;
+CREATE UNIQUE INDEX execution_log_chain ON execution_log (chain_seq);
+CREATE TABLE log_chain (
+    id       INTEGER PRIMARY KEY CHECK (id = 1),
+    seq      BIGINT NOT NULL,
+    link     BYTEA NOT NULL,
+    start_id BIGINT NOT NULL
+);
+INSERT INTO log_chain (id, seq, link, start_id)
+    VALUES (1, 0, decode(repeat('00', 32), 'hex'),
+            COALESCE((SELECT max(id) FROM execution_log), 0) + 1);
+CREATE TABLE log_checkpoints (
+    seq  BIGINT PRIMARY KEY,
+    link BYTEA NOT NULL
+);
+"#,
+];
 
 /// The newest schema version this binary knows.
 pub(crate) const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;

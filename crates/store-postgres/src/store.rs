@@ -15,6 +15,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use quiver_contract::Lifecycle;
 use quiver_registry::{
     CallRecord, ToolCallRecorder,
+    chain::{ChainPoint, ChainState, ChainedRow},
     store::{
         CallFilter, CallLog, DefinitionStore, JobStatus, JobStore, LoggedCall, NewJob, SeedReport,
         StoreError, ToolDefinition, ToolJob, plan_seed,
@@ -790,22 +791,135 @@ impl CallLog for PgStore {
     }
 
     async fn purge_calls_before(&self, cutoff: SystemTime) -> Result<u64, StoreError> {
+        let loc = self.location().to_owned();
         let mut total = 0u64;
         loop {
-            // One small statement per batch, so that writers are never held up long.
-            let n = self
+            // One small transaction per batch, so that writers are never held up long.
+            let mut client = self.client().await?;
+            let tx = client.transaction().await.at(&loc)?;
+            // Chained rows from the start of the chain, up to the first one dispatched at or
+            // after the cutoff; the last one deleted becomes the checkpoint that anchors
+            // the rest.
+            let chained = tx
+                .query(
+                    "WITH head AS (
+                         SELECT id, chain_seq, chain_link, created_at FROM execution_log
+                         WHERE chain_seq IS NOT NULL ORDER BY chain_seq LIMIT $2),
+                     stop AS (SELECT min(chain_seq) AS seq FROM head WHERE created_at >= $1)
+                     DELETE FROM execution_log WHERE id IN (
+                         SELECT id FROM head, stop WHERE stop.seq IS NULL OR head.chain_seq < stop.seq)
+                     RETURNING chain_seq, chain_link",
+                    &[&cutoff, &PURGE_BATCH],
+                )
+                .await
+                .at(&loc)?;
+            let last = chained
+                .iter()
+                .map(|r| (r.get::<_, i64>(0), r.get::<_, Vec<u8>>(1)))
+                .max_by_key(|(seq, _)| *seq);
+            if let Some((seq, link)) = &last {
+                tx.execute(
+                    "INSERT INTO log_checkpoints (seq, link) VALUES ($1, $2)
+                     ON CONFLICT (seq) DO UPDATE SET link = excluded.link",
+                    &[seq, link],
+                )
+                .await
+                .at(&loc)?;
+                // Checkpoints below the anchor check rows that are gone.
+                tx.execute("DELETE FROM log_checkpoints WHERE seq < $1", &[seq])
+                    .await
+                    .at(&loc)?;
+            }
+            // Rows older than the chain, by time.
+            let older = tx
                 .execute(
                     "DELETE FROM execution_log WHERE id IN (
-                         SELECT id FROM execution_log WHERE created_at < $1
+                         SELECT id FROM execution_log WHERE chain_seq IS NULL AND created_at < $1
                          ORDER BY created_at LIMIT $2)",
                     &[&cutoff, &PURGE_BATCH],
                 )
-                .await?;
+                .await
+                .at(&loc)?;
+            tx.commit().await.at(&loc)?;
+            let n = chained.len() as u64 + older;
             total += n;
-            if n < PURGE_BATCH as u64 {
+            if chained.len() < PURGE_BATCH as usize && older < PURGE_BATCH as u64 {
                 return Ok(total);
             }
         }
+    }
+
+    async fn chain_rows(
+        &self,
+        after: u64,
+        since: Option<SystemTime>,
+        limit: usize,
+    ) -> Result<Vec<ChainedRow>, StoreError> {
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let since = since.unwrap_or(SystemTime::UNIX_EPOCH);
+        self.query(
+            &format!(
+                "SELECT {} FROM execution_log
+                 WHERE chain_seq > $1 AND created_at >= $2
+                 ORDER BY chain_seq LIMIT $3",
+                convert::CHAIN_COLUMNS
+            ),
+            &[&after, &since, &limit],
+            convert::chained_row,
+        )
+        .await
+    }
+
+    async fn chain_state(&self) -> Result<ChainState, StoreError> {
+        let point = |r: &tokio_postgres::Row| -> Result<ChainPoint, StoreError> {
+            Ok(ChainPoint {
+                seq: u64::try_from(convert::col::<i64>(r, 0)?).unwrap_or(0),
+                link: quiver_registry::chain::link_from_bytes(&convert::col::<Vec<u8>>(r, 1)?)?,
+            })
+        };
+        let head = self
+            .query(
+                "SELECT seq, link, start_id FROM log_chain WHERE id = 1",
+                &[],
+                |r| Ok((point(r)?, convert::col::<i64>(r, 2)?)),
+            )
+            .await?;
+        let Some((head, start)) = head.into_iter().next() else {
+            return Err(StoreError::invalid_data(
+                "the chain's head row is missing (removed behind Quiver's back)",
+            ));
+        };
+        let mut state = ChainState::default();
+        state.head = Some(head);
+        state.checkpoints = self
+            .query(
+                "SELECT seq, link FROM log_checkpoints ORDER BY seq",
+                &[],
+                point,
+            )
+            .await?;
+        let counts = self
+            .query(
+                "SELECT count(*) FILTER (WHERE id < $1), count(*) FILTER (WHERE id >= $1)
+                 FROM execution_log WHERE chain_seq IS NULL",
+                &[&start],
+                |r| Ok((convert::col::<i64>(r, 0)?, convert::col::<i64>(r, 1)?)),
+            )
+            .await?;
+        if let Some((older, unchained)) = counts.first() {
+            state.older_rows = u64::try_from(*older).unwrap_or(0);
+            state.unchained_count = u64::try_from(*unchained).unwrap_or(0);
+        }
+        state.unchained = self
+            .query(
+                "SELECT id FROM execution_log WHERE chain_seq IS NULL AND id >= $1
+                 ORDER BY id LIMIT 10",
+                &[&start],
+                |r| convert::col::<i64>(r, 0),
+            )
+            .await?;
+        Ok(state)
     }
 }
 

@@ -3,11 +3,12 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use quiver_contract::{Category, Envelope, ErrKind, HintKind};
+use quiver_registry::chain::{ChainPoint, ChainedRow, LogEntry};
 use quiver_registry::{
     CallRecord,
     store::{
         JobStatus, JobType, LoggedCall, NewJob, StoreError, ToolDefinition, ToolJob, ToolType,
-        output_summary, parse_lifecycle,
+        parse_lifecycle,
     },
 };
 use rusqlite::{Row, Statement, params};
@@ -23,10 +24,6 @@ pub(crate) fn micros(t: SystemTime) -> i64 {
 /// The time `us` microseconds after the Unix epoch.
 pub(crate) fn time(us: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_micros(u64::try_from(us).unwrap_or(0))
-}
-
-fn duration_us(d: Duration) -> i64 {
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
 fn json(text: &str, what: &str) -> Result<Value, StoreError> {
@@ -190,46 +187,115 @@ pub(crate) fn job(row: &Row<'_>) -> Result<ToolJob, StoreError> {
     Ok(job)
 }
 
-/// Inserts one execution-log row and its full output, with the two cached statements.
+/// Inserts one execution-log row (its stored form `e`, at chain point `at`) and its full
+/// output, with the two cached statements.
 pub(crate) fn insert_call(
     log: &mut Statement<'_>,
     output: &mut Statement<'_>,
     conn: &rusqlite::Connection,
-    r: &CallRecord,
+    e: &LogEntry<'_>,
+    at: ChainPoint,
 ) -> rusqlite::Result<()> {
-    let env = &r.envelope;
     log.execute(params![
-        r.tool_name,
-        r.tenant.as_deref(),
-        r.session.as_deref(),
-        &*r.call_id,
-        r.input.to_string(),
-        r.reasoning,
-        r.args_hash,
-        env.kind_str(),
-        env.hint_kind().map(HintKind::as_str),
-        env.err_kind().map(ErrKind::as_str),
-        env.is_ok(),
-        env.message(),
-        output_summary(env),
-        duration_us(r.queued),
-        duration_us(r.took),
-        micros(r.at),
-        r.principal.as_deref(),
-        r.parent_call_id.as_deref(),
+        e.tool_name,
+        e.tenant,
+        e.session,
+        e.call_id,
+        e.input_data,
+        e.reasoning,
+        e.args_hash,
+        e.kind,
+        e.hint_kind,
+        e.err_kind,
+        e.success,
+        e.error,
+        e.output_summary,
+        e.queued_us,
+        e.took_us,
+        e.created_at_us,
+        e.principal,
+        e.parent_call_id,
+        i64::try_from(at.seq).unwrap_or(i64::MAX),
+        &at.link[..],
     ])?;
     let id = conn.last_insert_rowid();
-    let full =
-        serde_json::to_string(env).unwrap_or_else(|e| format!("{{\"unserializable\":\"{e}\"}}"));
-    output.execute(params![id, full])?;
+    output.execute(params![id, e.output])?;
     Ok(())
 }
 
 /// The statement [`insert_call`] expects as `log`.
 pub(crate) const INSERT_LOG: &str = "INSERT INTO execution_log (tool_name, tenant, session,
     call_id, input_data, reasoning, args_hash, kind, hint_kind, err_kind, success, error,
-    output_summary, queued_us, took_us, created_at, principal, parent_call_id)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)";
+    output_summary, queued_us, took_us, created_at, principal, parent_call_id, chain_seq,
+    chain_link)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
+    ?19, ?20)";
+
+/// The columns of a chained row, in the order [`chained_row`] reads them (`o`: the output).
+pub(crate) const CHAIN_COLUMNS: &str = "l.id, l.chain_seq, l.chain_link, l.tool_name, \
+    l.tenant, l.session, l.principal, l.call_id, l.parent_call_id, l.input_data, l.reasoning, \
+    l.args_hash, l.kind, l.hint_kind, l.err_kind, l.success, l.error, l.output_summary, \
+    o.output, l.queued_us, l.took_us, l.created_at";
+
+/// A chained row (columns as [`CHAIN_COLUMNS`]). Values are read as they are stored, so a
+/// value changed behind Quiver's back (even to another type) is read, and shows as a link
+/// that no longer matches, rather than failing the read.
+pub(crate) fn chained_row(row: &Row<'_>) -> Result<ChainedRow, StoreError> {
+    use rusqlite::types::Value as V;
+    use std::borrow::Cow;
+    let raw = |i: usize| -> Result<V, StoreError> { col::<V>(row, i) };
+    let text = |i: usize| -> Result<Option<Cow<'static, str>>, StoreError> {
+        Ok(match raw(i)? {
+            V::Null => None,
+            V::Text(t) => Some(Cow::Owned(t)),
+            V::Integer(n) => Some(Cow::Owned(n.to_string())),
+            V::Real(f) => Some(Cow::Owned(f.to_string())),
+            V::Blob(b) => Some(Cow::Owned(String::from_utf8_lossy(&b).into_owned())),
+        })
+    };
+    let must = |i: usize| -> Result<Cow<'static, str>, StoreError> {
+        Ok(text(i)?.unwrap_or(Cow::Borrowed("")))
+    };
+    let int = |i: usize| -> Result<i64, StoreError> {
+        Ok(match raw(i)? {
+            V::Integer(n) => n,
+            V::Real(f) => f as i64,
+            _ => i64::MIN,
+        })
+    };
+    let link = match raw(2)? {
+        V::Blob(b) => {
+            let mut l = [0u8; 32];
+            let n = b.len().min(32);
+            l[..n].copy_from_slice(&b[..n]);
+            l
+        }
+        _ => [0; 32],
+    };
+    let entry = LogEntry {
+        tool_name: must(3)?,
+        tenant: text(4)?,
+        session: text(5)?,
+        principal: text(6)?,
+        call_id: must(7)?,
+        parent_call_id: text(8)?,
+        input_data: must(9)?,
+        reasoning: text(10)?,
+        args_hash: must(11)?,
+        kind: must(12)?,
+        hint_kind: text(13)?,
+        err_kind: text(14)?,
+        success: int(15)? == 1,
+        error: text(16)?,
+        output_summary: must(17)?,
+        output: must(18)?,
+        queued_us: int(19)?,
+        took_us: int(20)?,
+        created_at_us: int(21)?,
+    };
+    let seq = u64::try_from(int(1)?).unwrap_or(0);
+    Ok(ChainedRow::new(int(0)?, ChainPoint { seq, link }, entry))
+}
 
 /// The statement [`insert_call`] expects as `output`.
 pub(crate) const INSERT_OUTPUT: &str =

@@ -149,6 +149,27 @@ CREATE TRIGGER definitions_updated AFTER UPDATE OF name, description, input_sche
     updated_at, test_cases, pending ON tool_definitions
 BEGIN UPDATE definitions_version SET version = version + 1 WHERE id = 1; END;
 "#,
+    // 5: the execution log's hash chain (`quiver_registry::chain`): each row's place and
+    // link; the head the writers last stored (row 0 and the zero link before the first
+    // row), with the first id a chained row can have (rows without a link below it are
+    // older than the chain); checkpoints.
+    r#"
+ALTER TABLE execution_log ADD COLUMN chain_seq INTEGER;
+ALTER TABLE execution_log ADD COLUMN chain_link BLOB;
+CREATE UNIQUE INDEX execution_log_chain ON execution_log (chain_seq);
+CREATE TABLE log_chain (
+    id       INTEGER PRIMARY KEY CHECK (id = 1),
+    seq      INTEGER NOT NULL,
+    link     BLOB NOT NULL,
+    start_id INTEGER NOT NULL
+);
+INSERT INTO log_chain (id, seq, link, start_id)
+    VALUES (1, 0, zeroblob(32), COALESCE((SELECT max(id) FROM execution_log), 0) + 1);
+CREATE TABLE log_checkpoints (
+    seq  INTEGER PRIMARY KEY,
+    link BLOB NOT NULL
+);
+"#,
 ];
 
 /// The newest schema version this binary knows.

@@ -7,6 +7,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use quiver_registry::chain::{self, ChainPoint, LogEntry};
 use quiver_registry::{CallRecord, store::StoreError};
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
@@ -274,15 +275,50 @@ fn mark_probe(conn: &Connection, now_us: i64) -> rusqlite::Result<()> {
     .map(|_| ())
 }
 
-/// One transaction for `rows`; a batch that fails part-way is rolled back when `tx` drops.
+/// One transaction for `rows`, chained after the stored head; a batch that fails part-way
+/// is rolled back when `tx` drops. The transaction takes the write lock at its start
+/// (`IMMEDIATE`), so the head it reads is the one its rows follow, whichever process wrote
+/// last.
 fn insert_batch(conn: &mut Connection, rows: &[CallRecord]) -> rusqlite::Result<()> {
-    let tx = conn.transaction()?;
+    let entries: Vec<LogEntry<'_>> = rows.iter().map(LogEntry::of).collect();
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let head: ChainPoint =
+        tx.query_row("SELECT seq, link FROM log_chain WHERE id = 1", [], |r| {
+            let seq: i64 = r.get(0)?;
+            let stored: Vec<u8> = r.get(1)?;
+            // A head damaged behind Quiver's back still takes rows (none is lost); the chain
+            // goes on from what is there, and verifying shows the head as not the last row's.
+            let mut link = [0u8; 32];
+            let n = stored.len().min(32);
+            link[..n].copy_from_slice(&stored[..n]);
+            Ok(ChainPoint {
+                seq: u64::try_from(seq).unwrap_or(0),
+                link,
+            })
+        })?;
+    let points = chain::extend(head, &entries);
     {
         let mut log = tx.prepare_cached(INSERT_LOG)?;
         let mut output = tx.prepare_cached(INSERT_OUTPUT)?;
-        for r in rows {
-            insert_call(&mut log, &mut output, &tx, r)?;
+        let mut checkpoint = tx
+            .prepare_cached("INSERT OR REPLACE INTO log_checkpoints (seq, link) VALUES (?1, ?2)")?;
+        for (e, &p) in entries.iter().zip(&points) {
+            insert_call(&mut log, &mut output, &tx, e, p)?;
+            if p.seq.is_multiple_of(chain::CHECKPOINT_EVERY) {
+                checkpoint.execute(rusqlite::params![seq_sql(p.seq), &p.link[..]])?;
+            }
         }
     }
+    if let Some(last) = points.last() {
+        tx.execute(
+            "UPDATE log_chain SET seq = ?1, link = ?2 WHERE id = 1",
+            rusqlite::params![seq_sql(last.seq), &last.link[..]],
+        )?;
+    }
     tx.commit()
+}
+
+/// A `seq` as SQLite's integer.
+fn seq_sql(seq: u64) -> i64 {
+    i64::try_from(seq).unwrap_or(i64::MAX)
 }

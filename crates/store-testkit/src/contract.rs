@@ -62,6 +62,7 @@ macro_rules! contract_suite {
             recorded_calls_read_back_filtered_with_summary_and_full_output,
             usage_counts_only_calls_that_answered,
             usage_is_bucketed_by_age_and_retention_purges_old_rows,
+            the_log_is_chained_across_handles_and_purges,
             working_sets_failures_and_surface_state_persist);
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -603,33 +604,39 @@ pub async fn usage_counts_only_calls_that_answered(b: &mut impl Backend) {
 }
 
 /// Usage is bucketed by age (under 30 days, 30 to 90, older); purging deletes the rows
-/// before a cutoff, in batches, and says how many.
+/// before a cutoff, in batches, and says how many. Rows are recorded oldest first, as a log
+/// is written (a row is written when its call ends, so the order follows dispatch times up
+/// to a call's length).
 pub async fn usage_is_bucketed_by_age_and_retention_purges_old_rows(b: &mut impl Backend) {
     const DAY: Duration = Duration::from_secs(86_400);
     let store = b.open().await;
     let now = SystemTime::now();
-    let ages = [0, 1, 29, 31, 89, 91, 400];
-    for (i, days) in ages.iter().enumerate() {
-        store
-            .record(call("a", &format!("a{i}"), "ok").with_at(now - DAY * *days))
-            .await;
-    }
     store
-        .record(call("b", "b0", "ok").with_at(now - DAY * 100))
+        .record(call("a", "a6", "ok").with_at(now - DAY * 400))
         .await;
-    store.flush().await;
-    assert_eq!(
-        store.usage(now).await.expect("usage"),
-        [ToolUsage::new("a", 3, 2, 2), ToolUsage::new("b", 0, 0, 1)]
-    );
-
     // Enough old rows to take several purge batches.
     for i in 0..2_500 {
         store
             .record(call("c", &format!("old{i}"), "ok").with_at(now - DAY * 200))
             .await;
     }
+    store
+        .record(call("b", "b0", "ok").with_at(now - DAY * 100))
+        .await;
+    for (i, days) in [91, 89, 31, 29, 1, 0].iter().enumerate() {
+        store
+            .record(call("a", &format!("a{}", 5 - i), "ok").with_at(now - DAY * *days))
+            .await;
+    }
     store.flush().await;
+    assert_eq!(
+        store.usage(now).await.expect("usage"),
+        [
+            ToolUsage::new("a", 3, 2, 2),
+            ToolUsage::new("b", 0, 0, 1),
+            ToolUsage::new("c", 0, 0, 2_500)
+        ]
+    );
     let purged = store
         .purge_calls_before(now - DAY * 90)
         .await
@@ -648,6 +655,96 @@ pub async fn usage_is_bucketed_by_age_and_retention_purges_old_rows(b: &mut impl
         5
     );
     b.close(store).await;
+}
+
+/// Every logged row is chained: `seq` 1, 2, 3 with no gap across two handles writing the
+/// same store, each link recomputed from the stored row; export pages resume after a `seq`
+/// and filter by time; a retention purge leaves a checkpoint that anchors the rest, and the
+/// chain stays whole through it and through rows written after it.
+pub async fn the_log_is_chained_across_handles_and_purges(b: &mut impl Backend) {
+    use quiver_registry::chain::{self, ChainPoint};
+    const DAY: Duration = Duration::from_secs(86_400);
+    let first = b.open().await;
+    let second = b.another().await;
+    let now = SystemTime::now();
+    let mut kinds = ["ok", "hint", "err"].iter().cycle();
+    for i in 0..30 {
+        let store: &dyn ToolCallRecorder = if i % 2 == 0 { &first } else { &second };
+        let mut r = call("t", &format!("c{i}"), kinds.next().expect("cycles"))
+            .with_at(now - DAY * (60 - i))
+            .with_session("s")
+            .with_reasoning("why");
+        if i % 3 == 0 {
+            r = r.with_tenant("acme").with_principal("ci");
+        }
+        store.record(r).await;
+        // Each handle's rows go in its own batches, interleaved with the other's.
+        store.flush().await;
+    }
+    let rows = first.chain_rows(0, None, 100).await.expect("rows");
+    assert_eq!(
+        rows.iter().map(|r| r.point.seq).collect::<Vec<_>>(),
+        (1..=30).collect::<Vec<u64>>()
+    );
+    let mut prev = ChainPoint::START;
+    for r in &rows {
+        assert_eq!(
+            r.entry.link(r.point.seq, &prev.link),
+            r.point.link,
+            "row {}",
+            r.point.seq
+        );
+        prev = r.point;
+    }
+    let report = chain::verify(&first, None).await.expect("verify");
+    assert!(report.intact(), "{:?}", report.problems);
+    assert_eq!(
+        (report.rows, report.span, report.last),
+        (30, Some((1, 30)), Some(prev))
+    );
+    // The head a verify printed is found again later.
+    let report = chain::verify(&second, Some(prev)).await.expect("verify");
+    assert!(report.intact(), "{:?}", report.problems);
+
+    // Pages: after a cursor, and from a time.
+    let page = first.chain_rows(10, None, 5).await.expect("page");
+    assert_eq!(
+        page.iter().map(|r| r.point.seq).collect::<Vec<_>>(),
+        [11, 12, 13, 14, 15]
+    );
+    let recent = first
+        .chain_rows(0, Some(now - DAY * 35), 100)
+        .await
+        .expect("since");
+    assert_eq!(recent.first().map(|r| r.point.seq), Some(26));
+    assert_eq!(recent.len(), 5);
+
+    // A purge removes a prefix and anchors what is left.
+    let purged = first
+        .purge_calls_before(now - DAY * 50)
+        .await
+        .expect("purge");
+    assert_eq!(purged, 10);
+    second.record(call("t", "after", "ok").with_at(now)).await;
+    second.flush().await;
+    let report = chain::verify(&first, None).await.expect("verify");
+    assert!(report.intact(), "{:?}", report.problems);
+    assert_eq!((report.rows, report.span), (21, Some((11, 31))));
+    let state = first.chain_state().await.expect("state");
+    assert_eq!(state.head.map(|h| h.seq), Some(31));
+    assert!(
+        state.checkpoints.iter().any(|c| c.seq == 10),
+        "{:?}",
+        state.checkpoints
+    );
+    assert_eq!((state.unchained_count, state.older_rows), (0, 0));
+    // A head from before the purge is in the part purged: no longer provable.
+    let report = chain::verify(&first, Some(rows[4].point))
+        .await
+        .expect("verify");
+    assert!(!report.intact());
+    b.close(first).await;
+    b.close(second).await;
 }
 
 /// Working sets, failure counts and surface state are kept per session and key, outlive a

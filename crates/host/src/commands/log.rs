@@ -136,3 +136,150 @@ async fn read_file_log(
                 })?;
     Ok(calls)
 }
+
+/// Opens the store to read the log's chain: the shared database, or the SQLite file (which
+/// must exist: nothing is created at a mistyped path).
+async fn open_for_chain(config: &Config) -> anyhow::Result<quiver_host::Store> {
+    if config.store.url.is_none() {
+        if let Some(problem) = config.store.path_problem() {
+            anyhow::bail!("reading the execution log: {problem}");
+        }
+        if !config.store.path.exists() {
+            anyhow::bail!(
+                "there is no store at {}: no call has been logged there (`quiver serve`, `call` and `search` create it); check `[store] path` in the config",
+                config.store.path.display()
+            );
+        }
+    }
+    quiver_host::Store::open(config, quiver_host::StoreAccess::ReadOnly).await
+}
+
+/// `quiver log --verify`: walks the hash chain; exit 1 when it is broken.
+pub(crate) async fn verify(config: &Config, expect_head: Option<&str>) -> anyhow::Result<ExitCode> {
+    use quiver_registry::chain::ChainPoint;
+    let expected = match expect_head {
+        None => None,
+        Some(text) => Some(ChainPoint::parse(text).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--expect-head {text:?} is not a head: give `SEQ:HASH` as `quiver log --verify` printed it (a number, a colon, 64 hex digits)"
+            )
+        })?),
+    };
+    let store = open_for_chain(config).await?;
+    let report = quiver_registry::chain::verify(&store, expected)
+        .await
+        .context("verifying the execution log's chain")?;
+    store.close().await.context("closing the store")?;
+    let span = match report.span {
+        Some((a, b)) => format!("rows {a} to {b}"),
+        None => "no rows".to_owned(),
+    };
+    if report.older_rows > 0 {
+        say!(
+            "{} row(s) written before the chain existed (by an older Quiver) are not covered",
+            report.older_rows
+        );
+    }
+    if report.intact() {
+        say!(
+            "chain intact: {} row(s) checked ({span}), {} checkpoint(s) matched",
+            report.rows,
+            report.checkpoints_checked
+        );
+        if let Some(last) = report.last {
+            say!("head: {last}");
+            say!(
+                "record the head elsewhere; `quiver log --verify --expect-head {last}` later checks that the chain still holds it"
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    say!(
+        "chain BROKEN: {} problem(s) in {} row(s) checked ({span}); the first is where the tampering starts:",
+        report.problems.len(),
+        report.rows
+    );
+    for p in &report.problems {
+        say!("  - {p}");
+    }
+    Ok(ExitCode::from(1))
+}
+
+/// Rows read per page while exporting.
+const EXPORT_PAGE: usize = 1_000;
+
+/// `quiver log --format jsonl`: every chained row after `after` (and at or after `since`),
+/// oldest first, one JSON object a line, with the texts exactly as stored (the arguments
+/// and the output as JSON text), so a SIEM can recompute each link.
+pub(crate) async fn export(
+    config: &Config,
+    since: Option<&str>,
+    after: u64,
+) -> anyhow::Result<ExitCode> {
+    use quiver_registry::chain::hex;
+    use std::io::Write as _;
+    let since = since.map(parse_since).transpose()?;
+    let store = open_for_chain(config).await?;
+    let mut cursor = after;
+    let mut rows = 0u64;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    loop {
+        let page = quiver_registry::store::CallLog::chain_rows(&store, cursor, since, EXPORT_PAGE)
+            .await
+            .context("reading the execution log")?;
+        let Some(last) = page.last() else { break };
+        cursor = last.point.seq;
+        for r in &page {
+            let e = &r.entry;
+            let at = chrono::DateTime::<chrono::Utc>::from_timestamp_micros(e.created_at_us)
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true));
+            let line = serde_json::json!({
+                "seq": r.point.seq, "link": hex(&r.point.link), "id": r.id,
+                "at": at, "at_us": e.created_at_us,
+                "tool": e.tool_name, "tenant": e.tenant, "session": e.session,
+                "principal": e.principal, "call_id": e.call_id, "parent": e.parent_call_id,
+                "input_data": e.input_data, "reasoning": e.reasoning, "args_hash": e.args_hash,
+                "outcome": e.kind, "hint_kind": e.hint_kind, "err_kind": e.err_kind,
+                "success": e.success, "error": e.error, "summary": e.output_summary,
+                "output": e.output, "queued_us": e.queued_us, "took_us": e.took_us,
+            });
+            if writeln!(out, "{line}").is_err() {
+                // The reader went away (`| head`): what was written is the export.
+                return Ok(ExitCode::SUCCESS);
+            }
+            rows += 1;
+        }
+    }
+    let _ = out.flush();
+    drop(out);
+    store.close().await.context("closing the store")?;
+    eprintln!("quiver: exported {rows} row(s); resume after them with `--after {cursor}`");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--since`: an RFC 3339 time, or an age (`90s`, `15m`, `24h`, `7d`) before now.
+fn parse_since(text: &str) -> anyhow::Result<std::time::SystemTime> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Ok(t.with_timezone(&chrono::Utc).into());
+    }
+    let unit = text.chars().last().unwrap_or(' ');
+    let secs: Option<u64> = text[..text.len() - unit.len_utf8().min(text.len())]
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| match unit {
+            's' => Some(n),
+            'm' => n.checked_mul(60),
+            'h' => n.checked_mul(3600),
+            'd' => n.checked_mul(86_400),
+            _ => None,
+        });
+    match secs {
+        Some(s) => Ok(std::time::SystemTime::now()
+            .checked_sub(std::time::Duration::from_secs(s))
+            .unwrap_or(std::time::UNIX_EPOCH)),
+        None => anyhow::bail!(
+            "--since {text:?} is neither a time nor an age: give RFC 3339 (`2026-12-01T00:00:00Z`) or a number with s, m, h or d (`24h`)"
+        ),
+    }
+}

@@ -101,6 +101,12 @@ async fn eight_tasks_times_ten_thousand_records_give_eighty_thousand_rows() {
         .await
         .expect("read");
     assert_eq!(rows.len(), 80_000);
+    // One chain through every batch, with its checkpoints.
+    let report = quiver_registry::chain::verify(&other, None)
+        .await
+        .expect("verify");
+    assert!(report.intact(), "{:?}", report.problems);
+    assert_eq!((report.rows, report.checkpoints_checked), (80_000, 8));
 }
 
 /// The server goes away: reads fail with a clear error, call records are held, readiness

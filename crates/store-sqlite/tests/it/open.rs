@@ -72,7 +72,11 @@ async fn a_version_one_store_gains_the_principal_column() {
     // Back to what version 1 had.
     let old = rusqlite::Connection::open(&path).expect("peek");
     old.execute_batch(
-        "ALTER TABLE execution_log DROP COLUMN principal;
+        "DROP INDEX execution_log_chain;
+         ALTER TABLE execution_log DROP COLUMN chain_seq;
+         ALTER TABLE execution_log DROP COLUMN chain_link;
+         DROP TABLE log_chain; DROP TABLE log_checkpoints;
+         ALTER TABLE execution_log DROP COLUMN principal;
          ALTER TABLE execution_log DROP COLUMN parent_call_id;
          ALTER TABLE tool_definitions DROP COLUMN test_cases;
          ALTER TABLE tool_definitions DROP COLUMN pending;
@@ -119,6 +123,12 @@ async fn a_version_one_store_gains_the_principal_column() {
         who.contains(&("old", None)) && who.contains(&("new", Some("ci"))),
         "{who:?}"
     );
+    // The row from before the chain is counted as older than it; the new one is chained.
+    let report = quiver_registry::chain::verify(&store, None)
+        .await
+        .expect("verify");
+    assert!(report.intact(), "{:?}", report.problems);
+    assert_eq!((report.older_rows, report.rows), (1, 1));
 }
 
 /// Another application's SQLite file (no Quiver schema, tables of its own) is refused,

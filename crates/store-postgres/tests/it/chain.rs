@@ -1,0 +1,72 @@
+//! The execution log's hash chain in PostgreSQL, changed behind Quiver's back with SQL:
+//! each change is found by `quiver_registry::chain::verify` and named.
+
+use quiver_registry::{
+    ToolCallRecorder,
+    chain::{Tamper, verify},
+};
+use quiver_store_testkit::contract::call;
+
+use crate::support::Pg;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_changed_removed_or_inserted_with_sql_are_each_found() {
+    let pg = Pg::new();
+    let store = pg.store().await;
+    for i in 1..=6 {
+        store.record(call("t", &format!("c{i}"), "ok")).await;
+    }
+    store.flush().await;
+    let problems = async || verify(&store, None).await.expect("verify").problems;
+    assert_eq!(problems().await, []);
+
+    // Changed: one character of the arguments.
+    pg.server.psql(
+        "quiver",
+        r#"UPDATE execution_log SET input_data = '{"id":"cX"}' WHERE chain_seq = 2"#,
+    );
+    let found = problems().await;
+    assert!(
+        matches!(found.as_slice(), [Tamper::Changed { seq: 2, call_id, .. }] if call_id == "c2"),
+        "{found:?}"
+    );
+    // Changed back: the link is over the content, so the chain is whole again.
+    pg.server.psql(
+        "quiver",
+        r#"UPDATE execution_log SET input_data = '{"id":"c2"}' WHERE chain_seq = 2"#,
+    );
+    assert_eq!(problems().await, []);
+
+    // Inserted: a copy of a row, without a link.
+    pg.server.psql(
+        "quiver",
+        "INSERT INTO execution_log (tool_name, call_id, input_data, args_hash, kind, success,
+             output_summary, queued_us, took_us, created_at)
+         SELECT tool_name, 'forged', input_data, args_hash, kind, success, output_summary,
+             queued_us, took_us, created_at FROM execution_log WHERE chain_seq = 1",
+    );
+    let found = problems().await;
+    assert!(
+        matches!(found.as_slice(), [Tamper::Inserted { .. }]),
+        "{found:?}"
+    );
+    pg.server.psql(
+        "quiver",
+        "DELETE FROM execution_log WHERE call_id = 'forged'",
+    );
+
+    // Removed: one from the middle, then the last.
+    pg.server
+        .psql("quiver", "DELETE FROM execution_log WHERE chain_seq = 4");
+    assert_eq!(problems().await, [Tamper::Removed { from: 4, to: 4 }]);
+    pg.server
+        .psql("quiver", "DELETE FROM execution_log WHERE chain_seq = 6");
+    assert_eq!(
+        problems().await,
+        [
+            Tamper::Removed { from: 4, to: 4 },
+            Tamper::TailRemoved { last: 5, head: 6 }
+        ]
+    );
+    store.close().await.expect("close");
+}

@@ -5,6 +5,7 @@ mod architecture;
 mod audit_chain;
 mod conformance_client;
 mod mcp_server;
+mod progressive;
 mod replicas;
 mod skills;
 mod wire_text;

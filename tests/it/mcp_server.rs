@@ -367,7 +367,7 @@ async fn tokens_and_host_origin_guards_hold() {
 }
 
 /// `quiver serve --stdio` in `dir`, its stdin and stdout piped.
-fn stdio_server(dir: &std::path::Path, stderr: Stdio) -> Child {
+pub(crate) fn stdio_server(dir: &std::path::Path, stderr: Stdio) -> Child {
     Command::new(quiver_binary())
         .args(["serve", "--stdio"])
         .current_dir(dir)

@@ -125,6 +125,15 @@ pub struct ServerConfig {
     /// Allows a bearer token over plain http to a non-loopback host for this server.
     #[serde(default)]
     pub insecure_http: bool,
+    /// Progressive disclosure for every tool of this server: each is listed with the first
+    /// sentence of its description and an open schema until the session's
+    /// `describe_tool` loads its full definition.
+    #[serde(default)]
+    pub progressive: bool,
+    /// Progressive disclosure for the upstream tools these names or patterns (`*` for any
+    /// run of characters) match.
+    #[serde(default)]
+    pub progressive_tools: Vec<String>,
 }
 
 impl ServerConfig {
@@ -168,6 +177,8 @@ impl ServerConfig {
             prompts: true,
             bare_prompts: false,
             allow_tools: None,
+            progressive: false,
+            progressive_tools: Vec::new(),
             deny_tools: Vec::new(),
             insecure_http: false,
         }
@@ -319,6 +330,10 @@ pub struct ResolvedServer {
     pub bare_prompts: bool,
     pub(crate) allow_tools: Option<BTreeSet<String>>,
     pub(crate) deny_tools: BTreeSet<String>,
+    /// Every tool progressive.
+    pub(crate) progressive: bool,
+    /// Upstream tool patterns made progressive.
+    pub(crate) progressive_tools: Vec<String>,
     pub(crate) endpoint: Endpoint,
 }
 
@@ -326,6 +341,15 @@ impl ResolvedServer {
     /// The catalog family of its tools: `mcp:<name>`.
     pub fn family(&self) -> String {
         format!("mcp:{}", self.name)
+    }
+
+    /// Whether an upstream tool is listed in its lightweight form until loaded.
+    pub(crate) fn progressive(&self, tool: &str) -> bool {
+        self.progressive
+            || self
+                .progressive_tools
+                .iter()
+                .any(|p| quiver_contract::pattern_matches(p, tool))
     }
 
     /// Whether the allow/deny lists let an upstream tool through.
@@ -775,6 +799,8 @@ fn resolve(
         prompts: s.prompts,
         bare_prompts: s.bare_prompts,
         allow_tools: s.allow_tools.as_ref().map(|a| a.iter().cloned().collect()),
+        progressive: s.progressive,
+        progressive_tools: s.progressive_tools.clone(),
         deny_tools: s.deny_tools.iter().cloned().collect(),
         endpoint,
     })

@@ -4,5 +4,6 @@ mod batch;
 mod catalog;
 mod custom;
 mod pipeline;
+mod progressive_tokens;
 mod skills;
 mod support;

@@ -159,7 +159,8 @@ impl Upstream {
                 }
                 // One malformed tool costs only itself: the rest are served.
                 match to_contract::tool_spec(&self.cfg.name, &self.cfg.prefix, &wire) {
-                    Ok(t) => {
+                    Ok(mut t) => {
+                        t.spec.progressive |= self.cfg.progressive(name);
                         if let Some(what) = &t.hidden {
                             self.diag_warn(format!(
                                 "tool {name:?}: hidden text taken out of {what}; a model would have read it, a person reviewing the tool would not have seen it"

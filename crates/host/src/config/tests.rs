@@ -578,3 +578,123 @@ fn the_store_url_is_interpolated_checked_and_masked() {
     assert!(text.contains("is not a PostgreSQL URL"), "{text}");
     assert!(!text.contains("s3cret-pw"), "{text}");
 }
+
+/// A config using most sections, which the fuzz cases below cut and splice.
+const SAMPLE: &str = r#"
+[store]
+path = "./quiver.db"
+retention_days = 90
+
+[surface]
+anchors = ["tool_search", "describe_tool"]
+target_floor = 30
+
+[limits]
+timeout_secs = 30
+tool_timeouts = { "mcp__git__git_log" = 60 }
+
+[[policy.rules]]
+id = "preview-first"
+tool = "mcp__db__export*"
+action = "warn"
+message = "call mcp__db__preview first"
+requires_prior = "mcp__db__preview"
+
+[[mcp.servers]]
+name = "time"
+command = "mcp-server-time"
+args = ["--local-timezone", "${env:HOME_DIR}"]
+progressive_tools = ["get_*"]
+
+[[auth.tokens]]
+name = "ci"
+token = "${env:DB_PASSWORD}"
+"#;
+
+/// An `mcpServers` file the fuzz cases below cut and splice.
+const SAMPLE_JSON: &str = r#"{"mcpServers": {
+  "everything": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"], "env": {"A": "${env:HOME_DIR}"}},
+  "remote": {"type": "http", "url": "https://example.com/mcp", "headers": {"X": "y"}}
+}}"#;
+
+/// `text` with `cut` bytes from `at` replaced by `insert` (at char boundaries).
+fn spliced(text: &str, at: usize, cut: usize, insert: &str) -> String {
+    let floor = |i: usize| {
+        let mut i = i.min(text.len());
+        while !text.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let start = floor(at);
+    let end = floor(start + cut).max(start);
+    format!("{}{insert}{}", &text[..start], &text[end..])
+}
+
+fn fragment() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    prop_oneof![
+        Just(String::new()),
+        "\\PC{0,16}",
+        proptest::sample::select(vec![
+            "=",
+            "[",
+            "]",
+            "[[",
+            "]]",
+            "\"",
+            "'",
+            "{",
+            "}",
+            ",",
+            "\n",
+            "#",
+            "${env:",
+            "${env:NOPE}",
+            "$${",
+            "1e400",
+            "-1",
+            "true",
+            "[1, \"a\"]",
+            "{ a = 1 }",
+            "\u{0}",
+            "\u{2028}",
+            "[[mcp.servers]]\n",
+            "name = \"\"",
+            "transport = \"sse\"",
+            "\"\"\"",
+        ])
+        .prop_map(str::to_owned),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(256)
+    ))]
+
+    /// A config file cut and spliced anywhere parses or is refused with a message that
+    /// names the file; it never panics.
+    #[test]
+    fn any_spliced_config_parses_or_is_refused_naming_the_file(
+        at in 0..SAMPLE.len(), cut in 0usize..40, insert in fragment()
+    ) {
+        let text = spliced(SAMPLE, at, cut, &insert);
+        if let Err(e) = Config::parse(&text, "quiver.toml", &env) {
+            let said = format!("{e:#}");
+            proptest::prop_assert!(said.starts_with("quiver.toml"), "{said}");
+        }
+    }
+
+    /// The same for an `mcpServers` file.
+    #[test]
+    fn any_spliced_mcp_servers_file_parses_or_is_refused_naming_the_file(
+        at in 0..SAMPLE_JSON.len(), cut in 0usize..40, insert in fragment()
+    ) {
+        let text = spliced(SAMPLE_JSON, at, cut, &insert);
+        if let Err(e) = crate::parse_mcp_servers(&text, "mcp.json", &env) {
+            let said = format!("{e:#}");
+            proptest::prop_assert!(said.contains("mcp.json"), "{said}");
+        }
+    }
+}

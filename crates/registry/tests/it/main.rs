@@ -3,6 +3,7 @@
 mod batch;
 mod catalog;
 mod custom;
+mod fuzz_args;
 mod pipeline;
 mod progressive_tokens;
 mod skills;

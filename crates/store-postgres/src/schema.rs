@@ -138,7 +138,14 @@ CREATE TABLE surface_state (
     value      JSON NOT NULL,
     written_at TIMESTAMPTZ NOT NULL
 );
-"#];
+"#,
+    // 2: the admin page's call log: a call found by its id, and calls filtered by who made
+    // them, newest first, without a walk of the whole log.
+    r#"
+CREATE INDEX execution_log_call ON execution_log (call_id);
+CREATE INDEX execution_log_principal ON execution_log (principal, created_at);
+"#,
+];
 
 /// The newest schema version this binary knows.
 pub(crate) const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;

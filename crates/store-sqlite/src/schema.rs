@@ -149,6 +149,12 @@ CREATE TRIGGER definitions_updated AFTER UPDATE OF name, description, input_sche
     updated_at, test_cases, pending ON tool_definitions
 BEGIN UPDATE definitions_version SET version = version + 1 WHERE id = 1; END;
 "#,
+    // 5: the admin page's call log: a call found by its id, and calls filtered by who made
+    // them, newest first, without a walk of the whole log.
+    r#"
+CREATE INDEX execution_log_call ON execution_log (call_id);
+CREATE INDEX execution_log_principal ON execution_log (principal, created_at);
+"#,
 ];
 
 /// The newest schema version this binary knows.

@@ -1,6 +1,7 @@
 //! Quiver's end-to-end suite: architecture rules and, as the product grows, runs against real
 //! peers.
 
+mod admin_web;
 mod architecture;
 mod conformance_client;
 mod mcp_server;

@@ -9,6 +9,8 @@
   const source = new EventSource(table.dataset.live);
   source.addEventListener("call", function (e) {
     body.insertAdjacentHTML("afterbegin", e.data);
+    const none = document.getElementById("no-calls");
+    if (none) none.remove();
     table.dataset.received = String(Number(table.dataset.received || "0") + 1);
   });
   source.addEventListener("open", function () {

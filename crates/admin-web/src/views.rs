@@ -422,7 +422,7 @@ pub(crate) fn log(rows: &[CallRow], query: &LogQuery, older: Option<u128>, csrf:
                     @for row in rows { (call_row(row)) }
                 }
             }
-            @if rows.is_empty() { p { "No calls match." } }
+            @if rows.is_empty() { p #no-calls { "No calls match." } }
             nav.pages aria-label="Pages" {
                 @if !first_page { a href={ "/admin/log?" (filters) } { "Newest" } " " }
                 @if let Some(older) = older {

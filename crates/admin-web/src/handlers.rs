@@ -223,16 +223,10 @@ struct CatalogQuery {
     q: String,
 }
 
-/// The catalog's rows, each with its usage and last error.
-async fn tool_rows(page: &AdminPage) -> Result<Vec<ToolRow>, String> {
-    let usage: HashMap<String, (u64, u64)> = page
-        .usage
-        .usage(std::time::SystemTime::now())
-        .await
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .map(|u| (u.tool.clone(), (u.last_30_days, u.total())))
-        .collect();
+/// The catalog's rows, each with its usage and last error, and when the usage was counted
+/// (`None`: not counted yet).
+async fn tool_rows(page: &AdminPage) -> Result<(Vec<ToolRow>, Option<std::time::SystemTime>), String> {
+    let usage = page.usage_cache.get(&page.usage).await;
     let mut errors: HashMap<String, String> = HashMap::new();
     for call in page
         .calls
@@ -251,7 +245,10 @@ async fn tool_rows(page: &AdminPage) -> Result<Vec<ToolRow>, String> {
         .iter()
         .map(|entry| {
             let spec = &entry.spec;
-            let (calls_30d, calls_total) = usage.get(&spec.name).copied().unwrap_or_default();
+            let (calls_30d, calls_total) = usage
+                .as_ref()
+                .and_then(|u| u.counts.get(&spec.name).copied())
+                .unwrap_or_default();
             ToolRow {
                 name: spec.name.clone(),
                 family: entry.family.to_string(),
@@ -267,7 +264,7 @@ async fn tool_rows(page: &AdminPage) -> Result<Vec<ToolRow>, String> {
         })
         .collect();
     rows.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(rows)
+    Ok((rows, usage.map(|u| u.at)))
 }
 
 async fn catalog(State(admin): St, headers: HeaderMap, Query(q): Query<CatalogQuery>) -> Response {
@@ -275,13 +272,13 @@ async fn catalog(State(admin): St, headers: HeaderMap, Query(q): Query<CatalogQu
         Ok(l) => l,
         Err(r) => return r,
     };
-    let rows = match tool_rows(&admin.page).await {
+    let (rows, counted) = match tool_rows(&admin.page).await {
         Ok(rows) => rows,
-        Err(e) => return failed("reading the usage and the call log", e, &login.csrf),
+        Err(e) => return failed("reading the call log", e, &login.csrf),
     };
     let query = q.q.trim();
     if query.is_empty() {
-        return ok(views::catalog(&rows, "", &login.csrf));
+        return ok(views::catalog(&rows, "", counted, &login.csrf));
     }
     // The engine `tool_search` runs, over every tool an unrestricted caller would find.
     let hits = admin
@@ -298,7 +295,7 @@ async fn catalog(State(admin): St, headers: HeaderMap, Query(q): Query<CatalogQu
             })
         })
         .collect();
-    ok(views::catalog(&found, query, &login.csrf))
+    ok(views::catalog(&found, query, counted, &login.csrf))
 }
 
 /// A custom tool as `quiver custom show` prints it (for one not in the catalog: a draft).
@@ -323,9 +320,9 @@ async fn tool(State(admin): St, headers: HeaderMap, Path(name): Path<String>) ->
         Ok(l) => l,
         Err(r) => return r,
     };
-    let rows = match tool_rows(&admin.page).await {
+    let (rows, _) = match tool_rows(&admin.page).await {
         Ok(rows) => rows,
-        Err(e) => return failed("reading the usage and the call log", e, &login.csrf),
+        Err(e) => return failed("reading the call log", e, &login.csrf),
     };
     if let Some(entry) = admin.page.surface.catalog().lookup(&name)
         && let Some(row) = rows.iter().find(|r| r.name == name)

@@ -26,6 +26,7 @@ use quiver_surface::{Surface, ports::UsageSource};
 mod handlers;
 mod login;
 mod time;
+mod usage;
 mod views;
 
 /// One upstream MCP server as the page shows it.
@@ -116,6 +117,8 @@ pub struct AdminPage {
     /// Cancelled when the server stops: the live streams end (an open page would hold the
     /// drain of the connections otherwise).
     pub(crate) stop: tokio_util::sync::CancellationToken,
+    /// The catalog's usage counts, counted at most once a minute.
+    pub(crate) usage_cache: Arc<usage::UsageCache>,
 }
 
 impl std::fmt::Debug for AdminPage {
@@ -145,6 +148,7 @@ impl AdminPage {
             config,
             token,
             stop: tokio_util::sync::CancellationToken::new(),
+            usage_cache: Arc::default(),
         }
     }
 

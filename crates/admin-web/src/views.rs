@@ -186,8 +186,9 @@ pub(crate) fn message(title: &str, text: &str, csrf: Option<&str>) -> Markup {
     )
 }
 
-/// The catalog: a search form, then every tool (or the search's hits, best first).
-pub(crate) fn catalog(rows: &[ToolRow], query: &str, csrf: &str) -> Markup {
+/// The catalog: a search form, then every tool (or the search's hits, best first), with
+/// the usage counted at `counted` (`None`: not counted yet).
+pub(crate) fn catalog(rows: &[ToolRow], query: &str, counted: Option<SystemTime>, csrf: &str) -> Markup {
     page(
         "Catalog",
         "/admin/catalog",
@@ -199,7 +200,13 @@ pub(crate) fn catalog(rows: &[ToolRow], query: &str, csrf: &str) -> Markup {
                 button type="submit" { "Search" }
                 @if !query.is_empty() { a href="/admin/catalog" { "Show all" } }
             }
-            p.count { (rows.len()) " tools" @if !query.is_empty() { " matching " q { (query) } } }
+            p.count {
+                (rows.len()) " tools" @if !query.is_empty() { " matching " q { (query) } } ". "
+                @match counted {
+                    Some(at) => { "Calls counted at " (time::utc(at)) " UTC (again at most once a minute)." },
+                    None => { "Calls are being counted over the call log: reload in a moment." },
+                }
+            }
             table #catalog {
                 caption.visually-hidden { "Tools in the catalog" }
                 thead { tr {
@@ -644,10 +651,13 @@ mod tests {
                 ..ToolRow::default()
             },
         ];
-        insta::assert_snapshot!("catalog", lines(catalog(&rows, "", "CSRF")));
+        insta::assert_snapshot!("catalog", lines(catalog(&rows, "", Some(at(0)), "CSRF")));
         let mut hits = rows[1..2].to_vec();
         hits[0].score = Some(2.5);
-        insta::assert_snapshot!("catalog_search", lines(catalog(&hits, "echo \"x\"", "CSRF")));
+        insta::assert_snapshot!(
+            "catalog_search",
+            lines(catalog(&hits, "echo \"x\"", None, "CSRF"))
+        );
     }
 
     #[test]

@@ -20,11 +20,16 @@ async fn the_admin_page_in_a_real_browser() {
         );
     }
     let dir = fresh_dir();
-    std::fs::write(dir.join("quiver.toml"), format!("[admin]\ntoken = \"{TOKEN}\"\n")).unwrap();
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!("[admin]\ntoken = \"{TOKEN}\"\n"),
+    )
+    .unwrap();
     let mcp = dir.join("mcp.json");
     std::fs::write(
         &mcp,
-        serde_json::json!({"mcpServers": {"everything": {"command": everything_bin()}}}).to_string(),
+        serde_json::json!({"mcpServers": {"everything": {"command": everything_bin()}}})
+            .to_string(),
     )
     .unwrap();
     let args = [
@@ -49,7 +54,15 @@ async fn the_admin_page_in_a_real_browser() {
     )
     .await;
     assert!(server.terminate().await.success());
-    for page in ["02-catalog", "06-log-live", "08-custom-draft", "10-csrf-refused"] {
-        assert!(shots.join(format!("{page}.png")).exists(), "screenshot {page}");
+    for page in [
+        "02-catalog",
+        "06-log-live",
+        "08-custom-draft",
+        "10-csrf-refused",
+    ] {
+        assert!(
+            shots.join(format!("{page}.png")).exists(),
+            "screenshot {page}"
+        );
     }
 }

@@ -43,6 +43,10 @@ const LIVE_POLL: Duration = Duration::from_millis(500);
 /// The most rows one poll of the live call log sends.
 const LIVE_BATCH: usize = 100;
 
+/// The most rows one export gives (the next ones: the same export with `before` set to the
+/// last row's `at_us`).
+const EXPORT_ROWS: usize = 10_000;
+
 /// How many hits a catalog search shows.
 const SEARCH_HITS: usize = 50;
 
@@ -70,6 +74,7 @@ pub(crate) fn router(page: AdminPage) -> Router {
         .route("/admin/sessions", get(sessions))
         .route("/admin/log", get(log))
         .route("/admin/log/stream", get(stream))
+        .route("/admin/log/export", get(export))
         .route("/admin/calls/{id}", get(call))
         .route("/admin/custom", get(custom))
         .route("/admin/custom/{name}/approve", post(approve))
@@ -225,7 +230,9 @@ struct CatalogQuery {
 
 /// The catalog's rows, each with its usage and last error, and when the usage was counted
 /// (`None`: not counted yet).
-async fn tool_rows(page: &AdminPage) -> Result<(Vec<ToolRow>, Option<std::time::SystemTime>), String> {
+async fn tool_rows(
+    page: &AdminPage,
+) -> Result<(Vec<ToolRow>, Option<std::time::SystemTime>), String> {
     let usage = page.usage_cache.get(&page.usage).await;
     let mut errors: HashMap<String, String> = HashMap::new();
     for call in page
@@ -441,7 +448,10 @@ fn call_row(call: &LoggedCall) -> CallRow {
 fn filter_of(q: &LogQuery) -> Result<CallFilter, String> {
     let mut f = CallFilter::recent(PAGE);
     for (value, set) in [
-        (&q.tool, CallFilter::tool as fn(CallFilter, String) -> CallFilter),
+        (
+            &q.tool,
+            CallFilter::tool as fn(CallFilter, String) -> CallFilter,
+        ),
         (&q.session, CallFilter::session),
         (&q.principal, CallFilter::principal),
     ] {
@@ -499,6 +509,70 @@ async fn log(State(admin): St, headers: HeaderMap, Query(q): Query<LogQuery>) ->
         .then(|| rows.last().map(|r| time::cursor(r.at)))
         .flatten();
     ok(views::log(&rows, &q, older, &login.csrf))
+}
+
+/// A row of the export: what `quiver log --json` names, times in microseconds.
+fn exported(call: &LoggedCall) -> Value {
+    serde_json::json!({
+        "call_id": call.call_id,
+        "at_us": u64::try_from(time::cursor(call.at)).unwrap_or(u64::MAX),
+        "tool": call.tool_name,
+        "principal": call.principal,
+        "session": call.session,
+        "tenant": call.tenant,
+        "parent": call.parent_call_id,
+        "outcome": call.kind,
+        "error": call.error,
+        "input": call.input,
+        "reasoning": call.reasoning,
+        "output_summary": call.output_summary,
+        "queued_us": u64::try_from(call.queued.as_micros()).unwrap_or(u64::MAX),
+        "took_us": u64::try_from(call.took.as_micros()).unwrap_or(u64::MAX),
+    })
+}
+
+/// The filtered log as JSON Lines, newest first, at most [`EXPORT_ROWS`] rows (`before`
+/// pages on).
+async fn export(State(admin): St, headers: HeaderMap, Query(q): Query<LogQuery>) -> Response {
+    if admin.login(&headers).is_none() {
+        return (StatusCode::FORBIDDEN, "log in at /admin/login first").into_response();
+    }
+    let mut filter = match filter_of(&q) {
+        Ok(f) => f,
+        Err(why) => return (StatusCode::BAD_REQUEST, why).into_response(),
+    };
+    if let Some(before) = q.before {
+        filter = filter.before(time::from_cursor(before));
+    }
+    filter.limit = EXPORT_ROWS;
+    let calls = match admin.page.calls.recent_calls(filter).await {
+        Ok(calls) => calls,
+        Err(e) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("reading the call log failed: {e}"),
+            )
+                .into_response();
+        }
+    };
+    tracing::info!(target: "quiver::admin", action = "export", rows = calls.len(), "admin page: call log exported");
+    let mut body = String::new();
+    for call in &calls {
+        body.push_str(&exported(call).to_string());
+        body.push('\n');
+    }
+    (
+        [
+            (header::CONTENT_TYPE, "application/x-ndjson"),
+            (
+                header::CONTENT_DISPOSITION,
+                "attachment; filename=\"quiver-calls.jsonl\"",
+            ),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response()
 }
 
 #[derive(Deserialize)]
@@ -591,7 +665,9 @@ async fn call(State(admin): St, headers: HeaderMap, Path(id): Path<String>) -> R
             StatusCode::NOT_FOUND,
             views::message(
                 "No such call",
-                &format!("No call `{id}` is in the execution log (it may have been purged by the retention setting)."),
+                &format!(
+                    "No call `{id}` is in the execution log (it may have been purged by the retention setting)."
+                ),
                 Some(&login.csrf),
             ),
         );
@@ -647,11 +723,21 @@ fn custom_rows(defs: &[ToolDefinition]) -> Vec<CustomRow> {
             }
         })
         .collect();
-    rows.sort_by_key(|r| (r.status == "approved" && r.pending.is_none(), r.name.clone()));
+    rows.sort_by_key(|r| {
+        (
+            r.status == "approved" && r.pending.is_none(),
+            r.name.clone(),
+        )
+    });
     rows
 }
 
-async fn custom_page(admin: &Admin, login: &Login, status: StatusCode, notice: Option<&str>) -> Response {
+async fn custom_page(
+    admin: &Admin,
+    login: &Login,
+    status: StatusCode,
+    notice: Option<&str>,
+) -> Response {
     let defs = match admin.page.custom.list().await {
         Ok(defs) => defs,
         Err(e) => return failed("reading the custom tools", e, &login.csrf),
@@ -702,7 +788,13 @@ async fn approve(
         }
         Err(e) => {
             tracing::warn!(target: "quiver::admin", action = "approve", tool = %name, "admin page: approval refused: {e}");
-            custom_page(&admin, &login, StatusCode::CONFLICT, Some(&format!("Not approved: {e}"))).await
+            custom_page(
+                &admin,
+                &login,
+                StatusCode::CONFLICT,
+                Some(&format!("Not approved: {e}")),
+            )
+            .await
         }
     }
 }
@@ -730,11 +822,23 @@ async fn reject(
     match admin.page.custom.reject(&name, reason).await {
         Ok(()) => {
             tracing::info!(target: "quiver::admin", action = "reject", tool = %name, reason = %reason, "admin page: custom tool rejected");
-            custom_page(&admin, &login, StatusCode::OK, Some(&format!("`{name}` rejected: {reason}"))).await
+            custom_page(
+                &admin,
+                &login,
+                StatusCode::OK,
+                Some(&format!("`{name}` rejected: {reason}")),
+            )
+            .await
         }
         Err(e) => {
             tracing::warn!(target: "quiver::admin", action = "reject", tool = %name, "admin page: rejection refused: {e}");
-            custom_page(&admin, &login, StatusCode::CONFLICT, Some(&format!("Not rejected: {e}"))).await
+            custom_page(
+                &admin,
+                &login,
+                StatusCode::CONFLICT,
+                Some(&format!("Not rejected: {e}")),
+            )
+            .await
         }
     }
 }

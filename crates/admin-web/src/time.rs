@@ -34,7 +34,9 @@ fn civil(days: i64) -> (i64, u32, u32) {
 
 /// A cursor: `at` in microseconds since the epoch.
 pub(crate) fn cursor(at: SystemTime) -> u128 {
-    at.duration_since(UNIX_EPOCH).unwrap_or_default().as_micros()
+    at.duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_micros()
 }
 
 /// The time of a cursor.

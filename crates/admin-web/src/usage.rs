@@ -115,7 +115,10 @@ mod tests {
 
     #[tokio::test]
     async fn counts_are_counted_once_while_fresh_and_never_waited_for_long() {
-        let quick = Arc::new(Source { calls: AtomicUsize::new(0), stuck: false });
+        let quick = Arc::new(Source {
+            calls: AtomicUsize::new(0),
+            stuck: false,
+        });
         let source: Arc<dyn UsageSource> = quick.clone();
         let cache = Arc::new(UsageCache::default());
         let first = cache.get(&source).await.expect("counted within the wait");
@@ -124,10 +127,16 @@ mod tests {
         assert!(Arc::ptr_eq(&first, &again), "fresh counts are reused");
         assert_eq!(quick.calls.load(Ordering::SeqCst), 1);
 
-        let slow = Arc::new(Source { calls: AtomicUsize::new(0), stuck: true });
+        let slow = Arc::new(Source {
+            calls: AtomicUsize::new(0),
+            stuck: true,
+        });
         let source: Arc<dyn UsageSource> = slow.clone();
         let cache = Arc::new(UsageCache::default());
-        assert!(cache.get(&source).await.is_none(), "no counts after the wait");
+        assert!(
+            cache.get(&source).await.is_none(),
+            "no counts after the wait"
+        );
         assert!(cache.get(&source).await.is_none());
         assert_eq!(slow.calls.load(Ordering::SeqCst), 1, "one count at a time");
     }

@@ -178,17 +178,17 @@ pub(crate) fn login(error: Option<&str>) -> Markup {
 
 /// A message page (a refused action, a missing tool): `status` as the title.
 pub(crate) fn message(title: &str, text: &str, csrf: Option<&str>) -> Markup {
-    page(
-        title,
-        "",
-        csrf,
-        html! { p role="alert" { (text) } },
-    )
+    page(title, "", csrf, html! { p role="alert" { (text) } })
 }
 
 /// The catalog: a search form, then every tool (or the search's hits, best first), with
 /// the usage counted at `counted` (`None`: not counted yet).
-pub(crate) fn catalog(rows: &[ToolRow], query: &str, counted: Option<SystemTime>, csrf: &str) -> Markup {
+pub(crate) fn catalog(
+    rows: &[ToolRow],
+    query: &str,
+    counted: Option<SystemTime>,
+    csrf: &str,
+) -> Markup {
     page(
         "Catalog",
         "/admin/catalog",
@@ -431,6 +431,7 @@ pub(crate) fn log(rows: &[CallRow], query: &LogQuery, older: Option<u128>, csrf:
             }
             @if rows.is_empty() { p #no-calls { "No calls match." } }
             nav.pages aria-label="Pages" {
+                a href={ "/admin/log/export?" (filters) @if let Some(b) = query.before { @if !filters.is_empty() { "&" } "before=" (b) } } download { "Export these calls (JSON Lines)" } " "
                 @if !first_page { a href={ "/admin/log?" (filters) } { "Newest" } " " }
                 @if let Some(older) = older {
                     a href={ "/admin/log?" (filters) @if !filters.is_empty() { "&" } "before=" (older) } rel="next" { "Older calls" }
@@ -698,6 +699,9 @@ mod tests {
             before: Some(1_796_551_300_000_000),
             ..LogQuery::default()
         };
-        insta::assert_snapshot!("log_filtered", lines(log(&rows[..1], &filtered, None, "CSRF")));
+        insta::assert_snapshot!(
+            "log_filtered",
+            lines(log(&rows[..1], &filtered, None, "CSRF"))
+        );
     }
 }

@@ -12,7 +12,7 @@ use std::{
 
 use axum::{body::Body, http::Request};
 use criterion::{Criterion, criterion_group, criterion_main};
-use quiver_contract::{ErrKind, Envelope, HintKind};
+use quiver_contract::{Envelope, ErrKind, HintKind};
 use quiver_registry::{CallRecord, ToolCallRecorder};
 use tower::ServiceExt;
 
@@ -23,7 +23,11 @@ const TOKEN: &str = "bench-admin-token-0123456789";
 /// hint; one call a millisecond, the newest now.
 fn record(i: usize, now: SystemTime) -> CallRecord {
     let env = match i % 20 {
-        0 => Envelope::hint(HintKind::Schema, "missing required argument `path`", Vec::new()),
+        0 => Envelope::hint(
+            HintKind::Schema,
+            "missing required argument `path`",
+            Vec::new(),
+        ),
         1 | 11 => Envelope::err(ErrKind::ToolFailed, "the upstream timed out"),
         _ => Envelope::text(format!("result {i}: {}", "lorem ipsum ".repeat(8))),
     };
@@ -111,7 +115,10 @@ fn admin_log(c: &mut Criterion) {
         ("log_by_principal", "/admin/log?principal=p3".to_owned()),
         ("log_by_session", "/admin/log?session=s0042".to_owned()),
         ("log_errors", "/admin/log?outcome=err".to_owned()),
-        ("log_last_hour", "/admin/log?within=1h&tool=tool_03".to_owned()),
+        (
+            "log_last_hour",
+            "/admin/log?within=1h&tool=tool_03".to_owned(),
+        ),
         ("call_detail", "/admin/calls/call-0500000".to_owned()),
         ("catalog", "/admin/catalog".to_owned()),
     ];

@@ -64,9 +64,9 @@ struct ReloaderConfig(Arc<Reloader>);
 
 impl ConfigView for ReloaderConfig {
     fn effective(&self) -> String {
-        self.0.effective_config().unwrap_or_else(|| {
-            "a reload is under way: reload the page in a moment".to_owned()
-        })
+        self.0
+            .effective_config()
+            .unwrap_or_else(|| "a reload is under way: reload the page in a moment".to_owned())
     }
 
     fn last_reload(&self) -> Option<String> {

@@ -227,9 +227,10 @@ impl Reloader {
             .collect();
         Some(format!(
             "config file: {}\nmcp-config files: {files:?}\n\n{config:#?}",
-            self.config_path
-                .as_deref()
-                .map_or_else(|| "./quiver.toml (if present)".to_owned(), |p| p.display().to_string())
+            self.config_path.as_deref().map_or_else(
+                || "./quiver.toml (if present)".to_owned(),
+                |p| p.display().to_string()
+            )
         ))
     }
 

@@ -9,7 +9,8 @@ use crate::error::ResultExt;
 
 /// The migrations, in order; migration `i` brings the schema to version `i + 1`. Never edit
 /// one that has shipped: append a new one.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE quiver_meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL

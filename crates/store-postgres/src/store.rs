@@ -758,7 +758,10 @@ fn recent_calls_sql(filter: &CallFilter) -> String {
             clauses.push(format!("{column} = ${n}"));
         }
     }
-    for (given, op) in [(filter.before.is_some(), "<"), (filter.after.is_some(), ">")] {
+    for (given, op) in [
+        (filter.before.is_some(), "<"),
+        (filter.after.is_some(), ">"),
+    ] {
         if given {
             n += 1;
             clauses.push(format!("created_at {op} ${n}"));

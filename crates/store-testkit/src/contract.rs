@@ -538,11 +538,16 @@ pub async fn calls_page_by_time_and_filter_by_principal_and_id(b: &mut impl Back
             )
             .await;
     }
-    store.record(call("read", "anon", "ok").with_at(at(10))).await;
+    store
+        .record(call("read", "anon", "ok").with_at(at(10)))
+        .await;
     store.flush().await;
     let other = b.another().await;
     for (filter, want) in [
-        (CallFilter::recent(10).principal("ci"), vec!["c3", "c2", "c0"]),
+        (
+            CallFilter::recent(10).principal("ci"),
+            vec!["c3", "c2", "c0"],
+        ),
         (CallFilter::recent(10).principal("ops"), vec!["c4", "c1"]),
         (CallFilter::recent(10).call_id("c2"), vec!["c2"]),
         (CallFilter::recent(10).call_id("nope"), vec![]),
@@ -557,7 +562,10 @@ pub async fn calls_page_by_time_and_filter_by_principal_and_id(b: &mut impl Back
             CallFilter::recent(10).principal("ci").before(at(3)),
             vec!["c2", "c0"],
         ),
-        (CallFilter::recent(10).principal("ci").kind("err"), vec!["c3"]),
+        (
+            CallFilter::recent(10).principal("ci").kind("err"),
+            vec!["c3"],
+        ),
     ] {
         let ids: Vec<String> = other
             .recent_calls(filter.clone())

@@ -164,9 +164,9 @@ pub(crate) async fn run(
     let reloader = std::sync::Arc::new(app.reloader(config).with_prompts(prompts));
     // The admin page at `/admin`, behind the admin token (the reloader replaces the token
     // in place, so a rotated token is the page's too).
-    let admin_page = admin_token.as_ref().map(|token| {
-        quiver_host::admin_page::admin_page(app, reloader.clone(), token.clone())
-    });
+    let admin_page = admin_token
+        .as_ref()
+        .map(|token| quiver_host::admin_page::admin_page(app, reloader.clone(), token.clone()));
     if let Some(token) = admin_token {
         reloader.set_admin(token);
     }

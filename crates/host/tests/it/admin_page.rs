@@ -10,7 +10,7 @@ use std::{
     time::Duration,
 };
 
-use crate::serve::{start_with, stop};
+use crate::serve::{open, rpc, start_with, stop};
 
 const TOKEN: &str = "admin-page-token-0123456789";
 const ROTATED: &str = "admin-page-token-rotated-9876";
@@ -66,7 +66,13 @@ fn there_is_no_admin_page_without_an_admin_token() {
         let (status, _, _) = request(&addr, "GET", path, &[], "");
         assert_eq!(status, 404, "{path}");
     }
-    let (status, _, _) = request(&addr, "POST", "/admin/login", &[], &format!("token={TOKEN}"));
+    let (status, _, _) = request(
+        &addr,
+        "POST",
+        "/admin/login",
+        &[],
+        &format!("token={TOKEN}"),
+    );
     assert_eq!(status, 404);
     stop(child);
 }
@@ -75,7 +81,11 @@ fn there_is_no_admin_page_without_an_admin_token() {
 fn the_admin_page_guards_its_host_origin_login_and_forms() {
     let dir = crate::Scratch::new("admin-page");
     let config = |token: &str| {
-        std::fs::write(dir.join("quiver.toml"), format!("[admin]\ntoken = \"{token}\"\n")).unwrap();
+        std::fs::write(
+            dir.join("quiver.toml"),
+            format!("[admin]\ntoken = \"{token}\"\n"),
+        )
+        .unwrap();
     };
     config(TOKEN);
     let (child, addr) = start_with(&dir, &[], &[], &[]);
@@ -92,24 +102,45 @@ fn the_admin_page_guards_its_host_origin_login_and_forms() {
         assert_eq!(status, 403, "{headers:?}: {body}");
         assert!(header(&head, "set-cookie").is_none(), "{head}");
     }
-    let (status, _, _) = request(&addr, "GET", "/admin/login", &[("Host", "evil.example")], "");
+    let (status, _, _) = request(
+        &addr,
+        "GET",
+        "/admin/login",
+        &[("Host", "evil.example")],
+        "",
+    );
     assert_eq!(status, 403);
 
     // A wrong token: refused, no cookie.
-    let (status, head, body) = request(&addr, "POST", "/admin/login", &[], "token=wrong-token-wrong-token");
+    let (status, head, body) = request(
+        &addr,
+        "POST",
+        "/admin/login",
+        &[],
+        "token=wrong-token-wrong-token",
+    );
     assert_eq!(status, 401, "{body}");
     assert!(header(&head, "set-cookie").is_none(), "{head}");
     assert!(body.contains("That is not the admin token"), "{body}");
 
     // Not logged in: views redirect to the login form, actions are refused.
     let (status, head, _) = request(&addr, "GET", "/admin/log", &[], "");
-    assert_eq!((status, header(&head, "location")), (303, Some("/admin/login")));
+    assert_eq!(
+        (status, header(&head, "location")),
+        (303, Some("/admin/login"))
+    );
     let (status, _, _) = request(&addr, "POST", "/admin/upstreams/x/reconnect", &[], "csrf=x");
     assert_eq!(status, 403);
 
     // The right token, from the server's own origin.
     let origin = format!("http://{addr}");
-    let (status, head, _) = request(&addr, "POST", "/admin/login", &[("Origin", &origin)], &login);
+    let (status, head, _) = request(
+        &addr,
+        "POST",
+        "/admin/login",
+        &[("Origin", &origin)],
+        &login,
+    );
     assert_eq!(status, 303, "{head}");
     let set = header(&head, "set-cookie").expect("a cookie").to_owned();
     for attribute in ["HttpOnly", "SameSite=Strict", "Path=/admin"] {
@@ -119,7 +150,10 @@ fn the_admin_page_guards_its_host_origin_login_and_forms() {
     let (status, head, page) = request(&addr, "GET", "/admin/catalog", &[("Cookie", &cookie)], "");
     assert_eq!(status, 200);
     assert_eq!(header(&head, "x-frame-options"), Some("DENY"));
-    assert!(header(&head, "content-security-policy").is_some_and(|c| c.contains("frame-ancestors 'none'")));
+    assert!(
+        header(&head, "content-security-policy")
+            .is_some_and(|c| c.contains("frame-ancestors 'none'"))
+    );
     let csrf = page
         .split("name=\"csrf\" value=\"")
         .nth(1)
@@ -130,7 +164,13 @@ fn the_admin_page_guards_its_host_origin_login_and_forms() {
 
     // An action: refused without the session's CSRF token, taken with it.
     for form in ["", "csrf=", "csrf=forged", &format!("csrf={}", &csrf[1..])] {
-        let (status, _, body) = request(&addr, "POST", "/admin/upstreams/nope/reconnect", &[("Cookie", &cookie)], form);
+        let (status, _, body) = request(
+            &addr,
+            "POST",
+            "/admin/upstreams/nope/reconnect",
+            &[("Cookie", &cookie)],
+            form,
+        );
         assert_eq!(status, 403, "{form:?}: {body}");
     }
     let (status, _, body) = request(
@@ -140,8 +180,62 @@ fn the_admin_page_guards_its_host_origin_login_and_forms() {
         &[("Cookie", &cookie)],
         &format!("csrf={csrf}"),
     );
-    assert_eq!(status, 404, "the action ran, and there is no such server: {body}");
-    assert!(body.contains("there is no upstream server named `nope`"), "{body}");
+    assert_eq!(
+        status, 404,
+        "the action ran, and there is no such server: {body}"
+    );
+    assert!(
+        body.contains("there is no upstream server named `nope`"),
+        "{body}"
+    );
+
+    // The export: JSON Lines of the filtered log, once a call made over MCP is logged.
+    let sid = open(&addr, "admin-export");
+    let answer = rpc(
+        &addr,
+        &[
+            ("Mcp-Session-Id", &sid),
+            ("Quiver-Conversation", "admin-export"),
+        ],
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"tool_search","arguments":{"query":"read a file"}}}"#,
+    );
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let rows = loop {
+        let (status, head, body) = request(
+            &addr,
+            "GET",
+            "/admin/log/export?tool=tool_search",
+            &[("Cookie", &cookie)],
+            "",
+        );
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(header(&head, "content-type"), Some("application/x-ndjson"));
+        let rows: Vec<serde_json::Value> = body
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if !rows.is_empty() || std::time::Instant::now() > deadline {
+            break rows;
+        }
+        std::thread::sleep(Duration::from_millis(20)); // the poll interval; the deadline bounds the wait
+    };
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (rows[0]["tool"].as_str(), rows[0]["outcome"].as_str()),
+        (Some("tool_search"), Some("ok"))
+    );
+    assert_eq!(rows[0]["input"]["query"], "read a file");
+    let (_, _, none) = request(
+        &addr,
+        "GET",
+        "/admin/log/export?tool=tool_search&outcome=err",
+        &[("Cookie", &cookie)],
+        "",
+    );
+    assert_eq!(none, "", "the filters apply");
+    let (status, _, _) = request(&addr, "GET", "/admin/log/export", &[], "");
+    assert_eq!(status, 403, "no export without a login");
 
     // The token rotated by a reload: the old login is over, the new token logs in.
     config(ROTATED);
@@ -154,10 +248,19 @@ fn the_admin_page_guards_its_host_origin_login_and_forms() {
     );
     assert_eq!(status, 200, "{body}");
     let (status, head, _) = request(&addr, "GET", "/admin/catalog", &[("Cookie", &cookie)], "");
-    assert_eq!((status, header(&head, "location")), (303, Some("/admin/login")));
+    assert_eq!(
+        (status, header(&head, "location")),
+        (303, Some("/admin/login"))
+    );
     let (status, _, _) = request(&addr, "POST", "/admin/login", &[], &login);
     assert_eq!(status, 401, "the old token no longer logs in");
-    let (status, _, _) = request(&addr, "POST", "/admin/login", &[], &format!("token={ROTATED}"));
+    let (status, _, _) = request(
+        &addr,
+        "POST",
+        "/admin/login",
+        &[],
+        &format!("token={ROTATED}"),
+    );
     assert_eq!(status, 303);
     stop(child);
 }

@@ -118,10 +118,7 @@ pub(crate) fn router(shared: &Arc<Shared>, hosts: &[String]) -> Router {
     }));
     if let Some(page) = crate::sync::lock(&shared.admin_page).clone() {
         let hosts: Arc<[String]> = lower(hosts).into();
-        router = router.merge(page.layer(axum::middleware::from_fn_with_state(
-            hosts,
-            guard_page,
-        )));
+        router = router.merge(page.layer(axum::middleware::from_fn_with_state(hosts, guard_page)));
     }
     router
 }

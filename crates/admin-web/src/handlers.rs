@@ -122,34 +122,34 @@ impl Admin {
     }
 
     /// The login of a view, or the redirect to the login form.
-    fn viewer(&self, headers: &HeaderMap) -> Result<Login, Response> {
+    fn viewer(&self, headers: &HeaderMap) -> Result<Login, Box<Response>> {
         self.login(headers)
             .map(|(_, l)| l)
-            .ok_or_else(|| Redirect::to("/admin/login").into_response())
+            .ok_or_else(|| Box::new(Redirect::to("/admin/login").into_response()))
     }
 
     /// The login of an action whose form carries `csrf`, or the refusal.
-    fn actor(&self, headers: &HeaderMap, csrf: &str) -> Result<(String, Login), Response> {
+    fn actor(&self, headers: &HeaderMap, csrf: &str) -> Result<(String, Login), Box<Response>> {
         let Some((id, login)) = self.login(headers) else {
-            return Err(html(
+            return Err(Box::new(html(
                 StatusCode::FORBIDDEN,
                 views::message(
                     "Not logged in",
                     "This action needs a login: log in at /admin/login and try again.",
                     None,
                 ),
-            ));
+            )));
         };
         if !login::same(csrf, &login.csrf) {
             tracing::warn!(target: "quiver::admin", "admin page: an action with a wrong CSRF token was refused");
-            return Err(html(
+            return Err(Box::new(html(
                 StatusCode::FORBIDDEN,
                 views::message(
                     "Refused",
                     "The form's CSRF token is not this session's: the action was not taken. Reload the page and try again.",
                     Some(&login.csrf),
                 ),
-            ));
+            )));
         }
         Ok((id, login))
     }
@@ -202,7 +202,7 @@ struct ActionForm {
 async fn log_out(State(admin): St, headers: HeaderMap, Form(form): Form<ActionForm>) -> Response {
     let (id, _) = match admin.actor(&headers, &form.csrf) {
         Ok(found) => found,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     admin.logins.close(&id);
     tracing::info!(target: "quiver::admin", "admin page: logged out");
@@ -277,7 +277,7 @@ async fn tool_rows(
 async fn catalog(State(admin): St, headers: HeaderMap, Query(q): Query<CatalogQuery>) -> Response {
     let login = match admin.viewer(&headers) {
         Ok(l) => l,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let (rows, counted) = match tool_rows(&admin.page).await {
         Ok(rows) => rows,
@@ -325,7 +325,7 @@ fn custom_shown(def: &ToolDefinition) -> Value {
 async fn tool(State(admin): St, headers: HeaderMap, Path(name): Path<String>) -> Response {
     let login = match admin.viewer(&headers) {
         Ok(l) => l,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let (rows, _) = match tool_rows(&admin.page).await {
         Ok(rows) => rows,
@@ -367,7 +367,7 @@ async fn tool(State(admin): St, headers: HeaderMap, Path(name): Path<String>) ->
 async fn upstreams(State(admin): St, headers: HeaderMap) -> Response {
     let login = match admin.viewer(&headers) {
         Ok(l) => l,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     ok(views::upstreams(
         &admin.page.upstreams.upstreams(),
@@ -384,7 +384,7 @@ async fn reconnect(
 ) -> Response {
     let login = match admin.actor(&headers, &form.csrf) {
         Ok((_, l)) => l,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let (status, notice) = match admin.page.upstreams.reconnect(&name).await {
         Ok(done) => {
@@ -409,7 +409,7 @@ async fn reconnect(
 async fn sessions(State(admin): St, headers: HeaderMap) -> Response {
     let login = match admin.viewer(&headers) {
         Ok(l) => l,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let surface = &admin.page.surface;
     let mut keys = surface.session_keys();
@@ -484,7 +484,7 @@ fn filter_of(q: &LogQuery) -> Result<CallFilter, String> {
 async fn log(State(admin): St, headers: HeaderMap, Query(q): Query<LogQuery>) -> Response {
     let login = match admin.viewer(&headers) {
         Ok(l) => l,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let mut filter = match filter_of(&q) {
         Ok(f) => f,
@@ -649,7 +649,7 @@ where
 async fn call(State(admin): St, headers: HeaderMap, Path(id): Path<String>) -> Response {
     let login = match admin.viewer(&headers) {
         Ok(l) => l,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let found = match admin
         .page
@@ -766,7 +766,7 @@ async fn custom_page(
 async fn custom(State(admin): St, headers: HeaderMap) -> Response {
     match admin.viewer(&headers) {
         Ok(login) => custom_page(&admin, &login, StatusCode::OK, None).await,
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
 
@@ -778,7 +778,7 @@ async fn approve(
 ) -> Response {
     let login = match admin.actor(&headers, &form.csrf) {
         Ok((_, l)) => l,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     match admin.page.custom.approve(&name, false).await {
         Ok(note) => {
@@ -807,7 +807,7 @@ async fn reject(
 ) -> Response {
     let login = match admin.actor(&headers, &form.csrf) {
         Ok((_, l)) => l,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let reason = form.reason.trim();
     if reason.is_empty() {
@@ -846,7 +846,7 @@ async fn reject(
 async fn config(State(admin): St, headers: HeaderMap) -> Response {
     let login = match admin.viewer(&headers) {
         Ok(l) => l,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let reload = admin.page.config.last_reload();
     ok(views::config(

@@ -72,7 +72,8 @@ async fn a_version_one_store_gains_the_principal_column() {
     // Back to what version 1 had.
     let old = rusqlite::Connection::open(&path).expect("peek");
     old.execute_batch(
-        "ALTER TABLE execution_log DROP COLUMN principal;
+        "DROP INDEX execution_log_principal; DROP INDEX execution_log_call;
+         ALTER TABLE execution_log DROP COLUMN principal;
          ALTER TABLE execution_log DROP COLUMN parent_call_id;
          ALTER TABLE tool_definitions DROP COLUMN test_cases;
          ALTER TABLE tool_definitions DROP COLUMN pending;

@@ -9,7 +9,8 @@ use std::{
 use serde_json::Value;
 
 const CORE: [&str; 3] = ["quiver-contract", "quiver-registry", "quiver-surface"];
-const ADAPTERS: [&str; 6] = [
+const ADAPTERS: [&str; 7] = [
+    "quiver-admin-web",
     "quiver-sandbox",
     "quiver-mcp-adapter",
     "quiver-store-sqlite",
@@ -18,7 +19,8 @@ const ADAPTERS: [&str; 6] = [
     "quiver-metrics-prometheus",
 ];
 /// Engines that only adapters may name, directly or through any dependency.
-const ENGINES: [&str; 14] = [
+const ENGINES: [&str; 15] = [
+    "maud",
     "prometheus-client",
     "rusqlite",
     "tokio-postgres",
@@ -120,6 +122,7 @@ fn allowed(pkg: &str) -> &'static [&'static str] {
             "quiver-store-testkit",
             "quiver-embed-candle",
             "quiver-metrics-prometheus",
+            "quiver-admin-web",
             "quiver-host",
         ],
         other => panic!("unknown workspace crate {other}: add it to the architecture rules"),

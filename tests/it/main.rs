@@ -1,6 +1,7 @@
 //! Quiver's end-to-end suite: architecture rules and, as the product grows, runs against real
 //! peers.
 
+mod admin_web;
 mod architecture;
 mod audit_chain;
 mod conformance_client;

@@ -3,6 +3,7 @@
 //! formats of the CLI, and [`serve`] (the MCP server's process lifecycle). The host decides
 //! order and wiring, never behaviour: business rules live in the core crates.
 
+pub mod admin_page;
 mod app;
 mod assemble;
 pub mod catalog_dir;

@@ -24,6 +24,13 @@ pub(crate) fn init() {
     {
         filter = filter.add_directive(warn);
     }
+    // What an operator does on the admin page (log in, approve, reject, reconnect) is an
+    // audit trail: logged at INFO under `quiver::admin`, shown unless QUIVER_LOG names it.
+    if !spec.contains("quiver::admin")
+        && let Ok(admin) = "quiver::admin=info".parse()
+    {
+        filter = filter.add_directive(admin);
+    }
     // rmcp's transport worker logs each failed upstream connection at ERROR, with Rust type
     // names; Quiver reports the same failure itself, in words (start-up lines, `status`).
     // Shown only when QUIVER_LOG names rmcp.

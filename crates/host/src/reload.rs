@@ -208,6 +208,43 @@ impl Reloader {
             .collect()
     }
 
+    /// The configuration in force, printed with every secret masked (tokens and the store
+    /// URL's password by their types, upstream servers' `env` and `headers` values here),
+    /// and the `--mcp-config` files; `None` while a reload holds it.
+    pub fn effective_config(&self) -> Option<String> {
+        let held = self.current.try_lock().ok()?;
+        let mut config = held.0.clone();
+        drop(held);
+        for server in &mut config.mcp.servers {
+            for value in server.env.values_mut().chain(server.headers.values_mut()) {
+                *value = "<masked>".to_owned();
+            }
+        }
+        let files: Vec<String> = self
+            .mcp_files
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect();
+        Some(format!(
+            "config file: {}\nmcp-config files: {files:?}\n\n{config:#?}",
+            self.config_path.as_deref().map_or_else(
+                || "./quiver.toml (if present)".to_owned(),
+                |p| p.display().to_string()
+            )
+        ))
+    }
+
+    /// The last reload's result as `quiver status` reads it (JSON), if one ran.
+    pub fn last_result(&self) -> Option<String> {
+        let text = std::fs::read_to_string(&self.status_file).ok()?;
+        Some(
+            serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|v| serde_json::to_string_pretty(&v).ok())
+                .unwrap_or(text),
+        )
+    }
+
     /// The files a change of which reloads.
     pub fn files(&self) -> Vec<PathBuf> {
         let config = self

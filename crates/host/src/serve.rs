@@ -58,6 +58,9 @@ pub struct Adapters {
     pub reload: Option<Arc<crate::reload::Reloader>>,
     /// What `GET /metrics` serves, and where.
     pub metrics: Option<MetricsServing>,
+    /// The admin web page at `/admin` (HTTP only, and only with an admin token in the
+    /// options).
+    pub admin_page: Option<quiver_admin_web::AdminPage>,
 }
 
 /// `GET /metrics`: behind the admin token on the MCP listener (with no admin token, not
@@ -86,6 +89,7 @@ impl std::fmt::Debug for Adapters {
             .field("readiness", &self.readiness.is_some())
             .field("reload", &self.reload.is_some())
             .field("metrics", &self.metrics)
+            .field("admin_page", &self.admin_page.is_some())
             .finish()
     }
 }
@@ -138,6 +142,12 @@ pub async fn serve(
             tracing::info!("metrics at http://{}/metrics", listener.local_addr()?);
             metrics_listener = Some(listener);
         }
+    }
+    if let Some(page) = adapters.admin_page
+        && matches!(transport, Transport::Http(_))
+    {
+        let page = page.with_stop(server.shutdown_token()).router();
+        server = server.with_admin_page(page);
     }
     let shutdown = server.shutdown_token();
     // Metrics on a listener of their own stop with the server.

@@ -818,6 +818,14 @@ pub struct CallFilter {
     pub session: Option<String>,
     /// Only calls of this outcome: `ok`, `hint` or `err`.
     pub kind: Option<String>,
+    /// Only calls by this principal (the inbound token's name).
+    pub principal: Option<String>,
+    /// Only the call of this id.
+    pub call_id: Option<String>,
+    /// Only calls dispatched before this time (a page's cursor: the oldest row shown).
+    pub before: Option<SystemTime>,
+    /// Only calls dispatched after this time (what a live view has not shown yet).
+    pub after: Option<SystemTime>,
     /// At most this many rows, newest first.
     pub limit: usize,
     /// Whether to load each row's full output.
@@ -830,6 +838,10 @@ impl Default for CallFilter {
             tool: None,
             session: None,
             kind: None,
+            principal: None,
+            call_id: None,
+            before: None,
+            after: None,
             limit: 50,
             with_output: false,
         }
@@ -863,6 +875,30 @@ impl CallFilter {
         self
     }
 
+    /// Only calls by `principal`.
+    pub fn principal(mut self, principal: impl Into<String>) -> Self {
+        self.principal = Some(principal.into());
+        self
+    }
+
+    /// Only the call `id`.
+    pub fn call_id(mut self, id: impl Into<String>) -> Self {
+        self.call_id = Some(id.into());
+        self
+    }
+
+    /// Only calls dispatched strictly before `at`.
+    pub fn before(mut self, at: SystemTime) -> Self {
+        self.before = Some(at);
+        self
+    }
+
+    /// Only calls dispatched strictly after `at`.
+    pub fn after(mut self, at: SystemTime) -> Self {
+        self.after = Some(at);
+        self
+    }
+
     /// Loads the full outputs too.
     pub fn with_output(mut self) -> Self {
         self.with_output = true;
@@ -877,6 +913,13 @@ impl CallFilter {
                 .as_ref()
                 .is_none_or(|s| Some(s) == call.session.as_ref())
             && self.kind.as_ref().is_none_or(|k| *k == call.kind)
+            && self
+                .principal
+                .as_ref()
+                .is_none_or(|p| Some(p) == call.principal.as_ref())
+            && self.call_id.as_ref().is_none_or(|c| *c == call.call_id)
+            && self.before.is_none_or(|b| call.at < b)
+            && self.after.is_none_or(|a| call.at > a)
     }
 }
 

@@ -140,7 +140,13 @@ CREATE TABLE surface_state (
     written_at TIMESTAMPTZ NOT NULL
 );
 "#,
-    // 2: the execution log's hash chain (`quiver_registry::chain`): each row's place and
+    // 2: the admin page's call log: a call found by its id, and calls filtered by who made
+    // them, newest first, without a walk of the whole log.
+    r#"
+CREATE INDEX execution_log_call ON execution_log (call_id);
+CREATE INDEX execution_log_principal ON execution_log (principal, created_at);
+"#,
+    // 3: the execution log's hash chain (`quiver_registry::chain`): each row's place and
     // link; the head the writers last stored (row 0 and the zero link before the first
     // row), whose row lock makes replicas take turns appending, with the first id a chained
     // row can have (rows without a link below it are older than the chain); checkpoints.

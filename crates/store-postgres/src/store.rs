@@ -751,10 +751,21 @@ fn recent_calls_sql(filter: &CallFilter) -> String {
         (filter.tool.is_some(), "tool_name"),
         (filter.session.is_some(), "session"),
         (filter.kind.is_some(), "kind"),
+        (filter.principal.is_some(), "principal"),
+        (filter.call_id.is_some(), "call_id"),
     ] {
         if given {
             n += 1;
             clauses.push(format!("{column} = ${n}"));
+        }
+    }
+    for (given, op) in [
+        (filter.before.is_some(), "<"),
+        (filter.after.is_some(), ">"),
+    ] {
+        if given {
+            n += 1;
+            clauses.push(format!("created_at {op} ${n}"));
         }
     }
     let filters = if clauses.is_empty() {
@@ -779,11 +790,20 @@ impl CallLog for PgStore {
     async fn recent_calls(&self, filter: CallFilter) -> Result<Vec<LoggedCall>, StoreError> {
         let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
         let mut params: Vec<&(dyn ToSql + Sync)> = Vec::new();
-        for v in [&filter.tool, &filter.session, &filter.kind]
-            .into_iter()
-            .flatten()
+        for v in [
+            &filter.tool,
+            &filter.session,
+            &filter.kind,
+            &filter.principal,
+            &filter.call_id,
+        ]
+        .into_iter()
+        .flatten()
         {
             params.push(v);
+        }
+        for t in [&filter.before, &filter.after].into_iter().flatten() {
+            params.push(t);
         }
         params.push(&limit);
         self.query(&recent_calls_sql(&filter), &params, convert::logged_call)

@@ -149,7 +149,13 @@ CREATE TRIGGER definitions_updated AFTER UPDATE OF name, description, input_sche
     updated_at, test_cases, pending ON tool_definitions
 BEGIN UPDATE definitions_version SET version = version + 1 WHERE id = 1; END;
 "#,
-    // 5: the execution log's hash chain (`quiver_registry::chain`): each row's place and
+    // 5: the admin page's call log: a call found by its id, and calls filtered by who made
+    // them, newest first, without a walk of the whole log.
+    r#"
+CREATE INDEX execution_log_call ON execution_log (call_id);
+CREATE INDEX execution_log_principal ON execution_log (principal, created_at);
+"#,
+    // 6: the execution log's hash chain (`quiver_registry::chain`): each row's place and
     // link; the head the writers last stored (row 0 and the zero link before the first
     // row), with the first id a chained row can have (rows without a link below it are
     // older than the chain); checkpoints.

@@ -60,6 +60,7 @@ macro_rules! contract_suite {
             jobs_follow_the_transition_table,
             each_queued_job_is_claimed_once_across_two_handles,
             recorded_calls_read_back_filtered_with_summary_and_full_output,
+            calls_page_by_time_and_filter_by_principal_and_id,
             usage_counts_only_calls_that_answered,
             usage_is_bucketed_by_age_and_retention_purges_old_rows,
             the_log_is_chained_across_handles_and_purges,
@@ -517,6 +518,75 @@ pub async fn recorded_calls_read_back_filtered_with_summary_and_full_output(b: &
         .await
         .expect("hints");
     assert_eq!(hint[0].hint_kind, Some(HintKind::Schema));
+    b.close(other).await;
+    b.close(store).await;
+}
+
+/// The admin page's call-log queries: by principal, by call id, and pages by time (rows
+/// strictly before a cursor, strictly after one), newest first, each alone and together
+/// with the other filters.
+pub async fn calls_page_by_time_and_filter_by_principal_and_id(b: &mut impl Backend) {
+    let store = b.open().await;
+    let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_551_200);
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    for (i, principal) in ["ci", "ops", "ci", "ci", "ops"].iter().enumerate() {
+        let kind = if i == 3 { "err" } else { "ok" };
+        store
+            .record(
+                call("read", &format!("c{i}"), kind)
+                    .with_principal(*principal)
+                    .with_at(at(i as u64)),
+            )
+            .await;
+    }
+    store
+        .record(call("read", "anon", "ok").with_at(at(10)))
+        .await;
+    store.flush().await;
+    let other = b.another().await;
+    for (filter, want) in [
+        (
+            CallFilter::recent(10).principal("ci"),
+            vec!["c3", "c2", "c0"],
+        ),
+        (CallFilter::recent(10).principal("ops"), vec!["c4", "c1"]),
+        (CallFilter::recent(10).call_id("c2"), vec!["c2"]),
+        (CallFilter::recent(10).call_id("nope"), vec![]),
+        (CallFilter::recent(10).before(at(3)), vec!["c2", "c1", "c0"]),
+        (CallFilter::recent(2).before(at(3)), vec!["c2", "c1"]),
+        (CallFilter::recent(10).after(at(3)), vec!["anon", "c4"]),
+        (
+            CallFilter::recent(10).after(at(0)).before(at(4)),
+            vec!["c3", "c2", "c1"],
+        ),
+        (
+            CallFilter::recent(10).principal("ci").before(at(3)),
+            vec!["c2", "c0"],
+        ),
+        (
+            CallFilter::recent(10).principal("ci").kind("err"),
+            vec!["c3"],
+        ),
+    ] {
+        let ids: Vec<String> = other
+            .recent_calls(filter.clone())
+            .await
+            .expect("query")
+            .into_iter()
+            .map(|c| c.call_id)
+            .collect();
+        assert_eq!(ids, want, "{filter:?}");
+        // The in-memory rule says the same of every row.
+        let all = other.recent_calls(CallFilter::recent(100)).await.unwrap();
+        let mut matched: Vec<String> = all
+            .into_iter()
+            .filter(|c| filter.matches(c))
+            .map(|c| c.call_id)
+            .take(filter.limit)
+            .collect();
+        matched.truncate(filter.limit);
+        assert_eq!(matched, want, "CallFilter::matches agrees: {filter:?}");
+    }
     b.close(other).await;
     b.close(store).await;
 }

@@ -162,6 +162,11 @@ pub(crate) async fn run(
     // `POST /admin/reload`.
     let (content, prompts) = content(app, config);
     let reloader = std::sync::Arc::new(app.reloader(config).with_prompts(prompts));
+    // The admin page at `/admin`, behind the admin token (the reloader replaces the token
+    // in place, so a rotated token is the page's too).
+    let admin_page = admin_token
+        .as_ref()
+        .map(|token| quiver_host::admin_page::admin_page(app, reloader.clone(), token.clone()));
     if let Some(token) = admin_token {
         reloader.set_admin(token);
     }
@@ -206,6 +211,7 @@ pub(crate) async fn run(
                 exposition: quiver_host::metrics::exposition(app),
                 listen: metrics_addr,
             }),
+            admin_page,
         },
         signals,
     )

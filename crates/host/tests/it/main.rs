@@ -1,5 +1,6 @@
 //! The `quiver` binary as a user runs it.
 
+mod admin_page;
 mod cli;
 mod client;
 mod metrics;

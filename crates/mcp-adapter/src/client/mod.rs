@@ -463,6 +463,20 @@ impl McpClient {
         true
     }
 
+    /// Closes the server `name` and dials it again with the same settings, as a reload that
+    /// changed it would (its tools leave the catalog and come back when it lists them).
+    /// `Ok(false)` when there is no such server.
+    pub async fn restart_server(&self, name: &str) -> Result<bool, McpError> {
+        let Some(up) = self.shared.server(name) else {
+            return Ok(false);
+        };
+        let cfg = up.cfg.clone();
+        drop(up);
+        self.remove_server(name).await;
+        self.add_server(cfg)?;
+        Ok(true)
+    }
+
     /// Brings the servers in line with `servers` (a configuration reload): a server no
     /// longer there is removed, a new one added, one whose settings changed is closed and
     /// added again; an unchanged one is left alone (no reconnect, its calls undisturbed).

@@ -4,7 +4,9 @@
 //! an admin token (`[admin] token`) and sit behind it (`Authorization: Bearer <token>`,
 //! compared in constant time), with the `Host` and `Origin` checks of `/mcp`, so a web
 //! page can neither reach them through DNS rebinding nor post to them from another origin.
-//! A listener of its own for `/metrics` ([`McpServer::serve_metrics`]) keeps those checks
+//! The admin web page (`/admin`, [`McpServer::with_admin_page`]) is mounted here too, only
+//! with an admin token, behind the same `Host` and `Origin` checks; it logs in with that
+//! token itself. A listener of its own for `/metrics` ([`McpServer::serve_metrics`]) keeps those checks
 //! and asks for no token: it is for a scraper on an address the operator keeps private.
 
 use std::sync::Arc;
@@ -67,6 +69,11 @@ impl AdminToken {
         self.current() == other.current()
     }
 
+    /// Whether `presented` is the token in force now (compared in constant time).
+    pub fn matches(&self, presented: &str) -> bool {
+        super::auth::constant_time_eq(presented.as_bytes(), self.current().as_bytes())
+    }
+
     fn current(&self) -> String {
         self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -104,11 +111,29 @@ pub(crate) fn router(shared: &Arc<Shared>, hosts: &[String]) -> Router {
     if shared.metrics.is_some() {
         router = router.route(METRICS_PATH, get(metrics_now));
     }
-    router.with_state(Arc::new(Admin {
+    let mut router = router.with_state(Arc::new(Admin {
         token: Some(token),
         shared: shared.clone(),
         hosts: lower(hosts),
-    }))
+    }));
+    if let Some(page) = crate::sync::lock(&shared.admin_page).clone() {
+        let hosts: Arc<[String]> = lower(hosts).into();
+        router = router.merge(page.layer(axum::middleware::from_fn_with_state(hosts, guard_page)));
+    }
+    router
+}
+
+/// The admin page's guard: the `Host` and `Origin` checks of `/mcp` (the page does its
+/// own login), so that neither DNS rebinding nor a form on another origin reaches it.
+async fn guard_page(
+    State(hosts): State<Arc<[String]>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if let Some(refused) = host_origin_refusal(&hosts, request.headers()) {
+        return refused;
+    }
+    next.run(request).await
 }
 
 fn lower(hosts: &[String]) -> Vec<String> {
@@ -159,10 +184,10 @@ fn answer(status: StatusCode, body: Value) -> axum::response::Response {
         .into_response()
 }
 
-/// The refusal of a request that fails the `Host`, `Origin` or token check, if it does.
-fn refusal(admin: &Admin, headers: &HeaderMap) -> Option<axum::response::Response> {
+/// The refusal of a request that fails the `Host` or `Origin` check, if it does.
+fn host_origin_refusal(hosts: &[String], headers: &HeaderMap) -> Option<axum::response::Response> {
     let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
-    if !text(header::HOST).is_some_and(|h| host_allowed(&admin.hosts, h)) {
+    if !text(header::HOST).is_some_and(|h| host_allowed(hosts, h)) {
         return Some(answer(
             StatusCode::FORBIDDEN,
             json!({"error": "the Host header is not one this server answers to"}),
@@ -174,13 +199,22 @@ fn refusal(admin: &Admin, headers: &HeaderMap) -> Option<axum::response::Respons
             .ok()
             .and_then(|o| o.split_once("://"))
             .map(|(_, rest)| rest.trim_end_matches('/'));
-        if !authority.is_some_and(|a| host_allowed(&admin.hosts, a)) {
+        if !authority.is_some_and(|a| host_allowed(hosts, a)) {
             return Some(answer(
                 StatusCode::FORBIDDEN,
                 json!({"error": "a request from another origin cannot use the admin endpoints"}),
             ));
         }
     }
+    None
+}
+
+/// The refusal of a request that fails the `Host`, `Origin` or token check, if it does.
+fn refusal(admin: &Admin, headers: &HeaderMap) -> Option<axum::response::Response> {
+    if let Some(refused) = host_origin_refusal(&admin.hosts, headers) {
+        return Some(refused);
+    }
+    let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
     let token = admin.token.as_ref()?;
     let presented = text(header::AUTHORIZATION)
         .and_then(|v| v.strip_prefix("Bearer "))

@@ -180,6 +180,8 @@ pub(crate) struct Shared {
     pub(crate) http_sessions: std::sync::Mutex<
         Option<Arc<rmcp::transport::streamable_http_server::session::local::LocalSessionManager>>,
     >,
+    /// The admin web page's routes (none: no page), mounted with an admin token only.
+    pub(crate) admin_page: std::sync::Mutex<Option<axum::Router>>,
 }
 
 impl Shared {
@@ -297,6 +299,7 @@ impl McpServer {
                 tokens,
                 metrics: None,
                 http_sessions: std::sync::Mutex::new(None),
+                admin_page: std::sync::Mutex::new(None),
             }),
         }
     }
@@ -361,6 +364,14 @@ impl McpServer {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.metrics = Some(metrics);
         }
+        self
+    }
+
+    /// Serves the admin web page's routes (`/admin`, `/admin/...`) on the HTTP listener,
+    /// behind the `Host` and `Origin` checks of the MCP endpoint, when the options carry an
+    /// admin token (without one, they are not mounted). The page checks its own login.
+    pub fn with_admin_page(self, page: axum::Router) -> Self {
+        *crate::sync::lock(&self.shared.admin_page) = Some(page);
         self
     }
 

@@ -76,6 +76,7 @@ async fn a_version_one_store_gains_the_principal_column() {
          ALTER TABLE execution_log DROP COLUMN chain_seq;
          ALTER TABLE execution_log DROP COLUMN chain_link;
          DROP TABLE log_chain; DROP TABLE log_checkpoints;
+         DROP INDEX execution_log_principal; DROP INDEX execution_log_call;
          ALTER TABLE execution_log DROP COLUMN principal;
          ALTER TABLE execution_log DROP COLUMN parent_call_id;
          ALTER TABLE tool_definitions DROP COLUMN test_cases;

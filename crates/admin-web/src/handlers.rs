@@ -1,0 +1,877 @@
+//! The routes: login and logout, one GET per view, one POST per action. A view without a
+//! live login redirects to the login form; an action without one, or whose form's CSRF
+//! token is not the session's, is refused (403) and does nothing.
+
+use std::{collections::HashMap, convert::Infallible, sync::Arc, time::Duration};
+
+use axum::{
+    Form, Router,
+    extract::{Path, Query, State},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    response::{
+        IntoResponse, Redirect, Response,
+        sse::{Event, KeepAlive, Sse},
+    },
+    routing::{get, post},
+};
+use maud::Markup;
+use quiver_contract::{Capabilities, Mode, RenderOptions, lint_spec, render};
+use quiver_registry::{
+    Family,
+    custom::PendingVersion,
+    store::{CallFilter, LoggedCall, ToolDefinition},
+};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::{
+    AdminPage,
+    login::{self, Login, Logins},
+    time,
+    views::{self, CallRow, CustomRow, LogQuery, ToolRow},
+};
+
+/// Rows on one page of the call log.
+const PAGE: usize = 50;
+
+/// The failed calls read for the catalog's "last error" column.
+const RECENT_ERRORS: usize = 200;
+
+/// How often the live call log asks the store for new rows.
+const LIVE_POLL: Duration = Duration::from_millis(500);
+
+/// The most rows one poll of the live call log sends.
+const LIVE_BATCH: usize = 100;
+
+/// The most rows one export gives (the next ones: the same export with `before` set to the
+/// last row's `at_us`).
+const EXPORT_ROWS: usize = 10_000;
+
+/// How many hits a catalog search shows.
+const SEARCH_HITS: usize = 50;
+
+struct Admin {
+    page: AdminPage,
+    logins: Logins,
+}
+
+type St = State<Arc<Admin>>;
+
+pub(crate) fn router(page: AdminPage) -> Router {
+    let admin = Arc::new(Admin {
+        page,
+        logins: Logins::default(),
+    });
+    Router::new()
+        .route("/admin", get(home))
+        .route("/admin/", get(home))
+        .route("/admin/login", get(login_form).post(log_in))
+        .route("/admin/logout", post(log_out))
+        .route("/admin/catalog", get(catalog))
+        .route("/admin/tools/{name}", get(tool))
+        .route("/admin/upstreams", get(upstreams))
+        .route("/admin/upstreams/{name}/reconnect", post(reconnect))
+        .route("/admin/sessions", get(sessions))
+        .route("/admin/log", get(log))
+        .route("/admin/log/stream", get(stream))
+        .route("/admin/log/export", get(export))
+        .route("/admin/calls/{id}", get(call))
+        .route("/admin/custom", get(custom))
+        .route("/admin/custom/{name}/approve", post(approve))
+        .route("/admin/custom/{name}/reject", post(reject))
+        .route("/admin/config", get(config))
+        .route("/admin/assets/admin.css", get(css))
+        .route("/admin/assets/live.js", get(js))
+        .with_state(admin)
+}
+
+/// An HTML answer, never cached or framed; scripts and styles from this origin only.
+fn html(status: StatusCode, markup: Markup) -> Response {
+    let mut response = (status, axum::response::Html(markup.into_string())).into_response();
+    let h = response.headers_mut();
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'",
+        ),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    response
+}
+
+fn ok(markup: Markup) -> Response {
+    html(StatusCode::OK, markup)
+}
+
+impl Admin {
+    /// The request's login, if it is live and its token still the one in force.
+    fn login(&self, headers: &HeaderMap) -> Option<(String, Login)> {
+        let (id, login) = self.logins.find(headers)?;
+        if (self.page.token)(&login.token) {
+            Some((id, login))
+        } else {
+            // The token was rotated (a reload): this login is over.
+            self.logins.close(&id);
+            None
+        }
+    }
+
+    /// The login of a view, or the redirect to the login form.
+    fn viewer(&self, headers: &HeaderMap) -> Result<Login, Box<Response>> {
+        self.login(headers)
+            .map(|(_, l)| l)
+            .ok_or_else(|| Box::new(Redirect::to("/admin/login").into_response()))
+    }
+
+    /// The login of an action whose form carries `csrf`, or the refusal.
+    fn actor(&self, headers: &HeaderMap, csrf: &str) -> Result<(String, Login), Box<Response>> {
+        let Some((id, login)) = self.login(headers) else {
+            return Err(Box::new(html(
+                StatusCode::FORBIDDEN,
+                views::message(
+                    "Not logged in",
+                    "This action needs a login: log in at /admin/login and try again.",
+                    None,
+                ),
+            )));
+        };
+        if !login::same(csrf, &login.csrf) {
+            tracing::warn!(target: "quiver::admin", "admin page: an action with a wrong CSRF token was refused");
+            return Err(Box::new(html(
+                StatusCode::FORBIDDEN,
+                views::message(
+                    "Refused",
+                    "The form's CSRF token is not this session's: the action was not taken. Reload the page and try again.",
+                    Some(&login.csrf),
+                ),
+            )));
+        }
+        Ok((id, login))
+    }
+}
+
+async fn home() -> Redirect {
+    Redirect::to("/admin/catalog")
+}
+
+async fn login_form(State(admin): St, headers: HeaderMap) -> Response {
+    if admin.login(&headers).is_some() {
+        return Redirect::to("/admin/catalog").into_response();
+    }
+    ok(views::login(None))
+}
+
+#[derive(Deserialize)]
+struct TokenForm {
+    #[serde(default)]
+    token: String,
+}
+
+async fn log_in(State(admin): St, Form(form): Form<TokenForm>) -> Response {
+    if !(admin.page.token)(&form.token) {
+        tracing::warn!(target: "quiver::admin", "admin page: a login with a wrong token was refused");
+        return html(
+            StatusCode::UNAUTHORIZED,
+            views::login(Some(
+                "That is not the admin token. Give the value of `[admin] token` in quiver.toml.",
+            )),
+        );
+    }
+    let id = admin.logins.open(&form.token);
+    tracing::info!(target: "quiver::admin", "admin page: logged in");
+    let mut response = Redirect::to("/admin/catalog").into_response();
+    if let Ok(cookie) = HeaderValue::from_str(&login::set_cookie(&id)) {
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    response
+}
+
+#[derive(Deserialize)]
+struct ActionForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    reason: String,
+}
+
+async fn log_out(State(admin): St, headers: HeaderMap, Form(form): Form<ActionForm>) -> Response {
+    let (id, _) = match admin.actor(&headers, &form.csrf) {
+        Ok(found) => found,
+        Err(refused) => return *refused,
+    };
+    admin.logins.close(&id);
+    tracing::info!(target: "quiver::admin", "admin page: logged out");
+    let mut response = Redirect::to("/admin/login").into_response();
+    if let Ok(cookie) = HeaderValue::from_str(&login::clear_cookie()) {
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    response
+}
+
+/// A store failure shown to the operator, with its cause.
+fn failed(what: &str, e: impl std::fmt::Display, csrf: &str) -> Response {
+    tracing::warn!(target: "quiver::admin", "admin page: {what} failed: {e}");
+    html(
+        StatusCode::SERVICE_UNAVAILABLE,
+        views::message("Unavailable", &format!("{what} failed: {e}"), Some(csrf)),
+    )
+}
+
+#[derive(Deserialize)]
+struct CatalogQuery {
+    #[serde(default)]
+    q: String,
+}
+
+/// The catalog's rows, each with its usage and last error, and when the usage was counted
+/// (`None`: not counted yet).
+async fn tool_rows(
+    page: &AdminPage,
+) -> Result<(Vec<ToolRow>, Option<std::time::SystemTime>), String> {
+    let usage = page.usage_cache.get(&page.usage).await;
+    let mut errors: HashMap<String, String> = HashMap::new();
+    for call in page
+        .calls
+        .recent_calls(CallFilter::recent(RECENT_ERRORS).kind("err"))
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        if let Some(e) = call.error {
+            errors.entry(call.tool_name).or_insert(e);
+        }
+    }
+    let mut rows: Vec<ToolRow> = page
+        .surface
+        .catalog()
+        .tools()
+        .iter()
+        .map(|entry| {
+            let spec = &entry.spec;
+            let (calls_30d, calls_total) = usage
+                .as_ref()
+                .and_then(|u| u.counts.get(&spec.name).copied())
+                .unwrap_or_default();
+            ToolRow {
+                name: spec.name.clone(),
+                family: entry.family.to_string(),
+                server: Family::mcp_server(&entry.family).map(str::to_owned),
+                status: spec.lifecycle.as_str().to_owned(),
+                enabled: spec.enabled,
+                modes: if spec.plan_only { "plan" } else { "all" }.to_owned(),
+                calls_30d,
+                calls_total,
+                last_error: errors.get(&spec.name).cloned(),
+                score: None,
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok((rows, usage.map(|u| u.at)))
+}
+
+async fn catalog(State(admin): St, headers: HeaderMap, Query(q): Query<CatalogQuery>) -> Response {
+    let login = match admin.viewer(&headers) {
+        Ok(l) => l,
+        Err(r) => return *r,
+    };
+    let (rows, counted) = match tool_rows(&admin.page).await {
+        Ok(rows) => rows,
+        Err(e) => return failed("reading the call log", e, &login.csrf),
+    };
+    let query = q.q.trim();
+    if query.is_empty() {
+        return ok(views::catalog(&rows, "", counted, &login.csrf));
+    }
+    // The engine `tool_search` runs, over every tool an unrestricted caller would find.
+    let hits = admin
+        .page
+        .surface
+        .search(query, SEARCH_HITS, Mode::default(), &Capabilities::all());
+    let by_name: HashMap<&str, &ToolRow> = rows.iter().map(|r| (r.name.as_str(), r)).collect();
+    let found: Vec<ToolRow> = hits
+        .iter()
+        .filter_map(|hit| {
+            by_name.get(hit.name.as_str()).map(|row| ToolRow {
+                score: Some(hit.score),
+                ..(*row).clone()
+            })
+        })
+        .collect();
+    ok(views::catalog(&found, query, counted, &login.csrf))
+}
+
+/// A custom tool as `quiver custom show` prints it (for one not in the catalog: a draft).
+fn custom_shown(def: &ToolDefinition) -> Value {
+    serde_json::json!({
+        "name": def.name,
+        "version": def.version,
+        "status": def.status.as_str(),
+        "enabled": def.enabled,
+        "description": def.description,
+        "input_schema": def.input_schema,
+        "source": def.implementation,
+        "test_cases": def.test_cases,
+        "test_results": def.test_results,
+        "rejection_reason": def.rejection_reason,
+        "pending": def.pending,
+    })
+}
+
+async fn tool(State(admin): St, headers: HeaderMap, Path(name): Path<String>) -> Response {
+    let login = match admin.viewer(&headers) {
+        Ok(l) => l,
+        Err(r) => return *r,
+    };
+    let (rows, _) = match tool_rows(&admin.page).await {
+        Ok(rows) => rows,
+        Err(e) => return failed("reading the call log", e, &login.csrf),
+    };
+    if let Some(entry) = admin.page.surface.catalog().lookup(&name)
+        && let Some(row) = rows.iter().find(|r| r.name == name)
+    {
+        let definition = serde_json::to_string_pretty(&entry.spec).unwrap_or_default();
+        let findings: Vec<(String, String, String)> = lint_spec(&entry.spec)
+            .into_iter()
+            .map(|f| (f.rule.to_owned(), f.path, f.message))
+            .collect();
+        return ok(views::tool(row, &definition, &findings, &login.csrf));
+    }
+    // Not served: a custom tool under review, or rejected.
+    if let Ok(def) = admin.page.custom.show(&name).await {
+        let row = ToolRow {
+            name: def.name.clone(),
+            family: "custom".into(),
+            status: def.status.as_str().to_owned(),
+            enabled: def.enabled,
+            modes: "all".into(),
+            ..ToolRow::default()
+        };
+        let definition = serde_json::to_string_pretty(&custom_shown(&def)).unwrap_or_default();
+        return ok(views::tool(&row, &definition, &[], &login.csrf));
+    }
+    html(
+        StatusCode::NOT_FOUND,
+        views::message(
+            "No such tool",
+            &format!("No tool named `{name}` is in the catalog or among the custom tools."),
+            Some(&login.csrf),
+        ),
+    )
+}
+
+async fn upstreams(State(admin): St, headers: HeaderMap) -> Response {
+    let login = match admin.viewer(&headers) {
+        Ok(l) => l,
+        Err(r) => return *r,
+    };
+    ok(views::upstreams(
+        &admin.page.upstreams.upstreams(),
+        None,
+        &login.csrf,
+    ))
+}
+
+async fn reconnect(
+    State(admin): St,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    let login = match admin.actor(&headers, &form.csrf) {
+        Ok((_, l)) => l,
+        Err(r) => return *r,
+    };
+    let (status, notice) = match admin.page.upstreams.reconnect(&name).await {
+        Ok(done) => {
+            tracing::info!(target: "quiver::admin", action = "reconnect", upstream = %name, "admin page: {done}");
+            (StatusCode::OK, done)
+        }
+        Err(why) => {
+            tracing::warn!(target: "quiver::admin", action = "reconnect", upstream = %name, "admin page: reconnect refused: {why}");
+            (StatusCode::NOT_FOUND, why)
+        }
+    };
+    html(
+        status,
+        views::upstreams(
+            &admin.page.upstreams.upstreams(),
+            Some(&notice),
+            &login.csrf,
+        ),
+    )
+}
+
+async fn sessions(State(admin): St, headers: HeaderMap) -> Response {
+    let login = match admin.viewer(&headers) {
+        Ok(l) => l,
+        Err(r) => return *r,
+    };
+    let surface = &admin.page.surface;
+    let mut keys = surface.session_keys();
+    keys.sort();
+    let rows: Vec<(String, Vec<String>)> = keys
+        .into_iter()
+        .map(|k| {
+            let set = surface.working_set(&k);
+            (k, set)
+        })
+        .collect();
+    let floor: Vec<String> = surface
+        .floor()
+        .entries
+        .iter()
+        .map(|e| e.name.clone())
+        .collect();
+    ok(views::sessions(&rows, &floor, &login.csrf))
+}
+
+fn call_row(call: &LoggedCall) -> CallRow {
+    CallRow {
+        call_id: call.call_id.clone(),
+        at: call.at,
+        tool: call.tool_name.clone(),
+        principal: call.principal.clone(),
+        session: call.session.clone(),
+        outcome: call.kind.clone(),
+        error: call.error.clone(),
+        queued: call.queued,
+        took: call.took,
+    }
+}
+
+/// The store filter of the log view's query (the cursor and the limit aside).
+fn filter_of(q: &LogQuery) -> Result<CallFilter, String> {
+    let mut f = CallFilter::recent(PAGE);
+    for (value, set) in [
+        (
+            &q.tool,
+            CallFilter::tool as fn(CallFilter, String) -> CallFilter,
+        ),
+        (&q.session, CallFilter::session),
+        (&q.principal, CallFilter::principal),
+    ] {
+        let value = value.trim();
+        if !value.is_empty() {
+            f = set(f, value.to_owned());
+        }
+    }
+    match q.outcome.as_str() {
+        "" => {}
+        "ok" | "hint" | "err" => f = f.kind(q.outcome.clone()),
+        other => {
+            return Err(format!(
+                "`{other}` is not an outcome: choose ok, hint or err (or any)"
+            ));
+        }
+    }
+    if !q.within.is_empty() {
+        let Some((_, _, window)) = views::WINDOWS.iter().find(|(v, _, _)| *v == q.within) else {
+            return Err(format!(
+                "`{}` is not a time window: choose 15m, 1h, 24h or 7d (or any time)",
+                q.within
+            ));
+        };
+        f = f.after(std::time::SystemTime::now() - *window);
+    }
+    Ok(f)
+}
+
+async fn log(State(admin): St, headers: HeaderMap, Query(q): Query<LogQuery>) -> Response {
+    let login = match admin.viewer(&headers) {
+        Ok(l) => l,
+        Err(r) => return *r,
+    };
+    let mut filter = match filter_of(&q) {
+        Ok(f) => f,
+        Err(why) => {
+            return html(
+                StatusCode::BAD_REQUEST,
+                views::message("Bad filter", &why, Some(&login.csrf)),
+            );
+        }
+    };
+    if let Some(before) = q.before {
+        filter = filter.before(time::from_cursor(before));
+    }
+    // One more than a page: whether there are older rows.
+    filter.limit = PAGE + 1;
+    let calls = match admin.page.calls.recent_calls(filter).await {
+        Ok(calls) => calls,
+        Err(e) => return failed("reading the call log", e, &login.csrf),
+    };
+    let rows: Vec<CallRow> = calls.iter().take(PAGE).map(call_row).collect();
+    let older = (calls.len() > PAGE)
+        .then(|| rows.last().map(|r| time::cursor(r.at)))
+        .flatten();
+    ok(views::log(&rows, &q, older, &login.csrf))
+}
+
+/// A row of the export: what `quiver log --json` names, times in microseconds.
+fn exported(call: &LoggedCall) -> Value {
+    serde_json::json!({
+        "call_id": call.call_id,
+        "at_us": u64::try_from(time::cursor(call.at)).unwrap_or(u64::MAX),
+        "tool": call.tool_name,
+        "principal": call.principal,
+        "session": call.session,
+        "tenant": call.tenant,
+        "parent": call.parent_call_id,
+        "outcome": call.kind,
+        "error": call.error,
+        "input": call.input,
+        "reasoning": call.reasoning,
+        "output_summary": call.output_summary,
+        "queued_us": u64::try_from(call.queued.as_micros()).unwrap_or(u64::MAX),
+        "took_us": u64::try_from(call.took.as_micros()).unwrap_or(u64::MAX),
+    })
+}
+
+/// The filtered log as JSON Lines, newest first, at most [`EXPORT_ROWS`] rows (`before`
+/// pages on).
+async fn export(State(admin): St, headers: HeaderMap, Query(q): Query<LogQuery>) -> Response {
+    if admin.login(&headers).is_none() {
+        return (StatusCode::FORBIDDEN, "log in at /admin/login first").into_response();
+    }
+    let mut filter = match filter_of(&q) {
+        Ok(f) => f,
+        Err(why) => return (StatusCode::BAD_REQUEST, why).into_response(),
+    };
+    if let Some(before) = q.before {
+        filter = filter.before(time::from_cursor(before));
+    }
+    filter.limit = EXPORT_ROWS;
+    let calls = match admin.page.calls.recent_calls(filter).await {
+        Ok(calls) => calls,
+        Err(e) => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("reading the call log failed: {e}"),
+            )
+                .into_response();
+        }
+    };
+    tracing::info!(target: "quiver::admin", action = "export", rows = calls.len(), "admin page: call log exported");
+    let mut body = String::new();
+    for call in &calls {
+        body.push_str(&exported(call).to_string());
+        body.push('\n');
+    }
+    (
+        [
+            (header::CONTENT_TYPE, "application/x-ndjson"),
+            (
+                header::CONTENT_DISPOSITION,
+                "attachment; filename=\"quiver-calls.jsonl\"",
+            ),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+#[derive(Deserialize)]
+struct StreamQuery {
+    #[serde(flatten)]
+    filters: LogQuery,
+    /// Rows after this cursor are new.
+    #[serde(default)]
+    after: u64,
+}
+
+/// New calls as they are logged: an SSE event `call` per row (its HTML), oldest first,
+/// each with its cursor as the event id, so a reconnecting browser (`Last-Event-ID`)
+/// resumes where it was.
+async fn stream(State(admin): St, headers: HeaderMap, Query(q): Query<StreamQuery>) -> Response {
+    if admin.login(&headers).is_none() {
+        return StatusCode::FORBIDDEN.into_response();
+    }
+    let filter = match filter_of(&q.filters) {
+        Ok(f) => f,
+        Err(why) => return (StatusCode::BAD_REQUEST, why).into_response(),
+    };
+    let resumed = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let mut after = resumed.unwrap_or(q.after);
+    let calls = admin.page.calls.clone();
+    let stop = admin.page.stop.clone();
+    let events = async_stream(move |tx| async move {
+        let mut tick = tokio::time::interval(LIVE_POLL);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = stop.cancelled() => return,
+            }
+            let mut f = filter.clone().after(time::from_cursor(after));
+            f.limit = LIVE_BATCH;
+            let Ok(mut rows) = calls.recent_calls(f).await else {
+                continue;
+            };
+            rows.reverse();
+            for call in rows {
+                let cursor = time::cursor(call.at);
+                after = u64::try_from(cursor).unwrap_or(u64::MAX);
+                let event = Event::default()
+                    .event("call")
+                    .id(cursor.to_string())
+                    .data(views::one_line(views::call_row(&call_row(&call))));
+                if tx.send(Ok(event)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+/// A stream of what `body` sends, ending when it returns or the receiver is dropped.
+fn async_stream<F, Fut>(
+    body: F,
+) -> impl futures::Stream<Item = Result<Event, Infallible>> + Send + 'static
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Result<Event, Infallible>>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(body(tx));
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+async fn call(State(admin): St, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    let login = match admin.viewer(&headers) {
+        Ok(l) => l,
+        Err(r) => return *r,
+    };
+    let found = match admin
+        .page
+        .calls
+        .recent_calls(CallFilter::recent(1).call_id(id.clone()).with_output())
+        .await
+    {
+        Ok(found) => found,
+        Err(e) => return failed("reading the call log", e, &login.csrf),
+    };
+    let Some(call) = found.first() else {
+        return html(
+            StatusCode::NOT_FOUND,
+            views::message(
+                "No such call",
+                &format!(
+                    "No call `{id}` is in the execution log (it may have been purged by the retention setting)."
+                ),
+                Some(&login.csrf),
+            ),
+        );
+    };
+    let row = call_row(call);
+    let input = serde_json::to_string_pretty(&call.input).unwrap_or_default();
+    let output = call
+        .output
+        .as_ref()
+        .map(|env| render(env, &RenderOptions::default()))
+        .unwrap_or_else(|| call.output_summary.clone());
+    ok(views::call(
+        &views::CallDetail {
+            row: &row,
+            parent: call.parent_call_id.as_deref(),
+            input: &input,
+            reasoning: call.reasoning.as_deref(),
+            output: &output,
+        },
+        &login.csrf,
+    ))
+}
+
+/// The custom tools as the page lists them, those waiting for review first.
+fn custom_rows(defs: &[ToolDefinition]) -> Vec<CustomRow> {
+    let mut rows: Vec<CustomRow> = defs
+        .iter()
+        .map(|def| {
+            let pending: Option<PendingVersion> = def
+                .pending
+                .as_ref()
+                .and_then(|p| serde_json::from_value(p.clone()).ok());
+            let tests = match &def.test_results {
+                None => "not run".to_owned(),
+                Some(r) => format!(
+                    "{} {}",
+                    r.get("kind").and_then(Value::as_str).unwrap_or("audit"),
+                    if r.get("passed").and_then(Value::as_bool) == Some(true) {
+                        "passed"
+                    } else {
+                        "failed"
+                    }
+                ),
+            };
+            CustomRow {
+                name: def.name.clone(),
+                version: def.version,
+                status: def.status.as_str().to_owned(),
+                enabled: def.enabled,
+                tests,
+                pending: pending.map(|p| format!("v{} {}", p.version, p.status)),
+                rejected: def.rejection_reason.clone(),
+            }
+        })
+        .collect();
+    rows.sort_by_key(|r| {
+        (
+            r.status == "approved" && r.pending.is_none(),
+            r.name.clone(),
+        )
+    });
+    rows
+}
+
+async fn custom_page(
+    admin: &Admin,
+    login: &Login,
+    status: StatusCode,
+    notice: Option<&str>,
+) -> Response {
+    let defs = match admin.page.custom.list().await {
+        Ok(defs) => defs,
+        Err(e) => return failed("reading the custom tools", e, &login.csrf),
+    };
+    let jobs: Vec<(String, String, String, String, u8)> = match admin.page.custom.jobs(None).await {
+        Ok(jobs) => jobs
+            .into_iter()
+            .map(|j| {
+                (
+                    j.id,
+                    j.tool_name,
+                    j.job_type.as_str().to_owned(),
+                    j.status.as_str().to_owned(),
+                    j.progress_pct,
+                )
+            })
+            .collect(),
+        Err(e) => return failed("reading the custom-tool jobs", e, &login.csrf),
+    };
+    html(
+        status,
+        views::custom(&custom_rows(&defs), &jobs, notice, &login.csrf),
+    )
+}
+
+async fn custom(State(admin): St, headers: HeaderMap) -> Response {
+    match admin.viewer(&headers) {
+        Ok(login) => custom_page(&admin, &login, StatusCode::OK, None).await,
+        Err(r) => *r,
+    }
+}
+
+async fn approve(
+    State(admin): St,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    let login = match admin.actor(&headers, &form.csrf) {
+        Ok((_, l)) => l,
+        Err(r) => return *r,
+    };
+    match admin.page.custom.approve(&name, false).await {
+        Ok(note) => {
+            tracing::info!(target: "quiver::admin", action = "approve", tool = %name, "admin page: {note}");
+            let notice = format!("{note}; it is served within a second or two");
+            custom_page(&admin, &login, StatusCode::OK, Some(&notice)).await
+        }
+        Err(e) => {
+            tracing::warn!(target: "quiver::admin", action = "approve", tool = %name, "admin page: approval refused: {e}");
+            custom_page(
+                &admin,
+                &login,
+                StatusCode::CONFLICT,
+                Some(&format!("Not approved: {e}")),
+            )
+            .await
+        }
+    }
+}
+
+async fn reject(
+    State(admin): St,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    let login = match admin.actor(&headers, &form.csrf) {
+        Ok((_, l)) => l,
+        Err(r) => return *r,
+    };
+    let reason = form.reason.trim();
+    if reason.is_empty() {
+        return custom_page(
+            &admin,
+            &login,
+            StatusCode::BAD_REQUEST,
+            Some("Not rejected: give the reason the tool is turned down."),
+        )
+        .await;
+    }
+    match admin.page.custom.reject(&name, reason).await {
+        Ok(()) => {
+            tracing::info!(target: "quiver::admin", action = "reject", tool = %name, reason = %reason, "admin page: custom tool rejected");
+            custom_page(
+                &admin,
+                &login,
+                StatusCode::OK,
+                Some(&format!("`{name}` rejected: {reason}")),
+            )
+            .await
+        }
+        Err(e) => {
+            tracing::warn!(target: "quiver::admin", action = "reject", tool = %name, "admin page: rejection refused: {e}");
+            custom_page(
+                &admin,
+                &login,
+                StatusCode::CONFLICT,
+                Some(&format!("Not rejected: {e}")),
+            )
+            .await
+        }
+    }
+}
+
+async fn config(State(admin): St, headers: HeaderMap) -> Response {
+    let login = match admin.viewer(&headers) {
+        Ok(l) => l,
+        Err(r) => return *r,
+    };
+    let reload = admin.page.config.last_reload();
+    ok(views::config(
+        &admin.page.config.effective(),
+        reload.as_deref(),
+        &login.csrf,
+    ))
+}
+
+async fn css() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        views::CSS,
+    )
+}
+
+async fn js() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        views::JS,
+    )
+}

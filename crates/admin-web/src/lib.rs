@@ -1,0 +1,166 @@
+//! Quiver's admin web page: server-rendered HTML (maud) over the core's ports, served by
+//! `quiver serve` at `/admin` beside the MCP endpoint. It shows the catalog (searched with
+//! the `tool_search` engine, each tool's definition and lint findings), the upstream
+//! servers (with a reconnect action), the sessions' working sets, the execution log (paged
+//! by time over the store's indexes, new calls streamed live over SSE, each call's detail),
+//! the custom tools under review (approve, or reject with a reason) and the effective
+//! configuration (secrets masked) with the last reload's result.
+//!
+//! It holds no state of its own beyond login sessions: every read and every action goes
+//! through the same ports as the CLI ([`CallLog`], [`UsageSource`], [`CustomTools`], the
+//! [`Surface`], and the host's [`Upstreams`] and [`ConfigView`]), and each action is logged
+//! (target `quiver::admin`). Nothing here sits on the MCP call path.
+//!
+//! Access: the router ([`AdminPage::router`]) is mounted by the MCP adapter behind its
+//! `Host` and `Origin` checks, and only when an admin token is configured. A login form
+//! takes the token and sets an HttpOnly, SameSite=Strict cookie naming a server-side
+//! session; every form carries the session's CSRF token. A token rotated by a reload ends
+//! the sessions logged in with the old one.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use quiver_registry::{custom::CustomTools, store::CallLog};
+use quiver_surface::{Surface, ports::UsageSource};
+
+mod handlers;
+mod login;
+mod time;
+mod usage;
+mod views;
+
+/// One upstream MCP server as the page shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UpstreamRow {
+    /// The server's name.
+    pub name: String,
+    /// `connected`, `connecting`, `reconnecting`, `down`, `rejected` or `closed`.
+    pub state: String,
+    /// Why it is not connected, when known (a rejection's reason, a command that cannot
+    /// start, the last diagnostic line).
+    pub why: Option<String>,
+    /// Its tools now in the catalog.
+    pub tools: usize,
+    /// Successful connections.
+    pub connects: u64,
+    /// Connections lost after being up.
+    pub drops: u64,
+    /// Tool calls sent to it.
+    pub calls: u64,
+}
+
+impl UpstreamRow {
+    /// A row with no reason, tools or counters.
+    pub fn new(name: impl Into<String>, state: impl Into<String>) -> Self {
+        UpstreamRow {
+            name: name.into(),
+            state: state.into(),
+            why: None,
+            tools: 0,
+            connects: 0,
+            drops: 0,
+            calls: 0,
+        }
+    }
+
+    /// Sets the reason it is not connected.
+    pub fn with_why(mut self, why: impl Into<String>) -> Self {
+        self.why = Some(why.into());
+        self
+    }
+
+    /// Sets the tool count and the counters.
+    pub fn with_counts(mut self, tools: usize, connects: u64, drops: u64, calls: u64) -> Self {
+        self.tools = tools;
+        self.connects = connects;
+        self.drops = drops;
+        self.calls = calls;
+        self
+    }
+}
+
+/// The upstream servers, as the host's MCP client knows them.
+#[async_trait]
+pub trait Upstreams: Send + Sync {
+    /// Every server, in configuration order.
+    fn upstreams(&self) -> Vec<UpstreamRow>;
+
+    /// Closes the server `name` and dials it again with the same settings; `Ok` with what
+    /// was done, `Err` with why not (no such server).
+    async fn reconnect(&self, name: &str) -> Result<String, String>;
+}
+
+/// The configuration as the host runs it.
+pub trait ConfigView: Send + Sync {
+    /// The effective configuration, every secret masked.
+    fn effective(&self) -> String;
+
+    /// The last reload's result (JSON, as `quiver status` reads it), if there was one.
+    fn last_reload(&self) -> Option<String>;
+}
+
+/// Whether a presented admin token is the one in force now (the host's, which a reload
+/// may rotate).
+pub type TokenCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// What the page reads and acts through.
+#[derive(Clone)]
+pub struct AdminPage {
+    pub(crate) surface: Arc<Surface>,
+    pub(crate) calls: Arc<dyn CallLog>,
+    pub(crate) usage: Arc<dyn UsageSource>,
+    pub(crate) custom: Arc<CustomTools>,
+    pub(crate) upstreams: Arc<dyn Upstreams>,
+    pub(crate) config: Arc<dyn ConfigView>,
+    pub(crate) token: TokenCheck,
+    /// Cancelled when the server stops: the live streams end (an open page would hold the
+    /// drain of the connections otherwise).
+    pub(crate) stop: tokio_util::sync::CancellationToken,
+    /// The catalog's usage counts, counted at most once a minute.
+    pub(crate) usage_cache: Arc<usage::UsageCache>,
+}
+
+impl std::fmt::Debug for AdminPage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminPage").finish_non_exhaustive()
+    }
+}
+
+impl AdminPage {
+    /// The page over these ports; `token` checks a login.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        surface: Arc<Surface>,
+        calls: Arc<dyn CallLog>,
+        usage: Arc<dyn UsageSource>,
+        custom: Arc<CustomTools>,
+        upstreams: Arc<dyn Upstreams>,
+        config: Arc<dyn ConfigView>,
+        token: TokenCheck,
+    ) -> Self {
+        AdminPage {
+            surface,
+            calls,
+            usage,
+            custom,
+            upstreams,
+            config,
+            token,
+            stop: tokio_util::sync::CancellationToken::new(),
+            usage_cache: Arc::default(),
+        }
+    }
+
+    /// Ends the live streams when `stop` is cancelled (the server's shutdown).
+    pub fn with_stop(mut self, stop: tokio_util::sync::CancellationToken) -> Self {
+        self.stop = stop;
+        self
+    }
+
+    /// The page's routes, all under `/admin/` (and `/admin` itself). Mount them behind the
+    /// `Host` and `Origin` checks of the MCP endpoint.
+    pub fn router(self) -> axum::Router {
+        handlers::router(self)
+    }
+}

@@ -1,0 +1,707 @@
+//! The page's HTML: pure functions from view rows to markup (maud escapes every value), so
+//! that what an operator sees is snapshot-tested without a server.
+
+use std::time::{Duration, SystemTime};
+
+use maud::{DOCTYPE, Markup, html};
+
+use crate::{UpstreamRow, time};
+
+/// The sections, in the navigation's order: path and label.
+const NAV: [(&str, &str); 6] = [
+    ("/admin/catalog", "Catalog"),
+    ("/admin/upstreams", "Upstreams"),
+    ("/admin/sessions", "Sessions"),
+    ("/admin/log", "Call log"),
+    ("/admin/custom", "Custom tools"),
+    ("/admin/config", "Config"),
+];
+
+/// One tool in the catalog view.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ToolRow {
+    pub(crate) name: String,
+    pub(crate) family: String,
+    /// The upstream server of an MCP tool.
+    pub(crate) server: Option<String>,
+    /// The review status (`approved`, `draft`, ...).
+    pub(crate) status: String,
+    pub(crate) enabled: bool,
+    /// The modes it is listed in (`all`, or `plan` for a plan-only tool).
+    pub(crate) modes: String,
+    pub(crate) calls_30d: u64,
+    pub(crate) calls_total: u64,
+    /// The newest error among the recent failed calls, if any.
+    pub(crate) last_error: Option<String>,
+    /// The search score, on a search.
+    pub(crate) score: Option<f64>,
+}
+
+/// One call in the log view.
+#[derive(Debug, Clone)]
+pub(crate) struct CallRow {
+    pub(crate) call_id: String,
+    pub(crate) at: SystemTime,
+    pub(crate) tool: String,
+    pub(crate) principal: Option<String>,
+    pub(crate) session: Option<String>,
+    /// `ok`, `hint` or `err`.
+    pub(crate) outcome: String,
+    pub(crate) error: Option<String>,
+    pub(crate) queued: Duration,
+    pub(crate) took: Duration,
+}
+
+/// The log view's filters, as the query string gives them.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub(crate) struct LogQuery {
+    #[serde(default)]
+    pub(crate) tool: String,
+    #[serde(default)]
+    pub(crate) session: String,
+    #[serde(default)]
+    pub(crate) principal: String,
+    #[serde(default)]
+    pub(crate) outcome: String,
+    /// `15m`, `1h`, `24h`, `7d`, or empty for any time.
+    #[serde(default)]
+    pub(crate) within: String,
+    /// The page cursor: rows older than this (microseconds since the epoch).
+    #[serde(default)]
+    pub(crate) before: Option<u64>,
+}
+
+/// The time windows of the log's filter: value, label, length.
+pub(crate) const WINDOWS: [(&str, &str, Duration); 4] = [
+    ("15m", "last 15 minutes", Duration::from_secs(15 * 60)),
+    ("1h", "last hour", Duration::from_secs(3600)),
+    ("24h", "last 24 hours", Duration::from_secs(86_400)),
+    ("7d", "last 7 days", Duration::from_secs(7 * 86_400)),
+];
+
+impl LogQuery {
+    /// The query string of these filters (the cursor left out).
+    pub(crate) fn query_string(&self) -> String {
+        let mut parts = Vec::new();
+        for (key, value) in [
+            ("tool", &self.tool),
+            ("session", &self.session),
+            ("principal", &self.principal),
+            ("outcome", &self.outcome),
+            ("within", &self.within),
+        ] {
+            if !value.is_empty() {
+                parts.push(format!("{key}={}", encode(value)));
+            }
+        }
+        parts.join("&")
+    }
+}
+
+/// Percent-encodes a query-string value.
+pub(crate) fn encode(value: &str) -> String {
+    let mut out = String::new();
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A whole page: the navigation, `title`, `body`. `csrf` is the session's token (the
+/// logout form carries it); `None` on the login page.
+pub(crate) fn page(title: &str, active: &str, csrf: Option<&str>, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · Quiver admin" }
+                link rel="stylesheet" href="/admin/assets/admin.css";
+                script src="/admin/assets/live.js" defer {}
+            }
+            body {
+                a.skip href="#main" { "Skip to content" }
+                header {
+                    span.brand { "Quiver admin" }
+                    @if let Some(csrf) = csrf {
+                        nav aria-label="Sections" {
+                            ul {
+                                @for (path, label) in NAV {
+                                    li {
+                                        @if path == active {
+                                            a href=(path) aria-current="page" { (label) }
+                                        } @else {
+                                            a href=(path) { (label) }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        form.logout method="post" action="/admin/logout" {
+                            input type="hidden" name="csrf" value=(csrf);
+                            button type="submit" { "Log out" }
+                        }
+                    }
+                }
+                main id="main" {
+                    h1 { (title) }
+                    (body)
+                }
+            }
+        }
+    }
+}
+
+/// The login form, with `error` above it when a login failed.
+pub(crate) fn login(error: Option<&str>) -> Markup {
+    page(
+        "Log in",
+        "",
+        None,
+        html! {
+            @if let Some(error) = error {
+                p.error role="alert" { (error) }
+            }
+            form method="post" action="/admin/login" {
+                label for="token" { "Admin token (" code { "[admin] token" } ")" }
+                input id="token" name="token" type="password" autocomplete="current-password" required autofocus;
+                button type="submit" { "Log in" }
+            }
+        },
+    )
+}
+
+/// A message page (a refused action, a missing tool): `status` as the title.
+pub(crate) fn message(title: &str, text: &str, csrf: Option<&str>) -> Markup {
+    page(title, "", csrf, html! { p role="alert" { (text) } })
+}
+
+/// The catalog: a search form, then every tool (or the search's hits, best first), with
+/// the usage counted at `counted` (`None`: not counted yet).
+pub(crate) fn catalog(
+    rows: &[ToolRow],
+    query: &str,
+    counted: Option<SystemTime>,
+    csrf: &str,
+) -> Markup {
+    page(
+        "Catalog",
+        "/admin/catalog",
+        Some(csrf),
+        html! {
+            form.filters method="get" action="/admin/catalog" role="search" {
+                label for="q" { "Search tools (the " code { "tool_search" } " engine)" }
+                input id="q" name="q" type="search" value=(query);
+                button type="submit" { "Search" }
+                @if !query.is_empty() { a href="/admin/catalog" { "Show all" } }
+            }
+            p.count {
+                (rows.len()) " tools" @if !query.is_empty() { " matching " q { (query) } } ". "
+                @match counted {
+                    Some(at) => { "Calls counted at " (time::utc(at)) " UTC (again at most once a minute)." },
+                    None => { "Calls are being counted over the call log: reload in a moment." },
+                }
+            }
+            table #catalog {
+                caption.visually-hidden { "Tools in the catalog" }
+                thead { tr {
+                    th scope="col" { "Tool" }
+                    th scope="col" { "Family" }
+                    th scope="col" { "Server" }
+                    th scope="col" { "Status" }
+                    th scope="col" { "Enabled" }
+                    th scope="col" { "Modes" }
+                    th scope="col" { "Calls (30 d)" }
+                    th scope="col" { "Calls (all)" }
+                    th scope="col" { "Last error" }
+                    @if !query.is_empty() { th scope="col" { "Score" } }
+                } }
+                tbody {
+                    @for row in rows {
+                        tr {
+                            td { a href={ "/admin/tools/" (encode(&row.name)) } { code { (row.name) } } }
+                            td { (row.family) }
+                            td { (row.server.as_deref().unwrap_or("")) }
+                            td { (row.status) }
+                            td { @if row.enabled { "yes" } @else { "no" } }
+                            td { (row.modes) }
+                            td.num { (row.calls_30d) }
+                            td.num { (row.calls_total) }
+                            td.error { (row.last_error.as_deref().unwrap_or("")) }
+                            @if let Some(score) = row.score { td.num { (format!("{score:.3}")) } }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// One tool: its row, its full definition and its lint findings (rule, path, message).
+pub(crate) fn tool(
+    row: &ToolRow,
+    definition: &str,
+    findings: &[(String, String, String)],
+    csrf: &str,
+) -> Markup {
+    page(
+        &row.name,
+        "/admin/catalog",
+        Some(csrf),
+        html! {
+            dl.facts {
+                dt { "Family" } dd { (row.family) }
+                dt { "Server" } dd { (row.server.as_deref().unwrap_or("—")) }
+                dt { "Status" } dd { (row.status) }
+                dt { "Enabled" } dd { @if row.enabled { "yes" } @else { "no" } }
+                dt { "Modes" } dd { (row.modes) }
+                dt { "Calls" } dd { (row.calls_30d) " in 30 days, " (row.calls_total) " in all" }
+                dt { "Last error" } dd { (row.last_error.as_deref().unwrap_or("—")) }
+            }
+            p { a href={ "/admin/log?tool=" (encode(&row.name)) } { "This tool's calls" } }
+            h2 { "Lint findings" }
+            @if findings.is_empty() {
+                p { "None: the definition follows the tool-writing guide." }
+            } @else {
+                ul.findings {
+                    @for (rule, path, message) in findings {
+                        li { code { (rule) } @if !path.is_empty() { " at " code { (path) } } ": " (message) }
+                    }
+                }
+            }
+            h2 { "Definition" }
+            pre.json { (definition) }
+        },
+    )
+}
+
+/// The upstream servers, each with a reconnect button.
+pub(crate) fn upstreams(rows: &[UpstreamRow], notice: Option<&str>, csrf: &str) -> Markup {
+    page(
+        "Upstreams",
+        "/admin/upstreams",
+        Some(csrf),
+        html! {
+            @if let Some(notice) = notice { p.notice role="status" { (notice) } }
+            @if rows.is_empty() {
+                p { "No upstream MCP servers are configured." }
+            } @else {
+                table #upstreams {
+                    caption.visually-hidden { "Upstream MCP servers" }
+                    thead { tr {
+                        th scope="col" { "Server" }
+                        th scope="col" { "State" }
+                        th scope="col" { "Tools" }
+                        th scope="col" { "Connects" }
+                        th scope="col" { "Drops" }
+                        th scope="col" { "Calls" }
+                        th scope="col" { "Why" }
+                        th scope="col" { "Action" }
+                    } }
+                    tbody {
+                        @for row in rows {
+                            tr data-server=(row.name) {
+                                td { code { (row.name) } }
+                                td { span class={ "state " (row.state) } { (row.state) } }
+                                td.num { (row.tools) }
+                                td.num { (row.connects) }
+                                td.num { (row.drops) }
+                                td.num { (row.calls) }
+                                td.error { (row.why.as_deref().unwrap_or("")) }
+                                td {
+                                    form method="post" action={ "/admin/upstreams/" (encode(&row.name)) "/reconnect" } {
+                                        input type="hidden" name="csrf" value=(csrf);
+                                        button type="submit" aria-label={ "Reconnect " (row.name) } { "Reconnect" }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// The sessions the surface holds, each with its working set.
+pub(crate) fn sessions(rows: &[(String, Vec<String>)], floor: &[String], csrf: &str) -> Markup {
+    page(
+        "Sessions",
+        "/admin/sessions",
+        Some(csrf),
+        html! {
+            p { "Every session is shown the resident floor (" (floor.len()) " tools) plus its working set." }
+            details { summary { "Resident floor" } ul { @for t in floor { li { code { (t) } } } } }
+            @if rows.is_empty() {
+                p { "No sessions." }
+            } @else {
+                table #sessions {
+                    caption.visually-hidden { "Sessions" }
+                    thead { tr { th scope="col" { "Session (working-set key)" } th scope="col" { "Working set" } th scope="col" { "Calls" } } }
+                    tbody {
+                        @for (key, set) in rows {
+                            tr {
+                                td { code { (key) } }
+                                td { @for (i, t) in set.iter().enumerate() { @if i > 0 { ", " } code { (t) } } }
+                                td { a href={ "/admin/log?session=" (encode(key)) } { "calls" } }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// One call's table row (the log view's, and what the live stream sends).
+pub(crate) fn call_row(row: &CallRow) -> Markup {
+    html! {
+        tr class={ "call " (row.outcome) } data-call=(row.call_id) {
+            td { time { (time::utc(row.at)) } }
+            td { a href={ "/admin/calls/" (encode(&row.call_id)) } { code { (row.tool) } } }
+            td { (row.principal.as_deref().unwrap_or("")) }
+            td { code { (row.session.as_deref().unwrap_or("")) } }
+            td { span class={ "outcome " (row.outcome) } { (row.outcome) } }
+            td.num { (time::took(row.took)) }
+            td.num { (time::took(row.queued)) }
+            td.error { (row.error.as_deref().unwrap_or("")) }
+        }
+    }
+}
+
+/// The call log: filters, the newest rows (live on the first page), a link to older ones.
+pub(crate) fn log(rows: &[CallRow], query: &LogQuery, older: Option<u128>, csrf: &str) -> Markup {
+    let filters = query.query_string();
+    let first_page = query.before.is_none();
+    let newest = rows.first().map_or(0, |r| time::cursor(r.at));
+    let live = format!(
+        "/admin/log/stream?{filters}{}after={newest}",
+        if filters.is_empty() { "" } else { "&" }
+    );
+    page(
+        "Call log",
+        "/admin/log",
+        Some(csrf),
+        html! {
+            form.filters method="get" action="/admin/log" {
+                label for="f-tool" { "Tool" }
+                input id="f-tool" name="tool" value=(query.tool);
+                label for="f-session" { "Session" }
+                input id="f-session" name="session" value=(query.session);
+                label for="f-principal" { "Principal" }
+                input id="f-principal" name="principal" value=(query.principal);
+                label for="f-outcome" { "Outcome" }
+                select id="f-outcome" name="outcome" {
+                    @for (value, label) in [("", "any"), ("ok", "ok"), ("hint", "hint"), ("err", "err")] {
+                        option value=(value) selected[query.outcome == value] { (label) }
+                    }
+                }
+                label for="f-within" { "Time" }
+                select id="f-within" name="within" {
+                    option value="" selected[query.within.is_empty()] { "any time" }
+                    @for (value, label, _) in WINDOWS {
+                        option value=(value) selected[query.within == value] { (label) }
+                    }
+                }
+                button type="submit" { "Filter" }
+            }
+            @if first_page {
+                p.live role="status" { "New calls appear at the top as they are logged." }
+            }
+            table #log data-live=[first_page.then_some(live)] {
+                caption.visually-hidden { "Calls, newest first" }
+                thead { tr {
+                    th scope="col" { "At (UTC)" }
+                    th scope="col" { "Tool" }
+                    th scope="col" { "Principal" }
+                    th scope="col" { "Session" }
+                    th scope="col" { "Outcome" }
+                    th scope="col" { "Took" }
+                    th scope="col" { "Queued" }
+                    th scope="col" { "Error" }
+                } }
+                tbody {
+                    @for row in rows { (call_row(row)) }
+                }
+            }
+            @if rows.is_empty() { p #no-calls { "No calls match." } }
+            nav.pages aria-label="Pages" {
+                a href={ "/admin/log/export?" (filters) @if let Some(b) = query.before { @if !filters.is_empty() { "&" } "before=" (b) } } download { "Export these calls (JSON Lines)" } " "
+                @if !first_page { a href={ "/admin/log?" (filters) } { "Newest" } " " }
+                @if let Some(older) = older {
+                    a href={ "/admin/log?" (filters) @if !filters.is_empty() { "&" } "before=" (older) } rel="next" { "Older calls" }
+                }
+            }
+        },
+    )
+}
+
+/// One call in full: JSON fields as given, `output` the rendered envelope.
+pub(crate) struct CallDetail<'a> {
+    pub(crate) row: &'a CallRow,
+    pub(crate) parent: Option<&'a str>,
+    pub(crate) input: &'a str,
+    pub(crate) reasoning: Option<&'a str>,
+    pub(crate) output: &'a str,
+}
+
+/// A call's detail page.
+pub(crate) fn call(detail: &CallDetail<'_>, csrf: &str) -> Markup {
+    let row = detail.row;
+    page(
+        &format!("Call {}", row.call_id),
+        "/admin/log",
+        Some(csrf),
+        html! {
+            dl.facts {
+                dt { "Tool" } dd { a href={ "/admin/tools/" (encode(&row.tool)) } { code { (row.tool) } } }
+                dt { "At (UTC)" } dd { (time::utc(row.at)) }
+                dt { "Outcome" } dd { span class={ "outcome " (row.outcome) } { (row.outcome) } }
+                dt { "Principal" } dd { (row.principal.as_deref().unwrap_or("—")) }
+                dt { "Session" } dd { (row.session.as_deref().unwrap_or("—")) }
+                dt { "Queued" } dd { (time::took(row.queued)) }
+                dt { "Took" } dd { (time::took(row.took)) }
+                dt { "Parent call" } dd {
+                    @if let Some(parent) = detail.parent { a href={ "/admin/calls/" (encode(parent)) } { code { (parent) } } } @else { "—" }
+                }
+            }
+            h2 { "Input" }
+            pre.json { (detail.input) }
+            @if let Some(reasoning) = detail.reasoning {
+                h2 { "Reasoning" }
+                pre { (reasoning) }
+            }
+            h2 { "Output (as the model read it)" }
+            pre { (detail.output) }
+        },
+    )
+}
+
+/// One custom tool under review or served.
+#[derive(Debug, Clone)]
+pub(crate) struct CustomRow {
+    pub(crate) name: String,
+    pub(crate) version: u32,
+    pub(crate) status: String,
+    pub(crate) enabled: bool,
+    /// The last test run's summary.
+    pub(crate) tests: String,
+    /// The version under review, if one is pending.
+    pub(crate) pending: Option<String>,
+    /// The reason it was rejected.
+    pub(crate) rejected: Option<String>,
+}
+
+/// Custom tools, drafts first, with approve and reject forms; then the jobs.
+pub(crate) fn custom(
+    rows: &[CustomRow],
+    jobs: &[(String, String, String, String, u8)],
+    notice: Option<&str>,
+    csrf: &str,
+) -> Markup {
+    page(
+        "Custom tools",
+        "/admin/custom",
+        Some(csrf),
+        html! {
+            @if let Some(notice) = notice { p.notice role="status" { (notice) } }
+            @if rows.is_empty() {
+                p { "No custom tools. A model proposes one with " code { "propose_tool" } "; an operator adds one with " code { "quiver custom add" } "." }
+            } @else {
+                table #custom {
+                    caption.visually-hidden { "Custom tools" }
+                    thead { tr {
+                        th scope="col" { "Tool" }
+                        th scope="col" { "Version" }
+                        th scope="col" { "Status" }
+                        th scope="col" { "Enabled" }
+                        th scope="col" { "Tests" }
+                        th scope="col" { "Review" }
+                    } }
+                    tbody {
+                        @for row in rows {
+                            tr data-tool=(row.name) {
+                                td { a href={ "/admin/tools/" (encode(&row.name)) } { code { (row.name) } } }
+                                td.num { (row.version) }
+                                td { (row.status) @if let Some(p) = &row.pending { " (pending " (p) ")" } }
+                                td { @if row.enabled { "yes" } @else { "no" } }
+                                td { (row.tests) }
+                                td {
+                                    @if let Some(why) = &row.rejected { p.error { "Rejected: " (why) } }
+                                    @if row.status != "approved" || row.pending.is_some() {
+                                        form.inline method="post" action={ "/admin/custom/" (encode(&row.name)) "/approve" } {
+                                            input type="hidden" name="csrf" value=(csrf);
+                                            button type="submit" aria-label={ "Approve " (row.name) } { "Approve" }
+                                        }
+                                        form.inline method="post" action={ "/admin/custom/" (encode(&row.name)) "/reject" } {
+                                            input type="hidden" name="csrf" value=(csrf);
+                                            label for={ "reason-" (row.name) } { "Reason" }
+                                            input id={ "reason-" (row.name) } name="reason" required;
+                                            button type="submit" aria-label={ "Reject " (row.name) } { "Reject" }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            h2 { "Jobs" }
+            @if jobs.is_empty() {
+                p { "No jobs." }
+            } @else {
+                table #jobs {
+                    caption.visually-hidden { "Custom-tool jobs, newest first" }
+                    thead { tr { th scope="col" { "Job" } th scope="col" { "Tool" } th scope="col" { "Type" } th scope="col" { "Status" } th scope="col" { "Progress" } } }
+                    tbody {
+                        @for (id, tool, kind, status, pct) in jobs {
+                            tr {
+                                td { code { (id) } }
+                                td { code { (tool) } }
+                                td { (kind) }
+                                td { (status) }
+                                td { progress max="100" value=(pct) aria-label={ "Progress of " (id) } { (pct) "%" } }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// The effective configuration and the last reload's result.
+pub(crate) fn config(effective: &str, last_reload: Option<&str>, csrf: &str) -> Markup {
+    page(
+        "Config",
+        "/admin/config",
+        Some(csrf),
+        html! {
+            h2 { "Last reload" }
+            @match last_reload {
+                Some(r) => pre.json { (r) },
+                None => p { "No reload since the server started." },
+            }
+            h2 { "Effective configuration (secrets masked)" }
+            pre.json { (effective) }
+        },
+    )
+}
+
+/// The stylesheet and the script, embedded.
+pub(crate) const CSS: &str = include_str!("../assets/admin.css");
+pub(crate) const JS: &str = include_str!("../assets/live.js");
+
+/// An SSE event's data: a row's HTML on one line (a newline would end the data field).
+pub(crate) fn one_line(markup: Markup) -> String {
+    markup.into_string().replace(['\n', '\r'], " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::UNIX_EPOCH;
+
+    use super::*;
+
+    /// A fixed time: 2026-12-06 10:00:00 UTC, plus `ms`.
+    fn at(ms: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_796_551_200) + Duration::from_millis(ms)
+    }
+
+    /// Pretty-printed enough to review: one tag per line where the markup has none.
+    fn lines(markup: Markup) -> String {
+        markup.into_string().replace("><", ">\n<")
+    }
+
+    #[test]
+    fn the_catalog_view() {
+        let rows = vec![
+            ToolRow {
+                name: "tool_search".into(),
+                family: "core".into(),
+                status: "approved".into(),
+                enabled: true,
+                modes: "all".into(),
+                calls_30d: 12,
+                calls_total: 40,
+                ..ToolRow::default()
+            },
+            ToolRow {
+                name: "everything__echo".into(),
+                family: "mcp:everything".into(),
+                server: Some("everything".into()),
+                status: "approved".into(),
+                enabled: true,
+                modes: "all".into(),
+                calls_30d: 3,
+                calls_total: 3,
+                last_error: Some("upstream `everything` is down <reconnecting>".into()),
+                ..ToolRow::default()
+            },
+            ToolRow {
+                name: "word_count".into(),
+                family: "custom".into(),
+                status: "draft".into(),
+                enabled: false,
+                modes: "all".into(),
+                ..ToolRow::default()
+            },
+        ];
+        insta::assert_snapshot!("catalog", lines(catalog(&rows, "", Some(at(0)), "CSRF")));
+        let mut hits = rows[1..2].to_vec();
+        hits[0].score = Some(2.5);
+        insta::assert_snapshot!(
+            "catalog_search",
+            lines(catalog(&hits, "echo \"x\"", None, "CSRF"))
+        );
+    }
+
+    #[test]
+    fn the_log_view() {
+        let rows = vec![
+            CallRow {
+                call_id: "c-2".into(),
+                at: at(1500),
+                tool: "everything__echo".into(),
+                principal: Some("ci".into()),
+                session: Some("s-1".into()),
+                outcome: "err".into(),
+                error: Some("the upstream timed out".into()),
+                queued: Duration::from_micros(40),
+                took: Duration::from_millis(30_000),
+            },
+            CallRow {
+                call_id: "c-1".into(),
+                at: at(0),
+                tool: "tool_search".into(),
+                principal: None,
+                session: Some("s-1".into()),
+                outcome: "ok".into(),
+                error: None,
+                queued: Duration::ZERO,
+                took: Duration::from_micros(850),
+            },
+        ];
+        let first = LogQuery::default();
+        insta::assert_snapshot!(
+            "log",
+            lines(log(&rows, &first, Some(time::cursor(at(0))), "CSRF"))
+        );
+        let filtered = LogQuery {
+            tool: "everything__echo".into(),
+            outcome: "err".into(),
+            within: "1h".into(),
+            before: Some(1_796_551_300_000_000),
+            ..LogQuery::default()
+        };
+        insta::assert_snapshot!(
+            "log_filtered",
+            lines(log(&rows[..1], &filtered, None, "CSRF"))
+        );
+    }
+}

@@ -9,8 +9,9 @@ use std::{
 use serde_json::Value;
 
 const CORE: [&str; 3] = ["quiver-contract", "quiver-registry", "quiver-surface"];
-const ADAPTERS: [&str; 6] = [
+const ADAPTERS: [&str; 7] = [
     "quiver-sandbox",
+    "quiver-auth-oidc",
     "quiver-mcp-adapter",
     "quiver-store-sqlite",
     "quiver-store-postgres",
@@ -18,8 +19,9 @@ const ADAPTERS: [&str; 6] = [
     "quiver-metrics-prometheus",
 ];
 /// Engines that only adapters may name, directly or through any dependency.
-const ENGINES: [&str; 14] = [
+const ENGINES: [&str; 15] = [
     "prometheus-client",
+    "jsonwebtoken",
     "rusqlite",
     "tokio-postgres",
     "deadpool-postgres",

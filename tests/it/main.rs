@@ -3,6 +3,7 @@
 
 mod architecture;
 mod conformance_client;
+mod identity;
 mod mcp_server;
 mod replicas;
 mod skills;

@@ -1,9 +1,10 @@
 //! Quiver as an OAuth 2.1 resource server against a real OpenID provider: the npm
 //! `oidc-provider` package (`tests/fixtures/oidc/provider.mjs`, run with Node), `quiver
 //! serve` with `[auth.oidc]`, and the official Python MCP client
-//! (`tests/fixtures/oidc/identity.py`, which holds the protocol checks). Here: the set-up,
-//! that `quiver log` shows each user, and that no token reached the server's log or the
-//! execution log.
+//! (`tests/fixtures/oidc/identity.py`, which holds the protocol checks, and
+//! `oauth_client.py`, the client's own OAuth flow from no token). Here: the set-up, that
+//! `quiver log` shows each user, and that no token reached the server's log or the execution
+//! log.
 
 use std::{path::Path, process::Stdio, time::Duration};
 
@@ -65,6 +66,7 @@ fn config(issuer: &str, resource: &str) -> String {
 [auth.oidc]
 issuer = "{issuer}"
 resource = "{resource}"
+scopes_supported = ["openid", "tools"]
 jwks_min_refetch_secs = 0
 introspection_client_id = "quiver"
 introspection_client_secret = "quiver-secret"
@@ -138,6 +140,11 @@ async fn an_openid_providers_tokens_are_verified_and_map_to_per_user_tools() {
         &[&url, &provider.issuer, tokens_out.to_str().expect("utf-8")],
     )
     .await;
+    run_script(
+        &repo_root().join("tests/fixtures/oidc/oauth_client.py"),
+        &[&url],
+    )
+    .await;
     server.start_kill().expect("stop the server");
     server.wait().await.expect("the server ends");
 
@@ -159,7 +166,9 @@ async fn an_openid_providers_tokens_are_verified_and_map_to_per_user_tools() {
         .collect();
     // The user: `sub`, with the email when the token has one.
     assert!(
-        principals.contains("ops@example.com (ops-bot)") && principals.contains("reader-bot"),
+        principals.contains("ops@example.com (ops-bot)")
+            && principals.contains("reader-bot")
+            && principals.contains("alice@example.com (alice)"),
         "the log names each user: {principals:?}"
     );
     let text = quiver_log_text(&dir);

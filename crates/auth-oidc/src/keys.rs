@@ -107,7 +107,7 @@ mod tests {
         let kids: Vec<_> = keys.iter().map(|k| k.kid.as_deref().unwrap()).collect();
         assert_eq!(kids, ["o"]);
         assert_eq!(keys[0].algorithms, [Algorithm::EdDSA]);
-        assert!(parse_jwks(b"{}").unwrap_err().contains("no `keys` array"));
-        assert!(parse_jwks(b"nope").unwrap_err().contains("not JSON"));
+        assert!(parse_jwks(b"{}").err().unwrap().contains("no `keys` array"));
+        assert!(parse_jwks(b"nope").err().unwrap().contains("not JSON"));
     }
 }

@@ -11,6 +11,8 @@
 mod config;
 mod error;
 mod keys;
+#[cfg(test)]
+mod test_issuer;
 mod verifier;
 
 pub use config::{

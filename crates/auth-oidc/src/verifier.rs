@@ -450,3 +450,141 @@ impl TokenVerifier for OidcVerifier {
         Ok(verified)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::test_issuer::{TestIssuer, TestKey};
+
+    const AUD: &str = "https://quiver.example.com/mcp";
+
+    fn verifier(issuer: &TestIssuer, floor: Duration) -> OidcVerifier {
+        let mut config = OidcConfig::new(&issuer.url, AUD);
+        config.jwks_min_refetch = floor;
+        OidcVerifier::new(config).unwrap()
+    }
+
+    fn invalid(r: Result<Arc<VerifiedToken>, TokenError>) -> String {
+        match r {
+            Err(TokenError::Invalid(why)) => why,
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_token_is_verified_once_then_answered_from_the_cache() {
+        let k1 = TestKey::new("k1");
+        let issuer = TestIssuer::start(&[&k1]).await;
+        let v = verifier(&issuer, DEFAULT_FLOOR);
+        let token = issuer.token(
+            &k1,
+            AUD,
+            600,
+            json!({"email": "a@x.org", "groups": ["ops"]}),
+        );
+        let first = v.verify(&token).await.unwrap();
+        assert_eq!(first.subject, "user-1");
+        assert_eq!(first.email.as_deref(), Some("a@x.org"));
+        assert!(first.claim_has("groups", "ops"));
+        let again = v.verify(&token).await.unwrap();
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "the second check is the cached one"
+        );
+        assert_eq!(issuer.fetches(), 1);
+    }
+
+    const DEFAULT_FLOOR: Duration = Duration::from_secs(3600);
+
+    #[tokio::test]
+    async fn an_unknown_kid_refetches_the_keys_at_most_once_per_floor() {
+        let (k1, k2) = (TestKey::new("k1"), TestKey::new("k2"));
+        let issuer = TestIssuer::start(&[&k1]).await;
+        let v = verifier(&issuer, DEFAULT_FLOOR);
+        let unfloored = verifier(&issuer, Duration::ZERO);
+        v.verify(&issuer.token(&k1, AUD, 600, json!({})))
+            .await
+            .unwrap();
+        unfloored
+            .verify(&issuer.token(&k1, AUD, 601, json!({})))
+            .await
+            .unwrap();
+        assert_eq!(issuer.fetches(), 2);
+        // The issuer rotates: k2 is new. Within the floor nothing is fetched again.
+        issuer.publish(&[&k2, &k1]);
+        let rotated = issuer.token(&k2, AUD, 600, json!({}));
+        let why = invalid(v.verify(&rotated).await);
+        assert!(
+            why.contains("a key the issuer does not publish (kid \"k2\")"),
+            "{why}"
+        );
+        for _ in 0..5 {
+            let _ = v
+                .verify(&issuer.token(&TestKey::new("k9"), AUD, 600, json!({})))
+                .await;
+        }
+        assert_eq!(issuer.fetches(), 2, "the floor holds back the refetches");
+        assert_eq!(v.key_fetches(), 1);
+        // With no floor, the unknown kid fetches the keys again and the rotation is seen.
+        unfloored.verify(&rotated).await.unwrap();
+        assert_eq!(unfloored.key_fetches(), 2);
+        assert_eq!(issuer.fetches(), 3);
+    }
+
+    #[tokio::test]
+    async fn audience_issuer_expiry_and_algorithm_are_checked() {
+        let k1 = TestKey::new("k1");
+        let issuer = TestIssuer::start(&[&k1]).await;
+        let v = verifier(&issuer, DEFAULT_FLOOR);
+        let why = invalid(
+            v.verify(&issuer.token(&k1, "https://other.example/api", 600, json!({})))
+                .await,
+        );
+        assert!(why.contains("another audience"), "{why}");
+        let why = invalid(v.verify(&issuer.token(&k1, AUD, -3600, json!({}))).await);
+        assert_eq!(why, "the token has expired");
+        let why = invalid(
+            v.verify(&issuer.token(&k1, AUD, 600, json!({"iss": "https://evil.example"})))
+                .await,
+        );
+        assert!(why.contains("`iss` is not the configured issuer"), "{why}");
+        let why = invalid(
+            v.verify(&issuer.token(&k1, AUD, 600, json!({"sub": 7})))
+                .await,
+        );
+        assert!(why.contains("`sub`"), "{why}");
+        let why = invalid(v.verify("a.b").await);
+        assert!(
+            why.contains("opaque tokens only when introspection is configured"),
+            "{why}"
+        );
+        // An HS256 token whose secret is the published key's JSON.
+        let secret = serde_json::to_vec(&k1.jwk).unwrap();
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+        header.kid = Some("k1".into());
+        let hs = jsonwebtoken::encode(
+            &header,
+            &json!({"iss": issuer.url, "aud": AUD, "sub": "x", "exp": 4_000_000_000u64}),
+            &jsonwebtoken::EncodingKey::from_secret(&secret),
+        )
+        .unwrap();
+        let why = invalid(v.verify(&hs).await);
+        assert!(why.contains("shared-secret algorithm"), "{why}");
+        // No reason names the token.
+        let token = issuer.token(&k1, AUD, -3600, json!({}));
+        let why = invalid(v.verify(&token).await);
+        assert!(!why.contains(&token[..20]));
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_issuer_is_unavailable_not_invalid() {
+        let config = OidcConfig::new("http://127.0.0.1:9", AUD);
+        let v = OidcVerifier::new(config).unwrap();
+        let k1 = TestKey::new("k1");
+        let issuer = TestIssuer::start(&[&k1]).await;
+        let r = v.verify(&issuer.token(&k1, AUD, 600, json!({}))).await;
+        assert!(matches!(r, Err(TokenError::Unavailable(_))), "{r:?}");
+    }
+}

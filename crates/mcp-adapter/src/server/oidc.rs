@@ -328,6 +328,99 @@ mod tests {
         assert!(open.principal(&token(json!({"sub":"u3"}))).is_some());
     }
 
+    /// A verifier by table: `ops` and `stranger` are valid (the second in no group), `down`
+    /// finds the issuer out of reach, anything else is expired.
+    struct Table;
+
+    #[async_trait::async_trait]
+    impl quiver_registry::identity::TokenVerifier for Table {
+        async fn verify(
+            &self,
+            t: &str,
+        ) -> Result<Arc<VerifiedToken>, quiver_registry::identity::TokenError> {
+            use quiver_registry::identity::TokenError;
+            match t {
+                "ops" => Ok(Arc::new(token(json!({"sub": "u1", "groups": ["ops"]})))),
+                "stranger" => Ok(Arc::new(token(json!({"sub": "u2"})))),
+                "down" => Err(TokenError::Unavailable("the issuer is down".into())),
+                _ => Err(TokenError::Invalid("the token has expired".into())),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_token_layer_answers_each_outcome_of_the_verifier() {
+        use axum::{body::Body, http::StatusCode};
+        use http_body_util::BodyExt;
+        use tower::ServiceExt;
+
+        let auth = crate::InboundAuth::new(vec![crate::InboundToken::new("ci", "static-secret")])
+            .with_oidc(oidc(r#"[{"claim":"groups","value":"ops"}]"#));
+        let options = crate::ServerOptions::default().with_auth(auth);
+        let server = crate::server::test_server(Arc::new(quiver_registry::Catalog::new()), options)
+            .with_token_verifier(Arc::new(Table));
+        let router = server.router("127.0.0.1:7345".parse().unwrap());
+        let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+        let send = |bearer: Option<&str>, method: &str, path: &str| {
+            let mut request = axum::http::Request::builder()
+                .method(method)
+                .uri(path)
+                .header("host", "127.0.0.1:7345")
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream");
+            if let Some(b) = bearer {
+                request = request.header("authorization", format!("Bearer {b}"));
+            }
+            let body = if method == "POST" {
+                Body::from(init)
+            } else {
+                Body::empty()
+            };
+            router.clone().oneshot(request.body(body).unwrap())
+        };
+        let challenge = |r: &axum::response::Response| {
+            r.headers()
+                .get("www-authenticate")
+                .map(|v| v.to_str().unwrap().to_owned())
+        };
+        let meta =
+            "resource_metadata=\"https://q.example.com/.well-known/oauth-protected-resource/mcp\"";
+        let r = send(None, "POST", "/mcp").await.unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(challenge(&r).unwrap(), format!("Bearer {meta}"));
+        let r = send(Some("expired"), "POST", "/mcp").await.unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            challenge(&r).unwrap(),
+            format!(
+                "Bearer error=\"invalid_token\", error_description=\"the token has expired\", {meta}"
+            )
+        );
+        let r = send(Some("stranger"), "POST", "/mcp").await.unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+        assert!(
+            challenge(&r)
+                .unwrap()
+                .contains("error=\"insufficient_scope\"")
+        );
+        let r = send(Some("down"), "POST", "/mcp").await.unwrap();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(challenge(&r), None);
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        assert!(String::from_utf8_lossy(&body).contains("the issuer is down"));
+        for ok in ["ops", "static-secret"] {
+            let r = send(Some(ok), "POST", "/mcp").await.unwrap();
+            assert_eq!(r.status(), StatusCode::OK, "{ok}");
+        }
+        for path in [METADATA_PATH, "/.well-known/oauth-protected-resource/mcp"] {
+            let r = send(None, "GET", path).await.unwrap();
+            assert_eq!(r.status(), StatusCode::OK, "{path}");
+            let body = r.into_body().collect().await.unwrap().to_bytes();
+            let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(doc["resource"], "https://q.example.com/mcp");
+        }
+    }
+
     #[test]
     fn rules_and_the_metadata_url_are_checked() {
         let e = oidc(r#"[{"claim":"groups"}]"#).validate().unwrap_err();

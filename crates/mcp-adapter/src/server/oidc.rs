@@ -169,14 +169,17 @@ impl OidcAuth {
 /// The well-known path of the Protected Resource Metadata.
 pub(crate) const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
 
+/// One compiled rule: what it matches (none: every token) and what it gives.
+struct Compiled {
+    matches: Option<(String, String)>,
+    capabilities: Arc<Capabilities>,
+    mode: Option<Mode>,
+    tenant: Option<Arc<str>>,
+}
+
 /// The compiled rules in force.
 pub(crate) struct Rules {
-    rules: Vec<(
-        Option<(String, String)>,
-        Arc<Capabilities>,
-        Option<Mode>,
-        Option<Arc<str>>,
-    )>,
+    rules: Vec<Compiled>,
     /// Whether the config had rules (then a token no rule matches is refused).
     restricted: bool,
 }
@@ -187,14 +190,11 @@ impl Rules {
             rules: oidc
                 .rules
                 .iter()
-                .map(|r| {
-                    let t = r.as_token();
-                    (
-                        r.claim.clone().zip(r.value.clone()),
-                        Arc::new(t.capabilities()),
-                        r.mode,
-                        r.tenant.as_deref().map(Arc::from),
-                    )
+                .map(|r| Compiled {
+                    matches: r.claim.clone().zip(r.value.clone()),
+                    capabilities: Arc::new(r.as_token().capabilities()),
+                    mode: r.mode,
+                    tenant: r.tenant.as_deref().map(Arc::from),
                 })
                 .collect(),
             restricted: !oidc.rules.is_empty(),
@@ -213,15 +213,16 @@ impl Rules {
                 tenant: None,
             });
         }
-        let (_, caps, mode, tenant) = self.rules.iter().find(|(m, ..)| {
-            m.as_ref()
+        let rule = self.rules.iter().find(|r| {
+            r.matches
+                .as_ref()
                 .is_none_or(|(claim, value)| token.claim_has(claim, value))
         })?;
         Some(Principal {
             name,
-            capabilities: caps.clone(),
-            mode: *mode,
-            tenant: tenant.clone(),
+            capabilities: rule.capabilities.clone(),
+            mode: rule.mode,
+            tenant: rule.tenant.clone(),
         })
     }
 }

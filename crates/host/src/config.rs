@@ -927,10 +927,14 @@ impl Config {
             .with_context(|| format!("{origin}: [[policy.rules]]"))?;
         // What `serve` would refuse is refused here already, so `quiver check` (and every
         // other command) finds it.
+        if let Some(oidc) = &config.auth.oidc {
+            oidc.validate()
+                .with_context(|| format!("{origin}: [auth.oidc]"))?;
+        }
         config
             .auth
             .validate()
-            .with_context(|| format!("{origin}: [auth]"))?;
+            .with_context(|| format!("{origin}: [[auth.tokens]]"))?;
         if let Some(oidc) = &config.auth.oidc {
             crate::identity::oidc_config(oidc).with_context(|| origin.to_owned())?;
         }

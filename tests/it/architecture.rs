@@ -122,6 +122,7 @@ fn allowed(pkg: &str) -> &'static [&'static str] {
             "quiver-store-testkit",
             "quiver-embed-candle",
             "quiver-metrics-prometheus",
+            "quiver-auth-oidc",
             "quiver-host",
         ],
         other => panic!("unknown workspace crate {other}: add it to the architecture rules"),

@@ -30,6 +30,9 @@
 //! (`{"message": "ping N"}` with a counter) or `city` (`{"city": "Paris N"}`, for the
 //! fixture server's `weather_forecast`).
 //!
+//! A URL may end in `#bearer=TOKEN`: every request to it then carries `Authorization: Bearer
+//! TOKEN` (a configured inbound token, or an OIDC access token).
+//!
 //! Output is one JSON object per run on stdout.
 
 use std::time::{Duration, Instant};
@@ -45,10 +48,15 @@ use tokio::{
 struct Target {
     host_port: String,
     path: String,
+    bearer: Option<String>,
 }
 
 impl Target {
     fn parse(url: &str) -> Result<Self> {
+        let (url, bearer) = match url.split_once("#bearer=") {
+            Some((u, t)) => (u, Some(t.to_owned())),
+            None => (url, None),
+        };
         let rest = url
             .strip_prefix("http://")
             .context("only http:// URLs are supported")?;
@@ -59,6 +67,7 @@ impl Target {
         Ok(Self {
             host_port: host_port.to_owned(),
             path: path.to_owned(),
+            bearer,
         })
     }
 }
@@ -75,6 +84,7 @@ struct Conn {
     buf: Vec<u8>,
     host_port: String,
     path: String,
+    bearer: Option<String>,
     session: Option<String>,
     protocol: Option<String>,
     next_id: u64,
@@ -95,6 +105,7 @@ impl Conn {
             buf: Vec::with_capacity(16 * 1024),
             host_port: target.host_port.clone(),
             path: target.path.clone(),
+            bearer: target.bearer.clone(),
             session: None,
             protocol: None,
             next_id: 1,
@@ -137,6 +148,9 @@ impl Conn {
             self.host_port,
             body.len()
         );
+        if let Some(t) = &self.bearer {
+            req.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
         if let Some(s) = &self.session {
             req.push_str("Mcp-Session-Id: ");
             req.push_str(s);

@@ -9,9 +9,10 @@ use std::{
 use serde_json::Value;
 
 const CORE: [&str; 3] = ["quiver-contract", "quiver-registry", "quiver-surface"];
-const ADAPTERS: [&str; 7] = [
+const ADAPTERS: [&str; 8] = [
     "quiver-admin-web",
     "quiver-sandbox",
+    "quiver-auth-oidc",
     "quiver-mcp-adapter",
     "quiver-store-sqlite",
     "quiver-store-postgres",
@@ -19,9 +20,10 @@ const ADAPTERS: [&str; 7] = [
     "quiver-metrics-prometheus",
 ];
 /// Engines that only adapters may name, directly or through any dependency.
-const ENGINES: [&str; 15] = [
+const ENGINES: [&str; 16] = [
     "maud",
     "prometheus-client",
+    "jsonwebtoken",
     "rusqlite",
     "tokio-postgres",
     "deadpool-postgres",
@@ -123,6 +125,7 @@ fn allowed(pkg: &str) -> &'static [&'static str] {
             "quiver-embed-candle",
             "quiver-metrics-prometheus",
             "quiver-admin-web",
+            "quiver-auth-oidc",
             "quiver-host",
         ],
         other => panic!("unknown workspace crate {other}: add it to the architecture rules"),

@@ -770,6 +770,18 @@ impl Config {
     /// principal or tenant): those are never offered to it.
     pub fn inbound_auth(&self) -> quiver_mcp_adapter::InboundAuth {
         let mut auth = self.auth.clone();
+        if let Some(oidc) = &mut auth.oidc {
+            for r in &mut oidc.rules {
+                r.denied_tools = self
+                    .always_denied(r.tenant.as_deref(), None)
+                    .map(|p| p.tool.clone())
+                    .collect();
+                if !r.admin {
+                    r.denied_tools
+                        .push(quiver_registry::custom::PROPOSE_TOOL.to_owned());
+                }
+            }
+        }
         for t in &mut auth.tokens {
             t.denied_tools = self
                 .always_denied(t.tenant.as_deref(), Some(&t.name))
@@ -839,6 +851,21 @@ impl Config {
                 );
             }
         }
+        for (i, r) in self
+            .auth
+            .oidc
+            .iter()
+            .flat_map(|o| o.rules.iter().enumerate())
+        {
+            for n in r.allowed_tools.iter().flatten() {
+                add(
+                    &mut out,
+                    format!("auth.oidc.rules[{i}].allowed_tools"),
+                    n,
+                    false,
+                );
+            }
+        }
         out
     }
 
@@ -900,15 +927,24 @@ impl Config {
             .with_context(|| format!("{origin}: [[policy.rules]]"))?;
         // What `serve` would refuse is refused here already, so `quiver check` (and every
         // other command) finds it.
+        if let Some(oidc) = &config.auth.oidc {
+            oidc.validate()
+                .with_context(|| format!("{origin}: [auth.oidc]"))?;
+        }
         config
             .auth
             .validate()
             .with_context(|| format!("{origin}: [[auth.tokens]]"))?;
-        // A call's principal and tenant come from its token: a rule naming one no token
-        // has would never apply.
+        if let Some(oidc) = &config.auth.oidc {
+            crate::identity::oidc_config(oidc).with_context(|| origin.to_owned())?;
+        }
+        // A call's principal and tenant come from its token (or, with `[auth.oidc]`, the
+        // user and the claim rule): a rule naming one none has would never apply.
+        let oidc_rules = config.auth.oidc.as_ref().map(|o| o.rules.as_slice());
         for (i, r) in config.policy.rules.iter().enumerate() {
             let tokens = &config.auth.tokens;
             if let Some(p) = &r.principal
+                && oidc_rules.is_none()
                 && !tokens.iter().any(|t| &t.name == p)
             {
                 bail!(
@@ -919,6 +955,10 @@ impl Config {
             }
             if let Some(tenant) = &r.tenant
                 && !tokens.iter().any(|t| t.tenant.as_ref() == Some(tenant))
+                && !oidc_rules
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|o| o.tenant.as_ref() == Some(tenant))
             {
                 bail!(
                     "{origin}: [[policy.rules]]: policy.rules[{i}] (id {:?}): `tenant = {tenant:?}` is the tenant of no [[auth.tokens]] entry, so the rule would never apply; use a token's `tenant`{}",

@@ -12,6 +12,7 @@ pub mod clients;
 mod config;
 mod formats;
 mod fs_skills;
+mod identity;
 mod mcp_json;
 pub mod metrics;
 pub mod reload;

@@ -332,6 +332,12 @@ impl Reloader {
         };
         let server_limits =
             |l: &crate::config::LimitsConfig| (l.max_http_sessions, l.input_wait_secs);
+        let oidc_settings = |a: &quiver_mcp_adapter::InboundAuth| {
+            a.oidc.clone().map(|mut o| {
+                o.rules.clear();
+                format!("{o:?}")
+            })
+        };
         let needs_restart: Vec<&str> = [
             ("store", same(&current.store, &config.store)),
             (
@@ -339,6 +345,12 @@ impl Reloader {
                 server_limits(&current.limits) == server_limits(&config.limits),
             ),
             ("auth", !auth_changed || auth_live),
+            // The verifier and the metadata routes are built at start; the claim rules
+            // are live with the tokens.
+            (
+                "auth.oidc (issuer, resource, keys, introspection)",
+                oidc_settings(&current.auth) == oidc_settings(&config.auth),
+            ),
             ("sandbox", same(&current.sandbox, &config.sandbox)),
             ("admin", self.apply_admin(&current.admin, &config.admin)),
         ]

@@ -112,8 +112,15 @@ pub async fn serve(
         .validate()
         .context("checking the inbound tokens")?;
     let stopping = dispatcher.clone();
-    let open = options.auth.tokens.is_empty();
+    let open = options.auth.tokens.is_empty() && options.auth.oidc.is_none();
+    let verifier = match (&transport, &options.auth.oidc) {
+        (Transport::Http(_), Some(oidc)) => Some(crate::identity::verifier(oidc)?),
+        _ => None,
+    };
     let mut server = McpServer::new(surface, dispatcher, options);
+    if let Some(verifier) = verifier {
+        server = server.with_token_verifier(verifier);
+    }
     if let Some(stores) = adapters.stores {
         server = server
             .with_session_store(stores.sessions)

@@ -34,7 +34,7 @@ pub use client::{
 pub use content::{ContentError, ContentOffer, ContentSource, ListChange, ListChanged};
 pub use error::McpError;
 pub use server::{
-    AdminToken, AuthError, AuthHandle, InboundAuth, InboundToken, LocalPrompts, McpServer,
-    MetricsExposition, PROMPT_ARGUMENT, Readiness, Reload, ServeError, ServerOptions,
-    allowed_authorities,
+    AdminToken, AuthError, AuthHandle, ClaimRule, InboundAuth, InboundToken, LocalPrompts,
+    McpServer, MetricsExposition, OidcAuth, PROMPT_ARGUMENT, Readiness, Reload, ServeError,
+    ServerOptions, allowed_authorities,
 };

@@ -60,6 +60,7 @@ pub mod curated;
 pub mod custom;
 mod dispatch;
 mod error;
+pub mod identity;
 pub mod kept;
 pub mod layers;
 pub mod log_writer;

@@ -80,12 +80,26 @@ pub(crate) async fn run(
             }),
             7,
         );
+        // Who called (the token's name, or the OIDC user: `sub`, with the email when the
+        // token had one): a column only when some row has one.
+        let user = |c: &quiver_registry::store::LoggedCall| {
+            quiver_contract::printable(c.principal.as_deref().unwrap_or("-")).into_owned()
+        };
+        let user_w = calls
+            .iter()
+            .any(|c| c.principal.is_some())
+            .then(|| width(&mut calls.iter().map(|c| user(c).chars().count()), 4));
+        let user_col = |text: &str| match user_w {
+            Some(w) => format!(" {text:<w$}"),
+            None => String::new(),
+        };
         say!(
-            "{:<19} {:<tool_w$} {:<7} {:<session_w$} {:>9}  SUMMARY",
+            "{:<19} {:<tool_w$} {:<7} {:<session_w$}{} {:>9}  SUMMARY",
             "AT (UTC)",
             "TOOL",
             "OUTCOME",
             "SESSION",
+            user_col("USER"),
             "TOOK_MS"
         );
         for c in &calls {
@@ -102,10 +116,11 @@ pub(crate) async fn run(
             // operator's terminal.
             let at = chrono::DateTime::<chrono::Utc>::from(c.at).format("%Y-%m-%d %H:%M:%S");
             say!(
-                "{at:<19} {:<tool_w$} {:<7} {:<session_w$} {:>9}  {}",
+                "{at:<19} {:<tool_w$} {:<7} {:<session_w$}{} {:>9}  {}",
                 quiver_contract::printable(&c.tool_name),
                 c.kind,
                 quiver_contract::printable(c.session.as_deref().unwrap_or("-")),
+                user_col(&user(c)),
                 ms(c.took),
                 quiver_contract::printable(&summary)
             );

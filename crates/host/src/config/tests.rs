@@ -698,3 +698,65 @@ proptest::proptest! {
         }
     }
 }
+
+/// `[auth.oidc]`: its URLs, introspection's client and its rules are checked with the file,
+/// and policy rules may name the tenants its rules give.
+#[test]
+fn oidc_cases() {
+    let oidc = "[auth.oidc]\nissuer = \"https://idp.example.com\"\nresource = \"https://q.example.com/mcp\"\n";
+    check(oidc, Ok("./quiver.db"));
+    check(
+        &oidc.replace("https://idp.example.com", "idp.example.com"),
+        Err("`issuer = \"idp.example.com\"` is not an absolute URL"),
+    );
+    check(
+        &oidc.replace("https://idp.example.com", "http://idp.example.com"),
+        Err("must be an https URL (plain http is accepted only for localhost)"),
+    );
+    check(
+        &format!("{oidc}introspection_client_id = \"quiver\"\n"),
+        Err("introspection needs both `introspection_client_id` and `introspection_client_secret`"),
+    );
+    check(
+        &format!("{oidc}audience = \"x\"\n"),
+        Err("unknown field `audience`, expected one of `issuer`, `resource`"),
+    );
+    check(
+        &format!("{oidc}\n[[auth.oidc.rules]]\nclaim = \"groups\"\n"),
+        Err("oidc.rules[0] has one of `claim` and `value` without the other"),
+    );
+    let rules = format!(
+        "{oidc}\n[[auth.oidc.rules]]\nclaim = \"groups\"\nvalue = \"ops\"\ntenant = \"acme\"\nallowed_tools = [\"tool_*\"]\n"
+    );
+    check(
+        &format!(
+            "{rules}\n[[policy.rules]]\nid = \"r\"\ntool = \"x\"\naction = \"deny\"\nmessage = \"no\"\ntenant = \"acme\"\n"
+        ),
+        Ok("./quiver.db"),
+    );
+    check(
+        &format!(
+            "{rules}\n[[policy.rules]]\nid = \"r\"\ntool = \"x\"\naction = \"deny\"\nmessage = \"no\"\ntenant = \"acne\"\n"
+        ),
+        Err("`tenant = \"acne\"` is the tenant of no [[auth.tokens]] entry"),
+    );
+    // A policy rule may name a user (`sub`, or `email (sub)`), which no file lists.
+    check(
+        &format!(
+            "{rules}\n[[policy.rules]]\nid = \"r\"\ntool = \"x\"\naction = \"deny\"\nmessage = \"no\"\nprincipal = \"alice@example.com (alice)\"\n"
+        ),
+        Ok("./quiver.db"),
+    );
+    let config = Config::parse(&rules, "quiver.toml", &env).unwrap();
+    let auth = config.inbound_auth();
+    assert_eq!(
+        auth.oidc.unwrap().rules[0].denied_tools,
+        [quiver_registry::custom::PROPOSE_TOOL]
+    );
+    assert!(
+        config
+            .tool_patterns()
+            .iter()
+            .any(|r| r.key == "auth.oidc.rules[0].allowed_tools" && r.name == "tool_*")
+    );
+}

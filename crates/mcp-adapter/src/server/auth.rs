@@ -12,6 +12,9 @@ use axum::{
 use quiver_contract::{Capabilities, Mode};
 use serde::Deserialize;
 
+use quiver_registry::identity::{TokenError, TokenVerifier};
+
+use super::oidc::{OidcAuth, Rules};
 use crate::sync::lock;
 
 /// The inbound bearer tokens. Empty: every request is anonymous and allowed.
@@ -22,17 +25,29 @@ pub struct InboundAuth {
     /// The accepted tokens.
     #[serde(default)]
     pub tokens: Vec<InboundToken>,
+    /// Access tokens from an OpenID provider (`[auth.oidc]`), beside the tokens.
+    #[serde(default)]
+    pub oidc: Option<OidcAuth>,
 }
 
 impl InboundAuth {
     /// Accepts these tokens.
     pub fn new(tokens: Vec<InboundToken>) -> Self {
-        InboundAuth { tokens }
+        InboundAuth { tokens, oidc: None }
+    }
+
+    /// Accepts access tokens from an OpenID provider too.
+    pub fn with_oidc(mut self, oidc: OidcAuth) -> Self {
+        self.oidc = Some(oidc);
+        self
     }
 
     /// Checks the token names: non-empty and unique, and every secret non-empty. An error
     /// names the token by its place in the list (`tokens[1]`) and its name.
     pub fn validate(&self) -> Result<(), AuthError> {
+        if let Some(oidc) = &self.oidc {
+            oidc.validate()?;
+        }
         let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
         let mut secrets: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
         for (i, t) in self.tokens.iter().enumerate() {
@@ -212,6 +227,8 @@ pub(crate) struct Principal {
 
 pub(crate) struct Tokens {
     entries: Vec<(Vec<u8>, Principal)>,
+    /// The claim rules and the metadata URL, when `[auth.oidc]` is configured.
+    oidc: Option<(Rules, String)>,
 }
 
 impl Tokens {
@@ -231,11 +248,15 @@ impl Tokens {
                 )
             })
             .collect();
-        Tokens { entries }
+        let oidc = auth
+            .oidc
+            .as_ref()
+            .map(|o| (Rules::new(o), o.metadata_url()));
+        Tokens { entries, oidc }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.entries.is_empty() && self.oidc.is_none()
     }
 
     /// The principal of a bearer secret; compares every token in constant time.
@@ -299,6 +320,8 @@ impl AuthHandle {
 /// What the token layer keeps: the tokens, and which token opened each session.
 pub(crate) struct Gate {
     tokens: AuthHandle,
+    /// What verifies access tokens from the OpenID provider (`[auth.oidc]`).
+    verifier: Option<Arc<dyn TokenVerifier>>,
     /// The token (by name) that opened each session: a session is its token's (the MCP
     /// security guidance binds session ids to the user), so another token's request naming
     /// it is answered as for an unknown session, and cannot read or change its working set,
@@ -316,10 +339,12 @@ const PRUNE_FLOOR: usize = 256;
 impl Gate {
     pub(crate) fn new(
         tokens: AuthHandle,
+        verifier: Option<Arc<dyn TokenVerifier>>,
         sessions: Arc<rmcp::transport::streamable_http_server::session::local::LocalSessionManager>,
     ) -> Self {
         Gate {
             tokens,
+            verifier,
             owners: std::sync::Mutex::new(std::collections::HashMap::new()),
             sessions,
             prune_at: std::sync::atomic::AtomicUsize::new(PRUNE_FLOOR),
@@ -371,35 +396,92 @@ fn session_of(headers: &axum::http::HeaderMap) -> Option<Arc<str>> {
         .map(Arc::from)
 }
 
-/// The 401 answer: a JSON-RPC error (MCP clients show an error body only when it is one),
-/// and a challenge that says, for a token that was presented, that it is not valid (RFC
-/// 6750 §3.1; a request with no token gets the bare challenge).
-fn unauthorized(presented: bool) -> Response {
-    let (challenge, message) = if presented {
-        (
-            r#"Bearer error="invalid_token", error_description="the token is not one of the configured inbound tokens""#,
-            "Unauthorized: the bearer token is not one of this server's inbound tokens; send `Authorization: Bearer <token>` with a configured one",
-        )
+/// Why a request is refused before it runs.
+enum Refusal<'a> {
+    /// No bearer token.
+    Missing,
+    /// A token that is neither a configured one nor (with `[auth.oidc]`) a valid access
+    /// token; the reason when the verifier gave one.
+    Invalid(Option<&'a str>),
+    /// A valid access token no `[[auth.oidc.rules]]` entry matches (403).
+    NoRule,
+    /// The issuer could not be asked (503).
+    Unavailable(&'a str),
+}
+
+/// The 401 (403, 503) answer: a JSON-RPC error (MCP clients show an error body only when it
+/// is one), and a challenge that says, for a token that was presented, why it is not
+/// accepted (RFC 6750 §3.1; a request with no token gets the bare challenge). With
+/// `[auth.oidc]` the challenge names the Protected Resource Metadata (RFC 9728 §5.1), where a
+/// client finds the authorization server.
+fn unauthorized(refusal: &Refusal<'_>, metadata: Option<&str>) -> Response {
+    let (status, error, description, message) = match refusal {
+        Refusal::Missing => (
+            StatusCode::UNAUTHORIZED,
+            None,
+            String::new(),
+            if metadata.is_some() {
+                "Unauthorized: send `Authorization: Bearer <token>` with an access token from the authorization server the resource metadata names, or a configured inbound token".to_owned()
+            } else {
+                "Unauthorized: send `Authorization: Bearer <token>` with a configured inbound token".to_owned()
+            },
+        ),
+        Refusal::Invalid(None) => (
+            StatusCode::UNAUTHORIZED,
+            Some("invalid_token"),
+            "the token is not one of the configured inbound tokens".to_owned(),
+            "Unauthorized: the bearer token is not one of this server's inbound tokens; send `Authorization: Bearer <token>` with a configured one".to_owned(),
+        ),
+        Refusal::Invalid(Some(reason)) => (
+            StatusCode::UNAUTHORIZED,
+            Some("invalid_token"),
+            (*reason).to_owned(),
+            format!("Unauthorized: {reason}; get a new access token from the authorization server"),
+        ),
+        Refusal::NoRule => (
+            StatusCode::FORBIDDEN,
+            Some("insufficient_scope"),
+            "no [[auth.oidc.rules]] entry matches the token's claims".to_owned(),
+            "Forbidden: the access token is valid, but no [[auth.oidc.rules]] entry of this server matches its claims; ask the operator for access".to_owned(),
+        ),
+        Refusal::Unavailable(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            None,
+            String::new(),
+            format!("Service Unavailable: the access token could not be checked now ({reason}); try again"),
+        ),
+    };
+    let quoted = |s: &str| s.replace(['"', '\\'], "'");
+    let mut params = Vec::new();
+    if let Some(error) = error {
+        params.push(format!("error=\"{error}\""));
+        params.push(format!("error_description=\"{}\"", quoted(&description)));
+    }
+    if let Some(url) = metadata {
+        params.push(format!("resource_metadata=\"{}\"", quoted(url)));
+    }
+    let challenge = if params.is_empty() {
+        "Bearer".to_owned()
     } else {
-        (
-            "Bearer",
-            "Unauthorized: send `Authorization: Bearer <token>` with a configured inbound token",
-        )
+        format!("Bearer {}", params.join(", "))
     };
     let body = serde_json::json!({
         "jsonrpc": "2.0",
         "id": null,
         "error": {"code": UNAUTHORIZED_CODE, "message": message},
     });
-    (
-        StatusCode::UNAUTHORIZED,
-        [
-            (header::WWW_AUTHENTICATE, challenge),
-            (header::CONTENT_TYPE, "application/json"),
-        ],
+    let mut response = (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
         body.to_string(),
     )
-        .into_response()
+        .into_response();
+    if status != StatusCode::SERVICE_UNAVAILABLE
+        && let Ok(v) = axum::http::HeaderValue::from_str(&challenge)
+    {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    response
 }
 
 /// Answers a request with `response` without running it. Its body is read first (up to
@@ -445,9 +527,32 @@ pub(crate) async fn require_token(
             let (scheme, rest) = v.split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
         });
-    let Some(principal) = presented.and_then(|p| tokens.find(p.as_bytes())).cloned() else {
-        let presented = presented.is_some();
-        return refuse(request, unauthorized(presented)).await;
+    let metadata = tokens.oidc.as_ref().map(|(_, url)| url.as_str());
+    let Some(presented) = presented else {
+        return refuse(request, unauthorized(&Refusal::Missing, metadata)).await;
+    };
+    let principal = match tokens.find(presented.as_bytes()) {
+        Some(p) => p.clone(),
+        None => match (&tokens.oidc, &gate.verifier) {
+            (Some((rules, _)), Some(verifier)) => match verifier.verify(presented).await {
+                Ok(verified) => match rules.principal(&verified) {
+                    Some(p) => p,
+                    None => return refuse(request, unauthorized(&Refusal::NoRule, metadata)).await,
+                },
+                Err(TokenError::Invalid(reason)) => {
+                    tracing::debug!(reason = %reason, "access token refused");
+                    let r = Refusal::Invalid(Some(&reason));
+                    return refuse(request, unauthorized(&r, metadata)).await;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "access token not checked: the issuer is out of reach");
+                    let reason = e.to_string();
+                    let r = Refusal::Unavailable(&reason);
+                    return refuse(request, unauthorized(&r, metadata)).await;
+                }
+            },
+            _ => return refuse(request, unauthorized(&Refusal::Invalid(None), metadata)).await,
+        },
     };
     // A 2026-07-28 request's `Mcp-Session-Id` is ignored (it has no session): whose the
     // session is must not matter either (a 404 told a token which ids are live sessions of

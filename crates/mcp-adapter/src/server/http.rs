@@ -107,9 +107,10 @@ impl McpServer {
         };
         let gate = Arc::new(auth::Gate::new(
             self.shared.tokens.clone(),
+            self.shared.verifier.clone(),
             sessions.clone(),
         ));
-        Router::new()
+        let mut router = Router::new()
             .route(MCP_PATH, any(direct::endpoint))
             // Unknown paths answer behind the token check too (401 before 404).
             .fallback(|| async { axum::http::StatusCode::NOT_FOUND })
@@ -121,7 +122,13 @@ impl McpServer {
             // The probes, after the token layer: they need none.
             .merge(health::router(self.shared.clone()))
             // The admin endpoints have a token of their own.
-            .merge(super::admin::router(&self.shared, &hosts))
+            .merge(super::admin::router(&self.shared, &hosts));
+        // The Protected Resource Metadata is public: it is how a client without a token
+        // finds where to get one.
+        if let Some(oidc) = &self.shared.options.auth.oidc {
+            router = router.merge(super::oidc::router(Arc::new(oidc.clone())));
+        }
+        router
     }
 
     /// Serves the MCP endpoint on `listener` until the shutdown token is cancelled, then

@@ -15,6 +15,7 @@ mod http;
 mod invalid;
 mod key;
 mod listen;
+mod oidc;
 mod prompts;
 mod refusals;
 mod rounds;
@@ -31,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use admin::{AdminToken, MetricsExposition, Reload};
 pub use auth::{AuthError, AuthHandle, InboundAuth, InboundToken};
+pub use oidc::{ClaimRule, OidcAuth};
 // The content port lives in the crate's floor (the client implements it); the server's
 // modules name it through here, as does the public path `server::ContentSource`.
 use crate::content;
@@ -174,6 +176,8 @@ pub(crate) struct Shared {
     pub(crate) reload: Option<Arc<dyn Reload>>,
     /// The inbound tokens in force (the options' at start, replaced by a reload).
     pub(crate) tokens: auth::AuthHandle,
+    /// What verifies `[auth.oidc]` access tokens (none: only the configured tokens).
+    pub(crate) verifier: Option<Arc<dyn quiver_registry::identity::TokenVerifier>>,
     /// What `GET /metrics` serves (none: no such endpoint).
     pub(crate) metrics: Option<Arc<dyn MetricsExposition>>,
     /// rmcp's HTTP sessions, once a router is built (what `GET /metrics` counts).
@@ -297,6 +301,7 @@ impl McpServer {
                 readiness: None,
                 reload: None,
                 tokens,
+                verifier: None,
                 metrics: None,
                 http_sessions: std::sync::Mutex::new(None),
                 admin_page: std::sync::Mutex::new(None),
@@ -339,6 +344,17 @@ impl McpServer {
     pub fn with_readiness(mut self, readiness: Arc<dyn Readiness>) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.readiness = Some(readiness);
+        }
+        self
+    }
+
+    /// Verifies the access tokens of `[auth.oidc]` with `verifier` (the OIDC adapter's).
+    pub fn with_token_verifier(
+        mut self,
+        verifier: Arc<dyn quiver_registry::identity::TokenVerifier>,
+    ) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.verifier = Some(verifier);
         }
         self
     }

@@ -1,0 +1,80 @@
+//! The token-verifier port: who an inbound access token speaks for. An adapter (the OIDC
+//! one verifies JWTs against an issuer's keys, or asks its introspection endpoint) turns a
+//! bearer credential into a [`VerifiedToken`]; the MCP server maps its claims to a
+//! principal, a tenant, a mode and what it may use.
+
+use std::{sync::Arc, time::SystemTime};
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+
+/// What a verified access token says about its bearer.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct VerifiedToken {
+    /// The `sub` claim: the user (or, for a client-credentials token, the client).
+    pub subject: String,
+    /// The `email` claim, when the token carries one.
+    pub email: Option<String>,
+    /// Every claim of the token (`groups`, `scope`, `client_id`, ...), for the claim rules.
+    pub claims: Map<String, Value>,
+    /// When the token stops being valid (its `exp`).
+    pub expires_at: SystemTime,
+}
+
+impl VerifiedToken {
+    /// A token for `subject` valid until `expires_at`, with these claims.
+    pub fn new(
+        subject: impl Into<String>,
+        claims: Map<String, Value>,
+        expires_at: SystemTime,
+    ) -> Self {
+        let email = claims
+            .get("email")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        VerifiedToken {
+            subject: subject.into(),
+            email,
+            claims,
+            expires_at,
+        }
+    }
+
+    /// Whether claim `name` is `value`, or is an array holding it, or (for `scope`, a
+    /// space-separated list) names it.
+    pub fn claim_has(&self, name: &str, value: &str) -> bool {
+        match self.claims.get(name) {
+            Some(Value::String(s)) if name == "scope" || name == "scp" => {
+                s.split(' ').any(|w| w == value)
+            }
+            Some(Value::String(s)) => s == value,
+            Some(Value::Array(items)) => items.iter().any(|i| i.as_str() == Some(value)),
+            Some(Value::Bool(b)) => value.parse::<bool>().ok() == Some(*b),
+            Some(Value::Number(n)) => n.to_string() == value,
+            _ => false,
+        }
+    }
+}
+
+/// Why a presented token was not accepted.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TokenError {
+    /// The token is not valid for this server: malformed, badly signed, expired, not yet
+    /// valid, for another audience or from another issuer. The text says which, and never
+    /// holds the token.
+    #[error("{0}")]
+    Invalid(String),
+    /// The token could not be checked now: the issuer's keys or its introspection endpoint
+    /// are out of reach.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// Turns an inbound bearer credential into what it says about its bearer.
+#[async_trait]
+pub trait TokenVerifier: Send + Sync {
+    /// Verifies `token`. A token verified before is answered from a cache until it expires.
+    async fn verify(&self, token: &str) -> Result<Arc<VerifiedToken>, TokenError>;
+}

@@ -1,0 +1,207 @@
+//! Quiver as an OAuth 2.1 resource server against a real OpenID provider: the npm
+//! `oidc-provider` package (`tests/fixtures/oidc/provider.mjs`, run with Node), `quiver
+//! serve` with `[auth.oidc]`, and the official Python MCP client
+//! (`tests/fixtures/oidc/identity.py`, which holds the protocol checks, and
+//! `oauth_client.py`, the client's own OAuth flow from no token). Here: the set-up, that
+//! `quiver log` shows each user, and that no token reached the server's log or the execution
+//! log.
+
+use std::{path::Path, process::Stdio, time::Duration};
+
+use tokio::{
+    io::{AsyncBufReadExt, BufReader},
+    process::{Child, Command},
+};
+
+use crate::mcp_server::{fresh_dir, line_of, peers, quiver_binary, repo_root};
+
+/// The provider, killed when dropped.
+struct Provider {
+    _child: Child,
+    issuer: String,
+}
+
+async fn start_provider(resource: &str) -> Provider {
+    let modules = peers().join("npm/node_modules");
+    assert!(
+        modules.join("oidc-provider/package.json").exists(),
+        "{} has no oidc-provider: run `bash .ci/setup-peers` to install it",
+        modules.display()
+    );
+    let mut child = Command::new("node")
+        .arg(repo_root().join("tests/fixtures/oidc/provider.mjs"))
+        .arg(&modules)
+        .arg(resource)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node starts (is Node.js installed?)");
+    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+    let line = line_of(&mut lines).await;
+    let issuer = line
+        .strip_prefix("issuer ")
+        .unwrap_or_else(|| panic!("the provider printed {line:?}"))
+        .to_owned();
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Provider {
+        _child: child,
+        issuer,
+    }
+}
+
+/// A loopback port nothing listens on now (the server's resource URI names its port, so it
+/// is chosen before the server starts).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+fn config(issuer: &str, resource: &str) -> String {
+    format!(
+        r#"
+[auth.oidc]
+issuer = "{issuer}"
+resource = "{resource}"
+scopes_supported = ["openid", "tools"]
+jwks_min_refetch_secs = 0
+introspection_client_id = "quiver"
+introspection_client_secret = "quiver-secret"
+
+[[auth.oidc.rules]]
+claim = "groups"
+value = "ops"
+
+[[auth.oidc.rules]]
+claim = "groups"
+value = "readers"
+allowed_tools = ["tool_search"]
+"#
+    )
+}
+
+async fn run_script(script: &Path, args: &[&str]) {
+    let py = peers().join("venv/bin/python");
+    assert!(
+        py.exists(),
+        "{} is missing: run `bash .ci/setup-peers` to install the Python MCP client",
+        py.display()
+    );
+    let child = Command::new(py)
+        .arg(script)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python starts");
+    let out = tokio::time::timeout(Duration::from_secs(180), child.wait_with_output())
+        .await
+        .expect("the script finishes in time")
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "{} failed ({}):\n{stdout}\n{}",
+        script.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn an_openid_providers_tokens_are_verified_and_map_to_per_user_tools() {
+    let port = free_port();
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let provider = start_provider(&resource).await;
+    let dir = fresh_dir();
+    std::fs::write(dir.join("quiver.toml"), config(&provider.issuer, &resource))
+        .expect("write quiver.toml");
+    let server_log = dir.join("serve.log");
+    let mut server = Command::new(quiver_binary())
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env("QUIVER_LOG", "debug")
+        .current_dir(&dir)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&server_log).expect("a log file"))
+        .kill_on_drop(true)
+        .spawn()
+        .expect("quiver serve starts");
+    let mut lines = BufReader::new(server.stdout.take().expect("piped")).lines();
+    let url = line_of(&mut lines).await;
+    assert_eq!(url, resource);
+    let tokens_out = dir.join("tokens.json");
+    run_script(
+        &repo_root().join("tests/fixtures/oidc/identity.py"),
+        &[&url, &provider.issuer, tokens_out.to_str().expect("utf-8")],
+    )
+    .await;
+    run_script(
+        &repo_root().join("tests/fixtures/oidc/oauth_client.py"),
+        &[&url],
+    )
+    .await;
+    server.start_kill().expect("stop the server");
+    server.wait().await.expect("the server ends");
+
+    let log = std::process::Command::new(quiver_binary())
+        .args(["log", "--json", "--limit", "1000"])
+        .current_dir(&dir)
+        .output()
+        .expect("quiver log runs");
+    assert!(
+        log.status.success(),
+        "{}",
+        String::from_utf8_lossy(&log.stderr)
+    );
+    let log = String::from_utf8_lossy(&log.stdout).into_owned();
+    let principals: std::collections::BTreeSet<String> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|r| r["principal"].as_str().map(str::to_owned))
+        .collect();
+    // The user: `sub`, with the email when the token has one.
+    assert!(
+        principals.contains("ops@example.com (ops-bot)")
+            && principals.contains("reader-bot")
+            && principals.contains("alice@example.com (alice)"),
+        "the log names each user: {principals:?}"
+    );
+    let text = quiver_log_text(&dir);
+    assert!(text.contains("ops@example.com (ops-bot)"), "{text}");
+
+    let tokens: Vec<String> =
+        serde_json::from_slice(&std::fs::read(&tokens_out).expect("the script wrote its tokens"))
+            .expect("JSON");
+    assert!(tokens.len() >= 10, "{tokens:?}");
+    let served = std::fs::read_to_string(&server_log).expect("the server's log");
+    assert!(
+        served.contains("access token refused"),
+        "the refusals are logged (without the token): {served}"
+    );
+    for t in &tokens {
+        // A token's signature part (or the whole of a short opaque one) is nowhere.
+        let tail = t.rsplit('.').find(|p| p.len() > 10).unwrap_or(t);
+        assert!(!served.contains(tail), "a token reached the server's log");
+        assert!(!log.contains(tail), "a token reached the execution log");
+    }
+}
+
+/// `quiver log` as a person reads it.
+fn quiver_log_text(dir: &Path) -> String {
+    let out = std::process::Command::new(quiver_binary())
+        .args(["log", "--limit", "1000"])
+        .current_dir(dir)
+        .output()
+        .expect("quiver log runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -75,6 +75,7 @@ pub(crate) fn router(page: AdminPage) -> Router {
         .route("/admin/log", get(log))
         .route("/admin/log/stream", get(stream))
         .route("/admin/log/export", get(export))
+        .route("/admin/log/chain", get(chain))
         .route("/admin/calls/{id}", get(call))
         .route("/admin/custom", get(custom))
         .route("/admin/custom/{name}/approve", post(approve))
@@ -509,6 +510,22 @@ async fn log(State(admin): St, headers: HeaderMap, Query(q): Query<LogQuery>) ->
         .then(|| rows.last().map(|r| time::cursor(r.at)))
         .flatten();
     ok(views::log(&rows, &q, older, &login.csrf))
+}
+
+/// The log's hash chain walked as `quiver log --verify` walks it: whole (with its head, to
+/// record elsewhere), or what is broken, first problem first.
+async fn chain(State(admin): St, headers: HeaderMap) -> Response {
+    let login = match admin.viewer(&headers) {
+        Ok(l) => l,
+        Err(r) => return *r,
+    };
+    match quiver_registry::chain::verify(&*admin.page.calls, None).await {
+        Ok(report) => {
+            tracing::info!(target: "quiver::admin", action = "verify_chain", rows = report.rows, intact = report.intact(), "admin page: the log's hash chain verified");
+            ok(views::chain(&report, &login.csrf))
+        }
+        Err(e) => failed("verifying the log's hash chain", e, &login.csrf),
+    }
 }
 
 /// A row of the export: what `quiver log --json` names, times in microseconds.

@@ -432,6 +432,7 @@ pub(crate) fn log(rows: &[CallRow], query: &LogQuery, older: Option<u128>, csrf:
             @if rows.is_empty() { p #no-calls { "No calls match." } }
             nav.pages aria-label="Pages" {
                 a href={ "/admin/log/export?" (filters) @if let Some(b) = query.before { @if !filters.is_empty() { "&" } "before=" (b) } } download { "Export these calls (JSON Lines)" } " "
+                a href="/admin/log/chain" { "Verify the hash chain" } " "
                 @if !first_page { a href={ "/admin/log?" (filters) } { "Newest" } " " }
                 @if let Some(older) = older {
                     a href={ "/admin/log?" (filters) @if !filters.is_empty() { "&" } "before=" (older) } rel="next" { "Older calls" }
@@ -589,6 +590,38 @@ pub(crate) fn config(effective: &str, last_reload: Option<&str>, csrf: &str) -> 
             }
             h2 { "Effective configuration (secrets masked)" }
             pre.json { (effective) }
+        },
+    )
+}
+
+/// The hash chain's status: intact with its head, or the problems found.
+pub(crate) fn chain(report: &quiver_registry::chain::VerifyReport, csrf: &str) -> Markup {
+    let span = match report.span {
+        Some((a, b)) => format!("rows {a} to {b}"),
+        None => "no rows".to_owned(),
+    };
+    page(
+        "Hash chain",
+        "/admin/log",
+        Some(csrf),
+        html! {
+            @if report.intact() {
+                p #chain-status { "Chain intact: " (report.rows) " row(s) checked (" (span) "), "
+                    (report.checkpoints_checked) " checkpoint(s) matched." }
+                @if let Some(last) = report.last {
+                    p { "Head: " code #chain-head { (last.to_string()) } }
+                    p { "Record the head elsewhere; " code { "quiver log --verify --expect-head HEAD" }
+                        " later checks that the chain still holds it." }
+                }
+            } @else {
+                p #chain-status.error role="alert" { "Chain BROKEN: " (report.problems.len())
+                    " problem(s) in " (report.rows) " row(s) checked (" (span)
+                    "); the first is where the tampering starts." }
+                ol #chain-problems { @for p in &report.problems { li { (p.to_string()) } } }
+            }
+            @if report.older_rows > 0 {
+                p { (report.older_rows) " row(s) written before the chain existed are not covered." }
+            }
         },
     )
 }

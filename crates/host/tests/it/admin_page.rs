@@ -237,6 +237,24 @@ fn the_admin_page_guards_its_host_origin_login_and_forms() {
     let (status, _, _) = request(&addr, "GET", "/admin/log/export", &[], "");
     assert_eq!(status, 403, "no export without a login");
 
+    // The hash chain: whole, then a row changed behind Quiver's back is named.
+    let (status, _, body) = request(&addr, "GET", "/admin/log/chain", &[("Cookie", &cookie)], "");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("Chain intact: "), "{body}");
+    assert!(body.contains("id=\"chain-head\""), "{body}");
+    let db = rusqlite::Connection::open(dir.join("quiver.db")).expect("the store");
+    db.execute(
+        "UPDATE execution_log SET reasoning = 'edited' WHERE call_id = ?1",
+        [rows[0]["call_id"].as_str().expect("a call id")],
+    )
+    .expect("changed behind Quiver's back");
+    drop(db);
+    let (_, _, body) = request(&addr, "GET", "/admin/log/chain", &[("Cookie", &cookie)], "");
+    assert!(body.contains("Chain BROKEN: 1 problem(s)"), "{body}");
+    assert!(body.contains("does not hash to its link"), "{body}");
+    let (status, _, _) = request(&addr, "GET", "/admin/log/chain", &[], "");
+    assert_ne!(status, 200, "no chain page without a login");
+
     // The token rotated by a reload: the old login is over, the new token logs in.
     config(ROTATED);
     let (status, _, body) = request(

@@ -151,3 +151,47 @@ async fn progressive_tools_picks_tools_by_pattern_and_leaves_the_rest_whole() {
         assert!(!summary_only(t), "{t}");
     }
 }
+
+/// Capability filtering from config: a server whose tools `requires = ["vision"]` is
+/// offered only to a token whose `model_capabilities` declare it; to another token its
+/// tools are neither found, listed nor callable (the answer an unknown tool gets).
+#[test]
+fn a_tool_that_needs_a_model_capability_is_offered_only_to_tokens_declaring_it() {
+    let dir = fresh_dir();
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[[mcp.servers]]\nname = \"everything\"\ncommand = {:?}\nrequires = [\"vision\"]\n\n\
+             [[auth.tokens]]\nname = \"seer\"\ntoken = \"s1\"\nmodel_capabilities = [\"vision\"]\n\n\
+             [[auth.tokens]]\nname = \"blind\"\ntoken = \"s2\"\n",
+            everything_bin().display().to_string()
+        ),
+    )
+    .expect("config written");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(crate::mcp_server::quiver_binary())
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .expect("quiver runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let echo = "mcp__everything__echo";
+    let (_, seen) = run(&["search", "--token", "seer", "echo back the input message"]);
+    assert!(seen.contains(echo), "{seen}");
+    let (_, unseen) = run(&["search", "--token", "blind", "echo back the input message"]);
+    assert!(!unseen.contains(echo), "{unseen}");
+    let (code, called) = run(&["call", "--token", "seer", echo, r#"{"message": "hi"}"#]);
+    assert_eq!(code, Some(0), "{called}");
+    assert!(called.contains("hi"), "{called}");
+    let (code, refused) = run(&["call", "--token", "blind", echo, r#"{"message": "hi"}"#]);
+    assert_eq!(code, Some(1), "{refused}");
+    assert!(
+        refused.contains("undefined_tool") || refused.contains("no tool"),
+        "{refused}"
+    );
+}

@@ -87,6 +87,18 @@ impl Capabilities {
         self.denied_tools.iter().any(|p| pattern_matches(p, tool))
     }
 
+    /// Whether the caller's model declares every capability of `requires` (a tool's
+    /// [`crate::ToolSpec::requires`]).
+    pub fn satisfies(&self, requires: &[String]) -> bool {
+        requires.iter().all(|c| self.model.contains(c))
+    }
+
+    /// Declares the caller's model capabilities.
+    pub fn with_model(mut self, capabilities: impl IntoIterator<Item = String>) -> Self {
+        self.model = capabilities.into_iter().collect();
+        self
+    }
+
     /// Whether a model capability is both switched on and deliverable: the double guard that
     /// lets the surface drop a resident tool the model can do without.
     pub fn replaces(&self, capability: &str) -> bool {

@@ -189,6 +189,11 @@ pub struct ToolSpec {
     /// A model capability that makes this tool redundant (for example `web_search`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replaced_by_model_capability: Option<String>,
+    /// Model capabilities the tool needs (for example `vision` for a tool that returns
+    /// images): it is offered only to callers whose model declares every one
+    /// ([`crate::Capabilities::satisfies`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requires: Vec<String>,
 }
 
 fn yes() -> bool {
@@ -215,6 +220,7 @@ impl ToolSpec {
             tabular: false,
             progressive: false,
             replaced_by_model_capability: None,
+            requires: Vec::new(),
         }
     }
 
@@ -293,6 +299,12 @@ impl ToolSpec {
     /// Sets the output schema.
     pub fn with_output_schema(mut self, schema: Value) -> Self {
         self.output_schema = Some(schema);
+        self
+    }
+
+    /// Sets the model capabilities the tool needs.
+    pub fn requiring(mut self, capabilities: Vec<String>) -> Self {
+        self.requires = capabilities;
         self
     }
 

@@ -90,7 +90,10 @@ impl Surface {
     /// `quiver serve` refuses a call of a tool that is not visible.
     pub fn visible(&self, name: &str, mode: Mode, capabilities: &Capabilities) -> bool {
         self.catalog.lookup(name).is_some_and(|e| {
-            e.spec.listed_in(mode) && capabilities.allows(name) && !self.mode_excluded(mode, name)
+            e.spec.listed_in(mode)
+                && capabilities.allows(name)
+                && capabilities.satisfies(&e.spec.requires)
+                && !self.mode_excluded(mode, name)
         })
     }
 
@@ -159,7 +162,13 @@ impl Surface {
     ) -> Option<quiver_contract::Envelope> {
         let caps = &ctx.capabilities;
         // A tool the caller may not use gets the same answer as one nobody serves.
-        if !caps.allows(name) || !self.catalog.lookup(name).is_some_and(|e| e.spec.is_live()) {
+        // So does one that needs a model capability the caller's model does not declare.
+        if !caps.allows(name)
+            || !self
+                .catalog
+                .lookup(name)
+                .is_some_and(|e| e.spec.is_live() && caps.satisfies(&e.spec.requires))
+        {
             return Some(dispatcher.undefined(name, ctx, &|n| self.offered(n, mode, caps)));
         }
         None
@@ -178,7 +187,10 @@ impl Surface {
         capabilities: &Capabilities,
         can_search: bool,
     ) -> Option<String> {
-        if self.catalog.lookup(name).is_none()
+        if !self
+            .catalog
+            .lookup(name)
+            .is_some_and(|e| capabilities.satisfies(&e.spec.requires))
             || !capabilities.allows(name)
             || self.visible(name, mode, capabilities)
         {
@@ -216,6 +228,7 @@ impl Surface {
             .into_iter()
             .filter(|e| {
                 capabilities.offers(e.name())
+                    && capabilities.satisfies(&e.spec.requires)
                     && !settings.mode_excluded(mode, e.name())
                     && !settings.unoffered(e.name())
             })

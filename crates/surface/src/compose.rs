@@ -272,6 +272,10 @@ impl Surface {
                 dropped.push(drop(DropReason::NotAllowed));
                 continue;
             }
+            if !capabilities.satisfies(&spec.requires) {
+                dropped.push(drop(DropReason::MissingCapability));
+                continue;
+            }
             if capabilities.denies(name) {
                 dropped.push(drop(DropReason::Unoffered));
                 continue;

@@ -145,6 +145,7 @@ impl Surface {
         let entry = self.catalog.lookup(name)?;
         if !entry.spec.listed_in(mode)
             || !capabilities.offers(name)
+            || !capabilities.satisfies(&entry.spec.requires)
             || self.mode_excluded(mode, name)
             || self.unoffered(name)
         {

@@ -49,7 +49,12 @@ fn next_generation() -> u64 {
 /// generation: one lookup per tool a search's filter runs on.
 pub(crate) type Visible = (u64, Arc<VisibleSet>);
 /// A caller's `allowed_tools` and `denied_tools` patterns and a mode bit.
-pub(crate) type VisibleKey = (Option<Vec<String>>, Vec<String>, u8);
+pub(crate) type VisibleKey = (
+    Option<Vec<String>>,
+    Vec<String>,
+    std::collections::BTreeSet<String>,
+    u8,
+);
 
 /// The catalog's tools an allow-list allows, for one catalog version.
 pub(crate) type Allowed = (u64, Arc<HashSet<String>>);
@@ -222,6 +227,11 @@ impl Surface {
                 && !settings.system.iter().any(|s| s == n)
                 && !settings.mode_excluded(mode, n)
                 && !settings.unoffered(n)
+                // A tool that needs a model capability this caller's model lacks.
+                && self
+                    .catalog
+                    .lookup(n)
+                    .is_none_or(|e| capabilities.satisfies(&e.spec.requires))
         };
         // Filtered inside the index (it runs the filter on a window of the best only), so
         // that the head's reordering and scores are those of the tools the caller can see.
@@ -258,6 +268,7 @@ impl Surface {
         let key = (
             capabilities.allowed_tools.clone(),
             capabilities.denied_tools.clone(),
+            capabilities.model.clone(),
             bit,
         );
         if let Some((generation, set)) = lock(&self.visible_cache).get(&key)

@@ -69,6 +69,8 @@ pub enum DropReason {
     Unoffered,
     /// A resident tool the model's own capability replaces.
     ReplacedByModel,
+    /// The tool needs a model capability the caller's model does not declare.
+    MissingCapability,
     /// The round's definition count was spent.
     OverCount,
     /// It did not fit in the round's byte budget.
@@ -85,6 +87,7 @@ impl DropReason {
             DropReason::ModeExcluded => "mode_excluded",
             DropReason::Unoffered => "unoffered",
             DropReason::ReplacedByModel => "replaced_by_model",
+            DropReason::MissingCapability => "missing_capability",
             DropReason::OverCount => "over_count",
             DropReason::OverBytes => "over_bytes",
         }

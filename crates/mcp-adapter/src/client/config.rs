@@ -134,6 +134,10 @@ pub struct ServerConfig {
     /// run of characters) match.
     #[serde(default)]
     pub progressive_tools: Vec<String>,
+    /// Model capabilities every tool of this server needs (for example `vision`): offered
+    /// only to callers whose model declares them (`model_capabilities` of a token).
+    #[serde(default)]
+    pub requires: Vec<String>,
 }
 
 impl ServerConfig {
@@ -179,6 +183,7 @@ impl ServerConfig {
             allow_tools: None,
             progressive: false,
             progressive_tools: Vec::new(),
+            requires: Vec::new(),
             deny_tools: Vec::new(),
             insecure_http: false,
         }
@@ -334,6 +339,8 @@ pub struct ResolvedServer {
     pub(crate) progressive: bool,
     /// Upstream tool patterns made progressive.
     pub(crate) progressive_tools: Vec<String>,
+    /// Model capabilities its tools need.
+    pub(crate) requires: Vec<String>,
     pub(crate) endpoint: Endpoint,
 }
 
@@ -801,6 +808,7 @@ fn resolve(
         allow_tools: s.allow_tools.as_ref().map(|a| a.iter().cloned().collect()),
         progressive: s.progressive,
         progressive_tools: s.progressive_tools.clone(),
+        requires: s.requires.clone(),
         deny_tools: s.deny_tools.iter().cloned().collect(),
         endpoint,
     })

@@ -129,6 +129,10 @@ pub struct InboundToken {
     /// operator to review); `false` by default.
     #[serde(default)]
     pub admin: bool,
+    /// The capabilities of the model behind this token (for example `vision`): a tool that
+    /// `requires` one the token does not declare is never offered to it.
+    #[serde(default)]
+    pub model_capabilities: Vec<String>,
     /// Tool-name patterns a policy refuses this token every call of (not a config key: the
     /// host fills it from the deny rules): never listed, found, described or suggested to
     /// it. See `Capabilities::denied_tools`.
@@ -147,6 +151,7 @@ impl InboundToken {
             mode: None,
             tenant: None,
             admin: false,
+            model_capabilities: Vec::new(),
             denied_tools: Vec::new(),
         }
     }
@@ -191,6 +196,7 @@ impl InboundToken {
             caps = caps.with_allowed_servers(servers);
         }
         caps.with_denied_tools(self.denied_tools.clone())
+            .with_model(self.model_capabilities.iter().cloned())
     }
 }
 

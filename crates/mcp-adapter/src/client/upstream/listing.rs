@@ -161,6 +161,7 @@ impl Upstream {
                 match to_contract::tool_spec(&self.cfg.name, &self.cfg.prefix, &wire) {
                     Ok(mut t) => {
                         t.spec.progressive |= self.cfg.progressive(name);
+                        t.spec.requires.clone_from(&self.cfg.requires);
                         if let Some(what) = &t.hidden {
                             self.diag_warn(format!(
                                 "tool {name:?}: hidden text taken out of {what}; a model would have read it, a person reviewing the tool would not have seen it"

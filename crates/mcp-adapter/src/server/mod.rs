@@ -9,6 +9,8 @@ mod channel;
 mod content_wire;
 mod direct;
 pub(crate) mod from_contract;
+#[cfg(test)]
+mod fuzz;
 mod handler;
 mod health;
 mod http;

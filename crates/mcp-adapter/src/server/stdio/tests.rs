@@ -642,66 +642,6 @@ async fn the_end_of_input_cancels_after_the_grace() {
     assert!(ct.is_cancelled());
 }
 
-/// Lines of any kind: bytes that are no JSON, JSON that is no JSON-RPC, and JSON-RPC
-/// requests with their fields replaced by values of other kinds.
-fn any_line() -> impl proptest::strategy::Strategy<Value = String> {
-    use proptest::prelude::*;
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::from),
-        any::<i64>().prop_map(Value::from),
-        any::<f64>()
-            .prop_filter("finite", |f| f.is_finite())
-            .prop_map(Value::from),
-        "\\PC{0,12}".prop_map(Value::from),
-    ];
-    let value = leaf.prop_recursive(4, 24, 6, |inner| {
-        prop_oneof![
-            proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
-            proptest::collection::btree_map("[a-z_]{1,8}", inner, 0..4)
-                .prop_map(|m| Value::Object(m.into_iter().collect())),
-        ]
-    });
-    let fields = ["jsonrpc", "id", "method", "params"];
-    let request = (
-        0..fields.len(),
-        value.clone(),
-        prop_oneof![
-            Just("ping"),
-            Just("tools/call"),
-            Just("tools/list"),
-            Just("initialize"),
-            Just("notifications/cancelled"),
-            Just("resources/read"),
-        ],
-    )
-        .prop_map(move |(field, v, method)| {
-            let mut r = json!({"jsonrpc": "2.0", "id": 7, "method": method,
-                "params": {"name": "t", "arguments": {}}});
-            r[fields[field]] = v;
-            r.to_string()
-        });
-    let truncated = (request.clone(), any::<proptest::sample::Index>()).prop_map(|(r, at)| {
-        let cut = at.index(r.len().max(1));
-        r.char_indices()
-            .map(|(i, _)| i)
-            .take_while(|&i| i <= cut)
-            .last()
-            .map_or(r.clone(), |i| r[..i].to_owned())
-    });
-    prop_oneof![
-        "[^\r\n]{1,200}",
-        value.prop_map(|v| v.to_string()),
-        request,
-        truncated,
-    ]
-    // A line that is blank to the transport (whitespace, a byte-order mark) is skipped, as
-    // it should be: no answer to wait for.
-    .prop_filter("not blank", |l| {
-        !crate::lines::message_bytes(l.as_bytes()).is_empty()
-    })
-}
-
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(
         std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(256)
@@ -711,7 +651,7 @@ proptest::proptest! {
     /// is read, and a line it did not take as a message is answered with a JSON-RPC error
     /// (parse error or invalid request).
     #[test]
-    fn any_line_is_taken_or_answered_and_reading_goes_on(lines in proptest::collection::vec(any_line(), 1..6)) {
+    fn any_line_is_taken_or_answered_and_reading_goes_on(lines in proptest::collection::vec(crate::server::fuzz::any_line(), 1..6)) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async move {
             let (mut transport, mut input, mut out, _ct) = pipes(4096);

@@ -2,6 +2,7 @@
 //! requests they share.
 
 mod batch;
+mod fuzz;
 mod in_flight;
 mod refusals;
 mod routing;

@@ -86,6 +86,10 @@ pub struct ClaimRule {
     /// May propose custom tools.
     #[serde(default)]
     pub admin: bool,
+    /// The capabilities of the model behind these callers, for tools that `requires` them
+    /// (as a token's `model_capabilities`).
+    #[serde(default)]
+    pub model_capabilities: Vec<String>,
     /// Tool-name patterns a policy always refuses this rule's callers (not a config key: the
     /// host fills it from the deny rules of the rule's tenant).
     #[serde(skip)]
@@ -101,6 +105,7 @@ impl ClaimRule {
         t.mode = self.mode;
         t.tenant = self.tenant.clone();
         t.admin = self.admin;
+        t.model_capabilities = self.model_capabilities.clone();
         t.denied_tools = self.denied_tools.clone();
         t
     }
@@ -301,7 +306,7 @@ mod tests {
     #[test]
     fn the_first_matching_rule_gives_the_principal() {
         let o = oidc(
-            r#"[{"claim":"groups","value":"ops","allowed_tools":["*"],"tenant":"acme","mode":"agentic"},
+            r#"[{"claim":"groups","value":"ops","allowed_tools":["*"],"tenant":"acme","mode":"agentic","model_capabilities":["vision"]},
                 {"claim":"scope","value":"tools:read","allowed_tools":["get_*"]}]"#,
         );
         o.validate().unwrap();
@@ -314,12 +319,14 @@ mod tests {
         assert_eq!(&*ops.name, "a@x.org (u1)");
         assert_eq!(ops.tenant.as_deref(), Some("acme"));
         assert_eq!(ops.mode, Some(Mode::Agentic));
+        assert!(ops.capabilities.satisfies(&["vision".to_owned()]));
         let reader = rules
             .principal(&token(json!({"sub":"c:2","scope":"openid tools:read"})))
             .unwrap();
         assert_eq!(&*reader.name, "c%3A2");
         assert!(reader.capabilities.allows("get_time"));
         assert!(!reader.capabilities.allows("delete_all"));
+        assert!(!reader.capabilities.satisfies(&["vision".to_owned()]));
         assert!(
             rules
                 .principal(&token(json!({"sub":"u3","groups":"dev"})))

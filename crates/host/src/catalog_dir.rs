@@ -59,6 +59,12 @@ struct FileTool {
     /// A custom tool's test cases.
     #[serde(default)]
     tests: Option<Value>,
+    /// Model capabilities the tool needs (`ToolSpec::requires`).
+    #[serde(default)]
+    requires: Vec<String>,
+    /// Listed in its lightweight form until `describe_tool` loads it.
+    #[serde(default)]
+    progressive: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -285,7 +291,20 @@ fn check_file(
             .unwrap_or_default();
         description = format!("DEPRECATED: {}{instead} {description}", d.message.trim());
     }
-    let spec = ToolSpec::new(file.name.clone(), description).with_schema(file.input_schema.clone());
+    let mut spec = ToolSpec::new(file.name.clone(), description)
+        .with_schema(file.input_schema.clone())
+        .requiring(file.requires.clone());
+    spec.progressive = file.progressive;
+    if matches!(file.implementation, Implementation::Custom { .. })
+        && (!file.requires.is_empty() || file.progressive)
+    {
+        // A custom tool's definition is stored, and the store keeps neither.
+        return Err(problem(
+            path,
+            "custom_tool_field",
+            "`requires` and `progressive` are taken for `mcp` and `skill` tools only; a custom tool's stored definition does not keep them: remove them from this file".to_owned(),
+        ));
+    }
     let kind = match &file.implementation {
         Implementation::Custom { source } => {
             let at = path.parent().unwrap_or(Path::new("")).join(source);

@@ -25,7 +25,7 @@ fn good_files_load_and_each_bad_one_is_reported_with_its_rule() {
         "tools/say.json",
         &def(
             "say",
-            r#"{"kind": "mcp", "ref": {"server": "everything", "tool": "echo"}}"#,
+            r#"{"kind": "mcp", "ref": {"server": "everything", "tool": "echo"}}, "requires": ["vision"], "progressive": true"#,
         ),
     );
     write(
@@ -92,6 +92,15 @@ fn good_files_load_and_each_bad_one_is_reported_with_its_rule() {
             "no MCP server named `nope`",
         ),
         (
+            "tools/custom_requires.json",
+            &def(
+                "custom_requires",
+                r#"{"kind": "custom", "ref": "sum.js"}, "requires": ["vision"]"#,
+            ),
+            "custom_tool_field",
+            "mcp` and `skill` tools only",
+        ),
+        (
             "tools/zdup.json",
             &def("say", r#"{"kind": "skill", "ref": "release"}"#),
             "duplicate_name",
@@ -111,6 +120,13 @@ fn good_files_load_and_each_bad_one_is_reported_with_its_rule() {
         "{:#?}",
         read.problems
     );
+    let say = read
+        .defined
+        .iter()
+        .find(|d| d.spec.name == "say")
+        .expect("say is defined");
+    assert_eq!(say.spec.requires, ["vision"]);
+    assert!(say.spec.progressive);
     for (rel, _, rule, says) in &bad {
         let p = read
             .problems

@@ -349,7 +349,10 @@ pub(crate) fn logged_call(row: &Row) -> Result<LoggedCall, StoreError> {
                 .map_err(|_| StoreError::invalid_data(format!("hint kind {h:?}")))
         })
         .transpose()?;
+    // A row copied in without its output (`quiver store migrate` from a row that had none)
+    // holds JSON `null`: no output, as SQL NULL is.
     let output = col::<Option<Value>>(row, 18)?
+        .filter(|o| !o.is_null())
         .map(|o| {
             serde_json::from_value::<Envelope>(o)
                 .map_err(|e| StoreError::invalid_data(format!("stored output: {e}")))

@@ -70,3 +70,47 @@ async fn rows_changed_removed_or_inserted_with_sql_are_each_found() {
     );
     store.close().await.expect("close");
 }
+
+/// Rows copied in (`quiver store migrate`) join the chain after the rows already there,
+/// oldest first, once each (a second copy adds nothing); a row that came without its output
+/// reads back with none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copied_rows_join_the_chain_once() {
+    use quiver_registry::store::{CallFilter, CallLog, LoggedCall};
+    let pg = Pg::new();
+    let store = pg.store().await;
+    store.record(call("t", "live", "ok")).await;
+    store.flush().await;
+    let t0 = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+    let mut data = quiver_store_postgres::Import::default();
+    for (i, kind) in ["ok", "err", "hint"].iter().enumerate() {
+        let mut c = LoggedCall::from_record(
+            &call("old", &format!("m{i}"), kind)
+                .with_at(t0 + std::time::Duration::from_secs(10 - i as u64)),
+        );
+        if i == 1 {
+            c.output = None;
+        }
+        data.calls.push(c);
+    }
+    assert_eq!(store.import(&data).await.expect("import").calls, 3);
+    assert_eq!(store.import(&data).await.expect("again").calls, 0);
+    let report = verify(&store, None).await.expect("verify");
+    assert!(report.intact(), "{:?}", report.problems);
+    assert_eq!(report.span, Some((1, 4)));
+    // Oldest first after the live row.
+    let rows = store.chain_rows(1, None, 10).await.expect("rows");
+    assert_eq!(
+        rows.iter()
+            .map(|r| r.entry.call_id.to_string())
+            .collect::<Vec<_>>(),
+        ["m2", "m1", "m0"]
+    );
+    let read = store
+        .recent_calls(CallFilter::recent(10).with_output())
+        .await
+        .expect("read with outputs");
+    let m1 = read.iter().find(|c| c.call_id == "m1").expect("m1");
+    assert_eq!(m1.output, None);
+    store.close().await.expect("close");
+}

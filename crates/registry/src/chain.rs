@@ -62,6 +62,16 @@ pub fn parse_hex(text: &str) -> Option<Link> {
     Some(link)
 }
 
+/// Stored bytes read as a link whatever their length (cut or padded with zeros): a link
+/// damaged behind Quiver's back is read, so the writers go on (no row is lost) and
+/// verifying shows it as not matching, rather than the read failing.
+pub fn link_as_stored(bytes: &[u8]) -> Link {
+    let mut link = [0u8; 32];
+    let n = bytes.len().min(32);
+    link[..n].copy_from_slice(&bytes[..n]);
+    link
+}
+
 /// A stored link as the 32 bytes it must be.
 pub fn link_from_bytes(bytes: &[u8]) -> Result<Link, StoreError> {
     bytes.try_into().map_err(|_| {
@@ -189,6 +199,37 @@ impl<'a> LogEntry<'a> {
             queued_us: micros(c.queued),
             took_us: micros(c.took),
             created_at_us: epoch_micros(c.at),
+        }
+    }
+
+    /// The same entry owning its texts, as a store reads one back.
+    pub fn into_owned(self) -> LogEntry<'static> {
+        fn o(c: Cow<'_, str>) -> Cow<'static, str> {
+            Cow::Owned(c.into_owned())
+        }
+        fn oo(c: Option<Cow<'_, str>>) -> Option<Cow<'static, str>> {
+            c.map(o)
+        }
+        LogEntry {
+            tool_name: o(self.tool_name),
+            tenant: oo(self.tenant),
+            session: oo(self.session),
+            principal: oo(self.principal),
+            call_id: o(self.call_id),
+            parent_call_id: oo(self.parent_call_id),
+            input_data: o(self.input_data),
+            reasoning: oo(self.reasoning),
+            args_hash: o(self.args_hash),
+            kind: o(self.kind),
+            hint_kind: oo(self.hint_kind),
+            err_kind: oo(self.err_kind),
+            success: self.success,
+            error: oo(self.error),
+            output_summary: o(self.output_summary),
+            output: o(self.output),
+            queued_us: self.queued_us,
+            took_us: self.took_us,
+            created_at_us: self.created_at_us,
         }
     }
 

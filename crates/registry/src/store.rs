@@ -1208,38 +1208,6 @@ impl MemoryCallLog {
     }
 }
 
-/// A borrowed entry made owned, as a store reads it back.
-fn owned(e: crate::chain::LogEntry<'_>) -> crate::chain::LogEntry<'static> {
-    use std::borrow::Cow;
-    fn o(c: Cow<'_, str>) -> Cow<'static, str> {
-        Cow::Owned(c.into_owned())
-    }
-    fn oo(c: Option<Cow<'_, str>>) -> Option<Cow<'static, str>> {
-        c.map(o)
-    }
-    crate::chain::LogEntry {
-        tool_name: o(e.tool_name),
-        tenant: oo(e.tenant),
-        session: oo(e.session),
-        principal: oo(e.principal),
-        call_id: o(e.call_id),
-        parent_call_id: oo(e.parent_call_id),
-        input_data: o(e.input_data),
-        reasoning: oo(e.reasoning),
-        args_hash: o(e.args_hash),
-        kind: o(e.kind),
-        hint_kind: oo(e.hint_kind),
-        err_kind: oo(e.err_kind),
-        success: e.success,
-        error: oo(e.error),
-        output_summary: o(e.output_summary),
-        output: o(e.output),
-        queued_us: e.queued_us,
-        took_us: e.took_us,
-        created_at_us: e.created_at_us,
-    }
-}
-
 #[async_trait]
 impl ToolCallRecorder for MemoryCallLog {
     async fn record(&self, record: CallRecord) {
@@ -1248,7 +1216,7 @@ impl ToolCallRecorder for MemoryCallLog {
         let head = inner.head.unwrap_or(crate::chain::ChainPoint::START);
         let point = crate::chain::extend(head, std::slice::from_ref(&entry))[0];
         let id = i64::try_from(point.seq).unwrap_or(i64::MAX);
-        let row = crate::chain::ChainedRow::new(id, point, owned(entry));
+        let row = crate::chain::ChainedRow::new(id, point, entry.into_owned());
         inner.head = Some(point);
         if point.seq.is_multiple_of(crate::chain::CHECKPOINT_EVERY) {
             inner.checkpoints.push(point);

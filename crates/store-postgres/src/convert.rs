@@ -323,14 +323,11 @@ pub(crate) fn chained_row(row: &Row) -> Result<ChainedRow, StoreError> {
         took_us: col(row, 20)?,
         created_at_us: epoch_micros(col(row, 21)?),
     };
-    let link: Vec<u8> = col(row, 2)?;
-    let mut l = [0u8; 32];
-    let n = link.len().min(32);
-    l[..n].copy_from_slice(&link[..n]);
+    let link = quiver_registry::chain::link_as_stored(&col::<Vec<u8>>(row, 2)?);
     let seq = u64::try_from(col::<i64>(row, 1)?).unwrap_or(0);
     Ok(ChainedRow::new(
         col(row, 0)?,
-        ChainPoint { seq, link: l },
+        ChainPoint { seq, link },
         entry,
     ))
 }

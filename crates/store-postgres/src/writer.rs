@@ -212,14 +212,9 @@ pub(crate) async fn append_chained(
         .await
         .at(location)?;
     let stored: Vec<u8> = head.get(1);
-    // A head damaged behind Quiver's back still takes rows (none is lost); verifying shows
-    // it as not the last row's.
-    let mut link = [0u8; 32];
-    let n = stored.len().min(32);
-    link[..n].copy_from_slice(&stored[..n]);
     let head = ChainPoint {
         seq: u64::try_from(head.get::<_, i64>(0)).unwrap_or(0),
-        link,
+        link: chain::link_as_stored(&stored),
     };
     let points = chain::extend(head, entries);
     let stmt = tx.prepare_cached(COPY_LOG).await.at(location)?;

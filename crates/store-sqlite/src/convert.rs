@@ -264,12 +264,7 @@ pub(crate) fn chained_row(row: &Row<'_>) -> Result<ChainedRow, StoreError> {
         })
     };
     let link = match raw(2)? {
-        V::Blob(b) => {
-            let mut l = [0u8; 32];
-            let n = b.len().min(32);
-            l[..n].copy_from_slice(&b[..n]);
-            l
-        }
+        V::Blob(b) => quiver_registry::chain::link_as_stored(&b),
         _ => [0; 32],
     };
     let entry = LogEntry {

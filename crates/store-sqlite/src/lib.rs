@@ -7,6 +7,7 @@
 //! records in batches taken from a bounded channel (a full channel makes the caller wait; no
 //! row is dropped), and reads on their own connections so they never wait behind the writer.
 
+mod chain;
 mod convert;
 mod error;
 mod schema;

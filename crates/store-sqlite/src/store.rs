@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use quiver_contract::Lifecycle;
 use quiver_registry::{
     CallRecord, ToolCallRecorder,
-    chain::{ChainPoint, ChainState, ChainedRow},
+    chain::{ChainState, ChainedRow},
     store::{
         CallFilter, CallLog, DefinitionStore, JobStatus, JobStore, LoggedCall, NewJob, SeedReport,
         StoreError, ToolDefinition, ToolJob, plan_seed,
@@ -28,7 +28,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
-    convert::{self, CHAIN_COLUMNS, DEF_COLUMNS, JOB_COLUMNS, LOG_COLUMNS, micros, time},
+    convert::{self, DEF_COLUMNS, JOB_COLUMNS, LOG_COLUMNS, micros, time},
     error::ResultExt,
     schema::{self, Access, OpenReport},
     sync::lock,
@@ -196,7 +196,7 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
-const PURGE_BATCH: i64 = 1_000;
+pub(crate) const PURGE_BATCH: i64 = 1_000;
 
 /// Reads the tool definitions of the store at `path` without changing it: no migration,
 /// no crash-check marker, no writer (what `quiver check --against` compares with). A file
@@ -702,7 +702,7 @@ fn all_definitions(
     )
 }
 
-fn query<P: rusqlite::Params, T>(
+pub(crate) fn query<P: rusqlite::Params, T>(
     conn: &Connection,
     location: &str,
     sql: &str,
@@ -1165,7 +1165,7 @@ impl CallLog for SqliteStore {
             // One small transaction per batch, queued behind (and ahead of) log writes, so
             // the writer is never held for long.
             let (n, more) = self
-                .write(move |tx, loc| purge_batch(tx, loc, cutoff))
+                .write(move |tx, loc| crate::chain::purge_batch(tx, loc, cutoff))
                 .await?;
             total += n;
             if !more {
@@ -1181,179 +1181,15 @@ impl CallLog for SqliteStore {
         limit: usize,
     ) -> Result<Vec<ChainedRow>, StoreError> {
         let version = self.read_version();
-        self.read(move |c, loc| chain_rows_in(c, loc, version, after, since, limit))
+        self.read(move |c, loc| crate::chain::chain_rows_in(c, loc, version, after, since, limit))
             .await
     }
 
     async fn chain_state(&self) -> Result<ChainState, StoreError> {
         let version = self.read_version();
-        self.read(move |c, loc| chain_state_in(c, loc, version))
+        self.read(move |c, loc| crate::chain::chain_state_in(c, loc, version))
             .await
     }
-}
-
-/// The schema version that added the hash chain.
-const CHAIN_VERSION: u32 = 6;
-
-/// Deletes one batch of calls dispatched before `cutoff`: chained rows from the start of
-/// the chain up to the first one that is not (recording the last deleted as the checkpoint
-/// that anchors the rest), then rows older than the chain. Returns how many it deleted and
-/// whether more may be left.
-fn purge_batch(
-    tx: &rusqlite::Transaction<'_>,
-    loc: &str,
-    cutoff: i64,
-) -> Result<(u64, bool), StoreError> {
-    let int = |r: &rusqlite::Row<'_>, i| {
-        r.get::<_, i64>(i)
-            .map_err(|e| StoreError::invalid_data(e.to_string()))
-    };
-    let head = query(
-        tx,
-        loc,
-        "SELECT id, chain_seq, chain_link, created_at FROM execution_log
-         WHERE chain_seq IS NOT NULL ORDER BY chain_seq LIMIT ?1",
-        params![PURGE_BATCH],
-        |r| {
-            let link: Vec<u8> = r
-                .get(2)
-                .map_err(|e| StoreError::invalid_data(e.to_string()))?;
-            Ok((int(r, 0)?, int(r, 1)?, link, int(r, 3)?))
-        },
-    )?;
-    let fetched = head.len();
-    let chained: Vec<_> = head.into_iter().take_while(|r| r.3 < cutoff).collect();
-    let chained_more = chained.len() == fetched && fetched == PURGE_BATCH as usize;
-    let older = query(
-        tx,
-        loc,
-        "SELECT id FROM execution_log WHERE chain_seq IS NULL AND created_at < ?1
-         ORDER BY created_at LIMIT ?2",
-        params![cutoff, PURGE_BATCH],
-        |r| int(r, 0),
-    )?;
-    let mut del_log = tx
-        .prepare_cached("DELETE FROM execution_log WHERE id = ?1")
-        .at(loc)?;
-    let mut del_out = tx
-        .prepare_cached("DELETE FROM execution_output WHERE log_id = ?1")
-        .at(loc)?;
-    for id in chained.iter().map(|r| r.0).chain(older.iter().copied()) {
-        del_log.execute([id]).at(loc)?;
-        del_out.execute([id]).at(loc)?;
-    }
-    if let Some((_, seq, link, _)) = chained.last() {
-        tx.execute(
-            "INSERT OR REPLACE INTO log_checkpoints (seq, link) VALUES (?1, ?2)",
-            params![seq, link],
-        )
-        .at(loc)?;
-        // Checkpoints below the anchor check rows that are gone.
-        tx.execute("DELETE FROM log_checkpoints WHERE seq < ?1", [seq])
-            .at(loc)?;
-    }
-    Ok((
-        (chained.len() + older.len()) as u64,
-        chained_more || older.len() == PURGE_BATCH as usize,
-    ))
-}
-
-fn chain_rows_in(
-    c: &Connection,
-    loc: &str,
-    version: u32,
-    after: u64,
-    since: Option<SystemTime>,
-    limit: usize,
-) -> Result<Vec<ChainedRow>, StoreError> {
-    if version < CHAIN_VERSION {
-        return Ok(Vec::new());
-    }
-    let after = i64::try_from(after).unwrap_or(i64::MAX);
-    let since = since.map_or(i64::MIN, micros);
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    query(
-        c,
-        loc,
-        &format!(
-            "SELECT {CHAIN_COLUMNS} FROM execution_log l
-             LEFT JOIN execution_output o ON o.log_id = l.id
-             WHERE l.chain_seq > ?1 AND l.created_at >= ?2
-             ORDER BY l.chain_seq LIMIT ?3"
-        ),
-        params![after, since, limit],
-        convert::chained_row,
-    )
-}
-
-fn chain_state_in(c: &Connection, loc: &str, version: u32) -> Result<ChainState, StoreError> {
-    let mut state = ChainState::default();
-    let count = |sql: &str, p: &[&dyn rusqlite::ToSql]| -> Result<u64, StoreError> {
-        c.query_row(sql, p, |r| r.get::<_, i64>(0))
-            .at(loc)
-            .map(|n| u64::try_from(n).unwrap_or(0))
-    };
-    if version < CHAIN_VERSION {
-        state.older_rows = count("SELECT count(*) FROM execution_log", &[])?;
-        return Ok(state);
-    }
-    let point = |r: &rusqlite::Row<'_>| -> Result<ChainPoint, StoreError> {
-        let seq: i64 = r
-            .get(0)
-            .map_err(|e| StoreError::invalid_data(e.to_string()))?;
-        let link: Vec<u8> = r
-            .get(1)
-            .map_err(|e| StoreError::invalid_data(e.to_string()))?;
-        Ok(ChainPoint {
-            seq: u64::try_from(seq).unwrap_or(0),
-            link: quiver_registry::chain::link_from_bytes(&link)?,
-        })
-    };
-    let head = query(
-        c,
-        loc,
-        "SELECT seq, link, start_id FROM log_chain WHERE id = 1",
-        [],
-        |r| {
-            let start: i64 = r
-                .get(2)
-                .map_err(|e| StoreError::invalid_data(e.to_string()))?;
-            Ok((point(r)?, start))
-        },
-    )?;
-    state.checkpoints = query(
-        c,
-        loc,
-        "SELECT seq, link FROM log_checkpoints ORDER BY seq",
-        [],
-        point,
-    )?;
-    let Some((head, start)) = head.into_iter().next() else {
-        return Err(StoreError::invalid_data(
-            "the chain's head row is missing (removed behind Quiver's back)",
-        ));
-    };
-    state.head = Some(head);
-    state.older_rows = count(
-        "SELECT count(*) FROM execution_log WHERE chain_seq IS NULL AND id < ?1",
-        &[&start],
-    )?;
-    state.unchained_count = count(
-        "SELECT count(*) FROM execution_log WHERE chain_seq IS NULL AND id >= ?1",
-        &[&start],
-    )?;
-    state.unchained = query(
-        c,
-        loc,
-        "SELECT id FROM execution_log WHERE chain_seq IS NULL AND id >= ?1
-         ORDER BY id LIMIT 10",
-        [start],
-        |r| {
-            r.get::<_, i64>(0)
-                .map_err(|e| StoreError::invalid_data(e.to_string()))
-        },
-    )?;
-    Ok(state)
 }
 
 #[async_trait]

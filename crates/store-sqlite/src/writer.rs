@@ -286,14 +286,9 @@ fn insert_batch(conn: &mut Connection, rows: &[CallRecord]) -> rusqlite::Result<
         tx.query_row("SELECT seq, link FROM log_chain WHERE id = 1", [], |r| {
             let seq: i64 = r.get(0)?;
             let stored: Vec<u8> = r.get(1)?;
-            // A head damaged behind Quiver's back still takes rows (none is lost); the chain
-            // goes on from what is there, and verifying shows the head as not the last row's.
-            let mut link = [0u8; 32];
-            let n = stored.len().min(32);
-            link[..n].copy_from_slice(&stored[..n]);
             Ok(ChainPoint {
                 seq: u64::try_from(seq).unwrap_or(0),
-                link,
+                link: chain::link_as_stored(&stored),
             })
         })?;
     let points = chain::extend(head, &entries);

@@ -9,8 +9,9 @@ use std::{
 use serde_json::Value;
 
 const CORE: [&str; 3] = ["quiver-contract", "quiver-registry", "quiver-surface"];
-const ADAPTERS: [&str; 8] = [
+const ADAPTERS: [&str; 9] = [
     "quiver-admin-web",
+    "quiver-telemetry-otel",
     "quiver-sandbox",
     "quiver-auth-oidc",
     "quiver-mcp-adapter",
@@ -20,7 +21,12 @@ const ADAPTERS: [&str; 8] = [
     "quiver-metrics-prometheus",
 ];
 /// Engines that only adapters may name, directly or through any dependency.
-const ENGINES: [&str; 16] = [
+const ENGINES: [&str; 21] = [
+    "opentelemetry",
+    "opentelemetry_sdk",
+    "opentelemetry-otlp",
+    "tracing-opentelemetry",
+    "tonic",
     "maud",
     "prometheus-client",
     "jsonwebtoken",
@@ -126,6 +132,7 @@ fn allowed(pkg: &str) -> &'static [&'static str] {
             "quiver-metrics-prometheus",
             "quiver-admin-web",
             "quiver-auth-oidc",
+            "quiver-telemetry-otel",
             "quiver-host",
         ],
         other => panic!("unknown workspace crate {other}: add it to the architecture rules"),

@@ -47,6 +47,7 @@ mod names;
 mod render;
 mod spec;
 mod tool;
+pub mod trace;
 mod typed;
 
 pub use channel::{ChannelError, ClientChannel, ClientFeatures, ClientRequest, LogLevel};

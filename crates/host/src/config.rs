@@ -55,6 +55,8 @@ pub struct Config {
     pub catalog: CatalogConfig,
     /// `tool_search`'s semantic retriever (`[search] model_dir`).
     pub search: SearchConfig,
+    /// OpenTelemetry traces (`[telemetry]`); off unless `otlp_endpoint` is set.
+    pub telemetry: TelemetryConfig,
     /// The file it was read from, for errors found later (an MCP server's settings).
     #[serde(skip)]
     pub(crate) origin: Option<String>,
@@ -193,6 +195,108 @@ impl SandboxConfig {
     /// The worker threads.
     pub fn threads(&self) -> usize {
         self.threads.unwrap_or(4)
+    }
+}
+
+/// `[telemetry]`: one OpenTelemetry trace per `tools/call` of `quiver serve`, exported over
+/// OTLP. Read at start: a change applies at the next restart.
+#[derive(Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct TelemetryConfig {
+    /// The collector, `http://host:4318` (HTTP; `/v1/traces` is added when the URL has no
+    /// path) or `http://host:4317` with `protocol = "grpc"`. Unset (the default), nothing is
+    /// recorded and no exporter runs.
+    pub otlp_endpoint: Option<String>,
+    /// `http/protobuf` (the default) or `grpc`.
+    pub protocol: Option<String>,
+    /// The `service.name` of the spans (default `quiver`).
+    pub service_name: Option<String>,
+    /// Headers (HTTP) or metadata (gRPC) sent with every export, e.g. a collector's API key
+    /// as `"${env:VAR}"`; their values are masked wherever the config is shown.
+    pub headers: BTreeMap<String, String>,
+    /// The share of traces Quiver starts that are recorded, 0.0 to 1.0 (default 1.0). A
+    /// trace a client continues (`traceparent`) keeps the client's decision.
+    pub sample_ratio: Option<f64>,
+    /// Also put each call's arguments and result on its span
+    /// (`gen_ai.tool.call.arguments`, `gen_ai.tool.call.result`). Off by default: they may
+    /// hold what the collector's readers should not see.
+    pub record_payloads: bool,
+}
+
+impl std::fmt::Debug for TelemetryConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TelemetryConfig")
+            .field("otlp_endpoint", &self.otlp_endpoint)
+            .field("protocol", &self.protocol)
+            .field("service_name", &self.service_name)
+            .field(
+                "headers",
+                &self
+                    .headers
+                    .keys()
+                    .map(|k| (k, "<redacted>"))
+                    .collect::<Vec<_>>(),
+            )
+            .field("sample_ratio", &self.sample_ratio)
+            .field("record_payloads", &self.record_payloads)
+            .finish()
+    }
+}
+
+impl TelemetryConfig {
+    /// The exporter's settings, checked; `None` when tracing is off.
+    pub fn export(&self) -> anyhow::Result<Option<quiver_telemetry_otel::ExportConfig>> {
+        let Some(endpoint) = self.otlp_endpoint.as_deref() else {
+            return Ok(None);
+        };
+        let protocol = match self.protocol.as_deref() {
+            None | Some("http/protobuf") => quiver_telemetry_otel::Protocol::HttpProtobuf,
+            Some("grpc") => quiver_telemetry_otel::Protocol::Grpc,
+            Some(other) => bail!(
+                "protocol = {other:?} is not an OTLP protocol Quiver exports with: write \"http/protobuf\" (port 4318 by convention) or \"grpc\" (port 4317)"
+            ),
+        };
+        let scheme_ok = endpoint.starts_with("http://") || endpoint.starts_with("https://");
+        let host = endpoint.split_once("://").map_or("", |(_, rest)| rest);
+        if !scheme_ok || host.is_empty() || host.starts_with('/') {
+            bail!(
+                "otlp_endpoint = {endpoint:?} is not an http(s) URL: write the collector's address, e.g. \"http://localhost:4318\" (or \"http://localhost:4317\" with protocol = \"grpc\")"
+            );
+        }
+        if protocol == quiver_telemetry_otel::Protocol::Grpc && endpoint.starts_with("https://") {
+            bail!(
+                "otlp_endpoint = {endpoint:?} with protocol = \"grpc\": Quiver exports gRPC without TLS only; use protocol = \"http/protobuf\" for an https collector, or a local collector over http://"
+            );
+        }
+        let ratio = self.sample_ratio.unwrap_or(1.0);
+        if !(0.0..=1.0).contains(&ratio) {
+            bail!(
+                "sample_ratio = {ratio} is not a share of traces: give a number from 0.0 (none) to 1.0 (all, the default)"
+            );
+        }
+        if let Some(name) = self.headers.keys().find(|k| {
+            k.is_empty()
+                || !k
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        }) {
+            bail!(
+                "headers: {name:?} is not a header name: use letters, digits and '-', e.g. \"x-api-key\""
+            );
+        }
+        let mut export = quiver_telemetry_otel::ExportConfig::new(endpoint);
+        export.protocol = protocol;
+        if let Some(name) = &self.service_name {
+            export.service_name = name.clone();
+        }
+        export.headers = self
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        export.sample_ratio = ratio;
+        Ok(Some(export))
     }
 }
 
@@ -917,6 +1021,10 @@ impl Config {
             .surface
             .validate()
             .with_context(|| format!("{origin}: [surface]"))?;
+        config
+            .telemetry
+            .export()
+            .with_context(|| format!("{origin}: [telemetry]"))?;
         config
             .sandbox
             .limits()

@@ -5,8 +5,15 @@ const LEVELS: &[&str] = &[
     "off", "error", "warn", "info", "debug", "trace", "0", "1", "2", "3", "4", "5",
 ];
 
-/// Logs to stderr as `QUIVER_LOG` says (warnings when it is unset or not a filter).
-pub(crate) fn init() {
+use tracing_subscriber::{Layer, Registry, layer::SubscriberExt, util::SubscriberInitExt};
+
+/// A layer that records spans elsewhere (the OpenTelemetry bridge), beside the log.
+pub(crate) type SpanLayer = Box<dyn Layer<Registry> + Send + Sync>;
+
+/// Logs to stderr as `QUIVER_LOG` says (warnings when it is unset or not a filter), and
+/// hands spans to `spans` when given. The log's filter is the log's own: it does not
+/// decide which spans `spans` sees.
+pub(crate) fn init(spans: Option<SpanLayer>) {
     let spec = std::env::var("QUIVER_LOG").unwrap_or_default();
     let parsed = tracing_subscriber::EnvFilter::try_new(&spec);
     let bad_spec = parsed.as_ref().err().map(ToString::to_string);
@@ -53,12 +60,12 @@ pub(crate) fn init() {
             }
         }
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let log = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         // Colour only for a person at a terminal, not into a log file or a pipe.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_filter(filter);
+    tracing_subscriber::registry().with(spans).with(log).init();
     if let Some(why) = bad_spec {
         eprintln!(
             "quiver: QUIVER_LOG={spec:?} is not a log filter ({why}); logging warnings. Give a level (error, warn, info, debug, trace, off) or target=level pairs, e.g. QUIVER_LOG=info,quiver_mcp_adapter=debug"

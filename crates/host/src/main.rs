@@ -974,9 +974,33 @@ async fn command(
     }
 }
 
+/// Trace export for `quiver serve` when `[telemetry] otlp_endpoint` is set, started inside
+/// `runtime` (a gRPC channel uses its reactor). The config is read here, before logging
+/// starts, because the OpenTelemetry bridge is a layer of the one subscriber; a config that
+/// does not load is left for `run` to report, as it does for every command.
+fn start_telemetry(
+    cli: &Cli,
+    runtime: &tokio::runtime::Runtime,
+) -> Result<Option<quiver_telemetry_otel::Telemetry>, String> {
+    if !matches!(cli.command, AnyCommand::Runtime(Command::Serve { .. })) {
+        return Ok(None);
+    }
+    let Ok((config, _)) = Config::load(cli.config.as_deref()) else {
+        return Ok(None);
+    };
+    let Ok(Some(export)) = config.telemetry.export() else {
+        return Ok(None);
+    };
+    let _inside = runtime.enter();
+    let telemetry = quiver_telemetry_otel::Telemetry::start(&export)
+        .map_err(|e| format!("[telemetry]: {e}"))?;
+    quiver_contract::trace::install(telemetry.propagation());
+    quiver_contract::trace::set_record_payloads(config.telemetry.record_payloads);
+    Ok(Some(telemetry))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -987,6 +1011,21 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let telemetry = match start_telemetry(&cli, &runtime) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("quiver: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    logging::init(
+        telemetry
+            .as_ref()
+            .map(|t| Box::new(t.layer()) as logging::SpanLayer),
+    );
+    if let Some(t) = &telemetry {
+        tracing::info!(url = t.url(), "exporting traces over OTLP");
+    }
     let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
@@ -994,6 +1033,10 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     };
+    // The spans still batched go out first, while the runtime a gRPC export uses still runs.
+    if let Some(t) = telemetry {
+        t.shutdown(std::time::Duration::from_secs(5));
+    }
     // Everything `run` started has ended (the store flushed and closed, the upstreams
     // stopped), but `serve --stdio`'s read of stdin sits in a blocking thread that only a
     // line or the end of input ends: dropping the runtime would wait for it, so a SIGTERM

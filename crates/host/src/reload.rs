@@ -352,6 +352,7 @@ impl Reloader {
                 oidc_settings(&current.auth) == oidc_settings(&config.auth),
             ),
             ("sandbox", same(&current.sandbox, &config.sandbox)),
+            ("telemetry", current.telemetry == config.telemetry),
             ("admin", self.apply_admin(&current.admin, &config.admin)),
         ]
         .into_iter()

@@ -760,3 +760,55 @@ fn oidc_cases() {
             .any(|r| r.key == "auth.oidc.rules[0].allowed_tools" && r.name == "tool_*")
     );
 }
+
+#[test]
+fn telemetry_settings_are_checked_with_what_to_write() {
+    for (text, wants) in [
+        (
+            "[telemetry]\notlp_endpoint = \"localhost:4318\"\n",
+            "is not an http(s) URL",
+        ),
+        (
+            "[telemetry]\notlp_endpoint = \"http://c:4318\"\nprotocol = \"thrift\"\n",
+            "write \"http/protobuf\"",
+        ),
+        (
+            "[telemetry]\notlp_endpoint = \"https://c:4317\"\nprotocol = \"grpc\"\n",
+            "gRPC without TLS only",
+        ),
+        (
+            "[telemetry]\notlp_endpoint = \"http://c:4318\"\nsample_ratio = 1.5\n",
+            "from 0.0 (none) to 1.0",
+        ),
+        (
+            "[telemetry]\notlp_endpoint = \"http://c:4318\"\nheaders = { \"x key\" = \"v\" }\n",
+            "is not a header name",
+        ),
+        (
+            "[telemetry]\nendpoint = \"http://c:4318\"\n",
+            "did you mean `otlp_endpoint`?",
+        ),
+    ] {
+        let err = Config::parse(text, "q.toml", &env).unwrap_err();
+        let said = format!("{err:#}");
+        assert!(said.contains(wants), "{text}: {said}");
+    }
+    let config = Config::parse(
+        "[telemetry]\notlp_endpoint = \"http://c:4318\"\nheaders = { x-api-key = \"${env:DB_PASSWORD}\" }\n",
+        "q.toml",
+        &env,
+    )
+    .unwrap();
+    let export = config.telemetry.export().unwrap().unwrap();
+    assert_eq!(export.traces_url(), "http://c:4318/v1/traces");
+    assert_eq!(
+        export.headers,
+        vec![("x-api-key".to_owned(), "s3cret-pw".to_owned())]
+    );
+    assert!(
+        !format!("{config:?}").contains("s3cret-pw"),
+        "a header's value is masked where the config is shown"
+    );
+    let off = Config::parse("", "q.toml", &env).unwrap();
+    assert!(off.telemetry.export().unwrap().is_none(), "off by default");
+}

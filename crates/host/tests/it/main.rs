@@ -8,6 +8,7 @@ mod packaging;
 mod reload;
 mod semantic;
 mod serve;
+mod traces;
 mod upstreams;
 
 /// The plain-Python stdio MCP server with one tool (its docstring lists the knobs).

@@ -260,6 +260,22 @@ impl StreamableHttpClient for UpstreamHttp {
         );
         let session_attached = session_id.is_some();
         self.1.saw(session_id.as_ref());
+        // A call's trace context, which it carries in `_meta`, also goes as the W3C headers.
+        let mut custom_headers = custom_headers;
+        if let JsonRpcMessage::Request(r) = &message
+            && let rmcp::model::ClientRequest::CallToolRequest(call) = &r.request
+            && let Some(meta) = &call.params.meta
+            && let Some(parent) = meta.0.get_traceparent()
+        {
+            for (name, value) in [
+                ("traceparent", Some(parent)),
+                ("tracestate", meta.0.get_tracestate()),
+            ] {
+                if let Some(Ok(v)) = value.map(HeaderValue::from_str) {
+                    custom_headers.insert(HeaderName::from_static(name), v);
+                }
+            }
+        }
         let response = self
             .0
             .post_message_with_response_limits(

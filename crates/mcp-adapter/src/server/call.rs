@@ -13,6 +13,7 @@ use rmcp::{
 };
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::{
     Shared,
@@ -63,6 +64,45 @@ pub(crate) fn track(
 /// cancels the request (`notifications/cancelled`, or its stream is gone); with a progress
 /// token, `notifications/progress` goes to `peer` every `progress_interval`.
 pub(crate) async fn call(
+    shared: &Shared,
+    scope: &Scope,
+    name: &str,
+    input: Value,
+    client: &CancellationToken,
+    progress: Option<(ProgressToken, &Peer<RoleServer>)>,
+    channel: Option<(Arc<dyn quiver_contract::ClientChannel>, Arc<ProgressState>)>,
+) -> CallToolResult {
+    // The trace's root here, or the child of the client's span: the MCP server span of the
+    // OpenTelemetry conventions for MCP.
+    let span = quiver_contract::trace::child_of(scope.trace.as_ref(), || {
+        tracing::info_span!(
+            target: quiver_contract::trace::TARGET,
+            "tools/call",
+            otel.name = %format_args!("tools/call {name}"),
+            otel.kind = "server",
+            otel.status_code = tracing::field::Empty,
+            mcp.method.name = "tools/call",
+            mcp.session.id = scope.session.as_deref(),
+            mcp.protocol.version = scope.protocol.as_deref(),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = name,
+            network.transport = scope.transport,
+            enduser.id = scope.principal.as_deref(),
+            error.type = tracing::field::Empty,
+        )
+    });
+    let result = run(shared, scope, name, input, client, progress, channel)
+        .instrument(span.clone())
+        .await;
+    if result.is_error == Some(true) {
+        span.record("otel.status_code", "ERROR");
+        span.record("error.type", "tool_error");
+    }
+    result
+}
+
+/// [`call`] inside its span.
+async fn run(
     shared: &Shared,
     scope: &Scope,
     name: &str,

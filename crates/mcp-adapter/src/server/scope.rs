@@ -43,6 +43,13 @@ pub(crate) struct Scope {
     /// connection's; none for a 2026-07-28 request, which has no session whatever headers
     /// it sends.
     pub(super) session: Option<Arc<str>>,
+    /// The client's trace context: `_meta.traceparent` (SEP-414), else the HTTP
+    /// `traceparent` header.
+    pub(super) trace: Option<quiver_contract::trace::TraceContext>,
+    /// The protocol version the request names in `_meta`, when it does.
+    pub(super) protocol: Option<String>,
+    /// `tcp` (HTTP) or `pipe` (stdio), for the trace.
+    pub(super) transport: &'static str,
 }
 
 impl Scope {
@@ -212,5 +219,28 @@ pub(crate) fn scope(
         tenant: principal.and_then(|p| p.tenant.clone()),
         session_bound,
         session: session_id.map(Arc::from),
+        trace: trace_context(meta, &header),
+        protocol: meta
+            .protocol_version()
+            .map(|v| v.to_string())
+            .or_else(|| header("mcp-protocol-version").map(str::to_owned)),
+        transport: if parts.is_some() { "tcp" } else { "pipe" },
     })
+}
+
+/// The client's W3C trace context: in `_meta` (SEP-414) when the request carries it there,
+/// else in the HTTP headers.
+fn trace_context<'a>(
+    meta: &'a RequestMetaObject,
+    header: &dyn Fn(&str) -> Option<&'a str>,
+) -> Option<quiver_contract::trace::TraceContext> {
+    let text = |v: &serde_json::Value| v.as_str().map(str::to_owned);
+    let (parent, state) = match meta.0.0.get("traceparent").and_then(text) {
+        Some(parent) => (parent, meta.0.0.get("tracestate").and_then(text)),
+        None => (
+            header("traceparent")?.to_owned(),
+            header("tracestate").map(str::to_owned),
+        ),
+    };
+    Some(quiver_contract::trace::TraceContext::new(parent, state))
 }

@@ -66,15 +66,32 @@ impl Tool for CustomTool {
             }),
             &parent,
         );
-        match self.sandbox.run(run).await {
+        // The script's `call_tool` calls are polled inside this future, so their dispatch
+        // spans are this span's children.
+        let span = tracing::info_span!(
+            target: quiver_contract::trace::TARGET,
+            "sandbox.run",
+            otel.name = "quiver.sandbox.run",
+            otel.status_code = tracing::field::Empty,
+            quiver.custom_tool = %self.spec.name,
+            quiver.sandbox.host_calls = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        let ran = tracing::Instrument::instrument(self.sandbox.run(run), span.clone()).await;
+        match ran {
             Ok(out) => {
+                span.record("quiver.sandbox.host_calls", i64::from(out.calls));
                 let mut envelope = Envelope::ok(out.result);
                 if !out.logs.is_empty() {
                     envelope = envelope.with_warning(Warning::new("log", out.logs.join("\n")));
                 }
                 Ok(envelope)
             }
-            Err(e) => Ok(e.to_envelope(&self.spec.name)),
+            Err(e) => {
+                span.record("error.type", e.kind());
+                span.record("otel.status_code", "ERROR");
+                Ok(e.to_envelope(&self.spec.name))
+            }
         }
     }
 }

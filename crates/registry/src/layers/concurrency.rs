@@ -139,6 +139,14 @@ where
                 let global = global.acquire_owned().await;
                 (global, local)
             };
+            // Only a call that waits gets the span: the fast path above never queues.
+            let queued = tracing::info_span!(
+                target: quiver_contract::trace::TARGET,
+                "queue",
+                otel.name = "quiver.queue_wait",
+                gen_ai.tool.name = %call.entry.spec.name,
+            );
+            let acquire = tracing::Instrument::instrument(acquire, queued);
             let permits = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => {

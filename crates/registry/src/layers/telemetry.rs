@@ -1,5 +1,5 @@
-//! Telemetry: a tracing span per call and per-tool Ok/Hint/Err counters with hint and error
-//! kinds.
+//! Telemetry: the `execute_tool` span of each call (see [`quiver_contract::trace`]) and
+//! per-tool Ok/Hint/Err counters with hint and error kinds.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -131,24 +131,72 @@ where
     }
 
     fn call(&mut self, call: Call) -> CallFuture {
-        let span = tracing::debug_span!(
-            "tool_call",
-            tool = %call.entry.spec.name,
-            session = call.ctx.session.as_deref().unwrap_or(""),
-            outcome = tracing::field::Empty,
+        let server = crate::Family::mcp_server(&call.entry.family);
+        // The GenAI `execute_tool` span of the OpenTelemetry conventions; under
+        // `quiver::trace`, recorded only where a subscriber takes that target.
+        let span = tracing::info_span!(
+            target: quiver_contract::trace::TARGET,
+            "execute_tool",
+            otel.name = %format_args!("execute_tool {}", call.entry.spec.name),
+            otel.status_code = tracing::field::Empty,
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %call.entry.spec.name,
+            gen_ai.tool.type = if server.is_some() { "extension" } else { "function" },
+            gen_ai.tool.call.id = call.ctx.call_id.as_deref(),
+            gen_ai.tool.call.arguments = tracing::field::Empty,
+            gen_ai.tool.call.result = tracing::field::Empty,
+            quiver.tool.family = %call.entry.family,
+            quiver.server = server,
+            quiver.call.depth = i64::from(call.ctx.depth),
+            quiver.call.parent_id = call.ctx.parent_call_id.as_deref(),
+            quiver.tenant = call.ctx.tenant.as_deref(),
+            session.id = call.ctx.session.as_deref(),
+            enduser.id = call.ctx.principal.as_deref(),
+            quiver.outcome = tracing::field::Empty,
+            error.type = tracing::field::Empty,
         );
+        let payloads = !span.is_disabled() && quiver_contract::trace::record_payloads();
+        if payloads {
+            span.record(
+                "gen_ai.tool.call.arguments",
+                tracing::field::display(&call.input),
+            );
+        }
         let metrics = self.metrics.clone();
         let entry = call.entry.clone();
-        let fut = self.inner.call(call);
+        // The inner layers' spans (timeout, queue) are created as this one's children.
+        let fut = span.in_scope(|| self.inner.call(call));
         let span2 = span.clone();
         Box::pin(
             async move {
                 let envelope = fut.await?;
                 metrics.count(&entry.spec.name, &envelope);
-                span2.record("outcome", envelope.kind_str());
+                if !span2.is_disabled() {
+                    record_outcome(&span2, &envelope, payloads);
+                }
                 Ok(envelope)
             }
             .instrument(span),
         )
+    }
+}
+
+/// The outcome on the call's span: Ok, Hint or Err, with the hint or error kind as
+/// `error.type` (a Hint is a recoverable answer, not a failed span).
+fn record_outcome(span: &tracing::Span, envelope: &Envelope, payloads: bool) {
+    span.record("quiver.outcome", envelope.kind_str());
+    match envelope {
+        Envelope::Ok { .. } => {}
+        Envelope::Hint { hint_kind, .. } => {
+            span.record("error.type", hint_kind.as_str());
+        }
+        Envelope::Err { err_kind, .. } => {
+            span.record("error.type", err_kind.as_str());
+            span.record("otel.status_code", "ERROR");
+        }
+    }
+    if payloads {
+        let text = quiver_contract::render(envelope, &quiver_contract::RenderOptions::default());
+        span.record("gen_ai.tool.call.result", text.as_str());
     }
 }

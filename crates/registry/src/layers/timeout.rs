@@ -111,7 +111,17 @@ where
         call.ctx.deadline = Some(deadline);
         let entry = call.entry.clone();
         let started = call.started.clone();
-        let fut = self.inner.call(call);
+        let span = tracing::info_span!(
+            target: quiver_contract::trace::TARGET,
+            "timeout",
+            otel.name = "quiver.timeout",
+            otel.status_code = tracing::field::Empty,
+            quiver.timeout.ms = i64::try_from(deadline.saturating_duration_since(now).as_millis()).unwrap_or(i64::MAX),
+            quiver.timeout.inherited = inherited,
+            error.type = tracing::field::Empty,
+        );
+        let fut =
+            tracing::Instrument::instrument(span.in_scope(|| self.inner.call(call)), span.clone());
         Box::pin(async move {
             let mut fut = fut;
             // A call that finishes on its first poll never needs a timer.
@@ -166,11 +176,21 @@ where
                     if e.err_kind() == Some(&ErrKind::Timeout)
                         && Instant::now() + DEADLINE_SLACK >= deadline =>
                 {
+                    timed_out(&span);
                     Ok(Envelope::err(ErrKind::Timeout, said(started.get())))
                 }
                 Ok(result) => result,
-                Err(_) => Ok(Envelope::err(ErrKind::Timeout, said(started.get()))),
+                Err(_) => {
+                    timed_out(&span);
+                    Ok(Envelope::err(ErrKind::Timeout, said(started.get())))
+                }
             }
         })
     }
+}
+
+/// Marks the timeout's span as the one that ended the call.
+fn timed_out(span: &tracing::Span) {
+    span.record("error.type", "timeout");
+    span.record("otel.status_code", "ERROR");
 }

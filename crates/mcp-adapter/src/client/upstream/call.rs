@@ -202,6 +202,39 @@ impl Upstream {
         input: Value,
         ctx: &CallContext,
     ) -> Envelope {
+        // The MCP client span of the OpenTelemetry conventions for MCP; its context goes
+        // to the server in `_meta` (and, over HTTP, the `traceparent` header).
+        let http = matches!(self.cfg.endpoint, Endpoint::Http { .. });
+        let span = tracing::info_span!(
+            target: quiver_contract::trace::TARGET,
+            "tools/call",
+            otel.name = %format_args!("tools/call {tool}"),
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            mcp.method.name = "tools/call",
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = tool,
+            quiver.server = %self.cfg.name,
+            network.transport = if http { "tcp" } else { "pipe" },
+            error.type = tracing::field::Empty,
+        );
+        let envelope =
+            tracing::Instrument::instrument(self.call_upstream(tool, input, ctx), span.clone())
+                .await;
+        if let Envelope::Err { err_kind, .. } = &envelope {
+            span.record("error.type", err_kind.as_str());
+            span.record("otel.status_code", "ERROR");
+        }
+        envelope
+    }
+
+    /// [`Self::call`] inside its span.
+    async fn call_upstream(
+        self: &Arc<Self>,
+        tool: &str,
+        input: Value,
+        ctx: &CallContext,
+    ) -> Envelope {
         let mut conn = match self.ready_conn(self.call_limit(ctx)).await {
             Ok(c) => c,
             Err(env) => return env,
@@ -372,6 +405,14 @@ impl Upstream {
     ) -> Attempt {
         let mut params = rmcp::model::CallToolRequestParams::new(tool.to_owned());
         params.arguments = args;
+        if let Some(trace) = quiver_contract::trace::current() {
+            let mut meta = rmcp::model::RequestMetaObject::new();
+            meta.0.set_traceparent(&trace.traceparent);
+            if let Some(state) = &trace.tracestate {
+                meta.0.set_tracestate(state);
+            }
+            params.meta = Some(meta);
+        }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         // Registered before sending, so a server request the call causes finds it.
         let registration = self.calls.begin(tool, ctx);

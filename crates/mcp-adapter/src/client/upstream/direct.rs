@@ -30,7 +30,7 @@ use std::{
 
 use futures::{StreamExt, TryStreamExt};
 use hyper::body::Bytes;
-use quiver_contract::{CallContext, Envelope, ErrKind};
+use quiver_contract::{CallContext, Envelope, ErrKind, trace::TraceContext};
 use reqwest::{
     StatusCode,
     header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue},
@@ -159,6 +159,7 @@ impl DirectPath {
     async fn request(
         &self,
         session: Option<&str>,
+        trace: Option<&TraceContext>,
         body: Vec<u8>,
     ) -> Result<(StatusCode, Head, BodyStream), Sent> {
         let content_type = |h: &HeaderMap| Head {
@@ -175,7 +176,7 @@ impl DirectPath {
         };
         let Some(pool) = &self.pool else {
             // Boxed: reqwest's future is large, and this one is not the in-task pool's.
-            return match Box::pin(self.post(session, body).send()).await {
+            return match Box::pin(self.post(session, trace, body).send()).await {
                 Ok(r) => Ok((r.status(), content_type(r.headers()), reqwest_body(r))),
                 // reqwest names the URL, which may carry a secret.
                 Err(e) if e.is_connect() => Err(Sent::Not(crate::client::config::redact_urls(
@@ -191,6 +192,7 @@ impl DirectPath {
             let v = HeaderValue::from_str(s).map_err(|e| Sent::Not(e.to_string()))?;
             headers.insert(SESSION_HEADER, v);
         }
+        trace_headers(&mut headers, trace);
         match pool.post(headers, body).await {
             Ok((head, reply)) => {
                 let mut info = content_type(head.headers());
@@ -202,12 +204,15 @@ impl DirectPath {
         }
     }
 
-    fn post(&self, session: Option<&str>, body: Vec<u8>) -> reqwest::RequestBuilder {
-        let mut req = self
-            .http
-            .post(self.url.clone())
-            .headers(self.headers.clone())
-            .body(body);
+    fn post(
+        &self,
+        session: Option<&str>,
+        trace: Option<&TraceContext>,
+        body: Vec<u8>,
+    ) -> reqwest::RequestBuilder {
+        let mut headers = self.headers.clone();
+        trace_headers(&mut headers, trace);
+        let mut req = self.http.post(self.url.clone()).headers(headers).body(body);
         if let Some(s) = session {
             req = req.header(SESSION_HEADER, s);
         }
@@ -225,7 +230,7 @@ impl DirectPath {
         let send = async {
             let mut again = true;
             loop {
-                match self.post(session, body.clone()).send().await {
+                match self.post(session, None, body.clone()).send().await {
                     Err(e) if again && !e.is_timeout() => {
                         tracing::debug!(error = %e, "message to upstream not sent; posting it again");
                         again = false;
@@ -286,6 +291,18 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// Puts the trace context on a request as W3C headers, so an HTTP upstream (or a proxy
+/// before it) continues the trace; a value that is not a header value is left out.
+pub(crate) fn trace_headers(headers: &mut HeaderMap, trace: Option<&TraceContext>) {
+    let Some(trace) = trace else { return };
+    if let Ok(v) = HeaderValue::from_str(&trace.traceparent) {
+        headers.insert(HeaderName::from_static("traceparent"), v);
+    }
+    if let Some(Ok(v)) = trace.tracestate.as_deref().map(HeaderValue::from_str) {
+        headers.insert(HeaderName::from_static("tracestate"), v);
+    }
+}
+
 #[derive(Serialize)]
 struct CallRequest<'a> {
     jsonrpc: &'static str,
@@ -300,13 +317,18 @@ struct CallParams<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     arguments: Option<&'a Map<String, Value>>,
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    meta: Option<ProgressMeta<'a>>,
+    meta: Option<CallMeta<'a>>,
 }
 
+/// A call's `_meta`: its progress token, and the trace context (SEP-414).
 #[derive(Serialize)]
-struct ProgressMeta<'a> {
-    #[serde(rename = "progressToken")]
-    progress_token: &'a str,
+struct CallMeta<'a> {
+    #[serde(rename = "progressToken", skip_serializing_if = "Option::is_none")]
+    progress_token: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traceparent: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tracestate: Option<&'a str>,
 }
 
 /// Any JSON-RPC message from the server.
@@ -502,6 +524,19 @@ impl Upstream {
         let id: Arc<str> =
             format!("quiver-{}", self.direct_ids.fetch_add(1, Ordering::Relaxed)).into();
         let session = direct.session.get();
+        // Only a caller that wants progress asks for it: a server may answer a call without
+        // a progress token more cheaply (Quiver's own server does).
+        let progress_token = ctx
+            .client
+            .as_ref()
+            .is_some_and(|c| c.wants_progress())
+            .then_some(&*id);
+        let trace = quiver_contract::trace::current();
+        let meta = (progress_token.is_some() || trace.is_some()).then(|| CallMeta {
+            progress_token,
+            traceparent: trace.as_ref().map(|t| t.traceparent.as_str()),
+            tracestate: trace.as_ref().and_then(|t| t.tracestate.as_deref()),
+        });
         let body = serde_json::to_vec(&CallRequest {
             jsonrpc: "2.0",
             id: &id,
@@ -509,15 +544,7 @@ impl Upstream {
             params: CallParams {
                 name: tool,
                 arguments: args,
-                // Only a caller that wants progress asks for it: a server may answer a call
-                // without a progress token more cheaply (Quiver's own server does).
-                meta: ctx
-                    .client
-                    .as_ref()
-                    .is_some_and(|c| c.wants_progress())
-                    .then_some(ProgressMeta {
-                        progress_token: &id,
-                    }),
+                meta,
             },
         })
         .unwrap_or_default();
@@ -534,7 +561,14 @@ impl Upstream {
             reason: "the caller gave up",
             armed: true,
         };
-        let exchange = self.exchange(direct, &id, body, session.as_deref(), ctx, tool);
+        let exchange = self.exchange(
+            direct,
+            &id,
+            body,
+            (session.as_deref(), trace.as_ref()),
+            ctx,
+            tool,
+        );
         let outcome = tokio::select! {
             r = tokio::time::timeout(timeout, exchange) => match r {
                 Ok(e) => e,
@@ -615,11 +649,11 @@ impl Upstream {
         direct: &DirectPath,
         id: &str,
         body: Vec<u8>,
-        session: Option<&str>,
+        (session, trace): (Option<&str>, Option<&TraceContext>),
         ctx: &CallContext,
         tool: &str,
     ) -> Exchange {
-        let (status, head, reply) = match direct.request(session, body).await {
+        let (status, head, reply) = match direct.request(session, trace, body).await {
             Ok(r) => r,
             Err(Sent::Not(why)) => {
                 tracing::debug!(server = %self.cfg.name, "tools/call not sent: {why}");

@@ -28,6 +28,23 @@ pub(crate) fn run(
     }
     say!("catalog: {} tool(s)", app.catalog.len());
     say!("search: {search}");
+    // What `serve` would do with this config's `[telemetry]` (checked when it loaded).
+    match config.telemetry.export() {
+        Ok(Some(export)) => say!(
+            "traces: `quiver serve` exports them over OTLP ({}) to {}{}",
+            match export.protocol {
+                quiver_telemetry_otel::Protocol::Grpc => "gRPC",
+                _ => "HTTP",
+            },
+            export.traces_url(),
+            if config.telemetry.record_payloads {
+                ", with arguments and results"
+            } else {
+                ""
+            }
+        ),
+        _ => say!("traces: off (set [telemetry] otlp_endpoint to export them)"),
+    }
     if let Some(line) = last_reload(config) {
         say!("{line}");
     }

@@ -65,5 +65,14 @@ async fn a_reload_replaces_the_policy_rules_and_a_broken_file_changes_nothing() 
         status.contains("\"needs_restart\":[\"limits.max_http_sessions, limits.input_wait_secs\"]"),
         "{status}"
     );
+
+    // Trace export is set up at start, before logging: a change waits for a restart.
+    std::fs::write(
+        &file,
+        "[store]\npath = \"q.db\"\n\n[limits]\nmax_result_chars = 5000\nmax_http_sessions = 50\n\n[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\n",
+    )
+    .unwrap();
+    let report = reloader.reload("test").await.expect("a good file reloads");
+    assert_eq!(report["needs_restart"], json!(["telemetry"]), "{report}");
     app.shutdown().await.unwrap();
 }

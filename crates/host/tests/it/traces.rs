@@ -1,6 +1,7 @@
 //! OpenTelemetry traces of `quiver serve`, sent to a real OTLP receiver: a Python server
 //! decoding each export with the official OTLP protobuf definitions (PyPI
-//! `opentelemetry-proto`, installed by `.ci/setup-peers`). The call goes from the client
+//! `opentelemetry-proto`, and `grpcio` for its gRPC service; installed by
+//! `.ci/setup-peers`), over HTTP and over gRPC. The call goes from the client
 //! (with its own `traceparent`) through a custom tool's `call_tool` to a streamable-HTTP
 //! upstream (the official Python SDK), which reports the trace context it received.
 
@@ -29,12 +30,15 @@ fn python() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../.peers")));
     let python = peers.join("venv/bin/python");
     let ok = Command::new(&python)
-        .args(["-c", "import opentelemetry.proto.collector.trace.v1, mcp"])
+        .args([
+            "-c",
+            "import opentelemetry.proto.collector.trace.v1, grpc, mcp",
+        ])
         .status()
         .is_ok_and(|s| s.success());
     assert!(
         ok,
-        "the OTLP receiver needs opentelemetry-proto and mcp in {}: run .ci/setup-peers",
+        "the OTLP receiver needs opentelemetry-proto, grpcio and mcp in {}: run .ci/setup-peers",
         python.display()
     );
     python
@@ -50,19 +54,26 @@ impl Drop for Killed {
     }
 }
 
-/// The receiver, and its address.
-fn receiver(python: &Path) -> (Killed, String) {
+/// The receiver: its process, its HTTP address (exports and `GET /spans`), and its gRPC
+/// address.
+fn receiver(python: &Path) -> (Killed, String, String) {
     let mut child = Command::new(python)
         .arg(format!("{FIXTURES}/otlp_receiver.py"))
+        .arg("--grpc")
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let port: u16 = line.trim().parse().expect("the receiver prints its port");
-    (Killed(child), format!("127.0.0.1:{port}"))
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut port = || -> u16 {
+        let line = lines.next().unwrap().unwrap();
+        line.trim().parse().expect("the receiver prints its ports")
+    };
+    let (http, grpc) = (port(), port());
+    (
+        Killed(child),
+        format!("127.0.0.1:{http}"),
+        format!("127.0.0.1:{grpc}"),
+    )
 }
 
 /// The traced upstream on a free port, once it accepts connections.
@@ -156,12 +167,12 @@ fn tool_text(answer: &str) -> Value {
 }
 
 /// A store with the custom tool `relay_trace` approved: it calls the upstream's `whoami`
-/// through `call_tool` and returns what it said.
-fn config(dir: &Path, receiver: &str, upstream: &str, extra: &str) {
+/// through `call_tool` and returns what it said. Traces go to `collector`.
+fn config(dir: &Path, collector: &str, upstream: &str, extra: &str) {
     std::fs::write(
         dir.join("quiver.toml"),
         format!(
-            "[telemetry]\notlp_endpoint = \"http://{receiver}\"\nheaders = {{ x-api-key = \"collector-key\" }}\n{extra}\n[surface]\nanchors = [\"mcp__traced__whoami\", \"relay_trace\"]\n\n[[mcp.servers]]\nname = \"traced\"\nurl = \"http://{upstream}/mcp\"\nrequired = true\n"
+            "[telemetry]\notlp_endpoint = \"http://{collector}\"\nheaders = {{ x-api-key = \"collector-key\" }}\n{extra}\n[surface]\nanchors = [\"mcp__traced__whoami\", \"relay_trace\"]\n\n[[mcp.servers]]\nname = \"traced\"\nurl = \"http://{upstream}/mcp\"\nrequired = true\n"
         ),
     )
     .unwrap();
@@ -220,7 +231,7 @@ fn threads(pid: u32) -> Vec<String> {
 #[test]
 fn a_call_through_call_tool_to_an_http_upstream_is_one_trace_continued_from_the_client() {
     let python = python();
-    let (_receiver, receiver_addr) = receiver(&python);
+    let (_receiver, receiver_addr, _) = receiver(&python);
     let (_upstream, upstream_addr) = upstream(&python);
     let dir = crate::Scratch::new("traces");
     config(&dir, &receiver_addr, &upstream_addr, "");
@@ -319,26 +330,32 @@ fn a_call_through_call_tool_to_an_http_upstream_is_one_trace_continued_from_the_
             .as_array()
             .unwrap()
             .iter()
-            .all(|e| e["api_key"] == "collector-key"),
-        "every export carries the configured header: {exports}"
+            .all(|e| e["api_key"] == "collector-key" && e["protocol"] == "http"),
+        "every export came over HTTP with the configured header: {exports}"
     );
     stop(quiver);
 }
 
-/// With `record_payloads`, a call's arguments and result are on its dispatch span; a call
-/// with no client context starts a trace of its own (a root span). A tool's error is an
-/// error status with its kind as `error.type`.
+/// Over gRPC, with `record_payloads`: a call's arguments and result are on its dispatch
+/// span; a call with no client context starts a trace of its own (a root span); a call
+/// refused before it runs is an error on the MCP server span, with `error.type`.
 #[test]
-fn payloads_are_recorded_when_configured_and_a_call_without_context_starts_a_trace() {
+fn over_grpc_payloads_are_recorded_when_configured_and_a_call_without_context_starts_a_trace() {
     let python = python();
-    let (_receiver, receiver_addr) = receiver(&python);
+    let (_receiver, receiver_addr, grpc_addr) = receiver(&python);
     let (_upstream, upstream_addr) = upstream(&python);
     let dir = crate::Scratch::new("traces-payloads");
     config(
         &dir,
-        &receiver_addr,
+        &grpc_addr,
         &upstream_addr,
-        "service_name = \"quiver-test\"\nrecord_payloads = true\n",
+        "protocol = \"grpc\"\nservice_name = \"quiver-test\"\nrecord_payloads = true\n",
+    );
+    assert_eq!(
+        status_traces(&dir),
+        format!(
+            "traces: `quiver serve` exports them over OTLP (gRPC) to http://{grpc_addr}, with arguments and results"
+        )
     );
     let (quiver, addr) = start_with(&dir, &[], &[], &[("OTEL_BSP_SCHEDULE_DELAY", "100")]);
     let sid = open(&addr, "payloads");
@@ -390,14 +407,41 @@ fn payloads_are_recorded_when_configured_and_a_call_without_context_starts_a_tra
     assert!(result.contains("header"), "the rendered result: {ok}");
     assert_eq!(refused["parent_span_id"], "", "{refused}");
     assert!(refused["attributes"]["error.type"].is_string(), "{refused}");
+    let exports = received(&receiver_addr)["exports"].clone();
+    assert!(
+        exports
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["api_key"] == "collector-key" && e["protocol"] == "grpc"),
+        "every export came over gRPC with the configured metadata: {exports}"
+    );
     stop(quiver);
 }
 
-/// Without `[telemetry]`, no exporter thread runs.
+/// `quiver status`'s line about traces.
+fn status_traces(dir: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .arg("status")
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .find(|l| l.starts_with("traces: "))
+        .unwrap_or_else(|| panic!("a traces line: {text}"))
+        .to_owned()
+}
+
+/// Without `[telemetry]`, no exporter thread runs, and `quiver status` says traces are off.
 #[test]
 fn without_telemetry_no_exporter_thread_runs() {
     let dir = crate::Scratch::new("traces-off");
     std::fs::write(dir.join("quiver.toml"), "[surface]\nanchors = []\n").unwrap();
+    assert_eq!(
+        status_traces(&dir),
+        "traces: off (set [telemetry] otlp_endpoint to export them)"
+    );
     let (quiver, _addr) = start_with(&dir, &[], &[], &[]);
     let names = threads(quiver.id());
     assert!(names.iter().any(|t| t.starts_with("tokio")), "{names:?}");

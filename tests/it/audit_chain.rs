@@ -81,6 +81,7 @@ fn recomputed(v: &Value, prev: &ChainPoint) -> [u8; 32] {
         queued_us: int(v, "queued_us"),
         took_us: int(v, "took_us"),
         created_at_us: int(v, "at_us"),
+        trace_id: opt(v, "trace_id"),
     };
     entry.link(prev.seq + 1, &prev.link)
 }

@@ -538,6 +538,7 @@ fn exported(call: &LoggedCall) -> Value {
         "session": call.session,
         "tenant": call.tenant,
         "parent": call.parent_call_id,
+        "trace_id": call.trace_id,
         "outcome": call.kind,
         "error": call.error,
         "input": call.input,
@@ -700,6 +701,7 @@ async fn call(State(admin): St, headers: HeaderMap, Path(id): Path<String>) -> R
         &views::CallDetail {
             row: &row,
             parent: call.parent_call_id.as_deref(),
+            trace_id: call.trace_id.as_deref(),
             input: &input,
             reasoning: call.reasoning.as_deref(),
             output: &output,

@@ -446,6 +446,8 @@ pub(crate) fn log(rows: &[CallRow], query: &LogQuery, older: Option<u128>, csrf:
 pub(crate) struct CallDetail<'a> {
     pub(crate) row: &'a CallRow,
     pub(crate) parent: Option<&'a str>,
+    /// The OpenTelemetry trace the call was part of, to look it up in the tracing backend.
+    pub(crate) trace_id: Option<&'a str>,
     pub(crate) input: &'a str,
     pub(crate) reasoning: Option<&'a str>,
     pub(crate) output: &'a str,
@@ -469,6 +471,9 @@ pub(crate) fn call(detail: &CallDetail<'_>, csrf: &str) -> Markup {
                 dt { "Took" } dd { (time::took(row.took)) }
                 dt { "Parent call" } dd {
                     @if let Some(parent) = detail.parent { a href={ "/admin/calls/" (encode(parent)) } { code { (parent) } } } @else { "—" }
+                }
+                dt { "Trace id" } dd {
+                    @if let Some(trace) = detail.trace_id { code { (trace) } } @else { "— (traces are not exported)" }
                 }
             }
             h2 { "Input" }

@@ -1311,6 +1311,7 @@ impl Dispatcher {
             queued,
             took,
             at,
+            trace_id: quiver_contract::trace::current().and_then(|t| t.trace_id().map(Arc::from)),
         };
         let mut handing = Box::pin(async move { recorder.record(record).await });
         // A recorder that buffers hands the record over at once; one whose buffer is full

@@ -41,6 +41,9 @@ pub struct CallRecord {
     pub took: Duration,
     /// When the call was dispatched.
     pub at: SystemTime,
+    /// The OpenTelemetry trace the call was part of (32 hex digits), when traces are
+    /// recorded.
+    pub trace_id: Option<Arc<str>>,
 }
 
 impl CallRecord {
@@ -68,12 +71,19 @@ impl CallRecord {
             queued: Duration::ZERO,
             took: Duration::ZERO,
             at: SystemTime::now(),
+            trace_id: None,
         }
     }
 
     /// Sets the session.
     pub fn with_session(mut self, session: impl Into<Arc<str>>) -> Self {
         self.session = Some(session.into());
+        self
+    }
+
+    /// Sets the OpenTelemetry trace id.
+    pub fn with_trace_id(mut self, trace_id: impl Into<Arc<str>>) -> Self {
+        self.trace_id = Some(trace_id.into());
         self
     }
 

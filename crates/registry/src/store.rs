@@ -769,6 +769,8 @@ pub struct LoggedCall {
     pub took: Duration,
     /// When the call was dispatched.
     pub at: SystemTime,
+    /// The OpenTelemetry trace the call was part of, when traces were recorded.
+    pub trace_id: Option<String>,
 }
 
 impl LoggedCall {
@@ -795,6 +797,7 @@ impl LoggedCall {
             queued: record.queued,
             took: record.took,
             at: record.at,
+            trace_id: record.trace_id.as_deref().map(str::to_owned),
         }
     }
 }

@@ -186,10 +186,10 @@ pub(crate) fn job(row: &Row) -> Result<ToolJob, StoreError> {
 pub(crate) const COPY_LOG: &str = "COPY execution_log (tool_name, tenant, session, principal,
     call_id, parent_call_id, input_data, reasoning, args_hash, kind, hint_kind, err_kind,
     success, error, output_summary, output, queued_us, took_us, created_at, chain_seq,
-    chain_link) FROM STDIN BINARY";
+    chain_link, trace_id) FROM STDIN BINARY";
 
 /// The column types of [`COPY_LOG`].
-pub(crate) const LOG_TYPES: [Type; 21] = [
+pub(crate) const LOG_TYPES: [Type; 22] = [
     Type::TEXT,
     Type::TEXT,
     Type::TEXT,
@@ -211,6 +211,7 @@ pub(crate) const LOG_TYPES: [Type; 21] = [
     Type::TIMESTAMPTZ,
     Type::INT8,
     Type::BYTEA,
+    Type::TEXT,
 ];
 
 /// JSON text sent as it is: a `json` column keeps the exact text, which the chain's link
@@ -260,7 +261,7 @@ impl<'a> LogRow<'a> {
     }
 
     /// The values, in [`LOG_TYPES`]' order.
-    pub(crate) fn values(&self) -> [&(dyn ToSql + Sync); 21] {
+    pub(crate) fn values(&self) -> [&(dyn ToSql + Sync); 22] {
         let e = self.e;
         [
             &e.tool_name,
@@ -284,6 +285,7 @@ impl<'a> LogRow<'a> {
             &self.at,
             &self.seq,
             &self.link,
+            &e.trace_id,
         ]
     }
 }
@@ -292,7 +294,7 @@ impl<'a> LogRow<'a> {
 pub(crate) const CHAIN_COLUMNS: &str = "id, chain_seq, chain_link, tool_name, tenant, session, \
     principal, call_id, parent_call_id, input_data::text, reasoning, args_hash, kind, \
     hint_kind, err_kind, success, error, output_summary, coalesce(output::text, ''), \
-    queued_us, took_us, created_at";
+    queued_us, took_us, created_at, trace_id";
 
 /// A chained row (columns as [`CHAIN_COLUMNS`]).
 pub(crate) fn chained_row(row: &Row) -> Result<ChainedRow, StoreError> {
@@ -322,6 +324,7 @@ pub(crate) fn chained_row(row: &Row) -> Result<ChainedRow, StoreError> {
         queued_us: col(row, 19)?,
         took_us: col(row, 20)?,
         created_at_us: epoch_micros(col(row, 21)?),
+        trace_id: opt(22)?,
     };
     let link = quiver_registry::chain::link_as_stored(&col::<Vec<u8>>(row, 2)?);
     let seq = u64::try_from(col::<i64>(row, 1)?).unwrap_or(0);
@@ -336,7 +339,7 @@ pub(crate) fn chained_row(row: &Row) -> Result<ChainedRow, StoreError> {
 /// is the full output (NULL unless asked for).
 pub(crate) const LOG_COLUMNS: &str = "tool_name, tenant, session, call_id, input_data, \
     reasoning, args_hash, kind, hint_kind, err_kind, success, error, output_summary, \
-    queued_us, took_us, created_at, principal, parent_call_id";
+    queued_us, took_us, created_at, principal, parent_call_id, trace_id";
 
 /// An execution-log row (columns as [`LOG_COLUMNS`] plus the output column).
 pub(crate) fn logged_call(row: &Row) -> Result<LoggedCall, StoreError> {
@@ -348,7 +351,7 @@ pub(crate) fn logged_call(row: &Row) -> Result<LoggedCall, StoreError> {
         .transpose()?;
     // A row copied in without its output (`quiver store migrate` from a row that had none)
     // holds JSON `null`: no output, as SQL NULL is.
-    let output = col::<Option<Value>>(row, 18)?
+    let output = col::<Option<Value>>(row, 19)?
         .filter(|o| !o.is_null())
         .map(|o| {
             serde_json::from_value::<Envelope>(o)
@@ -364,6 +367,7 @@ pub(crate) fn logged_call(row: &Row) -> Result<LoggedCall, StoreError> {
     call.tenant = col(row, 1)?;
     call.principal = col(row, 16)?;
     call.parent_call_id = col(row, 17)?;
+    call.trace_id = col(row, 18)?;
     call.session = col(row, 2)?;
     call.reasoning = col(row, 5)?;
     call.args_hash = col(row, 6)?;

@@ -168,6 +168,10 @@ CREATE TABLE log_checkpoints (
     link BYTEA NOT NULL
 );
 "#,
+    // 4: the OpenTelemetry trace a call was part of.
+    r#"
+ALTER TABLE execution_log ADD COLUMN trace_id TEXT;
+"#,
 ];
 
 /// The newest schema version this binary knows.

@@ -96,15 +96,20 @@ pub(crate) fn chain_rows_in(
     let after = i64::try_from(after).unwrap_or(i64::MAX);
     let since = since.map_or(i64::MIN, micros);
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut sql = format!(
+        "SELECT {CHAIN_COLUMNS} FROM execution_log l
+         LEFT JOIN execution_output o ON o.log_id = l.id
+         WHERE l.chain_seq > ?1 AND l.created_at >= ?2
+         ORDER BY l.chain_seq LIMIT ?3"
+    );
+    // A store of schema 6 (read-only, not migrated) has no trace ids.
+    if version < 7 {
+        sql = sql.replacen("l.trace_id", "NULL", 1);
+    }
     query(
         c,
         loc,
-        &format!(
-            "SELECT {CHAIN_COLUMNS} FROM execution_log l
-             LEFT JOIN execution_output o ON o.log_id = l.id
-             WHERE l.chain_seq > ?1 AND l.created_at >= ?2
-             ORDER BY l.chain_seq LIMIT ?3"
-        ),
+        &sql,
         params![after, since, limit],
         convert::chained_row,
     )

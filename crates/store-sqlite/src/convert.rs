@@ -217,6 +217,7 @@ pub(crate) fn insert_call(
         e.parent_call_id,
         i64::try_from(at.seq).unwrap_or(i64::MAX),
         &at.link[..],
+        e.trace_id,
     ])?;
     let id = conn.last_insert_rowid();
     output.execute(params![id, e.output])?;
@@ -227,15 +228,15 @@ pub(crate) fn insert_call(
 pub(crate) const INSERT_LOG: &str = "INSERT INTO execution_log (tool_name, tenant, session,
     call_id, input_data, reasoning, args_hash, kind, hint_kind, err_kind, success, error,
     output_summary, queued_us, took_us, created_at, principal, parent_call_id, chain_seq,
-    chain_link)
+    chain_link, trace_id)
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-    ?19, ?20)";
+    ?19, ?20, ?21)";
 
 /// The columns of a chained row, in the order [`chained_row`] reads them (`o`: the output).
 pub(crate) const CHAIN_COLUMNS: &str = "l.id, l.chain_seq, l.chain_link, l.tool_name, \
     l.tenant, l.session, l.principal, l.call_id, l.parent_call_id, l.input_data, l.reasoning, \
     l.args_hash, l.kind, l.hint_kind, l.err_kind, l.success, l.error, l.output_summary, \
-    o.output, l.queued_us, l.took_us, l.created_at";
+    o.output, l.queued_us, l.took_us, l.created_at, l.trace_id";
 
 /// A chained row (columns as [`CHAIN_COLUMNS`]). Values are read as they are stored, so a
 /// value changed behind Quiver's back (even to another type) is read, and shows as a link
@@ -287,6 +288,7 @@ pub(crate) fn chained_row(row: &Row<'_>) -> Result<ChainedRow, StoreError> {
         queued_us: int(19)?,
         took_us: int(20)?,
         created_at_us: int(21)?,
+        trace_id: text(22)?,
     };
     let seq = u64::try_from(int(1)?).unwrap_or(0);
     Ok(ChainedRow::new(int(0)?, ChainPoint { seq, link }, entry))
@@ -301,7 +303,7 @@ pub(crate) const INSERT_OUTPUT: &str =
 pub(crate) const LOG_COLUMNS: &str = "l.tool_name, l.tenant, l.session, l.call_id, \
     l.input_data, l.reasoning, l.args_hash, l.kind, l.hint_kind, l.err_kind, l.success, \
     l.error, l.output_summary, l.queued_us, l.took_us, l.created_at, l.principal, \
-    l.parent_call_id";
+    l.parent_call_id, l.trace_id";
 
 /// An execution-log row (columns as [`LOG_COLUMNS`] plus the output column).
 pub(crate) fn logged_call(row: &Row<'_>) -> Result<LoggedCall, StoreError> {
@@ -311,7 +313,7 @@ pub(crate) fn logged_call(row: &Row<'_>) -> Result<LoggedCall, StoreError> {
                 .map_err(|_| StoreError::invalid_data(format!("hint kind {h:?}")))
         })
         .transpose()?;
-    let output = col::<Option<String>>(row, 18)?
+    let output = col::<Option<String>>(row, 19)?
         .map(|o| {
             serde_json::from_str::<Envelope>(&o)
                 .map_err(|e| StoreError::invalid_data(format!("stored output: {e}")))
@@ -326,6 +328,7 @@ pub(crate) fn logged_call(row: &Row<'_>) -> Result<LoggedCall, StoreError> {
     call.tenant = col(row, 1)?;
     call.principal = col(row, 16)?;
     call.parent_call_id = col(row, 17)?;
+    call.trace_id = col(row, 18)?;
     call.session = col(row, 2)?;
     call.reasoning = col(row, 5)?;
     call.args_hash = col(row, 6)?;

@@ -176,6 +176,10 @@ CREATE TABLE log_checkpoints (
     link BLOB NOT NULL
 );
 "#,
+    // 7: the OpenTelemetry trace a call was part of.
+    r#"
+ALTER TABLE execution_log ADD COLUMN trace_id TEXT;
+"#,
 ];
 
 /// The newest schema version this binary knows.

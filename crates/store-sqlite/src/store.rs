@@ -1112,6 +1112,9 @@ fn recent_calls_in(
     if version < 3 {
         sql = sql.replacen("l.parent_call_id", "NULL", 1);
     }
+    if version < 7 {
+        sql = sql.replacen("l.trace_id", "NULL", 1);
+    }
     query(c, loc, &sql, values.as_slice(), convert::logged_call)
 }
 

@@ -441,6 +441,7 @@ pub async fn recorded_calls_read_back_filtered_with_summary_and_full_output(b: &
                 .with_session("s1")
                 .with_tenant("t")
                 .with_principal("ci")
+                .with_trace_id("4bf92f3577b34da6a3ce929d0e0e4736")
                 .with_reasoning("looking")
                 .with_timings(Duration::from_micros(7), Duration::from_micros(42)),
         )
@@ -471,6 +472,11 @@ pub async fn recorded_calls_read_back_filtered_with_summary_and_full_output(b: &
     assert_eq!(c1.principal.as_deref(), Some("ci"));
     let c2 = all.iter().find(|c| c.call_id == "c2").expect("c2");
     assert_eq!(c2.principal, None);
+    assert_eq!(
+        c1.trace_id.as_deref(),
+        Some("4bf92f3577b34da6a3ce929d0e0e4736")
+    );
+    assert_eq!(c2.trace_id, None);
     assert_eq!(
         (c1.queued, c1.took),
         (Duration::from_micros(7), Duration::from_micros(42))
@@ -746,6 +752,9 @@ pub async fn the_log_is_chained_across_handles_and_purges(b: &mut impl Backend) 
             .with_reasoning("why");
         if i % 3 == 0 {
             r = r.with_tenant("acme").with_principal("ci");
+        }
+        if i % 4 == 0 {
+            r = r.with_trace_id(format!("{i:032x}"));
         }
         store.record(r).await;
         // Each handle's rows go in its own batches, interleaved with the other's.

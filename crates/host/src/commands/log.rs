@@ -57,6 +57,7 @@ pub(crate) async fn run(
                 "summary": c.output_summary, "queued_ms": whole_us_ms(c.queued),
                 "took_ms": whole_us_ms(c.took),
                 "at": c.at.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+                "trace_id": c.trace_id,
             });
             say!("{row}");
         }
@@ -258,6 +259,7 @@ pub(crate) async fn export(
                 "outcome": e.kind, "hint_kind": e.hint_kind, "err_kind": e.err_kind,
                 "success": e.success, "error": e.error, "summary": e.output_summary,
                 "output": e.output, "queued_us": e.queued_us, "took_us": e.took_us,
+                "trace_id": e.trace_id,
             });
             if writeln!(out, "{line}").is_err() {
                 // The reader went away (`| head`): what was written is the export.

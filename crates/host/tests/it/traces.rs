@@ -227,7 +227,8 @@ fn threads(pid: u32) -> Vec<String> {
 /// the custom tool's dispatch, its timeout, its sandbox run, the nested `call_tool`'s
 /// dispatch and the upstream call follow as children, in that order; the upstream received
 /// the upstream call span's context in both the header and `_meta`. A trace sent in
-/// `_meta` instead is continued the same way. Arguments stay off the spans.
+/// `_meta` instead is continued the same way. Arguments stay off the spans. The execution
+/// log's rows carry the trace id.
 #[test]
 fn a_call_through_call_tool_to_an_http_upstream_is_one_trace_continued_from_the_client() {
     let python = python();
@@ -323,6 +324,38 @@ fn a_call_through_call_tool_to_an_http_upstream_is_one_trace_continued_from_the_
     let upstream_call = child(&spans, id(timeout), "tools/call whoami");
     let sent = format!("00-{META_TRACE}-{}-01", id(upstream_call));
     assert_eq!(seen, json!({"header": sent, "meta": sent}));
+
+    // The execution log names each call's trace: the custom tool's row and its nested
+    // call's row carry the client's trace id.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let rows = loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_quiver"))
+            .args(["log", "--json", "--limit", "10"])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let rows: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if rows.len() >= 3 {
+            break rows;
+        }
+        assert!(Instant::now() < deadline, "rows: {rows:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let trace_of = |tool: &str, trace: &str| {
+        rows.iter()
+            .filter(|r| r["tool"] == tool && r["trace_id"] == trace)
+            .count()
+    };
+    assert_eq!(trace_of("relay_trace", CLIENT_TRACE), 1, "{rows:#?}");
+    assert_eq!(
+        trace_of("mcp__traced__whoami", CLIENT_TRACE),
+        1,
+        "{rows:#?}"
+    );
+    assert_eq!(trace_of("mcp__traced__whoami", META_TRACE), 1, "{rows:#?}");
 
     let exports = received(&receiver_addr)["exports"].clone();
     assert!(

@@ -691,6 +691,17 @@ async fn call(State(admin): St, headers: HeaderMap, Path(id): Path<String>) -> R
         );
     };
     let row = call_row(call);
+    // The calls it made, oldest first (a custom tool's budget caps them; the page shows
+    // the first hundred).
+    let children = match admin
+        .page
+        .calls
+        .recent_calls(CallFilter::recent(100).parent(id.clone()))
+        .await
+    {
+        Ok(found) => found.iter().rev().map(call_row).collect::<Vec<_>>(),
+        Err(e) => return failed("reading the call log", e, &login.csrf),
+    };
     let input = serde_json::to_string_pretty(&call.input).unwrap_or_default();
     let output = call
         .output
@@ -702,6 +713,7 @@ async fn call(State(admin): St, headers: HeaderMap, Path(id): Path<String>) -> R
             row: &row,
             parent: call.parent_call_id.as_deref(),
             trace_id: call.trace_id.as_deref(),
+            children: &children,
             input: &input,
             reasoning: call.reasoning.as_deref(),
             output: &output,

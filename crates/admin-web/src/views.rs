@@ -448,6 +448,8 @@ pub(crate) struct CallDetail<'a> {
     pub(crate) parent: Option<&'a str>,
     /// The OpenTelemetry trace the call was part of, to look it up in the tracing backend.
     pub(crate) trace_id: Option<&'a str>,
+    /// The calls made from this one (a custom tool's `call_tool` calls), oldest first.
+    pub(crate) children: &'a [CallRow],
     pub(crate) input: &'a str,
     pub(crate) reasoning: Option<&'a str>,
     pub(crate) output: &'a str,
@@ -484,6 +486,25 @@ pub(crate) fn call(detail: &CallDetail<'_>, csrf: &str) -> Markup {
             }
             h2 { "Output (as the model read it)" }
             pre { (detail.output) }
+            @if !detail.children.is_empty() {
+                h2 { "Calls made from this call" }
+                table #children {
+                    caption.visually-hidden { "Calls made from this call, oldest first" }
+                    thead { tr {
+                        th scope="col" { "At (UTC)" }
+                        th scope="col" { "Tool" }
+                        th scope="col" { "Principal" }
+                        th scope="col" { "Session" }
+                        th scope="col" { "Outcome" }
+                        th scope="col" { "Took" }
+                        th scope="col" { "Queued" }
+                        th scope="col" { "Error" }
+                    } }
+                    tbody {
+                        @for row in detail.children { (call_row(row)) }
+                    }
+                }
+            }
         },
     )
 }
@@ -741,5 +762,45 @@ mod tests {
             "log_filtered",
             lines(log(&rows[..1], &filtered, None, "CSRF"))
         );
+    }
+
+    #[test]
+    fn the_call_view_names_its_trace_and_the_calls_made_from_it() {
+        let row = CallRow {
+            call_id: "c-1".into(),
+            at: at(0),
+            tool: "relay".into(),
+            principal: Some("ci".into()),
+            session: Some("s-1".into()),
+            outcome: "ok".into(),
+            error: None,
+            queued: Duration::ZERO,
+            took: Duration::from_millis(12),
+        };
+        let child = CallRow {
+            call_id: "c-2".into(),
+            at: at(1),
+            tool: "everything__echo".into(),
+            took: Duration::from_millis(3),
+            ..row.clone()
+        };
+        let detail = CallDetail {
+            row: &row,
+            parent: None,
+            trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736"),
+            children: std::slice::from_ref(&child),
+            input: "{}",
+            reasoning: None,
+            output: "ok",
+        };
+        insta::assert_snapshot!("call", lines(call(&detail, "CSRF")));
+        let untraced = CallDetail {
+            trace_id: None,
+            children: &[],
+            ..detail
+        };
+        let text = call(&untraced, "CSRF").into_string();
+        assert!(text.contains("traces are not exported"), "{text}");
+        assert!(!text.contains("Calls made from this call"), "{text}");
     }
 }

@@ -87,6 +87,12 @@ impl CallRecord {
         self
     }
 
+    /// Sets the call this one was made from.
+    pub fn with_parent(mut self, parent_call_id: impl Into<Arc<str>>) -> Self {
+        self.parent_call_id = Some(parent_call_id.into());
+        self
+    }
+
     /// Sets the tenant.
     pub fn with_tenant(mut self, tenant: impl Into<Arc<str>>) -> Self {
         self.tenant = Some(tenant.into());

@@ -825,6 +825,8 @@ pub struct CallFilter {
     pub principal: Option<String>,
     /// Only the call of this id.
     pub call_id: Option<String>,
+    /// Only the calls made from the call of this id (a custom tool's `call_tool` calls).
+    pub parent: Option<String>,
     /// Only calls dispatched before this time (a page's cursor: the oldest row shown).
     pub before: Option<SystemTime>,
     /// Only calls dispatched after this time (what a live view has not shown yet).
@@ -843,6 +845,7 @@ impl Default for CallFilter {
             kind: None,
             principal: None,
             call_id: None,
+            parent: None,
             before: None,
             after: None,
             limit: 50,
@@ -890,6 +893,12 @@ impl CallFilter {
         self
     }
 
+    /// Only the calls made from the call `id`.
+    pub fn parent(mut self, id: impl Into<String>) -> Self {
+        self.parent = Some(id.into());
+        self
+    }
+
     /// Only calls dispatched strictly before `at`.
     pub fn before(mut self, at: SystemTime) -> Self {
         self.before = Some(at);
@@ -921,6 +930,10 @@ impl CallFilter {
                 .as_ref()
                 .is_none_or(|p| Some(p) == call.principal.as_ref())
             && self.call_id.as_ref().is_none_or(|c| *c == call.call_id)
+            && self
+                .parent
+                .as_ref()
+                .is_none_or(|p| Some(p) == call.parent_call_id.as_ref())
             && self.before.is_none_or(|b| call.at < b)
             && self.after.is_none_or(|a| call.at > a)
     }

@@ -168,9 +168,11 @@ CREATE TABLE log_checkpoints (
     link BYTEA NOT NULL
 );
 "#,
-    // 4: the OpenTelemetry trace a call was part of.
+    // 4: the OpenTelemetry trace a call was part of; the calls made from a call (the admin
+    // page's call detail lists them).
     r#"
 ALTER TABLE execution_log ADD COLUMN trace_id TEXT;
+CREATE INDEX execution_log_parent ON execution_log (parent_call_id);
 "#,
 ];
 

@@ -753,6 +753,7 @@ fn recent_calls_sql(filter: &CallFilter) -> String {
         (filter.kind.is_some(), "kind"),
         (filter.principal.is_some(), "principal"),
         (filter.call_id.is_some(), "call_id"),
+        (filter.parent.is_some(), "parent_call_id"),
     ] {
         if given {
             n += 1;
@@ -796,6 +797,7 @@ impl CallLog for PgStore {
             &filter.kind,
             &filter.principal,
             &filter.call_id,
+            &filter.parent,
         ]
         .into_iter()
         .flatten()

@@ -1074,6 +1074,10 @@ fn recent_calls_in(
     filter: &CallFilter,
     version: u32,
 ) -> Result<Vec<LoggedCall>, StoreError> {
+    // A store older than the column (read-only, not migrated) has no nested calls.
+    if version < 3 && filter.parent.is_some() {
+        return Ok(Vec::new());
+    }
     let output = if filter.with_output {
         "o.output FROM execution_log l LEFT JOIN execution_output o ON o.log_id = l.id"
     } else {
@@ -1094,6 +1098,9 @@ fn recent_calls_in(
     }
     if let Some(id) = &filter.call_id {
         values.push(id);
+    }
+    if let Some(parent) = &filter.parent {
+        values.push(parent);
     }
     let before = filter.before.map(micros);
     if let Some(before) = &before {
@@ -1134,6 +1141,9 @@ pub(crate) fn recent_calls_sql(filter: &CallFilter, output: &str) -> String {
     }
     if filter.call_id.is_some() {
         clauses.push("l.call_id = ?");
+    }
+    if filter.parent.is_some() {
+        clauses.push("l.parent_call_id = ?");
     }
     if filter.before.is_some() {
         clauses.push("l.created_at < ?");

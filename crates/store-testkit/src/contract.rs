@@ -528,9 +528,9 @@ pub async fn recorded_calls_read_back_filtered_with_summary_and_full_output(b: &
     b.close(store).await;
 }
 
-/// The admin page's call-log queries: by principal, by call id, and pages by time (rows
-/// strictly before a cursor, strictly after one), newest first, each alone and together
-/// with the other filters.
+/// The admin page's call-log queries: by principal, by call id, by the call they were made
+/// from, and pages by time (rows strictly before a cursor, strictly after one), newest
+/// first, each alone and together with the other filters.
 pub async fn calls_page_by_time_and_filter_by_principal_and_id(b: &mut impl Backend) {
     let store = b.open().await;
     let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_551_200);
@@ -548,6 +548,15 @@ pub async fn calls_page_by_time_and_filter_by_principal_and_id(b: &mut impl Back
     store
         .record(call("read", "anon", "ok").with_at(at(10)))
         .await;
+    for (i, parent) in [(11, "c2"), (12, "c4"), (13, "c2")] {
+        store
+            .record(
+                call("nested", &format!("n{i}"), "ok")
+                    .with_parent(parent)
+                    .with_at(at(i)),
+            )
+            .await;
+    }
     store.flush().await;
     let other = b.another().await;
     for (filter, want) in [
@@ -560,7 +569,17 @@ pub async fn calls_page_by_time_and_filter_by_principal_and_id(b: &mut impl Back
         (CallFilter::recent(10).call_id("nope"), vec![]),
         (CallFilter::recent(10).before(at(3)), vec!["c2", "c1", "c0"]),
         (CallFilter::recent(2).before(at(3)), vec!["c2", "c1"]),
-        (CallFilter::recent(10).after(at(3)), vec!["anon", "c4"]),
+        (
+            CallFilter::recent(10).after(at(3)),
+            vec!["n13", "n12", "n11", "anon", "c4"],
+        ),
+        (CallFilter::recent(10).parent("c2"), vec!["n13", "n11"]),
+        (CallFilter::recent(10).parent("c4"), vec!["n12"]),
+        (CallFilter::recent(10).parent("c1"), vec![]),
+        (
+            CallFilter::recent(10).parent("c2").before(at(13)),
+            vec!["n11"],
+        ),
         (
             CallFilter::recent(10).after(at(0)).before(at(4)),
             vec!["c3", "c2", "c1"],

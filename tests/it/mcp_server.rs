@@ -34,7 +34,7 @@ pub(crate) fn peers() -> PathBuf {
         .unwrap_or_else(|| repo_root().join(".peers"))
 }
 
-fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     let py = peers().join("venv/bin/python");
     assert!(
         py.exists(),
@@ -178,6 +178,11 @@ impl Server {
             "{url}"
         );
         Server { child, url, lines }
+    }
+
+    /// The server's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id().expect("running")
     }
 
     /// The next line the server prints on stdout.

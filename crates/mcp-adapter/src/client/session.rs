@@ -343,12 +343,12 @@ impl SessionPool {
             .count();
         if running >= cfg.max_per_principal {
             let who = if &*principal == ANONYMOUS {
-                "sessions without a token (`anonymous`)".to_owned()
+                "sessions without a token (`anonymous`) already run".to_owned()
             } else {
-                format!("principal `{principal}`")
+                format!("principal `{principal}` already runs")
             };
             return Err(format!(
-                "{who} already run {running} processes of it, its `max_per_principal`: end one of those MCP sessions, or wait for one to idle out (after {} without a call), and call again",
+                "{who} {running} of its processes, its `max_per_principal`: end one of those MCP sessions, or wait for one to idle out (after {} without a call), and call again",
                 duration_text(cfg.idle_timeout)
             ));
         }

@@ -262,7 +262,7 @@ pub(crate) async fn run_script(script: &str, args: &[&str]) {
     run_script_with_env(script, args, &[]).await;
 }
 
-async fn run_script_with_env(script: &str, args: &[&str], env: &[(&str, &str)]) {
+pub(crate) async fn run_script_with_env(script: &str, args: &[&str], env: &[(&str, &str)]) {
     let path = repo_root().join("tests/fixtures/mcp_server").join(script);
     let child = Command::new(python())
         .arg(&path)

@@ -15,7 +15,9 @@ use tokio::{
     process::Command,
 };
 
-use crate::mcp_server::{Server, fresh_dir, peers, python, quiver_binary, repo_root, run_script};
+use crate::mcp_server::{
+    Server, fresh_dir, peers, python, quiver_binary, repo_root, run_script, run_script_with_env,
+};
 
 /// server-filesystem as `.ci/setup-peers` installs it.
 fn filesystem_bin() -> PathBuf {
@@ -134,4 +136,29 @@ async fn stopping_quiver_stops_the_session_servers() {
         "the session's server-filesystem (pid {child}) outlived quiver serve"
     );
     let _ = client.kill().await;
+}
+
+/// Over stdio the connection is the session: the client's roots reach its server, and when
+/// the client closes Quiver's stdin, the server's child goes with Quiver.
+#[tokio::test]
+async fn a_stdio_session_gets_its_own_server_and_it_ends_with_the_connection() {
+    let (dir, a, b) = setup("");
+    let quiver_args = serde_json::json!([
+        "--config",
+        dir.join("quiver.toml").to_str().expect("utf-8 path"),
+    ])
+    .to_string();
+    let bin = quiver_binary();
+    run_script_with_env(
+        "session_servers.py",
+        &[
+            bin.to_str().expect("utf-8 path"),
+            "0",
+            &a.display().to_string(),
+            &b.display().to_string(),
+            "--stdio",
+        ],
+        &[("QUIVER_ARGS", &quiver_args)],
+    )
+    .await;
 }

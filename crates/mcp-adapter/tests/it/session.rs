@@ -223,7 +223,8 @@ async fn a_principal_gets_at_most_its_cap_and_closing_stops_everything() {
     );
     let env = list(&catalog, &b.ctx("alice"), &b.root).await;
     assert!(
-        text_of(&env).contains("principal `alice` already runs 1 of its processes, its `max_per_principal`"),
+        text_of(&env)
+            .contains("principal `alice` already runs 1 of its processes, its `max_per_principal`"),
         "{env:?}"
     );
     let text = listing(&catalog, &c.ctx("carol"), &c.root).await;

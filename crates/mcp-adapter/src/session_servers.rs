@@ -29,6 +29,7 @@ pub trait SessionServers: Send + Sync {
     );
 
     /// The session's client said its roots changed (`notifications/roots/list_changed`):
-    /// its servers are told, and fetch them again.
-    fn roots_changed(&self, session: &str);
+    /// its servers are told, and fetch them again through `client` (the session's own
+    /// channel) unless a later request brings another.
+    fn roots_changed(&self, session: &str, client: Option<Arc<dyn ClientChannel>>);
 }

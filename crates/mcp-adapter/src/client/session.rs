@@ -540,10 +540,13 @@ impl SessionPool {
     }
 
     /// The session's client said its roots changed: its processes are told.
-    pub(crate) fn roots_changed(&self, session: &str) {
+    pub(crate) fn roots_changed(&self, session: &str, client: Option<Arc<dyn ClientChannel>>) {
         let instances: Vec<Arc<Instance>> = lock(&self.state)
             .get(session)
-            .map(|e| e.instances.values().cloned().collect())
+            .map(|e| {
+                e.link.latest(client);
+                e.instances.values().cloned().collect()
+            })
             .unwrap_or_default();
         for inst in instances {
             inst.up.tell_roots_changed();
@@ -647,7 +650,7 @@ impl crate::SessionServers for super::McpClient {
         self.shared.sessions.open(session, principal, client).await;
     }
 
-    fn roots_changed(&self, session: &str) {
-        self.shared.sessions.roots_changed(session);
+    fn roots_changed(&self, session: &str, client: Option<Arc<dyn ClientChannel>>) {
+        self.shared.sessions.roots_changed(session, client);
     }
 }

@@ -71,7 +71,7 @@ impl SessionHandler {
     ) -> Arc<dyn quiver_contract::ClientChannel> {
         Arc::new(PeerChannel {
             peer: context.peer.clone(),
-            request_id: context.id.clone(),
+            request_id: Some(context.id.clone()),
             progress_token: None,
             progress: Arc::new(ProgressState::default()),
             features: channel::features(context.client_capabilities().as_ref()),
@@ -174,7 +174,7 @@ impl SessionHandler {
         let progress_token = context.meta.get_progress_token();
         let peer_channel = Arc::new(PeerChannel {
             peer: context.peer.clone(),
-            request_id: context.id.clone(),
+            request_id: Some(context.id.clone()),
             progress_token: progress_token.clone(),
             progress: progress_state.clone(),
             features,
@@ -486,7 +486,23 @@ impl ServerHandler for SessionHandler {
             content.roots_changed(&scope.key);
         }
         if let (Some(servers), Some(sid)) = (&self.shared.session_servers, &scope.session) {
-            servers.roots_changed(sid);
+            // Their new `roots/list` is asked on the session's own stream (no request of
+            // the client's is open for it).
+            let client: Arc<dyn quiver_contract::ClientChannel> = Arc::new(PeerChannel {
+                peer: context.peer.clone(),
+                request_id: None,
+                progress_token: None,
+                progress: Arc::new(ProgressState::default()),
+                features: channel::features(
+                    context.peer.peer_info().as_ref().map(|i| &i.capabilities),
+                ),
+                meta_level: None,
+                conn: self.conn.clone(),
+                logs_allowed: false,
+                missing: None,
+                outbox: None,
+            });
+            servers.roots_changed(sid, Some(client));
         }
     }
 

@@ -558,6 +558,11 @@ impl McpClient {
         meta::unregister(&self.shared);
     }
 
+    /// The per-session servers (`scope = "session"`), in configuration order.
+    pub fn per_session_servers(&self) -> Vec<String> {
+        self.shared.sessions.names()
+    }
+
     /// Every running process of a per-session server (`scope = "session"`), by server and
     /// session.
     pub fn session_servers(&self) -> Vec<SessionServerStatus> {

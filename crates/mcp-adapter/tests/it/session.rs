@@ -244,3 +244,60 @@ async fn a_principal_gets_at_most_its_cap_and_closing_stops_everything() {
         );
     }
 }
+
+/// A tool registered by hand under a family of the shared catalog.
+struct Held(quiver_contract::ToolSpec);
+
+#[async_trait]
+impl quiver_contract::Tool for Held {
+    fn spec(&self) -> &quiver_contract::ToolSpec {
+        &self.0
+    }
+    async fn call(&self, _: Value, _: &CallContext) -> quiver_contract::ToolResult {
+        Ok(Envelope::text("held"))
+    }
+}
+
+/// The per-session servers' tools take the client-MCP place of the family order: a
+/// server-global MCP tool of the same name keeps it (the per-session one is skipped), and a
+/// custom tool's name goes to the per-session one.
+#[tokio::test]
+async fn the_tools_rank_as_client_mcp_in_the_family_order() {
+    use quiver_registry::{Family, FamilyOrder};
+    let (catalog, client) = start(&[filesystem()], fast_options());
+    catalog.set_family_order(FamilyOrder::new([
+        Family::Core,
+        Family::ServerMcp,
+        Family::ClientMcp,
+        Family::Custom,
+        Family::Skills,
+    ]));
+    let held = |name: &str| {
+        Arc::new(Held(quiver_contract::ToolSpec::new(name, "Held by hand.")))
+            as Arc<dyn quiver_contract::Tool>
+    };
+    catalog
+        .register_in("mcp:other", held("mcp__fs__list_allowed_directories"))
+        .expect("registered");
+    catalog
+        .register_in(Family::Custom.name(), held("mcp__fs__read_text_file"))
+        .expect("registered");
+    let a = Session::new("fa");
+    a.open(&client, "alice").await;
+    let family = |name: &str| catalog.lookup(name).map(|e| e.family.to_string());
+    assert_eq!(
+        family("mcp__fs__list_allowed_directories").as_deref(),
+        Some("mcp:other"),
+        "a server-global MCP tool keeps its name"
+    );
+    assert_eq!(
+        family("mcp__fs__read_text_file").as_deref(),
+        Some("client MCP"),
+        "a custom tool's name goes to the client-MCP family"
+    );
+    assert_eq!(
+        family("mcp__fs__list_directory").as_deref(),
+        Some("client MCP")
+    );
+    within(Duration::from_secs(20), client.close()).await;
+}

@@ -10,7 +10,8 @@
 //! - **Tools**: each process lists into a catalog of its own. The shared catalog holds one
 //!   [`SessionTool`] per tool name, in the client-MCP family (after the server-global MCP
 //!   servers, before custom tools and skills; first registration wins, skipped names are
-//!   logged), registered when the first process of the server lists it. A call reaches the
+//!   logged), registered when a process of the server first lists it (as it connects, or
+//!   after its `tools/list_changed`). A call reaches the
 //!   calling session's own process, and only it; a call with no MCP session (a 2026-07-28
 //!   request, `quiver call`) is refused in words.
 //! - **Stop**: when the session ends ([`McpSession::ended`]), after `idle_timeout` without a
@@ -395,6 +396,8 @@ impl SessionPool {
             relays,
         );
         let _ = up.session.set(link);
+        let stopped = CancellationToken::new();
+        self.publish_relists(&cfg.name, &tools, &stopped);
         up.start_supervisor();
         tracing::info!(server = %cfg.name, session = %session, "started a process of per-session MCP server \"{}\" for its session", cfg.name);
         Arc::new(Instance {
@@ -406,9 +409,38 @@ impl SessionPool {
             connect_timeout: cfg.connect_timeout.unwrap_or(self.opts.connect_timeout),
             last_used: Mutex::new(Instant::now()),
             busy: AtomicUsize::new(0),
-            stopped: CancellationToken::new(),
+            stopped,
             rooted: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// A tool a process lists later (after its `tools/list_changed`) joins the shared
+    /// catalog too, until the process is stopped.
+    fn publish_relists(&self, server: &str, tools: &Arc<Catalog>, stopped: &CancellationToken) {
+        let mut events = tools.subscribe();
+        let (pool, tools, stopped, server) = (
+            self.me.clone(),
+            tools.clone(),
+            stopped.clone(),
+            server.to_owned(),
+        );
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stopped.cancelled() => return,
+                    event = events.recv() => match event {
+                        Ok(quiver_registry::CatalogEvent::Added(_))
+                        | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                        Ok(_) => continue,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    },
+                }
+                match pool.upgrade() {
+                    Some(pool) => pool.publish(&server, &tools),
+                    None => return,
+                }
+            }
+        });
     }
 
     /// Stops the session's processes when it ends (or Quiver closes).

@@ -301,3 +301,33 @@ async fn the_tools_rank_as_client_mcp_in_the_family_order() {
     );
     within(Duration::from_secs(20), client.close()).await;
 }
+
+/// A tool a session's process lists later (after its `tools/list_changed`) joins the shared
+/// catalog, in the client-MCP family.
+#[tokio::test]
+async fn a_tool_listed_later_joins_the_catalog() {
+    let (catalog, client) = start(
+        &[crate::fixture_server("fx", "normal").per_session()],
+        fast_options(),
+    );
+    let a = Session::new("ga");
+    a.open(&client, "alice").await;
+    assert!(catalog.lookup("mcp__fx__extra").is_none());
+    let grow = catalog.lookup("mcp__fx__grow").expect("listed");
+    let env = within(
+        Duration::from_secs(30),
+        grow.tool.call(json!({}), &a.ctx("alice")),
+    )
+    .await
+    .unwrap_or_else(Envelope::from);
+    assert!(text_of(&env).contains("grown"), "{env:?}");
+    wait_for("extra in the catalog", Duration::from_secs(20), || {
+        catalog.lookup("mcp__fx__extra").is_some()
+    })
+    .await;
+    assert_eq!(
+        &*catalog.lookup("mcp__fx__extra").expect("there").family,
+        "client MCP"
+    );
+    within(Duration::from_secs(20), client.close()).await;
+}

@@ -21,8 +21,10 @@ pub struct Capabilities {
     /// Tool-name patterns the caller may call (`*` suffix for a prefix); `None` allows all.
     pub allowed_tools: Option<Vec<String>>,
     /// Tool-name patterns a policy refuses this caller whatever it sends (a deny rule for
-    /// its token or tenant with no `requires_prior`): never offered to it (listed, found,
-    /// described, suggested), though a call still gets the rule's own refusal.
+    /// its token or tenant with no `requires_prior`), or that cannot serve it (a per-session
+    /// MCP server's tools, to a request with no MCP session): never offered to it (listed,
+    /// found, described, suggested), though a call still gets the rule's (or the tool's)
+    /// own refusal.
     pub denied_tools: Vec<String>,
     /// Capabilities switched on for the model (for example `web_search`).
     pub model: BTreeSet<String>,

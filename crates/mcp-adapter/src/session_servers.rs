@@ -15,6 +15,10 @@ pub trait SessionServers: Send + Sync {
     /// [`SessionServers::open`]).
     fn any(&self) -> bool;
 
+    /// The names of the per-session servers' tools, as patterns (`mcp__<prefix>__*`): not
+    /// offered to a request with no MCP session, which could not reach them.
+    fn tool_patterns(&self) -> Vec<String>;
+
     /// The session's first `tools/list` or `tools/call` (and each one after): starts the
     /// per-session servers it does not run yet, for its `principal` (none: `anonymous`),
     /// and waits (at most each server's connect timeout) until they have listed their tools.

@@ -673,6 +673,15 @@ impl crate::SessionServers for super::McpClient {
         self.shared.sessions.any()
     }
 
+    fn tool_patterns(&self) -> Vec<String> {
+        self.shared
+            .sessions
+            .configs()
+            .iter()
+            .map(|s| format!("mcp__{}__*", s.prefix))
+            .collect()
+    }
+
     async fn open(
         &self,
         session: &McpSession,

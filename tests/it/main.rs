@@ -9,5 +9,6 @@ mod identity;
 mod mcp_server;
 mod progressive;
 mod replicas;
+mod session_servers;
 mod skills;
 mod wire_text;

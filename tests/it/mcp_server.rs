@@ -34,7 +34,7 @@ pub(crate) fn peers() -> PathBuf {
         .unwrap_or_else(|| repo_root().join(".peers"))
 }
 
-fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     let py = peers().join("venv/bin/python");
     assert!(
         py.exists(),
@@ -180,6 +180,11 @@ impl Server {
         Server { child, url, lines }
     }
 
+    /// The server's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id().expect("running")
+    }
+
     /// The next line the server prints on stdout.
     async fn next_line(&mut self) -> Option<String> {
         tokio::time::timeout(Duration::from_secs(20), self.lines.next_line())
@@ -257,7 +262,7 @@ pub(crate) async fn run_script(script: &str, args: &[&str]) {
     run_script_with_env(script, args, &[]).await;
 }
 
-async fn run_script_with_env(script: &str, args: &[&str], env: &[(&str, &str)]) {
+pub(crate) async fn run_script_with_env(script: &str, args: &[&str], env: &[(&str, &str)]) {
     let path = repo_root().join("tests/fixtures/mcp_server").join(script);
     let child = Command::new(python())
         .arg(&path)

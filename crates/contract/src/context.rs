@@ -21,8 +21,10 @@ pub struct Capabilities {
     /// Tool-name patterns the caller may call (`*` suffix for a prefix); `None` allows all.
     pub allowed_tools: Option<Vec<String>>,
     /// Tool-name patterns a policy refuses this caller whatever it sends (a deny rule for
-    /// its token or tenant with no `requires_prior`): never offered to it (listed, found,
-    /// described, suggested), though a call still gets the rule's own refusal.
+    /// its token or tenant with no `requires_prior`), or that cannot serve it (a per-session
+    /// MCP server's tools, to a request with no MCP session): never offered to it (listed,
+    /// found, described, suggested), though a call still gets the rule's (or the tool's)
+    /// own refusal.
     pub denied_tools: Vec<String>,
     /// Capabilities switched on for the model (for example `web_search`).
     pub model: BTreeSet<String>,
@@ -149,6 +151,28 @@ pub trait ToolInvoker: Send + Sync {
 /// is kept for it past that.
 pub const REQUEST_SESSION_PREFIX: &str = "request:";
 
+/// The MCP session a call came over: a 2025-era streamable-HTTP session (its
+/// `Mcp-Session-Id`) or a stdio connection. What lives per session (a per-session MCP
+/// server's process) is keyed by its id and released when it ends.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct McpSession {
+    /// The session's id.
+    pub id: Arc<str>,
+    /// Cancelled when the session ends (`DELETE`, the end of stdin, the transport closed).
+    pub ended: CancellationToken,
+}
+
+impl McpSession {
+    /// The session `id`, which ends when `ended` is cancelled.
+    pub fn new(id: impl Into<Arc<str>>, ended: CancellationToken) -> Self {
+        McpSession {
+            id: id.into(),
+            ended,
+        }
+    }
+}
+
 /// Everything a tool knows about the call it is serving.
 #[derive(Clone, Default)]
 #[non_exhaustive]
@@ -187,6 +211,9 @@ pub struct CallContext {
     /// The most tokens this call's result may take when less than its tool's budget: the
     /// calls of one batch share their round's budget. `None` for the tool's own budget.
     pub result_tokens: Option<usize>,
+    /// The MCP session the call came over, if it came over one (a 2026-07-28 request has
+    /// none: that protocol is stateless).
+    pub mcp_session: Option<McpSession>,
 }
 
 /// A shared count of the `call_tool` calls one root custom-tool invocation may still make,
@@ -243,6 +270,7 @@ impl fmt::Debug for CallContext {
             .field("depth", &self.depth)
             .field("client", &self.client.as_ref().map(|c| c.features()))
             .field("call_budget", &self.call_budget.as_ref().map(|b| b.left()))
+            .field("mcp_session", &self.mcp_session.as_ref().map(|s| &s.id))
             .finish_non_exhaustive()
     }
 }
@@ -295,6 +323,12 @@ impl CallContext {
     /// Sets the shared `call_tool` budget of the custom-tool invocation this call is part of.
     pub fn with_call_budget(mut self, budget: Arc<CallBudget>) -> Self {
         self.call_budget = Some(budget);
+        self
+    }
+
+    /// Sets the MCP session the call came over.
+    pub fn with_mcp_session(mut self, session: McpSession) -> Self {
+        self.mcp_session = Some(session);
         self
     }
 

@@ -61,6 +61,8 @@ pub struct Adapters {
     /// The admin web page at `/admin` (HTTP only, and only with an admin token in the
     /// options).
     pub admin_page: Option<quiver_admin_web::AdminPage>,
+    /// The per-session MCP servers (`quiver serve` passes its MCP client).
+    pub session_servers: Option<Arc<dyn quiver_mcp_adapter::SessionServers>>,
 }
 
 /// `GET /metrics`: behind the admin token on the MCP listener (with no admin token, not
@@ -90,6 +92,7 @@ impl std::fmt::Debug for Adapters {
             .field("reload", &self.reload.is_some())
             .field("metrics", &self.metrics)
             .field("admin_page", &self.admin_page.is_some())
+            .field("session_servers", &self.session_servers.is_some())
             .finish()
     }
 }
@@ -128,6 +131,9 @@ pub async fn serve(
     }
     if let Some(content) = adapters.content {
         server = server.with_content(content);
+    }
+    if let Some(servers) = adapters.session_servers {
+        server = server.with_session_servers(servers);
     }
     if let Some(readiness) = adapters.readiness {
         server = server.with_readiness(readiness);

@@ -18,14 +18,16 @@ mod floats;
 mod lines;
 mod protocol;
 pub mod server;
+mod session_servers;
 mod sse;
 mod sync;
 mod wire;
 
 pub use client::{
     ClientOptions, INHERITED_ENV, Liveness, McpClient, McpClientConfig, RESOURCE_TOOLS,
-    RESOURCE_TOOLS_FAMILY, Reconciled, ResolvedServer, ServerConfig, ServerCounters, ServerState,
-    ServerStatus, TransportKind, interpolate_env, validate_all,
+    RESOURCE_TOOLS_FAMILY, Reconciled, ResolvedServer, SESSION_IDLE_TIMEOUT,
+    SESSION_MAX_PER_PRINCIPAL, ServerConfig, ServerCounters, ServerScope, ServerState,
+    ServerStatus, SessionServerStatus, TransportKind, interpolate_env, validate_all,
 };
 pub use client::{
     comparable_definitions, connection_findings, server_list_findings, token_findings,
@@ -38,3 +40,4 @@ pub use server::{
     McpServer, MetricsExposition, OidcAuth, PROMPT_ARGUMENT, Readiness, Reload, ServeError,
     ServerOptions, allowed_authorities,
 };
+pub use session_servers::SessionServers;

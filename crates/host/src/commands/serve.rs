@@ -212,6 +212,7 @@ pub(crate) async fn run(
                 listen: metrics_addr,
             }),
             admin_page,
+            session_servers: Some(std::sync::Arc::new(app.mcp.clone())),
         },
         signals,
     )

@@ -49,7 +49,8 @@ pub(crate) fn run(
         say!("{line}");
     }
     let servers = app.mcp.status();
-    if servers.is_empty() {
+    let per_session = app.mcp.per_session_servers();
+    if servers.is_empty() && per_session.is_empty() {
         say!("no upstream MCP servers configured");
     }
     for s in servers {
@@ -83,6 +84,12 @@ pub(crate) fn run(
             s.name,
             state,
             s.tools.len()
+        );
+    }
+    for name in per_session {
+        say!(
+            "{name:<20} {:<12}           one process per MCP session of `quiver serve` (scope = \"session\")",
+            "per session"
         );
     }
     Ok(ExitCode::SUCCESS)

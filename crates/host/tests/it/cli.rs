@@ -1114,6 +1114,35 @@ fn status_shows_retrying_servers_with_the_next_attempt_and_a_plain_reason() {
     assert!(!err.contains("rmcp::"), "{err}");
 }
 
+/// A per-session server is configured but runs only inside `quiver serve`'s sessions:
+/// `status` says so rather than "no upstream MCP servers configured", and `check` takes it.
+#[test]
+fn status_names_a_per_session_server() {
+    let dir = workdir("per-session");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[[mcp.servers]]\nname = \"fs\"\ncommand = \"/nonexistent/quiver-test-server\"\nscope = \"session\"\n",
+    )
+    .unwrap();
+    let out = quiver_in(&dir, &["status"]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        !text.contains("no upstream MCP servers configured"),
+        "{text}"
+    );
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("fs "))
+        .unwrap_or_else(|| panic!("no fs line in {text}"));
+    assert!(
+        line.contains("per session") && line.contains("one process per MCP session"),
+        "{line}"
+    );
+    let out = quiver_in(&dir, &["check"]);
+    assert!(out.status.success(), "{}", stdout(&out));
+}
+
 /// A `required` server that is down stops `serve` and the working commands, but `status`
 /// and `check`, which are how an operator finds out why, still show what they know (the
 /// table, the findings) and exit 1 rather than 2 (a configuration error). Each waits out the

@@ -49,6 +49,29 @@ fn yes() -> bool {
     true
 }
 
+/// Who a server's process serves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ServerScope {
+    /// One connection for the whole process, shared by every session (the default).
+    #[default]
+    Shared,
+    /// One process per MCP session, started at the session's first `tools/list` or
+    /// `tools/call`, given that session's roots and stopped when it ends or idles out; its
+    /// tools are the catalog's client-MCP family and reach only the calling session's
+    /// process. Stdio servers only.
+    Session,
+}
+
+/// How long a per-session server may go without a call before it is stopped, when the
+/// configuration does not say (`idle_timeout`).
+pub const SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How many processes of one per-session server one principal may run at once, when the
+/// configuration does not say (`max_per_principal`).
+pub const SESSION_MAX_PER_PRINCIPAL: usize = 8;
+
 /// One upstream MCP server as configured (for example a `[[mcp.servers]]` TOML table).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -138,6 +161,19 @@ pub struct ServerConfig {
     /// only to callers whose model declares them (`model_capabilities` of a token).
     #[serde(default)]
     pub requires: Vec<String>,
+    /// `shared` (the default: one connection for the process) or `session` (one process
+    /// per MCP session, rooted at that session's client roots; see [`ServerScope`]).
+    #[serde(default)]
+    pub scope: ServerScope,
+    /// A per-session server is stopped after this long without a call (and started again
+    /// by the session's next call); [`SESSION_IDLE_TIMEOUT`] when absent.
+    #[serde(default, deserialize_with = "de_duration")]
+    pub idle_timeout: Option<Duration>,
+    /// How many processes of this per-session server one principal (an inbound token's
+    /// name; `anonymous` without one) may run at once; [`SESSION_MAX_PER_PRINCIPAL`] when
+    /// absent. A session over it is refused the server's tools, in words.
+    #[serde(default)]
+    pub max_per_principal: Option<usize>,
 }
 
 impl ServerConfig {
@@ -186,7 +222,16 @@ impl ServerConfig {
             requires: Vec::new(),
             deny_tools: Vec::new(),
             insecure_http: false,
+            scope: ServerScope::Shared,
+            idle_timeout: None,
+            max_per_principal: None,
         }
+    }
+
+    /// Runs one process of this server per MCP session (see [`ServerScope::Session`]).
+    pub fn per_session(mut self) -> Self {
+        self.scope = ServerScope::Session;
+        self
     }
 
     /// Sets an environment variable for the child.
@@ -341,6 +386,12 @@ pub struct ResolvedServer {
     pub(crate) progressive_tools: Vec<String>,
     /// Model capabilities its tools need.
     pub(crate) requires: Vec<String>,
+    /// Shared, or one process per session.
+    pub scope: ServerScope,
+    /// A per-session server's idle timeout.
+    pub(crate) idle_timeout: Duration,
+    /// A per-session server's processes per principal.
+    pub(crate) max_per_principal: usize,
     pub(crate) endpoint: Endpoint,
 }
 
@@ -624,6 +675,7 @@ fn resolve(
             return Err(cfg_err(&s.name, "set `command` (stdio) or `url` (http)"));
         }
     };
+    check_scope(s, kind)?;
     let endpoint = match kind {
         TransportKind::Stdio => {
             let Some(command) = s.command.clone() else {
@@ -810,8 +862,65 @@ fn resolve(
         progressive_tools: s.progressive_tools.clone(),
         requires: s.requires.clone(),
         deny_tools: s.deny_tools.iter().cloned().collect(),
+        scope: s.scope,
+        idle_timeout: s.idle_timeout.unwrap_or(SESSION_IDLE_TIMEOUT),
+        max_per_principal: s.max_per_principal.unwrap_or(SESSION_MAX_PER_PRINCIPAL),
         endpoint,
     })
+}
+
+/// What `scope = "session"` rules out, and what only it allows.
+fn check_scope(s: &ServerConfig, kind: TransportKind) -> Result<(), McpError> {
+    if s.scope == ServerScope::Shared {
+        for (set, key) in [
+            (s.idle_timeout.is_some(), "idle_timeout"),
+            (s.max_per_principal.is_some(), "max_per_principal"),
+        ] {
+            if set {
+                return Err(cfg_err(
+                    &s.name,
+                    format!(
+                        "`{key}` applies to per-session servers only; add `scope = \"session\"` or remove `{key}`"
+                    ),
+                ));
+            }
+        }
+        return Ok(());
+    }
+    let why = if kind == TransportKind::Http {
+        Some(
+            "it is an http server, one endpoint Quiver connects to rather than a process it starts: run it as a stdio `command`, or remove `scope` to share it",
+        )
+    } else if s.required {
+        Some(
+            "`required = true` makes start-up wait for a server, and a per-session server starts only when a session uses it: remove one of the two",
+        )
+    } else if s.bare_prompts {
+        Some(
+            "a per-session server serves tools only (no resources or prompts), so `bare_prompts = true` has nothing to serve: remove it",
+        )
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        return Err(cfg_err(
+            &s.name,
+            format!("`scope = \"session\"` cannot apply: {why}"),
+        ));
+    }
+    if s.max_per_principal == Some(0) {
+        return Err(cfg_err(
+            &s.name,
+            "`max_per_principal = 0` would refuse every session; give at least 1, or remove the server",
+        ));
+    }
+    if s.idle_timeout.is_some_and(|d| d.is_zero()) {
+        return Err(cfg_err(
+            &s.name,
+            "`idle_timeout` is zero, which would stop the server between any two calls; give a duration such as \"10m\"",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ mod passthrough;
 mod pipe;
 mod roots;
 mod route;
+mod session;
 mod to_contract;
 mod tool;
 mod upstream;
@@ -39,14 +40,16 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 pub use config::{
-    INHERITED_ENV, Liveness, McpClientConfig, ResolvedServer, ServerConfig, TransportKind,
-    interpolate_env, validate_all,
+    INHERITED_ENV, Liveness, McpClientConfig, ResolvedServer, SESSION_IDLE_TIMEOUT,
+    SESSION_MAX_PER_PRINCIPAL, ServerConfig, ServerScope, TransportKind, interpolate_env,
+    validate_all,
 };
 pub use findings::{
     comparable_definitions, connection_findings, server_list_findings, token_findings,
     unconnected_server_of,
 };
 pub use meta::{RESOURCE_TOOLS, RESOURCE_TOOLS_FAMILY};
+pub use session::SessionServerStatus;
 pub use upstream::{ServerCounters, ServerState};
 
 use crate::McpError;
@@ -165,6 +168,8 @@ pub(crate) struct Shared {
     meta_registered: Mutex<bool>,
     /// What `quiver serve` passes through: routing indexes and subscription counts.
     passthrough: passthrough::State,
+    /// The per-session servers (`scope = "session"`) and their processes.
+    sessions: Arc<session::SessionPool>,
 }
 
 impl Shared {
@@ -237,15 +242,25 @@ impl McpClient {
     /// A client publishing into `catalog`, with no servers yet.
     pub fn new(catalog: Arc<Catalog>, opts: ClientOptions) -> Self {
         let permits = opts.max_concurrent_dials.max(1);
+        let opts = Arc::new(opts);
+        let dial_permits = Arc::new(Semaphore::new(permits));
+        let closed = CancellationToken::new();
+        let sessions = session::SessionPool::new(
+            catalog.clone(),
+            opts.clone(),
+            dial_permits.clone(),
+            closed.clone(),
+        );
         let shared = Arc::new(Shared {
             catalog,
-            opts: Arc::new(opts),
-            dial_permits: Arc::new(Semaphore::new(permits)),
-            closed: CancellationToken::new(),
+            opts,
+            dial_permits,
+            closed,
             servers: Mutex::new(BTreeMap::new()),
             next_order: std::sync::atomic::AtomicUsize::new(0),
             meta_registered: Mutex::new(false),
             passthrough: passthrough::State::default(),
+            sessions,
         });
         let weak = Arc::downgrade(&shared);
         shared
@@ -272,11 +287,20 @@ impl McpClient {
             return Err(McpError::Closed);
         }
         let mut servers = lock(&self.shared.servers);
-        if servers.keys().any(|n| n.eq_ignore_ascii_case(&server.name)) {
+        if servers
+            .keys()
+            .cloned()
+            .chain(self.shared.sessions.names())
+            .any(|n| n.eq_ignore_ascii_case(&server.name))
+        {
             return Err(McpError::Config(format!(
                 "an MCP server named \"{}\" (ignoring case) is already added",
                 server.name
             )));
+        }
+        if server.scope == ServerScope::Session {
+            self.shared.sessions.add(server);
+            return Ok(());
         }
         let weak = Arc::downgrade(&self.shared);
         let name = server.name.clone();
@@ -447,7 +471,7 @@ impl McpClient {
     pub async fn remove_server(&self, name: &str) -> bool {
         let removed = lock(&self.shared.servers).remove(name);
         let Some((_, up)) = removed else {
-            return false;
+            return self.shared.sessions.remove(name).await;
         };
         up.retire().await;
         let lists = &self.shared.passthrough.lists;
@@ -467,11 +491,19 @@ impl McpClient {
     /// changed it would (its tools leave the catalog and come back when it lists them).
     /// `Ok(false)` when there is no such server.
     pub async fn restart_server(&self, name: &str) -> Result<bool, McpError> {
-        let Some(up) = self.shared.server(name) else {
-            return Ok(false);
+        let cfg = match self.shared.server(name) {
+            Some(up) => up.cfg.clone(),
+            None => match self
+                .shared
+                .sessions
+                .configs()
+                .into_iter()
+                .find(|s| s.name == name)
+            {
+                Some(cfg) => cfg,
+                None => return Ok(false),
+            },
         };
-        let cfg = up.cfg.clone();
-        drop(up);
         self.remove_server(name).await;
         self.add_server(cfg)?;
         Ok(true)
@@ -485,7 +517,9 @@ impl McpClient {
             .shared
             .servers()
             .into_iter()
-            .map(|up| (up.name().to_owned(), up.cfg.clone()))
+            .map(|up| up.cfg.clone())
+            .chain(self.shared.sessions.configs())
+            .map(|cfg| (cfg.name.clone(), cfg))
             .collect();
         let mut done = Reconciled::default();
         let wanted: std::collections::BTreeSet<&str> =
@@ -520,7 +554,19 @@ impl McpClient {
         self.shared.closed.cancel();
         let servers = self.shared.servers();
         futures::future::join_all(servers.iter().map(|up| up.close())).await;
+        self.shared.sessions.close().await;
         meta::unregister(&self.shared);
+    }
+
+    /// The per-session servers (`scope = "session"`), in configuration order.
+    pub fn per_session_servers(&self) -> Vec<String> {
+        self.shared.sessions.names()
+    }
+
+    /// Every running process of a per-session server (`scope = "session"`), by server and
+    /// session.
+    pub fn session_servers(&self) -> Vec<SessionServerStatus> {
+        self.shared.sessions.status()
     }
 }
 

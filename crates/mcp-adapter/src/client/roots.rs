@@ -62,6 +62,39 @@ impl Who {
     }
 }
 
+/// A per-session server's tie to its session: it is given that session's roots, and only
+/// those, whoever's call is in flight (only that session's calls reach it).
+pub(crate) struct SessionLink {
+    /// The session, as its roots' holder.
+    pub(crate) who: Who,
+    /// The channel of the session's latest request, which answers the server's
+    /// `roots/list` (a request still open carries the question on its own stream; one
+    /// that ended, on the session's).
+    client: Mutex<Option<Arc<dyn quiver_contract::ClientChannel>>>,
+}
+
+impl SessionLink {
+    /// The link of the session `id`.
+    pub(crate) fn new(id: &str) -> Self {
+        SessionLink {
+            who: Who::Named(id.into()),
+            client: Mutex::new(None),
+        }
+    }
+
+    /// The session's latest request came with `client`.
+    pub(crate) fn latest(&self, client: Option<Arc<dyn quiver_contract::ClientChannel>>) {
+        if client.is_some() {
+            *lock(&self.client) = client;
+        }
+    }
+
+    /// The channel that answers the server's `roots/list`.
+    pub(crate) fn client(&self) -> Option<Arc<dyn quiver_contract::ClientChannel>> {
+        lock(&self.client).clone()
+    }
+}
+
 /// The answer to a `roots/list` that cannot be answered with the roots of the client whose
 /// call caused it (none in flight, several, a client that failed or did not answer in
 /// time): none. Never an error, which would leave the server holding the roots of the
@@ -212,6 +245,12 @@ impl Roots {
     /// that it is answered with none).
     pub(crate) async fn settle(&self, mark: Mark, limit: Duration) {
         let _ = tokio::time::timeout(limit, self.answered_since(mark)).await;
+    }
+
+    /// Waits at most `limit` for the server's first `roots/list` to be answered and the
+    /// answer delivered (a per-session server, before its session's first call).
+    pub(crate) async fn first_given(&self, limit: Duration) {
+        let _ = tokio::time::timeout(limit, self.answered_since(Mark(0, 0))).await;
     }
 
     /// Until a `roots/list` answer given after `before` was delivered.

@@ -119,6 +119,16 @@ async fn run(
     if let Some((c, _)) = &channel {
         ctx = ctx.with_client(c.clone());
     }
+    if let Some(session) = scope.session.as_ref().and_then(|id| shared.mcp_session(id)) {
+        shared
+            .open_session_servers(
+                Some(&session),
+                scope.principal.as_deref(),
+                ctx.client.clone(),
+            )
+            .await;
+        ctx = ctx.with_mcp_session(session);
+    }
     let progress_state = channel.map(|(_, state)| state);
     let every = shared.options.progress_interval;
     // Only a call with a progress token needs the timer.

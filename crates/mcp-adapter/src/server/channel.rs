@@ -172,8 +172,10 @@ impl Missing {
 /// The channel of one call.
 pub(crate) struct PeerChannel {
     pub(crate) peer: Peer<RoleServer>,
-    /// The `tools/call` request id: server requests ride its response stream (SEP-2260).
-    pub(crate) request_id: RequestId,
+    /// The request id: server requests ride its response stream (SEP-2260). None for a
+    /// channel of the session itself (what a notification causes), whose requests go on
+    /// the session's standalone stream.
+    pub(crate) request_id: Option<RequestId>,
     pub(crate) progress_token: Option<ProgressToken>,
     pub(crate) progress: Arc<ProgressState>,
     pub(crate) features: ClientFeatures,
@@ -205,9 +207,11 @@ impl PeerChannel {
     }
 
     async fn send(&self, mut request: ServerRequest) -> Result<Value, ChannelError> {
-        request
-            .extensions_mut()
-            .insert(OriginatingRequestId(self.request_id.clone()));
+        if let Some(origin) = &self.request_id {
+            request
+                .extensions_mut()
+                .insert(OriginatingRequestId(origin.clone()));
+        }
         // rmcp stamps a request sent from inside a request handler with that handler's
         // request id, over ours; a relayed request runs inside the *upstream's* handler, in
         // another id space. Task-locals do not cross a spawn, so ours survives there.
@@ -257,7 +261,7 @@ impl PeerChannel {
 /// client `notifications/cancelled` for it (on the call's stream, from a task of its own).
 struct Asked {
     peer: Peer<RoleServer>,
-    origin: RequestId,
+    origin: Option<RequestId>,
     id: Option<RequestId>,
 }
 
@@ -276,9 +280,11 @@ impl Drop for Asked {
                     Some("the tool call that asked has ended".into()),
                 )),
             );
-            cancelled
-                .extensions_mut()
-                .insert(OriginatingRequestId(origin));
+            if let Some(origin) = origin {
+                cancelled
+                    .extensions_mut()
+                    .insert(OriginatingRequestId(origin));
+            }
             let _ = peer.send_notification(cancelled).await;
         });
     }

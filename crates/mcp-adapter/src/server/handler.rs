@@ -52,11 +52,35 @@ pub(crate) struct SessionHandler {
 
 impl SessionHandler {
     pub(crate) fn new(shared: Arc<Shared>, fixed_session: Option<Arc<str>>) -> Self {
+        let conn = Arc::new(Connection::new());
+        if let Some(sid) = &fixed_session {
+            lock(&shared.session_ends).insert(sid.clone(), conn.closed.clone());
+        }
         SessionHandler {
             shared,
-            conn: Arc::new(Connection::new()),
+            conn,
             fixed_session,
         }
+    }
+
+    /// A channel to the session's client for what a request other than a call causes (a
+    /// per-session server's `roots/list` while the session's tools are listed).
+    fn request_channel(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Arc<dyn quiver_contract::ClientChannel> {
+        Arc::new(PeerChannel {
+            peer: context.peer.clone(),
+            request_id: Some(context.id.clone()),
+            progress_token: None,
+            progress: Arc::new(ProgressState::default()),
+            features: channel::features(context.client_capabilities().as_ref()),
+            meta_level: None,
+            conn: self.conn.clone(),
+            logs_allowed: false,
+            missing: None,
+            outbox: None,
+        })
     }
 
     /// Records a `tools/call` whose params do not fit (`arguments` that is not an object, a
@@ -150,7 +174,7 @@ impl SessionHandler {
         let progress_token = context.meta.get_progress_token();
         let peer_channel = Arc::new(PeerChannel {
             peer: context.peer.clone(),
-            request_id: context.id.clone(),
+            request_id: Some(context.id.clone()),
             progress_token: progress_token.clone(),
             progress: progress_state.clone(),
             features,
@@ -331,6 +355,7 @@ impl SessionHandler {
     /// Makes this session reachable by the direct path (HTTP sessions only).
     fn register(&self, sid: &Arc<str>, peer: &Peer<RoleServer>) {
         if self.conn.session_id.set(sid.clone()).is_ok() {
+            lock(&self.shared.session_ends).insert(sid.clone(), self.conn.closed.clone());
             self.shared
                 .direct
                 .insert(sid.clone(), self.conn.clone(), peer.clone());
@@ -355,6 +380,9 @@ impl Drop for SessionHandler {
         }
         if let Some(sid) = self.conn.session_id.get() {
             self.shared.direct.remove(sid);
+        }
+        if let Some(sid) = self.conn.session_id.get().or(self.fixed_session.as_ref()) {
+            lock(&self.shared.session_ends).remove(sid);
         }
         // A session's key never comes back: what the store mirrored for it goes too.
         for key in lock(&self.conn.session_keys).drain() {
@@ -451,11 +479,30 @@ impl ServerHandler for SessionHandler {
     /// The client's roots changed: an upstream holding them fetches them again before its
     /// next call (Quiver declares `roots.listChanged` upstream for this).
     async fn on_roots_list_changed(&self, context: NotificationContext<RoleServer>) {
-        if let (Ok(scope), Some(content)) = (
-            self.scope(&RequestMetaObject::default(), &context.extensions),
-            &self.shared.content,
-        ) {
+        let Ok(scope) = self.scope(&RequestMetaObject::default(), &context.extensions) else {
+            return;
+        };
+        if let Some(content) = &self.shared.content {
             content.roots_changed(&scope.key);
+        }
+        if let (Some(servers), Some(sid)) = (&self.shared.session_servers, &scope.session) {
+            // Their new `roots/list` is asked on the session's own stream (no request of
+            // the client's is open for it).
+            let client: Arc<dyn quiver_contract::ClientChannel> = Arc::new(PeerChannel {
+                peer: context.peer.clone(),
+                request_id: None,
+                progress_token: None,
+                progress: Arc::new(ProgressState::default()),
+                features: channel::features(
+                    context.peer.peer_info().as_ref().map(|i| &i.capabilities),
+                ),
+                meta_level: None,
+                conn: self.conn.clone(),
+                logs_allowed: false,
+                missing: None,
+                outbox: None,
+            });
+            servers.roots_changed(sid, Some(client));
         }
     }
 
@@ -522,6 +569,20 @@ impl ServerHandler for SessionHandler {
         }
         let scope = self.scope(&context.meta, &context.extensions)?;
         self.track(&scope, &context.peer);
+        // A per-session server's tools are listed once the session runs it.
+        if let Some(session) = scope
+            .session
+            .as_ref()
+            .and_then(|id| self.shared.mcp_session(id))
+        {
+            self.shared
+                .open_session_servers(
+                    Some(&session),
+                    scope.principal.as_deref(),
+                    Some(self.request_channel(&context)),
+                )
+                .await;
+        }
         let _pin = self.shared.enter(&scope.key).await;
         let composed = self
             .shared

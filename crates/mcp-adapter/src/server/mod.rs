@@ -168,6 +168,11 @@ pub(crate) struct Shared {
     pub(crate) calls: Option<Arc<dyn quiver_registry::store::CallLog>>,
     /// Where resources, prompts and completions come from (none: tools only).
     pub(crate) content: Option<Arc<dyn ContentSource>>,
+    /// The per-session MCP servers (none: no server runs per session).
+    pub(crate) session_servers: Option<Arc<dyn crate::SessionServers>>,
+    /// Each open MCP session's end, by session id (`McpSession::ended`).
+    pub(crate) session_ends:
+        std::sync::Mutex<std::collections::HashMap<Arc<str>, CancellationToken>>,
     /// The HTTP sessions the direct path may answer.
     pub(crate) direct: direct::DirectSessions,
     /// 2026-07-28 calls waiting for their client's input.
@@ -191,6 +196,27 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The MCP session `id` with its end, when it is open.
+    pub(crate) fn mcp_session(&self, id: &Arc<str>) -> Option<quiver_contract::McpSession> {
+        let ended = crate::sync::lock(&self.session_ends).get(id).cloned()?;
+        Some(quiver_contract::McpSession::new(id.clone(), ended))
+    }
+
+    /// Starts the session's per-session servers it does not run yet (see
+    /// `SessionServers::open`); nothing without any, or outside an MCP session.
+    pub(crate) async fn open_session_servers(
+        &self,
+        session: Option<&quiver_contract::McpSession>,
+        principal: Option<&str>,
+        client: Option<Arc<dyn quiver_contract::ClientChannel>>,
+    ) {
+        if let (Some(servers), Some(session)) = (&self.session_servers, session)
+            && servers.any()
+        {
+            servers.open(session, principal, client).await;
+        }
+    }
+
     /// The MCP sessions open over HTTP now (0 before a router is built, and on stdio).
     pub(crate) async fn http_sessions_open(&self) -> usize {
         let sessions = crate::sync::lock(&self.http_sessions).clone();
@@ -298,6 +324,8 @@ impl McpServer {
                 sessions: None,
                 calls: None,
                 content: None,
+                session_servers: None,
+                session_ends: std::sync::Mutex::new(std::collections::HashMap::new()),
                 direct: direct::DirectSessions::default(),
                 rounds: Arc::new(rounds::Rounds::new(input_wait)),
                 readiness: None,
@@ -337,6 +365,15 @@ impl McpServer {
     pub fn with_content(mut self, source: Arc<dyn ContentSource>) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.content = Some(source);
+        }
+        self
+    }
+
+    /// Starts and stops the per-session MCP servers (see [`SessionServers`](crate::SessionServers)):
+    /// each session's first `tools/list` or `tools/call` opens them, its end stops them.
+    pub fn with_session_servers(mut self, servers: Arc<dyn crate::SessionServers>) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.session_servers = Some(servers);
         }
         self
     }

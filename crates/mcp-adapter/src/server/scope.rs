@@ -207,11 +207,21 @@ pub(crate) fn scope(
     // A request's own key ends with it, as a session's does.
     let session_bound = session_id.is_some_and(|sid| key.mcp_session_id() == Some(sid))
         || key.kind() == quiver_surface::SessionKind::Request;
+    let mut capabilities = principal
+        .map(|p| p.capabilities.clone())
+        .unwrap_or_else(|| Arc::new(Capabilities::all()));
+    // A request with no MCP session cannot reach a per-session server: its tools are not
+    // offered to it (a call still gets the tool's refusal, in words).
+    if session_id.is_none()
+        && let Some(servers) = shared.session_servers.as_ref().filter(|s| s.any())
+    {
+        let mut caps = (*capabilities).clone();
+        caps.denied_tools.extend(servers.tool_patterns());
+        capabilities = Arc::new(caps);
+    }
     Ok(Scope {
         key,
-        capabilities: principal
-            .map(|p| p.capabilities.clone())
-            .unwrap_or_else(|| Arc::new(Capabilities::all())),
+        capabilities,
         mode: principal
             .and_then(|p| p.mode)
             .unwrap_or(shared.options.default_mode),

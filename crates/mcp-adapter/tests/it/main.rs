@@ -8,6 +8,7 @@ mod faults;
 mod features;
 mod python_servers;
 mod relay;
+mod session;
 
 use std::{
     future::Future,

@@ -117,3 +117,66 @@ fn interpolation() {
             .contains("B is not set")
     );
 }
+
+/// `scope = "session"` and the keys only it takes: what cannot be per session is refused
+/// saying why, an unknown scope names the two there are, and the defaults apply.
+#[test]
+fn a_per_session_server_is_checked_for_what_it_cannot_be() {
+    let refused = |s: ServerConfig| validate_all(&[s], &|_| None).unwrap_err().to_string();
+    let fs = || ServerConfig::stdio("fs", "mcp-server-filesystem", vec![]);
+    let ok = validate_all(&[fs().per_session()], &|_| None).expect("a stdio server may be");
+    assert_eq!(ok[0].scope, ServerScope::Session);
+    assert_eq!(ok[0].idle_timeout, SESSION_IDLE_TIMEOUT);
+    assert_eq!(ok[0].max_per_principal, SESSION_MAX_PER_PRINCIPAL);
+    let http = refused(ServerConfig::http("web", "https://a.example/mcp").per_session());
+    assert!(
+        http.contains("`scope = \"session\"` cannot apply: it is an http server")
+            && http.contains("remove `scope` to share it"),
+        "{http}"
+    );
+    let required = refused(fs().per_session().required());
+    assert!(
+        required.contains("`required = true` makes start-up wait"),
+        "{required}"
+    );
+    let mut bare = fs().per_session();
+    bare.bare_prompts = true;
+    assert!(refused(bare).contains("`bare_prompts = true` has nothing to serve"));
+    let mut zero = fs().per_session();
+    zero.max_per_principal = Some(0);
+    assert!(refused(zero).contains("`max_per_principal = 0` would refuse every session"));
+    for key in ["idle_timeout", "max_per_principal"] {
+        let value = if key == "idle_timeout" {
+            serde_json::json!("5m")
+        } else {
+            serde_json::json!(2)
+        };
+        let shared: ServerConfig =
+            serde_json::from_value(serde_json::json!({"name": "fs", "command": "x", key: value}))
+                .expect("it parses");
+        let err = refused(shared);
+        assert!(
+            err.contains(&format!(
+                "`{key}` applies to per-session servers only; add `scope = \"session\"`"
+            )),
+            "{err}"
+        );
+    }
+    let unknown = serde_json::from_value::<ServerConfig>(
+        serde_json::json!({"name": "fs", "command": "x", "scope": "process"}),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        unknown.contains("unknown variant `process`, expected `shared` or `session`"),
+        "{unknown}"
+    );
+    let set: ServerConfig = serde_json::from_value(serde_json::json!({
+        "name": "fs", "command": "x", "scope": "session",
+        "idle_timeout": "90s", "max_per_principal": 3,
+    }))
+    .expect("it parses");
+    let set = validate_all(&[set], &|_| None).expect("valid");
+    assert_eq!(set[0].idle_timeout, Duration::from_secs(90));
+    assert_eq!(set[0].max_per_principal, 3);
+}

@@ -508,12 +508,32 @@ impl Upstream {
 impl Upstream {
     /// A downstream client said its roots changed: if this server holds them, they are
     /// fetched again before its next call.
+    /// Waits at most `limit` for the server's first `roots/list` to be answered.
+    pub(crate) async fn first_roots(&self, limit: Duration) {
+        self.roots.first_given(limit).await;
+    }
+
+    /// Tells a per-session server its session's roots changed, so it fetches them again.
+    pub(crate) fn tell_roots_changed(&self) {
+        let Some(conn) = self.conn() else { return };
+        let server = self.cfg.name.clone();
+        tokio::spawn(async move {
+            if let Err(e) = conn.peer.notify_roots_list_changed().await {
+                tracing::debug!(server = %server, error = %e, "roots/list_changed not sent");
+            }
+        });
+    }
+
     pub(crate) fn roots_changed(&self, who: &Who) {
         self.roots.forget(who);
     }
 
     /// Whether the server holds another client's roots than this call's (or none it should).
     fn roots_stale(&self, conn: &Conn, ctx: &CallContext) -> bool {
+        // A per-session server holds its session's roots, and serves no other client.
+        if self.session.get().is_some() {
+            return false;
+        }
         let has_roots = ctx.client.as_ref().is_some_and(|c| c.features().roots);
         self.roots
             .stale_for(conn.generation, &Who::of(ctx), has_roots)
@@ -527,7 +547,7 @@ impl Upstream {
     async fn sync_roots(&self, conn: &Conn, label: &str, ctx: &CallContext, limit: Duration) {
         let who = Who::of(ctx);
         let has_roots = ctx.client.as_ref().is_some_and(|c| c.features().roots);
-        if !self.roots.stale_for(conn.generation, &who, has_roots) {
+        if self.session.get().is_some() || !self.roots.stale_for(conn.generation, &who, has_roots) {
             return;
         }
         // Registered while the server fetches, so that its `roots/list` reaches this call's

@@ -23,7 +23,7 @@ use super::{
     ClientOptions,
     config::{Endpoint, ResolvedServer},
     delivery::{Deliveries, Written},
-    roots::Roots,
+    roots::{Roots, SessionLink},
     route::Calls,
     to_contract::UpstreamTool,
 };
@@ -197,6 +197,8 @@ pub(crate) struct Upstream {
     calls: Calls,
     /// Whose roots the server was last given (`roots.rs`).
     roots: Arc<Roots>,
+    /// Set for a per-session server: the session whose roots it is given.
+    pub(crate) session: std::sync::OnceLock<Arc<SessionLink>>,
     /// The next id (and progress token) of a direct-path call, `quiver-N`: one sequence for
     /// all of this server's connections.
     direct_ids: AtomicU64,
@@ -258,6 +260,7 @@ impl Upstream {
             on_connected,
             calls: Calls::default(),
             roots: Arc::default(),
+            session: std::sync::OnceLock::new(),
             direct_ids: AtomicU64::new(0),
             relist_pending: Mutex::new(None),
             dial_seq: AtomicU64::new(0),

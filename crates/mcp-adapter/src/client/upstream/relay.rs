@@ -300,6 +300,16 @@ impl ClientHandler for UpstreamRelay {
             return Err(ErrorData::internal_error("Quiver is shutting down", None));
         };
         up.roots.asked();
+        // A per-session server is given its session's roots, whatever it is doing.
+        if let Some(link) = up.session.get() {
+            let client = link.client();
+            let answer = tokio::select! {
+                r = roots_of(client.as_ref()) => r.ok(),
+                _ = context.ct.cancelled() => None,
+            };
+            let answer = up.roots.answer(self.generation, answer, link.who.clone());
+            return Ok(serde_json::from_value(answer).unwrap_or_default());
+        }
         let (answer, who) = match up.calls.route(&Origin::of(&context.extensions)).await {
             Route::To(entry) => {
                 let answer = tokio::select! {

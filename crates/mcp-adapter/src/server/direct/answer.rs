@@ -64,7 +64,7 @@ pub(super) async fn serve_call(
     let (outbox, mut sent) = tokio::sync::mpsc::unbounded_channel();
     let channel: Arc<dyn quiver_contract::ClientChannel> = Arc::new(PeerChannel {
         peer: entry.peer.clone(),
-        request_id: id.clone(),
+        request_id: Some(id.clone()),
         progress_token: None,
         progress: progress.clone(),
         features,

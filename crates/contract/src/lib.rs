@@ -51,7 +51,8 @@ mod typed;
 
 pub use channel::{ChannelError, ClientChannel, ClientFeatures, ClientRequest, LogLevel};
 pub use context::{
-    CallBudget, CallContext, Capabilities, REQUEST_SESSION_PREFIX, ToolInvoker, pattern_matches,
+    CallBudget, CallContext, Capabilities, REQUEST_SESSION_PREFIX, ToolInvoker, UserCredential,
+    pattern_matches,
 };
 pub use envelope::{
     Alternative, ColumnSpec, DtypeProvenance, Effects, Envelope, ErrKind, HintKind, Part, Warning,

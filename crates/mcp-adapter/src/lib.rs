@@ -25,7 +25,7 @@ mod wire;
 pub use client::{
     ClientOptions, INHERITED_ENV, Liveness, McpClient, McpClientConfig, RESOURCE_TOOLS,
     RESOURCE_TOOLS_FAMILY, Reconciled, ResolvedServer, ServerConfig, ServerCounters, ServerState,
-    ServerStatus, TransportKind, interpolate_env, validate_all,
+    ServerStatus, TransportKind, UpstreamAuth, check_delegation, interpolate_env, validate_all,
 };
 pub use client::{
     comparable_definitions, connection_findings, server_list_findings, token_findings,

@@ -49,6 +49,45 @@ fn yes() -> bool {
     true
 }
 
+/// Whose credentials a server's calls carry (`auth` of a `[[mcp.servers]]` entry).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum UpstreamAuth {
+    /// Quiver's own: the configured `headers` and `MCP_<NAME>_TOKEN`, one connection for
+    /// every caller.
+    #[default]
+    Static,
+    /// The caller's own access token, as it was presented to Quiver: only to a server of
+    /// Quiver's audience (`audience` equal to `[auth.oidc] resource`).
+    Passthrough,
+    /// A token for the server's `audience`, obtained for the caller by RFC 8693 token
+    /// exchange at the issuer, as Quiver's own client.
+    Exchange,
+}
+
+impl UpstreamAuth {
+    /// Whether the server acts for the user (a connection per user).
+    pub fn per_user(self) -> bool {
+        !matches!(self, UpstreamAuth::Static)
+    }
+
+    /// The value as written in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpstreamAuth::Static => "static",
+            UpstreamAuth::Passthrough => "passthrough",
+            UpstreamAuth::Exchange => "exchange",
+        }
+    }
+}
+
+/// The most users with a connection of their own to one server at once, by default.
+pub const DEFAULT_MAX_USER_CONNECTIONS: usize = 64;
+
+/// How long a user's connection to a server may sit unused before it is closed, by default.
+pub const DEFAULT_USER_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// One upstream MCP server as configured (for example a `[[mcp.servers]]` TOML table).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -138,6 +177,25 @@ pub struct ServerConfig {
     /// only to callers whose model declares them (`model_capabilities` of a token).
     #[serde(default)]
     pub requires: Vec<String>,
+    /// Whose credentials the server's calls carry: `static` (the default: `headers` and
+    /// `MCP_<NAME>_TOKEN`), `passthrough` (the caller's access token) or `exchange` (a token
+    /// exchanged for the caller). The last two act for the user: each user gets a
+    /// connection of their own, and a call without a user is refused.
+    #[serde(default)]
+    pub auth: UpstreamAuth,
+    /// The resource URI the server accepts tokens for (RFC 8707). `passthrough`: required,
+    /// and must be Quiver's own `[auth.oidc] resource`. `exchange`: the audience the token
+    /// is exchanged for (the server's `url` when absent).
+    #[serde(default)]
+    pub audience: Option<String>,
+    /// `passthrough` and `exchange`: the most users with a connection of their own at once
+    /// (default 64); the least recently used is closed for a new one.
+    #[serde(default)]
+    pub max_user_connections: Option<usize>,
+    /// `passthrough` and `exchange`: how long a user's connection may sit unused before it
+    /// is closed (default 5 min).
+    #[serde(default, deserialize_with = "de_duration")]
+    pub user_idle_timeout: Option<Duration>,
 }
 
 impl ServerConfig {
@@ -186,7 +244,18 @@ impl ServerConfig {
             requires: Vec::new(),
             deny_tools: Vec::new(),
             insecure_http: false,
+            auth: UpstreamAuth::Static,
+            audience: None,
+            max_user_connections: None,
+            user_idle_timeout: None,
         }
+    }
+
+    /// Sets whose credentials the server's calls carry, and the audience.
+    pub fn with_auth(mut self, auth: UpstreamAuth, audience: Option<String>) -> Self {
+        self.auth = auth;
+        self.audience = audience;
+        self
     }
 
     /// Sets an environment variable for the child.
@@ -341,6 +410,17 @@ pub struct ResolvedServer {
     pub(crate) progressive_tools: Vec<String>,
     /// Model capabilities its tools need.
     pub(crate) requires: Vec<String>,
+    /// Whose credentials its calls carry.
+    pub auth: UpstreamAuth,
+    /// The audience a user's token must have for it: `passthrough`, the configured one;
+    /// `exchange`, the configured one or the server's `url`; `static`, none.
+    pub audience: Option<String>,
+    /// Users with a connection of their own at once (`passthrough`, `exchange`).
+    pub(crate) max_user_connections: usize,
+    /// How long a user's connection may sit unused.
+    pub(crate) user_idle_timeout: Duration,
+    /// This is one user's connection (`client/users.rs`), whose credential is the user's.
+    pub(crate) for_user: bool,
     pub(crate) endpoint: Endpoint,
 }
 
@@ -647,6 +727,15 @@ fn resolve(
                     "`insecure_http = true` applies to http servers only; remove it",
                 ));
             }
+            if s.auth.per_user() {
+                return Err(cfg_err(
+                    &s.name,
+                    format!(
+                        "`auth = \"{}\"` applies to http servers only: a stdio server is one process shared by every caller, which a user's token cannot be sent to per call; remove `auth` (or reach the server over http)",
+                        s.auth.as_str()
+                    ),
+                ));
+            }
             let env_vars = s
                 .env
                 .iter()
@@ -787,6 +876,15 @@ fn resolve(
                     ),
                 ));
             }
+            if s.auth.per_user() && !https && !loopback {
+                return Err(cfg_err(
+                    &s.name,
+                    format!(
+                        "`auth = \"{}\"` would send users' access tokens in cleartext to {shown}: use https (plain http is accepted only to a loopback host, and `insecure_http` does not apply to users' tokens)",
+                        s.auth.as_str()
+                    ),
+                ));
+            }
             Endpoint::Http {
                 url,
                 headers,
@@ -795,6 +893,7 @@ fn resolve(
             }
         }
     };
+    let audience = user_audience(s)?;
     Ok(ResolvedServer {
         name: s.name.clone(),
         prefix,
@@ -810,8 +909,107 @@ fn resolve(
         progressive_tools: s.progressive_tools.clone(),
         requires: s.requires.clone(),
         deny_tools: s.deny_tools.iter().cloned().collect(),
+        auth: s.auth,
+        audience,
+        max_user_connections: s
+            .max_user_connections
+            .unwrap_or(DEFAULT_MAX_USER_CONNECTIONS),
+        user_idle_timeout: s.user_idle_timeout.unwrap_or(DEFAULT_USER_IDLE_TIMEOUT),
+        for_user: false,
         endpoint,
     })
+}
+
+/// The audience of a server that acts for the user, checked: `audience` (an absolute URL
+/// without a fragment), or for `exchange` the server's `url`. The per-user keys are refused
+/// on a `static` server, where they would do nothing.
+fn user_audience(s: &ServerConfig) -> Result<Option<String>, McpError> {
+    if !s.auth.per_user() {
+        let stray = [
+            ("audience", s.audience.is_some()),
+            ("max_user_connections", s.max_user_connections.is_some()),
+            ("user_idle_timeout", s.user_idle_timeout.is_some()),
+        ];
+        if let Some((key, _)) = stray.iter().find(|(_, set)| *set) {
+            return Err(cfg_err(
+                &s.name,
+                format!(
+                    "`{key}` applies only to a server that acts for the user (`auth = \"passthrough\"` or `\"exchange\"`); this one has `auth = \"static\"`: remove the key, or set `auth`"
+                ),
+            ));
+        }
+        return Ok(None);
+    }
+    if s.max_user_connections == Some(0) {
+        return Err(cfg_err(
+            &s.name,
+            "`max_user_connections = 0` would refuse every user: give at least 1 (or remove the key for the default, 64)",
+        ));
+    }
+    let audience = match (&s.audience, s.auth) {
+        (Some(a), _) => a.clone(),
+        (None, UpstreamAuth::Exchange) => s.url.clone().unwrap_or_default(),
+        (None, _) => {
+            return Err(cfg_err(
+                &s.name,
+                "`auth = \"passthrough\"` needs `audience`: the resource URI the server accepts tokens for, which must be Quiver's own `[auth.oidc] resource` (a user's token is passed only to a server of its own audience; for a server of another audience use `auth = \"exchange\"`)",
+            ));
+        }
+    };
+    match Url::parse(&audience) {
+        Ok(u) if u.fragment().is_none() => Ok(Some(audience)),
+        Ok(_) => Err(cfg_err(
+            &s.name,
+            format!("`audience = {audience:?}` has a fragment (`#...`), which a resource URI may not have; remove it"),
+        )),
+        Err(e) => Err(cfg_err(
+            &s.name,
+            format!("`audience = {audience:?}` is not an absolute URL ({e}): give the server's resource URI, e.g. https://tools.example.com/mcp"),
+        )),
+    }
+}
+
+/// Refuses every server that would send a user's token where it does not belong, given
+/// Quiver's inbound `[auth.oidc]`: `resource` (Quiver's audience, `None` without
+/// `[auth.oidc]`) and whether Quiver's own client for token exchange is configured. A
+/// `passthrough` server must have Quiver's audience; any server acting for the user needs
+/// `[auth.oidc]`; an `exchange` server needs the exchange client. Errors name the server
+/// and the key.
+pub fn check_delegation(
+    servers: &[ResolvedServer],
+    resource: Option<&str>,
+    exchange_client: bool,
+) -> Result<(), McpError> {
+    for s in servers.iter().filter(|s| s.auth.per_user()) {
+        let auth = s.auth.as_str();
+        let Some(resource) = resource else {
+            return Err(cfg_err(
+                &s.name,
+                format!(
+                    "`auth = \"{auth}\"` acts for the user, but there is no `[auth.oidc]`: callers present no user's token to pass on or exchange. Configure `[auth.oidc]`, or remove `auth` (static credentials)"
+                ),
+            ));
+        };
+        let audience = s.audience.as_deref().unwrap_or_default();
+        match s.auth {
+            UpstreamAuth::Passthrough if audience != resource => {
+                return Err(cfg_err(
+                    &s.name,
+                    format!(
+                        "`auth = \"passthrough\"` with `audience = {audience:?}`, which is not Quiver's own audience `[auth.oidc] resource = {resource:?}`: a user's token is never sent to a server of another audience. Use `auth = \"exchange\"` (a token for that audience, obtained at the issuer), or correct `audience` if the server really accepts Quiver's tokens"
+                    ),
+                ));
+            }
+            UpstreamAuth::Exchange if !exchange_client => {
+                return Err(cfg_err(
+                    &s.name,
+                    "`auth = \"exchange\"` needs Quiver's own client at the issuer: set `client_id` and `client_secret` in `[auth.oidc]`",
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ mod route;
 mod to_contract;
 mod tool;
 mod upstream;
+mod users;
 
 use std::{
     collections::BTreeMap,
@@ -39,8 +40,9 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 pub use config::{
-    INHERITED_ENV, Liveness, McpClientConfig, ResolvedServer, ServerConfig, TransportKind,
-    interpolate_env, validate_all,
+    DEFAULT_MAX_USER_CONNECTIONS, DEFAULT_USER_IDLE_TIMEOUT, INHERITED_ENV, Liveness,
+    McpClientConfig, ResolvedServer, ServerConfig, TransportKind, UpstreamAuth,
+    check_delegation, interpolate_env, validate_all,
 };
 pub use findings::{
     comparable_definitions, connection_findings, server_list_findings, token_findings,
@@ -165,6 +167,8 @@ pub(crate) struct Shared {
     meta_registered: Mutex<bool>,
     /// What `quiver serve` passes through: routing indexes and subscription counts.
     passthrough: passthrough::State,
+    /// The token exchange of servers with `auth = "exchange"` (set by the host).
+    exchanger: users::ExchangerSlot,
 }
 
 impl Shared {
@@ -246,6 +250,7 @@ impl McpClient {
             next_order: std::sync::atomic::AtomicUsize::new(0),
             meta_registered: Mutex::new(false),
             passthrough: passthrough::State::default(),
+            exchanger: Arc::default(),
         });
         let weak = Arc::downgrade(&shared);
         shared
@@ -308,6 +313,15 @@ impl McpClient {
             }),
             relays,
         );
+        if up.cfg.auth.per_user() {
+            up.set_users(users::UserConnections::start(
+                up.cfg.clone(),
+                self.shared.opts.clone(),
+                self.shared.dial_permits.clone(),
+                self.shared.closed.child_token(),
+                self.shared.exchanger.clone(),
+            ));
+        }
         let order = self
             .shared
             .next_order
@@ -316,6 +330,20 @@ impl McpClient {
         drop(servers);
         up.start_supervisor();
         Ok(())
+    }
+
+    /// Sets how servers with `auth = "exchange"` get a token for the user: RFC 8693 token
+    /// exchange at the issuer (the host's OIDC adapter). Set once; later calls do nothing.
+    pub fn set_token_exchanger(&self, exchanger: Arc<dyn quiver_registry::identity::TokenExchanger>) {
+        let _ = self.shared.exchanger.set(exchanger);
+    }
+
+    /// The users with a connection of their own to server `name` now, and the connections
+    /// opened for users so far; `None` for a server that does not act for the user.
+    pub fn user_connections(&self, name: &str) -> Option<(usize, u64)> {
+        let up = self.shared.server(name)?;
+        let users = up.users()?;
+        Some((users.len(), users.opened()))
     }
 
     /// Waits until every `required` server has connected and its connect hook has run (the

@@ -1,0 +1,292 @@
+//! [`OidcExchanger`]: RFC 8693 token exchange at the issuer's token endpoint, as Quiver's
+//! own client, for upstreams that act for the user (`auth = "exchange"`), and the cache of
+//! the tokens obtained.
+
+use std::{
+    collections::HashMap,
+    sync::RwLock,
+    time::{Duration, SystemTime},
+};
+
+use async_trait::async_trait;
+use quiver_registry::identity::{DelegatedToken, TokenError, TokenExchanger};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::OidcError;
+
+/// Each request to the issuer gives up after this long.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest discovery or token answer read.
+const MAX_BODY: usize = 1024 * 1024;
+/// An obtained token is used until this long before it expires (or half its life, when that
+/// is shorter), so that a call never reaches the upstream with a token about to lapse.
+pub const EXCHANGE_MARGIN: Duration = Duration::from_secs(30);
+/// A token without `expires_in` is taken to last this long.
+const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
+/// The most obtained tokens kept.
+const CACHE_CAPACITY: usize = 10_000;
+
+/// Quiver's client at the issuer, for token exchange.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct ExchangeConfig {
+    /// The issuer; its discovery document names the token endpoint.
+    pub issuer: String,
+    /// The token endpoint; none: the one the discovery document names.
+    pub token_endpoint: Option<String>,
+    /// Quiver's client id at the issuer.
+    pub client_id: String,
+    /// Its secret (HTTP Basic authentication, `client_secret_basic`).
+    pub client_secret: String,
+}
+
+impl std::fmt::Debug for ExchangeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExchangeConfig")
+            .field("issuer", &self.issuer)
+            .field("token_endpoint", &self.token_endpoint)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &"<redacted>")
+            .finish()
+    }
+}
+
+impl ExchangeConfig {
+    /// Exchange at `issuer` as client `client_id`.
+    pub fn new(
+        issuer: impl Into<String>,
+        client_id: impl Into<String>,
+        client_secret: impl Into<String>,
+    ) -> Self {
+        ExchangeConfig {
+            issuer: issuer.into(),
+            token_endpoint: None,
+            client_id: client_id.into(),
+            client_secret: client_secret.into(),
+        }
+    }
+}
+
+/// A token kept: the token and when it stops being used.
+struct Kept {
+    token: DelegatedToken,
+    use_until: SystemTime,
+}
+
+/// Exchanges users' access tokens for upstream-scoped ones at one issuer.
+pub struct OidcExchanger {
+    config: ExchangeConfig,
+    http: reqwest::Client,
+    token_endpoint: tokio::sync::OnceCell<String>,
+    /// Obtained tokens by the SHA-256 of the user's token and the audience (neither token
+    /// is a key).
+    cache: RwLock<HashMap<[u8; 32], Kept>>,
+    /// Exchanges made (cache misses that reached the issuer).
+    exchanges: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Debug for OidcExchanger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OidcExchanger")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OidcExchanger {
+    /// An exchanger for `config`; nothing is fetched until the first exchange.
+    pub fn new(config: ExchangeConfig) -> Result<Self, OidcError> {
+        if config.client_id.is_empty() || config.client_secret.is_empty() {
+            return Err(OidcError::Invalid(
+                "token exchange needs Quiver's `client_id` and `client_secret` at the issuer"
+                    .into(),
+            ));
+        }
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .timeout(HTTP_TIMEOUT)
+            .build()
+            .map_err(|e| OidcError::Invalid(format!("the HTTP client could not be built: {e}")))?;
+        Ok(OidcExchanger {
+            config,
+            http,
+            token_endpoint: tokio::sync::OnceCell::new(),
+            cache: RwLock::new(HashMap::new()),
+            exchanges: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// How many exchanges reached the issuer (the cache's misses).
+    pub fn exchanges(&self) -> u64 {
+        self.exchanges.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    async fn endpoint(&self) -> Result<&str, TokenError> {
+        self.token_endpoint
+            .get_or_try_init(|| async {
+                if let Some(e) = &self.config.token_endpoint {
+                    return Ok(e.clone());
+                }
+                let issuer = self.config.issuer.trim_end_matches('/');
+                let url = format!("{issuer}/.well-known/openid-configuration");
+                let unavailable = |e: String| {
+                    TokenError::Unavailable(format!(
+                        "the token issuer could not be reached at {url}: {e}"
+                    ))
+                };
+                let response = self
+                    .http
+                    .get(&url)
+                    .header("accept", "application/json")
+                    .send()
+                    .await
+                    .map_err(|e| unavailable(e.to_string()))?;
+                if !response.status().is_success() {
+                    return Err(unavailable(format!("HTTP {}", response.status())));
+                }
+                let body = response
+                    .bytes()
+                    .await
+                    .map_err(|e| unavailable(e.to_string()))?;
+                if body.len() > MAX_BODY {
+                    return Err(unavailable(format!("the answer is over {MAX_BODY} bytes")));
+                }
+                let doc: Value = serde_json::from_slice(&body)
+                    .map_err(|e| unavailable(format!("not JSON: {e}")))?;
+                doc.get("token_endpoint")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .ok_or_else(|| {
+                        TokenError::Unavailable(
+                            "the issuer's discovery document names no `token_endpoint`".into(),
+                        )
+                    })
+            })
+            .await
+            .map(String::as_str)
+    }
+
+    fn key(subject_token: &str, audience: &str) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update(subject_token.as_bytes());
+        h.update([0]);
+        h.update(audience.as_bytes());
+        h.finalize().into()
+    }
+
+    fn cached(&self, key: &[u8; 32]) -> Option<DelegatedToken> {
+        let cache = self
+            .cache
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let kept = cache.get(key)?;
+        (kept.use_until > SystemTime::now()).then(|| kept.token.clone())
+    }
+
+    fn remember(&self, key: [u8; 32], token: DelegatedToken) {
+        let now = SystemTime::now();
+        let life = token.expires_at.duration_since(now).unwrap_or_default();
+        let use_until = token.expires_at - EXCHANGE_MARGIN.min(life / 2);
+        let mut cache = self
+            .cache
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if cache.len() >= CACHE_CAPACITY {
+            cache.retain(|_, k| k.use_until > now);
+            if cache.len() >= CACHE_CAPACITY {
+                cache.clear();
+            }
+        }
+        cache.insert(key, Kept { token, use_until });
+    }
+}
+
+#[async_trait]
+impl TokenExchanger for OidcExchanger {
+    async fn exchange(
+        &self,
+        subject_token: &str,
+        audience: &str,
+    ) -> Result<DelegatedToken, TokenError> {
+        let key = Self::key(subject_token, audience);
+        if let Some(hit) = self.cached(&key) {
+            return Ok(hit);
+        }
+        let endpoint = self.endpoint().await?.to_owned();
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair(
+                "grant_type",
+                "urn:ietf:params:oauth:grant-type:token-exchange",
+            )
+            .append_pair("subject_token", subject_token)
+            .append_pair(
+                "subject_token_type",
+                "urn:ietf:params:oauth:token-type:access_token",
+            )
+            .append_pair(
+                "requested_token_type",
+                "urn:ietf:params:oauth:token-type:access_token",
+            )
+            .append_pair("resource", audience)
+            .append_pair("audience", audience)
+            .finish();
+        let unavailable = |e: String| {
+            TokenError::Unavailable(format!(
+                "the issuer's token endpoint {endpoint} could not be asked for a token for {audience}: {e}"
+            ))
+        };
+        self.exchanges
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let response = self
+            .http
+            .post(&endpoint)
+            .basic_auth(&self.config.client_id, Some(&self.config.client_secret))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("accept", "application/json")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+        let status = response.status();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+        if bytes.len() > MAX_BODY {
+            return Err(unavailable(format!("the answer is over {MAX_BODY} bytes")));
+        }
+        let answer: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        if !status.is_success() {
+            let error = answer.get("error").and_then(Value::as_str);
+            let description = answer
+                .get("error_description")
+                .and_then(Value::as_str)
+                .map_or(String::new(), |d| format!(" ({d})"));
+            return Err(match (status.as_u16(), error) {
+                // The user's token is not one the issuer exchanges (expired, revoked, not
+                // for Quiver): the user must sign in again.
+                (400, Some("invalid_grant")) => TokenError::Invalid(format!(
+                    "the issuer refused to exchange the user's token for a token for {audience}: invalid_grant{description}"
+                )),
+                (_, Some(e)) => unavailable(format!("HTTP {status}, {e}{description}")),
+                (_, None) => unavailable(format!("HTTP {status}")),
+            });
+        }
+        let Some(token) = answer.get("access_token").and_then(Value::as_str) else {
+            return Err(unavailable("the answer has no `access_token`".into()));
+        };
+        if token.is_empty() || token.chars().any(|c| !(' '..='~').contains(&c)) {
+            return Err(unavailable(
+                "the `access_token` is empty or not printable ASCII".into(),
+            ));
+        }
+        let lifetime = answer
+            .get("expires_in")
+            .and_then(Value::as_u64)
+            .map_or(DEFAULT_LIFETIME, Duration::from_secs);
+        let token = DelegatedToken::new(token, SystemTime::now() + lifetime);
+        self.remember(key, token.clone());
+        Ok(token)
+    }
+}

@@ -261,7 +261,9 @@ async fn client_token(issuer: &str, client: &str, resource: &str) -> String {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    // The script's checks print a line each; the token is the last.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout.lines().last().unwrap_or_default().trim().to_owned()
 }
 
 #[tokio::test]
@@ -273,8 +275,8 @@ async fn users_tokens_reach_upstreams_by_passthrough_and_exchange_on_connections
     let pt = start_upstream(&provider.issuer, Some(&resource)).await;
     let ex = start_upstream(&provider.issuer, None).await;
     // Each server's own connection lists its tools with a static token of its audience.
-    let pt_static = client_token(&provider.issuer, "ops-bot", &resource).await;
-    let ex_static = client_token(&provider.issuer, "ops-bot", &ex.url).await;
+    let pt_static = client_token(&provider.issuer, "lister", &resource).await;
+    let ex_static = client_token(&provider.issuer, "lister", &ex.url).await;
     let dir = fresh_dir();
     let ci_token = "ci-token-0123456789";
     std::fs::write(

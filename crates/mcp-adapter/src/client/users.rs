@@ -38,6 +38,29 @@ struct Entry {
     /// token replaced before it expired) opens a new connection.
     bearer: Secret,
     last_used: Instant,
+    /// The calls on it now: a connection with none is idle (it may be closed).
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Entry {
+    fn idle(&self) -> bool {
+        self.calls.load(std::sync::atomic::Ordering::Acquire) == 0
+    }
+
+    fn hold(&self) -> Held {
+        self.calls
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Held(self.calls.clone())
+    }
+}
+
+/// A call on a user's connection, counted while it lasts.
+struct Held(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// The per-user connections of one server.
@@ -53,9 +76,6 @@ pub(crate) struct UserConnections {
     /// changed or an idle one was closed).
     opened: std::sync::atomic::AtomicU64,
 }
-
-/// Connections held by a call are the pool's `Arc` plus the call's.
-const IDLE_COUNT: usize = 1;
 
 impl UserConnections {
     /// The pool of `cfg` (a server that acts for the user), with its idle reaper started.
@@ -112,9 +132,7 @@ impl UserConnections {
             let mut pool = lock(&self.pool);
             let stale: Vec<Arc<str>> = pool
                 .iter()
-                .filter(|(_, e)| {
-                    e.last_used.elapsed() >= idle && Arc::strong_count(&e.upstream) == IDLE_COUNT
-                })
+                .filter(|(_, e)| e.last_used.elapsed() >= idle && e.idle())
                 .map(|(k, _)| k.clone())
                 .collect();
             stale
@@ -188,14 +206,18 @@ impl UserConnections {
     /// The connection of `subject` opened with `bearer`: the pooled one, or a new one (the
     /// user's previous connection, opened with another credential, is closed; when the pool
     /// is full, the least recently used idle connection is closed for it).
-    fn connection(&self, subject: &Arc<str>, bearer: String) -> Result<Arc<Upstream>, Envelope> {
+    fn connection(
+        &self,
+        subject: &Arc<str>,
+        bearer: String,
+    ) -> Result<(Arc<Upstream>, Held), Envelope> {
         let mut retired = Vec::new();
         let up = {
             let mut pool = lock(&self.pool);
             match pool.get_mut(subject) {
                 Some(e) if e.bearer.0 == bearer && e.upstream.state() != ServerState::Closed => {
                     e.last_used = Instant::now();
-                    return Ok(e.upstream.clone());
+                    return Ok((e.upstream.clone(), e.hold()));
                 }
                 Some(_) => {
                     if let Some(old) = pool.remove(subject) {
@@ -207,7 +229,7 @@ impl UserConnections {
             if pool.len() >= self.cfg.max_user_connections {
                 let lru = pool
                     .iter()
-                    .filter(|(_, e)| Arc::strong_count(&e.upstream) == IDLE_COUNT)
+                    .filter(|(_, e)| e.idle())
                     .min_by_key(|(_, e)| e.last_used)
                     .map(|(k, _)| k.clone());
                 match lru.and_then(|k| pool.remove(&k)) {
@@ -226,15 +248,15 @@ impl UserConnections {
                 }
             }
             let up = self.open(bearer.clone());
-            pool.insert(
-                subject.clone(),
-                Entry {
-                    upstream: up.clone(),
-                    bearer: Secret(bearer),
-                    last_used: Instant::now(),
-                },
-            );
-            up
+            let entry = Entry {
+                upstream: up.clone(),
+                bearer: Secret(bearer),
+                last_used: Instant::now(),
+                calls: Arc::default(),
+            };
+            let held = entry.hold();
+            pool.insert(subject.clone(), entry);
+            (up, held)
         };
         self.retire_later(retired);
         Ok(up)
@@ -296,7 +318,7 @@ impl UserConnections {
             Ok(b) => b,
             Err(refusal) => return refusal,
         };
-        let up = match self.connection(&user.subject, bearer) {
+        let (up, _held) = match self.connection(&user.subject, bearer) {
             Ok(up) => up,
             Err(refusal) => return refusal,
         };

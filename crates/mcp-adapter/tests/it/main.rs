@@ -8,6 +8,7 @@ mod faults;
 mod features;
 mod python_servers;
 mod relay;
+mod users;
 
 use std::{
     future::Future,

@@ -52,7 +52,7 @@ pub(crate) fn exchanger(oidc: &OidcAuth) -> anyhow::Result<Option<Arc<dyn TokenE
     let (Some(id), Some(secret)) = (&oidc.client_id, &oidc.client_secret) else {
         return Ok(None);
     };
-    let exchanger = OidcExchanger::new(ExchangeConfig::new(&oidc.issuer, id, secret))
-        .context("[auth.oidc]")?;
+    let exchanger =
+        OidcExchanger::new(ExchangeConfig::new(&oidc.issuer, id, secret)).context("[auth.oidc]")?;
     Ok(Some(Arc::new(exchanger)))
 }

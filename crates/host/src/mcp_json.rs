@@ -463,8 +463,8 @@ pub(crate) fn resolve_servers(
     let (all, origins): (Vec<ServerConfig>, std::collections::BTreeSet<String>) =
         servers.into_iter().unzip();
     let origins = origins.into_iter().collect::<Vec<_>>().join(", ");
-    let resolved = validate_all(&all, env)
-        .map_err(|e| anyhow::anyhow!("{origins}: {}", config_message(e)))?;
+    let resolved =
+        validate_all(&all, env).map_err(|e| anyhow::anyhow!("{origins}: {}", config_message(e)))?;
     // No user's token goes where it does not belong: checked against `[auth.oidc]`.
     let oidc = config.auth.oidc.as_ref();
     quiver_mcp_adapter::check_delegation(

@@ -960,11 +960,15 @@ fn user_audience(s: &ServerConfig) -> Result<Option<String>, McpError> {
         Ok(u) if u.fragment().is_none() => Ok(Some(audience)),
         Ok(_) => Err(cfg_err(
             &s.name,
-            format!("`audience = {audience:?}` has a fragment (`#...`), which a resource URI may not have; remove it"),
+            format!(
+                "`audience = {audience:?}` has a fragment (`#...`), which a resource URI may not have; remove it"
+            ),
         )),
         Err(e) => Err(cfg_err(
             &s.name,
-            format!("`audience = {audience:?}` is not an absolute URL ({e}): give the server's resource URI, e.g. https://tools.example.com/mcp"),
+            format!(
+                "`audience = {audience:?}` is not an absolute URL ({e}): give the server's resource URI, e.g. https://tools.example.com/mcp"
+            ),
         )),
     }
 }

@@ -41,8 +41,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::{
     DEFAULT_MAX_USER_CONNECTIONS, DEFAULT_USER_IDLE_TIMEOUT, INHERITED_ENV, Liveness,
-    McpClientConfig, ResolvedServer, ServerConfig, TransportKind, UpstreamAuth,
-    check_delegation, interpolate_env, validate_all,
+    McpClientConfig, ResolvedServer, ServerConfig, TransportKind, UpstreamAuth, check_delegation,
+    interpolate_env, validate_all,
 };
 pub use findings::{
     comparable_definitions, connection_findings, server_list_findings, token_findings,
@@ -334,7 +334,10 @@ impl McpClient {
 
     /// Sets how servers with `auth = "exchange"` get a token for the user: RFC 8693 token
     /// exchange at the issuer (the host's OIDC adapter). Set once; later calls do nothing.
-    pub fn set_token_exchanger(&self, exchanger: Arc<dyn quiver_registry::identity::TokenExchanger>) {
+    pub fn set_token_exchanger(
+        &self,
+        exchanger: Arc<dyn quiver_registry::identity::TokenExchanger>,
+    ) {
         let _ = self.shared.exchanger.set(exchanger);
     }
 

@@ -48,8 +48,7 @@ impl Entry {
     }
 
     fn hold(&self) -> Held {
-        self.calls
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Held(self.calls.clone())
     }
 }
@@ -97,7 +96,8 @@ impl UserConnections {
         });
         let weak = Arc::downgrade(&pool);
         let closed = pool.closed.clone();
-        let every = (pool.cfg.user_idle_timeout / 2).clamp(Duration::from_secs(1), Duration::from_secs(30));
+        let every =
+            (pool.cfg.user_idle_timeout / 2).clamp(Duration::from_secs(1), Duration::from_secs(30));
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
             loop {
@@ -210,7 +210,7 @@ impl UserConnections {
         &self,
         subject: &Arc<str>,
         bearer: String,
-    ) -> Result<(Arc<Upstream>, Held), Envelope> {
+    ) -> Result<(Arc<Upstream>, Held), Box<Envelope>> {
         let mut retired = Vec::new();
         let up = {
             let mut pool = lock(&self.pool);
@@ -237,13 +237,13 @@ impl UserConnections {
                     None => {
                         drop(pool);
                         self.retire_later(retired);
-                        return Err(Envelope::err(
+                        return Err(Box::new(Envelope::err(
                             ErrKind::NotAvailable,
                             format!(
                                 "MCP server \"{}\" has its {} per-user connections all busy with other users' calls; try again in a few seconds, or use another tool",
                                 self.cfg.name, self.cfg.max_user_connections
                             ),
-                        ));
+                        )));
                     }
                 }
             }
@@ -320,7 +320,7 @@ impl UserConnections {
         };
         let (up, _held) = match self.connection(&user.subject, bearer) {
             Ok(up) => up,
-            Err(refusal) => return refusal,
+            Err(refusal) => return *refusal,
         };
         let limit = up.call_limit(ctx);
         if let Err(refusal) = self.connected(&up, limit).await {
@@ -359,7 +359,10 @@ impl UserConnections {
                 }
                 ServerState::Connecting => {}
             }
-            if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+            if tokio::time::timeout_at(deadline, rx.changed())
+                .await
+                .is_err()
+            {
                 return Err(Envelope::err(
                     ErrKind::NotAvailable,
                     format!(

@@ -39,11 +39,18 @@ async fn each_user_gets_a_capped_pooled_connection_of_their_own() {
     config.user_idle_timeout = Some(Duration::from_secs(1));
     let (catalog, client) = start(&[config], crate::fast_options());
     ready(&client).await;
-    let echo = catalog.lookup("mcp__acting__echo").expect("listed").tool.clone();
+    let echo = catalog
+        .lookup("mcp__acting__echo")
+        .expect("listed")
+        .tool
+        .clone();
     let call = async |ctx: CallContext| -> Envelope {
-        within(Duration::from_secs(30), echo.call(json!({"text": "hi"}), &ctx))
-            .await
-            .expect("a call")
+        within(
+            Duration::from_secs(30),
+            echo.call(json!({"text": "hi"}), &ctx),
+        )
+        .await
+        .expect("a call")
     };
     let connections = || client.user_connections("acting").expect("acts for users");
 
@@ -54,7 +61,11 @@ async fn each_user_gets_a_capped_pooled_connection_of_their_own() {
             && text_of(&refused).contains("this call has no user"),
         "{refused:?}"
     );
-    assert_eq!(connections(), (0, 0), "nothing opened for a call with no user");
+    assert_eq!(
+        connections(),
+        (0, 0),
+        "nothing opened for a call with no user"
+    );
 
     let alice = call(user("alice", "token-a", Duration::from_secs(600))).await;
     assert_eq!(alice.data(), Some(&json!({"result": "hi"})), "{alice:?}");
@@ -75,9 +86,11 @@ async fn each_user_gets_a_capped_pooled_connection_of_their_own() {
     assert!(text_of(&expired).contains("has expired"), "{expired:?}");
     assert_eq!(connections(), (1, 3), "nothing opened for an expired token");
 
-    wait_for("the idle connection closed", Duration::from_secs(20), || {
-        connections().0 == 0
-    })
+    wait_for(
+        "the idle connection closed",
+        Duration::from_secs(20),
+        || connections().0 == 0,
+    )
     .await;
     close_and_check(&client).await;
 }

@@ -132,7 +132,8 @@ fn a_users_token_goes_only_where_its_audience_allows() {
         ServerConfig::http("up", "https://tools.example.com/mcp")
             .with_auth(auth, audience.map(str::to_owned))
     };
-    let cases: Vec<(&str, Result<Vec<ResolvedServer>, String>, &str)> = vec![
+    type Checked = Result<Vec<ResolvedServer>, String>;
+    let cases: Vec<(&str, Checked, &str)> = vec![
         (
             "passthrough of Quiver's audience",
             check(http(UpstreamAuth::Passthrough, quiver), quiver, false),
@@ -141,7 +142,10 @@ fn a_users_token_goes_only_where_its_audience_allows() {
         (
             "passthrough to another audience",
             check(
-                http(UpstreamAuth::Passthrough, Some("https://tools.example.com/mcp")),
+                http(
+                    UpstreamAuth::Passthrough,
+                    Some("https://tools.example.com/mcp"),
+                ),
                 quiver,
                 false,
             ),
@@ -212,10 +216,7 @@ fn a_users_token_goes_only_where_its_audience_allows() {
                     "{what}"
                 );
             }
-            Err(e) => assert!(
-                !expected.is_empty() && e.contains(expected),
-                "{what}: {e}"
-            ),
+            Err(e) => assert!(!expected.is_empty() && e.contains(expected), "{what}: {e}"),
         }
     }
 }

@@ -180,7 +180,9 @@ pub struct ServerConfig {
     /// Whose credentials the server's calls carry: `static` (the default: `headers` and
     /// `MCP_<NAME>_TOKEN`), `passthrough` (the caller's access token) or `exchange` (a token
     /// exchanged for the caller). The last two act for the user: each user gets a
-    /// connection of their own, and a call without a user is refused.
+    /// connection of their own, a call without a user is refused, and only the server's
+    /// tools are served (not its resources or prompts, which would be read with Quiver's
+    /// own credentials).
     #[serde(default)]
     pub auth: UpstreamAuth,
     /// The resource URI the server accepts tokens for (RFC 8707). `passthrough`: required,
@@ -901,9 +903,11 @@ fn resolve(
         liveness: s.liveness,
         call_timeout: s.call_timeout,
         connect_timeout: s.connect_timeout,
-        resources: s.resources,
-        prompts: s.prompts,
-        bare_prompts: s.bare_prompts,
+        // A server that acts for the user serves tools only: its resources and prompts would
+        // be read over the server's own connection, with Quiver's credentials, for any user.
+        resources: s.resources && !s.auth.per_user(),
+        prompts: s.prompts && !s.auth.per_user(),
+        bare_prompts: s.bare_prompts && !s.auth.per_user(),
         allow_tools: s.allow_tools.as_ref().map(|a| a.iter().cloned().collect()),
         progressive: s.progressive,
         progressive_tools: s.progressive_tools.clone(),

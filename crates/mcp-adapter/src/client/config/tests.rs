@@ -207,6 +207,10 @@ fn a_users_token_goes_only_where_its_audience_allows() {
         match got {
             Ok(r) => {
                 assert!(expected.is_empty(), "{what}: accepted");
+                assert!(
+                    !r[0].resources && !r[0].prompts,
+                    "{what}: a server acting for the user serves tools only"
+                );
                 assert_eq!(
                     r[0].audience.as_deref(),
                     Some(match r[0].auth {

@@ -290,3 +290,126 @@ impl TokenExchanger for OidcExchanger {
         Ok(token)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+    use crate::test_issuer::{TestIssuer, TestKey};
+
+    async fn exchanger() -> (TestIssuer, OidcExchanger) {
+        let issuer = TestIssuer::start(&[&TestKey::new("k1")]).await;
+        let exchanger =
+            OidcExchanger::new(ExchangeConfig::new(&issuer.url, "quiver", "s3cret")).unwrap();
+        (issuer, exchanger)
+    }
+
+    #[tokio::test]
+    async fn an_exchanged_token_is_kept_per_user_token_and_audience() {
+        let (issuer, x) = exchanger().await;
+        let a = x
+            .exchange("user-token", "https://up.example/mcp")
+            .await
+            .unwrap();
+        assert_eq!(a.bearer(), "exchanged-1");
+        let again = x
+            .exchange("user-token", "https://up.example/mcp")
+            .await
+            .unwrap();
+        assert_eq!(again.bearer(), "exchanged-1", "answered from the cache");
+        let other = x
+            .exchange("user-token", "https://other.example/mcp")
+            .await
+            .unwrap();
+        assert_eq!(
+            other.bearer(),
+            "exchanged-2",
+            "another audience, another exchange"
+        );
+        let user2 = x
+            .exchange("user-2-token", "https://up.example/mcp")
+            .await
+            .unwrap();
+        assert_eq!(
+            user2.bearer(),
+            "exchanged-3",
+            "another user, another exchange"
+        );
+        assert_eq!(x.exchanges(), 3);
+
+        let (head, form) = issuer.exchanges.lock().unwrap()[0].clone();
+        let form: HashMap<String, String> = url::form_urlencoded::parse(form.as_bytes())
+            .into_owned()
+            .collect();
+        assert_eq!(
+            form["grant_type"],
+            "urn:ietf:params:oauth:grant-type:token-exchange"
+        );
+        assert_eq!(form["subject_token"], "user-token");
+        assert_eq!(
+            form["subject_token_type"],
+            "urn:ietf:params:oauth:token-type:access_token"
+        );
+        assert_eq!(form["resource"], "https://up.example/mcp");
+        assert_eq!(form["audience"], "https://up.example/mcp");
+        // client_secret_basic: base64("quiver:s3cret").
+        assert!(head.contains("Basic cXVpdmVyOnMzY3JldA=="), "{head}");
+        assert!(
+            !format!("{x:?} {a:?}").contains("s3cret") && !format!("{a:?}").contains("exchanged")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_token_about_to_expire_is_not_reused() {
+        let (issuer, x) = exchanger().await;
+        // A token that lapses at once is never answered from the cache.
+        issuer.exchange_lifetime.store(0, Ordering::SeqCst);
+        x.exchange("t", "https://up.example/mcp").await.unwrap();
+        x.exchange("t", "https://up.example/mcp").await.unwrap();
+        assert_eq!(x.exchanges(), 2);
+        // One of 40 s is used until 20 s before it expires (half its life, under the margin).
+        issuer.exchange_lifetime.store(40, Ordering::SeqCst);
+        let kept = x.exchange("u", "https://up.example/mcp").await.unwrap();
+        assert_eq!(
+            x.exchange("u", "https://up.example/mcp")
+                .await
+                .unwrap()
+                .bearer(),
+            kept.bearer()
+        );
+        assert_eq!(x.exchanges(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_refused_exchange_says_why_without_the_token() {
+        let (_issuer, x) = exchanger().await;
+        let e = x
+            .exchange("revoked-SECRET123", "https://up.example/mcp")
+            .await
+            .unwrap_err();
+        match e {
+            TokenError::Invalid(why) => {
+                assert!(
+                    why.contains("invalid_grant (the subject token is revoked)"),
+                    "{why}"
+                );
+                assert!(!why.contains("SECRET123"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let unreachable =
+            OidcExchanger::new(ExchangeConfig::new("http://127.0.0.1:1", "quiver", "s"))
+                .unwrap()
+                .exchange("t", "https://up.example/mcp")
+                .await
+                .unwrap_err();
+        assert!(
+            matches!(unreachable, TokenError::Unavailable(_)),
+            "{unreachable:?}"
+        );
+        assert!(
+            OidcExchanger::new(ExchangeConfig::new("http://127.0.0.1:1", "quiver", "")).is_err()
+        );
+    }
+}

@@ -84,6 +84,9 @@ pub struct OidcExchanger {
     cache: RwLock<HashMap<[u8; 32], Kept>>,
     /// Exchanges made (cache misses that reached the issuer).
     exchanges: std::sync::atomic::AtomicU64,
+    /// One exchange at a time per user token and audience: concurrent first calls of a user
+    /// share one token (two would give the user's connection two credentials in turn).
+    pending: std::sync::Mutex<HashMap<[u8; 32], std::sync::Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl std::fmt::Debug for OidcExchanger {
@@ -114,6 +117,7 @@ impl OidcExchanger {
             token_endpoint: tokio::sync::OnceCell::new(),
             cache: RwLock::new(HashMap::new()),
             exchanges: std::sync::atomic::AtomicU64::new(0),
+            pending: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -210,6 +214,35 @@ impl TokenExchanger for OidcExchanger {
         audience: &str,
     ) -> Result<DelegatedToken, TokenError> {
         let key = Self::key(subject_token, audience);
+        if let Some(hit) = self.cached(&key) {
+            return Ok(hit);
+        }
+        let one = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(key)
+            .or_default()
+            .clone();
+        let _one = one.lock().await;
+        let result = self.exchange_once(key, subject_token, audience).await;
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&key);
+        result
+    }
+}
+
+impl OidcExchanger {
+    /// [`TokenExchanger::exchange`] under the key's lock: the cache again (another call may
+    /// have exchanged meanwhile), else the issuer.
+    async fn exchange_once(
+        &self,
+        key: [u8; 32],
+        subject_token: &str,
+        audience: &str,
+    ) -> Result<DelegatedToken, TokenError> {
         if let Some(hit) = self.cached(&key) {
             return Ok(hit);
         }
@@ -358,6 +391,17 @@ mod tests {
         assert!(
             !format!("{x:?} {a:?}").contains("s3cret") && !format!("{a:?}").contains("exchanged")
         );
+    }
+
+    #[tokio::test]
+    async fn concurrent_first_calls_of_a_user_share_one_exchange() {
+        let (_issuer, x) = exchanger().await;
+        let (a, b) = tokio::join!(
+            x.exchange("t", "https://up.example/mcp"),
+            x.exchange("t", "https://up.example/mcp")
+        );
+        assert_eq!(a.unwrap().bearer(), b.unwrap().bearer());
+        assert_eq!(x.exchanges(), 1);
     }
 
     #[tokio::test]

@@ -39,26 +39,58 @@ struct Entry {
     bearer: Secret,
     last_used: Instant,
     /// The calls on it now: a connection with none is idle (it may be closed).
-    calls: Arc<std::sync::atomic::AtomicUsize>,
+    calls: Arc<Calls>,
+}
+
+/// The calls on one connection, and a signal when the last ends.
+#[derive(Default)]
+struct Calls {
+    running: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+impl Calls {
+    fn idle(&self) -> bool {
+        self.running.load(std::sync::atomic::Ordering::Acquire) == 0
+    }
+
+    /// Until no call runs on the connection.
+    async fn drained(&self) {
+        loop {
+            let signal = self.idle.notified();
+            if self.idle() {
+                return;
+            }
+            signal.await;
+        }
+    }
 }
 
 impl Entry {
     fn idle(&self) -> bool {
-        self.calls.load(std::sync::atomic::Ordering::Acquire) == 0
+        self.calls.idle()
     }
 
     fn hold(&self) -> Held {
-        self.calls.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.calls
+            .running
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Held(self.calls.clone())
     }
 }
 
 /// A call on a user's connection, counted while it lasts.
-struct Held(Arc<std::sync::atomic::AtomicUsize>);
+struct Held(Arc<Calls>);
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        let was = self
+            .0
+            .running
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        if was == 1 {
+            self.0.idle.notify_waiters();
+        }
     }
 }
 
@@ -221,7 +253,7 @@ impl UserConnections {
                 }
                 Some(_) => {
                     if let Some(old) = pool.remove(subject) {
-                        retired.push(old.upstream);
+                        retired.push(old);
                     }
                 }
                 None => {}
@@ -233,7 +265,7 @@ impl UserConnections {
                     .min_by_key(|(_, e)| e.last_used)
                     .map(|(k, _)| k.clone());
                 match lru.and_then(|k| pool.remove(&k)) {
-                    Some(e) => retired.push(e.upstream),
+                    Some(e) => retired.push(e),
                     None => {
                         drop(pool);
                         self.retire_later(retired);
@@ -262,15 +294,15 @@ impl UserConnections {
         Ok(up)
     }
 
-    fn retire_later(&self, retired: Vec<Arc<Upstream>>) {
-        if retired.is_empty() {
-            return;
+    /// Closes connections taken out of the pool once the calls still running on them end
+    /// (a user's renewed credential does not cut a call made with the old one).
+    fn retire_later(&self, retired: Vec<Entry>) {
+        for e in retired {
+            tokio::spawn(async move {
+                e.calls.drained().await;
+                e.upstream.retire().await;
+            });
         }
-        tokio::spawn(async move {
-            for up in retired {
-                up.retire().await;
-            }
-        });
     }
 
     /// A new connection with `bearer` as its credential, connecting in the background. Its
@@ -345,7 +377,7 @@ impl UserConnections {
                 ServerState::Connected | ServerState::Reconnecting => return Ok(()),
                 ServerState::Rejected(why) => {
                     lock(&self.pool).retain(|_, e| !Arc::ptr_eq(&e.upstream, up));
-                    self.retire_later(vec![up.clone()]);
+                    up.retire().await;
                     return Err(Envelope::err(
                         ErrKind::Forbidden,
                         format!(

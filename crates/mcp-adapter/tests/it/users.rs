@@ -1,5 +1,6 @@
 //! A server that acts for the user (`auth = "passthrough"`): a connection per user, pooled,
-//! capped, replaced when the user's credential changes, closed when idle; a call without a
+//! capped, replaced when the user's credential changes (a call running on the old one
+//! finishing there), closed when idle; a call without a
 //! user, or with an expired token, refused before anything is sent.
 
 use std::{
@@ -81,10 +82,41 @@ async fn each_user_gets_a_capped_pooled_connection_of_their_own() {
     call(user("bob", "token-b2", Duration::from_secs(600))).await;
     assert_eq!(connections(), (1, 3));
 
-    let expired = call(user("bob", "token-b3", Duration::ZERO)).await;
+    // A call still running on bob's connection when his token is renewed finishes there.
+    let sleep = catalog
+        .lookup("mcp__acting__sleep")
+        .expect("listed")
+        .tool
+        .clone();
+    let marker = std::env::temp_dir().join(format!("quiver-users-{}", std::process::id()));
+    let started = marker.with_extension("started");
+    let _ = std::fs::remove_file(&started);
+    let running = tokio::spawn({
+        let ctx = user("bob", "token-b2", Duration::from_secs(600));
+        let marker = marker.to_string_lossy().into_owned();
+        async move {
+            sleep
+                .call(json!({"seconds": 1.0, "marker": marker}), &ctx)
+                .await
+                .expect("a call")
+        }
+    });
+    wait_for("the long call runs", Duration::from_secs(20), || {
+        started.exists()
+    })
+    .await;
+    call(user("bob", "token-b3", Duration::from_secs(600))).await;
+    assert_eq!(connections(), (1, 4));
+    let slept = within(Duration::from_secs(30), running)
+        .await
+        .expect("joins");
+    assert_eq!(slept.data(), Some(&json!({"result": "slept"})), "{slept:?}");
+    let _ = std::fs::remove_file(&started);
+
+    let expired = call(user("bob", "token-b4", Duration::ZERO)).await;
     assert_eq!(expired.err_kind(), Some(&ErrKind::Forbidden), "{expired:?}");
     assert!(text_of(&expired).contains("has expired"), "{expired:?}");
-    assert_eq!(connections(), (1, 3), "nothing opened for an expired token");
+    assert_eq!(connections(), (1, 4), "nothing opened for an expired token");
 
     wait_for(
         "the idle connection closed",

@@ -1,7 +1,7 @@
 //! A server that acts for the user (`auth = "passthrough"`): a connection per user, pooled,
 //! capped, replaced when the user's credential changes (a call running on the old one
-//! finishing there), closed when idle; a call without a
-//! user, or with an expired token, refused before anything is sent.
+//! finishing there), closed when idle; a call without a user, or with an expired token,
+//! refused before anything is sent.
 
 use std::{
     sync::Arc,

@@ -1,7 +1,7 @@
 //! A server that acts for the user (`auth = "passthrough"`): a connection per user, pooled,
-//! capped, replaced when the user's credential changes (a call running on the old one
-//! finishing there), closed when idle; a call without a user, or with an expired token,
-//! refused before anything is sent.
+//! capped (another user refused while every connection is busy), replaced when the user's
+//! credential changes (a call running on the old one finishing there), closed when idle; a
+//! call without a user, or with an expired token, refused before anything is sent.
 
 use std::{
     sync::Arc,
@@ -112,6 +112,39 @@ async fn each_user_gets_a_capped_pooled_connection_of_their_own() {
         .expect("joins");
     assert_eq!(slept.data(), Some(&json!({"result": "slept"})), "{slept:?}");
     let _ = std::fs::remove_file(&started);
+
+    // With the one connection busy, another user is refused rather than cut in.
+    let running = tokio::spawn({
+        let sleep = catalog
+            .lookup("mcp__acting__sleep")
+            .expect("listed")
+            .tool
+            .clone();
+        let ctx = user("bob", "token-b3", Duration::from_secs(600));
+        let marker = marker.to_string_lossy().into_owned();
+        async move {
+            sleep
+                .call(json!({"seconds": 1.0, "marker": marker}), &ctx)
+                .await
+                .expect("a call")
+        }
+    });
+    wait_for("the long call runs", Duration::from_secs(20), || {
+        started.exists()
+    })
+    .await;
+    let busy = call(user("carol", "token-c", Duration::from_secs(600))).await;
+    assert_eq!(busy.err_kind(), Some(&ErrKind::NotAvailable), "{busy:?}");
+    assert!(
+        text_of(&busy).contains("per-user connections all busy"),
+        "{busy:?}"
+    );
+    let slept = within(Duration::from_secs(30), running)
+        .await
+        .expect("joins");
+    assert_eq!(slept.data(), Some(&json!({"result": "slept"})), "{slept:?}");
+    let _ = std::fs::remove_file(&started);
+    assert_eq!(connections(), (1, 4), "nothing opened for the refused user");
 
     let expired = call(user("bob", "token-b4", Duration::ZERO)).await;
     assert_eq!(expired.err_kind(), Some(&ErrKind::Forbidden), "{expired:?}");

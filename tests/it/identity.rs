@@ -364,6 +364,11 @@ max_user_connections = 4
         String::from_utf8_lossy(&status.stdout),
         String::from_utf8_lossy(&status.stderr)
     );
+    assert!(
+        status.contains("acts for the user (auth = \"exchange\")")
+            && status.contains("acts for the user (auth = \"passthrough\")"),
+        "quiver status says which servers act for the user: {status}"
+    );
     let mut tokens: Vec<String> =
         serde_json::from_slice(&std::fs::read(&tokens_out).expect("the script wrote its tokens"))
             .expect("JSON");

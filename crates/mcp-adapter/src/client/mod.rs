@@ -133,6 +133,11 @@ impl ClientOptions {
 pub struct ServerStatus {
     /// Its name.
     pub name: String,
+    /// Whose credentials its calls carry.
+    pub auth: UpstreamAuth,
+    /// A server that acts for the user: the users with a connection of their own now, and
+    /// the connections opened for users so far.
+    pub users: Option<(usize, u64)>,
     /// Its state.
     pub state: ServerState,
     /// Its counters.
@@ -426,6 +431,8 @@ impl McpClient {
                 next_attempt: up.next_attempt(),
                 cannot_start: up.cannot_start(),
                 listed: up.listed_names(),
+                auth: up.cfg.auth,
+                users: up.users().map(|u| (u.len(), u.opened())),
             })
             .collect()
     }

@@ -311,8 +311,10 @@ max_user_connections = 4
     )
     .expect("write quiver.toml");
     let server_log = dir.join("serve.log");
+    let metrics_port = free_port();
     let mut server = Command::new(quiver_binary())
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
         .env("QUIVER_LOG", "debug")
         .env("MCP_PT_TOKEN", &pt_static)
         .env("MCP_EX_TOKEN", &ex_static)
@@ -339,6 +341,14 @@ max_user_connections = 4
         ],
     )
     .await;
+    // Two users have a connection of their own to `ex`, one to `pt`.
+    let metrics = scrape(metrics_port).await;
+    for (series, want) in [
+        (r#"quiver_upstream_user_connections{server="ex"} 2"#, true),
+        (r#"quiver_upstream_user_connections{server="pt"} 1"#, true),
+    ] {
+        assert_eq!(metrics.contains(series), want, "{series} in {metrics}");
+    }
     let status = std::process::Command::new(quiver_binary())
         .args(["status"])
         .current_dir(&dir)
@@ -379,7 +389,29 @@ max_user_connections = 4
         assert!(!served.contains(tail), "a token reached the server's log");
         assert!(!log.contains(tail), "a token reached the execution log");
         assert!(!status.contains(tail), "a token reached quiver status");
+        assert!(!metrics.contains(tail), "a token reached /metrics");
     }
+}
+
+/// `GET /metrics` on `quiver serve --metrics-listen`.
+async fn scrape(port: u16) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("the metrics listener");
+    stream
+        .write_all(
+            format!("GET /metrics HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nconnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .expect("a request");
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_string(&mut answer))
+        .await
+        .expect("an answer in time")
+        .expect("an answer");
+    answer
 }
 
 #[tokio::test]

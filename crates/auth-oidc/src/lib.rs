@@ -6,10 +6,12 @@
 //! and asks the issuer's introspection endpoint (RFC 7662) about a token that is not a JWT
 //! when one is configured. A verified token is kept, by its SHA-256, until it expires; the
 //! keys are fetched again on a `kid` they do not hold (key rotation), no more often than a
-//! floor allows.
+//! floor allows. [`OidcExchanger`] exchanges a user's token for one scoped to an upstream
+//! (RFC 8693), as Quiver's own client, and keeps it until shortly before it expires.
 
 mod config;
 mod error;
+mod exchange;
 mod keys;
 #[cfg(test)]
 mod test_issuer;
@@ -20,4 +22,5 @@ pub use config::{
     Introspection, OidcConfig,
 };
 pub use error::OidcError;
+pub use exchange::{EXCHANGE_MARGIN, ExchangeConfig, OidcExchanger};
 pub use verifier::OidcVerifier;

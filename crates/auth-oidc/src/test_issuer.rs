@@ -1,6 +1,9 @@
 //! An issuer for this crate's tests and bench, in process: an ES256 key pair made per run,
 //! its discovery document and JWKS served over loopback HTTP (a few lines of HTTP/1.1, one
-//! request per connection), the JWKS fetches counted, and tokens signed with its keys.
+//! request per connection), the JWKS fetches counted, and tokens signed with its keys. Its
+//! token endpoint answers RFC 8693 exchanges: `exchanged-N` for the Nth, valid for
+//! `exchange_lifetime` seconds, or `invalid_grant` for the subject token `revoked`; each
+//! request is kept (its head and form body) for the tests to read.
 //! Shared with `benches/verify.rs` through `#[path]`.
 
 #![allow(dead_code, unreachable_pub)]
@@ -49,6 +52,10 @@ pub struct TestIssuer {
     pub url: String,
     pub published: Arc<Mutex<Vec<Value>>>,
     pub jwks_fetches: Arc<AtomicUsize>,
+    /// The token endpoint's requests: (the head, the body).
+    pub exchanges: Arc<Mutex<Vec<(String, String)>>>,
+    /// The `expires_in` of the tokens the token endpoint gives.
+    pub exchange_lifetime: Arc<AtomicUsize>,
 }
 
 impl TestIssuer {
@@ -60,13 +67,17 @@ impl TestIssuer {
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let published = Arc::new(Mutex::new(keys.iter().map(|k| k.jwk.clone()).collect()));
         let jwks_fetches = Arc::new(AtomicUsize::new(0));
+        let exchanges: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+        let exchange_lifetime = Arc::new(AtomicUsize::new(600));
         let (base, keys, count) = (url.clone(), published.clone(), jwks_fetches.clone());
+        let (seen, lifetime) = (exchanges.clone(), exchange_lifetime.clone());
         tokio::spawn(async move {
             loop {
                 let Ok((mut socket, _)) = listener.accept().await else {
                     return;
                 };
                 let (base, keys, count) = (base.clone(), keys.clone(), count.clone());
+                let (seen, lifetime) = (seen.clone(), lifetime.clone());
                 tokio::spawn(async move {
                     let mut head = Vec::new();
                     let mut buf = [0u8; 1024];
@@ -76,11 +87,51 @@ impl TestIssuer {
                             Ok(n) => head.extend_from_slice(&buf[..n]),
                         }
                     }
-                    let head = String::from_utf8_lossy(&head);
-                    let path = head.split(' ').nth(1).unwrap_or("/");
-                    let body = match path {
-                        "/.well-known/openid-configuration" => {
-                            json!({"issuer": base, "jwks_uri": format!("{base}/jwks")}).to_string()
+                    let end = head.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(0) + 4;
+                    let mut form = head.split_off(end);
+                    let head = String::from_utf8_lossy(&head).into_owned();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| {
+                            let (k, v) = l.split_once(':')?;
+                            k.eq_ignore_ascii_case("content-length")
+                                .then(|| v.trim().parse().ok())?
+                        })
+                        .unwrap_or(0);
+                    while form.len() < length {
+                        match socket.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => form.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let form = String::from_utf8_lossy(&form).into_owned();
+                    let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
+                    let mut status = "200 OK";
+                    let body = match path.as_str() {
+                        "/.well-known/openid-configuration" => json!({
+                            "issuer": base,
+                            "jwks_uri": format!("{base}/jwks"),
+                            "token_endpoint": format!("{base}/token"),
+                        })
+                        .to_string(),
+                        "/token" => {
+                            let n = {
+                                let mut seen = seen.lock().unwrap();
+                                seen.push((head.clone(), form.clone()));
+                                seen.len()
+                            };
+                            if form.contains("subject_token=revoked") {
+                                status = "400 Bad Request";
+                                json!({"error": "invalid_grant", "error_description": "the subject token is revoked"}).to_string()
+                            } else {
+                                json!({
+                                    "access_token": format!("exchanged-{n}"),
+                                    "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
+                                    "token_type": "Bearer",
+                                    "expires_in": lifetime.load(Ordering::SeqCst),
+                                })
+                                .to_string()
+                            }
                         }
                         "/jwks" => {
                             count.fetch_add(1, Ordering::SeqCst);
@@ -88,11 +139,9 @@ impl TestIssuer {
                         }
                         _ => String::new(),
                     };
-                    let status = if body.is_empty() {
-                        "404 Not Found"
-                    } else {
-                        "200 OK"
-                    };
+                    if body.is_empty() {
+                        status = "404 Not Found";
+                    }
                     let answer = format!(
                         "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                         body.len()
@@ -105,6 +154,8 @@ impl TestIssuer {
             url,
             published,
             jwks_fetches,
+            exchanges,
+            exchange_lifetime,
         }
     }
 

@@ -214,6 +214,53 @@ pub struct CallContext {
     /// The MCP session the call came over, if it came over one (a 2026-07-28 request has
     /// none: that protocol is stateless).
     pub mcp_session: Option<McpSession>,
+    /// The end user the call acts for, when the caller presented a user's access token
+    /// (`[auth.oidc]`); an upstream that acts for the user is reached with it. `None` for a
+    /// configured token, the CLI and stdio.
+    pub user: Option<Arc<UserCredential>>,
+}
+
+/// The end user a call acts for: the subject of the validated inbound access token, and
+/// the token itself, which only an upstream configured to act for the user receives (as it
+/// is, or exchanged for one of its own audience). Never printed: its `Debug` shows the
+/// subject alone.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct UserCredential {
+    /// The token's `sub`: whose upstream connections the call uses.
+    pub subject: Arc<str>,
+    /// When the token stops being valid.
+    pub expires_at: std::time::SystemTime,
+    token: Arc<str>,
+}
+
+impl UserCredential {
+    /// The user `subject`, who presented `token`, valid until `expires_at`.
+    pub fn new(
+        subject: impl Into<Arc<str>>,
+        token: impl Into<Arc<str>>,
+        expires_at: std::time::SystemTime,
+    ) -> Self {
+        UserCredential {
+            subject: subject.into(),
+            expires_at,
+            token: token.into(),
+        }
+    }
+
+    /// The access token the user presented: for an upstream that acts for the user only.
+    pub fn bearer(&self) -> &str {
+        &self.token
+    }
+}
+
+impl fmt::Debug for UserCredential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UserCredential")
+            .field("subject", &self.subject)
+            .field("token", &"<redacted>")
+            .finish()
+    }
 }
 
 /// A shared count of the `call_tool` calls one root custom-tool invocation may still make,
@@ -271,6 +318,7 @@ impl fmt::Debug for CallContext {
             .field("client", &self.client.as_ref().map(|c| c.features()))
             .field("call_budget", &self.call_budget.as_ref().map(|b| b.left()))
             .field("mcp_session", &self.mcp_session.as_ref().map(|s| &s.id))
+            .field("user", &self.user)
             .finish_non_exhaustive()
     }
 }
@@ -293,6 +341,12 @@ impl CallContext {
     /// Sets the principal.
     pub fn with_principal(mut self, principal: impl Into<Arc<str>>) -> Self {
         self.principal = Some(principal.into());
+        self
+    }
+
+    /// Sets the end user the call acts for.
+    pub fn with_user(mut self, user: Arc<UserCredential>) -> Self {
+        self.user = Some(user);
         self
     }
 

@@ -53,6 +53,7 @@ mod typed;
 pub use channel::{ChannelError, ClientChannel, ClientFeatures, ClientRequest, LogLevel};
 pub use context::{
     CallBudget, CallContext, Capabilities, McpSession, REQUEST_SESSION_PREFIX, ToolInvoker,
+    UserCredential,
     pattern_matches,
 };
 pub use envelope::{

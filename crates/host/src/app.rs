@@ -352,6 +352,16 @@ impl App {
             .map(|t| t + std::time::Duration::from_secs(1))
             .fold(STARTUP_WAIT, std::cmp::max);
         let mcp = McpClient::start(catalog.clone(), servers, options);
+        if let Some(exchanger) = config
+            .auth
+            .oidc
+            .as_ref()
+            .map(crate::identity::exchanger)
+            .transpose()?
+            .flatten()
+        {
+            mcp.set_token_exchanger(exchanger);
+        }
         surface.resync_index();
         let policy = Arc::new(crate::reload::LivePolicy::of(config));
         let dispatcher = Dispatcher::builder(catalog.clone())

@@ -4,9 +4,9 @@
 use std::{sync::Arc, time::Duration};
 
 use anyhow::Context;
-use quiver_auth_oidc::{Introspection, OidcConfig, OidcVerifier};
+use quiver_auth_oidc::{ExchangeConfig, Introspection, OidcConfig, OidcExchanger, OidcVerifier};
 use quiver_mcp_adapter::OidcAuth;
-use quiver_registry::identity::TokenVerifier;
+use quiver_registry::identity::{TokenExchanger, TokenVerifier};
 
 /// The adapter's settings from `[auth.oidc]`.
 pub(crate) fn oidc_config(oidc: &OidcAuth) -> anyhow::Result<OidcConfig> {
@@ -44,4 +44,15 @@ pub(crate) fn oidc_config(oidc: &OidcAuth) -> anyhow::Result<OidcConfig> {
 pub(crate) fn verifier(oidc: &OidcAuth) -> anyhow::Result<Arc<dyn TokenVerifier>> {
     let verifier = OidcVerifier::new(oidc_config(oidc)?).context("[auth.oidc]")?;
     Ok(Arc::new(verifier))
+}
+
+/// The token exchange of `[auth.oidc]` (`client_id` and `client_secret`: Quiver's own client
+/// at the issuer), for servers with `auth = "exchange"`; `None` when they are not set.
+pub(crate) fn exchanger(oidc: &OidcAuth) -> anyhow::Result<Option<Arc<dyn TokenExchanger>>> {
+    let (Some(id), Some(secret)) = (&oidc.client_id, &oidc.client_secret) else {
+        return Ok(None);
+    };
+    let exchanger =
+        OidcExchanger::new(ExchangeConfig::new(&oidc.issuer, id, secret)).context("[auth.oidc]")?;
+    Ok(Some(Arc::new(exchanger)))
 }

@@ -462,13 +462,18 @@ pub(crate) fn resolve_servers(
     // What only shows with every server together (two servers with one tool prefix).
     let (all, origins): (Vec<ServerConfig>, std::collections::BTreeSet<String>) =
         servers.into_iter().unzip();
-    validate_all(&all, env).map_err(|e| {
-        anyhow::anyhow!(
-            "{}: {}",
-            origins.into_iter().collect::<Vec<_>>().join(", "),
-            config_message(e)
-        )
-    })
+    let origins = origins.into_iter().collect::<Vec<_>>().join(", ");
+    let resolved =
+        validate_all(&all, env).map_err(|e| anyhow::anyhow!("{origins}: {}", config_message(e)))?;
+    // No user's token goes where it does not belong: checked against `[auth.oidc]`.
+    let oidc = config.auth.oidc.as_ref();
+    quiver_mcp_adapter::check_delegation(
+        &resolved,
+        oidc.map(|o| o.resource.as_str()),
+        oidc.is_some_and(|o| o.client_id.is_some() && o.client_secret.is_some()),
+    )
+    .map_err(|e| anyhow::anyhow!("{origins}: [[mcp.servers]] {}", config_message(e)))?;
+    Ok(resolved)
 }
 
 #[cfg(test)]

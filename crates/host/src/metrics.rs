@@ -28,7 +28,11 @@ pub fn exposition(app: &App) -> Arc<dyn MetricsExposition> {
                     _ => UpstreamState::Stopped,
                 };
                 let c = s.counters;
-                UpstreamReading::new(s.name, state, c.dials, c.connects, c.drops)
+                let reading = UpstreamReading::new(s.name, state, c.dials, c.connects, c.drops);
+                match s.users {
+                    Some((users, _)) => reading.with_user_connections(users as u64),
+                    None => reading,
+                }
             })
             .collect()
     });

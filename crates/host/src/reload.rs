@@ -220,6 +220,17 @@ impl Reloader {
                 *value = "<masked>".to_owned();
             }
         }
+        if let Some(oidc) = &mut config.auth.oidc {
+            for secret in [
+                &mut oidc.client_secret,
+                &mut oidc.introspection_client_secret,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                *secret = "<masked>".to_owned();
+            }
+        }
         let files: Vec<String> = self
             .mcp_files
             .iter()
@@ -348,7 +359,7 @@ impl Reloader {
             // The verifier and the metadata routes are built at start; the claim rules
             // are live with the tokens.
             (
-                "auth.oidc (issuer, resource, keys, introspection)",
+                "auth.oidc (issuer, resource, keys, introspection, token exchange client)",
                 oidc_settings(&current.auth) == oidc_settings(&config.auth),
             ),
             ("sandbox", same(&current.sandbox, &config.sandbox)),

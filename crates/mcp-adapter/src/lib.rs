@@ -27,7 +27,8 @@ pub use client::{
     ClientOptions, INHERITED_ENV, Liveness, McpClient, McpClientConfig, RESOURCE_TOOLS,
     RESOURCE_TOOLS_FAMILY, Reconciled, ResolvedServer, SESSION_IDLE_TIMEOUT,
     SESSION_MAX_PER_PRINCIPAL, ServerConfig, ServerCounters, ServerScope, ServerState,
-    ServerStatus, SessionServerStatus, TransportKind, interpolate_env, validate_all,
+    ServerStatus, SessionServerStatus, TransportKind, UpstreamAuth, check_delegation,
+    interpolate_env, validate_all,
 };
 pub use client::{
     comparable_definitions, connection_findings, server_list_findings, token_findings,

@@ -65,6 +65,8 @@ pub struct UpstreamReading {
     pub connects: u64,
     /// Connections lost after being up.
     pub drops: u64,
+    /// A server that acts for the user: the users with a connection of their own now.
+    pub user_connections: Option<u64>,
 }
 
 impl UpstreamReading {
@@ -82,7 +84,14 @@ impl UpstreamReading {
             dials,
             connects,
             drops,
+            user_connections: None,
         }
+    }
+
+    /// The users with a connection of their own to it now (a server that acts for the user).
+    pub fn with_user_connections(mut self, users: u64) -> Self {
+        self.user_connections = Some(users);
+        self
     }
 }
 
@@ -321,6 +330,23 @@ impl Collector for Gauges {
                 &ups,
                 |u| u.drops,
             )?;
+            let acting: Vec<UpstreamReading> = ups
+                .iter()
+                .filter(|u| u.user_connections.is_some())
+                .cloned()
+                .collect();
+            if !acting.is_empty() {
+                per_server(
+                    &mut encoder,
+                    (
+                        "upstream_user_connections",
+                        "Users with a connection of their own to each upstream MCP server that acts for the user",
+                        MetricType::Gauge,
+                    ),
+                    &acting,
+                    |u| u.user_connections.unwrap_or_default(),
+                )?;
+            }
         }
         Ok(())
     }

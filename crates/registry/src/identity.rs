@@ -78,3 +78,51 @@ pub trait TokenVerifier: Send + Sync {
     /// Verifies `token`. A token verified before is answered from a cache until it expires.
     async fn verify(&self, token: &str) -> Result<Arc<VerifiedToken>, TokenError>;
 }
+
+/// A token the issuer gave Quiver for one upstream, on a user's behalf (RFC 8693 token
+/// exchange). Never printed: its `Debug` shows when it expires alone.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct DelegatedToken {
+    /// When the token stops being valid (its `expires_in`, or the issuer's default).
+    pub expires_at: SystemTime,
+    token: Arc<str>,
+}
+
+impl DelegatedToken {
+    /// The access `token`, valid until `expires_at`.
+    pub fn new(token: impl Into<Arc<str>>, expires_at: SystemTime) -> Self {
+        DelegatedToken {
+            expires_at,
+            token: token.into(),
+        }
+    }
+
+    /// The access token, for the upstream it was issued for only.
+    pub fn bearer(&self) -> &str {
+        &self.token
+    }
+}
+
+impl std::fmt::Debug for DelegatedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DelegatedToken")
+            .field("expires_at", &self.expires_at)
+            .field("token", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Exchanges a user's access token for one scoped to an upstream (RFC 8693), as Quiver's
+/// own client at the issuer.
+#[async_trait]
+pub trait TokenExchanger: Send + Sync {
+    /// A token for `audience` (the upstream's resource URI) acting for the user who
+    /// presented `subject_token`. A token obtained before is answered from a cache until
+    /// shortly before it expires.
+    async fn exchange(
+        &self,
+        subject_token: &str,
+        audience: &str,
+    ) -> Result<DelegatedToken, TokenError>;
+}

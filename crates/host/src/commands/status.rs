@@ -85,6 +85,13 @@ pub(crate) fn run(
             state,
             s.tools.len()
         );
+        if s.auth.per_user() {
+            say!(
+                "{:<20} acts for the user (auth = \"{}\"): its calls go over each signed-in user's own connection in `quiver serve`; this connection only lists its tools",
+                "",
+                s.auth.as_str()
+            );
+        }
     }
     for name in per_session {
         say!(

@@ -71,6 +71,44 @@ pub const SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 /// How many processes of one per-session server one principal may run at once, when the
 /// configuration does not say (`max_per_principal`).
 pub const SESSION_MAX_PER_PRINCIPAL: usize = 8;
+/// Whose credentials a server's calls carry (`auth` of a `[[mcp.servers]]` entry).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum UpstreamAuth {
+    /// Quiver's own: the configured `headers` and `MCP_<NAME>_TOKEN`, one connection for
+    /// every caller.
+    #[default]
+    Static,
+    /// The caller's own access token, as it was presented to Quiver: only to a server of
+    /// Quiver's audience (`audience` equal to `[auth.oidc] resource`).
+    Passthrough,
+    /// A token for the server's `audience`, obtained for the caller by RFC 8693 token
+    /// exchange at the issuer, as Quiver's own client.
+    Exchange,
+}
+
+impl UpstreamAuth {
+    /// Whether the server acts for the user (a connection per user).
+    pub fn per_user(self) -> bool {
+        !matches!(self, UpstreamAuth::Static)
+    }
+
+    /// The value as written in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpstreamAuth::Static => "static",
+            UpstreamAuth::Passthrough => "passthrough",
+            UpstreamAuth::Exchange => "exchange",
+        }
+    }
+}
+
+/// The most users with a connection of their own to one server at once, by default.
+pub const DEFAULT_MAX_USER_CONNECTIONS: usize = 64;
+
+/// How long a user's connection to a server may sit unused before it is closed, by default.
+pub const DEFAULT_USER_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// One upstream MCP server as configured (for example a `[[mcp.servers]]` TOML table).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -174,6 +212,27 @@ pub struct ServerConfig {
     /// absent. A session over it is refused the server's tools, in words.
     #[serde(default)]
     pub max_per_principal: Option<usize>,
+    /// Whose credentials the server's calls carry: `static` (the default: `headers` and
+    /// `MCP_<NAME>_TOKEN`), `passthrough` (the caller's access token) or `exchange` (a token
+    /// exchanged for the caller). The last two act for the user: each user gets a
+    /// connection of their own, a call without a user is refused, and only the server's
+    /// tools are served (not its resources or prompts, which would be read with Quiver's
+    /// own credentials).
+    #[serde(default)]
+    pub auth: UpstreamAuth,
+    /// The resource URI the server accepts tokens for (RFC 8707). `passthrough`: required,
+    /// and must be Quiver's own `[auth.oidc] resource`. `exchange`: the audience the token
+    /// is exchanged for (the server's `url` when absent).
+    #[serde(default)]
+    pub audience: Option<String>,
+    /// `passthrough` and `exchange`: the most users with a connection of their own at once
+    /// (default 64); the least recently used is closed for a new one.
+    #[serde(default)]
+    pub max_user_connections: Option<usize>,
+    /// `passthrough` and `exchange`: how long a user's connection may sit unused before it
+    /// is closed (default 5 min).
+    #[serde(default, deserialize_with = "de_duration")]
+    pub user_idle_timeout: Option<Duration>,
 }
 
 impl ServerConfig {
@@ -225,12 +284,23 @@ impl ServerConfig {
             scope: ServerScope::Shared,
             idle_timeout: None,
             max_per_principal: None,
+            auth: UpstreamAuth::Static,
+            audience: None,
+            max_user_connections: None,
+            user_idle_timeout: None,
         }
     }
 
     /// Runs one process of this server per MCP session (see [`ServerScope::Session`]).
     pub fn per_session(mut self) -> Self {
         self.scope = ServerScope::Session;
+        self
+    }
+
+    /// Sets whose credentials the server's calls carry, and the audience.
+    pub fn with_auth(mut self, auth: UpstreamAuth, audience: Option<String>) -> Self {
+        self.auth = auth;
+        self.audience = audience;
         self
     }
 
@@ -392,6 +462,17 @@ pub struct ResolvedServer {
     pub(crate) idle_timeout: Duration,
     /// A per-session server's processes per principal.
     pub(crate) max_per_principal: usize,
+    /// Whose credentials its calls carry.
+    pub auth: UpstreamAuth,
+    /// The audience a user's token must have for it: `passthrough`, the configured one;
+    /// `exchange`, the configured one or the server's `url`; `static`, none.
+    pub audience: Option<String>,
+    /// Users with a connection of their own at once (`passthrough`, `exchange`).
+    pub(crate) max_user_connections: usize,
+    /// How long a user's connection may sit unused.
+    pub(crate) user_idle_timeout: Duration,
+    /// This is one user's connection (`client/users.rs`), whose credential is the user's.
+    pub(crate) for_user: bool,
     pub(crate) endpoint: Endpoint,
 }
 
@@ -699,6 +780,15 @@ fn resolve(
                     "`insecure_http = true` applies to http servers only; remove it",
                 ));
             }
+            if s.auth.per_user() {
+                return Err(cfg_err(
+                    &s.name,
+                    format!(
+                        "`auth = \"{}\"` applies to http servers only: a stdio server is one process shared by every caller, which a user's token cannot be sent to per call; remove `auth` (or reach the server over http)",
+                        s.auth.as_str()
+                    ),
+                ));
+            }
             let env_vars = s
                 .env
                 .iter()
@@ -839,6 +929,15 @@ fn resolve(
                     ),
                 ));
             }
+            if s.auth.per_user() && !https && !loopback {
+                return Err(cfg_err(
+                    &s.name,
+                    format!(
+                        "`auth = \"{}\"` would send users' access tokens in cleartext to {shown}: use https (plain http is accepted only to a loopback host, and `insecure_http` does not apply to users' tokens)",
+                        s.auth.as_str()
+                    ),
+                ));
+            }
             Endpoint::Http {
                 url,
                 headers,
@@ -847,6 +946,7 @@ fn resolve(
             }
         }
     };
+    let audience = user_audience(s)?;
     Ok(ResolvedServer {
         name: s.name.clone(),
         prefix,
@@ -854,9 +954,11 @@ fn resolve(
         liveness: s.liveness,
         call_timeout: s.call_timeout,
         connect_timeout: s.connect_timeout,
-        resources: s.resources,
-        prompts: s.prompts,
-        bare_prompts: s.bare_prompts,
+        // A server that acts for the user serves tools only: its resources and prompts would
+        // be read over the server's own connection, with Quiver's credentials, for any user.
+        resources: s.resources && !s.auth.per_user(),
+        prompts: s.prompts && !s.auth.per_user(),
+        bare_prompts: s.bare_prompts && !s.auth.per_user(),
         allow_tools: s.allow_tools.as_ref().map(|a| a.iter().cloned().collect()),
         progressive: s.progressive,
         progressive_tools: s.progressive_tools.clone(),
@@ -865,6 +967,13 @@ fn resolve(
         scope: s.scope,
         idle_timeout: s.idle_timeout.unwrap_or(SESSION_IDLE_TIMEOUT),
         max_per_principal: s.max_per_principal.unwrap_or(SESSION_MAX_PER_PRINCIPAL),
+        auth: s.auth,
+        audience,
+        max_user_connections: s
+            .max_user_connections
+            .unwrap_or(DEFAULT_MAX_USER_CONNECTIONS),
+        user_idle_timeout: s.user_idle_timeout.unwrap_or(DEFAULT_USER_IDLE_TIMEOUT),
+        for_user: false,
         endpoint,
     })
 }
@@ -919,6 +1028,102 @@ fn check_scope(s: &ServerConfig, kind: TransportKind) -> Result<(), McpError> {
             &s.name,
             "`idle_timeout` is zero, which would stop the server between any two calls; give a duration such as \"10m\"",
         ));
+    }
+    Ok(())
+}
+
+/// The audience of a server that acts for the user, checked: `audience` (an absolute URL
+/// without a fragment), or for `exchange` the server's `url`. The per-user keys are refused
+/// on a `static` server, where they would do nothing.
+fn user_audience(s: &ServerConfig) -> Result<Option<String>, McpError> {
+    if !s.auth.per_user() {
+        let stray = [
+            ("audience", s.audience.is_some()),
+            ("max_user_connections", s.max_user_connections.is_some()),
+            ("user_idle_timeout", s.user_idle_timeout.is_some()),
+        ];
+        if let Some((key, _)) = stray.iter().find(|(_, set)| *set) {
+            return Err(cfg_err(
+                &s.name,
+                format!(
+                    "`{key}` applies only to a server that acts for the user (`auth = \"passthrough\"` or `\"exchange\"`); this one has `auth = \"static\"`: remove the key, or set `auth`"
+                ),
+            ));
+        }
+        return Ok(None);
+    }
+    if s.max_user_connections == Some(0) {
+        return Err(cfg_err(
+            &s.name,
+            "`max_user_connections = 0` would refuse every user: give at least 1 (or remove the key for the default, 64)",
+        ));
+    }
+    let audience = match (&s.audience, s.auth) {
+        (Some(a), _) => a.clone(),
+        (None, UpstreamAuth::Exchange) => s.url.clone().unwrap_or_default(),
+        (None, _) => {
+            return Err(cfg_err(
+                &s.name,
+                "`auth = \"passthrough\"` needs `audience`: the resource URI the server accepts tokens for, which must be Quiver's own `[auth.oidc] resource` (a user's token is passed only to a server of its own audience; for a server of another audience use `auth = \"exchange\"`)",
+            ));
+        }
+    };
+    match Url::parse(&audience) {
+        Ok(u) if u.fragment().is_none() => Ok(Some(audience)),
+        Ok(_) => Err(cfg_err(
+            &s.name,
+            format!(
+                "`audience = {audience:?}` has a fragment (`#...`), which a resource URI may not have; remove it"
+            ),
+        )),
+        Err(e) => Err(cfg_err(
+            &s.name,
+            format!(
+                "`audience = {audience:?}` is not an absolute URL ({e}): give the server's resource URI, e.g. https://tools.example.com/mcp"
+            ),
+        )),
+    }
+}
+
+/// Refuses every server that would send a user's token where it does not belong, given
+/// Quiver's inbound `[auth.oidc]`: `resource` (Quiver's audience, `None` without
+/// `[auth.oidc]`) and whether Quiver's own client for token exchange is configured. A
+/// `passthrough` server must have Quiver's audience; any server acting for the user needs
+/// `[auth.oidc]`; an `exchange` server needs the exchange client. Errors name the server
+/// and the key.
+pub fn check_delegation(
+    servers: &[ResolvedServer],
+    resource: Option<&str>,
+    exchange_client: bool,
+) -> Result<(), McpError> {
+    for s in servers.iter().filter(|s| s.auth.per_user()) {
+        let auth = s.auth.as_str();
+        let Some(resource) = resource else {
+            return Err(cfg_err(
+                &s.name,
+                format!(
+                    "`auth = \"{auth}\"` acts for the user, but there is no `[auth.oidc]`: callers present no user's token to pass on or exchange. Configure `[auth.oidc]`, or remove `auth` (static credentials)"
+                ),
+            ));
+        };
+        let audience = s.audience.as_deref().unwrap_or_default();
+        match s.auth {
+            UpstreamAuth::Passthrough if audience != resource => {
+                return Err(cfg_err(
+                    &s.name,
+                    format!(
+                        "`auth = \"passthrough\"` with `audience = {audience:?}`, which is not Quiver's own audience `[auth.oidc] resource = {resource:?}`: a user's token is never sent to a server of another audience. Use `auth = \"exchange\"` (a token for that audience, obtained at the issuer), or correct `audience` if the server really accepts Quiver's tokens"
+                    ),
+                ));
+            }
+            UpstreamAuth::Exchange if !exchange_client => {
+                return Err(cfg_err(
+                    &s.name,
+                    "`auth = \"exchange\"` needs Quiver's own client at the issuer: set `client_id` and `client_secret` in `[auth.oidc]`",
+                ));
+            }
+            _ => {}
+        }
     }
     Ok(())
 }

@@ -28,6 +28,7 @@ mod session;
 mod to_contract;
 mod tool;
 mod upstream;
+mod users;
 
 use std::{
     collections::BTreeMap,
@@ -40,8 +41,9 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 pub use config::{
-    INHERITED_ENV, Liveness, McpClientConfig, ResolvedServer, SESSION_IDLE_TIMEOUT,
-    SESSION_MAX_PER_PRINCIPAL, ServerConfig, ServerScope, TransportKind, interpolate_env,
+    DEFAULT_MAX_USER_CONNECTIONS, DEFAULT_USER_IDLE_TIMEOUT, INHERITED_ENV, Liveness,
+    McpClientConfig, ResolvedServer, SESSION_IDLE_TIMEOUT, SESSION_MAX_PER_PRINCIPAL,
+    ServerConfig, ServerScope, TransportKind, UpstreamAuth, check_delegation, interpolate_env,
     validate_all,
 };
 pub use findings::{
@@ -134,6 +136,11 @@ impl ClientOptions {
 pub struct ServerStatus {
     /// Its name.
     pub name: String,
+    /// Whose credentials its calls carry.
+    pub auth: UpstreamAuth,
+    /// A server that acts for the user: the users with a connection of their own now, and
+    /// the connections opened for users so far.
+    pub users: Option<(usize, u64)>,
     /// Its state.
     pub state: ServerState,
     /// Its counters.
@@ -170,6 +177,8 @@ pub(crate) struct Shared {
     passthrough: passthrough::State,
     /// The per-session servers (`scope = "session"`) and their processes.
     sessions: Arc<session::SessionPool>,
+    /// The token exchange of servers with `auth = "exchange"` (set by the host).
+    exchanger: users::ExchangerSlot,
 }
 
 impl Shared {
@@ -261,6 +270,7 @@ impl McpClient {
             meta_registered: Mutex::new(false),
             passthrough: passthrough::State::default(),
             sessions,
+            exchanger: Arc::default(),
         });
         let weak = Arc::downgrade(&shared);
         shared
@@ -332,6 +342,15 @@ impl McpClient {
             }),
             relays,
         );
+        if up.cfg.auth.per_user() {
+            up.set_users(users::UserConnections::start(
+                up.cfg.clone(),
+                self.shared.opts.clone(),
+                self.shared.dial_permits.clone(),
+                self.shared.closed.child_token(),
+                self.shared.exchanger.clone(),
+            ));
+        }
         let order = self
             .shared
             .next_order
@@ -340,6 +359,23 @@ impl McpClient {
         drop(servers);
         up.start_supervisor();
         Ok(())
+    }
+
+    /// Sets how servers with `auth = "exchange"` get a token for the user: RFC 8693 token
+    /// exchange at the issuer (the host's OIDC adapter). Set once; later calls do nothing.
+    pub fn set_token_exchanger(
+        &self,
+        exchanger: Arc<dyn quiver_registry::identity::TokenExchanger>,
+    ) {
+        let _ = self.shared.exchanger.set(exchanger);
+    }
+
+    /// The users with a connection of their own to server `name` now, and the connections
+    /// opened for users so far; `None` for a server that does not act for the user.
+    pub fn user_connections(&self, name: &str) -> Option<(usize, u64)> {
+        let up = self.shared.server(name)?;
+        let users = up.users()?;
+        Some((users.len(), users.opened()))
     }
 
     /// Waits until every `required` server has connected and its connect hook has run (the
@@ -419,6 +455,8 @@ impl McpClient {
                 next_attempt: up.next_attempt(),
                 cannot_start: up.cannot_start(),
                 listed: up.listed_names(),
+                auth: up.cfg.auth,
+                users: up.users().map(|u| (u.len(), u.opened())),
             })
             .collect()
     }

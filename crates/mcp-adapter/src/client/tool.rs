@@ -36,7 +36,10 @@ impl Tool for McpTool {
     }
 
     async fn call(&self, input: Value, ctx: &CallContext) -> ToolResult {
-        let mut out = self.upstream.call(&self.name, input, ctx).await;
+        let mut out = match self.upstream.users() {
+            Some(users) => users.call(&self.name, input, ctx).await,
+            None => self.upstream.call(&self.name, input, ctx).await,
+        };
         // The server's own `call_timeout` ended the call: abandoned is not undone, as the
         // dispatcher's timeout says too. A tool that changes things may have done so, or
         // be at it still, and calling it again would do it twice.

@@ -229,6 +229,9 @@ pub(crate) struct Principal {
     pub(crate) capabilities: Arc<Capabilities>,
     pub(crate) mode: Option<Mode>,
     pub(crate) tenant: Option<Arc<str>>,
+    /// The user and the access token they presented, for an `[auth.oidc]` token (an
+    /// upstream that acts for the user is reached with it); `None` for a configured token.
+    pub(crate) user: Option<Arc<quiver_contract::UserCredential>>,
 }
 
 pub(crate) struct Tokens {
@@ -250,6 +253,7 @@ impl Tokens {
                         capabilities: Arc::new(t.capabilities()),
                         mode: t.mode,
                         tenant: t.tenant.as_deref().map(Into::into),
+                        user: None,
                     },
                 )
             })
@@ -542,7 +546,14 @@ pub(crate) async fn require_token(
         None => match (&tokens.oidc, &gate.verifier) {
             (Some((rules, _)), Some(verifier)) => match verifier.verify(presented).await {
                 Ok(verified) => match rules.principal(&verified) {
-                    Some(p) => p,
+                    Some(mut p) => {
+                        p.user = Some(Arc::new(quiver_contract::UserCredential::new(
+                            verified.subject.as_str(),
+                            presented,
+                            verified.expires_at,
+                        )));
+                        p
+                    }
                     None => return refuse(request, unauthorized(&Refusal::NoRule, metadata)).await,
                 },
                 Err(TokenError::Invalid(reason)) => {

@@ -51,6 +51,13 @@ pub struct OidcAuth {
     /// Its secret.
     #[serde(default)]
     pub introspection_client_secret: Option<String>,
+    /// Quiver's own client id at the issuer, for RFC 8693 token exchange (servers with
+    /// `auth = "exchange"`).
+    #[serde(default)]
+    pub client_id: Option<String>,
+    /// Its secret (`client_secret_basic`).
+    #[serde(default)]
+    pub client_secret: Option<String>,
     /// How claims map to what a caller may do, first match wins. With none, every valid
     /// token may use everything; with some, a token no rule matches is refused (403).
     #[serde(default)]
@@ -134,6 +141,11 @@ impl OidcAuth {
                 )));
             }
         }
+        if self.client_id.is_some() != self.client_secret.is_some() {
+            return Err(AuthError::Invalid(
+                "oidc: token exchange needs both `client_id` and `client_secret` (Quiver's own client at the issuer); set both, or neither".into(),
+            ));
+        }
         if url::Url::parse(&self.resource).is_err() {
             return Err(AuthError::Invalid(format!(
                 "oidc: `resource = {:?}` is not an absolute URL: give Quiver's MCP endpoint as clients reach it, e.g. https://quiver.example.com/mcp",
@@ -216,6 +228,7 @@ impl Rules {
                 capabilities: Arc::new(Capabilities::all()),
                 mode: None,
                 tenant: None,
+                user: None,
             });
         }
         let rule = self.rules.iter().find(|r| {
@@ -228,6 +241,7 @@ impl Rules {
             capabilities: rule.capabilities.clone(),
             mode: rule.mode,
             tenant: rule.tenant.clone(),
+            user: None,
         })
     }
 }

@@ -37,6 +37,8 @@ pub(crate) struct Scope {
     pub(super) mode: Mode,
     pub(super) principal: Option<Arc<str>>,
     pub(super) tenant: Option<Arc<str>>,
+    /// The end user of an `[auth.oidc]` access token (redacted in `Debug`).
+    pub(super) user: Option<Arc<quiver_contract::UserCredential>>,
     /// Whether the key came from the MCP session id (forgotten when the session ends).
     pub(super) session_bound: bool,
     /// The MCP session the request belongs to: its `Mcp-Session-Id`, or the stdio
@@ -79,6 +81,9 @@ impl Scope {
         }
         if let Some(t) = &self.tenant {
             ctx = ctx.with_tenant(t.clone());
+        }
+        if let Some(u) = &self.user {
+            ctx = ctx.with_user(u.clone());
         }
         ctx
     }
@@ -227,6 +232,7 @@ pub(crate) fn scope(
             .unwrap_or(shared.options.default_mode),
         principal: principal.map(|p| p.name.clone()),
         tenant: principal.and_then(|p| p.tenant.clone()),
+        user: principal.and_then(|p| p.user.clone()),
         session_bound,
         session: session_id.map(Arc::from),
         trace: trace_context(meta, &header),

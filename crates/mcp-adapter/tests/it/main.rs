@@ -9,6 +9,7 @@ mod features;
 mod python_servers;
 mod relay;
 mod session;
+mod users;
 
 use std::{
     future::Future,

@@ -138,8 +138,13 @@ async fn gauges_are_read_at_each_scrape() {
 
     let state = Arc::new(std::sync::Mutex::new(UpstreamState::Connecting));
     let seen = state.clone();
-    metrics
-        .read_upstreams(move || vec![UpstreamReading::new("git", *seen.lock().unwrap(), 3, 2, 1)]);
+    metrics.read_upstreams(move || {
+        vec![
+            UpstreamReading::new("git", *seen.lock().unwrap(), 3, 2, 1),
+            UpstreamReading::new("tickets", UpstreamState::Connected, 1, 1, 0)
+                .with_user_connections(4),
+        ]
+    });
     metrics.read_working_sets(|| WorkingSetsReading::of_sizes([3, 5, 0]));
     metrics.read_log_writer(|| LogWriterReading::new(5, 1, true));
     metrics.set_sessions_open(2);
@@ -168,6 +173,7 @@ async fn gauges_are_read_at_each_scrape() {
         (r#"quiver_upstream_dials_total{server="git"}"#, 3.0),
         (r#"quiver_upstream_reconnects_total{server="git"}"#, 1.0),
         (r#"quiver_upstream_drops_total{server="git"}"#, 1.0),
+        (r#"quiver_upstream_user_connections{server="tickets"}"#, 4.0),
         ("quiver_sessions_open", 2.0),
         ("quiver_working_sets", 3.0),
         ("quiver_working_set_tools", 8.0),
@@ -180,6 +186,11 @@ async fn gauges_are_read_at_each_scrape() {
     ] {
         assert_eq!(sample(&text, series), Some(want), "{series} in\n{text}");
     }
+    assert_eq!(
+        sample(&text, r#"quiver_upstream_user_connections{server="git"}"#),
+        None,
+        "only a server that acts for the user has the series"
+    );
     *state.lock().unwrap() = UpstreamState::Connected;
     let text = metrics.render();
     assert_eq!(

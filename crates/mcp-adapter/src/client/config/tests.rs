@@ -180,3 +180,110 @@ fn a_per_session_server_is_checked_for_what_it_cannot_be() {
     assert_eq!(set[0].idle_timeout, Duration::from_secs(90));
     assert_eq!(set[0].max_per_principal, 3);
 }
+
+/// Whose credentials a server's calls carry: every configuration that could send a user's
+/// token where it does not belong is refused, naming the server and the key.
+#[test]
+fn a_users_token_goes_only_where_its_audience_allows() {
+    let check = |s: ServerConfig, resource: Option<&str>, exchange_client: bool| {
+        validate_all(&[s], &|_| None)
+            .and_then(|r| check_delegation(&r, resource, exchange_client).map(|()| r))
+            .map_err(|e| e.to_string())
+    };
+    let quiver = Some("https://quiver.example.com/mcp");
+    let http = |auth, audience: Option<&str>| {
+        ServerConfig::http("up", "https://tools.example.com/mcp")
+            .with_auth(auth, audience.map(str::to_owned))
+    };
+    type Checked = Result<Vec<ResolvedServer>, String>;
+    let cases: Vec<(&str, Checked, &str)> = vec![
+        (
+            "passthrough of Quiver's audience",
+            check(http(UpstreamAuth::Passthrough, quiver), quiver, false),
+            "",
+        ),
+        (
+            "passthrough to another audience",
+            check(
+                http(
+                    UpstreamAuth::Passthrough,
+                    Some("https://tools.example.com/mcp"),
+                ),
+                quiver,
+                false,
+            ),
+            "MCP server \"up\": `auth = \"passthrough\"` with `audience = \"https://tools.example.com/mcp\"`, which is not Quiver's own audience",
+        ),
+        (
+            "passthrough without an audience",
+            check(http(UpstreamAuth::Passthrough, None), quiver, false),
+            "MCP server \"up\": `auth = \"passthrough\"` needs `audience`",
+        ),
+        (
+            "passthrough without [auth.oidc]",
+            check(http(UpstreamAuth::Passthrough, quiver), None, false),
+            "MCP server \"up\": `auth = \"passthrough\"` acts for the user, but there is no `[auth.oidc]`",
+        ),
+        (
+            "exchange without Quiver's client",
+            check(http(UpstreamAuth::Exchange, None), quiver, false),
+            "`auth = \"exchange\"` needs Quiver's own client at the issuer",
+        ),
+        (
+            "exchange for the server's url",
+            check(http(UpstreamAuth::Exchange, None), quiver, true),
+            "",
+        ),
+        (
+            "passthrough to a stdio server",
+            check(
+                ServerConfig::stdio("up", "server", vec![])
+                    .with_auth(UpstreamAuth::Passthrough, quiver.map(str::to_owned)),
+                quiver,
+                false,
+            ),
+            "MCP server \"up\": `auth = \"passthrough\"` applies to http servers only",
+        ),
+        (
+            "exchange over cleartext http",
+            check(
+                ServerConfig::http("up", "http://tools.example.com/mcp")
+                    .with_auth(UpstreamAuth::Exchange, None)
+                    .insecure_http(),
+                quiver,
+                true,
+            ),
+            "would send users' access tokens in cleartext",
+        ),
+        (
+            "an audience on a static server",
+            check(http(UpstreamAuth::Static, quiver), quiver, false),
+            "`audience` applies only to a server that acts for the user",
+        ),
+        (
+            "an audience that is not a URL",
+            check(http(UpstreamAuth::Exchange, Some("tools")), quiver, true),
+            "`audience = \"tools\"` is not an absolute URL",
+        ),
+    ];
+    for (what, got, expected) in cases {
+        match got {
+            Ok(r) => {
+                assert!(expected.is_empty(), "{what}: accepted");
+                assert!(
+                    !r[0].resources && !r[0].prompts,
+                    "{what}: a server acting for the user serves tools only"
+                );
+                assert_eq!(
+                    r[0].audience.as_deref(),
+                    Some(match r[0].auth {
+                        UpstreamAuth::Exchange => "https://tools.example.com/mcp",
+                        _ => "https://quiver.example.com/mcp",
+                    }),
+                    "{what}"
+                );
+            }
+            Err(e) => assert!(!expected.is_empty() && e.contains(expected), "{what}: {e}"),
+        }
+    }
+}

@@ -335,7 +335,9 @@ impl Upstream {
         }
         let transport = StreamableHttpClientTransport::with_client(client, config);
         let var = crate::client::config::token_var(&self.cfg.name);
-        let auth = if token.is_some() {
+        let auth = if self.cfg.for_user {
+            "the server did not accept the user's access token".to_owned()
+        } else if token.is_some() {
             format!(
                 "the server did not accept the bearer token from `{var}`; fix it, or give the server the `headers` it expects"
             )

@@ -218,6 +218,9 @@ pub(crate) struct Upstream {
     /// How the stdio child of a connection generation ended ("exited with code 7"), for
     /// the message of the calls it was running.
     exits: watch::Sender<Option<(u64, String)>>,
+    /// A server that acts for the user: its users' connections (`client/users.rs`); this
+    /// connection then only lists the tools.
+    users: std::sync::OnceLock<Arc<super::users::UserConnections>>,
 }
 
 impl Upstream {
@@ -268,11 +271,27 @@ impl Upstream {
             malformed: Mutex::new(Vec::new()),
             relays,
             exits: watch::channel(None).0,
+            users: std::sync::OnceLock::new(),
         })
     }
 
     pub(crate) fn name(&self) -> &str {
         &self.cfg.name
+    }
+
+    /// Its users' connections, for a server that acts for the user.
+    pub(crate) fn users(&self) -> Option<&Arc<super::users::UserConnections>> {
+        self.users.get()
+    }
+
+    /// Makes this a server that acts for the user, its calls going over `users`.
+    pub(crate) fn set_users(&self, users: Arc<super::users::UserConnections>) {
+        let _ = self.users.set(users);
+    }
+
+    /// How long a first connection may take to come up.
+    pub(crate) fn connect_wait(&self) -> Duration {
+        self.connect_timeout()
     }
 
     /// A diagnostic line for the operator that says something was lost or is broken: also
@@ -393,6 +412,9 @@ impl Upstream {
         });
         if let State::Up(conn) = old.state {
             conn.cancel.cancel();
+        }
+        if let Some(users) = self.users.get() {
+            Box::pin(users.close_all()).await;
         }
         // Every connection's watcher kills and reaps its child; wait for all of them.
         let watchers = std::mem::take(&mut *lock(&self.watchers));

@@ -53,8 +53,7 @@ mod typed;
 pub use channel::{ChannelError, ClientChannel, ClientFeatures, ClientRequest, LogLevel};
 pub use context::{
     CallBudget, CallContext, Capabilities, McpSession, REQUEST_SESSION_PREFIX, ToolInvoker,
-    UserCredential,
-    pattern_matches,
+    UserCredential, pattern_matches,
 };
 pub use envelope::{
     Alternative, ColumnSpec, DtypeProvenance, Effects, Envelope, ErrKind, HintKind, Part, Warning,

@@ -563,7 +563,10 @@ impl SessionPool {
                 e.touched.insert(cfg.name.clone());
             }
         }
+        // The wait is use: an idle timeout shorter than the start (a loaded machine, a slow
+        // server) must not stop the process the request that started it is waiting for.
         let waits = started.iter().map(|inst| async move {
+            let _busy = Busy::new(inst);
             if let Err(why) = inst.ready().await {
                 tracing::warn!(server = %inst.server, session = %inst.session, "per-session MCP server \"{}\" is not ready: {why}", inst.server);
             }

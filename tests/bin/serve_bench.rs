@@ -20,6 +20,10 @@
 //!   the same load; prints each series, its added p50 over the direct one, the median of its
 //!   paired differences, and, when one is named `quiver`, the ratio of the slowest other's
 //!   added p50 to Quiver's.
+//! - `quiver-serve-bench load URL SESSIONS CALLS CONCURRENCY TOOL_A ARGS_A TOOL_B ARGS_B`:
+//!   SESSIONS sessions, CONCURRENCY at a time, each on its own connection: the handshake,
+//!   CALLS calls alternating between A and B, then `DELETE`; prints the calls answered and
+//!   every error (the first five with why), not stopping at one.
 //! - `quiver-serve-bench proxy UPSTREAM_HOST:PORT`: a proxy that only copies bytes (tokio's
 //!   `copy_bidirectional`, `TCP_NODELAY` on both sides, a task per connection), on a free
 //!   loopback port it prints; runs until killed. `compare` through it gives what any proxy
@@ -657,13 +661,75 @@ async fn proxy(upstream: String) -> Result<()> {
     }
 }
 
+/// `load`: SESSIONS sessions, CONCURRENCY at a time, each on its own connection: the
+/// handshake, CALLS calls alternating between tool A and tool B, then `DELETE`. A failed
+/// call is counted (the first few are kept with why), not fatal, so a run reports every
+/// error it met.
+async fn load(
+    target: Target,
+    sessions: u64,
+    calls: u64,
+    concurrency: usize,
+    a: (String, String),
+    b: (String, String),
+) -> Result<()> {
+    let target = std::sync::Arc::new(target);
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(concurrency.max(1)));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for s in 0..sessions {
+        let (target, slots) = (target.clone(), slots.clone());
+        let (a, b) = (a.clone(), b.clone());
+        tasks.push(tokio::spawn(async move {
+            let _slot = slots.acquire_owned().await?;
+            let mut conn = Conn::connect(&target).await?;
+            conn.handshake().await?;
+            let mut errors = Vec::new();
+            let mut done = 0u64;
+            for i in 0..calls {
+                let (tool, kind) = if i.is_multiple_of(2) { &a } else { &b };
+                // Each tool's own counter, so its consecutive calls never repeat each other.
+                match conn.call(tool, arguments(kind, (s * calls + i) / 2)?).await {
+                    Ok(()) => done += 1,
+                    Err(e) => errors.push(format!("session {s} call {i}: {e:#}")),
+                }
+            }
+            conn.close().await?;
+            anyhow::Ok((done, errors))
+        }));
+    }
+    let (mut answered, mut errors) = (0u64, Vec::new());
+    for t in tasks {
+        match t.await? {
+            Ok((done, errs)) => {
+                answered += done;
+                errors.extend(errs);
+            }
+            Err(e) => errors.push(format!("a session failed: {e:#}")),
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "{}",
+        json!({
+            "mode": "load", "sessions": sessions, "calls_per_session": calls,
+            "concurrency": concurrency, "calls": sessions * calls, "answered": answered,
+            "errors": errors.len(), "first_errors": errors.iter().take(5).collect::<Vec<_>>(),
+            "seconds": (secs * 1000.0).round() / 1000.0,
+            "calls_per_s": (answered as f64 / secs).round(),
+        })
+    );
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = "usage: quiver-serve-bench latency URL TOOL ARGS [N] [WARMUP] | \
                  throughput URL TOOL ARGS CLIENTS SECS | \
                  compare URL_A TOOL_A URL_B TOOL_B ARGS [N] [WARMUP] | \
                  bridges ARGS N WARMUP \"CMD [CMD_ARGS]\" DIRECT_TOOL NAME URL TOOL [...] | \
-                 proxy UPSTREAM_HOST:PORT";
+                 proxy UPSTREAM_HOST:PORT | \
+                 load URL SESSIONS CALLS CONCURRENCY TOOL_A ARGS_A TOOL_B ARGS_B";
     let get = |i: usize| args.get(i).map(String::as_str).context(usage);
     let mode = get(0)?;
     if mode == "compare" {
@@ -676,6 +742,16 @@ fn main() -> Result<()> {
             .enable_all()
             .build()?
             .block_on(compare(a, b, &kind, n, warmup));
+    }
+    if mode == "load" {
+        let target = Target::parse(get(1)?)?;
+        let (sessions, calls, concurrency) = (get(2)?.parse()?, get(3)?.parse()?, get(4)?.parse()?);
+        let a = (get(5)?.to_owned(), get(6)?.to_owned());
+        let b = (get(7)?.to_owned(), get(8)?.to_owned());
+        return tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+            .block_on(load(target, sessions, calls, concurrency, a, b));
     }
     if mode == "proxy" {
         let upstream = get(1)?.to_owned();

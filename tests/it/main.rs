@@ -6,6 +6,7 @@ mod architecture;
 mod audit_chain;
 mod conformance_client;
 mod identity;
+mod load;
 mod mcp_server;
 mod progressive;
 mod replicas;

@@ -1,0 +1,131 @@
+//! Load, three times over in one `quiver serve`: many sessions over streamable HTTP, a
+//! number at a time, half the calls to a core tool (`describe_tool`) and half to a stdio
+//! upstream (server-everything's `echo`), each session closed with `DELETE`. Every call is
+//! answered without error, the execution log has one row per call, and the process's open
+//! files do not grow from the second run to the third (a leak per session would). RSS,
+//! threads and files after each run are printed.
+//!
+//! CI runs it small; the size comes from `QUIVER_LOAD_SESSIONS`, `QUIVER_LOAD_CALLS` and
+//! `QUIVER_LOAD_CONCURRENCY` (`docs/RELIABILITY.md` has the full run: 1,000 × 100, 64 at a
+//! time).
+
+use std::{
+    path::Path,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+use crate::mcp_server::{Server, everything_bin, fresh_dir, quiver_binary};
+
+fn size(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{var}={v:?} is not a number"))
+        })
+        .unwrap_or(default)
+}
+
+/// What `/proc` says of `pid`: resident KiB, threads, open files.
+fn process(pid: u32) -> (u64, u64, usize) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in /proc/{pid}/status"))
+    };
+    let files = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count();
+    (field("VmRSS:"), field("Threads:"), files)
+}
+
+/// Rows in the execution log, once the writer has caught up with `want` (or the wait ends).
+fn rows(db: &Path, want: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let n: u64 = rusqlite::Connection::open(db)
+            .and_then(|c| c.query_row("SELECT count(*) FROM execution_log", [], |r| r.get(0)))
+            .unwrap_or(0);
+        if n >= want || Instant::now() > deadline {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_load_runs_answer_every_call_log_every_row_and_leak_no_files() {
+    let sessions = size("QUIVER_LOAD_SESSIONS", 40);
+    let calls = size("QUIVER_LOAD_CALLS", 10);
+    let concurrency = size("QUIVER_LOAD_CONCURRENCY", 8);
+    let dir = fresh_dir();
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[store]\npath = \"load.db\"\n\n[surface]\nanchors = [\"mcp__everything__echo\"]\n\n[[mcp.servers]]\nname = \"everything\"\ncommand = {:?}\nrequired = true\n",
+            everything_bin().display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut server =
+        Server::start_in(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"], &dir).await;
+    let pid = server.pid();
+    let mut after = Vec::new();
+    for run in 1..=3 {
+        let url = server.url.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_quiver-serve-bench"))
+                .args([
+                    "load",
+                    &url,
+                    &sessions.to_string(),
+                    &calls.to_string(),
+                    &concurrency.to_string(),
+                    "describe_tool",
+                    "describe",
+                    "mcp__everything__echo",
+                    "echo",
+                ])
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "run {run}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["errors"], 0, "run {run}: {report}");
+        assert_eq!(report["answered"], sessions * calls, "run {run}: {report}");
+        let logged = rows(&dir.join("load.db"), run * sessions * calls);
+        assert_eq!(
+            logged,
+            run * sessions * calls,
+            "run {run}: one row per call"
+        );
+        let (rss, threads, files) = process(pid);
+        println!(
+            "run {run}: {} calls in {} s ({} calls/s); RSS {rss} KiB, {threads} threads, {files} open files",
+            report["calls"], report["seconds"], report["calls_per_s"]
+        );
+        after.push((rss, threads, files));
+    }
+    // A few descriptors may be in flight (a connection the kernel has not closed yet); a
+    // leak per session or per call would be many more.
+    let (second, third) = (after[1].2, after[2].2);
+    assert!(
+        third <= second + 4,
+        "open files grew from {second} after the second run to {third} after the third"
+    );
+    let status = server.terminate().await;
+    assert!(status.success(), "quiver serve exits cleanly: {status}");
+}

@@ -115,21 +115,28 @@ impl Instance {
                     );
                 }
                 ServerState::Rejected(reason) => return Err(format!("it was rejected: {reason}")),
+                // A program that cannot start (not found, not executable) will not start on
+                // a retry either; a failed attempt otherwise (a start slower than the
+                // handshake's limit on a loaded machine, a crash at start) is retried by the
+                // supervisor, and the call waits for it within its connect timeout.
                 ServerState::Down | ServerState::Reconnecting => {
-                    let why = self
-                        .up
-                        .cannot_start()
-                        .or_else(|| self.up.diagnostics().pop())
-                        .unwrap_or_else(|| "its process did not start".into());
-                    return Err(format!("it is down: {why}"));
+                    if let Some(why) = self.up.cannot_start() {
+                        return Err(format!("it is down: {why}"));
+                    }
                 }
             }
             if tokio::time::timeout_at(deadline, rx.changed())
                 .await
                 .is_err()
             {
+                let last = self
+                    .up
+                    .diagnostics()
+                    .pop()
+                    .map(|d| format!(" (last attempt: {d})"))
+                    .unwrap_or_default();
                 return Err(format!(
-                    "it did not list its tools within {}",
+                    "it did not list its tools within {}{last}",
                     duration_text(self.connect_timeout)
                 ));
             }

@@ -374,6 +374,22 @@ pub(crate) fn call_row(row: &CallRow) -> Markup {
     }
 }
 
+/// The header row of a table of calls ([`call_row`]'s columns).
+fn call_head() -> Markup {
+    html! {
+        thead { tr {
+            th scope="col" { "At (UTC)" }
+            th scope="col" { "Tool" }
+            th scope="col" { "Principal" }
+            th scope="col" { "Session" }
+            th scope="col" { "Outcome" }
+            th scope="col" { "Took" }
+            th scope="col" { "Queued" }
+            th scope="col" { "Error" }
+        } }
+    }
+}
+
 /// The call log: filters, the newest rows (live on the first page), a link to older ones.
 pub(crate) fn log(rows: &[CallRow], query: &LogQuery, older: Option<u128>, csrf: &str) -> Markup {
     let filters = query.query_string();
@@ -415,16 +431,7 @@ pub(crate) fn log(rows: &[CallRow], query: &LogQuery, older: Option<u128>, csrf:
             }
             table #log data-live=[first_page.then_some(live)] {
                 caption.visually-hidden { "Calls, newest first" }
-                thead { tr {
-                    th scope="col" { "At (UTC)" }
-                    th scope="col" { "Tool" }
-                    th scope="col" { "Principal" }
-                    th scope="col" { "Session" }
-                    th scope="col" { "Outcome" }
-                    th scope="col" { "Took" }
-                    th scope="col" { "Queued" }
-                    th scope="col" { "Error" }
-                } }
+                (call_head())
                 tbody {
                     @for row in rows { (call_row(row)) }
                 }
@@ -490,16 +497,7 @@ pub(crate) fn call(detail: &CallDetail<'_>, csrf: &str) -> Markup {
                 h2 { "Calls made from this call" }
                 table #children {
                     caption.visually-hidden { "Calls made from this call, oldest first" }
-                    thead { tr {
-                        th scope="col" { "At (UTC)" }
-                        th scope="col" { "Tool" }
-                        th scope="col" { "Principal" }
-                        th scope="col" { "Session" }
-                        th scope="col" { "Outcome" }
-                        th scope="col" { "Took" }
-                        th scope="col" { "Queued" }
-                        th scope="col" { "Error" }
-                    } }
+                    (call_head())
                     tbody {
                         @for row in detail.children { (call_row(row)) }
                     }

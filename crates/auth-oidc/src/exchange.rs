@@ -134,30 +134,12 @@ impl OidcExchanger {
                 }
                 let issuer = self.config.issuer.trim_end_matches('/');
                 let url = format!("{issuer}/.well-known/openid-configuration");
-                let unavailable = |e: String| {
+                let body = crate::verifier::get_bounded(&self.http, &url).await?;
+                let doc: Value = serde_json::from_slice(&body).map_err(|e| {
                     TokenError::Unavailable(format!(
-                        "the token issuer could not be reached at {url}: {e}"
+                        "the token issuer's discovery document at {url} is not JSON: {e}"
                     ))
-                };
-                let response = self
-                    .http
-                    .get(&url)
-                    .header("accept", "application/json")
-                    .send()
-                    .await
-                    .map_err(|e| unavailable(e.to_string()))?;
-                if !response.status().is_success() {
-                    return Err(unavailable(format!("HTTP {}", response.status())));
-                }
-                let body = response
-                    .bytes()
-                    .await
-                    .map_err(|e| unavailable(e.to_string()))?;
-                if body.len() > MAX_BODY {
-                    return Err(unavailable(format!("the answer is over {MAX_BODY} bytes")));
-                }
-                let doc: Value = serde_json::from_slice(&body)
-                    .map_err(|e| unavailable(format!("not JSON: {e}")))?;
+                })?;
                 doc.get("token_endpoint")
                     .and_then(Value::as_str)
                     .map(str::to_owned)

@@ -97,29 +97,7 @@ impl OidcVerifier {
     }
 
     async fn get(&self, url: &str) -> Result<Vec<u8>, TokenError> {
-        let unavailable = |e: String| {
-            TokenError::Unavailable(format!(
-                "the token issuer could not be reached at {url}: {e}"
-            ))
-        };
-        let response = self
-            .http
-            .get(url)
-            .header("accept", "application/json")
-            .send()
-            .await
-            .map_err(|e| unavailable(e.to_string()))?;
-        if !response.status().is_success() {
-            return Err(unavailable(format!("HTTP {}", response.status())));
-        }
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| unavailable(e.to_string()))?;
-        if body.len() > MAX_BODY {
-            return Err(unavailable(format!("the answer is over {MAX_BODY} bytes")));
-        }
-        Ok(body.to_vec())
+        get_bounded(&self.http, url).await
     }
 
     /// The discovery document: `/.well-known/openid-configuration` under the issuer, else
@@ -449,6 +427,33 @@ impl TokenVerifier for OidcVerifier {
         self.remember(digest, verified.clone());
         Ok(verified)
     }
+}
+
+/// A JSON document from the issuer (discovery, keys), at most `MAX_BODY` bytes; any failure
+/// is the issuer being unavailable, naming `url`.
+pub(crate) async fn get_bounded(http: &reqwest::Client, url: &str) -> Result<Vec<u8>, TokenError> {
+    let unavailable = |e: String| {
+        TokenError::Unavailable(format!(
+            "the token issuer could not be reached at {url}: {e}"
+        ))
+    };
+    let response = http
+        .get(url)
+        .header("accept", "application/json")
+        .send()
+        .await
+        .map_err(|e| unavailable(e.to_string()))?;
+    if !response.status().is_success() {
+        return Err(unavailable(format!("HTTP {}", response.status())));
+    }
+    let body = response
+        .bytes()
+        .await
+        .map_err(|e| unavailable(e.to_string()))?;
+    if body.len() > MAX_BODY {
+        return Err(unavailable(format!("the answer is over {MAX_BODY} bytes")));
+    }
+    Ok(body.to_vec())
 }
 
 #[cfg(test)]

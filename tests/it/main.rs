@@ -5,6 +5,7 @@ mod admin_web;
 mod architecture;
 mod audit_chain;
 mod conformance_client;
+mod faults;
 mod identity;
 mod load;
 mod mcp_server;

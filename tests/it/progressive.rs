@@ -195,3 +195,27 @@ fn a_tool_that_needs_a_model_capability_is_offered_only_to_tokens_declaring_it()
         "{refused}"
     );
 }
+
+/// A client without a token declares its model's capabilities itself, by header or in
+/// `_meta`; a malformed declaration is refused with how to write it
+/// (`tests/fixtures/mcp_server/model_caps.py`).
+#[tokio::test]
+async fn a_client_declares_its_models_capabilities_by_header_or_meta() {
+    let dir = fresh_dir();
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[[mcp.servers]]\nname = \"everything\"\ncommand = {:?}\nrequires = [\"vision\"]\nrequired = true\n",
+            everything_bin().display().to_string()
+        ),
+    )
+    .expect("config written");
+    let mut server = crate::mcp_server::Server::start_in(
+        crate::mcp_server::quiver_binary(),
+        &["serve", "--listen", "127.0.0.1:0"],
+        &dir,
+    )
+    .await;
+    crate::mcp_server::run_script("model_caps.py", &[&server.url]).await;
+    assert!(server.terminate().await.success());
+}

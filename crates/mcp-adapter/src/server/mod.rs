@@ -17,6 +17,7 @@ mod http;
 mod invalid;
 mod key;
 mod listen;
+mod model_caps;
 mod oidc;
 mod prompts;
 mod refusals;
@@ -42,6 +43,7 @@ pub use crate::content::{ContentError, ContentOffer, ContentSource, ListChange, 
 pub use health::Readiness;
 pub use http::allowed_authorities;
 pub use key::{CONVERSATION_HEADER, CONVERSATION_META};
+pub use model_caps::{MODEL_CAPABILITIES_HEADER, MODEL_CAPABILITIES_META};
 pub use prompts::{LocalPrompts, PROMPT_ARGUMENT};
 
 /// How the server behaves; the host fills it from its configuration.

@@ -215,6 +215,15 @@ pub(crate) fn scope(
     let mut capabilities = principal
         .map(|p| p.capabilities.clone())
         .unwrap_or_else(|| Arc::new(Capabilities::all()));
+    let declared = super::model_caps::declared(
+        meta.0.0.get(super::model_caps::MODEL_CAPABILITIES_META),
+        header(super::model_caps::MODEL_CAPABILITIES_HEADER),
+    )?;
+    if declared.iter().any(|c| !capabilities.model.contains(c)) {
+        let mut caps = (*capabilities).clone();
+        caps.model.extend(declared);
+        capabilities = Arc::new(caps);
+    }
     // A request with no MCP session cannot reach a per-session server: its tools are not
     // offered to it (a call still gets the tool's refusal, in words).
     if session_id.is_none()

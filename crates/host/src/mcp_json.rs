@@ -43,13 +43,17 @@ struct Entry {
     /// Claude Desktop and Cursor accept it; Quiver honours it by not starting the server.
     #[serde(default)]
     disabled: bool,
+    /// Quiver's own: `"session"` runs one process per MCP session, as `scope` of a
+    /// `[[mcp.servers]]` entry; `"shared"` (the default) one for all.
+    #[serde(default)]
+    scope: Option<quiver_mcp_adapter::ServerScope>,
     #[serde(flatten)]
     other: BTreeMap<String, serde_json::Value>,
 }
 
 /// The keys of an entry Quiver reads.
-const KEYS: [&str; 8] = [
-    "type", "command", "args", "env", "cwd", "url", "headers", "disabled",
+const KEYS: [&str; 9] = [
+    "type", "command", "args", "env", "cwd", "url", "headers", "disabled", "scope",
 ];
 
 /// Keys other clients put in their entries (VS Code, Cursor, Cline, Roo, Claude, Gemini
@@ -362,6 +366,10 @@ pub fn parse_mcp_servers(
             (None, None) => bail!(
                 "{origin}: server {name:?} has neither \"command\" (stdio) nor \"url\" (http)"
             ),
+        };
+        let server = match e.scope {
+            Some(quiver_mcp_adapter::ServerScope::Session) => server.per_session(),
+            _ => server,
         };
         out.push(server);
     }

@@ -290,3 +290,46 @@ fn bad_entries_are_clear_errors() {
         "{e}"
     );
 }
+
+/// `"scope": "session"` (Quiver's own key) runs one process per MCP session, as `scope` of
+/// a `[[mcp.servers]]` entry; a value that is neither scope is named with the two there are,
+/// and an http server cannot be per session.
+#[test]
+fn scope_makes_a_server_per_session() {
+    let text = r#"{"mcpServers": {
+        "fs": {"command": "mcp-server-filesystem", "scope": "session"},
+        "git": {"command": "mcp-server-git", "scope": "shared"},
+        "time": {"command": "mcp-server-time"}
+    }}"#;
+    let servers = parse_mcp_servers(text, "c.json", &env).unwrap();
+    let scopes: Vec<_> = servers.iter().map(|s| s.scope).collect();
+    assert_eq!(
+        scopes,
+        [
+            quiver_mcp_adapter::ServerScope::Session,
+            quiver_mcp_adapter::ServerScope::Shared,
+            quiver_mcp_adapter::ServerScope::Shared
+        ]
+    );
+    let err = format!(
+        "{:#}",
+        parse_mcp_servers(
+            r#"{"mcpServers": {"fs": {"command": "x", "scope": "per-session"}}}"#,
+            "c.json",
+            &env
+        )
+        .unwrap_err()
+    );
+    assert!(
+        err.contains("server \"fs\": \"scope\"") && err.contains("`session`"),
+        "{err}"
+    );
+    let http = parse_mcp_servers(
+        r#"{"mcpServers": {"r": {"url": "https://mcp.example.com/mcp", "scope": "session"}}}"#,
+        "c.json",
+        &env,
+    )
+    .unwrap();
+    let err = validate_all(&http, &env).unwrap_err().to_string();
+    assert!(err.contains("scope = \"session\"` cannot apply"), "{err}");
+}

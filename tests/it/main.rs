@@ -5,6 +5,7 @@ mod admin_web;
 mod architecture;
 mod audit_chain;
 mod conformance_client;
+mod crash;
 mod faults;
 mod identity;
 mod load;

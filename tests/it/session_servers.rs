@@ -162,3 +162,38 @@ async fn a_stdio_session_gets_its_own_server_and_it_ends_with_the_connection() {
     )
     .await;
 }
+
+/// A per-session server that lists tools by its session's roots
+/// (`tests/fixtures/mcp_server/roots_tools.py`): each session lists, finds and calls only
+/// the tools its own process lists, never those another session's process listed, even
+/// where both names are anchors (always listed when offered).
+#[tokio::test]
+async fn a_session_sees_only_the_tools_its_own_process_lists() {
+    let dir = fresh_dir();
+    let (alpha, beta) = (dir.join("alpha"), dir.join("beta"));
+    std::fs::create_dir_all(&alpha).unwrap();
+    std::fs::create_dir_all(&beta).unwrap();
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[surface]\nanchors = [\"mcp__rt__where\", \"mcp__rt__in_alpha\", \"mcp__rt__in_beta\"]\n\n[[mcp.servers]]\nname = \"rt\"\ncommand = {:?}\nargs = [{:?}]\nscope = \"session\"\n",
+            python().display().to_string(),
+            repo_root()
+                .join("tests/fixtures/mcp_server/roots_tools.py")
+                .display()
+                .to_string()
+        ),
+    )
+    .unwrap();
+    let mut server = serve(&dir).await;
+    run_script(
+        "session_tool_names.py",
+        &[
+            &server.url,
+            &alpha.display().to_string(),
+            &beta.display().to_string(),
+        ],
+    )
+    .await;
+    assert!(server.terminate().await.success());
+}

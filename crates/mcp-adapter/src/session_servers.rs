@@ -32,6 +32,13 @@ pub trait SessionServers: Send + Sync {
         client: Option<Arc<dyn ClientChannel>>,
     );
 
+    /// The per-session servers' tools that `session` must not see: the names another
+    /// session's process listed that this session's own process of that server did not (a
+    /// server listing tools by its roots lists other names per session). A server this
+    /// session's process has not listed yet hides nothing: its tools then answer why they
+    /// cannot run.
+    fn hidden_tools(&self, session: &str) -> Vec<String>;
+
     /// The session's client said its roots changed (`notifications/roots/list_changed`):
     /// its servers are told, and fetch them again through `client` (the session's own
     /// channel) unless a later request brings another.

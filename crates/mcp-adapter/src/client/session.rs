@@ -74,6 +74,9 @@ struct SessionEntry {
     /// Servers this session's `open` already started (or tried to): after an idle-out, only
     /// a call of one of its tools starts one again.
     touched: BTreeSet<String>,
+    /// The tool names this session's latest process of each server listed (kept over an
+    /// idle-out, so the session still sees the tools a call starts the server again for).
+    listed: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// One process of a per-session server.
@@ -334,6 +337,7 @@ impl SessionPool {
                     link: Arc::new(SessionLink::new(&session.id)),
                     instances: BTreeMap::new(),
                     touched: BTreeSet::new(),
+                    listed: BTreeMap::new(),
                 },
             );
             self.watch_session(session);
@@ -581,6 +585,29 @@ impl SessionPool {
         futures::future::join_all(waits).await;
     }
 
+    /// See `SessionServers::hidden_tools`.
+    pub(crate) fn hidden_tools(&self, session: &str) -> Vec<String> {
+        let templates = lock(&self.templates).clone();
+        let mut state = lock(&self.state);
+        let Some(entry) = state.get_mut(session) else {
+            return Vec::new();
+        };
+        for (server, inst) in &entry.instances {
+            if inst.up.settled() {
+                let names = inst.tools.tools().into_iter().map(|e| e.spec.name.clone());
+                entry.listed.insert(server.clone(), names.collect());
+            }
+        }
+        templates
+            .iter()
+            .filter_map(|(server, names)| {
+                let own = entry.listed.get(server)?;
+                Some(names.difference(own).cloned().collect::<Vec<_>>())
+            })
+            .flatten()
+            .collect()
+    }
+
     /// The session's client said its roots changed: its processes are told.
     pub(crate) fn roots_changed(&self, session: &str, client: Option<Arc<dyn ClientChannel>>) {
         let instances: Vec<Arc<Instance>> = lock(&self.state)
@@ -699,6 +726,10 @@ impl crate::SessionServers for super::McpClient {
         client: Option<Arc<dyn ClientChannel>>,
     ) {
         self.shared.sessions.open(session, principal, client).await;
+    }
+
+    fn hidden_tools(&self, session: &str) -> Vec<String> {
+        self.shared.sessions.hidden_tools(session)
     }
 
     fn roots_changed(&self, session: &str, client: Option<Arc<dyn ClientChannel>>) {

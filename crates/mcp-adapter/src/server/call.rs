@@ -120,11 +120,12 @@ async fn run(
         ctx = ctx.with_client(c.clone());
     }
     if let Some(session) = scope.session.as_ref().and_then(|id| shared.mcp_session(id)) {
-        shared
+        ctx.capabilities = shared
             .open_session_servers(
                 Some(&session),
                 scope.principal.as_deref(),
                 ctx.client.clone(),
+                &ctx.capabilities,
             )
             .await;
         ctx = ctx.with_mcp_session(session);

@@ -569,25 +569,30 @@ impl ServerHandler for SessionHandler {
         }
         let scope = self.scope(&context.meta, &context.extensions)?;
         self.track(&scope, &context.peer);
-        // A per-session server's tools are listed once the session runs it.
-        if let Some(session) = scope
+        // A per-session server's tools are listed once the session runs it, and only
+        // those its own process lists.
+        let capabilities = match scope
             .session
             .as_ref()
             .and_then(|id| self.shared.mcp_session(id))
         {
-            self.shared
-                .open_session_servers(
-                    Some(&session),
-                    scope.principal.as_deref(),
-                    Some(self.request_channel(&context)),
-                )
-                .await;
-        }
+            Some(session) => {
+                self.shared
+                    .open_session_servers(
+                        Some(&session),
+                        scope.principal.as_deref(),
+                        Some(self.request_channel(&context)),
+                        &scope.capabilities,
+                    )
+                    .await
+            }
+            None => scope.capabilities.clone(),
+        };
         let _pin = self.shared.enter(&scope.key).await;
         let composed = self
             .shared
             .surface
-            .compose(&scope.key, scope.mode, &scope.capabilities)
+            .compose(&scope.key, scope.mode, &capabilities)
             .map_err(|e| {
                 ErrorData::internal_error(format!("composing the tool list: {e}"), None)
             })?;

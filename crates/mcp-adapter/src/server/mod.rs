@@ -205,18 +205,28 @@ impl Shared {
     }
 
     /// Starts the session's per-session servers it does not run yet (see
-    /// `SessionServers::open`); nothing without any, or outside an MCP session.
+    /// `SessionServers::open`), and returns `capabilities` less the per-session tools the
+    /// session must not see (`SessionServers::hidden_tools`); nothing without any, or
+    /// outside an MCP session.
     pub(crate) async fn open_session_servers(
         &self,
         session: Option<&quiver_contract::McpSession>,
         principal: Option<&str>,
         client: Option<Arc<dyn quiver_contract::ClientChannel>>,
-    ) {
+        capabilities: &Arc<quiver_contract::Capabilities>,
+    ) -> Arc<quiver_contract::Capabilities> {
         if let (Some(servers), Some(session)) = (&self.session_servers, session)
             && servers.any()
         {
             servers.open(session, principal, client).await;
+            let hidden = servers.hidden_tools(&session.id);
+            if !hidden.is_empty() {
+                let mut caps = (**capabilities).clone();
+                caps.denied_tools.extend(hidden);
+                return Arc::new(caps);
+            }
         }
+        capabilities.clone()
     }
 
     /// The MCP sessions open over HTTP now (0 before a router is built, and on stdio).

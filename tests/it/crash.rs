@@ -120,7 +120,10 @@ async fn kill_9_under_load_leaves_a_sound_store_and_no_upstream_behind() {
             .trim()
             .parse()
             .unwrap_or_else(|_| panic!("run {run}: {}", String::from_utf8_lossy(&out.stderr)));
-        assert!(answers > 0, "run {run}: no call was answered before the kill");
+        assert!(
+            answers > 0,
+            "run {run}: no call was answered before the kill"
+        );
 
         // No upstream outlives the server.
         let deadline = Instant::now() + Duration::from_secs(10);

@@ -169,7 +169,10 @@ async fn every_call_is_answered_and_logged_whatever_upstreams_and_clients_do() {
     // The 8 MB answer is read, then shaped: the model gets a part and the way to the rest.
     assert_answer(&report, "large", false, "read_result");
     let large = upstream(&report, "large")["chars"].as_u64().unwrap();
-    assert!(large < 1_000_000, "the large result is shaped: {large} chars");
+    assert!(
+        large < 1_000_000,
+        "the large result is shaped: {large} chars"
+    );
     assert_eq!(report["healthy_answered"], 10, "{report}");
 
     // A client that left mid-call: its call ran to its limit and the upstream was told.
@@ -189,8 +192,15 @@ async fn every_call_is_answered_and_logged_whatever_upstreams_and_clients_do() {
 
     // Sessions beyond the limit are refused with the limit named, and come back once ended.
     let s = &report["sessions"];
-    let (accepted, refused) = (s["accepted"].as_u64().unwrap(), s["refused"].as_u64().unwrap());
-    assert_eq!(accepted + refused, sessions, "every initialize answered: {s}");
+    let (accepted, refused) = (
+        s["accepted"].as_u64().unwrap(),
+        s["refused"].as_u64().unwrap(),
+    );
+    assert_eq!(
+        accepted + refused,
+        sessions,
+        "every initialize answered: {s}"
+    );
     assert!(accepted <= 300, "{s}");
     if sessions > 300 {
         assert!(refused > 0, "{s}");

@@ -34,7 +34,9 @@ fn checked(name: &str, source: &str) -> Result<String, ErrorData> {
     if ok {
         Ok(name.to_owned())
     } else {
-        Err(invalid(&format!("{source} holds {name:?}, which is not a capability name")))
+        Err(invalid(&format!(
+            "{source} holds {name:?}, which is not a capability name"
+        )))
     }
 }
 
@@ -92,7 +94,11 @@ mod tests {
             (Some(json!("vision")), None, "not an array"),
             (Some(json!([1])), None, "not a string"),
             (Some(json!(["vi sion"])), None, "not a capability name"),
-            (None, Some("vision;audio"), "the `Quiver-Model-Capabilities` header"),
+            (
+                None,
+                Some("vision;audio"),
+                "the `Quiver-Model-Capabilities` header",
+            ),
         ] {
             let e = declared(meta.as_ref(), header).unwrap_err();
             assert!(e.message.contains(says), "{says}: {}", e.message);

@@ -64,7 +64,10 @@ impl Upstreams for OneUpstream {
     }
 
     async fn reconnect(&self, name: &str) -> Result<String, String> {
-        self.actions.lock().unwrap().push(format!("reconnect {name}"));
+        self.actions
+            .lock()
+            .unwrap()
+            .push(format!("reconnect {name}"));
         Ok("dialled again".into())
     }
 
@@ -73,11 +76,14 @@ impl Upstreams for OneUpstream {
             return Err(format!("there is no upstream server named `{name}`"));
         }
         *self.disabled.lock().unwrap() = !enabled;
-        self.actions
-            .lock()
-            .unwrap()
-            .push(format!("{} {name}", if enabled { "enable" } else { "disable" }));
-        Ok(format!("`{name}` {}", if enabled { "enabled" } else { "disabled" }))
+        self.actions.lock().unwrap().push(format!(
+            "{} {name}",
+            if enabled { "enable" } else { "disable" }
+        ));
+        Ok(format!(
+            "`{name}` {}",
+            if enabled { "enabled" } else { "disabled" }
+        ))
     }
 }
 
@@ -236,8 +242,13 @@ async fn calls_logged_in_one_microsecond_page_without_loss_or_repeat() {
         .with_at(at);
         fx.calls.record(record).await;
     }
-    let later = CallRecord::new("tool_search", "late", serde_json::json!({}), Envelope::text("ok"))
-        .with_at(at + Duration::from_micros(1));
+    let later = CallRecord::new(
+        "tool_search",
+        "late",
+        serde_json::json!({}),
+        Envelope::text("ok"),
+    )
+    .with_at(at + Duration::from_micros(1));
     fx.calls.record(later).await;
 
     let mut seen: Vec<String> = Vec::new();
@@ -314,7 +325,9 @@ async fn the_sessions_view_shows_each_session_as_its_model_is_listed() {
 #[tokio::test]
 async fn the_disable_switch_is_an_action_with_its_csrf_token() {
     let fx = Fixture::new(Vec::new()).await;
-    let (status, page) = fx.post("/admin/upstreams/everything/disable", "forged").await;
+    let (status, page) = fx
+        .post("/admin/upstreams/everything/disable", "forged")
+        .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{page}");
     assert!(fx.upstreams.actions.lock().unwrap().is_empty());
     let (status, page) = fx
@@ -322,7 +335,9 @@ async fn the_disable_switch_is_an_action_with_its_csrf_token() {
         .await;
     assert_eq!(status, StatusCode::OK, "{page}");
     assert!(page.contains("aria-label=\"Enable everything\""), "{page}");
-    let (status, page) = fx.post("/admin/upstreams/everything/enable", &fx.csrf).await;
+    let (status, page) = fx
+        .post("/admin/upstreams/everything/enable", &fx.csrf)
+        .await;
     assert_eq!(status, StatusCode::OK, "{page}");
     assert!(page.contains("aria-label=\"Disable everything\""), "{page}");
     let (status, page) = fx.post("/admin/upstreams/nope/disable", &fx.csrf).await;
@@ -409,7 +424,9 @@ fn the_contrast_ratio_is_computed_as_wcag_says() {
 fn the_palette_meets_wcag_aa_contrast() {
     let css = crate::views::CSS;
     let var = |name: &str| -> String {
-        let start = css.find(&format!("--{name}:")).unwrap_or_else(|| panic!("--{name}"));
+        let start = css
+            .find(&format!("--{name}:"))
+            .unwrap_or_else(|| panic!("--{name}"));
         let rest = &css[start + name.len() + 3..];
         rest[..rest.find(';').unwrap()].trim().to_owned()
     };
@@ -448,7 +465,9 @@ fn the_palette_meets_wcag_aa_contrast() {
         let ring = rule(":focus-visible {", "outline");
         let ratio = contrast(&ring, bg);
         if ratio < 3.0 {
-            failures.push(format!("the focus ring {ring} on the {place} {bg}: {ratio:.2}:1"));
+            failures.push(format!(
+                "the focus ring {ring} on the {place} {bg}: {ratio:.2}:1"
+            ));
         }
     }
     assert!(failures.is_empty(), "below WCAG AA: {failures:#?}");

@@ -585,12 +585,7 @@ fn call_head() -> Markup {
 }
 
 /// The call log: filters, the newest rows (live on the first page), a link to older ones.
-pub(crate) fn log(
-    rows: &[CallRow],
-    query: &LogQuery,
-    older: Option<String>,
-    csrf: &str,
-) -> Markup {
+pub(crate) fn log(rows: &[CallRow], query: &LogQuery, older: Option<String>, csrf: &str) -> Markup {
     let filters = query.query_string();
     let first_page = query.before.is_none();
     let newest = rows
@@ -1136,7 +1131,12 @@ mod tests {
         )]);
         insta::assert_snapshot!(
             "upstreams",
-            lines(upstreams(&rows, &latency, Some("`github` disabled"), "CSRF"))
+            lines(upstreams(
+                &rows,
+                &latency,
+                Some("`github` disabled"),
+                "CSRF"
+            ))
         );
     }
 

@@ -75,7 +75,9 @@ impl Upstreams for ClientUpstreams {
                 Ok(true) => Ok(format!(
                     "`{name}` enabled and dialled; its tools return once it lists them"
                 )),
-                Ok(false) => Err(format!("there is no disabled upstream server named `{name}`")),
+                Ok(false) => Err(format!(
+                    "there is no disabled upstream server named `{name}`"
+                )),
                 Err(e) => Err(format!("`{name}` could not be enabled: {e}")),
             }
         } else {
@@ -120,7 +122,10 @@ pub fn admin_page(app: &App, reloader: Arc<Reloader>, token: AdminToken) -> Admi
         app.store.clone(),
         app.custom.clone(),
         Arc::new(ClientUpstreams(app.mcp.clone())),
-        Arc::new(ReloaderConfig(reloader, crate::check::CheckSources::of(app))),
+        Arc::new(ReloaderConfig(
+            reloader,
+            crate::check::CheckSources::of(app),
+        )),
         Arc::new(move |presented: &str| token.matches(presented)),
     )
 }

@@ -814,8 +814,12 @@ impl CallLog for PgStore {
         {
             params.push(v);
         }
-        let before_row = filter.before_row.map(|r| i64::try_from(r).unwrap_or(i64::MAX));
-        let after_row = filter.after_row.map(|r| i64::try_from(r).unwrap_or(i64::MAX));
+        let before_row = filter
+            .before_row
+            .map(|r| i64::try_from(r).unwrap_or(i64::MAX));
+        let after_row = filter
+            .after_row
+            .map(|r| i64::try_from(r).unwrap_or(i64::MAX));
         for (t, row) in [(&filter.before, &before_row), (&filter.after, &after_row)] {
             if let Some(t) = t {
                 params.push(t);

@@ -1103,7 +1103,9 @@ fn recent_calls_in(
         values.push(parent);
     }
     let before = filter.before.map(micros);
-    let before_row = filter.before_row.map(|r| i64::try_from(r).unwrap_or(i64::MAX));
+    let before_row = filter
+        .before_row
+        .map(|r| i64::try_from(r).unwrap_or(i64::MAX));
     if let Some(before) = &before {
         values.push(before);
         if let Some(row) = &before_row {
@@ -1112,7 +1114,9 @@ fn recent_calls_in(
         }
     }
     let after = filter.after.map(micros);
-    let after_row = filter.after_row.map(|r| i64::try_from(r).unwrap_or(i64::MAX));
+    let after_row = filter
+        .after_row
+        .map(|r| i64::try_from(r).unwrap_or(i64::MAX));
     if let Some(after) = &after {
         values.push(after);
         if let Some(row) = &after_row {

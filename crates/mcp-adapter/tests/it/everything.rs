@@ -466,12 +466,9 @@ async fn an_http_server_down_through_many_redials_keeps_the_retry_advice() {
 /// reload that drops it forgets it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disabled_server_stays_closed_through_reloads_until_enabled() {
-    let config = [ServerConfig::stdio(
-        "everything",
-        "node",
-        vec![everything_js(), "stdio".into()],
-    )
-    .required()];
+    let config = [
+        ServerConfig::stdio("everything", "node", vec![everything_js(), "stdio".into()]).required(),
+    ];
     let (catalog, client) = start(&config, Default::default());
     ready(&client).await;
     let first = client.server_status("everything").unwrap();
@@ -479,7 +476,10 @@ async fn a_disabled_server_stays_closed_through_reloads_until_enabled() {
     let pids = first.child_pids.clone();
 
     assert!(client.disable_server("everything").await.unwrap());
-    assert!(client.disable_server("everything").await.unwrap(), "idempotent");
+    assert!(
+        client.disable_server("everything").await.unwrap(),
+        "idempotent"
+    );
     assert!(!client.disable_server("nope").await.unwrap());
     assert_eq!(client.disabled_servers(), ["everything"]);
     assert!(catalog.family_names("mcp:everything").is_empty());
@@ -497,7 +497,10 @@ async fn a_disabled_server_stays_closed_through_reloads_until_enabled() {
     assert!(client.server_status("everything").is_none(), "still closed");
 
     assert!(client.enable_server("everything").unwrap());
-    assert!(!client.enable_server("everything").unwrap(), "enabled already");
+    assert!(
+        !client.enable_server("everything").unwrap(),
+        "enabled already"
+    );
     assert!(client.disabled_servers().is_empty());
     ready(&client).await;
     wait_for("its tools to return", Duration::from_secs(30), || {
@@ -510,7 +513,10 @@ async fn a_disabled_server_stays_closed_through_reloads_until_enabled() {
         .await
         .unwrap();
     assert_eq!(done.removed, ["everything"], "{done:?}");
-    assert!(client.disabled_servers().is_empty(), "forgotten with its config");
+    assert!(
+        client.disabled_servers().is_empty(),
+        "forgotten with its config"
+    );
     assert!(!client.enable_server("everything").unwrap());
     close_and_check(&client).await;
 }

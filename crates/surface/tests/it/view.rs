@@ -71,7 +71,8 @@ fn a_session_is_viewed_as_its_model_is_listed_and_looking_changes_nothing() {
     assert_eq!(line(&fx.surface.working_set("s")), "t00 t01");
 
     // A client is noted only for a session the surface holds.
-    fx.surface.note_client("other", SessionClient::new(None, None, caps));
+    fx.surface
+        .note_client("other", SessionClient::new(None, None, caps));
     assert!(!fx.surface.holds("other"));
 }
 

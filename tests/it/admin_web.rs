@@ -8,9 +8,12 @@ use crate::mcp_server::{Server, everything_bin, fresh_dir, quiver_binary, repo_r
 const TOKEN: &str = "admin-browser-token-0123456789";
 
 /// Logs in (a wrong token refused first), sees the upstream connected, watches a call made
-/// through MCP appear in the call log without a reload, approves a draft custom tool and
-/// sees the connected MCP client get `list_changed`, and checks that a forged CSRF token and
-/// a post from a foreign origin are refused (`admin_browser.py` says each step).
+/// through MCP appear in the call log without a reload, follows an MCP session's working
+/// set live, watches a CLI job run, approves a draft custom tool and sees the connected MCP
+/// client get `list_changed`, disables and enables the upstream, reads the config's check
+/// findings, checks every control's accessible name and the keyboard path to the main
+/// actions, and checks that a forged CSRF token and a post from a foreign origin are
+/// refused (`admin_browser.py` says each step).
 #[tokio::test]
 async fn the_admin_page_in_a_real_browser() {
     for tool in ["/usr/bin/chromium", "/usr/bin/chromedriver"] {
@@ -58,7 +61,13 @@ async fn the_admin_page_in_a_real_browser() {
         "02-catalog",
         "06-log-live",
         "08-custom-draft",
+        "08-custom-job",
         "10-csrf-refused",
+        "12-upstreams-disabled",
+        "12-upstreams-enabled",
+        "13-sessions-live",
+        "13-session",
+        "14-config",
     ] {
         assert!(
             shots.join(format!("{page}.png")).exists(),

@@ -44,7 +44,7 @@ const LIVE_POLL: Duration = Duration::from_millis(500);
 const LIVE_BATCH: usize = 100;
 
 /// The most rows one export gives (the next ones: the same export with `before` set to the
-/// last row's `at_us`).
+/// last row's cursor, `AT_US.ROW`).
 const EXPORT_ROWS: usize = 10_000;
 
 /// How many hits a catalog search shows.
@@ -71,7 +71,10 @@ pub(crate) fn router(page: AdminPage) -> Router {
         .route("/admin/tools/{name}", get(tool))
         .route("/admin/upstreams", get(upstreams))
         .route("/admin/upstreams/{name}/reconnect", post(reconnect))
+        .route("/admin/upstreams/{name}/disable", post(disable))
+        .route("/admin/upstreams/{name}/enable", post(enable))
         .route("/admin/sessions", get(sessions))
+        .route("/admin/sessions/{key}", get(session))
         .route("/admin/log", get(log))
         .route("/admin/log/stream", get(stream))
         .route("/admin/log/export", get(export))
@@ -223,6 +226,18 @@ fn failed(what: &str, e: impl std::fmt::Display, csrf: &str) -> Response {
     )
 }
 
+/// The modes that list a tool, for people: `chat, agentic, delegate, plan`, or `none`.
+fn modes_text(modes: &[Mode]) -> String {
+    if modes.is_empty() {
+        return "none".to_owned();
+    }
+    modes
+        .iter()
+        .map(|m| m.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[derive(Deserialize)]
 struct CatalogQuery {
     #[serde(default)]
@@ -263,7 +278,7 @@ async fn tool_rows(
                 server: Family::mcp_server(&entry.family).map(str::to_owned),
                 status: spec.lifecycle.as_str().to_owned(),
                 enabled: spec.enabled,
-                modes: if spec.plan_only { "plan" } else { "all" }.to_owned(),
+                modes: modes_text(&page.surface.listing_modes(&spec.name)),
                 calls_30d,
                 calls_total,
                 last_error: errors.get(&spec.name).cloned(),
@@ -349,7 +364,7 @@ async fn tool(State(admin): St, headers: HeaderMap, Path(name): Path<String>) ->
             family: "custom".into(),
             status: def.status.as_str().to_owned(),
             enabled: def.enabled,
-            modes: "all".into(),
+            modes: "none until approved".into(),
             ..ToolRow::default()
         };
         let definition = serde_json::to_string_pretty(&custom_shown(&def)).unwrap_or_default();
@@ -365,16 +380,129 @@ async fn tool(State(admin): St, headers: HeaderMap, Path(name): Path<String>) ->
     )
 }
 
-async fn upstreams(State(admin): St, headers: HeaderMap) -> Response {
-    let login = match admin.viewer(&headers) {
+/// The calls read for the upstreams' latency.
+const LATENCY_CALLS: usize = 500;
+
+/// Each upstream server's call latency over the newest [`LATENCY_CALLS`] calls in the log
+/// (its tools' calls, found through the catalog's families).
+async fn latency(page: &AdminPage) -> HashMap<String, views::Latency> {
+    let Ok(calls) = page
+        .calls
+        .recent_calls(CallFilter::recent(LATENCY_CALLS))
+        .await
+    else {
+        return HashMap::new();
+    };
+    let catalog = page.surface.catalog();
+    let mut by_server: HashMap<String, Vec<std::time::Duration>> = HashMap::new();
+    for call in &calls {
+        if let Some(entry) = catalog.lookup(&call.tool_name)
+            && let Some(server) = Family::mcp_server(&entry.family)
+        {
+            by_server
+                .entry(server.to_owned())
+                .or_default()
+                .push(call.took);
+        }
+    }
+    by_server
+        .into_iter()
+        .map(|(server, took)| {
+            let last = took[0];
+            let mut sorted = took.clone();
+            sorted.sort_unstable();
+            let median = sorted[sorted.len() / 2];
+            (
+                server,
+                views::Latency {
+                    last,
+                    median,
+                    calls: took.len(),
+                },
+            )
+        })
+        .collect()
+}
+
+/// The upstreams view (or its table, for the live region), with `notice` above it.
+async fn upstreams_page(
+    admin: &Admin,
+    login: &Login,
+    status: StatusCode,
+    notice: Option<&str>,
+    part: bool,
+) -> Response {
+    let rows = admin.page.upstreams.upstreams();
+    let latency = latency(&admin.page).await;
+    if part {
+        return html(status, views::upstreams_table(&rows, &latency, &login.csrf));
+    }
+    html(
+        status,
+        views::upstreams(&rows, &latency, notice, &login.csrf),
+    )
+}
+
+async fn upstreams(State(admin): St, headers: HeaderMap, Query(q): Query<PartQuery>) -> Response {
+    let part = q.part == "table";
+    let login = match if part {
+        part_viewer(&admin, &headers)
+    } else {
+        admin.viewer(&headers)
+    } {
         Ok(l) => l,
         Err(r) => return *r,
     };
-    ok(views::upstreams(
-        &admin.page.upstreams.upstreams(),
-        None,
-        &login.csrf,
-    ))
+    upstreams_page(&admin, &login, StatusCode::OK, None, part).await
+}
+
+/// What an upstream action does.
+#[derive(Clone, Copy)]
+enum UpstreamAction {
+    Reconnect,
+    Disable,
+    Enable,
+}
+
+impl UpstreamAction {
+    fn as_str(self) -> &'static str {
+        match self {
+            UpstreamAction::Reconnect => "reconnect",
+            UpstreamAction::Disable => "disable",
+            UpstreamAction::Enable => "enable",
+        }
+    }
+}
+
+/// An upstream action, taken through the host's port and logged (target `quiver::admin`).
+async fn upstream_action(
+    admin: &Admin,
+    headers: &HeaderMap,
+    name: &str,
+    form: &ActionForm,
+    action: UpstreamAction,
+) -> Response {
+    let login = match admin.actor(headers, &form.csrf) {
+        Ok((_, l)) => l,
+        Err(r) => return *r,
+    };
+    let upstreams = &admin.page.upstreams;
+    let done = match action {
+        UpstreamAction::Reconnect => upstreams.reconnect(name).await,
+        UpstreamAction::Disable => upstreams.set_enabled(name, false).await,
+        UpstreamAction::Enable => upstreams.set_enabled(name, true).await,
+    };
+    let (status, notice) = match done {
+        Ok(done) => {
+            tracing::info!(target: "quiver::admin", action = action.as_str(), upstream = %name, "admin page: {done}");
+            (StatusCode::OK, done)
+        }
+        Err(why) => {
+            tracing::warn!(target: "quiver::admin", action = action.as_str(), upstream = %name, "admin page: {} refused: {why}", action.as_str());
+            (StatusCode::NOT_FOUND, why)
+        }
+    };
+    upstreams_page(admin, &login, status, Some(&notice), false).await
 }
 
 async fn reconnect(
@@ -383,52 +511,165 @@ async fn reconnect(
     Path(name): Path<String>,
     Form(form): Form<ActionForm>,
 ) -> Response {
-    let login = match admin.actor(&headers, &form.csrf) {
-        Ok((_, l)) => l,
-        Err(r) => return *r,
-    };
-    let (status, notice) = match admin.page.upstreams.reconnect(&name).await {
-        Ok(done) => {
-            tracing::info!(target: "quiver::admin", action = "reconnect", upstream = %name, "admin page: {done}");
-            (StatusCode::OK, done)
-        }
-        Err(why) => {
-            tracing::warn!(target: "quiver::admin", action = "reconnect", upstream = %name, "admin page: reconnect refused: {why}");
-            (StatusCode::NOT_FOUND, why)
-        }
-    };
-    html(
-        status,
-        views::upstreams(
-            &admin.page.upstreams.upstreams(),
-            Some(&notice),
-            &login.csrf,
-        ),
-    )
+    upstream_action(&admin, &headers, &name, &form, UpstreamAction::Reconnect).await
 }
 
-async fn sessions(State(admin): St, headers: HeaderMap) -> Response {
-    let login = match admin.viewer(&headers) {
+async fn disable(
+    State(admin): St,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    upstream_action(&admin, &headers, &name, &form, UpstreamAction::Disable).await
+}
+
+async fn enable(
+    State(admin): St,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    upstream_action(&admin, &headers, &name, &form, UpstreamAction::Enable).await
+}
+
+#[derive(Deserialize)]
+struct PartQuery {
+    /// A live region's fragment instead of the whole page (`table`, `detail`, `jobs`).
+    #[serde(default)]
+    part: String,
+}
+
+/// The login of a live region's fetch: its fragment, or a bare refusal (no login page to
+/// paste into the region).
+fn part_viewer(admin: &Admin, headers: &HeaderMap) -> Result<Login, Box<Response>> {
+    admin.login(headers).map(|(_, l)| l).ok_or_else(|| {
+        Box::new((StatusCode::FORBIDDEN, "log in at /admin/login first").into_response())
+    })
+}
+
+/// The surface's budgets now.
+fn budgets(surface: &quiver_surface::Surface) -> views::Budgets {
+    let config = surface.config();
+    views::Budgets {
+        round_tools: config.round.max_definitions,
+        round_bytes: config.round.max_bytes,
+        set_tools: config.working_set.max_tools,
+        set_bytes: config.working_set.max_bytes,
+        idle_rounds: config.idle_rounds,
+        max_surface: config.max_surface,
+    }
+}
+
+/// The session `key` as the page shows it, `None` when the surface does not hold it.
+fn session_row(surface: &quiver_surface::Surface, key: &str) -> Option<views::SessionRow> {
+    let mut row = views::SessionRow {
+        key: key.to_owned(),
+        ..views::SessionRow::default()
+    };
+    match surface.session_view(key) {
+        Ok(None) => return None,
+        Ok(Some(view)) => {
+            row.mode = view.mode.as_str().to_owned();
+            row.round = view.round;
+            if let Some(client) = &view.client {
+                row.principal.clone_from(&client.principal);
+                row.protocol.clone_from(&client.protocol);
+            }
+            row.set = view
+                .working_set
+                .iter()
+                .map(|s| (s.name.clone(), s.bytes, s.idle_rounds))
+                .collect();
+            row.set_bytes = view.working_set_bytes;
+            row.listed = view
+                .surface
+                .tools
+                .iter()
+                .map(|t| (t.spec.name.clone(), t.reason.as_str().to_owned(), t.bytes))
+                .collect();
+            row.listed_bytes = view.surface.bytes;
+            row.dropped = view
+                .surface
+                .dropped
+                .iter()
+                .map(|d| {
+                    (
+                        d.name.clone(),
+                        d.reason.as_str().to_owned(),
+                        d.why.as_str().to_owned(),
+                    )
+                })
+                .collect();
+        }
+        Err(e) => row.error = Some(e.to_string()),
+    }
+    Some(row)
+}
+
+async fn sessions(State(admin): St, headers: HeaderMap, Query(q): Query<PartQuery>) -> Response {
+    let part = q.part == "table";
+    let login = match if part {
+        part_viewer(&admin, &headers)
+    } else {
+        admin.viewer(&headers)
+    } {
         Ok(l) => l,
         Err(r) => return *r,
     };
     let surface = &admin.page.surface;
     let mut keys = surface.session_keys();
     keys.sort();
-    let rows: Vec<(String, Vec<String>)> = keys
-        .into_iter()
-        .map(|k| {
-            let set = surface.working_set(&k);
-            (k, set)
-        })
+    let rows: Vec<views::SessionRow> = keys
+        .iter()
+        .filter_map(|k| session_row(surface, k))
         .collect();
+    let b = budgets(surface);
+    if part {
+        return ok(views::sessions_table(&rows, &b));
+    }
     let floor: Vec<String> = surface
         .floor()
         .entries
         .iter()
         .map(|e| e.name.clone())
         .collect();
-    ok(views::sessions(&rows, &floor, &login.csrf))
+    ok(views::sessions(&rows, &floor, &b, &login.csrf))
+}
+
+async fn session(
+    State(admin): St,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+    Query(q): Query<PartQuery>,
+) -> Response {
+    let part = q.part == "detail";
+    let login = match if part {
+        part_viewer(&admin, &headers)
+    } else {
+        admin.viewer(&headers)
+    } {
+        Ok(l) => l,
+        Err(r) => return *r,
+    };
+    let surface = &admin.page.surface;
+    let Some(row) = session_row(surface, &key) else {
+        let text = format!(
+            "The surface holds no session `{key}` now: it ended, or was dropped from memory (its working set stays in the store and comes back with its next request)."
+        );
+        if part {
+            return (StatusCode::NOT_FOUND, text).into_response();
+        }
+        return html(
+            StatusCode::NOT_FOUND,
+            views::message("No such session", &text, Some(&login.csrf)),
+        );
+    };
+    let b = budgets(surface);
+    if part {
+        ok(views::session_detail(&row, &b))
+    } else {
+        ok(views::session(&row, &b, &login.csrf))
+    }
 }
 
 fn call_row(call: &LoggedCall) -> CallRow {
@@ -442,6 +683,7 @@ fn call_row(call: &LoggedCall) -> CallRow {
         error: call.error.clone(),
         queued: call.queued,
         took: call.took,
+        row: call.row,
     }
 }
 
@@ -496,8 +738,17 @@ async fn log(State(admin): St, headers: HeaderMap, Query(q): Query<LogQuery>) ->
             );
         }
     };
-    if let Some(before) = q.before {
-        filter = filter.before(time::from_cursor(before));
+    if let Some(before) = &q.before {
+        filter = match time::parse_cursor(before) {
+            Ok((at, Some(row))) => filter.before_row(at, row),
+            Ok((at, None)) => filter.before(at),
+            Err(why) => {
+                return html(
+                    StatusCode::BAD_REQUEST,
+                    views::message("Bad filter", &why, Some(&login.csrf)),
+                );
+            }
+        };
     }
     // One more than a page: whether there are older rows.
     filter.limit = PAGE + 1;
@@ -507,7 +758,7 @@ async fn log(State(admin): St, headers: HeaderMap, Query(q): Query<LogQuery>) ->
     };
     let rows: Vec<CallRow> = calls.iter().take(PAGE).map(call_row).collect();
     let older = (calls.len() > PAGE)
-        .then(|| rows.last().map(|r| time::cursor(r.at)))
+        .then(|| rows.last().map(|r| time::row_cursor(r.at, r.row)))
         .flatten();
     ok(views::log(&rows, &q, older, &login.csrf))
 }
@@ -533,6 +784,7 @@ fn exported(call: &LoggedCall) -> Value {
     serde_json::json!({
         "call_id": call.call_id,
         "at_us": u64::try_from(time::cursor(call.at)).unwrap_or(u64::MAX),
+        "row": call.row,
         "tool": call.tool_name,
         "principal": call.principal,
         "session": call.session,
@@ -559,8 +811,12 @@ async fn export(State(admin): St, headers: HeaderMap, Query(q): Query<LogQuery>)
         Ok(f) => f,
         Err(why) => return (StatusCode::BAD_REQUEST, why).into_response(),
     };
-    if let Some(before) = q.before {
-        filter = filter.before(time::from_cursor(before));
+    if let Some(before) = &q.before {
+        filter = match time::parse_cursor(before) {
+            Ok((at, Some(row))) => filter.before_row(at, row),
+            Ok((at, None)) => filter.before(at),
+            Err(why) => return (StatusCode::BAD_REQUEST, why).into_response(),
+        };
     }
     filter.limit = EXPORT_ROWS;
     let calls = match admin.page.calls.recent_calls(filter).await {
@@ -597,9 +853,9 @@ async fn export(State(admin): St, headers: HeaderMap, Query(q): Query<LogQuery>)
 struct StreamQuery {
     #[serde(flatten)]
     filters: LogQuery,
-    /// Rows after this cursor are new.
+    /// Rows after this cursor (`MICROS.ROW`, see `time::row_cursor`) are new.
     #[serde(default)]
-    after: u64,
+    after: String,
 }
 
 /// New calls as they are logged: an SSE event `call` per row (its HTML), oldest first,
@@ -616,8 +872,15 @@ async fn stream(State(admin): St, headers: HeaderMap, Query(q): Query<StreamQuer
     let resumed = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let mut after = resumed.unwrap_or(q.after);
+        .and_then(|v| time::parse_cursor(v).ok());
+    let mut after = match resumed {
+        Some(cursor) => cursor,
+        None if q.after.is_empty() => (std::time::UNIX_EPOCH, None),
+        None => match time::parse_cursor(&q.after) {
+            Ok(cursor) => cursor,
+            Err(why) => return (StatusCode::BAD_REQUEST, why).into_response(),
+        },
+    };
     let calls = admin.page.calls.clone();
     let stop = admin.page.stop.clone();
     let events = async_stream(move |tx| async move {
@@ -627,18 +890,20 @@ async fn stream(State(admin): St, headers: HeaderMap, Query(q): Query<StreamQuer
                 _ = tick.tick() => {}
                 () = stop.cancelled() => return,
             }
-            let mut f = filter.clone().after(time::from_cursor(after));
+            let mut f = match after {
+                (at, Some(row)) => filter.clone().after_row(at, row),
+                (at, None) => filter.clone().after(at),
+            };
             f.limit = LIVE_BATCH;
             let Ok(mut rows) = calls.recent_calls(f).await else {
                 continue;
             };
             rows.reverse();
             for call in rows {
-                let cursor = time::cursor(call.at);
-                after = u64::try_from(cursor).unwrap_or(u64::MAX);
+                after = (call.at, Some(call.row));
                 let event = Event::default()
                     .event("call")
-                    .id(cursor.to_string())
+                    .id(time::row_cursor(call.at, call.row))
                     .data(views::one_line(views::call_row(&call_row(&call))));
                 if tx.send(Ok(event)).await.is_err() {
                     return;
@@ -763,18 +1028,10 @@ fn custom_rows(defs: &[ToolDefinition]) -> Vec<CustomRow> {
     rows
 }
 
-async fn custom_page(
-    admin: &Admin,
-    login: &Login,
-    status: StatusCode,
-    notice: Option<&str>,
-) -> Response {
-    let defs = match admin.page.custom.list().await {
-        Ok(defs) => defs,
-        Err(e) => return failed("reading the custom tools", e, &login.csrf),
-    };
-    let jobs: Vec<(String, String, String, String, u8)> = match admin.page.custom.jobs(None).await {
-        Ok(jobs) => jobs
+/// The custom-tool jobs, newest first.
+async fn job_rows(admin: &Admin) -> Result<Vec<views::JobRow>, String> {
+    match admin.page.custom.jobs(None).await {
+        Ok(jobs) => Ok(jobs
             .into_iter()
             .map(|j| {
                 (
@@ -785,7 +1042,23 @@ async fn custom_page(
                     j.progress_pct,
                 )
             })
-            .collect(),
+            .collect()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+async fn custom_page(
+    admin: &Admin,
+    login: &Login,
+    status: StatusCode,
+    notice: Option<&str>,
+) -> Response {
+    let defs = match admin.page.custom.list().await {
+        Ok(defs) => defs,
+        Err(e) => return failed("reading the custom tools", e, &login.csrf),
+    };
+    let jobs = match job_rows(admin).await {
+        Ok(jobs) => jobs,
         Err(e) => return failed("reading the custom-tool jobs", e, &login.csrf),
     };
     html(
@@ -794,7 +1067,20 @@ async fn custom_page(
     )
 }
 
-async fn custom(State(admin): St, headers: HeaderMap) -> Response {
+async fn custom(State(admin): St, headers: HeaderMap, Query(q): Query<PartQuery>) -> Response {
+    if q.part == "jobs" {
+        if let Err(r) = part_viewer(&admin, &headers) {
+            return *r;
+        }
+        return match job_rows(&admin).await {
+            Ok(jobs) => ok(views::jobs_table(&jobs)),
+            Err(e) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("reading the custom-tool jobs failed: {e}"),
+            )
+                .into_response(),
+        };
+    }
     match admin.viewer(&headers) {
         Ok(login) => custom_page(&admin, &login, StatusCode::OK, None).await,
         Err(r) => *r,
@@ -880,9 +1166,11 @@ async fn config(State(admin): St, headers: HeaderMap) -> Response {
         Err(r) => return *r,
     };
     let reload = admin.page.config.last_reload();
+    let found = admin.page.config.findings();
     ok(views::config(
         &admin.page.config.effective(),
         reload.as_deref(),
+        found.as_deref(),
         &login.csrf,
     ))
 }

@@ -1,10 +1,14 @@
 //! Quiver's admin web page: server-rendered HTML (maud) over the core's ports, served by
 //! `quiver serve` at `/admin` beside the MCP endpoint. It shows the catalog (searched with
 //! the `tool_search` engine, each tool's definition and lint findings), the upstream
-//! servers (with a reconnect action), the sessions' working sets, the execution log (paged
-//! by time over the store's indexes, new calls streamed live over SSE, each call's detail),
-//! the custom tools under review (approve, or reject with a reason) and the effective
-//! configuration (secrets masked) with the last reload's result.
+//! servers (with reconnect and disable actions, and their call latency from the log), the
+//! sessions each as its model sees it (principal, mode, protocol, the listed tools, the
+//! working set and the budgets), the execution log (paged by `(time, row)` over the
+//! store's indexes, new calls streamed live over SSE, each call's detail), the custom
+//! tools under review (approve, or reject with a reason) and their jobs, and the effective
+//! configuration (secrets masked) with the last reload's result and `quiver check`'s
+//! findings. The sessions, the upstreams and the jobs update live (their region of the
+//! page is fetched again every second).
 //!
 //! It holds no state of its own beyond login sessions: every read and every action goes
 //! through the same ports as the CLI ([`CallLog`], [`UsageSource`], [`CustomTools`], the
@@ -25,6 +29,8 @@ use quiver_surface::{Surface, ports::UsageSource};
 
 mod handlers;
 mod login;
+#[cfg(test)]
+mod tests;
 mod time;
 mod usage;
 mod views;
@@ -48,6 +54,10 @@ pub struct UpstreamRow {
     pub drops: u64,
     /// Tool calls sent to it.
     pub calls: u64,
+    /// Whether it is enabled (an operator's switch: a disabled server is closed).
+    pub enabled: bool,
+    /// When its last connection came up.
+    pub last_connect: Option<std::time::SystemTime>,
 }
 
 impl UpstreamRow {
@@ -61,7 +71,21 @@ impl UpstreamRow {
             connects: 0,
             drops: 0,
             calls: 0,
+            enabled: true,
+            last_connect: None,
         }
+    }
+
+    /// Marks it disabled by an operator.
+    pub fn disabled(mut self) -> Self {
+        self.enabled = false;
+        self
+    }
+
+    /// Sets when its last connection came up.
+    pub fn with_last_connect(mut self, at: std::time::SystemTime) -> Self {
+        self.last_connect = Some(at);
+        self
     }
 
     /// Sets the reason it is not connected.
@@ -89,6 +113,10 @@ pub trait Upstreams: Send + Sync {
     /// Closes the server `name` and dials it again with the same settings; `Ok` with what
     /// was done, `Err` with why not (no such server).
     async fn reconnect(&self, name: &str) -> Result<String, String>;
+
+    /// Disables the server `name` (closes it and keeps it closed, its tools gone) or
+    /// enables it again; `Ok` with what was done, `Err` with why not (no such server).
+    async fn set_enabled(&self, name: &str, enabled: bool) -> Result<String, String>;
 }
 
 /// The configuration as the host runs it.
@@ -98,6 +126,10 @@ pub trait ConfigView: Send + Sync {
 
     /// The last reload's result (JSON, as `quiver status` reads it), if there was one.
     fn last_reload(&self) -> Option<String>;
+
+    /// `quiver check`'s findings on the configuration in force (without `--against`), in
+    /// its order; `None` while a reload holds the configuration.
+    fn findings(&self) -> Option<Vec<quiver_contract::Finding>>;
 }
 
 /// Whether a presented admin token is the one in force now (the host's, which a reload

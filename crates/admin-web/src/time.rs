@@ -44,6 +44,28 @@ pub(crate) fn from_cursor(micros: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_micros(micros)
 }
 
+/// A row's page cursor: `MICROS.ROW`, its time in microseconds since the epoch and its
+/// row number (the order of calls dispatched in the same microsecond).
+pub(crate) fn row_cursor(at: SystemTime, row: u64) -> String {
+    format!("{}.{row}", cursor(at))
+}
+
+/// A page cursor: `MICROS.ROW` (see [`row_cursor`]), or `MICROS` alone (every call of that
+/// microsecond on one side).
+pub(crate) fn parse_cursor(text: &str) -> Result<(SystemTime, Option<u64>), String> {
+    let bad = || {
+        format!(
+            "`{text}` is not a page cursor: give MICROS.ROW (the time in microseconds since the epoch, and the row), as the page's links do"
+        )
+    };
+    let (micros, row) = match text.split_once('.') {
+        Some((m, r)) => (m, Some(r.parse::<u64>().map_err(|_| bad())?)),
+        None => (text, None),
+    };
+    let micros = micros.parse::<u64>().map_err(|_| bad())?;
+    Ok((from_cursor(micros), row))
+}
+
 /// A duration for people: `850 µs`, `12.3 ms`, `4.20 s`.
 pub(crate) fn took(d: Duration) -> String {
     let us = d.as_micros();
@@ -72,6 +94,13 @@ mod tests {
         let at = from_cursor(1_796_601_599_123_456);
         assert_eq!(cursor(at), 1_796_601_599_123_456);
         assert_eq!(utc(at), "2026-12-06 23:59:59.123");
+        assert_eq!(row_cursor(at, 42), "1796601599123456.42");
+        assert_eq!(parse_cursor("1796601599123456.42"), Ok((at, Some(42))));
+        assert_eq!(parse_cursor("1796601599123456"), Ok((at, None)));
+        for bad in ["", "x", "1.x", "1.2.3", "-1.2"] {
+            let e = parse_cursor(bad).unwrap_err();
+            assert!(e.contains("MICROS.ROW"), "{e}");
+        }
         assert_eq!(took(Duration::from_micros(850)), "850 µs");
         assert_eq!(took(Duration::from_micros(12_340)), "12.3 ms");
         assert_eq!(took(Duration::from_millis(4200)), "4.20 s");

@@ -50,6 +50,8 @@ pub(crate) struct CallRow {
     pub(crate) error: Option<String>,
     pub(crate) queued: Duration,
     pub(crate) took: Duration,
+    /// The log's row number: with `at`, the row's page cursor.
+    pub(crate) row: u64,
 }
 
 /// The log view's filters, as the query string gives them.
@@ -66,9 +68,9 @@ pub(crate) struct LogQuery {
     /// `15m`, `1h`, `24h`, `7d`, or empty for any time.
     #[serde(default)]
     pub(crate) within: String,
-    /// The page cursor: rows older than this (microseconds since the epoch).
+    /// The page cursor: rows older than this one (`MICROS.ROW`, see `time::row_cursor`).
     #[serde(default)]
-    pub(crate) before: Option<u64>,
+    pub(crate) before: Option<String>,
 }
 
 /// The time windows of the log's filter: value, label, length.
@@ -280,8 +282,87 @@ pub(crate) fn tool(
     )
 }
 
-/// The upstream servers, each with a reconnect button.
-pub(crate) fn upstreams(rows: &[UpstreamRow], notice: Option<&str>, csrf: &str) -> Markup {
+/// An upstream's call latency, from the newest calls in the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Latency {
+    /// The newest call's.
+    pub(crate) last: Duration,
+    /// The median of those read.
+    pub(crate) median: Duration,
+    /// How many calls were read.
+    pub(crate) calls: usize,
+}
+
+/// The upstreams' table: what the live region of the upstreams view holds. Each server
+/// has a reconnect button and a disable (or enable) switch.
+pub(crate) fn upstreams_table(
+    rows: &[UpstreamRow],
+    latency: &std::collections::HashMap<String, Latency>,
+    csrf: &str,
+) -> Markup {
+    html! {
+        table #upstreams {
+            caption.visually-hidden { "Upstream MCP servers" }
+            thead { tr {
+                th scope="col" { "Server" }
+                th scope="col" { "State" }
+                th scope="col" { "Tools" }
+                th scope="col" { "Connects" }
+                th scope="col" { "Drops" }
+                th scope="col" { "Calls" }
+                th scope="col" { "Last connected (UTC)" }
+                th scope="col" { "Latency (last, median)" }
+                th scope="col" { "Why" }
+                th scope="col" { "Actions" }
+            } }
+            tbody {
+                @for row in rows {
+                    tr data-server=(row.name) {
+                        td { code { (row.name) } }
+                        td { span class={ "state " (row.state) } { (row.state) } }
+                        td.num { (row.tools) }
+                        td.num { (row.connects) }
+                        td.num { (row.drops) }
+                        td.num { (row.calls) }
+                        td { @if let Some(at) = row.last_connect { time { (time::utc(at)) } } @else { "—" } }
+                        td.num {
+                            @if let Some(l) = latency.get(&row.name) {
+                                (time::took(l.last)) ", " (time::took(l.median))
+                                span.muted { " (" (l.calls) " calls)" }
+                            } @else { "—" }
+                        }
+                        td.error { (row.why.as_deref().unwrap_or("")) }
+                        td {
+                            @if row.enabled {
+                                form.inline method="post" action={ "/admin/upstreams/" (encode(&row.name)) "/reconnect" } {
+                                    input type="hidden" name="csrf" value=(csrf);
+                                    button type="submit" aria-label={ "Reconnect " (row.name) } { "Reconnect" }
+                                }
+                                form.inline method="post" action={ "/admin/upstreams/" (encode(&row.name)) "/disable" } {
+                                    input type="hidden" name="csrf" value=(csrf);
+                                    button type="submit" aria-label={ "Disable " (row.name) } { "Disable" }
+                                }
+                            } @else {
+                                form.inline method="post" action={ "/admin/upstreams/" (encode(&row.name)) "/enable" } {
+                                    input type="hidden" name="csrf" value=(csrf);
+                                    button type="submit" aria-label={ "Enable " (row.name) } { "Enable" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The upstream servers, updated live.
+pub(crate) fn upstreams(
+    rows: &[UpstreamRow],
+    latency: &std::collections::HashMap<String, Latency>,
+    notice: Option<&str>,
+    csrf: &str,
+) -> Markup {
     page(
         "Upstreams",
         "/admin/upstreams",
@@ -291,68 +372,181 @@ pub(crate) fn upstreams(rows: &[UpstreamRow], notice: Option<&str>, csrf: &str) 
             @if rows.is_empty() {
                 p { "No upstream MCP servers are configured." }
             } @else {
-                table #upstreams {
-                    caption.visually-hidden { "Upstream MCP servers" }
-                    thead { tr {
-                        th scope="col" { "Server" }
-                        th scope="col" { "State" }
-                        th scope="col" { "Tools" }
-                        th scope="col" { "Connects" }
-                        th scope="col" { "Drops" }
-                        th scope="col" { "Calls" }
-                        th scope="col" { "Why" }
-                        th scope="col" { "Action" }
-                    } }
-                    tbody {
-                        @for row in rows {
-                            tr data-server=(row.name) {
-                                td { code { (row.name) } }
-                                td { span class={ "state " (row.state) } { (row.state) } }
-                                td.num { (row.tools) }
-                                td.num { (row.connects) }
-                                td.num { (row.drops) }
-                                td.num { (row.calls) }
-                                td.error { (row.why.as_deref().unwrap_or("")) }
-                                td {
-                                    form method="post" action={ "/admin/upstreams/" (encode(&row.name)) "/reconnect" } {
-                                        input type="hidden" name="csrf" value=(csrf);
-                                        button type="submit" aria-label={ "Reconnect " (row.name) } { "Reconnect" }
-                                    }
-                                }
-                            }
-                        }
-                    }
+                p.live { "Latency is the time from dispatch to result of the server's newest calls in the log. The table follows the servers as they change." }
+                div.live-region #upstreams-live data-refresh="/admin/upstreams?part=table" {
+                    (upstreams_table(rows, latency, csrf))
                 }
             }
         },
     )
 }
 
-/// The sessions the surface holds, each with its working set.
-pub(crate) fn sessions(rows: &[(String, Vec<String>)], floor: &[String], csrf: &str) -> Markup {
+/// One session as the sessions view shows it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SessionRow {
+    /// The working-set key.
+    pub(crate) key: String,
+    pub(crate) principal: Option<String>,
+    /// The protocol version and era of its last `tools/list`.
+    pub(crate) protocol: Option<String>,
+    pub(crate) mode: String,
+    pub(crate) round: u64,
+    /// The working set, most recent first: name, bytes, idle rounds.
+    pub(crate) set: Vec<(String, usize, u64)>,
+    pub(crate) set_bytes: usize,
+    /// The tools its model is listed: name, why it is there, advertised bytes.
+    pub(crate) listed: Vec<(String, String, usize)>,
+    pub(crate) listed_bytes: usize,
+    /// The candidates left off: name, where it came from, why it was left off.
+    pub(crate) dropped: Vec<(String, String, String)>,
+    /// Why its list cannot be composed, when it cannot.
+    pub(crate) error: Option<String>,
+}
+
+/// The surface's budgets, as configured now.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Budgets {
+    pub(crate) round_tools: usize,
+    pub(crate) round_bytes: usize,
+    pub(crate) set_tools: usize,
+    pub(crate) set_bytes: usize,
+    pub(crate) idle_rounds: u64,
+    pub(crate) max_surface: usize,
+}
+
+/// The budgets every session's rounds are cut to.
+fn budgets(b: &Budgets) -> Markup {
+    html! {
+        dl.facts #budgets {
+            dt { "Round" } dd { "at most " (b.round_tools) " tools and " (b.round_bytes) " bytes of definitions listed (" code { "tool_search" } " always); never more than " (b.max_surface) " tools" }
+            dt { "Working set" } dd { "at most " (b.set_tools) " tools and " (b.set_bytes) " bytes; a tool idle for more than " (b.idle_rounds) " rounds leaves" }
+            dt { "Calls" } dd { "no per-session call budget: a custom tool's run is bounded by the sandbox's " code { "max_calls" } }
+        }
+    }
+}
+
+/// The sessions' table: what the live region of the sessions view holds.
+pub(crate) fn sessions_table(rows: &[SessionRow], b: &Budgets) -> Markup {
+    html! {
+        @if rows.is_empty() {
+            p #no-sessions { "No sessions." }
+        } @else {
+            table #sessions {
+                caption.visually-hidden { "Sessions, by key" }
+                thead { tr {
+                    th scope="col" { "Session (working-set key)" }
+                    th scope="col" { "Principal" }
+                    th scope="col" { "Mode" }
+                    th scope="col" { "Protocol" }
+                    th scope="col" { "Round" }
+                    th scope="col" { "Listed tools" }
+                    th scope="col" { "Working set" }
+                    th scope="col" { "Calls" }
+                } }
+                tbody {
+                    @for row in rows {
+                        tr data-session=(row.key) {
+                            td { a href={ "/admin/sessions/" (encode(&row.key)) } { code { (row.key) } } }
+                            td { (row.principal.as_deref().unwrap_or("—")) }
+                            td { (row.mode) }
+                            td { (row.protocol.as_deref().unwrap_or("—")) }
+                            td.num { (row.round) }
+                            td.num {
+                                @if let Some(e) = &row.error { span.error { (e) } } @else {
+                                    (row.listed.len()) " / " (b.round_tools) " tools, " (row.listed_bytes) " / " (b.round_bytes) " B"
+                                }
+                            }
+                            td.num { (row.set.len()) " / " (b.set_tools) " tools, " (row.set_bytes) " / " (b.set_bytes) " B" }
+                            td { a href={ "/admin/log?session=" (encode(&row.key)) } aria-label={ "Calls of " (row.key) } { "calls" } }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The sessions the surface holds, each with what its model is listed, updated live.
+pub(crate) fn sessions(rows: &[SessionRow], floor: &[String], b: &Budgets, csrf: &str) -> Markup {
     page(
         "Sessions",
         "/admin/sessions",
         Some(csrf),
         html! {
-            p { "Every session is shown the resident floor (" (floor.len()) " tools) plus its working set." }
-            details { summary { "Resident floor" } ul { @for t in floor { li { code { (t) } } } } }
-            @if rows.is_empty() {
-                p { "No sessions." }
-            } @else {
-                table #sessions {
-                    caption.visually-hidden { "Sessions" }
-                    thead { tr { th scope="col" { "Session (working-set key)" } th scope="col" { "Working set" } th scope="col" { "Calls" } } }
+            p { "Every session is shown the resident floor (" (floor.len()) " tools) plus its working set, within these budgets:" }
+            (budgets(b))
+            details { summary { "Resident floor" } ul #floor { @for t in floor { li { code { (t) } } } } }
+            p.live role="status" { "The table follows the sessions as they change." }
+            div.live-region #sessions-live data-refresh="/admin/sessions?part=table" {
+                (sessions_table(rows, b))
+            }
+        },
+    )
+}
+
+/// One session's surface as its model sees it: the listed tools, those left off, the
+/// working set (the live region of the session's view).
+pub(crate) fn session_detail(row: &SessionRow, b: &Budgets) -> Markup {
+    html! {
+        dl.facts {
+            dt { "Principal" } dd { (row.principal.as_deref().unwrap_or("— (no token)")) }
+            dt { "Mode" } dd #session-mode { (row.mode) }
+            dt { "Protocol" } dd { (row.protocol.as_deref().unwrap_or("— (no tools/list over MCP yet)")) }
+            dt { "Round" } dd { (row.round) }
+        }
+        h2 { "Listed to the model" }
+        @if let Some(e) = &row.error {
+            p.error role="alert" { (e) }
+        } @else {
+            p { (row.listed.len()) " of at most " (b.round_tools) " tools, " (row.listed_bytes) " of " (b.round_bytes) " bytes." }
+            table #listed {
+                caption.visually-hidden { "Tools listed to the model, in rank order" }
+                thead { tr { th scope="col" { "Tool" } th scope="col" { "Why listed" } th scope="col" { "Bytes" } } }
+                tbody {
+                    @for (name, reason, bytes) in &row.listed {
+                        tr { td { a href={ "/admin/tools/" (encode(name)) } { code { (name) } } } td { (reason) } td.num { (bytes) } }
+                    }
+                }
+            }
+            @if !row.dropped.is_empty() {
+                h2 { "Left off" }
+                table #dropped {
+                    caption.visually-hidden { "Candidates left off the list, with why" }
+                    thead { tr { th scope="col" { "Tool" } th scope="col" { "Candidate as" } th scope="col" { "Left off because" } } }
                     tbody {
-                        @for (key, set) in rows {
-                            tr {
-                                td { code { (key) } }
-                                td { @for (i, t) in set.iter().enumerate() { @if i > 0 { ", " } code { (t) } } }
-                                td { a href={ "/admin/log?session=" (encode(key)) } { "calls" } }
-                            }
+                        @for (name, reason, why) in &row.dropped {
+                            tr { td { code { (name) } } td { (reason) } td { (why) } }
                         }
                     }
                 }
+            }
+        }
+        h2 { "Working set" }
+        p { (row.set.len()) " of at most " (b.set_tools) " tools, " (row.set_bytes) " of " (b.set_bytes) " bytes." }
+        @if !row.set.is_empty() {
+            table #working-set {
+                caption.visually-hidden { "Working set, most recently used first" }
+                thead { tr { th scope="col" { "Tool" } th scope="col" { "Bytes" } th scope="col" { "Idle rounds" } } }
+                tbody {
+                    @for (name, bytes, idle) in &row.set {
+                        tr { td { code { (name) } } td.num { (bytes) } td.num { (idle) " / " (b.idle_rounds) } }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A session's page: [`session_detail`], updated live.
+pub(crate) fn session(row: &SessionRow, b: &Budgets, csrf: &str) -> Markup {
+    page(
+        &format!("Session {}", row.key),
+        "/admin/sessions",
+        Some(csrf),
+        html! {
+            p { a href={ "/admin/log?session=" (encode(&row.key)) } { "This session's calls" } }
+            div.live-region #session-live data-refresh={ "/admin/sessions/" (encode(&row.key)) "?part=detail" } {
+                (session_detail(row, b))
             }
         },
     )
@@ -391,10 +585,12 @@ fn call_head() -> Markup {
 }
 
 /// The call log: filters, the newest rows (live on the first page), a link to older ones.
-pub(crate) fn log(rows: &[CallRow], query: &LogQuery, older: Option<u128>, csrf: &str) -> Markup {
+pub(crate) fn log(rows: &[CallRow], query: &LogQuery, older: Option<String>, csrf: &str) -> Markup {
     let filters = query.query_string();
     let first_page = query.before.is_none();
-    let newest = rows.first().map_or(0, |r| time::cursor(r.at));
+    let newest = rows
+        .first()
+        .map_or_else(|| "0".to_owned(), |r| time::row_cursor(r.at, r.row));
     let live = format!(
         "/admin/log/stream?{filters}{}after={newest}",
         if filters.is_empty() { "" } else { "&" }
@@ -438,7 +634,7 @@ pub(crate) fn log(rows: &[CallRow], query: &LogQuery, older: Option<u128>, csrf:
             }
             @if rows.is_empty() { p #no-calls { "No calls match." } }
             nav.pages aria-label="Pages" {
-                a href={ "/admin/log/export?" (filters) @if let Some(b) = query.before { @if !filters.is_empty() { "&" } "before=" (b) } } download { "Export these calls (JSON Lines)" } " "
+                a href={ "/admin/log/export?" (filters) @if let Some(b) = &query.before { @if !filters.is_empty() { "&" } "before=" (encode(b)) } } download { "Export these calls (JSON Lines)" } " "
                 a href="/admin/log/chain" { "Verify the hash chain" } " "
                 @if !first_page { a href={ "/admin/log?" (filters) } { "Newest" } " " }
                 @if let Some(older) = older {
@@ -525,7 +721,7 @@ pub(crate) struct CustomRow {
 /// Custom tools, drafts first, with approve and reject forms; then the jobs.
 pub(crate) fn custom(
     rows: &[CustomRow],
-    jobs: &[(String, String, String, String, u8)],
+    jobs: &[JobRow],
     notice: Option<&str>,
     csrf: &str,
 ) -> Markup {
@@ -577,36 +773,95 @@ pub(crate) fn custom(
                 }
             }
             h2 { "Jobs" }
-            @if jobs.is_empty() {
-                p { "No jobs." }
-            } @else {
-                table #jobs {
-                    caption.visually-hidden { "Custom-tool jobs, newest first" }
-                    thead { tr { th scope="col" { "Job" } th scope="col" { "Tool" } th scope="col" { "Type" } th scope="col" { "Status" } th scope="col" { "Progress" } } }
-                    tbody {
-                        @for (id, tool, kind, status, pct) in jobs {
-                            tr {
-                                td { code { (id) } }
-                                td { code { (tool) } }
-                                td { (kind) }
-                                td { (status) }
-                                td { progress max="100" value=(pct) aria-label={ "Progress of " (id) } { (pct) "%" } }
-                            }
-                        }
-                    }
-                }
+            div.live-region #jobs-live data-refresh="/admin/custom?part=jobs" {
+                (jobs_table(jobs))
             }
         },
     )
 }
 
-/// The effective configuration and the last reload's result.
-pub(crate) fn config(effective: &str, last_reload: Option<&str>, csrf: &str) -> Markup {
+/// One custom-tool job: id, tool, type, status, progress in percent.
+pub(crate) type JobRow = (String, String, String, String, u8);
+
+/// The custom-tool jobs, newest first: what the live region of the custom-tools view
+/// holds.
+pub(crate) fn jobs_table(jobs: &[JobRow]) -> Markup {
+    html! {
+        @if jobs.is_empty() {
+            p #no-jobs { "No jobs." }
+        } @else {
+            table #jobs {
+                caption.visually-hidden { "Custom-tool jobs, newest first" }
+                thead { tr { th scope="col" { "Job" } th scope="col" { "Tool" } th scope="col" { "Type" } th scope="col" { "Status" } th scope="col" { "Progress" } } }
+                tbody {
+                    @for (id, tool, kind, status, pct) in jobs {
+                        tr data-job=(id) {
+                            td { code { (id) } }
+                            td { code { (tool) } }
+                            td { (kind) }
+                            td { (status) }
+                            td { progress max="100" value=(pct) aria-label={ "Progress of " (id) } { (pct) "%" } " " (pct) "%" }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A finding's severity as `quiver check` counts it.
+fn severity(s: quiver_contract::Severity) -> &'static str {
+    use quiver_contract::Severity;
+    match s {
+        Severity::Error => "finding",
+        Severity::NotRegistered => "not registered",
+        Severity::Unmatched => "unmatched",
+        Severity::Breaking => "breaking",
+        Severity::Note => "note",
+        _ => "other",
+    }
+}
+
+/// `quiver check`'s findings on the configuration in force.
+fn findings(found: Option<&[quiver_contract::Finding]>) -> Markup {
+    html! {
+        h2 { code { "quiver check" } " findings" }
+        @match found {
+            None => p { "A reload holds the configuration: reload the page in a moment." },
+            Some([]) => p #check-status { "None: the check passes." },
+            Some(found) => {
+                @let failing = found.iter().filter(|f| f.severity.fails()).count();
+                p #check-status {
+                    @if failing == 0 { "The check passes, with " (found.len()) " note(s)." }
+                    @else { "The check fails: " (failing) " finding(s) fail it, " (found.len() - failing) " note(s)." }
+                }
+                ul #findings.findings {
+                    @for f in found {
+                        @if f.severity.fails() {
+                            li.error { strong { (severity(f.severity)) } ": " (f.text) }
+                        } @else {
+                            li { strong { (severity(f.severity)) } ": " (f.text) }
+                        }
+                    }
+                }
+            },
+        }
+    }
+}
+
+/// The effective configuration, the last reload's result and `quiver check`'s findings.
+pub(crate) fn config(
+    effective: &str,
+    last_reload: Option<&str>,
+    found: Option<&[quiver_contract::Finding]>,
+    csrf: &str,
+) -> Markup {
     page(
         "Config",
         "/admin/config",
         Some(csrf),
         html! {
+            (findings(found))
             h2 { "Last reload" }
             @match last_reload {
                 Some(r) => pre.json { (r) },
@@ -683,7 +938,7 @@ mod tests {
                 family: "core".into(),
                 status: "approved".into(),
                 enabled: true,
-                modes: "all".into(),
+                modes: "chat, agentic, delegate, plan".into(),
                 calls_30d: 12,
                 calls_total: 40,
                 ..ToolRow::default()
@@ -694,7 +949,7 @@ mod tests {
                 server: Some("everything".into()),
                 status: "approved".into(),
                 enabled: true,
-                modes: "all".into(),
+                modes: "chat, agentic, delegate".into(),
                 calls_30d: 3,
                 calls_total: 3,
                 last_error: Some("upstream `everything` is down <reconnecting>".into()),
@@ -705,7 +960,7 @@ mod tests {
                 family: "custom".into(),
                 status: "draft".into(),
                 enabled: false,
-                modes: "all".into(),
+                modes: "none until approved".into(),
                 ..ToolRow::default()
             },
         ];
@@ -731,6 +986,7 @@ mod tests {
                 error: Some("the upstream timed out".into()),
                 queued: Duration::from_micros(40),
                 took: Duration::from_millis(30_000),
+                row: 2,
             },
             CallRow {
                 call_id: "c-1".into(),
@@ -742,18 +998,19 @@ mod tests {
                 error: None,
                 queued: Duration::ZERO,
                 took: Duration::from_micros(850),
+                row: 1,
             },
         ];
         let first = LogQuery::default();
         insta::assert_snapshot!(
             "log",
-            lines(log(&rows, &first, Some(time::cursor(at(0))), "CSRF"))
+            lines(log(&rows, &first, Some(time::row_cursor(at(0), 1)), "CSRF"))
         );
         let filtered = LogQuery {
             tool: "everything__echo".into(),
             outcome: "err".into(),
             within: "1h".into(),
-            before: Some(1_796_551_300_000_000),
+            before: Some("1796551300000000.9".into()),
             ..LogQuery::default()
         };
         insta::assert_snapshot!(
@@ -774,6 +1031,7 @@ mod tests {
             error: None,
             queued: Duration::ZERO,
             took: Duration::from_millis(12),
+            row: 1,
         };
         let child = CallRow {
             call_id: "c-2".into(),
@@ -800,5 +1058,99 @@ mod tests {
         let text = call(&untraced, "CSRF").into_string();
         assert!(text.contains("traces are not exported"), "{text}");
         assert!(!text.contains("Calls made from this call"), "{text}");
+    }
+
+    fn budgets_now() -> Budgets {
+        Budgets {
+            round_tools: 16,
+            round_bytes: 24_000,
+            set_tools: 12,
+            set_bytes: 16_000,
+            idle_rounds: 8,
+            max_surface: 64,
+        }
+    }
+
+    #[test]
+    fn the_sessions_views() {
+        let row = SessionRow {
+            key: "mcp:5f2a".into(),
+            principal: Some("ci".into()),
+            protocol: Some("2025-06-18 (session era)".into()),
+            mode: "chat".into(),
+            round: 4,
+            set: vec![("everything__echo".into(), 412, 0)],
+            set_bytes: 412,
+            listed: vec![
+                ("tool_search".into(), "system".into(), 1210),
+                ("everything__echo".into(), "working_set".into(), 498),
+            ],
+            listed_bytes: 1708,
+            dropped: vec![(
+                "everything__add".into(),
+                "floor".into(),
+                "not_allowed".into(),
+            )],
+            error: None,
+        };
+        let anonymous = SessionRow {
+            key: "anonymous".into(),
+            mode: "plan".into(),
+            ..SessionRow::default()
+        };
+        let b = budgets_now();
+        insta::assert_snapshot!(
+            "sessions",
+            lines(sessions(
+                &[anonymous, row.clone()],
+                &["tool_search".into(), "describe_tool".into()],
+                &b,
+                "CSRF"
+            ))
+        );
+        insta::assert_snapshot!("session", lines(session(&row, &b, "CSRF")));
+    }
+
+    #[test]
+    fn the_upstreams_view() {
+        let rows = vec![
+            UpstreamRow::new("everything", "connected")
+                .with_counts(11, 2, 1, 40)
+                .with_last_connect(at(0)),
+            UpstreamRow::new("github", "disabled")
+                .disabled()
+                .with_why("disabled by an operator: enable it to connect it again"),
+        ];
+        let latency = std::collections::HashMap::from([(
+            "everything".to_owned(),
+            Latency {
+                last: Duration::from_micros(850),
+                median: Duration::from_millis(3),
+                calls: 40,
+            },
+        )]);
+        insta::assert_snapshot!(
+            "upstreams",
+            lines(upstreams(
+                &rows,
+                &latency,
+                Some("`github` disabled"),
+                "CSRF"
+            ))
+        );
+    }
+
+    #[test]
+    fn the_config_view_with_check_findings() {
+        let found = vec![
+            quiver_contract::Finding::error(
+                "tool fetch: [no description] say what the tool does and when to use it",
+            ),
+            quiver_contract::Finding::note("server slow: [slow start] it took 4 s to connect"),
+        ];
+        insta::assert_snapshot!(
+            "config",
+            lines(config("Config { .. }", None, Some(&found), "CSRF"))
+        );
     }
 }

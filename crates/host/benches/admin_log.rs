@@ -110,7 +110,11 @@ fn admin_log(c: &mut Criterion) {
         .as_micros();
     let views = [
         ("log_first_page", "/admin/log".to_owned()),
-        ("log_page_at_500k", format!("/admin/log?before={cursor}")),
+        // The page cursor is (time, row): the row written in the middle.
+        (
+            "log_page_at_500k",
+            format!("/admin/log?before={cursor}.{}", ROWS / 2),
+        ),
         ("log_by_tool", "/admin/log?tool=tool_07".to_owned()),
         ("log_by_principal", "/admin/log?principal=p3".to_owned()),
         ("log_by_session", "/admin/log?session=s0042".to_owned()),

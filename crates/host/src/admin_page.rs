@@ -34,17 +34,25 @@ impl Upstreams for ClientUpstreams {
                     ServerState::Closed => ("closed", None),
                     _ => ("unknown", None),
                 };
-                let row = UpstreamRow::new(s.name, state).with_counts(
+                let mut row = UpstreamRow::new(s.name, state).with_counts(
                     s.tools.len(),
                     s.counters.connects,
                     s.counters.drops,
                     s.counters.calls,
                 );
+                if let Some(at) = s.counters.last_connect {
+                    row = row.with_last_connect(at);
+                }
                 match why {
                     Some(why) => row.with_why(why),
                     None => row,
                 }
             })
+            .chain(self.0.disabled_servers().into_iter().map(|name| {
+                UpstreamRow::new(name, "disabled")
+                    .disabled()
+                    .with_why("disabled by an operator: enable it to connect it again")
+            }))
             .collect()
     }
 
@@ -53,14 +61,40 @@ impl Upstreams for ClientUpstreams {
             Ok(true) => Ok(format!(
                 "`{name}` closed and dialled again; its tools return once it lists them"
             )),
+            Ok(false) if self.0.disabled_servers().iter().any(|d| d == name) => Err(format!(
+                "`{name}` is disabled: enable it to connect it again"
+            )),
             Ok(false) => Err(format!("there is no upstream server named `{name}`")),
             Err(e) => Err(format!("`{name}` could not be dialled again: {e}")),
         }
     }
+
+    async fn set_enabled(&self, name: &str, enabled: bool) -> Result<String, String> {
+        if enabled {
+            match self.0.enable_server(name) {
+                Ok(true) => Ok(format!(
+                    "`{name}` enabled and dialled; its tools return once it lists them"
+                )),
+                Ok(false) => Err(format!(
+                    "there is no disabled upstream server named `{name}`"
+                )),
+                Err(e) => Err(format!("`{name}` could not be enabled: {e}")),
+            }
+        } else {
+            match self.0.disable_server(name).await {
+                Ok(true) => Ok(format!(
+                    "`{name}` disabled: closed, its tools gone, and left closed by reloads until enabled (a restart connects it again; to keep it off, remove it from the configuration)"
+                )),
+                Ok(false) => Err(format!("there is no upstream server named `{name}`")),
+                Err(e) => Err(format!("`{name}` could not be disabled: {e}")),
+            }
+        }
+    }
 }
 
-/// The configuration the reloader holds, and its last result.
-struct ReloaderConfig(Arc<Reloader>);
+/// The configuration the reloader holds, its last result, and `quiver check`'s rules over
+/// the app's parts.
+struct ReloaderConfig(Arc<Reloader>, crate::check::CheckSources);
 
 impl ConfigView for ReloaderConfig {
     fn effective(&self) -> String {
@@ -71,6 +105,11 @@ impl ConfigView for ReloaderConfig {
 
     fn last_reload(&self) -> Option<String> {
         self.0.last_result()
+    }
+
+    fn findings(&self) -> Option<Vec<quiver_contract::Finding>> {
+        let config = self.0.config_in_force()?;
+        Some(crate::check::findings_in(&self.1, &config))
     }
 }
 
@@ -83,7 +122,10 @@ pub fn admin_page(app: &App, reloader: Arc<Reloader>, token: AdminToken) -> Admi
         app.store.clone(),
         app.custom.clone(),
         Arc::new(ClientUpstreams(app.mcp.clone())),
-        Arc::new(ReloaderConfig(reloader)),
+        Arc::new(ReloaderConfig(
+            reloader,
+            crate::check::CheckSources::of(app),
+        )),
         Arc::new(move |presented: &str| token.matches(presented)),
     )
 }

@@ -11,26 +11,61 @@ use quiver_registry::{policy_findings, store::DefinitionStore, unmatched_tool_re
 
 use crate::{App, Config};
 
+/// What `quiver check`'s rules read of a built app, owned: the admin page keeps one to
+/// check the configuration in force whenever it is asked.
+#[derive(Clone)]
+pub struct CheckSources {
+    mcp: quiver_mcp_adapter::McpClient,
+    surface: std::sync::Arc<quiver_surface::Surface>,
+    catalog: std::sync::Arc<quiver_registry::Catalog>,
+    report: quiver_registry::RegisterReport,
+    long_skills: Vec<(String, String, usize)>,
+}
+
+impl CheckSources {
+    /// What `app` gives the rules.
+    pub fn of(app: &App) -> Self {
+        CheckSources {
+            mcp: app.mcp.clone(),
+            surface: app.surface.clone(),
+            catalog: app.catalog.clone(),
+            report: app.report.clone(),
+            long_skills: app.long_skills.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for CheckSources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckSources").finish_non_exhaustive()
+    }
+}
+
 /// Every finding but those of `--against`, in the order `quiver check` prints them.
 pub fn findings(app: &App, config: &Config) -> Vec<Finding> {
+    findings_in(&CheckSources::of(app), config)
+}
+
+/// [`findings`] over `src`.
+pub fn findings_in(src: &CheckSources, config: &Config) -> Vec<Finding> {
     // One view of the servers for every rule about them.
-    let statuses = app.mcp.status();
+    let statuses = src.mcp.status();
     // Settings valid one by one that do not fit together.
     let mut out = config.surface.findings(config.always_denied(None, None));
     out.extend(policy_findings(&config.policy.rules));
     out.extend(quiver_mcp_adapter::connection_findings(&statuses));
-    out.extend(app.surface.findings());
-    out.extend(long_skills(app, config));
-    for entry in app.catalog.tools() {
+    out.extend(src.surface.findings());
+    out.extend(long_skills(&src.long_skills, config));
+    for entry in src.catalog.tools() {
         out.extend(lint_spec(&entry.spec).iter().map(Finding::from));
     }
     // A definition the catalog refused (a schema that does not compile, a bad name) is a
     // finding too: that tool is missing from every surface.
-    let mut refused = app.report.clone();
-    refused.extend(app.mcp.register_report());
-    refused.skipped.extend(app.catalog.shadowed());
+    let mut refused = src.report.clone();
+    refused.extend(src.mcp.register_report());
+    refused.skipped.extend(src.catalog.shadowed());
     out.extend(refused.findings());
-    let names: Vec<String> = app
+    let names: Vec<String> = src
         .catalog
         .tools()
         .iter()
@@ -48,15 +83,14 @@ pub fn findings(app: &App, config: &Config) -> Vec<Finding> {
     out.extend(quiver_mcp_adapter::token_findings(
         &config.auth.tokens,
         &statuses,
-        &app.surface,
+        &src.surface,
     ));
     out
 }
 
 /// A skill longer than a result may be is served cut: the model never reads its end.
-fn long_skills(app: &App, config: &Config) -> Vec<Finding> {
-    app.long_skills
-        .iter()
+fn long_skills(long: &[(String, String, usize)], config: &Config) -> Vec<Finding> {
+    long.iter()
         .map(|(name, origin, chars)| {
             Finding::error(format!(
                 "skill {name}: [too long] its instructions are {chars} characters, more than a result carries (limits.max_result_chars = {}), so the skill tool serves them cut: move material into files beside it ({origin}), or raise the limit",

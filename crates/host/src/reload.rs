@@ -208,6 +208,12 @@ impl Reloader {
             .collect()
     }
 
+    /// The configuration in force (secrets unmasked: for checks, never printed); `None`
+    /// while a reload holds it.
+    pub fn config_in_force(&self) -> Option<Config> {
+        Some(self.current.try_lock().ok()?.0.clone())
+    }
+
     /// The configuration in force, printed with every secret masked (tokens and the store
     /// URL's password by their types, upstream servers' `env` and `headers` values here),
     /// and the `--mcp-config` files; `None` while a reload holds it.

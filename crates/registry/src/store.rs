@@ -771,6 +771,10 @@ pub struct LoggedCall {
     pub at: SystemTime,
     /// The OpenTelemetry trace the call was part of, when traces were recorded.
     pub trace_id: Option<String>,
+    /// The store's number of the row: rows are numbered as they are written. It orders
+    /// calls dispatched in the same microsecond, so a page cursor is `(at, row)` (see
+    /// [`CallFilter::before_row`]). 0 for a row not read back from a log.
+    pub row: u64,
 }
 
 impl LoggedCall {
@@ -798,6 +802,7 @@ impl LoggedCall {
             took: record.took,
             at: record.at,
             trace_id: record.trace_id.as_deref().map(str::to_owned),
+            row: 0,
         }
     }
 }
@@ -829,8 +834,14 @@ pub struct CallFilter {
     pub parent: Option<String>,
     /// Only calls dispatched before this time (a page's cursor: the oldest row shown).
     pub before: Option<SystemTime>,
+    /// With `before`: the calls dispatched exactly at `before` whose row is below this
+    /// are taken too (the rest of a page's cursor, see [`LoggedCall::row`]).
+    pub before_row: Option<u64>,
     /// Only calls dispatched after this time (what a live view has not shown yet).
     pub after: Option<SystemTime>,
+    /// With `after`: the calls dispatched exactly at `after` whose row is above this are
+    /// taken too.
+    pub after_row: Option<u64>,
     /// At most this many rows, newest first.
     pub limit: usize,
     /// Whether to load each row's full output.
@@ -847,7 +858,9 @@ impl Default for CallFilter {
             call_id: None,
             parent: None,
             before: None,
+            before_row: None,
             after: None,
+            after_row: None,
             limit: 50,
             with_output: false,
         }
@@ -902,12 +915,30 @@ impl CallFilter {
     /// Only calls dispatched strictly before `at`.
     pub fn before(mut self, at: SystemTime) -> Self {
         self.before = Some(at);
+        self.before_row = None;
         self
     }
 
     /// Only calls dispatched strictly after `at`.
     pub fn after(mut self, at: SystemTime) -> Self {
         self.after = Some(at);
+        self.after_row = None;
+        self
+    }
+
+    /// Only calls after the row `(at, row)` in the log's order (time, then row): a
+    /// cursor that neither skips nor repeats calls dispatched in the same microsecond.
+    pub fn after_row(mut self, at: SystemTime, row: u64) -> Self {
+        self.after = Some(at);
+        self.after_row = Some(row);
+        self
+    }
+
+    /// Only calls before the row `(at, row)` in the log's order (time, then row): the
+    /// cursor of the page after the one whose oldest row that is.
+    pub fn before_row(mut self, at: SystemTime, row: u64) -> Self {
+        self.before = Some(at);
+        self.before_row = Some(row);
         self
     }
 
@@ -934,8 +965,12 @@ impl CallFilter {
                 .parent
                 .as_ref()
                 .is_none_or(|p| Some(p) == call.parent_call_id.as_ref())
-            && self.before.is_none_or(|b| call.at < b)
-            && self.after.is_none_or(|a| call.at > a)
+            && self.before.is_none_or(|b| {
+                call.at < b || (call.at == b && self.before_row.is_some_and(|r| call.row < r))
+            })
+            && self.after.is_none_or(|a| {
+                call.at > a || (call.at == a && self.after_row.is_some_and(|r| call.row > r))
+            })
     }
 }
 
@@ -1237,7 +1272,9 @@ impl ToolCallRecorder for MemoryCallLog {
         if point.seq.is_multiple_of(crate::chain::CHECKPOINT_EVERY) {
             inner.checkpoints.push(point);
         }
-        inner.calls.push((LoggedCall::from_record(&record), row));
+        let mut call = LoggedCall::from_record(&record);
+        call.row = point.seq;
+        inner.calls.push((call, row));
     }
 }
 

@@ -341,7 +341,7 @@ pub(crate) const LOG_COLUMNS: &str = "tool_name, tenant, session, call_id, input
     reasoning, args_hash, kind, hint_kind, err_kind, success, error, output_summary, \
     queued_us, took_us, created_at, principal, parent_call_id, trace_id";
 
-/// An execution-log row (columns as [`LOG_COLUMNS`] plus the output column).
+/// An execution-log row (columns as [`LOG_COLUMNS`], then the row id and the output).
 pub(crate) fn logged_call(row: &Row) -> Result<LoggedCall, StoreError> {
     let hint_kind = col::<Option<String>>(row, 8)?
         .map(|h| {
@@ -351,7 +351,7 @@ pub(crate) fn logged_call(row: &Row) -> Result<LoggedCall, StoreError> {
         .transpose()?;
     // A row copied in without its output (`quiver store migrate` from a row that had none)
     // holds JSON `null`: no output, as SQL NULL is.
-    let output = col::<Option<Value>>(row, 19)?
+    let output = col::<Option<Value>>(row, 20)?
         .filter(|o| !o.is_null())
         .map(|o| {
             serde_json::from_value::<Envelope>(o)
@@ -364,6 +364,7 @@ pub(crate) fn logged_call(row: &Row) -> Result<LoggedCall, StoreError> {
         col::<Value>(row, 4)?,
         Envelope::text(""),
     ));
+    call.row = u64::try_from(col::<i64>(row, 19)?).unwrap_or(0);
     call.tenant = col(row, 1)?;
     call.principal = col(row, 16)?;
     call.parent_call_id = col(row, 17)?;

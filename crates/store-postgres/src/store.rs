@@ -760,13 +760,23 @@ fn recent_calls_sql(filter: &CallFilter) -> String {
             clauses.push(format!("{column} = ${n}"));
         }
     }
-    for (given, op) in [
-        (filter.before.is_some(), "<"),
-        (filter.after.is_some(), ">"),
+    // A cursor `(time, row)`: the time's index range, then the row within its last
+    // microsecond.
+    for (given, row, op) in [
+        (filter.before.is_some(), filter.before_row.is_some(), "<"),
+        (filter.after.is_some(), filter.after_row.is_some(), ">"),
     ] {
         if given {
             n += 1;
-            clauses.push(format!("created_at {op} ${n}"));
+            if row {
+                clauses.push(format!(
+                    "created_at {op}= ${n} AND (created_at {op} ${n} OR id {op} ${})",
+                    n + 1
+                ));
+                n += 1;
+            } else {
+                clauses.push(format!("created_at {op} ${n}"));
+            }
         }
     }
     let filters = if clauses.is_empty() {
@@ -780,7 +790,7 @@ fn recent_calls_sql(filter: &CallFilter) -> String {
         "NULL::json"
     };
     format!(
-        "SELECT {LOG_COLUMNS}, {output} FROM execution_log {filters}
+        "SELECT {LOG_COLUMNS}, id, {output} FROM execution_log {filters}
          ORDER BY created_at DESC, id DESC LIMIT ${}",
         n + 1
     )
@@ -804,8 +814,19 @@ impl CallLog for PgStore {
         {
             params.push(v);
         }
-        for t in [&filter.before, &filter.after].into_iter().flatten() {
-            params.push(t);
+        let before_row = filter
+            .before_row
+            .map(|r| i64::try_from(r).unwrap_or(i64::MAX));
+        let after_row = filter
+            .after_row
+            .map(|r| i64::try_from(r).unwrap_or(i64::MAX));
+        for (t, row) in [(&filter.before, &before_row), (&filter.after, &after_row)] {
+            if let Some(t) = t {
+                params.push(t);
+                if let Some(row) = row {
+                    params.push(row);
+                }
+            }
         }
         params.push(&limit);
         self.query(&recent_calls_sql(&filter), &params, convert::logged_call)

@@ -305,7 +305,7 @@ pub(crate) const LOG_COLUMNS: &str = "l.tool_name, l.tenant, l.session, l.call_i
     l.error, l.output_summary, l.queued_us, l.took_us, l.created_at, l.principal, \
     l.parent_call_id, l.trace_id";
 
-/// An execution-log row (columns as [`LOG_COLUMNS`] plus the output column).
+/// An execution-log row (columns as [`LOG_COLUMNS`], then the row id and the output).
 pub(crate) fn logged_call(row: &Row<'_>) -> Result<LoggedCall, StoreError> {
     let hint_kind = col::<Option<String>>(row, 8)?
         .map(|h| {
@@ -313,7 +313,7 @@ pub(crate) fn logged_call(row: &Row<'_>) -> Result<LoggedCall, StoreError> {
                 .map_err(|_| StoreError::invalid_data(format!("hint kind {h:?}")))
         })
         .transpose()?;
-    let output = col::<Option<String>>(row, 19)?
+    let output = col::<Option<String>>(row, 20)?
         .map(|o| {
             serde_json::from_str::<Envelope>(&o)
                 .map_err(|e| StoreError::invalid_data(format!("stored output: {e}")))
@@ -325,6 +325,7 @@ pub(crate) fn logged_call(row: &Row<'_>) -> Result<LoggedCall, StoreError> {
         json(&col::<String>(row, 4)?, "input_data")?,
         Envelope::text(""),
     ));
+    call.row = u64::try_from(col::<i64>(row, 19)?).unwrap_or(0);
     call.tenant = col(row, 1)?;
     call.principal = col(row, 16)?;
     call.parent_call_id = col(row, 17)?;

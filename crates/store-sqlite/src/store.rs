@@ -1103,12 +1103,26 @@ fn recent_calls_in(
         values.push(parent);
     }
     let before = filter.before.map(micros);
+    let before_row = filter
+        .before_row
+        .map(|r| i64::try_from(r).unwrap_or(i64::MAX));
     if let Some(before) = &before {
         values.push(before);
+        if let Some(row) = &before_row {
+            values.push(before);
+            values.push(row);
+        }
     }
     let after = filter.after.map(micros);
+    let after_row = filter
+        .after_row
+        .map(|r| i64::try_from(r).unwrap_or(i64::MAX));
     if let Some(after) = &after {
         values.push(after);
+        if let Some(row) = &after_row {
+            values.push(after);
+            values.push(row);
+        }
     }
     let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
     values.push(&limit);
@@ -1145,11 +1159,17 @@ pub(crate) fn recent_calls_sql(filter: &CallFilter, output: &str) -> String {
     if filter.parent.is_some() {
         clauses.push("l.parent_call_id = ?");
     }
-    if filter.before.is_some() {
-        clauses.push("l.created_at < ?");
+    // A cursor `(time, row)`: the time's index range, then the row within its last
+    // microsecond.
+    match (filter.before.is_some(), filter.before_row.is_some()) {
+        (true, true) => clauses.push("l.created_at <= ? AND (l.created_at < ? OR l.id < ?)"),
+        (true, false) => clauses.push("l.created_at < ?"),
+        _ => {}
     }
-    if filter.after.is_some() {
-        clauses.push("l.created_at > ?");
+    match (filter.after.is_some(), filter.after_row.is_some()) {
+        (true, true) => clauses.push("l.created_at >= ? AND (l.created_at > ? OR l.id > ?)"),
+        (true, false) => clauses.push("l.created_at > ?"),
+        _ => {}
     }
     let filters = if clauses.is_empty() {
         String::new()
@@ -1157,7 +1177,7 @@ pub(crate) fn recent_calls_sql(filter: &CallFilter, output: &str) -> String {
         format!("WHERE {}", clauses.join(" AND "))
     };
     format!(
-        "SELECT {LOG_COLUMNS}, {output}
+        "SELECT {LOG_COLUMNS}, l.id, {output}
          {filters}
          ORDER BY l.created_at DESC, l.id DESC LIMIT ?"
     )
@@ -1497,6 +1517,13 @@ mod query_plan_tests {
         assert!(tool.contains("USING INDEX execution_log_tool"), "{tool}");
         let all = plan(&path, &CallFilter::recent(50));
         assert!(all.contains("USING INDEX execution_log_created"), "{all}");
+        // A page's cursor (time, row) walks the time index too, without a sort.
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1);
+        let page = plan(&path, &CallFilter::recent(50).before_row(at, 7));
+        assert!(
+            page.contains("USING INDEX execution_log_created") && !page.contains("TEMP B-TREE"),
+            "{page}"
+        );
         store.close().await.unwrap();
     }
 }

@@ -61,6 +61,7 @@ macro_rules! contract_suite {
             each_queued_job_is_claimed_once_across_two_handles,
             recorded_calls_read_back_filtered_with_summary_and_full_output,
             calls_page_by_time_and_filter_by_principal_and_id,
+            calls_dispatched_in_one_microsecond_page_by_row,
             usage_counts_only_calls_that_answered,
             usage_is_bucketed_by_age_and_retention_purges_old_rows,
             the_log_is_chained_across_handles_and_purges,
@@ -612,6 +613,74 @@ pub async fn calls_page_by_time_and_filter_by_principal_and_id(b: &mut impl Back
         matched.truncate(filter.limit);
         assert_eq!(matched, want, "CallFilter::matches agrees: {filter:?}");
     }
+    b.close(other).await;
+    b.close(store).await;
+}
+
+/// Calls dispatched in the same microsecond are told apart by their row: pages cut by the
+/// cursor `(time, row)` of each page's oldest row hold every call once, and the live
+/// view's `after` cursor does the same forwards.
+pub async fn calls_dispatched_in_one_microsecond_page_by_row(b: &mut impl Backend) {
+    let store = b.open().await;
+    let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_551_200);
+    store.record(call("read", "early", "ok").with_at(t0)).await;
+    let same = t0 + Duration::from_micros(5);
+    for i in 0..7 {
+        store
+            .record(call("read", &format!("s{i}"), "ok").with_at(same))
+            .await;
+    }
+    store
+        .record(call("read", "late", "ok").with_at(same + Duration::from_micros(1)))
+        .await;
+    store.flush().await;
+    let other = b.another().await;
+    let all: Vec<String> = other
+        .recent_calls(CallFilter::recent(100))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.call_id)
+        .collect();
+    assert_eq!(
+        all,
+        ["late", "s6", "s5", "s4", "s3", "s2", "s1", "s0", "early"],
+        "newest first, the same microsecond in the order written"
+    );
+    // Pages of three, each after the previous page's oldest row.
+    let mut paged: Vec<String> = Vec::new();
+    let mut filter = CallFilter::recent(3);
+    loop {
+        let page = other.recent_calls(filter.clone()).await.unwrap();
+        paged.extend(page.iter().map(|c| c.call_id.clone()));
+        let Some(last) = page.last() else { break };
+        assert!(last.row > 0, "a row read back has its number: {last:?}");
+        filter = CallFilter::recent(3).before_row(last.at, last.row);
+    }
+    assert_eq!(paged, all, "every call once, in order");
+    // Forwards: after a row of the crowded microsecond come the rest of it, then later.
+    let s2 = other
+        .recent_calls(CallFilter::recent(1).call_id("s2"))
+        .await
+        .unwrap()
+        .remove(0);
+    let newer: Vec<String> = other
+        .recent_calls(CallFilter::recent(100).after_row(s2.at, s2.row))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.call_id)
+        .collect();
+    assert_eq!(newer, ["late", "s6", "s5", "s4", "s3"]);
+    // The in-memory rule agrees.
+    let rows = other.recent_calls(CallFilter::recent(100)).await.unwrap();
+    let f = CallFilter::recent(100).before_row(s2.at, s2.row);
+    let older: Vec<&str> = rows
+        .iter()
+        .filter(|c| f.matches(c))
+        .map(|c| c.call_id.as_str())
+        .collect();
+    assert_eq!(older, ["s1", "s0", "early"]);
     b.close(other).await;
     b.close(store).await;
 }

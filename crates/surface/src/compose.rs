@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use crate::{
     ComposedSurface, DropReason, DroppedTool, Floor, FloorSource, Oversized, Reason, Surface,
-    SurfaceError, SurfaceTool, TOOL_SEARCH, sync::lock,
+    SurfaceError, SurfaceTool, TOOL_SEARCH, sync::lock, working_set::Session,
 };
 
 /// What a round's walk does with the names it places.
@@ -19,6 +19,9 @@ pub(crate) enum Walk<'a> {
     Advertise,
     /// Only places names; with `until`, stops once those are placed or dropped.
     Place { until: Option<HashSet<&'a str>> },
+    /// Advertises each placed tool, for an operator: a session the surface does not hold
+    /// is not created, and the session is neither marked used nor given the mode.
+    View,
 }
 
 /// The bytes a tool takes in a working set: its advertised form without narration.
@@ -171,8 +174,9 @@ impl Surface {
         capabilities: &Capabilities,
         walk: Walk<'_>,
     ) -> Result<(ComposedSurface, Vec<String>), SurfaceError> {
+        let view = matches!(walk, Walk::View);
         let (partial, mut until) = match walk {
-            Walk::Advertise => (false, None),
+            Walk::Advertise | Walk::View => (false, None),
             Walk::Place { until } => (true, until),
         };
         let floor = match mode {
@@ -184,9 +188,14 @@ impl Surface {
             _ => Arc::new(Vec::new()),
         };
         let mut sessions = lock(&self.sessions);
-        let sess = self.entry(&mut sessions, session);
-        sess.mode = mode;
-        let sess = &*sess;
+        let unknown = Session::default();
+        let sess: &Session = if view {
+            sessions.get(session).unwrap_or(&unknown)
+        } else {
+            let sess = self.entry(&mut sessions, session);
+            sess.mode = mode;
+            sess
+        };
 
         let settings = self.settings();
         let system = &settings.system;

@@ -86,6 +86,7 @@ mod sync;
 mod tools;
 mod types;
 mod vectors;
+mod view;
 mod working_set;
 
 pub use config::{MAX_SEARCH_LIMIT, RoundBudget, SurfaceConfig, WorkingSetConfig};
@@ -103,4 +104,5 @@ pub use types::{
     FailedTool, FoundTool, Oversized, Reason, SearchOutcome, SurfaceTool, TOOL_SEARCH,
 };
 pub use vectors::VectorProgress;
+pub use view::{SessionClient, SessionView, WorkingSetSlot};
 pub use working_set::PageIn;

@@ -55,6 +55,8 @@ pub(crate) struct Session {
     /// The tools the current call's round evicted as idle, for a `tool_search` in that
     /// call to report with its own evictions.
     pub(crate) round_evicted: Vec<String>,
+    /// Who listed its tools last (see `Surface::note_client`).
+    pub(crate) client: Option<std::sync::Arc<crate::SessionClient>>,
 }
 
 impl Session {
@@ -66,6 +68,11 @@ impl Session {
     /// Whether `name` is in the set.
     pub(crate) fn contains(&self, name: &str) -> bool {
         self.slots.contains_key(name)
+    }
+
+    /// The definition bytes the set holds.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// The definition bytes `name` was paged in with.

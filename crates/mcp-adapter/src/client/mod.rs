@@ -178,6 +178,9 @@ pub(crate) struct Shared {
     sessions: Arc<session::SessionPool>,
     /// The token exchange of servers with `auth = "exchange"` (set by the host).
     exchanger: users::ExchangerSlot,
+    /// Servers an operator disabled ([`McpClient::disable_server`]), with their settings,
+    /// by name: closed, and left out of a reload until enabled again.
+    disabled: Mutex<BTreeMap<String, ResolvedServer>>,
 }
 
 impl Shared {
@@ -270,6 +273,7 @@ impl McpClient {
             passthrough: passthrough::State::default(),
             sessions,
             exchanger: Arc::default(),
+            disabled: Mutex::new(BTreeMap::new()),
         });
         let weak = Arc::downgrade(&shared);
         shared
@@ -546,6 +550,48 @@ impl McpClient {
         Ok(true)
     }
 
+    /// Closes the server `name` and keeps it closed (an operator's switch, the admin
+    /// page's): its tools leave the catalog, and a reload leaves it out while its settings
+    /// stay configured, until [`McpClient::enable_server`]; a restart of the process
+    /// connects it again. `Ok(false)` when there is no such server; disabling a disabled
+    /// one changes nothing.
+    pub async fn disable_server(&self, name: &str) -> Result<bool, McpError> {
+        if lock(&self.shared.disabled).contains_key(name) {
+            return Ok(true);
+        }
+        let cfg = match self.shared.server(name) {
+            Some(up) => up.cfg.clone(),
+            None => match self
+                .shared
+                .sessions
+                .configs()
+                .into_iter()
+                .find(|s| s.name == name)
+            {
+                Some(cfg) => cfg,
+                None => return Ok(false),
+            },
+        };
+        self.remove_server(name).await;
+        lock(&self.shared.disabled).insert(name.to_owned(), cfg);
+        Ok(true)
+    }
+
+    /// Connects a server [`McpClient::disable_server`] closed again, with its settings
+    /// (the latest reload's). `Ok(false)` when no server of that name is disabled.
+    pub fn enable_server(&self, name: &str) -> Result<bool, McpError> {
+        let Some(cfg) = lock(&self.shared.disabled).remove(name) else {
+            return Ok(false);
+        };
+        self.add_server(cfg)?;
+        Ok(true)
+    }
+
+    /// The servers an operator disabled, by name.
+    pub fn disabled_servers(&self) -> Vec<String> {
+        lock(&self.shared.disabled).keys().cloned().collect()
+    }
+
     /// Brings the servers in line with `servers` (a configuration reload): a server no
     /// longer there is removed, a new one added, one whose settings changed is closed and
     /// added again; an unchanged one is left alone (no reconnect, its calls undisturbed).
@@ -559,8 +605,29 @@ impl McpClient {
             .map(|cfg| (cfg.name.clone(), cfg))
             .collect();
         let mut done = Reconciled::default();
-        let wanted: std::collections::BTreeSet<&str> =
-            servers.iter().map(|s| s.name.as_str()).collect();
+        let wanted: std::collections::BTreeSet<String> =
+            servers.iter().map(|s| s.name.clone()).collect();
+        // A disabled server stays closed with the settings reloaded, and is forgotten
+        // when the configuration drops it.
+        let mut servers = servers;
+        {
+            let mut disabled = lock(&self.shared.disabled);
+            disabled.retain(|name, _| {
+                let kept = wanted.contains(name);
+                if !kept {
+                    done.removed.push(name.clone());
+                }
+                kept
+            });
+            servers.retain(|s| match disabled.get_mut(&s.name) {
+                Some(held) => {
+                    *held = s.clone();
+                    done.unchanged.push(s.name.clone());
+                    false
+                }
+                None => true,
+            });
+        }
         for name in current.keys().filter(|n| !wanted.contains(n.as_str())) {
             self.remove_server(name).await;
             done.removed.push(name.clone());

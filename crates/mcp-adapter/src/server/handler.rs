@@ -596,6 +596,23 @@ impl ServerHandler for SessionHandler {
             .map_err(|e| {
                 ErrorData::internal_error(format!("composing the tool list: {e}"), None)
             })?;
+        // Who was given this list, for an operator's view of the session (the admin page).
+        let protocol = context.protocol_version().map(|v| {
+            let era = if v >= rmcp::model::ProtocolVersion::V_2026_07_28 {
+                "stateless era"
+            } else {
+                "session era"
+            };
+            format!("{v} ({era})")
+        });
+        self.shared.surface.note_client(
+            &scope.key,
+            quiver_surface::SessionClient::new(
+                scope.principal.as_deref().map(str::to_owned),
+                protocol,
+                scope.capabilities.clone(),
+            ),
+        );
         let tools = composed.specs().iter().map(from_contract::tool).collect();
         Ok(ListToolsResult::with_all_items(tools))
     }

@@ -460,3 +460,63 @@ async fn an_http_server_down_through_many_redials_keeps_the_retry_advice() {
     );
     close_and_check(&client).await;
 }
+
+/// An operator's switch: a disabled server is closed (its tools gone, its child reaped) and
+/// a reload that still configures it leaves it closed; enabling it connects it again, and a
+/// reload that drops it forgets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disabled_server_stays_closed_through_reloads_until_enabled() {
+    let config = [
+        ServerConfig::stdio("everything", "node", vec![everything_js(), "stdio".into()]).required(),
+    ];
+    let (catalog, client) = start(&config, Default::default());
+    ready(&client).await;
+    let first = client.server_status("everything").unwrap();
+    assert!(first.counters.last_connect.is_some(), "{first:?}");
+    let pids = first.child_pids.clone();
+
+    assert!(client.disable_server("everything").await.unwrap());
+    assert!(
+        client.disable_server("everything").await.unwrap(),
+        "idempotent"
+    );
+    assert!(!client.disable_server("nope").await.unwrap());
+    assert_eq!(client.disabled_servers(), ["everything"]);
+    assert!(catalog.family_names("mcp:everything").is_empty());
+    assert!(client.server_status("everything").is_none());
+    crate::assert_reaped(&pids);
+
+    let done = within(
+        Duration::from_secs(30),
+        client.reconcile(crate::resolve(&config)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.unchanged, ["everything"], "{done:?}");
+    assert!(!done.changed(), "{done:?}");
+    assert!(client.server_status("everything").is_none(), "still closed");
+
+    assert!(client.enable_server("everything").unwrap());
+    assert!(
+        !client.enable_server("everything").unwrap(),
+        "enabled already"
+    );
+    assert!(client.disabled_servers().is_empty());
+    ready(&client).await;
+    wait_for("its tools to return", Duration::from_secs(30), || {
+        catalog.contains("mcp__everything__echo")
+    })
+    .await;
+
+    assert!(client.disable_server("everything").await.unwrap());
+    let done = within(Duration::from_secs(30), client.reconcile(Vec::new()))
+        .await
+        .unwrap();
+    assert_eq!(done.removed, ["everything"], "{done:?}");
+    assert!(
+        client.disabled_servers().is_empty(),
+        "forgotten with its config"
+    );
+    assert!(!client.enable_server("everything").unwrap());
+    close_and_check(&client).await;
+}

@@ -7,4 +7,5 @@ mod persist;
 mod support;
 mod tools;
 mod vectors;
+mod view;
 mod working_set;

@@ -244,6 +244,12 @@ impl Upstream {
         });
         self.watch(running, child_guard, cancel, generation);
         self.counters.connects.fetch_add(1, Ordering::Relaxed);
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        self.counters
+            .connected_at_ms
+            .store(now_ms, Ordering::Relaxed);
         self.counters.dials_at_connect.store(
             self.counters.dials.load(Ordering::Relaxed),
             Ordering::Relaxed,

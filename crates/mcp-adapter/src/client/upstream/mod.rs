@@ -83,6 +83,8 @@ pub struct ServerCounters {
     pub direct_calls: u64,
     /// Of those, calls the server rejected unrun and rmcp sent instead (an expired session).
     pub direct_handoffs: u64,
+    /// When the last connection came up (none: never).
+    pub last_connect: Option<std::time::SystemTime>,
 }
 
 /// Failed attempts in a row after which a caller of a stdio server is told an operator
@@ -103,6 +105,8 @@ struct Counters {
     relists: AtomicU64,
     direct_calls: AtomicU64,
     direct_handoffs: AtomicU64,
+    /// When the last connection came up, in milliseconds since the Unix epoch (0: never).
+    connected_at_ms: AtomicU64,
 }
 
 impl Counters {
@@ -115,6 +119,10 @@ impl Counters {
             relists: self.relists.load(Ordering::Relaxed),
             direct_calls: self.direct_calls.load(Ordering::Relaxed),
             direct_handoffs: self.direct_handoffs.load(Ordering::Relaxed),
+            last_connect: match self.connected_at_ms.load(Ordering::Relaxed) {
+                0 => None,
+                ms => Some(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)),
+            },
         }
     }
 }

@@ -16,6 +16,7 @@ use quiver_contract::Lifecycle;
 use quiver_registry::{
     CallRecord, ToolCallRecorder,
     chain::{ChainPoint, ChainState, ChainedRow},
+    log_writer::QueuedRecord,
     store::{
         CallFilter, CallLog, DefinitionStore, JobStatus, JobStore, LoggedCall, NewJob, SeedReport,
         StoreError, ToolDefinition, ToolJob, plan_seed,
@@ -53,8 +54,11 @@ pub struct PgOptions {
     /// How long the writer waits for more call records before writing the ones it has
     /// (default 2 ms; zero writes at once). A record is written at most this much later
     /// (plus the write); a flush and a clean shutdown write at once. A process killed
-    /// outright can lose the records of its last `linger`.
+    /// outright can lose the records of its last `linger`, unless `durability` is strict.
     pub linger: Duration,
+    /// Whether a call's answer waits for its record's commit (default batched; see
+    /// [`Durability`]). Strict writes rows without the linger.
+    pub durability: Durability,
     /// Tries of a failing log write before its rows are counted as lost (default 5).
     pub max_write_attempts: u32,
     /// Pause before the first retry, growing linearly (default 20 ms).
@@ -72,6 +76,7 @@ impl Default for PgOptions {
             channel_capacity: 16_384,
             batch_max: 4_096,
             linger: Duration::from_millis(2),
+            durability: Durability::Batched,
             max_write_attempts: 5,
             retry_backoff: Duration::from_millis(20),
             read_only: false,
@@ -83,6 +88,12 @@ impl PgOptions {
     /// Sets how long the writer waits for more records before a write (zero: no wait).
     pub fn with_linger(mut self, d: Duration) -> Self {
         self.linger = d;
+        self
+    }
+
+    /// Sets when a call's answer may leave, relative to its record's commit.
+    pub fn with_durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
         self
     }
 
@@ -111,7 +122,7 @@ impl PgOptions {
     }
 }
 
-pub use quiver_registry::log_writer::WriterStats;
+pub use quiver_registry::log_writer::{Durability, WriterStats};
 
 /// The connection that holds the session-level advisory locks of the roles this process
 /// leads ([`SessionStore::lead`]): the server releases them when the connection ends, so a
@@ -129,6 +140,7 @@ struct Inner {
     report: OpenReport,
     read_only: bool,
     tx: mpsc::Sender<Msg>,
+    durability: Durability,
     stats: Arc<Stats>,
     writer: Mutex<Option<tokio::task::JoinHandle<()>>>,
     versions: watch::Receiver<u64>,
@@ -253,6 +265,7 @@ impl PgStore {
                     linger: opts.linger,
                     max_attempts: opts.max_write_attempts.max(1),
                     retry_backoff: opts.retry_backoff,
+                    strict: opts.durability == Durability::Strict,
                 },
             )))
         };
@@ -267,6 +280,7 @@ impl PgStore {
                 report,
                 read_only: opts.read_only,
                 tx,
+                durability: opts.durability,
                 stats,
                 writer: Mutex::new(writer),
                 versions,
@@ -727,10 +741,17 @@ impl JobStore for PgStore {
 #[async_trait]
 impl ToolCallRecorder for PgStore {
     async fn record(&self, record: CallRecord) {
-        if self.inner.tx.send(Msg::Record(record)).await.is_err() {
+        let (queued, committed) = QueuedRecord::new(record, self.inner.durability);
+        if self.inner.tx.send(Msg::Record(queued)).await.is_err() {
             let why = self.closed();
             tracing::error!(location = %self.inner.location, error = %why, "a call record could not be queued; it is lost");
             self.inner.stats.failed(1, why);
+            return;
+        }
+        // Strict: the answer waits for the commit (or for the row to be given up, counted
+        // and logged by the writer).
+        if let Some(committed) = committed {
+            let _ = committed.await;
         }
     }
 

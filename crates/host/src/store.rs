@@ -232,6 +232,14 @@ impl JobStore for Store {
     async fn claim_job(&self, id: Option<String>) -> Result<Option<ToolJob>, StoreError> {
         each!(self, s => s.claim_job(id).await)
     }
+
+    async fn job_queued_since(&self, seen: Option<u64>, wait: Duration) -> Result<u64, StoreError> {
+        each!(self, s => s.job_queued_since(seen, wait).await)
+    }
+
+    fn announces_jobs(&self) -> bool {
+        each!(self, s => s.announces_jobs())
+    }
 }
 
 #[async_trait]

@@ -144,6 +144,8 @@ struct Inner {
     stats: Arc<Stats>,
     writer: Mutex<Option<tokio::task::JoinHandle<()>>>,
     versions: watch::Receiver<u64>,
+    /// Job announcements heard (see [`listen`]).
+    jobs: watch::Receiver<u64>,
     listener: tokio::task::JoinHandle<()>,
     leader: tokio::sync::Mutex<Leader>,
 }
@@ -270,7 +272,12 @@ impl PgStore {
             )))
         };
         let (versions_tx, versions) = watch::channel(version);
-        let listener = tokio::spawn(listen::run(cfg.clone(), location.clone(), versions_tx));
+        let (jobs_tx, jobs) = watch::channel(0);
+        let heard = listen::Heard {
+            versions: versions_tx,
+            jobs: jobs_tx,
+        };
+        let listener = tokio::spawn(listen::run(cfg.clone(), location.clone(), heard));
         tracing::debug!(%location, found = report.found_version, "opened the PostgreSQL store");
         Ok(PgStore {
             inner: Arc::new(Inner {
@@ -284,6 +291,7 @@ impl PgStore {
                 stats,
                 writer: Mutex::new(writer),
                 versions,
+                jobs,
                 listener,
                 leader: Default::default(),
             }),
@@ -636,12 +644,17 @@ async fn job_in(
 impl JobStore for PgStore {
     async fn create_job(&self, new: NewJob) -> Result<ToolJob, StoreError> {
         let j = ToolJob::queued(new, SystemTime::now());
+        // The insert and its announcement in one statement: workers listening on
+        // `quiver_jobs` hear of the job when it commits, and only if it was inserted.
         let n = self
             .execute(
-                "INSERT INTO tool_jobs (id, tool_name, job_type, status, spec, result,
-                    progress_pct, tenant, conversation, created_at, updated_at)
-                 VALUES ($1, $2, $3, $4, $5, NULL, 0, $6, $7, $8, $8)
-                 ON CONFLICT (id) DO NOTHING",
+                "WITH inserted AS (
+                    INSERT INTO tool_jobs (id, tool_name, job_type, status, spec, result,
+                        progress_pct, tenant, conversation, created_at, updated_at)
+                    VALUES ($1, $2, $3, $4, $5, NULL, 0, $6, $7, $8, $8)
+                    ON CONFLICT (id) DO NOTHING
+                    RETURNING id)
+                 SELECT pg_notify('quiver_jobs', id) FROM inserted",
                 &[
                     &j.id,
                     &j.tool_name,
@@ -735,6 +748,17 @@ impl JobStore for PgStore {
             )
             .await?;
         Ok(rows.into_iter().next())
+    }
+
+    async fn job_queued_since(&self, seen: Option<u64>, wait: Duration) -> Result<u64, StoreError> {
+        let mut jobs = self.inner.jobs.clone();
+        let _ = tokio::time::timeout(wait, jobs.wait_for(|n| Some(*n) != seen)).await;
+        let n = *jobs.borrow();
+        Ok(n)
+    }
+
+    fn announces_jobs(&self) -> bool {
+        true
     }
 }
 

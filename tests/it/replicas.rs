@@ -2,11 +2,14 @@
 //! `quiver_store_testkit::TestPostgres`), driven by the official Python MCP client: custom
 //! tools approved elsewhere reach both replicas' clients, a stateless conversation keeps its
 //! working set across them, `quiver log` reads both; one replica killed with SIGKILL under
-//! load, the other keeps serving and logs every call it answered; a database that goes away
+//! load, the other keeps serving and logs every call it answered, and with `[store]
+//! durability = "strict"` (PostgreSQL, and a SQLite file two replicas share) no call the
+//! killed one answered is missing from the log either; a database that goes away
 //! and comes back under a serving replica; a database `serve` cannot use; and `quiver store
 //! migrate`.
 
 use std::{
+    collections::BTreeSet,
     path::{Path, PathBuf},
     process::Stdio,
     time::Duration,
@@ -155,36 +158,70 @@ fn log_rows(dir: &Path, db: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
-#[tokio::test]
-async fn a_replica_killed_under_load_leaves_the_other_serving_and_logging() {
-    let (_pg, db) = database();
-    let (dir_a, dir_b) = (configured_dir(), configured_dir());
-    let mut a = start_replica(&dir_a, &db).await;
-    let b = start_replica(&dir_b, &db).await;
+/// What a [`kill_one_replica_under_load`] run saw: the queries each replica answered, and
+/// those in the log once the load ended.
+struct KillRun {
+    answered_a: Vec<String>,
+    answered_b: Vec<String>,
+    /// Reads the log's queries again.
+    log: Box<dyn Fn() -> BTreeSet<String>>,
+}
+
+impl KillRun {
+    /// How many of `answered` are not in `logged`.
+    fn missing(answered: &[String], logged: &BTreeSet<String>) -> Vec<String> {
+        answered
+            .iter()
+            .filter(|q| !logged.contains(*q))
+            .cloned()
+            .collect()
+    }
+}
+
+/// Two replicas whose `quiver.toml` holds `store` (a `[store]` table), `clients` clients
+/// on each calling `tool_search` `calls` times; replica A is killed with SIGKILL once its
+/// rows reach the log. Replica B must answer every call (the script fails otherwise).
+async fn kill_one_replica_under_load(
+    store: &str,
+    db: &str,
+    clients: usize,
+    calls: usize,
+) -> KillRun {
+    let dirs = [fresh_dir(), fresh_dir()];
+    for dir in &dirs {
+        std::fs::write(dir.join("quiver.toml"), store).expect("write quiver.toml");
+    }
+    let mut a = start_replica(&dirs[0], db).await;
+    let b = start_replica(&dirs[1], db).await;
     let (url_a, url_b) = (a.url.clone(), b.url.clone());
     let load = tokio::spawn({
-        let db = db.clone();
+        let db = db.to_owned();
+        let (calls, clients) = (calls.to_string(), clients.to_string());
         async move {
             script(
                 "replica_load.py",
-                &[&url_a, &url_b, "300"],
+                &[&url_a, &url_b, &calls, "--clients", &clients],
                 &[(URL_VAR, &db)],
             )
             .await
         }
     });
+    let dir = dirs[1].clone();
+    let db_owned = db.to_owned();
+    let queries = move || -> BTreeSet<String> {
+        log_rows(&dir, &db_owned)
+            .iter()
+            .filter_map(|r| r["input"]["query"].as_str().map(str::to_owned))
+            .collect()
+    };
     // Kill A once it has answered calls: its rows reach the log.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let rows = log_rows(&dir_b, &db);
-        if rows
-            .iter()
-            .filter(|r| r["session"].as_str().is_some_and(|s| s.ends_with("load-a")))
-            .count()
-            >= 20
-        {
-            break;
-        }
+    while queries()
+        .iter()
+        .filter(|q| q.starts_with("load-a-"))
+        .count()
+        < 20
+    {
         assert!(
             tokio::time::Instant::now() < deadline,
             "replica A answered no calls"
@@ -200,41 +237,114 @@ async fn a_replica_killed_under_load_leaves_the_other_serving_and_logging() {
             .expect("the script prints what was answered"),
     )
     .expect("JSON");
-    let answered_b: Vec<&str> = answered["b"]
-        .as_array()
-        .expect("b's list")
-        .iter()
-        .filter_map(|v| v.as_str())
-        .collect();
-    assert_eq!(answered_b.len(), 300, "replica B answered every call");
-    // Every call B answered reaches the log (B writes in batches, within milliseconds).
+    let list = |k: &str| -> Vec<String> {
+        answered[k]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect()
+    };
+    let run = KillRun {
+        answered_a: list("a"),
+        answered_b: list("b"),
+        log: Box::new(queries),
+    };
+    assert_eq!(
+        run.answered_b.len(),
+        clients * calls,
+        "replica B answered every call"
+    );
+    assert!(
+        run.answered_a.len() < clients * calls,
+        "replica A was killed before it answered everything"
+    );
+    drop(b);
+    run
+}
+
+/// The default (batched) log: replica B's rows reach the log within milliseconds of their
+/// answers; replica A's last ones may be lost with it, and are counted.
+#[tokio::test]
+async fn a_replica_killed_under_load_leaves_the_other_serving_and_logging() {
+    let (_pg, db) = database();
+    let store = format!("[store]\nurl = \"${{env:{URL_VAR}}}\"\n");
+    let run = kill_one_replica_under_load(&store, &db, 1, 300).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let missing = loop {
-        let logged: std::collections::BTreeSet<String> = log_rows(&dir_b, &db)
-            .iter()
-            .filter_map(|r| r["input"]["query"].as_str().map(str::to_owned))
-            .collect();
-        let missing: Vec<&&str> = answered_b
-            .iter()
-            .filter(|q| !logged.contains(**q))
-            .collect();
-        if missing.is_empty() || tokio::time::Instant::now() >= deadline {
-            let answered_a = answered["a"].as_array().map_or(0, Vec::len);
-            let logged_a = answered["a"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|q| q.as_str().is_some_and(|q| logged.contains(q)))
-                .count();
-            println!(
-                "replica A answered {answered_a} call(s) before it was killed; {logged_a} of them are in the log"
-            );
-            break missing.len();
+    let logged = loop {
+        let logged = (run.log)();
+        if KillRun::missing(&run.answered_b, &logged).is_empty()
+            || tokio::time::Instant::now() >= deadline
+        {
+            break logged;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    assert_eq!(missing, 0, "every call replica B answered is in the log");
-    drop(b);
+    let lost_a = KillRun::missing(&run.answered_a, &logged).len();
+    println!(
+        "batched: replica A answered {} call(s) before it was killed; {lost_a} of them are missing from the log",
+        run.answered_a.len()
+    );
+    assert_eq!(
+        KillRun::missing(&run.answered_b, &logged),
+        Vec::<String>::new(),
+        "every call replica B answered is in the log"
+    );
+}
+
+/// `[store] durability = "strict"` on PostgreSQL: an answer leaves only once its row is
+/// committed, so when the load ends every call either replica answered is already in the
+/// log, those of the killed replica included. The linger is the longest allowed (1 s):
+/// batched rows would wait that long, and a kill would take a second of answered calls
+/// with it; strict rows do not wait for it.
+#[tokio::test]
+async fn strict_durability_on_postgres_loses_no_answered_call_to_a_kill() {
+    let (_pg, db) = database();
+    let store = format!(
+        "[store]\nurl = \"${{env:{URL_VAR}}}\"\ndurability = \"strict\"\nlog_linger_ms = 1000\n"
+    );
+    let run = kill_one_replica_under_load(&store, &db, 4, 150).await;
+    check_nothing_answered_is_missing(&run);
+}
+
+/// The same with two replicas on one SQLite file; the file then passes the integrity
+/// check and the log's chain verifies.
+#[tokio::test]
+async fn strict_durability_on_sqlite_loses_no_answered_call_to_a_kill() {
+    let shared = fresh_dir().join("shared.db");
+    let store = format!(
+        "[store]\npath = \"{}\"\ndurability = \"strict\"\nlog_linger_ms = 1000\n",
+        shared.display()
+    );
+    let run = kill_one_replica_under_load(&store, "unused", 4, 150).await;
+    check_nothing_answered_is_missing(&run);
+    let conn = rusqlite::Connection::open(&shared).expect("the file opens");
+    let integrity: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .expect("integrity_check runs");
+    assert_eq!(integrity, "ok");
+}
+
+/// Every answered call of a strict run is in the log, read once, right after the load.
+fn check_nothing_answered_is_missing(run: &KillRun) {
+    let logged = (run.log)();
+    let lost_a = KillRun::missing(&run.answered_a, &logged);
+    println!(
+        "strict: replica A answered {} call(s) before it was killed; {} of them are missing from the log; replica B answered {}",
+        run.answered_a.len(),
+        lost_a.len(),
+        run.answered_b.len()
+    );
+    assert_eq!(
+        lost_a,
+        Vec::<String>::new(),
+        "every call A answered is logged"
+    );
+    assert_eq!(
+        KillRun::missing(&run.answered_b, &logged),
+        Vec::<String>::new(),
+        "every call B answered is logged"
+    );
 }
 
 /// `quiver store migrate` copies a SQLite store (definitions and a custom tool, its jobs, the

@@ -10,7 +10,7 @@ use quiver_registry::custom::CustomTools;
 use quiver_registry::{
     Catalog, Dispatcher, Family, RegisterReport, Skipped,
     skill::{PromptSet, SkillProblem, SkillSource, TieredSkills, skill_tool},
-    store::{CallLog, DefinitionStore, ToolDefinition, ToolType},
+    store::{CallLog, DefinitionStore, JobStore, ToolDefinition, ToolType},
 };
 use quiver_surface::{FloorLoad, MemoryUsage, Surface, core_tools};
 
@@ -40,6 +40,16 @@ async fn put(store: &Store, mut def: ToolDefinition) {
 /// custom approve` or `disable`) before it asks the store again: a SQLite store is read this
 /// often; a PostgreSQL store announces a change at once, and this bounds only the wait.
 pub const DEFINITIONS_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// How long the job worker waits between looks for queued jobs when the store announces
+/// them (PostgreSQL's `NOTIFY`): the worker wakes on the announcement, and this look is only
+/// the fallback for one that never came. A store that does not announce them (SQLite) is
+/// looked at every [`DEFINITIONS_POLL`].
+const JOBS_FALLBACK: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How often the job worker looks for jobs a stopped process left running (a job is stale
+/// only after a minute, and the look reads every job).
+const REQUEUE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Custom tools over `store`, run in a QuickJS sandbox with `[sandbox]`'s threads and limits.
 pub fn custom_tools_on(config: &Config, store: Arc<Store>) -> anyhow::Result<CustomTools> {
@@ -396,7 +406,8 @@ impl App {
     /// when it moved (an approval, an edit, a disable, by this process or another on the
     /// same store) the custom family is synced; the catalog's change reaches connected
     /// clients as `notifications/tools/list_changed`. Beside it a job worker takes queued
-    /// jobs one at a time (a build queued by `create_custom_tool`, a rebuild queued here at
+    /// jobs one at a time, woken by the store's announcement of a queued job where it makes
+    /// one (PostgreSQL), else every [`DEFINITIONS_POLL`] (a build queued by `create_custom_tool`, a rebuild queued here at
     /// start for tools last tested under another engine or other limits), and requeues jobs
     /// a stopped process left running. Aborted with the handle.
     pub fn spawn_custom_sync(&self) -> tokio::task::JoinHandle<()> {
@@ -407,14 +418,14 @@ impl App {
         );
         tokio::spawn(async move {
             let sync = sync_custom(&custom, &catalog, &store);
-            let jobs = run_jobs(&custom);
+            let jobs = run_jobs(&custom, &store);
             tokio::join!(sync, jobs);
         })
     }
 }
 
 /// The job worker of [`App::spawn_custom_sync`].
-async fn run_jobs(custom: &CustomTools) {
+async fn run_jobs(custom: &CustomTools, store: &Store) {
     match custom.queue_rebuilds().await {
         Ok(queued) if !queued.is_empty() => tracing::info!(
             tools = ?queued,
@@ -423,27 +434,34 @@ async fn run_jobs(custom: &CustomTools) {
         Ok(_) => {}
         Err(e) => tracing::warn!("could not queue the rebuilds of custom tools: {e}"),
     }
-    let mut tick = tokio::time::interval(DEFINITIONS_POLL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Stale jobs are looked for every REQUEUE_EVERY ticks: a job is stale only after a
-    // minute, and the look reads every job.
-    const REQUEUE_EVERY: u32 = 20;
-    let mut ticks: u32 = 0;
+    let wait = match store.announces_jobs() {
+        true => JOBS_FALLBACK,
+        false => DEFINITIONS_POLL,
+    };
+    let mut seen = None;
+    let mut requeued_at: Option<tokio::time::Instant> = None;
     loop {
-        tick.tick().await;
-        ticks = ticks.wrapping_add(1);
-        if ticks % REQUEUE_EVERY != 1 {
-            run_queued(custom).await;
-            continue;
-        }
-        match custom.requeue_interrupted(custom.stale_after()).await {
-            Ok(requeued) if !requeued.is_empty() => {
-                tracing::info!(tools = ?requeued, "custom-tool jobs a stopped process left running queued again")
+        if requeued_at.is_none_or(|t| t.elapsed() >= REQUEUE_EVERY) {
+            requeued_at = Some(tokio::time::Instant::now());
+            match custom.requeue_interrupted(custom.stale_after()).await {
+                Ok(requeued) if !requeued.is_empty() => {
+                    tracing::info!(tools = ?requeued, "custom-tool jobs a stopped process left running queued again")
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!("could not look for interrupted custom-tool jobs: {e}"),
             }
-            Ok(_) => {}
-            Err(e) => tracing::warn!("could not look for interrupted custom-tool jobs: {e}"),
         }
         run_queued(custom).await;
+        // The announcements counted before this look: one that comes after it ends the
+        // wait at once.
+        seen = match store.job_queued_since(seen, wait.min(REQUEUE_EVERY)).await {
+            Ok(n) => Some(n),
+            Err(e) => {
+                tracing::debug!(error = %e, "could not wait for queued jobs");
+                tokio::time::sleep(DEFINITIONS_POLL).await;
+                seen
+            }
+        };
     }
 }
 

@@ -16,6 +16,7 @@ use quiver_registry::{
     layers::{
         concurrency::ConcurrencyConfig, result_limit::ResultLimitConfig, timeout::TimeoutConfig,
     },
+    log_writer::Durability,
     suggestion,
 };
 use quiver_surface::SurfaceConfig;
@@ -334,6 +335,13 @@ pub struct StoreConfig {
     /// commit; a row reaches the file at most this much later, and a clean shutdown writes
     /// everything.
     pub log_linger_ms: u32,
+    /// When a call's answer may leave, relative to its execution-log row's commit:
+    /// `"batched"` (the default) answers at once and commits the row within
+    /// `log_linger_ms`, so a process killed outright (`kill -9`, a power cut) can lose the
+    /// rows of the calls it answered in its last milliseconds; `"strict"` holds each answer
+    /// until its row is committed (calls finishing together share a commit), so no answered
+    /// call is missing from the log. Both stores take it.
+    pub durability: Durability,
     /// How long a store connection waits for a lock held elsewhere before the write fails,
     /// in milliseconds (default 5000). A failing execution log makes `GET /readyz` answer
     /// 503 until a batch is written again.
@@ -350,6 +358,7 @@ impl std::fmt::Debug for StoreConfig {
             )
             .field("retention_days", &self.retention_days)
             .field("log_linger_ms", &self.log_linger_ms)
+            .field("durability", &self.durability)
             .field("busy_timeout_ms", &self.busy_timeout_ms)
             .finish()
     }
@@ -404,6 +413,7 @@ impl Default for StoreConfig {
             url: None,
             retention_days: None,
             log_linger_ms: 2,
+            durability: Durability::Batched,
             busy_timeout_ms: 5000,
         }
     }

@@ -50,7 +50,8 @@ impl Store {
         let read_only = matches!(access, StoreAccess::ReadOnly);
         if let Some(url) = &config.store.url {
             let mut opts = PgOptions::default()
-                .with_linger(Duration::from_millis(u64::from(config.store.log_linger_ms)));
+                .with_linger(Duration::from_millis(u64::from(config.store.log_linger_ms)))
+                .with_durability(config.store.durability);
             if read_only {
                 opts = opts.read_only();
             }
@@ -68,6 +69,7 @@ impl Store {
         }
         let options = StoreOptions::default()
             .with_linger(Duration::from_millis(u64::from(config.store.log_linger_ms)))
+            .with_durability(config.store.durability)
             .with_busy_timeout(Duration::from_millis(config.store.busy_timeout_ms));
         let path_owned = path.clone();
         let opened = tokio::task::spawn_blocking(move || match read_only {
@@ -229,6 +231,14 @@ impl JobStore for Store {
 
     async fn claim_job(&self, id: Option<String>) -> Result<Option<ToolJob>, StoreError> {
         each!(self, s => s.claim_job(id).await)
+    }
+
+    async fn job_queued_since(&self, seen: Option<u64>, wait: Duration) -> Result<u64, StoreError> {
+        each!(self, s => s.job_queued_since(seen, wait).await)
+    }
+
+    fn announces_jobs(&self) -> bool {
+        each!(self, s => s.announces_jobs())
     }
 }
 

@@ -1314,9 +1314,10 @@ impl Dispatcher {
             trace_id: quiver_contract::trace::current().and_then(|t| t.trace_id().map(Arc::from)),
         };
         let mut handing = Box::pin(async move { recorder.record(record).await });
-        // A recorder that buffers hands the record over at once; one whose buffer is full
-        // makes it wait. A caller that goes away meanwhile (its future dropped) must not take
-        // the record with it: the rest of the hand-over then runs in a task of its own.
+        // A recorder that buffers hands the record over at once; one whose buffer is full,
+        // or a strict one (until the row is committed), makes it wait, and the answer waits
+        // with it. A caller that goes away meanwhile (its future dropped) must not take the
+        // record with it: the rest of the hand-over then runs in a task of its own.
         let waiting = std::future::poll_fn(|cx| {
             std::task::Poll::Ready(handing.as_mut().poll(cx).is_pending())
         })

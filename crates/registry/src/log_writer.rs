@@ -1,13 +1,71 @@
-//! The counters of an execution-log writer, shared by the store adapters: each writes rows
-//! in batches off the call path, and the host reads the same figures from either
-//! (`quiver status`, `/readyz`, the metrics).
+//! What the store adapters' execution-log writers share: the [`Durability`] a store is opened
+//! with, the [`QueuedRecord`] a writer holds until its commit, and the counters the host
+//! reads from either (`quiver status`, `/readyz`, the metrics). Each writer writes rows in
+//! batches, in a task or thread of its own.
 
 use std::sync::{
     Mutex,
     atomic::{AtomicBool, AtomicU64, Ordering},
 };
 
-use crate::{store::StoreError, sync::lock};
+use tokio::sync::oneshot;
+
+use crate::{CallRecord, store::StoreError, sync::lock};
+
+/// When a call's answer may leave, relative to its execution-log row's commit (`[store]
+/// durability = "batched" | "strict"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Durability {
+    /// The answer leaves at once; the row is committed in a batch within the writer's
+    /// linger (milliseconds). A process killed outright (`kill -9`, a power cut) loses the
+    /// rows of the calls it answered in its last moments.
+    #[default]
+    Batched,
+    /// The answer waits for its row's commit: [`crate::ToolCallRecorder::record`] returns
+    /// once the row is committed (or, when the database refuses it for good, counted as
+    /// lost). The rows still go through the batching writer, without its linger: calls
+    /// that finish while a batch commits share the next one (group commit), so the cost is
+    /// one commit's wait per call, not a transaction per call. While the database cannot
+    /// take writes, answers wait with their rows.
+    Strict,
+}
+
+/// One call record in a writer's queue, with the caller waiting for its commit when the
+/// store is [`Durability::Strict`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct QueuedRecord {
+    /// The record.
+    pub record: CallRecord,
+    /// Told once the record is committed; dropped unsent when it is lost.
+    pub committed: Option<oneshot::Sender<()>>,
+}
+
+impl QueuedRecord {
+    /// `record`, and for [`Durability::Strict`] the receiver its commit is told on.
+    pub fn new(
+        record: CallRecord,
+        durability: Durability,
+    ) -> (QueuedRecord, Option<oneshot::Receiver<()>>) {
+        let (committed, wait) = match durability {
+            Durability::Batched => (None, None),
+            Durability::Strict => {
+                let (tx, rx) = oneshot::channel();
+                (Some(tx), Some(rx))
+            }
+        };
+        (QueuedRecord { record, committed }, wait)
+    }
+
+    /// The record is committed: tells whoever waits for it.
+    pub fn done(self) {
+        if let Some(tx) = self.committed {
+            let _ = tx.send(());
+        }
+    }
+}
 
 /// What a writer has done, read at one moment ([`WriterCounters::snapshot`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

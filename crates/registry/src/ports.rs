@@ -126,11 +126,15 @@ impl CallRecord {
 }
 
 /// Receives one record per call, after the call returns. Implementations must not lose a
-/// record: when they buffer, `record` waits for room rather than dropping.
+/// record: when they buffer, `record` waits for room rather than dropping. The dispatcher
+/// answers a call only once `record` has returned, so a recorder that makes `record` wait
+/// for its record's commit ([`crate::log_writer::Durability::Strict`]) holds the answer
+/// until its row is durable.
 #[cfg_attr(feature = "mock", mockall::automock)]
 #[async_trait]
 pub trait ToolCallRecorder: Send + Sync {
-    /// Records one finished call.
+    /// Records one finished call: returns once the record is handed over (a buffering
+    /// recorder), or once it is durable (a strict one).
     async fn record(&self, record: CallRecord);
 
     /// Waits until every record handed over so far is durable.

@@ -722,6 +722,24 @@ pub trait JobStore: Send + Sync {
     /// the oldest queued one. `None` when there is no such queued job (another worker took
     /// it, or the queue is empty).
     async fn claim_job(&self, id: Option<String>) -> Result<Option<ToolJob>, StoreError>;
+
+    /// Waits, at most about `wait`, for a job to be queued (by any process sharing the
+    /// store) since `seen` (what this returned last; `None` the first time), and returns the
+    /// count of announcements then. A store that can announce queued jobs (a database's
+    /// notifications; see [`JobStore::announces_jobs`]) returns as soon as one comes; the
+    /// default waits out `wait`. A worker looks for queued jobs after it either way.
+    async fn job_queued_since(&self, seen: Option<u64>, wait: Duration) -> Result<u64, StoreError> {
+        let _ = seen;
+        tokio::time::sleep(wait).await;
+        Ok(0)
+    }
+
+    /// Whether [`JobStore::job_queued_since`] returns when a job is queued, so that a worker
+    /// may wait long between looks (its wait is then only a fallback); `false` (the
+    /// default): it only waits out its `wait`, so a worker must look often.
+    fn announces_jobs(&self) -> bool {
+        false
+    }
 }
 
 /// Characters of the rendered envelope kept in [`LoggedCall::output_summary`].

@@ -20,4 +20,4 @@ mod writer;
 pub use error::redact;
 pub use import::{Import, ImportCounts};
 pub use schema::OpenReport;
-pub use store::{PgOptions, PgStore, WriterStats};
+pub use store::{Durability, PgOptions, PgStore, WriterStats};

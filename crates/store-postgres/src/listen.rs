@@ -1,7 +1,10 @@
 //! The change listener: one connection of its own that `LISTEN`s on `quiver_definitions`
 //! (the channel the definitions trigger notifies, with the new version as payload) and
-//! publishes the newest version seen. It reconnects when the connection is lost, and reads
-//! the version then, so a change made while it was away is not missed.
+//! publishes the newest version seen, and on `quiver_jobs` (notified in the transaction that
+//! creates a job; a requeued job is a new one) and counts those announcements. It reconnects when the connection is lost,
+//! and reads the version then, so a change made while it was away is not missed; a
+//! reconnection also counts as a job announcement, since a job may have been queued
+//! meanwhile.
 
 use std::time::Duration;
 
@@ -11,6 +14,17 @@ use tokio_postgres::{AsyncMessage, NoTls};
 
 /// The channel the definitions trigger notifies.
 pub(crate) const CHANNEL: &str = "quiver_definitions";
+
+/// The channel a transaction that queues a job notifies.
+pub(crate) const JOBS_CHANNEL: &str = "quiver_jobs";
+
+/// Where the listener publishes what it hears.
+pub(crate) struct Heard {
+    /// The newest definitions version.
+    pub(crate) versions: watch::Sender<u64>,
+    /// How many job announcements came (and reconnections, which may have missed some).
+    pub(crate) jobs: watch::Sender<u64>,
+}
 
 /// Publishes `v` when it is newer than the version held.
 pub(crate) fn publish(tx: &watch::Sender<u64>, v: u64) {
@@ -24,7 +38,7 @@ pub(crate) fn publish(tx: &watch::Sender<u64>, v: u64) {
 }
 
 /// The listener task: runs until the store drops it (it is aborted with the store).
-pub(crate) async fn run(cfg: tokio_postgres::Config, location: String, tx: watch::Sender<u64>) {
+pub(crate) async fn run(cfg: tokio_postgres::Config, location: String, tx: Heard) {
     let mut pause = Duration::from_millis(100);
     let mut lost = false;
     loop {
@@ -45,7 +59,7 @@ pub(crate) async fn run(cfg: tokio_postgres::Config, location: String, tx: watch
 /// One connection's life: connect, listen, read the version, publish every notification.
 async fn listen_once(
     cfg: &tokio_postgres::Config,
-    tx: &watch::Sender<u64>,
+    tx: &Heard,
     lost: &mut bool,
     pause: &mut Duration,
 ) -> Result<(), tokio_postgres::Error> {
@@ -67,7 +81,9 @@ async fn listen_once(
         Ok(())
     });
     let setup = async {
-        client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
+        client
+            .batch_execute(&format!("LISTEN {CHANNEL}; LISTEN {JOBS_CHANNEL}"))
+            .await?;
         let row = client
             .query_one("SELECT version FROM definitions_version WHERE id = 1", &[])
             .await?;
@@ -85,10 +101,13 @@ async fn listen_once(
         *lost = false;
     }
     *pause = Duration::from_millis(100);
-    publish(tx, u64::try_from(version).unwrap_or(0));
+    publish(&tx.versions, u64::try_from(version).unwrap_or(0));
+    tx.jobs.send_modify(|n| *n += 1);
     while let Some(n) = nrx.recv().await {
-        if let Ok(v) = n.payload().parse::<u64>() {
-            publish(tx, v);
+        if n.channel() == JOBS_CHANNEL {
+            tx.jobs.send_modify(|n| *n += 1);
+        } else if let Ok(v) = n.payload().parse::<u64>() {
+            publish(&tx.versions, v);
         }
     }
     drop(client);

@@ -16,6 +16,7 @@ use quiver_contract::Lifecycle;
 use quiver_registry::{
     CallRecord, ToolCallRecorder,
     chain::{ChainPoint, ChainState, ChainedRow},
+    log_writer::QueuedRecord,
     store::{
         CallFilter, CallLog, DefinitionStore, JobStatus, JobStore, LoggedCall, NewJob, SeedReport,
         StoreError, ToolDefinition, ToolJob, plan_seed,
@@ -53,8 +54,11 @@ pub struct PgOptions {
     /// How long the writer waits for more call records before writing the ones it has
     /// (default 2 ms; zero writes at once). A record is written at most this much later
     /// (plus the write); a flush and a clean shutdown write at once. A process killed
-    /// outright can lose the records of its last `linger`.
+    /// outright can lose the records of its last `linger`, unless `durability` is strict.
     pub linger: Duration,
+    /// Whether a call's answer waits for its record's commit (default batched; see
+    /// [`Durability`]). Strict writes rows without the linger.
+    pub durability: Durability,
     /// Tries of a failing log write before its rows are counted as lost (default 5).
     pub max_write_attempts: u32,
     /// Pause before the first retry, growing linearly (default 20 ms).
@@ -72,6 +76,7 @@ impl Default for PgOptions {
             channel_capacity: 16_384,
             batch_max: 4_096,
             linger: Duration::from_millis(2),
+            durability: Durability::Batched,
             max_write_attempts: 5,
             retry_backoff: Duration::from_millis(20),
             read_only: false,
@@ -83,6 +88,12 @@ impl PgOptions {
     /// Sets how long the writer waits for more records before a write (zero: no wait).
     pub fn with_linger(mut self, d: Duration) -> Self {
         self.linger = d;
+        self
+    }
+
+    /// Sets when a call's answer may leave, relative to its record's commit.
+    pub fn with_durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
         self
     }
 
@@ -111,7 +122,7 @@ impl PgOptions {
     }
 }
 
-pub use quiver_registry::log_writer::WriterStats;
+pub use quiver_registry::log_writer::{Durability, WriterStats};
 
 /// The connection that holds the session-level advisory locks of the roles this process
 /// leads ([`SessionStore::lead`]): the server releases them when the connection ends, so a
@@ -129,9 +140,12 @@ struct Inner {
     report: OpenReport,
     read_only: bool,
     tx: mpsc::Sender<Msg>,
+    durability: Durability,
     stats: Arc<Stats>,
     writer: Mutex<Option<tokio::task::JoinHandle<()>>>,
     versions: watch::Receiver<u64>,
+    /// Job announcements heard (see [`listen`]).
+    jobs: watch::Receiver<u64>,
     listener: tokio::task::JoinHandle<()>,
     leader: tokio::sync::Mutex<Leader>,
 }
@@ -253,11 +267,17 @@ impl PgStore {
                     linger: opts.linger,
                     max_attempts: opts.max_write_attempts.max(1),
                     retry_backoff: opts.retry_backoff,
+                    strict: opts.durability == Durability::Strict,
                 },
             )))
         };
         let (versions_tx, versions) = watch::channel(version);
-        let listener = tokio::spawn(listen::run(cfg.clone(), location.clone(), versions_tx));
+        let (jobs_tx, jobs) = watch::channel(0);
+        let heard = listen::Heard {
+            versions: versions_tx,
+            jobs: jobs_tx,
+        };
+        let listener = tokio::spawn(listen::run(cfg.clone(), location.clone(), heard));
         tracing::debug!(%location, found = report.found_version, "opened the PostgreSQL store");
         Ok(PgStore {
             inner: Arc::new(Inner {
@@ -267,9 +287,11 @@ impl PgStore {
                 report,
                 read_only: opts.read_only,
                 tx,
+                durability: opts.durability,
                 stats,
                 writer: Mutex::new(writer),
                 versions,
+                jobs,
                 listener,
                 leader: Default::default(),
             }),
@@ -622,12 +644,17 @@ async fn job_in(
 impl JobStore for PgStore {
     async fn create_job(&self, new: NewJob) -> Result<ToolJob, StoreError> {
         let j = ToolJob::queued(new, SystemTime::now());
+        // The insert and its announcement in one statement: workers listening on
+        // `quiver_jobs` hear of the job when it commits, and only if it was inserted.
         let n = self
             .execute(
-                "INSERT INTO tool_jobs (id, tool_name, job_type, status, spec, result,
-                    progress_pct, tenant, conversation, created_at, updated_at)
-                 VALUES ($1, $2, $3, $4, $5, NULL, 0, $6, $7, $8, $8)
-                 ON CONFLICT (id) DO NOTHING",
+                "WITH inserted AS (
+                    INSERT INTO tool_jobs (id, tool_name, job_type, status, spec, result,
+                        progress_pct, tenant, conversation, created_at, updated_at)
+                    VALUES ($1, $2, $3, $4, $5, NULL, 0, $6, $7, $8, $8)
+                    ON CONFLICT (id) DO NOTHING
+                    RETURNING id)
+                 SELECT pg_notify('quiver_jobs', id) FROM inserted",
                 &[
                     &j.id,
                     &j.tool_name,
@@ -722,15 +749,33 @@ impl JobStore for PgStore {
             .await?;
         Ok(rows.into_iter().next())
     }
+
+    async fn job_queued_since(&self, seen: Option<u64>, wait: Duration) -> Result<u64, StoreError> {
+        let mut jobs = self.inner.jobs.clone();
+        let _ = tokio::time::timeout(wait, jobs.wait_for(|n| Some(*n) != seen)).await;
+        let n = *jobs.borrow();
+        Ok(n)
+    }
+
+    fn announces_jobs(&self) -> bool {
+        true
+    }
 }
 
 #[async_trait]
 impl ToolCallRecorder for PgStore {
     async fn record(&self, record: CallRecord) {
-        if self.inner.tx.send(Msg::Record(record)).await.is_err() {
+        let (queued, committed) = QueuedRecord::new(record, self.inner.durability);
+        if self.inner.tx.send(Msg::Record(queued)).await.is_err() {
             let why = self.closed();
             tracing::error!(location = %self.inner.location, error = %why, "a call record could not be queued; it is lost");
             self.inner.stats.failed(1, why);
+            return;
+        }
+        // Strict: the answer waits for the commit (or for the row to be given up, counted
+        // and logged by the writer).
+        if let Some(committed) = committed {
+            let _ = committed.await;
         }
     }
 

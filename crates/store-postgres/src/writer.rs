@@ -11,8 +11,8 @@ use std::{
 use deadpool_postgres::Pool;
 use futures::pin_mut;
 use quiver_registry::{
-    CallRecord,
     chain::{self, ChainPoint, LogEntry},
+    log_writer::QueuedRecord,
     store::StoreError,
 };
 use tokio::sync::{mpsc, oneshot};
@@ -29,8 +29,8 @@ use crate::{
     reason = "nearly every message is a Record; boxing it would add an allocation per call"
 )]
 pub(crate) enum Msg {
-    /// Log one call (batched).
-    Record(CallRecord),
+    /// Log one call (batched; its sender told of the commit when it waits for it).
+    Record(QueuedRecord),
     /// Reply once everything sent before is written.
     Flush(oneshot::Sender<()>),
     /// While the log is failing: try the server with a one-row write, which clears
@@ -57,6 +57,11 @@ pub(crate) struct Config {
     pub(crate) linger: Duration,
     pub(crate) max_attempts: u32,
     pub(crate) retry_backoff: Duration,
+    /// Whether callers wait for their rows' commits
+    /// ([`quiver_registry::log_writer::Durability::Strict`]): then rows are written as
+    /// soon as the writer is free, without a linger, and those that come during a write
+    /// share the next one.
+    pub(crate) strict: bool,
 }
 
 struct Writer {
@@ -64,7 +69,7 @@ struct Writer {
     stats: Arc<Stats>,
     cfg: Config,
     /// Rows waiting for their commit.
-    pending: Vec<CallRecord>,
+    pending: Vec<QueuedRecord>,
 }
 
 impl Writer {
@@ -148,7 +153,7 @@ impl Writer {
                     if s.failing.swap(false, Ordering::Relaxed) {
                         tracing::info!(location = %self.cfg.location, "the execution log takes writes again");
                     }
-                    self.pending.drain(..n);
+                    self.pending.drain(..n).for_each(QueuedRecord::done);
                     return true;
                 }
                 Err(err) => {
@@ -185,8 +190,8 @@ impl Writer {
 /// Copies `rows` into `execution_log` in one `COPY`, chained after the stored head, in one
 /// transaction (all or none). The head row is locked for the transaction, so replicas
 /// writing at once take turns and each batch follows the one committed before it.
-async fn copy_rows(pool: &Pool, location: &str, rows: &[CallRecord]) -> Result<(), StoreError> {
-    let entries: Vec<LogEntry<'_>> = rows.iter().map(LogEntry::of).collect();
+async fn copy_rows(pool: &Pool, location: &str, rows: &[QueuedRecord]) -> Result<(), StoreError> {
+    let entries: Vec<LogEntry<'_>> = rows.iter().map(|q| LogEntry::of(&q.record)).collect();
     let mut client = pool.get().await.at(location)?;
     let tx = client.transaction().await.at(location)?;
     append_chained(&tx, location, &entries).await?;
@@ -292,6 +297,7 @@ pub(crate) async fn run(pool: Pool, mut rx: mpsc::Receiver<Msg>, stats: Arc<Stat
         // Rows are waiting: let more come for a linger, so that calls share a batch.
         if !w.pending.is_empty()
             && closing.is_empty()
+            && !w.cfg.strict
             && !w.cfg.linger.is_zero()
             && !w.stats.failing.load(Ordering::Relaxed)
         {

@@ -17,6 +17,6 @@ mod writer;
 
 pub use schema::{CrashCheck, OpenReport};
 pub use store::{
-    SessionRows, SqliteStore, StoreOptions, WriterStats, read_calls, read_definitions,
+    Durability, SessionRows, SqliteStore, StoreOptions, WriterStats, read_calls, read_definitions,
     read_sessions,
 };

@@ -15,6 +15,7 @@ use quiver_contract::Lifecycle;
 use quiver_registry::{
     CallRecord, ToolCallRecorder,
     chain::{ChainState, ChainedRow},
+    log_writer::QueuedRecord,
     store::{
         CallFilter, CallLog, DefinitionStore, JobStatus, JobStore, LoggedCall, NewJob, SeedReport,
         StoreError, ToolDefinition, ToolJob, plan_seed,
@@ -50,8 +51,11 @@ pub struct StoreOptions {
     /// woken for each (it polls every `linger`, and parks only after a quiet one). A record
     /// is committed at most this much later (plus the commit); a flush, any other write and
     /// a clean shutdown commit at once. A process killed outright can lose the records of
-    /// its last `linger`.
+    /// its last `linger`, unless `durability` is strict.
     pub linger: Duration,
+    /// Whether a call's answer waits for its record's commit (default batched; see
+    /// [`Durability`]). Strict commits rows without the linger.
+    pub durability: Durability,
     /// How long a connection waits on a lock before giving up (default 5 s; at most
     /// `i32::MAX` ms, about 24.8 days, what SQLite takes: a longer one is taken as that).
     pub busy_timeout: Duration,
@@ -69,6 +73,7 @@ impl Default for StoreOptions {
             channel_capacity: 16_384,
             batch_max: 4_096,
             linger: Duration::from_millis(2),
+            durability: Durability::Batched,
             busy_timeout: Duration::from_secs(5),
             max_write_attempts: 5,
             retry_backoff: Duration::from_millis(20),
@@ -96,6 +101,12 @@ impl StoreOptions {
         self
     }
 
+    /// Sets when a call's answer may leave, relative to its record's commit.
+    pub fn with_durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
     /// Sets the largest batch.
     pub fn with_batch_max(mut self, n: usize) -> Self {
         self.batch_max = n.max(1);
@@ -103,7 +114,7 @@ impl StoreOptions {
     }
 }
 
-pub use quiver_registry::log_writer::WriterStats;
+pub use quiver_registry::log_writer::{Durability, WriterStats};
 
 struct Readers {
     /// `None`: a read-only store whose file does not exist yet, read as an empty store
@@ -157,6 +168,7 @@ impl Drop for Writer {
 // Field order matters: dropping `tx` first ends the writer's loop, then `writer` joins it.
 struct Inner {
     tx: mpsc::Sender<Msg>,
+    durability: Durability,
     readers: Arc<Readers>,
     stats: Arc<Stats>,
     location: String,
@@ -415,6 +427,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 tx,
+                durability: opts.durability,
                 readers: Arc::new(Readers {
                     path,
                     access: Access::ReadOnly,
@@ -473,6 +486,7 @@ impl SqliteStore {
             linger: opts.linger,
             max_attempts: opts.max_write_attempts.max(1),
             retry_backoff: opts.retry_backoff,
+            strict: opts.durability == Durability::Strict,
         };
         let thread_stats = stats.clone();
         let handle = std::thread::Builder::new()
@@ -486,6 +500,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 tx,
+                durability: opts.durability,
                 readers: Arc::new(Readers {
                     path: Some(path),
                     access: Access::Read,
@@ -1046,10 +1061,17 @@ impl JobStore for SqliteStore {
 #[async_trait]
 impl ToolCallRecorder for SqliteStore {
     async fn record(&self, record: CallRecord) {
-        if self.inner.tx.send(Msg::Record(record)).await.is_err() {
+        let (queued, committed) = QueuedRecord::new(record, self.inner.durability);
+        if self.inner.tx.send(Msg::Record(queued)).await.is_err() {
             let why = self.closed();
             tracing::error!(location = %self.inner.location, error = %why, "a call record could not be queued; it is lost");
             self.inner.stats.failed(1, why);
+            return;
+        }
+        // Strict: the answer waits for the commit (or for the row to be given up, counted
+        // and logged by the writer).
+        if let Some(committed) = committed {
+            let _ = committed.await;
         }
     }
 

@@ -8,7 +8,7 @@ use std::{
 };
 
 use quiver_registry::chain::{self, ChainPoint, LogEntry};
-use quiver_registry::{CallRecord, store::StoreError};
+use quiver_registry::{log_writer::QueuedRecord, store::StoreError};
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
@@ -27,8 +27,8 @@ pub(crate) type Op = Box<dyn FnOnce(&mut Connection) + Send>;
     reason = "nearly every message is a Record; boxing it would add an allocation per call"
 )]
 pub(crate) enum Msg {
-    /// Log one call (batched).
-    Record(CallRecord),
+    /// Log one call (batched; its sender told of the commit when it waits for it).
+    Record(QueuedRecord),
     /// Reply once everything sent before is committed.
     Flush(oneshot::Sender<()>),
     /// While the log is failing: try the database with a one-row write, which clears
@@ -57,6 +57,11 @@ pub(crate) struct Config {
     pub(crate) linger: Duration,
     pub(crate) max_attempts: u32,
     pub(crate) retry_backoff: Duration,
+    /// Whether callers wait for their rows' commits
+    /// ([`quiver_registry::log_writer::Durability::Strict`]): then rows are committed as
+    /// soon as the writer is free, without a linger, and those that come during a commit
+    /// share the next one.
+    pub(crate) strict: bool,
 }
 
 /// The writer thread's state: its connection and channel, and what it holds between
@@ -67,7 +72,7 @@ struct Writer {
     stats: Arc<Stats>,
     cfg: Config,
     /// Rows waiting for their commit.
-    pending: Vec<CallRecord>,
+    pending: Vec<QueuedRecord>,
     /// Set by `Close`: where to answer once everything queued is written.
     closing: Option<oneshot::Sender<Result<(), StoreError>>>,
 }
@@ -152,7 +157,11 @@ pub(crate) fn run(
     };
     while let Some(first) = w.rx.blocking_recv() {
         w.drain(first);
-        while !w.pending.is_empty() && w.closing.is_none() && !w.cfg.linger.is_zero() {
+        while !w.pending.is_empty()
+            && w.closing.is_none()
+            && !w.cfg.strict
+            && !w.cfg.linger.is_zero()
+        {
             // Rows are waiting: let more queue up for a linger without each one waking this
             // thread; those that came meanwhile join the same commit. The thread parks on the
             // channel again only when nothing is queued after a commit.
@@ -209,7 +218,7 @@ pub(crate) fn run(
 /// database cannot take for now (locked, read-only, full, an I/O error) stay pending, at
 /// most [`MAX_HELD`]; rows it refuses for good are counted and logged, never dropped in
 /// silence.
-fn commit(conn: &mut Connection, pending: &mut Vec<CallRecord>, stats: &Stats, cfg: &Config) {
+fn commit(conn: &mut Connection, pending: &mut Vec<QueuedRecord>, stats: &Stats, cfg: &Config) {
     if pending.is_empty() {
         return;
     }
@@ -226,7 +235,7 @@ fn commit(conn: &mut Connection, pending: &mut Vec<CallRecord>, stats: &Stats, c
                     .fetch_add(pending.len() as u64, Ordering::Relaxed);
                 stats.batches_written.fetch_add(1, Ordering::Relaxed);
                 stats.failing.store(false, Ordering::Relaxed);
-                pending.clear();
+                pending.drain(..).for_each(QueuedRecord::done);
                 return;
             }
             Err(e) => {
@@ -279,8 +288,8 @@ fn mark_probe(conn: &Connection, now_us: i64) -> rusqlite::Result<()> {
 /// is rolled back when `tx` drops. The transaction takes the write lock at its start
 /// (`IMMEDIATE`), so the head it reads is the one its rows follow, whichever process wrote
 /// last.
-fn insert_batch(conn: &mut Connection, rows: &[CallRecord]) -> rusqlite::Result<()> {
-    let entries: Vec<LogEntry<'_>> = rows.iter().map(LogEntry::of).collect();
+fn insert_batch(conn: &mut Connection, rows: &[QueuedRecord]) -> rusqlite::Result<()> {
+    let entries: Vec<LogEntry<'_>> = rows.iter().map(|q| LogEntry::of(&q.record)).collect();
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let head: ChainPoint =
         tx.query_row("SELECT seq, link FROM log_chain WHERE id = 1", [], |r| {

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use quiver_contract::{Envelope, ErrKind, HintKind, Lifecycle, RenderOptions, ToolSpec, render};
 use quiver_registry::{
     CallRecord, ToolCallRecorder,
+    log_writer::Durability,
     store::{
         CallFilter, CallLog, DefinitionStore, JobStatus, JobStore, JobType, NewJob, StoreError,
         ToolDefinition, ToolType,
@@ -40,6 +41,9 @@ pub trait Backend: Send {
     type Store: Ports;
     /// A new, empty store.
     async fn open(&mut self) -> Self::Store;
+    /// A new, empty store with `durability`, whose log writer waits `linger` for more rows
+    /// before a batched commit.
+    async fn open_with(&mut self, durability: Durability, linger: Duration) -> Self::Store;
     /// Another handle on the data of the store [`Backend::open`] gave (what another
     /// process opening the same store has).
     async fn another(&mut self) -> Self::Store;
@@ -65,7 +69,8 @@ macro_rules! contract_suite {
             usage_counts_only_calls_that_answered,
             usage_is_bucketed_by_age_and_retention_purges_old_rows,
             the_log_is_chained_across_handles_and_purges,
-            working_sets_failures_and_surface_state_persist);
+            working_sets_failures_and_surface_state_persist,
+            a_strict_record_returns_once_its_row_is_committed);
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
         $(
@@ -980,4 +985,41 @@ pub async fn working_sets_failures_and_surface_state_persist(b: &mut impl Backen
     assert!(store.failed_approaches("s1").await.expect("f").is_empty());
     assert_eq!(store.working_set("s2").await.expect("ws").len(), 1);
     b.close(store).await;
+}
+
+/// With [`Durability::Strict`], `record` returns only once its row is committed: another
+/// handle (another process) reads it at once, without a flush, even though the writer's
+/// linger is far longer than the test; concurrent records (which share commits) each return
+/// with their rows in.
+pub async fn a_strict_record_returns_once_its_row_is_committed(b: &mut impl Backend) {
+    let linger = Duration::from_secs(60);
+    let store = b.open_with(Durability::Strict, linger).await;
+    let other = b.another().await;
+    store.record(call("read", "strict-1", "ok")).await;
+    let seen = other
+        .recent_calls(CallFilter::recent(10).call_id("strict-1"))
+        .await
+        .expect("read");
+    assert_eq!(seen.len(), 1, "the row is committed when record returns");
+    let store = std::sync::Arc::new(store);
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            store
+                .record(call("read", &format!("group-{i}"), "ok"))
+                .await;
+        }));
+    }
+    for t in tasks {
+        t.await.expect("record");
+    }
+    let seen = other
+        .recent_calls(CallFilter::recent(100))
+        .await
+        .expect("read");
+    assert_eq!(seen.len(), 33, "every concurrent record is committed");
+    let store = std::sync::Arc::into_inner(store).expect("the tasks are done");
+    b.close(store).await;
+    b.close(other).await;
 }

@@ -449,6 +449,25 @@ fn config_cases() {
         Err("quiver.toml: [store] log_linger_ms = 15000 is longer than 1000 ms"),
     );
     check("[store]\nbusy_timeout_ms = -5", Err("busy_timeout_ms"));
+    let durability = |toml: &str| {
+        Config::parse(toml, "quiver.toml", &env)
+            .expect("valid")
+            .store
+            .durability
+    };
+    assert_eq!(durability(""), Durability::Batched);
+    assert_eq!(
+        durability("[store]\ndurability = \"strict\""),
+        Durability::Strict
+    );
+    assert_eq!(
+        durability("[store]\ndurability = \"batched\""),
+        Durability::Batched
+    );
+    check(
+        "[store]\ndurability = \"sync\"",
+        Err("unknown variant `sync`, expected `batched` or `strict`"),
+    );
     // More than SQLite takes is refused here (`serve` and `call` panicked on it).
     check(
         "[store]\nbusy_timeout_ms = 2147483648",

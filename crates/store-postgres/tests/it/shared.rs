@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use quiver_registry::{
     ToolCallRecorder,
-    store::{CallFilter, CallLog, DefinitionStore, ToolDefinition},
+    store::{CallFilter, CallLog, DefinitionStore, JobStore, JobType, NewJob, ToolDefinition},
 };
 use quiver_store_testkit::contract::call;
 use quiver_surface::ports::{FLOOR_ROLE, SessionStore, WorkingSetEntry};
@@ -48,6 +48,51 @@ async fn a_change_through_one_replica_is_announced_to_the_other() {
     let now = waiting.await.unwrap().unwrap();
     assert_ne!(now, seen);
     assert_eq!(now, a.definitions_version().await.unwrap());
+}
+
+/// A job queued through one replica wakes the other's job worker by notification: its wait
+/// would otherwise run its full minute and return the count it was given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_queued_through_one_replica_wakes_the_others_worker() {
+    let pg = Pg::new();
+    let (a, b) = (pg.store().await, pg.store().await);
+    assert!(b.announces_jobs());
+    // The count now (a first wait returns at once).
+    let seen = b.job_queued_since(None, Duration::ZERO).await.unwrap();
+    let waiting = tokio::spawn({
+        let b = b.clone();
+        async move {
+            b.job_queued_since(Some(seen), Duration::from_secs(60))
+                .await
+        }
+    });
+    a.create_job(NewJob::new(
+        "j1",
+        "tool",
+        JobType::Build,
+        serde_json::json!({}),
+    ))
+    .await
+    .unwrap();
+    let now = waiting.await.unwrap().unwrap();
+    assert_ne!(
+        now, seen,
+        "woken by the announcement, not the end of the wait"
+    );
+    // The woken worker finds the job.
+    let claimed = b.claim_job(None).await.unwrap().expect("the queued job");
+    assert_eq!(claimed.id, "j1");
+    // A job id taken already is refused, and announced to nobody.
+    assert!(
+        a.create_job(NewJob::new(
+            "j1",
+            "tool",
+            JobType::Build,
+            serde_json::json!({})
+        ))
+        .await
+        .is_err()
+    );
 }
 
 /// Of two replicas, one leads a role (the floor's derivation); when it goes away, the other

@@ -1,5 +1,7 @@
+use std::time::Duration;
+
 use async_trait::async_trait;
-use quiver_store_postgres::{PgOptions, PgStore};
+use quiver_store_postgres::{Durability, PgOptions, PgStore};
 use quiver_store_testkit::{Backend, TestPostgres};
 
 /// A server of the test's own, with one database for Quiver.
@@ -30,6 +32,15 @@ impl Backend for Pg {
 
     async fn open(&mut self) -> PgStore {
         self.store().await
+    }
+
+    async fn open_with(&mut self, durability: Durability, linger: Duration) -> PgStore {
+        let options = PgOptions::default()
+            .with_durability(durability)
+            .with_linger(linger);
+        PgStore::open(&self.url, options)
+            .await
+            .expect("open the PostgreSQL store")
     }
 
     async fn another(&mut self) -> PgStore {

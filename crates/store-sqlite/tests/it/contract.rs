@@ -1,10 +1,10 @@
 //! The store ports' shared contract suite (`quiver-store-testkit`), run against SQLite: a
 //! new file per case; another handle is another opener of the same file.
 
-use std::path::PathBuf;
+use std::{path::PathBuf, time::Duration};
 
 use async_trait::async_trait;
-use quiver_store_sqlite::SqliteStore;
+use quiver_store_sqlite::{Durability, SqliteStore, StoreOptions};
 use quiver_store_testkit::Backend;
 use tempfile::TempDir;
 
@@ -30,6 +30,13 @@ impl Backend for Sqlite {
 
     async fn open(&mut self) -> SqliteStore {
         SqliteStore::open(self.path()).expect("open")
+    }
+
+    async fn open_with(&mut self, durability: Durability, linger: Duration) -> SqliteStore {
+        let options = StoreOptions::default()
+            .with_durability(durability)
+            .with_linger(linger);
+        SqliteStore::open_with(self.path(), options).expect("open")
     }
 
     async fn another(&mut self) -> SqliteStore {

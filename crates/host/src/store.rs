@@ -17,7 +17,8 @@ use quiver_registry::{
 use quiver_store_postgres::{PgOptions, PgStore};
 use quiver_store_sqlite::{SqliteStore, StoreOptions};
 use quiver_surface::ports::{
-    FailedApproach, SessionStore, SurfaceState, ToolUsage, UsageSource, WorkingSetEntry,
+    FailedApproach, SessionStore, StoredWorkingSet, SurfaceState, ToolUsage, UsageSource,
+    WorkingSetEntry,
 };
 use serde_json::Value;
 
@@ -297,6 +298,18 @@ impl SessionStore for Store {
         tools: Vec<String>,
     ) -> Result<(), StoreError> {
         each!(self, s => s.remove_from_working_set(session, tools).await)
+    }
+
+    async fn versioned_working_set(&self, session: &str) -> Result<StoredWorkingSet, StoreError> {
+        each!(self, s => s.versioned_working_set(session).await)
+    }
+
+    async fn replace_working_set(
+        &self,
+        session: &str,
+        entries: Vec<WorkingSetEntry>,
+    ) -> Result<u64, StoreError> {
+        each!(self, s => s.replace_working_set(session, entries).await)
     }
 
     async fn record_failed_approach(

@@ -174,6 +174,14 @@ CREATE TABLE log_checkpoints (
 ALTER TABLE execution_log ADD COLUMN trace_id TEXT;
 CREATE INDEX execution_log_parent ON execution_log (parent_call_id);
 "#,
+    // 5: each session's working-set version, moved on by every whole-set write, so a
+    // replica knows when another one has written the set.
+    r#"
+CREATE TABLE session_versions (
+    session TEXT PRIMARY KEY,
+    version BIGINT NOT NULL
+);
+"#,
 ];
 
 /// The newest schema version this binary knows.

@@ -23,7 +23,8 @@ use quiver_registry::{
     },
 };
 use quiver_surface::ports::{
-    FailedApproach, SessionStore, SurfaceState, ToolUsage, UsageSource, WorkingSetEntry,
+    FailedApproach, SessionStore, StoredWorkingSet, SurfaceState, ToolUsage, UsageSource,
+    WorkingSetEntry,
 };
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -356,6 +357,16 @@ impl PgStore {
         tx.execute(
             "DELETE FROM session_failures WHERE session = ANY($1)",
             &[&sessions],
+        )
+        .await
+        .at(loc)?;
+        // The versions of sessions left with nothing stored (a set written empty long ago,
+        // too).
+        tx.execute(
+            "DELETE FROM session_versions v WHERE NOT EXISTS
+                 (SELECT 1 FROM session_tools t WHERE t.session = v.session)
+             AND NOT EXISTS (SELECT 1 FROM session_failures f WHERE f.session = v.session)",
+            &[],
         )
         .await
         .at(loc)?;
@@ -1069,6 +1080,75 @@ impl SessionStore for PgStore {
         Ok(())
     }
 
+    /// One statement: the version (0 without one) joined with the set's rows.
+    async fn versioned_working_set(&self, session: &str) -> Result<StoredWorkingSet, StoreError> {
+        let rows = self
+            .query(
+                "SELECT v.version, t.tool, t.last_used, t.round
+                 FROM (SELECT COALESCE(max(version), 0) AS version
+                       FROM session_versions WHERE session = $1) v
+                 LEFT JOIN session_tools t ON t.session = $1
+                 ORDER BY t.tool",
+                &[&session],
+                |r| {
+                    let version = u64::try_from(convert::col::<i64>(r, 0)?).unwrap_or(0);
+                    let entry = match convert::col::<Option<String>>(r, 1)? {
+                        Some(tool) => Some(WorkingSetEntry::new(
+                            tool,
+                            convert::col(r, 2)?,
+                            u64::try_from(convert::col::<i64>(r, 3)?).unwrap_or(0),
+                        )),
+                        None => None,
+                    };
+                    Ok((version, entry))
+                },
+            )
+            .await?;
+        let version = rows.first().map_or(0, |(v, _)| *v);
+        Ok(StoredWorkingSet::new(
+            version,
+            rows.into_iter().filter_map(|(_, e)| e).collect(),
+        ))
+    }
+
+    /// One statement (arrays unnested): the tools not among the entries deleted, the
+    /// entries written (the last entry of a tool wins), the version moved on.
+    async fn replace_working_set(
+        &self,
+        session: &str,
+        entries: Vec<WorkingSetEntry>,
+    ) -> Result<u64, StoreError> {
+        let last: BTreeMap<&str, &WorkingSetEntry> =
+            entries.iter().map(|e| (e.tool.as_str(), e)).collect();
+        let tools: Vec<&str> = last.keys().copied().collect();
+        let used: Vec<SystemTime> = last.values().map(|e| e.last_used).collect();
+        let rounds: Vec<i64> = last
+            .values()
+            .map(|e| i64::try_from(e.round).unwrap_or(i64::MAX))
+            .collect();
+        let versions = self
+            .query(
+                "WITH gone AS (
+                     DELETE FROM session_tools WHERE session = $1 AND tool <> ALL($2::text[])
+                 ), kept AS (
+                     INSERT INTO session_tools (session, tool, last_used, round)
+                     SELECT $1, t, u, r
+                     FROM unnest($2::text[], $3::timestamptz[], $4::bigint[]) AS e(t, u, r)
+                     ON CONFLICT (session, tool) DO UPDATE
+                     SET last_used = excluded.last_used, round = excluded.round
+                 )
+                 INSERT INTO session_versions (session, version) VALUES ($1, 1)
+                 ON CONFLICT (session) DO UPDATE SET version = session_versions.version + 1
+                 RETURNING version",
+                &[&session, &tools, &used, &rounds],
+                |r| convert::col::<i64>(r, 0),
+            )
+            .await?;
+        Ok(versions
+            .first()
+            .map_or(0, |v| u64::try_from(*v).unwrap_or(0)))
+    }
+
     async fn record_failed_approach(
         &self,
         session: &str,
@@ -1116,6 +1196,12 @@ impl SessionStore for PgStore {
         tx.execute("DELETE FROM session_tools WHERE session = $1", &[&session])
             .await
             .at(loc)?;
+        tx.execute(
+            "DELETE FROM session_versions WHERE session = $1",
+            &[&session],
+        )
+        .await
+        .at(loc)?;
         tx.execute(
             "DELETE FROM session_failures WHERE session = $1",
             &[&session],

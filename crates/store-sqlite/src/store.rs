@@ -22,7 +22,8 @@ use quiver_registry::{
     },
 };
 use quiver_surface::ports::{
-    FailedApproach, SessionStore, SurfaceState, ToolUsage, UsageSource, WorkingSetEntry,
+    FailedApproach, SessionStore, StoredWorkingSet, SurfaceState, ToolUsage, UsageSource,
+    WorkingSetEntry,
 };
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
@@ -597,6 +598,14 @@ impl SqliteStore {
             tx.execute(
                 &format!("DELETE FROM session_failures WHERE session IN ({idle})"),
                 [cutoff],
+            )
+            .at(loc)?;
+            // The versions of sessions left with nothing stored (a set written empty long
+            // ago, too).
+            tx.execute(
+                "DELETE FROM session_versions WHERE session NOT IN (SELECT session FROM session_tools)
+                 AND session NOT IN (SELECT session FROM session_failures)",
+                [],
             )
             .at(loc)?;
             Ok(u64::try_from(n).unwrap_or(0))
@@ -1257,21 +1266,7 @@ impl SessionStore for SqliteStore {
                 loc,
                 "SELECT tool, last_used, round FROM session_tools WHERE session = ?1 ORDER BY tool",
                 [session],
-                |r| {
-                    let get = |i| r.get::<_, rusqlite::types::Value>(i);
-                    match (get(0), get(1), get(2)) {
-                        (
-                            Ok(rusqlite::types::Value::Text(tool)),
-                            Ok(rusqlite::types::Value::Integer(at)),
-                            Ok(rusqlite::types::Value::Integer(round)),
-                        ) => Ok(WorkingSetEntry::new(
-                            tool,
-                            time(at),
-                            u64::try_from(round).unwrap_or(0),
-                        )),
-                        _ => Err(StoreError::invalid_data("a session_tools row")),
-                    }
-                },
+                working_set_entry,
             )
         })
         .await
@@ -1320,6 +1315,74 @@ impl SessionStore for SqliteStore {
                 stmt.execute(params![session, t]).at(loc)?;
             }
             Ok(())
+        })
+        .await
+    }
+
+    async fn versioned_working_set(&self, session: &str) -> Result<StoredWorkingSet, StoreError> {
+        let session = session.to_owned();
+        self.read(move |c, loc| {
+            let version = query(
+                c,
+                loc,
+                "SELECT version FROM session_versions WHERE session = ?1",
+                [&session],
+                |r| match r.get::<_, rusqlite::types::Value>(0) {
+                    Ok(rusqlite::types::Value::Integer(v)) => Ok(u64::try_from(v).unwrap_or(0)),
+                    _ => Err(StoreError::invalid_data("a session_versions row")),
+                },
+            )?;
+            let entries = query(
+                c,
+                loc,
+                "SELECT tool, last_used, round FROM session_tools WHERE session = ?1 ORDER BY tool",
+                [&session],
+                working_set_entry,
+            )?;
+            Ok(StoredWorkingSet::new(
+                version.first().copied().unwrap_or(0),
+                entries,
+            ))
+        })
+        .await
+    }
+
+    async fn replace_working_set(
+        &self,
+        session: &str,
+        entries: Vec<WorkingSetEntry>,
+    ) -> Result<u64, StoreError> {
+        let session = session.to_owned();
+        self.write(move |tx, loc| {
+            tx.execute("DELETE FROM session_tools WHERE session = ?1", [&session])
+                .at(loc)?;
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT INTO session_tools (session, tool, last_used, round)
+                     VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (session, tool) DO UPDATE
+                     SET last_used = excluded.last_used, round = excluded.round",
+                )
+                .at(loc)?;
+            for e in &entries {
+                stmt.execute(params![
+                    session,
+                    e.tool,
+                    micros(e.last_used),
+                    i64::try_from(e.round).unwrap_or(i64::MAX)
+                ])
+                .at(loc)?;
+            }
+            let version: i64 = tx
+                .query_row(
+                    "INSERT INTO session_versions (session, version) VALUES (?1, 1)
+                     ON CONFLICT (session) DO UPDATE SET version = version + 1
+                     RETURNING version",
+                    [&session],
+                    |r| r.get(0),
+                )
+                .at(loc)?;
+            Ok(u64::try_from(version).unwrap_or(0))
         })
         .await
     }
@@ -1390,6 +1453,11 @@ impl SessionStore for SqliteStore {
         self.write(move |tx, loc| {
             tx.execute("DELETE FROM session_tools WHERE session = ?1", [&session])
                 .at(loc)?;
+            tx.execute(
+                "DELETE FROM session_versions WHERE session = ?1",
+                [&session],
+            )
+            .at(loc)?;
             tx.execute(
                 "DELETE FROM session_failures WHERE session = ?1",
                 [&session],
@@ -1497,6 +1565,23 @@ fn file_id(path: &Path) -> Option<(u64, u64)> {
     {
         let _ = path;
         None
+    }
+}
+
+/// A `session_tools` row (tool, last used, round) as an entry.
+fn working_set_entry(r: &rusqlite::Row<'_>) -> Result<WorkingSetEntry, StoreError> {
+    let get = |i| r.get::<_, rusqlite::types::Value>(i);
+    match (get(0), get(1), get(2)) {
+        (
+            Ok(rusqlite::types::Value::Text(tool)),
+            Ok(rusqlite::types::Value::Integer(at)),
+            Ok(rusqlite::types::Value::Integer(round)),
+        ) => Ok(WorkingSetEntry::new(
+            tool,
+            time(at),
+            u64::try_from(round).unwrap_or(0),
+        )),
+        _ => Err(StoreError::invalid_data("a session_tools row")),
     }
 }
 

@@ -14,7 +14,9 @@ use quiver_registry::{
         ToolDefinition, ToolType,
     },
 };
-use quiver_surface::ports::{SessionStore, TIER0_KEY, ToolUsage, UsageSource, WorkingSetEntry};
+use quiver_surface::ports::{
+    SessionStore, StoredWorkingSet, TIER0_KEY, ToolUsage, UsageSource, WorkingSetEntry,
+};
 use serde_json::json;
 
 /// Every store port at once, as an adapter implements them.
@@ -70,6 +72,7 @@ macro_rules! contract_suite {
             usage_is_bucketed_by_age_and_retention_purges_old_rows,
             the_log_is_chained_across_handles_and_purges,
             working_sets_failures_and_surface_state_persist,
+            a_replaced_working_set_moves_its_version_on_for_every_handle,
             a_strict_record_returns_once_its_row_is_committed);
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -985,6 +988,85 @@ pub async fn working_sets_failures_and_surface_state_persist(b: &mut impl Backen
     assert!(store.failed_approaches("s1").await.expect("f").is_empty());
     assert_eq!(store.working_set("s2").await.expect("ws").len(), 1);
     b.close(store).await;
+}
+
+/// A working set replaced whole keeps only the new entries and moves its version on; a
+/// second handle (another server) reads the set and the version together; an ended session
+/// starts over at version 0.
+pub async fn a_replaced_working_set_moves_its_version_on_for_every_handle(b: &mut impl Backend) {
+    let one = b.open().await;
+    let two = b.another().await;
+    let t = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    assert_eq!(
+        one.versioned_working_set("c").await.expect("read"),
+        StoredWorkingSet::new(0, vec![])
+    );
+    let v1 = one
+        .replace_working_set(
+            "c",
+            vec![
+                WorkingSetEntry::new("a", t, 0),
+                WorkingSetEntry::new("b", t, 2),
+            ],
+        )
+        .await
+        .expect("replace");
+    one.replace_working_set("other", vec![WorkingSetEntry::new("z", t, 0)])
+        .await
+        .expect("another session");
+    let read = two.versioned_working_set("c").await.expect("read");
+    assert_eq!(read.version, v1);
+    assert_eq!(
+        read.entries,
+        [
+            WorkingSetEntry::new("a", t, 0),
+            WorkingSetEntry::new("b", t, 2)
+        ]
+    );
+    // The other handle replaces it: "a" leaves, "c" comes, "b" is rewritten.
+    let v2 = two
+        .replace_working_set(
+            "c",
+            vec![
+                WorkingSetEntry::new("c", t, 0),
+                WorkingSetEntry::new("b", t, 3),
+            ],
+        )
+        .await
+        .expect("replace");
+    assert_ne!(v2, v1);
+    let read = one.versioned_working_set("c").await.expect("read");
+    assert_eq!(read.version, v2);
+    assert_eq!(
+        read.entries,
+        [
+            WorkingSetEntry::new("b", t, 3),
+            WorkingSetEntry::new("c", t, 0)
+        ]
+    );
+    assert_eq!(one.working_set("c").await.expect("ws").len(), 2);
+    // Emptied: no entries, and still a version of its own.
+    let v3 = one.replace_working_set("c", vec![]).await.expect("empty");
+    assert_ne!(v3, v2);
+    assert_eq!(
+        two.versioned_working_set("c").await.expect("read"),
+        StoredWorkingSet::new(v3, vec![])
+    );
+    assert_eq!(
+        two.versioned_working_set("other")
+            .await
+            .expect("read")
+            .entries
+            .len(),
+        1
+    );
+    two.end_session("c").await.expect("end");
+    assert_eq!(
+        one.versioned_working_set("c").await.expect("read"),
+        StoredWorkingSet::new(0, vec![])
+    );
+    b.close(one).await;
+    b.close(two).await;
 }
 
 /// With [`Durability::Strict`], `record` returns only once its row is committed: another

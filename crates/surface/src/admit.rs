@@ -73,6 +73,9 @@ impl Surface {
                 }
             }
         };
+        if evicted.is_empty() {
+            self.round_moved(session);
+        }
         self.evicted(session, evicted)
     }
 

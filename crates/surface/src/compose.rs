@@ -138,6 +138,9 @@ impl Surface {
     pub fn next_round(&self, session: &str) -> Vec<String> {
         let idle = self.config().idle_rounds;
         let evicted = self.with_session(session, |s| s.next_round(idle));
+        if evicted.is_empty() {
+            self.round_moved(session);
+        }
         self.evicted(session, evicted)
     }
 

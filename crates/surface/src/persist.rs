@@ -37,6 +37,8 @@ impl Surface {
         self: &Arc<Self>,
         store: Arc<dyn SessionStore>,
     ) -> watch::Receiver<u64> {
+        self.shared_store
+            .store(store.shared(), std::sync::atomic::Ordering::Relaxed);
         let mut changes = {
             let mut mirror = lock(&self.mirror);
             mirror.running = true;
@@ -98,8 +100,15 @@ impl Surface {
                                     break;
                                 };
                                 drop(s);
-                                if let Err(e) = sync(&*store, &session, set).await {
-                                    tracing::error!(session = %session, error = %e, "could not persist the working set");
+                                match sync(&*store, &session, set).await {
+                                    Ok(version) => {
+                                        if let Some(s) = weak.upgrade() {
+                                            s.note_stored_version(&session, version);
+                                        }
+                                    }
+                                    Err(e) => {
+                                        tracing::error!(session = %session, error = %e, "could not persist the working set");
+                                    }
                                 }
                                 wrote = true;
                                 surface = weak
@@ -152,7 +161,9 @@ impl Surface {
         session: &str,
         store: &dyn SessionStore,
     ) -> Result<(), StoreError> {
-        sync(store, session, self.persisted_entries(session)).await
+        let version = sync(store, session, self.persisted_entries(session)).await?;
+        self.note_stored_version(session, version);
+        Ok(())
     }
 
     /// Pages the session's stored working set back in, recency kept. Returns the names
@@ -167,9 +178,12 @@ impl Surface {
         // A session dropped from memory before its last changes were written comes back
         // as it was, not as the store has it.
         let parting = lock(&self.mirror).parting.remove(session);
-        let mut stored = match parting {
-            Some(set) => stamped(&set),
-            None => store.working_set(session).await?,
+        let (mut stored, version) = match parting {
+            Some(set) => (stamped(&set), None),
+            None => {
+                let stored = store.versioned_working_set(session).await?;
+                (stored.entries, Some(stored.version))
+            }
         };
         stored.sort_by(|a, b| {
             a.last_used
@@ -201,31 +215,22 @@ impl Surface {
             .map(|e| (e.tool.clone(), e.round))
             .collect();
         self.restore_idle(session, &idle);
+        if let Some(version) = version {
+            self.with_session(session, |s| s.stored_version = Some(version));
+        }
         // A tool that registered between the split and the hold.
         self.adopt_pending();
         Ok(restored)
     }
 }
 
+/// Writes `current` as the session's whole stored set; returns the stored version.
 async fn sync(
     store: &dyn SessionStore,
     session: &str,
     current: Vec<(String, u64)>,
-) -> Result<(), StoreError> {
-    let stored = store.working_set(session).await?;
-    let gone: Vec<String> = stored
-        .iter()
-        .filter(|e| !current.iter().any(|(n, _)| *n == e.tool))
-        .map(|e| e.tool.clone())
-        .collect();
-    if !gone.is_empty() {
-        store.remove_from_working_set(session, gone).await?;
-    }
-    let entries = stamped(&current);
-    if !entries.is_empty() {
-        store.upsert_working_set(session, entries).await?;
-    }
-    Ok(())
+) -> Result<u64, StoreError> {
+    store.replace_working_set(session, stamped(&current)).await
 }
 
 /// What [`Surface::load_floor`] or [`Surface::rederive_floor_into`] did.

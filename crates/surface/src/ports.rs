@@ -41,6 +41,26 @@ impl WorkingSetEntry {
     }
 }
 
+/// A session's stored working set and its version: the version moves on with every
+/// [`SessionStore::replace_working_set`], so a server that remembers the version it last
+/// wrote or read knows whether another server sharing the store has written the set since.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoredWorkingSet {
+    /// The set's version: 0 for a set never replaced (nothing stored, or entries written
+    /// only with [`SessionStore::upsert_working_set`]).
+    pub version: u64,
+    /// The entries, by tool name.
+    pub entries: Vec<WorkingSetEntry>,
+}
+
+impl StoredWorkingSet {
+    /// A stored set.
+    pub fn new(version: u64, entries: Vec<WorkingSetEntry>) -> Self {
+        StoredWorkingSet { version, entries }
+    }
+}
+
 /// A call that failed in a session, counted per args hash.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -113,6 +133,17 @@ pub trait SessionStore: Send + Sync {
         session: &str,
         tools: Vec<String>,
     ) -> Result<(), StoreError>;
+
+    /// The session's working set with its version, read together.
+    async fn versioned_working_set(&self, session: &str) -> Result<StoredWorkingSet, StoreError>;
+
+    /// Replaces the session's whole working set with `entries` (tools not among them
+    /// leave) and moves its version on, at once; returns the new version.
+    async fn replace_working_set(
+        &self,
+        session: &str,
+        entries: Vec<WorkingSetEntry>,
+    ) -> Result<u64, StoreError>;
 
     /// Counts one failure of the call `args_hash`; returns how many there have been.
     async fn record_failed_approach(
@@ -214,6 +245,7 @@ pub trait UsageSource: Send + Sync {
 #[derive(Debug, Default)]
 struct MemorySessions {
     working: BTreeMap<String, BTreeMap<String, WorkingSetEntry>>,
+    versions: BTreeMap<String, u64>,
     failures: BTreeMap<String, BTreeMap<String, FailedApproach>>,
     state: BTreeMap<String, SurfaceState>,
 }
@@ -222,12 +254,22 @@ struct MemorySessions {
 #[derive(Debug, Default)]
 pub struct MemorySessionStore {
     inner: Mutex<MemorySessions>,
+    shared: bool,
 }
 
 impl MemorySessionStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty store that says it is shared by several servers ([`SessionStore::shared`]):
+    /// for testing, in one process, surfaces that stand for servers sharing one store.
+    pub fn new_shared() -> Self {
+        MemorySessionStore {
+            shared: true,
+            ..Self::default()
+        }
     }
 }
 
@@ -302,9 +344,37 @@ impl SessionStore for MemorySessionStore {
             .unwrap_or_default())
     }
 
+    async fn versioned_working_set(&self, session: &str) -> Result<StoredWorkingSet, StoreError> {
+        let inner = lock(&self.inner);
+        Ok(StoredWorkingSet::new(
+            inner.versions.get(session).copied().unwrap_or(0),
+            inner
+                .working
+                .get(session)
+                .map(|m| m.values().cloned().collect())
+                .unwrap_or_default(),
+        ))
+    }
+
+    async fn replace_working_set(
+        &self,
+        session: &str,
+        entries: Vec<WorkingSetEntry>,
+    ) -> Result<u64, StoreError> {
+        let mut inner = lock(&self.inner);
+        inner.working.insert(
+            session.to_owned(),
+            entries.into_iter().map(|e| (e.tool.clone(), e)).collect(),
+        );
+        let version = inner.versions.entry(session.to_owned()).or_default();
+        *version += 1;
+        Ok(*version)
+    }
+
     async fn end_session(&self, session: &str) -> Result<(), StoreError> {
         let mut inner = lock(&self.inner);
         inner.working.remove(session);
+        inner.versions.remove(session);
         inner.failures.remove(session);
         Ok(())
     }
@@ -322,6 +392,10 @@ impl SessionStore for MemorySessionStore {
             },
         );
         Ok(())
+    }
+
+    fn shared(&self) -> bool {
+        self.shared
     }
 }
 

@@ -259,28 +259,99 @@ impl Surface {
         true
     }
 
-    /// Pages in the tools `store` holds for `session` that its working set here lacks, newest
-    /// first; returns those the set took. For a store several servers share
-    /// ([`crate::ports::SessionStore::shared`]): the calls of one stateless conversation may
-    /// go to any server, and the one that took the last call has written what it paged in.
-    pub async fn merge_stored(
+    /// Takes the conversation's stored working set when another server sharing the store
+    /// has written it since this surface last wrote or read it (its version differs): the
+    /// set here becomes the stored one, removals included, each tool as idle as stored. A
+    /// set whose version this surface knows stays as it is here (it may hold changes not
+    /// written yet). For a store several servers share
+    /// ([`crate::ports::SessionStore::shared`]): the calls of one stateless conversation
+    /// may go to any server, and the stored set is the conversation's one truth. Returns
+    /// whether it took the stored set.
+    pub async fn take_stored(
         &self,
         session: &str,
         store: &dyn crate::ports::SessionStore,
-    ) -> Result<Vec<String>, quiver_registry::store::StoreError> {
-        let here: HashSet<String> = self.working_set(session).into_iter().collect();
-        let mut stored = store.working_set(session).await?;
-        stored.retain(|e| !here.contains(&e.tool) && self.catalog().contains(&e.tool));
-        if stored.is_empty() {
-            return Ok(Vec::new());
+    ) -> Result<bool, quiver_registry::store::StoreError> {
+        let stored = store.versioned_working_set(session).await?;
+        let known = lock(&self.sessions)
+            .get(session)
+            .and_then(|s| s.stored_version);
+        if known == Some(stored.version) {
+            return Ok(false);
         }
-        stored.sort_by(|a, b| {
+        let mut entries = stored.entries;
+        // Newest first: a page-in gives the first the newest stamp.
+        entries.sort_by(|a, b| {
             b.last_used
                 .cmp(&a.last_used)
                 .then_with(|| a.tool.cmp(&b.tool))
         });
-        let names: Vec<&str> = stored.iter().map(|e| e.tool.as_str()).collect();
-        Ok(self.page_in(session, &names).exposed)
+        let (ready, later): (Vec<_>, Vec<_>) = entries
+            .into_iter()
+            .partition(|e| self.catalog.contains(&e.tool));
+        let caps = self.config().working_set;
+        let (before, after) = {
+            let mut sessions = lock(&self.sessions);
+            let loaded = sessions
+                .get(session)
+                .map(|s| s.loaded.clone())
+                .unwrap_or_default();
+            let sized: Vec<(String, usize)> = ready
+                .iter()
+                .filter_map(|e| {
+                    let entry = self.catalog.lookup(&e.tool)?;
+                    Some((
+                        e.tool.clone(),
+                        paged_bytes(&entry, loaded.contains(&e.tool)),
+                    ))
+                })
+                .collect();
+            let sess = self.entry(&mut sessions, session);
+            let before = sess.members();
+            let keep: HashSet<&str> = sized.iter().map(|(n, _)| n.as_str()).collect();
+            sess.keep_only(&keep);
+            let paged = sess.page_in(&sized, &caps);
+            let idle: Vec<(String, u64)> = ready
+                .iter()
+                .filter(|e| paged.exposed.contains(&e.tool))
+                .map(|e| (e.tool.clone(), e.round))
+                .collect();
+            sess.restore_idle(&idle);
+            sess.stored_version = Some(stored.version);
+            (before, sess.members())
+        };
+        // The names waiting for their tools are the stored ones now.
+        lock(&self.pending).remove(session);
+        self.hold_pending(session, later.into_iter().map(|e| e.tool).collect());
+        self.adopt_pending();
+        if before != after {
+            tracing::debug!(
+                session,
+                version = stored.version,
+                "took the working set another server stored"
+            );
+        }
+        Ok(true)
+    }
+
+    /// Notes the version of the session's stored set this surface wrote or read.
+    pub(crate) fn note_stored_version(&self, session: &str, version: u64) {
+        if let Some(s) = lock(&self.sessions).get_mut(session) {
+            s.stored_version = Some(version);
+        }
+    }
+
+    /// With a store several servers share, a round of a session holding tools is written
+    /// too: the stored idle rounds are what the next server to take the conversation
+    /// counts on from.
+    pub(crate) fn round_moved(&self, session: &str) {
+        if self.shared_store.load(std::sync::atomic::Ordering::Relaxed)
+            && lock(&self.sessions)
+                .get(session)
+                .is_some_and(|s| !s.is_empty())
+        {
+            self.notify(session);
+        }
     }
 
     /// Keeps the session in memory until the guard drops: a request that restores a key

@@ -81,6 +81,9 @@ pub struct Surface {
     pub(crate) mirror: Mutex<Mirror>,
     /// How many changes the persistence task has handled (see [`Surface::mirror_settled`]).
     pub(crate) mirrored: watch::Sender<u64>,
+    /// Whether the persistence task writes to a store several servers share: every round
+    /// of a session holding tools is written then (see `Surface::round_moved`).
+    pub(crate) shared_store: std::sync::atomic::AtomicBool,
 }
 
 /// The persistence task's side of the change channel: counted under one lock with the
@@ -147,6 +150,7 @@ impl Surface {
             forgotten: Mutex::new(HashSet::new()),
             mirror: Mutex::new(Mirror::default()),
             mirrored: watch::channel(0).0,
+            shared_store: std::sync::atomic::AtomicBool::new(false),
             clock: std::sync::atomic::AtomicU64::new(0),
             floor: Mutex::new(FloorState::default()),
             floor_updates: watch::channel(0).0,

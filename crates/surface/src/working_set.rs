@@ -57,6 +57,9 @@ pub(crate) struct Session {
     pub(crate) round_evicted: Vec<String>,
     /// Who listed its tools last (see `Surface::note_client`).
     pub(crate) client: Option<std::sync::Arc<crate::SessionClient>>,
+    /// The version of the stored set this surface last wrote or read (see
+    /// `Surface::take_stored`); none before either.
+    pub(crate) stored_version: Option<u64>,
 }
 
 impl Session {
@@ -128,6 +131,24 @@ impl Session {
                 slot.last_round = self.round - rounds;
             }
         }
+    }
+
+    /// Evicts the members not in `keep`.
+    pub(crate) fn keep_only(&mut self, keep: &HashSet<&str>) {
+        let gone: Vec<String> = self
+            .slots
+            .keys()
+            .filter(|n| !keep.contains(n.as_str()))
+            .cloned()
+            .collect();
+        for n in gone {
+            self.evict(&n);
+        }
+    }
+
+    /// Whether the set is empty.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.slots.is_empty()
     }
 
     /// The member names.

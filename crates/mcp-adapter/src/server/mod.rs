@@ -255,11 +255,12 @@ impl Shared {
         let Some(store) = &self.sessions else { return };
         if !self.surface.restore_once(key, &**store).await {
             // Restored before; but with a store several servers share, the conversation's
-            // last calls may have gone to another server: what it paged in is taken too. A
-            // session-era MCP session is bound to this server and has nothing elsewhere.
+            // last calls may have gone to another server: the set it stored since (its
+            // evictions included) is taken. A session-era MCP session is bound to this
+            // server and has nothing elsewhere.
             if store.shared()
                 && !quiver_surface::SessionKey::parse(key).is_session_bound()
-                && let Err(e) = self.surface.merge_stored(key, &**store).await
+                && let Err(e) = self.surface.take_stored(key, &**store).await
             {
                 tracing::warn!(session = %key, error = %e, "could not read the conversation's stored working set");
             }

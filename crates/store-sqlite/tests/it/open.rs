@@ -72,7 +72,8 @@ async fn a_version_one_store_gains_the_principal_column() {
     // Back to what version 1 had.
     let old = rusqlite::Connection::open(&path).expect("peek");
     old.execute_batch(
-        "DROP INDEX execution_log_parent;
+        "DROP TABLE session_versions;
+         DROP INDEX execution_log_parent;
          ALTER TABLE execution_log DROP COLUMN trace_id;
          DROP INDEX execution_log_chain;
          ALTER TABLE execution_log DROP COLUMN chain_seq;

@@ -211,6 +211,20 @@ impl SessionStore for SlowWrites {
     ) -> Result<(), quiver_registry::store::StoreError> {
         self.0.remove_from_working_set(session, tools).await
     }
+    async fn versioned_working_set(
+        &self,
+        session: &str,
+    ) -> Result<quiver_surface::ports::StoredWorkingSet, quiver_registry::store::StoreError> {
+        self.0.versioned_working_set(session).await
+    }
+    async fn replace_working_set(
+        &self,
+        session: &str,
+        entries: Vec<quiver_surface::ports::WorkingSetEntry>,
+    ) -> Result<u64, quiver_registry::store::StoreError> {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        self.0.replace_working_set(session, entries).await
+    }
     async fn record_failed_approach(
         &self,
         session: &str,
@@ -378,4 +392,68 @@ async fn idle_rounds_survive_a_restore() {
     assert_eq!(after.surface.working_set("s"), vec!["beta"]);
     assert!(after.surface.next_round("s").is_empty(), "beta's second");
     assert_eq!(after.surface.next_round("s"), vec!["beta"], "beta's third");
+}
+
+/// Two servers sharing one store (two surfaces over one shared store), one stateless
+/// conversation whose calls alternate between them: the stored set is the conversation's
+/// one truth. The idle rounds counted on A travel with the set, so B evicts the idle tool
+/// when its rounds across both are up; A then takes B's set without it, and neither writes
+/// it back.
+#[tokio::test]
+async fn an_eviction_on_one_server_is_taken_by_the_other_and_never_written_back() {
+    use quiver_contract::Mode;
+    let specs = vec![ro("alpha", "A."), ro("beta", "B."), ro("gamma", "C.")];
+    let config = SurfaceConfig::default().with_idle_rounds(2);
+    let a = Fixture::new(config.clone(), specs.clone(), &[]);
+    let b = Fixture::new(config, specs, &[]);
+    let store = Arc::new(MemorySessionStore::new_shared());
+    let _ = a.surface.spawn_persistence(store.clone());
+    let _ = b.surface.spawn_persistence(store.clone());
+    async fn settle(fx: &Fixture) {
+        tokio::time::timeout(Duration::from_secs(10), fx.surface.mirror_settled())
+            .await
+            .unwrap();
+    }
+
+    // A: the conversation pages in alpha, then beta.
+    assert!(a.surface.restore_once("c", &*store).await);
+    a.surface.page_in("c", &["alpha"]);
+    a.surface.page_in("c", &["beta"]);
+    settle(&a).await;
+    // B takes the conversation's next call: the stored set.
+    assert!(b.surface.restore_once("c", &*store).await);
+    assert_eq!(b.surface.working_set("c"), vec!["beta", "alpha"]);
+
+    // Back on A, which wrote the stored set last: it keeps its own. Two calls of beta:
+    // alpha is idle two rounds, the most `idle_rounds` keeps.
+    assert!(!a.surface.take_stored("c", &*store).await.unwrap());
+    assert!(a.surface.begin_call("c", Mode::Chat, "beta").is_empty());
+    assert!(a.surface.begin_call("c", Mode::Chat, "beta").is_empty());
+    settle(&a).await;
+
+    // B takes A's set with its idle rounds: one more round evicts alpha.
+    assert!(b.surface.take_stored("c", &*store).await.unwrap());
+    assert_eq!(b.surface.working_set("c"), vec!["beta", "alpha"]);
+    assert_eq!(b.surface.begin_call("c", Mode::Chat, "beta"), vec!["alpha"]);
+    settle(&b).await;
+    assert_eq!(stored(&*store, "c").await, vec!["beta"]);
+
+    // A, which still holds alpha, takes B's set: alpha is gone there too, and A's calls
+    // from now on never write it back.
+    assert_eq!(a.surface.working_set("c"), vec!["beta", "alpha"]);
+    assert!(a.surface.take_stored("c", &*store).await.unwrap());
+    assert_eq!(a.surface.working_set("c"), vec!["beta"]);
+    a.surface.page_in("c", &["gamma"]);
+    a.surface.begin_call("c", Mode::Chat, "gamma");
+    settle(&a).await;
+    assert_eq!(stored(&*store, "c").await, vec!["beta", "gamma"]);
+
+    // B takes that: gamma added, alpha still gone, and B's own write keeps it so.
+    assert!(b.surface.take_stored("c", &*store).await.unwrap());
+    assert_eq!(b.surface.working_set("c"), vec!["gamma", "beta"]);
+    b.surface.begin_call("c", Mode::Chat, "beta");
+    settle(&b).await;
+    assert_eq!(stored(&*store, "c").await, vec!["beta", "gamma"]);
+    // Nothing newer than what B wrote: B keeps its set.
+    assert!(!b.surface.take_stored("c", &*store).await.unwrap());
 }

@@ -139,6 +139,26 @@ async fn two_replicas_share_custom_tools_working_sets_and_the_log() {
     drop((a, b));
 }
 
+/// One stateless conversation alternating between two replicas, with a working set of
+/// two tools at most: a tool one replica evicts stays evicted on the other, which neither
+/// lists it nor writes it back (`replicas_evict.py`).
+#[tokio::test]
+async fn an_eviction_on_one_replica_holds_on_the_other() {
+    let (_pg, db) = database();
+    let config = format!(
+        "[store]\nurl = \"${{env:{URL_VAR}}}\"\n\n[surface]\nfloor_cache_ttl_secs = 3600\n\n[surface.working_set]\nmax_tools = 2\n\n[[mcp.servers]]\nname = \"everything\"\ncommand = {:?}\nrequired = true\n",
+        crate::mcp_server::everything_bin().display().to_string()
+    );
+    let (dir_a, dir_b) = (fresh_dir(), fresh_dir());
+    for dir in [&dir_a, &dir_b] {
+        std::fs::write(dir.join("quiver.toml"), &config).expect("write quiver.toml");
+    }
+    let a = start_replica(&dir_a, &db).await;
+    let b = start_replica(&dir_b, &db).await;
+    script("replicas_evict.py", &[&a.url, &b.url], &[]).await;
+    drop((a, b));
+}
+
 /// The rows of the execution log, as `quiver log --json` prints them.
 fn log_rows(dir: &Path, db: &str) -> Vec<serde_json::Value> {
     let out = std::process::Command::new(quiver_binary())

@@ -34,6 +34,7 @@ const ENGINES: [&str; 21] = [
     "tokio-postgres",
     "deadpool-postgres",
     "postgres-protocol",
+    "tokio-postgres-rustls",
     "rmcp",
     "rquickjs",
     "axum",

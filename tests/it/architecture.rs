@@ -21,7 +21,7 @@ const ADAPTERS: [&str; 9] = [
     "quiver-metrics-prometheus",
 ];
 /// Engines that only adapters may name, directly or through any dependency.
-const ENGINES: [&str; 21] = [
+const ENGINES: [&str; 22] = [
     "opentelemetry",
     "opentelemetry_sdk",
     "opentelemetry-otlp",
@@ -34,6 +34,7 @@ const ENGINES: [&str; 21] = [
     "tokio-postgres",
     "deadpool-postgres",
     "postgres-protocol",
+    "tokio-postgres-rustls",
     "rmcp",
     "rquickjs",
     "axum",

@@ -432,15 +432,48 @@ async fn a_sqlite_store_moves_into_postgres_and_a_second_move_adds_nothing() {
             r#"{"query": "turn a text into capitals"}"#,
         ],
     );
+    // More calls than one page of the copy holds (pages of 2 rows below).
+    for query in ["read a file", "list a directory"] {
+        quiver(
+            &old,
+            &[
+                "call",
+                "--session",
+                "moved",
+                "tool_search",
+                &format!(r#"{{"query": "{query}"}}"#),
+            ],
+        );
+    }
     let sqlite = old.join("quiver.db");
+    let rows: u64 = rusqlite::Connection::open(&sqlite)
+        .expect("peek")
+        .query_row("SELECT count(*) FROM execution_log", [], |r| r.get(0))
+        .expect("count");
+    assert!(rows >= 3, "{rows} log rows");
     let sqlite = sqlite.to_str().expect("utf-8 path");
-    let first = quiver(&old, &["store", "migrate", "--from", sqlite]);
+    let first = quiver(
+        &old,
+        &["store", "migrate", "--from", sqlite, "--page-rows", "2"],
+    );
     assert!(first.contains("verified: every row"), "{first}");
+    assert!(
+        first.contains(&format!("{rows} log row(s),")),
+        "every log row is read: {first}"
+    );
+    let pages = rows.div_ceil(2);
+    assert!(
+        first.contains(&format!("the log in {pages} page(s) of at most 2 rows")),
+        "{first}"
+    );
     assert!(
         !first.contains(quiver_store_testkit::PASSWORD_FOR_TESTS),
         "{first}"
     );
-    let again = quiver(&old, &["store", "migrate", "--from", sqlite]);
+    let again = quiver(
+        &old,
+        &["store", "migrate", "--from", sqlite, "--page-rows", "2"],
+    );
     assert!(
         again.contains(
             "new in PostgreSQL: 0 definition(s), 0 job(s), 0 log row(s), 0 working-set entr(ies), 0 failed approach(es), 0 state key(s)"
@@ -458,6 +491,12 @@ async fn a_sqlite_store_moves_into_postgres_and_a_second_move_adds_nothing() {
                 && r["input"]["query"] == "turn a text into capitals"),
         "the old call is in the shared log: {logged:?}"
     );
+    for query in ["read a file", "list a directory"] {
+        assert!(
+            logged.iter().any(|r| r["input"]["query"] == query),
+            "the call of {query:?}, on a later page, is in the shared log: {logged:?}"
+        );
+    }
     let called = quiver(&dir, &["call", "upper_case", r#"{"text": "moved"}"#]);
     assert!(
         called.contains("MOVED"),

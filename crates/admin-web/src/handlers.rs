@@ -1,6 +1,9 @@
 //! The routes: login and logout, one GET per view, one POST per action. A view without a
 //! live login redirects to the login form; an action without one, or whose form's CSRF
 //! token is not the session's, is refused (403) and does nothing.
+//!
+//! Over 800 lines: every route of the page is here, so that the login and CSRF check each
+//! one makes can be read side by side.
 
 use std::{collections::HashMap, convert::Infallible, sync::Arc, time::Duration};
 

@@ -479,6 +479,10 @@ enum StoreAction {
             hide_env_values = true
         )]
         to: String,
+        /// Execution-log rows copied (and held in memory) at a time; each page is one
+        /// transaction in PostgreSQL.
+        #[arg(long, value_name = "N", default_value_t = commands::store::PAGE_ROWS, value_parser = clap::value_parser!(u64).range(1..))]
+        page_rows: u64,
     },
 }
 
@@ -612,9 +616,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             return commands::model::install_model(&config, from, to);
         }
         AnyCommand::Standalone(Standalone::Store {
-            action: StoreAction::Migrate { from, to },
+            action:
+                StoreAction::Migrate {
+                    from,
+                    to,
+                    page_rows,
+                },
         }) => {
-            return commands::store::migrate(&from, &to).await;
+            let page_rows = usize::try_from(page_rows).unwrap_or(usize::MAX);
+            return commands::store::migrate(&from, &to, page_rows).await;
         }
         AnyCommand::Standalone(Standalone::Log {
             tool,

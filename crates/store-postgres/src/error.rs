@@ -9,8 +9,11 @@ use tokio_postgres::error::SqlState;
 pub(crate) fn classify(location: &str, e: &tokio_postgres::Error) -> StoreError {
     let location = location.to_owned();
     let Some(code) = e.code() else {
-        // No SQLSTATE: the connection itself failed (refused, reset, closed, a timeout).
-        let cause = if e.is_closed() {
+        // No SQLSTATE: the connection itself failed (refused, reset, closed, a timeout, the
+        // TLS handshake).
+        let cause = if let Some(tls) = crate::tls::explain(e) {
+            tls
+        } else if e.is_closed() {
             format!("{LOST} ({})", chain(e))
         } else {
             format!(
@@ -26,6 +29,13 @@ pub(crate) fn classify(location: &str, e: &tokio_postgres::Error) -> StoreError 
         cause: format!("{why} ({text})"),
     };
     match code {
+        c if *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+            && text.contains("no encryption") =>
+        {
+            unavailable(
+                "the server admits this connection only over TLS (a hostssl line of its pg_hba.conf): set sslmode=require, or verify-full with sslrootcert, in [store] url",
+            )
+        }
         c if *c == SqlState::INVALID_PASSWORD
             || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
         {

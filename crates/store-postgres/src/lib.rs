@@ -15,6 +15,7 @@ mod listen;
 mod schema;
 mod store;
 mod sync;
+mod tls;
 mod writer;
 
 pub use error::redact;

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::sync::watch;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
+
+use crate::tls::Connector;
 
 /// The channel the definitions trigger notifies.
 pub(crate) const CHANNEL: &str = "quiver_definitions";
@@ -38,11 +40,11 @@ pub(crate) fn publish(tx: &watch::Sender<u64>, v: u64) {
 }
 
 /// The listener task: runs until the store drops it (it is aborted with the store).
-pub(crate) async fn run(cfg: tokio_postgres::Config, location: String, tx: Heard) {
+pub(crate) async fn run(cfg: tokio_postgres::Config, tls: Connector, location: String, tx: Heard) {
     let mut pause = Duration::from_millis(100);
     let mut lost = false;
     loop {
-        match listen_once(&cfg, &tx, &mut lost, &mut pause).await {
+        match listen_once(&cfg, &tls, &tx, &mut lost, &mut pause).await {
             Ok(()) => {}
             Err(e) => {
                 if !lost {
@@ -59,11 +61,12 @@ pub(crate) async fn run(cfg: tokio_postgres::Config, location: String, tx: Heard
 /// One connection's life: connect, listen, read the version, publish every notification.
 async fn listen_once(
     cfg: &tokio_postgres::Config,
+    tls: &Connector,
     tx: &Heard,
     lost: &mut bool,
     pause: &mut Duration,
 ) -> Result<(), tokio_postgres::Error> {
-    let (client, mut conn) = cfg.connect(NoTls).await?;
+    let (client, mut conn) = cfg.connect(tls.clone()).await?;
     let (ntx, mut nrx) = tokio::sync::mpsc::unbounded_channel();
     let driver = tokio::spawn(async move {
         let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));

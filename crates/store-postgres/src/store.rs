@@ -28,7 +28,7 @@ use quiver_surface::ports::{
 };
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio_postgres::{NoTls, types::ToSql};
+use tokio_postgres::types::ToSql;
 
 use crate::{
     convert::{self, DEF_COLUMNS, JOB_COLUMNS, LOG_COLUMNS, definition_params},
@@ -36,6 +36,7 @@ use crate::{
     listen,
     schema::{self, OpenReport},
     sync::lock,
+    tls,
     writer::{self, Msg, Stats},
 };
 
@@ -137,6 +138,7 @@ struct Leader {
 struct Inner {
     pool: Pool,
     cfg: tokio_postgres::Config,
+    tls: tls::Connector,
     location: String,
     report: OpenReport,
     read_only: bool,
@@ -202,12 +204,19 @@ impl PgStore {
     /// naming the server, its password masked.
     pub async fn open(url: &str, opts: PgOptions) -> Result<PgStore, StoreError> {
         let location = redact(url);
-        let mut cfg: tokio_postgres::Config = url.parse().map_err(|e| StoreError::Unavailable {
+        let invalid = |cause: String| StoreError::Unavailable {
             location: location.clone(),
-            cause: format!(
+            cause,
+        };
+        let (driver_url, tls_settings) =
+            tls::split(url).map_err(|e| invalid(format!("[store] url: {e}")))?;
+        let mut cfg: tokio_postgres::Config = driver_url.parse().map_err(|e| {
+            invalid(format!(
                 "[store] url is not a PostgreSQL connection URL ({e}); write it as postgres://user:password@host:5432/database"
-            ),
+            ))
         })?;
+        let tls = tls::connector(&tls_settings, &mut cfg)
+            .map_err(|e| invalid(format!("[store] url: {e}")))?;
         cfg.connect_timeout(opts.connect_timeout);
         if cfg.get_application_name().is_none() {
             cfg.application_name("quiver");
@@ -215,7 +224,7 @@ impl PgStore {
         if opts.read_only {
             cfg.options("-c default_transaction_read_only=on");
         }
-        let (mut client, conn) = cfg.connect(NoTls).await.at(&location)?;
+        let (mut client, conn) = cfg.connect(tls.clone()).await.at(&location)?;
         let driver = tokio::spawn(conn);
         let prepared = if opts.read_only {
             schema::check(&client, &location).await
@@ -237,7 +246,7 @@ impl PgStore {
 
         let manager = Manager::from_config(
             cfg.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -278,12 +287,18 @@ impl PgStore {
             versions: versions_tx,
             jobs: jobs_tx,
         };
-        let listener = tokio::spawn(listen::run(cfg.clone(), location.clone(), heard));
+        let listener = tokio::spawn(listen::run(
+            cfg.clone(),
+            tls.clone(),
+            location.clone(),
+            heard,
+        ));
         tracing::debug!(%location, found = report.found_version, "opened the PostgreSQL store");
         Ok(PgStore {
             inner: Arc::new(Inner {
                 pool,
                 cfg,
+                tls,
                 location,
                 report,
                 read_only: opts.read_only,
@@ -1247,7 +1262,12 @@ impl SessionStore for PgStore {
         let mut leader = self.inner.leader.lock().await;
         if leader.client.as_ref().is_none_or(|c| c.is_closed()) {
             leader.held.clear();
-            let (client, conn) = self.inner.cfg.connect(NoTls).await.at(loc)?;
+            let (client, conn) = self
+                .inner
+                .cfg
+                .connect(self.inner.tls.clone())
+                .await
+                .at(loc)?;
             tokio::spawn(conn);
             leader.client = Some(client);
         }

@@ -525,6 +525,38 @@ impl SqliteStore {
         &self.inner.report
     }
 
+    /// One page of the whole execution log in row order, for copying it out in bounded
+    /// memory (`quiver store migrate`): up to `limit` rows after row `after_row` (0 for the
+    /// first page), with their full outputs, rows older than the hash chain included. The
+    /// next page starts after the last row's [`LoggedCall::row`]; an empty page is the end.
+    pub async fn calls_page(
+        &self,
+        after_row: u64,
+        limit: usize,
+    ) -> Result<Vec<LoggedCall>, StoreError> {
+        let version = self.read_version();
+        let after = i64::try_from(after_row).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit.max(1)).unwrap_or(i64::MAX);
+        self.read(move |c, loc| {
+            let sql = older_columns(
+                &format!(
+                    "SELECT {LOG_COLUMNS}, l.id, o.output
+                     FROM execution_log l LEFT JOIN execution_output o ON o.log_id = l.id
+                     WHERE l.id > ?1 ORDER BY l.id LIMIT ?2"
+                ),
+                version,
+            );
+            query(
+                c,
+                loc,
+                &sql,
+                rusqlite::params![after, limit],
+                convert::logged_call,
+            )
+        })
+        .await
+    }
+
     /// Why the store's file is no longer the one it writes, if it is not: deleted (or
     /// renamed) or replaced by another file at its path since the store opened it. Its rows
     /// then go to a file nobody can open, so a readiness check should fail. The words name no
@@ -1157,7 +1189,14 @@ fn recent_calls_in(
     }
     let limit = i64::try_from(filter.limit).unwrap_or(i64::MAX);
     values.push(&limit);
-    let mut sql = recent_calls_sql(filter, output);
+    let sql = older_columns(&recent_calls_sql(filter, output), version);
+    query(c, loc, &sql, values.as_slice(), convert::logged_call)
+}
+
+/// `sql` (selecting [`LOG_COLUMNS`]) for a store of schema `version`: the columns it does
+/// not have yet read as NULL.
+fn older_columns(sql: &str, version: u32) -> String {
+    let mut sql = sql.to_owned();
     if version < 2 {
         sql = sql.replacen("l.principal", "NULL", 1);
     }
@@ -1167,7 +1206,7 @@ fn recent_calls_in(
     if version < 7 {
         sql = sql.replacen("l.trace_id", "NULL", 1);
     }
-    query(c, loc, &sql, values.as_slice(), convert::logged_call)
+    sql
 }
 
 pub(crate) fn recent_calls_sql(filter: &CallFilter, output: &str) -> String {

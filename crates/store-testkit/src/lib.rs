@@ -9,4 +9,4 @@ pub mod contract;
 mod pg;
 
 pub use contract::Backend;
-pub use pg::{PASSWORD as PASSWORD_FOR_TESTS, TestPostgres};
+pub use pg::{PASSWORD as PASSWORD_FOR_TESTS, ServerTls, TestPostgres};

@@ -14,6 +14,17 @@ pub(crate) const USER: &str = "quiver";
 /// The superuser's password.
 pub const PASSWORD: &str = "quiver-test-password";
 
+/// The TLS a [`TestPostgres::start_tls`] server speaks: its certificate and key (PEM).
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    /// The server's certificate chain, PEM.
+    pub cert_pem: String,
+    /// The server's private key, PEM.
+    pub key_pem: String,
+    /// Whether TCP connections must use TLS (`hostssl` lines only in `pg_hba.conf`).
+    pub only: bool,
+}
+
 /// A PostgreSQL server in a temp dir, listening on 127.0.0.1 on a free port. Dropping it
 /// stops the server (immediate mode) and deletes its files.
 #[derive(Debug)]
@@ -85,7 +96,26 @@ impl TestPostgres {
 
     /// Starts a server with `settings` (`-c name=value`), as [`TestPostgres::start`] does.
     pub fn start_with(settings: &[(&str, &str)]) -> TestPostgres {
-        match Self::try_start(settings) {
+        Self::start_inner(settings, None)
+    }
+
+    /// Starts a server that speaks TLS with `tls`'s certificate and key, as
+    /// [`TestPostgres::start`] does. With [`ServerTls::only`], its `pg_hba.conf` admits TCP
+    /// connections only over TLS (`hostssl`); the Unix socket [`TestPostgres::psql`] uses
+    /// stays open.
+    pub fn start_tls(tls: &ServerTls) -> TestPostgres {
+        Self::start_inner(
+            &[
+                ("fsync", "off"),
+                ("synchronous_commit", "off"),
+                ("ssl", "on"),
+            ],
+            Some(tls),
+        )
+    }
+
+    fn start_inner(settings: &[(&str, &str)], tls: Option<&ServerTls>) -> TestPostgres {
+        match Self::try_start(settings, tls) {
             Ok(pg) => pg,
             Err(why) => panic!(
                 "cannot start a PostgreSQL server for this test: {why}\n(tests that need PostgreSQL fail rather than skip)"
@@ -93,7 +123,10 @@ impl TestPostgres {
         }
     }
 
-    fn try_start(settings: &[(&str, &str)]) -> Result<TestPostgres, String> {
+    fn try_start(
+        settings: &[(&str, &str)],
+        tls: Option<&ServerTls>,
+    ) -> Result<TestPostgres, String> {
         let bin = bin_dir()?;
         let dir = tempfile::Builder::new()
             .prefix("quiver-pg-")
@@ -141,9 +174,53 @@ impl TestPostgres {
         if !out.status.success() {
             return Err(format!("initdb failed: {}", text(&out)));
         }
+        if let Some(tls) = tls {
+            pg.install_tls(tls)?;
+        }
         let mut pg = pg;
         pg.start_again();
         Ok(pg)
+    }
+
+    /// Writes the certificate and key where the server looks for them (`server.crt`,
+    /// `server.key` in its data directory, the key readable by the server's user only), and
+    /// with [`ServerTls::only`] turns every `host` line of `pg_hba.conf` into `hostssl`.
+    fn install_tls(&self, tls: &ServerTls) -> Result<(), String> {
+        use std::os::unix::fs::PermissionsExt;
+        let data = self.data();
+        let cert = data.join("server.crt");
+        let key = data.join("server.key");
+        std::fs::write(&cert, &tls.cert_pem).map_err(|e| format!("server.crt: {e}"))?;
+        std::fs::write(&key, &tls.key_pem).map_err(|e| format!("server.key: {e}"))?;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| format!("server.key: {e}"))?;
+        if let Some(user) = &self.as_user {
+            let out = Command::new("chown")
+                .arg(user)
+                .arg(&cert)
+                .arg(&key)
+                .output()
+                .map_err(|e| format!("chown: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "cannot hand the TLS files to `{user}`: {}",
+                    text(&out)
+                ));
+            }
+        }
+        if tls.only {
+            let hba = data.join("pg_hba.conf");
+            let conf = std::fs::read_to_string(&hba).map_err(|e| format!("pg_hba.conf: {e}"))?;
+            let conf: String = conf
+                .lines()
+                .map(|l| match l.strip_prefix("host ") {
+                    Some(rest) => format!("hostssl {rest}\n"),
+                    None => format!("{l}\n"),
+                })
+                .collect();
+            std::fs::write(&hba, conf).map_err(|e| format!("pg_hba.conf: {e}"))?;
+        }
+        Ok(())
     }
 
     fn data(&self) -> PathBuf {

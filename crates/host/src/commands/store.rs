@@ -5,13 +5,13 @@
 use std::{path::Path, process::ExitCode};
 
 use anyhow::Context;
-use quiver_registry::store::{CallFilter, CallLog, DefinitionStore, JobStore};
+use quiver_registry::store::{DefinitionStore, JobStore};
 use quiver_store_postgres::{Import, ImportCounts, PgOptions, PgStore, redact};
 use quiver_store_sqlite::{SqliteStore, StoreOptions};
 use quiver_surface::ports::{SessionStore, TIER0_KEY};
 
-/// Reads everything `quiver store migrate` copies from the SQLite store at `from`.
-async fn read_sqlite(from: &Path) -> anyhow::Result<Import> {
+/// Opens the SQLite store at `from` read-only.
+async fn open_sqlite(from: &Path) -> anyhow::Result<SqliteStore> {
     if !from.is_file() {
         anyhow::bail!(
             "there is no SQLite store at {}: give the file `[store] path` names (e.g. ./quiver.db)",
@@ -24,22 +24,40 @@ async fn read_sqlite(from: &Path) -> anyhow::Result<Import> {
     })
     .await?
     .with_context(|| format!("opening {}", from.display()))?;
+    Ok(store)
+}
+
+/// Reads what `quiver store migrate` copies in one piece from the SQLite store at `from`:
+/// everything but the execution log, which is copied page by page.
+async fn read_sqlite(store: &SqliteStore, from: &Path) -> anyhow::Result<Import> {
     let mut data = Import::default();
     data.definitions = store.all_definitions().await?;
     data.jobs = store.jobs(None).await?;
-    data.calls = store
-        .recent_calls(CallFilter::recent(usize::MAX).with_output())
-        .await?;
     if let Some(floor) = store.state(TIER0_KEY).await? {
         data.state.push((TIER0_KEY.to_owned(), floor));
     }
-    store.close().await?;
     let path = from.to_path_buf();
     let sessions =
         tokio::task::spawn_blocking(move || quiver_store_sqlite::read_sessions(path)).await??;
     data.working = sessions.working;
     data.failures = sessions.failures;
     Ok(data)
+}
+
+/// One page of the execution log after row `after`, as an [`Import`] of calls only, and
+/// the last row it holds (`None` at the end).
+async fn log_page(
+    store: &SqliteStore,
+    after: u64,
+    page_rows: usize,
+) -> anyhow::Result<Option<(Import, u64)>> {
+    let calls = store.calls_page(after, page_rows).await?;
+    let Some(last) = calls.last().map(|c| c.row) else {
+        return Ok(None);
+    };
+    let mut page = Import::default();
+    page.calls = calls;
+    Ok(Some((page, last)))
 }
 
 fn line(label: &str, counts: &ImportCounts) -> String {
@@ -54,25 +72,69 @@ fn line(label: &str, counts: &ImportCounts) -> String {
     )
 }
 
-/// `quiver store migrate --from <sqlite file> --to <postgres url>`.
-pub(crate) async fn migrate(from: &Path, to: &str) -> anyhow::Result<ExitCode> {
+/// How many execution-log rows `quiver store migrate` holds in memory at once, by default.
+pub(crate) const PAGE_ROWS: u64 = 1_000;
+
+/// `quiver store migrate --from <sqlite file> --to <postgres url>`: the definitions, jobs,
+/// sessions and floor in one transaction, then the execution log in pages of `page_rows`
+/// rows (each its own transaction, in row order), then the check: every page read again and
+/// its rows counted in PostgreSQL. Rows written to the SQLite log after the copy began are
+/// left to the next run.
+pub(crate) async fn migrate(from: &Path, to: &str, page_rows: usize) -> anyhow::Result<ExitCode> {
     let shown = redact(to);
-    let data = read_sqlite(from).await?;
-    let want = data.counts();
-    say!("{}", line(&format!("read from {}", from.display()), &want));
+    let page_rows = page_rows.max(1);
+    let sqlite = open_sqlite(from).await?;
+    let data = read_sqlite(&sqlite, from).await?;
     let pg = PgStore::open(to, PgOptions::default())
         .await
         .with_context(|| format!("opening {shown}"))?;
-    let new = pg
+    let mut new = pg
         .import(&data)
         .await
         .with_context(|| format!("copying into {shown}"))?;
+    let mut want = data.counts();
+    // The log, page by page; `last` is the last row copied.
+    let (mut last, mut pages) = (0u64, 0u64);
+    while let Some((page, end)) = log_page(&sqlite, last, page_rows).await? {
+        let added = pg
+            .import(&page)
+            .await
+            .with_context(|| format!("copying log rows after row {last} into {shown}"))?;
+        new.calls += added.calls;
+        want.calls += page.counts().calls;
+        tracing::debug!(
+            page = pages + 1,
+            rows = page.calls.len(),
+            new = added.calls,
+            "copied a page of the log"
+        );
+        (last, pages) = (end, pages + 1);
+    }
+    say!(
+        "{} (the log in {pages} page(s) of at most {page_rows} rows)",
+        line(&format!("read from {}", from.display()), &want)
+    );
     say!("{}", line("new in PostgreSQL", &new));
-    let there = pg
+    let mut there = pg
         .count_present(&data)
         .await
         .with_context(|| format!("checking {shown}"))?;
+    let mut checked = 0u64;
+    while checked < last {
+        let Some((page, end)) = log_page(&sqlite, checked, page_rows).await? else {
+            break;
+        };
+        let mut page = page;
+        page.calls.retain(|c| c.row <= last);
+        there.calls += pg
+            .count_present(&page)
+            .await
+            .with_context(|| format!("checking {shown}"))?
+            .calls;
+        checked = end;
+    }
     pg.close().await?;
+    sqlite.close().await?;
     if there != want {
         say!("{}", line("found in PostgreSQL", &there));
         anyhow::bail!(

@@ -528,22 +528,25 @@ impl McpClient {
         true
     }
 
-    /// Closes the server `name` and dials it again with the same settings, as a reload that
-    /// changed it would (its tools leave the catalog and come back when it lists them).
-    /// `Ok(false)` when there is no such server.
-    pub async fn restart_server(&self, name: &str) -> Result<bool, McpError> {
-        let cfg = match self.shared.server(name) {
-            Some(up) => up.cfg.clone(),
-            None => match self
+    /// The settings of the configured server `name`, shared or per session.
+    fn configured(&self, name: &str) -> Option<ResolvedServer> {
+        match self.shared.server(name) {
+            Some(up) => Some(up.cfg.clone()),
+            None => self
                 .shared
                 .sessions
                 .configs()
                 .into_iter()
-                .find(|s| s.name == name)
-            {
-                Some(cfg) => cfg,
-                None => return Ok(false),
-            },
+                .find(|s| s.name == name),
+        }
+    }
+
+    /// Closes the server `name` and dials it again with the same settings, as a reload that
+    /// changed it would (its tools leave the catalog and come back when it lists them).
+    /// `Ok(false)` when there is no such server.
+    pub async fn restart_server(&self, name: &str) -> Result<bool, McpError> {
+        let Some(cfg) = self.configured(name) else {
+            return Ok(false);
         };
         self.remove_server(name).await;
         self.add_server(cfg)?;
@@ -559,18 +562,8 @@ impl McpClient {
         if lock(&self.shared.disabled).contains_key(name) {
             return Ok(true);
         }
-        let cfg = match self.shared.server(name) {
-            Some(up) => up.cfg.clone(),
-            None => match self
-                .shared
-                .sessions
-                .configs()
-                .into_iter()
-                .find(|s| s.name == name)
-            {
-                Some(cfg) => cfg,
-                None => return Ok(false),
-            },
+        let Some(cfg) = self.configured(name) else {
+            return Ok(false);
         };
         self.remove_server(name).await;
         lock(&self.shared.disabled).insert(name.to_owned(), cfg);

@@ -6,3 +6,4 @@ mod contract;
 mod open;
 mod shared;
 mod support;
+mod tls;

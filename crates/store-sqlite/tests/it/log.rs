@@ -200,3 +200,38 @@ async fn a_batch_failing_part_way_is_rolled_back_and_the_next_one_commits() {
         .expect("count");
     assert_eq!(orphans, 0);
 }
+
+/// The whole log read out page by page (as `quiver store migrate` copies it): every row
+/// once, in row order, with its output, rows older than the hash chain included.
+#[tokio::test]
+async fn the_log_reads_out_in_pages_of_every_row_older_than_the_chain_too() {
+    let (_dir, path, store) = store();
+    for i in 1..=5 {
+        store.record(call("t", &format!("c{i}"), "ok")).await;
+    }
+    store.flush().await;
+    // The first two rows as a store from before the hash chain left them: unchained.
+    let conn = rusqlite::Connection::open(&path).expect("open");
+    let unchained = conn
+        .execute(
+            "UPDATE execution_log SET chain_seq = NULL, chain_link = NULL WHERE call_id IN ('c1', 'c2')",
+            [],
+        )
+        .expect("unchain");
+    assert_eq!(unchained, 2);
+    drop(conn);
+    let (mut after, mut pages, mut ids) = (0, Vec::new(), Vec::new());
+    loop {
+        let page = store.calls_page(after, 2).await.expect("a page");
+        let Some(last) = page.last() else { break };
+        after = last.row;
+        pages.push(page.len());
+        for c in &page {
+            let text = format!("{:?}", c.output);
+            assert!(text.contains(&format!("result of {}", c.call_id)), "{text}");
+            ids.push(c.call_id.clone());
+        }
+    }
+    assert_eq!(pages, [2, 2, 1]);
+    assert_eq!(ids, ["c1", "c2", "c3", "c4", "c5"]);
+}

@@ -1318,23 +1318,7 @@ impl SessionStore for SqliteStore {
     ) -> Result<(), StoreError> {
         let session = session.to_owned();
         self.write(move |tx, loc| {
-            let mut stmt = tx
-                .prepare_cached(
-                    "INSERT INTO session_tools (session, tool, last_used, round)
-                     VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT (session, tool) DO UPDATE
-                     SET last_used = excluded.last_used, round = excluded.round",
-                )
-                .at(loc)?;
-            for e in &entries {
-                stmt.execute(params![
-                    session,
-                    e.tool,
-                    micros(e.last_used),
-                    i64::try_from(e.round).unwrap_or(i64::MAX)
-                ])
-                .at(loc)?;
-            }
+            upsert_session_tools(tx, loc, &session, &entries)?;
             Ok(())
         })
         .await
@@ -1395,23 +1379,7 @@ impl SessionStore for SqliteStore {
         self.write(move |tx, loc| {
             tx.execute("DELETE FROM session_tools WHERE session = ?1", [&session])
                 .at(loc)?;
-            let mut stmt = tx
-                .prepare_cached(
-                    "INSERT INTO session_tools (session, tool, last_used, round)
-                     VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT (session, tool) DO UPDATE
-                     SET last_used = excluded.last_used, round = excluded.round",
-                )
-                .at(loc)?;
-            for e in &entries {
-                stmt.execute(params![
-                    session,
-                    e.tool,
-                    micros(e.last_used),
-                    i64::try_from(e.round).unwrap_or(i64::MAX)
-                ])
-                .at(loc)?;
-            }
+            upsert_session_tools(tx, loc, &session, &entries)?;
             let version: i64 = tx
                 .query_row(
                     "INSERT INTO session_versions (session, version) VALUES (?1, 1)
@@ -1672,4 +1640,31 @@ mod query_plan_tests {
         );
         store.close().await.unwrap();
     }
+}
+
+/// Writes `entries` into `session`'s working set (a tool already there takes the new use).
+fn upsert_session_tools(
+    tx: &rusqlite::Transaction<'_>,
+    loc: &str,
+    session: &str,
+    entries: &[WorkingSetEntry],
+) -> Result<(), StoreError> {
+    let mut stmt = tx
+        .prepare_cached(
+            "INSERT INTO session_tools (session, tool, last_used, round)
+             VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (session, tool) DO UPDATE
+             SET last_used = excluded.last_used, round = excluded.round",
+        )
+        .at(loc)?;
+    for e in entries {
+        stmt.execute(params![
+            session,
+            e.tool,
+            micros(e.last_used),
+            i64::try_from(e.round).unwrap_or(i64::MAX)
+        ])
+        .at(loc)?;
+    }
+    Ok(())
 }

@@ -1592,6 +1592,33 @@ fn working_set_entry(r: &rusqlite::Row<'_>) -> Result<WorkingSetEntry, StoreErro
     }
 }
 
+/// Writes `entries` into `session`'s working set (a tool already there takes the new use).
+fn upsert_session_tools(
+    tx: &rusqlite::Transaction<'_>,
+    loc: &str,
+    session: &str,
+    entries: &[WorkingSetEntry],
+) -> Result<(), StoreError> {
+    let mut stmt = tx
+        .prepare_cached(
+            "INSERT INTO session_tools (session, tool, last_used, round)
+             VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (session, tool) DO UPDATE
+             SET last_used = excluded.last_used, round = excluded.round",
+        )
+        .at(loc)?;
+    for e in entries {
+        stmt.execute(params![
+            session,
+            e.tool,
+            micros(e.last_used),
+            i64::try_from(e.round).unwrap_or(i64::MAX)
+        ])
+        .at(loc)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod query_plan_tests {
     use super::*;
@@ -1640,31 +1667,4 @@ mod query_plan_tests {
         );
         store.close().await.unwrap();
     }
-}
-
-/// Writes `entries` into `session`'s working set (a tool already there takes the new use).
-fn upsert_session_tools(
-    tx: &rusqlite::Transaction<'_>,
-    loc: &str,
-    session: &str,
-    entries: &[WorkingSetEntry],
-) -> Result<(), StoreError> {
-    let mut stmt = tx
-        .prepare_cached(
-            "INSERT INTO session_tools (session, tool, last_used, round)
-             VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (session, tool) DO UPDATE
-             SET last_used = excluded.last_used, round = excluded.round",
-        )
-        .at(loc)?;
-    for e in entries {
-        stmt.execute(params![
-            session,
-            e.tool,
-            micros(e.last_used),
-            i64::try_from(e.round).unwrap_or(i64::MAX)
-        ])
-        .at(loc)?;
-    }
-    Ok(())
 }

@@ -102,6 +102,22 @@ impl Surface {
         self.index_updates.subscribe()
     }
 
+    /// Waits, at most `limit`, until the search index has every catalog change made before
+    /// this call: a search right after an upstream's tools register ranks all of them, not
+    /// the part indexed so far (whose hits it would page in). Returns at once when the
+    /// index is current, or when no task keeps it in step (see [`Surface::new`]).
+    pub async fn index_current(&self, limit: std::time::Duration) {
+        if !self.index_synced.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let version = self.catalog.version();
+        let mut updates = self.index_updates.subscribe();
+        if *updates.borrow() >= version {
+            return;
+        }
+        let _ = tokio::time::timeout(limit, updates.wait_for(|at| *at >= version)).await;
+    }
+
     /// The number of indexed tools.
     pub fn index_len(&self) -> usize {
         self.index

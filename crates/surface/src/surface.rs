@@ -56,6 +56,9 @@ pub struct Surface {
     pub(crate) vector_wake: Arc<tokio::sync::Notify>,
     pub(crate) vector_progress: watch::Sender<crate::VectorProgress>,
     pub(crate) index_updates: watch::Sender<u64>,
+    /// Whether a task keeps the index in step with the catalog's events (a surface built
+    /// inside a tokio runtime).
+    pub(crate) index_synced: std::sync::atomic::AtomicBool,
     pub(crate) sessions: Mutex<HashMap<Arc<str>, Session>>,
     /// Restored working-set names whose tools were not in the catalog yet (an upstream
     /// still connecting after a restart): paged in when they register, and kept in the
@@ -143,6 +146,7 @@ impl Surface {
             })),
             usage,
             index_updates,
+            index_synced: std::sync::atomic::AtomicBool::new(false),
             sessions: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
             restored: Mutex::new(HashSet::new()),
@@ -157,6 +161,9 @@ impl Surface {
             changes,
         });
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            surface
+                .index_synced
+                .store(true, std::sync::atomic::Ordering::Relaxed);
             handle.spawn(sync_index(Arc::downgrade(&surface), events, at));
         }
         Ok(surface)

@@ -18,6 +18,11 @@ use crate::{
 /// The hint for a query without search words.
 pub const BLANK_QUERY_HINT: &str = "the query has no search words: it is blank, or only stop words, single letters, punctuation or words too long to be words (over 40 letters). Describe the capability you need in a few keywords, e.g. {\"query\": \"read csv file\"} or {\"query\": \"send slack message\"}.";
 
+/// How long `tool_search` waits for the search index to take in the catalog changes made
+/// before it: the index applies a change in microseconds, so this only bounds a stalled
+/// index task.
+const INDEX_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The warning of a search that found nothing.
 pub const NO_MATCH_HINT: &str = "no tool you can use matches these words. Search again with other words for what the tool does, its action and its object (e.g. \"convert time zone\", \"query postgres database\"); tool descriptions are mostly in English. If nothing fits, no tool here does it.";
 
@@ -149,6 +154,7 @@ impl Tool for ToolSearch {
             return Err(ToolError::fetch_hint(BLANK_QUERY_HINT, Vec::new()));
         }
         let surface = upgrade(&self.surface)?;
+        surface.index_current(INDEX_WAIT).await;
         let outcome = surface.tool_search(session_of(ctx), &a.query, a.limit, &ctx.capabilities);
         let data = serde_json::to_value(&outcome).map_err(|e| {
             ToolError::err(ErrKind::Internal, format!("cannot encode the result: {e}"))

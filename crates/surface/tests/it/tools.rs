@@ -524,6 +524,31 @@ async fn the_index_follows_the_catalog() {
     assert_eq!(hit_names(&e), "");
 }
 
+/// A search right after tools register ranks all of them, not the part the index task
+/// has taken in yet: on this one-thread runtime that task has not run when the search
+/// starts, so without the wait the search would find none of them.
+#[tokio::test]
+async fn a_search_waits_for_the_changes_made_before_it() {
+    let fx = search_fixture();
+    for i in 0..12 {
+        fx.catalog
+            .register_in(
+                "test",
+                stub(ro(&format!("toml_tool_{i:02}"), "Parses a TOML document.")),
+            )
+            .unwrap();
+    }
+    let e = fx
+        .search("s", json!({"query": "toml document", "limit": 20}))
+        .await;
+    assert_eq!(
+        data(&e)["hits"].as_array().unwrap().len(),
+        12,
+        "{}",
+        text(&e)
+    );
+}
+
 #[tokio::test]
 async fn the_index_says_which_catalog_version_it_has() {
     // Built over a catalog that already changed: it starts at that version.

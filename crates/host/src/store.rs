@@ -284,22 +284,6 @@ impl SessionStore for Store {
         each!(self, s => s.working_set(session).await)
     }
 
-    async fn upsert_working_set(
-        &self,
-        session: &str,
-        entries: Vec<WorkingSetEntry>,
-    ) -> Result<(), StoreError> {
-        each!(self, s => s.upsert_working_set(session, entries).await)
-    }
-
-    async fn remove_from_working_set(
-        &self,
-        session: &str,
-        tools: Vec<String>,
-    ) -> Result<(), StoreError> {
-        each!(self, s => s.remove_from_working_set(session, tools).await)
-    }
-
     async fn versioned_working_set(&self, session: &str) -> Result<StoredWorkingSet, StoreError> {
         each!(self, s => s.versioned_working_set(session).await)
     }

@@ -1054,47 +1054,6 @@ impl SessionStore for PgStore {
         .await
     }
 
-    /// One statement for every entry (arrays unnested); the last entry of a tool wins.
-    async fn upsert_working_set(
-        &self,
-        session: &str,
-        entries: Vec<WorkingSetEntry>,
-    ) -> Result<(), StoreError> {
-        let last: BTreeMap<&str, &WorkingSetEntry> =
-            entries.iter().map(|e| (e.tool.as_str(), e)).collect();
-        if last.is_empty() {
-            return Ok(());
-        }
-        let tools: Vec<&str> = last.keys().copied().collect();
-        let used: Vec<SystemTime> = last.values().map(|e| e.last_used).collect();
-        let rounds: Vec<i64> = last
-            .values()
-            .map(|e| i64::try_from(e.round).unwrap_or(i64::MAX))
-            .collect();
-        self.execute(
-            "INSERT INTO session_tools (session, tool, last_used, round)
-             SELECT $1, t, u, r FROM unnest($2::text[], $3::timestamptz[], $4::bigint[]) AS e(t, u, r)
-             ON CONFLICT (session, tool) DO UPDATE
-             SET last_used = excluded.last_used, round = excluded.round",
-            &[&session, &tools, &used, &rounds],
-        )
-        .await?;
-        Ok(())
-    }
-
-    async fn remove_from_working_set(
-        &self,
-        session: &str,
-        tools: Vec<String>,
-    ) -> Result<(), StoreError> {
-        self.execute(
-            "DELETE FROM session_tools WHERE session = $1 AND tool = ANY($2)",
-            &[&session, &tools],
-        )
-        .await?;
-        Ok(())
-    }
-
     /// One statement: the version (0 without one) joined with the set's rows.
     async fn versioned_working_set(&self, session: &str) -> Result<StoredWorkingSet, StoreError> {
         let rows = self

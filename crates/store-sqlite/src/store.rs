@@ -1311,37 +1311,6 @@ impl SessionStore for SqliteStore {
         .await
     }
 
-    async fn upsert_working_set(
-        &self,
-        session: &str,
-        entries: Vec<WorkingSetEntry>,
-    ) -> Result<(), StoreError> {
-        let session = session.to_owned();
-        self.write(move |tx, loc| {
-            upsert_session_tools(tx, loc, &session, &entries)?;
-            Ok(())
-        })
-        .await
-    }
-
-    async fn remove_from_working_set(
-        &self,
-        session: &str,
-        tools: Vec<String>,
-    ) -> Result<(), StoreError> {
-        let session = session.to_owned();
-        self.write(move |tx, loc| {
-            let mut stmt = tx
-                .prepare_cached("DELETE FROM session_tools WHERE session = ?1 AND tool = ?2")
-                .at(loc)?;
-            for t in &tools {
-                stmt.execute(params![session, t]).at(loc)?;
-            }
-            Ok(())
-        })
-        .await
-    }
-
     async fn versioned_working_set(&self, session: &str) -> Result<StoredWorkingSet, StoreError> {
         let session = session.to_owned();
         self.read(move |c, loc| {

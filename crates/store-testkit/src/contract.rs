@@ -928,7 +928,7 @@ pub async fn working_sets_failures_and_surface_state_persist(b: &mut impl Backen
     let store = b.open().await;
     let t = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
     store
-        .upsert_working_set(
+        .replace_working_set(
             "s1",
             vec![
                 WorkingSetEntry::new("a", t, 1),
@@ -936,19 +936,16 @@ pub async fn working_sets_failures_and_surface_state_persist(b: &mut impl Backen
             ],
         )
         .await
-        .expect("upsert");
+        .expect("write");
     store
-        .upsert_working_set("s1", vec![WorkingSetEntry::new("a", t, 3)])
-        .await
-        .expect("refresh");
-    store
-        .upsert_working_set("s2", vec![WorkingSetEntry::new("z", t, 1)])
+        .replace_working_set("s2", vec![WorkingSetEntry::new("z", t, 1)])
         .await
         .expect("other session");
+    // Replaced whole: b leaves, a is refreshed.
     store
-        .remove_from_working_set("s1", vec!["b".into()])
+        .replace_working_set("s1", vec![WorkingSetEntry::new("a", t, 3)])
         .await
-        .expect("remove");
+        .expect("replace");
     assert_eq!(
         store
             .record_failed_approach("s1", "h1", "a", "e1")

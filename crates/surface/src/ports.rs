@@ -47,8 +47,7 @@ impl WorkingSetEntry {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StoredWorkingSet {
-    /// The set's version: 0 for a set never replaced (nothing stored, or entries written
-    /// only with [`SessionStore::upsert_working_set`]).
+    /// The set's version: 0 for a set never written.
     pub version: u64,
     /// The entries, by tool name.
     pub entries: Vec<WorkingSetEntry>,
@@ -119,20 +118,6 @@ impl SurfaceState {
 pub trait SessionStore: Send + Sync {
     /// The session's working set, by tool name.
     async fn working_set(&self, session: &str) -> Result<Vec<WorkingSetEntry>, StoreError>;
-
-    /// Adds the entries to the session's working set, replacing those of the same tool.
-    async fn upsert_working_set(
-        &self,
-        session: &str,
-        entries: Vec<WorkingSetEntry>,
-    ) -> Result<(), StoreError>;
-
-    /// Removes tools from the session's working set.
-    async fn remove_from_working_set(
-        &self,
-        session: &str,
-        tools: Vec<String>,
-    ) -> Result<(), StoreError>;
 
     /// The session's working set with its version, read together.
     async fn versioned_working_set(&self, session: &str) -> Result<StoredWorkingSet, StoreError>;
@@ -281,32 +266,6 @@ impl SessionStore for MemorySessionStore {
             .get(session)
             .map(|m| m.values().cloned().collect())
             .unwrap_or_default())
-    }
-
-    async fn upsert_working_set(
-        &self,
-        session: &str,
-        entries: Vec<WorkingSetEntry>,
-    ) -> Result<(), StoreError> {
-        let mut inner = lock(&self.inner);
-        let set = inner.working.entry(session.to_owned()).or_default();
-        for e in entries {
-            set.insert(e.tool.clone(), e);
-        }
-        Ok(())
-    }
-
-    async fn remove_from_working_set(
-        &self,
-        session: &str,
-        tools: Vec<String>,
-    ) -> Result<(), StoreError> {
-        if let Some(set) = lock(&self.inner).working.get_mut(session) {
-            for t in tools {
-                set.remove(&t);
-            }
-        }
-        Ok(())
     }
 
     async fn record_failed_approach(

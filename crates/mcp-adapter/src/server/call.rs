@@ -135,6 +135,10 @@ async fn run(
     // Only a call with a progress token needs the timer.
     let mut heartbeat =
         progress.map(|(token, peer)| Heartbeat::new(token, peer.clone(), progress_state, every));
+    // With a store several servers share, the conversation's next call may reach another
+    // server, which takes the stored set: a call that adds or removes a tool of the set
+    // answers once the set is written, so that server lists what this one answered with.
+    let members = shared_members(shared, scope);
     let call = surface.call(&shared.dispatcher, &scope.key, scope.mode, name, input, ctx);
     tokio::pin!(call);
     let mut cancelled = false;
@@ -152,6 +156,14 @@ async fn run(
     if cancelled {
         tracing::debug!(tool = %name, "the client cancelled the call");
     }
+    if let Some(before) = members
+        && shared_members(shared, scope).is_some_and(|after| after != before)
+        && tokio::time::timeout(SET_WRITE_WAIT, surface.mirror_settled())
+            .await
+            .is_err()
+    {
+        tracing::warn!(tool = %name, "the working set's write took over {SET_WRITE_WAIT:?}: answered before it was stored");
+    }
     // An output schema whose root is an object: a success must then carry that object
     // (looked up only for a result without one).
     let typed = || {
@@ -163,6 +175,22 @@ async fn run(
         })
     };
     from_contract::call_result(&envelope, &shared.options.render, typed)
+}
+
+/// How long a call that changed a shared working set waits for its write (the store's
+/// own timeouts bound the write; this bounds a stalled persistence task).
+const SET_WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The tools of the scope's working set, sorted, when other servers may take the next call
+/// of its conversation (a store several servers share, a key not bound to this server).
+/// Recency and idle rounds are left out: their writes stay off the call path.
+fn shared_members(shared: &Shared, scope: &Scope) -> Option<Vec<String>> {
+    if !shared.sessions.as_ref().is_some_and(|s| s.shared()) || scope.key.is_session_bound() {
+        return None;
+    }
+    let mut members = shared.surface.working_set(scope.key.as_str());
+    members.sort_unstable();
+    Some(members)
 }
 
 /// The progress heartbeat of a call whose request carried a progress token: a

@@ -235,12 +235,12 @@ async fn sessions_idle_past_the_cutoff_are_purged() {
             WorkingSetEntry::new("b", t, 2),
         ]
     };
-    store.upsert_working_set("idle", ws(old)).await.unwrap();
+    store.replace_working_set("idle", ws(old)).await.unwrap();
     store
-        .upsert_working_set("busy", ws(SystemTime::now()))
+        .replace_working_set("busy", ws(SystemTime::now()))
         .await
         .unwrap();
-    store.upsert_working_set("failing", ws(old)).await.unwrap();
+    store.replace_working_set("failing", ws(old)).await.unwrap();
     store
         .record_failed_approach("failing", "h", "a", "e")
         .await

@@ -404,7 +404,7 @@ async fn a_read_only_store_reads_and_changes_nothing() {
     {
         let store = SqliteStore::open(&path).expect("open");
         store
-            .upsert_working_set("s1", vec![WorkingSetEntry::new("a", t, 1)])
+            .replace_working_set("s1", vec![WorkingSetEntry::new("a", t, 1)])
             .await
             .expect("ws");
         store
@@ -447,7 +447,7 @@ async fn a_read_only_store_reads_and_changes_nothing() {
     assert_eq!(calls.len(), 1);
     assert!(
         store
-            .upsert_working_set("s1", vec![WorkingSetEntry::new("b", t, 2)])
+            .replace_working_set("s1", vec![WorkingSetEntry::new("b", t, 2)])
             .await
             .is_err()
     );

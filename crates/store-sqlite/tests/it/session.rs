@@ -17,15 +17,15 @@ async fn sessions_idle_past_the_cutoff_are_purged() {
         ]
     };
     store
-        .upsert_working_set("idle", ws(old))
+        .replace_working_set("idle", ws(old))
         .await
         .expect("idle");
     store
-        .upsert_working_set("busy", ws(SystemTime::now()))
+        .replace_working_set("busy", ws(SystemTime::now()))
         .await
         .expect("busy");
     store
-        .upsert_working_set("failing", ws(old))
+        .replace_working_set("failing", ws(old))
         .await
         .expect("failing");
     // Recorded now: this session was used recently although its working set is old.

@@ -196,21 +196,6 @@ impl SessionStore for SlowWrites {
     {
         self.0.working_set(session).await
     }
-    async fn upsert_working_set(
-        &self,
-        session: &str,
-        entries: Vec<quiver_surface::ports::WorkingSetEntry>,
-    ) -> Result<(), quiver_registry::store::StoreError> {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        self.0.upsert_working_set(session, entries).await
-    }
-    async fn remove_from_working_set(
-        &self,
-        session: &str,
-        tools: Vec<String>,
-    ) -> Result<(), quiver_registry::store::StoreError> {
-        self.0.remove_from_working_set(session, tools).await
-    }
     async fn versioned_working_set(
         &self,
         session: &str,

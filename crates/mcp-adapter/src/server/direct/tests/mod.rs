@@ -7,6 +7,7 @@ mod in_flight;
 mod refusals;
 mod routing;
 mod sessions;
+mod shared_store;
 
 use std::time::Duration;
 

@@ -1,17 +1,24 @@
 """What one call through `quiver serve` costs its PostgreSQL store: statements, rows and
 server CPU per call, for the sizing estimate in docs/DEPLOY.md.
 
-Usage: python pg_cost.py QUIVER [CALLS]
+Usage: python pg_cost.py QUIVER [CALLS] [CLIENTS]
 
 Starts a PostgreSQL server of its own (initdb in a temp dir, pg_ctl on a free port, as the
 `postgres` user when run as root; `pg_stat_statements` loaded; durable settings), one
 `quiver serve` on it, and the official Python MCP client; then, per workload, resets the
-statistics, makes CALLS calls in one stateless conversation, waits for the log writer, and
+statistics, makes CALLS calls in all from CLIENTS clients at once (default 1), each its own
+stateless conversation, waits for the log writer, and
 reads pg_stat_statements and the CPU time of the server's processes (/proc). Prints one
 table per workload. Run from the repository root with the peers' Python
 (`.peers/venv/bin/python tests/bench/pg_cost.py target/release/quiver`).
+
+Workloads: `describe_tool` and `tool_search` over the built-in tools (the conversation's
+working set stays empty), and `echo`: server-everything's echo (from `.peers`) called by a
+conversation that found it with `tool_search`, so it holds a tool and each call moves its
+round, which a shared store writes.
 """
 
+import contextlib
 import glob
 import os
 import shutil
@@ -26,8 +33,9 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-QUIVER = sys.argv[1]
+QUIVER = os.path.abspath(sys.argv[1])
 CALLS = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
+CLIENTS = int(sys.argv[3]) if len(sys.argv) > 3 else 1
 BIN = os.path.dirname(os.path.realpath(shutil.which("initdb") or sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))[-1]))
 AS = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
 TICK = os.sysconf("SC_CLK_TCK")
@@ -82,36 +90,60 @@ async def main():
         work = tempfile.mkdtemp(prefix="quiver-pgcost-serve-")
         with open(f"{work}/quiver.toml", "w") as f:
             f.write(f'[store]\nurl = "postgres://quiver@127.0.0.1:{port}/quiver"\n')
-        serve = subprocess.Popen([QUIVER, "serve", "--listen", "127.0.0.1:0"], cwd=work, stdout=subprocess.PIPE, text=True)
+        everything = os.path.abspath(".peers/npm/node_modules/.bin/mcp-server-everything")
+        if not os.path.exists(everything):
+            sys.exit(f"{everything} is missing: run .ci/setup-peers from the repository root first")
+        with open(f"{work}/mcp.json", "w") as f:
+            f.write('{"mcpServers": {"everything": {"command": "%s"}}}' % everything)
+        serve = subprocess.Popen([QUIVER, "--mcp-config", "mcp.json", "serve", "--listen", "127.0.0.1:0"],
+                                 cwd=work, stdout=subprocess.PIPE, text=True)
         url = serve.stdout.readline().strip()
 
         async def describe(c, i):
-            r = await c.call_tool("describe_tool", {"name": ("tool_search", "describe_tool")[i % 2]})
+            r = await c.call_tool("describe_tool", {"name": ("tool_search", "describe_tool")[(i // CLIENTS) % 2]})
             assert not r.is_error, r
 
         async def search(c, i):
             r = await c.call_tool("tool_search", {"query": f"find a tool number {i}"})
             assert not r.is_error, r
 
-        for name, call in (("describe_tool", describe), ("tool_search", search)):
-            http = httpx2.AsyncClient(headers={"Quiver-Conversation": f"cost-{name}"}, timeout=httpx2.Timeout(30))
-            async with Client(streamable_http_client(url, http_client=http), mode="auto") as c:
+        async def echo(c, i):
+            if i < 0:
+                r = await c.call_tool("tool_search", {"query": "echo back the input string"})
+                assert "mcp__everything__echo" in str(r.structured_content.get("exposed")), r
+            r = await c.call_tool("mcp__everything__echo", {"message": f"m{i}"})
+            assert not r.is_error, r
+
+        for name, call in (("describe_tool", describe), ("tool_search", search), ("echo", echo)):
+            clients = []
+            stack = contextlib.AsyncExitStack()
+            for k in range(CLIENTS):
+                http = httpx2.AsyncClient(headers={"Quiver-Conversation": f"cost-{name}-{k}"}, timeout=httpx2.Timeout(60))
+                c = await stack.enter_async_context(Client(streamable_http_client(url, http_client=http), mode="auto"))
                 await call(c, -1)
-                await anyio.sleep(1)
-                psql(tmp, port, "SELECT pg_stat_statements_reset()")
-                logged0 = int(psql(tmp, port, "SELECT count(*) FROM execution_log"))
-                cpu0 = cpu_seconds(postmaster)
-                t0 = time.monotonic()
-                for i in range(CALLS):
+                clients.append(c)
+            await anyio.sleep(1)
+            psql(tmp, port, "SELECT pg_stat_statements_reset()")
+            logged0 = int(psql(tmp, port, "SELECT count(*) FROM execution_log"))
+            cpu0 = cpu_seconds(postmaster)
+            t0 = time.monotonic()
+
+            async def run(c, k):
+                for i in range(k, CALLS, CLIENTS):
                     await call(c, i)
-                wall = time.monotonic() - t0
-                await anyio.sleep(1.5)  # the log writer's last batch, the working-set mirror
-                cpu = cpu_seconds(postmaster) - cpu0
-                logged = int(psql(tmp, port, "SELECT count(*) FROM execution_log")) - logged0
+
+            async with anyio.create_task_group() as tg:
+                for k, c in enumerate(clients):
+                    tg.start_soon(run, c, k)
+            wall = time.monotonic() - t0
+            await anyio.sleep(1.5)  # the log writer's last batch, the working-set mirror
+            cpu = cpu_seconds(postmaster) - cpu0
+            logged = int(psql(tmp, port, "SELECT count(*) FROM execution_log")) - logged0
+            await stack.aclose()
             rows = psql(tmp, port, "SELECT calls, rows, left(regexp_replace(query, '\\s+', ' ', 'g'), 70) FROM pg_stat_statements "
                         "WHERE query NOT LIKE '%pg_stat_statements%' ORDER BY calls DESC")
             total_calls = total_rows = 0
-            print(f"\n== {name}: {CALLS} calls in {wall:.2f} s; PostgreSQL CPU {cpu:.2f} s "
+            print(f"\n== {name}: {CALLS} calls from {CLIENTS} clients in {wall:.2f} s; PostgreSQL CPU {cpu:.2f} s "
                   f"({cpu / CALLS * 1000:.2f} s per 1000 calls)")
             for line in rows.splitlines():
                 calls, nrows, query = line.split("|", 2)

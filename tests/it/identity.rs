@@ -52,7 +52,7 @@ async fn start_provider(resource: &str) -> Provider {
 
 /// A loopback port nothing listens on now (the server's resource URI names its port, so it
 /// is chosen before the server starts).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .expect("bind")
         .local_addr()
@@ -394,7 +394,7 @@ max_user_connections = 4
 }
 
 /// `GET /metrics` on `quiver serve --metrics-listen`.
-async fn scrape(port: u16) -> String {
+pub(crate) async fn scrape(port: u16) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await

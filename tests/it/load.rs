@@ -3,7 +3,9 @@
 //! upstream (server-everything's `echo`), each session closed with `DELETE`. Every call is
 //! answered without error, the execution log has one row per call, and the process's open
 //! files do not grow from the second run to the third (a leak per session would). RSS,
-//! threads and files after each run are printed.
+//! the allocator's bytes in use (`quiver_process_heap_in_use_bytes` of `/metrics`: what
+//! the allocator keeps after a free is not in it, so a leak shows there), threads and files
+//! after each run are printed.
 //!
 //! CI runs it small; the size comes from `QUIVER_LOAD_SESSIONS`, `QUIVER_LOAD_CALLS` and
 //! `QUIVER_LOAD_CONCURRENCY`, and `QUIVER_LOAD_RUNS` (at least 3) sets how many runs there
@@ -76,8 +78,20 @@ async fn three_load_runs_answer_every_call_log_every_row_and_leak_no_files() {
         ),
     )
     .unwrap();
-    let mut server =
-        Server::start_in(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"], &dir).await;
+    let metrics_port = crate::identity::free_port();
+    let metrics_listen = format!("127.0.0.1:{metrics_port}");
+    let mut server = Server::start_in(
+        quiver_binary(),
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            &metrics_listen,
+        ],
+        &dir,
+    )
+    .await;
     let pid = server.pid();
     let mut after = Vec::new();
     for run in 1..=runs {
@@ -115,9 +129,24 @@ async fn three_load_runs_answer_every_call_log_every_row_and_leak_no_files() {
             "run {run}: one row per call"
         );
         let (rss, threads, files) = process(pid);
+        let metrics = crate::identity::scrape(metrics_port).await;
+        let gauge = |name: &str| -> u64 {
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in /metrics: {metrics}"))
+        };
+        let heap = gauge("quiver_process_heap_in_use_bytes");
+        let sqlite = gauge("quiver_process_store_engine_bytes");
         println!(
-            "run {run}: {} calls in {} s ({} calls/s); RSS {rss} KiB, {threads} threads, {files} open files",
-            report["calls"], report["seconds"], report["calls_per_s"]
+            "run {run}: {} calls in {} s ({} calls/s); RSS {rss} KiB, heap in use {} KiB (SQLite {} KiB, the rest {} KiB), {threads} threads, {files} open files",
+            report["calls"],
+            report["seconds"],
+            report["calls_per_s"],
+            heap / 1024,
+            sqlite / 1024,
+            heap.saturating_sub(sqlite) / 1024,
         );
         after.push((rss, threads, files));
     }

@@ -1,12 +1,13 @@
 //! `quiver serve`'s `GET /metrics`: the app's [`Metrics`] with the gauges read from its
 //! parts at each scrape (the MCP client's upstreams, the surface's working sets, the store's
-//! log writer), served through the MCP server's [`MetricsExposition`] port.
+//! log writer, the process's memory, threads and files), served through the MCP server's [`MetricsExposition`] port.
 
 use std::sync::Arc;
 
 use quiver_mcp_adapter::{MetricsExposition, ServerState};
 use quiver_metrics_prometheus::{
-    CONTENT_TYPE, LogWriterReading, Metrics, UpstreamReading, UpstreamState, WorkingSetsReading,
+    CONTENT_TYPE, LogWriterReading, Metrics, ProcessReading, UpstreamReading, UpstreamState,
+    WorkingSetsReading,
 };
 
 use crate::App;
@@ -50,7 +51,48 @@ pub fn exposition(app: &App) -> Arc<dyn MetricsExposition> {
         let (written, failed, failing) = store.log_writer();
         LogWriterReading::new(written, failed, failing)
     });
+    let store = app.store.clone();
+    metrics.read_process(move || match store.engine_memory() {
+        Some(bytes) => process().with_embedded_store(bytes),
+        None => process(),
+    });
     Arc::new(Exposition(metrics))
+}
+
+/// The process now, from `/proc/self` and the allocator (zeros where `/proc` cannot be
+/// read: another system).
+fn process() -> ProcessReading {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
+    let reading = ProcessReading::new(kib("VmRSS:") * 1024, kib("Threads:"), fds);
+    match heap_in_use() {
+        Some(bytes) => reading.with_heap_in_use(bytes),
+        None => reading,
+    }
+}
+
+/// glibc's bytes in use: its arenas' allocated chunks and its mmapped ones, over every
+/// arena.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn heap_in_use() -> Option<u64> {
+    // SAFETY: mallinfo2 takes no arguments and only reads the allocator's own counters,
+    // under its arenas' locks.
+    #[allow(unsafe_code)]
+    let info = unsafe { libc::mallinfo2() };
+    Some((info.uordblks + info.hblkhd) as u64)
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn heap_in_use() -> Option<u64> {
+    None
 }
 
 struct Exposition(Arc<Metrics>);

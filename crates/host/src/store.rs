@@ -122,6 +122,15 @@ impl Store {
         })
     }
 
+    /// Bytes the embedded SQLite engine holds in this process (its page caches and
+    /// statements); `None` for a store on a server.
+    pub fn engine_memory(&self) -> Option<u64> {
+        match self {
+            Store::Sqlite(_) => Some(quiver_store_sqlite::memory_used()),
+            Store::Postgres(_) => None,
+        }
+    }
+
     /// Whether the execution log is failing now (and, while it is, a probe of the store).
     pub fn log_failing(&self) -> bool {
         each!(self, s => s.log_failing())

@@ -145,6 +145,50 @@ impl LogWriterReading {
     }
 }
 
+/// The process at a scrape.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ProcessReading {
+    /// Resident memory, in bytes.
+    pub resident_bytes: u64,
+    /// Bytes the allocator has handed out and not had back, where the allocator says
+    /// (glibc's). Unlike the resident memory it leaves out what the allocator keeps after a
+    /// free, so it is the figure that grows with a leak.
+    pub heap_in_use_bytes: Option<u64>,
+    /// Of the heap in use, what an embedded database engine holds (SQLite's page caches
+    /// and statements), where the store is one.
+    pub embedded_store_bytes: Option<u64>,
+    /// Threads.
+    pub threads: u64,
+    /// Open file descriptors.
+    pub open_fds: u64,
+}
+
+impl ProcessReading {
+    /// A reading.
+    pub fn new(resident_bytes: u64, threads: u64, open_fds: u64) -> Self {
+        ProcessReading {
+            resident_bytes,
+            heap_in_use_bytes: None,
+            embedded_store_bytes: None,
+            threads,
+            open_fds,
+        }
+    }
+
+    /// With what the embedded database engine holds.
+    pub fn with_embedded_store(mut self, bytes: u64) -> Self {
+        self.embedded_store_bytes = Some(bytes);
+        self
+    }
+
+    /// With the allocator's bytes in use.
+    pub fn with_heap_in_use(mut self, bytes: u64) -> Self {
+        self.heap_in_use_bytes = Some(bytes);
+        self
+    }
+}
+
 type Read<T> = Mutex<Option<Box<dyn Fn() -> T + Send + Sync>>>;
 
 /// Locks a mutex, taking the value of one a panic poisoned (a reading is a snapshot).
@@ -157,6 +201,7 @@ pub(crate) struct Gauges {
     pub(crate) upstreams: Read<Vec<UpstreamReading>>,
     pub(crate) working_sets: Read<WorkingSetsReading>,
     pub(crate) log_writer: Read<LogWriterReading>,
+    pub(crate) process: Read<ProcessReading>,
     pub(crate) sessions_open: AtomicU64,
     /// Whether anything set `sessions_open` (a process without an MCP server has none).
     pub(crate) sessions_known: AtomicU64,
@@ -283,6 +328,43 @@ impl Collector for Gauges {
                 "log_failing",
                 "1 while the database refuses the execution log's writes (the writer holds the rows and retries)",
                 u64::from(r.failing),
+            )?;
+        }
+        if let Some(read) = &*lock(&self.process) {
+            let r = read();
+            gauge(
+                &mut encoder,
+                "process_resident_bytes",
+                "Resident memory of the process",
+                r.resident_bytes,
+            )?;
+            if let Some(heap) = r.heap_in_use_bytes {
+                gauge(
+                    &mut encoder,
+                    "process_heap_in_use_bytes",
+                    "Bytes the allocator has handed out and not had back (what it keeps after a free is left out: a leak grows this, not only the resident memory)",
+                    heap,
+                )?;
+            }
+            if let Some(store) = r.embedded_store_bytes {
+                gauge(
+                    &mut encoder,
+                    "process_store_engine_bytes",
+                    "Of the heap in use, what the embedded SQLite store holds: its page caches (up to about 2 MiB per connection) and statements",
+                    store,
+                )?;
+            }
+            gauge(
+                &mut encoder,
+                "process_threads",
+                "Threads of the process",
+                r.threads,
+            )?;
+            gauge(
+                &mut encoder,
+                "process_open_fds",
+                "Open file descriptors of the process",
+                r.open_fds,
             )?;
         }
         if let Some(read) = &*lock(&self.upstreams) {

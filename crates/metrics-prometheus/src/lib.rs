@@ -34,7 +34,9 @@ use std::sync::{
 use prometheus_client::registry::Registry;
 use quiver_registry::{CallObserver, ToolCallRecorder, sandbox::Sandbox};
 
-pub use gauges::{LogWriterReading, UpstreamReading, UpstreamState, WorkingSetsReading};
+pub use gauges::{
+    LogWriterReading, ProcessReading, UpstreamReading, UpstreamState, WorkingSetsReading,
+};
 
 /// The `Content-Type` of what [`Metrics::render`] returns: the Prometheus text format,
 /// version 0.0.4.
@@ -110,6 +112,11 @@ impl Metrics {
     /// Reads the execution-log writer's counters at each scrape.
     pub fn read_log_writer(&self, read: impl Fn() -> LogWriterReading + Send + Sync + 'static) {
         *gauges::lock(&self.gauges.log_writer) = Some(Box::new(read));
+    }
+
+    /// Reads the process (memory, threads, files) at each scrape through `read`.
+    pub fn read_process(&self, read: impl Fn() -> ProcessReading + Send + Sync + 'static) {
+        *gauges::lock(&self.gauges.process) = Some(Box::new(read));
     }
 
     /// Sets the number of MCP sessions open (the server counts them when it is scraped).

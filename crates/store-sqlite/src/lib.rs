@@ -16,6 +16,16 @@ mod sync;
 mod writer;
 
 pub use schema::{CrashCheck, OpenReport};
+
+/// Bytes SQLite holds in this process now, over every connection of every store: page
+/// caches, prepared statements, schemas. Part of what the allocator has handed out.
+pub fn memory_used() -> u64 {
+    // SAFETY: sqlite3_memory_used takes no arguments and reads SQLite's own counter (it
+    // is thread-safe in the bundled build's serialized threading mode).
+    #[allow(unsafe_code)]
+    let used = unsafe { rusqlite::ffi::sqlite3_memory_used() };
+    u64::try_from(used).unwrap_or(0)
+}
 pub use store::{
     Durability, SessionRows, SqliteStore, StoreOptions, WriterStats, read_calls, read_definitions,
     read_sessions,

@@ -3,7 +3,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use quiver_contract::{CallContext, Envelope, ErrKind, Tool, ToolResult, ToolSpec};
 use quiver_metrics_prometheus::{
-    CONTENT_TYPE, LogWriterReading, Metrics, UpstreamReading, UpstreamState, WorkingSetsReading,
+    CONTENT_TYPE, LogWriterReading, Metrics, ProcessReading, UpstreamReading, UpstreamState,
+    WorkingSetsReading,
 };
 use quiver_registry::{
     Catalog, Dispatcher, MemoryRecorder,
@@ -147,6 +148,11 @@ async fn gauges_are_read_at_each_scrape() {
     });
     metrics.read_working_sets(|| WorkingSetsReading::of_sizes([3, 5, 0]));
     metrics.read_log_writer(|| LogWriterReading::new(5, 1, true));
+    metrics.read_process(|| {
+        ProcessReading::new(64 << 20, 7, 31)
+            .with_heap_in_use(20 << 20)
+            .with_embedded_store(6 << 20)
+    });
     metrics.set_sessions_open(2);
     // Nine rows handed to the store: five written, one dropped, three waiting.
     let recorder = metrics.recorder(Arc::new(MemoryRecorder::new()));
@@ -183,6 +189,11 @@ async fn gauges_are_read_at_each_scrape() {
         ("quiver_log_rows_dropped_total", 1.0),
         ("quiver_log_rows_waiting", 3.0),
         ("quiver_log_failing", 1.0),
+        ("quiver_process_resident_bytes", (64u64 << 20) as f64),
+        ("quiver_process_heap_in_use_bytes", (20u64 << 20) as f64),
+        ("quiver_process_store_engine_bytes", (6u64 << 20) as f64),
+        ("quiver_process_threads", 7.0),
+        ("quiver_process_open_fds", 31.0),
     ] {
         assert_eq!(sample(&text, series), Some(want), "{series} in\n{text}");
     }

@@ -441,8 +441,8 @@ async fn a_job_of_a_killed_replica_is_released_to_the_other_and_runs_once() {
         .current_dir(&dirs[2])
         .output()
         .expect("quiver call runs");
-    let said = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && said.contains("build_job"), "{said}");
 
     let minute = Duration::from_secs(60);
@@ -465,9 +465,18 @@ async fn a_job_of_a_killed_replica_is_released_to_the_other_and_runs_once() {
     a.child.start_kill().expect("SIGKILL replica A");
     a.child.wait().await.expect("A is gone");
 
-    let done = jobs_become(&pg, "slow_sum", "ran again to the end", Duration::from_secs(120), |jobs| {
-        jobs.len() >= 2 && jobs.iter().all(|j| ["approved", "rejected", "failed"].contains(&j["status"].as_str().unwrap_or("")))
-    })
+    let done = jobs_become(
+        &pg,
+        "slow_sum",
+        "ran again to the end",
+        Duration::from_secs(120),
+        |jobs| {
+            jobs.len() >= 2
+                && jobs.iter().all(|j| {
+                    ["approved", "rejected", "failed"].contains(&j["status"].as_str().unwrap_or(""))
+                })
+        },
+    )
     .await;
     assert_eq!(done.len(), 2, "released once, run again once: {done:#?}");
     let (old, new) = (&done[0], &done[1]);
@@ -477,11 +486,19 @@ async fn a_job_of_a_killed_replica_is_released_to_the_other_and_runs_once() {
     assert!(why.contains("no heartbeat"), "{old:#}");
     assert_eq!(
         (&new["job_type"], &new["status"], pct(new)),
-        (&serde_json::json!("build"), &serde_json::json!("approved"), 100),
+        (
+            &serde_json::json!("build"),
+            &serde_json::json!("approved"),
+            100
+        ),
         "{new:#}"
     );
     let finished: Vec<_> = done.iter().filter(|j| j["status"] != "failed").collect();
-    assert_eq!(finished.len(), 1, "one finished job for version 1: {done:#?}");
+    assert_eq!(
+        finished.len(),
+        1,
+        "one finished job for version 1: {done:#?}"
+    );
     assert_eq!(new["result"]["version"], 1, "{new:#}");
 
     let shown = std::process::Command::new(quiver_binary())
@@ -490,8 +507,7 @@ async fn a_job_of_a_killed_replica_is_released_to_the_other_and_runs_once() {
         .current_dir(&dirs[2])
         .output()
         .expect("quiver custom show runs");
-    let shown: serde_json::Value =
-        serde_json::from_slice(&shown.stdout).expect("show prints JSON");
+    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("show prints JSON");
     assert_eq!(shown["status"], "testing", "awaiting approval: {shown:#}");
     let results = &shown["test_results"];
     assert_eq!(results["passed"], true, "{shown:#}");

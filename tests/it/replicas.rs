@@ -4,7 +4,8 @@
 //! working set across them, `quiver log` reads both; one replica killed with SIGKILL under
 //! load, the other keeps serving and logs every call it answered, and with `[store]
 //! durability = "strict"` (PostgreSQL, and a SQLite file two replicas share) no call the
-//! killed one answered is missing from the log either; a database that goes away
+//! killed one answered is missing from the log either; a custom-tool job of a replica
+//! killed mid-job released to the other and run there once; a database that goes away
 //! and comes back under a serving replica; a database `serve` cannot use; and `quiver store
 //! migrate`.
 
@@ -365,6 +366,158 @@ fn check_nothing_answered_is_missing(run: &KillRun) {
         Vec::<String>::new(),
         "every call B answered is logged"
     );
+}
+
+/// The custom-tool jobs of `tool`, oldest first, as stored: id, type, status, progress,
+/// result.
+fn tool_jobs(pg: &TestPostgres, tool: &str) -> Vec<serde_json::Value> {
+    let json = pg.psql(
+        "quiver",
+        &format!(
+            "SELECT coalesce(json_agg(j ORDER BY j.created_at, j.id), '[]') FROM (
+                 SELECT id, job_type, status, progress_pct, result, created_at
+                 FROM tool_jobs WHERE tool_name = '{tool}') j"
+        ),
+    );
+    serde_json::from_str::<Vec<serde_json::Value>>(&json).expect("JSON")
+}
+
+/// Waits (up to `limit`) for the jobs of `tool` to satisfy `ok`; returns them.
+async fn jobs_become(
+    pg: &TestPostgres,
+    tool: &str,
+    what: &str,
+    limit: Duration,
+    ok: impl Fn(&[serde_json::Value]) -> bool,
+) -> Vec<serde_json::Value> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let jobs = tool_jobs(pg, tool);
+        if ok(&jobs) {
+            return jobs;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the jobs of `{tool}` never {what}: {jobs:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A custom tool's build job claimed by replica A, which is killed with SIGKILL in the
+/// middle of its test cases (each busy for about 2 s in the sandbox): replica B, running
+/// beside A all along, leaves A's job alone while A's heartbeat goes on, and once it stops
+/// (`[custom] job_stale_secs = 3` here) releases it (`failed`, interrupted), claims it
+/// again and runs it to its end. The job ran to completion once, and the tool has its
+/// results, awaiting approval.
+#[tokio::test]
+async fn a_job_of_a_killed_replica_is_released_to_the_other_and_runs_once() {
+    let (pg, db) = database();
+    const CASES: usize = 6;
+    let config = format!(
+        "[store]\nurl = \"${{env:{URL_VAR}}}\"\n\n[custom]\njob_stale_secs = 3\n\n[sandbox]\nwall_time_ms = 30000\n\n[[auth.tokens]]\nname = \"lead\"\ntoken = \"lead-secret-123456\"\nadmin = true\n"
+    );
+    let dirs = [fresh_dir(), fresh_dir(), fresh_dir()];
+    for dir in &dirs {
+        std::fs::write(dir.join("quiver.toml"), &config).expect("write quiver.toml");
+    }
+    let mut a = start_replica(&dirs[0], &db).await;
+    let tests: Vec<serde_json::Value> = (0..CASES)
+        .map(|i| serde_json::json!({"inputs": {"a": i, "b": 1, "ms": 2000}, "expect": i + 1}))
+        .collect();
+    let proposal = serde_json::json!({
+        "name": "slow_sum",
+        "description": "Adds two numbers, slowly.",
+        "input_schema": {"type": "object", "properties": {
+            "a": {"type": "number"}, "b": {"type": "number"}, "ms": {"type": "number"}}},
+        "source": "async function main(inputs) {\n  const end = Date.now() + inputs.ms;\n  let spins = 0;\n  while (Date.now() < end) { spins++; }\n  return inputs.a + inputs.b;\n}",
+        "tests": tests,
+    })
+    .to_string();
+    // Proposed by a one-shot `quiver call` on the store: only A runs a job worker now.
+    let out = std::process::Command::new(quiver_binary())
+        .args(["call", "create_custom_tool", &proposal, "--token", "lead"])
+        .env(URL_VAR, &db)
+        .current_dir(&dirs[2])
+        .output()
+        .expect("quiver call runs");
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && said.contains("build_job"), "{said}");
+
+    let minute = Duration::from_secs(60);
+    let running = jobs_become(&pg, "slow_sum", "ran on A", minute, |jobs| {
+        jobs.len() == 1 && jobs[0]["status"] == "testing"
+    })
+    .await;
+    let first = running[0]["id"].as_str().expect("an id").to_owned();
+    let b = start_replica(&dirs[1], &db).await;
+    // B is up and looking for stale jobs; A finishes a case after that, its job still its
+    // own: kill A there, mid-job.
+    let pct = |job: &serde_json::Value| job["progress_pct"].as_u64().unwrap_or(0);
+    let mid = jobs_become(&pg, "slow_sum", "progressed on A", minute, |jobs| {
+        jobs.len() != 1 || jobs[0]["status"] != "testing" || pct(&jobs[0]) > 0
+    })
+    .await;
+    assert_eq!(mid.len(), 1, "B took no job from the live A: {mid:#?}");
+    assert_eq!(mid[0]["status"], "testing", "{mid:#?}");
+    assert!(pct(&mid[0]) < 100, "A is mid-job: {mid:#?}");
+    a.child.start_kill().expect("SIGKILL replica A");
+    a.child.wait().await.expect("A is gone");
+
+    let done = jobs_become(
+        &pg,
+        "slow_sum",
+        "ran again to the end",
+        Duration::from_secs(120),
+        |jobs| {
+            jobs.len() >= 2
+                && jobs.iter().all(|j| {
+                    ["approved", "rejected", "failed"].contains(&j["status"].as_str().unwrap_or(""))
+                })
+        },
+    )
+    .await;
+    assert_eq!(done.len(), 2, "released once, run again once: {done:#?}");
+    let (old, new) = (&done[0], &done[1]);
+    assert_eq!(old["id"], first.as_str());
+    assert_eq!(old["status"], "failed", "{old:#}");
+    let why = old["result"]["interrupted"].as_str().unwrap_or_default();
+    assert!(why.contains("no heartbeat"), "{old:#}");
+    assert_eq!(
+        (&new["job_type"], &new["status"], pct(new)),
+        (
+            &serde_json::json!("build"),
+            &serde_json::json!("approved"),
+            100
+        ),
+        "{new:#}"
+    );
+    let finished: Vec<_> = done.iter().filter(|j| j["status"] != "failed").collect();
+    assert_eq!(
+        finished.len(),
+        1,
+        "one finished job for version 1: {done:#?}"
+    );
+    assert_eq!(new["result"]["version"], 1, "{new:#}");
+
+    let shown = std::process::Command::new(quiver_binary())
+        .args(["custom", "show", "slow_sum"])
+        .env(URL_VAR, &db)
+        .current_dir(&dirs[2])
+        .output()
+        .expect("quiver custom show runs");
+    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("show prints JSON");
+    assert_eq!(shown["status"], "testing", "awaiting approval: {shown:#}");
+    let results = &shown["test_results"];
+    assert_eq!(results["passed"], true, "{shown:#}");
+    assert_eq!(results["job"], new["id"], "{shown:#}");
+    assert_eq!(
+        results["cases"].as_array().map(Vec::len),
+        Some(CASES),
+        "{shown:#}"
+    );
+    drop(b);
 }
 
 /// `quiver store migrate` copies a SQLite store (definitions and a custom tool, its jobs, the

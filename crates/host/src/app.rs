@@ -47,10 +47,6 @@ pub const DEFINITIONS_POLL: std::time::Duration = std::time::Duration::from_mill
 /// looked at every [`DEFINITIONS_POLL`].
 const JOBS_FALLBACK: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// How often the job worker looks for jobs a stopped process left running (a job is stale
-/// only after a minute, and the look reads every job).
-const REQUEUE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// Custom tools over `store`, run in a QuickJS sandbox with `[sandbox]`'s threads and limits.
 pub fn custom_tools_on(config: &Config, store: Arc<Store>) -> anyhow::Result<CustomTools> {
     custom_tools_counted(config, store, None)
@@ -69,7 +65,8 @@ fn custom_tools_counted(
     if let Some(metrics) = metrics {
         sandbox = metrics.sandbox(sandbox);
     }
-    Ok(CustomTools::new(store.clone(), store, sandbox, limits))
+    let lease = config.custom.lease().context("[custom]")?;
+    Ok(CustomTools::new(store.clone(), store, sandbox, limits).with_lease(lease))
 }
 
 /// The store of `config`, opened for writing, and the custom tools over it: what `quiver
@@ -408,8 +405,9 @@ impl App {
     /// clients as `notifications/tools/list_changed`. Beside it a job worker takes queued
     /// jobs one at a time, woken by the store's announcement of a queued job where it makes
     /// one (PostgreSQL), else every [`DEFINITIONS_POLL`] (a build queued by `create_custom_tool`, a rebuild queued here at
-    /// start for tools last tested under another engine or other limits), and requeues jobs
-    /// a stopped process left running. Aborted with the handle.
+    /// start for tools last tested under another engine or other limits), renewing the
+    /// lease of the job it runs, and a look beside it releases jobs a stopped process left
+    /// running (see [`quiver_registry::custom::JobLease`]). Aborted with the handle.
     pub fn spawn_custom_sync(&self) -> tokio::task::JoinHandle<()> {
         let (custom, catalog, store) = (
             self.custom.clone(),
@@ -439,29 +437,39 @@ async fn run_jobs(custom: &CustomTools, store: &Store) {
         false => DEFINITIONS_POLL,
     };
     let mut seen = None;
-    let mut requeued_at: Option<tokio::time::Instant> = None;
-    loop {
-        if requeued_at.is_none_or(|t| t.elapsed() >= REQUEUE_EVERY) {
-            requeued_at = Some(tokio::time::Instant::now());
-            match custom.requeue_interrupted(custom.stale_after()).await {
-                Ok(requeued) if !requeued.is_empty() => {
-                    tracing::info!(tools = ?requeued, "custom-tool jobs a stopped process left running queued again")
+    let work = async {
+        loop {
+            run_queued(custom).await;
+            // The announcements counted before this look: one that comes after it ends the
+            // wait at once.
+            seen = match store.job_queued_since(seen, wait).await {
+                Ok(n) => Some(n),
+                Err(e) => {
+                    tracing::debug!(error = %e, "could not wait for queued jobs");
+                    tokio::time::sleep(DEFINITIONS_POLL).await;
+                    seen
                 }
-                Ok(_) => {}
-                Err(e) => tracing::warn!("could not look for interrupted custom-tool jobs: {e}"),
-            }
+            };
         }
-        run_queued(custom).await;
-        // The announcements counted before this look: one that comes after it ends the
-        // wait at once.
-        seen = match store.job_queued_since(seen, wait.min(REQUEUE_EVERY)).await {
-            Ok(n) => Some(n),
-            Err(e) => {
-                tracing::debug!(error = %e, "could not wait for queued jobs");
-                tokio::time::sleep(DEFINITIONS_POLL).await;
-                seen
+    };
+    tokio::join!(work, release_stale(custom));
+}
+
+/// Releases the jobs left running by a process that stopped (no heartbeat for the lease's
+/// stale bound; they are queued again, for any worker) every third of the bound, so one is
+/// released soon after it goes stale. Beside the worker, so a long job running here does
+/// not hold the look up.
+async fn release_stale(custom: &CustomTools) {
+    let every = custom.lease().look_every();
+    loop {
+        match custom.requeue_interrupted().await {
+            Ok(requeued) if !requeued.is_empty() => {
+                tracing::info!(tools = ?requeued, "custom-tool jobs a stopped process left running queued again")
             }
-        };
+            Ok(_) => {}
+            Err(e) => tracing::warn!("could not look for interrupted custom-tool jobs: {e}"),
+        }
+        tokio::time::sleep(every).await;
     }
 }
 

@@ -50,6 +50,8 @@ pub struct Config {
     pub skills: SkillsConfig,
     /// Custom tools' sandbox (`[sandbox]`): its worker threads and each run's limits.
     pub sandbox: SandboxConfig,
+    /// Custom tools' jobs (`[custom]`): how long a running job keeps its lease.
+    pub custom: CustomConfig,
     /// The operator's endpoints (`[admin]`).
     pub admin: AdminConfig,
     /// The catalog directory (`[catalog]`): tool definitions in files.
@@ -196,6 +198,42 @@ impl SandboxConfig {
     /// The worker threads.
     pub fn threads(&self) -> usize {
         self.threads.unwrap_or(4)
+    }
+}
+
+/// `[custom]`: custom tools' build, audit and rebuild jobs.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
+pub struct CustomConfig {
+    /// How long, in seconds, a running job may go without its worker's heartbeat before any
+    /// process on the store releases it (closes it as failed, interrupted, and queues it
+    /// again): what a job whose replica died waits before another takes it. The worker's
+    /// heartbeat comes every sixth of it, and each `quiver serve` looks for stale jobs every
+    /// third. Default 30; from 2 to 3600. Every process on one store should use the same.
+    pub job_stale_secs: Option<u64>,
+}
+
+impl CustomConfig {
+    /// The shortest and the longest stale bound accepted, in seconds.
+    pub const JOB_STALE_SECS: std::ops::RangeInclusive<u64> = 2..=3600;
+
+    /// The lease of a running job, checked.
+    pub fn lease(&self) -> anyhow::Result<quiver_registry::custom::JobLease> {
+        use quiver_registry::custom::JobLease;
+        let Some(secs) = self.job_stale_secs else {
+            return Ok(JobLease::default());
+        };
+        let range = Self::JOB_STALE_SECS;
+        if !range.contains(&secs) {
+            bail!(
+                "`job_stale_secs = {secs}` is out of range: give {} to {} seconds (default {}). It is how long a running custom-tool job may go without a heartbeat before another process takes it over: too short and a busy replica loses its jobs, too long and a dead replica's job waits that long",
+                range.start(),
+                range.end(),
+                JobLease::DEFAULT_STALE.as_secs()
+            );
+        }
+        Ok(JobLease::new(Duration::from_secs(secs)))
     }
 }
 
@@ -1039,6 +1077,10 @@ impl Config {
             .sandbox
             .limits()
             .with_context(|| format!("{origin}: [sandbox]"))?;
+        config
+            .custom
+            .lease()
+            .with_context(|| format!("{origin}: [custom]"))?;
         config
             .policy
             .validate()

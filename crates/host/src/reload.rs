@@ -279,6 +279,7 @@ impl Reloader {
         let env = |k: &str| std::env::var(k).ok();
         let servers = crate::mcp_json::resolve_servers(&config, &self.mcp_files, &env)?;
         config.sandbox.limits()?;
+        config.custom.lease()?;
         config
             .inbound_auth()
             .validate()
@@ -369,6 +370,7 @@ impl Reloader {
                 oidc_settings(&current.auth) == oidc_settings(&config.auth),
             ),
             ("sandbox", same(&current.sandbox, &config.sandbox)),
+            ("custom", same(&current.custom, &config.custom)),
             ("telemetry", current.telemetry == config.telemetry),
             ("admin", self.apply_admin(&current.admin, &config.admin)),
         ]

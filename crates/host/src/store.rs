@@ -235,6 +235,10 @@ impl JobStore for Store {
         each!(self, s => s.set_job_progress(id, pct).await)
     }
 
+    async fn heartbeat_job(&self, id: &str) -> Result<bool, StoreError> {
+        each!(self, s => s.heartbeat_job(id).await)
+    }
+
     async fn jobs(&self, tool_name: Option<String>) -> Result<Vec<ToolJob>, StoreError> {
         each!(self, s => s.jobs(tool_name).await)
     }

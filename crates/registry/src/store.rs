@@ -714,6 +714,12 @@ pub trait JobStore: Send + Sync {
     /// Sets a job's progress (clamped to 100).
     async fn set_job_progress(&self, id: &str, pct: u8) -> Result<(), StoreError>;
 
+    /// The heartbeat of the worker running job `id`: when the job is `building` or
+    /// `testing`, its `updated_at` becomes now and the answer is `true`. `false` when it is
+    /// neither, or gone: the job is no longer the worker's (another process released it as
+    /// interrupted, or it ended), and the worker should stop. Changes nothing else.
+    async fn heartbeat_job(&self, id: &str) -> Result<bool, StoreError>;
+
     /// Jobs, newest first, optionally only those about one tool.
     async fn jobs(&self, tool_name: Option<String>) -> Result<Vec<ToolJob>, StoreError>;
 
@@ -1199,6 +1205,17 @@ impl JobStore for MemoryJobStore {
         job.progress_pct = pct.min(100);
         job.updated_at = SystemTime::now();
         Ok(())
+    }
+
+    async fn heartbeat_job(&self, id: &str) -> Result<bool, StoreError> {
+        let mut jobs = lock(&self.jobs);
+        match jobs.get_mut(id) {
+            Some(job) if matches!(job.status, JobStatus::Building | JobStatus::Testing) => {
+                job.updated_at = SystemTime::now();
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     async fn jobs(&self, tool_name: Option<String>) -> Result<Vec<ToolJob>, StoreError> {

@@ -742,6 +742,17 @@ impl JobStore for PgStore {
         require_changed(n, || format!("job `{id}`"))
     }
 
+    async fn heartbeat_job(&self, id: &str) -> Result<bool, StoreError> {
+        let n = self
+            .execute(
+                "UPDATE tool_jobs SET updated_at = $2
+                 WHERE id = $1 AND status IN ('building', 'testing')",
+                &[&id, &SystemTime::now()],
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
     async fn jobs(&self, tool_name: Option<String>) -> Result<Vec<ToolJob>, StoreError> {
         self.query(
             &format!(

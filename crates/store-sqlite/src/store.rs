@@ -1056,6 +1056,21 @@ impl JobStore for SqliteStore {
         .await
     }
 
+    async fn heartbeat_job(&self, id: &str) -> Result<bool, StoreError> {
+        let id = id.to_owned();
+        self.write(move |tx, loc| {
+            let n = tx
+                .execute(
+                    "UPDATE tool_jobs SET updated_at = ?2
+                     WHERE id = ?1 AND status IN ('building', 'testing')",
+                    params![id, micros(SystemTime::now())],
+                )
+                .at(loc)?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
     async fn jobs(&self, tool_name: Option<String>) -> Result<Vec<ToolJob>, StoreError> {
         self.read(move |c, loc| {
             query(

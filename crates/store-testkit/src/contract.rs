@@ -65,6 +65,7 @@ macro_rules! contract_suite {
             the_definitions_version_moves_with_every_change_from_any_handle,
             jobs_follow_the_transition_table,
             each_queued_job_is_claimed_once_across_two_handles,
+            a_heartbeat_renews_only_a_running_job,
             recorded_calls_read_back_filtered_with_summary_and_full_output,
             calls_page_by_time_and_filter_by_principal_and_id,
             calls_dispatched_in_one_microsecond_page_by_row,
@@ -378,6 +379,58 @@ pub async fn jobs_follow_the_transition_table(b: &mut impl Backend) {
             .expect("list")
             .is_empty()
     );
+    b.close(store).await;
+}
+
+/// A worker's heartbeat moves a running (`building` or `testing`) job's `updated_at`, seen
+/// by another handle, and changes nothing else; a job queued, ended or gone answers `false`.
+pub async fn a_heartbeat_renews_only_a_running_job(b: &mut impl Backend) {
+    let store = b.open().await;
+    let other = b.another().await;
+    store
+        .create_job(NewJob::new("j1", "tool", JobType::Build, json!({})))
+        .await
+        .expect("create");
+    assert!(!store.heartbeat_job("j1").await.expect("beat"), "queued");
+    let claimed = other
+        .claim_job(Some("j1".into()))
+        .await
+        .expect("claim")
+        .expect("queued");
+    store.set_job_progress("j1", 40).await.expect("progress");
+    let mut last = store.job("j1").await.expect("get").expect("j1").updated_at;
+    for status in [JobStatus::Building, JobStatus::Testing] {
+        if status == JobStatus::Testing {
+            store
+                .transition_job("j1", JobStatus::Testing, None)
+                .await
+                .expect("testing");
+            last = store.job("j1").await.expect("get").expect("j1").updated_at;
+        }
+        // A distinct instant, so that the renewal shows.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(store.heartbeat_job("j1").await.expect("beat"), "{status:?}");
+        let seen = other.job("j1").await.expect("get").expect("j1");
+        assert!(
+            seen.updated_at > last,
+            "{status:?}: the other handle sees it"
+        );
+        assert_eq!(
+            (seen.status, seen.progress_pct, seen.result),
+            (status, 40, None)
+        );
+        last = seen.updated_at;
+    }
+    assert!(last > claimed.updated_at);
+    store
+        .transition_job("j1", JobStatus::Failed, Some(json!({"interrupted": "x"})))
+        .await
+        .expect("released");
+    assert!(!store.heartbeat_job("j1").await.expect("beat"), "failed");
+    let after = other.job("j1").await.expect("get").expect("j1");
+    assert_eq!(after.status, JobStatus::Failed);
+    assert!(!store.heartbeat_job("missing").await.expect("beat"), "gone");
+    b.close(other).await;
     b.close(store).await;
 }
 

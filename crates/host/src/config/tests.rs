@@ -831,3 +831,48 @@ fn telemetry_settings_are_checked_with_what_to_write() {
     let off = Config::parse("", "q.toml", &env).unwrap();
     assert!(off.telemetry.export().unwrap().is_none(), "off by default");
 }
+
+/// `[custom] job_stale_secs` sets the lease of a running job (heartbeat and look derived
+/// from it); 0 and absurd values are refused naming the key, the file and the range.
+#[test]
+fn the_job_stale_bound_is_checked_and_sets_the_lease() {
+    use quiver_registry::custom::JobLease;
+    let lease = |text: &str| {
+        Config::parse(text, "q.toml", &env)
+            .unwrap()
+            .custom
+            .lease()
+            .unwrap()
+    };
+    assert_eq!(lease(""), JobLease::default());
+    assert_eq!(JobLease::default().stale(), Duration::from_secs(30));
+    assert_eq!(JobLease::default().heartbeat(), Duration::from_secs(5));
+    assert_eq!(JobLease::default().look_every(), Duration::from_secs(10));
+    let three = lease("[custom]\njob_stale_secs = 3\n");
+    assert_eq!(three.stale(), Duration::from_secs(3));
+    assert_eq!(three.heartbeat(), Duration::from_millis(500));
+    for (text, wants) in [
+        (
+            "[custom]\njob_stale_secs = 0\n",
+            "`job_stale_secs = 0` is out of range: give 2 to 3600 seconds (default 30)",
+        ),
+        (
+            "[custom]\njob_stale_secs = 1\n",
+            "`job_stale_secs = 1` is out of range",
+        ),
+        (
+            "[custom]\njob_stale_secs = 86400\n",
+            "`job_stale_secs = 86400` is out of range",
+        ),
+        ("[custom]\njob_stale_secs = -5\n", "expected a whole number"),
+        (
+            "[custom]\njob_stale = 30\n",
+            "did you mean `job_stale_secs`?",
+        ),
+    ] {
+        let err = Config::parse(text, "q.toml", &env).unwrap_err();
+        let said = format!("{err:#}");
+        assert!(said.contains(wants), "{text}: {said}");
+        assert!(said.contains("q.toml"), "{text}: {said}");
+    }
+}

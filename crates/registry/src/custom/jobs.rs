@@ -15,19 +15,127 @@
 //!
 //! A job's status follows the store's table: `queued` → `building` (claimed, compiling) →
 //! `testing` (cases running, `progress_pct` after each) → `approved` (passed) or `rejected`
-//! (failed). A job left `building` or `testing` by a process that stopped (no progress for
-//! [`CustomTools::stale_after`]) is closed as `failed` and queued again
-//! ([`CustomTools::requeue_interrupted`]).
+//! (failed).
+//!
+//! A claimed job is held by a lease: while it runs, its worker renews it
+//! ([`JobStore::heartbeat_job`]) every [`JobLease::heartbeat`], from a task of its own, so
+//! however long one case runs. A job left `building` or `testing` with no renewal for
+//! [`JobLease::stale`] (the process running it stopped, or lost the store) is closed as
+//! `failed` and queued again ([`CustomTools::requeue_interrupted`]); a worker whose renewal
+//! finds its job released stops running it, so each job runs to completion once.
+
+use std::{sync::Arc, time::Duration};
 
 use async_trait::async_trait;
 use quiver_contract::{Envelope, Lifecycle};
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use super::{CustomError, CustomTools, Expect, Reviewed, TestCase, pending_of};
 use crate::{
     sandbox::{SandboxError, SandboxHost, SandboxRun},
-    store::{JobStatus, JobType, NewJob, ToolJob},
+    store::{JobStatus, JobStore, JobType, NewJob, StoreError, ToolJob},
 };
+
+/// How long a running job stays its worker's without a heartbeat. The worker renews the
+/// job every [`JobLease::heartbeat`]; a job not renewed for [`JobLease::stale`] is taken to
+/// have lost its worker and is released ([`CustomTools::requeue_interrupted`]). The bound
+/// does not depend on how long one case may run: the heartbeat goes on during a case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobLease {
+    stale: Duration,
+    heartbeat: Duration,
+}
+
+impl JobLease {
+    /// The default stale bound: 30 s (a heartbeat every 5 s, a look every 10 s).
+    pub const DEFAULT_STALE: Duration = Duration::from_secs(30);
+
+    /// A lease released after `stale` without a heartbeat. The heartbeat comes six times
+    /// in that span, so a few slow or failed renewals (a busy database, a dropped
+    /// connection) do not cost a live job its lease.
+    pub fn new(stale: Duration) -> Self {
+        JobLease {
+            stale,
+            heartbeat: stale / 6,
+        }
+    }
+
+    /// The same lease, renewed every `every` instead.
+    pub fn with_heartbeat(mut self, every: Duration) -> Self {
+        self.heartbeat = every;
+        self
+    }
+
+    /// How long a running job may go without a heartbeat before it is released.
+    pub fn stale(&self) -> Duration {
+        self.stale
+    }
+
+    /// How often the worker running a job renews it (at least a millisecond).
+    pub fn heartbeat(&self) -> Duration {
+        self.heartbeat.max(Duration::from_millis(1))
+    }
+
+    /// How often a job worker looks for stale jobs: a third of the stale bound, so a job
+    /// whose worker died is released within about four thirds of the bound after its last
+    /// heartbeat.
+    pub fn look_every(&self) -> Duration {
+        (self.stale / 3).max(Duration::from_millis(1))
+    }
+}
+
+impl Default for JobLease {
+    fn default() -> Self {
+        JobLease::new(JobLease::DEFAULT_STALE)
+    }
+}
+
+/// The heartbeat of one running job: a task renewing its lease until dropped. When a
+/// renewal finds the job no longer running (released by another worker), `lost` fires.
+struct Heartbeat {
+    lost: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Heartbeat {
+    fn start(jobs: Arc<dyn JobStore>, id: String, every: Duration) -> Self {
+        let lost = CancellationToken::new();
+        let task = tokio::spawn({
+            let lost = lost.clone();
+            async move {
+                let start = tokio::time::Instant::now() + every;
+                let mut tick = tokio::time::interval_at(start, every);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    match jobs.heartbeat_job(&id).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            tracing::warn!(
+                                job = %id,
+                                "a custom-tool job running here was released by another worker (its heartbeat did not reach the store in time); it stops here"
+                            );
+                            lost.cancel();
+                            return;
+                        }
+                        // Kept trying: the lease holds until the stale bound.
+                        Err(e) => {
+                            tracing::warn!(job = %id, error = %e, "a custom-tool job's heartbeat did not reach the store")
+                        }
+                    }
+                }
+            }
+        });
+        Heartbeat { lost, task }
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
 
 /// What [`CustomTools::add`] stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,12 +194,6 @@ impl CustomTools {
     /// The jobs, newest first, optionally only one tool's.
     pub async fn jobs(&self, name: Option<String>) -> Result<Vec<ToolJob>, CustomError> {
         Ok(self.jobs.jobs(name).await?)
-    }
-
-    /// How long a running job can go without recording progress: four times the longest
-    /// one case may run, and at least a minute.
-    pub fn stale_after(&self) -> std::time::Duration {
-        (self.limits.wall_time * 4).max(std::time::Duration::from_secs(60))
     }
 
     /// Queues a job of `kind` for the custom tool `name`; returns its id.
@@ -187,17 +289,13 @@ impl CustomTools {
         Ok(queued)
     }
 
-    /// Closes as `failed` every job left `building` or `testing` with no change for
-    /// `stale_after` (the process running it stopped: a running job records its progress
-    /// after each case), naming why, and queues the same job again. Returns the tools
-    /// requeued.
-    ///
-    /// `stale_after` must be longer than one case can run ([`CustomTools::stale_after`]
-    /// gives such a bound), or a live job would be taken from its worker.
-    pub async fn requeue_interrupted(
-        &self,
-        stale_after: std::time::Duration,
-    ) -> Result<Vec<String>, CustomError> {
+    /// Closes as `failed` every job left `building` or `testing` with no heartbeat for the
+    /// lease's stale bound ([`JobLease::stale`]: the process running it stopped, or lost the
+    /// store), naming why, and queues the same job again. Returns the tools requeued. Of
+    /// several workers releasing one job at once, one does: the others find it `failed`
+    /// already and leave it.
+    pub async fn requeue_interrupted(&self) -> Result<Vec<String>, CustomError> {
+        let stale_after = self.lease.stale();
         let mut requeued = Vec::new();
         for job in self.jobs.jobs(None).await? {
             if !matches!(job.status, JobStatus::Building | JobStatus::Testing)
@@ -205,10 +303,22 @@ impl CustomTools {
             {
                 continue;
             }
-            let why = json!({"interrupted": "the process running it stopped; queued again"});
-            self.jobs
+            let why = json!({"interrupted": format!(
+                "no heartbeat from the process running it for {:?} (it stopped, or lost the store); queued again",
+                stale_after
+            )});
+            match self
+                .jobs
                 .transition_job(&job.id, JobStatus::Failed, Some(why))
-                .await?;
+                .await
+            {
+                Ok(_) => {}
+                // Another worker released it (or it ended) since it was read.
+                Err(StoreError::InvalidTransition { .. } | StoreError::NotFound { .. }) => {
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            }
             match self.queue(&job.tool_name, job.job_type).await {
                 Ok(_) => requeued.push(job.tool_name),
                 // A tool deleted since has nothing to run.
@@ -219,8 +329,24 @@ impl CustomTools {
         Ok(requeued)
     }
 
-    /// Runs a claimed job (`building`) to its end.
+    /// Runs a claimed job (`building`) to its end, renewing its lease meanwhile; stops,
+    /// recording nothing more, when the lease turns out lost.
     async fn execute(
+        &self,
+        job: ToolJob,
+        progress: &(dyn Fn(u8) + Send + Sync),
+    ) -> Result<AuditReport, CustomError> {
+        let id = job.id.clone();
+        let heartbeat = Heartbeat::start(self.jobs.clone(), id.clone(), self.lease.heartbeat());
+        tokio::select! {
+            biased;
+            () = heartbeat.lost.cancelled() => Err(CustomError::Released(id)),
+            done = self.run_claimed(job, progress) => done,
+        }
+    }
+
+    /// The work of [`CustomTools::execute`].
+    async fn run_claimed(
         &self,
         job: ToolJob,
         progress: &(dyn Fn(u8) + Send + Sync),

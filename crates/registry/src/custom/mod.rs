@@ -23,7 +23,7 @@ mod jobs;
 mod tools;
 
 pub use draft::{CustomDraft, Expect, PendingVersion, TestCase};
-pub use jobs::{Added, AuditReport};
+pub use jobs::{Added, AuditReport, JobLease};
 
 use tools::CustomTool;
 pub use tools::{PROPOSE_TOOL, proposal_tool};
@@ -56,6 +56,12 @@ pub enum CustomError {
     /// The operation does not fit the tool's status.
     #[error("{0}")]
     Status(String),
+    /// The job (by id) was released to another worker while it ran here: its heartbeat did
+    /// not reach the store within the stale bound. It stopped here, recording nothing.
+    #[error(
+        "custom-tool job `{0}` was released while it ran here (its heartbeat did not reach the store within the stale bound) and is queued again for another worker; it stopped here"
+    )]
+    Released(String),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -78,6 +84,8 @@ pub struct CustomTools {
     jobs: Arc<dyn JobStore>,
     sandbox: Arc<dyn Sandbox>,
     limits: SandboxLimits,
+    /// How a running job is kept and released.
+    lease: jobs::JobLease,
     /// The definitions served now, by name, as last synced.
     served: std::sync::Mutex<HashMap<String, ToolDefinition>>,
 }
@@ -111,13 +119,25 @@ impl CustomTools {
             jobs,
             sandbox,
             limits,
+            lease: jobs::JobLease::default(),
             served: std::sync::Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The same, its jobs held by `lease` (the default: [`JobLease::DEFAULT_STALE`]).
+    pub fn with_lease(mut self, lease: JobLease) -> Self {
+        self.lease = lease;
+        self
     }
 
     /// The limits runs get.
     pub fn limits(&self) -> &SandboxLimits {
         &self.limits
+    }
+
+    /// How its jobs are kept and released.
+    pub fn lease(&self) -> JobLease {
+        self.lease
     }
 
     /// Checks a draft whole, before anything is stored: the name, the description, the

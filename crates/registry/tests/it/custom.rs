@@ -3,15 +3,24 @@
 //! two together): add and edit, audit, approve with and without an audit, reject, enable,
 //! and what `sync` serves.
 
-use std::sync::Arc;
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use async_trait::async_trait;
 use quiver_contract::{CallContext, Envelope};
 use quiver_registry::{
     Catalog, Dispatcher,
-    custom::{Added, CustomDraft, CustomError, CustomTools, TestCase},
+    custom::{Added, CustomDraft, CustomError, CustomTools, JobLease, TestCase},
     sandbox::{Sandbox, SandboxError, SandboxLimits, SandboxOutput, SandboxRun},
-    store::{DefinitionStore, JobStatus, JobStore, JobType, MemoryDefinitionStore, MemoryJobStore},
+    store::{
+        DefinitionStore, JobStatus, JobStore, JobType, MemoryDefinitionStore, MemoryJobStore,
+        NewJob, StoreError, ToolJob,
+    },
 };
 use serde_json::{Value, json};
 
@@ -557,37 +566,249 @@ async fn an_engine_change_rebuilds_approved_tools_which_stay_live_when_it_fails(
     assert!(broken.queue_rebuilds().await.unwrap().is_empty());
 }
 
-/// A job a stopped process left running is closed as failed, naming why, and queued again.
+/// A job a stopped process left running (claimed, then no heartbeat) is closed as failed,
+/// naming why, once the stale bound has passed, and queued again.
 #[tokio::test]
 async fn an_interrupted_job_is_failed_and_queued_again() {
     let (store, jobs) = (
         Arc::new(MemoryDefinitionStore::new()),
         Arc::new(MemoryJobStore::new()),
     );
-    let tools = over(store, jobs.clone(), "scripted 1", false);
-    let added = tools.add(draft("cut", "echo", json!([]))).await.unwrap();
+    let patient = over(store.clone(), jobs.clone(), "scripted 1", false)
+        .with_lease(JobLease::new(Duration::from_secs(60)));
+    let added = patient.add(draft("cut", "echo", json!([]))).await.unwrap();
     // Claimed by a process that then stopped.
     jobs.claim_job(Some(added.job.clone()))
         .await
         .unwrap()
         .unwrap();
     // Not while it may still be running.
-    let a_minute = std::time::Duration::from_secs(60);
-    assert!(
-        tools
-            .requeue_interrupted(a_minute)
-            .await
-            .unwrap()
-            .is_empty()
-    );
-    let stopped = std::time::Duration::ZERO;
-    assert_eq!(
-        tools.requeue_interrupted(stopped).await.unwrap(),
-        vec!["cut"]
-    );
+    assert!(patient.requeue_interrupted().await.unwrap().is_empty());
+    let tools =
+        over(store, jobs.clone(), "scripted 1", false).with_lease(JobLease::new(Duration::ZERO));
+    assert_eq!(tools.requeue_interrupted().await.unwrap(), vec!["cut"]);
     let old = jobs.job(&added.job).await.unwrap().unwrap();
     assert_eq!(old.status, JobStatus::Failed);
-    assert!(old.result.unwrap()["interrupted"].is_string());
+    let why = old.result.unwrap()["interrupted"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(why.contains("no heartbeat"), "{why}");
+    // Released once: a second look finds nothing more.
+    assert!(tools.requeue_interrupted().await.unwrap().is_empty());
     let report = tools.run_next().await.unwrap().unwrap();
     assert_eq!((report.kind, report.passed), (JobType::Build, true));
+}
+
+/// A sandbox whose runs each wait for a permit of `gate` (none at first: the test hands
+/// them out) and say on `started` that they began; a run answers its inputs.
+struct Gated {
+    started: tokio::sync::mpsc::UnboundedSender<()>,
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+#[async_trait]
+impl Sandbox for Gated {
+    fn engine(&self) -> String {
+        "gated".into()
+    }
+
+    fn validate(&self, _: &str, _: &SandboxLimits) -> Result<(), SandboxError> {
+        Ok(())
+    }
+
+    async fn run(&self, run: SandboxRun) -> Result<SandboxOutput, SandboxError> {
+        let _ = self.started.send(());
+        self.gate.acquire().await.expect("open").forget();
+        Ok(SandboxOutput::new(run.inputs, Vec::new(), 0))
+    }
+}
+
+/// A job store whose heartbeats fail while `away` is set, as a store out of reach of one
+/// worker would; everything else goes through.
+struct Unreachable {
+    inner: Arc<MemoryJobStore>,
+    away: AtomicBool,
+}
+
+#[async_trait]
+impl JobStore for Unreachable {
+    async fn create_job(&self, job: NewJob) -> Result<ToolJob, StoreError> {
+        self.inner.create_job(job).await
+    }
+    async fn job(&self, id: &str) -> Result<Option<ToolJob>, StoreError> {
+        self.inner.job(id).await
+    }
+    async fn transition_job(
+        &self,
+        id: &str,
+        to: JobStatus,
+        result: Option<Value>,
+    ) -> Result<ToolJob, StoreError> {
+        self.inner.transition_job(id, to, result).await
+    }
+    async fn set_job_progress(&self, id: &str, pct: u8) -> Result<(), StoreError> {
+        self.inner.set_job_progress(id, pct).await
+    }
+    async fn heartbeat_job(&self, id: &str) -> Result<bool, StoreError> {
+        if self.away.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable {
+                location: "memory".into(),
+                cause: "out of reach".into(),
+            });
+        }
+        self.inner.heartbeat_job(id).await
+    }
+    async fn jobs(&self, tool_name: Option<String>) -> Result<Vec<ToolJob>, StoreError> {
+        self.inner.jobs(tool_name).await
+    }
+    async fn claim_job(&self, id: Option<String>) -> Result<Option<ToolJob>, StoreError> {
+        self.inner.claim_job(id).await
+    }
+}
+
+/// Two workers on one store, each with a gated sandbox, holding jobs by `lease`; the
+/// first one's heartbeats go through [`Unreachable`].
+struct Workers {
+    a: Arc<CustomTools>,
+    b: CustomTools,
+    jobs: Arc<MemoryJobStore>,
+    a_store: Arc<Unreachable>,
+    started: tokio::sync::mpsc::UnboundedReceiver<()>,
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+fn workers(lease: JobLease) -> Workers {
+    let (store, jobs) = (
+        Arc::new(MemoryDefinitionStore::new()),
+        Arc::new(MemoryJobStore::new()),
+    );
+    let (tx, started) = tokio::sync::mpsc::unbounded_channel();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let sandbox = Arc::new(Gated {
+        started: tx,
+        gate: gate.clone(),
+    });
+    let a_store = Arc::new(Unreachable {
+        inner: jobs.clone(),
+        away: AtomicBool::new(false),
+    });
+    let limits = SandboxLimits::default();
+    let a = CustomTools::new(
+        store.clone(),
+        a_store.clone(),
+        sandbox.clone(),
+        limits.clone(),
+    )
+    .with_lease(lease);
+    let b = CustomTools::new(store, jobs.clone(), sandbox, limits).with_lease(lease);
+    Workers {
+        a: Arc::new(a),
+        b,
+        jobs,
+        a_store,
+        started,
+        gate,
+    }
+}
+
+/// A lease whose bound is short for a test and whose heartbeat is many times shorter, so
+/// a scheduling hiccup does not look like a dead worker.
+fn short_lease() -> JobLease {
+    JobLease::new(Duration::from_secs(1)).with_heartbeat(Duration::from_millis(20))
+}
+
+/// Waits (up to a deadline) for `job` to satisfy `ok`; returns it.
+async fn job_becomes(
+    jobs: &MemoryJobStore,
+    id: &str,
+    what: &str,
+    ok: impl Fn(&ToolJob) -> bool,
+) -> ToolJob {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let job = jobs.job(id).await.unwrap().unwrap();
+        if ok(&job) {
+            return job;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "job {id} never {what}: {job:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// One case that runs longer than the stale bound: the worker's heartbeat keeps the job
+/// its own all along (another worker looking for stale jobs leaves it), and it finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_case_longer_than_the_stale_bound_keeps_its_job_while_the_heartbeat_runs() {
+    let mut w = workers(short_lease());
+    let tests = json!([{"inputs": {"x": 1}, "expect": {"x": 1}}]);
+    let added = w.a.add(draft("slow", "echo", tests)).await.unwrap();
+    let a = w.a.clone();
+    let worker = tokio::spawn(async move { a.run_next().await });
+    w.started.recv().await.expect("the case starts");
+    let since = std::time::SystemTime::now();
+    // Renewed past the bound while the one case still runs.
+    let stale = short_lease().stale();
+    let job = job_becomes(&w.jobs, &added.job, "renewed past the bound", |j| {
+        j.updated_at.duration_since(since).unwrap_or_default() > stale
+    })
+    .await;
+    assert_eq!(job.status, JobStatus::Testing);
+    assert!(w.b.requeue_interrupted().await.unwrap().is_empty());
+    assert!(w.b.run_next().await.unwrap().is_none(), "nothing queued");
+    w.gate.add_permits(1);
+    let report = worker.await.unwrap().unwrap().expect("it ran");
+    assert!(report.passed, "{report:?}");
+    let all = w.jobs.jobs(Some("slow".into())).await.unwrap();
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert_eq!(all[0].status, JobStatus::Approved);
+}
+
+/// A worker whose heartbeat stops reaching the store loses its job: another worker
+/// releases it (failed, naming why) and runs it again to the end; the first, once its
+/// heartbeat gets through and finds the job gone, stops without recording anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_heartbeat_stopped_is_released_to_another_worker() {
+    let mut w = workers(short_lease());
+    let tests = json!([{"inputs": {"x": 2}, "expect": {"x": 2}}]);
+    let added = w.a.add(draft("cut", "echo", tests)).await.unwrap();
+    let a = w.a.clone();
+    let first = tokio::spawn(async move { a.run_next().await });
+    w.started.recv().await.expect("the case starts on A");
+    w.a_store.away.store(true, Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while w.b.requeue_interrupted().await.unwrap().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "never released");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let old = w.jobs.job(&added.job).await.unwrap().unwrap();
+    assert_eq!(old.status, JobStatus::Failed);
+    assert!(old.result.unwrap()["interrupted"].is_string());
+    // A's store comes back: its next heartbeat finds the job released, and A stops.
+    w.a_store.away.store(false, Ordering::SeqCst);
+    match first.await.unwrap() {
+        Err(CustomError::Released(id)) => assert_eq!(id, added.job),
+        other => panic!("A should have stopped: {other:?}"),
+    }
+    let b = tokio::spawn(async move { w.b.run_next().await });
+    w.started.recv().await.expect("the case starts on B");
+    w.gate.add_permits(1);
+    let report = b.await.unwrap().unwrap().expect("B ran it");
+    assert!(report.passed, "{report:?}");
+    let all = w.jobs.jobs(Some("cut".into())).await.unwrap();
+    let statuses: Vec<_> = all.iter().map(|j| j.status).collect();
+    assert_eq!(
+        statuses,
+        vec![JobStatus::Approved, JobStatus::Failed],
+        "newest first: {all:?}"
+    );
+    assert_eq!(report.job_id, all[0].id);
+    assert_eq!(
+        w.a.show("cut").await.unwrap().test_results.unwrap()["job"],
+        json!(all[0].id),
+        "the results are the second run's"
+    );
 }

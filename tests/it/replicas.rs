@@ -249,8 +249,21 @@ async fn kill_one_replica_under_load(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    a.child.start_kill().expect("SIGKILL replica A");
-    a.child.wait().await.expect("A is gone");
+    match stop {
+        Stop::Kill => a.child.start_kill().expect("SIGKILL replica A"),
+        Stop::Term => {
+            let pid = a.child.id().expect("A runs").to_string();
+            let sent = std::process::Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .expect("kill runs");
+            assert!(sent.success(), "SIGTERM replica A");
+        }
+    }
+    let status = a.child.wait().await.expect("A is gone");
+    if stop == Stop::Term {
+        assert!(status.success(), "A stops cleanly on SIGTERM: {status}");
+    }
     let out = load.await.expect("the load script");
     let answered: serde_json::Value = serde_json::from_str(
         out.lines()
@@ -412,10 +425,33 @@ async fn jobs_become(
 /// results, awaiting approval.
 #[tokio::test]
 async fn a_job_of_a_killed_replica_is_released_to_the_other_and_runs_once() {
+    a_replica_stops_mid_job(Stop::Kill).await;
+}
+
+/// The same job, replica A stopped with SIGTERM instead: it hands the job back as it stops
+/// (`failed`, "the server running it stopped"), so B runs it at once, although the stale
+/// bound (`[custom] job_stale_secs = 3600` here) is far off.
+#[tokio::test]
+async fn a_replica_stopped_mid_job_hands_the_job_back_at_once() {
+    a_replica_stops_mid_job(Stop::Term).await;
+}
+
+/// How replica A is stopped mid-job.
+#[derive(Clone, Copy, PartialEq)]
+enum Stop {
+    Kill,
+    Term,
+}
+
+async fn a_replica_stops_mid_job(stop: Stop) {
     let (pg, db) = database();
     const CASES: usize = 6;
+    let stale = match stop {
+        Stop::Kill => 3,
+        Stop::Term => 3600,
+    };
     let config = format!(
-        "[store]\nurl = \"${{env:{URL_VAR}}}\"\n\n[custom]\njob_stale_secs = 3\n\n[sandbox]\nwall_time_ms = 30000\n\n[[auth.tokens]]\nname = \"lead\"\ntoken = \"lead-secret-123456\"\nadmin = true\n"
+        "[store]\nurl = \"${{env:{URL_VAR}}}\"\n\n[custom]\njob_stale_secs = {stale}\n\n[sandbox]\nwall_time_ms = 30000\n\n[[auth.tokens]]\nname = \"lead\"\ntoken = \"lead-secret-123456\"\nadmin = true\n"
     );
     let dirs = [fresh_dir(), fresh_dir(), fresh_dir()];
     for dir in &dirs {
@@ -483,7 +519,11 @@ async fn a_job_of_a_killed_replica_is_released_to_the_other_and_runs_once() {
     assert_eq!(old["id"], first.as_str());
     assert_eq!(old["status"], "failed", "{old:#}");
     let why = old["result"]["interrupted"].as_str().unwrap_or_default();
-    assert!(why.contains("no heartbeat"), "{old:#}");
+    let expected = match stop {
+        Stop::Kill => "no heartbeat",
+        Stop::Term => "the server running it stopped",
+    };
+    assert!(why.contains(expected), "{old:#}");
     assert_eq!(
         (&new["job_type"], &new["status"], pct(new)),
         (

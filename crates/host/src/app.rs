@@ -422,6 +422,22 @@ impl App {
     }
 }
 
+impl App {
+    /// Hands back the custom-tool jobs this process was running when its job worker was
+    /// aborted (see [`quiver_registry::custom::CustomTools::hand_back`]).
+    pub async fn hand_back_jobs(&self) {
+        match self.custom.hand_back().await {
+            Ok(requeued) if !requeued.is_empty() => {
+                tracing::info!(tools = ?requeued, "custom-tool jobs running at shutdown queued again")
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                "could not hand back the custom-tool jobs running at shutdown (another worker takes them after [custom] job_stale_secs): {e}"
+            ),
+        }
+    }
+}
+
 /// The job worker of [`App::spawn_custom_sync`].
 async fn run_jobs(custom: &CustomTools, store: &Store) {
     match custom.queue_rebuilds().await {

@@ -239,6 +239,15 @@ impl JobStore for Store {
         each!(self, s => s.heartbeat_job(id).await)
     }
 
+    async fn release_job(
+        &self,
+        id: &str,
+        renewed_before: Option<SystemTime>,
+        why: Value,
+    ) -> Result<bool, StoreError> {
+        each!(self, s => s.release_job(id, renewed_before, why).await)
+    }
+
     async fn jobs(&self, tool_name: Option<String>) -> Result<Vec<ToolJob>, StoreError> {
         each!(self, s => s.jobs(tool_name).await)
     }

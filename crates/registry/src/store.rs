@@ -720,6 +720,18 @@ pub trait JobStore: Send + Sync {
     /// interrupted, or it ended), and the worker should stop. Changes nothing else.
     async fn heartbeat_job(&self, id: &str) -> Result<bool, StoreError>;
 
+    /// Takes job `id` from the worker running it, in one step: when it is `building` or
+    /// `testing` and, with `renewed_before`, its last heartbeat (`updated_at`) is older than
+    /// that, it becomes `failed` with `why` as its result and the answer is `true`. A
+    /// heartbeat that lands first keeps the job its worker's (`false`), as does a job that
+    /// ended or is gone; of several processes releasing one job at once, one does.
+    async fn release_job(
+        &self,
+        id: &str,
+        renewed_before: Option<SystemTime>,
+        why: Value,
+    ) -> Result<bool, StoreError>;
+
     /// Jobs, newest first, optionally only those about one tool.
     async fn jobs(&self, tool_name: Option<String>) -> Result<Vec<ToolJob>, StoreError>;
 
@@ -1211,6 +1223,27 @@ impl JobStore for MemoryJobStore {
         let mut jobs = lock(&self.jobs);
         match jobs.get_mut(id) {
             Some(job) if matches!(job.status, JobStatus::Building | JobStatus::Testing) => {
+                job.updated_at = SystemTime::now();
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn release_job(
+        &self,
+        id: &str,
+        renewed_before: Option<SystemTime>,
+        why: Value,
+    ) -> Result<bool, StoreError> {
+        let mut jobs = lock(&self.jobs);
+        match jobs.get_mut(id) {
+            Some(job)
+                if matches!(job.status, JobStatus::Building | JobStatus::Testing)
+                    && renewed_before.is_none_or(|t| job.updated_at < t) =>
+            {
+                job.status = JobStatus::Failed;
+                job.result = Some(why);
                 job.updated_at = SystemTime::now();
                 Ok(true)
             }

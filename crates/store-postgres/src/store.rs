@@ -753,6 +753,23 @@ impl JobStore for PgStore {
         Ok(n == 1)
     }
 
+    async fn release_job(
+        &self,
+        id: &str,
+        renewed_before: Option<SystemTime>,
+        why: Value,
+    ) -> Result<bool, StoreError> {
+        let n = self
+            .execute(
+                "UPDATE tool_jobs SET status = 'failed', result = $2, updated_at = $3
+                 WHERE id = $1 AND status IN ('building', 'testing')
+                   AND ($4::timestamptz IS NULL OR updated_at < $4)",
+                &[&id, &why, &SystemTime::now(), &renewed_before],
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
     async fn jobs(&self, tool_name: Option<String>) -> Result<Vec<ToolJob>, StoreError> {
         self.query(
             &format!(

@@ -1071,6 +1071,32 @@ impl JobStore for SqliteStore {
         .await
     }
 
+    async fn release_job(
+        &self,
+        id: &str,
+        renewed_before: Option<SystemTime>,
+        why: Value,
+    ) -> Result<bool, StoreError> {
+        let id = id.to_owned();
+        self.write(move |tx, loc| {
+            let n = tx
+                .execute(
+                    "UPDATE tool_jobs SET status = 'failed', result = ?2, updated_at = ?3
+                     WHERE id = ?1 AND status IN ('building', 'testing')
+                       AND (?4 IS NULL OR updated_at < ?4)",
+                    params![
+                        id,
+                        why.to_string(),
+                        micros(SystemTime::now()),
+                        renewed_before.map(micros)
+                    ],
+                )
+                .at(loc)?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
     async fn jobs(&self, tool_name: Option<String>) -> Result<Vec<ToolJob>, StoreError> {
         self.read(move |c, loc| {
             query(

@@ -66,6 +66,7 @@ macro_rules! contract_suite {
             jobs_follow_the_transition_table,
             each_queued_job_is_claimed_once_across_two_handles,
             a_heartbeat_renews_only_a_running_job,
+            a_release_takes_only_a_job_not_renewed_since,
             recorded_calls_read_back_filtered_with_summary_and_full_output,
             calls_page_by_time_and_filter_by_principal_and_id,
             calls_dispatched_in_one_microsecond_page_by_row,
@@ -430,6 +431,70 @@ pub async fn a_heartbeat_renews_only_a_running_job(b: &mut impl Backend) {
     let after = other.job("j1").await.expect("get").expect("j1");
     assert_eq!(after.status, JobStatus::Failed);
     assert!(!store.heartbeat_job("missing").await.expect("beat"), "gone");
+    b.close(other).await;
+    b.close(store).await;
+}
+
+/// A release takes a running job only when it was not renewed since the bound given: a
+/// heartbeat after the bound keeps it; one of two handles releasing it at once does it; a
+/// release without a bound takes a running job whatever its last heartbeat; a queued,
+/// ended or missing job is never taken.
+pub async fn a_release_takes_only_a_job_not_renewed_since(b: &mut impl Backend) {
+    let store = b.open().await;
+    let other = b.another().await;
+    let why = json!({"interrupted": "test"});
+    for id in ["j1", "j2"] {
+        store
+            .create_job(NewJob::new(id, "tool", JobType::Build, json!({})))
+            .await
+            .expect("create");
+    }
+    assert!(
+        !store.release_job("j1", None, why.clone()).await.expect("release"),
+        "a queued job is not running"
+    );
+    other.claim_job(Some("j1".into())).await.expect("claim").expect("queued");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let bound = std::time::SystemTime::now();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    // Renewed after the bound (as if its worker beat after the jobs were read): kept.
+    assert!(other.heartbeat_job("j1").await.expect("beat"));
+    assert!(
+        !store.release_job("j1", Some(bound), why.clone()).await.expect("release"),
+        "a heartbeat since the bound keeps the job"
+    );
+    assert_eq!(
+        other.job("j1").await.expect("get").expect("j1").status,
+        JobStatus::Building
+    );
+    // Not renewed since a later bound: released, by one of the two handles.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let later = std::time::SystemTime::now();
+    let (one, two) = tokio::join!(
+        store.release_job("j1", Some(later), why.clone()),
+        other.release_job("j1", Some(later), why.clone())
+    );
+    assert_eq!(
+        u8::from(one.expect("release")) + u8::from(two.expect("release")),
+        1,
+        "one handle releases it"
+    );
+    let released = other.job("j1").await.expect("get").expect("j1");
+    assert_eq!((released.status, released.result), (JobStatus::Failed, Some(why.clone())));
+    assert!(!other.heartbeat_job("j1").await.expect("beat"), "its worker's lease is gone");
+    assert!(
+        !store.release_job("j1", None, why.clone()).await.expect("release"),
+        "an ended job"
+    );
+    // Without a bound (a server handing back its own job as it stops): taken at once.
+    store.claim_job(Some("j2".into())).await.expect("claim").expect("queued");
+    assert!(store.heartbeat_job("j2").await.expect("beat"));
+    assert!(store.release_job("j2", None, why.clone()).await.expect("release"));
+    assert_eq!(
+        other.job("j2").await.expect("get").expect("j2").status,
+        JobStatus::Failed
+    );
+    assert!(!store.release_job("missing", None, why).await.expect("release"));
     b.close(other).await;
     b.close(store).await;
 }

@@ -223,6 +223,10 @@ pub(crate) async fn run(
     }
     floor_keeper.abort();
     custom_sync.abort();
+    // The job it was running, dropped unfinished: queued again now, for another replica or
+    // the next start, rather than after the lease's stale bound.
+    let _ = custom_sync.await;
+    app.hand_back_jobs().await;
     // The definitions `check --against` compares with, all of them, before the store
     // closes (a serve that stops right after start-up lost some).
     definitions.finish(std::time::Duration::from_secs(10)).await;

@@ -137,6 +137,31 @@ impl Drop for Heartbeat {
     }
 }
 
+/// A job noted as running in this process: ended, it is no longer noted.
+struct Running<'a> {
+    set: &'a std::sync::Mutex<std::collections::BTreeSet<String>>,
+    id: String,
+}
+
+impl<'a> Running<'a> {
+    fn start(set: &'a std::sync::Mutex<std::collections::BTreeSet<String>>, id: &str) -> Self {
+        set.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_owned());
+        Running {
+            set,
+            id: id.to_owned(),
+        }
+    }
+
+    fn ended(self) {
+        self.set
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
+    }
+}
+
 /// What [`CustomTools::add`] stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -291,42 +316,62 @@ impl CustomTools {
 
     /// Closes as `failed` every job left `building` or `testing` with no heartbeat for the
     /// lease's stale bound ([`JobLease::stale`]: the process running it stopped, or lost the
-    /// store), naming why, and queues the same job again. Returns the tools requeued. Of
-    /// several workers releasing one job at once, one does: the others find it `failed`
-    /// already and leave it.
+    /// store), naming why, and queues the same job again. Returns the tools requeued. The
+    /// release is one conditional step in the store ([`JobStore::release_job`]): a heartbeat
+    /// that lands after the jobs were read keeps its job, and of several workers releasing
+    /// one job at once, one does.
     pub async fn requeue_interrupted(&self) -> Result<Vec<String>, CustomError> {
         let stale_after = self.lease.stale();
+        let Some(cutoff) = std::time::SystemTime::now().checked_sub(stale_after) else {
+            return Ok(Vec::new());
+        };
+        let why = json!({"interrupted": format!(
+            "no heartbeat from the process running it for {stale_after:?} (it stopped, or lost the store); queued again"
+        )});
         let mut requeued = Vec::new();
         for job in self.jobs.jobs(None).await? {
             if !matches!(job.status, JobStatus::Building | JobStatus::Testing)
-                || job.updated_at.elapsed().unwrap_or_default() < stale_after
+                || job.updated_at >= cutoff
             {
                 continue;
             }
-            let why = json!({"interrupted": format!(
-                "no heartbeat from the process running it for {:?} (it stopped, or lost the store); queued again",
-                stale_after
-            )});
-            match self
-                .jobs
-                .transition_job(&job.id, JobStatus::Failed, Some(why))
-                .await
-            {
-                Ok(_) => {}
-                // Another worker released it (or it ended) since it was read.
-                Err(StoreError::InvalidTransition { .. } | StoreError::NotFound { .. }) => {
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
-            }
-            match self.queue(&job.tool_name, job.job_type).await {
-                Ok(_) => requeued.push(job.tool_name),
-                // A tool deleted since has nothing to run.
-                Err(CustomError::NotFound(_)) => {}
-                Err(e) => return Err(e),
+            if self.jobs.release_job(&job.id, Some(cutoff), why.clone()).await? {
+                self.queue_again(&job, &mut requeued).await?;
             }
         }
         Ok(requeued)
+    }
+
+    /// Hands back the jobs this process was running when their work stopped unfinished (a
+    /// stopping server aborts its job worker): each is closed as `failed` and queued again
+    /// at once, for any worker, rather than after the stale bound. Returns the tools
+    /// requeued.
+    pub async fn hand_back(&self) -> Result<Vec<String>, CustomError> {
+        let ids: Vec<String> = std::mem::take(&mut *self.running.lock().unwrap_or_else(|p| p.into_inner()))
+            .into_iter()
+            .collect();
+        let why = json!({"interrupted": "the server running it stopped; queued again"});
+        let mut requeued = Vec::new();
+        for id in ids {
+            let Some(job) = self.jobs.job(&id).await? else {
+                continue;
+            };
+            if self.jobs.release_job(&id, None, why.clone()).await? {
+                self.queue_again(&job, &mut requeued).await?;
+            }
+        }
+        Ok(requeued)
+    }
+
+    /// Queues a released job's work again (unless its tool is gone).
+    async fn queue_again(&self, job: &ToolJob, requeued: &mut Vec<String>) -> Result<(), CustomError> {
+        match self.queue(&job.tool_name, job.job_type).await {
+            Ok(_) => requeued.push(job.tool_name.clone()),
+            // A tool deleted since has nothing to run.
+            Err(CustomError::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(())
     }
 
     /// Runs a claimed job (`building`) to its end, renewing its lease meanwhile; stops,
@@ -337,12 +382,17 @@ impl CustomTools {
         progress: &(dyn Fn(u8) + Send + Sync),
     ) -> Result<AuditReport, CustomError> {
         let id = job.id.clone();
+        // Noted as running here until it ends; work dropped unfinished leaves it noted, for
+        // [`CustomTools::hand_back`].
+        let running = Running::start(&self.running, &id);
         let heartbeat = Heartbeat::start(self.jobs.clone(), id.clone(), self.lease.heartbeat());
-        tokio::select! {
+        let done = tokio::select! {
             biased;
             () = heartbeat.lost.cancelled() => Err(CustomError::Released(id)),
             done = self.run_claimed(job, progress) => done,
-        }
+        };
+        running.ended();
+        done
     }
 
     /// The work of [`CustomTools::execute`].

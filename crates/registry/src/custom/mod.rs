@@ -88,6 +88,8 @@ pub struct CustomTools {
     lease: jobs::JobLease,
     /// The definitions served now, by name, as last synced.
     served: std::sync::Mutex<HashMap<String, ToolDefinition>>,
+    /// The ids of the jobs running in this process ([`CustomTools::hand_back`]).
+    running: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for CustomTools {
@@ -121,6 +123,7 @@ impl CustomTools {
             limits,
             lease: jobs::JobLease::default(),
             served: std::sync::Mutex::new(HashMap::new()),
+            running: std::sync::Mutex::new(std::collections::BTreeSet::new()),
         }
     }
 

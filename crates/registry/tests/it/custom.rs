@@ -659,6 +659,14 @@ impl JobStore for Unreachable {
         }
         self.inner.heartbeat_job(id).await
     }
+    async fn release_job(
+        &self,
+        id: &str,
+        renewed_before: Option<std::time::SystemTime>,
+        why: Value,
+    ) -> Result<bool, StoreError> {
+        self.inner.release_job(id, renewed_before, why).await
+    }
     async fn jobs(&self, tool_name: Option<String>) -> Result<Vec<ToolJob>, StoreError> {
         self.inner.jobs(tool_name).await
     }
@@ -811,4 +819,49 @@ async fn a_job_whose_heartbeat_stopped_is_released_to_another_worker() {
         json!(all[0].id),
         "the results are the second run's"
     );
+}
+
+/// A worker stopped in the middle of a job (a stopping server aborts it) hands the job back:
+/// failed, naming why, and queued again at once, well before the stale bound, for another
+/// worker, which runs it to the end. A job that ended is not handed back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_dropped_unfinished_is_handed_back_at_once() {
+    let mut w = workers(JobLease::new(Duration::from_secs(3600)));
+    let tests = json!([{"inputs": {"x": 3}, "expect": {"x": 3}}]);
+    let added = w.a.add(draft("stopped", "echo", tests)).await.unwrap();
+    let a = w.a.clone();
+    let first = tokio::spawn(async move { a.run_next().await });
+    w.started.recv().await.expect("the case starts on A");
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    assert!(
+        w.b.requeue_interrupted().await.unwrap().is_empty(),
+        "not stale for an hour"
+    );
+    assert_eq!(w.a.hand_back().await.unwrap(), vec!["stopped".to_owned()]);
+    assert!(w.a.hand_back().await.unwrap().is_empty(), "handed back once");
+    let old = w.jobs.job(&added.job).await.unwrap().unwrap();
+    assert_eq!(old.status, JobStatus::Failed);
+    assert_eq!(
+        old.result.unwrap()["interrupted"],
+        "the server running it stopped; queued again"
+    );
+    let b = tokio::spawn(async move {
+        let report = w.b.run_next().await;
+        (w.b, report)
+    });
+    w.started.recv().await.expect("the case starts on B");
+    w.gate.add_permits(1);
+    let (b, report) = b.await.unwrap();
+    assert!(report.unwrap().expect("B ran it").passed);
+    assert!(b.hand_back().await.unwrap().is_empty(), "B's job ended");
+    let statuses: Vec<_> = w
+        .jobs
+        .jobs(Some("stopped".into()))
+        .await
+        .unwrap()
+        .iter()
+        .map(|j| j.status)
+        .collect();
+    assert_eq!(statuses, vec![JobStatus::Approved, JobStatus::Failed]);
 }

@@ -249,21 +249,8 @@ async fn kill_one_replica_under_load(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    match stop {
-        Stop::Kill => a.child.start_kill().expect("SIGKILL replica A"),
-        Stop::Term => {
-            let pid = a.child.id().expect("A runs").to_string();
-            let sent = std::process::Command::new("kill")
-                .args(["-TERM", &pid])
-                .status()
-                .expect("kill runs");
-            assert!(sent.success(), "SIGTERM replica A");
-        }
-    }
-    let status = a.child.wait().await.expect("A is gone");
-    if stop == Stop::Term {
-        assert!(status.success(), "A stops cleanly on SIGTERM: {status}");
-    }
+    a.child.start_kill().expect("SIGKILL replica A");
+    a.child.wait().await.expect("A is gone");
     let out = load.await.expect("the load script");
     let answered: serde_json::Value = serde_json::from_str(
         out.lines()
@@ -498,8 +485,21 @@ async fn a_replica_stops_mid_job(stop: Stop) {
     assert_eq!(mid.len(), 1, "B took no job from the live A: {mid:#?}");
     assert_eq!(mid[0]["status"], "testing", "{mid:#?}");
     assert!(pct(&mid[0]) < 100, "A is mid-job: {mid:#?}");
-    a.child.start_kill().expect("SIGKILL replica A");
-    a.child.wait().await.expect("A is gone");
+    match stop {
+        Stop::Kill => a.child.start_kill().expect("SIGKILL replica A"),
+        Stop::Term => {
+            let pid = a.child.id().expect("A runs").to_string();
+            let sent = std::process::Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .expect("kill runs");
+            assert!(sent.success(), "SIGTERM replica A");
+        }
+    }
+    let status = a.child.wait().await.expect("A is gone");
+    if stop == Stop::Term {
+        assert!(status.success(), "A stops cleanly on SIGTERM: {status}");
+    }
 
     let done = jobs_become(
         &pg,

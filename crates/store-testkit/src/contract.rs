@@ -450,17 +450,27 @@ pub async fn a_release_takes_only_a_job_not_renewed_since(b: &mut impl Backend) 
             .expect("create");
     }
     assert!(
-        !store.release_job("j1", None, why.clone()).await.expect("release"),
+        !store
+            .release_job("j1", None, why.clone())
+            .await
+            .expect("release"),
         "a queued job is not running"
     );
-    other.claim_job(Some("j1".into())).await.expect("claim").expect("queued");
+    other
+        .claim_job(Some("j1".into()))
+        .await
+        .expect("claim")
+        .expect("queued");
     tokio::time::sleep(Duration::from_millis(5)).await;
     let bound = std::time::SystemTime::now();
     tokio::time::sleep(Duration::from_millis(5)).await;
     // Renewed after the bound (as if its worker beat after the jobs were read): kept.
     assert!(other.heartbeat_job("j1").await.expect("beat"));
     assert!(
-        !store.release_job("j1", Some(bound), why.clone()).await.expect("release"),
+        !store
+            .release_job("j1", Some(bound), why.clone())
+            .await
+            .expect("release"),
         "a heartbeat since the bound keeps the job"
     );
     assert_eq!(
@@ -480,21 +490,44 @@ pub async fn a_release_takes_only_a_job_not_renewed_since(b: &mut impl Backend) 
         "one handle releases it"
     );
     let released = other.job("j1").await.expect("get").expect("j1");
-    assert_eq!((released.status, released.result), (JobStatus::Failed, Some(why.clone())));
-    assert!(!other.heartbeat_job("j1").await.expect("beat"), "its worker's lease is gone");
+    assert_eq!(
+        (released.status, released.result),
+        (JobStatus::Failed, Some(why.clone()))
+    );
     assert!(
-        !store.release_job("j1", None, why.clone()).await.expect("release"),
+        !other.heartbeat_job("j1").await.expect("beat"),
+        "its worker's lease is gone"
+    );
+    assert!(
+        !store
+            .release_job("j1", None, why.clone())
+            .await
+            .expect("release"),
         "an ended job"
     );
     // Without a bound (a server handing back its own job as it stops): taken at once.
-    store.claim_job(Some("j2".into())).await.expect("claim").expect("queued");
+    store
+        .claim_job(Some("j2".into()))
+        .await
+        .expect("claim")
+        .expect("queued");
     assert!(store.heartbeat_job("j2").await.expect("beat"));
-    assert!(store.release_job("j2", None, why.clone()).await.expect("release"));
+    assert!(
+        store
+            .release_job("j2", None, why.clone())
+            .await
+            .expect("release")
+    );
     assert_eq!(
         other.job("j2").await.expect("get").expect("j2").status,
         JobStatus::Failed
     );
-    assert!(!store.release_job("missing", None, why).await.expect("release"));
+    assert!(
+        !store
+            .release_job("missing", None, why)
+            .await
+            .expect("release")
+    );
     b.close(other).await;
     b.close(store).await;
 }

@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use super::{CustomError, CustomTools, Expect, Reviewed, TestCase, pending_of};
 use crate::{
     sandbox::{SandboxError, SandboxHost, SandboxRun},
-    store::{JobStatus, JobStore, JobType, NewJob, StoreError, ToolJob},
+    store::{JobStatus, JobStore, JobType, NewJob, ToolJob},
 };
 
 /// How long a running job stays its worker's without a heartbeat. The worker renews the
@@ -335,7 +335,11 @@ impl CustomTools {
             {
                 continue;
             }
-            if self.jobs.release_job(&job.id, Some(cutoff), why.clone()).await? {
+            if self
+                .jobs
+                .release_job(&job.id, Some(cutoff), why.clone())
+                .await?
+            {
                 self.queue_again(&job, &mut requeued).await?;
             }
         }
@@ -347,9 +351,10 @@ impl CustomTools {
     /// at once, for any worker, rather than after the stale bound. Returns the tools
     /// requeued.
     pub async fn hand_back(&self) -> Result<Vec<String>, CustomError> {
-        let ids: Vec<String> = std::mem::take(&mut *self.running.lock().unwrap_or_else(|p| p.into_inner()))
-            .into_iter()
-            .collect();
+        let ids: Vec<String> =
+            std::mem::take(&mut *self.running.lock().unwrap_or_else(|p| p.into_inner()))
+                .into_iter()
+                .collect();
         let why = json!({"interrupted": "the server running it stopped; queued again"});
         let mut requeued = Vec::new();
         for id in ids {
@@ -364,7 +369,11 @@ impl CustomTools {
     }
 
     /// Queues a released job's work again (unless its tool is gone).
-    async fn queue_again(&self, job: &ToolJob, requeued: &mut Vec<String>) -> Result<(), CustomError> {
+    async fn queue_again(
+        &self,
+        job: &ToolJob,
+        requeued: &mut Vec<String>,
+    ) -> Result<(), CustomError> {
         match self.queue(&job.tool_name, job.job_type).await {
             Ok(_) => requeued.push(job.tool_name.clone()),
             // A tool deleted since has nothing to run.

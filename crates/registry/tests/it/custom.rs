@@ -839,7 +839,10 @@ async fn a_job_dropped_unfinished_is_handed_back_at_once() {
         "not stale for an hour"
     );
     assert_eq!(w.a.hand_back().await.unwrap(), vec!["stopped".to_owned()]);
-    assert!(w.a.hand_back().await.unwrap().is_empty(), "handed back once");
+    assert!(
+        w.a.hand_back().await.unwrap().is_empty(),
+        "handed back once"
+    );
     let old = w.jobs.job(&added.job).await.unwrap().unwrap();
     assert_eq!(old.status, JobStatus::Failed);
     assert_eq!(

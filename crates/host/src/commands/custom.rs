@@ -250,7 +250,9 @@ fn progress_bar(doing: &str) -> indicatif::ProgressBar {
 const FOLLOW: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Runs the queued job `id` here, or, when a running server's job worker took it first,
-/// follows it there; then prints its cases and what to do next. Exit 1 when a case failed.
+/// follows it there; then prints its cases and what to do next. A job the server's lease
+/// released (its process stopped) and queued again is followed on: run here, or followed
+/// where another server took it. Exit 1 when a case failed.
 async fn finish(
     tools: &CustomTools,
     name: &str,
@@ -258,14 +260,17 @@ async fn finish(
     doing: &str,
 ) -> anyhow::Result<ExitCode> {
     let progress = progress_bar(doing);
-    let ran = tools
-        .run_job(id, &|pct| progress.set_position(u64::from(pct)))
-        .await
-        .map_err(refused)?;
-    let job = match ran {
-        Some(_) => tools.job(id).await.map_err(refused)?,
-        None => loop {
-            let job = tools.job(id).await.map_err(refused)?;
+    let mut id = id.to_owned();
+    let job = loop {
+        let ran = tools
+            .run_job(&id, &|pct| progress.set_position(u64::from(pct)))
+            .await
+            .map_err(refused)?;
+        if ran.is_some() {
+            break tools.job(&id).await.map_err(refused)?;
+        }
+        let job = loop {
+            let job = tools.job(&id).await.map_err(refused)?;
             match &job {
                 Some(j) if !j.status.is_terminal() => {
                     progress.set_position(u64::from(j.progress_pct));
@@ -273,13 +278,48 @@ async fn finish(
                 }
                 _ => break job,
             }
-        },
+        };
+        let next = match &job {
+            Some(j) => requeued(tools, j).await?,
+            None => None,
+        };
+        match next {
+            Some(next) => {
+                progress.suspend(|| {
+                    say!("job {id} was interrupted and queued again as job {next}; following it")
+                });
+                progress.set_position(0);
+                id = next;
+            }
+            None => break job,
+        }
     };
     progress.finish_and_clear();
     let Some(job) = job else {
         bail!("job {id} is gone from the store");
     };
     report(name, &job)
+}
+
+/// The job that took over `job`'s work when it was released as interrupted: the newest job
+/// of the same tool and kind created at or after it. `None` for a job that ended otherwise.
+async fn requeued(tools: &CustomTools, job: &ToolJob) -> anyhow::Result<Option<String>> {
+    let interrupted = job.status == JobStatus::Failed
+        && job
+            .result
+            .as_ref()
+            .is_some_and(|r| r.get("interrupted").is_some());
+    if !interrupted {
+        return Ok(None);
+    }
+    let jobs = tools
+        .jobs(Some(job.tool_name.clone()))
+        .await
+        .map_err(refused)?;
+    Ok(jobs
+        .into_iter()
+        .find(|j| j.id != job.id && j.job_type == job.job_type && j.created_at >= job.created_at)
+        .map(|j| j.id))
 }
 
 /// Prints a finished job's cases and verdict.
@@ -337,5 +377,66 @@ fn report(name: &str, job: &ToolJob) -> anyhow::Result<ExitCode> {
                 .unwrap_or("no reason was recorded");
             bail!("job {} of `{name}` ended {}: {why}", job.id, other.as_str())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use quiver_registry::{
+        sandbox::SandboxLimits,
+        store::{JobStore, MemoryDefinitionStore, MemoryJobStore},
+    };
+    use serde_json::json;
+
+    use super::*;
+
+    /// A job the lease released and queued again is followed to its new job; a job that
+    /// ended otherwise is not.
+    #[tokio::test]
+    async fn an_interrupted_job_leads_to_the_job_queued_in_its_place() {
+        let jobs = Arc::new(MemoryJobStore::new());
+        let tools = CustomTools::new(
+            Arc::new(MemoryDefinitionStore::new()),
+            jobs.clone(),
+            Arc::new(quiver_sandbox::QuickJsSandbox::new(1)),
+            SandboxLimits::default(),
+        );
+        let schema = json!({"type": "object", "properties": {}});
+        let draft = CustomDraft::new(
+            "one",
+            "Returns one.",
+            schema,
+            "async function main() { return 1; }",
+        );
+        let added = tools.add(draft).await.unwrap();
+        jobs.claim_job(Some(added.job.clone()))
+            .await
+            .unwrap()
+            .unwrap();
+        let first = jobs.job(&added.job).await.unwrap().unwrap();
+        assert_eq!(
+            requeued(&tools, &first).await.unwrap(),
+            None,
+            "still running"
+        );
+        // As a stopping server hands it back.
+        assert!(
+            jobs.release_job(&added.job, None, json!({"interrupted": "stopped"}))
+                .await
+                .unwrap()
+        );
+        let next = tools.queue("one", JobType::Build).await.unwrap();
+        let released = jobs.job(&added.job).await.unwrap().unwrap();
+        assert_eq!(
+            requeued(&tools, &released).await.unwrap(),
+            Some(next.clone())
+        );
+        // The new job run to its end here: nothing follows it.
+        assert!(tools.run_job(&next, &|_| {}).await.unwrap().is_some());
+        let ended = jobs.job(&next).await.unwrap().unwrap();
+        assert_eq!(ended.status, JobStatus::Approved);
+        assert_eq!(requeued(&tools, &ended).await.unwrap(), None);
     }
 }

@@ -91,8 +91,8 @@ pub(crate) struct Instance {
     last_used: Mutex<Instant>,
     busy: AtomicUsize,
     stopped: CancellationToken,
-    /// Set once a call waited for its first roots.
-    rooted: std::sync::atomic::AtomicBool,
+    /// Done once a call waited for its first roots; calls meanwhile wait with it.
+    rooted: tokio::sync::OnceCell<()>,
 }
 
 impl Instance {
@@ -106,9 +106,10 @@ impl Instance {
                     // A server asks for its roots as it starts (server-filesystem at
                     // `initialized`): its first call waits (briefly) for them to arrive, so
                     // that it is not answered from no roots at all.
-                    if !self.rooted.swap(true, Ordering::AcqRel) {
-                        self.up.first_roots(super::roots::REFETCH_WAIT).await;
-                    }
+                    // Every request waiting meanwhile waits for the same roots.
+                    self.rooted
+                        .get_or_init(|| self.up.first_roots(super::roots::REFETCH_WAIT))
+                        .await;
                     return Ok(());
                 }
                 ServerState::Connecting | ServerState::Connected => {}
@@ -421,7 +422,7 @@ impl SessionPool {
             last_used: Mutex::new(Instant::now()),
             busy: AtomicUsize::new(0),
             stopped,
-            rooted: std::sync::atomic::AtomicBool::new(false),
+            rooted: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -574,14 +575,36 @@ impl SessionPool {
                 e.touched.insert(cfg.name.clone());
             }
         }
+        // A request of the session that comes while another one's start is under way (two
+        // requests at once, or one right after the first was answered too early to find
+        // the tools) waits for the same processes: those not ready yet.
+        let starting: Vec<Arc<Instance>> = lock(&self.state)
+            .get(&session.id)
+            .map(|e| {
+                e.instances
+                    .values()
+                    .filter(|i| !started.iter().any(|s| Arc::ptr_eq(s, i)) && !i.up.settled())
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
         // The wait is use: an idle timeout shorter than the start (a loaded machine, a slow
         // server) must not stop the process the request that started it is waiting for.
-        let waits = started.iter().map(|inst| async move {
-            let _busy = Busy::new(inst);
-            if let Err(why) = inst.ready().await {
-                tracing::warn!(server = %inst.server, session = %inst.session, "per-session MCP server \"{}\" is not ready: {why}", inst.server);
-            }
-        });
+        let waits = started
+            .iter()
+            .map(|inst| (inst, true))
+            .chain(starting.iter().map(|inst| (inst, false)))
+            .map(|(inst, ours)| async move {
+                let _busy = Busy::new(inst);
+                match inst.ready().await {
+                    Ok(()) => {}
+                    // Said once, by the request that started it.
+                    Err(why) if ours => {
+                        tracing::warn!(server = %inst.server, session = %inst.session, "per-session MCP server \"{}\" is not ready: {why}", inst.server);
+                    }
+                    Err(_) => {}
+                }
+            });
         futures::future::join_all(waits).await;
     }
 

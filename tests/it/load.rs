@@ -2,7 +2,7 @@
 //! number at a time, half the calls to a core tool (`describe_tool`) and half to a stdio
 //! upstream (server-everything's `echo`), each session closed with `DELETE`. Every call is
 //! answered without error, the execution log has one row per call, and the process's open
-//! files and the allocator's bytes in use (SQLite's page caches aside) do not grow from the
+//! files, threads and the allocator's bytes in use (SQLite's page caches aside) do not grow from the
 //! second run to the third (a leak per session or per call would). The bytes in use are
 //! `/metrics`' `quiver_process_heap_in_use_bytes` less `quiver_process_store_engine_bytes`:
 //! what the allocator keeps after a free is not in them, so a leak shows there and not only
@@ -161,6 +161,13 @@ async fn three_load_runs_answer_every_call_log_every_row_and_leak_nothing() {
     assert!(
         last <= before_last + 4,
         "open files grew from {before_last} to {last} over the last run"
+    );
+    // Threads come and go with the runtime's blocking pool (up to one per call at once,
+    // each leaving after 10 s idle); a thread kept per session would be many more.
+    let (before_last, last) = (after[after.len() - 2].1, after[after.len() - 1].1);
+    assert!(
+        last <= before_last + concurrency + 8,
+        "threads grew from {before_last} to {last} over the last run"
     );
     // A leak grows the heap in use with every call. Allowed: a byte per call of the last
     // run and 256 KiB, for maps that grow their capacity and the threads' allocator

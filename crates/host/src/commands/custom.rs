@@ -262,10 +262,16 @@ async fn finish(
     let progress = progress_bar(doing);
     let mut id = id.to_owned();
     let job = loop {
-        let ran = tools
+        let ran = match tools
             .run_job(&id, &|pct| progress.set_position(u64::from(pct)))
             .await
-            .map_err(refused)?;
+        {
+            // Released under this run (its heartbeat did not reach the store for the whole
+            // stale bound) and queued again: read as ended, so the new job is taken up
+            // below.
+            Err(CustomError::Released(_)) => None,
+            other => other.map_err(refused)?,
+        };
         if ran.is_some() {
             break tools.job(&id).await.map_err(refused)?;
         }
@@ -384,13 +390,120 @@ fn report(name: &str, job: &ToolJob) -> anyhow::Result<ExitCode> {
 mod tests {
     use std::sync::Arc;
 
+    use async_trait::async_trait;
     use quiver_registry::{
+        custom::JobLease,
         sandbox::SandboxLimits,
-        store::{JobStore, MemoryDefinitionStore, MemoryJobStore},
+        store::{JobStore, MemoryDefinitionStore, MemoryJobStore, NewJob, StoreError},
     };
     use serde_json::json;
 
     use super::*;
+
+    /// A job store whose first heartbeat finds the job released: as if this process's
+    /// heartbeats had not reached the store for the whole stale bound while another
+    /// process released the job and queued it again (through `others`).
+    struct ReleasedUnderUs {
+        inner: Arc<MemoryJobStore>,
+        others: std::sync::OnceLock<Arc<CustomTools>>,
+        done: std::sync::atomic::AtomicBool,
+    }
+
+    #[async_trait]
+    impl JobStore for ReleasedUnderUs {
+        async fn create_job(&self, job: NewJob) -> Result<ToolJob, StoreError> {
+            self.inner.create_job(job).await
+        }
+        async fn job(&self, id: &str) -> Result<Option<ToolJob>, StoreError> {
+            self.inner.job(id).await
+        }
+        async fn transition_job(
+            &self,
+            id: &str,
+            to: JobStatus,
+            result: Option<Value>,
+        ) -> Result<ToolJob, StoreError> {
+            self.inner.transition_job(id, to, result).await
+        }
+        async fn set_job_progress(&self, id: &str, pct: u8) -> Result<(), StoreError> {
+            self.inner.set_job_progress(id, pct).await
+        }
+        async fn heartbeat_job(&self, id: &str) -> Result<bool, StoreError> {
+            if !self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                let why = json!({"interrupted": "no heartbeat (test)"});
+                assert!(self.inner.release_job(id, None, why).await?);
+                let others = self.others.get().expect("set");
+                let job = self.inner.job(id).await?.expect("the job");
+                others
+                    .queue(&job.tool_name, job.job_type)
+                    .await
+                    .expect("queued again");
+            }
+            self.inner.heartbeat_job(id).await
+        }
+        async fn release_job(
+            &self,
+            id: &str,
+            renewed_before: Option<std::time::SystemTime>,
+            why: Value,
+        ) -> Result<bool, StoreError> {
+            self.inner.release_job(id, renewed_before, why).await
+        }
+        async fn jobs(&self, tool_name: Option<String>) -> Result<Vec<ToolJob>, StoreError> {
+            self.inner.jobs(tool_name).await
+        }
+        async fn claim_job(&self, id: Option<String>) -> Result<Option<ToolJob>, StoreError> {
+            self.inner.claim_job(id).await
+        }
+    }
+
+    /// A job released while this process runs it (its worker stops: `Released`) is not
+    /// the end: `finish` takes up the job queued in its place, runs it here, and reports
+    /// that one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_released_under_the_cli_is_followed_to_its_new_job() {
+        let defs = Arc::new(MemoryDefinitionStore::new());
+        let jobs = Arc::new(MemoryJobStore::new());
+        let sandbox = Arc::new(quiver_sandbox::QuickJsSandbox::new(1));
+        let store = Arc::new(ReleasedUnderUs {
+            inner: jobs.clone(),
+            others: std::sync::OnceLock::new(),
+            done: std::sync::atomic::AtomicBool::new(false),
+        });
+        let others = Arc::new(CustomTools::new(
+            defs.clone(),
+            jobs.clone(),
+            sandbox.clone(),
+            SandboxLimits::default(),
+        ));
+        let _ = store.others.set(others);
+        let lease = JobLease::new(std::time::Duration::from_secs(60))
+            .with_heartbeat(std::time::Duration::from_millis(10));
+        let tools =
+            CustomTools::new(defs, store, sandbox, SandboxLimits::default()).with_lease(lease);
+        // A case that runs long enough for the first heartbeat.
+        let source = "async function main() { const end = Date.now() + 300; while (Date.now() < end) {} return 1; }";
+        let draft = CustomDraft::new(
+            "slow_one",
+            "Returns one, slowly.",
+            json!({"type": "object", "properties": {}}),
+            source,
+        )
+        .with_tests(TestCase::parse_all(&json!([{"inputs": {}, "expect": 1}])).unwrap());
+        let added = tools.add(draft).await.unwrap();
+        let code = finish(&tools, "slow_one", &added.job, "testing")
+            .await
+            .unwrap();
+        assert_eq!(code, ExitCode::SUCCESS);
+        let all = jobs.jobs(Some("slow_one".into())).await.unwrap();
+        let statuses: Vec<JobStatus> = all.iter().map(|j| j.status).collect();
+        assert_eq!(
+            statuses,
+            vec![JobStatus::Approved, JobStatus::Failed],
+            "{all:?}"
+        );
+        assert_eq!(all[1].id, added.job);
+    }
 
     /// A job the lease released and queued again is followed to its new job; a job that
     /// ended otherwise is not.

@@ -318,6 +318,15 @@ impl SessionStore for Store {
         each!(self, s => s.replace_working_set(session, entries).await)
     }
 
+    async fn replace_working_set_if(
+        &self,
+        session: &str,
+        entries: Vec<WorkingSetEntry>,
+        expected: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        each!(self, s => s.replace_working_set_if(session, entries, expected).await)
+    }
+
     async fn record_failed_approach(
         &self,
         session: &str,

@@ -1404,6 +1404,43 @@ impl SessionStore for SqliteStore {
         .await
     }
 
+    /// One write transaction: the version is read and compared on the writer's
+    /// connection, so no other write comes between.
+    async fn replace_working_set_if(
+        &self,
+        session: &str,
+        entries: Vec<WorkingSetEntry>,
+        expected: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let session = session.to_owned();
+        self.write(move |tx, loc| {
+            let current: i64 = tx
+                .query_row(
+                    "SELECT COALESCE(max(version), 0) FROM session_versions WHERE session = ?1",
+                    [&session],
+                    |r| r.get(0),
+                )
+                .at(loc)?;
+            if u64::try_from(current).unwrap_or(0) != expected {
+                return Ok(None);
+            }
+            tx.execute("DELETE FROM session_tools WHERE session = ?1", [&session])
+                .at(loc)?;
+            upsert_session_tools(tx, loc, &session, &entries)?;
+            let version: i64 = tx
+                .query_row(
+                    "INSERT INTO session_versions (session, version) VALUES (?1, 1)
+                     ON CONFLICT (session) DO UPDATE SET version = version + 1
+                     RETURNING version",
+                    [&session],
+                    |r| r.get(0),
+                )
+                .at(loc)?;
+            Ok(Some(u64::try_from(version).unwrap_or(0)))
+        })
+        .await
+    }
+
     async fn record_failed_approach(
         &self,
         session: &str,

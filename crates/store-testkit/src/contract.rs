@@ -75,6 +75,7 @@ macro_rules! contract_suite {
             the_log_is_chained_across_handles_and_purges,
             working_sets_failures_and_surface_state_persist,
             a_replaced_working_set_moves_its_version_on_for_every_handle,
+            a_conditional_replace_writes_only_over_the_version_expected,
             a_strict_record_returns_once_its_row_is_committed);
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -1136,6 +1137,90 @@ pub async fn working_sets_failures_and_surface_state_persist(b: &mut impl Backen
     assert!(store.failed_approaches("s1").await.expect("f").is_empty());
     assert_eq!(store.working_set("s2").await.expect("ws").len(), 1);
     b.close(store).await;
+}
+
+/// A conditional replace writes only when the set's version is the one expected: over a
+/// version another handle moved on it writes nothing and says so; of two handles writing
+/// over the same version at once, one does; an ended session starts over at 0.
+pub async fn a_conditional_replace_writes_only_over_the_version_expected(b: &mut impl Backend) {
+    let one = b.open().await;
+    let two = b.another().await;
+    let t = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let set = |tools: &[&str]| -> Vec<WorkingSetEntry> {
+        tools
+            .iter()
+            .map(|n| WorkingSetEntry::new(*n, t, 0))
+            .collect()
+    };
+    let names = |s: StoredWorkingSet| -> (u64, Vec<String>) {
+        (s.version, s.entries.into_iter().map(|e| e.tool).collect())
+    };
+    assert_eq!(
+        one.replace_working_set_if("c", set(&["a"]), 0)
+            .await
+            .expect("write"),
+        Some(1)
+    );
+    assert_eq!(
+        two.replace_working_set_if("c", set(&["x"]), 0)
+            .await
+            .expect("write"),
+        None,
+        "version 0 is gone"
+    );
+    assert_eq!(
+        names(two.versioned_working_set("c").await.expect("read")),
+        (1, vec!["a".to_owned()]),
+        "nothing written by the refused replace"
+    );
+    assert_eq!(
+        two.replace_working_set_if("c", set(&["a", "b"]), 1)
+            .await
+            .expect("write"),
+        Some(2)
+    );
+    assert_eq!(
+        one.replace_working_set_if("c", set(&["z"]), 1)
+            .await
+            .expect("write"),
+        None
+    );
+    let (x, y) = tokio::join!(
+        one.replace_working_set_if("c", set(&["b"]), 2),
+        two.replace_working_set_if("c", set(&["a", "b", "c"]), 2)
+    );
+    let (x, y) = (x.expect("write"), y.expect("write"));
+    assert_eq!(
+        u8::from(x.is_some()) + u8::from(y.is_some()),
+        1,
+        "one of two writes over one version: {x:?} {y:?}"
+    );
+    let (version, tools) = names(one.versioned_working_set("c").await.expect("read"));
+    assert_eq!(version, 3);
+    assert!(
+        tools == ["b"] || tools == ["a", "b", "c"],
+        "the set of the write that won: {tools:?}"
+    );
+    one.end_session("c").await.expect("end");
+    assert_eq!(
+        one.replace_working_set_if("c", set(&["a"]), 3)
+            .await
+            .expect("write"),
+        None,
+        "an ended session's old version"
+    );
+    assert_eq!(
+        names(two.versioned_working_set("c").await.expect("read")),
+        (0, vec![])
+    );
+    assert_eq!(
+        two.replace_working_set_if("c", set(&["a"]), 0)
+            .await
+            .expect("write"),
+        Some(1)
+    );
+    b.close(two).await;
+    b.close(one).await;
 }
 
 /// A working set replaced whole keeps only the new entries and moves its version on; a

@@ -99,11 +99,29 @@ impl Surface {
                                 }) else {
                                     break;
                                 };
+                                // With a store other servers share, written over the
+                                // version this surface knows, merged with theirs if they
+                                // wrote since.
+                                let known = s
+                                    .shared_store
+                                    .load(std::sync::atomic::Ordering::Relaxed)
+                                    .then(|| s.known_stored(&session))
+                                    .flatten();
                                 drop(s);
-                                match sync(&*store, &session, set).await {
-                                    Ok(version) => {
+                                let written = match known {
+                                    Some((version, base)) => {
+                                        sync_merging(&weak, &*store, &session, set, version, base)
+                                            .await
+                                    }
+                                    None => {
+                                        let members = names(&set);
+                                        sync(&*store, &session, set).await.map(|v| (v, members))
+                                    }
+                                };
+                                match written {
+                                    Ok((version, members)) => {
                                         if let Some(s) = weak.upgrade() {
-                                            s.note_stored_version(&session, version);
+                                            s.note_stored_version(&session, version, members);
                                         }
                                     }
                                     Err(e) => {
@@ -161,8 +179,10 @@ impl Surface {
         session: &str,
         store: &dyn SessionStore,
     ) -> Result<(), StoreError> {
-        let version = sync(store, session, self.persisted_entries(session)).await?;
-        self.note_stored_version(session, version);
+        let set = self.persisted_entries(session);
+        let members = names(&set);
+        let version = sync(store, session, set).await?;
+        self.note_stored_version(session, version, members);
         Ok(())
     }
 
@@ -216,12 +236,66 @@ impl Surface {
             .collect();
         self.restore_idle(session, &idle);
         if let Some(version) = version {
-            self.with_session(session, |s| s.stored_version = Some(version));
+            let members: Vec<String> = stored.iter().map(|e| e.tool.clone()).collect();
+            self.with_session(session, |s| {
+                s.stored_version = Some(version);
+                s.stored_members = members;
+            });
         }
         // A tool that registered between the split and the hold.
         self.adopt_pending();
         Ok(restored)
     }
+}
+
+/// The tools of a persisted set.
+fn names(set: &[(String, u64)]) -> Vec<String> {
+    set.iter().map(|(n, _)| n.clone()).collect()
+}
+
+/// How many times a write over a version another server moved on is merged and tried
+/// again before the set is written as it is (last writer wins).
+const MERGE_TRIES: usize = 3;
+
+/// Writes `set` over `version` (the stored set this surface knows, whose tools were
+/// `base`). When another server wrote the set since, the surface takes its set with this
+/// surface's own changes since `base` on top ([`Surface::merge_stored`]) and writes that
+/// over the newer version. Returns the version written and the tools stored.
+async fn sync_merging(
+    surface: &std::sync::Weak<Surface>,
+    store: &dyn SessionStore,
+    session: &str,
+    set: Vec<(String, u64)>,
+    version: u64,
+    base: Vec<String>,
+) -> Result<(u64, Vec<String>), StoreError> {
+    let (mut set, mut version, mut base) = (set, version, base);
+    for _ in 0..MERGE_TRIES {
+        let members = names(&set);
+        if let Some(written) = store
+            .replace_working_set_if(session, stamped(&set), version)
+            .await?
+        {
+            return Ok((written, members));
+        }
+        let stored = store.versioned_working_set(session).await?;
+        let newer = stored.version;
+        let stored_members: Vec<String> = stored.entries.iter().map(|e| e.tool.clone()).collect();
+        // A session this surface no longer holds has nothing to merge into: the other
+        // server's set stands.
+        let Some(s) = surface.upgrade().filter(|s| s.holds(session)) else {
+            return Ok((newer, stored_members));
+        };
+        set = s.merge_stored(session, &base, stored);
+        (version, base) = (newer, stored_members);
+        tracing::debug!(
+            session,
+            version,
+            "merged the working set another server wrote meanwhile"
+        );
+    }
+    let members = names(&set);
+    Ok((sync(store, session, set).await?, members))
 }
 
 /// Writes `current` as the session's whole stored set; returns the stored version.
@@ -420,7 +494,7 @@ impl Surface {
 /// Entries for `set` (most recent first), stamped so that its order survives a restore.
 /// The entries to store for a set (most recent first): its order as `last_used` times one
 /// microsecond apart, and each tool's idle rounds as `round`.
-fn stamped(set: &[(String, u64)]) -> Vec<WorkingSetEntry> {
+pub(crate) fn stamped(set: &[(String, u64)]) -> Vec<WorkingSetEntry> {
     let now = SystemTime::now();
     set.iter()
         .enumerate()

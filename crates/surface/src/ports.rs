@@ -130,6 +130,17 @@ pub trait SessionStore: Send + Sync {
         entries: Vec<WorkingSetEntry>,
     ) -> Result<u64, StoreError>;
 
+    /// [`SessionStore::replace_working_set`] only if the set's version is still
+    /// `expected` (the version this server last wrote or read), at once: the new version,
+    /// or `None` when another server wrote the set since (nothing is written then). A set
+    /// never written has version 0.
+    async fn replace_working_set_if(
+        &self,
+        session: &str,
+        entries: Vec<WorkingSetEntry>,
+        expected: u64,
+    ) -> Result<Option<u64>, StoreError>;
+
     /// Counts one failure of the call `args_hash`; returns how many there have been.
     async fn record_failed_approach(
         &self,
@@ -328,6 +339,25 @@ impl SessionStore for MemorySessionStore {
         let version = inner.versions.entry(session.to_owned()).or_default();
         *version += 1;
         Ok(*version)
+    }
+
+    async fn replace_working_set_if(
+        &self,
+        session: &str,
+        entries: Vec<WorkingSetEntry>,
+        expected: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let mut inner = lock(&self.inner);
+        if inner.versions.get(session).copied().unwrap_or(0) != expected {
+            return Ok(None);
+        }
+        inner.working.insert(
+            session.to_owned(),
+            entries.into_iter().map(|e| (e.tool.clone(), e)).collect(),
+        );
+        let version = inner.versions.entry(session.to_owned()).or_default();
+        *version += 1;
+        Ok(Some(*version))
     }
 
     async fn end_session(&self, session: &str) -> Result<(), StoreError> {

@@ -279,7 +279,63 @@ impl Surface {
         if known == Some(stored.version) {
             return Ok(false);
         }
-        let mut entries = stored.entries;
+        let members = stored.entries.iter().map(|e| e.tool.clone()).collect();
+        self.adopt(session, stored.entries, stored.version, members);
+        Ok(true)
+    }
+
+    /// The version of the session's stored set this surface knows, with the set's tools
+    /// then; `None` before it wrote or read one.
+    pub(crate) fn known_stored(&self, session: &str) -> Option<(u64, Vec<String>)> {
+        lock(&self.sessions)
+            .get(session)
+            .and_then(|s| Some((s.stored_version?, s.stored_members.clone())))
+    }
+
+    /// Another server wrote the session's set since the version this surface knows
+    /// (`base`: the tools then): the set here becomes the stored one with this surface's
+    /// own changes since `base` on top (the tools it added kept, those it removed left
+    /// out), each tool it holds as it holds it. Returns what persists of the session now,
+    /// to be written over `stored`'s version.
+    pub(crate) fn merge_stored(
+        &self,
+        session: &str,
+        base: &[String],
+        stored: crate::ports::StoredWorkingSet,
+    ) -> Persisted {
+        let stored_names: HashSet<String> = stored.entries.iter().map(|e| e.tool.clone()).collect();
+        let base: HashSet<&str> = base.iter().map(String::as_str).collect();
+        // This surface's tools, but those the other server removed since `base` (held there
+        // then, not now); stamped now, so newest first.
+        let local: Persisted = self
+            .persisted_entries(session)
+            .into_iter()
+            .filter(|(n, _)| !base.contains(n.as_str()) || stored_names.contains(n))
+            .collect();
+        let local_names: HashSet<&str> = local.iter().map(|(n, _)| n.as_str()).collect();
+        let mut entries = crate::persist::stamped(&local);
+        let members: Vec<String> = stored.entries.iter().map(|e| e.tool.clone()).collect();
+        // The stored tools not held here: kept when the other server added them since
+        // `base`, left out when this one removed them.
+        entries.extend(
+            stored.entries.into_iter().filter(|e| {
+                !local_names.contains(e.tool.as_str()) && !base.contains(e.tool.as_str())
+            }),
+        );
+        self.adopt(session, entries, stored.version, members);
+        self.persisted_entries(session)
+    }
+
+    /// Makes `entries` the session's set (removals included, each tool as idle as given),
+    /// as stored at `version` with the tools `members`.
+    fn adopt(
+        &self,
+        session: &str,
+        entries: Vec<crate::ports::WorkingSetEntry>,
+        version: u64,
+        members: Vec<String>,
+    ) {
+        let mut entries = entries;
         // Newest first: a page-in gives the first the newest stamp.
         entries.sort_by(|a, b| {
             b.last_used
@@ -317,7 +373,8 @@ impl Surface {
                 .map(|e| (e.tool.clone(), e.round))
                 .collect();
             sess.restore_idle(&idle);
-            sess.stored_version = Some(stored.version);
+            sess.stored_version = Some(version);
+            sess.stored_members = members;
             (before, sess.members())
         };
         // The names waiting for their tools are the stored ones now.
@@ -327,17 +384,17 @@ impl Surface {
         if before != after {
             tracing::debug!(
                 session,
-                version = stored.version,
+                version,
                 "took the working set another server stored"
             );
         }
-        Ok(true)
     }
 
     /// Notes the version of the session's stored set this surface wrote or read.
-    pub(crate) fn note_stored_version(&self, session: &str, version: u64) {
+    pub(crate) fn note_stored_version(&self, session: &str, version: u64, members: Vec<String>) {
         if let Some(s) = lock(&self.sessions).get_mut(session) {
             s.stored_version = Some(version);
+            s.stored_members = members;
         }
     }
 

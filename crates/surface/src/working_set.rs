@@ -60,6 +60,9 @@ pub(crate) struct Session {
     /// The version of the stored set this surface last wrote or read (see
     /// `Surface::take_stored`); none before either.
     pub(crate) stored_version: Option<u64>,
+    /// The tools of the stored set at `stored_version`: what this surface's changes since
+    /// are told from, when another server wrote the set meanwhile.
+    pub(crate) stored_members: Vec<String>,
 }
 
 impl Session {

@@ -210,6 +210,17 @@ impl SessionStore for SlowWrites {
         tokio::time::sleep(Duration::from_millis(200)).await;
         self.0.replace_working_set(session, entries).await
     }
+    async fn replace_working_set_if(
+        &self,
+        session: &str,
+        entries: Vec<quiver_surface::ports::WorkingSetEntry>,
+        expected: u64,
+    ) -> Result<Option<u64>, quiver_registry::store::StoreError> {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        self.0
+            .replace_working_set_if(session, entries, expected)
+            .await
+    }
     async fn record_failed_approach(
         &self,
         session: &str,
@@ -441,4 +452,54 @@ async fn an_eviction_on_one_server_is_taken_by_the_other_and_never_written_back(
     assert_eq!(stored(&*store, "c").await, vec!["beta", "gamma"]);
     // Nothing newer than what B wrote: B keeps its set.
     assert!(!b.surface.take_stored("c", &*store).await.unwrap());
+}
+
+/// Two servers that each change one conversation's set without having seen the other's
+/// last write (two calls of the conversation at once): the second write finds the version
+/// moved on and merges instead of overwriting, so both additions stay, and a removal made
+/// on one server stays removed while the other adds a tool.
+#[tokio::test]
+async fn changes_made_on_two_servers_at_once_are_merged_not_overwritten() {
+    use quiver_contract::Mode;
+    let specs = vec![ro("alpha", "A."), ro("beta", "B."), ro("gamma", "C.")];
+    let config = SurfaceConfig::default().with_idle_rounds(2);
+    let a = Fixture::new(config.clone(), specs.clone(), &[]);
+    let b = Fixture::new(config, specs, &[]);
+    let store = Arc::new(MemorySessionStore::new_shared());
+    let _ = a.surface.spawn_persistence(store.clone());
+    let _ = b.surface.spawn_persistence(store.clone());
+    async fn settle(fx: &Fixture) {
+        tokio::time::timeout(Duration::from_secs(10), fx.surface.mirror_settled())
+            .await
+            .unwrap();
+    }
+    assert!(a.surface.restore_once("c", &*store).await);
+    assert!(b.surface.restore_once("c", &*store).await);
+
+    // A finds alpha and B, not having seen it, finds beta: both stay.
+    a.surface.page_in("c", &["alpha"]);
+    settle(&a).await;
+    b.surface.page_in("c", &["beta"]);
+    settle(&b).await;
+    assert_eq!(stored(&*store, "c").await, vec!["alpha", "beta"]);
+    let mut on_b = b.surface.working_set("c");
+    on_b.sort();
+    assert_eq!(on_b, vec!["alpha", "beta"], "B lists A's find too");
+
+    // Both take the stored set; then A evicts alpha (idle three rounds) while B, not
+    // having seen it, finds gamma: alpha stays out, gamma comes in.
+    assert!(a.surface.take_stored("c", &*store).await.unwrap());
+    assert!(!b.surface.take_stored("c", &*store).await.unwrap());
+    for _ in 0..3 {
+        a.surface.begin_call("c", Mode::Chat, "beta");
+    }
+    assert!(!a.surface.working_set("c").contains(&"alpha".to_owned()));
+    settle(&a).await;
+    assert_eq!(stored(&*store, "c").await, vec!["beta"]);
+    b.surface.page_in("c", &["gamma"]);
+    settle(&b).await;
+    assert_eq!(stored(&*store, "c").await, vec!["beta", "gamma"]);
+    let mut on_b = b.surface.working_set("c");
+    on_b.sort();
+    assert_eq!(on_b, vec!["beta", "gamma"], "B dropped what A evicted");
 }

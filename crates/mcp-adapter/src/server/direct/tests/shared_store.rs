@@ -27,6 +27,17 @@ impl SessionStore for SlowWrites {
         tokio::time::sleep(Duration::from_millis(300)).await;
         self.0.replace_working_set(session, entries).await
     }
+    async fn replace_working_set_if(
+        &self,
+        session: &str,
+        entries: Vec<WorkingSetEntry>,
+        expected: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.0
+            .replace_working_set_if(session, entries, expected)
+            .await
+    }
     async fn record_failed_approach(
         &self,
         session: &str,

@@ -160,6 +160,27 @@ async fn an_eviction_on_one_replica_holds_on_the_other() {
     drop((a, b));
 }
 
+/// A model's parallel calls of one conversation, spread over two replicas: A pages in one
+/// tool and B another at once, and both replicas then list both (the second write merges
+/// the first instead of overwriting it), over several conversations
+/// (`replicas_parallel.py`).
+#[tokio::test]
+async fn parallel_calls_of_one_conversation_on_two_replicas_keep_both_finds() {
+    let (_pg, db) = database();
+    let config = format!(
+        "[store]\nurl = \"${{env:{URL_VAR}}}\"\n\n[[mcp.servers]]\nname = \"everything\"\ncommand = {:?}\nrequired = true\n",
+        crate::mcp_server::everything_bin().display().to_string()
+    );
+    let (dir_a, dir_b) = (fresh_dir(), fresh_dir());
+    for dir in [&dir_a, &dir_b] {
+        std::fs::write(dir.join("quiver.toml"), &config).expect("write quiver.toml");
+    }
+    let a = start_replica(&dir_a, &db).await;
+    let b = start_replica(&dir_b, &db).await;
+    script("replicas_parallel.py", &[&a.url, &b.url], &[]).await;
+    drop((a, b));
+}
+
 /// The rows of the execution log, as `quiver log --json` prints them.
 fn log_rows(dir: &Path, db: &str) -> Vec<serde_json::Value> {
     let out = std::process::Command::new(quiver_binary())

@@ -1151,17 +1151,16 @@ impl SessionStore for PgStore {
             .map_or(0, |v| u64::try_from(*v).unwrap_or(0)))
     }
 
-    /// One transaction: the version moves on first, only from `expected` (an update
-    /// that waits for a concurrent writer's row lock, or an insert that waits for a
-    /// concurrent first insert, then finds the version moved), and the rows are replaced
-    /// only when it did.
+    /// One statement: the version moves on only from `expected`, and the rows are replaced
+    /// only when it did. From 0 it is a first insert, which a concurrent first insert makes
+    /// do nothing; from another version an update, which waits for a concurrent writer's
+    /// row lock and then finds the version moved.
     async fn replace_working_set_if(
         &self,
         session: &str,
         entries: Vec<WorkingSetEntry>,
         expected: u64,
     ) -> Result<Option<u64>, StoreError> {
-        let loc = self.location();
         let last: BTreeMap<&str, &WorkingSetEntry> =
             entries.iter().map(|e| (e.tool.as_str(), e)).collect();
         let tools: Vec<&str> = last.keys().copied().collect();
@@ -1170,42 +1169,37 @@ impl SessionStore for PgStore {
             .values()
             .map(|e| i64::try_from(e.round).unwrap_or(i64::MAX))
             .collect();
-        let expected = i64::try_from(expected).unwrap_or(i64::MAX);
-        let mut client = self.client().await?;
-        let tx = client.transaction().await.at(loc)?;
-        let moved = tx
-            .query_opt(
-                "INSERT INTO session_versions (session, version) VALUES ($1, 1)
-                 ON CONFLICT (session) DO UPDATE SET version = session_versions.version + 1
-                 WHERE session_versions.version = $2
-                 RETURNING version",
-                &[&session, &expected],
+        let expected = i64::try_from(expected).unwrap_or(i64::MAX - 1);
+        let versions = self
+            .query(
+                "WITH first AS (
+                     INSERT INTO session_versions (session, version)
+                     SELECT $1, 1 WHERE $5::bigint = 0
+                     ON CONFLICT (session) DO NOTHING
+                     RETURNING version
+                 ), next AS (
+                     UPDATE session_versions SET version = version + 1
+                     WHERE session = $1 AND version = $5::bigint AND $5::bigint <> 0
+                     RETURNING version
+                 ), ok AS (
+                     SELECT version FROM first UNION ALL SELECT version FROM next
+                 ), gone AS (
+                     DELETE FROM session_tools
+                     WHERE session = $1 AND tool <> ALL($2::text[]) AND EXISTS (SELECT 1 FROM ok)
+                 ), kept AS (
+                     INSERT INTO session_tools (session, tool, last_used, round)
+                     SELECT $1, t, u, r
+                     FROM unnest($2::text[], $3::timestamptz[], $4::bigint[]) AS e(t, u, r)
+                     WHERE EXISTS (SELECT 1 FROM ok)
+                     ON CONFLICT (session, tool) DO UPDATE
+                     SET last_used = excluded.last_used, round = excluded.round
+                 )
+                 SELECT version FROM ok",
+                &[&session, &tools, &used, &rounds, &expected],
+                |r| convert::col::<i64>(r, 0),
             )
-            .await
-            .at(loc)?;
-        let Some(row) = moved else {
-            return Ok(None);
-        };
-        let version: i64 = row.try_get(0).at(loc)?;
-        // A first insert (no row) is taken only when nothing was expected either.
-        if version == 1 && expected != 0 {
-            return Ok(None);
-        }
-        tx.execute(
-            "WITH gone AS (
-                 DELETE FROM session_tools WHERE session = $1 AND tool <> ALL($2::text[])
-             )
-             INSERT INTO session_tools (session, tool, last_used, round)
-             SELECT $1, t, u, r
-             FROM unnest($2::text[], $3::timestamptz[], $4::bigint[]) AS e(t, u, r)
-             ON CONFLICT (session, tool) DO UPDATE
-             SET last_used = excluded.last_used, round = excluded.round",
-            &[&session, &tools, &used, &rounds],
-        )
-        .await
-        .at(loc)?;
-        tx.commit().await.at(loc)?;
-        Ok(Some(u64::try_from(version).unwrap_or(0)))
+            .await?;
+        Ok(versions.first().map(|v| u64::try_from(*v).unwrap_or(0)))
     }
 
     async fn record_failed_approach(

@@ -8,6 +8,16 @@ use tokio_postgres::error::SqlState;
 /// Classifies a driver error for the database at `location`.
 pub(crate) fn classify(location: &str, e: &tokio_postgres::Error) -> StoreError {
     let location = location.to_owned();
+    // A value the driver could not encode into, or decode from, a column's type: a fault
+    // of this adapter's statements, not of the connection.
+    if let Some(wrong) = std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<tokio_postgres::types::WrongType>())
+    {
+        return StoreError::Backend {
+            location,
+            cause: format!("a statement's value does not fit its column's type: {wrong} ({e})"),
+        };
+    }
     let Some(code) = e.code() else {
         // No SQLSTATE: the connection itself failed (refused, reset, closed, a timeout, the
         // TLS handshake).
@@ -170,7 +180,31 @@ pub fn redact(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{classify, redact};
+    use quiver_registry::store::StoreError;
+
+    /// A value that does not fit its parameter's type is the adapter's fault, said as such,
+    /// not a server out of reach.
+    #[tokio::test]
+    async fn a_value_of_the_wrong_type_is_not_an_unreachable_server() {
+        let server = quiver_store_testkit::TestPostgres::start();
+        server.create_database("quiver");
+        let (client, connection) =
+            tokio_postgres::connect(&server.url("quiver"), tokio_postgres::NoTls)
+                .await
+                .expect("connect");
+        tokio::spawn(connection);
+        let e = client
+            .query("SELECT $1::int4", &[&1_i64])
+            .await
+            .expect_err("an i64 for an int4");
+        match classify("postgres://quiver:***@db/quiver", &e) {
+            StoreError::Backend { cause, .. } => {
+                assert!(cause.contains("does not fit its column's type"), "{cause}")
+            }
+            other => panic!("classified as {other:?}"),
+        }
+    }
 
     #[test]
     fn passwords_are_masked_in_every_form() {

@@ -13,6 +13,7 @@ mod error;
 mod import;
 mod listen;
 mod schema;
+mod session;
 mod store;
 mod sync;
 mod tls;

@@ -11,6 +11,7 @@ mod chain;
 mod convert;
 mod error;
 mod schema;
+mod session;
 mod store;
 mod sync;
 mod writer;

@@ -8,6 +8,13 @@ use quiver_surface::{
 use crate::support::{Fixture, ro};
 
 /// The names `store` holds for `session`, sorted.
+/// Waits until the surface's persistence task has written every change made so far.
+async fn settle(fx: &Fixture) {
+    tokio::time::timeout(Duration::from_secs(10), fx.surface.mirror_settled())
+        .await
+        .unwrap();
+}
+
 async fn stored(store: &dyn SessionStore, session: &str) -> Vec<String> {
     let mut names: Vec<String> = store
         .working_set(session)
@@ -405,12 +412,6 @@ async fn an_eviction_on_one_server_is_taken_by_the_other_and_never_written_back(
     let store = Arc::new(MemorySessionStore::new_shared());
     let _ = a.surface.spawn_persistence(store.clone());
     let _ = b.surface.spawn_persistence(store.clone());
-    async fn settle(fx: &Fixture) {
-        tokio::time::timeout(Duration::from_secs(10), fx.surface.mirror_settled())
-            .await
-            .unwrap();
-    }
-
     // A: the conversation pages in alpha, then beta.
     assert!(a.surface.restore_once("c", &*store).await);
     a.surface.page_in("c", &["alpha"]);
@@ -468,11 +469,6 @@ async fn changes_made_on_two_servers_at_once_are_merged_not_overwritten() {
     let store = Arc::new(MemorySessionStore::new_shared());
     let _ = a.surface.spawn_persistence(store.clone());
     let _ = b.surface.spawn_persistence(store.clone());
-    async fn settle(fx: &Fixture) {
-        tokio::time::timeout(Duration::from_secs(10), fx.surface.mirror_settled())
-            .await
-            .unwrap();
-    }
     assert!(a.surface.restore_once("c", &*store).await);
     assert!(b.surface.restore_once("c", &*store).await);
 

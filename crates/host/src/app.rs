@@ -2,6 +2,10 @@
 
 use std::sync::Arc;
 
+mod jobs;
+
+use jobs::run_jobs;
+
 use anyhow::Context;
 use quiver_contract::Tool;
 use quiver_mcp_adapter::{ClientOptions, McpClient, ServerState};
@@ -10,7 +14,7 @@ use quiver_registry::custom::CustomTools;
 use quiver_registry::{
     Catalog, Dispatcher, Family, RegisterReport, Skipped,
     skill::{PromptSet, SkillProblem, SkillSource, TieredSkills, skill_tool},
-    store::{CallLog, DefinitionStore, JobStore, ToolDefinition, ToolType},
+    store::{CallLog, DefinitionStore, ToolDefinition, ToolType},
 };
 use quiver_surface::{FloorLoad, MemoryUsage, Surface, core_tools};
 
@@ -40,12 +44,6 @@ async fn put(store: &Store, mut def: ToolDefinition) {
 /// custom approve` or `disable`) before it asks the store again: a SQLite store is read this
 /// often; a PostgreSQL store announces a change at once, and this bounds only the wait.
 pub const DEFINITIONS_POLL: std::time::Duration = std::time::Duration::from_millis(500);
-
-/// How long the job worker waits between looks for queued jobs when the store announces
-/// them (PostgreSQL's `NOTIFY`): the worker wakes on the announcement, and this look is only
-/// the fallback for one that never came. A store that does not announce them (SQLite) is
-/// looked at every [`DEFINITIONS_POLL`].
-const JOBS_FALLBACK: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Custom tools over `store`, run in a QuickJS sandbox with `[sandbox]`'s threads and limits.
 pub fn custom_tools_on(config: &Config, store: Arc<Store>) -> anyhow::Result<CustomTools> {
@@ -419,94 +417,6 @@ impl App {
             let jobs = run_jobs(&custom, &store);
             tokio::join!(sync, jobs);
         })
-    }
-}
-
-impl App {
-    /// Hands back the custom-tool jobs this process was running when its job worker was
-    /// aborted (see [`quiver_registry::custom::CustomTools::hand_back`]).
-    pub async fn hand_back_jobs(&self) {
-        match self.custom.hand_back().await {
-            Ok(requeued) if !requeued.is_empty() => {
-                tracing::info!(tools = ?requeued, "custom-tool jobs running at shutdown queued again")
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(
-                "could not hand back the custom-tool jobs running at shutdown (another worker takes them after [custom] job_stale_secs): {e}"
-            ),
-        }
-    }
-}
-
-/// The job worker of [`App::spawn_custom_sync`].
-async fn run_jobs(custom: &CustomTools, store: &Store) {
-    match custom.queue_rebuilds().await {
-        Ok(queued) if !queued.is_empty() => tracing::info!(
-            tools = ?queued,
-            "approved custom tools last tested under another engine or other limits: rebuilding"
-        ),
-        Ok(_) => {}
-        Err(e) => tracing::warn!("could not queue the rebuilds of custom tools: {e}"),
-    }
-    let wait = match store.announces_jobs() {
-        true => JOBS_FALLBACK,
-        false => DEFINITIONS_POLL,
-    };
-    let mut seen = None;
-    let work = async {
-        loop {
-            run_queued(custom).await;
-            // The announcements counted before this look: one that comes after it ends the
-            // wait at once.
-            seen = match store.job_queued_since(seen, wait).await {
-                Ok(n) => Some(n),
-                Err(e) => {
-                    tracing::debug!(error = %e, "could not wait for queued jobs");
-                    tokio::time::sleep(DEFINITIONS_POLL).await;
-                    seen
-                }
-            };
-        }
-    };
-    tokio::join!(work, release_stale(custom));
-}
-
-/// Releases the jobs left running by a process that stopped (no heartbeat for the lease's
-/// stale bound; they are queued again, for any worker) every third of the bound, so one is
-/// released soon after it goes stale. Beside the worker, so a long job running here does
-/// not hold the look up.
-async fn release_stale(custom: &CustomTools) {
-    let every = custom.lease().look_every();
-    loop {
-        match custom.requeue_interrupted().await {
-            Ok(requeued) if !requeued.is_empty() => {
-                tracing::info!(tools = ?requeued, "custom-tool jobs a stopped process left running queued again")
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!("could not look for interrupted custom-tool jobs: {e}"),
-        }
-        tokio::time::sleep(every).await;
-    }
-}
-
-/// Runs queued custom-tool jobs until none is left.
-async fn run_queued(custom: &CustomTools) {
-    loop {
-        match custom.run_next().await {
-            Ok(Some(report)) => tracing::info!(
-                tool = %report.name,
-                version = report.version,
-                job = %report.job_id,
-                kind = report.kind.as_str(),
-                passed = report.passed,
-                "custom-tool job done"
-            ),
-            Ok(None) => break,
-            Err(e) => {
-                tracing::warn!("a custom-tool job failed: {e}");
-                break;
-            }
-        }
     }
 }
 

@@ -1,4 +1,7 @@
 //! `quiver`: the tool runtime's command line.
+//!
+//! Over 800 lines: the clap definitions of every command and flag with their help texts,
+//! which read best together; each command's work is in `commands/`.
 
 /// `println!` that does not panic when stdout is gone (`quiver log | head -1`): what can
 /// no longer be written is dropped, and the command ends as it would have.

@@ -238,7 +238,8 @@ impl SessionStore for PgStore {
         true
     }
 
-    /// See [`PgStore::lead_role`].
+    /// A session-level advisory lock per role, on a connection of its own (see
+    /// `PgStore::lead_role`).
     async fn lead(&self, role: &str) -> Result<bool, StoreError> {
         self.lead_role(role).await
     }

@@ -159,7 +159,7 @@ impl Drop for Inner {
 
 /// The shared store: PostgreSQL, through a connection pool, for several `quiver serve`
 /// replicas. Implements [`DefinitionStore`], [`JobStore`], [`CallLog`],
-/// [`ToolCallRecorder`], [`SessionStore`] and [`UsageSource`]. Call records go to a writer
+/// [`ToolCallRecorder`], [`SessionStore`](quiver_surface::ports::SessionStore) and [`UsageSource`]. Call records go to a writer
 /// task that copies them in batches; a listener connection takes other servers' changes of
 /// the definitions as they are made. Cheap to clone; [`PgStore::close`] writes what is
 /// queued.

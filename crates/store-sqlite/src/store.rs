@@ -190,7 +190,7 @@ impl Inner {
 
 /// The embedded store: one SQLite file in WAL mode, one writer thread fed by a bounded
 /// channel, and a small pool of reader connections. Implements [`DefinitionStore`],
-/// [`JobStore`], [`CallLog`], [`ToolCallRecorder`], [`SessionStore`] and [`UsageSource`].
+/// [`JobStore`], [`CallLog`], [`ToolCallRecorder`], [`SessionStore`](quiver_surface::ports::SessionStore) and [`UsageSource`].
 /// Cheap to clone; the last clone dropped (or [`SqliteStore::close`]) flushes the log, marks a
 /// clean shutdown and joins the writer.
 #[derive(Clone)]

@@ -1,6 +1,9 @@
 //! The store ports' contract: what every adapter of `DefinitionStore`, `JobStore`,
 //! `CallLog`, `ToolCallRecorder`, `SessionStore` and `UsageSource` must do, as cases generic
 //! over a [`Backend`]. An adapter's tests run them all with [`crate::contract_suite!`].
+//!
+//! Over 800 lines: test cases only, one function per case, each named for what it checks;
+//! the list of all of them is [`crate::contract_suite!`].
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -1,3 +1,6 @@
+//! The configuration's tests: reading, `${env:...}`, validation and the errors each bad
+//! value gets. Over 800 lines: test cases only, one per rule.
+
 use super::*;
 
 fn env(k: &str) -> Option<String> {

@@ -3,6 +3,9 @@
 //! resolves its scope (working-set key, capabilities, mode; `scope`) first; the surface, the
 //! dispatcher and the content source do the rest (a `tools/call` runs through `call::call`,
 //! as on the other paths).
+//!
+//! Over 800 lines: one `ServerHandler` method per MCP request kind, each short; the work of
+//! each is in its own module (`call`, `prompts`, `rounds`, `refusals`, `scope`).
 
 // `logging/setLevel` is deprecated by SEP-2577 but 2025-era clients still send it.
 #![allow(deprecated)]

@@ -6,7 +6,9 @@
 //! second run to the third (a leak per session or per call would). The bytes in use are
 //! `/metrics`' `quiver_process_heap_in_use_bytes` less `quiver_process_store_engine_bytes`:
 //! what the allocator keeps after a free is not in them, so a leak shows there and not only
-//! in the RSS. RSS, the heap, threads and files after each run are printed.
+//! in the RSS. The resident memory is read after the allocator has given back what a run
+//! freed (`quiver serve` trims it every 10 s), and its anonymous part may grow only with the
+//! heap in use. RSS (by kind), the heap, threads and files after each run are printed.
 //!
 //! CI runs it small; the size comes from `QUIVER_LOAD_SESSIONS`, `QUIVER_LOAD_CALLS` and
 //! `QUIVER_LOAD_CONCURRENCY`, and `QUIVER_LOAD_RUNS` (at least 3) sets how many runs there
@@ -33,8 +35,9 @@ fn size(var: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// What `/proc` says of `pid`: resident KiB, threads, open files.
-fn process(pid: u32) -> (u64, u64, usize) {
+/// What `/proc` says of `pid`: resident KiB (all, anonymous, file-backed), threads, open
+/// files.
+fn process(pid: u32) -> ((u64, u64, u64), u64, usize) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let field = |name: &str| -> u64 {
         status
@@ -47,7 +50,76 @@ fn process(pid: u32) -> (u64, u64, usize) {
     let files = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .count();
-    (field("VmRSS:"), field("Threads:"), files)
+    (
+        (field("VmRSS:"), field("RssAnon:"), field("RssFile:")),
+        field("Threads:"),
+        files,
+    )
+}
+
+/// The resident KiB of `pid` in the allocator's heaps and in thread stacks, from
+/// `/proc/<pid>/smaps`: a heap is the main `[heap]` or a thread arena (a read-write
+/// anonymous mapping with the reserved rest of its region after it), a stack a read-write
+/// anonymous mapping right above a guard page.
+fn heaps_and_stacks(pid: u32) -> (u64, u64) {
+    struct Map {
+        lo: u64,
+        hi: u64,
+        perms: String,
+        anonymous: bool,
+        brk: bool,
+        rss: u64,
+    }
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let mut maps: Vec<Map> = Vec::new();
+    for line in smaps.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if let Some((lo, hi)) = fields.first().and_then(|r| r.split_once('-'))
+            && let (Ok(lo), Ok(hi)) = (u64::from_str_radix(lo, 16), u64::from_str_radix(hi, 16))
+        {
+            let name = fields.get(5).copied().unwrap_or("");
+            maps.push(Map {
+                lo,
+                hi,
+                perms: fields[1].to_owned(),
+                anonymous: fields.get(4) == Some(&"0") && (name.is_empty() || name == "[heap]"),
+                brk: name == "[heap]",
+                rss: 0,
+            });
+        } else if let (Some(&"Rss:"), Some(kib), Some(map)) =
+            (fields.first(), fields.get(1), maps.last_mut())
+        {
+            map.rss = kib.parse().unwrap_or(0);
+        }
+    }
+    let (mut heaps, mut stacks) = (0, 0);
+    for (i, m) in maps.iter().enumerate() {
+        if !m.anonymous || m.perms != "rw-p" {
+            continue;
+        }
+        let guard_below = i > 0
+            && maps[i - 1].perms == "---p"
+            && maps[i - 1].hi == m.lo
+            && maps[i - 1].hi - maps[i - 1].lo <= 64 << 10;
+        let reserve_above = maps
+            .get(i + 1)
+            .is_some_and(|n| n.perms == "---p" && n.lo == m.hi);
+        if guard_below {
+            stacks += m.rss;
+        } else if reserve_above || m.brk {
+            heaps += m.rss;
+        }
+    }
+    (heaps, stacks)
+}
+
+/// The value of the series `name` in a `/metrics` text.
+fn sample(metrics: &str, name: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics: {metrics}"))
 }
 
 /// Rows in the execution log, once the writer has caught up with `want` (or the wait ends).
@@ -98,6 +170,8 @@ async fn three_load_runs_answer_every_call_log_every_row_and_leak_nothing() {
     // The heap in use without SQLite's page caches (which fill up to their bound as the
     // log grows) after each run.
     let mut own: Vec<u64> = Vec::new();
+    // The anonymous resident memory and SQLite's share of the heap after each run.
+    let mut resident: Vec<(u64, u64)> = Vec::new();
     for run in 1..=runs {
         let url = server.url.clone();
         let out = tokio::task::spawn_blocking(move || {
@@ -132,28 +206,44 @@ async fn three_load_runs_answer_every_call_log_every_row_and_leak_nothing() {
             run * sessions * calls,
             "run {run}: one row per call"
         );
-        let (rss, threads, files) = process(pid);
-        let metrics = crate::identity::scrape(metrics_port).await;
-        let gauge = |name: &str| -> u64 {
-            metrics
-                .lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or_else(|| panic!("no {name} in /metrics: {metrics}"))
+        // The resident memory is read after the allocator's next trim (every 10 s), which
+        // gives back the pages the run freed: what stays resident is what is in use.
+        let trims = sample(
+            &crate::identity::scrape(metrics_port).await,
+            "quiver_process_heap_trims_total",
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let metrics = loop {
+            let metrics = crate::identity::scrape(metrics_port).await;
+            if sample(&metrics, "quiver_process_heap_trims_total") > trims {
+                break metrics;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no trim of the allocator within 30 s: {metrics}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
         };
+        let ((rss, anon, file), threads, files) = process(pid);
+        let (heaps, stacks) = heaps_and_stacks(pid);
+        let rest = anon.saturating_sub(heaps + stacks);
+        let gauge = |name: &str| sample(&metrics, name);
         let heap = gauge("quiver_process_heap_in_use_bytes");
         let sqlite = gauge("quiver_process_store_engine_bytes");
+        let free = gauge("quiver_process_heap_free_bytes");
         println!(
-            "run {run}: {} calls in {} s ({} calls/s); RSS {rss} KiB, heap in use {} KiB (SQLite {} KiB, the rest {} KiB), {threads} threads, {files} open files",
+            "run {run}: {} calls in {} s ({} calls/s); RSS {rss} KiB ({file} file-backed; {anon} anonymous: {heaps} in the allocator's heaps, {stacks} in thread stacks, {rest} else: the binary's written pages, large blocks), heap in use {} KiB (SQLite {} KiB, the rest {} KiB), heap kept free {} KiB, {threads} threads, {files} open files",
             report["calls"],
             report["seconds"],
             report["calls_per_s"],
             heap / 1024,
             sqlite / 1024,
             heap.saturating_sub(sqlite) / 1024,
+            free / 1024,
         );
         after.push((rss, threads, files));
         own.push(heap.saturating_sub(sqlite));
+        resident.push((anon << 10, sqlite));
     }
     // A few descriptors may be in flight (a connection the kernel has not closed yet); a
     // leak per session or per call would be many more.
@@ -179,6 +269,20 @@ async fn three_load_runs_answer_every_call_log_every_row_and_leak_nothing() {
         last <= before_last + slack,
         "the heap in use (SQLite's caches aside) grew from {before_last} to {last} bytes over the last run ({} calls)",
         sessions * calls
+    );
+    // After the allocator's trim, the anonymous resident memory follows the heap in use: it
+    // may grow by what the heap check allows, by SQLite's caches filling (bounded), and by
+    // 1 MiB of pages partly in use and the threads' stacks; what a burst freed is given
+    // back, so it does not grow with the calls.
+    let ((before_last, sqlite_before), (last, sqlite_last)) =
+        (resident[resident.len() - 2], resident[resident.len() - 1]);
+    let allowed = slack + sqlite_last.saturating_sub(sqlite_before) + (1 << 20);
+    assert!(
+        last <= before_last + allowed,
+        "the anonymous resident memory grew from {} to {} KiB over the last run (allowed: {} KiB)",
+        before_last >> 10,
+        last >> 10,
+        allowed >> 10
     );
     let status = server.terminate().await;
     assert!(status.success(), "quiver serve exits cleanly: {status}");

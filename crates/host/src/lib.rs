@@ -4,6 +4,7 @@
 //! order and wiring, never behaviour: business rules live in the core crates.
 
 pub mod admin_page;
+pub mod allocator;
 mod app;
 mod assemble;
 pub mod catalog_dir;

@@ -73,26 +73,13 @@ fn process() -> ProcessReading {
     };
     let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
     let reading = ProcessReading::new(kib("VmRSS:") * 1024, kib("Threads:"), fds);
-    match heap_in_use() {
-        Some(bytes) => reading.with_heap_in_use(bytes),
+    match crate::allocator::heap() {
+        Some((in_use, free)) => reading
+            .with_heap_in_use(in_use)
+            .with_heap_free(free)
+            .with_heap_trims(crate::allocator::trims()),
         None => reading,
     }
-}
-
-/// glibc's bytes in use: its arenas' allocated chunks and its mmapped ones, over every
-/// arena.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn heap_in_use() -> Option<u64> {
-    // SAFETY: mallinfo2 takes no arguments and only reads the allocator's own counters,
-    // under its arenas' locks.
-    #[allow(unsafe_code)]
-    let info = unsafe { libc::mallinfo2() };
-    Some((info.uordblks + info.hblkhd) as u64)
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn heap_in_use() -> Option<u64> {
-    None
 }
 
 struct Exposition(Arc<Metrics>);

@@ -155,6 +155,12 @@ pub struct ProcessReading {
     /// (glibc's). Unlike the resident memory it leaves out what the allocator keeps after a
     /// free, so it is the figure that grows with a leak.
     pub heap_in_use_bytes: Option<u64>,
+    /// Bytes the allocator keeps free in its heaps after frees, to hand out again, where
+    /// the allocator says: neither in use nor a leak (the pages it gave back to the system
+    /// are not resident).
+    pub heap_free_bytes: Option<u64>,
+    /// Times the allocator has been asked to give its free pages back to the system.
+    pub heap_trims: Option<u64>,
     /// Of the heap in use, what an embedded database engine holds (SQLite's page caches
     /// and statements), where the store is one.
     pub embedded_store_bytes: Option<u64>,
@@ -170,6 +176,8 @@ impl ProcessReading {
         ProcessReading {
             resident_bytes,
             heap_in_use_bytes: None,
+            heap_free_bytes: None,
+            heap_trims: None,
             embedded_store_bytes: None,
             threads,
             open_fds,
@@ -185,6 +193,18 @@ impl ProcessReading {
     /// With the allocator's bytes in use.
     pub fn with_heap_in_use(mut self, bytes: u64) -> Self {
         self.heap_in_use_bytes = Some(bytes);
+        self
+    }
+
+    /// With the times the allocator was asked to give its free pages back.
+    pub fn with_heap_trims(mut self, trims: u64) -> Self {
+        self.heap_trims = Some(trims);
+        self
+    }
+
+    /// With the bytes the allocator keeps free.
+    pub fn with_heap_free(mut self, bytes: u64) -> Self {
+        self.heap_free_bytes = Some(bytes);
         self
     }
 }
@@ -344,6 +364,22 @@ impl Collector for Gauges {
                     "process_heap_in_use_bytes",
                     "Bytes the allocator has handed out and not had back (what it keeps after a free is left out: a leak grows this, not only the resident memory)",
                     heap,
+                )?;
+            }
+            if let Some(free) = r.heap_free_bytes {
+                gauge(
+                    &mut encoder,
+                    "process_heap_free_bytes",
+                    "Bytes the allocator keeps free in its heaps after frees, to hand out again (its whole free pages are given back to the system every 10 s, so not all of them are resident)",
+                    free,
+                )?;
+            }
+            if let Some(trims) = r.heap_trims {
+                counter(
+                    &mut encoder,
+                    "process_heap_trims",
+                    "Times the allocator was asked to give its free pages back to the system",
+                    trims,
                 )?;
             }
             if let Some(store) = r.embedded_store_bytes {

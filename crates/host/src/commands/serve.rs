@@ -144,6 +144,9 @@ pub(crate) async fn run(
         .surface
         .spawn_floor_keeper(app.store.clone(), app.store.clone());
     let definitions = app.spawn_definition_recorder();
+    // The allocator gives back what a burst of calls freed, so the resident memory follows
+    // what is in use.
+    let trimmer = quiver_host::allocator::spawn_trimmer();
     // With `[search] model_dir`: the model loads and the tools' vectors are computed in the
     // background; the search is lexical until then.
     let _retriever = app.start_retriever(config);
@@ -222,6 +225,7 @@ pub(crate) async fn run(
         task.abort();
     }
     floor_keeper.abort();
+    trimmer.abort();
     custom_sync.abort();
     // The job it was running, dropped unfinished: queued again now, for another replica or
     // the next start, rather than after the lease's stale bound.

@@ -151,6 +151,8 @@ async fn gauges_are_read_at_each_scrape() {
     metrics.read_process(|| {
         ProcessReading::new(64 << 20, 7, 31)
             .with_heap_in_use(20 << 20)
+            .with_heap_free(9 << 20)
+            .with_heap_trims(4)
             .with_embedded_store(6 << 20)
     });
     metrics.set_sessions_open(2);
@@ -191,6 +193,8 @@ async fn gauges_are_read_at_each_scrape() {
         ("quiver_log_failing", 1.0),
         ("quiver_process_resident_bytes", (64u64 << 20) as f64),
         ("quiver_process_heap_in_use_bytes", (20u64 << 20) as f64),
+        ("quiver_process_heap_free_bytes", (9u64 << 20) as f64),
+        ("quiver_process_heap_trims_total", 4.0),
         ("quiver_process_store_engine_bytes", (6u64 << 20) as f64),
         ("quiver_process_threads", 7.0),
         ("quiver_process_open_fds", 31.0),

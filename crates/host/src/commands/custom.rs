@@ -86,6 +86,12 @@ pub(crate) async fn run(tools: &CustomTools, action: CustomAction) -> anyhow::Re
         }
         CustomAction::Test { name } => {
             let id = tools.queue(&name, JobType::Audit).await.map_err(refused)?;
+            let job = tools.job(&id).await.map_err(refused)?;
+            if job.is_some_and(|j| j.job_type == JobType::Rebuild) {
+                say!(
+                    "`{name}` is live with no edit under review: its cases run again on the live version, which stays live whatever they give"
+                );
+            }
             finish(tools, &name, &id, "auditing").await
         }
         CustomAction::Rebuild { name } => {
@@ -122,8 +128,12 @@ pub(crate) async fn run(tools: &CustomTools, action: CustomAction) -> anyhow::Re
                     quiver_contract::printable(&job.id),
                     quiver_contract::printable(&job.tool_name),
                     job.job_type.as_str(),
-                    job.status.as_str(),
-                    job.progress_pct,
+                    job_status(job.status),
+                    if job.status.is_terminal() {
+                        100
+                    } else {
+                        job.progress_pct
+                    },
                     job.updated_at.elapsed().map_or(0, |d| d.as_secs())
                 );
             }
@@ -328,6 +338,17 @@ async fn requeued(tools: &CustomTools, job: &ToolJob) -> anyhow::Result<Option<S
         .map(|j| j.id))
 }
 
+/// A job's status as `custom jobs` shows it: a job's cases pass or fail (approving is the
+/// tool's, not the job's), and a job that could not run its cases ended in an error.
+fn job_status(status: JobStatus) -> &'static str {
+    match status {
+        JobStatus::Approved => "passed",
+        JobStatus::Rejected => "failed",
+        JobStatus::Failed => "error",
+        other => other.as_str(),
+    }
+}
+
 /// Prints a finished job's cases and verdict.
 fn report(name: &str, job: &ToolJob) -> anyhow::Result<ExitCode> {
     let result = job.result.clone().unwrap_or_default();
@@ -346,7 +367,7 @@ fn report(name: &str, job: &ToolJob) -> anyhow::Result<ExitCode> {
     match job.status {
         JobStatus::Approved if job.job_type == JobType::Rebuild => {
             say!(
-                "rebuild of `{name}` version {version} passed (job {})",
+                "rebuild of `{name}` version {version} passed (job {}): it stays live",
                 job.id
             );
             Ok(ExitCode::SUCCESS)

@@ -221,9 +221,18 @@ impl CustomTools {
         Ok(self.jobs.jobs(name).await?)
     }
 
-    /// Queues a job of `kind` for the custom tool `name`; returns its id.
+    /// Queues a job of `kind` for the custom tool `name`; returns its id. An audit of an
+    /// approved tool with no edit under review is queued as a rebuild: its live version's
+    /// cases run again and it stays live whatever they give, as an audit would take it off
+    /// the catalog until approved again.
     pub async fn queue(&self, name: &str, kind: JobType) -> Result<String, CustomError> {
         let def = self.custom(name).await?;
+        let kind = match kind {
+            JobType::Audit if def.status == Lifecycle::Approved && pending_of(&def).is_none() => {
+                JobType::Rebuild
+            }
+            kind => kind,
+        };
         let version = match kind {
             JobType::Rebuild => def.version,
             _ => Self::reviewed(&def).version,

@@ -237,6 +237,32 @@ async fn a_tool_is_served_only_once_audited_and_approved_and_enabled() {
 }
 
 #[tokio::test]
+async fn auditing_a_live_tool_with_no_edit_under_review_keeps_it_live() {
+    let (tools, _) = tools();
+    let catalog = Catalog::new();
+    let tests = json!([{"inputs": {"x": 2}, "expect": {"x": 2}}]);
+    tools
+        .add(draft("echo_back", "echo", tests))
+        .await
+        .unwrap();
+    tools.audit("echo_back", &|_| {}).await.unwrap();
+    tools.approve("echo_back", false).await.unwrap();
+    tools.sync(&catalog).await.unwrap();
+    assert!(catalog.contains("echo_back"));
+    // An operator re-checks the live tool: its cases run again on the live version, as a
+    // rebuild, and it stays approved and served.
+    let report = tools.audit("echo_back", &|_| {}).await.unwrap();
+    assert!(report.passed, "{report:?}");
+    assert_eq!(report.kind, JobType::Rebuild);
+    assert_eq!(
+        tools.show("echo_back").await.unwrap().status,
+        quiver_contract::Lifecycle::Approved
+    );
+    assert_eq!(tools.sync(&catalog).await.unwrap(), (vec![], vec![]));
+    assert!(catalog.contains("echo_back"));
+}
+
+#[tokio::test]
 async fn a_failed_audit_rejects_with_the_first_failure_and_force_overrides_it() {
     let (tools, _) = tools();
     let tests = json!([

@@ -96,6 +96,14 @@ fn a_real_mcp_servers_file_aggregates_upstreams_behind_one_catalog() {
         "{status}"
     );
 
+    // server-everything's `simulate-research-query` runs only as an MCP task
+    // (`execution.taskSupport: "required"`): every plain call of it fails, so it is left out
+    // of the catalog while the server's other tools are served.
+    let (code, all, err) = run(&["tools", "--all"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(all.contains("mcp__everything__echo"), "{all}");
+    assert!(!all.contains("simulate-research-query"), "{all}");
+
     // The model's path: search, then the found tools are on the next tool list, then a call.
     let (code, found, err) = run(&["search", "current time in a timezone", "--limit", "3"]);
     assert_eq!(code, Some(0), "{err}");

@@ -132,6 +132,9 @@ pub(crate) fn judge(line: &[u8]) -> Verdict {
     if bytes.is_empty() {
         return Verdict::Skip;
     }
+    if let Some(message) = with_task_support(bytes) {
+        return Verdict::Take(Box::new(message));
+    }
     let err = match serde_json::from_slice::<ServerJsonRpcMessage>(bytes) {
         Ok(message) => return Verdict::Take(Box::new(message)),
         Err(e) => e,
@@ -157,6 +160,39 @@ pub(crate) fn judge(line: &[u8]) -> Verdict {
         },
         None => Verdict::Skip,
     }
+}
+
+/// Where a tool's `execution.taskSupport` is kept through rmcp's reading, which has no
+/// field for it: in the tool's `_meta`, under this key.
+pub(crate) const TASK_SUPPORT: &str = "quiver/taskSupport";
+
+/// A `tools/list` answer whose tools say how they run as MCP tasks
+/// (`execution.taskSupport`), read with each tool's value copied into its `_meta` under
+/// [`TASK_SUPPORT`], so that the listing can leave out the tools that run only as a task.
+/// `None` for any other line (most never hold the word, and are not parsed twice).
+fn with_task_support(bytes: &[u8]) -> Option<ServerJsonRpcMessage> {
+    memchr::memmem::find(bytes, b"\"taskSupport\"")?;
+    let mut value: Value = serde_json::from_slice(bytes).ok()?;
+    let tools = value.get_mut("result")?.get_mut("tools")?.as_array_mut()?;
+    for tool in tools.iter_mut().filter_map(Value::as_object_mut) {
+        let Some(support) = tool
+            .get("execution")
+            .and_then(|e| e.get("taskSupport"))
+            .cloned()
+        else {
+            continue;
+        };
+        match tool
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Default::default()))
+        {
+            Value::Object(meta) => {
+                meta.insert(TASK_SUPPORT.into(), support);
+            }
+            _ => continue,
+        }
+    }
+    serde_json::from_value(value).ok()
 }
 
 /// A `tools/list` answer past the JSON parser's depth limit because of some tools'
@@ -300,6 +336,21 @@ where
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_tools_task_support_is_kept_through_rmcp_in_its_meta() {
+        let line = br#"{"jsonrpc":"2.0","id":3,"result":{"tools":[
+            {"name":"research","inputSchema":{"type":"object"},"execution":{"taskSupport":"required"}},
+            {"name":"echo","inputSchema":{"type":"object"},"_meta":{"x":1}}]}}"#;
+        let line: Vec<u8> = line.iter().copied().filter(|b| *b != b'\n').collect();
+        let Verdict::Take(message) = judge(&line) else {
+            panic!("a tools/list answer is taken");
+        };
+        let value = serde_json::to_value(&*message).unwrap();
+        let tools = &value["result"]["tools"];
+        assert_eq!(tools[0]["_meta"][TASK_SUPPORT], "required", "{value}");
+        assert_eq!(tools[1]["_meta"], serde_json::json!({"x": 1}), "{value}");
+    }
+
     use std::time::Duration;
 
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};

@@ -241,10 +241,7 @@ async fn auditing_a_live_tool_with_no_edit_under_review_keeps_it_live() {
     let (tools, _) = tools();
     let catalog = Catalog::new();
     let tests = json!([{"inputs": {"x": 2}, "expect": {"x": 2}}]);
-    tools
-        .add(draft("echo_back", "echo", tests))
-        .await
-        .unwrap();
+    tools.add(draft("echo_back", "echo", tests)).await.unwrap();
     tools.audit("echo_back", &|_| {}).await.unwrap();
     tools.approve("echo_back", false).await.unwrap();
     tools.sync(&catalog).await.unwrap();

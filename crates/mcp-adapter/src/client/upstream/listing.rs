@@ -157,6 +157,27 @@ impl Upstream {
                         names: names.into_iter().collect(),
                     });
                 }
+                // A tool that runs only as an MCP task fails every plain call, and Quiver
+                // sends no task-augmented ones: it is left out, and said.
+                if wire
+                    .get("_meta")
+                    .and_then(|m| m.get(crate::client::pipe::TASK_SUPPORT))
+                    .and_then(Value::as_str)
+                    == Some("required")
+                {
+                    let why = "it runs only as an MCP task (`execution.taskSupport` is \"required\"), and Quiver calls tools without task augmentation, so every call would fail";
+                    let line = format!("tool {name:?} not served: {why}");
+                    tracing::warn!(server = %self.cfg.name, "{line}");
+                    self.diag(line);
+                    if malformed.len() < self.opts.list_cap {
+                        malformed.push(Skipped::new(
+                            self.cfg.family(),
+                            name.escape_debug().to_string(),
+                            format!("not served: {why}"),
+                        ));
+                    }
+                    continue;
+                }
                 // One malformed tool costs only itself: the rest are served.
                 match to_contract::tool_spec(&self.cfg.name, &self.cfg.prefix, &wire) {
                     Ok(mut t) => {

@@ -185,6 +185,18 @@ impl Tool for MetaTool {
                 vec![],
             ));
         };
+        // A result Quiver keeps for the session is read back through `read_result`, not from
+        // an upstream (which would answer that it has no such resource).
+        if let Some(id) = uri.strip_prefix(quiver_registry::kept::RESULT_URI_PREFIX) {
+            return Ok(Envelope::hint(
+                quiver_contract::HintKind::Schema,
+                format!(
+                    "{uri} is a result Quiver keeps for this conversation, not an MCP server's resource: call read_result {} (its \"page\" picks the part)",
+                    serde_json::json!({"id": id, "page": 1})
+                ),
+                vec![],
+            ));
+        }
         // The server that lists the URI, else the only candidate.
         let mut candidates = resource_servers(&shared, server, ctx);
         if candidates.len() > 1 {

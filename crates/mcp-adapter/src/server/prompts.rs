@@ -377,10 +377,17 @@ impl ContentSource for LocalPrompts {
     }
 
     async fn complete(&self, request: Value, caps: &Capabilities) -> Result<Value, ContentError> {
-        let local = request["ref"]["type"] == "ref/prompt"
+        let local_prompt = request["ref"]["type"] == "ref/prompt"
             && request["ref"]["name"]
                 .as_str()
                 .is_some_and(|n| self.current().contains(n));
+        // The kept results' template is Quiver's own, not an upstream's: a call id is not
+        // offered for completion (the ids come in the notes of cut results).
+        let results_template = self.kept.is_some()
+            && request["ref"]["type"] == "ref/resource"
+            && request["ref"]["uri"].as_str()
+                == Some(format!("{RESULT_URI_PREFIX}{{call_id}}").as_str());
+        let local = local_prompt || results_template;
         match &self.inner {
             // A local prompt's argument is free text: nothing to complete.
             _ if local => Ok(json!({"completion": {"values": [], "hasMore": false}})),

@@ -73,6 +73,18 @@ async fn resources_and_prompts() {
     )
     .await;
     assert_eq!(text_of(&env), "hello from the fixture");
+    // A result Quiver keeps is not asked of an upstream: the model is sent to read_result.
+    let env = call(
+        &catalog,
+        "read_mcp_resource",
+        json!({"uri": "quiver://results/c7"}),
+    )
+    .await;
+    assert_eq!(env.hint_kind(), Some(HintKind::Schema), "{env:?}");
+    assert!(
+        format!("{env:?}").contains(r#"call read_result {\"id\":\"c7\",\"page\":1}"#),
+        "{env:?}"
+    );
     let env = call(&catalog, "list_mcp_resources", json!({"server": "nope"})).await;
     assert!(env.is_err());
 

@@ -467,6 +467,11 @@ fn shape_text(text: &mut String, cut: TextCut, budget: Budget, keep: Option<Keep
         },
     );
     let marker = match &kept {
+        Ok(id) if pages > 2 => format!(
+            "\n…[{} tokens left out here, in pages 2 to {pages}; {} returns the first of them]…\n",
+            thousands(omitted.tokens),
+            read_call(id, 2)
+        ),
         Ok(id) => format!(
             "\n…[{} tokens left out here; {} returns them]…\n",
             thousands(omitted.tokens),
@@ -485,8 +490,13 @@ fn shape_text(text: &mut String, cut: TextCut, budget: Budget, keep: Option<Keep
         thousands(tail_size.tokens),
     );
     match kept {
+        Ok(id) if pages > 2 => message.push_str(&format!(
+            " The whole result is kept in {pages} pages (page 1 is the part shown first): pages 2 to {pages} hold the part left out, {} returns the first of them, and each page names the next. A client reads it whole as the MCP resource {}.",
+            read_call(&id, 2),
+            result_uri(&id)
+        )),
         Ok(id) => message.push_str(&format!(
-            " The whole result is kept in {pages} pages (page 1 is the part shown first): {} returns the part left out, and resources/read {} returns it whole.",
+            " The whole result is kept in {pages} pages (page 1 is the part shown first): {} returns the part left out. A client reads it whole as the MCP resource {}.",
             read_call(&id, 2),
             result_uri(&id)
         )),
@@ -516,7 +526,7 @@ fn paged_note(
     );
     match kept {
         Ok(id) => message.push_str(&format!(
-            " {} returns the next page; resources/read {} returns the whole result.",
+            " {} returns the next page, and each page names the next. A client reads the whole result as the MCP resource {}.",
             read_call(&id, 2),
             result_uri(&id)
         )),

@@ -285,3 +285,22 @@ async fn the_prompts_capability_follows_the_prompts_when_not_offered_while_empty
     empty.replace(filled.current());
     assert!(empty.offer().prompts);
 }
+
+#[tokio::test]
+async fn the_kept_results_template_is_completed_here_not_upstream() {
+    let prompts = local(&[], &[], Some(Upstream::new(&["greet"])))
+        .await
+        .with_kept_results(Arc::new(quiver_registry::kept::KeptResults::new(1 << 20)));
+    let caps = Capabilities::all();
+    let ours = json!({"ref": {"type": "ref/resource", "uri": "quiver://results/{call_id}"}, "argument": {"name": "call_id", "value": ""}});
+    assert_eq!(
+        prompts.complete(ours, &caps).await.unwrap(),
+        json!({"completion": {"values": [], "hasMore": false}})
+    );
+    // An upstream's template is still the upstream's to complete.
+    let theirs = json!({"ref": {"type": "ref/resource", "uri": "fixture://{name}"}, "argument": {"name": "name", "value": ""}});
+    assert_eq!(
+        prompts.complete(theirs, &caps).await.unwrap(),
+        json!({"completion": {"values": ["up"]}})
+    );
+}

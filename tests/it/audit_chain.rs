@@ -147,6 +147,18 @@ fn quiver_log_verify_finds_each_change_made_with_sql_and_the_export_carries_the_
     let (code, out) = quiver(&dir, &["log", "--format", "jsonl", "--since", "yesterday"]);
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("neither a time nor an age"), "{out}");
+    // The table's filters would leave rows out of an export that says it is whole: refused.
+    for filter in [
+        &["--outcome", "err"][..],
+        &["--tool", "echo"],
+        &["--session", "s"],
+        &["--limit", "2"],
+        &["--json"],
+    ] {
+        let (code, out) = quiver(&dir, &[&["log", "--format", "jsonl"], filter].concat());
+        assert_eq!(code, 2, "{filter:?}: {out}");
+        assert!(out.contains("cannot be used with"), "{filter:?}: {out}");
+    }
 
     // Changed: the reasoning of row 2; then put back, the chain is whole again.
     sql(

@@ -1128,6 +1128,25 @@ impl Config {
             }
         }
         config.origin = Some(origin.to_owned());
+        let store = raw.get("store");
+        if store.and_then(|s| s.get("path")).is_some() && store.and_then(|s| s.get("url")).is_some()
+        {
+            bail!(
+                "{origin}: [store] sets both `path` (a SQLite file) and `url` (a PostgreSQL database); keep one: `url` for a database several replicas share, `path` for the file"
+            );
+        }
+        if config.store.path.starts_with("~") {
+            bail!(
+                "{origin}: [store] path {:?}: `~` is not expanded in a path; write the full path, or \"${{env:HOME}}/{}\"",
+                config.store.path.display(),
+                config
+                    .store
+                    .path
+                    .strip_prefix("~")
+                    .unwrap_or(&config.store.path)
+                    .display()
+            );
+        }
         if config.store.path.as_os_str().is_empty() {
             bail!(
                 "{origin}: [store] path is empty: give the SQLite file, e.g. path = \"./quiver.db\" (or leave the key out for that default)"

@@ -365,7 +365,9 @@ enum Standalone {
         json: bool,
         /// `jsonl`: export the log for a SIEM instead: every row oldest first, one JSON
         /// object a line, with its chain fields (`seq`, `link`), resumable with `--after`.
-        #[arg(long, value_parser = ["jsonl"])]
+        /// The export is the whole log from `--since` or `--after`: filter it downstream
+        /// (`--tool`, `--session`, `--outcome`, `--limit` and `--json` are the table's).
+        #[arg(long, value_parser = ["jsonl"], conflicts_with_all = ["tool", "session", "outcome", "limit", "json"])]
         format: Option<String>,
         /// With `--format jsonl`: only rows dispatched at or after this time (RFC 3339, such
         /// as `2026-12-01T00:00:00Z`, or an age such as `90m`, `24h`, `7d`).

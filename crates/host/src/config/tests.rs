@@ -444,6 +444,16 @@ fn config_cases() {
         Err("or remove the key to keep everything"),
     );
     check("[store]\nretention_days = -3", Err("retention_days"));
+    // Both stores named: which one is used is not left to guess.
+    check(
+        "[store]\npath = \"a.db\"\nurl = \"postgres://u@h/d\"",
+        Err("quiver.toml: [store] sets both `path` (a SQLite file) and `url`"),
+    );
+    // `~` is no directory Quiver could create or find.
+    check(
+        "[store]\npath = \"~/q.db\"",
+        Err("`~` is not expanded in a path; write the full path, or \"${env:HOME}/q.db\""),
+    );
     check("[store]\nlog_linger_ms = 0", Ok("./quiver.db"));
     check("[store]\nlog_linger_ms = \"soon\"", Err("log_linger_ms"));
     check("[store]\nlog_linger_ms = 1000", Ok("./quiver.db"));

@@ -342,10 +342,11 @@ impl FloorState {
     }
 }
 
-/// Warns when a floor derived from usage is outside `[floor_min, floor_max]`, with why and
-/// what to set. A fallback floor (no usage recorded yet: a new install, where the anchors
-/// and `fallback_floor` stand in until tools are used) is what was configured: not a warning
-/// on every start.
+/// Warns when a floor derived from usage is outside `[floor_min, floor_max]` because the
+/// settings disagree, with why and what to set. A floor short only because few tools are
+/// anchors or have been used yet (a young or small install, which fills it as tools are
+/// used), and a fallback floor (no usage recorded yet), are what was configured: not a
+/// warning on every command.
 fn check_band(config: &SurfaceConfig, floor: &Floor) {
     let n = floor.entries.len();
     if n >= config.floor_min && n <= config.floor_max {
@@ -363,7 +364,12 @@ fn check_band(config: &SurfaceConfig, floor: &Floor) {
         if config.target_floor < config.floor_min {
             format!("target_floor ({}) is below floor_min", config.target_floor)
         } else {
-            "only these tools are anchors or have recorded usage among the live tools".to_owned()
+            tracing::debug!(
+                size = n,
+                floor_min = config.floor_min,
+                "the resident floor is below floor_min: only these tools are anchors or have recorded usage among the live tools; it fills as tools are used"
+            );
+            return;
         }
     } else if anchors > config.floor_max {
         format!("the {anchors} anchors alone are more than floor_max")

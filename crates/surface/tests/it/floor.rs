@@ -203,13 +203,25 @@ fn logs(f: impl FnOnce()) -> String {
 #[test]
 fn a_floor_outside_its_band_is_a_warning() {
     let config = SurfaceConfig::default().with_floor(30, 2, 3);
-    // Usage recorded for one tool only: a floor of one, below the band.
+    // Usage recorded for one tool only: a floor of one, below the band, as full as the
+    // usage allows (a young install fills it as tools are used): no warning.
     let small = Fixture::new(config.clone(), many(10), &[("t01", [1, 0, 0])]);
     let out = logs(|| {
         small.surface.rederive_floor();
     });
+    assert_eq!(small.surface.floor().entries.len(), 1);
+    assert!(out.is_empty(), "{out}");
+    // Below the band because the settings disagree: a warning naming why.
+    let low = Fixture::new(
+        SurfaceConfig::default().with_floor(1, 2, 3),
+        many(10),
+        &[("t01", [1, 0, 0]), ("t02", [1, 0, 0])],
+    );
+    let out = logs(|| {
+        low.surface.rederive_floor();
+    });
     assert!(
-        out.contains("the resident floor has 1 tool(s), outside [surface] floor_min..floor_max (2..3): only these tools are anchors or have recorded usage")
+        out.contains("the resident floor has 1 tool(s), outside [surface] floor_min..floor_max (2..3): target_floor (1) is below floor_min")
             && out.contains("set floor_min, floor_max or target_floor"),
         "{out}"
     );

@@ -56,8 +56,22 @@ pub fn findings_in(src: &CheckSources, config: &Config) -> Vec<Finding> {
     out.extend(quiver_mcp_adapter::connection_findings(&statuses));
     out.extend(src.surface.findings());
     out.extend(long_skills(&src.long_skills, config));
+    // An upstream server's definitions are its author's to fix, not the operator's: told as
+    // notes, so the check still gates what the operator's own files define.
     for entry in src.catalog.tools() {
-        out.extend(lint_spec(&entry.spec).iter().map(Finding::from));
+        let upstream = entry.family.starts_with("mcp:");
+        out.extend(lint_spec(&entry.spec).iter().map(|l| {
+            let finding = Finding::from(l);
+            if upstream {
+                Finding::note(format!(
+                    "{} (note: the definition is MCP server {}'s)",
+                    finding.text,
+                    entry.family.trim_start_matches("mcp:")
+                ))
+            } else {
+                finding
+            }
+        }));
     }
     // A definition the catalog refused (a schema that does not compile, a bad name) is a
     // finding too: that tool is missing from every surface.
@@ -145,8 +159,12 @@ pub fn summary(findings: &[Finding], linted: usize, against: bool) -> String {
     } else {
         "breaking changes not checked (--against DB)".to_owned()
     };
+    let notes = match count(Severity::Note) {
+        0 => String::new(),
+        n => format!(" ({n} note(s), not counted)"),
+    };
     format!(
-        "config ok; {linted} tool definition(s) linted, {} finding(s), {} not registered, {breaking}, {} unmatched name(s)",
+        "config ok; {linted} tool definition(s) linted, {} finding(s){notes}, {} not registered, {breaking}, {} unmatched name(s)",
         count(Severity::Error),
         count(Severity::NotRegistered),
         count(Severity::Unmatched)

@@ -167,6 +167,9 @@ pub struct Skipped {
     pub name: String,
     /// Why it was skipped.
     pub reason: String,
+    /// Left out on purpose, by a rule the operator cannot act on (an upstream tool that
+    /// only runs in a way Quiver does not call): a note, not a fault.
+    pub noted: bool,
 }
 
 impl Skipped {
@@ -182,6 +185,20 @@ impl Skipped {
             family: family.into(),
             name: name.into(),
             reason: reason.into(),
+            noted: false,
+        }
+    }
+
+    /// A name `family` leaves out on purpose, by a rule the operator cannot act on: told
+    /// as a note by `quiver check`, not as a tool missing by fault.
+    pub fn noted(
+        family: impl Into<String>,
+        name: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Skipped {
+        Skipped {
+            noted: true,
+            ..Skipped::new(family, name, reason)
         }
     }
 
@@ -194,7 +211,12 @@ impl Skipped {
     /// What `quiver check` says of it: a duplicate is a note (the name is served, by the
     /// family that took it first); any other is a tool missing from every surface.
     pub fn finding(&self) -> Finding {
-        if self.is_duplicate() {
+        if self.noted {
+            Finding::note(format!(
+                "{}: [note] left out of family {}: {}",
+                self.name, self.family, self.reason
+            ))
+        } else if self.is_duplicate() {
             Finding::note(format!(
                 "{}: [note] skipped in family {}: {}",
                 self.name, self.family, self.reason
@@ -731,16 +753,12 @@ impl Catalog {
             let name = tool.spec().name.clone();
             match self.register_in(family, tool) {
                 Ok(()) => report.registered.push(name),
-                Err(RegistryError::Conflict { name }) => report.skipped.push(Skipped {
-                    family: family.to_owned(),
-                    name,
-                    reason: DUPLICATE.to_owned(),
-                }),
-                Err(e) => report.skipped.push(Skipped {
-                    family: family.to_owned(),
-                    name,
-                    reason: e.to_string(),
-                }),
+                Err(RegistryError::Conflict { name }) => {
+                    report.skipped.push(Skipped::new(family, name, DUPLICATE))
+                }
+                Err(e) => report
+                    .skipped
+                    .push(Skipped::new(family, name, e.to_string())),
             }
         }
         report

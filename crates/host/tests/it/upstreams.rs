@@ -103,6 +103,20 @@ fn a_real_mcp_servers_file_aggregates_upstreams_behind_one_catalog() {
     assert_eq!(code, Some(0), "{err}");
     assert!(all.contains("mcp__everything__echo"), "{all}");
     assert!(!all.contains("simulate-research-query"), "{all}");
+    // Lint findings in the upstreams' own definitions are notes the operator cannot act on:
+    // the check still passes, and says they were not counted.
+    let (code, checked, err) = run(&["check"]);
+    assert_eq!(code, Some(0), "{checked}{err}");
+    assert!(
+        checked.contains("[when_to_use]")
+            && checked.contains("(note: the definition is MCP server everything's)"),
+        "{checked}"
+    );
+    assert!(
+        checked.contains("simulate-research-query: [note] left out of family mcp:everything: not served: it runs only as an MCP task"),
+        "{checked}"
+    );
+    assert!(checked.contains("note(s), not counted"), "{checked}");
 
     // The model's path: search, then the found tools are on the next tool list, then a call.
     let (code, found, err) = run(&["search", "current time in a timezone", "--limit", "3"]);

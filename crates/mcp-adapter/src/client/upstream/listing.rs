@@ -170,7 +170,7 @@ impl Upstream {
                     tracing::warn!(server = %self.cfg.name, "{line}");
                     self.diag(line);
                     if malformed.len() < self.opts.list_cap {
-                        malformed.push(Skipped::new(
+                        malformed.push(Skipped::noted(
                             self.cfg.family(),
                             name.escape_debug().to_string(),
                             format!("not served: {why}"),

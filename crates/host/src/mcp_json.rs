@@ -184,9 +184,8 @@ fn wrong_value(key: &str, v: &serde_json::Value, message: &str) -> String {
         "type" => format!("a string: {TYPES}"),
         "command" => "a string, the program to run, e.g. \"npx\"".to_owned(),
         "args" => "an array of strings, e.g. [\"-y\", \"pkg\"]".to_owned(),
-        "env" => {
-            "an object of variable name to string, e.g. {\"API_KEY\": \"${env:API_KEY}\"}".to_owned()
-        }
+        "env" => "an object of variable name to string, e.g. {\"API_KEY\": \"${env:API_KEY}\"}"
+            .to_owned(),
         "cwd" => "a string, the directory the server starts in".to_owned(),
         "url" => "a string, e.g. \"https://mcp.example.com/mcp\"".to_owned(),
         "headers" => {

@@ -218,7 +218,7 @@ fn loads_as_name(name: &str) -> Result<(), String> {
 /// Why the loader refuses `name` (which [`loads_as_name`] refused), said short.
 fn refused_because(name: &str) -> String {
     match quiver_contract::validate_server_name(name) {
-        Err(_) if name.contains("__") && quiver_contract::server_name_suggestion(name).is_some() => {
+        Err(_) if name.contains("__") => {
             "Quiver's server names are [A-Za-z0-9_] without `__`".to_owned()
         }
         Err(_) => "Quiver's server names are [A-Za-z0-9_]".to_owned(),
@@ -370,7 +370,10 @@ pub fn import_servers(
             }
             let same = |t: &Taken| definition(&t.server) == definition(server);
             if as_is {
-                match taken.iter().find(|t| t.server.name.eq_ignore_ascii_case(own)) {
+                match taken
+                    .iter()
+                    .find(|t| t.server.name.eq_ignore_ascii_case(own))
+                {
                     Some(t) if same(t) => {}
                     Some(t) => skipped.push(format!(
                         "{own} ({client}): {} has another server of that name, taken first",
@@ -446,10 +449,8 @@ pub fn import_servers(
         }
     });
     let path = target.path().to_owned();
-    let servers: Vec<(Server, Client)> = taken
-        .iter()
-        .map(|t| (t.server.clone(), t.client))
-        .collect();
+    let servers: Vec<(Server, Client)> =
+        taken.iter().map(|t| (t.server.clone(), t.client)).collect();
     let (rewrite, existing) = match target {
         ImportTarget::McpJson(_) => json_target(&path, &servers)?,
         ImportTarget::QuiverToml(_) => toml_target(&path, &servers)?,
@@ -574,7 +575,13 @@ mod tests {
         ] {
             assert!(names_a_secret(key), "{key}");
         }
-        for key in ["LOG_LEVEL", "MONKEY_MODE", "PWD", "TOKENIZER_PATH", "Accept"] {
+        for key in [
+            "LOG_LEVEL",
+            "MONKEY_MODE",
+            "PWD",
+            "TOKENIZER_PATH",
+            "Accept",
+        ] {
             assert!(!names_a_secret(key), "{key}");
         }
     }

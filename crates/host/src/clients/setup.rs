@@ -280,7 +280,13 @@ mod tests {
         ] {
             assert!(check_http_url(ok).is_ok(), "{ok}");
         }
-        for bad in ["notaurl", "ftp://h/mcp", "http://", "localhost:7345/mcp", ""] {
+        for bad in [
+            "notaurl",
+            "ftp://h/mcp",
+            "http://",
+            "localhost:7345/mcp",
+            "",
+        ] {
             let e = check_http_url(bad).unwrap_err().to_string();
             assert!(e.contains("e.g. http://127.0.0.1:7345/mcp"), "{bad}: {e}");
         }

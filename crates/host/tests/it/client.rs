@@ -462,7 +462,13 @@ fn setup_refuses_a_url_that_is_not_one_and_a_home_that_is_not_there() {
     let good = quiver(
         &home,
         &dir,
-        &["client", "setup", "cursor", "--http", "https://quiver.example/mcp"],
+        &[
+            "client",
+            "setup",
+            "cursor",
+            "--http",
+            "https://quiver.example/mcp",
+        ],
     );
     assert!(good.status.success(), "{}", text(&good.stderr));
 
@@ -595,7 +601,11 @@ fn import_keeps_secrets_private_and_says_which_they_are() {
     let shared = dir.join("shared.toml");
     std::fs::write(&shared, "# ours\n").unwrap();
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let out = quiver(&home, &dir, &["client", "import", "cursor", "--to", "shared.toml"]);
+    let out = quiver(
+        &home,
+        &dir,
+        &["client", "import", "cursor", "--to", "shared.toml"],
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(mode(&shared), 0o644);
 }

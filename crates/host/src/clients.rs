@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-pub use import::{ImportReport, ImportTarget, import_servers};
-pub use setup::{Connection, Plan, Rewrite, plan_setup};
+pub use import::{ImportReport, ImportTarget, Imported, import_servers};
+pub use setup::{Connection, Plan, Rewrite, check_http_url, plan_setup};
 
 /// An MCP client whose configuration `quiver client` reads and writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -716,6 +716,18 @@ fn explain(message: &str) -> String {
 /// integer types, "a number" for the float ones, "an array" and "a table" for a sequence
 /// and a map. An operator writes TOML; `usize` or `f64` tells them nothing.
 fn toml_terms(message: &str) -> String {
+    data_terms(message, "table")
+}
+
+/// serde's words in JSON's terms, as [`toml_terms`] has them in TOML's: a map is "an
+/// object".
+pub(crate) fn json_terms(message: &str) -> String {
+    data_terms(message, "object")
+}
+
+/// serde's words for what a value takes, in the terms of the format the operator writes;
+/// `map` is that format's word for a map ("table", "object").
+fn data_terms(message: &str, map: &str) -> String {
     const WHOLE: [&str; 10] = [
         "usize", "u64", "u32", "u16", "u8", "isize", "i64", "i32", "i16", "i8",
     ];
@@ -737,9 +749,19 @@ fn toml_terms(message: &str) -> String {
         out = out.replace(&format!("expected {t} "), "expected a number ");
     }
     out.replace("expected a sequence", "expected an array")
-        .replace("expected a map", "expected a table")
+        .replace("expected a map", &format!("expected {}", a(map)))
         .replace("invalid type: sequence", "invalid type: array")
-        .replace("invalid type: map", "invalid type: table")
+        .replace("invalid type: map", &format!("invalid type: {map}"))
+}
+
+/// `word` with its indefinite article ("a table", "an object").
+fn a(word: &str) -> String {
+    let article = if word.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
+    format!("{article} {word}")
 }
 
 fn explain_rust(message: &str) -> String {

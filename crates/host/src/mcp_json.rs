@@ -13,7 +13,10 @@ use serde::{
     de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor},
 };
 
-use crate::{Config, config::interpolate_str};
+use crate::{
+    Config,
+    config::{interpolate_str, json_terms, shorten_float},
+};
 
 #[derive(Debug, Deserialize)]
 struct File {
@@ -171,6 +174,54 @@ fn json_kind(value: &serde_json::Value) -> &'static str {
     }
 }
 
+/// What a server's `"key"` takes, written as JSON with an example, and what `v` has instead
+/// (`"args" must be an array of strings, e.g. ["-y", "pkg"]; it is a string`); serde's
+/// `message`, in JSON's terms, when `v` has the right type but a value the key does not
+/// take (an unknown `"scope"`).
+fn wrong_value(key: &str, v: &serde_json::Value, message: &str) -> String {
+    use serde_json::Value;
+    let takes = match key {
+        "type" => format!("a string: {TYPES}"),
+        "command" => "a string, the program to run, e.g. \"npx\"".to_owned(),
+        "args" => "an array of strings, e.g. [\"-y\", \"pkg\"]".to_owned(),
+        "env" => "an object of variable name to string, e.g. {\"API_KEY\": \"${env:API_KEY}\"}"
+            .to_owned(),
+        "cwd" => "a string, the directory the server starts in".to_owned(),
+        "url" => "a string, e.g. \"https://mcp.example.com/mcp\"".to_owned(),
+        "headers" => {
+            "an object of header name to string, e.g. {\"Authorization\": \"Bearer ${env:TOKEN}\"}"
+                .to_owned()
+        }
+        "disabled" => "true or false".to_owned(),
+        "scope" => "\"shared\" or \"session\"".to_owned(),
+        _ => return format!("\"{key}\": {}", json_terms(&shorten_float(message))),
+    };
+    let right_kind = match key {
+        "args" => v.is_array(),
+        "env" | "headers" => v.is_object(),
+        "disabled" => v.is_boolean(),
+        _ => v.is_string(),
+    };
+    // In an array or object of strings, the first item that is not one.
+    let item = match v {
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find(|(_, x)| !x.is_string())
+            .map(|(i, x)| format!("\"{key}\"[{i}] is {}", json_kind(x))),
+        Value::Object(m) => m
+            .iter()
+            .find(|(_, x)| !x.is_string())
+            .map(|(k, x)| format!("\"{key}\".{k:?} is {}", json_kind(x))),
+        _ => None,
+    };
+    match (right_kind, item) {
+        (false, _) => format!("\"{key}\" must be {takes}; it is {}", json_kind(v)),
+        (true, Some(item)) => format!("\"{key}\" must be {takes}; {item}"),
+        (true, None) => format!("\"{key}\": {}", json_terms(&shorten_float(message))),
+    }
+}
+
 /// The servers of an `mcpServers` (or VS Code `servers`) JSON text read from `origin` (named
 /// in errors), with `${env:NAME}` in its strings resolved through `env`.
 pub fn parse_mcp_servers(
@@ -196,7 +247,9 @@ pub fn parse_mcp_servers(
                 "{origin}: not an mcpServers JSON file ({e}): it has comments (`//` or `/* */`, as VS Code's JSONC allows), which JSON does not; remove them"
             )
         }
-        Err(_) => {}
+        // Not JSON at all: its syntax error, before serde's typed reading stops at a type
+        // on the way ("invalid type: sequence, expected a map").
+        Err(e) => bail!("{origin}: not an mcpServers JSON file: {e}"),
         Ok(value) => {
             const SHAPE: &str = r#"{"mcpServers": {"name": {"command": ...} or {"url": ...}}}"#;
             let Some(top) = value.as_object() else {
@@ -234,8 +287,8 @@ pub fn parse_mcp_servers(
                                 serde_json::from_value::<Entry>(serde_json::json!({ key: v }))
                         {
                             bail!(
-                                "{origin}: server {name:?}: \"{key}\": {}",
-                                crate::config::shorten_float(&e.to_string())
+                                "{origin}: server {name:?}: {}",
+                                wrong_value(key, v, &e.to_string())
                             );
                         }
                     }
@@ -243,8 +296,12 @@ pub fn parse_mcp_servers(
             }
         }
     }
-    let file: File = serde_json::from_str(text)
-        .with_context(|| format!("{origin}: not an mcpServers JSON file"))?;
+    let file: File = serde_json::from_str(text).map_err(|e| {
+        anyhow::anyhow!(
+            "{origin}: not an mcpServers JSON file: {}",
+            json_terms(&e.to_string())
+        )
+    })?;
     let Some(servers) = file.servers else {
         bail!(
             "{origin}: no \"mcpServers\" object (expected {{\"mcpServers\": {{\"name\": {{\"command\": ...}}}}}})"
@@ -392,7 +449,7 @@ pub fn read_mcp_servers(path: &Path) -> anyhow::Result<Vec<ServerConfig>> {
 
 /// The text of an MCP configuration error, without the adapter's "MCP configuration:"
 /// (the caller names the file instead).
-fn config_message(e: McpError) -> String {
+pub(crate) fn config_message(e: McpError) -> String {
     match e {
         McpError::Config(message) => message,
         other => other.to_string(),

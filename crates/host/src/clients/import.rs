@@ -6,9 +6,11 @@
 
 use std::path::{Path, PathBuf};
 
+use quiver_mcp_adapter::{ServerConfig, validate_all};
 use serde_json::{Map, Value, json};
 
 use super::{Client, ClientFile, setup::Rewrite};
+use crate::mcp_json::config_message;
 
 /// Where the imported servers go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,12 +44,28 @@ impl ImportTarget {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ImportReport {
-    /// The servers taken: name and the client they came from.
-    pub imported: Vec<(String, Client)>,
+    /// The servers taken, in the order they are written.
+    pub imported: Vec<Imported>,
     /// The servers left out, each with the client and why.
     pub skipped: Vec<String>,
     /// The target's change (write it with [`Rewrite::apply`]).
     pub rewrite: Rewrite,
+}
+
+/// One server taken into the target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Imported {
+    /// Its name in the target.
+    pub name: String,
+    /// The client it came from.
+    pub client: Client,
+    /// Its name in the client and why Quiver takes it under another, when it does.
+    pub renamed: Option<(String, String)>,
+    /// The `env` and `headers` keys whose value is written as the client had it although
+    /// the key names a secret (`API_KEY`, `TOKEN`, `Authorization`, ...), each as it is
+    /// shown (`env.BRAVE_API_KEY`) with the `${env:NAME}` reference to write instead.
+    pub secrets: Vec<(String, String)>,
 }
 
 /// One server as Quiver configures it.
@@ -114,7 +132,7 @@ impl Reader {
         match v {
             None | Some(Value::Null) => Ok(Vec::new()),
             Some(Value::Array(items)) => items.iter().map(|i| self.string(i, what)).collect(),
-            Some(_) => Err(format!("its `{what}` is not a list")),
+            Some(_) => Err(format!("its `{what}` is not an array of strings")),
         }
     }
 
@@ -125,7 +143,7 @@ impl Reader {
                 .iter()
                 .map(|(k, v)| Ok((k.clone(), Value::String(self.string(v, what)?))))
                 .collect(),
-            Some(_) => Err(format!("its `{what}` is not an object")),
+            Some(_) => Err(format!("its `{what}` is not an object of strings")),
         }
     }
 }
@@ -188,16 +206,143 @@ fn json_entry(s: &Server) -> Value {
     v
 }
 
+/// Whether Quiver's loader takes `name` as a server's name (its characters, no `__`, not a
+/// reserved name): `validate_all`'s own check, of a server that has nothing else to check.
+fn loads_as_name(name: &str) -> Result<(), String> {
+    let probe = ServerConfig::stdio(name, "probe", Vec::new());
+    validate_all(std::slice::from_ref(&probe), &|_| None)
+        .map(drop)
+        .map_err(config_message)
+}
+
+/// Why the loader refuses `name` (which [`loads_as_name`] refused), said short.
+fn refused_because(name: &str) -> String {
+    match quiver_contract::validate_server_name(name) {
+        Err(_) if name.contains("__") => {
+            "Quiver's server names are [A-Za-z0-9_] without `__`".to_owned()
+        }
+        Err(_) => "Quiver's server names are [A-Za-z0-9_]".to_owned(),
+        // A reserved name: the loader's sentence up to its explanation.
+        Ok(()) => {
+            let why = loads_as_name(name).err().unwrap_or_default();
+            why.split(" (").next().unwrap_or_default().to_owned()
+        }
+    }
+}
+
+/// A server with its name left out, to tell two clients' entries for one server apart
+/// from two servers.
+fn definition(s: &Server) -> Server {
+    Server {
+        name: String::new(),
+        ..s.clone()
+    }
+}
+
+/// Whether an `env` or `headers` key names a secret: one of its words (split at `_`, `-`,
+/// `.`) is KEY, TOKEN, SECRET, PASSWORD, ... (`BRAVE_API_KEY`, `X-Auth-Token`,
+/// `Authorization`).
+fn names_a_secret(key: &str) -> bool {
+    const WORDS: [&str; 13] = [
+        "KEY",
+        "APIKEY",
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "PASSPHRASE",
+        "PWD",
+        "CREDENTIAL",
+        "CREDENTIALS",
+        "AUTH",
+        "AUTHORIZATION",
+        "COOKIE",
+    ];
+    key.split(|c: char| !c.is_ascii_alphanumeric())
+        .any(|w| WORDS.contains(&w.to_ascii_uppercase().as_str()))
+        // `PWD` is also the shell's working directory.
+        && key != "PWD"
+}
+
+/// The `env` and `headers` values of `s` written as the client had them although their key
+/// names a secret, each as `env.NAME` or `headers.NAME` with the `${env:...}` to write
+/// instead.
+fn literal_secrets(s: &Server) -> Vec<(String, String)> {
+    let literal = |v: &Value| v.as_str().is_some_and(|v| !v.contains("${env:"));
+    let mut out = Vec::new();
+    for (k, v) in &s.env {
+        if names_a_secret(k) && literal(v) {
+            out.push((format!("env.{k}"), format!("${{env:{k}}}")));
+        }
+    }
+    for (k, v) in &s.headers {
+        if names_a_secret(k) && literal(v) {
+            let var = format!("{}_{}", s.name, k)
+                .to_ascii_uppercase()
+                .replace(|c: char| !c.is_ascii_alphanumeric(), "_");
+            let bearer = v.as_str().is_some_and(|v| v.starts_with("Bearer "));
+            out.push((
+                format!("headers.{k}"),
+                format!("{}${{env:{var}}}", if bearer { "Bearer " } else { "" }),
+            ));
+        }
+    }
+    out
+}
+
+/// `s` as the loader configures it, for checking it as the loader does.
+fn server_config(s: &Server) -> ServerConfig {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let mut c = match (&s.command, &s.url) {
+        (Some(command), _) => ServerConfig::stdio(s.name.clone(), command.clone(), s.args.clone()),
+        (None, url) => ServerConfig::http(s.name.clone(), url.clone().unwrap_or_default()),
+    };
+    for (k, v) in &s.env {
+        c = c.with_env(k.clone(), text(v));
+    }
+    for (k, v) in &s.headers {
+        c = c.with_header(k.clone(), text(v));
+    }
+    if let Some(cwd) = &s.cwd {
+        c = c.with_cwd(cwd.clone());
+    }
+    c
+}
+
+/// Every `${env:NAME}` as set, but the servers' own token variables (`MCP_<NAME>_TOKEN`),
+/// which only the environment Quiver runs in gives: the loader's check of a file's shape
+/// without its values.
+fn shape_env(servers: &[ServerConfig]) -> impl Fn(&str) -> Option<String> + use<> {
+    let tokens: Vec<String> = servers.iter().map(ServerConfig::token_var).collect();
+    move |k: &str| (!tokens.iter().any(|t| t == k)).then(|| "set".to_owned())
+}
+
+/// Whether `names` has `name`, ignoring case (as the loader compares them).
+fn has(names: &[String], name: &str) -> bool {
+    names.iter().any(|n| n.eq_ignore_ascii_case(name))
+}
+
+/// A server taken: where it was found (for the file's order), under which name, and why.
+struct Taken {
+    at: usize,
+    server: Server,
+    client: Client,
+    renamed: Option<(String, String)>,
+}
+
 /// Reads the servers of each `(client, file)` (a file that does not exist has none; a
 /// malformed one stops the import, naming its path and line), leaves out the entry named
 /// `own_name` and any that starts Quiver, and plans adding the rest to `target` (a name the
-/// target has, or that an earlier client gave, is not taken twice).
+/// target has, or that an earlier client gave, is not taken twice). A name Quiver's loader
+/// refuses (`brave-search`) is taken under the one its error suggests (`brave_search`,
+/// `brave_search_2` when another server has that), and a server the loader would refuse
+/// otherwise is skipped with the loader's reason: the target always loads.
 pub fn import_servers(
     sources: &[(Client, PathBuf)],
     target: &ImportTarget,
     own_name: &str,
 ) -> anyhow::Result<ImportReport> {
-    let mut taken: Vec<(Server, Client)> = Vec::new();
+    let mut found: Vec<(Client, String, Server)> = Vec::new();
     let mut skipped = Vec::new();
     for (client, path) in sources {
         let file = ClientFile::read(path)?;
@@ -209,33 +354,130 @@ pub fn import_servers(
                 continue;
             }
             match normalize(*client, name, entry) {
-                Ok(s) => match taken.iter().find(|(t, _)| t.name == *name) {
-                    Some((t, _)) if *t == s => {}
-                    Some((_, first)) => skipped.push(format!(
-                        "{name} ({client}): {first} has another server of that name, taken first"
-                    )),
-                    None => taken.push((s, *client)),
-                },
+                Ok(s) => found.push((*client, name.clone(), s)),
                 Err(why) if why == "it is Quiver itself" => {}
                 Err(why) => skipped.push(format!("{name} ({client}): {why}")),
             }
         }
     }
+    // The names the loader takes as they are first, so that a renamed server never takes
+    // a name a client gave; then the others, under the loader's suggestion.
+    let mut taken: Vec<Taken> = Vec::new();
+    for as_is in [true, false] {
+        for (at, (client, own, server)) in found.iter().enumerate() {
+            if loads_as_name(own).is_ok() != as_is {
+                continue;
+            }
+            let same = |t: &Taken| definition(&t.server) == definition(server);
+            if as_is {
+                match taken
+                    .iter()
+                    .find(|t| t.server.name.eq_ignore_ascii_case(own))
+                {
+                    Some(t) if same(t) => {}
+                    Some(t) => skipped.push(format!(
+                        "{own} ({client}): {} has another server of that name, taken first",
+                        t.client
+                    )),
+                    None => taken.push(Taken {
+                        at,
+                        server: server.clone(),
+                        client: *client,
+                        renamed: None,
+                    }),
+                }
+                continue;
+            }
+            let base = quiver_contract::server_name_suggestion(own).unwrap_or_else(|| own.clone());
+            let mut placed = false;
+            for n in 1..=99 {
+                let name = if n == 1 {
+                    base.clone()
+                } else {
+                    format!("{base}_{n}")
+                };
+                if loads_as_name(&name).is_err() {
+                    continue;
+                }
+                match taken
+                    .iter()
+                    .find(|t| t.server.name.eq_ignore_ascii_case(&name))
+                {
+                    // Another client's entry for the same server, taken already.
+                    Some(t) if same(t) => {}
+                    Some(_) => continue,
+                    None => {
+                        let mut why = refused_because(own);
+                        if name != base && loads_as_name(&base).is_ok() {
+                            why.push_str(&format!("; {base} is another server's name"));
+                        }
+                        taken.push(Taken {
+                            at,
+                            server: Server {
+                                name: name.clone(),
+                                ..server.clone()
+                            },
+                            client: *client,
+                            renamed: Some((own.clone(), why)),
+                        });
+                    }
+                }
+                placed = true;
+                break;
+            }
+            if !placed {
+                skipped.push(format!(
+                    "{own:?} ({client}): no Quiver server name can be made of it ({}); rename it in {client}'s configuration",
+                    refused_because(own)
+                ));
+            }
+        }
+    }
+    taken.sort_by_key(|t| t.at);
+    // Anything else the loader would refuse in one server (a credential header over plain
+    // http, a malformed URL, ...), said in its words.
+    taken.retain(|t| {
+        let config = server_config(&t.server);
+        let env = shape_env(std::slice::from_ref(&config));
+        match validate_all(std::slice::from_ref(&config), &env) {
+            Ok(_) => true,
+            Err(e) => {
+                let own = t.renamed.as_ref().map_or(&t.server.name, |(own, _)| own);
+                skipped.push(format!("{own} ({}): {}", t.client, config_message(e)));
+                false
+            }
+        }
+    });
     let path = target.path().to_owned();
+    let servers: Vec<(Server, Client)> =
+        taken.iter().map(|t| (t.server.clone(), t.client)).collect();
     let (rewrite, existing) = match target {
-        ImportTarget::McpJson(_) => json_target(&path, &taken)?,
-        ImportTarget::QuiverToml(_) => toml_target(&path, &taken)?,
+        ImportTarget::McpJson(_) => json_target(&path, &servers)?,
+        ImportTarget::QuiverToml(_) => toml_target(&path, &servers)?,
     };
     let mut imported = Vec::new();
-    for (s, client) in taken {
-        if existing.contains(&s.name) {
-            skipped.push(format!(
-                "{} ({client}): {} already has a server of that name",
-                s.name,
-                path.display()
-            ));
+    for t in taken {
+        let name = t.server.name.clone();
+        if has(&existing, &name) {
+            skipped.push(match &t.renamed {
+                Some((own, _)) => format!(
+                    "{own} ({}): {} already has a server named {name}",
+                    t.client,
+                    path.display()
+                ),
+                None => format!(
+                    "{name} ({}): {} already has a server of that name",
+                    t.client,
+                    path.display()
+                ),
+            });
         } else {
-            imported.push((s.name, client));
+            imported.push(Imported {
+                secrets: literal_secrets(&t.server),
+                name,
+                client: t.client,
+                renamed: t.renamed,
+            });
         }
     }
     Ok(ImportReport {
@@ -260,7 +502,7 @@ fn json_target(path: &Path, taken: &[(Server, Client)]) -> anyhow::Result<(Rewri
     let mut servers = file.servers(key)?.cloned().unwrap_or_default();
     let existing: Vec<String> = servers.keys().cloned().collect();
     for (s, _) in taken {
-        if !existing.contains(&s.name) {
+        if !has(&existing, &s.name) {
             servers.insert(s.name.clone(), json_entry(s));
         }
     }
@@ -268,9 +510,13 @@ fn json_target(path: &Path, taken: &[(Server, Client)]) -> anyhow::Result<(Rewri
     root.insert(key.into(), Value::Object(servers));
     let mut after = serde_json::to_string_pretty(&Value::Object(root))?;
     after.push('\n');
-    crate::parse_mcp_servers(&after, &path.display().to_string(), &any_env)?;
+    // The whole file must load as `quiver serve --mcp-config` loads it.
+    let origin = path.display().to_string();
+    let parsed = crate::parse_mcp_servers(&after, &origin, &any_env)?;
+    validate_all(&parsed, &shape_env(&parsed))
+        .map_err(|e| anyhow::anyhow!("{origin}: {}", config_message(e)))?;
     Ok((
-        Rewrite::new(path, file.text, after, file.had_comments, false),
+        Rewrite::new(path, file.text, after, file.had_comments, true),
         existing,
     ))
 }
@@ -286,7 +532,7 @@ fn toml_target(path: &Path, taken: &[(Server, Client)]) -> anyhow::Result<(Rewri
     let config = crate::Config::parse(&text, &origin, &any_env)?;
     let existing: Vec<String> = config.mcp.servers.iter().map(|s| s.name.clone()).collect();
     let mut after = text;
-    for (s, client) in taken.iter().filter(|(s, _)| !existing.contains(&s.name)) {
+    for (s, client) in taken.iter().filter(|(s, _)| !has(&existing, &s.name)) {
         #[derive(serde::Serialize)]
         struct Servers<'a> {
             servers: [&'a Server; 1],
@@ -303,14 +549,42 @@ fn toml_target(path: &Path, taken: &[(Server, Client)]) -> anyhow::Result<(Rewri
             mcp: Servers { servers: [s] },
         })?);
     }
-    // The whole file must still read as a configuration.
-    crate::Config::parse(&after, &origin, &any_env)?;
-    Ok((Rewrite::new(path, before, after, false, false), existing))
+    // The whole file must load as a configuration, its servers as `quiver serve` takes them.
+    let config = crate::Config::parse(&after, &origin, &any_env)?;
+    crate::mcp_json::resolve_servers(&config, &[], &shape_env(&config.mcp.servers))?;
+    Ok((Rewrite::new(path, before, after, false, true), existing))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::variables;
+    use super::{names_a_secret, variables};
+
+    /// A key names a secret by one of its words, whatever the case and separator; a word
+    /// that merely contains one (`MONKEY`) does not, nor the shell's `PWD`.
+    #[test]
+    fn keys_that_name_secrets() {
+        for key in [
+            "BRAVE_API_KEY",
+            "GITHUB_PERSONAL_ACCESS_TOKEN",
+            "DB_PASSWORD",
+            "client-secret",
+            "X-Auth-Token",
+            "Authorization",
+            "apiKey",
+            "X-API-Key",
+        ] {
+            assert!(names_a_secret(key), "{key}");
+        }
+        for key in [
+            "LOG_LEVEL",
+            "MONKEY_MODE",
+            "PWD",
+            "TOKENIZER_PATH",
+            "Accept",
+        ] {
+            assert!(!names_a_secret(key), "{key}");
+        }
+    }
 
     #[test]
     fn client_variables_become_quivers_or_are_refused() {

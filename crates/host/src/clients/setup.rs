@@ -67,6 +67,23 @@ fn entry(client: Client, connection: &Connection) -> anyhow::Result<Value> {
     })
 }
 
+/// Checks the URL a client is to connect to (`--http`): `http://` or `https://` with a
+/// host, or refused with what to give (a client would only fail later, in its own words).
+pub fn check_http_url(url: &str) -> anyhow::Result<()> {
+    const GIVE: &str = "give the URL of Quiver's MCP endpoint, e.g. http://127.0.0.1:7345/mcp (`quiver serve` prints it when it starts)";
+    let lower = url.to_ascii_lowercase();
+    if !(lower.starts_with("http://") || lower.starts_with("https://")) {
+        anyhow::bail!("--http {url:?} is not an http:// or https:// URL; {GIVE}");
+    }
+    match url::Url::parse(url) {
+        Err(e) => anyhow::bail!("--http {url:?} is not a valid URL ({e}); {GIVE}"),
+        Ok(u) if u.host_str().is_none_or(str::is_empty) => {
+            anyhow::bail!("--http {url:?} names no host; {GIVE}")
+        }
+        Ok(_) => Ok(()),
+    }
+}
+
 /// What `setup` would do to one client's file.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -119,8 +136,9 @@ pub struct Rewrite {
     /// Whether the file has comments or trailing commas, which the rewrite drops (the backup
     /// keeps them).
     pub drops_comments: bool,
-    /// Whether the new text holds a secret (a new file is then its owner's alone).
-    secret: bool,
+    /// Whether a new file is its owner's alone: its text holds a secret, or may (a bearer
+    /// token; servers imported with their keys).
+    private: bool,
 }
 
 impl Rewrite {
@@ -129,14 +147,14 @@ impl Rewrite {
         before: Option<String>,
         after: String,
         drops_comments: bool,
-        secret: bool,
+        private: bool,
     ) -> Self {
         Rewrite {
             path: path.to_owned(),
             before,
             after,
             drops_comments,
-            secret,
+            private,
         }
     }
 
@@ -145,10 +163,12 @@ impl Rewrite {
         self.before.as_deref() != Some(self.after.as_str())
     }
 
-    /// The change as a unified diff (`--- a/PATH`, `+++ b/PATH`).
+    /// The change as a unified diff (`--- a/PATH`, `+++ b/PATH`; an absolute path without
+    /// its leading `/`, as `git diff` shows one).
     pub fn diff(&self) -> String {
         let before = self.before.as_deref().unwrap_or("");
-        let shown = self.path.display().to_string();
+        let path = self.path.display().to_string();
+        let shown = path.trim_start_matches('/');
         similar::TextDiff::from_lines(before, &self.after)
             .unified_diff()
             .context_radius(3)
@@ -158,7 +178,8 @@ impl Rewrite {
 
     /// Writes the new text: the old file copied to a backup beside it first (returned), then
     /// the new one written to a temporary file and renamed over it, so a reader never sees
-    /// half a file. A new file holding a secret is readable by its owner only.
+    /// half a file. A new private file is readable by its owner only; an existing one keeps
+    /// its mode.
     pub fn apply(&self) -> anyhow::Result<Option<PathBuf>> {
         if !self.changes() {
             return Ok(None);
@@ -175,10 +196,11 @@ impl Rewrite {
             }
         };
         let tmp = sibling(&self.path, ".quiver-tmp");
-        std::fs::write(&tmp, &self.after).with_context(|| format!("writing {}", tmp.display()))?;
+        write_new(&tmp, &self.after, self.private)
+            .with_context(|| format!("writing {}", tmp.display()))?;
         let permissions = match std::fs::metadata(&self.path) {
             Ok(m) => Some(m.permissions()),
-            Err(_) => owner_only(self.secret),
+            Err(_) => owner_only(self.private),
         };
         if let Some(p) = permissions {
             std::fs::set_permissions(&tmp, p)
@@ -218,13 +240,55 @@ fn backup(path: &Path) -> anyhow::Result<PathBuf> {
     Ok(candidate)
 }
 
+/// Writes `text` to `path`, created readable by its owner only when `private` (never for a
+/// moment by anyone else).
+fn write_new(path: &Path, text: &str, private: bool) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    if private {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path)?.write_all(text.as_bytes())
+}
+
 #[cfg(unix)]
-fn owner_only(secret: bool) -> Option<std::fs::Permissions> {
+fn owner_only(private: bool) -> Option<std::fs::Permissions> {
     use std::os::unix::fs::PermissionsExt;
-    secret.then(|| std::fs::Permissions::from_mode(0o600))
+    private.then(|| std::fs::Permissions::from_mode(0o600))
 }
 
 #[cfg(not(unix))]
-fn owner_only(_secret: bool) -> Option<std::fs::Permissions> {
+fn owner_only(_private: bool) -> Option<std::fs::Permissions> {
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--http` takes an http or https URL with a host, any case of scheme; anything else
+    /// is refused with what to give.
+    #[test]
+    fn http_urls_are_checked() {
+        for ok in [
+            "http://127.0.0.1:7345/mcp",
+            "https://quiver.example/mcp",
+            "HTTP://localhost/mcp",
+        ] {
+            assert!(check_http_url(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "notaurl",
+            "ftp://h/mcp",
+            "http://",
+            "localhost:7345/mcp",
+            "",
+        ] {
+            let e = check_http_url(bad).unwrap_err().to_string();
+            assert!(e.contains("e.g. http://127.0.0.1:7345/mcp"), "{bad}: {e}");
+        }
+    }
 }

@@ -5,7 +5,8 @@ use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::Context;
 use quiver_host::clients::{
-    Client, Connection, ImportTarget, Os, Rewrite, UserDirs, import_servers, plan_setup,
+    Client, Connection, ImportTarget, Os, Rewrite, UserDirs, check_http_url, import_servers,
+    plan_setup,
 };
 
 /// The clients a command names (`all`, or none given: every one).
@@ -58,11 +59,22 @@ fn config_for_clients(config: Option<&std::path::Path>) -> anyhow::Result<Option
 
 pub(crate) fn setup(opts: Setup, config: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
     let dirs = UserDirs::from_env()?;
+    // The clients' files are under the home directory; a home that is not there is a HOME
+    // set wrong, whose whole path setup would otherwise create.
+    if !dirs.home.is_dir() {
+        anyhow::bail!(
+            "the home directory {} (HOME) does not exist, and the clients' files are under it; set HOME to your home directory",
+            dirs.home.display()
+        );
+    }
     let connection = match opts.http {
-        Some(url) => Connection::Http {
-            url,
-            token: opts.token,
-        },
+        Some(url) => {
+            check_http_url(&url)?;
+            Connection::Http {
+                url,
+                token: opts.token,
+            }
+        }
         None => {
             if opts.token.is_some() {
                 anyhow::bail!(
@@ -102,6 +114,14 @@ pub(crate) fn setup(opts: Setup, config: Option<&std::path::Path>) -> anyhow::Re
                 continue;
             }
         };
+        if !plan.rewrite.changes() {
+            say!(
+                "{client}: unchanged: `{}` in {} is already as it would be written",
+                opts.name,
+                path.display()
+            );
+            continue;
+        }
         let verb = if plan.replaced { "replaces" } else { "adds" };
         say!("{client}: {verb} `{}` in {}", opts.name, path.display());
         if !report(&plan.rewrite, opts.dry_run) {
@@ -173,21 +193,26 @@ pub(crate) fn import(opts: Import, config: Option<&std::path::Path>) -> anyhow::
         .unwrap_or_else(|| PathBuf::from("quiver.toml"));
     let target = ImportTarget::of_path(to);
     let done = import_servers(&sources, &target, &opts.name)?;
-    for (name, client) in &done.imported {
-        say!("{name}: from {client}");
+    let file = done.rewrite.path.display();
+    for s in &done.imported {
+        match &s.renamed {
+            Some((own, why)) => say!("{own}: from {}, as {} ({why})", s.client, s.name),
+            None => say!("{}: from {}", s.name, s.client),
+        }
+        for (key, instead) in &s.secrets {
+            say!(
+                "  note: {key} looks like a secret and is copied into {file} as it is; to keep it out of the file write \"{instead}\" there and set the variable where Quiver runs"
+            );
+        }
     }
     for why in &done.skipped {
         say!("skipped {why}");
     }
     if done.imported.is_empty() {
-        say!("nothing to import into {}", done.rewrite.path.display());
+        say!("nothing to import into {file}");
         return Ok(ExitCode::SUCCESS);
     }
-    say!(
-        "{} server(s) into {}",
-        done.imported.len(),
-        done.rewrite.path.display()
-    );
+    say!("{} server(s) into {file}", done.imported.len());
     Ok(if report(&done.rewrite, opts.dry_run) {
         ExitCode::SUCCESS
     } else {

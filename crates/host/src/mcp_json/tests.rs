@@ -261,11 +261,11 @@ fn bad_entries_are_clear_errors() {
     // short.
     assert_eq!(
         err(r#"{"mcpServers": {"a": {"command": "x", "args": [1e300]}}}"#),
-        "c.json: server \"a\": \"args\": invalid type: floating point `1e300`, expected a string"
+        "c.json: server \"a\": \"args\" must be an array of strings, e.g. [\"-y\", \"pkg\"]; \"args\"[0] is a number"
     );
     assert_eq!(
         err(r#"{"mcpServers": {"a": {"command": "x", "disabled": 1}}}"#),
-        "c.json: server \"a\": \"disabled\": invalid type: integer `1`, expected a boolean"
+        "c.json: server \"a\": \"disabled\" must be true or false; it is a number"
     );
     // `${` in an `env` or `headers` name is refused, as in a value.
     assert_eq!(
@@ -332,4 +332,52 @@ fn scope_makes_a_server_per_session() {
     .unwrap();
     let err = validate_all(&http, &env).unwrap_err().to_string();
     assert!(err.contains("scope = \"session\"` cannot apply"), "{err}");
+}
+
+/// A value of the wrong type is said in JSON's terms, with what to write, naming the file,
+/// the server and the key: never serde's "invalid type: ..., expected a sequence". A file
+/// that is not JSON at all gets its syntax error, not a type serde met on the way.
+#[test]
+fn a_value_of_the_wrong_type_says_what_to_write_in_json() {
+    let err = |text: &str| format!("{:#}", parse_mcp_servers(text, "c.json", &env).unwrap_err());
+    for (text, says) in [
+        (
+            r#"{"mcpServers": {"a": {"command": "x", "args": "x y"}}}"#,
+            r#"c.json: server "a": "args" must be an array of strings, e.g. ["-y", "pkg"]; it is a string"#,
+        ),
+        (
+            r#"{"mcpServers": {"a": {"command": "x", "args": ["-y", 2]}}}"#,
+            r#"c.json: server "a": "args" must be an array of strings, e.g. ["-y", "pkg"]; "args"[1] is a number"#,
+        ),
+        (
+            r#"{"mcpServers": {"a": {"command": "x", "env": {"K": 1}}}}"#,
+            r#"c.json: server "a": "env" must be an object of variable name to string, e.g. {"API_KEY": "${env:API_KEY}"}; "env"."K" is a number"#,
+        ),
+        (
+            r#"{"mcpServers": {"a": {"command": "x", "env": ["K=1"]}}}"#,
+            r#"c.json: server "a": "env" must be an object of variable name to string, e.g. {"API_KEY": "${env:API_KEY}"}; it is an array"#,
+        ),
+        (
+            r#"{"mcpServers": {"a": {"url": "https://h/mcp", "headers": "Bearer x"}}}"#,
+            r#"c.json: server "a": "headers" must be an object of header name to string, e.g. {"Authorization": "Bearer ${env:TOKEN}"}; it is a string"#,
+        ),
+        (
+            r#"{"mcpServers": {"a": {"command": ["npx", "-y"]}}}"#,
+            r#"c.json: server "a": "command" must be a string, the program to run, e.g. "npx"; it is an array"#,
+        ),
+        (
+            r#"{"mcpServers": {"a": {"command": "x", "scope": 1}}}"#,
+            r#"c.json: server "a": "scope" must be "shared" or "session"; it is a number"#,
+        ),
+        (
+            r#"{"mcpServers": [], "theme": 1,}"#,
+            "c.json: not an mcpServers JSON file: trailing comma at line 1 column 31",
+        ),
+    ] {
+        let got = err(text);
+        assert_eq!(got, says, "{text}");
+        for jargon in ["invalid type", "sequence", "a map"] {
+            assert!(!got.contains(jargon), "{text}: {got}");
+        }
+    }
 }

@@ -169,6 +169,12 @@ fn setup_writes_quiver_into_every_client_and_keeps_the_rest() {
         "{}",
         text(&again.stdout)
     );
+    // A no-op is said to be one, not to replace anything.
+    assert!(
+        !text(&again.stdout).contains("replaces"),
+        "{}",
+        text(&again.stdout)
+    );
     for (client, path, _) in samples(&home) {
         assert_eq!(backups(&path).len(), 1, "{client}: nothing new backed up");
     }
@@ -259,10 +265,12 @@ fn a_dry_run_shows_the_diff_and_writes_nothing() {
     );
     let shown = text(&out.stdout);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(
-        shown.contains(&format!("+++ b/{}", cursor.display())),
-        "{shown}"
-    );
+    // An absolute path as `git diff` shows one: `a/tmp/...`, not `a//tmp/...`.
+    let unrooted = cursor.display().to_string();
+    let unrooted = unrooted.trim_start_matches('/');
+    assert!(shown.contains(&format!("--- a/{unrooted}\n")), "{shown}");
+    assert!(shown.contains(&format!("+++ b/{unrooted}\n")), "{shown}");
+    assert!(!shown.contains("a//") && !shown.contains("b//"), "{shown}");
     assert!(shown.contains("+    \"quiver\": {"), "{shown}");
     assert!(
         shown.contains("-{\"mcpServers\""),
@@ -431,4 +439,173 @@ fn all_takes_the_clients_that_are_there() {
         read_json(&home.join(".codeium/windsurf/mcp_config.json"))["mcpServers"]["quiver"]
             .is_object()
     );
+}
+
+/// `--http` takes an http(s) URL only, and a HOME that does not exist is refused by name:
+/// both exit 2 and write nothing.
+#[test]
+fn setup_refuses_a_url_that_is_not_one_and_a_home_that_is_not_there() {
+    let dir = crate::Scratch::new("client-refuse");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    for url in ["notaurl", "ftp://h/mcp", "http://", "127.0.0.1:7345/mcp"] {
+        let out = quiver(&home, &dir, &["client", "setup", "cursor", "--http", url]);
+        let said = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{url}: {said}");
+        assert!(
+            said.contains(&format!("--http {url:?}"))
+                && said.contains("e.g. http://127.0.0.1:7345/mcp"),
+            "{url}: {said}"
+        );
+        assert!(!home.join(".cursor").exists(), "{url}: nothing written");
+    }
+    let good = quiver(
+        &home,
+        &dir,
+        &[
+            "client",
+            "setup",
+            "cursor",
+            "--http",
+            "https://quiver.example/mcp",
+        ],
+    );
+    assert!(good.status.success(), "{}", text(&good.stderr));
+
+    let missing = dir.join("no/such/home");
+    let out = quiver(&missing, &dir, &["client", "setup", "cursor"]);
+    let said = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains(&format!("the home directory {}", missing.display()))
+            && said.contains("does not exist"),
+        "{said}"
+    );
+    assert!(!dir.join("no").exists(), "no path created");
+}
+
+/// Names the loader refuses (`brave-search`, `a.b`, the reserved `resources`) are taken
+/// under the name its error suggests, `_2` when a client already has that one, and said
+/// so; a name nothing can be made of is skipped. The result loads, into a quiver.toml and
+/// into an mcpServers file alike, and importing again adds nothing.
+#[test]
+fn import_takes_names_the_loader_refuses_under_names_it_takes() {
+    let dir = crate::Scratch::new("client-names");
+    let home = dir.join("home");
+    let cursor = home.join(".cursor/mcp.json");
+    std::fs::create_dir_all(cursor.parent().unwrap()).unwrap();
+    std::fs::write(
+        &cursor,
+        r#"{"mcpServers": {
+  "brave-search": {"command": "npx", "args": ["-y", "brave-search-mcp"]},
+  "time": {"command": "uvx", "args": ["mcp-server-time"]},
+  "a.b": {"command": "ab"},
+  "a_b": {"command": "other"},
+  "resources": {"command": "res"},
+  "--": {"command": "dashes"}
+}}"#,
+    )
+    .unwrap();
+    for to in ["quiver.toml", "servers.json"] {
+        let out = quiver(&home, &dir, &["client", "import", "cursor", "--to", to]);
+        let said = text(&out.stdout);
+        assert!(out.status.success(), "{to}: {said}{}", text(&out.stderr));
+        for line in [
+            "brave-search: from cursor, as brave_search (Quiver's server names are [A-Za-z0-9_])\n",
+            "time: from cursor\n",
+            "a.b: from cursor, as a_b_2 (Quiver's server names are [A-Za-z0-9_]; a_b is another server's name)\n",
+            "a_b: from cursor\n",
+            "resources: from cursor, as resources_2 (the MCP server name \"resources\" is reserved)\n",
+            "skipped \"--\" (cursor): no Quiver server name can be made of it",
+            "5 server(s) into",
+        ] {
+            assert!(said.contains(line), "{to}: {line} in {said}");
+        }
+        let names = loaded_server_names(&dir.join(to));
+        assert_eq!(
+            names,
+            ["brave_search", "time", "a_b_2", "a_b", "resources_2"],
+            "{to}: {said}"
+        );
+        let again = quiver(&home, &dir, &["client", "import", "cursor", "--to", to]);
+        let said = text(&again.stdout);
+        assert!(said.contains("nothing to import"), "{to}: {said}");
+        assert!(
+            said.contains("skipped brave-search (cursor): ")
+                && said.contains("already has a server named brave_search"),
+            "{to}: {said}"
+        );
+    }
+}
+
+/// The servers of an imported file as `quiver serve` loads them: the whole check the loader
+/// makes, names and all.
+fn loaded_server_names(path: &Path) -> Vec<String> {
+    let servers = if path.extension().is_some_and(|e| e == "toml") {
+        quiver_host::Config::load(Some(path)).unwrap().0.mcp.servers
+    } else {
+        quiver_host::read_mcp_servers(path).unwrap()
+    };
+    quiver_mcp_adapter::validate_all(&servers, &|_| None)
+        .unwrap_or_else(|e| panic!("{} does not load: {e}", path.display()));
+    servers.into_iter().map(|s| s.name).collect()
+}
+
+/// A new target is its owner's alone (a client's servers carry keys), an existing one keeps
+/// its mode; a key that names a secret with a literal value gets a note suggesting
+/// `${env:NAME}`, without the value.
+#[cfg(unix)]
+#[test]
+fn import_keeps_secrets_private_and_says_which_they_are() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = crate::Scratch::new("client-secrets");
+    let home = dir.join("home");
+    let cursor = home.join(".cursor/mcp.json");
+    std::fs::create_dir_all(cursor.parent().unwrap()).unwrap();
+    std::fs::write(
+        &cursor,
+        r#"{"mcpServers": {
+  "brave": {"command": "npx", "env": {"BRAVE_API_KEY": "s3cret-value", "LOG_LEVEL": "debug", "GITHUB_TOKEN": "${env:GITHUB_TOKEN}"}},
+  "docs": {"url": "https://docs.example/mcp", "headers": {"Authorization": "Bearer h3ader-value"}}
+}}"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(&cursor, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    for to in ["new.toml", "new.json"] {
+        let out = quiver(&home, &dir, &["client", "import", "cursor", "--to", to]);
+        let said = text(&out.stdout);
+        assert!(out.status.success(), "{to}: {said}{}", text(&out.stderr));
+        assert_eq!(mode(&dir.join(to)), 0o600, "{to}");
+        assert!(
+            said.contains(&format!(
+                "  note: env.BRAVE_API_KEY looks like a secret and is copied into {to} as it is; to keep it out of the file write \"${{env:BRAVE_API_KEY}}\" there"
+            )),
+            "{to}: {said}"
+        );
+        assert!(
+            said.contains("note: headers.Authorization looks like a secret")
+                && said.contains("\"Bearer ${env:DOCS_AUTHORIZATION}\""),
+            "{to}: {said}"
+        );
+        assert!(
+            !said.contains("LOG_LEVEL") && !said.contains("GITHUB_TOKEN"),
+            "only literal secrets: {said}"
+        );
+        assert!(
+            !said.contains("s3cret") && !said.contains("h3ader"),
+            "no value shown: {said}"
+        );
+    }
+    // An existing file keeps its mode.
+    let shared = dir.join("shared.toml");
+    std::fs::write(&shared, "# ours\n").unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = quiver(
+        &home,
+        &dir,
+        &["client", "import", "cursor", "--to", "shared.toml"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(mode(&shared), 0o644);
 }

@@ -203,6 +203,12 @@ impl Tool for DescribeTool {
 
     async fn call(&self, input: Value, ctx: &CallContext) -> ToolResult {
         let a: DescribeArgs = args(DESCRIBE_TOOL, input)?;
+        if a.name.trim().is_empty() {
+            return Err(ToolError::schema_hint(
+                "`name` is empty: give the name of a tool, as your tool list or tool_search's results spell it",
+                vec![],
+            ));
+        }
         let surface = upgrade(&self.surface)?;
         let session = session_of(ctx);
         match surface.describe(session, &a.name, &ctx.capabilities) {

@@ -121,11 +121,9 @@ fn connected(
     what: &str,
 ) -> Result<Arc<Conn>, ContentError> {
     match up.conn() {
-        None => Err(ContentError::Unavailable(format!(
-            "MCP server \"{}\" is not connected ({:?}); it is retried in the background, try again shortly",
-            up.name(),
-            up.state()
-        ))),
+        // The same wording as a tool call's: a server whose command cannot start is not
+        // worth waiting for.
+        None => Err(ContentError::Unavailable(up.absence())),
         Some(c) if !has(&c) => Err(ContentError::NotFound(format!(
             "MCP server \"{}\" offers no {what}",
             up.name()

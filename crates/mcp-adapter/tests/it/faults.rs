@@ -188,10 +188,12 @@ async fn restarted_server_reconnects_once() {
 /// unknown tool, with look-alikes), even while it is down.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn absent_names_are_explained_only_by_a_server_that_never_listed() {
+    let mut git = ServerConfig::stdio("git", "/nonexistent/quiver-git", vec![]);
+    git.prompts = true;
     let (catalog, client) = start(
         &[
             fixture_server("fx", "normal"),
-            ServerConfig::stdio("git", "/nonexistent/quiver-git", vec![]),
+            git,
             ServerConfig::stdio("git_", "/nonexistent/quiver-git-", vec![]),
         ],
         fast_options(),
@@ -210,6 +212,25 @@ async fn absent_names_are_explained_only_by_a_server_that_never_listed() {
         .why_absent("mcp__git___status")
         .expect("git_ explains");
     assert!(why.contains("MCP server \"git_\""), "{why}");
+    // A prompt of a server whose command cannot start gets the tool call's wording, not
+    // "try again shortly".
+    wait_for("git's start to fail", Duration::from_secs(10), || {
+        catalog
+            .why_absent("mcp__git__status")
+            .is_some_and(|w| w.contains("cannot be started"))
+    })
+    .await;
+    let prompt = quiver_mcp_adapter::ContentSource::get_prompt(
+        &client,
+        "mcp__git__review",
+        None,
+        &CallContext::default(),
+    )
+    .await;
+    assert!(
+        matches!(&prompt, Err(quiver_mcp_adapter::ContentError::Unavailable(m)) if m.contains("cannot be started") && !m.contains("try again")),
+        "{prompt:?}"
+    );
     assert_eq!(catalog.why_absent("mcp__fx__typo"), None);
     let pid = text_of(&call(&catalog, "mcp__fx__pid", json!({})).await);
     kill9(pid.trim_matches(|c: char| !c.is_ascii_digit()));

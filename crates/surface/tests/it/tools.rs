@@ -498,6 +498,10 @@ async fn describe_tool_of_an_unknown_or_hidden_tool_is_a_schema_hint() {
         .call("s", "describe_tool", json!({"name": "secret_csv"}))
         .await;
     assert_eq!(e.hint_kind(), Some(HintKind::Schema));
+    // An empty name is said to be empty, not looked up as a tool named ``.
+    let e = fx.call("s", "describe_tool", json!({"name": " "})).await;
+    assert_eq!(e.hint_kind(), Some(HintKind::Schema));
+    assert!(text(&e).contains("`name` is empty"), "{}", text(&e));
 }
 
 #[tokio::test]

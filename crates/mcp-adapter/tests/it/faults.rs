@@ -42,7 +42,7 @@ async fn killed_mid_call_is_never_replayed() {
     assert_eq!(env.err_kind(), Some(&ErrKind::NotAvailable), "{env:?}");
     assert_eq!(
         env.message().unwrap(),
-        "MCP server \"fx\" stopped while `die` was running (the server process exited with code 1); whether the call finished is unknown. Quiver restarts the server: check before calling again if the tool changes anything."
+        "MCP server \"fx\" stopped while `mcp__fx__die` was running (the server process exited with code 1); whether the call finished is unknown. Quiver restarts the server: check before calling again if the tool changes anything."
     );
     wait_for("reconnect", Duration::from_secs(30), || {
         client.server_status("fx").unwrap().counters.connects == 2
@@ -79,7 +79,7 @@ async fn a_server_that_exits_leaving_its_pipes_open_is_seen_at_once() {
     assert_eq!(env.err_kind(), Some(&ErrKind::NotAvailable), "{env:?}");
     assert!(
         env.message().unwrap().contains(
-            "stopped while `die_leaving_child` was running (the server process exited with code 5)"
+            "stopped while `mcp__fx__die_leaving_child` was running (the server process exited with code 5)"
         ),
         "{env:?}"
     );
@@ -682,7 +682,7 @@ async fn concurrent_calls_across_a_drop_share_one_dial() {
         assert_eq!(
             env.message(),
             Some(
-                "MCP server \"fx\" stopped while `sleep` was running (the server process was killed by signal 9 (SIGKILL)); whether the call finished is unknown. Quiver restarts the server: check before calling again if the tool changes anything."
+                "MCP server \"fx\" stopped while `mcp__fx__sleep` was running (the server process was killed by signal 9 (SIGKILL)); whether the call finished is unknown. Quiver restarts the server: check before calling again if the tool changes anything."
             ),
             "{env:?}"
         );

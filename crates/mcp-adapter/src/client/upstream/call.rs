@@ -340,10 +340,13 @@ impl Upstream {
             Some(how) => format!("the server process {how}"),
             None => "its connection closed".to_owned(),
         };
+        // The name the model called, not the server's own.
+        let called = quiver_contract::mcp_tool_name(&self.cfg.prefix, tool.as_bytes())
+            .unwrap_or_else(|_| tool.to_owned());
         Envelope::err(
             ErrKind::NotAvailable,
             format!(
-                "MCP server \"{}\" stopped while `{tool}` was running ({what}); whether the call finished is unknown. Quiver restarts the server: check before calling again if the tool changes anything.",
+                "MCP server \"{}\" stopped while `{called}` was running ({what}); whether the call finished is unknown. Quiver restarts the server: check before calling again if the tool changes anything.",
                 self.cfg.name
             ),
         )

@@ -44,7 +44,7 @@ pub fn core_tools(surface: &Arc<Surface>) -> Vec<Arc<dyn Tool>> {
 fn tool_search_spec(default_limit: usize) -> ToolSpec {
     ToolSpec::new(
         TOOL_SEARCH,
-        "Finds tools by what they do and loads them so you can call them next turn. Use it when none of your tools fits the task; describe the capability in a few keywords.",
+        "Finds tools by what they do and loads them so you can call them by name. Use it when none of your tools fits the task; describe the capability in a few keywords.",
     )
     .read_only()
     .with_schema(json!({
@@ -163,6 +163,13 @@ impl Tool for ToolSearch {
         // Nothing matched: say what to do, or an empty list reads as "no such tool exists".
         if outcome.hits.is_empty() {
             env = env.with_warning(quiver_contract::Warning::new("no_match", NO_MATCH_HINT));
+        } else if crate::SessionKey::parse(session_of(ctx)).kind() == crate::SessionKind::Request {
+            // A request that names no conversation keeps its working set for itself alone:
+            // the found tools are not on the client's next list. They are called by name.
+            env = env.with_warning(quiver_contract::Warning::new(
+                "not_listed",
+                "this request names no conversation (no session, token or conversation key), so the tools found are not added to your tool list: call them by name, or send a `Quiver-Conversation` header (or `_meta[\"quiver/conversation\"]`) to keep them listed",
+            ));
         }
         // A limit above what a working set holds is cut to it: say so, or fewer hits than
         // asked for read as all there is.

@@ -42,7 +42,7 @@ use super::{
 };
 use crate::sync::lock;
 
-const INSTRUCTIONS: &str = "Quiver serves a working set of tools that grows as you need it. When none of the listed tools fits, call `tool_search` with a few keywords: the tools it finds are added to your tool list (the server sends notifications/tools/list_changed). `describe_tool` returns one tool's full definition.";
+const INSTRUCTIONS: &str = "Quiver serves a working set of tools that grows as you need it. When none of the listed tools fits, call `tool_search` with a few keywords: the tools it finds can be called by name, and in a session (or a conversation named by the `Quiver-Conversation` header) they join your tool list, announced with notifications/tools/list_changed. `describe_tool` returns one tool's full definition.";
 
 /// rmcp's server handler for one MCP session, or one stateless request: it holds the
 /// connection's state and answers every request rmcp reads.

@@ -47,7 +47,7 @@ pub(crate) fn working_set_key(src: &KeySources<'_>) -> Result<SessionKey, ErrorD
         if c.is_empty() || c.len() > MAX_KEY_BYTES || c.chars().any(char::is_control) {
             return Err(ErrorData::invalid_params(
                 format!(
-                    "the conversation key must be 1 to {MAX_KEY_BYTES} bytes without control characters"
+                    "the conversation key (`_meta[\"{CONVERSATION_META}\"]` or the `Quiver-Conversation` header) must be 1 to {MAX_KEY_BYTES} bytes without control characters"
                 ),
                 None,
             ));

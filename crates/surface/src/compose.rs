@@ -214,6 +214,17 @@ impl Surface {
                 candidates.push((a, Reason::AgenticAllow));
             }
         }
+        // A caller that cannot search never finds a tool the floor leaves out: the tools its
+        // allow-list names one by one (no pattern) are listed for it.
+        if !capabilities.allows(crate::TOOL_SEARCH)
+            && let Some(allowed) = &capabilities.allowed_tools
+        {
+            for name in allowed.iter().filter(|p| !p.contains('*')) {
+                if seen.insert(name) {
+                    candidates.push((name, Reason::Allowed));
+                }
+            }
+        }
         // The walk's rank: what is configured resident (system set, allow-list, anchors),
         // then what the model paged in (newest, and within one search best, first), then the
         // floor the surface guessed from usage. A round budget that cannot hold everything

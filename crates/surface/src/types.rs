@@ -31,6 +31,9 @@ pub enum Reason {
     AgenticAllow,
     /// Paged in by the model.
     WorkingSet,
+    /// Named one by one in the caller's `allowed_tools` when the caller cannot search
+    /// (`tool_search` is not allowed to it): listed, or it could never find them.
+    Allowed,
 }
 
 impl Reason {
@@ -43,6 +46,7 @@ impl Reason {
             Reason::Fallback => "fallback",
             Reason::AgenticAllow => "agentic_allow",
             Reason::WorkingSet => "working_set",
+            Reason::Allowed => "allowed",
         }
     }
 

@@ -563,7 +563,7 @@ fn check_names_allow_and_deny_entries_the_server_does_not_list() {
     );
     // Without tool_search the token can find nothing beyond the round it is allowed.
     assert!(
-        text.contains("auth.tokens[docs]: [note] allowed_tools does not allow tool_search, so its callers cannot find tools: they see only the resident floor's tools it allows (none now)"),
+        text.contains("auth.tokens[docs]: [note] allowed_tools does not allow tool_search, so its callers cannot find tools: they see only the tools it names one by one and the resident floor's tools its patterns allow (none now)"),
         "{text}"
     );
     assert!(text.contains("3 unmatched name(s)"), "{text}");

@@ -168,7 +168,7 @@ pub fn token_findings(
                 format!("now {}", shown.join(", "))
             };
             out.push(Finding::note(format!(
-                "auth.tokens[{}]: [note] allowed_tools does not allow tool_search, so its callers cannot find tools: they see only the resident floor's tools it allows ({listed}); allow tool_search, or make the tools it needs [surface] anchors",
+                "auth.tokens[{}]: [note] allowed_tools does not allow tool_search, so its callers cannot find tools: they see only the tools it names one by one and the resident floor's tools its patterns allow ({listed}); allow tool_search, or name the tools it needs",
                 t.name
             )));
         }

@@ -179,6 +179,27 @@ fn disallowed_tools_are_dropped() {
     assert_eq!(composed.dropped_why("grep"), Some(DropReason::NotAllowed));
 }
 
+#[test]
+fn a_caller_that_cannot_search_is_listed_the_tools_it_names() {
+    let fx = modes_fixture();
+    // `paged` is in no floor: a caller with tool_search finds it; one without could not,
+    // so the tool its allow-list names one by one is listed for it (a pattern is not).
+    let narrow = Capabilities::all().with_allowed_tools(vec!["paged".into(), "read_*".into()]);
+    let composed = fx.surface.assemble_tools("n", Mode::Chat, &narrow).unwrap();
+    assert_eq!(line(&composed.names()), "paged read_file");
+    assert_eq!(composed.reason_of("paged"), Some(Reason::Allowed));
+    let searching = Capabilities::all().with_allowed_tools(vec![
+        "tool_search".into(),
+        "paged".into(),
+        "read_*".into(),
+    ]);
+    let composed = fx
+        .surface
+        .assemble_tools("s", Mode::Chat, &searching)
+        .unwrap();
+    assert_eq!(line(&composed.names()), "tool_search read_file");
+}
+
 fn caps(model: &[&str], provider: &[&str]) -> Capabilities {
     let mut c = Capabilities::all();
     c.model = model.iter().map(|s| (*s).to_owned()).collect();

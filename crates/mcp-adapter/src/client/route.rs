@@ -114,7 +114,7 @@ impl Route {
                 "Quiver relays {method} to its client only during a request it forwards (tools/call, prompts/get, resources/read); none to this server is in flight"
             ),
             Route::Ambiguous(n) => format!(
-                "Quiver cannot tell which of its {n} requests in flight to this server (tools/call, prompts/get, resources/read) caused {method}, so it refuses it (send it on the request's response stream, or let one request run at a time)"
+                "Quiver cannot tell which of its {n} requests in flight to this server (tools/call, prompts/get, resources/read) caused {method}, so it refuses it: other calls to this server are running (one may be waiting for its user's answer); try again once they are done. A server avoids this by sending {method} on the request's own response stream"
             ),
             Route::Unrelated(id) => format!(
                 "{method} arrived on the stream of request {id}, which is not a request Quiver has in flight for a client"
@@ -316,10 +316,16 @@ mod tests {
             );
         }
         let b = entry(&calls, 2);
-        assert!(matches!(
-            pick(&calls.snapshot(), &Origin::Unknown),
-            Route::Ambiguous(2)
-        ));
+        let ambiguous = pick(&calls.snapshot(), &Origin::Unknown);
+        assert!(matches!(ambiguous, Route::Ambiguous(2)));
+        // The refusal reaches the model through the server's answer: it says what helps.
+        assert!(
+            ambiguous
+                .refusal("elicitation/create")
+                .contains("other calls to this server are running (one may be waiting for its user's answer); try again once they are done"),
+            "{}",
+            ambiguous.refusal("elicitation/create")
+        );
         drop(a);
         assert_eq!(
             target(pick(&calls.snapshot(), &Origin::Standalone)).as_deref(),

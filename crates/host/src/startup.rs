@@ -54,6 +54,9 @@ fn summary(servers: &[ServerStatus]) -> String {
     )
 }
 
+/// How long a command waits for a server, with no spinner, before it says it is waiting.
+const SLOW_NOTICE: Duration = Duration::from_secs(3);
+
 /// Waits for the upstreams as [`App::wait_for_upstreams`] does, showing progress.
 pub(crate) async fn wait_for_upstreams(app: &App, progress: Progress) -> anyhow::Result<()> {
     if app.mcp.status().is_empty() {
@@ -69,8 +72,22 @@ pub(crate) async fn wait_for_upstreams(app: &App, progress: Progress) -> anyhow:
         bar
     });
     let mut said: HashMap<String, String> = HashMap::new();
+    let started = std::time::Instant::now();
+    let mut noticed: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut report = |servers: Vec<ServerStatus>| {
+        // Without a spinner, a wait for a slow server says so once it is long enough to
+        // notice, rather than leaving the command silent until the wait ends.
+        let slow = bar.is_none() && started.elapsed() >= SLOW_NOTICE;
         for s in &servers {
+            if slow && matches!(s.state, ServerState::Connecting) && noticed.insert(s.name.clone())
+            {
+                eprintln!(
+                    "upstream MCP server {}: still connecting after {} s; waiting up to {} s (its `connect_timeout` bounds one attempt)",
+                    s.name,
+                    SLOW_NOTICE.as_secs(),
+                    app.startup_wait.as_secs()
+                );
+            }
             let text = state_text(s, progress);
             if said.get(&s.name) != Some(&text) {
                 let line = format!("upstream MCP server {}: {text}", s.name);

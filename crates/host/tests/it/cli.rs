@@ -2192,3 +2192,25 @@ fn tools_all_lists_the_whole_catalog_and_the_surface_says_it_exists() {
         "{listed}"
     );
 }
+
+/// A command waiting for a server that does not answer says so after a few seconds, and
+/// for how long it waits, rather than staying silent until the wait ends.
+#[test]
+fn a_wait_for_a_slow_server_is_said_while_it_lasts() {
+    let dir = workdir("slow-server");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[[mcp.servers]]\nname = \"hang\"\ncommand = \"sleep\"\nargs = [\"60\"]\nconnect_timeout = \"5s\"\n",
+    )
+    .unwrap();
+    let out = quiver_in(&dir, &["tools"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let notice = err
+        .find("upstream MCP server hang: still connecting after 3 s; waiting up to")
+        .unwrap_or_else(|| panic!("{err}"));
+    let down = err
+        .find("upstream MCP server hang: down (connect failed: no answer to initialize within 5 s)")
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(notice < down, "the notice comes first: {err}");
+}

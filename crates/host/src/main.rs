@@ -871,8 +871,13 @@ async fn command(
             // how to see it (on stderr for the JSON formats, whose output stays one value).
             let more = app.catalog.len().saturating_sub(specs.len());
             if more > 0 {
+                let reach = if caller.capabilities.offers("tool_search") {
+                    "found through tool_search"
+                } else {
+                    "which this caller cannot find (tool_search is not among its allowed tools)"
+                };
                 let line = format!(
-                    "{more} more tool(s) in the catalog, found through tool_search: `quiver tools --all` lists every one"
+                    "{more} more tool(s) in the catalog, {reach}: `quiver tools --all` lists every one"
                 );
                 if matches!(format, ToolFormat::Table) {
                     say_raw(&format!("{line}\n"));

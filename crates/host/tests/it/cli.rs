@@ -2137,6 +2137,25 @@ fn tools_all_lists_the_whole_catalog_and_the_surface_says_it_exists() {
         text.contains("more tool(s) in the catalog, found through tool_search: `quiver tools --all` lists every one"),
         "{text}"
     );
+    // A token that cannot search is listed the tool it names, and told it cannot reach the
+    // rest rather than sent to tool_search.
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[[auth.tokens]]\nname = \"ci\"\ntoken = \"ci-secret-long-enough-1\"\nallowed_tools = [\"mcp__one__t1\"]\n",
+    )
+    .unwrap();
+    let narrow = quiver_in(
+        &dir,
+        &["--mcp-config", "mcp.json", "tools", "--token", "ci"],
+    );
+    let text = stdout(&narrow);
+    assert!(narrow.status.success(), "{text}");
+    assert!(text.contains("mcp__one__t1 "), "{text}");
+    assert!(
+        text.contains("more tool(s) in the catalog, which this caller cannot find (tool_search is not among its allowed tools)"),
+        "{text}"
+    );
+    std::fs::remove_file(dir.join("quiver.toml")).unwrap();
     let all = quiver_in(&dir, &["--mcp-config", "mcp.json", "tools", "--all"]);
     let text = stdout(&all);
     assert!(all.status.success(), "{text}");

@@ -73,6 +73,9 @@ impl PolicyCheck for LivePolicy {
 /// How long file events are gathered before one reload runs (an editor's save is several).
 pub const DEBOUNCE: Duration = Duration::from_millis(300);
 
+/// How long a reload's new servers are watched for their first state, for the log.
+const RELOADED_SERVER_WAIT: Duration = Duration::from_secs(60);
+
 /// Reloads the configuration of a running server.
 pub struct Reloader {
     config_path: Option<PathBuf>,
@@ -287,6 +290,55 @@ impl Reloader {
         Ok((config, servers))
     }
 
+    /// Logs how each server a reload started settles, as start-up does: connected with its
+    /// tools, or down with why (a reload's report is written before they connect, so a
+    /// server that cannot start would go unsaid).
+    fn watch_new_servers(&self, names: Vec<String>) {
+        if names.is_empty() {
+            return;
+        }
+        let mcp = self.mcp.clone();
+        tokio::spawn(async move {
+            let mut waiting = names;
+            let deadline = tokio::time::Instant::now() + RELOADED_SERVER_WAIT;
+            while !waiting.is_empty() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                waiting.retain(|name| {
+                    let Some(s) = mcp.server_status(name) else {
+                        return false;
+                    };
+                    let last = s.diagnostics.last().cloned().unwrap_or_default();
+                    match &s.state {
+                        quiver_mcp_adapter::ServerState::Connecting => true,
+                        quiver_mcp_adapter::ServerState::Connected => {
+                            tracing::info!(
+                                "upstream MCP server {name} (from a reload): connected, {} tool(s)",
+                                s.tools.len()
+                            );
+                            false
+                        }
+                        quiver_mcp_adapter::ServerState::Rejected(why) => {
+                            tracing::warn!("upstream MCP server {name} (from a reload): failed: {why}");
+                            false
+                        }
+                        _ => {
+                            tracing::warn!(
+                                "upstream MCP server {name} (from a reload): down, retrying in the background ({last})"
+                            );
+                            false
+                        }
+                    }
+                });
+            }
+            for name in waiting {
+                tracing::warn!(
+                    "upstream MCP server {name} (from a reload): still connecting after {} s; it keeps trying in the background (`quiver status` shows its state)",
+                    RELOADED_SERVER_WAIT.as_secs()
+                );
+            }
+        });
+    }
+
     /// Reloads now; `trigger` says what asked. `Ok` with what changed, `Err` with why
     /// nothing did.
     pub async fn reload(&self, trigger: &str) -> Result<Value, Value> {
@@ -436,6 +488,14 @@ impl Reloader {
                 "these sections changed and apply at the next restart of quiver serve"
             );
         }
+        self.watch_new_servers(
+            reconciled
+                .added
+                .iter()
+                .chain(&reconciled.restarted)
+                .cloned()
+                .collect(),
+        );
         self.record(&report);
         Ok(report)
     }

@@ -76,3 +76,55 @@ async fn a_reload_replaces_the_policy_rules_and_a_broken_file_changes_nothing() 
     assert_eq!(report["needs_restart"], json!(["telemetry"]), "{report}");
     app.shutdown().await.unwrap();
 }
+
+/// A server a reload adds is logged as it settles, as at start-up: one whose command cannot
+/// start is a warning naming it and why (the reload's own report is written before it
+/// tries).
+#[tokio::test]
+async fn a_server_a_reload_adds_is_logged_as_it_settles() {
+    #[derive(Clone, Default)]
+    struct Buf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let _logs = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(move || writer.clone())
+            .finish(),
+    );
+    let dir = crate::Scratch::new("reload-server");
+    let file = dir.join("quiver.toml");
+    std::fs::write(&file, "[store]\npath = \"q.db\"\n").unwrap();
+    let (config, _) = quiver_host::Config::load(Some(&file)).unwrap();
+    let app = quiver_host::App::build(&config, &[]).await.unwrap();
+    let reloader = app.reloader(&config);
+    std::fs::write(
+        &file,
+        "[store]\npath = \"q.db\"\n\n[[mcp.servers]]\nname = \"ghost\"\ncommand = \"/nonexistent/quiver-ghost\"\n",
+    )
+    .unwrap();
+    let report = reloader.reload("test").await.expect("a good file reloads");
+    assert_eq!(report["servers"]["added"], json!(["ghost"]), "{report}");
+    let logged = || String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !logged().contains("upstream MCP server ghost (from a reload): down") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no line for ghost: {}",
+            logged()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(logged().contains("quiver-ghost"), "{}", logged());
+    app.shutdown().await.unwrap();
+}

@@ -10,6 +10,17 @@ pub(crate) async fn run(
     against: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
     let mut findings = check::findings(app, config);
+    // A configured model that cannot be loaded leaves `tool_search` lexical: the check says
+    // so (loading it takes a moment, and only with `[search] model_dir`).
+    if let (Some(dir), quiver_host::SearchMode::Broken(why)) = (
+        &config.search.model_dir,
+        quiver_host::search_mode(config).await,
+    ) {
+        findings.push(quiver_contract::Finding::error(format!(
+            "[search] model_dir {}: [cannot load] {why}; until it loads, tool_search is lexical",
+            dir.display()
+        )));
+    }
     for f in &findings {
         say!("{f}");
     }

@@ -184,6 +184,21 @@ fn a_model_folder_that_cannot_be_used_leaves_the_search_lexical_and_says_why() {
             && out.contains("model.safetensors is unreadable or corrupt"),
         "{out}"
     );
+    // `quiver check`, the gate before a deploy, fails on it too.
+    let check = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .arg("check")
+        .current_dir(&*dir)
+        .env("QUIVER_LOG", "error")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(check.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("[search] model_dir ")
+            && out.contains(": [cannot load] model file")
+            && out.contains("until it loads, tool_search is lexical"),
+        "{out}"
+    );
 
     let (child, addr, logs) = serve(&dir, &mcp);
     let warning = wait_for_log(&logs, "tool_search stays lexical");

@@ -1707,7 +1707,7 @@ fn a_tools_call_whose_params_do_not_fit_is_answered_and_logged() {
         assert!(
             answer.contains(r#""code":-32602"#)
                 && (answer.contains("invalid params for `tools/call`")
-                    || answer.contains("the conversation key must be"))
+                    || answer.contains("must be 1 to 256 bytes without control characters"))
                 && answer.contains(&format!(r#""id":{id}"#)),
             "{id}: {answer}"
         );

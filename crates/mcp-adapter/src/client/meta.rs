@@ -154,9 +154,32 @@ impl Tool for MetaTool {
         if let Some(s) = server
             && (shared.server(s).is_none() || !ctx.capabilities.allows_server(s))
         {
-            return Ok(Envelope::err(
-                ErrKind::ToolFailed,
-                format!("no MCP server named \"{s}\""),
+            // A wrong argument the model can mend: the servers it may read are named.
+            let readable: Vec<String> = resource_servers(&shared, None, ctx)
+                .iter()
+                .map(|u| u.name().to_owned())
+                .collect();
+            let names = if readable.is_empty() {
+                "none serves resources you may read".to_owned()
+            } else {
+                format!(
+                    "the servers whose resources you may read: {}",
+                    readable
+                        .iter()
+                        .map(|n| format!("\"{n}\""))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            let alternatives =
+                quiver_registry::did_you_mean(s, readable.iter().map(String::as_str), 3)
+                    .into_iter()
+                    .map(|(label, score)| quiver_contract::Alternative::new(label, score))
+                    .collect();
+            return Ok(Envelope::hint(
+                quiver_contract::HintKind::Schema,
+                format!("no MCP server named \"{s}\"; {names} (or leave out `server`)"),
+                alternatives,
             ));
         }
         let cap = shared.opts.list_cap;

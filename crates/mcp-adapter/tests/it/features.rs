@@ -85,8 +85,16 @@ async fn resources_and_prompts() {
         format!("{env:?}").contains(r#"call read_result {\"id\":\"c7\",\"page\":1}"#),
         "{env:?}"
     );
-    let env = call(&catalog, "list_mcp_resources", json!({"server": "nope"})).await;
-    assert!(env.is_err());
+    // A server that is not one is a hint naming those there are, with the look-alike.
+    let env = call(&catalog, "list_mcp_resources", json!({"server": "fxx"})).await;
+    assert_eq!(env.hint_kind(), Some(HintKind::Schema), "{env:?}");
+    let said = format!("{env:?}");
+    assert!(
+        said.contains(
+            r#"no MCP server named \"fxx\"; the servers whose resources you may read: \"fx\""#
+        ) && said.contains("label: \"fx\""),
+        "{said}"
+    );
 
     let anyone = CallContext::default();
     let text = client

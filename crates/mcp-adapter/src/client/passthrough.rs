@@ -739,9 +739,32 @@ impl ContentSource for McpClient {
         let limit = timeout(&self.shared, &up);
         let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
         let outcome = up.request_for(&conn, &label, request, limit, ctx).await;
-        match answer(&up, limit, "prompts/get", outcome)? {
-            ServerResult::GetPromptResult(r) => Ok(wire(&r)),
-            other => Err(unexpected(&up, "prompts/get", &other)),
+        match answer(&up, limit, "prompts/get", outcome) {
+            Ok(ServerResult::GetPromptResult(r)) => Ok(wire(&r)),
+            Ok(other) => Err(unexpected(&up, "prompts/get", &other)),
+            // A name the server does not list (a near miss of one it does) is answered as
+            // Quiver answers an unknown prompt, with the look-alike, rather than with the
+            // server's words about its own name for it.
+            Err(ContentError::Upstream { code: -32602, message }) => {
+                let listed: Vec<String> = self
+                    .all_prompts(&ctx.capabilities)
+                    .await
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|p| p.get("name").and_then(Value::as_str).map(str::to_owned))
+                    .collect();
+                if listed.is_empty() || listed.iter().any(|n| n == name) {
+                    return Err(ContentError::Upstream {
+                        code: -32602,
+                        message,
+                    });
+                }
+                Err(ContentError::NotFound(format!(
+                    "unknown prompt {name:?}{}; call prompts/list for the prompts that exist",
+                    quiver_registry::suggestion(name, listed.iter().map(String::as_str))
+                )))
+            }
+            Err(e) => Err(e),
         }
     }
 

@@ -99,6 +99,17 @@ pub(super) fn unreadable(bytes: &[u8], err: &str, what: &str) -> Refusal {
             id,
         };
     }
+    // JSON sets no range on numbers; Quiver reads them as 64-bit floats, so one past
+    // about 1.8e308 is valid JSON it cannot read.
+    if err.starts_with("number out of range") {
+        return Refusal {
+            code: INVALID_REQUEST,
+            message: format!(
+                "Invalid Request: {what} holds a number too large for Quiver to read ({err}); numbers must be within about ±1.8e308 (send a larger value as a string)"
+            ),
+            id,
+        };
+    }
     Refusal {
         code: PARSE_ERROR,
         message: format!("Parse error: {what} is not valid JSON ({err})"),

@@ -90,6 +90,13 @@ async fn lines_that_cannot_be_read_are_answered_and_reading_goes_on() {
             "nests arrays and objects more than 128 levels deep",
             Value::from(9),
         ),
+        // A number past what a 64-bit float holds: valid JSON, said to be too large.
+        (
+            r#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"t","arguments":{"a":1e400}}}"#.into(),
+            -32600,
+            "holds a number too large for Quiver to read",
+            Value::from(11),
+        ),
         // A lone surrogate: not JSON serde reads, but its id is there.
         (
             r#"{"jsonrpc":"2.0","id":10,"method":"ping","params":{"x":"\ud800"}}"#.into(),

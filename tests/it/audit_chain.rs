@@ -140,8 +140,10 @@ fn quiver_log_verify_finds_each_change_made_with_sql_and_the_export_carries_the_
         rest.iter().map(|r| r["seq"].as_u64()).collect::<Vec<_>>(),
         [Some(5), Some(6)]
     );
-    let (none, _) = exported(&dir, &["--since", "2999-01-01T00:00:00Z"]);
+    let (none, said) = exported(&dir, &["--since", "2999-01-01T00:00:00Z"]);
     assert!(none.is_empty());
+    // Nothing exported: the cursor is past every row there is, not back at the start.
+    assert!(said.contains("--after 6"), "{said}");
     let (recent, _) = exported(&dir, &["--since", "1h"]);
     assert_eq!(recent.len(), 6);
     let (code, out) = quiver(&dir, &["log", "--format", "jsonl", "--since", "yesterday"]);

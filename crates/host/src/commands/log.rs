@@ -236,6 +236,17 @@ pub(crate) async fn export(
     use std::io::Write as _;
     let since = since.map(parse_since).transpose()?;
     let store = open_for_chain(config).await?;
+    // With `--since`, rows older than it are passed over, not exported: the cursor still
+    // moves past every row there was when the export began, so resuming does not read them
+    // again (and an export with nothing new does not say `--after 0`).
+    let head = match since {
+        Some(_) => quiver_registry::store::CallLog::chain_state(&store)
+            .await
+            .context("reading the execution log's head")?
+            .head
+            .map_or(0, |h| h.seq),
+        None => 0,
+    };
     let mut cursor = after;
     let mut rows = 0u64;
     let stdout = std::io::stdout();
@@ -270,6 +281,7 @@ pub(crate) async fn export(
     }
     let _ = out.flush();
     drop(out);
+    cursor = cursor.max(head);
     store.close().await.context("closing the store")?;
     eprintln!("quiver: exported {rows} row(s); resume after them with `--after {cursor}`");
     Ok(ExitCode::SUCCESS)

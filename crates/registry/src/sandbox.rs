@@ -60,6 +60,35 @@ impl Default for SandboxLimits {
     }
 }
 
+impl SandboxLimits {
+    /// The limits as the `[sandbox]` configuration states them: its key names, in its units
+    /// (`wall_time_ms`, `heap_mib`, `stack_kib`, `source_kib`, `input_kib`, `output_kib`,
+    /// `log_kib`, `result_depth`, `max_calls`, `max_depth`). A size that is not a whole
+    /// number of its unit (only limits built in code, never from the configuration) is
+    /// given as a fraction, so two different limits never read the same.
+    pub fn to_config_json(&self) -> Value {
+        let per = |bytes: usize, unit: usize| -> Value {
+            if bytes.is_multiple_of(unit) {
+                Value::from(bytes / unit)
+            } else {
+                Value::from(bytes as f64 / unit as f64)
+            }
+        };
+        serde_json::json!({
+            "wall_time_ms": u64::try_from(self.wall_time.as_millis()).unwrap_or(u64::MAX),
+            "heap_mib": per(self.heap_bytes, 1 << 20),
+            "stack_kib": per(self.stack_bytes, 1 << 10),
+            "source_kib": per(self.source_bytes, 1 << 10),
+            "input_kib": per(self.input_bytes, 1 << 10),
+            "output_kib": per(self.output_bytes, 1 << 10),
+            "log_kib": per(self.log_bytes, 1 << 10),
+            "result_depth": self.result_depth,
+            "max_calls": self.max_calls,
+            "max_depth": self.max_depth,
+        })
+    }
+}
+
 /// The host side of a run: where the script's `call_tool(name, inputs)` goes. The time spent
 /// here counts toward the run's wall time.
 #[cfg_attr(feature = "mock", mockall::automock)]
@@ -261,6 +290,22 @@ pub enum SandboxError {
 }
 
 impl SandboxError {
+    /// The kinds a run of a compiled source can end in, which a test case may expect
+    /// (`expect_error`): every [`SandboxError::kind`] but `syntax` and `source_too_large`
+    /// (a source that is refused never runs its cases), `cancelled` and `unavailable` (the
+    /// harness's, not the script's).
+    pub const CASE_KINDS: [&'static str; 9] = [
+        "timeout",
+        "memory",
+        "stack",
+        "input_too_large",
+        "output_too_large",
+        "invalid_result",
+        "call_limit",
+        "depth_limit",
+        "exception",
+    ];
+
     /// The snake_case kind: `timeout`, `memory`, `stack`, `source_too_large`,
     /// `input_too_large`, `output_too_large`, `invalid_result`, `call_limit`, `depth_limit`,
     /// `syntax`, `exception`, `cancelled` or `unavailable`.

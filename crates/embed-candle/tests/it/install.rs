@@ -84,3 +84,37 @@ fn a_file_that_is_neither_wheel_nor_folder_is_refused() {
         "{e:?}"
     );
 }
+
+/// A failed install leaves no folder it created (the source is read before the target is
+/// made, and a target made for it is removed again), keeps a folder that was there, and
+/// says an OS error once (it is in the message, not a separate cause).
+#[test]
+fn a_failed_install_leaves_no_folder_behind_and_says_the_os_error_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let junk = tmp.path().join("junk.whl");
+    std::fs::write(&junk, b"not a zip").unwrap();
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let missing = tmp.path().join("nonexistent");
+    for (source, target) in [
+        (&junk, tmp.path().join("m1")),
+        (&empty, tmp.path().join("m2")),
+        (&missing, tmp.path().join("m3/deeper")),
+    ] {
+        run(source, &target).0.expect_err("refused");
+        assert!(!target.exists(), "{} left behind", target.display());
+    }
+    assert!(!tmp.path().join("m3").exists());
+
+    let kept = tmp.path().join("kept");
+    std::fs::create_dir(&kept).unwrap();
+    run(&empty, &kept).0.expect_err("refused");
+    assert!(kept.is_dir(), "a folder that was there stays");
+
+    let e = run(&missing, &tmp.path().join("m4"))
+        .0
+        .expect_err("refused");
+    assert!(std::error::Error::source(&e).is_none(), "{e:?}");
+    let text = e.to_string();
+    assert_eq!(text.matches("os error 2").count(), 1, "{text}");
+}

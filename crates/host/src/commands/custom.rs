@@ -194,11 +194,20 @@ pub(crate) async fn run(tools: &CustomTools, action: CustomAction) -> anyhow::Re
                         .unwrap_or_default()
                 );
             }
+            for def in &all {
+                if let Some(why) = not_served(tools, def) {
+                    say!("{}: {why}", quiver_contract::printable(&def.name));
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         CustomAction::Show { name } => {
             let def = tools.show(&name).await.map_err(refused)?;
-            say!("{}", serde_json::to_string_pretty(&shown(&def))?);
+            let mut shown = shown(&def);
+            if let Some(why) = not_served(tools, &def) {
+                shown["not_served"] = Value::String(why);
+            }
+            say!("{}", serde_json::to_string_pretty(&shown)?);
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -216,6 +225,20 @@ fn last_test(def: &ToolDefinition) -> String {
         .unwrap_or("audit");
     let passed = results.get("passed").and_then(Value::as_bool) == Some(true);
     format!("{kind} {}", if passed { "passed" } else { "failed" })
+}
+
+/// Why an approved and enabled custom tool is not served, when its name is one a family
+/// registered before the custom tools always holds.
+fn not_served(tools: &CustomTools, def: &ToolDefinition) -> Option<String> {
+    if def.status != quiver_contract::Lifecycle::Approved || !def.enabled {
+        return None;
+    }
+    tools.taken_by(&def.name).map(|family| {
+        format!(
+            "approved, not served: the name is taken by Quiver's own tool `{}` (the `{family}` family, always registered first); add it again under another name",
+            def.name
+        )
+    })
 }
 
 fn pending(def: &ToolDefinition) -> Option<PendingVersion> {
@@ -572,5 +595,46 @@ mod tests {
         let ended = jobs.job(&next).await.unwrap().unwrap();
         assert_eq!(ended.status, JobStatus::Approved);
         assert_eq!(requeued(&tools, &ended).await.unwrap(), None);
+    }
+    /// An approved, enabled custom tool whose name the core family holds is said to be not
+    /// served (in `custom list` and `custom show`), naming the tool that has it; disabled,
+    /// or under another name, it is not.
+    #[tokio::test]
+    async fn an_approved_tool_under_a_taken_name_is_said_not_served() {
+        let defs = Arc::new(MemoryDefinitionStore::new());
+        let jobs = Arc::new(MemoryJobStore::new());
+        let sandbox = Arc::new(quiver_sandbox::QuickJsSandbox::new(1));
+        // Stored by a process that did not reserve the name.
+        let plain = CustomTools::new(
+            defs.clone(),
+            jobs.clone(),
+            sandbox.clone(),
+            SandboxLimits::default(),
+        );
+        let schema = json!({"type": "object", "properties": {}});
+        for name in ["tool_search", "one"] {
+            let draft = CustomDraft::new(
+                name,
+                "Returns one.",
+                schema.clone(),
+                "async function main() { return 1; }",
+            );
+            let added = plain.add(draft).await.unwrap();
+            plain.run_job(&added.job, &|_| {}).await.unwrap().unwrap();
+            plain.approve(name, true).await.unwrap();
+        }
+        let tools = CustomTools::new(defs, jobs, sandbox, SandboxLimits::default())
+            .with_reserved(quiver_host::CORE_TOOL_NAMES.map(|n| (n, "core")));
+        let taken = tools.show("tool_search").await.unwrap();
+        assert_eq!(
+            not_served(&tools, &taken).as_deref(),
+            Some(
+                "approved, not served: the name is taken by Quiver's own tool `tool_search` (the `core` family, always registered first); add it again under another name"
+            )
+        );
+        assert_eq!(not_served(&tools, &tools.show("one").await.unwrap()), None);
+        tools.set_enabled("tool_search", false).await.unwrap();
+        let off = tools.show("tool_search").await.unwrap();
+        assert_eq!(not_served(&tools, &off), None);
     }
 }

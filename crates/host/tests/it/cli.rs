@@ -2233,3 +2233,273 @@ fn a_wait_for_a_slow_server_is_said_while_it_lasts() {
         .unwrap_or_else(|| panic!("{err}"));
     assert!(notice < down, "the notice comes first: {err}");
 }
+
+/// `quiver custom add` refuses what could never work, saying what would: a name Quiver's own
+/// tools hold (the core family's names are exactly `CORE_TOOL_NAMES`), an `expect_error`
+/// kind no run ends in (the kinds are listed, in `--help` too), and a source over the limit
+/// (its size, the limit and the key); `custom show` gives the limits results were recorded
+/// under as the `[sandbox]` keys.
+#[test]
+fn custom_add_refuses_taken_names_unknown_error_kinds_and_says_the_source_limit() {
+    let dir = workdir("custom-refusals");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[[auth.tokens]]\nname = \"lead\"\ntoken = \"lead-secret-123456\"\nadmin = true\n",
+    )
+    .unwrap();
+    let all = quiver_in(&dir, &["tools", "--all", "--format", "json"]);
+    let listed: Vec<serde_json::Value> = serde_json::from_slice(&all.stdout).unwrap();
+    let mut core: Vec<&str> = listed
+        .iter()
+        .filter(|t| t["family"] == "core")
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    core.sort_unstable();
+    let mut reserved = quiver_host::CORE_TOOL_NAMES.to_vec();
+    reserved.sort_unstable();
+    assert_eq!(
+        core, reserved,
+        "the core family holds exactly CORE_TOOL_NAMES"
+    );
+
+    std::fs::write(
+        dir.join("ok.js"),
+        "async function main(inputs) { return inputs.n + 1; }",
+    )
+    .unwrap();
+    std::fs::write(dir.join("big.js"), "//".repeat(35_000)).unwrap();
+    std::fs::write(
+        dir.join("schema.json"),
+        r#"{"type": "object", "properties": {"n": {"type": "number"}}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("tests.json"),
+        r#"[{"inputs": {"n": 1}, "expect": 2}]"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("odd.json"),
+        r#"[{"inputs": {"n": 1}, "expect_error": "nonsense_kind"}]"#,
+    )
+    .unwrap();
+    let add = |file: &str, name: &str, tests: &str| {
+        quiver_in(
+            &dir,
+            &[
+                "custom",
+                "add",
+                file,
+                "--name",
+                name,
+                "--description",
+                "Adds one. Use it when testing.",
+                "--schema",
+                "schema.json",
+                "--tests",
+                tests,
+            ],
+        )
+    };
+    let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    for (out, wants) in [
+        (
+            add("ok.js", "tool_search", "tests.json"),
+            vec![
+                "the name `tool_search` is taken by Quiver's own tool `tool_search` (the `core` family",
+                "choose another name",
+            ],
+        ),
+        (
+            add("ok.js", "read_result", "tests.json"),
+            vec!["taken by Quiver's own tool `read_result`"],
+        ),
+        (
+            add("ok.js", "add_one", "odd.json"),
+            vec![
+                "odd.json",
+                "`expect_error` is `nonsense_kind`",
+                "`timeout`, `memory`, `stack`, `input_too_large`, `output_too_large`, `invalid_result`, `call_limit`, `depth_limit`, `exception`",
+            ],
+        ),
+        (
+            add("big.js", "add_one", "tests.json"),
+            vec![
+                "big.js",
+                "70000 bytes, larger than the source limit of 64 KiB",
+                "`[sandbox] source_kib`",
+            ],
+        ),
+    ] {
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        for w in wants {
+            assert!(stderr(&out).contains(w), "wants {w:?}: {}", stderr(&out));
+        }
+    }
+    let help = stdout(&quiver_in(&dir, &["custom", "add", "--help"]));
+    for kind in quiver_registry::sandbox::SandboxError::CASE_KINDS {
+        assert!(help.contains(&format!("`{kind}`")), "{kind}: {help}");
+    }
+    assert!(help.contains("`tool_search`"), "{help}");
+    let list = stdout(&quiver_in(&dir, &["custom", "list"]));
+    assert!(list.contains("no custom tools"), "nothing stored: {list}");
+
+    assert!(add("ok.js", "add_one", "tests.json").status.success());
+    assert!(
+        quiver_in(&dir, &["custom", "approve", "add_one"])
+            .status
+            .success()
+    );
+    let shown: serde_json::Value =
+        serde_json::from_slice(&quiver_in(&dir, &["custom", "show", "add_one"]).stdout).unwrap();
+    assert_eq!(
+        shown["test_results"]["limits"],
+        serde_json::json!({"wall_time_ms": 5000, "heap_mib": 64, "stack_kib": 1024,
+            "source_kib": 64, "input_kib": 1024, "output_kib": 1024, "log_kib": 64,
+            "result_depth": 64, "max_calls": 100, "max_depth": 4}),
+        "{shown}"
+    );
+    assert!(shown.get("not_served").is_none(), "{shown}");
+}
+
+/// A tool an operator disabled is listed by `tools --all`, marked, in every format (the
+/// provider formats, which a provider takes as they are, name it on stderr); a CLI call of
+/// it says it is disabled and how to enable it; the session's surface never shows it.
+#[tokio::test]
+async fn a_disabled_tool_is_listed_as_disabled_and_its_call_says_how_to_enable_it() {
+    use quiver_registry::store::{DefinitionStore, ToolDefinition, ToolType};
+    let dir = workdir("disabled-listed");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{ONE_TOOL_SERVER:?}]\n"
+        ),
+    )
+    .unwrap();
+    {
+        // As `quiver serve` records the tools its servers list.
+        let store = quiver_store_sqlite::SqliteStore::open(dir.join("quiver.db")).unwrap();
+        let spec = quiver_contract::ToolSpec::new("mcp__one__t", "Takes one field.");
+        store
+            .put_definition(ToolDefinition::from_spec(&spec, ToolType::Mcp, "mcp:one:t"))
+            .await
+            .unwrap();
+        store.close().await.unwrap();
+    }
+    let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    let off = quiver_in(&dir, &["custom", "disable", "mcp__one__t"]);
+    assert!(off.status.success(), "{}", stderr(&off));
+
+    let table = stdout(&quiver_in(&dir, &["tools", "--all"]));
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("mcp__one__t "))
+        .unwrap_or_else(|| panic!("listed: {table}"));
+    assert!(row.contains("mcp:one (disabled)"), "{row}");
+    assert!(
+        table.contains("1 disabled by an operator (not offered to models): `quiver custom enable NAME` serves one again"),
+        "{table}"
+    );
+    let json = quiver_in(&dir, &["tools", "--all", "--format", "json"]);
+    let listed: Vec<serde_json::Value> = serde_json::from_slice(&json.stdout).unwrap();
+    let entry = listed
+        .iter()
+        .find(|t| t["name"] == "mcp__one__t")
+        .expect("listed");
+    assert_eq!(
+        (&entry["disabled"], &entry["family"]),
+        (&serde_json::json!(true), &serde_json::json!("mcp:one"))
+    );
+    assert!(
+        listed
+            .iter()
+            .filter(|t| t["name"] != "mcp__one__t")
+            .all(|t| t.get("disabled").is_none())
+    );
+    for format in ["openai", "anthropic"] {
+        let out = quiver_in(&dir, &["tools", "--all", "--format", format]);
+        assert!(!stdout(&out).contains("mcp__one__t"), "{}", stdout(&out));
+        assert!(
+            stderr(&out).contains(
+                "disabled by an operator, so left out (not offered to models): `mcp__one__t`"
+            ),
+            "{format}: {}",
+            stderr(&out)
+        );
+    }
+    let surface = stdout(&quiver_in(&dir, &["tools"]));
+    assert!(!surface.contains("mcp__one__t"), "{surface}");
+
+    let call = quiver_in(&dir, &["call", "mcp__one__t", r#"{"x": "a"}"#]);
+    assert_eq!(call.status.code(), Some(1), "{}", stderr(&call));
+    assert!(
+        stderr(&call).contains("`mcp__one__t` (mcp:one) is disabled by an operator")
+            && stderr(&call).contains("`quiver custom enable mcp__one__t` serves it again"),
+        "{}",
+        stderr(&call)
+    );
+    assert!(
+        !stdout(&call).contains("no tool named"),
+        "{}",
+        stdout(&call)
+    );
+
+    assert!(
+        quiver_in(&dir, &["custom", "enable", "mcp__one__t"])
+            .status
+            .success()
+    );
+    let table = stdout(&quiver_in(&dir, &["tools", "--all"]));
+    assert!(!table.contains("(disabled)"), "{table}");
+    let call = quiver_in(&dir, &["call", "mcp__one__t", r#"{"x": "a"}"#]);
+    assert!(call.status.success(), "{}", stdout(&call));
+}
+
+/// `custom list`, `custom jobs` and `custom show` only read: in a fresh directory they
+/// create no store and say there is nothing.
+#[test]
+fn custom_listings_create_no_store() {
+    let dir = workdir("custom-read-only");
+    let list = quiver_in(&dir, &["custom", "list"]);
+    assert!(list.status.success());
+    assert!(
+        stdout(&list).contains("no custom tools"),
+        "{}",
+        stdout(&list)
+    );
+    let jobs = quiver_in(&dir, &["custom", "jobs"]);
+    assert!(jobs.status.success());
+    assert!(
+        stdout(&jobs).contains("no custom-tool jobs"),
+        "{}",
+        stdout(&jobs)
+    );
+    let show = quiver_in(&dir, &["custom", "show", "nothing"]);
+    assert_eq!(show.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&show.stderr).contains("there is no custom tool named `nothing`")
+    );
+    let left: Vec<_> = std::fs::read_dir(&*dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "created: {left:?}");
+}
+
+/// `quiver model install` that fails leaves no target folder behind and says an OS error
+/// once.
+#[test]
+fn a_failed_model_install_leaves_no_folder_and_says_the_error_once() {
+    let dir = workdir("model-install-fails");
+    std::fs::create_dir(dir.join("empty")).unwrap();
+    std::fs::write(dir.join("junk.whl"), "not a zip").unwrap();
+    for (from, to) in [("nonexistent", "x"), ("empty", "m3"), ("junk.whl", "m2")] {
+        let out = quiver_in(&dir, &["model", "install", "--from", from, "--to", to]);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(!dir.join(to).exists(), "{to} left behind: {err}");
+        if from == "nonexistent" {
+            assert_eq!(err.matches("os error 2").count(), 1, "{err}");
+        }
+    }
+}

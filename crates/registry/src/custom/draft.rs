@@ -5,14 +5,24 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::sandbox::SandboxError;
+
+/// The kinds `expect_error` takes, as a message lists them.
+fn case_kinds() -> String {
+    SandboxError::CASE_KINDS
+        .iter()
+        .map(|k| format!("`{k}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// What one test case expects of a run.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expect {
     /// The result must equal this JSON.
     Value(Value),
-    /// The run must fail with this error kind: a
-    /// [`SandboxError::kind`](crate::sandbox::SandboxError::kind) such as `exception` or
-    /// `timeout`.
+    /// The run must fail with this error kind: one of
+    /// [`SandboxError::CASE_KINDS`] such as `exception` or `timeout`.
     Error(String),
 }
 
@@ -57,13 +67,22 @@ impl TestCase {
                 };
                 let expect = match (case.get("expect"), case.get("expect_error")) {
                     (Some(v), None) => Expect::Value(v.clone()),
-                    (None, Some(Value::String(kind))) if !kind.is_empty() => {
+                    (None, Some(Value::String(kind)))
+                        if SandboxError::CASE_KINDS.contains(&kind.as_str()) =>
+                    {
                         Expect::Error(kind.clone())
                     }
+                    (None, Some(Value::String(kind))) => {
+                        return Err(at(&format!(
+                            "`expect_error` is `{kind}`, which is not an error kind a run can end in; the kinds are {}",
+                            case_kinds()
+                        )));
+                    }
                     (None, Some(_)) => {
-                        return Err(at(
-                            "`expect_error` must be an error kind, e.g. \"exception\"",
-                        ));
+                        return Err(at(&format!(
+                            "`expect_error` must be an error kind (a string): {}",
+                            case_kinds()
+                        )));
                     }
                     (Some(_), Some(_)) => {
                         return Err(at("give `expect` or `expect_error`, not both"));

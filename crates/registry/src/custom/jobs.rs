@@ -192,7 +192,7 @@ pub struct AuditReport {
 
 impl AuditReport {
     /// The JSON kept as the tool's `test_results`, naming the engine and limits it ran under.
-    fn to_json(&self, engine: &str, limits: &str) -> Value {
+    fn to_json(&self, engine: &str, limits: Value) -> Value {
         json!({
             "version": self.version,
             "passed": self.passed,
@@ -206,9 +206,12 @@ impl AuditReport {
 }
 
 impl CustomTools {
-    /// The limits as recorded beside results: a change of them is a reason to rebuild.
-    fn limits_text(&self) -> String {
-        format!("{:?}", self.limits)
+    /// The limits as recorded beside results, with the `[sandbox]` key names
+    /// ([`SandboxLimits::to_config_json`](crate::sandbox::SandboxLimits::to_config_json)): a
+    /// change of them is a reason to rebuild. Results recorded under any other form (an
+    /// older text) read as other limits, so such a tool is rebuilt once.
+    fn limits_json(&self) -> Value {
+        self.limits.to_config_json()
     }
 
     /// One job by id.
@@ -298,15 +301,17 @@ impl CustomTools {
     /// unless one is already queued or running. Returns the tools queued.
     pub async fn queue_rebuilds(&self) -> Result<Vec<String>, CustomError> {
         let engine = self.sandbox.engine();
-        let limits = self.limits_text();
+        let limits = self.limits_json();
         let mut queued = Vec::new();
         for def in self.list().await? {
             if def.status != Lifecycle::Approved {
                 continue;
             }
             let results = def.test_results.as_ref();
-            let field = |key: &str| results.and_then(|r| r.get(key)).and_then(Value::as_str);
-            if field("engine") == Some(engine.as_str()) && field("limits") == Some(&limits) {
+            let field = |key: &str| results.and_then(|r| r.get(key));
+            if field("engine").and_then(Value::as_str) == Some(engine.as_str())
+                && field("limits") == Some(&limits)
+            {
                 continue;
             }
             let busy = self
@@ -489,7 +494,7 @@ impl CustomTools {
 
     /// Writes a finished job's results on the tool and closes the job.
     async fn record(&self, report: &AuditReport) -> Result<(), CustomError> {
-        let results = report.to_json(&self.sandbox.engine(), &self.limits_text());
+        let results = report.to_json(&self.sandbox.engine(), self.limits_json());
         let first_failure = report
             .cases
             .iter()

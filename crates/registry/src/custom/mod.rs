@@ -90,6 +90,9 @@ pub struct CustomTools {
     served: std::sync::Mutex<HashMap<String, ToolDefinition>>,
     /// The ids of the jobs running in this process ([`CustomTools::hand_back`]).
     running: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Names a family that always registers before the custom tools holds, with that
+    /// family ([`CustomTools::with_reserved`]).
+    reserved: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for CustomTools {
@@ -124,7 +127,28 @@ impl CustomTools {
             lease: jobs::JobLease::default(),
             served: std::sync::Mutex::new(HashMap::new()),
             running: std::sync::Mutex::new(std::collections::BTreeSet::new()),
+            reserved: BTreeMap::new(),
         }
+    }
+
+    /// The same, with the names of tools a family earlier in the order always registers
+    /// (the host's core family), each with that family's name: a custom tool of such a name
+    /// would never be served, so [`CustomTools::check`] refuses it, and
+    /// [`CustomTools::taken_by`] says why one stored before is not served.
+    pub fn with_reserved<N, F>(mut self, names: impl IntoIterator<Item = (N, F)>) -> Self
+    where
+        N: Into<String>,
+        F: Into<String>,
+    {
+        self.reserved
+            .extend(names.into_iter().map(|(n, f)| (n.into(), f.into())));
+        self
+    }
+
+    /// The family that always holds `name` before the custom tools do, if one does: a custom
+    /// tool of that name is not served (see [`CustomTools::with_reserved`]).
+    pub fn taken_by(&self, name: &str) -> Option<&str> {
+        self.reserved.get(name).map(String::as_str)
     }
 
     /// The same, its jobs held by `lease` (the default: [`JobLease::DEFAULT_STALE`]).
@@ -158,6 +182,12 @@ impl CustomTools {
             }
             Err(e) => return invalid(format!("{e}")),
         }
+        if let Some(family) = self.taken_by(&draft.name) {
+            return invalid(format!(
+                "the name `{0}` is taken by Quiver's own tool `{0}` (the `{family}` family, which is always registered before custom tools), so a custom tool of that name would never be served: choose another name, e.g. `my_{0}`",
+                draft.name
+            ));
+        }
         if draft.description.trim().is_empty() {
             return invalid("the description is empty: say what the tool does, for the model that will choose it".into());
         }
@@ -177,6 +207,12 @@ impl CustomTools {
                 } => {
                     format!("the source does not compile: line {line}, column {column}: {message}")
                 }
+                SandboxError::SourceTooLarge => format!(
+                    "the source is refused: it is {} bytes, larger than the source limit of {} KiB ({} bytes; `[sandbox] source_kib`)",
+                    draft.source.len(),
+                    self.limits.source_bytes / 1024,
+                    self.limits.source_bytes
+                ),
                 other => format!("the source is refused: {other}"),
             });
         }
@@ -386,10 +422,17 @@ impl CustomTools {
         let def = self.custom(name).await?;
         let reviewed = Self::reviewed(&def);
         if reviewed.status == Lifecycle::Approved && !reviewed.pending {
-            return Err(CustomError::Status(format!(
-                "`{name}` version {} is approved and live: disable it (`quiver custom disable {name}`) to take it off",
-                reviewed.version
-            )));
+            return Err(CustomError::Status(if def.enabled {
+                format!(
+                    "`{name}` version {} is approved and live, with no version under review to reject: disable it (`quiver custom disable {name}`) to take it off",
+                    reviewed.version
+                )
+            } else {
+                format!(
+                    "`{name}` version {} is approved and already disabled, so it is not served; there is no version under review to reject (`quiver custom add` stores one; `quiver custom enable {name}` serves it again)",
+                    reviewed.version
+                )
+            }));
         }
         self.set_review(def, Lifecycle::Rejected, None, Some(reason.to_owned()))
             .await
@@ -422,6 +465,29 @@ impl CustomTools {
             .await?
             .into_iter()
             .filter(|d| d.tool_type == ToolType::Custom && d.deleted_at.is_none())
+            .collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(all)
+    }
+
+    /// The tools an operator disabled that would be served otherwise: an MCP server's tool
+    /// the store has recorded, or an approved custom tool; by name. Models never see them;
+    /// an operator's listing names them so they can be found and enabled again.
+    pub async fn disabled(&self) -> Result<Vec<ToolDefinition>, CustomError> {
+        let mut all: Vec<ToolDefinition> = self
+            .store
+            .all_definitions()
+            .await?
+            .into_iter()
+            .filter(|d| {
+                d.deleted_at.is_none()
+                    && !d.enabled
+                    && match d.tool_type {
+                        ToolType::Mcp => true,
+                        ToolType::Custom => d.status == Lifecycle::Approved,
+                        _ => false,
+                    }
+            })
             .collect();
         all.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(all)

@@ -40,7 +40,10 @@ impl Sandbox for Scripted {
         self.engine.into()
     }
 
-    fn validate(&self, source: &str, _: &SandboxLimits) -> Result<(), SandboxError> {
+    fn validate(&self, source: &str, limits: &SandboxLimits) -> Result<(), SandboxError> {
+        if source.len() > limits.source_bytes {
+            return Err(SandboxError::SourceTooLarge);
+        }
         if source.contains("syntax") {
             return Err(SandboxError::Syntax {
                 line: 1,
@@ -144,6 +147,18 @@ fn test_cases_are_read_whole_or_refused_naming_the_case() {
             json!([{"inputs": {}, "expected": 1}]),
             "unknown key `expected`",
         ),
+        (
+            json!([{"inputs": {}, "expect_error": "nonsense_kind"}]),
+            "`expect_error` is `nonsense_kind`, which is not an error kind a run can end in; the kinds are `timeout`, `memory`, `stack`, `input_too_large`, `output_too_large`, `invalid_result`, `call_limit`, `depth_limit`, `exception`",
+        ),
+        (
+            json!([{"inputs": {}, "expect_error": "internal"}]),
+            "not an error kind",
+        ),
+        (
+            json!([{"inputs": {}, "expect_error": 5}]),
+            "must be an error kind (a string): `timeout`",
+        ),
     ] {
         let got = TestCase::parse_all(&bad).unwrap_err();
         assert!(got.contains(why), "{bad}: {got}");
@@ -180,6 +195,10 @@ async fn a_bad_draft_is_refused_and_nothing_is_stored() {
         (
             CustomDraft::new("t", " ", schema(), "echo"),
             "description is empty",
+        ),
+        (
+            draft("t", &"x".repeat(70_000), json!([])),
+            "it is 70000 bytes, larger than the source limit of 64 KiB (65536 bytes; `[sandbox] source_kib`)",
         ),
     ] {
         let got = invalid(tools.add(d).await);
@@ -890,4 +909,106 @@ async fn a_job_dropped_unfinished_is_handed_back_at_once() {
         .map(|j| j.status)
         .collect();
     assert_eq!(statuses, vec![JobStatus::Approved, JobStatus::Failed]);
+}
+
+/// A name a family registered before the custom tools always holds is refused at add,
+/// naming the tool that has it; one stored before (under no such reservation) is said to be
+/// approved and not served.
+#[tokio::test]
+async fn a_name_an_earlier_family_holds_is_refused_and_a_stored_one_is_named() {
+    let (plain, store) = tools();
+    let reserved = || {
+        over(
+            store.clone(),
+            Arc::new(MemoryJobStore::new()),
+            "scripted 1",
+            false,
+        )
+        .with_reserved([("tool_search", "core")])
+    };
+    let tools = reserved();
+    let got = invalid(tools.add(draft("tool_search", "echo", json!([]))).await);
+    assert_eq!(
+        got,
+        "the name `tool_search` is taken by Quiver's own tool `tool_search` (the `core` family, which is always registered before custom tools), so a custom tool of that name would never be served: choose another name, e.g. `my_tool_search`"
+    );
+    assert!(store.all_definitions().await.unwrap().is_empty());
+    assert_eq!(tools.taken_by("tool_search"), Some("core"));
+    assert_eq!(tools.taken_by("echo_back"), None);
+    // Stored by a process that did not know the name was taken.
+    let added = plain
+        .add(draft("tool_search", "echo", json!([])))
+        .await
+        .unwrap();
+    plain.run_job(&added.job, &|_| {}).await.unwrap().unwrap();
+    plain.approve("tool_search", true).await.unwrap();
+    assert_eq!(reserved().taken_by("tool_search"), Some("core"));
+}
+
+/// Rejecting an approved tool with no version under review says what to do: disable it
+/// when it is live; when it is already disabled, that it is off already (not "disable it").
+#[tokio::test]
+async fn rejecting_an_approved_tool_says_whether_it_is_live_or_already_disabled() {
+    let (tools, _) = tools();
+    let added = tools
+        .add(draft(
+            "kept",
+            "const:1",
+            json!([{"inputs": {}, "expect": 1}]),
+        ))
+        .await
+        .unwrap();
+    tools.run_job(&added.job, &|_| {}).await.unwrap().unwrap();
+    tools.approve("kept", false).await.unwrap();
+    let live = tools.reject("kept", "no").await.unwrap_err().to_string();
+    assert!(
+        live.contains("approved and live") && live.contains("quiver custom disable kept"),
+        "{live}"
+    );
+    tools.set_enabled("kept", false).await.unwrap();
+    let off = tools.reject("kept", "no").await.unwrap_err().to_string();
+    assert!(!off.contains("disable it"), "{off}");
+    assert!(
+        off.contains("approved and already disabled, so it is not served")
+            && off.contains("quiver custom enable kept"),
+        "{off}"
+    );
+}
+
+/// Results record the limits as the `[sandbox]` configuration states them (its key names
+/// and units); results recorded under the former text form read as other limits, so such
+/// a tool is rebuilt once, and then not again.
+#[tokio::test]
+async fn results_record_the_limits_by_their_config_keys_and_an_old_form_rebuilds_once() {
+    let (tools, store) = tools();
+    let added = tools
+        .add(draft(
+            "kept",
+            "const:1",
+            json!([{"inputs": {}, "expect": 1}]),
+        ))
+        .await
+        .unwrap();
+    tools.run_job(&added.job, &|_| {}).await.unwrap().unwrap();
+    tools.approve("kept", false).await.unwrap();
+    let results = tools.show("kept").await.unwrap().test_results.unwrap();
+    assert_eq!(
+        results["limits"],
+        json!({"wall_time_ms": 5000, "heap_mib": 64, "stack_kib": 1024, "source_kib": 64,
+            "input_kib": 1024, "output_kib": 1024, "log_kib": 64, "result_depth": 64,
+            "max_calls": 100, "max_depth": 4})
+    );
+    assert!(
+        tools.queue_rebuilds().await.unwrap().is_empty(),
+        "same limits"
+    );
+    let mut def = tools.show("kept").await.unwrap();
+    def.test_results.as_mut().unwrap()["limits"] = json!(format!("{:?}", SandboxLimits::default()));
+    store.put_definition(def).await.unwrap();
+    assert_eq!(tools.queue_rebuilds().await.unwrap(), vec!["kept"]);
+    while tools.run_next().await.unwrap().is_some() {}
+    assert!(
+        tools.queue_rebuilds().await.unwrap().is_empty(),
+        "rebuilt once"
+    );
 }

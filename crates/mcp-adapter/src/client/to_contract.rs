@@ -225,23 +225,21 @@ fn holds_tag_characters(v: &Value) -> bool {
 /// `removed` and adding the ASCII they mirror to `spelt`.
 fn take_out_tag_characters(v: &mut Value, removed: &mut usize, spelt: &mut String) {
     match v {
-        Value::String(s) => {
-            if s.chars().any(is_tag) {
-                let mut kept = String::with_capacity(s.len());
-                for c in s.chars() {
-                    if is_tag(c) {
-                        *removed += 1;
-                        if let Some(a) = char::from_u32(u32::from(c) - 0xe0000)
-                            .filter(|a| a.is_ascii_graphic() || *a == ' ')
-                        {
-                            spelt.push(a);
-                        }
-                    } else {
-                        kept.push(c);
+        Value::String(s) if s.chars().any(is_tag) => {
+            let mut kept = String::with_capacity(s.len());
+            for c in s.chars() {
+                if is_tag(c) {
+                    *removed += 1;
+                    if let Some(a) = char::from_u32(u32::from(c) - 0xe0000)
+                        .filter(|a| a.is_ascii_graphic() || *a == ' ')
+                    {
+                        spelt.push(a);
                     }
+                } else {
+                    kept.push(c);
                 }
-                *s = kept;
             }
+            *s = kept;
         }
         Value::Array(items) => items
             .iter_mut()

@@ -65,6 +65,11 @@ struct FileTool {
     /// Listed in its lightweight form until `describe_tool` loads it.
     #[serde(default)]
     progressive: bool,
+    /// It only reads (offered in plan mode, run beside other read-only calls): what the
+    /// operator states of an `mcp` or `skill` tool; a custom tool's is its stored
+    /// definition's.
+    #[serde(default)]
+    read_only: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -295,14 +300,17 @@ fn check_file(
         .with_schema(file.input_schema.clone())
         .requiring(file.requires.clone());
     spec.progressive = file.progressive;
+    if file.read_only {
+        spec = spec.read_only();
+    }
     if matches!(file.implementation, Implementation::Custom { .. })
-        && (!file.requires.is_empty() || file.progressive)
+        && (!file.requires.is_empty() || file.progressive || file.read_only)
     {
         // A custom tool's definition is stored, and the store keeps neither.
         return Err(problem(
             path,
             "custom_tool_field",
-            "`requires` and `progressive` are taken for `mcp` and `skill` tools only; a custom tool's stored definition does not keep them: remove them from this file".to_owned(),
+            "`requires`, `progressive` and `read_only` are taken for `mcp` and `skill` tools only; a custom tool's stored definition does not keep them: remove them from this file".to_owned(),
         ));
     }
     let kind = match &file.implementation {

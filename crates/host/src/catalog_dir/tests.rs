@@ -25,7 +25,7 @@ fn good_files_load_and_each_bad_one_is_reported_with_its_rule() {
         "tools/say.json",
         &def(
             "say",
-            r#"{"kind": "mcp", "ref": {"server": "everything", "tool": "echo"}}, "requires": ["vision"], "progressive": true"#,
+            r#"{"kind": "mcp", "ref": {"server": "everything", "tool": "echo"}}, "requires": ["vision"], "progressive": true, "read_only": true"#,
         ),
     );
     write(
@@ -127,6 +127,17 @@ fn good_files_load_and_each_bad_one_is_reported_with_its_rule() {
         .expect("say is defined");
     assert_eq!(say.spec.requires, ["vision"]);
     assert!(say.spec.progressive);
+    // The operator states that the alias only reads: plan mode offers it.
+    assert!(say.spec.is_read_only());
+    let plan = read
+        .defined
+        .iter()
+        .find(|d| d.spec.name == "plan_release")
+        .expect("plan_release is defined");
+    assert!(
+        !plan.spec.is_read_only(),
+        "not stated: it may change things"
+    );
     for (rel, _, rule, says) in &bad {
         let p = read
             .problems

@@ -896,10 +896,19 @@ async fn command(
             // how to see it (on stderr for the JSON formats, whose output stays one value).
             let more = app.catalog.len().saturating_sub(specs.len());
             if more > 0 {
-                let reach = if caller.capabilities.offers("tool_search") {
-                    "found through tool_search"
-                } else {
-                    "which this caller cannot find (tool_search is not among its allowed tools)"
+                let denied = config
+                    .always_denied(caller.tenant.as_deref(), caller.principal.as_deref())
+                    .find(|r| quiver_contract::pattern_matches(&r.tool, "tool_search"));
+                let reach = match denied {
+                    Some(rule) => format!(
+                        "which this caller cannot find (policy rule `{}` refuses tool_search)",
+                        rule.id
+                    ),
+                    None if !caller.capabilities.offers("tool_search") => {
+                        "which this caller cannot find (tool_search is not among its allowed tools)"
+                            .to_owned()
+                    }
+                    None => "found through tool_search".to_owned(),
                 };
                 let line = format!(
                     "{more} more tool(s) in the catalog, {reach}: `quiver tools --all` lists every one"

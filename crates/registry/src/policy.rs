@@ -97,6 +97,17 @@ impl PolicyRule {
 /// never be called (a deny) or are warned about on every call (a warn).
 pub fn policy_findings(rules: &[PolicyRule]) -> Vec<Finding> {
     let mut out = Vec::new();
+    // A deny of every caller's `tool_search` leaves models the resident floor only.
+    if let Some(deny) = rules
+        .iter()
+        .filter(|d| d.action == PolicyAction::Deny && d.always_denies(None, None))
+        .find(|d| pattern_matches(&d.tool, "tool_search"))
+    {
+        out.push(Finding::note(format!(
+            "policy: [note] policy rule `{}` refuses tool_search to every caller, so models cannot find tools beyond the resident floor; narrow the rule's `tool` if that is not meant",
+            deny.id
+        )));
+    }
     for r in rules {
         let Some(prior) = &r.requires_prior else {
             continue;

@@ -2155,6 +2155,24 @@ fn tools_all_lists_the_whole_catalog_and_the_surface_says_it_exists() {
         text.contains("more tool(s) in the catalog, which this caller cannot find (tool_search is not among its allowed tools)"),
         "{text}"
     );
+    // A deny rule on every tool takes tool_search from every caller: said by the listing,
+    // and by `quiver check` as a note.
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[[policy.rules]]\nid = \"freeze\"\ntool = \"*\"\naction = \"deny\"\nmessage = \"frozen\"\n",
+    )
+    .unwrap();
+    let frozen = stdout(&quiver_in(&dir, &["--mcp-config", "mcp.json", "tools"]));
+    assert!(
+        frozen.contains("which this caller cannot find (policy rule `freeze` refuses tool_search)"),
+        "{frozen}"
+    );
+    let checked = quiver_in(&dir, &["--mcp-config", "mcp.json", "check"]);
+    let text = stdout(&checked);
+    assert!(
+        text.contains("policy: [note] policy rule `freeze` refuses tool_search to every caller"),
+        "{text}"
+    );
     std::fs::remove_file(dir.join("quiver.toml")).unwrap();
     let all = quiver_in(&dir, &["--mcp-config", "mcp.json", "tools", "--all"]);
     let text = stdout(&all);

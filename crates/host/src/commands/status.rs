@@ -56,25 +56,17 @@ pub(crate) fn run(
     for s in servers {
         use quiver_mcp_adapter::ServerState as S;
         let last = s.diagnostics.last().cloned().unwrap_or_default();
-        // connected; retrying, with the next attempt and why the last one failed;
+        // connected; down, with why the last attempt failed (this command exits right
+        // after, so its own next attempt would never come: `serve` is what retries);
         // failed for good, with the reason.
         let (state, detail) = match &s.state {
             S::Connected => ("connected", last),
             S::Connecting => ("connecting", last),
             S::Reconnecting => ("reconnecting", last),
-            S::Down => {
-                let next = match s.next_attempt {
-                    Some(at) => format!(
-                        "next attempt in {}s",
-                        at.duration_since(std::time::SystemTime::now())
-                            .unwrap_or_default()
-                            .as_secs_f64()
-                            .ceil()
-                    ),
-                    None => "attempt under way".to_owned(),
-                };
-                ("retrying", format!("{next}; last: {last}"))
-            }
+            S::Down => (
+                "down",
+                format!("{last}; `quiver serve` keeps retrying it in the background"),
+            ),
             S::Rejected(why) => ("failed", why.clone()),
             S::Closed => ("closed", last),
             _ => ("unknown", last),

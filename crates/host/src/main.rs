@@ -741,6 +741,20 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     {
         Caller::of(&config, Some(token), *mode, session)?;
     }
+    // Host names are checked on HTTP listeners only: with `--stdio` there is one only with
+    // `--metrics-listen`.
+    if let Command::Serve {
+        stdio: true,
+        allow_hosts,
+        metrics_listen: None,
+        ..
+    } = &cmd
+        && !allow_hosts.is_empty()
+    {
+        anyhow::bail!(
+            "--allow-host applies to HTTP listeners, and `--stdio` has none (add --metrics-listen ADDR for one, or leave --allow-host out)"
+        );
+    }
     // SIGINT and SIGTERM are watched from here on, not only while serving: killed by the
     // default action, Quiver would leave the processes its upstreams' wrappers (`npx`,
     // `uvx`, `sh -c`) started, which its own death does not reach.

@@ -2522,3 +2522,16 @@ fn a_failed_model_install_leaves_no_folder_and_says_the_error_once() {
         }
     }
 }
+
+/// `--allow-host` names a Host an HTTP listener accepts: with `--stdio` and no metrics
+/// listener there is none, so it is refused rather than accepted and ignored.
+#[test]
+fn allow_host_without_an_http_listener_is_refused() {
+    let out = quiver(&["serve", "--stdio", "--allow-host", "example.org"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}{}", stdout(&out));
+    assert!(
+        err.contains("--allow-host applies to HTTP listeners, and `--stdio` has none"),
+        "{err}"
+    );
+}

@@ -490,7 +490,7 @@ enum StoreAction {
         to: String,
         /// Execution-log rows copied (and held in memory) at a time; each page is one
         /// transaction in PostgreSQL.
-        #[arg(long, value_name = "N", default_value_t = commands::store::PAGE_ROWS, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, value_name = "N", default_value_t = commands::store::PAGE_ROWS, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
         page_rows: u64,
     },
 }
@@ -1046,9 +1046,16 @@ async fn command(
             // result: a usage error (2), whatever the answer above says.
             // Said here in full: the answer above may be about the name instead.
             if let Err(e) = parse_argument(&json) {
-                eprintln!(
-                    "quiver: the JSON argument is not valid JSON ({e}); quote it whole, e.g. '{{\"key\": \"value\"}}'"
-                );
+                // Valid JSON nested past the parser's depth is not a quoting slip.
+                if e.to_string().starts_with("recursion limit exceeded") {
+                    eprintln!(
+                        "quiver: the JSON argument nests arrays and objects more than 128 levels deep, more than Quiver reads; nest it less deeply"
+                    );
+                } else {
+                    eprintln!(
+                        "quiver: the JSON argument is not valid JSON ({e}); quote it whole, e.g. '{{\"key\": \"value\"}}'"
+                    );
+                }
                 return Ok(ExitCode::from(2));
             }
             Ok(exit_for(&envelope))

@@ -2535,3 +2535,17 @@ fn allow_host_without_an_http_listener_is_refused() {
         "{err}"
     );
 }
+
+/// JSON nested past what the parser reads is said to be so, not called a quoting slip.
+#[test]
+fn a_json_argument_nested_too_deeply_is_said_so() {
+    let deep = format!("{{\"query\": {}{}}}", "[".repeat(200), "]".repeat(200));
+    let out = quiver(&["call", "tool_search", &deep]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("nests arrays and objects more than 128 levels deep")
+            && !err.contains("quote it whole"),
+        "{err}"
+    );
+}

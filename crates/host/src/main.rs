@@ -175,7 +175,9 @@ enum Command {
     #[command(display_order = 8)]
     Serve {
         /// The address to listen on: IP:PORT (`127.0.0.1:7345`, `[::1]:7345`) or
-        /// HOST:PORT (`localhost:7345`, resolved now; its IPv4 address first).
+        /// HOST:PORT (`localhost:7345`, resolved now; its IPv4 address first). On every
+        /// interface (`0.0.0.0:7345`), the URL printed is the loopback one a client on this
+        /// machine uses.
         #[arg(long, default_value = quiver_host::serve::DEFAULT_LISTEN, value_parser = parse_listen)]
         listen: Listen,
         /// Serve on stdin and stdout instead of HTTP.

@@ -176,9 +176,14 @@ pub async fn serve(
         match transport {
             Transport::Stdio => server.serve_stdio().await.context("serving MCP on stdio"),
             Transport::Http(addr) => {
-                let listener = tokio::net::TcpListener::bind(addr)
-                    .await
-                    .with_context(|| format!("binding {addr}"))?;
+                let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+                    let advice = if e.kind() == std::io::ErrorKind::AddrInUse {
+                        " (another `quiver serve`, or another program, listens there: stop it, or give --listen another port; port 0 picks a free one)"
+                    } else {
+                        ""
+                    };
+                    anyhow::anyhow!("binding {addr}: {e}{advice}")
+                })?;
                 let bound = listener.local_addr()?;
                 // The Host check stops DNS rebinding, not other machines.
                 if open && !bound.ip().is_loopback() {
@@ -186,8 +191,25 @@ pub async fn serve(
                         "listening on {bound}, beyond this machine, with no [[auth.tokens]]: anyone who can reach this port can call every tool (the Host check stops browsers' DNS rebinding, not clients that send a Host of their choosing); configure [[auth.tokens]], or listen on 127.0.0.1"
                     );
                 }
+                // Bound to every interface: the URL printed is one a client on this machine
+                // can use (its loopback address, which the Host check accepts); clients
+                // elsewhere use this machine's name or address.
+                let shown = if bound.ip().is_unspecified() {
+                    let loopback: std::net::IpAddr = if bound.is_ipv4() {
+                        std::net::Ipv4Addr::LOCALHOST.into()
+                    } else {
+                        std::net::Ipv6Addr::LOCALHOST.into()
+                    };
+                    tracing::info!(
+                        "listening on every interface ({bound}): clients on other machines use this machine's name or address with port {}",
+                        bound.port()
+                    );
+                    std::net::SocketAddr::new(loopback, bound.port())
+                } else {
+                    bound
+                };
                 let mut out = tokio::io::stdout();
-                out.write_all(format!("http://{bound}/mcp\n").as_bytes())
+                out.write_all(format!("http://{shown}/mcp\n").as_bytes())
                     .await?;
                 out.flush().await?;
                 tokio::select! {

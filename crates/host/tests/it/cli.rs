@@ -2549,3 +2549,18 @@ fn a_json_argument_nested_too_deeply_is_said_so() {
         "{err}"
     );
 }
+
+/// A port another program listens on: the refusal says what to do, not only the OS error.
+#[test]
+fn a_port_in_use_says_how_to_listen_elsewhere() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = quiver(&["serve", "--listen", &addr]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("binding {addr}: Address already in use"))
+            && err.contains("give --listen another port; port 0 picks a free one"),
+        "{err}"
+    );
+}

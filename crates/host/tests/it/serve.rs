@@ -1771,6 +1771,11 @@ fn an_open_listener_beyond_loopback_is_a_warning() {
             .read_line(&mut line)
             .unwrap();
         assert!(line.starts_with("http://"), "{line}");
+        // Bound to every interface, the URL printed is the loopback one a client here can
+        // use, not `0.0.0.0`.
+        if listen.starts_with("0.0.0.0") {
+            assert!(line.starts_with("http://127.0.0.1:"), "{line}");
+        }
         let mut err = child.stderr.take().unwrap();
         stop(child);
         let mut text = String::new();

@@ -67,9 +67,10 @@ pub use lint::{
     provider_name_problem,
 };
 pub use names::{
-    MAX_NAME_BYTES, NameKind, is_bidi_control, is_hidden_in_text, is_invisible, mcp_tool_name,
-    printable, printable_lines, quoted_name, server_name_suggestion, short_number, split_mcp_name,
-    validate_server_name, validate_tool_name, without_hidden,
+    MAX_NAME_BYTES, NameKind, is_bidi_control, is_hidden_in_text, is_invisible, is_tag_character,
+    mcp_tool_name, printable, printable_lines, quoted_name, server_name_suggestion, short_number,
+    split_mcp_name, validate_server_name, validate_tool_name, without_hidden,
+    without_tag_characters,
 };
 pub use render::{RenderOptions, duration_text, render, strip_status_line};
 pub use spec::{Annotations, Category, Lifecycle, Mode, ToolSpec, output_schema_problem};

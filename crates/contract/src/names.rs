@@ -77,20 +77,47 @@ fn escaped(text: &str, lines: bool) -> std::borrow::Cow<'_, str> {
 pub fn is_hidden_in_text(c: char) -> bool {
     (c.is_control() && !matches!(c, '\n' | '\t' | '\r'))
         || is_bidi_control(c)
-        || matches!(c, '\u{e0000}'..='\u{e007f}')
+        || is_tag_character(c)
 }
 
 /// `text` without the characters [`is_hidden_in_text`] finds, and, when there were any,
 /// what they were, for a warning: how many, and the text the tag characters spell (tag
 /// characters mirror ASCII, so a smuggled instruction is shown as it would be read).
 pub fn without_hidden(text: &str) -> (std::borrow::Cow<'_, str>, Option<String>) {
-    if !text.chars().any(is_hidden_in_text) {
-        return (std::borrow::Cow::Borrowed(text), None);
+    let (kept, removed, spelt) = taken_out(text, is_hidden_in_text);
+    if removed == 0 {
+        return (kept, None);
+    }
+    let mut note =
+        format!("{removed} hidden character(s) (control, bidirectional or Unicode tag characters)");
+    if !spelt.trim().is_empty() {
+        let spelt: String = spelt.chars().take(200).collect();
+        note.push_str(&format!(", the tag characters spelling {spelt:?}"));
+    }
+    (kept, Some(note))
+}
+
+/// Whether `c` is a Unicode tag character (U+E0000 to U+E007F): invisible, mirroring ASCII.
+pub fn is_tag_character(c: char) -> bool {
+    matches!(c, '\u{e0000}'..='\u{e007f}')
+}
+
+/// `text` without its Unicode tag characters, how many there were, and the ASCII they
+/// spelled (what a model would have read).
+pub fn without_tag_characters(text: &str) -> (std::borrow::Cow<'_, str>, usize, String) {
+    taken_out(text, is_tag_character)
+}
+
+/// `text` without the characters `hidden` finds, how many there were, and the ASCII the tag
+/// characters among them mirror.
+fn taken_out(text: &str, hidden: fn(char) -> bool) -> (std::borrow::Cow<'_, str>, usize, String) {
+    if !text.chars().any(hidden) {
+        return (std::borrow::Cow::Borrowed(text), 0, String::new());
     }
     let (mut kept, mut removed, mut spelt) =
         (String::with_capacity(text.len()), 0usize, String::new());
     for c in text.chars() {
-        if !is_hidden_in_text(c) {
+        if !hidden(c) {
             kept.push(c);
             continue;
         }
@@ -101,13 +128,7 @@ pub fn without_hidden(text: &str) -> (std::borrow::Cow<'_, str>, Option<String>)
             spelt.push(ascii);
         }
     }
-    let mut note =
-        format!("{removed} hidden character(s) (control, bidirectional or Unicode tag characters)");
-    if !spelt.trim().is_empty() {
-        let spelt: String = spelt.chars().take(200).collect();
-        note.push_str(&format!(", the tag characters spelling {spelt:?}"));
-    }
-    (std::borrow::Cow::Owned(kept), Some(note))
+    (std::borrow::Cow::Owned(kept), removed, spelt)
 }
 
 /// Characters that show nothing (or only space) and so let one name pass for another: the

@@ -225,21 +225,13 @@ fn holds_tag_characters(v: &Value) -> bool {
 /// `removed` and adding the ASCII they mirror to `spelt`.
 fn take_out_tag_characters(v: &mut Value, removed: &mut usize, spelt: &mut String) {
     match v {
-        Value::String(s) if s.chars().any(is_tag) => {
-            let mut kept = String::with_capacity(s.len());
-            for c in s.chars() {
-                if is_tag(c) {
-                    *removed += 1;
-                    if let Some(a) = char::from_u32(u32::from(c) - 0xe0000)
-                        .filter(|a| a.is_ascii_graphic() || *a == ' ')
-                    {
-                        spelt.push(a);
-                    }
-                } else {
-                    kept.push(c);
-                }
+        Value::String(s) => {
+            let (kept, n, said) = quiver_contract::without_tag_characters(s);
+            if n > 0 {
+                *s = kept.into_owned();
+                *removed += n;
+                spelt.push_str(&said);
             }
-            *s = kept;
         }
         Value::Array(items) => items
             .iter_mut()
@@ -249,10 +241,6 @@ fn take_out_tag_characters(v: &mut Value, removed: &mut usize, spelt: &mut Strin
             .for_each(|i| take_out_tag_characters(i, removed, spelt)),
         _ => {}
     }
-}
-
-fn is_tag(c: char) -> bool {
-    matches!(c, '\u{e0000}'..='\u{e007f}')
 }
 
 /// [`call_result`] of a result without tag characters.

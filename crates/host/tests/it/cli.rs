@@ -201,7 +201,7 @@ fn check_lints_and_rejects_a_broken_config() {
     assert!(
         text.contains("mcp server dies: [not connected] connect failed:")
             && text.contains(
-                "the process exited with code 2; its stderr ended with: boom: no database"
+                "connect failed: the process exited with code 2 before it answered `initialize`; its stderr ended with: boom: no database"
             )
             // Where to look when it needed a variable it no longer inherits.
             && text.contains("(it runs with its `env` and only part of Quiver's environment: a variable it needs goes in `env` or `inherit_env`)"),

@@ -161,8 +161,22 @@ pub(crate) fn classify_init(e: &ClientInitializeError, auth: &str) -> DialError 
                     return DialError::Rejected(format!("unauthorized (HTTP 401): {auth}"));
                 }
             }
-            DialError::Transient(plain_reason(error.error.as_ref()))
+            if chain(error.error.as_ref()).any(|c| {
+                c.downcast_ref::<std::io::Error>().is_some_and(|io| {
+                    matches!(
+                        io.kind(),
+                        std::io::ErrorKind::BrokenPipe
+                            | std::io::ErrorKind::UnexpectedEof
+                            | std::io::ErrorKind::ConnectionReset
+                    )
+                })
+            }) {
+                DialError::Hangup(plain_reason(error.error.as_ref()))
+            } else {
+                DialError::Transient(plain_reason(error.error.as_ref()))
+            }
         }
+        ClientInitializeError::ConnectionClosed(_) => DialError::Hangup(plain_reason(e)),
         _ => DialError::Transient(plain_reason(e)),
     }
 }

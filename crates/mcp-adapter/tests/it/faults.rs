@@ -1013,9 +1013,10 @@ async fn assert_failed_dial_shows(server: ServerConfig, exit: &str, stderr: &str
 /// it wrote to stderr (before, only "connection closed: initialize response").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_failing_at_start_shows_its_exit_and_stderr() {
+    // The exit is the reason, not the broken pipe or closed stream it left behind.
     assert_failed_dial_shows(
         fixture_server("fx", "crash"),
-        "the process exited with code 3",
+        "connect failed: the process exited with code 3 before it answered `initialize`",
         "fatal: cannot open the database: permission denied",
     )
     .await;

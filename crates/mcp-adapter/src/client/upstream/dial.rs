@@ -78,6 +78,10 @@ impl Offers {
 pub(crate) enum DialError {
     /// Worth retrying (unreachable, hung, crashed).
     Transient(String),
+    /// The connection ended under the handshake (a broken pipe, EOF): worth retrying. A
+    /// stdio child that exited is the news then, not the pipe; [`unstarted`] and
+    /// [`abandon`] turn it into [`DialError::Transient`] with the one or the other.
+    Hangup(String),
     /// Not worth retrying (unauthorized, unsupported protocol).
     Rejected(String),
     /// The server was closed.
@@ -85,6 +89,14 @@ pub(crate) enum DialError {
 }
 
 impl DialError {
+    /// The error of a server with no child process (HTTP): a hangup is said as it is.
+    fn without_child(self) -> DialError {
+        match self {
+            DialError::Hangup(m) => DialError::Transient(m),
+            other => other,
+        }
+    }
+
     /// The error with what the stdio child wrote last on stderr (why a server fails at start
     /// is usually there), and how it ended when it did so on its own (`own_exit`; its exit is
     /// waited for a moment). A child whose handshake Quiver gave up on was closed by Quiver,
@@ -93,7 +105,7 @@ impl DialError {
         // A rejected server was answered, and then closed by the client: its exit is not
         // news.
         let exit = match self {
-            DialError::Transient(_) if own_exit => {
+            DialError::Transient(_) | DialError::Hangup(_) if own_exit => {
                 let status = tokio::time::timeout(EXIT_WAIT, child.exited())
                     .await
                     .ok()
@@ -102,11 +114,9 @@ impl DialError {
                 if status.is_some() {
                     let _ = tokio::time::timeout(EXIT_WAIT, child.stderr_read()).await;
                 }
-                status
-                    .map(|s| format!("; the process {}", child::exit_text(s)))
-                    .unwrap_or_default()
+                status.map(child::exit_text)
             }
-            _ => String::new(),
+            _ => None,
         };
         let tail = child.stderr_tail();
         let tail = if tail.is_empty() {
@@ -116,17 +126,25 @@ impl DialError {
         };
         // A server that needs a variable of Quiver's environment, which it does not inherit
         // whole, exits at start-up: say where to look.
-        let tail = if exit.is_empty() {
+        let tail = if exit.is_none() {
             tail
         } else {
             format!(
                 "{tail} (it runs with its `env` and only part of Quiver's environment: a variable it needs goes in `env` or `inherit_env`)"
             )
         };
-        match self {
-            DialError::Transient(m) => DialError::Transient(format!("{m}{exit}{tail}")),
-            DialError::Rejected(m) => DialError::Rejected(format!("{m}{exit}{tail}")),
-            DialError::Closed => DialError::Closed,
+        match (self, exit) {
+            // The pipe broke because the process ended: how it ended is the whole story.
+            (DialError::Hangup(_), Some(how)) => DialError::Transient(format!(
+                "the process {how} before it answered `initialize`{tail}"
+            )),
+            (DialError::Transient(m) | DialError::Hangup(m), how) => DialError::Transient(format!(
+                "{m}{}{tail}",
+                how.map(|h| format!("; the process {h}"))
+                    .unwrap_or_default()
+            )),
+            (DialError::Rejected(m), _) => DialError::Rejected(format!("{m}{tail}")),
+            (DialError::Closed, _) => DialError::Closed,
         }
     }
 }
@@ -497,7 +515,7 @@ async fn unstarted(
 ) -> DialError {
     let e = match child_guard.as_mut() {
         Some(g) => e.with_stderr(g, own_exit).await,
-        None => e,
+        None => e.without_child(),
     };
     cancel.cancel();
     if let Some(mut g) = child_guard {
@@ -517,7 +535,7 @@ async fn abandon(
 ) -> DialError {
     let e = match child_guard.as_mut() {
         Some(g) => e.with_stderr(g, true).await,
-        None => e,
+        None => e.without_child(),
     };
     cancel.cancel();
     let _ = running.cancel().await;

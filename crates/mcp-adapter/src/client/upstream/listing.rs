@@ -370,7 +370,7 @@ impl Upstream {
             {
                 tracing::debug!(server = %self.cfg.name, "a re-list was cut off by the end of its connection");
             }
-            Ok(Err(DialError::Rejected(r) | DialError::Transient(r))) => {
+            Ok(Err(DialError::Rejected(r) | DialError::Transient(r) | DialError::Hangup(r))) => {
                 self.diag_warn(format!("re-list after list_changed failed: {r}"));
             }
             Ok(Err(DialError::Closed)) => {}

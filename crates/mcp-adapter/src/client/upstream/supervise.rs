@@ -70,7 +70,7 @@ impl Upstream {
             match self.dial_shared(seen, delay.is_some()).await {
                 Ok(_) | Err(DialError::Closed) => return,
                 Err(DialError::Rejected(_)) => return,
-                Err(DialError::Transient(_)) => {
+                Err(DialError::Transient(_) | DialError::Hangup(_)) => {
                     let next = self.next_backoff(delay);
                     delay = Some(next);
                     *lock(&self.backoff) = Some(next);
@@ -161,7 +161,9 @@ impl Upstream {
                 });
                 match &e {
                     DialError::Rejected(r) => self.diag(format!("rejected: {r}")),
-                    DialError::Transient(r) => self.diag(format!("connect failed: {r}")),
+                    DialError::Transient(r) | DialError::Hangup(r) => {
+                        self.diag(format!("connect failed: {r}"))
+                    }
                     DialError::Closed => {}
                 }
                 Err(e)

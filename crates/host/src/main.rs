@@ -46,6 +46,10 @@ struct Cli {
     /// join those of the config. Repeatable.
     #[arg(long = "mcp-config", global = true, value_name = "FILE")]
     mcp_config: Vec<std::path::PathBuf>,
+    /// No start-up progress on stderr: servers that connect are not announced. What needs
+    /// attention (a server down, failed or still connecting) and warnings are still said.
+    #[arg(long, short = 'q', global = true)]
+    quiet: bool,
     #[command(subcommand)]
     command: AnyCommand,
 }
@@ -780,7 +784,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve { .. } => startup::Progress::Serving,
         _ => startup::Progress::Once,
     };
-    let wait = startup::wait_for_upstreams(&app, progress);
+    let wait = startup::wait_for_upstreams(&app, progress, cli.quiet);
     tokio::pin!(wait);
     let waited = tokio::select! {
         r = &mut wait => r.map(|()| None),

@@ -57,12 +57,18 @@ fn summary(servers: &[ServerStatus]) -> String {
 /// How long a command waits for a server, with no spinner, before it says it is waiting.
 const SLOW_NOTICE: Duration = Duration::from_secs(3);
 
-/// Waits for the upstreams as [`App::wait_for_upstreams`] does, showing progress.
-pub(crate) async fn wait_for_upstreams(app: &App, progress: Progress) -> anyhow::Result<()> {
+/// Waits for the upstreams as [`App::wait_for_upstreams`] does, showing progress. `quiet`
+/// (`--quiet`) says only what needs attention: no spinner, and no line for a server that
+/// connects.
+pub(crate) async fn wait_for_upstreams(
+    app: &App,
+    progress: Progress,
+    quiet: bool,
+) -> anyhow::Result<()> {
     if app.mcp.status().is_empty() {
         return app.wait_for_upstreams(app.startup_wait).await;
     }
-    let bar = std::io::stderr().is_terminal().then(|| {
+    let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
         let bar = ProgressBar::new_spinner();
         bar.set_style(
             ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
@@ -79,7 +85,10 @@ pub(crate) async fn wait_for_upstreams(app: &App, progress: Progress) -> anyhow:
         // notice, rather than leaving the command silent until the wait ends.
         let slow = bar.is_none() && started.elapsed() >= SLOW_NOTICE;
         for s in &servers {
-            if slow && matches!(s.state, ServerState::Connecting) && noticed.insert(s.name.clone())
+            if slow
+                && !quiet
+                && matches!(s.state, ServerState::Connecting)
+                && noticed.insert(s.name.clone())
             {
                 eprintln!(
                     "upstream MCP server {}: still connecting after {} s; waiting up to {} s (its `connect_timeout` bounds one attempt)",
@@ -89,6 +98,9 @@ pub(crate) async fn wait_for_upstreams(app: &App, progress: Progress) -> anyhow:
                 );
             }
             let text = state_text(s, progress);
+            if quiet && matches!(s.state, ServerState::Connected | ServerState::Connecting) {
+                continue;
+            }
             if said.get(&s.name) != Some(&text) {
                 let line = format!("upstream MCP server {}: {text}", s.name);
                 match &bar {

@@ -302,6 +302,19 @@ for line in sys.stdin:
         stderr.contains("skipped malformed tool \"deep\": tool \"deep\" has a definition nested too deeply for Quiver to read (the listing went past the JSON parser's 128 levels"),
         "{stdout}\n{stderr}"
     );
+    // `--quiet` leaves out the progress, and keeps what needs attention.
+    let quiet = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(["--quiet", "status"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let quiet_err = String::from_utf8_lossy(&quiet.stderr);
+    assert!(quiet.status.success(), "{quiet_err}");
+    assert!(!quiet_err.contains("connected, 1 tool(s)"), "{quiet_err}");
+    assert!(
+        quiet_err.contains("skipped malformed tool \"deep\""),
+        "{quiet_err}"
+    );
     let tools = Command::new(env!("CARGO_BIN_EXE_quiver"))
         .args(["search", "use when deep or fine", "--limit", "5"])
         .current_dir(&dir)

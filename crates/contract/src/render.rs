@@ -110,27 +110,33 @@ fn render_ok(
             push_schema_line(out, schema);
             push_table(out, schema, items, rows, opts);
         }
-        other => {
-            let _ = write!(out, "{OK_PREFIX} {rows} {}.", plural(rows));
+        // A number or a boolean is the whole answer.
+        Value::Number(_) | Value::Bool(_) => {
+            let _ = write!(out, "{OK_PREFIX}\n{data}");
+        }
+        // One object is one result, not a table of one row.
+        Value::Object(_) => {
+            let _ = write!(out, "{OK_PREFIX} 1 object.");
             push_schema_line(out, schema);
             out.push('\n');
-            if let Value::Array(items) = other {
-                // A list without columns: one compact item per line, bounded, with the
-                // number of elided items stated.
-                let shown = items.len().min(opts.preview_rows);
-                for (i, item) in items[..shown].iter().enumerate() {
-                    if i > 0 {
-                        out.push('\n');
-                    }
-                    let _ = write!(out, "- {item}");
+            let pretty = serde_json::to_string_pretty(data).unwrap_or_default();
+            push_bounded_lines(out, &pretty, opts.preview_lines);
+        }
+        // A list without columns: one compact item per line, bounded, with the number of
+        // elided items stated.
+        Value::Array(items) => {
+            let _ = write!(out, "{OK_PREFIX} {rows} {}.", plural(rows));
+            out.push('\n');
+            let shown = items.len().min(opts.preview_rows);
+            for (i, item) in items[..shown].iter().enumerate() {
+                if i > 0 {
+                    out.push('\n');
                 }
-                let elided = rows.saturating_sub(shown as u64);
-                if elided > 0 {
-                    let _ = write!(out, "\n... ({elided} more {}) ...", plural(elided));
-                }
-            } else {
-                let pretty = serde_json::to_string_pretty(other).unwrap_or_default();
-                push_bounded_lines(out, &pretty, opts.preview_lines);
+                let _ = write!(out, "- {item}");
+            }
+            let elided = rows.saturating_sub(shown as u64);
+            if elided > 0 {
+                let _ = write!(out, "\n... ({elided} more {}) ...", plural(elided));
             }
         }
     }

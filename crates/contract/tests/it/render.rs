@@ -176,7 +176,7 @@ fn error_names_its_kind() {
 #[test]
 fn strip_status_line_only_strips_ok() {
     let ok = render(&Envelope::ok(json!({"a": 1})), &RenderOptions::default());
-    assert!(ok.starts_with("✓ ok. 1 row."));
+    assert!(ok.starts_with("✓ ok. 1 object."));
     let stripped = strip_status_line(&ok);
     assert!(!stripped.contains("✓ ok"));
     assert!(stripped.contains("\"a\": 1"));
@@ -202,4 +202,16 @@ fn effects_do_not_leak_into_the_render() {
     let e = Envelope::text("done").with_effects(effects);
     assert_eq!(render(&e, &RenderOptions::default()), "✓ ok.\ndone");
     assert_eq!(e.cost_usd(), 0.02);
+}
+
+/// One object or one value is a result, not a table: no "1 row".
+#[test]
+fn a_single_value_is_not_counted_in_rows() {
+    let opts = RenderOptions::default();
+    assert_eq!(render(&Envelope::ok(json!(42)), &opts), "✓ ok.\n42");
+    assert_eq!(render(&Envelope::ok(json!(true)), &opts), "✓ ok.\ntrue");
+    let object = render(&Envelope::ok(json!({"a": 1})), &opts);
+    assert!(object.starts_with("✓ ok. 1 object.\n"), "{object}");
+    let list = render(&Envelope::ok(json!([1, 2])), &opts);
+    assert!(list.starts_with("✓ ok. 2 rows.\n- 1\n- 2"), "{list}");
 }

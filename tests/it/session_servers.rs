@@ -94,6 +94,14 @@ async fn an_idle_session_server_is_stopped_and_started_again_by_the_next_call() 
     drive("idle_timeout = \"1s\"", "--idle").await;
 }
 
+/// A session whose first request is `tool_search` (answered without its client's channel
+/// when no per-session server needs one): its server, started by that request, holds the
+/// session's root at the next call.
+#[tokio::test]
+async fn a_session_that_begins_with_a_search_gives_its_server_its_roots() {
+    drive("", "--search-first").await;
+}
+
 /// `quiver serve` stopped (SIGTERM) while a session runs its server: the child is stopped
 /// and reaped with it, not left behind.
 #[tokio::test]

@@ -32,6 +32,11 @@ pub trait SessionServers: Send + Sync {
         client: Option<Arc<dyn ClientChannel>>,
     );
 
+    /// Whether every per-session server has been started for `session` (or refused) by an
+    /// earlier [`SessionServers::open`]. Until then, a request of the session should come
+    /// with its client's channel: a server asks for its roots as it starts.
+    fn opened(&self, session: &str) -> bool;
+
     /// The per-session servers' tools that `session` must not see: the names another
     /// session's process listed that this session's own process of that server did not (a
     /// server listing tools by its roots lists other names per session). A server this

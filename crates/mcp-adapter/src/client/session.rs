@@ -608,6 +608,14 @@ impl SessionPool {
         futures::future::join_all(waits).await;
     }
 
+    /// See `SessionServers::opened`.
+    pub(crate) fn opened(&self, session: &str) -> bool {
+        let servers = self.configs();
+        lock(&self.state)
+            .get(session)
+            .is_some_and(|e| servers.iter().all(|cfg| e.touched.contains(&cfg.name)))
+    }
+
     /// See `SessionServers::hidden_tools`.
     pub(crate) fn hidden_tools(&self, session: &str) -> Vec<String> {
         let templates = lock(&self.templates).clone();
@@ -749,6 +757,10 @@ impl crate::SessionServers for super::McpClient {
         client: Option<Arc<dyn ClientChannel>>,
     ) {
         self.shared.sessions.open(session, principal, client).await;
+    }
+
+    fn opened(&self, session: &str) -> bool {
+        self.shared.sessions.opened(session)
     }
 
     fn hidden_tools(&self, session: &str) -> Vec<String> {

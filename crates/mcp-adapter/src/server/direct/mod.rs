@@ -230,8 +230,12 @@ pub(crate) async fn endpoint(State(direct): State<Arc<Direct>>, request: Request
             // sampling, elicitation or roots, or set a log level) to a tool that may send
             // some: only rmcp's per-call stream carries the call's relayed requests and log
             // messages.
+            // And so is a session's first call, while its per-session servers are not
+            // started, from a client that declared roots: those servers ask for them as they
+            // start, and only rmcp's stream can carry the question.
             let takes_traffic = takes_client_traffic(&entry);
             if (takes_traffic && reaches_client(&direct.shared, &params.name))
+                || (declares_roots(&entry) && !session_servers_opened(&direct.shared, &sid))
                 || !direct.sessions.has_session(&sid).await.unwrap_or(false)
             {
                 return Box::pin(forward_claimed(&direct, &entry, parts, bytes, Some(id))).await;
@@ -307,6 +311,22 @@ fn reaches_client(shared: &Shared, name: &str) -> bool {
         .catalog()
         .lookup(name)
         .is_none_or(|entry| entry.tool.reaches_client())
+}
+
+/// Whether the session's client declared roots (a client not yet known is taken to).
+fn declares_roots(entry: &Entry) -> bool {
+    entry
+        .peer
+        .peer_info()
+        .is_none_or(|info| info.capabilities.roots.is_some())
+}
+
+/// Whether the session's per-session servers, if any are configured, have been started.
+fn session_servers_opened(shared: &Shared, session: &str) -> bool {
+    shared
+        .session_servers
+        .as_ref()
+        .is_none_or(|s| !s.any() || s.opened(session))
 }
 
 /// Whether the session's client can be sent requests during a call (whose answers come

@@ -114,6 +114,13 @@ fn render_ok(
         Value::Number(_) | Value::Bool(_) => {
             let _ = write!(out, "{OK_PREFIX}\n{data}");
         }
+        // An object whose only field is text (`{"content": "..."}`, as many servers wrap a
+        // file or a message) is that text under its name, as written, not JSON-escaped.
+        Value::Object(map) if map.len() == 1 && map.values().all(Value::is_string) => {
+            if let Some((name, Value::String(text))) = map.iter().next() {
+                let _ = write!(out, "{OK_PREFIX} {name}:\n{text}");
+            }
+        }
         // One object is one result, not a table of one row.
         Value::Object(_) => {
             let _ = write!(out, "{OK_PREFIX} 1 object.");

@@ -118,6 +118,24 @@ fn long_skills(long: &[(String, String, usize)], config: &Config) -> Vec<Finding
 /// now, after notes on the stored definitions that cannot be compared now. An error when
 /// `db` does not exist or cannot be read.
 pub async fn against(app: &App, config: &Config, db: &Path) -> anyhow::Result<Vec<Finding>> {
+    let text = db.to_string_lossy();
+    let is_url = ["postgres://", "postgresql://"]
+        .iter()
+        .any(|scheme| text.starts_with(scheme));
+    if is_url && config.store.url.as_deref() == Some(&*text) {
+        let defs = app
+            .store
+            .all_definitions()
+            .await
+            .context("reading definitions from the configured store")?;
+        return Ok(compare(app, &defs));
+    }
+    if is_url || text.contains("://") {
+        anyhow::bail!(
+            "{}: `--against` takes a SQLite file, or this configuration's own `[store] url`; to compare with another PostgreSQL database, run `quiver check` with a configuration whose `[store] url` names it",
+            quiver_store_postgres::redact(&text)
+        );
+    }
     if !db.exists() {
         anyhow::bail!(
             "{}: no such database (`--against` names an existing Quiver store)",
@@ -138,15 +156,21 @@ pub async fn against(app: &App, config: &Config, db: &Path) -> anyhow::Result<Ve
             .context("reading definitions")?
     }
     .with_context(|| format!("reading definitions from {}", db.display()))?;
+    Ok(compare(app, &defs))
+}
+
+/// The findings of `defs` (stored definitions) against the catalog: tools not checked, and
+/// breaking changes.
+fn compare(app: &App, defs: &[quiver_registry::store::ToolDefinition]) -> Vec<Finding> {
     let (mut out, stored) =
-        quiver_mcp_adapter::comparable_definitions(&defs, &app.mcp.status(), &app.catalog);
+        quiver_mcp_adapter::comparable_definitions(defs, &app.mcp.status(), &app.catalog);
     let current: Vec<_> = app.catalog.tools().iter().map(|e| e.spec.clone()).collect();
     out.extend(
         breaking_changes_between(&stored, &current)
             .iter()
             .map(Finding::from),
     );
-    Ok(out)
+    out
 }
 
 /// `quiver check`'s last line: how many definitions were linted (`linted`) and how many

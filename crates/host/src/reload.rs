@@ -377,7 +377,9 @@ impl Reloader {
             self.policy.set(&config);
         }
         // A token's lists leave out what the rules deny it: both make the tokens in force.
-        let auth_changed = !same(&current.auth, &config.auth);
+        // Debug texts hide secrets: a token rotated in place compares by its secret too.
+        let auth_changed = !same(&current.auth, &config.auth)
+            || token_secrets(&current.auth) != token_secrets(&config.auth);
         let auth_live = match self.auth.get() {
             Some(handle) if auth_changed || policy_changed => {
                 match handle.replace(&config.inbound_auth()) {
@@ -405,11 +407,18 @@ impl Reloader {
         let oidc_settings = |a: &quiver_mcp_adapter::InboundAuth| {
             a.oidc.clone().map(|mut o| {
                 o.rules.clear();
-                format!("{o:?}")
+                let secrets = (
+                    o.introspection_client_secret.clone(),
+                    o.client_secret.clone(),
+                );
+                (format!("{o:?}"), secrets)
             })
         };
         let needs_restart: Vec<&str> = [
-            ("store", same(&current.store, &config.store)),
+            (
+                "store",
+                same(&current.store, &config.store) && current.store.url == config.store.url,
+            ),
             (
                 "limits.max_http_sessions, limits.input_wait_secs",
                 server_limits(&current.limits) == server_limits(&config.limits),
@@ -781,4 +790,12 @@ fn catalog_fingerprint(config: &Config) -> u64 {
 /// (the file may not exist yet).
 fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Each inbound token's name and secret, in order: what their Debug text leaves out.
+fn token_secrets(auth: &quiver_mcp_adapter::InboundAuth) -> Vec<(&str, &str)> {
+    auth.tokens
+        .iter()
+        .map(|t| (t.name.as_str(), t.token.as_str()))
+        .collect()
 }

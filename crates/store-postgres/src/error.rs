@@ -145,8 +145,14 @@ impl<T> ResultExt<T> for Result<T, PoolError> {
 /// of a URL and a `password=` key of a URL query or of a key/value connection string.
 pub fn redact(url: &str) -> String {
     let mut out = url.to_owned();
-    if let Some(scheme_end) = out.find("://") {
-        let rest_start = scheme_end + 3;
+    // Where the authority starts: after `://`, or, in a URL mistyped without it
+    // (`postgres//user:pass@host`, `postgres:user:pass@host`), after the last `/` before
+    // the `@` (or the start): a typo must not print the password.
+    let authority = out.find("://").map(|i| i + 3).or_else(|| {
+        let at = out.find('@')?;
+        Some(out[..at].rfind('/').map_or(0, |i| i + 1))
+    });
+    if let Some(rest_start) = authority {
         let authority_end = out[rest_start..]
             .find(['/', '?'])
             .map_or(out.len(), |i| rest_start + i);
@@ -226,6 +232,13 @@ mod tests {
                 "postgres://u:p%40ss@db/quiver",
                 "postgres://u:***@db/quiver",
             ),
+            // Mistyped: still masked.
+            (
+                "postgres//quiver:secret@127.0.0.1:5432/quiver",
+                "postgres//quiver:***@127.0.0.1:5432/quiver",
+            ),
+            ("quiver:secret@db/quiver", "quiver:***@db/quiver"),
+            ("postgres://u:p@ss@db/quiver", "postgres://u:***@db/quiver"),
         ] {
             assert_eq!(redact(url), want, "{url}");
         }

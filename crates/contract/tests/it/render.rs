@@ -212,6 +212,9 @@ fn a_single_value_is_not_counted_in_rows() {
     assert_eq!(render(&Envelope::ok(json!(true)), &opts), "✓ ok.\ntrue");
     let object = render(&Envelope::ok(json!({"a": 1})), &opts);
     assert!(object.starts_with("✓ ok. 1 object.\n"), "{object}");
+    // An object that only wraps text is read as that text.
+    let wrapped = render(&Envelope::ok(json!({"content": "line 1\n\"two\""})), &opts);
+    assert_eq!(wrapped, "✓ ok. content:\nline 1\n\"two\"");
     let list = render(&Envelope::ok(json!([1, 2])), &opts);
     assert!(list.starts_with("✓ ok. 2 rows.\n- 1\n- 2"), "{list}");
 }

@@ -609,6 +609,16 @@ fn the_store_url_is_interpolated_checked_and_masked() {
     let text = format!("{err:#}");
     assert!(text.contains("is not a PostgreSQL URL"), "{text}");
     assert!(!text.contains("s3cret-pw"), "{text}");
+    // A URL mistyped without `://` keeps its password masked too.
+    let err = Config::parse(
+        "[store]\nurl = \"postgres//quiver:s3cret-pw@db/quiver\"\n",
+        "q.toml",
+        &env,
+    )
+    .unwrap_err();
+    let text = format!("{err:#}");
+    assert!(text.contains("is not a PostgreSQL URL"), "{text}");
+    assert!(!text.contains("s3cret-pw"), "{text}");
 }
 
 /// A config using most sections, which the fuzz cases below cut and splice.

@@ -2564,3 +2564,26 @@ fn a_port_in_use_says_how_to_listen_elsewhere() {
         "{err}"
     );
 }
+
+/// `check --against` a PostgreSQL URL other than the configured store's is refused with
+/// what it takes, and the URL's password is masked.
+#[test]
+fn check_against_a_foreign_database_url_says_what_it_takes_and_masks_the_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = quiver_in(
+        dir.path(),
+        &[
+            "check",
+            "--against",
+            "postgres://quiver:s3cret-pw@127.0.0.1:1/x",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("`--against` takes a SQLite file, or this configuration's own `[store] url`"),
+        "{err}"
+    );
+    assert!(err.contains("postgres://quiver:***@127.0.0.1:1/x"), "{err}");
+    assert!(!err.contains("s3cret-pw"), "{err}");
+}

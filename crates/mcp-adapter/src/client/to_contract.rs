@@ -338,15 +338,29 @@ fn read_call_result(result: &Value) -> Envelope {
     let mut env = match result.get("structuredContent") {
         Some(sc) if !sc.is_null() => {
             // A text block that is the data's serialized copy (MCP asks for one) is the
-            // data; any other text (a summary, a caption) keeps its place as a part.
-            let copy = |t: &str| serde_json::from_str::<Value>(t).is_ok_and(|v| v == *sc);
+            // data, and so is one that is the data's only field (`{"content": text}`, as
+            // server-filesystem and many SDK-built servers answer); any other text (a
+            // summary, a caption) keeps its place as a part.
+            let only_field = sc
+                .as_object()
+                .filter(|o| o.len() == 1)
+                .and_then(|o| o.values().next())
+                .and_then(Value::as_str);
+            let copy = |t: &str| {
+                only_field == Some(t) || serde_json::from_str::<Value>(t).is_ok_and(|v| v == *sc)
+            };
             parts.retain(|p| !matches!(p, Part::Text { text, .. } if copy(text)));
             let lead = texts.iter().filter(|t| !copy(t)).map(|t| Part::Text {
                 text: (*t).to_owned(),
                 annotations: None,
             });
             parts = lead.chain(parts).collect();
-            Envelope::ok(sc.clone())
+            // Media the data repeats (server-filesystem mirrors its image block there) is
+            // the part's to carry: in the data, a word in its place, not base64 text for
+            // the model to read.
+            let mut data = sc.clone();
+            elide_media(&mut data, &parts);
+            Envelope::ok(data)
         }
         _ => Envelope::text(texts.join("\n")),
     };
@@ -364,6 +378,43 @@ fn read_call_result(result: &Value) -> Envelope {
         ));
     }
     env
+}
+
+/// Replaces each string of `data` that is the base64 of one of `parts`' images or audio
+/// with what it is (`[image image/png, 3,992 bytes of base64, sent as an image part]`).
+fn elide_media(data: &mut Value, parts: &[Part]) {
+    let media: Vec<(&str, &str, &str)> = parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::Image {
+                mime_type, data, ..
+            } => Some(("image", mime_type.as_str(), data.as_str())),
+            Part::Audio {
+                mime_type, data, ..
+            } => Some(("audio", mime_type.as_str(), data.as_str())),
+            _ => None,
+        })
+        .filter(|(_, _, d)| !d.is_empty())
+        .collect();
+    if media.is_empty() {
+        return;
+    }
+    fn walk(v: &mut Value, media: &[(&str, &str, &str)]) {
+        match v {
+            Value::String(s) => {
+                if let Some((kind, mime, d)) = media.iter().find(|(_, _, d)| *d == s.as_str()) {
+                    *s = format!(
+                        "[{kind} {mime}, {} bytes of base64, sent as an {kind} part]",
+                        quiver_registry::shape::thousands(d.len())
+                    );
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|i| walk(i, media)),
+            Value::Object(map) => map.values_mut().for_each(|i| walk(i, media)),
+            _ => {}
+        }
+    }
+    walk(data, &media);
 }
 
 /// A content block's `annotations` as MCP defines them, field by field: `audience` (its

@@ -265,6 +265,45 @@ fn blocks_keep_their_order_and_annotations_through_quiver() {
     );
 }
 
+/// What server-filesystem answers: its text block is the data's only field, and its image
+/// block is mirrored in the data. Neither reaches the model twice: the text is the data's,
+/// and the data names the image where its base64 was.
+#[test]
+fn a_result_that_repeats_its_text_or_media_in_the_data_is_read_once() {
+    let text = call_result(
+        &json!({"structuredContent": {"content": "Buy milk.\n"}, "content": [
+            {"type": "text", "text": "Buy milk.\n"}
+        ]}),
+    );
+    let Envelope::Ok { data, parts, .. } = &text else {
+        panic!("{text:?}")
+    };
+    assert_eq!(data, &json!({"content": "Buy milk.\n"}));
+    assert!(parts.is_empty(), "{parts:?}");
+    // Text that is not the only field's value keeps its place.
+    let other = call_result(
+        &json!({"structuredContent": {"content": "a", "n": 1}, "content": [
+            {"type": "text", "text": "a"}
+        ]}),
+    );
+    assert!(
+        matches!(&other, Envelope::Ok { parts, .. } if parts.len() == 1),
+        "{other:?}"
+    );
+    let image = json!({"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"});
+    let media =
+        call_result(&json!({"structuredContent": {"content": [image]}, "content": [image]}));
+    let Envelope::Ok { data, parts, .. } = &media else {
+        panic!("{media:?}")
+    };
+    assert_eq!(
+        data,
+        &json!({"content": [{"type": "image", "mimeType": "image/png",
+            "data": "[image image/png, 12 bytes of base64, sent as an image part]"}]})
+    );
+    assert!(matches!(&parts[..], [Part::Image { data, .. }] if data == "iVBORw0KGgo="));
+}
+
 /// Tag characters hidden in a result (in its text, a later part or its structured content)
 /// are taken out, and the model is told what they spelled; the visible text stays as it was.
 #[test]

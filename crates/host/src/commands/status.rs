@@ -99,6 +99,11 @@ fn last_reload(config: &Config) -> Option<String> {
     let file = quiver_host::reload::status_file(&config.store.path);
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(file).ok()?).ok()?;
+    Some(reload_line(&report))
+}
+
+/// What `quiver status` says of a reload report.
+fn reload_line(report: &serde_json::Value) -> String {
     let text = |k: &str| {
         report
             .get(k)
@@ -124,13 +129,13 @@ fn last_reload(config: &Config) -> Option<String> {
         text("trigger")
     );
     if report.get("ok").and_then(serde_json::Value::as_bool) != Some(true) {
-        return Some(format!(
+        return format!(
             "{head} failed, the running configuration stays: {}",
             text("error")
-        ));
+        );
     }
     let list = |path: &[&str]| {
-        let mut v = &report;
+        let mut v = report;
         for k in path {
             v = v.get(k)?;
         }
@@ -144,27 +149,52 @@ fn last_reload(config: &Config) -> Option<String> {
         ("restarted", &["servers", "restarted"][..]),
         ("apply at restart", &["needs_restart"][..]),
         ("skill problems", &["skill_problems"][..]),
+        ("catalog tools served", &["catalog", "served"][..]),
+        ("catalog tools removed", &["catalog", "removed"][..]),
+        ("catalog tools drafted", &["catalog", "drafted"][..]),
+        ("catalog problems", &["catalog", "problems"][..]),
     ] {
         if let Some(names) = list(path) {
             parts.push(format!("{label}: {names}"));
         }
     }
-    if report
-        .get("policy_changed")
-        .and_then(serde_json::Value::as_bool)
-        == Some(true)
-    {
-        parts.push("policy rules replaced".into());
-    }
-    if report
-        .get("skills_changed")
-        .and_then(serde_json::Value::as_bool)
-        == Some(true)
-    {
-        parts.push("skills read again".into());
+    for (key, said) in [
+        ("auth_changed", "inbound tokens replaced"),
+        ("policy_changed", "policy rules replaced"),
+        ("limits_changed", "limits changed"),
+        ("surface_changed", "surface settings changed"),
+        ("skills_changed", "skills read again"),
+    ] {
+        if report.get(key).and_then(serde_json::Value::as_bool) == Some(true) {
+            parts.push(said.into());
+        }
     }
     if parts.is_empty() {
         parts.push("nothing changed".into());
     }
-    Some(format!("{head} ok; {}", parts.join("; ")))
+    format!("{head} ok; {}", parts.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    /// Every change a reload reports is said; "nothing changed" only when there is none.
+    #[test]
+    fn a_reload_line_names_every_change() {
+        let line = super::reload_line(&json!({
+            "ok": true, "trigger": "SIGHUP", "pid": 7, "at_unix": 0,
+            "auth_changed": true, "limits_changed": true, "surface_changed": false,
+            "catalog": {"served": ["lookup"], "removed": [], "drafted": [], "problems": []},
+            "needs_restart": ["store"],
+        }));
+        assert!(line.contains("inbound tokens replaced"), "{line}");
+        assert!(line.contains("limits changed"), "{line}");
+        assert!(!line.contains("surface"), "{line}");
+        assert!(line.contains("catalog tools served: lookup"), "{line}");
+        assert!(line.contains("apply at restart: store"), "{line}");
+        assert!(!line.contains("nothing changed"), "{line}");
+        let quiet = super::reload_line(&json!({"ok": true, "trigger": "SIGHUP"}));
+        assert!(quiet.ends_with("ok; nothing changed"), "{quiet}");
+    }
 }

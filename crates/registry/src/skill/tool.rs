@@ -167,6 +167,10 @@ impl SkillTool {
             }
         }
         out.push_str("\n\n---\n\n");
+        // `$ARGUMENTS` is filled when the skill runs as a slash command; loaded through this
+        // tool, which takes none, it is nothing, not a placeholder for the model to puzzle
+        // over. `$1` and the like stay: in a skill's shell examples they are the shell's.
+        let body = body.replace("$ARGUMENTS", "");
         let body = body.trim();
         if body.is_empty() {
             out.push_str("(This skill has no instructions beyond its description.)\n");

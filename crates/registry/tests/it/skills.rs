@@ -585,3 +585,24 @@ async fn commands_shadow_skills_and_prompts_render_with_their_arguments() {
         assert_eq!(got.as_deref(), want, "{name}");
     }
 }
+
+/// A skill loaded through the `skill` tool, which takes no arguments, reads without the
+/// slash-command placeholder `$ARGUMENTS`; the shell's `$1` in its examples stays.
+#[tokio::test]
+async fn a_loaded_skill_has_no_arguments_placeholder() {
+    let source = Arc::new(MemorySkills::new().with_skill(
+        User,
+        "commit-style",
+        "How to write commit subjects.",
+        "Write the subject in imperative mood. $ARGUMENTS\nList with `awk '{print $1}'`.",
+    ));
+    let tool = skill_tool(source).await.unwrap().unwrap();
+    let got = tool
+        .call(json!({"name": "commit-style"}), &CallContext::default())
+        .await
+        .expect("loaded");
+    let body = text(&got);
+    assert!(!body.contains("$ARGUMENTS"), "{body}");
+    assert!(body.contains("imperative mood."), "{body}");
+    assert!(body.contains("awk '{print $1}'"), "{body}");
+}

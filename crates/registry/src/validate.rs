@@ -189,7 +189,26 @@ fn signature_in(root: &Value, schema: &Value) -> String {
                     .collect::<Vec<_>>()
                     .join("|"),
                 _ if p.get("enum").is_some() => "enum".to_owned(),
-                _ => "any".to_owned(),
+                // `anyOf`/`oneOf` of typed branches (pydantic writes an optional string as
+                // `anyOf: [{type: string}, {type: null}]`): their types, `string|null`.
+                _ => p
+                    .get("anyOf")
+                    .or_else(|| p.get("oneOf"))
+                    .and_then(Value::as_array)
+                    .map(|branches| {
+                        let mut types: Vec<&str> = Vec::new();
+                        for b in branches {
+                            let t = resolved(root, b).get("type").and_then(Value::as_str);
+                            match t {
+                                Some(t) if !types.contains(&t) => types.push(t),
+                                Some(_) => {}
+                                None => return None,
+                            }
+                        }
+                        (!types.is_empty()).then(|| types.join("|"))
+                    })
+                    .flatten()
+                    .unwrap_or_else(|| "any".to_owned()),
             };
             let ty = match p.get("enum").and_then(Value::as_array) {
                 Some(vals) if vals.len() <= 8 => format!(

@@ -64,6 +64,35 @@ async fn bad_arguments_give_a_schema_hint_naming_path_and_expectation() {
     assert!(ok.is_ok());
 }
 
+/// An optional argument written as `anyOf` typed branches (pydantic's `string | None`) is
+/// shown by its types in the hint's signature, not as `any`.
+#[tokio::test]
+async fn a_hint_shows_an_optional_arguments_types() {
+    let log = tool(
+        ToolSpec::new("git_log", "Shows the commit logs. Use it to read history.")
+            .read_only()
+            .with_schema(json!({
+                "type": "object",
+                "properties": {
+                    "repo_path": {"type": "string", "description": "The repository."},
+                    "since": {"anyOf": [{"type": "string"}, {"type": "null"}], "description": "From when."},
+                    "anything": {"description": "Untyped."}
+                },
+                "required": ["repo_path"]
+            })),
+        |_, _| async move { Ok(Envelope::text("ok")) },
+    );
+    let d = dispatcher(vec![log]);
+    let e = d
+        .call("git_log", json!({"since": "2 weeks ago"}), ctx())
+        .await;
+    let said = text(&e);
+    assert!(
+        said.contains("Expected {repo_path: string (required), since: string|null, anything: any}"),
+        "{said}"
+    );
+}
+
 fn alternative_labels(e: &Envelope) -> Vec<String> {
     match e {
         Envelope::Hint { alternatives, .. } => {

@@ -1041,6 +1041,7 @@ impl Dispatcher {
         if let Some(hint) = validate::check(&entry, input) {
             return Prepared::Done(hint);
         }
+        warnings.extend(validate::unlisted(&entry, input));
         let mut repeat = false;
         if let Some(s) = &session {
             // The call counts as called (for `requires_prior`) once it has answered Ok:

@@ -23,6 +23,60 @@ pub(crate) fn clipped(text: &str, max: usize) -> String {
     }
 }
 
+/// The arguments of `input` that the tool's schema does not name, when its schema leaves
+/// them open (no `additionalProperties: false`, which [`check`] refuses them under): they
+/// reach the tool, which may ignore them, so the model is told, with the look-alike it may
+/// have meant. `None` when every argument is named, or the schema takes any name by design
+/// (`additionalProperties` or `patternProperties` with a schema).
+pub(crate) fn unlisted(entry: &Entry, input: &Value) -> Option<quiver_contract::Warning> {
+    let root = &entry.spec.input_schema;
+    let schema = resolved(root, root);
+    let props = schema.get("properties").and_then(Value::as_object)?;
+    if schema
+        .get("additionalProperties")
+        .is_some_and(|a| a.is_object() || a == &Value::Bool(false))
+        || schema.get("patternProperties").is_some()
+    {
+        return None;
+    }
+    let given = input.as_object()?;
+    let names: Vec<&str> = props.keys().map(String::as_str).collect();
+    let unlisted: Vec<String> = given
+        .keys()
+        .filter(|k| !props.contains_key(*k))
+        .take(MAX_UNKNOWN_LISTED)
+        .map(|k| {
+            let shown = clipped(k, MAX_NAME_CHARS);
+            match did_you_mean(k, names.iter().copied(), 1).first() {
+                Some((near, _)) => format!("`{shown}` (did you mean `{near}`?)"),
+                None => format!("`{shown}`"),
+            }
+        })
+        .collect();
+    if unlisted.is_empty() {
+        return None;
+    }
+    let (what, verb) = if unlisted.len() == 1 {
+        ("argument", "is not one")
+    } else {
+        ("arguments", "are not")
+    };
+    let takes = if names.is_empty() {
+        "it takes no arguments".to_owned()
+    } else {
+        format!("its arguments are {}", names.join(", "))
+    };
+    Some(quiver_contract::Warning::new(
+        "unknown_arguments",
+        format!(
+            "the {what} {} {verb} of `{}`: passed on as given, and the tool may have ignored {}; {takes}",
+            unlisted.join(", "),
+            entry.spec.name,
+            if unlisted.len() == 1 { "it" } else { "them" },
+        ),
+    ))
+}
+
 /// Validates `input` against the entry's compiled schema; `None` when it fits.
 pub(crate) fn check(entry: &Entry, input: &Value) -> Option<Envelope> {
     if entry.validator.is_valid(input) {

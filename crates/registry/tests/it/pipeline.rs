@@ -91,6 +91,23 @@ async fn a_hint_shows_an_optional_arguments_types() {
         said.contains("Expected {repo_path: string (required), since: string|null, anything: any}"),
         "{said}"
     );
+    // An argument its open schema does not name runs, and the model is told it may have
+    // been ignored, with the name it may have meant.
+    let e = d
+        .call(
+            "git_log",
+            json!({"repo_path": "r", "sinse": "monday"}),
+            ctx(),
+        )
+        .await;
+    assert!(e.is_ok(), "{e:?}");
+    let said = render(&e, &RenderOptions::default());
+    assert!(
+        said.contains("⚠ unknown_arguments: the argument `sinse` (did you mean `since`?) is not one of `git_log`: passed on as given, and the tool may have ignored it; its arguments are repo_path, since, anything"),
+        "{said}"
+    );
+    let e = d.call("git_log", json!({"repo_path": "r"}), ctx()).await;
+    assert!(!render(&e, &RenderOptions::default()).contains("unknown_arguments"));
 }
 
 fn alternative_labels(e: &Envelope) -> Vec<String> {

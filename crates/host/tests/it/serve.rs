@@ -1258,6 +1258,13 @@ fn allow_host_accepts_the_named_hosts_and_refuses_malformed_values() {
         let line = with_host(host);
         assert!(line.contains(status), "Host {host}: {line}");
     }
+    // The refusal names the Host it got and the flag that accepts it.
+    let refused = post_mcp(&addr, &[("Host", "evil.example")], init);
+    assert!(
+        refused.contains("the Host header `evil.example` is not one this server answers to")
+            && refused.contains("`--allow-host evil.example`"),
+        "{refused}"
+    );
     stop(child.0.take().expect("running"));
 }
 

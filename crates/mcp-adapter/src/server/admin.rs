@@ -164,15 +164,18 @@ impl McpServer {
 }
 
 /// Whether `authority` (a `Host`, or an origin's host and port) is one of `hosts`.
-fn host_allowed(hosts: &[String], authority: &str) -> bool {
+pub(crate) fn host_allowed(hosts: &[String], authority: &str) -> bool {
     let authority = authority.to_ascii_lowercase();
     let name = match authority.rsplit_once(':') {
         Some((name, port)) if !port.contains(']') => name,
         _ => authority.as_str(),
     };
-    hosts
-        .iter()
-        .any(|h| *h == authority || (!super::http::has_port(h) && h == name))
+    hosts.iter().any(|h| {
+        let h = h.to_ascii_lowercase();
+        h == authority
+            || h.strip_suffix(":*") == Some(name)
+            || (!super::http::has_port(&h) && h == name)
+    })
 }
 
 fn answer(status: StatusCode, body: Value) -> axum::response::Response {
@@ -190,7 +193,7 @@ fn host_origin_refusal(hosts: &[String], headers: &HeaderMap) -> Option<axum::re
     if !text(header::HOST).is_some_and(|h| host_allowed(hosts, h)) {
         return Some(answer(
             StatusCode::FORBIDDEN,
-            json!({"error": "the Host header is not one this server answers to"}),
+            json!({"error": super::http::host_refusal(text(header::HOST))}),
         ));
     }
     if let Some(origin) = headers.get(header::ORIGIN) {

@@ -4,7 +4,7 @@
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use axum::{Router, routing::any};
+use axum::{Router, response::IntoResponse, routing::any};
 use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
@@ -60,6 +60,21 @@ fn answered_then_closed(shutdown: &CancellationToken) -> CancellationToken {
     later
 }
 
+/// Why a request's `Host` is refused, and what makes it accepted: the name a proxy passes
+/// on is given to `--allow-host` (the check guards against DNS rebinding).
+pub(crate) fn host_refusal(host: Option<&str>) -> String {
+    match host {
+        Some(host) => {
+            let shown: String = host.chars().take(200).collect();
+            format!(
+                "the Host header `{shown}` is not one this server answers to: if clients reach it by that name (through a proxy or a load balancer), start `quiver serve` with `--allow-host {shown}`"
+            )
+        }
+        None => "the request has no Host header: send the host and port the server is reached at"
+            .to_owned(),
+    }
+}
+
 impl McpServer {
     /// The MCP endpoint (at `/mcp`) for a server listening on `addr`.
     pub fn router(&self, addr: SocketAddr) -> Router {
@@ -110,8 +125,28 @@ impl McpServer {
             self.shared.verifier.clone(),
             sessions.clone(),
         ));
+        let allowed: Arc<[String]> = hosts.clone().into();
         let mut router = Router::new()
             .route(MCP_PATH, any(direct::endpoint))
+            .route_layer(axum::middleware::from_fn(
+                move |request: axum::extract::Request, next: axum::middleware::Next| {
+                    let allowed = allowed.clone();
+                    async move {
+                        let host = request
+                            .headers()
+                            .get(axum::http::header::HOST)
+                            .and_then(|v| v.to_str().ok());
+                        if host.is_some_and(|h| super::admin::host_allowed(&allowed, h)) {
+                            return next.run(request).await;
+                        }
+                        (
+                            axum::http::StatusCode::FORBIDDEN,
+                            format!("Forbidden: {}", host_refusal(host)),
+                        )
+                            .into_response()
+                    }
+                },
+            ))
             // Unknown paths answer behind the token check too (401 before 404).
             .fallback(|| async { axum::http::StatusCode::NOT_FOUND })
             .with_state(Arc::new(direct))

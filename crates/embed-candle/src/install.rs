@@ -204,8 +204,6 @@ pub enum Progress {
     Advanced(u64),
 }
 
-/// Writes one file into `target` through a temporary name, checked before the rename.
-
 /// Why a file cannot be read as a wheel, in an operator's words: the zip crate's own
 /// ("invalid Zip archive: Could not find EOCD") name its internals.
 fn zip_reason(e: &zip::result::ZipError) -> String {
@@ -222,6 +220,7 @@ fn zip_reason(e: &zip::result::ZipError) -> String {
     }
 }
 
+/// Writes one file into `target` through a temporary name, checked before the rename.
 fn place(
     reader: &mut dyn Read,
     source: &Path,

@@ -896,10 +896,16 @@ pub(crate) fn chain(report: &quiver_registry::chain::VerifyReport, csrf: &str) -
                         " later checks that the chain still holds it." }
                 }
             } @else {
-                p #chain-status.error role="alert" { "Chain BROKEN: " (report.problems.len())
-                    " problem(s) in " (report.rows) " row(s) checked (" (span)
-                    "); the first is where the tampering starts." }
+                p #chain-status.error role="alert" { "Chain BROKEN: " (report.problems_found)
+                    " problem(s) in " (report.rows) " row(s) checked (" (span) ")"
+                    @if report.problems_unlisted() > 0 {
+                        "; the first " (report.problems.len()) " are listed"
+                    }
+                    "; the first is where the tampering starts." }
                 ol #chain-problems { @for p in &report.problems { li { (p.to_string()) } } }
+                @if report.problems_unlisted() > 0 {
+                    p { "... and " (report.problems_unlisted()) " more problem(s) not listed." }
+                }
             }
             @if report.older_rows > 0 {
                 p { (report.older_rows) " row(s) written before the chain existed are not covered." }

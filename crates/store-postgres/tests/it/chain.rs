@@ -71,6 +71,37 @@ async fn rows_changed_removed_or_inserted_with_sql_are_each_found() {
     store.close().await.expect("close");
 }
 
+/// A row appended after the stored head with SQL is found, even one whose link is right
+/// (made by someone who runs the chain's algorithm): the head does not cover it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_appended_past_the_head_with_sql_is_found() {
+    use quiver_registry::{chain::hex, store::CallLog};
+    let pg = Pg::new();
+    let store = pg.store().await;
+    for i in 1..=4 {
+        store.record(call("t", &format!("c{i}"), "ok")).await;
+    }
+    store.flush().await;
+    let last = store.chain_rows(3, None, 1).await.expect("row 4").remove(0);
+    let mut forged = last.entry.clone();
+    forged.call_id = "forged".into();
+    let link = forged.link(5, &last.point.link);
+    const COLUMNS: &str = "tool_name, tenant, session, principal, parent_call_id, input_data,
+        reasoning, args_hash, kind, hint_kind, err_kind, success, error, output_summary, output,
+        queued_us, took_us, created_at, trace_id";
+    pg.server.psql(
+        "quiver",
+        &format!(
+            "INSERT INTO execution_log (call_id, chain_seq, chain_link, {COLUMNS})
+             SELECT 'forged', 5, '\\x{}'::bytea, {COLUMNS} FROM execution_log WHERE chain_seq = 4",
+            hex(&link)
+        ),
+    );
+    let report = verify(&store, None).await.expect("verify");
+    assert_eq!(report.problems, [Tamper::PastHead { head: 4, last: 5 }]);
+    store.close().await.expect("close");
+}
+
 /// Rows copied in (`quiver store migrate`) join the chain after the rows already there,
 /// oldest first, once each (a second copy adds nothing); a row that came without its output
 /// reads back with none.

@@ -145,3 +145,57 @@ async fn copied_rows_join_the_chain_once() {
     assert_eq!(m1.output, None);
     store.close().await.expect("close");
 }
+
+/// Two copies of the same rows at once (two `quiver store migrate` runs) add them once: the
+/// second waits for the first and then finds them there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_copies_at_once_add_the_rows_once() {
+    use quiver_registry::store::LoggedCall;
+    let pg = Pg::new();
+    let (one, two) = (pg.store().await, pg.store().await);
+    let t0 = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+    let mut data = quiver_store_postgres::Import::default();
+    for i in 0..3 {
+        data.calls.push(LoggedCall::from_record(
+            &call("old", &format!("m{i}"), "ok").with_at(t0 + std::time::Duration::from_secs(i)),
+        ));
+    }
+    // A writer holding the chain's head makes both copies wait at the same point, so
+    // neither is done before the other starts.
+    let (mut holder, connection) = tokio_postgres::connect(&pg.url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    let tx = holder.transaction().await.expect("begin");
+    tx.execute("SELECT 1 FROM log_chain WHERE id = 1 FOR UPDATE", &[])
+        .await
+        .expect("hold the head");
+    let copies = tokio::spawn(async move {
+        let (a, b) = tokio::join!(one.import(&data), two.import(&data));
+        (a.expect("first copy").calls, b.expect("second copy").calls)
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let waiting = pg.server.psql(
+            "quiver",
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
+        );
+        if waiting.trim() == "2" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "both copies wait for the head ({waiting} do)"
+        );
+        tokio::task::yield_now().await;
+    }
+    tx.commit().await.expect("release the head");
+    let (a, b) = copies.await.expect("copies");
+    assert_eq!(a + b, 3, "first copy {a}, second {b}");
+    assert_eq!(
+        pg.server
+            .psql("quiver", "SELECT count(*) FROM execution_log")
+            .trim(),
+        "3"
+    );
+}

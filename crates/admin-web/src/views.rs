@@ -896,10 +896,16 @@ pub(crate) fn chain(report: &quiver_registry::chain::VerifyReport, csrf: &str) -
                         " later checks that the chain still holds it." }
                 }
             } @else {
-                p #chain-status.error role="alert" { "Chain BROKEN: " (report.problems.len())
-                    " problem(s) in " (report.rows) " row(s) checked (" (span)
-                    "); the first is where the tampering starts." }
+                p #chain-status.error role="alert" { "Chain BROKEN: " (report.problems_found)
+                    " problem(s) in " (report.rows) " row(s) checked (" (span) ")"
+                    @if report.problems_unlisted() > 0 {
+                        "; the first " (report.problems.len()) " are listed"
+                    }
+                    "; the first is where the tampering starts." }
                 ol #chain-problems { @for p in &report.problems { li { (p.to_string()) } } }
+                @if report.problems_unlisted() > 0 {
+                    p { "... and " (report.problems_unlisted()) " more problem(s) not listed." }
+                }
             }
             @if report.older_rows > 0 {
                 p { (report.older_rows) " row(s) written before the chain existed are not covered." }
@@ -1154,6 +1160,31 @@ mod tests {
         insta::assert_snapshot!(
             "config",
             lines(config("Config { .. }", None, Some(&found), "CSRF"))
+        );
+    }
+
+    /// A broken chain's page says how many problems there are in all and how many rows were
+    /// walked, not only the ones it lists.
+    #[test]
+    fn the_chain_view_counts_the_problems_it_does_not_list() {
+        use quiver_registry::chain::{MAX_PROBLEMS, Tamper, VerifyReport};
+        let mut report = VerifyReport::default();
+        report.rows = 5446;
+        report.span = Some((1, 5446));
+        report.problems = (1..=MAX_PROBLEMS as u64)
+            .map(|seq| Tamper::Removed { from: seq, to: seq })
+            .collect();
+        report.problems_found = 2000;
+        let text = chain(&report, "CSRF").into_string();
+        assert!(
+            text.contains(
+                "Chain BROKEN: 2000 problem(s) in 5446 row(s) checked (rows 1 to 5446); the first 50 are listed; the first is where the tampering starts."
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("... and 1950 more problem(s) not listed."),
+            "{text}"
         );
     }
 }

@@ -498,6 +498,12 @@ enum StoreAction {
         /// transaction in PostgreSQL.
         #[arg(long, value_name = "N", default_value_t = commands::store::PAGE_ROWS, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
         page_rows: u64,
+        /// Copy a log whose hash chain does not verify (changed behind Quiver's back). The
+        /// copied rows are chained anew in PostgreSQL, where the changes will no longer
+        /// show: keep the SQLite file as the evidence. Without it, such a log is refused
+        /// and nothing is copied.
+        #[arg(long)]
+        accept_broken_chain: bool,
     },
 }
 
@@ -636,10 +642,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     from,
                     to,
                     page_rows,
+                    accept_broken_chain,
                 },
         }) => {
             let page_rows = usize::try_from(page_rows).unwrap_or(usize::MAX);
-            return commands::store::migrate(&from, &to, page_rows).await;
+            return commands::store::migrate(&from, &to, page_rows, accept_broken_chain).await;
         }
         AnyCommand::Standalone(Standalone::Log {
             tool,

@@ -483,7 +483,7 @@ impl fmt::Display for Tamper {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct VerifyReport {
-    /// Chained rows read.
+    /// Chained rows read: every row of the chain, however many problems there are.
     pub rows: u64,
     /// The first and last `seq` read.
     pub span: Option<(u64, u64)>,
@@ -493,8 +493,11 @@ pub struct VerifyReport {
     pub older_rows: u64,
     /// Checkpoints checked against their rows.
     pub checkpoints_checked: usize,
-    /// What is broken, in chain order (the first is where the tampering starts).
+    /// What is broken, in chain order (the first is where the tampering starts): the first
+    /// [`MAX_PROBLEMS`] of [`VerifyReport::problems_found`].
     pub problems: Vec<Tamper>,
+    /// How many problems the walk found in all.
+    pub problems_found: u64,
 }
 
 impl VerifyReport {
@@ -502,17 +505,46 @@ impl VerifyReport {
     pub fn intact(&self) -> bool {
         self.problems.is_empty()
     }
+
+    /// How many problems were found but not listed in [`VerifyReport::problems`].
+    pub fn problems_unlisted(&self) -> u64 {
+        self.problems_found
+            .saturating_sub(self.problems.len() as u64)
+    }
 }
 
 /// Rows read per page while verifying.
 const VERIFY_PAGE: usize = 2_000;
 
-/// The most problems one walk lists (past the first, the rest usually follow from it).
-const MAX_PROBLEMS: usize = 50;
+/// The most problems a report lists (past the first, the rest usually follow from it); the
+/// walk goes on to the end and counts the others.
+pub const MAX_PROBLEMS: usize = 50;
+
+/// The problems a walk finds: the first [`MAX_PROBLEMS`] kept, all counted.
+#[derive(Default)]
+struct Problems {
+    listed: Vec<Tamper>,
+    found: u64,
+}
+
+impl Problems {
+    fn push(&mut self, problem: Tamper) {
+        self.found += 1;
+        if self.listed.len() < MAX_PROBLEMS {
+            self.listed.push(problem);
+        }
+    }
+}
 
 /// Walks the whole chain of `log`: every row's link recomputed from its stored content, the
 /// `seq` run checked for gaps, the ends checked against the retention checkpoint and the
 /// stored head, every checkpoint against its row, and (when given) `expected` found in it.
+///
+/// The store may be written while it walks (a server taking calls). The head is read before
+/// the rows, so every row up to it is there to be read; rows past it were committed since
+/// and are checked like the rest: they must chain on from the head, and a head read after
+/// the walk must cover them (writers store rows and head in one transaction). Only rows
+/// past that second head were added behind Quiver's back.
 pub async fn verify(
     log: &dyn CallLog,
     expected: Option<ChainPoint>,
@@ -522,9 +554,15 @@ pub async fn verify(
         older_rows: state.older_rows,
         ..VerifyReport::default()
     };
-    let mut problems = Vec::new();
-    let checkpoints: std::collections::BTreeMap<u64, Link> =
+    let mut problems = Problems::default();
+    let mut checkpoints: std::collections::BTreeMap<u64, Link> =
         state.checkpoints.iter().map(|c| (c.seq, c.link)).collect();
+    // A purge may run during the walk and anchor the rows left with a checkpoint newer than
+    // the state read first: read the checkpoints again once before calling a start removed.
+    let mut checkpoints_reread = false;
+    let head_seq = state.head.map(|h| h.seq);
+    // The link of the row at the head read first, to check the head against.
+    let mut at_head: Option<Link> = None;
     let mut prev: Option<ChainPoint> = None;
     let mut expected_found = expected.is_none_or(|e| e.seq == 0 && e.link == GENESIS);
     let mut after = 0u64;
@@ -538,19 +576,31 @@ pub async fn verify(
                 Some(p) => p,
                 None => {
                     // The first row left: row 1, or anchored by a purge's checkpoint.
-                    let anchor = if seq == 1 {
-                        Some(ChainPoint::START)
-                    } else {
-                        checkpoints
-                            .get(&(seq - 1))
-                            .map(|&link| ChainPoint { seq: seq - 1, link })
+                    let anchor = |checkpoints: &std::collections::BTreeMap<u64, Link>| {
+                        if seq == 1 {
+                            Some(ChainPoint::START)
+                        } else {
+                            checkpoints
+                                .get(&(seq - 1))
+                                .map(|&link| ChainPoint { seq: seq - 1, link })
+                        }
                     };
-                    match anchor {
+                    let mut found = anchor(&checkpoints);
+                    if found.is_none() && !checkpoints_reread {
+                        checkpoints_reread = true;
+                        let now = log.chain_state().await?;
+                        checkpoints.extend(now.checkpoints.iter().map(|c| (c.seq, c.link)));
+                        found = anchor(&checkpoints);
+                    }
+                    match found {
                         Some(a) => a,
                         None => {
                             problems.push(Tamper::StartRemoved { first: seq });
                             // Go on from this row as it claims to be.
                             prev = Some(row.point);
+                            if head_seq == Some(seq) {
+                                at_head = Some(row.point.link);
+                            }
                             report.rows += 1;
                             report.span = Some((seq, seq));
                             continue;
@@ -583,14 +633,14 @@ pub async fn verify(
             {
                 expected_found = true;
             }
+            if head_seq == Some(seq) {
+                at_head = Some(row.point.link);
+            }
             report.rows += 1;
             report.span = Some((report.span.map_or(seq, |s| s.0), seq));
             // The stored link carries the chain on, so one changed row is reported once,
             // not as a break of every row after it.
             prev = Some(row.point);
-        }
-        if problems.len() >= MAX_PROBLEMS {
-            break;
         }
     }
     report.checkpoints_checked = checkpoints
@@ -607,21 +657,33 @@ pub async fn verify(
                 last: last_seq,
                 head: head.seq,
             });
-        } else if head.seq < last_seq {
-            problems.push(Tamper::PastHead {
-                head: head.seq,
-                last: last_seq,
-            });
-        } else if prev.is_some_and(|p| p.link != head.link) {
-            problems.push(Tamper::HeadMismatch { seq: head.seq });
+        } else {
+            if at_head.is_some_and(|link| link != head.link) {
+                problems.push(Tamper::HeadMismatch { seq: head.seq });
+            }
+            if head.seq < last_seq {
+                // Rows past the head read first: committed since, if a head read now
+                // covers them.
+                match log.chain_state().await?.head {
+                    Some(now) if now.seq >= last_seq => {
+                        if now.seq == last_seq && prev.is_some_and(|p| p.link != now.link) {
+                            problems.push(Tamper::HeadMismatch { seq: now.seq });
+                        }
+                    }
+                    now => problems.push(Tamper::PastHead {
+                        head: now.map_or(head.seq, |h| h.seq),
+                        last: last_seq,
+                    }),
+                }
+            }
         }
     }
     if !expected_found && let Some(e) = expected {
         problems.push(Tamper::ExpectedHeadMissing { expected: e });
     }
-    problems.truncate(MAX_PROBLEMS);
     report.last = prev;
-    report.problems = problems;
+    report.problems = problems.listed;
+    report.problems_found = problems.found;
     Ok(report)
 }
 
@@ -722,5 +784,34 @@ mod tests {
         let report = verify(&log, None).await.unwrap();
         assert!(report.intact(), "{:?}", report.problems);
         assert_eq!(report.span, Some((3, 5)));
+    }
+
+    #[tokio::test]
+    async fn rows_past_the_stored_head_are_found() {
+        let log = log_of(5).await;
+        log.rewind_head(3);
+        assert_eq!(
+            verify(&log, None).await.unwrap().problems,
+            [Tamper::PastHead { head: 3, last: 5 }]
+        );
+    }
+
+    /// A walk goes to the end of the chain however many problems it finds: it counts every
+    /// row and every problem, and lists the first [`MAX_PROBLEMS`].
+    #[tokio::test]
+    async fn a_badly_broken_chain_is_walked_to_its_end_and_its_problems_counted() {
+        let rows = VERIFY_PAGE as u64 + 100;
+        let log = log_of(rows).await;
+        let changed = MAX_PROBLEMS as u64 + 10;
+        for seq in 1..=changed {
+            assert!(log.tamper_with(seq, |e| e.input_data = Cow::Borrowed("{}")));
+        }
+        let report = verify(&log, None).await.unwrap();
+        assert_eq!((report.rows, report.span), (rows, Some((1, rows))));
+        assert_eq!(report.problems.len(), MAX_PROBLEMS);
+        assert_eq!(
+            (report.problems_found, report.problems_unlisted()),
+            (changed, 10)
+        );
     }
 }

@@ -1325,6 +1325,17 @@ impl MemoryCallLog {
     pub fn remove(&self, seq: u64) {
         lock(&self.inner).calls.retain(|(_, r)| r.point.seq != seq);
     }
+
+    /// Sets the stored head back to the row at `seq`, as if the rows after it had been
+    /// appended behind Quiver's back (for tests of verification).
+    pub fn rewind_head(&self, seq: u64) {
+        let mut inner = lock(&self.inner);
+        inner.head = inner
+            .calls
+            .iter()
+            .find(|(_, r)| r.point.seq == seq)
+            .map(|(_, r)| r.point);
+    }
 }
 
 #[async_trait]

@@ -162,6 +162,14 @@ impl PgStore {
                 .at(loc)?;
         }
         if !data.calls.is_empty() {
+            // The chain's head is locked before the rows already there are looked for, so a
+            // copy running at the same time (another `quiver store migrate`) either
+            // committed its rows before this look or waits for this one to commit: no row is
+            // appended twice. (Each statement of this transaction sees what was committed
+            // before it began, the lock's wait included.)
+            tx.execute("SELECT 1 FROM log_chain WHERE id = 1 FOR UPDATE", &[])
+                .await
+                .at(loc)?;
             // Only the rows the database does not hold yet (by call id and time), once
             // each, appended to the chain in the order they were dispatched.
             let (ids, ats): (Vec<&str>, Vec<std::time::SystemTime>) = data

@@ -76,6 +76,7 @@ macro_rules! contract_suite {
             usage_counts_only_calls_that_answered,
             usage_is_bucketed_by_age_and_retention_purges_old_rows,
             the_log_is_chained_across_handles_and_purges,
+            a_verify_while_rows_are_written_finds_the_chain_intact,
             working_sets_failures_and_surface_state_persist,
             a_replaced_working_set_moves_its_version_on_for_every_handle,
             a_conditional_replace_writes_only_over_the_version_expected,
@@ -1073,6 +1074,70 @@ pub async fn the_log_is_chained_across_handles_and_purges(b: &mut impl Backend) 
         .await
         .expect("verify");
     assert!(!report.intact());
+    b.close(first).await;
+    b.close(second).await;
+}
+
+/// A [`CallLog`] that, between the head's read and the first page of rows, has another
+/// handle record `rows` calls: what a verify sees on a store a server is writing.
+struct WrittenMeanwhile<'a, S> {
+    log: &'a S,
+    writer: &'a dyn ToolCallRecorder,
+    rows: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl<S: CallLog> CallLog for WrittenMeanwhile<'_, S> {
+    async fn recent_calls(
+        &self,
+        filter: CallFilter,
+    ) -> Result<Vec<quiver_registry::store::LoggedCall>, StoreError> {
+        self.log.recent_calls(filter).await
+    }
+
+    async fn purge_calls_before(&self, cutoff: SystemTime) -> Result<u64, StoreError> {
+        self.log.purge_calls_before(cutoff).await
+    }
+
+    async fn chain_rows(
+        &self,
+        after: u64,
+        since: Option<SystemTime>,
+        limit: usize,
+    ) -> Result<Vec<quiver_registry::chain::ChainedRow>, StoreError> {
+        let n = self.rows.swap(0, std::sync::atomic::Ordering::SeqCst);
+        for i in 0..n {
+            self.writer
+                .record(call("t", &format!("meanwhile-{i}"), "ok"))
+                .await;
+        }
+        self.writer.flush().await;
+        self.log.chain_rows(after, since, limit).await
+    }
+
+    async fn chain_state(&self) -> Result<quiver_registry::chain::ChainState, StoreError> {
+        self.log.chain_state().await
+    }
+}
+
+/// Rows a server commits while a verify walks the chain (after it read the head) are newer
+/// rows, not rows added behind Quiver's back: the chain verifies intact, through them.
+pub async fn a_verify_while_rows_are_written_finds_the_chain_intact(b: &mut impl Backend) {
+    use quiver_registry::chain;
+    let first = b.open().await;
+    let second = b.another().await;
+    for i in 0..5 {
+        first.record(call("t", &format!("c{i}"), "ok")).await;
+    }
+    first.flush().await;
+    let live = WrittenMeanwhile {
+        log: &first,
+        writer: &second,
+        rows: 3.into(),
+    };
+    let report = chain::verify(&live, None).await.expect("verify");
+    assert!(report.intact(), "{:?}", report.problems);
+    assert_eq!((report.rows, report.span), (8, Some((1, 8))));
     b.close(first).await;
     b.close(second).await;
 }

@@ -210,13 +210,23 @@ pub(crate) async fn verify(config: &Config, expect_head: Option<&str>) -> anyhow
         }
         return Ok(ExitCode::SUCCESS);
     }
+    let listed = match report.problems_unlisted() {
+        0 => String::new(),
+        _ => format!("; the first {} are listed", report.problems.len()),
+    };
     say!(
-        "chain BROKEN: {} problem(s) in {} row(s) checked ({span}); the first is where the tampering starts:",
-        report.problems.len(),
+        "chain BROKEN: {} problem(s) in {} row(s) checked ({span}){listed}; the first is where the tampering starts:",
+        report.problems_found,
         report.rows
     );
     for p in &report.problems {
         say!("  - {p}");
+    }
+    if report.problems_unlisted() > 0 {
+        say!(
+            "  ... and {} more problem(s) not listed",
+            report.problems_unlisted()
+        );
     }
     Ok(ExitCode::from(1))
 }

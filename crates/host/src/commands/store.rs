@@ -60,6 +60,68 @@ async fn log_page(
     Ok(Some((page, last)))
 }
 
+/// Walks the hash chain of the SQLite log before anything is copied: the copy chains its
+/// rows anew in PostgreSQL, where rows changed behind Quiver's back would verify intact, so
+/// a log that does not verify is refused unless `accept_broken` (then its problems are
+/// said, for the record).
+async fn check_chain(store: &SqliteStore, from: &Path, accept_broken: bool) -> anyhow::Result<()> {
+    let report = quiver_registry::chain::verify(store, None)
+        .await
+        .with_context(|| format!("verifying the hash chain of {}", from.display()))?;
+    let span = match report.span {
+        Some((a, b)) => format!("rows {a} to {b}"),
+        None => "no rows".to_owned(),
+    };
+    if report.intact() {
+        match report.last {
+            Some(head) => say!(
+                "the hash chain of {} is intact: {} row(s) checked ({span}), head {head}",
+                from.display(),
+                report.rows
+            ),
+            None => say!("the log of {} has no chained rows", from.display()),
+        }
+        if report.older_rows > 0 {
+            say!(
+                "{} row(s) written before the chain existed (by an older Quiver) are not covered by it",
+                report.older_rows
+            );
+        }
+        return Ok(());
+    }
+    let broken = format!(
+        "{} fails its hash-chain check: {} problem(s) in {} row(s) ({span})",
+        from.display(),
+        report.problems_found,
+        report.rows
+    );
+    let first = report
+        .problems
+        .first()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    if !accept_broken {
+        anyhow::bail!(
+            "{broken}; the first: {first}. Copied, its rows would be chained anew in PostgreSQL and verify intact there, hiding the changes, so nothing was copied. `quiver log --verify` (with `[store] path` naming this file) lists the problems; copy it from a backup taken before them, or, to copy it as it is, run again with --accept-broken-chain and keep {} as the evidence",
+            from.display()
+        );
+    }
+    say!(
+        "{broken}; copying anyway (--accept-broken-chain): the copied rows are chained anew in PostgreSQL, where these changes will no longer show; keep {} as the evidence:",
+        from.display()
+    );
+    for p in &report.problems {
+        say!("  - {p}");
+    }
+    if report.problems_unlisted() > 0 {
+        say!(
+            "  ... and {} more problem(s) not listed",
+            report.problems_unlisted()
+        );
+    }
+    Ok(())
+}
+
 fn line(label: &str, counts: &ImportCounts) -> String {
     format!(
         "{label}: {} definition(s), {} job(s), {} log row(s), {} working-set entr(ies), {} failed approach(es), {} state key(s)",
@@ -75,15 +137,22 @@ fn line(label: &str, counts: &ImportCounts) -> String {
 /// How many execution-log rows `quiver store migrate` holds in memory at once, by default.
 pub(crate) const PAGE_ROWS: u64 = 1_000;
 
-/// `quiver store migrate --from <sqlite file> --to <postgres url>`: the definitions, jobs,
-/// sessions and floor in one transaction, then the execution log in pages of `page_rows`
+/// `quiver store migrate --from <sqlite file> --to <postgres url>`: the SQLite log's hash
+/// chain walked first (a log that does not verify is refused unless `accept_broken_chain`),
+/// then the definitions, jobs, sessions and floor in one transaction, then the execution log in pages of `page_rows`
 /// rows (each its own transaction, in row order), then the check: every page read again and
 /// its rows counted in PostgreSQL. Rows written to the SQLite log after the copy began are
 /// left to the next run.
-pub(crate) async fn migrate(from: &Path, to: &str, page_rows: usize) -> anyhow::Result<ExitCode> {
+pub(crate) async fn migrate(
+    from: &Path,
+    to: &str,
+    page_rows: usize,
+    accept_broken_chain: bool,
+) -> anyhow::Result<ExitCode> {
     let shown = redact(to);
     let page_rows = page_rows.max(1);
     let sqlite = open_sqlite(from).await?;
+    check_chain(&sqlite, from, accept_broken_chain).await?;
     let data = read_sqlite(&sqlite, from).await?;
     let pg = PgStore::open(to, PgOptions::default())
         .await

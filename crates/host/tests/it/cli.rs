@@ -2587,3 +2587,87 @@ fn check_against_a_foreign_database_url_says_what_it_takes_and_masks_the_passwor
     assert!(err.contains("postgres://quiver:***@127.0.0.1:1/x"), "{err}");
     assert!(!err.contains("s3cret-pw"), "{err}");
 }
+
+/// `quiver store migrate` walks the SQLite log's hash chain before it copies anything: a
+/// log changed behind Quiver's back is refused (the copy would chain the changed rows anew,
+/// and they would verify intact), naming the first problem and the way on; with
+/// `--accept-broken-chain` it goes on, saying what it carries over.
+#[test]
+fn migrate_refuses_a_log_whose_chain_is_broken() {
+    let dir = workdir("migrate-broken");
+    for i in 0..3 {
+        let out = quiver_in(
+            &dir,
+            &["call", "tool_search", &format!(r#"{{"query": "q{i}"}}"#)],
+        );
+        assert!(out.status.success(), "{out:?}");
+    }
+    let db = dir.join("quiver.db");
+    let conn = rusqlite::Connection::open(&db).expect("open");
+    // Backdated by 100 days, behind Quiver's back.
+    conn.execute(
+        "UPDATE execution_log SET created_at = created_at - 8640000000000 WHERE chain_seq = 2",
+        [],
+    )
+    .expect("tamper");
+    drop(conn);
+    // Nothing listens on port 1: a copy that went ahead would fail to connect.
+    let to = "postgres://quiver:secret@127.0.0.1:1/quiver";
+    let migrate = |extra: &[&str]| {
+        let mut args = vec!["store", "migrate", "--from", "quiver.db", "--to", to];
+        args.extend_from_slice(extra);
+        let out = quiver_in(&dir, &args);
+        let text = stdout(&out) + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let (ok, text) = migrate(&[]);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("quiver.db fails its hash-chain check: 1 problem(s) in 3 row(s)"),
+        "{text}"
+    );
+    assert!(text.contains("row 2 (id 2, call "), "{text}");
+    assert!(text.contains("nothing was copied"), "{text}");
+    assert!(text.contains("--accept-broken-chain"), "{text}");
+    assert!(!text.contains("secret"), "{text}");
+
+    let (ok, text) = migrate(&["--accept-broken-chain"]);
+    assert!(!ok, "the database is not there: {text}");
+    assert!(
+        text.contains("copying anyway (--accept-broken-chain)"),
+        "{text}"
+    );
+    assert!(text.contains("row 2 (id 2, call "), "{text}");
+    assert!(text.contains("opening postgres://"), "{text}");
+}
+
+/// `quiver log --verify` on a chain with more problems than it lists says how many there
+/// are in all, in how many rows, and that only the first are listed.
+#[test]
+fn verify_counts_the_problems_it_does_not_list() {
+    let dir = workdir("verify-many");
+    for i in 0..55 {
+        let out = quiver_in(
+            &dir,
+            &["call", "tool_search", &format!(r#"{{"query": "q{i}"}}"#)],
+        );
+        assert!(out.status.success(), "{out:?}");
+    }
+    let conn = rusqlite::Connection::open(dir.join("quiver.db")).expect("open");
+    conn.execute("UPDATE execution_log SET reasoning = 'edited'", [])
+        .expect("tamper");
+    drop(conn);
+    let out = quiver_in(&dir, &["log", "--verify"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(
+            "chain BROKEN: 55 problem(s) in 55 row(s) checked (rows 1 to 55); the first 50 are listed;"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("  ... and 5 more problem(s) not listed"),
+        "{text}"
+    );
+}

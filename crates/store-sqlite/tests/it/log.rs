@@ -235,3 +235,36 @@ async fn the_log_reads_out_in_pages_of_every_row_older_than_the_chain_too() {
     assert_eq!(pages, [2, 2, 1]);
     assert_eq!(ids, ["c1", "c2", "c3", "c4", "c5"]);
 }
+
+/// A row appended after the stored head with SQL is found, even one whose link is right
+/// (made by someone who runs the chain's algorithm): the head does not cover it.
+#[tokio::test]
+async fn a_row_appended_past_the_head_with_sql_is_found() {
+    use quiver_registry::chain::{Tamper, hex, verify};
+    let (_dir, path, store) = store();
+    for i in 1..=4 {
+        store.record(call("t", &format!("c{i}"), "ok")).await;
+    }
+    store.flush().await;
+    let last = store.chain_rows(3, None, 1).await.expect("row 4").remove(0);
+    let mut forged = last.entry.clone();
+    forged.call_id = "forged".into();
+    let link = forged.link(5, &last.point.link);
+    let conn = rusqlite::Connection::open(&path).expect("open");
+    const COLUMNS: &str = "tool_name, tenant, session, principal, parent_call_id, input_data,
+        reasoning, args_hash, kind, hint_kind, err_kind, success, error, output_summary,
+        queued_us, took_us, created_at, trace_id";
+    conn.execute_batch(&format!(
+        "INSERT INTO execution_log (call_id, chain_seq, chain_link, {COLUMNS})
+             SELECT 'forged', 5, X'{}', {COLUMNS} FROM execution_log WHERE chain_seq = 4;
+         INSERT INTO execution_output (log_id, output)
+             SELECT (SELECT id FROM execution_log WHERE chain_seq = 5), output
+             FROM execution_output
+             WHERE log_id = (SELECT id FROM execution_log WHERE chain_seq = 4);",
+        hex(&link)
+    ))
+    .expect("append behind the head");
+    drop(conn);
+    let report = verify(&store, None).await.expect("verify");
+    assert_eq!(report.problems, [Tamper::PastHead { head: 4, last: 5 }]);
+}

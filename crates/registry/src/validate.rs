@@ -249,7 +249,7 @@ fn signature_in(root: &Value, schema: &Value) -> String {
                     .get("anyOf")
                     .or_else(|| p.get("oneOf"))
                     .and_then(Value::as_array)
-                    .map(|branches| {
+                    .and_then(|branches| {
                         let mut types: Vec<&str> = Vec::new();
                         for b in branches {
                             let t = resolved(root, b).get("type").and_then(Value::as_str);
@@ -261,7 +261,6 @@ fn signature_in(root: &Value, schema: &Value) -> String {
                         }
                         (!types.is_empty()).then(|| types.join("|"))
                     })
-                    .flatten()
                     .unwrap_or_else(|| "any".to_owned()),
             };
             let ty = match p.get("enum").and_then(Value::as_array) {

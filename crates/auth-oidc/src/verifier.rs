@@ -128,8 +128,9 @@ impl OidcVerifier {
                 })?;
                 let named = doc.get("issuer").and_then(Value::as_str);
                 if named != Some(self.config.issuer.as_str()) {
-                    return Err(TokenError::Unavailable(format!(
-                        "the discovery document names issuer {named:?}, not the configured {:?}: set `issuer` to exactly what the provider says",
+                    let named = named.map_or_else(|| "none".to_owned(), |n| format!("\"{n}\""));
+                    return Err(TokenError::Misconfigured(format!(
+                        "the provider's discovery document names issuer {named}, not the configured \"{}\": set `[auth.oidc] issuer` to exactly what the provider says",
                         self.config.issuer
                     )));
                 }
@@ -591,5 +592,27 @@ mod tests {
         let issuer = TestIssuer::start(&[&k1]).await;
         let r = v.verify(&issuer.token(&k1, AUD, 600, json!({}))).await;
         assert!(matches!(r, Err(TokenError::Unavailable(_))), "{r:?}");
+    }
+
+    /// An issuer configured with a trailing `/` the provider does not write: every check
+    /// fails until the operator fixes it, which is said as such, in plain words.
+    #[tokio::test]
+    async fn an_issuer_that_differs_from_the_providers_is_a_misconfiguration() {
+        let k1 = TestKey::new("k1");
+        let issuer = TestIssuer::start(&[&k1]).await;
+        let config = OidcConfig::new(format!("{}/", issuer.url), AUD);
+        let v = OidcVerifier::new(config).unwrap();
+        let r = v.verify(&issuer.token(&k1, AUD, 600, json!({}))).await;
+        let Err(TokenError::Misconfigured(why)) = r else {
+            panic!("expected Misconfigured, got {r:?}")
+        };
+        assert!(
+            why.contains(&format!(
+                "names issuer \"{}\", not the configured \"{}/\"",
+                issuer.url, issuer.url
+            )),
+            "{why}"
+        );
+        assert!(!why.contains("Some("), "{why}");
     }
 }

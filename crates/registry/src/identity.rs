@@ -70,6 +70,10 @@ pub enum TokenError {
     /// are out of reach.
     #[error("{0}")]
     Unavailable(String),
+    /// No token can be checked until the operator changes this server's settings (the
+    /// provider names another issuer than the one configured): retrying will not help.
+    #[error("{0}")]
+    Misconfigured(String),
 }
 
 /// Turns an inbound bearer credential into what it says about its bearer.

@@ -64,7 +64,7 @@ pub(crate) fn classify(location: &str, e: &tokio_postgres::Error) -> StoreError 
         ),
         c if *c == SqlState::DISK_FULL => unavailable("the server's disk is full"),
         c if *c == SqlState::TOO_MANY_CONNECTIONS => unavailable(
-            "the server has no connection left: raise its max_connections or lower [store] max_connections",
+            "no connection is left for this role or server: each `quiver serve` holds up to 10 (a pool of 8, a listener and a leader); raise the server's `max_connections` or the role's `CONNECTION LIMIT` to 10 per replica, plus what other clients need",
         ),
         c if *c == SqlState::ADMIN_SHUTDOWN
             || *c == SqlState::CRASH_SHUTDOWN

@@ -417,6 +417,8 @@ enum Refusal<'a> {
     NoRule,
     /// The issuer could not be asked (503).
     Unavailable(&'a str),
+    /// No token can be checked until the operator fixes `[auth.oidc]` (503, no retry).
+    Misconfigured(&'a str),
 }
 
 /// The 401 (403, 503) answer: a JSON-RPC error (MCP clients show an error body only when it
@@ -459,6 +461,12 @@ fn unauthorized(refusal: &Refusal<'_>, metadata: Option<&str>) -> Response {
             None,
             String::new(),
             format!("Service Unavailable: the access token could not be checked now ({reason}); try again"),
+        ),
+        Refusal::Misconfigured(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            None,
+            String::new(),
+            format!("Service Unavailable: this server cannot check access tokens until its operator fixes its settings ({reason}); retrying will not help"),
         ),
     };
     let quoted = |s: &str| s.replace(['"', '\\'], "'");
@@ -559,6 +567,11 @@ pub(crate) async fn require_token(
                 Err(TokenError::Invalid(reason)) => {
                     tracing::debug!(reason = %reason, "access token refused");
                     let r = Refusal::Invalid(Some(&reason));
+                    return refuse(request, unauthorized(&r, metadata)).await;
+                }
+                Err(TokenError::Misconfigured(reason)) => {
+                    tracing::error!("access token not checked: {reason}");
+                    let r = Refusal::Misconfigured(&reason);
                     return refuse(request, unauthorized(&r, metadata)).await;
                 }
                 Err(e) => {

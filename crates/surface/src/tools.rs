@@ -171,6 +171,63 @@ impl Tool for ToolSearch {
                 "this request names no conversation (no session, token or conversation key), so the tools found are not added to your tool list: call them by name, or send a `Quiver-Conversation` header (or `_meta[\"quiver/conversation\"]`) to keep them listed",
             ));
         }
+        // `failed` and `displaced` read as broken tools without words: say what they mean.
+        let names = |list: &[&str]| {
+            let shown: Vec<String> = list
+                .iter()
+                .take(10)
+                .map(|n| format!("`{}`", quiver_contract::quoted_name(n)))
+                .collect();
+            match list.len() {
+                n if n > shown.len() => {
+                    format!("{}, and {} more", shown.join(", "), n - shown.len())
+                }
+                _ => shown.join(", "),
+            }
+        };
+        let over: Vec<&str> = outcome
+            .failed
+            .iter()
+            .filter(|f| f.reason == crate::FailReason::OverBudget)
+            .map(|f| f.name.as_str())
+            .collect();
+        if !over.is_empty() {
+            let round = &surface.config().round;
+            env = env.with_warning(quiver_contract::Warning::new(
+                "not_added",
+                format!(
+                    "{} matched but did not fit in your tool list this round (at most {} tools and {} bytes of definitions): they work all the same when called by name, if your client lets you call a tool that is not listed; a narrower search lists fewer",
+                    names(&over),
+                    round.max_definitions,
+                    round.max_bytes
+                ),
+            ));
+        }
+        let gone: Vec<&str> = outcome
+            .failed
+            .iter()
+            .filter(|f| f.reason == crate::FailReason::LoadFailed)
+            .map(|f| f.name.as_str())
+            .collect();
+        if !gone.is_empty() {
+            env = env.with_warning(quiver_contract::Warning::new(
+                "not_added",
+                format!(
+                    "{} left the catalog as this search ran (its server went away or was reloaded): search again in a moment",
+                    names(&gone)
+                ),
+            ));
+        }
+        if !outcome.displaced.is_empty() {
+            let displaced: Vec<&str> = outcome.displaced.iter().map(String::as_str).collect();
+            env = env.with_warning(quiver_contract::Warning::new(
+                "displaced",
+                format!(
+                    "{} left your tool list to make room for these hits: they still work when called by name, and a search lists them again",
+                    names(&displaced)
+                ),
+            ));
+        }
         // A limit above what a working set holds is cut to it: say so, or fewer hits than
         // asked for read as all there is.
         let holds = surface.config().working_set.max_tools;

@@ -135,6 +135,11 @@ async fn tools_a_search_pushes_off_the_round_are_named_displaced() {
     let d = data(&e);
     assert_eq!(d["exposed"], json!(["csv_stats"]), "{d}");
     assert_eq!(d["displaced"], json!(["send_mail"]), "{d}");
+    assert!(
+        text(&e).contains("⚠ displaced: `send_mail` left your tool list to make room for these hits: they still work when called by name"),
+        "{}",
+        text(&e)
+    );
     assert_eq!(
         line(&fx.names("s", Mode::Chat)),
         "tool_search describe_tool csv_stats read_csv"
@@ -178,6 +183,11 @@ async fn hits_the_round_cannot_list_are_reported_over_budget() {
         d["failed"],
         json!([{"name": ranked[2], "reason": "over_budget"}]),
         "{d}"
+    );
+    assert!(
+        text(&e).contains(&format!("⚠ not_added: `{}` matched but did not fit in your tool list this round (at most 4 tools", ranked[2])),
+        "{}",
+        text(&e)
     );
     let listed = fx.names("s", Mode::Chat);
     assert_eq!(

@@ -1020,6 +1020,8 @@ async fn command(
             token,
         } => {
             let caller = Caller::of(config, token.as_deref(), mode, &session)?;
+            // Results are kept in this process's memory, which ends with the call.
+            app.dispatcher.kept_results().ends_with_call();
             // A tool an operator disabled is said as such to the operator (a model is told
             // only that there is no such tool, as it is never shown one).
             if app.catalog.lookup(&name).is_none()

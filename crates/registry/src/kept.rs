@@ -43,6 +43,8 @@ pub enum NotKept {
     NoSession,
     /// It is larger alone than what a session keeps.
     TooLarge,
+    /// The process ends with the call (`quiver call`): nothing would be left to read back.
+    EndsWithCall,
 }
 
 /// The kept results of every session.
@@ -50,6 +52,8 @@ pub enum NotKept {
 pub struct KeptResults {
     per_session: AtomicUsize,
     sessions: Mutex<HashMap<Arc<str>, SessionResults>>,
+    /// Set by [`KeptResults::ends_with_call`]: nothing is kept.
+    one_shot: std::sync::atomic::AtomicBool,
 }
 
 impl KeptResults {
@@ -58,6 +62,7 @@ impl KeptResults {
         KeptResults {
             per_session: AtomicUsize::new(per_session),
             sessions: Mutex::new(HashMap::new()),
+            one_shot: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -71,6 +76,13 @@ impl KeptResults {
         self.per_session.store(bytes, Ordering::Relaxed);
     }
 
+    /// The process ends with its one call (`quiver call`): from now on nothing is kept,
+    /// and a shortened result says to ask for less instead of naming pages no later
+    /// process can read.
+    pub fn ends_with_call(&self) {
+        self.one_shot.store(true, Ordering::Relaxed);
+    }
+
     /// Keeps `kept`, the result of call `id` to `tool`, for `session`; the session's
     /// oldest results go when it is over its bytes.
     pub fn keep(
@@ -80,6 +92,9 @@ impl KeptResults {
         tool: &str,
         kept: Kept,
     ) -> Result<(), NotKept> {
+        if self.one_shot.load(Ordering::Relaxed) {
+            return Err(NotKept::EndsWithCall);
+        }
         let bytes = kept.bytes();
         let cap = self.per_session();
         if bytes > cap {

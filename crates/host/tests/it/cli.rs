@@ -2671,3 +2671,32 @@ fn verify_counts_the_problems_it_does_not_list() {
         "{text}"
     );
 }
+
+/// `quiver call` keeps nothing past its own process: a shortened result says so and does
+/// not name `read_result` pages no later command could read.
+#[test]
+fn a_shortened_result_of_quiver_call_names_no_pages_to_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let skill = dir.path().join("skills/big");
+    std::fs::create_dir_all(&skill).unwrap();
+    let mut body = String::from(
+        "---\nname: big\ndescription: A long skill. Use it to test long results.\n---\n",
+    );
+    for i in 1..=400 {
+        body.push_str(&format!("Step {i}: do the thing number {i} carefully.\n"));
+    }
+    std::fs::write(skill.join("SKILL.md"), body).unwrap();
+    std::fs::write(
+        dir.path().join("quiver.toml"),
+        "[limits]\nresult_tokens = 320\n\n[skills]\ndirs = [\"./skills\"]\n",
+    )
+    .unwrap();
+    let out = quiver_in(dir.path(), &["call", "skill", r#"{"name": "big"}"#]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("The whole result was not kept (this command ends with the call"),
+        "{text}"
+    );
+    assert!(!text.contains("read_result {"), "{text}");
+}

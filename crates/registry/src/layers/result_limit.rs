@@ -439,6 +439,9 @@ fn not_kept_note(why: NotKept, store: Option<usize>) -> String {
         NotKept::NoSession => {
             "The whole result was not kept (this call has no session), so the rest cannot be read back: ask for less (a filter, a page, fewer fields).".to_owned()
         }
+        NotKept::EndsWithCall => {
+            "The whole result was not kept (this command ends with the call; a session of `quiver serve` keeps it), so the rest cannot be read back: ask for less (a filter, a page, fewer fields).".to_owned()
+        }
         NotKept::TooLarge => format!(
             "The whole result was not kept (it is larger than the {} bytes a session keeps), so the rest cannot be read back: ask for less (a filter, a page, fewer fields).",
             thousands(store.unwrap_or(0))
@@ -535,6 +538,9 @@ fn paged_note(
         ),
         Err(NotKept::TooLarge) => message.push_str(
             " The other pages were not kept (the result is larger than a session keeps): ask for fewer items (a filter or a page).",
+        ),
+        Err(NotKept::EndsWithCall) => message.push_str(
+            " The other pages were not kept (this command ends with the call; a session of `quiver serve` keeps them): ask for fewer items (a filter or a page).",
         ),
     }
     Warning::new("paged", message)

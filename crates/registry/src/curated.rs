@@ -33,7 +33,33 @@ impl Tool for Alias {
 
     async fn call(&self, input: Value, ctx: &CallContext) -> ToolResult {
         match &ctx.invoker {
-            Some(invoker) => Ok(invoker.invoke(&self.target, input, ctx).await),
+            Some(invoker) => {
+                let answer = invoker.invoke(&self.target, input, ctx).await;
+                // The arguments fit the alias's own schema (the dispatcher checked them):
+                // if the target refuses them, the operator's definition does not match it.
+                // The model is told the tool cannot be used, not handed a hint about a tool
+                // it was never shown.
+                if let Envelope::Hint {
+                    hint_kind: quiver_contract::HintKind::Schema,
+                    message,
+                    ..
+                } = &answer
+                {
+                    tracing::warn!(
+                        tool = %self.spec.name,
+                        target = %self.target,
+                        "the catalog alias's arguments do not fit the tool it stands for; fix its input_schema: {message}"
+                    );
+                    return Ok(Envelope::err(
+                        ErrKind::NotAvailable,
+                        format!(
+                            "`{}` cannot be used now: its definition does not match the tool it runs, which the operator must fix. Use another tool, or tell the user.",
+                            self.spec.name
+                        ),
+                    ));
+                }
+                Ok(answer)
+            }
             None => Ok(Envelope::err(
                 ErrKind::NotAvailable,
                 format!(

@@ -2083,3 +2083,30 @@ async fn a_batch_shares_the_rounds_token_budget() {
         assert!(data.as_str().unwrap().len() < "word ".repeat(900).len());
     }
 }
+
+/// An alias whose schema does not fit its target's: the target's schema hint would send
+/// the model after a tool it was never shown, so the model is told the tool cannot be used
+/// (the operator's to fix), and the target's name is not in what it reads.
+#[tokio::test]
+async fn an_alias_that_does_not_fit_its_target_is_the_operators_to_fix() {
+    let alias = quiver_registry::curated::alias_tool(
+        ToolSpec::new("plus", "Adds numbers. Use it when asked to add.").with_schema(json!({
+            "type": "object",
+            "properties": {
+                "x": {"type": "integer", "description": "First."},
+                "y": {"type": "integer", "description": "Second."}
+            },
+            "required": ["x", "y"]
+        })),
+        "add",
+    );
+    let d = dispatcher(vec![add(), alias]);
+    let e = d.call("plus", json!({"x": 1, "y": 2}), ctx()).await;
+    assert_eq!(e.err_kind(), Some(&ErrKind::NotAvailable), "{e:?}");
+    let said = text(&e);
+    assert!(
+        said.contains("`plus` cannot be used now: its definition does not match the tool it runs"),
+        "{said}"
+    );
+    assert!(!said.contains("`add`"), "{said}");
+}

@@ -309,11 +309,17 @@ pub(crate) async fn check(client: &Client, location: &str) -> Result<OpenReport,
     if found > SCHEMA_VERSION {
         return Err(too_new(location, found));
     }
+    if found == 0 {
+        return Err(StoreError::Unavailable {
+            location: location.to_owned(),
+            cause: "the database has no Quiver tables yet, and this command only reads: the first `quiver serve` (or `call`, `search`) creates them; `quiver store migrate --from FILE` fills it from a SQLite store".to_owned(),
+        });
+    }
     if found < SCHEMA_VERSION {
         return Err(StoreError::Unavailable {
             location: location.to_owned(),
             cause: format!(
-                "the database has schema version {found} and this binary needs {SCHEMA_VERSION}: start `quiver serve` (it migrates) or run `quiver store migrate`"
+                "the database has schema version {found} and this binary needs {SCHEMA_VERSION}, and this command only reads: the first `quiver serve` (or `call`, `search`) of this version migrates it"
             ),
         });
     }

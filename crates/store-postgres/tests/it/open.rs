@@ -31,6 +31,17 @@ async fn a_new_database_is_migrated_once_and_reopened_as_is() {
     );
     a.close().await.unwrap();
     b.close().await.unwrap();
+    // A read-only open of a database with no Quiver tables says what creates them, not
+    // `store migrate` alone (which needs a SQLite file to copy from).
+    pg.server.create_database("empty");
+    let err = PgStore::open(&pg.server.url("empty"), PgOptions::default().read_only())
+        .await
+        .expect_err("an empty database");
+    let said = unavailable(err);
+    assert!(
+        said.contains("the database has no Quiver tables yet, and this command only reads: the first `quiver serve`"),
+        "{said}"
+    );
     let read = PgStore::open(&pg.url, PgOptions::default().read_only())
         .await
         .expect("read-only");

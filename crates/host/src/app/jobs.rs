@@ -94,7 +94,8 @@ async fn run_queued(custom: &CustomTools) {
             ),
             Ok(None) => break,
             Err(e) => {
-                tracing::warn!("a custom-tool job failed: {e}");
+                // The claim reads the store too: an outage is not a failed job.
+                tracing::warn!("custom-tool jobs: could not take or run the next queued job: {e}");
                 break;
             }
         }

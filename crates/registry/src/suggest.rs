@@ -28,6 +28,27 @@ pub fn did_you_mean<'a>(
             if score >= 0.75 && alike < 3 && strsim::normalized_damerau_levenshtein(a, b) < 0.5 {
                 score = score.min(0.7);
             }
+            // A leading word both share (`git_` of `git_reset` and `git_create_branch`,
+            // `read_` of `read_file` and `read_result`) is a naming scheme, not a likeness:
+            // what follows it must be alike too.
+            let mut common = alike;
+            while !a.is_char_boundary(common) {
+                common -= 1;
+            }
+            let word = a[..common].rfind('_').map_or(0, |i| i + 1);
+            if word > 0 && score >= 0.75 {
+                let (ra, rb) = (&a[word..], &b[word..]);
+                // A slip of a letter or two (`cvs` for `csv`) is still a likeness.
+                let slips = strsim::damerau_levenshtein(ra, rb);
+                let allowed = (ra.chars().count().min(rb.chars().count()) / 3).max(1);
+                if !ra.is_empty()
+                    && !rb.is_empty()
+                    && strsim::jaro_winkler(ra, rb) < 0.75
+                    && slips > allowed
+                {
+                    score = score.min(0.7);
+                }
+            }
             // A name that contains the wanted text, or the tail of an MCP name that equals
             // it, is a strong candidate even when the edit distance is large.
             let tail = cl.rsplit("__").next().unwrap_or(&cl);
@@ -119,6 +140,26 @@ mod tests {
 
     /// The prefix two names share (`mcp__everything__`) is not a likeness: a misspelt tool of
     /// a server is offered that tool, not every tool of the server.
+    /// A shared leading word is a naming scheme: `git_reset` is not like `git_status`,
+    /// `read_file` not like `read_result`, `describe_picture` not like `describe_tool`;
+    /// a misspelling after the word still is.
+    #[test]
+    fn a_shared_leading_word_does_not_make_names_alike() {
+        let names = [
+            "mcp__git__git_create_branch",
+            "mcp__git__git_status",
+            "mcp__git__git_show",
+            "read_result",
+            "describe_tool",
+        ];
+        for wanted in ["mcp__git__git_reset", "read_file", "describe_picture"] {
+            let got = did_you_mean(wanted, names, 3);
+            assert!(got.is_empty(), "{wanted}: {got:?}");
+        }
+        let got = did_you_mean("mcp__git__git_stauts", names, 1);
+        assert_eq!(got[0].0, "mcp__git__git_status", "{got:?}");
+    }
+
     #[test]
     fn a_shared_server_prefix_does_not_make_names_alike() {
         let names = [

@@ -3,9 +3,7 @@
 use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
-use quiver_contract::{
-    Alternative, CallContext, Envelope, ErrKind, Tool, ToolError, ToolResult, ToolSpec,
-};
+use quiver_contract::{CallContext, Envelope, ErrKind, Tool, ToolError, ToolResult, ToolSpec};
 use quiver_registry::did_you_mean;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -330,18 +328,28 @@ impl Tool for DescribeTool {
                 {
                     return Err(ToolError::err(quiver_contract::ErrKind::Forbidden, why));
                 }
+                // Said as a call of an unknown tool is: the arguments were right, the
+                // name is not one there is.
                 let names = surface.visible_names(mode, &ctx.capabilities);
-                let alternatives: Vec<Alternative> =
-                    did_you_mean(&a.name, names.iter().map(String::as_str), 3)
-                        .into_iter()
-                        .map(|(label, score)| Alternative::new(label, score))
-                        .collect();
-                Err(ToolError::schema_hint(
-                    format!(
-                        "no tool named `{}` is available to you. Call tool_search with a few keywords to find tools.",
-                        quiver_contract::quoted_name(&a.name)
-                    ),
-                    alternatives,
+                let near: Vec<String> = did_you_mean(&a.name, names.iter().map(String::as_str), 3)
+                    .into_iter()
+                    .map(|(label, _)| format!("`{label}`"))
+                    .collect();
+                let mut message = format!(
+                    "there is no tool named `{}` available to you.",
+                    quiver_contract::quoted_name(&a.name)
+                );
+                if !near.is_empty() {
+                    message.push_str(&format!(" Did you mean {}?", near.join(", ")));
+                }
+                message.push_str(if can_search {
+                    " Call tool_search with a few keywords to find tools."
+                } else {
+                    " Use one of the tools in your tool list."
+                });
+                Err(ToolError::err(
+                    quiver_contract::ErrKind::UndefinedTool,
+                    message,
                 ))
             }
         }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use quiver_contract::{CallContext, Capabilities, Envelope, HintKind, Lifecycle, Mode};
+use quiver_contract::{CallContext, Capabilities, Envelope, ErrKind, HintKind, Lifecycle, Mode};
 use quiver_surface::SurfaceConfig;
 use quiver_surface::search::{HashedNgrams, HybridConfig};
 use serde_json::{Value, json};
@@ -497,17 +497,17 @@ async fn describe_tool_loads_a_progressive_spec() {
 }
 
 #[tokio::test]
-async fn describe_tool_of_an_unknown_or_hidden_tool_is_a_schema_hint() {
+async fn describe_tool_of_an_unknown_or_hidden_tool_is_an_unknown_tool() {
     let fx = search_fixture();
     let e = fx
         .call("s", "describe_tool", json!({"name": "read_cvs"}))
         .await;
-    assert_eq!(e.hint_kind(), Some(HintKind::Schema));
+    assert_eq!(e.err_kind(), Some(&ErrKind::UndefinedTool));
     insta::assert_snapshot!("describe_unknown_hint", text(&e));
     let e = fx
         .call("s", "describe_tool", json!({"name": "secret_csv"}))
         .await;
-    assert_eq!(e.hint_kind(), Some(HintKind::Schema));
+    assert_eq!(e.err_kind(), Some(&ErrKind::UndefinedTool));
     // An empty name is said to be empty, not looked up as a tool named ``.
     let e = fx.call("s", "describe_tool", json!({"name": " "})).await;
     assert_eq!(e.hint_kind(), Some(HintKind::Schema));

@@ -453,12 +453,12 @@ async fn upstreams_page(
     if part {
         return html(
             status,
-            views::upstreams_table(&rows, &latency, &admin.frame(&login)),
+            views::upstreams_table(&rows, &latency, &admin.frame(login)),
         );
     }
     html(
         status,
-        views::upstreams(&rows, &latency, notice, &admin.frame(&login)),
+        views::upstreams(&rows, &latency, notice, &admin.frame(login)),
     )
 }
 
@@ -1074,15 +1074,15 @@ async fn custom_page(
 ) -> Response {
     let defs = match admin.page.custom.list().await {
         Ok(defs) => defs,
-        Err(e) => return failed("reading the custom tools", e, &admin.frame(&login)),
+        Err(e) => return failed("reading the custom tools", e, &admin.frame(login)),
     };
     let jobs = match job_rows(admin).await {
         Ok(jobs) => jobs,
-        Err(e) => return failed("reading the custom-tool jobs", e, &admin.frame(&login)),
+        Err(e) => return failed("reading the custom-tool jobs", e, &admin.frame(login)),
     };
     html(
         status,
-        views::custom(&custom_rows(&defs), &jobs, notice, &admin.frame(&login)),
+        views::custom(&custom_rows(&defs), &jobs, notice, &admin.frame(login)),
     )
 }
 

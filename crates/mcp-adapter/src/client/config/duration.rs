@@ -32,7 +32,7 @@ impl Serialize for Liveness {
 fn written(d: Duration) -> String {
     if d.subsec_nanos() == 0 {
         format!("{}s", d.as_secs())
-    } else if d < Duration::from_secs(1) && d.subsec_nanos() % 1_000_000 == 0 {
+    } else if d < Duration::from_secs(1) && d.subsec_nanos().is_multiple_of(1_000_000) {
         format!("{}ms", d.as_millis())
     } else {
         format!("{}s", quiver_contract::short_number(d.as_secs_f64()))

@@ -31,7 +31,7 @@ use crate::{
     AdminPage,
     login::{self, Login, Logins},
     time,
-    views::{self, CallRow, CustomRow, LogQuery, ToolRow},
+    views::{self, CallRow, CustomRow, Frame, LogQuery, ToolRow},
 };
 
 /// Rows on one page of the call log.
@@ -116,6 +116,14 @@ fn ok(markup: Markup) -> Response {
 }
 
 impl Admin {
+    /// The frame of `login`'s pages: its CSRF token and this replica.
+    fn frame<'a>(&'a self, login: &'a Login) -> Frame<'a> {
+        Frame {
+            csrf: &login.csrf,
+            replica: self.page.replica.as_ref(),
+        }
+    }
+
     /// The request's login, if it is live and its token still the one in force.
     fn login(&self, headers: &HeaderMap) -> Option<(String, Login)> {
         let (id, login) = self.logins.find(headers)?;
@@ -154,7 +162,7 @@ impl Admin {
                 views::message(
                     "Refused",
                     "The form's CSRF token is not this session's: the action was not taken. Reload the page and try again.",
-                    Some(&login.csrf),
+                    Some(&self.frame(&login)),
                 ),
             )));
         }
@@ -221,11 +229,11 @@ async fn log_out(State(admin): St, headers: HeaderMap, Form(form): Form<ActionFo
 }
 
 /// A store failure shown to the operator, with its cause.
-fn failed(what: &str, e: impl std::fmt::Display, csrf: &str) -> Response {
+fn failed(what: &str, e: impl std::fmt::Display, frame: &Frame<'_>) -> Response {
     tracing::warn!(target: "quiver::admin", "admin page: {what} failed: {e}");
     html(
         StatusCode::SERVICE_UNAVAILABLE,
-        views::message("Unavailable", &format!("{what} failed: {e}"), Some(csrf)),
+        views::message("Unavailable", &format!("{what} failed: {e}"), Some(frame)),
     )
 }
 
@@ -300,11 +308,11 @@ async fn catalog(State(admin): St, headers: HeaderMap, Query(q): Query<CatalogQu
     };
     let (rows, counted) = match tool_rows(&admin.page).await {
         Ok(rows) => rows,
-        Err(e) => return failed("reading the call log", e, &login.csrf),
+        Err(e) => return failed("reading the call log", e, &admin.frame(&login)),
     };
     let query = q.q.trim();
     if query.is_empty() {
-        return ok(views::catalog(&rows, "", counted, &login.csrf));
+        return ok(views::catalog(&rows, "", counted, &admin.frame(&login)));
     }
     // The engine `tool_search` runs, over every tool an unrestricted caller would find.
     let hits = admin
@@ -321,7 +329,7 @@ async fn catalog(State(admin): St, headers: HeaderMap, Query(q): Query<CatalogQu
             })
         })
         .collect();
-    ok(views::catalog(&found, query, counted, &login.csrf))
+    ok(views::catalog(&found, query, counted, &admin.frame(&login)))
 }
 
 /// A custom tool as `quiver custom show` prints it (for one not in the catalog: a draft).
@@ -348,7 +356,7 @@ async fn tool(State(admin): St, headers: HeaderMap, Path(name): Path<String>) ->
     };
     let (rows, _) = match tool_rows(&admin.page).await {
         Ok(rows) => rows,
-        Err(e) => return failed("reading the call log", e, &login.csrf),
+        Err(e) => return failed("reading the call log", e, &admin.frame(&login)),
     };
     if let Some(entry) = admin.page.surface.catalog().lookup(&name)
         && let Some(row) = rows.iter().find(|r| r.name == name)
@@ -358,7 +366,12 @@ async fn tool(State(admin): St, headers: HeaderMap, Path(name): Path<String>) ->
             .into_iter()
             .map(|f| (f.rule.to_owned(), f.path, f.message))
             .collect();
-        return ok(views::tool(row, &definition, &findings, &login.csrf));
+        return ok(views::tool(
+            row,
+            &definition,
+            &findings,
+            &admin.frame(&login),
+        ));
     }
     // Not served: a custom tool under review, or rejected.
     if let Ok(def) = admin.page.custom.show(&name).await {
@@ -371,14 +384,14 @@ async fn tool(State(admin): St, headers: HeaderMap, Path(name): Path<String>) ->
             ..ToolRow::default()
         };
         let definition = serde_json::to_string_pretty(&custom_shown(&def)).unwrap_or_default();
-        return ok(views::tool(&row, &definition, &[], &login.csrf));
+        return ok(views::tool(&row, &definition, &[], &admin.frame(&login)));
     }
     html(
         StatusCode::NOT_FOUND,
         views::message(
             "No such tool",
             &format!("No tool named `{name}` is in the catalog or among the custom tools."),
-            Some(&login.csrf),
+            Some(&admin.frame(&login)),
         ),
     )
 }
@@ -438,11 +451,14 @@ async fn upstreams_page(
     let rows = admin.page.upstreams.upstreams();
     let latency = latency(&admin.page).await;
     if part {
-        return html(status, views::upstreams_table(&rows, &latency, &login.csrf));
+        return html(
+            status,
+            views::upstreams_table(&rows, &latency, &admin.frame(login)),
+        );
     }
     html(
         status,
-        views::upstreams(&rows, &latency, notice, &login.csrf),
+        views::upstreams(&rows, &latency, notice, &admin.frame(login)),
     )
 }
 
@@ -636,7 +652,7 @@ async fn sessions(State(admin): St, headers: HeaderMap, Query(q): Query<PartQuer
         .iter()
         .map(|e| e.name.clone())
         .collect();
-    ok(views::sessions(&rows, &floor, &b, &login.csrf))
+    ok(views::sessions(&rows, &floor, &b, &admin.frame(&login)))
 }
 
 async fn session(
@@ -664,14 +680,14 @@ async fn session(
         }
         return html(
             StatusCode::NOT_FOUND,
-            views::message("No such session", &text, Some(&login.csrf)),
+            views::message("No such session", &text, Some(&admin.frame(&login))),
         );
     };
     let b = budgets(surface);
     if part {
         ok(views::session_detail(&row, &b))
     } else {
-        ok(views::session(&row, &b, &login.csrf))
+        ok(views::session(&row, &b, &admin.frame(&login)))
     }
 }
 
@@ -737,7 +753,7 @@ async fn log(State(admin): St, headers: HeaderMap, Query(q): Query<LogQuery>) ->
         Err(why) => {
             return html(
                 StatusCode::BAD_REQUEST,
-                views::message("Bad filter", &why, Some(&login.csrf)),
+                views::message("Bad filter", &why, Some(&admin.frame(&login))),
             );
         }
     };
@@ -748,7 +764,7 @@ async fn log(State(admin): St, headers: HeaderMap, Query(q): Query<LogQuery>) ->
             Err(why) => {
                 return html(
                     StatusCode::BAD_REQUEST,
-                    views::message("Bad filter", &why, Some(&login.csrf)),
+                    views::message("Bad filter", &why, Some(&admin.frame(&login))),
                 );
             }
         };
@@ -757,13 +773,13 @@ async fn log(State(admin): St, headers: HeaderMap, Query(q): Query<LogQuery>) ->
     filter.limit = PAGE + 1;
     let calls = match admin.page.calls.recent_calls(filter).await {
         Ok(calls) => calls,
-        Err(e) => return failed("reading the call log", e, &login.csrf),
+        Err(e) => return failed("reading the call log", e, &admin.frame(&login)),
     };
     let rows: Vec<CallRow> = calls.iter().take(PAGE).map(call_row).collect();
     let older = (calls.len() > PAGE)
         .then(|| rows.last().map(|r| time::row_cursor(r.at, r.row)))
         .flatten();
-    ok(views::log(&rows, &q, older, &login.csrf))
+    ok(views::log(&rows, &q, older, &admin.frame(&login)))
 }
 
 /// The log's hash chain walked as `quiver log --verify` walks it: whole (with its head, to
@@ -776,9 +792,9 @@ async fn chain(State(admin): St, headers: HeaderMap) -> Response {
     match quiver_registry::chain::verify(&*admin.page.calls, None).await {
         Ok(report) => {
             tracing::info!(target: "quiver::admin", action = "verify_chain", rows = report.rows, intact = report.intact(), "admin page: the log's hash chain verified");
-            ok(views::chain(&report, &login.csrf))
+            ok(views::chain(&report, &admin.frame(&login)))
         }
-        Err(e) => failed("verifying the log's hash chain", e, &login.csrf),
+        Err(e) => failed("verifying the log's hash chain", e, &admin.frame(&login)),
     }
 }
 
@@ -944,7 +960,7 @@ async fn call(State(admin): St, headers: HeaderMap, Path(id): Path<String>) -> R
         .await
     {
         Ok(found) => found,
-        Err(e) => return failed("reading the call log", e, &login.csrf),
+        Err(e) => return failed("reading the call log", e, &admin.frame(&login)),
     };
     let Some(call) = found.first() else {
         return html(
@@ -954,7 +970,7 @@ async fn call(State(admin): St, headers: HeaderMap, Path(id): Path<String>) -> R
                 &format!(
                     "No call `{id}` is in the execution log (it may have been purged by the retention setting)."
                 ),
-                Some(&login.csrf),
+                Some(&admin.frame(&login)),
             ),
         );
     };
@@ -968,7 +984,7 @@ async fn call(State(admin): St, headers: HeaderMap, Path(id): Path<String>) -> R
         .await
     {
         Ok(found) => found.iter().rev().map(call_row).collect::<Vec<_>>(),
-        Err(e) => return failed("reading the call log", e, &login.csrf),
+        Err(e) => return failed("reading the call log", e, &admin.frame(&login)),
     };
     let input = serde_json::to_string_pretty(&call.input).unwrap_or_default();
     let output = call
@@ -986,7 +1002,7 @@ async fn call(State(admin): St, headers: HeaderMap, Path(id): Path<String>) -> R
             reasoning: call.reasoning.as_deref(),
             output: &output,
         },
-        &login.csrf,
+        &admin.frame(&login),
     ))
 }
 
@@ -1058,15 +1074,15 @@ async fn custom_page(
 ) -> Response {
     let defs = match admin.page.custom.list().await {
         Ok(defs) => defs,
-        Err(e) => return failed("reading the custom tools", e, &login.csrf),
+        Err(e) => return failed("reading the custom tools", e, &admin.frame(login)),
     };
     let jobs = match job_rows(admin).await {
         Ok(jobs) => jobs,
-        Err(e) => return failed("reading the custom-tool jobs", e, &login.csrf),
+        Err(e) => return failed("reading the custom-tool jobs", e, &admin.frame(login)),
     };
     html(
         status,
-        views::custom(&custom_rows(&defs), &jobs, notice, &login.csrf),
+        views::custom(&custom_rows(&defs), &jobs, notice, &admin.frame(login)),
     )
 }
 
@@ -1174,7 +1190,7 @@ async fn config(State(admin): St, headers: HeaderMap) -> Response {
         &admin.page.config.effective(),
         reload.as_deref(),
         found.as_deref(),
-        &login.csrf,
+        &admin.frame(&login),
     ))
 }
 

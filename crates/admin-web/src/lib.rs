@@ -132,6 +132,30 @@ pub trait ConfigView: Send + Sync {
     fn findings(&self) -> Option<Vec<quiver_contract::Finding>>;
 }
 
+/// The replica serving the page, named in its header: with several replicas behind a load
+/// balancer, the upstreams' actions act on this one alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Replica {
+    /// The machine's host name.
+    pub host: String,
+    /// The `quiver serve` process.
+    pub pid: u32,
+    /// The address it listens on.
+    pub listen: String,
+}
+
+impl Replica {
+    /// A replica by its host name, process id and listen address.
+    pub fn new(host: impl Into<String>, pid: u32, listen: impl Into<String>) -> Self {
+        Replica {
+            host: host.into(),
+            pid,
+            listen: listen.into(),
+        }
+    }
+}
+
 /// Whether a presented admin token is the one in force now (the host's, which a reload
 /// may rotate).
 pub type TokenCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
@@ -146,6 +170,8 @@ pub struct AdminPage {
     pub(crate) upstreams: Arc<dyn Upstreams>,
     pub(crate) config: Arc<dyn ConfigView>,
     pub(crate) token: TokenCheck,
+    /// The replica serving the page, when the host names it.
+    pub(crate) replica: Option<Replica>,
     /// Cancelled when the server stops: the live streams end (an open page would hold the
     /// drain of the connections otherwise).
     pub(crate) stop: tokio_util::sync::CancellationToken,
@@ -179,9 +205,16 @@ impl AdminPage {
             upstreams,
             config,
             token,
+            replica: None,
             stop: tokio_util::sync::CancellationToken::new(),
             usage_cache: Arc::default(),
         }
+    }
+
+    /// Names the replica serving the page (in every page's header).
+    pub fn with_replica(mut self, replica: Replica) -> Self {
+        self.replica = Some(replica);
+        self
     }
 
     /// Ends the live streams when `stop` is cancelled (the server's shutdown).

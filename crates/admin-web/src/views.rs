@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use maud::{DOCTYPE, Markup, html};
 
-use crate::{UpstreamRow, time};
+use crate::{Replica, UpstreamRow, time};
 
 /// The sections, in the navigation's order: path and label.
 const NAV: [(&str, &str); 6] = [
@@ -116,9 +116,17 @@ pub(crate) fn encode(value: &str) -> String {
     out
 }
 
-/// A whole page: the navigation, `title`, `body`. `csrf` is the session's token (the
-/// logout form carries it); `None` on the login page.
-pub(crate) fn page(title: &str, active: &str, csrf: Option<&str>, body: Markup) -> Markup {
+/// What every page of a login shows around its view: the session's CSRF token (its forms
+/// carry it) and the replica serving it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Frame<'a> {
+    pub(crate) csrf: &'a str,
+    pub(crate) replica: Option<&'a Replica>,
+}
+
+/// A whole page: the navigation (with the replica serving it and the logout form, from
+/// `frame`), `title`, `body`. `frame` is `None` on the login page.
+pub(crate) fn page(title: &str, active: &str, frame: Option<&Frame<'_>>, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -133,7 +141,12 @@ pub(crate) fn page(title: &str, active: &str, csrf: Option<&str>, body: Markup) 
                 a.skip href="#main" { "Skip to content" }
                 header {
                     span.brand { "Quiver admin" }
-                    @if let Some(csrf) = csrf {
+                    @if let Some(frame) = frame {
+                        @if let Some(replica) = frame.replica {
+                            span.replica #replica title="The replica serving this page: upstream actions act on it alone" {
+                                "replica " (replica.host) ", pid " (replica.pid) ", listening on " (replica.listen)
+                            }
+                        }
                         nav aria-label="Sections" {
                             ul {
                                 @for (path, label) in NAV {
@@ -148,7 +161,7 @@ pub(crate) fn page(title: &str, active: &str, csrf: Option<&str>, body: Markup) 
                             }
                         }
                         form.logout method="post" action="/admin/logout" {
-                            input type="hidden" name="csrf" value=(csrf);
+                            input type="hidden" name="csrf" value=(frame.csrf);
                             button type="submit" { "Log out" }
                         }
                     }
@@ -182,8 +195,8 @@ pub(crate) fn login(error: Option<&str>) -> Markup {
 }
 
 /// A message page (a refused action, a missing tool): `status` as the title.
-pub(crate) fn message(title: &str, text: &str, csrf: Option<&str>) -> Markup {
-    page(title, "", csrf, html! { p role="alert" { (text) } })
+pub(crate) fn message(title: &str, text: &str, frame: Option<&Frame<'_>>) -> Markup {
+    page(title, "", frame, html! { p role="alert" { (text) } })
 }
 
 /// The catalog: a search form, then every tool (or the search's hits, best first), with
@@ -192,12 +205,12 @@ pub(crate) fn catalog(
     rows: &[ToolRow],
     query: &str,
     counted: Option<SystemTime>,
-    csrf: &str,
+    frame: &Frame<'_>,
 ) -> Markup {
     page(
         "Catalog",
         "/admin/catalog",
-        Some(csrf),
+        Some(frame),
         html! {
             form.filters method="get" action="/admin/catalog" role="search" {
                 label for="q" { "Search tools (the " code { "tool_search" } " engine)" }
@@ -252,12 +265,12 @@ pub(crate) fn tool(
     row: &ToolRow,
     definition: &str,
     findings: &[(String, String, String)],
-    csrf: &str,
+    frame: &Frame<'_>,
 ) -> Markup {
     page(
         &row.name,
         "/admin/catalog",
-        Some(csrf),
+        Some(frame),
         html! {
             dl.facts {
                 dt { "Family" } dd { (row.family) }
@@ -301,7 +314,7 @@ pub(crate) struct Latency {
 pub(crate) fn upstreams_table(
     rows: &[UpstreamRow],
     latency: &std::collections::HashMap<String, Latency>,
-    csrf: &str,
+    frame: &Frame<'_>,
 ) -> Markup {
     html! {
         table #upstreams {
@@ -338,16 +351,16 @@ pub(crate) fn upstreams_table(
                         td {
                             @if row.enabled {
                                 form.inline method="post" action={ "/admin/upstreams/" (encode(&row.name)) "/reconnect" } {
-                                    input type="hidden" name="csrf" value=(csrf);
+                                    input type="hidden" name="csrf" value=(frame.csrf);
                                     button type="submit" aria-label={ "Reconnect " (row.name) } { "Reconnect" }
                                 }
                                 form.inline method="post" action={ "/admin/upstreams/" (encode(&row.name)) "/disable" } {
-                                    input type="hidden" name="csrf" value=(csrf);
+                                    input type="hidden" name="csrf" value=(frame.csrf);
                                     button type="submit" aria-label={ "Disable " (row.name) } { "Disable" }
                                 }
                             } @else {
                                 form.inline method="post" action={ "/admin/upstreams/" (encode(&row.name)) "/enable" } {
-                                    input type="hidden" name="csrf" value=(csrf);
+                                    input type="hidden" name="csrf" value=(frame.csrf);
                                     button type="submit" aria-label={ "Enable " (row.name) } { "Enable" }
                                 }
                             }
@@ -364,20 +377,27 @@ pub(crate) fn upstreams(
     rows: &[UpstreamRow],
     latency: &std::collections::HashMap<String, Latency>,
     notice: Option<&str>,
-    csrf: &str,
+    frame: &Frame<'_>,
 ) -> Markup {
     page(
         "Upstreams",
         "/admin/upstreams",
-        Some(csrf),
+        Some(frame),
         html! {
             @if let Some(notice) = notice { p.notice role="status" { (notice) } }
             @if rows.is_empty() {
                 p { "No upstream MCP servers are configured." }
             } @else {
+                p #replica-scope {
+                    "Reconnect, Disable and Enable act on this replica only"
+                    @if let Some(replica) = frame.replica {
+                        " (" (replica.host) ", pid " (replica.pid) ")"
+                    }
+                    ": each replica has its own connections to the upstream servers, so other replicas keep theirs. Do the same on each replica (reach each one directly) to change them all."
+                }
                 p.live { "Latency is the time from dispatch to result of the server's newest calls in the log. The table follows the servers as they change." }
                 div.live-region #upstreams-live data-refresh="/admin/upstreams?part=table" {
-                    (upstreams_table(rows, latency, csrf))
+                    (upstreams_table(rows, latency, frame))
                 }
             }
         },
@@ -470,11 +490,16 @@ pub(crate) fn sessions_table(rows: &[SessionRow], b: &Budgets) -> Markup {
 }
 
 /// The sessions the surface holds, each with what its model is listed, updated live.
-pub(crate) fn sessions(rows: &[SessionRow], floor: &[String], b: &Budgets, csrf: &str) -> Markup {
+pub(crate) fn sessions(
+    rows: &[SessionRow],
+    floor: &[String],
+    b: &Budgets,
+    frame: &Frame<'_>,
+) -> Markup {
     page(
         "Sessions",
         "/admin/sessions",
-        Some(csrf),
+        Some(frame),
         html! {
             p { "Every session is shown the resident floor (" (floor.len()) " tools) plus its working set, within these budgets:" }
             (budgets(b))
@@ -541,11 +566,11 @@ pub(crate) fn session_detail(row: &SessionRow, b: &Budgets) -> Markup {
 }
 
 /// A session's page: [`session_detail`], updated live.
-pub(crate) fn session(row: &SessionRow, b: &Budgets, csrf: &str) -> Markup {
+pub(crate) fn session(row: &SessionRow, b: &Budgets, frame: &Frame<'_>) -> Markup {
     page(
         &format!("Session {}", row.key),
         "/admin/sessions",
-        Some(csrf),
+        Some(frame),
         html! {
             p { a href={ "/admin/log?session=" (encode(&row.key)) } { "This session's calls" } }
             div.live-region #session-live data-refresh={ "/admin/sessions/" (encode(&row.key)) "?part=detail" } {
@@ -588,7 +613,12 @@ fn call_head() -> Markup {
 }
 
 /// The call log: filters, the newest rows (live on the first page), a link to older ones.
-pub(crate) fn log(rows: &[CallRow], query: &LogQuery, older: Option<String>, csrf: &str) -> Markup {
+pub(crate) fn log(
+    rows: &[CallRow],
+    query: &LogQuery,
+    older: Option<String>,
+    frame: &Frame<'_>,
+) -> Markup {
     let filters = query.query_string();
     let first_page = query.before.is_none();
     let newest = rows
@@ -601,7 +631,7 @@ pub(crate) fn log(rows: &[CallRow], query: &LogQuery, older: Option<String>, csr
     page(
         "Call log",
         "/admin/log",
-        Some(csrf),
+        Some(frame),
         html! {
             form.filters method="get" action="/admin/log" {
                 label for="f-tool" { "Tool" }
@@ -662,12 +692,12 @@ pub(crate) struct CallDetail<'a> {
 }
 
 /// A call's detail page.
-pub(crate) fn call(detail: &CallDetail<'_>, csrf: &str) -> Markup {
+pub(crate) fn call(detail: &CallDetail<'_>, frame: &Frame<'_>) -> Markup {
     let row = detail.row;
     page(
         &format!("Call {}", row.call_id),
         "/admin/log",
-        Some(csrf),
+        Some(frame),
         html! {
             dl.facts {
                 dt { "Tool" } dd { a href={ "/admin/tools/" (encode(&row.tool)) } { code { (row.tool) } } }
@@ -726,12 +756,12 @@ pub(crate) fn custom(
     rows: &[CustomRow],
     jobs: &[JobRow],
     notice: Option<&str>,
-    csrf: &str,
+    frame: &Frame<'_>,
 ) -> Markup {
     page(
         "Custom tools",
         "/admin/custom",
-        Some(csrf),
+        Some(frame),
         html! {
             @if let Some(notice) = notice { p.notice role="status" { (notice) } }
             @if rows.is_empty() {
@@ -759,11 +789,11 @@ pub(crate) fn custom(
                                     @if let Some(why) = &row.rejected { p.error { "Rejected: " (why) } }
                                     @if row.status != "approved" || row.pending.is_some() {
                                         form.inline method="post" action={ "/admin/custom/" (encode(&row.name)) "/approve" } {
-                                            input type="hidden" name="csrf" value=(csrf);
+                                            input type="hidden" name="csrf" value=(frame.csrf);
                                             button type="submit" aria-label={ "Approve " (row.name) } { "Approve" }
                                         }
                                         form.inline method="post" action={ "/admin/custom/" (encode(&row.name)) "/reject" } {
-                                            input type="hidden" name="csrf" value=(csrf);
+                                            input type="hidden" name="csrf" value=(frame.csrf);
                                             label for={ "reason-" (row.name) } { "Reason" }
                                             input id={ "reason-" (row.name) } name="reason" required;
                                             button type="submit" aria-label={ "Reject " (row.name) } { "Reject" }
@@ -857,12 +887,12 @@ pub(crate) fn config(
     effective: &str,
     last_reload: Option<&str>,
     found: Option<&[quiver_contract::Finding]>,
-    csrf: &str,
+    frame: &Frame<'_>,
 ) -> Markup {
     page(
         "Config",
         "/admin/config",
-        Some(csrf),
+        Some(frame),
         html! {
             (findings(found))
             h2 { "Last reload" }
@@ -877,7 +907,7 @@ pub(crate) fn config(
 }
 
 /// The hash chain's status: intact with its head, or the problems found.
-pub(crate) fn chain(report: &quiver_registry::chain::VerifyReport, csrf: &str) -> Markup {
+pub(crate) fn chain(report: &quiver_registry::chain::VerifyReport, frame: &Frame<'_>) -> Markup {
     let span = match report.span {
         Some((a, b)) => format!("rows {a} to {b}"),
         None => "no rows".to_owned(),
@@ -885,7 +915,7 @@ pub(crate) fn chain(report: &quiver_registry::chain::VerifyReport, csrf: &str) -
     page(
         "Hash chain",
         "/admin/log",
-        Some(csrf),
+        Some(frame),
         html! {
             @if report.intact() {
                 p #chain-status { "Chain intact: " (report.rows) " row(s) checked (" (span) "), "
@@ -934,6 +964,16 @@ mod tests {
         UNIX_EPOCH + Duration::from_secs(1_796_551_200) + Duration::from_millis(ms)
     }
 
+    /// The frame of the views: a CSRF token and the replica.
+    fn frame() -> Frame<'static> {
+        static REPLICA: std::sync::LazyLock<Replica> =
+            std::sync::LazyLock::new(|| Replica::new("q1.internal", 4242, "10.0.0.11:8080"));
+        Frame {
+            csrf: "CSRF",
+            replica: Some(&REPLICA),
+        }
+    }
+
     /// Pretty-printed enough to review: one tag per line where the markup has none.
     fn lines(markup: Markup) -> String {
         markup.into_string().replace("><", ">\n<")
@@ -973,12 +1013,12 @@ mod tests {
                 ..ToolRow::default()
             },
         ];
-        insta::assert_snapshot!("catalog", lines(catalog(&rows, "", Some(at(0)), "CSRF")));
+        insta::assert_snapshot!("catalog", lines(catalog(&rows, "", Some(at(0)), &frame())));
         let mut hits = rows[1..2].to_vec();
         hits[0].score = Some(2.5);
         insta::assert_snapshot!(
             "catalog_search",
-            lines(catalog(&hits, "echo \"x\"", None, "CSRF"))
+            lines(catalog(&hits, "echo \"x\"", None, &frame()))
         );
     }
 
@@ -1013,7 +1053,12 @@ mod tests {
         let first = LogQuery::default();
         insta::assert_snapshot!(
             "log",
-            lines(log(&rows, &first, Some(time::row_cursor(at(0), 1)), "CSRF"))
+            lines(log(
+                &rows,
+                &first,
+                Some(time::row_cursor(at(0), 1)),
+                &frame()
+            ))
         );
         let filtered = LogQuery {
             tool: "everything__echo".into(),
@@ -1024,7 +1069,7 @@ mod tests {
         };
         insta::assert_snapshot!(
             "log_filtered",
-            lines(log(&rows[..1], &filtered, None, "CSRF"))
+            lines(log(&rows[..1], &filtered, None, &frame()))
         );
     }
 
@@ -1058,13 +1103,13 @@ mod tests {
             reasoning: None,
             output: "ok",
         };
-        insta::assert_snapshot!("call", lines(call(&detail, "CSRF")));
+        insta::assert_snapshot!("call", lines(call(&detail, &frame())));
         let untraced = CallDetail {
             trace_id: None,
             children: &[],
             ..detail
         };
-        let text = call(&untraced, "CSRF").into_string();
+        let text = call(&untraced, &frame()).into_string();
         assert!(text.contains("traces are not exported"), "{text}");
         assert!(!text.contains("Calls made from this call"), "{text}");
     }
@@ -1114,10 +1159,10 @@ mod tests {
                 &[anonymous, row.clone()],
                 &["tool_search".into(), "describe_tool".into()],
                 &b,
-                "CSRF"
+                &frame()
             ))
         );
-        insta::assert_snapshot!("session", lines(session(&row, &b, "CSRF")));
+        insta::assert_snapshot!("session", lines(session(&row, &b, &frame())));
     }
 
     #[test]
@@ -1144,7 +1189,7 @@ mod tests {
                 &rows,
                 &latency,
                 Some("`github` disabled"),
-                "CSRF"
+                &frame()
             ))
         );
     }
@@ -1159,7 +1204,12 @@ mod tests {
         ];
         insta::assert_snapshot!(
             "config",
-            lines(config("Config { .. }", None, Some(&found), "CSRF"))
+            lines(config(
+                "[store]\ndurability = \"strict\"\n",
+                None,
+                Some(&found),
+                &frame()
+            ))
         );
     }
 

@@ -59,7 +59,7 @@ impl Upstreams for ClientUpstreams {
     async fn reconnect(&self, name: &str) -> Result<String, String> {
         match self.0.restart_server(name).await {
             Ok(true) => Ok(format!(
-                "`{name}` closed and dialled again; its tools return once it lists them"
+                "`{name}` closed and dialled again on this replica (other replicas keep their connections); its tools return once it lists them"
             )),
             Ok(false) if self.0.disabled_servers().iter().any(|d| d == name) => Err(format!(
                 "`{name}` is disabled: enable it to connect it again"
@@ -73,7 +73,7 @@ impl Upstreams for ClientUpstreams {
         if enabled {
             match self.0.enable_server(name) {
                 Ok(true) => Ok(format!(
-                    "`{name}` enabled and dialled; its tools return once it lists them"
+                    "`{name}` enabled and dialled on this replica (other replicas are as they were); its tools return once it lists them"
                 )),
                 Ok(false) => Err(format!(
                     "there is no disabled upstream server named `{name}`"
@@ -83,7 +83,7 @@ impl Upstreams for ClientUpstreams {
         } else {
             match self.0.disable_server(name).await {
                 Ok(true) => Ok(format!(
-                    "`{name}` disabled: closed, its tools gone, and left closed by reloads until enabled (a restart connects it again; to keep it off, remove it from the configuration)"
+                    "`{name}` disabled on this replica only (other replicas keep serving it: disable it on each): closed, its tools gone, and left closed by reloads until enabled (a restart connects it again; to keep it off everywhere, remove it from the configuration)"
                 )),
                 Ok(false) => Err(format!("there is no upstream server named `{name}`")),
                 Err(e) => Err(format!("`{name}` could not be disabled: {e}")),

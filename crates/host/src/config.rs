@@ -20,13 +20,14 @@ use quiver_registry::{
     suggestion,
 };
 use quiver_surface::SurfaceConfig;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
+mod shown;
 mod skills;
 pub use skills::SkillsConfig;
 
 /// The whole configuration.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct Config {
@@ -70,7 +71,7 @@ pub struct Config {
 
 /// `[catalog]`: tool definitions kept as files (see the `catalog_dir` module for the
 /// layout and the kinds).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct CatalogConfig {
@@ -84,7 +85,7 @@ pub struct CatalogConfig {
 }
 
 /// `[admin]`: the operator's endpoints of `quiver serve` over HTTP.
-#[derive(Clone, Default, Deserialize)]
+#[derive(Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct AdminConfig {
@@ -115,7 +116,7 @@ impl AdminConfig {
 
 /// `[sandbox]`: what each run of a custom tool may use. Every key has a default (see
 /// [`quiver_registry::sandbox::SandboxLimits`] for the limits' defaults).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct SandboxConfig {
@@ -202,7 +203,7 @@ impl SandboxConfig {
 }
 
 /// `[custom]`: custom tools' build, audit and rebuild jobs.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct CustomConfig {
@@ -239,7 +240,7 @@ impl CustomConfig {
 
 /// `[telemetry]`: one OpenTelemetry trace per `tools/call` of `quiver serve`, exported over
 /// OTLP. Read at start: a change applies at the next restart.
-#[derive(Clone, Default, Deserialize, PartialEq)]
+#[derive(Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct TelemetryConfig {
@@ -340,7 +341,7 @@ impl TelemetryConfig {
 }
 
 /// `[search]`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct SearchConfig {
@@ -352,7 +353,7 @@ pub struct SearchConfig {
 }
 
 /// `[store]`.
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct StoreConfig {
@@ -458,7 +459,7 @@ impl Default for StoreConfig {
 }
 
 /// `[limits]`: the dispatcher's middleware limits.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct LimitsConfig {
@@ -526,7 +527,7 @@ impl Default for LimitsConfig {
 }
 
 /// `[policy]`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct PolicyConfig {

@@ -35,6 +35,13 @@ pub fn exposition(app: &App) -> Arc<dyn MetricsExposition> {
                     None => reading,
                 }
             })
+            // A server an operator disabled is closed and out of the status: it shows as
+            // disabled (its counters start again when it is enabled).
+            .chain(
+                mcp.disabled_servers()
+                    .into_iter()
+                    .map(|name| UpstreamReading::new(name, UpstreamState::Disabled, 0, 0, 0)),
+            )
             .collect()
     });
     let surface = app.surface.clone();

@@ -217,41 +217,32 @@ impl Reloader {
         Some(self.current.try_lock().ok()?.0.clone())
     }
 
-    /// The configuration in force, printed with every secret masked (tokens and the store
-    /// URL's password by their types, upstream servers' `env` and `headers` values here),
-    /// and the `--mcp-config` files; `None` while a reload holds it.
+    /// The configuration in force as quiver.toml writes it, every secret masked
+    /// ([`Config::as_toml`]), under comments naming the file and the `--mcp-config` files;
+    /// `None` while a reload holds it.
     pub fn effective_config(&self) -> Option<String> {
-        let held = self.current.try_lock().ok()?;
-        let mut config = held.0.clone();
-        drop(held);
-        for server in &mut config.mcp.servers {
-            for value in server.env.values_mut().chain(server.headers.values_mut()) {
-                *value = "<masked>".to_owned();
-            }
-        }
-        if let Some(oidc) = &mut config.auth.oidc {
-            for secret in [
-                &mut oidc.client_secret,
-                &mut oidc.introspection_client_secret,
-            ]
-            .into_iter()
-            .flatten()
-            {
-                *secret = "<masked>".to_owned();
-            }
-        }
-        let files: Vec<String> = self
-            .mcp_files
-            .iter()
-            .map(|f| f.display().to_string())
-            .collect();
-        Some(format!(
-            "config file: {}\nmcp-config files: {files:?}\n\n{config:#?}",
+        let config = self.current.try_lock().ok()?.0.clone();
+        let mut out = format!(
+            "# config file: {}\n",
             self.config_path.as_deref().map_or_else(
                 || "./quiver.toml (if present)".to_owned(),
                 |p| p.display().to_string()
             )
-        ))
+        );
+        if !self.mcp_files.is_empty() {
+            let files: Vec<String> = self
+                .mcp_files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect();
+            out.push_str(&format!(
+                "# servers from --mcp-config: {}\n",
+                files.join(", ")
+            ));
+        }
+        out.push('\n');
+        out.push_str(&config.as_toml());
+        Some(out)
     }
 
     /// The last reload's result as `quiver status` reads it (JSON), if one ran.

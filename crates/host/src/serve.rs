@@ -156,10 +156,30 @@ pub async fn serve(
             metrics_listener = Some(listener);
         }
     }
+    // Bound before the admin page is built: the page names the address it is served on.
+    let http_listener = match &transport {
+        Transport::Stdio => None,
+        Transport::Http(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            let advice = if e.kind() == std::io::ErrorKind::AddrInUse {
+                " (another `quiver serve`, or another program, listens there: stop it, or give --listen another port; port 0 picks a free one)"
+            } else {
+                ""
+            };
+            anyhow::anyhow!("binding {addr}: {e}{advice}")
+        })?),
+    };
     if let Some(page) = adapters.admin_page
-        && matches!(transport, Transport::Http(_))
+        && let Some(listener) = &http_listener
     {
-        let page = page.with_stop(server.shutdown_token()).router();
+        let replica = quiver_admin_web::Replica::new(
+            host_name(),
+            std::process::id(),
+            listener.local_addr()?.to_string(),
+        );
+        let page = page
+            .with_replica(replica)
+            .with_stop(server.shutdown_token())
+            .router();
         server = server.with_admin_page(page);
     }
     let shutdown = server.shutdown_token();
@@ -173,17 +193,9 @@ pub async fn serve(
         })
     });
     let serving = async {
-        match transport {
-            Transport::Stdio => server.serve_stdio().await.context("serving MCP on stdio"),
-            Transport::Http(addr) => {
-                let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-                    let advice = if e.kind() == std::io::ErrorKind::AddrInUse {
-                        " (another `quiver serve`, or another program, listens there: stop it, or give --listen another port; port 0 picks a free one)"
-                    } else {
-                        ""
-                    };
-                    anyhow::anyhow!("binding {addr}: {e}{advice}")
-                })?;
+        match http_listener {
+            None => server.serve_stdio().await.context("serving MCP on stdio"),
+            Some(listener) => {
                 let bound = listener.local_addr()?;
                 // The Host check stops DNS rebinding, not other machines.
                 if open && !bound.ip().is_loopback() {
@@ -522,4 +534,14 @@ impl Signals {
             2
         }
     }
+}
+
+/// This machine's host name, as the admin page names its replica.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "an unnamed host".to_owned())
 }

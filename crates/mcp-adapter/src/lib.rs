@@ -28,7 +28,7 @@ pub use client::{
     RESOURCE_TOOLS_FAMILY, Reconciled, ResolvedServer, SESSION_IDLE_TIMEOUT,
     SESSION_MAX_PER_PRINCIPAL, ServerConfig, ServerCounters, ServerScope, ServerState,
     ServerStatus, SessionServerStatus, TransportKind, UpstreamAuth, check_delegation,
-    interpolate_env, validate_all,
+    interpolate_env, redact_urls, validate_all,
 };
 pub use client::{
     comparable_definitions, connection_findings, server_list_findings, token_findings,

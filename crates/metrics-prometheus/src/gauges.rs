@@ -29,15 +29,18 @@ pub enum UpstreamState {
     Down,
     /// Refused for good, or closed.
     Stopped,
+    /// Disabled by an operator (the admin page): closed until enabled again.
+    Disabled,
 }
 
 impl UpstreamState {
-    const ALL: [UpstreamState; 5] = [
+    const ALL: [UpstreamState; 6] = [
         UpstreamState::Connecting,
         UpstreamState::Connected,
         UpstreamState::Reconnecting,
         UpstreamState::Down,
         UpstreamState::Stopped,
+        UpstreamState::Disabled,
     ];
 
     fn as_str(self) -> &'static str {
@@ -47,6 +50,7 @@ impl UpstreamState {
             UpstreamState::Reconnecting => "reconnecting",
             UpstreamState::Down => "down",
             UpstreamState::Stopped => "stopped",
+            UpstreamState::Disabled => "disabled",
         }
     }
 }

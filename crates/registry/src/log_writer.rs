@@ -14,7 +14,7 @@ use crate::{CallRecord, store::StoreError, sync::lock};
 
 /// When a call's answer may leave, relative to its execution-log row's commit (`[store]
 /// durability = "batched" | "strict"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum Durability {

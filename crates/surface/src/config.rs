@@ -1,12 +1,12 @@
 //! The surface's configuration: floor sizes, working-set caps, per-round budgets, mode lists.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::SurfaceError;
 
 /// How the surface composes a session's tools. Every field has a default; unknown fields are
 /// rejected so a typo in a config file is an error, not a silent default.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct SurfaceConfig {
@@ -57,7 +57,7 @@ pub struct SurfaceConfig {
 }
 
 /// Caps of one session's working set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct WorkingSetConfig {
@@ -77,7 +77,7 @@ impl Default for WorkingSetConfig {
 }
 
 /// Budgets of the list advertised in one round.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct RoundBudget {

@@ -4,14 +4,14 @@
 use std::path::PathBuf;
 
 use quiver_registry::skill::SkillTier;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// `[skills]`. Each directory of a tier is one skill (it holds a `SKILL.md`) or holds one
 /// subdirectory per skill, in the Agent Skills layout. A name held by two tiers goes to
 /// the higher (explicit, then project, then user, then driver); within a tier, to the
 /// directory listed first. Relative paths are relative to the directory of the file that
 /// gives them. Every list defaults to none.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct SkillsConfig {

@@ -63,8 +63,9 @@ fn there_is_no_admin_page_without_an_admin_token() {
     let dir = crate::Scratch::new("admin-page-none");
     let (child, addr) = start_with(&dir, &[], &[], &[]);
     for path in ["/admin", "/admin/login", "/admin/catalog"] {
-        let (status, _, _) = request(&addr, "GET", path, &[], "");
+        let (status, _, body) = request(&addr, "GET", path, &[], "");
         assert_eq!(status, 404, "{path}");
+        assert!(body.contains("`[admin] token`"), "{path}: {body}");
     }
     let (status, _, _) = request(
         &addr,
@@ -75,6 +76,220 @@ fn there_is_no_admin_page_without_an_admin_token() {
     );
     assert_eq!(status, 404);
     stop(child);
+}
+
+/// With inbound tokens and no `[admin] token`, `/metrics`, `/admin` and `POST
+/// /admin/reload` say what is missing, to a caller with or without an inbound token: no 401
+/// asking for a token that could never open them.
+#[test]
+fn without_an_admin_token_the_admin_endpoints_say_what_is_missing() {
+    let dir = crate::Scratch::new("admin-page-missing");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[[auth.tokens]]\nname = \"alice\"\ntoken = \"alice-secret-token-1\"\n",
+    )
+    .unwrap();
+    let (child, addr) = start_with(&dir, &[], &[], &[]);
+    for bearer in [None, Some("Bearer alice-secret-token-1")] {
+        let headers: Vec<(&str, &str)> = bearer.map(|b| ("Authorization", b)).into_iter().collect();
+        let (status, head, body) = request(&addr, "GET", "/metrics", &headers, "");
+        assert_eq!(status, 404, "{bearer:?}: {body}");
+        assert!(header(&head, "www-authenticate").is_none(), "{head}");
+        assert!(
+            body.contains("`[admin] token`") && body.contains("--metrics-listen"),
+            "{body}"
+        );
+        for (method, path) in [
+            ("GET", "/admin"),
+            ("GET", "/admin/config"),
+            ("POST", "/admin/reload"),
+        ] {
+            let (status, head, body) = request(&addr, method, path, &headers, "");
+            assert_eq!(status, 404, "{method} {path} {bearer:?}: {body}");
+            assert!(header(&head, "www-authenticate").is_none(), "{head}");
+            assert!(
+                body.contains("`[admin] token`") && body.contains("read at start"),
+                "{method} {path}: {body}"
+            );
+        }
+    }
+    // Other unknown paths still answer behind the inbound token (401 before 404).
+    let (status, _, _) = request(&addr, "GET", "/nothing-here", &[], "");
+    assert_eq!(status, 401);
+    stop(child);
+}
+
+/// Logs in at `addr` with `token`: the login cookie and the CSRF token of the page's forms.
+fn log_in(addr: &str, token: &str) -> (String, String) {
+    let (status, head, _) = request(addr, "POST", "/admin/login", &[], &format!("token={token}"));
+    assert_eq!(status, 303, "{head}");
+    let cookie = header(&head, "set-cookie")
+        .expect("a cookie")
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let (status, _, page) = request(addr, "GET", "/admin/catalog", &[("Cookie", &cookie)], "");
+    assert_eq!(status, 200, "{page}");
+    (cookie, csrf_of(&page))
+}
+
+/// The CSRF token the page's forms carry.
+fn csrf_of(page: &str) -> String {
+    page.split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the page's forms carry the CSRF token")
+        .to_owned()
+}
+
+/// The text of an HTML page's markup (the entities maud writes, undone).
+fn unescaped(html: &str) -> String {
+    html.replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&")
+}
+
+/// The effective configuration reads as quiver.toml: its tables and keys, values as TOML
+/// writes them, secrets masked, no Rust `Debug` (`Some(`, type names) and no internal field.
+#[test]
+fn the_config_page_shows_the_configuration_as_quiver_toml() {
+    let dir = crate::Scratch::new("admin-page-config");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            r#"[admin]
+token = "{TOKEN}"
+
+[store]
+durability = "strict"
+retention_days = 30
+
+[[auth.tokens]]
+name = "ci"
+token = "ci-secret-token-0123456789"
+allowed_tools = ["tool_search"]
+mode = "plan"
+
+[[mcp.servers]]
+name = "one"
+command = "python3"
+args = [{ONE_TOOL_SERVER:?}]
+env = {{ API_KEY = "env-secret-value" }}
+call_timeout = "90s"
+"#,
+            ONE_TOOL_SERVER = crate::ONE_TOOL_SERVER
+        ),
+    )
+    .unwrap();
+    let (child, addr) = start_with(&dir, &[], &["--trust-project"], &[]);
+    let (cookie, _) = log_in(&addr, TOKEN);
+    let (status, _, page) = request(&addr, "GET", "/admin/config", &[("Cookie", &cookie)], "");
+    stop(child);
+    assert_eq!(status, 200, "{page}");
+    let text = unescaped(
+        page.split("Effective configuration")
+            .nth(1)
+            .expect("the effective configuration"),
+    );
+    for shown in [
+        "[store]\n",
+        "durability = \"strict\"",
+        "retention_days = 30",
+        "[[auth.tokens]]",
+        "name = \"ci\"",
+        "mode = \"plan\"",
+        "allowed_tools = [\"tool_search\"]",
+        "[[mcp.servers]]",
+        "name = \"one\"",
+        "command = \"python3\"",
+        "call_timeout = \"90s\"",
+        "trust_project = true",
+        "[admin]\ntoken = \"<masked>\"",
+        "API_KEY = \"<masked>\"",
+    ] {
+        assert!(text.contains(shown), "{shown:?} in\n{text}");
+    }
+    for hidden in [
+        TOKEN,
+        "ci-secret-token-0123456789",
+        "env-secret-value",
+        "Some(",
+        "None",
+        "StoreConfig",
+        "trusted_by_flag",
+        "denied_tools",
+        "url = ",
+    ] {
+        assert!(!text.contains(hidden), "{hidden:?} in\n{text}");
+    }
+}
+
+/// With replicas, the page says which one it is (host name, pid, listen address), and the
+/// upstreams' actions say they act on it alone; a server disabled there shows on its
+/// `/metrics` as `state="disabled"`.
+#[test]
+fn the_page_names_its_replica_and_its_upstream_actions_act_on_it_alone() {
+    let dir = crate::Scratch::new("admin-page-replica");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[admin]\ntoken = \"{TOKEN}\"\n\n[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{:?}]\nrequired = true\n",
+            crate::ONE_TOOL_SERVER
+        ),
+    )
+    .unwrap();
+    let (child, addr) = start_with(&dir, &[], &[], &[]);
+    let pid = child.id().to_string();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .expect("the host name")
+        .trim()
+        .to_owned();
+    let (cookie, csrf) = log_in(&addr, TOKEN);
+    let (_, _, page) = request(&addr, "GET", "/admin/upstreams", &[("Cookie", &cookie)], "");
+    let text = unescaped(&page);
+    let replica = text
+        .split("id=\"replica\"")
+        .nth(1)
+        .and_then(|rest| rest.split("</").next())
+        .unwrap_or_else(|| panic!("the header names the replica in\n{text}"));
+    for part in [&host, &pid, &addr] {
+        assert!(replica.contains(part.as_str()), "{part} in {replica}");
+    }
+    assert!(text.contains("on this replica only"), "{text}");
+    let (status, _, page) = request(
+        &addr,
+        "POST",
+        "/admin/upstreams/one/disable",
+        &[("Cookie", &cookie)],
+        &format!("csrf={csrf}"),
+    );
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        unescaped(&page).contains("`one` disabled on this replica"),
+        "{page}"
+    );
+    let (status, metrics) = crate::serve::get(
+        &addr,
+        "/metrics",
+        &[("Authorization", &format!("Bearer {TOKEN}"))],
+    );
+    stop(child);
+    assert_eq!(status, 200, "{metrics}");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == r#"quiver_upstream_state{server="one",state="disabled"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == r#"quiver_upstream_state{server="one",state="connected"} 0"#),
+        "{metrics}"
+    );
 }
 
 #[test]

@@ -17,15 +17,15 @@ use reqwest::{
     Url,
     header::{AUTHORIZATION, HeaderName, HeaderValue},
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use self::duration::de_duration;
-pub(crate) use self::redact::redact_urls;
+use self::duration::{de_duration, ser_duration};
+pub use self::redact::redact_urls;
 use self::redact::{carries_credential, redact_one};
 use crate::McpError;
 
 /// How Quiver talks to an upstream server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum TransportKind {
@@ -50,7 +50,7 @@ fn yes() -> bool {
 }
 
 /// Who a server's process serves.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ServerScope {
@@ -72,7 +72,7 @@ pub const SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 /// configuration does not say (`max_per_principal`).
 pub const SESSION_MAX_PER_PRINCIPAL: usize = 8;
 /// Whose credentials a server's calls carry (`auth` of a `[[mcp.servers]]` entry).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum UpstreamAuth {
@@ -111,7 +111,7 @@ pub const DEFAULT_MAX_USER_CONNECTIONS: usize = 64;
 pub const DEFAULT_USER_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// One upstream MCP server as configured (for example a `[[mcp.servers]]` TOML table).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ServerConfig {
@@ -147,7 +147,11 @@ pub struct ServerConfig {
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     /// The HTTP request timeout (http).
-    #[serde(default, deserialize_with = "de_duration")]
+    #[serde(
+        default,
+        deserialize_with = "de_duration",
+        serialize_with = "ser_duration"
+    )]
     pub http_timeout: Option<Duration>,
     /// The `<server>` segment of tool names, when it should differ from `name`.
     #[serde(default)]
@@ -159,12 +163,20 @@ pub struct ServerConfig {
     #[serde(default)]
     pub liveness: Option<Liveness>,
     /// Per-call timeout; the client default (120 s) when absent.
-    #[serde(default, deserialize_with = "de_duration")]
+    #[serde(
+        default,
+        deserialize_with = "de_duration",
+        serialize_with = "ser_duration"
+    )]
     pub call_timeout: Option<Duration>,
     /// How long one connection attempt (start-up, `initialize`, the first `tools/list`) may
     /// take; the client default (30 s) when absent. A server fetched by `npx -y` or `uvx`
     /// on its first start may need more.
-    #[serde(default, deserialize_with = "de_duration")]
+    #[serde(
+        default,
+        deserialize_with = "de_duration",
+        serialize_with = "ser_duration"
+    )]
     pub connect_timeout: Option<Duration>,
     /// Bridge the server's resources through `list_mcp_resources` / `read_mcp_resource`.
     #[serde(default = "yes")]
@@ -205,7 +217,11 @@ pub struct ServerConfig {
     pub scope: ServerScope,
     /// A per-session server is stopped after this long without a call (and started again
     /// by the session's next call); [`SESSION_IDLE_TIMEOUT`] when absent.
-    #[serde(default, deserialize_with = "de_duration")]
+    #[serde(
+        default,
+        deserialize_with = "de_duration",
+        serialize_with = "ser_duration"
+    )]
     pub idle_timeout: Option<Duration>,
     /// How many processes of this per-session server one principal (an inbound token's
     /// name; `anonymous` without one) may run at once; [`SESSION_MAX_PER_PRINCIPAL`] when
@@ -231,7 +247,11 @@ pub struct ServerConfig {
     pub max_user_connections: Option<usize>,
     /// `passthrough` and `exchange`: how long a user's connection may sit unused before it
     /// is closed (default 5 min).
-    #[serde(default, deserialize_with = "de_duration")]
+    #[serde(
+        default,
+        deserialize_with = "de_duration",
+        serialize_with = "ser_duration"
+    )]
     pub user_idle_timeout: Option<Duration>,
 }
 
@@ -365,7 +385,7 @@ pub(crate) fn token_var(name: &str) -> String {
 
 /// The whole client configuration as a host may read it: the servers, and optionally the
 /// opt-in list form of `insecure_http` (server names).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct McpClientConfig {

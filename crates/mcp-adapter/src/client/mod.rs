@@ -43,7 +43,8 @@ use tokio_util::sync::CancellationToken;
 pub use config::{
     DEFAULT_MAX_USER_CONNECTIONS, DEFAULT_USER_IDLE_TIMEOUT, INHERITED_ENV, Liveness,
     McpClientConfig, ResolvedServer, SESSION_IDLE_TIMEOUT, SESSION_MAX_PER_PRINCIPAL, ServerConfig,
-    ServerScope, TransportKind, UpstreamAuth, check_delegation, interpolate_env, validate_all,
+    ServerScope, TransportKind, UpstreamAuth, check_delegation, interpolate_env, redact_urls,
+    validate_all,
 };
 pub use findings::{
     comparable_definitions, connection_findings, server_list_findings, token_findings,

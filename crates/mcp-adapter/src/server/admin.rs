@@ -102,7 +102,7 @@ struct Admin {
 /// host gives what it serves.
 pub(crate) fn router(shared: &Arc<Shared>, hosts: &[String]) -> Router {
     let Some(token) = shared.options.admin_token.clone() else {
-        return Router::new();
+        return without_token();
     };
     let mut router = Router::new();
     if shared.reload.is_some() {
@@ -121,6 +121,26 @@ pub(crate) fn router(shared: &Arc<Shared>, hosts: &[String]) -> Router {
         router = router.merge(page.layer(axum::middleware::from_fn_with_state(hosts, guard_page)));
     }
     router
+}
+
+/// What `/metrics` answers on the MCP listener without an admin token.
+const NO_METRICS: &str = "/metrics is served here only with `[admin] token` set in quiver.toml (read at start; send it as `Authorization: Bearer <token>`), or without a token on a listener of its own: `quiver serve --metrics-listen ADDR`";
+
+/// What `/admin` and its paths answer without an admin token.
+const NO_ADMIN: &str = "/admin needs `[admin] token` in quiver.toml (read at start: set it and restart `quiver serve`); without it there is no admin page and no `POST /admin/reload`";
+
+/// The admin paths without an admin token: 404 saying what would open them, whatever the
+/// caller sends (no inbound token's 401, which would ask for a token that cannot open them).
+fn without_token() -> Router {
+    let missing = |text: &'static str| {
+        axum::routing::any(move || async move {
+            answer(StatusCode::NOT_FOUND, json!({ "error": text }))
+        })
+    };
+    Router::new()
+        .route(METRICS_PATH, missing(NO_METRICS))
+        .route("/admin", missing(NO_ADMIN))
+        .route("/admin/{*rest}", missing(NO_ADMIN))
 }
 
 /// The admin page's guard: the `Host` and `Origin` checks of `/mcp` (the page does its

@@ -10,7 +10,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use quiver_contract::{Capabilities, Mode};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use quiver_registry::identity::{TokenError, TokenVerifier};
 
@@ -18,7 +18,7 @@ use super::oidc::{OidcAuth, Rules};
 use crate::sync::lock;
 
 /// The inbound bearer tokens. Empty: every request is anonymous and allowed.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct InboundAuth {
@@ -102,7 +102,7 @@ impl InboundAuth {
 }
 
 /// One inbound token: who it is, and what it may do.
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct InboundToken {

@@ -14,12 +14,12 @@ use axum::{
 };
 use quiver_contract::{Capabilities, Mode};
 use quiver_registry::identity::VerifiedToken;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::auth::{AuthError, InboundToken, Principal};
 
 /// `[auth.oidc]`: access tokens from an OpenID provider, beside the `[[auth.tokens]]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct OidcAuth {
@@ -67,7 +67,7 @@ pub struct OidcAuth {
 /// `[[auth.oidc.rules]]`: a token whose claim `claim` has `value` (or, for an array claim,
 /// holds it; for `scope`, names it) gets this tenant, mode and these tools and servers. A
 /// rule with neither `claim` nor `value` matches every token.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ClaimRule {

@@ -216,6 +216,19 @@ async fn gauges_are_read_at_each_scrape() {
         Some(1.0),
         "{text}"
     );
+    // Disabled by an operator: a state of its own, not a series that stops.
+    *state.lock().unwrap() = UpstreamState::Disabled;
+    let text = metrics.render();
+    for (state, want) in [("disabled", 1.0), ("connected", 0.0), ("stopped", 0.0)] {
+        assert_eq!(
+            sample(
+                &text,
+                &format!(r#"quiver_upstream_state{{server="git",state="{state}"}}"#)
+            ),
+            Some(want),
+            "{text}"
+        );
+    }
 }
 
 /// A sandbox that fails each run with the error its inputs name.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::Liveness;
 
@@ -15,6 +15,35 @@ impl<'de> Deserialize<'de> for Liveness {
             raw => raw.duration(true).map(Liveness::Every),
         }
         .map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for Liveness {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Liveness::Every(d) => s.serialize_str(&written(*d)),
+            Liveness::Off => s.serialize_str("off"),
+        }
+    }
+}
+
+/// A duration as a configuration writes it, read back the same: `"500ms"`, `"90s"`,
+/// `"2.5s"`.
+fn written(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{}s", d.as_secs())
+    } else if d < Duration::from_secs(1) && d.subsec_nanos().is_multiple_of(1_000_000) {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{}s", quiver_contract::short_number(d.as_secs_f64()))
+    }
+}
+
+/// Writes an optional duration as [`written`] gives it (a configuration shown back).
+pub(super) fn ser_duration<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_str(&written(*d)),
+        None => s.serialize_none(),
     }
 }
 

@@ -20,7 +20,7 @@ pub(super) fn carries_credential(name: &HeaderName) -> bool {
 /// password, query and fragment (`?…`): the parts that may carry a secret an
 /// `${env:...}` put there. A URL runs to the next whitespace (a query may hold `,` or
 /// `)`); punctuation that ends the sentence after it (`)`, `:`, `,`, `.`) is kept.
-pub(crate) fn redact_urls(text: &str) -> String {
+pub fn redact_urls(text: &str) -> String {
     // ASCII lower-casing keeps every byte offset.
     let lower = text.to_ascii_lowercase();
     let mut out = String::with_capacity(text.len());

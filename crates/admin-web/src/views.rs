@@ -1225,7 +1225,7 @@ mod tests {
             .map(|seq| Tamper::Removed { from: seq, to: seq })
             .collect();
         report.problems_found = 2000;
-        let text = chain(&report, "CSRF").into_string();
+        let text = chain(&report, &frame()).into_string();
         assert!(
             text.contains(
                 "Chain BROKEN: 2000 problem(s) in 5446 row(s) checked (rows 1 to 5446); the first 50 are listed; the first is where the tampering starts."

@@ -344,7 +344,7 @@ impl Collector for Gauges {
             gauge(
                 &mut encoder,
                 "log_rows_waiting",
-                "Execution-log rows handed to the writer and neither written nor dropped yet: its queue, and the rows it holds while log_failing is 1",
+                "Execution-log rows handed to the writer and neither written nor dropped yet: its queue, rows waiting for room in it, the rows of answers held until they are committed (strict durability), and the rows it holds while log_failing is 1",
                 handed.saturating_sub(r.written + r.dropped),
             )?;
             gauge(

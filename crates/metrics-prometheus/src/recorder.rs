@@ -21,9 +21,10 @@ impl CountingRecorder {
 #[async_trait]
 impl ToolCallRecorder for CountingRecorder {
     async fn record(&self, record: CallRecord) {
-        self.inner.record(record).await;
-        // Counted once handed over: a row waiting for room in a full queue is not in it yet.
+        // Counted as it is handed over: a row waiting for room in a full queue, or held
+        // with its answer until it is committed (`durability = "strict"`), is waiting too.
         self.handed.fetch_add(1, Ordering::Relaxed);
+        self.inner.record(record).await;
     }
 
     async fn flush(&self) {

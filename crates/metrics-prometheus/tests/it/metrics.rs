@@ -289,3 +289,46 @@ async fn sandbox_runs_and_kills_are_counted_by_result_and_limit() {
         assert_eq!(sample(&text, series), Some(want), "{series} in\n{text}");
     }
 }
+
+/// A recorder that holds each row until it is let go, as the store's writer holds a
+/// strict-durability answer until its row is committed.
+struct Held(tokio::sync::Semaphore);
+
+#[async_trait]
+impl quiver_registry::ToolCallRecorder for Held {
+    async fn record(&self, _: quiver_registry::CallRecord) {
+        let _ = self.0.acquire().await.map(|p| p.forget());
+    }
+}
+
+/// A row held with its answer counts as waiting while it is held: the gauge an alert on
+/// an outage reads (strict durability holds every answer's row until it is committed).
+#[tokio::test]
+async fn a_row_held_until_its_commit_is_waiting() {
+    let metrics = Metrics::new();
+    metrics.read_log_writer(|| LogWriterReading::new(0, 0, true));
+    let held = Arc::new(Held(tokio::sync::Semaphore::new(0)));
+    let recorder = metrics.recorder(held.clone());
+    let call = tokio::spawn(async move {
+        recorder
+            .record(quiver_registry::CallRecord::new(
+                "t",
+                "c1",
+                json!({}),
+                Envelope::ok(json!({})),
+            ))
+            .await;
+    });
+    tokio::task::yield_now().await;
+    let mut waiting = None;
+    for _ in 0..100 {
+        waiting = sample(&metrics.render(), "quiver_log_rows_waiting");
+        if waiting == Some(1.0) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(waiting, Some(1.0), "{}", metrics.render());
+    held.0.add_permits(1);
+    call.await.unwrap();
+}

@@ -922,6 +922,21 @@ async fn command(
             // The rest of the catalog is reached through `tool_search`; an operator is told
             // how to see it (on stderr for the JSON formats, whose output stays one value).
             let more = app.catalog.len().saturating_sub(specs.len());
+            // Of those, the ones this caller's search can find in this mode (plan mode's
+            // leaves out every tool that changes something).
+            let listed: std::collections::HashSet<&str> =
+                specs.iter().map(|s| s.name.as_str()).collect();
+            let findable = app
+                .catalog
+                .tools()
+                .iter()
+                .filter(|e| {
+                    !listed.contains(e.spec.name.as_str())
+                        && app
+                            .surface
+                            .visible(&e.spec.name, caller.mode, &caller.capabilities)
+                })
+                .count();
             if more > 0 {
                 let denied = config
                     .always_denied(caller.tenant.as_deref(), caller.principal.as_deref())
@@ -935,7 +950,11 @@ async fn command(
                         "which this caller cannot find (tool_search is not among its allowed tools)"
                             .to_owned()
                     }
-                    None => "found through tool_search".to_owned(),
+                    None if findable == more => "found through tool_search".to_owned(),
+                    None => format!(
+                        "{findable} of them found through tool_search in {} mode (the rest are not offered to this caller in it)",
+                        caller.mode.as_str()
+                    ),
                 };
                 let line = format!(
                     "{more} more tool(s) in the catalog, {reach}: `quiver tools --all` lists every one"

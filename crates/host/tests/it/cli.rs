@@ -2143,6 +2143,16 @@ fn tools_all_lists_the_whole_catalog_and_the_surface_says_it_exists() {
         text.contains("more tool(s) in the catalog, found through tool_search: `quiver tools --all` lists every one"),
         "{text}"
     );
+    // Plan mode's search finds none of the server's tools (none says it is read-only): the
+    // count says how many this mode can find, not the whole catalog's.
+    let plan = stdout(&quiver_in(
+        &dir,
+        &["--mcp-config", "mcp.json", "tools", "--mode", "plan"],
+    ));
+    assert!(
+        plan.contains("of them found through tool_search in plan mode (the rest are not offered to this caller in it)"),
+        "{plan}"
+    );
     // A token that cannot search is listed the tool it names, and told it cannot reach the
     // rest rather than sent to tool_search.
     std::fs::write(

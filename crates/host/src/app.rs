@@ -244,7 +244,17 @@ impl App {
         mcp_files: &[std::path::PathBuf],
         access: StoreAccess,
     ) -> anyhow::Result<App> {
-        let store = Arc::new(Store::open(config, access).await?);
+        let store = Store::open(config, access).await?;
+        Self::build_on(config, mcp_files, store).await
+    }
+
+    /// [`App::build`] on a store opened already.
+    pub async fn build_on(
+        config: &Config,
+        mcp_files: &[std::path::PathBuf],
+        store: Store,
+    ) -> anyhow::Result<App> {
+        let store = Arc::new(store);
         let catalog = Arc::new(Catalog::new());
         // The floor is store-backed: the in-memory usage is never read.
         // A tool a policy denies to every caller is never offered (listed, found, described):
@@ -318,7 +328,7 @@ impl App {
         let catalog_dir = Arc::new(crate::catalog_dir::CatalogDirTools::new(
             catalog.clone(),
             custom.clone(),
-            matches!(access, StoreAccess::ReadWrite),
+            !store.is_read_only(),
         ));
         if let Some(dir) = &config.catalog.dir {
             let names: Vec<String> = servers.iter().map(|s| s.name.clone()).collect();

@@ -778,7 +778,28 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Floor { rederive } if !rederive => StoreAccess::ReadOnly,
         _ => StoreAccess::ReadWrite,
     };
-    let app = App::build_with(&config, &cli.mcp_config, access).await?;
+    // `status` is how an operator finds out why things fail: a database it cannot open is
+    // said on the store's line, and the rest (upstreams, the last reload) still shown, read
+    // beside an empty store.
+    let mut store_down = None;
+    let app = match &cmd {
+        Command::Status if config.store.url.is_some() => {
+            let store = match quiver_host::Store::open(&config, access).await {
+                Ok(store) => store,
+                Err(e) => {
+                    store_down = Some(format!("{e:#}"));
+                    let mut empty = config.clone();
+                    empty.store.url = None;
+                    empty.store.path = std::env::temp_dir()
+                        .join(format!("quiver-status-{}", std::process::id()))
+                        .join("none.db");
+                    quiver_host::Store::open(&empty, StoreAccess::ReadOnly).await?
+                }
+            };
+            App::build_on(&config, &cli.mcp_config, store).await?
+        }
+        _ => App::build_with(&config, &cli.mcp_config, access).await?,
+    };
     let stopped = |signal: u8| {
         eprintln!("quiver: interrupted by signal {signal}: stopping the upstreams");
         Ok(ExitCode::from(128 + signal))
@@ -811,6 +832,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         eprintln!("quiver: {problem}");
         required_down = true;
     }
+    if store_down.is_some() {
+        required_down = true;
+    }
     let waited = match waited {
         Err(e) if diagnostic => {
             eprintln!("quiver: {e:#}");
@@ -825,10 +849,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         // `serve` watches the signals itself: it drains its connections first. One that
         // came while it prepared (retention, the floor) stops it once it serves.
         Ok(None) if matches!(cmd, Command::Serve { .. }) => {
-            command(&app, &config, cmd, Some(&mut signals)).await
+            command(&app, &config, cmd, Some(&mut signals), None).await
         }
         Ok(None) => tokio::select! {
-            code = command(&app, &config, cmd, None) => code,
+            code = command(&app, &config, cmd, None, store_down.as_deref()) => code,
             signal = signals.next() => stopped(signal),
         },
     };
@@ -870,11 +894,12 @@ async fn command(
     config: &Config,
     command: Command,
     signals: Option<&mut quiver_host::serve::Signals>,
+    store_down: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
     match command {
         Command::Status => {
             let search = quiver_host::search_mode(config).await;
-            commands::status::run(app, config, &search)
+            commands::status::run(app, config, &search, store_down)
         }
         Command::Floor { rederive } => commands::floor::run(app, rederive).await,
         Command::Check { against } => commands::check::run(app, config, against).await,

@@ -8,9 +8,17 @@ pub(crate) fn run(
     app: &App,
     config: &Config,
     search: &quiver_host::SearchMode,
+    store_down: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
     let config_store = config.store.path.as_path();
-    if config.store.url.is_some() {
+    if let Some(why) = store_down {
+        // What follows was read beside an empty store: the upstreams are as this process
+        // connects to them, whatever the database holds.
+        say!(
+            "store: {} (PostgreSQL, shared): cannot be opened: {why}",
+            config.store.shown()
+        );
+    } else if config.store.url.is_some() {
         // The password masked: a status is pasted into tickets.
         say!("store: {} (PostgreSQL, shared)", app.store.location());
     } else if app.store.exists() {

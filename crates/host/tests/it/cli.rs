@@ -2715,3 +2715,36 @@ fn a_shortened_result_of_quiver_call_names_no_pages_to_read_back() {
     );
     assert!(!text.contains("read_result {"), "{text}");
 }
+
+/// `quiver status` with a database it cannot reach says so on the store's line, with the
+/// password masked, and still shows the upstreams (exit 1): the moment an operator needs it.
+#[test]
+fn status_with_the_database_down_still_shows_the_upstreams() {
+    let dir = workdir("status-db-down");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[store]\nurl = \"postgres://quiver:s3cret-pw@127.0.0.1:1/quiver\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("mcp.json"),
+        serde_json::json!({"mcpServers": {"one": {"command": "python3",
+            "args": [ONE_TOOL_SERVER]}}})
+        .to_string(),
+    )
+    .unwrap();
+    let out = quiver_in(&dir, &["--mcp-config", "mcp.json", "status"]);
+    let text = stdout(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}{err}");
+    assert!(
+        text.contains("store: postgres://quiver:***@127.0.0.1:1/quiver (PostgreSQL, shared): cannot be opened:")
+            && text.contains("cannot reach the server"),
+        "{text}"
+    );
+    assert!(
+        text.contains("one ") && text.contains("connected"),
+        "{text}"
+    );
+    assert!(!text.contains("s3cret-pw") && !err.contains("s3cret-pw"));
+}

@@ -206,6 +206,22 @@ impl PgStore {
             location: location.clone(),
             cause,
         };
+        // The driver reads the host from after the first `@`, the mask hides up to the
+        // last: a password with an `@` left as it is would be dialled at a host the
+        // message does not show.
+        if let Some((_, rest)) = url.split_once("://")
+            && rest
+                .split(['/', '?'])
+                .next()
+                .unwrap_or("")
+                .matches('@')
+                .count()
+                > 1
+        {
+            return Err(invalid(
+                "[store] url has more than one `@` before its host: a user name or password holding `@` must write it as %40 (and `:` as %3A, `/` as %2F, `#` as %23)".into(),
+            ));
+        }
         let (driver_url, tls_settings) =
             tls::split(url).map_err(|e| invalid(format!("[store] url: {e}")))?;
         let mut cfg: tokio_postgres::Config = driver_url.parse().map_err(|e| {

@@ -77,6 +77,18 @@ async fn bad_urls_refused_passwords_and_missing_databases_say_what_to_fix() {
     let text = unavailable(err);
     assert!(text.contains("not a PostgreSQL connection URL"), "{text}");
 
+    // A password with an unencoded `@`: said so, not dialled at a host the mask hides.
+    let at =
+        server
+            .url("quiver")
+            .replacen(quiver_store_testkit::PASSWORD_FOR_TESTS, "pass@word", 1);
+    let text = unavailable(PgStore::open(&at, quick()).await.expect_err("two @"));
+    assert!(text.contains("must write it as %40"), "{text}");
+    assert!(
+        !text.contains("pass@word") && !text.contains("word@"),
+        "{text}"
+    );
+
     let wrong = server
         .url("quiver")
         .replace(quiver_store_testkit::PASSWORD_FOR_TESTS, "wrong-password");

@@ -85,6 +85,9 @@ pub struct Reloader {
     /// The configuration in force, and the skills fingerprint it was loaded with; held for
     /// the whole of a reload, so one runs at a time.
     current: tokio::sync::Mutex<(Config, u64)>,
+    /// The configuration the server started with: what the sections a reload cannot apply
+    /// (`needs_restart`) are compared with, so undoing such a change schedules no restart.
+    started: Config,
     status_file: PathBuf,
     catalog: Arc<Catalog>,
     /// The local prompts `serve` offers (skills and command files), replaced with them.
@@ -143,6 +146,7 @@ impl Reloader {
             mcp_files,
             mcp,
             policy,
+            started: config.clone(),
             current: tokio::sync::Mutex::new((config, print)),
             status_file,
             catalog,
@@ -405,25 +409,28 @@ impl Reloader {
                 (format!("{o:?}"), secrets)
             })
         };
+        // Against the configuration in force since start, not the last file read: these
+        // sections were never applied.
+        let started = &self.started;
         let needs_restart: Vec<&str> = [
             (
                 "store",
-                same(&current.store, &config.store) && current.store.url == config.store.url,
+                same(&started.store, &config.store) && started.store.url == config.store.url,
             ),
             (
                 "limits.max_http_sessions, limits.input_wait_secs",
-                server_limits(&current.limits) == server_limits(&config.limits),
+                server_limits(&started.limits) == server_limits(&config.limits),
             ),
             ("auth", !auth_changed || auth_live),
             // The verifier and the metadata routes are built at start; the claim rules
             // are live with the tokens.
             (
                 "auth.oidc (issuer, resource, keys, introspection, token exchange client)",
-                oidc_settings(&current.auth) == oidc_settings(&config.auth),
+                oidc_settings(&started.auth) == oidc_settings(&config.auth),
             ),
-            ("sandbox", same(&current.sandbox, &config.sandbox)),
-            ("custom", same(&current.custom, &config.custom)),
-            ("telemetry", current.telemetry == config.telemetry),
+            ("sandbox", same(&started.sandbox, &config.sandbox)),
+            ("custom", same(&started.custom, &config.custom)),
+            ("telemetry", started.telemetry == config.telemetry),
             ("admin", self.apply_admin(&current.admin, &config.admin)),
         ]
         .into_iter()

@@ -73,7 +73,24 @@ async fn a_reload_replaces_the_policy_rules_and_a_broken_file_changes_nothing() 
     )
     .unwrap();
     let report = reloader.reload("test").await.expect("a good file reloads");
-    assert_eq!(report["needs_restart"], json!(["telemetry"]), "{report}");
+    // Compared with what the server started with: the sessions cap is still to apply.
+    assert_eq!(
+        report["needs_restart"],
+        json!([
+            "limits.max_http_sessions, limits.input_wait_secs",
+            "telemetry"
+        ]),
+        "{report}"
+    );
+
+    // Both undone: the file is again what the server runs, and no restart is due.
+    std::fs::write(
+        &file,
+        "[store]\npath = \"q.db\"\n\n[limits]\nmax_result_chars = 5000\n",
+    )
+    .unwrap();
+    let report = reloader.reload("test").await.expect("a good file reloads");
+    assert_eq!(report["needs_restart"], json!([]), "{report}");
     app.shutdown().await.unwrap();
 }
 

@@ -100,6 +100,12 @@ impl OidcVerifier {
         get_bounded(&self.http, url).await
     }
 
+    /// Reads the provider's discovery document as a token check would, without a token:
+    /// what `quiver check` and start-up use to find a wrong `issuer` before any user does.
+    pub async fn probe(&self) -> Result<(), TokenError> {
+        self.discovery().await.map(|_| ())
+    }
+
     /// The discovery document: `/.well-known/openid-configuration` under the issuer, else
     /// the RFC 8414 `/.well-known/oauth-authorization-server` form. Its `issuer` must be the
     /// configured one, character for character.
@@ -614,5 +620,9 @@ mod tests {
             "{why}"
         );
         assert!(!why.contains("Some("), "{why}");
+        // Found without a token too.
+        assert!(matches!(v.probe().await, Err(TokenError::Misconfigured(_))));
+        let right = OidcVerifier::new(OidcConfig::new(&issuer.url, AUD)).unwrap();
+        right.probe().await.expect("the provider's own issuer");
     }
 }

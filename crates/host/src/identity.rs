@@ -46,6 +46,28 @@ pub(crate) fn verifier(oidc: &OidcAuth) -> anyhow::Result<Arc<dyn TokenVerifier>
     Ok(Arc::new(verifier))
 }
 
+/// What `[auth.oidc]`'s provider says of the configuration, read now (its discovery
+/// document, within `limit`): `None` when tokens can be checked; else why not, and
+/// whether it is the configuration's fault (`true`) or the provider is out of reach.
+pub async fn oidc_problem(oidc: &OidcAuth, limit: std::time::Duration) -> Option<(String, bool)> {
+    let verifier = match oidc_config(oidc).and_then(|c| Ok(OidcVerifier::new(c)?)) {
+        Ok(v) => v,
+        Err(e) => return Some((format!("{e:#}"), true)),
+    };
+    match tokio::time::timeout(limit, verifier.probe()).await {
+        Ok(Ok(())) => None,
+        Ok(Err(quiver_registry::identity::TokenError::Misconfigured(why))) => Some((why, true)),
+        Ok(Err(e)) => Some((e.to_string(), false)),
+        Err(_) => Some((
+            format!(
+                "the provider did not answer within {}",
+                quiver_contract::duration_text(limit)
+            ),
+            false,
+        )),
+    }
+}
+
 /// The token exchange of `[auth.oidc]` (`client_id` and `client_secret`: Quiver's own client
 /// at the issuer), for servers with `auth = "exchange"`; `None` when they are not set.
 pub(crate) fn exchanger(oidc: &OidcAuth) -> anyhow::Result<Option<Arc<dyn TokenExchanger>>> {

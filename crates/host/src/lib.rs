@@ -13,7 +13,7 @@ pub mod clients;
 mod config;
 mod formats;
 mod fs_skills;
-mod identity;
+pub mod identity;
 mod mcp_json;
 pub mod metrics;
 pub mod reload;

@@ -21,6 +21,17 @@ pub(crate) async fn run(
             dir.display()
         )));
     }
+    // A wrong `issuer` fails every user's first request and nothing before: the provider
+    // is asked now.
+    if let Some(oidc) = &config.auth.oidc
+        && let Some((why, _)) =
+            quiver_host::identity::oidc_problem(oidc, std::time::Duration::from_secs(10)).await
+    {
+        findings.push(quiver_contract::Finding::error(format!(
+            "[auth.oidc] issuer {}: [tokens cannot be checked] {why}",
+            oidc.issuer
+        )));
+    }
     for f in &findings {
         say!("{f}");
     }

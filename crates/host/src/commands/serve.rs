@@ -126,6 +126,27 @@ pub(crate) async fn run(
         allow_hosts,
         metrics_listen,
     } = how;
+    // The provider is asked once at start, in the background: a wrong `issuer` is then in
+    // the log before the first user's request fails on it.
+    if let Some(oidc) = config.auth.oidc.clone() {
+        tokio::spawn(async move {
+            match quiver_host::identity::oidc_problem(&oidc, std::time::Duration::from_secs(10))
+                .await
+            {
+                Some((why, true)) => {
+                    tracing::error!(
+                        "[auth.oidc]: no access token can be checked until this is fixed: {why}"
+                    );
+                }
+                Some((why, false)) => {
+                    tracing::warn!(
+                        "[auth.oidc]: the provider cannot be read now (tokens are checked once it can): {why}"
+                    );
+                }
+                None => {}
+            }
+        });
+    }
     let transport = if stdio {
         quiver_host::serve::Transport::Stdio
     } else {

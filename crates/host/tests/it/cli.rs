@@ -2748,3 +2748,22 @@ fn status_with_the_database_down_still_shows_the_upstreams() {
     );
     assert!(!text.contains("s3cret-pw") && !err.contains("s3cret-pw"));
 }
+
+/// `quiver check` asks the `[auth.oidc]` provider for its discovery document: one it cannot
+/// read fails the check before any user's token does.
+#[test]
+fn check_reads_the_oidc_providers_discovery_document() {
+    let dir = workdir("check-oidc");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[auth.oidc]\nissuer = \"http://127.0.0.1:1\"\nresource = \"http://127.0.0.1:7345/mcp\"\n",
+    )
+    .unwrap();
+    let out = quiver_in(&dir, &["check"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("[auth.oidc] issuer http://127.0.0.1:1: [tokens cannot be checked]"),
+        "{text}"
+    );
+}

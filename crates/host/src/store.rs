@@ -58,7 +58,8 @@ impl Store {
             }
             let store = PgStore::open(url, opts)
                 .await
-                .with_context(|| format!("opening the store {}", config.store.shown()))?;
+                // The store's own error names it (its password masked).
+                .context("opening the store")?;
             return Ok(Store::Postgres(store));
         }
         let path = &config.store.path;

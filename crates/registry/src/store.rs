@@ -57,8 +57,9 @@ pub enum StoreError {
         /// Why, for the operator.
         cause: String,
     },
-    /// The stored data is damaged or is not a store at all.
-    #[error("store at {location} is corrupt: {cause}")]
+    /// The stored data is damaged or is not a store at all (the cause says which: "the
+    /// database file is damaged", "not a Quiver store").
+    #[error("store at {location} cannot be used: {cause}")]
     Corrupt {
         /// The database path or address.
         location: String,

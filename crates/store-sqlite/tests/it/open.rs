@@ -153,6 +153,11 @@ fn another_applications_database_is_refused_and_left_alone() {
         text.contains("not a Quiver store") && text.contains("customers"),
         "{text}"
     );
+    // Another application's file is not damaged: not called corrupt.
+    assert!(
+        text.contains("cannot be used") && !text.contains("corrupt"),
+        "{text}"
+    );
     let peek = rusqlite::Connection::open(&path).expect("peek");
     let mode: String = peek
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))

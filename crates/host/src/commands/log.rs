@@ -219,15 +219,7 @@ pub(crate) async fn verify(config: &Config, expect_head: Option<&str>) -> anyhow
         report.problems_found,
         report.rows
     );
-    for p in &report.problems {
-        say!("  - {p}");
-    }
-    if report.problems_unlisted() > 0 {
-        say!(
-            "  ... and {} more problem(s) not listed",
-            report.problems_unlisted()
-        );
-    }
+    say_problems(&report);
     Ok(ExitCode::from(1))
 }
 
@@ -320,5 +312,18 @@ fn parse_since(text: &str) -> anyhow::Result<std::time::SystemTime> {
         None => anyhow::bail!(
             "--since {text:?} is neither a time nor an age: give RFC 3339 (`2026-12-01T00:00:00Z`) or a number with s, m, h or d (`24h`)"
         ),
+    }
+}
+
+/// A broken chain's listed problems, one a line, and how many more there are.
+pub(crate) fn say_problems(report: &quiver_registry::chain::VerifyReport) {
+    for p in &report.problems {
+        say!("  - {p}");
+    }
+    if report.problems_unlisted() > 0 {
+        say!(
+            "  ... and {} more problem(s) not listed",
+            report.problems_unlisted()
+        );
     }
 }

@@ -110,15 +110,7 @@ async fn check_chain(store: &SqliteStore, from: &Path, accept_broken: bool) -> a
         "{broken}; copying anyway (--accept-broken-chain): the copied rows are chained anew in PostgreSQL, where these changes will no longer show; keep {} as the evidence:",
         from.display()
     );
-    for p in &report.problems {
-        say!("  - {p}");
-    }
-    if report.problems_unlisted() > 0 {
-        say!(
-            "  ... and {} more problem(s) not listed",
-            report.problems_unlisted()
-        );
-    }
+    super::log::say_problems(&report);
     Ok(())
 }
 

@@ -71,11 +71,6 @@ pub(crate) struct SessionLink {
     /// `roots/list` (a request still open carries the question on its own stream; one
     /// that ended, on the session's).
     client: Mutex<Option<Arc<dyn quiver_contract::ClientChannel>>>,
-    /// The server's last `roots/list` was answered with no channel that takes it: the
-    /// session's requests until then came without one (a first `tool_search` is answered
-    /// on the direct path, as if its client had declared nothing), so the server holds no
-    /// roots whatever the client has.
-    blind: std::sync::atomic::AtomicBool,
 }
 
 impl SessionLink {
@@ -84,20 +79,7 @@ impl SessionLink {
         SessionLink {
             who: Who::Named(id.into()),
             client: Mutex::new(None),
-            blind: std::sync::atomic::AtomicBool::new(false),
         }
-    }
-
-    /// The server's `roots/list` was answered, through a channel of the session that takes
-    /// it, or with no roots for want of one.
-    pub(crate) fn answered(&self, through_channel: bool) {
-        self.blind
-            .store(!through_channel, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Whether the server's last `roots/list` found no channel to ask.
-    pub(crate) fn blind(&self) -> bool {
-        self.blind.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The session's latest request came with `client`.

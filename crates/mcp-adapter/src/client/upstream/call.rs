@@ -533,12 +533,11 @@ impl Upstream {
 
     /// Whether the server holds another client's roots than this call's (or none it should).
     fn roots_stale(&self, conn: &Conn, ctx: &CallContext) -> bool {
-        let has_roots = ctx.client.as_ref().is_some_and(|c| c.features().roots);
-        // A per-session server holds its session's roots, and serves no other client; it
-        // holds none when it asked before the session's requests brought a channel.
-        if let Some(link) = self.session.get() {
-            return link.blind() && has_roots;
+        // A per-session server holds its session's roots, and serves no other client.
+        if self.session.get().is_some() {
+            return false;
         }
+        let has_roots = ctx.client.as_ref().is_some_and(|c| c.features().roots);
         self.roots
             .stale_for(conn.generation, &Who::of(ctx), has_roots)
     }
@@ -551,26 +550,7 @@ impl Upstream {
     async fn sync_roots(&self, conn: &Conn, label: &str, ctx: &CallContext, limit: Duration) {
         let who = Who::of(ctx);
         let has_roots = ctx.client.as_ref().is_some_and(|c| c.features().roots);
-        if let Some(link) = self.session.get() {
-            // A per-session server holds its session's roots, unless it asked for them
-            // before any request of the session brought a channel to ask through: it is
-            // told to fetch them again through this call's (the session's latest).
-            if link.blind() && has_roots {
-                let notify = async { conn.peer.notify_roots_list_changed().await.is_ok() };
-                let limit = limit.min(REFETCH_WAIT);
-                let sync = async {
-                    if let Refetch::Asked(mark) = self.roots.refetch(notify, limit).await {
-                        self.roots.settle(mark, limit).await;
-                    }
-                };
-                tokio::select! {
-                    () = sync => {}
-                    () = ctx.cancel.cancelled() => {}
-                }
-            }
-            return;
-        }
-        if !self.roots.stale_for(conn.generation, &who, has_roots) {
+        if self.session.get().is_some() || !self.roots.stale_for(conn.generation, &who, has_roots) {
             return;
         }
         // Registered while the server fetches, so that its `roots/list` reaches this call's

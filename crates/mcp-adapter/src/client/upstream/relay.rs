@@ -303,7 +303,6 @@ impl ClientHandler for UpstreamRelay {
         // A per-session server is given its session's roots, whatever it is doing.
         if let Some(link) = up.session.get() {
             let client = link.client();
-            link.answered(client.as_ref().is_some_and(|c| c.features().roots));
             let answer = tokio::select! {
                 r = roots_of(client.as_ref()) => r.ok(),
                 _ = context.ct.cancelled() => None,

@@ -804,6 +804,79 @@ async fn sigterm_stops_quiver_serve_cleanly() {
     );
 }
 
+/// Two `quiver serve` processes on one store each keep their own reload report: `quiver
+/// status` names both, and when the configuration file no longer loads it says so and that
+/// each keeps running what it has. A server that stops takes its report with it.
+#[tokio::test]
+async fn status_names_every_running_server_and_what_a_broken_file_did_to_each() {
+    let dir = fresh_dir();
+    let status = |dir: &Path| {
+        let out = std::process::Command::new(quiver_binary())
+            .arg("status")
+            .current_dir(dir)
+            .output()
+            .expect("quiver status runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let mut first =
+        Server::start_in(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"], &dir).await;
+    let mut second =
+        Server::start_in(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"], &dir).await;
+    let (a, b) = (first.pid(), second.pid());
+    let (_, out, _) = status(&dir);
+    for pid in [a, b] {
+        assert!(
+            out.contains(&format!("quiver serve pid {pid}: running for")),
+            "status names server {pid}: {out}"
+        );
+    }
+
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[limits]\nmax_result_chars = \"many\"\n",
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let (code, out, err) = loop {
+        let (code, out, err) = status(&dir);
+        if out
+            .matches("failed, the running configuration stays")
+            .count()
+            == 2
+        {
+            break (code, out, err);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "both servers report the failed reload: {out}{err}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(err.contains("max_result_chars"), "the file's error: {err}");
+    for pid in [a, b] {
+        assert!(
+            out.contains(&format!(
+                "quiver serve pid {pid} keeps the configuration it runs"
+            )),
+            "{out}"
+        );
+    }
+
+    std::fs::remove_file(dir.join("quiver.toml")).unwrap();
+    assert!(first.terminate().await.success());
+    let (_, out, _) = status(&dir);
+    assert!(
+        !out.contains(&format!("pid {a}")) && out.contains(&format!("pid {b}")),
+        "only the running server is named: {out}"
+    );
+    assert!(second.terminate().await.success());
+}
+
 /// SIGHUP reloads `quiver serve`'s configuration (the Unix convention for daemons): it
 /// serves on, and says so in the reload status `quiver status` reads; SIGTERM then stops it
 /// cleanly, exit 0.
@@ -814,18 +887,21 @@ async fn a_hangup_reloads_quiver_serve_and_sigterm_stops_it() {
         Server::start_in(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"], &dir).await;
     let pid = server.child.id().expect("running").to_string();
     send_signal(&pid, "-HUP").await;
-    let status_file = dir.join("quiver.db.reload.json");
+    let status_file = dir.join(format!("quiver.db.reload.{pid}.json"));
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !status_file.exists() {
+    let report = loop {
+        let report: Option<serde_json::Value> = std::fs::read_to_string(&status_file)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        if let Some(r) = report.filter(|r| r["trigger"] == "SIGHUP") {
+            break r;
+        }
         assert!(
             std::time::Instant::now() < deadline,
             "no reload status after SIGHUP"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&status_file).unwrap()).unwrap();
-    assert_eq!(report["trigger"], "SIGHUP", "{report}");
+    };
     assert_eq!(report["ok"], true, "{report}");
     assert!(
         server.child.try_wait().expect("waitable").is_none(),
@@ -866,9 +942,9 @@ async fn a_hangup_reloads_quiver_serve_and_sigterm_stops_it() {
                 child.try_wait().expect("waitable").is_none(),
                 "still running"
             );
-            let status_file = dir.join("quiver.db.reload.json");
+            let status_file = dir.join(format!("quiver.db.reload.{pid}.json"));
             let deadline = std::time::Instant::now() + Duration::from_secs(20);
-            while !status_file.exists() {
+            while !std::fs::read_to_string(&status_file).is_ok_and(|t| t.contains("SIGHUP")) {
                 assert!(
                     std::time::Instant::now() < deadline,
                     "no reload after SIGHUP under nohup"

@@ -723,7 +723,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         AnyCommand::Runtime(cmd) => cmd,
     };
-    let (mut config, _source) = Config::load(cli.config.as_deref())?;
+    let (mut config, _source) = match Config::load(cli.config.as_deref()) {
+        // A file that does not load is when an operator runs `status` to learn what the
+        // running servers made of it.
+        Err(e) if matches!(cmd, Command::Status) => {
+            return Ok(commands::status::unloadable(cli.config.as_deref(), &e));
+        }
+        loaded => loaded?,
+    };
     if let Command::Serve {
         trust_project: true,
         ..

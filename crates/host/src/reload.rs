@@ -119,17 +119,76 @@ impl std::fmt::Debug for Reloader {
     }
 }
 
-/// The reload status file of the store at `store`: beside it, `<store>.reload.json`.
-pub fn status_file(store: &Path) -> PathBuf {
+/// The reload report of the `quiver serve` with process id `pid` on the store at `store`:
+/// beside it, `<store>.reload.<pid>.json`. One file per process, so replicas that share a
+/// configuration directory each keep their own.
+pub fn report_file(store: &Path, pid: u32) -> PathBuf {
     let mut name = store.file_name().unwrap_or_default().to_os_string();
-    name.push(".reload.json");
+    name.push(format!(".reload.{pid}.json"));
     store.with_file_name(name)
+}
+
+/// The reload reports beside the store at `store`, of the processes that still run on this
+/// host, ordered by process id. A report whose process has ended is not returned.
+pub fn reports(store: &Path) -> Vec<(u32, Value)> {
+    let mut found: Vec<(u32, Value)> = report_files(store)
+        .into_iter()
+        .filter(|(pid, _)| running(*pid))
+        .filter_map(|(pid, file)| {
+            let text = std::fs::read_to_string(file).ok()?;
+            Some((pid, serde_json::from_str(&text).ok()?))
+        })
+        .collect();
+    found.sort_by_key(|(pid, _)| *pid);
+    found
+}
+
+/// Every `<store>.reload.<pid>.json` beside the store, with its process id.
+fn report_files(store: &Path) -> Vec<(u32, PathBuf)> {
+    let prefix = format!(
+        "{}.reload.",
+        store.file_name().unwrap_or_default().to_string_lossy()
+    );
+    let dir = match store.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid = name
+                .strip_prefix(&prefix)?
+                .strip_suffix(".json")?
+                .parse()
+                .ok()?;
+            Some((pid, store.with_file_name(name)))
+        })
+        .collect()
+}
+
+/// Whether process `pid` runs on this host. Where that cannot be told (no `/proc`), every
+/// report is taken as live.
+fn running(pid: u32) -> bool {
+    let proc = Path::new("/proc");
+    !proc.is_dir() || proc.join(pid.to_string()).exists()
+}
+
+/// A server that stops takes its report with it: `quiver status` shows running servers.
+impl Drop for Reloader {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.status_file);
+    }
 }
 
 impl Reloader {
     /// A reloader of the server `config` (read from `config_path`, `None` for
-    /// `./quiver.toml` when it exists) and the `mcp_files` configured. A status file left
-    /// by an earlier server is removed: the file describes this one.
+    /// `./quiver.toml` when it exists) and the `mcp_files` configured. Reports left by
+    /// processes that no longer run are removed, and this process's is written: started,
+    /// not reloaded yet.
     pub fn new(
         config: Config,
         config_path: Option<PathBuf>,
@@ -138,10 +197,14 @@ impl Reloader {
         policy: Arc<LivePolicy>,
         catalog: Arc<Catalog>,
     ) -> Self {
-        let status_file = status_file(&config.store.path);
-        let _ = std::fs::remove_file(&status_file);
+        let status_file = report_file(&config.store.path, std::process::id());
+        for (pid, file) in report_files(&config.store.path) {
+            if pid == std::process::id() || !running(pid) {
+                let _ = std::fs::remove_file(file);
+            }
+        }
         let print = skills_fingerprint(&config);
-        Reloader {
+        let reloader = Reloader {
             config_path,
             mcp_files,
             mcp,
@@ -155,7 +218,11 @@ impl Reloader {
             auth: std::sync::OnceLock::new(),
             pipeline: None,
             admin: std::sync::OnceLock::new(),
-        }
+        };
+        // A report from the start, so `quiver status` finds every running server, reloaded
+        // or not.
+        reloader.record(&json!({"ok": true, "trigger": "start"}));
+        reloader
     }
 
     /// The admin token the server checks, which a reload replaces when `[admin] token`
@@ -682,6 +749,7 @@ impl Reloader {
         let mut report = report.clone();
         if let Value::Object(map) = &mut report {
             map.insert("pid".into(), json!(std::process::id()));
+            map.insert("host".into(), json!(crate::serve::host_name()));
             map.insert(
                 "at_unix".into(),
                 json!(

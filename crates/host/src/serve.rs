@@ -537,7 +537,7 @@ impl Signals {
 }
 
 /// This machine's host name, as the admin page names its replica.
-fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())

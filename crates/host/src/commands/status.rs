@@ -53,7 +53,7 @@ pub(crate) fn run(
         ),
         _ => say!("traces: off (set [telemetry] otlp_endpoint to export them)"),
     }
-    if let Some(line) = last_reload(config) {
+    for line in last_reloads(config) {
         say!("{line}");
     }
     let servers = app.mcp.status();
@@ -102,12 +102,48 @@ pub(crate) fn run(
     Ok(ExitCode::SUCCESS)
 }
 
-/// The last reload of a `quiver serve` on this store, as its status file says.
-fn last_reload(config: &Config) -> Option<String> {
-    let file = quiver_host::reload::status_file(&config.store.path);
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(file).ok()?).ok()?;
-    Some(reload_line(&report))
+/// `quiver status` when the configuration file does not load: the error, and what each
+/// running `quiver serve` on the store the file names did with it. Exit 2, as for any
+/// configuration error.
+pub(crate) fn unloadable(path: Option<&std::path::Path>, error: &anyhow::Error) -> ExitCode {
+    let file = path.unwrap_or(std::path::Path::new("quiver.toml"));
+    eprintln!("quiver: {error:#}");
+    // The store's path as far as the file still says it (a type error elsewhere leaves the
+    // TOML readable), against the file's directory as a loaded configuration resolves it.
+    let store = std::fs::read_to_string(file)
+        .ok()
+        .and_then(|text| text.parse::<toml::Table>().ok())
+        .and_then(|t| {
+            t.get("store")?
+                .get("path")?
+                .as_str()
+                .map(std::path::PathBuf::from)
+        })
+        .unwrap_or_else(|| std::path::PathBuf::from("quiver.db"));
+    let store = match file.parent() {
+        Some(dir) if store.is_relative() && !dir.as_os_str().is_empty() => dir.join(store),
+        _ => store,
+    };
+    let reports = quiver_host::reload::reports(&store);
+    if reports.is_empty() {
+        say!(
+            "no `quiver serve` runs on {}; one started now would refuse this file",
+            store.display()
+        );
+    }
+    for (pid, report) in &reports {
+        say!("{}", reload_line(report));
+        say!("quiver serve pid {pid} keeps the configuration it runs until the file loads again");
+    }
+    ExitCode::from(2)
+}
+
+/// The last reload of each running `quiver serve` on this store, as its report says.
+fn last_reloads(config: &Config) -> Vec<String> {
+    quiver_host::reload::reports(&config.store.path)
+        .iter()
+        .map(|(_, report)| reload_line(report))
+        .collect()
 }
 
 /// What `quiver status` says of a reload report.
@@ -132,6 +168,11 @@ fn reload_line(report: &serde_json::Value) -> String {
         .get("pid")
         .and_then(serde_json::Value::as_u64)
         .unwrap_or(0);
+    if text("trigger") == "start" {
+        return format!(
+            "quiver serve pid {pid}: running for {ago}s, not reloaded since it started"
+        );
+    }
     let head = format!(
         "last reload (quiver serve pid {pid}, {ago}s ago, {}):",
         text("trigger")

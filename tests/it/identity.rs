@@ -459,3 +459,51 @@ url = "https://tools.example.com/mcp"
         assert!(text.contains(expected), "{keys}: {text}");
     }
 }
+
+/// `/readyz` says not ready while the provider contradicts `[auth.oidc]` (here its issuer,
+/// written with a trailing `/` the provider does not use): no access token can be checked,
+/// so a load balancer should not send requests to this replica. With the issuer as the
+/// provider says it, the same server is ready.
+#[tokio::test]
+async fn readyz_is_not_ready_while_the_provider_contradicts_the_configuration() {
+    for (issuer_suffix, ready) in [("/", false), ("", true)] {
+        let port = free_port();
+        let resource = format!("http://127.0.0.1:{port}/mcp");
+        let provider = start_provider(&resource).await;
+        let dir = fresh_dir();
+        let issuer = format!("{}{issuer_suffix}", provider.issuer);
+        std::fs::write(dir.join("quiver.toml"), config(&issuer, &resource))
+            .expect("write quiver.toml");
+        let mut server = Command::new(quiver_binary())
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .current_dir(&dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("quiver serve starts");
+        let mut lines = BufReader::new(server.stdout.take().expect("piped")).lines();
+        let url = line_of(&mut lines).await;
+        // The provider is asked in the background at start: wait for its answer.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let (status, body) = loop {
+            let (status, body) = crate::mcp_server::probe(&url, "/readyz").await;
+            if (status == 200) == ready || std::time::Instant::now() > deadline {
+                break (status, body);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        if ready {
+            assert_eq!(status, 200, "{body}");
+        } else {
+            assert_eq!(status, 503, "{body}");
+            assert!(
+                body.contains("[auth.oidc] does not match the provider")
+                    && body.contains("set `[auth.oidc] issuer` to exactly what the provider says"),
+                "{body}"
+            );
+        }
+        server.start_kill().expect("stop the server");
+        server.wait().await.expect("the server ends");
+    }
+}

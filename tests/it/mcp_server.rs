@@ -1800,7 +1800,7 @@ async fn scoped_list_changes(mode: &str) {
 
 /// `GET path` on the server at `url` (its `/mcp` URL) with a raw HTTP/1.1 request: the status
 /// and the body.
-async fn probe(url: &str, path: &str) -> (u16, String) {
+pub(crate) async fn probe(url: &str, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let authority = url
         .trim_start_matches("http://")

@@ -673,10 +673,13 @@ impl App {
 /// client's state, so the adapter's client and server need not know each other) and the
 /// execution log is being written (a failing log would leave calls unaudited, so a load
 /// balancer should send them elsewhere).
+/// An `[auth.oidc]` that the provider contradicts is a reason too: no access token can be
+/// checked, so every request of this replica would fail.
 #[derive(Clone)]
 pub struct Ready {
     mcp: McpClient,
     store: Arc<Store>,
+    auth: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl Ready {
@@ -685,13 +688,30 @@ impl Ready {
         Ready {
             mcp: app.mcp.clone(),
             store: app.store.clone(),
+            auth: Arc::default(),
         }
+    }
+
+    /// Says (`Some`) or clears (`None`) why no access token can be checked.
+    pub fn set_auth_problem(&self, problem: Option<String>) {
+        *self
+            .auth
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = problem;
     }
 }
 
 impl quiver_mcp_adapter::Readiness for Ready {
     fn not_ready(&self) -> Vec<String> {
         let mut reasons = self.mcp.required_not_ready();
+        if let Some(why) = self
+            .auth
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+        {
+            reasons.push(why);
+        }
         if let Some(why) = self.store.file_lost() {
             reasons.push(why.to_owned());
         }

@@ -126,24 +126,51 @@ pub(crate) async fn run(
         allow_hosts,
         metrics_listen,
     } = how;
-    // The provider is asked once at start, in the background: a wrong `issuer` is then in
-    // the log before the first user's request fails on it.
-    if let Some(oidc) = config.auth.oidc.clone() {
+    // The provider is asked at start, in the background: a wrong `issuer` is then in the
+    // log before the first user's request fails on it, and `/readyz` says it until the
+    // provider agrees (asked again every 30 s; `[auth.oidc]` itself changes only at restart).
+    let ready = quiver_host::Ready::of(app);
+    if let Some(oidc) = config.auth.oidc.clone()
+        && !stdio
+    {
+        let ready = ready.clone();
         tokio::spawn(async move {
-            match quiver_host::identity::oidc_problem(&oidc, std::time::Duration::from_secs(10))
-                .await
-            {
-                Some((why, true)) => {
-                    tracing::error!(
-                        "[auth.oidc]: no access token can be checked until this is fixed: {why}"
-                    );
+            let mut said = None;
+            loop {
+                let problem =
+                    quiver_host::identity::oidc_problem(&oidc, std::time::Duration::from_secs(10))
+                        .await;
+                match &problem {
+                    Some((why, true)) => {
+                        ready.set_auth_problem(Some(format!(
+                            "[auth.oidc] does not match the provider, so no access token can be checked: {why}"
+                        )));
+                        if said.as_ref() != Some(why) {
+                            tracing::error!(
+                                "[auth.oidc]: no access token can be checked until this is fixed: {why}"
+                            );
+                        }
+                    }
+                    Some((why, false)) => {
+                        ready.set_auth_problem(None);
+                        if said.as_ref() != Some(why) {
+                            tracing::warn!(
+                                "[auth.oidc]: the provider cannot be read now (tokens are checked once it can): {why}"
+                            );
+                        }
+                    }
+                    None => {
+                        ready.set_auth_problem(None);
+                        if said.is_some() {
+                            tracing::info!(
+                                "[auth.oidc]: the provider is read, and access tokens are checked"
+                            );
+                        }
+                        return;
+                    }
                 }
-                Some((why, false)) => {
-                    tracing::warn!(
-                        "[auth.oidc]: the provider cannot be read now (tokens are checked once it can): {why}"
-                    );
-                }
-                None => {}
+                said = problem.map(|(why, _)| why);
+                tokio::time::sleep(std::time::Duration::from_secs(30)).await;
             }
         });
     }
@@ -229,7 +256,7 @@ pub(crate) async fn run(
                 calls: app.store.clone(),
             }),
             content: Some(content),
-            readiness: Some(std::sync::Arc::new(quiver_host::Ready::of(app))),
+            readiness: Some(std::sync::Arc::new(ready)),
             reload: Some(reloader),
             metrics: Some(quiver_host::serve::MetricsServing {
                 exposition: quiver_host::metrics::exposition(app),

@@ -2227,6 +2227,80 @@ async fn a_reload_under_load_drops_no_call_and_loses_no_log_row() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `quiver check` compares each catalog alias with its connected target (server-everything's
+/// `echo`, which requires `message`): an alias whose schema names other arguments is an
+/// error naming the file, the missing argument and what to write; a matching alias passes.
+#[tokio::test]
+async fn check_reports_an_alias_whose_schema_cannot_meet_its_target() {
+    let dir = fresh_dir();
+    std::fs::write(dir.join("quiver.toml"), "[catalog]\ndir = \"catalog\"\n").unwrap();
+    std::fs::write(
+        dir.join("mcp.json"),
+        serde_json::json!({"mcpServers": {"everything": {"command": everything_bin()}}})
+            .to_string(),
+    )
+    .unwrap();
+    let tools = dir.join("catalog/tools");
+    std::fs::create_dir_all(&tools).unwrap();
+    let alias = |name: &str, properties: serde_json::Value, required: &[&str]| {
+        serde_json::json!({"name": name, "description": "Repeats a message back. Use it when asked to repeat a message.",
+            "input_schema": {"type": "object", "properties": properties, "required": required},
+            "implementation": {"kind": "mcp", "ref": {"server": "everything", "tool": "echo"}}})
+        .to_string()
+    };
+    std::fs::write(
+        tools.join("say.json"),
+        alias(
+            "say",
+            serde_json::json!({"message": {"type": "string", "maxLength": 500, "description": "The text."}}),
+            &["message"],
+        ),
+    )
+    .unwrap();
+    let check = || {
+        let out = std::process::Command::new(quiver_binary())
+            .args(["check", "--mcp-config", "mcp.json"])
+            .current_dir(&dir)
+            .output()
+            .expect("quiver check runs");
+        (
+            out.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let (code, text) = check();
+    assert!(!text.contains("[alias schema]"), "{text}");
+    assert_eq!(code, Some(0), "{text}");
+
+    std::fs::write(
+        tools.join("shout.json"),
+        alias(
+            "shout",
+            serde_json::json!({"text": {"type": "string", "maxLength": 500, "description": "The text."}}),
+            &["text"],
+        ),
+    )
+    .unwrap();
+    let (code, text) = check();
+    assert_eq!(code, Some(1), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("[alias schema]"))
+        .unwrap_or_else(|| panic!("an alias finding: {text}"));
+    assert!(
+        line.contains("shout.json")
+            && line.contains("`shout` stands for `mcp__everything__echo`")
+            && line.contains("which requires `message`")
+            && line.contains("add it to the alias's `inputSchema` properties and `required`"),
+        "{line}"
+    );
+    assert!(!text.contains("say.json: [alias schema]"), "{text}");
+}
+
 /// The catalog directory (`[catalog] dir`) through `quiver serve` and the official Python
 /// client: an alias of an upstream tool, a skill as a tool and an auto-approved custom tool
 /// are served; an edited and an added file reach the client with `list_changed`; a broken

@@ -422,6 +422,68 @@ fn constraint_lints(path: &Path, schema: &Value) -> Vec<CatalogProblem> {
         .collect()
 }
 
+/// Why arguments valid for `alias` cannot be valid for `target` (both JSON Schemas of an
+/// object): a required argument of the target the alias does not define, an argument the
+/// alias defines that a closed target does not take, or one typed differently. `None`
+/// when none of these holds.
+fn schema_mismatch(alias: &Value, target: &Value) -> Option<String> {
+    let props = |s: &Value| s.get("properties").and_then(Value::as_object).cloned();
+    let (mine, theirs) = (props(alias).unwrap_or_default(), props(target));
+    let mut why = Vec::new();
+    let required = target
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let missing: Vec<&str> = required
+        .into_iter()
+        .filter(|n| !mine.contains_key(*n))
+        .collect();
+    if !missing.is_empty() {
+        why.push(format!(
+            "which requires {}: add {} to the alias's `inputSchema` properties and `required`",
+            quoted(&missing),
+            if missing.len() == 1 { "it" } else { "them" }
+        ));
+    }
+    if let Some(theirs) = &theirs {
+        let closed = target.get("additionalProperties") == Some(&Value::Bool(false));
+        let extra: Vec<&str> = mine
+            .keys()
+            .map(String::as_str)
+            .filter(|n| closed && !theirs.contains_key(*n))
+            .collect();
+        if !extra.is_empty() {
+            why.push(format!(
+                "which does not take {} (its arguments: {}): rename or remove {}",
+                quoted(&extra),
+                quoted(&theirs.keys().map(String::as_str).collect::<Vec<_>>()),
+                if extra.len() == 1 { "it" } else { "them" }
+            ));
+        }
+        for (name, schema) in &mine {
+            let ty = |s: &Value| s.get("type").and_then(Value::as_str).map(str::to_owned);
+            if let (Some(a), Some(b)) = (ty(schema), theirs.get(name).and_then(ty))
+                && a != b
+                && !(a == "integer" && b == "number")
+            {
+                why.push(format!(
+                    "whose `{name}` is a {b}, not a {a}: type it as the target does"
+                ));
+            }
+        }
+    }
+    (!why.is_empty()).then(|| why.join("; "))
+}
+
+fn quoted(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The catalog directory's tools as served: aliases in the custom-tools family, skills as
 /// tools in the skills family, custom tools through the store's lifecycle.
 pub struct CatalogDirTools {
@@ -465,6 +527,28 @@ impl CatalogDirTools {
             writes,
             served: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// The aliases served whose input schema cannot meet their target's as the catalog has
+    /// it now: each with its file and what to change. A target not in the catalog (its
+    /// server not connected) is not compared; the server's own findings say why.
+    pub fn alias_mismatches(&self) -> Vec<String> {
+        let served: Vec<Defined> = lock(&self.served).values().cloned().collect();
+        served
+            .iter()
+            .filter_map(|def| {
+                let Kind::Alias { target } = &def.kind else {
+                    return None;
+                };
+                let entry = self.catalog.lookup(target)?;
+                let why = schema_mismatch(&def.spec.input_schema, &entry.spec.input_schema)?;
+                Some(format!(
+                    "{}: [alias schema] `{}` stands for `{target}`, {why}; every call of it would be refused",
+                    def.path.display(),
+                    def.spec.name
+                ))
+            })
+            .collect()
     }
 
     /// Brings the catalog in line with `read`: a definition that did not change is left

@@ -20,6 +20,7 @@ pub struct CheckSources {
     catalog: std::sync::Arc<quiver_registry::Catalog>,
     report: quiver_registry::RegisterReport,
     long_skills: Vec<(String, String, usize)>,
+    catalog_dir: std::sync::Arc<crate::catalog_dir::CatalogDirTools>,
 }
 
 impl CheckSources {
@@ -31,6 +32,7 @@ impl CheckSources {
             catalog: app.catalog.clone(),
             report: app.report.clone(),
             long_skills: app.long_skills.clone(),
+            catalog_dir: app.catalog_dir.clone(),
         }
     }
 }
@@ -79,6 +81,13 @@ pub fn findings_in(src: &CheckSources, config: &Config) -> Vec<Finding> {
     refused.extend(src.mcp.register_report());
     refused.skipped.extend(src.catalog.shadowed());
     out.extend(refused.findings());
+    // An alias is checked against its target once the target's server has listed it.
+    out.extend(
+        src.catalog_dir
+            .alias_mismatches()
+            .into_iter()
+            .map(Finding::error),
+    );
     let names: Vec<String> = src
         .catalog
         .tools()

@@ -1,4 +1,5 @@
 use super::*;
+use serde_json::json;
 
 fn write(dir: &Path, rel: &str, text: &str) {
     let path = dir.join(rel);
@@ -185,5 +186,27 @@ fn lints_warn_and_a_deprecation_is_announced() {
         ),
         "{}",
         read.defined[0].spec.description
+    );
+}
+
+/// An alias's schema against its target's: what every call would be refused for is named,
+/// and a schema that meets the target (an integer where it takes a number) is not.
+#[test]
+fn an_alias_schema_is_compared_with_its_targets() {
+    let target = json!({"type": "object", "additionalProperties": false,
+        "properties": {"path": {"type": "string"}, "depth": {"type": "number"}},
+        "required": ["path"]});
+    let fine = json!({"type": "object", "properties": {"path": {"type": "string"}, "depth": {"type": "integer"}}});
+    assert_eq!(super::schema_mismatch(&fine, &target), None);
+    let wrong = json!({"type": "object", "properties": {"file": {"type": "string"}, "depth": {"type": "string"}}});
+    let why = super::schema_mismatch(&wrong, &target).expect("a mismatch");
+    assert!(why.contains("which requires `path`"), "{why}");
+    assert!(
+        why.contains("which does not take `file` (its arguments: `path`, `depth`)"),
+        "{why}"
+    );
+    assert!(
+        why.contains("whose `depth` is a number, not a string"),
+        "{why}"
     );
 }

@@ -844,3 +844,49 @@ async fn serve_refuses_a_database_it_cannot_use_and_says_why() {
         }
     }
 }
+
+/// On a new, empty PostgreSQL database, the commands that only read work and say what is
+/// there (nothing yet) without creating a table: `status` says no Quiver tables exist and
+/// what creates them; `check`, `tools`, `log` and `log --verify` answer as on an empty store.
+#[tokio::test]
+async fn read_only_commands_on_an_empty_database_read_it_as_empty() {
+    let (pg, db) = database();
+    let dir = configured_dir();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(quiver_binary())
+            .args(args)
+            .env(URL_VAR, &db)
+            .current_dir(&dir)
+            .output()
+            .expect("quiver runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "quiver {args:?}: {text}");
+        assert!(
+            !text.contains(quiver_store_testkit::PASSWORD_FOR_TESTS),
+            "the password is masked: {text}"
+        );
+        text
+    };
+    let status = run(&["status"]);
+    assert!(
+        status.contains("(PostgreSQL, shared): no Quiver tables yet (`quiver serve`, `call` or `search` creates them)"),
+        "{status}"
+    );
+    let check = run(&["check"]);
+    assert!(check.contains("config ok"), "{check}");
+    let tools = run(&["tools"]);
+    assert!(tools.contains("tool_search"), "{tools}");
+    let log = run(&["log"]);
+    assert!(log.contains("0 call(s)"), "{log}");
+    let verify = run(&["log", "--verify"]);
+    assert!(verify.contains("chain intact: 0 row(s)"), "{verify}");
+    assert_eq!(
+        pg.psql(
+            "quiver",
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
+        ),
+        "0",
+        "nothing was created"
+    );
+}

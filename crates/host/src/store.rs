@@ -32,6 +32,14 @@ pub enum Store {
     Sqlite(SqliteStore),
     /// `[store] url`: a PostgreSQL database several servers share.
     Postgres(PgStore),
+    /// `[store] url` naming a database with no Quiver tables yet, opened by a command that
+    /// only reads: it reads as empty, as a SQLite file not created yet does.
+    Uncreated {
+        /// The URL, its password masked.
+        location: String,
+        /// The empty store the reads go to.
+        empty: SqliteStore,
+    },
 }
 
 /// Runs the same expression on whichever adapter `$store` holds.
@@ -40,6 +48,7 @@ macro_rules! each {
         match $store {
             Store::Sqlite($s) => $e,
             Store::Postgres($s) => $e,
+            Store::Uncreated { empty: $s, .. } => $e,
         }
     };
 }
@@ -56,11 +65,22 @@ impl Store {
             if read_only {
                 opts = opts.read_only();
             }
-            let store = PgStore::open(url, opts)
-                .await
+            return match PgStore::open(url, opts).await {
+                Ok(store) => Ok(Store::Postgres(store)),
+                Err(StoreError::NotCreated { location, .. }) if read_only => {
+                    let missing = std::env::temp_dir()
+                        .join(format!("quiver-uncreated-{}", std::process::id()))
+                        .join("none.db");
+                    let empty = tokio::task::spawn_blocking(move || {
+                        SqliteStore::open_read_only(missing, StoreOptions::default())
+                    })
+                    .await
+                    .context("opening the store")??;
+                    Ok(Store::Uncreated { location, empty })
+                }
                 // The store's own error names it (its password masked).
-                .context("opening the store")?;
-            return Ok(Store::Postgres(store));
+                Err(e) => Err(e).context("opening the store"),
+            };
         }
         let path = &config.store.path;
         if let Some(problem) = config.store.path_problem() {
@@ -88,7 +108,10 @@ impl Store {
     /// Where it is, as the operator reads it: the file, or the URL with its password
     /// masked.
     pub fn location(&self) -> &str {
-        each!(self, s => s.location())
+        match self {
+            Store::Uncreated { location, .. } => location,
+            _ => each!(self, s => s.location()),
+        }
     }
 
     /// Whether it was opened read-only.
@@ -102,6 +125,7 @@ impl Store {
         match self {
             Store::Sqlite(s) => s.exists(),
             Store::Postgres(_) => true,
+            Store::Uncreated { .. } => false,
         }
     }
 
@@ -110,7 +134,7 @@ impl Store {
     pub fn file_lost(&self) -> Option<&'static str> {
         match self {
             Store::Sqlite(s) => s.file_lost(),
-            Store::Postgres(_) => None,
+            Store::Postgres(_) | Store::Uncreated { .. } => None,
         }
     }
 
@@ -128,7 +152,7 @@ impl Store {
     pub fn engine_memory(&self) -> Option<u64> {
         match self {
             Store::Sqlite(_) => Some(quiver_store_sqlite::memory_used()),
-            Store::Postgres(_) => None,
+            Store::Postgres(_) | Store::Uncreated { .. } => None,
         }
     }
 

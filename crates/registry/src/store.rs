@@ -49,6 +49,15 @@ pub enum StoreError {
         /// The refused status.
         to: JobStatus,
     },
+    /// A command that only reads found no store there yet: a database with no Quiver
+    /// tables, which the first command that writes creates.
+    #[error("store at {location} is not created yet: {cause}")]
+    NotCreated {
+        /// The database path or address.
+        location: String,
+        /// What creates it.
+        cause: String,
+    },
     /// The store cannot be used right now or here: locked, read-only, out of space, closed.
     #[error("store at {location} is unavailable: {cause}")]
     Unavailable {

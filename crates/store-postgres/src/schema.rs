@@ -310,7 +310,7 @@ pub(crate) async fn check(client: &Client, location: &str) -> Result<OpenReport,
         return Err(too_new(location, found));
     }
     if found == 0 {
-        return Err(StoreError::Unavailable {
+        return Err(StoreError::NotCreated {
             location: location.to_owned(),
             cause: "the database has no Quiver tables yet, and this command only reads: the first `quiver serve` (or `call`, `search`) creates them; `quiver store migrate --from FILE` fills it from a SQLite store".to_owned(),
         });

@@ -18,6 +18,11 @@ pub(crate) fn run(
             "store: {} (PostgreSQL, shared): cannot be opened: {why}",
             config.store.shown()
         );
+    } else if config.store.url.is_some() && !app.store.exists() {
+        say!(
+            "store: {} (PostgreSQL, shared): no Quiver tables yet (`quiver serve`, `call` or `search` creates them)",
+            app.store.location()
+        );
     } else if config.store.url.is_some() {
         // The password masked: a status is pasted into tickets.
         say!("store: {} (PostgreSQL, shared)", app.store.location());

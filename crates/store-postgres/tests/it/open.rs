@@ -37,10 +37,13 @@ async fn a_new_database_is_migrated_once_and_reopened_as_is() {
     let err = PgStore::open(&pg.server.url("empty"), PgOptions::default().read_only())
         .await
         .expect_err("an empty database");
-    let said = unavailable(err);
+    let StoreError::NotCreated { location, cause } = err else {
+        panic!("expected NotCreated, got {err:?}")
+    };
+    assert!(!location.contains(quiver_store_testkit::PASSWORD_FOR_TESTS));
     assert!(
-        said.contains("the database has no Quiver tables yet, and this command only reads: the first `quiver serve`"),
-        "{said}"
+        cause.contains("the database has no Quiver tables yet, and this command only reads: the first `quiver serve`"),
+        "{cause}"
     );
     let read = PgStore::open(&pg.url, PgOptions::default().read_only())
         .await

@@ -115,7 +115,7 @@ pub(crate) async fn run(tools: &CustomTools, action: CustomAction) -> anyhow::Re
                 return Ok(ExitCode::SUCCESS);
             }
             say!(
-                "{:<48} {:<24} {:<7} {:<8} {:>4}  updated (s ago)",
+                "{:<48} {:<24} {:<7} {:<11} {:>4}  updated (s ago)",
                 "job",
                 "tool",
                 "type",
@@ -124,11 +124,11 @@ pub(crate) async fn run(tools: &CustomTools, action: CustomAction) -> anyhow::Re
             );
             for job in &jobs {
                 say!(
-                    "{:<48} {:<24} {:<7} {:<8} {:>3}%  {}",
+                    "{:<48} {:<24} {:<7} {:<11} {:>3}%  {}",
                     quiver_contract::printable(&job.id),
                     quiver_contract::printable(&job.tool_name),
                     job.job_type.as_str(),
-                    job_status(job.status),
+                    job_status(job),
                     if job.status.is_terminal() {
                         100
                     } else {
@@ -362,11 +362,20 @@ async fn requeued(tools: &CustomTools, job: &ToolJob) -> anyhow::Result<Option<S
 }
 
 /// A job's status as `custom jobs` shows it: a job's cases pass or fail (approving is the
-/// tool's, not the job's), and a job that could not run its cases ended in an error.
-fn job_status(status: JobStatus) -> &'static str {
-    match status {
+/// tool's, not the job's), a job whose worker stopped heartbeating was interrupted (and
+/// queued again as a new job), and one that could not run its cases ended in an error.
+fn job_status(job: &ToolJob) -> &'static str {
+    match job.status {
         JobStatus::Approved => "passed",
         JobStatus::Rejected => "failed",
+        JobStatus::Failed
+            if job
+                .result
+                .as_ref()
+                .is_some_and(|r| r.get("interrupted").is_some()) =>
+        {
+            "interrupted"
+        }
         JobStatus::Failed => "error",
         other => other.as_str(),
     }
@@ -443,6 +452,26 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// `custom jobs` tells a job released for want of a heartbeat (queued again) from one
+    /// that failed to run its cases; both are stored as `failed`.
+    #[test]
+    fn an_interrupted_job_is_shown_as_interrupted() {
+        let mut job = ToolJob::queued(
+            quiver_registry::store::NewJob::new(
+                "j1",
+                "t",
+                quiver_registry::store::JobType::Build,
+                json!({}),
+            ),
+            std::time::SystemTime::now(),
+        );
+        job.status = JobStatus::Failed;
+        job.result = Some(json!({"interrupted": "no heartbeat for 2s"}));
+        assert_eq!(job_status(&job), "interrupted");
+        job.result = Some(json!({"error": "the sandbox could not start"}));
+        assert_eq!(job_status(&job), "error");
+    }
 
     /// A job store whose first heartbeat finds the job released: as if this process's
     /// heartbeats had not reached the store for the whole stale bound while another

@@ -59,8 +59,11 @@ async fn a_reload_replaces_the_policy_rules_and_a_broken_file_changes_nothing() 
         "{report}"
     );
     assert!(search().await.is_ok(), "the rule is gone");
-    let status = std::fs::read_to_string(quiver_host::reload::status_file(&config.store.path))
-        .expect("the status file");
+    let status = std::fs::read_to_string(quiver_host::reload::report_file(
+        &config.store.path,
+        std::process::id(),
+    ))
+    .expect("this process's report file");
     assert!(
         status.contains("\"needs_restart\":[\"limits.max_http_sessions, limits.input_wait_secs\"]"),
         "{status}"

@@ -60,6 +60,14 @@ pub(crate) fn init(spans: Option<SpanLayer>) {
             }
         }
     }
+    // The PostgreSQL pool warns of every connection it drops after a database restart, in
+    // its own words ("could not be recycled"); the store says what the outage means for the
+    // log itself (rows held, then the all-clear). Shown only when QUIVER_LOG names deadpool.
+    if !spec.contains("deadpool")
+        && let Ok(quiet) = "deadpool=off".parse()
+    {
+        filter = filter.add_directive(quiet);
+    }
     let log = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         // Colour only for a person at a terminal, not into a log file or a pipe.

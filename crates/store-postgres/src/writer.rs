@@ -96,7 +96,9 @@ impl Writer {
                     match self.probe().await {
                         Ok(()) => {
                             self.stats.failing.store(false, Ordering::Relaxed);
-                            tracing::info!(location = %self.cfg.location, "the execution log takes writes again");
+                            // At the level of the error it closes, so the all-clear is seen where the
+                            // outage was.
+                            tracing::warn!(location = %self.cfg.location, "the execution log takes writes again");
                         }
                         Err(e) => {
                             tracing::debug!(location = %self.cfg.location, error = %e, "the execution log still cannot be written");
@@ -151,7 +153,9 @@ impl Writer {
                     s.rows_written.fetch_add(n as u64, Ordering::Relaxed);
                     s.batches_written.fetch_add(1, Ordering::Relaxed);
                     if s.failing.swap(false, Ordering::Relaxed) {
-                        tracing::info!(location = %self.cfg.location, "the execution log takes writes again");
+                        // At the level of the error it closes, so the all-clear is seen where the
+                        // outage was.
+                        tracing::warn!(location = %self.cfg.location, "the execution log takes writes again");
                     }
                     self.pending.drain(..n).for_each(QueuedRecord::done);
                     return true;

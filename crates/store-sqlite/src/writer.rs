@@ -109,7 +109,9 @@ impl Writer {
                     match mark_probe(&self.conn, micros(SystemTime::now())) {
                         Ok(()) => {
                             self.stats.failing.store(false, Ordering::Relaxed);
-                            tracing::info!(location = %self.cfg.location, "the execution log takes writes again");
+                            // At the level of the error it closes, so the all-clear is seen where the
+                            // outage was.
+                            tracing::warn!(location = %self.cfg.location, "the execution log takes writes again");
                         }
                         Err(e) => {
                             tracing::debug!(location = %self.cfg.location, error = %e, "the execution log still cannot be written");

@@ -2273,7 +2273,7 @@ async fn check_reports_an_alias_whose_schema_cannot_meet_its_target() {
         )
     };
     let (code, text) = check();
-    assert!(!text.contains("[alias schema]"), "{text}");
+    assert!(!text.contains("[alias]"), "{text}");
     assert_eq!(code, Some(0), "{text}");
 
     std::fs::write(
@@ -2289,7 +2289,7 @@ async fn check_reports_an_alias_whose_schema_cannot_meet_its_target() {
     assert_eq!(code, Some(1), "{text}");
     let line = text
         .lines()
-        .find(|l| l.contains("[alias schema]"))
+        .find(|l| l.contains("[alias]"))
         .unwrap_or_else(|| panic!("an alias finding: {text}"));
     assert!(
         line.contains("shout.json")
@@ -2298,7 +2298,25 @@ async fn check_reports_an_alias_whose_schema_cannot_meet_its_target() {
             && line.contains("add it to the alias's `inputSchema` properties and `required`"),
         "{line}"
     );
-    assert!(!text.contains("say.json: [alias schema]"), "{text}");
+    assert!(!text.contains("say.json: [alias]"), "{text}");
+
+    // A `ref.tool` the server does not have: named, with the tools it has.
+    std::fs::remove_file(tools.join("shout.json")).unwrap();
+    std::fs::write(
+        tools.join("ekko.json"),
+        serde_json::json!({"name": "ekko", "description": "Repeats a message back. Use it when asked to repeat a message.",
+            "input_schema": {"type": "object", "properties": {"message": {"type": "string", "maxLength": 500, "description": "The text."}}},
+            "implementation": {"kind": "mcp", "ref": {"server": "everything", "tool": "ecko"}}})
+        .to_string(),
+    )
+    .unwrap();
+    let (code, text) = check();
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("ekko.json: [alias] `ekko` stands for `mcp__everything__ecko`, which server `everything` does not have: it has no tool `ecko` (it has: ")
+            && text.contains("`echo`"),
+        "{text}"
+    );
 }
 
 /// The catalog directory (`[catalog] dir`) through `quiver serve` and the official Python

@@ -540,15 +540,44 @@ impl CatalogDirTools {
                 let Kind::Alias { target } = &def.kind else {
                     return None;
                 };
-                let entry = self.catalog.lookup(target)?;
-                let why = schema_mismatch(&def.spec.input_schema, &entry.spec.input_schema)?;
+                let why = match self.catalog.lookup(target) {
+                    Some(entry) => {
+                        schema_mismatch(&def.spec.input_schema, &entry.spec.input_schema)?
+                    }
+                    None => self.missing_target(target)?,
+                };
                 Some(format!(
-                    "{}: [alias schema] `{}` stands for `{target}`, {why}; every call of it would be refused",
+                    "{}: [alias] `{}` stands for `{target}`, {why}; every call of it would be refused",
                     def.path.display(),
                     def.spec.name
                 ))
             })
             .collect()
+    }
+
+    /// Why `target` (`mcp__<server>__<tool>`) is not in the catalog when its server has
+    /// listed tools there: the tool names it has. `None` while the server has none listed
+    /// (not connected yet, or down).
+    fn missing_target(&self, target: &str) -> Option<String> {
+        let (server, tool) = target.strip_prefix("mcp__")?.split_once("__")?;
+        let prefix = format!("mcp__{server}__");
+        let mut has: Vec<String> = self
+            .catalog
+            .tools()
+            .iter()
+            .filter_map(|e| e.spec.name.strip_prefix(&prefix).map(str::to_owned))
+            .collect();
+        if has.is_empty() {
+            return None;
+        }
+        has.sort();
+        Some(format!(
+            "which server `{server}` does not have: it has no tool `{tool}` (it has: {}); fix `ref.tool`",
+            has.iter()
+                .map(|t| format!("`{t}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
     }
 
     /// Brings the catalog in line with `read`: a definition that did not change is left

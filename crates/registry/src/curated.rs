@@ -58,6 +58,26 @@ impl Tool for Alias {
                         ),
                     ));
                 }
+                // A target the catalog does not hold (a misspelt `ref`, or a tool its
+                // server no longer has): the same, and no suggestion of the hidden name.
+                if let Envelope::Err {
+                    err_kind: ErrKind::UndefinedTool,
+                    ..
+                } = &answer
+                {
+                    tracing::warn!(
+                        tool = %self.spec.name,
+                        target = %self.target,
+                        "the catalog alias stands for a tool the catalog does not have; fix its `ref`"
+                    );
+                    return Ok(Envelope::err(
+                        ErrKind::NotAvailable,
+                        format!(
+                            "`{}` cannot be used now: the tool it runs does not exist, which the operator must fix. Use another tool, or tell the user.",
+                            self.spec.name
+                        ),
+                    ));
+                }
                 Ok(answer)
             }
             None => Ok(Envelope::err(

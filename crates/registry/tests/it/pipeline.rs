@@ -2110,3 +2110,28 @@ async fn an_alias_that_does_not_fit_its_target_is_the_operators_to_fix() {
     );
     assert!(!said.contains("`add`"), "{said}");
 }
+
+/// An alias whose target the catalog does not hold (a misspelt `ref`): the model is told the
+/// tool cannot be used, with no did-you-mean into the hidden target's name.
+#[tokio::test]
+async fn an_alias_whose_target_is_missing_is_the_operators_to_fix() {
+    let alias = quiver_registry::curated::alias_tool(
+        ToolSpec::new("plus", "Adds numbers. Use it when asked to add.").with_schema(json!({
+            "type": "object",
+            "properties": {"a": {"type": "integer", "description": "First."}},
+        })),
+        "mcp__calc__ad",
+    );
+    let d = dispatcher(vec![add(), alias]);
+    let e = d.call("plus", json!({"a": 1}), ctx()).await;
+    assert_eq!(e.err_kind(), Some(&ErrKind::NotAvailable), "{e:?}");
+    let said = text(&e);
+    assert!(
+        said.contains("`plus` cannot be used now: the tool it runs does not exist"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("mcp__calc") && !said.contains("`add`"),
+        "{said}"
+    );
+}

@@ -209,6 +209,9 @@ pub struct App {
     /// Calls, sandbox runs and log rows, counted (`quiver serve` adds the gauges and
     /// serves them at `GET /metrics`: [`crate::metrics::exposition`]).
     pub metrics: Arc<Metrics>,
+    /// Who may call `create_custom_tool`; `None` when the server started with no admin
+    /// token, and so without the tool.
+    pub admins: Option<quiver_registry::custom::ProposalAdmins>,
 }
 
 impl std::fmt::Debug for App {
@@ -295,18 +298,14 @@ impl App {
             config.limits.kept_result_bytes,
         ));
         core.push(quiver_registry::kept::read_result_tool(kept.clone()));
-        // Sessions of an admin token may propose custom tools (stored as drafts).
-        let admins: Vec<String> = config
-            .auth
-            .tokens
-            .iter()
-            .filter(|t| t.admin)
-            .map(|t| t.name.clone())
-            .collect();
-        if !admins.is_empty() {
+        // Sessions of an admin token may propose custom tools (stored as drafts); who may is
+        // replaced by a reload.
+        let admins = quiver_registry::custom::ProposalAdmins::new(config.admin_token_names());
+        let proposals = !admins.is_empty();
+        if proposals {
             core.push(quiver_registry::custom::proposal_tool(
                 custom.clone(),
-                admins,
+                admins.clone(),
             ));
         }
         let families = Families {
@@ -419,6 +418,7 @@ impl App {
             catalog_dir,
             skill_stack,
             metrics,
+            admins: proposals.then_some(admins),
         })
     }
 
@@ -761,5 +761,6 @@ impl App {
         )
         .with_catalog_dir(self.catalog_dir.clone(), self.skill_stack.clone())
         .with_pipeline(self.dispatcher.clone(), self.surface.clone())
+        .with_admins(self.admins.clone())
     }
 }

@@ -941,6 +941,16 @@ impl Config {
             .filter(move |r| r.always_denies(tenant, principal))
     }
 
+    /// The names of the inbound tokens marked `admin = true`: who may propose custom tools.
+    pub fn admin_token_names(&self) -> Vec<String> {
+        self.auth
+            .tokens
+            .iter()
+            .filter(|t| t.admin)
+            .map(|t| t.name.clone())
+            .collect()
+    }
+
     /// The inbound tokens, each with the tools a deny rule always refuses it (for its
     /// principal or tenant): those are never offered to it.
     pub fn inbound_auth(&self) -> quiver_mcp_adapter::InboundAuth {

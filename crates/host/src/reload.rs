@@ -102,6 +102,9 @@ pub struct Reloader {
     pipeline: Option<(Dispatcher, Arc<Surface>)>,
     /// The admin token the HTTP server checks, once it serves with one.
     admin: std::sync::OnceLock<quiver_mcp_adapter::AdminToken>,
+    /// Who may call `create_custom_tool`, replaced with the tokens; `None` when the server
+    /// started without the tool.
+    proposal_admins: Option<quiver_registry::custom::ProposalAdmins>,
 }
 
 struct CatalogDirState {
@@ -218,6 +221,7 @@ impl Reloader {
             auth: std::sync::OnceLock::new(),
             pipeline: None,
             admin: std::sync::OnceLock::new(),
+            proposal_admins: None,
         };
         // A report from the start, so `quiver status` finds every running server, reloaded
         // or not.
@@ -236,6 +240,12 @@ impl Reloader {
     /// the tools a policy denies everyone, which it never offers) when they change.
     pub fn with_pipeline(mut self, dispatcher: Dispatcher, surface: Arc<Surface>) -> Self {
         self.pipeline = Some((dispatcher, surface));
+        self
+    }
+
+    /// Who may propose custom tools, which a reload replaces with the tokens.
+    pub fn with_admins(mut self, admins: Option<quiver_registry::custom::ProposalAdmins>) -> Self {
+        self.proposal_admins = admins;
         self
     }
 
@@ -439,9 +449,10 @@ impl Reloader {
             self.policy.set(&config);
         }
         // A token's lists leave out what the rules deny it: both make the tokens in force.
-        // Debug texts hide secrets: a token rotated in place compares by its secret too.
-        let auth_changed = !same(&current.auth, &config.auth)
-            || token_secrets(&current.auth) != token_secrets(&config.auth);
+        // Compared by every key as written (Debug texts hide secrets and leave keys out):
+        // a rotated secret, a revoked `admin`, changed model capabilities all count.
+        let auth_changed =
+            serde_json::to_value(&current.auth).ok() != serde_json::to_value(&config.auth).ok();
         let auth_live = match self.auth.get() {
             Some(handle) if auth_changed || policy_changed => {
                 match handle.replace(&config.inbound_auth()) {
@@ -464,6 +475,10 @@ impl Reloader {
                 return Err(report);
             }
         };
+        // Who may propose custom tools is checked by the tool itself, at each call.
+        if auth_changed && let Some(admins) = &self.proposal_admins {
+            admins.set(config.admin_token_names());
+        }
         let server_limits =
             |l: &crate::config::LimitsConfig| (l.max_http_sessions, l.input_wait_secs);
         let oidc_settings = |a: &quiver_mcp_adapter::InboundAuth| {
@@ -489,6 +504,11 @@ impl Reloader {
                 server_limits(&started.limits) == server_limits(&config.limits),
             ),
             ("auth", !auth_changed || auth_live),
+            // `create_custom_tool` is registered at start when some token is an admin.
+            (
+                "auth.tokens admin (create_custom_tool exists only in a server started with an admin token)",
+                self.proposal_admins.is_some() || config.admin_token_names().is_empty(),
+            ),
             // The verifier and the metadata routes are built at start; the claim rules
             // are live with the tokens.
             (
@@ -856,12 +876,4 @@ fn catalog_fingerprint(config: &Config) -> u64 {
 /// (the file may not exist yet).
 fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
-}
-
-/// Each inbound token's name and secret, in order: what their Debug text leaves out.
-fn token_secrets(auth: &quiver_mcp_adapter::InboundAuth) -> Vec<(&str, &str)> {
-    auth.tokens
-        .iter()
-        .map(|t| (t.name.as_str(), t.token.as_str()))
-        .collect()
 }

@@ -148,3 +148,64 @@ async fn a_server_a_reload_adds_is_logged_as_it_settles() {
     assert!(logged().contains("quiver-ghost"), "{}", logged());
     app.shutdown().await.unwrap();
 }
+
+/// A token's `admin = true` taken away by a reload takes `create_custom_tool` away from it
+/// at the next call, and the reload reports the tokens replaced; giving it to a server that
+/// started with no admin token is reported as needing a restart (the tool exists only in a
+/// server started with one).
+#[tokio::test]
+async fn a_reload_that_revokes_admin_takes_custom_tool_proposals_away() {
+    let dir = crate::Scratch::new("reload-admin");
+    let file = dir.join("quiver.toml");
+    let tokens = |admin: bool| {
+        format!(
+            "[store]\npath = \"q.db\"\n\n[[auth.tokens]]\nname = \"author\"\ntoken = \"author-secret-0123456789\"\nadmin = {admin}\n"
+        )
+    };
+    std::fs::write(&file, tokens(true)).unwrap();
+    let (config, _) = quiver_host::Config::load(Some(&file)).unwrap();
+    let app = quiver_host::App::build(&config, &[]).await.unwrap();
+    let reloader = app.reloader(&config);
+    let propose = || {
+        app.dispatcher.call(
+            "create_custom_tool",
+            json!({"name": "double_it", "description": "Doubles a number. Use it when asked to double one.",
+                "input_schema": {"type": "object", "properties": {"n": {"type": "number", "description": "The number."}}, "required": ["n"]},
+                "source": "async function main(inputs) { return inputs.n * 2 }"}),
+            CallContext::for_session("s").with_principal("author"),
+        )
+    };
+    let first = propose().await;
+    assert!(
+        !format!("{first:?}").contains("only a session whose token is marked admin"),
+        "an admin proposes: {first:?}"
+    );
+
+    std::fs::write(&file, tokens(false)).unwrap();
+    let report = reloader.reload("test").await.expect("a good file reloads");
+    assert_eq!(
+        report["auth_changed"], false,
+        "no HTTP tokens here: {report}"
+    );
+    let refused = format!("{:?}", propose().await);
+    assert!(
+        refused.contains("only a session whose token is marked admin may propose custom tools"),
+        "{refused}"
+    );
+
+    // A server that started with no admin token has no `create_custom_tool` to give.
+    let dir = crate::Scratch::new("reload-admin-grant");
+    let file = dir.join("quiver.toml");
+    std::fs::write(&file, tokens(false)).unwrap();
+    let (config, _) = quiver_host::Config::load(Some(&file)).unwrap();
+    let app = quiver_host::App::build(&config, &[]).await.unwrap();
+    let reloader = app.reloader(&config);
+    std::fs::write(&file, tokens(true)).unwrap();
+    let report = reloader.reload("test").await.expect("a good file reloads");
+    assert!(
+        report["needs_restart"]
+            .to_string()
+            .contains("create_custom_tool exists only in a server started with an admin token"),
+        "{report}"
+    );
+}

@@ -26,7 +26,7 @@ pub use draft::{CustomDraft, Expect, PendingVersion, TestCase};
 pub use jobs::{Added, AuditReport, JobLease};
 
 use tools::CustomTool;
-pub use tools::{PROPOSE_TOOL, proposal_tool};
+pub use tools::{PROPOSE_TOOL, ProposalAdmins, proposal_tool};
 
 use crate::{
     Catalog,

@@ -99,10 +99,47 @@ impl Tool for CustomTool {
 /// The name of the tool through which a session proposes a custom tool.
 pub const PROPOSE_TOOL: &str = "create_custom_tool";
 
+/// Who may propose custom tools: the names of the admin principals, which the host
+/// replaces when its configuration reloads (a revoked admin right holds from the next call).
+#[derive(Debug, Clone, Default)]
+pub struct ProposalAdmins(Arc<std::sync::RwLock<Vec<String>>>);
+
+impl ProposalAdmins {
+    /// These principals may propose.
+    pub fn new(names: Vec<String>) -> Self {
+        ProposalAdmins(Arc::new(std::sync::RwLock::new(names)))
+    }
+
+    /// Replaces the principals who may propose.
+    pub fn set(&self, names: Vec<String>) {
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = names;
+    }
+
+    /// Whether `principal` may propose.
+    pub fn allows(&self, principal: &str) -> bool {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .any(|a| a == principal)
+    }
+
+    /// Whether anyone may.
+    pub fn is_empty(&self) -> bool {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_empty()
+    }
+}
+
 /// `create_custom_tool`: a session whose token is one of `admins` proposes a custom tool,
 /// stored as a draft (never approved) for an operator to audit and approve. Any other
 /// caller is refused; the host also keeps the tool off their lists.
-pub fn proposal_tool(tools: Arc<CustomTools>, admins: Vec<String>) -> Arc<dyn Tool> {
+pub fn proposal_tool(tools: Arc<CustomTools>, admins: ProposalAdmins) -> Arc<dyn Tool> {
     let spec = ToolSpec::new(
         PROPOSE_TOOL,
         "Proposes a new custom tool written in JavaScript (`async function main(inputs) { ... return result }`; `await call_tool(name, inputs)` calls other tools, `log(...)` adds a log line). It is stored as a draft: an operator audits it with its test cases and approves it before any session can use it. Use it when no existing tool does what is needed and a short script could.",
@@ -129,7 +166,7 @@ pub fn proposal_tool(tools: Arc<CustomTools>, admins: Vec<String>) -> Arc<dyn To
 struct Proposal {
     spec: ToolSpec,
     tools: Arc<CustomTools>,
-    admins: Vec<String>,
+    admins: ProposalAdmins,
 }
 
 #[async_trait]
@@ -139,11 +176,7 @@ impl Tool for Proposal {
     }
 
     async fn call(&self, input: Value, ctx: &CallContext) -> ToolResult {
-        let Some(by) = ctx
-            .principal
-            .as_deref()
-            .filter(|p| self.admins.iter().any(|a| a == p))
-        else {
+        let Some(by) = ctx.principal.as_deref().filter(|p| self.admins.allows(p)) else {
             return Ok(Envelope::err(
                 quiver_contract::ErrKind::Forbidden,
                 "only a session whose token is marked admin may propose custom tools",

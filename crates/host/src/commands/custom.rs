@@ -207,7 +207,7 @@ pub(crate) async fn run(tools: &CustomTools, action: CustomAction) -> anyhow::Re
             if let Some(why) = not_served(tools, &def) {
                 shown["not_served"] = Value::String(why);
             }
-            say!("{}", serde_json::to_string_pretty(&shown)?);
+            say!("{}", visible_json(&serde_json::to_string_pretty(&shown)?));
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -361,6 +361,28 @@ async fn requeued(tools: &CustomTools, job: &ToolJob) -> anyhow::Result<Option<S
         .map(|j| j.id))
 }
 
+/// JSON text with every character a reviewer would not see (tag characters, bidirectional
+/// controls; JSON already escapes the control characters) written as its `\u` escape,
+/// so what is approved is what is read. Such characters occur only inside strings, where
+/// the escape means the same character.
+fn visible_json(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(quiver_contract::is_hidden_in_text) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c != '\n' && quiver_contract::is_hidden_in_text(c) {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{u:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// A job's status as `custom jobs` shows it: a job's cases pass or fail (approving is the
 /// tool's, not the job's), a job whose worker stopped heartbeating was interrupted (and
 /// queued again as a new job), and one that could not run its cases ended in an error.
@@ -452,6 +474,18 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// `custom show` writes a hidden character as its escape, and the JSON still reads back
+    /// the same.
+    #[test]
+    fn hidden_characters_are_shown_escaped() {
+        let text =
+            serde_json::to_string_pretty(&json!({"description": "a\u{202e}b\u{e0041}"})).unwrap();
+        let shown = visible_json(&text);
+        assert!(shown.contains(r"a\u202eb\udb40\udc41"), "{shown}");
+        let back: Value = serde_json::from_str(&shown).unwrap();
+        assert_eq!(back["description"], "a\u{202e}b\u{e0041}");
+    }
 
     /// `custom jobs` tells a job released for want of a heartbeat (queued again) from one
     /// that failed to run its cases; both are stored as `failed`.

@@ -191,6 +191,26 @@ impl CustomTools {
         if draft.description.trim().is_empty() {
             return invalid("the description is empty: say what the tool does, for the model that will choose it".into());
         }
+        // What the model reads of the tool is what an operator approves from `custom show`:
+        // nothing in it may be invisible there.
+        if let Some(why) = crate::skill::hidden_text(
+            "the description holds",
+            &draft.description,
+            None,
+            "the tool",
+        ) {
+            return invalid(why);
+        }
+        if let Some((at, text)) = hidden_string(&draft.input_schema, String::new())
+            && let Some(why) = crate::skill::hidden_text(
+                &format!("the input schema at `{at}` holds"),
+                text,
+                None,
+                "the tool",
+            )
+        {
+            return invalid(why);
+        }
         if draft.input_schema.get("type").and_then(Value::as_str) != Some("object") {
             return invalid("the input schema must be a JSON Schema whose root is `{\"type\": \"object\", ...}`".into());
         }
@@ -597,4 +617,28 @@ fn pending_of(def: &ToolDefinition) -> Option<PendingVersion> {
     def.pending
         .as_ref()
         .and_then(|p| serde_json::from_value(p.clone()).ok())
+}
+
+/// The first string in `value` (keys included) that holds a character
+/// [`quiver_contract::is_hidden_in_text`] finds, with its JSON pointer under `at`.
+fn hidden_string(value: &Value, at: String) -> Option<(String, &str)> {
+    let hides = |t: &str| t.chars().any(quiver_contract::is_hidden_in_text);
+    match value {
+        Value::String(t) if hides(t) => Some((if at.is_empty() { "/".into() } else { at }, t)),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| hidden_string(v, format!("{at}/{i}"))),
+        Value::Object(map) => map.iter().find_map(|(k, v)| {
+            let here = format!(
+                "{at}/{}",
+                k.replace('~', "~0").replace('/', "~1").escape_debug()
+            );
+            if hides(k) {
+                return Some((here, k.as_str()));
+            }
+            hidden_string(v, here)
+        }),
+        _ => None,
+    }
 }

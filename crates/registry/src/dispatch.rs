@@ -1043,7 +1043,12 @@ impl Dispatcher {
         }
         warnings.extend(validate::unlisted(&entry, input));
         let mut repeat = false;
-        if let Some(s) = &session {
+        // The loop guard and the repeat-failure count watch the model's own calls: a call a
+        // tool made (a custom tool's `call_tool`, an alias) is bounded by that tool's own
+        // limits (calls, depth, time), and its repeats are not the model repeating itself.
+        if let Some(s) = &session
+            && ctx.depth == 0
+        {
             // The call counts as called (for `requires_prior`) once it has answered Ok:
             // see `after`.
             let threshold = inner.config().loop_guard_threshold;
@@ -1199,6 +1204,7 @@ impl Dispatcher {
         if let Some(s) = &ctx.session
             && !envelope.is_ok()
             && !transient
+            && ctx.parent_call_id.is_none()
         {
             let failures = inner.sessions.with(s, |st| st.record_failure(hash));
             if failures >= inner.config().repeat_failure_threshold {
@@ -1241,6 +1247,7 @@ impl Dispatcher {
         if let Some(s) = &ctx.session
             && !envelope.is_ok()
             && envelope.err_kind() != Some(&ErrKind::LoopGuard)
+            && ctx.depth == 0
         {
             let failures = self.inner.sessions.with(s, |st| st.record_failure(&hash));
             if failures >= self.inner.config().repeat_failure_threshold {

@@ -2135,3 +2135,46 @@ async fn an_alias_whose_target_is_missing_is_the_operators_to_fix() {
         "{said}"
     );
 }
+
+/// The loop guard and the repeat-failure count watch the model's calls: a tool that makes
+/// the same failing call five times (a script retrying) runs all five, and its one call is
+/// not reported as failing repeatedly.
+#[tokio::test]
+async fn a_tools_own_repeated_calls_are_not_the_model_repeating_itself() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let flaky = tool(
+        ToolSpec::new("flaky", "Fails. Use it to test failures."),
+        move |_, _| {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok(Envelope::err(ErrKind::ToolFailed, "the backend said no"))
+            }
+        },
+    );
+    let retrier = tool(
+        ToolSpec::new("retrier", "Retries flaky. Use it to test nesting."),
+        |_, ctx: CallContext| async move {
+            let invoker = ctx.invoker.clone().expect("an invoker");
+            for _ in 0..5 {
+                let _ = invoker.invoke("flaky", json!({}), &ctx).await;
+            }
+            Ok(Envelope::err(ErrKind::ToolFailed, "gave up after 5 tries"))
+        },
+    );
+    let d = dispatcher(vec![flaky, retrier]);
+    let e = d.call("retrier", json!({}), ctx()).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 5, "every nested call ran");
+    let said = text(&e);
+    assert!(
+        !said.contains("repeat_failure") && !said.contains("times with these same arguments"),
+        "{said}"
+    );
+    // The model's own repeats still count.
+    for _ in 0..2 {
+        let _ = d.call("flaky", json!({}), ctx()).await;
+    }
+    let third = text(&d.call("flaky", json!({}), ctx()).await);
+    assert!(third.contains("has now failed 3 times"), "{third}");
+}

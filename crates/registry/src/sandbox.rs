@@ -274,9 +274,10 @@ pub enum SandboxError {
         message: String,
     },
     /// The script threw (or `main`'s promise rejected).
-    #[error("the script threw: {message}")]
+    #[error("the script failed: {message}")]
     Exception {
-        /// The thrown error's name and message (`TypeError: x is not a function`).
+        /// What ended it: what it threw (`it threw TypeError: x is not a function`), or why
+        /// it could not finish.
         message: String,
         /// The script's stack (`at main (main.js:3:7)` lines), possibly empty.
         stack: String,
@@ -327,46 +328,58 @@ impl SandboxError {
         }
     }
 
-    /// The envelope the model reads when custom tool `tool` ends with this error: a Hint
-    /// where the model can fix its input (the inputs too large), an Err otherwise. Limit
-    /// errors carry the kind as their `err_kind` (`memory`, `call_limit`, ...), so a caller
-    /// can tell them apart; an exception carries the script's message and stack.
-    pub fn to_envelope(&self, tool: &str) -> Envelope {
+    /// The envelope the model reads when custom tool `tool`, run under `limits`, ends with
+    /// this error: a Hint where the model can fix its input (the inputs too large), an Err
+    /// otherwise. Limit errors carry the kind as their `err_kind` (`memory`, `call_limit`,
+    /// ...), so a caller can tell them apart, and name the limit with its `[sandbox]` key (a
+    /// tool's author reads them too); an exception carries the script's message and stack.
+    pub fn to_envelope(&self, tool: &str, limits: &SandboxLimits) -> Envelope {
         let other = |kind: &str| ErrKind::Other(kind.to_owned());
+        let config = limits.to_config_json();
+        let key = |k: &str| format!("`[sandbox] {k} = {}`", config[k]);
         match self {
             SandboxError::Timeout => Envelope::err(
                 ErrKind::Timeout,
                 format!(
-                    "custom tool `{tool}` ran past its time limit and was stopped (the limit counts the tools it calls too); make it do less work per call"
+                    "custom tool `{tool}` ran past its time limit of {} ({}) and was stopped (the limit counts the tools it calls too); make it do less work per call",
+                    quiver_contract::duration_text(limits.wall_time),
+                    key("wall_time_ms")
                 ),
             ),
             SandboxError::Memory => Envelope::err(
                 other(self.kind()),
                 format!(
-                    "custom tool `{tool}` ran out of memory (its heap limit) and was stopped; it must build smaller values"
+                    "custom tool `{tool}` ran out of memory (its heap limit, {}) and was stopped; it must build smaller values",
+                    key("heap_mib")
                 ),
             ),
             SandboxError::Stack => Envelope::err(
                 other(self.kind()),
                 format!(
-                    "custom tool `{tool}` overflowed its stack (a runaway or too deep recursion) and was stopped"
+                    "custom tool `{tool}` overflowed its stack ({}: a runaway or too deep recursion) and was stopped",
+                    key("stack_kib")
                 ),
             ),
             SandboxError::SourceTooLarge => Envelope::err(
                 other(self.kind()),
-                format!("custom tool `{tool}`: its source is larger than the source limit"),
+                format!(
+                    "custom tool `{tool}`: its source is larger than the source limit ({})",
+                    key("source_kib")
+                ),
             ),
             SandboxError::InputTooLarge => Envelope::hint(
                 HintKind::Fetch,
                 format!(
-                    "custom tool `{tool}`: the inputs are larger than its input limit; narrow: send less data in one call"
+                    "custom tool `{tool}`: the inputs are larger than its input limit ({}); narrow: send less data in one call",
+                    key("input_kib")
                 ),
                 Vec::new(),
             ),
             SandboxError::OutputTooLarge => Envelope::err(
                 other(self.kind()),
                 format!(
-                    "custom tool `{tool}` returned a result larger than its output limit; it must return less"
+                    "custom tool `{tool}` returned a result larger than its output limit ({}); it must return less",
+                    key("output_kib")
                 ),
             ),
             SandboxError::InvalidResult { why } => Envelope::err(
@@ -376,13 +389,17 @@ impl SandboxError {
             SandboxError::CallLimit => Envelope::err(
                 other(self.kind()),
                 format!(
-                    "custom tool `{tool}` was stopped: it (with the custom tools it called) made more call_tool calls than one invocation may"
+                    "custom tool `{tool}` was stopped: it (with the custom tools it called) made more than the {} call_tool calls one invocation may ({})",
+                    limits.max_calls,
+                    key("max_calls")
                 ),
             ),
             SandboxError::DepthLimit => Envelope::err(
                 other(self.kind()),
                 format!(
-                    "custom tool `{tool}` was stopped: custom tools calling custom tools nested deeper than the depth limit"
+                    "custom tool `{tool}` was stopped: custom tools calling custom tools nested deeper than {} levels ({})",
+                    limits.max_depth,
+                    key("max_depth")
                 ),
             ),
             SandboxError::Syntax {
@@ -396,7 +413,7 @@ impl SandboxError {
                 ),
             ),
             SandboxError::Exception { message, stack } => {
-                let mut text = format!("custom tool `{tool}` threw {message}");
+                let mut text = format!("custom tool `{tool}` failed: {message}");
                 if !stack.is_empty() {
                     text.push('\n');
                     text.push_str(stack.trim_end());
@@ -456,7 +473,7 @@ mod tests {
                 message: "unexpected token".into(),
             },
             SandboxError::Exception {
-                message: "TypeError: x is not a function".into(),
+                message: "it threw TypeError: x is not a function".into(),
                 stack: "    at main (main.js:3:7)\n".into(),
             },
             SandboxError::Cancelled,
@@ -465,7 +482,7 @@ mod tests {
         let rendered: Vec<String> = errors
             .iter()
             .map(|e| {
-                let env = e.to_envelope("t");
+                let env = e.to_envelope("t", &SandboxLimits::default());
                 let text =
                     quiver_contract::render(&env, &quiver_contract::RenderOptions::default());
                 format!("{} -> {}", e.kind(), text)
@@ -474,13 +491,13 @@ mod tests {
         insta::assert_snapshot!(rendered.join("\n"));
         assert!(
             SandboxError::InputTooLarge
-                .to_envelope("t")
+                .to_envelope("t", &SandboxLimits::default())
                 .hint_kind()
                 .is_some()
         );
         assert_eq!(
             SandboxError::CallLimit
-                .to_envelope("t")
+                .to_envelope("t", &SandboxLimits::default())
                 .err_kind()
                 .map(|k| k.as_str().to_owned()),
             Some("call_limit".to_owned())

@@ -657,9 +657,9 @@ fn exception_from_record(record: &Object<'_>) -> SandboxError {
     }
     let stack: String = record.get("stack").unwrap_or_default();
     let message = match (name.is_empty(), message.is_empty()) {
-        (true, _) => format!("Uncaught {message}"),
-        (false, true) => name,
-        (false, false) => format!("{name}: {message}"),
+        (true, _) => format!("it threw {message}, a value that is not an Error (so no stack)"),
+        (false, true) => format!("it threw {name}"),
+        (false, false) => format!("it threw {name}: {message}"),
     };
     SandboxError::Exception {
         message,

@@ -83,17 +83,40 @@ impl Tool for CustomTool {
                 span.record("quiver.sandbox.host_calls", i64::from(out.calls));
                 let mut envelope = Envelope::ok(out.result);
                 if !out.logs.is_empty() {
-                    envelope = envelope.with_warning(Warning::new("log", out.logs.join("\n")));
+                    envelope = envelope.with_warning(Warning::new("log", shown_log(&out.logs)));
                 }
                 Ok(envelope)
             }
             Err(e) => {
                 span.record("error.type", e.kind());
                 span.record("otel.status_code", "ERROR");
-                Ok(e.to_envelope(&self.spec.name))
+                Ok(e.to_envelope(&self.spec.name, &self.limits))
             }
         }
     }
+}
+
+/// The most of a run's `log` lines the model reads, in characters: the log is the tool's
+/// author's, for debugging, and a `log` left in a loop must not cost each call thousands of
+/// tokens outside the result's budget.
+const LOG_SHOWN_CHARS: usize = 2_000;
+
+/// A run's log lines as the model reads them: whole when short, else their head and tail
+/// with what was left out said between them (never splitting a character).
+fn shown_log(lines: &[String]) -> String {
+    let all = lines.join("\n");
+    let chars = all.chars().count();
+    if chars <= LOG_SHOWN_CHARS {
+        return all;
+    }
+    let half = LOG_SHOWN_CHARS / 2;
+    let head: String = all.chars().take(half).collect();
+    let tail: String = all.chars().skip(chars - half).collect();
+    format!(
+        "{head}\n…[{} characters of the log ({} line(s) in all) left out here; the log is for the tool's author]…\n{tail}",
+        chars - 2 * half,
+        lines.len()
+    )
 }
 
 /// The name of the tool through which a session proposes a custom tool.
@@ -227,5 +250,25 @@ impl Tool for Proposal {
                 format!("the proposal could not be stored: {e}"),
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A short log is shown whole; a long one keeps its head and tail within the bound,
+    /// says how much was left out, and splits no character.
+    #[test]
+    fn a_long_log_is_shown_by_its_head_and_tail() {
+        let short = vec!["one".to_owned(), "two".to_owned()];
+        assert_eq!(super::shown_log(&short), "one\ntwo");
+        let long: Vec<String> = (0..1000).map(|i| format!("line {i} é")).collect();
+        let shown = super::shown_log(&long);
+        assert!(shown.starts_with("line 0 é\nline 1 é"), "{shown}");
+        assert!(shown.ends_with("line 999 é"), "{shown}");
+        assert!(
+            shown.contains("characters of the log (1000 line(s) in all) left out here"),
+            "{shown}"
+        );
+        assert!(shown.chars().count() < super::LOG_SHOWN_CHARS + 200);
     }
 }

@@ -246,7 +246,7 @@ impl SandboxHost for TestHost {
                 let run = nested.run(source, inputs);
                 match self.sandbox.run(run).await {
                     Ok(out) => Envelope::ok(out.result),
-                    Err(e) => e.to_envelope(name),
+                    Err(e) => e.to_envelope(name, &self.limits),
                 }
             }
         }
@@ -259,7 +259,10 @@ pub(crate) static ERROR_TEXTS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 fn remember(error: &SandboxError, tool: &str) {
     let mut texts = ERROR_TEXTS.lock().unwrap();
     texts.push(error.to_string());
-    texts.push(render(&error.to_envelope(tool), &RenderOptions::default()));
+    texts.push(render(
+        &error.to_envelope(tool, &SandboxLimits::default()),
+        &RenderOptions::default(),
+    ));
     if let SandboxError::Exception { message, stack } = error {
         texts.push(message.clone());
         texts.push(stack.clone());

@@ -2319,6 +2319,57 @@ async fn check_reports_an_alias_whose_schema_cannot_meet_its_target() {
     );
 }
 
+/// A streamable-HTTP upstream redeployed under `quiver serve` (stopped, and started again
+/// on its port with other tools) forgets Quiver's session; rmcp opens a new one, and Quiver
+/// lists the server's tools again: the new build's tool is served, the removed one is gone,
+/// and the operator log says what happened (`redeploy.py` has the client's steps).
+#[tokio::test]
+async fn a_redeployed_http_upstream_is_listed_again() {
+    let port = crate::identity::free_port();
+    let upstream_script = repo_root().join("tests/fixtures/mcp_server/redeploy_upstream.py");
+    let v1 = Command::new(python())
+        .arg(&upstream_script)
+        .args([port.to_string().as_str(), "v1"])
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the upstream starts");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(std::time::Instant::now() < deadline, "build v1 listens");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let dir = fresh_dir();
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!("[[mcp.servers]]\nname = \"up\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n"),
+    )
+    .unwrap();
+    let log = dir.join("serve.log");
+    let mut server = Command::new(quiver_binary())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .current_dir(&dir)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("quiver serve starts");
+    let mut lines = BufReader::new(server.stdout.take().expect("piped")).lines();
+    let url = line_of(&mut lines).await;
+    let pid = v1.id().expect("running").to_string();
+    run_script("redeploy.py", &[&url, &pid, &port.to_string()]).await;
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        said.contains("the server started a new session (it restarted, or was redeployed?)"),
+        "{said}"
+    );
+    server.start_kill().expect("stop the server");
+    server.wait().await.expect("the server ends");
+    drop(v1);
+}
+
 /// The catalog directory (`[catalog] dir`) through `quiver serve` and the official Python
 /// client: an alias of an upstream tool, a skill as a tool and an auto-approved custom tool
 /// are served; an edited and an added file reach the client with `list_changed`; a broken

@@ -86,8 +86,13 @@ pub(crate) fn client(url: &Url, timeout: Option<Duration>) -> reqwest::Result<Up
 
 /// The session id rmcp last sent to the server, for the direct path, which bypasses rmcp's
 /// transport (`upstream/direct.rs`). rmcp keeps its session to itself; every request it sends names it.
+///
+/// A request naming another id than the last one means rmcp opened a new session: the server
+/// forgot the old one (it restarted, or was redeployed) and rmcp initialized again on its
+/// own. That is told through [`SessionSlot::replaced`], so the connection lists the server's
+/// tools again and renews what the old session held (subscriptions).
 #[derive(Clone, Debug, Default)]
-pub(crate) struct SessionSlot(Arc<Mutex<Option<Arc<str>>>>);
+pub(crate) struct SessionSlot(Arc<Mutex<Option<Arc<str>>>>, Arc<tokio::sync::Notify>);
 
 impl SessionSlot {
     /// The session id, if the server issued one.
@@ -95,11 +100,21 @@ impl SessionSlot {
         lock(&self.0).clone()
     }
 
+    /// Wakes when the server's session was replaced by a new one.
+    pub(crate) fn replaced(&self) -> Arc<tokio::sync::Notify> {
+        self.1.clone()
+    }
+
     fn saw(&self, id: Option<&Arc<str>>) {
         let Some(id) = id else { return };
         let mut slot = lock(&self.0);
         if slot.as_ref() != Some(id) {
+            let renewed = slot.is_some();
             *slot = Some(id.clone());
+            drop(slot);
+            if renewed {
+                self.1.notify_one();
+            }
         }
     }
 }

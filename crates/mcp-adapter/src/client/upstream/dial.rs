@@ -247,6 +247,9 @@ impl Upstream {
         } else {
             Listing::default()
         };
+        if let Some((_, session)) = &http_parts {
+            self.follow_sessions(session, generation, cancel.clone());
+        }
         let conn = Arc::new(Conn {
             direct: self.direct_path(http_parts, version, generation),
             peer,
@@ -423,6 +426,24 @@ impl Upstream {
             self.connect_timeout(),
         )
         .map(Arc::new)
+    }
+
+    /// Watches connection `generation`'s HTTP session until the connection ends: each time
+    /// the server's session is replaced (rmcp initialized again after the server forgot
+    /// it), the tools are listed again and what the old session held is renewed.
+    fn follow_sessions(&self, session: &SessionSlot, generation: u64, ended: CancellationToken) {
+        let replaced = session.replaced();
+        let me = self.me.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = replaced.notified() => {}
+                    () = ended.cancelled() => return,
+                }
+                let Some(up) = me.upgrade() else { return };
+                up.session_replaced(generation);
+            }
+        });
     }
 
     /// Hands the connection's service and child to a watcher task: when the connection ends

@@ -302,6 +302,18 @@ impl Upstream {
         self.connect_timeout()
     }
 
+    /// The server's HTTP session on connection `generation` was replaced by a new one: it
+    /// forgot the old session, as a server does when it restarts. What it offers may have
+    /// changed, so its tools are listed again, and what the old session held (resource
+    /// subscriptions) is renewed, as after a reconnect.
+    pub(super) fn session_replaced(self: &Arc<Self>, generation: u64) {
+        self.diag_warn(
+            "the server started a new session (it restarted, or was redeployed?): its tools are listed again and its resource subscriptions renewed",
+        );
+        tokio::spawn(self.clone().relist(generation));
+        (self.on_connected)();
+    }
+
     /// A diagnostic line for the operator that says something was lost or is broken: also
     /// logged as a warning (on `quiver serve`'s stderr by default).
     fn diag_warn(&self, line: impl Into<String>) {

@@ -340,10 +340,17 @@ struct Incoming {
     method: Option<String>,
     #[serde(default)]
     params: Option<Value>,
-    #[serde(default)]
+    /// Present (`null` included) or absent: JSON-RPC allows exactly one of `result` and
+    /// `error`, and a `null` result is one that is there.
+    #[serde(default, deserialize_with = "present")]
     result: Option<Value>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     error: Option<Value>,
+}
+
+/// A member that is there, whatever its value (`null` too).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    <Value as serde::Deserialize>::deserialize(d).map(Some)
 }
 
 /// The `error` member's message, however the server shaped it.
@@ -456,10 +463,17 @@ fn classify(message: Incoming, ours: &str) -> Seen {
             params: message.params.unwrap_or(Value::Null),
         },
         (None, id) if is_ours(id.as_ref(), ours) => {
+            // The same rule as the stdio reader's (`pipe.rs`): an answer that is not one
+            // JSON-RPC response fails the call, so an error the server meant is never
+            // passed on as a success.
             Seen::Answer(match (message.result, message.error) {
-                (Some(r), _) => Exchange::Result(r),
+                (Some(_), Some(_)) => Exchange::Failed("it has both `result` and `error`".into()),
+                (Some(Value::Null), None) => {
+                    Exchange::Failed("the result is null, not an object".into())
+                }
+                (Some(r), None) => Exchange::Result(r),
                 (None, Some(e)) => Exchange::PeerError(error_message(&e)),
-                (None, None) => Exchange::Failed("it has neither a result nor an error".into()),
+                (None, None) => Exchange::Failed("it has neither `result` nor `error`".into()),
             })
         }
         _ => Seen::Other,
@@ -763,6 +777,27 @@ mod tests {
             json!({"jsonrpc": "2.0", "id": "quiver-7", "error": {"code": 1, "message": 42}}),
         );
         assert!(matches!(classify(odd, ours), Seen::Answer(Exchange::PeerError(m)) if m == "42"));
+        // An answer that is not one JSON-RPC response fails the call, as over stdio: never
+        // a success that drops the error the server meant.
+        for (odd, why) in [
+            (
+                json!({"jsonrpc": "2.0", "id": "quiver-7", "result": {"content": []}, "error": {"code": 1, "message": "e"}}),
+                "it has both `result` and `error`",
+            ),
+            (
+                json!({"jsonrpc": "2.0", "id": "quiver-7", "result": null}),
+                "the result is null, not an object",
+            ),
+            (
+                json!({"jsonrpc": "2.0", "id": "quiver-7"}),
+                "it has neither `result` nor `error`",
+            ),
+        ] {
+            assert!(
+                matches!(classify(incoming(odd.clone()), ours), Seen::Answer(Exchange::Failed(m)) if m == why),
+                "{odd}"
+            );
+        }
         let request = incoming(json!({"jsonrpc": "2.0", "id": 3, "method": "roots/list"}));
         assert!(
             matches!(classify(request, ours), Seen::Request { method, .. } if method == "roots/list")

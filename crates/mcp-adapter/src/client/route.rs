@@ -155,6 +155,9 @@ pub(crate) struct Calls {
     /// was busy, not hung).
     ended: AtomicU64,
     sent: Notify,
+    /// The principals (and tenants) that have called through this connection: a message
+    /// naming no request is guessed onto the call in flight only while they are one.
+    callers: Mutex<std::collections::BTreeSet<(Option<Arc<str>>, Option<Arc<str>>)>>,
 }
 
 /// Removes its entry when the call ends.
@@ -204,7 +207,19 @@ impl Calls {
             done: ctx.cancel.child_token(),
         });
         lock(&self.entries).push(entry.clone());
+        let caller = (ctx.principal.clone(), ctx.tenant.clone());
+        let mut callers = lock(&self.callers);
+        if !callers.contains(&caller) {
+            callers.insert(caller);
+        }
+        drop(callers);
         Registration { calls: self, entry }
+    }
+
+    /// Whether every call through this connection so far came from one principal (and
+    /// tenant): then a message that names no request cannot be another's.
+    pub(crate) fn one_caller(&self) -> bool {
+        lock(&self.callers).len() <= 1
     }
 
     /// How many calls are in flight, and how many have ended so far: the connection was

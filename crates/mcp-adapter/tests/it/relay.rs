@@ -254,3 +254,48 @@ async fn http_upstream_requests_reach_the_calling_client() {
     close_and_check(&client).await;
     drop(server);
 }
+
+/// A log message that names no request (stdio) goes to the one call in flight only while a
+/// single principal has called through the shared connection: once a second one has, such
+/// a message could be the first one's (a task the server runs for them), so it goes to the
+/// operator log, never to the other principal's client. Server requests, which the call
+/// in flight did cause, still reach it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_stdio_servers_unrouted_log_reaches_no_other_principal() {
+    let (catalog, client) = start(
+        &[fixture_server("fx", "normal").required()],
+        Default::default(),
+    );
+    ready(&client).await;
+    let entry = catalog.lookup("mcp__fx__talkback").expect("talkback");
+    let call_as = |who: &'static str| {
+        let recorder = Recorder::new(true);
+        let ctx = CallContext::for_session(format!("s-{who}"))
+            .with_principal(who)
+            .with_client(recorder.clone());
+        let tool = entry.tool.clone();
+        async move {
+            let env = within(
+                Duration::from_secs(30),
+                tool.call(json!({"question": "life"}), &ctx),
+            )
+            .await
+            .unwrap_or_else(Envelope::from);
+            (env, recorder.seen())
+        }
+    };
+    let (env, seen) = call_as("alice").await;
+    assert!(text_of(&env).contains("the client said: 42"), "{env:?}");
+    assert!(
+        seen.contains(&"log info: \"asking: life\"".to_owned()),
+        "one principal so far: {seen:?}"
+    );
+    let (env, seen) = call_as("bob").await;
+    assert!(text_of(&env).contains("the client said: 42"), "{env:?}");
+    assert!(seen.contains(&"sampling: life".to_owned()), "{seen:?}");
+    assert!(
+        !seen.iter().any(|s| s.starts_with("log ")),
+        "a second principal gets no unrouted log message: {seen:?}"
+    );
+    close_and_check(&client).await;
+}

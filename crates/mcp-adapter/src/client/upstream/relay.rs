@@ -361,10 +361,26 @@ impl ClientHandler for UpstreamRelay {
         let ticket = context.extensions.remove::<Delivering>();
         in_turn(ticket, async move {
             let Some(up) = up.upgrade() else { return };
-            // A notification names no request: it goes to the single call in flight, if
-            // any; otherwise only the operator log sees it.
-            let entry = match up.calls.route(&Origin::Unknown).await {
-                Route::To(entry) => Some(entry),
+            // A log message names no request. One that came on a call's own response
+            // stream (streamable HTTP) is that call's. Otherwise it goes to the single call
+            // in flight only on a connection that one principal uses (a per-session server,
+            // a user's own connection, or a shared one only one principal has called so
+            // far): a message the server sends for one principal's work (a background task
+            // it started for them) must not reach another's client because theirs is the
+            // call in flight. Such a message goes to the operator log.
+            let origin = Origin::of(&context.extensions);
+            let own = up.cfg.scope == crate::client::config::ServerScope::Session
+                || up.cfg.for_user
+                || up.calls.one_caller();
+            let entry = match origin {
+                Origin::Call(_) => match up.calls.route(&origin).await {
+                    Route::To(entry) => Some(entry),
+                    _ => None,
+                },
+                _ if own => match up.calls.route(&Origin::Unknown).await {
+                    Route::To(entry) => Some(entry),
+                    _ => None,
+                },
                 _ => None,
             };
             deliver_log(

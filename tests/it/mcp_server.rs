@@ -2370,6 +2370,71 @@ async fn a_redeployed_http_upstream_is_listed_again() {
     drop(v1);
 }
 
+/// `initialize` with a bearer `token` over raw HTTP/1.1: the instructions the server
+/// answers with.
+async fn instructions_for(url: &str, token: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let authority = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut tcp = tokio::net::TcpStream::connect(authority)
+        .await
+        .expect("connects");
+    tcp.write_all(request.as_bytes()).await.expect("sent");
+    let mut raw = String::new();
+    tokio::time::timeout(Duration::from_secs(20), tcp.read_to_string(&mut raw))
+        .await
+        .expect("an answer in time")
+        .expect("readable");
+    let data = raw
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("data: ")
+                .filter(|d| d.contains("\"result\""))
+        })
+        .unwrap_or_else(|| panic!("an initialize result: {raw}"));
+    let answer: serde_json::Value = serde_json::from_str(data).expect("JSON");
+    answer["result"]["instructions"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// An upstream server's `instructions` (server-everything's) reach the model in Quiver's
+/// own, under the server's name, for a token that may use that server; a token restricted
+/// to another server reads Quiver's alone.
+#[tokio::test]
+async fn upstream_instructions_reach_the_callers_that_may_use_the_server() {
+    let dir = fresh_dir();
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[[mcp.servers]]\nname = \"everything\"\ncommand = {:?}\nrequired = true\n\n[[auth.tokens]]\nname = \"all\"\ntoken = \"all-secret-0123456789\"\n\n[[auth.tokens]]\nname = \"other\"\ntoken = \"other-secret-0123456789\"\nallowed_servers = [\"time\"]\nallowed_tools = [\"tool_search\"]\n",
+            everything_bin().display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut server =
+        Server::start_in(quiver_binary(), &["serve", "--listen", "127.0.0.1:0"], &dir).await;
+    let url = server.url.clone();
+    let all = instructions_for(&url, "all-secret-0123456789").await;
+    assert!(
+        all.starts_with("Quiver serves a working set of tools")
+            && all.contains("## everything\n")
+            && all.contains("Everything Server"),
+        "{all}"
+    );
+    let other = instructions_for(&url, "other-secret-0123456789").await;
+    assert!(
+        other.starts_with("Quiver serves a working set of tools") && !other.contains("everything"),
+        "{other}"
+    );
+    assert!(server.terminate().await.success());
+}
+
 /// The catalog directory (`[catalog] dir`) through `quiver serve` and the official Python
 /// client: an alias of an upstream tool, a skill as a tool and an auto-approved custom tool
 /// are served; an edited and an added file reach the client with `list_changed`; a broken

@@ -125,6 +125,14 @@ pub trait ContentSource: Send + Sync {
     /// What it offers (asked once per session, at `initialize`).
     fn offer(&self) -> ContentOffer;
 
+    /// The `instructions` of the upstream servers `caps` allows
+    /// ([`Capabilities::allows_server`]), by server name: what each told its clients about
+    /// using its tools, for Quiver's own `instructions`. None by default.
+    fn instructions(&self, caps: &Capabilities) -> Vec<(String, String)> {
+        let _ = caps;
+        Vec::new()
+    }
+
     /// Every resource (wire `Resource` objects) of the servers `caps` allows
     /// ([`Capabilities::allows_server`]), at most 10,000 a server.
     async fn list_resources(&self, caps: &Capabilities) -> Result<Vec<Value>, ContentError>;

@@ -530,6 +530,18 @@ impl ContentSource for McpClient {
         }
     }
 
+    fn instructions(&self, caps: &Capabilities) -> Vec<(String, String)> {
+        self.shared
+            .servers()
+            .iter()
+            .filter(|u| caps.allows_server(&u.cfg.name))
+            .filter_map(|u| {
+                let text = lock(&u.instructions).clone()?;
+                Some((u.cfg.name.clone(), text))
+            })
+            .collect()
+    }
+
     async fn list_resources(&self, caps: &Capabilities) -> Result<Vec<Value>, ContentError> {
         self.all_resources(caps).await
     }

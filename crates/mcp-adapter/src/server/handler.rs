@@ -42,6 +42,9 @@ use super::{
 };
 use crate::sync::lock;
 
+/// The most of one upstream server's `instructions` passed on, in characters.
+const UPSTREAM_INSTRUCTIONS_CHARS: usize = 2_000;
+
 const INSTRUCTIONS: &str = "Quiver serves a working set of tools that grows as you need it. When none of the listed tools fits, call `tool_search` with a few keywords: the tools it finds can be called by name, and in a session (or a conversation named by the `Quiver-Conversation` header) they join your tool list, announced with notifications/tools/list_changed. `describe_tool` returns one tool's full definition.";
 
 /// rmcp's server handler for one MCP session, or one stateless request: it holds the
@@ -276,6 +279,34 @@ impl SessionHandler {
         };
         self.run_request(target, &scope, context, input, start)
             .await
+    }
+
+    /// Quiver's `instructions`, then those of the upstream servers this caller may use:
+    /// how a server tells the model to use its tools (order, units, steps), which a gateway
+    /// must not drop. Each is cut to [`UPSTREAM_INSTRUCTIONS_CHARS`] and loses its hidden
+    /// characters.
+    /// `caps`: whose servers; none, when the caller is not known here, gives Quiver's alone
+    /// (a token must not read of servers it may not use).
+    fn instructions(&self, caps: Option<&quiver_contract::Capabilities>) -> String {
+        let mut text = INSTRUCTIONS.to_owned();
+        let upstream = match (caps, &self.shared.content) {
+            (Some(caps), Some(content)) => content.instructions(caps),
+            _ => Vec::new(),
+        };
+        if upstream.is_empty() {
+            return text;
+        }
+        text.push_str("\n\nWhat the upstream MCP servers say about their tools (named `mcp__<server>__<tool>`):");
+        for (server, said) in upstream {
+            let (said, _) = quiver_contract::without_hidden(&said);
+            let mut said: String = said.trim().to_owned();
+            if said.chars().count() > UPSTREAM_INSTRUCTIONS_CHARS {
+                said = said.chars().take(UPSTREAM_INSTRUCTIONS_CHARS).collect();
+                said.push_str(" …[cut]");
+            }
+            text.push_str(&format!("\n\n## {server}\n{said}"));
+        }
+        text
     }
 
     fn offer(&self) -> ContentOffer {
@@ -549,8 +580,24 @@ impl ServerHandler for SessionHandler {
         }
         let mut info = ServerConfig::new(capabilities);
         info.server_info = Implementation::new("quiver", env!("CARGO_PKG_VERSION"));
-        info.instructions = Some(INSTRUCTIONS.into());
+        let caller = CALLER.try_with(Arc::clone).ok();
+        info.instructions = Some(self.instructions(caller.as_deref()));
         info
+    }
+
+    /// rmcp's handshake, with the instructions of the upstream servers this session's
+    /// caller may use (its token's, read from the request).
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::InitializeResult, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        let mut result = self.negotiate_initialize(&request)?;
+        if let Ok(scope) = self.scope(&context.meta, &context.extensions) {
+            result.instructions = Some(self.instructions(Some(&scope.capabilities)));
+        }
+        Ok(result)
     }
 
     async fn list_tools(

@@ -201,6 +201,13 @@ impl ContentSource for LocalPrompts {
         offer
     }
 
+    fn instructions(&self, caps: &Capabilities) -> Vec<(String, String)> {
+        self.inner
+            .as_ref()
+            .map(|i| i.instructions(caps))
+            .unwrap_or_default()
+    }
+
     async fn list_resources(&self, caps: &Capabilities) -> Result<Vec<Value>, ContentError> {
         match &self.inner {
             Some(inner) if inner.offer().resources => inner.list_resources(caps).await,

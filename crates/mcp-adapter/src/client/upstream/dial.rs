@@ -234,6 +234,10 @@ impl Upstream {
         };
         let peer = running.peer().clone();
         let offers = Offers::of(&peer);
+        *lock(&self.instructions) = peer
+            .peer_info()
+            .and_then(|i| i.instructions.clone())
+            .filter(|t| !t.trim().is_empty());
         let protocol = &offers.protocol;
         let version = match accepted(protocol) {
             Ok(v) => v,

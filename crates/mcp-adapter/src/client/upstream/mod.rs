@@ -229,6 +229,9 @@ pub(crate) struct Upstream {
     /// A server that acts for the user: its users' connections (`client/users.rs`); this
     /// connection then only lists the tools.
     users: std::sync::OnceLock<Arc<super::users::UserConnections>>,
+    /// The `instructions` the server gave at its last handshake (how to use its tools),
+    /// passed on in Quiver's own.
+    pub(crate) instructions: Mutex<Option<String>>,
 }
 
 impl Upstream {
@@ -280,6 +283,7 @@ impl Upstream {
             relays,
             exits: watch::channel(None).0,
             users: std::sync::OnceLock::new(),
+            instructions: Mutex::new(None),
         })
     }
 

@@ -12,7 +12,9 @@
 //!   cases). It goes through the custom-tool lifecycle: stored as a draft and built, and
 //!   approved only by the operator, unless `[catalog] auto_approve = true`.
 //! - `mcp`: `ref` is `{server, tool}`: a curated alias of that upstream tool under this
-//!   name and description (its calls are the upstream's, nested).
+//!   name and description (its calls are the upstream's, nested). Aliases are served in
+//!   their own family, before the custom tools: a stored custom tool of an alias's name is
+//!   not served, and `quiver check` and `quiver custom list` say so.
 //! - `skill`: `ref` is a skill's name: the skill as a tool of its own, with this schema.
 //!
 //! A definition may carry `deprecated = {message, use_instead}`: its description then opens
@@ -555,6 +557,28 @@ impl CatalogDirTools {
             .collect()
     }
 
+    /// The stored custom tools an alias keeps off the catalog (the alias's family comes
+    /// first): each with the file and what to do.
+    pub fn clashes(&self) -> Vec<String> {
+        let served = lock(&self.served);
+        self.catalog
+            .shadowed()
+            .into_iter()
+            .filter(|s| s.family == CUSTOM_FAMILY)
+            .filter_map(|s| {
+                let def = served.get(&s.name)?;
+                matches!(def.kind, Kind::Alias { .. }).then(|| {
+                    format!(
+                        "{}: [name] `{}` is also an approved custom tool in the store, which is not served while this file defines an alias of that name: rename one, or `quiver custom disable {}`",
+                        def.path.display(),
+                        s.name,
+                        s.name
+                    )
+                })
+            })
+            .collect()
+    }
+
     /// Why `target` (`mcp__<server>__<tool>`) is not in the catalog when its server has
     /// listed tools there: the tool names it has. `None` while the server has none listed
     /// (not connected yet, or down).
@@ -599,7 +623,7 @@ impl CatalogDirTools {
                 Kind::Custom { .. } => {}
                 Kind::Alias { target } => {
                     let tool = alias_tool(def.spec.clone(), target.clone());
-                    self.serve(def, tool, CUSTOM_FAMILY, &mut keep, &mut applied);
+                    self.serve(def, tool, Family::Catalog.name(), &mut keep, &mut applied);
                 }
                 Kind::Skill { skill } => {
                     let Some(source) = &skills else {
@@ -784,8 +808,74 @@ impl CatalogDirTools {
 fn family_of(kind: &Kind) -> &'static str {
     match kind {
         Kind::Skill { .. } => Family::Skills.name(),
-        _ => CUSTOM_FAMILY,
+        Kind::Alias { .. } => Family::Catalog.name(),
+        Kind::Custom { .. } => CUSTOM_FAMILY,
     }
+}
+
+/// The kind a catalog file gives the tool it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimKind {
+    /// A custom tool, stored and reviewed through the store's lifecycle.
+    Custom,
+    /// An alias of an upstream tool.
+    Alias,
+    /// A skill as a tool.
+    Skill,
+}
+
+/// A name a catalog file holds, read from the file alone (whether or not the rest of it
+/// loads): what `quiver custom` keeps its names clear of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    /// The tool name.
+    pub name: String,
+    /// The file.
+    pub path: PathBuf,
+    /// The kind it names.
+    pub kind: ClaimKind,
+}
+
+impl Claimed {
+    /// What the file makes of the name, for a sentence: "a catalog alias".
+    pub fn what(&self) -> &'static str {
+        match self.kind {
+            ClaimKind::Custom => "a custom tool defined by a catalog file",
+            ClaimKind::Alias => "a catalog alias of an upstream tool",
+            ClaimKind::Skill => "a skill served as a tool by a catalog file",
+        }
+    }
+}
+
+/// The names the definition files under `dir/tools` hold, with their kinds. A file whose
+/// syntax is broken, or that names no tool, holds none.
+pub fn claimed(dir: &Path) -> Vec<Claimed> {
+    let Ok(entries) = std::fs::read_dir(dir.join("tools")) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    files.sort();
+    files
+        .into_iter()
+        .take(MAX_FILES)
+        .filter_map(|path| {
+            let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+            let text = read_text(&path).ok()?;
+            let value: Value = match ext {
+                "json" => serde_json::from_str(&text).ok()?,
+                "toml" => serde_json::to_value(toml::from_str::<toml::Value>(&text).ok()?).ok()?,
+                _ => return None,
+            };
+            let name = value.get("name")?.as_str()?.to_owned();
+            let kind = match value.pointer("/implementation/kind")?.as_str()? {
+                "custom" => ClaimKind::Custom,
+                "mcp" => ClaimKind::Alias,
+                "skill" => ClaimKind::Skill,
+                _ => return None,
+            };
+            Some(Claimed { name, path, kind })
+        })
+        .collect()
 }
 
 /// A poisoned lock is taken as it is: the maps it guards are rewritten whole.

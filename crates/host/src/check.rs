@@ -86,6 +86,7 @@ pub fn findings_in(src: &CheckSources, config: &Config) -> Vec<Finding> {
         src.catalog_dir
             .alias_mismatches()
             .into_iter()
+            .chain(src.catalog_dir.clashes())
             .map(Finding::error),
     );
     let names: Vec<String> = src

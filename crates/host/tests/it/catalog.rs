@@ -1,0 +1,123 @@
+//! The catalog directory (`[catalog] dir`) through the `quiver` binary: what the commands an
+//! operator runs say about its files.
+
+use std::process::{Command, Output};
+
+use crate::ONE_TOOL_SERVER;
+
+fn quiver_in(dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(args)
+        .current_dir(dir)
+        .env("QUIVER_LOG", "error")
+        .output()
+        .expect("quiver runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A directory with `quiver.toml` reading `catalog/` and one MCP server, `one`.
+fn with_catalog(prefix: &str) -> crate::Scratch {
+    let dir = crate::Scratch::new(prefix);
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!(
+            "[catalog]\ndir = \"catalog\"\n\n[[mcp.servers]]\nname = \"one\"\ncommand = \"python3\"\nargs = [{ONE_TOOL_SERVER:?}]\n"
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.join("catalog/tools")).unwrap();
+    dir
+}
+
+fn alias(name: &str) -> String {
+    serde_json::json!({"name": name,
+        "description": "Takes one field. Use it when asked to take a field.",
+        "input_schema": {"type": "object", "properties": {}},
+        "implementation": {"kind": "mcp", "ref": {"server": "one", "tool": "t"}}})
+    .to_string()
+}
+
+/// A catalog alias and a stored custom tool of one name: the file wins in every process
+/// (`tools --all` shows the alias, labelled as one); `custom list` says the custom tool is
+/// not served and which file has the name; `custom add` and `custom approve` refuse the
+/// name, and `quiver check` counts the clash.
+#[test]
+fn a_catalog_alias_wins_its_name_over_a_custom_tool_and_says_so() {
+    let dir = with_catalog("catalog-alias-custom");
+    std::fs::write(dir.join("now.js"), "async function main() { return 1; }").unwrap();
+    std::fs::write(
+        dir.join("schema.json"),
+        r#"{"type": "object", "properties": {}}"#,
+    )
+    .unwrap();
+    let add = |name: &str| {
+        quiver_in(
+            &dir,
+            &[
+                "custom",
+                "add",
+                "now.js",
+                "--name",
+                name,
+                "--description",
+                "Returns one. Use it when testing.",
+                "--schema",
+                "schema.json",
+            ],
+        )
+    };
+    let out = add("now");
+    assert!(out.status.success(), "{}", text(&out));
+    let out = quiver_in(&dir, &["custom", "approve", "now", "--force"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = add("later");
+    assert!(out.status.success(), "{}", text(&out));
+    std::fs::write(dir.join("catalog/tools/now.json"), alias("now")).unwrap();
+    std::fs::write(dir.join("catalog/tools/later.json"), alias("later")).unwrap();
+
+    let all = text(&quiver_in(&dir, &["tools", "--all"]));
+    for name in ["now", "later"] {
+        let line = all
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("{name} listed: {all}"));
+        assert!(
+            line.contains("catalog aliases") && line.contains("Takes one field"),
+            "{line}"
+        );
+    }
+    let list = text(&quiver_in(&dir, &["custom", "list"]));
+    assert!(
+        list.contains("now: approved, not served: the name is taken by catalog/tools/now.json"),
+        "{list}"
+    );
+    let out = quiver_in(&dir, &["custom", "approve", "later", "--force"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("catalog/tools/later.json"),
+        "{}",
+        text(&out)
+    );
+    let out = add("now");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("`now` is defined by catalog/tools/now.json"),
+        "{}",
+        text(&out)
+    );
+    let check = quiver_in(&dir, &["check"]);
+    assert_eq!(check.status.code(), Some(1), "{}", text(&check));
+    assert!(
+        text(&check)
+            .contains("catalog/tools/now.json: [name] `now` is also an approved custom tool"),
+        "{}",
+        text(&check)
+    );
+}

@@ -496,6 +496,8 @@ pub struct CatalogDirTools {
     writes: bool,
     /// The definitions served now (aliases and skill tools), by name.
     served: Mutex<BTreeMap<String, Defined>>,
+    /// When each served definition was read from its file, by name.
+    read_at: Mutex<BTreeMap<String, std::time::SystemTime>>,
 }
 
 impl std::fmt::Debug for CatalogDirTools {
@@ -528,6 +530,7 @@ impl CatalogDirTools {
             custom,
             writes,
             served: Mutex::new(BTreeMap::new()),
+            read_at: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -647,6 +650,30 @@ impl CatalogDirTools {
                 }
             }
         }
+        // A file that is still there but no longer loads (saved half-edited) leaves its tool
+        // as it was last read: only deleting the file takes the tool off.
+        for (name, def) in lock(&self.served).iter() {
+            let broken = def.path.exists()
+                && read
+                    .problems
+                    .iter()
+                    .any(|p| p.refused && p.path == def.path);
+            if broken && !keep.contains_key(name) {
+                let at = lock(&self.read_at)
+                    .get(name)
+                    .map(|t| {
+                        chrono::DateTime::<chrono::Utc>::from(*t)
+                            .format("%H:%M:%S UTC")
+                            .to_string()
+                    })
+                    .unwrap_or_else(|| "start".to_owned());
+                applied.problems.push(format!(
+                    "{}: does not load; `{name}` is still served as read at {at} (fix the file, or delete it to take the tool off)",
+                    def.path.display()
+                ));
+                keep.insert(name.clone(), def.clone());
+            }
+        }
         let gone: Vec<String> = {
             let served = lock(&self.served);
             served
@@ -655,6 +682,7 @@ impl CatalogDirTools {
                 .cloned()
                 .collect()
         };
+        lock(&self.read_at).retain(|n, _| keep.contains_key(n));
         for name in gone {
             let family = {
                 let served = lock(&self.served);
@@ -695,6 +723,7 @@ impl CatalogDirTools {
         };
         match registered {
             Ok(()) => {
+                lock(&self.read_at).insert(name.clone(), std::time::SystemTime::now());
                 keep.insert(name.clone(), def.clone());
                 applied.served.push(name);
             }

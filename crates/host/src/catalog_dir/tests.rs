@@ -210,3 +210,52 @@ fn an_alias_schema_is_compared_with_its_targets() {
         "{why}"
     );
 }
+
+fn dir_tools(catalog: &Arc<Catalog>) -> CatalogDirTools {
+    use quiver_registry::store::{MemoryDefinitionStore, MemoryJobStore};
+    let custom = Arc::new(CustomTools::new(
+        Arc::new(MemoryDefinitionStore::default()),
+        Arc::new(MemoryJobStore::default()),
+        Arc::new(quiver_sandbox::QuickJsSandbox::new(1)),
+        quiver_registry::sandbox::SandboxLimits::default(),
+    ));
+    CatalogDirTools::new(catalog.clone(), custom, false)
+}
+
+/// A definition file saved half-edited (it no longer parses) leaves the tool as it was
+/// last read, and the report says so; deleting the file takes the tool off.
+#[tokio::test]
+async fn a_file_that_stops_loading_keeps_its_last_good_version_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let servers = ["everything".to_owned()];
+    let say = def(
+        "say",
+        r#"{"kind": "mcp", "ref": {"server": "everything", "tool": "echo"}}"#,
+    );
+    write(d, "tools/say.json", &say);
+    let catalog = Arc::new(Catalog::new());
+    let tools = dir_tools(&catalog);
+    let applied = tools.apply(&read(d, &servers), None, false).await;
+    assert_eq!(applied.served, ["say"], "{applied:?}");
+
+    write(d, "tools/say.json", &say.replacen(',', ",,", 1));
+    let applied = tools.apply(&read(d, &servers), None, false).await;
+    assert!(applied.removed.is_empty(), "{applied:?}");
+    assert!(catalog.lookup("say").is_some(), "still served");
+    assert!(
+        applied.problems.iter().any(|p| p.contains("say.json")
+            && p.contains("does not load; `say` is still served as read at")),
+        "{applied:?}"
+    );
+    // Fixed again: the file's tool, as it is now, with nothing re-registered.
+    write(d, "tools/say.json", &say);
+    let applied = tools.apply(&read(d, &servers), None, false).await;
+    assert!(applied.problems.is_empty(), "{applied:?}");
+    assert!(applied.removed.is_empty(), "{applied:?}");
+
+    std::fs::remove_file(d.join("tools/say.json")).unwrap();
+    let applied = tools.apply(&read(d, &servers), None, false).await;
+    assert_eq!(applied.removed, ["say"], "{applied:?}");
+    assert!(catalog.lookup("say").is_none());
+}

@@ -142,9 +142,18 @@ struct Defined {
 
 #[derive(Debug, Clone, PartialEq)]
 enum Kind {
-    Custom { source: String, tests: Vec<Value> },
-    Alias { target: String },
-    Skill { skill: String },
+    Custom {
+        source: String,
+        /// The source file, beside the definition.
+        source_path: PathBuf,
+        tests: Vec<Value>,
+    },
+    Alias {
+        target: String,
+    },
+    Skill {
+        skill: String,
+    },
 }
 
 /// What a read of the directory found.
@@ -334,6 +343,7 @@ fn check_file(
             };
             Kind::Custom {
                 source: code,
+                source_path: at,
                 tests,
             }
         }
@@ -619,11 +629,20 @@ impl CatalogDirTools {
         let mut keep: BTreeMap<String, Defined> = BTreeMap::new();
         for def in &read.defined {
             match &def.kind {
-                Kind::Custom { source, tests } if self.writes => {
-                    self.apply_custom(def, source, tests, auto_approve, &mut applied)
-                        .await;
+                Kind::Custom {
+                    source,
+                    source_path,
+                    tests,
+                } => {
+                    // Checked whole (the source compiled) also where nothing is stored, so
+                    // `quiver check` reports what a reload would.
+                    if let Err(why) = self.check_custom(def, source, source_path, tests) {
+                        applied.problems.push(why);
+                    } else if self.writes {
+                        self.apply_custom(def, source, tests, auto_approve, &mut applied)
+                            .await;
+                    }
                 }
-                Kind::Custom { .. } => {}
                 Kind::Alias { target } => {
                     let tool = alias_tool(def.spec.clone(), target.clone());
                     self.serve(def, tool, Family::Catalog.name(), &mut keep, &mut applied);
@@ -731,6 +750,51 @@ impl CatalogDirTools {
                 "{}: [name] `{name}` is not served: {e}",
                 def.path.display()
             )),
+        }
+    }
+
+    /// What a custom-kind definition would be refused for when stored, with the file it is
+    /// in: a source that does not compile at the source file's line and column.
+    fn check_custom(
+        &self,
+        def: &Defined,
+        source: &str,
+        source_path: &Path,
+        tests: &[Value],
+    ) -> Result<(), String> {
+        let cases = TestCase::parse_all(&Value::Array(tests.to_vec()))
+            .map_err(|why| format!("{}: [tests] {why}", def.path.display()))?;
+        let draft = CustomDraft::new(
+            def.spec.name.clone(),
+            def.spec.description.clone(),
+            def.spec.input_schema.clone(),
+            source.to_owned(),
+        )
+        .with_tests(cases);
+        match self.custom.check(&draft) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let why = e.to_string();
+                // "the source does not compile: line L, column C: what": the position is
+                // the source file's.
+                let at = why
+                    .strip_prefix("the source does not compile: line ")
+                    .and_then(|rest| rest.split_once(", column "))
+                    .and_then(|(line, rest)| {
+                        let (column, what) = rest.split_once(": ")?;
+                        Some(format!(
+                            "{}:{line}:{column}: [custom] the source does not compile: {what}",
+                            source_path.display()
+                        ))
+                    });
+                Err(match at {
+                    Some(at) => at,
+                    None if why.starts_with("the source") => {
+                        format!("{}: [custom] {why}", source_path.display())
+                    }
+                    None => format!("{}: [custom] {why}", def.path.display()),
+                })
+            }
         }
     }
 

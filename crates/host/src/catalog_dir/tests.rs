@@ -259,3 +259,32 @@ async fn a_file_that_stops_loading_keeps_its_last_good_version_served() {
     assert_eq!(applied.removed, ["say"], "{applied:?}");
     assert!(catalog.lookup("say").is_none());
 }
+
+/// A custom-kind file whose JavaScript does not compile is reported at the source file's
+/// line and column, also where nothing is stored (`quiver check`).
+#[tokio::test]
+async fn a_custom_source_that_does_not_compile_is_reported_at_the_js_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write(
+        d,
+        "tools/sum.json",
+        &def("sum_up", r#"{"kind": "custom", "ref": "sum.js"}"#),
+    );
+    write(
+        d,
+        "tools/sum.js",
+        "async function main(inputs) {\n  return {a: 1,, };\n}",
+    );
+    let catalog = Arc::new(Catalog::new());
+    let applied = dir_tools(&catalog).apply(&read(d, &[]), None, false).await;
+    assert!(
+        applied
+            .problems
+            .iter()
+            .any(|p| p.contains("tools/sum.js:2:")
+                && p.contains("[custom] the source does not compile")
+                && !p.contains("sum.json")),
+        "{applied:?}"
+    );
+}

@@ -508,6 +508,8 @@ pub struct CatalogDirTools {
     served: Mutex<BTreeMap<String, Defined>>,
     /// When each served definition was read from its file, by name.
     read_at: Mutex<BTreeMap<String, std::time::SystemTime>>,
+    /// The last read's lints, and the names its files define.
+    linted: Mutex<(Vec<CatalogProblem>, std::collections::BTreeSet<String>)>,
 }
 
 impl std::fmt::Debug for CatalogDirTools {
@@ -541,6 +543,7 @@ impl CatalogDirTools {
             writes,
             served: Mutex::new(BTreeMap::new()),
             read_at: Mutex::new(BTreeMap::new()),
+            linted: Mutex::new(Default::default()),
         }
     }
 
@@ -568,6 +571,12 @@ impl CatalogDirTools {
                 ))
             })
             .collect()
+    }
+
+    /// The lints of the files last read (each with its path, as the log has them), and the
+    /// names those files define: `quiver check` reports these tools by file.
+    pub fn lints(&self) -> (Vec<CatalogProblem>, std::collections::BTreeSet<String>) {
+        lock(&self.linted).clone()
     }
 
     /// The stored custom tools an alias keeps off the catalog (the alias's family comes
@@ -626,6 +635,14 @@ impl CatalogDirTools {
         auto_approve: bool,
     ) -> Applied {
         let mut applied = Applied::default();
+        *lock(&self.linted) = (
+            read.problems
+                .iter()
+                .filter(|p| !p.refused)
+                .cloned()
+                .collect(),
+            read.names().into_iter().map(str::to_owned).collect(),
+        );
         let mut keep: BTreeMap<String, Defined> = BTreeMap::new();
         for def in &read.defined {
             match &def.kind {

@@ -58,9 +58,15 @@ pub fn findings_in(src: &CheckSources, config: &Config) -> Vec<Finding> {
     out.extend(quiver_mcp_adapter::connection_findings(&statuses));
     out.extend(src.surface.findings());
     out.extend(long_skills(&src.long_skills, config));
+    // A catalog file's tool is linted as its file has it, by its path (the log's lines).
+    let (file_lints, from_files) = src.catalog_dir.lints();
+    out.extend(file_lints.iter().map(|p| Finding::error(p.to_string())));
     // An upstream server's definitions are its author's to fix, not the operator's: told as
     // notes, so the check still gates what the operator's own files define.
     for entry in src.catalog.tools() {
+        if from_files.contains(&entry.spec.name) {
+            continue;
+        }
         let upstream = entry.family.starts_with("mcp:");
         out.extend(lint_spec(&entry.spec).iter().map(|l| {
             let finding = Finding::from(l);

@@ -121,3 +121,46 @@ fn a_catalog_alias_wins_its_name_over_a_custom_tool_and_says_so() {
         text(&check)
     );
 }
+
+/// `quiver check` reports what the log reports of the catalog files: each file's lints
+/// (the string-constraint rule too) by its path, not by tool name, and a custom-kind
+/// source that does not compile at its own line and column.
+#[test]
+fn check_reports_the_catalog_files_lints_and_sources_by_file() {
+    let dir = with_catalog("catalog-check-files");
+    std::fs::write(
+        dir.join("catalog/tools/now.json"),
+        serde_json::json!({"name": "now",
+            "description": "Tells the time. Use it when asked the time.",
+            "input_schema": {"type": "object", "properties": {"timezone": {"type": "string", "description": "IANA zone"}}},
+            "implementation": {"kind": "mcp", "ref": {"server": "one", "tool": "t"}}})
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("catalog/tools/wc.json"),
+        serde_json::json!({"name": "wc",
+            "description": "Counts words. Use it when asked how many words a text has.",
+            "input_schema": {"type": "object", "properties": {}},
+            "implementation": {"kind": "custom", "ref": "wc.js"}})
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("catalog/tools/wc.js"),
+        "async function main(inputs) { return { words: 1,, }; }",
+    )
+    .unwrap();
+    let check = quiver_in(&dir, &["check"]);
+    let out = text(&check);
+    assert_eq!(check.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("tools/now.json: [string_constraints] /properties/timezone: a string with no"),
+        "{out}"
+    );
+    assert!(
+        out.contains("tools/wc.js:1:") && out.contains("the source does not compile"),
+        "{out}"
+    );
+    assert!(!out.contains("wc.json: [custom]"), "{out}");
+}

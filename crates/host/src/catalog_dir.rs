@@ -291,6 +291,9 @@ fn check_file(
             "the input schema's root must be `{\"type\": \"object\", ...}`",
         ));
     }
+    if let Some(why) = bad_type(&file.input_schema, "") {
+        return Err(problem(path, "input_schema", why));
+    }
     if let Err(e) = jsonschema::validator_for(&file.input_schema) {
         return Err(problem(
             path,
@@ -399,6 +402,7 @@ fn check_file(
         })
         .collect();
     lints.extend(constraint_lints(path, &file.input_schema));
+    lints.extend(unknown_required(path, &file.input_schema, ""));
     Ok((
         Defined {
             path: path.to_path_buf(),
@@ -407,6 +411,90 @@ fn check_file(
         },
         lints,
     ))
+}
+
+/// The JSON Schema types.
+const SCHEMA_TYPES: [&str; 7] = [
+    "string", "number", "integer", "boolean", "array", "object", "null",
+];
+
+/// The subschemas of `schema`, each with its JSON pointer under `at`.
+fn subschemas<'a>(schema: &'a Value, at: &str) -> Vec<(String, &'a Value)> {
+    let mut out = Vec::new();
+    for key in ["properties", "$defs", "definitions", "patternProperties"] {
+        if let Some(map) = schema.get(key).and_then(Value::as_object) {
+            out.extend(map.iter().map(|(k, v)| (format!("{at}/{key}/{k}"), v)));
+        }
+    }
+    for key in ["items", "additionalProperties", "not", "contains"] {
+        match schema.get(key) {
+            Some(v @ Value::Object(_)) => out.push((format!("{at}/{key}"), v)),
+            Some(Value::Array(list)) => out.extend(
+                list.iter()
+                    .enumerate()
+                    .map(|(i, v)| (format!("{at}/{key}/{i}"), v)),
+            ),
+            _ => {}
+        }
+    }
+    for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
+        if let Some(list) = schema.get(key).and_then(Value::as_array) {
+            out.extend(
+                list.iter()
+                    .enumerate()
+                    .map(|(i, v)| (format!("{at}/{key}/{i}"), v)),
+            );
+        }
+    }
+    out
+}
+
+/// The first `type` in `schema` that is no JSON Schema type: where, the types and the
+/// closest one.
+fn bad_type(schema: &Value, at: &str) -> Option<String> {
+    let named: Vec<&str> = match schema.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    if let Some(wrong) = named.iter().find(|t| !SCHEMA_TYPES.contains(t)) {
+        return Some(format!(
+            "{at}/type: \"{wrong}\" is not a JSON Schema type ({}){}",
+            SCHEMA_TYPES.join(", "),
+            quiver_registry::suggestion(wrong, SCHEMA_TYPES)
+        ));
+    }
+    subschemas(schema, at)
+        .into_iter()
+        .find_map(|(p, sub)| bad_type(sub, &p))
+}
+
+/// A `required` entry that names no property: every call must pass an argument the schema
+/// never describes.
+fn unknown_required(path: &Path, schema: &Value, at: &str) -> Vec<CatalogProblem> {
+    let mut out = Vec::new();
+    if let (Some(props), Some(required)) = (
+        schema.get("properties").and_then(Value::as_object),
+        schema.get("required").and_then(Value::as_array),
+    ) {
+        for name in required.iter().filter_map(Value::as_str) {
+            if !props.contains_key(name) {
+                out.push(CatalogProblem {
+                    path: path.to_path_buf(),
+                    rule: "required_unknown",
+                    fix: format!(
+                        "{at}/required: `required` names `{name}`, which is not in `properties`{}",
+                        quiver_registry::suggestion(name, props.keys().map(String::as_str))
+                    ),
+                    refused: false,
+                });
+            }
+        }
+    }
+    for (p, sub) in subschemas(schema, at) {
+        out.extend(unknown_required(path, sub, &p));
+    }
+    out
 }
 
 /// September's constraint rule: every string property says what it takes (`format`,

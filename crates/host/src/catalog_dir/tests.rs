@@ -288,3 +288,54 @@ async fn a_custom_source_that_does_not_compile_is_reported_at_the_js_file() {
         "{applied:?}"
     );
 }
+
+/// A misspelt JSON Schema type is refused naming where it is, the types there are and the
+/// closest; a `required` entry that is no property is a finding with the closest one.
+#[test]
+fn a_schema_type_typo_and_an_unknown_required_name_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let with = |schema: &str| {
+        format!(
+            r#"{{"name": "now", "description": "Tells the time. Use it when asked the time.", "input_schema": {schema}, "implementation": {{"kind": "mcp", "ref": {{"server": "time", "tool": "t"}}}}}}"#
+        )
+    };
+    write(
+        d,
+        "tools/typo.json",
+        &with(
+            r#"{"type": "object", "properties": {"timezone": {"type": "strng", "description": "IANA zone"}}}"#,
+        ),
+    );
+    write(
+        d,
+        "tools/req.json",
+        &with(
+            r#"{"type": "object", "properties": {"timezone": {"type": "string", "enum": ["UTC"], "description": "IANA zone"}}, "required": ["timezon"]}"#,
+        )
+        .replace("\"now\"", "\"now2\""),
+    );
+    let read = read(d, &["time".to_owned()]);
+    let typo = read
+        .problems
+        .iter()
+        .find(|p| p.path.ends_with("typo.json"))
+        .expect("typo.json reported");
+    assert!(typo.refused, "{typo}");
+    assert!(
+        typo.fix.contains("/properties/timezone/type: \"strng\" is not a JSON Schema type (string, number, integer, boolean, array, object, null); did you mean `string`?"),
+        "{typo}"
+    );
+    let req = read
+        .problems
+        .iter()
+        .find(|p| p.path.ends_with("req.json"))
+        .unwrap_or_else(|| panic!("req.json reported: {:#?}", read.problems));
+    assert_eq!(req.rule, "required_unknown", "{req}");
+    assert!(
+        req.fix.contains(
+            "`required` names `timezon`, which is not in `properties`; did you mean `timezone`?"
+        ),
+        "{req}"
+    );
+}

@@ -85,7 +85,25 @@ pub fn findings_in(src: &CheckSources, config: &Config) -> Vec<Finding> {
     // finding too: that tool is missing from every surface.
     let mut refused = src.report.clone();
     refused.extend(src.mcp.register_report());
-    refused.skipped.extend(src.catalog.shadowed());
+    // Quiver's own `skill` tool (every skill) or a resource tool hidden by a tool of its
+    // name is a fault of the operator's configuration, not a note.
+    for shadowed in src.catalog.shadowed() {
+        let own = crate::OWN_TOOL_NAMES
+            .iter()
+            .any(|(n, f)| *n == shadowed.name && *f == shadowed.family);
+        if !own {
+            refused.skipped.push(shadowed);
+            continue;
+        }
+        let holder = src
+            .catalog
+            .lookup(&shadowed.name)
+            .map_or_else(|| "another".to_owned(), |e| e.family.to_string());
+        out.push(Finding::error(format!(
+            "{0}: [shadowed] Quiver's own tool `{0}` (family {1}) is hidden by the `{holder}` family's tool of that name, so the model cannot reach it: rename that tool",
+            shadowed.name, shadowed.family
+        )));
+    }
     out.extend(refused.findings());
     // An alias is checked against its target once the target's server has listed it.
     out.extend(

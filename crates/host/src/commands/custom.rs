@@ -276,7 +276,7 @@ fn not_served(tools: &CustomTools, def: &ToolDefinition, claimed: &[Claimed]) ->
     }
     tools.taken_by(&def.name).map(|family| {
         format!(
-            "approved, not served: the name is taken by Quiver's own tool `{}` (the `{family}` family, always registered first); add it again under another name",
+            "approved, not served: the name is taken by Quiver's own tool `{}` (the `{family}` family); add it again under another name",
             def.name
         )
     })
@@ -697,14 +697,17 @@ mod tests {
             .with_reserved(quiver_host::CORE_TOOL_NAMES.map(|n| (n, "core")));
         let taken = tools.show("tool_search").await.unwrap();
         assert_eq!(
-            not_served(&tools, &taken).as_deref(),
+            not_served(&tools, &taken, &[]).as_deref(),
             Some(
-                "approved, not served: the name is taken by Quiver's own tool `tool_search` (the `core` family, always registered first); add it again under another name"
+                "approved, not served: the name is taken by Quiver's own tool `tool_search` (the `core` family); add it again under another name"
             )
         );
-        assert_eq!(not_served(&tools, &tools.show("one").await.unwrap()), None);
+        assert_eq!(
+            not_served(&tools, &tools.show("one").await.unwrap(), &[]),
+            None
+        );
         tools.set_enabled("tool_search", false).await.unwrap();
         let off = tools.show("tool_search").await.unwrap();
-        assert_eq!(not_served(&tools, &off), None);
+        assert_eq!(not_served(&tools, &off, &[]), None);
     }
 }

@@ -164,3 +164,63 @@ fn check_reports_the_catalog_files_lints_and_sources_by_file() {
     );
     assert!(!out.contains("wc.json: [custom]"), "{out}");
 }
+
+/// Quiver's own `skill` and resource tools are names a custom tool cannot take, refused
+/// as `tool_search` is; a catalog alias that hides the `skill` tool (every skill) is a
+/// counted `quiver check` finding.
+#[test]
+fn quivers_own_skill_and_resource_tools_keep_their_names() {
+    let dir = with_catalog("catalog-own-names");
+    std::fs::write(dir.join("x.js"), "async function main() { return 1; }").unwrap();
+    std::fs::write(
+        dir.join("schema.json"),
+        r#"{"type": "object", "properties": {}}"#,
+    )
+    .unwrap();
+    for name in ["skill", "list_mcp_resources", "read_mcp_resource"] {
+        let out = quiver_in(
+            &dir,
+            &[
+                "custom",
+                "add",
+                "x.js",
+                "--name",
+                name,
+                "--description",
+                "Returns one. Use it when testing.",
+                "--schema",
+                "schema.json",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(2), "{name}: {}", text(&out));
+        assert!(
+            text(&out).contains(&format!(
+                "the name `{name}` is taken by Quiver's own tool `{name}`"
+            )) && text(&out).contains(&format!("e.g. `my_{name}`"))
+                && !text(&out).contains("cannot be changed here"),
+            "{name}: {}",
+            text(&out)
+        );
+    }
+
+    std::fs::create_dir_all(dir.join("skills/hello")).unwrap();
+    std::fs::write(
+        dir.join("skills/hello/SKILL.md"),
+        "---\nname: hello\ndescription: Says hello. Use when greeting.\n---\nHello.\n",
+    )
+    .unwrap();
+    let toml = std::fs::read_to_string(dir.join("quiver.toml")).unwrap();
+    std::fs::write(
+        dir.join("quiver.toml"),
+        format!("[skills]\ndirs = [\"skills\"]\n\n{toml}"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("catalog/tools/skill.json"), alias("skill")).unwrap();
+    let check = quiver_in(&dir, &["check"]);
+    assert_eq!(check.status.code(), Some(1), "{}", text(&check));
+    assert!(
+        text(&check).contains("skill: [shadowed] Quiver's own tool `skill`"),
+        "{}",
+        text(&check)
+    );
+}

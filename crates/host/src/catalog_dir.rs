@@ -250,18 +250,25 @@ fn check_file(
     servers: &[String],
 ) -> Result<(Defined, Vec<CatalogProblem>), CatalogProblem> {
     let text = read_text(path).map_err(|why| problem(path, "readable", why))?;
+    let format = |e: String| {
+        // `tests` is the definition's, beside `implementation`, not the implementation's.
+        let moved = if e.contains("unknown field `tests`, expected `ref`") {
+            "; move `tests` up beside `implementation`"
+        } else {
+            ""
+        };
+        problem(
+            path,
+            "format",
+            format!(
+                "{e}{moved}; a definition is {{\"name\", \"description\", \"input_schema\", \"implementation\": {{\"kind\", \"ref\"}}}}, optionally with \"tests\", \"deprecated\", \"requires\", \"progressive\", \"read_only\""
+            ),
+        )
+    };
     let file: FileTool = if ext == "json" {
-        serde_json::from_str(&text).map_err(|e| {
-            problem(
-                path,
-                "format",
-                format!(
-                    "{e}; a definition is {{\"name\", \"description\", \"input_schema\", \"implementation\": {{\"kind\", \"ref\"}}}}"
-                ),
-            )
-        })?
+        serde_json::from_str(&text).map_err(|e| format(e.to_string()))?
     } else {
-        toml::from_str(&text).map_err(|e| problem(path, "format", e.to_string()))?
+        toml::from_str(&text).map_err(|e| format(e.to_string()))?
     };
     match validate_tool_name(&file.name) {
         Ok(quiver_contract::NameKind::Native) => {}

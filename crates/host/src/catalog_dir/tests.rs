@@ -339,3 +339,38 @@ fn a_schema_type_typo_and_an_unknown_required_name_are_named() {
         "{req}"
     );
 }
+
+/// `tests` written inside `implementation` is refused with where it goes; the format hint
+/// names the optional keys too.
+#[test]
+fn tests_inside_the_implementation_are_sent_up_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write(
+        d,
+        "tools/wc.json",
+        &def(
+            "wc",
+            r#"{"kind": "custom", "ref": "wc.js", "tests": [{"inputs": {"text": "a"}, "expect": 1}]}"#,
+        ),
+    );
+    write(
+        d,
+        "tools/wc.js",
+        "async function main(inputs) { return 1; }",
+    );
+    let read = read(d, &[]);
+    let p = read
+        .problems
+        .iter()
+        .find(|p| p.path.ends_with("wc.json"))
+        .expect("wc.json reported");
+    assert_eq!(p.rule, "format", "{p}");
+    assert!(
+        p.fix.contains("move `tests` up beside `implementation`")
+            && p.fix.contains(
+                "\"tests\", \"deprecated\", \"requires\", \"progressive\", \"read_only\""
+            ),
+        "{p}"
+    );
+}

@@ -138,6 +138,8 @@ struct Defined {
     path: PathBuf,
     spec: ToolSpec,
     kind: Kind,
+    /// The tool a deprecation points to.
+    use_instead: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -315,7 +317,13 @@ fn check_file(
             .as_ref()
             .map(|t| format!(" Use `{t}` instead."))
             .unwrap_or_default();
-        description = format!("DEPRECATED: {}{instead} {description}", d.message.trim());
+        let message = d.message.trim();
+        let stop = if message.ends_with(['.', '!', '?']) {
+            ""
+        } else {
+            "."
+        };
+        description = format!("DEPRECATED: {message}{stop}{instead} {description}");
     }
     let mut spec = ToolSpec::new(file.name.clone(), description)
         .with_schema(file.input_schema.clone())
@@ -415,6 +423,7 @@ fn check_file(
             path: path.to_path_buf(),
             spec,
             kind,
+            use_instead: file.deprecated.as_ref().and_then(|d| d.use_instead.clone()),
         },
         lints,
     ))
@@ -604,7 +613,7 @@ pub struct CatalogDirTools {
     /// When each served definition was read from its file, by name.
     read_at: Mutex<BTreeMap<String, std::time::SystemTime>>,
     /// The last read's lints, and the names its files define.
-    linted: Mutex<(Vec<CatalogProblem>, std::collections::BTreeSet<String>)>,
+    linted: Mutex<(Vec<CatalogProblem>, Vec<Defined>)>,
 }
 
 impl std::fmt::Debug for CatalogDirTools {
@@ -671,7 +680,60 @@ impl CatalogDirTools {
     /// The lints of the files last read (each with its path, as the log has them), and the
     /// names those files define: `quiver check` reports these tools by file.
     pub fn lints(&self) -> (Vec<CatalogProblem>, std::collections::BTreeSet<String>) {
-        lock(&self.linted).clone()
+        let last = lock(&self.linted);
+        (
+            last.0.clone(),
+            last.1.iter().map(|d| d.spec.name.clone()).collect(),
+        )
+    }
+
+    /// What the files last read name that is not there: a `deprecated.use_instead` that
+    /// names no tool in the catalog, and a `requires` capability no token or OIDC rule
+    /// declares (`granted`). Each with whether it counts: a capability only a client could
+    /// declare is a note, unless it is spelt like one that is granted.
+    pub fn reference_findings(&self, granted: &[String]) -> Vec<(String, bool)> {
+        let defined = lock(&self.linted).1.clone();
+        let names: Vec<String> = self
+            .catalog
+            .tools()
+            .iter()
+            .map(|e| e.spec.name.clone())
+            .collect();
+        let mut out = Vec::new();
+        for def in &defined {
+            if let Some(instead) = &def.use_instead
+                && self.catalog.lookup(instead).is_none()
+            {
+                out.push((
+                    format!(
+                        "{}: [use_instead] `{instead}` names no tool in the catalog{}: the model is pointed at a tool it cannot find; name one that exists",
+                        def.path.display(),
+                        quiver_registry::suggestion(instead, names.iter().map(String::as_str))
+                    ),
+                    true,
+                ));
+            }
+            for wanted in &def.spec.requires {
+                if granted.contains(wanted) {
+                    continue;
+                }
+                let known = granted
+                    .iter()
+                    .map(String::as_str)
+                    .chain(["vision", "audio"])
+                    .filter(|k| k != wanted);
+                let like = quiver_registry::suggestion(wanted, known);
+                out.push((
+                    format!(
+                        "{}: [requires] no `[[auth.tokens]]` or `[auth.oidc]` rule declares `{wanted}`, so `{}` is offered only to clients that declare it themselves{like}",
+                        def.path.display(),
+                        def.spec.name
+                    ),
+                    !like.is_empty(),
+                ));
+            }
+        }
+        out
     }
 
     /// The stored custom tools an alias keeps off the catalog (the alias's family comes
@@ -736,7 +798,7 @@ impl CatalogDirTools {
                 .filter(|p| !p.refused)
                 .cloned()
                 .collect(),
-            read.names().into_iter().map(str::to_owned).collect(),
+            read.defined.clone(),
         );
         let mut keep: BTreeMap<String, Defined> = BTreeMap::new();
         for def in &read.defined {

@@ -113,6 +113,35 @@ pub fn findings_in(src: &CheckSources, config: &Config) -> Vec<Finding> {
             .chain(src.catalog_dir.clashes())
             .map(Finding::error),
     );
+    // What the catalog files point to that no one has: a `use_instead` tool, a `requires`
+    // capability no token or OIDC rule declares.
+    let granted: Vec<String> = config
+        .auth
+        .tokens
+        .iter()
+        .flat_map(|t| t.model_capabilities.iter())
+        .chain(
+            config
+                .auth
+                .oidc
+                .iter()
+                .flat_map(|o| o.rules.iter())
+                .flat_map(|r| r.model_capabilities.iter()),
+        )
+        .cloned()
+        .collect();
+    out.extend(
+        src.catalog_dir
+            .reference_findings(&granted)
+            .into_iter()
+            .map(|(text, counted)| {
+                if counted {
+                    Finding::error(text)
+                } else {
+                    Finding::note(text)
+                }
+            }),
+    );
     let names: Vec<String> = src
         .catalog
         .tools()

@@ -374,3 +374,60 @@ fn tests_inside_the_implementation_are_sent_up_beside_it() {
         "{p}"
     );
 }
+
+/// A `requires` no token or OIDC rule declares, spelt like one that is, and a
+/// `use_instead` that names no tool are reported; the deprecation's sentence ends with a
+/// full stop before "Use".
+#[tokio::test]
+async fn a_misspelt_requires_and_use_instead_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write(
+        d,
+        "tools/vis.json",
+        &def(
+            "vis_time",
+            r#"{"kind": "mcp", "ref": {"server": "everything", "tool": "echo"}}, "requires": ["visoin"], "deprecated": {"message": "vis_time goes away in March", "use_instead": "nowz"}"#,
+        ),
+    );
+    write(
+        d,
+        "tools/now.json",
+        &def(
+            "now",
+            r#"{"kind": "mcp", "ref": {"server": "everything", "tool": "echo"}}"#,
+        ),
+    );
+    let read = read(d, &["everything".to_owned()]);
+    let vis = read
+        .defined
+        .iter()
+        .find(|d| d.spec.name == "vis_time")
+        .expect("vis_time defined");
+    assert!(
+        vis.spec
+            .description
+            .starts_with("DEPRECATED: vis_time goes away in March. Use `nowz` instead. "),
+        "{}",
+        vis.spec.description
+    );
+    let catalog = Arc::new(Catalog::new());
+    let tools = dir_tools(&catalog);
+    tools.apply(&read, None, false).await;
+    let found = tools.reference_findings(&["vision".to_owned()]);
+    assert!(
+        found.iter().any(|(f, counted)| *counted
+            && f.contains(
+                "vis.json: [use_instead] `nowz` names no tool in the catalog; did you mean `now`?"
+            )),
+        "{found:?}"
+    );
+    assert!(
+        found.iter().any(|(f, counted)| *counted
+            && f.contains(
+                "vis.json: [requires] no `[[auth.tokens]]` or `[auth.oidc]` rule declares `visoin`"
+            )
+            && f.contains("did you mean `vision`?")),
+        "{found:?}"
+    );
+}

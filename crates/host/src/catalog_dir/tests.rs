@@ -431,3 +431,49 @@ async fn a_misspelt_requires_and_use_instead_are_reported() {
         "{found:?}"
     );
 }
+
+/// Hidden characters (tag characters, bidi controls, NUL) in a description or a property's
+/// description are refused, as in a SKILL.md: a model would read what a reviewer cannot see.
+#[test]
+fn hidden_characters_in_descriptions_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write(
+        d,
+        "tools/hid.json",
+        &def(
+            "hid",
+            r#"{"kind": "mcp", "ref": {"server": "everything", "tool": "echo"}}"#,
+        )
+        .replace(
+            "Use it when asked to repeat something.",
+            r"Use it when asked to repeat something.\u202e\u0000\udb40\udc01 secret",
+        ),
+    );
+    write(
+        d,
+        "tools/hid2.json",
+        &def(
+            "hid2",
+            r#"{"kind": "mcp", "ref": {"server": "everything", "tool": "echo"}}"#,
+        )
+        .replace("What to say.", r"What to say.\u2066x"),
+    );
+    let read = read(d, &["everything".to_owned()]);
+    assert!(read.names().is_empty(), "{:#?}", read.problems);
+    for (file, part) in [
+        ("hid.json", "the description holds 3 hidden character(s)"),
+        (
+            "hid2.json",
+            "/properties/text/description holds 1 hidden character(s)",
+        ),
+    ] {
+        let p = read
+            .problems
+            .iter()
+            .find(|p| p.path.ends_with(file))
+            .unwrap_or_else(|| panic!("{file}: {:#?}", read.problems));
+        assert!(p.refused && p.rule == "hidden_characters", "{p}");
+        assert!(p.fix.contains(part) && p.fix.contains("remove them"), "{p}");
+    }
+}

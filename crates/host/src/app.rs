@@ -362,12 +362,9 @@ impl App {
             if !applied.served.is_empty() || !applied.drafted.is_empty() {
                 tracing::info!(served = ?applied.served, drafted = ?applied.drafted, "catalog directory loaded");
             }
+            // At the level a reload logs them: a lint is the file's author's to fix.
             for p in &read.problems {
-                if p.refused {
-                    tracing::warn!("catalog directory: {p}");
-                } else {
-                    tracing::info!("catalog directory lint: {p}");
-                }
+                tracing::warn!("catalog directory: {p}");
             }
             report.skipped.extend(
                 read.problems

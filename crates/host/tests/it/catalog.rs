@@ -224,3 +224,30 @@ fn quivers_own_skill_and_resource_tools_keep_their_names() {
         text(&check)
     );
 }
+
+/// A catalog file's lints reach the log at the default level at start, as at a reload.
+#[test]
+fn catalog_lints_are_warnings_at_start() {
+    let dir = with_catalog("catalog-lints-start");
+    std::fs::write(
+        dir.join("catalog/tools/now.json"),
+        serde_json::json!({"name": "now",
+            "description": "Tells the time. Use it when asked the time.",
+            "input_schema": {"type": "object", "properties": {"timezone": {"type": "string", "description": "IANA zone"}}, "required": []},
+            "implementation": {"kind": "mcp", "ref": {"server": "one", "tool": "t"}}})
+        .to_string(),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_quiver"))
+        .args(["tools"])
+        .current_dir(&*dir)
+        .env_remove("QUIVER_LOG")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("quiver runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("WARN") && err.contains("now.json: [string_constraints]"),
+        "{err}"
+    );
+}

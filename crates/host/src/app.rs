@@ -56,6 +56,20 @@ pub const CORE_TOOL_NAMES: [&str; 4] = [
     quiver_registry::custom::PROPOSE_TOOL,
 ];
 
+/// Quiver's own tools outside the core family, with their families: the `skill` tool
+/// (every skill) and the resource tools. A custom tool may not take these names either.
+pub const OWN_TOOL_NAMES: [(&str, &str); 3] = [
+    (quiver_registry::skill::SKILL_TOOL, "skills"),
+    (
+        quiver_mcp_adapter::RESOURCE_TOOLS[0],
+        quiver_mcp_adapter::RESOURCE_TOOLS_FAMILY,
+    ),
+    (
+        quiver_mcp_adapter::RESOURCE_TOOLS[1],
+        quiver_mcp_adapter::RESOURCE_TOOLS_FAMILY,
+    ),
+];
+
 /// Custom tools over `store`, run in a QuickJS sandbox with `[sandbox]`'s threads and limits.
 pub fn custom_tools_on(config: &Config, store: Arc<Store>) -> anyhow::Result<CustomTools> {
     custom_tools_counted(config, store, None)
@@ -77,7 +91,12 @@ fn custom_tools_counted(
     let lease = config.custom.lease().context("[custom]")?;
     Ok(CustomTools::new(store.clone(), store, sandbox, limits)
         .with_lease(lease)
-        .with_reserved(CORE_TOOL_NAMES.map(|n| (n, Family::Core.name()))))
+        .with_reserved(
+            CORE_TOOL_NAMES
+                .map(|n| (n, Family::Core.name()))
+                .into_iter()
+                .chain(OWN_TOOL_NAMES),
+        ))
 }
 
 /// The store of `config`, opened as `access` says, and the custom tools over it: what
@@ -342,12 +361,9 @@ impl App {
             if !applied.served.is_empty() || !applied.drafted.is_empty() {
                 tracing::info!(served = ?applied.served, drafted = ?applied.drafted, "catalog directory loaded");
             }
+            // At the level a reload logs them: a lint is the file's author's to fix.
             for p in &read.problems {
-                if p.refused {
-                    tracing::warn!("catalog directory: {p}");
-                } else {
-                    tracing::info!("catalog directory lint: {p}");
-                }
+                tracing::warn!("catalog directory: {p}");
             }
             report.skipped.extend(
                 read.problems

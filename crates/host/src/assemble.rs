@@ -7,11 +7,13 @@ use quiver_registry::{
 
 /// The fixed order of the tool families. The first registration of a name in this order
 /// wins, whenever each family registers, so an earlier family can never be shadowed by a
-/// later one.
-pub const FAMILY_ORDER: [Family; 5] = [
+/// later one. A catalog file's alias comes before the custom tools: the operator wrote the
+/// file, and a stored custom tool of its name is reported, not served.
+pub const FAMILY_ORDER: [Family; 6] = [
     Family::Core,
     Family::ServerMcp,
     Family::ClientMcp,
+    Family::Catalog,
     Family::Custom,
     Family::Skills,
 ];
@@ -69,6 +71,8 @@ pub fn assemble_catalog(
         vec![
             FamilyTools::new(Family::Skills.name(), skills),
             FamilyTools::new(Family::Custom.name(), custom),
+            // The catalog directory's aliases register after assembly, as it is read.
+            FamilyTools::new(Family::Catalog.name(), Vec::new()),
             FamilyTools::new(Family::ClientMcp.name(), client_mcp),
             FamilyTools::new(Family::ServerMcp.name(), server_mcp),
             FamilyTools::new(Family::Core.name(), core),
@@ -129,6 +133,7 @@ mod tests {
                 "core",
                 "server-global MCP",
                 "client MCP",
+                "catalog aliases",
                 "custom tools",
                 "skills"
             ]

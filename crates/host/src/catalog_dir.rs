@@ -12,7 +12,9 @@
 //!   cases). It goes through the custom-tool lifecycle: stored as a draft and built, and
 //!   approved only by the operator, unless `[catalog] auto_approve = true`.
 //! - `mcp`: `ref` is `{server, tool}`: a curated alias of that upstream tool under this
-//!   name and description (its calls are the upstream's, nested).
+//!   name and description (its calls are the upstream's, nested). Aliases are served in
+//!   their own family, before the custom tools: a stored custom tool of an alias's name is
+//!   not served, and `quiver check` and `quiver custom list` say so.
 //! - `skill`: `ref` is a skill's name: the skill as a tool of its own, with this schema.
 //!
 //! A definition may carry `deprecated = {message, use_instead}`: its description then opens
@@ -136,13 +138,24 @@ struct Defined {
     path: PathBuf,
     spec: ToolSpec,
     kind: Kind,
+    /// The tool a deprecation points to.
+    use_instead: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 enum Kind {
-    Custom { source: String, tests: Vec<Value> },
-    Alias { target: String },
-    Skill { skill: String },
+    Custom {
+        source: String,
+        /// The source file, beside the definition.
+        source_path: PathBuf,
+        tests: Vec<Value>,
+    },
+    Alias {
+        target: String,
+    },
+    Skill {
+        skill: String,
+    },
 }
 
 /// What a read of the directory found.
@@ -239,18 +252,25 @@ fn check_file(
     servers: &[String],
 ) -> Result<(Defined, Vec<CatalogProblem>), CatalogProblem> {
     let text = read_text(path).map_err(|why| problem(path, "readable", why))?;
+    let format = |e: String| {
+        // `tests` is the definition's, beside `implementation`, not the implementation's.
+        let moved = if e.contains("unknown field `tests`, expected `ref`") {
+            "; move `tests` up beside `implementation`"
+        } else {
+            ""
+        };
+        problem(
+            path,
+            "format",
+            format!(
+                "{e}{moved}; a definition is {{\"name\", \"description\", \"input_schema\", \"implementation\": {{\"kind\", \"ref\"}}}}, optionally with \"tests\", \"deprecated\", \"requires\", \"progressive\", \"read_only\""
+            ),
+        )
+    };
     let file: FileTool = if ext == "json" {
-        serde_json::from_str(&text).map_err(|e| {
-            problem(
-                path,
-                "format",
-                format!(
-                    "{e}; a definition is {{\"name\", \"description\", \"input_schema\", \"implementation\": {{\"kind\", \"ref\"}}}}"
-                ),
-            )
-        })?
+        serde_json::from_str(&text).map_err(|e| format(e.to_string()))?
     } else {
-        toml::from_str(&text).map_err(|e| problem(path, "format", e.to_string()))?
+        toml::from_str(&text).map_err(|e| format(e.to_string()))?
     };
     match validate_tool_name(&file.name) {
         Ok(quiver_contract::NameKind::Native) => {}
@@ -273,12 +293,24 @@ fn check_file(
             "the description is empty: say what the tool does and when to use it",
         ));
     }
+    if let Some(why) = hidden_in(&file.description, "the description")
+        .or_else(|| {
+            let message = file.deprecated.as_ref().map_or("", |d| d.message.as_str());
+            hidden_in(message, "`deprecated.message`")
+        })
+        .or_else(|| hidden_in_schema(&file.input_schema, ""))
+    {
+        return Err(problem(path, "hidden_characters", why));
+    }
     if file.input_schema.get("type").and_then(Value::as_str) != Some("object") {
         return Err(problem(
             path,
             "input_schema",
             "the input schema's root must be `{\"type\": \"object\", ...}`",
         ));
+    }
+    if let Some(why) = bad_type(&file.input_schema, "") {
+        return Err(problem(path, "input_schema", why));
     }
     if let Err(e) = jsonschema::validator_for(&file.input_schema) {
         return Err(problem(
@@ -294,7 +326,13 @@ fn check_file(
             .as_ref()
             .map(|t| format!(" Use `{t}` instead."))
             .unwrap_or_default();
-        description = format!("DEPRECATED: {}{instead} {description}", d.message.trim());
+        let message = d.message.trim();
+        let stop = if message.ends_with(['.', '!', '?']) {
+            ""
+        } else {
+            "."
+        };
+        description = format!("DEPRECATED: {message}{stop}{instead} {description}");
     }
     let mut spec = ToolSpec::new(file.name.clone(), description)
         .with_schema(file.input_schema.clone())
@@ -332,6 +370,7 @@ fn check_file(
             };
             Kind::Custom {
                 source: code,
+                source_path: at,
                 tests,
             }
         }
@@ -387,14 +426,123 @@ fn check_file(
         })
         .collect();
     lints.extend(constraint_lints(path, &file.input_schema));
+    lints.extend(unknown_required(path, &file.input_schema, ""));
     Ok((
         Defined {
             path: path.to_path_buf(),
             spec,
             kind,
+            use_instead: file.deprecated.as_ref().and_then(|d| d.use_instead.clone()),
         },
         lints,
     ))
+}
+
+/// The sentence refusing `text` (`what` names it) when it holds characters a model reads
+/// and a person reviewing the file does not see, as for a SKILL.md.
+fn hidden_in(text: &str, what: &str) -> Option<String> {
+    let (_, note) = quiver_contract::without_hidden(text);
+    note.map(|note| {
+        format!(
+            "{what} holds {note}: a model would read them and a person reviewing the file would not see them; remove them"
+        )
+    })
+}
+
+/// [`hidden_in`] for the first description in `schema` that holds any.
+fn hidden_in_schema(schema: &Value, at: &str) -> Option<String> {
+    if let Some(text) = schema.get("description").and_then(Value::as_str)
+        && let Some(why) = hidden_in(text, &format!("{at}/description"))
+    {
+        return Some(why);
+    }
+    subschemas(schema, at)
+        .into_iter()
+        .find_map(|(p, sub)| hidden_in_schema(sub, &p))
+}
+
+/// The JSON Schema types.
+const SCHEMA_TYPES: [&str; 7] = [
+    "string", "number", "integer", "boolean", "array", "object", "null",
+];
+
+/// The subschemas of `schema`, each with its JSON pointer under `at`.
+fn subschemas<'a>(schema: &'a Value, at: &str) -> Vec<(String, &'a Value)> {
+    let mut out = Vec::new();
+    for key in ["properties", "$defs", "definitions", "patternProperties"] {
+        if let Some(map) = schema.get(key).and_then(Value::as_object) {
+            out.extend(map.iter().map(|(k, v)| (format!("{at}/{key}/{k}"), v)));
+        }
+    }
+    for key in ["items", "additionalProperties", "not", "contains"] {
+        match schema.get(key) {
+            Some(v @ Value::Object(_)) => out.push((format!("{at}/{key}"), v)),
+            Some(Value::Array(list)) => out.extend(
+                list.iter()
+                    .enumerate()
+                    .map(|(i, v)| (format!("{at}/{key}/{i}"), v)),
+            ),
+            _ => {}
+        }
+    }
+    for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
+        if let Some(list) = schema.get(key).and_then(Value::as_array) {
+            out.extend(
+                list.iter()
+                    .enumerate()
+                    .map(|(i, v)| (format!("{at}/{key}/{i}"), v)),
+            );
+        }
+    }
+    out
+}
+
+/// The first `type` in `schema` that is no JSON Schema type: where, the types and the
+/// closest one.
+fn bad_type(schema: &Value, at: &str) -> Option<String> {
+    let named: Vec<&str> = match schema.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    if let Some(wrong) = named.iter().find(|t| !SCHEMA_TYPES.contains(t)) {
+        return Some(format!(
+            "{at}/type: \"{wrong}\" is not a JSON Schema type ({}){}",
+            SCHEMA_TYPES.join(", "),
+            quiver_registry::suggestion(wrong, SCHEMA_TYPES)
+        ));
+    }
+    subschemas(schema, at)
+        .into_iter()
+        .find_map(|(p, sub)| bad_type(sub, &p))
+}
+
+/// A `required` entry that names no property: every call must pass an argument the schema
+/// never describes.
+fn unknown_required(path: &Path, schema: &Value, at: &str) -> Vec<CatalogProblem> {
+    let mut out = Vec::new();
+    if let (Some(props), Some(required)) = (
+        schema.get("properties").and_then(Value::as_object),
+        schema.get("required").and_then(Value::as_array),
+    ) {
+        for name in required.iter().filter_map(Value::as_str) {
+            if !props.contains_key(name) {
+                out.push(CatalogProblem {
+                    path: path.to_path_buf(),
+                    rule: "required_unknown",
+                    fix: format!(
+                        "{at}/required: `required` names `{name}`, which is not in `properties`{}",
+                        quiver_registry::suggestion(name, props.keys().map(String::as_str))
+                    ),
+                    refused: false,
+                });
+            }
+        }
+    }
+    for (p, sub) in subschemas(schema, at) {
+        out.extend(unknown_required(path, sub, &p));
+    }
+    out
 }
 
 /// September's constraint rule: every string property says what it takes (`format`,
@@ -494,6 +642,10 @@ pub struct CatalogDirTools {
     writes: bool,
     /// The definitions served now (aliases and skill tools), by name.
     served: Mutex<BTreeMap<String, Defined>>,
+    /// When each served definition was read from its file, by name.
+    read_at: Mutex<BTreeMap<String, std::time::SystemTime>>,
+    /// The last read's lints, and the names its files define.
+    linted: Mutex<(Vec<CatalogProblem>, Vec<Defined>)>,
 }
 
 impl std::fmt::Debug for CatalogDirTools {
@@ -526,6 +678,8 @@ impl CatalogDirTools {
             custom,
             writes,
             served: Mutex::new(BTreeMap::new()),
+            read_at: Mutex::new(BTreeMap::new()),
+            linted: Mutex::new(Default::default()),
         }
     }
 
@@ -551,6 +705,87 @@ impl CatalogDirTools {
                     def.path.display(),
                     def.spec.name
                 ))
+            })
+            .collect()
+    }
+
+    /// The lints of the files last read (each with its path, as the log has them), and the
+    /// names those files define: `quiver check` reports these tools by file.
+    pub fn lints(&self) -> (Vec<CatalogProblem>, std::collections::BTreeSet<String>) {
+        let last = lock(&self.linted);
+        (
+            last.0.clone(),
+            last.1.iter().map(|d| d.spec.name.clone()).collect(),
+        )
+    }
+
+    /// What the files last read name that is not there: a `deprecated.use_instead` that
+    /// names no tool in the catalog, and a `requires` capability no token or OIDC rule
+    /// declares (`granted`). Each with whether it counts: a capability only a client could
+    /// declare is a note, unless it is spelt like one that is granted.
+    pub fn reference_findings(&self, granted: &[String]) -> Vec<(String, bool)> {
+        let defined = lock(&self.linted).1.clone();
+        let names: Vec<String> = self
+            .catalog
+            .tools()
+            .iter()
+            .map(|e| e.spec.name.clone())
+            .collect();
+        let mut out = Vec::new();
+        for def in &defined {
+            if let Some(instead) = &def.use_instead
+                && self.catalog.lookup(instead).is_none()
+            {
+                out.push((
+                    format!(
+                        "{}: [use_instead] `{instead}` names no tool in the catalog{}: the model is pointed at a tool it cannot find; name one that exists",
+                        def.path.display(),
+                        quiver_registry::suggestion(instead, names.iter().map(String::as_str))
+                    ),
+                    true,
+                ));
+            }
+            for wanted in &def.spec.requires {
+                if granted.contains(wanted) {
+                    continue;
+                }
+                let known = granted
+                    .iter()
+                    .map(String::as_str)
+                    .chain(["vision", "audio"])
+                    .filter(|k| k != wanted);
+                let like = quiver_registry::suggestion(wanted, known);
+                out.push((
+                    format!(
+                        "{}: [requires] no `[[auth.tokens]]` or `[auth.oidc]` rule declares `{wanted}`, so `{}` is offered only to clients that declare it themselves{like}",
+                        def.path.display(),
+                        def.spec.name
+                    ),
+                    !like.is_empty(),
+                ));
+            }
+        }
+        out
+    }
+
+    /// The stored custom tools an alias keeps off the catalog (the alias's family comes
+    /// first): each with the file and what to do.
+    pub fn clashes(&self) -> Vec<String> {
+        let served = lock(&self.served);
+        self.catalog
+            .shadowed()
+            .into_iter()
+            .filter(|s| s.family == CUSTOM_FAMILY)
+            .filter_map(|s| {
+                let def = served.get(&s.name)?;
+                matches!(def.kind, Kind::Alias { .. }).then(|| {
+                    format!(
+                        "{}: [name] `{}` is also an approved custom tool in the store, which is not served while this file defines an alias of that name: rename one, or `quiver custom disable {}`",
+                        def.path.display(),
+                        s.name,
+                        s.name
+                    )
+                })
             })
             .collect()
     }
@@ -589,17 +824,34 @@ impl CatalogDirTools {
         auto_approve: bool,
     ) -> Applied {
         let mut applied = Applied::default();
+        *lock(&self.linted) = (
+            read.problems
+                .iter()
+                .filter(|p| !p.refused)
+                .cloned()
+                .collect(),
+            read.defined.clone(),
+        );
         let mut keep: BTreeMap<String, Defined> = BTreeMap::new();
         for def in &read.defined {
             match &def.kind {
-                Kind::Custom { source, tests } if self.writes => {
-                    self.apply_custom(def, source, tests, auto_approve, &mut applied)
-                        .await;
+                Kind::Custom {
+                    source,
+                    source_path,
+                    tests,
+                } => {
+                    // Checked whole (the source compiled) also where nothing is stored, so
+                    // `quiver check` reports what a reload would.
+                    if let Err(why) = self.check_custom(def, source, source_path, tests) {
+                        applied.problems.push(why);
+                    } else if self.writes {
+                        self.apply_custom(def, source, tests, auto_approve, &mut applied)
+                            .await;
+                    }
                 }
-                Kind::Custom { .. } => {}
                 Kind::Alias { target } => {
                     let tool = alias_tool(def.spec.clone(), target.clone());
-                    self.serve(def, tool, CUSTOM_FAMILY, &mut keep, &mut applied);
+                    self.serve(def, tool, Family::Catalog.name(), &mut keep, &mut applied);
                 }
                 Kind::Skill { skill } => {
                     let Some(source) = &skills else {
@@ -623,6 +875,30 @@ impl CatalogDirTools {
                 }
             }
         }
+        // A file that is still there but no longer loads (saved half-edited) leaves its tool
+        // as it was last read: only deleting the file takes the tool off.
+        for (name, def) in lock(&self.served).iter() {
+            let broken = def.path.exists()
+                && read
+                    .problems
+                    .iter()
+                    .any(|p| p.refused && p.path == def.path);
+            if broken && !keep.contains_key(name) {
+                let at = lock(&self.read_at)
+                    .get(name)
+                    .map(|t| {
+                        chrono::DateTime::<chrono::Utc>::from(*t)
+                            .format("%H:%M:%S UTC")
+                            .to_string()
+                    })
+                    .unwrap_or_else(|| "start".to_owned());
+                applied.problems.push(format!(
+                    "{}: does not load; `{name}` is still served as read at {at} (fix the file, or delete it to take the tool off)",
+                    def.path.display()
+                ));
+                keep.insert(name.clone(), def.clone());
+            }
+        }
         let gone: Vec<String> = {
             let served = lock(&self.served);
             served
@@ -631,6 +907,7 @@ impl CatalogDirTools {
                 .cloned()
                 .collect()
         };
+        lock(&self.read_at).retain(|n, _| keep.contains_key(n));
         for name in gone {
             let family = {
                 let served = lock(&self.served);
@@ -671,6 +948,7 @@ impl CatalogDirTools {
         };
         match registered {
             Ok(()) => {
+                lock(&self.read_at).insert(name.clone(), std::time::SystemTime::now());
                 keep.insert(name.clone(), def.clone());
                 applied.served.push(name);
             }
@@ -678,6 +956,51 @@ impl CatalogDirTools {
                 "{}: [name] `{name}` is not served: {e}",
                 def.path.display()
             )),
+        }
+    }
+
+    /// What a custom-kind definition would be refused for when stored, with the file it is
+    /// in: a source that does not compile at the source file's line and column.
+    fn check_custom(
+        &self,
+        def: &Defined,
+        source: &str,
+        source_path: &Path,
+        tests: &[Value],
+    ) -> Result<(), String> {
+        let cases = TestCase::parse_all(&Value::Array(tests.to_vec()))
+            .map_err(|why| format!("{}: [tests] {why}", def.path.display()))?;
+        let draft = CustomDraft::new(
+            def.spec.name.clone(),
+            def.spec.description.clone(),
+            def.spec.input_schema.clone(),
+            source.to_owned(),
+        )
+        .with_tests(cases);
+        match self.custom.check(&draft) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let why = e.to_string();
+                // "the source does not compile: line L, column C: what": the position is
+                // the source file's.
+                let at = why
+                    .strip_prefix("the source does not compile: line ")
+                    .and_then(|rest| rest.split_once(", column "))
+                    .and_then(|(line, rest)| {
+                        let (column, what) = rest.split_once(": ")?;
+                        Some(format!(
+                            "{}:{line}:{column}: [custom] the source does not compile: {what}",
+                            source_path.display()
+                        ))
+                    });
+                Err(match at {
+                    Some(at) => at,
+                    None if why.starts_with("the source") => {
+                        format!("{}: [custom] {why}", source_path.display())
+                    }
+                    None => format!("{}: [custom] {why}", def.path.display()),
+                })
+            }
         }
     }
 
@@ -784,8 +1107,74 @@ impl CatalogDirTools {
 fn family_of(kind: &Kind) -> &'static str {
     match kind {
         Kind::Skill { .. } => Family::Skills.name(),
-        _ => CUSTOM_FAMILY,
+        Kind::Alias { .. } => Family::Catalog.name(),
+        Kind::Custom { .. } => CUSTOM_FAMILY,
     }
+}
+
+/// The kind a catalog file gives the tool it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimKind {
+    /// A custom tool, stored and reviewed through the store's lifecycle.
+    Custom,
+    /// An alias of an upstream tool.
+    Alias,
+    /// A skill as a tool.
+    Skill,
+}
+
+/// A name a catalog file holds, read from the file alone (whether or not the rest of it
+/// loads): what `quiver custom` keeps its names clear of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    /// The tool name.
+    pub name: String,
+    /// The file.
+    pub path: PathBuf,
+    /// The kind it names.
+    pub kind: ClaimKind,
+}
+
+impl Claimed {
+    /// What the file makes of the name, for a sentence: "a catalog alias".
+    pub fn what(&self) -> &'static str {
+        match self.kind {
+            ClaimKind::Custom => "a custom tool defined by a catalog file",
+            ClaimKind::Alias => "a catalog alias of an upstream tool",
+            ClaimKind::Skill => "a skill served as a tool by a catalog file",
+        }
+    }
+}
+
+/// The names the definition files under `dir/tools` hold, with their kinds. A file whose
+/// syntax is broken, or that names no tool, holds none.
+pub fn claimed(dir: &Path) -> Vec<Claimed> {
+    let Ok(entries) = std::fs::read_dir(dir.join("tools")) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    files.sort();
+    files
+        .into_iter()
+        .take(MAX_FILES)
+        .filter_map(|path| {
+            let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+            let text = read_text(&path).ok()?;
+            let value: Value = match ext {
+                "json" => serde_json::from_str(&text).ok()?,
+                "toml" => serde_json::to_value(toml::from_str::<toml::Value>(&text).ok()?).ok()?,
+                _ => return None,
+            };
+            let name = value.get("name")?.as_str()?.to_owned();
+            let kind = match value.pointer("/implementation/kind")?.as_str()? {
+                "custom" => ClaimKind::Custom,
+                "mcp" => ClaimKind::Alias,
+                "skill" => ClaimKind::Skill,
+                _ => return None,
+            };
+            Some(Claimed { name, path, kind })
+        })
+        .collect()
 }
 
 /// A poisoned lock is taken as it is: the maps it guards are rewritten whole.

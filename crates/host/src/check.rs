@@ -58,9 +58,15 @@ pub fn findings_in(src: &CheckSources, config: &Config) -> Vec<Finding> {
     out.extend(quiver_mcp_adapter::connection_findings(&statuses));
     out.extend(src.surface.findings());
     out.extend(long_skills(&src.long_skills, config));
+    // A catalog file's tool is linted as its file has it, by its path (the log's lines).
+    let (file_lints, from_files) = src.catalog_dir.lints();
+    out.extend(file_lints.iter().map(|p| Finding::error(p.to_string())));
     // An upstream server's definitions are its author's to fix, not the operator's: told as
     // notes, so the check still gates what the operator's own files define.
     for entry in src.catalog.tools() {
+        if from_files.contains(&entry.spec.name) {
+            continue;
+        }
         let upstream = entry.family.starts_with("mcp:");
         out.extend(lint_spec(&entry.spec).iter().map(|l| {
             let finding = Finding::from(l);
@@ -79,14 +85,62 @@ pub fn findings_in(src: &CheckSources, config: &Config) -> Vec<Finding> {
     // finding too: that tool is missing from every surface.
     let mut refused = src.report.clone();
     refused.extend(src.mcp.register_report());
-    refused.skipped.extend(src.catalog.shadowed());
+    // Quiver's own `skill` tool (every skill) or a resource tool hidden by a tool of its
+    // name is a fault of the operator's configuration, not a note.
+    for shadowed in src.catalog.shadowed() {
+        let own = crate::OWN_TOOL_NAMES
+            .iter()
+            .any(|(n, f)| *n == shadowed.name && *f == shadowed.family);
+        if !own {
+            refused.skipped.push(shadowed);
+            continue;
+        }
+        let holder = src
+            .catalog
+            .lookup(&shadowed.name)
+            .map_or_else(|| "another".to_owned(), |e| e.family.to_string());
+        out.push(Finding::error(format!(
+            "{0}: [shadowed] Quiver's own tool `{0}` (family {1}) is hidden by the `{holder}` family's tool of that name, so the model cannot reach it: rename that tool",
+            shadowed.name, shadowed.family
+        )));
+    }
     out.extend(refused.findings());
     // An alias is checked against its target once the target's server has listed it.
     out.extend(
         src.catalog_dir
             .alias_mismatches()
             .into_iter()
+            .chain(src.catalog_dir.clashes())
             .map(Finding::error),
+    );
+    // What the catalog files point to that no one has: a `use_instead` tool, a `requires`
+    // capability no token or OIDC rule declares.
+    let granted: Vec<String> = config
+        .auth
+        .tokens
+        .iter()
+        .flat_map(|t| t.model_capabilities.iter())
+        .chain(
+            config
+                .auth
+                .oidc
+                .iter()
+                .flat_map(|o| o.rules.iter())
+                .flat_map(|r| r.model_capabilities.iter()),
+        )
+        .cloned()
+        .collect();
+    out.extend(
+        src.catalog_dir
+            .reference_findings(&granted)
+            .into_iter()
+            .map(|(text, counted)| {
+                if counted {
+                    Finding::error(text)
+                } else {
+                    Finding::note(text)
+                }
+            }),
     );
     let names: Vec<String> = src
         .catalog

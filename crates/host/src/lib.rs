@@ -22,8 +22,8 @@ pub mod serve;
 mod store;
 
 pub use app::{
-    App, CORE_TOOL_NAMES, DEFINITIONS_POLL, DefinitionRecorder, Ready, StoreAccess, custom_tools,
-    custom_tools_on,
+    App, CORE_TOOL_NAMES, DEFINITIONS_POLL, DefinitionRecorder, OWN_TOOL_NAMES, Ready, StoreAccess,
+    custom_tools, custom_tools_on,
 };
 pub use assemble::{FAMILY_ORDER, Families, assemble_catalog};
 pub use config::{

@@ -717,7 +717,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 quiver_host::StoreAccess::ReadWrite
             };
             let (tools, store) = quiver_host::custom_tools(&config, access).await?;
-            let code = commands::custom::run(&tools, action).await;
+            let claimed = config
+                .catalog
+                .dir
+                .as_deref()
+                .map(quiver_host::catalog_dir::claimed)
+                .unwrap_or_default();
+            let code = commands::custom::run(&tools, action, &claimed).await;
             anyhow::Context::context(store.close().await, "closing the store")?;
             return code;
         }

@@ -304,6 +304,9 @@ pub enum Family {
     ServerMcp,
     /// Tools of the MCP servers a session's client brought.
     ClientMcp,
+    /// Curated aliases of upstream tools the operator defines in catalog files (a reviewed
+    /// name and description for an MCP server's tool).
+    Catalog,
     /// Sandboxed custom tools.
     Custom,
     /// Skills.
@@ -321,6 +324,7 @@ impl Family {
             Family::Core => "core",
             Family::ServerMcp => "server-global MCP",
             Family::ClientMcp => "client MCP",
+            Family::Catalog => "catalog aliases",
             Family::Custom => "custom tools",
             Family::Skills => "skills",
         }
@@ -337,6 +341,7 @@ impl Family {
             Family::Core,
             Family::ServerMcp,
             Family::ClientMcp,
+            Family::Catalog,
             Family::Custom,
             Family::Skills,
         ]

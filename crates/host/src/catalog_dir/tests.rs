@@ -210,3 +210,270 @@ fn an_alias_schema_is_compared_with_its_targets() {
         "{why}"
     );
 }
+
+fn dir_tools(catalog: &Arc<Catalog>) -> CatalogDirTools {
+    use quiver_registry::store::{MemoryDefinitionStore, MemoryJobStore};
+    let custom = Arc::new(CustomTools::new(
+        Arc::new(MemoryDefinitionStore::default()),
+        Arc::new(MemoryJobStore::default()),
+        Arc::new(quiver_sandbox::QuickJsSandbox::new(1)),
+        quiver_registry::sandbox::SandboxLimits::default(),
+    ));
+    CatalogDirTools::new(catalog.clone(), custom, false)
+}
+
+/// A definition file saved half-edited (it no longer parses) leaves the tool as it was
+/// last read, and the report says so; deleting the file takes the tool off.
+#[tokio::test]
+async fn a_file_that_stops_loading_keeps_its_last_good_version_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let servers = ["everything".to_owned()];
+    let say = def(
+        "say",
+        r#"{"kind": "mcp", "ref": {"server": "everything", "tool": "echo"}}"#,
+    );
+    write(d, "tools/say.json", &say);
+    let catalog = Arc::new(Catalog::new());
+    let tools = dir_tools(&catalog);
+    let applied = tools.apply(&read(d, &servers), None, false).await;
+    assert_eq!(applied.served, ["say"], "{applied:?}");
+
+    write(d, "tools/say.json", &say.replacen(',', ",,", 1));
+    let applied = tools.apply(&read(d, &servers), None, false).await;
+    assert!(applied.removed.is_empty(), "{applied:?}");
+    assert!(catalog.lookup("say").is_some(), "still served");
+    assert!(
+        applied.problems.iter().any(|p| p.contains("say.json")
+            && p.contains("does not load; `say` is still served as read at")),
+        "{applied:?}"
+    );
+    // Fixed again: the file's tool, as it is now, with nothing re-registered.
+    write(d, "tools/say.json", &say);
+    let applied = tools.apply(&read(d, &servers), None, false).await;
+    assert!(applied.problems.is_empty(), "{applied:?}");
+    assert!(applied.removed.is_empty(), "{applied:?}");
+
+    std::fs::remove_file(d.join("tools/say.json")).unwrap();
+    let applied = tools.apply(&read(d, &servers), None, false).await;
+    assert_eq!(applied.removed, ["say"], "{applied:?}");
+    assert!(catalog.lookup("say").is_none());
+}
+
+/// A custom-kind file whose JavaScript does not compile is reported at the source file's
+/// line and column, also where nothing is stored (`quiver check`).
+#[tokio::test]
+async fn a_custom_source_that_does_not_compile_is_reported_at_the_js_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write(
+        d,
+        "tools/sum.json",
+        &def("sum_up", r#"{"kind": "custom", "ref": "sum.js"}"#),
+    );
+    write(
+        d,
+        "tools/sum.js",
+        "async function main(inputs) {\n  return {a: 1,, };\n}",
+    );
+    let catalog = Arc::new(Catalog::new());
+    let applied = dir_tools(&catalog).apply(&read(d, &[]), None, false).await;
+    assert!(
+        applied
+            .problems
+            .iter()
+            .any(|p| p.contains("tools/sum.js:2:")
+                && p.contains("[custom] the source does not compile")
+                && !p.contains("sum.json")),
+        "{applied:?}"
+    );
+}
+
+/// A misspelt JSON Schema type is refused naming where it is, the types there are and the
+/// closest; a `required` entry that is no property is a finding with the closest one.
+#[test]
+fn a_schema_type_typo_and_an_unknown_required_name_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let with = |schema: &str| {
+        format!(
+            r#"{{"name": "now", "description": "Tells the time. Use it when asked the time.", "input_schema": {schema}, "implementation": {{"kind": "mcp", "ref": {{"server": "time", "tool": "t"}}}}}}"#
+        )
+    };
+    write(
+        d,
+        "tools/typo.json",
+        &with(
+            r#"{"type": "object", "properties": {"timezone": {"type": "strng", "description": "IANA zone"}}}"#,
+        ),
+    );
+    write(
+        d,
+        "tools/req.json",
+        &with(
+            r#"{"type": "object", "properties": {"timezone": {"type": "string", "enum": ["UTC"], "description": "IANA zone"}}, "required": ["timezon"]}"#,
+        )
+        .replace("\"now\"", "\"now2\""),
+    );
+    let read = read(d, &["time".to_owned()]);
+    let typo = read
+        .problems
+        .iter()
+        .find(|p| p.path.ends_with("typo.json"))
+        .expect("typo.json reported");
+    assert!(typo.refused, "{typo}");
+    assert!(
+        typo.fix.contains("/properties/timezone/type: \"strng\" is not a JSON Schema type (string, number, integer, boolean, array, object, null); did you mean `string`?"),
+        "{typo}"
+    );
+    let req = read
+        .problems
+        .iter()
+        .find(|p| p.path.ends_with("req.json"))
+        .unwrap_or_else(|| panic!("req.json reported: {:#?}", read.problems));
+    assert_eq!(req.rule, "required_unknown", "{req}");
+    assert!(
+        req.fix.contains(
+            "`required` names `timezon`, which is not in `properties`; did you mean `timezone`?"
+        ),
+        "{req}"
+    );
+}
+
+/// `tests` written inside `implementation` is refused with where it goes; the format hint
+/// names the optional keys too.
+#[test]
+fn tests_inside_the_implementation_are_sent_up_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write(
+        d,
+        "tools/wc.json",
+        &def(
+            "wc",
+            r#"{"kind": "custom", "ref": "wc.js", "tests": [{"inputs": {"text": "a"}, "expect": 1}]}"#,
+        ),
+    );
+    write(
+        d,
+        "tools/wc.js",
+        "async function main(inputs) { return 1; }",
+    );
+    let read = read(d, &[]);
+    let p = read
+        .problems
+        .iter()
+        .find(|p| p.path.ends_with("wc.json"))
+        .expect("wc.json reported");
+    assert_eq!(p.rule, "format", "{p}");
+    assert!(
+        p.fix.contains("move `tests` up beside `implementation`")
+            && p.fix.contains(
+                "\"tests\", \"deprecated\", \"requires\", \"progressive\", \"read_only\""
+            ),
+        "{p}"
+    );
+}
+
+/// A `requires` no token or OIDC rule declares, spelt like one that is, and a
+/// `use_instead` that names no tool are reported; the deprecation's sentence ends with a
+/// full stop before "Use".
+#[tokio::test]
+async fn a_misspelt_requires_and_use_instead_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write(
+        d,
+        "tools/vis.json",
+        &def(
+            "vis_time",
+            r#"{"kind": "mcp", "ref": {"server": "everything", "tool": "echo"}}, "requires": ["visoin"], "deprecated": {"message": "vis_time goes away in March", "use_instead": "nowz"}"#,
+        ),
+    );
+    write(
+        d,
+        "tools/now.json",
+        &def(
+            "now",
+            r#"{"kind": "mcp", "ref": {"server": "everything", "tool": "echo"}}"#,
+        ),
+    );
+    let read = read(d, &["everything".to_owned()]);
+    let vis = read
+        .defined
+        .iter()
+        .find(|d| d.spec.name == "vis_time")
+        .expect("vis_time defined");
+    assert!(
+        vis.spec
+            .description
+            .starts_with("DEPRECATED: vis_time goes away in March. Use `nowz` instead. "),
+        "{}",
+        vis.spec.description
+    );
+    let catalog = Arc::new(Catalog::new());
+    let tools = dir_tools(&catalog);
+    tools.apply(&read, None, false).await;
+    let found = tools.reference_findings(&["vision".to_owned()]);
+    assert!(
+        found.iter().any(|(f, counted)| *counted
+            && f.contains(
+                "vis.json: [use_instead] `nowz` names no tool in the catalog; did you mean `now`?"
+            )),
+        "{found:?}"
+    );
+    assert!(
+        found.iter().any(|(f, counted)| *counted
+            && f.contains(
+                "vis.json: [requires] no `[[auth.tokens]]` or `[auth.oidc]` rule declares `visoin`"
+            )
+            && f.contains("did you mean `vision`?")),
+        "{found:?}"
+    );
+}
+
+/// Hidden characters (tag characters, bidi controls, NUL) in a description or a property's
+/// description are refused, as in a SKILL.md: a model would read what a reviewer cannot see.
+#[test]
+fn hidden_characters_in_descriptions_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    write(
+        d,
+        "tools/hid.json",
+        &def(
+            "hid",
+            r#"{"kind": "mcp", "ref": {"server": "everything", "tool": "echo"}}"#,
+        )
+        .replace(
+            "Use it when asked to repeat something.",
+            r"Use it when asked to repeat something.\u202e\u0000\udb40\udc01 secret",
+        ),
+    );
+    write(
+        d,
+        "tools/hid2.json",
+        &def(
+            "hid2",
+            r#"{"kind": "mcp", "ref": {"server": "everything", "tool": "echo"}}"#,
+        )
+        .replace("What to say.", r"What to say.\u2066x"),
+    );
+    let read = read(d, &["everything".to_owned()]);
+    assert!(read.names().is_empty(), "{:#?}", read.problems);
+    for (file, part) in [
+        ("hid.json", "the description holds 3 hidden character(s)"),
+        (
+            "hid2.json",
+            "/properties/text/description holds 1 hidden character(s)",
+        ),
+    ] {
+        let p = read
+            .problems
+            .iter()
+            .find(|p| p.path.ends_with(file))
+            .unwrap_or_else(|| panic!("{file}: {:#?}", read.problems));
+        assert!(p.refused && p.rule == "hidden_characters", "{p}");
+        assert!(p.fix.contains(part) && p.fix.contains("remove them"), "{p}");
+    }
+}

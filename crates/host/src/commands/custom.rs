@@ -12,6 +12,8 @@ use quiver_registry::{
 };
 use serde_json::Value;
 
+use quiver_host::catalog_dir::{ClaimKind, Claimed};
+
 use crate::CustomAction;
 
 /// Reads `path` as text, naming the file and what to do when it cannot be read.
@@ -45,8 +47,35 @@ fn refused(e: CustomError) -> anyhow::Error {
     }
 }
 
-/// Runs one `quiver custom` action.
-pub(crate) async fn run(tools: &CustomTools, action: CustomAction) -> anyhow::Result<ExitCode> {
+/// Refuses `name` when a catalog file holds it: the file's tool is the one served under
+/// that name (an alias, before any custom tool), or, for a custom-kind file, the file is
+/// where the tool is edited. `approving` lets a custom-kind file's own draft through.
+fn clear_of_catalog(claimed: &[Claimed], name: &str, approving: bool) -> anyhow::Result<()> {
+    let Some(c) = claimed.iter().find(|c| c.name == name) else {
+        return Ok(());
+    };
+    match c.kind {
+        ClaimKind::Custom if approving => Ok(()),
+        ClaimKind::Custom => bail!(
+            "`{name}` is defined by {} ({}): edit that file, and a running server stores the edit as a new version to approve",
+            c.path.display(),
+            c.what()
+        ),
+        _ => bail!(
+            "`{name}` is defined by {} ({}), which is served under that name instead of a custom tool: choose another name, or remove the file",
+            c.path.display(),
+            c.what()
+        ),
+    }
+}
+
+/// Runs one `quiver custom` action; `claimed` are the names the catalog directory's files
+/// hold.
+pub(crate) async fn run(
+    tools: &CustomTools,
+    action: CustomAction,
+    claimed: &[Claimed],
+) -> anyhow::Result<ExitCode> {
     match action {
         CustomAction::Add {
             file,
@@ -55,6 +84,7 @@ pub(crate) async fn run(tools: &CustomTools, action: CustomAction) -> anyhow::Re
             schema,
             tests,
         } => {
+            clear_of_catalog(claimed, &name, false)?;
             let source = read(&file, "source")?;
             let input_schema = read_json(&schema, "input schema")?;
             let cases = match &tests {
@@ -140,6 +170,7 @@ pub(crate) async fn run(tools: &CustomTools, action: CustomAction) -> anyhow::Re
             Ok(ExitCode::SUCCESS)
         }
         CustomAction::Approve { name, force } => {
+            clear_of_catalog(claimed, &name, true)?;
             let note = tools.approve(&name, force).await.map_err(refused)?;
             if force {
                 tracing::warn!(tool = %name, "custom tool approved by override: {note}");
@@ -195,7 +226,7 @@ pub(crate) async fn run(tools: &CustomTools, action: CustomAction) -> anyhow::Re
                 );
             }
             for def in &all {
-                if let Some(why) = not_served(tools, def) {
+                if let Some(why) = not_served(tools, def, claimed) {
                     say!("{}: {why}", quiver_contract::printable(&def.name));
                 }
             }
@@ -204,7 +235,7 @@ pub(crate) async fn run(tools: &CustomTools, action: CustomAction) -> anyhow::Re
         CustomAction::Show { name } => {
             let def = tools.show(&name).await.map_err(refused)?;
             let mut shown = shown(&def);
-            if let Some(why) = not_served(tools, &def) {
+            if let Some(why) = not_served(tools, &def, claimed) {
                 shown["not_served"] = Value::String(why);
             }
             say!("{}", visible_json(&serde_json::to_string_pretty(&shown)?));
@@ -228,14 +259,24 @@ fn last_test(def: &ToolDefinition) -> String {
 }
 
 /// Why an approved and enabled custom tool is not served, when its name is one a family
-/// registered before the custom tools always holds.
-fn not_served(tools: &CustomTools, def: &ToolDefinition) -> Option<String> {
+/// registered before the custom tools always holds, or a catalog file's alias.
+fn not_served(tools: &CustomTools, def: &ToolDefinition, claimed: &[Claimed]) -> Option<String> {
     if def.status != quiver_contract::Lifecycle::Approved || !def.enabled {
         return None;
     }
+    if let Some(c) = claimed
+        .iter()
+        .find(|c| c.name == def.name && c.kind == ClaimKind::Alias)
+    {
+        return Some(format!(
+            "approved, not served: the name is taken by {} ({}, served before custom tools); rename one of them",
+            c.path.display(),
+            c.what()
+        ));
+    }
     tools.taken_by(&def.name).map(|family| {
         format!(
-            "approved, not served: the name is taken by Quiver's own tool `{}` (the `{family}` family, always registered first); add it again under another name",
+            "approved, not served: the name is taken by Quiver's own tool `{}` (the `{family}` family); add it again under another name",
             def.name
         )
     })
@@ -690,14 +731,17 @@ mod tests {
             .with_reserved(quiver_host::CORE_TOOL_NAMES.map(|n| (n, "core")));
         let taken = tools.show("tool_search").await.unwrap();
         assert_eq!(
-            not_served(&tools, &taken).as_deref(),
+            not_served(&tools, &taken, &[]).as_deref(),
             Some(
-                "approved, not served: the name is taken by Quiver's own tool `tool_search` (the `core` family, always registered first); add it again under another name"
+                "approved, not served: the name is taken by Quiver's own tool `tool_search` (the `core` family); add it again under another name"
             )
         );
-        assert_eq!(not_served(&tools, &tools.show("one").await.unwrap()), None);
+        assert_eq!(
+            not_served(&tools, &tools.show("one").await.unwrap(), &[]),
+            None
+        );
         tools.set_enabled("tool_search", false).await.unwrap();
         let off = tools.show("tool_search").await.unwrap();
-        assert_eq!(not_served(&tools, &off), None);
+        assert_eq!(not_served(&tools, &off, &[]), None);
     }
 }

@@ -1,6 +1,7 @@
 //! The `quiver` binary as a user runs it.
 
 mod admin_page;
+mod catalog;
 mod cli;
 mod client;
 mod metrics;

@@ -131,9 +131,10 @@ impl CustomTools {
         }
     }
 
-    /// The same, with the names of tools a family earlier in the order always registers
-    /// (the host's core family), each with that family's name: a custom tool of such a name
-    /// would never be served, so [`CustomTools::check`] refuses it, and
+    /// The same, with the names of Quiver's own tools (the host's core family, the `skill`
+    /// tool, the resource tools), each with its family's name: a custom tool of such a name
+    /// is never served (not even where its family comes after the custom tools, where it
+    /// would hide Quiver's tool), so [`CustomTools::check`] refuses it, and
     /// [`CustomTools::taken_by`] says why one stored before is not served.
     pub fn with_reserved<N, F>(mut self, names: impl IntoIterator<Item = (N, F)>) -> Self
     where
@@ -184,7 +185,7 @@ impl CustomTools {
         }
         if let Some(family) = self.taken_by(&draft.name) {
             return invalid(format!(
-                "the name `{0}` is taken by Quiver's own tool `{0}` (the `{family}` family, which is always registered before custom tools), so a custom tool of that name would never be served: choose another name, e.g. `my_{0}`",
+                "the name `{0}` is taken by Quiver's own tool `{0}` (the `{family}` family), so a custom tool of that name is never served: choose another name, e.g. `my_{0}`",
                 draft.name
             ));
         }
@@ -557,6 +558,7 @@ impl CustomTools {
                     && d.deleted_at.is_none()
                     && d.enabled
                     && d.status == Lifecycle::Approved
+                    && self.taken_by(&d.name).is_none()
             })
             .map(|d| (d.name.clone(), d))
             .collect();

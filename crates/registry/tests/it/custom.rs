@@ -930,7 +930,7 @@ async fn a_name_an_earlier_family_holds_is_refused_and_a_stored_one_is_named() {
     let got = invalid(tools.add(draft("tool_search", "echo", json!([]))).await);
     assert_eq!(
         got,
-        "the name `tool_search` is taken by Quiver's own tool `tool_search` (the `core` family, which is always registered before custom tools), so a custom tool of that name would never be served: choose another name, e.g. `my_tool_search`"
+        "the name `tool_search` is taken by Quiver's own tool `tool_search` (the `core` family), so a custom tool of that name is never served: choose another name, e.g. `my_tool_search`"
     );
     assert!(store.all_definitions().await.unwrap().is_empty());
     assert_eq!(tools.taken_by("tool_search"), Some("core"));
@@ -943,6 +943,12 @@ async fn a_name_an_earlier_family_holds_is_refused_and_a_stored_one_is_named() {
     plain.run_job(&added.job, &|_| {}).await.unwrap().unwrap();
     plain.approve("tool_search", true).await.unwrap();
     assert_eq!(reserved().taken_by("tool_search"), Some("core"));
+    // Never served, also where the family holding the name registers after the custom
+    // tools (the `skill` tool): a stored tool of the name would hide Quiver's own.
+    let catalog = quiver_registry::Catalog::new();
+    let (added, _) = reserved().sync(&catalog).await.unwrap();
+    assert!(added.is_empty(), "{added:?}");
+    assert!(catalog.lookup("tool_search").is_none());
 }
 
 /// Rejecting an approved tool with no version under review says what to do: disable it

@@ -5,10 +5,12 @@ use quiver_registry::{
     Catalog, Family, FamilyOrder, FamilyTools, RegisterReport, RegistryError, order_families,
 };
 
-/// The fixed order of the tool families. The first registration of a name in this order
-/// wins, whenever each family registers, so an earlier family can never be shadowed by a
-/// later one. A catalog file's alias comes before the custom tools: the operator wrote the
-/// file, and a stored custom tool of its name is reported, not served.
+/// The fixed order of the tool families: core tools, server-global MCP, client MCP, custom
+/// tools, skills. The first registration of a name in this order wins, whenever each family
+/// registers, so an earlier family can never be shadowed by a later one. The custom-tools
+/// position holds two families: the catalog files' aliases, then the stored custom tools
+/// (the operator wrote the file, so a stored custom tool of an alias's name is reported,
+/// not served).
 pub const FAMILY_ORDER: [Family; 6] = [
     Family::Core,
     Family::ServerMcp,

@@ -157,8 +157,11 @@ pub(crate) struct Calls {
     sent: Notify,
     /// The principals (and tenants) that have called through this connection: a message
     /// naming no request is guessed onto the call in flight only while they are one.
-    callers: Mutex<std::collections::BTreeSet<(Option<Arc<str>>, Option<Arc<str>>)>>,
+    callers: Mutex<std::collections::BTreeSet<Caller>>,
 }
+
+/// Who made a call: its principal and tenant.
+type Caller = (Option<Arc<str>>, Option<Arc<str>>);
 
 /// Removes its entry when the call ends.
 pub(crate) struct Registration<'a> {

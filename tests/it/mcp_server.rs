@@ -2190,6 +2190,12 @@ async fn a_reload_under_load_drops_no_call_and_loses_no_log_row() {
         .trim()
         .parse()
         .expect("a number");
+    // Read while the server runs: a server that stops takes its report with it.
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join(format!("quiver.db.reload.{}.json", server.pid())))
+            .expect("a reload ran"),
+    )
+    .unwrap();
     assert!(server.terminate().await.success());
     let log = std::process::Command::new(quiver_binary())
         .args([
@@ -2210,10 +2216,6 @@ async fn a_reload_under_load_drops_no_call_and_loses_no_log_row() {
     let ok = rows.iter().filter(|r| r["outcome"] == "ok").count();
     assert!(calls > 64, "calls continued past the reload: {calls}");
     assert_eq!(ok, calls, "one ok row per call: {} rows", rows.len());
-    let report: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("quiver.db.reload.json")).expect("a reload ran"),
-    )
-    .unwrap();
     assert_eq!(
         report["servers"]["added"],
         serde_json::json!(["other"]),

@@ -214,6 +214,59 @@ fn deep_tools_page(bytes: &[u8], err: &serde_json::Error) -> Option<ServerJsonRp
     serde_json::from_value(value).ok()
 }
 
+/// MCP's "URL elicitation required" error: the user must open a URL before the request
+/// can succeed (`data.elicitations`).
+const URL_ELICITATION_REQUIRED: i64 = -32042;
+
+/// The most of an upstream error's `data` passed on, as JSON text, in characters.
+const ERROR_DATA_CHARS: usize = 1_000;
+
+/// The words of an upstream's JSON-RPC error for the model: its message, then what its
+/// `data` holds (where servers put the actionable part: a hint, the offending path). A
+/// URL elicitation (-32042) names each URL the user must open, and says to call again
+/// after; a client that handles such errors itself is not in between, since Quiver answers
+/// the call as a tool error.
+pub(crate) fn peer_error_text(code: i64, message: &str, data: Option<&Value>) -> String {
+    let data = data.filter(|d| !d.is_null());
+    if code == URL_ELICITATION_REQUIRED
+        && let Some(urls) = data
+            .and_then(|d| d.get("elicitations"))
+            .and_then(Value::as_array)
+    {
+        let asks: Vec<String> = urls
+            .iter()
+            .filter_map(|e| {
+                let url = e.get("url")?.as_str()?;
+                let why = e.get("message").and_then(Value::as_str).unwrap_or_default();
+                Some(if why.is_empty() {
+                    format!("<{url}>")
+                } else {
+                    format!("<{url}> ({why})")
+                })
+            })
+            .collect();
+        if !asks.is_empty() {
+            return format!(
+                "{message} The user must open {} in a browser to continue; once they have, call the tool again.",
+                asks.join(" and ")
+            );
+        }
+    }
+    match data {
+        None => message.to_owned(),
+        Some(d) => {
+            let text = d.to_string();
+            let text = if text.chars().count() > ERROR_DATA_CHARS {
+                let cut: String = text.chars().take(ERROR_DATA_CHARS).collect();
+                format!("{cut} …[cut]")
+            } else {
+                text
+            };
+            format!("{message} (details: {text})")
+        }
+    }
+}
+
 /// What makes a JSON answer not a JSON-RPC 2.0 response, in words (serde's own says only
 /// "unrecognized JSON-RPC message").
 fn response_problem(value: &Value) -> Option<String> {
@@ -356,6 +409,30 @@ mod tests {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
     use super::*;
+
+    /// An upstream error's `data` reaches the model with its message, and a URL elicitation
+    /// names the URL to open and says to call again.
+    #[test]
+    fn an_upstream_errors_data_and_url_elicitation_are_spelt_out() {
+        let data = serde_json::json!({"path": "/x", "hint": "use an absolute path"});
+        assert_eq!(
+            peer_error_text(-32602, "bad path", Some(&data)),
+            r#"bad path (details: {"path":"/x","hint":"use an absolute path"})"#
+        );
+        assert_eq!(peer_error_text(-32000, "plain", None), "plain");
+        let url = serde_json::json!({"elicitations": [{"mode": "url", "elicitationId": "e1",
+            "url": "https://example.com/connect", "message": "Authorize access to your files."}]});
+        assert_eq!(
+            peer_error_text(
+                -32042,
+                "This request requires more information.",
+                Some(&url)
+            ),
+            "This request requires more information. The user must open <https://example.com/connect> (Authorize access to your files.) in a browser to continue; once they have, call the tool again."
+        );
+        let long = serde_json::json!({"blob": "x".repeat(5000)});
+        assert!(peer_error_text(1, "m", Some(&long)).ends_with(" …[cut])"));
+    }
     use serde_json::json;
 
     fn error_of(message: &ServerJsonRpcMessage) -> (Value, String) {

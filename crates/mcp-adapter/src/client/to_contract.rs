@@ -171,7 +171,7 @@ pub(crate) fn raw_call_result(server: &str, result: &Value) -> Envelope {
         return Envelope::err(
             ErrKind::ToolFailed,
             format!(
-                "mcp call failed: MCP server \"{server}\" sent a malformed result ({problem}); the tool ran, but what it returned cannot be read"
+                "MCP server \"{server}\" sent a malformed result ({problem}); the tool ran, but what it returned cannot be read"
             ),
         );
     }

@@ -527,7 +527,7 @@ async fn an_answer_event_over_16_mib_fails_its_call_at_once() {
     assert_eq!(
         env.message(),
         Some(
-            "mcp call failed: MCP server \"sx\" answered, but its answer cannot be read (an SSE event over 16 MiB, more than Quiver reads); the tool may have run"
+            "MCP server \"sx\" answered, but its answer cannot be read (an SSE event over 16 MiB, more than Quiver reads); the tool may have run"
         ),
         "{env:?}"
     );

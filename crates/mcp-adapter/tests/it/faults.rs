@@ -1141,7 +1141,7 @@ async fn malformed_tools_are_skipped_and_the_rest_served() {
         "{env:?}"
     );
     // A JSON-RPC error says which server answered with it (it was the server's words
-    // alone: "mcp call failed: internal kaboom").
+    // alone: "internal kaboom").
     let env = call(
         &catalog,
         "mcp__bad__echo",
@@ -1151,7 +1151,7 @@ async fn malformed_tools_are_skipped_and_the_rest_served() {
     assert_eq!(env.err_kind(), Some(&ErrKind::ToolFailed), "{env:?}");
     assert_eq!(
         env.message().unwrap(),
-        "mcp call failed: MCP server \"bad\" answered with an error: internal kaboom",
+        "MCP server \"bad\" answered with an error: internal kaboom",
         "{env:?}"
     );
     close_and_check(&client).await;

@@ -86,7 +86,7 @@ impl Upstream {
         Envelope::err(
             ErrKind::ToolFailed,
             format!(
-                "mcp call failed: MCP server \"{}\" could not complete the request",
+                "MCP server \"{}\" could not complete the request",
                 self.cfg.name
             ),
         )
@@ -114,7 +114,7 @@ impl Upstream {
                 self.cfg.name
             ),
         };
-        Envelope::err(ErrKind::ToolFailed, format!("mcp call failed: {message}"))
+        Envelope::err(ErrKind::ToolFailed, message)
     }
 
     /// Waits for the progress and log messages read before an answer to `what` (a
@@ -243,10 +243,7 @@ impl Upstream {
             Value::Object(m) => Some(m),
             Value::Null => None,
             _ => {
-                return Envelope::err(
-                    ErrKind::ToolFailed,
-                    "mcp call failed: the arguments must be a JSON object",
-                );
+                return Envelope::err(ErrKind::ToolFailed, "the arguments must be a JSON object");
             }
         };
         let mut reconnected = false;
@@ -473,10 +470,7 @@ impl Upstream {
                 tracing::warn!(server = %self.cfg.name, ?other, "unexpected reply to tools/call");
                 done(Envelope::err(
                     ErrKind::ToolFailed,
-                    format!(
-                        "mcp call failed: MCP server \"{}\" sent an unexpected reply",
-                        self.cfg.name
-                    ),
+                    format!("MCP server \"{}\" sent an unexpected reply", self.cfg.name),
                 ))
             }
             // A 404 on the resend after a new session (the direct path hands a 404 to rmcp,
@@ -724,7 +718,9 @@ impl Drop for CancelOnDrop {
 /// The text of a JSON-RPC error from the peer (its own words, not transport text).
 fn peer_message(e: &ServiceError) -> String {
     match e {
-        ServiceError::McpError(d) => d.message.to_string(),
+        ServiceError::McpError(d) => {
+            crate::client::pipe::peer_error_text(i64::from(d.code.0), &d.message, d.data.as_ref())
+        }
         other => other.to_string(),
     }
 }

@@ -355,11 +355,13 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::E
 
 /// The `error` member's message, however the server shaped it.
 fn error_message(error: &Value) -> String {
-    match error.get("message") {
+    let message = match error.get("message") {
         Some(Value::String(m)) => m.clone(),
         Some(other) => other.to_string(),
-        None => error.to_string(),
-    }
+        None => return error.to_string(),
+    };
+    let code = error.get("code").and_then(Value::as_i64).unwrap_or(0);
+    crate::client::pipe::peer_error_text(code, &message, error.get("data"))
 }
 
 /// How the exchange ended.

@@ -1343,7 +1343,7 @@ async fn a_busy_server_is_not_killed_by_the_liveness_ping() {
     let st = client.server_status("busy").unwrap();
     assert_eq!(st.counters.drops, 0, "{st:?}");
     assert!(
-        !st.diagnostics.iter().any(|l| l == "liveness ping failed"),
+        !st.diagnostics.iter().any(|l| l.contains("liveness ping")),
         "{st:?}"
     );
     close_and_check(&client).await;

@@ -166,9 +166,7 @@ impl Upstream {
                     == Some("required")
                 {
                     let why = "it runs only as an MCP task (`execution.taskSupport` is \"required\"), and Quiver calls tools without task augmentation, so every call would fail";
-                    let line = format!("tool {name:?} not served: {why}");
-                    tracing::warn!(server = %self.cfg.name, "{line}");
-                    self.diag(line);
+                    self.warn_once(format!("tool {name:?} not served: {why}"));
                     if malformed.len() < self.opts.list_cap {
                         malformed.push(Skipped::noted(
                             self.cfg.family(),
@@ -184,21 +182,19 @@ impl Upstream {
                         t.spec.progressive |= self.cfg.progressive(name);
                         t.spec.requires.clone_from(&self.cfg.requires);
                         if let Some(what) = &t.hidden {
-                            self.diag_warn(format!(
+                            self.warn_once(format!(
                                 "tool {name:?}: hidden text taken out of {what}; a model would have read it, a person reviewing the tool would not have seen it"
                             ));
                         }
                         if let Some(why) = &t.dropped_output_schema {
-                            self.diag_warn(format!(
+                            self.warn_once(format!(
                                 "tool {name:?} is served without its output schema ({why}); its results are passed on unchecked"
                             ));
                         }
                         out.push(t)
                     }
                     Err(e) => {
-                        let line = format!("skipped malformed tool {name:?}: {e}");
-                        tracing::warn!(server = %self.cfg.name, "{line}");
-                        self.diag(line);
+                        self.warn_once(format!("skipped malformed tool {name:?}: {e}"));
                         if malformed.len() < self.opts.list_cap {
                             malformed.push(Skipped::new(
                                 self.cfg.family(),

@@ -232,6 +232,8 @@ pub(crate) struct Upstream {
     /// The `instructions` the server gave at its last handshake (how to use its tools),
     /// passed on in Quiver's own.
     pub(crate) instructions: Mutex<Option<String>>,
+    /// The tool-list problems already warned of ([`Upstream::warn_once`]).
+    warned: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Upstream {
@@ -284,6 +286,7 @@ impl Upstream {
             exits: watch::channel(None).0,
             users: std::sync::OnceLock::new(),
             instructions: Mutex::new(None),
+            warned: Mutex::default(),
         })
     }
 
@@ -324,6 +327,18 @@ impl Upstream {
         let line = line.into();
         tracing::warn!(server = %self.cfg.name, "{line}");
         self.push_diag(line);
+    }
+
+    /// A problem of the server's tool list: a warning the first time it is seen, and only
+    /// a diagnostic line when a re-list (each `tools/list_changed`, each reconnect) finds
+    /// it again, so the log says each problem once.
+    fn warn_once(&self, line: String) {
+        let first = lock(&self.warned).insert(line.clone());
+        if first {
+            self.diag_warn(line);
+        } else {
+            self.diag(line);
+        }
     }
 
     fn diag(&self, line: impl Into<String>) {

@@ -273,24 +273,39 @@ impl Upstream {
                         _ = cancel.cancelled() => return,
                     };
                     match answer {
-                        Ok(Ok(_)) => break false,
+                        Ok(Ok(_)) => break None,
                         // Refused: the connection is gone (an HTTP server that stopped
                         // listening); rmcp's HTTP worker keeps running all the same.
                         Ok(Err(e)) => {
-                            break matches!(classify_service(&e), Class::Drop | Class::Refused);
+                            break matches!(classify_service(&e), Class::Drop | Class::Refused)
+                                .then(|| "the liveness ping found the connection gone".to_owned());
                         }
                         Err(_) => {
                             let Some(up) = me.upgrade() else { return };
                             let (in_flight, ended) = up.calls.activity();
                             if in_flight == 0 && ended == before {
-                                break true;
+                                break Some(format!(
+                                    "did not answer a liveness ping within {} while idle",
+                                    quiver_contract::duration_text(wait)
+                                ));
                             }
                         }
                     }
                 };
-                if dead {
+                if let Some(why) = dead {
                     if let Some(up) = me.upgrade() {
-                        up.diag("liveness ping failed");
+                        // A warning: a server that keeps hanging is the operator's to see.
+                        up.diag_warn(format!(
+                            "{why}: the connection is taken as lost and made again{}",
+                            if matches!(
+                                up.cfg.endpoint,
+                                crate::client::config::Endpoint::Stdio { .. }
+                            ) {
+                                " (its process is stopped and started again)"
+                            } else {
+                                ""
+                            }
+                        ));
                         up.lost(generation);
                     }
                     return;

@@ -253,6 +253,25 @@ pub(crate) fn plain_reason(e: &(dyn StdError + 'static)) -> String {
             " (the server does not take MCP POSTs at this URL ({code}): check that `url` is its streamable-HTTP endpoint, often ending in /mcp; a server with only the old SSE transport cannot be used)"
         ));
     }
+    // A redirect Quiver did not follow: another origin, or a kind that drops the POST's body.
+    if let Some(code @ 300..=399) = status {
+        text.push_str(&format!(
+            " (a redirect ({code}) that Quiver does not follow: it follows only 307 and 308 within the configured origin, so headers and tokens stay with it; if the address the server redirects to is right, set `url` to it)"
+        ));
+    }
+    // A web page, or a login or proxy page, where the MCP endpoint should be.
+    let content_type = std::iter::successors(Some(e), next).find_map(|c| match c
+        .downcast_ref::<StreamableHttpError<reqwest::Error>>()
+    {
+        Some(StreamableHttpError::UnexpectedContentType(t)) => Some(t.clone()),
+        _ => None,
+    });
+    if let Some(t) = content_type {
+        text = format!(
+            "the server answered with {}, not JSON or an event stream: `url` is probably a web page, or a login or proxy page, not the MCP endpoint",
+            t.map_or_else(|| "no content type".to_owned(), |t| format!("`{t}`"))
+        );
+    }
     // reqwest names the URL, which may carry a secret in its query or user part.
     super::config::redact_urls(&text)
 }
@@ -261,6 +280,28 @@ pub(crate) fn plain_reason(e: &(dyn StdError + 'static)) -> String {
 mod tests {
     use super::{Class, classify_transport, names_rust_types};
     use rmcp::transport::streamable_http_client::StreamableHttpError;
+
+    /// A page where the endpoint should be, and a redirect not followed, say what to check
+    /// in rmcp's place (`Some("text/html")`, a bare status).
+    #[test]
+    fn a_web_page_or_a_redirect_is_explained() {
+        let e = StreamableHttpError::<reqwest::Error>::UnexpectedContentType(Some(
+            "text/html; charset=utf-8".into(),
+        ));
+        assert_eq!(
+            super::plain_reason(&e),
+            "the server answered with `text/html; charset=utf-8`, not JSON or an event stream: `url` is probably a web page, or a login or proxy page, not the MCP endpoint"
+        );
+        let e = StreamableHttpError::<reqwest::Error>::UnexpectedServerResponse(
+            "HTTP 307 Temporary Redirect: ".into(),
+        );
+        let reason = super::plain_reason(&e);
+        assert!(
+            reason.contains("a redirect (307) that Quiver does not follow")
+                && reason.contains("set `url` to it"),
+            "{reason}"
+        );
+    }
 
     /// rmcp's `HTTP 405 Method Not Allowed: ` (an empty body) loses its dangling colon, and
     /// a 404 or 405 says where to look.

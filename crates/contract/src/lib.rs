@@ -64,7 +64,7 @@ pub use hash::{args_hash, args_hash_canonical, canonical_json};
 pub use legacy::coerce_legacy;
 pub use lint::{
     BreakingChange, LintFinding, breaking_changes, breaking_changes_between, lint_spec,
-    provider_name_problem,
+    provider_name_fix, provider_name_problem,
 };
 pub use names::{
     MAX_NAME_BYTES, NameKind, is_bidi_control, is_hidden_in_text, is_invisible, is_tag_character,

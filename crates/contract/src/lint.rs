@@ -121,7 +121,7 @@ pub fn lint_spec(spec: &ToolSpec) -> Vec<LintFinding> {
             &spec.name,
             "provider_name",
             "",
-            format!("the OpenAI and Anthropic tool APIs refuse this name: {why} (names must match ^[a-zA-Z0-9_-]{{1,64}}$; an API refuses the whole request); rename the tool or give its server a shorter prefix"),
+            format!("the OpenAI and Anthropic tool APIs refuse this name: {why} (names must match ^[a-zA-Z0-9_-]{{1,64}}$; an API refuses the whole request); {}", provider_name_fix(&spec.name)),
         ));
     }
     for key in ["anyOf", "oneOf", "allOf"] {
@@ -136,6 +136,20 @@ pub fn lint_spec(spec: &ToolSpec) -> Vec<LintFinding> {
     }
     lint_schema(&spec.name, &spec.input_schema, "", &mut out);
     out
+}
+
+/// What to do about a name [`provider_name_problem`] refuses: a name too long for its
+/// server's prefix can be shortened there; a character the APIs refuse stays in an upstream
+/// server's tool (Quiver never renames one), which is left out or served under an alias.
+pub fn provider_name_fix(name: &str) -> &'static str {
+    let bad_char = name
+        .chars()
+        .any(|c| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'));
+    if bad_char {
+        "rename the tool; for an MCP server's tool, which Quiver never renames, leave it out with the server's `deny_tools`, or serve it under a valid name with a catalog `mcp` alias"
+    } else {
+        "rename the tool, or give its server a shorter prefix"
+    }
 }
 
 /// Why the OpenAI and Anthropic tool APIs would refuse `name` (they take

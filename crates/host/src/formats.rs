@@ -63,7 +63,8 @@ const ROOT_COMBINATORS: [&str; 3] = ["anyOf", "oneOf", "allOf"];
 fn provider_refusal(spec: &ToolSpec) -> Option<String> {
     if let Some(why) = quiver_contract::provider_name_problem(&spec.name) {
         return Some(format!(
-            "its name is refused: {why} (names must match ^[a-zA-Z0-9_-]{{1,64}}$); rename the tool or give its server a shorter prefix"
+            "its name is refused: {why} (names must match ^[a-zA-Z0-9_-]{{1,64}}$); {}",
+            quiver_contract::provider_name_fix(&spec.name)
         ));
     }
     let key = ROOT_COMBINATORS

@@ -50,8 +50,16 @@ fn names_the_provider_apis_refuse_are_findings() {
     assert_eq!(rule("a-b_C9"), None);
     let dotted = rule("mcp__fs__files.read").expect("a finding");
     assert!(dotted.contains("'.'"), "{dotted}");
+    // A character no prefix can fix: the ways to keep it off or serve it renamed.
+    assert!(
+        dotted.contains("leave it out with the server's `deny_tools`")
+            && dotted.contains("catalog `mcp` alias")
+            && !dotted.contains("shorter prefix"),
+        "{dotted}"
+    );
     let long = rule(&"x".repeat(65)).expect("a finding");
     assert!(long.contains("65 characters long"), "{long}");
+    assert!(long.contains("give its server a shorter prefix"), "{long}");
     assert!(rule(&"x".repeat(64)).is_none());
     assert!(rule("café").is_some());
 }

@@ -34,6 +34,22 @@ impl Tool for Alias {
     async fn call(&self, input: Value, ctx: &CallContext) -> ToolResult {
         match &ctx.invoker {
             Some(invoker) => {
+                // The alias is the operator's grant of its target: a caller allowed the
+                // alias may run what it stands for, though its `allowed_tools` never name
+                // the hidden target. A policy that denies the target still does.
+                let granted;
+                let ctx = if ctx.capabilities.allows(&self.target) {
+                    ctx
+                } else {
+                    let mut caps = (*ctx.capabilities).clone();
+                    if let Some(allowed) = &mut caps.allowed_tools {
+                        allowed.push(self.target.clone());
+                    }
+                    let mut widened = ctx.clone();
+                    widened.capabilities = std::sync::Arc::new(caps);
+                    granted = widened;
+                    &granted
+                };
                 let answer = invoker.invoke(&self.target, input, ctx).await;
                 // The arguments fit the alias's own schema (the dispatcher checked them):
                 // if the target refuses them, the operator's definition does not match it.

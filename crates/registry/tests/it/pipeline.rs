@@ -2178,3 +2178,31 @@ async fn a_tools_own_repeated_calls_are_not_the_model_repeating_itself() {
     let third = text(&d.call("flaky", json!({}), ctx()).await);
     assert!(third.contains("has now failed 3 times"), "{third}");
 }
+
+/// A caller allowed an alias (and not the tool it stands for, whose name it never sees)
+/// runs it: the alias is the operator's grant of its target.
+#[tokio::test]
+async fn a_caller_allowed_an_alias_runs_it_without_being_allowed_its_target() {
+    let alias = quiver_registry::curated::alias_tool(
+        ToolSpec::new("plus", "Adds numbers. Use it when asked to add.").with_schema(json!({
+            "type": "object",
+            "properties": {
+                "a": {"type": "integer", "description": "First."},
+                "b": {"type": "integer", "description": "Second."}
+            },
+            "required": ["a", "b"]
+        })),
+        "add",
+    );
+    let d = dispatcher(vec![add(), alias]);
+    let only_plus =
+        ctx().with_capabilities(Capabilities::all().with_allowed_tools(vec!["plus".into()]));
+    let e = d
+        .call("plus", json!({"a": 2, "b": 3}), only_plus.clone())
+        .await;
+    assert!(e.is_ok(), "{e:?}");
+    assert!(text(&e).contains('5'), "{}", text(&e));
+    // The target itself stays refused to that caller.
+    let direct = d.call("add", json!({"a": 2, "b": 3}), only_plus).await;
+    assert!(!direct.is_ok(), "{direct:?}");
+}

@@ -306,17 +306,53 @@ fn shown(def: &ToolDefinition) -> Value {
     })
 }
 
-/// A progress bar on a terminal, nothing elsewhere.
-fn progress_bar(doing: &str) -> indicatif::ProgressBar {
-    if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        let bar = indicatif::ProgressBar::new(100);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(&format!("{doing} {{bar:30}} {{pos}}%"))
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
-    } else {
-        indicatif::ProgressBar::hidden()
+/// A job's progress: a bar on a terminal; elsewhere (a CI log, a pipe) a line each time it
+/// passes another tenth, so a long build is seen to move.
+struct Progress {
+    bar: indicatif::ProgressBar,
+    doing: String,
+    /// The last tenth said off a terminal.
+    said: std::sync::atomic::AtomicU8,
+}
+
+impl Progress {
+    fn new(doing: &str) -> Self {
+        let bar = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            let bar = indicatif::ProgressBar::new(100);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(&format!("{doing} {{bar:30}} {{pos}}%"))
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar
+        } else {
+            indicatif::ProgressBar::hidden()
+        };
+        Progress {
+            bar,
+            doing: doing.to_owned(),
+            said: std::sync::atomic::AtomicU8::new(0),
+        }
+    }
+
+    fn set(&self, pct: u8) {
+        self.bar.set_position(u64::from(pct));
+        let tenth = pct / 10;
+        if self.bar.is_hidden()
+            && tenth > 0
+            && tenth < 10
+            && self
+                .said
+                .fetch_max(tenth, std::sync::atomic::Ordering::Relaxed)
+                < tenth
+        {
+            eprintln!("{}: {}%", self.doing, tenth * 10);
+        }
+    }
+
+    /// Starts over (a job queued again), off a terminal too.
+    fn restart(&self) {
+        self.bar.set_position(0);
+        self.said.store(0, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -333,13 +369,10 @@ async fn finish(
     id: &str,
     doing: &str,
 ) -> anyhow::Result<ExitCode> {
-    let progress = progress_bar(doing);
+    let progress = Progress::new(&format!("{doing} `{name}`"));
     let mut id = id.to_owned();
     let job = loop {
-        let ran = match tools
-            .run_job(&id, &|pct| progress.set_position(u64::from(pct)))
-            .await
-        {
+        let ran = match tools.run_job(&id, &|pct| progress.set(pct)).await {
             // Released under this run (its heartbeat did not reach the store for the whole
             // stale bound) and queued again: read as ended, so the new job is taken up
             // below.
@@ -353,7 +386,7 @@ async fn finish(
             let job = tools.job(&id).await.map_err(refused)?;
             match &job {
                 Some(j) if !j.status.is_terminal() => {
-                    progress.set_position(u64::from(j.progress_pct));
+                    progress.set(j.progress_pct);
                     tokio::time::sleep(FOLLOW).await;
                 }
                 _ => break job,
@@ -365,16 +398,16 @@ async fn finish(
         };
         match next {
             Some(next) => {
-                progress.suspend(|| {
+                progress.bar.suspend(|| {
                     say!("job {id} was interrupted and queued again as job {next}; following it")
                 });
-                progress.set_position(0);
+                progress.restart();
                 id = next;
             }
             None => break job,
         }
     };
-    progress.finish_and_clear();
+    progress.bar.finish_and_clear();
     let Some(job) = job else {
         bail!("job {id} is gone from the store");
     };

@@ -28,6 +28,10 @@ pub use jobs::{Added, AuditReport, JobLease};
 use tools::CustomTool;
 pub use tools::{PROPOSE_TOOL, ProposalAdmins, proposal_tool};
 
+/// The most test cases one custom tool may have: a build runs them all, one after another,
+/// each up to the sandbox's time limit, and the jobs on a store run one at a time.
+pub const MAX_TEST_CASES: usize = 25;
+
 use crate::{
     Catalog,
     sandbox::{Sandbox, SandboxError, SandboxLimits},
@@ -236,6 +240,13 @@ impl CustomTools {
                 ),
                 other => format!("the source is refused: {other}"),
             });
+        }
+        if draft.tests.len() > MAX_TEST_CASES {
+            return invalid(format!(
+                "{} test cases are more than the {MAX_TEST_CASES} a tool may have: a build runs every case in the sandbox, each up to its time limit ({} ms, `[sandbox] wall_time_ms`), before the next job on the store; keep the cases that tell its behaviours apart",
+                draft.tests.len(),
+                self.limits.wall_time.as_millis()
+            ));
         }
         for (i, case) in draft.tests.iter().enumerate() {
             if let Some(e) = validator.iter_errors(&case.inputs).next() {

@@ -174,7 +174,7 @@ pub fn proposal_tool(tools: Arc<CustomTools>, admins: ProposalAdmins) -> Arc<dyn
             "description": {"type": "string", "description": "What the tool does and when to use it, for the model that will choose it."},
             "input_schema": {"type": "object", "description": "The JSON Schema of its arguments, with `\"type\": \"object\"` at the root."},
             "source": {"type": "string", "description": "The JavaScript source defining `async function main(inputs)`."},
-            "tests": {"type": "array", "items": {"type": "object"}, "description": "Test cases: `{\"inputs\": {...}, \"expect\": <JSON>}` or `{\"inputs\": {...}, \"expect_error\": \"<kind>\"}`."}
+            "tests": {"type": "array", "items": {"type": "object"}, "maxItems": super::MAX_TEST_CASES, "description": "Test cases: `{\"inputs\": {...}, \"expect\": <JSON>}` or `{\"inputs\": {...}, \"expect_error\": \"<kind>\"}`."}
         },
         "required": ["name", "description", "input_schema", "source"],
         "additionalProperties": false

@@ -1056,3 +1056,20 @@ async fn hidden_characters_in_what_the_model_reads_are_refused() {
         "{why}"
     );
 }
+
+/// A tool with more test cases than a build may run is refused at once, naming the bound
+/// and why (each case may run to the time limit, and jobs run one at a time).
+#[tokio::test]
+async fn more_test_cases_than_a_build_runs_are_refused() {
+    let (tools, store) = tools();
+    let cases: Vec<Value> = (0..=quiver_registry::custom::MAX_TEST_CASES)
+        .map(|_| json!({"inputs": {}, "expect": null}))
+        .collect();
+    let why = invalid(tools.add(draft("many", "echo", Value::Array(cases))).await);
+    assert!(
+        why.starts_with("26 test cases are more than the 25 a tool may have")
+            && why.contains("`[sandbox] wall_time_ms`"),
+        "{why}"
+    );
+    assert!(store.all_definitions().await.unwrap().is_empty());
+}

@@ -1141,8 +1141,13 @@ impl Dispatcher {
             .map(|(label, score)| Alternative::new(label, score))
             .collect();
         let mut message = format!(
-            "there is no tool named `{}` in your tool list.",
-            quiver_contract::quoted_name(name)
+            "there is no tool named `{}`{}.",
+            quiver_contract::quoted_name(name),
+            if ctx.depth == 0 {
+                " in your tool list"
+            } else {
+                ""
+            }
         );
         if !alternatives.is_empty() {
             let list: Vec<String> = alternatives
@@ -1151,7 +1156,11 @@ impl Dispatcher {
                 .collect();
             message.push_str(&format!(" Did you mean {}?", list.join(", ")));
         }
-        message.push_str(self.search_advice(&ctx.capabilities));
+        // Advice is for the model: a call a tool made (a custom tool's `call_tool`) is the
+        // tool's author's to fix, and the model cannot load a tool for the script.
+        if ctx.depth == 0 {
+            message.push_str(self.search_advice(&ctx.capabilities));
+        }
         Envelope::err(ErrKind::UndefinedTool, message)
     }
 

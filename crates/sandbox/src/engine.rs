@@ -595,9 +595,20 @@ impl Run<'_> {
                 serde_json::to_string(data).unwrap_or_else(|_| "null".into()),
                 "ok",
             ),
+            // The script's error reads as one sentence: the kind, then what the tool said
+            // (not the rendered envelope, whose status line the model would read as a
+            // second result inside this one).
             None => (
                 false,
-                render(&envelope, &RenderOptions::default()),
+                match &envelope {
+                    Envelope::Err {
+                        message, err_kind, ..
+                    } => format!("{message} ({})", err_kind.as_str()),
+                    Envelope::Hint {
+                        message, hint_kind, ..
+                    } => format!("{message} ({} hint)", hint_kind.as_str()),
+                    other => render(other, &RenderOptions::default()),
+                },
                 envelope.kind_str(),
             ),
         };

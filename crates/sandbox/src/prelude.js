@@ -192,6 +192,7 @@
       const slot = create(null);
       slot.resolve = resolve;
       slot.reject = reject;
+      slot.name = name;
       pending[id] = slot;
     });
   }
@@ -237,7 +238,7 @@
       }
       slot.resolve(v);
     } else {
-      const e = new Err(text);
+      const e = new Err('call_tool(`' + slot.name + '`) failed: ' + text);
       const d = create(null);
       d.value = kind;
       d.writable = true;

@@ -1,4 +1,4 @@
-// expect: ok {"kind": "err", "message": "✗ error (undefined_tool): no tool `nope`"}
+// expect: ok {"kind": "err", "message": "call_tool(`nope`) failed: no tool `nope` (undefined_tool)"}
 async function main() {
   try {
     await call_tool('nope', {});

@@ -1,4 +1,4 @@
-// expect: ok {"kind": "err", "message": "✗ error (tool_failed): boom", "isError": true}
+// expect: ok {"kind": "err", "message": "call_tool(`fail`) failed: boom (tool_failed)", "isError": true}
 async function main() {
   try {
     await call_tool('fail', { message: 'boom' });

@@ -1,4 +1,4 @@
-// expect: ok {"kind": "hint", "message": "⚠ schema hint: did you mean `echo`?"}
+// expect: ok {"kind": "hint", "message": "call_tool(`hint`) failed: did you mean `echo`? (schema hint)"}
 async function main() {
   try {
     await call_tool('hint', {});

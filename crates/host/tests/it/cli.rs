@@ -2017,8 +2017,11 @@ fn an_admin_token_proposes_a_custom_tool_as_a_draft() {
         &["call", "create_custom_tool", &broken, "--token", "lead"],
     ));
     assert!(
-        out.contains("schema hint") && out.contains("line 2"),
-        "a syntax error is the model's to fix: {out}"
+        out.contains("error (invalid_proposal)")
+            && out.contains("line 2")
+            && out.contains("Fix it and call create_custom_tool again.")
+            && !out.contains("schema hint"),
+        "a syntax error is the model's to fix, and said as what it is: {out}"
     );
 
     let out = quiver_in(

@@ -236,9 +236,13 @@ impl Tool for Proposal {
                 "build_job": added.job,
                 "next": "its build job compiles it and runs its test cases; then an operator approves it (`quiver custom approve`), and until then no session can call it",
             }))),
-            Err(CustomError::Invalid(why)) => {
-                Err(quiver_contract::ToolError::schema_hint(why, Vec::new()))
-            }
+            // The arguments fit the schema; what they hold does not make a tool (a source
+            // that does not compile, a test case that does not fit): said as such, not as
+            // a schema hint, with what to do.
+            Err(CustomError::Invalid(why)) => Ok(Envelope::err(
+                quiver_contract::ErrKind::Other("invalid_proposal".into()),
+                format!("{why}. Fix it and call {PROPOSE_TOOL} again."),
+            )),
             Err(e @ (CustomError::NotCustom(..) | CustomError::Status(_))) => {
                 Err(quiver_contract::ToolError::schema_hint(
                     format!("{e}; choose another name"),

@@ -103,7 +103,8 @@ fn render_ok(
             }
         }
         Value::Null => {
-            let _ = write!(out, "{OK_PREFIX} 0 rows.");
+            // The answer is null: said as such ("0 rows" read as an empty query result).
+            let _ = write!(out, "{OK_PREFIX}\nnull");
         }
         Value::Array(items) if !schema.is_empty() => {
             let _ = write!(out, "{OK_PREFIX} {rows} {}.", plural(rows));

@@ -242,8 +242,9 @@ enum CustomAction {
         /// The JavaScript source.
         file: std::path::PathBuf,
         /// The tool's name (lower-case snake_case). Quiver's own tools' names
-        /// (`tool_search`, `describe_tool`, `read_result`, `create_custom_tool`) are refused:
-        /// those tools always come first, so a custom tool of that name would never be served.
+        /// (`tool_search`, `describe_tool`, `read_result`, `create_custom_tool`, `skill`,
+        /// `list_mcp_resources`, `read_mcp_resource`) and the names the catalog directory's
+        /// files define are refused: a custom tool of such a name would never be served.
         #[arg(long)]
         name: String,
         /// What it does, for the model that chooses it.

@@ -687,6 +687,53 @@ async fn a_file_of_requests_as_stdin_is_answered() {
     );
 }
 
+/// A prompt argument that is not text is refused by Quiver, naming the argument and what to
+/// send (MCP's `prompts/get` takes a map of strings), before any prompt source sees it.
+#[tokio::test]
+async fn a_prompt_argument_that_is_not_text_is_refused_in_words() {
+    let dir = fresh_dir();
+    std::fs::create_dir_all(dir.join("skills/greet")).unwrap();
+    std::fs::write(
+        dir.join("skills/greet/SKILL.md"),
+        "---\nname: greet\ndescription: Greets someone. Use when asked to greet.\n---\nGreet $ARGUMENTS warmly.\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("quiver.toml"), "[skills]\ndirs = [\"skills\"]\n").unwrap();
+    let requests = dir.join("requests.jsonl");
+    std::fs::write(
+        &requests,
+        script(&[
+            r#"{"jsonrpc":"2.0","id":2,"method":"prompts/get","params":{"name":"greet","arguments":{"who":5}}}"#,
+        ]),
+    )
+    .unwrap();
+    let out = Command::new(quiver_binary())
+        .args(["serve", "--stdio"])
+        .current_dir(&dir)
+        .stdin(std::fs::File::open(&requests).unwrap())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(30), out)
+        .await
+        .expect("the server exits")
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let error = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["id"] == 2)
+        .and_then(|v| v.get("error").cloned())
+        .unwrap_or_else(|| panic!("an error answer: {text}"));
+    assert_eq!(error["code"], -32602, "{error}");
+    assert_eq!(
+        error["message"],
+        "prompt argument `who` must be a string, not 5: prompts/get takes its arguments as text (send \"5\")",
+        "{error}"
+    );
+}
+
 /// A piped script (`printf '...' | quiver serve --stdio`) closes stdin right after its last
 /// request: a quick call is still answered before the server exits.
 #[tokio::test]

@@ -873,6 +873,22 @@ impl ServerHandler for SessionHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         let source = self.source(|o| o.prompts, "prompts")?.clone();
+        // MCP's prompt arguments are text: a value of another type is the client's to fix,
+        // said here in a sentence rather than passed on to the server's validation dump.
+        if let Some((key, value)) = request
+            .arguments
+            .iter()
+            .flatten()
+            .find(|(_, v)| !v.is_string())
+        {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "prompt argument `{key}` must be a string, not {value}: prompts/get takes its arguments as text (send \"{}\")",
+                    value.to_string().trim_matches('"')
+                ),
+                None,
+            ));
+        }
         let (name, arguments) = (request.name, request.arguments);
         let target = Target::prompt(&name);
         let input = (request.input_responses, request.request_state);

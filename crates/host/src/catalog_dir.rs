@@ -293,13 +293,22 @@ fn check_file(
             "the description is empty: say what the tool does and when to use it",
         ));
     }
-    if let Some(why) = hidden_in(&file.description, "the description")
-        .or_else(|| {
-            let message = file.deprecated.as_ref().map_or("", |d| d.message.as_str());
-            hidden_in(message, "`deprecated.message`")
-        })
-        .or_else(|| hidden_in_schema(&file.input_schema, ""))
-    {
+    // The rule `custom add` and SKILL.md files follow: nothing a model reads may be
+    // invisible to the person reviewing the file.
+    let deprecation = file.deprecated.as_ref().map_or("", |d| d.message.as_str());
+    if let Some(why) = quiver_registry::custom::hidden_in_definition(
+        &file.description,
+        &file.input_schema,
+        "the file",
+    )
+    .or_else(|| {
+        quiver_registry::skill::hidden_text(
+            "`deprecated.message` holds",
+            deprecation,
+            None,
+            "the file",
+        )
+    }) {
         return Err(problem(path, "hidden_characters", why));
     }
     if file.input_schema.get("type").and_then(Value::as_str) != Some("object") {
@@ -436,29 +445,6 @@ fn check_file(
         },
         lints,
     ))
-}
-
-/// The sentence refusing `text` (`what` names it) when it holds characters a model reads
-/// and a person reviewing the file does not see, as for a SKILL.md.
-fn hidden_in(text: &str, what: &str) -> Option<String> {
-    let (_, note) = quiver_contract::without_hidden(text);
-    note.map(|note| {
-        format!(
-            "{what} holds {note}: a model would read them and a person reviewing the file would not see them; remove them"
-        )
-    })
-}
-
-/// [`hidden_in`] for the first description in `schema` that holds any.
-fn hidden_in_schema(schema: &Value, at: &str) -> Option<String> {
-    if let Some(text) = schema.get("description").and_then(Value::as_str)
-        && let Some(why) = hidden_in(text, &format!("{at}/description"))
-    {
-        return Some(why);
-    }
-    subschemas(schema, at)
-        .into_iter()
-        .find_map(|(p, sub)| hidden_in_schema(sub, &p))
 }
 
 /// The JSON Schema types.

@@ -385,12 +385,7 @@ pub(crate) fn front_matter(text: &str) -> Result<Option<(serde_norway::Mapping, 
 /// The sentence refusing `part` (text a model reads) when it hides characters a person
 /// reviewing `whose` would not see (tag characters spelling instructions, terminal escapes,
 /// bidi controls); `what` names the part, `line` (e.g. "of the instructions") adds the line.
-pub(crate) fn hidden_text(
-    what: &str,
-    part: &str,
-    line: Option<&str>,
-    whose: &str,
-) -> Option<String> {
+pub fn hidden_text(what: &str, part: &str, line: Option<&str>, whose: &str) -> Option<String> {
     let (_, Some(note)) = quiver_contract::without_hidden(part) else {
         return None;
     };

@@ -465,7 +465,7 @@ fn hidden_characters_in_descriptions_are_refused() {
         ("hid.json", "the description holds 3 hidden character(s)"),
         (
             "hid2.json",
-            "/properties/text/description holds 1 hidden character(s)",
+            "the input schema at `/properties/text/description` holds 1 hidden character(s)",
         ),
     ] {
         let p = read

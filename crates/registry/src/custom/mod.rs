@@ -198,21 +198,7 @@ impl CustomTools {
         }
         // What the model reads of the tool is what an operator approves from `custom show`:
         // nothing in it may be invisible there.
-        if let Some(why) = crate::skill::hidden_text(
-            "the description holds",
-            &draft.description,
-            None,
-            "the tool",
-        ) {
-            return invalid(why);
-        }
-        if let Some((at, text)) = hidden_string(&draft.input_schema, String::new())
-            && let Some(why) = crate::skill::hidden_text(
-                &format!("the input schema at `{at}` holds"),
-                text,
-                None,
-                "the tool",
-            )
+        if let Some(why) = hidden_in_definition(&draft.description, &draft.input_schema, "the tool")
         {
             return invalid(why);
         }
@@ -630,6 +616,22 @@ fn pending_of(def: &ToolDefinition) -> Option<PendingVersion> {
     def.pending
         .as_ref()
         .and_then(|p| serde_json::from_value(p.clone()).ok())
+}
+
+/// The sentence refusing a tool definition whose `description`, or any text of its input
+/// `schema` (descriptions, titles, enum values, property names), hides characters a model
+/// would read and a person reviewing `whose` (the tool, the file) would not see: control,
+/// bidirectional and Unicode tag characters, as a SKILL.md is refused for them.
+pub fn hidden_in_definition(description: &str, schema: &Value, whose: &str) -> Option<String> {
+    crate::skill::hidden_text("the description holds", description, None, whose).or_else(|| {
+        let (at, text) = hidden_string(schema, String::new())?;
+        crate::skill::hidden_text(
+            &format!("the input schema at `{at}` holds"),
+            text,
+            None,
+            whose,
+        )
+    })
 }
 
 /// The first string in `value` (keys included) that holds a character

@@ -95,6 +95,10 @@ pub(crate) async fn run(
                 }
                 None => Vec::new(),
             };
+            // The definition's lints, said now: `quiver check` (and CI) fails on them later.
+            let spec = quiver_contract::ToolSpec::new(name.clone(), description.clone())
+                .with_schema(input_schema.clone());
+            let lints = quiver_contract::lint_spec(&spec);
             let draft = CustomDraft::new(name.clone(), description, input_schema, source)
                 .with_tests(cases)
                 .with_author("operator (quiver custom add)");
@@ -112,6 +116,12 @@ pub(crate) async fn run(
                 added.version,
                 added.job
             );
+            for lint in &lints {
+                eprintln!(
+                    "quiver: lint (`quiver check` fails on it): {}",
+                    quiver_contract::Finding::from(lint)
+                );
+            }
             finish(tools, &name, &added.job, "building").await
         }
         CustomAction::Test { name } => {

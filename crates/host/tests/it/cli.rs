@@ -2770,3 +2770,57 @@ fn check_reads_the_oidc_providers_discovery_document() {
         "{text}"
     );
 }
+
+/// `custom add` says the definition's lints as it stores the draft (a description that
+/// does not say when to use the tool, a property with no description), so the author
+/// learns them at once rather than when `quiver check` fails in CI; a clean one says none.
+#[test]
+fn custom_add_says_the_definitions_lints() {
+    let dir = workdir("custom-add-lints");
+    std::fs::write(
+        dir.join("sum.js"),
+        "async function main(inputs) { return inputs.n + 1; }",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("schema.json"),
+        r#"{"type": "object", "properties": {"n": {"type": "number"}}, "required": ["n"]}"#,
+    )
+    .unwrap();
+    let add = |name: &str, description: &str| {
+        quiver_in(
+            &dir,
+            &[
+                "custom",
+                "add",
+                "sum.js",
+                "--name",
+                name,
+                "--description",
+                description,
+                "--schema",
+                "schema.json",
+            ],
+        )
+    };
+    let out = add("sum_numbers", "Adds one to a number.");
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("quiver: lint (`quiver check` fails on it): sum_numbers: [when_to_use]")
+            && said.contains("sum_numbers at /properties/n: [property_description]"),
+        "{said}"
+    );
+    std::fs::write(
+        dir.join("schema.json"),
+        r#"{"type": "object", "properties": {"n": {"type": "number", "description": "The number."}}, "required": ["n"]}"#,
+    )
+    .unwrap();
+    let out = add(
+        "add_one",
+        "Adds one to a number. Use it when asked to add one.",
+    );
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{said}");
+    assert!(!said.contains("lint"), "{said}");
+}

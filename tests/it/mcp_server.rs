@@ -656,29 +656,31 @@ fn answered(stdout: &str, id: i64) -> Option<serde_json::Value> {
         .map(|v| v["result"].clone())
 }
 
+/// `quiver serve --stdio` in `dir` with a file of `requests` (after the handshake) as its
+/// stdin, run to its exit.
+async fn serve_stdio_file(dir: &Path, requests: &[&str]) -> std::process::Output {
+    let file = dir.join("requests.jsonl");
+    std::fs::write(&file, script(requests)).unwrap();
+    let out = Command::new(quiver_binary())
+        .args(["serve", "--stdio"])
+        .current_dir(dir)
+        .stdin(std::fs::File::open(&file).unwrap())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(Duration::from_secs(30), out)
+        .await
+        .expect("the server exits")
+        .unwrap()
+}
+
 /// A file of requests as stdin (`quiver serve --stdio < requests.jsonl`) is not an empty
 /// stdin: its requests are answered.
 #[tokio::test]
 async fn a_file_of_requests_as_stdin_is_answered() {
     let dir = fresh_dir();
-    let requests = dir.join("requests.jsonl");
-    std::fs::write(
-        &requests,
-        script(&[r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#]),
-    )
-    .unwrap();
-    let out = Command::new(quiver_binary())
-        .args(["serve", "--stdio"])
-        .current_dir(&dir)
-        .stdin(std::fs::File::open(&requests).unwrap())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(30), out)
-        .await
-        .expect("the server exits")
-        .unwrap();
+    let out = serve_stdio_file(&dir, &[r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#]).await;
     assert!(out.status.success(), "{}", out.status);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -699,26 +701,13 @@ async fn a_prompt_argument_that_is_not_text_is_refused_in_words() {
     )
     .unwrap();
     std::fs::write(dir.join("quiver.toml"), "[skills]\ndirs = [\"skills\"]\n").unwrap();
-    let requests = dir.join("requests.jsonl");
-    std::fs::write(
-        &requests,
-        script(&[
+    let out = serve_stdio_file(
+        &dir,
+        &[
             r#"{"jsonrpc":"2.0","id":2,"method":"prompts/get","params":{"name":"greet","arguments":{"who":5}}}"#,
-        ]),
+        ],
     )
-    .unwrap();
-    let out = Command::new(quiver_binary())
-        .args(["serve", "--stdio"])
-        .current_dir(&dir)
-        .stdin(std::fs::File::open(&requests).unwrap())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(30), out)
-        .await
-        .expect("the server exits")
-        .unwrap();
+    .await;
     let text = String::from_utf8_lossy(&out.stdout);
     let error = text
         .lines()

@@ -22,6 +22,11 @@
 //! that changes nothing sends neither and reconnects nothing. Triggers: [`watch_files`]
 //! (the files' directories and the skills directories, debounced), SIGHUP, and
 //! `POST /admin/reload` behind the admin token. One reload runs at a time.
+//!
+//! Over 800 lines: one reload compares and applies every section in one place (the
+//! servers, policy, tokens, limits, surface, skills, the catalog directory, and what needs
+//! a restart), so the report it writes is what it did; the file watcher and the per-process
+//! report files sit beside it.
 
 use std::{
     path::{Path, PathBuf},

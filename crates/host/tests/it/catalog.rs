@@ -3,16 +3,7 @@
 
 use std::process::{Command, Output};
 
-use crate::ONE_TOOL_SERVER;
-
-fn quiver_in(dir: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_quiver"))
-        .args(args)
-        .current_dir(dir)
-        .env("QUIVER_LOG", "error")
-        .output()
-        .expect("quiver runs")
-}
+use crate::{ONE_TOOL_SERVER, cli::quiver_in};
 
 fn text(o: &Output) -> String {
     format!(

@@ -16,7 +16,7 @@ fn quiver(args: &[&str]) -> Output {
     quiver_in(&workdir(&name), args)
 }
 
-fn quiver_in(dir: &std::path::Path, args: &[&str]) -> Output {
+pub(crate) fn quiver_in(dir: &std::path::Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_quiver"))
         .args(args)
         .current_dir(dir)

@@ -40,6 +40,7 @@ mod answer;
 mod body;
 mod classify;
 mod forward;
+mod resume;
 mod sessions;
 #[cfg(test)]
 mod tests;
@@ -125,6 +126,10 @@ pub(crate) async fn endpoint(State(direct): State<Arc<Direct>>, request: Request
     }
     if request.method() == Method::DELETE {
         return Box::pin(end_session(&direct, request)).await;
+    }
+    let mut request = request;
+    if request.method() == Method::GET && resume::after_last_event(request.headers_mut()) {
+        return Box::pin(resume::resume(&direct, request)).await;
     }
     // A batch, on a session that negotiated 2025-03-26 (whose clients send no
     // `MCP-Protocol-Version` header, or that version: some SDKs send the negotiated one

@@ -5,6 +5,7 @@ mod batch;
 mod fuzz;
 mod in_flight;
 mod refusals;
+mod resume;
 mod routing;
 mod sessions;
 mod shared_store;

@@ -361,29 +361,64 @@ pub(crate) fn find_id(head: &[u8], tail: &[u8]) -> Option<Value> {
 }
 
 fn id_at_start(head: &[u8]) -> Option<Value> {
-    let (mut depth, mut strings) = (0usize, Strings::default());
+    first_id_value(member_at_start(head, &["id"])?)
+}
+
+/// The tool a `tools/call` that could not be read whole names (`params.name`), from its
+/// first bytes, when the name comes before anything the read left out.
+pub(crate) fn call_name_at_start(head: &[u8]) -> Option<String> {
+    let rest = member_at_start(head, &["params", "name"])?;
+    let mut values = serde_json::Deserializer::from_slice(rest).into_iter::<String>();
+    values.next()?.ok()
+}
+
+/// The bytes after the `:` of the member at `path` (keys from the top-level object), in
+/// JSON that may be cut anywhere after it.
+fn member_at_start<'a>(head: &'a [u8], path: &[&str]) -> Option<&'a [u8]> {
+    let mut strings = Strings::default();
     let mut key_start = None;
+    let mut last_key: Option<&[u8]> = None;
+    // The key each open object or array is the value of (none for the top level and for
+    // what an array holds).
+    let mut within: Vec<Option<&[u8]>> = Vec::new();
     for (i, &b) in head.iter().enumerate() {
         match strings.step(b) {
             Scan::Opened => {
-                // A key starts right after `{` or `,` at the top level.
+                // A key starts right after `{` or `,` (and is followed by `:`).
                 let before = head[..i].trim_ascii_end().last();
-                key_start = (depth == 1 && matches!(before, Some(b'{' | b','))).then_some(i + 1);
+                key_start = matches!(before, Some(b'{' | b',')).then_some(i + 1);
             }
             Scan::Closed => {
-                if depth == 1
-                    && let Some(start) = key_start.take()
-                    && &head[start..i] == b"id"
+                let Some(start) = key_start.take() else {
+                    continue;
+                };
+                let Some(rest) = head[i + 1..].trim_ascii_start().strip_prefix(b":") else {
+                    continue;
+                };
+                let key = &head[start..i];
+                last_key = Some(key);
+                let (last, outer) = path.split_last()?;
+                if within.len() == path.len()
+                    && key == last.as_bytes()
+                    && within[1..]
+                        .iter()
+                        .zip(outer)
+                        .all(|(k, want)| *k == Some(want.as_bytes()))
                 {
-                    let rest = head[i + 1..].trim_ascii_start();
-                    let rest = rest.strip_prefix(b":")?;
-                    return first_id_value(rest);
+                    return Some(rest);
                 }
             }
             Scan::Inside => {}
             Scan::Outside => match b {
-                b'{' | b'[' => depth += 1,
-                b'}' | b']' => depth = depth.saturating_sub(1),
+                b'{' => within.push(last_key.take()),
+                b'[' => {
+                    last_key = None;
+                    within.push(None);
+                }
+                b'}' | b']' => {
+                    within.pop();
+                }
+                b',' => last_key = None,
                 _ => {}
             },
         }
@@ -417,6 +452,32 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_cut_calls_tool_name_is_read_from_its_start() {
+        let head = br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"mcp__up__echo","arguments":{"text":"aaaa"#;
+        assert_eq!(call_name_at_start(head).as_deref(), Some("mcp__up__echo"));
+        assert_eq!(find_id(head, b""), Some(json!(5)));
+        // A `name` elsewhere (in the arguments, in `_meta`, at the top) is not the tool's.
+        for other in [
+            &br#"{"params":{"arguments":{"name":"inner"},"name":"outer"#[..],
+            br#"{"name":"top","params":{"arguments":"#,
+            br#"{"params":{"_meta":{"name":"m"},"arguments":[{"name":"x"}"#,
+            br#"{"params":{"list":["name",":"],"arguments":"#,
+        ] {
+            assert_eq!(
+                call_name_at_start(other),
+                None,
+                "{}",
+                String::from_utf8_lossy(other)
+            );
+        }
+        // A name the cut falls inside is not guessed.
+        assert_eq!(
+            call_name_at_start(br#"{"params":{"name":"mcp__up__ec"#),
+            None
+        );
+    }
 
     #[test]
     fn a_value_nested_too_deeply_is_cut_and_the_rest_kept() {

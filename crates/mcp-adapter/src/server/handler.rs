@@ -510,6 +510,43 @@ impl ServerHandler for SessionHandler {
         }
     }
 
+    /// A `tools/call` sent without an `id` is a notification: JSON-RPC gives it no answer,
+    /// so it is not run; it has its row (kind `invalid_request`) and a warning, so that a
+    /// client that drops its ids is seen. Other notifications Quiver does not know are
+    /// ignored, as JSON-RPC says.
+    async fn on_custom_notification(
+        &self,
+        notification: rmcp::model::CustomNotification,
+        context: NotificationContext<RoleServer>,
+    ) {
+        if notification.method != "tools/call" {
+            return;
+        }
+        let message = serde_json::json!({"method": "tools/call", "params": notification.params});
+        let Some(call) = super::invalid::refused_call(&message) else {
+            return;
+        };
+        tracing::warn!(
+            tool = %call.name,
+            "a tools/call without an id (a notification) was not run: a request needs an id to be answered"
+        );
+        let refusal = super::invalid::Refusal {
+            code: super::invalid::INVALID_REQUEST,
+            message: "Invalid Request: a tools/call without an id is a notification, which is \
+                      never answered, so it was not run; send it with an id"
+                .into(),
+            id: Value::Null,
+        };
+        super::refusals::record_transport_refusal(
+            &self.shared,
+            context.extensions.get::<axum::http::request::Parts>(),
+            self.fixed_session.as_deref(),
+            call,
+            &refusal,
+        )
+        .await;
+    }
+
     /// The client's roots changed: an upstream holding them fetches them again before its
     /// next call (Quiver declares `roots.listChanged` upstream for this).
     async fn on_roots_list_changed(&self, context: NotificationContext<RoleServer>) {

@@ -172,7 +172,8 @@ pub(crate) fn refused_call(message: &Value) -> Option<RefusedCall> {
 /// The `tools/call`s in `bytes`, a refused message or batch: JSON nested too deeply for
 /// serde is read with the parts past [`crate::lines::KEPT_DEPTH`] cut
 /// ([`crate::lines::pruned`]); text that is not JSON at all but names `tools/call` is one
-/// call all the same, logged under `(unreadable)` with no arguments.
+/// call all the same, logged with no arguments under the tool name its first bytes give
+/// (a body cut at the size limit), or `(unreadable)`.
 pub(crate) fn refused_calls_in(bytes: &[u8]) -> Vec<RefusedCall> {
     let readable = serde_json::from_slice::<Value>(bytes).ok().or_else(|| {
         crate::lines::pruned(bytes, crate::lines::KEPT_DEPTH)
@@ -182,7 +183,7 @@ pub(crate) fn refused_calls_in(bytes: &[u8]) -> Vec<RefusedCall> {
         Some(Value::Array(items)) => items.iter().filter_map(refused_call).collect(),
         Some(message) => refused_call(&message).into_iter().collect(),
         None if bytes.windows(12).any(|w| w == b"\"tools/call\"") => vec![RefusedCall {
-            name: "(unreadable)".into(),
+            name: crate::lines::call_name_at_start(bytes).unwrap_or_else(|| "(unreadable)".into()),
             input: Value::Null,
             meta: Value::Null,
         }],

@@ -156,15 +156,40 @@ pub(super) async fn forward_parts(direct: &Direct, parts: Parts, bytes: Bytes) -
         }
         _ => response,
     };
-    if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
-        let (response, refusal) = unparsable(response, Some(&bytes)).await;
-        // Not JSON, nested too deeply, not JSON-RPC: a `tools/call` so refused has its row.
-        if let (Some(parts), Some(refusal)) = (&call_parts, refusal) {
+    let status = response.status();
+    if status == StatusCode::UNSUPPORTED_MEDIA_TYPE || status == StatusCode::NOT_ACCEPTABLE {
+        // Not JSON, nested too deeply, not JSON-RPC; or sent with a `Content-Type` or an
+        // `Accept` rmcp does not take: a `tools/call` so refused has its row.
+        let (response, refusal) = match status {
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => unparsable(response, Some(&bytes)).await,
+            _ => (response, None),
+        };
+        let (response, refusal) = match refusal {
+            Some(refusal) => (response, refusal),
+            None => refused_for_headers(response, &bytes).await,
+        };
+        if let Some(parts) = &call_parts {
             record_refused(direct, parts, &bytes, &refusal).await;
         }
         return response;
     }
     response
+}
+
+/// rmcp's refusal of a request for its headers (its text passed on as it is), and the
+/// refusal its row records.
+async fn refused_for_headers(response: Response, sent: &[u8]) -> (Response, Refusal) {
+    let (head, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let refusal = Refusal {
+        code: invalid::INVALID_REQUEST,
+        message: text.clone(),
+        id: crate::lines::find_id(sent, &[]).unwrap_or(Value::Null),
+    };
+    (Response::from_parts(head, Body::from(text)), refusal)
 }
 
 /// Records a 2026-07-28 `tools/call` that rmcp refused for its headers (-32020: an

@@ -189,7 +189,7 @@ async fn each_tools_call_refused_here_is_told_for_its_row() {
         told,
         vec![
             ("echo".to_owned(), json!("cut"), "too_deep"),
-            ("(unreadable)".to_owned(), Value::Null, "parse_error"),
+            ("echo".to_owned(), Value::Null, "parse_error"),
             ("echo".to_owned(), json!({"y": 3}), "invalid_request"),
             ("echo".to_owned(), json!({"a": 1}), "invalid_request"),
             ("other".to_owned(), json!({"b": 2}), "invalid_request"),

@@ -245,7 +245,7 @@ async fn a_hidden_tools_headers_are_not_checked_for_a_token_that_cannot_use_it()
 /// A `tools/call` the HTTP transport refuses before any handler sees it has its row in
 /// the execution log, as one the handler refuses does: a body nested too
 /// deeply (its deep part cut), text that is not JSON, a message that is not JSON-RPC, a
-/// body over 4 MiB, an id in flight, and a batch's requests that share an id or are
+/// body over 4 MiB (under the tool name its start gives), an id in flight, and a batch's requests that share an id or are
 /// nested too deeply.
 #[tokio::test]
 async fn a_tools_call_the_transport_refuses_has_its_row() {
@@ -339,12 +339,7 @@ async fn a_tools_call_the_transport_refuses_has_its_row() {
         refused,
         vec![
             ("echo", kind("too_deep"), json!("cut"), session.clone()),
-            (
-                "(unreadable)",
-                kind("parse_error"),
-                Value::Null,
-                session.clone()
-            ),
+            ("echo", kind("parse_error"), Value::Null, session.clone()),
             (
                 "echo",
                 kind("invalid_request"),
@@ -352,7 +347,7 @@ async fn a_tools_call_the_transport_refuses_has_its_row() {
                 session.clone()
             ),
             (
-                "(unreadable)",
+                "echo",
                 kind("input_too_large"),
                 Value::Null,
                 session.clone()
@@ -631,4 +626,79 @@ async fn malformed_bodies_get_json_rpc_errors_and_a_gone_session_404() {
     assert_eq!(again.status, StatusCode::NOT_FOUND, "{}", again.body);
     let never = send(&router, Method::DELETE, Some("nope"), json!({})).await;
     assert_eq!(never.status, StatusCode::NOT_FOUND, "{}", never.body);
+}
+
+/// A `tools/call` that never runs for how it was sent has its row (kind `invalid_request`)
+/// all the same: sent without an `id` (a notification, which gets no answer), with a
+/// `Content-Type` that is not JSON (415), or with an `Accept` that leaves out the event
+/// stream (406).
+#[tokio::test]
+async fn a_tools_call_sent_wrongly_has_its_row() {
+    let catalog = Arc::new(Catalog::new());
+    catalog
+        .register(Arc::new(Echo(
+            ToolSpec::new("echo", "Echoes its arguments.")
+                .read_only()
+                .with_schema(json!({"type": "object"})),
+        )))
+        .unwrap();
+    let (server, recorder) = crate::server::test_server_recorded(catalog, ServerOptions::default());
+    let router = server.router("127.0.0.1:7345".parse().unwrap());
+    let sid = open(&server, &router, json!({})).await;
+    let notification = json!({"jsonrpc": "2.0", "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"n": 1}}});
+    let r = send(&router, Method::POST, Some(&sid), notification).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.body);
+    let call = |n: u64| {
+        json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"n": n}}})
+        .to_string()
+    };
+    let mut text = request(Method::POST, Some(&sid), call(2), &[]);
+    text.headers_mut().insert(
+        "content-type",
+        axum::http::HeaderValue::from_static("text/plain"),
+    );
+    let r = reply(&router, text).await;
+    assert_eq!(r.status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{}", r.body);
+    let json_only: &[(&str, &[u8])] = &[("accept", b"application/json")];
+    let r = send_with(&router, Method::POST, Some(&sid), call(3), json_only).await;
+    assert_eq!(r.status, StatusCode::NOT_ACCEPTABLE, "{}", r.body);
+    // The notification's row is written by the session's handler, after the 202.
+    let mut rows = Vec::new();
+    for _ in 0..100 {
+        server.shared.dispatcher.drain_records().await;
+        rows = recorder.records();
+        if rows.len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut seen: Vec<_> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.tool_name.clone(),
+                r.envelope.err_kind().map(|k| k.as_str().to_owned()),
+                r.input.clone(),
+                r.session.as_deref().map(str::to_owned),
+            )
+        })
+        .collect();
+    seen.sort_by_key(|(_, _, input, _)| input.to_string());
+    let row = |n: u64| {
+        (
+            "echo".to_owned(),
+            Some("invalid_request".to_owned()),
+            json!({"n": n}),
+            Some(format!("mcp:{sid}")),
+        )
+    };
+    assert_eq!(seen, vec![row(1), row(2), row(3)], "{rows:?}");
+    let said = rows
+        .iter()
+        .find(|r| r.input == json!({"n": 1}))
+        .and_then(|r| r.envelope.message().map(str::to_owned))
+        .unwrap_or_default();
+    assert!(said.contains("send it with an id"), "{said}");
 }

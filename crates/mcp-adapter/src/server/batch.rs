@@ -82,6 +82,7 @@ pub(super) async fn serve(direct: &Arc<Direct>, parts: Parts, bytes: &Bytes) -> 
     if items.len() > MAX_BATCH {
         let refusal = super::invalid::Refusal {
             code: super::invalid::INVALID_REQUEST,
+            limit: None,
             message: too_long(items.len()),
             id: Value::Null,
         };

@@ -532,6 +532,7 @@ impl ServerHandler for SessionHandler {
         );
         let refusal = super::invalid::Refusal {
             code: super::invalid::INVALID_REQUEST,
+            limit: None,
             message: "Invalid Request: a tools/call without an id is a notification, which is \
                       never answered, so it was not run; send it with an id"
                 .into(),

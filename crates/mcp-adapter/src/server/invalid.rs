@@ -80,8 +80,20 @@ pub(super) struct BadCursor(pub(super) std::sync::Arc<str>);
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Refusal {
     pub(super) code: i64,
+    /// Which of the transport's own limits the message is past, if any: what a refused
+    /// call's row is logged as, set where the refusal is made.
+    pub(super) limit: Option<Limit>,
     pub(super) message: String,
     pub(super) id: Value,
+}
+
+/// A limit of the transport that a refused message is past.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Limit {
+    /// Nested past the parser's 128 levels.
+    Depth,
+    /// A body or line longer than the transport reads.
+    Size,
 }
 
 /// The refusal of `bytes` ("the body", "the line": `what`) that serde could not read
@@ -93,6 +105,7 @@ pub(super) fn unreadable(bytes: &[u8], err: &str, what: &str) -> Refusal {
     if err.starts_with("recursion limit exceeded") {
         return Refusal {
             code: INVALID_REQUEST,
+            limit: Some(Limit::Depth),
             message: format!(
                 "Invalid Request: {what} nests arrays and objects more than 128 levels deep, more than Quiver reads; send the arguments less deeply nested"
             ),
@@ -104,6 +117,7 @@ pub(super) fn unreadable(bytes: &[u8], err: &str, what: &str) -> Refusal {
     if err.starts_with("number out of range") {
         return Refusal {
             code: INVALID_REQUEST,
+            limit: None,
             message: format!(
                 "Invalid Request: {what} holds a number too large for Quiver to read ({err}); numbers must be within about ±1.8e308 (send a larger value as a string)"
             ),
@@ -112,6 +126,7 @@ pub(super) fn unreadable(bytes: &[u8], err: &str, what: &str) -> Refusal {
     }
     Refusal {
         code: PARSE_ERROR,
+        limit: None,
         message: format!("Parse error: {what} is not valid JSON ({err})"),
         id,
     }
@@ -123,14 +138,13 @@ impl Refusal {
     /// dispatcher's own refusal of deep arguments), `input_too_large` (a body or line past
     /// the transport's limit) or `invalid_request`.
     pub(super) fn kind(&self) -> &'static str {
-        match self.code {
-            PARSE_ERROR => "parse_error",
-            INVALID_PARAMS => "invalid_params",
-            _ if self.message.contains("levels deep") => "too_deep",
-            // A body or line past what the transport reads, as the dispatcher's own kind
-            // for arguments past `max_input_bytes`.
-            _ if self.message.contains("the most this server reads") => "input_too_large",
-            _ => "invalid_request",
+        match (self.limit, self.code) {
+            (Some(Limit::Depth), _) => "too_deep",
+            // As the dispatcher's own kind for arguments past `max_input_bytes`.
+            (Some(Limit::Size), _) => "input_too_large",
+            (None, PARSE_ERROR) => "parse_error",
+            (None, INVALID_PARAMS) => "invalid_params",
+            (None, _) => "invalid_request",
         }
     }
 
@@ -196,6 +210,7 @@ pub(crate) fn refused_calls_in(bytes: &[u8]) -> Vec<RefusedCall> {
 pub(super) fn reused_id(id: Value, text: &str, by: &str) -> Refusal {
     Refusal {
         code: INVALID_REQUEST,
+        limit: None,
         message: format!(
             "Invalid Request: the id {text} is already used by {by}; give each request its own id"
         ),
@@ -208,6 +223,7 @@ pub(super) fn reused_id(id: Value, text: &str, by: &str) -> Refusal {
 fn initialize_in_batch(id: Value) -> Refusal {
     Refusal {
         code: INVALID_REQUEST,
+        limit: None,
         message: "Invalid Request: an `initialize` must not be part of a batch; send it alone, as the session's first message".into(),
         id,
     }
@@ -248,6 +264,7 @@ pub(super) fn refused_in_batch(
         tracing::warn!("{n} requests of a batch carry the id {text}: none of them was run");
         return Some(Refusal {
             code: INVALID_REQUEST,
+            limit: None,
             message: format!(
                 "Invalid Request: {n} requests of this batch carry the id {text}, and none of them was run; give each request its own id"
             ),
@@ -290,6 +307,7 @@ pub(super) fn diagnose(value: &Value, what: &str) -> Refusal {
         };
         return Refusal {
             code: INVALID_REQUEST,
+            limit: None,
             message: format!(
                 "Invalid Request: {what} must be one JSON-RPC 2.0 message object, and it is {kind}"
             ),
@@ -336,6 +354,7 @@ pub(super) fn diagnose(value: &Value, what: &str) -> Refusal {
     if shape == Some(PARAMS_NOT_OBJECT) && m.get("params").is_some_and(Value::is_array) {
         return Refusal {
             code: INVALID_PARAMS,
+            limit: None,
             message: "Invalid params: `params` is an array (positional parameters); MCP's methods take an object of named parameters (for tools/call: {\"name\": ..., \"arguments\": {...}})".to_owned(),
             id,
         };
@@ -343,6 +362,7 @@ pub(super) fn diagnose(value: &Value, what: &str) -> Refusal {
     if let Some(problem) = shape {
         return Refusal {
             code: INVALID_REQUEST,
+            limit: None,
             message: format!(
                 "Invalid Request: {what} is not a valid JSON-RPC 2.0 message: {problem}"
             ),
@@ -351,6 +371,7 @@ pub(super) fn diagnose(value: &Value, what: &str) -> Refusal {
     }
     Refusal {
         code: INVALID_REQUEST,
+        limit: None,
         message: format!(
             "Invalid Request: {what} is not a request, notification or response this server reads"
         ),

@@ -135,6 +135,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
         if items.is_empty() {
             self.answer(&Refusal {
                 code: invalid::INVALID_REQUEST,
+                limit: None,
                 message: "Invalid Request: an empty batch (a batch holds at least one message)"
                     .into(),
                 id: Value::Null,
@@ -205,6 +206,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
                     tracing::warn!("stdin: a second `initialize` was refused");
                     self.answer(&Refusal {
                         code: invalid::INVALID_REQUEST,
+                        limit: None,
                         message: "Invalid Request: this session is already initialized (`initialize` comes once, as the first request); start a new process to negotiate again".into(),
                         id: serde_json::to_value(&r.id).unwrap_or(Value::Null),
                     });
@@ -226,6 +228,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Send + Unpin + 'static> LineTransport
                 {
                     let refusal = Refusal {
                         code: invalid::INVALID_REQUEST,
+                        limit: None,
                         message: format!(
                             "Invalid Request: `{}` before the session is initialized: send `initialize` first (then `notifications/initialized`), or, for the 2026-07-28 protocol, give each request the `_meta` fields io.modelcontextprotocol/protocolVersion, io.modelcontextprotocol/clientCapabilities and io.modelcontextprotocol/clientInfo",
                             r.request.method()
@@ -416,6 +419,7 @@ where
                     tracing::warn!("stdin: a line over {max} bytes was refused");
                     let refusal = Refusal {
                         code: invalid::INVALID_REQUEST,
+                        limit: Some(invalid::Limit::Size),
                         message: format!(
                             "Invalid Request: the line is longer than {max} bytes, the most this \
                              server reads as one message; it was not read"
@@ -439,6 +443,7 @@ where
                 if let Some(problem) = invalid::initialize_problem(&value) {
                     self.answer(&Refusal {
                         code: invalid::INVALID_PARAMS,
+                        limit: None,
                         message: problem,
                         id: value.get("id").cloned().unwrap_or(Value::Null),
                     });

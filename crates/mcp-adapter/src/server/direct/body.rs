@@ -29,6 +29,7 @@ pub(super) async fn read_body(
         Ok(Ok(Err(head))) => {
             let refusal = Refusal {
                 code: INVALID_REQUEST,
+                limit: Some(crate::server::invalid::Limit::Size),
                 message: format!(
                     "Invalid Request: the body is over {limit} bytes, the most this server reads as one request; send less (a large input belongs in a file the tool reads)"
                 ),

@@ -102,6 +102,7 @@ pub(super) async fn id_in_use(
 ) -> Response {
     let refusal = Refusal {
         code: invalid::INVALID_REQUEST,
+        limit: None,
         message: "Invalid Request: this id is already used by a request of this session that is still in flight; give each request a new id".into(),
         id: serde_json::to_value(id).unwrap_or(Value::Null),
     };
@@ -186,6 +187,7 @@ async fn refused_for_headers(response: Response, sent: &[u8]) -> (Response, Refu
         .unwrap_or_default();
     let refusal = Refusal {
         code: invalid::INVALID_REQUEST,
+        limit: None,
         message: text.clone(),
         id: crate::lines::find_id(sent, &[]).unwrap_or(Value::Null),
     };
@@ -271,6 +273,7 @@ async fn unparsable(response: Response, sent: Option<&Bytes>) -> (Response, Opti
             Some(Ok(value)) => invalid::diagnose(&value, "the body"),
             _ => Refusal {
                 code: invalid::INVALID_REQUEST,
+                limit: None,
                 message: "Invalid Request: the body must be one JSON-RPC 2.0 request, \
                           notification or response object"
                     .into(),
@@ -280,6 +283,7 @@ async fn unparsable(response: Response, sent: Option<&Bytes>) -> (Response, Opti
     } else if sent.is_some_and(|b| b.starts_with(b"\xef\xbb\xbf")) {
         Refusal {
             code: invalid::PARSE_ERROR,
+            limit: None,
             message: "Parse error: the body starts with a UTF-8 byte-order mark (EF BB BF), which JSON over HTTP does not take; send the JSON without it".to_owned(),
             id: Value::Null,
         }

@@ -879,7 +879,7 @@ allowed_tools = ["tool_search", "list_mcp_resources"]
     // Not sent to `fx`, the one server this token may read: answered as unknown.
     let later = ask(&fx, "resources/read", r#"{"uri":"fixture://later"}"#);
     assert!(
-        later.contains("no upstream MCP server lists the resource fixture://later")
+        later.contains("no upstream MCP server lists the resource `fixture://later`")
             && !later.contains("added later"),
         "{later}"
     );

@@ -240,7 +240,7 @@ impl Tool for MetaTool {
             return Ok(Envelope::err(
                 ErrKind::ToolFailed,
                 format!(
-                    "no connected MCP server lists the resource {uri}; pass `server` or call list_mcp_resources"
+                    "no connected MCP server lists the resource `{uri}`; pass `server` or call list_mcp_resources"
                 ),
             ));
         };

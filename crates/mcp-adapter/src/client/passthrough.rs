@@ -330,14 +330,14 @@ impl McpClient {
             [] => {}
             many => {
                 return Err(ContentError::NotFound(format!(
-                    "no upstream MCP server lists the resource {uri} among the first {} entries it passes through, and the lists of {} are longer than that, so it cannot be told which serves it",
+                    "no upstream MCP server lists the resource `{uri}` among the first {} entries it passes through, and the lists of {} are longer than that, so it cannot be told which serves it",
                     self.shared.opts.list_cap,
                     many.join(", ")
                 )));
             }
         }
         Err(ContentError::NotFound(format!(
-            "no upstream MCP server lists the resource {uri}; call resources/list or resources/templates/list for the URIs that can be read"
+            "no upstream MCP server lists the resource `{uri}`; call resources/list or resources/templates/list for the URIs that can be read"
         )))
     }
 
@@ -582,7 +582,7 @@ impl ContentSource for McpClient {
                 // naming no server.
                 if !caps.allows_server(&watched) || slot.cell.restricted.load(Ordering::Relaxed) {
                     return Err(ContentError::NotFound(format!(
-                        "no upstream MCP server lists the resource {uri}; call resources/list or resources/templates/list for the URIs that can be read"
+                        "no upstream MCP server lists the resource `{uri}`; call resources/list or resources/templates/list for the URIs that can be read"
                     )));
                 }
                 // The URI's owner changed since the watch began (a server configured

@@ -27,9 +27,18 @@ pub(super) fn initialize_problem(message: &Value) -> Option<String> {
     {
         return None;
     }
+    let shape = match &params {
+        Value::Null => Some("`params` is missing"),
+        Value::Object(_) => None,
+        Value::Array(_) => Some("`params` is an array"),
+        _ => Some("`params` is not an object"),
+    };
     let e = serde_json::from_value::<rmcp::model::InitializeRequestParams>(params).err()?;
+    // serde's words for a `params` that is no object name a Rust type; what is wrong
+    // is said instead.
+    let why = shape.map_or_else(|| e.to_string(), str::to_owned);
     Some(format!(
-        "Invalid params: an `initialize` needs `params` with `protocolVersion` (a string such as \"2025-11-25\"), `capabilities` (an object) and `clientInfo` (with `name` and `version`): {e}"
+        "Invalid params: an `initialize` needs `params` with `protocolVersion` (a string such as \"2025-11-25\"), `capabilities` (an object) and `clientInfo` (with `name` and `version`): {why}"
     ))
 }
 
@@ -298,6 +307,57 @@ const PARAMS_NOT_OBJECT: &str = "`params` must be an object";
 
 /// What is wrong with `value`, JSON that rmcp could not read as one message; `what` names
 /// the carrier ("the body", "the line").
+/// [`diagnose`] for a message as it was `sent`: a member given twice (which a `Value` keeps
+/// once, and rmcp refuses) is named first.
+pub(super) fn diagnose_sent(sent: &[u8], value: &Value, what: &str) -> Refusal {
+    match repeated_key(sent) {
+        Some(key) => Refusal {
+            code: INVALID_REQUEST,
+            limit: None,
+            message: format!(
+                "Invalid Request: {what} gives the member `{key}` twice; give each member once"
+            ),
+            id: match key.as_str() {
+                "id" => Value::Null,
+                _ => diagnose(value, what).id,
+            },
+        },
+        None => diagnose(value, what),
+    }
+}
+
+/// The first key that the top-level object in `sent` has twice, if any.
+fn repeated_key(sent: &[u8]) -> Option<String> {
+    struct Repeated(Option<String>);
+    impl<'de> serde::Deserialize<'de> for Repeated {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct Keys;
+            impl<'de> serde::de::Visitor<'de> for Keys {
+                type Value = Repeated;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("an object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<Repeated, A::Error> {
+                    // Read to the end: serde_json refuses an object left half read.
+                    let (mut seen, mut first) = (std::collections::HashSet::new(), None);
+                    while let Some(key) = map.next_key::<String>()? {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                        if first.is_none() && !seen.insert(key.clone()) {
+                            first = Some(key);
+                        }
+                    }
+                    Ok(Repeated(first))
+                }
+            }
+            d.deserialize_map(Keys)
+        }
+    }
+    serde_json::from_slice::<Repeated>(sent).ok()?.0
+}
+
 pub(super) fn diagnose(value: &Value, what: &str) -> Refusal {
     let Value::Object(m) = value else {
         let kind = if value.is_array() {
@@ -387,6 +447,42 @@ mod tests {
 
     /// Only a list request's cursor that is neither a string nor null is a problem; a
     /// notification is never answered, and another method's `cursor` is its own business.
+    /// A member given twice is named (a `Value` keeps one of them and would let the
+    /// message pass as another problem); an `initialize` whose `params` is no object is
+    /// told so without serde's Rust type name.
+    #[test]
+    fn a_repeated_member_and_initialize_params_that_are_no_object_are_named() {
+        let sent = br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#;
+        let value: Value = serde_json::from_slice(sent).unwrap();
+        let refusal = diagnose_sent(sent, &value, "the body");
+        assert_eq!(refusal.code, INVALID_REQUEST);
+        assert_eq!(
+            refusal.message,
+            "Invalid Request: the body gives the member `id` twice; give each member once"
+        );
+        let sent = br#"{"jsonrpc":"2.0","id":3,"method":"ping","method":"pong"}"#;
+        let value: Value = serde_json::from_slice(sent).unwrap();
+        let refusal = diagnose_sent(sent, &value, "the line");
+        assert!(
+            refusal.message.contains("`method` twice"),
+            "{}",
+            refusal.message
+        );
+        assert_eq!(refusal.id, json!(3));
+        // Nested objects may use a key their parent uses.
+        assert_eq!(repeated_key(br#"{"id":1,"params":{"id":2}}"#), None);
+        for (params, says) in [
+            (Value::Null, "`params` is missing"),
+            (json!([1]), "`params` is an array"),
+            (json!("x"), "`params` is not an object"),
+        ] {
+            let problem =
+                initialize_problem(&json!({"method": "initialize", "params": params})).unwrap();
+            assert!(problem.ends_with(says), "{problem}");
+            assert!(!problem.contains("InitializeRequestParams"), "{problem}");
+        }
+    }
+
     #[test]
     fn a_list_cursor_must_be_a_string() {
         let problem = |v: Value| cursor_problem(v.as_object().expect("an object"));

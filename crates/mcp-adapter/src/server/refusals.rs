@@ -87,6 +87,17 @@ pub(crate) fn unparsed_request(method: &str, params: Option<Value>, modern: bool
         "tools/list" | "resources/list" | "resources/templates/list" | "prompts/list" => {
             why::<Option<PaginatedRequestParams>>(params)
         }
+        // MCP names its notifications so; one sent with an `id` arrives here as a request.
+        _ if method.starts_with("notifications/") => {
+            return ErrorData::new(
+                ErrorCode::INVALID_REQUEST,
+                format!(
+                    "Invalid Request: `{method}` is a notification: send it without an `id` \
+                     (a notification gets no answer)"
+                ),
+                None,
+            );
+        }
         _ => {
             return ErrorData::new(
                 ErrorCode::METHOD_NOT_FOUND,
@@ -212,6 +223,20 @@ mod tests {
             );
         }
         let e = unparsed_request("subscriptions/frobnicate", None, true);
+        assert_eq!(e.code, ErrorCode::METHOD_NOT_FOUND);
+    }
+
+    /// A notification sent with an `id` is told to go without it, not "method not found".
+    #[test]
+    fn a_notification_sent_as_a_request_is_told_to_drop_its_id() {
+        let e = unparsed_request("notifications/initialized", None, false);
+        assert_eq!(e.code, ErrorCode::INVALID_REQUEST, "{}", e.message);
+        assert!(
+            e.message.contains("send it without an `id`"),
+            "{}",
+            e.message
+        );
+        let e = unparsed_request("tools/frobnicate", None, false);
         assert_eq!(e.code, ErrorCode::METHOD_NOT_FOUND);
     }
 

@@ -339,7 +339,7 @@ fn judge(line: &[u8]) -> Verdict {
         tracing::debug!("stdin: a notification that cannot be read was ignored");
         return Verdict::Skip;
     }
-    Verdict::Answer(invalid::diagnose(&value, "the line"))
+    Verdict::Answer(invalid::diagnose_sent(line, &value, "the line"))
 }
 
 impl<R, W> Transport<RoleServer> for LineTransport<R, W>

@@ -270,7 +270,9 @@ async fn unparsable(response: Response, sent: Option<&Bytes>) -> (Response, Opti
     };
     let refusal = if detail.contains("unrecognized JSON-RPC message") {
         match sent.map(|b| serde_json::from_slice::<Value>(b)) {
-            Some(Ok(value)) => invalid::diagnose(&value, "the body"),
+            Some(Ok(value)) => {
+                invalid::diagnose_sent(sent.map_or(&[][..], |b| &b[..]), &value, "the body")
+            }
             _ => Refusal {
                 code: invalid::INVALID_REQUEST,
                 limit: None,

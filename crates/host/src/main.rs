@@ -227,6 +227,11 @@ enum Command {
         /// the deny rules for it.
         #[arg(long, value_name = "NAME")]
         token: Option<String>,
+        /// Print the whole result as JSON (its kind, rows, schema and all of its data,
+        /// which MCP sends as `structuredContent`) instead of the rendered text, whose
+        /// preview shows 20 rows of a list.
+        #[arg(long)]
+        json_result: bool,
     },
 }
 
@@ -1076,6 +1081,7 @@ async fn command(
             session,
             mode,
             token,
+            json_result,
         } => {
             let caller = Caller::of(config, token.as_deref(), mode, &session)?;
             // Results are kept in this process's memory, which ends with the call.
@@ -1111,10 +1117,20 @@ async fn command(
                 )
                 .await;
             app.save_session(&caller.session).await?;
-            say!(
-                "{}",
-                quiver_contract::printable_lines(&render(&envelope, &RenderOptions::default()))
-            );
+            if json_result {
+                // Escaped as JSON escapes (it stays JSON): nothing in it drives the terminal.
+                say!(
+                    "{}",
+                    quiver_contract::printable_lines(
+                        &serde_json::to_string_pretty(&envelope).unwrap_or_default()
+                    )
+                );
+            } else {
+                say!(
+                    "{}",
+                    quiver_contract::printable_lines(&render(&envelope, &RenderOptions::default()))
+                );
+            }
             // JSON on the command line that does not parse is the operator's slip, not a
             // result: a usage error (2), whatever the answer above says.
             // Said here in full: the answer above may be about the name instead.

@@ -2824,3 +2824,49 @@ fn custom_add_says_the_definitions_lints() {
     assert!(out.status.success(), "{said}");
     assert!(!said.contains("lint"), "{said}");
 }
+
+/// `quiver call` prints what the model reads, whose preview of a list shows 20 rows; with
+/// `--json-result` it prints the whole result instead: every row, as JSON.
+#[test]
+fn call_prints_the_whole_result_as_json_when_asked() {
+    let dir = workdir("call-json-result");
+    std::fs::write(
+        dir.join("many.js"),
+        "async function main() { return Array.from({length: 65}, (_, i) => `item ${i}`); }",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("schema.json"),
+        r#"{"type": "object", "properties": {}}"#,
+    )
+    .unwrap();
+    let out = quiver_in(
+        &dir,
+        &[
+            "custom",
+            "add",
+            "many.js",
+            "--name",
+            "many_items",
+            "--description",
+            "Lists 65 items. Use it when testing.",
+            "--schema",
+            "schema.json",
+        ],
+    );
+    assert!(out.status.success(), "{}", stdout(&out));
+    let out = quiver_in(&dir, &["custom", "approve", "many_items", "--force"]);
+    assert!(out.status.success(), "{}", stdout(&out));
+    let shown = stdout(&quiver_in(&dir, &["call", "many_items"]));
+    assert!(
+        shown.contains("65 rows") && shown.contains("(45 more rows)"),
+        "{shown}"
+    );
+    let out = quiver_in(&dir, &["call", "many_items", "{}", "--json-result"]);
+    assert!(out.status.success(), "{}", stdout(&out));
+    let whole: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(whole["kind"], "ok", "{whole}");
+    let items = whole["data"].as_array().expect("the list");
+    assert_eq!(items.len(), 65);
+    assert_eq!(items[64], "item 64");
+}

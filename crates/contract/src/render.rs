@@ -7,14 +7,19 @@ use serde_json::Value;
 
 use crate::{Alternative, ColumnSpec, Envelope, ErrKind, HintKind};
 
-/// Bounds of the Ok preview.
+/// Bounds of the Ok render. By default there are none: the render is the text the model
+/// reads, and many clients show a model only that text (rmcp drops a list's
+/// `structuredContent` for 2025-era clients), so it carries the whole of the data the
+/// dispatcher's result limit let through (which bounds it in tokens and pages what is over,
+/// naming the call that reads the rest). A view for people (a preview in a UI) may set
+/// bounds; what they leave out is said, never dropped silently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RenderOptions {
-    /// Rows shown of a table before the rest is elided.
+    /// Rows shown of a table or list before the rest is elided.
     pub preview_rows: usize,
-    /// Lines of pretty-printed JSON data shown before the rest is elided (the data itself
-    /// goes whole in `structuredContent`); text is never cut here.
+    /// Lines of pretty-printed JSON data shown before the rest is elided; text is never
+    /// cut here.
     pub preview_lines: usize,
     /// Characters shown of one table cell.
     pub max_cell_chars: usize,
@@ -25,6 +30,18 @@ pub struct RenderOptions {
 
 impl Default for RenderOptions {
     fn default() -> Self {
+        RenderOptions {
+            preview_rows: usize::MAX,
+            preview_lines: usize::MAX,
+            max_cell_chars: usize::MAX,
+            inline_text_parts: true,
+        }
+    }
+}
+
+impl RenderOptions {
+    /// A preview for people: 20 rows, 200 lines of JSON, 80 characters a cell.
+    pub fn preview() -> Self {
         RenderOptions {
             preview_rows: 20,
             preview_lines: 200,

@@ -227,9 +227,8 @@ enum Command {
         /// the deny rules for it.
         #[arg(long, value_name = "NAME")]
         token: Option<String>,
-        /// Print the whole result as JSON (its kind, rows, schema and all of its data,
-        /// which MCP sends as `structuredContent`) instead of the rendered text, whose
-        /// preview shows 20 rows of a list.
+        /// Print the result as JSON (the envelope: its kind, rows, schema, data, warnings
+        /// and parts) instead of the text the model reads, for scripts.
         #[arg(long)]
         json_result: bool,
     },

@@ -9,12 +9,26 @@ fn check(name: &str, envelope: &Envelope) {
     insta::assert_snapshot!(name, text);
 }
 
+/// The model reads every row (the result limit has already bounded them); a preview for
+/// people states the true count and marks the rows it leaves out.
 #[test]
 fn ok_table_states_the_true_row_count_and_marks_elided_rows() {
     let rows: Vec<_> = (1..=25)
         .map(|i| json!({"id": i, "city": if i % 5 == 0 { json!(null) } else { json!(format!("city {i}")) }, "score": i as f64 / 4.0}))
         .collect();
-    check("ok_table", &Envelope::ok(json!(rows)));
+    let e = Envelope::ok(json!(rows));
+    let whole = render(&e, &RenderOptions::default());
+    assert!(
+        whole.contains("| 24 | city 24 | 6.0 |\n| 25 |  | 6.25 |") && !whole.contains("more"),
+        "{whole}"
+    );
+    let long = "x".repeat(300);
+    let wide = render(
+        &Envelope::ok(json!([{"id": 1, "note": long}])),
+        &RenderOptions::default(),
+    );
+    assert!(wide.contains(&long), "{wide}");
+    insta::assert_snapshot!("ok_table", render(&e, &RenderOptions::preview()));
 }
 
 #[test]
@@ -52,10 +66,17 @@ fn ok_empty() {
     check("ok_null", &Envelope::ok(json!(null)));
 }
 
+/// A list is shown whole to the model, and bounded in a preview for people.
 #[test]
-fn ok_list_without_columns_is_bounded() {
+fn ok_list_without_columns_is_bounded_only_in_a_preview() {
     let items: Vec<_> = (0..30).collect();
-    check("ok_list", &Envelope::ok(json!(items)));
+    let e = Envelope::ok(json!(items));
+    let whole = render(&e, &RenderOptions::default());
+    assert!(
+        whole.ends_with("- 28\n- 29") && whole.starts_with("✓ ok. 30 rows."),
+        "{whole}"
+    );
+    insta::assert_snapshot!("ok_list", render(&e, &RenderOptions::preview()));
 }
 
 #[test]

@@ -2825,8 +2825,9 @@ fn custom_add_says_the_definitions_lints() {
     assert!(!said.contains("lint"), "{said}");
 }
 
-/// `quiver call` prints what the model reads, whose preview of a list shows 20 rows; with
-/// `--json-result` it prints the whole result instead: every row, as JSON.
+/// `quiver call` prints what the model reads: every row of a list (a preview of 20 rows
+/// would hide rows from a model whose client shows it only the text); with `--json-result`
+/// it prints the envelope as JSON.
 #[test]
 fn call_prints_the_whole_result_as_json_when_asked() {
     let dir = workdir("call-json-result");
@@ -2859,7 +2860,7 @@ fn call_prints_the_whole_result_as_json_when_asked() {
     assert!(out.status.success(), "{}", stdout(&out));
     let shown = stdout(&quiver_in(&dir, &["call", "many_items"]));
     assert!(
-        shown.contains("65 rows") && shown.contains("(45 more rows)"),
+        shown.contains("65 rows") && shown.contains("- \"item 64\"") && !shown.contains("more"),
         "{shown}"
     );
     let out = quiver_in(&dir, &["call", "many_items", "{}", "--json-result"]);

@@ -173,6 +173,20 @@ mod tests {
 
     use super::*;
 
+    /// The server's text block holds every item of a long list, as the model reads it.
+    #[test]
+    fn a_long_list_is_sent_whole_in_the_text() {
+        let opts = crate::server::ServerOptions::default().render;
+        let items: Vec<_> = (0..500).map(|i| format!("entry {i}")).collect();
+        let r = call_result(&Envelope::ok(json!(items)), &opts, || false);
+        let v = serde_json::to_value(&r).unwrap();
+        let text = v["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.contains("- \"entry 499\"") && !text.contains("more"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn envelopes_become_results() {
         let opts = RenderOptions::default();

@@ -48,11 +48,17 @@ pub(crate) fn init(spans: Option<SpanLayer>) {
     // where Quiver logs the connection's loss itself. Its service loop's errors are all a
     // message it could not send (a client gone: Quiver's stdio transport says so itself,
     // once, and ends the session), one line per answer still due, in Rust's words.
+    // Its HTTP server warns of each request it refuses for the client's own mistake (a
+    // version header that does not match the body, a resumption of a stream it no longer
+    // keeps), one line per retry, with Rust's Debug text; the client is told in its answer.
+    // The one such refusal an operator needs, a web page of another site (`Origin`), Quiver
+    // logs itself, once per origin. Its errors (a session that failed) stay shown.
     if !spec.contains("rmcp") {
         for directive in [
             "rmcp::transport::worker=off",
             "rmcp::transport::common::client_side_sse=off",
             "rmcp::transport::streamable_http_client=off",
+            "rmcp::transport::streamable_http_server::tower=error",
             "rmcp::service=off",
         ] {
             if let Ok(quiet) = directive.parse() {

@@ -119,6 +119,7 @@ impl McpServer {
             sessions: sessions.clone(),
             hosts: hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
             origins: origins.iter().map(|o| o.to_ascii_lowercase()).collect(),
+            refused_origins: Default::default(),
         };
         let gate = Arc::new(auth::Gate::new(
             self.shared.tokens.clone(),

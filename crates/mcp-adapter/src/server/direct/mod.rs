@@ -40,6 +40,7 @@ mod answer;
 mod body;
 mod classify;
 mod forward;
+mod origin;
 mod resume;
 mod sessions;
 #[cfg(test)]
@@ -116,10 +117,25 @@ pub(crate) struct Direct {
     pub(crate) hosts: Arc<[String]>,
     /// Accepted `Origin` values, lowercase.
     pub(crate) origins: Arc<[String]>,
+    /// The origins refused so far, each logged once.
+    pub(crate) refused_origins: origin::Refused,
 }
 
-/// The `/mcp` endpoint: the direct path when it applies, rmcp otherwise.
-pub(crate) async fn endpoint(State(direct): State<Arc<Direct>>, request: Request) -> Response {
+/// The `/mcp` endpoint: the direct path when it applies, rmcp otherwise. rmcp refuses an
+/// `Origin` that is not one of the server's (403); Quiver says so in its own words, and
+/// logs each refused origin once.
+pub(crate) async fn endpoint(direct: State<Arc<Direct>>, request: Request) -> Response {
+    let origin = request.headers().get(header::ORIGIN).cloned();
+    let response = Box::pin(serve(direct.clone(), request)).await;
+    match origin {
+        Some(origin) if response.status() == StatusCode::FORBIDDEN => {
+            origin::refused(&direct.refused_origins, &origin, response).await
+        }
+        _ => response,
+    }
+}
+
+async fn serve(State(direct): State<Arc<Direct>>, request: Request) -> Response {
     // Shutting down: rmcp answers as it does while it stops.
     if direct.shared.shutdown.is_cancelled() {
         return Box::pin(forward(&direct, request)).await;

@@ -702,3 +702,30 @@ async fn a_tools_call_sent_wrongly_has_its_row() {
         .unwrap_or_default();
     assert!(said.contains("send it with an id"), "{said}");
 }
+
+/// A request from a web page of another site is refused in Quiver's words, naming the
+/// origin and the flag that would admit it; the server's own origin passes.
+#[tokio::test]
+async fn a_foreign_origin_is_refused_in_words_and_remembered_once() {
+    let server = server();
+    let router = server.router("127.0.0.1:7345".parse().unwrap());
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}})
+    .to_string();
+    let evil: &[(&str, &[u8])] = &[("origin", b"http://evil.example")];
+    for _ in 0..2 {
+        let r = send_with(&router, Method::POST, None, init.clone(), evil).await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
+        assert!(
+            r.body
+                .contains("a web page at http://evil.example are not accepted")
+                && r.body.contains("--allow-host evil.example"),
+            "{}",
+            r.body
+        );
+    }
+    let own: &[(&str, &[u8])] = &[("origin", b"http://127.0.0.1:7345")];
+    let r = send_with(&router, Method::POST, None, init, own).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+}

@@ -155,13 +155,15 @@ pub(crate) struct Calls {
     /// was busy, not hung).
     ended: AtomicU64,
     sent: Notify,
-    /// The principals (and tenants) that have called through this connection: a message
-    /// naming no request is guessed onto the call in flight only while they are one.
+    /// The principals (and tenants; sessions, for anonymous calls) that have called through
+    /// this connection: a message naming no request is guessed onto the call in flight only
+    /// while they are one.
     callers: Mutex<std::collections::BTreeSet<Caller>>,
 }
 
-/// Who made a call: its principal and tenant.
-type Caller = (Option<Arc<str>>, Option<Arc<str>>);
+/// Who made a call: its principal and tenant; a caller with no principal (no token) by
+/// its session besides, since two anonymous clients are two callers.
+type Caller = (Option<Arc<str>>, Option<Arc<str>>, Option<Arc<str>>);
 
 /// Removes its entry when the call ends.
 pub(crate) struct Registration<'a> {
@@ -210,7 +212,10 @@ impl Calls {
             done: ctx.cancel.child_token(),
         });
         lock(&self.entries).push(entry.clone());
-        let caller = (ctx.principal.clone(), ctx.tenant.clone());
+        let caller = match &ctx.principal {
+            Some(principal) => (Some(principal.clone()), ctx.tenant.clone(), None),
+            None => (None, ctx.tenant.clone(), ctx.session.clone()),
+        };
         let mut callers = lock(&self.callers);
         if !callers.contains(&caller) {
             callers.insert(caller);

@@ -299,3 +299,42 @@ async fn a_shared_stdio_servers_unrouted_log_reaches_no_other_principal() {
     );
     close_and_check(&client).await;
 }
+
+/// The same for clients that present no identity (no token): each session is its own
+/// caller, so a second anonymous session gets no log message that names no request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_stdio_servers_unrouted_log_reaches_no_other_anonymous_session() {
+    let (catalog, client) = start(
+        &[fixture_server("fx", "normal").required()],
+        Default::default(),
+    );
+    ready(&client).await;
+    let entry = catalog.lookup("mcp__fx__talkback").expect("talkback");
+    let call_in = |session: &'static str| {
+        let recorder = Recorder::new(true);
+        let ctx = CallContext::for_session(session).with_client(recorder.clone());
+        let tool = entry.tool.clone();
+        async move {
+            let env = within(
+                Duration::from_secs(30),
+                tool.call(json!({"question": "life"}), &ctx),
+            )
+            .await
+            .unwrap_or_else(Envelope::from);
+            (env, recorder.seen())
+        }
+    };
+    let (env, seen) = call_in("mcp:first").await;
+    assert!(text_of(&env).contains("the client said: 42"), "{env:?}");
+    assert!(
+        seen.contains(&"log info: \"asking: life\"".to_owned()),
+        "one session so far: {seen:?}"
+    );
+    let (env, seen) = call_in("mcp:second").await;
+    assert!(text_of(&env).contains("the client said: 42"), "{env:?}");
+    assert!(
+        !seen.iter().any(|s| s.starts_with("log ")),
+        "a second anonymous session gets no unrouted log message: {seen:?}"
+    );
+    close_and_check(&client).await;
+}

@@ -140,6 +140,29 @@ async fn two_replicas_share_custom_tools_working_sets_and_the_log() {
     drop((a, b));
 }
 
+/// The admin page's logins are kept in the shared store: a login on one replica holds on
+/// the other, and a logout on either ends it on both (`admin_replicas.py`, plain HTTP).
+#[tokio::test]
+async fn an_admin_login_on_one_replica_holds_on_the_other() {
+    const TOKEN: &str = "admin-token-of-two-replicas";
+    let (_pg, db) = database();
+    let with_admin = || {
+        let dir = configured_dir();
+        let config = std::fs::read_to_string(dir.join("quiver.toml")).expect("read");
+        std::fs::write(
+            dir.join("quiver.toml"),
+            format!("{config}\n[admin]\ntoken = \"{TOKEN}\"\n"),
+        )
+        .expect("write quiver.toml");
+        dir
+    };
+    let (dir_a, dir_b) = (with_admin(), with_admin());
+    let a = start_replica(&dir_a, &db).await;
+    let b = start_replica(&dir_b, &db).await;
+    script("admin_replicas.py", &[&a.url, &b.url, TOKEN], &[]).await;
+    drop((a, b));
+}
+
 /// One stateless conversation alternating between two replicas, with a working set of
 /// two tools at most: a tool one replica evicts stays evicted on the other, which neither
 /// lists it nor writes it back (`replicas_evict.py`).

@@ -62,8 +62,8 @@ type St = State<Arc<Admin>>;
 
 pub(crate) fn router(page: AdminPage) -> Router {
     let admin = Arc::new(Admin {
+        logins: Logins(page.logins.clone()),
         page,
-        logins: Logins::default(),
     });
     Router::new()
         .route("/admin", get(home))
@@ -125,27 +125,32 @@ impl Admin {
     }
 
     /// The request's login, if it is live and its token still the one in force.
-    fn login(&self, headers: &HeaderMap) -> Option<(String, Login)> {
-        let (id, login) = self.logins.find(headers)?;
-        if (self.page.token)(&login.token) {
+    async fn login(&self, headers: &HeaderMap) -> Option<(String, Login)> {
+        let (id, login) = self.logins.find(headers).await?;
+        if (self.page.token)(&login.fingerprint) {
             Some((id, login))
         } else {
             // The token was rotated (a reload): this login is over.
-            self.logins.close(&id);
+            self.logins.close(&id).await;
             None
         }
     }
 
     /// The login of a view, or the redirect to the login form.
-    fn viewer(&self, headers: &HeaderMap) -> Result<Login, Box<Response>> {
+    async fn viewer(&self, headers: &HeaderMap) -> Result<Login, Box<Response>> {
         self.login(headers)
+            .await
             .map(|(_, l)| l)
             .ok_or_else(|| Box::new(Redirect::to("/admin/login").into_response()))
     }
 
     /// The login of an action whose form carries `csrf`, or the refusal.
-    fn actor(&self, headers: &HeaderMap, csrf: &str) -> Result<(String, Login), Box<Response>> {
-        let Some((id, login)) = self.login(headers) else {
+    async fn actor(
+        &self,
+        headers: &HeaderMap,
+        csrf: &str,
+    ) -> Result<(String, Login), Box<Response>> {
+        let Some((id, login)) = self.login(headers).await else {
             return Err(Box::new(html(
                 StatusCode::FORBIDDEN,
                 views::message(
@@ -175,7 +180,7 @@ async fn home() -> Redirect {
 }
 
 async fn login_form(State(admin): St, headers: HeaderMap) -> Response {
-    if admin.login(&headers).is_some() {
+    if admin.login(&headers).await.is_some() {
         return Redirect::to("/admin/catalog").into_response();
     }
     ok(views::login(None))
@@ -188,7 +193,7 @@ struct TokenForm {
 }
 
 async fn log_in(State(admin): St, Form(form): Form<TokenForm>) -> Response {
-    if !(admin.page.token)(&form.token) {
+    if !(admin.page.token)(&quiver_contract::secret_fingerprint(&form.token)) {
         tracing::warn!(target: "quiver::admin", "admin page: a login with a wrong token was refused");
         return html(
             StatusCode::UNAUTHORIZED,
@@ -197,7 +202,18 @@ async fn log_in(State(admin): St, Form(form): Form<TokenForm>) -> Response {
             )),
         );
     }
-    let id = admin.logins.open(&form.token);
+    let id = match admin.logins.open(&form.token).await {
+        Ok(id) => id,
+        Err(e) => {
+            tracing::warn!(target: "quiver::admin", "admin page: a login could not be kept ({e})");
+            return html(
+                StatusCode::SERVICE_UNAVAILABLE,
+                views::login(Some(&format!(
+                    "The login could not be kept: {e}. Try again in a moment."
+                ))),
+            );
+        }
+    };
     tracing::info!(target: "quiver::admin", "admin page: logged in");
     let mut response = Redirect::to("/admin/catalog").into_response();
     if let Ok(cookie) = HeaderValue::from_str(&login::set_cookie(&id)) {
@@ -215,11 +231,11 @@ struct ActionForm {
 }
 
 async fn log_out(State(admin): St, headers: HeaderMap, Form(form): Form<ActionForm>) -> Response {
-    let (id, _) = match admin.actor(&headers, &form.csrf) {
+    let (id, _) = match admin.actor(&headers, &form.csrf).await {
         Ok(found) => found,
         Err(refused) => return *refused,
     };
-    admin.logins.close(&id);
+    admin.logins.close(&id).await;
     tracing::info!(target: "quiver::admin", "admin page: logged out");
     let mut response = Redirect::to("/admin/login").into_response();
     if let Ok(cookie) = HeaderValue::from_str(&login::clear_cookie()) {
@@ -302,7 +318,7 @@ async fn tool_rows(
 }
 
 async fn catalog(State(admin): St, headers: HeaderMap, Query(q): Query<CatalogQuery>) -> Response {
-    let login = match admin.viewer(&headers) {
+    let login = match admin.viewer(&headers).await {
         Ok(l) => l,
         Err(r) => return *r,
     };
@@ -350,7 +366,7 @@ fn custom_shown(def: &ToolDefinition) -> Value {
 }
 
 async fn tool(State(admin): St, headers: HeaderMap, Path(name): Path<String>) -> Response {
-    let login = match admin.viewer(&headers) {
+    let login = match admin.viewer(&headers).await {
         Ok(l) => l,
         Err(r) => return *r,
     };
@@ -465,9 +481,9 @@ async fn upstreams_page(
 async fn upstreams(State(admin): St, headers: HeaderMap, Query(q): Query<PartQuery>) -> Response {
     let part = q.part == "table";
     let login = match if part {
-        part_viewer(&admin, &headers)
+        part_viewer(&admin, &headers).await
     } else {
-        admin.viewer(&headers)
+        admin.viewer(&headers).await
     } {
         Ok(l) => l,
         Err(r) => return *r,
@@ -501,7 +517,7 @@ async fn upstream_action(
     form: &ActionForm,
     action: UpstreamAction,
 ) -> Response {
-    let login = match admin.actor(headers, &form.csrf) {
+    let login = match admin.actor(headers, &form.csrf).await {
         Ok((_, l)) => l,
         Err(r) => return *r,
     };
@@ -560,8 +576,8 @@ struct PartQuery {
 
 /// The login of a live region's fetch: its fragment, or a bare refusal (no login page to
 /// paste into the region).
-fn part_viewer(admin: &Admin, headers: &HeaderMap) -> Result<Login, Box<Response>> {
-    admin.login(headers).map(|(_, l)| l).ok_or_else(|| {
+async fn part_viewer(admin: &Admin, headers: &HeaderMap) -> Result<Login, Box<Response>> {
+    admin.login(headers).await.map(|(_, l)| l).ok_or_else(|| {
         Box::new((StatusCode::FORBIDDEN, "log in at /admin/login first").into_response())
     })
 }
@@ -628,9 +644,9 @@ fn session_row(surface: &quiver_surface::Surface, key: &str) -> Option<views::Se
 async fn sessions(State(admin): St, headers: HeaderMap, Query(q): Query<PartQuery>) -> Response {
     let part = q.part == "table";
     let login = match if part {
-        part_viewer(&admin, &headers)
+        part_viewer(&admin, &headers).await
     } else {
-        admin.viewer(&headers)
+        admin.viewer(&headers).await
     } {
         Ok(l) => l,
         Err(r) => return *r,
@@ -663,9 +679,9 @@ async fn session(
 ) -> Response {
     let part = q.part == "detail";
     let login = match if part {
-        part_viewer(&admin, &headers)
+        part_viewer(&admin, &headers).await
     } else {
-        admin.viewer(&headers)
+        admin.viewer(&headers).await
     } {
         Ok(l) => l,
         Err(r) => return *r,
@@ -744,7 +760,7 @@ fn filter_of(q: &LogQuery) -> Result<CallFilter, String> {
 }
 
 async fn log(State(admin): St, headers: HeaderMap, Query(q): Query<LogQuery>) -> Response {
-    let login = match admin.viewer(&headers) {
+    let login = match admin.viewer(&headers).await {
         Ok(l) => l,
         Err(r) => return *r,
     };
@@ -785,7 +801,7 @@ async fn log(State(admin): St, headers: HeaderMap, Query(q): Query<LogQuery>) ->
 /// The log's hash chain walked as `quiver log --verify` walks it: whole (with its head, to
 /// record elsewhere), or what is broken, first problem first.
 async fn chain(State(admin): St, headers: HeaderMap) -> Response {
-    let login = match admin.viewer(&headers) {
+    let login = match admin.viewer(&headers).await {
         Ok(l) => l,
         Err(r) => return *r,
     };
@@ -823,7 +839,7 @@ fn exported(call: &LoggedCall) -> Value {
 /// The filtered log as JSON Lines, newest first, at most [`EXPORT_ROWS`] rows (`before`
 /// pages on).
 async fn export(State(admin): St, headers: HeaderMap, Query(q): Query<LogQuery>) -> Response {
-    if admin.login(&headers).is_none() {
+    if admin.login(&headers).await.is_none() {
         return (StatusCode::FORBIDDEN, "log in at /admin/login first").into_response();
     }
     let mut filter = match filter_of(&q) {
@@ -881,7 +897,7 @@ struct StreamQuery {
 /// each with its cursor as the event id, so a reconnecting browser (`Last-Event-ID`)
 /// resumes where it was.
 async fn stream(State(admin): St, headers: HeaderMap, Query(q): Query<StreamQuery>) -> Response {
-    if admin.login(&headers).is_none() {
+    if admin.login(&headers).await.is_none() {
         return StatusCode::FORBIDDEN.into_response();
     }
     let filter = match filter_of(&q.filters) {
@@ -949,7 +965,7 @@ where
 }
 
 async fn call(State(admin): St, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    let login = match admin.viewer(&headers) {
+    let login = match admin.viewer(&headers).await {
         Ok(l) => l,
         Err(r) => return *r,
     };
@@ -1088,7 +1104,7 @@ async fn custom_page(
 
 async fn custom(State(admin): St, headers: HeaderMap, Query(q): Query<PartQuery>) -> Response {
     if q.part == "jobs" {
-        if let Err(r) = part_viewer(&admin, &headers) {
+        if let Err(r) = part_viewer(&admin, &headers).await {
             return *r;
         }
         return match job_rows(&admin).await {
@@ -1100,7 +1116,7 @@ async fn custom(State(admin): St, headers: HeaderMap, Query(q): Query<PartQuery>
                 .into_response(),
         };
     }
-    match admin.viewer(&headers) {
+    match admin.viewer(&headers).await {
         Ok(login) => custom_page(&admin, &login, StatusCode::OK, None).await,
         Err(r) => *r,
     }
@@ -1112,7 +1128,7 @@ async fn approve(
     Path(name): Path<String>,
     Form(form): Form<ActionForm>,
 ) -> Response {
-    let login = match admin.actor(&headers, &form.csrf) {
+    let login = match admin.actor(&headers, &form.csrf).await {
         Ok((_, l)) => l,
         Err(r) => return *r,
     };
@@ -1141,7 +1157,7 @@ async fn reject(
     Path(name): Path<String>,
     Form(form): Form<ActionForm>,
 ) -> Response {
-    let login = match admin.actor(&headers, &form.csrf) {
+    let login = match admin.actor(&headers, &form.csrf).await {
         Ok((_, l)) => l,
         Err(r) => return *r,
     };
@@ -1180,7 +1196,7 @@ async fn reject(
 }
 
 async fn config(State(admin): St, headers: HeaderMap) -> Response {
-    let login = match admin.viewer(&headers) {
+    let login = match admin.viewer(&headers).await {
         Ok(l) => l,
         Err(r) => return *r,
     };

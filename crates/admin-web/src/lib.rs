@@ -156,9 +156,12 @@ impl Replica {
     }
 }
 
-/// Whether a presented admin token is the one in force now (the host's, which a reload
-/// may rotate).
+/// Whether a token's fingerprint ([`quiver_contract::secret_fingerprint`]) is that of the
+/// admin token in force now (the host's, which a reload may rotate). A login keeps only the
+/// fingerprint, so no store holds the token.
 pub type TokenCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+pub use login::{LoginStore, MemoryLogins, StoredLogin};
 
 /// What the page reads and acts through.
 #[derive(Clone)]
@@ -170,6 +173,8 @@ pub struct AdminPage {
     pub(crate) upstreams: Arc<dyn Upstreams>,
     pub(crate) config: Arc<dyn ConfigView>,
     pub(crate) token: TokenCheck,
+    /// Where logins are kept: this process by default.
+    pub(crate) logins: Arc<dyn LoginStore>,
     /// The replica serving the page, when the host names it.
     pub(crate) replica: Option<Replica>,
     /// Cancelled when the server stops: the live streams end (an open page would hold the
@@ -205,6 +210,7 @@ impl AdminPage {
             upstreams,
             config,
             token,
+            logins: Arc::new(MemoryLogins::default()),
             replica: None,
             stop: tokio_util::sync::CancellationToken::new(),
             usage_cache: Arc::default(),
@@ -214,6 +220,13 @@ impl AdminPage {
     /// Names the replica serving the page (in every page's header).
     pub fn with_replica(mut self, replica: Replica) -> Self {
         self.replica = Some(replica);
+        self
+    }
+
+    /// Keeps logins in `logins` instead of this process: replicas that share one store
+    /// share their logins, so a load balancer may send each request to any of them.
+    pub fn with_logins(mut self, logins: Arc<dyn LoginStore>) -> Self {
+        self.logins = logins;
         self
     }
 

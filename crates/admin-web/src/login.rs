@@ -1,13 +1,15 @@
 //! Login sessions: a random id in an HttpOnly, SameSite=Strict cookie names a session kept
-//! here, which holds the token it was opened with (checked again on every request, so a
-//! token rotated by a reload ends it) and the CSRF token its forms carry.
+//! in a [`LoginStore`] (this process's memory, or the store several replicas share), which
+//! holds the fingerprint of the token it was opened with (checked again on every request,
+//! so a token rotated by a reload ends it) and the CSRF token its forms carry.
 
 use std::{
     collections::HashMap,
-    sync::Mutex,
-    time::{Duration, Instant},
+    sync::{Arc, Mutex},
+    time::{Duration, SystemTime},
 };
 
+use async_trait::async_trait;
 use axum::http::{HeaderMap, header};
 
 /// The cookie's name.
@@ -16,19 +18,83 @@ pub(crate) const COOKIE: &str = "quiver_admin";
 /// How long a login lasts.
 pub(crate) const LIFETIME: Duration = Duration::from_secs(12 * 3600);
 
-/// The most sessions kept; the oldest is dropped past it (each login makes one).
+/// The most sessions [`MemoryLogins`] keeps; the oldest is dropped past it (each login
+/// makes one).
 const MAX_SESSIONS: usize = 1024;
 
-#[derive(Clone)]
-pub(crate) struct Login {
-    pub(crate) token: String,
-    pub(crate) csrf: String,
-    opened: Instant,
+/// A login as it is kept: no token, only its fingerprint.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StoredLogin {
+    /// [`quiver_contract::secret_fingerprint`] of the token it was opened with.
+    pub fingerprint: String,
+    /// The CSRF token its forms carry.
+    pub csrf: String,
+    /// When it was opened (it lasts 12 hours).
+    pub opened: SystemTime,
 }
 
-#[derive(Default)]
-pub(crate) struct Logins {
-    sessions: Mutex<HashMap<String, Login>>,
+impl StoredLogin {
+    /// Whether it is still within its lifetime.
+    fn live(&self) -> bool {
+        self.opened.elapsed().map_or(true, |age| age < LIFETIME)
+    }
+}
+
+/// Where login sessions are kept, by their cookie's id.
+#[async_trait]
+pub trait LoginStore: Send + Sync {
+    /// Keeps `login` under `id`.
+    async fn put(&self, id: &str, login: &StoredLogin) -> Result<(), String>;
+    /// The login kept under `id`, if any (live or not: the caller checks).
+    async fn get(&self, id: &str) -> Result<Option<StoredLogin>, String>;
+    /// Ends the login kept under `id`.
+    async fn remove(&self, id: &str) -> Result<(), String>;
+}
+
+/// Logins in this process's memory: a replica's own.
+#[derive(Debug, Default)]
+pub struct MemoryLogins(Mutex<HashMap<String, StoredLogin>>);
+
+impl MemoryLogins {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, StoredLogin>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[async_trait]
+impl LoginStore for MemoryLogins {
+    async fn put(&self, id: &str, login: &StoredLogin) -> Result<(), String> {
+        let mut sessions = self.lock();
+        sessions.retain(|_, l| l.live());
+        if sessions.len() >= MAX_SESSIONS
+            && let Some(oldest) = sessions
+                .iter()
+                .min_by_key(|(_, l)| l.opened)
+                .map(|(k, _)| k.clone())
+        {
+            sessions.remove(&oldest);
+        }
+        sessions.insert(id.to_owned(), login.clone());
+        Ok(())
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<StoredLogin>, String> {
+        Ok(self.lock().get(id).cloned())
+    }
+
+    async fn remove(&self, id: &str) -> Result<(), String> {
+        self.lock().remove(id);
+        Ok(())
+    }
+}
+
+/// A live login, as the handlers use it.
+#[derive(Clone)]
+pub(crate) struct Login {
+    pub(crate) fingerprint: String,
+    pub(crate) csrf: String,
 }
 
 /// 244 random bits (two v4 UUIDs), hex.
@@ -40,48 +106,47 @@ fn random() -> String {
     )
 }
 
+/// The login sessions of the page, over its store.
+pub(crate) struct Logins(pub(crate) Arc<dyn LoginStore>);
+
 impl Logins {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Login>> {
-        self.sessions
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Opens a session for `token` (already checked); its id.
-    pub(crate) fn open(&self, token: &str) -> String {
+    pub(crate) async fn open(&self, token: &str) -> Result<String, String> {
         let id = random();
-        let mut sessions = self.lock();
-        sessions.retain(|_, l| l.opened.elapsed() < LIFETIME);
-        if sessions.len() >= MAX_SESSIONS
-            && let Some(oldest) = sessions
-                .iter()
-                .min_by_key(|(_, l)| l.opened)
-                .map(|(k, _)| k.clone())
-        {
-            sessions.remove(&oldest);
-        }
-        sessions.insert(
-            id.clone(),
-            Login {
-                token: token.to_owned(),
-                csrf: random(),
-                opened: Instant::now(),
-            },
-        );
-        id
+        let login = StoredLogin {
+            fingerprint: quiver_contract::secret_fingerprint(token),
+            csrf: random(),
+            opened: SystemTime::now(),
+        };
+        self.0.put(&id, &login).await?;
+        Ok(id)
     }
 
-    /// The session the request's cookie names, if it is live.
-    pub(crate) fn find(&self, headers: &HeaderMap) -> Option<(String, Login)> {
+    /// The session the request's cookie names, if it is live. A store that cannot be read
+    /// is no login (warned).
+    pub(crate) async fn find(&self, headers: &HeaderMap) -> Option<(String, Login)> {
         let id = cookie(headers)?;
-        let sessions = self.lock();
-        let login = sessions.get(&id)?;
-        (login.opened.elapsed() < LIFETIME).then(|| (id.clone(), login.clone()))
+        let login = match self.0.get(&id).await {
+            Ok(found) => found?,
+            Err(e) => {
+                tracing::warn!(target: "quiver::admin", "admin page: the logins cannot be read ({e}); the request is taken as not logged in");
+                return None;
+            }
+        };
+        login.live().then_some((
+            id,
+            Login {
+                fingerprint: login.fingerprint,
+                csrf: login.csrf,
+            },
+        ))
     }
 
     /// Ends a session.
-    pub(crate) fn close(&self, id: &str) {
-        self.lock().remove(id);
+    pub(crate) async fn close(&self, id: &str) {
+        if let Err(e) = self.0.remove(id).await {
+            tracing::warn!(target: "quiver::admin", "admin page: a login could not be ended ({e}); it lasts until it expires");
+        }
     }
 }
 
@@ -124,25 +189,44 @@ pub(crate) fn same(a: &str, b: &str) -> bool {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_session_is_found_by_its_cookie_only() {
-        let logins = Logins::default();
-        let id = logins.open("t0ken-t0ken-t0ken");
+    #[tokio::test]
+    async fn a_session_is_found_by_its_cookie_only() {
+        let logins = Logins(Arc::new(MemoryLogins::default()));
+        let id = logins.open("t0ken-t0ken-t0ken").await.unwrap();
         let mut headers = HeaderMap::new();
         headers.insert(
             header::COOKIE,
             format!("other=1; {COOKIE}={id}").parse().unwrap(),
         );
-        let (found, login) = logins.find(&headers).expect("found");
+        let (found, login) = logins.find(&headers).await.expect("found");
         assert_eq!(found, id);
-        assert_eq!(login.token, "t0ken-t0ken-t0ken");
+        assert_eq!(
+            login.fingerprint,
+            quiver_contract::secret_fingerprint("t0ken-t0ken-t0ken")
+        );
+        assert!(!login.fingerprint.contains("t0ken"));
         assert_eq!(login.csrf.len(), 64);
         headers.insert(header::COOKIE, format!("{COOKIE}=x{id}").parse().unwrap());
-        assert!(logins.find(&headers).is_none());
-        logins.close(&id);
+        assert!(logins.find(&headers).await.is_none());
+        logins.close(&id).await;
         headers.insert(header::COOKIE, format!("{COOKIE}={id}").parse().unwrap());
-        assert!(logins.find(&headers).is_none());
+        assert!(logins.find(&headers).await.is_none());
         assert!(set_cookie(&id).contains("HttpOnly; SameSite=Strict"));
         assert!(same("abc", "abc") && !same("abc", "abd") && !same("abc", "ab"));
+    }
+
+    /// A login past its lifetime is no login, whatever its store still holds.
+    #[tokio::test]
+    async fn an_expired_login_is_not_found() {
+        let store = Arc::new(MemoryLogins::default());
+        let old = StoredLogin {
+            fingerprint: "f".into(),
+            csrf: "c".into(),
+            opened: SystemTime::now() - LIFETIME - Duration::from_secs(1),
+        };
+        store.put("old", &old).await.unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(header::COOKIE, format!("{COOKIE}=old").parse().unwrap());
+        assert!(Logins(store).find(&headers).await.is_none());
     }
 }

@@ -139,7 +139,7 @@ impl Fixture {
             custom,
             upstreams.clone(),
             Arc::new(FixedConfig(findings)),
-            Arc::new(|t: &str| t == TOKEN),
+            Arc::new(|fingerprint: &str| fingerprint == quiver_contract::secret_fingerprint(TOKEN)),
         )
         .router();
         let login = router

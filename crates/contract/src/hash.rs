@@ -75,6 +75,21 @@ pub fn args_hash_canonical(name: &str, canonical_args: &str) -> String {
     hex
 }
 
+/// A fingerprint of a secret (an admin token): SHA-256 over a fixed prefix and the
+/// secret, 64 hex characters. What a login keeps in place of the token, so a store several
+/// replicas share holds no secret; a token is long and random, so its fingerprint cannot be
+/// turned back into it.
+pub fn secret_fingerprint(secret: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(b"quiver secret fingerprint\0");
+    hasher.update(secret.as_bytes());
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -60,7 +60,7 @@ pub use envelope::{
 };
 pub use error::ContractError;
 pub use finding::{Finding, Severity};
-pub use hash::{args_hash, args_hash_canonical, canonical_json};
+pub use hash::{args_hash, args_hash_canonical, canonical_json, secret_fingerprint};
 pub use legacy::coerce_legacy;
 pub use lint::{
     BreakingChange, LintFinding, breaking_changes, breaking_changes_between, lint_spec,

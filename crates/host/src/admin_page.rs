@@ -5,10 +5,50 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use quiver_admin_web::{AdminPage, ConfigView, UpstreamRow, Upstreams};
+use quiver_admin_web::{AdminPage, ConfigView, LoginStore, StoredLogin, UpstreamRow, Upstreams};
 use quiver_mcp_adapter::{AdminToken, McpClient, ServerState};
+use quiver_surface::ports::SessionStore;
 
-use crate::{App, reload::Reloader};
+use crate::{App, reload::Reloader, store::Store};
+
+/// The admin page's logins in a store several replicas share, as surface-state values
+/// (`admin_login/<id>`), so that a login on one replica holds on every other (a load
+/// balancer may send each request anywhere). An ended login is written as null; an expired
+/// one is refused by its time (its row stays, a few hundred bytes a login).
+struct StoredLogins(Arc<Store>);
+
+const LOGIN_KEY: &str = "admin_login/";
+
+#[async_trait]
+impl LoginStore for StoredLogins {
+    async fn put(&self, id: &str, login: &StoredLogin) -> Result<(), String> {
+        let value = serde_json::to_value(login).map_err(|e| e.to_string())?;
+        self.0
+            .put_state(&format!("{LOGIN_KEY}{id}"), value)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<StoredLogin>, String> {
+        let Some(state) = self
+            .0
+            .state(&format!("{LOGIN_KEY}{id}"))
+            .await
+            .map_err(|e| e.to_string())?
+        else {
+            return Ok(None);
+        };
+        // Null (ended) or a value of another shape: no login.
+        Ok(serde_json::from_value(state.value).ok())
+    }
+
+    async fn remove(&self, id: &str) -> Result<(), String> {
+        self.0
+            .put_state(&format!("{LOGIN_KEY}{id}"), serde_json::Value::Null)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
 
 /// The upstream servers as the MCP client knows them.
 struct ClientUpstreams(McpClient);
@@ -116,7 +156,7 @@ impl ConfigView for ReloaderConfig {
 /// The admin page over `app`'s parts; `token` is the admin token the server checks (a
 /// reload replaces it in place).
 pub fn admin_page(app: &App, reloader: Arc<Reloader>, token: AdminToken) -> AdminPage {
-    AdminPage::new(
+    let page = AdminPage::new(
         app.surface.clone(),
         app.store.clone(),
         app.store.clone(),
@@ -126,6 +166,13 @@ pub fn admin_page(app: &App, reloader: Arc<Reloader>, token: AdminToken) -> Admi
             reloader,
             crate::check::CheckSources::of(app),
         )),
-        Arc::new(move |presented: &str| token.matches(presented)),
-    )
+        Arc::new(move |fingerprint: &str| token.fingerprint_matches(fingerprint)),
+    );
+    // Replicas on one store share their logins; a store only this process uses keeps them
+    // in memory (nothing to share, and no row written per login).
+    if app.store.shared() {
+        page.with_logins(Arc::new(StoredLogins(app.store.clone())))
+    } else {
+        page
+    }
 }

@@ -74,6 +74,15 @@ impl AdminToken {
         super::auth::constant_time_eq(presented.as_bytes(), self.current().as_bytes())
     }
 
+    /// Whether `fingerprint` ([`quiver_contract::secret_fingerprint`]) is the token in
+    /// force now: a login that kept only the fingerprint is checked so.
+    pub fn fingerprint_matches(&self, fingerprint: &str) -> bool {
+        super::auth::constant_time_eq(
+            fingerprint.as_bytes(),
+            quiver_contract::secret_fingerprint(&self.current()).as_bytes(),
+        )
+    }
+
     fn current(&self) -> String {
         self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
     }

@@ -163,6 +163,63 @@ async fn an_admin_login_on_one_replica_holds_on_the_other() {
     drop((a, b));
 }
 
+/// Two replicas on one store with different `[custom] job_stale_secs`: the second to start
+/// warns, naming both bounds and the other replica.
+#[tokio::test]
+async fn replicas_with_different_job_stale_bounds_are_warned() {
+    let (pg, db) = database();
+    let dir_a = configured_dir();
+    let a = start_replica(&dir_a, &db).await;
+    // A's bound is written as its job worker starts.
+    let written = || {
+        pg.psql(
+            "quiver",
+            "SELECT value FROM surface_state WHERE key = 'custom/job_stale_secs'",
+        )
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !written().contains("\"secs\":30") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A wrote no bound: {}",
+            written()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let dir_b = configured_dir();
+    let config = std::fs::read_to_string(dir_b.join("quiver.toml")).expect("read");
+    std::fs::write(
+        dir_b.join("quiver.toml"),
+        format!("{config}\n[custom]\njob_stale_secs = 12\n"),
+    )
+    .expect("write quiver.toml");
+    let mut b = Command::new(quiver_binary())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env(URL_VAR, &db)
+        .current_dir(&dir_b)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("quiver serve starts");
+    let mut lines = BufReader::new(b.stderr.take().expect("piped")).lines();
+    let warned = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("job_stale_secs is 12 here, and 30 on") {
+                return line;
+            }
+        }
+        String::new()
+    })
+    .await
+    .expect("B warned within 30 s");
+    assert!(
+        warned.contains("give every replica the same bound"),
+        "{warned}"
+    );
+    drop((a, b));
+}
+
 /// One stateless conversation alternating between two replicas, with a working set of
 /// two tools at most: a tool one replica evicts stays evicted on the other, which neither
 /// lists it nor writes it back (`replicas_evict.py`).

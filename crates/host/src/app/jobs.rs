@@ -29,8 +29,48 @@ impl App {
     }
 }
 
+/// The surface-state key under which each replica on a shared store writes its stale bound.
+const STALE_KEY: &str = "custom/job_stale_secs";
+
+/// A bound written longer ago than this is taken as a replica that is gone.
+const STALE_SEEN: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// On a store several replicas share, says when the last replica to start used another
+/// `[custom] job_stale_secs` (a replica with the shorter bound takes over the jobs of one
+/// whose heartbeats are spaced for the longer), then writes this one's.
+async fn check_stale_bound(custom: &CustomTools, store: &Store) {
+    use quiver_surface::ports::SessionStore;
+    if !store.shared() {
+        return;
+    }
+    let ours = custom.lease().stale().as_secs();
+    if let Ok(Some(before)) = store.state(STALE_KEY).await
+        && let Some(theirs) = before.value.get("secs").and_then(serde_json::Value::as_u64)
+        && theirs != ours
+        && before
+            .written_at
+            .elapsed()
+            .is_ok_and(|age| age < STALE_SEEN)
+    {
+        let who = before
+            .value
+            .get("replica")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("another replica");
+        tracing::warn!(
+            "[custom] job_stale_secs is {ours} here, and {theirs} on {who}, which shares this store: give every replica the same bound (a replica releases another's job after its own bound, so the one with the shorter bound can take over jobs that are still running)"
+        );
+    }
+    let replica = format!("{} (pid {})", crate::serve::host_name(), std::process::id());
+    let value = serde_json::json!({"secs": ours, "replica": replica});
+    if let Err(e) = store.put_state(STALE_KEY, value).await {
+        tracing::debug!(error = %e, "could not write this replica's job_stale_secs");
+    }
+}
+
 /// The job worker of [`App::spawn_custom_sync`].
 pub(super) async fn run_jobs(custom: &CustomTools, store: &Store) {
+    check_stale_bound(custom, store).await;
     match custom.queue_rebuilds().await {
         Ok(queued) if !queued.is_empty() => tracing::info!(
             tools = ?queued,

@@ -269,20 +269,10 @@ async fn a_shared_stdio_servers_unrouted_log_reaches_no_other_principal() {
     ready(&client).await;
     let entry = catalog.lookup("mcp__fx__talkback").expect("talkback");
     let call_as = |who: &'static str| {
-        let recorder = Recorder::new(true);
-        let ctx = CallContext::for_session(format!("s-{who}"))
-            .with_principal(who)
-            .with_client(recorder.clone());
-        let tool = entry.tool.clone();
-        async move {
-            let env = within(
-                Duration::from_secs(30),
-                tool.call(json!({"question": "life"}), &ctx),
-            )
-            .await
-            .unwrap_or_else(Envelope::from);
-            (env, recorder.seen())
-        }
+        talkback_in(
+            &entry,
+            CallContext::for_session(format!("s-{who}")).with_principal(who),
+        )
     };
     let (env, seen) = call_as("alice").await;
     assert!(text_of(&env).contains("the client said: 42"), "{env:?}");
@@ -310,20 +300,7 @@ async fn a_shared_stdio_servers_unrouted_log_reaches_no_other_anonymous_session(
     );
     ready(&client).await;
     let entry = catalog.lookup("mcp__fx__talkback").expect("talkback");
-    let call_in = |session: &'static str| {
-        let recorder = Recorder::new(true);
-        let ctx = CallContext::for_session(session).with_client(recorder.clone());
-        let tool = entry.tool.clone();
-        async move {
-            let env = within(
-                Duration::from_secs(30),
-                tool.call(json!({"question": "life"}), &ctx),
-            )
-            .await
-            .unwrap_or_else(Envelope::from);
-            (env, recorder.seen())
-        }
-    };
+    let call_in = |session: &'static str| talkback_in(&entry, CallContext::for_session(session));
     let (env, seen) = call_in("mcp:first").await;
     assert!(text_of(&env).contains("the client said: 42"), "{env:?}");
     assert!(
@@ -337,4 +314,18 @@ async fn a_shared_stdio_servers_unrouted_log_reaches_no_other_anonymous_session(
         "a second anonymous session gets no unrouted log message: {seen:?}"
     );
     close_and_check(&client).await;
+}
+
+/// Calls `talkback` in `ctx` with a client that answers sampling; the result and what
+/// reached the client.
+async fn talkback_in(entry: &quiver_registry::Entry, ctx: CallContext) -> (Envelope, Vec<String>) {
+    let recorder = Recorder::new(true);
+    let ctx = ctx.with_client(recorder.clone());
+    let env = within(
+        Duration::from_secs(30),
+        entry.tool.call(json!({"question": "life"}), &ctx),
+    )
+    .await
+    .unwrap_or_else(Envelope::from);
+    (env, recorder.seen())
 }

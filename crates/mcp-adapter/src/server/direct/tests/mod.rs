@@ -101,10 +101,16 @@ fn server() -> McpServer {
 }
 
 fn server_with(hold: Option<Hold>) -> McpServer {
-    let catalog = Arc::new(Catalog::new());
+    let catalog = echo_catalog();
     if let Some(hold) = hold {
         catalog.register(Arc::new(hold)).unwrap();
     }
+    crate::server::test_server(catalog, ServerOptions::default())
+}
+
+/// A catalog of one tool, `echo`, which echoes its arguments.
+fn echo_catalog() -> Arc<Catalog> {
+    let catalog = Arc::new(Catalog::new());
     catalog
         .register(Arc::new(Echo(
             ToolSpec::new("echo", "Echoes its arguments.")
@@ -112,7 +118,7 @@ fn server_with(hold: Option<Hold>) -> McpServer {
                 .with_schema(json!({"type": "object"})),
         )))
         .unwrap();
-    crate::server::test_server(catalog, ServerOptions::default())
+    catalog
 }
 
 struct Reply {

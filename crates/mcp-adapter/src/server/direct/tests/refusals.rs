@@ -66,14 +66,7 @@ async fn a_body_is_read_whole_or_to_its_limit() {
 /// (every call has its row); a plain stateless call has one row.
 #[tokio::test]
 async fn a_forged_request_state_and_a_short_meta_have_their_rows() {
-    let catalog = Arc::new(Catalog::new());
-    catalog
-        .register(Arc::new(Echo(
-            ToolSpec::new("echo", "Echoes its arguments.")
-                .read_only()
-                .with_schema(json!({"type": "object"})),
-        )))
-        .unwrap();
+    let catalog = echo_catalog();
     let (server, recorder) = crate::server::test_server_recorded(catalog, ServerOptions::default());
     let router = server.router("127.0.0.1:7345".parse().unwrap());
     let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -634,14 +627,7 @@ async fn malformed_bodies_get_json_rpc_errors_and_a_gone_session_404() {
 /// stream (406).
 #[tokio::test]
 async fn a_tools_call_sent_wrongly_has_its_row() {
-    let catalog = Arc::new(Catalog::new());
-    catalog
-        .register(Arc::new(Echo(
-            ToolSpec::new("echo", "Echoes its arguments.")
-                .read_only()
-                .with_schema(json!({"type": "object"})),
-        )))
-        .unwrap();
+    let catalog = echo_catalog();
     let (server, recorder) = crate::server::test_server_recorded(catalog, ServerOptions::default());
     let router = server.router("127.0.0.1:7345".parse().unwrap());
     let sid = open(&server, &router, json!({})).await;

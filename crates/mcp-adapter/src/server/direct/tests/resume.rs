@@ -60,17 +60,10 @@ async fn events_until(body: &mut Body, done: impl Fn(&Event) -> bool) -> Vec<Eve
     }
 }
 
-fn is_roots_request(e: &Event) -> bool {
-    e.message
-        .as_ref()
-        .is_some_and(|m| m["method"] == "roots/list")
-}
-
-/// A client that lost a call's stream after reading the server's request on it, and resumes
-/// it with that event's id, is not asked again: the resumed stream carries what came after
-/// it, the call's answer once the request is answered.
-#[tokio::test]
-async fn a_resumed_call_stream_starts_after_the_last_event_read() {
+/// A server with `asker`, a session whose client declared roots, and a call of `asker`
+/// with the request id `id`, read up to the server's roots request: the server, its
+/// router, the session, the call's stream and the request's event.
+async fn asking(id: u64) -> (McpServer, Router, String, Body, Event) {
     let server = server();
     server
         .shared
@@ -84,7 +77,7 @@ async fn a_resumed_call_stream_starts_after_the_last_event_read() {
         .unwrap();
     let router = server.router("127.0.0.1:7345".parse().unwrap());
     let sid = open(&server, &router, json!({"roots": {}})).await;
-    let ask = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+    let ask = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
         "params": {"name": "asker", "arguments": {}}});
     let resp = router
         .clone()
@@ -92,8 +85,23 @@ async fn a_resumed_call_stream_starts_after_the_last_event_read() {
         .await
         .unwrap();
     let mut stream = resp.into_body();
-    let read = events_until(&mut stream, is_roots_request).await;
-    let asked = read.last().unwrap();
+    let mut read = events_until(&mut stream, is_roots_request).await;
+    let asked = read.pop().unwrap();
+    (server, router, sid, stream, asked)
+}
+
+fn is_roots_request(e: &Event) -> bool {
+    e.message
+        .as_ref()
+        .is_some_and(|m| m["method"] == "roots/list")
+}
+
+/// A client that lost a call's stream after reading the server's request on it, and resumes
+/// it with that event's id, is not asked again: the resumed stream carries what came after
+/// it, the call's answer once the request is answered.
+#[tokio::test]
+async fn a_resumed_call_stream_starts_after_the_last_event_read() {
+    let (_server, router, sid, stream, asked) = asking(1).await;
     let last_id = asked.id.clone().expect("the request's event has an id");
     let request_id = asked.message.as_ref().unwrap()["id"].clone();
     // The connection drops; the client resumes after the last event it read.
@@ -142,29 +150,8 @@ async fn resume(router: &Router, sid: &str, last_id: &str) -> Response {
 /// nor left resuming an empty stream for ever: the stream is gone.
 #[tokio::test]
 async fn a_cancelled_calls_stream_is_gone_when_resumed() {
-    let server = server();
-    server
-        .shared
-        .surface
-        .catalog()
-        .register(Arc::new(Asker(
-            ToolSpec::new("asker", "Asks for roots.")
-                .read_only()
-                .with_schema(json!({"type": "object"})),
-        )))
-        .unwrap();
-    let router = server.router("127.0.0.1:7345".parse().unwrap());
-    let sid = open(&server, &router, json!({"roots": {}})).await;
-    let ask = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-        "params": {"name": "asker", "arguments": {}}});
-    let resp = router
-        .clone()
-        .oneshot(request(Method::POST, Some(&sid), ask.to_string(), &[]))
-        .await
-        .unwrap();
-    let mut stream = resp.into_body();
-    let read = events_until(&mut stream, is_roots_request).await;
-    let last_id = read.last().unwrap().id.clone().unwrap();
+    let (_server, router, sid, stream, asked) = asking(7).await;
+    let last_id = asked.id.clone().unwrap();
     let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
         "params": {"requestId": 7, "reason": "the user closed the form"}});
     let r = send(&router, Method::POST, Some(&sid), cancel).await;

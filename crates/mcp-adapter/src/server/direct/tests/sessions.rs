@@ -227,14 +227,7 @@ async fn a_stateless_call_in_flight_does_not_count_toward_the_session_limit() {
 #[tokio::test]
 async fn a_session_answers_only_the_token_that_opened_it() {
     use crate::server::{InboundAuth, InboundToken};
-    let catalog = Arc::new(Catalog::new());
-    catalog
-        .register(Arc::new(Echo(
-            ToolSpec::new("echo", "Echoes its arguments.")
-                .read_only()
-                .with_schema(json!({"type": "object"})),
-        )))
-        .unwrap();
+    let catalog = echo_catalog();
     let server = crate::server::test_server(
         catalog,
         ServerOptions::default().with_auth(InboundAuth::new(vec![

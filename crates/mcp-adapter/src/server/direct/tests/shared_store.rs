@@ -72,14 +72,7 @@ impl SessionStore for SlowWrites {
 /// A server over the store, with `echo` among tools enough that it is listed only once
 /// the conversation's working set holds it.
 fn replica(store: &Arc<dyn SessionStore>) -> (McpServer, Router) {
-    let catalog = Arc::new(Catalog::new());
-    catalog
-        .register(Arc::new(Echo(
-            ToolSpec::new("echo", "Echoes its arguments.")
-                .read_only()
-                .with_schema(json!({"type": "object"})),
-        )))
-        .unwrap();
+    let catalog = echo_catalog();
     let server = crate::server::test_server(catalog, ServerOptions::default())
         .with_session_store(store.clone());
     let surface = server.shared.surface.clone();

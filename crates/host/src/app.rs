@@ -89,8 +89,10 @@ fn custom_tools_counted(
         sandbox = metrics.sandbox(sandbox);
     }
     let lease = config.custom.lease().context("[custom]")?;
+    let workers = config.custom.jobs().context("[custom]")?;
     Ok(CustomTools::new(store.clone(), store, sandbox, limits)
         .with_lease(lease)
+        .with_workers(workers)
         .with_reserved(
             CORE_TOOL_NAMES
                 .map(|n| (n, Family::Core.name()))
@@ -442,11 +444,11 @@ impl App {
     /// their jobs. Every [`DEFINITIONS_POLL`] the store's definitions version is read, and
     /// when it moved (an approval, an edit, a disable, by this process or another on the
     /// same store) the custom family is synced; the catalog's change reaches connected
-    /// clients as `notifications/tools/list_changed`. Beside it a job worker takes queued
-    /// jobs one at a time, woken by the store's announcement of a queued job where it makes
+    /// clients as `notifications/tools/list_changed`. Beside it a job worker runs queued
+    /// jobs, up to `[custom] jobs` at once, woken by the store's announcement of a queued job where it makes
     /// one (PostgreSQL), else every [`DEFINITIONS_POLL`] (a build queued by `create_custom_tool`, a rebuild queued here at
     /// start for tools last tested under another engine or other limits), renewing the
-    /// lease of the job it runs, and a look beside it releases jobs a stopped process left
+    /// lease of each job it runs, and a look beside it releases jobs a stopped process left
     /// running (see [`quiver_registry::custom::JobLease`]). Aborted with the handle.
     pub fn spawn_custom_sync(&self) -> tokio::task::JoinHandle<()> {
         let (custom, catalog, store) = (

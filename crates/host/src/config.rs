@@ -213,11 +213,31 @@ pub struct CustomConfig {
     /// heartbeat comes every sixth of it, and each `quiver serve` looks for stale jobs every
     /// third. Default 30; from 2 to 3600. Every process on one store should use the same.
     pub job_stale_secs: Option<u64>,
+    /// How many jobs one `quiver serve` runs at once (default 2, from 1 to 16): a slow
+    /// build does not hold up the others. Each job runs its test cases one at a time, on
+    /// the sandbox's threads.
+    pub jobs: Option<usize>,
 }
 
 impl CustomConfig {
     /// The shortest and the longest stale bound accepted, in seconds.
     pub const JOB_STALE_SECS: std::ops::RangeInclusive<u64> = 2..=3600;
+
+    /// How many jobs a process may run at once.
+    pub const JOBS: std::ops::RangeInclusive<usize> = 1..=16;
+
+    /// How many jobs one process runs at once, checked.
+    pub fn jobs(&self) -> anyhow::Result<usize> {
+        let jobs = self.jobs.unwrap_or(2);
+        if !Self::JOBS.contains(&jobs) {
+            bail!(
+                "`jobs = {jobs}` is out of range: give {} to {} (default 2). It is how many custom-tool jobs (builds, audits, rebuilds) one `quiver serve` runs at once",
+                Self::JOBS.start(),
+                Self::JOBS.end()
+            );
+        }
+        Ok(jobs)
+    }
 
     /// The lease of a running job, checked.
     pub fn lease(&self) -> anyhow::Result<quiver_registry::custom::JobLease> {
@@ -1113,6 +1133,10 @@ impl Config {
         config
             .custom
             .lease()
+            .with_context(|| format!("{origin}: [custom]"))?;
+        config
+            .custom
+            .jobs()
             .with_context(|| format!("{origin}: [custom]"))?;
         config
             .policy

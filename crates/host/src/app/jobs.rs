@@ -1,4 +1,4 @@
-//! The custom-tool job worker of [`App::spawn_custom_sync`]: queued jobs run one at a time,
+//! The custom-tool job worker of [`App::spawn_custom_sync`]: queued jobs run `[custom] jobs` at a time,
 //! jobs a stopped process left running are released, and the job running here is handed
 //! back when the server stops.
 
@@ -86,7 +86,9 @@ pub(super) async fn run_jobs(custom: &CustomTools, store: &Store) {
     let mut seen = None;
     let work = async {
         loop {
-            run_queued(custom).await;
+            // Each of the workers takes queued jobs until none is left (the store gives a
+            // job to one of them only), so a slow job holds up only its own.
+            futures::future::join_all((0..custom.workers()).map(|_| run_queued(custom))).await;
             // The announcements counted before this look: one that comes after it ends the
             // wait at once.
             seen = match store.job_queued_since(seen, wait).await {

@@ -856,7 +856,8 @@ fn telemetry_settings_are_checked_with_what_to_write() {
 }
 
 /// `[custom] job_stale_secs` sets the lease of a running job (heartbeat and look derived
-/// from it); 0 and absurd values are refused naming the key, the file and the range.
+/// from it), and `jobs` how many run at once; 0 and absurd values are refused naming the
+/// key, the file and the range.
 #[test]
 fn the_job_stale_bound_is_checked_and_sets_the_lease() {
     use quiver_registry::custom::JobLease;
@@ -868,6 +869,15 @@ fn the_job_stale_bound_is_checked_and_sets_the_lease() {
             .unwrap()
     };
     assert_eq!(lease(""), JobLease::default());
+    let jobs = |text: &str| {
+        Config::parse(text, "q.toml", &env)
+            .unwrap()
+            .custom
+            .jobs()
+            .unwrap()
+    };
+    assert_eq!(jobs(""), 2);
+    assert_eq!(jobs("[custom]\njobs = 1\n"), 1);
     assert_eq!(JobLease::default().stale(), Duration::from_secs(30));
     assert_eq!(JobLease::default().heartbeat(), Duration::from_secs(5));
     assert_eq!(JobLease::default().look_every(), Duration::from_secs(10));
@@ -892,6 +902,11 @@ fn the_job_stale_bound_is_checked_and_sets_the_lease() {
             "[custom]\njob_stale = 30\n",
             "did you mean `job_stale_secs`?",
         ),
+        (
+            "[custom]\njobs = 0\n",
+            "`jobs = 0` is out of range: give 1 to 16 (default 2)",
+        ),
+        ("[custom]\njobs = 17\n", "`jobs = 17` is out of range"),
     ] {
         let err = Config::parse(text, "q.toml", &env).unwrap_err();
         let said = format!("{err:#}");

@@ -1800,3 +1800,77 @@ fn an_open_listener_beyond_loopback_is_a_warning() {
     let local = run("127.0.0.1:0", "");
     assert!(!local.contains("auth.tokens"), "{local}");
 }
+
+/// `quiver serve` runs `[custom] jobs` jobs at once (two by default): a proposal whose test
+/// case takes seconds does not hold up one queued after it, whose build passes while the
+/// first is still testing.
+#[test]
+fn a_slow_build_does_not_hold_up_the_next_job() {
+    let dir = fresh_dir("jobs-at-once");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[[auth.tokens]]\nname = \"lead\"\ntoken = \"lead-secret-123456\"\nadmin = true\n",
+    )
+    .unwrap();
+    let (child, _addr) = start(&dir, &[], &[]);
+    let propose = |name: &str, source: &str| {
+        let proposal = serde_json::json!({
+            "name": name,
+            "description": "Returns its input. Use it when testing the job worker.",
+            "input_schema": {"type": "object", "properties": {"n": {"type": "number", "description": "A number."}}, "required": ["n"]},
+            "source": source,
+            "tests": [{"inputs": {"n": 1}, "expect": 1}],
+        })
+        .to_string();
+        let out = Command::new(env!("CARGO_BIN_EXE_quiver"))
+            .args(["call", "create_custom_tool", &proposal, "--token", "lead"])
+            .current_dir(&dir)
+            .env("QUIVER_LOG", "error")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    };
+    // About four seconds of work in its one case (within the default 5 s wall time).
+    propose(
+        "slow_one",
+        "async function main(inputs) { const end = Date.now() + 4000; while (Date.now() < end) {} return inputs.n; }",
+    );
+    propose(
+        "fast_one",
+        "async function main(inputs) { return inputs.n; }",
+    );
+    let status = |jobs: &str, tool: &str| {
+        jobs.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(tool))
+            .and_then(|l| l.split_whitespace().nth(3))
+            .unwrap_or("")
+            .to_owned()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let jobs = loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_quiver"))
+            .args(["custom", "jobs"])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let jobs = String::from_utf8_lossy(&out.stdout).into_owned();
+        if status(&jobs, "fast_one") == "passed" {
+            break jobs;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the fast build never passed:\n{jobs}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_ne!(
+        status(&jobs, "slow_one"),
+        "passed",
+        "the slow build ran first, alone: the fast one waited for it\n{jobs}"
+    );
+    stop(child);
+}

@@ -94,6 +94,8 @@ pub struct CustomTools {
     served: std::sync::Mutex<HashMap<String, ToolDefinition>>,
     /// The ids of the jobs running in this process ([`CustomTools::hand_back`]).
     running: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// How many jobs the host's job worker runs at once.
+    workers: usize,
     /// Names a family that always registers before the custom tools holds, with that
     /// family ([`CustomTools::with_reserved`]).
     reserved: BTreeMap<String, String>,
@@ -131,6 +133,7 @@ impl CustomTools {
             lease: jobs::JobLease::default(),
             served: std::sync::Mutex::new(HashMap::new()),
             running: std::sync::Mutex::new(std::collections::BTreeSet::new()),
+            workers: 1,
             reserved: BTreeMap::new(),
         }
     }
@@ -160,6 +163,18 @@ impl CustomTools {
     pub fn with_lease(mut self, lease: JobLease) -> Self {
         self.lease = lease;
         self
+    }
+
+    /// The same, its job worker running up to `workers` jobs at once (at least one; the
+    /// default is one).
+    pub fn with_workers(mut self, workers: usize) -> Self {
+        self.workers = workers.max(1);
+        self
+    }
+
+    /// How many jobs its job worker runs at once.
+    pub fn workers(&self) -> usize {
+        self.workers
     }
 
     /// The limits runs get.

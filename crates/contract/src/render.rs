@@ -123,7 +123,7 @@ fn render_ok(
             // The answer is null: said as such ("0 rows" read as an empty query result).
             let _ = write!(out, "{OK_PREFIX}\nnull");
         }
-        Value::Array(items) if !schema.is_empty() => {
+        Value::Array(items) if !schema.is_empty() && table_fits(schema, items) => {
             let _ = write!(out, "{OK_PREFIX} {rows} {}.", plural(rows));
             push_schema_line(out, schema);
             push_table(out, schema, items, rows, opts);
@@ -147,8 +147,8 @@ fn render_ok(
             let pretty = serde_json::to_string_pretty(data).unwrap_or_default();
             push_bounded_lines(out, &pretty, opts.preview_lines);
         }
-        // A list without columns: one compact item per line, bounded, with the number of
-        // elided items stated.
+        // A list without columns, or whose rows a table would not show as they are: one
+        // compact item per line, bounded, with the number of elided items stated.
         Value::Array(items) => {
             let _ = write!(out, "{OK_PREFIX} {rows} {}.", plural(rows));
             out.push('\n');
@@ -199,6 +199,39 @@ fn cell(v: Option<&Value>, max: usize) -> String {
     } else {
         s
     }
+}
+
+/// Whether `items` read as a table without loss and without much more text than one JSON
+/// object a line: every item an object, no cell a table cannot show as it is (a newline, a
+/// `|`, an empty string, which would read as null), and not so sparse that empty cells
+/// outweigh the data (rows whose keys seldom repeat). Otherwise they are a list of JSON
+/// objects, which the result limit's measure of the data also bounds.
+fn table_fits(schema: &[ColumnSpec], items: &[Value]) -> bool {
+    let mut table = 0usize;
+    let mut lines = 0usize;
+    for item in items {
+        let Value::Object(row) = item else {
+            return false;
+        };
+        for value in row.values() {
+            if let Value::String(s) = value
+                && (s.is_empty() || s.contains(['\n', '\r', '|']))
+            {
+                return false;
+            }
+        }
+        // `| a | b |`: three characters a cell besides its text, one a row.
+        table += 1 + schema.len() * 3;
+        for col in schema {
+            table += match row.get(&col.name) {
+                None | Some(Value::Null) => 0,
+                Some(Value::String(s)) => s.len(),
+                Some(other) => other.to_string().len(),
+            };
+        }
+        lines += 3 + serde_json::to_string(item).map_or(0, |j| j.len());
+    }
+    table <= lines + lines / 2
 }
 
 fn push_table(

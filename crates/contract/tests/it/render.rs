@@ -2,7 +2,7 @@ use quiver_contract::{
     Alternative, Effects, Envelope, ErrKind, HintKind, Part, RenderOptions, Warning, coerce_legacy,
     render, strip_status_line,
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
 fn check(name: &str, envelope: &Envelope) {
     let text = render(envelope, &RenderOptions::default());
@@ -64,6 +64,36 @@ fn ok_long_text_is_shown_whole() {
 #[test]
 fn ok_empty() {
     check("ok_null", &Envelope::ok(json!(null)));
+}
+
+/// Rows a table would not show as they are, or would show mostly as empty cells, are one
+/// JSON object a line: sparse rows (each with a key of its own), a string with a newline or
+/// a `|`, an empty string (which a table shows as null).
+#[test]
+fn rows_a_table_cannot_show_are_json_lines() {
+    let sparse: Vec<_> = (0..50)
+        .map(|i| {
+            let mut o = serde_json::Map::new();
+            o.insert("id".into(), json!(i));
+            o.insert(format!("field_{i}"), json!("v"));
+            Value::Object(o)
+        })
+        .collect();
+    let text = render(&Envelope::ok(json!(sparse)), &RenderOptions::default());
+    assert!(
+        text.starts_with("✓ ok. 50 rows.\n- {\"id\":0,\"field_0\":\"v\"}")
+            && !text.contains('|')
+            && !text.contains("schema:"),
+        "{text}"
+    );
+    for odd in [json!("two\nlines"), json!("a|b"), json!("")] {
+        let rows = json!([{"id": 1, "note": odd}, {"id": 2, "note": "plain"}]);
+        let text = render(&Envelope::ok(rows), &RenderOptions::default());
+        assert!(text.contains(&format!("- {}", json!({"id": 1, "note": odd}))), "{text}");
+    }
+    let dense = json!([{"id": 1, "name": "a"}, {"id": 2, "name": "b"}]);
+    let text = render(&Envelope::ok(dense), &RenderOptions::default());
+    assert!(text.contains("| 2 | b |"), "{text}");
 }
 
 /// A list is shown whole to the model, and bounded in a preview for people.

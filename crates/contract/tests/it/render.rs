@@ -89,7 +89,10 @@ fn rows_a_table_cannot_show_are_json_lines() {
     for odd in [json!("two\nlines"), json!("a|b"), json!("")] {
         let rows = json!([{"id": 1, "note": odd}, {"id": 2, "note": "plain"}]);
         let text = render(&Envelope::ok(rows), &RenderOptions::default());
-        assert!(text.contains(&format!("- {}", json!({"id": 1, "note": odd}))), "{text}");
+        assert!(
+            text.contains(&format!("- {}", json!({"id": 1, "note": odd}))),
+            "{text}"
+        );
     }
     let dense = json!([{"id": 1, "name": "a"}, {"id": 2, "name": "b"}]);
     let text = render(&Envelope::ok(dense), &RenderOptions::default());

@@ -120,6 +120,7 @@ impl McpServer {
             hosts: hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
             origins: origins.iter().map(|o| o.to_ascii_lowercase()).collect(),
             refused_origins: Default::default(),
+            replays: Default::default(),
         };
         let gate = Arc::new(auth::Gate::new(
             self.shared.tokens.clone(),

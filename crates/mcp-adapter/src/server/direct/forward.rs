@@ -141,6 +141,11 @@ pub(super) async fn forward_parts(direct: &Direct, parts: Parts, bytes: Bytes) -
         _ => bytes.windows(10).any(|w| w == b"tools/call"),
     }
     .then(|| parts.clone());
+    let session = parts
+        .headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(Arc::<str>::from);
     let request = Request::from_parts(parts, Body::from(bytes.clone()));
     // rmcp checks a 2026-07-28 call's `Mcp-Param-*` headers against the tool's definition
     // before the handler runs, asking `get_tool` with the name alone: the caller goes with
@@ -174,7 +179,19 @@ pub(super) async fn forward_parts(direct: &Direct, parts: Parts, bytes: Bytes) -
         }
         return response;
     }
-    response
+    // A request's stream on a session: its answer is kept if its client leaves before it.
+    let streamed = status == StatusCode::OK
+        && response
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    match session {
+        Some(session) if streamed => {
+            let replays = direct.replays.clone();
+            response.map(|body| super::replay::tapped(body, session, replays))
+        }
+        _ => response,
+    }
 }
 
 /// rmcp's refusal of a request for its headers (its text passed on as it is), and the

@@ -41,6 +41,7 @@ mod body;
 mod classify;
 mod forward;
 mod origin;
+mod replay;
 mod resume;
 mod sessions;
 #[cfg(test)]
@@ -119,6 +120,8 @@ pub(crate) struct Direct {
     pub(crate) origins: Arc<[String]>,
     /// The origins refused so far, each logged once.
     pub(crate) refused_origins: origin::Refused,
+    /// Answers of calls whose client left their stream before they came.
+    pub(crate) replays: Arc<replay::Replays>,
 }
 
 /// The `/mcp` endpoint: the direct path when it applies, rmcp otherwise. rmcp refuses an

@@ -3,9 +3,11 @@
 //! SSE's `Last-Event-ID` names the last event the client has. rmcp replays a call's stream
 //! from the event it names, inclusive, so a client resuming after a server request (an
 //! elicitation, say) would be asked it again; Quiver asks rmcp for the stream from the next
-//! event. A call stream that then has nothing to replay and is over (its call answered or
-//! cancelled, and every event read; or a stream rmcp no longer keeps) is answered 410 Gone:
-//! rmcp's empty 200 would have a client resume it again and again for the session's life.
+//! event, or serves the events Quiver kept of a call answered after its client left (see
+//! [`super::replay`]). A call stream that then has nothing to replay and is over (its call
+//! cancelled, or answered and the answer read; or a stream no longer kept) is answered 410
+//! Gone: rmcp's empty 200 would have a client resume it again and again for the session's
+//! life.
 //!
 //! The standalone stream's ids (no `/`) are left as they are: its priming event and its
 //! first message both carry `0`, and a notification repeated is harmless where one skipped
@@ -49,8 +51,19 @@ pub(super) fn after_last_event(headers: &mut HeaderMap) -> bool {
     }
 }
 
-/// rmcp's answer to a resumption, or 410 Gone when its stream ends before its first event.
+/// The answer kept for the stream a resumption names (see [`super::replay`]), else rmcp's
+/// answer to it, or 410 Gone when its stream ends before its first event.
 pub(super) async fn resume(direct: &Direct, request: Request) -> Response {
+    if let Some(kept) = kept_for(direct, request.headers()) {
+        return (
+            [
+                (header::CONTENT_TYPE, "text/event-stream"),
+                (header::CACHE_CONTROL, "no-cache"),
+            ],
+            kept,
+        )
+            .into_response();
+    }
     let response = forward(direct, request).await;
     if response.status() != StatusCode::OK {
         return response;
@@ -61,8 +74,9 @@ pub(super) async fn resume(direct: &Direct, request: Request) -> Response {
     match body.frame().now_or_never() {
         Some(None) => (
             StatusCode::GONE,
-            "Gone: this stream has ended and has nothing more to send (its request was \
-             answered or cancelled); do not resume it",
+            "Gone: this stream is over and has nothing more to send (its request was \
+             cancelled, or answered and the answer sent, or it ended more than a minute \
+             ago); do not resume it",
         )
             .into_response(),
         Some(Some(Ok(frame))) => {
@@ -80,4 +94,14 @@ pub(super) async fn resume(direct: &Direct, request: Request) -> Response {
             .into_response(),
         None => Response::from_parts(parts, body),
     }
+}
+
+/// The kept events of the stream the (rewritten) `Last-Event-ID` names, from the one it
+/// names on.
+fn kept_for(direct: &Direct, headers: &HeaderMap) -> Option<String> {
+    let session = headers.get(super::SESSION_HEADER)?.to_str().ok()?;
+    let (from, stream) = headers.get(LAST_EVENT_ID)?.to_str().ok()?.split_once('/')?;
+    direct
+        .replays
+        .from(session, stream.parse().ok()?, from.parse().ok()?)
 }

@@ -166,3 +166,31 @@ async fn a_cancelled_calls_stream_is_gone_when_resumed() {
     assert_eq!(status, StatusCode::GONE, "{body}");
     assert!(body.contains("do not resume it"), "{body}");
 }
+
+/// A client whose connection broke while a call ran, and that resumes after the call was
+/// answered, gets the answer (rmcp drops an answered stream's events at once; Quiver keeps
+/// those of a stream its client left).
+#[tokio::test]
+async fn a_call_answered_while_its_client_was_away_is_replayed() {
+    let (_server, router, sid, stream, asked) = asking(3).await;
+    let last_id = asked.id.clone().unwrap();
+    let request_id = asked.message.as_ref().unwrap()["id"].clone();
+    // The connection breaks; the roots request is answered (on another connection) and
+    // the call ends while the client is away.
+    drop(stream);
+    let answer = json!({"jsonrpc": "2.0", "id": request_id,
+        "result": {"roots": [{"uri": "file:///while-away", "name": "r"}]}});
+    let r = send(&router, Method::POST, Some(&sid), answer).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.body);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let resp = resume(&router, &sid, &last_id).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut resumed = resp.into_body();
+    let after = events_until(&mut resumed, |e| {
+        e.message.as_ref().is_some_and(|m| m["id"] == 3)
+    })
+    .await;
+    assert!(!after.iter().any(is_roots_request), "{after:?}");
+    let result = after.last().unwrap().message.as_ref().unwrap().to_string();
+    assert!(result.contains("file:///while-away"), "{result}");
+}

@@ -184,9 +184,17 @@ where
         let entry = call.entry.clone();
         let share = call.ctx.result_tokens;
         let (session, id) = (call.ctx.session.clone(), call.ctx.call_id.clone());
+        // A custom tool's nested call gets the whole result as its data: the budget bounds
+        // what the model reads, which is the custom tool's own result, shaped in its turn.
+        // A shortened page would be taken for the whole by the script (with no note it can
+        // read); its memory is bounded by the sandbox's heap.
+        let nested = call.ctx.depth > 0;
         let fut = self.inner.call(call);
         Box::pin(async move {
             let mut envelope = fut.await?;
+            if nested {
+                return Ok(envelope);
+            }
             let tool = entry.spec.name.as_str();
             let mut tokens = config.tokens_for(tool);
             if let Some(share) = share {

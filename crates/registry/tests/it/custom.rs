@@ -65,6 +65,10 @@ impl Sandbox for Scripted {
             run.inputs
         } else if let Some(j) = source.strip_prefix("const:") {
             serde_json::from_str(j).unwrap()
+        } else if let Some(name) = source.strip_prefix("count:") {
+            // The number of items the nested call's data holds.
+            let answer = run.host.call_tool(name, run.inputs).await;
+            json!(answer.data().and_then(Value::as_array).map_or(0, Vec::len))
         } else if let Some(name) = source.strip_prefix("call:") {
             if !run.budget.try_take() {
                 return Err(SandboxError::CallLimit);
@@ -404,6 +408,46 @@ async fn a_custom_tools_nested_call_goes_through_the_dispatcher_and_names_its_pa
     let inner = records.iter().find(|r| r.tool_name == "inner").unwrap();
     assert_eq!(inner.parent_call_id.as_deref(), Some(&*outer.call_id));
     assert_eq!(outer.parent_call_id, None);
+}
+
+/// A custom tool's nested call gets the whole result, not the page the result limit gives
+/// the model: the script reads no note, and would take a page for the whole.
+#[tokio::test]
+async fn a_nested_call_gets_the_whole_result() {
+    let (tools, _) = tools();
+    let catalog = Arc::new(Catalog::new());
+    catalog.must_register(Arc::new(quiver_contract::typed_tool(
+        quiver_contract::ToolSpec::new("many", "Returns 3,000 rows.").read_only(),
+        |_: Value, _ctx: CallContext| async move {
+            let rows: Vec<_> = (0..3000)
+                .map(|i| json!({"id": i, "name": format!("row {i}")}))
+                .collect();
+            Ok(Envelope::ok(json!(rows)))
+        },
+    )));
+    tools
+        .add(draft("counter", "count:many", json!([])))
+        .await
+        .unwrap();
+    tools.approve("counter", true).await.unwrap();
+    tools.sync(&catalog).await.unwrap();
+    let d = Dispatcher::builder(catalog)
+        .config(
+            quiver_registry::DispatchConfig::default().with_result_limit(
+                quiver_registry::ResultLimitConfig::default()
+                    .with_max_tokens(quiver_registry::shape::MIN_TOKENS),
+            ),
+        )
+        .build();
+    let direct = d
+        .call("many", json!({}), CallContext::for_session("s"))
+        .await;
+    let page = direct.data().and_then(Value::as_array).map_or(0, Vec::len);
+    assert!(page < 3000, "the model's own call is paged: {page} rows");
+    let counted = d
+        .call("counter", json!({}), CallContext::for_session("s"))
+        .await;
+    assert_eq!(counted.data(), Some(&json!(3000)), "{counted:?}");
 }
 
 /// A custom tool never takes a name another family holds (a core tool, the `skill` tool):

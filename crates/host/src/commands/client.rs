@@ -57,6 +57,30 @@ fn config_for_clients(config: Option<&std::path::Path>) -> anyhow::Result<Option
         .with_context(|| format!("finding {}", path.display()))
 }
 
+/// Refuses a configuration that leaves the store at its default, `./quiver.db` in the working
+/// directory: a client starts Quiver in a directory of its own choosing, so its Quiver would
+/// keep another store (without the custom tools approved here, its calls logged apart).
+fn store_is_pinned(file: &std::path::Path) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let store = toml::from_str::<toml::Value>(&text)
+        .ok()
+        .and_then(|v| v.get("store").cloned());
+    let pinned = store.is_some_and(|s| s.get("path").is_some() || s.get("url").is_some());
+    if pinned {
+        return Ok(());
+    }
+    let here = std::env::current_dir()
+        .context("finding the working directory")?
+        .join("quiver.db");
+    anyhow::bail!(
+        "{} sets no `[store] path`, so the client's Quiver would keep its store (./quiver.db) in whatever directory the client starts it in, apart from the custom tools and the execution log of this one; add\n\n[store]\npath = {:?}\n\nto {} (the store commands run here use), then run setup again",
+        file.display(),
+        here.display().to_string(),
+        file.display()
+    )
+}
+
 pub(crate) fn setup(opts: Setup, config: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
     let dirs = UserDirs::from_env()?;
     // The clients' files are under the home directory; a home that is not there is a HOME
@@ -84,7 +108,10 @@ pub(crate) fn setup(opts: Setup, config: Option<&std::path::Path>) -> anyhow::Re
             let exe = std::env::current_exe().context("finding the quiver binary")?;
             let mut args = Vec::new();
             match config_for_clients(config)? {
-                Some(file) => args.extend(["--config".to_owned(), file.display().to_string()]),
+                Some(file) => {
+                    store_is_pinned(&file)?;
+                    args.extend(["--config".to_owned(), file.display().to_string()])
+                }
                 None => eprintln!(
                     "note: no quiver.toml here and no --config: the client starts Quiver in a directory of its choosing and keeps the store (./quiver.db) there; give --config FILE to fix it"
                 ),

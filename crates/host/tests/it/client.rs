@@ -420,6 +420,34 @@ fn import_takes_the_clients_servers_into_quiver() {
     );
 }
 
+/// A quiver.toml that leaves the store at its default (`./quiver.db` in the working
+/// directory) is refused for a stdio entry, with the line to add: a client starts Quiver in a
+/// directory of its own, whose store would hold none of the custom tools approved here and
+/// log the client's calls apart. Nothing is written; once the store is pinned, setup goes on.
+#[test]
+fn setup_refuses_a_config_whose_store_follows_the_working_directory() {
+    let dir = crate::Scratch::new("client-store-unpinned");
+    let home = dir.join("home");
+    let work = dir.join("work");
+    std::fs::create_dir_all(home.join(".cursor")).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("quiver.toml"), "[skills]\ndirs = []\n").unwrap();
+    let out = quiver(&home, &work, &["client", "setup", "cursor"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let said = text(&out.stderr);
+    let here = std::fs::canonicalize(&work).unwrap().join("quiver.db");
+    assert!(
+        said.contains("sets no `[store] path`")
+            && said.contains(&format!("path = {:?}", here.display().to_string())),
+        "{said}"
+    );
+    assert!(!home.join(".cursor/mcp.json").exists(), "nothing written");
+    std::fs::write(work.join("quiver.toml"), "[store]\npath = \"q.db\"\n").unwrap();
+    let out = quiver(&home, &work, &["client", "setup", "cursor"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(read_json(&home.join(".cursor/mcp.json"))["mcpServers"]["quiver"].is_object());
+}
+
 /// `all` takes the clients this user has (their file, or the directory it goes in) and
 /// creates no file for the others; a client named is set up whether or not it is there.
 #[test]

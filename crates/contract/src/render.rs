@@ -8,8 +8,8 @@ use serde_json::Value;
 use crate::{Alternative, ColumnSpec, Envelope, ErrKind, HintKind};
 
 /// Bounds of the Ok render. By default there are none: the render is the text the model
-/// reads, and many clients show a model only that text (rmcp drops a list's
-/// `structuredContent` for 2025-era clients), so it carries the whole of the data the
+/// reads, and many clients show a model only that text (a 2025-era client takes no list as
+/// `structuredContent` at all), so it carries the whole of the data the
 /// dispatcher's result limit let through (which bounds it in tokens and pages what is over,
 /// naming the call that reads the rest). A view for people (a preview in a UI) may set
 /// bounds; what they leave out is said, never dropped silently.

@@ -160,6 +160,13 @@ pub(crate) fn call_result(
     result
 }
 
+/// For a client before 2026-07-28, which takes only an object as `structuredContent`: a
+/// list's is left out. rmcp would move it into a first text block as compact JSON, and the
+/// model would read every item twice (the rendered text carries the list whole).
+pub(crate) fn no_list_copy(result: &mut CallToolResult) {
+    result.structured_content.take_if(|v| !v.is_object());
+}
+
 /// A part's annotations as rmcp's type (they were checked against it when they came in; a
 /// part built elsewhere with annotations MCP does not define goes out without them).
 fn annotations(raw: Option<&Value>) -> Option<Annotations> {

@@ -749,9 +749,16 @@ impl ServerHandler for SessionHandler {
             .await
         };
         let input = (request.input_responses, request.request_state);
-        let answer = self
+        let mut answer = self
             .run_request(Target::tool(&name), &scope, &context, input, start)
             .await;
+        if !context
+            .protocol_version()
+            .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28)
+            && let Ok(CallToolResponse::Complete(result)) = &mut answer
+        {
+            crate::wire::no_list_copy(result);
+        }
         if let (Err(refused), Some(input)) = (&answer, retry_input)
             && refused.message.starts_with(rounds::STATE_REFUSED)
         {

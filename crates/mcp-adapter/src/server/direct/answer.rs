@@ -177,8 +177,9 @@ const MAX_WAITING_LOGS: usize = 1024;
 /// The answer to the `tools/call` request `id`, in the session era's form.
 fn call_answer(
     id: RequestId,
-    result: rmcp::model::CallToolResult,
+    mut result: rmcp::model::CallToolResult,
 ) -> JsonRpcResponse<ServerResult> {
+    crate::wire::no_list_copy(&mut result);
     let mut result = ServerResult::CallToolResult(result);
     // The session era predates `resultType` and non-object structured output.
     result.strip_result_type_for_legacy_peer();

@@ -456,3 +456,54 @@ fn weighted_or_partial_accept_headers_are_left_to_rmcp() {
     assert!(!with("application/json"));
     assert!(!with("application/json, text/event-stream;q=0"));
 }
+
+/// A list result reaches a 2025-era client once, in the rendered text: no
+/// `structuredContent` (that era takes objects only) and no compact JSON copy of it, on the
+/// direct path and on rmcp's (a client that declared sampling).
+#[tokio::test]
+async fn a_list_reaches_a_2025_client_once() {
+    let server = server();
+    server
+        .shared
+        .surface
+        .catalog()
+        .register(Arc::new(quiver_contract::typed_tool(
+            ToolSpec::new("letters", "Lists three letters.")
+                .read_only()
+                .with_schema(json!({"type": "object"})),
+            |_: Value, _ctx: CallContext| async move { Ok(Envelope::ok(json!(["a", "b", "c"]))) },
+        )))
+        .unwrap();
+    let router = server.router("127.0.0.1:7345".parse().unwrap());
+    for capabilities in [json!({}), json!({"sampling": {}})] {
+        let sid = open(&server, &router, capabilities.clone()).await;
+        let ask = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+            "params": {"name": "letters", "arguments": {}}});
+        let r = send(&router, Method::POST, Some(&sid), ask).await;
+        let answer = if r.content_type == "text/event-stream" {
+            r.body
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .filter(|d| d.starts_with('{'))
+                .map(|d| serde_json::from_str::<Value>(d).unwrap())
+                .last()
+                .unwrap()
+        } else {
+            serde_json::from_str(&r.body).unwrap()
+        };
+        let result = &answer["result"];
+        assert!(
+            result.get("structuredContent").is_none(),
+            "{capabilities}: {answer}"
+        );
+        let blocks = result["content"].as_array().unwrap();
+        assert_eq!(blocks.len(), 1, "{capabilities}: {answer}");
+        assert!(
+            blocks[0]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("✓ ok. 3 rows."),
+            "{answer}"
+        );
+    }
+}

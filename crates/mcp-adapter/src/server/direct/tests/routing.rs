@@ -486,7 +486,7 @@ async fn a_list_reaches_a_2025_client_once() {
                 .filter_map(|l| l.strip_prefix("data: "))
                 .filter(|d| d.starts_with('{'))
                 .map(|d| serde_json::from_str::<Value>(d).unwrap())
-                .last()
+                .next_back()
                 .unwrap()
         } else {
             serde_json::from_str(&r.body).unwrap()

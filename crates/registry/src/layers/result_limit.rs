@@ -399,6 +399,16 @@ fn shape_data(data: &mut Value, budget: Budget, keep: Option<Keep<'_>>) -> Optio
             let cut = cut_text(text, budget)?;
             Some(shape_text(text, cut, budget, keep))
         }
+        // An object whose only field is text (`{"content": "..."}`, as many servers wrap a
+        // file): that text is shaped, head and tail by lines as any text, and the model
+        // reads it as written (the render shows it under its name), not JSON-escaped.
+        Value::Object(map) if map.len() == 1 && map.values().all(Value::is_string) => {
+            let Some(Value::String(text)) = map.values_mut().next() else {
+                return None;
+            };
+            let cut = cut_text(text, budget)?;
+            Some(shape_text(text, cut, budget, keep))
+        }
         other => {
             if let Some(pages) = page_json(other, budget) {
                 let whole = std::mem::take(other);

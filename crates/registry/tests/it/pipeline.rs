@@ -1972,6 +1972,57 @@ async fn an_abandoned_mutating_call_says_it_may_have_run() {
 
 /// `read_result` reads a shortened result back by page, for the session that made the call
 /// only, and says which page is next; a page that is not there, or another session, gets a
+/// A file read as `{"content": "..."}` over the budget is shaped as its text: head and
+/// tail with real line breaks, not a cut of its JSON-escaped form, and its pages put
+/// together are the text.
+#[tokio::test]
+async fn a_wrapped_text_over_the_budget_is_cut_as_text() {
+    let lines: String = (0..400)
+        .map(|i| format!("row {i}: the \"quick\" fox\n"))
+        .collect();
+    let whole = lines.clone();
+    let t = tool(
+        ToolSpec::new("read_file", "Reads a file.").read_only(),
+        move |_, _| {
+            let lines = lines.clone();
+            async move { Ok(Envelope::ok(json!({"content": lines}))) }
+        },
+    );
+    let kept = Arc::new(quiver_registry::kept::KeptResults::new(1 << 20));
+    let reader = quiver_registry::kept::read_result_tool(kept.clone());
+    let d = Dispatcher::builder(catalog_with(vec![t, reader]))
+        .config(DispatchConfig::default().with_result_limit(
+            ResultLimitConfig::default().with_max_tokens(quiver_registry::shape::MIN_TOKENS),
+        ))
+        .kept_results(kept)
+        .build();
+    let mut first = ctx();
+    first.call_id = Some("file-1".into());
+    let e = d.call("read_file", json!({}), first).await;
+    assert_eq!(e.warnings()[0].kind, "truncated", "{e:?}");
+    let shown = text(&e);
+    assert!(
+        shown.starts_with("✓ ok. content:\nrow 0: the \"quick\" fox\nrow 1:")
+            && !shown.contains("\\n"),
+        "{shown}"
+    );
+    let mut read = String::new();
+    for page in 1.. {
+        let e = d
+            .call("read_result", json!({"id": "file-1", "page": page}), ctx())
+            .await;
+        read.push_str(
+            e.data()
+                .and_then(serde_json::Value::as_str)
+                .expect("a page of text"),
+        );
+        if e.warnings()[0].message.contains("It is the last page.") {
+            break;
+        }
+    }
+    assert_eq!(read, whole);
+}
+
 /// hint that says what to do instead.
 #[tokio::test]
 async fn read_result_reads_a_kept_result_back_by_page() {

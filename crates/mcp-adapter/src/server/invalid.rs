@@ -310,7 +310,7 @@ const PARAMS_NOT_OBJECT: &str = "`params` must be an object";
 /// [`diagnose`] for a message as it was `sent`: a member given twice (which a `Value` keeps
 /// once, and rmcp refuses) is named first.
 pub(super) fn diagnose_sent(sent: &[u8], value: &Value, what: &str) -> Refusal {
-    match repeated_key(sent) {
+    match repeated_member(sent) {
         Some(key) => Refusal {
             code: INVALID_REQUEST,
             limit: None,
@@ -326,36 +326,92 @@ pub(super) fn diagnose_sent(sent: &[u8], value: &Value, what: &str) -> Refusal {
     }
 }
 
-/// The first key that the top-level object in `sent` has twice, if any.
-fn repeated_key(sent: &[u8]) -> Option<String> {
-    struct Repeated(Option<String>);
-    impl<'de> serde::Deserialize<'de> for Repeated {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct Keys;
-            impl<'de> serde::de::Visitor<'de> for Keys {
-                type Value = Repeated;
-                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                    f.write_str("an object")
-                }
-                fn visit_map<A: serde::de::MapAccess<'de>>(
-                    self,
-                    mut map: A,
-                ) -> Result<Repeated, A::Error> {
-                    // Read to the end: serde_json refuses an object left half read.
-                    let (mut seen, mut first) = (std::collections::HashSet::new(), None);
-                    while let Some(key) = map.next_key::<String>()? {
-                        map.next_value::<serde::de::IgnoredAny>()?;
-                        if first.is_none() && !seen.insert(key.clone()) {
-                            first = Some(key);
-                        }
-                    }
-                    Ok(Repeated(first))
-                }
-            }
-            d.deserialize_map(Keys)
-        }
-    }
+/// The first member that the message in `sent` gives twice, at its top level or in its
+/// `params` (`params.name`), if any: a `Value` keeps the last of them, so a message read
+/// so would silently run another request than the one its first member names.
+pub(crate) fn repeated_member(sent: &[u8]) -> Option<String> {
     serde_json::from_slice::<Repeated>(sent).ok()?.0
+}
+
+/// The first member an object gives twice (of `params` too, at the top level).
+struct Repeated(Option<String>);
+
+impl<'de> serde::Deserialize<'de> for Repeated {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(Members { top: true })
+    }
+}
+
+/// [`Repeated`] below the top level: the keys of `params`, nothing deeper.
+struct Nested(Option<String>);
+
+impl<'de> serde::Deserialize<'de> for Nested {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(Members { top: false })
+            .map(|Repeated(r)| Nested(r))
+    }
+}
+
+struct Members {
+    top: bool,
+}
+
+impl<'de> serde::de::Visitor<'de> for Members {
+    type Value = Repeated;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Repeated, A::Error> {
+        // Read to the end: serde_json refuses an object left half read.
+        let (mut seen, mut first) = (std::collections::HashSet::new(), None);
+        while let Some(key) = map.next_key::<String>()? {
+            let inner = if self.top && key == "params" {
+                map.next_value::<Nested>()?.0.map(|k| format!("params.{k}"))
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                None
+            };
+            if first.is_none() {
+                first = if seen.insert(key.clone()) {
+                    inner
+                } else {
+                    Some(key)
+                };
+            }
+        }
+        Ok(Repeated(first))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Repeated, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Repeated(None))
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Repeated, E> {
+        Ok(Repeated(None))
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Repeated, E> {
+        Ok(Repeated(None))
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Repeated, E> {
+        Ok(Repeated(None))
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Repeated, E> {
+        Ok(Repeated(None))
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Repeated, E> {
+        Ok(Repeated(None))
+    }
+
+    fn visit_unit<E>(self) -> Result<Repeated, E> {
+        Ok(Repeated(None))
+    }
 }
 
 pub(super) fn diagnose(value: &Value, what: &str) -> Refusal {
@@ -470,7 +526,13 @@ mod tests {
         );
         assert_eq!(refusal.id, json!(3));
         // Nested objects may use a key their parent uses.
-        assert_eq!(repeated_key(br#"{"id":1,"params":{"id":2}}"#), None);
+        assert_eq!(repeated_member(br#"{"id":1,"params":{"id":2}}"#), None);
+        assert_eq!(
+            repeated_member(br#"{"params":{"name":"a","arguments":{"x":1,"x":2},"name":"b"}}"#)
+                .as_deref(),
+            Some("params.name")
+        );
+        assert_eq!(repeated_member(br#"{"params":[1,2],"id":3}"#), None);
         for (params, says) in [
             (Value::Null, "`params` is missing"),
             (json!([1]), "`params` is an array"),

@@ -27,6 +27,11 @@ pub(super) fn classify(bytes: &Bytes) -> Message {
     let Ok(Value::Object(mut msg)) = serde_json::from_slice::<Value>(bytes) else {
         return Message::Other;
     };
+    // A member given twice is rmcp's to refuse (a `Value` keeps the last one, which
+    // would run another request than the first names).
+    if crate::server::invalid::repeated_member(bytes).is_some() {
+        return Message::Other;
+    }
     if msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Message::Other;
     }

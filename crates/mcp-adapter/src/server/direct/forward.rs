@@ -129,6 +129,19 @@ pub(in crate::server) async fn record_refused(
 }
 
 pub(super) async fn forward_parts(direct: &Direct, parts: Parts, bytes: Bytes) -> Response {
+    // A member given twice: refused by name (rmcp reads some such bodies with the last of
+    // them, and refuses others without saying why); a `tools/call` so refused has its row.
+    if invalid::repeated_member(&bytes).is_some() {
+        let value = serde_json::from_slice::<Value>(&bytes).unwrap_or_default();
+        let refusal = invalid::diagnose_sent(&bytes, &value, "the body");
+        record_refused(direct, &parts, &bytes, &refusal).await;
+        return json_rpc_error(
+            StatusCode::BAD_REQUEST,
+            refusal.id,
+            refusal.code,
+            &refusal.message,
+        );
+    }
     let caller = parts
         .extensions
         .get::<Principal>()

@@ -715,3 +715,40 @@ async fn a_foreign_origin_is_refused_in_words_and_remembered_once() {
     let r = send_with(&router, Method::POST, None, init, own).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
 }
+
+/// A member given twice is refused by name, at the top level or in `params`, on the
+/// direct path too (a `Value` keeps the last one, which would run another request than the
+/// first names); the refused call has its row.
+#[tokio::test]
+async fn a_member_given_twice_is_refused_by_name() {
+    let (server, recorder) =
+        crate::server::test_server_recorded(echo_catalog(), ServerOptions::default());
+    let router = server.router("127.0.0.1:7345".parse().unwrap());
+    let sid = open(&server, &router, json!({})).await;
+    for (body, member) in [
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping","method":"tools/call","params":{"name":"echo","arguments":{"n":1}}}"#,
+            "`method`",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","name":"tool_search","arguments":{"n":2}}}"#,
+            "`params.name`",
+        ),
+    ] {
+        let r = send_text(&router, Method::POST, Some(&sid), body.to_owned()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+        assert!(
+            r.body.contains(&format!("gives the member {member} twice")),
+            "{}",
+            r.body
+        );
+    }
+    server.shared.dispatcher.drain_records().await;
+    let rows = recorder.records();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(
+        rows.iter()
+            .all(|r| r.envelope.err_kind().map(|k| k.as_str()) == Some("invalid_request")),
+        "{rows:?}"
+    );
+}

@@ -523,6 +523,8 @@ impl Reloader {
             ("sandbox", same(&started.sandbox, &config.sandbox)),
             ("custom", same(&started.custom, &config.custom)),
             ("telemetry", started.telemetry == config.telemetry),
+            // The retriever (its model loaded, the tools' vectors) is built at start.
+            ("search", started.search.model_dir == config.search.model_dir),
             ("admin", self.apply_admin(&current.admin, &config.admin)),
         ]
         .into_iter()

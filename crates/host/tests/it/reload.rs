@@ -86,6 +86,15 @@ async fn a_reload_replaces_the_policy_rules_and_a_broken_file_changes_nothing() 
         "{report}"
     );
 
+    // The retriever is built at start: a model folder named later waits for a restart.
+    std::fs::write(
+        &file,
+        "[store]\npath = \"q.db\"\n\n[limits]\nmax_result_chars = 5000\n\n[search]\nmodel_dir = \"models\"\n",
+    )
+    .unwrap();
+    let report = reloader.reload("test").await.expect("a good file reloads");
+    assert_eq!(report["needs_restart"], json!(["search"]), "{report}");
+
     // Both undone: the file is again what the server runs, and no restart is due.
     std::fs::write(
         &file,

@@ -54,6 +54,9 @@ pub(crate) struct SessionHandler {
     conn: Arc<Connection>,
     /// The session id of a connection that has no HTTP header for it (stdio).
     fixed_session: Option<Arc<str>>,
+    /// Whether a `tools/call` without an id was warned of on this session (once: a client
+    /// that drops its ids would fill the log otherwise; each such call has its row).
+    warned_id_less: std::sync::atomic::AtomicBool,
 }
 
 impl SessionHandler {
@@ -66,6 +69,7 @@ impl SessionHandler {
             shared,
             conn,
             fixed_session,
+            warned_id_less: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -526,10 +530,15 @@ impl ServerHandler for SessionHandler {
         let Some(call) = super::invalid::refused_call(&message) else {
             return;
         };
-        tracing::warn!(
-            tool = %call.name,
-            "a tools/call without an id (a notification) was not run: a request needs an id to be answered"
-        );
+        if !self
+            .warned_id_less
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                tool = %call.name,
+                "a tools/call without an id (a notification) was not run: a request needs an id to be answered (said once per session; each such call has its row in the execution log)"
+            );
+        }
         let refusal = super::invalid::Refusal {
             code: super::invalid::INVALID_REQUEST,
             limit: None,

@@ -149,8 +149,17 @@ impl McpServer {
                     }
                 },
             ))
-            // Unknown paths answer behind the token check too (401 before 404).
-            .fallback(|| async { axum::http::StatusCode::NOT_FOUND })
+            // Unknown paths answer behind the token check too (401 before 404), saying where
+            // the endpoint is: a client configured without `/mcp` (or with the legacy
+            // `/sse`) would show an empty 404 as a bare failure.
+            .fallback(|| async {
+                (
+                    axum::http::StatusCode::NOT_FOUND,
+                    format!(
+                        "Not Found: the MCP endpoint is {MCP_PATH} (streamable HTTP; Quiver does not serve the legacy SSE transport at /sse)"
+                    ),
+                )
+            })
             .with_state(Arc::new(direct))
             .layer(axum::middleware::from_fn_with_state(
                 gate,

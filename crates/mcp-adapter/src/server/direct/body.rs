@@ -36,12 +36,19 @@ pub(super) async fn read_body(
                 id: crate::lines::find_id(&head, &[]).unwrap_or(Value::Null),
             };
             record_refused(direct, parts, &head, &refusal).await;
-            Err(json_rpc_error(
+            let mut refused = json_rpc_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 refusal.id,
                 refusal.code,
                 &refusal.message,
-            ))
+            );
+            // The rest of the body is not read, so the connection cannot carry another
+            // request: the client is told to open a new one.
+            refused.headers_mut().insert(
+                header::CONNECTION,
+                header::HeaderValue::from_static("close"),
+            );
+            Err(refused)
         }
         Ok(Err(e)) => Err((StatusCode::BAD_REQUEST, format!("Bad Request: {e}")).into_response()),
         Err(_) => Err((

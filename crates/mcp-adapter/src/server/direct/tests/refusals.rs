@@ -752,3 +752,38 @@ async fn a_member_given_twice_is_refused_by_name() {
         "{rows:?}"
     );
 }
+
+/// A body over the limit is refused with `Connection: close` (its rest is not read, so the
+/// connection cannot carry another request); a path other than `/mcp` says where the
+/// endpoint is.
+#[tokio::test]
+async fn an_oversize_body_closes_its_connection_and_a_wrong_path_names_the_endpoint() {
+    let server = server();
+    let router = server.router("127.0.0.1:7345".parse().unwrap());
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"x":"{}"}}}}"#,
+        "a".repeat(5 << 20)
+    );
+    let resp = router
+        .clone()
+        .oneshot(request(Method::POST, None, body, &[]))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(resp.headers()["connection"], "close");
+    for path in ["/", "/sse", "/mcp/"] {
+        let req = Request::builder()
+            .method(Method::GET)
+            .uri(path)
+            .header("host", "127.0.0.1:7345")
+            .body(Body::empty())
+            .unwrap();
+        let r = reply(&router, req).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{path}");
+        assert!(
+            r.body.contains("the MCP endpoint is /mcp"),
+            "{path}: {}",
+            r.body
+        );
+    }
+}

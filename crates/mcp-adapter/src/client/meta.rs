@@ -99,11 +99,24 @@ fn resource_servers(shared: &Shared, only: Option<&str>, ctx: &CallContext) -> V
     servers
 }
 
-async fn list_resources(up: &Upstream, cap: usize) -> Result<Vec<Value>, String> {
-    let conn = up
-        .conn()
-        .filter(|c| c.has_resources)
-        .ok_or_else(|| format!("MCP server \"{}\" is not connected", up.name()))?;
+/// Why a server's resources cannot be listed.
+enum Unlisted {
+    /// It is connected and offers no resources (it did not declare them).
+    NoneOffered(String),
+    /// It is not connected, or failed to list them.
+    Unavailable(String),
+}
+
+async fn list_resources(up: &Upstream, cap: usize) -> Result<Vec<Value>, Unlisted> {
+    let conn = up.conn().ok_or_else(|| {
+        Unlisted::Unavailable(format!("MCP server \"{}\" is not connected", up.name()))
+    })?;
+    if !conn.has_resources {
+        return Err(Unlisted::NoneOffered(format!(
+            "MCP server \"{}\" offers no resources (it serves tools only)",
+            up.name()
+        )));
+    }
     let mut out = Vec::new();
     let mut cursor: Option<String> = None;
     let mut seen = std::collections::HashSet::new();
@@ -117,7 +130,10 @@ async fn list_resources(up: &Upstream, cap: usize) -> Result<Vec<Value>, String>
             super::passthrough::raw_page::<rmcp::model::Resource>(&conn.peer, request, "resources")
                 .await
                 .map_err(|_| {
-                    format!("MCP server \"{}\" could not list its resources", up.name())
+                    Unlisted::Unavailable(format!(
+                        "MCP server \"{}\" could not list its resources",
+                        up.name()
+                    ))
                 })?;
         for mut v in resources {
             if out.len() >= cap {
@@ -189,10 +205,17 @@ impl Tool for MetaTool {
             for up in resource_servers(&shared, server, ctx) {
                 match list_resources(&up, cap.saturating_sub(all.len())).await {
                     Ok(items) => all.extend(items),
-                    Err(e) if server.is_some() => {
+                    // Named, a server that offers none says so (not an error: the list
+                    // is empty); unnamed, it is left out without a word.
+                    Err(Unlisted::NoneOffered(e)) if server.is_some() => {
+                        return Ok(Envelope::ok(Value::Array(Vec::new()))
+                            .with_warning(quiver_contract::Warning::new("no_resources", e)));
+                    }
+                    Err(Unlisted::NoneOffered(_)) => {}
+                    Err(Unlisted::Unavailable(e)) if server.is_some() => {
                         return Ok(Envelope::err(ErrKind::NotAvailable, e));
                     }
-                    Err(e) => notes.push(e),
+                    Err(Unlisted::Unavailable(e)) => notes.push(e),
                 }
             }
             let mut env = Envelope::ok(Value::Array(all));

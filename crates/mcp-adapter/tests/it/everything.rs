@@ -522,3 +522,47 @@ async fn a_disabled_server_stays_closed_through_reloads_until_enabled() {
     assert!(!client.enable_server("everything").unwrap());
     close_and_check(&client).await;
 }
+
+/// A connected server that offers no resources (server-filesystem serves tools only) is
+/// left out of `list_mcp_resources` without a word; named, it is said to offer none, an
+/// empty list rather than "not connected" (which would have a model stop calling its tools).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_resources_is_not_called_unavailable() {
+    let dir = std::env::temp_dir().join(format!("quiver-fs-nores-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fs_bin = crate::peers().join("npm/node_modules/.bin/mcp-server-filesystem");
+    let (catalog, client) = start(
+        &[
+            ServerConfig::stdio("everything", "node", vec![everything_js(), "stdio".into()])
+                .required(),
+            ServerConfig::stdio(
+                "fs",
+                fs_bin.display().to_string(),
+                vec![dir.display().to_string()],
+            )
+            .required(),
+        ],
+        Default::default(),
+    );
+    ready(&client).await;
+    wait_for("resource meta-tools", Duration::from_secs(10), || {
+        catalog.contains("list_mcp_resources")
+    })
+    .await;
+    let all = call(&catalog, "list_mcp_resources", json!({})).await;
+    assert!(all.is_ok() && all.warnings().is_empty(), "{all:?}");
+    let named = call(&catalog, "list_mcp_resources", json!({"server": "fs"})).await;
+    assert_eq!(named.data(), Some(&json!([])), "{named:?}");
+    let said: Vec<_> = named
+        .warnings()
+        .iter()
+        .map(|w| w.message.as_str())
+        .collect();
+    assert_eq!(
+        said,
+        ["MCP server \"fs\" offers no resources (it serves tools only)"],
+        "{named:?}"
+    );
+    close_and_check(&client).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

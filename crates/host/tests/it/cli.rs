@@ -424,6 +424,20 @@ async fn check_against_a_database_reports_breaking_changes() {
             ))
             .await
             .unwrap();
+        // Never served: a custom draft, one rejected, and a disabled tool; none is a
+        // removal a caller could notice.
+        for (name, status, enabled) in [
+            ("draft_one", quiver_contract::Lifecycle::Draft, true),
+            ("turned_down", quiver_contract::Lifecycle::Rejected, true),
+            ("switched_off", quiver_contract::Lifecycle::Approved, false),
+        ] {
+            let spec = quiver_contract::ToolSpec::new(name, "Adds. Use it to add.");
+            let mut def =
+                ToolDefinition::from_spec(&spec, ToolType::Custom, format!("custom:{name}"))
+                    .with_status(status);
+            def.enabled = enabled;
+            store.put_definition(def).await.unwrap();
+        }
         store.close().await.unwrap();
     }
     let before = std::fs::read(&db).unwrap();
@@ -443,6 +457,9 @@ async fn check_against_a_database_reports_breaking_changes() {
         "{text}"
     );
     assert!(text.contains("2 breaking change(s)"), "{text}");
+    for never_served in ["draft_one", "turned_down", "switched_off"] {
+        assert!(!text.contains(never_served), "{text}");
+    }
     assert!(
         text.contains("list_mcp_resources, read_mcp_resource: [note] not checked"),
         "{text}"

@@ -251,8 +251,11 @@ pub fn comparable_definitions(
             )));
         }
     }
+    // Only what was served can break a caller: a draft, a version under test or rejected,
+    // and a disabled tool, never were (or are not now).
+    let served = |d: &ToolDefinition| d.status == quiver_contract::Lifecycle::Approved && d.enabled;
     let comparable = live()
-        .filter(|d| !unchecked(d) && !meta_absent(d))
+        .filter(|d| served(d) && !unchecked(d) && !meta_absent(d))
         .map(ToolDefinition::to_spec)
         .collect();
     (notes, comparable)

@@ -56,6 +56,9 @@ pub fn findings_in(src: &CheckSources, config: &Config) -> Vec<Finding> {
     let mut out = config.surface.findings(config.always_denied(None, None));
     out.extend(policy_findings(&config.policy.rules));
     out.extend(quiver_mcp_adapter::connection_findings(&statuses));
+    out.extend(quiver_mcp_adapter::session_command_findings(
+        &config.mcp.servers,
+    ));
     out.extend(src.surface.findings());
     out.extend(long_skills(&src.long_skills, config));
     // A catalog file's tool is linted as its file has it, by its path (the log's lines).

@@ -31,8 +31,8 @@ pub use client::{
     interpolate_env, redact_urls, validate_all,
 };
 pub use client::{
-    comparable_definitions, connection_findings, server_list_findings, token_findings,
-    unconnected_server_of,
+    comparable_definitions, connection_findings, server_list_findings, session_command_findings,
+    token_findings, unconnected_server_of,
 };
 pub use content::{ContentError, ContentOffer, ContentSource, ListChange, ListChanged};
 pub use error::McpError;

@@ -2888,3 +2888,24 @@ fn call_prints_the_whole_result_as_json_when_asked() {
     assert_eq!(items.len(), 65);
     assert_eq!(items[64], "item 64");
 }
+
+/// `quiver check` reports a per-session server whose command is not found, as it does a
+/// shared one that cannot start (no session has started it to find out); one whose command
+/// is on `PATH` passes.
+#[test]
+fn check_reports_a_per_session_server_whose_command_is_missing() {
+    let dir = workdir("session-command");
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[[mcp.servers]]\nname = \"fs\"\ncommand = \"no-such-mcp-server-xyz\"\nscope = \"session\"\n\n[[mcp.servers]]\nname = \"py\"\ncommand = \"python3\"\nargs = [\"-c\", \"pass\"]\nscope = \"session\"\n",
+    )
+    .unwrap();
+    let out = quiver_in(&dir, &["check"]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("mcp server fs: [cannot start] `no-such-mcp-server-xyz` is not found"),
+        "{text}"
+    );
+    assert!(!text.contains("mcp server py:"), "{text}");
+}

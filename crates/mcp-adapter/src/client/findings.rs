@@ -57,6 +57,39 @@ pub fn connection_findings(statuses: &[ServerStatus]) -> Vec<Finding> {
     out
 }
 
+/// Per-session servers whose command cannot be found: no session has started one yet, so
+/// the command is looked for as starting it would (a path, against `cwd` when relative; a
+/// bare name on `PATH`), and one not there is a configuration fault as for a shared server.
+pub fn session_command_findings(configured: &[ServerConfig]) -> Vec<Finding> {
+    configured
+        .iter()
+        .filter(|s| s.scope == super::ServerScope::Session)
+        .filter_map(|s| {
+            let command = s.command.as_deref()?;
+            (!command_found(command, s.cwd.as_deref())).then(|| {
+                Finding::error(format!(
+                    "mcp server {}: [cannot start] `{command}` is not found (a per-session server starts with each session that needs it, so every session would go without its tools); install it, or fix `command` (and `cwd`) in its configuration",
+                    s.name
+                ))
+            })
+        })
+        .collect()
+}
+
+/// Whether `command` names a file a process could be started from.
+fn command_found(command: &str, cwd: Option<&std::path::Path>) -> bool {
+    let path = std::path::Path::new(command);
+    if command.contains(std::path::MAIN_SEPARATOR) || command.contains('/') {
+        let path = match cwd {
+            Some(dir) if path.is_relative() => dir.join(path),
+            _ => path.to_owned(),
+        };
+        return path.is_file();
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(command).is_file()))
+}
+
 /// For a tool name, the server it belongs to when that server is not connected now (its
 /// tools are named `mcp__<prefix>__<tool>`, the prefix as `configured` sets it, else the
 /// server's name): such a name cannot be checked against the catalog.

@@ -47,8 +47,8 @@ pub use config::{
     validate_all,
 };
 pub use findings::{
-    comparable_definitions, connection_findings, server_list_findings, token_findings,
-    unconnected_server_of,
+    comparable_definitions, connection_findings, server_list_findings, session_command_findings,
+    token_findings, unconnected_server_of,
 };
 pub use meta::{RESOURCE_TOOLS, RESOURCE_TOOLS_FAMILY};
 pub use session::SessionServerStatus;

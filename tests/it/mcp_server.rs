@@ -903,6 +903,24 @@ async fn status_names_every_running_server_and_what_a_broken_file_did_to_each() 
         );
     }
 
+    // A server's `${env:...}` that is not set fails past the file's loading: said the same.
+    std::fs::write(
+        dir.join("quiver.toml"),
+        "[[mcp.servers]]\nname = \"git\"\ncommand = \"python3\"\nenv = { T = \"${env:QUIVER_E2E_UNSET_VAR}\" }\n",
+    )
+    .unwrap();
+    let (code, out, err) = status(&dir);
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(err.contains("QUIVER_E2E_UNSET_VAR"), "the error: {err}");
+    for pid in [a, b] {
+        assert!(
+            out.contains(&format!(
+                "quiver serve pid {pid} keeps the configuration it runs"
+            )),
+            "{out}"
+        );
+    }
+
     std::fs::remove_file(dir.join("quiver.toml")).unwrap();
     assert!(first.terminate().await.success());
     let (_, out, _) = status(&dir);

@@ -814,9 +814,18 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     quiver_host::Store::open(&empty, StoreAccess::ReadOnly).await?
                 }
             };
-            App::build_on(&config, &cli.mcp_config, store).await?
+            App::build_on(&config, &cli.mcp_config, store).await
         }
-        _ => App::build_with(&config, &cli.mcp_config, access).await?,
+        _ => App::build_with(&config, &cli.mcp_config, access).await,
+    };
+    let app = match app {
+        // A server's `${env:...}` that is not set, or an `--mcp-config` file that does not
+        // load, fails here rather than in `Config::load`: `status` still says what the
+        // running servers kept, as for a file that does not load.
+        Err(e) if matches!(cmd, Command::Status) => {
+            return Ok(commands::status::unloadable(cli.config.as_deref(), &e));
+        }
+        built => built?,
     };
     let stopped = |signal: u8| {
         eprintln!("quiver: interrupted by signal {signal}: stopping the upstreams");

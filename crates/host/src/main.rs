@@ -692,6 +692,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         dry_run,
                     },
                     config,
+                    &cli.mcp_config,
                 ),
                 ClientAction::Import {
                     clients,

@@ -81,7 +81,11 @@ fn store_is_pinned(file: &std::path::Path) -> anyhow::Result<()> {
     )
 }
 
-pub(crate) fn setup(opts: Setup, config: Option<&std::path::Path>) -> anyhow::Result<ExitCode> {
+pub(crate) fn setup(
+    opts: Setup,
+    config: Option<&std::path::Path>,
+    mcp_configs: &[PathBuf],
+) -> anyhow::Result<ExitCode> {
     let dirs = UserDirs::from_env()?;
     // The clients' files are under the home directory; a home that is not there is a HOME
     // set wrong, whose whole path setup would otherwise create.
@@ -115,6 +119,13 @@ pub(crate) fn setup(opts: Setup, config: Option<&std::path::Path>) -> anyhow::Re
                 None => eprintln!(
                     "note: no quiver.toml here and no --config: the client starts Quiver in a directory of its choosing and keeps the store (./quiver.db) there; give --config FILE to fix it"
                 ),
+            }
+            // The `mcpServers` files this command was given go with the entry, as absolute
+            // paths (the client starts Quiver elsewhere): its servers are the client's too.
+            for file in mcp_configs {
+                let file = std::fs::canonicalize(file)
+                    .with_context(|| format!("finding {}", file.display()))?;
+                args.extend(["--mcp-config".to_owned(), file.display().to_string()]);
             }
             args.extend(["serve".to_owned(), "--stdio".to_owned()]);
             Connection::Stdio {

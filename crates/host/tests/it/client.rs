@@ -637,3 +637,35 @@ fn import_keeps_secrets_private_and_says_which_they_are() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(mode(&shared), 0o644);
 }
+
+/// The `--mcp-config` files setup is given go into the entry it writes, as absolute paths:
+/// the client's Quiver serves their servers too.
+#[test]
+fn setup_passes_the_mcp_config_files_on() {
+    let (_dir, home, work) = home_with_samples("client-mcp-config");
+    std::fs::write(
+        work.join("mcp.json"),
+        r#"{"mcpServers": {"time": {"command": "python3", "args": ["-m", "mcp_server_time"]}}}"#,
+    )
+    .unwrap();
+    let out = quiver(
+        &home,
+        &work,
+        &["--mcp-config", "mcp.json", "client", "setup", "cursor"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let entry = &read_json(&home.join(".cursor/mcp.json"))["mcpServers"]["quiver"];
+    let file = std::fs::canonicalize(work.join("mcp.json")).unwrap();
+    let args: Vec<&str> = entry["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let at = args
+        .iter()
+        .position(|a| *a == "--mcp-config")
+        .expect("{args:?}");
+    assert_eq!(args[at + 1], file.display().to_string(), "{args:?}");
+    assert_eq!(&args[args.len() - 2..], ["serve", "--stdio"], "{args:?}");
+}

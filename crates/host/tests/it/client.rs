@@ -665,7 +665,7 @@ fn setup_passes_the_mcp_config_files_on() {
     let at = args
         .iter()
         .position(|a| *a == "--mcp-config")
-        .expect("{args:?}");
+        .unwrap_or_else(|| panic!("no --mcp-config: {args:?}"));
     assert_eq!(args[at + 1], file.display().to_string(), "{args:?}");
     assert_eq!(&args[args.len() - 2..], ["serve", "--stdio"], "{args:?}");
 }

@@ -347,9 +347,14 @@ pub fn parse_mcp_servers(
             None => None,
             Some("stdio") => Some(true),
             Some("http" | "streamable-http" | "streamableHttp" | "streamable_http") => Some(false),
-            Some("sse") => bail!(
-                "{origin}: server {name:?} uses the legacy SSE transport, which Quiver does not speak; use its streamable HTTP endpoint"
-            ),
+            // Skipped and said, as a disabled one is: the file is the user's desktop
+            // client's, whose other servers Quiver serves all the same.
+            Some("sse") => {
+                tracing::warn!(
+                    "{origin}: server {name:?} uses the legacy SSE transport, which Quiver does not speak: not started, none of its tools registered (give its streamable HTTP endpoint as \"url\" if it has one, or set \"disabled\": true to say nothing)"
+                );
+                continue;
+            }
             Some(other) => bail!(
                 "{origin}: server {name:?}: unknown \"type\" {other:?}; use {TYPES}, or leave it out"
             ),

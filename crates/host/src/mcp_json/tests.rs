@@ -54,8 +54,11 @@ fn reads_the_desktop_clients_format() {
     let text = r#"{"mcpServers": {
         "everything": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"], "env": {"A": "1"}},
         "remote": {"type": "http", "url": "https://mcp.example.com/mcp", "headers": {"X-Key": "k"}},
-        "off": {"command": "x", "disabled": true}
+        "off": {"command": "x", "disabled": true},
+        "events": {"type": "sse", "url": "https://events.example/sse"}
     }}"#;
+    // A disabled server and one on the legacy SSE transport are skipped (warned); the
+    // rest load.
     let servers = parse_mcp_servers(text, "c.json", &env).unwrap();
     assert_eq!(servers.len(), 2);
     assert_eq!(servers[0].name, "everything");
@@ -235,7 +238,6 @@ fn bad_entries_are_clear_errors() {
     );
     assert!(err(r#"{"mcpServers": {"a": {}}}"#).contains("neither \"command\""));
     assert!(err(r#"{"mcpServers": {"a": {"command": "x", "url": "http://h"}}}"#).contains("both"));
-    assert!(err(r#"{"mcpServers": {"a": {"url": "http://h", "type": "sse"}}}"#).contains("SSE"));
     assert!(
         err(r#"{"mcpServers": {"a": {"comand": "x"}}}"#)
             .contains("c.json: server \"a\": unknown key \"comand\"; did you mean \"command\"?")

@@ -5,7 +5,8 @@
 //! what it got, how much it did not, and how to get it. The budget bounds the content; the
 //! note that says so comes on top. Text parts after the data share the character limit and
 //! are cut with the marker `…[result truncated]`; non-text parts have their own byte budget;
-//! a hint's or error's message is cut at the character limit.
+//! a hint's or error's message keeps its head and tail within the budget, the size of what
+//! was left out said between them.
 
 use std::{
     collections::HashMap,
@@ -384,8 +385,18 @@ pub fn shape(
                 ));
             }
         }
+        // A long failure (a stack trace, a build log) keeps its head and its tail, where the
+        // error usually is, within the same budget as a result: the model reads it whole
+        // or cut with the size left out said.
         Envelope::Hint { message, .. } | Envelope::Err { message, .. } => {
-            truncate_chars(message, config.max_chars);
+            if let Some(cut) = cut_text(message, Budget::new(tokens, config.max_chars)) {
+                *message = format!(
+                    "{}\n…[{} tokens of this message left out here]…\n{}",
+                    &message[..cut.head],
+                    thousands(cut.omitted.tokens),
+                    &message[cut.tail..]
+                );
+            }
         }
     }
 }

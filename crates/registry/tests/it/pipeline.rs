@@ -1972,6 +1972,41 @@ async fn an_abandoned_mutating_call_says_it_may_have_run() {
 
 /// `read_result` reads a shortened result back by page, for the session that made the call
 /// only, and says which page is next; a page that is not there, or another session, gets a
+/// A long failure keeps its head and its tail (where the error usually is) within the
+/// token budget, with the size left out said between them.
+#[tokio::test]
+async fn a_long_error_keeps_its_head_and_tail_within_the_budget() {
+    let log: String = (0..20_000)
+        .map(|i| format!("step {i} ok\n"))
+        .collect::<String>()
+        + "error: the build failed at step 20000";
+    let failing = tool(ToolSpec::new("build", "Builds."), move |_, _| {
+        let log = log.clone();
+        async move { Err(ToolError::err(ErrKind::ToolFailed, log)) }
+    });
+    let d = Dispatcher::builder(catalog_with(vec![failing]))
+        .config(DispatchConfig::default().with_result_limit(
+            ResultLimitConfig::default().with_max_tokens(quiver_registry::shape::MIN_TOKENS),
+        ))
+        .build();
+    let e = d.call("build", json!({}), ctx()).await;
+    let said = e.message().unwrap_or_default().to_owned();
+    assert!(said.starts_with("step 0 ok\nstep 1 ok"), "{said}");
+    assert!(
+        said.ends_with("error: the build failed at step 20000"),
+        "the tail is kept: {said}"
+    );
+    assert!(
+        said.contains("tokens of this message left out here"),
+        "{said}"
+    );
+    let tokens = quiver_registry::shape::size_of(&said).tokens;
+    assert!(
+        tokens <= quiver_registry::shape::MIN_TOKENS + 20,
+        "{tokens} tokens: {said}"
+    );
+}
+
 /// A file read as `{"content": "..."}` over the budget is shaped as its text: head and
 /// tail with real line breaks, not a cut of its JSON-escaped form, and its pages put
 /// together are the text.

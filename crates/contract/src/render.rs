@@ -151,7 +151,9 @@ fn render_ok(
         // compact item per line, bounded, with the number of elided items stated.
         Value::Array(items) => {
             let _ = write!(out, "{OK_PREFIX} {rows} {}.", plural(rows));
-            out.push('\n');
+            if !items.is_empty() {
+                out.push('\n');
+            }
             let shown = items.len().min(opts.preview_rows);
             for (i, item) in items[..shown].iter().enumerate() {
                 if i > 0 {

@@ -1157,8 +1157,14 @@ fn status_names_a_per_session_server() {
         line.contains("per session") && line.contains("one process per MCP session"),
         "{line}"
     );
+    // No session has started it, and `check` looks for its command all the same.
     let out = quiver_in(&dir, &["check"]);
-    assert!(out.status.success(), "{}", stdout(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("mcp server fs: [cannot start]"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 /// A `required` server that is down stops `serve` and the working commands, but `status`

@@ -1813,6 +1813,8 @@ fn a_slow_build_does_not_hold_up_the_next_job() {
     )
     .unwrap();
     let (child, _addr) = start(&dir, &[], &[]);
+    // Killed if an assertion fails before the clean stop below.
+    let mut child = Killed(Some(child));
     let propose = |name: &str, source: &str| {
         let proposal = serde_json::json!({
             "name": name,
@@ -1872,5 +1874,5 @@ fn a_slow_build_does_not_hold_up_the_next_job() {
         "passed",
         "the slow build ran first, alone: the fast one waited for it\n{jobs}"
     );
-    stop(child);
+    stop(child.0.take().expect("running"));
 }

@@ -2023,14 +2023,7 @@ async fn a_wrapped_text_over_the_budget_is_cut_as_text() {
             async move { Ok(Envelope::ok(json!({"content": lines}))) }
         },
     );
-    let kept = Arc::new(quiver_registry::kept::KeptResults::new(1 << 20));
-    let reader = quiver_registry::kept::read_result_tool(kept.clone());
-    let d = Dispatcher::builder(catalog_with(vec![t, reader]))
-        .config(DispatchConfig::default().with_result_limit(
-            ResultLimitConfig::default().with_max_tokens(quiver_registry::shape::MIN_TOKENS),
-        ))
-        .kept_results(kept)
-        .build();
+    let d = paging_dispatcher(t);
     let mut first = ctx();
     first.call_id = Some("file-1".into());
     let e = d.call("read_file", json!({}), first).await;
@@ -2070,14 +2063,7 @@ async fn read_result_reads_a_kept_result_back_by_page() {
             async move { Ok(Envelope::text(lines)) }
         },
     );
-    let kept = Arc::new(quiver_registry::kept::KeptResults::new(1 << 20));
-    let reader = quiver_registry::kept::read_result_tool(kept.clone());
-    let d = Dispatcher::builder(catalog_with(vec![t, reader]))
-        .config(DispatchConfig::default().with_result_limit(
-            ResultLimitConfig::default().with_max_tokens(quiver_registry::shape::MIN_TOKENS),
-        ))
-        .kept_results(kept)
-        .build();
+    let d = paging_dispatcher(t);
     let mut first = ctx();
     first.call_id = Some("log-1".into());
     let e = d.call("log", json!({}), first).await;
@@ -2291,4 +2277,16 @@ async fn a_caller_allowed_an_alias_runs_it_without_being_allowed_its_target() {
     // The target itself stays refused to that caller.
     let direct = d.call("add", json!({"a": 2, "b": 3}), only_plus).await;
     assert!(!direct.is_ok(), "{direct:?}");
+}
+
+/// A dispatcher with `t` and `read_result`, the smallest token budget, and results kept.
+fn paging_dispatcher(t: Arc<dyn quiver_contract::Tool>) -> Dispatcher {
+    let kept = Arc::new(quiver_registry::kept::KeptResults::new(1 << 20));
+    let reader = quiver_registry::kept::read_result_tool(kept.clone());
+    Dispatcher::builder(catalog_with(vec![t, reader]))
+        .config(DispatchConfig::default().with_result_limit(
+            ResultLimitConfig::default().with_max_tokens(quiver_registry::shape::MIN_TOKENS),
+        ))
+        .kept_results(kept)
+        .build()
 }
